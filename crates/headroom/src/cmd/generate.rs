@@ -1,0 +1,10 @@
+//! `headroom generate`: streamed text generation.
+
+use crate::global::GlobalArgs;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(_a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
+    anyhow::bail!("generate: not built yet")
+}

@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod doctor;
+pub mod generate;
+pub mod kernels;
+pub mod logits;

@@ -1,0 +1,36 @@
+//! Options every subcommand shares: attention controls, extra qualification folders, logging.
+
+use clap::Args;
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct GlobalArgs {
+    /// Attention control: fallback | fused | auto. Overrides HEADROOM_ATTN_EXECUTION.
+    /// An unknown value falls back to `fallback` with one warning.
+    #[arg(long, global = true, value_name = "CONTROL")]
+    pub attn_execution: Option<String>,
+
+    /// Composed query block qL (integer >= 0, 0 = one block). Overrides HEADROOM_ATTN_QUERY_BLOCK.
+    /// A non-integer or negative value falls back to the built-in 128 with one warning.
+    #[arg(long, global = true, value_name = "N", allow_hyphen_values = true)]
+    pub attn_query_block: Option<String>,
+
+    /// Extra folder of qualification entries (TOML), besides the built-in ones and HEADROOM_QUALIFICATIONS.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub qualifications: Option<std::path::PathBuf>,
+
+    /// Log filter (e.g. `info`, `headroom=debug`); default `warn`. Also RUST_LOG.
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log: Option<String>,
+}
+
+pub fn init_logging(g: &GlobalArgs) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match &g.log {
+        Some(f) => EnvFilter::new(f),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,60 @@
+//! The `headroom` command line: one subcommand per file under `cmd/`.
+
+mod cmd;
+mod global;
+mod model_source;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "headroom",
+    version,
+    about = "Long-prompt prefill for the Qwen3.5 / Qwen3.6 hybrid family with hardware-qualified attention",
+    long_about = "Headroom runs, on each machine, the attention route that was measured best there \
+                  (composed query-blocked attention with block qL, or a fused flash-attention kernel), \
+                  records the evidence, and never silently applies an unmeasured setting.\n\n\
+                  Start with `headroom doctor --synthetic tiny-d256` to see what this machine resolves to."
+)]
+struct Cli {
+    #[command(flatten)]
+    global: global::GlobalArgs,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show the hardware fingerprint, backends, qualification registry and the attention each layer resolves to.
+    Doctor(cmd::doctor::Args),
+    /// Benchmarks (attention A/B over routes).
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+    /// Build and verify the CUDA kernel artifact (NVRTC; no GPU needed).
+    #[command(subcommand)]
+    Kernels(cmd::kernels::KernelsCommand),
+    /// Run a prefill and write the logits of every position to a safetensors file.
+    Logits(cmd::logits::Args),
+    /// Generate text from a prompt (greedy by default), streamed to stdout.
+    Generate(cmd::generate::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    global::init_logging(&cli.global);
+    let result = match cli.command {
+        Command::Doctor(a) => cmd::doctor::run(a, &cli.global),
+        Command::Bench(c) => cmd::bench::run(c, &cli.global),
+        Command::Kernels(c) => cmd::kernels::run(c, &cli.global),
+        Command::Logits(a) => cmd::logits::run(a, &cli.global),
+        Command::Generate(a) => cmd::generate::run(a, &cli.global),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
