@@ -1,1 +1,6 @@
-//! Work in progress: see the crate description.
+//! The Qwen3.5 / Qwen3.6 hybrid model family: config, weights, tokenizer,
+//! synthetic models and the CPU forward.
+
+pub mod tensor;
+
+pub use tensor::{Tensor, TensorData};
