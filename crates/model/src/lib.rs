@@ -1,6 +1,8 @@
 //! The Qwen3.5 / Qwen3.6 hybrid model family: config, weights, tokenizer,
 //! synthetic models and the CPU forward.
 
+pub mod config;
 pub mod tensor;
 
+pub use config::{ConfigError, ModelConfig};
 pub use tensor::{Tensor, TensorData};
