@@ -2,6 +2,7 @@
 //! synthetic models and the CPU forward.
 
 pub mod config;
+pub mod ops;
 pub mod tensor;
 
 pub use config::{ConfigError, ModelConfig};

@@ -1,0 +1,224 @@
+//! Linear projections `y = x · Wᵀ` with f32 activations and weights in
+//! their storage dtype, through the `gemm` crate.
+//!
+//! f32 weights are read in place; f16 / bf16 weights are converted to f32
+//! in blocks of rows (about 4 MiB each) just before their GEMM, so a bf16
+//! checkpoint is never expanded as a whole.
+
+use crate::{Tensor, TensorData};
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Elements of one converted weight block.
+const BLOCK_ELEMS: usize = 1 << 20;
+
+/// Work (m·n·k) below which a GEMM runs on one thread.
+const PARALLEL_WORK: usize = 1 << 18;
+
+/// Consecutive rows of a weight tensor read as an `[rows, cols]` matrix
+/// (`cols` = the tensor's last dimension).
+#[derive(Debug, Clone, Copy)]
+pub struct WeightView<'a> {
+    pub tensor: &'a Tensor,
+    pub row0: usize,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl<'a> WeightView<'a> {
+    /// The whole tensor: rows are all leading dimensions, cols the last.
+    pub fn matrix(tensor: &'a Tensor) -> WeightView<'a> {
+        let cols = *tensor.shape.last().unwrap_or(&1);
+        let rows = tensor.numel().checked_div(cols).unwrap_or(0);
+        WeightView {
+            tensor,
+            row0: 0,
+            rows,
+            cols,
+        }
+    }
+
+    /// Rows `start .. start + rows` of this view.
+    pub fn sub_rows(self, start: usize, rows: usize) -> WeightView<'a> {
+        assert!(start + rows <= self.rows, "row block out of range");
+        WeightView {
+            row0: self.row0 + start,
+            rows,
+            ..self
+        }
+    }
+
+    /// Row `r` of the view as f32.
+    pub fn read_row(&self, r: usize, out: &mut [f32]) {
+        assert!(r < self.rows && out.len() == self.cols);
+        self.tensor.read_f32((self.row0 + r) * self.cols, out);
+    }
+}
+
+/// `out[m, rows] = x[m, cols] · Wᵀ`, using every rayon thread for large products.
+pub fn linear(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32]) {
+    let par = m * w.rows * w.cols >= PARALLEL_WORK;
+    linear_impl(x, m, w, out, par)
+}
+
+/// [`linear`] on the calling thread only (for use inside a parallel loop).
+pub fn linear_seq(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32]) {
+    linear_impl(x, m, w, out, false)
+}
+
+fn linear_impl(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32], par: bool) {
+    let (n, k) = (w.rows, w.cols);
+    assert_eq!(x.len(), m * k, "linear: input is not [m, cols]");
+    assert_eq!(out.len(), m * n, "linear: output is not [m, rows]");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let start = w.row0 * k;
+    if let TensorData::F32(v) = &w.tensor.data {
+        gemm_nt(x, m, k, &v[start..start + n * k], n, out, n, par);
+        return;
+    }
+    let block_rows = (BLOCK_ELEMS / k).clamp(1, n);
+    let mut buf = vec![0.0f32; block_rows * k];
+    let mut tmp = Vec::new();
+    for r0 in (0..n).step_by(block_rows) {
+        let br = block_rows.min(n - r0);
+        let blk = &mut buf[..br * k];
+        let from = start + r0 * k;
+        if par {
+            blk.par_chunks_mut(k).enumerate().for_each(|(i, row)| {
+                w.tensor.read_f32(from + i * k, row);
+            });
+        } else {
+            w.tensor.read_f32(from, blk);
+        }
+        if br == n {
+            gemm_nt(x, m, k, blk, br, out, n, par);
+        } else {
+            // Column block of `out`: write contiguously, then scatter.
+            tmp.resize(m * br, 0.0);
+            gemm_nt(x, m, k, blk, br, &mut tmp, br, par);
+            for (o, t) in out.chunks_exact_mut(n).zip(tmp.chunks_exact(br)) {
+                o[r0..r0 + br].copy_from_slice(t);
+            }
+        }
+    }
+}
+
+/// `dst[i*dst_rs + j] = Σ_k x[i*k + kk] · w[j*k + kk]` for `i < m`, `j < n`.
+#[allow(clippy::too_many_arguments)]
+fn gemm_nt(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    w: &[f32],
+    n: usize,
+    dst: &mut [f32],
+    dst_rs: usize,
+    par: bool,
+) {
+    assert!(x.len() >= m * k && w.len() >= n * k);
+    assert!(dst.len() >= (m - 1) * dst_rs + n);
+    let parallelism = if par && m * n * k >= PARALLEL_WORK {
+        Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: the asserts above bound every index the strides below reach:
+    // lhs (i, kk) at i*k + kk, rhs (kk, j) at j*k + kk, dst (i, j) at i*dst_rs + j.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::test_util::{rel_err, rng, uniform};
+    use half::{bf16, f16};
+
+    fn reference(x: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f64> {
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k).map(|kk| x[i * k + kk] as f64 * w[j * k + kk] as f64).sum();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matches_f64_in_every_storage_dtype() {
+        let mut g = rng(5);
+        for (m, n, k) in [(1, 3, 5), (17, 33, 64), (70, 130, 96)] {
+            let x = uniform(&mut g, m * k, 1.0);
+            let w32 = uniform(&mut g, n * k, 1.0);
+            for data in [
+                TensorData::F32(w32.clone()),
+                TensorData::F16(w32.iter().map(|&v| f16::from_f32(v)).collect()),
+                TensorData::Bf16(w32.iter().map(|&v| bf16::from_f32(v)).collect()),
+            ] {
+                let t = Tensor::new(vec![n, k], data);
+                let wf = t.to_f32_vec();
+                let mut out = vec![f32::NAN; m * n];
+                linear(&x, m, WeightView::matrix(&t), &mut out);
+                assert!(rel_err(&out, &reference(&x, m, &wf, n, k)) < 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn sub_rows_and_blocked_conversion_select_the_right_rows() {
+        // k large enough that a bf16 block holds fewer rows than the view.
+        let mut g = rng(6);
+        let (m, n, k) = (3, 40, 1 << 16);
+        let x = uniform(&mut g, m * k, 1.0);
+        let w32 = uniform(&mut g, (n + 7) * k, 1.0);
+        let t = Tensor::new(
+            vec![n + 7, k],
+            TensorData::Bf16(w32.iter().map(|&v| bf16::from_f32(v)).collect()),
+        );
+        let view = WeightView::matrix(&t).sub_rows(5, n);
+        let mut out = vec![f32::NAN; m * n];
+        linear(&x, m, view, &mut out);
+        let wf = t.to_f32_vec();
+        let want = reference(&x, m, &wf[5 * k..(5 + n) * k], n, k);
+        assert!(rel_err(&out, &want) < 1e-5);
+        let mut seq = vec![f32::NAN; m * n];
+        linear_seq(&x, m, view, &mut seq);
+        assert!(rel_err(&seq, &want) < 1e-5);
+    }
+
+    #[test]
+    fn nan_input_reaches_its_output_row() {
+        let t = Tensor::from_f32(vec![2, 2], vec![1.0, 0.0, 0.0, 1.0]);
+        let mut out = vec![0.0; 4];
+        linear(&[f32::NAN, 1.0, 2.0, 3.0], 2, WeightView::matrix(&t), &mut out);
+        assert!(out[0].is_nan());
+        assert_eq!(&out[2..], &[2.0, 3.0]);
+    }
+}
