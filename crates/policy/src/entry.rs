@@ -1,0 +1,395 @@
+//! A qualification entry: the TOML schema, its validation, and the evidence check.
+//!
+//! An entry binds one exact hardware fingerprint and one exact layer shape to a
+//! measured route. Parsing is strict: an unknown key, a missing identity field,
+//! a malformed value, or evidence whose file is absent or whose SHA-256 differs
+//! makes the entry invalid (with the reason); an invalid entry never matches.
+
+use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind};
+use headroom_hardware::HardwareFingerprint;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// What an entry qualified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "route", rename_all = "lowercase")]
+pub enum QualifiedResult {
+    Composed { query_block: usize },
+    Fused,
+}
+
+/// The evidence an entry cites.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Evidence {
+    /// Relative to the entry file's folder.
+    pub file: String,
+    /// Lowercase hex SHA-256 of the file's bytes (verified at load).
+    pub sha256: String,
+}
+
+/// A valid qualification entry (only [`parse_entry`] and tests build one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QualificationEntry {
+    pub id: String,
+    pub date: String,
+    /// Exactly the identity fields of the fingerprint; the CUDA device fields
+    /// are present iff the backend is `cuda`.
+    pub hardware: HardwareFingerprint,
+    pub layer: LayerKind,
+    pub result: QualifiedResult,
+    pub evidence: Evidence,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEntry {
+    id: Option<String>,
+    date: Option<String>,
+    hardware: Option<RawHardware>,
+    layer: Option<RawLayer>,
+    result: Option<RawResult>,
+    evidence: Option<RawEvidence>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHardware {
+    backend: Option<String>,
+    machine_model: Option<String>,
+    cpu_brand: Option<String>,
+    cpu_cores: Option<usize>,
+    memory_gib: Option<u64>,
+    device_name: Option<String>,
+    device_compute_units: Option<u32>,
+    device_memory_gib: Option<u64>,
+    compute_capability: Option<String>,
+    driver_version: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLayer {
+    attention: Option<String>,
+    head_dim: Option<usize>,
+    q_heads: Option<usize>,
+    kv_heads: Option<usize>,
+    dtype: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawResult {
+    route: Option<String>,
+    query_block: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvidence {
+    file: Option<String>,
+    sha256: Option<String>,
+}
+
+fn req<T>(v: Option<T>, name: &str) -> Result<T, String> {
+    v.ok_or_else(|| format!("missing required field `{name}`"))
+}
+
+fn non_empty(v: Option<String>, name: &str) -> Result<String, String> {
+    let s = req(v, name)?;
+    if s.trim().is_empty() {
+        return Err(format!("field `{name}` is empty"));
+    }
+    Ok(s)
+}
+
+fn positive(v: Option<usize>, name: &str) -> Result<usize, String> {
+    match req(v, name)? {
+        0 => Err(format!("field `{name}` must be > 0")),
+        n => Ok(n),
+    }
+}
+
+/// `YYYY-MM-DD` with a plausible month and day.
+fn check_date(d: &str) -> Result<(), String> {
+    let bad = || format!("date `{d}` is not YYYY-MM-DD");
+    let parts: Vec<&str> = d.split('-').collect();
+    let [y, m, day] = parts.as_slice() else {
+        return Err(bad());
+    };
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(y, 4) && digits(m, 2) && digits(day, 2)) {
+        return Err(bad());
+    }
+    let (m, day): (u32, u32) = (
+        m.parse().map_err(|_| bad())?,
+        day.parse().map_err(|_| bad())?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+/// Turns a TOML error into one line (`line N: message`).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            format!("TOML error at line {line}: {msg}")
+        }
+        None => format!("TOML error: {msg}"),
+    }
+}
+
+fn hardware(raw: RawHardware) -> Result<HardwareFingerprint, String> {
+    let backend: BackendKind = non_empty(raw.backend, "hardware.backend")?
+        .parse()
+        .map_err(|e| format!("hardware.backend: {e}"))?;
+    let mut fp = HardwareFingerprint {
+        backend,
+        machine_model: non_empty(raw.machine_model, "hardware.machine_model")?,
+        cpu_brand: non_empty(raw.cpu_brand, "hardware.cpu_brand")?,
+        cpu_cores: positive(raw.cpu_cores, "hardware.cpu_cores")?,
+        memory_gib: req(raw.memory_gib, "hardware.memory_gib")?,
+        device_name: None,
+        device_compute_units: None,
+        device_memory_gib: None,
+        compute_capability: None,
+        driver_version: None,
+    };
+    match backend {
+        BackendKind::Cuda => {
+            fp.device_name = Some(non_empty(raw.device_name, "hardware.device_name")?);
+            fp.device_compute_units = Some(req(
+                raw.device_compute_units,
+                "hardware.device_compute_units",
+            )?);
+            fp.device_memory_gib = Some(req(raw.device_memory_gib, "hardware.device_memory_gib")?);
+            fp.compute_capability = raw.compute_capability;
+            fp.driver_version = raw.driver_version;
+        }
+        BackendKind::Cpu => {
+            let device_fields = [
+                ("device_name", raw.device_name.is_some()),
+                ("device_compute_units", raw.device_compute_units.is_some()),
+                ("device_memory_gib", raw.device_memory_gib.is_some()),
+                ("compute_capability", raw.compute_capability.is_some()),
+                ("driver_version", raw.driver_version.is_some()),
+            ];
+            if let Some((name, _)) = device_fields.iter().find(|(_, set)| *set) {
+                return Err(format!(
+                    "hardware.{name} is not an identity field of backend cpu"
+                ));
+            }
+        }
+    }
+    Ok(fp)
+}
+
+fn layer(raw: RawLayer) -> Result<LayerKind, String> {
+    let attention = non_empty(raw.attention, "layer.attention")?;
+    if attention.trim().to_ascii_lowercase() != "full" {
+        return Err(format!(
+            "layer.attention `{attention}`: only full attention layers can be qualified"
+        ));
+    }
+    let dtype_raw = non_empty(raw.dtype, "layer.dtype")?;
+    let dtype = Dtype::parse(&dtype_raw)
+        .ok_or_else(|| format!("layer.dtype `{dtype_raw}` is not f32, f16 or bf16"))?;
+    Ok(LayerKind {
+        attention: AttentionKind::Full,
+        head_dim: positive(raw.head_dim, "layer.head_dim")?,
+        q_heads: positive(raw.q_heads, "layer.q_heads")?,
+        kv_heads: positive(raw.kv_heads, "layer.kv_heads")?,
+        dtype,
+    })
+}
+
+fn result(raw: RawResult) -> Result<QualifiedResult, String> {
+    let route = non_empty(raw.route, "result.route")?;
+    match (route.trim().to_ascii_lowercase().as_str(), raw.query_block) {
+        ("composed", Some(query_block)) => Ok(QualifiedResult::Composed { query_block }),
+        ("composed", None) => {
+            Err("missing required field `result.query_block` (composed route)".into())
+        }
+        ("fused", None) => Ok(QualifiedResult::Fused),
+        ("fused", Some(_)) => Err("result.query_block is only allowed with route composed".into()),
+        (other, _) => Err(format!("result.route `{other}` is not composed or fused")),
+    }
+}
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn evidence(
+    raw: RawEvidence,
+    read_evidence: &dyn Fn(&str) -> Result<Vec<u8>, String>,
+) -> Result<Evidence, String> {
+    let file = non_empty(raw.file, "evidence.file")?;
+    let sha = non_empty(raw.sha256, "evidence.sha256")?
+        .trim()
+        .to_ascii_lowercase();
+    if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("evidence.sha256 `{sha}` is not 64 hex digits"));
+    }
+    if std::path::Path::new(&file).is_absolute() {
+        return Err(format!(
+            "evidence.file `{file}` must be relative to the entry's folder"
+        ));
+    }
+    let bytes = read_evidence(&file).map_err(|e| format!("evidence file `{file}`: {e}"))?;
+    let actual = sha256_hex(&bytes);
+    if actual != sha {
+        return Err(format!(
+            "evidence file `{file}` has sha256 {actual}, the entry says {sha}"
+        ));
+    }
+    Ok(Evidence { file, sha256: sha })
+}
+
+/// Parses and validates one entry. `read_evidence` reads a path relative to the
+/// entry's folder. Returns the reason when the entry is invalid.
+pub fn parse_entry(
+    text: &str,
+    read_evidence: &dyn Fn(&str) -> Result<Vec<u8>, String>,
+) -> Result<QualificationEntry, String> {
+    let raw: RawEntry = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
+    let id = non_empty(raw.id, "id")?;
+    let date = non_empty(raw.date, "date")?;
+    check_date(&date)?;
+    Ok(QualificationEntry {
+        hardware: hardware(req(raw.hardware, "[hardware]")?)?,
+        layer: layer(req(raw.layer, "[layer]")?)?,
+        result: result(req(raw.result, "[result]")?)?,
+        evidence: evidence(req(raw.evidence, "[evidence]")?, read_evidence)?,
+        id,
+        date,
+    })
+}
+
+/// Just the `id` of an entry text, when it can be read (for reporting invalid entries).
+pub fn peek_id(text: &str) -> Option<String> {
+    text.parse::<toml::Table>()
+        .ok()?
+        .get("id")?
+        .as_str()
+        .map(str::to_string)
+}
+
+impl QualificationEntry {
+    /// The entry in the registry's TOML schema (what `qualify` writes; parses back equal).
+    pub fn to_toml(&self) -> Result<String, String> {
+        toml::to_string(self).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+id = "cpu-test"
+date = "2026-11-29"
+[hardware]
+backend = "cpu"
+machine_model = "Box"
+cpu_brand = "AMD EPYC"
+cpu_cores = 2
+memory_gib = 23
+[layer]
+attention = "full"
+head_dim = 256
+q_heads = 16
+kv_heads = 2
+dtype = "bf16"
+[result]
+route = "composed"
+query_block = 512
+[evidence]
+file = "ev.json"
+sha256 = "SHA"
+"#;
+
+    fn with_sha(text: &str, bytes: &[u8]) -> String {
+        text.replace("SHA", &sha256_hex(bytes))
+    }
+
+    fn reader(bytes: &'static [u8]) -> impl Fn(&str) -> Result<Vec<u8>, String> {
+        move |p| {
+            if p == "ev.json" {
+                Ok(bytes.to_vec())
+            } else {
+                Err("not found".into())
+            }
+        }
+    }
+
+    #[test]
+    fn good_entry_parses_and_round_trips() {
+        let e = parse_entry(&with_sha(GOOD, b"{}"), &reader(b"{}")).unwrap();
+        assert_eq!(e.result, QualifiedResult::Composed { query_block: 512 });
+        assert_eq!(e.layer.dtype, Dtype::Bf16);
+        let again = parse_entry(&e.to_toml().unwrap(), &reader(b"{}")).unwrap();
+        assert_eq!(again, e);
+    }
+
+    #[test]
+    fn schema_violations_are_reasons() {
+        let good = with_sha(GOOD, b"{}");
+        let cases: Vec<(String, &str)> = vec![
+            (
+                good.replace("cpu_brand = \"AMD EPYC\"\n", ""),
+                "hardware.cpu_brand",
+            ),
+            (
+                good.replace("memory_gib = 23", "memory_gib = 23\ncolour = \"red\""),
+                "colour",
+            ),
+            (
+                good.replace("date = \"2026-11-29\"", "date = \"29/11/2026\""),
+                "YYYY-MM-DD",
+            ),
+            (
+                good.replace("query_block = 512\n", ""),
+                "result.query_block",
+            ),
+            (
+                good.replace("route = \"composed\"", "route = \"fused\""),
+                "only allowed with route composed",
+            ),
+            (good.replace("dtype = \"bf16\"", "dtype = \"int4\""), "int4"),
+            (
+                good.replace("attention = \"full\"", "attention = \"linear\""),
+                "only full attention",
+            ),
+            (
+                good.replace("memory_gib = 23", "memory_gib = 23\ndevice_name = \"X\""),
+                "not an identity field of backend cpu",
+            ),
+            (
+                good.replace("backend = \"cpu\"", "backend = \"cuda\""),
+                "hardware.device_name",
+            ),
+            (
+                good.replace("file = \"ev.json\"", "file = \"missing.json\""),
+                "missing.json",
+            ),
+            (GOOD.replace("SHA", &"0".repeat(64)), "the entry says"),
+            (GOOD.replace("SHA", "xyz"), "64 hex digits"),
+            ("id = [".to_string(), "TOML error at line 1"),
+        ];
+        for (text, needle) in cases {
+            let err = parse_entry(&text, &reader(b"{}")).unwrap_err();
+            assert!(err.contains(needle), "expected `{needle}` in `{err}`");
+        }
+    }
+
+    #[test]
+    fn peek_id_reads_ids_of_invalid_entries() {
+        assert_eq!(peek_id("id = \"x\"\nbogus = 1").as_deref(), Some("x"));
+        assert_eq!(peek_id("id = ["), None);
+    }
+}

@@ -1,0 +1,304 @@
+//! The qualification registry: every entry file found, valid or not.
+//!
+//! Sources, in order: the repository's `qualifications/` folder embedded in the
+//! binary, folders passed by the caller (`--qualifications DIR`), and the
+//! folders listed in `HEADROOM_QUALIFICATIONS`. Folders are walked recursively
+//! for `*.toml`; everything else in them (README, evidence) is data. Loading
+//! never fails: an unreadable or invalid entry is kept with its reason, a
+//! missing folder becomes a registry problem.
+
+use crate::entry::{parse_entry, peek_id};
+use crate::{QualificationEntry, ENV_QUALIFICATIONS};
+use headroom_core::{AttentionKind, LayerKind};
+use headroom_hardware::HardwareFingerprint;
+use include_dir::{include_dir, Dir};
+use serde::{Deserialize, Serialize};
+use std::path::{Component, Path, PathBuf};
+
+static EMBEDDED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../qualifications");
+
+/// Label prefix of entries embedded in the binary.
+pub const EMBEDDED_PREFIX: &str = "builtin:qualifications/";
+
+/// One entry file and what loading made of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryEntry {
+    /// Where it came from (a path, or `builtin:qualifications/...`).
+    pub file: String,
+    /// The entry's `id`, when one could be read.
+    pub id: Option<String>,
+    /// The validated entry, or why it is invalid.
+    pub entry: Result<QualificationEntry, String>,
+}
+
+/// How an entry relates to this machine and model (for `doctor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowStatus {
+    Matched,
+    Rejected,
+    Invalid,
+}
+
+/// One line of the registry report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistryRow {
+    pub file: String,
+    pub id: Option<String>,
+    pub status: RowStatus,
+    /// Why it was rejected (first differing field) or is invalid.
+    pub reason: Option<String>,
+}
+
+/// All entries found, plus problems with the sources themselves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Registry {
+    entries: Vec<RegistryEntry>,
+    problems: Vec<String>,
+}
+
+impl Registry {
+    /// The production registry: embedded entries, `extra_dirs`, then `HEADROOM_QUALIFICATIONS`.
+    pub fn load(extra_dirs: &[PathBuf]) -> Registry {
+        Registry::load_with_env(extra_dirs, &|k| std::env::var(k).ok())
+    }
+
+    /// [`Registry::load`] with an explicit environment lookup.
+    pub fn load_with_env(extra_dirs: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) -> Registry {
+        let mut dirs = extra_dirs.to_vec();
+        if let Some(list) = env(ENV_QUALIFICATIONS).filter(|s| !s.trim().is_empty()) {
+            dirs.extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
+        }
+        let mut r = Registry::default();
+        r.add_embedded(&EMBEDDED);
+        for d in &dirs {
+            r.add_dir(d);
+        }
+        r.reject_duplicate_ids();
+        r
+    }
+
+    /// Only the given folders (no embedded entries, no environment): for tests and tools.
+    pub fn from_dirs(dirs: &[PathBuf]) -> Registry {
+        let mut r = Registry::default();
+        for d in dirs {
+            r.add_dir(d);
+        }
+        r.reject_duplicate_ids();
+        r
+    }
+
+    pub fn entries(&self) -> &[RegistryEntry] {
+        &self.entries
+    }
+
+    /// Problems with the sources (e.g. a folder that does not exist).
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
+    /// Valid entries.
+    pub fn valid(&self) -> impl Iterator<Item = &QualificationEntry> {
+        self.entries.iter().filter_map(|e| e.entry.as_ref().ok())
+    }
+
+    /// Valid entries that match `fp` and `kind` exactly.
+    pub fn matching<'a>(
+        &'a self,
+        fp: &'a HardwareFingerprint,
+        kind: &'a LayerKind,
+    ) -> impl Iterator<Item = &'a QualificationEntry> + 'a {
+        self.valid().filter(move |e| e.matches(fp, kind).is_ok())
+    }
+
+    /// One row per entry file: matched (against some layer kind of the model),
+    /// rejected with the first differing field, or invalid with the reason.
+    pub fn rows(&self, fp: &HardwareFingerprint, kinds: &[LayerKind]) -> Vec<RegistryRow> {
+        self.entries
+            .iter()
+            .map(|e| {
+                let (status, reason) = match &e.entry {
+                    Err(why) => (RowStatus::Invalid, Some(why.clone())),
+                    Ok(q) => match first_mismatch(q, fp, kinds) {
+                        None => (RowStatus::Matched, None),
+                        Some(why) => (RowStatus::Rejected, Some(why)),
+                    },
+                };
+                RegistryRow {
+                    file: e.file.clone(),
+                    id: e.id.clone(),
+                    status,
+                    reason,
+                }
+            })
+            .collect()
+    }
+
+    fn push(
+        &mut self,
+        file: String,
+        text: Result<String, String>,
+        read: &dyn Fn(&str) -> Result<Vec<u8>, String>,
+    ) {
+        let (id, entry) = match text {
+            Err(e) => (None, Err(format!("unreadable: {e}"))),
+            Ok(t) => (peek_id(&t), parse_entry(&t, read)),
+        };
+        if let Err(why) = &entry {
+            tracing::debug!(%file, %why, "invalid qualification entry");
+        }
+        self.entries.push(RegistryEntry { file, id, entry });
+    }
+
+    fn add_embedded(&mut self, root: &'static Dir<'static>) {
+        let mut files = Vec::new();
+        collect_embedded(root, &mut files);
+        files.sort_by_key(|f| f.path().to_path_buf());
+        for f in files {
+            let rel = f.path().to_path_buf();
+            let folder = rel.parent().map(Path::to_path_buf).unwrap_or_default();
+            let text = f
+                .contents_utf8()
+                .map(str::to_string)
+                .ok_or_else(|| "not UTF-8".to_string());
+            let read = |p: &str| -> Result<Vec<u8>, String> {
+                let path = normalize(&folder.join(p)).ok_or("escapes the embedded folder")?;
+                root.get_file(&path)
+                    .map(|f| f.contents().to_vec())
+                    .ok_or_else(|| "not found".to_string())
+            };
+            self.push(format!("{EMBEDDED_PREFIX}{}", rel.display()), text, &read);
+        }
+    }
+
+    fn add_dir(&mut self, dir: &Path) {
+        if !dir.is_dir() {
+            self.problems.push(format!(
+                "qualification folder {} does not exist or is not a folder",
+                dir.display()
+            ));
+            return;
+        }
+        let mut files = Vec::new();
+        if let Err(e) = collect_toml(dir, &mut files) {
+            self.problems.push(format!(
+                "cannot read qualification folder {}: {e}",
+                dir.display()
+            ));
+        }
+        files.sort();
+        for path in files {
+            let folder = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string());
+            let read = |p: &str| std::fs::read(folder.join(p)).map_err(|e| e.to_string());
+            self.push(path.display().to_string(), text, &read);
+        }
+    }
+
+    /// A second valid entry with an id already taken becomes invalid.
+    fn reject_duplicate_ids(&mut self) {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for e in &mut self.entries {
+            let Ok(q) = &e.entry else { continue };
+            if let Some((_, first)) = seen.iter().find(|(id, _)| *id == q.id) {
+                e.entry = Err(format!(
+                    "duplicate id `{}` (first defined in {first})",
+                    q.id
+                ));
+            } else {
+                seen.push((q.id.clone(), e.file.clone()));
+            }
+        }
+    }
+}
+
+/// `None` when the entry matches some kind; else its mismatch against the most
+/// relevant kind (the first full-attention kind, or the first kind at all).
+fn first_mismatch(
+    q: &QualificationEntry,
+    fp: &HardwareFingerprint,
+    kinds: &[LayerKind],
+) -> Option<String> {
+    let results: Vec<_> = kinds.iter().map(|k| (k, q.matches(fp, k))).collect();
+    if results.iter().any(|(_, r)| r.is_ok()) {
+        return None;
+    }
+    let pick = results
+        .iter()
+        .find(|(k, _)| k.attention == AttentionKind::Full)
+        .or(results.first());
+    Some(match pick {
+        Some((_, Err(m))) => m.to_string(),
+        _ => "the model has no layers".into(),
+    })
+}
+
+fn collect_embedded(
+    dir: &'static Dir<'static>,
+    out: &mut Vec<&'static include_dir::File<'static>>,
+) {
+    for f in dir.files() {
+        if f.path().extension().is_some_and(|e| e == "toml") {
+            out.push(f);
+        }
+    }
+    for d in dir.dirs() {
+        collect_embedded(d, out);
+    }
+}
+
+fn collect_toml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_toml(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// Lexically resolves `.` and `..`; `None` when the path climbs above its root.
+fn normalize(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(s) => out.push(s),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_stays_inside_root() {
+        assert_eq!(
+            normalize(Path::new("a/./b/../c.json")),
+            Some(PathBuf::from("a/c.json"))
+        );
+        assert_eq!(normalize(Path::new("../x")), None);
+        assert_eq!(normalize(Path::new("/etc/passwd")), None);
+    }
+
+    #[test]
+    fn embedded_entries_load_without_crashing() {
+        let r = Registry::load_with_env(&[], &|_| None);
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        for e in r.entries() {
+            assert!(e.file.starts_with(EMBEDDED_PREFIX));
+            // Shipped entries must be valid: an invalid built-in entry is a bug.
+            assert!(e.entry.is_ok(), "{}: {:?}", e.file, e.entry);
+        }
+    }
+}
