@@ -189,7 +189,7 @@ fn hardware(raw: RawHardware) -> Result<HardwareFingerprint, String> {
 
 fn layer(raw: RawLayer) -> Result<LayerKind, String> {
     let attention = non_empty(raw.attention, "layer.attention")?;
-    if attention.trim().to_ascii_lowercase() != "full" {
+    if !attention.trim().eq_ignore_ascii_case("full") {
         return Err(format!(
             "layer.attention `{attention}`: only full attention layers can be qualified"
         ));
