@@ -3,7 +3,10 @@
 
 pub mod config;
 pub mod ops;
+pub mod synthetic;
 pub mod tensor;
+pub mod weights;
 
 pub use config::{ConfigError, ModelConfig};
 pub use tensor::{Tensor, TensorData};
+pub use weights::{Weights, WeightsError};

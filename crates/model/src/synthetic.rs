@@ -1,0 +1,213 @@
+//! Synthetic weights: deterministic, seeded random tensors for every
+//! canonical tensor of a config, built in memory in the config's storage
+//! dtype (never materialised as f32), in parallel.
+//!
+//! Values follow transformers' initialisation of the Qwen3.5 modules, with
+//! the zero-initialised parameters given a little noise so that a forward
+//! that ignores them would be caught:
+//!
+//! * linear weights, embeddings, router, expert stacks: ≈ N(0, 0.02);
+//! * zero-centred RMSNorm weights (`(1 + w)` norms): ≈ N(0, 0.05);
+//! * the gated `linear_attn.norm.weight`: ≈ N(1, 0.05);
+//! * `dt_bias`: ≈ N(1, 0.1); `A_log`: `ln U(0.01, 16)` (as the reference);
+//! * `conv1d.weight`: U(−1/√K, 1/√K) (PyTorch's Conv1d default, fan-in K).
+//!
+//! "≈ N" is the Irwin–Hall sum of four 16-bit uniforms, rescaled to the
+//! given mean and standard deviation (bounded at ±3.46σ): one 64-bit draw
+//! per element. Each tensor's stream is seeded from (seed, tensor name) and
+//! split into fixed blocks seeded by block index, so the values do not
+//! depend on the number of threads.
+
+use crate::weights::{expected_tensors, Weights};
+use crate::{ModelConfig, Tensor, TensorData};
+use half::{bf16, f16};
+use headroom_core::{Dtype, Element};
+use rayon::prelude::*;
+
+const BLOCK: usize = 1 << 16;
+
+#[derive(Debug, Clone, Copy)]
+enum Init {
+    Normal { mean: f32, std: f32 },
+    Uniform { lo: f32, hi: f32 },
+    LnUniform { lo: f32, hi: f32 },
+}
+
+impl Weights {
+    /// Seeded random weights for `cfg` (see the module documentation).
+    pub fn synthetic(cfg: &ModelConfig, seed: u64) -> Weights {
+        let tensors = expected_tensors(cfg).into_iter().map(|(name, shape)| {
+            let init = init_for(&name, cfg);
+            let stream = splitmix(seed ^ fnv1a(name.as_bytes()));
+            let t = random_tensor(shape, cfg.dtype, init, stream);
+            (name, t)
+        });
+        Weights::from_tensors(tensors)
+    }
+}
+
+fn init_for(name: &str, cfg: &ModelConfig) -> Init {
+    let std = 0.02;
+    if name.ends_with("linear_attn.norm.weight") {
+        Init::Normal {
+            mean: 1.0,
+            std: 0.05,
+        }
+    } else if name.ends_with("norm.weight") || name.ends_with("layernorm.weight") {
+        Init::Normal {
+            mean: 0.0,
+            std: 0.05,
+        }
+    } else if name.ends_with(".dt_bias") {
+        Init::Normal {
+            mean: 1.0,
+            std: 0.1,
+        }
+    } else if name.ends_with(".A_log") {
+        Init::LnUniform { lo: 0.01, hi: 16.0 }
+    } else if name.ends_with("conv1d.weight") {
+        let b = 1.0 / (cfg.linear.conv_kernel_dim as f32).sqrt();
+        Init::Uniform { lo: -b, hi: b }
+    } else {
+        Init::Normal { mean: 0.0, std }
+    }
+}
+
+fn random_tensor(shape: Vec<usize>, dtype: Dtype, init: Init, stream: u64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let data = match dtype {
+        Dtype::F32 => TensorData::F32(fill::<f32>(n, init, stream)),
+        Dtype::F16 => TensorData::F16(fill::<f16>(n, init, stream)),
+        Dtype::Bf16 => TensorData::Bf16(fill::<bf16>(n, init, stream)),
+    };
+    Tensor::new(shape, data)
+}
+
+fn fill<T: Element>(n: usize, init: Init, stream: u64) -> Vec<T> {
+    let mut v = vec![T::default(); n];
+    v.par_chunks_mut(BLOCK).enumerate().for_each(|(b, chunk)| {
+        let mut state = splitmix(stream ^ (b as u64).wrapping_mul(0xA076_1D64_78BD_642F));
+        for x in chunk {
+            let r = next(&mut state);
+            *x = T::from_f32(sample(init, r));
+        }
+    });
+    v
+}
+
+#[inline(always)]
+fn sample(init: Init, r: u64) -> f32 {
+    match init {
+        Init::Normal { mean, std } => {
+            let s = (r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48);
+            // Sum of four U(0,1): mean 2, variance 1/3.
+            let z = (s as f32 + 2.0) / 65536.0 - 2.0;
+            mean + std * z * 3f32.sqrt()
+        }
+        Init::Uniform { lo, hi } => lo + (hi - lo) * unit(r),
+        Init::LnUniform { lo, hi } => (lo + (hi - lo) * unit(r)).ln(),
+    }
+}
+
+/// A uniform in [0, 1) from the top 24 bits.
+#[inline(always)]
+fn unit(r: u64) -> f32 {
+    (r >> 40) as f32 / (1u64 << 24) as f32
+}
+
+#[inline(always)]
+fn next(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    splitmix(*state)
+}
+
+/// SplitMix64's output function.
+#[inline(always)]
+fn splitmix(x: u64) -> u64 {
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01B3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(v: &[f32]) -> (f64, f64) {
+        let n = v.len() as f64;
+        let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+        let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+        (mean, var.sqrt())
+    }
+
+    #[test]
+    fn synthetic_weights_match_the_config_and_are_deterministic() {
+        let cfg = ModelConfig::synthetic("tiny-d256").unwrap();
+        let a = Weights::synthetic(&cfg, 7);
+        a.check(&cfg).unwrap();
+        let b = Weights::synthetic(&cfg, 7);
+        assert_eq!(a, b);
+        let c = Weights::synthetic(&cfg, 8);
+        let name = "layers.3.self_attn.q_proj.weight";
+        assert_ne!(a.get(name).unwrap(), c.get(name).unwrap());
+        // Different tensors of the same shape get different streams.
+        assert_ne!(
+            a.get("layers.0.input_layernorm.weight").unwrap(),
+            a.get("layers.0.post_attention_layernorm.weight").unwrap()
+        );
+    }
+
+    #[test]
+    fn synthetic_scales_follow_the_reference_init() {
+        let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+        let w = Weights::synthetic(&cfg, 1);
+        let (m, s) = stats(
+            &w.get("layers.1.mlp.experts.gate_up_proj")
+                .unwrap()
+                .to_f32_vec(),
+        );
+        assert!(m.abs() < 1e-3 && (s - 0.02).abs() < 1e-3, "{m} {s}");
+        let (m, s) = stats(
+            &w.get("layers.0.linear_attn.norm.weight")
+                .unwrap()
+                .to_f32_vec(),
+        );
+        assert!((m - 1.0).abs() < 0.05 && s > 0.01 && s < 0.1, "{m} {s}");
+        let a_log = w.get("layers.0.linear_attn.A_log").unwrap().to_f32_vec();
+        assert!(
+            a_log.iter().all(|&x| x >= 0.01f32.ln() && x <= 16f32.ln()),
+            "{a_log:?}"
+        );
+        let k = cfg.linear.conv_kernel_dim as f32;
+        let conv = w
+            .get("layers.0.linear_attn.conv1d.weight")
+            .unwrap()
+            .to_f32_vec();
+        assert!(conv.iter().all(|&x| x.abs() <= 1.0 / k.sqrt()));
+        assert!(conv.iter().any(|&x| x.abs() > 0.25 / k.sqrt()));
+    }
+
+    #[test]
+    fn bf16_config_is_generated_in_bf16() {
+        let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b:layers=1").unwrap();
+        let mut small = cfg.clone();
+        // Shrink the big dims so the test stays fast; the dtype path is what is tested.
+        small.vocab_size = 64;
+        if let crate::config::MlpConfig::Moe(m) = &mut small.mlp {
+            m.num_experts = 4;
+            m.num_experts_per_tok = 2;
+        }
+        let w = Weights::synthetic(&small, 3);
+        w.check(&small).unwrap();
+        assert!(w.iter().all(|(_, t)| t.dtype() == Dtype::Bf16));
+        let (_, s) = stats(&w.get("embed_tokens.weight").unwrap().to_f32_vec());
+        assert!((s - 0.02).abs() < 2e-3, "{s}");
+    }
+}

@@ -1,0 +1,164 @@
+//! Loading a checkpoint folder: single `model.safetensors`, or shards named
+//! by `model.safetensors.index.json` (else every `*.safetensors` file),
+//! memory-mapped; tensors copied out in their storage dtype, renamed to
+//! canonical names, experts stacked, `qwen3_next` projections split, and the
+//! result checked against the config.
+
+use super::{canonical_name, check, experts, fused, CheckpointName, Weights, WeightsError};
+use crate::{ModelConfig, Tensor, TensorData};
+use half::{bf16, f16};
+use rayon::prelude::*;
+use safetensors::{Dtype as StDtype, SafeTensors};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+impl Weights {
+    /// Loads and validates the text-model weights of the checkpoint in `dir`.
+    pub fn load(dir: &Path, cfg: &ModelConfig) -> Result<Weights, WeightsError> {
+        let files = checkpoint_files(dir)?;
+        let mut raw: BTreeMap<String, Tensor> = BTreeMap::new();
+        let (mut vision, mut mtp) = (0usize, 0usize);
+        let bar = indicatif::ProgressBar::new(files.len() as u64);
+        for path in &files {
+            let n = read_file(path, cfg, &mut raw)?;
+            vision += n.0;
+            mtp += n.1;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        if vision + mtp > 0 {
+            tracing::info!(vision, mtp, "skipped vision / MTP tensors");
+        }
+        if cfg.fused_linear_projections {
+            fused::split_linear_projections(&mut raw, cfg)?;
+        }
+        experts::stack_experts(&mut raw, cfg)?;
+        check::check(&raw, cfg)?;
+        tracing::info!(
+            tensors = raw.len(),
+            files = files.len(),
+            "loaded weights from {}",
+            dir.display()
+        );
+        Ok(Weights { tensors: raw })
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WeightsError + '_ {
+    move |source| WeightsError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The safetensors files of a checkpoint folder, in a stable order.
+fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.exists() {
+        let text = std::fs::read_to_string(&index).map_err(io_err(&index))?;
+        let bad = |reason: String| WeightsError::Index {
+            path: index.display().to_string(),
+            reason,
+        };
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let map = v
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| bad("no `weight_map` object".into()))?;
+        let mut files: Vec<String> = map
+            .values()
+            .map(|f| {
+                f.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| bad(format!("file name {f} is not a string")))
+            })
+            .collect::<Result<_, _>>()?;
+        files.sort();
+        files.dedup();
+        if files
+            .iter()
+            .any(|f| f.contains('/') || f.contains('\\') || f == "..")
+        {
+            return Err(bad("shard names must be plain file names".into()));
+        }
+        return Ok(files.into_iter().map(|f| dir.join(f)).collect());
+    }
+    let single = dir.join("model.safetensors");
+    if single.exists() {
+        return Ok(vec![single]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_err(dir))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(WeightsError::NoFiles(dir.display().to_string()));
+    }
+    Ok(files)
+}
+
+/// Reads one file's text tensors into `raw`; returns (vision, mtp) skipped counts.
+fn read_file(
+    path: &Path,
+    cfg: &ModelConfig,
+    raw: &mut BTreeMap<String, Tensor>,
+) -> Result<(usize, usize), WeightsError> {
+    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    // SAFETY: the map is read-only and dropped before this function returns;
+    // a concurrent truncation of the file by another process is outside our control
+    // (as with every mmap-based loader).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| WeightsError::Safetensors {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    let (mut vision, mut mtp) = (0, 0);
+    let mut entries = st.tensors();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, view) in entries {
+        let canonical = match canonical_name(&name) {
+            CheckpointName::Vision => {
+                vision += 1;
+                continue;
+            }
+            CheckpointName::Mtp => {
+                mtp += 1;
+                continue;
+            }
+            CheckpointName::Text(c) => c,
+        };
+        let data = convert(view.dtype(), view.data()).ok_or_else(|| WeightsError::Dtype {
+            name: name.clone(),
+            expected: cfg.dtype.to_string(),
+            actual: format!("{:?}", view.dtype()),
+        })?;
+        let tensor = Tensor::new(view.shape().to_vec(), data);
+        if raw.insert(canonical.clone(), tensor).is_some() {
+            return Err(WeightsError::Duplicate(canonical));
+        }
+    }
+    Ok((vision, mtp))
+}
+
+/// Copies little-endian safetensors bytes into storage-dtype elements
+/// (`None` for dtypes other than F32 / F16 / BF16).
+fn convert(dtype: StDtype, bytes: &[u8]) -> Option<TensorData> {
+    fn u16s(bytes: &[u8]) -> impl IndexedParallelIterator<Item = u16> + '_ {
+        bytes
+            .par_chunks_exact(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+    }
+    Some(match dtype {
+        StDtype::F32 => TensorData::F32(
+            bytes
+                .par_chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        StDtype::F16 => TensorData::F16(u16s(bytes).map(f16::from_bits).collect()),
+        StDtype::BF16 => TensorData::Bf16(u16s(bytes).map(bf16::from_bits).collect()),
+        _ => return None,
+    })
+}

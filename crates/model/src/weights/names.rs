@@ -1,0 +1,215 @@
+//! Canonical tensor names: the list a config needs, and the mapping from the
+//! names checkpoints use (`model.`, `model.language_model.` prefixes; vision
+//! and MTP tensors) to canonical ones.
+
+use crate::config::{MlpConfig, ModelConfig};
+use headroom_core::AttentionKind;
+
+/// What a checkpoint's tensor name is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointName {
+    /// A text-model tensor under its canonical name (prefix removed).
+    Text(String),
+    /// A vision-tower tensor (skipped).
+    Vision,
+    /// A multi-token-prediction tensor (skipped).
+    Mtp,
+}
+
+/// Maps a checkpoint tensor name to its canonical name, or says it is a
+/// vision / MTP tensor.
+pub fn canonical_name(name: &str) -> CheckpointName {
+    if name.starts_with("mtp.") || name.starts_with("model.mtp.") {
+        return CheckpointName::Mtp;
+    }
+    if name.starts_with("visual.")
+        || name.starts_with("model.visual.")
+        || name.starts_with("vision_tower.")
+        || name.starts_with("model.vision_tower.")
+    {
+        return CheckpointName::Vision;
+    }
+    for prefix in [
+        "model.language_model.",
+        "language_model.model.",
+        "language_model.",
+        "model.",
+    ] {
+        if let Some(rest) = name.strip_prefix(prefix) {
+            // `language_model.lm_head.weight` (old VL layout) is the LM head.
+            return CheckpointName::Text(rest.to_string());
+        }
+    }
+    CheckpointName::Text(name.to_string())
+}
+
+/// Every canonical tensor of the text model described by `cfg`, with its
+/// shape, in a stable order (embedding, layers, final norm, LM head).
+pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
+    let h = cfg.hidden_size;
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    let mut push = |name: String, shape: Vec<usize>| out.push((name, shape));
+    push("embed_tokens.weight".into(), vec![cfg.vocab_size, h]);
+    for layer in 0..cfg.num_hidden_layers {
+        let p = format!("layers.{layer}");
+        push(format!("{p}.input_layernorm.weight"), vec![h]);
+        push(format!("{p}.post_attention_layernorm.weight"), vec![h]);
+        match cfg.layer_types[layer] {
+            AttentionKind::Full => {
+                let d = cfg.head_dim;
+                let q = cfg.num_attention_heads * d;
+                let kv = cfg.num_key_value_heads * d;
+                let q_rows = if cfg.attn_output_gate { 2 * q } else { q };
+                let a = format!("{p}.self_attn");
+                push(format!("{a}.q_proj.weight"), vec![q_rows, h]);
+                push(format!("{a}.k_proj.weight"), vec![kv, h]);
+                push(format!("{a}.v_proj.weight"), vec![kv, h]);
+                push(format!("{a}.o_proj.weight"), vec![h, q]);
+                push(format!("{a}.q_norm.weight"), vec![d]);
+                push(format!("{a}.k_norm.weight"), vec![d]);
+            }
+            AttentionKind::Linear => {
+                let l = &cfg.linear;
+                let a = format!("{p}.linear_attn");
+                push(format!("{a}.in_proj_qkv.weight"), vec![l.conv_dim(), h]);
+                push(format!("{a}.in_proj_z.weight"), vec![l.value_dim(), h]);
+                push(format!("{a}.in_proj_b.weight"), vec![l.num_value_heads, h]);
+                push(format!("{a}.in_proj_a.weight"), vec![l.num_value_heads, h]);
+                push(
+                    format!("{a}.conv1d.weight"),
+                    vec![l.conv_dim(), 1, l.conv_kernel_dim],
+                );
+                push(format!("{a}.dt_bias"), vec![l.num_value_heads]);
+                push(format!("{a}.A_log"), vec![l.num_value_heads]);
+                push(format!("{a}.norm.weight"), vec![l.value_head_dim]);
+                push(format!("{a}.out_proj.weight"), vec![h, l.value_dim()]);
+            }
+        }
+        let m = format!("{p}.mlp");
+        match &cfg.mlp {
+            MlpConfig::Moe(moe) => {
+                let (e, i, s) = (
+                    moe.num_experts,
+                    moe.moe_intermediate_size,
+                    moe.shared_expert_intermediate_size,
+                );
+                push(format!("{m}.gate.weight"), vec![e, h]);
+                push(format!("{m}.experts.gate_up_proj"), vec![e, 2 * i, h]);
+                push(format!("{m}.experts.down_proj"), vec![e, h, i]);
+                push(format!("{m}.shared_expert.gate_proj.weight"), vec![s, h]);
+                push(format!("{m}.shared_expert.up_proj.weight"), vec![s, h]);
+                push(format!("{m}.shared_expert.down_proj.weight"), vec![h, s]);
+                push(format!("{m}.shared_expert_gate.weight"), vec![1, h]);
+            }
+            MlpConfig::Dense { intermediate_size } => {
+                let i = *intermediate_size;
+                push(format!("{m}.gate_proj.weight"), vec![i, h]);
+                push(format!("{m}.up_proj.weight"), vec![i, h]);
+                push(format!("{m}.down_proj.weight"), vec![h, i]);
+            }
+        }
+    }
+    push("norm.weight".into(), vec![h]);
+    if !cfg.tie_word_embeddings {
+        push("lm_head.weight".into(), vec![cfg.vocab_size, h]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_removed_and_vision_mtp_recognised() {
+        let t = |s: &str| CheckpointName::Text(s.to_string());
+        assert_eq!(
+            canonical_name("model.language_model.layers.3.self_attn.q_proj.weight"),
+            t("layers.3.self_attn.q_proj.weight")
+        );
+        assert_eq!(
+            canonical_name("model.embed_tokens.weight"),
+            t("embed_tokens.weight")
+        );
+        assert_eq!(canonical_name("lm_head.weight"), t("lm_head.weight"));
+        assert_eq!(canonical_name("model.norm.weight"), t("norm.weight"));
+        assert_eq!(
+            canonical_name("model.visual.blocks.0.attn.qkv.weight"),
+            CheckpointName::Vision
+        );
+        assert_eq!(
+            canonical_name("visual.merger.linear_fc1.bias"),
+            CheckpointName::Vision
+        );
+        assert_eq!(
+            canonical_name("mtp.layers.0.mlp.gate.weight"),
+            CheckpointName::Mtp
+        );
+    }
+
+    #[test]
+    fn expected_tensors_cover_every_layer_kind() {
+        let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+        let list = expected_tensors(&cfg);
+        let get = |n: &str| list.iter().find(|(k, _)| k == n).map(|(_, s)| s.clone());
+        // 4 layers: 0..2 linear, 3 full.
+        assert_eq!(
+            get("layers.3.self_attn.q_proj.weight"),
+            Some(vec![2 * 4 * 64, 128])
+        );
+        assert_eq!(
+            get("layers.3.self_attn.o_proj.weight"),
+            Some(vec![128, 4 * 64])
+        );
+        assert_eq!(get("layers.0.self_attn.q_proj.weight"), None);
+        let conv = 2 * 2 * 32 + 4 * 32;
+        assert_eq!(
+            get("layers.0.linear_attn.in_proj_qkv.weight"),
+            Some(vec![conv, 128])
+        );
+        assert_eq!(
+            get("layers.0.linear_attn.conv1d.weight"),
+            Some(vec![conv, 1, 4])
+        );
+        assert_eq!(get("layers.2.linear_attn.A_log"), Some(vec![4]));
+        assert_eq!(
+            get("layers.1.mlp.experts.gate_up_proj"),
+            Some(vec![8, 128, 128])
+        );
+        assert_eq!(
+            get("layers.1.mlp.experts.down_proj"),
+            Some(vec![8, 128, 64])
+        );
+        assert_eq!(get("lm_head.weight"), Some(vec![512, 128]));
+        // 1 embed + 1 norm + 1 head + 3 linear layers * (2 + 9 + 7) + 1 full * (2 + 6 + 7)
+        assert_eq!(list.len(), 3 + 3 * 18 + 15);
+        let mut names: Vec<_> = list.iter().map(|(n, _)| n.clone()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), list.len(), "names are unique");
+
+        let mut tied = cfg.clone();
+        tied.tie_word_embeddings = true;
+        tied.attn_output_gate = false;
+        let list = expected_tensors(&tied);
+        assert!(!list.iter().any(|(n, _)| n == "lm_head.weight"));
+        let q = list
+            .iter()
+            .find(|(n, _)| n == "layers.3.self_attn.q_proj.weight")
+            .unwrap();
+        assert_eq!(q.1, vec![4 * 64, 128]);
+    }
+
+    #[test]
+    fn dense_mlp_names() {
+        let mut cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+        cfg.mlp = MlpConfig::Dense {
+            intermediate_size: 96,
+        };
+        let list = expected_tensors(&cfg);
+        assert!(list
+            .iter()
+            .any(|(n, s)| n == "layers.0.mlp.down_proj.weight" && s == &vec![128, 96]));
+        assert!(!list.iter().any(|(n, _)| n.contains("experts")));
+    }
+}

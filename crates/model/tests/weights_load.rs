@@ -1,0 +1,251 @@
+//! Loading checkpoints written in every layout real Qwen3.5 checkpoints use,
+//! and the errors for bad ones.
+
+use headroom_model::config::{Family, ModelConfig};
+use headroom_model::weights::write_safetensors;
+use headroom_model::{Tensor, TensorData, Weights, WeightsError};
+use std::path::Path;
+
+fn cfg() -> ModelConfig {
+    ModelConfig::synthetic("tiny-d64").unwrap()
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Experts {
+    Stacked,
+    PerExpert,
+}
+
+/// Canonical weights → checkpoint (name, tensor) pairs with `prefix` and the expert layout.
+fn checkpoint(
+    w: &Weights,
+    cfg: &ModelConfig,
+    prefix: &str,
+    experts: Experts,
+) -> Vec<(String, Tensor)> {
+    let moe = *cfg.moe().unwrap();
+    let (i, h) = (moe.moe_intermediate_size, cfg.hidden_size);
+    let mut out = Vec::new();
+    for (name, t) in w.iter() {
+        let full = if name == "lm_head.weight" {
+            name.to_string()
+        } else {
+            format!("{prefix}{name}")
+        };
+        let is_stack =
+            name.ends_with("experts.gate_up_proj") || name.ends_with("experts.down_proj");
+        if experts == Experts::PerExpert && is_stack {
+            let base = full.rsplit_once('.').unwrap().0.to_string(); // ...mlp.experts
+            let v = t.to_f32_vec();
+            for e in 0..moe.num_experts {
+                if name.ends_with("gate_up_proj") {
+                    let off = e * 2 * i * h;
+                    let gate = v[off..off + i * h].to_vec();
+                    let up = v[off + i * h..off + 2 * i * h].to_vec();
+                    out.push((
+                        format!("{base}.{e}.gate_proj.weight"),
+                        Tensor::from_f32(vec![i, h], gate),
+                    ));
+                    out.push((
+                        format!("{base}.{e}.up_proj.weight"),
+                        Tensor::from_f32(vec![i, h], up),
+                    ));
+                } else {
+                    let d = v[e * h * i..(e + 1) * h * i].to_vec();
+                    out.push((
+                        format!("{base}.{e}.down_proj.weight"),
+                        Tensor::from_f32(vec![h, i], d),
+                    ));
+                }
+            }
+        } else {
+            out.push((full, t.clone()));
+        }
+    }
+    out
+}
+
+fn write(path: &Path, tensors: &[(String, Tensor)]) {
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    write_safetensors(path, &refs).unwrap();
+}
+
+fn write_config(dir: &Path, cfg: &ModelConfig) {
+    // The loader only needs the config value; the JSON is for completeness of the folder.
+    std::fs::write(dir.join("config.json"), serde_json::to_string(cfg).unwrap()).unwrap();
+}
+
+#[test]
+fn loads_vl_prefixed_stacked_checkpoint_and_skips_vision_and_mtp() {
+    let cfg = cfg();
+    let w = Weights::synthetic(&cfg, 11);
+    let dir = tempfile::tempdir().unwrap();
+    let mut tensors = checkpoint(&w, &cfg, "model.language_model.", Experts::Stacked);
+    tensors.push((
+        "model.visual.blocks.0.attn.qkv.weight".into(),
+        Tensor::from_f32(vec![2, 3], vec![1.0; 6]),
+    ));
+    tensors.push((
+        "mtp.layers.0.mlp.gate.weight".into(),
+        Tensor::from_f32(vec![5], vec![0.5; 5]),
+    ));
+    write(&dir.path().join("model.safetensors"), &tensors);
+    write_config(dir.path(), &cfg);
+    let loaded = Weights::load(dir.path(), &cfg).unwrap();
+    assert_eq!(loaded, w);
+}
+
+#[test]
+fn stacks_per_expert_tensors_gate_rows_first() {
+    let cfg = cfg();
+    let w = Weights::synthetic(&cfg, 12);
+    let dir = tempfile::tempdir().unwrap();
+    let tensors = checkpoint(&w, &cfg, "model.", Experts::PerExpert);
+    assert!(tensors
+        .iter()
+        .any(|(n, _)| n == "model.layers.2.mlp.experts.7.up_proj.weight"));
+    write(&dir.path().join("model.safetensors"), &tensors);
+    let loaded = Weights::load(dir.path(), &cfg).unwrap();
+    assert_eq!(loaded, w);
+    // Spot check: expert 5's gate row 0 is row 0 of its stacked block.
+    let gate5 = &tensors
+        .iter()
+        .find(|(n, _)| n == "model.layers.1.mlp.experts.5.gate_proj.weight")
+        .unwrap()
+        .1;
+    let stacked = loaded
+        .get("layers.1.mlp.experts.gate_up_proj")
+        .unwrap()
+        .to_f32_vec();
+    let (i, h) = (cfg.moe().unwrap().moe_intermediate_size, cfg.hidden_size);
+    assert_eq!(
+        &stacked[5 * 2 * i * h..5 * 2 * i * h + h],
+        &gate5.to_f32_vec()[..h]
+    );
+}
+
+#[test]
+fn loads_sharded_checkpoint_through_the_index() {
+    let cfg = cfg();
+    let w = Weights::synthetic(&cfg, 13);
+    let dir = tempfile::tempdir().unwrap();
+    let tensors = checkpoint(&w, &cfg, "model.", Experts::PerExpert);
+    let (a, b) = tensors.split_at(tensors.len() / 2);
+    write(&dir.path().join("model-00001-of-00002.safetensors"), a);
+    write(&dir.path().join("model-00002-of-00002.safetensors"), b);
+    // A stray file not named by the index must be ignored.
+    std::fs::write(
+        dir.path().join("junk.safetensors"),
+        b"not a safetensors file",
+    )
+    .unwrap();
+    let mut map = serde_json::Map::new();
+    for (n, _) in a {
+        map.insert(n.clone(), "model-00001-of-00002.safetensors".into());
+    }
+    for (n, _) in b {
+        map.insert(n.clone(), "model-00002-of-00002.safetensors".into());
+    }
+    let index = serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map});
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    let loaded = Weights::load(dir.path(), &cfg).unwrap();
+    assert_eq!(loaded, w);
+
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        "{\"weight_map\": 3}",
+    )
+    .unwrap();
+    let err = Weights::load(dir.path(), &cfg).unwrap_err();
+    assert!(matches!(err, WeightsError::Index { .. }), "{err}");
+}
+
+#[test]
+fn loads_bf16_checkpoint_in_storage_dtype() {
+    let mut cfg = cfg();
+    cfg.dtype = headroom_core::Dtype::Bf16;
+    let w = Weights::synthetic(&cfg, 14);
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        &dir.path().join("model.safetensors"),
+        &checkpoint(&w, &cfg, "model.", Experts::Stacked),
+    );
+    let loaded = Weights::load(dir.path(), &cfg).unwrap();
+    assert!(matches!(
+        loaded.get("embed_tokens.weight").unwrap().data,
+        TensorData::Bf16(_)
+    ));
+    assert_eq!(loaded, w);
+}
+
+#[test]
+fn splits_qwen3_next_fused_projections() {
+    let mut cfg = cfg();
+    cfg.family = Family::Qwen3Next;
+    cfg.fused_linear_projections = true;
+    let w = Weights::synthetic(&cfg, 15);
+    let l = cfg.linear;
+    let (nk, dk, dv, h) = (
+        l.num_key_heads,
+        l.key_head_dim,
+        l.value_head_dim,
+        cfg.hidden_size,
+    );
+    let r = l.num_value_heads / nk;
+    let mut tensors = Vec::new();
+    for (name, t) in checkpoint(&w, &cfg, "model.", Experts::PerExpert) {
+        let Some(base) = name.strip_suffix(".in_proj_qkv.weight") else {
+            if name.contains(".in_proj_") {
+                continue; // z, b, a are folded into the fused tensors below
+            }
+            tensors.push((name, t));
+            continue;
+        };
+        let row = |n: &str, i: usize| -> Vec<f32> {
+            let t = w
+                .get(&format!("{}.{n}.weight", base.trim_start_matches("model.")))
+                .unwrap()
+                .to_f32_vec();
+            t[i * h..(i + 1) * h].to_vec()
+        };
+        let mut qkvz = Vec::new();
+        let mut ba = Vec::new();
+        for g in 0..nk {
+            for i in 0..dk {
+                qkvz.extend(row("in_proj_qkv", g * dk + i));
+            }
+            for i in 0..dk {
+                qkvz.extend(row("in_proj_qkv", nk * dk + g * dk + i));
+            }
+            for i in 0..r * dv {
+                qkvz.extend(row("in_proj_qkv", 2 * nk * dk + g * r * dv + i));
+            }
+            for i in 0..r * dv {
+                qkvz.extend(row("in_proj_z", g * r * dv + i));
+            }
+            for j in 0..r {
+                ba.extend(row("in_proj_b", g * r + j));
+            }
+            for j in 0..r {
+                ba.extend(row("in_proj_a", g * r + j));
+            }
+        }
+        let rows = qkvz.len() / h;
+        tensors.push((
+            format!("{base}.in_proj_qkvz.weight"),
+            Tensor::from_f32(vec![rows, h], qkvz),
+        ));
+        tensors.push((
+            format!("{base}.in_proj_ba.weight"),
+            Tensor::from_f32(vec![2 * r * nk, h], ba),
+        ));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("model.safetensors"), &tensors);
+    let loaded = Weights::load(dir.path(), &cfg).unwrap();
+    assert_eq!(loaded, w);
+}
