@@ -5,6 +5,7 @@ pub mod config;
 pub mod ops;
 pub mod synthetic;
 pub mod tensor;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::{ConfigError, ModelConfig};
