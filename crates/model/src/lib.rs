@@ -2,12 +2,17 @@
 //! synthetic models and the CPU forward.
 
 pub mod config;
+pub mod layers;
 pub mod ops;
+pub mod qwen3_5;
 pub mod synthetic;
 pub mod tensor;
 pub mod tokenizer;
 pub mod weights;
 
 pub use config::{ConfigError, ModelConfig};
+pub use qwen3_5::{
+    AttentionPlan, ForwardOptions, ForwardOutput, LogitsRows, ModelError, Qwen35Model, Session,
+};
 pub use tensor::{Tensor, TensorData};
 pub use weights::{Weights, WeightsError};

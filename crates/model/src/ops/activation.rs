@@ -40,9 +40,15 @@ mod tests {
             let xd = x as f64;
             let sig = 1.0 / (1.0 + (-xd).exp());
             assert!((sigmoid(x) as f64 - sig).abs() < 1e-6, "sigmoid {x}");
-            assert!((silu(x) as f64 - xd * sig).abs() < 1e-5 * (1.0 + xd.abs()), "silu {x}");
+            assert!(
+                (silu(x) as f64 - xd * sig).abs() < 1e-5 * (1.0 + xd.abs()),
+                "silu {x}"
+            );
             let sp = if xd > 20.0 { xd } else { xd.exp().ln_1p() };
-            assert!((softplus(x) as f64 - sp).abs() < 1e-5 * (1.0 + sp), "softplus {x}");
+            assert!(
+                (softplus(x) as f64 - sp).abs() < 1e-5 * (1.0 + sp),
+                "softplus {x}"
+            );
         }
         assert!(silu(f32::NAN).is_nan() && softplus(f32::NAN).is_nan());
     }

@@ -20,8 +20,16 @@ pub fn causal_conv1d_silu(
     out: &mut [f32],
 ) {
     assert!(kernel >= 1);
-    assert_eq!(weight.len(), channels * kernel, "conv1d: weight is not [C][K]");
-    assert_eq!(state.len(), channels * (kernel - 1), "conv1d: state is not [K-1][C]");
+    assert_eq!(
+        weight.len(),
+        channels * kernel,
+        "conv1d: weight is not [C][K]"
+    );
+    assert_eq!(
+        state.len(),
+        channels * (kernel - 1),
+        "conv1d: state is not [K-1][C]"
+    );
     assert_eq!(x.len() % channels, 0);
     assert_eq!(out.len(), x.len());
     let t_len = x.len() / channels;

@@ -64,7 +64,10 @@ pub fn gated_delta_rule(
         k_dim,
         v_dim,
     } = dims;
-    assert!(k_heads > 0 && v_heads % k_heads == 0, "v_heads must be a multiple of k_heads");
+    assert!(
+        k_heads > 0 && v_heads.is_multiple_of(k_heads),
+        "v_heads must be a multiple of k_heads"
+    );
     let t_len = g.len() / v_heads;
     assert_eq!(g.len(), t_len * v_heads);
     assert_eq!(beta.len(), g.len());
@@ -139,7 +142,9 @@ mod tests {
         let t_len = g.len() / d.v_heads;
         let norm = |x: &[f32], scale: f64| -> Vec<f64> {
             let ss: f64 = x.iter().map(|&a| (a as f64).powi(2)).sum();
-            x.iter().map(|&a| a as f64 / (ss + 1e-6).sqrt() * scale).collect()
+            x.iter()
+                .map(|&a| a as f64 / (ss + 1e-6).sqrt() * scale)
+                .collect()
         };
         let mut out = vec![0.0; v.len()];
         for t in 0..t_len {
@@ -171,8 +176,14 @@ mod tests {
         let q = uniform(&mut g, t * d.k_heads * d.k_dim, 1.0);
         let k = uniform(&mut g, t * d.k_heads * d.k_dim, 1.0);
         let v = uniform(&mut g, t * d.v_heads * d.v_dim, 2.0);
-        let gate: Vec<f32> = uniform(&mut g, t * d.v_heads, 1.0).iter().map(|x| -x.abs() * 2.0).collect();
-        let beta: Vec<f32> = uniform(&mut g, t * d.v_heads, 0.5).iter().map(|x| x + 0.5).collect();
+        let gate: Vec<f32> = uniform(&mut g, t * d.v_heads, 1.0)
+            .iter()
+            .map(|x| -x.abs() * 2.0)
+            .collect();
+        let beta: Vec<f32> = uniform(&mut g, t * d.v_heads, 0.5)
+            .iter()
+            .map(|x| x + 0.5)
+            .collect();
         [q, k, v, gate, beta]
     }
 

@@ -165,7 +165,9 @@ mod tests {
         let mut out = vec![0.0; m * n];
         for i in 0..m {
             for j in 0..n {
-                out[i * n + j] = (0..k).map(|kk| x[i * k + kk] as f64 * w[j * k + kk] as f64).sum();
+                out[i * n + j] = (0..k)
+                    .map(|kk| x[i * k + kk] as f64 * w[j * k + kk] as f64)
+                    .sum();
             }
         }
         out
@@ -217,7 +219,12 @@ mod tests {
     fn nan_input_reaches_its_output_row() {
         let t = Tensor::from_f32(vec![2, 2], vec![1.0, 0.0, 0.0, 1.0]);
         let mut out = vec![0.0; 4];
-        linear(&[f32::NAN, 1.0, 2.0, 3.0], 2, WeightView::matrix(&t), &mut out);
+        linear(
+            &[f32::NAN, 1.0, 2.0, 3.0],
+            2,
+            WeightView::matrix(&t),
+            &mut out,
+        );
         assert!(out[0].is_nan());
         assert_eq!(&out[2..], &[2.0, 3.0]);
     }

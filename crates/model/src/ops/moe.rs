@@ -15,7 +15,10 @@ pub struct Routing {
 
 /// Routes `T` tokens from their router logits `[T][num_experts]`.
 pub fn route(logits: &[f32], num_experts: usize, top_k: usize, renormalise: bool) -> Routing {
-    assert!(top_k >= 1 && top_k <= num_experts, "top_k must be in 1..=num_experts");
+    assert!(
+        top_k >= 1 && top_k <= num_experts,
+        "top_k must be in 1..=num_experts"
+    );
     assert_eq!(logits.len() % num_experts, 0);
     let t_len = logits.len() / num_experts;
     let mut experts = Vec::with_capacity(t_len * top_k);

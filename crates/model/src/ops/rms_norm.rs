@@ -31,7 +31,11 @@ pub fn rms_norm_offset(x: &mut [f32], weight: &[f32], eps: f32) {
 pub fn rms_norm_gated(x: &mut [f32], z: &[f32], weight: &[f32], eps: f32) {
     let d = weight.len();
     assert_eq!(x.len(), z.len());
-    assert_eq!(x.len() % d, 0, "rms_norm_gated: length not a multiple of the row");
+    assert_eq!(
+        x.len() % d,
+        0,
+        "rms_norm_gated: length not a multiple of the row"
+    );
     for (row, zr) in x.chunks_exact_mut(d).zip(z.chunks_exact(d)) {
         let r = inv_rms(row, eps);
         for ((v, w), zv) in row.iter_mut().zip(weight).zip(zr) {

@@ -17,7 +17,10 @@ pub struct Rope {
 impl Rope {
     /// `rotary_dim` must be even and at most the head dim it is applied to.
     pub fn new(rotary_dim: usize, theta: f64) -> Rope {
-        assert!(rotary_dim % 2 == 0, "rotary_dim {rotary_dim} must be even");
+        assert!(
+            rotary_dim.is_multiple_of(2),
+            "rotary_dim {rotary_dim} must be even"
+        );
         let base = theta as f32;
         let inv_freq = (0..rotary_dim / 2)
             .map(|i| 1.0 / base.powf((2 * i) as f32 / rotary_dim as f32))
@@ -37,7 +40,11 @@ impl Rope {
     pub fn apply(&self, x: &mut [f32], heads: usize, head_dim: usize, pos0: usize) {
         assert!(self.rotary_dim <= head_dim);
         let row = heads * head_dim;
-        assert_eq!(x.len() % row, 0, "rope: length not a multiple of heads*head_dim");
+        assert_eq!(
+            x.len() % row,
+            0,
+            "rope: length not a multiple of heads*head_dim"
+        );
         let half = self.rotary_dim / 2;
         let mut cos = vec![0.0f32; half];
         let mut sin = vec![0.0f32; half];
@@ -66,7 +73,14 @@ mod tests {
     use crate::ops::test_util::{rel_err, rng, uniform};
 
     /// transformers' formula in f64: `x·cos + rotate_half(x)·sin` on the rotary dims.
-    fn reference(x: &[f32], heads: usize, d: usize, rd: usize, theta: f64, pos0: usize) -> Vec<f64> {
+    fn reference(
+        x: &[f32],
+        heads: usize,
+        d: usize,
+        rd: usize,
+        theta: f64,
+        pos0: usize,
+    ) -> Vec<f64> {
         let half = rd / 2;
         let mut out: Vec<f64> = x.iter().map(|&v| v as f64).collect();
         for (t, tok) in out.chunks_mut(heads * d).enumerate() {
@@ -77,7 +91,11 @@ mod tests {
                 for j in 0..rd {
                     let i = j % half;
                     let ang = p * theta.powf(-(2.0 * i as f64) / rd as f64);
-                    let rot = if j < half { -orig[j + half] } else { orig[j - half] };
+                    let rot = if j < half {
+                        -orig[j + half]
+                    } else {
+                        orig[j - half]
+                    };
                     head[j] = orig[j] * ang.cos() + rot * ang.sin();
                 }
             }

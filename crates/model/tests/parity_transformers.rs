@@ -1,0 +1,126 @@
+//! Parity with transformers: the committed fixtures (random-weight
+//! checkpoints saved by transformers' own Qwen3.5 classes, and the logits
+//! transformers computed for each prompt; see `fixtures/make_fixtures.py`)
+//! must be reproduced within 1e-4 relative Frobenius error, with both
+//! attention routes and with chunked as well as one-pass prefill.
+
+use headroom_core::RouteRequest;
+use headroom_model::{
+    AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, Weights,
+};
+use std::path::{Path, PathBuf};
+
+const TOLERANCE: f64 = 1e-4;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn read_ids(dir: &Path, n: usize) -> Vec<u32> {
+    let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn read_logits(dir: &Path, n: usize) -> (Vec<f32>, Vec<usize>) {
+    let bytes = std::fs::read(dir.join(format!("logits_{n}.safetensors"))).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor("logits").unwrap();
+    assert_eq!(t.dtype(), safetensors::Dtype::F32);
+    let data = t
+        .data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    (data, t.shape().to_vec())
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (a, b) in got.iter().zip(want) {
+        num += (*a as f64 - *b as f64).powi(2);
+        den += (*b as f64).powi(2);
+    }
+    (num / den).sqrt()
+}
+
+/// Every prompt × route × chunking of one fixture.
+fn check_fixture(name: &str) {
+    let dir = fixture_dir(name);
+    let cfg = ModelConfig::from_dir(&dir).unwrap();
+    let weights = Weights::load(&dir, &cfg).unwrap();
+    let model = Qwen35Model::new(&cfg, &weights).unwrap();
+    let routes = [
+        RouteRequest::Composed { query_block: 16 },
+        RouteRequest::Fused,
+    ];
+    for n in [40usize, 300] {
+        let ids = read_ids(&dir, n);
+        let (want, shape) = read_logits(&dir, n);
+        assert_eq!(shape, vec![n, cfg.vocab_size]);
+        for route in routes {
+            for chunk in [None, Some(64), Some(37)] {
+                let opts = ForwardOptions {
+                    attention: AttentionPlan::Uniform(route),
+                    chunk,
+                    logits: LogitsRows::All,
+                };
+                let out = model
+                    .prefill(&mut model.new_session(), &ids, &opts)
+                    .unwrap();
+                assert_eq!((out.rows, out.vocab), (n, cfg.vocab_size));
+                let err = rel_err(&out.logits, &want);
+                println!("{name} n={n} route={route} chunk={chunk:?}: rel err {err:.2e}");
+                assert!(
+                    err < TOLERANCE,
+                    "{name} n={n} {route} chunk {chunk:?}: {err:.3e}"
+                );
+                // The reports say the requested route ran, on every full layer and chunk.
+                let chunks = n.div_ceil(chunk.unwrap_or(n));
+                let full = cfg.full_attention_layers().len();
+                assert_eq!(out.attention.len(), chunks * full);
+                for r in &out.attention {
+                    let ran = r.report.route.to_string();
+                    assert!(route.to_string().starts_with(&ran), "{route} ran {ran}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn moe_head_dim_256_matches_transformers() {
+    check_fixture("moe_d256");
+}
+
+#[test]
+fn moe_head_dim_64_matches_transformers() {
+    check_fixture("moe_d64");
+}
+
+#[test]
+fn dense_tied_head_dim_64_matches_transformers() {
+    check_fixture("dense_d64");
+}
+
+#[test]
+fn last_row_logits_equal_the_last_row_of_all() {
+    let dir = fixture_dir("moe_d256");
+    let cfg = ModelConfig::from_dir(&dir).unwrap();
+    let weights = Weights::load(&dir, &cfg).unwrap();
+    let model = Qwen35Model::new(&cfg, &weights).unwrap();
+    let ids = read_ids(&dir, 40);
+    let (want, _) = read_logits(&dir, 40);
+    let opts = ForwardOptions {
+        chunk: Some(16),
+        logits: LogitsRows::Last,
+        ..ForwardOptions::default()
+    };
+    let out = model
+        .prefill(&mut model.new_session(), &ids, &opts)
+        .unwrap();
+    assert_eq!(out.rows, 1);
+    assert!(rel_err(&out.logits, &want[39 * cfg.vocab_size..]) < TOLERANCE);
+}
