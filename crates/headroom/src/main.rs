@@ -1,5 +1,6 @@
 //! The `headroom` command line: one subcommand per file under `cmd/`.
 
+mod attention_setup;
 mod cmd;
 mod global;
 mod model_source;

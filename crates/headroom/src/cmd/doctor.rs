@@ -1,7 +1,18 @@
-//! `headroom doctor`: fingerprint, backends, registry, resolved attention per layer kind.
+//! `headroom doctor`: the hardware fingerprint, backend availability, the
+//! qualification registry (matched / rejected / invalid, with reasons) and the
+//! attention each distinct layer kind resolves to — as text, or as exactly one
+//! JSON object with `--json`.
 
+use crate::attention_setup::{default_backend, AttentionSetup, LayerGroup};
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
+use anyhow::Context;
+use headroom_core::{BackendKind, Route};
+use headroom_hardware::{cuda_availability, CudaDeviceInfo, HardwareFingerprint};
+use headroom_model::ModelConfig;
+use headroom_policy::{Controls, RegistryRow, ResolutionSource, RowStatus};
+use serde::Serialize;
+use std::fmt::Write as _;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -10,8 +21,247 @@ pub struct Args {
     /// Print exactly one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// The backend to fingerprint and resolve for (default: cuda when available, else cpu).
+    #[arg(long, value_name = "cpu|cuda")]
+    pub backend: Option<BackendKind>,
 }
 
-pub fn run(_args: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
-    anyhow::bail!("doctor: not built yet")
+/// Availability of one backend.
+#[derive(Debug, Serialize)]
+pub struct BackendStatus {
+    pub available: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<CudaDeviceInfo>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Backends {
+    pub cpu: BackendStatus,
+    pub cuda: BackendStatus,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModelInfo {
+    /// `synthetic:NAME` or the checkpoint folder.
+    pub source: String,
+    pub num_layers: usize,
+}
+
+/// Everything `doctor` reports; serialized as the `--json` object.
+#[derive(Debug, Serialize)]
+pub struct DoctorReport {
+    pub hardware: HardwareFingerprint,
+    pub backends: Backends,
+    pub model: ModelInfo,
+    /// The parsed attention controls (after fail-closed handling).
+    pub controls: Controls,
+    pub layers: Vec<LayerGroup>,
+    pub registry: Vec<RegistryRow>,
+    pub warnings: Vec<String>,
+}
+
+fn load_model(source: &ModelSource) -> anyhow::Result<(String, ModelConfig)> {
+    match (&source.synthetic, &source.model) {
+        (Some(name), _) => Ok((
+            format!("synthetic:{name}"),
+            ModelConfig::synthetic(name).with_context(|| format!("synthetic model `{name}`"))?,
+        )),
+        (None, Some(dir)) => Ok((
+            dir.display().to_string(),
+            ModelConfig::from_dir(dir)
+                .with_context(|| format!("model folder {}", dir.display()))?,
+        )),
+        (None, None) => anyhow::bail!("name a model with --synthetic NAME or --model DIR"),
+    }
+}
+
+/// Builds the report (no printing).
+pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
+    let (source, config) = load_model(&args.source)?;
+    let kinds = config.layer_kinds();
+    let cuda = cuda_availability();
+    let backend = args.backend.unwrap_or_else(default_backend);
+    let setup = AttentionSetup::new(g, backend, &kinds)?;
+    Ok(DoctorReport {
+        registry: setup.registry.rows(&setup.fingerprint, &kinds),
+        layers: setup.groups(&kinds),
+        hardware: setup.fingerprint,
+        backends: Backends {
+            cpu: BackendStatus {
+                available: true,
+                reason: None,
+                device: None,
+            },
+            cuda: BackendStatus {
+                available: cuda.is_ok(),
+                reason: cuda.as_ref().err().cloned(),
+                device: cuda.ok(),
+            },
+        },
+        model: ModelInfo {
+            source,
+            num_layers: kinds.len(),
+        },
+        controls: setup.controls,
+        warnings: setup.warnings,
+    })
+}
+
+pub fn run(args: Args, g: &GlobalArgs) -> anyhow::Result<()> {
+    let report = report(&args, g)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_text(&report));
+    }
+    Ok(())
+}
+
+/// `[0, 1, 2, 4, 7, 8]` → `0-2, 4, 7-8`.
+pub fn fmt_indices(indices: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let start = indices[i];
+        let mut end = start;
+        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
+            i += 1;
+            end = indices[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(", ")
+}
+
+fn describe_attention(group: &LayerGroup) -> String {
+    let a = &group.attention;
+    let mut s = match (a.route, a.query_block) {
+        (Route::Composed, Some(qb)) => format!("composed qL {qb}"),
+        (route, _) => route.to_string(),
+    };
+    if a.route != Route::None {
+        let _ = write!(s, " ({}", source_label(a.source));
+        if let Some(id) = &a.qualification_id {
+            let _ = write!(s, " by {id}");
+        }
+        s.push(')');
+    }
+    if let Some(reason) = &a.reason {
+        let _ = write!(s, " — {reason}");
+    }
+    s
+}
+
+fn source_label(s: ResolutionSource) -> &'static str {
+    match s {
+        ResolutionSource::Cli => "cli",
+        ResolutionSource::Env => "env",
+        ResolutionSource::Qualified => "qualified",
+        ResolutionSource::Default => "default",
+    }
+}
+
+/// The human-readable report.
+pub fn render_text(r: &DoctorReport) -> String {
+    let mut out = String::new();
+    let hw = serde_json::to_value(&r.hardware).unwrap_or_default();
+    let _ = writeln!(out, "Hardware fingerprint");
+    if let Some(map) = hw.as_object() {
+        for (k, v) in map {
+            let v = v
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string());
+            let _ = writeln!(out, "  {k:<22} {v}");
+        }
+    }
+    let _ = writeln!(out, "\nBackends");
+    for (name, b) in [("cpu", &r.backends.cpu), ("cuda", &r.backends.cuda)] {
+        match (&b.reason, &b.device) {
+            (_, Some(d)) => {
+                let _ = writeln!(
+                    out,
+                    "  {name:<5} available: {} ({} SMs, {} GiB, sm {}, driver {}, {} device(s))",
+                    d.name,
+                    d.compute_units,
+                    d.memory_gib,
+                    d.compute_capability,
+                    d.driver_version,
+                    d.device_count
+                );
+            }
+            (Some(why), None) => {
+                let _ = writeln!(out, "  {name:<5} unavailable: {why}");
+            }
+            (None, None) => {
+                let _ = writeln!(out, "  {name:<5} available");
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nModel {} ({} layers), resolved for backend {}",
+        r.model.source, r.model.num_layers, r.hardware.backend
+    );
+    if let Some(first) = r.layers.first() {
+        let a = &first.attention;
+        let _ = writeln!(
+            out,
+            "  attention control: {} (from {})",
+            a.control_requested, a.control_source
+        );
+    }
+    for g in &r.layers {
+        let _ = writeln!(
+            out,
+            "  layers {}: {}",
+            fmt_indices(&g.layer_indices),
+            g.kind
+        );
+        let _ = writeln!(out, "    -> {}", describe_attention(g));
+    }
+    let _ = writeln!(
+        out,
+        "\nQualification registry ({} entries)",
+        r.registry.len()
+    );
+    for row in &r.registry {
+        let status = match row.status {
+            RowStatus::Matched => "matched",
+            RowStatus::Rejected => "rejected",
+            RowStatus::Invalid => "invalid",
+        };
+        let id = row.id.as_deref().unwrap_or("?");
+        let _ = write!(out, "  {status:<8} {id}  {}", row.file);
+        if let Some(reason) = &row.reason {
+            let _ = write!(out, "\n           {reason}");
+        }
+        out.push('\n');
+    }
+    if !r.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings");
+        for w in &r.warnings {
+            let _ = writeln!(out, "  - {w}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn indices_compress_into_ranges() {
+        assert_eq!(fmt_indices(&[0, 1, 2, 4, 7, 8]), "0-2, 4, 7-8");
+        assert_eq!(fmt_indices(&[3]), "3");
+        assert_eq!(fmt_indices(&[]), "");
+    }
 }
