@@ -1,15 +1,213 @@
-//! `headroom kernels build|verify`: the kernel artifact gate.
+//! `headroom kernels build|verify|check|time`: the CUDA kernel artifact gate
+//! (NVRTC, no GPU needed) and, on a GPU, the correctness checks and a quick
+//! timing of the attention kernels.
 
 use crate::global::GlobalArgs;
+use anyhow::{bail, Context};
+use headroom_core::{AttentionShape, Dtype, RouteRequest};
+use headroom_cuda::{artifact, check, device::CudaDevice, kernels, timing};
+use std::path::PathBuf;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum KernelsCommand {
     /// Compile every kernel through NVRTC and write the artifact + manifest.json.
-    Build {},
+    Build {
+        /// Target architecture (a real `sm_XY[a]` target).
+        #[arg(long, default_value = "sm_90a")]
+        arch: String,
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Verify an artifact folder against the sources embedded in this binary.
-    Verify {},
+    Verify {
+        /// The folder `kernels build` wrote.
+        dir: PathBuf,
+    },
+    /// Run the on-device correctness checks (needs a GPU); non-zero exit on any failure.
+    Check {
+        /// Write every result as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Run only cases whose description contains this text.
+        #[arg(long)]
+        filter: Option<String>,
+    },
+    /// Time attention routes on the GPU (B=1) and print a table; `--json` writes the samples.
+    Time {
+        #[arg(long, value_delimiter = ',', default_value = "8192,32768")]
+        lengths: Vec<usize>,
+        #[arg(long, value_delimiter = ',', default_value = "bf16,f16")]
+        dtypes: Vec<Dtype>,
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "fused,composed:128,composed:512"
+        )]
+        routes: Vec<RouteRequest>,
+        #[arg(long, default_value_t = 16)]
+        q_heads: usize,
+        #[arg(long, default_value_t = 2)]
+        kv_heads: usize,
+        #[arg(long, default_value_t = 256)]
+        head_dim: usize,
+        #[arg(long, default_value_t = 0)]
+        history: usize,
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        #[arg(long, default_value_t = 10)]
+        iters: usize,
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
 }
 
-pub fn run(_c: KernelsCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
-    anyhow::bail!("kernels: not built yet")
+pub fn run(c: KernelsCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
+    match c {
+        KernelsCommand::Build { arch, out } => {
+            let m = artifact::build(&out, &arch, kernels::SOURCES)
+                .with_context(|| format!("building the kernel artifact for {arch}"))?;
+            for k in &m.kernels {
+                println!(
+                    "{:<18} {} {} entry points",
+                    k.name,
+                    k.output_file,
+                    k.entry_points.len()
+                );
+            }
+            println!(
+                "wrote {} (NVRTC {}, {arch})",
+                out.join(artifact::MANIFEST).display(),
+                m.nvrtc_version
+            );
+            Ok(())
+        }
+        KernelsCommand::Verify { dir } => {
+            let v = artifact::verify(&dir, kernels::SOURCES, &kernels::required_entry_points())?;
+            println!(
+                "verified {}: {} kernels for {}, {} entry points, manifest sha256 {}",
+                dir.display(),
+                v.kernels,
+                v.arch,
+                v.entry_points.len(),
+                v.manifest_sha256
+            );
+            Ok(())
+        }
+        KernelsCommand::Check { json, filter } => run_check(json, filter),
+        KernelsCommand::Time {
+            lengths,
+            dtypes,
+            routes,
+            q_heads,
+            kv_heads,
+            head_dim,
+            history,
+            warmup,
+            iters,
+            json,
+        } => {
+            let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
+            println!("device: {} ({} SMs, {})", dev.name, dev.sm_count, dev.arch);
+            println!(
+                "{:>7} {:>5} {:<13} {:>9} {:>8} {:>11}",
+                "length", "dtype", "route", "ms", "TFLOP/s", "transient"
+            );
+            let mut rows = Vec::new();
+            for &len in &lengths {
+                let shape = AttentionShape {
+                    q_len: len,
+                    kv_len: len + history,
+                    q_heads,
+                    kv_heads,
+                    head_dim,
+                    scale: None,
+                };
+                for &dtype in &dtypes {
+                    let inputs = timing::random_inputs(&dev, &shape, dtype, len as u64)?;
+                    for &route in &routes {
+                        let t = timing::time_prefill(
+                            &dev, &shape, dtype, route, &inputs, warmup, iters,
+                        )
+                        .with_context(|| format!("{route} {dtype} L={len}"))?;
+                        println!(
+                            "{len:>7} {:>5} {:<13} {:>9.3} {:>8.1} {:>8.1} MiB",
+                            dtype.as_str(),
+                            route.to_string(),
+                            t.median_ms,
+                            t.tflops,
+                            t.report.transient_bytes as f64 / (1 << 20) as f64
+                        );
+                        rows.push(serde_json::json!({
+                            "length": len, "history": history, "dtype": dtype, "route": route.to_string(),
+                            "q_heads": q_heads, "kv_heads": kv_heads, "head_dim": head_dim,
+                            "median_ms": t.median_ms, "times_ms": t.times_ms, "tflops": t.tflops,
+                            "report": t.report, "device": dev.name, "arch": dev.arch,
+                        }));
+                    }
+                }
+            }
+            if let Some(p) = json {
+                std::fs::write(&p, serde_json::to_string_pretty(&rows)?)
+                    .with_context(|| p.display().to_string())?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn describe(c: &check::CheckCase) -> String {
+    format!(
+        "{} {} d{} q{} kv{} h{}/{}{}",
+        c.route,
+        c.dtype,
+        c.head_dim,
+        c.q_len,
+        c.kv_len,
+        c.q_heads,
+        c.kv_heads,
+        c.nan_key.map(|j| format!(" nan@{j}")).unwrap_or_default()
+    )
+}
+
+fn run_check(json: Option<PathBuf>, filter: Option<String>) -> anyhow::Result<()> {
+    let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
+    println!("device: {} ({} SMs, {})", dev.name, dev.sm_count, dev.arch);
+    let seed0: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    let mut results = Vec::new();
+    let mut failed = 0;
+    for (n, case) in check::standard_cases().iter().enumerate() {
+        let name = describe(case);
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        let r = check::run_case(&dev, case, seed0.wrapping_add(n as u64 * 7919))
+            .with_context(|| name.clone())?;
+        println!(
+            "{} {:<44} rel_err {:.2e} (tol {:.0e}) rows {:>5} bad_nan_rows {}",
+            if r.passed { "ok  " } else { "FAIL" },
+            name,
+            r.rel_err,
+            r.tolerance,
+            r.rows_compared,
+            r.bad_nan_rows
+        );
+        failed += usize::from(!r.passed);
+        results.push(r);
+    }
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_string_pretty(&results)?)
+            .with_context(|| p.display().to_string())?;
+    }
+    println!(
+        "{} cases, {failed} failed (seed base {seed0})",
+        results.len()
+    );
+    if failed > 0 {
+        bail!("{failed} correctness case(s) failed");
+    }
+    Ok(())
 }

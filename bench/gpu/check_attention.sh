@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the GPU machine, in one call: the correctness checks of every route,
+# dtype and head dim (`headroom kernels check`: fresh random inputs, NaN-poisoned
+# outputs, f64 CPU reference, NaN propagation), then compute-sanitizer memcheck
+# on small fused and composed cases. Results go to $OUT (or ./gpu-out).
+# Usage: bench/gpu/check_attention.sh [path/to/headroom]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${1:-target/release/headroom}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+source bench/gpu/env.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+status=0
+
+echo "=== kernel artifact gate on this machine ==="
+"$BIN" kernels build --arch sm_90a --out "$OUT/artifact" && "$BIN" kernels verify "$OUT/artifact" || status=1
+
+echo "=== correctness: headroom kernels check ==="
+"$BIN" kernels check --json "$OUT/check.json" 2>&1 | tee "$OUT/check.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "=== compute-sanitizer memcheck (small cases) ==="
+if command -v compute-sanitizer >/dev/null; then
+    for f in "fused bf16 d256 q5 kv70" "fused f16 d128 q1000 kv1333 h2/2" "composed:0 f16 d128" "composed:128 bf16 d256 q1000 kv1100"; do
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" kernels check --filter "$f" 2>&1 | tail -n 4
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED: $f"; status=1; }
+    done
+else
+    echo "compute-sanitizer not found"; status=1
+fi
+echo "check_attention: status $status"
+exit $status

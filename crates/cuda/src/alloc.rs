@@ -1,0 +1,230 @@
+//! Caching device allocator: freed blocks go back to a pool keyed by their
+//! rounded size and are handed out again without a driver call. It counts
+//! the bytes held by live buffers (`active`) and their high-water mark since
+//! the last [`Allocator::reset_peak`] (`peak`): a bench's transient figure is
+//! the peak during a call minus what was active before it.
+
+use crate::CudaError;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Where the pool gets memory from: the driver on a GPU, a fake in tests.
+pub trait RawMemory: Send + Sync {
+    fn malloc(&self, bytes: usize) -> Result<u64, CudaError>;
+    fn free(&self, ptr: u64);
+}
+
+/// Counters of the pool, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AllocStats {
+    /// Held by live buffers.
+    pub active: u64,
+    /// Highest `active` since the last reset.
+    pub peak: u64,
+    /// Obtained from the driver (active + cached).
+    pub reserved: u64,
+}
+
+/// Sizes are rounded up to this granularity below [`LARGE`] bytes…
+const SMALL_GRAIN: usize = 512;
+/// …and to [`LARGE_GRAIN`] from there on.
+const LARGE: usize = 1 << 20;
+const LARGE_GRAIN: usize = 2 << 20;
+
+fn rounded(bytes: usize) -> usize {
+    let b = bytes.max(1);
+    let g = if b < LARGE { SMALL_GRAIN } else { LARGE_GRAIN };
+    b.div_ceil(g) * g
+}
+
+#[derive(Default)]
+struct Pool {
+    free: HashMap<usize, Vec<u64>>,
+    stats: AllocStats,
+}
+
+pub struct Allocator {
+    raw: Box<dyn RawMemory>,
+    pool: Mutex<Pool>,
+}
+
+/// A device allocation; dropping it returns the block to the pool.
+pub struct DeviceBuffer {
+    ptr: u64,
+    bytes: usize,
+    size: usize,
+    alloc: Arc<Allocator>,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeviceBuffer({:#x}, {} bytes)", self.ptr, self.bytes)
+    }
+}
+
+impl DeviceBuffer {
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    /// The bytes asked for.
+    pub fn len_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        self.alloc.give_back(self.ptr, self.size);
+    }
+}
+
+impl Allocator {
+    pub fn new(raw: Box<dyn RawMemory>) -> Arc<Self> {
+        Arc::new(Allocator {
+            raw,
+            pool: Mutex::new(Pool::default()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A buffer of at least `bytes` bytes (contents undefined).
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        let size = rounded(bytes);
+        let cached = self.lock().free.get_mut(&size).and_then(|v| v.pop());
+        let ptr = match cached {
+            Some(p) => p,
+            None => {
+                let fresh = match self.raw.malloc(size) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        // Out of memory with blocks cached: release them and try once more.
+                        self.empty_cache();
+                        self.raw.malloc(size)?
+                    }
+                };
+                self.lock().stats.reserved += size as u64;
+                fresh
+            }
+        };
+        let mut pool = self.lock();
+        pool.stats.active += size as u64;
+        pool.stats.peak = pool.stats.peak.max(pool.stats.active);
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            size,
+            alloc: Arc::clone(self),
+        })
+    }
+
+    fn give_back(&self, ptr: u64, size: usize) {
+        let mut pool = self.lock();
+        pool.stats.active -= size as u64;
+        pool.free.entry(size).or_default().push(ptr);
+    }
+
+    pub fn stats(&self) -> AllocStats {
+        self.lock().stats
+    }
+
+    /// Starts a new high-water mark at the current active bytes.
+    pub fn reset_peak(&self) {
+        let mut pool = self.lock();
+        pool.stats.peak = pool.stats.active;
+    }
+
+    /// Returns every cached (free) block to the driver.
+    pub fn empty_cache(&self) {
+        let blocks: Vec<(usize, u64)> = {
+            let mut pool = self.lock();
+            let drained: Vec<(usize, u64)> = pool
+                .free
+                .drain()
+                .flat_map(|(s, v)| v.into_iter().map(move |p| (s, p)))
+                .collect();
+            for (s, _) in &drained {
+                pool.stats.reserved -= *s as u64;
+            }
+            drained
+        };
+        for (_, p) in blocks {
+            self.raw.free(p);
+        }
+    }
+}
+
+impl Drop for Allocator {
+    fn drop(&mut self) {
+        self.empty_cache();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Hands out increasing fake addresses and counts driver calls.
+    #[derive(Default)]
+    struct Fake {
+        next: AtomicU64,
+        mallocs: Arc<AtomicU64>,
+        frees: Arc<AtomicU64>,
+    }
+    impl RawMemory for Fake {
+        fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+            self.mallocs.fetch_add(1, Ordering::SeqCst);
+            Ok(0x1000 + self.next.fetch_add(bytes as u64, Ordering::SeqCst))
+        }
+        fn free(&self, _ptr: u64) {
+            self.frees.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn fake() -> (Arc<Allocator>, Arc<AtomicU64>, Arc<AtomicU64>) {
+        let f = Fake::default();
+        let (m, fr) = (Arc::clone(&f.mallocs), Arc::clone(&f.frees));
+        (Allocator::new(Box::new(f)), m, fr)
+    }
+
+    #[test]
+    fn reuses_freed_blocks_of_the_same_rounded_size() {
+        let (a, mallocs, _) = fake();
+        let p = a.alloc(1000).unwrap().ptr();
+        let again = a.alloc(900).unwrap(); // rounds to the same 1024-byte block
+        assert_eq!(again.ptr(), p);
+        assert_eq!(mallocs.load(Ordering::SeqCst), 1);
+        let _other = a.alloc(5000).unwrap();
+        assert_eq!(mallocs.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn tracks_active_and_peak_and_resets_the_peak() {
+        let (a, _, frees) = fake();
+        let x = a.alloc(3 << 20).unwrap(); // 4 MiB after rounding
+        a.reset_peak();
+        {
+            let _t1 = a.alloc(1 << 20).unwrap(); // 2 MiB
+            let _t2 = a.alloc(100).unwrap(); // 512 B
+            assert_eq!(a.stats().active, (4 << 20) + (2 << 20) + 512);
+        }
+        let s = a.stats();
+        assert_eq!(s.active, 4 << 20);
+        assert_eq!(
+            s.peak - (4 << 20),
+            (2 << 20) + 512,
+            "transient = peak - active before"
+        );
+        assert_eq!(s.reserved, (6 << 20) + 512);
+        a.reset_peak();
+        assert_eq!(a.stats().peak, 4 << 20);
+        drop(x);
+        a.empty_cache();
+        assert_eq!(frees.load(Ordering::SeqCst), 3);
+        assert_eq!(a.stats().reserved, 0);
+    }
+}

@@ -1,0 +1,298 @@
+//! The kernel artifact gate: `build` compiles every embedded kernel source
+//! through NVRTC into a folder of cubins plus `manifest.json`; `verify`
+//! checks a folder against the sources embedded in this binary (source
+//! hashes match), the outputs against their recorded hashes (a changed byte
+//! fails) and the entry points actually exported by each cubin's ELF symbol
+//! table against the required list.
+
+use crate::cache::sha256_hex;
+use crate::error::io_err;
+use crate::kernels::KernelSource;
+use crate::{elf, nvrtc, CudaError};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const MANIFEST: &str = "manifest.json";
+pub const FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format: u32,
+    pub arch: String,
+    pub nvrtc_version: String,
+    pub options: Vec<String>,
+    pub kernels: Vec<KernelEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct KernelEntry {
+    pub name: String,
+    pub source_file: String,
+    pub source_sha256: String,
+    pub output_file: String,
+    pub output_sha256: String,
+    pub entry_points: Vec<String>,
+    /// NVRTC's log: ptxas registers, shared memory, spills per entry point.
+    pub compile_log: String,
+}
+
+/// Compiles `sources` for `arch` into `out` (created if needed).
+pub fn build(out: &Path, arch: &str, sources: &[KernelSource]) -> Result<Manifest, CudaError> {
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let nvrtc_version = nvrtc::version()?;
+    let mut kernels = Vec::new();
+    for src in sources {
+        let compiled = nvrtc::compile(src.name, src.source, arch)?;
+        let output_file = format!("{}.{arch}.cubin", src.name);
+        let path = out.join(&output_file);
+        std::fs::write(&path, &compiled.cubin).map_err(io_err(&path))?;
+        let entry_points = elf::function_symbols(&compiled.cubin).map_err(CudaError::Artifact)?;
+        kernels.push(KernelEntry {
+            name: src.name.to_string(),
+            source_file: src.file.to_string(),
+            source_sha256: sha256_hex(src.source.as_bytes()),
+            output_file,
+            output_sha256: sha256_hex(&compiled.cubin),
+            entry_points,
+            compile_log: compiled.log,
+        });
+    }
+    let manifest = Manifest {
+        format: FORMAT,
+        arch: arch.to_string(),
+        nvrtc_version,
+        options: nvrtc::code_options(arch),
+        kernels,
+    };
+    let path = out.join(MANIFEST);
+    let json =
+        serde_json::to_string_pretty(&manifest).map_err(|e| CudaError::Artifact(e.to_string()))?;
+    std::fs::write(&path, json + "\n").map_err(io_err(&path))?;
+    Ok(manifest)
+}
+
+/// What verification checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verified {
+    pub arch: String,
+    pub kernels: usize,
+    pub entry_points: Vec<String>,
+    /// SHA-256 of manifest.json: the artifact's identity for build records.
+    pub manifest_sha256: String,
+}
+
+/// Verifies the artifact in `dir`. On failure, the error lists every problem.
+pub fn verify(
+    dir: &Path,
+    sources: &[KernelSource],
+    required: &[&str],
+) -> Result<Verified, CudaError> {
+    let mpath = dir.join(MANIFEST);
+    let mbytes = std::fs::read(&mpath).map_err(io_err(&mpath))?;
+    let manifest: Manifest = serde_json::from_slice(&mbytes)
+        .map_err(|e| CudaError::Artifact(format!("{}: {e}", mpath.display())))?;
+    let mut problems = Vec::new();
+    if manifest.format != FORMAT {
+        problems.push(format!(
+            "manifest format {} (expected {FORMAT})",
+            manifest.format
+        ));
+    }
+    let mut exported = Vec::new();
+    for src in sources {
+        let Some(entry) = manifest.kernels.iter().find(|k| k.name == src.name) else {
+            problems.push(format!("kernel `{}` missing from the manifest", src.name));
+            continue;
+        };
+        let want = sha256_hex(src.source.as_bytes());
+        if entry.source_sha256 != want {
+            problems.push(format!(
+                "kernel `{}`: embedded source hashes to {want}, manifest says {} (artifact built from other sources)",
+                src.name, entry.source_sha256
+            ));
+        }
+        let opath = dir.join(&entry.output_file);
+        let bytes = match std::fs::read(&opath) {
+            Ok(b) => b,
+            Err(e) => {
+                problems.push(format!("{}: {e}", opath.display()));
+                continue;
+            }
+        };
+        let got = sha256_hex(&bytes);
+        if got != entry.output_sha256 {
+            problems.push(format!(
+                "{}: hashes to {got}, manifest says {} (output changed)",
+                entry.output_file, entry.output_sha256
+            ));
+        }
+        match elf::function_symbols(&bytes) {
+            Ok(syms) => {
+                if syms != entry.entry_points {
+                    problems.push(format!(
+                        "{}: exports {syms:?}, manifest lists {:?}",
+                        entry.output_file, entry.entry_points
+                    ));
+                }
+                exported.extend(syms);
+            }
+            Err(e) => problems.push(format!("{}: {e}", entry.output_file)),
+        }
+    }
+    for r in required {
+        if !exported.iter().any(|e| e == r) {
+            problems.push(format!(
+                "required entry point `{r}` not exported by any compiled kernel"
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(CudaError::Artifact(format!(
+            "{} verification failed:\n  - {}",
+            dir.display(),
+            problems.join("\n  - ")
+        )));
+    }
+    exported.sort();
+    Ok(Verified {
+        arch: manifest.arch,
+        kernels: sources.len(),
+        entry_points: exported,
+        manifest_sha256: sha256_hex(&mbytes),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{required_entry_points, MASKED_SOFTMAX, SOURCES};
+
+    fn nvrtc_ready() -> bool {
+        match crate::libs::probe_nvrtc().and_then(|_| nvrtc::include_dir()) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("skipped (NVRTC or CUDA headers absent): {e}");
+                false
+            }
+        }
+    }
+
+    /// Compiles every kernel once (slow: shared by the gate tests).
+    fn built() -> Option<&'static tempfile::TempDir> {
+        use std::sync::OnceLock;
+        static DIR: OnceLock<Option<tempfile::TempDir>> = OnceLock::new();
+        DIR.get_or_init(|| {
+            if !nvrtc_ready() {
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            build(dir.path(), "sm_90a", SOURCES).unwrap();
+            Some(dir)
+        })
+        .as_ref()
+    }
+
+    fn copy_dir(from: &Path) -> tempfile::TempDir {
+        let to = tempfile::tempdir().unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), to.path().join(e.file_name())).unwrap();
+        }
+        to
+    }
+
+    #[test]
+    fn every_kernel_compiles_and_verifies_with_all_required_entry_points() {
+        let Some(dir) = built() else { return };
+        let v = verify(dir.path(), SOURCES, &required_entry_points()).unwrap();
+        for r in required_entry_points() {
+            assert!(v.entry_points.iter().any(|e| e == r), "{r}");
+        }
+        let m: Manifest =
+            serde_json::from_slice(&std::fs::read(dir.path().join(MANIFEST)).unwrap()).unwrap();
+        assert_eq!(m.arch, "sm_90a");
+        assert!(m.nvrtc_version.starts_with("13."), "{}", m.nvrtc_version);
+        // ptxas reports per entry point; the fused kernels must not spill.
+        let fused = m
+            .kernels
+            .iter()
+            .find(|k| k.name == "attention_fused")
+            .unwrap();
+        assert!(
+            fused.compile_log.contains("attn_fused_prefill_d256_bf16"),
+            "{}",
+            fused.compile_log
+        );
+    }
+
+    #[test]
+    fn a_changed_output_byte_fails_verification() {
+        let Some(dir) = built() else { return };
+        let copy = copy_dir(dir.path());
+        let cubin = copy.path().join("attention_fused.sm_90a.cubin");
+        let mut bytes = std::fs::read(&cubin).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x01;
+        std::fs::write(&cubin, bytes).unwrap();
+        let err = verify(copy.path(), SOURCES, &required_entry_points())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("output changed"), "{err}");
+    }
+
+    #[test]
+    fn a_source_change_fails_verification() {
+        let Some(dir) = built() else { return };
+        let edited = format!("{}\n// edited\n", MASKED_SOFTMAX.source);
+        let changed = KernelSource {
+            source: Box::leak(edited.into_boxed_str()),
+            ..MASKED_SOFTMAX
+        };
+        let sources = [SOURCES[0], changed];
+        let err = verify(dir.path(), &sources, &required_entry_points())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("embedded source hashes"), "{err}");
+    }
+
+    #[test]
+    fn a_build_missing_a_required_symbol_fails_verification() {
+        if !nvrtc_ready() {
+            return;
+        }
+        // A softmax source whose f16 entry point was renamed away.
+        let doctored = MASKED_SOFTMAX.source.replace(
+            "HEADROOM_SOFTMAX_ENTRY(f16, __half)",
+            "HEADROOM_SOFTMAX_ENTRY(f16_old, __half)",
+        );
+        let src = KernelSource {
+            source: Box::leak(doctored.into_boxed_str()),
+            ..MASKED_SOFTMAX
+        };
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path(), "sm_90a", &[src]).unwrap();
+        let err = verify(dir.path(), &[src], MASKED_SOFTMAX.entry_points)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`attn_masked_softmax_f16` not exported"),
+            "{err}"
+        );
+        // The same build passes when that symbol is not required: the failure is the symbol.
+        verify(dir.path(), &[src], &["attn_masked_softmax_bf16"]).unwrap();
+    }
+
+    #[test]
+    fn a_manifest_listing_a_symbol_the_cubin_lacks_fails() {
+        let Some(dir) = built() else { return };
+        let copy = copy_dir(dir.path());
+        let mpath = copy.path().join(MANIFEST);
+        let mut m: Manifest = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+        m.kernels[1].entry_points.push("attn_not_compiled".into());
+        std::fs::write(&mpath, serde_json::to_string(&m).unwrap()).unwrap();
+        let err = verify(copy.path(), SOURCES, &required_entry_points())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("manifest lists"), "{err}");
+    }
+}

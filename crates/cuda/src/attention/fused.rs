@@ -1,0 +1,64 @@
+//! Launches the fused prefill kernel (`attention_fused.cu`). The tile
+//! constants here must match the kernel's.
+
+use super::AttentionBuffers;
+use crate::device::CudaDevice;
+use crate::{kernels, CudaError};
+use headroom_core::fused_capability::FUSED_HEAD_DIMS;
+use headroom_core::{AttentionError, AttentionShape, Dtype};
+use std::ffi::c_void;
+
+/// Query rows per CTA (`BLOCK_M` in the kernel).
+pub const BLOCK_M: usize = 128;
+/// Largest keys-per-tile of any head dim (`BLOCK_N_MAX`; head dim 256 may use fewer).
+pub const BLOCK_N_MAX: usize = 64;
+/// Threads per CTA (`THREADS`).
+pub const THREADS: usize = 256;
+
+/// Dynamic shared memory reserved for `head_dim`: Q tile + one K and one V
+/// tile of the largest tile width (an upper bound of what the kernel uses).
+pub fn smem_bytes(head_dim: usize) -> usize {
+    (BLOCK_M + 2 * BLOCK_N_MAX) * head_dim * 2
+}
+
+pub(super) fn run(
+    dev: &CudaDevice,
+    shape: &AttentionShape,
+    dtype: Dtype,
+    scale_log2: f32,
+    bufs: &AttentionBuffers<'_>,
+) -> Result<(), CudaError> {
+    let entry = kernels::fused_entry(shape.head_dim, dtype).ok_or_else(|| {
+        AttentionError::UnsupportedHeadDim {
+            head_dim: shape.head_dim,
+            route: "fused",
+            backend: "cuda",
+            supported: FUSED_HEAD_DIMS.to_vec(),
+        }
+    })?;
+    let f = dev.function(entry)?;
+    let smem = smem_bytes(shape.head_dim);
+    dev.set_dynamic_smem(f, smem)?;
+    let (mut q, mut k, mut v, mut o) = (bufs.q.ptr(), bufs.k.ptr(), bufs.v.ptr(), bufs.out.ptr());
+    let (mut q_len, mut kv_len) = (shape.q_len as i32, shape.kv_len as i32);
+    let (mut qh, mut kvh) = (shape.q_heads as i32, shape.kv_heads as i32);
+    let mut scale = scale_log2;
+    let mut params: [*mut c_void; 9] = [
+        &mut q as *mut u64 as *mut c_void,
+        &mut k as *mut u64 as *mut c_void,
+        &mut v as *mut u64 as *mut c_void,
+        &mut o as *mut u64 as *mut c_void,
+        &mut q_len as *mut i32 as *mut c_void,
+        &mut kv_len as *mut i32 as *mut c_void,
+        &mut qh as *mut i32 as *mut c_void,
+        &mut kvh as *mut i32 as *mut c_void,
+        &mut scale as *mut f32 as *mut c_void,
+    ];
+    let grid = (
+        shape.q_len.div_ceil(BLOCK_M) as u32,
+        shape.q_heads as u32,
+        1,
+    );
+    // SAFETY: buffers were validated against the shape; params match the kernel signature.
+    unsafe { dev.launch(f, grid, (THREADS as u32, 1, 1), smem, &mut params) }
+}

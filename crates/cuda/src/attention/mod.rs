@@ -1,0 +1,85 @@
+//! Prefill attention on a CUDA device: the fused kernel or the composed
+//! (cuBLAS + masked softmax) route, with the semantics of
+//! `headroom_core::attention` and an [`AttentionReport`] whose transient
+//! bytes come from the caching allocator.
+
+mod composed;
+mod fused;
+
+pub use composed::workspace_bytes as composed_workspace_bytes;
+pub use fused::{
+    smem_bytes as fused_smem_bytes, BLOCK_M as FUSED_BLOCK_M, BLOCK_N_MAX as FUSED_BLOCK_N_MAX,
+};
+
+use crate::alloc::DeviceBuffer;
+use crate::device::CudaDevice;
+use crate::CudaError;
+use headroom_core::{AttentionError, AttentionReport, AttentionShape, Dtype, RouteRequest};
+
+/// The four device tensors of a call (head-major, storage dtype `dtype`).
+pub struct AttentionBuffers<'a> {
+    pub q: &'a DeviceBuffer,
+    pub k: &'a DeviceBuffer,
+    pub v: &'a DeviceBuffer,
+    pub out: &'a DeviceBuffer,
+}
+
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+
+fn elems(buf: &DeviceBuffer, dtype: Dtype) -> usize {
+    let es = dtype.size_bytes();
+    if buf.len_bytes() % es == 0 {
+        buf.len_bytes() / es
+    } else {
+        usize::MAX // never equal to a shape's count: reported as a length mismatch
+    }
+}
+
+/// Runs one prefill attention call and returns what ran. The call is queued on
+/// the device stream; the report's transient bytes are the allocator's peak
+/// during the call minus what was allocated before it.
+pub fn prefill(
+    dev: &CudaDevice,
+    shape: &AttentionShape,
+    dtype: Dtype,
+    route: RouteRequest,
+    bufs: &AttentionBuffers<'_>,
+) -> Result<AttentionReport, CudaError> {
+    shape.validate_buffers(
+        elems(bufs.q, dtype),
+        elems(bufs.k, dtype),
+        elems(bufs.v, dtype),
+        elems(bufs.out, dtype),
+    )?;
+    if dtype == Dtype::F32 {
+        return Err(AttentionError::UnsupportedDtype {
+            dtype,
+            route: match route {
+                RouteRequest::Fused => "fused",
+                RouteRequest::Composed { .. } => "composed",
+            },
+            backend: "cuda",
+        }
+        .into());
+    }
+    dev.bind()?;
+    let alloc = dev.allocator();
+    let before = alloc.stats().active;
+    alloc.reset_peak();
+    let scale_log2 = shape.scale_or_default() * LOG2_E;
+    let (route, query_block) = match route {
+        RouteRequest::Fused => {
+            fused::run(dev, shape, dtype, scale_log2, bufs)?;
+            (headroom_core::Route::Fused, None)
+        }
+        RouteRequest::Composed { query_block } => {
+            let qb = composed::run(dev, shape, dtype, query_block, scale_log2, bufs)?;
+            (headroom_core::Route::Composed, Some(qb))
+        }
+    };
+    Ok(AttentionReport {
+        route,
+        query_block,
+        transient_bytes: alloc.stats().peak.saturating_sub(before),
+    })
+}

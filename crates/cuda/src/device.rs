@@ -1,0 +1,251 @@
+//! One CUDA device: its primary context, a stream, the kernels loaded from
+//! the disk cache (or compiled by NVRTC on first use), the caching allocator
+//! and the cuBLAS handle.
+
+use crate::alloc::{Allocator, DeviceBuffer, RawMemory};
+use crate::blas::Blas;
+use crate::{cache, kernels, libs, CudaError};
+use cudarc::driver::{result, sys};
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A loaded kernel function.
+#[derive(Clone, Copy)]
+pub struct Function(sys::CUfunction);
+
+/// Context-bound raw memory from the driver.
+struct DriverMemory {
+    ctx: Ctx,
+}
+
+#[derive(Clone, Copy)]
+struct Ctx(sys::CUcontext);
+// SAFETY: a CUDA context handle may be used from any thread once made current there.
+unsafe impl Send for Ctx {}
+unsafe impl Sync for Ctx {}
+// SAFETY: CUfunction handles are immutable and usable from any thread of the context.
+unsafe impl Send for Function {}
+unsafe impl Sync for Function {}
+
+impl RawMemory for DriverMemory {
+    fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+        // SAFETY: the context is live for the allocator's lifetime.
+        unsafe {
+            result::ctx::set_current(self.ctx.0)?;
+            Ok(result::malloc_sync(bytes)?)
+        }
+    }
+    fn free(&self, ptr: u64) {
+        // SAFETY: `ptr` came from malloc_sync in this context and is freed once.
+        unsafe {
+            let _ = result::ctx::set_current(self.ctx.0);
+            if let Err(e) = result::free_sync(ptr) {
+                tracing::warn!(error = %e, "cuMemFree failed");
+            }
+        }
+    }
+}
+
+pub struct CudaDevice {
+    pub ordinal: usize,
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub capability: (i32, i32),
+    /// NVRTC target, e.g. `sm_90a`.
+    pub arch: String,
+    pub sm_count: usize,
+    ctx: Ctx,
+    stream: Stream,
+    functions: Mutex<HashMap<&'static str, Function>>,
+    alloc: Arc<Allocator>,
+    blas: OnceLock<Blas>,
+}
+
+#[derive(Clone, Copy)]
+struct Stream(sys::CUstream);
+// SAFETY: streams are usable from any thread of their context.
+unsafe impl Send for Stream {}
+unsafe impl Sync for Stream {}
+
+/// The NVRTC target for a compute capability: the arch-specific `a` target on
+/// Hopper (wgmma/setmaxnreg), plain `sm_XY` elsewhere. `HEADROOM_CUDA_ARCH` overrides.
+pub fn arch_for(major: i32, minor: i32) -> String {
+    if let Ok(a) = std::env::var("HEADROOM_CUDA_ARCH") {
+        return a;
+    }
+    if (major, minor) == (9, 0) {
+        "sm_90a".into()
+    } else {
+        format!("sm_{major}{minor}")
+    }
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal`, or says why CUDA is unavailable.
+    pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        libs::probe_driver()?;
+        result::init()?;
+        let count = result::device::get_count()?;
+        if ordinal as i32 >= count {
+            return Err(CudaError::NoDevice(format!(
+                "device {ordinal} requested, {count} present"
+            )));
+        }
+        let dev = result::device::get(ordinal as i32)?;
+        // SAFETY: `dev` is a valid device; the primary context is retained for the process.
+        let ctx = unsafe { result::primary_ctx::retain(dev)? };
+        unsafe { result::ctx::set_current(ctx)? };
+        let attr = |a| unsafe { result::device::get_attribute(dev, a) };
+        use sys::CUdevice_attribute::*;
+        let capability = (
+            attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        if capability.0 < 8 {
+            return Err(CudaError::NoDevice(format!(
+                "compute capability {}.{} < 8.0 (the kernels need mma.sync bf16 and cp.async)",
+                capability.0, capability.1
+            )));
+        }
+        let sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)?;
+        let ctx = Ctx(ctx);
+        Ok(CudaDevice {
+            ordinal,
+            name: result::device::get_name(dev)?,
+            capability,
+            arch: arch_for(capability.0, capability.1),
+            sm_count,
+            ctx,
+            stream: Stream(stream),
+            functions: Mutex::new(HashMap::new()),
+            alloc: Allocator::new(Box::new(DriverMemory { ctx })),
+            blas: OnceLock::new(),
+        })
+    }
+
+    /// Makes this device's context current on the calling thread.
+    pub fn bind(&self) -> Result<(), CudaError> {
+        // SAFETY: the context is retained for the process lifetime.
+        unsafe { result::ctx::set_current(self.ctx.0)? };
+        Ok(())
+    }
+
+    pub fn stream_raw(&self) -> sys::CUstream {
+        self.stream.0
+    }
+
+    pub fn allocator(&self) -> &Arc<Allocator> {
+        &self.alloc
+    }
+
+    /// cuBLAS on this device's stream (created on first use).
+    pub fn blas(&self) -> Result<&Blas, CudaError> {
+        if let Some(b) = self.blas.get() {
+            return Ok(b);
+        }
+        self.bind()?;
+        let b = Blas::new(self.stream.0)?;
+        Ok(self.blas.get_or_init(|| b))
+    }
+
+    /// Loads (compiling or reading the disk cache on first use) the module that
+    /// exports `entry` and returns that function.
+    pub fn function(&self, entry: &'static str) -> Result<Function, CudaError> {
+        let mut fns = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = fns.get(entry) {
+            return Ok(*f);
+        }
+        let src =
+            kernels::source_of(entry).ok_or_else(|| CudaError::UnknownEntryPoint(entry.into()))?;
+        let cubin = cache::cubin(src, &self.arch)?;
+        self.bind()?;
+        // SAFETY: `cubin` is a complete image for this device's architecture.
+        let module = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void)? };
+        for e in src.entry_points {
+            let name = CString::new(*e).expect("entry names have no NUL");
+            // SAFETY: `module` is loaded; names come from the source's own list.
+            let f = unsafe { result::module::get_function(module, name)? };
+            fns.insert(e, Function(f));
+        }
+        fns.get(entry)
+            .copied()
+            .ok_or_else(|| CudaError::UnknownEntryPoint(entry.into()))
+    }
+
+    /// Allows `f` up to `bytes` of dynamic shared memory.
+    pub fn set_dynamic_smem(&self, f: Function, bytes: usize) -> Result<(), CudaError> {
+        // SAFETY: `f` is a loaded function of this context.
+        unsafe {
+            result::function::set_function_attribute(
+                f.0,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes as i32,
+            )?
+        };
+        Ok(())
+    }
+
+    /// Launches `f` on this device's stream.
+    ///
+    /// # Safety
+    /// `params` must match the kernel's signature, and every pointer in them must
+    /// address device memory large enough for what the kernel touches.
+    pub unsafe fn launch(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem: usize,
+        params: &mut [*mut c_void],
+    ) -> Result<(), CudaError> {
+        result::launch_kernel(f.0, grid, block, smem as u32, self.stream.0, params)?;
+        Ok(())
+    }
+
+    /// A device buffer of `bytes` bytes from the caching allocator.
+    pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        self.bind()?;
+        self.alloc.alloc(bytes)
+    }
+
+    /// Copies host data into a fresh device buffer.
+    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DeviceBuffer, CudaError> {
+        let buf = self.alloc(std::mem::size_of_val(data))?;
+        self.write(&buf, data)?;
+        Ok(buf)
+    }
+
+    /// Overwrites the start of `buf` with `data` (synchronous).
+    pub fn write<T: Copy>(&self, buf: &DeviceBuffer, data: &[T]) -> Result<(), CudaError> {
+        assert!(
+            std::mem::size_of_val(data) <= buf.len_bytes(),
+            "write past the buffer"
+        );
+        self.synchronize()?;
+        // SAFETY: the buffer holds at least `data`'s bytes (checked above).
+        unsafe { result::memcpy_htod_sync(buf.ptr(), data)? };
+        Ok(())
+    }
+
+    /// Copies the start of `buf` into `out` (synchronous).
+    pub fn read<T: Copy>(&self, buf: &DeviceBuffer, out: &mut [T]) -> Result<(), CudaError> {
+        assert!(
+            std::mem::size_of_val(out) <= buf.len_bytes(),
+            "read past the buffer"
+        );
+        self.synchronize()?;
+        // SAFETY: the buffer holds at least `out`'s bytes (checked above).
+        unsafe { result::memcpy_dtoh_sync(out, buf.ptr())? };
+        Ok(())
+    }
+
+    /// Waits for all work on this device's stream.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: the stream is live.
+        unsafe { result::stream::synchronize(self.stream.0)? };
+        Ok(())
+    }
+}

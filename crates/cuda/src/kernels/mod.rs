@@ -1,0 +1,107 @@
+//! The kernel sources embedded in this binary and the entry points each must
+//! export. This is the one place that lists required entry points: the
+//! artifact gate checks them, the launchers look their names up here.
+
+use headroom_core::Dtype;
+
+/// One `.cu` source compiled as one NVRTC program (one cubin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSource {
+    /// Short name, also the NVRTC program name and the artifact file stem.
+    pub name: &'static str,
+    /// File name of the source beside this module.
+    pub file: &'static str,
+    pub source: &'static str,
+    /// Entry points the compiled output must export.
+    pub entry_points: &'static [&'static str],
+}
+
+/// Fused prefill attention for head dims 64/128/256 in f16 and bf16.
+pub const ATTENTION_FUSED: KernelSource = KernelSource {
+    name: "attention_fused",
+    file: "attention_fused.cu",
+    source: include_str!("attention_fused.cu"),
+    entry_points: &[
+        "attn_fused_prefill_d256_bf16",
+        "attn_fused_prefill_d256_f16",
+        "attn_fused_prefill_d128_bf16",
+        "attn_fused_prefill_d128_f16",
+        "attn_fused_prefill_d64_bf16",
+        "attn_fused_prefill_d64_f16",
+    ],
+};
+
+/// Masked softmax of the composed route (f32 scores to f16/bf16 probabilities).
+pub const MASKED_SOFTMAX: KernelSource = KernelSource {
+    name: "masked_softmax",
+    file: "masked_softmax.cu",
+    source: include_str!("masked_softmax.cu"),
+    entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
+};
+
+/// Every kernel source the backend launches.
+pub const SOURCES: &[KernelSource] = &[ATTENTION_FUSED, MASKED_SOFTMAX];
+
+/// Every entry point the artifact must contain, source by source.
+pub fn required_entry_points() -> Vec<&'static str> {
+    SOURCES
+        .iter()
+        .flat_map(|s| s.entry_points.iter().copied())
+        .collect()
+}
+
+/// The source that exports `entry`.
+pub fn source_of(entry: &str) -> Option<&'static KernelSource> {
+    SOURCES.iter().find(|s| s.entry_points.contains(&entry))
+}
+
+fn dtype_suffix(dtype: Dtype) -> Option<&'static str> {
+    match dtype {
+        Dtype::F16 => Some("f16"),
+        Dtype::Bf16 => Some("bf16"),
+        Dtype::F32 => None,
+    }
+}
+
+/// The fused kernel for `head_dim` and `dtype`, if one is compiled.
+pub fn fused_entry(head_dim: usize, dtype: Dtype) -> Option<&'static str> {
+    let name = format!("attn_fused_prefill_d{head_dim}_{}", dtype_suffix(dtype)?);
+    ATTENTION_FUSED
+        .entry_points
+        .iter()
+        .copied()
+        .find(|e| *e == name)
+}
+
+/// The masked-softmax kernel writing probabilities in `dtype`.
+pub fn softmax_entry(dtype: Dtype) -> Option<&'static str> {
+    let name = format!("attn_masked_softmax_{}", dtype_suffix(dtype)?);
+    MASKED_SOFTMAX
+        .entry_points
+        .iter()
+        .copied()
+        .find(|e| *e == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::fused_capability::{CUDA_FUSED_DTYPES, FUSED_HEAD_DIMS};
+
+    #[test]
+    fn capability_table_has_a_required_entry_point_for_every_cell() {
+        let required = required_entry_points();
+        for d in FUSED_HEAD_DIMS {
+            for dt in CUDA_FUSED_DTYPES {
+                let e = fused_entry(d, dt).unwrap_or_else(|| panic!("no fused kernel d{d} {dt}"));
+                assert!(required.contains(&e));
+                assert_eq!(source_of(e), Some(&ATTENTION_FUSED));
+            }
+            assert!(softmax_entry(Dtype::Bf16).is_some());
+        }
+        assert!(required.contains(&"attn_fused_prefill_d256_bf16"));
+        assert!(required.contains(&"attn_fused_prefill_d256_f16"));
+        assert_eq!(fused_entry(256, Dtype::F32), None);
+        assert_eq!(fused_entry(96, Dtype::Bf16), None);
+    }
+}

@@ -1,0 +1,69 @@
+//! Probes for the CUDA shared libraries before cudarc touches them.
+//!
+//! cudarc's dynamic loading panics when a library is missing; every entry
+//! point of this crate calls one of these probes first, so a machine without
+//! a driver, NVRTC or cuBLAS gets an ordinary error naming what is missing.
+
+use crate::CudaError;
+
+/// The CUDA driver (`libcuda.so`), needed to run anything on a GPU.
+pub fn probe_driver() -> Result<(), CudaError> {
+    // SAFETY: only tries to dlopen candidate library names.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::LibraryMissing {
+            library: "the CUDA driver (libcuda.so)",
+            hint: "no NVIDIA driver on this machine, or it is not on the library search path",
+        })
+    }
+}
+
+/// NVRTC (`libnvrtc.so.13`), needed to compile kernels (no GPU required).
+pub fn probe_nvrtc() -> Result<(), CudaError> {
+    // SAFETY: only tries to dlopen candidate library names.
+    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::LibraryMissing {
+            library: "NVRTC (libnvrtc.so.13)",
+            hint:
+                "install a CUDA 13 toolkit or the nvidia-cuda-nvrtc wheel and put its lib folder \
+                   (with libnvrtc-builtins.so.13.0) on LD_LIBRARY_PATH",
+        })
+    }
+}
+
+/// cuBLAS (`libcublas.so.13`), needed by the composed attention route.
+pub fn probe_cublas() -> Result<(), CudaError> {
+    // SAFETY: only tries to dlopen candidate library names.
+    if unsafe { cudarc::cublas::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(CudaError::LibraryMissing {
+            library: "cuBLAS (libcublas.so.13)",
+            hint: "install a CUDA 13 toolkit or the nvidia-cublas wheel and put its lib folder on \
+                   LD_LIBRARY_PATH",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_answer_without_panicking() {
+        // Whatever this machine has, each probe returns Ok or a typed error naming the library.
+        for (probe, needle) in [
+            (probe_driver as fn() -> Result<(), CudaError>, "libcuda"),
+            (probe_nvrtc, "libnvrtc"),
+            (probe_cublas, "libcublas"),
+        ] {
+            match probe() {
+                Ok(()) => {}
+                Err(e) => assert!(e.to_string().contains(needle), "{e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Compiling kernel sources to cubins with NVRTC (no GPU needed).
+//!
+//! NVRTC is found on the ordinary library search path; the CUDA headers
+//! (`cuda_fp16.h`, `cuda_bf16.h`) through `HEADROOM_CUDA_INCLUDE`, else the
+//! include folder of a toolkit under `CUDA_HOME`, `CUDA_PATH` or
+//! `/usr/local/cuda`.
+
+use crate::{libs, CudaError};
+use cudarc::nvrtc::{result, sys};
+use std::ffi::{c_char, CString};
+use std::path::PathBuf;
+
+/// Environment variable naming the folder that holds `cuda_fp16.h`.
+pub const INCLUDE_ENV: &str = "HEADROOM_CUDA_INCLUDE";
+
+/// Options that change the generated code (the cache key and the manifest
+/// record these; the include folder is added separately, as it only locates headers).
+///
+/// `HEADROOM_NVRTC_DEFINES` (`NAME=VALUE,...`) adds `-D` options: a tuning
+/// knob for experiments (e.g. `HEADROOM_D256_BLOCK_N=64`); it changes the cache
+/// key and is recorded in a manifest, so an artifact built with it says so.
+pub fn code_options(arch: &str) -> Vec<String> {
+    let mut o = vec![
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".to_string(),
+        "--ptxas-options=-v".to_string(),
+    ];
+    if let Ok(defs) = std::env::var("HEADROOM_NVRTC_DEFINES") {
+        o.extend(
+            defs.split(',')
+                .filter(|d| !d.trim().is_empty())
+                .map(|d| format!("-D{}", d.trim())),
+        );
+    }
+    o
+}
+
+/// The folder holding the CUDA headers the kernels include.
+pub fn include_dir() -> Result<PathBuf, CudaError> {
+    let mut tried = Vec::new();
+    if let Some(dir) = std::env::var_os(INCLUDE_ENV) {
+        let dir = PathBuf::from(dir);
+        if dir.join("cuda_fp16.h").is_file() {
+            return Ok(dir);
+        }
+        return Err(CudaError::HeadersMissing(format!(
+            "{INCLUDE_ENV}={} has no cuda_fp16.h",
+            dir.display()
+        )));
+    }
+    let mut candidates: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .map(|p| PathBuf::from(p).join("include"))
+        .collect();
+    candidates.push(PathBuf::from("/usr/local/cuda/include"));
+    for dir in candidates {
+        if dir.join("cuda_fp16.h").is_file() {
+            return Ok(dir);
+        }
+        tried.push(dir.display().to_string());
+    }
+    Err(CudaError::HeadersMissing(format!(
+        "set {INCLUDE_ENV} to a folder with cuda_fp16.h and cuda_bf16.h (tried {})",
+        tried.join(", ")
+    )))
+}
+
+/// NVRTC's version as `major.minor`.
+pub fn version() -> Result<String, CudaError> {
+    libs::probe_nvrtc()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loadable (probed); the out-pointers are valid.
+    unsafe { sys::nvrtcVersion(&mut major, &mut minor) }.result()?;
+    Ok(format!("{major}.{minor}"))
+}
+
+/// A compiled program: the cubin and NVRTC's log (ptxas resource usage included).
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub cubin: Vec<u8>,
+    pub log: String,
+}
+
+/// Compiles `source` (program name `name`) for `arch` (e.g. `sm_90a`) to a cubin.
+pub fn compile(name: &str, source: &str, arch: &str) -> Result<Compiled, CudaError> {
+    libs::probe_nvrtc()?;
+    let include = include_dir()?;
+    let mut options = code_options(arch);
+    options.push(format!("--include-path={}", include.display()));
+
+    let src = CString::new(source).map_err(|e| CudaError::Nvrtc(e.to_string()))?;
+    let cname = CString::new(name).map_err(|e| CudaError::Nvrtc(e.to_string()))?;
+    let prog = result::create_program(&src, Some(&cname))?;
+    // SAFETY: `prog` is a live program until destroyed below.
+    let compiled = unsafe { result::compile_program(prog, &options) };
+    let log = unsafe { result::get_program_log(prog) }
+        .map(|l| c_chars_to_string(&l))
+        .unwrap_or_default();
+    let outcome = match compiled {
+        Err(_) => Err(CudaError::Compile {
+            kernel: name.to_string(),
+            arch: arch.to_string(),
+            log: log.clone(),
+        }),
+        Ok(()) => unsafe { get_cubin(prog) }.map(|cubin| Compiled {
+            cubin,
+            log: log.clone(),
+        }),
+    };
+    // SAFETY: `prog` was created above and is destroyed once.
+    unsafe { result::destroy_program(prog) }?;
+    outcome
+}
+
+/// # Safety
+/// `prog` must be a successfully compiled, live NVRTC program.
+unsafe fn get_cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, CudaError> {
+    let mut size = 0usize;
+    sys::nvrtcGetCUBINSize(prog, &mut size).result()?;
+    if size == 0 {
+        return Err(CudaError::Nvrtc(
+            "no cubin produced (is the architecture a real sm_XX target?)".into(),
+        ));
+    }
+    let mut buf = vec![0u8; size];
+    sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char).result()?;
+    Ok(buf)
+}
+
+fn c_chars_to_string(chars: &[c_char]) -> String {
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).trim().to_string()
+}
