@@ -219,9 +219,14 @@ pub fn render_text(r: &DoctorReport) -> String {
         );
     }
     for g in &r.layers {
+        let noun = if g.layer_indices.len() == 1 {
+            "layer"
+        } else {
+            "layers"
+        };
         let _ = writeln!(
             out,
-            "  layers {}: {}",
+            "  {noun} {}: {}",
             fmt_indices(&g.layer_indices),
             g.kind
         );
@@ -263,5 +268,38 @@ mod tests {
         assert_eq!(fmt_indices(&[0, 1, 2, 4, 7, 8]), "0-2, 4, 7-8");
         assert_eq!(fmt_indices(&[3]), "3");
         assert_eq!(fmt_indices(&[]), "");
+    }
+
+    #[test]
+    fn text_report_shows_groups_routes_and_warnings() {
+        let args = Args {
+            source: ModelSource {
+                synthetic: Some("tiny-d256".into()),
+                model: None,
+            },
+            json: false,
+            backend: Some(BackendKind::Cpu),
+        };
+        let g = GlobalArgs {
+            attn_execution: Some("fallback".into()),
+            attn_query_block: Some("256".into()),
+            qualifications: Some(std::path::PathBuf::from("no/such/registry/folder")),
+            log: None,
+        };
+        let r = report(&args, &g).unwrap();
+        assert_eq!(r.hardware.backend, BackendKind::Cpu);
+        let text = render_text(&r);
+        assert!(
+            text.contains("layer 3: full attention, head_dim 256"),
+            "{text}"
+        );
+        assert!(text.contains("layers 0-2: linear attention"), "{text}");
+        assert!(text.contains("-> composed qL 256 (cli)"), "{text}");
+        assert!(
+            text.contains("attention control: fallback (from cli)"),
+            "{text}"
+        );
+        // The missing folder is a warning, printed once.
+        assert_eq!(text.matches("no/such/registry/folder").count(), 1, "{text}");
     }
 }
