@@ -286,6 +286,76 @@ impl ModelConfig {
         }
     }
 
+    /// The config as a flat Hugging Face text-model `config.json`
+    /// (what `Qwen3_5MoeForCausalLM` / `Qwen3_5ForCausalLM` save); parsing it
+    /// back gives this config.
+    pub fn to_hf_json(&self) -> Value {
+        let layer_types: Vec<&str> = self
+            .layer_types
+            .iter()
+            .map(|k| match k {
+                AttentionKind::Full => "full_attention",
+                AttentionKind::Linear => "linear_attention",
+            })
+            .collect();
+        let mut rope = serde_json::json!({
+            "rope_type": "default",
+            "rope_theta": self.rope.theta,
+            "partial_rotary_factor": self.rope.partial_rotary_factor,
+        });
+        if let Some(section) = &self.rope.mrope_section {
+            rope["mrope_section"] = serde_json::json!(section);
+            rope["mrope_interleaved"] = self.rope.mrope_interleaved.into();
+        }
+        let mut v = serde_json::json!({
+            "architectures": [match self.family {
+                Family::Qwen35Moe => "Qwen3_5MoeForCausalLM",
+                Family::Qwen35Dense => "Qwen3_5ForCausalLM",
+                Family::Qwen3Next => "Qwen3NextForCausalLM",
+            }],
+            "model_type": self.model_type,
+            "dtype": match self.dtype {
+                Dtype::F32 => "float32",
+                Dtype::F16 => "float16",
+                Dtype::Bf16 => "bfloat16",
+            },
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "layer_types": layer_types,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "attn_output_gate": self.attn_output_gate,
+            "attention_bias": false,
+            "hidden_act": "silu",
+            "rope_parameters": rope,
+            "linear_num_key_heads": self.linear.num_key_heads,
+            "linear_num_value_heads": self.linear.num_value_heads,
+            "linear_key_head_dim": self.linear.key_head_dim,
+            "linear_value_head_dim": self.linear.value_head_dim,
+            "linear_conv_kernel_dim": self.linear.conv_kernel_dim,
+            "rms_norm_eps": self.rms_norm_eps,
+            "tie_word_embeddings": self.tie_word_embeddings,
+        });
+        match &self.mlp {
+            MlpConfig::Moe(m) => {
+                v["num_experts"] = m.num_experts.into();
+                v["num_experts_per_tok"] = m.num_experts_per_tok.into();
+                v["moe_intermediate_size"] = m.moe_intermediate_size.into();
+                v["shared_expert_intermediate_size"] = m.shared_expert_intermediate_size.into();
+                v["norm_topk_prob"] = m.norm_topk_prob.into();
+            }
+            MlpConfig::Dense { intermediate_size } => {
+                v["intermediate_size"] = (*intermediate_size).into();
+            }
+        }
+        if !self.eos_token_ids.is_empty() {
+            v["eos_token_id"] = serde_json::json!(self.eos_token_ids);
+        }
+        v
+    }
+
     /// Checks the internal consistency of the sizes (head divisibility, rotary dims, ...).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field: &str, reason: String| {
@@ -1002,6 +1072,25 @@ mod tests {
         let c = ModelConfig::from_dir(&dir).unwrap();
         assert_eq!(c.num_hidden_layers, 6);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn hf_json_round_trips() {
+        for name in ["tiny-d256", "tiny-d64", "qwen3.6-35b-a3b:layers=8"] {
+            let c = ModelConfig::synthetic(name).unwrap();
+            let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
+            assert_eq!(back, c, "{name}");
+        }
+        let mut c = ModelConfig::synthetic("tiny-d64").unwrap();
+        c.model_type = "qwen3_5_text".into();
+        c.family = Family::Qwen35Dense;
+        c.mlp = MlpConfig::Dense {
+            intermediate_size: 80,
+        };
+        c.eos_token_ids = vec![3];
+        c.tie_word_embeddings = true;
+        let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
+        assert_eq!(back, c);
     }
 
     #[test]
