@@ -26,6 +26,7 @@ struct Scratch {
 /// Read-only inputs shared by every task.
 struct Ctx<'a, T> {
     shape: AttentionShape,
+    level: Level,
     q: &'a [T],
     /// K and V of every KV head as f32.
     k: &'a [f32],
@@ -63,6 +64,7 @@ pub(crate) fn run<T: Element>(
     };
     let ctx = Ctx {
         shape: *shape,
+        level: Level::detect(),
         q,
         k: kf,
         v: vf,
@@ -77,10 +79,9 @@ pub(crate) fn run<T: Element>(
         o: w.alloc(qb * d),
         inv: w.alloc(qb),
     });
-    let level = Level::detect();
     (0..grid.len())
         .into_par_iter()
-        .for_each(|idx| pool.with(|s| dispatch(level, &ctx, grid.task(idx), &outs, s)));
+        .for_each(|idx| pool.with(|s| dispatch(&ctx, grid.task(idx), &outs, s)));
     AttentionReport {
         route: Route::Composed,
         query_block: Some(qb),
@@ -94,14 +95,8 @@ fn converted<T: Element>(ws: &Workspace, x: &[T]) -> Vec<f32> {
     f
 }
 
-fn dispatch<T: Element>(
-    level: Level,
-    ctx: &Ctx<'_, T>,
-    t: Task,
-    outs: &OutRows<'_, T>,
-    s: &mut Scratch,
-) {
-    match level {
+fn dispatch<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Scratch) {
+    match ctx.level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Level::Avx2 is only returned when the CPU has AVX2 and FMA.
         Level::Avx2 => unsafe { task_avx2(ctx, t, outs, s) },
@@ -157,8 +152,8 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
         );
         for (i, row) in sc.chunks_exact_mut(kv_end).enumerate() {
             let visible = full + i;
-            let m = row_max(&row[..visible]);
-            let l = exp_sub_sum(&mut row[..visible], m);
+            let m = row_max(ctx.level, &row[..visible]);
+            let l = exp_sub_sum(ctx.level, &mut row[..visible], m);
             row[visible..].fill(0.0);
             s.inv[i] = 1.0 / l;
         }

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 /// Target number of stacked query rows (all heads of a group) per tile.
 pub const FUSED_QUERY_ROWS: usize = 128;
 /// KV rows per tile.
-pub const FUSED_KV_TILE: usize = 64;
+pub const FUSED_KV_TILE: usize = 128;
 
 /// Query rows of each head in one tile.
 pub fn rows_per_head(group: usize) -> usize {
@@ -67,6 +67,7 @@ struct Scratch {
 
 struct Ctx<'a, T> {
     shape: AttentionShape,
+    level: Level,
     q: &'a [T],
     k: &'a [T],
     v: &'a [T],
@@ -97,14 +98,14 @@ pub(crate) fn run<T: Element>(
     });
     let ctx = Ctx {
         shape: *shape,
+        level: Level::detect(),
         q,
         k,
         v,
     };
-    let level = Level::detect();
     (0..grid.len())
         .into_par_iter()
-        .for_each(|idx| pool.with(|s| dispatch(level, &ctx, grid.task(idx), &outs, s)));
+        .for_each(|idx| pool.with(|s| dispatch(&ctx, grid.task(idx), &outs, s)));
     AttentionReport {
         route: Route::Fused,
         query_block: None,
@@ -112,14 +113,8 @@ pub(crate) fn run<T: Element>(
     }
 }
 
-fn dispatch<T: Element>(
-    level: Level,
-    ctx: &Ctx<'_, T>,
-    t: Task,
-    outs: &OutRows<'_, T>,
-    s: &mut Scratch,
-) {
-    match level {
+fn dispatch<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Scratch) {
+    match ctx.level {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: Level::Avx2 is only returned when the CPU has AVX2 and FMA.
         Level::Avx2 => unsafe { task_avx2(ctx, t, outs, s) },
@@ -196,9 +191,9 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
                 continue;
             }
             let m_old = s.m[r];
-            let tile_max = row_max(&srow[..valid]);
+            let tile_max = row_max(ctx.level, &srow[..valid]);
             let m_new = if tile_max > m_old { tile_max } else { m_old };
-            let sum = exp_sub_sum(&mut srow[..valid], m_new);
+            let sum = exp_sub_sum(ctx.level, &mut srow[..valid], m_new);
             let alpha = (m_old - m_new).exp();
             s.l[r] = s.l[r] * alpha + sum;
             s.m[r] = m_new;

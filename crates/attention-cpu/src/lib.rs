@@ -42,6 +42,8 @@ pub mod fused;
 mod matmul;
 mod reference;
 mod simd;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86;
 mod tasks;
 mod workspace;
 

@@ -33,7 +33,18 @@ const LANES: usize = 8;
 /// Maximum of `xs`, skipping NaN (a NaN score poisons its row later, through
 /// `exp(NaN - m)`). `-inf` for an empty or all-NaN slice.
 #[inline(always)]
-pub(crate) fn row_max(xs: &[f32]) -> f32 {
+pub(crate) fn row_max(level: Level, xs: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if level == Level::Avx2 {
+        // SAFETY: Level::Avx2 means the CPU has AVX2 and FMA.
+        return unsafe { crate::simd_x86::row_max(xs) };
+    }
+    let _ = level;
+    row_max_portable(xs)
+}
+
+#[inline(always)]
+fn row_max_portable(xs: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let mut chunks = xs.chunks_exact(LANES);
     for c in &mut chunks {
@@ -79,7 +90,18 @@ pub(crate) fn exp(x: f32) -> f32 {
 
 /// `xs[j] = e^(xs[j] - m)` in place; returns the sum.
 #[inline(always)]
-pub(crate) fn exp_sub_sum(xs: &mut [f32], m: f32) -> f32 {
+pub(crate) fn exp_sub_sum(level: Level, xs: &mut [f32], m: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if level == Level::Avx2 {
+        // SAFETY: Level::Avx2 means the CPU has AVX2 and FMA.
+        return unsafe { crate::simd_x86::exp_sub_sum(xs, m) };
+    }
+    let _ = level;
+    exp_sub_sum_portable(xs, m)
+}
+
+#[inline(always)]
+fn exp_sub_sum_portable(xs: &mut [f32], m: f32) -> f32 {
     let mut acc = [0.0f32; LANES];
     let mut chunks = xs.chunks_exact_mut(LANES);
     for c in &mut chunks {
@@ -134,24 +156,52 @@ mod tests {
         assert_eq!(exp(f32::NEG_INFINITY), 0.0);
     }
 
+    fn levels() -> Vec<Level> {
+        let mut l = vec![Level::Baseline];
+        if Level::detect() != Level::Baseline {
+            l.push(Level::detect());
+        }
+        l
+    }
+
     #[test]
     fn row_max_skips_nan_and_reads_the_tail() {
-        let mut xs: Vec<f32> = (0..19).map(|i| i as f32 * 0.5 - 3.0).collect();
-        xs[4] = f32::NAN;
-        xs[18] = 42.0;
-        assert_eq!(row_max(&xs), 42.0);
-        assert_eq!(row_max(&[]), f32::NEG_INFINITY);
-        assert_eq!(row_max(&[f32::NAN]), f32::NEG_INFINITY);
+        for level in levels() {
+            let mut xs: Vec<f32> = (0..19).map(|i| i as f32 * 0.5 - 3.0).collect();
+            xs[4] = f32::NAN;
+            assert_eq!(row_max(level, &xs), 6.0, "{level:?}");
+            xs[18] = 42.0;
+            assert_eq!(row_max(level, &xs), 42.0, "{level:?}");
+            xs[3] = 43.0;
+            assert_eq!(row_max(level, &xs), 43.0, "{level:?}");
+            assert_eq!(row_max(level, &[]), f32::NEG_INFINITY);
+            assert_eq!(row_max(level, &[f32::NAN; 9]), f32::NEG_INFINITY);
+        }
     }
 
     #[test]
     fn exp_sub_sum_writes_every_element_and_sums_them() {
-        let mut xs: Vec<f32> = (0..13).map(|i| -(i as f32) * 0.3).collect();
-        let want: Vec<f64> = xs.iter().map(|&x| (f64::from(x) - 1.0).exp()).collect();
-        let s = exp_sub_sum(&mut xs, 1.0);
-        for (g, w) in xs.iter().zip(&want) {
-            assert!((f64::from(*g) - w).abs() < 1e-6 * w);
+        for level in levels() {
+            let mut xs: Vec<f32> = (0..29).map(|i| -(i as f32) * 3.3).collect();
+            xs[5] = f32::NEG_INFINITY;
+            let before = xs.clone();
+            let want: Vec<f64> = xs.iter().map(|&x| (f64::from(x) - 1.0).exp()).collect();
+            let s = exp_sub_sum(level, &mut xs, 1.0);
+            for (i, (g, w)) in xs.iter().zip(&want).enumerate() {
+                let ok = if before[i] - 1.0 < -87.0 {
+                    *g == 0.0
+                } else {
+                    (f64::from(*g) - w).abs() < 1e-6 * w
+                };
+                assert!(ok, "{level:?} [{i}]: {g} vs {w}");
+            }
+            assert!((f64::from(s) - want.iter().sum::<f64>()).abs() < 1e-5);
+            let mut nan = [0.0f32, f32::NAN, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0, f32::NAN];
+            assert!(exp_sub_sum(level, &mut nan, 0.0).is_nan());
+            assert!(
+                nan[1].is_nan() && nan[8].is_nan() && nan[0] == 1.0,
+                "{level:?}"
+            );
         }
-        assert!((f64::from(s) - want.iter().sum::<f64>()).abs() < 1e-5);
     }
 }
