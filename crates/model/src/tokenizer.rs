@@ -221,7 +221,11 @@ mod tests {
         let eot = t.token_id("<|endoftext|>").unwrap();
         let mut ids = t.encode("hello").unwrap();
         ids.push(eot);
-        assert_eq!(t.decode(&ids).unwrap(), "hello", "special tokens are skipped");
+        assert_eq!(
+            t.decode(&ids).unwrap(),
+            "hello",
+            "special tokens are skipped"
+        );
     }
 
     #[test]
@@ -230,7 +234,10 @@ mod tests {
         let err = Tokenizer::from_dir(dir.path()).unwrap_err();
         assert!(err.to_string().contains("tokenizer.json"), "{err}");
         std::fs::write(dir.path().join("tokenizer.json"), "{\"model\": 1").unwrap();
-        assert!(matches!(Tokenizer::from_dir(dir.path()), Err(TokenizerError::Load { .. })));
+        assert!(matches!(
+            Tokenizer::from_dir(dir.path()),
+            Err(TokenizerError::Load { .. })
+        ));
     }
 
     #[test]

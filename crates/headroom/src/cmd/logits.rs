@@ -1,10 +1,159 @@
-//! `headroom logits`: prefill and write logits.
+//! `headroom logits`: prefill a token id list and write the logits of every
+//! position (`logits`, f32, `[T, vocab]`) to a safetensors file. Also hosts
+//! the model loading and attention planning that `generate` shares.
 
+use crate::attention_setup::AttentionSetup;
 use crate::global::GlobalArgs;
+use crate::model_source::ModelSource;
+use anyhow::{bail, Context};
+use headroom_core::BackendKind;
+use headroom_model::weights::write_safetensors;
+use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows};
+use headroom_model::{ModelConfig, Qwen35Model, Tensor, Weights};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 #[derive(clap::Args, Debug)]
-pub struct Args {}
+pub struct Args {
+    #[command(flatten)]
+    pub source: ModelSource,
+    /// JSON array of token ids, e.g. `[9707, 11, 1879]`.
+    #[arg(long, value_name = "IDS.json")]
+    pub ids: PathBuf,
+    /// Output safetensors file: one f32 tensor `logits` of shape [T, vocab].
+    #[arg(long, value_name = "OUT.safetensors")]
+    pub out: PathBuf,
+    /// Compute backend (the model forward runs on the CPU backend).
+    #[arg(long, default_value = "cpu", value_name = "cpu")]
+    pub backend: BackendKind,
+    /// Prefill chunk size in tokens (default: the whole prompt in one pass).
+    #[arg(long, value_name = "N")]
+    pub chunk: Option<usize>,
+    /// Seed of a synthetic model's weights.
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub weights_seed: u64,
+}
 
-pub fn run(_a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
-    anyhow::bail!("logits: not built yet")
+/// A model's config and weights, from `--synthetic` or `--model`.
+pub struct LoadedModel {
+    pub config: ModelConfig,
+    pub weights: Weights,
+    /// The checkpoint folder (`None` for a synthetic model).
+    pub dir: Option<PathBuf>,
+}
+
+/// Loads the config and weights a [`ModelSource`] names.
+pub fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel> {
+    match (&source.synthetic, &source.model) {
+        (Some(name), None) => {
+            let config = ModelConfig::synthetic(name)
+                .with_context(|| format!("synthetic model `{name}`"))?;
+            let started = Instant::now();
+            let weights = Weights::synthetic(&config, seed);
+            tracing::info!(
+                "synthetic {name}: {:.2} GB of weights in {:.1?}",
+                weights.storage_bytes() as f64 / 1e9,
+                started.elapsed()
+            );
+            Ok(LoadedModel {
+                config,
+                weights,
+                dir: None,
+            })
+        }
+        (None, Some(dir)) => {
+            let config = ModelConfig::from_dir(dir)
+                .with_context(|| format!("model folder {}", dir.display()))?;
+            let weights = Weights::load(dir, &config)
+                .with_context(|| format!("weights of {}", dir.display()))?;
+            Ok(LoadedModel {
+                config,
+                weights,
+                dir: Some(dir.clone()),
+            })
+        }
+        _ => bail!("name a model with --synthetic NAME or --model DIR"),
+    }
+}
+
+/// The attention route of every full-attention layer, resolved by the policy
+/// (global flags, environment, qualification registry) for `backend`.
+pub fn attention_plan(
+    g: &GlobalArgs,
+    backend: BackendKind,
+    cfg: &ModelConfig,
+) -> anyhow::Result<AttentionPlan> {
+    if backend != BackendKind::Cpu {
+        bail!("the model forward runs on the cpu backend only (asked for {backend})");
+    }
+    let kinds = cfg.layer_kinds();
+    let setup = AttentionSetup::new(g, backend, &kinds)?;
+    setup.log_warnings();
+    let mut plan = Vec::new();
+    for layer in cfg.full_attention_layers() {
+        let route = setup.route_request(layer).with_context(|| {
+            format!("the policy gave no route for full-attention layer {layer}")
+        })?;
+        tracing::info!(layer, ?route, "attention route");
+        plan.push((layer, route));
+    }
+    Ok(AttentionPlan::PerLayer(plan))
+}
+
+/// Reads a JSON array of token ids and checks each against the vocabulary.
+pub fn read_ids(path: &Path, vocab: usize) -> anyhow::Result<Vec<u32>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let ids: Vec<u64> = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: expected a JSON array of non-negative token ids",
+            path.display()
+        )
+    })?;
+    if ids.is_empty() {
+        bail!("{}: no token ids", path.display());
+    }
+    ids.iter()
+        .enumerate()
+        .map(|(pos, &id)| {
+            if id as u128 >= vocab as u128 {
+                bail!("token id {id} at position {pos} is out of range (vocab_size {vocab})");
+            }
+            Ok(id as u32)
+        })
+        .collect()
+}
+
+pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
+    if a.chunk == Some(0) {
+        bail!("--chunk must be at least 1");
+    }
+    let loaded = load_model(&a.source, a.weights_seed)?;
+    let cfg = &loaded.config;
+    let ids = read_ids(&a.ids, cfg.vocab_size)?;
+    let attention = attention_plan(g, a.backend, cfg)?;
+    let model = Qwen35Model::new(cfg, &loaded.weights).context("building the model")?;
+    let opts = ForwardOptions {
+        attention,
+        chunk: a.chunk,
+        logits: LogitsRows::All,
+    };
+    let started = Instant::now();
+    let out = model
+        .prefill(&mut model.new_session(), &ids, &opts)
+        .context("forward")?;
+    let secs = started.elapsed().as_secs_f64();
+    let logits = Tensor::from_f32(vec![out.rows, out.vocab], out.logits);
+    write_safetensors(&a.out, &[("logits", &logits)])
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    eprintln!(
+        "{} tokens in {:.3} s ({:.1} tokens/s); logits [{}, {}] written to {}",
+        ids.len(),
+        secs,
+        ids.len() as f64 / secs,
+        out.rows,
+        out.vocab,
+        a.out.display()
+    );
+    Ok(())
 }

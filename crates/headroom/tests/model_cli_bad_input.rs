@@ -1,0 +1,221 @@
+//! Bad input through the `headroom` binary: each is a clear error on stderr,
+//! a non-zero exit code, and no panic.
+
+use headroom_model::weights::write_safetensors;
+use headroom_model::{ModelConfig, Tensor, Weights};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A temporary folder removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let p =
+            std::env::temp_dir().join(format!("headroom-cli-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes the tiny-d64 synthetic model as a checkpoint (HF config + `model.` names), after `edit`.
+fn write_checkpoint(dir: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) {
+    let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+    std::fs::write(dir.join("config.json"), cfg.to_hf_json().to_string()).unwrap();
+    let w = Weights::synthetic(&cfg, 0);
+    let mut tensors: Vec<(String, Tensor)> = w
+        .iter()
+        .map(|(n, t)| {
+            let name = if n == "lm_head.weight" {
+                n.to_string()
+            } else {
+                format!("model.{n}")
+            };
+            (name, t.clone())
+        })
+        .collect();
+    edit(&mut tensors);
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    write_safetensors(&dir.join("model.safetensors"), &refs).unwrap();
+}
+
+/// Runs `headroom logits` on `dir` with a small valid id list; returns stderr after
+/// checking the exit code is non-zero and nothing panicked.
+fn logits_fails(model: &[&str], ids: &str) -> String {
+    let tmp = TempDir::new("ids");
+    let ids_path = tmp.0.join("ids.json");
+    std::fs::write(&ids_path, ids).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .arg("logits")
+        .args(model)
+        .arg("--ids")
+        .arg(&ids_path)
+        .arg("--out")
+        .arg(tmp.0.join("out.safetensors"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "expected failure, stderr: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        !tmp.0.join("out.safetensors").exists(),
+        "no output on failure"
+    );
+    stderr
+}
+
+fn model_dir_fails(
+    edit_config: impl FnOnce(&Path),
+    edit: impl FnOnce(&mut Vec<(String, Tensor)>),
+) -> String {
+    let dir = TempDir::new("model");
+    write_checkpoint(&dir.0, edit);
+    edit_config(&dir.0);
+    logits_fails(&["--model", dir.0.to_str().unwrap()], "[1, 2, 3]")
+}
+
+#[test]
+fn malformed_config_json() {
+    let err = model_dir_fails(
+        |d| {
+            std::fs::write(
+                d.join("config.json"),
+                "{\"model_type\": \"qwen3_5_moe_text\",",
+            )
+            .unwrap()
+        },
+        |_| {},
+    );
+    assert!(err.contains("malformed config JSON"), "{err}");
+}
+
+#[test]
+fn unknown_model_type() {
+    let err = model_dir_fails(
+        |d| {
+            let text = std::fs::read_to_string(d.join("config.json")).unwrap();
+            std::fs::write(
+                d.join("config.json"),
+                text.replace("qwen3_5_moe_text", "llama"),
+            )
+            .unwrap();
+        },
+        |_| {},
+    );
+    assert!(err.contains("unknown model_type `llama`"), "{err}");
+}
+
+#[test]
+fn missing_config_field() {
+    let err = model_dir_fails(
+        |d| {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(d.join("config.json")).unwrap())
+                    .unwrap();
+            v.as_object_mut().unwrap().remove("num_key_value_heads");
+            std::fs::write(d.join("config.json"), v.to_string()).unwrap();
+        },
+        |_| {},
+    );
+    assert!(
+        err.contains("missing the required field `num_key_value_heads`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_tensor() {
+    let err = model_dir_fails(
+        |_| {},
+        |t| t.retain(|(n, _)| n != "model.layers.3.self_attn.q_norm.weight"),
+    );
+    assert!(
+        err.contains("missing tensor `layers.3.self_attn.q_norm.weight`"),
+        "{err}"
+    );
+    assert!(err.contains("[64]"), "expected shape named: {err}");
+}
+
+#[test]
+fn wrong_shape() {
+    let err = model_dir_fails(
+        |_| {},
+        |t| {
+            let (_, x) = t
+                .iter_mut()
+                .find(|(n, _)| n == "model.layers.0.linear_attn.out_proj.weight")
+                .unwrap();
+            *x = Tensor::from_f32(vec![128, 64], vec![0.0; 128 * 64]);
+        },
+    );
+    assert!(
+        err.contains("layers.0.linear_attn.out_proj.weight")
+            && err.contains("[128, 64]")
+            && err.contains("[128, 128]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn truncated_safetensors() {
+    let err = model_dir_fails(
+        |d| {
+            let p = d.join("model.safetensors");
+            let bytes = std::fs::read(&p).unwrap();
+            std::fs::write(&p, &bytes[..bytes.len() / 2]).unwrap();
+        },
+        |_| {},
+    );
+    assert!(err.contains("not a valid safetensors file"), "{err}");
+}
+
+#[test]
+fn token_id_out_of_vocab() {
+    let err = logits_fails(&["--synthetic", "tiny-d64"], "[1, 2, 512]");
+    assert!(
+        err.contains("token id 512 at position 2 is out of range (vocab_size 512)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn malformed_ids_and_unknown_synthetic() {
+    let err = logits_fails(&["--synthetic", "tiny-d64"], "[1, -2]");
+    assert!(
+        err.contains("JSON array of non-negative token ids"),
+        "{err}"
+    );
+    let err = logits_fails(&["--synthetic", "tiny-d64"], "[]");
+    assert!(err.contains("no token ids"), "{err}");
+    let err = logits_fails(&["--synthetic", "tiny-d99"], "[1]");
+    assert!(err.contains("unknown synthetic model `tiny-d99`"), "{err}");
+}
+
+#[test]
+fn generate_rejects_bad_sampling_options() {
+    for args in [
+        ["--temperature", "-1"],
+        ["--top-p", "0"],
+        ["--top-p", "1.5"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(["generate", "--synthetic", "tiny-d64", "--prompt", "hi"])
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
