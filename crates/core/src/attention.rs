@@ -162,7 +162,7 @@ impl AttentionShape {
                 kv_len: self.kv_len,
             });
         }
-        if self.q_heads % self.kv_heads != 0 {
+        if !self.q_heads.is_multiple_of(self.kv_heads) {
             return Err(AttentionError::HeadsNotDivisible {
                 q_heads: self.q_heads,
                 kv_heads: self.kv_heads,

@@ -40,7 +40,7 @@ pub fn fused_support(backend: BackendKind, kind: &LayerKind) -> Result<(), Strin
             kind.dtype, backend
         ));
     }
-    if kind.kv_heads == 0 || kind.q_heads % kind.kv_heads != 0 {
+    if kind.kv_heads == 0 || !kind.q_heads.is_multiple_of(kind.kv_heads) {
         return Err(format!(
             "q_heads {} is not an integer multiple of kv_heads {}",
             kind.q_heads, kind.kv_heads
