@@ -1,0 +1,258 @@
+//! The backend-generic attention A/B runner.
+//!
+//! For each length: fresh random inputs (seeded), rounded to the bench dtype
+//! on the host so the reference sees exactly what the backend stores; one
+//! warm-up run of every route arm; then `iterations` rounds that run every arm
+//! once each, round-robin (so drift on a shared machine hits every arm alike).
+//! Per arm: median and min ms, GFLOP/s from [`CAUSAL_FLOP_FORMULA`], the
+//! transient bytes and route/query block the backend *reported*, and the
+//! relative Frobenius error against the f64 reference on the checked subset
+//! ([`CHECKED_SUBSET`]), taken from the first measured run.
+
+use crate::backend::AttentionBenchBackend;
+use crate::schema::{AttentionBenchFile, AttentionSample, ATTENTION_SCHEMA};
+use anyhow::{bail, ensure, Context};
+use half::{bf16, f16};
+use headroom_attention_cpu::{reference_f64_subset, rel_frobenius_error};
+use headroom_core::{AttentionReport, AttentionShape, Dtype, RouteRequest};
+use headroom_hardware::HardwareFingerprint;
+use indicatif::{ProgressBar, ProgressStyle};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::ops::Range;
+
+/// How GFLOP/s are counted (printed with every table).
+pub const CAUSAL_FLOP_FORMULA: &str =
+    "FLOPs = 4 * q_heads * head_dim * sum_i(history + i + 1), i < length (QK^T and PV, causal keys only)";
+
+/// What the error check covers.
+pub const CHECKED_SUBSET: &str =
+    "query heads 0 and q_heads-1, the first and the last 64 query rows (all when length <= 128)";
+
+/// Rows at each end of the sequence the reference checks.
+const CHECK_ROWS: usize = 64;
+
+/// One bench invocation.
+#[derive(Debug, Clone)]
+pub struct AttentionBenchConfig {
+    pub head_dim: usize,
+    pub q_heads: usize,
+    pub kv_heads: usize,
+    pub dtype: Dtype,
+    pub lengths: Vec<usize>,
+    pub history: usize,
+    pub routes: Vec<RouteRequest>,
+    pub iterations: usize,
+    pub warmup: usize,
+    pub seed: u64,
+}
+
+impl AttentionBenchConfig {
+    pub fn shape(&self, length: usize) -> AttentionShape {
+        AttentionShape {
+            q_len: length,
+            kv_len: length + self.history,
+            q_heads: self.q_heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+            scale: None,
+        }
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        ensure!(!self.lengths.is_empty(), "no --lengths given");
+        ensure!(!self.routes.is_empty(), "no --routes given");
+        ensure!(self.iterations >= 1, "--iterations must be >= 1");
+        for &l in &self.lengths {
+            self.shape(l)
+                .validate()
+                .with_context(|| format!("length {l}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// The median of `xs` (sorted in place); NaN when empty.
+pub fn median(xs: &mut [f64]) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(f64::total_cmp);
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        0.5 * (xs[n / 2 - 1] + xs[n / 2])
+    }
+}
+
+/// Runs every (length, route) arm on `backend` and returns the evidence.
+pub fn run(
+    cfg: &AttentionBenchConfig,
+    backend: &mut dyn AttentionBenchBackend,
+    hardware: HardwareFingerprint,
+) -> anyhow::Result<AttentionBenchFile> {
+    cfg.validate()?;
+    let per_length = (cfg.warmup + cfg.iterations) * cfg.routes.len();
+    let bar = ProgressBar::new((per_length * cfg.lengths.len()) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>24} [{bar:32}] {pos}/{len} runs, {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut samples = Vec::new();
+    for (li, &length) in cfg.lengths.iter().enumerate() {
+        let shape = cfg.shape(length);
+        bar.set_message(format!("{} length {length}", backend.name()));
+        let (q, k, v) = inputs(&shape, cfg.dtype, cfg.seed.wrapping_add(li as u64));
+        backend
+            .load(&shape, cfg.dtype, &q, &k, &v)
+            .with_context(|| format!("{}: load length {length}", backend.name()))?;
+        let check = Check::new(&shape, &q, &k, &v);
+        for _ in 0..cfg.warmup {
+            for &route in &cfg.routes {
+                run_once(backend, route, length)?;
+                bar.inc(1);
+            }
+        }
+        let mut arms: Vec<Arm> = cfg.routes.iter().map(|_| Arm::default()).collect();
+        for it in 0..cfg.iterations {
+            for (arm, &route) in arms.iter_mut().zip(&cfg.routes) {
+                let (ms, report) = run_once(backend, route, length)?;
+                if let Some(first) = arm.report {
+                    ensure!(
+                        first == report,
+                        "{route} at length {length}: the backend ran {report:?} after {first:?}"
+                    );
+                }
+                arm.report = Some(report);
+                arm.times.push(ms);
+                if it == 0 {
+                    arm.rel_err = check.rel_err(&backend.output()?);
+                }
+                bar.inc(1);
+            }
+        }
+        for (arm, &route) in arms.iter_mut().zip(&cfg.routes) {
+            let report = arm.report.with_context(|| format!("{route}: no run"))?;
+            let median_ms = median(&mut arm.times);
+            samples.push(AttentionSample {
+                backend: backend.name().to_string(),
+                length,
+                history: cfg.history,
+                route: report.route,
+                query_block: report.query_block,
+                dtype: cfg.dtype,
+                head_dim: cfg.head_dim,
+                q_heads: cfg.q_heads,
+                kv_heads: cfg.kv_heads,
+                iterations: cfg.iterations,
+                median_ms,
+                min_ms: arm.times.iter().copied().fold(f64::INFINITY, f64::min),
+                gflops: shape.causal_flops() / (median_ms * 1e-3) / 1e9,
+                transient_bytes: report.transient_bytes,
+                rel_err: arm.rel_err,
+            });
+        }
+    }
+    bar.finish_and_clear();
+    Ok(AttentionBenchFile {
+        schema: ATTENTION_SCHEMA.to_string(),
+        hardware,
+        samples,
+    })
+}
+
+#[derive(Default)]
+struct Arm {
+    times: Vec<f64>,
+    report: Option<AttentionReport>,
+    rel_err: Option<f64>,
+}
+
+fn run_once(
+    backend: &mut dyn AttentionBenchBackend,
+    route: RouteRequest,
+    length: usize,
+) -> anyhow::Result<(f64, AttentionReport)> {
+    let (ms, report) = backend
+        .run(route)
+        .with_context(|| format!("{}: {route} at length {length}", backend.name()))?;
+    if !(ms.is_finite() && ms >= 0.0) {
+        bail!("{}: {route} reported time {ms} ms", backend.name());
+    }
+    Ok((ms, report))
+}
+
+/// Uniform inputs of unit variance, rounded to `dtype` so the host reference
+/// sees exactly the stored values.
+pub fn inputs(shape: &AttentionShape, dtype: Dtype, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let bound = 3.0f32.sqrt();
+    let mut gen = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| round_to(dtype, rng.random_range(-bound..bound)))
+            .collect()
+    };
+    let q = gen(shape.q_elems());
+    let k = gen(shape.kv_elems());
+    let v = gen(shape.kv_elems());
+    (q, k, v)
+}
+
+fn round_to(dtype: Dtype, x: f32) -> f32 {
+    match dtype {
+        Dtype::F32 => x,
+        Dtype::F16 => f16::from_f32(x).to_f32(),
+        Dtype::Bf16 => bf16::from_f32(x).to_f32(),
+    }
+}
+
+/// The f64 reference on the checked subset, computed once per length.
+struct Check {
+    shape: AttentionShape,
+    heads: Vec<usize>,
+    rows: Vec<Range<usize>>,
+    reference: Vec<f64>,
+}
+
+impl Check {
+    fn new(shape: &AttentionShape, q: &[f32], k: &[f32], v: &[f32]) -> Check {
+        let mut heads = vec![0, shape.q_heads - 1];
+        heads.dedup();
+        let rows: Vec<Range<usize>> = if shape.q_len <= 2 * CHECK_ROWS {
+            std::iter::once(0..shape.q_len).collect()
+        } else {
+            vec![0..CHECK_ROWS, shape.q_len - CHECK_ROWS..shape.q_len]
+        };
+        let mut reference = Vec::new();
+        for &h in &heads {
+            for r in &rows {
+                reference.extend(reference_f64_subset(shape, q, k, v, &[h], r.clone()));
+            }
+        }
+        Check {
+            shape: *shape,
+            heads,
+            rows,
+            reference,
+        }
+    }
+
+    /// `None` when the output is not finite on the subset.
+    fn rel_err(&self, out: &[f32]) -> Option<f64> {
+        let d = self.shape.head_dim;
+        let mut got = Vec::with_capacity(self.reference.len());
+        for &h in &self.heads {
+            for r in &self.rows {
+                let start = (h * self.shape.q_len + r.start) * d;
+                got.extend_from_slice(out.get(start..start + r.len() * d)?);
+            }
+        }
+        if got.len() != self.reference.len() {
+            return None;
+        }
+        let e = rel_frobenius_error(&got, &self.reference);
+        e.is_finite().then_some(e)
+    }
+}
