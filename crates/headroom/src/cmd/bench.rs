@@ -1,6 +1,18 @@
 //! `headroom bench ...`: benchmark subcommands.
+//!
+//! `bench attention` runs the prefill attention A/B of `headroom_bench::attention`
+//! on one backend, prints a table (with the causal FLOP formula and, with
+//! `--gemm-baseline`, the square f32 GEMM yardstick) and writes the
+//! `headroom.bench.attention/1` JSON with `--json`.
 
 use crate::global::GlobalArgs;
+use anyhow::Context;
+use headroom_bench::attention::{self, AttentionBenchConfig};
+use headroom_bench::backends::backend_for;
+use headroom_bench::gemm_baseline::{self, DEFAULT_GEMM_SIZE};
+use headroom_bench::table;
+use headroom_core::{BackendKind, Dtype, RouteRequest};
+use std::path::PathBuf;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
@@ -9,8 +21,81 @@ pub enum BenchCommand {
 }
 
 #[derive(clap::Args, Debug)]
-pub struct AttentionArgs {}
+pub struct AttentionArgs {
+    /// Backend: cpu | cuda.
+    #[arg(long, default_value = "cpu")]
+    pub backend: BackendKind,
+    #[arg(long, default_value_t = 256)]
+    pub head_dim: usize,
+    #[arg(long, default_value_t = 16)]
+    pub q_heads: usize,
+    #[arg(long, default_value_t = 2)]
+    pub kv_heads: usize,
+    /// Storage dtype: f32 | f16 | bf16.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: Dtype,
+    /// Query lengths (comma-separated); kv_len = length + history.
+    #[arg(long, value_delimiter = ',', default_value = "512,2048,4096")]
+    pub lengths: Vec<usize>,
+    /// KV rows before the queries (earlier chunks).
+    #[arg(long, default_value_t = 0)]
+    pub history: usize,
+    /// Route arms (comma-separated): fused, composed, composed:N (N = query block, 0 = one block).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "composed:128,composed:512,fused"
+    )]
+    pub routes: Vec<RouteRequest>,
+    /// Measured runs per arm (median and min reported).
+    #[arg(long, default_value_t = 5)]
+    pub iterations: usize,
+    /// Unmeasured runs per arm before measuring.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Seed of the random inputs (length i uses seed + i).
+    #[arg(long, default_value_t = 0x4845_4144)]
+    pub seed: u64,
+    /// Also time a square f32 GEMM of this edge with the same gemm library and threads (CPU yardstick).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "2048")]
+    pub gemm_baseline: Option<usize>,
+    /// Write the headroom.bench.attention/1 JSON here.
+    #[arg(long, value_name = "OUT")]
+    pub json: Option<PathBuf>,
+}
 
-pub fn run(_c: BenchCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
-    anyhow::bail!("bench: not built yet")
+pub fn run(c: BenchCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
+    match c {
+        BenchCommand::Attention(a) => attention_cmd(a),
+    }
+}
+
+fn attention_cmd(a: AttentionArgs) -> anyhow::Result<()> {
+    let cfg = AttentionBenchConfig {
+        head_dim: a.head_dim,
+        q_heads: a.q_heads,
+        kv_heads: a.kv_heads,
+        dtype: a.dtype,
+        lengths: a.lengths,
+        history: a.history,
+        routes: a.routes,
+        iterations: a.iterations,
+        warmup: a.warmup,
+        seed: a.seed,
+    };
+    let hardware = headroom_hardware::detect(a.backend)?;
+    let mut backend = backend_for(a.backend)?;
+    tracing::info!(?cfg, backend = backend.name(), "bench attention");
+    let file = attention::run(&cfg, backend.as_mut(), hardware)?;
+    let gemm = a.gemm_baseline.map(|n| {
+        let n = if n == 0 { DEFAULT_GEMM_SIZE } else { n };
+        gemm_baseline::square_f32(n, a.iterations.max(3))
+    });
+    print!("{}", table::render(&file, gemm.as_ref()));
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&file)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    Ok(())
 }
