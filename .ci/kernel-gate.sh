@@ -29,7 +29,7 @@ export HEADROOM_CUDA_INCLUDE="$INCDIR"
 
 OUTDIR="${1:-target/kernel-artifact}"
 BIN="${HEADROOM_BIN:-target/release/headroom}"
-if [ ! -x "$BIN" ]; then
+if [ -z "${HEADROOM_BIN:-}" ]; then
     cargo build --release -p headroom
 fi
 
@@ -41,6 +41,11 @@ fi
 echo "kernel-gate: headroom kernels verify $OUTDIR"
 if ! "$BIN" kernels verify "$OUTDIR"; then
     echo "kernel-gate: FAILED: the artifact does not verify" >&2
+    exit 1
+fi
+echo "kernel-gate: cargo test -p headroom-cuda (NVRTC present: compile, cache and gate tests run)"
+if ! cargo test -p headroom-cuda --release; then
+    echo "kernel-gate: FAILED: headroom-cuda tests with NVRTC" >&2
     exit 1
 fi
 echo "kernel-gate: passed"

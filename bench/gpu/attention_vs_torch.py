@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Headroom's CUDA attention routes vs PyTorch SDPA, in one GPU call.
 
-Runs Headroom's timing (fused, composed:128, composed:512) and PyTorch
+Runs Headroom's bench (`headroom bench attention --backend cuda`: fused,
+composed:128, composed:512; or `headroom kernels time` with --timer kernels) and PyTorch
 scaled_dot_product_attention (flash and cuDNN backends, enable_gqa=True) on
 identical shapes: B=1, q_heads/kv_heads, head_dim, causal, no history. Prints
 one table per length and dtype: ms (median of CUDA-event timings), TFLOP/s
@@ -73,22 +74,60 @@ def torch_rows(args):
     return rows
 
 
-def headroom_rows(args):
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "headroom.json")
-        cmd = [args.headroom, "kernels", "time", "--lengths", ",".join(map(str, args.lengths)),
-               "--dtypes", ",".join(args.dtypes), "--routes", args.routes,
+def headroom_rows_bench(args, tmp):
+    """`headroom bench attention --backend cuda` (the bench's JSON schema), one call per dtype."""
+    rows = []
+    for dt in args.dtypes:
+        path = os.path.join(tmp, f"bench-{dt}.json")
+        cmd = [args.headroom, "bench", "attention", "--backend", "cuda", "--dtype", dt,
+               "--lengths", ",".join(map(str, args.lengths)), "--routes", args.routes,
                "--q-heads", str(args.q_heads), "--kv-heads", str(args.kv_heads),
-               "--head-dim", str(args.head_dim), "--warmup", str(args.warmup), "--iters", str(args.iters),
-               "--json", path]
+               "--head-dim", str(args.head_dim), "--warmup", str(args.warmup),
+               "--iterations", str(args.iters), "--json", path]
         print("$", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         with open(path) as f:
             data = json.load(f)
+        if args.keep_json:
+            with open(f"{args.keep_json}-{dt}.json", "w") as f:
+                json.dump(data, f, indent=1)
+        for r in data["samples"]:
+            route = r["route"] if r["route"] != "composed" else f"composed:{r['query_block']}"
+            rows.append({
+                "impl": f"headroom:{route}", "length": r["length"], "dtype": r["dtype"],
+                "median_ms": r["median_ms"], "min_ms": r.get("min_ms"), "rel_err": r.get("rel_err"),
+                "tflops": causal_flops(args.q_heads, args.head_dim, r["length"]) / (r["median_ms"] * 1e-3) / 1e12,
+                "transient_bytes": r["transient_bytes"],
+            })
+    return rows
+
+
+def headroom_rows_kernels_time(args, tmp):
+    """`headroom kernels time` (the CUDA crate's own timing loop)."""
+    path = os.path.join(tmp, "headroom.json")
+    cmd = [args.headroom, "kernels", "time", "--lengths", ",".join(map(str, args.lengths)),
+           "--dtypes", ",".join(args.dtypes), "--routes", args.routes,
+           "--q-heads", str(args.q_heads), "--kv-heads", str(args.kv_heads),
+           "--head-dim", str(args.head_dim), "--warmup", str(args.warmup), "--iters", str(args.iters),
+           "--json", path]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    with open(path) as f:
+        data = json.load(f)
     return [{
         "impl": f"headroom:{r['route']}", "length": r["length"], "dtype": r["dtype"], "median_ms": r["median_ms"],
         "times_ms": r["times_ms"], "tflops": r["tflops"], "transient_bytes": r["report"]["transient_bytes"],
     } for r in data]
+
+
+def headroom_rows(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.timer == "bench":
+            try:
+                return headroom_rows_bench(args, tmp)
+            except (subprocess.CalledProcessError, KeyError, json.JSONDecodeError) as ex:
+                print(f"headroom bench attention failed ({ex}); falling back to kernels time", file=sys.stderr)
+        return headroom_rows_kernels_time(args, tmp)
 
 
 def main():
@@ -104,6 +143,9 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--json")
     p.add_argument("--skip-headroom", action="store_true")
+    p.add_argument("--timer", choices=["bench", "kernels"], default="bench",
+                   help="Headroom side: `bench attention --backend cuda` (default) or `kernels time`")
+    p.add_argument("--keep-json", help="Also save the bench JSON files under this path prefix")
     args = p.parse_args()
 
     rows = [] if args.skip_headroom else headroom_rows(args)

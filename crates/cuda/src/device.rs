@@ -241,6 +241,14 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Fills `buf` with the byte `value` on the stream (0xFF: NaN in f16 and bf16).
+    pub fn fill_bytes(&self, buf: &DeviceBuffer, value: u8) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: the range is the buffer's own.
+        unsafe { result::memset_d8_async(buf.ptr(), value, buf.len_bytes(), self.stream.0)? };
+        Ok(())
+    }
+
     /// Waits for all work on this device's stream.
     pub fn synchronize(&self) -> Result<(), CudaError> {
         self.bind()?;

@@ -91,6 +91,25 @@ impl Drop for Event {
     }
 }
 
+/// Runs one call between two events; returns its device time in ms and its report.
+pub fn time_once(
+    dev: &CudaDevice,
+    shape: &AttentionShape,
+    dtype: Dtype,
+    route: RouteRequest,
+    bufs: &AttentionBuffers<'_>,
+) -> Result<(f64, AttentionReport), CudaError> {
+    let (start, end) = (Event::new()?, Event::new()?);
+    // SAFETY: events and stream are live in the bound context.
+    unsafe { result::event::record(start.0, dev.stream_raw())? };
+    let report = prefill(dev, shape, dtype, route, bufs)?;
+    unsafe {
+        result::event::record(end.0, dev.stream_raw())?;
+        result::event::synchronize(end.0)?;
+        Ok((result::event::elapsed(start.0, end.0)? as f64, report))
+    }
+}
+
 /// Times `iters` calls after `warmup` untimed ones; the report is the last call's.
 pub fn time_prefill(
     dev: &CudaDevice,
@@ -106,18 +125,12 @@ pub fn time_prefill(
         prefill(dev, shape, dtype, route, &bufs)?;
     }
     dev.synchronize()?;
-    let (start, end) = (Event::new()?, Event::new()?);
     let mut times_ms = Vec::with_capacity(iters);
     let mut report = None;
     for _ in 0..iters.max(1) {
-        // SAFETY: events and stream are live in the bound context.
-        unsafe { result::event::record(start.0, dev.stream_raw())? };
-        report = Some(prefill(dev, shape, dtype, route, &bufs)?);
-        unsafe {
-            result::event::record(end.0, dev.stream_raw())?;
-            result::event::synchronize(end.0)?;
-            times_ms.push(result::event::elapsed(start.0, end.0)? as f64);
-        }
+        let (ms, r) = time_once(dev, shape, dtype, route, &bufs)?;
+        times_ms.push(ms);
+        report = Some(r);
     }
     let mut sorted = times_ms.clone();
     sorted.sort_by(f64::total_cmp);

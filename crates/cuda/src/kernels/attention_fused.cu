@@ -44,6 +44,17 @@ struct BlockN {
 constexpr int THREADS = NUM_WARPS * 32;
 constexpr int CHUNK = 8;               // 16-byte chunk = 8 half/bf16 elements
 
+// CTAs per SM the register budget is sized for: head dim 256 needs up to 255
+// registers per thread (one CTA); smaller head dims could fit two CTAs with a
+// few spills (a tuning knob, measured before changing the default).
+#ifndef HEADROOM_SMALL_D_MIN_BLOCKS
+#define HEADROOM_SMALL_D_MIN_BLOCKS 1
+#endif
+template <int D>
+struct MinBlocks {
+    static constexpr int value = D == 256 ? 1 : HEADROOM_SMALL_D_MIN_BLOCKS;
+};
+
 template <int D>
 struct Smem {
     static constexpr int Q_ELEMS = BLOCK_M * D;
@@ -136,16 +147,26 @@ template <> struct Mma<__half> {
 template <int D, int ROWS, typename T>
 __device__ __forceinline__ void load_tile(T* dst, const T* src, int valid_rows, int tid) {
     constexpr int CHUNKS_PER_ROW = D / CHUNK;
-    constexpr int TOTAL = ROWS * CHUNKS_PER_ROW;
-    static_assert(TOTAL % THREADS == 0, "tile chunks must divide evenly over the CTA");
+    static_assert(THREADS % CHUNKS_PER_ROW == 0 || CHUNKS_PER_ROW % THREADS == 0, "bad tile split");
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;  // rows one pass of the CTA covers
+    static_assert(ROWS % ROWS_PER_PASS == 0, "tile rows must divide evenly over the CTA");
+    // Each thread copies one fixed chunk column c of rows r0, r0 + ROWS_PER_PASS, ...:
+    // one base address each side plus compile-time offsets. ROWS_PER_PASS is a
+    // multiple of 8, so every row keeps the same swizzle (r mod 8).
+    const int r0 = tid / CHUNKS_PER_ROW;
+    const int c = tid % CHUNKS_PER_ROW;
+    const unsigned s_base = smem_u32(dst + swz<D>(r0, c));
+    const T* g_base = src + (size_t)r0 * D + c * CHUNK;
+    if (valid_rows >= ROWS) {
 #pragma unroll
-    for (int i = 0; i < TOTAL / THREADS; ++i) {
-        int idx = i * THREADS + tid;
-        int r = idx / CHUNKS_PER_ROW;
-        int c = idx % CHUNKS_PER_ROW;
-        bool valid = r < valid_rows;
-        const T* g = src + (size_t)(valid ? r : 0) * D + c * CHUNK;
-        cp_async_16(smem_u32(dst + swz<D>(r, c)), g, valid);
+        for (int i = 0; i < ROWS / ROWS_PER_PASS; ++i)
+            cp_async_16(s_base + i * ROWS_PER_PASS * D * 2, g_base + (size_t)i * ROWS_PER_PASS * D, true);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS / ROWS_PER_PASS; ++i) {
+            const bool valid = r0 + i * ROWS_PER_PASS < valid_rows;
+            cp_async_16(s_base + i * ROWS_PER_PASS * D * 2, valid ? g_base + (size_t)i * ROWS_PER_PASS * D : src, valid);
+        }
     }
 }
 
@@ -358,7 +379,7 @@ __device__ __forceinline__ void attn_fused_prefill(
 // Launch: grid (ceil(q_len / BLOCK_M), q_heads), block THREADS, dynamic shared
 // memory Smem<D>::BYTES. scale_log2 = softmax scale * log2(e).
 #define HEADROOM_FUSED_ENTRY(D, NAME, T)                                                      \
-    extern "C" __global__ void __launch_bounds__(headroom::THREADS, 1)                        \
+    extern "C" __global__ void __launch_bounds__(headroom::THREADS, headroom::MinBlocks<D>::value) \
     attn_fused_prefill_d##D##_##NAME(const T* q, const T* k, const T* v, T* out, int q_len,   \
                                      int kv_len, int q_heads, int kv_heads, float scale_log2) { \
         headroom::attn_fused_prefill<D, T>(q, k, v, out, q_len, kv_len, q_heads, kv_heads,    \
