@@ -61,7 +61,6 @@ impl AttentionSetup {
     }
 
     /// Logs each warning once through `tracing`.
-    #[allow(dead_code)] // for the commands that run attention (bench, logits, generate)
     pub fn log_warnings(&self) {
         for w in &self.warnings {
             tracing::warn!("{w}");
@@ -69,7 +68,6 @@ impl AttentionSetup {
     }
 
     /// What layer `i`'s attention call should run (`None` for linear layers).
-    #[allow(dead_code)] // for the commands that run attention (bench, logits, generate)
     pub fn route_request(&self, layer: usize) -> Option<RouteRequest> {
         self.layers
             .get(layer)

@@ -280,6 +280,32 @@ pub fn peek_id(text: &str) -> Option<String> {
 }
 
 impl QualificationEntry {
+    /// An entry for a fresh measurement. `evidence_file` is the evidence's path
+    /// relative to the folder the entry will be written to, `evidence` its bytes
+    /// (hashed here). The hardware is taken as given: every field present,
+    /// including `compute_capability` / `driver_version`, will be matched.
+    pub fn new(
+        id: impl Into<String>,
+        date: impl Into<String>,
+        hardware: HardwareFingerprint,
+        layer: LayerKind,
+        result: QualifiedResult,
+        evidence_file: impl Into<String>,
+        evidence: &[u8],
+    ) -> Self {
+        QualificationEntry {
+            id: id.into(),
+            date: date.into(),
+            hardware,
+            layer,
+            result,
+            evidence: Evidence {
+                file: evidence_file.into(),
+                sha256: sha256_hex(evidence),
+            },
+        }
+    }
+
     /// The entry in the registry's TOML schema (what `qualify` writes; parses back equal).
     pub fn to_toml(&self) -> Result<String, String> {
         toml::to_string(self).map_err(|e| e.to_string())
@@ -334,6 +360,16 @@ sha256 = "SHA"
         assert_eq!(e.layer.dtype, Dtype::Bf16);
         let again = parse_entry(&e.to_toml().unwrap(), &reader(b"{}")).unwrap();
         assert_eq!(again, e);
+        let built = QualificationEntry::new(
+            "cpu-test",
+            "2026-11-29",
+            e.hardware.clone(),
+            e.layer,
+            e.result,
+            "ev.json",
+            b"{}",
+        );
+        assert_eq!(built, e);
     }
 
     #[test]
