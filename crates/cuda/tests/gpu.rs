@@ -32,7 +32,14 @@ fn fused_has_no_transient_memory_and_composed_reports_its_workspace() {
     let Some(dev) = device() else { return };
     let s = shape(300, 400, 256);
     let inputs = timing::random_inputs(&dev, &s, Dtype::Bf16, 7).unwrap();
-    let fused = prefill(&dev, &s, Dtype::Bf16, RouteRequest::Fused, &inputs.buffers()).unwrap();
+    let fused = prefill(
+        &dev,
+        &s,
+        Dtype::Bf16,
+        RouteRequest::Fused,
+        &inputs.buffers(),
+    )
+    .unwrap();
     assert_eq!(fused.transient_bytes, 0);
     assert_eq!(fused.query_block, None);
     let composed = prefill(
@@ -59,21 +66,39 @@ fn unsupported_dtype_head_dim_and_buffer_length_are_typed_errors() {
     let inputs = timing::random_inputs(&dev, &s, Dtype::F16, 1).unwrap();
     let e = prefill(&dev, &s, Dtype::F16, RouteRequest::Fused, &inputs.buffers()).unwrap_err();
     assert!(
-        matches!(e, CudaError::Attention(AttentionError::UnsupportedHeadDim { head_dim: 96, .. })),
+        matches!(
+            e,
+            CudaError::Attention(AttentionError::UnsupportedHeadDim { head_dim: 96, .. })
+        ),
         "{e}"
     );
     let s2 = shape(64, 64, 128);
-    let e = prefill(&dev, &s2, Dtype::F16, RouteRequest::Fused, &inputs.buffers()).unwrap_err();
+    let e = prefill(
+        &dev,
+        &s2,
+        Dtype::F16,
+        RouteRequest::Fused,
+        &inputs.buffers(),
+    )
+    .unwrap_err();
     assert!(
         matches!(e, CudaError::Attention(AttentionError::BufferLength { .. })),
         "{e}"
     );
     let small = shape(8, 8, 64);
     let b = dev.alloc(small.q_elems() * 4).unwrap();
-    let bufs = AttentionBuffers { q: &b, k: &b, v: &b, out: &b };
+    let bufs = AttentionBuffers {
+        q: &b,
+        k: &b,
+        v: &b,
+        out: &b,
+    };
     let e = prefill(&dev, &small, Dtype::F32, RouteRequest::Fused, &bufs).unwrap_err();
     assert!(
-        matches!(e, CudaError::Attention(AttentionError::UnsupportedDtype { .. })),
+        matches!(
+            e,
+            CudaError::Attention(AttentionError::UnsupportedDtype { .. })
+        ),
         "{e}"
     );
 }
@@ -81,7 +106,10 @@ fn unsupported_dtype_head_dim_and_buffer_length_are_typed_errors() {
 #[test]
 fn both_routes_match_the_f64_reference_with_history_gqa_and_a_nan_key() {
     let Some(dev) = device() else { return };
-    for route in [RouteRequest::Fused, RouteRequest::Composed { query_block: 64 }] {
+    for route in [
+        RouteRequest::Fused,
+        RouteRequest::Composed { query_block: 64 },
+    ] {
         for dtype in [Dtype::Bf16, Dtype::F16] {
             let case = CheckCase {
                 route,
