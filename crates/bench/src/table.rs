@@ -95,3 +95,60 @@ pub fn bars(file: &AttentionBenchFile, gemm: Option<&GemmBaseline>) -> Vec<Strin
     }
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{AttentionBenchFile, ATTENTION_SCHEMA};
+    use headroom_core::Dtype;
+
+    fn sample(
+        route: Route,
+        query_block: Option<usize>,
+        median_ms: f64,
+        bytes: u64,
+    ) -> AttentionSample {
+        AttentionSample {
+            backend: "cpu".into(),
+            length: 4096,
+            history: 0,
+            route,
+            query_block,
+            dtype: Dtype::Bf16,
+            head_dim: 256,
+            q_heads: 16,
+            kv_heads: 2,
+            iterations: 5,
+            median_ms,
+            min_ms: median_ms,
+            gflops: 100.0 / median_ms,
+            transient_bytes: bytes,
+            rel_err: Some(1e-3),
+        }
+    }
+
+    #[test]
+    fn bars_compare_fused_with_composed_512_and_the_gemm() {
+        let file = AttentionBenchFile {
+            schema: ATTENTION_SCHEMA.into(),
+            hardware: headroom_hardware::detect_cpu(),
+            samples: vec![
+                sample(Route::Composed, Some(512), 2.0, 1600),
+                sample(Route::Fused, None, 1.0, 100),
+            ],
+        };
+        let gemm = GemmBaseline {
+            n: 2048,
+            threads: 2,
+            median_ms: 1.0,
+            gflops: 200.0,
+        };
+        let lines = bars(&file, Some(&gemm));
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("2.00x composed:512"), "{}", lines[0]);
+        assert!(lines[0].contains("1/16.0"), "{}", lines[0]);
+        assert!(lines[1].contains("50% of"), "{}", lines[1]);
+        let text = render(&file, Some(&gemm));
+        assert!(text.contains("composed:512") && text.contains(CAUSAL_FLOP_FORMULA));
+    }
+}
