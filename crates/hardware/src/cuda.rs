@@ -61,7 +61,17 @@ pub(crate) fn probe_library(names: &[&str]) -> Result<String, String> {
         // have no preconditions; the handle is dropped right away.
         match unsafe { libloading::Library::new(*name) } {
             Ok(_) => return Ok((*name).to_string()),
-            Err(e) => errors.push(format!("{name}: {e}")),
+            Err(e) => {
+                // libloading keeps dlerror()'s text in the source.
+                let detail = std::error::Error::source(&e)
+                    .map(|s| s.to_string())
+                    .unwrap_or_else(|| e.to_string());
+                errors.push(if detail.contains(name) {
+                    detail
+                } else {
+                    format!("{name}: {detail}")
+                });
+            }
         }
     }
     Err(format!(

@@ -171,14 +171,28 @@ fn source_label(s: ResolutionSource) -> &'static str {
 /// The human-readable report.
 pub fn render_text(r: &DoctorReport) -> String {
     let mut out = String::new();
-    let hw = serde_json::to_value(&r.hardware).unwrap_or_default();
     let _ = writeln!(out, "Hardware fingerprint");
-    if let Some(map) = hw.as_object() {
-        for (k, v) in map {
-            let v = v
-                .as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string());
+    let hw = &r.hardware;
+    let fields: [(&str, Option<String>); 10] = [
+        ("backend", Some(hw.backend.to_string())),
+        ("machine_model", Some(hw.machine_model.clone())),
+        ("cpu_brand", Some(hw.cpu_brand.clone())),
+        ("cpu_cores", Some(hw.cpu_cores.to_string())),
+        ("memory_gib", Some(hw.memory_gib.to_string())),
+        ("device_name", hw.device_name.clone()),
+        (
+            "device_compute_units",
+            hw.device_compute_units.map(|v| v.to_string()),
+        ),
+        (
+            "device_memory_gib",
+            hw.device_memory_gib.map(|v| v.to_string()),
+        ),
+        ("compute_capability", hw.compute_capability.clone()),
+        ("driver_version", hw.driver_version.clone()),
+    ];
+    for (k, v) in fields {
+        if let Some(v) = v {
             let _ = writeln!(out, "  {k:<22} {v}");
         }
     }
