@@ -7,13 +7,37 @@
 
 use crate::{Tensor, TensorData};
 use gemm::Parallelism;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 /// Elements of one converted weight block.
 const BLOCK_ELEMS: usize = 1 << 20;
 
 /// Work (m·n·k) below which a GEMM runs on one thread.
 const PARALLEL_WORK: usize = 1 << 18;
+
+thread_local! {
+    /// Per-thread conversion buffers, reused across calls (a fresh multi-MiB
+    /// buffer per GEMM costs page faults). Taken, not borrowed, so a
+    /// re-entrant call on the same thread just allocates its own.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Converts `out.len()` elements of `t` from flat index `start` to f32
+/// (vectorisable loops: bf16 is the high half of an f32; f16 uses F16C when present).
+pub fn read_block(t: &Tensor, start: usize, out: &mut [f32]) {
+    let end = start + out.len();
+    match &t.data {
+        TensorData::F32(v) => out.copy_from_slice(&v[start..end]),
+        TensorData::F16(v) => v[start..end].convert_to_f32_slice(out),
+        TensorData::Bf16(v) => {
+            for (o, b) in out.iter_mut().zip(&v[start..end]) {
+                *o = f32::from_bits((b.to_bits() as u32) << 16);
+            }
+        }
+    }
+}
 
 /// Consecutive rows of a weight tensor read as an `[rows, cols]` matrix
 /// (`cols` = the tensor's last dimension).
@@ -51,7 +75,7 @@ impl<'a> WeightView<'a> {
     /// Row `r` of the view as f32.
     pub fn read_row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows && out.len() == self.cols);
-        self.tensor.read_f32((self.row0 + r) * self.cols, out);
+        read_block(self.tensor, (self.row0 + r) * self.cols, out);
     }
 }
 
@@ -83,30 +107,31 @@ fn linear_impl(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32], par: boo
         return;
     }
     let block_rows = (BLOCK_ELEMS / k).clamp(1, n);
-    let mut buf = vec![0.0f32; block_rows * k];
-    let mut tmp = Vec::new();
+    let (mut buf, mut tmp) = SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    buf.resize(block_rows * k, 0.0);
     for r0 in (0..n).step_by(block_rows) {
         let br = block_rows.min(n - r0);
         let blk = &mut buf[..br * k];
         let from = start + r0 * k;
         if par {
             blk.par_chunks_mut(k).enumerate().for_each(|(i, row)| {
-                w.tensor.read_f32(from + i * k, row);
+                read_block(w.tensor, from + i * k, row);
             });
         } else {
-            w.tensor.read_f32(from, blk);
+            read_block(w.tensor, from, blk);
         }
         if br == n {
             gemm_nt(x, m, k, blk, br, out, n, par);
         } else {
             // Column block of `out`: write contiguously, then scatter.
             tmp.resize(m * br, 0.0);
-            gemm_nt(x, m, k, blk, br, &mut tmp, br, par);
+            gemm_nt(x, m, k, blk, br, &mut tmp[..m * br], br, par);
             for (o, t) in out.chunks_exact_mut(n).zip(tmp.chunks_exact(br)) {
                 o[r0..r0 + br].copy_from_slice(t);
             }
         }
     }
+    SCRATCH.with(|c| *c.borrow_mut() = (buf, tmp));
 }
 
 /// `dst[i*dst_rs + j] = Σ_k x[i*k + kk] · w[j*k + kk]` for `i < m`, `j < n`.
@@ -213,6 +238,37 @@ mod tests {
         let mut seq = vec![f32::NAN; m * n];
         linear_seq(&x, m, view, &mut seq);
         assert!(rel_err(&seq, &want) < 1e-5);
+    }
+
+    #[test]
+    fn read_block_converts_like_the_tensor_does() {
+        let vals = [
+            0.0f32,
+            -0.0,
+            1.5,
+            -3.25e-39,
+            6.0e4,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        for data in [
+            TensorData::F16(vals.iter().map(|&v| f16::from_f32(v)).collect()),
+            TensorData::Bf16(vals.iter().map(|&v| bf16::from_f32(v)).collect()),
+        ] {
+            let t = Tensor::new(vec![vals.len()], data);
+            let mut got = vec![f32::NAN; vals.len() - 1];
+            read_block(&t, 1, &mut got);
+            let mut want = vec![0.0; vals.len() - 1];
+            t.read_f32(1, &mut want);
+            assert_eq!(
+                got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            );
+        }
+        let t = Tensor::new(vec![1], TensorData::Bf16(vec![bf16::NAN]));
+        let mut got = [0.0f32];
+        read_block(&t, 0, &mut got);
+        assert!(got[0].is_nan());
     }
 
     #[test]
