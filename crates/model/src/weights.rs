@@ -44,7 +44,10 @@
 //!   is `down_proj[e] · (silu(gate·x) * (up·x))`. Checkpoints with one tensor
 //!   per expert (`mlp.experts.E.gate_proj.weight` ...) are stacked into this
 //!   layout on load; a checkpoint mixing per-expert and stacked tensors is an
-//!   error.
+//!   error. Stacked tensors in the older `x @ W` orientation (gate_up
+//!   `[E, H, 2*I]` with gate in columns `0..I`, down `[E, I, H]`) are
+//!   transposed per expert when their shape tells them apart (`H != 2*I`,
+//!   resp. `H != I`); otherwise the canonical orientation is assumed.
 //! * **Gated q_proj**: viewed as `[nq, 2*D, H]`, rows `0..D` of head `h` are
 //!   its query and rows `D..2*D` its output gate (`sigmoid(gate)` multiplies
 //!   the attention output of that head, before `o_proj`).

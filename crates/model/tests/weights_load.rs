@@ -249,3 +249,49 @@ fn splits_qwen3_next_fused_projections() {
     let loaded = Weights::load(dir.path(), &cfg).unwrap();
     assert_eq!(loaded, w);
 }
+
+#[test]
+fn transposes_old_orientation_stacked_experts() {
+    let mut cfg = cfg();
+    if let headroom_model::config::MlpConfig::Moe(m) = &mut cfg.mlp {
+        m.moe_intermediate_size = 48; // H = 128 differs from I and 2I
+    }
+    let w = Weights::synthetic(&cfg, 16);
+    let moe = *cfg.moe().unwrap();
+    let (e, i, h) = (moe.num_experts, moe.moe_intermediate_size, cfg.hidden_size);
+    assert!(h != 2 * i && h != i, "the test needs unambiguous shapes");
+    let transpose = |t: &Tensor| -> Tensor {
+        let (r, c) = (t.shape[1], t.shape[2]);
+        let v = t.to_f32_vec();
+        let mut out = Vec::with_capacity(v.len());
+        for m in 0..e {
+            for j in 0..c {
+                for k in 0..r {
+                    out.push(v[m * r * c + k * c + j]);
+                }
+            }
+        }
+        Tensor::from_f32(vec![e, c, r], out)
+    };
+    let tensors: Vec<(String, Tensor)> = checkpoint(&w, &cfg, "model.", Experts::Stacked)
+        .into_iter()
+        .map(|(n, t)| {
+            if n.ends_with("experts.gate_up_proj") || n.ends_with("experts.down_proj") {
+                let tt = transpose(&t);
+                (n, tt)
+            } else {
+                (n, t)
+            }
+        })
+        .collect();
+    let gu = &tensors
+        .iter()
+        .find(|(n, _)| n == "model.layers.0.mlp.experts.gate_up_proj")
+        .unwrap()
+        .1;
+    assert_eq!(gu.shape, vec![e, h, 2 * i]);
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("model.safetensors"), &tensors);
+    let loaded = Weights::load(dir.path(), &cfg).unwrap();
+    assert_eq!(loaded, w);
+}

@@ -71,10 +71,24 @@ pub(super) fn stack_experts(
             }
             Some(_) => {}
         }
+        let (e_count, i, h) = (moe.num_experts, moe.moe_intermediate_size, cfg.hidden_size);
         if layout == Layout::Stacked {
+            // Older transformers (Qwen3-VL-MoE style) stacked experts as
+            // `x @ W`: gate_up `[E, H, 2I]`, down `[E, I, H]`. Recognised by
+            // shape where that is unambiguous, and transposed per expert.
+            for (name, canonical, transposed) in [
+                ("gate_up_proj", [e_count, 2 * i, h], [e_count, h, 2 * i]),
+                ("down_proj", [e_count, h, i], [e_count, i, h]),
+            ] {
+                let key = format!("{prefix}{name}");
+                if let Some(t) = raw.get_mut(&key) {
+                    if canonical != transposed && t.shape == transposed {
+                        *t = transpose_last_two(t);
+                    }
+                }
+            }
             continue;
         }
-        let (e_count, i, h) = (moe.num_experts, moe.moe_intermediate_size, cfg.hidden_size);
         let mut take = |e: usize, proj: &str, shape: [usize; 2]| -> Result<Tensor, WeightsError> {
             let name = format!("{prefix}{e}.{proj}.weight");
             let t = raw.remove(&name).ok_or_else(|| WeightsError::Missing {
@@ -110,6 +124,26 @@ pub(super) fn stack_experts(
         );
     }
     Ok(())
+}
+
+/// Swaps the last two dimensions of a rank-3 tensor.
+fn transpose_last_two(t: &Tensor) -> Tensor {
+    let (e, r, c) = (t.shape[0], t.shape[1], t.shape[2]);
+    fn tr<T: Copy>(v: &[T], e: usize, r: usize, c: usize) -> Vec<T> {
+        let mut out = Vec::with_capacity(v.len());
+        for m in v.chunks_exact(r * c).take(e) {
+            for j in 0..c {
+                out.extend((0..r).map(|k| m[k * c + j]));
+            }
+        }
+        out
+    }
+    let data = match &t.data {
+        TensorData::F32(v) => TensorData::F32(tr(v, e, r, c)),
+        TensorData::F16(v) => TensorData::F16(tr(v, e, r, c)),
+        TensorData::Bf16(v) => TensorData::Bf16(tr(v, e, r, c)),
+    };
+    Tensor::new(vec![e, c, r], data)
 }
 
 /// Concatenates same-dtype tensors' data in order under a new shape.
