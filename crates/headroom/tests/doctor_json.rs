@@ -204,3 +204,17 @@ fn doctor_json_reports_backend_availability() {
     assert_eq!(full["kind"]["head_dim"], 256);
     assert_eq!(full["layer_indices"].as_array().unwrap().len(), 10);
 }
+
+#[test]
+fn doctor_without_a_model_reports_the_default_synthetic_model() {
+    let v = doctor(&["--backend", "cpu"], &[]);
+    assert_eq!(v["model"]["source"], "synthetic:tiny-d256");
+    let layers = v["layers"].as_array().unwrap();
+    let full = layers
+        .iter()
+        .find(|l| l["kind"]["attention"] == "full")
+        .expect("tiny-d256 has a full-attention layer");
+    assert_eq!(full["kind"]["head_dim"], 256);
+    assert_eq!(full["attention"]["route"], "composed");
+    assert_eq!(full["attention"]["query_block"], 128);
+}

@@ -5,7 +5,7 @@
 
 use crate::attention_setup::{default_backend, AttentionSetup, LayerGroup};
 use crate::global::GlobalArgs;
-use crate::model_source::ModelSource;
+use crate::model_source::{ModelSource, OptionalModelSource};
 use anyhow::Context;
 use headroom_core::{BackendKind, Route};
 use headroom_hardware::{cuda_availability, CudaDeviceInfo, HardwareFingerprint};
@@ -17,7 +17,7 @@ use std::fmt::Write as _;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    pub source: ModelSource,
+    pub source: OptionalModelSource,
     /// Print exactly one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -79,7 +79,7 @@ fn load_model(source: &ModelSource) -> anyhow::Result<(String, ModelConfig)> {
 
 /// Builds the report (no printing).
 pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
-    let (source, config) = load_model(&args.source)?;
+    let (source, config) = load_model(&args.source.or_default())?;
     let kinds = config.layer_kinds();
     let cuda = cuda_availability();
     let backend = args.backend.unwrap_or_else(default_backend);
@@ -287,10 +287,7 @@ mod tests {
     #[test]
     fn text_report_shows_groups_routes_and_warnings() {
         let args = Args {
-            source: ModelSource {
-                synthetic: Some("tiny-d256".into()),
-                model: None,
-            },
+            source: OptionalModelSource::default(),
             json: false,
             backend: Some(BackendKind::Cpu),
         };
