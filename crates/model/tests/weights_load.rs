@@ -295,3 +295,17 @@ fn transposes_old_orientation_stacked_experts() {
     let loaded = Weights::load(dir.path(), &cfg).unwrap();
     assert_eq!(loaded, w);
 }
+
+#[test]
+fn tied_checkpoint_may_carry_a_redundant_lm_head() {
+    let mut cfg = cfg();
+    cfg.tie_word_embeddings = true;
+    let w = Weights::synthetic(&cfg, 17);
+    assert!(w.get("lm_head.weight").is_err());
+    let mut tensors = checkpoint(&w, &cfg, "model.", Experts::Stacked);
+    let embed = w.get("embed_tokens.weight").unwrap().clone();
+    tensors.push(("lm_head.weight".into(), embed));
+    let dir = tempfile::tempdir().unwrap();
+    write(&dir.path().join("model.safetensors"), &tensors);
+    assert_eq!(Weights::load(dir.path(), &cfg).unwrap(), w);
+}

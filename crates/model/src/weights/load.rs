@@ -29,6 +29,10 @@ impl Weights {
         if vision + mtp > 0 {
             tracing::info!(vision, mtp, "skipped vision / MTP tensors");
         }
+        if cfg.tie_word_embeddings && raw.remove("lm_head.weight").is_some() {
+            // Some tied checkpoints still save the head; the embedding is used.
+            tracing::debug!("tie_word_embeddings: ignoring the saved lm_head.weight");
+        }
         if cfg.fused_linear_projections {
             fused::split_linear_projections(&mut raw, cfg)?;
         }
