@@ -54,6 +54,10 @@ fn parse_args() -> Result<Args, String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = parse_args()?;
+    // RUST_LOG=headroom_model=debug prints each layer's mixer / MLP time.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     let cfg = ModelConfig::synthetic(&args.model)?;
     let t0 = Instant::now();
     let weights = Weights::synthetic(&cfg, args.seed);

@@ -21,6 +21,7 @@ use crate::ops::rms_norm::rms_norm_offset;
 use crate::ops::{linear, WeightView};
 use crate::{Tensor, Weights};
 use headroom_core::{AttentionKind, RouteRequest};
+use std::time::Instant;
 
 /// The token mixer of one decoder layer.
 #[derive(Debug, Clone)]
@@ -237,6 +238,7 @@ impl<'w> Qwen35Model<'w> {
             .zip(session.layers.iter_mut())
             .enumerate()
         {
+            let started = Instant::now();
             let mut normed = x.clone();
             rms_norm_offset(&mut normed, &dec.input_norm, self.eps);
             let mixed = match (&dec.mixer, state) {
@@ -257,9 +259,18 @@ impl<'w> Qwen35Model<'w> {
                 _ => unreachable!("session built by this model"),
             };
             add(&mut x, &mixed);
+            let mixer_done = Instant::now();
             let mut normed = x.clone();
             rms_norm_offset(&mut normed, &dec.post_norm, self.eps);
             add(&mut x, &dec.mlp.forward(&normed, t));
+            tracing::debug!(
+                layer = l,
+                tokens = t,
+                position = pos0,
+                mixer_ms = (mixer_done - started).as_secs_f64() * 1e3,
+                mlp_ms = mixer_done.elapsed().as_secs_f64() * 1e3,
+                "layer forward"
+            );
         }
         session.position += t;
         rms_norm_offset(&mut x, &self.final_norm, self.eps);
