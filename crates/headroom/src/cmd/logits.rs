@@ -155,5 +155,28 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         out.vocab,
         a.out.display()
     );
+    eprintln!("attention that ran: {}", routes_that_ran(&out.attention));
     Ok(())
+}
+
+/// `layer 3 composed qL=128, layer 7 fused`: what each full layer's attention
+/// calls reported (distinct per layer, in order).
+pub fn routes_that_ran(reports: &[headroom_model::qwen3_5::LayerAttentionReport]) -> String {
+    let mut seen: Vec<(usize, String)> = Vec::new();
+    for r in reports {
+        let what = match r.report.query_block {
+            Some(q) => format!("{} qL={q}", r.report.route),
+            None => r.report.route.to_string(),
+        };
+        if !seen.iter().any(|(l, w)| *l == r.layer && *w == what) {
+            seen.push((r.layer, what));
+        }
+    }
+    if seen.is_empty() {
+        return "none (no full-attention layer)".into();
+    }
+    seen.iter()
+        .map(|(l, w)| format!("layer {l} {w}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
