@@ -236,3 +236,50 @@ fn empty_folder_and_missing_folder() {
         Err(WeightsError::Io { .. })
     ));
 }
+
+#[test]
+fn index_naming_a_missing_shard_or_duplicate_tensors_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    write_edited(dir.path(), |_| {});
+    let single = dir.path().join("model.safetensors");
+    let shard = dir.path().join("model-00001-of-00002.safetensors");
+    std::fs::rename(&single, &shard).unwrap();
+    let index = serde_json::json!({"weight_map": {
+        "model.norm.weight": "model-00001-of-00002.safetensors",
+        "model.embed_tokens.weight": "model-00002-of-00002.safetensors"
+    }});
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    let err = Weights::load(dir.path(), &cfg()).unwrap_err();
+    assert!(
+        matches!(err, WeightsError::Io { .. })
+            && err.to_string().contains("model-00002-of-00002.safetensors"),
+        "{err}"
+    );
+    // The second shard repeats a tensor of the first.
+    let dup = Tensor::from_f32(vec![128], vec![0.0; 128]);
+    write_safetensors(
+        &dir.path().join("model-00002-of-00002.safetensors"),
+        &[("model.norm.weight", &dup)],
+    )
+    .unwrap();
+    let err = Weights::load(dir.path(), &cfg()).unwrap_err();
+    assert!(
+        matches!(&err, WeightsError::Duplicate(n) if n == "norm.weight"),
+        "{err}"
+    );
+    // A shard path that leaves the folder is refused.
+    let index = serde_json::json!({"weight_map": {"model.norm.weight": "../x.safetensors"}});
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    assert!(matches!(
+        Weights::load(dir.path(), &cfg()),
+        Err(WeightsError::Index { .. })
+    ));
+}
