@@ -15,6 +15,42 @@ pub const BLOCK_N_MAX: usize = 64;
 /// Threads per CTA (`THREADS`).
 pub const THREADS: usize = 256;
 
+/// Which fused kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FusedImpl {
+    /// `attention_fused.cu`: mma.sync m16n8k16, any sm_80+ GPU.
+    MmaSync,
+    /// `attention_fused_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only.
+    Wgmma,
+}
+
+impl FusedImpl {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FusedImpl::MmaSync => "mma.sync",
+            FusedImpl::Wgmma => "wgmma",
+        }
+    }
+}
+
+/// The fused kernel for an architecture: wgmma on `sm_90a`, mma.sync elsewhere.
+/// `HEADROOM_FUSED_IMPL=mma|wgmma` overrides (wgmma only where the arch has it).
+pub fn fused_impl(arch: &str) -> FusedImpl {
+    let hopper = arch == "sm_90a";
+    match std::env::var("HEADROOM_FUSED_IMPL").as_deref() {
+        Ok("mma") => FusedImpl::MmaSync,
+        Ok("wgmma") if hopper => FusedImpl::Wgmma,
+        _ if hopper => FusedImpl::Wgmma,
+        _ => FusedImpl::MmaSync,
+    }
+}
+
+/// Dynamic shared memory of the wgmma kernel: Q tile + one K and one V tile,
+/// plus 1 KiB to align them to the 128-byte swizzle period.
+pub fn wgmma_smem_bytes(head_dim: usize) -> usize {
+    (BLOCK_M + 2 * BLOCK_N_MAX) * head_dim * 2 + 1024
+}
+
 /// Dynamic shared memory reserved for `head_dim`: Q tile + one K and one V
 /// tile of the largest tile width (an upper bound of what the kernel uses).
 pub fn smem_bytes(head_dim: usize) -> usize {
@@ -28,16 +64,22 @@ pub(super) fn run(
     scale_log2: f32,
     bufs: &AttentionBuffers<'_>,
 ) -> Result<(), CudaError> {
-    let entry = kernels::fused_entry(shape.head_dim, dtype).ok_or_else(|| {
-        AttentionError::UnsupportedHeadDim {
-            head_dim: shape.head_dim,
-            route: "fused",
-            backend: "cuda",
-            supported: FUSED_HEAD_DIMS.to_vec(),
-        }
+    let imp = fused_impl(&dev.arch);
+    let entry = match imp {
+        FusedImpl::MmaSync => kernels::fused_entry(shape.head_dim, dtype),
+        FusedImpl::Wgmma => kernels::fused_wgmma_entry(shape.head_dim, dtype),
+    };
+    let entry = entry.ok_or_else(|| AttentionError::UnsupportedHeadDim {
+        head_dim: shape.head_dim,
+        route: "fused",
+        backend: "cuda",
+        supported: FUSED_HEAD_DIMS.to_vec(),
     })?;
     let f = dev.function(entry)?;
-    let smem = smem_bytes(shape.head_dim);
+    let smem = match imp {
+        FusedImpl::MmaSync => smem_bytes(shape.head_dim),
+        FusedImpl::Wgmma => wgmma_smem_bytes(shape.head_dim),
+    };
     dev.set_dynamic_smem(f, smem)?;
     let (mut q, mut k, mut v, mut o) = (bufs.q.ptr(), bufs.k.ptr(), bufs.v.ptr(), bufs.out.ptr());
     let (mut q_len, mut kv_len) = (shape.q_len as i32, shape.kv_len as i32);

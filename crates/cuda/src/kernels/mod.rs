@@ -31,6 +31,21 @@ pub const ATTENTION_FUSED: KernelSource = KernelSource {
     ],
 };
 
+/// Fused prefill attention on Hopper warpgroup MMA (sm_90a only).
+pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
+    name: "attention_fused_wgmma",
+    file: "attention_fused_wgmma.cu",
+    source: include_str!("attention_fused_wgmma.cu"),
+    entry_points: &[
+        "attn_fused_prefill_wgmma_d256_bf16",
+        "attn_fused_prefill_wgmma_d256_f16",
+        "attn_fused_prefill_wgmma_d128_bf16",
+        "attn_fused_prefill_wgmma_d128_f16",
+        "attn_fused_prefill_wgmma_d64_bf16",
+        "attn_fused_prefill_wgmma_d64_f16",
+    ],
+};
+
 /// Masked softmax of the composed route (f32 scores to f16/bf16 probabilities).
 pub const MASKED_SOFTMAX: KernelSource = KernelSource {
     name: "masked_softmax",
@@ -40,7 +55,7 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
 };
 
 /// Every kernel source the backend launches.
-pub const SOURCES: &[KernelSource] = &[ATTENTION_FUSED, MASKED_SOFTMAX];
+pub const SOURCES: &[KernelSource] = &[ATTENTION_FUSED, ATTENTION_FUSED_WGMMA, MASKED_SOFTMAX];
 
 /// Every entry point the artifact must contain, source by source.
 pub fn required_entry_points() -> Vec<&'static str> {
@@ -73,6 +88,19 @@ pub fn fused_entry(head_dim: usize, dtype: Dtype) -> Option<&'static str> {
         .find(|e| *e == name)
 }
 
+/// The Hopper (wgmma) fused kernel for `head_dim` and `dtype`, if one is compiled.
+pub fn fused_wgmma_entry(head_dim: usize, dtype: Dtype) -> Option<&'static str> {
+    let name = format!(
+        "attn_fused_prefill_wgmma_d{head_dim}_{}",
+        dtype_suffix(dtype)?
+    );
+    ATTENTION_FUSED_WGMMA
+        .entry_points
+        .iter()
+        .copied()
+        .find(|e| *e == name)
+}
+
 /// The masked-softmax kernel writing probabilities in `dtype`.
 pub fn softmax_entry(dtype: Dtype) -> Option<&'static str> {
     let name = format!("attn_masked_softmax_{}", dtype_suffix(dtype)?);
@@ -96,6 +124,10 @@ mod tests {
                 let e = fused_entry(d, dt).unwrap_or_else(|| panic!("no fused kernel d{d} {dt}"));
                 assert!(required.contains(&e));
                 assert_eq!(source_of(e), Some(&ATTENTION_FUSED));
+                let w =
+                    fused_wgmma_entry(d, dt).unwrap_or_else(|| panic!("no wgmma kernel d{d} {dt}"));
+                assert!(required.contains(&w));
+                assert_eq!(source_of(w), Some(&ATTENTION_FUSED_WGMMA));
             }
             assert!(softmax_entry(Dtype::Bf16).is_some());
         }

@@ -108,7 +108,11 @@ pub fn run(c: KernelsCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
             json,
         } => {
             let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
-            println!("device: {} ({} SMs, {})", dev.name, dev.sm_count, dev.arch);
+            let imp = headroom_cuda::attention::fused_impl(&dev.arch).as_str();
+            println!(
+                "device: {} ({} SMs, {}), fused kernel: {imp}",
+                dev.name, dev.sm_count, dev.arch
+            );
             println!(
                 "{:>7} {:>5} {:<13} {:>9} {:>8} {:>11}",
                 "length", "dtype", "route", "ms", "TFLOP/s", "transient"
@@ -142,7 +146,7 @@ pub fn run(c: KernelsCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
                             "length": len, "history": history, "dtype": dtype, "route": route.to_string(),
                             "q_heads": q_heads, "kv_heads": kv_heads, "head_dim": head_dim,
                             "median_ms": t.median_ms, "times_ms": t.times_ms, "tflops": t.tflops,
-                            "report": t.report, "device": dev.name, "arch": dev.arch,
+                            "report": t.report, "device": dev.name, "arch": dev.arch, "fused_impl": imp,
                         }));
                     }
                 }
@@ -172,7 +176,13 @@ fn describe(c: &check::CheckCase) -> String {
 
 fn run_check(json: Option<PathBuf>, filter: Option<String>) -> anyhow::Result<()> {
     let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
-    println!("device: {} ({} SMs, {})", dev.name, dev.sm_count, dev.arch);
+    println!(
+        "device: {} ({} SMs, {}), fused kernel: {}",
+        dev.name,
+        dev.sm_count,
+        dev.arch,
+        headroom_cuda::attention::fused_impl(&dev.arch).as_str()
+    );
     let seed0: u64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)

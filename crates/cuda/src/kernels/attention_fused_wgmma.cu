@@ -1,0 +1,431 @@
+// Fused prefill attention on Hopper warpgroup MMA (wgmma, sm_90a).
+//
+// Same semantics and launch contract as attention_fused.cu (head-major
+// q/out [q_heads][q_len][D], k/v [kv_heads][kv_len][D], lower-right causal
+// with history, integer GQA, f32 online softmax, NaN propagates), and the same
+// grid (ceil(q_len / BLOCK_M), q_heads) and CTA of 256 threads.
+//
+// Structure: two warpgroups per CTA, each owning 64 query rows. S = Q.K^T is
+// D/16 wgmma m64n64k16 with both operands read by the tensor cores straight
+// from shared memory (K-major, 128-byte swizzle); O += P.V is BLOCK_N/16
+// wgmma m64nDk16 with P from registers (the S accumulator re-packed to
+// 16 bits) and V from shared memory as an N-major operand. Tiles live in
+// shared memory as [D/64 column blocks][rows][64 elements], 16-byte chunks
+// XOR-swizzled by (row mod 8): the canonical SW128 layout of the descriptors.
+// K/V streaming (cp.async), tile order, masking and softmax follow the
+// mma.sync kernel; the wgmma accumulator fragment of each warp has the same
+// register layout as that kernel's m16n8 fragments, so that code is shared in
+// spirit line by line. No global workspace.
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#ifndef INFINITY  // NVRTC has no <math.h>
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+namespace headroom_wg {
+
+constexpr int WG_ROWS = 64;             // query rows per warpgroup (the wgmma M)
+constexpr int NUM_WG = 2;               // warpgroups per CTA
+constexpr int BLOCK_M = WG_ROWS * NUM_WG;  // 128 query rows per CTA
+constexpr int BLOCK_N = 64;             // keys per K/V tile
+constexpr int THREADS = NUM_WG * 128;
+constexpr int CHUNK = 8;                // 16-byte chunk = 8 half/bf16 elements
+constexpr int ATOM_COLS = 64;           // elements per 128-byte swizzle row
+
+template <int D>
+struct Smem {
+    static constexpr int Q_BYTES = BLOCK_M * D * 2;
+    static constexpr int KV_BYTES = BLOCK_N * D * 2;
+    // +1024: the tiles are placed at the first 1024-byte boundary (the swizzle period).
+    static constexpr int BYTES = Q_BYTES + 2 * KV_BYTES + 1024;
+};
+
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Make this thread's generic-proxy shared-memory writes visible to the tensor cores.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
+    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
+    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
+    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
+    d |= 1ull << 62;
+    return d;
+}
+
+// Byte offset of 16-byte chunk c of row r in a tile of ROWS rows in the SW128 layout.
+template <int ROWS>
+__device__ __forceinline__ unsigned sw128(int r, int c) {
+    return (unsigned)((c / 8) * ROWS * 128 + r * 128 + (((c % 8) ^ (r & 7)) * 16));
+}
+
+// Copies ROWS x D elements (row stride D) into a SW128 tile; rows at or past
+// valid_rows are zero-filled.
+template <int D, int ROWS, typename T>
+__device__ __forceinline__ void load_tile(unsigned dst, const T* src, int valid_rows, int tid) {
+    constexpr int CHUNKS_PER_ROW = D / CHUNK;
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
+    static_assert(THREADS % CHUNKS_PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0 && ROWS_PER_PASS % 8 == 0,
+                  "tile split");
+    const int r0 = tid / CHUNKS_PER_ROW;
+    const int c = tid % CHUNKS_PER_ROW;
+    const unsigned s_base = dst + sw128<ROWS>(r0, c);
+    const T* g_base = src + (size_t)r0 * D + c * CHUNK;
+    if (valid_rows >= ROWS) {
+#pragma unroll
+        for (int i = 0; i < ROWS / ROWS_PER_PASS; ++i)
+            cp_async_16(s_base + i * ROWS_PER_PASS * 128, g_base + (size_t)i * ROWS_PER_PASS * D, true);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS / ROWS_PER_PASS; ++i) {
+            const bool valid = r0 + i * ROWS_PER_PASS < valid_rows;
+            cp_async_16(s_base + i * ROWS_PER_PASS * 128, valid ? g_base + (size_t)i * ROWS_PER_PASS * D : src, valid);
+        }
+    }
+}
+
+// ---- wgmma wrappers (generated: one per shape and dtype) ----
+__device__ __forceinline__ void wgmma_ss_m64n64k16_bf16(float (&d)[32], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n64k16_bf16_tb(float (&d)[32], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n128k16_bf16_tb(float (&d)[64], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n256k16_bf16_tb(float (&d)[128], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_ss_m64n64k16_f16(float (&d)[32], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n64k16_f16_tb(float (&d)[32], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n128k16_f16_tb(float (&d)[64], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs_m64n256k16_f16_tb(float (&d)[128], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+// ---- end of generated wrappers ----
+
+template <typename T> struct Ops;
+template <> struct Ops<__nv_bfloat16> {
+    __device__ __forceinline__ static void qk(float (&d)[32], unsigned long long a, unsigned long long b) {
+        wgmma_ss_m64n64k16_bf16(d, a, b);
+    }
+    template <int N>
+    __device__ __forceinline__ static void pv(float (&d)[N / 2], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                              unsigned long long b) {
+        if constexpr (N == 256) wgmma_rs_m64n256k16_bf16_tb(d, a0, a1, a2, a3, b);
+        else if constexpr (N == 128) wgmma_rs_m64n128k16_bf16_tb(d, a0, a1, a2, a3, b);
+        else wgmma_rs_m64n64k16_bf16_tb(d, a0, a1, a2, a3, b);
+    }
+    __device__ __forceinline__ static unsigned pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&v);
+    }
+};
+template <> struct Ops<__half> {
+    __device__ __forceinline__ static void qk(float (&d)[32], unsigned long long a, unsigned long long b) {
+        wgmma_ss_m64n64k16_f16(d, a, b);
+    }
+    template <int N>
+    __device__ __forceinline__ static void pv(float (&d)[N / 2], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                              unsigned long long b) {
+        if constexpr (N == 256) wgmma_rs_m64n256k16_f16_tb(d, a0, a1, a2, a3, b);
+        else if constexpr (N == 128) wgmma_rs_m64n128k16_f16_tb(d, a0, a1, a2, a3, b);
+        else wgmma_rs_m64n64k16_f16_tb(d, a0, a1, a2, a3, b);
+    }
+    __device__ __forceinline__ static unsigned pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&v);
+    }
+};
+
+template <int D, typename T>
+__device__ __forceinline__ void attn_fused_prefill(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
+    int q_len, int kv_len, int q_heads, int kv_heads, float scale_log2) {
+    static_assert(D == 64 || D == 128 || D == 256, "wgmma N is the head dim");
+    constexpr int N_TILES = BLOCK_N / 8;   // n8 blocks of S per thread
+    constexpr int D_TILES = D / 8;         // n8 blocks of O per thread
+    constexpr int K_STEPS = D / 16;
+
+    extern __shared__ unsigned char smem_raw[];
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base;
+    const unsigned sK = sQ + Smem<D>::Q_BYTES;
+    const unsigned sV = sK + Smem<D>::KV_BYTES;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;              // 0..7; warpgroup = warp / 4
+    const int wg = warp / 4;
+    const int lane = tid % 32;
+    const int g = lane / 4;
+    const int t4 = lane % 4;
+
+    const int num_m_blocks = (q_len + BLOCK_M - 1) / BLOCK_M;
+    const int m_block = num_m_blocks - 1 - blockIdx.x;
+    const int head = blockIdx.y;
+    const int kv_head = head / (q_heads / kv_heads);
+    const int history = kv_len - q_len;
+    const int m0 = m_block * BLOCK_M;
+
+    const T* gQ = q + ((size_t)head * q_len + m0) * D;
+    const T* gK = k + (size_t)kv_head * kv_len * D;
+    const T* gV = v + (size_t)kv_head * kv_len * D;
+    T* gO = out + ((size_t)head * q_len + m0) * D;
+
+    const int last_row = min(m0 + BLOCK_M, q_len) - 1;
+    const int n_limit = min(kv_len, history + last_row + 1);
+    const int n_blocks = (n_limit + BLOCK_N - 1) / BLOCK_N;
+    const int n_unmasked = (history + m0 + 1) / BLOCK_N;
+
+    load_tile<D, BLOCK_M>(sQ, gQ, q_len - m0, tid);
+    {
+        const int n0 = (n_blocks - 1) * BLOCK_N;
+        load_tile<D, BLOCK_N>(sK, gK + (size_t)n0 * D, kv_len - n0, tid);
+    }
+    cp_async_commit();
+
+    float acc_o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.f, 0.f};
+
+    const int warp_row0 = warp * 16;  // = wg * 64 + (warp % 4) * 16
+    const int pos0 = history + m0 + warp_row0 + g;
+    const int pos1 = pos0 + 8;
+
+    // Descriptor bases: Q rows of this warpgroup; K and V whole tiles.
+    const unsigned q_wg = sQ + wg * WG_ROWS * 128;
+    constexpr unsigned SBO = 8 * 128;                 // 8 rows of 128 bytes
+    constexpr unsigned V_LBO = BLOCK_N * 128;         // next 64 columns of V
+
+    for (int nb = n_blocks - 1; nb >= 0; --nb) {
+        const int n0 = nb * BLOCK_N;
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();
+        load_tile<D, BLOCK_N>(sV, gV + (size_t)n0 * D, kv_len - n0, tid);
+        cp_async_commit();
+
+        float acc_s[N_TILES * 4];
+#pragma unroll
+        for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < K_STEPS; ++ks) {
+            // Column block of 64 elements, then 16-element (32-byte) step inside its swizzle row.
+            const unsigned blk = ks * 16 / ATOM_COLS;
+            const unsigned col = (ks % (ATOM_COLS / 16)) * 32;
+            const unsigned qa = q_wg + blk * (BLOCK_M * 128) + col;
+            const unsigned ka = sK + blk * (BLOCK_N * 128) + col;
+            Ops<T>::qk(acc_s, desc_sw128(qa, 16, SBO), desc_sw128(ka, 16, SBO));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+
+        const bool masked = nb >= n_unmasked;
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; ++nt) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int key = n0 + nt * 8 + t4 * 2 + (j & 1);
+                const int pos = (j < 2) ? pos0 : pos1;
+                float s = acc_s[nt * 4 + j] * scale_log2;
+                if (masked && (key > pos || key >= kv_len)) s = -INFINITY;
+                acc_s[nt * 4 + j] = s;
+            }
+        }
+
+        float new_max[2] = {row_max[0], row_max[1]};
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; ++nt) {
+            new_max[0] = fmaxf(new_max[0], fmaxf(acc_s[nt * 4 + 0], acc_s[nt * 4 + 1]));
+            new_max[1] = fmaxf(new_max[1], fmaxf(acc_s[nt * 4 + 2], acc_s[nt * 4 + 3]));
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 1));
+            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 2));
+        }
+        float alpha[2];
+        float sub[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            sub[r] = (new_max[r] == -INFINITY) ? 0.f : new_max[r];
+            alpha[r] = fast_exp2(row_max[r] - sub[r]);
+            row_max[r] = new_max[r];
+        }
+
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();
+        if (nb > 0) {
+            const int np = (nb - 1) * BLOCK_N;
+            load_tile<D, BLOCK_N>(sK, gK + (size_t)np * D, kv_len - np, tid);
+            cp_async_commit();
+        }
+
+        float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; ++nt) {
+            acc_s[nt * 4 + 0] = fast_exp2(acc_s[nt * 4 + 0] - sub[0]);
+            acc_s[nt * 4 + 1] = fast_exp2(acc_s[nt * 4 + 1] - sub[0]);
+            acc_s[nt * 4 + 2] = fast_exp2(acc_s[nt * 4 + 2] - sub[1]);
+            acc_s[nt * 4 + 3] = fast_exp2(acc_s[nt * 4 + 3] - sub[1]);
+            tile_sum[0] += acc_s[nt * 4 + 0] + acc_s[nt * 4 + 1];
+            tile_sum[1] += acc_s[nt * 4 + 2] + acc_s[nt * 4 + 3];
+        }
+        row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
+        row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
+#pragma unroll
+        for (int dt = 0; dt < D_TILES; ++dt) {
+            acc_o[dt * 4 + 0] *= alpha[0];
+            acc_o[dt * 4 + 1] *= alpha[0];
+            acc_o[dt * 4 + 2] *= alpha[1];
+            acc_o[dt * 4 + 3] *= alpha[1];
+        }
+
+        unsigned p[BLOCK_N / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+            p[kk][0] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 0], acc_s[(2 * kk) * 4 + 1]);
+            p[kk][1] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 2], acc_s[(2 * kk) * 4 + 3]);
+            p[kk][2] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 0], acc_s[(2 * kk + 1) * 4 + 1]);
+            p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+            Ops<T>::template pv<D>(acc_o, p[kk][0], p[kk][1], p[kk][2], p[kk][3],
+                                   desc_sw128(sV + kk * 16 * 128, V_LBO, SBO));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    }
+    const float inv0 = 1.f / row_sum[0];
+    const float inv1 = 1.f / row_sum[1];
+    const int row0 = warp_row0 + g;
+    const int row1 = row0 + 8;
+#pragma unroll
+    for (int dt = 0; dt < D_TILES; ++dt) {
+        const int col = dt * 8 + t4 * 2;
+        if (m0 + row0 < q_len) {
+            *reinterpret_cast<unsigned*>(gO + (size_t)row0 * D + col) =
+                Ops<T>::pack(acc_o[dt * 4 + 0] * inv0, acc_o[dt * 4 + 1] * inv0);
+        }
+        if (m0 + row1 < q_len) {
+            *reinterpret_cast<unsigned*>(gO + (size_t)row1 * D + col) =
+                Ops<T>::pack(acc_o[dt * 4 + 2] * inv1, acc_o[dt * 4 + 3] * inv1);
+        }
+    }
+}
+
+}  // namespace headroom_wg
+
+// Entry points: attn_fused_prefill_wgmma_d{64,128,256}_{f16,bf16}. Launch:
+// grid (ceil(q_len / 128), q_heads), block 256, dynamic shared memory
+// (128 + 2 * 64) * D * 2 + 1024 bytes.
+#define HEADROOM_WGMMA_ENTRY(D, NAME, T)                                                            \
+    extern "C" __global__ void __launch_bounds__(headroom_wg::THREADS, 1)                           \
+    attn_fused_prefill_wgmma_d##D##_##NAME(const T* q, const T* k, const T* v, T* out, int q_len,   \
+                                           int kv_len, int q_heads, int kv_heads, float scale_log2) { \
+        headroom_wg::attn_fused_prefill<D, T>(q, k, v, out, q_len, kv_len, q_heads, kv_heads,       \
+                                              scale_log2);                                          \
+    }
+
+HEADROOM_WGMMA_ENTRY(256, bf16, __nv_bfloat16)
+HEADROOM_WGMMA_ENTRY(256, f16, __half)
+HEADROOM_WGMMA_ENTRY(128, bf16, __nv_bfloat16)
+HEADROOM_WGMMA_ENTRY(128, f16, __half)
+HEADROOM_WGMMA_ENTRY(64, bf16, __nv_bfloat16)
+HEADROOM_WGMMA_ENTRY(64, f16, __half)
