@@ -86,12 +86,13 @@ fn unsupported_dtype_head_dim_and_buffer_length_are_typed_errors() {
         "{e}"
     );
     let small = shape(8, 8, 64);
-    let b = dev.alloc(small.q_elems() * 4).unwrap();
+    let qo = dev.alloc(small.q_elems() * 4).unwrap();
+    let kv = dev.alloc(small.kv_elems() * 4).unwrap();
     let bufs = AttentionBuffers {
-        q: &b,
-        k: &b,
-        v: &b,
-        out: &b,
+        q: &qo,
+        k: &kv,
+        v: &kv,
+        out: &qo,
     };
     let e = prefill(&dev, &small, Dtype::F32, RouteRequest::Fused, &bufs).unwrap_err();
     assert!(
