@@ -10,7 +10,7 @@
 //! workspace depends only on the tile sizes, `head_dim`, the group and the
 //! number of worker threads — never on `kv_len`.
 
-use crate::convert::{load, load_scaled, store_scaled};
+use crate::convert::{all_finite, load, load_scaled, store_scaled};
 use crate::matmul::{matmul, Mat};
 use crate::simd::{axpy, exp_sub_sum, row_max, scale, Level};
 use crate::tasks::{Grid, OutRows, Task};
@@ -156,9 +156,11 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
         let kt = &mut s.k[..n * d];
         let vt = &mut s.v[..n * d];
         load(&kh[c0 * d..(c0 + n) * d], kt);
-        let v_finite = load(&vh[c0 * d..(c0 + n) * d], vt);
+        load(&vh[c0 * d..(c0 + n) * d], vt);
         // Some row of the tile cannot see its last column.
         let diagonal = c0 + n - 1 > hist + t.r0;
+        // Masked probabilities are exact zeros, but 0 · NaN = NaN.
+        let v_finite = !diagonal || all_finite(vt);
         let sc = &mut s.s[..mrows * n];
         matmul(
             mrows,
@@ -201,7 +203,7 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
                 scale(orow, alpha);
             }
         }
-        if v_finite || !diagonal {
+        if v_finite {
             matmul(
                 mrows,
                 d,
