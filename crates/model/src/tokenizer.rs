@@ -179,6 +179,13 @@ mod tests {
     /// A small byte-level BPE tokenizer.json (the kind Qwen uses), with a few merges
     /// and one special token.
     fn write_tokenizer(dir: &Path) {
+        write_tokenizer_with(dir, false)
+    }
+
+    /// `qwen_style`: the pre-tokenizer Qwen checkpoints use — NFC, then a
+    /// `Split` on Qwen2's regex (with a `(?!\S)` look-ahead, which needs
+    /// fancy-regex), then a ByteLevel without its own regex.
+    fn write_tokenizer_with(dir: &Path, qwen_style: bool) {
         let chars = byte_chars();
         let mut vocab = serde_json::Map::new();
         for (i, c) in chars.iter().enumerate() {
@@ -202,6 +209,15 @@ mod tests {
                       "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
                       "vocab": vocab, "merges": merges}
         });
+        let mut tok = tok;
+        if qwen_style {
+            let pattern = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+            tok["normalizer"] = json!({"type": "NFC"});
+            tok["pre_tokenizer"] = json!({"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}
+            ]});
+        }
         std::fs::write(dir.join("tokenizer.json"), tok.to_string()).unwrap();
     }
 
@@ -226,6 +242,24 @@ mod tests {
             "hello",
             "special tokens are skipped"
         );
+    }
+
+    #[test]
+    fn qwen_style_regex_pre_tokenizer_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        write_tokenizer_with(dir.path(), true);
+        let t = Tokenizer::from_dir(dir.path()).unwrap();
+        // The split isolates "hello" so its merges apply; digits are split one by one.
+        assert_eq!(t.encode("hello").unwrap(), vec![259]);
+        assert_eq!(t.encode("42").unwrap(), vec![b'4' as u32, b'2' as u32]);
+        for text in [
+            "We're  here:\n\n  x = 42;\t// ok ",
+            "Ünïcode — 世界 🙂",
+            "trailing   ",
+        ] {
+            let ids = t.encode(text).unwrap();
+            assert_eq!(t.decode(&ids).unwrap(), text);
+        }
     }
 
     #[test]
