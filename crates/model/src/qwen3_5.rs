@@ -20,7 +20,8 @@ use crate::layers::{FullAttention, GatedDeltaNet, GdnState, KvCache, Mlp};
 use crate::ops::rms_norm::rms_norm_offset;
 use crate::ops::{linear, WeightView};
 use crate::{Tensor, Weights};
-use headroom_core::{AttentionKind, RouteRequest};
+use headroom_core::fused_capability::fused_support;
+use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, RouteRequest};
 use std::time::Instant;
 
 /// The token mixer of one decoder layer.
@@ -177,11 +178,15 @@ impl<'w> Qwen35Model<'w> {
             .layers
             .iter()
             .enumerate()
-            .map(|(l, d)| match d.mixer {
-                Mixer::Full(_) => opts.attention.route(l).map(Some),
+            .map(|(l, d)| match &d.mixer {
+                Mixer::Full(att) => {
+                    let route = opts.attention.route(l)?;
+                    check_route(l, att, route)?;
+                    Ok(Some(route))
+                }
                 Mixer::Linear(_) => Ok(None),
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, ModelError>>()?;
         let mut logits = Vec::new();
         let mut reports = Vec::new();
         let n_chunks = ids.len().div_ceil(chunk);
@@ -284,6 +289,30 @@ impl<'w> Qwen35Model<'w> {
         linear(rows, m, self.lm_head, &mut out);
         out
     }
+}
+
+/// Refuses, before any layer runs, a fused route the CPU kernel cannot run
+/// for this layer (activations are f32), so a failed call leaves the session as it was.
+fn check_route(
+    layer: usize,
+    att: &FullAttention<'_>,
+    route: RouteRequest,
+) -> Result<(), ModelError> {
+    if route == RouteRequest::Fused {
+        let kind = LayerKind {
+            attention: AttentionKind::Full,
+            head_dim: att.head_dim,
+            q_heads: att.heads,
+            kv_heads: att.kv_heads,
+            dtype: Dtype::F32,
+        };
+        fused_support(BackendKind::Cpu, &kind).map_err(|reason| ModelError::RouteUnsupported {
+            layer,
+            route,
+            reason,
+        })?;
+    }
+    Ok(())
 }
 
 fn add(x: &mut [f32], y: &[f32]) {

@@ -177,19 +177,27 @@ fn bad_requests_are_errors() {
         model.forward_logits(&[1, 2], &zero),
         Err(ModelError::ZeroChunk)
     ));
-    // Fused attention on a head dim the kernel lacks is the kernel's typed error.
+    // Fused attention on a head dim the kernel lacks is refused up front,
+    // naming the layer, and leaves the session untouched; composed runs.
     let mut odd = ModelConfig::synthetic("tiny-d64").unwrap();
     odd.head_dim = 48;
     odd.rope.rotary_dim = 12;
     let ow = Weights::synthetic(&odd, 1);
     let om = Qwen35Model::new(&odd, &ow).unwrap();
+    let mut s = om.new_session();
     let err = om
-        .forward_logits(&[1, 2, 3], &opts(RouteRequest::Fused, None))
+        .prefill(&mut s, &[1, 2, 3], &opts(RouteRequest::Fused, None))
         .unwrap_err();
     assert!(
-        matches!(err, ModelError::Attention { layer: 3, .. }),
+        matches!(err, ModelError::RouteUnsupported { layer: 3, .. }),
         "{err}"
     );
+    assert!(err.to_string().contains("48"), "{err}");
+    assert_eq!(s, om.new_session());
+    let composed = RouteRequest::Composed { query_block: 2 };
+    assert!(om
+        .prefill(&mut s, &[1, 2, 3], &opts(composed, None))
+        .is_ok());
 }
 
 #[test]

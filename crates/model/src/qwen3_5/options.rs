@@ -93,6 +93,12 @@ pub enum ModelError {
     ZeroChunk,
     #[error("no attention route given for full-attention layer {layer}")]
     NoRoute { layer: usize },
+    #[error("layer {layer}: the {route} attention route cannot run here: {reason}")]
+    RouteUnsupported {
+        layer: usize,
+        route: RouteRequest,
+        reason: String,
+    },
     #[error("attention of layer {layer}: {source}")]
     Attention {
         layer: usize,
