@@ -24,6 +24,11 @@ pub fn code_options(arch: &str) -> Vec<String> {
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
         "--ptxas-options=-v".to_string(),
+        // The launcher sizes grid and shared memory from the same setting.
+        format!(
+            "-DHEADROOM_WGMMA_WARPGROUPS={}",
+            crate::attention::wgmma_warpgroups()
+        ),
     ];
     if let Ok(defs) = std::env::var("HEADROOM_NVRTC_DEFINES") {
         o.extend(

@@ -45,10 +45,25 @@ pub fn fused_impl(arch: &str) -> FusedImpl {
     }
 }
 
+/// Warpgroups per CTA of the wgmma kernel (64 query rows each): 2 by default,
+/// `HEADROOM_WGMMA_WARPGROUPS=1` for 64-row CTAs (two per SM). NVRTC gets the
+/// same value as a define (see `nvrtc::code_options`).
+pub fn wgmma_warpgroups() -> usize {
+    match std::env::var("HEADROOM_WGMMA_WARPGROUPS").as_deref() {
+        Ok("1") => 1,
+        _ => 2,
+    }
+}
+
+/// Query rows per CTA of the wgmma kernel.
+pub fn wgmma_block_m() -> usize {
+    64 * wgmma_warpgroups()
+}
+
 /// Dynamic shared memory of the wgmma kernel: Q tile + one K and one V tile,
 /// plus 1 KiB to align them to the 128-byte swizzle period.
 pub fn wgmma_smem_bytes(head_dim: usize) -> usize {
-    (BLOCK_M + 2 * BLOCK_N_MAX) * head_dim * 2 + 1024
+    (wgmma_block_m() + 2 * BLOCK_N_MAX) * head_dim * 2 + 1024
 }
 
 /// Dynamic shared memory reserved for `head_dim`: Q tile + one K and one V

@@ -8,8 +8,8 @@ mod fused;
 
 pub use composed::workspace_bytes as composed_workspace_bytes;
 pub use fused::{
-    fused_impl, smem_bytes as fused_smem_bytes, FusedImpl, BLOCK_M as FUSED_BLOCK_M,
-    BLOCK_N_MAX as FUSED_BLOCK_N_MAX,
+    fused_impl, smem_bytes as fused_smem_bytes, wgmma_warpgroups, FusedImpl,
+    BLOCK_M as FUSED_BLOCK_M, BLOCK_N_MAX as FUSED_BLOCK_N_MAX,
 };
 
 use crate::alloc::DeviceBuffer;

@@ -26,8 +26,15 @@
 
 namespace headroom_wg {
 
+// Warpgroups per CTA: 2 (one CTA of 128 rows per SM) or 1 (64 rows, two CTAs
+// per SM whose softmax and GEMM phases interleave). The launcher reads the same
+// HEADROOM_WGMMA_WARPGROUPS setting for its grid and shared memory.
+#ifndef HEADROOM_WGMMA_WARPGROUPS
+#define HEADROOM_WGMMA_WARPGROUPS 2
+#endif
 constexpr int WG_ROWS = 64;             // query rows per warpgroup (the wgmma M)
-constexpr int NUM_WG = 2;               // warpgroups per CTA
+constexpr int NUM_WG = HEADROOM_WGMMA_WARPGROUPS;  // warpgroups per CTA
+constexpr int MIN_BLOCKS = NUM_WG == 1 ? 2 : 1;    // CTAs per SM the registers are sized for
 constexpr int BLOCK_M = WG_ROWS * NUM_WG;  // 128 query rows per CTA
 constexpr int BLOCK_N = 64;             // keys per K/V tile
 constexpr int THREADS = NUM_WG * 128;
@@ -86,21 +93,21 @@ template <int D, int ROWS, typename T>
 __device__ __forceinline__ void load_tile(unsigned dst, const T* src, int valid_rows, int tid) {
     constexpr int CHUNKS_PER_ROW = D / CHUNK;
     constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
-    static_assert(THREADS % CHUNKS_PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0 && ROWS_PER_PASS % 8 == 0,
-                  "tile split");
+    static_assert(THREADS % CHUNKS_PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0, "tile split");
     const int r0 = tid / CHUNKS_PER_ROW;
     const int c = tid % CHUNKS_PER_ROW;
-    const unsigned s_base = dst + sw128<ROWS>(r0, c);
     const T* g_base = src + (size_t)r0 * D + c * CHUNK;
+    // Rows r0 + i * ROWS_PER_PASS; their swizzle (row mod 8) repeats every 8 / ROWS_PER_PASS passes.
     if (valid_rows >= ROWS) {
 #pragma unroll
         for (int i = 0; i < ROWS / ROWS_PER_PASS; ++i)
-            cp_async_16(s_base + i * ROWS_PER_PASS * 128, g_base + (size_t)i * ROWS_PER_PASS * D, true);
+            cp_async_16(dst + sw128<ROWS>(r0 + i * ROWS_PER_PASS, c), g_base + (size_t)i * ROWS_PER_PASS * D, true);
     } else {
 #pragma unroll
         for (int i = 0; i < ROWS / ROWS_PER_PASS; ++i) {
             const bool valid = r0 + i * ROWS_PER_PASS < valid_rows;
-            cp_async_16(s_base + i * ROWS_PER_PASS * 128, valid ? g_base + (size_t)i * ROWS_PER_PASS * D : src, valid);
+            cp_async_16(dst + sw128<ROWS>(r0 + i * ROWS_PER_PASS, c),
+                        valid ? g_base + (size_t)i * ROWS_PER_PASS * D : src, valid);
         }
     }
 }
@@ -413,10 +420,10 @@ __device__ __forceinline__ void attn_fused_prefill(
 }  // namespace headroom_wg
 
 // Entry points: attn_fused_prefill_wgmma_d{64,128,256}_{f16,bf16}. Launch:
-// grid (ceil(q_len / 128), q_heads), block 256, dynamic shared memory
-// (128 + 2 * 64) * D * 2 + 1024 bytes.
+// grid (ceil(q_len / BLOCK_M), q_heads), block THREADS, dynamic shared memory
+// (BLOCK_M + 2 * 64) * D * 2 + 1024 bytes, BLOCK_M = 64 * warpgroups.
 #define HEADROOM_WGMMA_ENTRY(D, NAME, T)                                                            \
-    extern "C" __global__ void __launch_bounds__(headroom_wg::THREADS, 1)                           \
+    extern "C" __global__ void __launch_bounds__(headroom_wg::THREADS, headroom_wg::MIN_BLOCKS)     \
     attn_fused_prefill_wgmma_d##D##_##NAME(const T* q, const T* k, const T* v, T* out, int q_len,   \
                                            int kv_len, int q_heads, int kv_heads, float scale_log2) { \
         headroom_wg::attn_fused_prefill<D, T>(q, k, v, out, q_len, kv_len, q_heads, kv_heads,       \
