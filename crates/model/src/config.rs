@@ -194,6 +194,18 @@ impl ModelConfig {
             "qwen3_next" => Family::Qwen3Next,
             other => return Err(ConfigError::UnknownModelType(other.to_string())),
         };
+        if let Some(q) = root
+            .get("quantization_config")
+            .or_else(|| text.get("quantization_config"))
+        {
+            let method = q
+                .get("quant_method")
+                .and_then(Value::as_str)
+                .unwrap_or("unknown");
+            return Err(ConfigError::Unsupported(format!(
+                "quantized checkpoint (quant_method `{method}`); only f32 / f16 / bf16 weights are supported"
+            )));
+        }
         parse_text(text, root, model_type, family)
     }
 
@@ -1052,6 +1064,14 @@ mod tests {
             ModelConfig::from_json_str(&j),
             Err(ConfigError::Unsupported(_))
         ));
+
+        let j = set(
+            &vl_moe_json(),
+            &["quantization_config"],
+            Some(serde_json::json!({"quant_method": "fp8"})),
+        );
+        let err = ModelConfig::from_json_str(&j).unwrap_err();
+        assert!(err.to_string().contains("quant_method `fp8`"), "{err}");
 
         let j = set(
             &vl_moe_json(),
