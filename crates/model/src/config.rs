@@ -11,6 +11,10 @@
 //!   Only checkpoints whose every layer is MoE (`decoder_sparse_step` 1, empty
 //!   `mlp_only_layers`) are accepted; anything else is an "unsupported" error.
 //!
+//! Quantized checkpoints (a `quantization_config`), rope types other than
+//! `default`, `attention_bias`, and activations other than SiLU are
+//! [`ConfigError::Unsupported`].
+//!
 //! Fields that fix a tensor's shape are **required** (a missing one is a
 //! [`ConfigError::MissingField`] naming it): `vocab_size`, `hidden_size`,
 //! `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads`,
