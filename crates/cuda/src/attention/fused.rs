@@ -111,11 +111,15 @@ pub(super) fn run(
         &mut kvh as *mut i32 as *mut c_void,
         &mut scale as *mut f32 as *mut c_void,
     ];
+    let (block_m, threads) = match imp {
+        FusedImpl::MmaSync => (BLOCK_M, THREADS),
+        FusedImpl::Wgmma => (wgmma_block_m(), 2 * wgmma_block_m()),
+    };
     let grid = (
-        shape.q_len.div_ceil(BLOCK_M) as u32,
+        shape.q_len.div_ceil(block_m) as u32,
         shape.q_heads as u32,
         1,
     );
     // SAFETY: buffers were validated against the shape; params match the kernel signature.
-    unsafe { dev.launch(f, grid, (THREADS as u32, 1, 1), smem, &mut params) }
+    unsafe { dev.launch(f, grid, (threads as u32, 1, 1), smem, &mut params) }
 }
