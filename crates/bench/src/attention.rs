@@ -7,7 +7,8 @@
 //! Per arm: median and min ms, GFLOP/s from [`CAUSAL_FLOP_FORMULA`], the
 //! transient bytes and route/query block the backend *reported*, and the
 //! relative Frobenius error against the f64 reference on the checked subset
-//! ([`CHECKED_SUBSET`]), taken from the first measured run.
+//! ([`CHECKED_SUBSET`]), taken from the first measured run. An optional
+//! yardstick (the CPU's square GEMM) runs once per round after the arms.
 
 use crate::backend::AttentionBenchBackend;
 use crate::schema::{AttentionBenchFile, AttentionSample, ATTENTION_SCHEMA};
@@ -92,7 +93,22 @@ pub fn run(
     backend: &mut dyn AttentionBenchBackend,
     hardware: HardwareFingerprint,
 ) -> anyhow::Result<AttentionBenchFile> {
+    Ok(run_with_yardstick(cfg, backend, hardware, None)?.0)
+}
+
+/// A reference workload timed in the same rounds as the arms; returns ms.
+pub type Yardstick<'a> = &'a mut dyn FnMut() -> f64;
+
+/// [`run`], also timing `yardstick` once per warm-up and measured round
+/// (after the arms); returns its measured times too.
+pub fn run_with_yardstick(
+    cfg: &AttentionBenchConfig,
+    backend: &mut dyn AttentionBenchBackend,
+    hardware: HardwareFingerprint,
+    mut yardstick: Option<Yardstick<'_>>,
+) -> anyhow::Result<(AttentionBenchFile, Vec<f64>)> {
     cfg.validate()?;
+    let mut yard_times = Vec::new();
     let per_length = (cfg.warmup + cfg.iterations) * cfg.routes.len();
     let bar = ProgressBar::new((per_length * cfg.lengths.len()) as u64);
     bar.set_style(
@@ -114,6 +130,9 @@ pub fn run(
                 run_once(backend, route, length)?;
                 bar.inc(1);
             }
+            if let Some(y) = yardstick.as_mut() {
+                y();
+            }
         }
         let mut arms: Vec<Arm> = cfg.routes.iter().map(|_| Arm::default()).collect();
         for it in 0..cfg.iterations {
@@ -131,6 +150,9 @@ pub fn run(
                     arm.rel_err = check.rel_err(&backend.output()?);
                 }
                 bar.inc(1);
+            }
+            if let Some(y) = yardstick.as_mut() {
+                yard_times.push(y());
             }
         }
         for (arm, &route) in arms.iter_mut().zip(&cfg.routes) {
@@ -156,11 +178,12 @@ pub fn run(
         }
     }
     bar.finish_and_clear();
-    Ok(AttentionBenchFile {
+    let file = AttentionBenchFile {
         schema: ATTENTION_SCHEMA.to_string(),
         hardware,
         samples,
-    })
+    };
+    Ok((file, yard_times))
 }
 
 #[derive(Default)]

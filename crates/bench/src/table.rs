@@ -49,8 +49,9 @@ pub fn render(file: &AttentionBenchFile, gemm: Option<&GemmBaseline>) -> String 
     if let Some(g) = gemm {
         let _ = writeln!(
             o,
-            "gemm baseline: square f32 {n}x{n}x{n}, {} threads: {:.2} ms, {:.1} GFLOP/s",
+            "gemm baseline: square f32 {n}x{n}x{n}, {} threads, median of {} runs interleaved with the arms: {:.2} ms, {:.1} GFLOP/s",
             g.threads,
+            g.runs,
             g.median_ms,
             g.gflops,
             n = g.n
@@ -140,6 +141,7 @@ mod tests {
         let gemm = GemmBaseline {
             n: 2048,
             threads: 2,
+            runs: 5,
             median_ms: 1.0,
             gflops: 200.0,
         };

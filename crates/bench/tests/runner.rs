@@ -209,3 +209,24 @@ fn json_has_exactly_the_schema_fields() {
     let back: headroom_bench::schema::AttentionBenchFile = serde_json::from_value(v).unwrap();
     assert_eq!(back, file);
 }
+
+#[test]
+fn the_yardstick_runs_once_per_round_and_only_measured_rounds_count() {
+    let cfg = config(&["fused", "composed:8"], &[10, 20]);
+    let mut calls = 0usize;
+    let mut tick = || {
+        calls += 1;
+        calls as f64
+    };
+    let (file, times) = attention::run_with_yardstick(
+        &cfg,
+        &mut CpuBackend::default(),
+        hardware(),
+        Some(&mut tick),
+    )
+    .unwrap();
+    assert_eq!(file.samples.len(), 4);
+    // Per length: 1 warm-up round (not returned) + 3 measured rounds.
+    assert_eq!(calls, 2 * (1 + 3));
+    assert_eq!(times, [2.0, 3.0, 4.0, 6.0, 7.0, 8.0]);
+}

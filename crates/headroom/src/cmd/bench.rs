@@ -9,7 +9,7 @@ use crate::global::GlobalArgs;
 use anyhow::Context;
 use headroom_bench::attention::{self, AttentionBenchConfig};
 use headroom_bench::backends::backend_for;
-use headroom_bench::gemm_baseline::{self, DEFAULT_GEMM_SIZE};
+use headroom_bench::gemm_baseline::{SquareGemm, DEFAULT_GEMM_SIZE};
 use headroom_bench::table;
 use headroom_core::{BackendKind, Dtype, RouteRequest};
 use std::path::PathBuf;
@@ -56,7 +56,8 @@ pub struct AttentionArgs {
     /// Seed of the random inputs (length i uses seed + i).
     #[arg(long, default_value_t = 0x4845_4144)]
     pub seed: u64,
-    /// Also time a square f32 GEMM of this edge with the same gemm library and threads (CPU yardstick).
+    /// Also time a square f32 GEMM (edge N, default 2048) with the same gemm library and threads,
+    /// once per round interleaved with the arms (the CPU yardstick).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "2048")]
     pub gemm_baseline: Option<usize>,
     /// Write the headroom.bench.attention/1 JSON here.
@@ -86,11 +87,17 @@ fn attention_cmd(a: AttentionArgs) -> anyhow::Result<()> {
     let hardware = headroom_hardware::detect(a.backend)?;
     let mut backend = backend_for(a.backend)?;
     tracing::info!(?cfg, backend = backend.name(), "bench attention");
-    let file = attention::run(&cfg, backend.as_mut(), hardware)?;
-    let gemm = a.gemm_baseline.map(|n| {
-        let n = if n == 0 { DEFAULT_GEMM_SIZE } else { n };
-        gemm_baseline::square_f32(n, a.iterations.max(3))
-    });
+    let mut square = a
+        .gemm_baseline
+        .map(|n| SquareGemm::new(if n == 0 { DEFAULT_GEMM_SIZE } else { n }));
+    let mut time_gemm = square.as_mut().map(|g| move || g.time_once());
+    let (file, gemm_times) = attention::run_with_yardstick(
+        &cfg,
+        backend.as_mut(),
+        hardware,
+        time_gemm.as_mut().map(|f| f as attention::Yardstick<'_>),
+    )?;
+    let gemm = square.as_ref().map(|g| g.summary(&gemm_times));
     print!("{}", table::render(&file, gemm.as_ref()));
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&file)?;
