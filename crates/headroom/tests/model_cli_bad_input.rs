@@ -219,3 +219,11 @@ fn generate_rejects_bad_sampling_options() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
 }
+
+#[test]
+fn logits_rejects_zero_chunk_and_non_cpu_backend() {
+    let err = logits_fails(&["--synthetic", "tiny-d64", "--chunk", "0"], "[1, 2]");
+    assert!(err.contains("--chunk must be at least 1"), "{err}");
+    let err = logits_fails(&["--synthetic", "tiny-d64", "--backend", "cuda"], "[1, 2]");
+    assert!(err.contains("cpu backend only"), "{err}");
+}
