@@ -319,3 +319,42 @@ fn generate_from_a_checkpoint_folder_uses_its_tokenizer() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("prompt 3 tokens"), "{stderr}");
 }
+
+#[test]
+fn generate_reads_a_prompt_file() {
+    let tmp = TempDir::new("prompt");
+    let path = tmp.0.join("prompt.txt");
+    std::fs::write(&path, "Hello, Headroom").unwrap();
+    let from_file = headroom(&[
+        "generate",
+        "--synthetic",
+        "tiny-d64",
+        "--prompt-file",
+        path.to_str().unwrap(),
+        "--max-tokens",
+        "6",
+    ]);
+    let inline = headroom(&[
+        "generate",
+        "--synthetic",
+        "tiny-d64",
+        "--prompt",
+        "Hello, Headroom",
+        "--max-tokens",
+        "6",
+    ]);
+    assert_eq!(from_file.stdout, inline.stdout);
+    assert!(String::from_utf8_lossy(&from_file.stderr).contains("prompt 15 tokens"));
+    let missing = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "generate",
+            "--synthetic",
+            "tiny-d64",
+            "--prompt-file",
+            tmp.0.join("nope.txt").to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read the prompt file"));
+}

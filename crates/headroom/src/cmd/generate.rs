@@ -23,8 +23,15 @@ pub struct Args {
     #[command(flatten)]
     pub source: ModelSource,
     /// The prompt text.
-    #[arg(long)]
-    pub prompt: String,
+    #[arg(
+        long,
+        required_unless_present = "prompt_file",
+        conflicts_with = "prompt_file"
+    )]
+    pub prompt: Option<String>,
+    /// Read the prompt from a UTF-8 text file instead (e.g. a long prompt for a prefill measurement).
+    #[arg(long, value_name = "PATH")]
+    pub prompt_file: Option<std::path::PathBuf>,
     /// Tokens to generate at most (stops earlier at an end-of-sequence token).
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_tokens: usize,
@@ -86,7 +93,13 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         }
     };
     eos.extend(&cfg.eos_token_ids);
-    let ids = codec.encode(&a.prompt)?;
+    let prompt = match (&a.prompt, &a.prompt_file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the prompt file {}", path.display()))?,
+        (None, None) => bail!("give --prompt TEXT or --prompt-file PATH"),
+    };
+    let ids = codec.encode(&prompt)?;
     if ids.is_empty() {
         bail!("the prompt encodes to no tokens");
     }
