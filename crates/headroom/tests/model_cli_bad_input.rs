@@ -227,3 +227,24 @@ fn logits_rejects_zero_chunk_and_non_cpu_backend() {
     let err = logits_fails(&["--synthetic", "tiny-d64", "--backend", "cuda"], "[1, 2]");
     assert!(err.contains("cpu backend only"), "{err}");
 }
+
+#[test]
+fn a_model_larger_than_memory_is_refused_up_front() {
+    // The full 40-layer 35B model is ~70 GB in bf16: more than any CI machine's available memory
+    // (skipped on a machine that has that much).
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let available_kib: u64 = meminfo
+        .lines()
+        .find(|l| l.starts_with("MemAvailable:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(u64::MAX);
+    if available_kib == u64::MAX || available_kib > 60_000_000 {
+        eprintln!("skipped: /proc/meminfo unreadable or more than 60 GB available");
+        return;
+    }
+    let err = logits_fails(&["--synthetic", "qwen3.6-35b-a3b"], "[1]");
+    assert!(
+        err.contains("needs") && err.contains("GB") && err.contains(":layers=N"),
+        "{err}"
+    );
+}

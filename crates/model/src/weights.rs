@@ -72,7 +72,7 @@ mod load;
 mod names;
 mod save;
 
-pub use names::{canonical_name, expected_tensors, CheckpointName};
+pub use names::{canonical_name, expected_storage_bytes, expected_tensors, CheckpointName};
 pub use save::write_safetensors;
 
 use crate::Tensor;

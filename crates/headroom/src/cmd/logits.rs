@@ -7,7 +7,7 @@ use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
 use headroom_core::BackendKind;
-use headroom_model::weights::write_safetensors;
+use headroom_model::weights::{expected_storage_bytes, write_safetensors};
 use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows};
 use headroom_model::{ModelConfig, Qwen35Model, Tensor, Weights};
 use std::path::{Path, PathBuf};
@@ -48,6 +48,7 @@ pub fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel
         (Some(name), None) => {
             let config = ModelConfig::synthetic(name)
                 .with_context(|| format!("synthetic model `{name}`"))?;
+            check_memory(&config, &format!("synthetic model `{name}`"))?;
             let started = Instant::now();
             let weights = Weights::synthetic(&config, seed);
             tracing::info!(
@@ -64,6 +65,7 @@ pub fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel
         (None, Some(dir)) => {
             let config = ModelConfig::from_dir(dir)
                 .with_context(|| format!("model folder {}", dir.display()))?;
+            check_memory(&config, &format!("model {}", dir.display()))?;
             let weights = Weights::load(dir, &config)
                 .with_context(|| format!("weights of {}", dir.display()))?;
             Ok(LoadedModel {
@@ -74,6 +76,37 @@ pub fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel
         }
         _ => bail!("name a model with --synthetic NAME or --model DIR"),
     }
+}
+
+/// Refuses, with a clear error, a model whose weights alone exceed this
+/// machine's available memory (instead of being killed for it midway).
+/// Skipped where `/proc/meminfo` is not readable.
+fn check_memory(cfg: &ModelConfig, what: &str) -> anyhow::Result<()> {
+    let need = expected_storage_bytes(cfg);
+    let Some(available) = available_memory_bytes() else {
+        return Ok(());
+    };
+    if need > available {
+        bail!(
+            "{what} needs {:.1} GB for its weights but this machine has {:.1} GB available{}",
+            need as f64 / 1e9,
+            available as f64 / 1e9,
+            if cfg.num_hidden_layers > 1 {
+                " (a synthetic model can be cut with :layers=N)"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes.
+fn available_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The attention route of every full-attention layer, resolved by the policy

@@ -116,6 +116,15 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     out
 }
 
+/// Bytes the text model's weights take in the config's storage dtype.
+pub fn expected_storage_bytes(cfg: &ModelConfig) -> u64 {
+    expected_tensors(cfg)
+        .iter()
+        .map(|(_, shape)| shape.iter().product::<usize>() as u64)
+        .sum::<u64>()
+        * cfg.dtype.size_bytes() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +207,34 @@ mod tests {
             .find(|(n, _)| n == "layers.3.self_attn.q_proj.weight")
             .unwrap();
         assert_eq!(q.1, vec![4 * 64, 128]);
+    }
+
+    #[test]
+    fn storage_bytes_match_the_synthetic_weights() {
+        for name in ["tiny-d64", "qwen3.6-35b-a3b"] {
+            let mut cfg = ModelConfig::synthetic(name).unwrap();
+            cfg.num_hidden_layers = 4;
+            cfg.layer_types.truncate(4);
+            if name != "tiny-d64" {
+                cfg.vocab_size = 100; // keep the synthetic build small
+                if let MlpConfig::Moe(m) = &mut cfg.mlp {
+                    m.num_experts = 8;
+                }
+            }
+            let w = crate::Weights::synthetic(&cfg, 0);
+            assert_eq!(
+                expected_storage_bytes(&cfg),
+                w.storage_bytes() as u64,
+                "{name}"
+            );
+        }
+        // The full 35B text model in bf16: ~34.7e9 parameters.
+        let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
+        let params = expected_storage_bytes(&cfg) / 2;
+        assert!(
+            (34_000_000_000..36_000_000_000).contains(&params),
+            "{params}"
+        );
     }
 
     #[test]
