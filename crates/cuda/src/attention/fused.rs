@@ -45,13 +45,15 @@ pub fn fused_impl(arch: &str) -> FusedImpl {
     }
 }
 
-/// Warpgroups per CTA of the wgmma kernel (64 query rows each): 2 by default,
-/// `HEADROOM_WGMMA_WARPGROUPS=1` for 64-row CTAs (two per SM). NVRTC gets the
-/// same value as a define (see `nvrtc::code_options`).
+/// Warpgroups per CTA of the wgmma kernel (64 query rows each). 1 by default:
+/// 64-row CTAs, two per SM, whose softmax and GEMM phases interleave; on the
+/// H200 that ran 3-13 % faster at head dim 256 and 7-27 % at 128/64 than one
+/// 128-row CTA per SM (docs/perf/cuda-attention.md). `HEADROOM_WGMMA_WARPGROUPS=2`
+/// selects the latter. NVRTC gets the same value as a define (`nvrtc::code_options`).
 pub fn wgmma_warpgroups() -> usize {
     match std::env::var("HEADROOM_WGMMA_WARPGROUPS").as_deref() {
-        Ok("1") => 1,
-        _ => 2,
+        Ok("2") => 2,
+        _ => 1,
     }
 }
 

@@ -2,10 +2,11 @@
 //
 // Same semantics and launch contract as attention_fused.cu (head-major
 // q/out [q_heads][q_len][D], k/v [kv_heads][kv_len][D], lower-right causal
-// with history, integer GQA, f32 online softmax, NaN propagates), and the same
-// grid (ceil(q_len / BLOCK_M), q_heads) and CTA of 256 threads.
+// with history, integer GQA, f32 online softmax, NaN propagates); grid
+// (ceil(q_len / BLOCK_M), q_heads), CTA of 128 threads per warpgroup.
 //
-// Structure: two warpgroups per CTA, each owning 64 query rows. S = Q.K^T is
+// Structure: one warpgroup per CTA (two CTAs per SM; HEADROOM_WGMMA_WARPGROUPS=2
+// gives two warpgroups per CTA), each warpgroup owning 64 query rows. S = Q.K^T is
 // D/16 wgmma m64n64k16 with both operands read by the tensor cores straight
 // from shared memory (K-major, 128-byte swizzle); O += P.V is BLOCK_N/16
 // wgmma m64nDk16 with P from registers (the S accumulator re-packed to
@@ -13,9 +14,8 @@
 // shared memory as [D/64 column blocks][rows][64 elements], 16-byte chunks
 // XOR-swizzled by (row mod 8): the canonical SW128 layout of the descriptors.
 // K/V streaming (cp.async), tile order, masking and softmax follow the
-// mma.sync kernel; the wgmma accumulator fragment of each warp has the same
-// register layout as that kernel's m16n8 fragments, so that code is shared in
-// spirit line by line. No global workspace.
+// mma.sync kernel: the wgmma accumulator fragment of each warp has the same
+// register layout as that kernel's m16n8 fragments. No global workspace.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -30,7 +30,7 @@ namespace headroom_wg {
 // per SM whose softmax and GEMM phases interleave). The launcher reads the same
 // HEADROOM_WGMMA_WARPGROUPS setting for its grid and shared memory.
 #ifndef HEADROOM_WGMMA_WARPGROUPS
-#define HEADROOM_WGMMA_WARPGROUPS 2
+#define HEADROOM_WGMMA_WARPGROUPS 1
 #endif
 constexpr int WG_ROWS = 64;             // query rows per warpgroup (the wgmma M)
 constexpr int NUM_WG = HEADROOM_WGMMA_WARPGROUPS;  // warpgroups per CTA
