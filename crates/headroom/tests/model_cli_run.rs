@@ -358,3 +358,98 @@ fn generate_reads_a_prompt_file() {
     assert_eq!(missing.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read the prompt file"));
 }
+
+/// The tiny-d64 synthetic model re-packed as a `qwen3_next` checkpoint (fused
+/// `in_proj_qkvz` / `in_proj_ba`, grouped per key head) gives the synthetic model's logits.
+#[test]
+fn qwen3_next_checkpoint_gives_the_same_logits() {
+    let tmp = TempDir::new("next");
+    let syn_cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+    let w = Weights::synthetic(&syn_cfg, 0);
+    let mut json = syn_cfg.to_hf_json();
+    json["model_type"] = "qwen3_next".into();
+    json["architectures"] = serde_json::json!(["Qwen3NextForCausalLM"]);
+    let model_dir = tmp.0.join("model");
+    std::fs::create_dir_all(&model_dir).unwrap();
+    std::fs::write(model_dir.join("config.json"), json.to_string()).unwrap();
+
+    let l = syn_cfg.linear;
+    let (nk, dk, dv, h) = (
+        l.num_key_heads,
+        l.key_head_dim,
+        l.value_head_dim,
+        syn_cfg.hidden_size,
+    );
+    let r = l.num_value_heads / nk;
+    let rows = |name: &str, start: usize, n: usize| -> Vec<f32> {
+        w.get(name).unwrap().to_f32_vec()[start * h..(start + n) * h].to_vec()
+    };
+    let mut tensors: Vec<(String, Tensor)> = Vec::new();
+    for (n, t) in w.iter() {
+        if n.contains(".linear_attn.in_proj_") {
+            if let Some(base) = n.strip_suffix(".in_proj_qkv.weight") {
+                let (qkv, z) = (
+                    format!("{base}.in_proj_qkv.weight"),
+                    format!("{base}.in_proj_z.weight"),
+                );
+                let (b, a) = (
+                    format!("{base}.in_proj_b.weight"),
+                    format!("{base}.in_proj_a.weight"),
+                );
+                let mut qkvz = Vec::new();
+                let mut ba = Vec::new();
+                for g in 0..nk {
+                    qkvz.extend(rows(&qkv, g * dk, dk));
+                    qkvz.extend(rows(&qkv, nk * dk + g * dk, dk));
+                    qkvz.extend(rows(&qkv, 2 * nk * dk + g * r * dv, r * dv));
+                    qkvz.extend(rows(&z, g * r * dv, r * dv));
+                    ba.extend(rows(&b, g * r, r));
+                    ba.extend(rows(&a, g * r, r));
+                }
+                let n_rows = qkvz.len() / h;
+                tensors.push((
+                    format!("model.{base}.in_proj_qkvz.weight"),
+                    Tensor::from_f32(vec![n_rows, h], qkvz),
+                ));
+                tensors.push((
+                    format!("model.{base}.in_proj_ba.weight"),
+                    Tensor::from_f32(vec![2 * nk * r, h], ba),
+                ));
+            }
+            continue;
+        }
+        let name = if n == "lm_head.weight" {
+            n.to_string()
+        } else {
+            format!("model.{n}")
+        };
+        tensors.push((name, t.clone()));
+    }
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    write_safetensors(&model_dir.join("model.safetensors"), &refs).unwrap();
+
+    let ids_path = tmp.0.join("ids.json");
+    std::fs::write(&ids_path, "[5, 300, 17, 42, 511, 0, 99, 256, 128, 7]").unwrap();
+    let ids_s = ids_path.to_str().unwrap();
+    let a = tmp.0.join("a.safetensors");
+    let b = tmp.0.join("b.safetensors");
+    headroom(&[
+        "logits",
+        "--synthetic",
+        "tiny-d64",
+        "--ids",
+        ids_s,
+        "--out",
+        a.to_str().unwrap(),
+    ]);
+    headroom(&[
+        "logits",
+        "--model",
+        model_dir.to_str().unwrap(),
+        "--ids",
+        ids_s,
+        "--out",
+        b.to_str().unwrap(),
+    ]);
+    assert_eq!(read_logits(&a), read_logits(&b));
+}
