@@ -14,6 +14,12 @@ use std::cell::RefCell;
 /// Elements of one converted weight block.
 const BLOCK_ELEMS: usize = 1 << 20;
 
+/// Elements of one converted block when the input has fewer than [`SMALL_M`] rows.
+const BLOCK_ELEMS_SMALL_M: usize = 1 << 16;
+
+/// Input rows below which conversion blocks are sized for L2.
+const SMALL_M: usize = 64;
+
 /// Work (m·n·k) below which a GEMM runs on one thread.
 const PARALLEL_WORK: usize = 1 << 18;
 
@@ -106,7 +112,13 @@ fn linear_impl(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32], par: boo
         gemm_nt(x, m, k, &v[start..start + n * k], n, out, n, par);
         return;
     }
-    let block_rows = (BLOCK_ELEMS / k).clamp(1, n);
+    // Small row counts: keep the converted block in L2 (the GEMM is then cheap per block).
+    let block_elems = if m < SMALL_M {
+        BLOCK_ELEMS_SMALL_M
+    } else {
+        BLOCK_ELEMS
+    };
+    let block_rows = (block_elems / k).clamp(1, n);
     let (mut buf, mut tmp) = SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
     buf.resize(block_rows * k, 0.0);
     for r0 in (0..n).step_by(block_rows) {
