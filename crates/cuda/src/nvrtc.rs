@@ -141,3 +141,28 @@ fn c_chars_to_string(chars: &[c_char]) -> String {
         .collect();
     String::from_utf8_lossy(&bytes).trim().to_string()
 }
+
+/// Spill-store bytes ptxas reported for `entry` in an NVRTC log (`--ptxas-options=-v`).
+pub fn spill_store_bytes(log: &str, entry: &str) -> Option<u64> {
+    let start = log.find(&format!("Compiling entry function '{entry}'"))?;
+    let rest = &log[start..];
+    let line = rest.lines().find(|l| l.contains("bytes spill stores"))?;
+    let before = line.split("bytes spill stores").next()?;
+    before.rsplit(',').next()?.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_spill_bytes_per_entry_from_a_ptxas_log() {
+        let log = "ptxas info    : Compiling entry function 'a' for 'sm_90a'\n\
+                   ptxas         .     32 bytes stack frame, 48 bytes spill stores, 36 bytes spill loads\n\
+                   ptxas info    : Compiling entry function 'b' for 'sm_90a'\n\
+                   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
+        assert_eq!(spill_store_bytes(log, "a"), Some(48));
+        assert_eq!(spill_store_bytes(log, "b"), Some(0));
+        assert_eq!(spill_store_bytes(log, "c"), None);
+    }
+}
