@@ -124,3 +124,8 @@ fn last_row_logits_equal_the_last_row_of_all() {
     assert_eq!(out.rows, 1);
     assert!(rel_err(&out.logits, &want[39 * cfg.vocab_size..]) < TOLERANCE);
 }
+
+#[test]
+fn qwen3_next_fused_projections_without_renormalisation_match_transformers() {
+    check_fixture("next_d128");
+}
