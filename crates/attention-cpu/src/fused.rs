@@ -20,7 +20,7 @@ use headroom_core::{AttentionError, AttentionReport, AttentionShape, Element, Ro
 use rayon::prelude::*;
 
 /// Target number of stacked query rows (all heads of a group) per tile.
-pub const FUSED_QUERY_ROWS: usize = 128;
+pub const FUSED_QUERY_ROWS: usize = 256;
 /// KV rows per tile.
 pub const FUSED_KV_TILE: usize = 128;
 
