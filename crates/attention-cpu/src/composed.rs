@@ -40,6 +40,7 @@ pub(crate) fn run<T: Element>(
     k: &[T],
     v: &[T],
     out: &mut [T],
+    level: Level,
 ) -> AttentionReport {
     let qb = if query_block == 0 {
         shape.q_len
@@ -64,7 +65,7 @@ pub(crate) fn run<T: Element>(
     };
     let ctx = Ctx {
         shape: *shape,
-        level: Level::detect(),
+        level,
         q,
         k: kf,
         v: vf,

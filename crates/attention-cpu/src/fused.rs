@@ -79,6 +79,7 @@ pub(crate) fn run<T: Element>(
     k: &[T],
     v: &[T],
     out: &mut [T],
+    level: Level,
 ) -> AttentionReport {
     let ws = Workspace::default();
     let g = shape.group();
@@ -98,7 +99,7 @@ pub(crate) fn run<T: Element>(
     });
     let ctx = Ctx {
         shape: *shape,
-        level: Level::detect(),
+        level,
         q,
         k,
         v,

@@ -68,12 +68,70 @@ pub fn attention_prefill<T: Element>(
 ) -> Result<AttentionReport, AttentionError> {
     shape.validate_buffers(q.len(), k.len(), v.len(), out.len())?;
     match route {
-        RouteRequest::Composed { query_block } => {
-            Ok(composed::run(shape, query_block, q, k, v, out))
-        }
+        RouteRequest::Composed { query_block } => Ok(composed::run(
+            shape,
+            query_block,
+            q,
+            k,
+            v,
+            out,
+            simd::Level::detect(),
+        )),
         RouteRequest::Fused => {
             fused::check_supported::<T>(shape)?;
-            Ok(fused::run(shape, q, k, v, out))
+            Ok(fused::run(shape, q, k, v, out, simd::Level::detect()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    /// The portable (non-AVX2) task bodies, which the public entry point only
+    /// runs on CPUs without AVX2, match the reference too.
+    #[test]
+    fn baseline_level_routes_match_reference() {
+        let shape = AttentionShape {
+            q_len: 45,
+            kv_len: 77,
+            q_heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            scale: None,
+        };
+        let gen = |n: usize, m: usize| -> Vec<bf16> {
+            (0..n)
+                .map(|i| bf16::from_f32(((i * m) % 23) as f32 / 11.5 - 1.0))
+                .collect()
+        };
+        let (q, k, mut v) = (
+            gen(shape.q_elems(), 7),
+            gen(shape.kv_elems(), 5),
+            gen(shape.kv_elems(), 3),
+        );
+        // A NaN value row in the masked part of the last block: exercises the row-by-row path.
+        v[(shape.kv_len - 2) * 64..(shape.kv_len - 1) * 64].fill(bf16::NAN);
+        let reference = reference_f64(&shape, &q, &k, &v);
+        let level = simd::Level::Baseline;
+        for run in 0..2 {
+            let mut out = vec![bf16::NAN; shape.q_elems()];
+            if run == 0 {
+                fused::run(&shape, &q, &k, &v, &mut out, level);
+            } else {
+                composed::run(&shape, 16, &q, &k, &v, &mut out, level);
+            }
+            for (i, (o, r)) in out.iter().zip(&reference).enumerate() {
+                let (o, r) = (f64::from(o.to_f32()), *r);
+                assert_eq!(o.is_nan(), r.is_nan(), "run {run} [{i}]");
+                if !r.is_nan() {
+                    assert!(
+                        (o - r).abs() < 2e-2 * (1.0 + r.abs()),
+                        "run {run} [{i}] {o} vs {r}"
+                    );
+                }
+            }
         }
     }
 }
