@@ -127,7 +127,7 @@ mod tests {
                 assert_eq!(o.is_nan(), r.is_nan(), "run {run} [{i}]");
                 if !r.is_nan() {
                     assert!(
-                        (o - r).abs() < 2e-2 * (1.0 + r.abs()),
+                        (o - r).abs() < 1e-2 * (1.0 + r.abs()),
                         "run {run} [{i}] {o} vs {r}"
                     );
                 }
