@@ -453,3 +453,76 @@ fn qwen3_next_checkpoint_gives_the_same_logits() {
     ]);
     assert_eq!(read_logits(&a), read_logits(&b));
 }
+
+/// Generation stops at an end-of-sequence id of generation_config.json: with the
+/// first greedy token declared EOS, nothing is printed and one token is generated.
+#[test]
+fn generate_stops_at_the_generation_config_eos() {
+    use headroom_model::tokenizer::Tokenizer;
+    use headroom_model::{ForwardOptions, Qwen35Model};
+    let tmp = TempDir::new("eos");
+    let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+    std::fs::write(tmp.0.join("config.json"), cfg.to_hf_json().to_string()).unwrap();
+    let w = Weights::synthetic(&cfg, 0);
+    let tensors: Vec<(String, Tensor)> = w
+        .iter()
+        .map(|(n, t)| {
+            (
+                if n == "lm_head.weight" {
+                    n.to_string()
+                } else {
+                    format!("model.{n}")
+                },
+                t.clone(),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    write_safetensors(&tmp.0.join("model.safetensors"), &refs).unwrap();
+    write_tokenizer(&tmp.0);
+
+    let ids = Tokenizer::from_dir(&tmp.0)
+        .unwrap()
+        .encode("hello")
+        .unwrap();
+    let model = Qwen35Model::new(&cfg, &w).unwrap();
+    let logits = model
+        .forward_logits(&ids, &ForwardOptions::default())
+        .unwrap();
+    let last = &logits[logits.len() - cfg.vocab_size..];
+    let first = (0..last.len())
+        .max_by(|&a, &b| last[a].total_cmp(&last[b]))
+        .unwrap();
+    let dir = tmp.0.to_str().unwrap();
+    let before = headroom(&[
+        "generate",
+        "--model",
+        dir,
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "5",
+    ]);
+    assert!(String::from_utf8_lossy(&before.stderr).contains("generated 5 tokens"));
+
+    std::fs::write(
+        tmp.0.join("generation_config.json"),
+        format!("{{\"eos_token_id\": [{first}]}}"),
+    )
+    .unwrap();
+    let out = headroom(&[
+        "generate",
+        "--model",
+        dir,
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "5",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "\n");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("generated 1 tokens"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
