@@ -161,3 +161,32 @@ fn launch_softmax(
     // SAFETY: scores/probs hold q_heads·rows·n_keys elements; params match the kernel.
     unsafe { dev.launch(f, grid, (SOFTMAX_THREADS, 1, 1), 0, &mut params) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_block_size_matches_the_kernel_source() {
+        let want = format!("constexpr int SOFTMAX_THREADS = {SOFTMAX_THREADS};");
+        assert!(crate::kernels::MASKED_SOFTMAX.source.contains(&want));
+    }
+
+    #[test]
+    fn workspace_grows_with_the_query_block_and_kv_len() {
+        let s = AttentionShape {
+            q_len: 1024,
+            kv_len: 4096,
+            q_heads: 16,
+            kv_heads: 2,
+            head_dim: 256,
+            scale: None,
+        };
+        // f32 scores + bf16 probabilities for 16 heads x 512 rows x 4096 keys.
+        assert_eq!(workspace_bytes(&s, Dtype::Bf16, 512), 16 * 512 * 4096 * 6);
+        assert_eq!(
+            workspace_bytes(&s, Dtype::Bf16, 128) * 4,
+            workspace_bytes(&s, Dtype::Bf16, 512)
+        );
+    }
+}

@@ -125,3 +125,48 @@ pub(super) fn run(
     // SAFETY: buffers were validated against the shape; params match the kernel signature.
     unsafe { dev.launch(f, grid, (threads as u32, 1, 1), smem, &mut params) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{ATTENTION_FUSED, ATTENTION_FUSED_WGMMA};
+
+    /// The integer literal of `constexpr int NAME = <int>;` in a kernel source.
+    fn constant(src: &str, name: &str) -> usize {
+        let pat = format!("constexpr int {name} = ");
+        let at = src
+            .find(&pat)
+            .unwrap_or_else(|| panic!("{name} not in source"))
+            + pat.len();
+        let lit: String = src[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        lit.parse()
+            .unwrap_or_else(|_| panic!("{name} is not a literal"))
+    }
+
+    #[test]
+    fn launch_constants_match_the_kernel_sources() {
+        let s = ATTENTION_FUSED.source;
+        assert_eq!(constant(s, "WARP_ROWS") * constant(s, "NUM_WARPS"), BLOCK_M);
+        assert_eq!(constant(s, "NUM_WARPS") * 32, THREADS);
+        assert_eq!(constant(s, "BLOCK_N_MAX"), BLOCK_N_MAX);
+        let w = ATTENTION_FUSED_WGMMA.source;
+        assert_eq!(constant(w, "WG_ROWS") * wgmma_warpgroups(), wgmma_block_m());
+        assert_eq!(constant(w, "BLOCK_N"), BLOCK_N_MAX);
+        assert!(w.contains("constexpr int THREADS = NUM_WG * 128;"));
+    }
+
+    #[test]
+    fn shared_memory_fits_one_hopper_cta() {
+        for d in headroom_core::fused_capability::FUSED_HEAD_DIMS {
+            assert!(smem_bytes(d) <= 227 * 1024, "d{d}");
+            assert!(wgmma_smem_bytes(d) <= 227 * 1024, "d{d}");
+        }
+        // Two 64-row wgmma CTAs per SM (the default) must share the SM's 228 KiB.
+        if wgmma_warpgroups() == 1 {
+            assert!(2 * wgmma_smem_bytes(256) <= 228 * 1024);
+        }
+    }
+}
