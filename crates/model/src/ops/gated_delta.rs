@@ -44,6 +44,75 @@ fn l2_normalise(rows: &mut [f32], d: usize, scale: f32) {
     }
 }
 
+/// What one value head reads (token-major inputs, q and k normalised).
+struct HeadInputs<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    g: &'a [f32],
+    beta: &'a [f32],
+    head: usize,
+    k_head: usize,
+    dims: DeltaDims,
+}
+
+/// One value head over every token: the AVX2 build of the same loops when
+/// the CPU has it (element-wise along `v_dim`, so results are identical).
+fn run_head(inp: &HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2 (checked just above).
+        unsafe { head_avx2(inp, s, out) };
+        return;
+    }
+    head_loop(inp, s, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn head_avx2(inp: &HeadInputs<'_>, s: &mut [f32], out: &mut [f32]) {
+    head_loop(inp, s, out)
+}
+
+#[inline(always)]
+fn head_loop(inp: &HeadInputs<'_>, s: &mut [f32], o_head: &mut [f32]) {
+    let DeltaDims {
+        k_heads,
+        v_heads,
+        k_dim,
+        v_dim,
+    } = inp.dims;
+    let (h, kh) = (inp.head, inp.k_head);
+    let t_len = inp.g.len() / v_heads;
+    let mut kv_mem = vec![0.0f32; v_dim];
+    let mut delta = vec![0.0f32; v_dim];
+    for t in 0..t_len {
+        let qt = &inp.q[(t * k_heads + kh) * k_dim..][..k_dim];
+        let kt = &inp.k[(t * k_heads + kh) * k_dim..][..k_dim];
+        let vt = &inp.v[(t * v_heads + h) * v_dim..][..v_dim];
+        let decay = inp.g[t * v_heads + h].exp();
+        let b = inp.beta[t * v_heads + h];
+        kv_mem.fill(0.0);
+        for (row, &ki) in s.chunks_exact_mut(v_dim).zip(kt) {
+            for (sv, m) in row.iter_mut().zip(kv_mem.iter_mut()) {
+                *sv *= decay;
+                *m += *sv * ki;
+            }
+        }
+        for ((d, vv), m) in delta.iter_mut().zip(vt).zip(&kv_mem) {
+            *d = (vv - m) * b;
+        }
+        let ot = &mut o_head[t * v_dim..(t + 1) * v_dim];
+        ot.fill(0.0);
+        for ((row, &ki), &qi) in s.chunks_exact_mut(v_dim).zip(kt).zip(qt) {
+            for ((sv, d), o) in row.iter_mut().zip(&delta).zip(ot.iter_mut()) {
+                *sv += ki * d;
+                *o += *sv * qi;
+            }
+        }
+    }
+}
+
 /// Runs `T` tokens. `q`, `k`: `[T][k_heads][k_dim]`; `v`: `[T][v_heads][v_dim]`;
 /// `g`, `beta`: `[T][v_heads]`; `state`: `[v_heads][k_dim][v_dim]` (updated);
 /// `out`: `[T][v_heads][v_dim]`.
@@ -87,34 +156,17 @@ pub fn gated_delta_rule(
         .zip(per_head.par_chunks_mut((t_len * v_dim).max(1)))
         .enumerate()
         .for_each(|(h, (s, o_head))| {
-            let kh = h / group;
-            let mut kv_mem = vec![0.0f32; v_dim];
-            let mut delta = vec![0.0f32; v_dim];
-            for t in 0..t_len {
-                let qt = &qn[(t * k_heads + kh) * k_dim..][..k_dim];
-                let kt = &kn[(t * k_heads + kh) * k_dim..][..k_dim];
-                let vt = &v[(t * v_heads + h) * v_dim..][..v_dim];
-                let decay = g[t * v_heads + h].exp();
-                let b = beta[t * v_heads + h];
-                kv_mem.fill(0.0);
-                for (row, &ki) in s.chunks_exact_mut(v_dim).zip(kt) {
-                    for (sv, m) in row.iter_mut().zip(kv_mem.iter_mut()) {
-                        *sv *= decay;
-                        *m += *sv * ki;
-                    }
-                }
-                for ((d, vv), m) in delta.iter_mut().zip(vt).zip(&kv_mem) {
-                    *d = (vv - m) * b;
-                }
-                let ot = &mut o_head[t * v_dim..(t + 1) * v_dim];
-                ot.fill(0.0);
-                for ((row, &ki), &qi) in s.chunks_exact_mut(v_dim).zip(kt).zip(qt) {
-                    for ((sv, d), o) in row.iter_mut().zip(&delta).zip(ot.iter_mut()) {
-                        *sv += ki * d;
-                        *o += *sv * qi;
-                    }
-                }
-            }
+            let head = HeadInputs {
+                q: &qn,
+                k: &kn,
+                v,
+                g,
+                beta,
+                head: h,
+                k_head: h / group,
+                dims,
+            };
+            run_head(&head, s, o_head);
         });
     for h in 0..v_heads {
         for t in 0..t_len {
