@@ -29,7 +29,7 @@ const LOG2_E: f32 = std::f32::consts::LOG2_E;
 
 fn elems(buf: &DeviceBuffer, dtype: Dtype) -> usize {
     let es = dtype.size_bytes();
-    if buf.len_bytes() % es == 0 {
+    if buf.len_bytes().is_multiple_of(es) {
         buf.len_bytes() / es
     } else {
         usize::MAX // never equal to a shape's count: reported as a length mismatch
