@@ -259,6 +259,36 @@ mod tests {
     }
 
     #[test]
+    fn dispatched_head_loop_equals_portable_loop_bit_for_bit() {
+        let d = DeltaDims {
+            k_heads: 2,
+            v_heads: 4,
+            k_dim: 32,
+            v_dim: 24,
+        };
+        let t = 19;
+        let [q, k, v, gate, beta] = inputs(13, d, t);
+        let head = HeadInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &gate,
+            beta: &beta,
+            head: 3,
+            k_head: 1,
+            dims: d,
+        };
+        let mut s1 = uniform(&mut rng(14), d.k_dim * d.v_dim, 0.5);
+        let mut s2 = s1.clone();
+        let (mut o1, mut o2) = (vec![f32::NAN; t * d.v_dim], vec![f32::NAN; t * d.v_dim]);
+        run_head(&head, &mut s1, &mut o1);
+        head_loop(&head, &mut s2, &mut o2);
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&o1), bits(&o2));
+        assert_eq!(bits(&s1), bits(&s2));
+    }
+
+    #[test]
     fn state_carried_across_chunks_equals_one_pass() {
         let d = DeltaDims {
             k_heads: 1,
