@@ -98,6 +98,13 @@ pub fn verify(
             manifest.format
         ));
     }
+    let options = nvrtc::code_options(&manifest.arch);
+    if manifest.options != options {
+        problems.push(format!(
+            "built with NVRTC options {:?}, this binary compiles with {options:?}",
+            manifest.options
+        ));
+    }
     let mut exported = Vec::new();
     for src in sources {
         let Some(entry) = manifest.kernels.iter().find(|k| k.name == src.name) else {
@@ -297,6 +304,20 @@ mod tests {
         );
         // The same build passes when that symbol is not required: the failure is the symbol.
         verify(dir.path(), &[src], &["attn_masked_softmax_bf16"]).unwrap();
+    }
+
+    #[test]
+    fn an_artifact_built_with_other_options_fails_verification() {
+        let Some(dir) = built() else { return };
+        let copy = copy_dir(dir.path());
+        let mpath = copy.path().join(MANIFEST);
+        let mut m: Manifest = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
+        m.options.push("-DHEADROOM_D256_BLOCK_N=32".into());
+        std::fs::write(&mpath, serde_json::to_string(&m).unwrap()).unwrap();
+        let err = verify(copy.path(), SOURCES, &required_entry_points())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("built with NVRTC options"), "{err}");
     }
 
     #[test]
