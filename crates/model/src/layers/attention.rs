@@ -8,6 +8,7 @@
 //! last rows of the cached KV sequence); the output is multiplied by
 //! `sigmoid(gate)` and projected by `o_proj`.
 
+use super::kv_cache::KvCache;
 use crate::ops::activation::sigmoid;
 use crate::ops::rms_norm::rms_norm_offset;
 use crate::ops::rope::Rope;
@@ -31,36 +32,6 @@ pub struct FullAttention<'w> {
     pub gated: bool,
     pub eps: f32,
     pub rope: Rope,
-}
-
-/// Keys and values seen so far, head-major `[kv_heads][len][head_dim]`
-/// (after k norm and RoPE), as the attention kernels read them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct KvCache {
-    pub len: usize,
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
-}
-
-impl KvCache {
-    /// Appends `t` token-major rows `[t][kv_heads][d]` of k and v.
-    fn append(&mut self, k_new: &[f32], v_new: &[f32], t: usize, kv_heads: usize, d: usize) {
-        let old = self.len;
-        let len = old + t;
-        let relayout = |cache: &[f32], new: &[f32]| -> Vec<f32> {
-            let mut out = Vec::with_capacity(kv_heads * len * d);
-            for h in 0..kv_heads {
-                out.extend_from_slice(&cache[h * old * d..(h + 1) * old * d]);
-                for s in 0..t {
-                    out.extend_from_slice(&new[(s * kv_heads + h) * d..][..d]);
-                }
-            }
-            out
-        };
-        self.k = relayout(&self.k, k_new);
-        self.v = relayout(&self.v, v_new);
-        self.len = len;
-    }
 }
 
 impl FullAttention<'_> {
@@ -108,14 +79,48 @@ impl FullAttention<'_> {
         }
         let shape = AttentionShape {
             q_len: t,
-            kv_len: cache.len,
+            kv_len: cache.len(),
             q_heads: nq,
             kv_heads: nkv,
             head_dim: d,
             scale: None,
         };
         let mut att = vec![f32::NAN; q_hm.len()];
-        let report = attention_prefill(&shape, route, &q_hm, &cache.k, &cache.v, &mut att)?;
+        let report = match cache.contiguous() {
+            Some((k, v)) => attention_prefill(&shape, route, &q_hm, k, v, &mut att)?,
+            None => {
+                // One call per KV head and its query group (head-major q and
+                // out hold each group contiguously); the calls run one after
+                // another, so the peak workspace is the largest call's.
+                let group = nq / nkv;
+                let per_group = group * t * d;
+                let head_shape = AttentionShape {
+                    q_heads: group,
+                    kv_heads: 1,
+                    ..shape
+                };
+                let mut combined: Option<AttentionReport> = None;
+                for h in 0..nkv {
+                    let (k, v) = cache.head(h);
+                    let r = attention_prefill(
+                        &head_shape,
+                        route,
+                        &q_hm[h * per_group..(h + 1) * per_group],
+                        k,
+                        v,
+                        &mut att[h * per_group..(h + 1) * per_group],
+                    )?;
+                    combined = Some(match combined {
+                        None => r,
+                        Some(c) => AttentionReport {
+                            transient_bytes: c.transient_bytes.max(r.transient_bytes),
+                            ..c
+                        },
+                    });
+                }
+                combined.expect("at least one KV head")
+            }
+        };
 
         // Back to token-major, gated.
         let mut y = vec![0.0f32; t * nq * d];

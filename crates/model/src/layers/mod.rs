@@ -5,8 +5,10 @@
 
 pub mod attention;
 pub mod gdn;
+pub mod kv_cache;
 pub mod mlp;
 
-pub use attention::{FullAttention, KvCache};
+pub use attention::FullAttention;
 pub use gdn::{GatedDeltaNet, GdnState};
+pub use kv_cache::KvCache;
 pub use mlp::{Mlp, SparseMoe, SwiGlu};
