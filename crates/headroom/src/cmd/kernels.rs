@@ -34,32 +34,35 @@ pub enum KernelsCommand {
         filter: Option<String>,
     },
     /// Time attention routes on the GPU (B=1) and print a table; `--json` writes the samples.
-    Time {
-        #[arg(long, value_delimiter = ',', default_value = "8192,32768")]
-        lengths: Vec<usize>,
-        #[arg(long, value_delimiter = ',', default_value = "bf16,f16")]
-        dtypes: Vec<Dtype>,
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "fused,composed:128,composed:512"
-        )]
-        routes: Vec<RouteRequest>,
-        #[arg(long, default_value_t = 16)]
-        q_heads: usize,
-        #[arg(long, default_value_t = 2)]
-        kv_heads: usize,
-        #[arg(long, default_value_t = 256)]
-        head_dim: usize,
-        #[arg(long, default_value_t = 0)]
-        history: usize,
-        #[arg(long, default_value_t = 3)]
-        warmup: usize,
-        #[arg(long, default_value_t = 10)]
-        iters: usize,
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Time(TimeArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TimeArgs {
+    #[arg(long, value_delimiter = ',', default_value = "8192,32768")]
+    pub lengths: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_value = "bf16,f16")]
+    pub dtypes: Vec<Dtype>,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fused,composed:128,composed:512"
+    )]
+    pub routes: Vec<RouteRequest>,
+    #[arg(long, default_value_t = 16)]
+    pub q_heads: usize,
+    #[arg(long, default_value_t = 2)]
+    pub kv_heads: usize,
+    #[arg(long, default_value_t = 256)]
+    pub head_dim: usize,
+    #[arg(long, default_value_t = 0)]
+    pub history: usize,
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    #[arg(long, default_value_t = 10)]
+    pub iters: usize,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
 }
 
 pub fn run(c: KernelsCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
@@ -95,69 +98,70 @@ pub fn run(c: KernelsCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
             Ok(())
         }
         KernelsCommand::Check { json, filter } => run_check(json, filter),
-        KernelsCommand::Time {
-            lengths,
-            dtypes,
-            routes,
+        KernelsCommand::Time(a) => run_time(a),
+    }
+}
+
+fn run_time(a: TimeArgs) -> anyhow::Result<()> {
+    let TimeArgs {
+        lengths,
+        dtypes,
+        routes,
+        q_heads,
+        kv_heads,
+        head_dim,
+        history,
+        warmup,
+        iters,
+        json,
+    } = a;
+    let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
+    let imp = headroom_cuda::attention::fused_impl(&dev.arch).as_str();
+    println!(
+        "device: {} ({} SMs, {}), fused kernel: {imp}",
+        dev.name, dev.sm_count, dev.arch
+    );
+    println!(
+        "{:>7} {:>5} {:<13} {:>9} {:>8} {:>11}",
+        "length", "dtype", "route", "ms", "TFLOP/s", "transient"
+    );
+    let mut rows = Vec::new();
+    for &len in &lengths {
+        let shape = AttentionShape {
+            q_len: len,
+            kv_len: len + history,
             q_heads,
             kv_heads,
             head_dim,
-            history,
-            warmup,
-            iters,
-            json,
-        } => {
-            let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
-            let imp = headroom_cuda::attention::fused_impl(&dev.arch).as_str();
-            println!(
-                "device: {} ({} SMs, {}), fused kernel: {imp}",
-                dev.name, dev.sm_count, dev.arch
-            );
-            println!(
-                "{:>7} {:>5} {:<13} {:>9} {:>8} {:>11}",
-                "length", "dtype", "route", "ms", "TFLOP/s", "transient"
-            );
-            let mut rows = Vec::new();
-            for &len in &lengths {
-                let shape = AttentionShape {
-                    q_len: len,
-                    kv_len: len + history,
-                    q_heads,
-                    kv_heads,
-                    head_dim,
-                    scale: None,
-                };
-                for &dtype in &dtypes {
-                    let inputs = timing::random_inputs(&dev, &shape, dtype, len as u64)?;
-                    for &route in &routes {
-                        let t = timing::time_prefill(
-                            &dev, &shape, dtype, route, &inputs, warmup, iters,
-                        )
-                        .with_context(|| format!("{route} {dtype} L={len}"))?;
-                        println!(
-                            "{len:>7} {:>5} {:<13} {:>9.3} {:>8.1} {:>8.1} MiB",
-                            dtype.as_str(),
-                            route.to_string(),
-                            t.median_ms,
-                            t.tflops,
-                            t.report.transient_bytes as f64 / (1 << 20) as f64
-                        );
-                        rows.push(serde_json::json!({
-                            "length": len, "history": history, "dtype": dtype, "route": route.to_string(),
-                            "q_heads": q_heads, "kv_heads": kv_heads, "head_dim": head_dim,
-                            "median_ms": t.median_ms, "times_ms": t.times_ms, "tflops": t.tflops,
-                            "report": t.report, "device": dev.name, "arch": dev.arch, "fused_impl": imp,
-                        }));
-                    }
-                }
+            scale: None,
+        };
+        for &dtype in &dtypes {
+            let inputs = timing::random_inputs(&dev, &shape, dtype, len as u64)?;
+            for &route in &routes {
+                let t = timing::time_prefill(&dev, &shape, dtype, route, &inputs, warmup, iters)
+                    .with_context(|| format!("{route} {dtype} L={len}"))?;
+                println!(
+                    "{len:>7} {:>5} {:<13} {:>9.3} {:>8.1} {:>8.1} MiB",
+                    dtype.as_str(),
+                    route.to_string(),
+                    t.median_ms,
+                    t.tflops,
+                    t.report.transient_bytes as f64 / (1 << 20) as f64
+                );
+                rows.push(serde_json::json!({
+                    "length": len, "history": history, "dtype": dtype, "route": route.to_string(),
+                    "q_heads": q_heads, "kv_heads": kv_heads, "head_dim": head_dim,
+                    "median_ms": t.median_ms, "times_ms": t.times_ms, "tflops": t.tflops,
+                    "report": t.report, "device": dev.name, "arch": dev.arch, "fused_impl": imp,
+                }));
             }
-            if let Some(p) = json {
-                std::fs::write(&p, serde_json::to_string_pretty(&rows)?)
-                    .with_context(|| p.display().to_string())?;
-            }
-            Ok(())
         }
     }
+    if let Some(p) = json {
+        std::fs::write(&p, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| p.display().to_string())?;
+    }
+    Ok(())
 }
 
 fn describe(c: &check::CheckCase) -> String {
