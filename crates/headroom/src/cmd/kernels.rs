@@ -39,28 +39,38 @@ pub enum KernelsCommand {
 
 #[derive(clap::Args, Debug)]
 pub struct TimeArgs {
+    /// Query lengths (kv_len = length + history).
     #[arg(long, value_delimiter = ',', default_value = "8192,32768")]
     pub lengths: Vec<usize>,
+    /// Storage dtypes (f16, bf16).
     #[arg(long, value_delimiter = ',', default_value = "bf16,f16")]
     pub dtypes: Vec<Dtype>,
+    /// Routes: fused, composed:N.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "fused,composed:128,composed:512"
     )]
     pub routes: Vec<RouteRequest>,
+    /// Query heads.
     #[arg(long, default_value_t = 16)]
     pub q_heads: usize,
+    /// KV heads.
     #[arg(long, default_value_t = 2)]
     pub kv_heads: usize,
+    /// Head dim.
     #[arg(long, default_value_t = 256)]
     pub head_dim: usize,
+    /// KV rows before the queries.
     #[arg(long, default_value_t = 0)]
     pub history: usize,
+    /// Untimed calls per configuration.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
+    /// Timed calls per configuration (median reported).
     #[arg(long, default_value_t = 10)]
     pub iters: usize,
+    /// Write every sample as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
