@@ -6,9 +6,9 @@
 //! tile is converted to f32 once and multiplied against the whole group. Per
 //! KV tile of [`FUSED_KV_TILE`] rows: S = Q·Kᵀ (GEMM on the tile), running max
 //! and sum per row, rescale of the output accumulator, O += P·V (GEMM). No
-//! score matrix larger than `FUSED_QUERY_ROWS × FUSED_KV_TILE` exists, and the
-//! workspace depends only on the tile sizes, `head_dim`, the group and the
-//! number of worker threads — never on `kv_len`.
+//! score matrix larger than `max(FUSED_QUERY_ROWS, group) × FUSED_KV_TILE`
+//! exists, and the workspace depends only on the tile sizes, `head_dim`, the
+//! group and the number of worker threads — never on `kv_len`.
 
 use crate::convert::{all_finite, load, load_scaled, store_scaled};
 use crate::matmul::{matmul, Mat};
