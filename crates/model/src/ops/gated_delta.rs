@@ -84,30 +84,56 @@ fn head_loop(inp: &HeadInputs<'_>, s: &mut [f32], o_head: &mut [f32]) {
     } = inp.dims;
     let (h, kh) = (inp.head, inp.k_head);
     let t_len = inp.g.len() / v_heads;
+    let q_at = |t: usize| &inp.q[(t * k_heads + kh) * k_dim..][..k_dim];
+    let k_at = |t: usize| &inp.k[(t * k_heads + kh) * k_dim..][..k_dim];
+    let decay_at = |t: usize| inp.g[t * v_heads + h].exp();
+    // One pass over the state per token: the update and read-out of token t
+    // are fused with the decay and key read of token t + 1 (the same
+    // operations on each element in the same order as two separate passes).
     let mut kv_mem = vec![0.0f32; v_dim];
+    let mut next_mem = vec![0.0f32; v_dim];
     let mut delta = vec![0.0f32; v_dim];
-    for t in 0..t_len {
-        let qt = &inp.q[(t * k_heads + kh) * k_dim..][..k_dim];
-        let kt = &inp.k[(t * k_heads + kh) * k_dim..][..k_dim];
-        let vt = &inp.v[(t * v_heads + h) * v_dim..][..v_dim];
-        let decay = inp.g[t * v_heads + h].exp();
-        let b = inp.beta[t * v_heads + h];
-        kv_mem.fill(0.0);
-        for (row, &ki) in s.chunks_exact_mut(v_dim).zip(kt) {
+    if t_len > 0 {
+        let (decay, k0) = (decay_at(0), k_at(0));
+        for (row, &ki) in s.chunks_exact_mut(v_dim).zip(k0) {
             for (sv, m) in row.iter_mut().zip(kv_mem.iter_mut()) {
                 *sv *= decay;
                 *m += *sv * ki;
             }
         }
+    }
+    for t in 0..t_len {
+        let (qt, kt) = (q_at(t), k_at(t));
+        let vt = &inp.v[(t * v_heads + h) * v_dim..][..v_dim];
+        let b = inp.beta[t * v_heads + h];
         for ((d, vv), m) in delta.iter_mut().zip(vt).zip(&kv_mem) {
             *d = (vv - m) * b;
         }
         let ot = &mut o_head[t * v_dim..(t + 1) * v_dim];
         ot.fill(0.0);
-        for ((row, &ki), &qi) in s.chunks_exact_mut(v_dim).zip(kt).zip(qt) {
-            for ((sv, d), o) in row.iter_mut().zip(&delta).zip(ot.iter_mut()) {
-                *sv += ki * d;
-                *o += *sv * qi;
+        if t + 1 < t_len {
+            let (decay, kn) = (decay_at(t + 1), k_at(t + 1));
+            next_mem.fill(0.0);
+            for (((row, &ki), &qi), &kni) in s.chunks_exact_mut(v_dim).zip(kt).zip(qt).zip(kn) {
+                for (((sv, d), o), m) in row
+                    .iter_mut()
+                    .zip(&delta)
+                    .zip(ot.iter_mut())
+                    .zip(next_mem.iter_mut())
+                {
+                    *sv += ki * d;
+                    *o += *sv * qi;
+                    *sv *= decay;
+                    *m += *sv * kni;
+                }
+            }
+            std::mem::swap(&mut kv_mem, &mut next_mem);
+        } else {
+            for ((row, &ki), &qi) in s.chunks_exact_mut(v_dim).zip(kt).zip(qt) {
+                for ((sv, d), o) in row.iter_mut().zip(&delta).zip(ot.iter_mut()) {
+                    *sv += ki * d;
+                    *o += *sv * qi;
+                }
             }
         }
     }
