@@ -77,18 +77,12 @@ pub struct Qwen35Model<'w> {
 }
 
 impl<'w> Qwen35Model<'w> {
-    /// Builds the model from its config and canonical weights; every tensor
-    /// it reads is checked for presence and shape.
+    /// Builds the model from its config (validated first) and canonical
+    /// weights; every tensor it reads is checked for presence and shape.
     pub fn new(cfg: &ModelConfig, weights: &'w Weights) -> Result<Qwen35Model<'w>, ModelError> {
+        cfg.validate()?;
         let src = build::Source { weights };
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
-        if cfg.layer_types.len() != cfg.num_hidden_layers {
-            return Err(ModelError::Unsupported(format!(
-                "{} layer types for {} layers",
-                cfg.layer_types.len(),
-                cfg.num_hidden_layers
-            )));
-        }
         let embed = src.tensor("embed_tokens.weight", &[v, h])?;
         let lm_head = if cfg.tie_word_embeddings {
             WeightView::matrix(embed)

@@ -201,6 +201,15 @@ fn bad_requests_are_errors() {
 }
 
 #[test]
+fn an_invalid_config_is_an_error_not_a_panic() {
+    let (mut cfg, w) = model_parts("tiny-d64", Dtype::F32);
+    cfg.rope.rotary_dim = 13;
+    let err = Qwen35Model::new(&cfg, &w).unwrap_err();
+    assert!(matches!(err, ModelError::Config(_)), "{err}");
+    assert!(err.to_string().contains("partial_rotary_factor"), "{err}");
+}
+
+#[test]
 fn missing_or_misshapen_weights_are_errors_naming_the_tensor() {
     let (cfg, mut w) = model_parts("tiny-d64", Dtype::F32);
     let name = "layers.3.self_attn.k_norm.weight";

@@ -1,7 +1,7 @@
 //! What a forward call is asked to do ([`ForwardOptions`]), what it reports
 //! ([`ForwardOutput`]) and how it fails ([`ModelError`]).
 
-use crate::WeightsError;
+use crate::{ConfigError, WeightsError};
 use headroom_core::{AttentionError, AttentionReport, RouteRequest};
 
 /// The attention route of each full-attention layer.
@@ -81,6 +81,8 @@ pub struct ForwardOutput {
 pub enum ModelError {
     #[error(transparent)]
     Weights(#[from] WeightsError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("token id {id} at position {position} is out of range (vocab_size {vocab})")]
     TokenOutOfRange {
         id: u32,
