@@ -34,8 +34,9 @@ struct Scripted {
     claim: Option<AttentionReport>,
     /// Change the claimed transient bytes on every run.
     drift: bool,
-    /// Add this to every output element.
+    /// Add this to every output element (of `skew_head` only, when set).
     skew: f32,
+    skew_head: Option<usize>,
     runs: u64,
 }
 
@@ -46,6 +47,7 @@ impl Scripted {
             claim: None,
             drift: false,
             skew: 0.0,
+            skew_head: None,
             runs: 0,
         }
     }
@@ -77,11 +79,17 @@ impl AttentionBenchBackend for Scripted {
         Ok((ms, report))
     }
     fn output(&mut self) -> anyhow::Result<Vec<f32>> {
+        // Head h spans q_len * head_dim elements; skew_head is used with length 200, head_dim 64.
+        let head_len = 200 * 64;
         Ok(self
             .inner
             .output()?
             .into_iter()
-            .map(|x| x + self.skew)
+            .enumerate()
+            .map(|(i, x)| match self.skew_head {
+                Some(h) if i / head_len != h => x,
+                _ => x + self.skew,
+            })
             .collect())
     }
 }
@@ -229,4 +237,33 @@ fn the_yardstick_runs_once_per_round_and_only_measured_rounds_count() {
     // Per length: 1 warm-up round (not returned) + 3 measured rounds.
     assert_eq!(calls, 2 * (1 + 3));
     assert_eq!(times, [2.0, 3.0, 4.0, 6.0, 7.0, 8.0]);
+}
+
+#[test]
+fn rel_err_is_the_worst_checked_head_not_a_pooled_average() {
+    let cfg = config(&["fused"], &[200]);
+    let mut b = Scripted::new();
+    b.skew = 0.25;
+    let all = attention::run(&cfg, &mut b, hardware()).unwrap().samples[0]
+        .rel_err
+        .unwrap();
+    // Only the last head (3) is wrong: the worst head is as wrong as before,
+    // where a Frobenius norm pooled over both checked heads would drop ~1/sqrt(2).
+    b.skew_head = Some(3);
+    let one = attention::run(&cfg, &mut b, hardware()).unwrap().samples[0]
+        .rel_err
+        .unwrap();
+    assert!(
+        all > 0.05 && one > 0.85 * all,
+        "all heads {all}, one head {one}"
+    );
+    // A head outside the checked subset (0 and 3) does not show.
+    b.skew_head = Some(1);
+    let unchecked = attention::run(&cfg, &mut b, hardware()).unwrap().samples[0]
+        .rel_err
+        .unwrap();
+    assert!(
+        unchecked < 1e-2,
+        "all {all} one {one} unchecked {unchecked}"
+    );
 }
