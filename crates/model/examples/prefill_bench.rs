@@ -3,13 +3,15 @@
 //! ```text
 //! cargo run -p headroom-model --release --example prefill_bench -- \
 //!     [--model qwen3.6-35b-a3b:layers=4] [--tokens 2048] [--chunk N] \
-//!     [--route composed:128|fused] [--iters 1] [--seed 7]
+//!     [--route composed:128|fused] [--iters 1] [--seed 7] [--decode N]
 //! ```
 //!
 //! Builds the synthetic weights (seeded, storage dtype of the preset), runs
 //! `iters` prefills of `tokens` deterministic token ids from an empty
 //! session (LM head on the last row only, as for time-to-first-token), and
-//! prints the wall time and tokens/s of each, and the attention routes that ran.
+//! prints the wall time and tokens/s of each, and the attention routes that
+//! ran; with `--decode N`, then decodes N tokens greedily after the last
+//! prefill and prints decode tokens/s.
 
 use headroom_core::RouteRequest;
 use headroom_model::{
@@ -24,6 +26,7 @@ struct Args {
     route: RouteRequest,
     iters: usize,
     seed: u64,
+    decode: usize,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -34,6 +37,7 @@ fn parse_args() -> Result<Args, String> {
         route: RouteRequest::Composed { query_block: 128 },
         iters: 1,
         seed: 7,
+        decode: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -46,6 +50,7 @@ fn parse_args() -> Result<Args, String> {
             "--route" => a.route = value()?.parse()?,
             "--iters" => a.iters = num(value()?)?,
             "--seed" => a.seed = num(value()?)? as u64,
+            "--decode" => a.decode = num(value()?)?,
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -79,9 +84,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         chunk: args.chunk,
         logits: LogitsRows::Last,
     };
+    let mut session = model.new_session();
+    let mut last = Vec::new();
     for iter in 0..args.iters {
+        session = model.new_session();
         let t = Instant::now();
-        let out = model.prefill(&mut model.new_session(), &ids, &opts)?;
+        let out = model.prefill(&mut session, &ids, &opts)?;
         let secs = t.elapsed().as_secs_f64();
         let finite = out.logits.iter().all(|v| v.is_finite());
         let ran: Vec<String> = out
@@ -103,6 +111,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             args.tokens as f64 / secs,
             ran.join(", ")
         );
+        last = out.logits;
+    }
+    if args.decode > 0 && !last.is_empty() {
+        let t = Instant::now();
+        for _ in 0..args.decode {
+            let next = argmax(&last);
+            last = model.decode(&mut session, next, args.route)?;
+        }
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "decode {} tokens after {}: {:.2} s, {:.2} tokens/s",
+            args.decode,
+            args.tokens,
+            secs,
+            args.decode as f64 / secs
+        );
     }
     Ok(())
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in row.iter().enumerate() {
+        if *v > row[best] {
+            best = i;
+        }
+    }
+    best as u32
 }

@@ -112,6 +112,10 @@ fn linear_impl(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32], par: boo
         gemm_nt(x, m, k, &v[start..start + n * k], n, out, n, par);
         return;
     }
+    if par && m < SMALL_M {
+        small_m_parallel(x, m, w, out);
+        return;
+    }
     // Small row counts: keep the converted block in L2 (the GEMM is then cheap per block).
     let block_elems = if m < SMALL_M {
         BLOCK_ELEMS_SMALL_M
@@ -144,6 +148,33 @@ fn linear_impl(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32], par: boo
         }
     }
     SCRATCH.with(|c| *c.borrow_mut() = (buf, tmp));
+}
+
+/// Few input rows (decode, small experts): each rayon task converts one
+/// L2-sized block of weight rows and multiplies it on its own thread, so
+/// conversion and GEMM both use every thread.
+fn small_m_parallel(x: &[f32], m: usize, w: WeightView<'_>, out: &mut [f32]) {
+    let (n, k) = (w.rows, w.cols);
+    let block_rows = (BLOCK_ELEMS_SMALL_M / k).clamp(1, n);
+    let starts: Vec<usize> = (0..n).step_by(block_rows).collect();
+    let parts: Vec<(usize, usize, Vec<f32>)> = starts
+        .into_par_iter()
+        .map(|r0| {
+            let br = block_rows.min(n - r0);
+            let (mut buf, tmp) = SCRATCH.with(|c| std::mem::take(&mut *c.borrow_mut()));
+            buf.resize(br * k, 0.0);
+            read_block(w.tensor, (w.row0 + r0) * k, &mut buf[..br * k]);
+            let mut part = vec![0.0f32; m * br];
+            gemm_nt(x, m, k, &buf[..br * k], br, &mut part, br, false);
+            SCRATCH.with(|c| *c.borrow_mut() = (buf, tmp));
+            (r0, br, part)
+        })
+        .collect();
+    for (r0, br, part) in parts {
+        for (o, p) in out.chunks_exact_mut(n).zip(part.chunks_exact(br)) {
+            o[r0..r0 + br].copy_from_slice(p);
+        }
+    }
 }
 
 /// `dst[i*dst_rs + j] = Σ_k x[i*k + kk] · w[j*k + kk]` for `i < m`, `j < n`.
@@ -213,7 +244,8 @@ mod tests {
     #[test]
     fn matches_f64_in_every_storage_dtype() {
         let mut g = rng(5);
-        for (m, n, k) in [(1, 3, 5), (17, 33, 64), (70, 130, 96)] {
+        // Tiny, small-m sequential, small-m parallel (several partial row blocks), large-m.
+        for (m, n, k) in [(1, 3, 5), (17, 33, 64), (5, 700, 300), (70, 130, 96)] {
             let x = uniform(&mut g, m * k, 1.0);
             let w32 = uniform(&mut g, n * k, 1.0);
             for data in [
