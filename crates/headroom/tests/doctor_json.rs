@@ -2,33 +2,15 @@
 //! hardware block, qualified layers, registry rows and warnings reflect the
 //! registry folder and controls given through the environment.
 
+mod common;
+
+use common::TempDir;
 use headroom_core::LayerKind;
 use headroom_hardware::HardwareFingerprint;
 use headroom_policy::{sha256_hex, Evidence, QualificationEntry, QualifiedResult};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// A fresh folder under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let p = std::env::temp_dir().join(format!("headroom-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Runs `headroom doctor ... --json` with a clean attention environment.
 fn doctor(args: &[&str], env: &[(&str, &str)]) -> Value {

@@ -1,52 +1,17 @@
 //! Bad input through the `headroom` binary: each is a clear error on stderr,
 //! a non-zero exit code, and no panic.
 
-use headroom_model::weights::write_safetensors;
+mod common;
+
+use common::{write_checkpoint, TempDir};
 use headroom_model::{ModelConfig, Tensor, Weights};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-/// A temporary folder removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let p =
-            std::env::temp_dir().join(format!("headroom-cli-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Writes the tiny-d64 synthetic model as a checkpoint (HF config + `model.` names), after `edit`.
-fn write_checkpoint(dir: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) {
+/// Writes the tiny-d64 synthetic model (weights seed 0) as a checkpoint, after `edit`.
+fn write_tiny_checkpoint(dir: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) {
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
-    std::fs::write(dir.join("config.json"), cfg.to_hf_json().to_string()).unwrap();
-    let w = Weights::synthetic(&cfg, 0);
-    let mut tensors: Vec<(String, Tensor)> = w
-        .iter()
-        .map(|(n, t)| {
-            let name = if n == "lm_head.weight" {
-                n.to_string()
-            } else {
-                format!("model.{n}")
-            };
-            (name, t.clone())
-        })
-        .collect();
-    edit(&mut tensors);
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    write_safetensors(&dir.join("model.safetensors"), &refs).unwrap();
+    write_checkpoint(dir, &cfg, &Weights::synthetic(&cfg, 0), edit);
 }
 
 /// Runs `headroom logits` on `dir` with a small valid id list; returns stderr after
@@ -80,7 +45,7 @@ fn model_dir_fails(
     edit: impl FnOnce(&mut Vec<(String, Tensor)>),
 ) -> String {
     let dir = TempDir::new("model");
-    write_checkpoint(&dir.0, edit);
+    write_tiny_checkpoint(&dir.0, edit);
     edit_config(&dir.0);
     logits_fails(&["--model", dir.0.to_str().unwrap()], "[1, 2, 3]")
 }

@@ -3,6 +3,9 @@
 //! matches transformers' logits within 1e-4 relative Frobenius error, with one
 //! pass, chunked prefill, a small composed query block and the fused route.
 
+mod common;
+
+use common::{read_f32_tensor, rel_err, TempDir};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,32 +13,9 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures")
 }
 
-fn read_f32_tensor(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
-    let t = &header[name];
-    assert_eq!(t["dtype"], "F32", "{}", path.display());
-    let shape: Vec<usize> = serde_json::from_value(t["shape"].clone()).unwrap();
-    let [start, end]: [usize; 2] = serde_json::from_value(t["data_offsets"].clone()).unwrap();
-    let data = bytes[8 + n + start..8 + n + end]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    (shape, data)
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
-}
-
 #[test]
 fn logits_command_matches_transformers_fixtures() {
-    let out_dir = std::env::temp_dir().join(format!("headroom-parity-{}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).unwrap();
+    let tmp = TempDir::new("parity");
     let mut checked = 0;
     for name in ["moe_d256", "moe_d64", "dense_d64"] {
         let dir = fixtures().join(name);
@@ -57,7 +37,7 @@ fn logits_command_matches_transformers_fixtures() {
                 &["--attn-query-block", "16"][..],
                 &["--attn-execution", "fused"][..],
             ] {
-                let out = out_dir.join("logits.safetensors");
+                let out = tmp.0.join("logits.safetensors");
                 let result = Command::new(env!("CARGO_BIN_EXE_headroom"))
                     .arg("logits")
                     .arg("--model")
@@ -93,5 +73,4 @@ fn logits_command_matches_transformers_fixtures() {
         }
     }
     assert_eq!(checked, 24);
-    let _ = std::fs::remove_dir_all(&out_dir);
 }

@@ -2,68 +2,26 @@
 //! gives the same logits as the synthetic model it was written from, chunked
 //! prefill matches one pass, and generation is deterministic.
 
-use headroom_model::weights::write_safetensors;
+mod common;
+
+use common::{
+    headroom, read_f32_tensor, rel_err, safetensors_header, write_checkpoint, write_tensors,
+    TempDir,
+};
 use headroom_model::{ModelConfig, Tensor, Weights};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let p =
-            std::env::temp_dir().join(format!("headroom-run-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn headroom(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// Reads the `logits` tensor of a file `headroom logits` wrote (safetensors:
-/// u64 header length, JSON header, little-endian data).
+/// Reads the `logits` tensor of a file `headroom logits` wrote, checking that
+/// the file holds that one tensor and nothing else.
 fn read_logits(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let (shape, v) = read_f32_tensor(path, "logits");
     let bytes = std::fs::read(path).unwrap();
-    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let (header, data_start) = safetensors_header(&bytes);
     let obj = header.as_object().unwrap();
     assert_eq!(obj.keys().collect::<Vec<_>>(), vec!["logits"]);
-    let t = &obj["logits"];
-    assert_eq!(t["dtype"], "F32");
-    let shape: Vec<usize> = serde_json::from_value(t["shape"].clone()).unwrap();
-    let v: Vec<f32> = bytes[8 + n..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    assert_eq!(v.len(), shape.iter().product::<usize>());
+    assert_eq!(bytes.len(), data_start + 4 * v.len());
     (shape, v)
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
 }
 
 #[test]
@@ -112,8 +70,7 @@ fn checkpoint_folder_matches_synthetic_and_chunks_match_one_pass() {
             tensors.push((full, t.clone()));
         }
     }
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    write_safetensors(&model_dir.join("model.safetensors"), &refs).unwrap();
+    write_tensors(&model_dir.join("model.safetensors"), &tensors);
 
     let ids: Vec<u32> = (0..150).map(|k| (k * 37 + 11) % 512).collect();
     let ids_path = tmp.0.join("ids.json");
@@ -259,23 +216,8 @@ fn write_tokenizer(dir: &Path) {
 fn generate_from_a_checkpoint_folder_uses_its_tokenizer() {
     let tmp = TempDir::new("generate");
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
-    std::fs::write(tmp.0.join("config.json"), cfg.to_hf_json().to_string()).unwrap();
     let w = Weights::synthetic(&cfg, 0);
-    let tensors: Vec<(String, Tensor)> = w
-        .iter()
-        .map(|(n, t)| {
-            (
-                if n == "lm_head.weight" {
-                    n.to_string()
-                } else {
-                    format!("model.{n}")
-                },
-                t.clone(),
-            )
-        })
-        .collect();
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    write_safetensors(&tmp.0.join("model.safetensors"), &refs).unwrap();
+    write_checkpoint(&tmp.0, &cfg, &w, |_| {});
     let dir = tmp.0.to_str().unwrap();
 
     // No tokenizer.json: a clear error.
@@ -425,8 +367,7 @@ fn qwen3_next_checkpoint_gives_the_same_logits() {
         };
         tensors.push((name, t.clone()));
     }
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    write_safetensors(&model_dir.join("model.safetensors"), &refs).unwrap();
+    write_tensors(&model_dir.join("model.safetensors"), &tensors);
 
     let ids_path = tmp.0.join("ids.json");
     std::fs::write(&ids_path, "[5, 300, 17, 42, 511, 0, 99, 256, 128, 7]").unwrap();
@@ -462,23 +403,8 @@ fn generate_stops_at_the_generation_config_eos() {
     use headroom_model::{ForwardOptions, Qwen35Model};
     let tmp = TempDir::new("eos");
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
-    std::fs::write(tmp.0.join("config.json"), cfg.to_hf_json().to_string()).unwrap();
     let w = Weights::synthetic(&cfg, 0);
-    let tensors: Vec<(String, Tensor)> = w
-        .iter()
-        .map(|(n, t)| {
-            (
-                if n == "lm_head.weight" {
-                    n.to_string()
-                } else {
-                    format!("model.{n}")
-                },
-                t.clone(),
-            )
-        })
-        .collect();
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    write_safetensors(&tmp.0.join("model.safetensors"), &refs).unwrap();
+    write_checkpoint(&tmp.0, &cfg, &w, |_| {});
     write_tokenizer(&tmp.0);
 
     let ids = Tokenizer::from_dir(&tmp.0)

@@ -1,0 +1,106 @@
+//! Helpers shared by the tests of the `headroom` binary: a temporary folder,
+//! running the built binary, writing a synthetic model as a checkpoint folder,
+//! and reading back the f32 logits `headroom logits` writes.
+#![allow(dead_code)] // each test file uses its own subset
+
+use headroom_model::weights::write_safetensors;
+use headroom_model::{ModelConfig, Tensor, Weights};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A fresh folder under the system temp dir, removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let p = std::env::temp_dir().join(format!("headroom-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the built `headroom` binary with `args` and checks that it succeeded.
+pub fn headroom(args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Writes `tensors` as one safetensors file.
+pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) {
+    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    write_safetensors(path, &refs).unwrap();
+}
+
+/// Writes `cfg` and `weights` into `dir` as a checkpoint folder: the Hugging
+/// Face `config.json` and one `model.safetensors` with transformers' `model.`
+/// names (`lm_head.weight` stays bare), after `edit` changed the tensor list.
+pub fn write_checkpoint(
+    dir: &Path,
+    cfg: &ModelConfig,
+    weights: &Weights,
+    edit: impl FnOnce(&mut Vec<(String, Tensor)>),
+) {
+    std::fs::write(dir.join("config.json"), cfg.to_hf_json().to_string()).unwrap();
+    let mut tensors: Vec<(String, Tensor)> = weights
+        .iter()
+        .map(|(n, t)| {
+            let name = if n == "lm_head.weight" {
+                n.to_string()
+            } else {
+                format!("model.{n}")
+            };
+            (name, t.clone())
+        })
+        .collect();
+    edit(&mut tensors);
+    write_tensors(&dir.join("model.safetensors"), &tensors);
+}
+
+/// The JSON header of safetensors file bytes (u64 header length, JSON
+/// header, little-endian data) and where the data starts.
+pub fn safetensors_header(bytes: &[u8]) -> (serde_json::Value, usize) {
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    (serde_json::from_slice(&bytes[8..8 + n]).unwrap(), 8 + n)
+}
+
+/// Reads the f32 tensor `name` of a safetensors file: its shape and values.
+pub fn read_f32_tensor(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let (header, data_start) = safetensors_header(&bytes);
+    let t = &header[name];
+    assert_eq!(t["dtype"], "F32", "{}", path.display());
+    let shape: Vec<usize> = serde_json::from_value(t["shape"].clone()).unwrap();
+    let [start, end]: [usize; 2] = serde_json::from_value(t["data_offsets"].clone()).unwrap();
+    let data: Vec<f32> = bytes[data_start + start..data_start + end]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(data.len(), shape.iter().product::<usize>());
+    (shape, data)
+}
+
+/// Relative Frobenius error of `a` against the reference `b`.
+pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
