@@ -4,7 +4,7 @@
 //! with both.
 
 use crate::convert::{all_finite, as_f32, load, load_scaled, store_scaled};
-use crate::matmul::{matmul, Mat};
+use crate::matmul::{p_v, q_kt};
 use crate::simd::{axpy, exp_sub_sum, row_max, Level};
 use crate::tasks::{Grid, OutRows, Task};
 use crate::workspace::{Pool, Workspace};
@@ -133,24 +133,7 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
             sh.scale_or_default(),
         );
         let sc = &mut s.s[..rows * kv_end];
-        matmul(
-            rows,
-            kv_end,
-            d,
-            sc,
-            kv_end,
-            false,
-            Mat {
-                data: qs,
-                rs: d,
-                cs: 1,
-            },
-            Mat {
-                data: kh,
-                rs: 1,
-                cs: d,
-            },
-        );
+        q_kt(rows, kv_end, d, sc, qs, kh);
         for (i, row) in sc.chunks_exact_mut(kv_end).enumerate() {
             let visible = full + i;
             let m = row_max(ctx.level, &row[..visible]);
@@ -160,24 +143,7 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
         }
         let o = &mut s.o[..rows * d];
         let pv_cols = if triangle_finite { kv_end } else { full };
-        matmul(
-            rows,
-            d,
-            pv_cols,
-            o,
-            d,
-            false,
-            Mat {
-                data: sc,
-                rs: kv_end,
-                cs: 1,
-            },
-            Mat {
-                data: vh,
-                rs: d,
-                cs: 1,
-            },
-        );
+        p_v(rows, pv_cols, d, o, false, sc, kv_end, vh);
         if !triangle_finite {
             for (i, orow) in o.chunks_exact_mut(d).enumerate() {
                 let prow = &sc[i * kv_end..];

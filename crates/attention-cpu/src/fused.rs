@@ -11,7 +11,7 @@
 //! group and the number of worker threads — never on `kv_len`.
 
 use crate::convert::{all_finite, load, load_scaled, store_scaled};
-use crate::matmul::{matmul, Mat};
+use crate::matmul::{p_v, q_kt};
 use crate::simd::{axpy, exp_sub_sum, row_max, scale, Level};
 use crate::tasks::{Grid, OutRows, Task};
 use crate::workspace::{Pool, Workspace};
@@ -163,24 +163,7 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
         // Masked probabilities are exact zeros, but 0 · NaN = NaN.
         let v_finite = !diagonal || all_finite(vt);
         let sc = &mut s.s[..mrows * n];
-        matmul(
-            mrows,
-            n,
-            d,
-            sc,
-            n,
-            false,
-            Mat {
-                data: qs,
-                rs: d,
-                cs: 1,
-            },
-            Mat {
-                data: kt,
-                rs: 1,
-                cs: d,
-            },
-        );
+        q_kt(mrows, n, d, sc, qs, kt);
         for (r, (srow, orow)) in sc
             .chunks_exact_mut(n)
             .zip(o.chunks_exact_mut(d))
@@ -205,24 +188,7 @@ fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Sc
             }
         }
         if v_finite {
-            matmul(
-                mrows,
-                d,
-                n,
-                o,
-                d,
-                true,
-                Mat {
-                    data: sc,
-                    rs: n,
-                    cs: 1,
-                },
-                Mat {
-                    data: vt,
-                    rs: d,
-                    cs: 1,
-                },
-            );
+            p_v(mrows, n, d, o, true, sc, n, vt);
         } else {
             // 0 · NaN = NaN: sum only the columns each row may see.
             for (r, orow) in o.chunks_exact_mut(d).enumerate() {
