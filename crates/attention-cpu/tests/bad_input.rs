@@ -1,25 +1,11 @@
 //! Bad input: typed errors naming the offending dimension, never a panic.
 
+mod common;
+
+use common::shape;
 use half::bf16;
 use headroom_attention_cpu::attention_prefill;
 use headroom_core::{AttentionError, AttentionShape, RouteRequest};
-
-fn shape(
-    q_len: usize,
-    kv_len: usize,
-    q_heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-) -> AttentionShape {
-    AttentionShape {
-        q_len,
-        kv_len,
-        q_heads,
-        kv_heads,
-        head_dim,
-        scale: None,
-    }
-}
 
 const ROUTES: [RouteRequest; 3] = [
     RouteRequest::Fused,
