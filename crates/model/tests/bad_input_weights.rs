@@ -1,5 +1,8 @@
 //! Bad checkpoints: each is a clear error naming the problem, never a panic.
 
+mod common;
+
+use common::{checkpoint, write, Experts};
 use headroom_model::weights::write_safetensors;
 use headroom_model::{ModelConfig, Tensor, TensorData, Weights, WeightsError};
 use std::path::Path;
@@ -11,21 +14,14 @@ fn cfg() -> ModelConfig {
 /// The synthetic model as a checkpoint with `model.` names, after `edit`.
 fn write_edited(dir: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) {
     let cfg = cfg();
-    let w = Weights::synthetic(&cfg, 5);
-    let mut tensors: Vec<(String, Tensor)> = w
-        .iter()
-        .map(|(n, t)| {
-            let name = if n == "lm_head.weight" {
-                n.to_string()
-            } else {
-                format!("model.{n}")
-            };
-            (name, t.clone())
-        })
-        .collect();
+    let mut tensors = checkpoint(
+        &Weights::synthetic(&cfg, 5),
+        &cfg,
+        "model.",
+        Experts::Stacked,
+    );
     edit(&mut tensors);
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    write_safetensors(&dir.join("model.safetensors"), &refs).unwrap();
+    write(&dir.join("model.safetensors"), &tensors);
 }
 
 fn load_err(edit: impl FnOnce(&mut Vec<(String, Tensor)>)) -> WeightsError {

@@ -2,6 +2,9 @@
 //! prefill in chunks of any size equals one pass, a session continues where
 //! it stopped, token-by-token decode equals prefill; bad requests are errors.
 
+mod common;
+
+use common::rel_err;
 use headroom_core::{Dtype, Route, RouteRequest};
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, ModelError, Qwen35Model, Weights,
@@ -19,16 +22,6 @@ fn ids(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
         .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 7) % vocab as u32)
         .collect()
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (x, y) in a.iter().zip(b) {
-        num += (*x as f64 - *y as f64).powi(2);
-        den += (*y as f64).powi(2);
-    }
-    (num / den).sqrt()
 }
 
 fn opts(route: RouteRequest, chunk: Option<usize>) -> ForwardOptions {

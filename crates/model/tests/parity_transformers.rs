@@ -4,6 +4,9 @@
 //! must be reproduced within 1e-4 relative Frobenius error, with both
 //! attention routes and with chunked as well as one-pass prefill.
 
+mod common;
+
+use common::{read_f32_tensor, rel_err};
 use headroom_core::RouteRequest;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, Weights,
@@ -23,27 +26,8 @@ fn read_ids(dir: &Path, n: usize) -> Vec<u32> {
     serde_json::from_str(&text).unwrap()
 }
 
-fn read_logits(dir: &Path, n: usize) -> (Vec<f32>, Vec<usize>) {
-    let bytes = std::fs::read(dir.join(format!("logits_{n}.safetensors"))).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor("logits").unwrap();
-    assert_eq!(t.dtype(), safetensors::Dtype::F32);
-    let data = t
-        .data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    (data, t.shape().to_vec())
-}
-
-fn rel_err(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let (mut num, mut den) = (0.0f64, 0.0f64);
-    for (a, b) in got.iter().zip(want) {
-        num += (*a as f64 - *b as f64).powi(2);
-        den += (*b as f64).powi(2);
-    }
-    (num / den).sqrt()
+fn read_logits(dir: &Path, n: usize) -> (Vec<usize>, Vec<f32>) {
+    read_f32_tensor(&dir.join(format!("logits_{n}.safetensors")), "logits")
 }
 
 /// Every prompt × route × chunking of one fixture.
@@ -58,7 +42,7 @@ fn check_fixture(name: &str) {
     ];
     for n in [40usize, 300] {
         let ids = read_ids(&dir, n);
-        let (want, shape) = read_logits(&dir, n);
+        let (shape, want) = read_logits(&dir, n);
         assert_eq!(shape, vec![n, cfg.vocab_size]);
         for route in routes {
             // Chunk 1 (token-by-token decode) on the short prompt only.
@@ -118,7 +102,7 @@ fn last_row_logits_equal_the_last_row_of_all() {
     let weights = Weights::load(&dir, &cfg).unwrap();
     let model = Qwen35Model::new(&cfg, &weights).unwrap();
     let ids = read_ids(&dir, 40);
-    let (want, _) = read_logits(&dir, 40);
+    let (_, want) = read_logits(&dir, 40);
     let opts = ForwardOptions {
         chunk: Some(16),
         logits: LogitsRows::Last,

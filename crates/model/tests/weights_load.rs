@@ -1,73 +1,15 @@
 //! Loading checkpoints written in every layout real Qwen3.5 checkpoints use,
 //! and the errors for bad ones.
 
+mod common;
+
+use common::{checkpoint, write, Experts};
 use headroom_model::config::{Family, ModelConfig};
-use headroom_model::weights::write_safetensors;
 use headroom_model::{Tensor, TensorData, Weights, WeightsError};
 use std::path::Path;
 
 fn cfg() -> ModelConfig {
     ModelConfig::synthetic("tiny-d64").unwrap()
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Experts {
-    Stacked,
-    PerExpert,
-}
-
-/// Canonical weights → checkpoint (name, tensor) pairs with `prefix` and the expert layout.
-fn checkpoint(
-    w: &Weights,
-    cfg: &ModelConfig,
-    prefix: &str,
-    experts: Experts,
-) -> Vec<(String, Tensor)> {
-    let moe = *cfg.moe().unwrap();
-    let (i, h) = (moe.moe_intermediate_size, cfg.hidden_size);
-    let mut out = Vec::new();
-    for (name, t) in w.iter() {
-        let full = if name == "lm_head.weight" {
-            name.to_string()
-        } else {
-            format!("{prefix}{name}")
-        };
-        let is_stack =
-            name.ends_with("experts.gate_up_proj") || name.ends_with("experts.down_proj");
-        if experts == Experts::PerExpert && is_stack {
-            let base = full.rsplit_once('.').unwrap().0.to_string(); // ...mlp.experts
-            let v = t.to_f32_vec();
-            for e in 0..moe.num_experts {
-                if name.ends_with("gate_up_proj") {
-                    let off = e * 2 * i * h;
-                    let gate = v[off..off + i * h].to_vec();
-                    let up = v[off + i * h..off + 2 * i * h].to_vec();
-                    out.push((
-                        format!("{base}.{e}.gate_proj.weight"),
-                        Tensor::from_f32(vec![i, h], gate),
-                    ));
-                    out.push((
-                        format!("{base}.{e}.up_proj.weight"),
-                        Tensor::from_f32(vec![i, h], up),
-                    ));
-                } else {
-                    let d = v[e * h * i..(e + 1) * h * i].to_vec();
-                    out.push((
-                        format!("{base}.{e}.down_proj.weight"),
-                        Tensor::from_f32(vec![h, i], d),
-                    ));
-                }
-            }
-        } else {
-            out.push((full, t.clone()));
-        }
-    }
-    out
-}
-
-fn write(path: &Path, tensors: &[(String, Tensor)]) {
-    let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    write_safetensors(path, &refs).unwrap();
 }
 
 fn write_config(dir: &Path, cfg: &ModelConfig) {

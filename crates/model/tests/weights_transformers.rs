@@ -7,6 +7,9 @@
 //! * `vl_moe_d128`: `Qwen3_5MoeForConditionalGeneration` — `text_config`,
 //!   `model.language_model.` names, a vision tower to skip.
 
+mod common;
+
+use common::{read_f32_tensor, rel_err};
 use headroom_model::config::Family;
 use headroom_model::{ForwardOptions, ModelConfig, Qwen35Model, Weights};
 use std::path::{Path, PathBuf};
@@ -17,25 +20,12 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The prompt's ids and transformers' logits for them (shape, values).
 fn reference(dir: &Path) -> (Vec<u32>, Vec<usize>, Vec<f32>) {
     let ids: Vec<u32> =
         serde_json::from_str(&std::fs::read_to_string(dir.join("ids.json")).unwrap()).unwrap();
-    let bytes = std::fs::read(dir.join("logits.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor("logits").unwrap();
-    let v = t
-        .data()
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    (ids, t.shape().to_vec(), v)
-}
-
-fn rel_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
+    let (shape, v) = read_f32_tensor(&dir.join("logits.safetensors"), "logits");
+    (ids, shape, v)
 }
 
 fn check(name: &str, family: Family) -> ModelConfig {
