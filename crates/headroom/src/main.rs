@@ -4,6 +4,7 @@ mod attention_setup;
 mod cmd;
 mod global;
 mod model_source;
+mod shape_args;
 
 use clap::{Parser, Subcommand};
 

@@ -6,6 +6,7 @@
 //! `headroom.bench.attention/1` JSON with `--json`.
 
 use crate::global::GlobalArgs;
+use crate::shape_args::ShapeArgs;
 use anyhow::Context;
 use headroom_bench::attention::{self, AttentionBenchConfig};
 use headroom_bench::backends::backend_for;
@@ -25,21 +26,14 @@ pub struct AttentionArgs {
     /// Backend: cpu | cuda.
     #[arg(long, default_value = "cpu")]
     pub backend: BackendKind,
-    #[arg(long, default_value_t = 256)]
-    pub head_dim: usize,
-    #[arg(long, default_value_t = 16)]
-    pub q_heads: usize,
-    #[arg(long, default_value_t = 2)]
-    pub kv_heads: usize,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
     /// Storage dtype: f32 | f16 | bf16.
     #[arg(long, default_value = "bf16")]
     pub dtype: Dtype,
     /// Query lengths (comma-separated); kv_len = length + history.
     #[arg(long, value_delimiter = ',', default_value = "512,2048,4096")]
     pub lengths: Vec<usize>,
-    /// KV rows before the queries (earlier chunks).
-    #[arg(long, default_value_t = 0)]
-    pub history: usize,
     /// Route arms (comma-separated): fused, composed, composed:N (N = query block, 0 = one block).
     #[arg(
         long,
@@ -73,12 +67,12 @@ pub fn run(c: BenchCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
 
 fn attention_cmd(a: AttentionArgs) -> anyhow::Result<()> {
     let cfg = AttentionBenchConfig {
-        head_dim: a.head_dim,
-        q_heads: a.q_heads,
-        kv_heads: a.kv_heads,
+        head_dim: a.shape.head_dim,
+        q_heads: a.shape.q_heads,
+        kv_heads: a.shape.kv_heads,
         dtype: a.dtype,
         lengths: a.lengths,
-        history: a.history,
+        history: a.shape.history,
         routes: a.routes,
         iterations: a.iterations,
         warmup: a.warmup,

@@ -3,8 +3,9 @@
 //! timing of the attention kernels.
 
 use crate::global::GlobalArgs;
+use crate::shape_args::ShapeArgs;
 use anyhow::{bail, Context};
-use headroom_core::{AttentionShape, Dtype, RouteRequest};
+use headroom_core::{Dtype, RouteRequest};
 use headroom_cuda::{artifact, check, device::CudaDevice, kernels, timing};
 use std::path::PathBuf;
 
@@ -52,18 +53,8 @@ pub struct TimeArgs {
         default_value = "fused,composed:128,composed:512"
     )]
     pub routes: Vec<RouteRequest>,
-    /// Query heads.
-    #[arg(long, default_value_t = 16)]
-    pub q_heads: usize,
-    /// KV heads.
-    #[arg(long, default_value_t = 2)]
-    pub kv_heads: usize,
-    /// Head dim.
-    #[arg(long, default_value_t = 256)]
-    pub head_dim: usize,
-    /// KV rows before the queries.
-    #[arg(long, default_value_t = 0)]
-    pub history: usize,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
     /// Untimed calls per configuration.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
@@ -117,10 +108,7 @@ fn run_time(a: TimeArgs) -> anyhow::Result<()> {
         lengths,
         dtypes,
         routes,
-        q_heads,
-        kv_heads,
-        head_dim,
-        history,
+        shape: dims,
         warmup,
         iters,
         json,
@@ -137,14 +125,7 @@ fn run_time(a: TimeArgs) -> anyhow::Result<()> {
     );
     let mut rows = Vec::new();
     for &len in &lengths {
-        let shape = AttentionShape {
-            q_len: len,
-            kv_len: len + history,
-            q_heads,
-            kv_heads,
-            head_dim,
-            scale: None,
-        };
+        let shape = dims.shape(len);
         for &dtype in &dtypes {
             let inputs = timing::random_inputs(&dev, &shape, dtype, len as u64)?;
             for &route in &routes {
@@ -159,8 +140,8 @@ fn run_time(a: TimeArgs) -> anyhow::Result<()> {
                     t.report.transient_bytes as f64 / (1 << 20) as f64
                 );
                 rows.push(serde_json::json!({
-                    "length": len, "history": history, "dtype": dtype, "route": route.to_string(),
-                    "q_heads": q_heads, "kv_heads": kv_heads, "head_dim": head_dim,
+                    "length": len, "history": dims.history, "dtype": dtype, "route": route.to_string(),
+                    "q_heads": dims.q_heads, "kv_heads": dims.kv_heads, "head_dim": dims.head_dim,
                     "median_ms": t.median_ms, "times_ms": t.times_ms, "tflops": t.tflops,
                     "report": t.report, "device": dev.name, "arch": dev.arch, "fused_impl": imp,
                 }));
