@@ -7,11 +7,9 @@
 //! uses the byte-level fallback of `headroom_model::tokenizer` (one id per
 //! UTF-8 byte; ids ≥ 256 print as `<|ID|>`).
 
-use super::logits::{attention_plan, load_model};
+use super::logits::{attention_plan, ForwardArgs};
 use crate::global::GlobalArgs;
-use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
-use headroom_core::BackendKind;
 use headroom_model::tokenizer::{StreamDecoder, TextCodec, Tokenizer};
 use headroom_model::{ForwardOptions, LogitsRows, Qwen35Model};
 use std::io::Write;
@@ -21,7 +19,7 @@ use std::time::Instant;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    pub source: ModelSource,
+    pub forward: ForwardArgs,
     /// The prompt text.
     #[arg(
         long,
@@ -54,15 +52,6 @@ pub struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub seed: u64,
-    /// Compute backend (the model forward runs on the CPU backend).
-    #[arg(long, default_value = "cpu", value_name = "cpu")]
-    pub backend: BackendKind,
-    /// Prefill chunk size in tokens (default: the whole prompt in one pass).
-    #[arg(long, value_name = "N")]
-    pub chunk: Option<usize>,
-    /// Seed of a synthetic model's weights.
-    #[arg(long, default_value_t = 0, value_name = "S")]
-    pub weights_seed: u64,
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
@@ -75,10 +64,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     if !(a.top_p > 0.0 && a.top_p <= 1.0) {
         bail!("--top-p must be in (0, 1] (got {})", a.top_p);
     }
-    if a.chunk == Some(0) {
-        bail!("--chunk must be at least 1");
-    }
-    let loaded = load_model(&a.source, a.weights_seed)?;
+    let loaded = a.forward.load_model()?;
     let cfg = &loaded.config;
     let (codec, mut eos) = match &loaded.dir {
         Some(dir) => (
@@ -110,11 +96,11 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             cfg.vocab_size
         );
     }
-    let attention = attention_plan(g, a.backend, cfg)?;
+    let attention = attention_plan(g, a.forward.backend, cfg)?;
     let model = Qwen35Model::new(cfg, &loaded.weights).context("building the model")?;
     let mut opts = ForwardOptions {
         attention,
-        chunk: a.chunk,
+        chunk: a.forward.chunk,
         logits: LogitsRows::Last,
     };
     let mut sampler = Sampler::new(a.temperature, a.top_p, a.seed);

@@ -16,13 +16,21 @@ use std::time::Instant;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
-    pub source: ModelSource,
+    pub forward: ForwardArgs,
     /// JSON array of token ids, e.g. `[9707, 11, 1879]`.
     #[arg(long, value_name = "IDS.json")]
     pub ids: PathBuf,
     /// Output safetensors file: one f32 tensor `logits` of shape [T, vocab].
     #[arg(long, value_name = "OUT.safetensors")]
     pub out: PathBuf,
+}
+
+/// The options `logits` and `generate` share: the model, the backend, the
+/// prefill chunk and a synthetic model's weights seed.
+#[derive(clap::Args, Debug)]
+pub struct ForwardArgs {
+    #[command(flatten)]
+    pub source: ModelSource,
     /// Compute backend (the model forward runs on the CPU backend).
     #[arg(long, default_value = "cpu", value_name = "cpu")]
     pub backend: BackendKind,
@@ -34,6 +42,16 @@ pub struct Args {
     pub weights_seed: u64,
 }
 
+impl ForwardArgs {
+    /// Checks `--chunk`, then loads the model.
+    pub fn load_model(&self) -> anyhow::Result<LoadedModel> {
+        if self.chunk == Some(0) {
+            bail!("--chunk must be at least 1");
+        }
+        load_model(&self.source, self.weights_seed)
+    }
+}
+
 /// A model's config and weights, from `--synthetic` or `--model`.
 pub struct LoadedModel {
     pub config: ModelConfig,
@@ -43,7 +61,7 @@ pub struct LoadedModel {
 }
 
 /// Loads the config and weights a [`ModelSource`] names.
-pub fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel> {
+fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel> {
     match (&source.synthetic, &source.model) {
         (Some(name), None) => {
             let config = ModelConfig::synthetic(name)
@@ -158,17 +176,14 @@ pub fn read_ids(path: &Path, vocab: usize) -> anyhow::Result<Vec<u32>> {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    if a.chunk == Some(0) {
-        bail!("--chunk must be at least 1");
-    }
-    let loaded = load_model(&a.source, a.weights_seed)?;
+    let loaded = a.forward.load_model()?;
     let cfg = &loaded.config;
     let ids = read_ids(&a.ids, cfg.vocab_size)?;
-    let attention = attention_plan(g, a.backend, cfg)?;
+    let attention = attention_plan(g, a.forward.backend, cfg)?;
     let model = Qwen35Model::new(cfg, &loaded.weights).context("building the model")?;
     let opts = ForwardOptions {
         attention,
-        chunk: a.chunk,
+        chunk: a.forward.chunk,
         logits: LogitsRows::All,
     };
     let started = Instant::now();
