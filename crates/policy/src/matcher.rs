@@ -25,10 +25,12 @@ impl fmt::Display for Mismatch {
     }
 }
 
-fn same<T: PartialEq + fmt::Debug>(
+/// `Ok` when equal, else the mismatch with both values as `show` writes them.
+fn differs<T: PartialEq>(
     field: &'static str,
     actual: &T,
     expected: &T,
+    show: impl Fn(&T) -> String,
 ) -> Result<(), Mismatch> {
     if actual == expected {
         return Ok(());
@@ -38,6 +40,15 @@ fn same<T: PartialEq + fmt::Debug>(
         actual: show(actual),
         expected: show(expected),
     })
+}
+
+/// Values written by [`show`].
+fn same<T: PartialEq + fmt::Debug>(
+    field: &'static str,
+    actual: &T,
+    expected: &T,
+) -> Result<(), Mismatch> {
+    differs(field, actual, expected, show)
 }
 
 /// Numbers bare, strings quoted, `Option`s unwrapped (`absent` for `None`).
@@ -58,14 +69,7 @@ fn same_named<T: PartialEq + fmt::Display>(
     actual: &T,
     expected: &T,
 ) -> Result<(), Mismatch> {
-    if actual == expected {
-        return Ok(());
-    }
-    Err(Mismatch {
-        field,
-        actual: actual.to_string(),
-        expected: expected.to_string(),
-    })
+    differs(field, actual, expected, T::to_string)
 }
 
 impl QualificationEntry {
