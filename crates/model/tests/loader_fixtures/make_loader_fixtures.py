@@ -17,35 +17,26 @@ every layer matters in the comparison.
 """
 
 import json
-import math
 import os
 import sys
 
 import torch
 from safetensors.torch import save_file
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures"))
+from make_fixtures import redraw_parameter  # noqa: E402  (crates/model/fixtures)
+
 PROMPT = 48
 
 
 def redraw(model, gen):
+    """The parity fixtures' unit-ish scales; the vision tower N(0, 0.02^2)."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "visual" in name:
                 p.copy_(0.02 * torch.randn(p.shape, generator=gen))
-            elif name.endswith("linear_attn.norm.weight"):
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
-            elif name.endswith("norm.weight"):
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-            elif name.endswith("A_log"):
-                p.copy_(torch.log(torch.empty(p.shape).uniform_(0.5, 4.0, generator=gen)))
-            elif name.endswith("dt_bias"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
-            elif name.endswith("conv1d.weight"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=gen))
-            elif name.endswith("embed_tokens.weight"):
-                p.copy_(torch.randn(p.shape, generator=gen))
             else:
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[-1]))
+                redraw_parameter(name, p, gen)
 
 
 TEXT = dict(
