@@ -33,7 +33,7 @@ enum Command {
     /// Benchmarks (attention A/B over routes).
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
-    /// Build and verify the CUDA kernel artifact (NVRTC; no GPU needed).
+    /// The CUDA kernel artifact gate (build, verify: NVRTC, no GPU needed); on a GPU, correctness checks and timing.
     #[command(subcommand)]
     Kernels(cmd::kernels::KernelsCommand),
     /// Run a prefill and write the logits of every position to a safetensors file.
