@@ -3,10 +3,9 @@
 
 mod common;
 
-use common::{write_checkpoint, TempDir};
+use common::{headroom_fails, write_checkpoint, TempDir};
 use headroom_model::{ModelConfig, Tensor, Weights};
 use std::path::Path;
-use std::process::Command;
 
 /// Writes the tiny-d64 synthetic model (weights seed 0) as a checkpoint, after `edit`.
 fn write_tiny_checkpoint(dir: &Path, edit: impl FnOnce(&mut Vec<(String, Tensor)>)) {
@@ -20,19 +19,12 @@ fn logits_fails(model: &[&str], ids: &str) -> String {
     let tmp = TempDir::new("ids");
     let ids_path = tmp.0.join("ids.json");
     std::fs::write(&ids_path, ids).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .arg("logits")
-        .args(model)
-        .arg("--ids")
-        .arg(&ids_path)
-        .arg("--out")
-        .arg(tmp.0.join("out.safetensors"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "expected failure, stderr: {stderr}");
-    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let out_path = tmp.0.join("out.safetensors");
+    let mut args = vec!["logits"];
+    args.extend_from_slice(model);
+    args.extend(["--ids", ids_path.to_str().unwrap()]);
+    args.extend(["--out", out_path.to_str().unwrap()]);
+    let stderr = headroom_fails(&args);
     assert!(
         !tmp.0.join("out.safetensors").exists(),
         "no output on failure"
@@ -174,14 +166,9 @@ fn generate_rejects_bad_sampling_options() {
         ["--top-p", "0"],
         ["--top-p", "1.5"],
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-            .args(["generate", "--synthetic", "tiny-d64", "--prompt", "hi"])
-            .args(args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-        assert!(!stderr.contains("panicked"), "{stderr}");
+        let mut all = vec!["generate", "--synthetic", "tiny-d64", "--prompt", "hi"];
+        all.extend(args);
+        headroom_fails(&all);
     }
 }
 

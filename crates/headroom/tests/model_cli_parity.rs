@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::{read_f32_tensor, rel_err, TempDir};
+use common::{headroom, read_f32_tensor, rel_err, TempDir};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures")
@@ -38,22 +37,12 @@ fn logits_command_matches_transformers_fixtures() {
                 &["--attn-execution", "fused"][..],
             ] {
                 let out = tmp.0.join("logits.safetensors");
-                let result = Command::new(env!("CARGO_BIN_EXE_headroom"))
-                    .arg("logits")
-                    .arg("--model")
-                    .arg(&dir)
-                    .arg("--ids")
-                    .arg(dir.join(prompt))
-                    .arg("--out")
-                    .arg(&out)
-                    .args(extra)
-                    .output()
-                    .unwrap();
-                assert!(
-                    result.status.success(),
-                    "{name} {prompt} {extra:?}: {}",
-                    String::from_utf8_lossy(&result.stderr)
-                );
+                let ids = dir.join(prompt);
+                let mut args = vec!["logits", "--model", dir.to_str().unwrap()];
+                args.extend(["--ids", ids.to_str().unwrap()]);
+                args.extend(["--out", out.to_str().unwrap()]);
+                args.extend(extra);
+                let result = headroom(&args);
                 // The route each arm asked for is the one that ran (as the forward reported it).
                 let stderr = String::from_utf8_lossy(&result.stderr);
                 let ran = match extra.first() {

@@ -5,12 +5,11 @@
 mod common;
 
 use common::{
-    headroom, read_f32_tensor, rel_err, safetensors_header, write_checkpoint, write_tensors,
-    TempDir,
+    headroom, headroom_fails, read_f32_tensor, rel_err, safetensors_header, write_checkpoint,
+    write_tensors, TempDir,
 };
 use headroom_model::{ModelConfig, Tensor, Weights};
 use std::path::Path;
-use std::process::Command;
 
 /// Reads the `logits` tensor of a file `headroom logits` wrote, checking that
 /// the file holds that one tensor and nothing else.
@@ -221,16 +220,8 @@ fn generate_from_a_checkpoint_folder_uses_its_tokenizer() {
     let dir = tmp.0.to_str().unwrap();
 
     // No tokenizer.json: a clear error.
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["generate", "--model", dir, "--prompt", "hello"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("tokenizer.json") && !stderr.contains("panicked"),
-        "{stderr}"
-    );
+    let stderr = headroom_fails(&["generate", "--model", dir, "--prompt", "hello"]);
+    assert!(stderr.contains("tokenizer.json"), "{stderr}");
 
     write_tokenizer(&tmp.0);
     let run = || {
@@ -287,18 +278,14 @@ fn generate_reads_a_prompt_file() {
     ]);
     assert_eq!(from_file.stdout, inline.stdout);
     assert!(String::from_utf8_lossy(&from_file.stderr).contains("prompt 15 tokens"));
-    let missing = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args([
-            "generate",
-            "--synthetic",
-            "tiny-d64",
-            "--prompt-file",
-            tmp.0.join("nope.txt").to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(missing.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot read the prompt file"));
+    let missing = headroom_fails(&[
+        "generate",
+        "--synthetic",
+        "tiny-d64",
+        "--prompt-file",
+        tmp.0.join("nope.txt").to_str().unwrap(),
+    ]);
+    assert!(missing.contains("cannot read the prompt file"), "{missing}");
 }
 
 /// The tiny-d64 synthetic model re-packed as a `qwen3_next` checkpoint (fused

@@ -43,6 +43,19 @@ pub fn headroom(args: &[&str]) -> Output {
     out
 }
 
+/// Runs the built `headroom` binary with `args`, checks that it failed with
+/// exit code 1 (an error, not a panic), and returns its stderr.
+pub fn headroom_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    stderr
+}
+
 /// Writes `tensors` as one safetensors file.
 pub fn write_tensors(path: &Path, tensors: &[(String, Tensor)]) {
     let refs: Vec<(&str, &Tensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
