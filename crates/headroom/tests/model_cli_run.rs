@@ -23,6 +23,15 @@ fn read_logits(path: &Path) -> (Vec<usize>, Vec<f32>) {
     (shape, v)
 }
 
+/// Runs `headroom ARGS --ids IDS --out OUT` and reads the logits it wrote.
+fn logits(args: &[&str], ids: &Path, out: &Path) -> (Vec<usize>, Vec<f32>) {
+    let mut all = args.to_vec();
+    all.extend(["--ids", ids.to_str().unwrap()]);
+    all.extend(["--out", out.to_str().unwrap()]);
+    headroom(&all);
+    read_logits(out)
+}
+
 #[test]
 fn checkpoint_folder_matches_synthetic_and_chunks_match_one_pass() {
     let tmp = TempDir::new("logits");
@@ -74,76 +83,28 @@ fn checkpoint_folder_matches_synthetic_and_chunks_match_one_pass() {
     let ids: Vec<u32> = (0..150).map(|k| (k * 37 + 11) % 512).collect();
     let ids_path = tmp.0.join("ids.json");
     std::fs::write(&ids_path, serde_json::to_string(&ids).unwrap()).unwrap();
-    let out = |name: &str| tmp.0.join(name).to_str().unwrap().to_string();
-    let ids_s = ids_path.to_str().unwrap();
+    let out = |name: &str| tmp.0.join(name);
+    let syn_args = ["logits", "--synthetic", "tiny-d256"];
 
-    headroom(&[
-        "logits",
-        "--synthetic",
-        "tiny-d256",
-        "--ids",
-        ids_s,
-        "--out",
-        &out("syn.safetensors"),
-    ]);
-    headroom(&[
-        "logits",
-        "--model",
-        model_dir.to_str().unwrap(),
-        "--ids",
-        ids_s,
-        "--out",
-        &out("dir.safetensors"),
-    ]);
-    headroom(&[
-        "logits",
-        "--synthetic",
-        "tiny-d256",
-        "--ids",
-        ids_s,
-        "--out",
-        &out("chunk.safetensors"),
-        "--chunk",
-        "64",
-    ]);
-    headroom(&[
-        "--attn-query-block",
-        "32",
-        "logits",
-        "--synthetic",
-        "tiny-d256",
-        "--ids",
-        ids_s,
-        "--out",
-        &out("q32.safetensors"),
-    ]);
-
-    let (shape, syn) = read_logits(Path::new(&out("syn.safetensors")));
+    let (shape, syn) = logits(&syn_args, &ids_path, &out("syn.safetensors"));
     assert_eq!(shape, vec![ids.len(), cfg.vocab_size]);
     assert!(syn.iter().all(|x| x.is_finite()));
-    let (_, dir) = read_logits(Path::new(&out("dir.safetensors")));
+    let model_args = ["logits", "--model", model_dir.to_str().unwrap()];
+    let (_, dir) = logits(&model_args, &ids_path, &out("dir.safetensors"));
     assert_eq!(dir, syn, "loaded checkpoint == synthetic model");
-    let (_, chunk) = read_logits(Path::new(&out("chunk.safetensors")));
+    let chunk_args = [&syn_args[..], &["--chunk", "64"]].concat();
+    let (_, chunk) = logits(&chunk_args, &ids_path, &out("chunk.safetensors"));
     assert!(
         rel_err(&chunk, &syn) < 1e-5,
         "chunked {}",
         rel_err(&chunk, &syn)
     );
-    let (_, q32) = read_logits(Path::new(&out("q32.safetensors")));
+    let q32_args = [&["--attn-query-block", "32"], &syn_args[..]].concat();
+    let (_, q32) = logits(&q32_args, &ids_path, &out("q32.safetensors"));
     assert!(rel_err(&q32, &syn) < 1e-5, "qL 32 {}", rel_err(&q32, &syn));
     // Different weights seed, different logits (the seed is honoured).
-    headroom(&[
-        "logits",
-        "--synthetic",
-        "tiny-d256",
-        "--weights-seed",
-        "1",
-        "--ids",
-        ids_s,
-        "--out",
-        &out("s1.safetensors"),
-    ]);
-    let (_, s1) = read_logits(Path::new(&out("s1.safetensors")));
+    let s1_args = [&syn_args[..], &["--weights-seed", "1"]].concat();
+    let (_, s1) = logits(&s1_args, &ids_path, &out("s1.safetensors"));
     assert!(rel_err(&s1, &syn) > 0.1);
 }
 
@@ -358,28 +319,17 @@ fn qwen3_next_checkpoint_gives_the_same_logits() {
 
     let ids_path = tmp.0.join("ids.json");
     std::fs::write(&ids_path, "[5, 300, 17, 42, 511, 0, 99, 256, 128, 7]").unwrap();
-    let ids_s = ids_path.to_str().unwrap();
-    let a = tmp.0.join("a.safetensors");
-    let b = tmp.0.join("b.safetensors");
-    headroom(&[
-        "logits",
-        "--synthetic",
-        "tiny-d64",
-        "--ids",
-        ids_s,
-        "--out",
-        a.to_str().unwrap(),
-    ]);
-    headroom(&[
-        "logits",
-        "--model",
-        model_dir.to_str().unwrap(),
-        "--ids",
-        ids_s,
-        "--out",
-        b.to_str().unwrap(),
-    ]);
-    assert_eq!(read_logits(&a), read_logits(&b));
+    let a = logits(
+        &["logits", "--synthetic", "tiny-d64"],
+        &ids_path,
+        &tmp.0.join("a.safetensors"),
+    );
+    let b = logits(
+        &["logits", "--model", model_dir.to_str().unwrap()],
+        &ids_path,
+        &tmp.0.join("b.safetensors"),
+    );
+    assert_eq!(a, b);
 }
 
 /// Generation stops at an end-of-sequence id of generation_config.json: with the
