@@ -123,17 +123,6 @@ impl<'w> Qwen35Model<'w> {
         }
     }
 
-    /// The attention kind of each layer.
-    pub fn layer_attention(&self) -> Vec<AttentionKind> {
-        self.layers
-            .iter()
-            .map(|d| match d.mixer {
-                Mixer::Full(_) => AttentionKind::Full,
-                Mixer::Linear(_) => AttentionKind::Linear,
-            })
-            .collect()
-    }
-
     /// Logits `[ids.len()][vocab]` (or the last row, per `opts.logits`) of a
     /// prompt from an empty session.
     pub fn forward_logits(

@@ -179,9 +179,4 @@ impl Weights {
     pub fn check(&self, cfg: &crate::ModelConfig) -> Result<(), WeightsError> {
         check::check(&self.tensors, cfg)
     }
-
-    /// Consumes the weights into the underlying map.
-    pub fn into_map(self) -> BTreeMap<String, Tensor> {
-        self.tensors
-    }
 }

@@ -77,12 +77,6 @@ impl<'a> WeightView<'a> {
             ..self
         }
     }
-
-    /// Row `r` of the view as f32.
-    pub fn read_row(&self, r: usize, out: &mut [f32]) {
-        assert!(r < self.rows && out.len() == self.cols);
-        read_block(self.tensor, (self.row0 + r) * self.cols, out);
-    }
 }
 
 /// `out[m, rows] = x[m, cols] · Wᵀ`, using every rayon thread for large products.
