@@ -169,9 +169,6 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
 }
 
-/// The synthetic preset names, for help texts and errors.
-pub const SYNTHETIC_NAMES: [&str; 3] = ["tiny-d256", "tiny-d64", "qwen3.6-35b-a3b"];
-
 impl ModelConfig {
     /// Parses a Hugging Face `config.json`.
     pub fn from_json_str(json: &str) -> Result<ModelConfig, ConfigError> {
