@@ -48,7 +48,8 @@ pub fn fused_impl(arch: &str) -> FusedImpl {
 /// Warpgroups per CTA of the wgmma kernel (64 query rows each). 1 by default:
 /// 64-row CTAs, two per SM, whose softmax and GEMM phases interleave; on the
 /// H200 that ran 3-13 % faster at head dim 256 and 7-27 % at 128/64 than one
-/// 128-row CTA per SM (docs/perf/cuda-attention.md). `HEADROOM_WGMMA_WARPGROUPS=2`
+/// 128-row CTA per SM, and 5-12 % faster at head dim 256 than one 128-row CTA
+/// with two K/V stages (docs/perf/cuda-attention.md). `HEADROOM_WGMMA_WARPGROUPS=2`
 /// selects the latter. NVRTC gets the same value as a define (`nvrtc::code_options`).
 pub fn wgmma_warpgroups() -> usize {
     match std::env::var("HEADROOM_WGMMA_WARPGROUPS").as_deref() {
@@ -62,10 +63,21 @@ pub fn wgmma_block_m() -> usize {
     64 * wgmma_warpgroups()
 }
 
-/// Dynamic shared memory of the wgmma kernel: Q tile + one K and one V tile,
-/// plus 1 KiB to align them to the 128-byte swizzle period.
+/// K/V stages of the wgmma kernel (`HEADROOM_WG_STAGES`): two with two
+/// warpgroups (one 128-row CTA per SM has the room), one with one warpgroup
+/// (two 64-row CTAs share the SM).
+pub fn wgmma_stages() -> usize {
+    if wgmma_warpgroups() == 2 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Dynamic shared memory of the wgmma kernel: Q tile + a K and a V tile per
+/// stage, plus 1 KiB to align them to the 128-byte swizzle period.
 pub fn wgmma_smem_bytes(head_dim: usize) -> usize {
-    (wgmma_block_m() + 2 * BLOCK_N_MAX) * head_dim * 2 + 1024
+    (wgmma_block_m() + 2 * BLOCK_N_MAX * wgmma_stages()) * head_dim * 2 + 1024
 }
 
 /// Dynamic shared memory reserved for `head_dim`: Q tile + one K and one V
@@ -156,6 +168,8 @@ mod tests {
         assert_eq!(constant(w, "WG_ROWS") * wgmma_warpgroups(), wgmma_block_m());
         assert_eq!(constant(w, "BLOCK_N"), BLOCK_N_MAX);
         assert!(w.contains("constexpr int THREADS = NUM_WG * 128;"));
+        assert!(w.contains("#define HEADROOM_WG_STAGES (HEADROOM_WGMMA_WARPGROUPS == 2 ? 2 : 1)"));
+        assert!(w.contains("BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;"));
     }
 
     #[test]

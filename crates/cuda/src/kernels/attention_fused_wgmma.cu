@@ -32,6 +32,34 @@ namespace headroom_wg {
 #ifndef HEADROOM_WGMMA_WARPGROUPS
 #define HEADROOM_WGMMA_WARPGROUPS 1
 #endif
+// Tuning switches (0/1, NVRTC defines; docs/perf/cuda-attention.md records
+// what each measured; the defaults are the measured best on the H200):
+//  HEADROOM_WG_SCHED        CTA order over the whole grid longest-first (heads
+//                           innermost) instead of longest-first per head.
+//  HEADROOM_WG_FOLD_SCALE   row max on raw scores; the softmax scale folded into
+//                           the exponent's FFMA.
+//  HEADROOM_WG_LAZY_RESCALE O rescaled only in warps where a row max grew
+//                           (exact: an unchanged max means a factor of 1).
+//  HEADROOM_WG_B2B          P.V(j) and Q.K(j+1)^T issued back to back, so the
+//                           tensor cores go from one to the next without a gap.
+#ifndef HEADROOM_WG_SCHED
+#define HEADROOM_WG_SCHED 1
+#endif
+#ifndef HEADROOM_WG_FOLD_SCALE
+#define HEADROOM_WG_FOLD_SCALE 1
+#endif
+#ifndef HEADROOM_WG_LAZY_RESCALE
+#define HEADROOM_WG_LAZY_RESCALE 1
+#endif
+#ifndef HEADROOM_WG_B2B
+#define HEADROOM_WG_B2B 0
+#endif
+// K/V stages in shared memory: 2 with two warpgroups per CTA (one 128-row CTA
+// per SM has room for them: the tile j+1 loads during all of tile j, one barrier
+// per tile), 1 with one warpgroup (two 64-row CTAs per SM must share the SM).
+#ifndef HEADROOM_WG_STAGES
+#define HEADROOM_WG_STAGES (HEADROOM_WGMMA_WARPGROUPS == 2 ? 2 : 1)
+#endif
 constexpr int WG_ROWS = 64;             // query rows per warpgroup (the wgmma M)
 constexpr int NUM_WG = HEADROOM_WGMMA_WARPGROUPS;  // warpgroups per CTA
 constexpr int MIN_BLOCKS = NUM_WG == 1 ? 2 : 1;    // CTAs per SM the registers are sized for
@@ -40,13 +68,16 @@ constexpr int BLOCK_N = 64;             // keys per K/V tile
 constexpr int THREADS = NUM_WG * 128;
 constexpr int CHUNK = 8;                // 16-byte chunk = 8 half/bf16 elements
 constexpr int ATOM_COLS = 64;           // elements per 128-byte swizzle row
+constexpr int STAGES = HEADROOM_WG_STAGES;  // K/V tile pairs in shared memory
+static_assert(STAGES == 1 || STAGES == 2, "one or two K/V stages");
+static_assert(STAGES == 1 || !HEADROOM_WG_B2B, "back-to-back issue assumes one stage");
 
 template <int D>
 struct Smem {
     static constexpr int Q_BYTES = BLOCK_M * D * 2;
     static constexpr int KV_BYTES = BLOCK_N * D * 2;
     // +1024: the tiles are placed at the first 1024-byte boundary (the swizzle period).
-    static constexpr int BYTES = Q_BYTES + 2 * KV_BYTES + 1024;
+    static constexpr int BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;
 };
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -71,6 +102,7 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 
 // Shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
@@ -229,6 +261,21 @@ template <> struct Ops<__half> {
     }
 };
 
+// S = Q.K^T for one 64-key tile: D/16 wgmma m64n64k16 over the SW128 tiles.
+template <int D, typename T>
+__device__ __forceinline__ void qk_tile(float (&acc_s)[32], unsigned q_wg, unsigned sK) {
+    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+        // Column block of 64 elements, then 16-element (32-byte) step inside its swizzle row.
+        const unsigned blk = ks * 16 / ATOM_COLS;
+        const unsigned col = (ks % (ATOM_COLS / 16)) * 32;
+        const unsigned qa = q_wg + blk * (BLOCK_M * 128) + col;
+        const unsigned ka = sK + blk * (BLOCK_N * 128) + col;
+        Ops<T>::qk(acc_s, desc_sw128(qa, 16, SBO), desc_sw128(ka, 16, SBO));
+    }
+}
+
 template <int D, typename T>
 __device__ __forceinline__ void attn_fused_prefill(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
@@ -236,13 +283,14 @@ __device__ __forceinline__ void attn_fused_prefill(
     static_assert(D == 64 || D == 128 || D == 256, "wgmma N is the head dim");
     constexpr int N_TILES = BLOCK_N / 8;   // n8 blocks of S per thread
     constexpr int D_TILES = D / 8;         // n8 blocks of O per thread
-    constexpr int K_STEPS = D / 16;
 
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned sQ = base;
+    // Stage s: K at sK + s * STAGE_BYTES, V right after it.
     const unsigned sK = sQ + Smem<D>::Q_BYTES;
     const unsigned sV = sK + Smem<D>::KV_BYTES;
+    constexpr unsigned STAGE_BYTES = 2 * Smem<D>::KV_BYTES;
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;              // 0..7; warpgroup = warp / 4
@@ -252,8 +300,16 @@ __device__ __forceinline__ void attn_fused_prefill(
     const int t4 = lane % 4;
 
     const int num_m_blocks = (q_len + BLOCK_M - 1) / BLOCK_M;
+#if HEADROOM_WG_SCHED
+    // CTAs start in linear block order: longest query blocks of every head
+    // first, so the short ones fill the tail of the grid (grid = (m blocks, q_heads)).
+    const int lin = blockIdx.y * gridDim.x + blockIdx.x;
+    const int m_block = num_m_blocks - 1 - lin / q_heads;
+    const int head = lin % q_heads;
+#else
     const int m_block = num_m_blocks - 1 - blockIdx.x;
     const int head = blockIdx.y;
+#endif
     const int kv_head = head / (q_heads / kv_heads);
     const int history = kv_len - q_len;
     const int m0 = m_block * BLOCK_M;
@@ -272,6 +328,7 @@ __device__ __forceinline__ void attn_fused_prefill(
     {
         const int n0 = (n_blocks - 1) * BLOCK_N;
         load_tile<D, BLOCK_N>(sK, gK + (size_t)n0 * D, kv_len - n0, tid);
+        if (STAGES == 2) load_tile<D, BLOCK_N>(sV, gV + (size_t)n0 * D, kv_len - n0, tid);
     }
     cp_async_commit();
 
@@ -290,38 +347,77 @@ __device__ __forceinline__ void attn_fused_prefill(
     constexpr unsigned SBO = 8 * 128;                 // 8 rows of 128 bytes
     constexpr unsigned V_LBO = BLOCK_N * 128;         // next 64 columns of V
 
+    float acc_s[N_TILES * 4];
+#if HEADROOM_WG_B2B
+    // Prologue: S of the first (diagonal) tile; each iteration then ends by
+    // issuing the next tile's S right behind its own P.V.
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+    {
+        const int n0 = (n_blocks - 1) * BLOCK_N;
+        load_tile<D, BLOCK_N>(sV, gV + (size_t)n0 * D, kv_len - n0, tid);
+        cp_async_commit();
+    }
+#pragma unroll
+    for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
+    wgmma_fence();
+    qk_tile<D, T>(acc_s, q_wg, sK);
+    wgmma_commit();
+    wgmma_wait_all();
+#endif
+
     for (int nb = n_blocks - 1; nb >= 0; --nb) {
         const int n0 = nb * BLOCK_N;
+#if HEADROOM_WG_STAGES == 2
+        // Tile nb sits in stage (n_blocks - 1 - nb) % 2; the barrier also says every
+        // warp is done with the other stage (tile nb + 1), which now takes tile nb - 1.
+        const unsigned stage = ((n_blocks - 1 - nb) & 1) * STAGE_BYTES;
+        const unsigned sKc = sK + stage;
+        const unsigned sVc = sV + stage;
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();
+        if (nb > 0) {
+            const int np = (nb - 1) * BLOCK_N;
+            load_tile<D, BLOCK_N>(sK + (STAGE_BYTES - stage), gK + (size_t)np * D, kv_len - np, tid);
+            load_tile<D, BLOCK_N>(sV + (STAGE_BYTES - stage), gV + (size_t)np * D, kv_len - np, tid);
+            cp_async_commit();
+        }
+#else
+        const unsigned sKc = sK;
+        const unsigned sVc = sV;
+#endif
+#if !HEADROOM_WG_B2B
+#if HEADROOM_WG_STAGES == 1
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();
         load_tile<D, BLOCK_N>(sV, gV + (size_t)n0 * D, kv_len - n0, tid);
         cp_async_commit();
+#endif
 
-        float acc_s[N_TILES * 4];
 #pragma unroll
         for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < K_STEPS; ++ks) {
-            // Column block of 64 elements, then 16-element (32-byte) step inside its swizzle row.
-            const unsigned blk = ks * 16 / ATOM_COLS;
-            const unsigned col = (ks % (ATOM_COLS / 16)) * 32;
-            const unsigned qa = q_wg + blk * (BLOCK_M * 128) + col;
-            const unsigned ka = sK + blk * (BLOCK_N * 128) + col;
-            Ops<T>::qk(acc_s, desc_sw128(qa, 16, SBO), desc_sw128(ka, 16, SBO));
-        }
+        qk_tile<D, T>(acc_s, q_wg, sKc);
         wgmma_commit();
         wgmma_wait_all();
+#endif
 
         const bool masked = nb >= n_unmasked;
+#if HEADROOM_WG_FOLD_SCALE
+        constexpr float pre = 1.f;  // the scale is applied in the exponent
+#else
+        const float pre = scale_log2;
+#endif
 #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 const int key = n0 + nt * 8 + t4 * 2 + (j & 1);
                 const int pos = (j < 2) ? pos0 : pos1;
-                float s = acc_s[nt * 4 + j] * scale_log2;
+                float s = acc_s[nt * 4 + j] * pre;
                 if (masked && (key > pos || key >= kv_len)) s = -INFINITY;
                 acc_s[nt * 4 + j] = s;
             }
@@ -340,13 +436,31 @@ __device__ __forceinline__ void attn_fused_prefill(
         }
         float alpha[2];
         float sub[2];
+#if HEADROOM_WG_LAZY_RESCALE
+        bool grew = false;  // a row max of this thread changed
+#endif
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            sub[r] = (new_max[r] == -INFINITY) ? 0.f : new_max[r];
-            alpha[r] = fast_exp2(row_max[r] - sub[r]);
+            // sub and alpha in the exp2 domain (scores * scale_log2).
+#if HEADROOM_WG_FOLD_SCALE
+            const float m_new = new_max[r] * scale_log2;  // scale > 0: the max commutes with it
+            const float m_old = row_max[r] * scale_log2;
+#else
+            const float m_new = new_max[r];
+            const float m_old = row_max[r];
+#endif
+            sub[r] = (new_max[r] == -INFINITY) ? 0.f : m_new;
+#if HEADROOM_WG_LAZY_RESCALE
+            const bool changed = new_max[r] != row_max[r];
+            alpha[r] = changed ? fast_exp2(m_old - sub[r]) : 1.f;
+            grew = grew || changed;
+#else
+            alpha[r] = fast_exp2(m_old - sub[r]);
+#endif
             row_max[r] = new_max[r];
         }
 
+#if HEADROOM_WG_STAGES == 1
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();
@@ -355,25 +469,38 @@ __device__ __forceinline__ void attn_fused_prefill(
             load_tile<D, BLOCK_N>(sK, gK + (size_t)np * D, kv_len - np, tid);
             cp_async_commit();
         }
+#endif
 
         float tile_sum[2] = {0.f, 0.f};
 #pragma unroll
         for (int nt = 0; nt < N_TILES; ++nt) {
+#if HEADROOM_WG_FOLD_SCALE
+            acc_s[nt * 4 + 0] = fast_exp2(fmaf(acc_s[nt * 4 + 0], scale_log2, -sub[0]));
+            acc_s[nt * 4 + 1] = fast_exp2(fmaf(acc_s[nt * 4 + 1], scale_log2, -sub[0]));
+            acc_s[nt * 4 + 2] = fast_exp2(fmaf(acc_s[nt * 4 + 2], scale_log2, -sub[1]));
+            acc_s[nt * 4 + 3] = fast_exp2(fmaf(acc_s[nt * 4 + 3], scale_log2, -sub[1]));
+#else
             acc_s[nt * 4 + 0] = fast_exp2(acc_s[nt * 4 + 0] - sub[0]);
             acc_s[nt * 4 + 1] = fast_exp2(acc_s[nt * 4 + 1] - sub[0]);
             acc_s[nt * 4 + 2] = fast_exp2(acc_s[nt * 4 + 2] - sub[1]);
             acc_s[nt * 4 + 3] = fast_exp2(acc_s[nt * 4 + 3] - sub[1]);
+#endif
             tile_sum[0] += acc_s[nt * 4 + 0] + acc_s[nt * 4 + 1];
             tile_sum[1] += acc_s[nt * 4 + 2] + acc_s[nt * 4 + 3];
         }
         row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
         row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
+#if HEADROOM_WG_LAZY_RESCALE
+        if (__any_sync(0xffffffffu, grew))
+#endif
+        {
 #pragma unroll
-        for (int dt = 0; dt < D_TILES; ++dt) {
-            acc_o[dt * 4 + 0] *= alpha[0];
-            acc_o[dt * 4 + 1] *= alpha[0];
-            acc_o[dt * 4 + 2] *= alpha[1];
-            acc_o[dt * 4 + 3] *= alpha[1];
+            for (int dt = 0; dt < D_TILES; ++dt) {
+                acc_o[dt * 4 + 0] *= alpha[0];
+                acc_o[dt * 4 + 1] *= alpha[0];
+                acc_o[dt * 4 + 2] *= alpha[1];
+                acc_o[dt * 4 + 3] *= alpha[1];
+            }
         }
 
         unsigned p[BLOCK_N / 16][4];
@@ -384,13 +511,35 @@ __device__ __forceinline__ void attn_fused_prefill(
             p[kk][2] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 0], acc_s[(2 * kk + 1) * 4 + 1]);
             p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
         }
+#if HEADROOM_WG_B2B
+        if (nb > 0) {
+#pragma unroll
+            for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
+        }
+#endif
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
             Ops<T>::template pv<D>(acc_o, p[kk][0], p[kk][1], p[kk][2], p[kk][3],
-                                   desc_sw128(sV + kk * 16 * 128, V_LBO, SBO));
+                                   desc_sw128(sVc + kk * 16 * 128, V_LBO, SBO));
         }
         wgmma_commit();
+#if HEADROOM_WG_B2B
+        if (nb > 0) {
+            // K(nb-1) landed (it streamed during the exponentials): issue its S
+            // while P.V(nb) still runs, then free V for the next tile's load.
+            cp_async_wait_all();
+            fence_proxy_async();
+            __syncthreads();
+            qk_tile<D, T>(acc_s, q_wg, sK);
+            wgmma_commit();
+            wgmma_wait_1();
+            __syncthreads();
+            const int np = (nb - 1) * BLOCK_N;
+            load_tile<D, BLOCK_N>(sV, gV + (size_t)np * D, kv_len - np, tid);
+            cp_async_commit();
+        }
+#endif
         wgmma_wait_all();
     }
 
@@ -421,7 +570,8 @@ __device__ __forceinline__ void attn_fused_prefill(
 
 // Entry points: attn_fused_prefill_wgmma_d{64,128,256}_{f16,bf16}. Launch:
 // grid (ceil(q_len / BLOCK_M), q_heads), block THREADS, dynamic shared memory
-// (BLOCK_M + 2 * 64) * D * 2 + 1024 bytes, BLOCK_M = 64 * warpgroups.
+// (BLOCK_M + 2 * 64 * STAGES) * D * 2 + 1024 bytes, BLOCK_M = 64 * warpgroups,
+// STAGES = 2 with two warpgroups, else 1.
 #define HEADROOM_WGMMA_ENTRY(D, NAME, T)                                                            \
     extern "C" __global__ void __launch_bounds__(headroom_wg::THREADS, headroom_wg::MIN_BLOCKS)     \
     attn_fused_prefill_wgmma_d##D##_##NAME(const T* q, const T* k, const T* v, T* out, int q_len,   \
