@@ -5,7 +5,7 @@
 
 use crate::convert::{all_finite, as_f32, load, load_scaled, store_scaled};
 use crate::matmul::{p_v, q_kt};
-use crate::simd::{axpy, exp_sub_sum, row_max, Level};
+use crate::simd::{axpy, exp_sub_sum, feature_dispatch, row_max, Level};
 use crate::tasks::{Grid, OutRows, Task};
 use crate::workspace::{Pool, Workspace};
 use headroom_core::{AttentionReport, AttentionShape, Element, Route};
@@ -96,20 +96,7 @@ fn converted<T: Element>(ws: &Workspace, x: &[T]) -> Vec<f32> {
     f
 }
 
-fn dispatch<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Scratch) {
-    match ctx.level {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: Level::Avx2 is only returned when the CPU has AVX2 and FMA.
-        Level::Avx2 => unsafe { task_avx2(ctx, t, outs, s) },
-        _ => task(ctx, t, outs, s),
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn task_avx2<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Scratch) {
-    task(ctx, t, outs, s)
-}
+feature_dispatch!();
 
 #[inline(always)]
 fn task<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Scratch) {

@@ -28,6 +28,36 @@ impl Level {
     }
 }
 
+/// Defines `dispatch(ctx, t, outs, s)` in the calling module: it runs that
+/// module's `task` body in an `avx2,fma` clone when `ctx.level` is
+/// [`Level::Avx2`], else as compiled for the baseline target. The module
+/// provides `Ctx` (with a `level` field), `Task`, `OutRows`, `Scratch` and
+/// an `#[inline(always)] fn task`.
+macro_rules! feature_dispatch {
+    () => {
+        fn dispatch<T: Element>(ctx: &Ctx<'_, T>, t: Task, outs: &OutRows<'_, T>, s: &mut Scratch) {
+            match ctx.level {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: Level::Avx2 is only returned when the CPU has AVX2 and FMA.
+                Level::Avx2 => unsafe { task_avx2(ctx, t, outs, s) },
+                _ => task(ctx, t, outs, s),
+            }
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn task_avx2<T: Element>(
+            ctx: &Ctx<'_, T>,
+            t: Task,
+            outs: &OutRows<'_, T>,
+            s: &mut Scratch,
+        ) {
+            task(ctx, t, outs, s)
+        }
+    };
+}
+pub(crate) use feature_dispatch;
+
 const LANES: usize = 8;
 
 /// Maximum of `xs`, skipping NaN (a NaN score poisons its row later, through
