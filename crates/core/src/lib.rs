@@ -11,8 +11,12 @@ pub mod backend;
 pub mod dtype;
 pub mod fused_capability;
 pub mod layer;
+pub mod ops;
+pub mod tensor;
 
 pub use attention::{AttentionError, AttentionReport, AttentionShape, Route, RouteRequest};
 pub use backend::BackendKind;
 pub use dtype::{Dtype, Element};
 pub use layer::{AttentionKind, LayerKind};
+pub use ops::{Backend, Batch, OpError, OpKey, OpResult};
+pub use tensor::{Tensor, TensorData};

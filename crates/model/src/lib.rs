@@ -6,13 +6,12 @@ pub mod layers;
 pub mod ops;
 pub mod qwen3_5;
 pub mod synthetic;
-pub mod tensor;
 pub mod tokenizer;
 pub mod weights;
 
 pub use config::{ConfigError, ModelConfig};
+pub use headroom_core::tensor::{self, Tensor, TensorData};
 pub use qwen3_5::{
     AttentionPlan, ForwardOptions, ForwardOutput, LogitsRows, ModelError, Qwen35Model, Session,
 };
-pub use tensor::{Tensor, TensorData};
 pub use weights::{Weights, WeightsError};

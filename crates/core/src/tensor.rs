@@ -4,8 +4,8 @@
 //! would not fit this machine's memory as f32); compute converts rows or
 //! whole tensors to f32 on use.
 
+use crate::{Dtype, Element};
 use half::{bf16, f16};
-use headroom_core::{Dtype, Element};
 
 /// Row-major storage of one tensor.
 #[derive(Debug, Clone, PartialEq)]

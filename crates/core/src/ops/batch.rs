@@ -1,0 +1,134 @@
+//! The batch description every op takes: which rows of the packed activation
+//! belong to which sequence, at which positions, in which state slot.
+//!
+//! Rows of all sequences are packed one after another (varlen, as
+//! FlashAttention's `cu_seqlens`): sequence `i` owns rows
+//! `cu_seqlens[i] .. cu_seqlens[i + 1]`, its state lives in slot `slots[i]`
+//! of every per-layer state (KV cache, GDN state), and its first row sits at
+//! absolute position `history[i]` (the tokens that slot already holds).
+
+use crate::ops::OpError;
+
+/// One forward step's rows, sequences and state slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// `len() == sequences + 1`, starts at 0, non-decreasing.
+    pub cu_seqlens: Vec<usize>,
+    /// State slot of each sequence (distinct).
+    pub slots: Vec<usize>,
+    /// Tokens each sequence's slot held before this step (its first row's position).
+    pub history: Vec<usize>,
+}
+
+impl Batch {
+    /// One sequence of `len` rows in `slot`, after `history` cached tokens.
+    pub fn single(slot: usize, history: usize, len: usize) -> Batch {
+        Batch {
+            cu_seqlens: vec![0, len],
+            slots: vec![slot],
+            history: vec![history],
+        }
+    }
+
+    /// Packs sequences given as `(slot, history, len)`.
+    pub fn packed(seqs: &[(usize, usize, usize)]) -> Batch {
+        let mut cu = Vec::with_capacity(seqs.len() + 1);
+        cu.push(0);
+        for &(_, _, len) in seqs {
+            cu.push(cu.last().copied().unwrap_or(0) + len);
+        }
+        Batch {
+            cu_seqlens: cu,
+            slots: seqs.iter().map(|s| s.0).collect(),
+            history: seqs.iter().map(|s| s.1).collect(),
+        }
+    }
+
+    pub fn sequences(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Total rows of the packed activation.
+    pub fn rows(&self) -> usize {
+        self.cu_seqlens.last().copied().unwrap_or(0)
+    }
+
+    /// Rows of sequence `i`.
+    pub fn seq_rows(&self, i: usize) -> std::ops::Range<usize> {
+        self.cu_seqlens[i]..self.cu_seqlens[i + 1]
+    }
+
+    pub fn seq_len(&self, i: usize) -> usize {
+        self.cu_seqlens[i + 1] - self.cu_seqlens[i]
+    }
+
+    /// The absolute position of every row (`history[i] + offset in the sequence`).
+    pub fn positions(&self) -> Vec<usize> {
+        let mut out = Vec::with_capacity(self.rows());
+        for i in 0..self.sequences() {
+            out.extend(self.history[i]..self.history[i] + self.seq_len(i));
+        }
+        out
+    }
+
+    /// The last row of each sequence (what generation reads logits from).
+    pub fn last_rows(&self) -> Vec<usize> {
+        (0..self.sequences())
+            .map(|i| self.cu_seqlens[i + 1] - 1)
+            .collect()
+    }
+
+    /// Checks the description's own consistency and that every slot is `< slots`.
+    pub fn validate(&self, slots: usize) -> Result<(), OpError> {
+        let n = self.slots.len();
+        let bad = |why: String| Err(OpError::Batch(why));
+        if self.cu_seqlens.len() != n + 1 || self.history.len() != n {
+            return bad(format!(
+                "{} cu_seqlens, {} slots, {} history entries (need n+1, n, n)",
+                self.cu_seqlens.len(),
+                n,
+                self.history.len()
+            ));
+        }
+        if n == 0 || self.cu_seqlens[0] != 0 {
+            return bad("a batch needs at least one sequence and cu_seqlens[0] = 0".into());
+        }
+        if self.cu_seqlens.windows(2).any(|w| w[1] <= w[0]) {
+            return bad("every sequence needs at least one row".into());
+        }
+        for (i, &s) in self.slots.iter().enumerate() {
+            if s >= slots {
+                return bad(format!("slot {s} of sequence {i} >= {slots} slots"));
+            }
+            if self.slots[..i].contains(&s) {
+                return bad(format!("slot {s} used by two sequences"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_rows_positions_and_last_rows() {
+        let b = Batch::packed(&[(3, 10, 2), (0, 0, 3)]);
+        assert_eq!(b.cu_seqlens, vec![0, 2, 5]);
+        assert_eq!(b.rows(), 5);
+        assert_eq!(b.positions(), vec![10, 11, 0, 1, 2]);
+        assert_eq!(b.last_rows(), vec![1, 4]);
+        b.validate(4).unwrap();
+        assert!(b.validate(3).is_err(), "slot 3 needs 4 slots");
+    }
+
+    #[test]
+    fn rejects_empty_sequences_and_shared_slots() {
+        assert!(Batch::packed(&[(0, 0, 0)]).validate(1).is_err());
+        assert!(Batch::packed(&[(1, 0, 2), (1, 0, 2)]).validate(2).is_err());
+        let mut b = Batch::single(0, 0, 4);
+        b.history.clear();
+        assert!(b.validate(1).is_err());
+    }
+}

@@ -1,0 +1,251 @@
+//! The backend op set: the one interface the Qwen3.5 / Qwen3.6 model is
+//! written against, implemented once per device (CPU, CUDA).
+//!
+//! Modelled on ggml's explicit op list (each backend one implementation per
+//! op plus [`Backend::supports`]) with static dispatch (the model is generic
+//! over `B: Backend`). Conventions every implementation follows:
+//!
+//! * **Activations** ([`Backend::Act`]) are 2-D, row-major `[rows][cols]`,
+//!   rows packed over the sequences of a [`Batch`]. Their storage dtype is the
+//!   backend's [`Backend::act_dtype`] (f32 on the CPU, bf16 on CUDA); every
+//!   reduction (norms, softmax, GEMM accumulation, the delta-rule state)
+//!   runs in f32.
+//! * **Weights** ([`Backend::Weight`]) are uploaded once: matrices keep (CPU)
+//!   or convert to (CUDA) a 16-bit storage dtype, vectors are f32. A matrix
+//!   `[rows][cols]` multiplies as `y = x · Wᵀ` (PyTorch's `nn.Linear`);
+//!   tensors of more than two dims are matrices with their leading dims
+//!   flattened into rows.
+//! * **State** lives in per-layer pools with one slot per running sequence
+//!   ([`Backend::KvCache`], [`Backend::GdnState`]); a [`Batch`] names each
+//!   sequence's slot and history. Ops that read or advance state take the
+//!   batch and never touch other slots.
+//! * Errors are values ([`OpError`]), never panics, for any input shape.
+//!
+//! Semantics are those of transformers' Qwen3.5 modules; each op's comment
+//! names the exact formula. The CPU backend is the reference the others are
+//! tested against.
+
+mod batch;
+mod specs;
+
+pub use batch::Batch;
+pub use specs::{
+    GdnSpec, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,
+};
+
+use crate::{AttentionError, AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
+use thiserror::Error;
+
+/// Why an op could not run.
+#[derive(Debug, Error)]
+pub enum OpError {
+    #[error("{op} is not supported on this backend: {reason}")]
+    Unsupported { op: &'static str, reason: String },
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
+    #[error("bad batch description: {0}")]
+    Batch(String),
+    #[error(transparent)]
+    Attention(#[from] AttentionError),
+    #[error("state slot {slot}: {detail}")]
+    State { slot: usize, detail: String },
+    #[error("device: {0}")]
+    Device(String),
+}
+
+impl OpError {
+    /// A shape error of `op`.
+    pub fn shape(op: &'static str, detail: impl Into<String>) -> OpError {
+        OpError::Shape {
+            op,
+            detail: detail.into(),
+        }
+    }
+}
+
+pub type OpResult<T> = Result<T, OpError>;
+
+/// A compute backend: memory, state pools and the ops of the forward.
+pub trait Backend: Send + Sync {
+    /// An activation `[rows][cols]` in [`Backend::act_dtype`].
+    type Act: Send + Sync;
+    /// An uploaded weight (matrix or f32 vector).
+    type Weight: Send + Sync;
+    /// One full-attention layer's keys and values for every slot.
+    type KvCache: Send + Sync;
+    /// One Gated DeltaNet layer's conv and recurrent state for every slot.
+    type GdnState: Send + Sync;
+
+    fn kind(&self) -> BackendKind;
+
+    /// Storage dtype of activations.
+    fn act_dtype(&self) -> Dtype;
+
+    /// `Ok(())` when this backend runs `op`, else the reason it cannot.
+    /// Attention asks with the route and the layer's shape and dtype.
+    fn supports(&self, op: &OpKey) -> Result<(), String>;
+
+    // ---- memory ----------------------------------------------------------
+
+    /// Uploads a matrix (leading dims flattened into rows).
+    fn upload_matrix(&self, t: &Tensor) -> OpResult<Self::Weight>;
+    /// Uploads a vector as f32 (any shape; used flat).
+    fn upload_vector(&self, t: &Tensor) -> OpResult<Self::Weight>;
+    /// A `[rows][cols]` matrix drawn on the device from `init` (synthetic models).
+    fn init_matrix(&self, rows: usize, cols: usize, init: WeightInit) -> OpResult<Self::Weight>;
+    /// An activation from host f32 data (`data.len() == rows * cols`).
+    fn act_from_f32(&self, rows: usize, cols: usize, data: &[f32]) -> OpResult<Self::Act>;
+    /// An activation copied to the host as f32.
+    fn act_to_f32(&self, x: &Self::Act) -> OpResult<Vec<f32>>;
+    /// `(rows, cols)` of an activation.
+    fn act_shape(&self, x: &Self::Act) -> (usize, usize);
+    /// Bytes of device (or host) memory this backend holds now and at its peak
+    /// since [`Backend::reset_peak_memory`]: `(active, peak)`.
+    fn memory(&self) -> (usize, usize);
+    fn reset_peak_memory(&self);
+    /// Waits for queued work (a no-op on synchronous backends).
+    fn synchronize(&self) -> OpResult<()>;
+
+    // ---- state pools -----------------------------------------------------
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<Self::KvCache>;
+    fn new_gdn_state(&self, spec: &GdnSpec) -> OpResult<Self::GdnState>;
+    /// Empties one slot of a KV cache (length 0).
+    fn reset_kv_slot(&self, cache: &mut Self::KvCache, slot: usize) -> OpResult<()>;
+    /// Zeroes one slot of a GDN state (conv and recurrent).
+    fn reset_gdn_slot(&self, state: &mut Self::GdnState, slot: usize) -> OpResult<()>;
+    /// Tokens held by `slot`.
+    fn kv_len(&self, cache: &Self::KvCache, slot: usize) -> usize;
+
+    // ---- ops -------------------------------------------------------------
+
+    /// Rows `table[ids[i]]` (`table`: `[vocab][hidden]`).
+    fn embed(&self, table: &Self::Weight, ids: &[u32]) -> OpResult<Self::Act>;
+
+    /// `y = x · Wᵀ` (`x`: `[t][in]`, `w`: `[out][in]`, `y`: `[t][out]`).
+    fn linear(&self, x: &Self::Act, w: &Self::Weight) -> OpResult<Self::Act>;
+
+    /// `residual += delta` (when given), then returns Qwen3.5's zero-centred
+    /// RMSNorm of the new residual: `r / sqrt(mean(r²) + eps) · (1 + w)`.
+    fn add_rms_norm(
+        &self,
+        residual: &mut Self::Act,
+        delta: Option<&Self::Act>,
+        weight: &Self::Weight,
+        eps: f32,
+    ) -> OpResult<Self::Act>;
+
+    /// In place, the zero-centred RMSNorm over every consecutive group of
+    /// `weight.len()` values (per-head q/k norm).
+    fn rms_norm_groups(&self, x: &mut Self::Act, weight: &Self::Weight, eps: f32) -> OpResult<()>;
+
+    /// In place, the gated RMSNorm of the GDN output over groups of
+    /// `weight.len()` values: `x = w · x / sqrt(mean(x²) + eps) · silu(z)`.
+    fn gated_rms_norm(
+        &self,
+        x: &mut Self::Act,
+        z: &Self::Act,
+        weight: &Self::Weight,
+        eps: f32,
+    ) -> OpResult<()>;
+
+    /// In place, partial RoPE (`rotate_half` convention) of `x`
+    /// `[t][heads * head_dim]` at each row's position from `batch`.
+    fn rope(
+        &self,
+        x: &mut Self::Act,
+        heads: usize,
+        head_dim: usize,
+        rope: &RopeSpec,
+        batch: &Batch,
+    ) -> OpResult<()>;
+
+    /// Causal depthwise conv1d + SiLU over `x` `[t][conv_dim]` with weight
+    /// `[conv_dim][kernel]`, rows before each sequence's first coming from its
+    /// slot's conv state, which is then advanced.
+    fn conv1d_silu(
+        &self,
+        x: &Self::Act,
+        weight: &Self::Weight,
+        state: &mut Self::GdnState,
+        batch: &Batch,
+    ) -> OpResult<Self::Act>;
+
+    /// GDN gating from `a`, `b` `[t][v_heads]`: returns
+    /// `(g, beta)` with `g = -exp(A_log) · softplus(a + dt_bias)`, `beta = sigmoid(b)`,
+    /// both `[t][v_heads]` in f32 semantics (stored in the activation dtype
+    /// unless the backend keeps f32).
+    fn gdn_gating(
+        &self,
+        a: &Self::Act,
+        b: &Self::Act,
+        a_log: &Self::Weight,
+        dt_bias: &Self::Weight,
+    ) -> OpResult<(Self::Act, Self::Act)>;
+
+    /// The gated delta rule over `qkv` `[t][2·k_heads·k_dim + v_heads·v_dim]`
+    /// (the conv output: q, k, v concatenated), q and k L2-normalised per head
+    /// and q scaled by `1/sqrt(k_dim)`, state per slot advanced. Returns
+    /// `[t][v_heads·v_dim]`. Prefill rows may use the chunked form; the
+    /// result equals the recurrent form up to rounding.
+    fn gated_delta_rule(
+        &self,
+        qkv: &Self::Act,
+        g: &Self::Act,
+        beta: &Self::Act,
+        state: &mut Self::GdnState,
+        batch: &Batch,
+    ) -> OpResult<Self::Act>;
+
+    /// Appends each sequence's rows of `k`, `v` `[t][kv_heads·head_dim]` to its
+    /// slot (which must hold exactly `batch.history[i]` tokens).
+    fn kv_write(
+        &self,
+        cache: &mut Self::KvCache,
+        k: &Self::Act,
+        v: &Self::Act,
+        batch: &Batch,
+    ) -> OpResult<()>;
+
+    /// Causal attention of `q` `[t][q_heads·head_dim]` over each sequence's
+    /// cached keys and values (already including this step's rows), the
+    /// queries being the last rows of that KV sequence. Runs `route` and
+    /// returns the output `[t][q_heads·head_dim]` with the kernel's report.
+    fn attention(
+        &self,
+        q: &Self::Act,
+        cache: &Self::KvCache,
+        batch: &Batch,
+        route: RouteRequest,
+    ) -> OpResult<(Self::Act, AttentionReport)>;
+
+    /// In place `x *= sigmoid(gate)` (same shapes).
+    fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) -> OpResult<()>;
+
+    /// `silu(gate) ⊙ up` (same shapes).
+    fn swiglu(&self, gate: &Self::Act, up: &Self::Act) -> OpResult<Self::Act>;
+
+    /// The sparse MoE block with its shared expert: router softmax (f32),
+    /// top-k (ties to the lower index), optional renormalisation, SwiGLU
+    /// experts weighted by their routing weight, plus the shared expert
+    /// scaled by `sigmoid(shared_gate · x)`. `x`: `[t][hidden]` → `[t][hidden]`.
+    fn moe(
+        &self,
+        x: &Self::Act,
+        weights: &MoeWeights<Self::Weight>,
+        spec: &MoeSpec,
+    ) -> OpResult<Self::Act>;
+
+    /// `out[i] = x[rows[i]]`.
+    fn gather_rows(&self, x: &Self::Act, rows: &[usize]) -> OpResult<Self::Act>;
+
+    /// One token per row of `logits` `[n][vocab]`, row `i` drawn with
+    /// `params[i]` (greedy when temperature is 0) using the counter-based
+    /// random stream `(params[i].seed, steps[i])`.
+    fn sample(
+        &self,
+        logits: &Self::Act,
+        params: &[SamplingParams],
+        steps: &[u64],
+    ) -> OpResult<Vec<u32>>;
+}
