@@ -55,11 +55,18 @@ fn act(be: &CudaBackend, rows: usize, cols: usize, data: &[f32]) -> CudaAct {
 }
 
 fn vector(be: &CudaBackend, v: &[f32]) -> headroom_cuda::backend::CudaWeight {
-    be.upload_vector(Tensor::from_f32(vec![v.len()], v.to_vec())).unwrap()
+    be.upload_vector(Tensor::from_f32(vec![v.len()], v.to_vec()))
+        .unwrap()
 }
 
-fn matrix(be: &CudaBackend, rows: usize, cols: usize, v: &[f32]) -> headroom_cuda::backend::CudaWeight {
-    be.upload_matrix(Tensor::from_f32(vec![rows, cols], v.to_vec())).unwrap()
+fn matrix(
+    be: &CudaBackend,
+    rows: usize,
+    cols: usize,
+    v: &[f32],
+) -> headroom_cuda::backend::CudaWeight {
+    be.upload_matrix(Tensor::from_f32(vec![rows, cols], v.to_vec()))
+        .unwrap()
 }
 
 fn silu(x: f64) -> f64 {
@@ -93,13 +100,25 @@ fn linear_matches_f64_and_rejects_bad_shapes() {
     let x = uniform(1, t * k, 1.0);
     let w = uniform(2, n * k, 0.5);
     poison_pool(&be, t * n * 2);
-    let y = be.act_to_f32(&be.linear(&act(&be, t, k, &x), &matrix(&be, n, k, &w)).unwrap()).unwrap();
+    let y = be
+        .act_to_f32(
+            &be.linear(&act(&be, t, k, &x), &matrix(&be, n, k, &w))
+                .unwrap(),
+        )
+        .unwrap();
     let want: Vec<f64> = (0..t * n)
-        .map(|i| (0..k).map(|j| x[i / n * k + j] as f64 * w[i % n * k + j] as f64).sum())
+        .map(|i| {
+            (0..k)
+                .map(|j| x[i / n * k + j] as f64 * w[i % n * k + j] as f64)
+                .sum()
+        })
         .collect();
     let e = rel_err(&y, &want);
     assert!(e < 8e-3, "linear rel err {e}");
-    let bad = be.linear(&act(&be, t, k - 1, &x[..t * (k - 1)]), &matrix(&be, n, k, &w));
+    let bad = be.linear(
+        &act(&be, t, k - 1, &x[..t * (k - 1)]),
+        &matrix(&be, n, k, &w),
+    );
     assert!(matches!(bad, Err(OpError::Shape { .. })));
 }
 
@@ -114,7 +133,10 @@ fn embed_and_gather_rows_copy_exact_rows() {
     let e = be.embed(&matrix(&be, vocab, h, &table), &ids).unwrap();
     let got = be.act_to_f32(&e).unwrap();
     for (r, &id) in ids.iter().enumerate() {
-        assert_eq!(&got[r * h..(r + 1) * h], &table[id as usize * h..(id as usize + 1) * h]);
+        assert_eq!(
+            &got[r * h..(r + 1) * h],
+            &table[id as usize * h..(id as usize + 1) * h]
+        );
     }
     let g = be.gather_rows(&e, &[4, 1]).unwrap();
     let gr = be.act_to_f32(&g).unwrap();
@@ -151,10 +173,28 @@ fn norms_match_f64_and_nan_poisons_only_its_row() {
     let w = uniform(6, h, 0.5);
     let mut r = act(&be, t, h, &res);
     poison_pool(&be, t * h * 2);
-    let y = be.add_rms_norm(&mut r, Some(&act(&be, t, h, &delta)), &vector(&be, &w), 1e-6).unwrap();
-    let summed: Vec<f32> = res.iter().zip(&delta).map(|(a, b)| bf16::from_f32(a + b).to_f32()).collect();
-    assert_eq!(be.act_to_f32(&r).unwrap(), summed, "residual += delta, rounded to bf16");
-    let e = rel_err(&be.act_to_f32(&y).unwrap(), &norm_ref(&summed, &w, None, 1e-6));
+    let y = be
+        .add_rms_norm(
+            &mut r,
+            Some(&act(&be, t, h, &delta)),
+            &vector(&be, &w),
+            1e-6,
+        )
+        .unwrap();
+    let summed: Vec<f32> = res
+        .iter()
+        .zip(&delta)
+        .map(|(a, b)| bf16::from_f32(a + b).to_f32())
+        .collect();
+    assert_eq!(
+        be.act_to_f32(&r).unwrap(),
+        summed,
+        "residual += delta, rounded to bf16"
+    );
+    let e = rel_err(
+        &be.act_to_f32(&y).unwrap(),
+        &norm_ref(&summed, &w, None, 1e-6),
+    );
     assert!(e < 8e-3, "add_rms_norm {e}");
 
     // Per-head q/k norm (d 256), then the gated norm (d 128).
@@ -162,25 +202,37 @@ fn norms_match_f64_and_nan_poisons_only_its_row() {
     let x = uniform(7, rows * 4 * d, 3.0);
     let wq = uniform(8, d, 0.5);
     let mut xa = act(&be, rows, 4 * d, &x);
-    be.rms_norm_groups(&mut xa, &vector(&be, &wq), 1e-6).unwrap();
+    be.rms_norm_groups(&mut xa, &vector(&be, &wq), 1e-6)
+        .unwrap();
     let e = rel_err(&be.act_to_f32(&xa).unwrap(), &norm_ref(&x, &wq, None, 1e-6));
     assert!(e < 8e-3, "rms_norm_groups {e}");
     let z = uniform(9, rows * 4 * d, 4.0);
     let wg = uniform(10, 128, 1.5);
     let mut xg = act(&be, rows, 4 * d, &x);
-    be.gated_rms_norm(&mut xg, &act(&be, rows, 4 * d, &z), &vector(&be, &wg), 1e-6).unwrap();
-    let e = rel_err(&be.act_to_f32(&xg).unwrap(), &norm_ref(&x, &wg, Some(&z), 1e-6));
+    be.gated_rms_norm(&mut xg, &act(&be, rows, 4 * d, &z), &vector(&be, &wg), 1e-6)
+        .unwrap();
+    let e = rel_err(
+        &be.act_to_f32(&xg).unwrap(),
+        &norm_ref(&x, &wg, Some(&z), 1e-6),
+    );
     assert!(e < 8e-3, "gated_rms_norm {e}");
 
     let mut bad = res.clone();
     bad[3 * h + 17] = f32::NAN;
     let mut r = act(&be, t, h, &bad);
-    let y = be.act_to_f32(&be.add_rms_norm(&mut r, None, &vector(&be, &w), 1e-6).unwrap()).unwrap();
+    let y = be
+        .act_to_f32(
+            &be.add_rms_norm(&mut r, None, &vector(&be, &w), 1e-6)
+                .unwrap(),
+        )
+        .unwrap();
     for (row, vals) in y.chunks(h).enumerate() {
         assert_eq!(vals.iter().all(|v| v.is_nan()), row == 3, "row {row}");
         assert_eq!(vals.iter().any(|v| v.is_nan()), row == 3, "row {row}");
     }
-    assert!(be.rms_norm_groups(&mut xa, &vector(&be, &wq[..100]), 1e-6).is_err());
+    assert!(be
+        .rms_norm_groups(&mut xa, &vector(&be, &wq[..100]), 1e-6)
+        .is_err());
 }
 
 #[test]
@@ -192,7 +244,17 @@ fn rope_rotates_each_row_at_its_batch_position() {
     let t = batch.rows();
     let x = uniform(11, t * heads * d, 1.0);
     let mut xa = act(&be, t, heads * d, &x);
-    be.rope(&mut xa, heads, d, &RopeSpec { rotary_dim: rd, theta }, &batch).unwrap();
+    be.rope(
+        &mut xa,
+        heads,
+        d,
+        &RopeSpec {
+            rotary_dim: rd,
+            theta,
+        },
+        &batch,
+    )
+    .unwrap();
     let got = be.act_to_f32(&xa).unwrap();
     let half = rd / 2;
     let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
@@ -214,11 +276,29 @@ fn rope_rotates_each_row_at_its_batch_position() {
         assert_eq!(&a[rd..], &b[rd..], "pass-through dims untouched");
     }
     let mut bad = act(&be, t, heads * d, &x);
-    assert!(be.rope(&mut bad, heads, d, &RopeSpec { rotary_dim: 63, theta }, &batch).is_err());
+    assert!(be
+        .rope(
+            &mut bad,
+            heads,
+            d,
+            &RopeSpec {
+                rotary_dim: 63,
+                theta
+            },
+            &batch
+        )
+        .is_err());
 }
 
 fn gdn_spec(slots: usize) -> GdnSpec {
-    GdnSpec { slots, k_heads: 2, v_heads: 4, k_dim: 16, v_dim: 24, kernel: 4 }
+    GdnSpec {
+        slots,
+        k_heads: 2,
+        v_heads: 4,
+        k_dim: 16,
+        v_dim: 24,
+        kernel: 4,
+    }
 }
 
 /// The f64 conv of one sequence given its earlier inputs (`prior`, oldest first).
@@ -253,11 +333,22 @@ fn conv1d_varlen_with_state_and_chunks_equal_one_pass() {
     // Slot 3 first sees 2 rows (fewer than kernel - 1), then a varlen batch of three sequences.
     let mut st = be.new_gdn_state(&spec).unwrap();
     let first = uniform(13, 2 * c, 2.0);
-    be.conv1d_silu(&act(&be, 2, c, &first), &wv, &mut st, &Batch::single(3, 0, 2)).unwrap();
+    be.conv1d_silu(
+        &act(&be, 2, c, &first),
+        &wv,
+        &mut st,
+        &Batch::single(3, 0, 2),
+    )
+    .unwrap();
     let batch = Batch::packed(&[(3, 2, 37), (0, 0, 1), (1, 0, 29)]);
     let x = uniform(14, batch.rows() * c, 2.0);
     poison_pool(&be, batch.rows() * c * 2);
-    let y = be.act_to_f32(&be.conv1d_silu(&act(&be, batch.rows(), c, &x), &wv, &mut st, &batch).unwrap()).unwrap();
+    let y = be
+        .act_to_f32(
+            &be.conv1d_silu(&act(&be, batch.rows(), c, &x), &wv, &mut st, &batch)
+                .unwrap(),
+        )
+        .unwrap();
     let mut want = conv_ref(&first, &x[..37 * c], c, &w, k);
     want.extend(conv_ref(&[], &x[37 * c..38 * c], c, &w, k));
     want.extend(conv_ref(&[], &x[38 * c..], c, &w, k));
@@ -267,27 +358,63 @@ fn conv1d_varlen_with_state_and_chunks_equal_one_pass() {
     // One chunk of 67 rows vs chunks of 20, 1 and 46: same outputs and state, bit for bit.
     let long = uniform(15, 67 * c, 2.0);
     let mut s1 = be.new_gdn_state(&spec).unwrap();
-    let whole = be.act_to_f32(&be.conv1d_silu(&act(&be, 67, c, &long), &wv, &mut s1, &Batch::single(2, 0, 67)).unwrap()).unwrap();
+    let whole = be
+        .act_to_f32(
+            &be.conv1d_silu(
+                &act(&be, 67, c, &long),
+                &wv,
+                &mut s1,
+                &Batch::single(2, 0, 67),
+            )
+            .unwrap(),
+        )
+        .unwrap();
     let mut s3 = be.new_gdn_state(&spec).unwrap();
     let mut pieces = Vec::new();
     let mut at = 0;
     for len in [20, 1, 46] {
         let part = &long[at * c..(at + len) * c];
         let b = Batch::single(2, at, len);
-        pieces.extend(be.act_to_f32(&be.conv1d_silu(&act(&be, len, c, part), &wv, &mut s3, &b).unwrap()).unwrap());
+        pieces.extend(
+            be.act_to_f32(
+                &be.conv1d_silu(&act(&be, len, c, part), &wv, &mut s3, &b)
+                    .unwrap(),
+            )
+            .unwrap(),
+        );
         at += len;
     }
     assert_eq!(pieces, whole);
     // The next row after either run sees the same state.
     let next = uniform(16, c, 2.0);
     let b = Batch::single(2, 67, 1);
-    let a1 = be.act_to_f32(&be.conv1d_silu(&act(&be, 1, c, &next), &wv, &mut s1, &b).unwrap()).unwrap();
-    let a3 = be.act_to_f32(&be.conv1d_silu(&act(&be, 1, c, &next), &wv, &mut s3, &b).unwrap()).unwrap();
+    let a1 = be
+        .act_to_f32(
+            &be.conv1d_silu(&act(&be, 1, c, &next), &wv, &mut s1, &b)
+                .unwrap(),
+        )
+        .unwrap();
+    let a3 = be
+        .act_to_f32(
+            &be.conv1d_silu(&act(&be, 1, c, &next), &wv, &mut s3, &b)
+                .unwrap(),
+        )
+        .unwrap();
     assert_eq!(a1, a3);
     assert!(rel_err(&a1, &conv_ref(&long, &next, c, &w, k)) < 8e-3);
     // A reset slot starts from zeros again.
     be.reset_gdn_slot(&mut s1, 2).unwrap();
-    let fresh = be.act_to_f32(&be.conv1d_silu(&act(&be, 1, c, &next), &wv, &mut s1, &Batch::single(2, 0, 1)).unwrap()).unwrap();
+    let fresh = be
+        .act_to_f32(
+            &be.conv1d_silu(
+                &act(&be, 1, c, &next),
+                &wv,
+                &mut s1,
+                &Batch::single(2, 0, 1),
+            )
+            .unwrap(),
+        )
+        .unwrap();
     assert!(rel_err(&fresh, &conv_ref(&[], &next, c, &w, k)) < 8e-3);
     assert!(be.reset_gdn_slot(&mut s1, 4).is_err());
 }
@@ -302,9 +429,18 @@ fn gating_and_gates_match_f64() {
     let a_log = uniform(19, h, 1.0);
     let dt = uniform(20, h, 1.0);
     poison_pool(&be, t * h * 4);
-    let (g, beta) = be.gdn_gating(&act(&be, t, h, &a), &act(&be, t, h, &b), &vector(&be, &a_log), &vector(&be, &dt)).unwrap();
+    let (g, beta) = be
+        .gdn_gating(
+            &act(&be, t, h, &a),
+            &act(&be, t, h, &b),
+            &vector(&be, &a_log),
+            &vector(&be, &dt),
+        )
+        .unwrap();
     let softplus = |x: f64| if x > 20.0 { x } else { x.exp().ln_1p() };
-    let want_g: Vec<f64> = (0..t * h).map(|i| -(a_log[i % h] as f64).exp() * softplus(a[i] as f64 + dt[i % h] as f64)).collect();
+    let want_g: Vec<f64> = (0..t * h)
+        .map(|i| -(a_log[i % h] as f64).exp() * softplus(a[i] as f64 + dt[i % h] as f64))
+        .collect();
     let want_b: Vec<f64> = b.iter().map(|&v| sigmoid(v as f64)).collect();
     assert!(rel_err(&be.act_to_f32(&g).unwrap(), &want_g) < 1e-5);
     assert!(rel_err(&be.act_to_f32(&beta).unwrap(), &want_b) < 1e-5);
@@ -314,18 +450,43 @@ fn gating_and_gates_match_f64() {
     let gate = uniform(22, r * c, 3.0);
     let mut xa = act(&be, r, c, &x);
     be.mul_sigmoid(&mut xa, &act(&be, r, c, &gate)).unwrap();
-    let want: Vec<f64> = x.iter().zip(&gate).map(|(&v, &g)| v as f64 * sigmoid(g as f64)).collect();
+    let want: Vec<f64> = x
+        .iter()
+        .zip(&gate)
+        .map(|(&v, &g)| v as f64 * sigmoid(g as f64))
+        .collect();
     assert!(rel_err(&be.act_to_f32(&xa).unwrap(), &want) < 8e-3);
     poison_pool(&be, r * c * 2);
-    let s = be.swiglu(&act(&be, r, c, &gate), &act(&be, r, c, &x)).unwrap();
-    let want: Vec<f64> = x.iter().zip(&gate).map(|(&u, &g)| silu(g as f64) * u as f64).collect();
+    let s = be
+        .swiglu(&act(&be, r, c, &gate), &act(&be, r, c, &x))
+        .unwrap();
+    let want: Vec<f64> = x
+        .iter()
+        .zip(&gate)
+        .map(|(&u, &g)| silu(g as f64) * u as f64)
+        .collect();
     assert!(rel_err(&be.act_to_f32(&s).unwrap(), &want) < 8e-3);
-    assert!(be.swiglu(&act(&be, r, c, &gate), &act(&be, r, c - 1, &x[..r * (c - 1)])).is_err());
+    assert!(be
+        .swiglu(
+            &act(&be, r, c, &gate),
+            &act(&be, r, c - 1, &x[..r * (c - 1)])
+        )
+        .is_err());
 }
 
 /// Causal attention of one sequence in f64: `q` `[t][nq][d]` over `k`, `v`
 /// `[kv][nkv][d]` (token-major), queries the last `t` rows.
-fn attention_ref(q: &[f32], k: &[f32], v: &[f32], t: usize, kv: usize, nq: usize, nkv: usize, d: usize) -> Vec<f64> {
+#[allow(clippy::too_many_arguments)]
+fn attention_ref(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    t: usize,
+    kv: usize,
+    nq: usize,
+    nkv: usize,
+    d: usize,
+) -> Vec<f64> {
     let scale = 1.0 / (d as f64).sqrt();
     let g = nq / nkv;
     let mut out = vec![0.0; t * nq * d];
@@ -335,13 +496,21 @@ fn attention_ref(q: &[f32], k: &[f32], v: &[f32], t: usize, kv: usize, nq: usize
             let kh = h / g;
             let qv = &q[(i * nq + h) * d..][..d];
             let s: Vec<f64> = (0..visible)
-                .map(|j| (0..d).map(|e| qv[e] as f64 * k[(j * nkv + kh) * d + e] as f64).sum::<f64>() * scale)
+                .map(|j| {
+                    (0..d)
+                        .map(|e| qv[e] as f64 * k[(j * nkv + kh) * d + e] as f64)
+                        .sum::<f64>()
+                        * scale
+                })
                 .collect();
             let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let p: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
             let z: f64 = p.iter().sum();
             for e in 0..d {
-                out[(i * nq + h) * d + e] = (0..visible).map(|j| p[j] * v[(j * nkv + kh) * d + e] as f64).sum::<f64>() / z;
+                out[(i * nq + h) * d + e] = (0..visible)
+                    .map(|j| p[j] * v[(j * nkv + kh) * d + e] as f64)
+                    .sum::<f64>()
+                    / z;
             }
         }
     }
@@ -353,49 +522,98 @@ fn attention_ref(q: &[f32], k: &[f32], v: &[f32], t: usize, kv: usize, nq: usize
 fn attention_over_the_cache_matches_f64_for_both_routes_gqa_16_2_d256() {
     let be = backend();
     let (nq, nkv, d) = (16, 2, 256);
-    let spec = KvSpec { slots: 3, kv_heads: nkv, head_dim: d, capacity: 300 };
-    for route in [RouteRequest::Fused, RouteRequest::Composed { query_block: 64 }] {
+    let spec = KvSpec {
+        slots: 3,
+        kv_heads: nkv,
+        head_dim: d,
+        capacity: 300,
+    };
+    for route in [
+        RouteRequest::Fused,
+        RouteRequest::Composed { query_block: 64 },
+    ] {
         let mut cache = be.new_kv_cache(&spec).unwrap();
         // History: slot 2 gets 70 rows, slot 0 gets 5, then a varlen step of 37 and 29 rows.
         let mut keys: Vec<Vec<f32>> = vec![Vec::new(); 3];
         let mut vals: Vec<Vec<f32>> = vec![Vec::new(); 3];
         let mut seed = 30;
-        let mut write = |cache: &mut headroom_cuda::backend::CudaKvCache, batch: &Batch, keys: &mut Vec<Vec<f32>>, vals: &mut Vec<Vec<f32>>| {
+        let mut write = |cache: &mut headroom_cuda::backend::CudaKvCache,
+                         batch: &Batch,
+                         keys: &mut Vec<Vec<f32>>,
+                         vals: &mut Vec<Vec<f32>>| {
             let n = batch.rows() * nkv * d;
             seed += 2;
             let (k, v) = (uniform(seed, n, 1.0), uniform(seed + 1, n, 1.0));
-            be.kv_write(cache, &act(&be, batch.rows(), nkv * d, &k), &act(&be, batch.rows(), nkv * d, &v), batch).unwrap();
+            be.kv_write(
+                cache,
+                &act(&be, batch.rows(), nkv * d, &k),
+                &act(&be, batch.rows(), nkv * d, &v),
+                batch,
+            )
+            .unwrap();
             for i in 0..batch.sequences() {
                 let r = batch.seq_rows(i);
                 keys[batch.slots[i]].extend(&k[r.start * nkv * d..r.end * nkv * d]);
                 vals[batch.slots[i]].extend(&v[r.start * nkv * d..r.end * nkv * d]);
             }
         };
-        write(&mut cache, &Batch::packed(&[(2, 0, 70), (0, 0, 5)]), &mut keys, &mut vals);
+        write(
+            &mut cache,
+            &Batch::packed(&[(2, 0, 70), (0, 0, 5)]),
+            &mut keys,
+            &mut vals,
+        );
         let batch = Batch::packed(&[(2, 70, 37), (0, 5, 29)]);
         write(&mut cache, &batch, &mut keys, &mut vals);
         assert_eq!(be.kv_len(&cache, 2), 107);
         let q = uniform(40, batch.rows() * nq * d, 1.0);
         poison_pool(&be, batch.rows() * nq * d * 2);
-        let (y, rep) = be.attention(&act(&be, batch.rows(), nq * d, &q), &cache, &batch, route).unwrap();
-        assert_eq!(rep.route, match route { RouteRequest::Fused => headroom_core::Route::Fused, _ => headroom_core::Route::Composed });
+        let (y, rep) = be
+            .attention(&act(&be, batch.rows(), nq * d, &q), &cache, &batch, route)
+            .unwrap();
+        assert_eq!(
+            rep.route,
+            match route {
+                RouteRequest::Fused => headroom_core::Route::Fused,
+                _ => headroom_core::Route::Composed,
+            }
+        );
         let got = be.act_to_f32(&y).unwrap();
         for i in 0..batch.sequences() {
             let r = batch.seq_rows(i);
             let s = batch.slots[i];
             let kv = keys[s].len() / (nkv * d);
-            let want = attention_ref(&q[r.start * nq * d..r.end * nq * d], &keys[s], &vals[s], r.len(), kv, nq, nkv, d);
+            let want = attention_ref(
+                &q[r.start * nq * d..r.end * nq * d],
+                &keys[s],
+                &vals[s],
+                r.len(),
+                kv,
+                nq,
+                nkv,
+                d,
+            );
             let e = rel_err(&got[r.start * nq * d..r.end * nq * d], &want);
             assert!(e < 1.5e-2, "{route:?} sequence {i}: rel err {e}");
         }
         // History must match what the slot holds; capacity is enforced.
         let wrong = Batch::single(1, 3, 2);
         let two = uniform(50, 2 * nkv * d, 1.0);
-        let e = be.kv_write(&mut cache, &act(&be, 2, nkv * d, &two), &act(&be, 2, nkv * d, &two), &wrong);
+        let e = be.kv_write(
+            &mut cache,
+            &act(&be, 2, nkv * d, &two),
+            &act(&be, 2, nkv * d, &two),
+            &wrong,
+        );
         assert!(matches!(e, Err(OpError::State { slot: 1, .. })), "{e:?}");
         let big = uniform(51, 301 * nkv * d, 1.0);
         let over = Batch::single(1, 0, 301);
-        let e = be.kv_write(&mut cache, &act(&be, 301, nkv * d, &big), &act(&be, 301, nkv * d, &big), &over);
+        let e = be.kv_write(
+            &mut cache,
+            &act(&be, 301, nkv * d, &big),
+            &act(&be, 301, nkv * d, &big),
+            &over,
+        );
         assert!(matches!(e, Err(OpError::State { .. })), "{e:?}");
         be.reset_kv_slot(&mut cache, 2).unwrap();
         assert_eq!(be.kv_len(&cache, 2), 0);
@@ -413,7 +631,9 @@ fn sample_ref(logits: &[f32], p: &SamplingParams, step: u64) -> Option<u32> {
         return Some(best as u32);
     }
     let t = p.temperature as f64;
-    let mut probs: Vec<(usize, f64)> = finite().map(|(i, &x)| (i, ((x as f64 - max as f64) / t).exp())).collect();
+    let mut probs: Vec<(usize, f64)> = finite()
+        .map(|(i, &x)| (i, ((x as f64 - max as f64) / t).exp()))
+        .collect();
     probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     if p.top_k > 0 && probs.len() > p.top_k {
         probs.truncate(p.top_k);
@@ -439,7 +659,12 @@ fn sample_ref(logits: &[f32], p: &SamplingParams, step: u64) -> Option<u32> {
 }
 
 fn params(temperature: f32, top_p: f32, top_k: usize, seed: u64) -> SamplingParams {
-    SamplingParams { temperature, top_p, top_k, seed }
+    SamplingParams {
+        temperature,
+        top_p,
+        top_k,
+        seed,
+    }
 }
 
 #[test]
@@ -449,7 +674,10 @@ fn sampling_is_greedy_on_ties_deterministic_and_follows_the_cpu_rule() {
     // Greedy: lowest index among equal maxima; NaN and -inf ignored.
     let row = [0.5f32, f32::NAN, 3.0, 1.0, 3.0, f32::NEG_INFINITY];
     let l = act(&be, 1, row.len(), &row);
-    assert_eq!(be.sample(&l, &[params(0.0, 1.0, 0, 1)], &[0]).unwrap(), vec![2]);
+    assert_eq!(
+        be.sample(&l, &[params(0.0, 1.0, 0, 1)], &[0]).unwrap(),
+        vec![2]
+    );
     let dead = act(&be, 1, 2, &[f32::NAN, f32::NAN]);
     assert!(be.sample(&dead, &[params(1.0, 1.0, 0, 1)], &[0]).is_err());
 
@@ -461,13 +689,23 @@ fn sampling_is_greedy_on_ties_deterministic_and_follows_the_cpu_rule() {
     let steps: Vec<u64> = (0..n as u64).collect();
     let draw = |p: SamplingParams| be.sample(&la, &vec![p; n], &steps).unwrap();
     let a = draw(params(1.0, 1.0, 0, 7));
-    assert_eq!(a, draw(params(1.0, 1.0, 0, 7)), "same seed and steps, same tokens");
+    assert_eq!(
+        a,
+        draw(params(1.0, 1.0, 0, 7)),
+        "same seed and steps, same tokens"
+    );
     assert_ne!(a, draw(params(1.0, 1.0, 0, 8)));
     let ones = a.iter().filter(|&&t| t == 1).count() as f64 / n as f64;
     assert!((ones - 0.75).abs() < 0.04, "p(1) = {ones}");
     assert!(!a.contains(&2));
-    assert!(draw(params(1.0, 0.7, 0, 3)).iter().all(|&t| t == 1), "top_p 0.7 keeps only the 0.75 token");
-    assert!(draw(params(1.0, 1.0, 1, 3)).iter().all(|&t| t == 1), "top_k 1 is greedy");
+    assert!(
+        draw(params(1.0, 0.7, 0, 3)).iter().all(|&t| t == 1),
+        "top_p 0.7 keeps only the 0.75 token"
+    );
+    assert!(
+        draw(params(1.0, 1.0, 1, 3)).iter().all(|&t| t == 1),
+        "top_k 1 is greedy"
+    );
 
     // Random bf16 logits (many ties), mixed parameters: agree with the CPU rule.
     let (rows_n, vocab) = (300, 1000);
@@ -481,11 +719,16 @@ fn sampling_is_greedy_on_ties_deterministic_and_follows_the_cpu_rule() {
         })
         .collect();
     let st: Vec<u64> = (0..rows_n as u64).map(|i| i * 3 + 1).collect();
-    let got = be.sample(&act(&be, rows_n, vocab, &logits), &ps, &st).unwrap();
+    let got = be
+        .sample(&act(&be, rows_n, vocab, &logits), &ps, &st)
+        .unwrap();
     let agree = (0..rows_n)
         .filter(|&i| Some(got[i]) == sample_ref(&logits[i * vocab..(i + 1) * vocab], &ps[i], st[i]))
         .count();
-    assert!(agree >= rows_n - 3, "{agree} of {rows_n} rows agree with the CPU rule");
+    assert!(
+        agree >= rows_n - 3,
+        "{agree} of {rows_n} rows agree with the CPU rule"
+    );
 
     // A 262144-token vocabulary, greedy and sampled.
     let big = 262_144;
@@ -493,7 +736,13 @@ fn sampling_is_greedy_on_ties_deterministic_and_follows_the_cpu_rule() {
     lg[200_001] = 9.0;
     lg[250_000] = 9.0;
     let lb = act(&be, 2, big, &[lg.clone(), lg.clone()].concat());
-    let t = be.sample(&lb, &[params(0.0, 1.0, 0, 0), params(0.7, 0.95, 40, 9)], &[0, 5]).unwrap();
+    let t = be
+        .sample(
+            &lb,
+            &[params(0.0, 1.0, 0, 0), params(0.7, 0.95, 40, 9)],
+            &[0, 5],
+        )
+        .unwrap();
     assert_eq!(t[0], 200_001);
     assert_eq!(Some(t[1]), sample_ref(&lg, &params(0.7, 0.95, 40, 9), 5));
 }
@@ -503,18 +752,29 @@ fn sampling_is_greedy_on_ties_deterministic_and_follows_the_cpu_rule() {
 fn init_matrix_draws_the_shared_counter_based_normals() {
     let be = backend();
     let (rows, cols) = (1001, 515);
-    let init = WeightInit { seed: 99, mean: 0.1, std: 0.02 };
+    let init = WeightInit {
+        seed: 99,
+        mean: 0.1,
+        std: 0.02,
+    };
     let w = be.init_matrix(rows, cols, init).unwrap();
     // Read it back through linear with identity-like rows: x = e_j picks column j.
     let pick = 3;
     let mut x = vec![0.0f32; cols];
     x[pick] = 1.0;
-    let y = be.act_to_f32(&be.linear(&act(&be, 1, cols, &x), &w).unwrap()).unwrap();
+    let y = be
+        .act_to_f32(&be.linear(&act(&be, 1, cols, &x), &w).unwrap())
+        .unwrap();
     let mut exact = 0;
     for (r, &v) in y.iter().enumerate() {
-        let want = bf16::from_f32(init.mean + init.std * rng::normal(init.seed, (r * cols + pick) as u64)).to_f32();
+        let want =
+            bf16::from_f32(init.mean + init.std * rng::normal(init.seed, (r * cols + pick) as u64))
+                .to_f32();
         // Device logf/cosf may differ from the host's in the last f32 bit: one bf16 step at most.
-        assert!((v - want).abs() <= 8e-3 * want.abs() + 1e-7, "row {r}: {v} vs {want}");
+        assert!(
+            (v - want).abs() <= 8e-3 * want.abs() + 1e-7,
+            "row {r}: {v} vs {want}"
+        );
         exact += usize::from(v == want);
     }
     assert!(exact >= rows * 99 / 100, "{exact} of {rows} exact");
@@ -545,9 +805,16 @@ fn moe_shared_expert_matches_f64_and_routed_experts_report_their_state() {
     for r in 0..t {
         let mid: Vec<f64> = (0..si)
             .map(|j| {
-                let dot = |m: &[f32]| (0..h).map(|c| x[r * h + c] as f64 * m[j * h + c] as f64).sum::<f64>();
+                let dot = |m: &[f32]| {
+                    (0..h)
+                        .map(|c| x[r * h + c] as f64 * m[j * h + c] as f64)
+                        .sum::<f64>()
+                };
                 // The device rounds gate, up and their product to bf16.
-                let (g, u) = (bf16::from_f64(dot(&wg)).to_f64(), bf16::from_f64(dot(&wu)).to_f64());
+                let (g, u) = (
+                    bf16::from_f64(dot(&wg)).to_f64(),
+                    bf16::from_f64(dot(&wu)).to_f64(),
+                );
                 bf16::from_f64(silu(g) * u).to_f64()
             })
             .collect();
@@ -557,11 +824,21 @@ fn moe_shared_expert_matches_f64_and_routed_experts_report_their_state() {
     }
     let err = rel_err(&got, &want);
     assert!(err < 1e-2, "shared expert {err}");
-    let spec = MoeSpec { num_experts: e, top_k: 2, intermediate: inter, renormalise: true };
+    let spec = MoeSpec {
+        num_experts: e,
+        top_k: 2,
+        intermediate: inter,
+        renormalise: true,
+    };
     match be.moe(&xa, &w, &spec) {
         Err(OpError::Unsupported { reason, .. }) => {
             assert!(reason.contains("not merged yet"), "{reason}");
-            assert!(be.supports(&OpKey::Moe { num_experts: e, top_k: 2 }).is_err());
+            assert!(be
+                .supports(&OpKey::Moe {
+                    num_experts: e,
+                    top_k: 2
+                })
+                .is_err());
         }
         other => assert!(other.is_ok(), "{other:?}"),
     }
@@ -574,10 +851,18 @@ fn moe_shared_expert_matches_f64_and_routed_experts_report_their_state() {
 fn memory_counts_state_and_keeps_the_peak_across_attention() {
     let be = backend();
     let (active0, _) = be.memory();
-    let spec = KvSpec { slots: 2, kv_heads: 2, head_dim: 128, capacity: 1000 };
+    let spec = KvSpec {
+        slots: 2,
+        kv_heads: 2,
+        head_dim: 128,
+        capacity: 1000,
+    };
     let cache = be.new_kv_cache(&spec).unwrap();
     let (active1, _) = be.memory();
-    assert!(active1 - active0 >= 2 * 2 * 2 * 1000 * 128 * 2, "K and V allocated up front");
+    assert!(
+        active1 - active0 >= 2 * 2 * 2 * 1000 * 128 * 2,
+        "K and V allocated up front"
+    );
     be.reset_peak_memory();
     {
         let _big = be.act_from_f32(1000, 1000, &vec![0.0; 1_000_000]).unwrap();
@@ -590,7 +875,8 @@ fn memory_counts_state_and_keeps_the_peak_across_attention() {
     let kv = be.act_from_f32(3, 256, &[0.5; 768]).unwrap();
     be.kv_write(&mut c, &kv, &kv, &b).unwrap();
     let q = be.act_from_f32(3, 512, &[0.5; 1536]).unwrap();
-    be.attention(&q, &c, &b, RouteRequest::Composed { query_block: 0 }).unwrap();
+    be.attention(&q, &c, &b, RouteRequest::Composed { query_block: 0 })
+        .unwrap();
     assert!(be.memory().1 >= peak);
 }
 
@@ -601,10 +887,18 @@ fn gated_delta_rule_checks_shapes_then_runs_or_reports_unmerged() {
     let spec = gdn_spec(2);
     let mut st = be.new_gdn_state(&spec).unwrap();
     let b = Batch::single(0, 0, 5);
-    let qkv = act(&be, 5, spec.conv_dim(), &uniform(80, 5 * spec.conv_dim(), 1.0));
+    let qkv = act(
+        &be,
+        5,
+        spec.conv_dim(),
+        &uniform(80, 5 * spec.conv_dim(), 1.0),
+    );
     let gb = act(&be, 5, spec.v_heads, &uniform(81, 5 * spec.v_heads, 1.0));
     // bf16 g / beta are refused: they must come from gdn_gating (f32).
-    assert!(matches!(be.gated_delta_rule(&qkv, &gb, &gb, &mut st, &b), Err(OpError::Shape { .. })));
+    assert!(matches!(
+        be.gated_delta_rule(&qkv, &gb, &gb, &mut st, &b),
+        Err(OpError::Shape { .. })
+    ));
     let a = act(&be, 5, spec.v_heads, &uniform(82, 5 * spec.v_heads, 1.0));
     let v = vector(&be, &[0.1; 4]);
     let (g, beta) = be.gdn_gating(&a, &a, &v, &v).unwrap();
@@ -624,25 +918,63 @@ fn small_every_kernel_once() {
     let b = Batch::packed(&[(1, 0, 3), (0, 0, 2)]);
     let x = act(&be, 5, c, &uniform(90, 5 * c, 1.0));
     let mut st = be.new_gdn_state(&spec).unwrap();
-    let y = be.conv1d_silu(&x, &vector(&be, &uniform(91, c * 4, 1.0)), &mut st, &b).unwrap();
-    let mut r = be.linear(&y, &matrix(&be, 70, c, &uniform(92, 70 * c, 0.1))).unwrap();
-    let n = be.add_rms_norm(&mut r, None, &vector(&be, &[0.1; 70]), 1e-6).unwrap();
-    let mut q = be.linear(&n, &matrix(&be, 128, 70, &uniform(93, 128 * 70, 0.1))).unwrap();
-    be.rms_norm_groups(&mut q, &vector(&be, &[0.0; 64]), 1e-6).unwrap();
-    be.rope(&mut q, 2, 64, &RopeSpec { rotary_dim: 16, theta: 1e4 }, &b).unwrap();
-    let kvs = KvSpec { slots: 2, kv_heads: 1, head_dim: 64, capacity: 8 };
+    let y = be
+        .conv1d_silu(&x, &vector(&be, &uniform(91, c * 4, 1.0)), &mut st, &b)
+        .unwrap();
+    let mut r = be
+        .linear(&y, &matrix(&be, 70, c, &uniform(92, 70 * c, 0.1)))
+        .unwrap();
+    let n = be
+        .add_rms_norm(&mut r, None, &vector(&be, &[0.1; 70]), 1e-6)
+        .unwrap();
+    let mut q = be
+        .linear(&n, &matrix(&be, 128, 70, &uniform(93, 128 * 70, 0.1)))
+        .unwrap();
+    be.rms_norm_groups(&mut q, &vector(&be, &[0.0; 64]), 1e-6)
+        .unwrap();
+    be.rope(
+        &mut q,
+        2,
+        64,
+        &RopeSpec {
+            rotary_dim: 16,
+            theta: 1e4,
+        },
+        &b,
+    )
+    .unwrap();
+    let kvs = KvSpec {
+        slots: 2,
+        kv_heads: 1,
+        head_dim: 64,
+        capacity: 8,
+    };
     let mut cache = be.new_kv_cache(&kvs).unwrap();
     let k = be.gather_rows(&q, &[0, 1, 2, 3, 4]).unwrap();
-    let k1 = be.linear(&k, &matrix(&be, 64, 128, &uniform(94, 64 * 128, 0.1))).unwrap();
+    let k1 = be
+        .linear(&k, &matrix(&be, 64, 128, &uniform(94, 64 * 128, 0.1)))
+        .unwrap();
     be.kv_write(&mut cache, &k1, &k1, &b).unwrap();
-    for route in [RouteRequest::Fused, RouteRequest::Composed { query_block: 2 }] {
+    for route in [
+        RouteRequest::Fused,
+        RouteRequest::Composed { query_block: 2 },
+    ] {
         let (mut o, _) = be.attention(&q, &cache, &b, route).unwrap();
         let z = be.swiglu(&o, &q).unwrap();
-        be.gated_rms_norm(&mut o, &z, &vector(&be, &[1.0; 64]), 1e-6).unwrap();
+        be.gated_rms_norm(&mut o, &z, &vector(&be, &[1.0; 64]), 1e-6)
+            .unwrap();
         be.mul_sigmoid(&mut o, &z).unwrap();
     }
-    let e = be.embed(&matrix(&be, 10, 70, &uniform(95, 700, 1.0)), &[1, 9]).unwrap();
-    let t = be.sample(&e, &[params(0.0, 1.0, 0, 1), params(0.9, 0.8, 5, 2)], &[0, 1]).unwrap();
+    let e = be
+        .embed(&matrix(&be, 10, 70, &uniform(95, 700, 1.0)), &[1, 9])
+        .unwrap();
+    let t = be
+        .sample(
+            &e,
+            &[params(0.0, 1.0, 0, 1), params(0.9, 0.8, 5, 2)],
+            &[0, 1],
+        )
+        .unwrap();
     assert!(t.iter().all(|&v| v < 70));
     be.synchronize().unwrap();
 }
