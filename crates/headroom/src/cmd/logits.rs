@@ -188,7 +188,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     };
     let started = Instant::now();
     let out = model
-        .prefill(&mut model.new_session(), &ids, &opts)
+        .prefill(&mut model.new_session()?, &ids, &opts)
         .context("forward")?;
     let secs = started.elapsed().as_secs_f64();
     let logits = Tensor::from_f32(vec![out.rows, out.vocab], out.logits);
