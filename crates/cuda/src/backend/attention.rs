@@ -14,7 +14,15 @@ use headroom_core::ops::{Batch, OpError, OpResult};
 use headroom_core::{AttentionReport, AttentionShape, Dtype, RouteRequest};
 
 /// Transposes `t` rows of `heads × d` between token-major and head-major.
-fn transpose(dev: &CudaDevice, entry: &'static str, src: u64, dst: u64, t: usize, heads: usize, d: usize) -> OpResult<()> {
+fn transpose(
+    dev: &CudaDevice,
+    entry: &'static str,
+    src: u64,
+    dst: u64,
+    t: usize,
+    heads: usize,
+    d: usize,
+) -> OpResult<()> {
     let op = "attention";
     let args = Args::new()
         .ptr(src)
@@ -44,7 +52,10 @@ pub(crate) fn attention(
     batch_rows(op, q, batch, spec.slots)?;
     let nq = q.cols / d;
     if !nq.is_multiple_of(spec.kv_heads) {
-        return Err(OpError::shape(op, format!("{nq} q heads not a multiple of {} kv heads", spec.kv_heads)));
+        return Err(OpError::shape(
+            op,
+            format!("{nq} q heads not a multiple of {} kv heads", spec.kv_heads),
+        ));
     }
     let group = nq / spec.kv_heads;
     for i in 0..batch.sequences() {
@@ -62,7 +73,10 @@ pub(crate) fn attention(
         }
     }
     let out = new_act(dev, op, q.rows, q.cols, Dtype::Bf16)?;
-    let longest = (0..batch.sequences()).map(|i| batch.seq_len(i)).max().unwrap_or(0);
+    let longest = (0..batch.sequences())
+        .map(|i| batch.seq_len(i))
+        .max()
+        .unwrap_or(0);
     let q_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
     let o_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
     let es = 2u64;
@@ -70,7 +84,15 @@ pub(crate) fn attention(
     for i in 0..batch.sequences() {
         let (r, t, slot) = (batch.seq_rows(i), batch.seq_len(i), batch.slots[i]);
         let row_off = (r.start * q.cols) as u64 * es;
-        transpose(dev, "tokens_to_heads_bf16", q.ptr() + row_off, q_hm.ptr(), t, nq, d)?;
+        transpose(
+            dev,
+            "tokens_to_heads_bf16",
+            q.ptr() + row_off,
+            q_hm.ptr(),
+            t,
+            nq,
+            d,
+        )?;
         let shape = AttentionShape {
             q_len: t,
             kv_len: cache.lens[slot],
@@ -90,13 +112,25 @@ pub(crate) fn attention(
             };
             // SAFETY: q/out ranges are this group's `group·t·d` elements of the
             // head-major buffers; k/v the slot's head rows, kv_len <= capacity.
-            let rep = unsafe { prefill_raw(dev, &shape, Dtype::Bf16, route, &bufs) }.map_err(dev_err)?;
+            let rep =
+                unsafe { prefill_raw(dev, &shape, Dtype::Bf16, route, &bufs) }.map_err(dev_err)?;
             combined = Some(match combined {
                 None => rep,
-                Some(c) => AttentionReport { transient_bytes: c.transient_bytes.max(rep.transient_bytes), ..c },
+                Some(c) => AttentionReport {
+                    transient_bytes: c.transient_bytes.max(rep.transient_bytes),
+                    ..c
+                },
             });
         }
-        transpose(dev, "heads_to_tokens_bf16", o_hm.ptr(), out.ptr() + row_off, t, nq, d)?;
+        transpose(
+            dev,
+            "heads_to_tokens_bf16",
+            o_hm.ptr(),
+            out.ptr() + row_off,
+            t,
+            nq,
+            d,
+        )?;
     }
     let report = combined.ok_or_else(|| OpError::Batch("no sequence".into()))?;
     Ok((out, report))

@@ -26,7 +26,11 @@ pub(crate) fn conv1d_silu(
     if x.cols != c || weight.elems() != c * k {
         return Err(OpError::shape(
             op,
-            format!("{} columns / weight {} for conv_dim {c} kernel {k}", x.cols, weight.elems()),
+            format!(
+                "{} columns / weight {} for conv_dim {c} kernel {k}",
+                x.cols,
+                weight.elems()
+            ),
         ));
     }
     batch_rows(op, x, batch, spec.slots)?;
@@ -60,7 +64,12 @@ pub(crate) fn conv1d_silu(
             seqs.push(int(op, "rows", batch.seq_len(i))?);
         }
         let seqs = upload(dev, &seqs)?;
-        let args = Args::new().ptr(x.ptr()).ptr(state.conv.ptr()).ptr(seqs.ptr()).i32(ci).i32(ki);
+        let args = Args::new()
+            .ptr(x.ptr())
+            .ptr(state.conv.ptr())
+            .ptr(seqs.ptr())
+            .i32(ci)
+            .i32(ki);
         let grid = (cblocks, grid_dim(op, batch.sequences(), GRID_YZ)?, 1);
         // SAFETY: as above; one (slot, first, rows) triple per sequence, slots distinct.
         unsafe { launch(dev, "conv_state_advance_bf16", grid, THREADS, args)? };

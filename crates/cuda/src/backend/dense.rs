@@ -11,11 +11,22 @@ use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
 
 /// `y = x · Wᵀ` with `y` in `out_dtype` (bf16, or f32 for router logits).
-pub(crate) fn linear(dev: &CudaDevice, x: &CudaAct, w: &CudaWeight, out_dtype: Dtype) -> OpResult<CudaAct> {
+pub(crate) fn linear(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &CudaWeight,
+    out_dtype: Dtype,
+) -> OpResult<CudaAct> {
     bf16("linear", x)?;
     let w = w.matrix("linear")?;
     if x.cols != w.cols {
-        return Err(OpError::shape("linear", format!("input has {} columns, weight [{}][{}]", x.cols, w.rows, w.cols)));
+        return Err(OpError::shape(
+            "linear",
+            format!(
+                "input has {} columns, weight [{}][{}]",
+                x.cols, w.rows, w.cols
+            ),
+        ));
     }
     let y = new_act(dev, "linear", x.rows, w.rows, out_dtype)?;
     if x.rows == 0 {
@@ -43,7 +54,10 @@ pub(crate) fn linear(dev: &CudaDevice, x: &CudaAct, w: &CudaWeight, out_dtype: D
 pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResult<CudaAct> {
     let table = table.matrix("embed")?;
     if let Some(&bad) = ids.iter().find(|&&id| id as usize >= table.rows) {
-        return Err(OpError::shape("embed", format!("token id {bad} >= vocab {}", table.rows)));
+        return Err(OpError::shape(
+            "embed",
+            format!("token id {bad} >= vocab {}", table.rows),
+        ));
     }
     let out = new_act(dev, "embed", ids.len(), table.cols, Dtype::Bf16)?;
     if ids.is_empty() {
@@ -51,7 +65,11 @@ pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResu
     }
     let ids_dev = upload(dev, ids)?;
     let cols = super::launch::int("embed", "hidden", table.cols)?;
-    let args = Args::new().ptr(table.ptr()).ptr(ids_dev.ptr()).ptr(out.ptr()).i32(cols);
+    let args = Args::new()
+        .ptr(table.ptr())
+        .ptr(ids_dev.ptr())
+        .ptr(out.ptr())
+        .i32(cols);
     let grid = (grid_dim("embed", ids.len(), GRID_X)?, 1, 1);
     // SAFETY: ids < rows (checked); out holds ids.len() rows of `cols`.
     unsafe { launch(dev, "embed_bf16", grid, 256, args)? };
@@ -61,7 +79,10 @@ pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResu
 /// `out[i] = x[rows[i]]` (bf16 or f32 activations).
 pub(crate) fn gather_rows(dev: &CudaDevice, x: &CudaAct, rows: &[usize]) -> OpResult<CudaAct> {
     if let Some(&bad) = rows.iter().find(|&&r| r >= x.rows) {
-        return Err(OpError::shape("gather_rows", format!("row {bad} >= {}", x.rows)));
+        return Err(OpError::shape(
+            "gather_rows",
+            format!("row {bad} >= {}", x.rows),
+        ));
     }
     let out = new_act(dev, "gather_rows", rows.len(), x.cols, x.dtype)?;
     if rows.is_empty() || x.cols == 0 {
@@ -74,7 +95,11 @@ pub(crate) fn gather_rows(dev: &CudaDevice, x: &CudaAct, rows: &[usize]) -> OpRe
         _ => "gather_rows_b32",
     };
     let cols = super::launch::int("gather_rows", "columns", x.cols)?;
-    let args = Args::new().ptr(x.ptr()).ptr(idx_dev.ptr()).ptr(out.ptr()).i32(cols);
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(idx_dev.ptr())
+        .ptr(out.ptr())
+        .i32(cols);
     let grid = (grid_dim("gather_rows", rows.len(), GRID_X)?, 1, 1);
     // SAFETY: every index < x.rows (checked); out holds rows.len() rows.
     unsafe { launch(dev, entry, grid, 256, args)? };
@@ -101,7 +126,11 @@ pub(crate) fn swiglu(dev: &CudaDevice, gate: &CudaAct, up: &CudaAct) -> OpResult
     let out = new_act(dev, "swiglu", gate.rows, gate.cols, Dtype::Bf16)?;
     let n = gate.elems();
     if n > 0 {
-        let args = Args::new().ptr(gate.ptr()).ptr(up.ptr()).ptr(out.ptr()).i64(n as i64);
+        let args = Args::new()
+            .ptr(gate.ptr())
+            .ptr(up.ptr())
+            .ptr(out.ptr())
+            .i64(n as i64);
         // SAFETY: all three hold n bf16 elements.
         unsafe { launch(dev, "swiglu_bf16", stride_grid(n, 256), 256, args)? };
     }
@@ -120,7 +149,10 @@ pub(crate) fn gdn_gating(
     same_shape("gdn_gating", a, b)?;
     let (a_log, dt_bias) = (a_log.vector("gdn_gating")?, dt_bias.vector("gdn_gating")?);
     if a_log.elems() != a.cols || dt_bias.elems() != a.cols {
-        return Err(OpError::shape("gdn_gating", "A_log / dt_bias length != heads"));
+        return Err(OpError::shape(
+            "gdn_gating",
+            "A_log / dt_bias length != heads",
+        ));
     }
     let g = new_act(dev, "gdn_gating", a.rows, a.cols, Dtype::F32)?;
     let beta = new_act(dev, "gdn_gating", a.rows, a.cols, Dtype::F32)?;

@@ -21,14 +21,27 @@ pub(crate) fn gated_delta_rule(
     let spec = state.spec;
     bf16(op, qkv)?;
     if qkv.cols != spec.conv_dim() || g.cols != spec.v_heads || beta.cols != spec.v_heads {
-        return Err(OpError::shape(op, format!("qkv {} / g {} columns for {spec:?}", qkv.cols, g.cols)));
+        return Err(OpError::shape(
+            op,
+            format!("qkv {} / g {} columns for {spec:?}", qkv.cols, g.cols),
+        ));
     }
-    if g.rows != qkv.rows || beta.rows != qkv.rows || g.dtype != Dtype::F32 || beta.dtype != Dtype::F32 {
-        return Err(OpError::shape(op, "g and beta must be f32 [t][v_heads] (from gdn_gating)"));
+    if g.rows != qkv.rows
+        || beta.rows != qkv.rows
+        || g.dtype != Dtype::F32
+        || beta.dtype != Dtype::F32
+    {
+        return Err(OpError::shape(
+            op,
+            "g and beta must be f32 [t][v_heads] (from gdn_gating)",
+        ));
     }
     batch_rows(op, qkv, batch, spec.slots)?;
     if !GDN_AVAILABLE {
-        return Err(OpError::Unsupported { op, reason: NOT_MERGED.into() });
+        return Err(OpError::Unsupported {
+            op,
+            reason: NOT_MERGED.into(),
+        });
     }
     let out = new_act(dev, op, qkv.rows, spec.v_heads * spec.v_dim, Dtype::Bf16)?;
     let seqs: Vec<(usize, usize, usize)> = (0..batch.sequences())

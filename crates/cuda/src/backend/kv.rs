@@ -21,7 +21,10 @@ pub(crate) fn kv_write(
     if k.cols != spec.kv_heads * spec.head_dim {
         return Err(OpError::shape(
             op,
-            format!("{} columns for {} kv heads × {}", k.cols, spec.kv_heads, spec.head_dim),
+            format!(
+                "{} columns for {} kv heads × {}",
+                k.cols, spec.kv_heads, spec.head_dim
+            ),
         ));
     }
     batch_rows(op, k, batch, spec.slots)?;
@@ -37,7 +40,11 @@ pub(crate) fn kv_write(
         if held + batch.seq_len(i) > spec.capacity {
             return Err(OpError::State {
                 slot,
-                detail: format!("{held} + {} tokens exceed the capacity {}", batch.seq_len(i), spec.capacity),
+                detail: format!(
+                    "{held} + {} tokens exceed the capacity {}",
+                    batch.seq_len(i),
+                    spec.capacity
+                ),
             });
         }
     }

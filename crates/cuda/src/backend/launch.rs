@@ -85,7 +85,10 @@ pub(crate) fn stride_grid(n: usize, block: u32) -> (u32, u32, u32) {
 /// A grid dimension of `n` (at least 1), or a shape error past the driver's limit.
 pub(crate) fn grid_dim(op: &'static str, n: usize, limit: usize) -> OpResult<u32> {
     if n > limit {
-        return Err(OpError::shape(op, format!("{n} blocks exceed the grid limit {limit}")));
+        return Err(OpError::shape(
+            op,
+            format!("{n} blocks exceed the grid limit {limit}"),
+        ));
     }
     Ok(n.max(1) as u32)
 }

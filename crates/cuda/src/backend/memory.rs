@@ -21,7 +21,10 @@ fn write_at<T: Copy>(dev: &CudaDevice, buf: &DeviceBuffer, at: usize, data: &[T]
     let es = std::mem::size_of::<T>();
     let end = (at + data.len()) * es;
     if end > buf.len_bytes() {
-        return Err(OpError::Device(format!("write of {end} bytes past a {}-byte buffer", buf.len_bytes())));
+        return Err(OpError::Device(format!(
+            "write of {end} bytes past a {}-byte buffer",
+            buf.len_bytes()
+        )));
     }
     dev.synchronize().map_err(dev_err)?;
     // SAFETY: the range [at, at + len) lies inside the buffer (checked above).
@@ -50,7 +53,10 @@ pub(crate) fn upload_matrix(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight>
     let cols = *t.shape.last().unwrap_or(&0);
     let numel = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     if t.shape.is_empty() || cols == 0 || numel != Some(t.numel()) {
-        return Err(OpError::shape("upload_matrix", format!("bad shape {:?} for {} values", t.shape, t.numel())));
+        return Err(OpError::shape(
+            "upload_matrix",
+            format!("bad shape {:?} for {} values", t.shape, t.numel()),
+        ));
     }
     let n = t.numel();
     let buf = alloc(dev, mul("upload_matrix", n, 2)?)?;
@@ -62,7 +68,12 @@ pub(crate) fn upload_matrix(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight>
         write_at(dev, &buf, at, &piece[..len])?;
         at += len;
     }
-    Ok(CudaWeight { buf, rows: n / cols, cols, dtype: Dtype::Bf16 })
+    Ok(CudaWeight {
+        buf,
+        rows: n / cols,
+        cols,
+        dtype: Dtype::Bf16,
+    })
 }
 
 /// Uploads any tensor as a flat f32 vector.
@@ -73,33 +84,75 @@ pub(crate) fn upload_vector(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight>
     let v = t.to_f32_vec();
     let buf = alloc(dev, mul("upload_vector", v.len(), 4)?)?;
     write_at(dev, &buf, 0, &v)?;
-    Ok(CudaWeight { buf, rows: 1, cols: v.len(), dtype: Dtype::F32 })
+    Ok(CudaWeight {
+        buf,
+        rows: 1,
+        cols: v.len(),
+        dtype: Dtype::F32,
+    })
 }
 
 /// A bf16 `[rows][cols]` matrix with element `i` = `mean + std · rng::normal(seed, i)`.
-pub(crate) fn init_matrix(dev: &CudaDevice, rows: usize, cols: usize, init: WeightInit) -> OpResult<CudaWeight> {
+pub(crate) fn init_matrix(
+    dev: &CudaDevice,
+    rows: usize,
+    cols: usize,
+    init: WeightInit,
+) -> OpResult<CudaWeight> {
     let n = mul("init_matrix", rows, cols)?;
     if n == 0 {
-        return Err(OpError::shape("init_matrix", format!("[{rows}][{cols}] is empty")));
+        return Err(OpError::shape(
+            "init_matrix",
+            format!("[{rows}][{cols}] is empty"),
+        ));
     }
     let buf = alloc(dev, mul("init_matrix", n, 2)?)?;
-    let args = Args::new().ptr(buf.ptr()).u64(n as u64).u64(init.seed).f32(init.mean).f32(init.std);
+    let args = Args::new()
+        .ptr(buf.ptr())
+        .u64(n as u64)
+        .u64(init.seed)
+        .f32(init.mean)
+        .f32(init.std);
     // SAFETY: the kernel writes n bf16 elements of `buf`.
     unsafe { launch(dev, "init_normal_bf16", stride_grid(n, 256), 256, args)? };
-    Ok(CudaWeight { buf, rows, cols, dtype: Dtype::Bf16 })
+    Ok(CudaWeight {
+        buf,
+        rows,
+        cols,
+        dtype: Dtype::Bf16,
+    })
 }
 
 /// A fresh, uninitialised activation (NaN-poisoned in debug builds is the
 /// tests' job: they fill outputs before ops where it matters).
-pub(crate) fn new_act(dev: &CudaDevice, op: &'static str, rows: usize, cols: usize, dtype: Dtype) -> OpResult<CudaAct> {
+pub(crate) fn new_act(
+    dev: &CudaDevice,
+    op: &'static str,
+    rows: usize,
+    cols: usize,
+    dtype: Dtype,
+) -> OpResult<CudaAct> {
     let bytes = mul(op, mul(op, rows, cols)?, dtype.size_bytes())?;
-    Ok(CudaAct { buf: alloc(dev, bytes)?, rows, cols, dtype })
+    Ok(CudaAct {
+        buf: alloc(dev, bytes)?,
+        rows,
+        cols,
+        dtype,
+    })
 }
 
 /// A bf16 activation from host f32 values.
-pub(crate) fn act_from_f32(dev: &CudaDevice, rows: usize, cols: usize, data: &[f32]) -> OpResult<CudaAct> {
+pub(crate) fn act_from_f32(
+    dev: &CudaDevice,
+    rows: usize,
+    cols: usize,
+    data: &[f32],
+) -> OpResult<CudaAct> {
     if rows.checked_mul(cols) != Some(data.len()) {
-        return Err(OpError::shape("act_from_f32", format!("{} values for [{rows}][{cols}]", data.len())));
+        return Err(OpError::shape(
+            "act_from_f32",
+            format!("{} values for [{rows}][{cols}]", data.len()),
+        ));
     }
     let act = new_act(dev, "act_from_f32", rows, cols, Dtype::Bf16)?;
     let host: Vec<bf16> = data.par_iter().map(|&x| bf16::from_f32(x)).collect();
@@ -121,6 +174,9 @@ pub(crate) fn act_to_f32(dev: &CudaDevice, x: &CudaAct) -> OpResult<Vec<f32>> {
             dev.read(&x.buf, &mut raw).map_err(dev_err)?;
             Ok(raw.par_iter().map(|v| v.to_f32()).collect())
         }
-        Dtype::F16 => Err(OpError::shape("act_to_f32", "f16 activations are not used on CUDA")),
+        Dtype::F16 => Err(OpError::shape(
+            "act_to_f32",
+            "f16 activations are not used on CUDA",
+        )),
     }
 }

@@ -30,7 +30,8 @@ pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
 use crate::device::CudaDevice;
 use crate::CudaError;
 use headroom_core::ops::{
-    Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpKey, OpResult, RopeSpec, SamplingParams, WeightInit,
+    Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpKey, OpResult, RopeSpec,
+    SamplingParams, WeightInit,
 };
 use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,7 +52,10 @@ impl CudaBackend {
 
     /// The backend on an opened device.
     pub fn on(dev: CudaDevice) -> CudaBackend {
-        CudaBackend { dev, earlier_peak: AtomicU64::new(0) }
+        CudaBackend {
+            dev,
+            earlier_peak: AtomicU64::new(0),
+        }
     }
 
     pub fn device(&self) -> &CudaDevice {
@@ -69,7 +73,8 @@ impl CudaBackend {
     }
 
     fn save_peak(&self) {
-        self.earlier_peak.fetch_max(self.dev.allocator().stats().peak, Ordering::Relaxed);
+        self.earlier_peak
+            .fetch_max(self.dev.allocator().stats().peak, Ordering::Relaxed);
     }
 }
 
@@ -172,15 +177,34 @@ impl Backend for CudaBackend {
         norm::rms_norm_groups(&self.dev, x, weight, eps)
     }
 
-    fn gated_rms_norm(&self, x: &mut CudaAct, z: &CudaAct, weight: &CudaWeight, eps: f32) -> OpResult<()> {
+    fn gated_rms_norm(
+        &self,
+        x: &mut CudaAct,
+        z: &CudaAct,
+        weight: &CudaWeight,
+        eps: f32,
+    ) -> OpResult<()> {
         norm::gated_rms_norm(&self.dev, x, z, weight, eps)
     }
 
-    fn rope(&self, x: &mut CudaAct, heads: usize, head_dim: usize, spec: &RopeSpec, batch: &Batch) -> OpResult<()> {
+    fn rope(
+        &self,
+        x: &mut CudaAct,
+        heads: usize,
+        head_dim: usize,
+        spec: &RopeSpec,
+        batch: &Batch,
+    ) -> OpResult<()> {
         rope::rope(&self.dev, x, heads, head_dim, spec, batch)
     }
 
-    fn conv1d_silu(&self, x: &CudaAct, w: &CudaWeight, st: &mut CudaGdnState, batch: &Batch) -> OpResult<CudaAct> {
+    fn conv1d_silu(
+        &self,
+        x: &CudaAct,
+        w: &CudaWeight,
+        st: &mut CudaGdnState,
+        batch: &Batch,
+    ) -> OpResult<CudaAct> {
         conv::conv1d_silu(&self.dev, x, w, st, batch)
     }
 
@@ -205,7 +229,13 @@ impl Backend for CudaBackend {
         gdn::gated_delta_rule(&self.dev, qkv, g, beta, st, batch)
     }
 
-    fn kv_write(&self, cache: &mut CudaKvCache, k: &CudaAct, v: &CudaAct, batch: &Batch) -> OpResult<()> {
+    fn kv_write(
+        &self,
+        cache: &mut CudaKvCache,
+        k: &CudaAct,
+        v: &CudaAct,
+        batch: &Batch,
+    ) -> OpResult<()> {
         kv::kv_write(&self.dev, cache, k, v, batch)
     }
 
@@ -236,7 +266,12 @@ impl Backend for CudaBackend {
         dense::gather_rows(&self.dev, x, rows)
     }
 
-    fn sample(&self, logits: &CudaAct, params: &[SamplingParams], steps: &[u64]) -> OpResult<Vec<u32>> {
+    fn sample(
+        &self,
+        logits: &CudaAct,
+        params: &[SamplingParams],
+        steps: &[u64],
+    ) -> OpResult<Vec<u32>> {
         sample::sample(&self.dev, logits, params, steps)
     }
 }

@@ -17,14 +17,20 @@ use headroom_core::Dtype;
 fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
     let (e, i) = (spec.num_experts, spec.intermediate);
     if spec.top_k == 0 || spec.top_k > e {
-        return Err(OpError::shape("moe", format!("top_k {} must be in 1..={e}", spec.top_k)));
+        return Err(OpError::shape(
+            "moe",
+            format!("top_k {} must be in 1..={e}", spec.top_k),
+        ));
     }
     let expect = |name: &str, wt: &CudaWeight, rows: Option<usize>, cols: usize| -> OpResult<()> {
         wt.matrix("moe")?;
         if rows.is_some_and(|r| r != wt.rows) || wt.cols != cols {
             return Err(OpError::shape(
                 "moe",
-                format!("{name} is [{}][{}], expected [{rows:?}][{cols}]", wt.rows, wt.cols),
+                format!(
+                    "{name} is [{}][{}], expected [{rows:?}][{cols}]",
+                    wt.rows, wt.cols
+                ),
             ));
         }
         Ok(())
@@ -34,23 +40,45 @@ fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<
     expect("down", &w.down, e.checked_mul(hidden), i)?;
     expect("shared_gate", &w.shared_gate, Some(1), hidden)?;
     expect("shared_gate_proj", &w.shared_gate_proj, None, hidden)?;
-    expect("shared_up_proj", &w.shared_up_proj, Some(w.shared_gate_proj.rows), hidden)?;
-    expect("shared_down_proj", &w.shared_down_proj, Some(hidden), w.shared_gate_proj.rows)
+    expect(
+        "shared_up_proj",
+        &w.shared_up_proj,
+        Some(w.shared_gate_proj.rows),
+        hidden,
+    )?;
+    expect(
+        "shared_down_proj",
+        &w.shared_down_proj,
+        Some(hidden),
+        w.shared_gate_proj.rows,
+    )
 }
 
 /// The shared expert's output before its gate, bf16 `[t][hidden]`.
-pub(crate) fn shared_expert(dev: &CudaDevice, x: &CudaAct, w: &MoeWeights<CudaWeight>) -> OpResult<CudaAct> {
+pub(crate) fn shared_expert(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+) -> OpResult<CudaAct> {
     let g = linear(dev, x, &w.shared_gate_proj, Dtype::Bf16)?;
     let u = linear(dev, x, &w.shared_up_proj, Dtype::Bf16)?;
     linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)
 }
 
-pub(crate) fn moe(dev: &CudaDevice, x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpResult<CudaAct> {
+pub(crate) fn moe(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CudaAct> {
     bf16("moe", x)?;
     let hidden = x.cols;
     check(w, spec, hidden)?;
     if !MOE_AVAILABLE {
-        return Err(OpError::Unsupported { op: "moe", reason: format!("routed experts: {NOT_MERGED}") });
+        return Err(OpError::Unsupported {
+            op: "moe",
+            reason: format!("routed experts: {NOT_MERGED}"),
+        });
     }
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
     let routed = zeros_f32(dev, x.elems())?;

@@ -30,7 +30,13 @@ pub(crate) fn add_rms_norm(
     if let Some(d) = delta {
         same_shape("add_rms_norm", residual, d)?;
     }
-    let out = new_act(dev, "add_rms_norm", residual.rows, residual.cols, Dtype::Bf16)?;
+    let out = new_act(
+        dev,
+        "add_rms_norm",
+        residual.rows,
+        residual.cols,
+        Dtype::Bf16,
+    )?;
     if residual.elems() == 0 {
         return Ok(out);
     }
@@ -51,7 +57,12 @@ fn group_grid(op: &'static str, groups: usize) -> OpResult<(u32, u32, u32)> {
     Ok((grid_dim(op, groups.div_ceil(GROUPS_PER_CTA), GRID_X)?, 1, 1))
 }
 
-pub(crate) fn rms_norm_groups(dev: &CudaDevice, x: &mut CudaAct, weight: &CudaWeight, eps: f32) -> OpResult<()> {
+pub(crate) fn rms_norm_groups(
+    dev: &CudaDevice,
+    x: &mut CudaAct,
+    weight: &CudaWeight,
+    eps: f32,
+) -> OpResult<()> {
     bf16("rms_norm", x)?;
     let w = weight.vector("rms_norm")?;
     groups_of("rms_norm", x, w.elems())?;
@@ -67,7 +78,13 @@ pub(crate) fn rms_norm_groups(dev: &CudaDevice, x: &mut CudaAct, weight: &CudaWe
         .f32(eps);
     // SAFETY: x holds groups·d bf16; w d f32.
     unsafe {
-        launch(dev, "rms_norm_groups_bf16", group_grid("rms_norm", groups)?, 32 * GROUPS_PER_CTA as u32, args)
+        launch(
+            dev,
+            "rms_norm_groups_bf16",
+            group_grid("rms_norm", groups)?,
+            32 * GROUPS_PER_CTA as u32,
+            args,
+        )
     }
 }
 
@@ -95,6 +112,12 @@ pub(crate) fn gated_rms_norm(
         .f32(eps);
     // SAFETY: x, z hold groups·d bf16; w d f32.
     unsafe {
-        launch(dev, "gated_rms_norm_bf16", group_grid("gated_rms_norm", groups)?, 32 * GROUPS_PER_CTA as u32, args)
+        launch(
+            dev,
+            "gated_rms_norm_bf16",
+            group_grid("gated_rms_norm", groups)?,
+            32 * GROUPS_PER_CTA as u32,
+            args,
+        )
     }
 }

@@ -32,7 +32,10 @@ pub(crate) fn rope(
     {
         return Err(OpError::shape(
             "rope",
-            format!("{} columns, {heads} heads × {head_dim}, rotary_dim {}, theta {}", x.cols, spec.rotary_dim, spec.theta),
+            format!(
+                "{} columns, {heads} heads × {head_dim}, rotary_dim {}, theta {}",
+                x.cols, spec.rotary_dim, spec.theta
+            ),
         ));
     }
     batch_rows("rope", x, batch, usize::MAX)?;

@@ -12,12 +12,22 @@ use headroom_core::Dtype;
 /// Threads per row (`SAMPLE_THREADS` in the kernel).
 pub(crate) const SAMPLE_THREADS: u32 = 1024;
 
-pub(crate) fn sample(dev: &CudaDevice, logits: &CudaAct, params: &[SamplingParams], steps: &[u64]) -> OpResult<Vec<u32>> {
+pub(crate) fn sample(
+    dev: &CudaDevice,
+    logits: &CudaAct,
+    params: &[SamplingParams],
+    steps: &[u64],
+) -> OpResult<Vec<u32>> {
     let op = "sample";
     if params.len() != logits.rows || steps.len() != logits.rows {
         return Err(OpError::shape(
             op,
-            format!("{} rows, {} params, {} steps", logits.rows, params.len(), steps.len()),
+            format!(
+                "{} rows, {} params, {} steps",
+                logits.rows,
+                params.len(),
+                steps.len()
+            ),
         ));
     }
     if logits.rows == 0 {
@@ -32,7 +42,12 @@ pub(crate) fn sample(dev: &CudaDevice, logits: &CudaAct, params: &[SamplingParam
         if !(p.top_p > 0.0 && p.top_p <= 1.0) || p.temperature.is_nan() {
             return Err(OpError::shape(op, format!("bad sampling parameters {p:?}")));
         }
-        table.extend([p.temperature as f64, p.top_p as f64, p.top_k as f64, rng::uniform(p.seed, s)]);
+        table.extend([
+            p.temperature as f64,
+            p.top_p as f64,
+            p.top_k as f64,
+            rng::uniform(p.seed, s),
+        ]);
     }
     let entry = match logits.dtype {
         Dtype::Bf16 => "sample_bf16",
@@ -41,7 +56,11 @@ pub(crate) fn sample(dev: &CudaDevice, logits: &CudaAct, params: &[SamplingParam
     };
     let table = upload(dev, &table)?;
     let out = alloc(dev, 4 * logits.rows)?;
-    let args = Args::new().ptr(logits.ptr()).i32(vocab).ptr(table.ptr()).ptr(out.ptr());
+    let args = Args::new()
+        .ptr(logits.ptr())
+        .i32(vocab)
+        .ptr(table.ptr())
+        .ptr(out.ptr());
     let grid = (grid_dim(op, logits.rows, GRID_X)?, 1, 1);
     // SAFETY: logits is [rows][vocab]; 4 parameters and one output per row.
     unsafe { launch(dev, entry, grid, SAMPLE_THREADS, args)? };

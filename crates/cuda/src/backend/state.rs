@@ -12,9 +12,18 @@ pub(crate) fn new_kv_cache(dev: &CudaDevice, spec: &KvSpec) -> OpResult<CudaKvCa
         return Err(OpError::shape("new_kv_cache", format!("{spec:?}")));
     }
     let op = "new_kv_cache";
-    let bytes = mul(op, mul(op, mul(op, spec.slots, spec.kv_heads)?, spec.capacity)?, mul(op, spec.head_dim, 2)?)?;
+    let bytes = mul(
+        op,
+        mul(op, mul(op, spec.slots, spec.kv_heads)?, spec.capacity)?,
+        mul(op, spec.head_dim, 2)?,
+    )?;
     let (k, v) = (alloc(dev, bytes)?, alloc(dev, bytes)?);
-    Ok(CudaKvCache { spec: *spec, k, v, lens: vec![0; spec.slots] })
+    Ok(CudaKvCache {
+        spec: *spec,
+        k,
+        v,
+        lens: vec![0; spec.slots],
+    })
 }
 
 pub(crate) fn new_gdn_state(dev: &CudaDevice, spec: &GdnSpec) -> OpResult<CudaGdnState> {
@@ -34,15 +43,30 @@ pub(crate) fn new_gdn_state(dev: &CudaDevice, spec: &GdnSpec) -> OpResult<CudaGd
         .and_then(|a| a.checked_add(spec.v_heads.checked_mul(spec.v_dim)?))
         .ok_or_else(|| OpError::shape(op, "conv_dim overflows"))?;
     let conv = mul(op, mul(op, spec.slots, (spec.kernel - 1) * conv_dim)?, 2)?;
-    let rec = mul(op, mul(op, spec.slots, mul(op, spec.v_heads, mul(op, spec.k_dim, spec.v_dim)?)?)?, 4)?;
-    let state = CudaGdnState { spec: *spec, conv: alloc(dev, conv.max(1))?, recurrent: alloc(dev, rec)? };
+    let rec = mul(
+        op,
+        mul(
+            op,
+            spec.slots,
+            mul(op, spec.v_heads, mul(op, spec.k_dim, spec.v_dim)?)?,
+        )?,
+        4,
+    )?;
+    let state = CudaGdnState {
+        spec: *spec,
+        conv: alloc(dev, conv.max(1))?,
+        recurrent: alloc(dev, rec)?,
+    };
     dev.fill_bytes(&state.conv, 0).map_err(dev_err)?;
     dev.fill_bytes(&state.recurrent, 0).map_err(dev_err)?;
     Ok(state)
 }
 
 fn no_slot(slot: usize) -> OpError {
-    OpError::State { slot, detail: "no such slot".into() }
+    OpError::State {
+        slot,
+        detail: "no such slot".into(),
+    }
 }
 
 pub(crate) fn reset_kv_slot(cache: &mut CudaKvCache, slot: usize) -> OpResult<()> {
@@ -61,7 +85,11 @@ fn zero_range(dev: &CudaDevice, base: u64, at: usize, bytes: usize) -> OpResult<
         .map_err(|e| dev_err(e.into()))
 }
 
-pub(crate) fn reset_gdn_slot(dev: &CudaDevice, state: &mut CudaGdnState, slot: usize) -> OpResult<()> {
+pub(crate) fn reset_gdn_slot(
+    dev: &CudaDevice,
+    state: &mut CudaGdnState,
+    slot: usize,
+) -> OpResult<()> {
     let s = state.spec;
     if slot >= s.slots {
         return Err(no_slot(slot));

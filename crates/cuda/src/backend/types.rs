@@ -51,7 +51,10 @@ impl CudaWeight {
     /// The f32 vector this weight must be for `op`.
     pub(crate) fn vector(&self, op: &'static str) -> OpResult<&CudaWeight> {
         if self.dtype != Dtype::F32 {
-            return Err(OpError::shape(op, "this weight must be uploaded as a vector (f32)"));
+            return Err(OpError::shape(
+                op,
+                "this weight must be uploaded as a vector (f32)",
+            ));
         }
         Ok(self)
     }
@@ -59,7 +62,10 @@ impl CudaWeight {
     /// The bf16 matrix this weight must be for `op`.
     pub(crate) fn matrix(&self, op: &'static str) -> OpResult<&CudaWeight> {
         if self.dtype != Dtype::Bf16 {
-            return Err(OpError::shape(op, "this weight must be uploaded as a matrix (bf16)"));
+            return Err(OpError::shape(
+                op,
+                "this weight must be uploaded as a matrix (bf16)",
+            ));
         }
         Ok(self)
     }

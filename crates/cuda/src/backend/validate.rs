@@ -8,7 +8,10 @@ use headroom_core::Dtype;
 /// `x` must be a bf16 activation.
 pub(crate) fn bf16(op: &'static str, x: &CudaAct) -> OpResult<()> {
     if x.dtype != Dtype::Bf16 {
-        return Err(OpError::shape(op, format!("needs a bf16 activation, got {}", x.dtype)));
+        return Err(OpError::shape(
+            op,
+            format!("needs a bf16 activation, got {}", x.dtype),
+        ));
     }
     Ok(())
 }
@@ -18,17 +21,28 @@ pub(crate) fn same_shape(op: &'static str, a: &CudaAct, b: &CudaAct) -> OpResult
     if (a.rows, a.cols, a.dtype) != (b.rows, b.cols, b.dtype) {
         return Err(OpError::shape(
             op,
-            format!("[{}][{}] {} vs [{}][{}] {}", a.rows, a.cols, a.dtype, b.rows, b.cols, b.dtype),
+            format!(
+                "[{}][{}] {} vs [{}][{}] {}",
+                a.rows, a.cols, a.dtype, b.rows, b.cols, b.dtype
+            ),
         ));
     }
     Ok(())
 }
 
 /// The batch must be consistent, its slots `< slots`, and cover `x`'s rows.
-pub(crate) fn batch_rows(op: &'static str, x: &CudaAct, batch: &Batch, slots: usize) -> OpResult<()> {
+pub(crate) fn batch_rows(
+    op: &'static str,
+    x: &CudaAct,
+    batch: &Batch,
+    slots: usize,
+) -> OpResult<()> {
     batch.validate(slots)?;
     if batch.rows() != x.rows {
-        return Err(OpError::shape(op, format!("batch has {} rows, activation {}", batch.rows(), x.rows)));
+        return Err(OpError::shape(
+            op,
+            format!("batch has {} rows, activation {}", batch.rows(), x.rows),
+        ));
     }
     Ok(())
 }
@@ -36,7 +50,10 @@ pub(crate) fn batch_rows(op: &'static str, x: &CudaAct, batch: &Batch, slots: us
 /// `x`'s columns must be whole groups of `group` (> 0).
 pub(crate) fn groups_of(op: &'static str, x: &CudaAct, group: usize) -> OpResult<()> {
     if group == 0 || !x.cols.is_multiple_of(group) {
-        return Err(OpError::shape(op, format!("{} columns are not groups of {group}", x.cols)));
+        return Err(OpError::shape(
+            op,
+            format!("{} columns are not groups of {group}", x.cols),
+        ));
     }
     Ok(())
 }
