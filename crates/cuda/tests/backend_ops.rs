@@ -1044,7 +1044,7 @@ fn moe_ref(
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
 fn moe_block_matches_f64_or_reports_unmerged() {
     let be = backend();
-    let (t, h, inter, e, si) = (67, 256, 96, 16, 128);
+    let (t, h, inter, e, si) = (67, 256, 128, 16, 128);
     let spec = MoeSpec {
         num_experts: e,
         top_k: 4,
