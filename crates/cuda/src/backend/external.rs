@@ -12,6 +12,9 @@ pub(crate) const NOT_MERGED: &str = "not merged yet";
 
 /// Whether the gated delta rule kernel is built in.
 pub(crate) const GDN_AVAILABLE: bool = false;
+/// The key and value head dim the gated delta rule kernels are built for
+/// (wired: `crate::ops::gdn::SUPPORTED_DIM`).
+pub(crate) const GDN_HEAD_DIM: usize = 128;
 /// Whether the routed-experts kernel is built in.
 pub(crate) const MOE_AVAILABLE: bool = false;
 
