@@ -22,10 +22,10 @@ echo "=== backend op tests (--ignored, one thread) ==="
 timeout 240 "$BIN" --ignored --test-threads=1 2>&1 | tee "$OUT/backend_ops.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-echo "=== compute-sanitizer memcheck: small_every_kernel_once ==="
+echo "=== compute-sanitizer memcheck: sampling::small_every_kernel_once ==="
 if command -v compute-sanitizer >/dev/null; then
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$BIN" --ignored --exact small_every_kernel_once 2>&1 | tail -n 8
+        "$BIN" --ignored --exact sampling::small_every_kernel_once 2>&1 | tail -n 8
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED"; status=1; }
 else
     echo "compute-sanitizer not found"; status=1
