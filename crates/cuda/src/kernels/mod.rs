@@ -54,8 +54,30 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
     entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
 };
 
+/// Gated delta rule, chunked prefill form (prep + scan; `ops::gdn`).
+pub const GDN_CHUNKED: KernelSource = KernelSource {
+    name: "gdn_chunked",
+    file: "gdn_chunked.cu",
+    source: include_str!("gdn_chunked.cu"),
+    entry_points: &["gdn_chunk_prep_bf16", "gdn_chunk_scan_bf16"],
+};
+
+/// Gated delta rule, recurrent decode step (`ops::gdn`).
+pub const GDN_RECURRENT: KernelSource = KernelSource {
+    name: "gdn_recurrent",
+    file: "gdn_recurrent.cu",
+    source: include_str!("gdn_recurrent.cu"),
+    entry_points: &["gdn_recurrent_step_bf16"],
+};
+
 /// Every kernel source the backend launches.
-pub const SOURCES: &[KernelSource] = &[ATTENTION_FUSED, ATTENTION_FUSED_WGMMA, MASKED_SOFTMAX];
+pub const SOURCES: &[KernelSource] = &[
+    ATTENTION_FUSED,
+    ATTENTION_FUSED_WGMMA,
+    MASKED_SOFTMAX,
+    GDN_CHUNKED,
+    GDN_RECURRENT,
+];
 
 /// Every entry point the artifact must contain, source by source.
 pub fn required_entry_points() -> Vec<&'static str> {
