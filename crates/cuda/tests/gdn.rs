@@ -7,13 +7,16 @@
 use half::bf16;
 use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
-use headroom_cuda::ops::gdn::{gated_delta_rule, validate, GdnLaunch};
+use headroom_cuda::ops::gdn::{
+    gated_delta_rule, gated_delta_rule_with, validate, GdnLaunch, ScanWidth,
+};
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
+const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -174,22 +177,32 @@ impl OnDevice {
             out,
         }
     }
+    /// The default path: the scan width chosen by `scan_width_for`.
     fn run(&self, dev: &CudaDevice, d: Dims, seqs: &[Seq]) -> Result<(), CudaError> {
-        gated_delta_rule(
-            dev,
-            &GdnLaunch {
-                qkv: &self.qkv,
-                g: &self.g,
-                beta: &self.beta,
-                state: &self.state,
-                out: &self.out,
-                seqs,
-                k_heads: d.hk,
-                v_heads: d.hv,
-                k_dim: d.dk,
-                v_dim: d.dv,
-            },
-        )
+        gated_delta_rule(dev, &self.launch(d, seqs))
+    }
+    fn run_with(
+        &self,
+        dev: &CudaDevice,
+        d: Dims,
+        seqs: &[Seq],
+        w: ScanWidth,
+    ) -> Result<(), CudaError> {
+        gated_delta_rule_with(dev, &self.launch(d, seqs), w)
+    }
+    fn launch<'a>(&'a self, d: Dims, seqs: &'a [Seq]) -> GdnLaunch<'a> {
+        GdnLaunch {
+            qkv: &self.qkv,
+            g: &self.g,
+            beta: &self.beta,
+            state: &self.state,
+            out: &self.out,
+            seqs,
+            k_heads: d.hk,
+            v_heads: d.hv,
+            k_dim: d.dk,
+            v_dim: d.dv,
+        }
     }
     fn read(&self, dev: &CudaDevice, x: &Inputs) -> (Vec<f32>, Vec<f32>) {
         let mut bits = vec![0u16; x.t * x.d.hv * x.d.dv];
@@ -217,35 +230,60 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     let w = d.hv * d.dv;
     let mut covered = vec![false; x.t];
     for &(slot, first, rows) in seqs {
-        let e = rel_err(&out[first * w..][..rows * w], &want_out[first * w..][..rows * w]);
-        assert!(e <= TOL, "slot {slot} rows {first}+{rows}: output rel err {e:.3e}");
+        let e = rel_err(
+            &out[first * w..][..rows * w],
+            &want_out[first * w..][..rows * w],
+        );
+        assert!(
+            e <= TOL,
+            "slot {slot} rows {first}+{rows}: output rel err {e:.3e}"
+        );
         let ss = d.slot_state();
         let e = rel_err(&state[slot * ss..][..ss], &want[slot * ss..][..ss]);
-        assert!(e <= TOL, "slot {slot} rows {first}+{rows}: state rel err {e:.3e}");
-        covered[first..first + rows].iter_mut().for_each(|c| *c = true);
+        assert!(
+            e <= TOL,
+            "slot {slot} rows {first}+{rows}: state rel err {e:.3e}"
+        );
+        covered[first..first + rows]
+            .iter_mut()
+            .for_each(|c| *c = true);
         eprintln!("  slot {slot} rows {first}+{rows}: ok");
     }
     for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
-        assert!(out[r * w..][..w].iter().all(|v| v.is_nan()), "row {r} written");
+        assert!(
+            out[r * w..][..w].iter().all(|v| v.is_nan()),
+            "row {r} written"
+        );
     }
     let ss = d.slot_state();
     for slot in 0..x.state.len() / ss {
         if seqs.iter().all(|s| s.0 != slot) {
-            assert_eq!(&state[slot * ss..][..ss], &x.state[slot * ss..][..ss], "slot {slot}");
+            assert_eq!(
+                &state[slot * ss..][..ss],
+                &x.state[slot * ss..][..ss],
+                "slot {slot}"
+            );
         }
     }
 }
 
 /// Runs `calls` (each a list of sequences) in order on the device and the
-/// reference, then checks the union.
+/// reference, then checks the union; once per scan width, fresh inputs each.
 fn run_and_check(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>]) {
+    for w in WIDTHS {
+        eprintln!(" scan width {w:?}");
+        run_and_check_with(d, t, slots, calls, w);
+    }
+}
+
+fn run_and_check_with(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>], w: ScanWidth) {
     let dev = device();
     let x = Inputs::random(d, t, slots, fresh_seed());
     let bufs = OnDevice::upload(&dev, &x);
     let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
     let mut want_out = vec![f64::NAN; t * d.hv * d.dv];
     for seqs in calls {
-        bufs.run(&dev, d, seqs).unwrap();
+        bufs.run_with(&dev, d, seqs, w).unwrap();
         let o = reference(&x, seqs, &mut want);
         for (w, o) in want_out.iter_mut().zip(o) {
             if !o.is_nan() {
@@ -287,7 +325,15 @@ fn varlen_batch_with_slots_gqa_and_initial_state() {
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
 fn decode_batch_runs_every_sequence_in_one_call() {
     let seqs: Vec<Seq> = (0..6).map(|i| ((i * 5) % 7, i + 1, 1)).collect();
-    run_and_check(SMALL, 8, 7, &[seqs.clone(), seqs.iter().map(|s| (s.0, s.1 + 1, 1)).collect()]);
+    run_and_check(
+        SMALL,
+        8,
+        7,
+        &[
+            seqs.clone(),
+            seqs.iter().map(|s| (s.0, s.1 + 1, 1)).collect(),
+        ],
+    );
 }
 
 #[test]
@@ -301,14 +347,18 @@ fn chunk_split_300_as_64_37_199_carries_the_state() {
         2,
         &[vec![(1, 0, 64)], vec![(1, 64, 37)], vec![(1, 101, 199)]],
     );
-    // And the two on identical inputs agree with each other.
+    // And the two on identical inputs agree with each other (wide scan for
+    // the one call, narrow for the three: the widths agree too).
     let dev = device();
     let x = Inputs::random(SMALL, 300, 2, fresh_seed());
     let one = OnDevice::upload(&dev, &x);
-    one.run(&dev, SMALL, &[(1, 0, 300)]).unwrap();
+    one.run_with(&dev, SMALL, &[(1, 0, 300)], ScanWidth::Wide)
+        .unwrap();
     let three = OnDevice::upload(&dev, &x);
     for s in [(1, 0, 64), (1, 64, 37), (1, 101, 199)] {
-        three.run(&dev, SMALL, &[s]).unwrap();
+        three
+            .run_with(&dev, SMALL, &[s], ScanWidth::Narrow)
+            .unwrap();
     }
     let (o1, s1) = one.read(&dev, &x);
     let (o3, s3) = three.read(&dev, &x);
@@ -327,6 +377,12 @@ fn qwen36_35b_dims_at_2048_rows() {
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
 fn nan_in_one_row_stays_in_its_sequence() {
+    for w in WIDTHS {
+        nan_row_case(w);
+    }
+}
+
+fn nan_row_case(w: ScanWidth) {
     let dev = device();
     let d = SMALL;
     let mut x = Inputs::random(d, 200, 2, fresh_seed());
@@ -337,59 +393,101 @@ fn nan_in_one_row_stays_in_its_sequence() {
     }
     let seqs = [(0, 0, 100), (1, 100, 100)];
     let bufs = OnDevice::upload(&dev, &x);
-    bufs.run(&dev, d, &seqs).unwrap();
+    bufs.run_with(&dev, d, &seqs, w).unwrap();
     let (out, state) = bufs.read(&dev, &x);
     let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
     let want_out = reference(&x, &seqs[1..], &mut want);
     let w = d.hv * d.dv;
-    assert!(out[50 * w..100 * w].iter().all(|v| v.is_nan()), "rows 50.. of sequence 0");
+    assert!(
+        out[50 * w..100 * w].iter().all(|v| v.is_nan()),
+        "rows 50.. of sequence 0"
+    );
     let ss = d.slot_state();
     assert!(state[..ss].iter().all(|v| v.is_nan()), "state of slot 0");
-    assert!(out[100 * w..].iter().all(|v| v.is_finite()), "sequence 1 finite");
+    assert!(
+        out[100 * w..].iter().all(|v| v.is_finite()),
+        "sequence 1 finite"
+    );
     let e = rel_err(&out[100 * w..], &want_out[100 * w..]);
     let es = rel_err(&state[ss..], &want[ss..]);
-    assert!(e <= TOL && es <= TOL, "sequence 1: out {e:.3e} state {es:.3e}");
+    assert!(
+        e <= TOL && es <= TOL,
+        "sequence 1: out {e:.3e} state {es:.3e}"
+    );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh (timing, prints ms/layer)"]
 fn bench_qwen36_35b_prefill_ms_per_layer() {
-    use cudarc::driver::{result, sys};
     let dev = device();
     let d = QWEN36_35B;
-    let t_max: usize = std::env::var("GDN_BENCH_TMAX")
+    // GDN_BENCH_T=2048,32768 picks the lengths (the script's profiler pass).
+    let lengths: Vec<usize> = std::env::var("GDN_BENCH_T")
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32768);
-    for t in [2048usize, 8192, 32768].into_iter().filter(|&t| t <= t_max) {
-        let x = Inputs::random(d, t, 1, 7);
+        .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![2048, 8192, 32768]);
+    let report = |what: String, ms: Vec<f64>| {
+        println!(
+            "gdn_bench {what}: median {:.3} ms/layer (min {:.3}, max {:.3}, n={})",
+            ms[ms.len() / 2],
+            ms[0],
+            ms[ms.len() - 1],
+            ms.len()
+        )
+    };
+    for &t in &lengths {
+        let x = Inputs::random(d, t, 8, 7);
         let bufs = OnDevice::upload(&dev, &x);
-        let seqs = [(0, 0, t)];
-        bufs.run(&dev, d, &seqs).unwrap(); // warm-up (compiles on first use)
-        dev.synchronize().unwrap();
-        let mut ms = Vec::new();
-        for _ in 0..7 {
-            // SAFETY: events on this device's live stream, destroyed below.
-            unsafe {
-                let a = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
-                let b = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
-                result::event::record(a, dev.stream_raw()).unwrap();
-                bufs.run(&dev, d, &seqs).unwrap();
-                result::event::record(b, dev.stream_raw()).unwrap();
-                result::event::synchronize(b).unwrap();
-                ms.push(result::event::elapsed(a, b).unwrap() as f64);
-                result::event::destroy(a).unwrap();
-                result::event::destroy(b).unwrap();
+        let one = [(0, 0, t)];
+        // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
+        let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
+        for w in WIDTHS {
+            let ms = time_ms(&dev, || bufs.run_with(&dev, d, &one, w).unwrap());
+            let (out, _) = bufs.read(&dev, &x);
+            assert!(out.iter().all(|v| v.is_finite()));
+            report(format!("t={t} 35B-A3B scan {w:?}"), ms);
+            if t >= 8192 {
+                let ms = time_ms(&dev, || bufs.run_with(&dev, d, &eight, w).unwrap());
+                report(format!("t={t} as 8 x {} scan {w:?}", t / 8), ms);
             }
         }
-        ms.sort_by(f64::total_cmp);
-        let (out, _) = bufs.read(&dev, &x);
-        assert!(out.iter().all(|v| v.is_finite()));
-        println!(
-            "gdn_bench t={t} hk={} hv={} dk={} dv={}: median {:.3} ms/layer (min {:.3}, max {:.3}, n={})",
-            d.hk, d.hv, d.dk, d.dv, ms[ms.len() / 2], ms[0], ms[ms.len() - 1], ms.len()
-        );
     }
+    // Decode: one recurrent step for a batch of sequences.
+    if std::env::var("GDN_BENCH_T").is_err() {
+        for batch in [1usize, 32, 256] {
+            let x = Inputs::random(d, batch, batch, 9);
+            let bufs = OnDevice::upload(&dev, &x);
+            let seqs: Vec<Seq> = (0..batch).map(|i| (i, i, 1)).collect();
+            let ms = time_ms(&dev, || bufs.run(&dev, d, &seqs).unwrap());
+            let (out, _) = bufs.read(&dev, &x);
+            assert!(out.iter().all(|v| v.is_finite()));
+            report(format!("decode batch {batch}"), ms);
+        }
+    }
+}
+
+/// Device times (ms, sorted) of 7 calls after one warm-up, from CUDA events.
+fn time_ms(dev: &CudaDevice, mut call: impl FnMut()) -> Vec<f64> {
+    use cudarc::driver::{result, sys};
+    call(); // warm-up (compiles on first use)
+    dev.synchronize().unwrap();
+    let mut ms = Vec::new();
+    for _ in 0..7 {
+        // SAFETY: events on this device's live stream, destroyed below.
+        unsafe {
+            let a = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+            let b = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+            result::event::record(a, dev.stream_raw()).unwrap();
+            call();
+            result::event::record(b, dev.stream_raw()).unwrap();
+            result::event::synchronize(b).unwrap();
+            ms.push(result::event::elapsed(a, b).unwrap() as f64);
+            result::event::destroy(a).unwrap();
+            result::event::destroy(b).unwrap();
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    ms
 }
 
 // ------------------------------------------------ validation, no GPU ----
@@ -412,7 +510,13 @@ fn validate_with(
     short: Option<&str>,
 ) -> Result<usize, CudaError> {
     let a = Allocator::new(Box::new(FakeMemory));
-    let cut = |name: &str, bytes: usize| if short == Some(name) { bytes - 1 } else { bytes };
+    let cut = |name: &str, bytes: usize| {
+        if short == Some(name) {
+            bytes - 1
+        } else {
+            bytes
+        }
+    };
     let qkv = a.alloc(cut("qkv", t * d.row() * 2))?;
     let g = a.alloc(cut("g", t * d.hv * 4))?;
     let beta = a.alloc(cut("beta", t * d.hv * 4))?;
@@ -457,13 +561,25 @@ fn sequences_past_the_buffers_are_rejected() {
 fn slots_out_of_range_or_shared_are_rejected() {
     let m = invalid(validate_with(SMALL, 100, 2, &[(2, 0, 10)], None));
     assert!(m.contains("slot 2"), "{m}");
-    let m = invalid(validate_with(SMALL, 100, 2, &[(1, 0, 10), (1, 10, 10)], None));
+    let m = invalid(validate_with(
+        SMALL,
+        100,
+        2,
+        &[(1, 0, 10), (1, 10, 10)],
+        None,
+    ));
     assert!(m.contains("two sequences"), "{m}");
 }
 
 #[test]
 fn overlapping_sequences_are_rejected() {
-    let m = invalid(validate_with(SMALL, 100, 2, &[(0, 0, 10), (1, 9, 10)], None));
+    let m = invalid(validate_with(
+        SMALL,
+        100,
+        2,
+        &[(0, 0, 10), (1, 9, 10)],
+        None,
+    ));
     assert!(m.contains("overlap"), "{m}");
 }
 
@@ -477,9 +593,27 @@ fn every_short_buffer_is_rejected() {
 
 #[test]
 fn unsupported_dims_are_rejected() {
-    let m = invalid(validate_with(Dims { hv: 3, ..SMALL }, 10, 1, &[(0, 0, 10)], None));
+    let m = invalid(validate_with(
+        Dims { hv: 3, ..SMALL },
+        10,
+        1,
+        &[(0, 0, 10)],
+        None,
+    ));
     assert!(m.contains("multiple"), "{m}");
-    let m = invalid(validate_with(Dims { dk: 64, ..SMALL }, 10, 1, &[(0, 0, 10)], None));
+    let m = invalid(validate_with(
+        Dims { dk: 64, ..SMALL },
+        10,
+        1,
+        &[(0, 0, 10)],
+        None,
+    ));
     assert!(m.contains("support 128"), "{m}");
-    invalid(validate_with(Dims { hk: 0, ..SMALL }, 10, 1, &[(0, 0, 10)], None));
+    invalid(validate_with(
+        Dims { hk: 0, ..SMALL },
+        10,
+        1,
+        &[(0, 0, 10)],
+        None,
+    ));
 }

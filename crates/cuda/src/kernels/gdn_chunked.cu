@@ -19,8 +19,9 @@
 //   (I + A) by blocked forward substitution (16x16 diagonal blocks, then the
 //   off-diagonal blocks diagonal by diagonal), and writes W, U, P (bf16) and
 //   per-row factors (f32) to a scratch buffer.
-// * gdn_chunk_scan_bf16, one CTA per (32 value columns, value head, sequence):
-//   walks the chunks of its sequence in order with its 128 x 32 slice of the
+// * gdn_chunk_scan_bf16 / _bv64_bf16, one CTA per (32 or 64 value columns,
+//   value head, sequence):
+//   walks the chunks of its sequence in order with its 128 x BV slice of the
 //   state in f32 registers; per chunk three tensor-core products
 //   (delta = U - W S0 and Q S0; o += P delta; S += K^T delta). The next
 //   chunk's tiles stream in with cp.async while the current one computes.
@@ -39,14 +40,11 @@ typedef __nv_bfloat162 bf162;
 constexpr int DK = 128;          // key head dim
 constexpr int DV = 128;          // value head dim
 constexpr int BT = 64;           // chunk rows
-constexpr int BV = 32;           // value columns per scan CTA
+constexpr int BV_NARROW = 32;    // value columns per scan CTA: 4 CTAs per head
+constexpr int BV_WIDE = 64;      // or 2 CTAs per head (half the tile traffic)
 constexpr int PREP_THREADS = 128;
 constexpr int SCAN_WARPS = 8;
 constexpr int SCAN_THREADS = SCAN_WARPS * 32;
-// Scan work split: phase-1/2 tiles (64 x BV) as 4 row tiles x SCAN_WARPS/4
-// column groups; state tiles (DK x BV) as one 16-row tile per warp, all BV columns.
-constexpr int SC_NT = (BV / 8) / (SCAN_WARPS / 4);  // n8 tiles per warp in phases 1-2
-constexpr int SC_MT = (DK / 16) / SCAN_WARPS;       // m16 state tiles per warp
 constexpr int MAX_SEQS = 128;    // sequences per launch (kernel parameter table)
 constexpr int FAC = 132;         // floats per (chunk, head): qf[64], kf[64], exp(G_L), pad
 constexpr float L2_EPS = 1e-6f;
@@ -54,7 +52,6 @@ constexpr float L2_EPS = 1e-6f;
 // Padded shared-memory row strides (bf16 elements): rows land on distinct banks.
 constexpr int LD128 = DK + 8;    // 136
 constexpr int LD64 = BT + 8;     // 72
-constexpr int LDU = BV + 8;      // 40
 
 struct SeqTable {
     int n;                  // sequences in this launch
@@ -121,13 +118,16 @@ __device__ __forceinline__ int seq_of_chunk(const SeqTable& tab, int c) {
 
 // ---------------------------------------------------------------- prep ----
 
+extern __shared__ __align__(16) unsigned char dyn_smem[];
+
 // Shared memory of the prep kernel (bytes).
 constexpr int PREP_R1 = 2 * BT * LD128 * 2;           // Ks | Qs, later Af | Tf (f32)
 constexpr int PREP_TS = BT * LD64 * 2;                // T in bf16
 constexpr int PREP_KBT = DK * LD64 * 2;               // (beta exp(G) k)^T
 constexpr int PREP_VBT = DV * LD64 * 2;               // (beta v)^T
 constexpr int PREP_X = 3 * 16 * 16 * 4;               // off-diagonal partial products
-constexpr int PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + PREP_X + 3 * BT * 4;
+constexpr int PREP_V = BT * LD128 * 2;                // raw v rows (cp.async staging)
+constexpr int PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + PREP_X + 3 * BT * 4 + PREP_V;
 constexpr int LDF = BT + 1;                           // f32 [64][65]
 static_assert(2 * BT * LDF * 4 <= PREP_R1, "Af and Tf fit in the K/Q region");
 static_assert(2 * PREP_SMEM <= 228 * 1024, "two prep CTAs per SM");
@@ -136,7 +136,7 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
     float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char* smem = dyn_smem;
     bf16* Ks = reinterpret_cast<bf16*>(smem);
     bf16* Qs = Ks + BT * LD128;
     float* Af = reinterpret_cast<float*>(smem);
@@ -148,6 +148,7 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
     float* Gs = X + 3 * 256;
     float* Gc = Gs + BT;
     float* Bs = Gc + BT;
+    bf16* Vs = reinterpret_cast<bf16*>(Bs + BT);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int c = blockIdx.x, h = blockIdx.y;
@@ -159,6 +160,16 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
     const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
     const size_t tile = (size_t)c * hv + h;
 
+    // Raw q, k, v rows into shared memory in one burst (zeros past the sequence).
+    for (int e = tid; e < BT * 16; e += PREP_THREADS) {
+        const int r = e >> 4, ch = (e & 15) * 8;
+        const bool ok = r < nrows;
+        const bf16* src = qkv + (row0 + r) * ld_qkv;
+        cp_async_16(Qs + r * LD128 + ch, ok ? src + kh * DK + ch : qkv, ok);
+        cp_async_16(Ks + r * LD128 + ch, ok ? src + (long long)(hk + kh) * DK + ch : qkv, ok);
+        cp_async_16(Vs + r * LD128 + ch, ok ? src + 2LL * hk * DK + (long long)h * DV + ch : qkv, ok);
+    }
+    cp_async_commit();
     if (tid < BT) {
         const bool ok = tid < nrows;
         Gs[tid] = ok ? gdec[(row0 + tid) * hv + h] : 0.f;
@@ -174,31 +185,24 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
         }
         Gc[tid] = v;
     }
+    cp_async_wait_all();
     __syncthreads();
     if (tid >= 32 && tid < BT) Gc[tid] += Gc[31];
     __syncthreads();
     const float GL = Gc[BT - 1];  // padded rows have g = 0
 
-    // Rows: normalise q and k, scale, lay out for the products.
+    // Rows (a warp each): normalise q and k in place, scale, lay out k and v
+    // transposed for W and U. Lane owns columns lane + 32e (conflict-light).
     const float qscale = rsqrtf((float)DK);
     for (int r = warp; r < BT; r += PREP_THREADS / 32) {
         const bool ok = r < nrows;
         float q[4], k[4], v[4];
-        if (ok) {
-            const bf16* base = qkv + (row0 + r) * ld_qkv;
-            const bf162* qp = reinterpret_cast<const bf162*>(base + kh * DK + lane * 4);
-            const bf162* kp = reinterpret_cast<const bf162*>(base + (long long)hk * DK + kh * DK + lane * 4);
-            const bf162* vp = reinterpret_cast<const bf162*>(base + 2LL * hk * DK + (long long)h * DV + lane * 4);
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                float2 a = __bfloat1622float2(qp[e]), b = __bfloat1622float2(kp[e]), d = __bfloat1622float2(vp[e]);
-                q[2 * e] = a.x; q[2 * e + 1] = a.y;
-                k[2 * e] = b.x; k[2 * e + 1] = b.y;
-                v[2 * e] = d.x; v[2 * e + 1] = d.y;
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) q[e] = k[e] = v[e] = 0.f;
+        for (int e = 0; e < 4; ++e) {
+            const int col = lane + 32 * e;
+            q[e] = __bfloat162float(Qs[r * LD128 + col]);
+            k[e] = __bfloat162float(Ks[r * LD128 + col]);
+            v[e] = __bfloat162float(Vs[r * LD128 + col]);
         }
         float sq = 0.f, sk = 0.f;
 #pragma unroll
@@ -209,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
         const float b = Bs[r], eg = __expf(Gc[r]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            const int col = lane * 4 + e;
+            const int col = lane + 32 * e;
             Qs[r * LD128 + col] = __float2bfloat16(q[e] * iq);
             Ks[r * LD128 + col] = __float2bfloat16(k[e] * ik);
             KbT[col * LD64 + r] = __float2bfloat16(k[e] * ik * b * eg);
@@ -348,27 +352,41 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
 
 // ---------------------------------------------------------------- scan ----
 
-// One stage of streamed tiles (bytes).
-constexpr int ST_W = 0;
-constexpr int ST_Q = ST_W + BT * LD128 * 2;
-constexpr int ST_K = ST_Q + BT * LD128 * 2;
-constexpr int ST_P = ST_K + BT * LD128 * 2;
-constexpr int ST_U = ST_P + BT * LD64 * 2;
-constexpr int ST_F = ST_U + BT * LDU * 2;
-constexpr int STAGE = ST_F + FAC * 4;
-constexpr int SC_KT = 2 * STAGE;                 // (kf K)^T [DK][LD64]
-constexpr int SC_HT = SC_KT + DK * LD64 * 2;     // S^T in bf16 [BV][LD128]
-constexpr int SC_VN = SC_HT + BV * LD128 * 2;    // delta^T [BV][LD64]
-constexpr int SCAN_SMEM = SC_VN + BV * LD64 * 2;
-static_assert(STAGE % 16 == 0, "stages stay 16-byte aligned");
-static_assert(SCAN_SMEM <= 227 * 1024, "one scan CTA fits an SM");
-static_assert(SC_NT >= 1 && SC_MT >= 1, "warp split covers the tiles");
+// Scan layout for BV value columns per CTA. Work split: phase-1/2 tiles
+// (64 x BV) as 4 row tiles x SCAN_WARPS/4 column groups; state tiles
+// (DK x BV) as one 16-row tile per warp, all BV columns.
+template <int BV>
+struct ScanCfg {
+    static constexpr int LDU = BV + 8;
+    static constexpr int NT = (BV / 8) / (SCAN_WARPS / 4);  // n8 tiles per warp in phases 1-2
+    static constexpr int MT = (DK / 16) / SCAN_WARPS;       // m16 state tiles per warp
+    // One stage of streamed tiles (bytes).
+    static constexpr int ST_W = 0;
+    static constexpr int ST_Q = ST_W + BT * LD128 * 2;
+    static constexpr int ST_K = ST_Q + BT * LD128 * 2;
+    static constexpr int ST_P = ST_K + BT * LD128 * 2;
+    static constexpr int ST_U = ST_P + BT * LD64 * 2;
+    static constexpr int ST_F = ST_U + BT * LDU * 2;
+    static constexpr int STAGE = ST_F + FAC * 4;
+    static constexpr int KT = 2 * STAGE;              // (kf K)^T [DK][LD64]
+    static constexpr int HT = KT + DK * LD64 * 2;     // S^T in bf16 [BV][LD128]
+    static constexpr int VN = HT + BV * LD128 * 2;    // delta^T [BV][LD64]
+    static constexpr int SMEM = VN + BV * LD64 * 2;
+    static_assert(STAGE % 16 == 0, "stages stay 16-byte aligned");
+    static_assert(SMEM <= 227 * 1024, "one scan CTA fits an SM");
+    static_assert(NT >= 1 && MT >= 1, "warp split covers the tiles");
+};
+constexpr int SCAN_SMEM_NARROW = ScanCfg<BV_NARROW>::SMEM;
+constexpr int SCAN_SMEM_WIDE = ScanCfg<BV_WIDE>::SMEM;
+static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate");
 
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
+template <int BV>
+__device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
-    bf16* __restrict__ out, int hk, int hv, SeqTable tab) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* __restrict__ out, int hk, int hv, const SeqTable& tab) {
+    using C = ScanCfg<BV>;
+    unsigned char* smem = dyn_smem;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
     const int vb = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
@@ -377,21 +395,21 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
     const int nch = (rows + BT - 1) / BT;
     const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
     const long long ld_out = (long long)hv * DV;
-    bf16* KT = reinterpret_cast<bf16*>(smem + SC_KT);
-    bf16* HT = reinterpret_cast<bf16*>(smem + SC_HT);
-    bf16* VN = reinterpret_cast<bf16*>(smem + SC_VN);
+    bf16* KT = reinterpret_cast<bf16*>(smem + C::KT);
+    bf16* HT = reinterpret_cast<bf16*>(smem + C::HT);
+    bf16* VN = reinterpret_cast<bf16*>(smem + C::VN);
 
     auto load_stage = [&](int st, int lc) {
-        unsigned char* base = smem + st * STAGE;
+        unsigned char* base = smem + st * C::STAGE;
         const size_t tile = (size_t)(tab.chunk0[s] + lc) * hv + h;
         const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
         const int nrows = min(BT, rows - lc * BT);
-        bf16* Ws = reinterpret_cast<bf16*>(base + ST_W);
-        bf16* Qs = reinterpret_cast<bf16*>(base + ST_Q);
-        bf16* Ks = reinterpret_cast<bf16*>(base + ST_K);
-        bf16* Ps = reinterpret_cast<bf16*>(base + ST_P);
-        bf16* Us = reinterpret_cast<bf16*>(base + ST_U);
-        float* Fs = reinterpret_cast<float*>(base + ST_F);
+        bf16* Ws = reinterpret_cast<bf16*>(base + C::ST_W);
+        bf16* Qs = reinterpret_cast<bf16*>(base + C::ST_Q);
+        bf16* Ks = reinterpret_cast<bf16*>(base + C::ST_K);
+        bf16* Ps = reinterpret_cast<bf16*>(base + C::ST_P);
+        bf16* Us = reinterpret_cast<bf16*>(base + C::ST_U);
+        float* Fs = reinterpret_cast<float*>(base + C::ST_F);
         for (int e = tid; e < BT * 16; e += SCAN_THREADS) {
             const int r = e >> 4, ch = (e & 15) * 8;
             cp_async_16(Ws + r * LD128 + ch, w_in + (tile * BT + r) * DK + ch, true);
@@ -406,18 +424,18 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
         }
         for (int e = tid; e < BT * (BV / 8); e += SCAN_THREADS) {
             const int r = e / (BV / 8), ch = (e % (BV / 8)) * 8;
-            cp_async_16(Us + r * LDU + ch, u_in + (tile * BT + r) * DV + vb * BV + ch, true);
+            cp_async_16(Us + r * C::LDU + ch, u_in + (tile * BT + r) * DV + vb * BV + ch, true);
         }
         if (tid < FAC / 4) cp_async_16(Fs + 4 * tid, fac_in + tile * FAC + 4 * tid, true);
         cp_async_commit();
     };
 
-    // State slice: warp w holds key rows 16*SC_MT*w .. (SC_MT m16 tiles) x BV columns, f32.
+    // State slice: warp w holds key rows 16*C::MT*w .. (C::MT m16 tiles) x BV columns, f32.
     float* S = state + ((size_t)tab.slot[s] * hv + h) * DK * DV + vb * BV;
-    const int hrow0 = 16 * SC_MT * warp;
-    float acc_h[SC_MT][BV / 8][4];
+    const int hrow0 = 16 * C::MT * warp;
+    float acc_h[C::MT][BV / 8][4];
 #pragma unroll
-    for (int mt = 0; mt < SC_MT; ++mt)
+    for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
@@ -429,7 +447,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
             }
     auto store_ht = [&]() {
 #pragma unroll
-        for (int mt = 0; mt < SC_MT; ++mt)
+        for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
@@ -443,20 +461,20 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
     load_stage(0, 0);
     store_ht();
     const int m0 = 16 * (warp & 3);           // chunk rows of this warp (phases 1-2)
-    const int n0 = SC_NT * (warp >> 2);       // first n8 tile of this warp (phases 1-2)
+    const int n0 = C::NT * (warp >> 2);       // first n8 tile of this warp (phases 1-2)
 #pragma unroll 1
     for (int lc = 0; lc < nch; ++lc) {
         const int st = lc & 1;
         cp_async_wait_all();
         __syncthreads();
         if (lc + 1 < nch) load_stage(st ^ 1, lc + 1);
-        const unsigned char* base = smem + st * STAGE;
-        const bf16* Ws = reinterpret_cast<const bf16*>(base + ST_W);
-        const bf16* Qs = reinterpret_cast<const bf16*>(base + ST_Q);
-        const bf16* Ks = reinterpret_cast<const bf16*>(base + ST_K);
-        const bf16* Ps = reinterpret_cast<const bf16*>(base + ST_P);
-        const bf16* Us = reinterpret_cast<const bf16*>(base + ST_U);
-        const float* Fs = reinterpret_cast<const float*>(base + ST_F);
+        const unsigned char* base = smem + st * C::STAGE;
+        const bf16* Ws = reinterpret_cast<const bf16*>(base + C::ST_W);
+        const bf16* Qs = reinterpret_cast<const bf16*>(base + C::ST_Q);
+        const bf16* Ks = reinterpret_cast<const bf16*>(base + C::ST_K);
+        const bf16* Ps = reinterpret_cast<const bf16*>(base + C::ST_P);
+        const bf16* Us = reinterpret_cast<const bf16*>(base + C::ST_U);
+        const float* Fs = reinterpret_cast<const float*>(base + C::ST_F);
 
         // (kf K)^T for the state update.
         for (int e = tid; e < BT * (DK / 2); e += SCAN_THREADS) {
@@ -467,10 +485,10 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
             KT[(2 * dp + 1) * LD64 + t] = __float2bfloat16(kk.y * f);
         }
 
-        // delta = U - W S0 and Q S0 (rows m0..m0+15, SC_NT n8 tiles from n0).
-        float av[SC_NT][4], ao[SC_NT][4];
+        // delta = U - W S0 and Q S0 (rows m0..m0+15, C::NT n8 tiles from n0).
+        float av[C::NT][4], ao[C::NT][4];
 #pragma unroll
-        for (int nt = 0; nt < SC_NT; ++nt)
+        for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) av[nt][e] = ao[nt][e] = 0.f;
 #pragma unroll
@@ -479,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
             frag_a(aw, Ws, LD128, m0, 16 * ks, lane);
             frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
 #pragma unroll
-            for (int nt = 0; nt < SC_NT; ++nt) {
+            for (int nt = 0; nt < C::NT; ++nt) {
                 unsigned b[2];
                 frag_b(b, HT, LD128, 8 * (n0 + nt), 16 * ks, lane);
                 mma16816(av[nt], aw, b);
@@ -487,11 +505,11 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
             }
         }
 #pragma unroll
-        for (int nt = 0; nt < SC_NT; ++nt)
+        for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
-                const float2 u = __bfloat1622float2(*reinterpret_cast<const bf162*>(Us + r * LDU + cc));
+                const float2 u = __bfloat1622float2(*reinterpret_cast<const bf162*>(Us + r * C::LDU + cc));
                 VN[cc * LD64 + r] = __float2bfloat16(u.x - av[nt][2 * hf]);
                 VN[(cc + 1) * LD64 + r] = __float2bfloat16(u.y - av[nt][2 * hf + 1]);
                 const float qf = Fs[r];
@@ -506,7 +524,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
             unsigned a[4];
             frag_a(a, Ps, LD64, m0, 16 * ks, lane);
 #pragma unroll
-            for (int nt = 0; nt < SC_NT; ++nt) {
+            for (int nt = 0; nt < C::NT; ++nt) {
                 unsigned b[2];
                 frag_b(b, VN, LD64, 8 * (n0 + nt), 16 * ks, lane);
                 mma16816(ao[nt], a, b);
@@ -515,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
         const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
         const int nrows = min(BT, rows - lc * BT);
 #pragma unroll
-        for (int nt = 0; nt < SC_NT; ++nt)
+        for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
@@ -527,7 +545,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
         // S = exp(G_L) S0 + (kf K)^T delta.
         const float egl = Fs[2 * BT];
 #pragma unroll
-        for (int mt = 0; mt < SC_MT; ++mt)
+        for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
             for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
@@ -535,7 +553,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
 #pragma unroll
         for (int ks = 0; ks < BT / 16; ++ks) {
 #pragma unroll
-            for (int mt = 0; mt < SC_MT; ++mt) {
+            for (int mt = 0; mt < C::MT; ++mt) {
                 unsigned a[4];
                 frag_a(a, KT, LD64, hrow0 + 16 * mt, 16 * ks, lane);
 #pragma unroll
@@ -550,7 +568,7 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
     }
 
 #pragma unroll
-    for (int mt = 0; mt < SC_MT; ++mt)
+    for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
         for (int nt = 0; nt < BV / 8; ++nt)
 #pragma unroll
@@ -559,6 +577,20 @@ extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
                 *reinterpret_cast<float2*>(S + (size_t)r * DV + cc) =
                     make_float2(acc_h[mt][nt][2 * hf], acc_h[mt][nt][2 * hf + 1]);
             }
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
+    const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
+    const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
+    bf16* __restrict__ out, int hk, int hv, SeqTable tab) {
+    scan_body<BV_NARROW>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab);
+}
+
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bv64_bf16(
+    const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
+    const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
+    bf16* __restrict__ out, int hk, int hv, SeqTable tab) {
+    scan_body<BV_WIDE>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab);
 }
 
 }  // namespace gdn

@@ -59,7 +59,11 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
     source: include_str!("gdn_chunked.cu"),
-    entry_points: &["gdn_chunk_prep_bf16", "gdn_chunk_scan_bf16"],
+    entry_points: &[
+        "gdn_chunk_prep_bf16",
+        "gdn_chunk_scan_bf16",
+        "gdn_chunk_scan_bv64_bf16",
+    ],
 };
 
 /// Gated delta rule, recurrent decode step (`ops::gdn`).

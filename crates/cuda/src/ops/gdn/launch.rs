@@ -3,7 +3,7 @@
 //! synchronisation); their layouts and the tile constants here must match
 //! the kernel sources (checked by the tests below).
 
-use super::plan::{Plan, SeqRun};
+use super::plan::SeqRun;
 use super::GdnLaunch;
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -11,8 +11,34 @@ use std::ffi::c_void;
 
 /// Rows per chunk (`BT`).
 pub const CHUNK: usize = 64;
-/// Value columns per scan CTA (`BV`).
-pub const SCAN_BV: usize = 32;
+/// Value columns per scan CTA: 32 (`BV_NARROW`, 4 CTAs per head) or 64
+/// (`BV_WIDE`, 2 CTAs per head, half the tile traffic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanWidth {
+    Narrow,
+    Wide,
+}
+
+impl ScanWidth {
+    pub fn columns(self) -> usize {
+        match self {
+            ScanWidth::Narrow => 32,
+            ScanWidth::Wide => 64,
+        }
+    }
+    fn entry(self) -> &'static str {
+        match self {
+            ScanWidth::Narrow => "gdn_chunk_scan_bf16",
+            ScanWidth::Wide => "gdn_chunk_scan_bv64_bf16",
+        }
+    }
+    /// Dynamic shared memory of the scan kernel (`ScanCfg<BV>::SMEM`).
+    pub fn smem_bytes(self) -> usize {
+        let bv = self.columns();
+        let stage = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * (bv + 8) * 2 + FAC * 4;
+        2 * stage + DIM * LD64 * 2 + bv * LD128 * 2 + bv * LD64 * 2
+    }
+}
 /// Threads of the prep kernel.
 pub const PREP_THREADS: usize = 128;
 /// Threads of the scan kernel (eight warps).
@@ -30,14 +56,14 @@ const REC_THREADS: usize = 128;
 const DIM: usize = super::SUPPORTED_DIM;
 const LD128: usize = DIM + 8;
 const LD64: usize = CHUNK + 8;
-const LDU: usize = SCAN_BV + 8;
 
 /// Dynamic shared memory of the prep kernel (`PREP_SMEM`).
-pub const PREP_SMEM: usize =
-    2 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + 2 * DIM * LD64 * 2 + 3 * 256 * 4 + 3 * CHUNK * 4;
-const STAGE: usize = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * LDU * 2 + FAC * 4;
-/// Dynamic shared memory of the scan kernel (`SCAN_SMEM`).
-pub const SCAN_SMEM: usize = 2 * STAGE + DIM * LD64 * 2 + SCAN_BV * LD128 * 2 + SCAN_BV * LD64 * 2;
+pub const PREP_SMEM: usize = 2 * CHUNK * LD128 * 2
+    + CHUNK * LD64 * 2
+    + 2 * DIM * LD64 * 2
+    + 3 * 256 * 4
+    + 3 * CHUNK * 4
+    + CHUNK * LD128 * 2;
 
 #[repr(C)]
 struct SeqTable {
@@ -68,8 +94,8 @@ fn i32_of(v: usize, what: &str) -> Result<i32, CudaError> {
 pub(super) fn chunked(
     dev: &CudaDevice,
     l: &GdnLaunch<'_>,
-    _plan: &Plan,
     group: &[SeqRun],
+    width: ScanWidth,
 ) -> Result<(), CudaError> {
     assert!(group.len() <= MAX_SCAN_SEQS);
     let mut tab = SeqTable {
@@ -123,10 +149,19 @@ pub(super) fn chunked(
     let grid = (chunks as u32, l.v_heads as u32, 1);
     // SAFETY: validate() bounded every row and slot by the buffers; the scratch
     // holds `chunks × v_heads` tiles; params match the kernel signature.
-    unsafe { dev.launch(prep, grid, (PREP_THREADS as u32, 1, 1), PREP_SMEM, &mut params)? };
+    unsafe {
+        dev.launch(
+            prep,
+            grid,
+            (PREP_THREADS as u32, 1, 1),
+            PREP_SMEM,
+            &mut params,
+        )?
+    };
 
-    let scan = dev.function("gdn_chunk_scan_bf16")?;
-    dev.set_dynamic_smem(scan, SCAN_SMEM)?;
+    let scan = dev.function(width.entry())?;
+    let smem = width.smem_bytes();
+    dev.set_dynamic_smem(scan, smem)?;
     let mut params = [
         param(&mut qkv),
         param(&mut wp),
@@ -140,20 +175,19 @@ pub(super) fn chunked(
         param(&mut tab),
     ];
     let grid = (
-        (DIM / SCAN_BV) as u32,
+        (DIM / width.columns()) as u32,
         l.v_heads as u32,
         group.len() as u32,
     );
     // SAFETY: as above; the scratch buffers are freed to the stream-ordered
     // pool only after this launch is queued on the same stream.
-    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), SCAN_SMEM, &mut params) }
+    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params) }
 }
 
 /// The recurrent step over up to [`MAX_DECODE_SEQS`] one-row sequences.
 pub(super) fn recurrent(
     dev: &CudaDevice,
     l: &GdnLaunch<'_>,
-    _plan: &Plan,
     group: &[SeqRun],
 ) -> Result<(), CudaError> {
     assert!(group.len() <= MAX_DECODE_SEQS);
@@ -180,11 +214,7 @@ pub(super) fn recurrent(
         param(&mut hv),
         param(&mut tab),
     ];
-    let grid = (
-        (DIM / REC_BV) as u32,
-        l.v_heads as u32,
-        group.len() as u32,
-    );
+    let grid = ((DIM / REC_BV) as u32, l.v_heads as u32, group.len() as u32);
     // SAFETY: validate() bounded every row and slot by the buffers; params
     // match the kernel signature.
     unsafe { dev.launch(f, grid, (REC_THREADS as u32, 1, 1), 0, &mut params) }
@@ -216,7 +246,8 @@ mod tests {
         assert_eq!(constant(c, "DK"), DIM);
         assert_eq!(constant(c, "DV"), DIM);
         assert_eq!(constant(c, "BT"), CHUNK);
-        assert_eq!(constant(c, "BV"), SCAN_BV);
+        assert_eq!(constant(c, "BV_NARROW"), ScanWidth::Narrow.columns());
+        assert_eq!(constant(c, "BV_WIDE"), ScanWidth::Wide.columns());
         assert_eq!(constant(c, "PREP_THREADS"), PREP_THREADS);
         assert_eq!(constant(c, "SCAN_WARPS") * 32, SCAN_THREADS);
         assert_eq!(constant(c, "MAX_SEQS"), MAX_SCAN_SEQS);
@@ -238,8 +269,15 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_one_hopper_cta() {
-        assert!(SCAN_SMEM <= 227 * 1024, "{SCAN_SMEM}");
-        assert!(2 * PREP_SMEM <= 228 * 1024, "two prep CTAs per SM: {PREP_SMEM}");
-        assert_eq!(STAGE % 16, 0);
+        for w in [ScanWidth::Narrow, ScanWidth::Wide] {
+            assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
+        }
+        assert!(
+            2 * PREP_SMEM <= 228 * 1024,
+            "two prep CTAs per SM: {PREP_SMEM}"
+        );
+        let c = GDN_CHUNKED.source;
+        assert!(c.contains("PREP_X + 3 * BT * 4 + PREP_V;"));
+        assert!(c.contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
     }
 }
