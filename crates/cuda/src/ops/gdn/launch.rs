@@ -82,6 +82,12 @@ struct DecodeTable {
     row: [i32; MAX_DECODE_SEQS],
 }
 
+// The tables fit the classic 4 KiB of kernel parameters with the pointers
+// and ints before them; two prep CTAs share an SM.
+const _: () = assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
+const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
+const _: () = assert!(2 * PREP_SMEM <= 228 * 1024);
+
 fn param<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
 }
@@ -261,21 +267,10 @@ mod tests {
     }
 
     #[test]
-    fn tables_fit_the_classic_kernel_parameter_limit() {
-        // 4 KiB of parameters, minus the pointers and ints before the table.
-        assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
-        assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
-    }
-
-    #[test]
     fn shared_memory_fits_one_hopper_cta() {
         for w in [ScanWidth::Narrow, ScanWidth::Wide] {
             assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
         }
-        assert!(
-            2 * PREP_SMEM <= 228 * 1024,
-            "two prep CTAs per SM: {PREP_SMEM}"
-        );
         let c = GDN_CHUNKED.source;
         assert!(c.contains("PREP_X + 3 * BT * 4 + PREP_V;"));
         assert!(c.contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
