@@ -54,6 +54,26 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
     entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
 };
 
+/// Gated delta rule, chunked prefill form (prep + scan; `ops::gdn`).
+pub const GDN_CHUNKED: KernelSource = KernelSource {
+    name: "gdn_chunked",
+    file: "gdn_chunked.cu",
+    source: include_str!("gdn_chunked.cu"),
+    entry_points: &[
+        "gdn_chunk_prep_bf16",
+        "gdn_chunk_scan_bf16",
+        "gdn_chunk_scan_bv64_bf16",
+    ],
+};
+
+/// Gated delta rule, recurrent decode step (`ops::gdn`).
+pub const GDN_RECURRENT: KernelSource = KernelSource {
+    name: "gdn_recurrent",
+    file: "gdn_recurrent.cu",
+    source: include_str!("gdn_recurrent.cu"),
+    entry_points: &["gdn_recurrent_step_bf16"],
+};
+
 /// Synthetic weight draws (`headroom_core::ops::rng::normal` on the device).
 pub const OPS_INIT: KernelSource = KernelSource {
     name: "ops_init",
@@ -135,6 +155,8 @@ pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
     ATTENTION_FUSED_WGMMA,
     MASKED_SOFTMAX,
+    GDN_CHUNKED,
+    GDN_RECURRENT,
     OPS_INIT,
     OPS_POINTWISE,
     OPS_NORM,

@@ -1,0 +1,1 @@
+//! Mixture-of-experts kernels (filled by the cuda-moe work).
