@@ -54,8 +54,30 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
     entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
 };
 
+/// Sparse-MoE routing, expert-order bookkeeping and the weighted combine (`ops::moe`).
+pub const MOE_ROUTE: KernelSource = KernelSource {
+    name: "moe_route",
+    file: "moe_route.cu",
+    source: include_str!("moe_route.cu"),
+    entry_points: &["moe_route", "moe_offsets", "moe_scatter", "moe_combine"],
+};
+
+/// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down (`ops::moe`).
+pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
+    name: "moe_grouped_gemm",
+    file: "moe_grouped_gemm.cu",
+    source: include_str!("moe_grouped_gemm.cu"),
+    entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
+};
+
 /// Every kernel source the backend launches.
-pub const SOURCES: &[KernelSource] = &[ATTENTION_FUSED, ATTENTION_FUSED_WGMMA, MASKED_SOFTMAX];
+pub const SOURCES: &[KernelSource] = &[
+    ATTENTION_FUSED,
+    ATTENTION_FUSED_WGMMA,
+    MASKED_SOFTMAX,
+    MOE_ROUTE,
+    MOE_GROUPED_GEMM,
+];
 
 /// Every entry point the artifact must contain, source by source.
 pub fn required_entry_points() -> Vec<&'static str> {
