@@ -36,6 +36,9 @@ pub enum CudaError {
     Artifact(String),
     #[error(transparent)]
     Attention(#[from] AttentionError),
+    /// Arguments of an op launch that no kernel can run (checked before launching).
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

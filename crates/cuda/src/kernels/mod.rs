@@ -148,6 +148,20 @@ pub const OPS_SAMPLE: KernelSource = KernelSource {
     file: "ops_sample.cu",
     source: include_str!("ops_sample.cu"),
     entry_points: &["sample_bf16", "sample_f32"],
+/// Sparse-MoE routing, expert-order bookkeeping and the weighted combine (`ops::moe`).
+pub const MOE_ROUTE: KernelSource = KernelSource {
+    name: "moe_route",
+    file: "moe_route.cu",
+    source: include_str!("moe_route.cu"),
+    entry_points: &["moe_route", "moe_offsets", "moe_scatter", "moe_combine"],
+};
+
+/// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down (`ops::moe`).
+pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
+    name: "moe_grouped_gemm",
+    file: "moe_grouped_gemm.cu",
+    source: include_str!("moe_grouped_gemm.cu"),
+    entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
 };
 
 /// Every kernel source the backend launches.
@@ -164,6 +178,8 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_CONV1D,
     OPS_KV,
     OPS_SAMPLE,
+    MOE_ROUTE,
+    MOE_GROUPED_GEMM,
 ];
 
 /// Every entry point the artifact must contain, source by source.
