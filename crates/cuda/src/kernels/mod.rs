@@ -148,6 +148,8 @@ pub const OPS_SAMPLE: KernelSource = KernelSource {
     file: "ops_sample.cu",
     source: include_str!("ops_sample.cu"),
     entry_points: &["sample_bf16", "sample_f32"],
+};
+
 /// Sparse-MoE routing, expert-order bookkeeping and the weighted combine (`ops::moe`).
 pub const MOE_ROUTE: KernelSource = KernelSource {
     name: "moe_route",
