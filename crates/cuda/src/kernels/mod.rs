@@ -70,6 +70,14 @@ pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
 };
 
+/// The same grouped GEMMs on Hopper warpgroup MMA (sm_90a only).
+pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_wgmma",
+    file: "moe_grouped_gemm_wgmma.cu",
+    source: include_str!("moe_grouped_gemm_wgmma.cu"),
+    entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -77,6 +85,7 @@ pub const SOURCES: &[KernelSource] = &[
     MASKED_SOFTMAX,
     MOE_ROUTE,
     MOE_GROUPED_GEMM,
+    MOE_GROUPED_GEMM_WGMMA,
 ];
 
 /// Every entry point the artifact must contain, source by source.
