@@ -30,6 +30,8 @@ pub enum CudaError {
     NoDevice(String),
     #[error("kernel entry point `{0}` is not in any embedded kernel source")]
     UnknownEntryPoint(String),
+    #[error("invalid kernel launch: {0}")]
+    InvalidLaunch(String),
     #[error("kernel artifact: {0}")]
     Artifact(String),
     #[error(transparent)]

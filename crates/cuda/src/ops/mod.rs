@@ -1,5 +1,5 @@
-//! Model ops beyond attention that the CUDA backend launches: the routed
-//! experts of the sparse MoE ([`moe`]) and the Gated DeltaNet ([`gdn`]).
+//! Model ops on the device beyond attention: the gated delta rule ([`gdn`])
+//! and the mixture of experts ([`moe`]).
 
 pub mod gdn;
 pub mod moe;
