@@ -48,7 +48,8 @@ fn device() -> CudaDevice {
 fn random_bf16(n: usize, scale: f32, seed: u64) -> Vec<u16> {
     let mut v = vec![0u16; n];
     v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, out)| {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (c as u64).wrapping_mul(0x9E37_79B9));
+        let mut rng =
+            rand::rngs::StdRng::seed_from_u64(seed ^ (c as u64).wrapping_mul(0x9E37_79B9));
         for x in out {
             *x = bf16::from_f32((rng.random::<f32>() * 2.0 - 1.0) * scale).to_bits();
         }
@@ -111,7 +112,13 @@ fn route(logits: &[f32], e: usize, k: usize, renormalise: bool) -> (Vec<usize>, 
     let kept: f32 = chosen.iter().map(|&c| probs[c]).sum();
     let w = chosen
         .iter()
-        .map(|&c| if renormalise { probs[c] / kept } else { probs[c] })
+        .map(|&c| {
+            if renormalise {
+                probs[c] / kept
+            } else {
+                probs[c]
+            }
+        })
         .collect();
     (chosen, w)
 }
@@ -360,7 +367,10 @@ fn results_are_bitwise_reproducible() {
     for imp in impls(&dev) {
         let x = run(&dev, &c, Some(imp));
         let y = run(&dev, &c, Some(imp));
-        assert!(x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()), "{imp:?}");
+        assert!(
+            x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{imp:?}"
+        );
     }
 }
 
@@ -369,13 +379,7 @@ fn results_are_bitwise_reproducible() {
 fn sanitizer_case() {
     // Small enough for compute-sanitizer: a tail tile, idle experts, one NaN row.
     let dev = device();
-    let mut c = Case::random(
-        Shape {
-            tokens: 7,
-            ..SMALL
-        },
-        700,
-    );
+    let mut c = Case::random(Shape { tokens: 7, ..SMALL }, 700);
     c.logits[3 * SMALL.experts] = f32::NAN;
     let want = reference(&c);
     for imp in impls(&dev) {
@@ -434,7 +438,9 @@ fn bench_the_35b_shape() {
     {
         let x = dev.upload(&random_bf16(tokens * h, 1.0, 3)).unwrap();
         let mut rng = rand::rngs::StdRng::seed_from_u64(4);
-        let logits: Vec<f32> = (0..tokens * e).map(|_| rng.random::<f32>() * 4.0 - 2.0).collect();
+        let logits: Vec<f32> = (0..tokens * e)
+            .map(|_| rng.random::<f32>() * 4.0 - 2.0)
+            .collect();
         let logits = dev.upload(&logits).unwrap();
         let out = dev.alloc(tokens * h * 4).unwrap();
         let l = MoeLaunch {

@@ -3,7 +3,9 @@
 //! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
 //! from the routing, so nothing waits for the device.
 
-use super::{validate, GemmImpl, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS};
+use super::{
+    validate, GemmImpl, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
+};
 use crate::device::CudaDevice;
 use crate::CudaError;
 use std::ffi::c_void;

@@ -159,13 +159,13 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
             l.experts
         )));
     }
-    if l.hidden % GEMM_BN != 0 || l.hidden % GEMM_BK != 0 {
+    if !l.hidden.is_multiple_of(GEMM_BN) || !l.hidden.is_multiple_of(GEMM_BK) {
         return Err(shape_err(format!(
             "hidden {} is not a multiple of {GEMM_BN}",
             l.hidden
         )));
     }
-    if l.intermediate % (GEMM_BN / 2) != 0 || l.intermediate % GEMM_BK != 0 {
+    if !l.intermediate.is_multiple_of(GEMM_BN / 2) || !l.intermediate.is_multiple_of(GEMM_BK) {
         return Err(shape_err(format!(
             "intermediate {} is not a multiple of {}",
             l.intermediate,
@@ -176,7 +176,9 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
     let e2i = product(&[l.experts, 2, l.intermediate], "experts·2·intermediate")?;
     let eh = product(&[l.experts, l.hidden], "experts·hidden")?;
     if e2i > int_max || eh > int_max || l.tokens > int_max {
-        return Err(shape_err("a row count exceeds the kernels' int range".into()));
+        return Err(shape_err(
+            "a row count exceeds the kernels' int range".into(),
+        ));
     }
     check_len(l.x, "x", product(&[l.tokens, l.hidden, 2], "x")?)?;
     check_len(
@@ -184,7 +186,11 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
         "router_logits",
         product(&[l.tokens, l.experts, 4], "router_logits")?,
     )?;
-    check_len(l.gate_up, "gate_up", product(&[e2i, l.hidden, 2], "gate_up")?)?;
+    check_len(
+        l.gate_up,
+        "gate_up",
+        product(&[e2i, l.hidden, 2], "gate_up")?,
+    )?;
     check_len(l.down, "down", product(&[eh, l.intermediate, 2], "down")?)?;
     check_len(l.out, "out", product(&[l.tokens, l.hidden, 4], "out")?)?;
 

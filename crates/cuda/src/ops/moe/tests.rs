@@ -69,7 +69,11 @@ fn accepts_the_35b_shape_and_plans_chunked_passes() {
     assert!(plan.workspace_bytes >= big && plan.workspace_bytes < big + (4 << 20));
     let small = validate(&launch(&b, 7, 2048, 256, 8, 512)).unwrap();
     assert_eq!(small.chunk_tokens, 7);
-    assert_eq!(small.max_row_tiles, 1 + 56, "7·8 pairs: at most 56 experts hold a row");
+    assert_eq!(
+        small.max_row_tiles,
+        1 + 56,
+        "7·8 pairs: at most 56 experts hold a row"
+    );
 }
 
 #[test]
@@ -111,7 +115,10 @@ fn constant(src: &str, name: &str) -> usize {
         .find(&pat)
         .unwrap_or_else(|| panic!("{name} not in source"))
         + pat.len();
-    let lit: String = src[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    let lit: String = src[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
     lit.parse()
         .unwrap_or_else(|_| panic!("{name} is not a literal"))
 }
@@ -130,10 +137,15 @@ fn launch_constants_match_the_kernel_sources() {
         .source
         .contains("constexpr int THREADS = WARPS_M * WARPS_N * 32;  // 256"));
     assert_eq!(
-        constant(MOE_GROUPED_GEMM.source, "WARPS_M") * constant(MOE_GROUPED_GEMM.source, "WARPS_N") * 32,
+        constant(MOE_GROUPED_GEMM.source, "WARPS_M")
+            * constant(MOE_GROUPED_GEMM.source, "WARPS_N")
+            * 32,
         GEMM_THREADS
     );
-    assert_eq!(constant(MOE_GROUPED_GEMM_WGMMA.source, "WARPGROUPS") * 128, GEMM_THREADS);
+    assert_eq!(
+        constant(MOE_GROUPED_GEMM_WGMMA.source, "WARPGROUPS") * 128,
+        GEMM_THREADS
+    );
     assert!(MOE_GROUPED_GEMM_WGMMA
         .source
         .contains("SMEM_BYTES = STAGES * STAGE_BYTES + 1024;"));
