@@ -180,6 +180,14 @@ pub const OPS_FALLBACK: KernelSource = KernelSource {
     ],
 };
 
+/// The same grouped GEMMs on Hopper warpgroup MMA (sm_90a only).
+pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_wgmma",
+    file: "moe_grouped_gemm_wgmma.cu",
+    source: include_str!("moe_grouped_gemm_wgmma.cu"),
+    entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -196,6 +204,7 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_SAMPLE,
     MOE_ROUTE,
     MOE_GROUPED_GEMM,
+    MOE_GROUPED_GEMM_WGMMA,
     OPS_FALLBACK,
 ];
 
