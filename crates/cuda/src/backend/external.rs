@@ -1,0 +1,29 @@
+//! The two kernels of `crate::ops` the backend calls: the gated delta rule
+//! (`ops::gdn`) and the grouped-GEMM routed experts (`ops::moe`), behind the
+//! names the ops use (`NOT_MERGED` stays for a build without one of them).
+
+use super::launch::dev_err;
+use crate::device::CudaDevice;
+use headroom_core::ops::OpResult;
+
+pub(crate) const NOT_MERGED: &str = "not merged yet";
+
+/// Whether the gated delta rule kernel is built in.
+pub(crate) const GDN_AVAILABLE: bool = true;
+/// The key and value head dim the gated delta rule kernels are built for.
+pub(crate) const GDN_HEAD_DIM: usize = crate::ops::gdn::SUPPORTED_DIM;
+/// Whether the routed-experts kernel is built in.
+pub(crate) const MOE_AVAILABLE: bool = true;
+
+pub(crate) use crate::ops::gdn::GdnLaunch as GdnCall;
+pub(crate) use crate::ops::moe::MoeLaunch as MoeCall;
+
+/// The chunked (prefill) or recurrent (decode) gated delta rule of `crate::ops::gdn`.
+pub(crate) fn gated_delta_rule(dev: &CudaDevice, call: &GdnCall<'_>) -> OpResult<()> {
+    crate::ops::gdn::gated_delta_rule(dev, call).map_err(dev_err)
+}
+
+/// The grouped-GEMM routed experts of `crate::ops::moe`.
+pub(crate) fn routed_experts(dev: &CudaDevice, call: &MoeCall<'_>) -> OpResult<()> {
+    crate::ops::moe::routed_experts(dev, call).map_err(dev_err)
+}
