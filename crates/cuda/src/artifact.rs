@@ -36,13 +36,48 @@ pub struct KernelEntry {
     pub compile_log: String,
 }
 
-/// Compiles `sources` for `arch` into `out` (created if needed).
-pub fn build(out: &Path, arch: &str, sources: &[KernelSource]) -> Result<Manifest, CudaError> {
-    std::fs::create_dir_all(out).map_err(io_err(out))?;
-    let nvrtc_version = nvrtc::version()?;
-    let mut kernels = Vec::new();
+/// The architecture a source needs, when it uses instructions only one
+/// target has (`wgmma` exists on `sm_90a` alone).
+pub fn required_arch(src: &KernelSource) -> Option<&'static str> {
+    src.source.contains("wgmma.").then_some("sm_90a")
+}
+
+/// Checks, before compiling anything, that `arch` is a real `sm_XY[a]`
+/// target that every source supports; the error is one line.
+pub fn check_arch(arch: &str, sources: &[KernelSource]) -> Result<(), CudaError> {
+    let digits = arch
+        .strip_prefix("sm_")
+        .map(|r| r.strip_suffix('a').unwrap_or(r))
+        .filter(|d| (2..=3).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit()));
+    if digits.is_none() {
+        return Err(CudaError::Artifact(format!(
+            "--arch `{arch}` is not a real target like sm_90a or sm_80"
+        )));
+    }
     for src in sources {
-        let compiled = nvrtc::compile(src.name, src.source, arch)?;
+        if let Some(need) = required_arch(src).filter(|need| *need != arch) {
+            return Err(CudaError::Artifact(format!(
+                "--arch {arch}: kernel `{}` uses wgmma, which only {need} supports; the artifact \
+                 holds every kernel, so build it for {need}",
+                src.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Compiles `sources` for `arch` into `out` (created if needed). Everything
+/// is compiled before anything is written: a failure leaves no partial output.
+pub fn build(out: &Path, arch: &str, sources: &[KernelSource]) -> Result<Manifest, CudaError> {
+    check_arch(arch, sources)?;
+    let nvrtc_version = nvrtc::version()?;
+    let compiled: Vec<_> = sources
+        .iter()
+        .map(|src| nvrtc::compile(src.name, src.source, arch).map(|c| (src, c)))
+        .collect::<Result<_, _>>()?;
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let mut kernels = Vec::new();
+    for (src, compiled) in compiled {
         let output_file = format!("{}.{arch}.cubin", src.name);
         let path = out.join(&output_file);
         std::fs::write(&path, &compiled.cubin).map_err(io_err(&path))?;
@@ -173,6 +208,20 @@ pub fn verify(
 mod tests {
     use super::*;
     use crate::kernels::{required_entry_points, MASKED_SOFTMAX, SOURCES};
+
+    #[test]
+    fn other_arches_are_refused_in_one_line_before_compiling() {
+        let out = tempfile::tempdir().unwrap();
+        let target = out.path().join("artifact");
+        for arch in ["sm_80", "sm_90", "compute_90", "sm_x", ""] {
+            let err = build(&target, arch, SOURCES).unwrap_err().to_string();
+            assert!(!err.contains('\n'), "one line: {err}");
+            assert!(err.contains(arch), "{err}");
+            assert!(!target.exists(), "{arch}: no output written");
+        }
+        assert!(check_arch("sm_90a", SOURCES).is_ok());
+        assert!(check_arch("sm_80", &[MASKED_SOFTMAX]).is_ok());
+    }
 
     fn nvrtc_ready() -> bool {
         match crate::libs::probe_nvrtc().and_then(|_| nvrtc::include_dir()) {
