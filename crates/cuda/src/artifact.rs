@@ -223,29 +223,25 @@ mod tests {
         assert!(check_arch("sm_80", &[MASKED_SOFTMAX]).is_ok());
     }
 
-    fn nvrtc_ready() -> bool {
-        match crate::libs::probe_nvrtc().and_then(|_| nvrtc::include_dir()) {
-            Ok(_) => true,
-            Err(e) => {
-                eprintln!("skipped (NVRTC or CUDA headers absent): {e}");
-                false
-            }
+    /// The NVRTC tests are `#[ignore]`d (a plain `cargo test` has no NVRTC);
+    /// `.ci/kernel-gate.sh` installs NVRTC and runs them with `--include-ignored`.
+    /// Run without NVRTC, they fail loudly here instead of passing.
+    fn require_nvrtc() {
+        if let Err(e) = crate::libs::probe_nvrtc().and_then(|_| nvrtc::include_dir()) {
+            panic!("this test needs NVRTC and the CUDA headers (run .ci/kernel-gate.sh): {e}");
         }
     }
 
     /// Compiles every kernel once (slow: shared by the gate tests).
-    fn built() -> Option<&'static tempfile::TempDir> {
+    fn built() -> &'static tempfile::TempDir {
         use std::sync::OnceLock;
-        static DIR: OnceLock<Option<tempfile::TempDir>> = OnceLock::new();
+        static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
         DIR.get_or_init(|| {
-            if !nvrtc_ready() {
-                return None;
-            }
+            require_nvrtc();
             let dir = tempfile::tempdir().unwrap();
             build(dir.path(), "sm_90a", SOURCES).unwrap();
-            Some(dir)
+            dir
         })
-        .as_ref()
     }
 
     fn copy_dir(from: &Path) -> tempfile::TempDir {
@@ -258,8 +254,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn every_kernel_compiles_and_verifies_with_all_required_entry_points() {
-        let Some(dir) = built() else { return };
+        let dir = built();
         let v = verify(dir.path(), SOURCES, &required_entry_points()).unwrap();
         for r in required_entry_points() {
             assert!(v.entry_points.iter().any(|e| e == r), "{r}");
@@ -299,8 +296,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn a_changed_output_byte_fails_verification() {
-        let Some(dir) = built() else { return };
+        let dir = built();
         let copy = copy_dir(dir.path());
         let cubin = copy.path().join("attention_fused.sm_90a.cubin");
         let mut bytes = std::fs::read(&cubin).unwrap();
@@ -314,8 +312,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn a_source_change_fails_verification() {
-        let Some(dir) = built() else { return };
+        let dir = built();
         let edited = format!("{}\n// edited\n", MASKED_SOFTMAX.source);
         let changed = KernelSource {
             source: Box::leak(edited.into_boxed_str()),
@@ -329,10 +328,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn a_build_missing_a_required_symbol_fails_verification() {
-        if !nvrtc_ready() {
-            return;
-        }
+        require_nvrtc();
         // A softmax source whose f16 entry point was renamed away.
         let doctored = MASKED_SOFTMAX.source.replace(
             "HEADROOM_SOFTMAX_ENTRY(f16, __half)",
@@ -356,8 +354,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn an_artifact_built_with_other_options_fails_verification() {
-        let Some(dir) = built() else { return };
+        let dir = built();
         let copy = copy_dir(dir.path());
         let mpath = copy.path().join(MANIFEST);
         let mut m: Manifest = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
@@ -370,8 +369,9 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn a_manifest_listing_a_symbol_the_cubin_lacks_fails() {
-        let Some(dir) = built() else { return };
+        let dir = built();
         let copy = copy_dir(dir.path());
         let mpath = copy.path().join(MANIFEST);
         let mut m: Manifest = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
