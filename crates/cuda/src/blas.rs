@@ -1,5 +1,6 @@
-//! A cuBLAS handle bound to one stream, and the strided-batched GEMM the
-//! composed attention route uses (f16/bf16 or f32 operands, f32 compute).
+//! A cuBLAS handle bound to one stream: the strided-batched GEMM the
+//! composed attention route uses (f16/bf16 or f32 operands, f32 compute) and
+//! the row-major `y = x · Wᵀ` of the backend's linear layers ([`Blas::linear`]).
 
 use crate::{libs, CudaError};
 use cudarc::cublas::{result, sys};
@@ -91,6 +92,61 @@ impl Blas {
             c.ld as i32,
             c.stride as i64,
             batch as i32,
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )?;
+        Ok(())
+    }
+}
+
+/// A row-major product `y[t][out] (+)= x[t][in] · W[out][in]ᵀ` by device address.
+#[derive(Debug, Clone, Copy)]
+pub struct Linear {
+    pub x: u64,
+    pub x_dtype: Dtype,
+    pub w: u64,
+    pub w_dtype: Dtype,
+    pub y: u64,
+    pub y_dtype: Dtype,
+    pub rows: usize,
+    pub in_features: usize,
+    pub out_features: usize,
+    /// Adds to `y` (beta 1) instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl Blas {
+    /// Row-major `y = x · Wᵀ` by the column-major identity `yᵀ = W · xᵀ`:
+    /// cuBLAS sees `W` as a column-major `[in][out]` matrix (transposed) and
+    /// `x`, `y` as column-major `[in][t]`, `[out][t]`. f32 compute.
+    ///
+    /// # Safety
+    /// `x`, `w` and `y` must address `rows·in`, `out·in` and `rows·out`
+    /// elements of their dtypes.
+    pub unsafe fn linear(&self, l: &Linear) -> Result<(), CudaError> {
+        let dim = |v: usize| {
+            i32::try_from(v).map_err(|_| CudaError::Blas(format!("GEMM dimension {v} exceeds i32")))
+        };
+        let (m, n, k) = (dim(l.out_features)?, dim(l.rows)?, dim(l.in_features)?);
+        let (alpha, beta) = (1f32, if l.accumulate { 1f32 } else { 0f32 });
+        result::gemm_ex(
+            self.handle,
+            sys::cublasOperation_t::CUBLAS_OP_T,
+            sys::cublasOperation_t::CUBLAS_OP_N,
+            m,
+            n,
+            k,
+            &alpha as *const f32 as *const c_void,
+            l.w as *const c_void,
+            data_type(l.w_dtype),
+            k,
+            l.x as *const c_void,
+            data_type(l.x_dtype),
+            k,
+            &beta as *const f32 as *const c_void,
+            l.y as *mut c_void,
+            data_type(l.y_dtype),
+            m,
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             sys::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )?;

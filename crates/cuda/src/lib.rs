@@ -7,6 +7,7 @@
 //! * The artifact gate ([`artifact`]) builds and verifies a folder of cubins.
 //! * [`device`] owns the context, stream and loaded kernels; [`alloc`] is the
 //!   caching device allocator (active and peak bytes); [`blas`] wraps cuBLAS.
+//! * [`backend`] is `CudaBackend`, the model's op set on the device.
 //! * [`attention`] runs prefill attention, fused or composed, with the same
 //!   semantics and report as the CPU routes; [`check`] and [`timing`] are the
 //!   on-device correctness checks and the timing loop used by the CLI and bench.
@@ -14,6 +15,7 @@
 pub mod alloc;
 pub mod artifact;
 pub mod attention;
+pub mod backend;
 pub mod blas;
 pub mod cache;
 pub mod check;

@@ -1,6 +1,7 @@
 //! The `headroom` command line: one subcommand per file under `cmd/`.
 
 mod attention_setup;
+mod backend_select;
 mod cmd;
 mod global;
 mod model_source;

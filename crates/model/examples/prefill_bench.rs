@@ -84,10 +84,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         chunk: args.chunk,
         logits: LogitsRows::Last,
     };
-    let mut session = model.new_session();
+    let mut session = model.new_session().unwrap();
     let mut last = Vec::new();
     for iter in 0..args.iters {
-        session = model.new_session();
+        session = model.new_session().unwrap();
         let t = Instant::now();
         let out = model.prefill(&mut session, &ids, &opts)?;
         let secs = t.elapsed().as_secs_f64();

@@ -3,7 +3,6 @@
 
 pub mod config;
 pub mod layers;
-pub mod ops;
 pub mod qwen3_5;
 pub mod synthetic;
 pub mod tokenizer;
@@ -12,6 +11,7 @@ pub mod weights;
 pub use config::{ConfigError, ModelConfig};
 pub use headroom_core::tensor::{self, Tensor, TensorData};
 pub use qwen3_5::{
-    AttentionPlan, ForwardOptions, ForwardOutput, LogitsRows, ModelError, Qwen35Model, Session,
+    AttentionPlan, ForwardOptions, ForwardOutput, LayerState, LogitsRows, ModelError, ModelState,
+    Qwen35Model, Session, StepOutput,
 };
 pub use weights::{Weights, WeightsError};

@@ -1,126 +1,234 @@
-//! The Qwen3.5 / Qwen3.6 forward on the CPU: embeddings → decoder layers
-//! (zero-centred RMSNorm → Gated DeltaNet or gated full attention →
-//! residual → RMSNorm → MoE or dense MLP → residual) → final norm → LM head
-//! (tied to the embeddings or not).
+//! The Qwen3.5 / Qwen3.6 forward, written once against the backend op set:
+//! embeddings → decoder layers (zero-centred RMSNorm → Gated DeltaNet or
+//! gated full attention → residual → RMSNorm → MoE or dense MLP → residual)
+//! → final norm → LM head (tied to the embeddings or not).
 //!
-//! A [`Session`] carries the per-layer state between calls — the KV cache of
-//! full-attention layers, the conv and recurrent states of Gated DeltaNet
-//! layers — so a prompt prefilled in chunks of any size gives the same
-//! logits as one pass, and decoding proceeds one token at a time.
+//! [`Qwen35Model::step`] runs one packed batch of rows of several sequences
+//! (a `Batch`: cu_seqlens, state slots, history) against a [`ModelState`]
+//! — what the engine drives. [`Qwen35Model::prefill`] / [`Qwen35Model::decode`]
+//! serve one sequence held in a [`Session`], in chunks of any size: a prompt
+//! prefilled in chunks gives the same logits as one pass.
 
 mod build;
 mod options;
+mod state;
 
 pub use options::{
     AttentionPlan, ForwardOptions, ForwardOutput, LayerAttentionReport, LogitsRows, ModelError,
 };
+pub use state::{LayerState, ModelState, Session};
 
 use crate::config::ModelConfig;
-use crate::layers::{FullAttention, GatedDeltaNet, GdnState, KvCache, Mlp};
-use crate::ops::rms_norm::rms_norm_offset;
-use crate::ops::{linear, WeightView};
-use crate::{Tensor, Weights};
-use headroom_core::fused_capability::fused_support;
-use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, RouteRequest};
+use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
+use crate::Weights;
+use build::{HostSource, InitSource, WeightSource};
+use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey};
+use headroom_core::{AttentionKind, LayerKind, OpError, RouteRequest};
+use headroom_cpu::CpuBackend;
 use std::time::Instant;
 
+/// Token capacity of [`Qwen35Model::new_session`].
+pub const DEFAULT_SESSION_CAPACITY: usize = 1 << 20;
+
 /// The token mixer of one decoder layer.
-#[derive(Debug, Clone)]
-pub(crate) enum Mixer<'w> {
-    Full(FullAttention<'w>),
-    Linear(GatedDeltaNet<'w>),
+pub(crate) enum Mixer<B: Backend> {
+    Full(FullAttention<B>),
+    Linear(GatedDeltaNet<B>),
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct Decoder<'w> {
-    input_norm: Vec<f32>,
-    post_norm: Vec<f32>,
-    mixer: Mixer<'w>,
-    mlp: Mlp<'w>,
+pub(crate) struct Decoder<B: Backend> {
+    input_norm: B::Weight,
+    post_norm: B::Weight,
+    mixer: Mixer<B>,
+    mlp: Mlp<B>,
 }
 
-/// The state of one layer between forward calls.
-#[derive(Debug, Clone, PartialEq)]
-pub enum LayerState {
-    Full(KvCache),
-    Linear(GdnState),
+/// What one [`Qwen35Model::step`] produced.
+pub struct StepOutput<B: Backend> {
+    /// Logits of the selected rows, `[rows][vocab]`, on the backend.
+    pub logits: B::Act,
+    /// Every attention call's report (one per full-attention layer).
+    pub attention: Vec<LayerAttentionReport>,
 }
 
-/// Per-request state: tokens seen so far and every layer's cache.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Session {
-    position: usize,
-    layers: Vec<LayerState>,
+/// A Qwen3.5-family text model whose weights live on backend `B`.
+pub struct Qwen35Model<B: Backend> {
+    backend: B,
+    cfg: ModelConfig,
+    embed: B::Weight,
+    /// `None`: tied to the embeddings.
+    lm_head: Option<B::Weight>,
+    final_norm: B::Weight,
+    layers: Vec<Decoder<B>>,
 }
 
-impl Session {
-    /// Tokens processed so far (the position of the next token).
-    pub fn position(&self) -> usize {
-        self.position
+impl<B: Backend> std::fmt::Debug for Qwen35Model<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qwen35Model")
+            .field("backend", &self.backend.kind())
+            .field("model_type", &self.cfg.model_type)
+            .field("layers", &self.layers.len())
+            .finish()
+    }
+}
+
+impl Qwen35Model<CpuBackend> {
+    /// The model on the CPU backend (f32 activations), weights copied from `weights`.
+    pub fn new(cfg: &ModelConfig, weights: &Weights) -> Result<Self, ModelError> {
+        Qwen35Model::load(CpuBackend::new(), cfg, weights.clone())
+    }
+}
+
+impl<B: Backend> Qwen35Model<B> {
+    /// Builds the model on `backend` from its config (validated first) and a
+    /// checkpoint's canonical weights, which it consumes tensor by tensor;
+    /// every tensor is checked for presence and shape against the schema.
+    pub fn load(backend: B, cfg: &ModelConfig, weights: Weights) -> Result<Self, ModelError> {
+        let mut src = HostSource::new(cfg, weights);
+        Self::build(backend, cfg, &mut src)
     }
 
-    pub fn layers(&self) -> &[LayerState] {
-        &self.layers
+    /// Builds the model with synthetic weights drawn on the backend's device
+    /// from `seed` (matrices N(0, 0.02); norms and gates as `Weights::synthetic`).
+    pub fn synthetic(backend: B, cfg: &ModelConfig, seed: u64) -> Result<Self, ModelError> {
+        let mut src = InitSource::new(cfg, seed);
+        Self::build(backend, cfg, &mut src)
     }
-}
 
-/// A Qwen3.5-family text model over borrowed weights.
-#[derive(Debug, Clone)]
-pub struct Qwen35Model<'w> {
-    hidden: usize,
-    vocab: usize,
-    eps: f32,
-    embed: &'w Tensor,
-    lm_head: WeightView<'w>,
-    final_norm: Vec<f32>,
-    layers: Vec<Decoder<'w>>,
-}
-
-impl<'w> Qwen35Model<'w> {
-    /// Builds the model from its config (validated first) and canonical
-    /// weights; every tensor it reads is checked for presence and shape.
-    pub fn new(cfg: &ModelConfig, weights: &'w Weights) -> Result<Qwen35Model<'w>, ModelError> {
+    fn build(
+        backend: B,
+        cfg: &ModelConfig,
+        src: &mut dyn WeightSource<B>,
+    ) -> Result<Self, ModelError> {
         cfg.validate()?;
-        let src = build::Source { weights };
-        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
-        let embed = src.tensor("embed_tokens.weight", &[v, h])?;
+        let embed = src.matrix(&backend, "embed_tokens.weight")?;
         let lm_head = if cfg.tie_word_embeddings {
-            WeightView::matrix(embed)
+            None
         } else {
-            src.matrix("lm_head.weight", v, h)?
+            Some(src.matrix(&backend, "lm_head.weight")?)
         };
-        let layers = (0..cfg.num_hidden_layers)
-            .map(|l| build::decoder(cfg, &src, l))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            layers.push(build::decoder(&backend, cfg, src, l)?);
+        }
+        let final_norm = src.vector(&backend, "norm.weight")?;
         Ok(Qwen35Model {
-            hidden: h,
-            vocab: v,
-            eps: cfg.rms_norm_eps as f32,
+            backend,
+            cfg: cfg.clone(),
             embed,
             lm_head,
-            final_norm: src.vector("norm.weight", h)?,
+            final_norm,
             layers,
         })
     }
 
-    pub fn vocab_size(&self) -> usize {
-        self.vocab
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 
-    /// A fresh session (empty caches, zero states).
-    pub fn new_session(&self) -> Session {
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    /// The layer kind of every full-attention layer as this backend runs it
+    /// (dtype: the backend's activation dtype).
+    pub fn attention_kinds(&self) -> Vec<(usize, LayerKind)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .filter_map(|(l, d)| match &d.mixer {
+                Mixer::Full(a) => Some((
+                    l,
+                    LayerKind {
+                        attention: AttentionKind::Full,
+                        head_dim: a.head_dim,
+                        q_heads: a.heads,
+                        kv_heads: a.kv_heads,
+                        dtype: self.backend.act_dtype(),
+                    },
+                )),
+                Mixer::Linear(_) => None,
+            })
+            .collect()
+    }
+
+    /// Fresh state pools for `slots` sequences of up to `capacity` tokens each.
+    pub fn new_state(&self, slots: usize, capacity: usize) -> Result<ModelState<B>, ModelError> {
+        let be = &self.backend;
         let layers = self
             .layers
             .iter()
             .map(|d| match &d.mixer {
-                Mixer::Full(_) => LayerState::Full(KvCache::default()),
-                Mixer::Linear(g) => LayerState::Linear(g.new_state()),
+                Mixer::Full(a) => be
+                    .new_kv_cache(&KvSpec {
+                        slots,
+                        kv_heads: a.kv_heads,
+                        head_dim: a.head_dim,
+                        capacity,
+                    })
+                    .map(LayerState::Full),
+                Mixer::Linear(g) => be
+                    .new_gdn_state(&GdnSpec { slots, ..g.spec })
+                    .map(LayerState::Linear),
             })
-            .collect();
-        Session {
-            position: 0,
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|source| ModelError::Op {
+                layer: None,
+                source,
+            })?;
+        Ok(ModelState {
             layers,
-        }
+            slots,
+            capacity,
+        })
+    }
+
+    /// A fresh single-sequence session of up to [`DEFAULT_SESSION_CAPACITY`]
+    /// tokens (the CPU grows its caches lazily; a backend that allocates the
+    /// capacity up front is better served by [`Self::new_session_with_capacity`]).
+    pub fn new_session(&self) -> Result<Session<B>, ModelError> {
+        self.new_session_with_capacity(DEFAULT_SESSION_CAPACITY)
+    }
+
+    /// A fresh single-sequence session holding up to `capacity` tokens.
+    pub fn new_session_with_capacity(&self, capacity: usize) -> Result<Session<B>, ModelError> {
+        Ok(Session {
+            position: 0,
+            state: self.new_state(1, capacity)?,
+        })
+    }
+
+    /// Resolves the route of every full-attention layer and checks the
+    /// backend runs it, before any state is touched.
+    pub fn routes(&self, plan: &AttentionPlan) -> Result<Vec<Option<RouteRequest>>, ModelError> {
+        let kinds = self.attention_kinds();
+        self.layers
+            .iter()
+            .enumerate()
+            .map(|(l, d)| match &d.mixer {
+                Mixer::Full(_) => {
+                    let route = plan.route(l)?;
+                    let layer = kinds
+                        .iter()
+                        .find(|(i, _)| *i == l)
+                        .map(|(_, k)| *k)
+                        .expect("every full layer has a kind");
+                    self.backend
+                        .supports(&OpKey::Attention { route, layer })
+                        .map_err(|reason| ModelError::RouteUnsupported {
+                            layer: l,
+                            route,
+                            reason,
+                        })?;
+                    Ok(Some(route))
+                }
+                Mixer::Linear(_) => Ok(None),
+            })
+            .collect()
     }
 
     /// Logits `[ids.len()][vocab]` (or the last row, per `opts.logits`) of a
@@ -130,63 +238,59 @@ impl<'w> Qwen35Model<'w> {
         ids: &[u32],
         opts: &ForwardOptions,
     ) -> Result<Vec<f32>, ModelError> {
-        let mut session = self.new_session();
+        let mut session = self.new_session_with_capacity(ids.len().max(1))?;
         Ok(self.prefill(&mut session, ids, opts)?.logits)
     }
 
-    /// Runs `ids` after whatever `session` holds, in chunks of `opts.chunk`.
+    /// Runs `ids` after whatever `session` holds, in chunks of `opts.chunk`;
+    /// logits come back to the host as f32.
     pub fn prefill(
         &self,
-        session: &mut Session,
+        session: &mut Session<B>,
         ids: &[u32],
         opts: &ForwardOptions,
     ) -> Result<ForwardOutput, ModelError> {
         if ids.is_empty() {
             return Err(ModelError::EmptyInput);
         }
-        if let Some(pos) = ids.iter().position(|&id| id as usize >= self.vocab) {
-            return Err(ModelError::TokenOutOfRange {
-                id: ids[pos],
-                position: session.position + pos,
-                vocab: self.vocab,
-            });
-        }
+        self.check_ids(ids, session.position)?;
         let chunk = match opts.chunk {
             Some(0) => return Err(ModelError::ZeroChunk),
             Some(c) => c,
             None => ids.len(),
         };
-        // Resolve every route before touching the session.
-        let routes = self
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(l, d)| match &d.mixer {
-                Mixer::Full(att) => {
-                    let route = opts.attention.route(l)?;
-                    check_route(l, att, route)?;
-                    Ok(Some(route))
-                }
-                Mixer::Linear(_) => Ok(None),
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
+        let capacity = session.state.capacity;
+        if session.position + ids.len() > capacity {
+            return Err(ModelError::ContextFull {
+                have: session.position,
+                adding: ids.len(),
+                capacity,
+            });
+        }
+        let routes = self.routes(&opts.attention)?;
         let mut logits = Vec::new();
         let mut reports = Vec::new();
         let n_chunks = ids.len().div_ceil(chunk);
         for (c, piece) in ids.chunks(chunk).enumerate() {
-            let hidden = self.run_chunk(session, piece, &routes, &mut reports)?;
-            let rows: &[f32] = match opts.logits {
-                LogitsRows::All => &hidden,
-                LogitsRows::Last if c + 1 == n_chunks => &hidden[hidden.len() - self.hidden..],
-                LogitsRows::Last => continue,
+            let batch = Batch::single(0, session.position, piece.len());
+            let rows = match opts.logits {
+                LogitsRows::All => LogitsRows::All,
+                LogitsRows::None => LogitsRows::None,
+                LogitsRows::Last if c + 1 == n_chunks => LogitsRows::Last,
+                LogitsRows::Last => LogitsRows::None,
             };
-            logits.extend(self.head(rows));
+            let out = self.step(&mut session.state, piece, &batch, &routes, rows)?;
+            session.position += piece.len();
+            reports.extend(out.attention);
+            if rows != LogitsRows::None {
+                logits.extend(self.backend.act_to_f32(&out.logits).map_err(op(None))?);
+            }
         }
-        let rows = logits.len() / self.vocab;
+        let rows = logits.len() / self.cfg.vocab_size;
         Ok(ForwardOutput {
             logits,
             rows,
-            vocab: self.vocab,
+            vocab: self.cfg.vocab_size,
             attention: reports,
         })
     }
@@ -194,7 +298,7 @@ impl<'w> Qwen35Model<'w> {
     /// One decode step: the logits `[vocab]` of `id` after the session's tokens.
     pub fn decode(
         &self,
-        session: &mut Session,
+        session: &mut Session<B>,
         id: u32,
         route: RouteRequest,
     ) -> Result<Vec<f32>, ModelError> {
@@ -206,100 +310,136 @@ impl<'w> Qwen35Model<'w> {
         Ok(self.prefill(session, &[id], &opts)?.logits)
     }
 
-    /// Runs one chunk through every layer; returns the final-normed hidden rows.
-    fn run_chunk(
-        &self,
-        session: &mut Session,
-        ids: &[u32],
-        routes: &[Option<RouteRequest>],
-        reports: &mut Vec<LayerAttentionReport>,
-    ) -> Result<Vec<f32>, ModelError> {
-        let (t, h) = (ids.len(), self.hidden);
-        let pos0 = session.position;
-        let mut x = vec![0.0f32; t * h];
-        for (row, &id) in x.chunks_exact_mut(h).zip(ids) {
-            self.embed.read_f32(id as usize * h, row);
+    fn check_ids(&self, ids: &[u32], position: usize) -> Result<(), ModelError> {
+        let vocab = self.cfg.vocab_size;
+        if let Some(pos) = ids.iter().position(|&id| id as usize >= vocab) {
+            return Err(ModelError::TokenOutOfRange {
+                id: ids[pos],
+                position: position + pos,
+                vocab,
+            });
         }
-        for (l, (dec, state)) in self
-            .layers
-            .iter()
-            .zip(session.layers.iter_mut())
-            .enumerate()
-        {
+        Ok(())
+    }
+
+    /// Runs one packed batch (`ids` are the batch's rows) through every
+    /// layer against `state`, with `routes` from [`Qwen35Model::routes`];
+    /// returns the logits of the selected rows on the device. A batch whose
+    /// description disagrees with the state (slot lengths, capacity) is
+    /// refused before any layer runs.
+    pub fn step(
+        &self,
+        state: &mut ModelState<B>,
+        ids: &[u32],
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        rows: LogitsRows,
+    ) -> Result<StepOutput<B>, ModelError> {
+        let be = &self.backend;
+        batch.validate(state.slots).map_err(op(None))?;
+        if batch.rows() != ids.len() {
+            return Err(ModelError::Op {
+                layer: None,
+                source: OpError::Batch(format!("{} ids for {} rows", ids.len(), batch.rows())),
+            });
+        }
+        if routes.len() != self.layers.len() {
+            return Err(ModelError::Unsupported(format!(
+                "{} routes for {} layers",
+                routes.len(),
+                self.layers.len()
+            )));
+        }
+        self.check_ids(ids, 0)?;
+        for i in 0..batch.sequences() {
+            if batch.history[i] + batch.seq_len(i) > state.capacity {
+                return Err(ModelError::ContextFull {
+                    have: batch.history[i],
+                    adding: batch.seq_len(i),
+                    capacity: state.capacity,
+                });
+            }
+        }
+        let eps = self.cfg.rms_norm_eps as f32;
+        let mut x = be.embed(&self.embed, ids).map_err(op(None))?;
+        let mut reports = Vec::new();
+        let mut pending: Option<B::Act> = None;
+        for (l, (dec, layer_state)) in self.layers.iter().zip(state.layers.iter_mut()).enumerate() {
             let started = Instant::now();
-            let mut normed = x.clone();
-            rms_norm_offset(&mut normed, &dec.input_norm, self.eps);
-            let mixed = match (&dec.mixer, state) {
+            let normed = be
+                .add_rms_norm(&mut x, pending.as_ref(), &dec.input_norm, eps)
+                .map_err(op(Some(l)))?;
+            let mixed = match (&dec.mixer, layer_state) {
                 (Mixer::Full(att), LayerState::Full(cache)) => {
-                    let route = routes[l].expect("routes resolved for every full layer");
+                    let route = routes[l].ok_or(ModelError::NoRoute { layer: l })?;
                     let (y, report) = att
-                        .forward(&normed, t, pos0, cache, route)
-                        .map_err(|source| ModelError::Attention { layer: l, source })?;
-                    reports.push(LayerAttentionReport {
-                        layer: l,
-                        chunk_start: pos0,
-                        chunk_len: t,
-                        report,
-                    });
+                        .forward(be, &normed, cache, batch, route)
+                        .map_err(op(Some(l)))?;
+                    for i in 0..batch.sequences() {
+                        reports.push(LayerAttentionReport {
+                            layer: l,
+                            chunk_start: batch.history[i],
+                            chunk_len: batch.seq_len(i),
+                            report,
+                        });
+                    }
                     y
                 }
-                (Mixer::Linear(gdn), LayerState::Linear(st)) => gdn.forward(&normed, t, st),
-                _ => unreachable!("session built by this model"),
+                (Mixer::Linear(gdn), LayerState::Linear(st)) => {
+                    gdn.forward(be, &normed, st, batch).map_err(op(Some(l)))?
+                }
+                _ => {
+                    return Err(ModelError::Unsupported(
+                        "state built for another model".into(),
+                    ))
+                }
             };
-            add(&mut x, &mixed);
-            let mixer_done = Instant::now();
-            let mut normed = x.clone();
-            rms_norm_offset(&mut normed, &dec.post_norm, self.eps);
-            add(&mut x, &dec.mlp.forward(&normed, t));
-            tracing::debug!(
+            let normed = be
+                .add_rms_norm(&mut x, Some(&mixed), &dec.post_norm, eps)
+                .map_err(op(Some(l)))?;
+            pending = Some(dec.mlp.forward(be, &normed).map_err(op(Some(l)))?);
+            tracing::trace!(
                 layer = l,
-                tokens = t,
-                position = pos0,
-                mixer_ms = (mixer_done - started).as_secs_f64() * 1e3,
-                mlp_ms = mixer_done.elapsed().as_secs_f64() * 1e3,
-                "layer forward"
+                rows = batch.rows(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "layer queued"
             );
         }
-        session.position += t;
-        rms_norm_offset(&mut x, &self.final_norm, self.eps);
-        Ok(x)
-    }
-
-    /// LM head over final hidden rows.
-    fn head(&self, rows: &[f32]) -> Vec<f32> {
-        let m = rows.len() / self.hidden;
-        let mut out = vec![0.0f32; m * self.vocab];
-        linear(rows, m, self.lm_head, &mut out);
-        out
-    }
-}
-
-/// Refuses, before any layer runs, a fused route the CPU kernel cannot run
-/// for this layer (activations are f32), so a failed call leaves the session as it was.
-fn check_route(
-    layer: usize,
-    att: &FullAttention<'_>,
-    route: RouteRequest,
-) -> Result<(), ModelError> {
-    if route == RouteRequest::Fused {
-        let kind = LayerKind {
-            attention: AttentionKind::Full,
-            head_dim: att.head_dim,
-            q_heads: att.heads,
-            kv_heads: att.kv_heads,
-            dtype: Dtype::F32,
+        let selected = match rows {
+            LogitsRows::All => None,
+            LogitsRows::Last | LogitsRows::None => Some(batch.last_rows()),
         };
-        fused_support(BackendKind::Cpu, &kind).map_err(|reason| ModelError::RouteUnsupported {
-            layer,
-            route,
-            reason,
-        })?;
+        // The final norm only over the rows whose logits are wanted.
+        let normed = match &selected {
+            None => be.add_rms_norm(&mut x, pending.as_ref(), &self.final_norm, eps),
+            Some(last) => {
+                if let Some(p) = &pending {
+                    let mut xs = be.gather_rows(&x, last).map_err(op(None))?;
+                    let ps = be.gather_rows(p, last).map_err(op(None))?;
+                    be.add_rms_norm(&mut xs, Some(&ps), &self.final_norm, eps)
+                } else {
+                    let mut xs = be.gather_rows(&x, last).map_err(op(None))?;
+                    be.add_rms_norm(&mut xs, None, &self.final_norm, eps)
+                }
+            }
+        }
+        .map_err(op(None))?;
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        let logits = be.linear(&normed, head).map_err(op(None))?;
+        Ok(StepOutput {
+            logits,
+            attention: reports,
+        })
     }
-    Ok(())
 }
 
-fn add(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
+/// Wraps an op error with the layer it happened in.
+fn op(layer: Option<usize>) -> impl Fn(OpError) -> ModelError {
+    move |source| match source {
+        OpError::Attention(source) if layer.is_some() => ModelError::Attention {
+            layer: layer.unwrap_or(0),
+            source,
+        },
+        source => ModelError::Op { layer, source },
     }
 }

@@ -37,13 +37,23 @@ impl Weights {
     /// Seeded random weights for `cfg` (see the module documentation).
     pub fn synthetic(cfg: &ModelConfig, seed: u64) -> Weights {
         let tensors = expected_tensors(cfg).into_iter().map(|(name, shape)| {
-            let init = init_for(&name, cfg);
-            let stream = splitmix(seed ^ fnv1a(name.as_bytes()));
-            let t = random_tensor(shape, cfg.dtype, init, stream);
+            let t = Weights::synthetic_tensor(cfg, seed, &name, shape);
             (name, t)
         });
         Weights::from_tensors(tensors)
     }
+
+    /// The synthetic tensor `name` of `shape` (the same values
+    /// [`Weights::synthetic`] gives it).
+    pub fn synthetic_tensor(cfg: &ModelConfig, seed: u64, name: &str, shape: Vec<usize>) -> Tensor {
+        let init = init_for(name, cfg);
+        random_tensor(shape, cfg.dtype, init, tensor_seed(seed, name))
+    }
+}
+
+/// The stream seed of tensor `name` under the model seed `seed`.
+pub(crate) fn tensor_seed(seed: u64, name: &str) -> u64 {
+    splitmix(seed ^ fnv1a(name.as_bytes()))
 }
 
 fn init_for(name: &str, cfg: &ModelConfig) -> Init {

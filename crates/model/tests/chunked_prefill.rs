@@ -5,6 +5,7 @@
 mod common;
 
 use common::rel_err;
+use headroom_core::ops::Backend;
 use headroom_core::{Dtype, Route, RouteRequest};
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, ModelError, Qwen35Model, Weights,
@@ -68,7 +69,7 @@ fn session_continues_and_decode_equals_prefill() {
     let whole = model.forward_logits(&prompt, &opts(route, None)).unwrap();
 
     // Two prefill calls on one session: the second returns rows 40..60.
-    let mut s = model.new_session();
+    let mut s = model.new_session().unwrap();
     model
         .prefill(&mut s, &prompt[..40], &opts(route, None))
         .unwrap();
@@ -83,7 +84,7 @@ fn session_continues_and_decode_equals_prefill() {
     assert_eq!(starts, vec![40, 46, 52, 58]);
 
     // Token-by-token decode after a 50-token prefill.
-    let mut s = model.new_session();
+    let mut s = model.new_session().unwrap();
     model
         .prefill(&mut s, &prompt[..50], &opts(route, None))
         .unwrap();
@@ -112,7 +113,7 @@ fn per_layer_plan_runs_each_layer_its_route() {
     };
     let prompt = ids(30, cfg.vocab_size, 5);
     let out = model
-        .prefill(&mut model.new_session(), &prompt, &o)
+        .prefill(&mut model.new_session().unwrap(), &prompt, &o)
         .unwrap();
     assert_eq!(out.rows, 1);
     let ran: Vec<(usize, Route, Option<usize>)> = out
@@ -135,7 +136,7 @@ fn per_layer_plan_runs_each_layer_its_route() {
     assert!(rel_err(&out.logits, &uniform[29 * cfg.vocab_size..]) < 1e-5);
 
     // A full layer without a route is an error, and the session is untouched.
-    let mut s = model.new_session();
+    let mut s = model.new_session().unwrap();
     let missing = ForwardOptions {
         attention: AttentionPlan::PerLayer(vec![(3, RouteRequest::Fused)]),
         ..ForwardOptions::default()
@@ -177,7 +178,7 @@ fn bad_requests_are_errors() {
     odd.rope.rotary_dim = 12;
     let ow = Weights::synthetic(&odd, 1);
     let om = Qwen35Model::new(&odd, &ow).unwrap();
-    let mut s = om.new_session();
+    let mut s = om.new_session().unwrap();
     let err = om
         .prefill(&mut s, &[1, 2, 3], &opts(RouteRequest::Fused, None))
         .unwrap_err();
@@ -186,7 +187,12 @@ fn bad_requests_are_errors() {
         "{err}"
     );
     assert!(err.to_string().contains("48"), "{err}");
-    assert_eq!(s, om.new_session());
+    assert_eq!(s.position(), 0);
+    for l in s.state().layers() {
+        if let headroom_model::LayerState::Full(c) = l {
+            assert_eq!(om.backend().kv_len(c, 0), 0, "no key was written");
+        }
+    }
     let composed = RouteRequest::Composed { query_block: 2 };
     assert!(om
         .prefill(&mut s, &[1, 2, 3], &opts(composed, None))

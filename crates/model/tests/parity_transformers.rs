@@ -58,7 +58,7 @@ fn check_fixture(name: &str) {
                     logits: LogitsRows::All,
                 };
                 let out = model
-                    .prefill(&mut model.new_session(), &ids, &opts)
+                    .prefill(&mut model.new_session().unwrap(), &ids, &opts)
                     .unwrap();
                 assert_eq!((out.rows, out.vocab), (n, cfg.vocab_size));
                 let err = rel_err(&out.logits, &want);
@@ -109,7 +109,7 @@ fn last_row_logits_equal_the_last_row_of_all() {
         ..ForwardOptions::default()
     };
     let out = model
-        .prefill(&mut model.new_session(), &ids, &opts)
+        .prefill(&mut model.new_session().unwrap(), &ids, &opts)
         .unwrap();
     assert_eq!(out.rows, 1);
     assert!(rel_err(&out.logits, &want[39 * cfg.vocab_size..]) < TOLERANCE);

@@ -26,6 +26,7 @@
 //! tested against.
 
 mod batch;
+pub mod rng;
 mod specs;
 
 pub use batch::Batch;
@@ -87,11 +88,12 @@ pub trait Backend: Send + Sync {
 
     // ---- memory ----------------------------------------------------------
 
-    /// Uploads a matrix (leading dims flattened into rows).
-    fn upload_matrix(&self, t: &Tensor) -> OpResult<Self::Weight>;
+    /// Uploads a matrix (leading dims flattened into rows), taking the host copy.
+    fn upload_matrix(&self, t: Tensor) -> OpResult<Self::Weight>;
     /// Uploads a vector as f32 (any shape; used flat).
-    fn upload_vector(&self, t: &Tensor) -> OpResult<Self::Weight>;
-    /// A `[rows][cols]` matrix drawn on the device from `init` (synthetic models).
+    fn upload_vector(&self, t: Tensor) -> OpResult<Self::Weight>;
+    /// A `[rows][cols]` matrix drawn on the device from `init` (synthetic models):
+    /// element `i` (row-major) is `mean + std · rng::normal(seed, i)`.
     fn init_matrix(&self, rows: usize, cols: usize, init: WeightInit) -> OpResult<Self::Weight>;
     /// An activation from host f32 data (`data.len() == rows * cols`).
     fn act_from_f32(&self, rows: usize, cols: usize, data: &[f32]) -> OpResult<Self::Act>;

@@ -5,7 +5,7 @@
 //! history), then O = P·V by a second batched GEMM written straight into the
 //! output. Only keys some row of the block can see are computed.
 
-use super::AttentionBuffers;
+use super::RawBuffers;
 use crate::blas::Operand;
 use crate::device::CudaDevice;
 use crate::{kernels, CudaError};
@@ -27,7 +27,7 @@ pub(super) fn run(
     dtype: Dtype,
     query_block: usize,
     scale_log2: f32,
-    bufs: &AttentionBuffers<'_>,
+    bufs: &RawBuffers,
 ) -> Result<usize, CudaError> {
     let qb = if query_block == 0 {
         shape.q_len
@@ -54,8 +54,8 @@ pub(super) fn run(
         let n_keys = shape.kv_len.min(hist + q0 + rows);
         for kvh in 0..shape.kv_heads {
             let h0 = kvh * g;
-            let k_head = bufs.k.ptr() + (kvh * shape.kv_len * d * es) as u64;
-            let q_first = bufs.q.ptr() + ((h0 * shape.q_len + q0) * d * es) as u64;
+            let k_head = bufs.k + (kvh * shape.kv_len * d * es) as u64;
+            let q_first = bufs.q + ((h0 * shape.q_len + q0) * d * es) as u64;
             // SAFETY: all offsets stay inside the validated buffers and the workspace.
             unsafe {
                 blas.gemm_strided_batched(
@@ -90,8 +90,8 @@ pub(super) fn run(
         launch_softmax(dev, f, &scores, &probs, shape, rows, n_keys, q0, scale_log2)?;
         for kvh in 0..shape.kv_heads {
             let h0 = kvh * g;
-            let v_head = bufs.v.ptr() + (kvh * shape.kv_len * d * es) as u64;
-            let o_first = bufs.out.ptr() + ((h0 * shape.q_len + q0) * d * es) as u64;
+            let v_head = bufs.v + (kvh * shape.kv_len * d * es) as u64;
+            let o_first = bufs.out + ((h0 * shape.q_len + q0) * d * es) as u64;
             // SAFETY: as above.
             unsafe {
                 blas.gemm_strided_batched(

@@ -1,7 +1,7 @@
 //! Launches the fused prefill kernel (`attention_fused.cu`). The tile
 //! constants here must match the kernel's.
 
-use super::AttentionBuffers;
+use super::RawBuffers;
 use crate::device::CudaDevice;
 use crate::{kernels, CudaError};
 use headroom_core::fused_capability::FUSED_HEAD_DIMS;
@@ -91,7 +91,7 @@ pub(super) fn run(
     shape: &AttentionShape,
     dtype: Dtype,
     scale_log2: f32,
-    bufs: &AttentionBuffers<'_>,
+    bufs: &RawBuffers,
 ) -> Result<(), CudaError> {
     let imp = fused_impl(&dev.arch);
     let entry = match imp {
@@ -110,7 +110,7 @@ pub(super) fn run(
         FusedImpl::Wgmma => wgmma_smem_bytes(shape.head_dim),
     };
     dev.set_dynamic_smem(f, smem)?;
-    let (mut q, mut k, mut v, mut o) = (bufs.q.ptr(), bufs.k.ptr(), bufs.v.ptr(), bufs.out.ptr());
+    let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
     let (mut q_len, mut kv_len) = (shape.q_len as i32, shape.kv_len as i32);
     let (mut qh, mut kvh) = (shape.q_heads as i32, shape.kv_heads as i32);
     let mut scale = scale_log2;

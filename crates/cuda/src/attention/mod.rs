@@ -25,6 +25,27 @@ pub struct AttentionBuffers<'a> {
     pub out: &'a DeviceBuffer,
 }
 
+/// Device addresses of the four tensors of a call (head-major, each exactly
+/// the shape's size): views into larger buffers, e.g. one KV head of a cache.
+#[derive(Debug, Clone, Copy)]
+pub struct RawBuffers {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub out: u64,
+}
+
+impl AttentionBuffers<'_> {
+    fn raw(&self) -> RawBuffers {
+        RawBuffers {
+            q: self.q.ptr(),
+            k: self.k.ptr(),
+            v: self.v.ptr(),
+            out: self.out.ptr(),
+        }
+    }
+}
+
 const LOG2_E: f32 = std::f32::consts::LOG2_E;
 
 fn elems(buf: &DeviceBuffer, dtype: Dtype) -> usize {
@@ -52,6 +73,37 @@ pub fn prefill(
         elems(bufs.v, dtype),
         elems(bufs.out, dtype),
     )?;
+    // SAFETY: the buffers were just checked to hold exactly the shape's elements.
+    unsafe { run(dev, shape, dtype, route, &bufs.raw()) }
+}
+
+/// [`prefill`] over raw device addresses (no buffer-length check: the shape
+/// itself is validated).
+///
+/// # Safety
+/// `q` and `out` must address `shape.q_elems()` elements of `dtype`, `k` and
+/// `v` `shape.kv_elems()`, all live device memory of `dev` until the queued
+/// work has run.
+pub unsafe fn prefill_raw(
+    dev: &CudaDevice,
+    shape: &AttentionShape,
+    dtype: Dtype,
+    route: RouteRequest,
+    bufs: &RawBuffers,
+) -> Result<AttentionReport, CudaError> {
+    shape.validate()?;
+    run(dev, shape, dtype, route, bufs)
+}
+
+/// # Safety
+/// As [`prefill_raw`]; the shape is valid.
+unsafe fn run(
+    dev: &CudaDevice,
+    shape: &AttentionShape,
+    dtype: Dtype,
+    route: RouteRequest,
+    bufs: &RawBuffers,
+) -> Result<AttentionReport, CudaError> {
     if dtype == Dtype::F32 {
         return Err(AttentionError::UnsupportedDtype {
             dtype,

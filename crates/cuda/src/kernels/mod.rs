@@ -54,8 +54,95 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
     entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
 };
 
+/// Synthetic weight draws (`headroom_core::ops::rng::normal` on the device).
+pub const OPS_INIT: KernelSource = KernelSource {
+    name: "ops_init",
+    file: "ops_init.cu",
+    source: include_str!("ops_init.cu"),
+    entry_points: &["init_normal_bf16"],
+};
+
+/// Element-wise and gather kernels of the backend op set.
+pub const OPS_POINTWISE: KernelSource = KernelSource {
+    name: "ops_pointwise",
+    file: "ops_pointwise.cu",
+    source: include_str!("ops_pointwise.cu"),
+    entry_points: &[
+        "embed_bf16",
+        "gather_rows_b16",
+        "gather_rows_b32",
+        "mul_sigmoid_bf16",
+        "swiglu_bf16",
+        "gdn_gating_bf16",
+        "moe_combine_bf16",
+    ],
+};
+
+/// The RMSNorms of Qwen3.5 (add + zero-centred, per group, gated).
+pub const OPS_NORM: KernelSource = KernelSource {
+    name: "ops_norm",
+    file: "ops_norm.cu",
+    source: include_str!("ops_norm.cu"),
+    entry_points: &[
+        "add_rms_norm_bf16",
+        "rms_norm_groups_bf16",
+        "gated_rms_norm_bf16",
+    ],
+};
+
+/// Partial rotary embedding with per-row positions.
+pub const OPS_ROPE: KernelSource = KernelSource {
+    name: "ops_rope",
+    file: "ops_rope.cu",
+    source: include_str!("ops_rope.cu"),
+    entry_points: &["rope_bf16"],
+};
+
+/// Causal depthwise conv1d + SiLU with per-slot state.
+pub const OPS_CONV1D: KernelSource = KernelSource {
+    name: "ops_conv1d",
+    file: "ops_conv1d.cu",
+    source: include_str!("ops_conv1d.cu"),
+    entry_points: &[
+        "conv1d_silu_f32w",
+        "conv1d_silu_bf16w",
+        "conv_state_advance_bf16",
+    ],
+};
+
+/// KV cache writes and the head-major transposes around attention.
+pub const OPS_KV: KernelSource = KernelSource {
+    name: "ops_kv",
+    file: "ops_kv.cu",
+    source: include_str!("ops_kv.cu"),
+    entry_points: &[
+        "kv_write_bf16",
+        "tokens_to_heads_bf16",
+        "heads_to_tokens_bf16",
+    ],
+};
+
+/// Greedy / temperature / top-k / top-p sampling, one CTA per row.
+pub const OPS_SAMPLE: KernelSource = KernelSource {
+    name: "ops_sample",
+    file: "ops_sample.cu",
+    source: include_str!("ops_sample.cu"),
+    entry_points: &["sample_bf16", "sample_f32"],
+};
+
 /// Every kernel source the backend launches.
-pub const SOURCES: &[KernelSource] = &[ATTENTION_FUSED, ATTENTION_FUSED_WGMMA, MASKED_SOFTMAX];
+pub const SOURCES: &[KernelSource] = &[
+    ATTENTION_FUSED,
+    ATTENTION_FUSED_WGMMA,
+    MASKED_SOFTMAX,
+    OPS_INIT,
+    OPS_POINTWISE,
+    OPS_NORM,
+    OPS_ROPE,
+    OPS_CONV1D,
+    OPS_KV,
+    OPS_SAMPLE,
+];
 
 /// Every entry point the artifact must contain, source by source.
 pub fn required_entry_points() -> Vec<&'static str> {

@@ -104,7 +104,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         logits: LogitsRows::Last,
     };
     let mut sampler = Sampler::new(a.temperature, a.top_p, a.seed);
-    let mut session = model.new_session();
+    let mut session = model.new_session()?;
     let started = Instant::now();
     let mut logits = model.prefill(&mut session, &ids, &opts)?.logits;
     let ttft = started.elapsed().as_secs_f64();

@@ -3,6 +3,7 @@
 //! the model loading and attention planning that `generate` shares.
 
 use crate::attention_setup::AttentionSetup;
+use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
@@ -31,9 +32,12 @@ pub struct Args {
 pub struct ForwardArgs {
     #[command(flatten)]
     pub source: ModelSource,
-    /// Compute backend (the model forward runs on the CPU backend).
-    #[arg(long, default_value = "cpu", value_name = "cpu")]
+    /// Compute backend: cpu (f32 activations) or cuda (bf16 activations, device 0).
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
     pub backend: BackendKind,
+    /// Where a synthetic model's weights are drawn (default: host on cpu, device on cuda).
+    #[arg(long, value_enum, value_name = "host|device")]
+    pub weights_init: Option<WeightsInit>,
     /// Prefill chunk size in tokens (default: the whole prompt in one pass).
     #[arg(long, value_name = "N")]
     pub chunk: Option<usize>,
@@ -134,9 +138,6 @@ pub fn attention_plan(
     backend: BackendKind,
     cfg: &ModelConfig,
 ) -> anyhow::Result<AttentionPlan> {
-    if backend != BackendKind::Cpu {
-        bail!("the model forward runs on the cpu backend only (asked for {backend})");
-    }
     let kinds = cfg.layer_kinds();
     let setup = AttentionSetup::new(g, backend, &kinds)?;
     setup.log_warnings();
@@ -176,35 +177,78 @@ pub fn read_ids(path: &Path, vocab: usize) -> anyhow::Result<Vec<u32>> {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    let loaded = a.forward.load_model()?;
-    let cfg = &loaded.config;
+    if a.forward.chunk == Some(0) {
+        bail!("--chunk must be at least 1");
+    }
+    let source = &a.forward.source;
+    let cfg = load_config(source)?;
+    let host_weights = a.forward.backend == BackendKind::Cpu
+        || source.model.is_some()
+        || a.forward.weights_init == Some(WeightsInit::Host);
+    if host_weights {
+        check_memory(&cfg, "the model")?;
+    }
     let ids = read_ids(&a.ids, cfg.vocab_size)?;
-    let attention = attention_plan(g, a.forward.backend, cfg)?;
-    let model = Qwen35Model::new(cfg, &loaded.weights).context("building the model")?;
-    let opts = ForwardOptions {
+    let attention = attention_plan(g, a.forward.backend, &cfg)?;
+    let job = LogitsJob {
+        ids,
         attention,
         chunk: a.forward.chunk,
-        logits: LogitsRows::All,
+        out: a.out.clone(),
     };
-    let started = Instant::now();
-    let out = model
-        .prefill(&mut model.new_session(), &ids, &opts)
-        .context("forward")?;
-    let secs = started.elapsed().as_secs_f64();
-    let logits = Tensor::from_f32(vec![out.rows, out.vocab], out.logits);
-    write_safetensors(&a.out, &[("logits", &logits)])
-        .with_context(|| format!("writing {}", a.out.display()))?;
-    eprintln!(
-        "{} tokens in {:.3} s ({:.1} tokens/s); logits [{}, {}] written to {}",
-        ids.len(),
-        secs,
-        ids.len() as f64 / secs,
-        out.rows,
-        out.vocab,
-        a.out.display()
-    );
-    eprintln!("attention that ran: {}", routes_that_ran(&out.attention));
-    Ok(())
+    run_on_backend(
+        a.forward.backend,
+        source,
+        &cfg,
+        a.forward.weights_seed,
+        a.forward.weights_init,
+        job,
+    )
+}
+
+/// Prefill the ids and write every position's logits.
+struct LogitsJob {
+    ids: Vec<u32>,
+    attention: AttentionPlan,
+    chunk: Option<usize>,
+    out: PathBuf,
+}
+
+impl ModelJob for LogitsJob {
+    type Output = ();
+
+    fn run<B: headroom_core::ops::Backend + 'static>(
+        self,
+        model: Qwen35Model<B>,
+        info: &LoadInfo,
+    ) -> anyhow::Result<()> {
+        let opts = ForwardOptions {
+            attention: self.attention,
+            chunk: self.chunk,
+            logits: LogitsRows::All,
+        };
+        let mut session = model.new_session_with_capacity(self.ids.len())?;
+        let started = Instant::now();
+        let out = model
+            .prefill(&mut session, &self.ids, &opts)
+            .context("forward")?;
+        let secs = started.elapsed().as_secs_f64();
+        let logits = Tensor::from_f32(vec![out.rows, out.vocab], out.logits);
+        write_safetensors(&self.out, &[("logits", &logits)])
+            .with_context(|| format!("writing {}", self.out.display()))?;
+        eprintln!(
+            "{} tokens in {:.3} s ({:.1} tokens/s) on {}; logits [{}, {}] written to {}",
+            self.ids.len(),
+            secs,
+            self.ids.len() as f64 / secs,
+            info.backend,
+            out.rows,
+            out.vocab,
+            self.out.display()
+        );
+        eprintln!("attention that ran: {}", routes_that_ran(&out.attention));
+        Ok(())
+    }
 }
 
 /// `layer 3 composed qL=128, layer 7 fused`: what each full layer's attention

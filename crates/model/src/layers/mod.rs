@@ -1,14 +1,13 @@
-//! Decoder-layer building blocks of Qwen3.5 / Qwen3.6, on the CPU ops:
-//! gated full attention (with its KV cache), Gated DeltaNet (with its conv
-//! and recurrent state) and the MLPs (sparse MoE + shared expert, or dense
-//! SwiGLU). Activations are token-major `[T][features]` f32.
+//! Decoder-layer building blocks of Qwen3.5 / Qwen3.6, written once against
+//! the backend op set (`headroom_core::Backend`): gated full attention,
+//! Gated DeltaNet, and the MLPs (sparse MoE + shared expert, or dense
+//! SwiGLU). Activations are token-major `[T][features]`, rows packed over
+//! the sequences of a `Batch`.
 
 pub mod attention;
 pub mod gdn;
-pub mod kv_cache;
 pub mod mlp;
 
 pub use attention::FullAttention;
-pub use gdn::{GatedDeltaNet, GdnState};
-pub use kv_cache::KvCache;
-pub use mlp::{Mlp, SparseMoe, SwiGlu};
+pub use gdn::GatedDeltaNet;
+pub use mlp::Mlp;

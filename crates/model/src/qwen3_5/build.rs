@@ -1,58 +1,205 @@
-//! Builds the model's layers from a [`ModelConfig`] and canonical [`Weights`]
-//! (names and layouts documented in `weights.rs`), checking each tensor's
-//! shape so a bad checkpoint is an error naming the tensor, never a panic.
+//! Builds the model's layers on a backend from a [`ModelConfig`] and a
+//! [`WeightSource`]: a checkpoint's canonical [`Weights`] (each tensor taken
+//! once, shape-checked against the one schema table,
+//! `weights::expected_tensors`), or synthetic weights drawn on the device.
 
 use super::{Decoder, Mixer, ModelError};
 use crate::config::{MlpConfig, ModelConfig};
-use crate::layers::{FullAttention, GatedDeltaNet, Mlp, SparseMoe, SwiGlu};
-use crate::ops::gated_delta::DeltaDims;
-use crate::ops::rope::Rope;
-use crate::ops::WeightView;
-use crate::{Tensor, Weights, WeightsError};
-use headroom_core::AttentionKind;
+use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
+use crate::weights::expected_tensors;
+use crate::{Tensor, TensorData, Weights, WeightsError};
+use headroom_core::ops::{Backend, GdnSpec, MoeSpec, MoeWeights, RopeSpec, WeightInit};
+use headroom_core::{AttentionKind, OpError};
+use std::collections::HashMap;
 
-pub(super) struct Source<'w> {
-    pub weights: &'w Weights,
+/// Where the weights come from.
+pub(crate) trait WeightSource<B: Backend> {
+    /// The matrix `name` (shape from the schema).
+    fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError>;
+    /// The vector `name` (any shape, used flat as f32).
+    fn vector(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError>;
+    /// `q_proj` of a gated attention layer: rows interleaved per head as
+    /// `[q (d rows), gate (d rows)]`, returned as the q and gate matrices.
+    fn split_q(
+        &mut self,
+        be: &B,
+        name: &str,
+        heads: usize,
+        head_dim: usize,
+    ) -> Result<(B::Weight, B::Weight), ModelError>;
 }
 
-impl<'w> Source<'w> {
-    /// The tensor `name`, which must have `shape`.
-    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<&'w Tensor, ModelError> {
-        let t = self.weights.get(name).map_err(|_| WeightsError::Missing {
-            name: name.to_string(),
-            expected: shape.to_vec(),
-        })?;
+fn op_err(e: OpError) -> ModelError {
+    ModelError::Op {
+        layer: None,
+        source: e,
+    }
+}
+
+/// The schema table: every canonical tensor's expected shape.
+fn schema(cfg: &ModelConfig) -> HashMap<String, Vec<usize>> {
+    expected_tensors(cfg).into_iter().collect()
+}
+
+/// Tensors taken out of a checkpoint's [`Weights`].
+pub(crate) struct HostSource {
+    weights: Weights,
+    shapes: HashMap<String, Vec<usize>>,
+}
+
+impl HostSource {
+    pub fn new(cfg: &ModelConfig, weights: Weights) -> HostSource {
+        HostSource {
+            weights,
+            shapes: schema(cfg),
+        }
+    }
+
+    fn take(&mut self, name: &str) -> Result<Tensor, ModelError> {
+        let shape = self.shapes.get(name).cloned().unwrap_or_default();
+        let t = self
+            .weights
+            .remove(name)
+            .ok_or_else(|| WeightsError::Missing {
+                name: name.to_string(),
+                expected: shape.clone(),
+            })?;
         if t.shape != shape {
             return Err(WeightsError::Shape {
                 name: name.to_string(),
-                expected: shape.to_vec(),
-                actual: t.shape.clone(),
+                expected: shape,
+                actual: t.shape,
             }
             .into());
         }
         Ok(t)
     }
+}
 
-    pub fn matrix(
-        &self,
-        name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<WeightView<'w>, ModelError> {
-        Ok(WeightView::matrix(self.tensor(name, &[rows, cols])?))
+impl<B: Backend> WeightSource<B> for HostSource {
+    fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
+        be.upload_matrix(self.take(name)?).map_err(op_err)
     }
 
-    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-        Ok(self.tensor(name, &[len])?.to_f32_vec())
+    fn vector(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
+        be.upload_vector(self.take(name)?).map_err(op_err)
+    }
+
+    fn split_q(
+        &mut self,
+        be: &B,
+        name: &str,
+        heads: usize,
+        d: usize,
+    ) -> Result<(B::Weight, B::Weight), ModelError> {
+        let t = self.take(name)?;
+        let cols = t.shape[1];
+        let (q, g) = split_rows(&t.data, heads, d, cols);
+        let q = be.upload_matrix(Tensor::new(vec![heads * d, cols], q));
+        let g = be.upload_matrix(Tensor::new(vec![heads * d, cols], g));
+        Ok((q.map_err(op_err)?, g.map_err(op_err)?))
     }
 }
 
-pub(super) fn decoder<'w>(
+/// Splits rows interleaved per head as `[a (d), b (d)]` into `a` and `b`.
+fn split_rows(data: &TensorData, heads: usize, d: usize, cols: usize) -> (TensorData, TensorData) {
+    fn split<T: Copy>(v: &[T], heads: usize, d: usize, cols: usize) -> (Vec<T>, Vec<T>) {
+        let (mut a, mut b) = (
+            Vec::with_capacity(v.len() / 2),
+            Vec::with_capacity(v.len() / 2),
+        );
+        for h in 0..heads {
+            let base = h * 2 * d * cols;
+            a.extend_from_slice(&v[base..base + d * cols]);
+            b.extend_from_slice(&v[base + d * cols..base + 2 * d * cols]);
+        }
+        (a, b)
+    }
+    match data {
+        TensorData::F32(v) => {
+            let (a, b) = split(v, heads, d, cols);
+            (TensorData::F32(a), TensorData::F32(b))
+        }
+        TensorData::F16(v) => {
+            let (a, b) = split(v, heads, d, cols);
+            (TensorData::F16(a), TensorData::F16(b))
+        }
+        TensorData::Bf16(v) => {
+            let (a, b) = split(v, heads, d, cols);
+            (TensorData::Bf16(a), TensorData::Bf16(b))
+        }
+    }
+}
+
+/// Synthetic weights: matrices drawn on the device from N(0, 0.02) seeded
+/// per tensor name; vectors (norms, gates' biases, conv) drawn on the host
+/// by [`Weights::synthetic_tensor`] (they are small).
+pub(crate) struct InitSource<'c> {
+    cfg: &'c ModelConfig,
+    seed: u64,
+    shapes: HashMap<String, Vec<usize>>,
+}
+
+impl<'c> InitSource<'c> {
+    pub fn new(cfg: &'c ModelConfig, seed: u64) -> InitSource<'c> {
+        InitSource {
+            cfg,
+            seed,
+            shapes: schema(cfg),
+        }
+    }
+
+    fn shape(&self, name: &str) -> Result<Vec<usize>, ModelError> {
+        self.shapes.get(name).cloned().ok_or_else(|| {
+            ModelError::Unsupported(format!("no tensor `{name}` in this config's schema"))
+        })
+    }
+
+    fn init(&self, name: &str) -> WeightInit {
+        WeightInit {
+            seed: crate::synthetic::tensor_seed(self.seed, name),
+            mean: 0.0,
+            std: 0.02,
+        }
+    }
+}
+
+impl<B: Backend> WeightSource<B> for InitSource<'_> {
+    fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
+        let shape = self.shape(name)?;
+        let cols = *shape.last().unwrap_or(&1);
+        let rows = shape.iter().product::<usize>() / cols.max(1);
+        be.init_matrix(rows, cols, self.init(name)).map_err(op_err)
+    }
+
+    fn vector(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
+        let shape = self.shape(name)?;
+        let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape);
+        be.upload_vector(t).map_err(op_err)
+    }
+
+    fn split_q(
+        &mut self,
+        be: &B,
+        name: &str,
+        heads: usize,
+        d: usize,
+    ) -> Result<(B::Weight, B::Weight), ModelError> {
+        let shape = self.shape(name)?;
+        let mut init = self.init(name);
+        let q = be.init_matrix(heads * d, shape[1], init).map_err(op_err)?;
+        init.seed = init.seed.wrapping_add(1);
+        let g = be.init_matrix(heads * d, shape[1], init).map_err(op_err)?;
+        Ok((q, g))
+    }
+}
+
+pub(super) fn decoder<B: Backend>(
+    be: &B,
     cfg: &ModelConfig,
-    src: &Source<'w>,
+    src: &mut dyn WeightSource<B>,
     layer: usize,
-) -> Result<Decoder<'w>, ModelError> {
-    let h = cfg.hidden_size;
+) -> Result<Decoder<B>, ModelError> {
     let p = format!("layers.{layer}");
     let eps = cfg.rms_norm_eps as f32;
     let mixer = match cfg.layer_types[layer] {
@@ -62,30 +209,34 @@ pub(super) fn decoder<'w>(
                 cfg.num_key_value_heads,
                 cfg.head_dim,
             );
-            let q_rows = nq * d * if cfg.attn_output_gate { 2 } else { 1 };
+            let a = format!("{p}.self_attn");
+            let (q_proj, gate_proj) = if cfg.attn_output_gate {
+                let (q, g) = src.split_q(be, &format!("{a}.q_proj.weight"), nq, d)?;
+                (q, Some(g))
+            } else {
+                (src.matrix(be, &format!("{a}.q_proj.weight"))?, None)
+            };
             Mixer::Full(FullAttention {
-                q_proj: src.matrix(&format!("{p}.self_attn.q_proj.weight"), q_rows, h)?,
-                k_proj: src.matrix(&format!("{p}.self_attn.k_proj.weight"), nkv * d, h)?,
-                v_proj: src.matrix(&format!("{p}.self_attn.v_proj.weight"), nkv * d, h)?,
-                o_proj: src.matrix(&format!("{p}.self_attn.o_proj.weight"), h, nq * d)?,
-                q_norm: src.vector(&format!("{p}.self_attn.q_norm.weight"), d)?,
-                k_norm: src.vector(&format!("{p}.self_attn.k_norm.weight"), d)?,
+                q_proj,
+                gate_proj,
+                k_proj: src.matrix(be, &format!("{a}.k_proj.weight"))?,
+                v_proj: src.matrix(be, &format!("{a}.v_proj.weight"))?,
+                o_proj: src.matrix(be, &format!("{a}.o_proj.weight"))?,
+                q_norm: src.vector(be, &format!("{a}.q_norm.weight"))?,
+                k_norm: src.vector(be, &format!("{a}.k_norm.weight"))?,
                 heads: nq,
                 kv_heads: nkv,
                 head_dim: d,
-                gated: cfg.attn_output_gate,
                 eps,
-                rope: Rope::new(cfg.rope.rotary_dim, cfg.rope.theta),
+                rope: RopeSpec {
+                    rotary_dim: cfg.rope.rotary_dim,
+                    theta: cfg.rope.theta,
+                },
             })
         }
         AttentionKind::Linear => {
             let l = &cfg.linear;
-            let (vd, cd, nv, kc) = (
-                l.value_dim(),
-                l.conv_dim(),
-                l.num_value_heads,
-                l.conv_kernel_dim,
-            );
+            let (nv, kc) = (l.num_value_heads, l.conv_kernel_dim);
             if l.num_key_heads == 0 || !nv.is_multiple_of(l.num_key_heads) || kc == 0 {
                 return Err(ModelError::Unsupported(format!(
                     "linear attention with {} key heads, {nv} value heads, conv kernel {kc}",
@@ -94,23 +245,22 @@ pub(super) fn decoder<'w>(
             }
             let a = format!("{p}.linear_attn");
             Mixer::Linear(GatedDeltaNet {
-                in_proj_qkv: src.matrix(&format!("{a}.in_proj_qkv.weight"), cd, h)?,
-                in_proj_z: src.matrix(&format!("{a}.in_proj_z.weight"), vd, h)?,
-                in_proj_b: src.matrix(&format!("{a}.in_proj_b.weight"), nv, h)?,
-                in_proj_a: src.matrix(&format!("{a}.in_proj_a.weight"), nv, h)?,
-                out_proj: src.matrix(&format!("{a}.out_proj.weight"), h, vd)?,
-                conv_weight: src
-                    .tensor(&format!("{a}.conv1d.weight"), &[cd, 1, kc])?
-                    .to_f32_vec(),
-                kernel: kc,
-                a_log: src.vector(&format!("{a}.A_log"), nv)?,
-                dt_bias: src.vector(&format!("{a}.dt_bias"), nv)?,
-                norm: src.vector(&format!("{a}.norm.weight"), l.value_head_dim)?,
-                dims: DeltaDims {
+                in_proj_qkv: src.matrix(be, &format!("{a}.in_proj_qkv.weight"))?,
+                in_proj_z: src.matrix(be, &format!("{a}.in_proj_z.weight"))?,
+                in_proj_b: src.matrix(be, &format!("{a}.in_proj_b.weight"))?,
+                in_proj_a: src.matrix(be, &format!("{a}.in_proj_a.weight"))?,
+                out_proj: src.matrix(be, &format!("{a}.out_proj.weight"))?,
+                conv_weight: src.vector(be, &format!("{a}.conv1d.weight"))?,
+                a_log: src.vector(be, &format!("{a}.A_log"))?,
+                dt_bias: src.vector(be, &format!("{a}.dt_bias"))?,
+                norm: src.vector(be, &format!("{a}.norm.weight"))?,
+                spec: GdnSpec {
+                    slots: 1,
                     k_heads: l.num_key_heads,
                     v_heads: nv,
                     k_dim: l.key_head_dim,
                     v_dim: l.value_head_dim,
+                    kernel: kc,
                 },
                 eps,
             })
@@ -118,41 +268,35 @@ pub(super) fn decoder<'w>(
     };
     let m = format!("{p}.mlp");
     let mlp = match cfg.mlp {
-        MlpConfig::Dense {
-            intermediate_size: i,
-        } => Mlp::Dense(SwiGlu {
-            gate: src.matrix(&format!("{m}.gate_proj.weight"), i, h)?,
-            up: src.matrix(&format!("{m}.up_proj.weight"), i, h)?,
-            down: src.matrix(&format!("{m}.down_proj.weight"), h, i)?,
-        }),
+        MlpConfig::Dense { .. } => Mlp::Dense {
+            gate: src.matrix(be, &format!("{m}.gate_proj.weight"))?,
+            up: src.matrix(be, &format!("{m}.up_proj.weight"))?,
+            down: src.matrix(be, &format!("{m}.down_proj.weight"))?,
+        },
         MlpConfig::Moe(moe) => {
-            let (e, i, is) = (
-                moe.num_experts,
-                moe.moe_intermediate_size,
-                moe.shared_expert_intermediate_size,
-            );
-            let gate_up = src.tensor(&format!("{m}.experts.gate_up_proj"), &[e, 2 * i, h])?;
-            let down = src.tensor(&format!("{m}.experts.down_proj"), &[e, h, i])?;
-            Mlp::Moe(SparseMoe {
-                router: src.matrix(&format!("{m}.gate.weight"), e, h)?,
-                gate_up: WeightView::matrix(gate_up),
-                down: WeightView::matrix(down),
-                num_experts: e,
-                top_k: moe.num_experts_per_tok,
-                intermediate: i,
-                renormalise: moe.norm_topk_prob,
-                shared: SwiGlu {
-                    gate: src.matrix(&format!("{m}.shared_expert.gate_proj.weight"), is, h)?,
-                    up: src.matrix(&format!("{m}.shared_expert.up_proj.weight"), is, h)?,
-                    down: src.matrix(&format!("{m}.shared_expert.down_proj.weight"), h, is)?,
+            let s = format!("{m}.shared_expert");
+            Mlp::Moe {
+                weights: MoeWeights {
+                    router: src.matrix(be, &format!("{m}.gate.weight"))?,
+                    gate_up: src.matrix(be, &format!("{m}.experts.gate_up_proj"))?,
+                    down: src.matrix(be, &format!("{m}.experts.down_proj"))?,
+                    shared_gate_proj: src.matrix(be, &format!("{s}.gate_proj.weight"))?,
+                    shared_up_proj: src.matrix(be, &format!("{s}.up_proj.weight"))?,
+                    shared_down_proj: src.matrix(be, &format!("{s}.down_proj.weight"))?,
+                    shared_gate: src.matrix(be, &format!("{m}.shared_expert_gate.weight"))?,
                 },
-                shared_gate: src.matrix(&format!("{m}.shared_expert_gate.weight"), 1, h)?,
-            })
+                spec: MoeSpec {
+                    num_experts: moe.num_experts,
+                    top_k: moe.num_experts_per_tok,
+                    intermediate: moe.moe_intermediate_size,
+                    renormalise: moe.norm_topk_prob,
+                },
+            }
         }
     };
     Ok(Decoder {
-        input_norm: src.vector(&format!("{p}.input_layernorm.weight"), h)?,
-        post_norm: src.vector(&format!("{p}.post_attention_layernorm.weight"), h)?,
+        input_norm: src.vector(be, &format!("{p}.input_layernorm.weight"))?,
+        post_norm: src.vector(be, &format!("{p}.post_attention_layernorm.weight"))?,
         mixer,
         mlp,
     })

@@ -33,8 +33,10 @@ impl AttentionPlan {
 pub enum LogitsRows {
     /// One row per input token.
     All,
-    /// Only the last input token's row (what generation needs).
+    /// Only the last input token's row of each sequence (what generation needs).
     Last,
+    /// No logits (a prefill chunk that is not the prompt's last).
+    None,
 }
 
 /// Options of one prefill / forward call.
@@ -109,4 +111,16 @@ pub enum ModelError {
     },
     #[error("unsupported model: {0}")]
     Unsupported(String),
+    #[error("{}{source}", layer.map(|l| format!("layer {l}: ")).unwrap_or_default())]
+    Op {
+        layer: Option<usize>,
+        #[source]
+        source: headroom_core::OpError,
+    },
+    #[error("context full: {have} tokens held + {adding} new > capacity {capacity}")]
+    ContextFull {
+        have: usize,
+        adding: usize,
+        capacity: usize,
+    },
 }

@@ -5,9 +5,9 @@
 //! in blocks of rows (about 4 MiB each) just before their GEMM, so a bf16
 //! checkpoint is never expanded as a whole.
 
-use crate::{Tensor, TensorData};
 use gemm::Parallelism;
 use half::slice::HalfFloatSliceExt;
+use headroom_core::{Tensor, TensorData};
 use rayon::prelude::*;
 use std::cell::RefCell;
 

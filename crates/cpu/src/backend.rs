@@ -1,0 +1,768 @@
+//! [`CpuBackend`]: the backend op set on the CPU, one method per op over the
+//! functions of [`crate::ops`]. Activations are f32 [`CpuAct`]s; weights stay
+//! in their storage dtype ([`CpuWeight`]).
+
+use crate::ops::activation::{sigmoid, softplus, swiglu};
+use crate::ops::conv1d::causal_conv1d_silu;
+use crate::ops::gated_delta::{gated_delta_rule, DeltaDims};
+use crate::ops::rms_norm::{rms_norm_gated, rms_norm_offset};
+use crate::ops::rope::Rope;
+use crate::ops::{linear, linear_seq, WeightView};
+use crate::sample::sample_row;
+use crate::state::{CpuGdnState, CpuKvCache};
+use half::bf16;
+use headroom_attention_cpu::attention_prefill;
+use headroom_core::fused_capability::fused_support;
+use headroom_core::ops::{
+    rng, Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, OpKey, OpResult, RopeSpec,
+    SamplingParams, WeightInit,
+};
+use headroom_core::{
+    AttentionReport, AttentionShape, BackendKind, Dtype, RouteRequest, Tensor, TensorData,
+};
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// An f32 activation `[rows][cols]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuAct {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: Vec<f32>,
+}
+
+impl CpuAct {
+    pub fn new(rows: usize, cols: usize, data: Vec<f32>) -> CpuAct {
+        debug_assert_eq!(data.len(), rows * cols);
+        CpuAct { rows, cols, data }
+    }
+
+    fn zeros(rows: usize, cols: usize) -> CpuAct {
+        CpuAct::new(rows, cols, vec![0.0; rows * cols])
+    }
+
+    /// Rows `r` of this activation.
+    fn rows_of(&self, r: std::ops::Range<usize>) -> &[f32] {
+        &self.data[r.start * self.cols..r.end * self.cols]
+    }
+}
+
+/// A weight: a matrix in its storage dtype, or an f32 vector.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CpuWeight {
+    Matrix(Tensor),
+    Vector(Vec<f32>),
+}
+
+impl CpuWeight {
+    fn view(&self, op: &'static str) -> OpResult<WeightView<'_>> {
+        match self {
+            CpuWeight::Matrix(t) => Ok(WeightView::matrix(t)),
+            CpuWeight::Vector(_) => Err(OpError::shape(op, "expected a matrix, got a vector")),
+        }
+    }
+
+    fn vector(&self, op: &'static str) -> OpResult<&[f32]> {
+        match self {
+            CpuWeight::Vector(v) => Ok(v),
+            CpuWeight::Matrix(_) => Err(OpError::shape(op, "expected a vector, got a matrix")),
+        }
+    }
+}
+
+/// The CPU backend. Tracks the bytes of its state pools and the peak
+/// transient bytes the attention kernels report.
+#[derive(Debug, Default)]
+pub struct CpuBackend {
+    active: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl CpuBackend {
+    pub fn new() -> CpuBackend {
+        CpuBackend::default()
+    }
+
+    fn note_transient(&self, bytes: usize) {
+        let now = self.active.load(Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn add_active(&self, bytes: usize) {
+        let now = self.active.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
+    if (a.rows, a.cols) != (b.rows, b.cols) {
+        return Err(OpError::shape(
+            op,
+            format!("[{}][{}] vs [{}][{}]", a.rows, a.cols, b.rows, b.cols),
+        ));
+    }
+    Ok(())
+}
+
+fn batch_rows(op: &'static str, x: &CpuAct, batch: &Batch, slots: usize) -> OpResult<()> {
+    batch.validate(slots)?;
+    if batch.rows() != x.rows {
+        return Err(OpError::shape(
+            op,
+            format!("batch has {} rows, activation {}", batch.rows(), x.rows),
+        ));
+    }
+    Ok(())
+}
+
+fn groups_of(op: &'static str, x: &CpuAct, group: usize) -> OpResult<()> {
+    if group == 0 || !x.cols.is_multiple_of(group) {
+        return Err(OpError::shape(
+            op,
+            format!("{} columns are not groups of {group}", x.cols),
+        ));
+    }
+    Ok(())
+}
+
+impl Backend for CpuBackend {
+    type Act = CpuAct;
+    type Weight = CpuWeight;
+    type KvCache = CpuKvCache;
+    type GdnState = CpuGdnState;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn act_dtype(&self) -> Dtype {
+        Dtype::F32
+    }
+
+    fn supports(&self, op: &OpKey) -> Result<(), String> {
+        match op {
+            OpKey::Attention {
+                route: RouteRequest::Fused,
+                layer,
+            } => {
+                // Activations are f32 here whatever the checkpoint's dtype.
+                let kind = headroom_core::LayerKind {
+                    dtype: Dtype::F32,
+                    ..*layer
+                };
+                fused_support(BackendKind::Cpu, &kind)
+            }
+            OpKey::Attention {
+                route: RouteRequest::Composed { .. },
+                layer,
+            } => {
+                if layer.kv_heads == 0 || !layer.q_heads.is_multiple_of(layer.kv_heads) {
+                    return Err(format!(
+                        "q_heads {} is not a multiple of kv_heads {}",
+                        layer.q_heads, layer.kv_heads
+                    ));
+                }
+                Ok(())
+            }
+            OpKey::Moe { num_experts, top_k } if *top_k == 0 || top_k > num_experts => {
+                Err(format!("top_k {top_k} must be in 1..={num_experts}"))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn upload_matrix(&self, t: Tensor) -> OpResult<CpuWeight> {
+        if t.shape.is_empty() || t.numel() != t.shape.iter().product::<usize>() {
+            return Err(OpError::shape(
+                "upload_matrix",
+                format!("bad shape {:?}", t.shape),
+            ));
+        }
+        Ok(CpuWeight::Matrix(t))
+    }
+
+    fn upload_vector(&self, t: Tensor) -> OpResult<CpuWeight> {
+        Ok(CpuWeight::Vector(t.to_f32_vec()))
+    }
+
+    fn init_matrix(&self, rows: usize, cols: usize, init: WeightInit) -> OpResult<CpuWeight> {
+        let n = rows
+            .checked_mul(cols)
+            .ok_or_else(|| OpError::shape("init_matrix", "rows × cols overflows"))?;
+        let data: Vec<bf16> = (0..n as u64)
+            .into_par_iter()
+            .map(|i| bf16::from_f32(init.mean + init.std * rng::normal(init.seed, i)))
+            .collect();
+        Ok(CpuWeight::Matrix(Tensor::new(
+            vec![rows, cols],
+            TensorData::Bf16(data),
+        )))
+    }
+
+    fn act_from_f32(&self, rows: usize, cols: usize, data: &[f32]) -> OpResult<CpuAct> {
+        if rows.checked_mul(cols) != Some(data.len()) {
+            return Err(OpError::shape(
+                "act_from_f32",
+                format!("{} values for [{rows}][{cols}]", data.len()),
+            ));
+        }
+        Ok(CpuAct::new(rows, cols, data.to_vec()))
+    }
+
+    fn act_to_f32(&self, x: &CpuAct) -> OpResult<Vec<f32>> {
+        Ok(x.data.clone())
+    }
+
+    fn act_shape(&self, x: &CpuAct) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn memory(&self) -> (usize, usize) {
+        (
+            self.active.load(Ordering::Relaxed),
+            self.peak.load(Ordering::Relaxed),
+        )
+    }
+
+    fn reset_peak_memory(&self) {
+        self.peak
+            .store(self.active.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    fn synchronize(&self) -> OpResult<()> {
+        Ok(())
+    }
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CpuKvCache> {
+        if spec.kv_heads == 0 || spec.head_dim == 0 {
+            return Err(OpError::shape("new_kv_cache", format!("{spec:?}")));
+        }
+        Ok(CpuKvCache::new(*spec))
+    }
+
+    fn new_gdn_state(&self, spec: &GdnSpec) -> OpResult<CpuGdnState> {
+        if spec.kernel == 0
+            || spec.k_heads == 0
+            || !spec.v_heads.is_multiple_of(spec.k_heads)
+            || spec.k_dim == 0
+            || spec.v_dim == 0
+        {
+            return Err(OpError::shape("new_gdn_state", format!("{spec:?}")));
+        }
+        let st = CpuGdnState::new(*spec);
+        self.add_active(st.bytes());
+        Ok(st)
+    }
+
+    fn reset_kv_slot(&self, cache: &mut CpuKvCache, slot: usize) -> OpResult<()> {
+        let c = cache.slots.get_mut(slot).ok_or(OpError::State {
+            slot,
+            detail: "no such slot".into(),
+        })?;
+        *c = Default::default();
+        Ok(())
+    }
+
+    fn reset_gdn_slot(&self, state: &mut CpuGdnState, slot: usize) -> OpResult<()> {
+        if slot >= state.spec.slots {
+            return Err(OpError::State {
+                slot,
+                detail: "no such slot".into(),
+            });
+        }
+        state.conv[slot].fill(0.0);
+        state.recurrent[slot].fill(0.0);
+        Ok(())
+    }
+
+    fn kv_len(&self, cache: &CpuKvCache, slot: usize) -> usize {
+        cache.slots.get(slot).map_or(0, |c| c.len())
+    }
+
+    fn embed(&self, table: &CpuWeight, ids: &[u32]) -> OpResult<CpuAct> {
+        let CpuWeight::Matrix(t) = table else {
+            return Err(OpError::shape("embed", "the table is not a matrix"));
+        };
+        let w = WeightView::matrix(t);
+        let mut out = CpuAct::zeros(ids.len(), w.cols);
+        for (row, &id) in out.data.chunks_exact_mut(w.cols).zip(ids) {
+            if id as usize >= w.rows {
+                return Err(OpError::shape(
+                    "embed",
+                    format!("token id {id} >= vocab {}", w.rows),
+                ));
+            }
+            t.read_f32(id as usize * w.cols, row);
+        }
+        Ok(out)
+    }
+
+    fn linear(&self, x: &CpuAct, w: &CpuWeight) -> OpResult<CpuAct> {
+        let w = w.view("linear")?;
+        if x.cols != w.cols {
+            return Err(OpError::shape(
+                "linear",
+                format!(
+                    "input has {} columns, weight [{}][{}]",
+                    x.cols, w.rows, w.cols
+                ),
+            ));
+        }
+        let mut out = CpuAct::zeros(x.rows, w.rows);
+        linear(&x.data, x.rows, w, &mut out.data);
+        Ok(out)
+    }
+
+    fn add_rms_norm(
+        &self,
+        residual: &mut CpuAct,
+        delta: Option<&CpuAct>,
+        weight: &CpuWeight,
+        eps: f32,
+    ) -> OpResult<CpuAct> {
+        let w = weight.vector("add_rms_norm")?;
+        if w.len() != residual.cols {
+            return Err(OpError::shape("add_rms_norm", "weight length != columns"));
+        }
+        if let Some(d) = delta {
+            same_shape("add_rms_norm", residual, d)?;
+            for (a, b) in residual.data.iter_mut().zip(&d.data) {
+                *a += b;
+            }
+        }
+        let mut out = residual.clone();
+        rms_norm_offset(&mut out.data, w, eps);
+        Ok(out)
+    }
+
+    fn rms_norm_groups(&self, x: &mut CpuAct, weight: &CpuWeight, eps: f32) -> OpResult<()> {
+        let w = weight.vector("rms_norm")?;
+        groups_of("rms_norm", x, w.len())?;
+        rms_norm_offset(&mut x.data, w, eps);
+        Ok(())
+    }
+
+    fn gated_rms_norm(
+        &self,
+        x: &mut CpuAct,
+        z: &CpuAct,
+        weight: &CpuWeight,
+        eps: f32,
+    ) -> OpResult<()> {
+        let w = weight.vector("gated_rms_norm")?;
+        same_shape("gated_rms_norm", x, z)?;
+        groups_of("gated_rms_norm", x, w.len())?;
+        rms_norm_gated(&mut x.data, &z.data, w, eps);
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut CpuAct,
+        heads: usize,
+        head_dim: usize,
+        spec: &RopeSpec,
+        batch: &Batch,
+    ) -> OpResult<()> {
+        if heads.checked_mul(head_dim) != Some(x.cols)
+            || spec.rotary_dim > head_dim
+            || !spec.rotary_dim.is_multiple_of(2)
+        {
+            return Err(OpError::shape(
+                "rope",
+                format!(
+                    "{} columns, {heads} heads × {head_dim}, rotary_dim {}",
+                    x.cols, spec.rotary_dim
+                ),
+            ));
+        }
+        batch_rows("rope", x, batch, usize::MAX)?;
+        let rope = Rope::new(spec.rotary_dim, spec.theta);
+        for i in 0..batch.sequences() {
+            let r = batch.seq_rows(i);
+            let cols = x.cols;
+            rope.apply(
+                &mut x.data[r.start * cols..r.end * cols],
+                heads,
+                head_dim,
+                batch.history[i],
+            );
+        }
+        Ok(())
+    }
+
+    fn conv1d_silu(
+        &self,
+        x: &CpuAct,
+        weight: &CpuWeight,
+        state: &mut CpuGdnState,
+        batch: &Batch,
+    ) -> OpResult<CpuAct> {
+        let spec = state.spec;
+        let w = match weight {
+            CpuWeight::Vector(v) => v.as_slice(),
+            CpuWeight::Matrix(_) => {
+                return Err(OpError::shape(
+                    "conv1d_silu",
+                    "upload the conv weight as a vector",
+                ))
+            }
+        };
+        if x.cols != spec.conv_dim() || w.len() != spec.conv_dim() * spec.kernel {
+            return Err(OpError::shape(
+                "conv1d_silu",
+                format!(
+                    "{} columns / weight {} for conv_dim {} kernel {}",
+                    x.cols,
+                    w.len(),
+                    spec.conv_dim(),
+                    spec.kernel
+                ),
+            ));
+        }
+        batch_rows("conv1d_silu", x, batch, spec.slots)?;
+        let mut out = CpuAct::zeros(x.rows, x.cols);
+        for i in 0..batch.sequences() {
+            let r = batch.seq_rows(i);
+            let slot = batch.slots[i];
+            let cols = x.cols;
+            causal_conv1d_silu(
+                x.rows_of(r.clone()),
+                cols,
+                w,
+                spec.kernel,
+                &mut state.conv[slot],
+                &mut out.data[r.start * cols..r.end * cols],
+            );
+        }
+        Ok(out)
+    }
+
+    fn gdn_gating(
+        &self,
+        a: &CpuAct,
+        b: &CpuAct,
+        a_log: &CpuWeight,
+        dt_bias: &CpuWeight,
+    ) -> OpResult<(CpuAct, CpuAct)> {
+        let (a_log, dt) = (a_log.vector("gdn_gating")?, dt_bias.vector("gdn_gating")?);
+        same_shape("gdn_gating", a, b)?;
+        if a_log.len() != a.cols || dt.len() != a.cols {
+            return Err(OpError::shape(
+                "gdn_gating",
+                "A_log / dt_bias length != heads",
+            ));
+        }
+        let beta = CpuAct::new(b.rows, b.cols, b.data.iter().map(|&v| sigmoid(v)).collect());
+        let g = a
+            .data
+            .chunks_exact(a.cols)
+            .flat_map(|row| {
+                row.iter()
+                    .enumerate()
+                    .map(|(h, &av)| -a_log[h].exp() * softplus(av + dt[h]))
+            })
+            .collect();
+        Ok((CpuAct::new(a.rows, a.cols, g), beta))
+    }
+
+    fn gated_delta_rule(
+        &self,
+        qkv: &CpuAct,
+        g: &CpuAct,
+        beta: &CpuAct,
+        state: &mut CpuGdnState,
+        batch: &Batch,
+    ) -> OpResult<CpuAct> {
+        let spec = state.spec;
+        let (kd, vd) = (spec.k_heads * spec.k_dim, spec.v_heads * spec.v_dim);
+        if qkv.cols != spec.conv_dim() || g.cols != spec.v_heads {
+            return Err(OpError::shape(
+                "gated_delta_rule",
+                format!("qkv {} / g {} columns for {spec:?}", qkv.cols, g.cols),
+            ));
+        }
+        same_shape("gated_delta_rule", g, beta)?;
+        batch_rows("gated_delta_rule", qkv, batch, spec.slots)?;
+        if g.rows != qkv.rows {
+            return Err(OpError::shape("gated_delta_rule", "g rows != qkv rows"));
+        }
+        let dims = DeltaDims {
+            k_heads: spec.k_heads,
+            v_heads: spec.v_heads,
+            k_dim: spec.k_dim,
+            v_dim: spec.v_dim,
+        };
+        let mut out = CpuAct::new(qkv.rows, vd, vec![f32::NAN; qkv.rows * vd]);
+        for i in 0..batch.sequences() {
+            let r = batch.seq_rows(i);
+            let t = r.len();
+            let mut q = Vec::with_capacity(t * kd);
+            let mut k = Vec::with_capacity(t * kd);
+            let mut v = Vec::with_capacity(t * vd);
+            for row in qkv.rows_of(r.clone()).chunks_exact(qkv.cols) {
+                q.extend_from_slice(&row[..kd]);
+                k.extend_from_slice(&row[kd..2 * kd]);
+                v.extend_from_slice(&row[2 * kd..]);
+            }
+            gated_delta_rule(
+                dims,
+                &q,
+                &k,
+                &v,
+                g.rows_of(r.clone()),
+                beta.rows_of(r.clone()),
+                &mut state.recurrent[batch.slots[i]],
+                &mut out.data[r.start * vd..r.end * vd],
+            );
+        }
+        Ok(out)
+    }
+
+    fn kv_write(
+        &self,
+        cache: &mut CpuKvCache,
+        k: &CpuAct,
+        v: &CpuAct,
+        batch: &Batch,
+    ) -> OpResult<()> {
+        let spec = cache.spec;
+        same_shape("kv_write", k, v)?;
+        if k.cols != spec.kv_heads * spec.head_dim {
+            return Err(OpError::shape(
+                "kv_write",
+                format!(
+                    "{} columns for {} kv heads × {}",
+                    k.cols, spec.kv_heads, spec.head_dim
+                ),
+            ));
+        }
+        batch_rows("kv_write", k, batch, spec.slots)?;
+        for i in 0..batch.sequences() {
+            let slot = batch.slots[i];
+            let held = cache.slots[slot].len();
+            if held != batch.history[i] {
+                return Err(OpError::State {
+                    slot,
+                    detail: format!("holds {held} tokens, batch says {}", batch.history[i]),
+                });
+            }
+            if held + batch.seq_len(i) > spec.capacity {
+                return Err(OpError::State {
+                    slot,
+                    detail: format!(
+                        "{held} + {} tokens exceed the capacity {}",
+                        batch.seq_len(i),
+                        spec.capacity
+                    ),
+                });
+            }
+        }
+        let added: usize = (0..batch.sequences())
+            .map(|i| batch.seq_len(i) * 2 * k.cols * 4)
+            .sum();
+        for i in 0..batch.sequences() {
+            let r = batch.seq_rows(i);
+            cache.slots[batch.slots[i]].append(
+                k.rows_of(r.clone()),
+                v.rows_of(r.clone()),
+                r.len(),
+                spec.kv_heads,
+                spec.head_dim,
+            );
+        }
+        self.add_active(added);
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        q: &CpuAct,
+        cache: &CpuKvCache,
+        batch: &Batch,
+        route: RouteRequest,
+    ) -> OpResult<(CpuAct, AttentionReport)> {
+        let spec = cache.spec;
+        let d = spec.head_dim;
+        groups_of("attention", q, d)?;
+        batch_rows("attention", q, batch, spec.slots)?;
+        let nq = q.cols / d;
+        let mut out = CpuAct::zeros(q.rows, q.cols);
+        let mut combined: Option<AttentionReport> = None;
+        for i in 0..batch.sequences() {
+            let r = batch.seq_rows(i);
+            let kv = &cache.slots[batch.slots[i]];
+            if kv.len() != batch.history[i] + r.len() {
+                return Err(OpError::State {
+                    slot: batch.slots[i],
+                    detail: format!(
+                        "holds {} tokens; attention needs history {} + {} new (kv_write first)",
+                        kv.len(),
+                        batch.history[i],
+                        r.len()
+                    ),
+                });
+            }
+            let (y, rep) = attend_one(q.rows_of(r.clone()), r.len(), nq, kv, spec, route)?;
+            out.data[r.start * q.cols..r.end * q.cols].copy_from_slice(&y);
+            self.note_transient(rep.transient_bytes as usize);
+            combined = Some(match combined {
+                None => rep,
+                Some(c) => AttentionReport {
+                    transient_bytes: c.transient_bytes.max(rep.transient_bytes),
+                    ..c
+                },
+            });
+        }
+        Ok((out, combined.expect("a validated batch has a sequence")))
+    }
+
+    fn mul_sigmoid(&self, x: &mut CpuAct, gate: &CpuAct) -> OpResult<()> {
+        same_shape("mul_sigmoid", x, gate)?;
+        for (o, g) in x.data.iter_mut().zip(&gate.data) {
+            *o *= sigmoid(*g);
+        }
+        Ok(())
+    }
+
+    fn swiglu(&self, gate: &CpuAct, up: &CpuAct) -> OpResult<CpuAct> {
+        same_shape("swiglu", gate, up)?;
+        let mut out = gate.clone();
+        swiglu(&mut out.data, &up.data);
+        Ok(out)
+    }
+
+    fn moe(&self, x: &CpuAct, w: &MoeWeights<CpuWeight>, spec: &MoeSpec) -> OpResult<CpuAct> {
+        self.supports(&OpKey::Moe {
+            num_experts: spec.num_experts,
+            top_k: spec.top_k,
+        })
+        .map_err(|reason| OpError::Unsupported { op: "moe", reason })?;
+        crate::backend_moe::moe(self, x, w, spec)
+    }
+
+    fn gather_rows(&self, x: &CpuAct, rows: &[usize]) -> OpResult<CpuAct> {
+        let mut out = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
+            if r >= x.rows {
+                return Err(OpError::shape(
+                    "gather_rows",
+                    format!("row {r} >= {}", x.rows),
+                ));
+            }
+            out.extend_from_slice(x.rows_of(r..r + 1));
+        }
+        Ok(CpuAct::new(rows.len(), x.cols, out))
+    }
+
+    fn sample(
+        &self,
+        logits: &CpuAct,
+        params: &[SamplingParams],
+        steps: &[u64],
+    ) -> OpResult<Vec<u32>> {
+        if params.len() != logits.rows || steps.len() != logits.rows {
+            return Err(OpError::shape(
+                "sample",
+                format!(
+                    "{} rows, {} params, {} steps",
+                    logits.rows,
+                    params.len(),
+                    steps.len()
+                ),
+            ));
+        }
+        logits
+            .data
+            .chunks_exact(logits.cols.max(1))
+            .zip(params.iter().zip(steps))
+            .enumerate()
+            .map(|(row, (l, (p, &s)))| {
+                sample_row(l, p, s).ok_or_else(|| {
+                    OpError::shape("sample", format!("row {row} has no finite logit"))
+                })
+            })
+            .collect()
+    }
+}
+
+/// One sequence's attention: token-major `q` `[t][nq·d]` over `kv`.
+fn attend_one(
+    q: &[f32],
+    t: usize,
+    nq: usize,
+    kv: &crate::KvCache,
+    spec: KvSpec,
+    route: RouteRequest,
+) -> OpResult<(Vec<f32>, AttentionReport)> {
+    let (nkv, d) = (spec.kv_heads, spec.head_dim);
+    let mut q_hm = vec![0.0f32; q.len()];
+    for s in 0..t {
+        for h in 0..nq {
+            q_hm[(h * t + s) * d..][..d].copy_from_slice(&q[(s * nq + h) * d..][..d]);
+        }
+    }
+    let shape = AttentionShape {
+        q_len: t,
+        kv_len: kv.len(),
+        q_heads: nq,
+        kv_heads: nkv,
+        head_dim: d,
+        scale: None,
+    };
+    let mut att = vec![f32::NAN; q_hm.len()];
+    let report = match kv.contiguous() {
+        Some((k, v)) => attention_prefill(&shape, route, &q_hm, k, v, &mut att)?,
+        None => {
+            // One call per KV head and its query group (head-major q and out
+            // hold each group contiguously); the peak workspace is the largest call's.
+            if nkv == 0 || !nq.is_multiple_of(nkv) {
+                return Err(OpError::shape(
+                    "attention",
+                    "q heads not a multiple of kv heads",
+                ));
+            }
+            let group = nq / nkv;
+            let per_group = group * t * d;
+            let head_shape = AttentionShape {
+                q_heads: group,
+                kv_heads: 1,
+                ..shape
+            };
+            let mut combined: Option<AttentionReport> = None;
+            for h in 0..nkv {
+                let (k, v) = kv.head(h);
+                let r = attention_prefill(
+                    &head_shape,
+                    route,
+                    &q_hm[h * per_group..(h + 1) * per_group],
+                    k,
+                    v,
+                    &mut att[h * per_group..(h + 1) * per_group],
+                )?;
+                combined = Some(match combined {
+                    None => r,
+                    Some(c) => AttentionReport {
+                        transient_bytes: c.transient_bytes.max(r.transient_bytes),
+                        ..c
+                    },
+                });
+            }
+            combined.expect("at least one KV head")
+        }
+    };
+    let mut y = vec![0.0f32; q.len()];
+    for s in 0..t {
+        for h in 0..nq {
+            y[(s * nq + h) * d..][..d].copy_from_slice(&att[(h * t + s) * d..][..d]);
+        }
+    }
+    Ok((y, report))
+}
+
+/// `x · Wᵀ` on the calling thread (inside a parallel loop over experts).
+pub(crate) fn linear_one_thread(x: &[f32], m: usize, w: WeightView<'_>) -> Vec<f32> {
+    let mut out = vec![0.0f32; m * w.rows];
+    linear_seq(x, m, w, &mut out);
+    out
+}

@@ -1,0 +1,103 @@
+//! The sparse MoE op of [`crate::CpuBackend`] (`Qwen3_5MoeSparseMoeBlock`):
+//! router softmax → top-k → SwiGLU experts weighted by their routing weight,
+//! plus the shared expert scaled by `sigmoid(shared_expert_gate · x)`.
+//! Tokens are grouped by expert so each expert runs one GEMM per projection;
+//! experts run in parallel (each GEMM on one thread).
+
+use crate::backend::{linear_one_thread, CpuAct, CpuBackend, CpuWeight};
+use crate::ops::activation::{sigmoid, swiglu};
+use crate::ops::moe::route as route_tokens;
+use crate::ops::WeightView;
+use headroom_core::ops::{Backend, MoeSpec, MoeWeights, OpError, OpResult};
+use rayon::prelude::*;
+
+fn matrix<'a>(w: &'a CpuWeight, name: &str) -> OpResult<WeightView<'a>> {
+    match w {
+        CpuWeight::Matrix(t) => Ok(WeightView::matrix(t)),
+        CpuWeight::Vector(_) => Err(OpError::shape("moe", format!("{name} is not a matrix"))),
+    }
+}
+
+pub(crate) fn moe(
+    be: &CpuBackend,
+    x: &CpuAct,
+    w: &MoeWeights<CpuWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CpuAct> {
+    let (t, hidden) = (x.rows, x.cols);
+    let (e, inter) = (spec.num_experts, spec.intermediate);
+    let gate_up = matrix(&w.gate_up, "gate_up")?;
+    let down = matrix(&w.down, "down")?;
+    if gate_up.rows != e * 2 * inter || gate_up.cols != hidden {
+        return Err(OpError::shape(
+            "moe",
+            format!(
+                "gate_up [{}][{}] for {e} experts × 2·{inter} × {hidden}",
+                gate_up.rows, gate_up.cols
+            ),
+        ));
+    }
+    if down.rows != e * hidden || down.cols != inter {
+        return Err(OpError::shape(
+            "moe",
+            format!(
+                "down [{}][{}] for {e} experts × {hidden} × {inter}",
+                down.rows, down.cols
+            ),
+        ));
+    }
+    // Shared expert, gated.
+    let g = be.linear(x, &w.shared_gate_proj)?;
+    let u = be.linear(x, &w.shared_up_proj)?;
+    let mut out = be.linear(&be.swiglu(&g, &u)?, &w.shared_down_proj)?;
+    let sg = be.linear(x, &w.shared_gate)?;
+    if out.cols != hidden || sg.cols != 1 {
+        return Err(OpError::shape("moe", "shared expert shapes"));
+    }
+    for (row, gv) in out.data.chunks_exact_mut(hidden).zip(&sg.data) {
+        let s = sigmoid(*gv);
+        row.iter_mut().for_each(|v| *v *= s);
+    }
+    // Routed experts.
+    let logits = be.linear(x, &w.router)?;
+    if logits.cols != e {
+        return Err(OpError::shape("moe", "router rows != experts"));
+    }
+    let routing = route_tokens(&logits.data, e, spec.top_k, spec.renormalise);
+    let groups = routing.by_expert(e);
+    let results: Vec<(usize, Vec<f32>)> = groups
+        .par_iter()
+        .enumerate()
+        .filter(|(_, g)| !g.is_empty())
+        .map(|(ex, group)| {
+            let n = group.len();
+            let mut xe = Vec::with_capacity(n * hidden);
+            for &(tok, _) in group {
+                xe.extend_from_slice(&x.data[tok * hidden..(tok + 1) * hidden]);
+            }
+            let mut gt = linear_one_thread(&xe, n, gate_up.sub_rows(ex * 2 * inter, inter));
+            let up = linear_one_thread(&xe, n, gate_up.sub_rows(ex * 2 * inter + inter, inter));
+            swiglu(&mut gt, &up);
+            let mut y = linear_one_thread(&gt, n, down.sub_rows(ex * hidden, hidden));
+            for (row, &(_, wt)) in y.chunks_exact_mut(hidden).zip(group) {
+                row.iter_mut().for_each(|v| *v *= wt);
+            }
+            (ex, y)
+        })
+        .collect();
+    let mut experts_sum = vec![0.0f32; t * hidden];
+    for (ex, y) in results {
+        for (row, &(tok, _)) in y.chunks_exact(hidden).zip(&groups[ex]) {
+            for (o, v) in experts_sum[tok * hidden..(tok + 1) * hidden]
+                .iter_mut()
+                .zip(row)
+            {
+                *o += v;
+            }
+        }
+    }
+    for (o, v) in out.data.iter_mut().zip(&experts_sum) {
+        *o += v;
+    }
+    Ok(out)
+}

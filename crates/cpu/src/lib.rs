@@ -1,0 +1,24 @@
+//! Headroom's CPU backend: [`CpuBackend`] implements the backend op set
+//! (`headroom_core::Backend`) with f32 activations over weights kept in their
+//! storage dtype (f32, f16 or bf16), on rayon and the `gemm` crate.
+//!
+//! * [`ops`] — one file per op, each tested against a straightforward f64
+//!   implementation written from the transformers reference;
+//! * [`kv_cache`] — one sequence's growable KV cache; [`state`] — the slot
+//!   pools the trait hands out;
+//! * [`sample`] — greedy / temperature / top-k / top-p sampling;
+//! * [`backend`] — the trait implementation (one method per op).
+//!
+//! Being the straightforward implementation, it is the reference the CUDA
+//! backend is tested against.
+
+pub mod backend;
+mod backend_moe;
+pub mod kv_cache;
+pub mod ops;
+pub mod sample;
+pub mod state;
+
+pub use backend::{CpuAct, CpuBackend, CpuWeight};
+pub use kv_cache::KvCache;
+pub use state::{CpuGdnState, CpuKvCache};

@@ -1,0 +1,78 @@
+//! Causal depthwise conv1d + SiLU over a varlen batch with per-slot conv
+//! state (`ops_conv1d.cu`): each sequence reads its slot's last `kernel - 1`
+//! rows, then the state advances to the last `kernel - 1` rows it has seen.
+
+use super::launch::{grid_dim, int, launch, upload, Args, GRID_X, GRID_YZ};
+use super::memory::new_act;
+use super::types::{CudaAct, CudaGdnState, CudaWeight};
+use super::validate::{batch_rows, bf16, row_tables};
+use crate::device::CudaDevice;
+use headroom_core::ops::{Batch, OpError, OpResult};
+use headroom_core::Dtype;
+
+const THREADS: u32 = 256;
+
+pub(crate) fn conv1d_silu(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    weight: &CudaWeight,
+    state: &mut CudaGdnState,
+    batch: &Batch,
+) -> OpResult<CudaAct> {
+    let op = "conv1d_silu";
+    bf16(op, x)?;
+    let spec = state.spec;
+    let (c, k) = (spec.conv_dim(), spec.kernel);
+    if x.cols != c || weight.elems() != c * k {
+        return Err(OpError::shape(
+            op,
+            format!(
+                "{} columns / weight {} for conv_dim {c} kernel {k}",
+                x.cols,
+                weight.elems()
+            ),
+        ));
+    }
+    batch_rows(op, x, batch, spec.slots)?;
+    let entry = match weight.dtype {
+        Dtype::F32 => "conv1d_silu_f32w",
+        Dtype::Bf16 => "conv1d_silu_bf16w",
+        Dtype::F16 => return Err(OpError::shape(op, "f16 weights are not used on CUDA")),
+    };
+    let out = new_act(dev, op, x.rows, c, Dtype::Bf16)?;
+    let (starts, slots) = row_tables(op, batch)?;
+    let (starts, slots) = (upload(dev, &starts)?, upload(dev, &slots)?);
+    let (ci, ki) = (int(op, "conv_dim", c)?, int(op, "kernel", k)?);
+    let cblocks = grid_dim(op, c.div_ceil(THREADS as usize), GRID_YZ)?;
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(weight.ptr())
+        .ptr(state.conv.ptr())
+        .ptr(out.ptr())
+        .ptr(starts.ptr())
+        .ptr(slots.ptr())
+        .i32(ci)
+        .i32(ki);
+    let grid = (grid_dim(op, x.rows, GRID_X)?, cblocks, 1);
+    // SAFETY: x/out are [rows][C] bf16, weight C·K, state slots·(K-1)·C; tables one per row.
+    unsafe { launch(dev, entry, grid, THREADS, args)? };
+    if k > 1 {
+        let mut seqs = Vec::with_capacity(3 * batch.sequences());
+        for i in 0..batch.sequences() {
+            seqs.push(int(op, "slot", batch.slots[i])?);
+            seqs.push(int(op, "row", batch.cu_seqlens[i])?);
+            seqs.push(int(op, "rows", batch.seq_len(i))?);
+        }
+        let seqs = upload(dev, &seqs)?;
+        let args = Args::new()
+            .ptr(x.ptr())
+            .ptr(state.conv.ptr())
+            .ptr(seqs.ptr())
+            .i32(ci)
+            .i32(ki);
+        let grid = (cblocks, grid_dim(op, batch.sequences(), GRID_YZ)?, 1);
+        // SAFETY: as above; one (slot, first, rows) triple per sequence, slots distinct.
+        unsafe { launch(dev, "conv_state_advance_bf16", grid, THREADS, args)? };
+    }
+    Ok(out)
+}

@@ -1,0 +1,109 @@
+//! Kernel launches of the backend: argument packing, grid sizes, small host
+//! tables uploaded per call, and the conversion of device errors to [`OpError`].
+
+use crate::alloc::DeviceBuffer;
+use crate::device::CudaDevice;
+use crate::CudaError;
+use headroom_core::ops::{OpError, OpResult};
+use std::ffi::c_void;
+
+/// Kernel arguments, each in its own 8-byte slot (a 4-byte argument is read
+/// from the slot's low bytes: little-endian).
+#[derive(Default)]
+pub(crate) struct Args(Vec<u64>);
+
+impl Args {
+    pub fn new() -> Args {
+        Args(Vec::with_capacity(12))
+    }
+    pub fn ptr(mut self, p: u64) -> Args {
+        self.0.push(p);
+        self
+    }
+    pub fn u64(self, v: u64) -> Args {
+        self.ptr(v)
+    }
+    pub fn i64(self, v: i64) -> Args {
+        self.ptr(v as u64)
+    }
+    pub fn i32(self, v: i32) -> Args {
+        self.ptr(v as u32 as u64)
+    }
+    pub fn f32(self, v: f32) -> Args {
+        self.ptr(v.to_bits() as u64)
+    }
+}
+
+/// A device error as an op error (attention's typed errors kept as such).
+pub(crate) fn dev_err(e: CudaError) -> OpError {
+    match e {
+        CudaError::Attention(a) => OpError::Attention(a),
+        other => OpError::Device(other.to_string()),
+    }
+}
+
+/// A size that must fit the kernels' `int` parameters.
+pub(crate) fn int(op: &'static str, what: &str, v: usize) -> OpResult<i32> {
+    i32::try_from(v).map_err(|_| OpError::shape(op, format!("{what} {v} exceeds i32")))
+}
+
+/// `a · b` or a shape error.
+pub(crate) fn mul(op: &'static str, a: usize, b: usize) -> OpResult<usize> {
+    a.checked_mul(b)
+        .ok_or_else(|| OpError::shape(op, format!("{a} × {b} overflows")))
+}
+
+/// Launches `entry` on the device stream.
+///
+/// # Safety
+/// `args` must match the kernel's parameters, and every pointer among them must
+/// address device memory large enough for what the kernel touches with this grid.
+pub(crate) unsafe fn launch(
+    dev: &CudaDevice,
+    entry: &'static str,
+    grid: (u32, u32, u32),
+    block: u32,
+    args: Args,
+) -> OpResult<()> {
+    let f = dev.function(entry).map_err(dev_err)?;
+    let mut slots = args.0;
+    let mut params: Vec<*mut c_void> = slots
+        .iter_mut()
+        .map(|s| s as *mut u64 as *mut c_void)
+        .collect();
+    dev.bind().map_err(dev_err)?;
+    dev.launch(f, grid, (block, 1, 1), 0, &mut params)
+        .map_err(dev_err)
+}
+
+/// Grid of a grid-stride element-wise kernel over `n` elements.
+pub(crate) fn stride_grid(n: usize, block: u32) -> (u32, u32, u32) {
+    let blocks = n.div_ceil(block as usize).clamp(1, 132 * 32);
+    (blocks as u32, 1, 1)
+}
+
+/// A grid dimension of `n` (at least 1), or a shape error past the driver's limit.
+pub(crate) fn grid_dim(op: &'static str, n: usize, limit: usize) -> OpResult<u32> {
+    if n > limit {
+        return Err(OpError::shape(
+            op,
+            format!("{n} blocks exceed the grid limit {limit}"),
+        ));
+    }
+    Ok(n.max(1) as u32)
+}
+
+/// Largest `gridDim.x`.
+pub(crate) const GRID_X: usize = (1 << 31) - 1;
+/// Largest `gridDim.y` / `gridDim.z`.
+pub(crate) const GRID_YZ: usize = 65_535;
+
+/// A fresh device buffer of `bytes` bytes.
+pub(crate) fn alloc(dev: &CudaDevice, bytes: usize) -> OpResult<DeviceBuffer> {
+    dev.alloc(bytes).map_err(dev_err)
+}
+
+/// Uploads a small host table (positions, slots, row indices).
+pub(crate) fn upload<T: Copy>(dev: &CudaDevice, data: &[T]) -> OpResult<DeviceBuffer> {
+    dev.upload(data).map_err(dev_err)
+}

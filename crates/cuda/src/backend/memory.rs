@@ -1,0 +1,182 @@
+//! Moving data on and off the device: weights (matrices converted to bf16 on
+//! the host in pieces, so a large tensor never needs a second full host
+//! copy; vectors as f32), synthetic weights drawn on the device, and
+//! activations to and from host f32.
+
+use super::launch::{alloc, dev_err, launch, mul, stride_grid, Args};
+use super::types::{CudaAct, CudaWeight};
+use crate::alloc::DeviceBuffer;
+use crate::device::CudaDevice;
+use cudarc::driver::result;
+use half::bf16;
+use headroom_core::ops::{OpError, OpResult, WeightInit};
+use headroom_core::{Dtype, Tensor, TensorData};
+use rayon::prelude::*;
+
+/// Elements converted and copied per piece of a large upload (32 MiB of bf16).
+const PIECE: usize = 16 << 20;
+
+/// Copies `data` to `buf` at element offset `at` (of `T`), synchronously.
+fn write_at<T: Copy>(dev: &CudaDevice, buf: &DeviceBuffer, at: usize, data: &[T]) -> OpResult<()> {
+    let es = std::mem::size_of::<T>();
+    let end = (at + data.len()) * es;
+    if end > buf.len_bytes() {
+        return Err(OpError::Device(format!(
+            "write of {end} bytes past a {}-byte buffer",
+            buf.len_bytes()
+        )));
+    }
+    dev.synchronize().map_err(dev_err)?;
+    // SAFETY: the range [at, at + len) lies inside the buffer (checked above).
+    unsafe { result::memcpy_htod_sync(buf.ptr() + (at * es) as u64, data) }
+        .map_err(|e| dev_err(e.into()))
+}
+
+/// Host elements `start .. start + out.len()` of `t` as bf16 (parallel).
+fn to_bf16(t: &Tensor, start: usize, out: &mut [bf16]) {
+    let n = out.len();
+    match &t.data {
+        TensorData::Bf16(v) => out.copy_from_slice(&v[start..start + n]),
+        TensorData::F16(v) => out
+            .par_iter_mut()
+            .zip(&v[start..start + n])
+            .for_each(|(o, x)| *o = bf16::from_f32(x.to_f32())),
+        TensorData::F32(v) => out
+            .par_iter_mut()
+            .zip(&v[start..start + n])
+            .for_each(|(o, x)| *o = bf16::from_f32(*x)),
+    }
+}
+
+/// Uploads a matrix as bf16 (leading dims flattened into rows), in pieces.
+pub(crate) fn upload_matrix(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight> {
+    let cols = *t.shape.last().unwrap_or(&0);
+    let numel = t.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if t.shape.is_empty() || cols == 0 || numel != Some(t.numel()) {
+        return Err(OpError::shape(
+            "upload_matrix",
+            format!("bad shape {:?} for {} values", t.shape, t.numel()),
+        ));
+    }
+    let n = t.numel();
+    let buf = alloc(dev, mul("upload_matrix", n, 2)?)?;
+    let mut piece = vec![bf16::ZERO; n.min(PIECE)];
+    let mut at = 0;
+    while at < n {
+        let len = PIECE.min(n - at);
+        to_bf16(&t, at, &mut piece[..len]);
+        write_at(dev, &buf, at, &piece[..len])?;
+        at += len;
+    }
+    Ok(CudaWeight {
+        buf,
+        rows: n / cols,
+        cols,
+        dtype: Dtype::Bf16,
+    })
+}
+
+/// Uploads any tensor as a flat f32 vector.
+pub(crate) fn upload_vector(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight> {
+    if t.numel() == 0 {
+        return Err(OpError::shape("upload_vector", "empty tensor"));
+    }
+    let v = t.to_f32_vec();
+    let buf = alloc(dev, mul("upload_vector", v.len(), 4)?)?;
+    write_at(dev, &buf, 0, &v)?;
+    Ok(CudaWeight {
+        buf,
+        rows: 1,
+        cols: v.len(),
+        dtype: Dtype::F32,
+    })
+}
+
+/// A bf16 `[rows][cols]` matrix with element `i` = `mean + std · rng::normal(seed, i)`.
+pub(crate) fn init_matrix(
+    dev: &CudaDevice,
+    rows: usize,
+    cols: usize,
+    init: WeightInit,
+) -> OpResult<CudaWeight> {
+    let n = mul("init_matrix", rows, cols)?;
+    if n == 0 {
+        return Err(OpError::shape(
+            "init_matrix",
+            format!("[{rows}][{cols}] is empty"),
+        ));
+    }
+    let buf = alloc(dev, mul("init_matrix", n, 2)?)?;
+    let args = Args::new()
+        .ptr(buf.ptr())
+        .u64(n as u64)
+        .u64(init.seed)
+        .f32(init.mean)
+        .f32(init.std);
+    // SAFETY: the kernel writes n bf16 elements of `buf`.
+    unsafe { launch(dev, "init_normal_bf16", stride_grid(n, 256), 256, args)? };
+    Ok(CudaWeight {
+        buf,
+        rows,
+        cols,
+        dtype: Dtype::Bf16,
+    })
+}
+
+/// A fresh, uninitialised activation (NaN-poisoned in debug builds is the
+/// tests' job: they fill outputs before ops where it matters).
+pub(crate) fn new_act(
+    dev: &CudaDevice,
+    op: &'static str,
+    rows: usize,
+    cols: usize,
+    dtype: Dtype,
+) -> OpResult<CudaAct> {
+    let bytes = mul(op, mul(op, rows, cols)?, dtype.size_bytes())?;
+    Ok(CudaAct {
+        buf: alloc(dev, bytes)?,
+        rows,
+        cols,
+        dtype,
+    })
+}
+
+/// A bf16 activation from host f32 values.
+pub(crate) fn act_from_f32(
+    dev: &CudaDevice,
+    rows: usize,
+    cols: usize,
+    data: &[f32],
+) -> OpResult<CudaAct> {
+    if rows.checked_mul(cols) != Some(data.len()) {
+        return Err(OpError::shape(
+            "act_from_f32",
+            format!("{} values for [{rows}][{cols}]", data.len()),
+        ));
+    }
+    let act = new_act(dev, "act_from_f32", rows, cols, Dtype::Bf16)?;
+    let host: Vec<bf16> = data.par_iter().map(|&x| bf16::from_f32(x)).collect();
+    write_at(dev, &act.buf, 0, &host)?;
+    Ok(act)
+}
+
+/// An activation (bf16 or f32) copied to the host as f32.
+pub(crate) fn act_to_f32(dev: &CudaDevice, x: &CudaAct) -> OpResult<Vec<f32>> {
+    let n = x.elems();
+    match x.dtype {
+        Dtype::F32 => {
+            let mut out = vec![0f32; n];
+            dev.read(&x.buf, &mut out).map_err(dev_err)?;
+            Ok(out)
+        }
+        Dtype::Bf16 => {
+            let mut raw = vec![bf16::ZERO; n];
+            dev.read(&x.buf, &mut raw).map_err(dev_err)?;
+            Ok(raw.par_iter().map(|v| v.to_f32()).collect())
+        }
+        Dtype::F16 => Err(OpError::shape(
+            "act_to_f32",
+            "f16 activations are not used on CUDA",
+        )),
+    }
+}

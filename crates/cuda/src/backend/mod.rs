@@ -1,0 +1,277 @@
+//! `CudaBackend`: the backend op set (`headroom_core::Backend`) on one CUDA
+//! device. Activations are bf16 device buffers (f32 where precision needs
+//! it: `g` / `beta`, router logits), matrices bf16, vectors f32; large GEMMs
+//! run on cuBLAS, everything else on the NVRTC kernels `ops_*.cu`, all queued
+//! on the device's one stream (a buffer dropped on the host is reused only by
+//! later work of that stream). Each op group lives in its own file:
+//! [`memory`] (uploads, synthetic weights), [`state`] (pools), [`dense`]
+//! (linear, gathers, gates), [`norm`], [`rope`], [`conv`], [`kv`],
+//! [`attention`], [`gdn`], [`moe`], [`sample`], [`supports`].
+
+mod attention;
+mod conv;
+mod dense;
+mod external;
+mod gdn;
+mod kv;
+mod launch;
+mod memory;
+mod moe;
+mod norm;
+mod rope;
+mod sample;
+mod state;
+mod supports;
+mod types;
+mod validate;
+
+pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
+
+use crate::device::CudaDevice;
+use crate::CudaError;
+use headroom_core::ops::{
+    Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpKey, OpResult, RopeSpec,
+    SamplingParams, WeightInit,
+};
+use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The op set on one CUDA device.
+pub struct CudaBackend {
+    dev: CudaDevice,
+    /// Peak bytes seen before the last call that restarted the allocator's own
+    /// high-water mark (attention reports its transient bytes that way).
+    earlier_peak: AtomicU64,
+}
+
+impl CudaBackend {
+    /// Opens device `ordinal`; on a machine without a driver or GPU, the reason.
+    pub fn open(ordinal: usize) -> Result<CudaBackend, CudaError> {
+        Ok(CudaBackend::on(CudaDevice::open(ordinal)?))
+    }
+
+    /// The backend on an opened device.
+    pub fn on(dev: CudaDevice) -> CudaBackend {
+        CudaBackend {
+            dev,
+            earlier_peak: AtomicU64::new(0),
+        }
+    }
+
+    pub fn device(&self) -> &CudaDevice {
+        &self.dev
+    }
+
+    /// The shared expert of an MoE block before its gate (`[t][hidden]`).
+    pub fn shared_expert(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>) -> OpResult<CudaAct> {
+        moe::shared_expert(&self.dev, x, w)
+    }
+
+    /// Fills an activation with the byte `value` (0xFF: NaN in bf16 and f32), for tests.
+    pub fn poison(&self, x: &mut CudaAct, value: u8) -> OpResult<()> {
+        self.dev.fill_bytes(&x.buf, value).map_err(launch::dev_err)
+    }
+
+    fn save_peak(&self) {
+        self.earlier_peak
+            .fetch_max(self.dev.allocator().stats().peak, Ordering::Relaxed);
+    }
+}
+
+impl Backend for CudaBackend {
+    type Act = CudaAct;
+    type Weight = CudaWeight;
+    type KvCache = CudaKvCache;
+    type GdnState = CudaGdnState;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cuda
+    }
+
+    fn act_dtype(&self) -> Dtype {
+        Dtype::Bf16
+    }
+
+    fn supports(&self, op: &OpKey) -> Result<(), String> {
+        supports::supports(op)
+    }
+
+    fn upload_matrix(&self, t: Tensor) -> OpResult<CudaWeight> {
+        memory::upload_matrix(&self.dev, t)
+    }
+
+    fn upload_vector(&self, t: Tensor) -> OpResult<CudaWeight> {
+        memory::upload_vector(&self.dev, t)
+    }
+
+    fn init_matrix(&self, rows: usize, cols: usize, init: WeightInit) -> OpResult<CudaWeight> {
+        memory::init_matrix(&self.dev, rows, cols, init)
+    }
+
+    fn act_from_f32(&self, rows: usize, cols: usize, data: &[f32]) -> OpResult<CudaAct> {
+        memory::act_from_f32(&self.dev, rows, cols, data)
+    }
+
+    fn act_to_f32(&self, x: &CudaAct) -> OpResult<Vec<f32>> {
+        memory::act_to_f32(&self.dev, x)
+    }
+
+    fn act_shape(&self, x: &CudaAct) -> (usize, usize) {
+        (x.rows, x.cols)
+    }
+
+    fn memory(&self) -> (usize, usize) {
+        let s = self.dev.allocator().stats();
+        let peak = s.peak.max(self.earlier_peak.load(Ordering::Relaxed));
+        (s.active as usize, peak as usize)
+    }
+
+    fn reset_peak_memory(&self) {
+        self.dev.allocator().reset_peak();
+        self.earlier_peak.store(0, Ordering::Relaxed);
+    }
+
+    fn synchronize(&self) -> OpResult<()> {
+        self.dev.synchronize().map_err(launch::dev_err)
+    }
+
+    fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CudaKvCache> {
+        state::new_kv_cache(&self.dev, spec)
+    }
+
+    fn new_gdn_state(&self, spec: &GdnSpec) -> OpResult<CudaGdnState> {
+        state::new_gdn_state(&self.dev, spec)
+    }
+
+    fn reset_kv_slot(&self, cache: &mut CudaKvCache, slot: usize) -> OpResult<()> {
+        state::reset_kv_slot(cache, slot)
+    }
+
+    fn reset_gdn_slot(&self, st: &mut CudaGdnState, slot: usize) -> OpResult<()> {
+        state::reset_gdn_slot(&self.dev, st, slot)
+    }
+
+    fn kv_len(&self, cache: &CudaKvCache, slot: usize) -> usize {
+        cache.lens.get(slot).copied().unwrap_or(0)
+    }
+
+    fn embed(&self, table: &CudaWeight, ids: &[u32]) -> OpResult<CudaAct> {
+        dense::embed(&self.dev, table, ids)
+    }
+
+    fn linear(&self, x: &CudaAct, w: &CudaWeight) -> OpResult<CudaAct> {
+        dense::linear(&self.dev, x, w, Dtype::Bf16)
+    }
+
+    fn add_rms_norm(
+        &self,
+        residual: &mut CudaAct,
+        delta: Option<&CudaAct>,
+        weight: &CudaWeight,
+        eps: f32,
+    ) -> OpResult<CudaAct> {
+        norm::add_rms_norm(&self.dev, residual, delta, weight, eps)
+    }
+
+    fn rms_norm_groups(&self, x: &mut CudaAct, weight: &CudaWeight, eps: f32) -> OpResult<()> {
+        norm::rms_norm_groups(&self.dev, x, weight, eps)
+    }
+
+    fn gated_rms_norm(
+        &self,
+        x: &mut CudaAct,
+        z: &CudaAct,
+        weight: &CudaWeight,
+        eps: f32,
+    ) -> OpResult<()> {
+        norm::gated_rms_norm(&self.dev, x, z, weight, eps)
+    }
+
+    fn rope(
+        &self,
+        x: &mut CudaAct,
+        heads: usize,
+        head_dim: usize,
+        spec: &RopeSpec,
+        batch: &Batch,
+    ) -> OpResult<()> {
+        rope::rope(&self.dev, x, heads, head_dim, spec, batch)
+    }
+
+    fn conv1d_silu(
+        &self,
+        x: &CudaAct,
+        w: &CudaWeight,
+        st: &mut CudaGdnState,
+        batch: &Batch,
+    ) -> OpResult<CudaAct> {
+        conv::conv1d_silu(&self.dev, x, w, st, batch)
+    }
+
+    fn gdn_gating(
+        &self,
+        a: &CudaAct,
+        b: &CudaAct,
+        a_log: &CudaWeight,
+        dt_bias: &CudaWeight,
+    ) -> OpResult<(CudaAct, CudaAct)> {
+        dense::gdn_gating(&self.dev, a, b, a_log, dt_bias)
+    }
+
+    fn gated_delta_rule(
+        &self,
+        qkv: &CudaAct,
+        g: &CudaAct,
+        beta: &CudaAct,
+        st: &mut CudaGdnState,
+        batch: &Batch,
+    ) -> OpResult<CudaAct> {
+        gdn::gated_delta_rule(&self.dev, qkv, g, beta, st, batch)
+    }
+
+    fn kv_write(
+        &self,
+        cache: &mut CudaKvCache,
+        k: &CudaAct,
+        v: &CudaAct,
+        batch: &Batch,
+    ) -> OpResult<()> {
+        kv::kv_write(&self.dev, cache, k, v, batch)
+    }
+
+    fn attention(
+        &self,
+        q: &CudaAct,
+        cache: &CudaKvCache,
+        batch: &Batch,
+        route: RouteRequest,
+    ) -> OpResult<(CudaAct, AttentionReport)> {
+        self.save_peak();
+        attention::attention(&self.dev, q, cache, batch, route)
+    }
+
+    fn mul_sigmoid(&self, x: &mut CudaAct, gate: &CudaAct) -> OpResult<()> {
+        dense::mul_sigmoid(&self.dev, x, gate)
+    }
+
+    fn swiglu(&self, gate: &CudaAct, up: &CudaAct) -> OpResult<CudaAct> {
+        dense::swiglu(&self.dev, gate, up)
+    }
+
+    fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpResult<CudaAct> {
+        moe::moe(&self.dev, x, w, spec)
+    }
+
+    fn gather_rows(&self, x: &CudaAct, rows: &[usize]) -> OpResult<CudaAct> {
+        dense::gather_rows(&self.dev, x, rows)
+    }
+
+    fn sample(
+        &self,
+        logits: &CudaAct,
+        params: &[SamplingParams],
+        steps: &[u64],
+    ) -> OpResult<Vec<u32>> {
+        sample::sample(&self.dev, logits, params, steps)
+    }
+}

@@ -1,0 +1,117 @@
+//! The sparse MoE block: router logits (f32, cuBLAS), the routed experts
+//! (the grouped-GEMM kernel of [`super::external`]), and the shared expert
+//! (gate/up/down GEMMs + SwiGLU, scaled by `sigmoid(shared_gate · x)`),
+//! summed by one kernel into the bf16 output.
+
+use super::dense::{linear, swiglu, zeros_f32};
+use super::external::{routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
+use super::launch::{launch, stride_grid, Args};
+use super::memory::new_act;
+use super::types::{CudaAct, CudaWeight};
+use super::validate::bf16;
+use crate::device::CudaDevice;
+use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
+use headroom_core::Dtype;
+
+/// Checks the expert weights against the spec and `hidden`.
+fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
+    let (e, i) = (spec.num_experts, spec.intermediate);
+    if spec.top_k == 0 || spec.top_k > e {
+        return Err(OpError::shape(
+            "moe",
+            format!("top_k {} must be in 1..={e}", spec.top_k),
+        ));
+    }
+    let expect = |name: &str, wt: &CudaWeight, rows: Option<usize>, cols: usize| -> OpResult<()> {
+        wt.matrix("moe")?;
+        if rows.is_some_and(|r| r != wt.rows) || wt.cols != cols {
+            return Err(OpError::shape(
+                "moe",
+                format!(
+                    "{name} is [{}][{}], expected [{rows:?}][{cols}]",
+                    wt.rows, wt.cols
+                ),
+            ));
+        }
+        Ok(())
+    };
+    expect("router", &w.router, Some(e), hidden)?;
+    expect("gate_up", &w.gate_up, e.checked_mul(2 * i), hidden)?;
+    expect("down", &w.down, e.checked_mul(hidden), i)?;
+    expect("shared_gate", &w.shared_gate, Some(1), hidden)?;
+    expect("shared_gate_proj", &w.shared_gate_proj, None, hidden)?;
+    expect(
+        "shared_up_proj",
+        &w.shared_up_proj,
+        Some(w.shared_gate_proj.rows),
+        hidden,
+    )?;
+    expect(
+        "shared_down_proj",
+        &w.shared_down_proj,
+        Some(hidden),
+        w.shared_gate_proj.rows,
+    )
+}
+
+/// The shared expert's output before its gate, bf16 `[t][hidden]`.
+pub(crate) fn shared_expert(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+) -> OpResult<CudaAct> {
+    let g = linear(dev, x, &w.shared_gate_proj, Dtype::Bf16)?;
+    let u = linear(dev, x, &w.shared_up_proj, Dtype::Bf16)?;
+    linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)
+}
+
+pub(crate) fn moe(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CudaAct> {
+    bf16("moe", x)?;
+    let hidden = x.cols;
+    check(w, spec, hidden)?;
+    if !MOE_AVAILABLE {
+        return Err(OpError::Unsupported {
+            op: "moe",
+            reason: format!("routed experts: {NOT_MERGED}"),
+        });
+    }
+    let logits = linear(dev, x, &w.router, Dtype::F32)?;
+    let routed = zeros_f32(dev, x.elems())?;
+    routed_experts(
+        dev,
+        &MoeCall {
+            x: &x.buf,
+            router_logits: &logits.buf,
+            gate_up: &w.gate_up.buf,
+            down: &w.down.buf,
+            out: &routed,
+            tokens: x.rows,
+            hidden,
+            experts: spec.num_experts,
+            top_k: spec.top_k,
+            intermediate: spec.intermediate,
+            renormalise: spec.renormalise,
+        },
+    )?;
+    let shared = shared_expert(dev, x, w)?;
+    let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
+    let out = new_act(dev, "moe", x.rows, hidden, Dtype::Bf16)?;
+    let n = x.elems();
+    if n > 0 {
+        let args = Args::new()
+            .ptr(routed.ptr())
+            .ptr(shared.ptr())
+            .ptr(gate.ptr())
+            .ptr(out.ptr())
+            .i64(n as i64)
+            .i32(super::launch::int("moe", "hidden", hidden)?);
+        // SAFETY: routed (f32), shared and out (bf16) hold n elements; gate one per row.
+        unsafe { launch(dev, "moe_combine_bf16", stride_grid(n, 256), 256, args)? };
+    }
+    Ok(out)
+}

@@ -1,0 +1,123 @@
+//! The RMSNorms: add + zero-centred `(1 + w)` norm of the residual stream,
+//! the same norm per head group (q/k norm), and the gated norm of the GDN
+//! output. f32 math on bf16 storage (`ops_norm.cu`).
+
+use super::launch::{grid_dim, int, launch, Args, GRID_X};
+use super::memory::new_act;
+use super::types::{CudaAct, CudaWeight};
+use super::validate::{bf16, groups_of, same_shape};
+use crate::device::CudaDevice;
+use headroom_core::ops::{OpError, OpResult};
+use headroom_core::Dtype;
+
+/// Threads of the per-row norm (`NORM_THREADS` in the kernel).
+pub(crate) const NORM_THREADS: u32 = 512;
+/// Groups (one warp each) per CTA of the group norms.
+const GROUPS_PER_CTA: usize = 8;
+
+pub(crate) fn add_rms_norm(
+    dev: &CudaDevice,
+    residual: &mut CudaAct,
+    delta: Option<&CudaAct>,
+    weight: &CudaWeight,
+    eps: f32,
+) -> OpResult<CudaAct> {
+    bf16("add_rms_norm", residual)?;
+    let w = weight.vector("add_rms_norm")?;
+    if w.elems() != residual.cols {
+        return Err(OpError::shape("add_rms_norm", "weight length != columns"));
+    }
+    if let Some(d) = delta {
+        same_shape("add_rms_norm", residual, d)?;
+    }
+    let out = new_act(
+        dev,
+        "add_rms_norm",
+        residual.rows,
+        residual.cols,
+        Dtype::Bf16,
+    )?;
+    if residual.elems() == 0 {
+        return Ok(out);
+    }
+    let args = Args::new()
+        .ptr(residual.ptr())
+        .ptr(delta.map_or(0, |d| d.ptr()))
+        .ptr(w.ptr())
+        .ptr(out.ptr())
+        .i32(int("add_rms_norm", "columns", residual.cols)?)
+        .f32(eps);
+    let grid = (grid_dim("add_rms_norm", residual.rows, GRID_X)?, 1, 1);
+    // SAFETY: residual, delta and out are [rows][cols] bf16, w `cols` f32.
+    unsafe { launch(dev, "add_rms_norm_bf16", grid, NORM_THREADS, args)? };
+    Ok(out)
+}
+
+fn group_grid(op: &'static str, groups: usize) -> OpResult<(u32, u32, u32)> {
+    Ok((grid_dim(op, groups.div_ceil(GROUPS_PER_CTA), GRID_X)?, 1, 1))
+}
+
+pub(crate) fn rms_norm_groups(
+    dev: &CudaDevice,
+    x: &mut CudaAct,
+    weight: &CudaWeight,
+    eps: f32,
+) -> OpResult<()> {
+    bf16("rms_norm", x)?;
+    let w = weight.vector("rms_norm")?;
+    groups_of("rms_norm", x, w.elems())?;
+    let groups = x.elems() / w.elems();
+    if groups == 0 {
+        return Ok(());
+    }
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(w.ptr())
+        .i64(groups as i64)
+        .i32(int("rms_norm", "group", w.elems())?)
+        .f32(eps);
+    // SAFETY: x holds groups·d bf16; w d f32.
+    unsafe {
+        launch(
+            dev,
+            "rms_norm_groups_bf16",
+            group_grid("rms_norm", groups)?,
+            32 * GROUPS_PER_CTA as u32,
+            args,
+        )
+    }
+}
+
+pub(crate) fn gated_rms_norm(
+    dev: &CudaDevice,
+    x: &mut CudaAct,
+    z: &CudaAct,
+    weight: &CudaWeight,
+    eps: f32,
+) -> OpResult<()> {
+    bf16("gated_rms_norm", x)?;
+    let w = weight.vector("gated_rms_norm")?;
+    same_shape("gated_rms_norm", x, z)?;
+    groups_of("gated_rms_norm", x, w.elems())?;
+    let groups = x.elems() / w.elems();
+    if groups == 0 {
+        return Ok(());
+    }
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(z.ptr())
+        .ptr(w.ptr())
+        .i64(groups as i64)
+        .i32(int("gated_rms_norm", "group", w.elems())?)
+        .f32(eps);
+    // SAFETY: x, z hold groups·d bf16; w d f32.
+    unsafe {
+        launch(
+            dev,
+            "gated_rms_norm_bf16",
+            group_grid("gated_rms_norm", groups)?,
+            32 * GROUPS_PER_CTA as u32,
+            args,
+        )
+    }
+}

@@ -1,0 +1,62 @@
+//! Partial RoPE with per-row positions from the batch (`ops_rope.cu`).
+//! `inv_freq[i] = theta^(-2i / rotary_dim)` is computed on the host in f32,
+//! exactly as the CPU backend does; angles `pos · inv_freq` in f32 on the device.
+
+use super::launch::{grid_dim, int, launch, upload, Args, GRID_X};
+use super::types::CudaAct;
+use super::validate::{batch_rows, bf16};
+use crate::device::CudaDevice;
+use headroom_core::ops::{Batch, OpError, OpResult, RopeSpec};
+
+/// The rotary inverse frequencies (f32 math, as transformers).
+pub(crate) fn inv_freq(rotary_dim: usize, theta: f64) -> Vec<f32> {
+    let base = theta as f32;
+    (0..rotary_dim / 2)
+        .map(|i| 1.0 / base.powf((2 * i) as f32 / rotary_dim as f32))
+        .collect()
+}
+
+pub(crate) fn rope(
+    dev: &CudaDevice,
+    x: &mut CudaAct,
+    heads: usize,
+    head_dim: usize,
+    spec: &RopeSpec,
+    batch: &Batch,
+) -> OpResult<()> {
+    bf16("rope", x)?;
+    if heads.checked_mul(head_dim) != Some(x.cols)
+        || spec.rotary_dim > head_dim
+        || !spec.rotary_dim.is_multiple_of(2)
+        || !(spec.theta.is_finite() && spec.theta > 0.0)
+    {
+        return Err(OpError::shape(
+            "rope",
+            format!(
+                "{} columns, {heads} heads × {head_dim}, rotary_dim {}, theta {}",
+                x.cols, spec.rotary_dim, spec.theta
+            ),
+        ));
+    }
+    batch_rows("rope", x, batch, usize::MAX)?;
+    if spec.rotary_dim == 0 || x.rows == 0 {
+        return Ok(());
+    }
+    let positions = batch
+        .positions()
+        .into_iter()
+        .map(|p| int("rope", "position", p))
+        .collect::<OpResult<Vec<i32>>>()?;
+    let pos_dev = upload(dev, &positions)?;
+    let freq_dev = upload(dev, &inv_freq(spec.rotary_dim, spec.theta))?;
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(pos_dev.ptr())
+        .ptr(freq_dev.ptr())
+        .i32(int("rope", "heads", heads)?)
+        .i32(int("rope", "head_dim", head_dim)?)
+        .i32(int("rope", "rotary_dim", spec.rotary_dim)?);
+    let grid = (grid_dim("rope", x.rows, GRID_X)?, 1, 1);
+    // SAFETY: x is [rows][heads·head_dim]; one position per row; rotary_dim/2 frequencies.
+    unsafe { launch(dev, "rope_bf16", grid, 256, args) }
+}

@@ -1,0 +1,101 @@
+//! The per-layer state pools: KV caches allocated up front at their capacity
+//! and GDN conv + recurrent state, one slot per running sequence; slot resets.
+
+use super::launch::{alloc, dev_err, mul};
+use super::types::{CudaGdnState, CudaKvCache};
+use crate::device::CudaDevice;
+use cudarc::driver::result;
+use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult};
+
+pub(crate) fn new_kv_cache(dev: &CudaDevice, spec: &KvSpec) -> OpResult<CudaKvCache> {
+    if spec.slots == 0 || spec.kv_heads == 0 || spec.head_dim == 0 || spec.capacity == 0 {
+        return Err(OpError::shape("new_kv_cache", format!("{spec:?}")));
+    }
+    let op = "new_kv_cache";
+    let bytes = mul(
+        op,
+        mul(op, mul(op, spec.slots, spec.kv_heads)?, spec.capacity)?,
+        mul(op, spec.head_dim, 2)?,
+    )?;
+    let (k, v) = (alloc(dev, bytes)?, alloc(dev, bytes)?);
+    Ok(CudaKvCache {
+        spec: *spec,
+        k,
+        v,
+        lens: vec![0; spec.slots],
+    })
+}
+
+pub(crate) fn new_gdn_state(dev: &CudaDevice, spec: &GdnSpec) -> OpResult<CudaGdnState> {
+    if spec.slots == 0
+        || spec.kernel == 0
+        || spec.k_heads == 0
+        || !spec.v_heads.is_multiple_of(spec.k_heads)
+        || spec.v_heads == 0
+        || spec.k_dim == 0
+        || spec.v_dim == 0
+    {
+        return Err(OpError::shape("new_gdn_state", format!("{spec:?}")));
+    }
+    let op = "new_gdn_state";
+    let conv_dim = mul(op, spec.k_heads, spec.k_dim)?
+        .checked_mul(2)
+        .and_then(|a| a.checked_add(spec.v_heads.checked_mul(spec.v_dim)?))
+        .ok_or_else(|| OpError::shape(op, "conv_dim overflows"))?;
+    let conv = mul(op, mul(op, spec.slots, (spec.kernel - 1) * conv_dim)?, 2)?;
+    let rec = mul(
+        op,
+        mul(
+            op,
+            spec.slots,
+            mul(op, spec.v_heads, mul(op, spec.k_dim, spec.v_dim)?)?,
+        )?,
+        4,
+    )?;
+    let state = CudaGdnState {
+        spec: *spec,
+        conv: alloc(dev, conv.max(1))?,
+        recurrent: alloc(dev, rec)?,
+    };
+    dev.fill_bytes(&state.conv, 0).map_err(dev_err)?;
+    dev.fill_bytes(&state.recurrent, 0).map_err(dev_err)?;
+    Ok(state)
+}
+
+fn no_slot(slot: usize) -> OpError {
+    OpError::State {
+        slot,
+        detail: "no such slot".into(),
+    }
+}
+
+pub(crate) fn reset_kv_slot(cache: &mut CudaKvCache, slot: usize) -> OpResult<()> {
+    *cache.lens.get_mut(slot).ok_or_else(|| no_slot(slot))? = 0;
+    Ok(())
+}
+
+/// Zeroes `bytes` bytes at byte offset `at` of a buffer (queued).
+fn zero_range(dev: &CudaDevice, base: u64, at: usize, bytes: usize) -> OpResult<()> {
+    if bytes == 0 {
+        return Ok(());
+    }
+    dev.bind().map_err(dev_err)?;
+    // SAFETY: callers pass a range inside one slot of the state buffer.
+    unsafe { result::memset_d8_async(base + at as u64, 0, bytes, dev.stream_raw()) }
+        .map_err(|e| dev_err(e.into()))
+}
+
+pub(crate) fn reset_gdn_slot(
+    dev: &CudaDevice,
+    state: &mut CudaGdnState,
+    slot: usize,
+) -> OpResult<()> {
+    let s = state.spec;
+    if slot >= s.slots {
+        return Err(no_slot(slot));
+    }
+    let conv = s.conv_len() * 2;
+    let rec = s.recurrent_len() * 4;
+    zero_range(dev, state.conv.ptr(), slot * conv, conv)?;
+    zero_range(dev, state.recurrent.ptr(), slot * rec, rec)
+}

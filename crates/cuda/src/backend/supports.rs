@@ -1,0 +1,142 @@
+//! What the CUDA backend runs, op by op, with the reason when it does not.
+//! Fused attention answers from the capability table of
+//! `headroom_core::fused_capability` (bf16 activations on CUDA); composed
+//! runs any full-attention shape with whole query groups.
+
+use super::external::{GDN_AVAILABLE, MOE_AVAILABLE, NOT_MERGED};
+use headroom_core::fused_capability::fused_support;
+use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, OpKey, RouteRequest};
+
+fn attention(route: RouteRequest, layer: &LayerKind) -> Result<(), String> {
+    // Activations are bf16 on CUDA whatever the checkpoint's dtype.
+    let kind = LayerKind {
+        dtype: Dtype::Bf16,
+        ..*layer
+    };
+    match route {
+        RouteRequest::Fused => fused_support(BackendKind::Cuda, &kind),
+        RouteRequest::Composed { .. } => {
+            if kind.attention != AttentionKind::Full {
+                return Err(format!(
+                    "{} attention layers have no softmax attention",
+                    kind.attention
+                ));
+            }
+            if kind.head_dim == 0
+                || kind.kv_heads == 0
+                || !kind.q_heads.is_multiple_of(kind.kv_heads)
+            {
+                return Err(format!(
+                    "q_heads {} is not a multiple of kv_heads {} (head_dim {})",
+                    kind.q_heads, kind.kv_heads, kind.head_dim
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn supports(op: &OpKey) -> Result<(), String> {
+    match op {
+        OpKey::Attention { route, layer } => attention(*route, layer),
+        OpKey::GatedDeltaRule { .. } if !GDN_AVAILABLE => Err(format!(
+            "the chunked gated delta rule kernel is {NOT_MERGED}"
+        )),
+        OpKey::Moe { .. } if !MOE_AVAILABLE => {
+            Err(format!("the routed-experts kernel is {NOT_MERGED}"))
+        }
+        OpKey::Moe { num_experts, top_k } if *top_k == 0 || top_k > num_experts => {
+            Err(format!("top_k {top_k} must be in 1..={num_experts}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full(head_dim: usize, q_heads: usize, kv_heads: usize) -> LayerKind {
+        LayerKind {
+            attention: AttentionKind::Full,
+            head_dim,
+            q_heads,
+            kv_heads,
+            dtype: Dtype::F32,
+        }
+    }
+
+    #[test]
+    fn fused_follows_the_capability_table_with_bf16_activations() {
+        // An f32 checkpoint still runs fused: activations are bf16 on CUDA.
+        assert!(supports(&OpKey::Attention {
+            route: RouteRequest::Fused,
+            layer: full(256, 16, 2)
+        })
+        .is_ok());
+        let e = supports(&OpKey::Attention {
+            route: RouteRequest::Fused,
+            layer: full(96, 16, 2),
+        })
+        .unwrap_err();
+        assert!(e.contains("96"), "{e}");
+    }
+
+    #[test]
+    fn composed_runs_any_head_dim_but_needs_whole_groups() {
+        let c = RouteRequest::Composed { query_block: 128 };
+        assert!(supports(&OpKey::Attention {
+            route: c,
+            layer: full(96, 16, 2)
+        })
+        .is_ok());
+        assert!(supports(&OpKey::Attention {
+            route: c,
+            layer: full(128, 16, 3)
+        })
+        .is_err());
+        let mut linear = full(128, 16, 2);
+        linear.attention = AttentionKind::Linear;
+        assert!(supports(&OpKey::Attention {
+            route: c,
+            layer: linear
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn unmerged_kernels_say_so_and_plain_ops_are_supported() {
+        if !GDN_AVAILABLE {
+            let e = supports(&OpKey::GatedDeltaRule {
+                k_dim: 128,
+                v_dim: 128,
+            })
+            .unwrap_err();
+            assert!(e.contains(NOT_MERGED), "{e}");
+        }
+        if !MOE_AVAILABLE {
+            assert!(supports(&OpKey::Moe {
+                num_experts: 256,
+                top_k: 8
+            })
+            .unwrap_err()
+            .contains(NOT_MERGED));
+        } else {
+            assert!(supports(&OpKey::Moe {
+                num_experts: 8,
+                top_k: 9
+            })
+            .is_err());
+        }
+        for op in [
+            OpKey::Embed,
+            OpKey::Linear,
+            OpKey::RmsNorm,
+            OpKey::Rope,
+            OpKey::Conv1dSilu,
+            OpKey::Sample,
+        ] {
+            assert!(supports(&op).is_ok(), "{}", op.name());
+        }
+    }
+}

@@ -1,0 +1,96 @@
+// RMSNorms of Qwen3.5 on bf16 activations with f32 math (transformers'
+// Qwen3_5RMSNorm and Qwen3_5RMSNormGated):
+//   add_rms_norm:   r = residual (+ delta, rounded to bf16 and stored back),
+//                   out = r / sqrt(mean(r^2) + eps) * (1 + w)        one CTA per row
+//   rms_norm_groups: the same (1 + w) norm in place over groups of d  one warp per group
+//   gated_rms_norm:  x = w * x / sqrt(mean(x^2) + eps) * silu(z)     one warp per group
+// A NaN in a row (group) makes that row (group) NaN, and only it.
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+typedef long long i64;
+
+constexpr int NORM_THREADS = 512;
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float block_sum(float x) {
+    __shared__ float partial[NORM_THREADS / 32];
+    __shared__ float total;
+    x = warp_sum(x);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = x;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float y = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+        y = warp_sum(y);
+        if (threadIdx.x == 0) total = y;
+    }
+    __syncthreads();
+    return total;
+}
+
+// One CTA (NORM_THREADS) per row of `cols`. `delta` may be null.
+extern "C" __global__ void add_rms_norm_bf16(bf16* residual, const bf16* delta, const float* w,
+                                             bf16* out, int cols, float eps) {
+    bf16* res = residual + (i64)blockIdx.x * cols;
+    const bf16* del = delta ? delta + (i64)blockIdx.x * cols : nullptr;
+    bf16* o = out + (i64)blockIdx.x * cols;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = __bfloat162float(res[c]);
+        if (del) {
+            const bf16 r = __float2bfloat16(v + __bfloat162float(del[c]));
+            res[c] = r;
+            v = __bfloat162float(r);
+        }
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = __bfloat162float(res[c]);
+        o[c] = __float2bfloat16(v * inv * (1.0f + w[c]));
+    }
+}
+
+// In place over `groups` groups of `d`; one warp per group, 8 warps per CTA.
+extern "C" __global__ void rms_norm_groups_bf16(bf16* x, const float* w, i64 groups, int d,
+                                                float eps) {
+    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (grp >= groups) return;
+    const int lane = threadIdx.x & 31;
+    bf16* row = x + grp * d;
+    float ss = 0.0f;
+    for (int c = lane; c < d; c += 32) {
+        const float v = __bfloat162float(row[c]);
+        ss += v * v;
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
+    for (int c = lane; c < d; c += 32)
+        row[c] = __float2bfloat16(__bfloat162float(row[c]) * inv * (1.0f + w[c]));
+}
+
+// In place x = w * x_hat * silu(z) over groups of `d`; one warp per group.
+extern "C" __global__ void gated_rms_norm_bf16(bf16* x, const bf16* z, const float* w, i64 groups,
+                                               int d, float eps) {
+    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (grp >= groups) return;
+    const int lane = threadIdx.x & 31;
+    bf16* row = x + grp * d;
+    const bf16* zr = z + grp * d;
+    float ss = 0.0f;
+    for (int c = lane; c < d; c += 32) {
+        const float v = __bfloat162float(row[c]);
+        ss += v * v;
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
+    for (int c = lane; c < d; c += 32) {
+        const float zv = __bfloat162float(zr[c]);
+        const float silu = zv / (1.0f + expf(-zv));
+        row[c] = __float2bfloat16(w[c] * (__bfloat162float(row[c]) * inv) * silu);
+    }
+}

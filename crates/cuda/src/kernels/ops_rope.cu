@@ -1,0 +1,28 @@
+// Partial rotary embedding, transformers' rotate_half convention, in place on
+// bf16 x [rows][heads * head_dim]. Row r sits at positions[r]; dim i < half of
+// the rotary part pairs with i + half, angle = (float)pos * inv_freq[i] in f32
+// (as transformers computes it); dims >= rotary_dim pass through untouched.
+// One CTA per row; threads loop over (head, i).
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+typedef long long i64;
+
+extern "C" __global__ void rope_bf16(bf16* x, const int* positions, const float* inv_freq,
+                                     int heads, int head_dim, int rotary_dim) {
+    const int half = rotary_dim / 2;
+    bf16* row = x + (i64)blockIdx.x * heads * head_dim;
+    const float pos = (float)positions[blockIdx.x];
+    for (int j = threadIdx.x; j < heads * half; j += blockDim.x) {
+        const int h = j / half, i = j % half;
+        const float angle = pos * inv_freq[i];
+        float s, c;
+        sincosf(angle, &s, &c);
+        bf16* head = row + h * head_dim;
+        const float x1 = __bfloat162float(head[i]);
+        const float x2 = __bfloat162float(head[i + half]);
+        head[i] = __float2bfloat16(x1 * c - x2 * s);
+        head[i + half] = __float2bfloat16(x2 * c + x1 * s);
+    }
+}
