@@ -60,9 +60,15 @@ pub fn check_output_path(flag: &str, out: &Path, inputs: &[&Path]) -> anyhow::Re
     if let Some(real_out) = canonical(out) {
         for input in inputs {
             if let Some(real_in) = canonical(input) {
-                if real_in == real_out || (real_in.is_dir() && real_out == real_in) {
+                if real_in == real_out {
                     bail!(
                         "{flag} {shown} is one of the inputs ({}); refusing to overwrite it",
+                        input.display()
+                    );
+                }
+                if real_in.is_dir() && real_out.starts_with(&real_in) {
+                    bail!(
+                        "{flag} {shown} is an existing file of the input folder {}; refusing to overwrite it",
                         input.display()
                     );
                 }
@@ -148,6 +154,9 @@ mod tests {
         let err = check_output_path("--out", &dir.path().join("missing/x.bin"), &[]).unwrap_err();
         assert!(err.to_string().contains("does not exist"), "{err}");
         check_output_path("--out", &dir.path().join("new.bin"), &[&input]).unwrap();
+        let err = check_output_path("--out", &input, &[dir.path()]).unwrap_err();
+        assert!(err.to_string().contains("input folder"), "{err}");
+        check_output_path("--out", &dir.path().join("new.bin"), &[dir.path()]).unwrap();
         assert_eq!(
             std::fs::read_dir(dir.path()).unwrap().count(),
             1,

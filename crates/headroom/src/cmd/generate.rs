@@ -5,7 +5,12 @@
 //!
 //! Text: a checkpoint's `tokenizer.json`; a synthetic model (no tokenizer)
 //! uses the byte-level fallback of `headroom_model::tokenizer` (one id per
-//! UTF-8 byte; ids ≥ 256 print as `<|ID|>`).
+//! UTF-8 byte; ids ≥ 256 print as `<|ID|>`): a synthetic model's weights are
+//! random, so its text is gibberish. Control characters in the generated text
+//! (other than newline and tab) are printed escaped (`\u{1b}`), never raw.
+//!
+//! The prompt must fit the model's context (`max_position_embeddings`);
+//! `--max-tokens` beyond the room left is clamped, with a warning.
 
 use super::logits::{attention_plan, ForwardArgs};
 use crate::global::GlobalArgs;
@@ -96,6 +101,18 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             cfg.vocab_size
         );
     }
+    cfg.check_sequence_length(ids.len())
+        .with_context(|| format!("the prompt ({} tokens)", ids.len()))?;
+    let room = cfg.max_position_embeddings - ids.len();
+    let max_tokens = a.max_tokens.min(room);
+    if max_tokens < a.max_tokens {
+        tracing::warn!(
+            "--max-tokens {} clamped to {max_tokens}: the prompt's {} tokens leave {room} of the model's {} positions",
+            a.max_tokens,
+            ids.len(),
+            cfg.max_position_embeddings
+        );
+    }
     let attention = attention_plan(g, a.forward.backend, cfg)?;
     let model = Qwen35Model::new(cfg, &loaded.weights).context("building the model")?;
     let mut opts = ForwardOptions {
@@ -114,20 +131,24 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut stream = StreamDecoder::new();
     let mut generated = 0usize;
     let decode_started = Instant::now();
-    for step in 0..a.max_tokens {
+    for step in 0..max_tokens {
         let next = sampler.pick(&logits)?;
         generated += 1;
         if eos.contains(&next) {
             break;
         }
-        write!(stdout, "{}", stream.push(&codec, next)?)?;
-        stdout.flush()?;
-        if step + 1 < a.max_tokens {
+        let text = crate::output::escape_generated(&stream.push(&codec, next)?);
+        write!(stdout, "{text}")
+            .and_then(|()| stdout.flush())
+            .context("writing to stdout")?;
+        if step + 1 < max_tokens {
             logits = model.prefill(&mut session, &[next], &opts)?.logits;
         }
     }
-    write!(stdout, "{}", stream.finish(&codec)?)?;
-    writeln!(stdout)?;
+    let tail = crate::output::escape_generated(&stream.finish(&codec)?);
+    writeln!(stdout, "{tail}")
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
     let decode_secs = decode_started.elapsed().as_secs_f64();
     eprintln!(
         "prompt {} tokens, prefill {:.3} s ({:.1} tokens/s); generated {} tokens in {:.3} s ({:.1} tokens/s)",
@@ -150,15 +171,19 @@ fn generation_eos(dir: &Path) -> Vec<u32> {
         tracing::warn!("generation_config.json is not valid JSON; ignoring it");
         return Vec::new();
     };
-    match &v["eos_token_id"] {
-        serde_json::Value::Number(n) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        serde_json::Value::Array(a) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .map(|x| x as u32)
-            .collect(),
-        _ => Vec::new(),
-    }
+    let id = |x: &serde_json::Value| x.as_u64().and_then(|x| u32::try_from(x).ok());
+    let ids = match &v["eos_token_id"] {
+        serde_json::Value::Null => return Vec::new(),
+        serde_json::Value::Array(a) => a.iter().map(id).collect::<Option<Vec<u32>>>(),
+        x => id(x).map(|x| vec![x]),
+    };
+    ids.unwrap_or_else(|| {
+        tracing::warn!(
+            "generation_config.json: eos_token_id {} is not a token id or a list of them; ignoring it",
+            v["eos_token_id"]
+        );
+        Vec::new()
+    })
 }
 
 /// Greedy or seeded temperature / top-p sampling over one row of logits.
