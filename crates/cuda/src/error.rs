@@ -30,10 +30,15 @@ pub enum CudaError {
     NoDevice(String),
     #[error("kernel entry point `{0}` is not in any embedded kernel source")]
     UnknownEntryPoint(String),
+    #[error("invalid kernel launch: {0}")]
+    InvalidLaunch(String),
     #[error("kernel artifact: {0}")]
     Artifact(String),
     #[error(transparent)]
     Attention(#[from] AttentionError),
+    /// Arguments of an op launch that no kernel can run (checked before launching).
+    #[error("{op}: {detail}")]
+    Shape { op: &'static str, detail: String },
     /// The OS error is in the message only (not also a `source`), so it is printed once.
     #[error("{path}: {error}")]
     Io {

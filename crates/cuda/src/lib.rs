@@ -25,6 +25,7 @@ mod error;
 pub mod kernels;
 pub mod libs;
 pub mod nvrtc;
+pub mod ops;
 pub mod timing;
 
 pub use error::CudaError;

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod layers;
+pub mod profile;
 pub mod qwen3_5;
 pub mod synthetic;
 pub mod tokenizer;

@@ -20,6 +20,7 @@ pub use state::{LayerState, ModelState, Session};
 
 use crate::config::ModelConfig;
 use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
+use crate::profile::{Part, PartTime, Profiler};
 use crate::Weights;
 use build::{HostSource, InitSource, WeightSource};
 use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey};
@@ -60,6 +61,7 @@ pub struct Qwen35Model<B: Backend> {
     lm_head: Option<B::Weight>,
     final_norm: B::Weight,
     layers: Vec<Decoder<B>>,
+    profiler: Profiler,
 }
 
 impl<B: Backend> std::fmt::Debug for Qwen35Model<B> {
@@ -119,7 +121,18 @@ impl<B: Backend> Qwen35Model<B> {
             lm_head,
             final_norm,
             layers,
+            profiler: Profiler::default(),
         })
+    }
+
+    /// Turns the per-part time breakdown on or off (see [`crate::profile`]).
+    pub fn set_profiling(&self, on: bool) {
+        self.profiler.set_enabled(on);
+    }
+
+    /// The per-part times since the last call (empty unless profiling is on).
+    pub fn take_profile(&self) -> Vec<PartTime> {
+        self.profiler.take()
     }
 
     pub fn backend(&self) -> &B {
@@ -361,19 +374,24 @@ impl<B: Backend> Qwen35Model<B> {
             }
         }
         let eps = self.cfg.rms_norm_eps as f32;
-        let mut x = be.embed(&self.embed, ids).map_err(op(None))?;
+        let prof = &self.profiler;
+        let mut x = prof
+            .time(be, Part::Embed, || be.embed(&self.embed, ids))
+            .map_err(op(None))?;
         let mut reports = Vec::new();
         let mut pending: Option<B::Act> = None;
         for (l, (dec, layer_state)) in self.layers.iter().zip(state.layers.iter_mut()).enumerate() {
             let started = Instant::now();
-            let normed = be
-                .add_rms_norm(&mut x, pending.as_ref(), &dec.input_norm, eps)
+            let normed = prof
+                .time(be, Part::Norm, || {
+                    be.add_rms_norm(&mut x, pending.as_ref(), &dec.input_norm, eps)
+                })
                 .map_err(op(Some(l)))?;
             let mixed = match (&dec.mixer, layer_state) {
                 (Mixer::Full(att), LayerState::Full(cache)) => {
                     let route = routes[l].ok_or(ModelError::NoRoute { layer: l })?;
                     let (y, report) = att
-                        .forward(be, &normed, cache, batch, route)
+                        .forward(be, &normed, cache, batch, route, prof)
                         .map_err(op(Some(l)))?;
                     for i in 0..batch.sequences() {
                         reports.push(LayerAttentionReport {
@@ -385,19 +403,21 @@ impl<B: Backend> Qwen35Model<B> {
                     }
                     y
                 }
-                (Mixer::Linear(gdn), LayerState::Linear(st)) => {
-                    gdn.forward(be, &normed, st, batch).map_err(op(Some(l)))?
-                }
+                (Mixer::Linear(gdn), LayerState::Linear(st)) => gdn
+                    .forward(be, &normed, st, batch, prof)
+                    .map_err(op(Some(l)))?,
                 _ => {
                     return Err(ModelError::Unsupported(
                         "state built for another model".into(),
                     ))
                 }
             };
-            let normed = be
-                .add_rms_norm(&mut x, Some(&mixed), &dec.post_norm, eps)
+            let normed = prof
+                .time(be, Part::Norm, || {
+                    be.add_rms_norm(&mut x, Some(&mixed), &dec.post_norm, eps)
+                })
                 .map_err(op(Some(l)))?;
-            pending = Some(dec.mlp.forward(be, &normed).map_err(op(Some(l)))?);
+            pending = Some(dec.mlp.forward(be, &normed, prof).map_err(op(Some(l)))?);
             tracing::trace!(
                 layer = l,
                 rows = batch.rows(),
@@ -425,7 +445,9 @@ impl<B: Backend> Qwen35Model<B> {
         }
         .map_err(op(None))?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let logits = be.linear(&normed, head).map_err(op(None))?;
+        let logits = prof
+            .time(be, Part::LmHead, || be.linear(&normed, head))
+            .map_err(op(None))?;
         Ok(StepOutput {
             logits,
             attention: reports,

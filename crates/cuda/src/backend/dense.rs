@@ -1,7 +1,7 @@
 //! Dense ops: `linear` on cuBLAS (bf16 operands, f32 compute), the
 //! embedding and row gathers, and the element-wise gates.
 
-use super::launch::{alloc, dev_err, grid_dim, launch, stride_grid, upload, Args, GRID_X};
+use super::launch::{dev_err, grid_dim, launch, stride_grid, upload, Args, GRID_X};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use super::validate::{bf16, same_shape};
@@ -172,11 +172,4 @@ pub(crate) fn gdn_gating(
         unsafe { launch(dev, "gdn_gating_bf16", stride_grid(n, 256), 256, args)? };
     }
     Ok((g, beta))
-}
-
-/// A device buffer of `n` f32 zeros (queued).
-pub(crate) fn zeros_f32(dev: &CudaDevice, n: usize) -> OpResult<crate::alloc::DeviceBuffer> {
-    let buf = alloc(dev, n.max(1) * 4)?;
-    dev.fill_bytes(&buf, 0).map_err(dev_err)?;
-    Ok(buf)
 }

@@ -3,8 +3,9 @@
 //! (gate/up/down GEMMs + SwiGLU, scaled by `sigmoid(shared_gate · x)`),
 //! summed by one kernel into the bf16 output.
 
-use super::dense::{linear, swiglu, zeros_f32};
+use super::dense::{linear, swiglu};
 use super::external::{routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
+use super::launch::alloc;
 use super::launch::{launch, stride_grid, Args};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
@@ -81,7 +82,8 @@ pub(crate) fn moe(
         });
     }
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
-    let routed = zeros_f32(dev, x.elems())?;
+    // Overwritten by the routed-experts kernel.
+    let routed = alloc(dev, x.elems().max(1) * 4)?;
     routed_experts(
         dev,
         &MoeCall {

@@ -3,7 +3,7 @@
 //! `headroom_core::fused_capability` (bf16 activations on CUDA); composed
 //! runs any full-attention shape with whole query groups.
 
-use super::external::{GDN_AVAILABLE, MOE_AVAILABLE, NOT_MERGED};
+use super::external::{GDN_AVAILABLE, GDN_HEAD_DIM, MOE_AVAILABLE, NOT_MERGED};
 use headroom_core::fused_capability::fused_support;
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, OpKey, RouteRequest};
 
@@ -42,6 +42,14 @@ pub(crate) fn supports(op: &OpKey) -> Result<(), String> {
         OpKey::GatedDeltaRule { .. } if !GDN_AVAILABLE => Err(format!(
             "the chunked gated delta rule kernel is {NOT_MERGED}"
         )),
+        OpKey::GatedDeltaRule { k_dim, v_dim }
+            if (*k_dim, *v_dim) != (GDN_HEAD_DIM, GDN_HEAD_DIM) =>
+        {
+            Err(format!(
+                "the gated delta rule kernels are built for head dims \
+                 {GDN_HEAD_DIM}/{GDN_HEAD_DIM}, not {k_dim}/{v_dim}"
+            ))
+        }
         OpKey::Moe { .. } if !MOE_AVAILABLE => {
             Err(format!("the routed-experts kernel is {NOT_MERGED}"))
         }
@@ -106,13 +114,12 @@ mod tests {
 
     #[test]
     fn unmerged_kernels_say_so_and_plain_ops_are_supported() {
+        let gdn = |d| supports(&OpKey::GatedDeltaRule { k_dim: d, v_dim: d });
         if !GDN_AVAILABLE {
-            let e = supports(&OpKey::GatedDeltaRule {
-                k_dim: 128,
-                v_dim: 128,
-            })
-            .unwrap_err();
-            assert!(e.contains(NOT_MERGED), "{e}");
+            assert!(gdn(GDN_HEAD_DIM).unwrap_err().contains(NOT_MERGED));
+        } else {
+            assert!(gdn(GDN_HEAD_DIM).is_ok());
+            assert!(gdn(32).unwrap_err().contains("not 32/32"));
         }
         if !MOE_AVAILABLE {
             assert!(supports(&OpKey::Moe {

@@ -54,6 +54,26 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
     entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
 };
 
+/// Gated delta rule, chunked prefill form (prep + scan; `ops::gdn`).
+pub const GDN_CHUNKED: KernelSource = KernelSource {
+    name: "gdn_chunked",
+    file: "gdn_chunked.cu",
+    source: include_str!("gdn_chunked.cu"),
+    entry_points: &[
+        "gdn_chunk_prep_bf16",
+        "gdn_chunk_scan_bf16",
+        "gdn_chunk_scan_bv64_bf16",
+    ],
+};
+
+/// Gated delta rule, recurrent decode step (`ops::gdn`).
+pub const GDN_RECURRENT: KernelSource = KernelSource {
+    name: "gdn_recurrent",
+    file: "gdn_recurrent.cu",
+    source: include_str!("gdn_recurrent.cu"),
+    entry_points: &["gdn_recurrent_step_bf16"],
+};
+
 /// Synthetic weight draws (`headroom_core::ops::rng::normal` on the device).
 pub const OPS_INIT: KernelSource = KernelSource {
     name: "ops_init",
@@ -130,11 +150,29 @@ pub const OPS_SAMPLE: KernelSource = KernelSource {
     entry_points: &["sample_bf16", "sample_f32"],
 };
 
+/// Sparse-MoE routing, expert-order bookkeeping and the weighted combine (`ops::moe`).
+pub const MOE_ROUTE: KernelSource = KernelSource {
+    name: "moe_route",
+    file: "moe_route.cu",
+    source: include_str!("moe_route.cu"),
+    entry_points: &["moe_route", "moe_offsets", "moe_scatter", "moe_combine"],
+};
+
+/// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down (`ops::moe`).
+pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
+    name: "moe_grouped_gemm",
+    file: "moe_grouped_gemm.cu",
+    source: include_str!("moe_grouped_gemm.cu"),
+    entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
     ATTENTION_FUSED_WGMMA,
     MASKED_SOFTMAX,
+    GDN_CHUNKED,
+    GDN_RECURRENT,
     OPS_INIT,
     OPS_POINTWISE,
     OPS_NORM,
@@ -142,6 +180,8 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_CONV1D,
     OPS_KV,
     OPS_SAMPLE,
+    MOE_ROUTE,
+    MOE_GROUPED_GEMM,
 ];
 
 /// Every entry point the artifact must contain, source by source.

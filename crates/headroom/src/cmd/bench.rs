@@ -20,6 +20,8 @@ use std::path::PathBuf;
 pub enum BenchCommand {
     /// Prefill attention A/B over routes on one backend.
     Attention(AttentionArgs),
+    /// Time-to-first-token of the whole model's prefill (and decode tokens/s, per-part breakdown).
+    Ttft(crate::cmd::bench_ttft::TtftArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -60,9 +62,10 @@ pub struct AttentionArgs {
     pub json: Option<PathBuf>,
 }
 
-pub fn run(c: BenchCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
+pub fn run(c: BenchCommand, g: &GlobalArgs) -> anyhow::Result<()> {
     match c {
         BenchCommand::Attention(a) => attention_cmd(a),
+        BenchCommand::Ttft(a) => crate::cmd::bench_ttft::run(a, g),
     }
 }
 

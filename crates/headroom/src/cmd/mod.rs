@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_ttft;
 pub mod doctor;
 pub mod generate;
 pub mod kernels;

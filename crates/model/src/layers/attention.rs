@@ -8,6 +8,7 @@
 //! the route the caller passes; the output is multiplied by `sigmoid(gate)`
 //! and projected by `o_proj`.
 
+use crate::profile::{Part, Profiler};
 use headroom_core::ops::{Backend, Batch, OpResult, RopeSpec};
 use headroom_core::{AttentionReport, RouteRequest};
 
@@ -38,21 +39,36 @@ impl<B: Backend> FullAttention<B> {
         cache: &mut B::KvCache,
         batch: &Batch,
         route: RouteRequest,
+        prof: &Profiler,
     ) -> OpResult<(B::Act, AttentionReport)> {
         let d = self.head_dim;
-        let mut q = be.linear(x, &self.q_proj)?;
-        let mut k = be.linear(x, &self.k_proj)?;
-        let v = be.linear(x, &self.v_proj)?;
-        be.rms_norm_groups(&mut q, &self.q_norm, self.eps)?;
-        be.rms_norm_groups(&mut k, &self.k_norm, self.eps)?;
-        be.rope(&mut q, self.heads, d, &self.rope, batch)?;
-        be.rope(&mut k, self.kv_heads, d, &self.rope, batch)?;
-        be.kv_write(cache, &k, &v, batch)?;
-        let (mut y, report) = be.attention(&q, cache, batch, route)?;
-        if let Some(g) = &self.gate_proj {
-            let gate = be.linear(x, g)?;
-            be.mul_sigmoid(&mut y, &gate)?;
-        }
-        Ok((be.linear(&y, &self.o_proj)?, report))
+        let (mut q, mut k, v, gate) = prof.time(be, Part::AttentionProjections, || {
+            let gate = match &self.gate_proj {
+                Some(g) => Some(be.linear(x, g)?),
+                None => None,
+            };
+            OpResult::Ok((
+                be.linear(x, &self.q_proj)?,
+                be.linear(x, &self.k_proj)?,
+                be.linear(x, &self.v_proj)?,
+                gate,
+            ))
+        })?;
+        prof.time(be, Part::AttentionPrep, || {
+            be.rms_norm_groups(&mut q, &self.q_norm, self.eps)?;
+            be.rms_norm_groups(&mut k, &self.k_norm, self.eps)?;
+            be.rope(&mut q, self.heads, d, &self.rope, batch)?;
+            be.rope(&mut k, self.kv_heads, d, &self.rope, batch)?;
+            be.kv_write(cache, &k, &v, batch)
+        })?;
+        let (mut y, report) = prof.time(be, Part::Attention, || {
+            be.attention(&q, cache, batch, route)
+        })?;
+        prof.time(be, Part::AttentionProjections, || {
+            if let Some(g) = &gate {
+                be.mul_sigmoid(&mut y, g)?;
+            }
+            Ok((be.linear(&y, &self.o_proj)?, report))
+        })
     }
 }

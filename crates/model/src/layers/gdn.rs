@@ -6,6 +6,7 @@
 //! (recurrent state `[v_heads][d_k][d_v]` per slot); gated RMSNorm with
 //! `z = in_proj_z·x` per value head; `out_proj`.
 
+use crate::profile::{Part, Profiler};
 use headroom_core::ops::{Backend, Batch, GdnSpec, OpResult};
 
 /// One linear-attention layer's weights and shape.
@@ -35,16 +36,31 @@ impl<B: Backend> GatedDeltaNet<B> {
         x: &B::Act,
         state: &mut B::GdnState,
         batch: &Batch,
+        prof: &Profiler,
     ) -> OpResult<B::Act> {
-        let mixed = be.linear(x, &self.in_proj_qkv)?;
-        let qkv = be.conv1d_silu(&mixed, &self.conv_weight, state, batch)?;
+        let (mixed, z, b, a) = prof.time(be, Part::GdnProjections, || {
+            OpResult::Ok((
+                be.linear(x, &self.in_proj_qkv)?,
+                be.linear(x, &self.in_proj_z)?,
+                be.linear(x, &self.in_proj_b)?,
+                be.linear(x, &self.in_proj_a)?,
+            ))
+        })?;
+        let qkv = prof.time(be, Part::Conv, || {
+            be.conv1d_silu(&mixed, &self.conv_weight, state, batch)
+        })?;
         drop(mixed);
-        let z = be.linear(x, &self.in_proj_z)?;
-        let b = be.linear(x, &self.in_proj_b)?;
-        let a = be.linear(x, &self.in_proj_a)?;
-        let (g, beta) = be.gdn_gating(&a, &b, &self.a_log, &self.dt_bias)?;
-        let mut core = be.gated_delta_rule(&qkv, &g, &beta, state, batch)?;
-        be.gated_rms_norm(&mut core, &z, &self.norm, self.eps)?;
-        be.linear(&core, &self.out_proj)
+        let (g, beta) = prof.time(be, Part::GdnGating, || {
+            be.gdn_gating(&a, &b, &self.a_log, &self.dt_bias)
+        })?;
+        let mut core = prof.time(be, Part::GdnRule, || {
+            be.gated_delta_rule(&qkv, &g, &beta, state, batch)
+        })?;
+        prof.time(be, Part::GatedNorm, || {
+            be.gated_rms_norm(&mut core, &z, &self.norm, self.eps)
+        })?;
+        prof.time(be, Part::GdnProjections, || {
+            be.linear(&core, &self.out_proj)
+        })
     }
 }

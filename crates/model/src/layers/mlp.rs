@@ -1,6 +1,7 @@
 //! The MLP of a decoder layer: dense SwiGLU (`Qwen3_5MLP`) or the sparse
 //! MoE block with its shared expert (the backend's `moe` op).
 
+use crate::profile::{Part, Profiler};
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights, OpResult};
 
 /// The MLP of one decoder layer.
@@ -19,14 +20,14 @@ pub enum Mlp<B: Backend> {
 
 impl<B: Backend> Mlp<B> {
     /// `x`: `[t][hidden]` → `[t][hidden]`.
-    pub fn forward(&self, be: &B, x: &B::Act) -> OpResult<B::Act> {
+    pub fn forward(&self, be: &B, x: &B::Act, prof: &Profiler) -> OpResult<B::Act> {
         match self {
-            Mlp::Dense { gate, up, down } => {
+            Mlp::Dense { gate, up, down } => prof.time(be, Part::DenseMlp, || {
                 let g = be.linear(x, gate)?;
                 let u = be.linear(x, up)?;
                 be.linear(&be.swiglu(&g, &u)?, down)
-            }
-            Mlp::Moe { weights, spec } => be.moe(x, weights, spec),
+            }),
+            Mlp::Moe { weights, spec } => prof.time(be, Part::Moe, || be.moe(x, weights, spec)),
         }
     }
 }

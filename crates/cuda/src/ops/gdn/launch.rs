@@ -1,0 +1,278 @@
+//! Launchers of the gated-delta-rule kernels. The sequence tables are
+//! kernel parameters passed by value (no host-to-device copy, no
+//! synchronisation); their layouts and the tile constants here must match
+//! the kernel sources (checked by the tests below).
+
+use super::plan::SeqRun;
+use super::GdnLaunch;
+use crate::device::CudaDevice;
+use crate::CudaError;
+use std::ffi::c_void;
+
+/// Rows per chunk (`BT`).
+pub const CHUNK: usize = 64;
+/// Value columns per scan CTA: 32 (`BV_NARROW`, 4 CTAs per head) or 64
+/// (`BV_WIDE`, 2 CTAs per head, half the tile traffic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanWidth {
+    Narrow,
+    Wide,
+}
+
+impl ScanWidth {
+    pub fn columns(self) -> usize {
+        match self {
+            ScanWidth::Narrow => 32,
+            ScanWidth::Wide => 64,
+        }
+    }
+    fn entry(self) -> &'static str {
+        match self {
+            ScanWidth::Narrow => "gdn_chunk_scan_bf16",
+            ScanWidth::Wide => "gdn_chunk_scan_bv64_bf16",
+        }
+    }
+    /// Dynamic shared memory of the scan kernel (`ScanCfg<BV>::SMEM`).
+    pub fn smem_bytes(self) -> usize {
+        let bv = self.columns();
+        let stage = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * (bv + 8) * 2 + FAC * 4;
+        2 * stage + DIM * LD64 * 2 + bv * LD128 * 2 + bv * LD64 * 2
+    }
+}
+/// Threads of the prep kernel.
+pub const PREP_THREADS: usize = 128;
+/// Threads of the scan kernel (eight warps).
+pub const SCAN_THREADS: usize = 256;
+/// Sequences per chunked launch (`gdn::MAX_SEQS`).
+pub const MAX_SCAN_SEQS: usize = 128;
+/// Sequences per decode launch (`gdn_rec::MAX_SEQS`).
+pub const MAX_DECODE_SEQS: usize = 384;
+/// f32 factors per (chunk, head) (`FAC`).
+pub const FAC: usize = 132;
+/// Value columns per recurrent CTA and its threads.
+const REC_BV: usize = 32;
+const REC_THREADS: usize = 128;
+
+const DIM: usize = super::SUPPORTED_DIM;
+const LD128: usize = DIM + 8;
+const LD64: usize = CHUNK + 8;
+
+/// Dynamic shared memory of the prep kernel (`PREP_SMEM`).
+pub const PREP_SMEM: usize = 2 * CHUNK * LD128 * 2
+    + CHUNK * LD64 * 2
+    + 2 * DIM * LD64 * 2
+    + 3 * 256 * 4
+    + 3 * CHUNK * 4
+    + CHUNK * LD128 * 2;
+
+#[repr(C)]
+struct SeqTable {
+    n: i32,
+    total_chunks: i32,
+    slot: [i32; MAX_SCAN_SEQS],
+    first: [i32; MAX_SCAN_SEQS],
+    rows: [i32; MAX_SCAN_SEQS],
+    chunk0: [i32; MAX_SCAN_SEQS],
+}
+
+#[repr(C)]
+struct DecodeTable {
+    n: i32,
+    slot: [i32; MAX_DECODE_SEQS],
+    row: [i32; MAX_DECODE_SEQS],
+}
+
+// The tables fit the classic 4 KiB of kernel parameters with the pointers
+// and ints before them; two prep CTAs share an SM.
+const _: () = assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
+const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
+const _: () = assert!(2 * PREP_SMEM <= 228 * 1024);
+
+fn param<T>(v: &mut T) -> *mut c_void {
+    v as *mut T as *mut c_void
+}
+
+fn i32_of(v: usize, what: &str) -> Result<i32, CudaError> {
+    i32::try_from(v).map_err(|_| CudaError::InvalidLaunch(format!("{what} {v} exceeds i32")))
+}
+
+/// The chunked form over up to [`MAX_SCAN_SEQS`] sequences of 2+ rows.
+pub(super) fn chunked(
+    dev: &CudaDevice,
+    l: &GdnLaunch<'_>,
+    group: &[SeqRun],
+    width: ScanWidth,
+) -> Result<(), CudaError> {
+    assert!(group.len() <= MAX_SCAN_SEQS);
+    let mut tab = SeqTable {
+        n: group.len() as i32,
+        total_chunks: 0,
+        slot: [0; MAX_SCAN_SEQS],
+        first: [0; MAX_SCAN_SEQS],
+        rows: [0; MAX_SCAN_SEQS],
+        chunk0: [0; MAX_SCAN_SEQS],
+    };
+    let mut chunks = 0usize;
+    for (i, s) in group.iter().enumerate() {
+        tab.slot[i] = i32_of(s.slot, "slot")?;
+        tab.first[i] = i32_of(s.first, "row")?;
+        tab.rows[i] = i32_of(s.rows, "rows")?;
+        tab.chunk0[i] = i32_of(chunks, "chunks")?;
+        chunks += s.rows.div_ceil(CHUNK);
+    }
+    tab.total_chunks = i32_of(chunks, "chunks")?;
+    let tiles = chunks
+        .checked_mul(l.v_heads)
+        .ok_or_else(|| CudaError::InvalidLaunch("scratch size overflows".into()))?;
+    let bytes = |per: usize| {
+        tiles
+            .checked_mul(per)
+            .ok_or_else(|| CudaError::InvalidLaunch("scratch size overflows".into()))
+    };
+    let w = dev.alloc(bytes(CHUNK * DIM * 2)?)?;
+    let u = dev.alloc(bytes(CHUNK * DIM * 2)?)?;
+    let p = dev.alloc(bytes(CHUNK * CHUNK * 2)?)?;
+    let fac = dev.alloc(bytes(FAC * 4)?)?;
+    let (mut hk, mut hv) = (l.k_heads as i32, l.v_heads as i32);
+    let (mut qkv, mut g, mut beta) = (l.qkv.ptr(), l.g.ptr(), l.beta.ptr());
+    let (mut wp, mut up, mut pp, mut fp) = (w.ptr(), u.ptr(), p.ptr(), fac.ptr());
+    let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
+
+    let prep = dev.function("gdn_chunk_prep_bf16")?;
+    dev.set_dynamic_smem(prep, PREP_SMEM)?;
+    let mut params = [
+        param(&mut qkv),
+        param(&mut g),
+        param(&mut beta),
+        param(&mut wp),
+        param(&mut up),
+        param(&mut pp),
+        param(&mut fp),
+        param(&mut hk),
+        param(&mut hv),
+        param(&mut tab),
+    ];
+    let grid = (chunks as u32, l.v_heads as u32, 1);
+    // SAFETY: validate() bounded every row and slot by the buffers; the scratch
+    // holds `chunks × v_heads` tiles; params match the kernel signature.
+    unsafe {
+        dev.launch(
+            prep,
+            grid,
+            (PREP_THREADS as u32, 1, 1),
+            PREP_SMEM,
+            &mut params,
+        )?
+    };
+
+    let scan = dev.function(width.entry())?;
+    let smem = width.smem_bytes();
+    dev.set_dynamic_smem(scan, smem)?;
+    let mut params = [
+        param(&mut qkv),
+        param(&mut wp),
+        param(&mut up),
+        param(&mut pp),
+        param(&mut fp),
+        param(&mut state),
+        param(&mut out),
+        param(&mut hk),
+        param(&mut hv),
+        param(&mut tab),
+    ];
+    let grid = (
+        (DIM / width.columns()) as u32,
+        l.v_heads as u32,
+        group.len() as u32,
+    );
+    // SAFETY: as above; the scratch buffers are freed to the stream-ordered
+    // pool only after this launch is queued on the same stream.
+    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params) }
+}
+
+/// The recurrent step over up to [`MAX_DECODE_SEQS`] one-row sequences.
+pub(super) fn recurrent(
+    dev: &CudaDevice,
+    l: &GdnLaunch<'_>,
+    group: &[SeqRun],
+) -> Result<(), CudaError> {
+    assert!(group.len() <= MAX_DECODE_SEQS);
+    let mut tab = DecodeTable {
+        n: group.len() as i32,
+        slot: [0; MAX_DECODE_SEQS],
+        row: [0; MAX_DECODE_SEQS],
+    };
+    for (i, s) in group.iter().enumerate() {
+        tab.slot[i] = i32_of(s.slot, "slot")?;
+        tab.row[i] = i32_of(s.first, "row")?;
+    }
+    let f = dev.function("gdn_recurrent_step_bf16")?;
+    let (mut hk, mut hv) = (l.k_heads as i32, l.v_heads as i32);
+    let (mut qkv, mut g, mut beta) = (l.qkv.ptr(), l.g.ptr(), l.beta.ptr());
+    let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
+    let mut params = [
+        param(&mut qkv),
+        param(&mut g),
+        param(&mut beta),
+        param(&mut state),
+        param(&mut out),
+        param(&mut hk),
+        param(&mut hv),
+        param(&mut tab),
+    ];
+    let grid = ((DIM / REC_BV) as u32, l.v_heads as u32, group.len() as u32);
+    // SAFETY: validate() bounded every row and slot by the buffers; params
+    // match the kernel signature.
+    unsafe { dev.launch(f, grid, (REC_THREADS as u32, 1, 1), 0, &mut params) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{GDN_CHUNKED, GDN_RECURRENT};
+
+    /// The integer literal of `constexpr int NAME = <int>;` in a kernel source.
+    fn constant(src: &str, name: &str) -> usize {
+        let pat = format!("constexpr int {name} = ");
+        let at = src
+            .find(&pat)
+            .unwrap_or_else(|| panic!("{name} not in source"))
+            + pat.len();
+        let lit: String = src[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        lit.parse()
+            .unwrap_or_else(|_| panic!("{name} is not a literal"))
+    }
+
+    #[test]
+    fn launch_constants_match_the_kernel_sources() {
+        let c = GDN_CHUNKED.source;
+        assert_eq!(constant(c, "DK"), DIM);
+        assert_eq!(constant(c, "DV"), DIM);
+        assert_eq!(constant(c, "BT"), CHUNK);
+        assert_eq!(constant(c, "BV_NARROW"), ScanWidth::Narrow.columns());
+        assert_eq!(constant(c, "BV_WIDE"), ScanWidth::Wide.columns());
+        assert_eq!(constant(c, "PREP_THREADS"), PREP_THREADS);
+        assert_eq!(constant(c, "SCAN_WARPS") * 32, SCAN_THREADS);
+        assert_eq!(constant(c, "MAX_SEQS"), MAX_SCAN_SEQS);
+        assert_eq!(constant(c, "FAC"), FAC);
+        let r = GDN_RECURRENT.source;
+        assert_eq!(constant(r, "DK"), DIM);
+        assert_eq!(constant(r, "DV"), DIM);
+        assert_eq!(constant(r, "BV"), REC_BV);
+        assert_eq!(constant(r, "PARTS") * 32, REC_THREADS);
+        assert_eq!(constant(r, "MAX_SEQS"), MAX_DECODE_SEQS);
+    }
+
+    #[test]
+    fn shared_memory_fits_one_hopper_cta() {
+        for w in [ScanWidth::Narrow, ScanWidth::Wide] {
+            assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
+        }
+        let c = GDN_CHUNKED.source;
+        assert!(c.contains("PREP_X + 3 * BT * 4 + PREP_V;"));
+        assert!(c.contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
+    }
+}

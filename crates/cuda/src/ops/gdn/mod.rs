@@ -1,0 +1,105 @@
+//! The gated delta rule on the device: the chunked (WY / UT-transform) form
+//! for prefill rows and the recurrent step for decode rows
+//! (`kernels/gdn_chunked.cu`, `kernels/gdn_recurrent.cu`).
+//!
+//! Semantics are transformers' `torch_recurrent_gated_delta_rule` with
+//! `use_qk_l2norm_in_kernel=True` (see `headroom_model::ops::gated_delta`):
+//! q, k L2-normalised per head, q scaled by `1/sqrt(k_dim)`, value head `h`
+//! reads key head `h / (v_heads / k_heads)`; per token `S *= exp(g)`,
+//! `delta = (v - Sᵀk)·β`, `S += k ⊗ delta`, `o = Sᵀq`; f32 state.
+//!
+//! Every launch is validated on the host first ([`validate`]): a bad
+//! sequence range, slot or buffer size is a [`CudaError::InvalidLaunch`],
+//! never an out-of-bounds access. Nothing here synchronises with the host.
+
+mod launch;
+mod plan;
+
+use crate::alloc::DeviceBuffer;
+use crate::device::CudaDevice;
+use crate::CudaError;
+
+pub use launch::ScanWidth;
+pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
+
+/// One gated-delta-rule call over a varlen batch.
+pub struct GdnLaunch<'a> {
+    /// bf16 `[t][2·hk·dk + hv·dv]`: q (hk heads), k (hk heads), v (hv heads) of each row.
+    pub qkv: &'a DeviceBuffer,
+    /// f32 `[t][hv]`: log decay `g = -exp(A_log)·softplus(a + dt_bias)`.
+    pub g: &'a DeviceBuffer,
+    /// f32 `[t][hv]`.
+    pub beta: &'a DeviceBuffer,
+    /// f32 `[slots][hv][dk][dv]`, read and advanced per sequence slot.
+    pub state: &'a DeviceBuffer,
+    /// bf16 `[t][hv·dv]`; rows outside every sequence are not written.
+    pub out: &'a DeviceBuffer,
+    /// `(slot, first row, rows)` per sequence.
+    pub seqs: &'a [(usize, usize, usize)],
+    pub k_heads: usize,
+    pub v_heads: usize,
+    pub k_dim: usize,
+    pub v_dim: usize,
+}
+
+/// The prefill scan width for `sequences` sequences of `v_heads` heads on
+/// `sm_count` SMs: 64 columns (half the tile traffic from L2, which bounds
+/// the scan once every SM is busy) when those CTAs fill the GPU, else 32
+/// (twice the CTAs). On the H200 at the 35B-A3B shape: one 32k sequence
+/// 3.59 ms narrow vs 4.09 wide; 8 x 4k sequences 3.57 narrow vs 3.02 wide
+/// (docs/perf/cuda-gdn.md).
+pub fn scan_width_for(v_heads: usize, sequences: usize, sm_count: usize) -> ScanWidth {
+    let wide_ctas = v_heads
+        .saturating_mul(SUPPORTED_DIM / ScanWidth::Wide.columns())
+        .saturating_mul(sequences);
+    if wide_ctas >= sm_count {
+        ScanWidth::Wide
+    } else {
+        ScanWidth::Narrow
+    }
+}
+
+/// Runs the gated delta rule: sequences of one row through the recurrent
+/// step (one launch per [`launch::MAX_DECODE_SEQS`] of them), longer ones
+/// through the chunked form (prep + scan per [`launch::MAX_SCAN_SEQS`]),
+/// the scan width from [`scan_width_for`].
+pub fn gated_delta_rule(dev: &CudaDevice, l: &GdnLaunch<'_>) -> Result<(), CudaError> {
+    run(dev, l, None)
+}
+
+/// [`gated_delta_rule`] with the prefill scan width fixed (benches, tests).
+pub fn gated_delta_rule_with(
+    dev: &CudaDevice,
+    l: &GdnLaunch<'_>,
+    width: ScanWidth,
+) -> Result<(), CudaError> {
+    run(dev, l, Some(width))
+}
+
+fn run(dev: &CudaDevice, l: &GdnLaunch<'_>, width: Option<ScanWidth>) -> Result<(), CudaError> {
+    let plan = validate(l)?;
+    let (decode, prefill): (Vec<SeqRun>, Vec<SeqRun>) = plan.seqs.iter().partition(|s| s.rows == 1);
+    for group in decode.chunks(launch::MAX_DECODE_SEQS) {
+        launch::recurrent(dev, l, group)?;
+    }
+    for group in prefill.chunks(launch::MAX_SCAN_SEQS) {
+        let w = width.unwrap_or_else(|| scan_width_for(l.v_heads, group.len(), dev.sm_count));
+        launch::chunked(dev, l, group, w)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wide_scan_runs_once_its_ctas_fill_the_gpu() {
+        // 35B-A3B (32 value heads) on an H200 (132 SMs).
+        assert_eq!(scan_width_for(32, 1, 132), ScanWidth::Narrow);
+        assert_eq!(scan_width_for(32, 2, 132), ScanWidth::Narrow);
+        assert_eq!(scan_width_for(32, 3, 132), ScanWidth::Wide);
+        assert_eq!(scan_width_for(32, 8, 132), ScanWidth::Wide);
+        assert_eq!(scan_width_for(usize::MAX, 8, 132), ScanWidth::Wide);
+    }
+}

@@ -1,0 +1,213 @@
+//! The launch sequence of the routed experts, pass by pass over chunks of
+//! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route, offsets, scatter,
+//! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
+//! from the routing, so nothing waits for the device.
+
+use super::{
+    validate, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_SMEM_BYTES, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
+};
+use crate::device::CudaDevice;
+use crate::CudaError;
+use std::ffi::c_void;
+
+/// Threads of the scatter and combine kernels (`SCATTER_THREADS`, `COMBINE_THREADS`).
+const ELEMENTWISE_THREADS: u32 = 256;
+
+/// A point in the launch sequence, given to the caller's mark before the
+/// stage's launches (and `End` after the last): a bench records events there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeStage {
+    /// Routing, offsets and scatter.
+    Route,
+    GateUp,
+    Down,
+    Combine,
+    /// After the pass's last launch.
+    End,
+}
+
+/// One kernel parameter by value.
+enum Param {
+    Ptr(u64),
+    Int(i32),
+}
+
+/// A kernel's parameters in signature order.
+struct Params(Vec<Param>);
+
+impl Params {
+    fn new() -> Self {
+        Params(Vec::with_capacity(10))
+    }
+    fn ptr(mut self, v: u64) -> Self {
+        self.0.push(Param::Ptr(v));
+        self
+    }
+    fn int(mut self, v: usize) -> Self {
+        // Every value is bounded to the int range by `validate`.
+        self.0.push(Param::Int(v as i32));
+        self
+    }
+    /// Pointers to each value, as the driver takes them (valid while `self` is).
+    fn raw(&mut self) -> Vec<*mut c_void> {
+        self.0
+            .iter_mut()
+            .map(|p| match p {
+                Param::Ptr(v) => v as *mut u64 as *mut c_void,
+                Param::Int(v) => v as *mut i32 as *mut c_void,
+            })
+            .collect()
+    }
+}
+
+fn launch(
+    dev: &CudaDevice,
+    entry: &'static str,
+    grid: usize,
+    threads: u32,
+    smem: usize,
+    mut params: Params,
+) -> Result<(), CudaError> {
+    let f = dev.function(entry)?;
+    if smem > 48 * 1024 {
+        dev.set_dynamic_smem(f, smem)?;
+    }
+    let mut raw = params.raw();
+    // SAFETY: `validate` checked every buffer against the sizes the kernels
+    // touch, the workspace was allocated from the same plan, and the
+    // parameters follow the kernels' signatures in order and type.
+    unsafe { dev.launch(f, (grid as u32, 1, 1), (threads, 1, 1), smem, &mut raw) }
+}
+
+/// [`routed_experts`](super::routed_experts), calling `mark` before each stage
+/// of each pass (and with [`MoeStage::End`] after it).
+pub fn routed_experts_marked(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
+    let plan = validate(l)?;
+    let (h, e, k, i) = (l.hidden, l.experts, l.top_k, l.intermediate);
+    let pairs_max = plan.chunk_pairs;
+    let topk_expert = dev.alloc(pairs_max * 4)?;
+    let topk_weight = dev.alloc(pairs_max * 4)?;
+    let slot_token = dev.alloc(pairs_max * 4)?;
+    let pair_slot = dev.alloc(pairs_max * 4)?;
+    let counts = dev.alloc(e * 4)?;
+    let expert_offsets = dev.alloc((e + 1) * 4)?;
+    let tile_offsets = dev.alloc((e + 1) * 4)?;
+    let act = dev.alloc(pairs_max * i * 2)?;
+    let y = dev.alloc(pairs_max * h * 2)?;
+
+    let mut t0 = 0;
+    while t0 < l.tokens {
+        let tc = plan.chunk_tokens.min(l.tokens - t0);
+        let pairs = tc * k;
+        let max_row_tiles = pairs.div_ceil(GEMM_BM) + e.min(pairs);
+        let x = l.x.ptr() + (t0 * h * 2) as u64;
+        let logits = l.router_logits.ptr() + (t0 * e * 4) as u64;
+        let out = l.out.ptr() + (t0 * h * 4) as u64;
+
+        mark(MoeStage::Route)?;
+        dev.fill_bytes(&counts, 0)?;
+        launch(
+            dev,
+            "moe_route",
+            tc.div_ceil(ROUTE_WARPS),
+            (ROUTE_WARPS * 32) as u32,
+            ROUTE_WARPS * e * 4,
+            Params::new()
+                .ptr(logits)
+                .int(tc)
+                .int(e)
+                .int(k)
+                .int(l.renormalise as usize)
+                .ptr(topk_expert.ptr())
+                .ptr(topk_weight.ptr())
+                .ptr(counts.ptr()),
+        )?;
+        launch(
+            dev,
+            "moe_offsets",
+            1,
+            MAX_EXPERTS as u32,
+            0,
+            Params::new()
+                .ptr(counts.ptr())
+                .int(e)
+                .ptr(expert_offsets.ptr())
+                .ptr(tile_offsets.ptr()),
+        )?;
+        launch(
+            dev,
+            "moe_scatter",
+            pairs.div_ceil(ELEMENTWISE_THREADS as usize),
+            ELEMENTWISE_THREADS,
+            0,
+            Params::new()
+                .ptr(topk_expert.ptr())
+                .int(pairs)
+                .int(k)
+                .ptr(expert_offsets.ptr())
+                .ptr(counts.ptr())
+                .ptr(slot_token.ptr())
+                .ptr(pair_slot.ptr()),
+        )?;
+
+        mark(MoeStage::GateUp)?;
+        launch(
+            dev,
+            "moe_gemm_gate_up_bf16",
+            max_row_tiles * (i / (GEMM_BN / 2)),
+            GEMM_THREADS as u32,
+            GEMM_SMEM_BYTES,
+            Params::new()
+                .ptr(x)
+                .ptr(slot_token.ptr())
+                .ptr(l.gate_up.ptr())
+                .ptr(act.ptr())
+                .ptr(expert_offsets.ptr())
+                .ptr(tile_offsets.ptr())
+                .int(e)
+                .int(h)
+                .int(i),
+        )?;
+
+        mark(MoeStage::Down)?;
+        launch(
+            dev,
+            "moe_gemm_down_bf16",
+            max_row_tiles * (h / GEMM_BN),
+            GEMM_THREADS as u32,
+            GEMM_SMEM_BYTES,
+            Params::new()
+                .ptr(act.ptr())
+                .ptr(l.down.ptr())
+                .ptr(y.ptr())
+                .ptr(expert_offsets.ptr())
+                .ptr(tile_offsets.ptr())
+                .int(e)
+                .int(i)
+                .int(h),
+        )?;
+
+        mark(MoeStage::Combine)?;
+        launch(
+            dev,
+            "moe_combine",
+            tc,
+            ELEMENTWISE_THREADS,
+            0,
+            Params::new()
+                .ptr(y.ptr())
+                .ptr(topk_weight.ptr())
+                .ptr(pair_slot.ptr())
+                .int(k)
+                .int(h)
+                .ptr(out),
+        )?;
+        mark(MoeStage::End)?;
+        t0 += tc;
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The routed experts of the sparse MoE on the device (`moe_route.cu`,
+//! `moe_grouped_gemm.cu`): routing (softmax + top-k per token), tokens sorted
+//! by expert with device-side offsets, the gate+up grouped GEMM with SiLU·mul
+//! in its epilogue, the down grouped GEMM, and a deterministic weighted
+//! combine back to token order. No host synchronisation, no per-expert host
+//! loop: the launches are the same whatever the routing.
+//!
+//! Routing semantics are transformers' `Qwen3_5MoeTopKRouter` (the CPU
+//! `route`): softmax over all experts in f32, top-k by probability (ties to
+//! the lower expert index, NaN last), weights renormalised over the kept k
+//! when `renormalise`. The router logits and the shared expert are the
+//! caller's.
+
+mod launch;
+
+pub use launch::{routed_experts_marked, MoeStage};
+
+use crate::alloc::DeviceBuffer;
+use crate::device::CudaDevice;
+use crate::CudaError;
+
+/// Rows (token copies) per grouped-GEMM tile (`BM` in `moe_grouped_gemm.cu`).
+pub const GEMM_BM: usize = 128;
+/// Weight rows per grouped-GEMM tile (`BN`): the down GEMM's output columns
+/// per tile; gate+up tiles hold `GEMM_BN / 2` gate and as many up rows.
+pub const GEMM_BN: usize = 128;
+/// K per pipeline stage (`BK`): hidden and intermediate must be multiples.
+pub const GEMM_BK: usize = 64;
+/// Threads per grouped-GEMM CTA (`THREADS`).
+pub const GEMM_THREADS: usize = 256;
+/// Dynamic shared memory of a grouped-GEMM CTA (`SMEM_BYTES`: 3 stages of A and B tiles).
+pub const GEMM_SMEM_BYTES: usize = 3 * (GEMM_BM + GEMM_BN) * GEMM_BK * 2;
+/// Most experts the routing kernels handle (`MAX_EXPERTS` in `moe_route.cu`).
+pub const MAX_EXPERTS: usize = 1024;
+/// Tokens per routing block (`ROUTE_WARPS`: one warp per token).
+pub const ROUTE_WARPS: usize = 8;
+/// Tokens routed and run per pass: bounds the transient memory (expert
+/// outputs of `CHUNK_TOKENS · top_k` rows) whatever the prompt length.
+pub const CHUNK_TOKENS: usize = 16_384;
+
+/// One routed-experts call. Buffers are the caller's; `out` is overwritten.
+pub struct MoeLaunch<'a> {
+    /// bf16 `[tokens][hidden]`.
+    pub x: &'a DeviceBuffer,
+    /// f32 `[tokens][experts]`.
+    pub router_logits: &'a DeviceBuffer,
+    /// bf16 `[experts·2·intermediate][hidden]`: expert e's gate rows
+    /// `e·2i .. e·2i+i`, up rows `e·2i+i .. (e+1)·2i`.
+    pub gate_up: &'a DeviceBuffer,
+    /// bf16 `[experts·hidden][intermediate]`: expert e's rows `e·h .. (e+1)·h`.
+    pub down: &'a DeviceBuffer,
+    /// f32 `[tokens][hidden]`: `Σ_k w_tk · down_e(silu(gate_e·x_t) ⊙ up_e·x_t)`.
+    pub out: &'a DeviceBuffer,
+    pub tokens: usize,
+    pub hidden: usize,
+    pub experts: usize,
+    pub top_k: usize,
+    pub intermediate: usize,
+    pub renormalise: bool,
+}
+
+/// Sizes of one call, validated: every count fits the kernels' `int`s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoePlan {
+    /// Tokens per pass (the last pass may have fewer).
+    pub chunk_tokens: usize,
+    /// `(token, k)` pairs per full pass.
+    pub chunk_pairs: usize,
+    /// Upper bound of the row tiles of one pass (the grids are sized on it).
+    pub max_row_tiles: usize,
+    /// Device bytes the call allocates for itself.
+    pub workspace_bytes: usize,
+}
+
+fn shape_err(detail: String) -> CudaError {
+    CudaError::Shape {
+        op: "moe routed experts",
+        detail,
+    }
+}
+
+fn product(parts: &[usize], what: &str) -> Result<usize, CudaError> {
+    parts
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| shape_err(format!("{what} overflows")))
+}
+
+fn check_len(buf: &DeviceBuffer, name: &str, bytes: usize) -> Result<(), CudaError> {
+    if buf.len_bytes() < bytes {
+        return Err(shape_err(format!(
+            "buffer `{name}` has {} bytes, the shape needs {bytes}",
+            buf.len_bytes()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a launch without touching the device: sizes, tile multiples,
+/// buffer lengths and `int` ranges. Every error is a [`CudaError::Shape`].
+pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
+    let dims = [
+        ("tokens", l.tokens),
+        ("hidden", l.hidden),
+        ("experts", l.experts),
+        ("top_k", l.top_k),
+        ("intermediate", l.intermediate),
+    ];
+    if let Some((name, _)) = dims.iter().find(|(_, v)| *v == 0) {
+        return Err(shape_err(format!("{name} must be > 0")));
+    }
+    if l.top_k > l.experts {
+        return Err(shape_err(format!(
+            "top_k {} > experts {}",
+            l.top_k, l.experts
+        )));
+    }
+    if l.experts > MAX_EXPERTS {
+        return Err(shape_err(format!(
+            "{} experts > {MAX_EXPERTS} (the routing kernels' limit)",
+            l.experts
+        )));
+    }
+    if l.hidden % GEMM_BN != 0 || l.hidden % GEMM_BK != 0 {
+        return Err(shape_err(format!(
+            "hidden {} is not a multiple of {GEMM_BN}",
+            l.hidden
+        )));
+    }
+    if l.intermediate % (GEMM_BN / 2) != 0 || l.intermediate % GEMM_BK != 0 {
+        return Err(shape_err(format!(
+            "intermediate {} is not a multiple of {}",
+            l.intermediate,
+            GEMM_BN / 2
+        )));
+    }
+    let int_max = i32::MAX as usize;
+    let e2i = product(&[l.experts, 2, l.intermediate], "experts·2·intermediate")?;
+    let eh = product(&[l.experts, l.hidden], "experts·hidden")?;
+    if e2i > int_max || eh > int_max || l.tokens > int_max {
+        return Err(shape_err("a row count exceeds the kernels' int range".into()));
+    }
+    check_len(l.x, "x", product(&[l.tokens, l.hidden, 2], "x")?)?;
+    check_len(
+        l.router_logits,
+        "router_logits",
+        product(&[l.tokens, l.experts, 4], "router_logits")?,
+    )?;
+    check_len(l.gate_up, "gate_up", product(&[e2i, l.hidden, 2], "gate_up")?)?;
+    check_len(l.down, "down", product(&[eh, l.intermediate, 2], "down")?)?;
+    check_len(l.out, "out", product(&[l.tokens, l.hidden, 4], "out")?)?;
+
+    let chunk_tokens = l.tokens.min(CHUNK_TOKENS);
+    let chunk_pairs = product(&[chunk_tokens, l.top_k], "pairs")?;
+    let max_row_tiles = chunk_pairs.div_ceil(GEMM_BM) + l.experts.min(chunk_pairs);
+    let n_tiles = (l.intermediate / (GEMM_BN / 2)).max(l.hidden / GEMM_BN);
+    let grid = product(&[max_row_tiles, n_tiles], "grid")?;
+    let act = product(&[chunk_pairs, l.intermediate, 2], "act")?;
+    let y = product(&[chunk_pairs, l.hidden, 2], "y")?;
+    if grid > int_max || chunk_pairs > int_max {
+        return Err(shape_err("the grid exceeds the kernels' int range".into()));
+    }
+    // topk_expert, topk_weight, slot_token, pair_slot: 4 bytes per pair each;
+    // counts and two offset arrays: experts + 1 ints each.
+    let small = product(&[chunk_pairs, 16], "index arrays")? + 3 * 4 * (l.experts + 1);
+    let workspace_bytes = small
+        .checked_add(act)
+        .and_then(|b| b.checked_add(y))
+        .ok_or_else(|| shape_err("workspace overflows".into()))?;
+    Ok(MoePlan {
+        chunk_tokens,
+        chunk_pairs,
+        max_row_tiles,
+        workspace_bytes,
+    })
+}
+
+/// Runs the routed experts of `l` on `dev`'s stream (asynchronous: no host
+/// synchronisation). Bad arguments are a [`CudaError::Shape`] before any launch.
+pub fn routed_experts(dev: &CudaDevice, l: &MoeLaunch<'_>) -> Result<(), CudaError> {
+    routed_experts_marked(dev, l, &mut |_| Ok(()))
+}
+
+/// Floating-point operations of the two grouped GEMMs for `tokens` tokens:
+/// `2·t·k·h·2i` (gate+up) + `2·t·k·i·h` (down) = `6·t·k·h·i`.
+pub fn grouped_gemm_flops(tokens: usize, hidden: usize, top_k: usize, intermediate: usize) -> f64 {
+    6.0 * tokens as f64 * top_k as f64 * hidden as f64 * intermediate as f64
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,105 @@
+//! Launch validation without a device (fake memory behind the buffers).
+
+use super::*;
+use crate::alloc::{Allocator, RawMemory};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Hands out increasing fake addresses; nothing is ever dereferenced.
+#[derive(Default)]
+struct Fake(AtomicU64);
+impl RawMemory for Fake {
+    fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+        Ok(0x1000 + self.0.fetch_add(bytes as u64, Ordering::SeqCst))
+    }
+    fn free(&self, _ptr: u64) {}
+}
+
+struct Bufs {
+    x: DeviceBuffer,
+    logits: DeviceBuffer,
+    gate_up: DeviceBuffer,
+    down: DeviceBuffer,
+    out: DeviceBuffer,
+}
+
+fn bufs(t: usize, h: usize, e: usize, i: usize) -> Bufs {
+    let a: Arc<Allocator> = Allocator::new(Box::new(Fake::default()));
+    Bufs {
+        x: a.alloc(t * h * 2).unwrap(),
+        logits: a.alloc(t * e * 4).unwrap(),
+        gate_up: a.alloc(e * 2 * i * h * 2).unwrap(),
+        down: a.alloc(e * h * i * 2).unwrap(),
+        out: a.alloc(t * h * 4).unwrap(),
+    }
+}
+
+fn launch(b: &Bufs, t: usize, h: usize, e: usize, k: usize, i: usize) -> MoeLaunch<'_> {
+    MoeLaunch {
+        x: &b.x,
+        router_logits: &b.logits,
+        gate_up: &b.gate_up,
+        down: &b.down,
+        out: &b.out,
+        tokens: t,
+        hidden: h,
+        experts: e,
+        top_k: k,
+        intermediate: i,
+        renormalise: true,
+    }
+}
+
+fn detail(r: Result<MoePlan, CudaError>) -> String {
+    match r {
+        Err(CudaError::Shape { detail, .. }) => detail,
+        other => panic!("expected a shape error, got {other:?}"),
+    }
+}
+
+#[test]
+fn accepts_the_35b_shape_and_plans_chunked_passes() {
+    let b = bufs(40_000, 2048, 256, 512);
+    let plan = validate(&launch(&b, 40_000, 2048, 256, 8, 512)).unwrap();
+    assert_eq!(plan.chunk_tokens, CHUNK_TOKENS);
+    assert_eq!(plan.chunk_pairs, CHUNK_TOKENS * 8);
+    assert_eq!(plan.max_row_tiles, CHUNK_TOKENS * 8 / GEMM_BM + 256);
+    // act (bf16 i per pair) + y (bf16 h per pair) dominate.
+    let big = CHUNK_TOKENS * 8 * (512 + 2048) * 2;
+    assert!(plan.workspace_bytes >= big && plan.workspace_bytes < big + (4 << 20));
+    let small = validate(&launch(&b, 7, 2048, 256, 8, 512)).unwrap();
+    assert_eq!(small.chunk_tokens, 7);
+    assert_eq!(small.max_row_tiles, 1 + 56, "7·8 pairs: at most 56 experts hold a row");
+}
+
+#[test]
+fn zero_sizes_top_k_and_tile_multiples_are_rejected() {
+    let b = bufs(16, 256, 8, 128);
+    for (t, h, e, k, i, want) in [
+        (0, 256, 8, 2, 128, "tokens must be > 0"),
+        (16, 0, 8, 2, 128, "hidden must be > 0"),
+        (16, 256, 0, 2, 128, "experts must be > 0"),
+        (16, 256, 8, 0, 128, "top_k must be > 0"),
+        (16, 256, 8, 2, 0, "intermediate must be > 0"),
+        (16, 256, 8, 9, 128, "top_k 9 > experts 8"),
+        (16, 192, 8, 2, 128, "hidden 192 is not a multiple of 128"),
+        (16, 256, 8, 2, 96, "intermediate 96 is not a multiple of 64"),
+    ] {
+        assert_eq!(detail(validate(&launch(&b, t, h, e, k, i))), want);
+    }
+    let many = bufs(1, 128, 2048, 64);
+    assert!(detail(validate(&launch(&many, 1, 128, 2048, 2, 64))).contains("2048 experts > 1024"));
+}
+
+#[test]
+fn short_buffers_and_overflowing_sizes_are_rejected() {
+    let b = bufs(16, 256, 8, 128);
+    // 17 tokens need more x, logits and out than 16-token buffers hold.
+    let d = detail(validate(&launch(&b, 17, 256, 8, 2, 128)));
+    assert!(d.starts_with("buffer `x`"), "{d}");
+    // More intermediate than the weights hold.
+    let d = detail(validate(&launch(&b, 16, 256, 8, 2, 192)));
+    assert!(d.starts_with("buffer `gate_up`"), "{d}");
+    let d = detail(validate(&launch(&b, usize::MAX / 2, 256, 8, 2, 128)));
+    assert!(d.contains("overflows") || d.contains("int range"), "{d}");
+}

@@ -1,0 +1,114 @@
+//! `CudaBackend` op by op against f64 host references on fresh random inputs.
+//! GPU tests are ignored here and run by `bench/gpu/check_backend_ops.sh`;
+//! outputs come from NaN-poisoned pool blocks, lengths are not multiples of
+//! 64, batches are varlen with history, state is carried across chunks.
+
+use half::bf16;
+use headroom_core::ops::{
+    rng, Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, RopeSpec, SamplingParams,
+    WeightInit,
+};
+use headroom_core::{OpKey, RouteRequest, Tensor};
+use headroom_cuda::backend::{CudaAct, CudaBackend};
+use rand::{Rng, SeedableRng};
+
+fn backend() -> CudaBackend {
+    CudaBackend::open(0).expect("a CUDA device")
+}
+
+fn rng_of(seed: u64) -> rand::rngs::StdRng {
+    rand::rngs::StdRng::seed_from_u64(seed)
+}
+
+/// `n` values uniform in `[-scale, scale)`, rounded to bf16 (what the device holds).
+fn uniform(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+    let mut g = rng_of(seed);
+    (0..n)
+        .map(|_| bf16::from_f32((g.random::<f32>() * 2.0 - 1.0) * scale).to_f32())
+        .collect()
+}
+
+fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut num, mut den) = (0.0, 0.0);
+    for (&g, &w) in got.iter().zip(want) {
+        assert!(g.is_finite(), "non-finite output where {w} was expected");
+        num += (g as f64 - w).powi(2);
+        den += w * w;
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// Leaves `count` poisoned (0xFF: NaN) blocks of `bytes` in the pool, so the
+/// next outputs of that size start as NaN.
+fn poison_pool(be: &CudaBackend, bytes: usize) {
+    let dev = be.device();
+    let bufs: Vec<_> = (0..8).map(|_| dev.alloc(bytes).unwrap()).collect();
+    for b in &bufs {
+        dev.fill_bytes(b, 0xFF).unwrap();
+    }
+    dev.synchronize().unwrap();
+}
+
+fn act(be: &CudaBackend, rows: usize, cols: usize, data: &[f32]) -> CudaAct {
+    be.act_from_f32(rows, cols, data).unwrap()
+}
+
+fn vector(be: &CudaBackend, v: &[f32]) -> headroom_cuda::backend::CudaWeight {
+    be.upload_vector(Tensor::from_f32(vec![v.len()], v.to_vec()))
+        .unwrap()
+}
+
+fn matrix(
+    be: &CudaBackend,
+    rows: usize,
+    cols: usize,
+    v: &[f32],
+) -> headroom_cuda::backend::CudaWeight {
+    be.upload_matrix(Tensor::from_f32(vec![rows, cols], v.to_vec()))
+        .unwrap()
+}
+
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// A small GDN state shape (GQA 2 key heads / 4 value heads).
+fn gdn_spec(slots: usize) -> GdnSpec {
+    GdnSpec {
+        slots,
+        k_heads: 2,
+        v_heads: 4,
+        k_dim: 16,
+        v_dim: 24,
+        kernel: 4,
+    }
+}
+
+// ---- without a GPU --------------------------------------------------------
+
+#[test]
+fn open_without_a_driver_is_an_error_not_a_panic() {
+    let driver = headroom_cuda::libs::probe_driver();
+    match (CudaBackend::open(0), driver) {
+        (Err(e), Err(_)) => assert!(e.to_string().contains("libcuda"), "{e}"),
+        (Ok(be), Ok(())) => assert_eq!(be.act_dtype(), headroom_core::Dtype::Bf16),
+        (Err(e), Ok(())) => assert!(!e.to_string().is_empty()),
+        (Ok(_), Err(e)) => panic!("opened a device without a driver ({e})"),
+    }
+}
+
+// ---- on the GPU (one file per op group) -------------------------------------
+
+#[path = "backend_ops/dense.rs"]
+mod dense;
+#[path = "backend_ops/experts.rs"]
+mod experts;
+#[path = "backend_ops/sampling.rs"]
+mod sampling;
+#[path = "backend_ops/sequence.rs"]
+mod sequence;

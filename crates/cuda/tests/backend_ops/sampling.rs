@@ -1,0 +1,201 @@
+//! Sampling on the device, and the small every-kernel case memcheck runs.
+
+use super::*;
+
+/// The CPU backend's sampling rule in f64 (greedy, then top-k, top-p, walk).
+fn sample_ref(logits: &[f32], p: &SamplingParams, step: u64) -> Option<u32> {
+    let finite = || logits.iter().enumerate().filter(|(_, x)| x.is_finite());
+    let (best, &max) = finite().fold(None, |acc: Option<(usize, &f32)>, (i, x)| match acc {
+        Some((_, m)) if *m >= *x => acc,
+        _ => Some((i, x)),
+    })?;
+    if p.temperature <= 0.0 {
+        return Some(best as u32);
+    }
+    let t = p.temperature as f64;
+    let mut probs: Vec<(usize, f64)> = finite()
+        .map(|(i, &x)| (i, ((x as f64 - max as f64) / t).exp()))
+        .collect();
+    probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    if p.top_k > 0 && probs.len() > p.top_k {
+        probs.truncate(p.top_k);
+    }
+    let total: f64 = probs.iter().map(|q| q.1).sum();
+    let (mut kept, mut n) = (0.0, 0);
+    for q in &probs {
+        kept += q.1;
+        n += 1;
+        if kept >= p.top_p as f64 * total {
+            break;
+        }
+    }
+    probs.truncate(n);
+    let mut u = rng::uniform(p.seed, step) * kept;
+    for &(i, q) in &probs {
+        if u < q {
+            return Some(i as u32);
+        }
+        u -= q;
+    }
+    probs.last().map(|q| q.0 as u32)
+}
+
+fn params(temperature: f32, top_p: f32, top_k: usize, seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature,
+        top_p,
+        top_k,
+        seed,
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn sampling_is_greedy_on_ties_deterministic_and_follows_the_cpu_rule() {
+    let be = backend();
+    // Greedy: lowest index among equal maxima; NaN and -inf ignored.
+    let row = [0.5f32, f32::NAN, 3.0, 1.0, 3.0, f32::NEG_INFINITY];
+    let l = act(&be, 1, row.len(), &row);
+    assert_eq!(
+        be.sample(&l, &[params(0.0, 1.0, 0, 1)], &[0]).unwrap(),
+        vec![2]
+    );
+    let dead = act(&be, 1, 2, &[f32::NAN, f32::NAN]);
+    assert!(be.sample(&dead, &[params(1.0, 1.0, 0, 1)], &[0]).is_err());
+
+    // Distribution: p = (0.25, 0.75, 0) over 2000 steps; top-p / top-k cuts.
+    let n = 2000;
+    let three = [0.0f32, 3f32.ln(), f32::NEG_INFINITY];
+    let rows: Vec<f32> = (0..n).flat_map(|_| three).collect();
+    let la = act(&be, n, 3, &rows);
+    let steps: Vec<u64> = (0..n as u64).collect();
+    let draw = |p: SamplingParams| be.sample(&la, &vec![p; n], &steps).unwrap();
+    let a = draw(params(1.0, 1.0, 0, 7));
+    assert_eq!(
+        a,
+        draw(params(1.0, 1.0, 0, 7)),
+        "same seed and steps, same tokens"
+    );
+    assert_ne!(a, draw(params(1.0, 1.0, 0, 8)));
+    let ones = a.iter().filter(|&&t| t == 1).count() as f64 / n as f64;
+    assert!((ones - 0.75).abs() < 0.04, "p(1) = {ones}");
+    assert!(!a.contains(&2));
+    assert!(
+        draw(params(1.0, 0.7, 0, 3)).iter().all(|&t| t == 1),
+        "top_p 0.7 keeps only the 0.75 token"
+    );
+    assert!(
+        draw(params(1.0, 1.0, 1, 3)).iter().all(|&t| t == 1),
+        "top_k 1 is greedy"
+    );
+
+    // Random bf16 logits (many ties), mixed parameters: agree with the CPU rule.
+    let (rows_n, vocab) = (300, 1000);
+    let logits = uniform(60, rows_n * vocab, 6.0);
+    let ps: Vec<SamplingParams> = (0..rows_n)
+        .map(|i| match i % 4 {
+            0 => params(0.0, 1.0, 0, i as u64),
+            1 => params(0.8, 1.0, 0, i as u64),
+            2 => params(1.2, 0.9, 50, i as u64),
+            _ => params(0.5, 0.6, 0, i as u64),
+        })
+        .collect();
+    let st: Vec<u64> = (0..rows_n as u64).map(|i| i * 3 + 1).collect();
+    let got = be
+        .sample(&act(&be, rows_n, vocab, &logits), &ps, &st)
+        .unwrap();
+    let agree = (0..rows_n)
+        .filter(|&i| Some(got[i]) == sample_ref(&logits[i * vocab..(i + 1) * vocab], &ps[i], st[i]))
+        .count();
+    assert!(
+        agree >= rows_n - 3,
+        "{agree} of {rows_n} rows agree with the CPU rule"
+    );
+
+    // A 262144-token vocabulary, greedy and sampled.
+    let big = 262_144;
+    let mut lg = uniform(61, big, 4.0);
+    lg[200_001] = 9.0;
+    lg[250_000] = 9.0;
+    let lb = act(&be, 2, big, &[lg.clone(), lg.clone()].concat());
+    let t = be
+        .sample(
+            &lb,
+            &[params(0.0, 1.0, 0, 0), params(0.7, 0.95, 40, 9)],
+            &[0, 5],
+        )
+        .unwrap();
+    assert_eq!(t[0], 200_001);
+    assert_eq!(Some(t[1]), sample_ref(&lg, &params(0.7, 0.95, 40, 9), 5));
+}
+
+/// A small case of every kernel, for compute-sanitizer (memcheck) runs.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn small_every_kernel_once() {
+    let be = backend();
+    let spec = gdn_spec(2);
+    let c = spec.conv_dim();
+    let b = Batch::packed(&[(1, 0, 3), (0, 0, 2)]);
+    let x = act(&be, 5, c, &uniform(90, 5 * c, 1.0));
+    let mut st = be.new_gdn_state(&spec).unwrap();
+    let y = be
+        .conv1d_silu(&x, &vector(&be, &uniform(91, c * 4, 1.0)), &mut st, &b)
+        .unwrap();
+    let mut r = be
+        .linear(&y, &matrix(&be, 70, c, &uniform(92, 70 * c, 0.1)))
+        .unwrap();
+    let n = be
+        .add_rms_norm(&mut r, None, &vector(&be, &[0.1; 70]), 1e-6)
+        .unwrap();
+    let mut q = be
+        .linear(&n, &matrix(&be, 128, 70, &uniform(93, 128 * 70, 0.1)))
+        .unwrap();
+    be.rms_norm_groups(&mut q, &vector(&be, &[0.0; 64]), 1e-6)
+        .unwrap();
+    be.rope(
+        &mut q,
+        2,
+        64,
+        &RopeSpec {
+            rotary_dim: 16,
+            theta: 1e4,
+        },
+        &b,
+    )
+    .unwrap();
+    let kvs = KvSpec {
+        slots: 2,
+        kv_heads: 1,
+        head_dim: 64,
+        capacity: 8,
+    };
+    let mut cache = be.new_kv_cache(&kvs).unwrap();
+    let k = be.gather_rows(&q, &[0, 1, 2, 3, 4]).unwrap();
+    let k1 = be
+        .linear(&k, &matrix(&be, 64, 128, &uniform(94, 64 * 128, 0.1)))
+        .unwrap();
+    be.kv_write(&mut cache, &k1, &k1, &b).unwrap();
+    for route in [
+        RouteRequest::Fused,
+        RouteRequest::Composed { query_block: 2 },
+    ] {
+        let (mut o, _) = be.attention(&q, &cache, &b, route).unwrap();
+        let z = be.swiglu(&o, &q).unwrap();
+        be.gated_rms_norm(&mut o, &z, &vector(&be, &[1.0; 64]), 1e-6)
+            .unwrap();
+        be.mul_sigmoid(&mut o, &z).unwrap();
+    }
+    let e = be
+        .embed(&matrix(&be, 10, 70, &uniform(95, 700, 1.0)), &[1, 9])
+        .unwrap();
+    let t = be
+        .sample(
+            &e,
+            &[params(0.0, 1.0, 0, 1), params(0.9, 0.8, 5, 2)],
+            &[0, 1],
+        )
+        .unwrap();
+    assert!(t.iter().all(|&v| v < 70));
+    be.synchronize().unwrap();
+}

@@ -1,0 +1,619 @@
+//! The gated delta rule on CUDA (`headroom_cuda::ops::gdn`) against an f64
+//! host implementation of the recurrent rule, on fresh random inputs (the
+//! seed is printed), outputs NaN-poisoned before the kernels run. GPU tests
+//! are ignored here and run by `bench/gpu/check_gdn.sh`; the validation
+//! tests at the end run anywhere (fake device memory).
+
+use half::bf16;
+use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
+use headroom_cuda::device::CudaDevice;
+use headroom_cuda::ops::gdn::{
+    gated_delta_rule, gated_delta_rule_with, validate, GdnLaunch, ScanWidth,
+};
+use headroom_cuda::CudaError;
+use rand::{Rng, SeedableRng};
+use rand_distr::StandardNormal;
+use rayon::prelude::*;
+
+const TOL: f64 = 2e-2;
+const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
+type Seq = (usize, usize, usize);
+
+#[derive(Clone, Copy)]
+struct Dims {
+    hk: usize,
+    hv: usize,
+    dk: usize,
+    dv: usize,
+}
+const SMALL: Dims = Dims {
+    hk: 2,
+    hv: 4,
+    dk: 128,
+    dv: 128,
+};
+const QWEN36_35B: Dims = Dims {
+    hk: 16,
+    hv: 32,
+    dk: 128,
+    dv: 128,
+};
+impl Dims {
+    fn row(&self) -> usize {
+        2 * self.hk * self.dk + self.hv * self.dv
+    }
+    fn head_state(&self) -> usize {
+        self.dk * self.dv
+    }
+    fn slot_state(&self) -> usize {
+        self.hv * self.head_state()
+    }
+}
+
+fn fresh_seed() -> u64 {
+    let s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1);
+    eprintln!("seed {s}");
+    s
+}
+
+/// Host inputs: qkv rounded to bf16 (kept as f32), g, beta, initial state.
+struct Inputs {
+    d: Dims,
+    t: usize,
+    qkv: Vec<f32>,
+    g: Vec<f32>,
+    beta: Vec<f32>,
+    state: Vec<f32>,
+}
+
+impl Inputs {
+    fn random(d: Dims, t: usize, slots: usize, seed: u64) -> Inputs {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut n = || rng.sample::<f32, _>(StandardNormal);
+        let qkv = (0..t * d.row())
+            .map(|_| bf16::from_f32(n()).to_f32())
+            .collect();
+        let state = (0..slots * d.slot_state()).map(|_| 0.5 * n()).collect();
+        // Per-head decay rates from long memory (exp(-5)) to fast (exp(1)).
+        let a: Vec<f32> = (0..d.hv)
+            .map(|h| -5.0 + 6.0 * h as f32 / d.hv.max(2) as f32 - 1.0)
+            .collect();
+        let softplus = |x: f32| (1.0 + x.exp()).ln();
+        let mut g = vec![0.0; t * d.hv];
+        let mut beta = vec![0.0; t * d.hv];
+        for r in 0..t {
+            for h in 0..d.hv {
+                g[r * d.hv + h] = -a[h].exp() * softplus(n());
+                beta[r * d.hv + h] = 1.0 / (1.0 + (-n()).exp());
+            }
+        }
+        Inputs {
+            d,
+            t,
+            qkv,
+            g,
+            beta,
+            state,
+        }
+    }
+}
+
+/// The recurrent rule in f64 over `seqs`, advancing `state`; returns `out`
+/// `[t][hv·dv]` with rows outside every sequence NaN.
+fn reference(x: &Inputs, seqs: &[Seq], state: &mut [f64]) -> Vec<f64> {
+    let d = x.d;
+    let mut out = vec![f64::NAN; x.t * d.hv * d.dv];
+    let norm = |v: &[f32], scale: f64| -> Vec<f64> {
+        let ss: f64 = v.iter().map(|&a| a as f64 * a as f64).sum();
+        let inv = scale / (ss + 1e-6).sqrt();
+        v.iter().map(|&a| a as f64 * inv).collect()
+    };
+    for &(slot, first, rows) in seqs {
+        let st = &mut state[slot * d.slot_state()..][..d.slot_state()];
+        let heads: Vec<Vec<f64>> = st
+            .par_chunks_mut(d.head_state())
+            .enumerate()
+            .map(|(h, s)| {
+                let kh = h / (d.hv / d.hk);
+                let mut o = vec![0.0; rows * d.dv];
+                for r in 0..rows {
+                    let row = &x.qkv[(first + r) * d.row()..][..d.row()];
+                    let q = norm(&row[kh * d.dk..][..d.dk], 1.0 / (d.dk as f64).sqrt());
+                    let k = norm(&row[(d.hk + kh) * d.dk..][..d.dk], 1.0);
+                    let v = &row[2 * d.hk * d.dk + h * d.dv..][..d.dv];
+                    let decay = (x.g[(first + r) * d.hv + h] as f64).exp();
+                    let b = x.beta[(first + r) * d.hv + h] as f64;
+                    s.iter_mut().for_each(|e| *e *= decay);
+                    for j in 0..d.dv {
+                        let kv: f64 = (0..d.dk).map(|i| s[i * d.dv + j] * k[i]).sum();
+                        let delta = (v[j] as f64 - kv) * b;
+                        let mut acc = 0.0;
+                        for i in 0..d.dk {
+                            s[i * d.dv + j] += k[i] * delta;
+                            acc += s[i * d.dv + j] * q[i];
+                        }
+                        o[r * d.dv + j] = acc;
+                    }
+                }
+                o
+            })
+            .collect();
+        for (h, o) in heads.iter().enumerate() {
+            for r in 0..rows {
+                out[((first + r) * d.hv + h) * d.dv..][..d.dv]
+                    .copy_from_slice(&o[r * d.dv..][..d.dv]);
+            }
+        }
+    }
+    out
+}
+
+fn device() -> CudaDevice {
+    CudaDevice::open(0).expect("a CUDA device (this test is run by bench/gpu/check_gdn.sh)")
+}
+
+/// The device buffers of one case.
+struct OnDevice {
+    qkv: DeviceBuffer,
+    g: DeviceBuffer,
+    beta: DeviceBuffer,
+    state: DeviceBuffer,
+    out: DeviceBuffer,
+}
+
+impl OnDevice {
+    fn upload(dev: &CudaDevice, x: &Inputs) -> OnDevice {
+        let bits: Vec<u16> = x.qkv.iter().map(|&v| bf16::from_f32(v).to_bits()).collect();
+        let out = dev.alloc(x.t * x.d.hv * x.d.dv * 2).unwrap();
+        dev.fill_bytes(&out, 0xFF).unwrap(); // NaN in bf16
+        OnDevice {
+            qkv: dev.upload(&bits).unwrap(),
+            g: dev.upload(&x.g).unwrap(),
+            beta: dev.upload(&x.beta).unwrap(),
+            state: dev.upload(&x.state).unwrap(),
+            out,
+        }
+    }
+    /// The default path: the scan width chosen by `scan_width_for`.
+    fn run(&self, dev: &CudaDevice, d: Dims, seqs: &[Seq]) -> Result<(), CudaError> {
+        gated_delta_rule(dev, &self.launch(d, seqs))
+    }
+    fn run_with(
+        &self,
+        dev: &CudaDevice,
+        d: Dims,
+        seqs: &[Seq],
+        w: ScanWidth,
+    ) -> Result<(), CudaError> {
+        gated_delta_rule_with(dev, &self.launch(d, seqs), w)
+    }
+    fn launch<'a>(&'a self, d: Dims, seqs: &'a [Seq]) -> GdnLaunch<'a> {
+        GdnLaunch {
+            qkv: &self.qkv,
+            g: &self.g,
+            beta: &self.beta,
+            state: &self.state,
+            out: &self.out,
+            seqs,
+            k_heads: d.hk,
+            v_heads: d.hv,
+            k_dim: d.dk,
+            v_dim: d.dv,
+        }
+    }
+    fn read(&self, dev: &CudaDevice, x: &Inputs) -> (Vec<f32>, Vec<f32>) {
+        let mut bits = vec![0u16; x.t * x.d.hv * x.d.dv];
+        dev.read(&self.out, &mut bits).unwrap();
+        let mut state = vec![0f32; x.state.len()];
+        dev.read(&self.state, &mut state).unwrap();
+        let out = bits.iter().map(|&b| bf16::from_bits(b).to_f32()).collect();
+        (out, state)
+    }
+}
+
+fn rel_err(got: &[f32], want: &[f64]) -> f64 {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (&g, &w) in got.iter().zip(want) {
+        num += (g as f64 - w) * (g as f64 - w);
+        den += w * w;
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// Output rows and state slot of each sequence within `TOL` of the
+/// reference; rows outside every sequence still NaN; untouched slots intact.
+fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64], want: &[f64]) {
+    let d = x.d;
+    let w = d.hv * d.dv;
+    let mut covered = vec![false; x.t];
+    for &(slot, first, rows) in seqs {
+        let e = rel_err(
+            &out[first * w..][..rows * w],
+            &want_out[first * w..][..rows * w],
+        );
+        assert!(
+            e <= TOL,
+            "slot {slot} rows {first}+{rows}: output rel err {e:.3e}"
+        );
+        let ss = d.slot_state();
+        let e = rel_err(&state[slot * ss..][..ss], &want[slot * ss..][..ss]);
+        assert!(
+            e <= TOL,
+            "slot {slot} rows {first}+{rows}: state rel err {e:.3e}"
+        );
+        covered[first..first + rows]
+            .iter_mut()
+            .for_each(|c| *c = true);
+        eprintln!("  slot {slot} rows {first}+{rows}: ok");
+    }
+    for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
+        assert!(
+            out[r * w..][..w].iter().all(|v| v.is_nan()),
+            "row {r} written"
+        );
+    }
+    let ss = d.slot_state();
+    for slot in 0..x.state.len() / ss {
+        if seqs.iter().all(|s| s.0 != slot) {
+            assert_eq!(
+                &state[slot * ss..][..ss],
+                &x.state[slot * ss..][..ss],
+                "slot {slot}"
+            );
+        }
+    }
+}
+
+/// Runs `calls` (each a list of sequences) in order on the device and the
+/// reference, then checks the union; once per scan width, fresh inputs each.
+fn run_and_check(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>]) {
+    for w in WIDTHS {
+        eprintln!(" scan width {w:?}");
+        run_and_check_with(d, t, slots, calls, w);
+    }
+}
+
+fn run_and_check_with(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>], w: ScanWidth) {
+    let dev = device();
+    let x = Inputs::random(d, t, slots, fresh_seed());
+    let bufs = OnDevice::upload(&dev, &x);
+    let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
+    let mut want_out = vec![f64::NAN; t * d.hv * d.dv];
+    for seqs in calls {
+        bufs.run_with(&dev, d, seqs, w).unwrap();
+        let o = reference(&x, seqs, &mut want);
+        for (w, o) in want_out.iter_mut().zip(o) {
+            if !o.is_nan() {
+                *w = o;
+            }
+        }
+    }
+    let (out, state) = bufs.read(&dev, &x);
+    let all: Vec<Seq> = calls.iter().flatten().copied().collect();
+    let mut merged: Vec<Seq> = Vec::new();
+    for s in all {
+        match merged.iter_mut().find(|m| m.0 == s.0 && m.1 + m.2 == s.1) {
+            Some(m) => m.2 += s.2,
+            None => merged.push(s),
+        }
+    }
+    check(&x, &merged, &out, &state, &want_out, &want);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn lengths_1_37_64_65_300_match_the_f64_recurrence() {
+    for len in [1, 37, 64, 65, 300] {
+        eprintln!("length {len}");
+        run_and_check(SMALL, len + 9, 3, &[vec![(1, 5, len)]]);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn varlen_batch_with_slots_gqa_and_initial_state() {
+    let seqs = vec![(2, 0, 300), (0, 300, 1), (4, 301, 65), (1, 370, 37)];
+    run_and_check(SMALL, 410, 5, std::slice::from_ref(&seqs));
+    let gqa4 = Dims { hk: 1, ..SMALL };
+    run_and_check(gqa4, 410, 5, &[seqs]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn decode_batch_runs_every_sequence_in_one_call() {
+    let seqs: Vec<Seq> = (0..6).map(|i| ((i * 5) % 7, i + 1, 1)).collect();
+    run_and_check(
+        SMALL,
+        8,
+        7,
+        &[
+            seqs.clone(),
+            seqs.iter().map(|s| (s.0, s.1 + 1, 1)).collect(),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn chunk_split_300_as_64_37_199_carries_the_state() {
+    // One call, then three calls over the same rows on a fresh copy.
+    run_and_check(SMALL, 300, 2, &[vec![(1, 0, 300)]]);
+    run_and_check(
+        SMALL,
+        300,
+        2,
+        &[vec![(1, 0, 64)], vec![(1, 64, 37)], vec![(1, 101, 199)]],
+    );
+    // And the two on identical inputs agree with each other (wide scan for
+    // the one call, narrow for the three: the widths agree too).
+    let dev = device();
+    let x = Inputs::random(SMALL, 300, 2, fresh_seed());
+    let one = OnDevice::upload(&dev, &x);
+    one.run_with(&dev, SMALL, &[(1, 0, 300)], ScanWidth::Wide)
+        .unwrap();
+    let three = OnDevice::upload(&dev, &x);
+    for s in [(1, 0, 64), (1, 64, 37), (1, 101, 199)] {
+        three
+            .run_with(&dev, SMALL, &[s], ScanWidth::Narrow)
+            .unwrap();
+    }
+    let (o1, s1) = one.read(&dev, &x);
+    let (o3, s3) = three.read(&dev, &x);
+    let f64s = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<_>>();
+    let (e_out, e_state) = (rel_err(&o3, &f64s(&o1)), rel_err(&s3, &f64s(&s1)));
+    eprintln!("split vs one call: out {e_out:.3e} state {e_state:.3e}");
+    assert!(e_out <= TOL && e_state <= TOL);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn qwen36_35b_dims_at_2048_rows() {
+    run_and_check(QWEN36_35B, 2048, 2, &[vec![(1, 0, 2048)]]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn nan_in_one_row_stays_in_its_sequence() {
+    for w in WIDTHS {
+        nan_row_case(w);
+    }
+}
+
+fn nan_row_case(w: ScanWidth) {
+    let dev = device();
+    let d = SMALL;
+    let mut x = Inputs::random(d, 200, 2, fresh_seed());
+    // A NaN in the keys of row 50 (sequence 0, every key head): every later
+    // output row of that sequence and its state become NaN; sequence 1 is untouched.
+    for kh in 0..d.hk {
+        x.qkv[50 * d.row() + (d.hk + kh) * d.dk + 3] = f32::NAN;
+    }
+    let seqs = [(0, 0, 100), (1, 100, 100)];
+    let bufs = OnDevice::upload(&dev, &x);
+    bufs.run_with(&dev, d, &seqs, w).unwrap();
+    let (out, state) = bufs.read(&dev, &x);
+    let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
+    let want_out = reference(&x, &seqs[1..], &mut want);
+    let w = d.hv * d.dv;
+    assert!(
+        out[50 * w..100 * w].iter().all(|v| v.is_nan()),
+        "rows 50.. of sequence 0"
+    );
+    let ss = d.slot_state();
+    assert!(state[..ss].iter().all(|v| v.is_nan()), "state of slot 0");
+    assert!(
+        out[100 * w..].iter().all(|v| v.is_finite()),
+        "sequence 1 finite"
+    );
+    let e = rel_err(&out[100 * w..], &want_out[100 * w..]);
+    let es = rel_err(&state[ss..], &want[ss..]);
+    assert!(
+        e <= TOL && es <= TOL,
+        "sequence 1: out {e:.3e} state {es:.3e}"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh (timing, prints ms/layer)"]
+fn bench_qwen36_35b_prefill_ms_per_layer() {
+    let dev = device();
+    let d = QWEN36_35B;
+    // GDN_BENCH_T=2048,32768 picks the lengths (the script's profiler pass).
+    let lengths: Vec<usize> = std::env::var("GDN_BENCH_T")
+        .ok()
+        .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![2048, 8192, 32768]);
+    let report = |what: String, ms: Vec<f64>| {
+        println!(
+            "gdn_bench {what}: median {:.3} ms/layer (min {:.3}, max {:.3}, n={})",
+            ms[ms.len() / 2],
+            ms[0],
+            ms[ms.len() - 1],
+            ms.len()
+        )
+    };
+    for &t in &lengths {
+        let x = Inputs::random(d, t, 8, 7);
+        let bufs = OnDevice::upload(&dev, &x);
+        let one = [(0, 0, t)];
+        // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
+        let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
+        for w in WIDTHS {
+            let ms = time_ms(&dev, || bufs.run_with(&dev, d, &one, w).unwrap());
+            let (out, _) = bufs.read(&dev, &x);
+            assert!(out.iter().all(|v| v.is_finite()));
+            report(format!("t={t} 35B-A3B scan {w:?}"), ms);
+            if t >= 8192 {
+                let ms = time_ms(&dev, || bufs.run_with(&dev, d, &eight, w).unwrap());
+                report(format!("t={t} as 8 x {} scan {w:?}", t / 8), ms);
+            }
+        }
+    }
+    // Decode: one recurrent step for a batch of sequences.
+    if std::env::var("GDN_BENCH_T").is_err() {
+        for batch in [1usize, 32, 256] {
+            let x = Inputs::random(d, batch, batch, 9);
+            let bufs = OnDevice::upload(&dev, &x);
+            let seqs: Vec<Seq> = (0..batch).map(|i| (i, i, 1)).collect();
+            let ms = time_ms(&dev, || bufs.run(&dev, d, &seqs).unwrap());
+            let (out, _) = bufs.read(&dev, &x);
+            assert!(out.iter().all(|v| v.is_finite()));
+            report(format!("decode batch {batch}"), ms);
+        }
+    }
+}
+
+/// Device times (ms, sorted) of 7 calls after one warm-up, from CUDA events.
+fn time_ms(dev: &CudaDevice, mut call: impl FnMut()) -> Vec<f64> {
+    use cudarc::driver::{result, sys};
+    call(); // warm-up (compiles on first use)
+    dev.synchronize().unwrap();
+    let mut ms = Vec::new();
+    for _ in 0..7 {
+        // SAFETY: events on this device's live stream, destroyed below.
+        unsafe {
+            let a = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+            let b = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+            result::event::record(a, dev.stream_raw()).unwrap();
+            call();
+            result::event::record(b, dev.stream_raw()).unwrap();
+            result::event::synchronize(b).unwrap();
+            ms.push(result::event::elapsed(a, b).unwrap() as f64);
+            result::event::destroy(a).unwrap();
+            result::event::destroy(b).unwrap();
+        }
+    }
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
+// ------------------------------------------------ validation, no GPU ----
+
+struct FakeMemory;
+impl RawMemory for FakeMemory {
+    fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+        Ok(0x1000 + bytes as u64)
+    }
+    fn free(&self, _ptr: u64) {}
+}
+
+/// Checks a launch over fake buffers sized for `t` rows and `slots` slots,
+/// the buffer named `short` one byte short.
+fn validate_with(
+    d: Dims,
+    t: usize,
+    slots: usize,
+    seqs: &[Seq],
+    short: Option<&str>,
+) -> Result<usize, CudaError> {
+    let a = Allocator::new(Box::new(FakeMemory));
+    let cut = |name: &str, bytes: usize| {
+        if short == Some(name) {
+            bytes - 1
+        } else {
+            bytes
+        }
+    };
+    let qkv = a.alloc(cut("qkv", t * d.row() * 2))?;
+    let g = a.alloc(cut("g", t * d.hv * 4))?;
+    let beta = a.alloc(cut("beta", t * d.hv * 4))?;
+    let state = a.alloc(cut("state", slots * d.slot_state() * 4))?;
+    let out = a.alloc(cut("out", t * d.hv * d.dv * 2))?;
+    let plan = validate(&GdnLaunch {
+        qkv: &qkv,
+        g: &g,
+        beta: &beta,
+        state: &state,
+        out: &out,
+        seqs,
+        k_heads: d.hk,
+        v_heads: d.hv,
+        k_dim: d.dk,
+        v_dim: d.dv,
+    })?;
+    Ok(plan.seqs.len())
+}
+
+fn invalid(r: Result<usize, CudaError>) -> String {
+    match r {
+        Err(CudaError::InvalidLaunch(m)) => m,
+        other => panic!("expected InvalidLaunch, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_valid_launch_plans_its_non_empty_sequences() {
+    let seqs = [(0, 0, 300), (2, 300, 0), (1, 300, 1)];
+    assert_eq!(validate_with(SMALL, 301, 3, &seqs, None).unwrap(), 2);
+}
+
+#[test]
+fn sequences_past_the_buffers_are_rejected() {
+    let m = invalid(validate_with(SMALL, 100, 2, &[(0, 50, 51)], None));
+    assert!(m.contains("holds 100 rows"), "{m}");
+    invalid(validate_with(SMALL, 100, 2, &[(0, usize::MAX, 2)], None));
+}
+
+#[test]
+fn slots_out_of_range_or_shared_are_rejected() {
+    let m = invalid(validate_with(SMALL, 100, 2, &[(2, 0, 10)], None));
+    assert!(m.contains("slot 2"), "{m}");
+    let m = invalid(validate_with(
+        SMALL,
+        100,
+        2,
+        &[(1, 0, 10), (1, 10, 10)],
+        None,
+    ));
+    assert!(m.contains("two sequences"), "{m}");
+}
+
+#[test]
+fn overlapping_sequences_are_rejected() {
+    let m = invalid(validate_with(
+        SMALL,
+        100,
+        2,
+        &[(0, 0, 10), (1, 9, 10)],
+        None,
+    ));
+    assert!(m.contains("overlap"), "{m}");
+}
+
+#[test]
+fn every_short_buffer_is_rejected() {
+    for name in ["qkv", "g", "beta", "out", "state"] {
+        let m = invalid(validate_with(SMALL, 100, 2, &[(1, 0, 100)], Some(name)));
+        assert!(m.contains(name) || name == "state", "{name}: {m}");
+    }
+}
+
+#[test]
+fn unsupported_dims_are_rejected() {
+    let m = invalid(validate_with(
+        Dims { hv: 3, ..SMALL },
+        10,
+        1,
+        &[(0, 0, 10)],
+        None,
+    ));
+    assert!(m.contains("multiple"), "{m}");
+    let m = invalid(validate_with(
+        Dims { dk: 64, ..SMALL },
+        10,
+        1,
+        &[(0, 0, 10)],
+        None,
+    ));
+    assert!(m.contains("support 128"), "{m}");
+    invalid(validate_with(
+        Dims { hk: 0, ..SMALL },
+        10,
+        1,
+        &[(0, 0, 10)],
+        None,
+    ));
+}
