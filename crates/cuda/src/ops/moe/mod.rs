@@ -138,7 +138,9 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
     let e2i = product(&[l.experts, 2, l.intermediate], "experts·2·intermediate")?;
     let eh = product(&[l.experts, l.hidden], "experts·hidden")?;
     if e2i > int_max || eh > int_max || l.tokens > int_max {
-        return Err(shape_err("a row count exceeds the kernels' int range".into()));
+        return Err(shape_err(
+            "a row count exceeds the kernels' int range".into(),
+        ));
     }
     check_len(l.x, "x", product(&[l.tokens, l.hidden, 2], "x")?)?;
     check_len(
@@ -146,7 +148,11 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
         "router_logits",
         product(&[l.tokens, l.experts, 4], "router_logits")?,
     )?;
-    check_len(l.gate_up, "gate_up", product(&[e2i, l.hidden, 2], "gate_up")?)?;
+    check_len(
+        l.gate_up,
+        "gate_up",
+        product(&[e2i, l.hidden, 2], "gate_up")?,
+    )?;
     check_len(l.down, "down", product(&[eh, l.intermediate, 2], "down")?)?;
     check_len(l.out, "out", product(&[l.tokens, l.hidden, 4], "out")?)?;
 

@@ -69,7 +69,11 @@ fn accepts_the_35b_shape_and_plans_chunked_passes() {
     assert!(plan.workspace_bytes >= big && plan.workspace_bytes < big + (4 << 20));
     let small = validate(&launch(&b, 7, 2048, 256, 8, 512)).unwrap();
     assert_eq!(small.chunk_tokens, 7);
-    assert_eq!(small.max_row_tiles, 1 + 56, "7·8 pairs: at most 56 experts hold a row");
+    assert_eq!(
+        small.max_row_tiles,
+        1 + 56,
+        "7·8 pairs: at most 56 experts hold a row"
+    );
 }
 
 #[test]
