@@ -29,9 +29,12 @@ fn engine(sequences: usize, prompt: usize) -> (EngineCore<CpuBackend>, Vec<Reque
         })
         .collect();
     // Prefill everyone so the measured steps are decode steps.
-    while core.stats().running < sequences
-        || core.step().unwrap().is_some_and(|r| r.prefill_rows > 0)
-    {}
+    loop {
+        let prefill = core.step().unwrap().map_or(0, |r| r.prefill_rows);
+        if prefill == 0 && core.stats().running == sequences {
+            break;
+        }
+    }
     (core, streams)
 }
 

@@ -108,11 +108,10 @@ impl<B: Backend> EngineCore<B> {
         let routes = model.routes(&cfg.attention)?;
         let memory = memory_model(&model, &routes);
         let kv = resolve_kv(cfg.kv_backend, backend_name(model.backend().kind()), false);
-        let mut total_blocks = cfg.max_running * blocks_for(cfg.max_context);
-        if let (Some(budget), true) = (cfg.memory_budget_bytes, memory.kv_bytes_per_token > 0) {
-            let per_block = memory.kv_bytes_per_token * crate::kv::KV_BLOCK_ROWS as u64;
-            total_blocks = total_blocks.min((budget / per_block) as usize);
-        }
+        // Enough blocks for every slot's full context: the byte budget, not
+        // the block count, limits admission (a request that fits the budget
+        // alone always gets its blocks).
+        let total_blocks = cfg.max_running * blocks_for(cfg.max_context);
         let state = model.new_state(cfg.max_running, cfg.max_context)?;
         let limits = Limits {
             memory,
