@@ -255,8 +255,7 @@ impl<B: Backend> EngineCore<B> {
             return Ok(false);
         };
         let rows = next.prompt.len() + next.max_tokens;
-        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total()
-        {
+        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total() {
             return Ok(false);
         }
         if let Some(budget) = self.cfg.memory_budget_bytes {
@@ -453,13 +452,9 @@ impl<B: Backend> EngineCore<B> {
         draws: &[usize],
         report: &mut StepReport,
     ) -> Result<Vec<(u32, Option<Vec<f32>>)>, EngineError> {
-        let out = self.model.step(
-            &mut self.state,
-            ids,
-            batch,
-            &self.routes,
-            LogitsRows::Last,
-        )?;
+        let out = self
+            .model
+            .step(&mut self.state, ids, batch, &self.routes, LogitsRows::Last)?;
         let nseq = plan.len();
         for (r, rep) in out.attention.iter().enumerate() {
             report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);
