@@ -41,6 +41,9 @@ pub(crate) fn prepare(
     }
 }
 
+/// A drawn token and (when captured) its logits row.
+type Drawn = (u32, Option<Vec<f32>>);
+
 /// One drawn token of a step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampledRow {
@@ -433,7 +436,7 @@ impl<B: Backend> EngineCore<B> {
                 finished.push((i, reason));
             }
         }
-        finished.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        finished.sort_unstable_by_key(|f| std::cmp::Reverse(f.0));
         for (i, reason) in finished {
             self.retire(i, reason);
         }
@@ -451,7 +454,7 @@ impl<B: Backend> EngineCore<B> {
         plan: &[(usize, usize)],
         draws: &[usize],
         report: &mut StepReport,
-    ) -> Result<Vec<(u32, Option<Vec<f32>>)>, EngineError> {
+    ) -> Result<Vec<Drawn>, EngineError> {
         let out = self
             .model
             .step(&mut self.state, ids, batch, &self.routes, LogitsRows::Last)?;
