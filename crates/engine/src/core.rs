@@ -262,7 +262,21 @@ impl<B: Backend> EngineCore<B> {
             return Ok(false);
         }
         if let Some(budget) = self.cfg.memory_budget_bytes {
-            if self.committed(Some(&next.prediction)) > budget {
+            let committed = self.committed(Some(&next.prediction));
+            if committed > budget {
+                if !next.waited_for_memory {
+                    tracing::info!(
+                        "request {} waits for memory: predicted {} bytes ({}), {} bytes with the \
+                         running requests > budget {budget}",
+                        next.id,
+                        next.prediction.total(),
+                        next.prediction.detail(),
+                        committed
+                    );
+                }
+                if let Some(w) = self.waiting.front_mut() {
+                    w.waited_for_memory = true;
+                }
                 return Ok(false);
             }
         }
