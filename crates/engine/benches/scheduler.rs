@@ -24,14 +24,19 @@ fn engine(sequences: usize, prompt: usize) -> (EngineCore<CpuBackend>, Vec<Reque
     .unwrap();
     let streams = (0..sequences)
         .map(|i| {
-            let ids = (0..prompt as u32).map(|t| (t * 31 + i as u32) % 512).collect();
+            let ids = (0..prompt as u32)
+                .map(|t| (t * 31 + i as u32) % 512)
+                .collect();
             core.submit(GenerateRequest::greedy(ids, 60_000)).unwrap()
         })
         .collect();
     // Prefill everyone so the measured steps are decode steps.
-    while core.stats().running < sequences
-        || core.step().unwrap().is_some_and(|r| r.prefill_rows > 0)
-    {}
+    loop {
+        let prefill = core.step().unwrap().map_or(0, |r| r.prefill_rows);
+        if prefill == 0 && core.stats().running == sequences {
+            break;
+        }
+    }
     (core, streams)
 }
 

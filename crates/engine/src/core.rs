@@ -41,6 +41,9 @@ pub(crate) fn prepare(
     }
 }
 
+/// A drawn token and (when captured) its logits row.
+type Drawn = (u32, Option<Vec<f32>>);
+
 /// One drawn token of a step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampledRow {
@@ -108,11 +111,10 @@ impl<B: Backend> EngineCore<B> {
         let routes = model.routes(&cfg.attention)?;
         let memory = memory_model(&model, &routes);
         let kv = resolve_kv(cfg.kv_backend, backend_name(model.backend().kind()), false);
-        let mut total_blocks = cfg.max_running * blocks_for(cfg.max_context);
-        if let (Some(budget), true) = (cfg.memory_budget_bytes, memory.kv_bytes_per_token > 0) {
-            let per_block = memory.kv_bytes_per_token * crate::kv::KV_BLOCK_ROWS as u64;
-            total_blocks = total_blocks.min((budget / per_block) as usize);
-        }
+        // Enough blocks for every slot's full context: the byte budget, not
+        // the block count, limits admission (a request that fits the budget
+        // alone always gets its blocks).
+        let total_blocks = cfg.max_running * blocks_for(cfg.max_context);
         let state = model.new_state(cfg.max_running, cfg.max_context)?;
         let limits = Limits {
             memory,
@@ -256,12 +258,25 @@ impl<B: Backend> EngineCore<B> {
             return Ok(false);
         };
         let rows = next.prompt.len() + next.max_tokens;
-        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total()
-        {
+        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total() {
             return Ok(false);
         }
         if let Some(budget) = self.cfg.memory_budget_bytes {
-            if self.committed(Some(&next.prediction)) > budget {
+            let committed = self.committed(Some(&next.prediction));
+            if committed > budget {
+                if !next.waited_for_memory {
+                    tracing::info!(
+                        "request {} waits for memory: predicted {} bytes ({}), {} bytes with the \
+                         running requests > budget {budget}",
+                        next.id,
+                        next.prediction.total(),
+                        next.prediction.detail(),
+                        committed
+                    );
+                }
+                if let Some(w) = self.waiting.front_mut() {
+                    w.waited_for_memory = true;
+                }
                 return Ok(false);
             }
         }
@@ -435,7 +450,7 @@ impl<B: Backend> EngineCore<B> {
                 finished.push((i, reason));
             }
         }
-        finished.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        finished.sort_unstable_by_key(|f| std::cmp::Reverse(f.0));
         for (i, reason) in finished {
             self.retire(i, reason);
         }
@@ -453,14 +468,10 @@ impl<B: Backend> EngineCore<B> {
         plan: &[(usize, usize)],
         draws: &[usize],
         report: &mut StepReport,
-    ) -> Result<Vec<(u32, Option<Vec<f32>>)>, EngineError> {
-        let out = self.model.step(
-            &mut self.state,
-            ids,
-            batch,
-            &self.routes,
-            LogitsRows::Last,
-        )?;
+    ) -> Result<Vec<Drawn>, EngineError> {
+        let out = self
+            .model
+            .step(&mut self.state, ids, batch, &self.routes, LogitsRows::Last)?;
         let nseq = plan.len();
         for (r, rep) in out.attention.iter().enumerate() {
             report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);

@@ -28,6 +28,8 @@ pub(crate) struct Sequence {
     pub ttft_ms: Option<f64>,
     pub attention: BTreeMap<usize, AttentionRun>,
     pub sink: StreamSink,
+    /// Whether its wait for memory was logged.
+    pub waited_for_memory: bool,
 }
 
 impl Sequence {
@@ -54,6 +56,7 @@ impl Sequence {
             ttft_ms: None,
             attention: BTreeMap::new(),
             sink,
+            waited_for_memory: false,
         }
     }
 
