@@ -183,7 +183,10 @@ fn logits_rejects_zero_chunk_and_cuda_without_a_gpu() {
         "this test expects a machine without a CUDA driver; on a GPU run bench/gpu/check_model.sh"
     );
     let err = logits_fails(&["--synthetic", "tiny-d64", "--backend", "cuda"], "[1, 2]");
-    assert!(err.contains("cuda backend") && err.contains("driver"), "{err}");
+    assert!(
+        err.contains("cuda backend") && err.contains("driver"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -260,7 +260,10 @@ fn check_ids(ids: &[u32], vocab: usize, what: &str) -> anyhow::Result<()> {
 
 /// Refuses a prompt longer than the model's context (`max_position_embeddings`)
 /// and clamps `max_tokens` to the room the prompt leaves, with a warning.
-fn fit_context(requests: &mut [GenerateRequest], cfg: &headroom_model::ModelConfig) -> anyhow::Result<()> {
+fn fit_context(
+    requests: &mut [GenerateRequest],
+    cfg: &headroom_model::ModelConfig,
+) -> anyhow::Result<()> {
     for (i, r) in requests.iter_mut().enumerate() {
         let n = r.prompt_ids.len();
         cfg.check_sequence_length(n)
