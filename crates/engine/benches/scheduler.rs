@@ -24,7 +24,9 @@ fn engine(sequences: usize, prompt: usize) -> (EngineCore<CpuBackend>, Vec<Reque
     .unwrap();
     let streams = (0..sequences)
         .map(|i| {
-            let ids = (0..prompt as u32).map(|t| (t * 31 + i as u32) % 512).collect();
+            let ids = (0..prompt as u32)
+                .map(|t| (t * 31 + i as u32) % 512)
+                .collect();
             core.submit(GenerateRequest::greedy(ids, 60_000)).unwrap()
         })
         .collect();

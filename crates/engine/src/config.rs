@@ -115,7 +115,11 @@ impl Limits {
         if r.prompt_ids.is_empty() {
             return Some("the prompt has no tokens".into());
         }
-        if let Some(pos) = r.prompt_ids.iter().position(|&id| id as usize >= self.vocab) {
+        if let Some(pos) = r
+            .prompt_ids
+            .iter()
+            .position(|&id| id as usize >= self.vocab)
+        {
             return Some(format!(
                 "token id {} at position {pos} is out of range (vocab_size {})",
                 r.prompt_ids[pos], self.vocab

@@ -20,6 +20,9 @@ use headroom_model::{LogitsRows, ModelState, Qwen35Model};
 use std::collections::VecDeque;
 use std::time::Instant;
 
+/// A drawn token and, when captured, the logits it was drawn from.
+type Draw = (u32, Option<Vec<f32>>);
+
 /// Checks request `r` against `limits` and makes its stream; the sequence
 /// to queue is `None` when the request was answered on its stream already
 /// (invalid ids or sampling parameters).
@@ -256,8 +259,7 @@ impl<B: Backend> EngineCore<B> {
             return Ok(false);
         };
         let rows = next.prompt.len() + next.max_tokens;
-        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total()
-        {
+        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total() {
             return Ok(false);
         }
         if let Some(budget) = self.cfg.memory_budget_bytes {
@@ -435,7 +437,7 @@ impl<B: Backend> EngineCore<B> {
                 finished.push((i, reason));
             }
         }
-        finished.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        finished.sort_unstable_by_key(|f| std::cmp::Reverse(f.0));
         for (i, reason) in finished {
             self.retire(i, reason);
         }
@@ -453,14 +455,10 @@ impl<B: Backend> EngineCore<B> {
         plan: &[(usize, usize)],
         draws: &[usize],
         report: &mut StepReport,
-    ) -> Result<Vec<(u32, Option<Vec<f32>>)>, EngineError> {
-        let out = self.model.step(
-            &mut self.state,
-            ids,
-            batch,
-            &self.routes,
-            LogitsRows::Last,
-        )?;
+    ) -> Result<Vec<Draw>, EngineError> {
+        let out = self
+            .model
+            .step(&mut self.state, ids, batch, &self.routes, LogitsRows::Last)?;
         let nseq = plan.len();
         for (r, rep) in out.attention.iter().enumerate() {
             report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);

@@ -205,7 +205,10 @@ mod tests {
             (KvBackendKind::Contiguous, KvStorage::PerSlot, true)
         );
         let p = resolve_kv(KvBackendKind::Paged, "cpu", false);
-        assert_eq!((p.resolved, p.storage), (KvBackendKind::Paged, KvStorage::PerSlot));
+        assert_eq!(
+            (p.resolved, p.storage),
+            (KvBackendKind::Paged, KvStorage::PerSlot)
+        );
         let why = p.reason.as_deref().unwrap();
         assert!(why.contains("cannot read block tables") && why.contains("no paged storage"));
         assert!(p.to_string().contains("requested paged"));

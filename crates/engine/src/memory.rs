@@ -156,7 +156,10 @@ mod tests {
         let big = c.predict(8192, 8, 512);
         assert_eq!(small.kv_bytes, 1032 * 1000);
         assert_eq!(small.gdn_bytes, 77);
-        assert_eq!(small.transient_bytes, 2 * (2 * 128 * 64 + 128 * 1024 + 128) * 4);
+        assert_eq!(
+            small.transient_bytes,
+            2 * (2 * 128 * 64 + 128 * 1024 + 128) * 4
+        );
         assert!(big.transient_bytes > 7 * small.transient_bytes);
         let f = model(RouteRequest::Fused, 2);
         assert_eq!(

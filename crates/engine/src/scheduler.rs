@@ -61,8 +61,22 @@ mod tests {
         assert_eq!(b.prefill(5), 0);
         assert!(!b.decode());
         let mut solo = StepBudget::new(&s, true);
-        assert_eq!(solo.prefill(5000), 1000, "solo stripe capped by the step budget");
-        let mut small = StepBudget::new(&SchedulerSettings { solo_stripe: 100, ..s }, true);
-        assert_eq!(small.prefill(5000), 512, "the solo stripe never shrinks the chunk");
+        assert_eq!(
+            solo.prefill(5000),
+            1000,
+            "solo stripe capped by the step budget"
+        );
+        let mut small = StepBudget::new(
+            &SchedulerSettings {
+                solo_stripe: 100,
+                ..s
+            },
+            true,
+        );
+        assert_eq!(
+            small.prefill(5000),
+            512,
+            "the solo stripe never shrinks the chunk"
+        );
     }
 }

@@ -136,7 +136,10 @@ mod tests {
     fn defaults_are_512_2048_2048() {
         let (s, w) = with(&[]);
         assert_eq!(s, SchedulerSettings::default());
-        assert_eq!((s.prefill_chunk, s.step_tokens, s.solo_stripe), (512, 2048, 2048));
+        assert_eq!(
+            (s.prefill_chunk, s.step_tokens, s.solo_stripe),
+            (512, 2048, 2048)
+        );
         assert!(w.is_empty());
         let parsed: SchedulerSettings = serde_json::from_str(r#"{"step_tokens": 99}"#).unwrap();
         assert_eq!((parsed.prefill_chunk, parsed.step_tokens), (512, 99));
@@ -168,6 +171,11 @@ mod tests {
         assert_eq!(s.max_chunk(false), 512);
         assert_eq!(s.max_chunk(true), 1000);
         assert!(s.validate().is_ok());
-        assert!(SchedulerSettings { step_tokens: 0, ..s }.validate().is_err());
+        assert!(SchedulerSettings {
+            step_tokens: 0,
+            ..s
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -22,7 +22,9 @@ pub struct RequestStream {
 
 impl std::fmt::Debug for RequestStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RequestStream").field("id", &self.id).finish()
+        f.debug_struct("RequestStream")
+            .field("id", &self.id)
+            .finish()
     }
 }
 

@@ -39,9 +39,15 @@ fn a_request_that_never_fits_is_refused_and_the_rest_complete() {
         other => panic!("expected NeverFits, got {other:?}"),
     }
     let msg = err.to_string();
-    assert!(msg.contains(&need.to_string()) && msg.contains(&budget.to_string()), "{msg}");
+    assert!(
+        msg.contains(&need.to_string()) && msg.contains(&budget.to_string()),
+        "{msg}"
+    );
     let short: Vec<_> = (0..3)
-        .map(|i| c.submit(GenerateRequest::greedy(ids(50 + i * 10, 512, i as u32), 4)).unwrap())
+        .map(|i| {
+            c.submit(GenerateRequest::greedy(ids(50 + i * 10, 512, i as u32), 4))
+                .unwrap()
+        })
         .collect();
     let out = drive(&mut c, short);
     for o in &out {
@@ -58,7 +64,10 @@ fn a_request_that_does_not_fit_beside_others_waits_then_completes() {
     let probe = core(tiny("tiny-d64"), cfg(route, None));
     let long = GenerateRequest::greedy(ids(1500, 512, 3), 4);
     let small = GenerateRequest::greedy(ids(400, 512, 4), 30);
-    let (pl, ps) = (probe.limits().predict(&long), probe.limits().predict(&small));
+    let (pl, ps) = (
+        probe.limits().predict(&long),
+        probe.limits().predict(&small),
+    );
     // Each fits alone; together they do not.
     let budget = pl.total().max(ps.total()) + 1;
     assert!(pl.kv_bytes + pl.gdn_bytes + ps.kv_bytes + ps.gdn_bytes + pl.transient_bytes > budget);
@@ -72,7 +81,11 @@ fn a_request_that_does_not_fit_beside_others_waits_then_completes() {
     assert!(st.memory_committed_bytes <= budget);
     let out = drive(&mut c, vec![a, b]);
     assert_eq!(out[0].reason, Some(FinishReason::Length));
-    assert_eq!(out[1].reason, Some(FinishReason::Length), "it ran once the first finished");
+    assert_eq!(
+        out[1].reason,
+        Some(FinishReason::Length),
+        "it ran once the first finished"
+    );
     assert_eq!(c.stats().admitted, 2);
 }
 
@@ -89,7 +102,10 @@ fn measured_vs_predicted(
     exact: bool,
 ) {
     // The CPU kernels use one scratch set per rayon worker: pin the pool.
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
     pool.install(|| {
         let mut c = core(
             tiny(model),
@@ -124,9 +140,27 @@ fn predicted_transient_matches_the_measured_peak_across_routes() {
         solo_stripe: solo,
     };
     for model in ["tiny-d64", "tiny-d256"] {
-        measured_vs_predicted(model, RouteRequest::Composed { query_block: 128 }, s(512, 2048, 512), 1280, true);
-        measured_vs_predicted(model, RouteRequest::Composed { query_block: 64 }, s(512, 2048, 2048), 2000, true);
-        measured_vs_predicted(model, RouteRequest::Composed { query_block: 0 }, s(256, 2048, 256), 768, false);
+        measured_vs_predicted(
+            model,
+            RouteRequest::Composed { query_block: 128 },
+            s(512, 2048, 512),
+            1280,
+            true,
+        );
+        measured_vs_predicted(
+            model,
+            RouteRequest::Composed { query_block: 64 },
+            s(512, 2048, 2048),
+            2000,
+            true,
+        );
+        measured_vs_predicted(
+            model,
+            RouteRequest::Composed { query_block: 0 },
+            s(256, 2048, 256),
+            768,
+            false,
+        );
         measured_vs_predicted(model, RouteRequest::Fused, s(512, 2048, 512), 1500, true);
     }
 }

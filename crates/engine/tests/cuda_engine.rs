@@ -18,13 +18,19 @@ fn model(name: &str) -> Qwen35Model<CudaBackend> {
     Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
 }
 
-fn run(
-    name: &str,
-    cfg: &EngineConfig,
-    reqs: &[GenerateRequest],
-) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
-    let mut core = EngineCore::new(model(name), EngineConfig { capture_logits: true, ..cfg.clone() }).unwrap();
-    let streams: Vec<_> = reqs.iter().map(|r| core.submit(r.clone()).unwrap()).collect();
+fn run(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
+    let mut core = EngineCore::new(
+        model(name),
+        EngineConfig {
+            capture_logits: true,
+            ..cfg.clone()
+        },
+    )
+    .unwrap();
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|r| core.submit(r.clone()).unwrap())
+        .collect();
     let mut out = vec![(Vec::new(), Vec::new()); reqs.len()];
     while let Some(rep) = core.step().unwrap() {
         for s in rep.sampled {
@@ -44,13 +50,19 @@ fn cuda_batch_and_chunk_invariance_bf16() {
         ("moe_d256", RouteRequest::Fused),
     ] {
         let cfg = EngineConfig {
-            scheduler: SchedulerSettings { prefill_chunk: 37, step_tokens: 160, solo_stripe: 2048 },
+            scheduler: SchedulerSettings {
+                prefill_chunk: 37,
+                step_tokens: 160,
+                solo_stripe: 2048,
+            },
             attention: AttentionPlan::Uniform(route),
             max_running: 8,
             max_context: 1024,
             ..EngineConfig::default()
         };
-        let vocab = ModelConfig::from_dir(&fixture_dir(name)).unwrap().vocab_size;
+        let vocab = ModelConfig::from_dir(&fixture_dir(name))
+            .unwrap()
+            .vocab_size;
         let lens = [5usize, 130, 17, 64, 1, 300, 33, 90];
         let reqs: Vec<_> = lens
             .iter()
@@ -62,7 +74,10 @@ fn cuda_batch_and_chunk_invariance_bf16() {
         let mut agreeing = 0;
         for (i, r) in reqs.iter().enumerate() {
             let alone = run(name, &cfg, std::slice::from_ref(r)).remove(0);
-            assert_eq!(together[i].0[0], alone.0[0], "{name} request {i}: first token");
+            assert_eq!(
+                together[i].0[0], alone.0[0],
+                "{name} request {i}: first token"
+            );
             for s in 0..alone.0.len() {
                 let e = rel_err(&together[i].1[s], &alone.1[s]);
                 worst = worst.max(e);
@@ -73,6 +88,8 @@ fn cuda_batch_and_chunk_invariance_bf16() {
                 agreeing += 1;
             }
         }
-        println!("{name} {route}: worst logits rel err {worst:.2e}; {agreeing}/48 greedy tokens agree");
+        println!(
+            "{name} {route}: worst logits rel err {worst:.2e}; {agreeing}/48 greedy tokens agree"
+        );
     }
 }

@@ -41,7 +41,11 @@ fn eight_concurrent_requests_equal_each_alone() {
         let solo = alone(&make, &cfg, r.clone());
         let got = &together[i];
         assert_eq!(got.tokens, solo.tokens, "request {i} tokens");
-        assert_eq!(got.tokens.len(), max_tokens[i], "request {i} ran to its length");
+        assert_eq!(
+            got.tokens.len(),
+            max_tokens[i],
+            "request {i} ran to its length"
+        );
         assert_eq!(got.reason, Some(FinishReason::Length));
         assert_eq!(got.streamed, got.tokens, "request {i} streamed every token");
         for (s, (a, b)) in got.logits.iter().zip(&solo.logits).enumerate() {
@@ -49,7 +53,10 @@ fn eight_concurrent_requests_equal_each_alone() {
             assert!(e <= 1e-5, "request {i} step {s}: {e:.2e}");
         }
         let u = got.usage.unwrap();
-        assert_eq!((u.prompt_tokens, u.completion_tokens), (lens[i], max_tokens[i]));
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens),
+            (lens[i], max_tokens[i])
+        );
     }
     let st = c.stats();
     assert_eq!((st.running, st.waiting, st.finished), (0, 0, 8));
@@ -60,13 +67,21 @@ fn eight_concurrent_requests_equal_each_alone() {
 #[test]
 fn several_prefills_share_one_step() {
     let mut c = core(tiny("tiny-d64"), EngineConfig::default());
-    let a = c.submit(GenerateRequest::greedy(ids(40, 512, 1), 2)).unwrap();
-    let b = c.submit(GenerateRequest::greedy(ids(70, 512, 2), 2)).unwrap();
+    let a = c
+        .submit(GenerateRequest::greedy(ids(40, 512, 1), 2))
+        .unwrap();
+    let b = c
+        .submit(GenerateRequest::greedy(ids(70, 512, 2), 2))
+        .unwrap();
     let rep = c.step().unwrap().unwrap();
     assert_eq!(rep.sequences, vec![(a.id, 40), (b.id, 70)]);
     assert_eq!((rep.prefill_rows, rep.decode_rows), (110, 0));
     let rep = c.step().unwrap().unwrap();
-    assert_eq!((rep.prefill_rows, rep.decode_rows), (0, 2), "then both decode together");
+    assert_eq!(
+        (rep.prefill_rows, rep.decode_rows),
+        (0, 2),
+        "then both decode together"
+    );
 }
 
 /// The logits every drawn token came from, recomputed in one pass over
@@ -91,7 +106,11 @@ fn one_pass(
         .collect()
 }
 
-fn check_chunking(make: &dyn Fn() -> headroom_model::Qwen35Model<headroom_cpu::CpuBackend>, prompt_len: usize, route: RouteRequest) {
+fn check_chunking(
+    make: &dyn Fn() -> headroom_model::Qwen35Model<headroom_cpu::CpuBackend>,
+    prompt_len: usize,
+    route: RouteRequest,
+) {
     let reference_model = make();
     let vocab = reference_model.vocab_size();
     let prompt = ids(prompt_len, vocab, 5);
@@ -111,19 +130,29 @@ fn check_chunking(make: &dyn Fn() -> headroom_model::Qwen35Model<headroom_cpu::C
         }
         // Mixed with another request's decode rows in the same steps.
         let mut c = core(make(), cfg.clone());
-        let other = c.submit(GenerateRequest::greedy(ids(3, vocab, 9), 400)).unwrap();
+        let other = c
+            .submit(GenerateRequest::greedy(ids(3, vocab, 9), 400))
+            .unwrap();
         while c.step().unwrap().unwrap().sampled.is_empty() {}
-        let s = c.submit(GenerateRequest::greedy(prompt.clone(), 4)).unwrap();
+        let s = c
+            .submit(GenerateRequest::greedy(prompt.clone(), 4))
+            .unwrap();
         let (sid, oid) = (s.id, other.id);
         let mut mixed_steps = 0;
         let out = common::drive_with(&mut c, vec![s, other], &mut |rep| {
             let ids: Vec<u64> = rep.sequences.iter().map(|x| x.0).collect();
             if ids.contains(&sid) && ids.contains(&oid) && rep.prefill_rows > 0 {
-                assert_eq!(rep.decode_rows, 1, "the other request decodes beside the prefill");
+                assert_eq!(
+                    rep.decode_rows, 1,
+                    "the other request decodes beside the prefill"
+                );
                 mixed_steps += 1;
             }
         });
-        assert!(mixed_steps >= 1, "chunk {chunk}: no step mixed prefill and decode");
+        assert!(
+            mixed_steps >= 1,
+            "chunk {chunk}: no step mixed prefill and decode"
+        );
         assert_eq!(out[0].tokens, solo.tokens, "chunk {chunk}: mixed tokens");
         for (st, (a, b)) in out[0].logits.iter().zip(&want).enumerate() {
             let e = rel_err(a, b);
@@ -134,7 +163,11 @@ fn check_chunking(make: &dyn Fn() -> headroom_model::Qwen35Model<headroom_cpu::C
 
 #[test]
 fn chunks_of_512_37_and_1_equal_one_pass_on_a_synthetic_model() {
-    check_chunking(&|| tiny("tiny-d64"), 1100, RouteRequest::Composed { query_block: 128 });
+    check_chunking(
+        &|| tiny("tiny-d64"),
+        1100,
+        RouteRequest::Composed { query_block: 128 },
+    );
     check_chunking(&|| tiny("tiny-d256"), 600, RouteRequest::Fused);
 }
 

@@ -27,11 +27,23 @@ fn small_chunks() -> EngineConfig {
 #[test]
 fn cancelling_mid_prefill_and_mid_decode_frees_blocks_and_slots() {
     for kv in [KvBackendKind::Contiguous, KvBackendKind::Paged] {
-        let mut c = core(tiny("tiny-d64"), EngineConfig { kv_backend: kv, ..small_chunks() });
+        let mut c = core(
+            tiny("tiny-d64"),
+            EngineConfig {
+                kv_backend: kv,
+                ..small_chunks()
+            },
+        );
         let total = c.stats().kv_blocks_free;
-        let keep = c.submit(GenerateRequest::greedy(ids(10, 512, 1), 500)).unwrap();
-        let prefilling = c.submit(GenerateRequest::greedy(ids(600, 512, 2), 10)).unwrap();
-        let decoding = c.submit(GenerateRequest::greedy(ids(20, 512, 3), 500)).unwrap();
+        let keep = c
+            .submit(GenerateRequest::greedy(ids(10, 512, 1), 500))
+            .unwrap();
+        let prefilling = c
+            .submit(GenerateRequest::greedy(ids(600, 512, 2), 10))
+            .unwrap();
+        let decoding = c
+            .submit(GenerateRequest::greedy(ids(20, 512, 3), 500))
+            .unwrap();
         for _ in 0..3 {
             c.step().unwrap();
         }
@@ -48,7 +60,10 @@ fn cancelling_mid_prefill_and_mid_decode_frees_blocks_and_slots() {
             KvBackendKind::Contiguous => (600 + 10usize).div_ceil(KV_BLOCK_ROWS),
             KvBackendKind::Paged => 3 * 64 / KV_BLOCK_ROWS, // the rows written
         };
-        assert!(freed >= expect, "{kv}: freed {freed} blocks, expected >= {expect}");
+        assert!(
+            freed >= expect,
+            "{kv}: freed {freed} blocks, expected >= {expect}"
+        );
         assert_eq!((mid.running, mid.gdn_slots_free, mid.cancelled), (2, 2, 1));
         let mut p = prefilling;
         collect_events(&mut p, &mut o);
@@ -61,7 +76,10 @@ fn cancelling_mid_prefill_and_mid_decode_frees_blocks_and_slots() {
         drop(decoding);
         c.step().unwrap();
         let after = c.stats();
-        assert_eq!((after.running, after.gdn_slots_free, after.cancelled), (1, 3, 2));
+        assert_eq!(
+            (after.running, after.gdn_slots_free, after.cancelled),
+            (1, 3, 2)
+        );
         keep.cancel();
         assert!(c.step().unwrap().is_none());
         let end = c.stats();
@@ -89,9 +107,18 @@ fn paged_and_contiguous_give_the_same_logits_and_report_their_storage() {
         .collect();
     let mut runs = Vec::new();
     for kv in [KvBackendKind::Contiguous, KvBackendKind::Paged] {
-        let mut c = core(tiny("tiny-d64"), EngineConfig { kv_backend: kv, ..small_chunks() });
+        let mut c = core(
+            tiny("tiny-d64"),
+            EngineConfig {
+                kv_backend: kv,
+                ..small_chunks()
+            },
+        );
         let res = c.kv().clone();
-        assert_eq!((res.requested, res.resolved, res.storage), (kv, kv, KvStorage::PerSlot));
+        assert_eq!(
+            (res.requested, res.resolved, res.storage),
+            (kv, kv, KvStorage::PerSlot)
+        );
         assert_eq!(res.reason.is_some(), kv == KvBackendKind::Paged);
         let streams: Vec<_> = reqs.iter().map(|r| c.submit(r.clone()).unwrap()).collect();
         c.step().unwrap();
@@ -119,20 +146,36 @@ fn the_handle_streams_refuses_and_shuts_down() {
     let h2 = h.clone();
     assert_eq!(h.max_context(), 1024);
     let too_long = h.submit(GenerateRequest::greedy(ids(1000, 512, 1), 100));
-    assert_eq!(too_long.unwrap_err(), SubmitError::TooLong { tokens: 1100, limit: 1024 });
+    assert_eq!(
+        too_long.unwrap_err(),
+        SubmitError::TooLong {
+            tokens: 1100,
+            limit: 1024
+        }
+    );
     // Bad ids are answered on the stream.
-    let mut bad = h.submit(GenerateRequest::greedy(vec![1, 99_999], 3)).unwrap();
-    assert!(matches!(bad.blocking_next(), Some(StreamEvent::Error(e)) if e.contains("out of range")));
+    let mut bad = h
+        .submit(GenerateRequest::greedy(vec![1, 99_999], 3))
+        .unwrap();
+    assert!(
+        matches!(bad.blocking_next(), Some(StreamEvent::Error(e)) if e.contains("out of range"))
+    );
     let threads: Vec<_> = (0..4)
         .map(|i| {
             let h = h2.clone();
             std::thread::spawn(move || {
-                let mut s = h.submit(GenerateRequest::greedy(ids(30 + 20 * i, 512, i as u32), 6)).unwrap();
+                let mut s = h
+                    .submit(GenerateRequest::greedy(ids(30 + 20 * i, 512, i as u32), 6))
+                    .unwrap();
                 let mut tokens = Vec::new();
                 loop {
                     match s.blocking_next() {
                         Some(StreamEvent::Token(t)) => tokens.push(t),
-                        Some(StreamEvent::Finished { reason, usage, attention }) => {
+                        Some(StreamEvent::Finished {
+                            reason,
+                            usage,
+                            attention,
+                        }) => {
                             assert_eq!(reason, FinishReason::Length);
                             assert_eq!(usage.completion_tokens, 6);
                             assert!(usage.ttft_ms > 0.0);
@@ -150,7 +193,9 @@ fn the_handle_streams_refuses_and_shuts_down() {
         assert_eq!(t.join().unwrap().len(), 6);
     }
     // A dropped stream is cancelled.
-    let s = h.submit(GenerateRequest::greedy(ids(500, 512, 9), 400)).unwrap();
+    let s = h
+        .submit(GenerateRequest::greedy(ids(500, 512, 9), 400))
+        .unwrap();
     drop(s);
     let mut waited = 0;
     while h.stats().cancelled < 1 {

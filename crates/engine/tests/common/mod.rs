@@ -18,7 +18,9 @@ pub fn tiny(name: &str) -> Qwen35Model<CpuBackend> {
 }
 
 pub fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/tests/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../model/tests/fixtures")
+        .join(name)
 }
 
 pub fn fixture(name: &str) -> Qwen35Model<CpuBackend> {
@@ -31,7 +33,12 @@ pub fn fixture(name: &str) -> Qwen35Model<CpuBackend> {
 /// `n` pseudo-random ids below `vocab`.
 pub fn ids(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
     (0..n as u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed.wrapping_mul(97)) >> 7) % vocab as u32)
+        .map(|i| {
+            (i.wrapping_mul(2_654_435_761)
+                .wrapping_add(seed.wrapping_mul(97))
+                >> 7)
+                % vocab as u32
+        })
         .collect()
 }
 
