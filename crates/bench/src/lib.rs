@@ -14,3 +14,12 @@ pub mod schema;
 pub mod table;
 
 pub use backend::AttentionBenchBackend;
+pub mod build_info;
+pub mod citations;
+pub mod prefill;
+pub mod prefill_model;
+pub mod prefill_schema;
+pub mod qualify;
+pub mod report;
+pub mod report_svg;
+pub mod validate;
