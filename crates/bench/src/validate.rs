@@ -77,21 +77,53 @@ fn validate_one(
     if let Some(obj) = root.as_object_mut() {
         obj.insert("samples".into(), Value::Array(Vec::new()));
     }
+    let raw_root = root.clone();
     let mut file: PrefillBenchFile = match serde_json::from_value(root) {
-        Ok(f) => f,
+        Ok(f) => {
+            if let Ok(back) = serde_json::to_value(&f) {
+                missing_keys(&raw_root, &back, name, v);
+            }
+            f
+        }
         Err(e) => {
             v.push(format!("{name}: {e}"));
             return None;
         }
     };
     for (i, s) in raw_samples.into_iter().enumerate() {
-        match serde_json::from_value::<PrefillSample>(s) {
-            Ok(s) => file.samples.push(s),
+        match serde_json::from_value::<PrefillSample>(s.clone()) {
+            Ok(p) => {
+                if let Ok(back) = serde_json::to_value(&p) {
+                    missing_keys(&s, &back, &format!("{name}: samples[{i}]"), v);
+                }
+                file.samples.push(p)
+            }
             Err(e) => v.push(format!("{name}: samples[{i}]: {e} (a NaN is written as null)")),
         }
     }
     check_file(name, &file, opts, v);
     Some(file)
+}
+
+/// Fields the strict types write but `raw` lacks (an absent optional field
+/// parses as `null`; the format requires it written).
+fn missing_keys(raw: &Value, back: &Value, at: &str, v: &mut Vec<String>) {
+    match (raw, back) {
+        (Value::Object(r), Value::Object(b)) => {
+            for (k, bv) in b {
+                match r.get(k) {
+                    None => v.push(format!("{at}: missing field `{k}`")),
+                    Some(rv) => missing_keys(rv, bv, &format!("{at}.{k}"), v),
+                }
+            }
+        }
+        (Value::Array(r), Value::Array(b)) => {
+            for (i, (rv, bv)) in r.iter().zip(b).enumerate() {
+                missing_keys(rv, bv, &format!("{at}[{i}]"), v);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn check_file(name: &str, f: &PrefillBenchFile, opts: ValidateOptions, v: &mut Vec<String>) {
