@@ -24,14 +24,29 @@ pub struct Citation {
 
 /// Files the claims cite, embedded at build time.
 const SOURCES: &[(&str, &str)] = &[
-    ("crates/policy/src/resolve.rs", include_str!("../../policy/src/resolve.rs")),
-    ("crates/policy/src/matcher.rs", include_str!("../../policy/src/matcher.rs")),
-    ("crates/policy/src/entry.rs", include_str!("../../policy/src/entry.rs")),
+    (
+        "crates/policy/src/resolve.rs",
+        include_str!("../../policy/src/resolve.rs"),
+    ),
+    (
+        "crates/policy/src/matcher.rs",
+        include_str!("../../policy/src/matcher.rs"),
+    ),
+    (
+        "crates/policy/src/entry.rs",
+        include_str!("../../policy/src/entry.rs"),
+    ),
     ("crates/bench/src/prefill.rs", include_str!("prefill.rs")),
-    ("crates/bench/src/prefill_model.rs", include_str!("prefill_model.rs")),
+    (
+        "crates/bench/src/prefill_model.rs",
+        include_str!("prefill_model.rs"),
+    ),
     ("crates/bench/src/validate.rs", include_str!("validate.rs")),
     ("crates/bench/src/qualify.rs", include_str!("qualify.rs")),
-    ("crates/bench/src/attention.rs", include_str!("attention.rs")),
+    (
+        "crates/bench/src/attention.rs",
+        include_str!("attention.rs"),
+    ),
 ];
 
 /// The report's claims.

@@ -117,8 +117,11 @@ pub trait PrefillTarget {
     fn path(&self) -> &'static str;
     /// Prefill `ids` from an empty state with `routes[i]` on full layer `i`;
     /// time from submission to the first token.
-    fn prefill(&mut self, ids: &[u32], routes: &[(usize, RouteRequest)])
-        -> anyhow::Result<PrefillRun>;
+    fn prefill(
+        &mut self,
+        ids: &[u32],
+        routes: &[(usize, RouteRequest)],
+    ) -> anyhow::Result<PrefillRun>;
 }
 
 /// One `bench prefill` invocation.
@@ -140,8 +143,10 @@ struct Plan {
 
 fn plan(arm: &Arm, fp: &HardwareFingerprint, kinds: &[LayerKind], reg: &Registry) -> Plan {
     let controls = arm.controls();
-    let resolved: Vec<ResolvedAttention> =
-        kinds.iter().map(|k| resolve(fp, k, &controls, reg)).collect();
+    let resolved: Vec<ResolvedAttention> = kinds
+        .iter()
+        .map(|k| resolve(fp, k, &controls, reg))
+        .collect();
     let routes = resolved
         .iter()
         .enumerate()
@@ -173,7 +178,10 @@ pub fn run(
     ensure!(!cfg.arms.is_empty(), "no --arms given");
     ensure!(!cfg.lengths.is_empty(), "no --lengths given");
     ensure!(cfg.iterations >= 1, "--iterations must be >= 1");
-    ensure!(cfg.lengths.iter().all(|&l| l >= 1), "every length must be >= 1");
+    ensure!(
+        cfg.lengths.iter().all(|&l| l >= 1),
+        "every length must be >= 1"
+    );
     let kinds = target.layer_kinds();
     let plans: Vec<Plan> = cfg
         .arms
@@ -189,7 +197,11 @@ pub fn run(
     );
     let mut samples = Vec::new();
     for (li, &length) in cfg.lengths.iter().enumerate() {
-        let ids = prompt(length, target.vocab_size(), cfg.seed.wrapping_add(li as u64));
+        let ids = prompt(
+            length,
+            target.vocab_size(),
+            cfg.seed.wrapping_add(li as u64),
+        );
         bar.set_message(format!("prefill length {length}"));
         for _ in 0..cfg.warmup {
             for p in &plans {
@@ -336,9 +348,17 @@ fn sample(
         prefill_tokens_per_s: length as f64 / (med * 1e-3),
         memory: MemoryRecord {
             attention_transient_peak_bytes: transient,
-            backend_before_bytes: runs.iter().map(|r| r.backend_before_bytes).max().unwrap_or(0),
+            backend_before_bytes: runs
+                .iter()
+                .map(|r| r.backend_before_bytes)
+                .max()
+                .unwrap_or(0),
             backend_peak_bytes: runs.iter().map(|r| r.backend_peak_bytes).max().unwrap_or(0),
-            process_peak_rss_bytes: runs.iter().map(|r| r.process_peak_rss_bytes).max().unwrap_or(0),
+            process_peak_rss_bytes: runs
+                .iter()
+                .map(|r| r.process_peak_rss_bytes)
+                .max()
+                .unwrap_or(0),
         },
         kv: KvRecord {
             requested: "default".into(),

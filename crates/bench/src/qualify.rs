@@ -39,11 +39,41 @@ pub fn candidate_routes(fused_supported: bool) -> Vec<RouteRequest> {
     r
 }
 
+/// Drops composed candidates whose f32 score block alone
+/// (`q_heads × min(qL, L) × L × 4` bytes at the longest length `L`) exceeds
+/// the budget: they could not win and might not fit (qL = whole at 32k).
+pub fn affordable(
+    routes: Vec<RouteRequest>,
+    q_heads: usize,
+    longest: usize,
+    budget: u64,
+) -> Vec<RouteRequest> {
+    routes
+        .into_iter()
+        .filter(|r| match r {
+            RouteRequest::Fused => true,
+            RouteRequest::Composed { query_block } => {
+                let rows = if *query_block == 0 {
+                    longest
+                } else {
+                    (*query_block).min(longest)
+                };
+                let bytes = (q_heads as u128) * (rows as u128) * (longest as u128) * 4;
+                *query_block == BASELINE_QUERY_BLOCK || bytes <= u128::from(budget)
+            }
+        })
+        .collect()
+}
+
 /// The prefill arms confirming the attention bench: the baseline, the two
 /// fastest other composed blocks within the budget (sum of medians over the
 /// lengths), and fused when measured. `routes` are the bench's arms, in the
 /// order it ran them (its samples are per length, in that order).
-pub fn leaders(att: &AttentionBenchFile, routes: &[RouteRequest], transient_budget: u64) -> Vec<Arm> {
+pub fn leaders(
+    att: &AttentionBenchFile,
+    routes: &[RouteRequest],
+    transient_budget: u64,
+) -> Vec<Arm> {
     let mut totals: Vec<(usize, f64)> = Vec::new();
     let mut fused = false;
     for chunk in att.samples.chunks(routes.len().max(1)) {
@@ -150,7 +180,10 @@ pub fn decide(prefill: &PrefillBenchFile, transient_budget: u64) -> Decision {
     let longest = prefill.lengths.iter().copied().max().unwrap_or(0);
     let mut verdicts = Vec::new();
     let mut best: Option<(usize, f64)> = None;
-    for arm in arms.iter().filter(|a| a.starts_with("fallback:") && **a != base) {
+    for arm in arms
+        .iter()
+        .filter(|a| a.starts_with("fallback:") && **a != base)
+    {
         let mut v = Verdict {
             arm: arm.clone(),
             qualifies: true,
@@ -159,7 +192,8 @@ pub fn decide(prefill: &PrefillBenchFile, transient_budget: u64) -> Decision {
         for &len in &prefill.lengths {
             let (Some(c), Some(b)) = (at(arm, len), at(&base, len)) else {
                 v.qualifies = false;
-                v.reasons.push(format!("length {len}: not measured against {base}"));
+                v.reasons
+                    .push(format!("length {len}: not measured against {base}"));
                 continue;
             };
             let m = margin(c, b);
@@ -177,7 +211,9 @@ pub fn decide(prefill: &PrefillBenchFile, transient_budget: u64) -> Decision {
             ));
         }
         if v.qualifies {
-            let q: usize = arm["fallback:".len()..].parse().unwrap_or(BASELINE_QUERY_BLOCK);
+            let q: usize = arm["fallback:".len()..]
+                .parse()
+                .unwrap_or(BASELINE_QUERY_BLOCK);
             if let Some(t) = at(arm, longest).map(|s| s.ttft_ms.median) {
                 if best.is_none_or(|(_, bt)| t < bt) {
                     best = Some((q, t));
@@ -203,7 +239,8 @@ pub fn decide(prefill: &PrefillBenchFile, transient_budget: u64) -> Decision {
                 .min_by(|a, b| a.ttft_ms.median.total_cmp(&b.ttft_ms.median));
             let (Some(f), Some(c)) = (at("fused", len), best_c) else {
                 v.qualifies = false;
-                v.reasons.push(format!("length {len}: fused or composed not measured"));
+                v.reasons
+                    .push(format!("length {len}: fused or composed not measured"));
                 continue;
             };
             let m = margin(f, c);
@@ -324,14 +361,22 @@ pub fn write_outputs(
         paths.evidence.clone(),
         json.as_bytes(),
     );
-    let toml = entry.to_toml().map_err(|e| anyhow::anyhow!("entry TOML: {e}"))?;
+    let toml = entry
+        .to_toml()
+        .map_err(|e| anyhow::anyhow!("entry TOML: {e}"))?;
     let write = |rel: &str, text: &str| {
         std::fs::write(dir.join(rel), text).with_context(|| format!("writing {rel}"))
     };
     write(&paths.evidence, &json)?;
     write(&paths.entry, &toml)?;
-    write(&paths.ttft_plot, &crate::report_svg::ttft_plot(&evidence.prefill))?;
-    write(&paths.transient_plot, &crate::report_svg::transient_plot(&evidence.prefill))?;
+    write(
+        &paths.ttft_plot,
+        &crate::report_svg::ttft_plot(&evidence.prefill),
+    )?;
+    write(
+        &paths.transient_plot,
+        &crate::report_svg::transient_plot(&evidence.prefill),
+    )?;
     let report = crate::report::render(evidence, &entry, &paths)?;
     write(&paths.report, &report)?;
     Ok((entry, paths))

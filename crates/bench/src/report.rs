@@ -89,16 +89,36 @@ pub fn render(
             p.length,
             routes.join(", "),
             paths.evidence,
-            num(paths, &format!("{base}/ttft_ms/median"), format!("{:.3}", p.ttft_ms.median)),
-            num(paths, &format!("{base}/ttft_ms/min"), format!("{:.3}", p.ttft_ms.min)),
-            num(paths, &format!("{base}/ttft_ms/max"), format!("{:.3}", p.ttft_ms.max)),
-            num(paths, &format!("{base}/prefill_tokens_per_s"), format!("{:.0}", p.prefill_tokens_per_s)),
+            num(
+                paths,
+                &format!("{base}/ttft_ms/median"),
+                format!("{:.3}", p.ttft_ms.median)
+            ),
+            num(
+                paths,
+                &format!("{base}/ttft_ms/min"),
+                format!("{:.3}", p.ttft_ms.min)
+            ),
+            num(
+                paths,
+                &format!("{base}/ttft_ms/max"),
+                format!("{:.3}", p.ttft_ms.max)
+            ),
+            num(
+                paths,
+                &format!("{base}/prefill_tokens_per_s"),
+                format!("{:.0}", p.prefill_tokens_per_s)
+            ),
             num(
                 paths,
                 &format!("{base}/memory/attention_transient_peak_bytes"),
                 p.memory.attention_transient_peak_bytes.to_string()
             ),
-            num(paths, &format!("{base}/memory/backend_peak_bytes"), p.memory.backend_peak_bytes.to_string()),
+            num(
+                paths,
+                &format!("{base}/memory/backend_peak_bytes"),
+                p.memory.backend_peak_bytes.to_string()
+            ),
         );
     }
     let _ = writeln!(
@@ -117,15 +137,27 @@ pub fn render(
             s,
             "| {} | {} | {} | {} | {} | {} | {} |",
             a.route,
-            a.query_block.map(|q| q.to_string()).unwrap_or_else(|| "-".into()),
+            a.query_block
+                .map(|q| q.to_string())
+                .unwrap_or_else(|| "-".into()),
             a.length,
-            num(paths, &format!("{base}/median_ms"), format!("{:.3}", a.median_ms)),
+            num(
+                paths,
+                &format!("{base}/median_ms"),
+                format!("{:.3}", a.median_ms)
+            ),
             num(paths, &format!("{base}/gflops"), format!("{:.1}", a.gflops)),
-            num(paths, &format!("{base}/transient_bytes"), a.transient_bytes.to_string()),
+            num(
+                paths,
+                &format!("{base}/transient_bytes"),
+                a.transient_bytes.to_string()
+            ),
             num(
                 paths,
                 &format!("{base}/rel_err"),
-                a.rel_err.map(|e| format!("{e:.2e}")).unwrap_or_else(|| "NaN".into())
+                a.rel_err
+                    .map(|e| format!("{e:.2e}"))
+                    .unwrap_or_else(|| "NaN".into())
             ),
         );
     }

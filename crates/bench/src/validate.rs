@@ -59,7 +59,9 @@ fn validate_one(
     match root.get("schema").and_then(Value::as_str) {
         Some(PREFILL_SCHEMA) => {}
         Some(other) => {
-            v.push(format!("{name}: schema `{other}`, expected `{PREFILL_SCHEMA}`"));
+            v.push(format!(
+                "{name}: schema `{other}`, expected `{PREFILL_SCHEMA}`"
+            ));
             return None;
         }
         None => {
@@ -98,7 +100,9 @@ fn validate_one(
                 }
                 file.samples.push(p)
             }
-            Err(e) => v.push(format!("{name}: samples[{i}]: {e} (a NaN is written as null)")),
+            Err(e) => v.push(format!(
+                "{name}: samples[{i}]: {e} (a NaN is written as null)"
+            )),
         }
     }
     check_file(name, &file, opts, v);
@@ -152,7 +156,9 @@ fn check_file(name: &str, f: &PrefillBenchFile, opts: ValidateOptions, v: &mut V
                 .filter(|s| s.arm == *arm && s.length == len)
                 .count();
             if n != 1 {
-                v.push(format!("{name}: arm {arm} has {n} samples at length {len}, expected 1"));
+                v.push(format!(
+                    "{name}: arm {arm} has {n} samples at length {len}, expected 1"
+                ));
             }
         }
     }
@@ -160,23 +166,38 @@ fn check_file(name: &str, f: &PrefillBenchFile, opts: ValidateOptions, v: &mut V
 
 fn check_sample(at: &str, f: &PrefillBenchFile, s: &PrefillSample, v: &mut Vec<String>) {
     if !f.lengths.contains(&s.length) {
-        v.push(format!("{at}: length not among the file's lengths {:?}", f.lengths));
+        v.push(format!(
+            "{at}: length not among the file's lengths {:?}",
+            f.lengths
+        ));
     }
     let t = &s.ttft_ms;
     if t.runs.len() != f.iterations {
-        v.push(format!("{at}: {} TTFT runs, the file says {} iterations", t.runs.len(), f.iterations));
+        v.push(format!(
+            "{at}: {} TTFT runs, the file says {} iterations",
+            t.runs.len(),
+            f.iterations
+        ));
     }
     let finite = |x: f64| x.is_finite() && x > 0.0;
     if !(finite(t.median) && finite(t.min) && finite(t.max) && t.runs.iter().all(|&x| finite(x))) {
         v.push(format!("{at}: a TTFT is not a positive finite number"));
     } else if !(t.min <= t.median && t.median <= t.max) {
-        v.push(format!("{at}: TTFT min {} <= median {} <= max {} does not hold", t.min, t.median, t.max));
+        v.push(format!(
+            "{at}: TTFT min {} <= median {} <= max {} does not hold",
+            t.min, t.median, t.max
+        ));
     }
     if !finite(s.prefill_tokens_per_s) {
-        v.push(format!("{at}: prefill_tokens_per_s is not a positive finite number"));
+        v.push(format!(
+            "{at}: prefill_tokens_per_s is not a positive finite number"
+        ));
     }
     if s.scheduler.path != f.path {
-        v.push(format!("{at}: scheduler path `{}` != file path `{}`", s.scheduler.path, f.path));
+        v.push(format!(
+            "{at}: scheduler path `{}` != file path `{}`",
+            s.scheduler.path, f.path
+        ));
     }
     check_policy(at, s, v);
 }
@@ -194,7 +215,10 @@ pub fn check_policy(at: &str, s: &PrefillSample, v: &mut Vec<String>) {
         v.push(format!(
             "{at}: recorded control {}{} is not the arm's",
             s.control.requested.as_str(),
-            s.control.query_block_override.map(|q| format!(":{q}")).unwrap_or_default()
+            s.control
+                .query_block_override
+                .map(|q| format!(":{q}"))
+                .unwrap_or_default()
         ));
     }
     if s.attention.is_empty() {

@@ -8,7 +8,11 @@ use serde_json::Value;
 use support::{bench, Fake};
 
 fn good() -> PrefillBenchFile {
-    bench(&mut Fake::honest(), "fallback:128,fallback:512,fused", &[256, 1024])
+    bench(
+        &mut Fake::honest(),
+        "fallback:128,fallback:512,fused",
+        &[256, 1024],
+    )
 }
 
 fn check(files: &[Value]) -> Vec<String> {
@@ -42,8 +46,15 @@ fn an_arm_relabelled_fails() {
     s["arm"] = "fused".into();
     let v = check(&[f]);
     assert!(v.iter().any(|m| m.contains("recorded control")), "{v:?}");
-    assert!(v.iter().any(|m| m.contains("arm fused reported route composed")), "{v:?}");
-    assert!(v.iter().any(|m| m.contains("has 0 samples at length 1024")), "{v:?}");
+    assert!(
+        v.iter()
+            .any(|m| m.contains("arm fused reported route composed")),
+        "{v:?}"
+    );
+    assert!(
+        v.iter().any(|m| m.contains("has 0 samples at length 1024")),
+        "{v:?}"
+    );
 }
 
 #[test]
@@ -58,8 +69,16 @@ fn a_policy_field_removed_fails() {
         .unwrap()
         .remove("source");
     let v = check(&[f]);
-    assert!(v.iter().any(|m| m.contains("samples[2]") && m.contains("query_block")), "{v:?}");
-    assert!(v.iter().any(|m| m.contains("samples[4]") && m.contains("source")), "{v:?}");
+    assert!(
+        v.iter()
+            .any(|m| m.contains("samples[2]") && m.contains("query_block")),
+        "{v:?}"
+    );
+    assert!(
+        v.iter()
+            .any(|m| m.contains("samples[4]") && m.contains("source")),
+        "{v:?}"
+    );
 }
 
 #[test]
@@ -70,7 +89,11 @@ fn a_nan_or_an_unknown_field_fails() {
     f["samples"][3]["speedup"] = 2.into();
     let v = check(&[f]);
     assert!(v.iter().any(|m| m.contains("samples[1]")), "{v:?}");
-    assert!(v.iter().any(|m| m.contains("samples[3]") && m.contains("speedup")), "{v:?}");
+    assert!(
+        v.iter()
+            .any(|m| m.contains("samples[3]") && m.contains("speedup")),
+        "{v:?}"
+    );
 }
 
 #[test]
@@ -96,7 +119,10 @@ fn too_few_iterations_and_wrong_schema_fail() {
     let mut f = value(&good());
     f["iterations"] = 2.into();
     let v = check(&[f]);
-    assert!(v.iter().any(|m| m.contains("2 iterations, at least 3")), "{v:?}");
+    assert!(
+        v.iter().any(|m| m.contains("2 iterations, at least 3")),
+        "{v:?}"
+    );
     let mut g = value(&good());
     g["schema"] = "headroom.bench.prefill/0".into();
     let v = check(&[g]);
@@ -137,7 +163,9 @@ fn compare(root: &Value, schema: &Value, data: &Value, at: &str) {
     };
     match data {
         Value::Object(obj) => {
-            let props = schema["properties"].as_object().unwrap_or_else(|| panic!("{at}: no properties"));
+            let props = schema["properties"]
+                .as_object()
+                .unwrap_or_else(|| panic!("{at}: no properties"));
             let required: Vec<&str> = schema["required"]
                 .as_array()
                 .unwrap_or_else(|| panic!("{at}: no required"))
@@ -149,12 +177,18 @@ fn compare(root: &Value, schema: &Value, data: &Value, at: &str) {
                 assert!(props.contains_key(k), "{at}.{k} is not in the schema");
             }
             for k in props.keys() {
-                if k == "device_name" || k == "device_compute_units" || k == "device_memory_gib"
-                    || k == "compute_capability" || k == "driver_version" && at.ends_with("hardware")
+                if k == "device_name"
+                    || k == "device_compute_units"
+                    || k == "device_memory_gib"
+                    || k == "compute_capability"
+                    || k == "driver_version" && at.ends_with("hardware")
                 {
                     continue;
                 }
-                assert!(obj.contains_key(k), "{at}.{k} is in the schema but not written");
+                assert!(
+                    obj.contains_key(k),
+                    "{at}.{k} is in the schema but not written"
+                );
                 assert!(required.contains(&k.as_str()), "{at}.{k} is not required");
             }
             for (k, v) in obj {

@@ -30,8 +30,19 @@ fn qualify_then_doctor_applies_the_entry_and_rejects_a_tampered_one() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().to_str().unwrap();
     let q = headroom(&[
-        "qualify", "--backend", "cpu", "--synthetic", "tiny-d256", "--lengths", "48,96",
-        "--iterations", "3", "--warmup", "0", "--out", out,
+        "qualify",
+        "--backend",
+        "cpu",
+        "--synthetic",
+        "tiny-d256",
+        "--lengths",
+        "48,96",
+        "--iterations",
+        "3",
+        "--warmup",
+        "0",
+        "--out",
+        out,
     ]);
     assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
     let tomls: Vec<_> = std::fs::read_dir(dir.path())
@@ -41,14 +52,30 @@ fn qualify_then_doctor_applies_the_entry_and_rejects_a_tampered_one() {
         .collect();
     assert_eq!(tomls.len(), 1, "{tomls:?}");
     let id = tomls[0].file_stem().unwrap().to_str().unwrap().to_string();
-    let d = headroom(&["doctor", "--backend", "cpu", "--synthetic", "tiny-d256", "--json",
-        "--attn-execution", "auto", "--qualifications", out]);
+    let d = headroom(&[
+        "doctor",
+        "--backend",
+        "cpu",
+        "--synthetic",
+        "tiny-d256",
+        "--json",
+        "--attn-execution",
+        "auto",
+        "--qualifications",
+        out,
+    ]);
     assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
     let doc: Value = serde_json::from_slice(&d.stdout).unwrap();
     let att = full_layer(&doc);
     assert_eq!(att["source"], "qualified", "{att}");
     assert_eq!(att["qualification_id"], id.as_str());
-    let row = doc["registry"].as_array().unwrap().iter().find(|r| r["id"] == id.as_str()).unwrap().clone();
+    let row = doc["registry"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap()
+        .clone();
     assert_eq!(row["status"], "matched", "{row}");
     assert!(dir.path().join(format!("plots/{id}-ttft.svg")).is_file());
     assert!(dir.path().join(format!("{id}.md")).is_file());
@@ -58,10 +85,26 @@ fn qualify_then_doctor_applies_the_entry_and_rejects_a_tampered_one() {
     let i = bytes.len() / 3;
     bytes[i] ^= 0x01;
     std::fs::write(&ev, bytes).unwrap();
-    let d = headroom(&["doctor", "--backend", "cpu", "--synthetic", "tiny-d256", "--json",
-        "--attn-execution", "auto", "--qualifications", out]);
+    let d = headroom(&[
+        "doctor",
+        "--backend",
+        "cpu",
+        "--synthetic",
+        "tiny-d256",
+        "--json",
+        "--attn-execution",
+        "auto",
+        "--qualifications",
+        out,
+    ]);
     let doc: Value = serde_json::from_slice(&d.stdout).unwrap();
-    let row = doc["registry"].as_array().unwrap().iter().find(|r| r["id"] == id.as_str()).unwrap().clone();
+    let row = doc["registry"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id.as_str())
+        .unwrap()
+        .clone();
     assert_eq!(row["status"], "invalid", "{row}");
     assert!(row["reason"].as_str().unwrap().contains("sha256"), "{row}");
     assert_eq!(full_layer(&doc)["source"], "default");
@@ -72,9 +115,24 @@ fn bench_prefill_output_validates_and_a_doctored_copy_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("p.json");
     let j = json.to_str().unwrap();
-    let b = headroom(&["bench", "prefill", "--backend", "cpu", "--synthetic", "tiny-d256",
-        "--arms", "fallback:16,fallback:32,fused,auto", "--lengths", "40", "--warmup", "0",
-        "--iterations", "3", "--json", j]);
+    let b = headroom(&[
+        "bench",
+        "prefill",
+        "--backend",
+        "cpu",
+        "--synthetic",
+        "tiny-d256",
+        "--arms",
+        "fallback:16,fallback:32,fused,auto",
+        "--lengths",
+        "40",
+        "--warmup",
+        "0",
+        "--iterations",
+        "3",
+        "--json",
+        j,
+    ]);
     assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
     let v = headroom(&["bench", "validate", j]);
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stdout));

@@ -59,7 +59,11 @@ impl PrefillTarget for Fake {
     fn path(&self) -> &'static str {
         "model.prefill"
     }
-    fn prefill(&mut self, ids: &[u32], routes: &[(usize, RouteRequest)]) -> anyhow::Result<PrefillRun> {
+    fn prefill(
+        &mut self,
+        ids: &[u32],
+        routes: &[(usize, RouteRequest)],
+    ) -> anyhow::Result<PrefillRun> {
         self.calls += 1;
         let attention = routes
             .iter()
@@ -69,7 +73,11 @@ impl PrefillTarget for Fake {
                     RouteRequest::Fused => (Route::Fused, None),
                     RouteRequest::Composed { query_block } => (
                         Route::Composed,
-                        Some(if query_block == 0 { ids.len() } else { query_block.min(ids.len()) }),
+                        Some(if query_block == 0 {
+                            ids.len()
+                        } else {
+                            query_block.min(ids.len())
+                        }),
                     ),
                 };
                 AttentionRun {
@@ -106,5 +114,11 @@ pub fn bench(target: &mut dyn PrefillTarget, list: &str, lengths: &[usize]) -> P
         seed: 1,
         model_source: "synthetic:fake".into(),
     };
-    prefill::run(&cfg, target, headroom_hardware::detect_cpu(), &Registry::default()).unwrap()
+    prefill::run(
+        &cfg,
+        target,
+        headroom_hardware::detect_cpu(),
+        &Registry::default(),
+    )
+    .unwrap()
 }

@@ -24,7 +24,11 @@ pub struct Args {
     #[arg(long, default_value = "cpu")]
     pub backend: BackendKind,
     /// Arms (comma-separated attention settings): fallback, fallback:N, fused, auto, auto:N.
-    #[arg(long, value_delimiter = ',', default_value = "fallback:128,fallback:512,fused,auto")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "fallback:128,fallback:512,fused,auto"
+    )]
     pub arms: Vec<Arm>,
     /// Prompt lengths in tokens (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "2048,8192,32768")]
@@ -55,7 +59,9 @@ pub fn source_label(s: &ModelSource) -> String {
         (Some(n), _) => format!("synthetic:{n}"),
         (_, Some(d)) => format!(
             "model:{}",
-            d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            d.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
         ),
         _ => "unknown".into(),
     }
@@ -132,7 +138,14 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         },
         registry: registry(g),
     };
-    let file = run_on_backend(a.backend, &a.source, &cfg, a.weights_seed, a.weights_init, job)?;
+    let file = run_on_backend(
+        a.backend,
+        &a.source,
+        &cfg,
+        a.weights_seed,
+        a.weights_init,
+        job,
+    )?;
     print!("{}", summary(&file));
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&file)?;

@@ -2,8 +2,8 @@
 
 pub mod bench;
 pub mod bench_prefill;
-pub mod bench_validate;
 pub mod bench_ttft;
+pub mod bench_validate;
 pub mod doctor;
 pub mod generate;
 pub mod kernels;

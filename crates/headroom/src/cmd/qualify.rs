@@ -17,7 +17,8 @@ use headroom_bench::backends::backend_for;
 use headroom_bench::prefill::{self, Arm, PrefillConfig};
 use headroom_bench::prefill_model::ModelPrefill;
 use headroom_bench::qualify::{
-    candidate_routes, decide, entry_id, leaders, write_outputs, QualifyEvidence, EVIDENCE_SCHEMA,
+    affordable, candidate_routes, decide, entry_id, leaders, write_outputs, QualifyEvidence,
+    EVIDENCE_SCHEMA,
 };
 use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::fused_capability::fused_support;
@@ -92,13 +93,22 @@ impl ModelJob for QualifyJob {
         let hardware = headroom_hardware::detect(backend)?;
         let kinds = model.config().layer_kinds();
         let full = full_kinds(&kinds);
-        ensure!(!full.is_empty(), "the model has no full-attention layer to qualify");
+        ensure!(
+            !full.is_empty(),
+            "the model has no full-attention layer to qualify"
+        );
         let budget = a.transient_budget_mib.saturating_mul(1 << 20);
         // 1. The attention bench per shape.
         let mut benches = Vec::new();
         let mut arms: Vec<Arm> = Vec::new();
         for k in &full {
-            let routes = candidate_routes(fused_support(backend, k).is_ok());
+            let longest = a.lengths.iter().copied().max().unwrap_or(0);
+            let routes = affordable(
+                candidate_routes(fused_support(backend, k).is_ok()),
+                k.q_heads,
+                longest,
+                budget,
+            );
             let cfg = AttentionBenchConfig {
                 head_dim: k.head_dim,
                 q_heads: k.q_heads,
@@ -138,12 +148,13 @@ impl ModelJob for QualifyJob {
         let bytes = serde_json::to_vec(&pf)?;
         let (_, violations) = validate_files(
             &[("prefill".into(), bytes)],
-            ValidateOptions {
-                min_iterations: 3,
-            },
+            ValidateOptions { min_iterations: 3 },
         );
         if !violations.is_empty() {
-            bail!("the prefill evidence failed validation:\n  {}", violations.join("\n  "));
+            bail!(
+                "the prefill evidence failed validation:\n  {}",
+                violations.join("\n  ")
+            );
         }
         // 4. Decide and write, per shape.
         let decision = decide(&pf, budget);
@@ -198,7 +209,9 @@ fn check_picked(
         let r = resolve(hw, &k, &controls, &reg);
         ensure!(
             r.source == ResolutionSource::Qualified
-                && r.qualification_id.as_ref().is_some_and(|id| ids.contains(id)),
+                && r.qualification_id
+                    .as_ref()
+                    .is_some_and(|id| ids.contains(id)),
             "resolve() on this machine did not pick the new entry for {k}: {r:?}"
         );
     }
@@ -223,18 +236,35 @@ pub fn today() -> String {
 }
 
 pub fn run(a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
-    ensure!(a.iterations >= 3, "--iterations must be at least 3 (the validator's minimum)");
-    ensure!(!a.lengths.is_empty() && a.lengths.iter().all(|&l| l >= 1), "bad --lengths");
+    ensure!(
+        a.iterations >= 3,
+        "--iterations must be at least 3 (the validator's minimum)"
+    );
+    ensure!(
+        !a.lengths.is_empty() && a.lengths.iter().all(|&l| l >= 1),
+        "bad --lengths"
+    );
     let cfg = load_config(&a.source)?;
     let full = full_kinds(&cfg.layer_kinds());
     if a.dry_run {
         println!("qualify on {} for {}:", a.backend, source_label(&a.source));
         for k in &full {
-            let routes: Vec<String> = candidate_routes(fused_support(a.backend, k).is_ok())
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            println!("  attention bench {k}: routes {} at lengths {:?}", routes.join(","), a.lengths);
+            let longest = a.lengths.iter().copied().max().unwrap_or(0);
+            let budget = a.transient_budget_mib.saturating_mul(1 << 20);
+            let routes: Vec<String> = affordable(
+                candidate_routes(fused_support(a.backend, k).is_ok()),
+                k.q_heads,
+                longest,
+                budget,
+            )
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+            println!(
+                "  attention bench {k}: routes {} at lengths {:?}",
+                routes.join(","),
+                a.lengths
+            );
         }
         println!(
             "  prefill bench: fallback:128, the two fastest other composed blocks{}, {} warm-up + {} runs each",
@@ -242,7 +272,10 @@ pub fn run(a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
             a.warmup,
             a.iterations
         );
-        println!("  writes to {}: <id>.toml, evidence/<id>.json, <id>.md, plots/<id>-*.svg", a.out.display());
+        println!(
+            "  writes to {}: <id>.toml, evidence/<id>.json, <id>.md, plots/<id>-*.svg",
+            a.out.display()
+        );
         return Ok(());
     }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -251,7 +284,12 @@ pub fn run(a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
         label: source_label(&a.source),
         a,
     };
-    let (backend, source, seed, init) = (job.a.backend, job.a.source.clone(), job.a.weights_seed, job.a.weights_init);
+    let (backend, source, seed, init) = (
+        job.a.backend,
+        job.a.source.clone(),
+        job.a.weights_seed,
+        job.a.weights_init,
+    );
     let ids = run_on_backend(backend, &source, &cfg, seed, init, job)?;
     eprintln!("qualified: {}", ids.join(", "));
     Ok(())
