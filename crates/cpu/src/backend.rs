@@ -259,6 +259,13 @@ impl Backend for CpuBackend {
             slot,
             detail: "no such slot".into(),
         })?;
+        // kv_write counted 2 · len · kv_heads · head_dim f32 for this slot.
+        let held = c.len() * 2 * cache.spec.kv_heads * cache.spec.head_dim * 4;
+        let _ = self
+            .active
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                Some(a.saturating_sub(held))
+            });
         *c = Default::default();
         Ok(())
     }

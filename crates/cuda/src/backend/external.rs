@@ -18,12 +18,31 @@ pub(crate) const MOE_AVAILABLE: bool = true;
 pub(crate) use crate::ops::gdn::GdnLaunch as GdnCall;
 pub(crate) use crate::ops::moe::MoeLaunch as MoeCall;
 
-/// The chunked (prefill) or recurrent (decode) gated delta rule of `crate::ops::gdn`.
+/// The chunked (prefill) or recurrent (decode) gated delta rule of
+/// `crate::ops::gdn` for its head dim, the shape-general fallback otherwise.
 pub(crate) fn gated_delta_rule(dev: &CudaDevice, call: &GdnCall<'_>) -> OpResult<()> {
-    crate::ops::gdn::gated_delta_rule(dev, call).map_err(dev_err)
+    if call.k_dim == GDN_HEAD_DIM && call.v_dim == GDN_HEAD_DIM {
+        crate::ops::gdn::gated_delta_rule(dev, call).map_err(dev_err)
+    } else {
+        super::fallback::gated_delta_rule(dev, call)
+    }
 }
 
-/// The grouped-GEMM routed experts of `crate::ops::moe`.
+/// Whether the grouped-GEMM experts kernel takes this shape (its tile multiples).
+pub(crate) fn moe_fast_path(hidden: usize, intermediate: usize) -> bool {
+    use crate::ops::moe::{GEMM_BK, GEMM_BN};
+    hidden.is_multiple_of(GEMM_BN)
+        && hidden.is_multiple_of(GEMM_BK)
+        && intermediate.is_multiple_of(GEMM_BN / 2)
+        && intermediate.is_multiple_of(GEMM_BK)
+}
+
+/// The grouped-GEMM routed experts of `crate::ops::moe` where the shape fits
+/// its tiles, the shape-general fallback otherwise.
 pub(crate) fn routed_experts(dev: &CudaDevice, call: &MoeCall<'_>) -> OpResult<()> {
-    crate::ops::moe::routed_experts(dev, call).map_err(dev_err)
+    if moe_fast_path(call.hidden, call.intermediate) {
+        crate::ops::moe::routed_experts(dev, call).map_err(dev_err)
+    } else {
+        super::fallback::routed_experts(dev, call)
+    }
 }

@@ -12,6 +12,7 @@ mod attention;
 mod conv;
 mod dense;
 mod external;
+mod fallback;
 mod gdn;
 mod kv;
 mod launch;

@@ -4,6 +4,7 @@
 //! runs any full-attention shape with whole query groups.
 
 use super::external::{GDN_AVAILABLE, GDN_HEAD_DIM, MOE_AVAILABLE, NOT_MERGED};
+use super::fallback::{MAX_DK, MAX_DV, MAX_EXPERTS};
 use headroom_core::fused_capability::fused_support;
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, OpKey, RouteRequest};
 
@@ -42,12 +43,13 @@ pub(crate) fn supports(op: &OpKey) -> Result<(), String> {
         OpKey::GatedDeltaRule { .. } if !GDN_AVAILABLE => Err(format!(
             "the chunked gated delta rule kernel is {NOT_MERGED}"
         )),
+        // Head dims GDN_HEAD_DIM run the chunked kernel, others the recurrent fallback.
         OpKey::GatedDeltaRule { k_dim, v_dim }
-            if (*k_dim, *v_dim) != (GDN_HEAD_DIM, GDN_HEAD_DIM) =>
+            if *k_dim == 0 || *k_dim > MAX_DK || *v_dim == 0 || *v_dim > MAX_DV =>
         {
             Err(format!(
-                "the gated delta rule kernels are built for head dims \
-                 {GDN_HEAD_DIM}/{GDN_HEAD_DIM}, not {k_dim}/{v_dim}"
+                "gated delta rule head dims {k_dim}/{v_dim}: the chunked kernel takes \
+                 {GDN_HEAD_DIM}/{GDN_HEAD_DIM}, the fallback k_dim <= {MAX_DK}, v_dim <= {MAX_DV}"
             ))
         }
         OpKey::Moe { .. } if !MOE_AVAILABLE => {
@@ -56,6 +58,9 @@ pub(crate) fn supports(op: &OpKey) -> Result<(), String> {
         OpKey::Moe { num_experts, top_k } if *top_k == 0 || top_k > num_experts => {
             Err(format!("top_k {top_k} must be in 1..={num_experts}"))
         }
+        OpKey::Moe { num_experts, .. } if *num_experts > MAX_EXPERTS => Err(format!(
+            "{num_experts} experts: the routing kernels take at most {MAX_EXPERTS}"
+        )),
         _ => Ok(()),
     }
 }
@@ -119,7 +124,8 @@ mod tests {
             assert!(gdn(GDN_HEAD_DIM).unwrap_err().contains(NOT_MERGED));
         } else {
             assert!(gdn(GDN_HEAD_DIM).is_ok());
-            assert!(gdn(32).unwrap_err().contains("not 32/32"));
+            assert!(gdn(16).is_ok(), "small dims run the fallback rule");
+            assert!(gdn(MAX_DK + 1).unwrap_err().contains("fallback"));
         }
         if !MOE_AVAILABLE {
             assert!(supports(&OpKey::Moe {
@@ -132,6 +138,11 @@ mod tests {
             assert!(supports(&OpKey::Moe {
                 num_experts: 8,
                 top_k: 9
+            })
+            .is_err());
+            assert!(supports(&OpKey::Moe {
+                num_experts: MAX_EXPERTS + 1,
+                top_k: 8
             })
             .is_err());
         }

@@ -105,6 +105,7 @@ pub const OPS_NORM: KernelSource = KernelSource {
     source: include_str!("ops_norm.cu"),
     entry_points: &[
         "add_rms_norm_bf16",
+        "add_rms_norm_cached_bf16",
         "rms_norm_groups_bf16",
         "gated_rms_norm_bf16",
     ],
@@ -125,6 +126,7 @@ pub const OPS_CONV1D: KernelSource = KernelSource {
     source: include_str!("ops_conv1d.cu"),
     entry_points: &[
         "conv1d_silu_f32w",
+        "conv1d_silu_k4_f32w",
         "conv1d_silu_bf16w",
         "conv_state_advance_bf16",
     ],
@@ -166,6 +168,28 @@ pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
 };
 
+/// Shape-general fallbacks of the gated delta rule and the routed experts
+/// (small models; `backend::fallback`).
+pub const OPS_FALLBACK: KernelSource = KernelSource {
+    name: "ops_fallback",
+    file: "ops_fallback.cu",
+    source: include_str!("ops_fallback.cu"),
+    entry_points: &[
+        "gdn_recurrent_any_bf16",
+        "moe_dense_route",
+        "swiglu_halves_bf16",
+        "moe_dense_accumulate",
+    ],
+};
+
+/// The same grouped GEMMs on Hopper warpgroup MMA (sm_90a only).
+pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_wgmma",
+    file: "moe_grouped_gemm_wgmma.cu",
+    source: include_str!("moe_grouped_gemm_wgmma.cu"),
+    entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -182,6 +206,8 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_SAMPLE,
     MOE_ROUTE,
     MOE_GROUPED_GEMM,
+    MOE_GROUPED_GEMM_WGMMA,
+    OPS_FALLBACK,
 ];
 
 /// Every entry point the artifact must contain, source by source.

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use headroom_core::BackendKind;
 use headroom_model::weights::{expected_storage_bytes, write_safetensors};
 use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows};
-use headroom_model::{ModelConfig, Qwen35Model, Tensor, Weights};
+use headroom_model::{ModelConfig, Qwen35Model, Tensor};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -18,7 +18,8 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     pub forward: ForwardArgs,
-    /// JSON array of token ids, e.g. `[9707, 11, 1879]`.
+    /// JSON array of token ids below the model's vocab_size, e.g. `[1, 42, 7]`
+    /// (at most max_position_embeddings of them).
     #[arg(long, value_name = "IDS.json")]
     pub ids: PathBuf,
     /// Output safetensors file: one f32 tensor `logits` of shape [T, vocab].
@@ -46,64 +47,10 @@ pub struct ForwardArgs {
     pub weights_seed: u64,
 }
 
-impl ForwardArgs {
-    /// Checks `--chunk`, then loads the model.
-    pub fn load_model(&self) -> anyhow::Result<LoadedModel> {
-        if self.chunk == Some(0) {
-            bail!("--chunk must be at least 1");
-        }
-        load_model(&self.source, self.weights_seed)
-    }
-}
-
-/// A model's config and weights, from `--synthetic` or `--model`.
-pub struct LoadedModel {
-    pub config: ModelConfig,
-    pub weights: Weights,
-    /// The checkpoint folder (`None` for a synthetic model).
-    pub dir: Option<PathBuf>,
-}
-
-/// Loads the config and weights a [`ModelSource`] names.
-fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel> {
-    match (&source.synthetic, &source.model) {
-        (Some(name), None) => {
-            let config = ModelConfig::synthetic(name)
-                .with_context(|| format!("synthetic model `{name}`"))?;
-            check_memory(&config, &format!("synthetic model `{name}`"))?;
-            let started = Instant::now();
-            let weights = Weights::synthetic(&config, seed);
-            tracing::info!(
-                "synthetic {name}: {:.2} GB of weights in {:.1?}",
-                weights.storage_bytes() as f64 / 1e9,
-                started.elapsed()
-            );
-            Ok(LoadedModel {
-                config,
-                weights,
-                dir: None,
-            })
-        }
-        (None, Some(dir)) => {
-            let config = ModelConfig::from_dir(dir)
-                .with_context(|| format!("model folder {}", dir.display()))?;
-            check_memory(&config, &format!("model {}", dir.display()))?;
-            let weights = Weights::load(dir, &config)
-                .with_context(|| format!("weights of {}", dir.display()))?;
-            Ok(LoadedModel {
-                config,
-                weights,
-                dir: Some(dir.clone()),
-            })
-        }
-        _ => bail!("name a model with --synthetic NAME or --model DIR"),
-    }
-}
-
 /// Refuses, with a clear error, a model whose weights alone exceed this
 /// machine's available memory (instead of being killed for it midway).
 /// Skipped where `/proc/meminfo` is not readable.
-fn check_memory(cfg: &ModelConfig, what: &str) -> anyhow::Result<()> {
+pub(crate) fn check_memory(cfg: &ModelConfig, what: &str) -> anyhow::Result<()> {
     let need = expected_storage_bytes(cfg);
     let Some(available) = available_memory_bytes() else {
         return Ok(());
@@ -124,7 +71,7 @@ fn check_memory(cfg: &ModelConfig, what: &str) -> anyhow::Result<()> {
 }
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn available_memory_bytes() -> Option<u64> {
+pub(crate) fn available_memory_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -154,6 +101,16 @@ pub fn attention_plan(
 
 /// Reads a JSON array of token ids and checks each against the vocabulary.
 pub fn read_ids(path: &Path, vocab: usize) -> anyhow::Result<Vec<u32>> {
+    /// The largest ids file read (10^6 ids of 7 digits fit easily).
+    const MAX_IDS_BYTES: u64 = 64 << 20;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_IDS_BYTES {
+        bail!(
+            "{}: not a regular file of at most {MAX_IDS_BYTES} bytes",
+            path.display()
+        );
+    }
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let ids: Vec<u64> = serde_json::from_str(&text).with_context(|| {
@@ -182,6 +139,9 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     let source = &a.forward.source;
     let cfg = load_config(source)?;
+    let mut inputs: Vec<&Path> = vec![&a.ids];
+    inputs.extend(source.model.as_deref());
+    crate::output::check_output_path("--out", &a.out, &inputs)?;
     let host_weights = a.forward.backend == BackendKind::Cpu
         || source.model.is_some()
         || a.forward.weights_init == Some(WeightsInit::Host);
@@ -189,6 +149,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         check_memory(&cfg, "the model")?;
     }
     let ids = read_ids(&a.ids, cfg.vocab_size)?;
+    cfg.check_sequence_length(ids.len())
+        .with_context(|| format!("--ids {}", a.ids.display()))?;
     let attention = attention_plan(g, a.forward.backend, &cfg)?;
     let job = LogitsJob {
         ids,
@@ -233,6 +195,15 @@ impl ModelJob for LogitsJob {
             .prefill(&mut session, &self.ids, &opts)
             .context("forward")?;
         let secs = started.elapsed().as_secs_f64();
+        let non_finite = out.logits.iter().filter(|x| !x.is_finite()).count();
+        if non_finite > 0 {
+            bail!(
+                "the forward produced {non_finite} non-finite logits (NaN or Inf) of {}; \
+                 nothing written to {} (the weights or a kernel are broken)",
+                out.logits.len(),
+                self.out.display()
+            );
+        }
         let logits = Tensor::from_f32(vec![out.rows, out.vocab], out.logits);
         write_safetensors(&self.out, &[("logits", &logits)])
             .with_context(|| format!("writing {}", self.out.display()))?;

@@ -4,7 +4,7 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_SMEM_BYTES, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
+    validate, GemmImpl, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -79,14 +79,24 @@ fn launch(
     unsafe { dev.launch(f, (grid as u32, 1, 1), (threads, 1, 1), smem, &mut raw) }
 }
 
-/// [`routed_experts`](super::routed_experts), calling `mark` before each stage
-/// of each pass (and with [`MoeStage::End`] after it).
+/// [`routed_experts`](super::routed_experts) on the grouped GEMMs of `imp`,
+/// calling `mark` before each stage of each pass (and with [`MoeStage::End`]
+/// after it). Wgmma on a device that is not `sm_90a` is a [`CudaError::Shape`].
 pub fn routed_experts_marked(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
+    imp: GemmImpl,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
     let plan = validate(l)?;
+    if imp == GemmImpl::Wgmma && dev.arch != "sm_90a" {
+        return Err(CudaError::Shape {
+            op: "moe routed experts",
+            detail: format!("the wgmma grouped GEMMs need sm_90a, not {}", dev.arch),
+        });
+    }
+    let (gate_up_entry, down_entry) = imp.entries();
+    let gemm_smem = imp.smem_bytes();
     let (h, e, k, i) = (l.hidden, l.experts, l.top_k, l.intermediate);
     let pairs_max = plan.chunk_pairs;
     let topk_expert = dev.alloc(pairs_max * 4)?;
@@ -157,10 +167,10 @@ pub fn routed_experts_marked(
         mark(MoeStage::GateUp)?;
         launch(
             dev,
-            "moe_gemm_gate_up_bf16",
+            gate_up_entry,
             max_row_tiles * (i / (GEMM_BN / 2)),
             GEMM_THREADS as u32,
-            GEMM_SMEM_BYTES,
+            gemm_smem,
             Params::new()
                 .ptr(x)
                 .ptr(slot_token.ptr())
@@ -176,10 +186,10 @@ pub fn routed_experts_marked(
         mark(MoeStage::Down)?;
         launch(
             dev,
-            "moe_gemm_down_bf16",
+            down_entry,
             max_row_tiles * (h / GEMM_BN),
             GEMM_THREADS as u32,
-            GEMM_SMEM_BYTES,
+            gemm_smem,
             Params::new()
                 .ptr(act.ptr())
                 .ptr(l.down.ptr())

@@ -15,6 +15,44 @@ mod launch;
 
 pub use launch::{routed_experts_marked, MoeStage};
 
+/// Which grouped-GEMM kernels run (same tiles, grid and results up to rounding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmImpl {
+    /// `moe_grouped_gemm.cu`: mma.sync m16n8k16, any sm_80+ GPU.
+    MmaSync,
+    /// `moe_grouped_gemm_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only.
+    Wgmma,
+}
+
+impl GemmImpl {
+    /// The kernels for an architecture: wgmma on `sm_90a`, mma.sync elsewhere.
+    /// `HEADROOM_MOE_IMPL=mma|wgmma` overrides (wgmma only where the arch has it).
+    pub fn for_arch(arch: &str) -> GemmImpl {
+        let hopper = arch == "sm_90a";
+        match std::env::var("HEADROOM_MOE_IMPL").as_deref() {
+            Ok("mma") => GemmImpl::MmaSync,
+            _ if hopper => GemmImpl::Wgmma,
+            _ => GemmImpl::MmaSync,
+        }
+    }
+
+    /// Entry points (gate+up, down).
+    pub fn entries(self) -> (&'static str, &'static str) {
+        match self {
+            GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
+            GemmImpl::Wgmma => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"),
+        }
+    }
+
+    /// Dynamic shared memory of one CTA (the wgmma tiles need a 1024-byte aligned base).
+    pub fn smem_bytes(self) -> usize {
+        match self {
+            GemmImpl::MmaSync => GEMM_SMEM_BYTES,
+            GemmImpl::Wgmma => GEMM_SMEM_BYTES + 1024,
+        }
+    }
+}
+
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -121,13 +159,13 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
             l.experts
         )));
     }
-    if l.hidden % GEMM_BN != 0 || l.hidden % GEMM_BK != 0 {
+    if !l.hidden.is_multiple_of(GEMM_BN) || !l.hidden.is_multiple_of(GEMM_BK) {
         return Err(shape_err(format!(
             "hidden {} is not a multiple of {GEMM_BN}",
             l.hidden
         )));
     }
-    if l.intermediate % (GEMM_BN / 2) != 0 || l.intermediate % GEMM_BK != 0 {
+    if !l.intermediate.is_multiple_of(GEMM_BN / 2) || !l.intermediate.is_multiple_of(GEMM_BK) {
         return Err(shape_err(format!(
             "intermediate {} is not a multiple of {}",
             l.intermediate,
@@ -138,7 +176,9 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
     let e2i = product(&[l.experts, 2, l.intermediate], "experts·2·intermediate")?;
     let eh = product(&[l.experts, l.hidden], "experts·hidden")?;
     if e2i > int_max || eh > int_max || l.tokens > int_max {
-        return Err(shape_err("a row count exceeds the kernels' int range".into()));
+        return Err(shape_err(
+            "a row count exceeds the kernels' int range".into(),
+        ));
     }
     check_len(l.x, "x", product(&[l.tokens, l.hidden, 2], "x")?)?;
     check_len(
@@ -146,7 +186,11 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
         "router_logits",
         product(&[l.tokens, l.experts, 4], "router_logits")?,
     )?;
-    check_len(l.gate_up, "gate_up", product(&[e2i, l.hidden, 2], "gate_up")?)?;
+    check_len(
+        l.gate_up,
+        "gate_up",
+        product(&[e2i, l.hidden, 2], "gate_up")?,
+    )?;
     check_len(l.down, "down", product(&[eh, l.intermediate, 2], "down")?)?;
     check_len(l.out, "out", product(&[l.tokens, l.hidden, 4], "out")?)?;
 
@@ -178,7 +222,7 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
 /// Runs the routed experts of `l` on `dev`'s stream (asynchronous: no host
 /// synchronisation). Bad arguments are a [`CudaError::Shape`] before any launch.
 pub fn routed_experts(dev: &CudaDevice, l: &MoeLaunch<'_>) -> Result<(), CudaError> {
-    routed_experts_marked(dev, l, &mut |_| Ok(()))
+    routed_experts_marked(dev, l, GemmImpl::for_arch(&dev.arch), &mut |_| Ok(()))
 }
 
 /// Floating-point operations of the two grouped GEMMs for `tokens` tokens:

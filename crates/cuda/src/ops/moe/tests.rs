@@ -69,7 +69,11 @@ fn accepts_the_35b_shape_and_plans_chunked_passes() {
     assert!(plan.workspace_bytes >= big && plan.workspace_bytes < big + (4 << 20));
     let small = validate(&launch(&b, 7, 2048, 256, 8, 512)).unwrap();
     assert_eq!(small.chunk_tokens, 7);
-    assert_eq!(small.max_row_tiles, 1 + 56, "7·8 pairs: at most 56 experts hold a row");
+    assert_eq!(
+        small.max_row_tiles,
+        1 + 56,
+        "7·8 pairs: at most 56 experts hold a row"
+    );
 }
 
 #[test]
@@ -102,4 +106,61 @@ fn short_buffers_and_overflowing_sizes_are_rejected() {
     assert!(d.starts_with("buffer `gate_up`"), "{d}");
     let d = detail(validate(&launch(&b, usize::MAX / 2, 256, 8, 2, 128)));
     assert!(d.contains("overflows") || d.contains("int range"), "{d}");
+}
+
+/// The integer literal of `constexpr int NAME = <int>;` in a kernel source.
+fn constant(src: &str, name: &str) -> usize {
+    let pat = format!("constexpr int {name} = ");
+    let at = src
+        .find(&pat)
+        .unwrap_or_else(|| panic!("{name} not in source"))
+        + pat.len();
+    let lit: String = src[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    lit.parse()
+        .unwrap_or_else(|_| panic!("{name} is not a literal"))
+}
+
+#[test]
+fn launch_constants_match_the_kernel_sources() {
+    use crate::kernels::{MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_WGMMA, MOE_ROUTE};
+    for src in [MOE_GROUPED_GEMM.source, MOE_GROUPED_GEMM_WGMMA.source] {
+        assert_eq!(constant(src, "BM"), GEMM_BM);
+        assert_eq!(constant(src, "BN"), GEMM_BN);
+        assert_eq!(constant(src, "BK"), GEMM_BK);
+        let stages = constant(src, "STAGES");
+        assert_eq!(stages * (GEMM_BM + GEMM_BN) * GEMM_BK * 2, GEMM_SMEM_BYTES);
+    }
+    assert!(MOE_GROUPED_GEMM
+        .source
+        .contains("constexpr int THREADS = WARPS_M * WARPS_N * 32;  // 256"));
+    assert_eq!(
+        constant(MOE_GROUPED_GEMM.source, "WARPS_M")
+            * constant(MOE_GROUPED_GEMM.source, "WARPS_N")
+            * 32,
+        GEMM_THREADS
+    );
+    assert_eq!(
+        constant(MOE_GROUPED_GEMM_WGMMA.source, "WARPGROUPS") * 128,
+        GEMM_THREADS
+    );
+    assert!(MOE_GROUPED_GEMM_WGMMA
+        .source
+        .contains("SMEM_BYTES = STAGES * STAGE_BYTES + 1024;"));
+    assert_eq!(GemmImpl::Wgmma.smem_bytes(), GEMM_SMEM_BYTES + 1024);
+    let r = MOE_ROUTE.source;
+    assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
+    assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
+    assert_eq!(constant(r, "GEMM_BM"), GEMM_BM);
+}
+
+#[test]
+fn wgmma_is_the_hopper_default() {
+    if std::env::var_os("HEADROOM_MOE_IMPL").is_none() {
+        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::Wgmma);
+    }
+    assert_eq!(GemmImpl::for_arch("sm_80"), GemmImpl::MmaSync);
+    assert_eq!(GemmImpl::for_arch("sm_89"), GemmImpl::MmaSync);
 }

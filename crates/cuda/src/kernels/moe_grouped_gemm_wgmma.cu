@@ -1,0 +1,201 @@
+// Grouped GEMMs of the sparse MoE's routed experts on Hopper warpgroup MMA
+// (wgmma, sm_90a only). Same contract, tile list, tiles (BM x BN x BK),
+// threads, grid and epilogues as moe_grouped_gemm.cu (read its header): only
+// the inner product differs. Each of the two warpgroups owns 64 of the BM rows
+// and issues wgmma m64n128k16 with both operands read by the tensor cores
+// straight from shared memory. A BK = 64 row of bf16 is 128 bytes and the
+// cp.async chunks are XOR-swizzled by (row mod 8): the canonical 128-byte
+// swizzle (SW128) K-major layout of the descriptors, on a 1024-byte aligned base.
+
+#include <cuda_bf16.h>
+
+namespace headroom_moe_wgmma {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr int BM = 128;
+constexpr int BN = 128;
+constexpr int BK = 64;
+constexpr int STAGES = 3;
+constexpr int WARPGROUPS = 2;
+constexpr int THREADS = WARPGROUPS * 128;  // 256
+constexpr int WG_ROWS = BM / WARPGROUPS;   // 64: the wgmma M
+constexpr int NI = BN / 8;                 // n8 blocks of the accumulator
+constexpr int CHUNK = 8;
+constexpr int ROW_CHUNKS = BK / CHUNK;     // 8: one 128-byte swizzle row
+constexpr int A_BYTES = BM * BK * 2;
+constexpr int STAGE_BYTES = (BM + BN) * BK * 2;
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // + alignment slack
+constexpr int LOADS = BM * ROW_CHUNKS / THREADS;
+constexpr int ROW_STEP = THREADS / ROW_CHUNKS;
+constexpr int GATE_UP_COLS = BN / 2;
+static_assert(BM == BN && ROW_CHUNKS == 8 && WG_ROWS == 64, "SW128 tiles of 64-element rows");
+static_assert(2 * SMEM_BYTES <= 227 * 1024, "two CTAs share an SM");
+static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Pins the accumulators at this point (no read or write of them moves across).
+__device__ __forceinline__ void fence_operands(float (&d)[64]) {
+#pragma unroll
+    for (int q = 0; q < 64; ++q) asm volatile("" : "+f"(d[q])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
+    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
+    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
+    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
+    d |= 1ull << 62;
+    return d;
+}
+
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db));
+}
+
+template <bool GATE_UP>
+__device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
+                                             const bf16* __restrict__ w, bf16* __restrict__ out,
+                                             const int* __restrict__ expert_offsets,
+                                             const int* __restrict__ tile_offsets, int experts, int K,
+                                             int n_out) {
+    extern __shared__ unsigned char smem_raw[];
+    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
+    const int rt = blockIdx.x / n_tiles, nt = blockIdx.x % n_tiles;
+    if (rt >= tile_offsets[experts]) return;
+    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
+    }
+    const int e = lo;
+    const int m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM;
+    const int rows = min(BM, expert_offsets[e + 1] - m0);
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wg = warp / 4, wq = warp % 4;
+    const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
+
+    const bf16* a_ptr[LOADS];
+    const bf16* b_ptr[LOADS];
+    bool a_ok[LOADS];
+#pragma unroll
+    for (int j = 0; j < LOADS; ++j) {
+        const int r = ld_row + j * ROW_STEP;
+        a_ok[j] = r < rows;
+        long long src = 0;
+        if (a_ok[j]) src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
+        a_ptr[j] = a_src + src * K + ld_chunk * CHUNK;
+        long long wrow;
+        if (GATE_UP) {
+            wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
+        } else {
+            wrow = (long long)e * n_out + nt * BN + r;
+        }
+        b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
+    }
+    const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
+
+    auto load_stage = [&](int stage, int kt) {
+        const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
+#pragma unroll
+        for (int j = 0; j < LOADS; ++j) {
+            cp_async_16(base + j * ROW_STEP * 128, a_ptr[j] + kt * BK, a_ok[j]);
+            cp_async_16(base + A_BYTES + j * ROW_STEP * 128, b_ptr[j] + kt * BK, true);
+        }
+    };
+
+    float acc[64];
+#pragma unroll
+    for (int q = 0; q < 64; ++q) acc[q] = 0.f;
+
+    const int k_tiles = K / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < k_tiles) load_stage(s, s);
+        cp_async_commit();
+    }
+    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
+    for (int kt = 0; kt < k_tiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
+        __syncthreads();      // stage kt landed for all; stage kt-1's wgmmas are done
+        const int next = kt + STAGES - 1;
+        if (next < k_tiles) load_stage(next % STAGES, next);
+        cp_async_commit();
+        const unsigned sa = smem0 + (unsigned)((kt % STAGES) * STAGE_BYTES) + wg * WG_ROWS * 128;
+        const unsigned sb = smem0 + (unsigned)((kt % STAGES) * STAGE_BYTES) + A_BYTES;
+        fence_operands(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            wgmma_m64n128k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_operands(acc);
+    }
+    cp_async_wait<0>();
+
+    // Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8 rows below,
+    // columns j*8 + (lane%4)*2 + {0,1}.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
+        if (r >= rows) continue;
+        bf16* orow = out + (long long)(m0 + r) * n_out;
+        if (GATE_UP) {
+#pragma unroll
+            for (int j = 0; j < NI / 2; ++j) {
+                const int col = nt * GATE_UP_COLS + j * 8 + (lane % 4) * 2;
+                const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
+                const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
+                const float v0 = g0 / (1.f + expf(-g0)) * u0;
+                const float v1 = g1 / (1.f + expf(-g1)) * u1;
+                *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const int col = nt * BN + j * 8 + (lane % 4) * 2;
+                *reinterpret_cast<__nv_bfloat162*>(orow + col) =
+                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+moe_gemm_gate_up_wgmma_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
+                            const bf16* __restrict__ gate_up, bf16* __restrict__ act,
+                            const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                            int experts, int hidden, int inter) {
+    grouped_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+moe_gemm_down_wgmma_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
+                         const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                         int experts, int inter, int hidden) {
+    grouped_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
+}
+
+}  // namespace headroom_moe_wgmma
