@@ -5,6 +5,13 @@
 //! * [`attention`]: the backend-generic A/B runner over lengths and routes,
 //!   writing [`schema::AttentionBenchFile`] (`headroom.bench.attention/1`).
 //! * [`gemm_baseline`]: the square f32 GEMM the CPU bars are measured against.
+//! * [`prefill`]: whole-model prefill per attention setting (arm), writing
+//!   [`prefill_schema::PrefillBenchFile`] (`headroom.bench.prefill/1`) with the
+//!   routes the attention calls reported; [`prefill_model`] drives the model.
+//! * [`validate`]: strict checks of prefill files (every violation listed).
+//! * [`qualify`]: candidates, leaders, the decision rule and the written entry;
+//!   [`report`], [`report_svg`] and [`citations`] make its report.
+//! * [`build_info`]: the build identity every evidence file records.
 
 pub mod attention;
 pub mod backend;
@@ -14,3 +21,12 @@ pub mod schema;
 pub mod table;
 
 pub use backend::AttentionBenchBackend;
+pub mod build_info;
+pub mod citations;
+pub mod prefill;
+pub mod prefill_model;
+pub mod prefill_schema;
+pub mod qualify;
+pub mod report;
+pub mod report_svg;
+pub mod validate;

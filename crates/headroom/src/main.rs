@@ -40,6 +40,8 @@ enum Command {
     Kernels(cmd::kernels::KernelsCommand),
     /// Run a prefill and write the logits of every position to a safetensors file.
     Logits(cmd::logits::Args),
+    /// Measure this machine's attention routes and write qualification entries with evidence.
+    Qualify(cmd::qualify::Args),
     /// Generate text from a prompt (greedy by default), streamed to stdout.
     Generate(cmd::generate::Args),
 }
@@ -53,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Kernels(c) => cmd::kernels::run(c, &cli.global),
         Command::Logits(a) => cmd::logits::run(a, &cli.global),
         Command::Generate(a) => cmd::generate::run(a, &cli.global),
+        Command::Qualify(a) => cmd::qualify::run(a, &cli.global),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -22,6 +22,10 @@ pub enum BenchCommand {
     Attention(AttentionArgs),
     /// Time-to-first-token of the whole model's prefill (and decode tokens/s, per-part breakdown).
     Ttft(crate::cmd::bench_ttft::TtftArgs),
+    /// Whole-model prefill TTFT per attention setting (arm) and prompt length (headroom.bench.prefill/1).
+    Prefill(crate::cmd::bench_prefill::Args),
+    /// Strict checks of headroom.bench.prefill/1 files; exit 1 listing every violation.
+    Validate(crate::cmd::bench_validate::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -66,6 +70,8 @@ pub fn run(c: BenchCommand, g: &GlobalArgs) -> anyhow::Result<()> {
     match c {
         BenchCommand::Attention(a) => attention_cmd(a),
         BenchCommand::Ttft(a) => crate::cmd::bench_ttft::run(a, g),
+        BenchCommand::Prefill(a) => crate::cmd::bench_prefill::run(a, g),
+        BenchCommand::Validate(a) => crate::cmd::bench_validate::run(a),
     }
 }
 

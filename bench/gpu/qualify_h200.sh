@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Qualifies the H200 for the Qwen3.6 full-attention shape with `headroom qualify`
+# itself, then shows that `doctor --backend cuda` applies the entry.
+#
+# The device machine has no Rust: build here (`cargo build --release -p headroom`),
+# copy target/release/headroom to .devbin/<you>/headroom in /work/main, and run
+# this script there with carry [".devbin/<you>"]:
+#   bash bench/gpu/qualify_h200.sh .devbin/<you>/headroom
+# Results land in $OUT/qualifications/ (commit them under qualifications/h200/)
+# plus $OUT/doctor-auto.json and $OUT/qualify.log.
+set -euo pipefail
+BIN=${1:?usage: qualify_h200.sh PATH/TO/headroom [LENGTHS]}
+LENGTHS=${2:-2048,8192,32768}
+OUT=${OUT:?set by the device runner}
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=/dev/null
+source "$here/env.sh"
+MODEL=${HEADROOM_QUALIFY_MODEL:-qwen3.6-35b-a3b:layers=4}
+mkdir -p "$OUT/qualifications"
+"$BIN" qualify --backend cuda --synthetic "$MODEL" --lengths "$LENGTHS" --dry-run
+timeout 540 "$BIN" qualify --backend cuda --synthetic "$MODEL" --lengths "$LENGTHS" \
+    --iterations 3 --warmup 1 --out "$OUT/qualifications" 2>&1 | tee "$OUT/qualify.log"
+"$BIN" doctor --backend cuda --synthetic "$MODEL" --attn-execution auto --json \
+    --qualifications "$OUT/qualifications" > "$OUT/doctor-auto.json"
+python3 - "$OUT/doctor-auto.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+full = [g for g in d["layers"] if g["kind"]["attention"] == "full"]
+for g in full:
+    a = g["attention"]
+    print("layer shape", g["kind"], "->", a["route"], a["query_block"], a["source"], a["qualification_id"])
+    assert a["source"] == "qualified", a
+print("doctor --backend cuda applies the qualified entry")
+PY

@@ -1,0 +1,392 @@
+//! The prefill bench runner, `headroom.bench.prefill/1`.
+//!
+//! Each arm is an attention *setting* (`fallback:N`, `fallback`, `fused`,
+//! `auto`): the runner turns it into [`Controls`] (source `cli`), resolves
+//! every layer through the policy's [`resolve`], and prefills a prompt of
+//! each length through a [`PrefillTarget`] — the model's own prefill today
+//! (`path = "model.prefill"`), the engine's scheduler once it is wired. The
+//! route and query block in every sample are read back from the attention
+//! reports of the run ([`AttentionRun`]), never copied from the request; a
+//! run whose calls disagree with each other fails. Arms run round-robin per
+//! iteration so drift on a shared machine hits every arm alike.
+
+use crate::attention::median;
+use crate::build_info::BuildInfo;
+use crate::prefill_schema::*;
+use anyhow::{bail, ensure, Context};
+use headroom_core::{AttentionKind, BackendKind, LayerKind, Route, RouteRequest};
+use headroom_hardware::HardwareFingerprint;
+use headroom_policy::{
+    resolve, AttentionControl, ControlSource, Controls, QueryBlockControl, Registry,
+    ResolvedAttention,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fmt;
+
+/// One arm: a control and an optional query-block override.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arm {
+    pub control: AttentionControl,
+    pub query_block: Option<usize>,
+}
+
+impl fmt::Display for Arm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.control.as_str())?;
+        if let Some(q) = self.query_block {
+            write!(f, ":{q}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for Arm {
+    type Err = String;
+    /// `fallback`, `fallback:N`, `fused`, `auto`, `auto:N` (N = query block, 0 = one block).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (c, q) = match s.split_once(':') {
+            Some((c, q)) => (c, Some(q)),
+            None => (s, None),
+        };
+        let control = AttentionControl::parse(c)
+            .ok_or_else(|| format!("unknown arm control `{c}` (fallback, fused, auto)"))?;
+        let query_block = match q {
+            None => None,
+            Some(q) => Some(
+                q.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("bad query block `{q}` in arm `{s}`"))?,
+            ),
+        };
+        if control == AttentionControl::Fused && query_block.is_some() {
+            return Err(format!("arm `{s}`: the fused route has no query block"));
+        }
+        Ok(Arm {
+            control,
+            query_block,
+        })
+    }
+}
+
+impl Arm {
+    /// The controls this arm sets, as if given on the command line.
+    pub fn controls(&self) -> Controls {
+        Controls {
+            execution: self.control,
+            execution_source: ControlSource::Cli,
+            query_block: match self.query_block {
+                Some(value) => QueryBlockControl::Set {
+                    value,
+                    source: ControlSource::Cli,
+                },
+                None => QueryBlockControl::Unset,
+            },
+        }
+    }
+}
+
+/// One attention call as the forward reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionRun {
+    pub layer: usize,
+    pub route: Route,
+    pub query_block: Option<usize>,
+    pub transient_bytes: u64,
+}
+
+/// What one prefill produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefillRun {
+    /// Submission to the first sampled token, ms.
+    pub ttft_ms: f64,
+    pub attention: Vec<AttentionRun>,
+    pub backend_before_bytes: u64,
+    pub backend_peak_bytes: u64,
+    /// Filled by the runner: the process peak RSS of this run.
+    pub process_peak_rss_bytes: u64,
+}
+
+/// What the bench drives: something that prefills one prompt with a route per layer.
+pub trait PrefillTarget {
+    fn backend(&self) -> BackendKind;
+    /// The kind of every layer, index = layer.
+    fn layer_kinds(&self) -> Vec<LayerKind>;
+    fn vocab_size(&self) -> usize;
+    /// `"model.prefill"` or `"engine"`.
+    fn path(&self) -> &'static str;
+    /// Prefill `ids` from an empty state with `routes[i]` on full layer `i`;
+    /// time from submission to the first token.
+    fn prefill(
+        &mut self,
+        ids: &[u32],
+        routes: &[(usize, RouteRequest)],
+    ) -> anyhow::Result<PrefillRun>;
+}
+
+/// One `bench prefill` invocation.
+#[derive(Debug, Clone)]
+pub struct PrefillConfig {
+    pub arms: Vec<Arm>,
+    pub lengths: Vec<usize>,
+    pub warmup: usize,
+    pub iterations: usize,
+    pub seed: u64,
+    pub model_source: String,
+}
+
+/// The resolved plan of one arm: per-layer resolution and the route requests.
+struct Plan {
+    resolved: Vec<ResolvedAttention>,
+    routes: Vec<(usize, RouteRequest)>,
+}
+
+fn plan(arm: &Arm, fp: &HardwareFingerprint, kinds: &[LayerKind], reg: &Registry) -> Plan {
+    let controls = arm.controls();
+    let resolved: Vec<ResolvedAttention> = kinds
+        .iter()
+        .map(|k| resolve(fp, k, &controls, reg))
+        .collect();
+    let routes = resolved
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| r.route_request().map(|q| (i, q)))
+        .collect();
+    Plan { resolved, routes }
+}
+
+/// Deterministic prompt ids in `[0, vocab)`.
+pub fn prompt(length: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
+    (0..length)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % vocab.max(1) as u64) as u32
+        })
+        .collect()
+}
+
+/// Runs every (length, arm) and returns the evidence.
+pub fn run(
+    cfg: &PrefillConfig,
+    target: &mut dyn PrefillTarget,
+    hardware: HardwareFingerprint,
+    registry: &Registry,
+) -> anyhow::Result<PrefillBenchFile> {
+    ensure!(!cfg.arms.is_empty(), "no --arms given");
+    ensure!(!cfg.lengths.is_empty(), "no --lengths given");
+    ensure!(cfg.iterations >= 1, "--iterations must be >= 1");
+    ensure!(
+        cfg.lengths.iter().all(|&l| l >= 1),
+        "every length must be >= 1"
+    );
+    let kinds = target.layer_kinds();
+    let plans: Vec<Plan> = cfg
+        .arms
+        .iter()
+        .map(|a| plan(a, &hardware, &kinds, registry))
+        .collect();
+    let total = (cfg.warmup + cfg.iterations) * cfg.arms.len() * cfg.lengths.len();
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>28} [{bar:32}] {pos}/{len} prefills, {elapsed}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let mut samples = Vec::new();
+    for (li, &length) in cfg.lengths.iter().enumerate() {
+        let ids = prompt(
+            length,
+            target.vocab_size(),
+            cfg.seed.wrapping_add(li as u64),
+        );
+        bar.set_message(format!("prefill length {length}"));
+        for _ in 0..cfg.warmup {
+            for p in &plans {
+                target.prefill(&ids, &p.routes)?;
+                bar.inc(1);
+            }
+        }
+        let mut runs: Vec<Vec<PrefillRun>> = plans.iter().map(|_| Vec::new()).collect();
+        for _ in 0..cfg.iterations {
+            for (p, r) in plans.iter().zip(runs.iter_mut()) {
+                reset_process_peak();
+                let mut run = target.prefill(&ids, &p.routes)?;
+                ensure!(
+                    run.ttft_ms.is_finite() && run.ttft_ms > 0.0,
+                    "TTFT {} ms at length {length}",
+                    run.ttft_ms
+                );
+                run.backend_peak_bytes = run.backend_peak_bytes.max(run.backend_before_bytes);
+                run.process_peak_rss_bytes = process_peak_rss();
+                r.push(run);
+                bar.inc(1);
+            }
+        }
+        for ((arm, p), r) in cfg.arms.iter().zip(&plans).zip(&runs) {
+            samples.push(
+                sample(arm, length, &kinds, p, r, target.path())
+                    .with_context(|| format!("arm {arm} at length {length}"))?,
+            );
+        }
+    }
+    bar.finish_and_clear();
+    Ok(PrefillBenchFile {
+        schema: PREFILL_SCHEMA.to_string(),
+        build: BuildInfo::current(target.backend(), &hardware),
+        hardware,
+        model: ModelInfo {
+            source: cfg.model_source.clone(),
+            num_layers: kinds.len(),
+            vocab_size: target.vocab_size(),
+        },
+        path: target.path().to_string(),
+        lengths: cfg.lengths.clone(),
+        warmup: cfg.warmup,
+        iterations: cfg.iterations,
+        samples,
+    })
+}
+
+/// Groups the full-attention layers by kind and reads each group's route
+/// back from the runs' reports.
+pub fn layer_routes_from_reports(
+    kinds: &[LayerKind],
+    resolved: &[ResolvedAttention],
+    runs: &[PrefillRun],
+) -> anyhow::Result<Vec<LayerShapeRecord>> {
+    let mut groups: Vec<LayerShapeRecord> = Vec::new();
+    for (i, kind) in kinds.iter().enumerate() {
+        if kind.attention != AttentionKind::Full {
+            continue;
+        }
+        let calls: Vec<&AttentionRun> = runs
+            .iter()
+            .flat_map(|r| r.attention.iter())
+            .filter(|a| a.layer == i)
+            .collect();
+        let Some(first) = calls.first() else {
+            bail!("layer {i}: the forward reported no attention call");
+        };
+        if let Some(other) = calls
+            .iter()
+            .find(|a| (a.route, a.query_block) != (first.route, first.query_block))
+        {
+            bail!("layer {i}: calls reported {first:?} and {other:?}");
+        }
+        let per_iteration = calls.len() / runs.len().max(1);
+        let transient = calls.iter().map(|a| a.transient_bytes).max().unwrap_or(0);
+        let r = resolved
+            .get(i)
+            .with_context(|| format!("layer {i} has no resolution"))?;
+        match groups.iter_mut().find(|g| g.kind == *kind) {
+            Some(g) => {
+                ensure!(
+                    (g.reported.route, g.reported.query_block) == (first.route, first.query_block),
+                    "layers {:?} and {i} share a shape but ran different routes",
+                    g.layers
+                );
+                g.layers.push(i);
+                g.reported.calls += per_iteration;
+                g.reported.transient_peak_bytes = g.reported.transient_peak_bytes.max(transient);
+            }
+            None => groups.push(LayerShapeRecord {
+                kind: *kind,
+                layers: vec![i],
+                resolved: ResolvedRecord {
+                    route: r.route,
+                    query_block: r.query_block,
+                    source: r.source,
+                    qualification_id: r.qualification_id.clone(),
+                    reason: r.reason.clone(),
+                },
+                reported: ReportedRecord {
+                    route: first.route,
+                    query_block: first.query_block,
+                    calls: per_iteration,
+                    transient_peak_bytes: transient,
+                },
+            }),
+        }
+    }
+    Ok(groups)
+}
+
+fn sample(
+    arm: &Arm,
+    length: usize,
+    kinds: &[LayerKind],
+    p: &Plan,
+    runs: &[PrefillRun],
+    path: &str,
+) -> anyhow::Result<PrefillSample> {
+    let attention = layer_routes_from_reports(kinds, &p.resolved, runs)?;
+    let times: Vec<f64> = runs.iter().map(|r| r.ttft_ms).collect();
+    let med = median(&mut times.clone());
+    let transient = attention
+        .iter()
+        .map(|g| g.reported.transient_peak_bytes)
+        .max()
+        .unwrap_or(0);
+    Ok(PrefillSample {
+        arm: arm.to_string(),
+        length,
+        control: ControlRecord {
+            requested: arm.control,
+            requested_source: ControlSource::Cli,
+            query_block_override: arm.query_block,
+        },
+        attention,
+        ttft_ms: Timing {
+            median: med,
+            min: times.iter().copied().fold(f64::INFINITY, f64::min),
+            max: times.iter().copied().fold(0.0, f64::max),
+            runs: times,
+        },
+        prefill_tokens_per_s: length as f64 / (med * 1e-3),
+        memory: MemoryRecord {
+            attention_transient_peak_bytes: transient,
+            backend_before_bytes: runs
+                .iter()
+                .map(|r| r.backend_before_bytes)
+                .max()
+                .unwrap_or(0),
+            backend_peak_bytes: runs.iter().map(|r| r.backend_peak_bytes).max().unwrap_or(0),
+            process_peak_rss_bytes: runs
+                .iter()
+                .map(|r| r.process_peak_rss_bytes)
+                .max()
+                .unwrap_or(0),
+        },
+        kv: KvRecord {
+            requested: "default".into(),
+            resolved: "contiguous-slots".into(),
+            fallback_reason: None,
+        },
+        scheduler: SchedulerRecord {
+            path: path.to_string(),
+            prefill_chunk: None,
+            max_batch_sequences: 1,
+            max_tokens: 1,
+        },
+    })
+}
+
+/// Resets the kernel's peak-RSS mark (`/proc/self/clear_refs` 5); best effort.
+fn reset_process_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// `VmHWM` of this process in bytes; 0 where unreadable.
+pub fn process_peak_rss() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/status") else {
+        return 0;
+    };
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|k| k.parse::<u64>().ok())
+        .map_or(0, |k| k.saturating_mul(1024))
+}

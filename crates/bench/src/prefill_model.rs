@@ -1,0 +1,92 @@
+//! [`PrefillTarget`] over the model's own one-sequence prefill
+//! (`Qwen35Model::prefill`, labelled `path = "model.prefill"` in the JSON):
+//! a fresh session per prompt, logits of the last row only, greedy first
+//! token; the attention calls come back as the forward's
+//! `LayerAttentionReport`s.
+
+use crate::prefill::{AttentionRun, PrefillRun, PrefillTarget};
+use anyhow::Context;
+use headroom_core::ops::Backend;
+use headroom_core::{BackendKind, LayerKind, RouteRequest};
+use headroom_model::qwen3_5::LayerAttentionReport;
+use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows, Qwen35Model};
+use std::time::Instant;
+
+/// The model, driven through `prefill`.
+pub struct ModelPrefill<B: Backend> {
+    pub model: Qwen35Model<B>,
+}
+
+/// The attention calls of a forward, as reported.
+pub fn runs_from_reports(reports: &[LayerAttentionReport]) -> Vec<AttentionRun> {
+    reports
+        .iter()
+        .map(|r| AttentionRun {
+            layer: r.layer,
+            route: r.report.route,
+            query_block: r.report.query_block,
+            transient_bytes: r.report.transient_bytes,
+        })
+        .collect()
+}
+
+impl<B: Backend> PrefillTarget for ModelPrefill<B> {
+    fn backend(&self) -> BackendKind {
+        self.model.backend().kind()
+    }
+
+    fn layer_kinds(&self) -> Vec<LayerKind> {
+        self.model.config().layer_kinds()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn path(&self) -> &'static str {
+        "model.prefill"
+    }
+
+    fn prefill(
+        &mut self,
+        ids: &[u32],
+        routes: &[(usize, RouteRequest)],
+    ) -> anyhow::Result<PrefillRun> {
+        let be = self.model.backend();
+        let mut session = self
+            .model
+            .new_session_with_capacity(ids.len() + 1)
+            .context("allocating the session")?;
+        be.synchronize().context("synchronize")?;
+        let before = be.memory().0 as u64;
+        be.reset_peak_memory();
+        let opts = ForwardOptions {
+            attention: AttentionPlan::PerLayer(routes.to_vec()),
+            chunk: None,
+            logits: LogitsRows::Last,
+        };
+        let started = Instant::now();
+        let out = self
+            .model
+            .prefill(&mut session, ids, &opts)
+            .context("prefill")?;
+        let first = argmax(&out.logits);
+        let ttft_ms = started.elapsed().as_secs_f64() * 1e3;
+        anyhow::ensure!(first.is_some(), "the prefill returned no logits");
+        Ok(PrefillRun {
+            ttft_ms,
+            attention: runs_from_reports(&out.attention),
+            backend_before_bytes: before,
+            backend_peak_bytes: be.memory().1 as u64,
+            process_peak_rss_bytes: 0,
+        })
+    }
+}
+
+fn argmax(xs: &[f32]) -> Option<usize> {
+    xs.iter()
+        .enumerate()
+        .filter(|(_, x)| !x.is_nan())
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i)
+}
