@@ -78,7 +78,8 @@ fn body(state: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, Api
 }
 
 fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
 }
 
 /// Counts an error answer in the metrics.
@@ -108,7 +109,10 @@ async fn chat(State(state): State<Arc<AppState>>, b: Result<Bytes, BytesRejectio
     answer(&state, Endpoint::Chat, r)
 }
 
-async fn completions(State(state): State<Arc<AppState>>, b: Result<Bytes, BytesRejection>) -> Response {
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    b: Result<Bytes, BytesRejection>,
+) -> Response {
     let arrived = Instant::now();
     let r = async {
         let req: CompletionRequest = parse(&body(&state, b)?)?;
@@ -124,20 +128,33 @@ async fn completions(State(state): State<Arc<AppState>>, b: Result<Bytes, BytesR
 }
 
 /// Draining, parameters, model name.
-fn check(state: &AppState, common: &crate::openai::CommonParams, _: Endpoint) -> Result<Plan, ApiError> {
+fn check(
+    state: &AppState,
+    common: &crate::openai::CommonParams,
+    _: Endpoint,
+) -> Result<Plan, ApiError> {
     if state.draining() {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
     let plan = params::plan(common, state.next_id().wrapping_mul(0x9E37_79B9_7F4A_7C15))?;
     if let Some(m) = &plan.model {
         if *m != state.config.served_model_name {
-            return Err(ApiError::model_not_found(m, &state.config.served_model_name));
+            return Err(ApiError::model_not_found(
+                m,
+                &state.config.served_model_name,
+            ));
         }
     }
     Ok(plan)
 }
 
-fn job(state: &AppState, endpoint: Endpoint, plan: Plan, ids: Vec<u32>, arrived: Instant) -> Result<Job, ApiError> {
+fn job(
+    state: &AppState,
+    endpoint: Endpoint,
+    plan: Plan,
+    ids: Vec<u32>,
+    arrived: Instant,
+) -> Result<Job, ApiError> {
     let max_tokens = params::resolve_max_tokens(
         plan.max_tokens,
         state.config.default_max_tokens,
@@ -177,12 +194,23 @@ async fn models(State(state): State<Arc<AppState>>) -> Response {
 
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     if state.draining() {
-        return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(json!({"status": "draining"}))).into_response();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "draining"})),
+        )
+            .into_response();
     }
     axum::Json(json!({"status": "ok"})).into_response()
 }
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let text = state.metrics.render(&state.generator.stats());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
 }

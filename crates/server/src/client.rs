@@ -54,11 +54,19 @@ pub struct OpenResponse {
 }
 
 /// Sends `method path` with an optional JSON `body`; returns once the head arrived.
-pub async fn open(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> Result<OpenResponse> {
+pub async fn open(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> Result<OpenResponse> {
     let mut stream = TcpStream::connect(addr).await?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(b) = body {
-        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()));
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).await?;
@@ -107,7 +115,11 @@ pub async fn open(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]
     })
 }
 
-async fn read_head_line(reader: &mut BufReader<TcpStream>, line: &mut String, total: &mut usize) -> Result<()> {
+async fn read_head_line(
+    reader: &mut BufReader<TcpStream>,
+    line: &mut String,
+    total: &mut usize,
+) -> Result<()> {
     line.clear();
     let n = reader.read_line(line).await?;
     *total += n;
@@ -118,7 +130,12 @@ async fn read_head_line(reader: &mut BufReader<TcpStream>, line: &mut String, to
 }
 
 /// Sends a request and reads the whole response.
-pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> Result<HttpResponse> {
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+) -> Result<HttpResponse> {
     let mut r = open(addr, method, path, body).await?;
     while r.fill().await? {
         if r.buf.len() > MAX_BODY_BYTES {
@@ -133,7 +150,11 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&[
 }
 
 /// `POST path` with a JSON value.
-pub async fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> Result<HttpResponse> {
+pub async fn post_json(
+    addr: SocketAddr,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<HttpResponse> {
     request(addr, "POST", path, Some(body.to_string().as_bytes())).await
 }
 

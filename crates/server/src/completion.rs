@@ -32,7 +32,9 @@ pub struct Job {
 /// Maps a submit refusal to its answer.
 pub fn refusal(e: GenRefusal) -> ApiError {
     match e {
-        GenRefusal::NeverFits { .. } | GenRefusal::TooLong { .. } => ApiError::too_long(e.to_string()),
+        GenRefusal::NeverFits { .. } | GenRefusal::TooLong { .. } => {
+            ApiError::too_long(e.to_string())
+        }
         GenRefusal::QueueFull { .. } => ApiError::busy(e.to_string()),
         GenRefusal::ShuttingDown => ApiError::unavailable(e.to_string()),
     }
@@ -162,7 +164,10 @@ impl Running {
     async fn step(&mut self) -> (String, Option<End>) {
         let state = self.tracker.state.clone();
         let Some(stream) = self.stream.as_mut() else {
-            return (String::new(), Some(End::Failed(ApiError::internal("the request already ended"))));
+            return (
+                String::new(),
+                Some(End::Failed(ApiError::internal("the request already ended"))),
+            );
         };
         let (text, end) = match stream.next().await {
             Some(GenEvent::Token(id)) => match self.text.token(&state, id) {
@@ -276,7 +281,10 @@ impl Streaming {
         let (text, end) = self.run.step().await;
         let with_usage = self.run.include_usage;
         if !text.is_empty() || (self.first && end.is_none()) {
-            let chunk = self.run.head.chunk(Some(&text), self.first, None, with_usage);
+            let chunk = self
+                .run
+                .head
+                .chunk(Some(&text), self.first, None, with_usage);
             self.first = false;
             self.push(chunk);
         }
@@ -287,7 +295,10 @@ impl Streaming {
                 prompt,
                 completion,
             } => {
-                let last = self.run.head.chunk(None, self.first, Some(finish), with_usage);
+                let last = self
+                    .run
+                    .head
+                    .chunk(None, self.first, Some(finish), with_usage);
                 self.push(last);
                 if with_usage {
                     let u = self.run.head.usage_chunk(usage(prompt, completion));

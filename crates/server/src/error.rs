@@ -80,7 +80,11 @@ impl ApiError {
 
     /// 503: shutting down.
     pub fn unavailable(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message)
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_unavailable",
+            message,
+        )
     }
 
     /// 500: the engine failed.
@@ -90,7 +94,11 @@ impl ApiError {
 
     /// 404 for an unknown path.
     pub fn no_route(path: &str) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found_error", format!("no route {path}"))
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            format!("no route {path}"),
+        )
     }
 
     /// 405.

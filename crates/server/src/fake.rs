@@ -3,7 +3,9 @@
 //! counting up), one every `token_delay`, honouring `max_tokens`, stop ids,
 //! the queue limit and cancellation, and counting what it ran like the engine.
 
-use crate::generator::{GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream};
+use crate::generator::{
+    GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream,
+};
 use futures_util::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -143,7 +145,8 @@ impl Generator for FakeGenerator {
             let mut reason = GenFinish::Length;
             for &t in script.iter().take(r.max_tokens) {
                 tokio::time::sleep(me.cfg.token_delay).await;
-                if cancelled.load(Ordering::Acquire) || me.counters.shutdown.load(Ordering::Acquire) {
+                if cancelled.load(Ordering::Acquire) || me.counters.shutdown.load(Ordering::Acquire)
+                {
                     reason = GenFinish::Cancelled;
                     break;
                 }
@@ -182,7 +185,11 @@ impl Generator for FakeGenerator {
     }
 
     fn stats(&self) -> GenStats {
-        self.counters.stats.lock().map(|s| s.clone()).unwrap_or_default()
+        self.counters
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
     }
 
     fn max_context(&self) -> usize {

@@ -14,8 +14,8 @@ pub mod client;
 pub mod completion;
 pub mod error;
 pub mod fake;
-pub mod load;
 pub mod generator;
+pub mod load;
 pub mod metrics;
 pub mod openai;
 pub mod params;
@@ -27,6 +27,8 @@ pub mod stop;
 pub mod template;
 
 pub use app::{router, serve};
-pub use generator::{GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream};
+pub use generator::{
+    GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream,
+};
 pub use state::{AppState, ServerConfig};
 pub use template::ChatTemplate;

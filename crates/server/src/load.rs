@@ -47,7 +47,8 @@ impl Percentiles {
             return Percentiles::default();
         }
         ms.sort_by(f64::total_cmp);
-        let rank = |p: f64| ms[((p / 100.0 * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        let rank =
+            |p: f64| ms[((p / 100.0 * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
         Percentiles {
             n: ms.len(),
             p50: rank(50.0),
@@ -98,7 +99,9 @@ pub fn check_target(addr: &SocketAddr) -> Result<(), String> {
     if addr.ip().is_loopback() {
         Ok(())
     } else {
-        Err(format!("bench serve only targets servers on this machine (loopback); got {addr}"))
+        Err(format!(
+            "bench serve only targets servers on this machine (loopback); got {addr}"
+        ))
     }
 }
 
@@ -185,7 +188,9 @@ struct One {
 
 /// Printable-ASCII ids (present in any vocabulary of 128 or more), varied per request.
 fn prompt_ids(len: usize, i: usize) -> Vec<u32> {
-    (0..len).map(|k| 33 + ((k * 7 + i * 13) % 94) as u32).collect()
+    (0..len)
+        .map(|k| 33 + ((k * 7 + i * 13) % 94) as u32)
+        .collect()
 }
 
 async fn one_request(cfg: &LoadConfig, i: usize) -> Result<One, String> {
@@ -195,9 +200,14 @@ async fn one_request(cfg: &LoadConfig, i: usize) -> Result<One, String> {
         body["model"] = json!(m);
     }
     let t0 = Instant::now();
-    let mut r = client::open(cfg.addr, "POST", "/v1/completions", Some(body.to_string().as_bytes()))
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut r = client::open(
+        cfg.addr,
+        "POST",
+        "/v1/completions",
+        Some(body.to_string().as_bytes()),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
     if r.status != 200 {
         let mut text = String::new();
         while let Ok(Some(e)) = r.next_event().await {
@@ -205,7 +215,13 @@ async fn one_request(cfg: &LoadConfig, i: usize) -> Result<One, String> {
         }
         return Err(format!("HTTP {}", r.status));
     }
-    let mut one = One { ttft: None, itl: Vec::new(), e2e: 0.0, prompt: 0, completion: 0 };
+    let mut one = One {
+        ttft: None,
+        itl: Vec::new(),
+        e2e: 0.0,
+        prompt: 0,
+        completion: 0,
+    };
     let mut last: Option<Instant> = None;
     let mut done = false;
     while let Some(data) = r.next_event().await.map_err(|e| e.to_string())? {
@@ -221,7 +237,10 @@ async fn one_request(cfg: &LoadConfig, i: usize) -> Result<One, String> {
             one.prompt = u["prompt_tokens"].as_u64().unwrap_or(0);
             one.completion = u["completion_tokens"].as_u64().unwrap_or(0);
         }
-        let has_text = v["choices"].get(0).and_then(|c| c["text"].as_str()).is_some_and(|t| !t.is_empty());
+        let has_text = v["choices"]
+            .get(0)
+            .and_then(|c| c["text"].as_str())
+            .is_some_and(|t| !t.is_empty());
         if has_text {
             let now = Instant::now();
             match last {
@@ -248,7 +267,10 @@ pub fn table(r: &LoadReport) -> String {
         "{} requests ({} completed, {} failed) at concurrency {} in {:.2} s: {:.2} req/s, {:.1} output tok/s, {:.1} total tok/s\n",
         r.requests, r.completed, r.failed, r.concurrency, r.duration_s, r.requests_per_s, r.output_tokens_per_s, r.total_tokens_per_s
     );
-    out.push_str(&format!("{:<10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "metric", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "max ms"));
+    out.push_str(&format!(
+        "{:<10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "metric", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "max ms"
+    ));
     for (name, p) in [("ttft", &r.ttft_ms), ("itl", &r.itl_ms), ("e2e", &r.e2e_ms)] {
         out.push_str(&format!(
             "{:<10} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n",
@@ -265,7 +287,10 @@ mod tests {
     #[test]
     fn nearest_rank_percentiles() {
         let p = Percentiles::of((1..=100).map(f64::from).collect());
-        assert_eq!((p.p50, p.p90, p.p99, p.max, p.n), (50.0, 90.0, 99.0, 100.0, 100));
+        assert_eq!(
+            (p.p50, p.p90, p.p99, p.max, p.n),
+            (50.0, 90.0, 99.0, 100.0, 100)
+        );
         assert_eq!(Percentiles::of(vec![]).n, 0);
         assert_eq!(Percentiles::of(vec![f64::NAN, 3.0]).p99, 3.0);
     }

@@ -10,8 +10,7 @@ use std::sync::Mutex;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 pub const LATENCY_BUCKETS: [f64; 16] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    120.0,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 ];
 
 /// A cumulative histogram of seconds.
@@ -138,19 +137,72 @@ impl Metrics {
             );
         });
         let gauges: [(&str, &str, &str, f64); 10] = [
-            ("headroom_requests_running", "gauge", "Requests the engine is running.", stats.running as f64),
-            ("headroom_requests_waiting", "gauge", "Requests waiting for admission.", stats.waiting as f64),
-            ("headroom_kv_blocks_used", "gauge", "KV cache blocks in use.", stats.kv_blocks_used as f64),
-            ("headroom_kv_blocks_free", "gauge", "KV cache blocks free.", stats.kv_blocks_free as f64),
-            ("headroom_engine_admitted_total", "counter", "Requests the engine admitted.", stats.admitted as f64),
-            ("headroom_admission_refused_total", "counter", "Requests the engine refused at submit (context, memory, queue).", stats.refused as f64),
-            ("headroom_engine_finished_total", "counter", "Requests the engine finished.", stats.finished as f64),
-            ("headroom_engine_cancelled_total", "counter", "Requests cancelled in the engine.", stats.cancelled as f64),
-            ("headroom_prompt_tokens_total", "counter", "Prompt tokens processed.", stats.prompt_tokens as f64),
-            ("headroom_generation_tokens_total", "counter", "Tokens generated.", stats.generated_tokens as f64),
+            (
+                "headroom_requests_running",
+                "gauge",
+                "Requests the engine is running.",
+                stats.running as f64,
+            ),
+            (
+                "headroom_requests_waiting",
+                "gauge",
+                "Requests waiting for admission.",
+                stats.waiting as f64,
+            ),
+            (
+                "headroom_kv_blocks_used",
+                "gauge",
+                "KV cache blocks in use.",
+                stats.kv_blocks_used as f64,
+            ),
+            (
+                "headroom_kv_blocks_free",
+                "gauge",
+                "KV cache blocks free.",
+                stats.kv_blocks_free as f64,
+            ),
+            (
+                "headroom_engine_admitted_total",
+                "counter",
+                "Requests the engine admitted.",
+                stats.admitted as f64,
+            ),
+            (
+                "headroom_admission_refused_total",
+                "counter",
+                "Requests the engine refused at submit (context, memory, queue).",
+                stats.refused as f64,
+            ),
+            (
+                "headroom_engine_finished_total",
+                "counter",
+                "Requests the engine finished.",
+                stats.finished as f64,
+            ),
+            (
+                "headroom_engine_cancelled_total",
+                "counter",
+                "Requests cancelled in the engine.",
+                stats.cancelled as f64,
+            ),
+            (
+                "headroom_prompt_tokens_total",
+                "counter",
+                "Prompt tokens processed.",
+                stats.prompt_tokens as f64,
+            ),
+            (
+                "headroom_generation_tokens_total",
+                "counter",
+                "Tokens generated.",
+                stats.generated_tokens as f64,
+            ),
         ];
         for (name, kind, help, v) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
         }
         out
     }

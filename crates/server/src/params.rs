@@ -69,10 +69,16 @@ pub fn plan(p: &CommonParams, fallback_seed: u64) -> Result<Plan, ApiError> {
     if stop.len() > MAX_STOP_STRINGS {
         return Err(ApiError::bad_param(
             "stop",
-            format!("at most {MAX_STOP_STRINGS} stop strings (got {})", stop.len()),
+            format!(
+                "at most {MAX_STOP_STRINGS} stop strings (got {})",
+                stop.len()
+            ),
         ));
     }
-    if let Some(s) = stop.iter().find(|s| s.is_empty() || s.len() > MAX_STOP_BYTES) {
+    if let Some(s) = stop
+        .iter()
+        .find(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+    {
         return Err(ApiError::bad_param(
             "stop",
             format!(
@@ -176,7 +182,10 @@ mod tests {
             (r#"{"top_p": 1.5}"#, "top_p"),
             (r#"{"top_k": -2}"#, "top_k"),
             (r#"{"stop": [""]}"#, "stop"),
-            (r#"{"stream_options": {"include_usage": true}}"#, "stream_options"),
+            (
+                r#"{"stream_options": {"include_usage": true}}"#,
+                "stream_options",
+            ),
         ] {
             let e = plan(&params(json), 0).unwrap_err();
             assert_eq!(e.status, 400, "{json}");
@@ -190,7 +199,11 @@ mod tests {
         assert_eq!(resolve_max_tokens(None, 16, 10, 100).unwrap(), 16);
         assert_eq!(resolve_max_tokens(Some(90), 16, 10, 100).unwrap(), 90);
         let e = resolve_max_tokens(Some(91), 16, 10, 100).unwrap_err();
-        assert!(e.message.contains("101") && e.message.contains("100"), "{}", e.message);
+        assert!(
+            e.message.contains("101") && e.message.contains("100"),
+            "{}",
+            e.message
+        );
         let e = resolve_max_tokens(None, 16, 100, 100).unwrap_err();
         assert!(e.message.contains("100 tokens"), "{}", e.message);
     }

@@ -10,11 +10,17 @@ use crate::template::TemplateMessage;
 /// Renders and encodes a chat request.
 pub fn chat_prompt(state: &AppState, r: &ChatRequest) -> Result<Vec<u32>, ApiError> {
     if r.messages.is_empty() {
-        return Err(ApiError::bad_param("messages", "messages must not be empty"));
+        return Err(ApiError::bad_param(
+            "messages",
+            "messages must not be empty",
+        ));
     }
     let mut messages = Vec::with_capacity(r.messages.len());
     for (i, m) in r.messages.iter().enumerate() {
-        if !matches!(m.role.as_str(), "system" | "developer" | "user" | "assistant" | "tool") {
+        if !matches!(
+            m.role.as_str(),
+            "system" | "developer" | "user" | "assistant" | "tool"
+        ) {
             return Err(ApiError::bad_param(
                 "messages",
                 format!("messages[{i}].role `{}` is not one of system, developer, user, assistant, tool", m.role),
@@ -28,18 +34,23 @@ pub fn chat_prompt(state: &AppState, r: &ChatRequest) -> Result<Vec<u32>, ApiErr
                 for p in parts {
                     match (p.kind.as_str(), &p.text) {
                         ("text", Some(t)) => text.push_str(t),
-                        _ => {
-                            return Err(ApiError::bad_param(
-                                "messages",
-                                format!("messages[{i}]: only text content parts are supported (got `{}`)", p.kind),
-                            ))
-                        }
+                        _ => return Err(ApiError::bad_param(
+                            "messages",
+                            format!(
+                                "messages[{i}]: only text content parts are supported (got `{}`)",
+                                p.kind
+                            ),
+                        )),
                     }
                 }
                 text
             }
         };
-        let role = if m.role == "developer" { "system" } else { m.role.as_str() };
+        let role = if m.role == "developer" {
+            "system"
+        } else {
+            m.role.as_str()
+        };
         messages.push(TemplateMessage {
             role: role.to_string(),
             content,
@@ -72,7 +83,10 @@ pub fn completion_prompt(state: &AppState, p: &Prompt) -> Result<Vec<u32>, ApiEr
             if let Some(pos) = ids.iter().position(|&id| id as usize >= vocab) {
                 return Err(ApiError::bad_param(
                     "prompt",
-                    format!("token id {} at position {pos} is out of range (vocab_size {vocab})", ids[pos]),
+                    format!(
+                        "token id {} at position {pos} is out of range (vocab_size {vocab})",
+                        ids[pos]
+                    ),
                 ));
             }
             non_empty(ids.clone())
@@ -90,7 +104,10 @@ fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
 
 fn non_empty(ids: Vec<u32>) -> Result<Vec<u32>, ApiError> {
     if ids.is_empty() {
-        return Err(ApiError::bad_param("prompt", "the prompt encodes to no tokens"));
+        return Err(ApiError::bad_param(
+            "prompt",
+            "the prompt encodes to no tokens",
+        ));
     }
     Ok(ids)
 }

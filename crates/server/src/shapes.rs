@@ -56,7 +56,13 @@ impl Head {
 
     /// One stream chunk: `text` (for chat, `role` is sent in the first
     /// chunk), and the finish reason on the last.
-    pub fn chunk(&self, text: Option<&str>, first: bool, finish: Option<&str>, with_usage: bool) -> Value {
+    pub fn chunk(
+        &self,
+        text: Option<&str>,
+        first: bool,
+        finish: Option<&str>,
+        with_usage: bool,
+    ) -> Value {
         let choice = match self.endpoint {
             Endpoint::Chat => {
                 let mut delta = serde_json::Map::new();

@@ -122,7 +122,7 @@ mod tests {
     fn a_false_start_is_released_when_decided() {
         let (out, stopped, rest) = run(&["END"], &["xE", "Nq", "z"]);
         assert!(!stopped);
-        assert_eq!(out, vec!["x", "", "ENqz"]);
+        assert_eq!(out, vec!["x", "ENq", "z"]);
         assert_eq!(rest, "");
         let (out, _, rest) = run(&["END"], &["xEN"]);
         assert_eq!((out.concat(), rest), ("x".to_string(), "EN".to_string()));
@@ -141,6 +141,9 @@ mod tests {
     #[test]
     fn no_stops_passes_everything() {
         let (out, stopped, rest) = run(&[], &["a", "b"]);
-        assert_eq!((out.concat(), stopped, rest), ("ab".into(), false, "".into()));
+        assert_eq!(
+            (out.concat(), stopped, rest),
+            ("ab".into(), false, "".into())
+        );
     }
 }

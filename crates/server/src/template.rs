@@ -10,7 +10,8 @@ use serde_json::{Map, Value as Json};
 use std::path::Path;
 
 /// The plain template of models without one: `role: content` lines, then `assistant: `.
-pub const PLAIN_TEMPLATE: &str = "{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}\
+pub const PLAIN_TEMPLATE: &str =
+    "{%- for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}\
 {%- if add_generation_prompt %}assistant: {% endif %}";
 
 /// Why a template could not be loaded or rendered.
@@ -129,7 +130,10 @@ impl ChatTemplate {
         kwargs: &Map<String, Json>,
     ) -> Result<String, TemplateError> {
         let mut ctx = kwargs.clone();
-        ctx.insert("messages".into(), serde_json::to_value(messages).unwrap_or_default());
+        ctx.insert(
+            "messages".into(),
+            serde_json::to_value(messages).unwrap_or_default(),
+        );
         ctx.insert("add_generation_prompt".into(), add_generation_prompt.into());
         ctx.insert("bos_token".into(), self.bos.clone().into());
         ctx.insert("eos_token".into(), self.eos.clone().into());
@@ -180,7 +184,8 @@ mod tests {
 {%- set ns = namespace(last_user=messages|length - 1) %}
 {%- for m in messages[::-1] %}{%- if m.role == 'user' and ns.last_user == messages|length - 1 and not m.content.startswith('<tool_response>') %}{%- set ns.last_user = (messages|length - 1) - loop.index0 %}{%- endif %}{%- endfor %}
 {%- for m in messages %}
-{%- if m.role == 'user' or (m.role == 'system' and not loop.first) %}{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
+{%- if m.role == 'system' and loop.first %}
+{%- elif m.role == 'user' or m.role == 'system' %}{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>\n' }}
 {%- elif m.role == 'assistant' %}{%- set content = m.content %}{%- if '</think>' in content %}{%- set content = content.split('</think>')[-1].lstrip('\n') %}{%- endif %}{{- '<|im_start|>assistant\n' + content.strip() + '<|im_end|>\n' }}
 {%- else %}{{- raise_exception('unknown role ' + m.role) }}{%- endif %}
 {%- endfor %}
@@ -205,10 +210,15 @@ mod tests {
         let mut kw = Map::new();
         kw.insert("enable_thinking".into(), json!(false));
         let out = t.render(&m[1..2], true, &kw).unwrap();
-        assert!(out.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"), "{out}");
+        assert!(
+            out.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+            "{out}"
+        );
         let out = t.render(&m[1..2], false, &kw).unwrap();
         assert!(out.ends_with("Hi<|im_end|>\n"), "{out}");
-        let err = t.render(&msgs(&[("robot", "x")]), true, &Map::new()).unwrap_err();
+        let err = t
+            .render(&msgs(&[("robot", "x")]), true, &Map::new())
+            .unwrap_err();
         assert!(err.to_string().contains("unknown role robot"), "{err}");
     }
 
@@ -233,9 +243,17 @@ mod tests {
         .unwrap();
         let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
         assert_eq!(t.render(&[], true, &Map::new()).unwrap(), "D<e>");
-        std::fs::write(dir.path().join("chat_template.jinja"), "J{{ messages|length }}").unwrap();
+        std::fs::write(
+            dir.path().join("chat_template.jinja"),
+            "J{{ messages|length }}",
+        )
+        .unwrap();
         let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
-        assert_eq!(t.render(&msgs(&[("user", "x")]), true, &Map::new()).unwrap(), "J1");
+        assert_eq!(
+            t.render(&msgs(&[("user", "x")]), true, &Map::new())
+                .unwrap(),
+            "J1"
+        );
         std::fs::write(dir.path().join("chat_template.jinja"), "{% if %}").unwrap();
         assert!(ChatTemplate::from_dir(dir.path()).is_err());
     }
