@@ -229,6 +229,20 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Copies host data into a fresh device buffer, ordered on this device's
+    /// stream (no host synchronisation): the driver stages pageable host
+    /// memory before returning, so `data` may be dropped right after, and the
+    /// copy runs after every kernel queued before it — a buffer the caching
+    /// allocator recycled from an earlier kernel is not overwritten early.
+    pub fn upload_async<T: Copy>(&self, data: &[T]) -> Result<DeviceBuffer, CudaError> {
+        let buf = self.alloc(std::mem::size_of_val(data).max(1))?;
+        if !data.is_empty() {
+            // SAFETY: the buffer holds at least `data`'s bytes; the stream is live.
+            unsafe { result::memcpy_htod_async(buf.ptr(), data, self.stream.0)? };
+        }
+        Ok(buf)
+    }
+
     /// Copies the start of `buf` into `out` (synchronous).
     pub fn read<T: Copy>(&self, buf: &DeviceBuffer, out: &mut [T]) -> Result<(), CudaError> {
         assert!(

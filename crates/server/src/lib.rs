@@ -12,6 +12,7 @@
 pub mod app;
 pub mod client;
 pub mod completion;
+pub mod engine_adapter;
 pub mod error;
 pub mod fake;
 pub mod generator;

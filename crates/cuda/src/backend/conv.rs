@@ -11,6 +11,8 @@ use headroom_core::ops::{Batch, OpError, OpResult};
 use headroom_core::Dtype;
 
 const THREADS: u32 = 256;
+/// Rows per thread of the width-4 kernel (`CONV_STRIP` in `ops_conv1d.cu`).
+const CONV_STRIP: usize = 32;
 
 pub(crate) fn conv1d_silu(
     dev: &CudaDevice,
@@ -53,9 +55,30 @@ pub(crate) fn conv1d_silu(
         .ptr(slots.ptr())
         .i32(ci)
         .i32(ki);
-    let grid = (grid_dim(op, x.rows, GRID_X)?, cblocks, 1);
-    // SAFETY: x/out are [rows][C] bf16, weight C·K, state slots·(K-1)·C; tables one per row.
-    unsafe { launch(dev, entry, grid, THREADS, args)? };
+    if k == 4 && weight.dtype == Dtype::F32 {
+        // The strip kernel: weights in registers, a sliding window of inputs.
+        let args = Args::new()
+            .ptr(x.ptr())
+            .ptr(weight.ptr())
+            .ptr(state.conv.ptr())
+            .ptr(out.ptr())
+            .ptr(starts.ptr())
+            .ptr(slots.ptr())
+            .i32(ci)
+            .i32(int(op, "rows", x.rows)?);
+        let strips = grid_dim(op, x.rows.div_ceil(CONV_STRIP), GRID_YZ)?;
+        let grid = (
+            grid_dim(op, c.div_ceil(THREADS as usize), GRID_X)?,
+            strips,
+            1,
+        );
+        // SAFETY: as below; the weight is C·4 f32 (16-byte aligned rows of the allocation).
+        unsafe { launch(dev, "conv1d_silu_k4_f32w", grid, THREADS, args)? };
+    } else {
+        let grid = (grid_dim(op, x.rows, GRID_X)?, cblocks, 1);
+        // SAFETY: x/out are [rows][C] bf16, weight C·K, state slots·(K-1)·C; tables one per row.
+        unsafe { launch(dev, entry, grid, THREADS, args)? };
+    }
     if k > 1 {
         let mut seqs = Vec::with_capacity(3 * batch.sequences());
         for i in 0..batch.sequences() {

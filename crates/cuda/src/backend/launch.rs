@@ -103,7 +103,8 @@ pub(crate) fn alloc(dev: &CudaDevice, bytes: usize) -> OpResult<DeviceBuffer> {
     dev.alloc(bytes).map_err(dev_err)
 }
 
-/// Uploads a small host table (positions, slots, row indices).
+/// Uploads a small host table (positions, slots, row indices), ordered on
+/// the stream without a host synchronisation (`CudaDevice::upload_async`).
 pub(crate) fn upload<T: Copy>(dev: &CudaDevice, data: &[T]) -> OpResult<DeviceBuffer> {
-    dev.upload(data).map_err(dev_err)
+    dev.upload_async(data).map_err(dev_err)
 }

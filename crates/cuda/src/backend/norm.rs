@@ -12,6 +12,10 @@ use headroom_core::Dtype;
 
 /// Threads of the per-row norm (`NORM_THREADS` in the kernel).
 pub(crate) const NORM_THREADS: u32 = 512;
+/// Threads and bf16 pairs per thread of the register-cached add + norm
+/// (`CACHED_PAIRS` in the kernel).
+const CACHED_THREADS: u32 = 256;
+const CACHED_PAIRS: usize = 8;
 /// Groups (one warp each) per CTA of the group norms.
 const GROUPS_PER_CTA: usize = 8;
 
@@ -48,8 +52,16 @@ pub(crate) fn add_rms_norm(
         .i32(int("add_rms_norm", "columns", residual.cols)?)
         .f32(eps);
     let grid = (grid_dim("add_rms_norm", residual.rows, GRID_X)?, 1, 1);
-    // SAFETY: residual, delta and out are [rows][cols] bf16, w `cols` f32.
-    unsafe { launch(dev, "add_rms_norm_bf16", grid, NORM_THREADS, args)? };
+    let cached = residual.cols.is_multiple_of(2)
+        && residual.cols <= 2 * CACHED_PAIRS * CACHED_THREADS as usize;
+    let (entry, threads) = if cached {
+        ("add_rms_norm_cached_bf16", CACHED_THREADS)
+    } else {
+        ("add_rms_norm_bf16", NORM_THREADS)
+    };
+    // SAFETY: residual, delta and out are [rows][cols] bf16, w `cols` f32
+    // (even cols keep every row 4-byte aligned for the bf16x2 loads).
+    unsafe { launch(dev, entry, grid, threads, args)? };
     Ok(out)
 }
 

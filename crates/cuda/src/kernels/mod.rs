@@ -105,6 +105,7 @@ pub const OPS_NORM: KernelSource = KernelSource {
     source: include_str!("ops_norm.cu"),
     entry_points: &[
         "add_rms_norm_bf16",
+        "add_rms_norm_cached_bf16",
         "rms_norm_groups_bf16",
         "gated_rms_norm_bf16",
     ],
@@ -125,6 +126,7 @@ pub const OPS_CONV1D: KernelSource = KernelSource {
     source: include_str!("ops_conv1d.cu"),
     entry_points: &[
         "conv1d_silu_f32w",
+        "conv1d_silu_k4_f32w",
         "conv1d_silu_bf16w",
         "conv_state_advance_bf16",
     ],

@@ -57,6 +57,48 @@ extern "C" __global__ void add_rms_norm_bf16(bf16* residual, const bf16* delta, 
     }
 }
 
+// add_rms_norm with the row held in registers: bf16x2 loads, each value read
+// once (the kernel above reads the residual twice with scalar loads: 0.24 ms
+// at 32k x 2048 on the H200, 28 % of the memory bandwidth). For even `cols`
+// up to 2 * CACHED_PAIRS * blockDim.x; one CTA per row; same rounding.
+#define CACHED_PAIRS 8
+extern "C" __global__ void add_rms_norm_cached_bf16(bf16* residual, const bf16* delta,
+                                                    const float* w, bf16* out, int cols,
+                                                    float eps) {
+    const int pairs = cols >> 1;
+    __nv_bfloat162* res = reinterpret_cast<__nv_bfloat162*>(residual + (i64)blockIdx.x * cols);
+    const __nv_bfloat162* del =
+        delta ? reinterpret_cast<const __nv_bfloat162*>(delta + (i64)blockIdx.x * cols) : nullptr;
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + (i64)blockIdx.x * cols);
+    const float2* w2 = reinterpret_cast<const float2*>(w);
+    float2 v[CACHED_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            float2 r = __bfloat1622float2(res[p]);
+            if (del) {
+                const float2 d = __bfloat1622float2(del[p]);
+                const __nv_bfloat162 rb = __floats2bfloat162_rn(r.x + d.x, r.y + d.y);
+                res[p] = rb;
+                r = __bfloat1622float2(rb);
+            }
+            v[k] = r;
+            ss += r.x * r.x + r.y * r.y;
+        }
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            const float2 ww = w2[p];
+            o[p] = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
+        }
+    }
+}
+
 // In place over `groups` groups of `d`; one warp per group, 8 warps per CTA.
 extern "C" __global__ void rms_norm_groups_bf16(bf16* x, const float* w, i64 groups, int d,
                                                 float eps) {

@@ -21,6 +21,8 @@ pub enum BenchCommand {
     Attention(AttentionArgs),
     /// Time-to-first-token of the whole model's prefill (and decode tokens/s, per-part breakdown).
     Ttft(crate::cmd::bench_ttft::TtftArgs),
+    /// Load test of a running `headroom serve` on this machine: TTFT / inter-token latency percentiles, requests/s, tokens/s.
+    Serve(crate::cmd::bench_serve::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -65,6 +67,7 @@ pub fn run(c: BenchCommand, g: &GlobalArgs) -> anyhow::Result<()> {
     match c {
         BenchCommand::Attention(a) => attention_cmd(a),
         BenchCommand::Ttft(a) => crate::cmd::bench_ttft::run(a, g),
+        BenchCommand::Serve(a) => crate::cmd::bench_serve::run(a),
     }
 }
 

@@ -1,76 +1,139 @@
-//! `headroom generate`: prefill a prompt, then decode token by token,
-//! streaming the text to stdout. Greedy by default; with `--temperature T`
-//! (> 0) it samples from softmax(logits / T) restricted to the top-p nucleus,
-//! with a seeded generator (same seed, same text).
+//! `headroom generate`: text generation through the engine
+//! (`headroom_engine`: continuous batching, chunked prefill, admission by
+//! memory) on the CPU or CUDA backend.
+//!
+//! * One prompt (`--prompt` / `--prompt-file`): its text streams to stdout
+//!   token by token. Greedy by default; `--temperature T` (> 0) samples with
+//!   top-k / top-p from the seeded counter-based stream (same seed, same text).
+//! * Many prompts (`--prompts FILE`, JSON lines `{"prompt": "..."}` or
+//!   `{"ids": [...]}`, each optionally with `max_tokens`, `temperature`,
+//!   `top_p`, `top_k`, `seed`): all are submitted at once and run
+//!   concurrently; each finished text is printed as it completes.
+//! * `--json OUT`: one line per request (`index`, `ids`, `text`,
+//!   `finish_reason`, `prompt_tokens`, `completion_tokens`, `ttft_ms`), then a
+//!   summary line (throughput, the scheduler settings, the KV backend).
 //!
 //! Text: a checkpoint's `tokenizer.json`; a synthetic model (no tokenizer)
-//! uses the byte-level fallback of `headroom_model::tokenizer` (one id per
-//! UTF-8 byte; ids ≥ 256 print as `<|ID|>`).
+//! uses the byte-level fallback of `headroom_model::tokenizer`.
 
-use super::logits::{attention_plan, ForwardArgs};
+use super::logits::{attention_plan, available_memory_bytes, check_memory, ForwardArgs};
+use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
 use crate::global::GlobalArgs;
 use anyhow::{bail, Context};
+use headroom_core::ops::{Backend, SamplingParams};
+use headroom_core::BackendKind;
+use headroom_engine::{
+    EngineConfig, EngineStats, FinishReason, GenerateRequest, KvBackendKind, RequestStream,
+    SchedulerSettings, StreamEvent, Usage,
+};
 use headroom_model::tokenizer::{StreamDecoder, TextCodec, Tokenizer};
-use headroom_model::{ForwardOptions, LogitsRows, Qwen35Model};
-use std::io::Write;
-use std::path::Path;
-use std::time::Instant;
+use headroom_model::{AttentionPlan, Qwen35Model};
+use serde::{Deserialize, Serialize};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Largest `--prompts` file read (bytes) and most requests in it.
+const MAX_PROMPTS_BYTES: u64 = 256 << 20;
+const MAX_PROMPTS: usize = 100_000;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     #[command(flatten)]
     pub forward: ForwardArgs,
     /// The prompt text.
-    #[arg(
-        long,
-        required_unless_present = "prompt_file",
-        conflicts_with = "prompt_file"
-    )]
+    #[arg(long, required_unless_present_any = ["prompt_file", "prompts"], conflicts_with_all = ["prompt_file", "prompts"])]
     pub prompt: Option<String>,
     /// Read the prompt from a UTF-8 text file instead (e.g. a long prompt for a prefill measurement).
-    #[arg(long, value_name = "PATH")]
-    pub prompt_file: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "PATH", conflicts_with = "prompts")]
+    pub prompt_file: Option<PathBuf>,
+    /// Many requests, run concurrently: JSON lines `{"prompt": "..."}` or `{"ids": [...]}`,
+    /// optionally with max_tokens, temperature, top_p, top_k, seed.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub prompts: Option<PathBuf>,
+    /// Write one JSON line per request and a summary line to this file.
+    #[arg(long, value_name = "OUT.jsonl")]
+    pub json: Option<PathBuf>,
     /// Tokens to generate at most (stops earlier at an end-of-sequence token).
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_tokens: usize,
     /// Sampling temperature; 0 = greedy.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "T",
-        allow_hyphen_values = true
-    )]
+    #[arg(long, default_value_t = 0.0, value_name = "T", allow_hyphen_values = true)]
     pub temperature: f32,
     /// Nucleus sampling: keep the smallest set of tokens whose probability reaches P.
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        value_name = "P",
-        allow_hyphen_values = true
-    )]
+    #[arg(long, default_value_t = 1.0, value_name = "P", allow_hyphen_values = true)]
     pub top_p: f32,
+    /// Keep only the K most likely tokens; 0 keeps all.
+    #[arg(long, default_value_t = 0, value_name = "K")]
+    pub top_k: usize,
     /// Sampling seed.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub seed: u64,
+    /// Prompt tokens per sequence per step when several share the engine (env HEADROOM_PREFILL_CHUNK; default 512).
+    #[arg(long, value_name = "N")]
+    pub prefill_chunk: Option<usize>,
+    /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS; default 2048).
+    #[arg(long, value_name = "N")]
+    pub step_tokens: Option<usize>,
+    /// Prompt tokens per step of a request alone in the engine (env HEADROOM_SOLO_STRIPE; default 2048).
+    #[arg(long, value_name = "N")]
+    pub solo_stripe: Option<usize>,
+    /// KV cache backend.
+    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
+    pub kv: KvBackendKind,
+    /// Memory budget of the engine's KV, GDN state and attention transients, MiB
+    /// (default: 90% of available memory on cpu; unbounded on cuda).
+    #[arg(long, value_name = "MIB")]
+    pub memory_budget_mib: Option<u64>,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub max_running: usize,
+    /// Most tokens of one sequence (default: the longest request, rounded up to 64).
+    #[arg(long, value_name = "N")]
+    pub max_context: Option<usize>,
+}
+
+/// One line of a `--prompts` file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptLine {
+    prompt: Option<String>,
+    ids: Option<Vec<u32>>,
+    max_tokens: Option<usize>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<usize>,
+    seed: Option<u64>,
+}
+
+/// One request's JSON line.
+#[derive(Debug, Serialize)]
+struct RequestLine<'a> {
+    index: usize,
+    ids: &'a [u32],
+    text: String,
+    finish_reason: Option<&'static str>,
+    error: Option<&'a str>,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    ttft_ms: f64,
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    if !(a.temperature.is_finite() && a.temperature >= 0.0) {
-        bail!(
-            "--temperature must be a number >= 0 (got {})",
-            a.temperature
-        );
+    check_sampling(a.temperature, a.top_p, "--")?;
+    if a.forward.chunk == Some(0) {
+        bail!("--chunk must be at least 1");
     }
-    if !(a.top_p > 0.0 && a.top_p <= 1.0) {
-        bail!("--top-p must be in (0, 1] (got {})", a.top_p);
+    let source = &a.forward.source;
+    let cfg = load_config(source)?;
+    if a.forward.backend == BackendKind::Cpu
+        || source.model.is_some()
+        || a.forward.weights_init == Some(WeightsInit::Host)
+    {
+        check_memory(&cfg, "the model")?;
     }
-    let loaded = a.forward.load_model()?;
-    let cfg = &loaded.config;
-    let (codec, mut eos) = match &loaded.dir {
-        Some(dir) => (
-            TextCodec::Hf(Box::new(Tokenizer::from_dir(dir)?)),
-            generation_eos(dir),
-        ),
+    let (codec, mut eos) = match &source.model {
+        Some(dir) => (TextCodec::Hf(Box::new(Tokenizer::from_dir(dir)?)), generation_eos(dir)),
         None => {
             if cfg.vocab_size < 256 {
                 bail!("the byte-level fallback tokenizer needs vocab_size >= 256");
@@ -79,66 +142,172 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         }
     };
     eos.extend(&cfg.eos_token_ids);
-    let prompt = match (&a.prompt, &a.prompt_file) {
-        (Some(p), _) => p.clone(),
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read the prompt file {}", path.display()))?,
-        (None, None) => bail!("give --prompt TEXT or --prompt-file PATH"),
+    let requests = build_requests(&a, &codec, cfg.vocab_size)?;
+    let settings = scheduler_settings(&a)?;
+    let longest = requests
+        .iter()
+        .map(|r| r.prompt_ids.len() + r.max_tokens)
+        .max()
+        .unwrap_or(1);
+    let max_context = a.max_context.unwrap_or(longest.div_ceil(64).max(1) * 64);
+    let engine = EngineConfig {
+        scheduler: settings,
+        attention: attention_plan(g, a.forward.backend, &cfg)?,
+        kv_backend: a.kv,
+        memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
+        max_running: a.max_running,
+        max_context,
+        max_waiting: requests.len().max(1024),
+        eos_token_ids: eos,
+        capture_logits: false,
     };
-    let ids = codec.encode(&prompt)?;
-    if ids.is_empty() {
-        bail!("the prompt encodes to no tokens");
+    let job = GenerateJob {
+        requests,
+        engine,
+        codec,
+        json: a.json.clone(),
+        single: a.prompts.is_none(),
+    };
+    run_on_backend(
+        a.forward.backend,
+        source,
+        &cfg,
+        a.forward.weights_seed,
+        a.forward.weights_init,
+        job,
+    )
+}
+
+fn check_sampling(temperature: f32, top_p: f32, what: &str) -> anyhow::Result<()> {
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        bail!("{what}temperature must be a number >= 0 (got {temperature})");
     }
-    if let Some(pos) = ids.iter().position(|&id| id as usize >= cfg.vocab_size) {
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        bail!("{what}top-p must be in (0, 1] (got {top_p})");
+    }
+    Ok(())
+}
+
+/// Env settings (malformed values warned and ignored), then the flags; `--chunk`
+/// sets both the prefill chunk and the solo stripe.
+fn scheduler_settings(a: &Args) -> anyhow::Result<SchedulerSettings> {
+    let (mut s, warnings) = SchedulerSettings::from_env();
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    if let Some(c) = a.forward.chunk {
+        s.prefill_chunk = c;
+        s.solo_stripe = c;
+    }
+    s.prefill_chunk = a.prefill_chunk.unwrap_or(s.prefill_chunk);
+    s.step_tokens = a.step_tokens.unwrap_or(s.step_tokens);
+    s.solo_stripe = a.solo_stripe.unwrap_or(s.solo_stripe);
+    s.validate().map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
+    Ok(s)
+}
+
+fn sampling(a: &Args) -> SamplingParams {
+    SamplingParams {
+        temperature: a.temperature,
+        top_p: a.top_p,
+        top_k: a.top_k,
+        seed: a.seed,
+    }
+}
+
+fn encode(codec: &TextCodec, text: &str, vocab: usize, what: &str) -> anyhow::Result<Vec<u32>> {
+    let ids = codec.encode(text)?;
+    if ids.is_empty() {
+        bail!("{what}: the prompt encodes to no tokens");
+    }
+    check_ids(&ids, vocab, what)?;
+    Ok(ids)
+}
+
+fn check_ids(ids: &[u32], vocab: usize, what: &str) -> anyhow::Result<()> {
+    if ids.is_empty() {
+        bail!("{what}: no token ids");
+    }
+    if let Some(pos) = ids.iter().position(|&id| id as usize >= vocab) {
         bail!(
-            "token id {} at position {pos} is out of range (vocab_size {})",
-            ids[pos],
-            cfg.vocab_size
+            "{what}: token id {} at position {pos} is out of range (vocab_size {vocab})",
+            ids[pos]
         );
     }
-    let attention = attention_plan(g, a.forward.backend, cfg)?;
-    let model = Qwen35Model::new(cfg, &loaded.weights).context("building the model")?;
-    let mut opts = ForwardOptions {
-        attention,
-        chunk: a.forward.chunk,
-        logits: LogitsRows::Last,
-    };
-    let mut sampler = Sampler::new(a.temperature, a.top_p, a.seed);
-    let mut session = model.new_session()?;
-    let started = Instant::now();
-    let mut logits = model.prefill(&mut session, &ids, &opts)?.logits;
-    let ttft = started.elapsed().as_secs_f64();
-    opts.chunk = None;
-
-    let mut stdout = std::io::stdout().lock();
-    let mut stream = StreamDecoder::new();
-    let mut generated = 0usize;
-    let decode_started = Instant::now();
-    for step in 0..a.max_tokens {
-        let next = sampler.pick(&logits)?;
-        generated += 1;
-        if eos.contains(&next) {
-            break;
-        }
-        write!(stdout, "{}", stream.push(&codec, next)?)?;
-        stdout.flush()?;
-        if step + 1 < a.max_tokens {
-            logits = model.prefill(&mut session, &[next], &opts)?.logits;
-        }
-    }
-    write!(stdout, "{}", stream.finish(&codec)?)?;
-    writeln!(stdout)?;
-    let decode_secs = decode_started.elapsed().as_secs_f64();
-    eprintln!(
-        "prompt {} tokens, prefill {:.3} s ({:.1} tokens/s); generated {} tokens in {:.3} s ({:.1} tokens/s)",
-        ids.len(),
-        ttft,
-        ids.len() as f64 / ttft,
-        generated,
-        decode_secs,
-        generated as f64 / decode_secs.max(1e-9)
-    );
     Ok(())
+}
+
+/// The requests the flags name: one prompt, or every line of `--prompts`.
+fn build_requests(a: &Args, codec: &TextCodec, vocab: usize) -> anyhow::Result<Vec<GenerateRequest>> {
+    let one = |ids| GenerateRequest {
+        prompt_ids: ids,
+        sampling: sampling(a),
+        max_tokens: a.max_tokens,
+        stop_token_ids: Vec::new(),
+    };
+    match (&a.prompt, &a.prompt_file, &a.prompts) {
+        (Some(p), _, _) => Ok(vec![one(encode(codec, p, vocab, "--prompt")?)]),
+        (None, Some(path), _) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the prompt file {}", path.display()))?;
+            Ok(vec![one(encode(codec, &text, vocab, "--prompt-file")?)])
+        }
+        (None, None, Some(path)) => read_prompts(path, a, codec, vocab),
+        _ => bail!("give --prompt TEXT, --prompt-file PATH or --prompts FILE"),
+    }
+}
+
+fn read_prompts(
+    path: &Path,
+    a: &Args,
+    codec: &TextCodec,
+    vocab: usize,
+) -> anyhow::Result<Vec<GenerateRequest>> {
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("cannot read the prompts file {}", path.display()))?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if size > MAX_PROMPTS_BYTES {
+        bail!("the prompts file is {size} bytes (at most {MAX_PROMPTS_BYTES})");
+    }
+    let mut out = Vec::new();
+    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading line {} of {}", n + 1, path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        if out.len() == MAX_PROMPTS {
+            bail!("more than {MAX_PROMPTS} requests in {}", path.display());
+        }
+        let what = format!("{} line {}", path.display(), n + 1);
+        let p: PromptLine =
+            serde_json::from_str(&line).with_context(|| format!("{what}: not a prompt line"))?;
+        let ids = match (p.prompt, p.ids) {
+            (Some(text), None) => encode(codec, &text, vocab, &what)?,
+            (None, Some(ids)) => {
+                check_ids(&ids, vocab, &what)?;
+                ids
+            }
+            _ => bail!("{what}: give exactly one of \"prompt\" or \"ids\""),
+        };
+        let base = sampling(a);
+        let s = SamplingParams {
+            temperature: p.temperature.unwrap_or(base.temperature),
+            top_p: p.top_p.unwrap_or(base.top_p),
+            top_k: p.top_k.unwrap_or(base.top_k),
+            seed: p.seed.unwrap_or(base.seed),
+        };
+        check_sampling(s.temperature, s.top_p, &format!("{what}: "))?;
+        out.push(GenerateRequest {
+            prompt_ids: ids,
+            sampling: s,
+            max_tokens: p.max_tokens.unwrap_or(a.max_tokens),
+            stop_token_ids: Vec::new(),
+        });
+    }
+    if out.is_empty() {
+        bail!("{} holds no prompts", path.display());
+    }
+    Ok(out)
 }
 
 /// End-of-sequence ids from `generation_config.json`, when the folder has one.
@@ -150,114 +319,232 @@ fn generation_eos(dir: &Path) -> Vec<u32> {
         tracing::warn!("generation_config.json is not valid JSON; ignoring it");
         return Vec::new();
     };
+    let id = |x: &serde_json::Value| x.as_u64().and_then(|x| u32::try_from(x).ok());
     match &v["eos_token_id"] {
-        serde_json::Value::Number(n) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        serde_json::Value::Array(a) => a
-            .iter()
-            .filter_map(|x| x.as_u64())
-            .map(|x| x as u32)
-            .collect(),
-        _ => Vec::new(),
+        serde_json::Value::Array(a) => a.iter().filter_map(id).collect(),
+        other => id(other).into_iter().collect(),
     }
 }
 
-/// Greedy or seeded temperature / top-p sampling over one row of logits.
-struct Sampler {
-    temperature: f32,
-    top_p: f32,
-    state: u64,
+/// Runs every request through an engine on the built model.
+struct GenerateJob {
+    requests: Vec<GenerateRequest>,
+    engine: EngineConfig,
+    codec: TextCodec,
+    json: Option<PathBuf>,
+    single: bool,
 }
 
-impl Sampler {
-    fn new(temperature: f32, top_p: f32, seed: u64) -> Sampler {
-        Sampler {
-            temperature,
-            top_p,
-            state: seed ^ 0x5DEE_CE66_D1CE_4E5B,
-        }
-    }
-
-    /// SplitMix64: a uniform in [0, 1).
-    fn uniform(&mut self) -> f64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn pick(&mut self, logits: &[f32]) -> anyhow::Result<u32> {
-        let finite = || logits.iter().enumerate().filter(|(_, x)| x.is_finite());
-        let (best, &max) = finite()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .context("the model produced no finite logit")?;
-        if self.temperature == 0.0 {
-            return Ok(best as u32);
-        }
-        let t = self.temperature as f64;
-        let mut probs: Vec<(usize, f64)> = finite()
-            .map(|(i, &x)| (i, ((x as f64 - max as f64) / t).exp()))
-            .collect();
-        let total: f64 = probs.iter().map(|p| p.1).sum();
-        probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let mut kept = 0.0;
-        let mut n = 0;
-        for p in &probs {
-            kept += p.1;
-            n += 1;
-            if kept >= self.top_p as f64 * total {
-                break;
-            }
-        }
-        probs.truncate(n);
-        let mut u = self.uniform() * kept;
-        for &(i, p) in &probs {
-            if u < p {
-                return Ok(i as u32);
-            }
-            u -= p;
-        }
-        Ok(probs[probs.len() - 1].0 as u32)
-    }
+/// What one request produced.
+#[derive(Default)]
+struct Outcome {
+    ids: Vec<u32>,
+    reason: Option<FinishReason>,
+    usage: Option<Usage>,
+    error: Option<String>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl ModelJob for GenerateJob {
+    type Output = ();
 
-    #[test]
-    fn greedy_takes_the_largest_finite_logit() {
-        let mut s = Sampler::new(0.0, 1.0, 1);
-        assert_eq!(s.pick(&[0.1, f32::NAN, 3.0, 2.9]).unwrap(), 2);
-        assert!(s.pick(&[f32::NAN, f32::NAN]).is_err());
-    }
-
-    #[test]
-    fn sampling_is_seeded_and_follows_the_distribution() {
-        let logits = [0.0f32, (3.0f32).ln(), f32::NEG_INFINITY];
-        let draw = |seed| {
-            let mut s = Sampler::new(1.0, 1.0, seed);
-            (0..4000)
-                .map(|_| s.pick(&logits).unwrap())
-                .collect::<Vec<_>>()
+    fn run<B: Backend + 'static>(self, model: Qwen35Model<B>, info: &LoadInfo) -> anyhow::Result<()> {
+        let mut engine = self.engine.clone();
+        if engine.memory_budget_bytes.is_none() && info.backend == BackendKind::Cpu {
+            engine.memory_budget_bytes = available_memory_bytes().map(|b| b / 10 * 9);
+        }
+        let plan_text = match &engine.attention {
+            AttentionPlan::Uniform(r) => r.to_string(),
+            AttentionPlan::PerLayer(l) => format!("{l:?}"),
         };
-        let a = draw(7);
-        assert_eq!(a, draw(7));
-        assert_ne!(a, draw(8));
-        let ones = a.iter().filter(|&&i| i == 1).count() as f64 / a.len() as f64;
-        assert!((ones - 0.75).abs() < 0.03, "p(1) = {ones}");
-        assert!(!a.contains(&2));
+        let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
+        let st = handle.stats();
+        eprintln!(
+            "engine: {} on {}; {}; attention {plan_text}; memory budget {}",
+            st.settings,
+            info.backend,
+            st.kv,
+            st.memory_budget_bytes
+                .map_or("unbounded".to_string(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
+        );
+        let started = Instant::now();
+        let mut streams: Vec<Option<RequestStream>> = Vec::new();
+        let mut outcomes: Vec<Outcome> = Vec::new();
+        for r in &self.requests {
+            match handle.submit(r.clone()) {
+                Ok(s) => {
+                    streams.push(Some(s));
+                    outcomes.push(Outcome::default());
+                }
+                Err(e) if self.single => bail!("{e}"),
+                Err(e) => {
+                    streams.push(None);
+                    outcomes.push(Outcome {
+                        error: Some(e.to_string()),
+                        ..Outcome::default()
+                    });
+                }
+            }
+        }
+        if self.single {
+            if let Some(s) = streams[0].as_mut() {
+                stream_one(s, &self.codec, &mut outcomes[0])?;
+            }
+        } else {
+            collect_all(&mut streams, &mut outcomes, &self.codec)?;
+        }
+        let wall = started.elapsed().as_secs_f64();
+        let stats = handle.stats();
+        handle.shutdown();
+        if self.single {
+            report_single(&self.requests[0], &outcomes[0], wall)?;
+        }
+        let summary = summary(&outcomes, wall, &stats, info.backend);
+        eprintln!("{}", serde_json::to_string(&summary)?);
+        if let Some(path) = &self.json {
+            write_json(path, &outcomes, &self.codec, &summary)?;
+        }
+        Ok(())
     }
+}
 
-    #[test]
-    fn top_p_keeps_only_the_nucleus() {
-        // probabilities 0.6, 0.3, 0.1: top_p 0.5 keeps only token 0; 0.8 keeps 0 and 1.
-        let logits = [0.6f32.ln(), 0.3f32.ln(), 0.1f32.ln()];
-        let mut s = Sampler::new(1.0, 0.5, 3);
-        assert!((0..500).all(|_| s.pick(&logits).unwrap() == 0));
-        let mut s = Sampler::new(1.0, 0.8, 3);
-        let picks: Vec<u32> = (0..2000).map(|_| s.pick(&logits).unwrap()).collect();
-        assert!(picks.contains(&1) && !picks.contains(&2));
+/// Streams one request's text to stdout as tokens arrive.
+fn stream_one(s: &mut RequestStream, codec: &TextCodec, o: &mut Outcome) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    let mut text = StreamDecoder::new();
+    while let Some(e) = s.blocking_next() {
+        if let StreamEvent::Token(t) = &e {
+            write!(stdout, "{}", text.push(codec, *t)?)?;
+            stdout.flush()?;
+        }
+        if apply(o, e) {
+            break;
+        }
     }
+    write!(stdout, "{}", text.finish(codec)?)?;
+    writeln!(stdout)?;
+    if let Some(e) = &o.error {
+        bail!("{e}");
+    }
+    Ok(())
+}
+
+/// Applies an event; true when it ended the request.
+fn apply(o: &mut Outcome, e: StreamEvent) -> bool {
+    match e {
+        StreamEvent::Token(t) => {
+            o.ids.push(t);
+            false
+        }
+        StreamEvent::Finished { reason, usage, .. } => {
+            o.reason = Some(reason);
+            o.usage = Some(usage);
+            true
+        }
+        StreamEvent::Error(e) => {
+            o.error = Some(e);
+            true
+        }
+    }
+}
+
+/// Polls every stream until all requests ended; prints each text as it completes.
+fn collect_all(
+    streams: &mut [Option<RequestStream>],
+    outcomes: &mut [Outcome],
+    codec: &TextCodec,
+) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let mut progressed = false;
+        let mut open = 0;
+        for (i, slot) in streams.iter_mut().enumerate() {
+            let Some(s) = slot.as_mut() else { continue };
+            open += 1;
+            while let Some(e) = s.try_next() {
+                progressed = true;
+                if apply(&mut outcomes[i], e) {
+                    let o = &outcomes[i];
+                    let tag = o.reason.map_or("error", |r| r.as_str());
+                    writeln!(stdout, "[{i}] ({tag}) {}", codec.decode(&o.ids)?)?;
+                    *slot = None;
+                    break;
+                }
+            }
+        }
+        if open == 0 {
+            return Ok(());
+        }
+        if !progressed {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn report_single(r: &GenerateRequest, o: &Outcome, wall: f64) -> anyhow::Result<()> {
+    let u = o.usage.context("the request ended without usage")?;
+    let ttft = u.ttft_ms / 1e3;
+    let decode = (wall - ttft).max(1e-9);
+    eprintln!(
+        "prompt {} tokens, prefill {:.3} s ({:.1} tokens/s); generated {} tokens in {:.3} s ({:.1} tokens/s)",
+        r.prompt_ids.len(),
+        ttft,
+        r.prompt_ids.len() as f64 / ttft.max(1e-9),
+        u.completion_tokens,
+        decode,
+        u.completion_tokens.saturating_sub(1) as f64 / decode
+    );
+    Ok(())
+}
+
+fn summary(outcomes: &[Outcome], wall: f64, st: &EngineStats, backend: BackendKind) -> serde_json::Value {
+    let prompt: usize = outcomes.iter().filter_map(|o| o.usage).map(|u| u.prompt_tokens).sum();
+    let generated: usize = outcomes.iter().filter_map(|o| o.usage).map(|u| u.completion_tokens).sum();
+    serde_json::json!({"summary": {
+        "requests": outcomes.len(),
+        "completed": outcomes.iter().filter(|o| o.reason.is_some()).count(),
+        "errors": outcomes.iter().filter(|o| o.error.is_some()).count(),
+        "prompt_tokens": prompt,
+        "completion_tokens": generated,
+        "wall_s": wall,
+        "generated_tokens_per_s": generated as f64 / wall.max(1e-9),
+        "total_tokens_per_s": (prompt + generated) as f64 / wall.max(1e-9),
+        "backend": backend,
+        "scheduler": st.settings,
+        "kv": st.kv,
+        "memory_budget_bytes": st.memory_budget_bytes,
+        "steps": st.steps,
+        "refused": st.refused,
+        "cancelled": st.cancelled,
+    }})
+}
+
+fn write_json(
+    path: &Path,
+    outcomes: &[Outcome],
+    codec: &TextCodec,
+    summary: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let mut out = String::new();
+    for (index, o) in outcomes.iter().enumerate() {
+        let u = o.usage.unwrap_or(Usage {
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            ttft_ms: 0.0,
+        });
+        let line = RequestLine {
+            index,
+            ids: &o.ids,
+            text: codec.decode(&o.ids)?,
+            finish_reason: o.reason.map(|r| r.as_str()),
+            error: o.error.as_deref(),
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            ttft_ms: u.ttft_ms,
+        };
+        out.push_str(&serde_json::to_string(&line)?);
+        out.push('\n');
+    }
+    out.push_str(&serde_json::to_string(summary)?);
+    out.push('\n');
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
 }

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use headroom_core::BackendKind;
 use headroom_model::weights::{expected_storage_bytes, write_safetensors};
 use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows};
-use headroom_model::{ModelConfig, Qwen35Model, Tensor, Weights};
+use headroom_model::{ModelConfig, Qwen35Model, Tensor};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -46,64 +46,10 @@ pub struct ForwardArgs {
     pub weights_seed: u64,
 }
 
-impl ForwardArgs {
-    /// Checks `--chunk`, then loads the model.
-    pub fn load_model(&self) -> anyhow::Result<LoadedModel> {
-        if self.chunk == Some(0) {
-            bail!("--chunk must be at least 1");
-        }
-        load_model(&self.source, self.weights_seed)
-    }
-}
-
-/// A model's config and weights, from `--synthetic` or `--model`.
-pub struct LoadedModel {
-    pub config: ModelConfig,
-    pub weights: Weights,
-    /// The checkpoint folder (`None` for a synthetic model).
-    pub dir: Option<PathBuf>,
-}
-
-/// Loads the config and weights a [`ModelSource`] names.
-fn load_model(source: &ModelSource, seed: u64) -> anyhow::Result<LoadedModel> {
-    match (&source.synthetic, &source.model) {
-        (Some(name), None) => {
-            let config = ModelConfig::synthetic(name)
-                .with_context(|| format!("synthetic model `{name}`"))?;
-            check_memory(&config, &format!("synthetic model `{name}`"))?;
-            let started = Instant::now();
-            let weights = Weights::synthetic(&config, seed);
-            tracing::info!(
-                "synthetic {name}: {:.2} GB of weights in {:.1?}",
-                weights.storage_bytes() as f64 / 1e9,
-                started.elapsed()
-            );
-            Ok(LoadedModel {
-                config,
-                weights,
-                dir: None,
-            })
-        }
-        (None, Some(dir)) => {
-            let config = ModelConfig::from_dir(dir)
-                .with_context(|| format!("model folder {}", dir.display()))?;
-            check_memory(&config, &format!("model {}", dir.display()))?;
-            let weights = Weights::load(dir, &config)
-                .with_context(|| format!("weights of {}", dir.display()))?;
-            Ok(LoadedModel {
-                config,
-                weights,
-                dir: Some(dir.clone()),
-            })
-        }
-        _ => bail!("name a model with --synthetic NAME or --model DIR"),
-    }
-}
-
 /// Refuses, with a clear error, a model whose weights alone exceed this
 /// machine's available memory (instead of being killed for it midway).
 /// Skipped where `/proc/meminfo` is not readable.
-fn check_memory(cfg: &ModelConfig, what: &str) -> anyhow::Result<()> {
+pub(crate) fn check_memory(cfg: &ModelConfig, what: &str) -> anyhow::Result<()> {
     let need = expected_storage_bytes(cfg);
     let Some(available) = available_memory_bytes() else {
         return Ok(());
@@ -124,7 +70,7 @@ fn check_memory(cfg: &ModelConfig, what: &str) -> anyhow::Result<()> {
 }
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes.
-fn available_memory_bytes() -> Option<u64> {
+pub(crate) fn available_memory_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -1,8 +1,10 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_serve;
 pub mod bench_ttft;
 pub mod doctor;
 pub mod generate;
 pub mod kernels;
 pub mod logits;
+pub mod serve;

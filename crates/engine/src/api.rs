@@ -1,0 +1,131 @@
+//! The engine's public request and result types: what a caller submits
+//! ([`GenerateRequest`]), what streams back ([`StreamEvent`]), why a submit
+//! is refused ([`SubmitError`]) and the counters [`EngineStats`] reports.
+
+use crate::kv::KvResolution;
+use crate::settings::SchedulerSettings;
+use headroom_core::ops::SamplingParams;
+use headroom_core::Route;
+use serde::{Deserialize, Serialize};
+
+/// One generation request: prompt token ids, how to sample, when to stop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateRequest {
+    pub prompt_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// Most tokens to generate (the stop token, when one is drawn, counts).
+    pub max_tokens: usize,
+    /// Tokens that end the sequence (the checkpoint's EOS ids are added by the engine).
+    pub stop_token_ids: Vec<u32>,
+}
+
+impl GenerateRequest {
+    /// A greedy request of `max_tokens` tokens without extra stop tokens.
+    pub fn greedy(prompt_ids: Vec<u32>, max_tokens: usize) -> GenerateRequest {
+        GenerateRequest {
+            prompt_ids,
+            sampling: SamplingParams::default(),
+            max_tokens,
+            stop_token_ids: Vec::new(),
+        }
+    }
+}
+
+/// Why a sequence ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// A stop token (or EOS) was drawn; it is not streamed as a token.
+    Stop,
+    /// `max_tokens` were generated.
+    Length,
+    /// The caller cancelled (or dropped the stream).
+    Cancelled,
+}
+
+impl FinishReason {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Token counts and time to first token of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Tokens drawn, including a final stop token.
+    pub completion_tokens: usize,
+    /// Milliseconds from submit to the first drawn token (0 when none was drawn).
+    pub ttft_ms: f64,
+}
+
+/// What one full-attention layer ran for a request, read back from the
+/// attention reports: the route, the query block, and the largest transient
+/// bytes of the calls the request took part in (a packed call's report
+/// covers every sequence in it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttentionRun {
+    pub layer: usize,
+    pub route: Route,
+    pub query_block: Option<usize>,
+    pub transient_bytes: u64,
+}
+
+/// One event of a request's stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum StreamEvent {
+    Token(u32),
+    Finished {
+        reason: FinishReason,
+        usage: Usage,
+        attention: Vec<AttentionRun>,
+    },
+    Error(String),
+}
+
+/// Why [`crate::EngineHandle::submit`] refused a request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the request needs a predicted {predicted_bytes} bytes but the engine's memory budget is {budget_bytes} bytes ({detail})")]
+    NeverFits {
+        predicted_bytes: u64,
+        budget_bytes: u64,
+        detail: String,
+    },
+    #[error("prompt + max_tokens = {tokens} tokens exceed the engine's context limit of {limit}")]
+    TooLong { tokens: usize, limit: usize },
+    #[error("the waiting queue is full ({limit} requests)")]
+    QueueFull { limit: usize },
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+}
+
+/// The engine's counters and configuration, as of its last step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EngineStats {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_blocks_used: usize,
+    pub kv_blocks_free: usize,
+    pub admitted: u64,
+    pub refused: u64,
+    pub finished: u64,
+    pub cancelled: u64,
+    pub prompt_tokens: u64,
+    pub generated_tokens: u64,
+    pub settings: SchedulerSettings,
+    /// GDN state slots free (one per running sequence is taken).
+    pub gdn_slots_free: usize,
+    /// The KV backend requested, resolved, and why they differ.
+    pub kv: KvResolution,
+    /// Configured memory budget of the engine's state and transients (`None`: unbounded).
+    pub memory_budget_bytes: Option<u64>,
+    /// Predicted bytes of the running requests (KV + GDN + the largest transient).
+    pub memory_committed_bytes: u64,
+    /// Model steps run.
+    pub steps: u64,
+}

@@ -1,0 +1,133 @@
+//! The engine's configuration ([`EngineConfig`]) and the checks a request
+//! passes before it is queued ([`Limits::check`]): context length, queue
+//! length, whether it could ever fit the memory budget, and its ids and
+//! sampling parameters.
+
+use crate::api::{GenerateRequest, SubmitError};
+use crate::kv::KvBackendKind;
+use crate::memory::{MemoryModel, Prediction};
+use crate::settings::SchedulerSettings;
+use headroom_core::RouteRequest;
+use headroom_model::AttentionPlan;
+
+/// How to build and run an engine.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EngineConfig {
+    pub scheduler: SchedulerSettings,
+    /// The attention route of every full-attention layer (the policy's resolution).
+    pub attention: AttentionPlan,
+    pub kv_backend: KvBackendKind,
+    /// Bytes the engine's state and attention transients may use (`None`: unbounded).
+    pub memory_budget_bytes: Option<u64>,
+    /// Most sequences running at once (state slots).
+    pub max_running: usize,
+    /// Most tokens (prompt + generated) of one sequence.
+    pub max_context: usize,
+    /// Most requests waiting for admission.
+    pub max_waiting: usize,
+    /// End-of-sequence ids added to every request's stop tokens.
+    pub eos_token_ids: Vec<u32>,
+    /// Keep each drawn row's logits in [`crate::StepReport`] (tests, parity).
+    pub capture_logits: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            scheduler: SchedulerSettings::default(),
+            attention: AttentionPlan::Uniform(RouteRequest::Composed { query_block: 128 }),
+            kv_backend: KvBackendKind::Contiguous,
+            memory_budget_bytes: None,
+            max_running: 8,
+            max_context: 4096,
+            max_waiting: 1024,
+            eos_token_ids: Vec::new(),
+            capture_logits: false,
+        }
+    }
+}
+
+/// Most slots / context / queue an engine accepts (bounds before allocating).
+pub const MAX_RUNNING: usize = 4096;
+pub const MAX_CONTEXT: usize = 1 << 24;
+
+/// What a submitted request is checked against (shared by the handle and the loop).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub memory: MemoryModel,
+    pub settings: SchedulerSettings,
+    pub budget: Option<u64>,
+    pub max_context: usize,
+    pub max_waiting: usize,
+    pub vocab: usize,
+    /// End-of-sequence ids added to every request's stop tokens.
+    pub eos: Vec<u32>,
+}
+
+/// A request that passed [`Limits::check`], or why it cannot run at all.
+pub enum Checked {
+    Ok(Prediction),
+    /// Well-formed for the engine but not runnable (bad ids or sampling):
+    /// answered on its stream with an error event.
+    Invalid(String),
+}
+
+impl Limits {
+    /// The request's predicted bytes, or why it is refused.
+    pub fn check(&self, r: &GenerateRequest, waiting: usize) -> Result<Checked, SubmitError> {
+        let tokens = r.prompt_ids.len().saturating_add(r.max_tokens);
+        if tokens > self.max_context {
+            return Err(SubmitError::TooLong {
+                tokens,
+                limit: self.max_context,
+            });
+        }
+        if waiting >= self.max_waiting {
+            return Err(SubmitError::QueueFull {
+                limit: self.max_waiting,
+            });
+        }
+        if let Some(why) = self.invalid(r) {
+            return Ok(Checked::Invalid(why));
+        }
+        let p = self.predict(r);
+        if let Some(budget) = self.budget {
+            if p.total() > budget {
+                return Err(SubmitError::NeverFits {
+                    predicted_bytes: p.total(),
+                    budget_bytes: budget,
+                    detail: p.detail(),
+                });
+            }
+        }
+        Ok(Checked::Ok(p))
+    }
+
+    pub fn predict(&self, r: &GenerateRequest) -> Prediction {
+        self.memory.predict(
+            r.prompt_ids.len(),
+            r.max_tokens,
+            self.settings.max_chunk(true),
+        )
+    }
+
+    fn invalid(&self, r: &GenerateRequest) -> Option<String> {
+        if r.prompt_ids.is_empty() {
+            return Some("the prompt has no tokens".into());
+        }
+        if let Some(pos) = r.prompt_ids.iter().position(|&id| id as usize >= self.vocab) {
+            return Some(format!(
+                "token id {} at position {pos} is out of range (vocab_size {})",
+                r.prompt_ids[pos], self.vocab
+            ));
+        }
+        let s = &r.sampling;
+        if !(s.temperature.is_finite() && s.temperature >= 0.0) {
+            return Some(format!("temperature must be >= 0 (got {})", s.temperature));
+        }
+        if !(s.top_p > 0.0 && s.top_p <= 1.0) {
+            return Some(format!("top_p must be in (0, 1] (got {})", s.top_p));
+        }
+        None
+    }
+}

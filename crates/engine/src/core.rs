@@ -1,0 +1,546 @@
+//! [`EngineCore`]: the engine's state machine on one thread — waiting and
+//! running sequences, the slot pool, KV blocks and committed memory — and
+//! [`EngineCore::step`], which admits, plans one packed batch under the
+//! token budget, runs it through `Qwen35Model::step`, draws tokens and
+//! streams them. The loop thread ([`crate::handle`]) drives it; tests and
+//! benchmarks may drive it by hand.
+
+use crate::api::{EngineStats, FinishReason, GenerateRequest, StreamEvent, SubmitError};
+use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
+use crate::kv::{blocks_for, resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
+use crate::memory::{AttentionLayer, MemoryModel};
+use crate::scheduler::StepBudget;
+use crate::sequence::Sequence;
+use crate::slots::SlotPool;
+use crate::stream::{stream_pair, RequestStream, Waker};
+use crate::EngineError;
+use headroom_core::ops::{Backend, Batch};
+use headroom_core::{AttentionKind, BackendKind, RouteRequest};
+use headroom_model::{LogitsRows, ModelState, Qwen35Model};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// Checks request `r` against `limits` and makes its stream; the sequence
+/// to queue is `None` when the request was answered on its stream already
+/// (invalid ids or sampling parameters).
+pub(crate) fn prepare(
+    limits: &Limits,
+    id: u64,
+    r: GenerateRequest,
+    waiting: usize,
+    wake: Option<Waker>,
+) -> Result<(RequestStream, Option<Sequence>), SubmitError> {
+    let checked = limits.check(&r, waiting)?;
+    let (stream, sink) = stream_pair(id, wake);
+    match checked {
+        Checked::Invalid(why) => {
+            sink.send(StreamEvent::Error(why));
+            Ok((stream, None))
+        }
+        Checked::Ok(p) => Ok((stream, Some(Sequence::new(id, r, &limits.eos, p, sink)))),
+    }
+}
+
+/// One drawn token of a step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledRow {
+    pub id: u64,
+    pub token: u32,
+    /// The row's logits (only with [`EngineConfig::capture_logits`]).
+    pub logits: Option<Vec<f32>>,
+}
+
+/// What one step did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StepReport {
+    /// `(request id, rows)` of each sequence in the batch, in batch order.
+    pub sequences: Vec<(u64, usize)>,
+    pub prefill_rows: usize,
+    pub decode_rows: usize,
+    pub sampled: Vec<SampledRow>,
+    /// Seconds in `model.step` and sampling (device work).
+    pub forward_s: f64,
+    /// Seconds of the whole step (admission, planning, bookkeeping included).
+    pub total_s: f64,
+    /// Largest attention transient of the step's calls.
+    pub transient_bytes: u64,
+}
+
+impl StepReport {
+    pub fn rows(&self) -> usize {
+        self.prefill_rows + self.decode_rows
+    }
+}
+
+/// The engine's state and step function over a model on backend `B`.
+pub struct EngineCore<B: Backend> {
+    model: Qwen35Model<B>,
+    state: ModelState<B>,
+    routes: Vec<Option<RouteRequest>>,
+    cfg: EngineConfig,
+    limits: Limits,
+    kv: KvResolution,
+    blocks: BlockAllocator,
+    slots: SlotPool,
+    waiting: VecDeque<Sequence>,
+    running: Vec<Sequence>,
+    next_id: u64,
+    stats: EngineStats,
+}
+
+impl<B: Backend> EngineCore<B> {
+    /// Checks the configuration, resolves the routes and the KV backend,
+    /// and allocates the state pools.
+    pub fn new(model: Qwen35Model<B>, cfg: EngineConfig) -> Result<Self, EngineError> {
+        cfg.scheduler.validate().map_err(EngineError::Config)?;
+        if cfg.max_running == 0 || cfg.max_running > MAX_RUNNING {
+            return Err(EngineError::Config(format!(
+                "max_running {} must be in 1..={MAX_RUNNING}",
+                cfg.max_running
+            )));
+        }
+        if cfg.max_context == 0 || cfg.max_context > MAX_CONTEXT {
+            return Err(EngineError::Config(format!(
+                "max_context {} must be in 1..={MAX_CONTEXT}",
+                cfg.max_context
+            )));
+        }
+        let routes = model.routes(&cfg.attention)?;
+        let memory = memory_model(&model, &routes);
+        let kv = resolve_kv(cfg.kv_backend, backend_name(model.backend().kind()), false);
+        let mut total_blocks = cfg.max_running * blocks_for(cfg.max_context);
+        if let (Some(budget), true) = (cfg.memory_budget_bytes, memory.kv_bytes_per_token > 0) {
+            let per_block = memory.kv_bytes_per_token * crate::kv::KV_BLOCK_ROWS as u64;
+            total_blocks = total_blocks.min((budget / per_block) as usize);
+        }
+        let state = model.new_state(cfg.max_running, cfg.max_context)?;
+        let limits = Limits {
+            memory,
+            settings: cfg.scheduler,
+            budget: cfg.memory_budget_bytes,
+            max_context: cfg.max_context,
+            max_waiting: cfg.max_waiting,
+            vocab: model.vocab_size(),
+            eos: cfg.eos_token_ids.clone(),
+        };
+        let stats = EngineStats {
+            running: 0,
+            waiting: 0,
+            kv_blocks_used: 0,
+            kv_blocks_free: total_blocks,
+            admitted: 0,
+            refused: 0,
+            finished: 0,
+            cancelled: 0,
+            prompt_tokens: 0,
+            generated_tokens: 0,
+            settings: cfg.scheduler,
+            gdn_slots_free: cfg.max_running,
+            kv: kv.clone(),
+            memory_budget_bytes: cfg.memory_budget_bytes,
+            memory_committed_bytes: 0,
+            steps: 0,
+        };
+        Ok(EngineCore {
+            model,
+            state,
+            routes,
+            slots: SlotPool::new(cfg.max_running),
+            blocks: BlockAllocator::new(total_blocks),
+            cfg,
+            limits,
+            kv,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_id: 1,
+            stats,
+        })
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn kv(&self) -> &KvResolution {
+        &self.kv
+    }
+
+    pub fn model(&self) -> &Qwen35Model<B> {
+        &self.model
+    }
+
+    /// True when no request is waiting or running.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Checks and queues a request (the hand-driven form of `EngineHandle::submit`).
+    pub fn submit(&mut self, r: GenerateRequest) -> Result<RequestStream, SubmitError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.submit_with_id(id, r, None)
+    }
+
+    pub(crate) fn submit_with_id(
+        &mut self,
+        id: u64,
+        r: GenerateRequest,
+        wake: Option<Waker>,
+    ) -> Result<RequestStream, SubmitError> {
+        match prepare(&self.limits, id, r, self.waiting.len(), wake) {
+            Ok((stream, seq)) => {
+                if let Some(seq) = seq {
+                    self.enqueue(seq);
+                }
+                Ok(stream)
+            }
+            Err(e) => {
+                self.stats.refused += 1;
+                Err(e)
+            }
+        }
+    }
+
+    /// Queues a checked sequence (one with nothing to generate ends at once).
+    pub(crate) fn enqueue(&mut self, seq: Sequence) {
+        if seq.max_tokens == 0 {
+            seq.finish(FinishReason::Length);
+            self.stats.finished += 1;
+        } else {
+            self.waiting.push_back(seq);
+        }
+        self.refresh_stats();
+    }
+
+    /// Counters and configuration now.
+    pub fn stats(&self) -> EngineStats {
+        self.stats.clone()
+    }
+
+    /// Ends every request with `event` (shutdown).
+    pub fn abort_all(&mut self, why: &str) {
+        for s in self.waiting.drain(..).chain(self.running.drain(..)) {
+            s.sink.send(StreamEvent::Error(why.to_string()));
+            self.blocks.release(s.id);
+            if s.slot != usize::MAX {
+                self.slots.give(s.slot);
+            }
+        }
+        self.refresh_stats();
+    }
+
+    /// Predicted bytes of the running sequences: KV + GDN of each plus the
+    /// largest transient (attention calls run one sequence at a time).
+    fn committed(&self, extra: Option<&crate::memory::Prediction>) -> u64 {
+        let all = self.running.iter().map(|s| &s.prediction).chain(extra);
+        let (mut fixed, mut transient) = (0u64, 0u64);
+        for p in all {
+            fixed = fixed.saturating_add(p.kv_bytes + p.gdn_bytes);
+            transient = transient.max(p.transient_bytes);
+        }
+        fixed.saturating_add(transient)
+    }
+
+    fn committed_blocks(&self, extra: usize) -> usize {
+        self.running
+            .iter()
+            .map(|s| blocks_for(s.prompt.len() + s.max_tokens))
+            .sum::<usize>()
+            + extra
+    }
+
+    /// Moves the first waiting request into the running set when a slot,
+    /// its KV blocks and its memory are free; resets its slot.
+    fn try_admit(&mut self) -> Result<bool, EngineError> {
+        let Some(next) = self.waiting.front() else {
+            return Ok(false);
+        };
+        let rows = next.prompt.len() + next.max_tokens;
+        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total()
+        {
+            return Ok(false);
+        }
+        if let Some(budget) = self.cfg.memory_budget_bytes {
+            if self.committed(Some(&next.prediction)) > budget {
+                return Ok(false);
+            }
+        }
+        let mut seq = self.waiting.pop_front().expect("checked above");
+        let slot = self.slots.take().expect("checked above");
+        self.state.reset_slot(self.model.backend(), slot)?;
+        if self.kv.resolved == KvBackendKind::Contiguous {
+            self.blocks
+                .ensure(seq.id, rows)
+                .map_err(|e| EngineError::Internal(e.to_string()))?;
+        }
+        seq.slot = slot;
+        self.stats.admitted += 1;
+        self.stats.prompt_tokens += seq.prompt.len() as u64;
+        self.running.push(seq);
+        Ok(true)
+    }
+
+    /// Removes running sequence `i`, freeing its slot and blocks.
+    fn retire(&mut self, i: usize, reason: FinishReason) {
+        let s = self.running.remove(i);
+        s.finish(reason);
+        self.blocks.release(s.id);
+        self.slots.give(s.slot);
+        match reason {
+            FinishReason::Cancelled => self.stats.cancelled += 1,
+            _ => self.stats.finished += 1,
+        }
+    }
+
+    /// Ends every cancelled request, waiting or running.
+    fn reap_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.waiting[i].sink.cancelled() {
+                let s = self.waiting.remove(i).expect("in range");
+                s.finish(FinishReason::Cancelled);
+                self.stats.cancelled += 1;
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
+        while i < self.running.len() {
+            if self.running[i].sink.cancelled() {
+                self.retire(i, FinishReason::Cancelled);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn refresh_stats(&mut self) {
+        let committed = self.committed(None);
+        let st = &mut self.stats;
+        st.running = self.running.len();
+        st.waiting = self.waiting.len();
+        st.kv_blocks_used = self.blocks.used();
+        st.kv_blocks_free = self.blocks.free();
+        st.gdn_slots_free = self.slots.free();
+        st.memory_committed_bytes = committed;
+    }
+
+    /// One engine step: reap cancellations, plan (decode rows first, then
+    /// prefill chunks, admitting waiting requests while rows are left), run
+    /// the packed batch, draw and stream tokens. `Ok(None)` when idle.
+    pub fn step(&mut self) -> Result<Option<StepReport>, EngineError> {
+        let started = Instant::now();
+        self.reap_cancelled();
+        let solo = self.running.len() + self.waiting.len() == 1;
+        let mut budget = StepBudget::new(&self.cfg.scheduler, solo);
+        // (index in running, rows)
+        let mut plan: Vec<(usize, usize)> = Vec::new();
+        for (i, s) in self.running.iter().enumerate() {
+            if s.remaining_prompt() == 0 && budget.decode() {
+                plan.push((i, 1));
+            }
+        }
+        for (i, s) in self.running.iter().enumerate() {
+            let rem = s.remaining_prompt();
+            if rem > 0 {
+                let n = budget.prefill(rem);
+                if n > 0 {
+                    plan.push((i, n));
+                }
+            }
+        }
+        while budget.left() > 0 && self.try_admit()? {
+            let i = self.running.len() - 1;
+            let n = budget.prefill(self.running[i].remaining_prompt());
+            if n > 0 {
+                plan.push((i, n));
+            }
+        }
+        if plan.is_empty() {
+            self.refresh_stats();
+            return Ok(None);
+        }
+        let report = self.run_plan(&plan, started);
+        self.refresh_stats();
+        report.map(Some)
+    }
+
+    fn run_plan(
+        &mut self,
+        plan: &[(usize, usize)],
+        started: Instant,
+    ) -> Result<StepReport, EngineError> {
+        let mut ids = Vec::new();
+        let mut seqs = Vec::with_capacity(plan.len());
+        let mut report = StepReport::default();
+        for &(i, n) in plan {
+            let s = &self.running[i];
+            if self.kv.resolved == KvBackendKind::Paged {
+                self.blocks
+                    .ensure(s.id, s.processed + n)
+                    .map_err(|e| EngineError::Internal(e.to_string()))?;
+            }
+            ids.extend_from_slice(s.next_inputs(n));
+            seqs.push((s.slot, s.processed, n));
+            report.sequences.push((s.id, n));
+            if s.remaining_prompt() == 0 {
+                report.decode_rows += n;
+            } else {
+                report.prefill_rows += n;
+            }
+        }
+        let batch = Batch::packed(&seqs);
+        // Rows (in batch order) whose sequence draws a token after this step.
+        let draws: Vec<usize> = plan
+            .iter()
+            .enumerate()
+            .filter(|(_, &(i, n))| self.running[i].processed + n >= self.running[i].prompt.len())
+            .map(|(k, _)| k)
+            .collect();
+        let forward_started = Instant::now();
+        let drawn = self.forward(&ids, &batch, plan, &draws, &mut report);
+        report.forward_s = forward_started.elapsed().as_secs_f64();
+        let drawn = match drawn {
+            Ok(d) => d,
+            Err(e) => {
+                // Fail every sequence of the batch; the others are untouched.
+                let msg = e.to_string();
+                let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
+                idx.sort_unstable_by(|a, b| b.cmp(a));
+                for i in idx {
+                    let s = self.running.remove(i);
+                    s.sink.send(StreamEvent::Error(msg.clone()));
+                    self.blocks.release(s.id);
+                    self.slots.give(s.slot);
+                }
+                tracing::warn!("engine step failed: {msg}");
+                report.total_s = started.elapsed().as_secs_f64();
+                return Ok(report);
+            }
+        };
+        for &(i, n) in plan {
+            self.running[i].processed += n;
+        }
+        let mut finished: Vec<(usize, FinishReason)> = Vec::new();
+        for (k, (token, logits)) in draws.iter().zip(drawn) {
+            let i = plan[*k].0;
+            let s = &mut self.running[i];
+            self.stats.generated_tokens += 1;
+            report.sampled.push(SampledRow {
+                id: s.id,
+                token,
+                logits,
+            });
+            if let Some(reason) = s.push_token(token) {
+                finished.push((i, reason));
+            }
+        }
+        finished.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        for (i, reason) in finished {
+            self.retire(i, reason);
+        }
+        self.stats.steps += 1;
+        report.total_s = started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Runs the batch and draws a token for each row in `draws` (with its
+    /// logits when captured); notes the attention reports per sequence.
+    fn forward(
+        &mut self,
+        ids: &[u32],
+        batch: &Batch,
+        plan: &[(usize, usize)],
+        draws: &[usize],
+        report: &mut StepReport,
+    ) -> Result<Vec<(u32, Option<Vec<f32>>)>, EngineError> {
+        let out = self.model.step(
+            &mut self.state,
+            ids,
+            batch,
+            &self.routes,
+            LogitsRows::Last,
+        )?;
+        let nseq = plan.len();
+        for (r, rep) in out.attention.iter().enumerate() {
+            report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);
+            let i = plan[r % nseq].0;
+            self.running[i].note_attention(rep);
+        }
+        if draws.is_empty() {
+            return Ok(Vec::new());
+        }
+        let be = self.model.backend();
+        let rows = if draws.len() == nseq {
+            out.logits
+        } else {
+            be.gather_rows(&out.logits, draws)?
+        };
+        let params: Vec<_> = draws
+            .iter()
+            .map(|&k| self.running[plan[k].0].sampling)
+            .collect();
+        let steps: Vec<u64> = draws
+            .iter()
+            .map(|&k| self.running[plan[k].0].generated.len() as u64)
+            .collect();
+        let tokens = be.sample(&rows, &params, &steps)?;
+        let logits: Vec<Option<Vec<f32>>> = if self.cfg.capture_logits {
+            let all = be.act_to_f32(&rows)?;
+            let vocab = self.model.vocab_size();
+            all.chunks(vocab.max(1)).map(|c| Some(c.to_vec())).collect()
+        } else {
+            vec![None; tokens.len()]
+        };
+        Ok(tokens.into_iter().zip(logits).collect())
+    }
+}
+
+fn backend_name(kind: BackendKind) -> &'static str {
+    match kind {
+        BackendKind::Cpu => "cpu",
+        BackendKind::Cuda => "cuda",
+    }
+}
+
+/// The memory model of `model` running `routes` (threads: the current rayon pool).
+pub fn memory_model<B: Backend>(
+    model: &Qwen35Model<B>,
+    routes: &[Option<RouteRequest>],
+) -> MemoryModel {
+    let be = model.backend();
+    let act = be.act_dtype().size_bytes() as u64;
+    let cfg = model.config();
+    let attention: Vec<AttentionLayer> = model
+        .attention_kinds()
+        .into_iter()
+        .filter_map(|(layer, kind)| {
+            routes
+                .get(layer)
+                .copied()
+                .flatten()
+                .map(|route| AttentionLayer { layer, kind, route })
+        })
+        .collect();
+    let kv_bytes_per_token = attention
+        .iter()
+        .map(|a| 2 * (a.kind.kv_heads * a.kind.head_dim) as u64 * act)
+        .sum();
+    let lin = &cfg.linear;
+    let linear_layers = cfg
+        .layer_types
+        .iter()
+        .filter(|k| **k == AttentionKind::Linear)
+        .count() as u64;
+    let conv_dim = (2 * lin.num_key_heads * lin.key_head_dim
+        + lin.num_value_heads * lin.value_head_dim) as u64;
+    let conv = (lin.conv_kernel_dim.saturating_sub(1)) as u64 * conv_dim * act;
+    let recurrent = (lin.num_value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
+    MemoryModel {
+        backend: be.kind(),
+        kv_bytes_per_token,
+        gdn_bytes_per_slot: linear_layers * (conv + recurrent),
+        attention,
+        threads: rayon::current_num_threads(),
+    }
+}

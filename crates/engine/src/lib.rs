@@ -1,0 +1,54 @@
+//! Headroom's engine: continuous batching over any backend of the op set.
+//!
+//! * [`settings`] — the scheduler's prefill chunk, step token budget and solo
+//!   stripe (defaults 512 / 2048 / 2048; `HEADROOM_*` env, fail-closed);
+//! * [`scheduler`] — the token budget of one step: decode rows first, then
+//!   prefill chunks, several sequences packed into one `Qwen35Model::step`;
+//! * [`kv`] — the KV factory (contiguous | paged, resolved with its reason)
+//!   and the block allocator (blocks of 64 rows, block tables);
+//! * [`slots`] — the state slot pool (KV rows + GDN state, one per running sequence);
+//! * [`memory`] — each request's predicted bytes for admission;
+//! * [`core`] — [`EngineCore`], the step function; [`handle`] — the loop
+//!   thread and the cloneable [`EngineHandle`];
+//! * [`api`] / [`stream`] — requests, stream events, errors, stats.
+//!
+//! Numerics: a sequence's logits do not depend on what it is batched with or
+//! how its prompt is chunked (each op treats sequences independently and the
+//! GDN state and KV rows are carried exactly across chunks); the tests hold
+//! the CPU backend to ≤ 1e-5 relative.
+
+pub mod api;
+pub mod config;
+pub mod core;
+pub mod handle;
+pub mod kv;
+pub mod memory;
+pub mod scheduler;
+mod sequence;
+pub mod settings;
+pub mod slots;
+pub mod stream;
+
+pub use api::{
+    AttentionRun, EngineStats, FinishReason, GenerateRequest, StreamEvent, SubmitError, Usage,
+};
+pub use config::{EngineConfig, Limits};
+pub use core::{EngineCore, SampledRow, StepReport};
+pub use handle::{spawn, EngineHandle};
+pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
+pub use memory::{MemoryModel, Prediction};
+pub use settings::SchedulerSettings;
+pub use stream::RequestStream;
+
+/// Why an engine could not be built or stepped.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("engine configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Model(#[from] headroom_model::ModelError),
+    #[error(transparent)]
+    Op(#[from] headroom_core::OpError),
+    #[error("engine internal error: {0}")]
+    Internal(String),
+}
