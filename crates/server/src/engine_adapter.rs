@@ -1,8 +1,12 @@
 //! The engine behind the server: [`Generator`] for `headroom_engine::EngineHandle`.
 
-use crate::generator::{GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream};
+use crate::generator::{
+    GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream,
+};
 use futures_util::future::BoxFuture;
-use headroom_engine::{EngineHandle, FinishReason, GenerateRequest, RequestStream, StreamEvent, SubmitError};
+use headroom_engine::{
+    EngineHandle, FinishReason, GenerateRequest, RequestStream, StreamEvent, SubmitError,
+};
 
 struct EngineStream(RequestStream);
 
@@ -30,7 +34,11 @@ fn event(e: StreamEvent) -> GenEvent {
 
 fn refusal(e: SubmitError) -> GenRefusal {
     match e {
-        SubmitError::NeverFits { predicted_bytes, budget_bytes, detail } => GenRefusal::NeverFits {
+        SubmitError::NeverFits {
+            predicted_bytes,
+            budget_bytes,
+            detail,
+        } => GenRefusal::NeverFits {
             predicted_bytes,
             budget_bytes,
             detail,

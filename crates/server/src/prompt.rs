@@ -34,13 +34,15 @@ pub fn chat_prompt(state: &AppState, r: &ChatRequest) -> Result<Vec<u32>, ApiErr
                 for p in parts {
                     match (p.kind.as_str(), &p.text) {
                         ("text", Some(t)) => text.push_str(t),
-                        _ => return Err(ApiError::bad_param(
-                            "messages",
-                            format!(
+                        _ => {
+                            return Err(ApiError::bad_param(
+                                "messages",
+                                format!(
                                 "messages[{i}]: only text content parts are supported (got `{}`)",
                                 p.kind
                             ),
-                        )),
+                            ))
+                        }
                     }
                 }
                 text

@@ -41,7 +41,9 @@ pub struct Args {
 
 /// `http://HOST:PORT[/...]` → a socket address.
 fn parse_url(url: &str) -> anyhow::Result<SocketAddr> {
-    let rest = url.strip_prefix("http://").context("--url must start with http://")?;
+    let rest = url
+        .strip_prefix("http://")
+        .context("--url must start with http://")?;
     let hostport = rest.split('/').next().unwrap_or(rest);
     let addr = hostport
         .to_socket_addrs()

@@ -90,7 +90,12 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             if cfg.vocab_size < 256 {
                 bail!("the byte-level fallback tokenizer needs vocab_size >= 256");
             }
-            (TextCodec::Bytes, ChatTemplate::plain(), Vec::new(), Vec::new())
+            (
+                TextCodec::Bytes,
+                ChatTemplate::plain(),
+                Vec::new(),
+                Vec::new(),
+            )
         }
     };
     eos.extend(&cfg.eos_token_ids);
@@ -119,7 +124,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         eos_token_ids: eos,
         capture_logits: false,
     };
-    let name = a.served_model_name.clone().unwrap_or_else(|| default_name(&a.source));
+    let name = a
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| default_name(&a.source));
     let mut server = ServerConfig::new(&name, cfg.vocab_size);
     server.default_max_tokens = a.default_max_tokens;
     server.body_limit_bytes = a.max_body_bytes;
@@ -133,7 +141,14 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         port: a.port,
         grace: Duration::from_secs_f64(a.shutdown_grace_s),
     };
-    run_on_backend(a.backend, &a.source, &cfg, a.weights_seed, a.weights_init, job)
+    run_on_backend(
+        a.backend,
+        &a.source,
+        &cfg,
+        a.weights_seed,
+        a.weights_init,
+        job,
+    )
 }
 
 /// A checkpoint's tokenizer, chat template, generation EOS ids and the
@@ -144,11 +159,19 @@ fn text_side(dir: &Path) -> anyhow::Result<(TextCodec, ChatTemplate, Vec<u32>, V
     let template = match ChatTemplate::from_dir(dir)? {
         Some(t) => t,
         None => {
-            tracing::warn!("{} has no chat template; using the plain one", dir.display());
+            tracing::warn!(
+                "{} has no chat template; using the plain one",
+                dir.display()
+            );
             ChatTemplate::plain()
         }
     };
-    Ok((TextCodec::Hf(Box::new(tok)), template, generation_eos(dir), stop_ids))
+    Ok((
+        TextCodec::Hf(Box::new(tok)),
+        template,
+        generation_eos(dir),
+        stop_ids,
+    ))
 }
 
 /// End-of-sequence ids from `generation_config.json`, when the folder has one.
@@ -162,7 +185,11 @@ fn generation_eos(dir: &Path) -> Vec<u32> {
     };
     match &v["eos_token_id"] {
         serde_json::Value::Number(n) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
-        serde_json::Value::Array(a) => a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect(),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -191,7 +218,11 @@ struct ServeJob {
 impl ModelJob for ServeJob {
     type Output = ();
 
-    fn run<B: Backend + 'static>(self, model: Qwen35Model<B>, info: &LoadInfo) -> anyhow::Result<()> {
+    fn run<B: Backend + 'static>(
+        self,
+        model: Qwen35Model<B>,
+        info: &LoadInfo,
+    ) -> anyhow::Result<()> {
         let handle = headroom_engine::spawn(model, self.engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
@@ -202,12 +233,23 @@ impl ModelJob for ServeJob {
             handle.max_context()
         );
         let name = self.server.served_model_name.clone();
-        let state = Arc::new(AppState::new(Arc::new(handle), self.codec, self.template, self.server));
-        headroom_server::run::serve_until_signal(&self.host, self.port, state, self.grace, |addr| {
-            println!("listening on http://{addr} (model `{name}`)");
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-        })
+        let state = Arc::new(AppState::new(
+            Arc::new(handle),
+            self.codec,
+            self.template,
+            self.server,
+        ));
+        headroom_server::run::serve_until_signal(
+            &self.host,
+            self.port,
+            state,
+            self.grace,
+            |addr| {
+                println!("listening on http://{addr} (model `{name}`)");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            },
+        )
         .context("serving")?;
         eprintln!("server stopped");
         Ok(())
