@@ -20,36 +20,19 @@ fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 fn alone_ids(prompt: &str, max_tokens: &str, tmp: &TempDir, tag: &str) -> Vec<u64> {
     let out = tmp.0.join(format!("{tag}.jsonl"));
     headroom(&[
-        "generate",
-        "--synthetic",
-        "tiny-d64",
-        "--prompt",
-        prompt,
-        "--max-tokens",
-        max_tokens,
-        "--json",
-        out.to_str().unwrap(),
+        "generate", "--synthetic", "tiny-d64", "--prompt", prompt, "--max-tokens", max_tokens,
+        "--json", out.to_str().unwrap(),
     ]);
     let lines = json_lines(&out);
     assert_eq!(lines.len(), 2, "one request line and the summary");
-    lines[0]["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap())
-        .collect()
+    lines[0]["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect()
 }
 
 #[test]
 fn prompts_file_runs_concurrently_and_matches_each_alone() {
     let tmp = TempDir::new("gen-prompts");
     let prompts = tmp.0.join("p.jsonl");
-    let texts = [
-        "Hello, Headroom",
-        "a",
-        "The quick brown fox jumps over the lazy dog",
-        "xyz",
-    ];
+    let texts = ["Hello, Headroom", "a", "The quick brown fox jumps over the lazy dog", "xyz"];
     let mut body = String::new();
     for (i, t) in texts.iter().enumerate() {
         body.push_str(&serde_json::json!({"prompt": t, "max_tokens": 4 + i}).to_string());
@@ -59,17 +42,8 @@ fn prompts_file_runs_concurrently_and_matches_each_alone() {
     std::fs::write(&prompts, body).unwrap();
     let out = tmp.0.join("out.jsonl");
     headroom(&[
-        "generate",
-        "--synthetic",
-        "tiny-d64",
-        "--prompts",
-        prompts.to_str().unwrap(),
-        "--json",
-        out.to_str().unwrap(),
-        "--prefill-chunk",
-        "8",
-        "--step-tokens",
-        "16",
+        "generate", "--synthetic", "tiny-d64", "--prompts", prompts.to_str().unwrap(),
+        "--json", out.to_str().unwrap(), "--prefill-chunk", "8", "--step-tokens", "16",
     ]);
     let lines = json_lines(&out);
     assert_eq!(lines.len(), 6);
@@ -81,17 +55,8 @@ fn prompts_file_runs_concurrently_and_matches_each_alone() {
         assert_eq!(l["completion_tokens"], 4 + i);
         assert!(l["ttft_ms"].as_f64().unwrap() > 0.0);
         assert!(l["text"].is_string());
-        let ids: Vec<u64> = l["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap())
-            .collect();
-        assert_eq!(
-            ids,
-            alone_ids(t, &(4 + i).to_string(), &tmp, &format!("a{i}")),
-            "request {i}"
-        );
+        let ids: Vec<u64> = l["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        assert_eq!(ids, alone_ids(t, &(4 + i).to_string(), &tmp, &format!("a{i}")), "request {i}");
     }
     assert_eq!(lines[4]["prompt_tokens"], 3);
     let s = &lines[5]["summary"];
@@ -117,22 +82,12 @@ fn a_budget_refuses_the_request_that_never_fits_and_runs_the_rest() {
     std::fs::write(&prompts, body).unwrap();
     let out = tmp.0.join("out.jsonl");
     headroom(&[
-        "generate",
-        "--synthetic",
-        "tiny-d64",
-        "--prompts",
-        prompts.to_str().unwrap(),
-        "--json",
-        out.to_str().unwrap(),
-        "--memory-budget-mib",
-        "1",
+        "generate", "--synthetic", "tiny-d64", "--prompts", prompts.to_str().unwrap(),
+        "--json", out.to_str().unwrap(), "--memory-budget-mib", "1",
     ]);
     let lines = json_lines(&out);
     let err = lines[0]["error"].as_str().unwrap();
-    assert!(
-        err.contains("predicted") && err.contains("1048576 bytes"),
-        "{err}"
-    );
+    assert!(err.contains("predicted") && err.contains("1048576 bytes"), "{err}");
     assert_eq!(lines[1]["finish_reason"], "length");
     assert_eq!(lines[2]["summary"]["refused"], 1);
 }
@@ -140,29 +95,15 @@ fn a_budget_refuses_the_request_that_never_fits_and_runs_the_rest() {
 #[test]
 fn malformed_env_settings_warn_and_bad_prompt_lines_fail() {
     let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args([
-            "generate",
-            "--synthetic",
-            "tiny-d64",
-            "--prompt",
-            "hi",
-            "--max-tokens",
-            "2",
-        ])
+        .args(["generate", "--synthetic", "tiny-d64", "--prompt", "hi", "--max-tokens", "2"])
         .env("HEADROOM_STEP_TOKENS", "lots")
         .env("HEADROOM_PREFILL_CHUNK", "64")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("HEADROOM_STEP_TOKENS") && stderr.contains("ignored"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("prefill_chunk 64 step_tokens 2048"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("HEADROOM_STEP_TOKENS") && stderr.contains("ignored"), "{stderr}");
+    assert!(stderr.contains("prefill_chunk 64 step_tokens 2048"), "{stderr}");
     let tmp = TempDir::new("gen-bad");
     let p = tmp.0.join("p.jsonl");
     for (body, want) in [
@@ -173,23 +114,9 @@ fn malformed_env_settings_warn_and_bad_prompt_lines_fail() {
         ("\n", "no prompts"),
     ] {
         std::fs::write(&p, body).unwrap();
-        let err = headroom_fails(&[
-            "generate",
-            "--synthetic",
-            "tiny-d64",
-            "--prompts",
-            p.to_str().unwrap(),
-        ]);
+        let err = headroom_fails(&["generate", "--synthetic", "tiny-d64", "--prompts", p.to_str().unwrap()]);
         assert!(err.contains(want), "{body}: {err}");
     }
-    let err = headroom_fails(&[
-        "generate",
-        "--synthetic",
-        "tiny-d64",
-        "--prompt",
-        "hi",
-        "--step-tokens",
-        "0",
-    ]);
+    let err = headroom_fails(&["generate", "--synthetic", "tiny-d64", "--prompt", "hi", "--step-tokens", "0"]);
     assert!(err.contains("step_tokens"), "{err}");
 }

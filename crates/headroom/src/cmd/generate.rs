@@ -58,20 +58,10 @@ pub struct Args {
     #[arg(long, default_value_t = 32, value_name = "N")]
     pub max_tokens: usize,
     /// Sampling temperature; 0 = greedy.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "T",
-        allow_hyphen_values = true
-    )]
+    #[arg(long, default_value_t = 0.0, value_name = "T", allow_hyphen_values = true)]
     pub temperature: f32,
     /// Nucleus sampling: keep the smallest set of tokens whose probability reaches P.
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        value_name = "P",
-        allow_hyphen_values = true
-    )]
+    #[arg(long, default_value_t = 1.0, value_name = "P", allow_hyphen_values = true)]
     pub top_p: f32,
     /// Keep only the K most likely tokens; 0 keeps all.
     #[arg(long, default_value_t = 0, value_name = "K")]
@@ -143,10 +133,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         check_memory(&cfg, "the model")?;
     }
     let (codec, mut eos) = match &source.model {
-        Some(dir) => (
-            TextCodec::Hf(Box::new(Tokenizer::from_dir(dir)?)),
-            generation_eos(dir),
-        ),
+        Some(dir) => (TextCodec::Hf(Box::new(Tokenizer::from_dir(dir)?)), generation_eos(dir)),
         None => {
             if cfg.vocab_size < 256 {
                 bail!("the byte-level fallback tokenizer needs vocab_size >= 256");
@@ -215,8 +202,7 @@ fn scheduler_settings(a: &Args) -> anyhow::Result<SchedulerSettings> {
     s.prefill_chunk = a.prefill_chunk.unwrap_or(s.prefill_chunk);
     s.step_tokens = a.step_tokens.unwrap_or(s.step_tokens);
     s.solo_stripe = a.solo_stripe.unwrap_or(s.solo_stripe);
-    s.validate()
-        .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
+    s.validate().map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
     Ok(s)
 }
 
@@ -252,11 +238,7 @@ fn check_ids(ids: &[u32], vocab: usize, what: &str) -> anyhow::Result<()> {
 }
 
 /// The requests the flags name: one prompt, or every line of `--prompts`.
-fn build_requests(
-    a: &Args,
-    codec: &TextCodec,
-    vocab: usize,
-) -> anyhow::Result<Vec<GenerateRequest>> {
+fn build_requests(a: &Args, codec: &TextCodec, vocab: usize) -> anyhow::Result<Vec<GenerateRequest>> {
     let one = |ids| GenerateRequest {
         prompt_ids: ids,
         sampling: sampling(a),
@@ -365,11 +347,7 @@ struct Outcome {
 impl ModelJob for GenerateJob {
     type Output = ();
 
-    fn run<B: Backend + 'static>(
-        self,
-        model: Qwen35Model<B>,
-        info: &LoadInfo,
-    ) -> anyhow::Result<()> {
+    fn run<B: Backend + 'static>(self, model: Qwen35Model<B>, info: &LoadInfo) -> anyhow::Result<()> {
         let mut engine = self.engine.clone();
         if engine.memory_budget_bytes.is_none() && info.backend == BackendKind::Cpu {
             engine.memory_budget_bytes = available_memory_bytes().map(|b| b / 10 * 9);
@@ -386,10 +364,7 @@ impl ModelJob for GenerateJob {
             info.backend,
             st.kv,
             st.memory_budget_bytes
-                .map_or("unbounded".to_string(), |b| format!(
-                    "{:.1} MiB",
-                    b as f64 / 1048576.0
-                ))
+                .map_or("unbounded".to_string(), |b| format!("{:.1} MiB", b as f64 / 1048576.0))
         );
         let started = Instant::now();
         let mut streams: Vec<Option<RequestStream>> = Vec::new();
@@ -521,22 +496,9 @@ fn report_single(r: &GenerateRequest, o: &Outcome, wall: f64) -> anyhow::Result<
     Ok(())
 }
 
-fn summary(
-    outcomes: &[Outcome],
-    wall: f64,
-    st: &EngineStats,
-    backend: BackendKind,
-) -> serde_json::Value {
-    let prompt: usize = outcomes
-        .iter()
-        .filter_map(|o| o.usage)
-        .map(|u| u.prompt_tokens)
-        .sum();
-    let generated: usize = outcomes
-        .iter()
-        .filter_map(|o| o.usage)
-        .map(|u| u.completion_tokens)
-        .sum();
+fn summary(outcomes: &[Outcome], wall: f64, st: &EngineStats, backend: BackendKind) -> serde_json::Value {
+    let prompt: usize = outcomes.iter().filter_map(|o| o.usage).map(|u| u.prompt_tokens).sum();
+    let generated: usize = outcomes.iter().filter_map(|o| o.usage).map(|u| u.completion_tokens).sum();
     serde_json::json!({"summary": {
         "requests": outcomes.len(),
         "completed": outcomes.iter().filter(|o| o.reason.is_some()).count(),
