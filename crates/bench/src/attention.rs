@@ -48,11 +48,17 @@ pub struct AttentionBenchConfig {
     pub seed: u64,
 }
 
+/// The largest `head_dim` the bench accepts.
+pub const MAX_HEAD_DIM: usize = 1024;
+/// The largest head count (query or key/value) the bench accepts.
+pub const MAX_HEADS: usize = 1024;
+
 impl AttentionBenchConfig {
+    /// The shape of one length (`kv_len` saturates; [`Self::validate`] refuses overflow).
     pub fn shape(&self, length: usize) -> AttentionShape {
         AttentionShape {
             q_len: length,
-            kv_len: length + self.history,
+            kv_len: length.saturating_add(self.history),
             q_heads: self.q_heads,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,
@@ -60,16 +66,91 @@ impl AttentionBenchConfig {
         }
     }
 
-    fn validate(&self) -> anyhow::Result<()> {
+    /// Host bytes one length needs, with checked arithmetic (`None` on
+    /// overflow): q, k, v and the output as f32 on the host, the same again
+    /// for the backend's copies, the reference's f64 subset, and the largest
+    /// composed score block (`threads` blocks of query block × kv_len f32).
+    pub fn bytes_needed(&self, length: usize, threads: usize) -> Option<u64> {
+        let u = |x: usize| x as u64;
+        let kv_len = u(length).checked_add(u(self.history))?;
+        let q = u(self.q_heads)
+            .checked_mul(u(length))?
+            .checked_mul(u(self.head_dim))?;
+        let kv = u(self.kv_heads)
+            .checked_mul(kv_len)?
+            .checked_mul(u(self.head_dim))?;
+        let tensors = q.checked_mul(2)?.checked_add(kv.checked_mul(2)?)?;
+        let widest_block = self
+            .routes
+            .iter()
+            .map(|r| match r {
+                RouteRequest::Composed { query_block } if *query_block > 0 => {
+                    u(*query_block).min(u(length))
+                }
+                RouteRequest::Composed { .. } => u(length),
+                RouteRequest::Fused => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        let scores = widest_block
+            .checked_mul(kv_len)?
+            .checked_mul(u(threads.max(1)))?;
+        tensors
+            .checked_mul(8)? // host f32 + backend copy
+            .checked_add(scores.checked_mul(4)?)
+    }
+
+    /// Checks every size before anything is allocated: flags in range, no
+    /// overflow, and each length's memory within `available` bytes (when known).
+    pub fn validate_with_memory(&self, available: Option<u64>) -> anyhow::Result<()> {
         ensure!(!self.lengths.is_empty(), "no --lengths given");
         ensure!(!self.routes.is_empty(), "no --routes given");
         ensure!(self.iterations >= 1, "--iterations must be >= 1");
+        ensure!(
+            (1..=MAX_HEAD_DIM).contains(&self.head_dim),
+            "--head-dim {} is not in 1..={MAX_HEAD_DIM}",
+            self.head_dim
+        );
+        for (flag, v) in [("--q-heads", self.q_heads), ("--kv-heads", self.kv_heads)] {
+            ensure!(
+                (1..=MAX_HEADS).contains(&v),
+                "{flag} {v} is not in 1..={MAX_HEADS}"
+            );
+        }
+        let threads = rayon::current_num_threads();
         for &l in &self.lengths {
+            ensure!(
+                l.checked_add(self.history).is_some(),
+                "--history {} plus length {l} overflows",
+                self.history
+            );
             self.shape(l)
                 .validate()
                 .with_context(|| format!("length {l}"))?;
+            let needed = self.bytes_needed(l, threads);
+            match (needed, available) {
+                (None, _) => anyhow::bail!(
+                    "length {l} (history {}): the sizes overflow 64-bit byte counts",
+                    self.history
+                ),
+                (Some(n), Some(a)) if n > a => anyhow::bail!(
+                    "length {l} (history {}, {} q heads, {} kv heads, head_dim {}) needs about {n} bytes \
+                     ({:.1} GiB) of host memory; {a} bytes ({:.1} GiB) are available",
+                    self.history,
+                    self.q_heads,
+                    self.kv_heads,
+                    self.head_dim,
+                    n as f64 / (1u64 << 30) as f64,
+                    a as f64 / (1u64 << 30) as f64
+                ),
+                _ => {}
+            }
         }
         Ok(())
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        self.validate_with_memory(headroom_hardware::available_memory_bytes())
     }
 }
 
@@ -110,6 +191,7 @@ pub fn run_with_yardstick(
     cfg.validate()?;
     let mut yard_times = Vec::new();
     let per_length = (cfg.warmup + cfg.iterations) * cfg.routes.len();
+    // Drawn only when stderr is a terminal (indicatif hides it otherwise).
     let bar = ProgressBar::new((per_length * cfg.lengths.len()) as u64);
     bar.set_style(
         ProgressStyle::with_template("{msg:>24} [{bar:32}] {pos}/{len} runs, {elapsed}")

@@ -34,6 +34,27 @@ pub struct SquareGemm {
 }
 
 impl SquareGemm {
+    /// Host bytes of the three `n × n` f32 operands (`None` on overflow).
+    pub fn bytes_needed(n: usize) -> Option<u64> {
+        (n as u64).checked_mul(n as u64)?.checked_mul(3 * 4)
+    }
+
+    /// [`SquareGemm::new`] after checking `n`: at least 1, and its operands
+    /// within `available` bytes (when known). The error names `--gemm-baseline`.
+    pub fn try_new(n: usize, available: Option<u64>) -> Result<Self, String> {
+        if n == 0 {
+            return Err("--gemm-baseline 0: the GEMM edge must be at least 1".into());
+        }
+        match (Self::bytes_needed(n), available) {
+            (None, _) => Err(format!("--gemm-baseline {n}: the operand sizes overflow")),
+            (Some(b), Some(a)) if b > a => Err(format!(
+                "--gemm-baseline {n} needs {b} bytes ({:.1} GiB) for its operands; {a} bytes are available",
+                b as f64 / (1u64 << 30) as f64
+            )),
+            _ => Ok(Self::new(n)),
+        }
+    }
+
     /// Random operands; runs on all threads of the current rayon pool.
     pub fn new(n: usize) -> Self {
         let mut rng = StdRng::seed_from_u64(0x6e6d);
@@ -112,6 +133,17 @@ mod tests {
         // c = a · b, checked on one element against a plain dot product.
         let want: f32 = (0..32).map(|k| g.a[5 * 32 + k] * g.b[k * 32 + 7]).sum();
         assert!((g.c[5 * 32 + 7] - want).abs() < 1e-4);
+        for (n, want) in [
+            (0, "at least 1"),
+            (usize::MAX, "overflow"),
+            (1 << 20, "available"),
+        ] {
+            let err = SquareGemm::try_new(n, Some(1 << 30)).err().unwrap();
+            assert!(
+                err.contains("--gemm-baseline") && err.contains(want),
+                "{err}"
+            );
+        }
         let s = square_f32(64, 2);
         assert_eq!((s.n, s.runs), (64, 2));
         assert!(s.median_ms > 0.0 && s.gflops.is_finite() && s.gflops > 0.0);

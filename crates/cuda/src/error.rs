@@ -39,10 +39,11 @@ pub enum CudaError {
     /// Arguments of an op launch that no kernel can run (checked before launching).
     #[error("{op}: {detail}")]
     Shape { op: &'static str, detail: String },
-    #[error("{path}: {source}")]
+    /// The OS error is in the message only (not also a `source`), so it is printed once.
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -67,5 +68,5 @@ impl From<cudarc::nvrtc::result::NvrtcError> for CudaError {
 /// Wraps an `std::io::Error` with the path it concerns.
 pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> CudaError {
     let path = path.into();
-    move |source| CudaError::Io { path, source }
+    move |error| CudaError::Io { path, error }
 }

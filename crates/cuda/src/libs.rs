@@ -27,9 +27,10 @@ pub fn probe_nvrtc() -> Result<(), CudaError> {
     } else {
         Err(CudaError::LibraryMissing {
             library: "NVRTC (libnvrtc.so.13)",
-            hint:
-                "install a CUDA 13 toolkit or the nvidia-cuda-nvrtc wheel and put its lib folder \
-                   (with libnvrtc-builtins.so.13.0) on LD_LIBRARY_PATH",
+            hint: "it comes with a CUDA 13 toolkit or the PyPI package nvidia-cuda-nvrtc \
+                   (`pip install nvidia-cuda-nvrtc==13.0.88`); put its lib folder \
+                   (site-packages/nvidia/cu13/lib) on LD_LIBRARY_PATH, or run \
+                   `bash .ci/kernel-gate.sh`, which does both (see README)",
         })
     }
 }
@@ -42,8 +43,8 @@ pub fn probe_cublas() -> Result<(), CudaError> {
     } else {
         Err(CudaError::LibraryMissing {
             library: "cuBLAS (libcublas.so.13)",
-            hint: "install a CUDA 13 toolkit or the nvidia-cublas wheel and put its lib folder on \
-                   LD_LIBRARY_PATH",
+            hint: "it comes with a CUDA 13 toolkit or the PyPI package nvidia-cublas \
+                   (`pip install nvidia-cublas`); put its lib folder on LD_LIBRARY_PATH",
         })
     }
 }

@@ -66,7 +66,10 @@ pub fn include_dir() -> Result<PathBuf, CudaError> {
         tried.push(dir.display().to_string());
     }
     Err(CudaError::HeadersMissing(format!(
-        "set {INCLUDE_ENV} to a folder with cuda_fp16.h and cuda_bf16.h (tried {})",
+        "set {INCLUDE_ENV} to a folder with cuda_fp16.h and cuda_bf16.h: a CUDA 13 toolkit's \
+         include folder, or site-packages/nvidia/cu13/include of the PyPI package \
+         nvidia-cuda-runtime (`pip install nvidia-cuda-runtime==13.0.96`); \
+         `bash .ci/kernel-gate.sh` does this (see README) (tried {})",
         tried.join(", ")
     )))
 }

@@ -11,10 +11,12 @@
 mod cpu;
 mod cuda;
 mod fingerprint;
+mod memory;
 
 pub use cpu::detect_cpu;
 pub use cuda::{cuda_availability, CudaDeviceInfo};
 pub use fingerprint::HardwareFingerprint;
+pub use memory::available_memory_bytes;
 
 use headroom_core::BackendKind;
 use thiserror::Error;

@@ -24,13 +24,17 @@ pub struct GlobalArgs {
 }
 
 pub fn init_logging(g: &GlobalArgs) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = match &g.log {
         Some(f) => EnvFilter::new(f),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
     };
+    // Colours only on a terminal, and never with NO_COLOR set (https://no-color.org).
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -5,6 +5,7 @@ mod backend_select;
 mod cmd;
 mod global;
 mod model_source;
+mod output;
 mod shape_args;
 
 use clap::{Parser, Subcommand};
@@ -58,8 +59,11 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // `headroom ... | head -1`: the reader is gone; nothing left to say.
+        Err(e) if output::is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -22,11 +22,38 @@ pub struct ShapeArgs {
 }
 
 impl ShapeArgs {
+    /// [`ShapeArgs::shape`] after checking every size: in range, no overflow
+    /// of `length + history`, and the shape valid; errors name the flag.
+    pub fn checked_shape(&self, len: usize) -> anyhow::Result<AttentionShape> {
+        use headroom_bench::attention::{MAX_HEADS, MAX_HEAD_DIM};
+        anyhow::ensure!(
+            (1..=MAX_HEAD_DIM).contains(&self.head_dim),
+            "--head-dim {} is not in 1..={MAX_HEAD_DIM}",
+            self.head_dim
+        );
+        for (flag, v) in [("--q-heads", self.q_heads), ("--kv-heads", self.kv_heads)] {
+            anyhow::ensure!(
+                (1..=MAX_HEADS).contains(&v),
+                "{flag} {v} is not in 1..={MAX_HEADS}"
+            );
+        }
+        anyhow::ensure!(
+            len.checked_add(self.history).is_some(),
+            "--history {} plus length {len} overflows",
+            self.history
+        );
+        let shape = self.shape(len);
+        shape
+            .validate()
+            .map_err(|e| anyhow::anyhow!("length {len}: {e}"))?;
+        Ok(shape)
+    }
+
     /// The shape of `len` query rows after `history` KV rows (default scale).
     pub fn shape(&self, len: usize) -> AttentionShape {
         AttentionShape {
             q_len: len,
-            kv_len: len + self.history,
+            kv_len: len.saturating_add(self.history),
             q_heads: self.q_heads,
             kv_heads: self.kv_heads,
             head_dim: self.head_dim,

@@ -81,12 +81,13 @@ use std::collections::BTreeMap;
 /// Why weights could not be loaded or are not what the config needs.
 #[derive(Debug, thiserror::Error)]
 pub enum WeightsError {
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The OS error is in the message only (not also a `source`), so it is printed once.
+    #[error("cannot read {path}: {error}")]
+    Io { path: String, error: std::io::Error },
+    #[error(
+        "tensor `{name}` has {count} non-finite values (NaN or Inf): the checkpoint is corrupt"
+    )]
+    NonFinite { name: String, count: usize },
     #[error("{path}: not a valid safetensors file ({reason})")]
     Safetensors { path: String, reason: String },
     #[error("{path}: malformed shard index: {reason}")]

@@ -184,13 +184,37 @@ impl Controls {
         (controls, warnings)
     }
 
-    /// [`Controls::from_sources`] with the process environment.
+    /// [`Controls::from_sources`] with the process environment. A control
+    /// variable whose value is not UTF-8 is ignored with a warning naming it.
     pub fn from_env_and_cli(
         cli_execution: Option<&str>,
         cli_query_block: Option<&str>,
     ) -> (Controls, Vec<String>) {
-        Controls::from_sources(cli_execution, cli_query_block, &|k| std::env::var(k).ok())
+        let mut warnings =
+            non_utf8_warnings(&[ENV_EXECUTION, ENV_QUERY_BLOCK], &|k| std::env::var_os(k));
+        let (controls, more) =
+            Controls::from_sources(cli_execution, cli_query_block, &|k| std::env::var(k).ok());
+        warnings.extend(more);
+        (controls, warnings)
     }
+}
+
+/// One warning per variable of `vars` whose value is set but not UTF-8.
+pub fn non_utf8_warnings(
+    vars: &[&str],
+    env: &dyn Fn(&str) -> Option<std::ffi::OsString>,
+) -> Vec<String> {
+    vars.iter()
+        .filter_map(|var| {
+            let value = env(var)?;
+            value.to_str().is_none().then(|| {
+                format!(
+                    "{var} is not valid UTF-8 (`{}`); ignored",
+                    crate::entry::escape_controls(&value.to_string_lossy())
+                )
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -204,6 +228,21 @@ mod tests {
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_variables_warn_by_name() {
+        use std::os::unix::ffi::OsStringExt;
+        let env = |k: &str| {
+            (k == ENV_QUERY_BLOCK).then(|| std::ffi::OsString::from_vec(vec![b'6', 0xff, b'4']))
+        };
+        let w = non_utf8_warnings(&[ENV_EXECUTION, ENV_QUERY_BLOCK], &env);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains(ENV_QUERY_BLOCK) && w[0].contains("UTF-8"),
+            "{w:?}"
+        );
     }
 
     #[test]

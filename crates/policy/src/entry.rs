@@ -4,6 +4,11 @@
 //! measured route. Parsing is strict: an unknown key, a missing identity field,
 //! a malformed value, or evidence whose file is absent or whose SHA-256 differs
 //! makes the entry invalid (with the reason); an invalid entry never matches.
+//!
+//! Values are checked strictly: dates are real calendar days, `route` and
+//! `attention` are lowercase keywords, sizes are bounded ([`MAX_QUERY_BLOCK`],
+//! [`MAX_LAYER_SIZE`]), ids have no control characters, and the evidence path
+//! is relative and stays inside the entry's folder (no `..`, no root).
 
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind};
 use headroom_hardware::HardwareFingerprint;
@@ -102,14 +107,58 @@ fn non_empty(v: Option<String>, name: &str) -> Result<String, String> {
     Ok(s)
 }
 
+/// The largest `result.query_block` an entry may give.
+pub const MAX_QUERY_BLOCK: usize = 1 << 20;
+/// The largest `layer.head_dim`, `layer.q_heads`, `layer.kv_heads` an entry may give.
+pub const MAX_LAYER_SIZE: usize = 1 << 16;
+/// The longest entry id.
+const MAX_ID_CHARS: usize = 200;
+
 fn positive(v: Option<usize>, name: &str) -> Result<usize, String> {
     match req(v, name)? {
         0 => Err(format!("field `{name}` must be > 0")),
+        n if n > MAX_LAYER_SIZE => Err(format!(
+            "field `{name}` = {n} is above the limit of {MAX_LAYER_SIZE}"
+        )),
         n => Ok(n),
     }
 }
 
-/// `YYYY-MM-DD` with a plausible month and day.
+/// `s` with control characters escaped (`\n`, `\u{1b}`, ...), for printing
+/// text that came from a file or the command line to a terminal.
+pub fn escape_controls(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_string();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn check_id(id: &str) -> Result<(), String> {
+    if id.chars().any(char::is_control) {
+        return Err(format!(
+            "id `{}` contains control characters",
+            escape_controls(id)
+        ));
+    }
+    if id.chars().count() > MAX_ID_CHARS {
+        return Err(format!("id is longer than {MAX_ID_CHARS} characters"));
+    }
+    Ok(())
+}
+
+fn is_leap(y: u32) -> bool {
+    (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400)
+}
+
+/// `YYYY-MM-DD`, a real calendar day.
 fn check_date(d: &str) -> Result<(), String> {
     let bad = || format!("date `{d}` is not YYYY-MM-DD");
     let parts: Vec<&str> = d.split('-').collect();
@@ -120,12 +169,20 @@ fn check_date(d: &str) -> Result<(), String> {
     if !(digits(y, 4) && digits(m, 2) && digits(day, 2)) {
         return Err(bad());
     }
-    let (m, day): (u32, u32) = (
+    let (y, m, day): (u32, u32, u32) = (
+        y.parse().map_err(|_| bad())?,
         m.parse().map_err(|_| bad())?,
         day.parse().map_err(|_| bad())?,
     );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) {
-        return Err(bad());
+    let days_in_month = match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if is_leap(y) => 29,
+        2 => 28,
+        _ => return Err(bad()),
+    };
+    if !(1..=days_in_month).contains(&day) {
+        return Err(format!("date `{d}` is not a calendar day"));
     }
     Ok(())
 }
@@ -189,7 +246,7 @@ fn hardware(raw: RawHardware) -> Result<HardwareFingerprint, String> {
 
 fn layer(raw: RawLayer) -> Result<LayerKind, String> {
     let attention = non_empty(raw.attention, "layer.attention")?;
-    if !attention.trim().eq_ignore_ascii_case("full") {
+    if attention != "full" {
         return Err(format!(
             "layer.attention `{attention}`: only full attention layers can be qualified"
         ));
@@ -208,14 +265,20 @@ fn layer(raw: RawLayer) -> Result<LayerKind, String> {
 
 fn result(raw: RawResult) -> Result<QualifiedResult, String> {
     let route = non_empty(raw.route, "result.route")?;
-    match (route.trim().to_ascii_lowercase().as_str(), raw.query_block) {
+    match (route.as_str(), raw.query_block) {
+        ("composed", Some(q)) if q > MAX_QUERY_BLOCK => Err(format!(
+            "result.query_block = {q} is above the limit of {MAX_QUERY_BLOCK}"
+        )),
         ("composed", Some(query_block)) => Ok(QualifiedResult::Composed { query_block }),
         ("composed", None) => {
             Err("missing required field `result.query_block` (composed route)".into())
         }
         ("fused", None) => Ok(QualifiedResult::Fused),
         ("fused", Some(_)) => Err("result.query_block is only allowed with route composed".into()),
-        (other, _) => Err(format!("result.route `{other}` is not composed or fused")),
+        (other, _) => Err(format!(
+            "result.route `{}` is not `composed` or `fused` (lowercase)",
+            escape_controls(other)
+        )),
     }
 }
 
@@ -224,9 +287,37 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Checks that an evidence path is relative and stays inside the entry's
+/// folder: only plain components (and `.`), no `..`, no root or prefix.
+fn check_evidence_path(file: &str) -> Result<(), String> {
+    use std::path::Component;
+    let shown = escape_controls(file);
+    if file.chars().any(char::is_control) {
+        return Err(format!(
+            "evidence.file `{shown}` contains control characters"
+        ));
+    }
+    for c in std::path::Path::new(file).components() {
+        match c {
+            Component::Normal(_) | Component::CurDir => {}
+            Component::ParentDir => {
+                return Err(format!(
+                    "evidence.file `{shown}` must stay inside the entry's folder (no `..`)"
+                ))
+            }
+            Component::RootDir | Component::Prefix(_) => {
+                return Err(format!(
+                    "evidence.file `{shown}` must be relative to the entry's folder"
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 fn evidence(
     raw: RawEvidence,
-    read_evidence: &dyn Fn(&str) -> Result<Vec<u8>, String>,
+    hash_evidence: &dyn Fn(&str) -> Result<String, String>,
 ) -> Result<Evidence, String> {
     let file = non_empty(raw.file, "evidence.file")?;
     let sha = non_empty(raw.sha256, "evidence.sha256")?
@@ -235,13 +326,8 @@ fn evidence(
     if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!("evidence.sha256 `{sha}` is not 64 hex digits"));
     }
-    if std::path::Path::new(&file).is_absolute() {
-        return Err(format!(
-            "evidence.file `{file}` must be relative to the entry's folder"
-        ));
-    }
-    let bytes = read_evidence(&file).map_err(|e| format!("evidence file `{file}`: {e}"))?;
-    let actual = sha256_hex(&bytes);
+    check_evidence_path(&file)?;
+    let actual = hash_evidence(&file).map_err(|e| format!("evidence file `{file}`: {e}"))?;
     if actual != sha {
         return Err(format!(
             "evidence file `{file}` has sha256 {actual}, the entry says {sha}"
@@ -250,21 +336,23 @@ fn evidence(
     Ok(Evidence { file, sha256: sha })
 }
 
-/// Parses and validates one entry. `read_evidence` reads a path relative to the
-/// entry's folder. Returns the reason when the entry is invalid.
+/// Parses and validates one entry. `hash_evidence` returns the lowercase hex
+/// SHA-256 of a path relative to the entry's folder (already checked to stay
+/// inside it). Returns the reason when the entry is invalid.
 pub fn parse_entry(
     text: &str,
-    read_evidence: &dyn Fn(&str) -> Result<Vec<u8>, String>,
+    hash_evidence: &dyn Fn(&str) -> Result<String, String>,
 ) -> Result<QualificationEntry, String> {
     let raw: RawEntry = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     let id = non_empty(raw.id, "id")?;
+    check_id(&id)?;
     let date = non_empty(raw.date, "date")?;
     check_date(&date)?;
     Ok(QualificationEntry {
         hardware: hardware(req(raw.hardware, "[hardware]")?)?,
         layer: layer(req(raw.layer, "[layer]")?)?,
         result: result(req(raw.result, "[result]")?)?,
-        evidence: evidence(req(raw.evidence, "[evidence]")?, read_evidence)?,
+        evidence: evidence(req(raw.evidence, "[evidence]")?, hash_evidence)?,
         id,
         date,
     })
@@ -343,10 +431,10 @@ sha256 = "SHA"
         text.replace("SHA", &sha256_hex(bytes))
     }
 
-    fn reader(bytes: &'static [u8]) -> impl Fn(&str) -> Result<Vec<u8>, String> {
+    fn reader(bytes: &'static [u8]) -> impl Fn(&str) -> Result<String, String> {
         move |p| {
             if p == "ev.json" {
-                Ok(bytes.to_vec())
+                Ok(sha256_hex(bytes))
             } else {
                 Err("not found".into())
             }
@@ -416,11 +504,58 @@ sha256 = "SHA"
             (GOOD.replace("SHA", &"0".repeat(64)), "the entry says"),
             (GOOD.replace("SHA", "xyz"), "64 hex digits"),
             ("id = [".to_string(), "TOML error at line 1"),
+            (
+                good.replace("2026-11-29", "2026-02-30"),
+                "not a calendar day",
+            ),
+            (
+                good.replace("2026-11-29", "2025-02-29"),
+                "not a calendar day",
+            ),
+            (good.replace("2026-11-29", "2026-13-01"), "YYYY-MM-DD"),
+            (
+                good.replace("route = \"composed\"", "route = \"COMPOSED\""),
+                "`COMPOSED` is not",
+            ),
+            (
+                good.replace("attention = \"full\"", "attention = \"FULL\""),
+                "FULL",
+            ),
+            (
+                good.replace("query_block = 512", "query_block = 9223372036854775807"),
+                "above the limit",
+            ),
+            (
+                good.replace("head_dim = 256", "head_dim = 1000000"),
+                "layer.head_dim",
+            ),
+            (
+                good.replace("id = \"cpu-test\"", "id = \"evil\\u001b[31m\""),
+                "control characters",
+            ),
+            (
+                good.replace("ev.json", "../../etc/passwd"),
+                "inside the entry's folder",
+            ),
+            (
+                good.replace("ev.json", "sub/../../x.json"),
+                "inside the entry's folder",
+            ),
+            (good.replace("ev.json", "/etc/passwd"), "must be relative"),
         ];
         for (text, needle) in cases {
             let err = parse_entry(&text, &reader(b"{}")).unwrap_err();
             assert!(err.contains(needle), "expected `{needle}` in `{err}`");
         }
+    }
+
+    #[test]
+    fn leap_days_and_escaping() {
+        assert!(check_date("2024-02-29").is_ok());
+        assert!(check_date("2000-02-29").is_ok());
+        assert!(check_date("1900-02-29").is_err());
+        assert_eq!(escape_controls("a\u{1b}[31mb\n"), "a\\u{1b}[31mb\\n");
+        assert_eq!(escape_controls("plain"), "plain");
     }
 
     #[test]

@@ -18,10 +18,16 @@ mod registry;
 mod resolve;
 
 pub use control::{
-    parse_query_block, AttentionControl, ControlSource, Controls, QueryBlockControl,
-    DEFAULT_QUERY_BLOCK, ENV_EXECUTION, ENV_QUALIFICATIONS, ENV_QUERY_BLOCK,
+    non_utf8_warnings, parse_query_block, AttentionControl, ControlSource, Controls,
+    QueryBlockControl, DEFAULT_QUERY_BLOCK, ENV_EXECUTION, ENV_QUALIFICATIONS, ENV_QUERY_BLOCK,
 };
-pub use entry::{parse_entry, sha256_hex, Evidence, QualificationEntry, QualifiedResult};
+pub use entry::{
+    escape_controls, parse_entry, sha256_hex, Evidence, QualificationEntry, QualifiedResult,
+    MAX_LAYER_SIZE, MAX_QUERY_BLOCK,
+};
 pub use matcher::Mismatch;
-pub use registry::{Registry, RegistryEntry, RegistryRow, RowStatus, EMBEDDED_PREFIX};
+pub use registry::{
+    Registry, RegistryEntry, RegistryRow, RowStatus, EMBEDDED_PREFIX, MAX_ENTRY_BYTES,
+    MAX_EVIDENCE_BYTES,
+};
 pub use resolve::{resolve, resolve_for_this_machine, ResolutionSource, ResolvedAttention};

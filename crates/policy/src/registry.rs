@@ -6,14 +6,33 @@
 //! for `*.toml`; everything else in them (README, evidence) is data. Loading
 //! never fails: an unreadable or invalid entry is kept with its reason, a
 //! missing folder becomes a registry problem.
+//!
+//! The walk is hostile-input safe: each folder is visited once (by its
+//! canonical path, so symlink cycles and loops neither hang nor duplicate),
+//! the depth is bounded, only regular files are read (a FIFO or a device
+//! named `*.toml` or cited as evidence is refused, never opened), an entry
+//! is at most [`MAX_ENTRY_BYTES`], the evidence is hashed while streamed
+//! (at most [`MAX_EVIDENCE_BYTES`]) and must resolve, symlinks included,
+//! inside the entry's folder. Ids, file names and reasons are stored with
+//! control characters escaped.
 
-use crate::entry::{parse_entry, peek_id};
+use crate::entry::{escape_controls, parse_entry, peek_id, sha256_hex};
 use crate::{QualificationEntry, ENV_QUALIFICATIONS};
 use headroom_core::{AttentionKind, LayerKind};
 use headroom_hardware::HardwareFingerprint;
 use include_dir::{include_dir, Dir};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
+
+/// The largest entry file read.
+pub const MAX_ENTRY_BYTES: u64 = 1 << 20;
+/// The largest evidence file hashed.
+pub const MAX_EVIDENCE_BYTES: u64 = 1 << 30;
+/// How deep below a qualification folder the walk goes.
+const MAX_DEPTH: usize = 32;
 
 static EMBEDDED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../qualifications");
 
@@ -59,15 +78,23 @@ pub struct Registry {
 
 impl Registry {
     /// The production registry: embedded entries, `extra_dirs`, then `HEADROOM_QUALIFICATIONS`.
+    /// `HEADROOM_QUALIFICATIONS` is read as an OS string: folders whose
+    /// names are not UTF-8 are used as they are.
     pub fn load(extra_dirs: &[PathBuf]) -> Registry {
-        Registry::load_with_env(extra_dirs, &|k| std::env::var(k).ok())
+        let list = std::env::var_os(ENV_QUALIFICATIONS).unwrap_or_default();
+        Registry::load_folders(extra_dirs, &list)
     }
 
     /// [`Registry::load`] with an explicit environment lookup.
     pub fn load_with_env(extra_dirs: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) -> Registry {
+        let list = env(ENV_QUALIFICATIONS).unwrap_or_default();
+        Registry::load_folders(extra_dirs, std::ffi::OsStr::new(&list))
+    }
+
+    fn load_folders(extra_dirs: &[PathBuf], env_list: &std::ffi::OsStr) -> Registry {
         let mut dirs = extra_dirs.to_vec();
-        if let Some(list) = env(ENV_QUALIFICATIONS).filter(|s| !s.trim().is_empty()) {
-            dirs.extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
+        if !env_list.to_string_lossy().trim().is_empty() {
+            dirs.extend(std::env::split_paths(env_list).filter(|p| !p.as_os_str().is_empty()));
         }
         let mut r = Registry::default();
         r.add_embedded(&EMBEDDED);
@@ -138,12 +165,15 @@ impl Registry {
         &mut self,
         file: String,
         text: Result<String, String>,
-        read: &dyn Fn(&str) -> Result<Vec<u8>, String>,
+        hash: &dyn Fn(&str) -> Result<String, String>,
     ) {
         let (id, entry) = match text {
             Err(e) => (None, Err(format!("unreadable: {e}"))),
-            Ok(t) => (peek_id(&t), parse_entry(&t, read)),
+            Ok(t) => (peek_id(&t), parse_entry(&t, hash)),
         };
+        let file = escape_controls(&file);
+        let id = id.map(|i| escape_controls(&i));
+        let entry = entry.map_err(|why| escape_controls(&why));
         if let Err(why) = &entry {
             tracing::debug!(%file, %why, "invalid qualification entry");
         }
@@ -161,13 +191,13 @@ impl Registry {
                 .contents_utf8()
                 .map(str::to_string)
                 .ok_or_else(|| "not UTF-8".to_string());
-            let read = |p: &str| -> Result<Vec<u8>, String> {
+            let hash = |p: &str| -> Result<String, String> {
                 let path = normalize(&folder.join(p)).ok_or("escapes the embedded folder")?;
                 root.get_file(&path)
-                    .map(|f| f.contents().to_vec())
+                    .map(|f| sha256_hex(f.contents()))
                     .ok_or_else(|| "not found".to_string())
             };
-            self.push(format!("{EMBEDDED_PREFIX}{}", rel.display()), text, &read);
+            self.push(format!("{EMBEDDED_PREFIX}{}", rel.display()), text, &hash);
         }
     }
 
@@ -179,19 +209,18 @@ impl Registry {
             ));
             return;
         }
-        let mut files = Vec::new();
-        if let Err(e) = collect_toml(dir, &mut files) {
-            self.problems.push(format!(
-                "cannot read qualification folder {}: {e}",
-                dir.display()
-            ));
+        let mut walk = Walk::default();
+        walk.collect(dir, 0);
+        for p in walk.problems {
+            self.problems.push(escape_controls(&p));
         }
+        let mut files = walk.files;
         files.sort();
         for path in files {
             let folder = path.parent().map(Path::to_path_buf).unwrap_or_default();
-            let text = std::fs::read_to_string(&path).map_err(|e| e.to_string());
-            let read = |p: &str| std::fs::read(folder.join(p)).map_err(|e| e.to_string());
-            self.push(path.display().to_string(), text, &read);
+            let text = read_entry(&path);
+            let hash = |p: &str| hash_evidence(&folder, p);
+            self.push(path.display().to_string(), text, &hash);
         }
     }
 
@@ -247,16 +276,117 @@ fn collect_embedded(
     }
 }
 
-fn collect_toml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            collect_toml(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "toml") {
-            out.push(path);
+/// The folder walk: `*.toml` paths found, each folder visited once.
+#[derive(Default)]
+struct Walk {
+    files: Vec<PathBuf>,
+    seen_dirs: HashSet<PathBuf>,
+    seen_files: HashSet<PathBuf>,
+    problems: Vec<String>,
+}
+
+impl Walk {
+    fn collect(&mut self, dir: &Path, depth: usize) {
+        // A folder reached twice (a symlink loop, or two links to one folder) is walked once.
+        let Ok(canonical) = dir.canonicalize() else {
+            self.problems.push(format!(
+                "cannot resolve qualification folder {}",
+                dir.display()
+            ));
+            return;
+        };
+        if !self.seen_dirs.insert(canonical) {
+            return;
+        }
+        if depth > MAX_DEPTH {
+            self.problems.push(format!(
+                "qualification folder {} is nested deeper than {MAX_DEPTH} levels; not read",
+                dir.display()
+            ));
+            return;
+        }
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) => {
+                self.problems.push(format!(
+                    "cannot read qualification folder {}: {e}",
+                    dir.display()
+                ));
+                return;
+            }
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            // `metadata` follows symlinks: the target decides; cycles end at `seen_dirs`.
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
+                self.collect(&path, depth + 1);
+            } else if path.extension().is_some_and(|e| e == "toml") {
+                let key = path.canonicalize().unwrap_or_else(|_| path.clone());
+                if self.seen_files.insert(key) {
+                    self.files.push(path);
+                }
+            }
         }
     }
-    Ok(())
+}
+
+/// Opens `path` for reading only when it is a regular file of at most `limit` bytes
+/// (never opens a FIFO or a device, which could block or never end).
+fn open_regular(path: &Path, limit: u64) -> Result<std::fs::File, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > limit {
+        return Err(format!("{} bytes, above the limit of {limit}", meta.len()));
+    }
+    std::fs::File::open(path).map_err(|e| e.to_string())
+}
+
+/// An entry's text: a regular UTF-8 file of at most [`MAX_ENTRY_BYTES`].
+fn read_entry(path: &Path) -> Result<String, String> {
+    let file = open_regular(path, MAX_ENTRY_BYTES)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_ENTRY_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_ENTRY_BYTES {
+        return Err(format!("larger than the limit of {MAX_ENTRY_BYTES} bytes"));
+    }
+    String::from_utf8(bytes).map_err(|_| "not UTF-8".to_string())
+}
+
+/// SHA-256 of the evidence `rel` of an entry in `folder`, streamed. The
+/// path must resolve (symlinks followed) inside `folder` and be a regular file.
+fn hash_evidence(folder: &Path, rel: &str) -> Result<String, String> {
+    let path = folder.join(rel);
+    let root = folder.canonicalize().map_err(|e| e.to_string())?;
+    let real = path.canonicalize().map_err(|e| e.to_string())?;
+    if !real.starts_with(&root) {
+        return Err("resolves outside the entry's folder".into());
+    }
+    let file = open_regular(&real, MAX_EVIDENCE_BYTES)?;
+    let mut hasher = Sha256::new();
+    let mut reader = std::io::BufReader::new(file.take(MAX_EVIDENCE_BYTES + 1));
+    let mut buf = [0u8; 64 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = reader.read(&mut buf).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        total += n as u64;
+        if total > MAX_EVIDENCE_BYTES {
+            return Err(format!(
+                "larger than the limit of {MAX_EVIDENCE_BYTES} bytes"
+            ));
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// Lexically resolves `.` and `..`; `None` when the path climbs above its root.

@@ -6,11 +6,12 @@
 //! `headroom.bench.attention/1` JSON with `--json`.
 
 use crate::global::GlobalArgs;
+use crate::out;
 use crate::shape_args::ShapeArgs;
 use anyhow::Context;
 use headroom_bench::attention::{self, AttentionBenchConfig};
 use headroom_bench::backends::backend_for;
-use headroom_bench::gemm_baseline::{SquareGemm, DEFAULT_GEMM_SIZE};
+use headroom_bench::gemm_baseline::SquareGemm;
 use headroom_bench::table;
 use headroom_core::{BackendKind, Dtype, RouteRequest};
 use std::path::PathBuf;
@@ -46,7 +47,7 @@ pub struct AttentionArgs {
     )]
     pub routes: Vec<RouteRequest>,
     /// Measured runs per arm (median and min reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, alias = "iters", default_value_t = 5)]
     pub iterations: usize,
     /// Unmeasured runs per arm before measuring.
     #[arg(long, default_value_t = 1)]
@@ -54,12 +55,12 @@ pub struct AttentionArgs {
     /// Seed of the random inputs (length i uses seed + i).
     #[arg(long, default_value_t = 0x4845_4144)]
     pub seed: u64,
-    /// Also time a square f32 GEMM (edge N, default 2048) with the same gemm library and threads,
-    /// once per round interleaved with the arms (the CPU yardstick).
+    /// Also time a square f32 GEMM (edge N >= 1, default 2048) with the same gemm library and
+    /// threads, once per round interleaved with the arms (the CPU yardstick).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "2048")]
     pub gemm_baseline: Option<usize>,
-    /// Write the headroom.bench.attention/1 JSON here.
-    #[arg(long, value_name = "OUT")]
+    /// Write the headroom.bench.attention/1 JSON to PATH (checked writable before the run).
+    #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
 }
 
@@ -84,12 +85,18 @@ fn attention_cmd(a: AttentionArgs) -> anyhow::Result<()> {
         warmup: a.warmup,
         seed: a.seed,
     };
+    if let Some(path) = &a.json {
+        crate::output::check_output_path("--json", path, &[])?;
+    }
+    let available = headroom_hardware::available_memory_bytes();
+    cfg.validate_with_memory(available)?;
+    let mut square = match a.gemm_baseline {
+        Some(n) => Some(SquareGemm::try_new(n, available).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
     let hardware = headroom_hardware::detect(a.backend)?;
     let mut backend = backend_for(a.backend)?;
     tracing::info!(?cfg, backend = backend.name(), "bench attention");
-    let mut square = a
-        .gemm_baseline
-        .map(|n| SquareGemm::new(if n == 0 { DEFAULT_GEMM_SIZE } else { n }));
     let mut time_gemm = square.as_mut().map(|g| move || g.time_once());
     let (file, gemm_times) = attention::run_with_yardstick(
         &cfg,
@@ -98,11 +105,10 @@ fn attention_cmd(a: AttentionArgs) -> anyhow::Result<()> {
         time_gemm.as_mut().map(|f| f as attention::Yardstick<'_>),
     )?;
     let gemm = square.as_ref().map(|g| g.summary(&gemm_times));
-    print!("{}", table::render(&file, gemm.as_ref()));
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&file)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        let text = serde_json::to_string_pretty(&file)? + "\n";
+        crate::output::write_file_atomically(path, text.as_bytes())?;
         eprintln!("wrote {}", path.display());
     }
-    Ok(())
+    out!("{}", table::render(&file, gemm.as_ref()))
 }

@@ -1,11 +1,16 @@
 //! `headroom doctor`: the hardware fingerprint, backend availability, the
 //! qualification registry (matched / rejected / invalid, with reasons) and the
 //! attention each distinct layer kind resolves to — as text, or as exactly one
-//! JSON object with `--json`.
+//! JSON object with `--json` (to stdout, or to a file with `--json PATH`).
+//!
+//! `--backend cuda` on a machine without a usable GPU still reports (exit 0):
+//! the CUDA line says why it is unavailable, a warning says so, and the layers
+//! are resolved for the CPU.
 
 use crate::attention_setup::{default_backend, AttentionSetup, LayerGroup};
 use crate::global::GlobalArgs;
 use crate::model_source::{ModelSource, OptionalModelSource};
+use crate::{out, outln};
 use anyhow::Context;
 use headroom_core::{BackendKind, Route};
 use headroom_hardware::{cuda_availability, CudaDeviceInfo, HardwareFingerprint};
@@ -18,9 +23,9 @@ use std::fmt::Write as _;
 pub struct Args {
     #[command(flatten)]
     pub source: OptionalModelSource,
-    /// Print exactly one JSON object.
-    #[arg(long)]
-    pub json: bool,
+    /// Print exactly one JSON object (to stdout, or to PATH when given).
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
     /// The backend to fingerprint and resolve for (default: cuda when available, else cpu).
     #[arg(long, value_name = "cpu|cuda")]
     pub backend: Option<BackendKind>,
@@ -82,8 +87,16 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
     let (source, config) = load_model(&args.source.or_default())?;
     let kinds = config.layer_kinds();
     let cuda = cuda_availability();
-    let backend = args.backend.unwrap_or_else(default_backend);
-    let setup = AttentionSetup::new(g, backend, &kinds)?;
+    let mut backend = args.backend.unwrap_or_else(default_backend);
+    let mut unavailable = None;
+    if let (BackendKind::Cuda, Err(why)) = (backend, &cuda) {
+        unavailable = Some(format!(
+            "backend cuda was asked for but is unavailable ({why}); resolved for the cpu backend instead"
+        ));
+        backend = BackendKind::Cpu;
+    }
+    let mut setup = AttentionSetup::new(g, backend, &kinds)?;
+    setup.warnings.extend(unavailable);
     Ok(DoctorReport {
         registry: setup.registry.rows(&setup.fingerprint, &kinds),
         layers: setup.groups(&kinds),
@@ -101,7 +114,7 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
             },
         },
         model: ModelInfo {
-            source,
+            source: crate::output::escape_controls(&source),
             num_layers: kinds.len(),
         },
         controls: setup.controls,
@@ -110,13 +123,20 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
 }
 
 pub fn run(args: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    let report = report(&args, g)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render_text(&report));
+    if let Some(path) = args.json.as_ref().filter(|p| p.as_os_str() != "-") {
+        crate::output::check_output_path("--json", path, &[])?;
     }
-    Ok(())
+    let report = report(&args, g)?;
+    match &args.json {
+        Some(path) if path.as_os_str() != "-" => {
+            let text = serde_json::to_string_pretty(&report)? + "\n";
+            crate::output::write_file_atomically(path, text.as_bytes())?;
+            eprintln!("wrote {}", path.display());
+            Ok(())
+        }
+        Some(_) => outln!("{}", serde_json::to_string_pretty(&report)?),
+        None => out!("{}", render_text(&report)),
+    }
 }
 
 /// `[0, 1, 2, 4, 7, 8]` → `0-2, 4, 7-8`.
@@ -288,7 +308,7 @@ mod tests {
     fn text_report_shows_groups_routes_and_warnings() {
         let args = Args {
             source: OptionalModelSource::default(),
-            json: false,
+            json: None,
             backend: Some(BackendKind::Cpu),
         };
         let g = GlobalArgs {

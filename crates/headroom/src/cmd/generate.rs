@@ -14,7 +14,13 @@
 //!   summary line (throughput, the scheduler settings, the KV backend).
 //!
 //! Text: a checkpoint's `tokenizer.json`; a synthetic model (no tokenizer)
-//! uses the byte-level fallback of `headroom_model::tokenizer`.
+//! uses the byte-level fallback of `headroom_model::tokenizer` (one id per
+//! UTF-8 byte; ids ≥ 256 print as `<|ID|>`): a synthetic model's weights are
+//! random, so its text is gibberish. Control characters in the generated text
+//! (other than newline and tab) are printed escaped (`\u{1b}`), never raw.
+//!
+//! The prompt must fit the model's context (`max_position_embeddings`);
+//! `--max-tokens` beyond the room left is clamped, with a warning.
 
 use super::logits::{attention_plan, available_memory_bytes, check_memory, ForwardArgs};
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
@@ -142,7 +148,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         }
     };
     eos.extend(&cfg.eos_token_ids);
-    let requests = build_requests(&a, &codec, cfg.vocab_size)?;
+    let mut requests = build_requests(&a, &codec, cfg.vocab_size)?;
+    fit_context(&mut requests, &cfg)?;
     let settings = scheduler_settings(&a)?;
     let longest = requests
         .iter()
@@ -237,6 +244,26 @@ fn check_ids(ids: &[u32], vocab: usize, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuses a prompt longer than the model's context (`max_position_embeddings`)
+/// and clamps `max_tokens` to the room the prompt leaves, with a warning.
+fn fit_context(requests: &mut [GenerateRequest], cfg: &headroom_model::ModelConfig) -> anyhow::Result<()> {
+    for (i, r) in requests.iter_mut().enumerate() {
+        let n = r.prompt_ids.len();
+        cfg.check_sequence_length(n)
+            .with_context(|| format!("prompt {i} ({n} tokens)"))?;
+        let room = cfg.max_position_embeddings - n;
+        if r.max_tokens > room {
+            tracing::warn!(
+                "--max-tokens {} clamped to {room}: prompt {i}'s {n} tokens leave {room} of the model's {} positions",
+                r.max_tokens,
+                cfg.max_position_embeddings
+            );
+            r.max_tokens = room;
+        }
+    }
+    Ok(())
+}
+
 /// The requests the flags name: one prompt, or every line of `--prompts`.
 fn build_requests(a: &Args, codec: &TextCodec, vocab: usize) -> anyhow::Result<Vec<GenerateRequest>> {
     let one = |ids| GenerateRequest {
@@ -320,10 +347,18 @@ fn generation_eos(dir: &Path) -> Vec<u32> {
         return Vec::new();
     };
     let id = |x: &serde_json::Value| x.as_u64().and_then(|x| u32::try_from(x).ok());
-    match &v["eos_token_id"] {
-        serde_json::Value::Array(a) => a.iter().filter_map(id).collect(),
-        other => id(other).into_iter().collect(),
-    }
+    let ids = match &v["eos_token_id"] {
+        serde_json::Value::Null => return Vec::new(),
+        serde_json::Value::Array(a) => a.iter().map(id).collect::<Option<Vec<u32>>>(),
+        x => id(x).map(|x| vec![x]),
+    };
+    ids.unwrap_or_else(|| {
+        tracing::warn!(
+            "generation_config.json: eos_token_id {} is not a token id or a list of them; ignoring it",
+            v["eos_token_id"]
+        );
+        Vec::new()
+    })
 }
 
 /// Runs every request through an engine on the built model.
@@ -413,15 +448,19 @@ fn stream_one(s: &mut RequestStream, codec: &TextCodec, o: &mut Outcome) -> anyh
     let mut text = StreamDecoder::new();
     while let Some(e) = s.blocking_next() {
         if let StreamEvent::Token(t) = &e {
-            write!(stdout, "{}", text.push(codec, *t)?)?;
-            stdout.flush()?;
+            let piece = crate::output::escape_generated(&text.push(codec, *t)?);
+            write!(stdout, "{piece}")
+                .and_then(|()| stdout.flush())
+                .context("writing to stdout")?;
         }
         if apply(o, e) {
             break;
         }
     }
-    write!(stdout, "{}", text.finish(codec)?)?;
-    writeln!(stdout)?;
+    let tail = crate::output::escape_generated(&text.finish(codec)?);
+    writeln!(stdout, "{tail}")
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
     if let Some(e) = &o.error {
         bail!("{e}");
     }
@@ -465,7 +504,8 @@ fn collect_all(
                 if apply(&mut outcomes[i], e) {
                     let o = &outcomes[i];
                     let tag = o.reason.map_or("error", |r| r.as_str());
-                    writeln!(stdout, "[{i}] ({tag}) {}", codec.decode(&o.ids)?)?;
+                    let text = crate::output::escape_generated(&codec.decode(&o.ids)?);
+                    writeln!(stdout, "[{i}] ({tag}) {text}").context("writing to stdout")?;
                     *slot = None;
                     break;
                 }

@@ -3,6 +3,7 @@
 //! timing of the attention kernels.
 
 use crate::global::GlobalArgs;
+use crate::outln;
 use crate::shape_args::ShapeArgs;
 use anyhow::{bail, Context};
 use headroom_core::{Dtype, RouteRequest};
@@ -27,8 +28,8 @@ pub enum KernelsCommand {
     },
     /// Run the on-device correctness checks (needs a GPU); non-zero exit on any failure.
     Check {
-        /// Write every result as JSON here.
-        #[arg(long)]
+        /// Write every result as JSON to PATH.
+        #[arg(long, value_name = "PATH")]
         json: Option<PathBuf>,
         /// Run only cases whose description contains this text.
         #[arg(long)]
@@ -59,10 +60,10 @@ pub struct TimeArgs {
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
     /// Timed calls per configuration (median reported).
-    #[arg(long, default_value_t = 10)]
-    pub iters: usize,
-    /// Write every sample as JSON here.
-    #[arg(long)]
+    #[arg(long, alias = "iters", default_value_t = 10)]
+    pub iterations: usize,
+    /// Write every sample as JSON to PATH.
+    #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
 }
 
@@ -72,31 +73,29 @@ pub fn run(c: KernelsCommand, _g: &GlobalArgs) -> anyhow::Result<()> {
             let m = artifact::build(&out, &arch, kernels::SOURCES)
                 .with_context(|| format!("building the kernel artifact for {arch}"))?;
             for k in &m.kernels {
-                println!(
+                outln!(
                     "{:<18} {} {} entry points",
                     k.name,
                     k.output_file,
                     k.entry_points.len()
-                );
+                )?;
             }
-            println!(
+            outln!(
                 "wrote {} (NVRTC {}, {arch})",
                 out.join(artifact::MANIFEST).display(),
                 m.nvrtc_version
-            );
-            Ok(())
+            )
         }
         KernelsCommand::Verify { dir } => {
             let v = artifact::verify(&dir, kernels::SOURCES, &kernels::required_entry_points())?;
-            println!(
+            outln!(
                 "verified {}: {} kernels for {}, {} entry points, manifest sha256 {}",
                 dir.display(),
                 v.kernels,
                 v.arch,
                 v.entry_points.len(),
                 v.manifest_sha256
-            );
-            Ok(())
+            )
         }
         KernelsCommand::Check { json, filter } => run_check(json, filter),
         KernelsCommand::Time(a) => run_time(a),
@@ -110,35 +109,48 @@ fn run_time(a: TimeArgs) -> anyhow::Result<()> {
         routes,
         shape: dims,
         warmup,
-        iters,
+        iterations: iters,
         json,
     } = a;
+    if let Some(p) = &json {
+        crate::output::check_output_path("--json", p, &[])?;
+    }
+    let shapes = lengths
+        .iter()
+        .map(|&len| dims.checked_shape(len))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
     let imp = headroom_cuda::attention::fused_impl(&dev.arch).as_str();
-    println!(
+    outln!(
         "device: {} ({} SMs, {}), fused kernel: {imp}",
-        dev.name, dev.sm_count, dev.arch
-    );
-    println!(
+        dev.name,
+        dev.sm_count,
+        dev.arch
+    )?;
+    outln!(
         "{:>7} {:>5} {:<13} {:>9} {:>8} {:>11}",
-        "length", "dtype", "route", "ms", "TFLOP/s", "transient"
-    );
+        "length",
+        "dtype",
+        "route",
+        "ms",
+        "TFLOP/s",
+        "transient"
+    )?;
     let mut rows = Vec::new();
-    for &len in &lengths {
-        let shape = dims.shape(len);
+    for (&len, &shape) in lengths.iter().zip(&shapes) {
         for &dtype in &dtypes {
             let inputs = timing::random_inputs(&dev, &shape, dtype, len as u64)?;
             for &route in &routes {
                 let t = timing::time_prefill(&dev, &shape, dtype, route, &inputs, warmup, iters)
                     .with_context(|| format!("{route} {dtype} L={len}"))?;
-                println!(
+                outln!(
                     "{len:>7} {:>5} {:<13} {:>9.3} {:>8.1} {:>8.1} MiB",
                     dtype.as_str(),
                     route.to_string(),
                     t.median_ms,
                     t.tflops,
                     t.report.transient_bytes as f64 / (1 << 20) as f64
-                );
+                )?;
                 rows.push(serde_json::json!({
                     "length": len, "history": dims.history, "dtype": dtype, "route": route.to_string(),
                     "q_heads": dims.q_heads, "kv_heads": dims.kv_heads, "head_dim": dims.head_dim,
@@ -149,8 +161,8 @@ fn run_time(a: TimeArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(p) = json {
-        std::fs::write(&p, serde_json::to_string_pretty(&rows)?)
-            .with_context(|| p.display().to_string())?;
+        let text = serde_json::to_string_pretty(&rows)? + "\n";
+        crate::output::write_file_atomically(&p, text.as_bytes())?;
     }
     Ok(())
 }
@@ -170,14 +182,17 @@ fn describe(c: &check::CheckCase) -> String {
 }
 
 fn run_check(json: Option<PathBuf>, filter: Option<String>) -> anyhow::Result<()> {
+    if let Some(p) = &json {
+        crate::output::check_output_path("--json", p, &[])?;
+    }
     let dev = CudaDevice::open(0).context("CUDA backend unavailable")?;
-    println!(
+    outln!(
         "device: {} ({} SMs, {}), fused kernel: {}",
         dev.name,
         dev.sm_count,
         dev.arch,
         headroom_cuda::attention::fused_impl(&dev.arch).as_str()
-    );
+    )?;
     let seed0: u64 = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -191,7 +206,7 @@ fn run_check(json: Option<PathBuf>, filter: Option<String>) -> anyhow::Result<()
         }
         let r = check::run_case(&dev, case, seed0.wrapping_add(n as u64 * 7919))
             .with_context(|| name.clone())?;
-        println!(
+        outln!(
             "{} {:<44} rel_err {:.2e} (tol {:.0e}) rows {:>5} bad_nan_rows {}",
             if r.passed { "ok  " } else { "FAIL" },
             name,
@@ -199,18 +214,18 @@ fn run_check(json: Option<PathBuf>, filter: Option<String>) -> anyhow::Result<()
             r.tolerance,
             r.rows_compared,
             r.bad_nan_rows
-        );
+        )?;
         failed += usize::from(!r.passed);
         results.push(r);
     }
     if let Some(p) = json {
-        std::fs::write(&p, serde_json::to_string_pretty(&results)?)
-            .with_context(|| p.display().to_string())?;
+        let text = serde_json::to_string_pretty(&results)? + "\n";
+        crate::output::write_file_atomically(&p, text.as_bytes())?;
     }
-    println!(
+    outln!(
         "{} cases, {failed} failed (seed base {seed0})",
         results.len()
-    );
+    )?;
     if failed > 0 {
         bail!("{failed} correctness case(s) failed");
     }

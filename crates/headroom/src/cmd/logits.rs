@@ -18,7 +18,8 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     pub forward: ForwardArgs,
-    /// JSON array of token ids, e.g. `[9707, 11, 1879]`.
+    /// JSON array of token ids below the model's vocab_size, e.g. `[1, 42, 7]`
+    /// (at most max_position_embeddings of them).
     #[arg(long, value_name = "IDS.json")]
     pub ids: PathBuf,
     /// Output safetensors file: one f32 tensor `logits` of shape [T, vocab].
@@ -100,6 +101,16 @@ pub fn attention_plan(
 
 /// Reads a JSON array of token ids and checks each against the vocabulary.
 pub fn read_ids(path: &Path, vocab: usize) -> anyhow::Result<Vec<u32>> {
+    /// The largest ids file read (10^6 ids of 7 digits fit easily).
+    const MAX_IDS_BYTES: u64 = 64 << 20;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    if !meta.is_file() || meta.len() > MAX_IDS_BYTES {
+        bail!(
+            "{}: not a regular file of at most {MAX_IDS_BYTES} bytes",
+            path.display()
+        );
+    }
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let ids: Vec<u64> = serde_json::from_str(&text).with_context(|| {
@@ -128,6 +139,9 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     let source = &a.forward.source;
     let cfg = load_config(source)?;
+    let mut inputs: Vec<&Path> = vec![&a.ids];
+    inputs.extend(source.model.as_deref());
+    crate::output::check_output_path("--out", &a.out, &inputs)?;
     let host_weights = a.forward.backend == BackendKind::Cpu
         || source.model.is_some()
         || a.forward.weights_init == Some(WeightsInit::Host);
@@ -135,6 +149,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         check_memory(&cfg, "the model")?;
     }
     let ids = read_ids(&a.ids, cfg.vocab_size)?;
+    cfg.check_sequence_length(ids.len())
+        .with_context(|| format!("--ids {}", a.ids.display()))?;
     let attention = attention_plan(g, a.forward.backend, &cfg)?;
     let job = LogitsJob {
         ids,
@@ -179,6 +195,15 @@ impl ModelJob for LogitsJob {
             .prefill(&mut session, &self.ids, &opts)
             .context("forward")?;
         let secs = started.elapsed().as_secs_f64();
+        let non_finite = out.logits.iter().filter(|x| !x.is_finite()).count();
+        if non_finite > 0 {
+            bail!(
+                "the forward produced {non_finite} non-finite logits (NaN or Inf) of {}; \
+                 nothing written to {} (the weights or a kernel are broken)",
+                out.logits.len(),
+                self.out.display()
+            );
+        }
         let logits = Tensor::from_f32(vec![out.rows, out.vocab], out.logits);
         write_safetensors(&self.out, &[("logits", &logits)])
             .with_context(|| format!("writing {}", self.out.display()))?;

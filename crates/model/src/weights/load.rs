@@ -2,7 +2,8 @@
 //! by `model.safetensors.index.json` (else every `*.safetensors` file),
 //! memory-mapped; tensors copied out in their storage dtype, renamed to
 //! canonical names, experts stacked, `qwen3_next` projections split, and the
-//! result checked against the config.
+//! result checked against the config. A tensor holding NaN or Inf is refused
+//! at load (one parallel pass over its bits).
 
 use super::{canonical_name, check, experts, fused, CheckpointName, Weights, WeightsError};
 use crate::{ModelConfig, Tensor, TensorData};
@@ -49,9 +50,9 @@ impl Weights {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WeightsError + '_ {
-    move |source| WeightsError::Io {
+    move |error| WeightsError::Io {
         path: path.display().to_string(),
-        source,
+        error,
     }
 }
 
@@ -133,6 +134,10 @@ fn read_file(
             }
             CheckpointName::Text(c) => c,
         };
+        let count = non_finite_count(view.dtype(), view.data());
+        if count > 0 {
+            return Err(WeightsError::NonFinite { name, count });
+        }
         let data = convert(view.dtype(), view.data()).ok_or_else(|| WeightsError::Dtype {
             name: name.clone(),
             expected: cfg.dtype.to_string(),
@@ -144,6 +149,29 @@ fn read_file(
         }
     }
     Ok((vision, mtp))
+}
+
+/// How many elements of little-endian `bytes` are NaN or ±Inf (exponent
+/// bits all ones), counted in parallel on the raw bits: one cheap pass over
+/// the mapped file. 0 for dtypes other than F32 / F16 / BF16.
+fn non_finite_count(dtype: StDtype, bytes: &[u8]) -> usize {
+    let (width, exponent_mask): (usize, u32) = match dtype {
+        StDtype::F32 => (4, 0x7f80_0000),
+        StDtype::F16 => (2, 0x7c00),
+        StDtype::BF16 => (2, 0x7f80),
+        _ => return 0,
+    };
+    bytes
+        .par_chunks_exact(width)
+        .filter(|c| {
+            let bits = match c {
+                [a, b] => u16::from_le_bytes([*a, *b]) as u32,
+                [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]),
+                _ => 0,
+            };
+            bits & exponent_mask == exponent_mask
+        })
+        .count()
 }
 
 /// Copies little-endian safetensors bytes into storage-dtype elements

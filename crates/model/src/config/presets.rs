@@ -1,0 +1,150 @@
+//! The built-in synthetic presets (`tiny-d256`, `tiny-d64`, `qwen3.6-35b-a3b`),
+//! each optionally cut or extended to `:layers=N`.
+//!
+//! `layers=N` keeps the family's 3:1 pattern **ending in a full-attention
+//! layer**: layer `i` is full attention iff `(N - 1 - i) % 4 == 0`, so every
+//! N ≥ 1 runs at least one full-attention layer (`layers=2` is linear, full;
+//! for N a multiple of 4 this is the checkpoints' own pattern).
+
+use super::types::{
+    interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
+    MoeConfig, RopeConfig,
+};
+use super::validate::{check_size, limits};
+use headroom_core::{AttentionKind, Dtype};
+
+/// `layer_types` of `layers` layers, one full-attention layer every 4, the last one full.
+pub fn tail_anchored_layer_types(layers: usize) -> Vec<AttentionKind> {
+    (0..layers)
+        .map(|i| {
+            if (layers - 1 - i).is_multiple_of(4) {
+                AttentionKind::Full
+            } else {
+                AttentionKind::Linear
+            }
+        })
+        .collect()
+}
+
+impl ModelConfig {
+    /// A built-in synthetic preset: `tiny-d256`, `tiny-d64`, `qwen3.6-35b-a3b`,
+    /// each optionally suffixed `:layers=N` (N in 1..=1024; see the module
+    /// documentation for the layer pattern).
+    pub fn synthetic(name: &str) -> Result<ModelConfig, ConfigError> {
+        let unknown = || ConfigError::UnknownSynthetic(name.to_string());
+        let (base, layers) = match name.split_once(':') {
+            None => (name, None),
+            Some((base, opt)) => {
+                let n = opt.strip_prefix("layers=").ok_or_else(unknown)?.trim();
+                let n = n.parse::<usize>().ok().filter(|&n| n >= 1).ok_or_else(|| {
+                    ConfigError::invalid(
+                        "layers",
+                        format!(
+                            "`{n}` in `{name}` is not an integer in 1..={}",
+                            limits::MAX_LAYERS
+                        ),
+                    )
+                })?;
+                check_size("layers", n, limits::MAX_LAYERS)?;
+                (base, Some(n))
+            }
+        };
+        let mut cfg = match base.trim() {
+            "tiny-d256" => tiny(256),
+            "tiny-d64" => tiny(64),
+            "qwen3.6-35b-a3b" => qwen36_35b_a3b(),
+            _ => return Err(unknown()),
+        };
+        if let Some(n) = layers {
+            cfg.num_hidden_layers = n;
+            cfg.layer_types = tail_anchored_layer_types(n);
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+fn tiny(head_dim: usize) -> ModelConfig {
+    ModelConfig {
+        model_type: "qwen3_5_moe_text".into(),
+        family: Family::Qwen35Moe,
+        vocab_size: 512,
+        hidden_size: 128,
+        num_hidden_layers: 4,
+        layer_types: interval_layer_types(4, 4),
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim,
+        attn_output_gate: true,
+        rope: RopeConfig {
+            theta: 10_000_000.0,
+            partial_rotary_factor: 0.25,
+            rotary_dim: head_dim / 4,
+            mrope_section: None,
+            mrope_interleaved: false,
+        },
+        linear: LinearAttentionConfig {
+            num_key_heads: 2,
+            num_value_heads: 4,
+            key_head_dim: 32,
+            value_head_dim: 32,
+            conv_kernel_dim: 4,
+        },
+        mlp: MlpConfig::Moe(MoeConfig {
+            num_experts: 8,
+            num_experts_per_tok: 2,
+            moe_intermediate_size: 64,
+            shared_expert_intermediate_size: 64,
+            norm_topk_prob: true,
+        }),
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: false,
+        dtype: Dtype::F32,
+        fused_linear_projections: false,
+        eos_token_ids: vec![],
+        max_position_embeddings: 32_768,
+    }
+}
+
+/// The text model of Qwen3.6-35B-A3B (as its public config.json gives it).
+fn qwen36_35b_a3b() -> ModelConfig {
+    ModelConfig {
+        model_type: "qwen3_5_moe_text".into(),
+        family: Family::Qwen35Moe,
+        vocab_size: 248_320,
+        hidden_size: 2048,
+        num_hidden_layers: 40,
+        layer_types: interval_layer_types(40, 4),
+        num_attention_heads: 16,
+        num_key_value_heads: 2,
+        head_dim: 256,
+        attn_output_gate: true,
+        rope: RopeConfig {
+            theta: 10_000_000.0,
+            partial_rotary_factor: 0.25,
+            rotary_dim: 64,
+            mrope_section: Some(vec![11, 11, 10]),
+            mrope_interleaved: true,
+        },
+        linear: LinearAttentionConfig {
+            num_key_heads: 16,
+            num_value_heads: 32,
+            key_head_dim: 128,
+            value_head_dim: 128,
+            conv_kernel_dim: 4,
+        },
+        mlp: MlpConfig::Moe(MoeConfig {
+            num_experts: 256,
+            num_experts_per_tok: 8,
+            moe_intermediate_size: 512,
+            shared_expert_intermediate_size: 512,
+            norm_topk_prob: true,
+        }),
+        rms_norm_eps: 1e-6,
+        tie_word_embeddings: false,
+        dtype: Dtype::Bf16,
+        fused_linear_projections: false,
+        eos_token_ids: vec![],
+        max_position_embeddings: 262_144,
+    }
+}
