@@ -90,13 +90,13 @@ pub fn stream_text(events: &[String]) -> String {
 pub fn stream_finish(events: &[String]) -> Option<String> {
     events
         .iter()
+        .rev()
         .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-        .filter_map(|v| {
+        .find_map(|v| {
             v["choices"].get(0)?["finish_reason"]
                 .as_str()
                 .map(str::to_string)
         })
-        .last()
 }
 
 pub async fn metrics(addr: SocketAddr) -> HashMap<String, f64> {
