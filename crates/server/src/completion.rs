@@ -227,7 +227,11 @@ impl Running {
             text.push_str(&piece);
             match end {
                 None => continue,
-                Some(End::Failed(e)) => return Err(e),
+                Some(End::Failed(e)) => {
+                    // Counted here (outcome `error` by the tracker), not as a rejection.
+                    self.tracker.state.metrics.http_error(e.status.as_u16());
+                    return Ok(e.into_response());
+                }
                 Some(End::Done {
                     finish,
                     prompt,
