@@ -44,6 +44,8 @@ enum Command {
     Qualify(cmd::qualify::Args),
     /// Generate text from a prompt (greedy by default), streamed to stdout.
     Generate(cmd::generate::Args),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat and text completions, streaming, metrics).
+    Serve(cmd::serve::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -56,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Command::Logits(a) => cmd::logits::run(a, &cli.global),
         Command::Generate(a) => cmd::generate::run(a, &cli.global),
         Command::Qualify(a) => cmd::qualify::run(a, &cli.global),
+        Command::Serve(a) => cmd::serve::run(a, &cli.global),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -26,6 +26,8 @@ pub enum BenchCommand {
     Prefill(crate::cmd::bench_prefill::Args),
     /// Strict checks of headroom.bench.prefill/1 files; exit 1 listing every violation.
     Validate(crate::cmd::bench_validate::Args),
+    /// Load test of a running `headroom serve` on this machine: TTFT / inter-token latency percentiles, requests/s, tokens/s.
+    Serve(crate::cmd::bench_serve::Args),
 }
 
 #[derive(clap::Args, Debug)]
@@ -72,6 +74,7 @@ pub fn run(c: BenchCommand, g: &GlobalArgs) -> anyhow::Result<()> {
         BenchCommand::Ttft(a) => crate::cmd::bench_ttft::run(a, g),
         BenchCommand::Prefill(a) => crate::cmd::bench_prefill::run(a, g),
         BenchCommand::Validate(a) => crate::cmd::bench_validate::run(a),
+        BenchCommand::Serve(a) => crate::cmd::bench_serve::run(a),
     }
 }
 

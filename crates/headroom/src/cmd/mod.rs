@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_prefill;
+pub mod bench_serve;
 pub mod bench_ttft;
 pub mod bench_validate;
 pub mod doctor;
@@ -9,3 +10,4 @@ pub mod generate;
 pub mod kernels;
 pub mod logits;
 pub mod qualify;
+pub mod serve;

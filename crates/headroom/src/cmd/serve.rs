@@ -1,0 +1,257 @@
+//! `headroom serve`: the OpenAI-compatible HTTP server (`headroom_server`)
+//! on the engine (`headroom_engine`), for `--synthetic NAME` or `--model DIR`
+//! on `--backend cpu|cuda`. Prints `listening on http://ADDR` once bound;
+//! SIGINT/SIGTERM stop accepting, let in-flight requests finish for
+//! `--shutdown-grace-s`, cancel the rest and exit 0.
+
+use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
+use crate::cmd::logits::attention_plan;
+use crate::global::GlobalArgs;
+use crate::model_source::ModelSource;
+use anyhow::{bail, Context};
+use headroom_core::ops::Backend;
+use headroom_core::BackendKind;
+use headroom_engine::{EngineConfig, KvBackendKind, SchedulerSettings};
+use headroom_model::tokenizer::{TextCodec, Tokenizer};
+use headroom_model::Qwen35Model;
+use headroom_server::{AppState, ChatTemplate, ServerConfig};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(flatten)]
+    pub source: ModelSource,
+    /// Compute backend.
+    #[arg(long, default_value = "cpu", value_name = "cpu|cuda")]
+    pub backend: BackendKind,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port (0: any free port; the bound address is printed).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// The model id clients name (default: the synthetic name or the folder's name).
+    #[arg(long, value_name = "NAME")]
+    pub served_model_name: Option<String>,
+    /// Seed of a synthetic model's weights.
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub weights_seed: u64,
+    /// Where a synthetic model's weights are drawn (default: host on cpu, device on cuda).
+    #[arg(long, value_name = "host|device")]
+    pub weights_init: Option<WeightsInit>,
+    /// Most tokens (prompt + generated) of one request.
+    #[arg(long, default_value_t = 4096, value_name = "N")]
+    pub max_context: usize,
+    /// Most requests running at once.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub max_running: usize,
+    /// Most requests waiting for admission; beyond it requests are answered 429.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_waiting: usize,
+    /// KV cache backend.
+    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
+    pub kv: KvBackendKind,
+    /// Memory budget of the engine's KV, GDN state and transients, MiB (default: unbounded).
+    #[arg(long, value_name = "MIB")]
+    pub memory_budget_mib: Option<u64>,
+    /// Prompt tokens per sequence per step when several share the engine (env HEADROOM_PREFILL_CHUNK).
+    #[arg(long, value_name = "N")]
+    pub prefill_chunk: Option<usize>,
+    /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS).
+    #[arg(long, value_name = "N")]
+    pub step_tokens: Option<usize>,
+    /// Prompt tokens per step of a request alone in the engine (env HEADROOM_SOLO_STRIPE).
+    #[arg(long, value_name = "N")]
+    pub solo_stripe: Option<usize>,
+    /// `max_tokens` of a request that gives none (cut to the context left).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub default_max_tokens: usize,
+    /// Largest request body, bytes (413 beyond).
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
+    pub max_body_bytes: usize,
+    /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub shutdown_grace_s: f64,
+}
+
+pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
+    if a.max_context == 0 || a.max_running == 0 || a.default_max_tokens == 0 {
+        bail!("--max-context, --max-running and --default-max-tokens must be at least 1");
+    }
+    if !(a.shutdown_grace_s.is_finite() && a.shutdown_grace_s >= 0.0) {
+        bail!("--shutdown-grace-s must be a number >= 0");
+    }
+    let cfg = load_config(&a.source)?;
+    let (codec, template, mut eos, stop_ids) = match &a.source.model {
+        Some(dir) => text_side(dir)?,
+        None => {
+            if cfg.vocab_size < 256 {
+                bail!("the byte-level fallback tokenizer needs vocab_size >= 256");
+            }
+            (
+                TextCodec::Bytes,
+                ChatTemplate::plain(),
+                Vec::new(),
+                Vec::new(),
+            )
+        }
+    };
+    eos.extend(&cfg.eos_token_ids);
+    let (mut scheduler, warnings) = SchedulerSettings::from_env();
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    for (v, field) in [
+        (a.prefill_chunk, &mut scheduler.prefill_chunk),
+        (a.step_tokens, &mut scheduler.step_tokens),
+        (a.solo_stripe, &mut scheduler.solo_stripe),
+    ] {
+        if let Some(v) = v {
+            *field = v;
+        }
+    }
+    scheduler.validate().map_err(anyhow::Error::msg)?;
+    let engine = EngineConfig {
+        scheduler,
+        attention: attention_plan(g, a.backend, &cfg)?,
+        kv_backend: a.kv,
+        memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
+        max_running: a.max_running,
+        max_context: a.max_context,
+        max_waiting: a.max_waiting,
+        eos_token_ids: eos,
+        capture_logits: false,
+    };
+    let name = a
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| default_name(&a.source));
+    let mut server = ServerConfig::new(&name, cfg.vocab_size);
+    server.default_max_tokens = a.default_max_tokens;
+    server.body_limit_bytes = a.max_body_bytes;
+    server.stop_token_ids = stop_ids;
+    let job = ServeJob {
+        engine,
+        server,
+        codec,
+        template,
+        host: a.host.clone(),
+        port: a.port,
+        grace: Duration::from_secs_f64(a.shutdown_grace_s),
+    };
+    run_on_backend(
+        a.backend,
+        &a.source,
+        &cfg,
+        a.weights_seed,
+        a.weights_init,
+        job,
+    )
+}
+
+/// A checkpoint's tokenizer, chat template, generation EOS ids and the
+/// chat end-of-turn id (`<|im_end|>`) when the vocabulary has it.
+fn text_side(dir: &Path) -> anyhow::Result<(TextCodec, ChatTemplate, Vec<u32>, Vec<u32>)> {
+    let tok = Tokenizer::from_dir(dir)?;
+    let stop_ids = tok.token_id("<|im_end|>").into_iter().collect();
+    let template = match ChatTemplate::from_dir(dir)? {
+        Some(t) => t,
+        None => {
+            tracing::warn!(
+                "{} has no chat template; using the plain one",
+                dir.display()
+            );
+            ChatTemplate::plain()
+        }
+    };
+    Ok((
+        TextCodec::Hf(Box::new(tok)),
+        template,
+        generation_eos(dir),
+        stop_ids,
+    ))
+}
+
+/// End-of-sequence ids from `generation_config.json`, when the folder has one.
+fn generation_eos(dir: &Path) -> Vec<u32> {
+    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else {
+        return Vec::new();
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
+        tracing::warn!("generation_config.json is not valid JSON; ignoring it");
+        return Vec::new();
+    };
+    match &v["eos_token_id"] {
+        serde_json::Value::Number(n) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+        serde_json::Value::Array(a) => a
+            .iter()
+            .filter_map(|x| x.as_u64())
+            .map(|x| x as u32)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn default_name(source: &ModelSource) -> String {
+    match (&source.synthetic, &source.model) {
+        (Some(n), _) => n.clone(),
+        (None, Some(dir)) => dir
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into()),
+        _ => "model".into(),
+    }
+}
+
+struct ServeJob {
+    engine: EngineConfig,
+    server: ServerConfig,
+    codec: TextCodec,
+    template: ChatTemplate,
+    host: String,
+    port: u16,
+    grace: Duration,
+}
+
+impl ModelJob for ServeJob {
+    type Output = ();
+
+    fn run<B: Backend + 'static>(
+        self,
+        model: Qwen35Model<B>,
+        info: &LoadInfo,
+    ) -> anyhow::Result<()> {
+        let handle = headroom_engine::spawn(model, self.engine).context("starting the engine")?;
+        let st = handle.stats();
+        eprintln!(
+            "engine on {}: {}; {}; max context {}",
+            info.backend,
+            st.settings,
+            st.kv,
+            handle.max_context()
+        );
+        let name = self.server.served_model_name.clone();
+        let state = Arc::new(AppState::new(
+            Arc::new(handle),
+            self.codec,
+            self.template,
+            self.server,
+        ));
+        headroom_server::run::serve_until_signal(
+            &self.host,
+            self.port,
+            state,
+            self.grace,
+            |addr| {
+                println!("listening on http://{addr} (model `{name}`)");
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+            },
+        )
+        .context("serving")?;
+        eprintln!("server stopped");
+        Ok(())
+    }
+}

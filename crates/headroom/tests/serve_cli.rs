@@ -1,0 +1,157 @@
+//! `headroom serve` as a process: it binds port 0 and prints the address,
+//! answers a completion, and on SIGTERM lets the in-flight stream finish
+//! then exits 0. `headroom bench serve` loads it and writes its JSON.
+
+use headroom_server::client;
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn start() -> (Child, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "serve",
+            "--synthetic",
+            "tiny-d256",
+            "--port",
+            "0",
+            "--max-context",
+            "512",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .strip_prefix("listening on http://")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .parse()
+        .unwrap();
+    (child, addr)
+}
+
+fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let t = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            panic!("the server did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn serve_answers_then_drains_and_exits_zero_on_sigterm() {
+    let (mut child, addr) = start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let r = client::post_json(
+            addr,
+            "/v1/completions",
+            &json!({"model": "tiny-d256", "prompt": "hi", "max_tokens": 4, "temperature": 0}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json().unwrap()["usage"]["prompt_tokens"], 2);
+        let models = client::request(addr, "GET", "/v1/models", None)
+            .await
+            .unwrap();
+        assert_eq!(models.json().unwrap()["data"][0]["id"], "tiny-d256");
+
+        let body = json!({"prompt": "story", "max_tokens": 40, "temperature": 0, "stream": true});
+        let mut s = client::open(
+            addr,
+            "POST",
+            "/v1/completions",
+            Some(body.to_string().as_bytes()),
+        )
+        .await
+        .unwrap();
+        assert!(s.next_event().await.unwrap().is_some());
+        let pid = child.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let mut last_finish = None;
+        while let Some(e) = s.next_event().await.unwrap() {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&e) {
+                if let Some(f) = v["choices"][0]["finish_reason"].as_str() {
+                    last_finish = Some(f.to_string());
+                }
+            }
+        }
+        assert!(
+            matches!(last_finish.as_deref(), Some("length" | "stop")),
+            "{last_finish:?}"
+        );
+    });
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn bench_serve_loads_a_server_and_writes_json() {
+    let (mut child, addr) = start();
+    let out =
+        std::env::temp_dir().join(format!("headroom-bench-serve-{}.json", std::process::id()));
+    let run = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "bench",
+            "serve",
+            "--url",
+            &format!("http://{addr}"),
+            "--concurrency",
+            "4",
+            "--requests",
+            "8",
+            "--prompt-len",
+            "16",
+            "--max-tokens",
+            "4",
+            "--time-limit-s",
+            "120",
+            "--json",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let table = String::from_utf8_lossy(&run.stdout);
+    assert!(table.contains("ttft") && table.contains("p99"), "{table}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["schema"], "headroom.bench.serve/1");
+    assert_eq!(
+        (v["completed"].as_u64(), v["failed"].as_u64()),
+        (Some(8), Some(0))
+    );
+    assert_eq!(v["prompt_tokens"], 8 * 16);
+    assert_eq!(v["ttft_ms"]["n"], 8);
+    let _ = std::fs::remove_file(&out);
+    assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
+}

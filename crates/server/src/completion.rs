@@ -1,0 +1,320 @@
+//! Running one checked request on the generator and answering it: the whole
+//! response, or a server-sent event stream (`data: {chunk}` lines, the
+//! usage chunk when asked, `data: [DONE]`). Text is detokenised
+//! incrementally and passed through the stop strings; a matched stop string
+//! or a client that goes away drops the token stream, which cancels the
+//! request in the engine.
+
+use crate::error::ApiError;
+use crate::generator::{GenEvent, GenFinish, GenRefusal, GenRequest, TokenStream};
+use crate::metrics::Outcome;
+use crate::params::Plan;
+use crate::shapes::{usage, Head};
+use crate::state::AppState;
+use crate::stop::StopMatcher;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use headroom_model::tokenizer::StreamDecoder;
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A request ready to run.
+pub struct Job {
+    pub head: Head,
+    pub prompt_ids: Vec<u32>,
+    pub plan: Plan,
+    pub max_tokens: usize,
+    pub arrived: Instant,
+}
+
+/// Maps a submit refusal to its answer.
+pub fn refusal(e: GenRefusal) -> ApiError {
+    match e {
+        GenRefusal::NeverFits { .. } | GenRefusal::TooLong { .. } => {
+            ApiError::too_long(e.to_string())
+        }
+        GenRefusal::QueueFull { .. } => ApiError::busy(e.to_string()),
+        GenRefusal::ShuttingDown => ApiError::unavailable(e.to_string()),
+    }
+}
+
+/// Submits `job` and answers it (streamed when asked).
+pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
+    let mut stop_token_ids = state.config.stop_token_ids.clone();
+    stop_token_ids.sort_unstable();
+    stop_token_ids.dedup();
+    let prompt_tokens = job.prompt_ids.len();
+    let stream = state
+        .generator
+        .submit(GenRequest {
+            prompt_ids: job.prompt_ids,
+            sampling: job.plan.sampling,
+            max_tokens: job.max_tokens,
+            stop_token_ids,
+        })
+        .map_err(refusal)?;
+    let run = Running {
+        tracker: Tracker {
+            state: state.clone(),
+            endpoint: job.head.endpoint.label(),
+            outcome: None,
+        },
+        text: TextOut::new(job.plan.stop.clone(), job.arrived),
+        stream: Some(stream),
+        head: job.head,
+        prompt_tokens,
+        include_usage: job.plan.include_usage,
+    };
+    if job.plan.stream {
+        Ok(run.sse())
+    } else {
+        run.whole().await
+    }
+}
+
+/// Records the request's outcome when it ends, `Cancelled` if dropped early.
+struct Tracker {
+    state: Arc<AppState>,
+    endpoint: &'static str,
+    outcome: Option<Outcome>,
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        let outcome = self.outcome.unwrap_or(Outcome::Cancelled);
+        self.state.metrics.request(self.endpoint, outcome);
+    }
+}
+
+/// Incremental detokenisation + stop strings + latency metrics.
+struct TextOut {
+    decoder: StreamDecoder,
+    stops: StopMatcher,
+    tokens: usize,
+    arrived: Instant,
+    last: Option<Instant>,
+}
+
+impl TextOut {
+    fn new(stops: Vec<String>, arrived: Instant) -> TextOut {
+        TextOut {
+            decoder: StreamDecoder::new(),
+            stops: StopMatcher::new(stops),
+            tokens: 0,
+            arrived,
+            last: None,
+        }
+    }
+
+    /// Text to emit for token `id`, and whether a stop string matched.
+    fn token(&mut self, state: &AppState, id: u32) -> Result<(String, bool), ApiError> {
+        let now = Instant::now();
+        match self.last {
+            None => state.metrics.ttft((now - self.arrived).as_secs_f64()),
+            Some(t) => state.metrics.inter_token((now - t).as_secs_f64()),
+        }
+        self.last = Some(now);
+        self.tokens += 1;
+        let piece = self
+            .decoder
+            .push(&state.codec, id)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let fed = self.stops.feed(&piece);
+        Ok((fed.emit, fed.stopped))
+    }
+
+    /// The held-back text at the end, and whether it held a stop string.
+    fn finish(&mut self, state: &AppState) -> Result<(String, bool), ApiError> {
+        let piece = self
+            .decoder
+            .finish(&state.codec)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let fed = self.stops.feed(&piece);
+        if fed.stopped {
+            return Ok((fed.emit, true));
+        }
+        Ok((fed.emit + &self.stops.finish(), false))
+    }
+}
+
+/// How a request ended.
+enum End {
+    Done {
+        finish: &'static str,
+        prompt: usize,
+        completion: usize,
+    },
+    Failed(ApiError),
+}
+
+struct Running {
+    tracker: Tracker,
+    text: TextOut,
+    stream: Option<Box<dyn TokenStream>>,
+    head: Head,
+    prompt_tokens: usize,
+    include_usage: bool,
+}
+
+impl Running {
+    /// The text the next event produced, and how the request ended if it
+    /// did (the token stream is then dropped: a stop string cancels the rest).
+    async fn step(&mut self) -> (String, Option<End>) {
+        let state = self.tracker.state.clone();
+        let Some(stream) = self.stream.as_mut() else {
+            return (
+                String::new(),
+                Some(End::Failed(ApiError::internal("the request already ended"))),
+            );
+        };
+        let (text, end) = match stream.next().await {
+            Some(GenEvent::Token(id)) => match self.text.token(&state, id) {
+                Ok((text, false)) => return (text, None),
+                Ok((text, true)) => {
+                    self.tracker.outcome = Some(Outcome::Stop);
+                    let end = End::Done {
+                        finish: "stop",
+                        prompt: self.prompt_tokens,
+                        completion: self.text.tokens,
+                    };
+                    (text, end)
+                }
+                Err(e) => (String::new(), End::Failed(e)),
+            },
+            Some(GenEvent::Finished {
+                reason,
+                prompt_tokens,
+                completion_tokens,
+            }) => {
+                let (finish, outcome) = match reason {
+                    GenFinish::Stop => ("stop", Outcome::Stop),
+                    GenFinish::Length => ("length", Outcome::Length),
+                    GenFinish::Cancelled => ("stop", Outcome::Cancelled),
+                };
+                self.tracker.outcome = Some(outcome);
+                match self.text.finish(&state) {
+                    Ok((rest, matched)) => {
+                        let end = End::Done {
+                            finish: if matched { "stop" } else { finish },
+                            prompt: prompt_tokens,
+                            completion: completion_tokens,
+                        };
+                        (rest, end)
+                    }
+                    Err(e) => (String::new(), End::Failed(e)),
+                }
+            }
+            Some(GenEvent::Error(msg)) => (String::new(), End::Failed(ApiError::internal(msg))),
+            None => (
+                String::new(),
+                End::Failed(ApiError::internal("the engine dropped the request")),
+            ),
+        };
+        if let End::Failed(_) = end {
+            self.tracker.outcome = Some(Outcome::Error);
+        }
+        self.stream = None;
+        (text, Some(end))
+    }
+
+    /// Collects the whole response.
+    async fn whole(mut self) -> Result<Response, ApiError> {
+        let mut text = String::new();
+        loop {
+            let (piece, end) = self.step().await;
+            text.push_str(&piece);
+            match end {
+                None => continue,
+                Some(End::Failed(e)) => {
+                    // Counted here (outcome `error` by the tracker), not as a rejection.
+                    self.tracker.state.metrics.http_error(e.status.as_u16());
+                    return Ok(e.into_response());
+                }
+                Some(End::Done {
+                    finish,
+                    prompt,
+                    completion,
+                }) => {
+                    let body = self.head.response(&text, finish, usage(prompt, completion));
+                    return Ok(axum::Json(body).into_response());
+                }
+            }
+        }
+    }
+
+    /// The server-sent event stream.
+    fn sse(self) -> Response {
+        let start = Streaming {
+            run: self,
+            queue: VecDeque::new(),
+            first: true,
+            done: false,
+        };
+        let events = futures_util::stream::unfold(start, |mut s| async move {
+            loop {
+                if let Some(data) = s.queue.pop_front() {
+                    return Some((Ok::<Event, Infallible>(Event::default().data(data)), s));
+                }
+                if s.done {
+                    return None;
+                }
+                s.advance().await;
+            }
+        });
+        Sse::new(events).into_response()
+    }
+}
+
+/// The stream's state between events.
+struct Streaming {
+    run: Running,
+    queue: VecDeque<String>,
+    first: bool,
+    done: bool,
+}
+
+impl Streaming {
+    fn push(&mut self, v: serde_json::Value) {
+        self.queue.push_back(v.to_string());
+    }
+
+    /// Waits for the next event and queues its chunks.
+    async fn advance(&mut self) {
+        let (text, end) = self.run.step().await;
+        let with_usage = self.run.include_usage;
+        if !text.is_empty() || (self.first && end.is_none()) {
+            let chunk = self
+                .run
+                .head
+                .chunk(Some(&text), self.first, None, with_usage);
+            self.first = false;
+            self.push(chunk);
+        }
+        let Some(end) = end else { return };
+        match end {
+            End::Done {
+                finish,
+                prompt,
+                completion,
+            } => {
+                let last = self
+                    .run
+                    .head
+                    .chunk(None, self.first, Some(finish), with_usage);
+                self.push(last);
+                if with_usage {
+                    let u = self.run.head.usage_chunk(usage(prompt, completion));
+                    self.push(u);
+                }
+            }
+            End::Failed(e) => {
+                self.run.tracker.state.metrics.http_error(e.status.as_u16());
+                self.push(e.body());
+            }
+        }
+        self.queue.push_back("[DONE]".into());
+        self.done = true;
+    }
+}

@@ -1,0 +1,202 @@
+//! A scripted [`Generator`] for the HTTP tests: each request "generates"
+//! token ids from a fixed script (by default the prompt's ids again, then
+//! counting up), one every `token_delay`, honouring `max_tokens`, stop ids,
+//! the queue limit and cancellation, and counting what it ran like the engine.
+
+use crate::generator::{
+    GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream,
+};
+use futures_util::future::BoxFuture;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How the fake behaves.
+#[derive(Debug, Clone)]
+pub struct FakeConfig {
+    pub max_context: usize,
+    /// Most requests running at once; beyond it submit answers `QueueFull`.
+    pub max_running: usize,
+    pub token_delay: Duration,
+    /// Tokens to emit; `None`: the prompt's ids then 65, 66, ... (wrapping below 256).
+    pub script: Option<Vec<u32>>,
+    /// Refuse every request with `NeverFits` above this many prompt tokens.
+    pub memory_limit_tokens: Option<usize>,
+}
+
+impl Default for FakeConfig {
+    fn default() -> Self {
+        FakeConfig {
+            max_context: 512,
+            max_running: 64,
+            token_delay: Duration::from_millis(1),
+            script: None,
+            memory_limit_tokens: None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    stats: Mutex<GenStats>,
+    running: AtomicUsize,
+    shutdown: AtomicBool,
+}
+
+/// The scripted generator (needs a tokio runtime: each request runs as a task).
+#[derive(Clone, Default)]
+pub struct FakeGenerator {
+    cfg: FakeConfig,
+    counters: Arc<Counters>,
+}
+
+impl FakeGenerator {
+    pub fn new(cfg: FakeConfig) -> FakeGenerator {
+        FakeGenerator {
+            cfg,
+            counters: Arc::default(),
+        }
+    }
+
+    /// The tokens request `r` would produce before any stop id or limit.
+    pub fn script_for(&self, r: &GenRequest) -> Vec<u32> {
+        match &self.cfg.script {
+            Some(s) => s.clone(),
+            None => r
+                .prompt_ids
+                .iter()
+                .copied()
+                .chain((0..).map(|i| 65 + (i % 26)))
+                .take(r.max_tokens)
+                .collect(),
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut GenStats)) {
+        if let Ok(mut s) = self.counters.stats.lock() {
+            f(&mut s);
+        }
+    }
+}
+
+struct FakeStream {
+    rx: mpsc::UnboundedReceiver<GenEvent>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl TokenStream for FakeStream {
+    fn next(&mut self) -> BoxFuture<'_, Option<GenEvent>> {
+        Box::pin(self.rx.recv())
+    }
+}
+
+impl Drop for FakeStream {
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Release);
+    }
+}
+
+impl Generator for FakeGenerator {
+    fn submit(&self, r: GenRequest) -> Result<Box<dyn TokenStream>, GenRefusal> {
+        if self.counters.shutdown.load(Ordering::Acquire) {
+            return Err(GenRefusal::ShuttingDown);
+        }
+        let tokens = r.prompt_ids.len().saturating_add(r.max_tokens);
+        if tokens > self.cfg.max_context {
+            self.update(|s| s.refused += 1);
+            return Err(GenRefusal::TooLong {
+                tokens,
+                limit: self.cfg.max_context,
+            });
+        }
+        if let Some(limit) = self.cfg.memory_limit_tokens {
+            if r.prompt_ids.len() > limit {
+                self.update(|s| s.refused += 1);
+                return Err(GenRefusal::NeverFits {
+                    predicted_bytes: r.prompt_ids.len() as u64 * 1000,
+                    budget_bytes: limit as u64 * 1000,
+                    detail: "fake".into(),
+                });
+            }
+        }
+        let running = self.counters.running.fetch_add(1, Ordering::AcqRel);
+        if running >= self.cfg.max_running {
+            self.counters.running.fetch_sub(1, Ordering::AcqRel);
+            self.update(|s| s.refused += 1);
+            return Err(GenRefusal::QueueFull {
+                limit: self.cfg.max_running,
+            });
+        }
+        self.update(|s| {
+            s.admitted += 1;
+            s.running += 1;
+            s.kv_blocks_used += 1;
+            s.prompt_tokens += r.prompt_ids.len() as u64;
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let script = self.script_for(&r);
+        let me = self.clone();
+        let cancelled = cancel.clone();
+        let prompt_tokens = r.prompt_ids.len();
+        tokio::spawn(async move {
+            let mut drawn = 0usize;
+            let mut reason = GenFinish::Length;
+            for &t in script.iter().take(r.max_tokens) {
+                tokio::time::sleep(me.cfg.token_delay).await;
+                if cancelled.load(Ordering::Acquire) || me.counters.shutdown.load(Ordering::Acquire)
+                {
+                    reason = GenFinish::Cancelled;
+                    break;
+                }
+                drawn += 1;
+                me.update(|s| s.generated_tokens += 1);
+                if r.stop_token_ids.contains(&t) {
+                    reason = GenFinish::Stop;
+                    break;
+                }
+                let _ = tx.send(GenEvent::Token(t));
+            }
+            if reason == GenFinish::Length && drawn < r.max_tokens {
+                reason = GenFinish::Stop;
+            }
+            me.counters.running.fetch_sub(1, Ordering::AcqRel);
+            me.update(|s| {
+                s.running -= 1;
+                s.kv_blocks_used -= 1;
+                if reason == GenFinish::Cancelled {
+                    s.cancelled += 1;
+                } else {
+                    s.finished += 1;
+                }
+            });
+            if me.counters.shutdown.load(Ordering::Acquire) {
+                let _ = tx.send(GenEvent::Error("the engine is shutting down".into()));
+            } else {
+                let _ = tx.send(GenEvent::Finished {
+                    reason,
+                    prompt_tokens,
+                    completion_tokens: drawn,
+                });
+            }
+        });
+        Ok(Box::new(FakeStream { rx, cancel }))
+    }
+
+    fn stats(&self) -> GenStats {
+        self.counters
+            .stats
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    fn max_context(&self) -> usize {
+        self.cfg.max_context
+    }
+
+    fn shutdown(&self) {
+        self.counters.shutdown.store(true, Ordering::Release);
+    }
+}

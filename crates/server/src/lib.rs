@@ -1,0 +1,35 @@
+//! Headroom's OpenAI-compatible HTTP server (axum + tokio) over any
+//! [`Generator`] (the engine, through `headroom serve`; a scripted fake in tests).
+//!
+//! * [`app`] — the routes and the server loop with graceful shutdown;
+//! * [`openai`] / [`params`] / [`prompt`] — request bodies, their checks, prompt ids;
+//! * [`completion`] / [`shapes`] / [`stop`] — running a request, response and
+//!   SSE chunk shapes, stop strings across token boundaries;
+//! * [`template`] — chat templates (minijinja); [`metrics`] — Prometheus text;
+//! * [`error`] — OpenAI error objects; [`generator`] — the engine seam; [`fake`];
+//! * [`client`] — a minimal HTTP/1.1 client for tests and `bench serve`.
+
+pub mod app;
+pub mod client;
+pub mod completion;
+pub mod engine_adapter;
+pub mod error;
+pub mod fake;
+pub mod generator;
+pub mod load;
+pub mod metrics;
+pub mod openai;
+pub mod params;
+pub mod prompt;
+pub mod run;
+pub mod shapes;
+pub mod state;
+pub mod stop;
+pub mod template;
+
+pub use app::{router, serve};
+pub use generator::{
+    GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream,
+};
+pub use state::{AppState, ServerConfig};
+pub use template::ChatTemplate;

@@ -1,0 +1,236 @@
+//! The server's Prometheus metrics: request counts by endpoint and outcome,
+//! HTTP error counts by status, TTFT and inter-token latency histograms,
+//! and the engine's gauges and counters (running, waiting, KV blocks,
+//! tokens, admission refusals), rendered in the text exposition format.
+
+use crate::generator::GenStats;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+];
+
+/// A cumulative histogram of seconds.
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    counts: [u64; LATENCY_BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        if !secs.is_finite() || secs < 0.0 {
+            return;
+        }
+        for (i, &b) in LATENCY_BUCKETS.iter().enumerate() {
+            if secs <= b {
+                self.counts[i] += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += secs;
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for (i, &b) in LATENCY_BUCKETS.iter().enumerate() {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.counts[i]);
+        }
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", self.count);
+        let _ = writeln!(out, "{name}_sum {}", self.sum);
+        let _ = writeln!(out, "{name}_count {}", self.count);
+    }
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    requests: BTreeMap<(&'static str, &'static str), u64>,
+    http_errors: BTreeMap<u16, u64>,
+    ttft: Histogram,
+    itl: Histogram,
+}
+
+/// The server's metrics (shared by every handler).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+/// How a request ended, for `headroom_requests_total{outcome}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Stop,
+    Length,
+    /// The client went away before the end.
+    Cancelled,
+    /// Refused before it ran (a 4xx/5xx answer).
+    Rejected,
+    /// The engine failed mid-request.
+    Error,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Stop => "stop",
+            Outcome::Length => "length",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Rejected => "rejected",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+impl Metrics {
+    fn with(&self, f: impl FnOnce(&mut Inner)) {
+        let mut g = match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        f(&mut g);
+    }
+
+    pub fn request(&self, endpoint: &'static str, outcome: Outcome) {
+        self.with(|m| *m.requests.entry((endpoint, outcome.label())).or_default() += 1);
+    }
+
+    pub fn http_error(&self, status: u16) {
+        self.with(|m| *m.http_errors.entry(status).or_default() += 1);
+    }
+
+    pub fn ttft(&self, secs: f64) {
+        self.with(|m| m.ttft.observe(secs));
+    }
+
+    pub fn inter_token(&self, secs: f64) {
+        self.with(|m| m.itl.observe(secs));
+    }
+
+    /// The exposition text, with the engine's `stats`.
+    pub fn render(&self, stats: &GenStats) -> String {
+        let mut out = String::new();
+        self.with(|m| {
+            out.push_str("# HELP headroom_requests_total Completion requests by endpoint and outcome.\n# TYPE headroom_requests_total counter\n");
+            for ((endpoint, outcome), n) in &m.requests {
+                let _ = writeln!(
+                    out,
+                    "headroom_requests_total{{endpoint=\"{endpoint}\",outcome=\"{outcome}\"}} {n}"
+                );
+            }
+            out.push_str("# HELP headroom_http_errors_total Error answers by HTTP status.\n# TYPE headroom_http_errors_total counter\n");
+            for (status, n) in &m.http_errors {
+                let _ = writeln!(out, "headroom_http_errors_total{{status=\"{status}\"}} {n}");
+            }
+            m.ttft.render(
+                &mut out,
+                "headroom_time_to_first_token_seconds",
+                "Seconds from request arrival to the first generated token.",
+            );
+            m.itl.render(
+                &mut out,
+                "headroom_inter_token_latency_seconds",
+                "Seconds between consecutive generated tokens of a request.",
+            );
+        });
+        let gauges: [(&str, &str, &str, f64); 10] = [
+            (
+                "headroom_requests_running",
+                "gauge",
+                "Requests the engine is running.",
+                stats.running as f64,
+            ),
+            (
+                "headroom_requests_waiting",
+                "gauge",
+                "Requests waiting for admission.",
+                stats.waiting as f64,
+            ),
+            (
+                "headroom_kv_blocks_used",
+                "gauge",
+                "KV cache blocks in use.",
+                stats.kv_blocks_used as f64,
+            ),
+            (
+                "headroom_kv_blocks_free",
+                "gauge",
+                "KV cache blocks free.",
+                stats.kv_blocks_free as f64,
+            ),
+            (
+                "headroom_engine_admitted_total",
+                "counter",
+                "Requests the engine admitted.",
+                stats.admitted as f64,
+            ),
+            (
+                "headroom_admission_refused_total",
+                "counter",
+                "Requests the engine refused at submit (context, memory, queue).",
+                stats.refused as f64,
+            ),
+            (
+                "headroom_engine_finished_total",
+                "counter",
+                "Requests the engine finished.",
+                stats.finished as f64,
+            ),
+            (
+                "headroom_engine_cancelled_total",
+                "counter",
+                "Requests cancelled in the engine.",
+                stats.cancelled as f64,
+            ),
+            (
+                "headroom_prompt_tokens_total",
+                "counter",
+                "Prompt tokens processed.",
+                stats.prompt_tokens as f64,
+            ),
+            (
+                "headroom_generation_tokens_total",
+                "counter",
+                "Tokens generated.",
+                stats.generated_tokens as f64,
+            ),
+        ];
+        for (name, kind, help, v) in gauges {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histograms_are_cumulative_and_counts_labelled() {
+        let m = Metrics::default();
+        m.ttft(0.003);
+        m.ttft(0.2);
+        m.ttft(f64::NAN);
+        m.request("chat", Outcome::Stop);
+        m.request("chat", Outcome::Stop);
+        m.http_error(404);
+        let text = m.render(&GenStats {
+            kv_blocks_free: 7,
+            ..GenStats::default()
+        });
+        assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
+        assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n"));
+        assert!(text.contains("headroom_time_to_first_token_seconds_count 2\n"));
+        assert!(text.contains("headroom_requests_total{endpoint=\"chat\",outcome=\"stop\"} 2\n"));
+        assert!(text.contains("headroom_http_errors_total{status=\"404\"} 1\n"));
+        assert!(text.contains("headroom_kv_blocks_free 7\n"));
+    }
+}

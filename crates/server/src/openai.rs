@@ -1,0 +1,95 @@
+//! The OpenAI request bodies this server reads (chat and text completions).
+//! Unknown fields are ignored, as the OpenAI API and its peers do; the
+//! values are checked in [`crate::params`].
+
+use serde::Deserialize;
+
+/// `stop`: one string or a list.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// The sampling and length parameters both endpoints share.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+pub struct CommonParams {
+    pub model: Option<String>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub seed: Option<i64>,
+    pub stop: Option<Stop>,
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub stream: bool,
+    pub stream_options: Option<StreamOptions>,
+}
+
+/// A message's `content`: a string or a list of parts (`{"type": "text", "text": ...}`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+    /// A previous assistant turn's reasoning (Qwen templates read it).
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct ChatRequest {
+    #[serde(flatten)]
+    pub common: CommonParams,
+    pub messages: Vec<ChatMessage>,
+    /// Extra variables for the chat template (vLLM's name), e.g. `{"enable_thinking": false}`.
+    #[serde(default)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Shorthand for `chat_template_kwargs.enable_thinking`.
+    #[serde(default)]
+    pub enable_thinking: Option<bool>,
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
+}
+
+/// A completion's `prompt`: a string, a list of one string, or token ids.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct CompletionRequest {
+    #[serde(flatten)]
+    pub common: CommonParams,
+    pub prompt: Prompt,
+}

@@ -1,0 +1,88 @@
+//! The state every handler shares ([`AppState`]): the generator, the text
+//! codec and chat template, the server's settings and metrics, and the
+//! draining flag set at shutdown.
+
+use crate::generator::Generator;
+use crate::metrics::Metrics;
+use crate::template::ChatTemplate;
+use headroom_model::tokenizer::TextCodec;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Settings of one server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// The model id clients must name (`model`), listed by `/v1/models`.
+    pub served_model_name: String,
+    /// Largest request body accepted (413 beyond).
+    pub body_limit_bytes: usize,
+    /// `max_tokens` of a request that gives none (cut to the context left).
+    pub default_max_tokens: usize,
+    /// The model's vocabulary (token-id prompts are checked against it).
+    pub vocab_size: usize,
+    /// Stop ids added to every request (e.g. `<|im_end|>`; the engine adds EOS).
+    pub stop_token_ids: Vec<u32>,
+    /// Unix seconds the server started (`created` of `/v1/models`).
+    pub created: u64,
+}
+
+impl ServerConfig {
+    /// Defaults for a model named `name` of `vocab_size` tokens.
+    pub fn new(name: &str, vocab_size: usize) -> ServerConfig {
+        ServerConfig {
+            served_model_name: name.to_string(),
+            body_limit_bytes: 4 << 20,
+            default_max_tokens: 256,
+            vocab_size,
+            stop_token_ids: Vec::new(),
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub generator: Arc<dyn Generator>,
+    pub codec: TextCodec,
+    pub template: ChatTemplate,
+    pub config: ServerConfig,
+    pub metrics: Metrics,
+    draining: AtomicBool,
+    next_id: AtomicU64,
+}
+
+impl AppState {
+    pub fn new(
+        generator: Arc<dyn Generator>,
+        codec: TextCodec,
+        template: ChatTemplate,
+        config: ServerConfig,
+    ) -> AppState {
+        AppState {
+            generator,
+            codec,
+            template,
+            config,
+            metrics: Metrics::default(),
+            draining: AtomicBool::new(false),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// A fresh request number (ids and default seeds).
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// True once shutdown began: new requests are answered 503.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+}
