@@ -40,8 +40,12 @@ impl RawMemory for DriverMemory {
         // SAFETY: `ptr` came from malloc_sync in this context and is freed once.
         unsafe {
             let _ = result::ctx::set_current(self.ctx.0);
-            if let Err(e) = result::free_sync(ptr) {
-                tracing::warn!(error = %e, "cuMemFree failed");
+            match result::free_sync(ptr) {
+                // At process exit the driver may already be torn down: the
+                // memory goes with the context, nothing to report.
+                Err(e) if e.0 == sys::CUresult::CUDA_ERROR_DEINITIALIZED => {}
+                Err(e) => tracing::warn!(error = %e, "cuMemFree failed"),
+                Ok(()) => {}
             }
         }
     }
