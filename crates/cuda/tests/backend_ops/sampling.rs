@@ -2,42 +2,9 @@
 
 use super::*;
 
-/// The CPU backend's sampling rule in f64 (greedy, then top-k, top-p, walk).
+/// The CPU backend's sampling rule (the reference every backend follows).
 fn sample_ref(logits: &[f32], p: &SamplingParams, step: u64) -> Option<u32> {
-    let finite = || logits.iter().enumerate().filter(|(_, x)| x.is_finite());
-    let (best, &max) = finite().fold(None, |acc: Option<(usize, &f32)>, (i, x)| match acc {
-        Some((_, m)) if *m >= *x => acc,
-        _ => Some((i, x)),
-    })?;
-    if p.temperature <= 0.0 {
-        return Some(best as u32);
-    }
-    let t = p.temperature as f64;
-    let mut probs: Vec<(usize, f64)> = finite()
-        .map(|(i, &x)| (i, ((x as f64 - max as f64) / t).exp()))
-        .collect();
-    probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    if p.top_k > 0 && probs.len() > p.top_k {
-        probs.truncate(p.top_k);
-    }
-    let total: f64 = probs.iter().map(|q| q.1).sum();
-    let (mut kept, mut n) = (0.0, 0);
-    for q in &probs {
-        kept += q.1;
-        n += 1;
-        if kept >= p.top_p as f64 * total {
-            break;
-        }
-    }
-    probs.truncate(n);
-    let mut u = rng::uniform(p.seed, step) * kept;
-    for &(i, q) in &probs {
-        if u < q {
-            return Some(i as u32);
-        }
-        u -= q;
-    }
-    probs.last().map(|q| q.0 as u32)
+    headroom_cpu::sample::sample_row(logits, p, step)
 }
 
 fn params(temperature: f32, top_p: f32, top_k: usize, seed: u64) -> SamplingParams {
