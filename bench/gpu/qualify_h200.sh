@@ -17,7 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/env.sh"
 MODEL=${HEADROOM_QUALIFY_MODEL:-qwen3.6-35b-a3b:layers=4}
 mkdir -p "$OUT/qualifications"
-"$BIN" qualify --backend cuda --synthetic "$MODEL" --lengths "$LENGTHS" --dry-run
+"$BIN" qualify --backend cuda --synthetic "$MODEL" --lengths "$LENGTHS" --out "$OUT/qualifications" --dry-run
 timeout 540 "$BIN" qualify --backend cuda --synthetic "$MODEL" --lengths "$LENGTHS" \
     --iterations 3 --warmup 1 --out "$OUT/qualifications" 2>&1 | tee "$OUT/qualify.log"
 "$BIN" doctor --backend cuda --synthetic "$MODEL" --attn-execution auto --json \
