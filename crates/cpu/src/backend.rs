@@ -70,8 +70,8 @@ impl CpuWeight {
     }
 }
 
-/// The CPU backend. Tracks the bytes of its state pools and the peak
-/// transient bytes the attention kernels report.
+/// The CPU backend. Tracks the bytes of its weights and state pools and the
+/// peak transient bytes the attention kernels report.
 #[derive(Debug, Default)]
 pub struct CpuBackend {
     active: AtomicUsize,
@@ -182,6 +182,7 @@ impl Backend for CpuBackend {
     }
 
     fn upload_vector(&self, t: Tensor) -> OpResult<CpuWeight> {
+        self.add_active(t.numel() * 4);
         Ok(CpuWeight::Vector(t.to_f32_vec()))
     }
 
@@ -193,6 +194,7 @@ impl Backend for CpuBackend {
             .into_par_iter()
             .map(|i| bf16::from_f32(init.mean + init.std * rng::normal(init.seed, i)))
             .collect();
+        self.add_active(n * 2);
         Ok(CpuWeight::Matrix(Tensor::new(
             vec![rows, cols],
             TensorData::Bf16(data),

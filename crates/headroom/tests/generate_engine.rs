@@ -95,6 +95,11 @@ fn prompts_file_runs_concurrently_and_matches_each_alone() {
     }
     assert_eq!(lines[4]["prompt_tokens"], 3);
     let s = &lines[5]["summary"];
+    assert!(s["load_seconds"].as_f64().unwrap() >= 0.0, "{s}");
+    assert!(
+        s["weight_bytes"].as_u64().unwrap() > 0,
+        "the model's weights are counted: {s}"
+    );
     assert_eq!(s["requests"], 5);
     assert_eq!(s["completed"], 5);
     assert_eq!(s["scheduler"]["prefill_chunk"], 8);

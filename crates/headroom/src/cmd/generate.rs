@@ -461,7 +461,7 @@ impl ModelJob for GenerateJob {
         if self.single {
             report_single(&self.requests[0], &outcomes[0], wall)?;
         }
-        let summary = summary(&outcomes, wall, &stats, info.backend);
+        let summary = summary(&outcomes, wall, &stats, info);
         eprintln!("{}", serde_json::to_string(&summary)?);
         if let Some(path) = &self.json {
             write_json(path, &outcomes, &self.codec, &summary)?;
@@ -568,7 +568,7 @@ fn summary(
     outcomes: &[Outcome],
     wall: f64,
     st: &EngineStats,
-    backend: BackendKind,
+    info: &LoadInfo,
 ) -> serde_json::Value {
     let prompt: usize = outcomes
         .iter()
@@ -589,7 +589,9 @@ fn summary(
         "wall_s": wall,
         "generated_tokens_per_s": generated as f64 / wall.max(1e-9),
         "total_tokens_per_s": (prompt + generated) as f64 / wall.max(1e-9),
-        "backend": backend,
+        "backend": info.backend,
+        "load_seconds": info.load_seconds,
+        "weight_bytes": info.weight_bytes,
         "scheduler": st.settings,
         "kv": st.kv,
         "memory_budget_bytes": st.memory_budget_bytes,
