@@ -210,6 +210,23 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_FALLBACK,
 ];
 
+/// The integer literal of `constexpr int NAME = <int>;` in a kernel source
+/// (the tests that keep launch constants equal to the kernels' own).
+#[cfg(test)]
+pub(crate) fn source_constant(src: &str, name: &str) -> usize {
+    let pat = format!("constexpr int {name} = ");
+    let at = src
+        .find(&pat)
+        .unwrap_or_else(|| panic!("{name} not in source"))
+        + pat.len();
+    let lit: String = src[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    lit.parse()
+        .unwrap_or_else(|_| panic!("{name} is not a literal"))
+}
+
 /// Every entry point the artifact must contain, source by source.
 pub fn required_entry_points() -> Vec<&'static str> {
     SOURCES

@@ -231,20 +231,7 @@ mod tests {
     use super::*;
     use crate::kernels::{GDN_CHUNKED, GDN_RECURRENT};
 
-    /// The integer literal of `constexpr int NAME = <int>;` in a kernel source.
-    fn constant(src: &str, name: &str) -> usize {
-        let pat = format!("constexpr int {name} = ");
-        let at = src
-            .find(&pat)
-            .unwrap_or_else(|| panic!("{name} not in source"))
-            + pat.len();
-        let lit: String = src[at..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        lit.parse()
-            .unwrap_or_else(|_| panic!("{name} is not a literal"))
-    }
+    use crate::kernels::source_constant as constant;
 
     #[test]
     fn launch_constants_match_the_kernel_sources() {

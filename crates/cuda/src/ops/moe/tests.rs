@@ -108,20 +108,7 @@ fn short_buffers_and_overflowing_sizes_are_rejected() {
     assert!(d.contains("overflows") || d.contains("int range"), "{d}");
 }
 
-/// The integer literal of `constexpr int NAME = <int>;` in a kernel source.
-fn constant(src: &str, name: &str) -> usize {
-    let pat = format!("constexpr int {name} = ");
-    let at = src
-        .find(&pat)
-        .unwrap_or_else(|| panic!("{name} not in source"))
-        + pat.len();
-    let lit: String = src[at..]
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    lit.parse()
-        .unwrap_or_else(|_| panic!("{name} is not a literal"))
-}
+use crate::kernels::source_constant as constant;
 
 #[test]
 fn launch_constants_match_the_kernel_sources() {
