@@ -482,10 +482,13 @@ impl<B: Backend> EngineCore<B> {
             return Ok(Vec::new());
         }
         let be = self.model.backend();
+        let logits = out
+            .logits
+            .ok_or_else(|| EngineError::Internal("a step asked for logits returned none".into()))?;
         let rows = if draws.len() == nseq {
-            out.logits
+            logits
         } else {
-            be.gather_rows(&out.logits, draws)?
+            be.gather_rows(&logits, draws)?
         };
         let params: Vec<_> = draws
             .iter()

@@ -46,8 +46,9 @@ pub(crate) struct Decoder<B: Backend> {
 
 /// What one [`Qwen35Model::step`] produced.
 pub struct StepOutput<B: Backend> {
-    /// Logits of the selected rows, `[rows][vocab]`, on the backend.
-    pub logits: B::Act,
+    /// Logits of the selected rows, `[rows][vocab]`, on the backend
+    /// (`None` for [`LogitsRows::None`]).
+    pub logits: Option<B::Act>,
     /// Every attention call's report (one per full-attention layer).
     pub attention: Vec<LayerAttentionReport>,
 }
@@ -295,8 +296,8 @@ impl<B: Backend> Qwen35Model<B> {
             let out = self.step(&mut session.state, piece, &batch, &routes, rows)?;
             session.position += piece.len();
             reports.extend(out.attention);
-            if rows != LogitsRows::None {
-                logits.extend(self.backend.act_to_f32(&out.logits).map_err(op(None))?);
+            if let Some(l) = &out.logits {
+                logits.extend(self.backend.act_to_f32(l).map_err(op(None))?);
             }
         }
         let rows = logits.len() / self.cfg.vocab_size;
@@ -425,22 +426,28 @@ impl<B: Backend> Qwen35Model<B> {
                 "layer queued"
             );
         }
-        let selected = match rows {
+        let last = match rows {
+            // A prefill chunk whose logits nobody reads: no final norm, no LM head.
+            LogitsRows::None => {
+                return Ok(StepOutput {
+                    logits: None,
+                    attention: reports,
+                })
+            }
             LogitsRows::All => None,
-            LogitsRows::Last | LogitsRows::None => Some(batch.last_rows()),
+            LogitsRows::Last => Some(batch.last_rows()),
         };
         // The final norm only over the rows whose logits are wanted.
-        let normed = match &selected {
+        let normed = match &last {
             None => be.add_rms_norm(&mut x, pending.as_ref(), &self.final_norm, eps),
             Some(last) => {
-                if let Some(p) = &pending {
-                    let mut xs = be.gather_rows(&x, last).map_err(op(None))?;
-                    let ps = be.gather_rows(p, last).map_err(op(None))?;
-                    be.add_rms_norm(&mut xs, Some(&ps), &self.final_norm, eps)
-                } else {
-                    let mut xs = be.gather_rows(&x, last).map_err(op(None))?;
-                    be.add_rms_norm(&mut xs, None, &self.final_norm, eps)
-                }
+                let mut xs = be.gather_rows(&x, last).map_err(op(None))?;
+                let ps = pending
+                    .as_ref()
+                    .map(|p| be.gather_rows(p, last))
+                    .transpose()
+                    .map_err(op(None))?;
+                be.add_rms_norm(&mut xs, ps.as_ref(), &self.final_norm, eps)
             }
         }
         .map_err(op(None))?;
@@ -449,7 +456,7 @@ impl<B: Backend> Qwen35Model<B> {
             .time(be, Part::LmHead, || be.linear(&normed, head))
             .map_err(op(None))?;
         Ok(StepOutput {
-            logits,
+            logits: Some(logits),
             attention: reports,
         })
     }
