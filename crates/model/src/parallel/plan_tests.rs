@@ -151,3 +151,16 @@ fn dense_mlp_and_odd_vocab() {
     let e = ShardPlan::new(&cfg, 2).unwrap_err();
     assert!(e.to_string().contains("MLP intermediate size (95)"), "{e}");
 }
+
+#[test]
+fn the_122b_preset_is_about_244_gb_and_splits_over_2_4_8() {
+    let cfg = ModelConfig::synthetic("qwen3.5-122b-a10b").unwrap();
+    cfg.validate().unwrap();
+    let bytes = crate::weights::expected_storage_bytes(&cfg) as f64;
+    assert!((235e9..255e9).contains(&bytes), "{bytes}");
+    for world in [2, 4, 8] {
+        let p = ShardPlan::new(&cfg, world).unwrap();
+        assert_eq!(p.ranks[0].attention.heads, 0..32 / world);
+        assert_eq!(p.ranks[0].linear.heads, 0..64 / world);
+    }
+}
