@@ -21,12 +21,15 @@ enum Collective {
     AllGatherCols,
 }
 
+/// One rank's deposit: (collective, rows, cols, data).
+type Deposit = (Collective, usize, usize, Vec<f32>);
+
 #[derive(Debug, Default)]
 struct State {
     /// Collectives completed so far.
     generation: u64,
     /// This generation's deposits, by rank: (collective, rows, cols, data).
-    deposits: Vec<Option<(Collective, usize, usize, Vec<f32>)>>,
+    deposits: Vec<Option<Deposit>>,
     /// The last completed generation's result.
     result: Option<Arc<OpResult<Vec<f32>>>>,
     aborted: bool,
@@ -128,7 +131,7 @@ impl CpuComm {
 }
 
 /// Combines one generation's deposits (in rank order).
-fn combine(deposits: Vec<(Collective, usize, usize, Vec<f32>)>) -> OpResult<Vec<f32>> {
+fn combine(deposits: Vec<Deposit>) -> OpResult<Vec<f32>> {
     let (what, rows, cols, _) = deposits[0];
     if deposits
         .iter()

@@ -152,10 +152,12 @@ impl<B: Backend> Qwen35Model<B> {
         let lm_head = match (&shard.vocab, cfg.tie_word_embeddings) {
             (None, true) => None,
             (None, false) => Some(src.matrix(&backend, head_name)?),
-            (Some(rows), _) => {
-                let rows = [rows.clone()];
-                Some(src.matrix_part(&backend, head_name, Some(&rows), None)?)
-            }
+            (Some(rows), _) => Some(src.matrix_part(
+                &backend,
+                head_name,
+                Some(std::slice::from_ref(rows)),
+                None,
+            )?),
         };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {

@@ -1,6 +1,8 @@
 //! Host-side slicing of a rank's shard out of a full tensor, and host draws
 //! of a window of a synthetic matrix (for shards made of several row ranges,
 //! which one device draw cannot express).
+// A shard is a list of row ranges; a list of one range is meant, not a mistaken `Vec` of the range.
+#![allow(clippy::single_range_in_vec_init)]
 
 use crate::{Tensor, TensorData};
 use half::bf16;

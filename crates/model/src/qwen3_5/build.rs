@@ -2,6 +2,8 @@
 //! [`WeightSource`] (see `sources`) and the [`RankShard`] this backend holds
 //! (the whole model outside tensor parallelism): each layer gets the heads,
 //! experts and rows of its shard, with shapes to match.
+// A shard is a list of row ranges; a list of one range is meant, not a mistaken `Vec` of the range.
+#![allow(clippy::single_range_in_vec_init)]
 
 use super::sources::WeightSource;
 use super::{Decoder, Mixer, ModelError};

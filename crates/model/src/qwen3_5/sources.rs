@@ -6,6 +6,8 @@
 //! set of row ranges × a column range of the tensor viewed as a matrix, so a
 //! rank gets exactly its shard (for synthetic weights: the same values as
 //! the same elements of the unsharded draw).
+// A shard is a list of row ranges; a list of one range is meant, not a mistaken `Vec` of the range.
+#![allow(clippy::single_range_in_vec_init)]
 
 use super::ModelError;
 use crate::parallel::slice::{draw_window, slice_matrix, slice_vector};
