@@ -8,10 +8,12 @@
 #  4. qwen3.5-122b-a10b (~244 GB bf16, more than one H200) prefilling 8k at
 #     TP=2, with each GPU's peak memory (the backend's and nvidia-smi's).
 # NCCL comes from the nvidia-nccl-cu13 wheel (libnccl.so.2: linked as libnccl.so).
-# Usage: bench/gpu/check_tp.sh [path/to/headroom]   (results in $OUT or ./gpu-out)
+# Usage: bench/gpu/check_tp.sh [path/to/headroom] [path/to/nccl-test-binary]
+#   (the second: `cargo test --release -p headroom-cuda --test nccl --no-run`; results in $OUT or ./gpu-out)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-target/release/headroom}
+NCCL_TEST=${2:-}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 LOG="$OUT/tp.log"
@@ -28,6 +30,11 @@ nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv
 TMP=$(mktemp -d)
 FIX=crates/model/tests/fixtures
 step() { echo; echo "=== $* ($(date -u +%T))"; }
+
+step "0. NCCL collectives (crates/cuda/tests/nccl.rs)"
+if [ -n "$NCCL_TEST" ]; then
+  timeout 60 "$NCCL_TEST" --ignored --test-threads=1 2>&1 | tail -n 6
+fi
 
 step "1a. fixtures: TP=2 vs TP=1 vs transformers (composed qL=16)"
 for fx in dense_d64 moe_d64 moe_d256 next_d128; do
