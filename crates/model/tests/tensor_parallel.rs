@@ -204,3 +204,38 @@ fn bad_world_and_bad_input_are_errors_and_leave_the_group_usable() {
     assert_eq!(logits.len(), cfg.vocab_size);
     assert!(logits.iter().all(|x| x.is_finite()));
 }
+
+#[test]
+fn packed_step_of_two_sequences_equals_the_unsplit_model() {
+    // The engine's entry point: one packed batch of two sequences in two slots.
+    let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+    let plain = Qwen35Model::synthetic(CpuBackend::new(), &cfg, 4).unwrap();
+    let g = TpGroup::cpu(&cfg, 2, TpWeights::Synthetic { seed: 4 }).unwrap();
+    let ids: Vec<u32> = (0..30).map(|i| (i * 11 % 512) as u32).collect();
+    let batch = headroom_core::ops::Batch::packed(&[(0, 0, 18), (1, 0, 12)]);
+    let route = RouteRequest::Composed { query_block: 16 };
+    let routes = plain.routes(&AttentionPlan::Uniform(route)).unwrap();
+    let mut st = plain.new_state(2, 64).unwrap();
+    let want = plain
+        .step(&mut st, &ids, &batch, &routes, LogitsRows::Last)
+        .unwrap()
+        .logits
+        .unwrap();
+    let want = plain.backend().act_to_f32(&want).unwrap();
+    let mut states = g.new_state(2, 64).unwrap();
+    let out = g
+        .step(&mut states, &ids, &batch, &routes, LogitsRows::Last)
+        .unwrap();
+    let got = g
+        .rank(0)
+        .unwrap()
+        .backend()
+        .act_to_f32(&out.logits.unwrap())
+        .unwrap();
+    assert_eq!(got.len(), 2 * cfg.vocab_size);
+    assert!(rel_err(&got, &want) < TOLERANCE);
+    // A state list of the wrong length is refused before any rank runs.
+    assert!(g
+        .step(&mut states[..1], &ids, &batch, &routes, LogitsRows::Last)
+        .is_err());
+}
