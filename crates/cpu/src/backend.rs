@@ -1,6 +1,8 @@
 //! [`CpuBackend`]: the backend op set on the CPU, one method per op over the
 //! functions of [`crate::ops`]. Activations are f32 [`CpuAct`]s; weights stay
-//! in their storage dtype ([`CpuWeight`]).
+//! in their storage dtype ([`CpuWeight`]). A [`Precision`] other than f32
+//! rounds matrices and op outputs to bf16 where the CUDA backend stores bf16
+//! (see [`crate::precision`]).
 
 use crate::ops::activation::{sigmoid, softplus, swiglu};
 use crate::ops::conv1d::causal_conv1d_silu;
@@ -8,17 +10,17 @@ use crate::ops::gated_delta::{gated_delta_rule, DeltaDims};
 use crate::ops::rms_norm::{rms_norm_gated, rms_norm_offset};
 use crate::ops::rope::Rope;
 use crate::ops::{linear, linear_seq, WeightView};
+use crate::precision::{ActRounding, Precision};
 use crate::sample::sample_row;
 use crate::state::{CpuGdnState, CpuKvCache};
 use half::bf16;
-use headroom_attention_cpu::attention_prefill;
 use headroom_core::fused_capability::fused_support;
 use headroom_core::ops::{
     rng, Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, OpKey, OpResult, RopeSpec,
     SamplingParams, WeightInit,
 };
 use headroom_core::{
-    AttentionReport, AttentionShape, BackendKind, Dtype, RouteRequest, Tensor, TensorData,
+    AttentionReport, BackendKind, Dtype, RouteRequest, Tensor, TensorData,
 };
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,11 +78,48 @@ impl CpuWeight {
 pub struct CpuBackend {
     active: AtomicUsize,
     peak: AtomicUsize,
+    precision: Precision,
 }
 
 impl CpuBackend {
+    /// The f32 reference backend.
     pub fn new() -> CpuBackend {
         CpuBackend::default()
+    }
+
+    /// A backend computing in `precision` (e.g. emulating the CUDA backend's
+    /// bf16 storage: `Precision::bf16(ActRounding::ALL)`).
+    pub fn with_precision(precision: Precision) -> CpuBackend {
+        CpuBackend {
+            precision,
+            ..CpuBackend::default()
+        }
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Rounds `x` to bf16 when this backend's precision rounds at `site`.
+    pub(crate) fn round(&self, site: ActRounding, x: &mut [f32]) {
+        self.precision.act.apply(site, x);
+    }
+
+    /// `x · Wᵀ` in f32, never rounded (router and gate logits stay f32 on CUDA).
+    pub(crate) fn linear_f32(&self, x: &CpuAct, w: &CpuWeight) -> OpResult<CpuAct> {
+        let w = w.view("linear")?;
+        if x.cols != w.cols {
+            return Err(OpError::shape(
+                "linear",
+                format!(
+                    "input has {} columns, weight [{}][{}]",
+                    x.cols, w.rows, w.cols
+                ),
+            ));
+        }
+        let mut out = CpuAct::zeros(x.rows, w.rows);
+        linear(&x.data, x.rows, w, &mut out.data);
+        Ok(out)
     }
 
     fn note_transient(&self, bytes: usize) {
@@ -177,6 +216,10 @@ impl Backend for CpuBackend {
                 "upload_matrix",
                 format!("bad shape {:?}", t.shape),
             ));
+        }
+        if self.precision.bf16_matrices && t.dtype() != Dtype::Bf16 {
+            let data = t.to_f32_vec().into_iter().map(bf16::from_f32).collect();
+            return Ok(CpuWeight::Matrix(Tensor::new(t.shape, TensorData::Bf16(data))));
         }
         Ok(CpuWeight::Matrix(t))
     }
@@ -303,22 +346,13 @@ impl Backend for CpuBackend {
             }
             t.read_f32(id as usize * w.cols, row);
         }
+        self.round(ActRounding::RESIDUAL, &mut out.data);
         Ok(out)
     }
 
     fn linear(&self, x: &CpuAct, w: &CpuWeight) -> OpResult<CpuAct> {
-        let w = w.view("linear")?;
-        if x.cols != w.cols {
-            return Err(OpError::shape(
-                "linear",
-                format!(
-                    "input has {} columns, weight [{}][{}]",
-                    x.cols, w.rows, w.cols
-                ),
-            ));
-        }
-        let mut out = CpuAct::zeros(x.rows, w.rows);
-        linear(&x.data, x.rows, w, &mut out.data);
+        let mut out = self.linear_f32(x, w)?;
+        self.round(ActRounding::LINEAR, &mut out.data);
         Ok(out)
     }
 
@@ -338,9 +372,11 @@ impl Backend for CpuBackend {
             for (a, b) in residual.data.iter_mut().zip(&d.data) {
                 *a += b;
             }
+            self.round(ActRounding::RESIDUAL, &mut residual.data);
         }
         let mut out = residual.clone();
         rms_norm_offset(&mut out.data, w, eps);
+        self.round(ActRounding::NORM, &mut out.data);
         Ok(out)
     }
 
@@ -348,6 +384,7 @@ impl Backend for CpuBackend {
         let w = weight.vector("rms_norm")?;
         groups_of("rms_norm", x, w.len())?;
         rms_norm_offset(&mut x.data, w, eps);
+        self.round(ActRounding::ATTENTION, &mut x.data);
         Ok(())
     }
 
@@ -362,6 +399,7 @@ impl Backend for CpuBackend {
         same_shape("gated_rms_norm", x, z)?;
         groups_of("gated_rms_norm", x, w.len())?;
         rms_norm_gated(&mut x.data, &z.data, w, eps);
+        self.round(ActRounding::GDN, &mut x.data);
         Ok(())
     }
 
@@ -397,6 +435,7 @@ impl Backend for CpuBackend {
                 batch.history[i],
             );
         }
+        self.round(ActRounding::ATTENTION, &mut x.data);
         Ok(())
     }
 
@@ -444,6 +483,7 @@ impl Backend for CpuBackend {
                 &mut out.data[r.start * cols..r.end * cols],
             );
         }
+        self.round(ActRounding::GDN, &mut out.data);
         Ok(out)
     }
 
@@ -525,6 +565,7 @@ impl Backend for CpuBackend {
                 &mut out.data[r.start * vd..r.end * vd],
             );
         }
+        self.round(ActRounding::GDN, &mut out.data);
         Ok(out)
     }
 
@@ -612,7 +653,7 @@ impl Backend for CpuBackend {
                     ),
                 });
             }
-            let (y, rep) = attend_one(q.rows_of(r.clone()), r.len(), nq, kv, spec, route)?;
+            let (y, rep) = crate::backend_attention::attend_one(q.rows_of(r.clone()), r.len(), nq, kv, spec, route)?;
             out.data[r.start * q.cols..r.end * q.cols].copy_from_slice(&y);
             self.note_transient(rep.transient_bytes as usize);
             combined = Some(match combined {
@@ -623,6 +664,7 @@ impl Backend for CpuBackend {
                 },
             });
         }
+        self.round(ActRounding::ATTENTION, &mut out.data);
         Ok((out, combined.expect("a validated batch has a sequence")))
     }
 
@@ -631,6 +673,7 @@ impl Backend for CpuBackend {
         for (o, g) in x.data.iter_mut().zip(&gate.data) {
             *o *= sigmoid(*g);
         }
+        self.round(ActRounding::ATTENTION, &mut x.data);
         Ok(())
     }
 
@@ -638,6 +681,7 @@ impl Backend for CpuBackend {
         same_shape("swiglu", gate, up)?;
         let mut out = gate.clone();
         swiglu(&mut out.data, &up.data);
+        self.round(ActRounding::MLP, &mut out.data);
         Ok(out)
     }
 
@@ -693,80 +737,6 @@ impl Backend for CpuBackend {
             })
             .collect()
     }
-}
-
-/// One sequence's attention: token-major `q` `[t][nq·d]` over `kv`.
-fn attend_one(
-    q: &[f32],
-    t: usize,
-    nq: usize,
-    kv: &crate::KvCache,
-    spec: KvSpec,
-    route: RouteRequest,
-) -> OpResult<(Vec<f32>, AttentionReport)> {
-    let (nkv, d) = (spec.kv_heads, spec.head_dim);
-    let mut q_hm = vec![0.0f32; q.len()];
-    for s in 0..t {
-        for h in 0..nq {
-            q_hm[(h * t + s) * d..][..d].copy_from_slice(&q[(s * nq + h) * d..][..d]);
-        }
-    }
-    let shape = AttentionShape {
-        q_len: t,
-        kv_len: kv.len(),
-        q_heads: nq,
-        kv_heads: nkv,
-        head_dim: d,
-        scale: None,
-    };
-    let mut att = vec![f32::NAN; q_hm.len()];
-    let report = match kv.contiguous() {
-        Some((k, v)) => attention_prefill(&shape, route, &q_hm, k, v, &mut att)?,
-        None => {
-            // One call per KV head and its query group (head-major q and out
-            // hold each group contiguously); the peak workspace is the largest call's.
-            if nkv == 0 || !nq.is_multiple_of(nkv) {
-                return Err(OpError::shape(
-                    "attention",
-                    "q heads not a multiple of kv heads",
-                ));
-            }
-            let group = nq / nkv;
-            let per_group = group * t * d;
-            let head_shape = AttentionShape {
-                q_heads: group,
-                kv_heads: 1,
-                ..shape
-            };
-            let mut combined: Option<AttentionReport> = None;
-            for h in 0..nkv {
-                let (k, v) = kv.head(h);
-                let r = attention_prefill(
-                    &head_shape,
-                    route,
-                    &q_hm[h * per_group..(h + 1) * per_group],
-                    k,
-                    v,
-                    &mut att[h * per_group..(h + 1) * per_group],
-                )?;
-                combined = Some(match combined {
-                    None => r,
-                    Some(c) => AttentionReport {
-                        transient_bytes: c.transient_bytes.max(r.transient_bytes),
-                        ..c
-                    },
-                });
-            }
-            combined.expect("at least one KV head")
-        }
-    };
-    let mut y = vec![0.0f32; q.len()];
-    for s in 0..t {
-        for h in 0..nq {
-            y[(s * nq + h) * d..][..d].copy_from_slice(&att[(h * t + s) * d..][..d]);
-        }
-    }
-    Ok((y, report))
 }
 
 /// `x · Wᵀ` on the calling thread (inside a parallel loop over experts).
