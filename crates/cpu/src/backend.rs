@@ -19,9 +19,7 @@ use headroom_core::ops::{
     rng, Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, OpKey, OpResult, RopeSpec,
     SamplingParams, WeightInit,
 };
-use headroom_core::{
-    AttentionReport, BackendKind, Dtype, RouteRequest, Tensor, TensorData,
-};
+use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor, TensorData};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -219,7 +217,10 @@ impl Backend for CpuBackend {
         }
         if self.precision.bf16_matrices && t.dtype() != Dtype::Bf16 {
             let data = t.to_f32_vec().into_iter().map(bf16::from_f32).collect();
-            return Ok(CpuWeight::Matrix(Tensor::new(t.shape, TensorData::Bf16(data))));
+            return Ok(CpuWeight::Matrix(Tensor::new(
+                t.shape,
+                TensorData::Bf16(data),
+            )));
         }
         Ok(CpuWeight::Matrix(t))
     }
@@ -653,7 +654,14 @@ impl Backend for CpuBackend {
                     ),
                 });
             }
-            let (y, rep) = crate::backend_attention::attend_one(q.rows_of(r.clone()), r.len(), nq, kv, spec, route)?;
+            let (y, rep) = crate::backend_attention::attend_one(
+                q.rows_of(r.clone()),
+                r.len(),
+                nq,
+                kv,
+                spec,
+                route,
+            )?;
             out.data[r.start * q.cols..r.end * q.cols].copy_from_slice(&y);
             self.note_transient(rep.transient_bytes as usize);
             combined = Some(match combined {

@@ -80,4 +80,3 @@ pub(crate) fn attend_one(
     }
     Ok((y, report))
 }
-

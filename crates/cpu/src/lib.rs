@@ -22,6 +22,6 @@ pub mod sample;
 pub mod state;
 
 pub use backend::{CpuAct, CpuBackend, CpuWeight};
-pub use precision::{ActRounding, Precision};
 pub use kv_cache::KvCache;
+pub use precision::{ActRounding, Precision};
 pub use state::{CpuGdnState, CpuKvCache};

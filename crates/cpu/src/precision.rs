@@ -123,7 +123,12 @@ mod tests {
     #[test]
     fn rounding_is_nearest_even_and_keeps_nan() {
         // 1 + 2^-8 is halfway between bf16 1.0 and 1 + 2^-7: ties to even (1.0).
-        let mut x = [1.0 + 2f32.powi(-8), 1.0 + 3.0 * 2f32.powi(-8), f32::NAN, -0.0];
+        let mut x = [
+            1.0 + 2f32.powi(-8),
+            1.0 + 3.0 * 2f32.powi(-8),
+            f32::NAN,
+            -0.0,
+        ];
         round_bf16(&mut x);
         assert_eq!(x[0], 1.0);
         assert_eq!(x[1], 1.0 + 2f32.powi(-6));

@@ -78,7 +78,11 @@ fn logits(
 /// `bench/gpu/round_bf16.py` did before: more than the CUDA backend rounds).
 fn all_rounded(w: &Weights) -> Weights {
     Weights::from_tensors(w.iter().map(|(name, t)| {
-        let data = t.to_f32_vec().into_iter().map(half::bf16::from_f32).collect();
+        let data = t
+            .to_f32_vec()
+            .into_iter()
+            .map(half::bf16::from_f32)
+            .collect();
         (
             name.to_string(),
             Tensor::new(t.shape.clone(), TensorData::Bf16(data)),
@@ -143,7 +147,11 @@ fn bf16_matrices_round_the_weights_and_nothing_else() {
     // The matrices rounded on the host give the same logits as rounded on upload.
     let matrices_rounded = Weights::from_tensors(w.iter().map(|(name, t)| {
         let t = if t.shape.len() >= 2 && !name.ends_with("conv1d.weight") {
-            let data = t.to_f32_vec().into_iter().map(half::bf16::from_f32).collect();
+            let data = t
+                .to_f32_vec()
+                .into_iter()
+                .map(half::bf16::from_f32)
+                .collect();
             Tensor::new(t.shape.clone(), TensorData::Bf16(data))
         } else {
             t.clone()
@@ -155,81 +163,94 @@ fn bf16_matrices_round_the_weights_and_nothing_else() {
     assert!(rel_err(&bf16w, &f32_run) > 1e-4);
 }
 
-/// One configuration of the study: its name and precision, on these weights.
+/// What a study arm is compared with.
+#[derive(Clone, Copy, PartialEq)]
+enum Baseline {
+    /// f32 on bf16-rounded matrices (the bar's baseline).
+    Bf16Matrices,
+    /// f32 on every tensor rounded (the old GPU script's baseline).
+    AllRounded,
+    /// The fixture's transformers f32 logits.
+    Transformers,
+}
+
+/// One configuration of the study.
 struct Arm {
     name: String,
     precision: Precision,
+    /// Run on every tensor rounded (vectors too) instead of the fixture's weights.
     all_rounded_weights: bool,
+    baseline: Baseline,
+}
+
+impl Arm {
+    fn new(name: impl Into<String>, precision: Precision) -> Arm {
+        Arm {
+            name: name.into(),
+            precision,
+            all_rounded_weights: false,
+            baseline: Baseline::Bf16Matrices,
+        }
+    }
 }
 
 #[test]
 #[ignore = "a study (prints tables): run with --ignored --nocapture"]
 fn study() {
+    let before = Precision::bf16(ActRounding::ALL);
+    let now = Precision::bf16(CUDA_STORAGE);
     let mut arms = vec![
+        Arm::new("cuda-before (all sites)", before),
         Arm {
-            name: "cuda-before (all sites)".into(),
-            precision: Precision::bf16(ActRounding::ALL),
-            all_rounded_weights: false,
+            baseline: Baseline::AllRounded,
+            ..Arm::new("cuda-before vs all-rounded w", before)
         },
         Arm {
-            name: "cuda-before vs all-rounded w".into(),
-            precision: Precision::bf16(ActRounding::ALL),
+            baseline: Baseline::Transformers,
+            ..Arm::new("cuda-before vs transformers", before)
+        },
+        Arm {
             all_rounded_weights: true,
+            ..Arm::new("f32 on all-rounded w", Precision::F32)
         },
+        Arm::new("cuda-now (f32 residual)", now),
         Arm {
-            name: "f32 all-rounded w".into(),
-            precision: Precision::BF16_WEIGHTS,
-            all_rounded_weights: true,
-        },
-        Arm {
-            name: "cuda-now (f32 residual)".into(),
-            precision: Precision::bf16(CUDA_STORAGE),
-            all_rounded_weights: false,
+            baseline: Baseline::Transformers,
+            ..Arm::new("cuda-now vs transformers", now)
         },
     ];
     for (site, s) in ActRounding::SITES {
-        arms.push(Arm {
-            name: format!("only {site}"),
-            precision: Precision::bf16(s),
-            all_rounded_weights: false,
-        });
-        arms.push(Arm {
-            name: format!("all but {site}"),
-            precision: Precision::bf16(ActRounding::ALL.without(s)),
-            all_rounded_weights: false,
-        });
-        arms.push(Arm {
-            name: format!("f32 residual, {site} f32"),
-            precision: Precision::bf16(CUDA_STORAGE.without(s)),
-            all_rounded_weights: false,
-        });
+        arms.push(Arm::new(format!("only {site}"), Precision::bf16(s)));
+        arms.push(Arm::new(
+            format!("all but {site}"),
+            Precision::bf16(ActRounding::ALL.without(s)),
+        ));
+        arms.push(Arm::new(
+            format!("f32 residual, {site} f32"),
+            Precision::bf16(CUDA_STORAGE.without(s)),
+        ));
     }
     for name in FIXTURES {
         let (cfg, w, dir) = fixture(name);
         let w_all = all_rounded(&w);
         for n in [40usize, 300] {
             let ids = read_ids(&dir, n);
-            let want = logits(&cfg, &w, Precision::BF16_WEIGHTS, &ids, None);
+            let bf16w = logits(&cfg, &w, Precision::BF16_WEIGHTS, &ids, None);
+            let all_w = logits(&cfg, &w_all, Precision::F32, &ids, None);
+            let tf =
+                common::read_f32_tensor(&dir.join(format!("logits_{n}.safetensors")), "logits").1;
             for arm in &arms {
-                // "vs all-rounded w": the emulation against f32 on every tensor
-                // rounded (the old GPU script's baseline); else against bf16 matrices.
-                let (weights, base) = if arm.all_rounded_weights {
-                    let f32_all = logits(&cfg, &w_all, Precision::F32, &ids, None);
-                    (&w, f32_all)
-                } else {
-                    (&w, want.clone())
-                };
-                let (weights, base) = if arm.name.starts_with("f32 all-rounded") {
-                    (&w_all, want.clone())
-                } else {
-                    (weights, base)
+                let weights = if arm.all_rounded_weights { &w_all } else { &w };
+                let base = match arm.baseline {
+                    Baseline::Bf16Matrices => &bf16w,
+                    Baseline::AllRounded => &all_w,
+                    Baseline::Transformers => &tf,
                 };
                 let errs: Vec<String> = [None, Some(64), Some(37), Some(1)]
-                    .iter()
-                    .filter(|c| n == 40 || **c != Some(1))
-                    .map(|&c| {
+                    .into_iter()
+                    .map(|c| {
                         let got = logits(&cfg, weights, arm.precision, &ids, c);
-                        format!("{:.2e}", rel_err(&got, &base))
+                        format!("{:.2e}", rel_err(&got, base))
                     })
                     .collect();
                 println!("{name} n={n} {:<32} {}", arm.name, errs.join(" "));

@@ -42,7 +42,11 @@ fn embed_and_gather_rows_copy_exact_rows() {
     let ids = [7u32, 999, 0, 7, 513];
     poison_pool(&be, ids.len() * h * 2);
     let e = be.embed(&matrix(&be, vocab, h, &table), &ids).unwrap();
-    assert_eq!(e.dtype, headroom_core::Dtype::F32, "the residual stream is f32");
+    assert_eq!(
+        e.dtype,
+        headroom_core::Dtype::F32,
+        "the residual stream is f32"
+    );
     let got = be.act_to_f32(&e).unwrap();
     for (r, &id) in ids.iter().enumerate() {
         assert_eq!(
@@ -194,9 +198,16 @@ fn f32_residual_add_norm_matches_f64() {
         }
         // The delta must be a bf16 activation of the residual's shape.
         let f32_delta = be.embed(&matrix(&be, t, h, &d1), &ids).unwrap();
-        assert!(be.add_rms_norm(&mut r, Some(&f32_delta), &wv, 1e-6).is_err());
         assert!(be
-            .add_rms_norm(&mut r, Some(&act(&be, t - 1, h, &d1[..(t - 1) * h])), &wv, 1e-6)
+            .add_rms_norm(&mut r, Some(&f32_delta), &wv, 1e-6)
+            .is_err());
+        assert!(be
+            .add_rms_norm(
+                &mut r,
+                Some(&act(&be, t - 1, h, &d1[..(t - 1) * h])),
+                &wv,
+                1e-6
+            )
             .is_err());
     }
 }
