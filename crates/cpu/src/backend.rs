@@ -77,6 +77,9 @@ pub struct CpuBackend {
     active: AtomicUsize,
     peak: AtomicUsize,
     precision: Precision,
+    /// The last normed rows before their bf16 rounding, kept only when the
+    /// emulation's router reads un-rounded rows (no `ROUTER_INPUT` site).
+    unrounded_norm: std::sync::Mutex<Option<Vec<f32>>>,
 }
 
 impl CpuBackend {
@@ -101,6 +104,24 @@ impl CpuBackend {
     /// Rounds `x` to bf16 when this backend's precision rounds at `site`.
     pub(crate) fn round(&self, site: ActRounding, x: &mut [f32]) {
         self.precision.act.apply(site, x);
+    }
+
+    /// The router's input: `x`, or under the emulation without the
+    /// `ROUTER_INPUT` site the un-rounded normed rows `x` was rounded from.
+    pub(crate) fn router_input(&self, x: &CpuAct) -> CpuAct {
+        let stash = self.unrounded_norm.lock().ok().and_then(|mut s| s.take());
+        match stash {
+            Some(rows)
+                if rows.len() == x.data.len()
+                    && rows
+                        .iter()
+                        .zip(&x.data)
+                        .all(|(a, b)| bf16::from_f32(*a).to_f32().to_bits() == b.to_bits()) =>
+            {
+                CpuAct::new(x.rows, x.cols, rows)
+            }
+            _ => x.clone(),
+        }
     }
 
     /// `x · Wᵀ` in f32, never rounded (router and gate logits stay f32 on CUDA).
@@ -377,6 +398,12 @@ impl Backend for CpuBackend {
         }
         let mut out = residual.clone();
         rms_norm_offset(&mut out.data, w, eps);
+        let act = self.precision.act;
+        if act.contains(ActRounding::NORM) && !act.contains(ActRounding::ROUTER_INPUT) {
+            if let Ok(mut s) = self.unrounded_norm.lock() {
+                *s = Some(out.data.clone());
+            }
+        }
         self.round(ActRounding::NORM, &mut out.data);
         Ok(out)
     }
@@ -662,6 +689,14 @@ impl Backend for CpuBackend {
                 spec,
                 route,
             )?;
+            // bf16 emulation: the same route ran (its report stands), the
+            // output is the form with bf16 probabilities.
+            let y = if self.precision.act.contains(ActRounding::ATTENTION_P) {
+                let qr = q.rows_of(r.clone());
+                crate::backend_attention::attend_one_bf16_p(qr, r.len(), nq, kv, spec)
+            } else {
+                y
+            };
             out.data[r.start * q.cols..r.end * q.cols].copy_from_slice(&y);
             self.note_transient(rep.transient_bytes as usize);
             combined = Some(match combined {

@@ -2,6 +2,8 @@
 //! head-major, the verified CPU kernels (`headroom_attention_cpu`) run the
 //! requested route over the slot's KV cache (one call per KV head when the
 //! cache is stored per head), and the output comes back token-major.
+//! [`attend_one_bf16_p`] is the bf16 emulation's form (probabilities rounded
+//! to bf16 before `P · V`, as the CUDA kernels multiply them).
 
 use headroom_attention_cpu::attention_prefill;
 use headroom_core::ops::{KvSpec, OpError, OpResult};
@@ -79,4 +81,52 @@ pub(crate) fn attend_one(
         }
     }
     Ok((y, report))
+}
+
+/// The causal attention of token-major `q` `[t][nq·d]` (the last `t` rows of
+/// `kv`) with f32 scores, softmax and accumulation, the normalised
+/// probabilities rounded to bf16 before `P · V` (the CUDA composed route's
+/// masked softmax writes them so). Returns token-major `[t][nq·d]`.
+pub(crate) fn attend_one_bf16_p(
+    q: &[f32],
+    t: usize,
+    nq: usize,
+    kv: &crate::KvCache,
+    spec: KvSpec,
+) -> Vec<f32> {
+    let (nkv, d) = (spec.kv_heads, spec.head_dim);
+    let group = nq / nkv.max(1);
+    let hist = kv.len() - t;
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![0.0f32; q.len()];
+    let mut p = vec![0.0f32; kv.len()];
+    for s in 0..t {
+        let keys = hist + s + 1;
+        for h in 0..nq {
+            let (k, v) = kv.head(h / group.max(1));
+            let qh = &q[(s * nq + h) * d..][..d];
+            let mut max = f32::NEG_INFINITY;
+            for (j, pj) in p[..keys].iter_mut().enumerate() {
+                let dot: f32 = qh.iter().zip(&k[j * d..][..d]).map(|(a, b)| a * b).sum();
+                *pj = dot * scale;
+                max = max.max(*pj);
+            }
+            let mut sum = 0.0f32;
+            for pj in p[..keys].iter_mut() {
+                *pj = (*pj - max).exp();
+                sum += *pj;
+            }
+            for pj in p[..keys].iter_mut() {
+                *pj /= sum;
+            }
+            crate::precision::round_bf16(&mut p[..keys]);
+            let o = &mut out[(s * nq + h) * d..][..d];
+            for (j, &pj) in p[..keys].iter().enumerate() {
+                for (oi, vi) in o.iter_mut().zip(&v[j * d..][..d]) {
+                    *oi += pj * vi;
+                }
+            }
+        }
+    }
+    out
 }

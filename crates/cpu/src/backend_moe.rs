@@ -67,7 +67,7 @@ pub(crate) fn moe(
         row.iter_mut().for_each(|v| *v *= s);
     }
     // Routed experts.
-    let logits = be.linear_f32(x, &w.router)?;
+    let logits = be.linear_f32(&be.router_input(x), &w.router)?;
     if logits.cols != e {
         return Err(OpError::shape("moe", "router rows != experts"));
     }

@@ -24,11 +24,19 @@
 //! * [`ActRounding::MLP`] — SwiGLU, and inside `moe` what the CUDA fallback
 //!   experts store in bf16 (gate and up products, `silu · up`) and the
 //!   shared expert's products;
-//! * [`ActRounding::MOE_OUT`] — the MoE block's output (`moe_combine_bf16`).
+//! * [`ActRounding::MOE_OUT`] — the MoE block's output (`moe_combine_bf16`);
+//! * [`ActRounding::ATTENTION_P`] — the softmax probabilities inside
+//!   attention, rounded before `P · V` (both CUDA routes multiply bf16
+//!   probabilities by V; emulated as the composed route does it: the
+//!   normalised row rounded, f32 scores, softmax and accumulation);
+//! * [`ActRounding::ROUTER_INPUT`] — the MoE router reads the bf16 normed
+//!   rows (as CUDA does). Without it (and with [`ActRounding::NORM`]) the
+//!   router reads the normed rows before their rounding — a what-if: CUDA
+//!   would need an f32 copy of the MoE layers' normed rows.
 //!
-//! Not emulated: rounding inside the attention kernels (both CUDA routes
-//! multiply bf16 probabilities by V) and inside the chunked GDN kernel of
-//! head dim 128 (the fixtures run the recurrent fallback, f32 inside).
+//! Not emulated: rounding inside the chunked GDN kernel of head dim 128 and
+//! the grouped-GEMM experts (the fixtures run the recurrent and per-expert
+//! fallbacks), and the fused route's unnormalised bf16 probabilities.
 
 use half::bf16;
 
@@ -46,11 +54,13 @@ impl ActRounding {
     pub const GDN: ActRounding = ActRounding(1 << 4);
     pub const MLP: ActRounding = ActRounding(1 << 5);
     pub const MOE_OUT: ActRounding = ActRounding(1 << 6);
+    pub const ATTENTION_P: ActRounding = ActRounding(1 << 7);
+    pub const ROUTER_INPUT: ActRounding = ActRounding(1 << 8);
     /// Every site: the CUDA backend's storage.
-    pub const ALL: ActRounding = ActRounding((1 << 7) - 1);
+    pub const ALL: ActRounding = ActRounding((1 << 9) - 1);
 
     /// Each named site, for studies that turn them off one at a time.
-    pub const SITES: [(&'static str, ActRounding); 7] = [
+    pub const SITES: [(&'static str, ActRounding); 9] = [
         ("residual", ActRounding::RESIDUAL),
         ("norm", ActRounding::NORM),
         ("linear", ActRounding::LINEAR),
@@ -58,6 +68,8 @@ impl ActRounding {
         ("gdn", ActRounding::GDN),
         ("mlp", ActRounding::MLP),
         ("moe_out", ActRounding::MOE_OUT),
+        ("attention_p", ActRounding::ATTENTION_P),
+        ("router_input", ActRounding::ROUTER_INPUT),
     ];
 
     pub const fn contains(self, site: ActRounding) -> bool {

@@ -134,3 +134,51 @@ fn moe_rounds_its_output_and_routes_on_f32_logits() {
     let err = (num / den).sqrt();
     assert!(err > 1e-5 && err < 2e-2, "{err:e}");
 }
+
+#[test]
+fn attention_probabilities_round_only_under_their_site() {
+    use headroom_core::ops::{Batch, KvSpec};
+    use headroom_core::RouteRequest;
+    let (t, nq, nkv, d) = (11, 4, 2, 16);
+    let run = |act: ActRounding| {
+        let be = CpuBackend::with_precision(Precision::bf16(act));
+        let spec = KvSpec {
+            slots: 1,
+            kv_heads: nkv,
+            head_dim: d,
+            capacity: 64,
+        };
+        let mut cache = be.new_kv_cache(&spec).unwrap();
+        let mut outs = Vec::new();
+        // Two chunks: the second attends over the first as history.
+        for (hist, rows, seed) in [(0, 7, 20), (7, t - 7, 30)] {
+            let b = Batch::single(0, hist, rows);
+            let k = be
+                .act_from_f32(rows, nkv * d, &values(rows * nkv * d, seed))
+                .unwrap();
+            let v = be
+                .act_from_f32(rows, nkv * d, &values(rows * nkv * d, seed + 1))
+                .unwrap();
+            be.kv_write(&mut cache, &k, &v, &b).unwrap();
+            let q = be
+                .act_from_f32(rows, nq * d, &values(rows * nq * d, seed + 2))
+                .unwrap();
+            let (o, _) = be
+                .attention(&q, &cache, &b, RouteRequest::Composed { query_block: 4 })
+                .unwrap();
+            outs.extend(o.data);
+        }
+        outs
+    };
+    let exact = run(ActRounding::NONE);
+    let p = run(ActRounding::ATTENTION_P);
+    assert_ne!(exact, p);
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (a, b) in p.iter().zip(&exact) {
+        num += (*a as f64 - *b as f64).powi(2);
+        den += (*b as f64).powi(2);
+    }
+    let err = (num / den).sqrt();
+    // bf16 probabilities: about 2^-9 relative per weight, averaged over the keys.
+    assert!(err > 1e-5 && err < 4e-3, "{err:e}");
+}

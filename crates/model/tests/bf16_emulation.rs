@@ -32,9 +32,16 @@ const CUDA_STORAGE: ActRounding = ActRounding::ALL.without(ActRounding::RESIDUAL
 
 const FIXTURES: [&str; 4] = ["dense_d64", "moe_d64", "moe_d256", "next_d128"];
 
-/// (fixture, prompt length) pairs whose emulated error exceeds the bar
-/// (5.4e-2, 5.9e-2, 7.7e-2 with the f32 residual stream): MoE routing near-ties.
-const ILL_CONDITIONED: [(&str, usize); 3] = [("moe_d64", 300), ("moe_d256", 40), ("moe_d256", 300)];
+/// (fixture, prompt length) pairs whose emulated error exceeds the bar with
+/// the f32 residual stream (2.4e-2, 5.3e-2, 5.9e-2, 7.7e-2): MoE routing
+/// near-ties. moe_d64 at 40 tokens is a lottery: 1.0e-2 without the bf16
+/// attention probabilities, 2.4e-2 with them, 1.7e-2 with a bf16 residual.
+const ILL_CONDITIONED: [(&str, usize); 4] = [
+    ("moe_d64", 40),
+    ("moe_d64", 300),
+    ("moe_d256", 40),
+    ("moe_d256", 300),
+];
 
 /// The ceiling of the [`ILL_CONDITIONED`] pairs.
 const CEILING: f64 = 1e-1;
@@ -218,6 +225,10 @@ fn study() {
             baseline: Baseline::Transformers,
             ..Arm::new("cuda-now vs transformers", now)
         },
+        Arm::new(
+            "now + router on f32 rows",
+            Precision::bf16(CUDA_STORAGE.without(ActRounding::ROUTER_INPUT)),
+        ),
     ];
     for (site, s) in ActRounding::SITES {
         arms.push(Arm::new(format!("only {site}"), Precision::bf16(s)));
