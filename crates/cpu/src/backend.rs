@@ -4,9 +4,7 @@
 //! rounds matrices and op outputs to bf16 where the CUDA backend stores bf16
 //! (see [`crate::precision`]).
 
-use crate::ops::activation::{sigmoid, softplus, swiglu};
-use crate::ops::conv1d::causal_conv1d_silu;
-use crate::ops::gated_delta::{gated_delta_rule, DeltaDims};
+use crate::ops::activation::{sigmoid, swiglu};
 use crate::ops::rms_norm::{rms_norm_gated, rms_norm_offset};
 use crate::ops::rope::Rope;
 use crate::ops::{linear, linear_seq, WeightView};
@@ -37,12 +35,12 @@ impl CpuAct {
         CpuAct { rows, cols, data }
     }
 
-    fn zeros(rows: usize, cols: usize) -> CpuAct {
+    pub(crate) fn zeros(rows: usize, cols: usize) -> CpuAct {
         CpuAct::new(rows, cols, vec![0.0; rows * cols])
     }
 
     /// Rows `r` of this activation.
-    fn rows_of(&self, r: std::ops::Range<usize>) -> &[f32] {
+    pub(crate) fn rows_of(&self, r: std::ops::Range<usize>) -> &[f32] {
         &self.data[r.start * self.cols..r.end * self.cols]
     }
 }
@@ -55,14 +53,14 @@ pub enum CpuWeight {
 }
 
 impl CpuWeight {
-    fn view(&self, op: &'static str) -> OpResult<WeightView<'_>> {
+    pub(crate) fn view(&self, op: &'static str) -> OpResult<WeightView<'_>> {
         match self {
             CpuWeight::Matrix(t) => Ok(WeightView::matrix(t)),
             CpuWeight::Vector(_) => Err(OpError::shape(op, "expected a matrix, got a vector")),
         }
     }
 
-    fn vector(&self, op: &'static str) -> OpResult<&[f32]> {
+    pub(crate) fn vector(&self, op: &'static str) -> OpResult<&[f32]> {
         match self {
             CpuWeight::Vector(v) => Ok(v),
             CpuWeight::Matrix(_) => Err(OpError::shape(op, "expected a vector, got a matrix")),
@@ -141,18 +139,18 @@ impl CpuBackend {
         Ok(out)
     }
 
-    fn note_transient(&self, bytes: usize) {
+    pub(crate) fn note_transient(&self, bytes: usize) {
         let now = self.active.load(Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
     }
 
-    fn add_active(&self, bytes: usize) {
+    pub(crate) fn add_active(&self, bytes: usize) {
         let now = self.active.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
     }
 }
 
-fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
+pub(crate) fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
     if (a.rows, a.cols) != (b.rows, b.cols) {
         return Err(OpError::shape(
             op,
@@ -162,7 +160,12 @@ fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
     Ok(())
 }
 
-fn batch_rows(op: &'static str, x: &CpuAct, batch: &Batch, slots: usize) -> OpResult<()> {
+pub(crate) fn batch_rows(
+    op: &'static str,
+    x: &CpuAct,
+    batch: &Batch,
+    slots: usize,
+) -> OpResult<()> {
     batch.validate(slots)?;
     if batch.rows() != x.rows {
         return Err(OpError::shape(
@@ -173,7 +176,7 @@ fn batch_rows(op: &'static str, x: &CpuAct, batch: &Batch, slots: usize) -> OpRe
     Ok(())
 }
 
-fn groups_of(op: &'static str, x: &CpuAct, group: usize) -> OpResult<()> {
+pub(crate) fn groups_of(op: &'static str, x: &CpuAct, group: usize) -> OpResult<()> {
     if group == 0 || !x.cols.is_multiple_of(group) {
         return Err(OpError::shape(
             op,
@@ -474,45 +477,7 @@ impl Backend for CpuBackend {
         state: &mut CpuGdnState,
         batch: &Batch,
     ) -> OpResult<CpuAct> {
-        let spec = state.spec;
-        let w = match weight {
-            CpuWeight::Vector(v) => v.as_slice(),
-            CpuWeight::Matrix(_) => {
-                return Err(OpError::shape(
-                    "conv1d_silu",
-                    "upload the conv weight as a vector",
-                ))
-            }
-        };
-        if x.cols != spec.conv_dim() || w.len() != spec.conv_dim() * spec.kernel {
-            return Err(OpError::shape(
-                "conv1d_silu",
-                format!(
-                    "{} columns / weight {} for conv_dim {} kernel {}",
-                    x.cols,
-                    w.len(),
-                    spec.conv_dim(),
-                    spec.kernel
-                ),
-            ));
-        }
-        batch_rows("conv1d_silu", x, batch, spec.slots)?;
-        let mut out = CpuAct::zeros(x.rows, x.cols);
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            let slot = batch.slots[i];
-            let cols = x.cols;
-            causal_conv1d_silu(
-                x.rows_of(r.clone()),
-                cols,
-                w,
-                spec.kernel,
-                &mut state.conv[slot],
-                &mut out.data[r.start * cols..r.end * cols],
-            );
-        }
-        self.round(ActRounding::GDN, &mut out.data);
-        Ok(out)
+        crate::backend_gdn::conv1d_silu(self, x, weight, state, batch)
     }
 
     fn gdn_gating(
@@ -522,25 +487,7 @@ impl Backend for CpuBackend {
         a_log: &CpuWeight,
         dt_bias: &CpuWeight,
     ) -> OpResult<(CpuAct, CpuAct)> {
-        let (a_log, dt) = (a_log.vector("gdn_gating")?, dt_bias.vector("gdn_gating")?);
-        same_shape("gdn_gating", a, b)?;
-        if a_log.len() != a.cols || dt.len() != a.cols {
-            return Err(OpError::shape(
-                "gdn_gating",
-                "A_log / dt_bias length != heads",
-            ));
-        }
-        let beta = CpuAct::new(b.rows, b.cols, b.data.iter().map(|&v| sigmoid(v)).collect());
-        let g = a
-            .data
-            .chunks_exact(a.cols)
-            .flat_map(|row| {
-                row.iter()
-                    .enumerate()
-                    .map(|(h, &av)| -a_log[h].exp() * softplus(av + dt[h]))
-            })
-            .collect();
-        Ok((CpuAct::new(a.rows, a.cols, g), beta))
+        crate::backend_gdn::gdn_gating(a, b, a_log, dt_bias)
     }
 
     fn gated_delta_rule(
@@ -551,50 +498,7 @@ impl Backend for CpuBackend {
         state: &mut CpuGdnState,
         batch: &Batch,
     ) -> OpResult<CpuAct> {
-        let spec = state.spec;
-        let (kd, vd) = (spec.k_heads * spec.k_dim, spec.v_heads * spec.v_dim);
-        if qkv.cols != spec.conv_dim() || g.cols != spec.v_heads {
-            return Err(OpError::shape(
-                "gated_delta_rule",
-                format!("qkv {} / g {} columns for {spec:?}", qkv.cols, g.cols),
-            ));
-        }
-        same_shape("gated_delta_rule", g, beta)?;
-        batch_rows("gated_delta_rule", qkv, batch, spec.slots)?;
-        if g.rows != qkv.rows {
-            return Err(OpError::shape("gated_delta_rule", "g rows != qkv rows"));
-        }
-        let dims = DeltaDims {
-            k_heads: spec.k_heads,
-            v_heads: spec.v_heads,
-            k_dim: spec.k_dim,
-            v_dim: spec.v_dim,
-        };
-        let mut out = CpuAct::new(qkv.rows, vd, vec![f32::NAN; qkv.rows * vd]);
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            let t = r.len();
-            let mut q = Vec::with_capacity(t * kd);
-            let mut k = Vec::with_capacity(t * kd);
-            let mut v = Vec::with_capacity(t * vd);
-            for row in qkv.rows_of(r.clone()).chunks_exact(qkv.cols) {
-                q.extend_from_slice(&row[..kd]);
-                k.extend_from_slice(&row[kd..2 * kd]);
-                v.extend_from_slice(&row[2 * kd..]);
-            }
-            gated_delta_rule(
-                dims,
-                &q,
-                &k,
-                &v,
-                g.rows_of(r.clone()),
-                beta.rows_of(r.clone()),
-                &mut state.recurrent[batch.slots[i]],
-                &mut out.data[r.start * vd..r.end * vd],
-            );
-        }
-        self.round(ActRounding::GDN, &mut out.data);
-        Ok(out)
+        crate::backend_gdn::gated_delta_rule(self, qkv, g, beta, state, batch)
     }
 
     fn kv_write(
@@ -604,53 +508,7 @@ impl Backend for CpuBackend {
         v: &CpuAct,
         batch: &Batch,
     ) -> OpResult<()> {
-        let spec = cache.spec;
-        same_shape("kv_write", k, v)?;
-        if k.cols != spec.kv_heads * spec.head_dim {
-            return Err(OpError::shape(
-                "kv_write",
-                format!(
-                    "{} columns for {} kv heads × {}",
-                    k.cols, spec.kv_heads, spec.head_dim
-                ),
-            ));
-        }
-        batch_rows("kv_write", k, batch, spec.slots)?;
-        for i in 0..batch.sequences() {
-            let slot = batch.slots[i];
-            let held = cache.slots[slot].len();
-            if held != batch.history[i] {
-                return Err(OpError::State {
-                    slot,
-                    detail: format!("holds {held} tokens, batch says {}", batch.history[i]),
-                });
-            }
-            if held + batch.seq_len(i) > spec.capacity {
-                return Err(OpError::State {
-                    slot,
-                    detail: format!(
-                        "{held} + {} tokens exceed the capacity {}",
-                        batch.seq_len(i),
-                        spec.capacity
-                    ),
-                });
-            }
-        }
-        let added: usize = (0..batch.sequences())
-            .map(|i| batch.seq_len(i) * 2 * k.cols * 4)
-            .sum();
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            cache.slots[batch.slots[i]].append(
-                k.rows_of(r.clone()),
-                v.rows_of(r.clone()),
-                r.len(),
-                spec.kv_heads,
-                spec.head_dim,
-            );
-        }
-        self.add_active(added);
-        Ok(())
+        crate::backend_attention::kv_write(self, cache, k, v, batch)
     }
 
     fn attention(
@@ -660,55 +518,7 @@ impl Backend for CpuBackend {
         batch: &Batch,
         route: RouteRequest,
     ) -> OpResult<(CpuAct, AttentionReport)> {
-        let spec = cache.spec;
-        let d = spec.head_dim;
-        groups_of("attention", q, d)?;
-        batch_rows("attention", q, batch, spec.slots)?;
-        let nq = q.cols / d;
-        let mut out = CpuAct::zeros(q.rows, q.cols);
-        let mut combined: Option<AttentionReport> = None;
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            let kv = &cache.slots[batch.slots[i]];
-            if kv.len() != batch.history[i] + r.len() {
-                return Err(OpError::State {
-                    slot: batch.slots[i],
-                    detail: format!(
-                        "holds {} tokens; attention needs history {} + {} new (kv_write first)",
-                        kv.len(),
-                        batch.history[i],
-                        r.len()
-                    ),
-                });
-            }
-            let (y, rep) = crate::backend_attention::attend_one(
-                q.rows_of(r.clone()),
-                r.len(),
-                nq,
-                kv,
-                spec,
-                route,
-            )?;
-            // bf16 emulation: the same route ran (its report stands), the
-            // output is the form with bf16 probabilities.
-            let y = if self.precision.act.contains(ActRounding::ATTENTION_P) {
-                let qr = q.rows_of(r.clone());
-                crate::backend_attention::attend_one_bf16_p(qr, r.len(), nq, kv, spec)
-            } else {
-                y
-            };
-            out.data[r.start * q.cols..r.end * q.cols].copy_from_slice(&y);
-            self.note_transient(rep.transient_bytes as usize);
-            combined = Some(match combined {
-                None => rep,
-                Some(c) => AttentionReport {
-                    transient_bytes: c.transient_bytes.max(rep.transient_bytes),
-                    ..c
-                },
-            });
-        }
-        self.round(ActRounding::ATTENTION, &mut out.data);
-        Ok((out, combined.expect("a validated batch has a sequence")))
+        crate::backend_attention::attention(self, q, cache, batch, route)
     }
 
     fn mul_sigmoid(&self, x: &mut CpuAct, gate: &CpuAct) -> OpResult<()> {

@@ -1,13 +1,130 @@
-//! One sequence's attention on the CPU backend: token-major q goes
-//! head-major, the verified CPU kernels (`headroom_attention_cpu`) run the
+//! KV writes and attention of the CPU backend. Per sequence, token-major q
+//! goes head-major, the verified CPU kernels (`headroom_attention_cpu`) run the
 //! requested route over the slot's KV cache (one call per KV head when the
 //! cache is stored per head), and the output comes back token-major.
 //! [`attend_one_bf16_p`] is the bf16 emulation's form (probabilities rounded
 //! to bf16 before `P · V`, as the CUDA kernels multiply them).
 
+use crate::backend::{batch_rows, groups_of, same_shape, CpuAct, CpuBackend};
+use crate::precision::ActRounding;
+use crate::state::CpuKvCache;
 use headroom_attention_cpu::attention_prefill;
-use headroom_core::ops::{KvSpec, OpError, OpResult};
+use headroom_core::ops::{Batch, KvSpec, OpError, OpResult};
 use headroom_core::{AttentionReport, AttentionShape, RouteRequest};
+
+pub(crate) fn kv_write(
+    be: &CpuBackend,
+    cache: &mut CpuKvCache,
+    k: &CpuAct,
+    v: &CpuAct,
+    batch: &Batch,
+) -> OpResult<()> {
+    let spec = cache.spec;
+    same_shape("kv_write", k, v)?;
+    if k.cols != spec.kv_heads * spec.head_dim {
+        return Err(OpError::shape(
+            "kv_write",
+            format!(
+                "{} columns for {} kv heads × {}",
+                k.cols, spec.kv_heads, spec.head_dim
+            ),
+        ));
+    }
+    batch_rows("kv_write", k, batch, spec.slots)?;
+    for i in 0..batch.sequences() {
+        let slot = batch.slots[i];
+        let held = cache.slots[slot].len();
+        if held != batch.history[i] {
+            return Err(OpError::State {
+                slot,
+                detail: format!("holds {held} tokens, batch says {}", batch.history[i]),
+            });
+        }
+        if held + batch.seq_len(i) > spec.capacity {
+            return Err(OpError::State {
+                slot,
+                detail: format!(
+                    "{held} + {} tokens exceed the capacity {}",
+                    batch.seq_len(i),
+                    spec.capacity
+                ),
+            });
+        }
+    }
+    let added: usize = (0..batch.sequences())
+        .map(|i| batch.seq_len(i) * 2 * k.cols * 4)
+        .sum();
+    for i in 0..batch.sequences() {
+        let r = batch.seq_rows(i);
+        cache.slots[batch.slots[i]].append(
+            k.rows_of(r.clone()),
+            v.rows_of(r.clone()),
+            r.len(),
+            spec.kv_heads,
+            spec.head_dim,
+        );
+    }
+    be.add_active(added);
+    Ok(())
+}
+
+pub(crate) fn attention(
+    be: &CpuBackend,
+    q: &CpuAct,
+    cache: &CpuKvCache,
+    batch: &Batch,
+    route: RouteRequest,
+) -> OpResult<(CpuAct, AttentionReport)> {
+    let spec = cache.spec;
+    let d = spec.head_dim;
+    groups_of("attention", q, d)?;
+    batch_rows("attention", q, batch, spec.slots)?;
+    let nq = q.cols / d;
+    let mut out = CpuAct::zeros(q.rows, q.cols);
+    let mut combined: Option<AttentionReport> = None;
+    for i in 0..batch.sequences() {
+        let r = batch.seq_rows(i);
+        let kv = &cache.slots[batch.slots[i]];
+        if kv.len() != batch.history[i] + r.len() {
+            return Err(OpError::State {
+                slot: batch.slots[i],
+                detail: format!(
+                    "holds {} tokens; attention needs history {} + {} new (kv_write first)",
+                    kv.len(),
+                    batch.history[i],
+                    r.len()
+                ),
+            });
+        }
+        let (y, rep) = crate::backend_attention::attend_one(
+            q.rows_of(r.clone()),
+            r.len(),
+            nq,
+            kv,
+            spec,
+            route,
+        )?;
+        // bf16 emulation: the same route ran (its report stands), the
+        // output is the form with bf16 probabilities.
+        let y = if be.precision().act.contains(ActRounding::ATTENTION_P) {
+            let qr = q.rows_of(r.clone());
+            crate::backend_attention::attend_one_bf16_p(qr, r.len(), nq, kv, spec)
+        } else {
+            y
+        };
+        out.data[r.start * q.cols..r.end * q.cols].copy_from_slice(&y);
+        be.note_transient(rep.transient_bytes as usize);
+        combined = Some(match combined {
+            None => rep,
+            Some(c) => AttentionReport {
+                transient_bytes: c.transient_bytes.max(rep.transient_bytes),
+                ..c
+            },
+        });
+    }
+    be.round(ActRounding::ATTENTION, &mut out.data);
+    Ok((out, combined.expect("a validated batch has a sequence")))
+}
 
 /// One sequence's attention: token-major `q` `[t][nq·d]` over `kv`.
 pub(crate) fn attend_one(

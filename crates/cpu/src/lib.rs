@@ -14,6 +14,7 @@
 
 pub mod backend;
 mod backend_attention;
+mod backend_gdn;
 mod backend_moe;
 pub mod kv_cache;
 pub mod ops;
