@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Relative Frobenius error of logits files: compare_logits.py GOT WANT [TOL].
+"""Relative Frobenius error of logits files: compare_logits.py [--value] GOT WANT [TOL].
 
 Reads the `logits` tensor of two safetensors files (no torch needed: the
-header is JSON, the data f32 little-endian), prints `rel_err=...` and exits
-1 when the error exceeds TOL (default 2e-2) or GOT holds a non-finite value.
+header is JSON, the data f32 little-endian), prints `rel_err=... ok|FAIL
+(tol ...)` — or with `--value` only the error (`%.3e`, `nan` for non-finite
+logits, `shape` for a shape mismatch) — and exits 1 when the error exceeds
+TOL (default 2e-2), GOT holds a non-finite value or the shapes differ.
 """
 import json
 import struct
@@ -24,20 +26,25 @@ def read(path):
     return data.reshape(meta["shape"]).astype(np.float64)
 
 
-def main():
-    got, want = read(sys.argv[1]), read(sys.argv[2])
-    tol = float(sys.argv[3]) if len(sys.argv) > 3 else 2e-2
+def main(argv):
+    value_only = "--value" in argv
+    args = [a for a in argv if a != "--value"]
+    got, want = read(args[0]), read(args[1])
+    tol = float(args[2]) if len(args) > 2 else 2e-2
     if got.shape != want.shape:
-        print(f"shape {got.shape} != {want.shape}")
+        print("shape" if value_only else f"shape {got.shape} != {want.shape}")
         return 1
     if not np.isfinite(got).all():
-        print("non-finite logits")
+        print("nan" if value_only else "non-finite logits")
         return 1
     err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-300)
     ok = err <= tol
-    print(f"rel_err={err:.3e} {'ok' if ok else 'FAIL'} (tol {tol:g})")
+    if value_only:
+        print(f"{err:.3e}")
+    else:
+        print(f"rel_err={err:.3e} {'ok' if ok else 'FAIL'} (tol {tol:g})")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

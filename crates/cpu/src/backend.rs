@@ -1,25 +1,23 @@
 //! [`CpuBackend`]: the backend op set on the CPU, one method per op over the
 //! functions of [`crate::ops`]. Activations are f32 [`CpuAct`]s; weights stay
-//! in their storage dtype ([`CpuWeight`]).
+//! in their storage dtype ([`CpuWeight`]). A [`Precision`] other than f32
+//! rounds matrices and op outputs to bf16 where the CUDA backend stores bf16
+//! (see [`crate::precision`]).
 
-use crate::ops::activation::{sigmoid, softplus, swiglu};
-use crate::ops::conv1d::causal_conv1d_silu;
-use crate::ops::gated_delta::{gated_delta_rule, DeltaDims};
+use crate::ops::activation::{sigmoid, swiglu};
 use crate::ops::rms_norm::{rms_norm_gated, rms_norm_offset};
 use crate::ops::rope::Rope;
 use crate::ops::{linear, linear_seq, WeightView};
+use crate::precision::{ActRounding, Precision};
 use crate::sample::sample_row;
 use crate::state::{CpuGdnState, CpuKvCache};
 use half::bf16;
-use headroom_attention_cpu::attention_prefill;
 use headroom_core::fused_capability::fused_support;
 use headroom_core::ops::{
     rng, Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, OpKey, OpResult, RopeSpec,
     SamplingParams, WeightInit,
 };
-use headroom_core::{
-    AttentionReport, AttentionShape, BackendKind, Dtype, RouteRequest, Tensor, TensorData,
-};
+use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor, TensorData};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -37,12 +35,12 @@ impl CpuAct {
         CpuAct { rows, cols, data }
     }
 
-    fn zeros(rows: usize, cols: usize) -> CpuAct {
+    pub(crate) fn zeros(rows: usize, cols: usize) -> CpuAct {
         CpuAct::new(rows, cols, vec![0.0; rows * cols])
     }
 
     /// Rows `r` of this activation.
-    fn rows_of(&self, r: std::ops::Range<usize>) -> &[f32] {
+    pub(crate) fn rows_of(&self, r: std::ops::Range<usize>) -> &[f32] {
         &self.data[r.start * self.cols..r.end * self.cols]
     }
 }
@@ -55,14 +53,14 @@ pub enum CpuWeight {
 }
 
 impl CpuWeight {
-    fn view(&self, op: &'static str) -> OpResult<WeightView<'_>> {
+    pub(crate) fn view(&self, op: &'static str) -> OpResult<WeightView<'_>> {
         match self {
             CpuWeight::Matrix(t) => Ok(WeightView::matrix(t)),
             CpuWeight::Vector(_) => Err(OpError::shape(op, "expected a matrix, got a vector")),
         }
     }
 
-    fn vector(&self, op: &'static str) -> OpResult<&[f32]> {
+    pub(crate) fn vector(&self, op: &'static str) -> OpResult<&[f32]> {
         match self {
             CpuWeight::Vector(v) => Ok(v),
             CpuWeight::Matrix(_) => Err(OpError::shape(op, "expected a vector, got a matrix")),
@@ -78,9 +76,14 @@ pub struct CpuBackend {
     peak: AtomicUsize,
     /// The tensor-parallel group this backend is a rank of (`crate::comm`).
     group: Option<crate::comm::CpuRank>,
+    precision: Precision,
+    /// The last normed rows before their bf16 rounding, kept only when the
+    /// emulation's router reads un-rounded rows (no `ROUTER_INPUT` site).
+    unrounded_norm: std::sync::Mutex<Option<Vec<f32>>>,
 }
 
 impl CpuBackend {
+    /// The f32 reference backend.
     pub fn new() -> CpuBackend {
         CpuBackend::default()
     }
@@ -93,18 +96,71 @@ impl CpuBackend {
         }
     }
 
-    fn note_transient(&self, bytes: usize) {
+    /// A backend computing in `precision` (e.g. emulating the CUDA backend's
+    /// bf16 storage: `Precision::bf16(ActRounding::ALL)`).
+    pub fn with_precision(precision: Precision) -> CpuBackend {
+        CpuBackend {
+            precision,
+            ..CpuBackend::default()
+        }
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    /// Rounds `x` to bf16 when this backend's precision rounds at `site`.
+    pub(crate) fn round(&self, site: ActRounding, x: &mut [f32]) {
+        self.precision.act.apply(site, x);
+    }
+
+    /// The router's input: `x`, or under the emulation without the
+    /// `ROUTER_INPUT` site the un-rounded normed rows `x` was rounded from.
+    pub(crate) fn router_input(&self, x: &CpuAct) -> CpuAct {
+        let stash = self.unrounded_norm.lock().ok().and_then(|mut s| s.take());
+        match stash {
+            Some(rows)
+                if rows.len() == x.data.len()
+                    && rows
+                        .iter()
+                        .zip(&x.data)
+                        .all(|(a, b)| bf16::from_f32(*a).to_f32().to_bits() == b.to_bits()) =>
+            {
+                CpuAct::new(x.rows, x.cols, rows)
+            }
+            _ => x.clone(),
+        }
+    }
+
+    /// `x · Wᵀ` in f32, never rounded (router and gate logits stay f32 on CUDA).
+    pub(crate) fn linear_f32(&self, x: &CpuAct, w: &CpuWeight) -> OpResult<CpuAct> {
+        let w = w.view("linear")?;
+        if x.cols != w.cols {
+            return Err(OpError::shape(
+                "linear",
+                format!(
+                    "input has {} columns, weight [{}][{}]",
+                    x.cols, w.rows, w.cols
+                ),
+            ));
+        }
+        let mut out = CpuAct::zeros(x.rows, w.rows);
+        linear(&x.data, x.rows, w, &mut out.data);
+        Ok(out)
+    }
+
+    pub(crate) fn note_transient(&self, bytes: usize) {
         let now = self.active.load(Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
     }
 
-    fn add_active(&self, bytes: usize) {
+    pub(crate) fn add_active(&self, bytes: usize) {
         let now = self.active.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
     }
 }
 
-fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
+pub(crate) fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
     if (a.rows, a.cols) != (b.rows, b.cols) {
         return Err(OpError::shape(
             op,
@@ -114,7 +170,12 @@ fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
     Ok(())
 }
 
-fn batch_rows(op: &'static str, x: &CpuAct, batch: &Batch, slots: usize) -> OpResult<()> {
+pub(crate) fn batch_rows(
+    op: &'static str,
+    x: &CpuAct,
+    batch: &Batch,
+    slots: usize,
+) -> OpResult<()> {
     batch.validate(slots)?;
     if batch.rows() != x.rows {
         return Err(OpError::shape(
@@ -125,7 +186,7 @@ fn batch_rows(op: &'static str, x: &CpuAct, batch: &Batch, slots: usize) -> OpRe
     Ok(())
 }
 
-fn groups_of(op: &'static str, x: &CpuAct, group: usize) -> OpResult<()> {
+pub(crate) fn groups_of(op: &'static str, x: &CpuAct, group: usize) -> OpResult<()> {
     if group == 0 || !x.cols.is_multiple_of(group) {
         return Err(OpError::shape(
             op,
@@ -187,6 +248,13 @@ impl Backend for CpuBackend {
                 "upload_matrix",
                 format!("bad shape {:?}", t.shape),
             ));
+        }
+        if self.precision.bf16_matrices && t.dtype() != Dtype::Bf16 {
+            let data = t.to_f32_vec().into_iter().map(bf16::from_f32).collect();
+            return Ok(CpuWeight::Matrix(Tensor::new(
+                t.shape,
+                TensorData::Bf16(data),
+            )));
         }
         Ok(CpuWeight::Matrix(t))
     }
@@ -316,22 +384,13 @@ impl Backend for CpuBackend {
             }
             t.read_f32(id as usize * w.cols, row);
         }
+        self.round(ActRounding::RESIDUAL, &mut out.data);
         Ok(out)
     }
 
     fn linear(&self, x: &CpuAct, w: &CpuWeight) -> OpResult<CpuAct> {
-        let w = w.view("linear")?;
-        if x.cols != w.cols {
-            return Err(OpError::shape(
-                "linear",
-                format!(
-                    "input has {} columns, weight [{}][{}]",
-                    x.cols, w.rows, w.cols
-                ),
-            ));
-        }
-        let mut out = CpuAct::zeros(x.rows, w.rows);
-        linear(&x.data, x.rows, w, &mut out.data);
+        let mut out = self.linear_f32(x, w)?;
+        self.round(ActRounding::LINEAR, &mut out.data);
         Ok(out)
     }
 
@@ -351,9 +410,17 @@ impl Backend for CpuBackend {
             for (a, b) in residual.data.iter_mut().zip(&d.data) {
                 *a += b;
             }
+            self.round(ActRounding::RESIDUAL, &mut residual.data);
         }
         let mut out = residual.clone();
         rms_norm_offset(&mut out.data, w, eps);
+        let act = self.precision.act;
+        if act.contains(ActRounding::NORM) && !act.contains(ActRounding::ROUTER_INPUT) {
+            if let Ok(mut s) = self.unrounded_norm.lock() {
+                *s = Some(out.data.clone());
+            }
+        }
+        self.round(ActRounding::NORM, &mut out.data);
         Ok(out)
     }
 
@@ -361,6 +428,7 @@ impl Backend for CpuBackend {
         let w = weight.vector("rms_norm")?;
         groups_of("rms_norm", x, w.len())?;
         rms_norm_offset(&mut x.data, w, eps);
+        self.round(ActRounding::ATTENTION, &mut x.data);
         Ok(())
     }
 
@@ -375,6 +443,7 @@ impl Backend for CpuBackend {
         same_shape("gated_rms_norm", x, z)?;
         groups_of("gated_rms_norm", x, w.len())?;
         rms_norm_gated(&mut x.data, &z.data, w, eps);
+        self.round(ActRounding::GDN, &mut x.data);
         Ok(())
     }
 
@@ -410,6 +479,7 @@ impl Backend for CpuBackend {
                 batch.history[i],
             );
         }
+        self.round(ActRounding::ATTENTION, &mut x.data);
         Ok(())
     }
 
@@ -420,44 +490,7 @@ impl Backend for CpuBackend {
         state: &mut CpuGdnState,
         batch: &Batch,
     ) -> OpResult<CpuAct> {
-        let spec = state.spec;
-        let w = match weight {
-            CpuWeight::Vector(v) => v.as_slice(),
-            CpuWeight::Matrix(_) => {
-                return Err(OpError::shape(
-                    "conv1d_silu",
-                    "upload the conv weight as a vector",
-                ))
-            }
-        };
-        if x.cols != spec.conv_dim() || w.len() != spec.conv_dim() * spec.kernel {
-            return Err(OpError::shape(
-                "conv1d_silu",
-                format!(
-                    "{} columns / weight {} for conv_dim {} kernel {}",
-                    x.cols,
-                    w.len(),
-                    spec.conv_dim(),
-                    spec.kernel
-                ),
-            ));
-        }
-        batch_rows("conv1d_silu", x, batch, spec.slots)?;
-        let mut out = CpuAct::zeros(x.rows, x.cols);
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            let slot = batch.slots[i];
-            let cols = x.cols;
-            causal_conv1d_silu(
-                x.rows_of(r.clone()),
-                cols,
-                w,
-                spec.kernel,
-                &mut state.conv[slot],
-                &mut out.data[r.start * cols..r.end * cols],
-            );
-        }
-        Ok(out)
+        crate::backend_gdn::conv1d_silu(self, x, weight, state, batch)
     }
 
     fn gdn_gating(
@@ -467,25 +500,7 @@ impl Backend for CpuBackend {
         a_log: &CpuWeight,
         dt_bias: &CpuWeight,
     ) -> OpResult<(CpuAct, CpuAct)> {
-        let (a_log, dt) = (a_log.vector("gdn_gating")?, dt_bias.vector("gdn_gating")?);
-        same_shape("gdn_gating", a, b)?;
-        if a_log.len() != a.cols || dt.len() != a.cols {
-            return Err(OpError::shape(
-                "gdn_gating",
-                "A_log / dt_bias length != heads",
-            ));
-        }
-        let beta = CpuAct::new(b.rows, b.cols, b.data.iter().map(|&v| sigmoid(v)).collect());
-        let g = a
-            .data
-            .chunks_exact(a.cols)
-            .flat_map(|row| {
-                row.iter()
-                    .enumerate()
-                    .map(|(h, &av)| -a_log[h].exp() * softplus(av + dt[h]))
-            })
-            .collect();
-        Ok((CpuAct::new(a.rows, a.cols, g), beta))
+        crate::backend_gdn::gdn_gating(a, b, a_log, dt_bias)
     }
 
     fn gated_delta_rule(
@@ -496,49 +511,7 @@ impl Backend for CpuBackend {
         state: &mut CpuGdnState,
         batch: &Batch,
     ) -> OpResult<CpuAct> {
-        let spec = state.spec;
-        let (kd, vd) = (spec.k_heads * spec.k_dim, spec.v_heads * spec.v_dim);
-        if qkv.cols != spec.conv_dim() || g.cols != spec.v_heads {
-            return Err(OpError::shape(
-                "gated_delta_rule",
-                format!("qkv {} / g {} columns for {spec:?}", qkv.cols, g.cols),
-            ));
-        }
-        same_shape("gated_delta_rule", g, beta)?;
-        batch_rows("gated_delta_rule", qkv, batch, spec.slots)?;
-        if g.rows != qkv.rows {
-            return Err(OpError::shape("gated_delta_rule", "g rows != qkv rows"));
-        }
-        let dims = DeltaDims {
-            k_heads: spec.k_heads,
-            v_heads: spec.v_heads,
-            k_dim: spec.k_dim,
-            v_dim: spec.v_dim,
-        };
-        let mut out = CpuAct::new(qkv.rows, vd, vec![f32::NAN; qkv.rows * vd]);
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            let t = r.len();
-            let mut q = Vec::with_capacity(t * kd);
-            let mut k = Vec::with_capacity(t * kd);
-            let mut v = Vec::with_capacity(t * vd);
-            for row in qkv.rows_of(r.clone()).chunks_exact(qkv.cols) {
-                q.extend_from_slice(&row[..kd]);
-                k.extend_from_slice(&row[kd..2 * kd]);
-                v.extend_from_slice(&row[2 * kd..]);
-            }
-            gated_delta_rule(
-                dims,
-                &q,
-                &k,
-                &v,
-                g.rows_of(r.clone()),
-                beta.rows_of(r.clone()),
-                &mut state.recurrent[batch.slots[i]],
-                &mut out.data[r.start * vd..r.end * vd],
-            );
-        }
-        Ok(out)
+        crate::backend_gdn::gated_delta_rule(self, qkv, g, beta, state, batch)
     }
 
     fn kv_write(
@@ -548,53 +521,7 @@ impl Backend for CpuBackend {
         v: &CpuAct,
         batch: &Batch,
     ) -> OpResult<()> {
-        let spec = cache.spec;
-        same_shape("kv_write", k, v)?;
-        if k.cols != spec.kv_heads * spec.head_dim {
-            return Err(OpError::shape(
-                "kv_write",
-                format!(
-                    "{} columns for {} kv heads × {}",
-                    k.cols, spec.kv_heads, spec.head_dim
-                ),
-            ));
-        }
-        batch_rows("kv_write", k, batch, spec.slots)?;
-        for i in 0..batch.sequences() {
-            let slot = batch.slots[i];
-            let held = cache.slots[slot].len();
-            if held != batch.history[i] {
-                return Err(OpError::State {
-                    slot,
-                    detail: format!("holds {held} tokens, batch says {}", batch.history[i]),
-                });
-            }
-            if held + batch.seq_len(i) > spec.capacity {
-                return Err(OpError::State {
-                    slot,
-                    detail: format!(
-                        "{held} + {} tokens exceed the capacity {}",
-                        batch.seq_len(i),
-                        spec.capacity
-                    ),
-                });
-            }
-        }
-        let added: usize = (0..batch.sequences())
-            .map(|i| batch.seq_len(i) * 2 * k.cols * 4)
-            .sum();
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            cache.slots[batch.slots[i]].append(
-                k.rows_of(r.clone()),
-                v.rows_of(r.clone()),
-                r.len(),
-                spec.kv_heads,
-                spec.head_dim,
-            );
-        }
-        self.add_active(added);
-        Ok(())
+        crate::backend_attention::kv_write(self, cache, k, v, batch)
     }
 
     fn attention(
@@ -604,39 +531,7 @@ impl Backend for CpuBackend {
         batch: &Batch,
         route: RouteRequest,
     ) -> OpResult<(CpuAct, AttentionReport)> {
-        let spec = cache.spec;
-        let d = spec.head_dim;
-        groups_of("attention", q, d)?;
-        batch_rows("attention", q, batch, spec.slots)?;
-        let nq = q.cols / d;
-        let mut out = CpuAct::zeros(q.rows, q.cols);
-        let mut combined: Option<AttentionReport> = None;
-        for i in 0..batch.sequences() {
-            let r = batch.seq_rows(i);
-            let kv = &cache.slots[batch.slots[i]];
-            if kv.len() != batch.history[i] + r.len() {
-                return Err(OpError::State {
-                    slot: batch.slots[i],
-                    detail: format!(
-                        "holds {} tokens; attention needs history {} + {} new (kv_write first)",
-                        kv.len(),
-                        batch.history[i],
-                        r.len()
-                    ),
-                });
-            }
-            let (y, rep) = attend_one(q.rows_of(r.clone()), r.len(), nq, kv, spec, route)?;
-            out.data[r.start * q.cols..r.end * q.cols].copy_from_slice(&y);
-            self.note_transient(rep.transient_bytes as usize);
-            combined = Some(match combined {
-                None => rep,
-                Some(c) => AttentionReport {
-                    transient_bytes: c.transient_bytes.max(rep.transient_bytes),
-                    ..c
-                },
-            });
-        }
-        Ok((out, combined.expect("a validated batch has a sequence")))
+        crate::backend_attention::attention(self, q, cache, batch, route)
     }
 
     fn mul_sigmoid(&self, x: &mut CpuAct, gate: &CpuAct) -> OpResult<()> {
@@ -644,6 +539,7 @@ impl Backend for CpuBackend {
         for (o, g) in x.data.iter_mut().zip(&gate.data) {
             *o *= sigmoid(*g);
         }
+        self.round(ActRounding::ATTENTION, &mut x.data);
         Ok(())
     }
 
@@ -651,6 +547,7 @@ impl Backend for CpuBackend {
         same_shape("swiglu", gate, up)?;
         let mut out = gate.clone();
         swiglu(&mut out.data, &up.data);
+        self.round(ActRounding::MLP, &mut out.data);
         Ok(out)
     }
 
@@ -728,80 +625,6 @@ impl Backend for CpuBackend {
             })
             .collect()
     }
-}
-
-/// One sequence's attention: token-major `q` `[t][nq·d]` over `kv`.
-fn attend_one(
-    q: &[f32],
-    t: usize,
-    nq: usize,
-    kv: &crate::KvCache,
-    spec: KvSpec,
-    route: RouteRequest,
-) -> OpResult<(Vec<f32>, AttentionReport)> {
-    let (nkv, d) = (spec.kv_heads, spec.head_dim);
-    let mut q_hm = vec![0.0f32; q.len()];
-    for s in 0..t {
-        for h in 0..nq {
-            q_hm[(h * t + s) * d..][..d].copy_from_slice(&q[(s * nq + h) * d..][..d]);
-        }
-    }
-    let shape = AttentionShape {
-        q_len: t,
-        kv_len: kv.len(),
-        q_heads: nq,
-        kv_heads: nkv,
-        head_dim: d,
-        scale: None,
-    };
-    let mut att = vec![f32::NAN; q_hm.len()];
-    let report = match kv.contiguous() {
-        Some((k, v)) => attention_prefill(&shape, route, &q_hm, k, v, &mut att)?,
-        None => {
-            // One call per KV head and its query group (head-major q and out
-            // hold each group contiguously); the peak workspace is the largest call's.
-            if nkv == 0 || !nq.is_multiple_of(nkv) {
-                return Err(OpError::shape(
-                    "attention",
-                    "q heads not a multiple of kv heads",
-                ));
-            }
-            let group = nq / nkv;
-            let per_group = group * t * d;
-            let head_shape = AttentionShape {
-                q_heads: group,
-                kv_heads: 1,
-                ..shape
-            };
-            let mut combined: Option<AttentionReport> = None;
-            for h in 0..nkv {
-                let (k, v) = kv.head(h);
-                let r = attention_prefill(
-                    &head_shape,
-                    route,
-                    &q_hm[h * per_group..(h + 1) * per_group],
-                    k,
-                    v,
-                    &mut att[h * per_group..(h + 1) * per_group],
-                )?;
-                combined = Some(match combined {
-                    None => r,
-                    Some(c) => AttentionReport {
-                        transient_bytes: c.transient_bytes.max(r.transient_bytes),
-                        ..c
-                    },
-                });
-            }
-            combined.expect("at least one KV head")
-        }
-    };
-    let mut y = vec![0.0f32; q.len()];
-    for s in 0..t {
-        for h in 0..nq {
-            y[(s * nq + h) * d..][..d].copy_from_slice(&att[(h * t + s) * d..][..d]);
-        }
-    }
-    Ok((y, report))
 }
 
 /// `x · Wᵀ` on the calling thread (inside a parallel loop over experts).

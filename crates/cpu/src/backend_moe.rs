@@ -3,11 +3,19 @@
 //! plus the shared expert scaled by `sigmoid(shared_expert_gate · x)`.
 //! Tokens are grouped by expert so each expert runs one GEMM per projection;
 //! experts run in parallel (each GEMM on one thread).
+//!
+//! Under bf16 emulation it rounds where the CUDA backend's shape-general
+//! experts (`crates/cuda/src/backend/fallback.rs`) store bf16: the gate and
+//! up products and `silu · up` ([`ActRounding::MLP`]), the shared expert's
+//! products (its `linear`s and SwiGLU), and the block's output
+//! ([`ActRounding::MOE_OUT`]); router and shared-gate logits, the down
+//! products and the weighted sum stay f32, as there.
 
 use crate::backend::{linear_one_thread, CpuAct, CpuBackend, CpuWeight};
 use crate::ops::activation::{sigmoid, swiglu};
 use crate::ops::moe::route as route_tokens;
 use crate::ops::WeightView;
+use crate::precision::ActRounding;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights, OpError, OpResult};
 use rayon::prelude::*;
 
@@ -54,7 +62,7 @@ pub(crate) fn moe(
     let g = be.linear(x, &w.shared_gate_proj)?;
     let u = be.linear(x, &w.shared_up_proj)?;
     let mut out = be.linear(&be.swiglu(&g, &u)?, &w.shared_down_proj)?;
-    let sg = be.linear(x, &w.shared_gate)?;
+    let sg = be.linear_f32(x, &w.shared_gate)?;
     if out.cols != hidden || sg.cols != 1 {
         return Err(OpError::shape("moe", "shared expert shapes"));
     }
@@ -63,7 +71,7 @@ pub(crate) fn moe(
         row.iter_mut().for_each(|v| *v *= s);
     }
     // Routed experts.
-    let logits = be.linear(x, &w.router)?;
+    let logits = be.linear_f32(&be.router_input(x), &w.router)?;
     if logits.cols != e {
         return Err(OpError::shape("moe", "router rows != experts"));
     }
@@ -81,8 +89,11 @@ pub(crate) fn moe(
                 xe.extend_from_slice(&x.data[tok * hidden..(tok + 1) * hidden]);
             }
             let mut gt = linear_one_thread(&xe, n, gate_up.sub_rows(lx * 2 * inter, inter));
-            let up = linear_one_thread(&xe, n, gate_up.sub_rows(lx * 2 * inter + inter, inter));
+            let mut up = linear_one_thread(&xe, n, gate_up.sub_rows(lx * 2 * inter + inter, inter));
+            be.round(ActRounding::MLP, &mut gt);
+            be.round(ActRounding::MLP, &mut up);
             swiglu(&mut gt, &up);
+            be.round(ActRounding::MLP, &mut gt);
             let mut y = linear_one_thread(&gt, n, down.sub_rows(lx * hidden, hidden));
             for (row, &(_, wt)) in y.chunks_exact_mut(hidden).zip(group) {
                 row.iter_mut().for_each(|v| *v *= wt);
@@ -104,5 +115,6 @@ pub(crate) fn moe(
     for (o, v) in out.data.iter_mut().zip(&experts_sum) {
         *o += v;
     }
+    be.round(ActRounding::MOE_OUT, &mut out.data);
     Ok(out)
 }

@@ -14,14 +14,18 @@
 //! backend is tested against.
 
 pub mod backend;
+mod backend_attention;
+mod backend_gdn;
 mod backend_moe;
 pub mod comm;
 pub mod kv_cache;
 pub mod ops;
+pub mod precision;
 pub mod sample;
 pub mod state;
 
 pub use backend::{CpuAct, CpuBackend, CpuWeight};
 pub use comm::{CpuComm, CpuRank};
 pub use kv_cache::KvCache;
+pub use precision::{ActRounding, Precision};
 pub use state::{CpuGdnState, CpuKvCache};

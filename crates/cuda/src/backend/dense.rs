@@ -50,7 +50,8 @@ pub(crate) fn linear(
     Ok(y)
 }
 
-/// Rows `table[ids[i]]`.
+/// Rows `table[ids[i]]` as f32: the start of the residual stream, which
+/// stays f32 (`add_rms_norm` adds each layer's bf16 output to it in f32).
 pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResult<CudaAct> {
     let table = table.matrix("embed")?;
     if let Some(&bad) = ids.iter().find(|&&id| id as usize >= table.rows) {
@@ -59,7 +60,7 @@ pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResu
             format!("token id {bad} >= vocab {}", table.rows),
         ));
     }
-    let out = new_act(dev, "embed", ids.len(), table.cols, Dtype::Bf16)?;
+    let out = new_act(dev, "embed", ids.len(), table.cols, Dtype::F32)?;
     if ids.is_empty() {
         return Ok(out);
     }
@@ -71,8 +72,8 @@ pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResu
         .ptr(out.ptr())
         .i32(cols);
     let grid = (grid_dim("embed", ids.len(), GRID_X)?, 1, 1);
-    // SAFETY: ids < rows (checked); out holds ids.len() rows of `cols`.
-    unsafe { launch(dev, "embed_bf16", grid, 256, args)? };
+    // SAFETY: ids < rows (checked); out holds ids.len() f32 rows of `cols`.
+    unsafe { launch(dev, "embed_bf16_to_f32", grid, 256, args)? };
     Ok(out)
 }
 

@@ -1,6 +1,7 @@
 //! `CudaBackend`: the backend op set (`headroom_core::Backend`) on one CUDA
 //! device. Activations are bf16 device buffers (f32 where precision needs
-//! it: `g` / `beta`, router logits), matrices bf16, vectors f32; large GEMMs
+//! it: the residual stream from `embed` through every `add_rms_norm`,
+//! `g` / `beta`, router logits), matrices bf16, vectors f32; large GEMMs
 //! run on cuBLAS, everything else on the NVRTC kernels `ops_*.cu`, all queued
 //! on the device's one stream (a buffer dropped on the host is reused only by
 //! later work of that stream). Each op group lives in its own file:

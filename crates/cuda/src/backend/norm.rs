@@ -1,6 +1,9 @@
 //! The RMSNorms: add + zero-centred `(1 + w)` norm of the residual stream,
 //! the same norm per head group (q/k norm), and the gated norm of the GDN
-//! output. f32 math on bf16 storage (`ops_norm.cu`).
+//! output. f32 math on bf16 storage (`ops_norm.cu`); the residual stream
+//! itself is f32 (`embed` starts it so): `add_rms_norm` adds the bf16 delta
+//! to it in f32 and emits bf16 normed rows. A bf16 residual is still taken
+//! (rounded to bf16 after each add, as before).
 
 use super::launch::{grid_dim, int, launch, Args, GRID_X};
 use super::memory::new_act;
@@ -26,13 +29,31 @@ pub(crate) fn add_rms_norm(
     weight: &CudaWeight,
     eps: f32,
 ) -> OpResult<CudaAct> {
-    bf16("add_rms_norm", residual)?;
     let w = weight.vector("add_rms_norm")?;
     if w.elems() != residual.cols {
         return Err(OpError::shape("add_rms_norm", "weight length != columns"));
     }
+    let f32_residual = match residual.dtype {
+        Dtype::F32 => true,
+        Dtype::Bf16 => false,
+        other => {
+            return Err(OpError::shape(
+                "add_rms_norm",
+                format!("the residual must be f32 or bf16, got {other}"),
+            ))
+        }
+    };
     if let Some(d) = delta {
-        same_shape("add_rms_norm", residual, d)?;
+        bf16("add_rms_norm", d)?;
+        if (d.rows, d.cols) != (residual.rows, residual.cols) {
+            return Err(OpError::shape(
+                "add_rms_norm",
+                format!(
+                    "delta [{}][{}] vs residual [{}][{}]",
+                    d.rows, d.cols, residual.rows, residual.cols
+                ),
+            ));
+        }
     }
     let out = new_act(
         dev,
@@ -54,13 +75,15 @@ pub(crate) fn add_rms_norm(
     let grid = (grid_dim("add_rms_norm", residual.rows, GRID_X)?, 1, 1);
     let cached = residual.cols.is_multiple_of(2)
         && residual.cols <= 2 * CACHED_PAIRS * CACHED_THREADS as usize;
-    let (entry, threads) = if cached {
-        ("add_rms_norm_cached_bf16", CACHED_THREADS)
-    } else {
-        ("add_rms_norm_bf16", NORM_THREADS)
+    let (entry, threads) = match (f32_residual, cached) {
+        (true, true) => ("add_rms_norm_cached_f32res", CACHED_THREADS),
+        (true, false) => ("add_rms_norm_f32res", NORM_THREADS),
+        (false, true) => ("add_rms_norm_cached_bf16", CACHED_THREADS),
+        (false, false) => ("add_rms_norm_bf16", NORM_THREADS),
     };
-    // SAFETY: residual, delta and out are [rows][cols] bf16, w `cols` f32
-    // (even cols keep every row 4-byte aligned for the bf16x2 loads).
+    // SAFETY: residual (f32 or bf16, as the entry), delta and out (bf16) are
+    // [rows][cols], w `cols` f32 (even cols keep every row 8-byte aligned for
+    // the float2 and 4-byte for the bf16x2 accesses).
     unsafe { launch(dev, entry, grid, threads, args)? };
     Ok(out)
 }

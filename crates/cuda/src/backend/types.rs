@@ -6,7 +6,7 @@ use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult};
 use headroom_core::Dtype;
 
 /// An activation `[rows][cols]`: bf16, or f32 where precision needs it
-/// (`g` / `beta` of the GDN gating, router logits).
+/// (the residual stream, `g` / `beta` of the GDN gating, router logits).
 #[derive(Debug)]
 pub struct CudaAct {
     pub(crate) buf: DeviceBuffer,

@@ -89,6 +89,7 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
     source: include_str!("ops_pointwise.cu"),
     entry_points: &[
         "embed_bf16",
+        "embed_bf16_to_f32",
         "gather_rows_b16",
         "gather_rows_b32",
         "mul_sigmoid_bf16",
@@ -106,6 +107,8 @@ pub const OPS_NORM: KernelSource = KernelSource {
     entry_points: &[
         "add_rms_norm_bf16",
         "add_rms_norm_cached_bf16",
+        "add_rms_norm_f32res",
+        "add_rms_norm_cached_f32res",
         "rms_norm_groups_bf16",
         "gated_rms_norm_bf16",
     ],

@@ -2,6 +2,8 @@
 // Qwen3_5RMSNorm and Qwen3_5RMSNormGated):
 //   add_rms_norm:   r = residual (+ delta, rounded to bf16 and stored back),
 //                   out = r / sqrt(mean(r^2) + eps) * (1 + w)        one CTA per row
+//   add_rms_norm_f32res: the same with the residual stream kept in f32 (the
+//                   model's: r = residual + delta stored as f32, delta and out bf16)
 //   rms_norm_groups: the same (1 + w) norm in place over groups of d  one warp per group
 //   gated_rms_norm:  x = w * x / sqrt(mean(x^2) + eps) * silu(z)     one warp per group
 // A NaN in a row (group) makes that row (group) NaN, and only it.
@@ -134,5 +136,67 @@ extern "C" __global__ void gated_rms_norm_bf16(bf16* x, const bf16* z, const flo
         const float zv = __bfloat162float(zr[c]);
         const float silu = zv / (1.0f + expf(-zv));
         row[c] = __float2bfloat16(w[c] * (__bfloat162float(row[c]) * inv) * silu);
+    }
+}
+
+// add_rms_norm over an f32 residual stream: r = residual + delta (f32, stored
+// back unrounded; `delta` bf16, may be null), out = bf16(r * inv * (1 + w)).
+// One CTA (NORM_THREADS) per row, any `cols`.
+extern "C" __global__ void add_rms_norm_f32res(float* residual, const bf16* delta, const float* w,
+                                               bf16* out, int cols, float eps) {
+    float* res = residual + (i64)blockIdx.x * cols;
+    const bf16* del = delta ? delta + (i64)blockIdx.x * cols : nullptr;
+    bf16* o = out + (i64)blockIdx.x * cols;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = res[c];
+        if (del) {
+            v += __bfloat162float(del[c]);
+            res[c] = v;
+        }
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        o[c] = __float2bfloat16(res[c] * inv * (1.0f + w[c]));
+}
+
+// add_rms_norm_f32res with the row in registers (float2 residual, bf16x2
+// delta and out loads/stores, each value read once): even `cols` up to
+// 2 * CACHED_PAIRS * blockDim.x; one CTA per row; same results.
+extern "C" __global__ void add_rms_norm_cached_f32res(float* residual, const bf16* delta,
+                                                      const float* w, bf16* out, int cols,
+                                                      float eps) {
+    const int pairs = cols >> 1;
+    float2* res = reinterpret_cast<float2*>(residual + (i64)blockIdx.x * cols);
+    const __nv_bfloat162* del =
+        delta ? reinterpret_cast<const __nv_bfloat162*>(delta + (i64)blockIdx.x * cols) : nullptr;
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + (i64)blockIdx.x * cols);
+    const float2* w2 = reinterpret_cast<const float2*>(w);
+    float2 v[CACHED_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            float2 r = res[p];
+            if (del) {
+                const float2 d = __bfloat1622float2(del[p]);
+                r.x += d.x;
+                r.y += d.y;
+                res[p] = r;
+            }
+            v[k] = r;
+            ss += r.x * r.x + r.y * r.y;
+        }
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            const float2 ww = w2[p];
+            o[p] = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
+        }
     }
 }

@@ -1,5 +1,5 @@
 // Element-wise and row-gather kernels of the CUDA backend (bf16 storage, f32
-// math): embedding gather, row gather, x *= sigmoid(gate), silu(gate) * up,
+// math): embedding gather (bf16 or f32 rows), row gather, x *= sigmoid(gate), silu(gate) * up,
 // the GDN gating (g, beta in f32) and the MoE output combine.
 // Activations exactly as torch defines them: silu(x) = x / (1 + e^-x),
 // sigmoid(x) = 1 / (1 + e^-x), softplus with threshold 20.
@@ -20,6 +20,15 @@ extern "C" __global__ void embed_bf16(const bf16* table, const unsigned* ids, bf
     const bf16* src = table + (i64)ids[r] * cols;
     bf16* dst = out + r * cols;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+// out[r] = f32(table[ids[r]]): the residual stream's first rows (f32).
+extern "C" __global__ void embed_bf16_to_f32(const bf16* table, const unsigned* ids, float* out,
+                                             int cols) {
+    const i64 r = blockIdx.x;
+    const bf16* src = table + (i64)ids[r] * cols;
+    float* dst = out + r * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = __bfloat162float(src[c]);
 }
 
 // out[i] = x[rows[i]] for 2-byte elements; one CTA per output row.

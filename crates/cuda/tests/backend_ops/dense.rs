@@ -42,6 +42,11 @@ fn embed_and_gather_rows_copy_exact_rows() {
     let ids = [7u32, 999, 0, 7, 513];
     poison_pool(&be, ids.len() * h * 2);
     let e = be.embed(&matrix(&be, vocab, h, &table), &ids).unwrap();
+    assert_eq!(
+        e.dtype,
+        headroom_core::Dtype::F32,
+        "the residual stream is f32"
+    );
     let got = be.act_to_f32(&e).unwrap();
     for (r, &id) in ids.iter().enumerate() {
         assert_eq!(
@@ -144,6 +149,67 @@ fn norms_match_f64_and_nan_poisons_only_its_row() {
     assert!(be
         .rms_norm_groups(&mut xa, &vector(&be, &wq[..100]), 1e-6)
         .is_err());
+}
+
+/// The f32 residual stream (`embed` → `add_rms_norm`): the sums stay f32
+/// (exactly the host's f32 additions, in order), the normed rows match f64,
+/// a NaN poisons only its row; the register-cached kernel (even widths up to
+/// 4096) and the general one (odd or wider) alike.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn f32_residual_add_norm_matches_f64() {
+    let be = backend();
+    for (t, h) in [(45, 1000), (13, 999), (7, 4098)] {
+        let res = uniform(40 + h as u64, t * h, 2.0);
+        let d1 = uniform(41 + h as u64, t * h, 1.0);
+        let d2 = uniform(42 + h as u64, t * h, 0.01);
+        let w = uniform(43 + h as u64, h, 0.5);
+        let ids: Vec<u32> = (0..t as u32).collect();
+        let mut r = be.embed(&matrix(&be, t, h, &res), &ids).unwrap();
+        let (wv, a1, a2) = (vector(&be, &w), act(&be, t, h, &d1), act(&be, t, h, &d2));
+        poison_pool(&be, t * h * 2);
+        let y1 = be.add_rms_norm(&mut r, Some(&a1), &wv, 1e-6).unwrap();
+        poison_pool(&be, t * h * 2);
+        let y2 = be.add_rms_norm(&mut r, Some(&a2), &wv, 1e-6).unwrap();
+        assert_eq!(y2.dtype, headroom_core::Dtype::Bf16);
+        let s1: Vec<f32> = res.iter().zip(&d1).map(|(a, b)| a + b).collect();
+        let s2: Vec<f32> = s1.iter().zip(&d2).map(|(a, b)| a + b).collect();
+        assert_eq!(be.act_to_f32(&r).unwrap(), s2, "[{t}][{h}] f32 sums");
+        for (y, s) in [(&y1, &s1), (&y2, &s2)] {
+            let e = rel_err(&be.act_to_f32(y).unwrap(), &norm_ref(s, &w, None, 1e-6));
+            assert!(e < 5e-3, "[{t}][{h}] add_rms_norm f32 residual {e}");
+        }
+        // No delta: the residual is only read.
+        let y0 = be.add_rms_norm(&mut r, None, &wv, 1e-6).unwrap();
+        assert_eq!(be.act_to_f32(&r).unwrap(), s2);
+        assert_eq!(be.act_to_f32(&y0).unwrap(), be.act_to_f32(&y2).unwrap());
+        // A NaN in the delta poisons its row of the residual and the output only.
+        let mut bad = d2.clone();
+        bad[(t / 2) * h + 5] = f32::NAN;
+        let y = be
+            .act_to_f32(
+                &be.add_rms_norm(&mut r, Some(&act(&be, t, h, &bad)), &wv, 1e-6)
+                    .unwrap(),
+            )
+            .unwrap();
+        for (row, vals) in y.chunks(h).enumerate() {
+            assert_eq!(vals.iter().all(|v| v.is_nan()), row == t / 2, "row {row}");
+            assert_eq!(vals.iter().any(|v| v.is_nan()), row == t / 2, "row {row}");
+        }
+        // The delta must be a bf16 activation of the residual's shape.
+        let f32_delta = be.embed(&matrix(&be, t, h, &d1), &ids).unwrap();
+        assert!(be
+            .add_rms_norm(&mut r, Some(&f32_delta), &wv, 1e-6)
+            .is_err());
+        assert!(be
+            .add_rms_norm(
+                &mut r,
+                Some(&act(&be, t - 1, h, &d1[..(t - 1) * h])),
+                &wv,
+                1e-6
+            )
+            .is_err());
+    }
 }
 
 #[test]

@@ -156,6 +156,23 @@ fn small_every_kernel_once() {
     let e = be
         .embed(&matrix(&be, 10, 70, &uniform(95, 700, 1.0)), &[1, 9])
         .unwrap();
+    // The f32 residual stream's add + norm, cached (70 columns) and general (69).
+    let mut r32 = be
+        .embed(
+            &matrix(&be, 10, 70, &uniform(96, 700, 1.0)),
+            &[1, 9, 0, 3, 2],
+        )
+        .unwrap();
+    be.add_rms_norm(&mut r32, Some(&r), &vector(&be, &[0.1; 70]), 1e-6)
+        .unwrap();
+    let mut r69 = be
+        .embed(
+            &matrix(&be, 10, 69, &uniform(97, 690, 1.0)),
+            &[1, 9, 0, 3, 2],
+        )
+        .unwrap();
+    be.add_rms_norm(&mut r69, None, &vector(&be, &[0.1; 69]), 1e-6)
+        .unwrap();
     let t = be
         .sample(
             &e,
