@@ -74,6 +74,8 @@ impl CpuWeight {
 pub struct CpuBackend {
     active: AtomicUsize,
     peak: AtomicUsize,
+    /// The tensor-parallel group this backend is a rank of (`crate::comm`).
+    group: Option<crate::comm::CpuRank>,
     precision: Precision,
     /// The last normed rows before their bf16 rounding, kept only when the
     /// emulation's router reads un-rounded rows (no `ROUTER_INPUT` site).
@@ -84,6 +86,14 @@ impl CpuBackend {
     /// The f32 reference backend.
     pub fn new() -> CpuBackend {
         CpuBackend::default()
+    }
+
+    /// A backend that is rank `rank.rank` of an in-process tensor-parallel group.
+    pub fn in_group(rank: crate::comm::CpuRank) -> CpuBackend {
+        CpuBackend {
+            group: Some(rank),
+            ..CpuBackend::default()
+        }
     }
 
     /// A backend computing in `precision` (e.g. emulating the CUDA backend's
@@ -260,7 +270,10 @@ impl Backend for CpuBackend {
             .ok_or_else(|| OpError::shape("init_matrix", "rows × cols overflows"))?;
         let data: Vec<bf16> = (0..n as u64)
             .into_par_iter()
-            .map(|i| bf16::from_f32(init.mean + init.std * rng::normal(init.seed, i)))
+            .map(|i| {
+                let c = init.counter(i, cols as u64);
+                bf16::from_f32(init.mean + init.std * rng::normal(init.seed, c))
+            })
             .collect();
         self.add_active(n * 2);
         Ok(CpuWeight::Matrix(Tensor::new(
@@ -545,6 +558,28 @@ impl Backend for CpuBackend {
         })
         .map_err(|reason| OpError::Unsupported { op: "moe", reason })?;
         crate::backend_moe::moe(self, x, w, spec)
+    }
+
+    fn world_size(&self) -> usize {
+        self.group.as_ref().map_or(1, |g| g.comm.world())
+    }
+
+    fn all_reduce_sum(&self, x: &mut CpuAct) -> OpResult<()> {
+        match &self.group {
+            Some(g) => g.all_reduce_sum(x.rows, x.cols, &mut x.data),
+            None => Ok(()),
+        }
+    }
+
+    fn all_gather_cols(&self, x: CpuAct) -> OpResult<CpuAct> {
+        match &self.group {
+            Some(g) => {
+                let cols = x.cols * g.comm.world();
+                let data = g.all_gather_cols(x.rows, x.cols, x.data)?;
+                Ok(CpuAct::new(x.rows, cols, data))
+            }
+            None => Ok(x),
+        }
     }
 
     fn gather_rows(&self, x: &CpuAct, rows: &[usize]) -> OpResult<CpuAct> {

@@ -34,22 +34,26 @@ pub(crate) fn moe(
 ) -> OpResult<CpuAct> {
     let (t, hidden) = (x.rows, x.cols);
     let (e, inter) = (spec.num_experts, spec.intermediate);
+    spec.check_local()
+        .map_err(|detail| OpError::shape("moe", detail))?;
+    // The experts this backend holds (all of them outside tensor parallelism).
+    let (first, local) = (spec.first_expert, spec.local_experts);
     let gate_up = matrix(&w.gate_up, "gate_up")?;
     let down = matrix(&w.down, "down")?;
-    if gate_up.rows != e * 2 * inter || gate_up.cols != hidden {
+    if gate_up.rows != local * 2 * inter || gate_up.cols != hidden {
         return Err(OpError::shape(
             "moe",
             format!(
-                "gate_up [{}][{}] for {e} experts × 2·{inter} × {hidden}",
+                "gate_up [{}][{}] for {local} experts × 2·{inter} × {hidden}",
                 gate_up.rows, gate_up.cols
             ),
         ));
     }
-    if down.rows != e * hidden || down.cols != inter {
+    if down.rows != local * hidden || down.cols != inter {
         return Err(OpError::shape(
             "moe",
             format!(
-                "down [{}][{}] for {e} experts × {hidden} × {inter}",
+                "down [{}][{}] for {local} experts × {hidden} × {inter}",
                 down.rows, down.cols
             ),
         ));
@@ -76,20 +80,21 @@ pub(crate) fn moe(
     let results: Vec<(usize, Vec<f32>)> = groups
         .par_iter()
         .enumerate()
-        .filter(|(_, g)| !g.is_empty())
+        .filter(|(ex, g)| !g.is_empty() && (first..first + local).contains(ex))
         .map(|(ex, group)| {
+            let lx = ex - first;
             let n = group.len();
             let mut xe = Vec::with_capacity(n * hidden);
             for &(tok, _) in group {
                 xe.extend_from_slice(&x.data[tok * hidden..(tok + 1) * hidden]);
             }
-            let mut gt = linear_one_thread(&xe, n, gate_up.sub_rows(ex * 2 * inter, inter));
-            let mut up = linear_one_thread(&xe, n, gate_up.sub_rows(ex * 2 * inter + inter, inter));
+            let mut gt = linear_one_thread(&xe, n, gate_up.sub_rows(lx * 2 * inter, inter));
+            let mut up = linear_one_thread(&xe, n, gate_up.sub_rows(lx * 2 * inter + inter, inter));
             be.round(ActRounding::MLP, &mut gt);
             be.round(ActRounding::MLP, &mut up);
             swiglu(&mut gt, &up);
             be.round(ActRounding::MLP, &mut gt);
-            let mut y = linear_one_thread(&gt, n, down.sub_rows(ex * hidden, hidden));
+            let mut y = linear_one_thread(&gt, n, down.sub_rows(lx * hidden, hidden));
             for (row, &(_, wt)) in y.chunks_exact_mut(hidden).zip(group) {
                 row.iter_mut().for_each(|v| *v *= wt);
             }

@@ -7,7 +7,8 @@
 //! * [`kv_cache`] — one sequence's growable KV cache; [`state`] — the slot
 //!   pools the trait hands out;
 //! * [`sample`] — greedy / temperature / top-k / top-p sampling;
-//! * [`backend`] — the trait implementation (one method per op).
+//! * [`backend`] — the trait implementation (one method per op);
+//! * [`comm`] — the in-process communicator of a tensor-parallel group.
 //!
 //! Being the straightforward implementation, it is the reference the CUDA
 //! backend is tested against.
@@ -16,6 +17,7 @@ pub mod backend;
 mod backend_attention;
 mod backend_gdn;
 mod backend_moe;
+pub mod comm;
 pub mod kv_cache;
 pub mod ops;
 pub mod precision;
@@ -23,6 +25,7 @@ pub mod sample;
 pub mod state;
 
 pub use backend::{CpuAct, CpuBackend, CpuWeight};
+pub use comm::{CpuComm, CpuRank};
 pub use kv_cache::KvCache;
 pub use precision::{ActRounding, Precision};
 pub use state::{CpuGdnState, CpuKvCache};

@@ -91,12 +91,7 @@ fn each_site_rounds_its_ops_only() {
 #[test]
 fn moe_rounds_its_output_and_routes_on_f32_logits() {
     let (t, h, e, i) = (9, 16, 4, 8);
-    let spec = MoeSpec {
-        num_experts: e,
-        top_k: 2,
-        intermediate: i,
-        renormalise: true,
-    };
+    let spec = MoeSpec::all_experts(e, 2, i, true);
     let x_data: Vec<f32> = values(t * h, 10)
         .into_iter()
         .map(|v| bf16::from_f32(v).to_f32())

@@ -24,6 +24,7 @@ pub mod elf;
 mod error;
 pub mod kernels;
 pub mod libs;
+pub mod nccl;
 pub mod nvrtc;
 pub mod ops;
 pub mod timing;

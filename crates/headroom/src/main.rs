@@ -7,6 +7,8 @@ mod global;
 mod model_source;
 mod output;
 mod shape_args;
+mod tp;
+mod tp_bench;
 
 use clap::{Parser, Subcommand};
 

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod layers;
+pub mod parallel;
 pub mod profile;
 pub mod qwen3_5;
 pub mod synthetic;
@@ -11,6 +12,7 @@ pub mod weights;
 
 pub use config::{ConfigError, ModelConfig};
 pub use headroom_core::tensor::{self, Tensor, TensorData};
+pub use parallel::{ShardPlan, TpGroup, TpSession, TpWeights};
 pub use qwen3_5::{
     AttentionPlan, ForwardOptions, ForwardOutput, LayerState, LogitsRows, ModelError, ModelState,
     Qwen35Model, Session, StepOutput,

@@ -36,10 +36,13 @@ pub enum Part {
     Moe,
     DenseMlp,
     LmHead,
+    /// Tensor-parallel collectives (all-reduce after each mixer and MLP,
+    /// the LM head's all-gather), including waiting for the other ranks.
+    Comm,
 }
 
 impl Part {
-    pub const ALL: [Part; 13] = [
+    pub const ALL: [Part; 14] = [
         Part::Embed,
         Part::Norm,
         Part::AttentionProjections,
@@ -53,6 +56,7 @@ impl Part {
         Part::Moe,
         Part::DenseMlp,
         Part::LmHead,
+        Part::Comm,
     ];
 }
 

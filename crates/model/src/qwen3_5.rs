@@ -11,6 +11,7 @@
 
 mod build;
 mod options;
+mod sources;
 mod state;
 
 pub use options::{
@@ -20,12 +21,13 @@ pub use state::{LayerState, ModelState, Session};
 
 use crate::config::ModelConfig;
 use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
+use crate::parallel::RankShard;
 use crate::profile::{Part, PartTime, Profiler};
 use crate::Weights;
-use build::{HostSource, InitSource, WeightSource};
 use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey};
 use headroom_core::{AttentionKind, LayerKind, OpError, RouteRequest};
 use headroom_cpu::CpuBackend;
+use sources::{HostSource, InitSource, Store, WeightSource};
 use std::time::Instant;
 
 /// Token capacity of [`Qwen35Model::new_session`].
@@ -60,6 +62,9 @@ pub struct Qwen35Model<B: Backend> {
     embed: B::Weight,
     /// `None`: tied to the embeddings.
     lm_head: Option<B::Weight>,
+    /// The part of the model this backend holds (all of it outside tensor
+    /// parallelism); with a vocab split, the LM head's logits are gathered.
+    shard: RankShard,
     final_norm: B::Weight,
     layers: Vec<Decoder<B>>,
     profiler: Profiler,
@@ -87,32 +92,76 @@ impl<B: Backend> Qwen35Model<B> {
     /// checkpoint's canonical weights, which it consumes tensor by tensor;
     /// every tensor is checked for presence and shape against the schema.
     pub fn load(backend: B, cfg: &ModelConfig, weights: Weights) -> Result<Self, ModelError> {
-        let mut src = HostSource::new(cfg, weights);
-        Self::build(backend, cfg, &mut src)
+        let mut src = HostSource::new(cfg, Store::Owned(weights));
+        Self::build(backend, cfg, &mut src, RankShard::whole(cfg))
     }
 
     /// Builds the model with synthetic weights drawn on the backend's device
     /// from `seed` (matrices N(0, 0.02); norms and gates as `Weights::synthetic`).
     pub fn synthetic(backend: B, cfg: &ModelConfig, seed: u64) -> Result<Self, ModelError> {
         let mut src = InitSource::new(cfg, seed);
-        Self::build(backend, cfg, &mut src)
+        Self::build(backend, cfg, &mut src, RankShard::whole(cfg))
+    }
+
+    /// One tensor-parallel rank: the shard `shard` of a checkpoint's
+    /// weights (borrowed: the ranks of a group share one host copy and each
+    /// uploads only its slices).
+    pub fn load_shard(
+        backend: B,
+        cfg: &ModelConfig,
+        weights: &Weights,
+        shard: RankShard,
+    ) -> Result<Self, ModelError> {
+        let mut src = HostSource::new(cfg, Store::Shared(weights));
+        Self::build(backend, cfg, &mut src, shard)
+    }
+
+    /// One tensor-parallel rank with synthetic weights: each matrix is the
+    /// shard's window of the draw [`Self::synthetic`] makes, so the group
+    /// computes the same model.
+    pub fn synthetic_shard(
+        backend: B,
+        cfg: &ModelConfig,
+        seed: u64,
+        shard: RankShard,
+    ) -> Result<Self, ModelError> {
+        let mut src = InitSource::new(cfg, seed);
+        Self::build(backend, cfg, &mut src, shard)
     }
 
     fn build(
         backend: B,
         cfg: &ModelConfig,
         src: &mut dyn WeightSource<B>,
+        shard: RankShard,
     ) -> Result<Self, ModelError> {
         cfg.validate()?;
+        if shard.world != backend.world_size() {
+            return Err(ModelError::Unsupported(format!(
+                "a shard of a {}-rank plan on a backend in a group of {}",
+                shard.world,
+                backend.world_size()
+            )));
+        }
         let embed = src.matrix(&backend, "embed_tokens.weight")?;
-        let lm_head = if cfg.tie_word_embeddings {
-            None
+        let head_name = if cfg.tie_word_embeddings {
+            "embed_tokens.weight"
         } else {
-            Some(src.matrix(&backend, "lm_head.weight")?)
+            "lm_head.weight"
+        };
+        let lm_head = match (&shard.vocab, cfg.tie_word_embeddings) {
+            (None, true) => None,
+            (None, false) => Some(src.matrix(&backend, head_name)?),
+            (Some(rows), _) => Some(src.matrix_part(
+                &backend,
+                head_name,
+                Some(std::slice::from_ref(rows)),
+                None,
+            )?),
         };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for l in 0..cfg.num_hidden_layers {
-            layers.push(build::decoder(&backend, cfg, src, l)?);
+            layers.push(build::decoder(&backend, cfg, src, l, &shard)?);
         }
         let final_norm = src.vector(&backend, "norm.weight")?;
         Ok(Qwen35Model {
@@ -120,10 +169,16 @@ impl<B: Backend> Qwen35Model<B> {
             cfg: cfg.clone(),
             embed,
             lm_head,
+            shard,
             final_norm,
             layers,
             profiler: Profiler::default(),
         })
+    }
+
+    /// The part of the model this backend holds.
+    pub fn shard(&self) -> &RankShard {
+        &self.shard
     }
 
     /// Turns the per-part time breakdown on or off (see [`crate::profile`]).
@@ -452,9 +507,14 @@ impl<B: Backend> Qwen35Model<B> {
         }
         .map_err(op(None))?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        let logits = prof
+        let mut logits = prof
             .time(be, Part::LmHead, || be.linear(&normed, head))
             .map_err(op(None))?;
+        if self.shard.vocab.is_some() {
+            logits = prof
+                .time(be, Part::Comm, || be.all_gather_cols(logits))
+                .map_err(op(None))?;
+        }
         Ok(StepOutput {
             logits: Some(logits),
             attention: reports,

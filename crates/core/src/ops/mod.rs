@@ -31,7 +31,7 @@ mod specs;
 
 pub use batch::Batch;
 pub use specs::{
-    GdnSpec, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,
+    GdnSpec, InitWindow, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,
 };
 
 use crate::{AttentionError, AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
@@ -93,7 +93,9 @@ pub trait Backend: Send + Sync {
     /// Uploads a vector as f32 (any shape; used flat).
     fn upload_vector(&self, t: Tensor) -> OpResult<Self::Weight>;
     /// A `[rows][cols]` matrix drawn on the device from `init` (synthetic models):
-    /// element `i` (row-major) is `mean + std · rng::normal(seed, i)`.
+    /// element `i` (row-major) is `mean + std · rng::normal(seed, init.counter(i, cols))`
+    /// — `i` itself, or its position in the full matrix when `init.window` names
+    /// a window of it (a tensor-parallel rank's shard).
     fn init_matrix(&self, rows: usize, cols: usize, init: WeightInit) -> OpResult<Self::Weight>;
     /// An activation from host f32 data (`data.len() == rows * cols`).
     fn act_from_f32(&self, rows: usize, cols: usize, data: &[f32]) -> OpResult<Self::Act>;
@@ -240,6 +242,31 @@ pub trait Backend: Send + Sync {
 
     /// `out[i] = x[rows[i]]`.
     fn gather_rows(&self, x: &Self::Act, rows: &[usize]) -> OpResult<Self::Act>;
+
+    // ---- communication (tensor parallelism) --------------------------------
+    //
+    // A backend may belong to a group of ranks that each hold a shard of the
+    // model. These are the only collectives the sharded forward needs; outside
+    // a group (world size 1) they are no-ops, so a backend that never joins a
+    // group need not implement them.
+
+    /// Ranks in this backend's group (1: not in a group).
+    fn world_size(&self) -> usize {
+        1
+    }
+
+    /// In place, the element-wise sum of `x` over every rank of the group
+    /// (each rank passes its partial `[rows][cols]`; all get the total).
+    fn all_reduce_sum(&self, x: &mut Self::Act) -> OpResult<()> {
+        let _ = x;
+        Ok(())
+    }
+
+    /// Every rank's `x` (`[rows][cols]`, the same shape on each) side by side
+    /// in rank order: `[rows][world · cols]` (the vocab-parallel LM head).
+    fn all_gather_cols(&self, x: Self::Act) -> OpResult<Self::Act> {
+        Ok(x)
+    }
 
     /// One token per row of `logits` `[n][vocab]`, row `i` drawn with
     /// `params[i]` (greedy when temperature is 0) using the counter-based

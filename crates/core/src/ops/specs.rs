@@ -59,6 +59,43 @@ pub struct MoeSpec {
     /// Per-expert intermediate size `I`.
     pub intermediate: usize,
     pub renormalise: bool,
+    /// The experts whose weights this backend holds: `first_expert ..
+    /// first_expert + local_experts` (all of them, `0..num_experts`, unless
+    /// the experts are split over tensor-parallel ranks). Routing is always
+    /// over all `num_experts`; a token's pairs with other experts contribute
+    /// nothing here (their rank adds them in the all-reduce).
+    pub first_expert: usize,
+    pub local_experts: usize,
+}
+
+impl MoeSpec {
+    /// A block holding all of its experts.
+    pub fn all_experts(
+        num_experts: usize,
+        top_k: usize,
+        intermediate: usize,
+        renormalise: bool,
+    ) -> MoeSpec {
+        MoeSpec {
+            num_experts,
+            top_k,
+            intermediate,
+            renormalise,
+            first_expert: 0,
+            local_experts: num_experts,
+        }
+    }
+
+    /// `Err` unless the local experts lie inside `0..num_experts` and are not empty.
+    pub fn check_local(&self) -> Result<(), String> {
+        match self.first_expert.checked_add(self.local_experts) {
+            Some(end) if self.local_experts > 0 && end <= self.num_experts => Ok(()),
+            _ => Err(format!(
+                "local experts {}+{} outside 0..{}",
+                self.first_expert, self.local_experts, self.num_experts
+            )),
+        }
+    }
 }
 
 /// Weights of a sparse MoE block. Expert `e`'s gate and up projections are
@@ -106,6 +143,44 @@ pub struct WeightInit {
     pub seed: u64,
     pub mean: f32,
     pub std: f32,
+    /// `Some`: the drawn matrix is a window of a larger one, each element
+    /// drawn at its position there (a rank's shard equals the same rows and
+    /// columns of the unsharded draw).
+    pub window: Option<InitWindow>,
+}
+
+/// Where a drawn `[rows][cols]` matrix sits in the full `[..][full_cols]` one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitWindow {
+    pub first_row: u64,
+    pub first_col: u64,
+    pub full_cols: u64,
+}
+
+impl WeightInit {
+    /// A draw of a whole matrix.
+    pub fn new(seed: u64, mean: f32, std: f32) -> WeightInit {
+        WeightInit {
+            seed,
+            mean,
+            std,
+            window: None,
+        }
+    }
+
+    /// The random-stream counter of element `i` (row-major) of a drawn
+    /// matrix with `cols` columns: `i`, or its position in the full matrix.
+    pub fn counter(&self, i: u64, cols: u64) -> u64 {
+        match self.window {
+            None => i,
+            Some(w) => {
+                let (r, c) = (i / cols.max(1), i % cols.max(1));
+                (w.first_row + r)
+                    .wrapping_mul(w.full_cols)
+                    .wrapping_add(w.first_col + c)
+            }
+        }
+    }
 }
 
 /// What [`super::Backend::supports`] is asked about.
@@ -152,5 +227,43 @@ impl OpKey {
             OpKey::Swiglu => "swiglu",
             OpKey::Sample => "sample",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_counters_are_the_full_matrix_positions() {
+        let full = WeightInit::new(1, 0.0, 1.0);
+        assert_eq!(full.counter(17, 5), 17);
+        let w = WeightInit {
+            window: Some(InitWindow {
+                first_row: 2,
+                first_col: 3,
+                full_cols: 10,
+            }),
+            ..full
+        };
+        // A [2][4] window at (2, 3) of a [..][10] matrix.
+        let got: Vec<u64> = (0..8).map(|i| w.counter(i, 4)).collect();
+        assert_eq!(got, vec![23, 24, 25, 26, 33, 34, 35, 36]);
+    }
+
+    #[test]
+    fn local_experts_must_lie_inside_the_block() {
+        let mut s = MoeSpec::all_experts(8, 2, 16, true);
+        assert!(s.check_local().is_ok());
+        s.first_expert = 4;
+        s.local_experts = 4;
+        assert!(s.check_local().is_ok());
+        s.local_experts = 5;
+        assert!(s.check_local().is_err());
+        s.local_experts = 0;
+        assert!(s.check_local().is_err());
+        s.first_expert = usize::MAX;
+        s.local_experts = 2;
+        assert!(s.check_local().is_err());
     }
 }

@@ -39,10 +39,15 @@ pub(crate) fn moe_fast_path(hidden: usize, intermediate: usize) -> bool {
 
 /// The grouped-GEMM routed experts of `crate::ops::moe` where the shape fits
 /// its tiles, the shape-general fallback otherwise.
-pub(crate) fn routed_experts(dev: &CudaDevice, call: &MoeCall<'_>) -> OpResult<()> {
+/// `local`: `(first, count)` of the experts `call.gate_up` / `call.down` hold.
+pub(crate) fn routed_experts(
+    dev: &CudaDevice,
+    call: &MoeCall<'_>,
+    local: (usize, usize),
+) -> OpResult<()> {
     if moe_fast_path(call.hidden, call.intermediate) {
-        crate::ops::moe::routed_experts(dev, call).map_err(dev_err)
+        crate::ops::moe::routed_experts_local(dev, call, local.0, local.1).map_err(dev_err)
     } else {
-        super::fallback::routed_experts(dev, call)
+        super::fallback::routed_experts(dev, call, local)
     }
 }

@@ -70,7 +70,13 @@ pub(crate) fn gated_delta_rule(dev: &CudaDevice, c: &GdnCall<'_>) -> OpResult<()
 
 /// The routed experts of any shape: dense routing weights, then per expert
 /// gate|up GEMM → SiLU·mul → down GEMM → weighted accumulate into `out`.
-pub(crate) fn routed_experts(dev: &CudaDevice, c: &MoeCall<'_>) -> OpResult<()> {
+/// `(first, local)`: the experts `c.gate_up` / `c.down` hold (all of them
+/// outside expert parallelism); the others' rows are left to their rank.
+pub(crate) fn routed_experts(
+    dev: &CudaDevice,
+    c: &MoeCall<'_>,
+    (first, local): (usize, usize),
+) -> OpResult<()> {
     let op = "moe";
     let (t, h, e, i) = (c.tokens, c.hidden, c.experts, c.intermediate);
     if e == 0 || e > MAX_EXPERTS || c.top_k == 0 || c.top_k > e {
@@ -111,11 +117,15 @@ pub(crate) fn routed_experts(dev: &CudaDevice, c: &MoeCall<'_>) -> OpResult<()> 
     // SAFETY: logits and weights hold t·e f32.
     unsafe { launch(dev, "moe_dense_route", (blocks, 1, 1), 128, route)? };
     let blas = dev.blas().map_err(dev_err)?;
-    for ex in 0..e {
+    if first.checked_add(local).is_none_or(|end| end > e) {
+        return Err(OpError::shape(op, "local experts outside the block"));
+    }
+    for ex in first..first + local {
+        let lx = ex - first;
         let gate_up = Linear {
             x: c.x.ptr(),
             x_dtype: Dtype::Bf16,
-            w: c.gate_up.ptr() + (ex * 2 * i * h * 2) as u64,
+            w: c.gate_up.ptr() + (lx * 2 * i * h * 2) as u64,
             w_dtype: Dtype::Bf16,
             y: gu.ptr(),
             y_dtype: Dtype::Bf16,
@@ -124,7 +134,7 @@ pub(crate) fn routed_experts(dev: &CudaDevice, c: &MoeCall<'_>) -> OpResult<()> 
             out_features: 2 * i,
             accumulate: false,
         };
-        // SAFETY: expert ex's [2i][h] block lies inside gate_up ([e·2i][h]); gu holds t·2i.
+        // SAFETY: local expert lx's [2i][h] block lies inside gate_up ([local·2i][h]); gu holds t·2i.
         unsafe { blas.linear(&gate_up) }.map_err(dev_err)?;
         let sw = Args::new().ptr(gu.ptr()).ptr(act.ptr()).i64(ti).i32(ii);
         // SAFETY: gu holds t·2i, act t·i bf16.
@@ -132,7 +142,7 @@ pub(crate) fn routed_experts(dev: &CudaDevice, c: &MoeCall<'_>) -> OpResult<()> 
         let down = Linear {
             x: act.ptr(),
             x_dtype: Dtype::Bf16,
-            w: c.down.ptr() + (ex * h * i * 2) as u64,
+            w: c.down.ptr() + (lx * h * i * 2) as u64,
             w_dtype: Dtype::Bf16,
             y: y.ptr(),
             y_dtype: Dtype::F32,
@@ -141,7 +151,7 @@ pub(crate) fn routed_experts(dev: &CudaDevice, c: &MoeCall<'_>) -> OpResult<()> 
             out_features: h,
             accumulate: false,
         };
-        // SAFETY: expert ex's [h][i] block lies inside down ([e·h][i]); y holds t·h f32.
+        // SAFETY: local expert lx's [h][i] block lies inside down ([local·h][i]); y holds t·h f32.
         unsafe { blas.linear(&down) }.map_err(dev_err)?;
         let acc = Args::new()
             .ptr(c.out.ptr())

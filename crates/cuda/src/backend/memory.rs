@@ -92,7 +92,7 @@ pub(crate) fn upload_vector(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight>
     })
 }
 
-/// A bf16 `[rows][cols]` matrix with element `i` = `mean + std · rng::normal(seed, i)`.
+/// A bf16 `[rows][cols]` matrix with element `i` = `mean + std · rng::normal(seed, init.counter(i, cols))`.
 pub(crate) fn init_matrix(
     dev: &CudaDevice,
     rows: usize,
@@ -112,7 +112,11 @@ pub(crate) fn init_matrix(
         .u64(n as u64)
         .u64(init.seed)
         .f32(init.mean)
-        .f32(init.std);
+        .f32(init.std)
+        .u64(cols as u64)
+        .u64(init.window.map_or(0, |w| w.first_row))
+        .u64(init.window.map_or(0, |w| w.first_col))
+        .u64(init.window.map_or(0, |w| w.full_cols.max(1)));
     // SAFETY: the kernel writes n bf16 elements of `buf`.
     unsafe { launch(dev, "init_normal_bf16", stride_grid(n, 256), 256, args)? };
     Ok(CudaWeight {

@@ -10,6 +10,7 @@
 //! [`attention`], [`gdn`], [`moe`], [`sample`], [`supports`].
 
 mod attention;
+mod comm;
 mod conv;
 mod dense;
 mod external;
@@ -44,6 +45,8 @@ pub struct CudaBackend {
     /// Peak bytes seen before the last call that restarted the allocator's own
     /// high-water mark (attention reports its transient bytes that way).
     earlier_peak: AtomicU64,
+    /// The tensor-parallel group this backend is a rank of (`crate::nccl`).
+    comm: Option<crate::nccl::NcclComm>,
 }
 
 impl CudaBackend {
@@ -57,6 +60,15 @@ impl CudaBackend {
         CudaBackend {
             dev,
             earlier_peak: AtomicU64::new(0),
+            comm: None,
+        }
+    }
+
+    /// The backend on `dev` as a rank of an NCCL group (`crate::nccl::open_group`).
+    pub fn in_group(dev: CudaDevice, comm: crate::nccl::NcclComm) -> CudaBackend {
+        CudaBackend {
+            comm: Some(comm),
+            ..CudaBackend::on(dev)
         }
     }
 
@@ -262,6 +274,18 @@ impl Backend for CudaBackend {
 
     fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpResult<CudaAct> {
         moe::moe(&self.dev, x, w, spec)
+    }
+
+    fn world_size(&self) -> usize {
+        self.comm.as_ref().map_or(1, |c| c.world)
+    }
+
+    fn all_reduce_sum(&self, x: &mut CudaAct) -> OpResult<()> {
+        comm::all_reduce_sum(&self.dev, self.comm.as_ref(), x)
+    }
+
+    fn all_gather_cols(&self, x: CudaAct) -> OpResult<CudaAct> {
+        comm::all_gather_cols(&self.dev, self.comm.as_ref(), x)
     }
 
     fn gather_rows(&self, x: &CudaAct, rows: &[usize]) -> OpResult<CudaAct> {

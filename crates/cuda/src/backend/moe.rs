@@ -17,6 +17,10 @@ use headroom_core::Dtype;
 /// Checks the expert weights against the spec and `hidden`.
 fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
     let (e, i) = (spec.num_experts, spec.intermediate);
+    spec.check_local()
+        .map_err(|detail| OpError::shape("moe", detail))?;
+    // The experts whose weights this backend holds (expert parallelism).
+    let local = spec.local_experts;
     if spec.top_k == 0 || spec.top_k > e {
         return Err(OpError::shape(
             "moe",
@@ -37,8 +41,8 @@ fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<
         Ok(())
     };
     expect("router", &w.router, Some(e), hidden)?;
-    expect("gate_up", &w.gate_up, e.checked_mul(2 * i), hidden)?;
-    expect("down", &w.down, e.checked_mul(hidden), i)?;
+    expect("gate_up", &w.gate_up, local.checked_mul(2 * i), hidden)?;
+    expect("down", &w.down, local.checked_mul(hidden), i)?;
     expect("shared_gate", &w.shared_gate, Some(1), hidden)?;
     expect("shared_gate_proj", &w.shared_gate_proj, None, hidden)?;
     expect(
@@ -99,6 +103,7 @@ pub(crate) fn moe(
             intermediate: spec.intermediate,
             renormalise: spec.renormalise,
         },
+        (spec.first_expert, spec.local_experts),
     )?;
     let shared = shared_expert(dev, x, w)?;
     let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;

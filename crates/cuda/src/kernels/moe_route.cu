@@ -16,6 +16,10 @@
 //    only on its own input row.
 // 4. moe_combine: out[t] = sum over k, in k order, of w[t][k] * y[slot(t, k)],
 //    in f32 (no float atomics: reproducible run to run).
+//
+// Expert parallelism: routing is over all experts, but only the pairs of the
+// experts first .. first+local (the rank's) are counted, scattered, computed
+// and combined; the others are marked -1 and skipped.
 
 #include <cuda_bf16.h>
 
@@ -42,7 +46,10 @@ __device__ __forceinline__ bool ranks_before(float pa, int a, float pb, int b) {
 
 extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
 moe_route(const float* __restrict__ logits, int tokens, int experts, int top_k, int renormalise,
-          int* __restrict__ topk_expert, float* __restrict__ topk_weight, int* __restrict__ counts) {
+          int* __restrict__ topk_expert, float* __restrict__ topk_weight, int* __restrict__ counts,
+          int first, int local) {
+    // Experts first .. first+local are this rank's (all of them without expert
+    // parallelism): topk_expert holds the local index, -1 for another rank's.
     extern __shared__ float probs_all[];  // [ROUTE_WARPS][experts]
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long long t = (long long)blockIdx.x * ROUTE_WARPS + warp;
@@ -85,9 +92,11 @@ moe_route(const float* __restrict__ logits, int tokens, int experts, int top_k, 
         prev_e = be;
         kept += bp;  // in pick order, as the CPU's sum over the chosen
         if (lane == 0) {
-            topk_expert[t * top_k + kk] = be;
+            const int le = be - first;
+            const bool mine = le >= 0 && le < local;
+            topk_expert[t * top_k + kk] = mine ? le : -1;
             topk_weight[t * top_k + kk] = bp;
-            atomicAdd(&counts[be], 1);
+            if (mine) atomicAdd(&counts[le], 1);
         }
     }
     if (renormalise && lane == 0) {
@@ -133,6 +142,10 @@ moe_scatter(const int* __restrict__ topk_expert, int pairs, int top_k,
     const int p = blockIdx.x * SCATTER_THREADS + threadIdx.x;
     if (p >= pairs) return;
     const int e = topk_expert[p];
+    if (e < 0) {  // another rank's expert
+        pair_slot[p] = -1;
+        return;
+    }
     const int slot = expert_offsets[e] + atomicAdd(&cursor[e], 1);
     slot_token[slot] = p / top_k;
     pair_slot[p] = slot;
@@ -150,6 +163,7 @@ moe_combine(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_
         for (int kk = 0; kk < top_k; ++kk) {
             const float w = topk_weight[t * top_k + kk];
             const long long slot = pair_slot[t * top_k + kk];
+            if (slot < 0) continue;  // another rank's expert: its rank adds it
             const uint4 v = *reinterpret_cast<const uint4*>(y + slot * hidden + c);
             const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll

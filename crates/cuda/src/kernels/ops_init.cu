@@ -21,12 +21,17 @@ __device__ __forceinline__ float normal_of(u64 seed_mixed, u64 i) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307179586f * u2);
 }
 
-// out[i] = bf16(mean + std * normal(seed, i)) for i < n; grid-stride.
+// out[i] = bf16(mean + std * normal(seed, c(i))) for i < n; grid-stride. c(i) = i
+// for a whole matrix (full_cols == 0); for a window of `cols` columns at
+// (row0, col0) of a matrix of `full_cols` columns (a tensor-parallel shard),
+// the element's position in that matrix: (row0 + i / cols) * full_cols + col0 + i % cols.
 extern "C" __global__ void init_normal_bf16(__nv_bfloat16* out, u64 n, u64 seed, float mean,
-                                            float std) {
+                                            float std, u64 cols, u64 row0, u64 col0,
+                                            u64 full_cols) {
     const u64 sm = mix64(seed);
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (u64)gridDim.x * blockDim.x) {
-        out[i] = __float2bfloat16(mean + std * normal_of(sm, i));
+        const u64 c = full_cols == 0 ? i : (row0 + i / cols) * full_cols + col0 + i % cols;
+        out[i] = __float2bfloat16(mean + std * normal_of(sm, c));
     }
 }

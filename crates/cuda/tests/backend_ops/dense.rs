@@ -272,11 +272,7 @@ fn gating_and_gates_match_f64() {
 fn init_matrix_draws_the_shared_counter_based_normals() {
     let be = backend();
     let (rows, cols) = (1001, 515);
-    let init = WeightInit {
-        seed: 99,
-        mean: 0.1,
-        std: 0.02,
-    };
+    let init = WeightInit::new(99, 0.1, 0.02);
     let w = be.init_matrix(rows, cols, init).unwrap();
     // Read it back through linear with identity-like rows: x = e_j picks column j.
     let pick = 3;

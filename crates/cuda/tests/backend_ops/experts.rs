@@ -45,12 +45,7 @@ fn moe_shared_expert_matches_f64_and_bad_top_k_is_refused() {
     }
     let err = rel_err(&got, &want);
     assert!(err < 1e-2, "shared expert {err}");
-    let spec = MoeSpec {
-        num_experts: e,
-        top_k: 2,
-        intermediate: inter,
-        renormalise: true,
-    };
+    let spec = MoeSpec::all_experts(e, 2, inter, true);
     let bad = MoeSpec { top_k: 5, ..spec };
     assert!(be.moe(&xa, &w, &bad).is_err());
 }
@@ -220,12 +215,7 @@ fn moe_ref(
 fn moe_block_matches_f64_or_reports_unmerged() {
     let be = backend();
     let (t, h, inter, e, si) = (67, 256, 128, 16, 128);
-    let spec = MoeSpec {
-        num_experts: e,
-        top_k: 4,
-        intermediate: inter,
-        renormalise: true,
-    };
+    let spec = MoeSpec::all_experts(e, 4, inter, true);
     let x = uniform(100, t * h, 1.0);
     let router = uniform(101, e * h, 0.2);
     let gate_up = uniform(102, e * 2 * inter * h, 0.1);

@@ -50,9 +50,11 @@ pub struct TtftArgs {
     /// One extra profiled run per length: time per part of the forward.
     #[arg(long)]
     pub breakdown: bool,
-    /// Write the headroom.bench.ttft/1 JSON here.
+    /// Write the headroom.bench.ttft/1 JSON here (headroom.bench.ttft.tp/1 with --tensor-parallel).
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub tp: crate::tp::TpArgs,
 }
 
 /// Most tokens one prompt may have here (bounds every allocation from `--lengths`).
@@ -93,13 +95,30 @@ pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         bail!("--chunk must be at least 1");
     }
     let cfg = load_config(&a.source)?;
-    let plan = attention_plan(g, a.backend, &cfg)?;
     let model_name = a
         .source
         .synthetic
         .clone()
         .or_else(|| a.source.model.as_ref().map(|d| d.display().to_string()))
         .unwrap_or_default();
+    if a.tp.active() {
+        let (_, plan) = crate::tp::plan_and_routes(g, a.backend, &cfg, a.tp.world())?;
+        let job = crate::tp_bench::TtftJob {
+            args: &a,
+            plan,
+            model_name,
+        };
+        return crate::tp::run_on_group(
+            a.backend,
+            a.tp.world(),
+            &a.source,
+            &cfg,
+            a.weights_seed,
+            a.weights_init,
+            job,
+        );
+    }
+    let plan = attention_plan(g, a.backend, &cfg)?;
     let job = TtftJob {
         args: &a,
         plan,

@@ -136,6 +136,7 @@ struct RequestLine<'a> {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
+    a.forward.tp.refuse_above_one("generate")?;
     check_sampling(a.temperature, a.top_p, "--")?;
     if a.forward.chunk == Some(0) {
         bail!("--chunk must be at least 1");

@@ -45,6 +45,8 @@ pub struct ForwardArgs {
     /// Seed of a synthetic model's weights.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub weights_seed: u64,
+    #[command(flatten)]
+    pub tp: crate::tp::TpArgs,
 }
 
 /// Refuses, with a clear error, a model whose weights alone exceed this
@@ -151,6 +153,25 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     let ids = read_ids(&a.ids, cfg.vocab_size)?;
     cfg.check_sequence_length(ids.len())
         .with_context(|| format!("--ids {}", a.ids.display()))?;
+    if a.forward.tp.active() {
+        let (_, attention) =
+            crate::tp::plan_and_routes(g, a.forward.backend, &cfg, a.forward.tp.world())?;
+        let job = crate::tp::LogitsJob {
+            ids,
+            attention,
+            chunk: a.forward.chunk,
+            out: a.out.clone(),
+        };
+        return crate::tp::run_on_group(
+            a.forward.backend,
+            a.forward.tp.world(),
+            source,
+            &cfg,
+            a.forward.weights_seed,
+            a.forward.weights_init,
+            job,
+        );
+    }
     let attention = attention_plan(g, a.forward.backend, &cfg)?;
     let job = LogitsJob {
         ids,

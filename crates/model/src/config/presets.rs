@@ -53,6 +53,7 @@ impl ModelConfig {
             "tiny-d256" => tiny(256),
             "tiny-d64" => tiny(64),
             "qwen3.6-35b-a3b" => qwen36_35b_a3b(),
+            "qwen3.5-122b-a10b" => qwen35_122b_a10b(),
             _ => return Err(unknown()),
         };
         if let Some(n) = layers {
@@ -147,4 +148,26 @@ fn qwen36_35b_a3b() -> ModelConfig {
         eos_token_ids: vec![],
         max_position_embeddings: 262_144,
     }
+}
+
+/// The text model of Qwen3.5-122B-A10B (dims of its public config.json:
+/// hidden 3072, 48 layers with full attention every 4th, 32 q / 2 KV heads of
+/// 256, GDN 16 key / 64 value heads of 128, 256 experts top-8 of 1024 and a
+/// shared expert of 1024; ≈ 122 B parameters, ≈ 244 GB in bf16 — more than
+/// one H200 holds).
+fn qwen35_122b_a10b() -> ModelConfig {
+    let mut c = qwen36_35b_a3b();
+    c.hidden_size = 3072;
+    c.num_hidden_layers = 48;
+    c.layer_types = interval_layer_types(48, 4);
+    c.num_attention_heads = 32;
+    c.linear.num_value_heads = 64;
+    c.mlp = MlpConfig::Moe(MoeConfig {
+        num_experts: 256,
+        num_experts_per_tok: 8,
+        moe_intermediate_size: 1024,
+        shared_expert_intermediate_size: 1024,
+        norm_topk_prob: true,
+    });
+    c
 }

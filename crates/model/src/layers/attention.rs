@@ -64,11 +64,12 @@ impl<B: Backend> FullAttention<B> {
         let (mut y, report) = prof.time(be, Part::Attention, || {
             be.attention(&q, cache, batch, route)
         })?;
-        prof.time(be, Part::AttentionProjections, || {
+        let out = prof.time(be, Part::AttentionProjections, || {
             if let Some(g) = &gate {
                 be.mul_sigmoid(&mut y, g)?;
             }
-            Ok((be.linear(&y, &self.o_proj)?, report))
-        })
+            be.linear(&y, &self.o_proj)
+        })?;
+        Ok((super::reduce(be, out, prof)?, report))
     }
 }

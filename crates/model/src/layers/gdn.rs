@@ -59,8 +59,9 @@ impl<B: Backend> GatedDeltaNet<B> {
         prof.time(be, Part::GatedNorm, || {
             be.gated_rms_norm(&mut core, &z, &self.norm, self.eps)
         })?;
-        prof.time(be, Part::GdnProjections, || {
+        let out = prof.time(be, Part::GdnProjections, || {
             be.linear(&core, &self.out_proj)
-        })
+        })?;
+        super::reduce(be, out, prof)
     }
 }

@@ -21,13 +21,16 @@ pub enum Mlp<B: Backend> {
 impl<B: Backend> Mlp<B> {
     /// `x`: `[t][hidden]` → `[t][hidden]`.
     pub fn forward(&self, be: &B, x: &B::Act, prof: &Profiler) -> OpResult<B::Act> {
-        match self {
+        let out = match self {
             Mlp::Dense { gate, up, down } => prof.time(be, Part::DenseMlp, || {
                 let g = be.linear(x, gate)?;
                 let u = be.linear(x, up)?;
                 be.linear(&be.swiglu(&g, &u)?, down)
             }),
             Mlp::Moe { weights, spec } => prof.time(be, Part::Moe, || be.moe(x, weights, spec)),
-        }
+        }?;
+        // Local experts + the shared expert's shard (or the dense MLP's
+        // intermediate shard): one all-reduce per block.
+        super::reduce(be, out, prof)
     }
 }

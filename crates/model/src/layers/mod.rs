@@ -3,6 +3,10 @@
 //! Gated DeltaNet, and the MLPs (sparse MoE + shared expert, or dense
 //! SwiGLU). Activations are token-major `[T][features]`, rows packed over
 //! the sequences of a `Batch`.
+//!
+//! Under tensor parallelism each layer holds its rank's heads / experts /
+//! rows and returns a partial sum of the output projection; [`reduce`]
+//! (one all-reduce per mixer and per MLP) makes it the full output.
 
 pub mod attention;
 pub mod gdn;
@@ -11,3 +15,15 @@ pub mod mlp;
 pub use attention::FullAttention;
 pub use gdn::GatedDeltaNet;
 pub use mlp::Mlp;
+
+use crate::profile::{Part, Profiler};
+use headroom_core::ops::{Backend, OpResult};
+
+/// `y` summed over the ranks of the backend's group (nothing to do, and no
+/// profile entry, outside a group).
+pub(crate) fn reduce<B: Backend>(be: &B, mut y: B::Act, prof: &Profiler) -> OpResult<B::Act> {
+    if be.world_size() > 1 {
+        prof.time(be, Part::Comm, || be.all_reduce_sum(&mut y))?;
+    }
+    Ok(y)
+}

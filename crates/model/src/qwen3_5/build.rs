@@ -1,197 +1,22 @@
-//! Builds the model's layers on a backend from a [`ModelConfig`] and a
-//! [`WeightSource`]: a checkpoint's canonical [`Weights`] (each tensor taken
-//! once, shape-checked against the one schema table,
-//! `weights::expected_tensors`), or synthetic weights drawn on the device.
+//! Builds the model's layers on a backend from a [`ModelConfig`], a
+//! [`WeightSource`] (see `sources`) and the [`RankShard`] this backend holds
+//! (the whole model outside tensor parallelism): each layer gets the heads,
+//! experts and rows of its shard, with shapes to match.
+// A shard is a list of row ranges; a list of one range is meant, not a mistaken `Vec` of the range.
+#![allow(clippy::single_range_in_vec_init)]
 
+use super::sources::WeightSource;
 use super::{Decoder, Mixer, ModelError};
 use crate::config::{MlpConfig, ModelConfig};
 use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
-use crate::weights::expected_tensors;
-use crate::{Tensor, TensorData, Weights, WeightsError};
-use headroom_core::ops::{Backend, GdnSpec, MoeSpec, MoeWeights, RopeSpec, WeightInit};
-use headroom_core::{AttentionKind, OpError};
-use std::collections::HashMap;
+use crate::parallel::{MlpSplit, RankShard};
+use headroom_core::ops::{Backend, GdnSpec, MoeSpec, MoeWeights, RopeSpec};
+use headroom_core::AttentionKind;
+use std::ops::Range;
 
-/// Where the weights come from.
-pub(crate) trait WeightSource<B: Backend> {
-    /// The matrix `name` (shape from the schema).
-    fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError>;
-    /// The vector `name` (any shape, used flat as f32).
-    fn vector(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError>;
-    /// `q_proj` of a gated attention layer: rows interleaved per head as
-    /// `[q (d rows), gate (d rows)]`, returned as the q and gate matrices.
-    fn split_q(
-        &mut self,
-        be: &B,
-        name: &str,
-        heads: usize,
-        head_dim: usize,
-    ) -> Result<(B::Weight, B::Weight), ModelError>;
-}
-
-fn op_err(e: OpError) -> ModelError {
-    ModelError::Op {
-        layer: None,
-        source: e,
-    }
-}
-
-/// The schema table: every canonical tensor's expected shape.
-fn schema(cfg: &ModelConfig) -> HashMap<String, Vec<usize>> {
-    expected_tensors(cfg).into_iter().collect()
-}
-
-/// Tensors taken out of a checkpoint's [`Weights`].
-pub(crate) struct HostSource {
-    weights: Weights,
-    shapes: HashMap<String, Vec<usize>>,
-}
-
-impl HostSource {
-    pub fn new(cfg: &ModelConfig, weights: Weights) -> HostSource {
-        HostSource {
-            weights,
-            shapes: schema(cfg),
-        }
-    }
-
-    fn take(&mut self, name: &str) -> Result<Tensor, ModelError> {
-        let shape = self.shapes.get(name).cloned().unwrap_or_default();
-        let t = self
-            .weights
-            .remove(name)
-            .ok_or_else(|| WeightsError::Missing {
-                name: name.to_string(),
-                expected: shape.clone(),
-            })?;
-        if t.shape != shape {
-            return Err(WeightsError::Shape {
-                name: name.to_string(),
-                expected: shape,
-                actual: t.shape,
-            }
-            .into());
-        }
-        Ok(t)
-    }
-}
-
-impl<B: Backend> WeightSource<B> for HostSource {
-    fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
-        be.upload_matrix(self.take(name)?).map_err(op_err)
-    }
-
-    fn vector(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
-        be.upload_vector(self.take(name)?).map_err(op_err)
-    }
-
-    fn split_q(
-        &mut self,
-        be: &B,
-        name: &str,
-        heads: usize,
-        d: usize,
-    ) -> Result<(B::Weight, B::Weight), ModelError> {
-        let t = self.take(name)?;
-        let cols = t.shape[1];
-        let (q, g) = split_rows(&t.data, heads, d, cols);
-        let q = be.upload_matrix(Tensor::new(vec![heads * d, cols], q));
-        let g = be.upload_matrix(Tensor::new(vec![heads * d, cols], g));
-        Ok((q.map_err(op_err)?, g.map_err(op_err)?))
-    }
-}
-
-/// Splits rows interleaved per head as `[a (d), b (d)]` into `a` and `b`.
-fn split_rows(data: &TensorData, heads: usize, d: usize, cols: usize) -> (TensorData, TensorData) {
-    fn split<T: Copy>(v: &[T], heads: usize, d: usize, cols: usize) -> (Vec<T>, Vec<T>) {
-        let (mut a, mut b) = (
-            Vec::with_capacity(v.len() / 2),
-            Vec::with_capacity(v.len() / 2),
-        );
-        for h in 0..heads {
-            let base = h * 2 * d * cols;
-            a.extend_from_slice(&v[base..base + d * cols]);
-            b.extend_from_slice(&v[base + d * cols..base + 2 * d * cols]);
-        }
-        (a, b)
-    }
-    match data {
-        TensorData::F32(v) => {
-            let (a, b) = split(v, heads, d, cols);
-            (TensorData::F32(a), TensorData::F32(b))
-        }
-        TensorData::F16(v) => {
-            let (a, b) = split(v, heads, d, cols);
-            (TensorData::F16(a), TensorData::F16(b))
-        }
-        TensorData::Bf16(v) => {
-            let (a, b) = split(v, heads, d, cols);
-            (TensorData::Bf16(a), TensorData::Bf16(b))
-        }
-    }
-}
-
-/// Synthetic weights: matrices drawn on the device from N(0, 0.02) seeded
-/// per tensor name; vectors (norms, gates' biases, conv) drawn on the host
-/// by [`Weights::synthetic_tensor`] (they are small).
-pub(crate) struct InitSource<'c> {
-    cfg: &'c ModelConfig,
-    seed: u64,
-    shapes: HashMap<String, Vec<usize>>,
-}
-
-impl<'c> InitSource<'c> {
-    pub fn new(cfg: &'c ModelConfig, seed: u64) -> InitSource<'c> {
-        InitSource {
-            cfg,
-            seed,
-            shapes: schema(cfg),
-        }
-    }
-
-    fn shape(&self, name: &str) -> Result<Vec<usize>, ModelError> {
-        self.shapes.get(name).cloned().ok_or_else(|| {
-            ModelError::Unsupported(format!("no tensor `{name}` in this config's schema"))
-        })
-    }
-
-    fn init(&self, name: &str) -> WeightInit {
-        WeightInit {
-            seed: crate::synthetic::tensor_seed(self.seed, name),
-            mean: 0.0,
-            std: 0.02,
-        }
-    }
-}
-
-impl<B: Backend> WeightSource<B> for InitSource<'_> {
-    fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
-        let shape = self.shape(name)?;
-        let cols = *shape.last().unwrap_or(&1);
-        let rows = shape.iter().product::<usize>() / cols.max(1);
-        be.init_matrix(rows, cols, self.init(name)).map_err(op_err)
-    }
-
-    fn vector(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
-        let shape = self.shape(name)?;
-        let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape);
-        be.upload_vector(t).map_err(op_err)
-    }
-
-    fn split_q(
-        &mut self,
-        be: &B,
-        name: &str,
-        heads: usize,
-        d: usize,
-    ) -> Result<(B::Weight, B::Weight), ModelError> {
-        let shape = self.shape(name)?;
-        let mut init = self.init(name);
-        let q = be.init_matrix(heads * d, shape[1], init).map_err(op_err)?;
-        init.seed = init.seed.wrapping_add(1);
-        let g = be.init_matrix(heads * d, shape[1], init).map_err(op_err)?;
-        Ok((q, g))
-    }
+/// `r` scaled by `k` (head ranges → row ranges).
+fn times(r: &Range<usize>, k: usize) -> Range<usize> {
+    r.start * k..r.end * k
 }
 
 pub(super) fn decoder<B: Backend>(
@@ -199,33 +24,40 @@ pub(super) fn decoder<B: Backend>(
     cfg: &ModelConfig,
     src: &mut dyn WeightSource<B>,
     layer: usize,
+    shard: &RankShard,
 ) -> Result<Decoder<B>, ModelError> {
+    let whole = shard.is_whole();
     let p = format!("layers.{layer}");
     let eps = cfg.rms_norm_eps as f32;
     let mixer = match cfg.layer_types[layer] {
         AttentionKind::Full => {
-            let (nq, nkv, d) = (
-                cfg.num_attention_heads,
-                cfg.num_key_value_heads,
-                cfg.head_dim,
-            );
+            let d = cfg.head_dim;
+            let (heads, kv) = (&shard.attention.heads, &shard.attention.kv_heads);
             let a = format!("{p}.self_attn");
+            let kv_rows = [times(kv, d)];
+            let kv_rows = (!whole).then_some(&kv_rows[..]);
+            let o_cols = (!whole).then(|| times(heads, d));
             let (q_proj, gate_proj) = if cfg.attn_output_gate {
-                let (q, g) = src.split_q(be, &format!("{a}.q_proj.weight"), nq, d)?;
+                let (q, g) = src.split_q(be, &format!("{a}.q_proj.weight"), heads.clone(), d)?;
                 (q, Some(g))
             } else {
-                (src.matrix(be, &format!("{a}.q_proj.weight"))?, None)
+                let rows = [times(heads, d)];
+                let rows = (!whole).then_some(&rows[..]);
+                (
+                    src.matrix_part(be, &format!("{a}.q_proj.weight"), rows, None)?,
+                    None,
+                )
             };
             Mixer::Full(FullAttention {
                 q_proj,
                 gate_proj,
-                k_proj: src.matrix(be, &format!("{a}.k_proj.weight"))?,
-                v_proj: src.matrix(be, &format!("{a}.v_proj.weight"))?,
-                o_proj: src.matrix(be, &format!("{a}.o_proj.weight"))?,
+                k_proj: src.matrix_part(be, &format!("{a}.k_proj.weight"), kv_rows, None)?,
+                v_proj: src.matrix_part(be, &format!("{a}.v_proj.weight"), kv_rows, None)?,
+                o_proj: src.matrix_part(be, &format!("{a}.o_proj.weight"), None, o_cols)?,
                 q_norm: src.vector(be, &format!("{a}.q_norm.weight"))?,
                 k_norm: src.vector(be, &format!("{a}.k_norm.weight"))?,
-                heads: nq,
-                kv_heads: nkv,
+                heads: heads.len(),
+                kv_heads: kv.len(),
                 head_dim: d,
                 eps,
                 rope: RopeSpec {
@@ -244,22 +76,63 @@ pub(super) fn decoder<B: Backend>(
                 )));
             }
             let a = format!("{p}.linear_attn");
+            let (dk, dv) = (l.key_head_dim, l.value_head_dim);
+            let (vh, kh) = (&shard.linear.heads, &shard.linear.kv_heads);
+            let key = l.num_key_heads * dk;
+            // q, k and v rows of in_proj_qkv (and the conv channels): this
+            // rank's key heads of q and of k, its value heads of v.
+            let qkv = [
+                times(kh, dk),
+                key + kh.start * dk..key + kh.end * dk,
+                2 * key + vh.start * dv..2 * key + vh.end * dv,
+            ];
+            let conv: Vec<Range<usize>> = qkv.iter().map(|r| times(r, kc)).collect();
+            let (z, heads) = ([times(vh, dv)], [vh.clone()]);
+            let part = |x: &'_ [Range<usize>]| -> Option<Vec<Range<usize>>> {
+                (!whole).then(|| x.to_vec())
+            };
+            let (qkv, conv, z, heads) = (part(&qkv), part(&conv), part(&z), part(&heads));
             Mixer::Linear(GatedDeltaNet {
-                in_proj_qkv: src.matrix(be, &format!("{a}.in_proj_qkv.weight"))?,
-                in_proj_z: src.matrix(be, &format!("{a}.in_proj_z.weight"))?,
-                in_proj_b: src.matrix(be, &format!("{a}.in_proj_b.weight"))?,
-                in_proj_a: src.matrix(be, &format!("{a}.in_proj_a.weight"))?,
-                out_proj: src.matrix(be, &format!("{a}.out_proj.weight"))?,
-                conv_weight: src.vector(be, &format!("{a}.conv1d.weight"))?,
-                a_log: src.vector(be, &format!("{a}.A_log"))?,
-                dt_bias: src.vector(be, &format!("{a}.dt_bias"))?,
+                in_proj_qkv: src.matrix_part(
+                    be,
+                    &format!("{a}.in_proj_qkv.weight"),
+                    qkv.as_deref(),
+                    None,
+                )?,
+                in_proj_z: src.matrix_part(
+                    be,
+                    &format!("{a}.in_proj_z.weight"),
+                    z.as_deref(),
+                    None,
+                )?,
+                in_proj_b: src.matrix_part(
+                    be,
+                    &format!("{a}.in_proj_b.weight"),
+                    heads.as_deref(),
+                    None,
+                )?,
+                in_proj_a: src.matrix_part(
+                    be,
+                    &format!("{a}.in_proj_a.weight"),
+                    heads.as_deref(),
+                    None,
+                )?,
+                out_proj: src.matrix_part(
+                    be,
+                    &format!("{a}.out_proj.weight"),
+                    None,
+                    (!whole).then(|| times(vh, dv)),
+                )?,
+                conv_weight: src.vector_part(be, &format!("{a}.conv1d.weight"), conv.as_deref())?,
+                a_log: src.vector_part(be, &format!("{a}.A_log"), heads.as_deref())?,
+                dt_bias: src.vector_part(be, &format!("{a}.dt_bias"), heads.as_deref())?,
                 norm: src.vector(be, &format!("{a}.norm.weight"))?,
                 spec: GdnSpec {
                     slots: 1,
-                    k_heads: l.num_key_heads,
-                    v_heads: nv,
-                    k_dim: l.key_head_dim,
-                    v_dim: l.value_head_dim,
+                    k_heads: kh.len(),
+                    v_heads: vh.len(),
+                    k_dim: dk,
+                    v_dim: dv,
                     kernel: kc,
                 },
                 eps,
@@ -267,31 +140,76 @@ pub(super) fn decoder<B: Backend>(
         }
     };
     let m = format!("{p}.mlp");
-    let mlp = match cfg.mlp {
-        MlpConfig::Dense { .. } => Mlp::Dense {
-            gate: src.matrix(be, &format!("{m}.gate_proj.weight"))?,
-            up: src.matrix(be, &format!("{m}.up_proj.weight"))?,
-            down: src.matrix(be, &format!("{m}.down_proj.weight"))?,
-        },
-        MlpConfig::Moe(moe) => {
+    let mlp = match (cfg.mlp, &shard.mlp) {
+        (MlpConfig::Dense { .. }, MlpSplit::Dense { intermediate }) => {
+            let rows = [intermediate.clone()];
+            let rows = (!whole).then_some(&rows[..]);
+            let cols = (!whole).then(|| intermediate.clone());
+            Mlp::Dense {
+                gate: src.matrix_part(be, &format!("{m}.gate_proj.weight"), rows, None)?,
+                up: src.matrix_part(be, &format!("{m}.up_proj.weight"), rows, None)?,
+                down: src.matrix_part(be, &format!("{m}.down_proj.weight"), None, cols)?,
+            }
+        }
+        (MlpConfig::Moe(moe), MlpSplit::Moe { experts, shared }) => {
             let s = format!("{m}.shared_expert");
+            let (i, h) = (moe.moe_intermediate_size, cfg.hidden_size);
+            let gate_up = [times(experts, 2 * i)];
+            let down = [times(experts, h)];
+            let shared_rows = [shared.clone()];
+            let pick = |x: &'_ [Range<usize>]| (!whole).then(|| x.to_vec());
+            let (gate_up, down, shared_rows) = (pick(&gate_up), pick(&down), pick(&shared_rows));
             Mlp::Moe {
                 weights: MoeWeights {
                     router: src.matrix(be, &format!("{m}.gate.weight"))?,
-                    gate_up: src.matrix(be, &format!("{m}.experts.gate_up_proj"))?,
-                    down: src.matrix(be, &format!("{m}.experts.down_proj"))?,
-                    shared_gate_proj: src.matrix(be, &format!("{s}.gate_proj.weight"))?,
-                    shared_up_proj: src.matrix(be, &format!("{s}.up_proj.weight"))?,
-                    shared_down_proj: src.matrix(be, &format!("{s}.down_proj.weight"))?,
+                    gate_up: src.matrix_part(
+                        be,
+                        &format!("{m}.experts.gate_up_proj"),
+                        gate_up.as_deref(),
+                        None,
+                    )?,
+                    down: src.matrix_part(
+                        be,
+                        &format!("{m}.experts.down_proj"),
+                        down.as_deref(),
+                        None,
+                    )?,
+                    shared_gate_proj: src.matrix_part(
+                        be,
+                        &format!("{s}.gate_proj.weight"),
+                        shared_rows.as_deref(),
+                        None,
+                    )?,
+                    shared_up_proj: src.matrix_part(
+                        be,
+                        &format!("{s}.up_proj.weight"),
+                        shared_rows.as_deref(),
+                        None,
+                    )?,
+                    shared_down_proj: src.matrix_part(
+                        be,
+                        &format!("{s}.down_proj.weight"),
+                        None,
+                        (!whole).then(|| shared.clone()),
+                    )?,
                     shared_gate: src.matrix(be, &format!("{m}.shared_expert_gate.weight"))?,
                 },
                 spec: MoeSpec {
-                    num_experts: moe.num_experts,
-                    top_k: moe.num_experts_per_tok,
-                    intermediate: moe.moe_intermediate_size,
-                    renormalise: moe.norm_topk_prob,
+                    first_expert: experts.start,
+                    local_experts: experts.len(),
+                    ..MoeSpec::all_experts(
+                        moe.num_experts,
+                        moe.num_experts_per_tok,
+                        moe.moe_intermediate_size,
+                        moe.norm_topk_prob,
+                    )
                 },
             }
+        }
+        _ => {
+            return Err(ModelError::Unsupported(
+                "the shard's MLP split does not match the config".into(),
+            ))
         }
     };
     Ok(Decoder {

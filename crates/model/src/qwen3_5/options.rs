@@ -117,6 +117,10 @@ pub enum ModelError {
         #[source]
         source: headroom_core::OpError,
     },
+    #[error(transparent)]
+    Plan(#[from] crate::parallel::PlanError),
+    #[error("tensor-parallel rank {rank}: {detail}")]
+    Rank { rank: usize, detail: String },
     #[error("context full: {have} tokens held + {adding} new > capacity {capacity}")]
     ContextFull {
         have: usize,

@@ -4,7 +4,7 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate, GemmImpl, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
+    validate_local, GemmImpl, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -88,7 +88,19 @@ pub fn routed_experts_marked(
     imp: GemmImpl,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
-    let plan = validate(l)?;
+    routed_experts_range(dev, l, (0, l.experts), imp, mark)
+}
+
+/// [`routed_experts_marked`] of the experts `first .. first + local` only
+/// (`l.gate_up` / `l.down` hold just those; routing is over all `l.experts`).
+pub(super) fn routed_experts_range(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    (first, local): (usize, usize),
+    imp: GemmImpl,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
+    let plan = validate_local(l, first, local)?;
     if imp == GemmImpl::Wgmma && dev.arch != "sm_90a" {
         return Err(CudaError::Shape {
             op: "moe routed experts",
@@ -97,7 +109,8 @@ pub fn routed_experts_marked(
     }
     let (gate_up_entry, down_entry) = imp.entries();
     let gemm_smem = imp.smem_bytes();
-    let (h, e, k, i) = (l.hidden, l.experts, l.top_k, l.intermediate);
+    // e: the experts this call computes; routing is over all l.experts.
+    let (h, e, k, i) = (l.hidden, local, l.top_k, l.intermediate);
     let pairs_max = plan.chunk_pairs;
     let topk_expert = dev.alloc(pairs_max * 4)?;
     let topk_weight = dev.alloc(pairs_max * 4)?;
@@ -115,7 +128,7 @@ pub fn routed_experts_marked(
         let pairs = tc * k;
         let max_row_tiles = pairs.div_ceil(GEMM_BM) + e.min(pairs);
         let x = l.x.ptr() + (t0 * h * 2) as u64;
-        let logits = l.router_logits.ptr() + (t0 * e * 4) as u64;
+        let logits = l.router_logits.ptr() + (t0 * l.experts * 4) as u64;
         let out = l.out.ptr() + (t0 * h * 4) as u64;
 
         mark(MoeStage::Route)?;
@@ -125,16 +138,18 @@ pub fn routed_experts_marked(
             "moe_route",
             tc.div_ceil(ROUTE_WARPS),
             (ROUTE_WARPS * 32) as u32,
-            ROUTE_WARPS * e * 4,
+            ROUTE_WARPS * l.experts * 4,
             Params::new()
                 .ptr(logits)
                 .int(tc)
-                .int(e)
+                .int(l.experts)
                 .int(k)
                 .int(l.renormalise as usize)
                 .ptr(topk_expert.ptr())
                 .ptr(topk_weight.ptr())
-                .ptr(counts.ptr()),
+                .ptr(counts.ptr())
+                .int(first)
+                .int(local),
         )?;
         launch(
             dev,

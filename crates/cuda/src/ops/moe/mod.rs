@@ -137,6 +137,12 @@ fn check_len(buf: &DeviceBuffer, name: &str, bytes: usize) -> Result<(), CudaErr
 /// Checks a launch without touching the device: sizes, tile multiples,
 /// buffer lengths and `int` ranges. Every error is a [`CudaError::Shape`].
 pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
+    validate_local(l, 0, l.experts)
+}
+
+/// [`validate`] for a launch whose `gate_up` / `down` hold only the experts
+/// `first .. first + local` of the `l.experts` routed over (expert parallelism).
+pub fn validate_local(l: &MoeLaunch<'_>, first: usize, local: usize) -> Result<MoePlan, CudaError> {
     let dims = [
         ("tokens", l.tokens),
         ("hidden", l.hidden),
@@ -159,6 +165,12 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
             l.experts
         )));
     }
+    if local == 0 || first.checked_add(local).is_none_or(|end| end > l.experts) {
+        return Err(shape_err(format!(
+            "local experts {first}+{local} outside 0..{}",
+            l.experts
+        )));
+    }
     if !l.hidden.is_multiple_of(GEMM_BN) || !l.hidden.is_multiple_of(GEMM_BK) {
         return Err(shape_err(format!(
             "hidden {} is not a multiple of {GEMM_BN}",
@@ -173,8 +185,8 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
         )));
     }
     let int_max = i32::MAX as usize;
-    let e2i = product(&[l.experts, 2, l.intermediate], "experts·2·intermediate")?;
-    let eh = product(&[l.experts, l.hidden], "experts·hidden")?;
+    let e2i = product(&[local, 2, l.intermediate], "experts·2·intermediate")?;
+    let eh = product(&[local, l.hidden], "experts·hidden")?;
     if e2i > int_max || eh > int_max || l.tokens > int_max {
         return Err(shape_err(
             "a row count exceeds the kernels' int range".into(),
@@ -196,7 +208,7 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
 
     let chunk_tokens = l.tokens.min(CHUNK_TOKENS);
     let chunk_pairs = product(&[chunk_tokens, l.top_k], "pairs")?;
-    let max_row_tiles = chunk_pairs.div_ceil(GEMM_BM) + l.experts.min(chunk_pairs);
+    let max_row_tiles = chunk_pairs.div_ceil(GEMM_BM) + local.min(chunk_pairs);
     let n_tiles = (l.intermediate / (GEMM_BN / 2)).max(l.hidden / GEMM_BN);
     let grid = product(&[max_row_tiles, n_tiles], "grid")?;
     let act = product(&[chunk_pairs, l.intermediate, 2], "act")?;
@@ -223,6 +235,24 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
 /// synchronisation). Bad arguments are a [`CudaError::Shape`] before any launch.
 pub fn routed_experts(dev: &CudaDevice, l: &MoeLaunch<'_>) -> Result<(), CudaError> {
     routed_experts_marked(dev, l, GemmImpl::for_arch(&dev.arch), &mut |_| Ok(()))
+}
+
+/// [`routed_experts`] of a rank holding experts `first .. first + local`
+/// (its `gate_up` / `down`): routing over all `l.experts`, only the rank's
+/// pairs computed; `out` gets their weighted sum.
+pub fn routed_experts_local(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    first: usize,
+    local: usize,
+) -> Result<(), CudaError> {
+    launch::routed_experts_range(
+        dev,
+        l,
+        (first, local),
+        GemmImpl::for_arch(&dev.arch),
+        &mut |_| Ok(()),
+    )
 }
 
 /// Floating-point operations of the two grouped GEMMs for `tokens` tokens:

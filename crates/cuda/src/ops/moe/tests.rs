@@ -151,3 +151,15 @@ fn wgmma_is_the_hopper_default() {
     assert_eq!(GemmImpl::for_arch("sm_80"), GemmImpl::MmaSync);
     assert_eq!(GemmImpl::for_arch("sm_89"), GemmImpl::MmaSync);
 }
+
+#[test]
+fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
+    // A rank's range inside the 8 routed experts is accepted, one past it is not.
+    let b = bufs(16, 256, 8, 128);
+    let l = launch(&b, 16, 256, 8, 2, 128);
+    assert!(validate_local(&l, 4, 4).is_ok());
+    assert!(validate_local(&l, 0, 8).is_ok());
+    assert!(detail(validate_local(&l, 6, 4)).contains("local experts 6+4 outside 0..8"));
+    assert!(detail(validate_local(&l, 0, 0)).contains("outside"));
+    assert!(detail(validate_local(&l, usize::MAX, 2)).contains("outside"));
+}

@@ -1,0 +1,324 @@
+//! Where a model's weights come from ([`WeightSource`]): a checkpoint's
+//! canonical [`Weights`] — owned and consumed tensor by tensor, or borrowed
+//! by the several ranks of a tensor-parallel group, each slicing its shard —
+//! or synthetic weights drawn on the device. Every tensor is shape-checked
+//! against the one schema table (`weights::expected_tensors`); a part is a
+//! set of row ranges × a column range of the tensor viewed as a matrix, so a
+//! rank gets exactly its shard (for synthetic weights: the same values as
+//! the same elements of the unsharded draw).
+// A shard is a list of row ranges; a list of one range is meant, not a mistaken `Vec` of the range.
+#![allow(clippy::single_range_in_vec_init)]
+
+use super::ModelError;
+use crate::parallel::slice::{draw_window, slice_matrix, slice_vector};
+use crate::weights::expected_tensors;
+use crate::{ModelConfig, Tensor, TensorData, Weights, WeightsError};
+use headroom_core::ops::{Backend, InitWindow, WeightInit};
+use headroom_core::OpError;
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// Where the weights come from.
+pub(crate) trait WeightSource<B: Backend> {
+    /// Rows `rows` (concatenated) × columns `cols` of matrix `name` (shape
+    /// from the schema, leading dims flattened into rows); `None` = all.
+    fn matrix_part(
+        &mut self,
+        be: &B,
+        name: &str,
+        rows: Option<&[Range<usize>]>,
+        cols: Option<Range<usize>>,
+    ) -> Result<B::Weight, ModelError>;
+    /// Elements `parts` (concatenated; `None` = all) of vector `name`, as f32.
+    fn vector_part(
+        &mut self,
+        be: &B,
+        name: &str,
+        parts: Option<&[Range<usize>]>,
+    ) -> Result<B::Weight, ModelError>;
+    /// Heads `heads` of the `q_proj` of a gated attention layer, whose rows
+    /// are interleaved per head as `[q (d rows), gate (d rows)]`: the q and
+    /// gate matrices.
+    fn split_q(
+        &mut self,
+        be: &B,
+        name: &str,
+        heads: Range<usize>,
+        head_dim: usize,
+    ) -> Result<(B::Weight, B::Weight), ModelError>;
+
+    fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
+        self.matrix_part(be, name, None, None)
+    }
+    fn vector(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
+        self.vector_part(be, name, None)
+    }
+}
+
+pub(crate) fn op_err(e: OpError) -> ModelError {
+    ModelError::Op {
+        layer: None,
+        source: e,
+    }
+}
+
+fn schema(cfg: &ModelConfig) -> HashMap<String, Vec<usize>> {
+    expected_tensors(cfg).into_iter().collect()
+}
+
+fn out_of_range(name: &str) -> ModelError {
+    ModelError::Unsupported(format!("a shard of `{name}` lies outside the tensor"))
+}
+
+/// `(rows, cols)` of a schema shape viewed as a matrix.
+fn as_matrix(shape: &[usize]) -> (usize, usize) {
+    let cols = *shape.last().unwrap_or(&1);
+    (shape.iter().product::<usize>() / cols.max(1), cols)
+}
+
+/// A checkpoint's weights: owned (one model; tensors moved out) or shared
+/// (a tensor-parallel group; each rank copies its slices).
+pub(crate) enum Store<'w> {
+    Owned(Weights),
+    Shared(&'w Weights),
+}
+
+pub(crate) struct HostSource<'w> {
+    weights: Store<'w>,
+    shapes: HashMap<String, Vec<usize>>,
+}
+
+impl<'w> HostSource<'w> {
+    pub fn new(cfg: &ModelConfig, weights: Store<'w>) -> HostSource<'w> {
+        HostSource {
+            weights,
+            shapes: schema(cfg),
+        }
+    }
+
+    /// The whole tensor `name`, checked against the schema: moved out of an
+    /// owned store, borrowed from a shared one.
+    fn with<T>(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(std::borrow::Cow<'_, Tensor>) -> Result<T, ModelError>,
+    ) -> Result<T, ModelError> {
+        let shape = self.shapes.get(name).cloned().unwrap_or_default();
+        let missing = || WeightsError::Missing {
+            name: name.to_string(),
+            expected: shape.clone(),
+        };
+        let t = match &mut self.weights {
+            Store::Owned(w) => std::borrow::Cow::Owned(w.remove(name).ok_or_else(missing)?),
+            Store::Shared(w) => std::borrow::Cow::Borrowed(w.get(name).map_err(|_| missing())?),
+        };
+        if t.shape != shape {
+            return Err(WeightsError::Shape {
+                name: name.to_string(),
+                expected: shape,
+                actual: t.shape.clone(),
+            }
+            .into());
+        }
+        f(t)
+    }
+}
+
+impl<B: Backend> WeightSource<B> for HostSource<'_> {
+    fn matrix_part(
+        &mut self,
+        be: &B,
+        name: &str,
+        rows: Option<&[Range<usize>]>,
+        cols: Option<Range<usize>>,
+    ) -> Result<B::Weight, ModelError> {
+        self.with(name, |t| {
+            let t = match (rows, cols) {
+                (None, None) => t.into_owned(),
+                (rows, cols) => {
+                    let (h, w) = as_matrix(&t.shape);
+                    let all = [0..h];
+                    slice_matrix(&t, rows.unwrap_or(&all), cols.unwrap_or(0..w))
+                        .ok_or_else(|| out_of_range(name))?
+                }
+            };
+            be.upload_matrix(t).map_err(op_err)
+        })
+    }
+
+    fn vector_part(
+        &mut self,
+        be: &B,
+        name: &str,
+        parts: Option<&[Range<usize>]>,
+    ) -> Result<B::Weight, ModelError> {
+        self.with(name, |t| {
+            let t = match parts {
+                None => t.into_owned(),
+                Some(p) => slice_vector(&t, p).ok_or_else(|| out_of_range(name))?,
+            };
+            be.upload_vector(t).map_err(op_err)
+        })
+    }
+
+    fn split_q(
+        &mut self,
+        be: &B,
+        name: &str,
+        heads: Range<usize>,
+        d: usize,
+    ) -> Result<(B::Weight, B::Weight), ModelError> {
+        self.with(name, |t| {
+            let cols = *t.shape.last().unwrap_or(&0);
+            let rows = [heads.start * 2 * d..heads.end * 2 * d];
+            let part = slice_matrix(&t, &rows, 0..cols).ok_or_else(|| out_of_range(name))?;
+            let n = heads.len();
+            let (q, g) = split_rows(&part.data, n, d, cols);
+            let q = be.upload_matrix(Tensor::new(vec![n * d, cols], q));
+            let g = be.upload_matrix(Tensor::new(vec![n * d, cols], g));
+            Ok((q.map_err(op_err)?, g.map_err(op_err)?))
+        })
+    }
+}
+
+/// Splits rows interleaved per head as `[a (d), b (d)]` into `a` and `b`.
+fn split_rows(data: &TensorData, heads: usize, d: usize, cols: usize) -> (TensorData, TensorData) {
+    fn split<T: Copy>(v: &[T], heads: usize, d: usize, cols: usize) -> (Vec<T>, Vec<T>) {
+        let (mut a, mut b) = (
+            Vec::with_capacity(v.len() / 2),
+            Vec::with_capacity(v.len() / 2),
+        );
+        for h in 0..heads {
+            let base = h * 2 * d * cols;
+            a.extend_from_slice(&v[base..base + d * cols]);
+            b.extend_from_slice(&v[base + d * cols..base + 2 * d * cols]);
+        }
+        (a, b)
+    }
+    match data {
+        TensorData::F32(v) => {
+            let (a, b) = split(v, heads, d, cols);
+            (TensorData::F32(a), TensorData::F32(b))
+        }
+        TensorData::F16(v) => {
+            let (a, b) = split(v, heads, d, cols);
+            (TensorData::F16(a), TensorData::F16(b))
+        }
+        TensorData::Bf16(v) => {
+            let (a, b) = split(v, heads, d, cols);
+            (TensorData::Bf16(a), TensorData::Bf16(b))
+        }
+    }
+}
+
+/// Synthetic weights: matrices drawn on the device from N(0, 0.02) seeded
+/// per tensor name (a shard: its window of the full draw; a shard of
+/// several row ranges drawn on the host, the same values); vectors (norms,
+/// gates' biases, conv) drawn on the host by [`Weights::synthetic_tensor`]
+/// (they are small) and sliced.
+pub(crate) struct InitSource<'c> {
+    cfg: &'c ModelConfig,
+    seed: u64,
+    shapes: HashMap<String, Vec<usize>>,
+}
+
+impl<'c> InitSource<'c> {
+    pub fn new(cfg: &'c ModelConfig, seed: u64) -> InitSource<'c> {
+        InitSource {
+            cfg,
+            seed,
+            shapes: schema(cfg),
+        }
+    }
+
+    fn shape(&self, name: &str) -> Result<Vec<usize>, ModelError> {
+        self.shapes.get(name).cloned().ok_or_else(|| {
+            ModelError::Unsupported(format!("no tensor `{name}` in this config's schema"))
+        })
+    }
+
+    fn init(&self, name: &str) -> WeightInit {
+        WeightInit::new(crate::synthetic::tensor_seed(self.seed, name), 0.0, 0.02)
+    }
+}
+
+/// Draws rows `rows` × columns `cols` of the `[h][w]` matrix of `init`.
+fn draw<B: Backend>(
+    be: &B,
+    name: &str,
+    init: WeightInit,
+    (h, w): (usize, usize),
+    rows: Option<&[Range<usize>]>,
+    cols: Option<Range<usize>>,
+) -> Result<B::Weight, ModelError> {
+    let cols = cols.unwrap_or(0..w);
+    let all = [0..h];
+    let rows = rows.unwrap_or(&all);
+    if cols.end > w || rows.iter().any(|r| r.end > h || r.start >= r.end) || cols.is_empty() {
+        return Err(out_of_range(name));
+    }
+    match rows {
+        [r] if r.len() == h && cols.len() == w => be.init_matrix(h, w, init).map_err(op_err),
+        [r] => {
+            let windowed = WeightInit {
+                window: Some(InitWindow {
+                    first_row: r.start as u64,
+                    first_col: cols.start as u64,
+                    full_cols: w as u64,
+                }),
+                ..init
+            };
+            be.init_matrix(r.len(), cols.len(), windowed)
+                .map_err(op_err)
+        }
+        _ => be
+            .upload_matrix(draw_window(init, rows, cols, w))
+            .map_err(op_err),
+    }
+}
+
+impl<B: Backend> WeightSource<B> for InitSource<'_> {
+    fn matrix_part(
+        &mut self,
+        be: &B,
+        name: &str,
+        rows: Option<&[Range<usize>]>,
+        cols: Option<Range<usize>>,
+    ) -> Result<B::Weight, ModelError> {
+        let shape = self.shape(name)?;
+        draw(be, name, self.init(name), as_matrix(&shape), rows, cols)
+    }
+
+    fn vector_part(
+        &mut self,
+        be: &B,
+        name: &str,
+        parts: Option<&[Range<usize>]>,
+    ) -> Result<B::Weight, ModelError> {
+        let shape = self.shape(name)?;
+        let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape);
+        let t = match parts {
+            None => t,
+            Some(p) => slice_vector(&t, p).ok_or_else(|| out_of_range(name))?,
+        };
+        be.upload_vector(t).map_err(op_err)
+    }
+
+    fn split_q(
+        &mut self,
+        be: &B,
+        name: &str,
+        heads: Range<usize>,
+        d: usize,
+    ) -> Result<(B::Weight, B::Weight), ModelError> {
+        let shape = self.shape(name)?;
+        let (h, w) = as_matrix(&shape);
+        // q and gate are drawn as two [h/2][w] matrices (seed, seed + 1).
+        let rows = [heads.start * d..heads.end * d];
+        let mut init = self.init(name);
+        let q = draw(be, name, init, (h / 2, w), Some(&rows), None)?;
+        init.seed = init.seed.wrapping_add(1);
+        let g = draw(be, name, init, (h / 2, w), Some(&rows), None)?;
+        Ok((q, g))
+    }
+}
