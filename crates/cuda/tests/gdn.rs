@@ -8,7 +8,8 @@ use half::bf16;
 use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
-    gated_delta_rule, gated_delta_rule_with, validate, GdnLaunch, ScanWidth,
+    gated_delta_rule, gated_delta_rule_tuned, gated_delta_rule_with, validate, GdnLaunch,
+    ScanWidth, Tuning,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -267,23 +268,38 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
+/// The kernel variants every GPU check runs: both scan widths, 8 and 16 warps.
+fn variants() -> Vec<Tuning> {
+    let mut v = Vec::new();
+    for scan_16_warps in [false, true] {
+        for w in WIDTHS {
+            v.push(Tuning {
+                width: Some(w),
+                scan_16_warps,
+                ..Tuning::default()
+            });
+        }
+    }
+    v
+}
+
 /// Runs `calls` (each a list of sequences) in order on the device and the
-/// reference, then checks the union; once per scan width, fresh inputs each.
+/// reference, then checks the union; once per kernel variant, fresh inputs each.
 fn run_and_check(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>]) {
-    for w in WIDTHS {
-        eprintln!(" scan width {w:?}");
-        run_and_check_with(d, t, slots, calls, w);
+    for v in variants() {
+        eprintln!(" variant {v:?}");
+        run_and_check_with(d, t, slots, calls, v);
     }
 }
 
-fn run_and_check_with(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>], w: ScanWidth) {
+fn run_and_check_with(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>], v: Tuning) {
     let dev = device();
     let x = Inputs::random(d, t, slots, fresh_seed());
     let bufs = OnDevice::upload(&dev, &x);
     let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
     let mut want_out = vec![f64::NAN; t * d.hv * d.dv];
     for seqs in calls {
-        bufs.run_with(&dev, d, seqs, w).unwrap();
+        gated_delta_rule_tuned(&dev, &bufs.launch(d, seqs), &v).unwrap();
         let o = reference(&x, seqs, &mut want);
         for (w, o) in want_out.iter_mut().zip(o) {
             if !o.is_nan() {
@@ -435,21 +451,65 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             ms.len()
         )
     };
+    // GDN_BENCH_VARIANTS=a,b picks variants by name (the profiler pass);
+    // GDN_BENCH_REPS sets the timed calls (default 7).
+    let pick: Option<Vec<String>> = std::env::var("GDN_BENCH_VARIANTS")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let reps: usize = std::env::var("GDN_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let tuned = |prep_v1: bool, w: ScanWidth, ablation: u32| Tuning {
+        width: Some(w),
+        prep_v1,
+        scan_ablation: ablation,
+        scan_16_warps: false,
+    };
     for &t in &lengths {
         let x = Inputs::random(d, t, 8, 7);
         let bufs = OnDevice::upload(&dev, &x);
-        let one = [(0, 0, t)];
+        let one = vec![(0, 0, t)];
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
-        for w in WIDTHS {
-            let ms = time_ms(&dev, || bufs.run_with(&dev, d, &one, w).unwrap());
-            let (out, _) = bufs.read(&dev, &x);
-            assert!(out.iter().all(|v| v.is_finite()));
-            report(format!("t={t} 35B-A3B scan {w:?}"), ms);
-            if t >= 8192 {
-                let ms = time_ms(&dev, || bufs.run_with(&dev, d, &eight, w).unwrap());
-                report(format!("t={t} as 8 x {} scan {w:?}", t / 8), ms);
+        let mut variants: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
+        for (v1, name) in [(true, "prep-v1"), (false, "prep-v2")] {
+            for w in WIDTHS {
+                variants.push((format!("{name}-{w:?}"), tuned(v1, w, 0), &one));
+                if t >= 8192 {
+                    variants.push((format!("{name}-{w:?}-8seq"), tuned(v1, w, 0), &eight));
+                }
             }
+        }
+        for w in WIDTHS {
+            let t16 = Tuning {
+                scan_16_warps: true,
+                ..tuned(false, w, 0)
+            };
+            variants.push((format!("prep-v2-{w:?}-16warps"), t16, &one));
+            if t >= 8192 {
+                variants.push((format!("prep-v2-{w:?}-16warps-8seq"), t16, &eight));
+            }
+        }
+        if t >= 32768 {
+            for w in WIDTHS {
+                variants.push((format!("prep-v2-{w:?}-noload"), tuned(false, w, 1), &one));
+                variants.push((format!("prep-v2-{w:?}-nomath"), tuned(false, w, 2), &one));
+            }
+            variants.push(("prep-v1-alone".into(), tuned(true, ScanWidth::Narrow, 4), &one));
+            variants.push(("prep-v2-alone".into(), tuned(false, ScanWidth::Narrow, 4), &one));
+        }
+        for (name, tuning, seqs) in variants {
+            if pick.as_ref().is_some_and(|p| !p.contains(&name)) {
+                continue;
+            }
+            let run = || gated_delta_rule_tuned(&dev, &bufs.launch(d, seqs), &tuning).unwrap();
+            let ms = time_ms(&dev, reps, run);
+            if tuning.scan_ablation == 0 {
+                let (out, _) = bufs.read(&dev, &x);
+                assert!(out.iter().all(|v| v.is_finite()), "{name}");
+            }
+            report(format!("t={t} 35B-A3B {name}"), ms);
         }
     }
     // Decode: one recurrent step for a batch of sequences.
@@ -458,7 +518,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             let x = Inputs::random(d, batch, batch, 9);
             let bufs = OnDevice::upload(&dev, &x);
             let seqs: Vec<Seq> = (0..batch).map(|i| (i, i, 1)).collect();
-            let ms = time_ms(&dev, || bufs.run(&dev, d, &seqs).unwrap());
+            let ms = time_ms(&dev, 7, || bufs.run(&dev, d, &seqs).unwrap());
             let (out, _) = bufs.read(&dev, &x);
             assert!(out.iter().all(|v| v.is_finite()));
             report(format!("decode batch {batch}"), ms);
@@ -466,13 +526,13 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
     }
 }
 
-/// Device times (ms, sorted) of 7 calls after one warm-up, from CUDA events.
-fn time_ms(dev: &CudaDevice, mut call: impl FnMut()) -> Vec<f64> {
+/// Device times (ms, sorted) of `reps` calls after one warm-up, from CUDA events.
+fn time_ms(dev: &CudaDevice, reps: usize, mut call: impl FnMut()) -> Vec<f64> {
     use cudarc::driver::{result, sys};
     call(); // warm-up (compiles on first use)
     dev.synchronize().unwrap();
     let mut ms = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..reps {
         // SAFETY: events on this device's live stream, destroyed below.
         unsafe {
             let a = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();

@@ -132,7 +132,7 @@ constexpr int LDF = BT + 1;                           // f32 [64][65]
 static_assert(2 * BT * LDF * 4 <= PREP_R1, "Af and Tf fit in the K/Q region");
 static_assert(2 * PREP_SMEM <= 228 * 1024, "two prep CTAs per SM");
 
-extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
+extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_v1_bf16(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
     float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
@@ -350,16 +350,363 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS) gdn_chunk_prep_bf16(
     }
 }
 
+// ------------------------------------------------------- prep (v2) ----
+//
+// Eight warps per (chunk, value head). Differences from v1: v goes from
+// global straight to (beta v)^T (no staging), the off-diagonal blocks of
+// T = (I + A)^-1 are 16x16 products on the tensor cores in 3xTF32 (split
+// hi/lo operands: f32-level accuracy), and W, U, P leave through shared
+// memory as coalesced 16-byte stores.
+
+constexpr int PREP2_THREADS = 256;
+constexpr int PREP2_WARPS = PREP2_THREADS / 32;
+constexpr int LDF2 = BT + 4;     // f32 [64][68]: tf32 fragment reads hit distinct banks
+constexpr int LDX = 24;          // f32 [16][24] per-warp scratch, same reason
+constexpr int P2_R1 = 2 * BT * LD128 * 2;   // Ks | Qs, then Af | Tf (f32), then W | U staging
+constexpr int P2_TS = BT * LD64 * 2;        // P staging, then X scratch, then T (bf16)
+constexpr int P2_KBT = DK * LD64 * 2;
+constexpr int P2_VBT = DV * LD64 * 2;
+constexpr int PREP2_SMEM = P2_R1 + P2_TS + P2_KBT + P2_VBT + 3 * BT * 4;
+static_assert(2 * BT * LDF2 * 4 <= P2_R1, "Af and Tf fit in the K/Q region");
+static_assert(4 * 16 * LDX * 4 <= P2_TS, "X scratch fits in the T region");
+static_assert(2 * PREP2_SMEM <= 227 * 1024, "two prep CTAs per SM");
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// c += a b in 3xTF32 (a = ah + al, b = bh + bl; the al bl term dropped).
+__device__ __forceinline__ void mma1688x3(float* c, const float* a, const float* b) {
+    unsigned ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        ah[i] = to_tf32(a[i]);
+        al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        bh[i] = to_tf32(b[i]);
+        bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
+    }
+    mma1688(c, al, bh);
+    mma1688(c, ah, bl);
+    mma1688(c, ah, bh);
+}
+
+// acc (16 x 16 as two n8 tiles) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 16),
+// both f32 row-major in shared memory.
+__device__ __forceinline__ void mm16_f32(float (*acc)[4], const float* A, int lda, int am0, int ak0,
+                                         const float* B, int ldb, int bk0, int bn0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+        float a[4];
+        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
+        a[0] = pa[0];
+        a[1] = pa[8 * lda];
+        a[2] = pa[4];
+        a[3] = pa[8 * lda + 4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            float b[2];
+            const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + 8 * nt + g;
+            b[0] = pb[0];
+            b[1] = pb[4 * ldb];
+            mma1688x3(acc[nt], a, b);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PREP2_THREADS, 2) gdn_chunk_prep_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    unsigned char* smem = dyn_smem;
+    bf16* Ks = reinterpret_cast<bf16*>(smem);
+    bf16* Qs = Ks + BT * LD128;
+    float* Af = reinterpret_cast<float*>(smem);
+    float* Tf = Af + BT * LDF2;
+    bf16* Ts = reinterpret_cast<bf16*>(smem + P2_R1);
+    float* Xs = reinterpret_cast<float*>(smem + P2_R1);
+    bf16* KbT = reinterpret_cast<bf16*>(smem + P2_R1 + P2_TS);
+    bf16* VbT = reinterpret_cast<bf16*>(smem + P2_R1 + P2_TS + P2_KBT);
+    float* Gs = reinterpret_cast<float*>(smem + P2_R1 + P2_TS + P2_KBT + P2_VBT);
+    float* Gc = Gs + BT;
+    float* Bs = Gc + BT;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int s = seq_of_chunk(tab, c);
+    const int lc = c - tab.chunk0[s];
+    const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
+    const int nrows = min(BT, tab.rows[s] - lc * BT);
+    const int kh = h / (hv / hk);
+    const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
+    const size_t tile = (size_t)c * hv + h;
+
+    // q, k rows by cp.async (zeros past the sequence); v rows into registers:
+    // this thread's row vr, 8-column pieces (tid / 64) + 4j.
+    for (int e = tid; e < BT * 16; e += PREP2_THREADS) {
+        const int r = e >> 4, ch = (e & 15) * 8;
+        const bool ok = r < nrows;
+        const bf16* src = qkv + (row0 + r) * ld_qkv;
+        cp_async_16(Qs + r * LD128 + ch, ok ? src + kh * DK + ch : qkv, ok);
+        cp_async_16(Ks + r * LD128 + ch, ok ? src + (long long)(hk + kh) * DK + ch : qkv, ok);
+    }
+    cp_async_commit();
+    const int vr = tid & (BT - 1);
+    uint4 vreg[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int col = ((tid >> 6) + 4 * j) * 8;
+        vreg[j] = vr < nrows ? *reinterpret_cast<const uint4*>(
+                                   qkv + (row0 + vr) * ld_qkv + 2LL * hk * DK + (long long)h * DV + col)
+                             : make_uint4(0, 0, 0, 0);
+    }
+    if (tid < BT) {
+        const bool ok = tid < nrows;
+        Gs[tid] = ok ? gdec[(row0 + tid) * hv + h] : 0.f;
+        Bs[tid] = ok ? beta[(row0 + tid) * hv + h] : 0.f;
+    }
+    __syncthreads();
+    if (tid < BT) {  // inclusive scan: within each warp, then warp 1 adds warp 0's total
+        float v = Gs[tid];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float n = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += n;
+        }
+        Gc[tid] = v;
+    }
+    {  // (beta v)^T: a warp writes 32 consecutive rows of one column (conflict-free)
+        const float b = Bs[vr];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = ((tid >> 6) + 4 * j) * 8;
+            const bf162* v2 = reinterpret_cast<const bf162*>(&vreg[j]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = __bfloat1622float2(v2[i]);
+                VbT[(col + 2 * i) * LD64 + vr] = __float2bfloat16(f.x * b);
+                VbT[(col + 2 * i + 1) * LD64 + vr] = __float2bfloat16(f.y * b);
+            }
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    if (tid >= 32 && tid < BT) Gc[tid] += Gc[31];
+    __syncthreads();
+    const float GL = Gc[BT - 1];  // padded rows have g = 0
+
+    // Rows (a warp each): normalise q and k in place, scale, (beta exp(G) k)^T.
+    const float qscale = rsqrtf((float)DK);
+#pragma unroll 2
+    for (int r = warp; r < BT; r += PREP2_WARPS) {
+        const bool ok = r < nrows;
+        float q[4], k[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = lane + 32 * e;
+            q[e] = __bfloat162float(Qs[r * LD128 + col]);
+            k[e] = __bfloat162float(Ks[r * LD128 + col]);
+        }
+        float sq = 0.f, sk = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) { sq += q[e] * q[e]; sk += k[e] * k[e]; }
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
+        const float iq = rsqrtf(sq + L2_EPS) * qscale, ik = rsqrtf(sk + L2_EPS);
+        const float b = Bs[r], eg = __expf(Gc[r]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = lane + 32 * e;
+            Qs[r * LD128 + col] = __float2bfloat16(q[e] * iq);
+            Ks[r * LD128 + col] = __float2bfloat16(k[e] * ik);
+            KbT[col * LD64 + r] = __float2bfloat16(k[e] * ik * b * eg);
+        }
+        if (lane == 0) {
+            float* f = fac_out + tile * FAC;
+            f[r] = ok ? iq * eg : 0.f;
+            f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
+            if (r == 0) f[2 * BT] = __expf(GL);
+        }
+    }
+    __syncthreads();
+
+    // K K^T and Q K^T: warp w owns rows 16(w%4).., columns 32(w/4)..+31;
+    // a piece wholly above the diagonal is zero and skips the products.
+    const int m0 = 16 * (warp & 3), c0 = 32 * (warp >> 2);
+    float acc_a[4][4], acc_p[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_a[nt][e] = acc_p[nt][e] = 0.f;
+    if (c0 <= m0 + 15) {
+#pragma unroll
+        for (int ks = 0; ks < DK / 16; ++ks) {
+            unsigned ak[4], aq[4];
+            frag_a(ak, Ks, LD128, m0, 16 * ks, lane);
+            frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                unsigned b[2];
+                frag_b(b, Ks, LD128, c0 + 8 * nt, 16 * ks, lane);
+                mma16816(acc_a[nt], ak, b);
+                mma16816(acc_p[nt], aq, b);
+            }
+        }
+    }
+    // P (masked j <= i, decayed) to its staging tile.
+    bf16* Pst = Ts;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int i = m0 + g8 + 8 * hf, j = c0 + 8 * nt + 2 * t4;
+            const float p0 = j <= i ? acc_p[nt][2 * hf] * __expf(Gc[i] - Gc[j]) : 0.f;
+            const float p1 = j + 1 <= i ? acc_p[nt][2 * hf + 1] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
+            *reinterpret_cast<bf162*>(Pst + i * LD64 + j) = __floats2bfloat162_rn(p0, p1);
+        }
+    __syncthreads();  // Ks/Qs no longer read: the region becomes Af | Tf
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int i = m0 + g8 + 8 * hf, j = c0 + 8 * nt + 2 * t4;
+            float2 a;
+            a.x = j < i ? acc_a[nt][2 * hf] * Bs[i] * __expf(Gc[i] - Gc[j]) : 0.f;
+            a.y = j + 1 < i ? acc_a[nt][2 * hf + 1] * Bs[i] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
+            *reinterpret_cast<float2*>(Af + i * LDF2 + j) = a;
+        }
+    {  // P out, 16 bytes a thread
+        bf16* P = p_out + tile * (BT * BT);
+        for (int e = tid; e < BT * (BT / 8); e += PREP2_THREADS) {
+            const int r = e >> 3, ch = (e & 7) * 8;
+            *reinterpret_cast<uint4*>(P + r * BT + ch) = *reinterpret_cast<const uint4*>(Pst + r * LD64 + ch);
+        }
+    }
+    __syncthreads();
+
+    // T = (I + A)^-1. Diagonal 16x16 blocks: one thread per block column,
+    // the column in registers (row i needs rows j < i of the same column).
+    if (tid < BT) {
+        const int b0 = (tid >> 4) * 16, cc = tid & 15;
+        float tcol[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) tcol[i] = i == cc ? 1.f : 0.f;
+#pragma unroll
+        for (int i = 1; i < 16; ++i) {
+            float acc = 0.f;
+#pragma unroll
+            for (int j = 0; j < i; ++j) acc += Af[(b0 + i) * LDF2 + b0 + j] * tcol[j];
+            if (i > cc) tcol[i] = -acc;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) Tf[(b0 + i) * LDF2 + b0 + cc] = tcol[i];
+    }
+    __syncthreads();
+    // Off-diagonal blocks, block row by block row: warp J computes
+    // X = sum_{K=J}^{I-1} A_IK T_KJ, then T_IJ = -T_II X (tensor cores, 3xTF32).
+#pragma unroll 1
+    for (int I = 1; I < 4; ++I) {
+        if (warp < I) {
+            const int J = warp;
+            float x[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 1
+            for (int K = J; K < I; ++K) mm16_f32(x, Af, LDF2, 16 * I, 16 * K, Tf, LDF2, 16 * K, 16 * J, lane);
+            float* Xw = Xs + warp * 16 * LDX;
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+                    *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * LDX + 8 * nt + 2 * t4) =
+                        make_float2(x[nt][2 * hf], x[nt][2 * hf + 1]);
+            __syncwarp();
+            float y[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            mm16_f32(y, Tf, LDF2, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+                    *reinterpret_cast<float2*>(Tf + (16 * I + g8 + 8 * hf) * LDF2 + 16 * J + 8 * nt + 2 * t4) =
+                        make_float2(-y[nt][2 * hf], -y[nt][2 * hf + 1]);
+            __syncwarp();
+        }
+        __syncthreads();
+    }
+    // T in bf16 (zero above the diagonal blocks).
+    for (int e = tid; e < BT * BT / 2; e += PREP2_THREADS) {
+        const int i = e >> 5, j = (e & 31) * 2;
+        const float2 v = (j >> 4) > (i >> 4) ? make_float2(0.f, 0.f)
+                                             : *reinterpret_cast<const float2*>(Tf + i * LDF2 + j);
+        *reinterpret_cast<bf162*>(Ts + i * LD64 + j) = __floats2bfloat162_rn(v.x, v.y);
+    }
+    __syncthreads();
+
+    // W = T (beta exp(G) K) (warps 0-3), U = T (beta V) (warps 4-7): rows
+    // 16(w%4).., 128 columns, staged over the dead Af | Tf region.
+    {
+        const int which = warp >> 2;
+        const bf16* Bt = which == 0 ? KbT : VbT;
+        bf16* st = Ks + which * (BT * LD128);
+        float acc[16][4];
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < BT / 16; ++ks) {
+            unsigned a[4];
+            frag_a(a, Ts, LD64, m0, 16 * ks, lane);
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt) {
+                unsigned b[2];
+                frag_b(b, Bt, LD64, 8 * nt, 16 * ks, lane);
+                mma16816(acc[nt], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int i = m0 + g8 + 8 * hf, j = 8 * nt + 2 * t4;
+                *reinterpret_cast<bf162*>(st + i * LD128 + j) =
+                    __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
+            }
+    }
+    __syncthreads();
+    for (int e = tid; e < 2 * BT * 16; e += PREP2_THREADS) {
+        const int which = e >> 10, r = (e >> 4) & (BT - 1), ch = (e & 15) * 8;
+        bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
+        *reinterpret_cast<uint4*>(dst + r * DK + ch) =
+            *reinterpret_cast<const uint4*>(Ks + which * (BT * LD128) + r * LD128 + ch);
+    }
+}
+
 // ---------------------------------------------------------------- scan ----
 
 // Scan layout for BV value columns per CTA. Work split: phase-1/2 tiles
 // (64 x BV) as 4 row tiles x SCAN_WARPS/4 column groups; state tiles
 // (DK x BV) as one 16-row tile per warp, all BV columns.
-template <int BV>
+template <int BV, int WARPS = SCAN_WARPS>
 struct ScanCfg {
+    static constexpr int THREADS = WARPS * 32;
+    static constexpr int SROW = WARPS < 8 ? WARPS : 8;     // warps along the state's key rows
+    static constexpr int SCOL = WARPS / SROW;              // ... and along its columns
+    static constexpr int SNT = (BV / 8) / SCOL;            // n8 state tiles per warp
     static constexpr int LDU = BV + 8;
-    static constexpr int NT = (BV / 8) / (SCAN_WARPS / 4);  // n8 tiles per warp in phases 1-2
-    static constexpr int MT = (DK / 16) / SCAN_WARPS;       // m16 state tiles per warp
+    static constexpr int NT = (BV / 8) / (WARPS / 4);  // n8 tiles per warp in phases 1-2
+    static constexpr int MT = (DK / 16) / SROW;        // m16 state tiles per warp
     // One stage of streamed tiles (bytes).
     static constexpr int ST_W = 0;
     static constexpr int ST_Q = ST_W + BT * LD128 * 2;
@@ -374,18 +721,20 @@ struct ScanCfg {
     static constexpr int SMEM = VN + BV * LD64 * 2;
     static_assert(STAGE % 16 == 0, "stages stay 16-byte aligned");
     static_assert(SMEM <= 227 * 1024, "one scan CTA fits an SM");
-    static_assert(NT >= 1 && MT >= 1, "warp split covers the tiles");
+    static_assert(NT >= 1 && MT >= 1 && SNT >= 1, "warp split covers the tiles");
 };
 constexpr int SCAN_SMEM_NARROW = ScanCfg<BV_NARROW>::SMEM;
 constexpr int SCAN_SMEM_WIDE = ScanCfg<BV_WIDE>::SMEM;
+static_assert(ScanCfg<BV_NARROW, 2 * SCAN_WARPS>::SMEM == SCAN_SMEM_NARROW, "warps leave the layout alone");
 static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate");
 
-template <int BV>
+template <int BV, int WARPS>
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
-    bf16* __restrict__ out, int hk, int hv, const SeqTable& tab) {
-    using C = ScanCfg<BV>;
+    bf16* __restrict__ out, int hk, int hv, const SeqTable& tab, int opts) {
+    using C = ScanCfg<BV, WARPS>;
+    constexpr int SCAN_THREADS = C::THREADS;
     unsigned char* smem = dyn_smem;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
@@ -430,17 +779,19 @@ __device__ __forceinline__ void scan_body(
         cp_async_commit();
     };
 
-    // State slice: warp w holds key rows 16*C::MT*w .. (C::MT m16 tiles) x BV columns, f32.
+    // State slice: warp w holds key rows 16*C::MT*(w % SROW) .. (C::MT m16 tiles)
+    // x C::SNT n8 tiles from column 8*C::SNT*(w / SROW), f32.
     float* S = state + ((size_t)tab.slot[s] * hv + h) * DK * DV + vb * BV;
-    const int hrow0 = 16 * C::MT * warp;
-    float acc_h[C::MT][BV / 8][4];
+    const int hrow0 = 16 * C::MT * (warp % C::SROW);
+    const int hcol0 = 8 * C::SNT * (warp / C::SROW);
+    float acc_h[C::MT][C::SNT][4];
 #pragma unroll
     for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < BV / 8; ++nt)
+        for (int nt = 0; nt < C::SNT; ++nt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = 8 * nt + 2 * t4;
+                const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
                 const float2 v = *reinterpret_cast<const float2*>(S + (size_t)r * DV + cc);
                 acc_h[mt][nt][2 * hf] = v.x;
                 acc_h[mt][nt][2 * hf + 1] = v.y;
@@ -449,10 +800,10 @@ __device__ __forceinline__ void scan_body(
 #pragma unroll
         for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < BV / 8; ++nt)
+            for (int nt = 0; nt < C::SNT; ++nt)
 #pragma unroll
                 for (int hf = 0; hf < 2; ++hf) {
-                    const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = 8 * nt + 2 * t4;
+                    const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
                     HT[cc * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf]);
                     HT[(cc + 1) * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf + 1]);
                 }
@@ -464,10 +815,13 @@ __device__ __forceinline__ void scan_body(
     const int n0 = C::NT * (warp >> 2);       // first n8 tile of this warp (phases 1-2)
 #pragma unroll 1
     for (int lc = 0; lc < nch; ++lc) {
-        const int st = lc & 1;
+        const int st = (opts & 1) ? 0 : (lc & 1);
         cp_async_wait_all();
         __syncthreads();
-        if (lc + 1 < nch) load_stage(st ^ 1, lc + 1);
+        // opts (timing experiments only; results are wrong): 1 = no loads after
+        // the first chunk, 2 = no arithmetic.
+        if (lc + 1 < nch && !(opts & 1)) load_stage(st ^ 1, lc + 1);
+        if (opts & 2) continue;
         const unsigned char* base = smem + st * C::STAGE;
         const bf16* Ws = reinterpret_cast<const bf16*>(base + C::ST_W);
         const bf16* Qs = reinterpret_cast<const bf16*>(base + C::ST_Q);
@@ -547,7 +901,7 @@ __device__ __forceinline__ void scan_body(
 #pragma unroll
         for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < BV / 8; ++nt)
+            for (int nt = 0; nt < C::SNT; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc_h[mt][nt][e] *= egl;
 #pragma unroll
@@ -557,9 +911,9 @@ __device__ __forceinline__ void scan_body(
                 unsigned a[4];
                 frag_a(a, KT, LD64, hrow0 + 16 * mt, 16 * ks, lane);
 #pragma unroll
-                for (int nt = 0; nt < BV / 8; ++nt) {
+                for (int nt = 0; nt < C::SNT; ++nt) {
                     unsigned b[2];
-                    frag_b(b, VN, LD64, 8 * nt, 16 * ks, lane);
+                    frag_b(b, VN, LD64, hcol0 + 8 * nt, 16 * ks, lane);
                     mma16816(acc_h[mt][nt], a, b);
                 }
             }
@@ -570,27 +924,35 @@ __device__ __forceinline__ void scan_body(
 #pragma unroll
     for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < BV / 8; ++nt)
+        for (int nt = 0; nt < C::SNT; ++nt)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf) {
-                const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = 8 * nt + 2 * t4;
+                const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
                 *reinterpret_cast<float2*>(S + (size_t)r * DV + cc) =
                     make_float2(acc_h[mt][nt][2 * hf], acc_h[mt][nt][2 * hf + 1]);
             }
 }
 
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
+extern "C" __global__ void __launch_bounds__(2 * SCAN_THREADS) gdn_chunk_scan_bf16(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
-    bf16* __restrict__ out, int hk, int hv, SeqTable tab) {
-    scan_body<BV_NARROW>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab);
+    bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {
+    // SCAN_THREADS threads, or twice as many (an experiment: more warps per chunk).
+    if (blockDim.x == 2 * SCAN_THREADS)
+        scan_body<BV_NARROW, 2 * SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
+    else
+        scan_body<BV_NARROW, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
 }
 
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bv64_bf16(
+extern "C" __global__ void __launch_bounds__(2 * SCAN_THREADS) gdn_chunk_scan_bv64_bf16(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
-    bf16* __restrict__ out, int hk, int hv, SeqTable tab) {
-    scan_body<BV_WIDE>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab);
+    bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {
+    // SCAN_THREADS threads, or twice as many (an experiment: more warps per chunk).
+    if (blockDim.x == 2 * SCAN_THREADS)
+        scan_body<BV_WIDE, 2 * SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
+    else
+        scan_body<BV_WIDE, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
 }
 
 }  // namespace gdn

@@ -61,6 +61,7 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     source: include_str!("gdn_chunked.cu"),
     entry_points: &[
         "gdn_chunk_prep_bf16",
+        "gdn_chunk_prep_v1_bf16",
         "gdn_chunk_scan_bf16",
         "gdn_chunk_scan_bv64_bf16",
     ],

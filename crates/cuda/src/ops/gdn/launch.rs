@@ -39,8 +39,9 @@ impl ScanWidth {
         2 * stage + DIM * LD64 * 2 + bv * LD128 * 2 + bv * LD64 * 2
     }
 }
-/// Threads of the prep kernel.
-pub const PREP_THREADS: usize = 128;
+/// Threads of the prep kernel (`PREP2_THREADS`) and of its first version (`PREP_THREADS`).
+pub const PREP_THREADS: usize = 256;
+const PREP_V1_THREADS: usize = 128;
 /// Threads of the scan kernel (eight warps).
 pub const SCAN_THREADS: usize = 256;
 /// Sequences per chunked launch (`gdn::MAX_SEQS`).
@@ -57,8 +58,11 @@ const DIM: usize = super::SUPPORTED_DIM;
 const LD128: usize = DIM + 8;
 const LD64: usize = CHUNK + 8;
 
-/// Dynamic shared memory of the prep kernel (`PREP_SMEM`).
-pub const PREP_SMEM: usize = 2 * CHUNK * LD128 * 2
+/// Dynamic shared memory of the prep kernel (`PREP2_SMEM`).
+pub const PREP_SMEM: usize =
+    2 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + 2 * DIM * LD64 * 2 + 3 * CHUNK * 4;
+/// Dynamic shared memory of the first prep kernel (`PREP_SMEM`).
+const PREP_V1_SMEM: usize = 2 * CHUNK * LD128 * 2
     + CHUNK * LD64 * 2
     + 2 * DIM * LD64 * 2
     + 3 * 256 * 4
@@ -86,7 +90,23 @@ struct DecodeTable {
 // and ints before them; two prep CTAs share an SM.
 const _: () = assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
 const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
-const _: () = assert!(2 * PREP_SMEM <= 228 * 1024);
+const _: () = assert!(2 * PREP_SMEM <= 227 * 1024);
+
+/// Kernel choices for benches and experiments; production runs
+/// `Tuning::default()` (current prep, scan width from `scan_width_for`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// The prefill scan width; `None`: `scan_width_for`.
+    pub width: Option<ScanWidth>,
+    /// Run the first prep kernel (`gdn_chunk_prep_v1_bf16`, for comparison).
+    pub prep_v1: bool,
+    /// Run the scan with twice the warps (16: each does half the work per chunk).
+    pub scan_16_warps: bool,
+    /// Timing ablations of the scan (its `opts`): 1 = no tile loads after the
+    /// first chunk, 2 = no arithmetic, 4 = no scan launched (prep alone). Any
+    /// non-zero value gives wrong results.
+    pub scan_ablation: u32,
+}
 
 fn param<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
@@ -102,6 +122,7 @@ pub(super) fn chunked(
     l: &GdnLaunch<'_>,
     group: &[SeqRun],
     width: ScanWidth,
+    tuning: &Tuning,
 ) -> Result<(), CudaError> {
     assert!(group.len() <= MAX_SCAN_SEQS);
     let mut tab = SeqTable {
@@ -138,8 +159,13 @@ pub(super) fn chunked(
     let (mut wp, mut up, mut pp, mut fp) = (w.ptr(), u.ptr(), p.ptr(), fac.ptr());
     let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
 
-    let prep = dev.function("gdn_chunk_prep_bf16")?;
-    dev.set_dynamic_smem(prep, PREP_SMEM)?;
+    let (prep_entry, prep_threads, prep_smem) = if tuning.prep_v1 {
+        ("gdn_chunk_prep_v1_bf16", PREP_V1_THREADS, PREP_V1_SMEM)
+    } else {
+        ("gdn_chunk_prep_bf16", PREP_THREADS, PREP_SMEM)
+    };
+    let prep = dev.function(prep_entry)?;
+    dev.set_dynamic_smem(prep, prep_smem)?;
     let mut params = [
         param(&mut qkv),
         param(&mut g),
@@ -159,12 +185,16 @@ pub(super) fn chunked(
         dev.launch(
             prep,
             grid,
-            (PREP_THREADS as u32, 1, 1),
-            PREP_SMEM,
+            (prep_threads as u32, 1, 1),
+            prep_smem,
             &mut params,
         )?
     };
 
+    if tuning.scan_ablation & 4 != 0 {
+        return Ok(());
+    }
+    let mut opts = (tuning.scan_ablation & 3) as i32;
     let scan = dev.function(width.entry())?;
     let smem = width.smem_bytes();
     dev.set_dynamic_smem(scan, smem)?;
@@ -179,6 +209,7 @@ pub(super) fn chunked(
         param(&mut hk),
         param(&mut hv),
         param(&mut tab),
+        param(&mut opts),
     ];
     let grid = (
         (DIM / width.columns()) as u32,
@@ -187,7 +218,12 @@ pub(super) fn chunked(
     );
     // SAFETY: as above; the scratch buffers are freed to the stream-ordered
     // pool only after this launch is queued on the same stream.
-    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params) }
+    let threads = if tuning.scan_16_warps {
+        2 * SCAN_THREADS
+    } else {
+        SCAN_THREADS
+    };
+    unsafe { dev.launch(scan, grid, (threads as u32, 1, 1), smem, &mut params) }
 }
 
 /// The recurrent step over up to [`MAX_DECODE_SEQS`] one-row sequences.
@@ -241,7 +277,8 @@ mod tests {
         assert_eq!(constant(c, "BT"), CHUNK);
         assert_eq!(constant(c, "BV_NARROW"), ScanWidth::Narrow.columns());
         assert_eq!(constant(c, "BV_WIDE"), ScanWidth::Wide.columns());
-        assert_eq!(constant(c, "PREP_THREADS"), PREP_THREADS);
+        assert_eq!(constant(c, "PREP2_THREADS"), PREP_THREADS);
+        assert_eq!(constant(c, "PREP_THREADS"), PREP_V1_THREADS);
         assert_eq!(constant(c, "SCAN_WARPS") * 32, SCAN_THREADS);
         assert_eq!(constant(c, "MAX_SEQS"), MAX_SCAN_SEQS);
         assert_eq!(constant(c, "FAC"), FAC);
@@ -260,6 +297,7 @@ mod tests {
         }
         let c = GDN_CHUNKED.source;
         assert!(c.contains("PREP_X + 3 * BT * 4 + PREP_V;"));
+        assert!(c.contains("PREP2_SMEM = P2_R1 + P2_TS + P2_KBT + P2_VBT + 3 * BT * 4;"));
         assert!(c.contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
     }
 }
