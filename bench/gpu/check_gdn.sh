@@ -23,6 +23,13 @@ status=0
 echo "=== correctness (f64 reference; every kernel variant) ==="
 timeout 150 "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 | tee "$OUT/gdn-tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "tests FAILED"; status=1; }
+if [ -n "${GDN_ALT_DEFINES:-}" ]; then
+    # The same checks on kernels built with other -D options (e.g. GDN_LDMATRIX=0).
+    echo "=== correctness with HEADROOM_NVRTC_DEFINES=$GDN_ALT_DEFINES ==="
+    HEADROOM_NVRTC_DEFINES=$GDN_ALT_DEFINES timeout 150 "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 \
+        | tee "$OUT/gdn-tests-alt.txt" | grep -E "^test |test result"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "tests ($GDN_ALT_DEFINES) FAILED"; status=1; }
+fi
 
 echo "=== timing: Qwen3.6-35B-A3B GDN layer (hk 16, hv 32, d 128), every variant ==="
 timeout 90 "$BIN" --ignored --exact bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"

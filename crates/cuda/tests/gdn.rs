@@ -268,16 +268,20 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
-/// The kernel variants every GPU check runs: both scan widths, 8 and 16 warps.
+/// The kernel variants every GPU check runs: both scan widths, 8 and 16
+/// warps, with and without the cluster.
 fn variants() -> Vec<Tuning> {
     let mut v = Vec::new();
-    for scan_16_warps in [false, true] {
-        for w in WIDTHS {
-            v.push(Tuning {
-                width: Some(w),
-                scan_16_warps,
-                ..Tuning::default()
-            });
+    for scan_cluster in [false, true] {
+        for scan_16_warps in [false, true] {
+            for w in WIDTHS {
+                v.push(Tuning {
+                    width: Some(w),
+                    scan_16_warps,
+                    scan_cluster,
+                    ..Tuning::default()
+                });
+            }
         }
     }
     v
@@ -393,12 +397,12 @@ fn qwen36_35b_dims_at_2048_rows() {
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
 fn nan_in_one_row_stays_in_its_sequence() {
-    for w in WIDTHS {
-        nan_row_case(w);
+    for v in variants() {
+        nan_row_case(v);
     }
 }
 
-fn nan_row_case(w: ScanWidth) {
+fn nan_row_case(v: Tuning) {
     let dev = device();
     let d = SMALL;
     let mut x = Inputs::random(d, 200, 2, fresh_seed());
@@ -409,7 +413,7 @@ fn nan_row_case(w: ScanWidth) {
     }
     let seqs = [(0, 0, 100), (1, 100, 100)];
     let bufs = OnDevice::upload(&dev, &x);
-    bufs.run_with(&dev, d, &seqs, w).unwrap();
+    gated_delta_rule_tuned(&dev, &bufs.launch(d, &seqs), &v).unwrap();
     let (out, state) = bufs.read(&dev, &x);
     let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
     let want_out = reference(&x, &seqs[1..], &mut want);
@@ -465,6 +469,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         prep_v1,
         scan_ablation: ablation,
         scan_16_warps: false,
+        scan_cluster: false,
     };
     for &t in &lengths {
         let x = Inputs::random(d, t, 8, 7);
@@ -482,6 +487,28 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             }
         }
         for w in WIDTHS {
+            let cl = Tuning {
+                scan_cluster: true,
+                ..tuned(false, w, 0)
+            };
+            variants.push((format!("prep-v2-{w:?}-cluster"), cl, &one));
+            let cl16 = Tuning {
+                scan_16_warps: true,
+                ..cl
+            };
+            variants.push((format!("prep-v2-{w:?}-cluster-16warps"), cl16, &one));
+            if t >= 8192 {
+                variants.push((format!("prep-v2-{w:?}-cluster-8seq"), cl, &eight));
+            }
+            if t >= 32768 {
+                for (a, what) in [(1, "noload"), (2, "nomath")] {
+                    let abl = Tuning {
+                        scan_ablation: a,
+                        ..cl
+                    };
+                    variants.push((format!("prep-v2-{w:?}-cluster-{what}"), abl, &one));
+                }
+            }
             let t16 = Tuning {
                 scan_16_warps: true,
                 ..tuned(false, w, 0)

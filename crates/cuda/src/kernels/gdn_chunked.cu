@@ -71,27 +71,49 @@ __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsi
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// A fragment (16 x 16) of a row-major [m][k] tile with row stride ld.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Fragments by ldmatrix (one instruction for 4 or 2 8x8 pieces) unless
+// built with -DGDN_LDMATRIX=0 (four / two 32-bit shared loads).
+#ifndef GDN_LDMATRIX
+#define GDN_LDMATRIX 1
+#endif
+
+// A fragment (16 x 16) of a row-major [m][k] tile with row stride ld
+// (ldmatrix: rows 16-byte aligned, ld * 2 a multiple of 16).
 __device__ __forceinline__ void frag_a(unsigned* a, const bf16* s, int ld, int m0, int k0, int lane) {
+#if GDN_LDMATRIX
+    const bf16* p = s + (m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(smem_addr(p)));
+#else
     const int g = lane >> 2, t = lane & 3;
     const bf16* p = s + (m0 + g) * ld + k0 + 2 * t;
     a[0] = ld32(p);
     a[1] = ld32(p + 8 * ld);
     a[2] = ld32(p + 8);
     a[3] = ld32(p + 8 * ld + 8);
+#endif
 }
 
 // B fragment (16 x 8) of a tile stored [n][k] (k contiguous) with row stride ld.
 __device__ __forceinline__ void frag_b(unsigned* b, const bf16* s, int ld, int n0, int k0, int lane) {
+#if GDN_LDMATRIX
+    const bf16* p = s + (n0 + (lane & 7)) * ld + k0 + ((lane >> 3) & 1) * 8;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
+#else
     const int g = lane >> 2, t = lane & 3;
     const bf16* p = s + (n0 + g) * ld + k0 + 2 * t;
     b[0] = ld32(p);
     b[1] = ld32(p + 8);
+#endif
 }
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
     const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
@@ -99,6 +121,35 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// Thread-block clusters (the scan's column-block CTAs of one head): mbarriers,
+// bulk copies multicast to every CTA of the cluster, the cluster barrier.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n.reg .pred P1;\nWAIT_LOOP:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+        "@P1 bra WAIT_DONE;\nbra WAIT_LOOP;\nWAIT_DONE:\n}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_multicast(void* dst, const void* src, unsigned bytes, unsigned long long* bar,
+                                               unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(smem_addr(bar)), "h"(mask)
+        : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -728,7 +779,10 @@ constexpr int SCAN_SMEM_WIDE = ScanCfg<BV_WIDE>::SMEM;
 static_assert(ScanCfg<BV_NARROW, 2 * SCAN_WARPS>::SMEM == SCAN_SMEM_NARROW, "warps leave the layout alone");
 static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate");
 
-template <int BV, int WARPS>
+// CL > 1: the CL = DV / BV column-block CTAs of a head form a cluster; each
+// loads a 1/CL share of the rows of W, Q, K, P and multicasts it to all of
+// them (one L2 read per tile instead of CL), completing on a per-stage mbarrier.
+template <int BV, int WARPS, int CL>
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
@@ -748,6 +802,7 @@ __device__ __forceinline__ void scan_body(
     bf16* HT = reinterpret_cast<bf16*>(smem + C::HT);
     bf16* VN = reinterpret_cast<bf16*>(smem + C::VN);
 
+    unsigned long long* bars = reinterpret_cast<unsigned long long*>(smem + C::SMEM);
     auto load_stage = [&](int st, int lc) {
         unsigned char* base = smem + st * C::STAGE;
         const size_t tile = (size_t)(tab.chunk0[s] + lc) * hv + h;
@@ -759,17 +814,36 @@ __device__ __forceinline__ void scan_body(
         bf16* Ps = reinterpret_cast<bf16*>(base + C::ST_P);
         bf16* Us = reinterpret_cast<bf16*>(base + C::ST_U);
         float* Fs = reinterpret_cast<float*>(base + C::ST_F);
-        for (int e = tid; e < BT * 16; e += SCAN_THREADS) {
-            const int r = e >> 4, ch = (e & 15) * 8;
-            cp_async_16(Ws + r * LD128 + ch, w_in + (tile * BT + r) * DK + ch, true);
-            const bool ok = r < nrows;
-            const bf16* src = ok ? qkv + (row0 + r) * ld_qkv + kh * DK + ch : qkv;
-            cp_async_16(Qs + r * LD128 + ch, src, ok);
-            cp_async_16(Ks + r * LD128 + ch, ok ? src + (long long)hk * DK : qkv, ok);
-        }
-        for (int e = tid; e < BT * 8; e += SCAN_THREADS) {
-            const int r = e >> 3, ch = (e & 7) * 8;
-            cp_async_16(Ps + r * LD64 + ch, p_in + (tile * BT + r) * BT + ch, true);
+        if constexpr (CL > 1) {
+            // Rows vb*RPC.. of W, P (always whole tiles) and of Q, K (valid rows
+            // only: the rest stay stale and are masked where read).
+            constexpr int RPC = BT / CL;
+            if (tid == 0) mbar_expect_tx(bars + st, BT * (DK * 2 + BT * 2) + nrows * 2 * (DK * 2));
+            if (tid < 4 * RPC) {
+                const int which = tid / RPC, r = vb * RPC + tid % RPC;
+                const unsigned short mask = (1u << CL) - 1;
+                if (which == 0) {
+                    bulk_multicast(Ws + r * LD128, w_in + (tile * BT + r) * DK, DK * 2, bars + st, mask);
+                } else if (which == 1) {
+                    bulk_multicast(Ps + r * LD64, p_in + (tile * BT + r) * BT, BT * 2, bars + st, mask);
+                } else if (r < nrows) {
+                    const bf16* src = qkv + (row0 + r) * ld_qkv + (long long)(which == 2 ? kh : hk + kh) * DK;
+                    bulk_multicast((which == 2 ? Qs : Ks) + r * LD128, src, DK * 2, bars + st, mask);
+                }
+            }
+        } else {
+            for (int e = tid; e < BT * 16; e += SCAN_THREADS) {
+                const int r = e >> 4, ch = (e & 15) * 8;
+                cp_async_16(Ws + r * LD128 + ch, w_in + (tile * BT + r) * DK + ch, true);
+                const bool ok = r < nrows;
+                const bf16* src = ok ? qkv + (row0 + r) * ld_qkv + kh * DK + ch : qkv;
+                cp_async_16(Qs + r * LD128 + ch, src, ok);
+                cp_async_16(Ks + r * LD128 + ch, ok ? src + (long long)hk * DK : qkv, ok);
+            }
+            for (int e = tid; e < BT * 8; e += SCAN_THREADS) {
+                const int r = e >> 3, ch = (e & 7) * 8;
+                cp_async_16(Ps + r * LD64 + ch, p_in + (tile * BT + r) * BT + ch, true);
+            }
         }
         for (int e = tid; e < BT * (BV / 8); e += SCAN_THREADS) {
             const int r = e / (BV / 8), ch = (e % (BV / 8)) * 8;
@@ -809,6 +883,14 @@ __device__ __forceinline__ void scan_body(
                 }
     };
 
+    if constexpr (CL > 1) {
+        if (tid == 0) {
+            mbar_init(bars, 1);
+            mbar_init(bars + 1, 1);
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        cluster_sync();
+    }
     load_stage(0, 0);
     store_ht();
     const int m0 = 16 * (warp & 3);           // chunk rows of this warp (phases 1-2)
@@ -818,9 +900,13 @@ __device__ __forceinline__ void scan_body(
         const int st = (opts & 1) ? 0 : (lc & 1);
         cp_async_wait_all();
         __syncthreads();
+        if constexpr (CL > 1) cluster_sync();  // every CTA is done with stage st ^ 1
         // opts (timing experiments only; results are wrong): 1 = no loads after
         // the first chunk, 2 = no arithmetic.
         if (lc + 1 < nch && !(opts & 1)) load_stage(st ^ 1, lc + 1);
+        if constexpr (CL > 1) {
+            if (!(opts & 1) || lc == 0) mbar_wait(bars + st, (lc >> 1) & 1);
+        }
         if (opts & 2) continue;
         const unsigned char* base = smem + st * C::STAGE;
         const bf16* Ws = reinterpret_cast<const bf16*>(base + C::ST_W);
@@ -831,9 +917,11 @@ __device__ __forceinline__ void scan_body(
         const float* Fs = reinterpret_cast<const float*>(base + C::ST_F);
 
         // (kf K)^T for the state update.
+        const int nrows_c = min(BT, rows - lc * BT);
         for (int e = tid; e < BT * (DK / 2); e += SCAN_THREADS) {
             const int t = e & (BT - 1), dp = e >> 6;
-            const float2 kk = __bfloat1622float2(*reinterpret_cast<const bf162*>(Ks + t * LD128 + 2 * dp));
+            float2 kk = __bfloat1622float2(*reinterpret_cast<const bf162*>(Ks + t * LD128 + 2 * dp));
+            if (t >= nrows_c) kk = make_float2(0.f, 0.f);  // stale rows (cluster loads)
             const float f = Fs[BT + t];
             KT[(2 * dp) * LD64 + t] = __float2bfloat16(kk.x * f);
             KT[(2 * dp + 1) * LD64 + t] = __float2bfloat16(kk.y * f);
@@ -931,6 +1019,7 @@ __device__ __forceinline__ void scan_body(
                 *reinterpret_cast<float2*>(S + (size_t)r * DV + cc) =
                     make_float2(acc_h[mt][nt][2 * hf], acc_h[mt][nt][2 * hf + 1]);
             }
+    if constexpr (CL > 1) cluster_sync();  // no CTA leaves while the cluster still runs
 }
 
 extern "C" __global__ void __launch_bounds__(2 * SCAN_THREADS) gdn_chunk_scan_bf16(
@@ -939,9 +1028,9 @@ extern "C" __global__ void __launch_bounds__(2 * SCAN_THREADS) gdn_chunk_scan_bf
     bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {
     // SCAN_THREADS threads, or twice as many (an experiment: more warps per chunk).
     if (blockDim.x == 2 * SCAN_THREADS)
-        scan_body<BV_NARROW, 2 * SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
+        scan_body<BV_NARROW, 2 * SCAN_WARPS, 1>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
     else
-        scan_body<BV_NARROW, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
+        scan_body<BV_NARROW, SCAN_WARPS, 1>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
 }
 
 extern "C" __global__ void __launch_bounds__(2 * SCAN_THREADS) gdn_chunk_scan_bv64_bf16(
@@ -950,9 +1039,37 @@ extern "C" __global__ void __launch_bounds__(2 * SCAN_THREADS) gdn_chunk_scan_bv
     bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {
     // SCAN_THREADS threads, or twice as many (an experiment: more warps per chunk).
     if (blockDim.x == 2 * SCAN_THREADS)
-        scan_body<BV_WIDE, 2 * SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
+        scan_body<BV_WIDE, 2 * SCAN_WARPS, 1>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
     else
-        scan_body<BV_WIDE, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
+        scan_body<BV_WIDE, SCAN_WARPS, 1>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
+}
+
+// The same scans with the column-block CTAs of a head in one cluster
+// (multicast tile loads; shared memory + 16 bytes for two mbarriers).
+extern "C" __global__ void __cluster_dims__(DV / BV_NARROW, 1, 1) __launch_bounds__(2 * SCAN_THREADS)
+    gdn_chunk_scan_cl_bf16(const bf16* __restrict__ qkv, const bf16* __restrict__ w_in,
+                           const bf16* __restrict__ u_in, const bf16* __restrict__ p_in,
+                           const float* __restrict__ fac_in, float* __restrict__ state, bf16* __restrict__ out,
+                           int hk, int hv, SeqTable tab, int opts) {
+    if (blockDim.x == 2 * SCAN_THREADS)
+        scan_body<BV_NARROW, 2 * SCAN_WARPS, DV / BV_NARROW>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv,
+                                                             tab, opts);
+    else
+        scan_body<BV_NARROW, SCAN_WARPS, DV / BV_NARROW>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab,
+                                                         opts);
+}
+
+extern "C" __global__ void __cluster_dims__(DV / BV_WIDE, 1, 1) __launch_bounds__(2 * SCAN_THREADS)
+    gdn_chunk_scan_cl_bv64_bf16(const bf16* __restrict__ qkv, const bf16* __restrict__ w_in,
+                                const bf16* __restrict__ u_in, const bf16* __restrict__ p_in,
+                                const float* __restrict__ fac_in, float* __restrict__ state,
+                                bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {
+    if (blockDim.x == 2 * SCAN_THREADS)
+        scan_body<BV_WIDE, 2 * SCAN_WARPS, DV / BV_WIDE>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab,
+                                                         opts);
+    else
+        scan_body<BV_WIDE, SCAN_WARPS, DV / BV_WIDE>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab,
+                                                     opts);
 }
 
 }  // namespace gdn

@@ -64,6 +64,8 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
         "gdn_chunk_prep_v1_bf16",
         "gdn_chunk_scan_bf16",
         "gdn_chunk_scan_bv64_bf16",
+        "gdn_chunk_scan_cl_bf16",
+        "gdn_chunk_scan_cl_bv64_bf16",
     ],
 };
 

@@ -26,10 +26,12 @@ impl ScanWidth {
             ScanWidth::Wide => 64,
         }
     }
-    fn entry(self) -> &'static str {
-        match self {
-            ScanWidth::Narrow => "gdn_chunk_scan_bf16",
-            ScanWidth::Wide => "gdn_chunk_scan_bv64_bf16",
+    fn entry(self, cluster: bool) -> &'static str {
+        match (self, cluster) {
+            (ScanWidth::Narrow, false) => "gdn_chunk_scan_bf16",
+            (ScanWidth::Wide, false) => "gdn_chunk_scan_bv64_bf16",
+            (ScanWidth::Narrow, true) => "gdn_chunk_scan_cl_bf16",
+            (ScanWidth::Wide, true) => "gdn_chunk_scan_cl_bv64_bf16",
         }
     }
     /// Dynamic shared memory of the scan kernel (`ScanCfg<BV>::SMEM`).
@@ -100,6 +102,9 @@ pub struct Tuning {
     pub width: Option<ScanWidth>,
     /// Run the first prep kernel (`gdn_chunk_prep_v1_bf16`, for comparison).
     pub prep_v1: bool,
+    /// The scan's column-block CTAs of a head as one thread-block cluster
+    /// sharing the tile loads (multicast bulk copies).
+    pub scan_cluster: bool,
     /// Run the scan with twice the warps (16: each does half the work per chunk).
     pub scan_16_warps: bool,
     /// Timing ablations of the scan (its `opts`): 1 = no tile loads after the
@@ -195,8 +200,9 @@ pub(super) fn chunked(
         return Ok(());
     }
     let mut opts = (tuning.scan_ablation & 3) as i32;
-    let scan = dev.function(width.entry())?;
-    let smem = width.smem_bytes();
+    let scan = dev.function(width.entry(tuning.scan_cluster))?;
+    // The cluster kernels keep two mbarriers after the tiles.
+    let smem = width.smem_bytes() + if tuning.scan_cluster { 16 } else { 0 };
     dev.set_dynamic_smem(scan, smem)?;
     let mut params = [
         param(&mut qkv),
