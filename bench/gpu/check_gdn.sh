@@ -21,12 +21,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 status=0
 
 echo "=== correctness (f64 reference; every kernel variant) ==="
-timeout 150 "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 | tee "$OUT/gdn-tests.txt"
+timeout "${GDN_TEST_TIMEOUT:-150}" "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 | tee "$OUT/gdn-tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "tests FAILED"; status=1; }
 if [ -n "${GDN_ALT_DEFINES:-}" ]; then
     # The same checks on kernels built with other -D options (e.g. GDN_LDMATRIX=0).
     echo "=== correctness with HEADROOM_NVRTC_DEFINES=$GDN_ALT_DEFINES ==="
-    HEADROOM_NVRTC_DEFINES=$GDN_ALT_DEFINES timeout 150 "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 \
+    HEADROOM_NVRTC_DEFINES=$GDN_ALT_DEFINES timeout "${GDN_TEST_TIMEOUT:-150}" "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 \
         | tee "$OUT/gdn-tests-alt.txt" | grep -E "^test |test result"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "tests ($GDN_ALT_DEFINES) FAILED"; status=1; }
 fi
@@ -45,7 +45,7 @@ else
     echo "compute-sanitizer not found"; status=1
 fi
 
-echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-v1-Narrow,prep-v2-Narrow,prep-v2-Narrow-16warps,prep-v2-Wide}) ==="
+echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=Narrow,Wide}) ==="
 if command -v ncu >/dev/null; then
     GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-70}" ncu \
         --clock-control none --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 12 \

@@ -268,23 +268,15 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
-/// The kernel variants every GPU check runs: both scan widths, 8 and 16
-/// warps, with and without the cluster.
+/// The kernel variants every GPU check runs: both scan widths.
 fn variants() -> Vec<Tuning> {
-    let mut v = Vec::new();
-    for scan_cluster in [false, true] {
-        for scan_16_warps in [false, true] {
-            for w in WIDTHS {
-                v.push(Tuning {
-                    width: Some(w),
-                    scan_16_warps,
-                    scan_cluster,
-                    ..Tuning::default()
-                });
-            }
-        }
-    }
-    v
+    WIDTHS
+        .iter()
+        .map(|&w| Tuning {
+            width: Some(w),
+            ..Tuning::default()
+        })
+        .collect()
 }
 
 /// Runs `calls` (each a list of sequences) in order on the device and the
@@ -464,12 +456,9 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
-    let tuned = |prep_v1: bool, w: ScanWidth, ablation: u32| Tuning {
+    let tuned = |w: ScanWidth, ablation: u32| Tuning {
         width: Some(w),
-        prep_v1,
         scan_ablation: ablation,
-        scan_16_warps: false,
-        scan_cluster: false,
     };
     for &t in &lengths {
         let x = Inputs::random(d, t, 8, 7);
@@ -477,56 +466,23 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         let one = vec![(0, 0, t)];
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
-        let mut variants: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
-        for (v1, name) in [(true, "prep-v1"), (false, "prep-v2")] {
-            for w in WIDTHS {
-                variants.push((format!("{name}-{w:?}"), tuned(v1, w, 0), &one));
-                if t >= 8192 {
-                    variants.push((format!("{name}-{w:?}-8seq"), tuned(v1, w, 0), &eight));
-                }
-            }
-        }
+        let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
         for w in WIDTHS {
-            let cl = Tuning {
-                scan_cluster: true,
-                ..tuned(false, w, 0)
-            };
-            variants.push((format!("prep-v2-{w:?}-cluster"), cl, &one));
-            let cl16 = Tuning {
-                scan_16_warps: true,
-                ..cl
-            };
-            variants.push((format!("prep-v2-{w:?}-cluster-16warps"), cl16, &one));
+            cases.push((format!("{w:?}"), tuned(w, 0), &one));
             if t >= 8192 {
-                variants.push((format!("prep-v2-{w:?}-cluster-8seq"), cl, &eight));
+                cases.push((format!("{w:?}-8seq"), tuned(w, 0), &eight));
             }
             if t >= 32768 {
-                for (a, what) in [(1, "noload"), (2, "nomath")] {
-                    let abl = Tuning {
-                        scan_ablation: a,
-                        ..cl
-                    };
-                    variants.push((format!("prep-v2-{w:?}-cluster-{what}"), abl, &one));
-                }
-            }
-            let t16 = Tuning {
-                scan_16_warps: true,
-                ..tuned(false, w, 0)
-            };
-            variants.push((format!("prep-v2-{w:?}-16warps"), t16, &one));
-            if t >= 8192 {
-                variants.push((format!("prep-v2-{w:?}-16warps-8seq"), t16, &eight));
+                // Timing ablations (wrong results by design): the scan without
+                // its tile loads after the first chunk, without arithmetic.
+                cases.push((format!("{w:?}-noload"), tuned(w, 1), &one));
+                cases.push((format!("{w:?}-nomath"), tuned(w, 2), &one));
             }
         }
         if t >= 32768 {
-            for w in WIDTHS {
-                variants.push((format!("prep-v2-{w:?}-noload"), tuned(false, w, 1), &one));
-                variants.push((format!("prep-v2-{w:?}-nomath"), tuned(false, w, 2), &one));
-            }
-            variants.push(("prep-v1-alone".into(), tuned(true, ScanWidth::Narrow, 4), &one));
-            variants.push(("prep-v2-alone".into(), tuned(false, ScanWidth::Narrow, 4), &one));
+            cases.push(("prep-alone".into(), tuned(ScanWidth::Narrow, 4), &one));
         }
-        for (name, tuning, seqs) in variants {
+        for (name, tuning, seqs) in cases {
             if pick.as_ref().is_some_and(|p| !p.contains(&name)) {
                 continue;
             }

@@ -26,12 +26,10 @@ impl ScanWidth {
             ScanWidth::Wide => 64,
         }
     }
-    fn entry(self, cluster: bool) -> &'static str {
-        match (self, cluster) {
-            (ScanWidth::Narrow, false) => "gdn_chunk_scan_bf16",
-            (ScanWidth::Wide, false) => "gdn_chunk_scan_bv64_bf16",
-            (ScanWidth::Narrow, true) => "gdn_chunk_scan_cl_bf16",
-            (ScanWidth::Wide, true) => "gdn_chunk_scan_cl_bv64_bf16",
+    fn entry(self) -> &'static str {
+        match self {
+            ScanWidth::Narrow => "gdn_chunk_scan_bf16",
+            ScanWidth::Wide => "gdn_chunk_scan_bv64_bf16",
         }
     }
     /// Dynamic shared memory of the scan kernel (`ScanCfg<BV>::SMEM`).
@@ -41,9 +39,8 @@ impl ScanWidth {
         2 * stage + DIM * LD64 * 2 + bv * LD128 * 2 + bv * LD64 * 2
     }
 }
-/// Threads of the prep kernel (`PREP2_THREADS`) and of its first version (`PREP_THREADS`).
+/// Threads of the prep kernel (eight warps).
 pub const PREP_THREADS: usize = 256;
-const PREP_V1_THREADS: usize = 128;
 /// Threads of the scan kernel (eight warps).
 pub const SCAN_THREADS: usize = 256;
 /// Sequences per chunked launch (`gdn::MAX_SEQS`).
@@ -60,16 +57,9 @@ const DIM: usize = super::SUPPORTED_DIM;
 const LD128: usize = DIM + 8;
 const LD64: usize = CHUNK + 8;
 
-/// Dynamic shared memory of the prep kernel (`PREP2_SMEM`).
+/// Dynamic shared memory of the prep kernel (`PREP_SMEM`).
 pub const PREP_SMEM: usize =
     2 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + 2 * DIM * LD64 * 2 + 3 * CHUNK * 4;
-/// Dynamic shared memory of the first prep kernel (`PREP_SMEM`).
-const PREP_V1_SMEM: usize = 2 * CHUNK * LD128 * 2
-    + CHUNK * LD64 * 2
-    + 2 * DIM * LD64 * 2
-    + 3 * 256 * 4
-    + 3 * CHUNK * 4
-    + CHUNK * LD128 * 2;
 
 #[repr(C)]
 struct SeqTable {
@@ -95,18 +85,11 @@ const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
 const _: () = assert!(2 * PREP_SMEM <= 227 * 1024);
 
 /// Kernel choices for benches and experiments; production runs
-/// `Tuning::default()` (current prep, scan width from `scan_width_for`).
+/// `Tuning::default()` (scan width from `scan_width_for`, no ablation).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// The prefill scan width; `None`: `scan_width_for`.
     pub width: Option<ScanWidth>,
-    /// Run the first prep kernel (`gdn_chunk_prep_v1_bf16`, for comparison).
-    pub prep_v1: bool,
-    /// The scan's column-block CTAs of a head as one thread-block cluster
-    /// sharing the tile loads (multicast bulk copies).
-    pub scan_cluster: bool,
-    /// Run the scan with twice the warps (16: each does half the work per chunk).
-    pub scan_16_warps: bool,
     /// Timing ablations of the scan (its `opts`): 1 = no tile loads after the
     /// first chunk, 2 = no arithmetic, 4 = no scan launched (prep alone). Any
     /// non-zero value gives wrong results.
@@ -164,13 +147,8 @@ pub(super) fn chunked(
     let (mut wp, mut up, mut pp, mut fp) = (w.ptr(), u.ptr(), p.ptr(), fac.ptr());
     let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
 
-    let (prep_entry, prep_threads, prep_smem) = if tuning.prep_v1 {
-        ("gdn_chunk_prep_v1_bf16", PREP_V1_THREADS, PREP_V1_SMEM)
-    } else {
-        ("gdn_chunk_prep_bf16", PREP_THREADS, PREP_SMEM)
-    };
-    let prep = dev.function(prep_entry)?;
-    dev.set_dynamic_smem(prep, prep_smem)?;
+    let prep = dev.function("gdn_chunk_prep_bf16")?;
+    dev.set_dynamic_smem(prep, PREP_SMEM)?;
     let mut params = [
         param(&mut qkv),
         param(&mut g),
@@ -190,8 +168,8 @@ pub(super) fn chunked(
         dev.launch(
             prep,
             grid,
-            (prep_threads as u32, 1, 1),
-            prep_smem,
+            (PREP_THREADS as u32, 1, 1),
+            PREP_SMEM,
             &mut params,
         )?
     };
@@ -200,9 +178,8 @@ pub(super) fn chunked(
         return Ok(());
     }
     let mut opts = (tuning.scan_ablation & 3) as i32;
-    let scan = dev.function(width.entry(tuning.scan_cluster))?;
-    // The cluster kernels keep two mbarriers after the tiles.
-    let smem = width.smem_bytes() + if tuning.scan_cluster { 16 } else { 0 };
+    let scan = dev.function(width.entry())?;
+    let smem = width.smem_bytes();
     dev.set_dynamic_smem(scan, smem)?;
     let mut params = [
         param(&mut qkv),
@@ -224,12 +201,7 @@ pub(super) fn chunked(
     );
     // SAFETY: as above; the scratch buffers are freed to the stream-ordered
     // pool only after this launch is queued on the same stream.
-    let threads = if tuning.scan_16_warps {
-        2 * SCAN_THREADS
-    } else {
-        SCAN_THREADS
-    };
-    unsafe { dev.launch(scan, grid, (threads as u32, 1, 1), smem, &mut params) }
+    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params) }
 }
 
 /// The recurrent step over up to [`MAX_DECODE_SEQS`] one-row sequences.
@@ -271,23 +243,35 @@ pub(super) fn recurrent(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{GDN_CHUNKED, GDN_RECURRENT};
+    use crate::kernels::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_RECURRENT};
 
     use crate::kernels::source_constant as constant;
 
+    /// The text of `src` from `from` through the end of the line holding `to`.
+    fn block<'a>(src: &'a str, from: &str, to: &str) -> &'a str {
+        let a = src.find(from).expect("start marker");
+        let b = a + src[a..].find(to).expect("end marker");
+        let e = b + src[b..].find('\n').unwrap_or(src.len() - b);
+        &src[a..e]
+    }
+
     #[test]
     fn launch_constants_match_the_kernel_sources() {
+        for c in [GDN_CHUNK_PREP.source, GDN_CHUNKED.source] {
+            assert_eq!(constant(c, "DK"), DIM);
+            assert_eq!(constant(c, "DV"), DIM);
+            assert_eq!(constant(c, "BT"), CHUNK);
+            assert_eq!(constant(c, "MAX_SEQS"), MAX_SCAN_SEQS);
+            assert_eq!(constant(c, "FAC"), FAC);
+        }
         let c = GDN_CHUNKED.source;
-        assert_eq!(constant(c, "DK"), DIM);
-        assert_eq!(constant(c, "DV"), DIM);
-        assert_eq!(constant(c, "BT"), CHUNK);
         assert_eq!(constant(c, "BV_NARROW"), ScanWidth::Narrow.columns());
         assert_eq!(constant(c, "BV_WIDE"), ScanWidth::Wide.columns());
-        assert_eq!(constant(c, "PREP2_THREADS"), PREP_THREADS);
-        assert_eq!(constant(c, "PREP_THREADS"), PREP_V1_THREADS);
         assert_eq!(constant(c, "SCAN_WARPS") * 32, SCAN_THREADS);
-        assert_eq!(constant(c, "MAX_SEQS"), MAX_SCAN_SEQS);
-        assert_eq!(constant(c, "FAC"), FAC);
+        assert_eq!(
+            constant(GDN_CHUNK_PREP.source, "PREP_THREADS"),
+            PREP_THREADS
+        );
         let r = GDN_RECURRENT.source;
         assert_eq!(constant(r, "DK"), DIM);
         assert_eq!(constant(r, "DV"), DIM);
@@ -297,13 +281,22 @@ mod tests {
     }
 
     #[test]
+    fn prep_and_scan_share_the_sequence_table_and_fragment_helpers() {
+        let shared = |src| block(src, "struct SeqTable {", "void cp_async_wait_all()");
+        assert_eq!(shared(GDN_CHUNK_PREP.source), shared(GDN_CHUNKED.source));
+        assert!(shared(GDN_CHUNKED.source).contains("void frag_a("));
+    }
+
+    #[test]
     fn shared_memory_fits_one_hopper_cta() {
         for w in [ScanWidth::Narrow, ScanWidth::Wide] {
             assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
         }
-        let c = GDN_CHUNKED.source;
-        assert!(c.contains("PREP_X + 3 * BT * 4 + PREP_V;"));
-        assert!(c.contains("PREP2_SMEM = P2_R1 + P2_TS + P2_KBT + P2_VBT + 3 * BT * 4;"));
-        assert!(c.contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
+        assert!(GDN_CHUNK_PREP
+            .source
+            .contains("PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;"));
+        assert!(GDN_CHUNKED
+            .source
+            .contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
     }
 }
