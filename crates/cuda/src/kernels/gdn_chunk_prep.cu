@@ -119,15 +119,10 @@ __device__ __forceinline__ int seq_of_chunk(const SeqTable& tab, int c) {
 extern __shared__ __align__(16) unsigned char dyn_smem[];
 
 // ---------------------------------------------------------------- prep ----
-
-
-// ---------------------------------------------------------------- prep ----
 //
-// Eight warps per (chunk, value head). Differences from v1: v goes from
-// global straight to (beta v)^T (no staging), the off-diagonal blocks of
-// T = (I + A)^-1 are 16x16 products on the tensor cores in 3xTF32 (split
-// hi/lo operands: f32-level accuracy), and W, U, P leave through shared
-// memory as coalesced 16-byte stores.
+// Eight warps per (chunk, value head), two CTAs per SM. (The first version,
+// 4 warps with the off-diagonal inverse as scalar loops over shared memory
+// and a staging copy of v, was 1.8x slower: docs/perf/cuda-gdn.md, run 3.)
 
 constexpr int PREP_THREADS = 256;
 constexpr int PREP_WARPS = PREP_THREADS / 32;

@@ -1,6 +1,7 @@
 //! The gated delta rule on the device: the chunked (WY / UT-transform) form
 //! for prefill rows and the recurrent step for decode rows
-//! (`kernels/gdn_chunked.cu`, `kernels/gdn_recurrent.cu`).
+//! (`kernels/gdn_chunk_prep.cu` + `kernels/gdn_chunked.cu`,
+//! `kernels/gdn_recurrent.cu`).
 //!
 //! Semantics are transformers' `torch_recurrent_gated_delta_rule` with
 //! `use_qk_l2norm_in_kernel=True` (see `headroom_model::ops::gated_delta`):
