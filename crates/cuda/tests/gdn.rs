@@ -8,7 +8,8 @@ use half::bf16;
 use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
-    gated_delta_rule, gated_delta_rule_with, validate, GdnLaunch, ScanWidth,
+    gated_delta_rule, gated_delta_rule_tuned, gated_delta_rule_with, validate, GdnLaunch,
+    ScanWidth, Tuning,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -267,23 +268,34 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
+/// The kernel variants every GPU check runs: both scan widths.
+fn variants() -> Vec<Tuning> {
+    WIDTHS
+        .iter()
+        .map(|&w| Tuning {
+            width: Some(w),
+            ..Tuning::default()
+        })
+        .collect()
+}
+
 /// Runs `calls` (each a list of sequences) in order on the device and the
-/// reference, then checks the union; once per scan width, fresh inputs each.
+/// reference, then checks the union; once per kernel variant, fresh inputs each.
 fn run_and_check(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>]) {
-    for w in WIDTHS {
-        eprintln!(" scan width {w:?}");
-        run_and_check_with(d, t, slots, calls, w);
+    for v in variants() {
+        eprintln!(" variant {v:?}");
+        run_and_check_with(d, t, slots, calls, v);
     }
 }
 
-fn run_and_check_with(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>], w: ScanWidth) {
+fn run_and_check_with(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>], v: Tuning) {
     let dev = device();
     let x = Inputs::random(d, t, slots, fresh_seed());
     let bufs = OnDevice::upload(&dev, &x);
     let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
     let mut want_out = vec![f64::NAN; t * d.hv * d.dv];
     for seqs in calls {
-        bufs.run_with(&dev, d, seqs, w).unwrap();
+        gated_delta_rule_tuned(&dev, &bufs.launch(d, seqs), &v).unwrap();
         let o = reference(&x, seqs, &mut want);
         for (w, o) in want_out.iter_mut().zip(o) {
             if !o.is_nan() {
@@ -377,12 +389,12 @@ fn qwen36_35b_dims_at_2048_rows() {
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
 fn nan_in_one_row_stays_in_its_sequence() {
-    for w in WIDTHS {
-        nan_row_case(w);
+    for v in variants() {
+        nan_row_case(v);
     }
 }
 
-fn nan_row_case(w: ScanWidth) {
+fn nan_row_case(v: Tuning) {
     let dev = device();
     let d = SMALL;
     let mut x = Inputs::random(d, 200, 2, fresh_seed());
@@ -393,7 +405,7 @@ fn nan_row_case(w: ScanWidth) {
     }
     let seqs = [(0, 0, 100), (1, 100, 100)];
     let bufs = OnDevice::upload(&dev, &x);
-    bufs.run_with(&dev, d, &seqs, w).unwrap();
+    gated_delta_rule_tuned(&dev, &bufs.launch(d, &seqs), &v).unwrap();
     let (out, state) = bufs.read(&dev, &x);
     let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
     let want_out = reference(&x, &seqs[1..], &mut want);
@@ -435,21 +447,52 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             ms.len()
         )
     };
+    // GDN_BENCH_VARIANTS=a,b picks variants by name (the profiler pass);
+    // GDN_BENCH_REPS sets the timed calls (default 7).
+    let pick: Option<Vec<String>> = std::env::var("GDN_BENCH_VARIANTS")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let reps: usize = std::env::var("GDN_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let tuned = |w: ScanWidth, ablation: u32| Tuning {
+        width: Some(w),
+        scan_ablation: ablation,
+    };
     for &t in &lengths {
         let x = Inputs::random(d, t, 8, 7);
         let bufs = OnDevice::upload(&dev, &x);
-        let one = [(0, 0, t)];
+        let one = vec![(0, 0, t)];
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
+        let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
         for w in WIDTHS {
-            let ms = time_ms(&dev, || bufs.run_with(&dev, d, &one, w).unwrap());
-            let (out, _) = bufs.read(&dev, &x);
-            assert!(out.iter().all(|v| v.is_finite()));
-            report(format!("t={t} 35B-A3B scan {w:?}"), ms);
+            cases.push((format!("{w:?}"), tuned(w, 0), &one));
             if t >= 8192 {
-                let ms = time_ms(&dev, || bufs.run_with(&dev, d, &eight, w).unwrap());
-                report(format!("t={t} as 8 x {} scan {w:?}", t / 8), ms);
+                cases.push((format!("{w:?}-8seq"), tuned(w, 0), &eight));
             }
+            if t >= 32768 {
+                // Timing ablations (wrong results by design): the scan without
+                // its tile loads after the first chunk, without arithmetic.
+                cases.push((format!("{w:?}-noload"), tuned(w, 1), &one));
+                cases.push((format!("{w:?}-nomath"), tuned(w, 2), &one));
+            }
+        }
+        if t >= 32768 {
+            cases.push(("prep-alone".into(), tuned(ScanWidth::Narrow, 4), &one));
+        }
+        for (name, tuning, seqs) in cases {
+            if pick.as_ref().is_some_and(|p| !p.contains(&name)) {
+                continue;
+            }
+            let run = || gated_delta_rule_tuned(&dev, &bufs.launch(d, seqs), &tuning).unwrap();
+            let ms = time_ms(&dev, reps, run);
+            if tuning.scan_ablation == 0 {
+                let (out, _) = bufs.read(&dev, &x);
+                assert!(out.iter().all(|v| v.is_finite()), "{name}");
+            }
+            report(format!("t={t} 35B-A3B {name}"), ms);
         }
     }
     // Decode: one recurrent step for a batch of sequences.
@@ -458,7 +501,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             let x = Inputs::random(d, batch, batch, 9);
             let bufs = OnDevice::upload(&dev, &x);
             let seqs: Vec<Seq> = (0..batch).map(|i| (i, i, 1)).collect();
-            let ms = time_ms(&dev, || bufs.run(&dev, d, &seqs).unwrap());
+            let ms = time_ms(&dev, 7, || bufs.run(&dev, d, &seqs).unwrap());
             let (out, _) = bufs.read(&dev, &x);
             assert!(out.iter().all(|v| v.is_finite()));
             report(format!("decode batch {batch}"), ms);
@@ -466,13 +509,13 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
     }
 }
 
-/// Device times (ms, sorted) of 7 calls after one warm-up, from CUDA events.
-fn time_ms(dev: &CudaDevice, mut call: impl FnMut()) -> Vec<f64> {
+/// Device times (ms, sorted) of `reps` calls after one warm-up, from CUDA events.
+fn time_ms(dev: &CudaDevice, reps: usize, mut call: impl FnMut()) -> Vec<f64> {
     use cudarc::driver::{result, sys};
     call(); // warm-up (compiles on first use)
     dev.synchronize().unwrap();
     let mut ms = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..reps {
         // SAFETY: events on this device's live stream, destroyed below.
         unsafe {
             let a = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();

@@ -54,16 +54,20 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
     entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
 };
 
-/// Gated delta rule, chunked prefill form (prep + scan; `ops::gdn`).
+/// Gated delta rule, chunked prefill form: the per-chunk prep (`ops::gdn`).
+pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
+    name: "gdn_chunk_prep",
+    file: "gdn_chunk_prep.cu",
+    source: include_str!("gdn_chunk_prep.cu"),
+    entry_points: &["gdn_chunk_prep_bf16"],
+};
+
+/// Gated delta rule, chunked prefill form: the scan over chunks (`ops::gdn`).
 pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
     source: include_str!("gdn_chunked.cu"),
-    entry_points: &[
-        "gdn_chunk_prep_bf16",
-        "gdn_chunk_scan_bf16",
-        "gdn_chunk_scan_bv64_bf16",
-    ],
+    entry_points: &["gdn_chunk_scan_bf16", "gdn_chunk_scan_bv64_bf16"],
 };
 
 /// Gated delta rule, recurrent decode step (`ops::gdn`).
@@ -198,6 +202,7 @@ pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
     ATTENTION_FUSED_WGMMA,
     MASKED_SOFTMAX,
+    GDN_CHUNK_PREP,
     GDN_CHUNKED,
     GDN_RECURRENT,
     OPS_INIT,

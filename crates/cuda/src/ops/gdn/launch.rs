@@ -39,8 +39,8 @@ impl ScanWidth {
         2 * stage + DIM * LD64 * 2 + bv * LD128 * 2 + bv * LD64 * 2
     }
 }
-/// Threads of the prep kernel.
-pub const PREP_THREADS: usize = 128;
+/// Threads of the prep kernel (eight warps).
+pub const PREP_THREADS: usize = 256;
 /// Threads of the scan kernel (eight warps).
 pub const SCAN_THREADS: usize = 256;
 /// Sequences per chunked launch (`gdn::MAX_SEQS`).
@@ -58,12 +58,8 @@ const LD128: usize = DIM + 8;
 const LD64: usize = CHUNK + 8;
 
 /// Dynamic shared memory of the prep kernel (`PREP_SMEM`).
-pub const PREP_SMEM: usize = 2 * CHUNK * LD128 * 2
-    + CHUNK * LD64 * 2
-    + 2 * DIM * LD64 * 2
-    + 3 * 256 * 4
-    + 3 * CHUNK * 4
-    + CHUNK * LD128 * 2;
+pub const PREP_SMEM: usize =
+    2 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + 2 * DIM * LD64 * 2 + 3 * CHUNK * 4;
 
 #[repr(C)]
 struct SeqTable {
@@ -86,7 +82,19 @@ struct DecodeTable {
 // and ints before them; two prep CTAs share an SM.
 const _: () = assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
 const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
-const _: () = assert!(2 * PREP_SMEM <= 228 * 1024);
+const _: () = assert!(2 * PREP_SMEM <= 227 * 1024);
+
+/// Kernel choices for benches and experiments; production runs
+/// `Tuning::default()` (scan width from `scan_width_for`, no ablation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// The prefill scan width; `None`: `scan_width_for`.
+    pub width: Option<ScanWidth>,
+    /// Timing ablations of the scan (its `opts`): 1 = no tile loads after the
+    /// first chunk, 2 = no arithmetic, 4 = no scan launched (prep alone). Any
+    /// non-zero value gives wrong results.
+    pub scan_ablation: u32,
+}
 
 fn param<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
@@ -102,6 +110,7 @@ pub(super) fn chunked(
     l: &GdnLaunch<'_>,
     group: &[SeqRun],
     width: ScanWidth,
+    tuning: &Tuning,
 ) -> Result<(), CudaError> {
     assert!(group.len() <= MAX_SCAN_SEQS);
     let mut tab = SeqTable {
@@ -165,6 +174,10 @@ pub(super) fn chunked(
         )?
     };
 
+    if tuning.scan_ablation & 4 != 0 {
+        return Ok(());
+    }
+    let mut opts = (tuning.scan_ablation & 3) as i32;
     let scan = dev.function(width.entry())?;
     let smem = width.smem_bytes();
     dev.set_dynamic_smem(scan, smem)?;
@@ -179,6 +192,7 @@ pub(super) fn chunked(
         param(&mut hk),
         param(&mut hv),
         param(&mut tab),
+        param(&mut opts),
     ];
     let grid = (
         (DIM / width.columns()) as u32,
@@ -229,22 +243,35 @@ pub(super) fn recurrent(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{GDN_CHUNKED, GDN_RECURRENT};
+    use crate::kernels::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_RECURRENT};
 
     use crate::kernels::source_constant as constant;
 
+    /// The text of `src` from `from` through the end of the line holding `to`.
+    fn block<'a>(src: &'a str, from: &str, to: &str) -> &'a str {
+        let a = src.find(from).expect("start marker");
+        let b = a + src[a..].find(to).expect("end marker");
+        let e = b + src[b..].find('\n').unwrap_or(src.len() - b);
+        &src[a..e]
+    }
+
     #[test]
     fn launch_constants_match_the_kernel_sources() {
+        for c in [GDN_CHUNK_PREP.source, GDN_CHUNKED.source] {
+            assert_eq!(constant(c, "DK"), DIM);
+            assert_eq!(constant(c, "DV"), DIM);
+            assert_eq!(constant(c, "BT"), CHUNK);
+            assert_eq!(constant(c, "MAX_SEQS"), MAX_SCAN_SEQS);
+            assert_eq!(constant(c, "FAC"), FAC);
+        }
         let c = GDN_CHUNKED.source;
-        assert_eq!(constant(c, "DK"), DIM);
-        assert_eq!(constant(c, "DV"), DIM);
-        assert_eq!(constant(c, "BT"), CHUNK);
         assert_eq!(constant(c, "BV_NARROW"), ScanWidth::Narrow.columns());
         assert_eq!(constant(c, "BV_WIDE"), ScanWidth::Wide.columns());
-        assert_eq!(constant(c, "PREP_THREADS"), PREP_THREADS);
         assert_eq!(constant(c, "SCAN_WARPS") * 32, SCAN_THREADS);
-        assert_eq!(constant(c, "MAX_SEQS"), MAX_SCAN_SEQS);
-        assert_eq!(constant(c, "FAC"), FAC);
+        assert_eq!(
+            constant(GDN_CHUNK_PREP.source, "PREP_THREADS"),
+            PREP_THREADS
+        );
         let r = GDN_RECURRENT.source;
         assert_eq!(constant(r, "DK"), DIM);
         assert_eq!(constant(r, "DV"), DIM);
@@ -254,12 +281,22 @@ mod tests {
     }
 
     #[test]
+    fn prep_and_scan_share_the_sequence_table_and_fragment_helpers() {
+        let shared = |src| block(src, "struct SeqTable {", "void cp_async_wait_all()");
+        assert_eq!(shared(GDN_CHUNK_PREP.source), shared(GDN_CHUNKED.source));
+        assert!(shared(GDN_CHUNKED.source).contains("void frag_a("));
+    }
+
+    #[test]
     fn shared_memory_fits_one_hopper_cta() {
         for w in [ScanWidth::Narrow, ScanWidth::Wide] {
             assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
         }
-        let c = GDN_CHUNKED.source;
-        assert!(c.contains("PREP_X + 3 * BT * 4 + PREP_V;"));
-        assert!(c.contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
+        assert!(GDN_CHUNK_PREP
+            .source
+            .contains("PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;"));
+        assert!(GDN_CHUNKED
+            .source
+            .contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
     }
 }

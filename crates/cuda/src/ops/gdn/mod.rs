@@ -1,6 +1,7 @@
 //! The gated delta rule on the device: the chunked (WY / UT-transform) form
 //! for prefill rows and the recurrent step for decode rows
-//! (`kernels/gdn_chunked.cu`, `kernels/gdn_recurrent.cu`).
+//! (`kernels/gdn_chunk_prep.cu` + `kernels/gdn_chunked.cu`,
+//! `kernels/gdn_recurrent.cu`).
 //!
 //! Semantics are transformers' `torch_recurrent_gated_delta_rule` with
 //! `use_qk_l2norm_in_kernel=True` (see `headroom_model::ops::gated_delta`):
@@ -19,7 +20,7 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 
-pub use launch::ScanWidth;
+pub use launch::{ScanWidth, Tuning};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
 
 /// One gated-delta-rule call over a varlen batch.
@@ -64,7 +65,7 @@ pub fn scan_width_for(v_heads: usize, sequences: usize, sm_count: usize) -> Scan
 /// through the chunked form (prep + scan per [`launch::MAX_SCAN_SEQS`]),
 /// the scan width from [`scan_width_for`].
 pub fn gated_delta_rule(dev: &CudaDevice, l: &GdnLaunch<'_>) -> Result<(), CudaError> {
-    run(dev, l, None)
+    run(dev, l, &Tuning::default())
 }
 
 /// [`gated_delta_rule`] with the prefill scan width fixed (benches, tests).
@@ -73,18 +74,36 @@ pub fn gated_delta_rule_with(
     l: &GdnLaunch<'_>,
     width: ScanWidth,
 ) -> Result<(), CudaError> {
-    run(dev, l, Some(width))
+    run(
+        dev,
+        l,
+        &Tuning {
+            width: Some(width),
+            ..Tuning::default()
+        },
+    )
 }
 
-fn run(dev: &CudaDevice, l: &GdnLaunch<'_>, width: Option<ScanWidth>) -> Result<(), CudaError> {
+/// [`gated_delta_rule`] with the kernel choices of `tuning` (benches).
+pub fn gated_delta_rule_tuned(
+    dev: &CudaDevice,
+    l: &GdnLaunch<'_>,
+    tuning: &Tuning,
+) -> Result<(), CudaError> {
+    run(dev, l, tuning)
+}
+
+fn run(dev: &CudaDevice, l: &GdnLaunch<'_>, tuning: &Tuning) -> Result<(), CudaError> {
     let plan = validate(l)?;
     let (decode, prefill): (Vec<SeqRun>, Vec<SeqRun>) = plan.seqs.iter().partition(|s| s.rows == 1);
     for group in decode.chunks(launch::MAX_DECODE_SEQS) {
         launch::recurrent(dev, l, group)?;
     }
     for group in prefill.chunks(launch::MAX_SCAN_SEQS) {
-        let w = width.unwrap_or_else(|| scan_width_for(l.v_heads, group.len(), dev.sm_count));
-        launch::chunked(dev, l, group, w)?;
+        let w = tuning
+            .width
+            .unwrap_or_else(|| scan_width_for(l.v_heads, group.len(), dev.sm_count));
+        launch::chunked(dev, l, group, w, tuning)?;
     }
     Ok(())
 }

@@ -1,0 +1,462 @@
+// Gated delta rule, chunked form: the per-chunk preparation kernel
+// (`gdn_chunk_prep_bf16`; the scan that consumes its output is in
+// gdn_chunked.cu, whose header states the algebra). The constants, the
+// sequence table and the fragment helpers below match gdn_chunked.cu
+// (checked by ops::gdn::launch's tests).
+//
+// One CTA (8 warps) per (64-row chunk, value head), all chunks in parallel:
+// q, k rows by cp.async, v straight to (beta v)^T; q/k L2 norms; chunk-local
+// cumsum G of g; A = beta exp(Gi - Gj) ki.kj and P = exp(Gi - Gj) qi.kj on
+// mma.sync; T = (I + A)^-1 by blocked forward substitution (16x16 diagonal
+// blocks by one thread per column, off-diagonal blocks as 16x16 products on
+// the tensor cores in 3xTF32); W = T (beta exp(G) K), U = T (beta V). W, U, P
+// (bf16) leave through shared memory as 16-byte stores, per-row factors (f32)
+// beside them.
+
+#include <cuda_bf16.h>
+
+namespace gdn {
+
+typedef __nv_bfloat16 bf16;
+typedef __nv_bfloat162 bf162;
+
+constexpr int DK = 128;          // key head dim
+constexpr int DV = 128;          // value head dim
+constexpr int BT = 64;           // chunk rows
+constexpr int MAX_SEQS = 128;    // sequences per launch (kernel parameter table)
+constexpr int FAC = 132;         // floats per (chunk, head): qf[64], kf[64], exp(G_L), pad
+constexpr float L2_EPS = 1e-6f;
+
+// Padded shared-memory row strides (bf16 elements): rows land on distinct banks.
+constexpr int LD128 = DK + 8;    // 136
+constexpr int LD64 = BT + 8;     // 72
+
+struct SeqTable {
+    int n;                  // sequences in this launch
+    int total_chunks;       // sum of ceil(rows / BT)
+    int slot[MAX_SEQS];
+    int first[MAX_SEQS];    // first row in the batch
+    int rows[MAX_SEQS];
+    int chunk0[MAX_SEQS];   // index of the sequence's first chunk in the scratch
+};
+
+__device__ __forceinline__ unsigned ld32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
+
+__device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Fragments by ldmatrix (one instruction for 4 or 2 8x8 pieces) unless
+// built with -DGDN_LDMATRIX=0 (four / two 32-bit shared loads).
+#ifndef GDN_LDMATRIX
+#define GDN_LDMATRIX 1
+#endif
+
+// A fragment (16 x 16) of a row-major [m][k] tile with row stride ld
+// (ldmatrix: rows 16-byte aligned, ld * 2 a multiple of 16).
+__device__ __forceinline__ void frag_a(unsigned* a, const bf16* s, int ld, int m0, int k0, int lane) {
+#if GDN_LDMATRIX
+    const bf16* p = s + (m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(smem_addr(p)));
+#else
+    const int g = lane >> 2, t = lane & 3;
+    const bf16* p = s + (m0 + g) * ld + k0 + 2 * t;
+    a[0] = ld32(p);
+    a[1] = ld32(p + 8 * ld);
+    a[2] = ld32(p + 8);
+    a[3] = ld32(p + 8 * ld + 8);
+#endif
+}
+
+// B fragment (16 x 8) of a tile stored [n][k] (k contiguous) with row stride ld.
+__device__ __forceinline__ void frag_b(unsigned* b, const bf16* s, int ld, int n0, int k0, int lane) {
+#if GDN_LDMATRIX
+    const bf16* p = s + (n0 + (lane & 7)) * ld + k0 + ((lane >> 3) & 1) * 8;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
+#else
+    const int g = lane >> 2, t = lane & 3;
+    const bf16* p = s + (n0 + g) * ld + k0 + 2 * t;
+    b[0] = ld32(p);
+    b[1] = ld32(p + 8);
+#endif
+}
+
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// The sequence that owns global chunk c (chunk0 is increasing).
+__device__ __forceinline__ int seq_of_chunk(const SeqTable& tab, int c) {
+    int lo = 0, hi = tab.n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (tab.chunk0[mid] <= c) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+extern __shared__ __align__(16) unsigned char dyn_smem[];
+
+// ---------------------------------------------------------------- prep ----
+//
+// Eight warps per (chunk, value head), two CTAs per SM. (The first version,
+// 4 warps with the off-diagonal inverse as scalar loops over shared memory
+// and a staging copy of v, was 1.8x slower: docs/perf/cuda-gdn.md, run 3.)
+
+constexpr int PREP_THREADS = 256;
+constexpr int PREP_WARPS = PREP_THREADS / 32;
+constexpr int LDF = BT + 4;     // f32 [64][68]: tf32 fragment reads hit distinct banks
+constexpr int LDX = 24;          // f32 [16][24] per-warp scratch, same reason
+constexpr int PREP_R1 = 2 * BT * LD128 * 2;   // Ks | Qs, then Af | Tf (f32), then W | U staging
+constexpr int PREP_TS = BT * LD64 * 2;        // P staging, then X scratch, then T (bf16)
+constexpr int PREP_KBT = DK * LD64 * 2;
+constexpr int PREP_VBT = DV * LD64 * 2;
+constexpr int PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;
+static_assert(2 * BT * LDF * 4 <= PREP_R1, "Af and Tf fit in the K/Q region");
+static_assert(4 * 16 * LDX * 4 <= PREP_TS, "X scratch fits in the T region");
+static_assert(2 * PREP_SMEM <= 227 * 1024, "two prep CTAs per SM");
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// c += a b in 3xTF32 (a = ah + al, b = bh + bl; the al bl term dropped).
+__device__ __forceinline__ void mma1688x3(float* c, const float* a, const float* b) {
+    unsigned ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        ah[i] = to_tf32(a[i]);
+        al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        bh[i] = to_tf32(b[i]);
+        bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
+    }
+    mma1688(c, al, bh);
+    mma1688(c, ah, bl);
+    mma1688(c, ah, bh);
+}
+
+// acc (16 x 16 as two n8 tiles) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 16),
+// both f32 row-major in shared memory.
+__device__ __forceinline__ void mm16_f32(float (*acc)[4], const float* A, int lda, int am0, int ak0,
+                                         const float* B, int ldb, int bk0, int bn0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+        float a[4];
+        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
+        a[0] = pa[0];
+        a[1] = pa[8 * lda];
+        a[2] = pa[4];
+        a[3] = pa[8 * lda + 4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            float b[2];
+            const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + 8 * nt + g;
+            b[0] = pb[0];
+            b[1] = pb[4 * ldb];
+            mma1688x3(acc[nt], a, b);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    unsigned char* smem = dyn_smem;
+    bf16* Ks = reinterpret_cast<bf16*>(smem);
+    bf16* Qs = Ks + BT * LD128;
+    float* Af = reinterpret_cast<float*>(smem);
+    float* Tf = Af + BT * LDF;
+    bf16* Ts = reinterpret_cast<bf16*>(smem + PREP_R1);
+    float* Xs = reinterpret_cast<float*>(smem + PREP_R1);
+    bf16* KbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS);
+    bf16* VbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS + PREP_KBT);
+    float* Gs = reinterpret_cast<float*>(smem + PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT);
+    float* Gc = Gs + BT;
+    float* Bs = Gc + BT;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int s = seq_of_chunk(tab, c);
+    const int lc = c - tab.chunk0[s];
+    const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
+    const int nrows = min(BT, tab.rows[s] - lc * BT);
+    const int kh = h / (hv / hk);
+    const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
+    const size_t tile = (size_t)c * hv + h;
+
+    // q, k rows by cp.async (zeros past the sequence); v rows into registers:
+    // this thread's row vr, 8-column pieces (tid / 64) + 4j.
+    for (int e = tid; e < BT * 16; e += PREP_THREADS) {
+        const int r = e >> 4, ch = (e & 15) * 8;
+        const bool ok = r < nrows;
+        const bf16* src = qkv + (row0 + r) * ld_qkv;
+        cp_async_16(Qs + r * LD128 + ch, ok ? src + kh * DK + ch : qkv, ok);
+        cp_async_16(Ks + r * LD128 + ch, ok ? src + (long long)(hk + kh) * DK + ch : qkv, ok);
+    }
+    cp_async_commit();
+    const int vr = tid & (BT - 1);
+    uint4 vreg[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int col = ((tid >> 6) + 4 * j) * 8;
+        vreg[j] = vr < nrows ? *reinterpret_cast<const uint4*>(
+                                   qkv + (row0 + vr) * ld_qkv + 2LL * hk * DK + (long long)h * DV + col)
+                             : make_uint4(0, 0, 0, 0);
+    }
+    if (tid < BT) {
+        const bool ok = tid < nrows;
+        Gs[tid] = ok ? gdec[(row0 + tid) * hv + h] : 0.f;
+        Bs[tid] = ok ? beta[(row0 + tid) * hv + h] : 0.f;
+    }
+    __syncthreads();
+    if (tid < BT) {  // inclusive scan: within each warp, then warp 1 adds warp 0's total
+        float v = Gs[tid];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float n = __shfl_up_sync(0xffffffffu, v, o);
+            if (lane >= o) v += n;
+        }
+        Gc[tid] = v;
+    }
+    {  // (beta v)^T: a warp writes 32 consecutive rows of one column (conflict-free)
+        const float b = Bs[vr];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = ((tid >> 6) + 4 * j) * 8;
+            const bf162* v2 = reinterpret_cast<const bf162*>(&vreg[j]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = __bfloat1622float2(v2[i]);
+                VbT[(col + 2 * i) * LD64 + vr] = __float2bfloat16(f.x * b);
+                VbT[(col + 2 * i + 1) * LD64 + vr] = __float2bfloat16(f.y * b);
+            }
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+    if (tid >= 32 && tid < BT) Gc[tid] += Gc[31];
+    __syncthreads();
+    const float GL = Gc[BT - 1];  // padded rows have g = 0
+
+    // Rows (a warp each): normalise q and k in place, scale, (beta exp(G) k)^T.
+    const float qscale = rsqrtf((float)DK);
+#pragma unroll 2
+    for (int r = warp; r < BT; r += PREP_WARPS) {
+        const bool ok = r < nrows;
+        float q[4], k[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = lane + 32 * e;
+            q[e] = __bfloat162float(Qs[r * LD128 + col]);
+            k[e] = __bfloat162float(Ks[r * LD128 + col]);
+        }
+        float sq = 0.f, sk = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) { sq += q[e] * q[e]; sk += k[e] * k[e]; }
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
+        const float iq = rsqrtf(sq + L2_EPS) * qscale, ik = rsqrtf(sk + L2_EPS);
+        const float b = Bs[r], eg = __expf(Gc[r]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int col = lane + 32 * e;
+            Qs[r * LD128 + col] = __float2bfloat16(q[e] * iq);
+            Ks[r * LD128 + col] = __float2bfloat16(k[e] * ik);
+            KbT[col * LD64 + r] = __float2bfloat16(k[e] * ik * b * eg);
+        }
+        if (lane == 0) {
+            float* f = fac_out + tile * FAC;
+            f[r] = ok ? iq * eg : 0.f;
+            f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
+            if (r == 0) f[2 * BT] = __expf(GL);
+        }
+    }
+    __syncthreads();
+
+    // K K^T and Q K^T: warp w owns rows 16(w%4).., columns 32(w/4)..+31;
+    // a piece wholly above the diagonal is zero and skips the products.
+    const int m0 = 16 * (warp & 3), c0 = 32 * (warp >> 2);
+    float acc_a[4][4], acc_p[4][4];
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_a[nt][e] = acc_p[nt][e] = 0.f;
+    if (c0 <= m0 + 15) {
+#pragma unroll
+        for (int ks = 0; ks < DK / 16; ++ks) {
+            unsigned ak[4], aq[4];
+            frag_a(ak, Ks, LD128, m0, 16 * ks, lane);
+            frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) {
+                unsigned b[2];
+                frag_b(b, Ks, LD128, c0 + 8 * nt, 16 * ks, lane);
+                mma16816(acc_a[nt], ak, b);
+                mma16816(acc_p[nt], aq, b);
+            }
+        }
+    }
+    // P (masked j <= i, decayed) to its staging tile.
+    bf16* Pst = Ts;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int i = m0 + g8 + 8 * hf, j = c0 + 8 * nt + 2 * t4;
+            const float p0 = j <= i ? acc_p[nt][2 * hf] * __expf(Gc[i] - Gc[j]) : 0.f;
+            const float p1 = j + 1 <= i ? acc_p[nt][2 * hf + 1] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
+            *reinterpret_cast<bf162*>(Pst + i * LD64 + j) = __floats2bfloat162_rn(p0, p1);
+        }
+    __syncthreads();  // Ks/Qs no longer read: the region becomes Af | Tf
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int i = m0 + g8 + 8 * hf, j = c0 + 8 * nt + 2 * t4;
+            float2 a;
+            a.x = j < i ? acc_a[nt][2 * hf] * Bs[i] * __expf(Gc[i] - Gc[j]) : 0.f;
+            a.y = j + 1 < i ? acc_a[nt][2 * hf + 1] * Bs[i] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
+            *reinterpret_cast<float2*>(Af + i * LDF + j) = a;
+        }
+    {  // P out, 16 bytes a thread
+        bf16* P = p_out + tile * (BT * BT);
+        for (int e = tid; e < BT * (BT / 8); e += PREP_THREADS) {
+            const int r = e >> 3, ch = (e & 7) * 8;
+            *reinterpret_cast<uint4*>(P + r * BT + ch) = *reinterpret_cast<const uint4*>(Pst + r * LD64 + ch);
+        }
+    }
+    __syncthreads();
+
+    // T = (I + A)^-1. Diagonal 16x16 blocks: one thread per block column,
+    // the column in registers (row i needs rows j < i of the same column).
+    if (tid < BT) {
+        const int b0 = (tid >> 4) * 16, cc = tid & 15;
+        float tcol[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) tcol[i] = i == cc ? 1.f : 0.f;
+#pragma unroll
+        for (int i = 1; i < 16; ++i) {
+            float acc = 0.f;
+#pragma unroll
+            for (int j = 0; j < i; ++j) acc += Af[(b0 + i) * LDF + b0 + j] * tcol[j];
+            if (i > cc) tcol[i] = -acc;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; ++i) Tf[(b0 + i) * LDF + b0 + cc] = tcol[i];
+    }
+    __syncthreads();
+    // Off-diagonal blocks, block row by block row: warp J computes
+    // X = sum_{K=J}^{I-1} A_IK T_KJ, then T_IJ = -T_II X (tensor cores, 3xTF32).
+#pragma unroll 1
+    for (int I = 1; I < 4; ++I) {
+        if (warp < I) {
+            const int J = warp;
+            float x[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll 1
+            for (int K = J; K < I; ++K) mm16_f32(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+            float* Xw = Xs + warp * 16 * LDX;
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+                    *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * LDX + 8 * nt + 2 * t4) =
+                        make_float2(x[nt][2 * hf], x[nt][2 * hf + 1]);
+            __syncwarp();
+            float y[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+            mm16_f32(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf)
+                    *reinterpret_cast<float2*>(Tf + (16 * I + g8 + 8 * hf) * LDF + 16 * J + 8 * nt + 2 * t4) =
+                        make_float2(-y[nt][2 * hf], -y[nt][2 * hf + 1]);
+            __syncwarp();
+        }
+        __syncthreads();
+    }
+    // T in bf16 (zero above the diagonal blocks).
+    for (int e = tid; e < BT * BT / 2; e += PREP_THREADS) {
+        const int i = e >> 5, j = (e & 31) * 2;
+        const float2 v = (j >> 4) > (i >> 4) ? make_float2(0.f, 0.f)
+                                             : *reinterpret_cast<const float2*>(Tf + i * LDF + j);
+        *reinterpret_cast<bf162*>(Ts + i * LD64 + j) = __floats2bfloat162_rn(v.x, v.y);
+    }
+    __syncthreads();
+
+    // W = T (beta exp(G) K) (warps 0-3), U = T (beta V) (warps 4-7): rows
+    // 16(w%4).., 128 columns, staged over the dead Af | Tf region.
+    {
+        const int which = warp >> 2;
+        const bf16* Bt = which == 0 ? KbT : VbT;
+        bf16* st = Ks + which * (BT * LD128);
+        float acc[16][4];
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < BT / 16; ++ks) {
+            unsigned a[4];
+            frag_a(a, Ts, LD64, m0, 16 * ks, lane);
+#pragma unroll
+            for (int nt = 0; nt < 16; ++nt) {
+                unsigned b[2];
+                frag_b(b, Bt, LD64, 8 * nt, 16 * ks, lane);
+                mma16816(acc[nt], a, b);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int i = m0 + g8 + 8 * hf, j = 8 * nt + 2 * t4;
+                *reinterpret_cast<bf162*>(st + i * LD128 + j) =
+                    __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
+            }
+    }
+    __syncthreads();
+    for (int e = tid; e < 2 * BT * 16; e += PREP_THREADS) {
+        const int which = e >> 10, r = (e >> 4) & (BT - 1), ch = (e & 15) * 8;
+        bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
+        *reinterpret_cast<uint4*>(dst + r * DK + ch) =
+            *reinterpret_cast<const uint4*>(Ks + which * (BT * LD128) + r * LD128 + ch);
+    }
+}
+
+}  // namespace gdn
