@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{headroom, headroom_fails, TempDir};
+use common::{headroom_fails, TempDir};
 use headroom_server::client;
 use serde_json::json;
 use std::io::{BufRead, BufReader};
