@@ -16,7 +16,7 @@ use crate::stream::{stream_pair, RequestStream, Waker};
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch};
 use headroom_core::{AttentionKind, BackendKind, RouteRequest};
-use headroom_model::{LogitsRows, ModelState, Qwen35Model};
+use headroom_model::{LogitsRows, Qwen35Model, StepModel};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -75,10 +75,11 @@ impl StepReport {
     }
 }
 
-/// The engine's state and step function over a model on backend `B`.
-pub struct EngineCore<B: Backend> {
-    model: Qwen35Model<B>,
-    state: ModelState<B>,
+/// The engine's state and step function over a model on backend `B`: one
+/// [`Qwen35Model`] or a tensor-parallel group (`M`, see [`StepModel`]).
+pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
+    model: M,
+    state: M::State,
     routes: Vec<Option<RouteRequest>>,
     cfg: EngineConfig,
     limits: Limits,
@@ -91,10 +92,10 @@ pub struct EngineCore<B: Backend> {
     stats: EngineStats,
 }
 
-impl<B: Backend> EngineCore<B> {
+impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// Checks the configuration, resolves the routes and the KV backend,
     /// and allocates the state pools.
-    pub fn new(model: Qwen35Model<B>, cfg: EngineConfig) -> Result<Self, EngineError> {
+    pub fn new(model: M, cfg: EngineConfig) -> Result<Self, EngineError> {
         cfg.scheduler.validate().map_err(EngineError::Config)?;
         if cfg.max_running == 0 || cfg.max_running > MAX_RUNNING {
             return Err(EngineError::Config(format!(
@@ -109,8 +110,12 @@ impl<B: Backend> EngineCore<B> {
             )));
         }
         let routes = model.routes(&cfg.attention)?;
-        let memory = memory_model(&model, &routes);
-        let kv = resolve_kv(cfg.kv_backend, backend_name(model.backend().kind()), false);
+        let memory = memory_model(model.lead(), &routes);
+        let kv = resolve_kv(
+            cfg.kv_backend,
+            backend_name(model.lead().backend().kind()),
+            false,
+        );
         // Enough blocks for every slot's full context: the byte budget, not
         // the block count, limits admission (a request that fits the budget
         // alone always gets its blocks).
@@ -122,7 +127,7 @@ impl<B: Backend> EngineCore<B> {
             budget: cfg.memory_budget_bytes,
             max_context: cfg.max_context,
             max_waiting: cfg.max_waiting,
-            vocab: model.vocab_size(),
+            vocab: model.lead().vocab_size(),
             eos: cfg.eos_token_ids.clone(),
         };
         let stats = EngineStats {
@@ -167,8 +172,14 @@ impl<B: Backend> EngineCore<B> {
         &self.kv
     }
 
+    /// The model (rank 0's of a group).
     pub fn model(&self) -> &Qwen35Model<B> {
-        &self.model
+        self.model.lead()
+    }
+
+    /// `(active, peak)` backend bytes of every rank.
+    pub fn rank_memory(&self) -> Vec<(usize, usize)> {
+        self.model.rank_memory()
     }
 
     /// True when no request is waiting or running.
@@ -282,7 +293,7 @@ impl<B: Backend> EngineCore<B> {
         }
         let mut seq = self.waiting.pop_front().expect("checked above");
         let slot = self.slots.take().expect("checked above");
-        self.state.reset_slot(self.model.backend(), slot)?;
+        self.model.reset_slot(&mut self.state, slot)?;
         if self.kv.resolved == KvBackendKind::Contiguous {
             self.blocks
                 .ensure(seq.id, rows)
@@ -481,7 +492,7 @@ impl<B: Backend> EngineCore<B> {
         if draws.is_empty() {
             return Ok(Vec::new());
         }
-        let be = self.model.backend();
+        let be = self.model.lead().backend();
         let logits = out
             .logits
             .ok_or_else(|| EngineError::Internal("a step asked for logits returned none".into()))?;
@@ -501,7 +512,7 @@ impl<B: Backend> EngineCore<B> {
         let tokens = be.sample(&rows, &params, &steps)?;
         let logits: Vec<Option<Vec<f32>>> = if self.cfg.capture_logits {
             let all = be.act_to_f32(&rows)?;
-            let vocab = self.model.vocab_size();
+            let vocab = self.model.lead().vocab_size();
             all.chunks(vocab.max(1)).map(|c| Some(c.to_vec())).collect()
         } else {
             vec![None; tokens.len()]
@@ -517,7 +528,11 @@ fn backend_name(kind: BackendKind) -> &'static str {
     }
 }
 
-/// The memory model of `model` running `routes` (threads: the current rayon pool).
+/// The memory model of `model` running `routes` (threads: the current rayon
+/// pool). `model` is one rank's shard (a plain model is the whole one): the
+/// KV and GDN bytes are what that rank holds — its KV heads, its GDN heads —
+/// and every rank of a group holds the same amount, so admission by this
+/// model counts each rank's memory against the per-rank budget.
 pub fn memory_model<B: Backend>(
     model: &Qwen35Model<B>,
     routes: &[Option<RouteRequest>],
@@ -546,10 +561,13 @@ pub fn memory_model<B: Backend>(
         .iter()
         .filter(|k| **k == AttentionKind::Linear)
         .count() as u64;
-    let conv_dim = (2 * lin.num_key_heads * lin.key_head_dim
-        + lin.num_value_heads * lin.value_head_dim) as u64;
+    let (key_heads, value_heads) = (
+        model.shard().linear.kv_heads.len(),
+        model.shard().linear.heads.len(),
+    );
+    let conv_dim = (2 * key_heads * lin.key_head_dim + value_heads * lin.value_head_dim) as u64;
     let conv = (lin.conv_kernel_dim.saturating_sub(1)) as u64 * conv_dim * act;
-    let recurrent = (lin.num_value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
+    let recurrent = (value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
     MemoryModel {
         backend: be.kind(),
         kv_bytes_per_token,

@@ -13,7 +13,7 @@ use crate::sequence::Sequence;
 use crate::stream::{RequestStream, Waker};
 use crate::EngineError;
 use headroom_core::ops::Backend;
-use headroom_model::Qwen35Model;
+use headroom_model::StepModel;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -50,8 +50,9 @@ impl std::fmt::Debug for EngineHandle {
 
 /// Builds the engine (routes, KV backend, state pools) on the calling thread,
 /// then moves it to its loop thread.
-pub fn spawn<B: Backend + 'static>(
-    model: Qwen35Model<B>,
+/// `model`: one `Qwen35Model` or a tensor-parallel `TpGroup` (see `StepModel`).
+pub fn spawn<B: Backend + 'static, M: StepModel<B> + 'static>(
+    model: M,
     cfg: EngineConfig,
 ) -> Result<EngineHandle, EngineError> {
     let core = EngineCore::new(model, cfg)?;
@@ -71,9 +72,13 @@ pub fn spawn<B: Backend + 'static>(
     Ok(EngineHandle { tx, shared, limits })
 }
 
-fn run_loop<B: Backend>(mut core: EngineCore<B>, rx: Receiver<Command>, shared: Arc<Shared>) {
+fn run_loop<B: Backend, M: StepModel<B>>(
+    mut core: EngineCore<B, M>,
+    rx: Receiver<Command>,
+    shared: Arc<Shared>,
+) {
     // false: shut down.
-    let apply = |core: &mut EngineCore<B>, cmd: Command| -> bool {
+    let apply = |core: &mut EngineCore<B, M>, cmd: Command| -> bool {
         match cmd {
             Command::Submit(seq) => core.enqueue(*seq),
             Command::Wake => {}

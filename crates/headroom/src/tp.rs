@@ -1,8 +1,8 @@
 //! `--tensor-parallel N` (or `HEADROOM_TP`): the model split over N ranks of
 //! one process — N CPU threads joined by the in-process communicator, or
 //! GPUs 0..N joined by NCCL — as `headroom_model::TpGroup`. Given (any N,
-//! 1 included), `logits` and `bench ttft` run through the group; `generate`
-//! and `serve` refuse N > 1 for now (see docs/parallel.md).
+//! 1 included), `logits`, `bench ttft`, `generate` and `serve` run through
+//! the group (the last two: the engine on the group, see docs/parallel.md).
 //!
 //! Each full-attention layer's route is resolved by the policy for the shape
 //! a rank runs (its share of the heads), never the unsplit shape: a route
@@ -41,18 +41,6 @@ impl TpArgs {
 
     pub fn world(&self) -> usize {
         self.tensor_parallel.unwrap_or(1)
-    }
-
-    /// An error for a command that does not run split yet.
-    pub fn refuse_above_one(&self, command: &str) -> anyhow::Result<()> {
-        if self.world() > 1 {
-            bail!(
-                "`{command}` does not run with --tensor-parallel {} yet \
-                 (use `logits` or `bench ttft`; see docs/parallel.md)",
-                self.world()
-            );
-        }
-        Ok(())
     }
 }
 
@@ -109,8 +97,14 @@ pub fn run_on_group<J: GroupJob>(
 ) -> anyhow::Result<J::Output> {
     ShardPlan::new(cfg, world)?;
     let started = Instant::now();
+    // The same default as one model (`backend_select`): host on cpu, device
+    // on cuda, so a group draws the weights the unsplit model draws.
+    let init = init.unwrap_or(match backend {
+        BackendKind::Cpu => WeightsInit::Host,
+        BackendKind::Cuda => WeightsInit::Device,
+    });
     let host: Option<Weights> = match (&source.synthetic, &source.model, init) {
-        (Some(_), None, Some(WeightsInit::Host)) => Some(Weights::synthetic(cfg, seed)),
+        (Some(_), None, WeightsInit::Host) => Some(Weights::synthetic(cfg, seed)),
         (Some(_), None, _) => None,
         (None, Some(dir), _) => {
             Some(Weights::load(dir, cfg).with_context(|| format!("weights of {}", dir.display()))?)
@@ -242,16 +236,12 @@ mod tests {
     }
 
     #[test]
-    fn refuses_above_one_only() {
-        assert!(TpArgs::default().refuse_above_one("generate").is_ok());
-        let one = TpArgs {
-            tensor_parallel: Some(1),
-        };
-        assert!(one.active() && one.refuse_above_one("generate").is_ok());
+    fn world_defaults_to_one_and_active_only_when_given() {
+        assert!(!TpArgs::default().active());
+        assert_eq!(TpArgs::default().world(), 1);
         let two = TpArgs {
             tensor_parallel: Some(2),
         };
-        let e = two.refuse_above_one("generate").unwrap_err().to_string();
-        assert!(e.contains("--tensor-parallel 2"), "{e}");
+        assert!(two.active() && two.world() == 2);
     }
 }

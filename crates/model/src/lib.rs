@@ -6,6 +6,7 @@ pub mod layers;
 pub mod parallel;
 pub mod profile;
 pub mod qwen3_5;
+pub mod step_model;
 pub mod synthetic;
 pub mod tokenizer;
 pub mod weights;
@@ -17,4 +18,5 @@ pub use qwen3_5::{
     AttentionPlan, ForwardOptions, ForwardOutput, LayerState, LogitsRows, ModelError, ModelState,
     Qwen35Model, Session, StepOutput,
 };
+pub use step_model::StepModel;
 pub use weights::{Weights, WeightsError};

@@ -21,10 +21,17 @@
 //!
 //! The prompt must fit the model's context (`max_position_embeddings`);
 //! `--max-tokens` beyond the room left is clamped, with a warning.
+//!
+//! `--tensor-parallel N` (or `HEADROOM_TP`): the engine runs a
+//! `headroom_model::TpGroup` of N ranks (threads on cpu, GPUs on cuda); its
+//! memory model and `--memory-budget-mib` are per rank (on cpu, where the
+//! ranks share the host, the default budget is 90 % of the available memory
+//! divided by N). The summary reports each rank's weight bytes.
 
 use super::logits::{attention_plan, available_memory_bytes, check_memory, ForwardArgs};
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
 use crate::global::GlobalArgs;
+use crate::tp::{GroupInfo, GroupJob};
 use anyhow::{bail, Context};
 use headroom_core::ops::{Backend, SamplingParams};
 use headroom_core::BackendKind;
@@ -33,7 +40,7 @@ use headroom_engine::{
     SchedulerSettings, StreamEvent, Usage,
 };
 use headroom_model::tokenizer::{StreamDecoder, TextCodec, Tokenizer};
-use headroom_model::{AttentionPlan, Qwen35Model};
+use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -136,7 +143,6 @@ struct RequestLine<'a> {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    a.forward.tp.refuse_above_one("generate")?;
     check_sampling(a.temperature, a.top_p, "--")?;
     if a.forward.chunk == Some(0) {
         bail!("--chunk must be at least 1");
@@ -171,9 +177,14 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         .max()
         .unwrap_or(1);
     let max_context = a.max_context.unwrap_or(longest.div_ceil(64).max(1) * 64);
+    let attention = if a.forward.tp.active() {
+        crate::tp::plan_and_routes(g, a.forward.backend, &cfg, a.forward.tp.world())?.1
+    } else {
+        attention_plan(g, a.forward.backend, &cfg)?
+    };
     let engine = EngineConfig {
         scheduler: settings,
-        attention: attention_plan(g, a.forward.backend, &cfg)?,
+        attention,
         kv_backend: a.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
         max_running: a.max_running,
@@ -189,6 +200,17 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         json: a.json.clone(),
         single: a.prompts.is_none(),
     };
+    if a.forward.tp.active() {
+        return crate::tp::run_on_group(
+            a.forward.backend,
+            a.forward.tp.world(),
+            source,
+            &cfg,
+            a.forward.weights_seed,
+            a.forward.weights_init,
+            job,
+        );
+    }
     run_on_backend(
         a.forward.backend,
         source,
@@ -401,6 +423,14 @@ struct Outcome {
     error: Option<String>,
 }
 
+/// What loading took, on one model or a group.
+struct RunInfo {
+    backend: BackendKind,
+    load_seconds: f64,
+    /// Backend bytes each rank holds after loading (one entry without a group).
+    weight_bytes: Vec<usize>,
+}
+
 impl ModelJob for GenerateJob {
     type Output = ();
 
@@ -409,9 +439,39 @@ impl ModelJob for GenerateJob {
         model: Qwen35Model<B>,
         info: &LoadInfo,
     ) -> anyhow::Result<()> {
+        let info = RunInfo {
+            backend: info.backend,
+            load_seconds: info.load_seconds,
+            weight_bytes: vec![info.weight_bytes],
+        };
+        self.run_engine(model, &info)
+    }
+}
+
+impl GroupJob for GenerateJob {
+    type Output = ();
+
+    fn run<B: Backend + 'static>(self, group: TpGroup<B>, info: &GroupInfo) -> anyhow::Result<()> {
+        let info = RunInfo {
+            backend: info.backend,
+            load_seconds: info.load_seconds,
+            weight_bytes: info.weight_bytes.clone(),
+        };
+        self.run_engine(group, &info)
+    }
+}
+
+impl GenerateJob {
+    /// Runs every request through an engine on `model` (one model or a group).
+    fn run_engine<B: Backend + 'static, M: StepModel<B> + 'static>(
+        self,
+        model: M,
+        info: &RunInfo,
+    ) -> anyhow::Result<()> {
         let mut engine = self.engine.clone();
+        let world = info.weight_bytes.len().max(1) as u64;
         if engine.memory_budget_bytes.is_none() && info.backend == BackendKind::Cpu {
-            engine.memory_budget_bytes = available_memory_bytes().map(|b| b / 10 * 9);
+            engine.memory_budget_bytes = available_memory_bytes().map(|b| b / 10 * 9 / world);
         }
         let plan_text = match &engine.attention {
             AttentionPlan::Uniform(r) => r.to_string(),
@@ -420,15 +480,21 @@ impl ModelJob for GenerateJob {
         let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
-            "engine: {} on {}; {}; attention {plan_text}; memory budget {}",
+            "engine: {} on {}{}; {}; attention {plan_text}; memory budget {}{}",
             st.settings,
             info.backend,
+            if world > 1 {
+                format!(" x{world} (tensor parallel)")
+            } else {
+                String::new()
+            },
             st.kv,
             st.memory_budget_bytes
                 .map_or("unbounded".to_string(), |b| format!(
                     "{:.1} MiB",
                     b as f64 / 1048576.0
-                ))
+                )),
+            if world > 1 { " per rank" } else { "" }
         );
         let started = Instant::now();
         let mut streams: Vec<Option<RequestStream>> = Vec::new();
@@ -565,12 +631,7 @@ fn report_single(r: &GenerateRequest, o: &Outcome, wall: f64) -> anyhow::Result<
     Ok(())
 }
 
-fn summary(
-    outcomes: &[Outcome],
-    wall: f64,
-    st: &EngineStats,
-    info: &LoadInfo,
-) -> serde_json::Value {
+fn summary(outcomes: &[Outcome], wall: f64, st: &EngineStats, info: &RunInfo) -> serde_json::Value {
     let prompt: usize = outcomes
         .iter()
         .filter_map(|o| o.usage)
@@ -592,7 +653,9 @@ fn summary(
         "total_tokens_per_s": (prompt + generated) as f64 / wall.max(1e-9),
         "backend": info.backend,
         "load_seconds": info.load_seconds,
-        "weight_bytes": info.weight_bytes,
+        "tensor_parallel": info.weight_bytes.len(),
+        "weight_bytes": info.weight_bytes.iter().sum::<usize>(),
+        "weight_bytes_per_rank": info.weight_bytes,
         "scheduler": st.settings,
         "kv": st.kv,
         "memory_budget_bytes": st.memory_budget_bytes,

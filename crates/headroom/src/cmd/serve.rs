@@ -3,17 +3,23 @@
 //! on `--backend cpu|cuda`. Prints `listening on http://ADDR` once bound;
 //! SIGINT/SIGTERM stop accepting, let in-flight requests finish for
 //! `--shutdown-grace-s`, cancel the rest and exit 0.
+//!
+//! `--tensor-parallel N` (or `HEADROOM_TP`): the engine runs a
+//! `headroom_model::TpGroup` of N ranks; `--memory-budget-mib` is per rank
+//! (the engine's memory model counts one rank's share of the KV and GDN
+//! state); each rank's weight bytes are printed at start.
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
 use crate::cmd::logits::attention_plan;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
+use crate::tp::{GroupInfo, GroupJob, TpArgs};
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
 use headroom_engine::{EngineConfig, KvBackendKind, SchedulerSettings};
 use headroom_model::tokenizer::{TextCodec, Tokenizer};
-use headroom_model::Qwen35Model;
+use headroom_model::{Qwen35Model, StepModel, TpGroup};
 use headroom_server::{AppState, ChatTemplate, ServerConfig};
 use std::path::Path;
 use std::sync::Arc;
@@ -74,6 +80,8 @@ pub struct Args {
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub shutdown_grace_s: f64,
+    #[command(flatten)]
+    pub tp: TpArgs,
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
@@ -115,7 +123,11 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     scheduler.validate().map_err(anyhow::Error::msg)?;
     let engine = EngineConfig {
         scheduler,
-        attention: attention_plan(g, a.backend, &cfg)?,
+        attention: if a.tp.active() {
+            crate::tp::plan_and_routes(g, a.backend, &cfg, a.tp.world())?.1
+        } else {
+            attention_plan(g, a.backend, &cfg)?
+        },
         kv_backend: a.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
         max_running: a.max_running,
@@ -141,6 +153,17 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         port: a.port,
         grace: Duration::from_secs_f64(a.shutdown_grace_s),
     };
+    if a.tp.active() {
+        return crate::tp::run_on_group(
+            a.backend,
+            a.tp.world(),
+            &a.source,
+            &cfg,
+            a.weights_seed,
+            a.weights_init,
+            job,
+        );
+    }
     run_on_backend(
         a.backend,
         &a.source,
@@ -223,11 +246,35 @@ impl ModelJob for ServeJob {
         model: Qwen35Model<B>,
         info: &LoadInfo,
     ) -> anyhow::Result<()> {
+        self.serve(model, info.backend, String::new())
+    }
+}
+
+impl GroupJob for ServeJob {
+    type Output = ();
+
+    fn run<B: Backend + 'static>(self, group: TpGroup<B>, info: &GroupInfo) -> anyhow::Result<()> {
+        let ranks = format!(
+            " x{} (tensor parallel, weights per rank {} GiB)",
+            info.world,
+            crate::tp::gib_list(&info.weight_bytes)
+        );
+        self.serve(group, info.backend, ranks)
+    }
+}
+
+impl ServeJob {
+    /// Serves until a signal, the engine on `model` (one model or a group).
+    fn serve<B: Backend + 'static, M: StepModel<B> + 'static>(
+        self,
+        model: M,
+        backend: BackendKind,
+        ranks: String,
+    ) -> anyhow::Result<()> {
         let handle = headroom_engine::spawn(model, self.engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
-            "engine on {}: {}; {}; max context {}",
-            info.backend,
+            "engine on {backend}{ranks}: {}; {}; max context {}",
             st.settings,
             st.kv,
             handle.max_context()
