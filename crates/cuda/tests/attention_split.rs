@@ -56,7 +56,10 @@ fn split_kv_matches_the_f64_reference_for_decode_tails_gqa_and_nan() {
         "the automatic schedule is under test"
     );
     let dev = CudaDevice::open(0).expect("a CUDA device");
-    assert_eq!(dev.arch, "sm_90a", "the split schedule is the wgmma kernel's");
+    assert_eq!(
+        dev.arch, "sm_90a",
+        "the split schedule is the wgmma kernel's"
+    );
     let cases = [
         // Decode, GQA 16/2 packed into one tile per KV head, 4k keys.
         case(Dtype::Bf16, 256, 1, 4097, 16, 2, None),
@@ -107,7 +110,11 @@ fn attention_ref(q: &[f32], k: &[f32], v: &[f32], t: usize, nq: usize, nkv: usiz
             let s: Vec<f64> = (0..visible)
                 .map(|j| {
                     let kr = &k[(j * nkv + kh) * d..][..d];
-                    qv.iter().zip(kr).map(|(a, b)| *a as f64 * *b as f64).sum::<f64>() * scale
+                    qv.iter()
+                        .zip(kr)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+                        * scale
                 })
                 .collect();
             let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -195,7 +202,14 @@ fn decode_batches_over_the_cache_match_f64_with_gqa_16_2_d256() {
         Batch::packed(&[(1, 72, 1), (0, 4502, 40)]),
     ];
     for (n, batch) in steps.iter().enumerate() {
-        write(&be, &mut cache, batch, &mut host, nkv * d, 20 + 2 * n as u64);
+        write(
+            &be,
+            &mut cache,
+            batch,
+            &mut host,
+            nkv * d,
+            20 + 2 * n as u64,
+        );
         let q = uniform(40 + n as u64, batch.rows() * nq * d);
         // Leave NaN-poisoned blocks of the output's size in the pool.
         let dev = be.device();
@@ -221,7 +235,11 @@ fn decode_batches_over_the_cache_match_f64_with_gqa_16_2_d256() {
             let (k, v) = &host[batch.slots[i]];
             let want = attention_ref(&q[r.start * nq * d..r.end * nq * d], k, v, r.len(), nq, nkv);
             let e = rel_err(&got[r.start * nq * d..r.end * nq * d], &want);
-            eprintln!("step {n} sequence {i}: {} rows, kv {}, rel err {e:.2e}", r.len(), k.len() / (nkv * d));
+            eprintln!(
+                "step {n} sequence {i}: {} rows, kv {}, rel err {e:.2e}",
+                r.len(),
+                k.len() / (nkv * d)
+            );
             assert!(e < 1.5e-2, "step {n} sequence {i}: rel err {e}");
         }
     }

@@ -216,7 +216,11 @@ pub(super) fn run(
             &mut kvh as *mut i32 as *mut c_void,
             &mut scale as *mut f32 as *mut c_void,
         ];
-        let grid = (shape.q_len.div_ceil(BLOCK_M) as u32, shape.q_heads as u32, 1);
+        let grid = (
+            shape.q_len.div_ceil(BLOCK_M) as u32,
+            shape.q_heads as u32,
+            1,
+        );
         // SAFETY: buffers were validated against the shape; params match the kernel signature.
         return unsafe { dev.launch(f, grid, (THREADS as u32, 1, 1), smem, &mut params) };
     }
@@ -343,7 +347,10 @@ mod tests {
         assert_eq!((p.rows, p.heads, p.splits), (512, 16, 2));
         assert!(!p.packed());
         // 2,048 rows after 30,720: 512 CTAs already fill the GPU.
-        assert_eq!(split_plan(&shape(2048, 32_768, 16, 2), 64, 2, 132).splits, 1);
+        assert_eq!(
+            split_plan(&shape(2048, 32_768, 16, 2), 64, 2, 132).splits,
+            1
+        );
         // Short keys are never split (the combine would cost more).
         assert_eq!(split_plan(&shape(300, 400, 4, 2), 64, 2, 132).splits, 1);
         // Multi-head attention (no group) is not packed.

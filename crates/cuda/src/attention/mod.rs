@@ -9,8 +9,7 @@ mod fused;
 pub use composed::workspace_bytes as composed_workspace_bytes;
 pub use fused::{
     fused_impl, smem_bytes as fused_smem_bytes, split_plan, split_plan_for, wgmma_warpgroups,
-    FusedImpl, SplitPlan, BLOCK_M as FUSED_BLOCK_M, BLOCK_N_MAX as FUSED_BLOCK_N_MAX,
-    MAX_SPLITS,
+    FusedImpl, SplitPlan, BLOCK_M as FUSED_BLOCK_M, BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS,
 };
 
 use crate::alloc::DeviceBuffer;
@@ -102,7 +101,14 @@ pub unsafe fn prefill_raw(
     bufs: &RawBuffers,
 ) -> Result<AttentionReport, CudaError> {
     shape.validate()?;
-    run(dev, shape, dtype, route, bufs, shape.kv_len * shape.head_dim)
+    run(
+        dev,
+        shape,
+        dtype,
+        route,
+        bufs,
+        shape.kv_len * shape.head_dim,
+    )
 }
 
 /// The fused route over K/V whose heads' rows are `kv_head_stride` elements

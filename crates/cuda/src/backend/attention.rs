@@ -133,8 +133,9 @@ pub(crate) fn attention(
             // SAFETY: q/out address t·nq·d elements (the sequence's rows or the
             // head-major staging); k/v the slot's kv_heads rows of `capacity`,
             // kv_len <= capacity, so the last head ends inside the slot.
-            let rep = unsafe { fused_strided_raw(dev, &shape, Dtype::Bf16, &bufs, cache.head_elems()) }
-                .map_err(dev_err)?;
+            let rep =
+                unsafe { fused_strided_raw(dev, &shape, Dtype::Bf16, &bufs, cache.head_elems()) }
+                    .map_err(dev_err)?;
             merge(rep);
             if t > 1 {
                 transpose(
