@@ -25,38 +25,38 @@ pick() { ls "$BIN_DIR"/$1-* 2>/dev/null | grep -v '\.d$' | head -n1; }
 SPLIT=$(pick attention_split); GPU=$(pick gpu); OPS=$(pick backend_ops)
 
 echo "=== tests: attention_split ==="
-timeout 150 "$SPLIT" --ignored --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" | tail -n 30
+timeout 60 "$SPLIT" --ignored --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" | tail -n 30
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-echo "=== tests: gpu.rs (prefill attention) and backend attention over the cache ==="
-timeout 60 "$GPU" --ignored --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-timeout 60 "$OPS" --ignored --test-threads=1 attention 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-
-echo "=== compute-sanitizer memcheck: small split case ==="
-if command -v compute-sanitizer >/dev/null; then
-    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$SPLIT" --ignored --exact small_split_case_for_memcheck 2>&1 | tail -n 6
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED"; status=1; }
-else
-    echo "compute-sanitizer not found"; status=1
-fi
-
 echo "=== attention TFLOP/s (fused, 16/2, d256, bf16) ==="
 for splits in 1 auto; do
     for lh in "512 32256" "2048 30720"; do
         set -- $lh
         echo "--- splits=$splits q_len=$1 history=$2"
         if [ "$splits" = auto ]; then unset HEADROOM_ATTN_SPLITS; else export HEADROOM_ATTN_SPLITS=$splits; fi
-        timeout 60 "$HR" bench attention --backend cuda --lengths "$1" --history "$2" --routes fused \
+        timeout 30 "$HR" bench attention --backend cuda --lengths "$1" --history "$2" --routes fused \
             --iterations 10 --warmup 2 --json "$OUT/attn_${splits}_$1.json" 2>&1 | tail -n 4
     done
 done
 unset HEADROOM_ATTN_SPLITS
 
 echo "=== decode after 2k and 32k prompts (35B-A3B shape, 40 layers) ==="
-timeout 200 "$HR" bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 2048,32768 \
+timeout 150 "$HR" bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 2048,32768 \
     --iterations 1 --warmup 0 --decode 64 --breakdown --json "$OUT/ttft.json" 2>&1 | tee "$OUT/ttft.log" | grep -v "run [0-9]"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+echo "=== tests: gpu.rs (prefill attention) and backend attention over the cache ==="
+timeout 40 "$GPU" --ignored --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+timeout 40 "$OPS" --ignored --test-threads=1 attention 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+echo "=== compute-sanitizer memcheck: small split case ==="
+if command -v compute-sanitizer >/dev/null; then
+    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$SPLIT" --ignored --exact small_split_case_for_memcheck 2>&1 | tail -n 6
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED"; status=1; }
+else
+    echo "compute-sanitizer not found"; status=1
+fi
+
 echo "check_decode: status $status"
 exit $status
