@@ -86,12 +86,92 @@ pub fn smem_bytes(head_dim: usize) -> usize {
     (BLOCK_M + 2 * BLOCK_N_MAX) * head_dim * 2
 }
 
+/// Most key splits of one (query tile, head).
+pub const MAX_SPLITS: usize = 128;
+/// Fewest key tiles a split gets (a shorter split costs more in its combine than it saves).
+pub const MIN_SPLIT_TILES: usize = 4;
+/// Fewest key tiles of a shape before it is split at all.
+pub const MIN_SPLIT_KV_TILES: usize = 16;
+
+/// How the wgmma kernel covers a shape: which rows each CTA takes and how
+/// many CTAs share one query tile's keys (split-KV, then a combine kernel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SplitPlan {
+    /// Query rows per launched head: `group · q_len` when packed.
+    pub rows: usize,
+    /// Launched heads: the KV heads when packed, else the query heads.
+    pub heads: usize,
+    /// Query positions repeat every `period` rows (`q_len`; packed rows stack
+    /// a GQA group's heads, each `q_len` rows long).
+    pub period: usize,
+    /// CTAs per (query tile, head) along the keys; 1 = the plain prefill kernel.
+    pub splits: usize,
+}
+
+impl SplitPlan {
+    /// Whether the rows of a GQA group share CTAs.
+    pub fn packed(&self) -> bool {
+        self.rows != self.period
+    }
+}
+
+/// The schedule of `shape` on a GPU with `sm_count` SMs for the wgmma kernel
+/// of `block_m`-row CTAs (`ctas_per_sm` resident): a chunk shorter than one
+/// tile packs its GQA group into the tile's rows; when the query tiles ×
+/// heads leave CTA slots of the GPU empty and the keys are long, the keys
+/// are split so the CTAs fill one wave (at most [`MAX_SPLITS`], each at
+/// least [`MIN_SPLIT_TILES`] key tiles). `HEADROOM_ATTN_SPLITS=N` fixes the
+/// split count (benches), clamped to what the keys allow.
+pub fn split_plan(
+    shape: &AttentionShape,
+    block_m: usize,
+    ctas_per_sm: usize,
+    sm_count: usize,
+) -> SplitPlan {
+    let group = shape.q_heads / shape.kv_heads.max(1);
+    let packed = group > 1 && shape.q_len < block_m;
+    let (rows, heads) = if packed {
+        (shape.q_len * group, shape.kv_heads)
+    } else {
+        (shape.q_len, shape.q_heads)
+    };
+    let tiles = rows.div_ceil(block_m) * heads;
+    let kv_tiles = shape.kv_len.div_ceil(BLOCK_N_MAX);
+    let most = (kv_tiles / MIN_SPLIT_TILES).clamp(1, MAX_SPLITS);
+    let slots = (sm_count * ctas_per_sm).max(1);
+    let auto = if tiles >= slots || kv_tiles < MIN_SPLIT_KV_TILES {
+        1
+    } else {
+        (slots / tiles.max(1)).clamp(1, most)
+    };
+    let splits = match std::env::var("HEADROOM_ATTN_SPLITS").map(|v| v.parse::<usize>()) {
+        Ok(Ok(n)) if n >= 1 => n.min(most),
+        _ => auto,
+    };
+    SplitPlan {
+        rows,
+        heads,
+        period: shape.q_len,
+        splits,
+    }
+}
+
+/// The wgmma schedule of `shape` on `dev` (what [`run`] launches there).
+pub fn split_plan_for(dev: &CudaDevice, shape: &AttentionShape) -> SplitPlan {
+    let per_sm = if wgmma_warpgroups() == 1 { 2 } else { 1 };
+    split_plan(shape, wgmma_block_m(), per_sm, dev.sm_count)
+}
+
+/// Launches the fused kernel; the KV heads' rows are `kv_stride` elements
+/// apart (`kv_len · head_dim` for plain tensors, more in a cache slot; only
+/// the wgmma kernel takes a larger stride).
 pub(super) fn run(
     dev: &CudaDevice,
     shape: &AttentionShape,
     dtype: Dtype,
     scale_log2: f32,
     bufs: &RawBuffers,
+    kv_stride: usize,
 ) -> Result<(), CudaError> {
     let imp = fused_impl(&dev.arch);
     let entry = match imp {
@@ -104,17 +184,67 @@ pub(super) fn run(
         backend: "cuda",
         supported: FUSED_HEAD_DIMS.to_vec(),
     })?;
+    let plain_stride = shape.kv_len * shape.head_dim;
+    if kv_stride < plain_stride || (imp == FusedImpl::MmaSync && kv_stride != plain_stride) {
+        return Err(CudaError::Shape {
+            op: "attention",
+            detail: format!(
+                "kv head stride {kv_stride} for kv_len·head_dim {plain_stride} ({})",
+                imp.as_str()
+            ),
+        });
+    }
     let f = dev.function(entry)?;
     let smem = match imp {
         FusedImpl::MmaSync => smem_bytes(shape.head_dim),
         FusedImpl::Wgmma => wgmma_smem_bytes(shape.head_dim),
     };
     dev.set_dynamic_smem(f, smem)?;
+    if imp == FusedImpl::MmaSync {
+        let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
+        let (mut q_len, mut kv_len) = (shape.q_len as i32, shape.kv_len as i32);
+        let (mut qh, mut kvh) = (shape.q_heads as i32, shape.kv_heads as i32);
+        let mut scale = scale_log2;
+        let mut params: [*mut c_void; 9] = [
+            &mut q as *mut u64 as *mut c_void,
+            &mut k as *mut u64 as *mut c_void,
+            &mut v as *mut u64 as *mut c_void,
+            &mut o as *mut u64 as *mut c_void,
+            &mut q_len as *mut i32 as *mut c_void,
+            &mut kv_len as *mut i32 as *mut c_void,
+            &mut qh as *mut i32 as *mut c_void,
+            &mut kvh as *mut i32 as *mut c_void,
+            &mut scale as *mut f32 as *mut c_void,
+        ];
+        let grid = (
+            shape.q_len.div_ceil(BLOCK_M) as u32,
+            shape.q_heads as u32,
+            1,
+        );
+        // SAFETY: buffers were validated against the shape; params match the kernel signature.
+        return unsafe { dev.launch(f, grid, (THREADS as u32, 1, 1), smem, &mut params) };
+    }
+    let plan = split_plan_for(dev, shape);
+    let d = shape.head_dim;
+    let partial_rows = plan.splits * plan.heads * plan.rows;
+    // Split partials (f32 output rows and their log-sum-exp), from the caching allocator.
+    let (part_o, part_lse) = if plan.splits > 1 {
+        (
+            Some(dev.alloc(partial_rows * d * 4)?),
+            Some(dev.alloc(partial_rows * 4)?),
+        )
+    } else {
+        (None, None)
+    };
     let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
-    let (mut q_len, mut kv_len) = (shape.q_len as i32, shape.kv_len as i32);
-    let (mut qh, mut kvh) = (shape.q_heads as i32, shape.kv_heads as i32);
+    let (mut q_len, mut kv_len) = (plan.rows as i32, shape.kv_len as i32);
+    let (mut qh, mut kvh) = (plan.heads as i32, shape.kv_heads as i32);
     let mut scale = scale_log2;
-    let mut params: [*mut c_void; 9] = [
+    let mut stride = kv_stride as i64;
+    let (mut period, mut splits) = (plan.period as i32, plan.splits as i32);
+    let mut po = part_o.as_ref().map_or(0, |b| b.ptr());
+    let mut pl = part_lse.as_ref().map_or(0, |b| b.ptr());
+    let mut params: [*mut c_void; 14] = [
         &mut q as *mut u64 as *mut c_void,
         &mut k as *mut u64 as *mut c_void,
         &mut v as *mut u64 as *mut c_void,
@@ -124,18 +254,47 @@ pub(super) fn run(
         &mut qh as *mut i32 as *mut c_void,
         &mut kvh as *mut i32 as *mut c_void,
         &mut scale as *mut f32 as *mut c_void,
+        &mut stride as *mut i64 as *mut c_void,
+        &mut period as *mut i32 as *mut c_void,
+        &mut splits as *mut i32 as *mut c_void,
+        &mut po as *mut u64 as *mut c_void,
+        &mut pl as *mut u64 as *mut c_void,
     ];
-    let (block_m, threads) = match imp {
-        FusedImpl::MmaSync => (BLOCK_M, THREADS),
-        FusedImpl::Wgmma => (wgmma_block_m(), 2 * wgmma_block_m()),
-    };
+    let block_m = wgmma_block_m();
     let grid = (
-        shape.q_len.div_ceil(block_m) as u32,
-        shape.q_heads as u32,
-        1,
+        plan.rows.div_ceil(block_m) as u32,
+        plan.heads as u32,
+        plan.splits as u32,
     );
-    // SAFETY: buffers were validated against the shape; params match the kernel signature.
-    unsafe { dev.launch(f, grid, (threads as u32, 1, 1), smem, &mut params) }
+    // SAFETY: buffers were validated against the shape (packed rows are the
+    // same head-major memory); the partials hold `partial_rows` rows; params
+    // match the kernel signature.
+    unsafe { dev.launch(f, grid, (2 * block_m as u32, 1, 1), smem, &mut params)? };
+    if let (Some(po), Some(pl)) = (&part_o, &part_lse) {
+        let combine = match dtype {
+            Dtype::Bf16 => "attn_split_combine_bf16",
+            _ => "attn_split_combine_f16",
+        };
+        let cf = dev.function(combine)?;
+        let mut po = po.ptr();
+        let mut pl = pl.ptr();
+        let mut o = bufs.out;
+        let mut rows = (plan.heads * plan.rows) as i32;
+        let mut dd = d as i32;
+        let mut sp = plan.splits as i32;
+        let mut params: [*mut c_void; 6] = [
+            &mut po as *mut u64 as *mut c_void,
+            &mut pl as *mut u64 as *mut c_void,
+            &mut o as *mut u64 as *mut c_void,
+            &mut rows as *mut i32 as *mut c_void,
+            &mut dd as *mut i32 as *mut c_void,
+            &mut sp as *mut i32 as *mut c_void,
+        ];
+        let block = d.min(256) as u32;
+        // SAFETY: the partials hold `splits · rows` rows of `d`; out `rows · d`.
+        unsafe { dev.launch(cf, (rows as u32, 1, 1), (block, 1, 1), 0, &mut params)? };
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -157,6 +316,45 @@ mod tests {
         assert!(w.contains("constexpr int THREADS = NUM_WG * 128;"));
         assert!(w.contains("#define HEADROOM_WG_STAGES (HEADROOM_WGMMA_WARPGROUPS == 2 ? 2 : 1)"));
         assert!(w.contains("BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;"));
+    }
+
+    fn shape(q_len: usize, kv_len: usize, q_heads: usize, kv_heads: usize) -> AttentionShape {
+        AttentionShape {
+            q_len,
+            kv_len,
+            q_heads,
+            kv_heads,
+            head_dim: 256,
+            scale: None,
+        }
+    }
+
+    #[test]
+    fn decode_packs_the_gqa_group_and_splits_the_keys_over_the_gpu() {
+        let p = split_plan(&shape(1, 32_769, 16, 2), 64, 2, 132);
+        assert_eq!((p.rows, p.heads, p.period), (8, 2, 1));
+        assert!(p.packed());
+        assert_eq!(p.splits, MAX_SPLITS.min(132));
+        // 2k of history: every split keeps at least MIN_SPLIT_TILES key tiles.
+        let p = split_plan(&shape(1, 2049, 16, 2), 64, 2, 132);
+        assert_eq!(p.splits, 2049usize.div_ceil(64) / MIN_SPLIT_TILES);
+    }
+
+    #[test]
+    fn a_short_chunk_over_long_history_fills_one_wave_and_long_prompts_stay_unsplit() {
+        // 512 rows after 32,256: 8 tiles × 16 heads = 128 CTAs of 264 slots → 2 splits.
+        let p = split_plan(&shape(512, 32_768, 16, 2), 64, 2, 132);
+        assert_eq!((p.rows, p.heads, p.splits), (512, 16, 2));
+        assert!(!p.packed());
+        // 2,048 rows after 30,720: 512 CTAs already fill the GPU.
+        assert_eq!(
+            split_plan(&shape(2048, 32_768, 16, 2), 64, 2, 132).splits,
+            1
+        );
+        // Short keys are never split (the combine would cost more).
+        assert_eq!(split_plan(&shape(300, 400, 4, 2), 64, 2, 132).splits, 1);
+        // Multi-head attention (no group) is not packed.
+        assert!(!split_plan(&shape(1, 4096, 4, 4), 64, 2, 132).packed());
     }
 
     #[test]

@@ -8,8 +8,8 @@ mod fused;
 
 pub use composed::workspace_bytes as composed_workspace_bytes;
 pub use fused::{
-    fused_impl, smem_bytes as fused_smem_bytes, wgmma_warpgroups, FusedImpl,
-    BLOCK_M as FUSED_BLOCK_M, BLOCK_N_MAX as FUSED_BLOCK_N_MAX,
+    fused_impl, smem_bytes as fused_smem_bytes, split_plan, split_plan_for, wgmma_warpgroups,
+    FusedImpl, SplitPlan, BLOCK_M as FUSED_BLOCK_M, BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS,
 };
 
 use crate::alloc::DeviceBuffer;
@@ -74,7 +74,16 @@ pub fn prefill(
         elems(bufs.out, dtype),
     )?;
     // SAFETY: the buffers were just checked to hold exactly the shape's elements.
-    unsafe { run(dev, shape, dtype, route, &bufs.raw()) }
+    unsafe {
+        run(
+            dev,
+            shape,
+            dtype,
+            route,
+            &bufs.raw(),
+            shape.kv_len * shape.head_dim,
+        )
+    }
 }
 
 /// [`prefill`] over raw device addresses (no buffer-length check: the shape
@@ -92,7 +101,33 @@ pub unsafe fn prefill_raw(
     bufs: &RawBuffers,
 ) -> Result<AttentionReport, CudaError> {
     shape.validate()?;
-    run(dev, shape, dtype, route, bufs)
+    run(
+        dev,
+        shape,
+        dtype,
+        route,
+        bufs,
+        shape.kv_len * shape.head_dim,
+    )
+}
+
+/// The fused route over K/V whose heads' rows are `kv_head_stride` elements
+/// apart (a KV cache slot: `capacity · head_dim`), all heads in one launch
+/// (plus the split combine). Only the wgmma kernel takes such a stride; on
+/// another kernel a stride other than `kv_len · head_dim` is a shape error.
+///
+/// # Safety
+/// As [`prefill_raw`], except that `k` and `v` must address
+/// `(kv_heads - 1) · kv_head_stride + kv_len · head_dim` elements.
+pub unsafe fn fused_strided_raw(
+    dev: &CudaDevice,
+    shape: &AttentionShape,
+    dtype: Dtype,
+    bufs: &RawBuffers,
+    kv_head_stride: usize,
+) -> Result<AttentionReport, CudaError> {
+    shape.validate()?;
+    run(dev, shape, dtype, RouteRequest::Fused, bufs, kv_head_stride)
 }
 
 /// # Safety
@@ -103,6 +138,7 @@ unsafe fn run(
     dtype: Dtype,
     route: RouteRequest,
     bufs: &RawBuffers,
+    kv_stride: usize,
 ) -> Result<AttentionReport, CudaError> {
     if dtype == Dtype::F32 {
         return Err(AttentionError::UnsupportedDtype {
@@ -122,8 +158,14 @@ unsafe fn run(
     let scale_log2 = shape.scale_or_default() * LOG2_E;
     let (route, query_block) = match route {
         RouteRequest::Fused => {
-            fused::run(dev, shape, dtype, scale_log2, bufs)?;
+            fused::run(dev, shape, dtype, scale_log2, bufs, kv_stride)?;
             (headroom_core::Route::Fused, None)
+        }
+        RouteRequest::Composed { .. } if kv_stride != shape.kv_len * shape.head_dim => {
+            return Err(CudaError::Shape {
+                op: "attention",
+                detail: "the composed route takes plain K/V tensors only".into(),
+            });
         }
         RouteRequest::Composed { query_block } => {
             let qb = composed::run(dev, shape, dtype, query_block, scale_log2, bufs)?;

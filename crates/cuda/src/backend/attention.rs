@@ -1,14 +1,17 @@
-//! Attention over the KV cache: per sequence, q goes head-major, then one
-//! call of the verified prefill kernels (`crate::attention::prefill_raw`,
-//! fused or composed exactly as requested) per KV head with its query group
-//! (contiguous in head-major q) over that head's rows of the slot (stride
-//! `capacity`), then the output goes back to token-major.
+//! Attention over the KV cache: per sequence, q goes head-major (a one-row
+//! sequence already is), then the verified prefill kernels run: the fused
+//! route on the wgmma kernel in one launch over every head of the slot
+//! (`crate::attention::fused_strided_raw`: K/V head stride `capacity`, the
+//! split-KV schedule its shape picks, packed GQA rows for short chunks);
+//! otherwise one `prefill_raw` call (fused or composed exactly as requested)
+//! per KV head with its query group (contiguous in head-major q). The output
+//! goes back to token-major.
 
 use super::launch::{dev_err, grid_dim, int, launch, Args, GRID_X, GRID_YZ};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaKvCache};
 use super::validate::{batch_rows, bf16, groups_of};
-use crate::attention::{prefill_raw, RawBuffers};
+use crate::attention::{fused_impl, fused_strided_raw, prefill_raw, FusedImpl, RawBuffers};
 use crate::device::CudaDevice;
 use headroom_core::ops::{Batch, OpError, OpResult};
 use headroom_core::{AttentionReport, AttentionShape, Dtype, RouteRequest};
@@ -73,17 +76,80 @@ pub(crate) fn attention(
         }
     }
     let out = new_act(dev, op, q.rows, q.cols, Dtype::Bf16)?;
+    // Head-major staging only for sequences of more than one row.
     let longest = (0..batch.sequences())
         .map(|i| batch.seq_len(i))
+        .filter(|&t| t > 1)
         .max()
         .unwrap_or(0);
     let q_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
     let o_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
     let es = 2u64;
+    let one_launch = route == RouteRequest::Fused && fused_impl(&dev.arch) == FusedImpl::Wgmma;
     let mut combined: Option<AttentionReport> = None;
+    let mut merge = |rep: AttentionReport| {
+        combined = Some(match combined {
+            None => rep,
+            Some(c) => AttentionReport {
+                transient_bytes: c.transient_bytes.max(rep.transient_bytes),
+                ..c
+            },
+        });
+    };
     for i in 0..batch.sequences() {
         let (r, t, slot) = (batch.seq_rows(i), batch.seq_len(i), batch.slots[i]);
         let row_off = (r.start * q.cols) as u64 * es;
+        if one_launch {
+            // A one-row sequence: token-major [1][heads][d] is head-major.
+            let (q_in, o_at) = if t == 1 {
+                (q.ptr() + row_off, out.ptr() + row_off)
+            } else {
+                transpose(
+                    dev,
+                    "tokens_to_heads_bf16",
+                    q.ptr() + row_off,
+                    q_hm.ptr(),
+                    t,
+                    nq,
+                    d,
+                )?;
+                (q_hm.ptr(), o_hm.ptr())
+            };
+            let shape = AttentionShape {
+                q_len: t,
+                kv_len: cache.lens[slot],
+                q_heads: nq,
+                kv_heads: spec.kv_heads,
+                head_dim: d,
+                scale: None,
+            };
+            let kv_off = (slot * spec.kv_heads * cache.head_elems()) as u64 * es;
+            let bufs = RawBuffers {
+                q: q_in,
+                k: cache.k.ptr() + kv_off,
+                v: cache.v.ptr() + kv_off,
+                out: o_at,
+            };
+            // SAFETY: q/out address t·nq·d elements (the sequence's rows or the
+            // head-major staging); k/v the slot's kv_heads rows of `capacity`,
+            // kv_len <= capacity, so the last head ends inside the slot.
+            let rep =
+                unsafe { fused_strided_raw(dev, &shape, Dtype::Bf16, &bufs, cache.head_elems()) }
+                    .map_err(dev_err)?;
+            merge(rep);
+            if t > 1 {
+                transpose(
+                    dev,
+                    "heads_to_tokens_bf16",
+                    o_hm.ptr(),
+                    out.ptr() + row_off,
+                    t,
+                    nq,
+                    d,
+                )?;
+            }
+            continue;
+        }
         transpose(
             dev,
             "tokens_to_heads_bf16",
@@ -114,13 +180,7 @@ pub(crate) fn attention(
             // head-major buffers; k/v the slot's head rows, kv_len <= capacity.
             let rep =
                 unsafe { prefill_raw(dev, &shape, Dtype::Bf16, route, &bufs) }.map_err(dev_err)?;
-            combined = Some(match combined {
-                None => rep,
-                Some(c) => AttentionReport {
-                    transient_bytes: c.transient_bytes.max(rep.transient_bytes),
-                    ..c
-                },
-            });
+            merge(rep);
         }
         transpose(
             dev,

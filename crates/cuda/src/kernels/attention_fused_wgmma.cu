@@ -276,10 +276,21 @@ __device__ __forceinline__ void qk_tile(float (&acc_s)[32], unsigned q_wg, unsig
     }
 }
 
+// Split-KV and packed-GQA parameters (all three plain prefill when
+// splits == 1, q_period == q_len and kv_stride == kv_len * D):
+//  kv_stride  elements between two KV heads' rows (a cache slot's capacity * D).
+//  q_period   query positions repeat every q_period rows: the rows of a head are
+//             the query group's heads stacked (q_len = group * q_period), so one
+//             CTA serves a whole GQA group of a short chunk; history = kv_len - q_period.
+//  splits     CTAs per (query tile, head) along the keys (blockIdx.z); with
+//             splits > 1 each writes its f32 output normalised by its own sum
+//             and that sum's log2-sum-exp to part_o / part_lse, and
+//             attn_split_combine makes the result.
 template <int D, typename T>
 __device__ __forceinline__ void attn_fused_prefill(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out,
-    int q_len, int kv_len, int q_heads, int kv_heads, float scale_log2) {
+    int q_len, int kv_len, int q_heads, int kv_heads, float scale_log2, long long kv_stride,
+    int q_period, int splits, float* __restrict__ part_o, float* __restrict__ part_lse) {
     static_assert(D == 64 || D == 128 || D == 256, "wgmma N is the head dim");
     constexpr int N_TILES = BLOCK_N / 8;   // n8 blocks of S per thread
     constexpr int D_TILES = D / 8;         // n8 blocks of O per thread
@@ -311,18 +322,35 @@ __device__ __forceinline__ void attn_fused_prefill(
     const int head = blockIdx.y;
 #endif
     const int kv_head = head / (q_heads / kv_heads);
-    const int history = kv_len - q_len;
+    const int history = kv_len - q_period;
     const int m0 = m_block * BLOCK_M;
+    const int split = blockIdx.z;
 
     const T* gQ = q + ((size_t)head * q_len + m0) * D;
-    const T* gK = k + (size_t)kv_head * kv_len * D;
-    const T* gV = v + (size_t)kv_head * kv_len * D;
+    const T* gK = k + (size_t)kv_head * kv_stride;
+    const T* gV = v + (size_t)kv_head * kv_stride;
     T* gO = out + ((size_t)head * q_len + m0) * D;
 
     const int last_row = min(m0 + BLOCK_M, q_len) - 1;
-    const int n_limit = min(kv_len, history + last_row + 1);
-    const int n_blocks = (n_limit + BLOCK_N - 1) / BLOCK_N;
-    const int n_unmasked = (history + m0 + 1) / BLOCK_N;
+    // Positions of the tile's rows: contiguous unless the tile crosses a period.
+    const bool wraps = m0 / q_period != last_row / q_period;
+    const int first_pos = history + (wraps ? 0 : m0 % q_period);
+    const int last_pos = history + (wraps ? q_period - 1 : last_row % q_period);
+    const int n_limit = min(kv_len, last_pos + 1);
+    const int n_total = (n_limit + BLOCK_N - 1) / BLOCK_N;
+    const int n_unmasked = (first_pos + 1) / BLOCK_N;
+    // This split's key tiles [n_lo, n_blocks): an even share of the tile's keys.
+    const int per_split = (n_total + splits - 1) / splits;
+    const int n_lo = min(n_total, split * per_split);
+    const int n_blocks = min(n_total, n_lo + per_split);
+    if (n_lo >= n_blocks) {
+        // No keys for this split: an empty partial (zero output, log-sum -inf).
+        const int rows = min(BLOCK_M, q_len - m0);
+        const size_t prow = ((size_t)split * q_heads + head) * q_len + m0;
+        for (int i = threadIdx.x; i < rows * D; i += THREADS) part_o[prow * D + i] = 0.f;
+        for (int i = threadIdx.x; i < rows; i += THREADS) part_lse[prow + i] = -INFINITY;
+        return;
+    }
 
     load_tile<D, BLOCK_M>(sQ, gQ, q_len - m0, tid);
     {
@@ -339,8 +367,8 @@ __device__ __forceinline__ void attn_fused_prefill(
     float row_sum[2] = {0.f, 0.f};
 
     const int warp_row0 = warp * 16;  // = wg * 64 + (warp % 4) * 16
-    const int pos0 = history + m0 + warp_row0 + g;
-    const int pos1 = pos0 + 8;
+    const int pos0 = history + (m0 + warp_row0 + g) % q_period;
+    const int pos1 = history + (m0 + warp_row0 + g + 8) % q_period;
 
     // Descriptor bases: Q rows of this warpgroup; K and V whole tiles.
     const unsigned q_wg = sQ + wg * WG_ROWS * 128;
@@ -367,7 +395,7 @@ __device__ __forceinline__ void attn_fused_prefill(
     wgmma_wait_all();
 #endif
 
-    for (int nb = n_blocks - 1; nb >= 0; --nb) {
+    for (int nb = n_blocks - 1; nb >= n_lo; --nb) {
         const int n0 = nb * BLOCK_N;
 #if HEADROOM_WG_STAGES == 2
         // Tile nb sits in stage (n_blocks - 1 - nb) % 2; the barrier also says every
@@ -378,7 +406,7 @@ __device__ __forceinline__ void attn_fused_prefill(
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();
-        if (nb > 0) {
+        if (nb > n_lo) {
             const int np = (nb - 1) * BLOCK_N;
             load_tile<D, BLOCK_N>(sK + (STAGE_BYTES - stage), gK + (size_t)np * D, kv_len - np, tid);
             load_tile<D, BLOCK_N>(sV + (STAGE_BYTES - stage), gV + (size_t)np * D, kv_len - np, tid);
@@ -464,7 +492,7 @@ __device__ __forceinline__ void attn_fused_prefill(
         cp_async_wait_all();
         fence_proxy_async();
         __syncthreads();
-        if (nb > 0) {
+        if (nb > n_lo) {
             const int np = (nb - 1) * BLOCK_N;
             load_tile<D, BLOCK_N>(sK, gK + (size_t)np * D, kv_len - np, tid);
             cp_async_commit();
@@ -512,7 +540,7 @@ __device__ __forceinline__ void attn_fused_prefill(
             p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
         }
 #if HEADROOM_WG_B2B
-        if (nb > 0) {
+        if (nb > n_lo) {
 #pragma unroll
             for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
         }
@@ -525,7 +553,7 @@ __device__ __forceinline__ void attn_fused_prefill(
         }
         wgmma_commit();
 #if HEADROOM_WG_B2B
-        if (nb > 0) {
+        if (nb > n_lo) {
             // K(nb-1) landed (it streamed during the exponentials): issue its S
             // while P.V(nb) still runs, then free V for the next tile's load.
             cp_async_wait_all();
@@ -548,10 +576,40 @@ __device__ __forceinline__ void attn_fused_prefill(
         row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
         row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
     }
-    const float inv0 = 1.f / row_sum[0];
-    const float inv1 = 1.f / row_sum[1];
     const int row0 = warp_row0 + g;
     const int row1 = row0 + 8;
+    if (splits > 1) {
+        // This split's partial: O / its own sum, and log2(sum) + max in the exp2 domain
+        // (a row with no visible key here: zero and -inf; NaN stays NaN).
+        const float inv0 = row_sum[0] == 0.f ? 0.f : 1.f / row_sum[0];
+        const float inv1 = row_sum[1] == 0.f ? 0.f : 1.f / row_sum[1];
+#if HEADROOM_WG_FOLD_SCALE
+        const float mx0 = row_max[0] * scale_log2, mx1 = row_max[1] * scale_log2;
+#else
+        const float mx0 = row_max[0], mx1 = row_max[1];
+#endif
+        const float lse0 = row_sum[0] == 0.f ? -INFINITY : mx0 + __log2f(row_sum[0]);
+        const float lse1 = row_sum[1] == 0.f ? -INFINITY : mx1 + __log2f(row_sum[1]);
+        const size_t prow = ((size_t)split * q_heads + head) * q_len + m0;
+        float* pO = part_o + prow * D;
+        if (t4 == 0) {
+            if (m0 + row0 < q_len) part_lse[prow + row0] = lse0;
+            if (m0 + row1 < q_len) part_lse[prow + row1] = lse1;
+        }
+#pragma unroll
+        for (int dt = 0; dt < D_TILES; ++dt) {
+            const int col = dt * 8 + t4 * 2;
+            if (m0 + row0 < q_len)
+                *reinterpret_cast<float2*>(pO + (size_t)row0 * D + col) =
+                    make_float2(acc_o[dt * 4 + 0] * inv0, acc_o[dt * 4 + 1] * inv0);
+            if (m0 + row1 < q_len)
+                *reinterpret_cast<float2*>(pO + (size_t)row1 * D + col) =
+                    make_float2(acc_o[dt * 4 + 2] * inv1, acc_o[dt * 4 + 3] * inv1);
+        }
+        return;
+    }
+    const float inv0 = 1.f / row_sum[0];
+    const float inv1 = 1.f / row_sum[1];
 #pragma unroll
     for (int dt = 0; dt < D_TILES; ++dt) {
         const int col = dt * 8 + t4 * 2;
@@ -566,6 +624,34 @@ __device__ __forceinline__ void attn_fused_prefill(
     }
 }
 
+// Combines the splits' partials of one output row (blockIdx.x over q_heads * q_len
+// rows, one thread per column): out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M),
+// M = max_s lse_s. A NaN partial makes the row NaN, as the unsplit kernel does.
+template <typename T>
+__device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
+                                              const float* __restrict__ part_lse, T* __restrict__ out,
+                                              int rows, int d, int splits) {
+    const int row = blockIdx.x;
+    float m = -INFINITY;
+    bool nan = false;
+    for (int s = 0; s < splits; ++s) {
+        const float l = part_lse[(size_t)s * rows + row];
+        nan = nan || l != l;
+        m = fmaxf(m, l);
+    }
+    for (int c = threadIdx.x; c < d; c += blockDim.x) {
+        float num = 0.f, den = 0.f;
+        for (int s = 0; s < splits; ++s) {
+            const float l = part_lse[(size_t)s * rows + row];
+            const float w = l == -INFINITY ? 0.f : exp2f(l - m);
+            num += w * part_o[((size_t)s * rows + row) * d + c];
+            den += w;
+        }
+        const float o = nan ? __int_as_float(0x7fffffff) : num / den;
+        out[(size_t)row * d + c] = static_cast<T>(o);
+    }
+}
+
 }  // namespace headroom_wg
 
 // Entry points: attn_fused_prefill_wgmma_d{64,128,256}_{f16,bf16}. Launch:
@@ -575,10 +661,24 @@ __device__ __forceinline__ void attn_fused_prefill(
 #define HEADROOM_WGMMA_ENTRY(D, NAME, T)                                                            \
     extern "C" __global__ void __launch_bounds__(headroom_wg::THREADS, headroom_wg::MIN_BLOCKS)     \
     attn_fused_prefill_wgmma_d##D##_##NAME(const T* q, const T* k, const T* v, T* out, int q_len,   \
-                                           int kv_len, int q_heads, int kv_heads, float scale_log2) { \
+                                           int kv_len, int q_heads, int kv_heads, float scale_log2, \
+                                           long long kv_stride, int q_period, int splits,           \
+                                           float* part_o, float* part_lse) {                        \
         headroom_wg::attn_fused_prefill<D, T>(q, k, v, out, q_len, kv_len, q_heads, kv_heads,       \
-                                              scale_log2);                                          \
+                                              scale_log2, kv_stride, q_period, splits, part_o,      \
+                                              part_lse);                                            \
     }
+
+// Split-KV combine: grid (q_heads * q_len rows), block min(D, 256) threads;
+// part_o [splits][rows][d] f32, part_lse [splits][rows] f32, out [rows][d].
+extern "C" __global__ void attn_split_combine_bf16(const float* part_o, const float* part_lse,
+                                                   __nv_bfloat16* out, int rows, int d, int splits) {
+    headroom_wg::split_combine<__nv_bfloat16>(part_o, part_lse, out, rows, d, splits);
+}
+extern "C" __global__ void attn_split_combine_f16(const float* part_o, const float* part_lse, __half* out,
+                                                  int rows, int d, int splits) {
+    headroom_wg::split_combine<__half>(part_o, part_lse, out, rows, d, splits);
+}
 
 HEADROOM_WGMMA_ENTRY(256, bf16, __nv_bfloat16)
 HEADROOM_WGMMA_ENTRY(256, f16, __half)

@@ -43,6 +43,8 @@ pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
         "attn_fused_prefill_wgmma_d128_f16",
         "attn_fused_prefill_wgmma_d64_bf16",
         "attn_fused_prefill_wgmma_d64_f16",
+        "attn_split_combine_bf16",
+        "attn_split_combine_f16",
     ],
 };
 

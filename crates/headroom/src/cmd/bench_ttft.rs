@@ -47,7 +47,8 @@ pub struct TtftArgs {
     /// Greedy decode steps after one prompt per length (decode tokens/s; 0 = none).
     #[arg(long, default_value_t = 0)]
     pub decode: usize,
-    /// One extra profiled run per length: time per part of the forward.
+    /// One extra profiled run per length: time per part of the forward
+    /// (and, with --decode, of a few profiled decode steps, per token).
     #[arg(long)]
     pub breakdown: bool,
     /// Write the headroom.bench.ttft/1 JSON here (headroom.bench.ttft.tp/1 with --tensor-parallel).
@@ -70,8 +71,21 @@ struct LengthResult {
     peak_transient_bytes: usize,
     attention: String,
     decode_tokens_per_s: Option<f64>,
+    /// Of the decode wall time: the host's share spent copying the logits
+    /// row back and taking its argmax, per token.
+    decode_host_argmax_ms: Option<f64>,
     breakdown: Vec<PartTime>,
+    /// Per part of profiled decode steps, totals over `decode_profiled_steps`
+    /// (each part synchronised before and after: host launch time included).
+    decode_breakdown: Vec<PartTime>,
+    decode_profiled_steps: usize,
 }
+
+/// Unmeasured decode steps before the timed ones.
+const DECODE_WARMUP_STEPS: usize = 2;
+
+/// Decode steps profiled per length with --breakdown.
+const PROFILED_DECODE_STEPS: usize = 8;
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -165,7 +179,7 @@ impl ModelJob for TtftJob<'_> {
         let mut results = Vec::new();
         for &n in &a.lengths {
             let ids = prompt(n, model.vocab_size());
-            let capacity = n + a.decode + 1;
+            let capacity = n + a.decode + DECODE_WARMUP_STEPS + 1;
             let mut times = Vec::new();
             let mut peak = 0usize;
             let mut attention = String::new();
@@ -190,10 +204,20 @@ impl ModelJob for TtftJob<'_> {
             let mut sorted = times.clone();
             sorted.sort_by(f64::total_cmp);
             let median = sorted[sorted.len() / 2];
-            let decode_tps = if a.decode > 0 {
+            let decode = if a.decode > 0 {
                 Some(decode_rate(&model, &ids, a.decode, capacity, &self.plan)?)
             } else {
                 None
+            };
+            let decode_tps = decode.map(|d| d.tokens_per_s);
+            let (decode_breakdown, decode_profiled_steps) = if a.breakdown && a.decode > 0 {
+                let steps = PROFILED_DECODE_STEPS.min(a.decode);
+                (
+                    decode_profile(&model, &ids, steps, capacity, &self.plan)?,
+                    steps,
+                )
+            } else {
+                (Vec::new(), 0)
             };
             let breakdown = if a.breakdown {
                 model.set_profiling(true);
@@ -225,6 +249,28 @@ impl ModelJob for TtftJob<'_> {
                     p.calls
                 );
             }
+            if let Some(d) = decode {
+                println!(
+                    "      decode {:.3} ms/token, of which logits copy + host argmax {:.3} ms",
+                    1e3 / d.tokens_per_s,
+                    d.host_argmax_ms
+                );
+            }
+            if decode_profiled_steps > 0 {
+                let total: f64 = decode_breakdown.iter().map(|p| p.seconds).sum();
+                println!(
+                    "      decode per token (profiled, {decode_profiled_steps} steps): {:.3} ms in parts",
+                    total * 1e3 / decode_profiled_steps as f64
+                );
+                for p in &decode_breakdown {
+                    println!(
+                        "      decode {:<17} {:>9.3} ms/token  ({} calls/token)",
+                        format!("{:?}", p.part),
+                        p.seconds * 1e3 / decode_profiled_steps as f64,
+                        p.calls / decode_profiled_steps as u64
+                    );
+                }
+            }
             results.push(LengthResult {
                 tokens: n,
                 ttft_ms: times,
@@ -233,7 +279,10 @@ impl ModelJob for TtftJob<'_> {
                 peak_transient_bytes: peak,
                 attention,
                 decode_tokens_per_s: decode_tps,
+                decode_host_argmax_ms: decode.map(|d| d.host_argmax_ms),
                 breakdown,
+                decode_breakdown,
+                decode_profiled_steps,
             });
         }
         let report = Report {
@@ -259,6 +308,37 @@ impl ModelJob for TtftJob<'_> {
     }
 }
 
+/// What [`decode_rate`] measured.
+#[derive(Debug, Clone, Copy)]
+struct DecodeRate {
+    tokens_per_s: f64,
+    /// Host argmax per token (the logits row's copy is inside the step).
+    host_argmax_ms: f64,
+}
+
+/// The greedy next token of a logits row (lowest index on ties).
+fn argmax(logits: &[f32]) -> u32 {
+    logits
+        .iter()
+        .enumerate()
+        .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| {
+            if v > b.1 {
+                (i, v)
+            } else {
+                b
+            }
+        })
+        .0 as u32
+}
+
+fn decode_options(plan: &AttentionPlan) -> ForwardOptions {
+    ForwardOptions {
+        attention: plan.clone(),
+        chunk: None,
+        logits: LogitsRows::Last,
+    }
+}
+
 /// Greedy decode tokens/s after prefilling `ids`.
 fn decode_rate<B: Backend>(
     model: &Qwen35Model<B>,
@@ -266,28 +346,46 @@ fn decode_rate<B: Backend>(
     steps: usize,
     capacity: usize,
     plan: &AttentionPlan,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<DecodeRate> {
     let mut s = model.new_session_with_capacity(capacity)?;
-    let opts = ForwardOptions {
-        attention: plan.clone(),
-        chunk: None,
-        logits: LogitsRows::Last,
-    };
+    let opts = decode_options(plan);
     let mut logits = model.prefill(&mut s, ids, &opts)?.logits;
+    // Unmeasured steps first: a kernel's first use compiles or loads it.
+    for _ in 0..DECODE_WARMUP_STEPS {
+        logits = model.prefill(&mut s, &[argmax(&logits)], &opts)?.logits;
+    }
+    let mut argmax_s = 0.0;
     let started = Instant::now();
     for _ in 0..steps {
-        let next = logits
-            .iter()
-            .enumerate()
-            .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| {
-                if v > b.1 {
-                    (i, v)
-                } else {
-                    b
-                }
-            })
-            .0 as u32;
+        let t = Instant::now();
+        let next = argmax(&logits);
+        argmax_s += t.elapsed().as_secs_f64();
         logits = model.prefill(&mut s, &[next], &opts)?.logits;
     }
-    Ok(steps as f64 / started.elapsed().as_secs_f64())
+    Ok(DecodeRate {
+        tokens_per_s: steps as f64 / started.elapsed().as_secs_f64(),
+        host_argmax_ms: argmax_s * 1e3 / steps.max(1) as f64,
+    })
+}
+
+/// Per-part totals of `steps` profiled greedy decode steps after `ids`.
+fn decode_profile<B: Backend>(
+    model: &Qwen35Model<B>,
+    ids: &[u32],
+    steps: usize,
+    capacity: usize,
+    plan: &AttentionPlan,
+) -> anyhow::Result<Vec<PartTime>> {
+    let mut s = model.new_session_with_capacity(capacity)?;
+    let opts = decode_options(plan);
+    let mut logits = model.prefill(&mut s, ids, &opts)?.logits;
+    model.take_profile();
+    model.set_profiling(true);
+    let run = (0..steps).try_for_each(|_| {
+        logits = model.prefill(&mut s, &[argmax(&logits)], &opts)?.logits;
+        anyhow::Ok(())
+    });
+    model.set_profiling(false);
+    run?;
+    Ok(model.take_profile())
 }
