@@ -49,6 +49,25 @@ pub fn probe_cublas() -> Result<(), CudaError> {
     }
 }
 
+/// cuBLAS's version as `major.minor.patch` (from `cublasGetProperty`, which
+/// needs no handle and no GPU), or why it cannot be read.
+pub fn cublas_version() -> Result<String, CudaError> {
+    use cudarc::cublas::sys::{cublasGetProperty, libraryPropertyType};
+    probe_cublas()?;
+    let mut parts = [0i32; 3];
+    for (part, kind) in parts.iter_mut().zip([
+        libraryPropertyType::MAJOR_VERSION,
+        libraryPropertyType::MINOR_VERSION,
+        libraryPropertyType::PATCH_LEVEL,
+    ]) {
+        // SAFETY: cuBLAS is loadable (probed); the out-pointer is valid.
+        unsafe { cublasGetProperty(kind, part) }
+            .result()
+            .map_err(|e| CudaError::Blas(format!("cublasGetProperty: {e:?}")))?;
+    }
+    Ok(format!("{}.{}.{}", parts[0], parts[1], parts[2]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +84,20 @@ mod tests {
                 Ok(()) => {}
                 Err(e) => assert!(e.to_string().contains(needle), "{e}"),
             }
+        }
+    }
+
+    #[test]
+    fn cublas_version_is_read_when_the_library_loads() {
+        match (probe_cublas(), cublas_version()) {
+            (Ok(()), Ok(v)) => {
+                let parts: Vec<&str> = v.split('.').collect();
+                assert_eq!(parts.len(), 3, "{v}");
+                assert!(parts.iter().all(|p| p.parse::<u32>().is_ok()), "{v}");
+                assert!(parts[0].parse::<u32>().unwrap() >= 11, "{v}");
+            }
+            (Err(_), Err(e)) => assert!(e.to_string().contains("libcublas"), "{e}"),
+            (p, v) => panic!("probe {p:?} but version {v:?}"),
         }
     }
 }

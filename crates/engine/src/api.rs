@@ -64,15 +64,18 @@ pub struct Usage {
 }
 
 /// What one full-attention layer ran for a request, read back from the
-/// attention reports: the route, the query block, and the largest transient
-/// bytes of the calls the request took part in (a packed call's report
-/// covers every sequence in it).
+/// attention reports: the route, the query block, how many calls reported
+/// them (one per step the request was in) and the largest transient bytes
+/// of those calls (a packed call's report covers every sequence in it). A
+/// layer whose calls reported different routes or blocks has one entry per
+/// (route, block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttentionRun {
     pub layer: usize,
     pub route: Route,
     pub query_block: Option<usize>,
     pub transient_bytes: u64,
+    pub calls: usize,
 }
 
 /// One event of a request's stream.

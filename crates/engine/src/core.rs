@@ -16,7 +16,7 @@ use crate::stream::{stream_pair, RequestStream, Waker};
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch};
 use headroom_core::{AttentionKind, BackendKind, RouteRequest};
-use headroom_model::{LogitsRows, ModelState, Qwen35Model};
+use headroom_model::{AttentionPlan, LogitsRows, ModelState, Qwen35Model};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -169,6 +169,35 @@ impl<B: Backend> EngineCore<B> {
 
     pub fn model(&self) -> &Qwen35Model<B> {
         &self.model
+    }
+
+    /// The configuration the engine runs (its `attention` is the current plan).
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The route of every layer (`None`: not a full-attention layer).
+    pub fn routes(&self) -> &[Option<RouteRequest>] {
+        &self.routes
+    }
+
+    /// Sets the attention routes of every later step (the per-engine
+    /// setting a benchmark changes between its arms). Only while idle: a
+    /// running sequence keeps the routes it was admitted under. The memory
+    /// model follows the new routes.
+    pub fn set_attention(&mut self, plan: AttentionPlan) -> Result<(), EngineError> {
+        if !self.is_idle() {
+            return Err(EngineError::Config(format!(
+                "the attention routes change only while the engine is idle ({} running, {} waiting)",
+                self.running.len(),
+                self.waiting.len()
+            )));
+        }
+        let routes = self.model.routes(&plan)?;
+        self.limits.memory = memory_model(&self.model, &routes);
+        self.routes = routes;
+        self.cfg.attention = plan;
+        Ok(())
     }
 
     /// True when no request is waiting or running.
