@@ -109,7 +109,10 @@ mod tests {
             (Some(v), Ok(w)) => assert_eq!(v, &w),
             (None, Err(_)) => {
                 let why = b.cuda_versions_reason.unwrap();
-                assert!(why.contains("cublas: ") && why.contains("libcublas"), "{why}");
+                assert!(
+                    why.contains("cublas: ") && why.contains("libcublas"),
+                    "{why}"
+                );
             }
             (v, w) => panic!("recorded {v:?}, library says {w:?}"),
         }

@@ -40,7 +40,11 @@ impl EngineBenchSettings {
 
 /// Context for prompts up to `longest` tokens plus the drawn one, rounded up to 64.
 pub fn context_for(longest: usize) -> usize {
-    longest.saturating_add(1).div_ceil(64).max(1).saturating_mul(64)
+    longest
+        .saturating_add(1)
+        .div_ceil(64)
+        .max(1)
+        .saturating_mul(64)
 }
 
 /// The engine, one request at a time.

@@ -278,9 +278,7 @@ pub fn check_policy(at: &str, s: &PrefillSample, v: &mut Vec<String>) {
 /// Rows of a sample's largest attention call: the prompt when it ran in one
 /// pass (`solo_chunk` null), else the engine's chunk (or the prompt if shorter).
 pub fn call_rows(s: &PrefillSample) -> usize {
-    s.scheduler
-        .solo_chunk
-        .map_or(s.length, |c| c.min(s.length))
+    s.scheduler.solo_chunk.map_or(s.length, |c| c.min(s.length))
 }
 
 /// The block a composed call runs for a requested `q` over `length` rows

@@ -6,6 +6,12 @@
 
 use crate::CudaError;
 
+/// The driver as missing-library errors name it (worded as `headroom-hardware` does).
+const DRIVER_LIBRARY: &str = "the CUDA driver (libcuda.so)";
+/// Why it is missing (the same text as `NO_DRIVER_HINT` in crates/hardware/src/cuda.rs).
+const NO_DRIVER_HINT: &str =
+    "no NVIDIA driver on this machine, or it is not on the library search path";
+
 /// The CUDA driver (`libcuda.so`), needed to run anything on a GPU.
 pub fn probe_driver() -> Result<(), CudaError> {
     // SAFETY: only tries to dlopen candidate library names.
@@ -13,8 +19,8 @@ pub fn probe_driver() -> Result<(), CudaError> {
         Ok(())
     } else {
         Err(CudaError::LibraryMissing {
-            library: "the CUDA driver (libcuda.so)",
-            hint: "no NVIDIA driver on this machine, or it is not on the library search path",
+            library: DRIVER_LIBRARY,
+            hint: NO_DRIVER_HINT,
         })
     }
 }
@@ -85,6 +91,20 @@ mod tests {
                 Err(e) => assert!(e.to_string().contains(needle), "{e}"),
             }
         }
+    }
+
+    #[test]
+    fn the_missing_driver_is_worded_as_headroom_hardware_words_it() {
+        let e = CudaError::LibraryMissing {
+            library: DRIVER_LIBRARY,
+            hint: NO_DRIVER_HINT,
+        };
+        // crates/hardware/src/cuda.rs: probe_library's error starts with this.
+        assert_eq!(
+            e.to_string(),
+            "the CUDA driver (libcuda.so) cannot be loaded \
+             (no NVIDIA driver on this machine, or it is not on the library search path)"
+        );
     }
 
     #[test]
