@@ -135,9 +135,7 @@ pub fn load_wheel_libraries() -> Vec<LibraryOrigin> {
                     match sites.iter().find_map(|s| find_in_site(s, soname)) {
                         Some(path) => load_global(&path)
                             .map(|()| LibrarySource::Wheel(path.clone()))
-                            .unwrap_or_else(|why| {
-                                LibrarySource::Missing(format!("{}: {why}", path.display()))
-                            }),
+                            .unwrap_or_else(|why| LibrarySource::Missing(why)),
                         None => LibrarySource::Missing(format!(
                             "{e}; no python3 site-packages has nvidia/*/lib/{soname}"
                         )),
@@ -157,8 +155,9 @@ pub fn load_wheel_libraries() -> Vec<LibraryOrigin> {
 fn load_global(path: &Path) -> Result<(), String> {
     use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
     // SAFETY: loading a library runs its initialisers only.
-    let lib =
-        unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| e.to_string())?;
+    let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }
+        // The Debug form carries dlerror()'s text.
+        .map_err(|e| format!("{}: {e:?}", path.display()))?;
     // Kept for the life of the process: cudarc resolves the soname to it.
     std::mem::forget(lib);
     Ok(())
@@ -193,9 +192,9 @@ mod tests {
         assert_eq!(find_in_site(&site, "libcublas.so.13"), None);
         let inc = site.join("nvidia/cu13/include");
         std::fs::create_dir_all(&inc).unwrap();
-        assert_eq!(find_wheel_headers(&[site.clone()]), None);
+        assert_eq!(find_wheel_headers(std::slice::from_ref(&site)), None);
         std::fs::write(inc.join("cuda_fp16.h"), b"").unwrap();
-        assert_eq!(find_wheel_headers(&[site.clone()]), Some(inc));
+        assert_eq!(find_wheel_headers(std::slice::from_ref(&site)), Some(inc));
         std::fs::remove_dir_all(&site).unwrap();
     }
 
