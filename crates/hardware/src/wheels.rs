@@ -135,7 +135,7 @@ pub fn load_wheel_libraries() -> Vec<LibraryOrigin> {
                     match sites.iter().find_map(|s| find_in_site(s, soname)) {
                         Some(path) => load_global(&path)
                             .map(|()| LibrarySource::Wheel(path.clone()))
-                            .unwrap_or_else(|why| LibrarySource::Missing(why)),
+                            .unwrap_or_else(LibrarySource::Missing),
                         None => LibrarySource::Missing(format!(
                             "{e}; no python3 site-packages has nvidia/*/lib/{soname}"
                         )),
