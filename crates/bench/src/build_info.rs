@@ -1,7 +1,8 @@
 //! The build identity every evidence file records: the crate version, the git
 //! commit it was built from (`build.rs`), the SHA-256 of the CUDA kernel
 //! sources embedded in the binary (the artifact NVRTC compiles at run time),
-//! and, on CUDA, the NVRTC and driver versions.
+//! and, on CUDA, the NVRTC, driver and cuBLAS versions (each `null` with
+//! the reason in `cuda_versions_reason` when it cannot be read).
 
 use headroom_core::BackendKind;
 use headroom_hardware::HardwareFingerprint;
@@ -21,7 +22,10 @@ pub struct BuildInfo {
     /// `null` on the CPU backend or where the library is absent.
     pub nvrtc_version: Option<String>,
     pub driver_version: Option<String>,
+    /// `major.minor.patch` from `cublasGetProperty`.
     pub cublas_version: Option<String>,
+    /// Why any of the three versions is `null` (`null` when all were read).
+    pub cuda_versions_reason: Option<String>,
 }
 
 /// The SHA-256 of the kernel sources compiled into this binary.
@@ -43,23 +47,32 @@ fn hex(bytes: &[u8]) -> String {
 impl BuildInfo {
     /// This binary's identity, with the CUDA library versions when measuring on `backend` cuda.
     pub fn current(backend: BackendKind, hardware: &HardwareFingerprint) -> BuildInfo {
-        let cuda = backend == BackendKind::Cuda;
+        let (nvrtc, driver, cublas, reason) = if backend == BackendKind::Cuda {
+            let mut why = Vec::new();
+            let nvrtc = headroom_cuda::nvrtc::version()
+                .map_err(|e| why.push(format!("nvrtc: {e}")))
+                .ok();
+            let driver = hardware.driver_version.clone();
+            if driver.is_none() {
+                why.push("driver: the hardware fingerprint has no driver version".into());
+            }
+            let cublas = headroom_cuda::libs::cublas_version()
+                .map_err(|e| why.push(format!("cublas: {e}")))
+                .ok();
+            let reason = (!why.is_empty()).then(|| why.join("; "));
+            (nvrtc, driver, cublas, reason)
+        } else {
+            let why = format!("backend {backend}: no CUDA library is used");
+            (None, None, None, Some(why))
+        };
         BuildInfo {
             version: env!("CARGO_PKG_VERSION").to_string(),
             git_commit: env!("HEADROOM_GIT_COMMIT").to_string(),
             kernel_artifact_sha256: kernel_artifact_sha256(),
-            nvrtc_version: if cuda {
-                headroom_cuda::nvrtc::version().ok()
-            } else {
-                None
-            },
-            driver_version: if cuda {
-                hardware.driver_version.clone()
-            } else {
-                None
-            },
-            // cuBLAS reports its version only through a handle; not read yet.
-            cublas_version: None,
+            nvrtc_version: nvrtc,
+            driver_version: driver,
+            cublas_version: cublas,
+            cuda_versions_reason: reason,
         }
     }
 }
@@ -84,5 +97,24 @@ mod tests {
         assert!(!b.git_commit.is_empty());
         assert_eq!(b.nvrtc_version, None);
         assert_eq!(b.driver_version, None);
+        assert_eq!(b.cublas_version, None);
+        assert!(b.cuda_versions_reason.unwrap().contains("backend cpu"));
+    }
+
+    #[test]
+    fn a_cuda_build_reads_cublas_or_says_why_not() {
+        let hw = headroom_hardware::detect_cpu();
+        let b = BuildInfo::current(BackendKind::Cuda, &hw);
+        match (&b.cublas_version, headroom_cuda::libs::cublas_version()) {
+            (Some(v), Ok(w)) => assert_eq!(v, &w),
+            (None, Err(_)) => {
+                let why = b.cuda_versions_reason.unwrap();
+                assert!(
+                    why.contains("cublas: ") && why.contains("libcublas"),
+                    "{why}"
+                );
+            }
+            (v, w) => panic!("recorded {v:?}, library says {w:?}"),
+        }
     }
 }

@@ -38,8 +38,20 @@ const SOURCES: &[(&str, &str)] = &[
     ),
     ("crates/bench/src/prefill.rs", include_str!("prefill.rs")),
     (
-        "crates/bench/src/prefill_model.rs",
-        include_str!("prefill_model.rs"),
+        "crates/bench/src/prefill_reports.rs",
+        include_str!("prefill_reports.rs"),
+    ),
+    (
+        "crates/bench/src/prefill_engine.rs",
+        include_str!("prefill_engine.rs"),
+    ),
+    (
+        "crates/engine/src/core.rs",
+        include_str!("../../engine/src/core.rs"),
+    ),
+    (
+        "crates/engine/src/sequence.rs",
+        include_str!("../../engine/src/sequence.rs"),
     ),
     ("crates/bench/src/validate.rs", include_str!("validate.rs")),
     ("crates/bench/src/qualify.rs", include_str!("qualify.rs")),
@@ -53,23 +65,28 @@ const SOURCES: &[(&str, &str)] = &[
 pub const CLAIMS: &[Claim] = &[
     Claim {
         text: "Each sample's route and query block are read back from the attention calls' reports, not copied from the request",
-        file: "crates/bench/src/prefill.rs",
+        file: "crates/bench/src/prefill_reports.rs",
         anchor: "pub fn layer_routes_from_reports",
     },
     Claim {
         text: "A run whose attention calls report different routes for one layer fails",
-        file: "crates/bench/src/prefill.rs",
+        file: "crates/bench/src/prefill_reports.rs",
         anchor: "calls reported {first:?} and {other:?}",
     },
     Claim {
-        text: "The model path takes the reports from the forward's LayerAttentionReports",
-        file: "crates/bench/src/prefill_model.rs",
-        anchor: "pub fn runs_from_reports",
+        text: "Prompts run through the engine's scheduler: each arm's routes are set on the engine while it is idle",
+        file: "crates/engine/src/core.rs",
+        anchor: "pub fn set_attention",
     },
     Claim {
-        text: "TTFT runs from submission to the first (greedy) token",
-        file: "crates/bench/src/prefill_model.rs",
-        anchor: "let ttft_ms = started.elapsed()",
+        text: "The engine path takes the routes from the attention reports of the request's calls (its finished event)",
+        file: "crates/bench/src/prefill_engine.rs",
+        anchor: "} => finished = Some((usage, attention)),",
+    },
+    Claim {
+        text: "TTFT is the engine's own measure, from submission to the first drawn token",
+        file: "crates/engine/src/sequence.rs",
+        anchor: "self.ttft_ms = Some(self.submitted.elapsed()",
     },
     Claim {
         text: "The validator fails a sample whose reported route is not its arm's",

@@ -7,7 +7,9 @@
 //! * [`gemm_baseline`]: the square f32 GEMM the CPU bars are measured against.
 //! * [`prefill`]: whole-model prefill per attention setting (arm), writing
 //!   [`prefill_schema::PrefillBenchFile`] (`headroom.bench.prefill/1`) with the
-//!   routes the attention calls reported; [`prefill_model`] drives the model.
+//!   routes the attention calls reported ([`prefill_reports`]);
+//!   [`prefill_engine`] drives the engine's scheduler (what the CLI runs),
+//!   [`prefill_model`] the model's one-pass prefill.
 //! * [`validate`]: strict checks of prefill files (every violation listed).
 //! * [`qualify`]: candidates, leaders, the decision rule and the written entry;
 //!   [`report`], [`report_svg`] and [`citations`] make its report.
@@ -24,7 +26,9 @@ pub use backend::AttentionBenchBackend;
 pub mod build_info;
 pub mod citations;
 pub mod prefill;
+pub mod prefill_engine;
 pub mod prefill_model;
+pub mod prefill_reports;
 pub mod prefill_schema;
 pub mod qualify;
 pub mod report;

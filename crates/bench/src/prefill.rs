@@ -3,18 +3,22 @@
 //! Each arm is an attention *setting* (`fallback:N`, `fallback`, `fused`,
 //! `auto`): the runner turns it into [`Controls`] (source `cli`), resolves
 //! every layer through the policy's [`resolve`], and prefills a prompt of
-//! each length through a [`PrefillTarget`] — the model's own prefill today
-//! (`path = "model.prefill"`), the engine's scheduler once it is wired. The
-//! route and query block in every sample are read back from the attention
-//! reports of the run ([`AttentionRun`]), never copied from the request; a
-//! run whose calls disagree with each other fails. Arms run round-robin per
-//! iteration so drift on a shared machine hits every arm alike.
+//! each length through a [`PrefillTarget`]: the engine's scheduler
+//! ([`crate::prefill_engine`], `path = "engine"`, what `headroom bench
+//! prefill` and `qualify` run) or the model's own one-pass prefill
+//! ([`crate::prefill_model`], `path = "model.prefill"`). The route and query
+//! block in every sample are read back from the attention reports of the run
+//! ([`AttentionRun`], grouped by [`crate::prefill_reports`]), never copied
+//! from the request; a run whose calls disagree with each other fails. Arms
+//! run round-robin per iteration so drift on a shared machine hits every arm
+//! alike.
 
 use crate::attention::median;
 use crate::build_info::BuildInfo;
+use crate::prefill_reports::layer_routes_from_reports;
 use crate::prefill_schema::*;
-use anyhow::{bail, ensure, Context};
-use headroom_core::{AttentionKind, BackendKind, LayerKind, Route, RouteRequest};
+use anyhow::{ensure, Context};
+use headroom_core::{BackendKind, LayerKind, Route, RouteRequest};
 use headroom_hardware::HardwareFingerprint;
 use headroom_policy::{
     resolve, AttentionControl, ControlSource, Controls, QueryBlockControl, Registry,
@@ -86,13 +90,16 @@ impl Arm {
     }
 }
 
-/// One attention call as the forward reported it.
+/// Attention calls of one layer as they reported themselves: `calls` calls
+/// reported this route and block (the largest transient of them). A layer
+/// whose calls disagree has several entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionRun {
     pub layer: usize,
     pub route: Route,
     pub query_block: Option<usize>,
     pub transient_bytes: u64,
+    pub calls: usize,
 }
 
 /// What one prefill produced.
@@ -105,6 +112,8 @@ pub struct PrefillRun {
     pub backend_peak_bytes: u64,
     /// Filled by the runner: the process peak RSS of this run.
     pub process_peak_rss_bytes: u64,
+    /// Forwards from submission to the first token (1 for one pass).
+    pub steps: usize,
 }
 
 /// What the bench drives: something that prefills one prompt with a route per layer.
@@ -115,8 +124,13 @@ pub trait PrefillTarget {
     fn vocab_size(&self) -> usize;
     /// `"model.prefill"` or `"engine"`.
     fn path(&self) -> &'static str;
-    /// Prefill `ids` from an empty state with `routes[i]` on full layer `i`;
-    /// time from submission to the first token.
+    /// The scheduling settings (`steps_to_first_token` is filled by the
+    /// runner from the runs).
+    fn scheduler(&self) -> SchedulerRecord;
+    /// The KV backend requested and resolved.
+    fn kv(&self) -> KvRecord;
+    /// Prefill `ids` from an empty state with `routes[i]` on full layer `i`
+    /// (set for the whole run); time from submission to the first token.
     fn prefill(
         &mut self,
         ids: &[u32],
@@ -226,8 +240,10 @@ pub fn run(
             }
         }
         for ((arm, p), r) in cfg.arms.iter().zip(&plans).zip(&runs) {
+            let sched = target.scheduler();
+            let kv = target.kv();
             samples.push(
-                sample(arm, length, &kinds, p, r, target.path())
+                sample(arm, length, &kinds, p, r, sched, kv)
                     .with_context(|| format!("arm {arm} at length {length}"))?,
             );
         }
@@ -250,79 +266,23 @@ pub fn run(
     })
 }
 
-/// Groups the full-attention layers by kind and reads each group's route
-/// back from the runs' reports.
-pub fn layer_routes_from_reports(
-    kinds: &[LayerKind],
-    resolved: &[ResolvedAttention],
-    runs: &[PrefillRun],
-) -> anyhow::Result<Vec<LayerShapeRecord>> {
-    let mut groups: Vec<LayerShapeRecord> = Vec::new();
-    for (i, kind) in kinds.iter().enumerate() {
-        if kind.attention != AttentionKind::Full {
-            continue;
-        }
-        let calls: Vec<&AttentionRun> = runs
-            .iter()
-            .flat_map(|r| r.attention.iter())
-            .filter(|a| a.layer == i)
-            .collect();
-        let Some(first) = calls.first() else {
-            bail!("layer {i}: the forward reported no attention call");
-        };
-        if let Some(other) = calls
-            .iter()
-            .find(|a| (a.route, a.query_block) != (first.route, first.query_block))
-        {
-            bail!("layer {i}: calls reported {first:?} and {other:?}");
-        }
-        let per_iteration = calls.len() / runs.len().max(1);
-        let transient = calls.iter().map(|a| a.transient_bytes).max().unwrap_or(0);
-        let r = resolved
-            .get(i)
-            .with_context(|| format!("layer {i} has no resolution"))?;
-        match groups.iter_mut().find(|g| g.kind == *kind) {
-            Some(g) => {
-                ensure!(
-                    (g.reported.route, g.reported.query_block) == (first.route, first.query_block),
-                    "layers {:?} and {i} share a shape but ran different routes",
-                    g.layers
-                );
-                g.layers.push(i);
-                g.reported.calls += per_iteration;
-                g.reported.transient_peak_bytes = g.reported.transient_peak_bytes.max(transient);
-            }
-            None => groups.push(LayerShapeRecord {
-                kind: *kind,
-                layers: vec![i],
-                resolved: ResolvedRecord {
-                    route: r.route,
-                    query_block: r.query_block,
-                    source: r.source,
-                    qualification_id: r.qualification_id.clone(),
-                    reason: r.reason.clone(),
-                },
-                reported: ReportedRecord {
-                    route: first.route,
-                    query_block: first.query_block,
-                    calls: per_iteration,
-                    transient_peak_bytes: transient,
-                },
-            }),
-        }
-    }
-    Ok(groups)
-}
-
 fn sample(
     arm: &Arm,
     length: usize,
     kinds: &[LayerKind],
     p: &Plan,
     runs: &[PrefillRun],
-    path: &str,
+    mut scheduler: SchedulerRecord,
+    kv: KvRecord,
 ) -> anyhow::Result<PrefillSample> {
     let attention = layer_routes_from_reports(kinds, &p.resolved, runs)?;
+    let steps = runs.first().map_or(0, |r| r.steps);
+    ensure!(
+        runs.iter().all(|r| r.steps == steps),
+        "the runs took different numbers of steps to the first token: {:?}",
+        runs.iter().map(|r| r.steps).collect::<Vec<_>>()
+    );
+    scheduler.steps_to_first_token = steps;
     let times: Vec<f64> = runs.iter().map(|r| r.ttft_ms).collect();
     let med = median(&mut times.clone());
     let transient = attention
@@ -360,17 +320,8 @@ fn sample(
                 .max()
                 .unwrap_or(0),
         },
-        kv: KvRecord {
-            requested: "default".into(),
-            resolved: "contiguous-slots".into(),
-            fallback_reason: None,
-        },
-        scheduler: SchedulerRecord {
-            path: path.to_string(),
-            prefill_chunk: None,
-            max_batch_sequences: 1,
-            max_tokens: 1,
-        },
+        kv,
+        scheduler,
     })
 }
 

@@ -1,10 +1,13 @@
 //! [`PrefillTarget`] over the model's own one-sequence prefill
 //! (`Qwen35Model::prefill`, labelled `path = "model.prefill"` in the JSON):
-//! a fresh session per prompt, logits of the last row only, greedy first
-//! token; the attention calls come back as the forward's
-//! `LayerAttentionReport`s.
+//! a fresh session per prompt, the whole prompt in one pass, logits of the
+//! last row only, greedy first token; the attention calls come back as the
+//! forward's `LayerAttentionReport`s. A reference path for tests and
+//! comparisons: `bench prefill` and `qualify` run the engine
+//! ([`crate::prefill_engine`]).
 
 use crate::prefill::{AttentionRun, PrefillRun, PrefillTarget};
+use crate::prefill_schema::{KvRecord, SchedulerRecord};
 use anyhow::Context;
 use headroom_core::ops::Backend;
 use headroom_core::{BackendKind, LayerKind, RouteRequest};
@@ -26,6 +29,7 @@ pub fn runs_from_reports(reports: &[LayerAttentionReport]) -> Vec<AttentionRun> 
             route: r.report.route,
             query_block: r.report.query_block,
             transient_bytes: r.report.transient_bytes,
+            calls: 1,
         })
         .collect()
 }
@@ -45,6 +49,27 @@ impl<B: Backend> PrefillTarget for ModelPrefill<B> {
 
     fn path(&self) -> &'static str {
         "model.prefill"
+    }
+
+    fn scheduler(&self) -> SchedulerRecord {
+        SchedulerRecord {
+            path: self.path().to_string(),
+            prefill_chunk: None,
+            step_tokens: None,
+            solo_stripe: None,
+            solo_chunk: None,
+            max_batch_sequences: 1,
+            max_tokens: 1,
+            steps_to_first_token: 1,
+        }
+    }
+
+    fn kv(&self) -> KvRecord {
+        KvRecord {
+            requested: "default".into(),
+            resolved: "contiguous-slots".into(),
+            fallback_reason: None,
+        }
     }
 
     fn prefill(
@@ -79,6 +104,7 @@ impl<B: Backend> PrefillTarget for ModelPrefill<B> {
             backend_before_bytes: before,
             backend_peak_bytes: be.memory().1 as u64,
             process_peak_rss_bytes: 0,
+            steps: 1,
         })
     }
 }

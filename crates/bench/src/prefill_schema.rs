@@ -127,21 +127,39 @@ pub struct MemoryRecord {
     pub process_peak_rss_bytes: u64,
 }
 
+/// The KV cache backend the run asked for and the one it got.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KvRecord {
+    /// `contiguous` or `paged` on the engine path (`default` on `model.prefill`).
     pub requested: String,
+    /// What the engine's KV factory resolved (`contiguous-slots` on `model.prefill`).
     pub resolved: String,
+    /// Why the resolved backend (or its storage) differs from the request.
     pub fallback_reason: Option<String>,
 }
 
+/// How the prompt was scheduled.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SchedulerRecord {
     /// Same as the file's `path`.
     pub path: String,
-    /// Prefill chunk in tokens (`null`: the whole prompt in one pass).
+    /// The engine's prefill chunk (tokens per step of a request sharing the
+    /// engine); `null` on `model.prefill`.
     pub prefill_chunk: Option<usize>,
+    /// The engine's step token budget; `null` on `model.prefill`.
+    pub step_tokens: Option<usize>,
+    /// The engine's solo stripe; `null` on `model.prefill`.
+    pub solo_stripe: Option<usize>,
+    /// Most prompt rows one step (one attention call) took of this request,
+    /// which runs alone: `null` = the whole prompt in one pass.
+    pub solo_chunk: Option<usize>,
+    /// Most sequences the engine runs at once (1 on `model.prefill`).
     pub max_batch_sequences: usize,
+    /// Tokens the request generates (1: the first token ends it).
     pub max_tokens: usize,
+    /// Steps (forwards) from submission to the first token, read back from
+    /// the run: `ceil(length / solo_chunk)` (1 on `model.prefill`).
+    pub steps_to_first_token: usize,
 }

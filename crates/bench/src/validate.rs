@@ -4,7 +4,9 @@
 //! every field present with the right type and no unknown field, checked per
 //! sample (a NaN is written as `null` and fails as a missing number); every
 //! sample's recorded policy equals the arm it claims (an arm that *reported*
-//! another arm's route fails); each (arm, length) once, every length
+//! another arm's route fails; blocks are checked against the rows of the
+//! largest call, the engine's chunk when it split the prompt), and its call
+//! and step counts match the scheduling it records; each (arm, length) once, every length
 //! measured for every arm; at least `min_iterations` runs; and across files
 //! the same hardware, model, lengths and build.
 
@@ -224,10 +226,19 @@ pub fn check_policy(at: &str, s: &PrefillSample, v: &mut Vec<String>) {
     if s.attention.is_empty() {
         v.push(format!("{at}: no full-attention layer shape recorded"));
     }
+    // Rows of the largest attention call: the prompt, or the engine's chunk of it.
+    let rows = call_rows(s);
+    let steps = s.length.div_ceil(rows.max(1));
+    if s.scheduler.steps_to_first_token != steps {
+        v.push(format!(
+            "{at}: {} steps to the first token recorded, {steps} expected for {} rows per step",
+            s.scheduler.steps_to_first_token, rows
+        ));
+    }
     for g in &s.attention {
         let shape = format!("{at}: layers {:?}", g.layers);
         let (rr, rq) = (g.reported.route, g.reported.query_block);
-        let resolved_block = g.resolved.query_block.map(|q| effective_block(q, s.length));
+        let resolved_block = g.resolved.query_block.map(|q| effective_block(q, rows));
         if (rr, rq) != (g.resolved.route, resolved_block) {
             v.push(format!(
                 "{shape}: reported {rr}/{rq:?} but the policy resolved {}/{:?}",
@@ -236,8 +247,14 @@ pub fn check_policy(at: &str, s: &PrefillSample, v: &mut Vec<String>) {
         }
         if g.reported.calls == 0 {
             v.push(format!("{shape}: no attention call reported"));
+        } else if g.reported.calls != g.layers.len().saturating_mul(steps) {
+            v.push(format!(
+                "{shape}: {} attention calls reported, {} layers x {steps} steps expected",
+                g.reported.calls,
+                g.layers.len()
+            ));
         }
-        let expected_block = arm.query_block.map(|q| effective_block(q, s.length));
+        let expected_block = arm.query_block.map(|q| effective_block(q, rows));
         match arm.control {
             AttentionControl::Fused if rr != Route::Fused => {
                 v.push(format!("{shape}: arm fused reported route {rr}"));
@@ -256,6 +273,12 @@ pub fn check_policy(at: &str, s: &PrefillSample, v: &mut Vec<String>) {
             _ => {}
         }
     }
+}
+
+/// Rows of a sample's largest attention call: the prompt when it ran in one
+/// pass (`solo_chunk` null), else the engine's chunk (or the prompt if shorter).
+pub fn call_rows(s: &PrefillSample) -> usize {
+    s.scheduler.solo_chunk.map_or(s.length, |c| c.min(s.length))
 }
 
 /// The block a composed call runs for a requested `q` over `length` rows

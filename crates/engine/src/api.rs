@@ -64,15 +64,18 @@ pub struct Usage {
 }
 
 /// What one full-attention layer ran for a request, read back from the
-/// attention reports: the route, the query block, and the largest transient
-/// bytes of the calls the request took part in (a packed call's report
-/// covers every sequence in it).
+/// attention reports: the route, the query block, how many calls reported
+/// them (one per step the request was in) and the largest transient bytes
+/// of those calls (a packed call's report covers every sequence in it). A
+/// layer whose calls reported different routes or blocks has one entry per
+/// (route, block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AttentionRun {
     pub layer: usize,
     pub route: Route,
     pub query_block: Option<usize>,
     pub transient_bytes: u64,
+    pub calls: usize,
 }
 
 /// One event of a request's stream.
@@ -128,4 +131,24 @@ pub struct EngineStats {
     pub memory_committed_bytes: u64,
     /// Model steps run.
     pub steps: u64,
+    /// Each rank's backend memory as of the last step (one entry unless the
+    /// model is a tensor-parallel group): bytes held now and the peak.
+    pub device_memory: Vec<RankMemory>,
+}
+
+/// One rank's backend memory (weights, state and transients together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RankMemory {
+    pub active_bytes: usize,
+    pub peak_bytes: usize,
+}
+
+impl RankMemory {
+    /// From a backend's `(active, peak)` pair.
+    pub fn from_pair((active_bytes, peak_bytes): (usize, usize)) -> RankMemory {
+        RankMemory {
+            active_bytes,
+            peak_bytes,
+        }
+    }
 }

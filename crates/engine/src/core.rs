@@ -5,7 +5,9 @@
 //! streams them. The loop thread ([`crate::handle`]) drives it; tests and
 //! benchmarks may drive it by hand.
 
-use crate::api::{EngineStats, FinishReason, GenerateRequest, StreamEvent, SubmitError};
+use crate::api::{
+    EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
+};
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
 use crate::kv::{blocks_for, resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
 use crate::memory::{AttentionLayer, MemoryModel};
@@ -16,7 +18,7 @@ use crate::stream::{stream_pair, RequestStream, Waker};
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch};
 use headroom_core::{AttentionKind, BackendKind, RouteRequest};
-use headroom_model::{LogitsRows, Qwen35Model, StepModel};
+use headroom_model::{AttentionPlan, LogitsRows, Qwen35Model, StepModel};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -147,6 +149,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             memory_budget_bytes: cfg.memory_budget_bytes,
             memory_committed_bytes: 0,
             steps: 0,
+            device_memory: model
+                .rank_memory()
+                .into_iter()
+                .map(RankMemory::from_pair)
+                .collect(),
         };
         Ok(EngineCore {
             model,
@@ -180,6 +187,35 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// `(active, peak)` backend bytes of every rank.
     pub fn rank_memory(&self) -> Vec<(usize, usize)> {
         self.model.rank_memory()
+    }
+
+    /// The configuration the engine runs (its `attention` is the current plan).
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The route of every layer (`None`: not a full-attention layer).
+    pub fn routes(&self) -> &[Option<RouteRequest>] {
+        &self.routes
+    }
+
+    /// Sets the attention routes of every later step (the per-engine
+    /// setting a benchmark changes between its arms). Only while idle: a
+    /// running sequence keeps the routes it was admitted under. The memory
+    /// model follows the new routes.
+    pub fn set_attention(&mut self, plan: AttentionPlan) -> Result<(), EngineError> {
+        if !self.is_idle() {
+            return Err(EngineError::Config(format!(
+                "the attention routes change only while the engine is idle ({} running, {} waiting)",
+                self.running.len(),
+                self.waiting.len()
+            )));
+        }
+        let routes = self.model.routes(&plan)?;
+        self.limits.memory = memory_model(self.model.lead(), &routes);
+        self.routes = routes;
+        self.cfg.attention = plan;
+        Ok(())
     }
 
     /// True when no request is waiting or running.
@@ -349,6 +385,12 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         st.kv_blocks_free = self.blocks.free();
         st.gdn_slots_free = self.slots.free();
         st.memory_committed_bytes = committed;
+        st.device_memory = self
+            .model
+            .rank_memory()
+            .into_iter()
+            .map(RankMemory::from_pair)
+            .collect();
     }
 
     /// One engine step: reap cancellations, plan (decode rows first, then

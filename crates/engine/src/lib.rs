@@ -30,7 +30,8 @@ pub mod slots;
 pub mod stream;
 
 pub use api::{
-    AttentionRun, EngineStats, FinishReason, GenerateRequest, StreamEvent, SubmitError, Usage,
+    AttentionRun, EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
+    Usage,
 };
 pub use config::{EngineConfig, Limits};
 pub use core::{EngineCore, SampledRow, StepReport};

@@ -7,7 +7,6 @@ use crate::memory::Prediction;
 use crate::stream::StreamSink;
 use headroom_core::ops::SamplingParams;
 use headroom_model::qwen3_5::LayerAttentionReport;
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// A request waiting for admission or running.
@@ -26,7 +25,9 @@ pub(crate) struct Sequence {
     pub prediction: Prediction,
     pub submitted: Instant,
     pub ttft_ms: Option<f64>,
-    pub attention: BTreeMap<usize, AttentionRun>,
+    /// One entry per (layer, route, query block) the calls reported: a
+    /// layer whose calls disagree shows up twice.
+    pub attention: Vec<AttentionRun>,
     pub sink: StreamSink,
     /// Whether its wait for memory was logged.
     pub waited_for_memory: bool,
@@ -54,7 +55,7 @@ impl Sequence {
             prediction,
             submitted: Instant::now(),
             ttft_ms: None,
-            attention: BTreeMap::new(),
+            attention: Vec::new(),
             sink,
             waited_for_memory: false,
         }
@@ -75,22 +76,28 @@ impl Sequence {
         }
     }
 
-    /// Keeps the largest transient of each layer's calls this sequence was in.
+    /// Counts each layer's calls per reported (route, query block), keeping
+    /// the largest transient.
     pub(crate) fn note_attention(&mut self, r: &LayerAttentionReport) {
-        let run = AttentionRun {
-            layer: r.layer,
-            route: r.report.route,
-            query_block: r.report.query_block,
-            transient_bytes: r.report.transient_bytes,
-        };
-        self.attention
-            .entry(r.layer)
-            .and_modify(|a| {
-                if run.transient_bytes > a.transient_bytes {
-                    *a = run;
-                }
-            })
-            .or_insert(run);
+        let (layer, route, query_block) = (r.layer, r.report.route, r.report.query_block);
+        let transient = r.report.transient_bytes;
+        match self
+            .attention
+            .iter_mut()
+            .find(|a| (a.layer, a.route, a.query_block) == (layer, route, query_block))
+        {
+            Some(a) => {
+                a.calls += 1;
+                a.transient_bytes = a.transient_bytes.max(transient);
+            }
+            None => self.attention.push(AttentionRun {
+                layer,
+                route,
+                query_block,
+                transient_bytes: transient,
+                calls: 1,
+            }),
+        }
     }
 
     /// Records a drawn token; returns the finish reason when it ends the sequence.
@@ -119,7 +126,11 @@ impl Sequence {
         self.sink.send(StreamEvent::Finished {
             reason,
             usage: self.usage(),
-            attention: self.attention.values().copied().collect(),
+            attention: {
+                let mut runs = self.attention.clone();
+                runs.sort_by_key(|a| a.layer);
+                runs
+            },
         });
     }
 }

@@ -75,10 +75,15 @@ pub(crate) fn probe_library(names: &[&str]) -> Result<String, String> {
         }
     }
     Err(format!(
-        "no CUDA driver library could be loaded ({})",
+        "the CUDA driver (libcuda.so) cannot be loaded ({NO_DRIVER_HINT}: {})",
         errors.join("; ")
     ))
 }
+
+/// Why the driver is missing, in the same words as `headroom_cuda::libs::probe_driver`
+/// (its error reads "the CUDA driver (libcuda.so) cannot be loaded (HINT)").
+pub(crate) const NO_DRIVER_HINT: &str =
+    "no NVIDIA driver on this machine, or it is not on the library search path";
 
 /// Runs `f`, turning a panic inside the driver bindings (e.g. a symbol an old
 /// driver lacks) into an error.
@@ -144,6 +149,13 @@ mod tests {
     fn missing_library_is_an_error_naming_it() {
         let err = probe_library(&["libheadroom-no-such-driver.so.7"]).unwrap_err();
         assert!(err.contains("libheadroom-no-such-driver.so.7"), "{err}");
+        // One wording with headroom-cuda's LibraryMissing error for the driver.
+        assert!(
+            err.starts_with(&format!(
+                "the CUDA driver (libcuda.so) cannot be loaded ({NO_DRIVER_HINT}: "
+            )),
+            "{err}"
+        );
         assert!(probe_library(&[]).is_err());
     }
 

@@ -7,11 +7,13 @@
 //!   loading. The driver library is dlopen'ed first, so a machine without a
 //!   driver gets an ordinary `Err(reason)`, never a panic.
 //! * [`detect`] combines both for one backend.
+//! * [`wheels`] finds the NVIDIA libraries of pip wheels (NVRTC, cuBLAS).
 
 mod cpu;
 mod cuda;
 mod fingerprint;
 mod memory;
+pub mod wheels;
 
 pub use cpu::detect_cpu;
 pub use cuda::{cuda_availability, CudaDeviceInfo};

@@ -23,6 +23,31 @@ pub struct GlobalArgs {
     pub log: Option<String>,
 }
 
+/// Refuses `--attn-execution` / `--attn-query-block` on a command that does
+/// not run attention under them (`command` names it): the flags would be
+/// silently ignored there.
+pub fn refuse_attention_flags(g: &GlobalArgs, command: &str) -> anyhow::Result<()> {
+    let given: Vec<&str> = [
+        ("--attn-execution", g.attn_execution.is_some()),
+        ("--attn-query-block", g.attn_query_block.is_some()),
+    ]
+    .iter()
+    .filter(|(_, set)| *set)
+    .map(|(flag, _)| *flag)
+    .collect();
+    anyhow::ensure!(
+        given.is_empty(),
+        "{} has no effect on `headroom {command}` (it applies to doctor, logits, generate, \
+         serve and bench ttft{}); remove it",
+        given.join(" and "),
+        match command {
+            "bench prefill" | "qualify" => "; this command sets attention per arm: use --arms",
+            _ => "",
+        }
+    );
+    Ok(())
+}
+
 pub fn init_logging(g: &GlobalArgs) {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;

@@ -4,6 +4,7 @@ mod attention_setup;
 mod backend_select;
 mod cmd;
 mod global;
+mod input_file;
 mod model_source;
 mod output;
 mod shape_args;
@@ -50,16 +51,36 @@ enum Command {
     Serve(cmd::serve::Args),
 }
 
+/// Loads NVRTC / cuBLAS from the pip wheels of `python3` when the system has
+/// none (before cudarc loads them by soname), and points the kernel compiler
+/// at the wheels' CUDA headers unless `HEADROOM_CUDA_INCLUDE` is set.
+fn use_pip_wheels() {
+    use headroom_hardware::wheels;
+    for o in wheels::origins() {
+        tracing::debug!("{o}");
+    }
+    let include = headroom_cuda::nvrtc::INCLUDE_ENV;
+    if std::env::var_os(include).is_none() {
+        if let Some(dir) = wheels::find_wheel_headers(&wheels::python_site_packages()) {
+            // Single-threaded here: nothing else reads the environment yet.
+            std::env::set_var(include, dir);
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     global::init_logging(&cli.global);
+    use_pip_wheels();
     let result = match cli.command {
         Command::Doctor(a) => cmd::doctor::run(a, &cli.global),
         Command::Bench(c) => cmd::bench::run(c, &cli.global),
-        Command::Kernels(c) => cmd::kernels::run(c, &cli.global),
+        Command::Kernels(c) => global::refuse_attention_flags(&cli.global, "kernels")
+            .and_then(|()| cmd::kernels::run(c, &cli.global)),
         Command::Logits(a) => cmd::logits::run(a, &cli.global),
         Command::Generate(a) => cmd::generate::run(a, &cli.global),
-        Command::Qualify(a) => cmd::qualify::run(a, &cli.global),
+        Command::Qualify(a) => global::refuse_attention_flags(&cli.global, "qualify")
+            .and_then(|()| cmd::qualify::run(a, &cli.global)),
         Command::Serve(a) => cmd::serve::run(a, &cli.global),
     };
     match result {

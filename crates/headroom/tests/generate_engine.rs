@@ -100,6 +100,12 @@ fn prompts_file_runs_concurrently_and_matches_each_alone() {
         s["weight_bytes"].as_u64().unwrap() > 0,
         "the model's weights are counted: {s}"
     );
+    let peaks = s["peak_device_bytes_per_rank"].as_array().unwrap();
+    assert_eq!(peaks.len(), 1, "{s}");
+    assert!(
+        peaks[0].as_u64().unwrap() >= s["weight_bytes"].as_u64().unwrap(),
+        "the peak holds at least the weights: {s}"
+    );
     assert_eq!(s["requests"], 5);
     assert_eq!(s["completed"], 5);
     assert_eq!(s["scheduler"]["prefill_chunk"], 8);

@@ -246,7 +246,10 @@ fn generate_reads_a_prompt_file() {
         "--prompt-file",
         tmp.0.join("nope.txt").to_str().unwrap(),
     ]);
-    assert!(missing.contains("cannot read the prompt file"), "{missing}");
+    assert!(
+        missing.contains("--prompt-file") && missing.contains("nope.txt: cannot read"),
+        "{missing}"
+    );
 }
 
 /// The tiny-d64 synthetic model re-packed as a `qwen3_next` checkpoint (fused

@@ -95,6 +95,8 @@ fn generate_tp2_on_cpu_equals_tp1_and_reports_each_rank() {
         let b = r.as_u64().unwrap();
         assert!(b > 0 && b < whole, "a rank holds {b} of {whole} bytes");
     }
+    let peaks = s2["peak_device_bytes_per_rank"].as_array().unwrap();
+    assert_eq!(peaks.len(), 2, "one peak per rank");
 }
 
 #[test]

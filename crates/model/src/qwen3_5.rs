@@ -160,9 +160,15 @@ impl<B: Backend> Qwen35Model<B> {
             )?),
         };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        // Drawing or uploading the layers is the long part: a bar on a
+        // terminal (indicatif draws to stderr, hidden when it is not one).
+        let bar = indicatif::ProgressBar::new(cfg.num_hidden_layers as u64)
+            .with_message("building layers");
         for l in 0..cfg.num_hidden_layers {
             layers.push(build::decoder(&backend, cfg, src, l, &shard)?);
+            bar.inc(1);
         }
+        bar.finish_and_clear();
         let final_norm = src.vector(&backend, "norm.weight")?;
         Ok(Qwen35Model {
             backend,

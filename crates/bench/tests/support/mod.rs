@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use headroom_bench::prefill::{self, Arm, AttentionRun, PrefillConfig, PrefillRun, PrefillTarget};
-use headroom_bench::prefill_schema::PrefillBenchFile;
+use headroom_bench::prefill_schema::{KvRecord, PrefillBenchFile, SchedulerRecord};
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, Route, RouteRequest};
 use headroom_policy::Registry;
 
@@ -59,6 +59,25 @@ impl PrefillTarget for Fake {
     fn path(&self) -> &'static str {
         "model.prefill"
     }
+    fn scheduler(&self) -> SchedulerRecord {
+        SchedulerRecord {
+            path: "model.prefill".into(),
+            prefill_chunk: None,
+            step_tokens: None,
+            solo_stripe: None,
+            solo_chunk: None,
+            max_batch_sequences: 1,
+            max_tokens: 1,
+            steps_to_first_token: 1,
+        }
+    }
+    fn kv(&self) -> KvRecord {
+        KvRecord {
+            requested: "default".into(),
+            resolved: "contiguous-slots".into(),
+            fallback_reason: None,
+        }
+    }
     fn prefill(
         &mut self,
         ids: &[u32],
@@ -85,6 +104,7 @@ impl PrefillTarget for Fake {
                     route,
                     query_block,
                     transient_bytes: 1000 * query_block.unwrap_or(1) as u64,
+                    calls: 1,
                 }
             })
             .collect();
@@ -97,6 +117,7 @@ impl PrefillTarget for Fake {
             backend_before_bytes: 1 << 20,
             backend_peak_bytes: 2 << 20,
             process_peak_rss_bytes: 0,
+            steps: 1,
         })
     }
 }

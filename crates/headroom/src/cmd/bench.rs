@@ -70,11 +70,23 @@ pub struct AttentionArgs {
 
 pub fn run(c: BenchCommand, g: &GlobalArgs) -> anyhow::Result<()> {
     match c {
-        BenchCommand::Attention(a) => attention_cmd(a),
+        BenchCommand::Attention(a) => {
+            crate::global::refuse_attention_flags(g, "bench attention")?;
+            attention_cmd(a)
+        }
         BenchCommand::Ttft(a) => crate::cmd::bench_ttft::run(a, g),
-        BenchCommand::Prefill(a) => crate::cmd::bench_prefill::run(a, g),
-        BenchCommand::Validate(a) => crate::cmd::bench_validate::run(a),
-        BenchCommand::Serve(a) => crate::cmd::bench_serve::run(a),
+        BenchCommand::Prefill(a) => {
+            crate::global::refuse_attention_flags(g, "bench prefill")?;
+            crate::cmd::bench_prefill::run(a, g)
+        }
+        BenchCommand::Validate(a) => {
+            crate::global::refuse_attention_flags(g, "bench validate")?;
+            crate::cmd::bench_validate::run(a)
+        }
+        BenchCommand::Serve(a) => {
+            crate::global::refuse_attention_flags(g, "bench serve")?;
+            crate::cmd::bench_serve::run(a)
+        }
     }
 }
 

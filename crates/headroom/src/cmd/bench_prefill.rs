@@ -1,17 +1,19 @@
 //! `headroom bench prefill`: TTFT of whole-model prefills per attention
 //! setting (arm) and prompt length, written as `headroom.bench.prefill/1`
-//! (`docs/bench-prefill.md`). Runs on the model's own prefill
-//! (`path = "model.prefill"` in the JSON) until the engine's scheduler lands.
+//! (`docs/bench-prefill.md`). Prompts run through the engine's scheduler
+//! (`path = "engine"` in the JSON), under the scheduler settings and KV
+//! backend users get (env `HEADROOM_*`, then the flags).
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::Context;
 use headroom_bench::prefill::{self, Arm, PrefillConfig};
-use headroom_bench::prefill_model::ModelPrefill;
+use headroom_bench::prefill_engine::{context_for, EngineBenchSettings, EnginePrefill};
 use headroom_bench::prefill_schema::PrefillBenchFile;
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
+use headroom_engine::{KvBackendKind, SchedulerSettings};
 use headroom_model::Qwen35Model;
 use headroom_policy::Registry;
 use std::path::PathBuf;
@@ -48,6 +50,18 @@ pub struct Args {
     /// Where synthetic weights are drawn (default: host on cpu, device on cuda).
     #[arg(long, value_enum)]
     pub weights_init: Option<WeightsInit>,
+    /// Engine prefill chunk (env HEADROOM_PREFILL_CHUNK; default 512).
+    #[arg(long, value_name = "N")]
+    pub prefill_chunk: Option<usize>,
+    /// Engine rows per step (env HEADROOM_STEP_TOKENS; default 2048).
+    #[arg(long, value_name = "N")]
+    pub step_tokens: Option<usize>,
+    /// Prompt tokens per step of a request alone in the engine (env HEADROOM_SOLO_STRIPE; default 2048).
+    #[arg(long, value_name = "N")]
+    pub solo_stripe: Option<usize>,
+    /// KV cache backend of the engine.
+    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
+    pub kv: KvBackendKind,
     /// Write the headroom.bench.prefill/1 JSON here.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
@@ -67,10 +81,30 @@ pub fn source_label(s: &ModelSource) -> String {
     }
 }
 
-/// Runs the prefill bench on a built model.
+/// The scheduler settings from the environment (malformed values warned
+/// and ignored), then the flags given; checked.
+pub fn scheduler_settings(
+    prefill_chunk: Option<usize>,
+    step_tokens: Option<usize>,
+    solo_stripe: Option<usize>,
+) -> anyhow::Result<SchedulerSettings> {
+    let (mut s, warnings) = SchedulerSettings::from_env();
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    s.prefill_chunk = prefill_chunk.unwrap_or(s.prefill_chunk);
+    s.step_tokens = step_tokens.unwrap_or(s.step_tokens);
+    s.solo_stripe = solo_stripe.unwrap_or(s.solo_stripe);
+    s.validate()
+        .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
+    Ok(s)
+}
+
+/// Runs the prefill bench on a built model, through the engine.
 pub struct PrefillJob {
     pub cfg: PrefillConfig,
     pub registry: Registry,
+    pub engine: EngineBenchSettings,
 }
 
 impl ModelJob for PrefillJob {
@@ -82,7 +116,7 @@ impl ModelJob for PrefillJob {
     ) -> anyhow::Result<PrefillBenchFile> {
         let backend = model.backend().kind();
         let hardware = headroom_hardware::detect(backend)?;
-        let mut target = ModelPrefill { model };
+        let mut target = EnginePrefill::new(model, self.engine)?;
         prefill::run(&self.cfg, &mut target, hardware, &self.registry)
     }
 }
@@ -127,6 +161,12 @@ pub fn summary(f: &PrefillBenchFile) -> String {
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     let cfg = load_config(&a.source)?;
+    let longest = a.lengths.iter().copied().max().unwrap_or(1);
+    let engine = EngineBenchSettings {
+        scheduler: scheduler_settings(a.prefill_chunk, a.step_tokens, a.solo_stripe)?,
+        kv_backend: a.kv,
+        max_context: context_for(longest),
+    };
     let job = PrefillJob {
         cfg: PrefillConfig {
             arms: a.arms,
@@ -137,6 +177,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             model_source: source_label(&a.source),
         },
         registry: registry(g),
+        engine,
     };
     let file = run_on_backend(
         a.backend,

@@ -1,9 +1,12 @@
 //! `headroom bench validate FILE...`: strict checks of prefill bench files
 //! (`headroom_bench::validate`); exit 1 listing every violation.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use headroom_bench::validate::{validate_files, ValidateOptions};
 use std::path::PathBuf;
+
+/// Largest prefill bench file read (bytes).
+const MAX_FILE_BYTES: u64 = 256 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -18,7 +21,7 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let mut files = Vec::new();
     for p in &a.files {
-        let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        let bytes = crate::input_file::read_input_file("bench validate", p, MAX_FILE_BYTES)?;
         files.push((p.display().to_string(), bytes));
     }
     let opts = ValidateOptions {

@@ -45,6 +45,9 @@ pub struct BackendStatus {
 pub struct Backends {
     pub cpu: BackendStatus,
     pub cuda: BackendStatus,
+    /// Where each CUDA library came from: `SONAME: system library path`,
+    /// `SONAME: pip wheel PATH` or `SONAME: not found (WHY)`.
+    pub cuda_libraries: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -112,6 +115,10 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
                 reason: cuda.as_ref().err().cloned(),
                 device: cuda.ok(),
             },
+            cuda_libraries: headroom_hardware::wheels::origins()
+                .iter()
+                .map(|o| crate::output::escape_controls(&o.to_string()))
+                .collect(),
         },
         model: ModelInfo {
             source: crate::output::escape_controls(&source),
@@ -238,6 +245,9 @@ pub fn render_text(r: &DoctorReport) -> String {
                 let _ = writeln!(out, "  {name:<5} available");
             }
         }
+    }
+    for lib in &r.backends.cuda_libraries {
+        let _ = writeln!(out, "  library {lib}");
     }
     let _ = writeln!(
         out,

@@ -49,6 +49,8 @@ use std::time::{Duration, Instant};
 /// Largest `--prompts` file read (bytes) and most requests in it.
 const MAX_PROMPTS_BYTES: u64 = 256 << 20;
 const MAX_PROMPTS: usize = 100_000;
+/// Largest `--prompt-file` read (bytes): far beyond any context in tokens.
+const MAX_PROMPT_FILE_BYTES: u64 = 64 << 20;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -319,8 +321,8 @@ fn build_requests(
     match (&a.prompt, &a.prompt_file, &a.prompts) {
         (Some(p), _, _) => Ok(vec![one(encode(codec, p, vocab, "--prompt")?)]),
         (None, Some(path), _) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the prompt file {}", path.display()))?;
+            let text =
+                crate::input_file::read_input_text("--prompt-file", path, MAX_PROMPT_FILE_BYTES)?;
             Ok(vec![one(encode(codec, &text, vocab, "--prompt-file")?)])
         }
         (None, None, Some(path)) => read_prompts(path, a, codec, vocab),
@@ -334,14 +336,9 @@ fn read_prompts(
     codec: &TextCodec,
     vocab: usize,
 ) -> anyhow::Result<Vec<GenerateRequest>> {
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("cannot read the prompts file {}", path.display()))?;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    if size > MAX_PROMPTS_BYTES {
-        bail!("the prompts file is {size} bytes (at most {MAX_PROMPTS_BYTES})");
-    }
+    let bytes = crate::input_file::read_input_file("--prompts", path, MAX_PROMPTS_BYTES)?;
     let mut out = Vec::new();
-    for (n, line) in std::io::BufReader::new(file).lines().enumerate() {
+    for (n, line) in bytes.as_slice().lines().enumerate() {
         let line = line.with_context(|| format!("reading line {} of {}", n + 1, path.display()))?;
         if line.trim().is_empty() {
             continue;
@@ -656,6 +653,7 @@ fn summary(outcomes: &[Outcome], wall: f64, st: &EngineStats, info: &RunInfo) ->
         "tensor_parallel": info.weight_bytes.len(),
         "weight_bytes": info.weight_bytes.iter().sum::<usize>(),
         "weight_bytes_per_rank": info.weight_bytes,
+        "peak_device_bytes_per_rank": st.device_memory.iter().map(|m| m.peak_bytes).collect::<Vec<_>>(),
         "scheduler": st.settings,
         "kv": st.kv,
         "memory_budget_bytes": st.memory_budget_bytes,

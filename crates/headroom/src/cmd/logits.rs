@@ -105,16 +105,7 @@ pub fn attention_plan(
 pub fn read_ids(path: &Path, vocab: usize) -> anyhow::Result<Vec<u32>> {
     /// The largest ids file read (10^6 ids of 7 digits fit easily).
     const MAX_IDS_BYTES: u64 = 64 << 20;
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if !meta.is_file() || meta.len() > MAX_IDS_BYTES {
-        bail!(
-            "{}: not a regular file of at most {MAX_IDS_BYTES} bytes",
-            path.display()
-        );
-    }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = crate::input_file::read_input_text("--ids", path, MAX_IDS_BYTES)?;
     let ids: Vec<u64> = serde_json::from_str(&text).with_context(|| {
         format!(
             "{}: expected a JSON array of non-negative token ids",

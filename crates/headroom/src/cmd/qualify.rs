@@ -1,7 +1,8 @@
 //! `headroom qualify`: measure this machine and write registry entries
 //! (`docs/qualify.md`). Per distinct full-attention layer shape: the
 //! attention bench over composed qL ∈ {128, 256, 512, 1024, whole} and fused;
-//! the leaders confirmed through `bench prefill`; the prefill file validated;
+//! the leaders confirmed through `bench prefill`'s engine target (the
+//! scheduler users run); the prefill file validated;
 //! the decision rule applied; entry TOML + evidence JSON + report + plots
 //! written to `--out`. Finally the written folder is loaded with the strict
 //! registry loader and resolved on this machine: the command fails unless
@@ -15,7 +16,7 @@ use anyhow::{bail, ensure, Context};
 use headroom_bench::attention::{self, AttentionBenchConfig};
 use headroom_bench::backends::backend_for;
 use headroom_bench::prefill::{self, Arm, PrefillConfig};
-use headroom_bench::prefill_model::ModelPrefill;
+use headroom_bench::prefill_engine::{EngineBenchSettings, EnginePrefill};
 use headroom_bench::qualify::{
     affordable, candidate_routes, decide, entry_id, leaders, write_outputs, QualifyEvidence,
     EVIDENCE_SCHEMA,
@@ -142,7 +143,12 @@ impl ModelJob for QualifyJob {
             seed: 7,
             model_source: self.label.clone(),
         };
-        let mut target = ModelPrefill { model };
+        let longest = a.lengths.iter().copied().max().unwrap_or(1);
+        let engine = EngineBenchSettings {
+            scheduler: crate::cmd::bench_prefill::scheduler_settings(None, None, None)?,
+            ..EngineBenchSettings::for_longest(longest)
+        };
+        let mut target = EnginePrefill::new(model, engine)?;
         let pf = prefill::run(&cfg, &mut target, hardware.clone(), &Registry::default())?;
         // 3. Validate what was measured.
         let bytes = serde_json::to_vec(&pf)?;
