@@ -2,15 +2,10 @@
 //! binary (issue 13): exit 1, no panic, one message naming the flag and the
 //! command; the commands that use them still accept them.
 
-use std::process::Command;
+mod common;
 
 fn headroom(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .env_remove("HEADROOM_ATTN_EXECUTION")
-        .env_remove("HEADROOM_ATTN_QUERY_BLOCK")
-        .output()
-        .unwrap()
+    common::headroom_command().args(args).output().unwrap()
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! `headroom bench attention` through the built binary: the flags, the
 //! printed table and bars, the JSON evidence, and refusals of bad input.
 
+mod common;
+
 use serde_json::Value;
-use std::process::Command;
 
 fn bench(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
+    common::headroom_command()
         .args(["bench", "attention"])
         .args(args)
         .output()

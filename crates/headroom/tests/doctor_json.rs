@@ -10,19 +10,11 @@ use headroom_hardware::HardwareFingerprint;
 use headroom_policy::{sha256_hex, Evidence, QualificationEntry, QualifiedResult};
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
 
 /// Runs `headroom doctor ... --json` with a clean attention environment.
 fn doctor(args: &[&str], env: &[(&str, &str)]) -> Value {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut cmd = common::headroom_command();
     cmd.arg("doctor").args(args).arg("--json");
-    for var in [
-        "HEADROOM_ATTN_EXECUTION",
-        "HEADROOM_ATTN_QUERY_BLOCK",
-        "HEADROOM_QUALIFICATIONS",
-    ] {
-        cmd.env_remove(var);
-    }
     for (k, v) in env {
         cmd.env(k, v);
     }

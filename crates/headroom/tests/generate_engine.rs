@@ -7,7 +7,6 @@
 mod common;
 
 use common::{headroom, headroom_fails, TempDir};
-use std::process::Command;
 
 fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
@@ -150,7 +149,7 @@ fn a_budget_refuses_the_request_that_never_fits_and_runs_the_rest() {
 
 #[test]
 fn malformed_env_settings_warn_and_bad_prompt_lines_fail() {
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let out = common::headroom_command()
         .args([
             "generate",
             "--synthetic",

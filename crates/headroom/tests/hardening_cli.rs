@@ -6,6 +6,8 @@
 
 #![cfg(unix)]
 
+mod common;
+
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -24,10 +26,8 @@ fn run_limited(args: &[&OsStr], env: &[(&str, &OsStr)]) -> Output {
         .arg(format!("ulimit -v {LIMIT_KIB} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_headroom"))
         .args(args)
-        .env_remove("HEADROOM_ATTN_EXECUTION")
-        .env_remove("HEADROOM_ATTN_QUERY_BLOCK")
-        .env_remove("HEADROOM_QUALIFICATIONS")
         .stdin(Stdio::null());
+    common::hermetic(&mut cmd);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -199,7 +199,7 @@ fn stdout_write_errors_never_panic() {
     // A full disk: exit 1 with one message.
     let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
     if let Ok(full) = full {
-        let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        let out = common::headroom_command()
             .args(["doctor", "--synthetic", "tiny-d64"])
             .stdout(full)
             .output()
@@ -210,7 +210,7 @@ fn stdout_write_errors_never_panic() {
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     // A closed pipe (`| head -0`): quiet exit 0.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let mut child = common::headroom_command()
         .args(["doctor", "--synthetic", "tiny-d64"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -3,16 +3,15 @@
 //! read, each with exit 1 and one message naming the flag, the file and
 //! the limit.
 
+mod common;
+
 use std::process::{Command, Output};
 
 /// Runs the binary under `timeout` so a hang fails the test instead of stalling it.
 fn headroom(args: &[&str]) -> Output {
-    Command::new("timeout")
-        .arg("60")
-        .arg(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap()
+    let mut cmd = Command::new("timeout");
+    cmd.arg("60").arg(env!("CARGO_BIN_EXE_headroom")).args(args);
+    common::hermetic(&mut cmd).output().unwrap()
 }
 
 fn fails_naming(args: &[&str], needles: &[&str]) {

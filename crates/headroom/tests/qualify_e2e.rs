@@ -2,17 +2,12 @@
 //! applies on this machine; one changed byte in the evidence gets it rejected
 //! with the reason; `bench validate` accepts a fresh `bench prefill` file.
 
+mod common;
+
 use serde_json::Value;
-use std::process::Command;
 
 fn headroom(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .env_remove("HEADROOM_QUALIFICATIONS")
-        .env_remove("HEADROOM_ATTN_EXECUTION")
-        .env_remove("HEADROOM_ATTN_QUERY_BLOCK")
-        .output()
-        .unwrap()
+    common::headroom_command().args(args).output().unwrap()
 }
 
 fn full_layer(doctor: &Value) -> Value {

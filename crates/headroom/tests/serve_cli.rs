@@ -2,6 +2,8 @@
 //! answers a completion, and on SIGTERM lets the in-flight stream finish
 //! then exits 0. `headroom bench serve` loads it and writes its JSON.
 
+mod common;
+
 use headroom_server::client;
 use serde_json::json;
 use std::io::{BufRead, BufReader};
@@ -10,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn start() -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let mut child = common::headroom_command()
         .args([
             "serve",
             "--synthetic",
@@ -112,7 +114,7 @@ fn bench_serve_loads_a_server_and_writes_json() {
     let (mut child, addr) = start();
     let out =
         std::env::temp_dir().join(format!("headroom-bench-serve-{}.json", std::process::id()));
-    let run = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let run = common::headroom_command()
         .args([
             "bench",
             "serve",

@@ -11,7 +11,7 @@ use headroom_server::client;
 use serde_json::json;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 fn json_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
@@ -56,7 +56,7 @@ fn generate(
         "16",
     ];
     args.extend(extra);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    let mut cmd = common::headroom_command();
     cmd.args(&args);
     match env {
         Some(n) => cmd.env("HEADROOM_TP", n),
@@ -131,7 +131,7 @@ fn bad_tensor_parallel_is_an_error() {
         );
     }
     // Not a number: clap's usage error.
-    let o = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let o = common::headroom_command()
         .args(["generate", "--synthetic", "tiny-d64", "--prompt", "hi"])
         .args(["--tensor-parallel", "two"])
         .output()
@@ -140,7 +140,7 @@ fn bad_tensor_parallel_is_an_error() {
 }
 
 fn start(tp: &[&str]) -> (Child, SocketAddr) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let mut child = common::headroom_command()
         .args([
             "serve",
             "--synthetic",

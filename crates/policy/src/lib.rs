@@ -27,7 +27,7 @@ pub use entry::{
 };
 pub use matcher::Mismatch;
 pub use registry::{
-    Registry, RegistryEntry, RegistryRow, RowStatus, EMBEDDED_PREFIX, MAX_ENTRY_BYTES,
-    MAX_EVIDENCE_BYTES,
+    Registry, RegistryEntry, RegistryRow, RowStatus, EMBEDDED_PREFIX, ENV_BUILTIN_QUALIFICATIONS,
+    MAX_ENTRY_BYTES, MAX_EVIDENCE_BYTES,
 };
 pub use resolve::{resolve, resolve_for_this_machine, ResolutionSource, ResolvedAttention};

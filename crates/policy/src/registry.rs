@@ -1,8 +1,9 @@
 //! The qualification registry: every entry file found, valid or not.
 //!
 //! Sources, in order: the repository's `qualifications/` folder embedded in the
-//! binary, folders passed by the caller (`--qualifications DIR`), and the
-//! folders listed in `HEADROOM_QUALIFICATIONS`. Folders are walked recursively
+//! binary (unless `HEADROOM_BUILTIN_QUALIFICATIONS=off`), folders passed by the
+//! caller (`--qualifications DIR`), and the folders listed in
+//! `HEADROOM_QUALIFICATIONS`. Folders are walked recursively
 //! for `*.toml`; everything else in them (README, evidence) is data. Loading
 //! never fails: an unreadable or invalid entry is kept with its reason, a
 //! missing folder becomes a registry problem.
@@ -39,6 +40,33 @@ static EMBEDDED: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/../../qualific
 /// Label prefix of entries embedded in the binary.
 pub const EMBEDDED_PREFIX: &str = "builtin:qualifications/";
 
+/// Environment variable that switches the entries embedded in the binary
+/// `off` (or `on`, the default). Tests of the binary set `off` so that
+/// committing an entry for the machine they run on cannot change what they
+/// resolve; they name the folders they need with `--qualifications` /
+/// [`ENV_QUALIFICATIONS`]. Values are trimmed and case-insensitive (`off`,
+/// `0`, `false`, `no` / `on`, `1`, `true`, `yes`; blank = unset); anything
+/// else keeps the built-in entries and is reported as a registry problem.
+pub const ENV_BUILTIN_QUALIFICATIONS: &str = "HEADROOM_BUILTIN_QUALIFICATIONS";
+
+/// Whether the embedded entries load, from the value of
+/// [`ENV_BUILTIN_QUALIFICATIONS`] (`None` = unset); a malformed value keeps
+/// them, with the problem to report.
+fn builtin_setting(raw: Option<&str>) -> (bool, Option<String>) {
+    let Some(raw) = raw else { return (true, None) };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "" | "on" | "1" | "true" | "yes" => (true, None),
+        "off" | "0" | "false" | "no" => (false, None),
+        _ => (
+            true,
+            Some(format!(
+                "{ENV_BUILTIN_QUALIFICATIONS}=`{}` is not on or off: the built-in entries are used",
+                escape_controls(raw)
+            )),
+        ),
+    }
+}
+
 /// One entry file and what loading made of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryEntry {
@@ -74,30 +102,45 @@ pub struct RegistryRow {
 pub struct Registry {
     entries: Vec<RegistryEntry>,
     problems: Vec<String>,
+    /// Whether the entries embedded in the binary were loaded.
+    builtin: bool,
 }
 
 impl Registry {
-    /// The production registry: embedded entries, `extra_dirs`, then `HEADROOM_QUALIFICATIONS`.
-    /// `HEADROOM_QUALIFICATIONS` is read as an OS string: folders whose
-    /// names are not UTF-8 are used as they are.
+    /// The production registry: embedded entries (unless
+    /// `HEADROOM_BUILTIN_QUALIFICATIONS=off`), `extra_dirs`, then
+    /// `HEADROOM_QUALIFICATIONS`. `HEADROOM_QUALIFICATIONS` is read as an OS
+    /// string: folders whose names are not UTF-8 are used as they are.
     pub fn load(extra_dirs: &[PathBuf]) -> Registry {
         let list = std::env::var_os(ENV_QUALIFICATIONS).unwrap_or_default();
-        Registry::load_folders(extra_dirs, &list)
+        let builtin = std::env::var_os(ENV_BUILTIN_QUALIFICATIONS)
+            .map(|v| v.into_string().unwrap_or_else(|_| "<not UTF-8>".into()));
+        Registry::load_folders(extra_dirs, &list, builtin.as_deref())
     }
 
     /// [`Registry::load`] with an explicit environment lookup.
     pub fn load_with_env(extra_dirs: &[PathBuf], env: &dyn Fn(&str) -> Option<String>) -> Registry {
         let list = env(ENV_QUALIFICATIONS).unwrap_or_default();
-        Registry::load_folders(extra_dirs, std::ffi::OsStr::new(&list))
+        let builtin = env(ENV_BUILTIN_QUALIFICATIONS);
+        Registry::load_folders(extra_dirs, std::ffi::OsStr::new(&list), builtin.as_deref())
     }
 
-    fn load_folders(extra_dirs: &[PathBuf], env_list: &std::ffi::OsStr) -> Registry {
+    fn load_folders(
+        extra_dirs: &[PathBuf],
+        env_list: &std::ffi::OsStr,
+        builtin_env: Option<&str>,
+    ) -> Registry {
         let mut dirs = extra_dirs.to_vec();
         if !env_list.to_string_lossy().trim().is_empty() {
             dirs.extend(std::env::split_paths(env_list).filter(|p| !p.as_os_str().is_empty()));
         }
         let mut r = Registry::default();
-        r.add_embedded(&EMBEDDED);
+        let (builtin, problem) = builtin_setting(builtin_env);
+        r.problems.extend(problem);
+        if builtin {
+            r.add_embedded(&EMBEDDED);
+            r.builtin = true;
+        }
         for d in &dirs {
             r.add_dir(d);
         }
@@ -117,6 +160,12 @@ impl Registry {
 
     pub fn entries(&self) -> &[RegistryEntry] {
         &self.entries
+    }
+
+    /// Whether the entries embedded in the binary were loaded (`false` for
+    /// [`Registry::from_dirs`] and under `HEADROOM_BUILTIN_QUALIFICATIONS=off`).
+    pub fn builtin_loaded(&self) -> bool {
+        self.builtin
     }
 
     /// Problems with the sources (e.g. a folder that does not exist).
@@ -422,6 +471,29 @@ mod tests {
     }
 
     #[test]
+    fn builtin_setting_parses_on_off_and_keeps_builtins_on_a_malformed_value() {
+        for v in ["off", " OFF ", "0", "false", "No"] {
+            assert_eq!(builtin_setting(Some(v)), (false, None), "{v}");
+        }
+        for v in [
+            None,
+            Some(""),
+            Some("  "),
+            Some("on"),
+            Some("1"),
+            Some("TRUE"),
+            Some("yes"),
+        ] {
+            assert_eq!(builtin_setting(v), (true, None), "{v:?}");
+        }
+        let (on, problem) = builtin_setting(Some("of\u{1b}f"));
+        assert!(on);
+        let problem = problem.unwrap();
+        assert!(problem.contains(ENV_BUILTIN_QUALIFICATIONS), "{problem}");
+        assert!(!problem.contains('\u{1b}'), "{problem}");
+    }
+
+    #[test]
     fn embedded_entries_load_without_crashing() {
         let r = Registry::load_with_env(&[], &|_| None);
         assert!(r.problems().is_empty(), "{:?}", r.problems());
@@ -430,5 +502,34 @@ mod tests {
             // Shipped entries must be valid: an invalid built-in entry is a bug.
             assert!(e.entry.is_ok(), "{}: {:?}", e.file, e.entry);
         }
+        assert!(r.builtin_loaded());
+        // The committed entries (qualifications/h200, qualifications/cpu-*) are all embedded.
+        assert_eq!(r.entries().len(), collect_count(&EMBEDDED));
+        assert!(r.entries().len() >= 2, "{:?}", r.entries());
+    }
+
+    fn collect_count(root: &'static Dir<'static>) -> usize {
+        let mut files = Vec::new();
+        collect_embedded(root, &mut files);
+        files.len()
+    }
+
+    #[test]
+    fn builtin_entries_switch_off_and_other_sources_still_load() {
+        let dir = std::env::temp_dir().join(format!("headroom-builtin-off-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let env = |k: &str| (k == ENV_BUILTIN_QUALIFICATIONS).then(|| "off".to_string());
+        let r = Registry::load_with_env(std::slice::from_ref(&dir), &env);
+        assert!(!r.builtin_loaded());
+        assert!(r.entries().is_empty(), "{:?}", r.entries());
+        assert!(r.problems().is_empty(), "{:?}", r.problems());
+        // A malformed value keeps them, with one problem.
+        let bad = |k: &str| (k == ENV_BUILTIN_QUALIFICATIONS).then(|| "maybe".to_string());
+        let r = Registry::load_with_env(&[], &bad);
+        assert!(r.builtin_loaded());
+        assert_eq!(r.entries().len(), collect_count(&EMBEDDED));
+        assert_eq!(r.problems().len(), 1, "{:?}", r.problems());
+        assert!(!Registry::from_dirs(&[dir.clone()]).builtin_loaded());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -66,6 +66,9 @@ pub struct DoctorReport {
     /// The parsed attention controls (after fail-closed handling).
     pub controls: Controls,
     pub layers: Vec<LayerGroup>,
+    /// Whether the entries built into the binary were loaded
+    /// (`false` under `HEADROOM_BUILTIN_QUALIFICATIONS=off`).
+    pub builtin_qualifications: bool,
     pub registry: Vec<RegistryRow>,
     pub warnings: Vec<String>,
 }
@@ -101,6 +104,7 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
     let mut setup = AttentionSetup::new(g, backend, &kinds)?;
     setup.warnings.extend(unavailable);
     Ok(DoctorReport {
+        builtin_qualifications: setup.registry.builtin_loaded(),
         registry: setup.registry.rows(&setup.fingerprint, &kinds),
         layers: setup.groups(&kinds),
         hardware: setup.fingerprint,
@@ -278,8 +282,13 @@ pub fn render_text(r: &DoctorReport) -> String {
     }
     let _ = writeln!(
         out,
-        "\nQualification registry ({} entries)",
-        r.registry.len()
+        "\nQualification registry ({} entries{})",
+        r.registry.len(),
+        if r.builtin_qualifications {
+            ""
+        } else {
+            "; built-in entries off: HEADROOM_BUILTIN_QUALIFICATIONS"
+        }
     );
     for row in &r.registry {
         let status = match row.status {

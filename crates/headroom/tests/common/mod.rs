@@ -1,6 +1,14 @@
 //! Helpers shared by the tests of the `headroom` binary: a temporary folder,
-//! running the built binary, writing a synthetic model as a checkpoint folder,
-//! and reading back the f32 logits `headroom logits` writes.
+//! running the built binary in a hermetic attention environment, writing a
+//! synthetic model as a checkpoint folder, and reading back the f32 logits
+//! `headroom logits` writes.
+//!
+//! Every test runs the binary through [`headroom_command`] (or applies
+//! [`hermetic`] to a wrapper such as `timeout`): the qualification entries
+//! built into the binary are switched off and the caller's registry and
+//! attention variables are removed, so committing an entry under
+//! `qualifications/` for the machine the tests run on cannot change what they
+//! resolve. A test that needs entries names their folder.
 #![allow(dead_code)] // each test file uses its own subset
 
 use headroom_model::weights::write_safetensors;
@@ -29,12 +37,27 @@ impl Drop for TempDir {
     }
 }
 
+/// The attention environment every test of the binary runs in: no built-in
+/// qualification entries (`HEADROOM_BUILTIN_QUALIFICATIONS=off`), no extra
+/// registry folders and no attention controls inherited from the caller.
+/// Later `.env(..)` calls on `cmd` still override these.
+pub fn hermetic(cmd: &mut Command) -> &mut Command {
+    cmd.env("HEADROOM_BUILTIN_QUALIFICATIONS", "off")
+        .env_remove("HEADROOM_QUALIFICATIONS")
+        .env_remove("HEADROOM_ATTN_EXECUTION")
+        .env_remove("HEADROOM_ATTN_QUERY_BLOCK")
+}
+
+/// The built `headroom` binary, in the [`hermetic`] environment.
+pub fn headroom_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    hermetic(&mut cmd);
+    cmd
+}
+
 /// Runs the built `headroom` binary with `args` and checks that it succeeded.
 pub fn headroom(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = headroom_command().args(args).output().unwrap();
     assert!(
         out.status.success(),
         "{args:?} failed: {}",
@@ -46,10 +69,7 @@ pub fn headroom(args: &[&str]) -> Output {
 /// Runs the built `headroom` binary with `args`, checks that it failed with
 /// exit code 1 (an error, not a panic), and returns its stderr.
 pub fn headroom_fails(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = headroom_command().args(args).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
