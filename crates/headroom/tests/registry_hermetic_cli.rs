@@ -151,16 +151,17 @@ fn tests_run_without_builtin_entries_and_users_get_every_committed_one() {
         .into_iter()
         .filter(|r| r["status"] == "matched")
         .collect();
-    match matched.as_slice() {
-        [] => assert_default_128(&a),
-        [m] => {
-            assert_eq!(a["source"], "qualified", "{a}");
-            assert_eq!(a["qualification_id"], m["id"], "{a}");
-            // The same machine, hermetic: untouched.
-            let off = doctor(&["--attn-execution", "auto"], &[]);
-            assert_default_128(&full_attention(&off));
-        }
-        many => panic!("more than one committed entry matches this machine: {many:?}"),
+    if matched.is_empty() {
+        assert_default_128(&a);
+    } else {
+        assert_eq!(a["source"], "qualified", "{a}");
+        assert!(
+            matched.iter().any(|m| m["id"] == a["qualification_id"]),
+            "{a}"
+        );
+        // The same machine, hermetic: untouched.
+        let off = doctor(&["--attn-execution", "auto"], &[]);
+        assert_default_128(&full_attention(&off));
     }
     // A malformed switch keeps the built-in entries, with one warning naming it.
     let v = doctor(&[], &[("HEADROOM_BUILTIN_QUALIFICATIONS", "perhaps")]);
