@@ -529,7 +529,7 @@ mod tests {
         assert!(r.builtin_loaded());
         assert_eq!(r.entries().len(), collect_count(&EMBEDDED));
         assert_eq!(r.problems().len(), 1, "{:?}", r.problems());
-        assert!(!Registry::from_dirs(&[dir.clone()]).builtin_loaded());
+        assert!(!Registry::from_dirs(std::slice::from_ref(&dir)).builtin_loaded());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
