@@ -205,10 +205,14 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
     }
 }
 
-/// The grouped-GEMM kernels this device runs: both on Hopper.
+/// The grouped-GEMM kernels this device runs: all three on Hopper.
 fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
     if dev.arch == "sm_90a" {
-        vec![GemmImpl::MmaSync, GemmImpl::Wgmma]
+        vec![
+            GemmImpl::MmaSync,
+            GemmImpl::Wgmma,
+            GemmImpl::WgmmaPersistent,
+        ]
     } else {
         vec![GemmImpl::MmaSync]
     }
@@ -502,3 +506,6 @@ fn bench_the_35b_shape() {
         );
     }
 }
+
+#[path = "moe/block.rs"]
+mod block;

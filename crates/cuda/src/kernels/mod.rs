@@ -166,7 +166,13 @@ pub const MOE_ROUTE: KernelSource = KernelSource {
     name: "moe_route",
     file: "moe_route.cu",
     source: include_str!("moe_route.cu"),
-    entry_points: &["moe_route", "moe_offsets", "moe_scatter", "moe_combine"],
+    entry_points: &[
+        "moe_route",
+        "moe_offsets",
+        "moe_scatter",
+        "moe_combine",
+        "moe_combine_shared",
+    ],
 };
 
 /// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down (`ops::moe`).
@@ -196,7 +202,12 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wgmma",
     file: "moe_grouped_gemm_wgmma.cu",
     source: include_str!("moe_grouped_gemm_wgmma.cu"),
-    entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"],
+    entry_points: &[
+        "moe_gemm_gate_up_wgmma_bf16",
+        "moe_gemm_down_wgmma_bf16",
+        "moe_gemm_gate_up_wgmma_p_bf16",
+        "moe_gemm_down_wgmma_p_bf16",
+    ],
 };
 
 /// Every kernel source the backend launches.

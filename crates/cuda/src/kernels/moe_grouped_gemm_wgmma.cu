@@ -6,6 +6,10 @@
 // straight from shared memory. A BK = 64 row of bf16 is 128 bytes and the
 // cp.async chunks are XOR-swizzled by (row mod 8): the canonical 128-byte
 // swizzle (SW128) K-major layout of the descriptors, on a 1024-byte aligned base.
+//
+// Two grids: one CTA per tile (moe_gemm_*_wgmma_bf16) and a persistent one
+// (moe_gemm_*_wgmma_p_bf16: two CTAs per SM walk the tile list, the cp.async
+// pipeline running on across tiles; grouped_gemm_persistent says why).
 
 #include <cuda_bf16.h>
 
@@ -68,6 +72,38 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long l
         "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, 1, 1, 1, 0, 0;\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(da), "l"(db));
+}
+
+// The epilogue of one tile: SiLU(gate)·up to bf16 act (GATE_UP) or bf16 y.
+// Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8 rows below,
+// columns j*8 + (lane%4)*2 + {0,1}.
+template <bool GATE_UP>
+__device__ __forceinline__ void store_tile(const float (&acc)[64], bf16* __restrict__ out, int m0, int rows,
+                                           int nt, int n_out, int wg, int wq, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
+        if (r >= rows) continue;
+        bf16* orow = out + (long long)(m0 + r) * n_out;
+        if (GATE_UP) {
+#pragma unroll
+            for (int j = 0; j < NI / 2; ++j) {
+                const int col = nt * GATE_UP_COLS + j * 8 + (lane % 4) * 2;
+                const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
+                const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
+                const float v0 = g0 / (1.f + expf(-g0)) * u0;
+                const float v1 = g1 / (1.f + expf(-g1)) * u1;
+                *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const int col = nt * BN + j * 8 + (lane % 4) * 2;
+                *reinterpret_cast<__nv_bfloat162*>(orow + col) =
+                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            }
+        }
+    }
 }
 
 template <bool GATE_UP>
@@ -154,33 +190,154 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
         fence_operands(acc);
     }
     cp_async_wait<0>();
+    store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
+}
 
-    // Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8 rows below,
-    // columns j*8 + (lane%4)*2 + {0,1}.
+// Where tile `t` of the list lies: its expert, first row, row count and weight-column tile.
+__device__ __forceinline__ void locate_tile(int t, int n_tiles, const int* __restrict__ expert_offsets,
+                                            const int* __restrict__ tile_offsets, int experts, int& e,
+                                            int& m0, int& rows, int& nt) {
+    const int rt = t / n_tiles;
+    nt = t % n_tiles;
+    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
+    }
+    e = lo;
+    m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM;
+    rows = min(BM, expert_offsets[e + 1] - m0);
+}
+
+// Persistent form of grouped_gemm: gridDim.x CTAs (two per SM) walk the tile
+// list with stride gridDim.x, and the cp.async pipeline runs across tile
+// boundaries: the first stages of a CTA's next tile load while it finishes
+// the current one and stores its epilogue, so the per-tile prologue (a full
+// memory latency per tile in the one-CTA-per-tile grid, against only 8
+// k-steps in the down GEMM) is hidden. Same tiles, stage layout, fences and
+// results as grouped_gemm.
+template <bool GATE_UP>
+__device__ __forceinline__ void grouped_gemm_persistent(const bf16* __restrict__ a_src,
+                                                        const int* __restrict__ slot_token,
+                                                        const bf16* __restrict__ w, bf16* __restrict__ out,
+                                                        const int* __restrict__ expert_offsets,
+                                                        const int* __restrict__ tile_offsets, int experts,
+                                                        int K, int n_out) {
+    extern __shared__ unsigned char smem_raw[];
+    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
+    const int total = tile_offsets[experts] * n_tiles;
+    const int stride = gridDim.x;
+    int tile = blockIdx.x;
+    if (tile >= total) return;
+    const int k_tiles = K / BK;
+
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wg = warp / 4, wq = warp % 4;
+    const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
+    const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
+
+    // The loader: the tile whose k-steps are being fetched, and its next k-step.
+    int ld_tile = tile, ld_kt = 0;
+    const bf16* a_ptr[LOADS];
+    const bf16* b_ptr[LOADS];
+    bool a_ok[LOADS];
+    auto point_loader = [&](int t) {
+        int le, lm0, lrows, lnt;
+        locate_tile(t, n_tiles, expert_offsets, tile_offsets, experts, le, lm0, lrows, lnt);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
-        if (r >= rows) continue;
-        bf16* orow = out + (long long)(m0 + r) * n_out;
-        if (GATE_UP) {
-#pragma unroll
-            for (int j = 0; j < NI / 2; ++j) {
-                const int col = nt * GATE_UP_COLS + j * 8 + (lane % 4) * 2;
-                const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
-                const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-                const float v0 = g0 / (1.f + expf(-g0)) * u0;
-                const float v1 = g1 / (1.f + expf(-g1)) * u1;
-                *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+        for (int j = 0; j < LOADS; ++j) {
+            const int r = ld_row + j * ROW_STEP;
+            a_ok[j] = r < lrows;
+            long long src = 0;
+            if (a_ok[j]) src = GATE_UP ? (long long)slot_token[lm0 + r] : (long long)(lm0 + r);
+            a_ptr[j] = a_src + src * K + ld_chunk * CHUNK;
+            long long wrow;
+            if (GATE_UP) {
+                wrow = (long long)le * 2 * n_out +
+                       (r < BN / 2 ? lnt * GATE_UP_COLS + r : n_out + lnt * GATE_UP_COLS + r - BN / 2);
+            } else {
+                wrow = (long long)le * n_out + lnt * BN + r;
             }
-        } else {
+            b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
+        }
+    };
+    // Fetches the loader's next k-step into `stage` (nothing once the CTA's tiles are done).
+    auto load_next = [&](int stage) {
+        if (ld_tile >= total) return;
+        const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
 #pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                const int col = nt * BN + j * 8 + (lane % 4) * 2;
-                *reinterpret_cast<__nv_bfloat162*>(orow + col) =
-                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            }
+        for (int j = 0; j < LOADS; ++j) {
+            cp_async_16(base + j * ROW_STEP * 128, a_ptr[j] + ld_kt * BK, a_ok[j]);
+            cp_async_16(base + A_BYTES + j * ROW_STEP * 128, b_ptr[j] + ld_kt * BK, true);
+        }
+        if (++ld_kt == k_tiles) {
+            ld_kt = 0;
+            ld_tile += stride;
+            if (ld_tile < total) point_loader(ld_tile);
+        }
+    };
+    point_loader(ld_tile);
+
+    // The tile being computed.
+    int e, m0, rows, nt;
+    locate_tile(tile, n_tiles, expert_offsets, tile_offsets, experts, e, m0, rows, nt);
+    float acc[64];
+#pragma unroll
+    for (int q = 0; q < 64; ++q) acc[q] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        load_next(s);
+        cp_async_commit();
+    }
+    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
+    int kt = 0, stage = 0;
+    for (;;) {
+        cp_async_wait<STAGES - 2>();
+        fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
+        __syncthreads();      // this stage landed for all; the previous step's wgmmas are done
+        load_next(stage == 0 ? STAGES - 1 : stage - 1);  // the stage of step + STAGES - 1
+        cp_async_commit();
+        const unsigned sa = smem0 + (unsigned)(stage * STAGE_BYTES) + wg * WG_ROWS * 128;
+        const unsigned sb = smem0 + (unsigned)(stage * STAGE_BYTES) + A_BYTES;
+        fence_operands(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            wgmma_m64n128k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_operands(acc);
+        stage = stage == STAGES - 1 ? 0 : stage + 1;
+        if (++kt == k_tiles) {
+            store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
+#pragma unroll
+            for (int q = 0; q < 64; ++q) acc[q] = 0.f;
+            kt = 0;
+            tile += stride;
+            if (tile >= total) break;
+            locate_tile(tile, n_tiles, expert_offsets, tile_offsets, experts, e, m0, rows, nt);
         }
     }
+    cp_async_wait<0>();
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+moe_gemm_gate_up_wgmma_p_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
+                              const bf16* __restrict__ gate_up, bf16* __restrict__ act,
+                              const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                              int experts, int hidden, int inter) {
+    grouped_gemm_persistent<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden,
+                                  inter);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+moe_gemm_down_wgmma_p_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
+                           const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                           int experts, int inter, int hidden) {
+    grouped_gemm_persistent<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
