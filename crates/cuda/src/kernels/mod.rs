@@ -207,6 +207,8 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
         "moe_gemm_down_wgmma_bf16",
         "moe_gemm_gate_up_wgmma_p_bf16",
         "moe_gemm_down_wgmma_p_bf16",
+        "moe_gemm_down_wgmma_s_bf16",
+        "moe_gemm_down_wgmma_ps_bf16",
     ],
 };
 

@@ -9,7 +9,9 @@
 //
 // Two grids: one CTA per tile (moe_gemm_*_wgmma_bf16) and a persistent one
 // (moe_gemm_*_wgmma_p_bf16: two CTAs per SM walk the tile list, the cp.async
-// pipeline running on across tiles; grouped_gemm_persistent says why).
+// pipeline running on across tiles; grouped_gemm_persistent says why). The
+// down GEMM also comes with its epilogue staged through shared memory
+// (moe_gemm_down_wgmma_s_bf16: 16-byte stores of y).
 
 #include <cuda_bf16.h>
 
@@ -33,8 +35,9 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // + alignment slack
 constexpr int LOADS = BM * ROW_CHUNKS / THREADS;
 constexpr int ROW_STEP = THREADS / ROW_CHUNKS;
 constexpr int GATE_UP_COLS = BN / 2;
+constexpr int MAX_EXPERTS = 1024;  // the routing kernels' limit (moe_route.cu)
 static_assert(BM == BN && ROW_CHUNKS == 8 && WG_ROWS == 64, "SW128 tiles of 64-element rows");
-static_assert(2 * SMEM_BYTES <= 227 * 1024, "two CTAs share an SM");
+static_assert(2 * (SMEM_BYTES + 8 * (MAX_EXPERTS + 1) + 1024) <= 228 * 1024, "two CTAs share an SM");
 static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -106,7 +109,39 @@ __device__ __forceinline__ void store_tile(const float (&acc)[64], bf16* __restr
     }
 }
 
-template <bool GATE_UP>
+// The down epilogue through shared memory: the tile's bf16 values (BM x BN,
+// 32 KiB: the first stage's space; 16-byte chunks XOR-swizzled by row, so the
+// fragment writes are conflict-free), then 16-byte stores of whole 256-byte
+// row segments of y (the fragment layout stores 4 bytes a thread).
+__device__ __forceinline__ void store_tile_staged(const float (&acc)[64], bf16* __restrict__ out, int m0,
+                                                  int rows, int nt, int n_out, int wg, int wq, int lane,
+                                                  int tid, unsigned char* tile) {
+    constexpr int ROW_BYTES = BN * 2;  // 256
+    constexpr int ROW_CHUNKS16 = ROW_BYTES / 16;
+    static_assert(BM * ROW_BYTES <= STAGE_BYTES, "the staged tile fits one stage");
+    __syncthreads();  // both warpgroups' last wgmmas have read the stages
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            const int off = r * ROW_BYTES + ((j ^ (r & 7)) * 16) + (lane % 4) * 4;
+            *reinterpret_cast<__nv_bfloat162*>(tile + off) =
+                __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int it = 0; it < BM * ROW_CHUNKS16 / THREADS; ++it) {
+        const int idx = tid + it * THREADS;
+        const int r = idx / ROW_CHUNKS16, c = idx % ROW_CHUNKS16;
+        if (r >= rows) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(tile + r * ROW_BYTES + ((c ^ (r & 7)) * 16));
+        *reinterpret_cast<uint4*>(out + (long long)(m0 + r) * n_out + nt * BN + c * 8) = v;
+    }
+}
+
+template <bool GATE_UP, bool STAGE_Y = false>
 __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                              const bf16* __restrict__ w, bf16* __restrict__ out,
                                              const int* __restrict__ expert_offsets,
@@ -190,7 +225,12 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
         fence_operands(acc);
     }
     cp_async_wait<0>();
-    store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
+    if (STAGE_Y && !GATE_UP) {
+        unsigned char* tile = smem_raw + (smem0 - smem_u32(smem_raw));
+        store_tile_staged(acc, out, m0, rows, nt, n_out, wg, wq, lane, tid, tile);
+    } else {
+        store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
+    }
 }
 
 // Where tile `t` of the list lies: its expert, first row, row count and weight-column tile.
@@ -216,7 +256,7 @@ __device__ __forceinline__ void locate_tile(int t, int n_tiles, const int* __res
 // memory latency per tile in the one-CTA-per-tile grid, against only 8
 // k-steps in the down GEMM) is hidden. Same tiles, stage layout, fences and
 // results as grouped_gemm.
-template <bool GATE_UP>
+template <bool GATE_UP, bool STAGE_Y = false>
 __device__ __forceinline__ void grouped_gemm_persistent(const bf16* __restrict__ a_src,
                                                         const int* __restrict__ slot_token,
                                                         const bf16* __restrict__ w, bf16* __restrict__ out,
@@ -224,6 +264,18 @@ __device__ __forceinline__ void grouped_gemm_persistent(const bf16* __restrict__
                                                         const int* __restrict__ tile_offsets, int experts,
                                                         int K, int n_out) {
     extern __shared__ unsigned char smem_raw[];
+    // The offsets in shared memory: each tile's binary search then costs no
+    // global round trips (it runs on the loader's path, inside the k-loop).
+    __shared__ int s_tiles[MAX_EXPERTS + 1];
+    __shared__ int s_rows[MAX_EXPERTS + 1];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    for (int j = tid; j <= experts; j += THREADS) {
+        s_tiles[j] = tile_offsets[j];
+        s_rows[j] = expert_offsets[j];
+    }
+    __syncthreads();
+    expert_offsets = s_rows;
+    tile_offsets = s_tiles;
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int total = tile_offsets[experts] * n_tiles;
     const int stride = gridDim.x;
@@ -231,7 +283,6 @@ __device__ __forceinline__ void grouped_gemm_persistent(const bf16* __restrict__
     if (tile >= total) return;
     const int k_tiles = K / BK;
 
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wg = warp / 4, wq = warp % 4;
     const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -297,8 +348,6 @@ __device__ __forceinline__ void grouped_gemm_persistent(const bf16* __restrict__
         cp_async_wait<STAGES - 2>();
         fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
         __syncthreads();      // this stage landed for all; the previous step's wgmmas are done
-        load_next(stage == 0 ? STAGES - 1 : stage - 1);  // the stage of step + STAGES - 1
-        cp_async_commit();
         const unsigned sa = smem0 + (unsigned)(stage * STAGE_BYTES) + wg * WG_ROWS * 128;
         const unsigned sb = smem0 + (unsigned)(stage * STAGE_BYTES) + A_BYTES;
         fence_operands(acc);
@@ -308,11 +357,23 @@ __device__ __forceinline__ void grouped_gemm_persistent(const bf16* __restrict__
             wgmma_m64n128k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO));
         }
         wgmma_commit();
+        // The next loads are issued while the tensor cores run this stage.
+        load_next(stage == 0 ? STAGES - 1 : stage - 1);  // the stage of step + STAGES - 1
+        cp_async_commit();
         wgmma_wait_all();
         fence_operands(acc);
         stage = stage == STAGES - 1 ? 0 : stage + 1;
         if (++kt == k_tiles) {
-            store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
+            if (STAGE_Y && !GATE_UP) {
+                // The stage just consumed is the one free stage: the loads in
+                // flight fill the other two; the next one into it waits for
+                // the next step's __syncthreads.
+                const int used = stage == 0 ? STAGES - 1 : stage - 1;
+                unsigned char* tile = smem_raw + (smem0 - smem_u32(smem_raw)) + used * STAGE_BYTES;
+                store_tile_staged(acc, out, m0, rows, nt, n_out, wg, wq, lane, tid, tile);
+            } else {
+                store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
+            }
 #pragma unroll
             for (int q = 0; q < 64; ++q) acc[q] = 0.f;
             kt = 0;
@@ -353,6 +414,21 @@ moe_gemm_down_wgmma_bf16(const bf16* __restrict__ act, const bf16* __restrict__ 
                          const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
                          int experts, int inter, int hidden) {
     grouped_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+moe_gemm_down_wgmma_s_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
+                           const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                           int experts, int inter, int hidden) {
+    grouped_gemm<false, true>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+moe_gemm_down_wgmma_ps_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
+                            const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                            int experts, int inter, int hidden) {
+    grouped_gemm_persistent<false, true>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter,
+                                         hidden);
 }
 
 }  // namespace headroom_moe_wgmma

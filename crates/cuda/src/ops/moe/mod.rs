@@ -28,18 +28,24 @@ pub enum GemmImpl {
     /// The same wgmma tiles on a persistent grid (two CTAs per SM walk the
     /// tile list; the load pipeline runs on across tiles). Hopper only.
     WgmmaPersistent,
+    /// The wgmma tiles, the down GEMM's epilogue staged through shared memory
+    /// (16-byte stores of y). Hopper only.
+    WgmmaStagedY,
+    /// The persistent grid with the staged down epilogue. Hopper only.
+    WgmmaPersistentStagedY,
 }
 
 impl GemmImpl {
-    /// The kernels for an architecture: persistent wgmma on `sm_90a`, mma.sync
-    /// elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|wgmma_p` overrides (wgmma only
-    /// where the arch has it).
+    /// The kernels for an architecture: wgmma on `sm_90a`, mma.sync elsewhere.
+    /// `HEADROOM_MOE_IMPL=mma|wgmma_p|wgmma_s|wgmma_ps` overrides (wgmma only where the arch has it).
     pub fn for_arch(arch: &str) -> GemmImpl {
         let hopper = arch == "sm_90a";
         match std::env::var("HEADROOM_MOE_IMPL").as_deref() {
             Ok("mma") => GemmImpl::MmaSync,
-            Ok("wgmma") if hopper => GemmImpl::Wgmma,
-            _ if hopper => GemmImpl::WgmmaPersistent,
+            Ok("wgmma_p") if hopper => GemmImpl::WgmmaPersistent,
+            Ok("wgmma_s") if hopper => GemmImpl::WgmmaStagedY,
+            Ok("wgmma_ps") if hopper => GemmImpl::WgmmaPersistentStagedY,
+            _ if hopper => GemmImpl::Wgmma,
             _ => GemmImpl::MmaSync,
         }
     }
@@ -53,7 +59,9 @@ impl GemmImpl {
     /// one CTA per tile, or two per SM for the persistent kernels.
     pub fn grid(self, tiles: usize, sm_count: usize) -> usize {
         match self {
-            GemmImpl::WgmmaPersistent => tiles.min(2 * sm_count.max(1)),
+            GemmImpl::WgmmaPersistent | GemmImpl::WgmmaPersistentStagedY => {
+                tiles.min(2 * sm_count.max(1))
+            }
             _ => tiles,
         }
     }
@@ -67,6 +75,11 @@ impl GemmImpl {
                 "moe_gemm_gate_up_wgmma_p_bf16",
                 "moe_gemm_down_wgmma_p_bf16",
             ),
+            GemmImpl::WgmmaStagedY => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
+            GemmImpl::WgmmaPersistentStagedY => (
+                "moe_gemm_gate_up_wgmma_p_bf16",
+                "moe_gemm_down_wgmma_ps_bf16",
+            ),
         }
     }
 
@@ -74,7 +87,7 @@ impl GemmImpl {
     pub fn smem_bytes(self) -> usize {
         match self {
             GemmImpl::MmaSync => GEMM_SMEM_BYTES,
-            GemmImpl::Wgmma | GemmImpl::WgmmaPersistent => GEMM_SMEM_BYTES + 1024,
+            _ => GEMM_SMEM_BYTES + 1024,
         }
     }
 }

@@ -137,7 +137,10 @@ fn launch_constants_match_the_kernel_sources() {
         .source
         .contains("SMEM_BYTES = STAGES * STAGE_BYTES + 1024;"));
     assert_eq!(GemmImpl::Wgmma.smem_bytes(), GEMM_SMEM_BYTES + 1024);
-    assert_eq!(GemmImpl::WgmmaPersistent.smem_bytes(), GEMM_SMEM_BYTES + 1024);
+    assert_eq!(
+        GemmImpl::WgmmaPersistent.smem_bytes(),
+        GEMM_SMEM_BYTES + 1024
+    );
     let r = MOE_ROUTE.source;
     assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
     assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
@@ -145,9 +148,9 @@ fn launch_constants_match_the_kernel_sources() {
 }
 
 #[test]
-fn persistent_wgmma_is_the_hopper_default() {
+fn wgmma_is_the_hopper_default() {
     if std::env::var_os("HEADROOM_MOE_IMPL").is_none() {
-        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::WgmmaPersistent);
+        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::Wgmma);
     }
     assert_eq!(GemmImpl::for_arch("sm_80"), GemmImpl::MmaSync);
     assert_eq!(GemmImpl::for_arch("sm_89"), GemmImpl::MmaSync);
