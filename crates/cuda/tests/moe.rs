@@ -205,16 +205,10 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
     }
 }
 
-/// The grouped-GEMM kernels this device runs: all five on Hopper.
+/// The grouped-GEMM kernels this device runs: all three on Hopper.
 fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
     if dev.arch == "sm_90a" {
-        vec![
-            GemmImpl::MmaSync,
-            GemmImpl::Wgmma,
-            GemmImpl::WgmmaPersistent,
-            GemmImpl::WgmmaStagedY,
-            GemmImpl::WgmmaPersistentStagedY,
-        ]
+        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::WgmmaStagedY]
     } else {
         vec![GemmImpl::MmaSync]
     }

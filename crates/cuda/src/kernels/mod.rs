@@ -205,10 +205,7 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     entry_points: &[
         "moe_gemm_gate_up_wgmma_bf16",
         "moe_gemm_down_wgmma_bf16",
-        "moe_gemm_gate_up_wgmma_p_bf16",
-        "moe_gemm_down_wgmma_p_bf16",
         "moe_gemm_down_wgmma_s_bf16",
-        "moe_gemm_down_wgmma_ps_bf16",
     ],
 };
 

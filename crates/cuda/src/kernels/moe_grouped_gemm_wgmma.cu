@@ -7,11 +7,10 @@
 // cp.async chunks are XOR-swizzled by (row mod 8): the canonical 128-byte
 // swizzle (SW128) K-major layout of the descriptors, on a 1024-byte aligned base.
 //
-// Two grids: one CTA per tile (moe_gemm_*_wgmma_bf16) and a persistent one
-// (moe_gemm_*_wgmma_p_bf16: two CTAs per SM walk the tile list, the cp.async
-// pipeline running on across tiles; grouped_gemm_persistent says why). The
-// down GEMM also comes with its epilogue staged through shared memory
-// (moe_gemm_down_wgmma_s_bf16: 16-byte stores of y).
+// The down GEMM comes in two epilogues: fragments stored straight to y
+// (moe_gemm_down_wgmma_bf16, 4 bytes a thread) and staged through shared
+// memory (moe_gemm_down_wgmma_s_bf16, 16-byte row-contiguous stores: the
+// default, 1.24x faster at 32k tokens, docs/perf/cuda-moe.md).
 
 #include <cuda_bf16.h>
 
@@ -35,9 +34,8 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // + alignment slack
 constexpr int LOADS = BM * ROW_CHUNKS / THREADS;
 constexpr int ROW_STEP = THREADS / ROW_CHUNKS;
 constexpr int GATE_UP_COLS = BN / 2;
-constexpr int MAX_EXPERTS = 1024;  // the routing kernels' limit (moe_route.cu)
 static_assert(BM == BN && ROW_CHUNKS == 8 && WG_ROWS == 64, "SW128 tiles of 64-element rows");
-static_assert(2 * (SMEM_BYTES + 8 * (MAX_EXPERTS + 1) + 1024) <= 228 * 1024, "two CTAs share an SM");
+static_assert(2 * SMEM_BYTES <= 227 * 1024, "two CTAs share an SM");
 static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
@@ -233,174 +231,6 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     }
 }
 
-// Where tile `t` of the list lies: its expert, first row, row count and weight-column tile.
-__device__ __forceinline__ void locate_tile(int t, int n_tiles, const int* __restrict__ expert_offsets,
-                                            const int* __restrict__ tile_offsets, int experts, int& e,
-                                            int& m0, int& rows, int& nt) {
-    const int rt = t / n_tiles;
-    nt = t % n_tiles;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
-    }
-    e = lo;
-    m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM;
-    rows = min(BM, expert_offsets[e + 1] - m0);
-}
-
-// Persistent form of grouped_gemm: gridDim.x CTAs (two per SM) walk the tile
-// list with stride gridDim.x, and the cp.async pipeline runs across tile
-// boundaries: the first stages of a CTA's next tile load while it finishes
-// the current one and stores its epilogue, so the per-tile prologue (a full
-// memory latency per tile in the one-CTA-per-tile grid, against only 8
-// k-steps in the down GEMM) is hidden. Same tiles, stage layout, fences and
-// results as grouped_gemm.
-template <bool GATE_UP, bool STAGE_Y = false>
-__device__ __forceinline__ void grouped_gemm_persistent(const bf16* __restrict__ a_src,
-                                                        const int* __restrict__ slot_token,
-                                                        const bf16* __restrict__ w, bf16* __restrict__ out,
-                                                        const int* __restrict__ expert_offsets,
-                                                        const int* __restrict__ tile_offsets, int experts,
-                                                        int K, int n_out) {
-    extern __shared__ unsigned char smem_raw[];
-    // The offsets in shared memory: each tile's binary search then costs no
-    // global round trips (it runs on the loader's path, inside the k-loop).
-    __shared__ int s_tiles[MAX_EXPERTS + 1];
-    __shared__ int s_rows[MAX_EXPERTS + 1];
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    for (int j = tid; j <= experts; j += THREADS) {
-        s_tiles[j] = tile_offsets[j];
-        s_rows[j] = expert_offsets[j];
-    }
-    __syncthreads();
-    expert_offsets = s_rows;
-    tile_offsets = s_tiles;
-    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
-    const int total = tile_offsets[experts] * n_tiles;
-    const int stride = gridDim.x;
-    int tile = blockIdx.x;
-    if (tile >= total) return;
-    const int k_tiles = K / BK;
-
-    const int wg = warp / 4, wq = warp % 4;
-    const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
-    const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
-
-    // The loader: the tile whose k-steps are being fetched, and its next k-step.
-    int ld_tile = tile, ld_kt = 0;
-    const bf16* a_ptr[LOADS];
-    const bf16* b_ptr[LOADS];
-    bool a_ok[LOADS];
-    auto point_loader = [&](int t) {
-        int le, lm0, lrows, lnt;
-        locate_tile(t, n_tiles, expert_offsets, tile_offsets, experts, le, lm0, lrows, lnt);
-#pragma unroll
-        for (int j = 0; j < LOADS; ++j) {
-            const int r = ld_row + j * ROW_STEP;
-            a_ok[j] = r < lrows;
-            long long src = 0;
-            if (a_ok[j]) src = GATE_UP ? (long long)slot_token[lm0 + r] : (long long)(lm0 + r);
-            a_ptr[j] = a_src + src * K + ld_chunk * CHUNK;
-            long long wrow;
-            if (GATE_UP) {
-                wrow = (long long)le * 2 * n_out +
-                       (r < BN / 2 ? lnt * GATE_UP_COLS + r : n_out + lnt * GATE_UP_COLS + r - BN / 2);
-            } else {
-                wrow = (long long)le * n_out + lnt * BN + r;
-            }
-            b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
-        }
-    };
-    // Fetches the loader's next k-step into `stage` (nothing once the CTA's tiles are done).
-    auto load_next = [&](int stage) {
-        if (ld_tile >= total) return;
-        const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
-#pragma unroll
-        for (int j = 0; j < LOADS; ++j) {
-            cp_async_16(base + j * ROW_STEP * 128, a_ptr[j] + ld_kt * BK, a_ok[j]);
-            cp_async_16(base + A_BYTES + j * ROW_STEP * 128, b_ptr[j] + ld_kt * BK, true);
-        }
-        if (++ld_kt == k_tiles) {
-            ld_kt = 0;
-            ld_tile += stride;
-            if (ld_tile < total) point_loader(ld_tile);
-        }
-    };
-    point_loader(ld_tile);
-
-    // The tile being computed.
-    int e, m0, rows, nt;
-    locate_tile(tile, n_tiles, expert_offsets, tile_offsets, experts, e, m0, rows, nt);
-    float acc[64];
-#pragma unroll
-    for (int q = 0; q < 64; ++q) acc[q] = 0.f;
-
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-        load_next(s);
-        cp_async_commit();
-    }
-    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
-    int kt = 0, stage = 0;
-    for (;;) {
-        cp_async_wait<STAGES - 2>();
-        fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
-        __syncthreads();      // this stage landed for all; the previous step's wgmmas are done
-        const unsigned sa = smem0 + (unsigned)(stage * STAGE_BYTES) + wg * WG_ROWS * 128;
-        const unsigned sb = smem0 + (unsigned)(stage * STAGE_BYTES) + A_BYTES;
-        fence_operands(acc);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < BK / 16; ++ks) {
-            wgmma_m64n128k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO));
-        }
-        wgmma_commit();
-        // The next loads are issued while the tensor cores run this stage.
-        load_next(stage == 0 ? STAGES - 1 : stage - 1);  // the stage of step + STAGES - 1
-        cp_async_commit();
-        wgmma_wait_all();
-        fence_operands(acc);
-        stage = stage == STAGES - 1 ? 0 : stage + 1;
-        if (++kt == k_tiles) {
-            if (STAGE_Y && !GATE_UP) {
-                // The stage just consumed is the one free stage: the loads in
-                // flight fill the other two; the next one into it waits for
-                // the next step's __syncthreads.
-                const int used = stage == 0 ? STAGES - 1 : stage - 1;
-                unsigned char* tile = smem_raw + (smem0 - smem_u32(smem_raw)) + used * STAGE_BYTES;
-                store_tile_staged(acc, out, m0, rows, nt, n_out, wg, wq, lane, tid, tile);
-            } else {
-                store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
-            }
-#pragma unroll
-            for (int q = 0; q < 64; ++q) acc[q] = 0.f;
-            kt = 0;
-            tile += stride;
-            if (tile >= total) break;
-            locate_tile(tile, n_tiles, expert_offsets, tile_offsets, experts, e, m0, rows, nt);
-        }
-    }
-    cp_async_wait<0>();
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_gate_up_wgmma_p_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                              const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                              const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                              int experts, int hidden, int inter) {
-    grouped_gemm_persistent<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden,
-                                  inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_wgmma_p_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                           const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                           int experts, int inter, int hidden) {
-    grouped_gemm_persistent<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
 moe_gemm_gate_up_wgmma_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
                             const bf16* __restrict__ gate_up, bf16* __restrict__ act,
@@ -421,14 +251,6 @@ moe_gemm_down_wgmma_s_bf16(const bf16* __restrict__ act, const bf16* __restrict_
                            const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
                            int experts, int inter, int hidden) {
     grouped_gemm<false, true>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_wgmma_ps_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                            const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                            int experts, int inter, int hidden) {
-    grouped_gemm_persistent<false, true>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter,
-                                         hidden);
 }
 
 }  // namespace headroom_moe_wgmma

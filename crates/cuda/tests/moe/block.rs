@@ -355,9 +355,7 @@ fn bench_the_35b_moe_op() {
     let arms = [
         (MoeGlue::Unfused, GemmImpl::Wgmma),
         (MoeGlue::Fused, GemmImpl::Wgmma),
-        (MoeGlue::Fused, GemmImpl::WgmmaPersistent),
         (MoeGlue::Fused, GemmImpl::WgmmaStagedY),
-        (MoeGlue::Fused, GemmImpl::WgmmaPersistentStagedY),
     ];
     println!("| glue | GEMMs | tokens | MoE op ms | router | shared expert | route | gate+up | down | combine | glue (gate GEMV + add) | x40 layers ms |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");

@@ -210,7 +210,7 @@ pub(super) fn routed_experts_range(
         launch(
             dev,
             gate_up_entry,
-            imp.grid(max_row_tiles * (i / (GEMM_BN / 2)), dev.sm_count),
+            max_row_tiles * (i / (GEMM_BN / 2)),
             GEMM_THREADS as u32,
             gemm_smem,
             Params::new()
@@ -229,7 +229,7 @@ pub(super) fn routed_experts_range(
         launch(
             dev,
             down_entry,
-            imp.grid(max_row_tiles * (h / GEMM_BN), dev.sm_count),
+            max_row_tiles * (h / GEMM_BN),
             GEMM_THREADS as u32,
             gemm_smem,
             Params::new()

@@ -23,29 +23,24 @@ pub use launch::{
 pub enum GemmImpl {
     /// `moe_grouped_gemm.cu`: mma.sync m16n8k16, any sm_80+ GPU.
     MmaSync,
-    /// `moe_grouped_gemm_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only.
+    /// `moe_grouped_gemm_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only; the
+    /// down GEMM stores its fragments straight to y (4 bytes a thread).
     Wgmma,
-    /// The same wgmma tiles on a persistent grid (two CTAs per SM walk the
-    /// tile list; the load pipeline runs on across tiles). Hopper only.
-    WgmmaPersistent,
-    /// The wgmma tiles, the down GEMM's epilogue staged through shared memory
-    /// (16-byte stores of y). Hopper only.
+    /// The wgmma tiles with the down GEMM's epilogue staged through shared
+    /// memory (16-byte row-contiguous stores of y). Hopper only.
     WgmmaStagedY,
-    /// The persistent grid with the staged down epilogue. Hopper only.
-    WgmmaPersistentStagedY,
 }
 
 impl GemmImpl {
-    /// The kernels for an architecture: wgmma on `sm_90a`, mma.sync elsewhere.
-    /// `HEADROOM_MOE_IMPL=mma|wgmma_p|wgmma_s|wgmma_ps` overrides (wgmma only where the arch has it).
+    /// The kernels for an architecture: wgmma with the staged y epilogue on
+    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma` overrides
+    /// (wgmma only where the arch has it).
     pub fn for_arch(arch: &str) -> GemmImpl {
         let hopper = arch == "sm_90a";
         match std::env::var("HEADROOM_MOE_IMPL").as_deref() {
             Ok("mma") => GemmImpl::MmaSync,
-            Ok("wgmma_p") if hopper => GemmImpl::WgmmaPersistent,
-            Ok("wgmma_s") if hopper => GemmImpl::WgmmaStagedY,
-            Ok("wgmma_ps") if hopper => GemmImpl::WgmmaPersistentStagedY,
-            _ if hopper => GemmImpl::Wgmma,
+            Ok("wgmma") if hopper => GemmImpl::Wgmma,
+            _ if hopper => GemmImpl::WgmmaStagedY,
             _ => GemmImpl::MmaSync,
         }
     }
@@ -55,31 +50,12 @@ impl GemmImpl {
         self != GemmImpl::MmaSync
     }
 
-    /// Grid of a grouped GEMM over at most `tiles` tiles on `sm_count` SMs:
-    /// one CTA per tile, or two per SM for the persistent kernels.
-    pub fn grid(self, tiles: usize, sm_count: usize) -> usize {
-        match self {
-            GemmImpl::WgmmaPersistent | GemmImpl::WgmmaPersistentStagedY => {
-                tiles.min(2 * sm_count.max(1))
-            }
-            _ => tiles,
-        }
-    }
-
     /// Entry points (gate+up, down).
     pub fn entries(self) -> (&'static str, &'static str) {
         match self {
             GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
             GemmImpl::Wgmma => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"),
-            GemmImpl::WgmmaPersistent => (
-                "moe_gemm_gate_up_wgmma_p_bf16",
-                "moe_gemm_down_wgmma_p_bf16",
-            ),
             GemmImpl::WgmmaStagedY => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
-            GemmImpl::WgmmaPersistentStagedY => (
-                "moe_gemm_gate_up_wgmma_p_bf16",
-                "moe_gemm_down_wgmma_ps_bf16",
-            ),
         }
     }
 

@@ -137,10 +137,7 @@ fn launch_constants_match_the_kernel_sources() {
         .source
         .contains("SMEM_BYTES = STAGES * STAGE_BYTES + 1024;"));
     assert_eq!(GemmImpl::Wgmma.smem_bytes(), GEMM_SMEM_BYTES + 1024);
-    assert_eq!(
-        GemmImpl::WgmmaPersistent.smem_bytes(),
-        GEMM_SMEM_BYTES + 1024
-    );
+    assert_eq!(GemmImpl::WgmmaStagedY.smem_bytes(), GEMM_SMEM_BYTES + 1024);
     let r = MOE_ROUTE.source;
     assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
     assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
@@ -148,9 +145,9 @@ fn launch_constants_match_the_kernel_sources() {
 }
 
 #[test]
-fn wgmma_is_the_hopper_default() {
+fn wgmma_with_the_staged_y_epilogue_is_the_hopper_default() {
     if std::env::var_os("HEADROOM_MOE_IMPL").is_none() {
-        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::Wgmma);
+        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::WgmmaStagedY);
     }
     assert_eq!(GemmImpl::for_arch("sm_80"), GemmImpl::MmaSync);
     assert_eq!(GemmImpl::for_arch("sm_89"), GemmImpl::MmaSync);
@@ -169,13 +166,9 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 }
 
 #[test]
-fn the_persistent_grid_is_two_ctas_per_sm_at_most() {
-    assert_eq!(GemmImpl::WgmmaPersistent.grid(10_000, 132), 264);
-    assert_eq!(GemmImpl::WgmmaPersistent.grid(100, 132), 100);
-    assert_eq!(GemmImpl::WgmmaPersistent.grid(100, 0), 2);
-    assert_eq!(GemmImpl::Wgmma.grid(10_000, 132), 10_000);
-    assert_eq!(GemmImpl::MmaSync.grid(10_000, 132), 10_000);
-    assert!(GemmImpl::WgmmaPersistent.hopper_only() && !GemmImpl::MmaSync.hopper_only());
+fn only_the_mma_sync_kernels_run_off_hopper() {
+    assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::WgmmaStagedY.hopper_only());
+    assert!(!GemmImpl::MmaSync.hopper_only());
 }
 
 #[test]
