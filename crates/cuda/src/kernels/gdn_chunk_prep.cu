@@ -12,6 +12,10 @@
 // the tensor cores in 3xTF32); W = T (beta exp(G) K), U = T (beta V). W, U, P
 // (bf16) leave through shared memory as 16-byte stores, per-row factors (f32)
 // beside them.
+//
+// Also the output kernel of the split scan (`gdn_chunk_out_bf16`, at the
+// end): one CTA per (chunk, value head), o = diag(qf) (Q S0) + P delta from
+// the S0^T and delta tiles the v4 scan wrote.
 
 #include <cuda_bf16.h>
 
@@ -457,6 +461,114 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
         *reinterpret_cast<uint4*>(dst + r * DK + ch) =
             *reinterpret_cast<const uint4*>(Ks + which * (BT * LD128) + r * LD128 + ch);
     }
+}
+
+// ------------------------------------------------------------- output ----
+//
+// The output of the split (v4) scan, all tiles in parallel: per (chunk,
+// value head) o = diag(qf) (Q S0) + P delta, with Q the raw q rows (zeros past
+// the sequence), S0^T [DV][DK] and delta [BT][DV] (bf16) from the scan, P and
+// qf from prep. Warp w: rows 16(w % 4).., columns 64(w / 4)...
+
+constexpr int OUT_THREADS = 256;
+constexpr int OUT_SMEM = BT * LD128 * 2 + DV * LD128 * 2 + BT * LD64 * 2 + BT * LD128 * 2 + BT * 4;
+static_assert(2 * OUT_SMEM <= 227 * 1024, "two output CTAs per SM");
+
+// B fragment (16 x 8) of a row-major [k][n] tile with row stride ld (ldmatrix.trans).
+__device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld, int k0, int n0, int lane) {
+    const bf16* p = s + (k0 + (lane & 15)) * ld + n0;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
+}
+
+extern "C" __global__ void __launch_bounds__(OUT_THREADS, 2) gdn_chunk_out_bf16(
+    const bf16* __restrict__ qkv, const bf16* __restrict__ hs_in, const bf16* __restrict__ d_in,
+    const bf16* __restrict__ p_in, const float* __restrict__ fac_in, bf16* __restrict__ out, int hk,
+    int hv, SeqTable tab) {
+    unsigned char* smem = dyn_smem;
+    bf16* Qs = reinterpret_cast<bf16*>(smem);
+    bf16* Hs = Qs + BT * LD128;
+    bf16* Ps = Hs + DV * LD128;
+    bf16* Ds = Ps + BT * LD64;
+    float* Fs = reinterpret_cast<float*>(Ds + BT * LD128);
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int c = blockIdx.x, h = blockIdx.y;
+    const int s = seq_of_chunk(tab, c);
+    const int lc = c - tab.chunk0[s];
+    const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
+    const int nrows = min(BT, tab.rows[s] - lc * BT);
+    const int kh = h / (hv / hk);
+    const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
+    const size_t tile = (size_t)c * hv + h;
+
+    for (int e = tid; e < BT * 16; e += OUT_THREADS) {
+        const int r = e >> 4, ch = (e & 15) * 8;
+        const bool ok = r < nrows;
+        cp_async_16(Qs + r * LD128 + ch, ok ? qkv + (row0 + r) * ld_qkv + kh * DK + ch : qkv, ok);
+        cp_async_16(Ds + r * LD128 + ch, d_in + (tile * BT + r) * DV + ch, true);
+    }
+    for (int e = tid; e < DV * 16; e += OUT_THREADS) {
+        const int r = e >> 4, ch = (e & 15) * 8;
+        cp_async_16(Hs + r * LD128 + ch, hs_in + (tile * DV + r) * DK + ch, true);
+    }
+    for (int e = tid; e < BT * 8; e += OUT_THREADS) {
+        const int r = e >> 3, ch = (e & 7) * 8;
+        cp_async_16(Ps + r * LD64 + ch, p_in + (tile * BT + r) * BT + ch, true);
+    }
+    if (tid < BT / 4) cp_async_16(Fs + 4 * tid, fac_in + tile * FAC + 4 * tid, true);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+
+    const int m0 = 16 * (warp & 3), c0 = 64 * (warp >> 2);
+    float acc[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < DK / 16; ++ks) {
+        unsigned a[4];
+        frag_a(a, Qs, LD128, m0, 16 * ks, lane);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            unsigned b[2];
+            frag_b(b, Hs, LD128, c0 + 8 * nt, 16 * ks, lane);
+            mma16816(acc[nt], a, b);
+        }
+    }
+    const float qf0 = Fs[m0 + g8], qf1 = Fs[m0 + g8 + 8];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+        acc[nt][0] *= qf0;
+        acc[nt][1] *= qf0;
+        acc[nt][2] *= qf1;
+        acc[nt][3] *= qf1;
+    }
+#pragma unroll
+    for (int ks = 0; ks < BT / 16; ++ks) {
+        unsigned a[4];
+        frag_a(a, Ps, LD64, m0, 16 * ks, lane);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            unsigned b[2];
+            frag_b_trans(b, Ds, LD128, 16 * ks, c0 + 8 * nt, lane);
+            mma16816(acc[nt], a, b);
+        }
+    }
+    const long long ld_out = (long long)hv * DV;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int r = m0 + g8 + 8 * hf, cc = c0 + 8 * nt + 2 * t4;
+            if (r < nrows)
+                *reinterpret_cast<bf162*>(out + (row0 + r) * ld_out + (long long)h * DV + cc) =
+                    __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
+        }
 }
 
 }  // namespace gdn
