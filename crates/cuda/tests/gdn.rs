@@ -9,7 +9,7 @@ use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
     gated_delta_rule, gated_delta_rule_tuned, gated_delta_rule_with, validate, GdnLaunch,
-    ScanKernel, ScanWidth, Tuning,
+    PrepKernel, ScanKernel, ScanWidth, Tuning,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -18,12 +18,8 @@ use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
-const SCANS: [ScanKernel; 4] = [
-    ScanKernel::V2,
-    ScanKernel::V3,
-    ScanKernel::V3Deep,
-    ScanKernel::V4,
-];
+const SCANS: [ScanKernel; 3] = [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep];
+const PREPS: [PrepKernel; 2] = [PrepKernel::V2, PrepKernel::V3];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -274,20 +270,23 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
-/// The kernel variants every GPU check runs: every scan generation at both
-/// widths (v3deep's wide scan is v3's: run once).
+/// The kernel variants every GPU check runs: every prep generation with
+/// every scan generation at both widths (v3deep's wide scan is v3's: run once).
 fn variants() -> Vec<Tuning> {
     let mut v = Vec::new();
-    for scan in SCANS {
-        for w in WIDTHS {
-            if scan.stages(w) == 2 && scan == ScanKernel::V3Deep {
-                continue;
+    for prep in PREPS {
+        for scan in SCANS {
+            for w in WIDTHS {
+                if scan.stages(w) == 2 && scan == ScanKernel::V3Deep {
+                    continue;
+                }
+                v.push(Tuning {
+                    width: Some(w),
+                    scan,
+                    prep,
+                    ..Tuning::default()
+                });
             }
-            v.push(Tuning {
-                width: Some(w),
-                scan,
-                ..Tuning::default()
-            });
         }
     }
     v
@@ -472,12 +471,21 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
-    let tuned = |scan: ScanKernel, w: ScanWidth, ablation: u32| Tuning {
+    let tuned = |prep: PrepKernel, scan: ScanKernel, w: ScanWidth, ablation: u32| Tuning {
         width: Some(w),
         scan,
+        prep,
         scan_ablation: ablation,
     };
-    let name = |scan: ScanKernel, w: ScanWidth| format!("{}-{w:?}", format!("{scan:?}").to_lowercase());
+    let lower = |x: String| x.to_lowercase();
+    let name = |prep: PrepKernel, scan: ScanKernel, w: ScanWidth| {
+        format!(
+            "p{}-{}-{w:?}",
+            lower(format!("{prep:?}")),
+            lower(format!("{scan:?}"))
+        )
+    };
+    let mut not_finite: Vec<String> = Vec::new();
     for &t in &lengths {
         let x = Inputs::random(d, t, 8, 7);
         let bufs = OnDevice::upload(&dev, &x);
@@ -485,23 +493,26 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
         let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
-        // Prep alone (no scan launched): the scan's time is the difference.
-        cases.push(("prep-alone".into(), tuned(ScanKernel::V2, ScanWidth::Narrow, 4), &one));
-        for scan in SCANS {
-            for w in WIDTHS {
-                if scan == ScanKernel::V3Deep && scan.stages(w) == 2 {
-                    continue; // the same kernel as v3 wide
-                }
-                let n = name(scan, w);
-                cases.push((n.clone(), tuned(scan, w, 0), &one));
-                if t >= 8192 {
-                    cases.push((format!("{n}-8seq"), tuned(scan, w, 0), &eight));
-                }
-                if t >= 32768 && w == ScanWidth::Narrow {
-                    // Timing ablations (wrong results by design): the scan without
-                    // its tile loads after the first chunk, without arithmetic.
-                    cases.push((format!("{n}-noload"), tuned(scan, w, 1), &one));
-                    cases.push((format!("{n}-nomath"), tuned(scan, w, 2), &one));
+        for prep in PREPS {
+            // Prep alone (no scan launched): the scan's time is the difference.
+            let n = format!("p{}-alone", lower(format!("{prep:?}")));
+            cases.push((n, tuned(prep, ScanKernel::V2, ScanWidth::Narrow, 4), &one));
+            for scan in SCANS {
+                for w in WIDTHS {
+                    if scan == ScanKernel::V3Deep && scan.stages(w) == 2 {
+                        continue; // the same kernel as v3 wide
+                    }
+                    let n = name(prep, scan, w);
+                    cases.push((n.clone(), tuned(prep, scan, w, 0), &one));
+                    if t >= 8192 {
+                        cases.push((format!("{n}-8seq"), tuned(prep, scan, w, 0), &eight));
+                    }
+                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V3 {
+                        // Timing ablations (wrong results by design): the scan without
+                        // its tile loads after the first chunk, without arithmetic.
+                        cases.push((format!("{n}-noload"), tuned(prep, scan, w, 1), &one));
+                        cases.push((format!("{n}-nomath"), tuned(prep, scan, w, 2), &one));
+                    }
                 }
             }
         }
@@ -514,7 +525,11 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             let ms = time_ms(&dev, reps, run);
             if tuning.scan_ablation == 0 {
                 let (out, _) = bufs.read(&dev, &x);
-                assert!(out.iter().all(|v| v.is_finite()), "{name}");
+                if !out.iter().all(|v| v.is_finite()) {
+                    // Reported at the end: the other variants still get timed.
+                    println!("gdn_bench t={t} {name}: OUTPUT NOT FINITE");
+                    not_finite.push(format!("t={t} {name}"));
+                }
             }
             let median = ms[ms.len() / 2];
             if tuning.scan_ablation == 4 {
@@ -529,6 +544,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             }
         }
     }
+    assert!(not_finite.is_empty(), "non-finite outputs: {not_finite:?}");
     // Decode: one recurrent step for a batch of sequences.
     if std::env::var("GDN_BENCH_T").is_err() {
         for batch in [1usize, 32, 256] {

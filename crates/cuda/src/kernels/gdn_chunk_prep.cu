@@ -13,9 +13,11 @@
 // (bf16) leave through shared memory as 16-byte stores, per-row factors (f32)
 // beside them.
 //
-// Also the output kernel of the split scan (`gdn_chunk_out_bf16`, at the
-// end): one CTA per (chunk, value head), o = diag(qf) (Q S0) + P delta from
-// the S0^T and delta tiles the v4 scan wrote.
+// Two entries: gdn_chunk_prep_bf16 (run 3's kernel: (beta v)^T and
+// (beta exp(G) k)^T built transposed by 2-byte stores) and
+// gdn_chunk_prep_v3_bf16 (both kept row-major, written as 8/16-byte vectors,
+// and read as B operands by ldmatrix.trans; q/k rows normalised 4 columns a
+// lane; the 3xTF32 hi/lo split of the A operand done once per k-step).
 
 #include <cuda_bf16.h>
 
@@ -140,6 +142,16 @@ constexpr int PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;
 static_assert(2 * BT * LDF * 4 <= PREP_R1, "Af and Tf fit in the K/Q region");
 static_assert(4 * 16 * LDX * 4 <= PREP_TS, "X scratch fits in the T region");
 static_assert(2 * PREP_SMEM <= 227 * 1024, "two prep CTAs per SM");
+static_assert(BT * LD128 * 2 <= PREP_KBT && BT * LD128 * 2 <= PREP_VBT, "v3's row-major Kb, Vb fit");
+
+// B fragment (16 x 8) of a row-major [k][n] tile with row stride ld
+// (ldmatrix.trans; rows 16-byte aligned): lanes 0-15 address rows k0.. at n0.
+__device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld, int k0, int n0, int lane) {
+    const bf16* p = s + (k0 + (lane & 15)) * ld + n0;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
+}
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned r;
@@ -196,10 +208,43 @@ __device__ __forceinline__ void mm16_f32(float (*acc)[4], const float* A, int ld
     }
 }
 
-extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf16(
+// mm16_f32 with the hi/lo split of each A fragment done once per k-step
+// (the same products in the same order: bitwise the same result).
+__device__ __forceinline__ void mm16_f32_split(float (*acc)[4], const float* A, int lda, int am0, int ak0,
+                                               const float* B, int ldb, int bk0, int bn0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
+        const float a[4] = {pa[0], pa[8 * lda], pa[4], pa[8 * lda + 4]};
+        unsigned ah[4], al[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            ah[i] = to_tf32(a[i]);
+            al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + 8 * nt + g;
+            const float b[2] = {pb[0], pb[4 * ldb]};
+            unsigned bh[2], bl[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                bh[i] = to_tf32(b[i]);
+                bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
+            }
+            mma1688(acc[nt], al, bh);
+            mma1688(acc[nt], ah, bl);
+            mma1688(acc[nt], ah, bh);
+        }
+    }
+}
+
+template <bool V3>
+__device__ __forceinline__ void prep_body(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
-    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    float* __restrict__ fac_out, int hk, int hv, const SeqTable& tab) {
     unsigned char* smem = dyn_smem;
     bf16* Ks = reinterpret_cast<bf16*>(smem);
     bf16* Qs = Ks + BT * LD128;
@@ -207,6 +252,8 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
     float* Tf = Af + BT * LDF;
     bf16* Ts = reinterpret_cast<bf16*>(smem + PREP_R1);
     float* Xs = reinterpret_cast<float*>(smem + PREP_R1);
+    // v2: (beta exp(G) k)^T [DK][LD64], (beta v)^T [DV][LD64]; v3: the same
+    // row-major, [BT][LD128] (Kb, Vb).
     bf16* KbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS);
     bf16* VbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS + PREP_KBT);
     float* Gs = reinterpret_cast<float*>(smem + PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT);
@@ -258,7 +305,22 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
         }
         Gc[tid] = v;
     }
-    {  // (beta v)^T: a warp writes 32 consecutive rows of one column (conflict-free)
+    if constexpr (V3) {  // beta v, row-major: one 16-byte store per piece
+        const float b = Bs[vr];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = ((tid >> 6) + 4 * j) * 8;
+            const bf162* v2 = reinterpret_cast<const bf162*>(&vreg[j]);
+            uint4 o;
+            bf162* o2 = reinterpret_cast<bf162*>(&o);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = __bfloat1622float2(v2[i]);
+                o2[i] = __floats2bfloat162_rn(f.x * b, f.y * b);
+            }
+            *reinterpret_cast<uint4*>(VbT + vr * LD128 + col) = o;
+        }
+    } else {  // (beta v)^T: a warp writes 32 consecutive rows of one column (conflict-free)
         const float b = Bs[vr];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -280,6 +342,41 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
 
     // Rows (a warp each): normalise q and k in place, scale, (beta exp(G) k)^T.
     const float qscale = rsqrtf((float)DK);
+    if constexpr (V3) {  // lane: columns 4 lane .. 4 lane + 3 (8-byte accesses)
+#pragma unroll 2
+        for (int r = warp; r < BT; r += PREP_WARPS) {
+            const bool ok = r < nrows;
+            const int col = 4 * lane;
+            const uint2 qv = *reinterpret_cast<const uint2*>(Qs + r * LD128 + col);
+            const uint2 kv = *reinterpret_cast<const uint2*>(Ks + r * LD128 + col);
+            const float2 q01 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&qv.x));
+            const float2 q23 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&qv.y));
+            const float2 k01 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&kv.x));
+            const float2 k23 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&kv.y));
+            float sq = q01.x * q01.x + q01.y * q01.y + q23.x * q23.x + q23.y * q23.y;
+            float sk = k01.x * k01.x + k01.y * k01.y + k23.x * k23.x + k23.y * k23.y;
+            sq = warp_sum(sq);
+            sk = warp_sum(sk);
+            const float iq = rsqrtf(sq + L2_EPS) * qscale, ik = rsqrtf(sk + L2_EPS);
+            const float b = Bs[r], eg = __expf(Gc[r]), kb = ik * b * eg;
+            uint2 o;
+            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(q01.x * iq, q01.y * iq);
+            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(q23.x * iq, q23.y * iq);
+            *reinterpret_cast<uint2*>(Qs + r * LD128 + col) = o;
+            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(k01.x * ik, k01.y * ik);
+            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(k23.x * ik, k23.y * ik);
+            *reinterpret_cast<uint2*>(Ks + r * LD128 + col) = o;
+            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(k01.x * kb, k01.y * kb);
+            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(k23.x * kb, k23.y * kb);
+            *reinterpret_cast<uint2*>(KbT + r * LD128 + col) = o;
+            if (lane == 0) {
+                float* f = fac_out + tile * FAC;
+                f[r] = ok ? iq * eg : 0.f;
+                f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
+                if (r == 0) f[2 * BT] = __expf(GL);
+            }
+        }
+    } else {
 #pragma unroll 2
     for (int r = warp; r < BT; r += PREP_WARPS) {
         const bool ok = r < nrows;
@@ -310,6 +407,7 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
             f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
             if (r == 0) f[2 * BT] = __expf(GL);
         }
+    }
     }
     __syncthreads();
 
@@ -393,7 +491,10 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
             const int J = warp;
             float x[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll 1
-            for (int K = J; K < I; ++K) mm16_f32(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+            for (int K = J; K < I; ++K) {
+                if constexpr (V3) mm16_f32_split(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+                else mm16_f32(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+            }
             float* Xw = Xs + warp * 16 * LDX;
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
@@ -403,7 +504,8 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
                         make_float2(x[nt][2 * hf], x[nt][2 * hf + 1]);
             __syncwarp();
             float y[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-            mm16_f32(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
+            if constexpr (V3) mm16_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
+            else mm16_f32(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -441,7 +543,8 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
 #pragma unroll
             for (int nt = 0; nt < 16; ++nt) {
                 unsigned b[2];
-                frag_b(b, Bt, LD64, 8 * nt, 16 * ks, lane);
+                if constexpr (V3) frag_b_trans(b, Bt, LD128, 16 * ks, 8 * nt, lane);
+                else frag_b(b, Bt, LD64, 8 * nt, 16 * ks, lane);
                 mma16816(acc[nt], a, b);
             }
         }
@@ -463,112 +566,18 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
     }
 }
 
-// ------------------------------------------------------------- output ----
-//
-// The output of the split (v4) scan, all tiles in parallel: per (chunk,
-// value head) o = diag(qf) (Q S0) + P delta, with Q the raw q rows (zeros past
-// the sequence), S0^T [DV][DK] and delta [BT][DV] (bf16) from the scan, P and
-// qf from prep. Warp w: rows 16(w % 4).., columns 64(w / 4)...
-
-constexpr int OUT_THREADS = 256;
-constexpr int OUT_SMEM = BT * LD128 * 2 + DV * LD128 * 2 + BT * LD64 * 2 + BT * LD128 * 2 + BT * 4;
-static_assert(2 * OUT_SMEM <= 227 * 1024, "two output CTAs per SM");
-
-// B fragment (16 x 8) of a row-major [k][n] tile with row stride ld (ldmatrix.trans).
-__device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld, int k0, int n0, int lane) {
-    const bf16* p = s + (k0 + (lane & 15)) * ld + n0;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(b[0]), "=r"(b[1])
-                 : "r"(smem_addr(p)));
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    prep_body<false>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
 }
 
-extern "C" __global__ void __launch_bounds__(OUT_THREADS, 2) gdn_chunk_out_bf16(
-    const bf16* __restrict__ qkv, const bf16* __restrict__ hs_in, const bf16* __restrict__ d_in,
-    const bf16* __restrict__ p_in, const float* __restrict__ fac_in, bf16* __restrict__ out, int hk,
-    int hv, SeqTable tab) {
-    unsigned char* smem = dyn_smem;
-    bf16* Qs = reinterpret_cast<bf16*>(smem);
-    bf16* Hs = Qs + BT * LD128;
-    bf16* Ps = Hs + DV * LD128;
-    bf16* Ds = Ps + BT * LD64;
-    float* Fs = reinterpret_cast<float*>(Ds + BT * LD128);
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g8 = lane >> 2, t4 = lane & 3;
-    const int c = blockIdx.x, h = blockIdx.y;
-    const int s = seq_of_chunk(tab, c);
-    const int lc = c - tab.chunk0[s];
-    const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
-    const int nrows = min(BT, tab.rows[s] - lc * BT);
-    const int kh = h / (hv / hk);
-    const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
-    const size_t tile = (size_t)c * hv + h;
-
-    for (int e = tid; e < BT * 16; e += OUT_THREADS) {
-        const int r = e >> 4, ch = (e & 15) * 8;
-        const bool ok = r < nrows;
-        cp_async_16(Qs + r * LD128 + ch, ok ? qkv + (row0 + r) * ld_qkv + kh * DK + ch : qkv, ok);
-        cp_async_16(Ds + r * LD128 + ch, d_in + (tile * BT + r) * DV + ch, true);
-    }
-    for (int e = tid; e < DV * 16; e += OUT_THREADS) {
-        const int r = e >> 4, ch = (e & 15) * 8;
-        cp_async_16(Hs + r * LD128 + ch, hs_in + (tile * DV + r) * DK + ch, true);
-    }
-    for (int e = tid; e < BT * 8; e += OUT_THREADS) {
-        const int r = e >> 3, ch = (e & 7) * 8;
-        cp_async_16(Ps + r * LD64 + ch, p_in + (tile * BT + r) * BT + ch, true);
-    }
-    if (tid < BT / 4) cp_async_16(Fs + 4 * tid, fac_in + tile * FAC + 4 * tid, true);
-    cp_async_commit();
-    cp_async_wait_all();
-    __syncthreads();
-
-    const int m0 = 16 * (warp & 3), c0 = 64 * (warp >> 2);
-    float acc[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < DK / 16; ++ks) {
-        unsigned a[4];
-        frag_a(a, Qs, LD128, m0, 16 * ks, lane);
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-            unsigned b[2];
-            frag_b(b, Hs, LD128, c0 + 8 * nt, 16 * ks, lane);
-            mma16816(acc[nt], a, b);
-        }
-    }
-    const float qf0 = Fs[m0 + g8], qf1 = Fs[m0 + g8 + 8];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-        acc[nt][0] *= qf0;
-        acc[nt][1] *= qf0;
-        acc[nt][2] *= qf1;
-        acc[nt][3] *= qf1;
-    }
-#pragma unroll
-    for (int ks = 0; ks < BT / 16; ++ks) {
-        unsigned a[4];
-        frag_a(a, Ps, LD64, m0, 16 * ks, lane);
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-            unsigned b[2];
-            frag_b_trans(b, Ds, LD128, 16 * ks, c0 + 8 * nt, lane);
-            mma16816(acc[nt], a, b);
-        }
-    }
-    const long long ld_out = (long long)hv * DV;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-            const int r = m0 + g8 + 8 * hf, cc = c0 + 8 * nt + 2 * t4;
-            if (r < nrows)
-                *reinterpret_cast<bf162*>(out + (row0 + r) * ld_out + (long long)h * DV + cc) =
-                    __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
-        }
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_v3_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    prep_body<true>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
 }
 
 }  // namespace gdn

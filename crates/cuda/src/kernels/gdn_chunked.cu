@@ -32,10 +32,6 @@
 //   with ldmatrix.trans and puts kf on delta instead (no transpose loop,
 //   18 KiB less shared memory), which lets the narrow scan keep three
 //   stages in flight (gdn_chunk_scan_v3deep_bf16).
-//   v4 (gdn_chunk_scan_v4*_bf16, SPLIT) leaves the output to a parallel
-//   kernel (gdn_chunk_out_bf16 in gdn_chunk_prep.cu): per chunk it only
-//   computes delta = U - W S0 and the state update, and writes S0^T (bf16)
-//   and delta (bf16) to scratch; no Q or P tiles are streamed.
 //   opts (timing experiments only, 0 in production): 1 = no tile loads after
 //   the first chunk, 2 = no arithmetic; either gives wrong results.
 // The constants, the sequence table and the fragment helpers are the same
@@ -155,7 +151,7 @@ __device__ __forceinline__ void frag_a_trans(unsigned* a, const bf16* s, int ld,
 // TK: K^T by ldmatrix.trans (v3) instead of a transposed copy (v2). Work
 // split: phase-1/2 tiles (64 x BV) as 4 row tiles x SCAN_WARPS/4 column
 // groups; state tiles (DK x BV) as one 16-row tile per warp, all BV columns.
-template <int BV, int STAGES = 2, bool TK = false, bool SPLIT = false, int WARPS = SCAN_WARPS>
+template <int BV, int STAGES = 2, bool TK = false, int WARPS = SCAN_WARPS>
 struct ScanCfg {
     static constexpr int THREADS = WARPS * 32;
     static constexpr int SROW = WARPS < 8 ? WARPS : 8;     // warps along the state's key rows
@@ -180,7 +176,6 @@ struct ScanCfg {
     static_assert(STAGE % 16 == 0, "stages stay 16-byte aligned");
     static_assert(SMEM <= 227 * 1024, "one scan CTA fits an SM");
     static_assert(NT >= 1 && MT >= 1 && SNT >= 1, "warp split covers the tiles");
-    static_assert(TK || !SPLIT, "the split scan reads K^T by ldmatrix.trans");
 };
 constexpr int SCAN_SMEM_NARROW = ScanCfg<BV_NARROW>::SMEM;
 constexpr int SCAN_SMEM_WIDE = ScanCfg<BV_WIDE>::SMEM;
@@ -191,13 +186,12 @@ static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate"
 static_assert(SCAN_SMEM_V3_NARROW < SCAN_SMEM_V3_DEEP && SCAN_SMEM_V3_WIDE < SCAN_SMEM_WIDE,
               "the v3 layouts instantiate");
 
-template <int BV, int STAGES, bool TK, bool SPLIT, int WARPS>
+template <int BV, int STAGES, bool TK, int WARPS>
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
-    bf16* __restrict__ out, bf16* __restrict__ hs_out, bf16* __restrict__ d_out, int hk, int hv,
-    const SeqTable& tab, int opts) {
-    using C = ScanCfg<BV, STAGES, TK, SPLIT, WARPS>;
+    bf16* __restrict__ out, int hk, int hv, const SeqTable& tab, int opts) {
+    using C = ScanCfg<BV, STAGES, TK, WARPS>;
     static_assert(STAGES == 2 || STAGES == 3, "two or three tile stages");
     constexpr int SCAN_THREADS = C::THREADS;
     unsigned char* smem = dyn_smem;
@@ -230,10 +224,10 @@ __device__ __forceinline__ void scan_body(
                 cp_async_16(Ws + r * LD128 + ch, w_in + (tile * BT + r) * DK + ch, true);
                 const bool ok = r < nrows;
                 const bf16* src = ok ? qkv + (row0 + r) * ld_qkv + kh * DK + ch : qkv;
-                if constexpr (!SPLIT) cp_async_16(Qs + r * LD128 + ch, src, ok);
+                cp_async_16(Qs + r * LD128 + ch, src, ok);
                 cp_async_16(Ks + r * LD128 + ch, ok ? src + (long long)hk * DK : qkv, ok);
             }
-            if constexpr (!SPLIT) for (int e = tid; e < BT * 8; e += SCAN_THREADS) {
+            for (int e = tid; e < BT * 8; e += SCAN_THREADS) {
                 const int r = e >> 3, ch = (e & 7) * 8;
                 cp_async_16(Ps + r * LD64 + ch, p_in + (tile * BT + r) * BT + ch, true);
             }
@@ -317,14 +311,6 @@ __device__ __forceinline__ void scan_body(
             KT[(2 * dp + 1) * LD64 + t] = __float2bfloat16(kk.y * f);
         }
 
-        if constexpr (SPLIT) {  // S0^T (bf16) for the output kernel: [tile][DV][DK]
-            const size_t tile = (size_t)(tab.chunk0[s] + lc) * hv + h;
-            bf16* dst = hs_out + (tile * DV + vb * BV) * DK;
-            for (int e = tid; e < BV * (DK / 8); e += SCAN_THREADS) {
-                const int r = e / (DK / 8), ch = (e % (DK / 8)) * 8;
-                *reinterpret_cast<uint4*>(dst + r * DK + ch) = *reinterpret_cast<const uint4*>(HT + r * LD128 + ch);
-            }
-        }
         // delta = U - W S0 and Q S0 (rows m0..m0+15, C::NT n8 tiles from n0).
         float av[C::NT][4], ao[C::NT][4];
 #pragma unroll
@@ -335,13 +321,13 @@ __device__ __forceinline__ void scan_body(
         for (int ks = 0; ks < DK / 16; ++ks) {
             unsigned aw[4], aq[4];
             frag_a(aw, Ws, LD128, m0, 16 * ks, lane);
-            if constexpr (!SPLIT) frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
+            frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
 #pragma unroll
             for (int nt = 0; nt < C::NT; ++nt) {
                 unsigned b[2];
                 frag_b(b, HT, LD128, 8 * (n0 + nt), 16 * ks, lane);
                 mma16816(av[nt], aw, b);
-                if constexpr (!SPLIT) mma16816(ao[nt], aq, b);
+                mma16816(ao[nt], aq, b);
             }
         }
 #pragma unroll
@@ -351,14 +337,8 @@ __device__ __forceinline__ void scan_body(
                 const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
                 const float2 u = __bfloat1622float2(*reinterpret_cast<const bf162*>(Us + r * C::LDU + cc));
                 const float d0 = u.x - av[nt][2 * hf], d1 = u.y - av[nt][2 * hf + 1];
-                if constexpr (SPLIT) {  // delta (every row: padded rows are 0) for the output kernel
-                    const size_t tile = (size_t)(tab.chunk0[s] + lc) * hv + h;
-                    *reinterpret_cast<bf162*>(d_out + (tile * BT + r) * DV + vb * BV + cc) =
-                        __floats2bfloat162_rn(d0, d1);
-                } else {
-                    VN[cc * LD64 + r] = __float2bfloat16(d0);
-                    VN[(cc + 1) * LD64 + r] = __float2bfloat16(d1);
-                }
+                VN[cc * LD64 + r] = __float2bfloat16(d0);
+                VN[(cc + 1) * LD64 + r] = __float2bfloat16(d1);
                 if constexpr (TK) {  // kf on delta (rows past the sequence: kf = 0)
                     const float kf = Fs[BT + r];
                     VK[cc * LD64 + r] = __float2bfloat16(d0 * kf);
@@ -371,7 +351,6 @@ __device__ __forceinline__ void scan_body(
         __syncthreads();
 
         // o += P delta; store the valid rows.
-        if constexpr (!SPLIT) {
 #pragma unroll
         for (int ks = 0; ks < BT / 16; ++ks) {
             unsigned a[4];
@@ -394,7 +373,6 @@ __device__ __forceinline__ void scan_body(
                     *reinterpret_cast<bf162*>(out + (row0 + r) * ld_out + (long long)h * DV + vb * BV + cc) =
                         __floats2bfloat162_rn(ao[nt][2 * hf], ao[nt][2 * hf + 1]);
             }
-        }
 
         // S = exp(G_L) S0 + (kf K)^T delta (v3: K^T (kf delta)).
         const float egl = Fs[2 * BT];
@@ -434,24 +412,18 @@ __device__ __forceinline__ void scan_body(
             }
 }
 
-// Every scan entry has one signature; hs_out / d_out are read by the split
-// (v4) scans only.
-#define GDN_SCAN_ENTRY(name, BV, STAGES, TK, SPLIT)                                                       \
+#define GDN_SCAN_ENTRY(name, BV, STAGES, TK)                                                              \
     extern "C" __global__ void __launch_bounds__(SCAN_THREADS) name(                                      \
         const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,      \
         const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,       \
-        bf16* __restrict__ out, bf16* __restrict__ hs_out, bf16* __restrict__ d_out, int hk, int hv,     \
-        SeqTable tab, int opts) {                                                                         \
-        scan_body<BV, STAGES, TK, SPLIT, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hs_out,  \
-                                                     d_out, hk, hv, tab, opts);                           \
+        bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {                                \
+        scan_body<BV, STAGES, TK, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
     }
 
-GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v4_bf16, BV_NARROW, 3, true, true)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v4_bv64_bf16, BV_WIDE, 2, true, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true)
 
 }  // namespace gdn

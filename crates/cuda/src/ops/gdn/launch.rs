@@ -28,6 +28,26 @@ impl ScanWidth {
     }
 }
 
+/// The prep kernel generation (`gdn_chunk_prep.cu`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PrepKernel {
+    /// `(βv)ᵀ` and `(βe^G k̂)ᵀ` built transposed by 2-byte stores (run 3).
+    V2,
+    /// Both row-major, written as vectors and read by `ldmatrix.trans`;
+    /// the 3xTF32 split hoisted (same products, same order).
+    #[default]
+    V3,
+}
+
+impl PrepKernel {
+    fn entry(self) -> &'static str {
+        match self {
+            PrepKernel::V2 => "gdn_chunk_prep_bf16",
+            PrepKernel::V3 => "gdn_chunk_prep_v3_bf16",
+        }
+    }
+}
+
 /// The scan kernel generation (`gdn_chunked.cu`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ScanKernel {
@@ -41,17 +61,13 @@ pub enum ScanKernel {
     /// does not fit three: it runs V3).
     #[default]
     V3Deep,
-    /// Split: the scan computes only `δ` and the state (three stages narrow,
-    /// two wide), writing `S0ᵀ` and `δ` per chunk; `gdn_chunk_out_bf16`
-    /// then computes every chunk's output in parallel.
-    V4,
 }
 
 impl ScanKernel {
     /// Tile stages in flight for `width`.
     pub fn stages(self, width: ScanWidth) -> usize {
         match (self, width) {
-            (ScanKernel::V3Deep | ScanKernel::V4, ScanWidth::Narrow) => 3,
+            (ScanKernel::V3Deep, ScanWidth::Narrow) => 3,
             _ => 2,
         }
     }
@@ -62,8 +78,6 @@ impl ScanKernel {
             (ScanKernel::V3, ScanWidth::Narrow) => "gdn_chunk_scan_v3_bf16",
             (ScanKernel::V3 | ScanKernel::V3Deep, ScanWidth::Wide) => "gdn_chunk_scan_v3_bv64_bf16",
             (ScanKernel::V3Deep, ScanWidth::Narrow) => "gdn_chunk_scan_v3deep_bf16",
-            (ScanKernel::V4, ScanWidth::Narrow) => "gdn_chunk_scan_v4_bf16",
-            (ScanKernel::V4, ScanWidth::Wide) => "gdn_chunk_scan_v4_bv64_bf16",
         }
     }
     /// Dynamic shared memory of the scan kernel (`ScanCfg<BV, STAGES, TK>::SMEM`).
@@ -72,7 +86,7 @@ impl ScanKernel {
         let stage = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * (bv + 8) * 2 + FAC * 4;
         let (kt, vk) = match self {
             ScanKernel::V2 => (DIM * LD64 * 2, 0),
-            ScanKernel::V3 | ScanKernel::V3Deep | ScanKernel::V4 => (0, bv * LD64 * 2),
+            ScanKernel::V3 | ScanKernel::V3Deep => (0, bv * LD64 * 2),
         };
         self.stages(width) * stage + kt + bv * LD128 * 2 + bv * LD64 * 2 + vk
     }
@@ -98,11 +112,6 @@ const LD64: usize = CHUNK + 8;
 /// Dynamic shared memory of the prep kernel (`PREP_SMEM`).
 pub const PREP_SMEM: usize =
     2 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + 2 * DIM * LD64 * 2 + 3 * CHUNK * 4;
-/// Threads and dynamic shared memory of the split scan's output kernel
-/// (`OUT_THREADS`, `OUT_SMEM`).
-pub const OUT_THREADS: usize = 256;
-pub const OUT_SMEM: usize =
-    CHUNK * LD128 * 2 + DIM * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * LD128 * 2 + CHUNK * 4;
 
 #[repr(C)]
 struct SeqTable {
@@ -126,7 +135,6 @@ struct DecodeTable {
 const _: () = assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
 const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
 const _: () = assert!(2 * PREP_SMEM <= 227 * 1024);
-const _: () = assert!(2 * OUT_SMEM <= 227 * 1024);
 
 /// Kernel choices for benches and experiments; production runs
 /// `Tuning::default()` (scan width from `scan_width_for`, no ablation).
@@ -136,6 +144,8 @@ pub struct Tuning {
     pub width: Option<ScanWidth>,
     /// The scan kernel generation.
     pub scan: ScanKernel,
+    /// The prep kernel generation.
+    pub prep: PrepKernel,
     /// Timing ablations of the scan (its `opts`): 1 = no tile loads after the
     /// first chunk, 2 = no arithmetic, 4 = no scan launched (prep alone). Any
     /// non-zero value gives wrong results.
@@ -193,7 +203,7 @@ pub(super) fn chunked(
     let (mut wp, mut up, mut pp, mut fp) = (w.ptr(), u.ptr(), p.ptr(), fac.ptr());
     let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
 
-    let prep = dev.function("gdn_chunk_prep_bf16")?;
+    let prep = dev.function(tuning.prep.entry())?;
     dev.set_dynamic_smem(prep, PREP_SMEM)?;
     let mut params = [
         param(&mut qkv),
@@ -227,16 +237,6 @@ pub(super) fn chunked(
     let scan = dev.function(tuning.scan.entry(width))?;
     let smem = tuning.scan.smem_bytes(width);
     dev.set_dynamic_smem(scan, smem)?;
-    // The split scan's S0ᵀ [tile][DV][DK] and δ [tile][BT][DV] (bf16).
-    let split = if tuning.scan == ScanKernel::V4 {
-        Some((
-            dev.alloc(bytes(DIM * DIM * 2)?)?,
-            dev.alloc(bytes(CHUNK * DIM * 2)?)?,
-        ))
-    } else {
-        None
-    };
-    let (mut hs, mut dd) = split.as_ref().map_or((0, 0), |(h, d)| (h.ptr(), d.ptr()));
     let mut params = [
         param(&mut qkv),
         param(&mut wp),
@@ -245,8 +245,6 @@ pub(super) fn chunked(
         param(&mut fp),
         param(&mut state),
         param(&mut out),
-        param(&mut hs),
-        param(&mut dd),
         param(&mut hk),
         param(&mut hv),
         param(&mut tab),
@@ -259,27 +257,7 @@ pub(super) fn chunked(
     );
     // SAFETY: as above; the scratch buffers are freed to the stream-ordered
     // pool only after this launch is queued on the same stream.
-    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params)? };
-    if split.is_none() {
-        return Ok(());
-    }
-    let f = dev.function("gdn_chunk_out_bf16")?;
-    dev.set_dynamic_smem(f, OUT_SMEM)?;
-    let mut params = [
-        param(&mut qkv),
-        param(&mut hs),
-        param(&mut dd),
-        param(&mut pp),
-        param(&mut fp),
-        param(&mut out),
-        param(&mut hk),
-        param(&mut hv),
-        param(&mut tab),
-    ];
-    let grid = (chunks as u32, l.v_heads as u32, 1);
-    // SAFETY: the split scan wrote S0ᵀ and δ of every tile of `chunks ×
-    // v_heads` earlier on this stream; params match the kernel signature.
-    unsafe { dev.launch(f, grid, (OUT_THREADS as u32, 1, 1), OUT_SMEM, &mut params) }
+    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params) }
 }
 
 /// The recurrent step over up to [`MAX_DECODE_SEQS`] one-row sequences.
@@ -350,7 +328,6 @@ mod tests {
             constant(GDN_CHUNK_PREP.source, "PREP_THREADS"),
             PREP_THREADS
         );
-        assert_eq!(constant(GDN_CHUNK_PREP.source, "OUT_THREADS"), OUT_THREADS);
         let r = GDN_RECURRENT.source;
         assert_eq!(constant(r, "DK"), DIM);
         assert_eq!(constant(r, "DV"), DIM);
@@ -368,12 +345,7 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_one_hopper_cta() {
-        for k in [
-            ScanKernel::V2,
-            ScanKernel::V3,
-            ScanKernel::V3Deep,
-            ScanKernel::V4,
-        ] {
+        for k in [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep] {
             for w in [ScanWidth::Narrow, ScanWidth::Wide] {
                 assert!(k.smem_bytes(w) <= 227 * 1024, "{k:?} {w:?}");
             }
@@ -384,17 +356,11 @@ mod tests {
         assert!(GDN_CHUNK_PREP
             .source
             .contains("PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;"));
-        assert!(GDN_CHUNK_PREP.source.contains(
-            "OUT_SMEM = BT * LD128 * 2 + DV * LD128 * 2 + BT * LD64 * 2 + BT * LD128 * 2 + BT * 4;"
-        ));
         assert!(GDN_CHUNKED
             .source
             .contains("static constexpr int SMEM = VK + (TK ? BV * LD64 * 2 : 0);"));
         assert!(GDN_CHUNKED
             .source
-            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, false)"));
-        assert!(GDN_CHUNKED
-            .source
-            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v4_bf16, BV_NARROW, 3, true, true)"));
+            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true)"));
     }
 }

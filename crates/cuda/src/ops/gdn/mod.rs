@@ -20,7 +20,7 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 
-pub use launch::{ScanKernel, ScanWidth, Tuning};
+pub use launch::{PrepKernel, ScanKernel, ScanWidth, Tuning};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
 
 /// One gated-delta-rule call over a varlen batch.
