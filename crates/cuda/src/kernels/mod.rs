@@ -61,7 +61,7 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     name: "gdn_chunk_prep",
     file: "gdn_chunk_prep.cu",
     source: include_str!("gdn_chunk_prep.cu"),
-    entry_points: &["gdn_chunk_prep_bf16"],
+    entry_points: &["gdn_chunk_prep_bf16", "gdn_chunk_prep_v3_bf16"],
 };
 
 /// Gated delta rule, chunked prefill form: the scan over chunks (`ops::gdn`).
@@ -69,7 +69,13 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
     source: include_str!("gdn_chunked.cu"),
-    entry_points: &["gdn_chunk_scan_bf16", "gdn_chunk_scan_bv64_bf16"],
+    entry_points: &[
+        "gdn_chunk_scan_bf16",
+        "gdn_chunk_scan_bv64_bf16",
+        "gdn_chunk_scan_v3_bf16",
+        "gdn_chunk_scan_v3_bv64_bf16",
+        "gdn_chunk_scan_v3deep_bf16",
+    ],
 };
 
 /// Gated delta rule, recurrent decode step (`ops::gdn`).
