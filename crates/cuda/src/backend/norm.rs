@@ -21,6 +21,17 @@ const CACHED_THREADS: u32 = 256;
 const CACHED_PAIRS: usize = 8;
 /// Groups (one warp each) per CTA of the group norms.
 const GROUPS_PER_CTA: usize = 8;
+/// Largest group of the 4-values-per-lane group norms (`128 · GROUP_CHUNKS`).
+const V4_MAX_GROUP: usize = 128 * 8;
+
+/// The group norms' entry: the 4-wide kernel where the group allows it.
+fn group_entry(d: usize, scalar: &'static str, v4: &'static str) -> &'static str {
+    if d.is_multiple_of(4) && d <= V4_MAX_GROUP {
+        v4
+    } else {
+        scalar
+    }
+}
 
 pub(crate) fn add_rms_norm(
     dev: &CudaDevice,
@@ -111,11 +122,13 @@ pub(crate) fn rms_norm_groups(
         .i64(groups as i64)
         .i32(int("rms_norm", "group", w.elems())?)
         .f32(eps);
-    // SAFETY: x holds groups·d bf16; w d f32.
+    let entry = group_entry(w.elems(), "rms_norm_groups_bf16", "rms_norm_groups_v4_bf16");
+    // SAFETY: x holds groups·d bf16; w d f32 (the 4-wide kernel: d % 4 == 0,
+    // so every group starts 8-byte aligned and w's chunks 16-byte aligned).
     unsafe {
         launch(
             dev,
-            "rms_norm_groups_bf16",
+            entry,
             group_grid("rms_norm", groups)?,
             32 * GROUPS_PER_CTA as u32,
             args,
@@ -145,11 +158,12 @@ pub(crate) fn gated_rms_norm(
         .i64(groups as i64)
         .i32(int("gated_rms_norm", "group", w.elems())?)
         .f32(eps);
-    // SAFETY: x, z hold groups·d bf16; w d f32.
+    let entry = group_entry(w.elems(), "gated_rms_norm_bf16", "gated_rms_norm_v4_bf16");
+    // SAFETY: x, z hold groups·d bf16; w d f32 (alignment as above).
     unsafe {
         launch(
             dev,
-            "gated_rms_norm_bf16",
+            entry,
             group_grid("gated_rms_norm", groups)?,
             32 * GROUPS_PER_CTA as u32,
             args,

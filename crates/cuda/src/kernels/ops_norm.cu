@@ -200,3 +200,99 @@ extern "C" __global__ void add_rms_norm_cached_f32res(float* residual, const bf1
         }
     }
 }
+
+// rms_norm_groups / gated_rms_norm with 4 values per lane access (8-byte
+// bf16x4 loads and stores, every value read once and kept in registers): for
+// d % 4 == 0 and d <= 128 * GROUP_CHUNKS. The scalar kernels above read x
+// twice with 2-byte loads (gated norm 0.46 ms for 32k x 32 x 128 on the H200,
+// twice its memory floor). Same math and rounding; one warp per group, 8 per CTA.
+#define GROUP_CHUNKS 8
+
+__device__ __forceinline__ void load4(const bf16* p, float* f) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    f[0] = a.x;
+    f[1] = a.y;
+    f[2] = b.x;
+    f[3] = b.y;
+}
+
+__device__ __forceinline__ void store4(bf16* p, const float* f) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f[2], f[3]);
+    uint2 u;
+    u.x = *reinterpret_cast<const unsigned*>(&a);
+    u.y = *reinterpret_cast<const unsigned*>(&b);
+    *reinterpret_cast<uint2*>(p) = u;
+}
+
+extern "C" __global__ void rms_norm_groups_v4_bf16(bf16* x, const float* w, i64 groups, int d,
+                                                   float eps) {
+    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (grp >= groups) return;
+    const int lane = threadIdx.x & 31;
+    bf16* row = x + grp * d;
+    float v[GROUP_CHUNKS][4];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < GROUP_CHUNKS; ++k) {
+        const int c = (lane + 32 * k) * 4;
+        if (c < d) {
+            load4(row + c, v[k]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) ss += v[k][i] * v[k][i];
+        }
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < GROUP_CHUNKS; ++k) {
+        const int c = (lane + 32 * k) * 4;
+        if (c < d) {
+            const float4 ww = *reinterpret_cast<const float4*>(w + c);
+            const float wv[4] = {ww.x, ww.y, ww.z, ww.w};
+            float o[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[i] = v[k][i] * inv * (1.0f + wv[i]);
+            store4(row + c, o);
+        }
+    }
+}
+
+extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const float* w,
+                                                  i64 groups, int d, float eps) {
+    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (grp >= groups) return;
+    const int lane = threadIdx.x & 31;
+    bf16* row = x + grp * d;
+    const bf16* zr = z + grp * d;
+    float v[GROUP_CHUNKS][4];
+    float zv[GROUP_CHUNKS][4];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < GROUP_CHUNKS; ++k) {
+        const int c = (lane + 32 * k) * 4;
+        if (c < d) {
+            load4(row + c, v[k]);
+            load4(zr + c, zv[k]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) ss += v[k][i] * v[k][i];
+        }
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < GROUP_CHUNKS; ++k) {
+        const int c = (lane + 32 * k) * 4;
+        if (c < d) {
+            const float4 ww = *reinterpret_cast<const float4*>(w + c);
+            const float wv[4] = {ww.x, ww.y, ww.z, ww.w};
+            float o[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float silu = zv[k][i] / (1.0f + expf(-zv[k][i]));
+                o[i] = wv[i] * (v[k][i] * inv) * silu;
+            }
+            store4(row + c, o);
+        }
+    }
+}
