@@ -120,6 +120,11 @@ pub const OPS_NORM: KernelSource = KernelSource {
         "gated_rms_norm_bf16",
         "rms_norm_groups_v4_bf16",
         "gated_rms_norm_v4_bf16",
+        "rms_norm_groups_g16x1_bf16",
+        "rms_norm_groups_g16x2_bf16",
+        "gated_rms_norm_g16x1_bf16",
+        "gated_rms_norm_g16x2_bf16",
+        "add_rms_norm_quad_f32res",
     ],
 };
 

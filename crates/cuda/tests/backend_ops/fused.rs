@@ -112,11 +112,22 @@ fn conv1d_narrow_channels_keep_the_one_channel_kernel() {
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
 fn group_norms_match_cpu_on_both_kernels_and_nan_stays_in_its_group() {
     let (be, cpu) = (backend(), CpuBackend::new());
-    // 128 and 256 (the model's), 1024 (the 4-wide limit), 4 (smallest 4-wide);
-    // 102 and 1028 run the scalar kernels. Group counts not multiples of 8.
-    for (i, (d, groups)) in [(128, 331), (256, 93), (1024, 13), (4, 77), (102, 45), (1028, 9)]
-        .into_iter()
-        .enumerate()
+    // 16 lanes per group: 128 and 256 (the model's), 200 (the second access
+    // partial), 8 (one lane); 4-wide: 1024 (its limit), 100, 4; scalar: 102,
+    // 1028. Odd group counts (a warp with one group, a partial last CTA).
+    for (i, (d, groups)) in [
+        (128, 331),
+        (256, 93),
+        (200, 61),
+        (8, 1001),
+        (1024, 13),
+        (100, 33),
+        (4, 77),
+        (102, 45),
+        (1028, 9),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let s = 400 + 10 * i as u64;
         let n = d * groups;
