@@ -55,7 +55,9 @@ fn transpose(
             Some(g) => Args::new().ptr(src).ptr(g).ptr(dst),
             None => Args::new().ptr(src).ptr(dst),
         };
-        let chunks = t.checked_mul(d / 8).ok_or_else(|| OpError::shape(op, "rows overflow"))?;
+        let chunks = t
+            .checked_mul(d / 8)
+            .ok_or_else(|| OpError::shape(op, "rows overflow"))?;
         let grid = (
             grid_dim(op, chunks.div_ceil(256), GRID_X)?,
             grid_dim(op, heads, GRID_YZ)?,
@@ -77,7 +79,15 @@ fn transpose(
         let n = (t * heads * d) as i64;
         let args = Args::new().ptr(dst).ptr(g).i64(n);
         // SAFETY: dst and the gate hold these t·heads·d elements.
-        unsafe { launch(dev, "mul_sigmoid_bf16", stride_grid(n as usize, 256), 256, args)? };
+        unsafe {
+            launch(
+                dev,
+                "mul_sigmoid_bf16",
+                stride_grid(n as usize, 256),
+                256,
+                args,
+            )?
+        };
     }
     Ok(())
 }

@@ -40,7 +40,11 @@ fn group_launch(
     names: [&'static str; 4],
 ) -> OpResult<(&'static str, (u32, u32, u32), u32)> {
     if d.is_multiple_of(8) && d <= 2 * 8 * G16_LANES {
-        let entry = if d <= 8 * G16_LANES { names[0] } else { names[1] };
+        let entry = if d <= 8 * G16_LANES {
+            names[0]
+        } else {
+            names[1]
+        };
         let per_cta = 256 / G16_LANES;
         let grid = (grid_dim(op, groups.div_ceil(per_cta), GRID_X)?, 1, 1);
         return Ok((entry, grid, 256));
@@ -107,8 +111,8 @@ pub(crate) fn add_rms_norm(
     let grid = (grid_dim("add_rms_norm", residual.rows, GRID_X)?, 1, 1);
     let cached = residual.cols.is_multiple_of(2)
         && residual.cols <= 2 * CACHED_PAIRS * CACHED_THREADS as usize;
-    let quad = residual.cols.is_multiple_of(4)
-        && residual.cols <= 4 * RES_QUADS * CACHED_THREADS as usize;
+    let quad =
+        residual.cols.is_multiple_of(4) && residual.cols <= 4 * RES_QUADS * CACHED_THREADS as usize;
     let (entry, threads) = match (f32_residual, cached) {
         (true, true) if quad => ("add_rms_norm_quad_f32res", CACHED_THREADS),
         (true, true) => ("add_rms_norm_cached_f32res", CACHED_THREADS),

@@ -138,7 +138,8 @@ fn group_norms_match_cpu_on_both_kernels_and_nan_stays_in_its_group() {
         // One row of all the groups.
         poison_pool(&be, n * 2);
         let mut xg = act(&be, 1, n, &x);
-        be.rms_norm_groups(&mut xg, &vector(&be, &wq), 1e-6).unwrap();
+        be.rms_norm_groups(&mut xg, &vector(&be, &wq), 1e-6)
+            .unwrap();
         let mut xc = cpu_act(&cpu, 1, n, &x);
         cpu.rms_norm_groups(&mut xc, &cpu_vector(&cpu, &wq), 1e-6)
             .unwrap();
@@ -146,11 +147,24 @@ fn group_norms_match_cpu_on_both_kernels_and_nan_stays_in_its_group() {
         be.gated_rms_norm(&mut gg, &act(&be, 1, n, &z), &vector(&be, &wg), 1e-6)
             .unwrap();
         let mut gc = cpu_act(&cpu, 1, n, &x);
-        cpu.gated_rms_norm(&mut gc, &cpu_act(&cpu, 1, n, &z), &cpu_vector(&cpu, &wg), 1e-6)
-            .unwrap();
+        cpu.gated_rms_norm(
+            &mut gc,
+            &cpu_act(&cpu, 1, n, &z),
+            &cpu_vector(&cpu, &wg),
+            1e-6,
+        )
+        .unwrap();
         for (what, got, want) in [
-            ("rms_norm_groups", be.act_to_f32(&xg).unwrap(), cpu.act_to_f32(&xc).unwrap()),
-            ("gated_rms_norm", be.act_to_f32(&gg).unwrap(), cpu.act_to_f32(&gc).unwrap()),
+            (
+                "rms_norm_groups",
+                be.act_to_f32(&xg).unwrap(),
+                cpu.act_to_f32(&xc).unwrap(),
+            ),
+            (
+                "gated_rms_norm",
+                be.act_to_f32(&gg).unwrap(),
+                cpu.act_to_f32(&gc).unwrap(),
+            ),
         ] {
             for (g, (a, b)) in got.chunks(d).zip(want.chunks(d)).enumerate() {
                 if g == 5 {
