@@ -8,7 +8,7 @@ use headroom_bench::prefill::{self, PrefillConfig};
 use headroom_bench::prefill_engine::{context_for, EngineBenchSettings, EnginePrefill};
 use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::Route;
-use headroom_engine::{KvBackendKind, SchedulerSettings};
+use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 use headroom_policy::Registry;
 
 fn tiny_engine(solo: usize) -> EnginePrefill<headroom_cpu::CpuBackend> {
@@ -19,7 +19,8 @@ fn tiny_engine(solo: usize) -> EnginePrefill<headroom_cpu::CpuBackend> {
         scheduler: SchedulerSettings {
             prefill_chunk: solo,
             step_tokens: solo,
-            solo_stripe: solo,
+            solo_stripe: SoloStripe::Tokens(solo),
+            ..SchedulerSettings::default()
         },
         kv_backend: KvBackendKind::Contiguous,
         max_context: context_for(40),
