@@ -54,4 +54,10 @@ for fx in dense_d64 moe_d64 moe_d256 next_d128; do
 done | tee "$OUT/check_model.txt"
 p=$(grep -c ' PASS ' "$OUT/check_model.txt"); t=$(wc -l < "$OUT/check_model.txt")
 echo "check_model: $p of $t cases within $TOL of the CPU f32 run on bf16 weights" | tee -a "$OUT/check_model.txt"
+# The same bar applied to the reference itself, in the same call: transformers
+# in bf16 against transformers in f32 on the bf16-rounded matrices, with the
+# MoE routing flips counted (bench/gpu/reference_bf16_spread.py).
+python3 bench/gpu/reference_bf16_spread.py --out "$OUT/reference-bf16-spread.json" 2>/dev/null \
+  | sed 's/^/reference /' | tee "$OUT/reference_bf16_spread.txt" \
+  || echo "reference: transformers bf16 spread not measured (needs torch + transformers)"
 [ "$p" -eq "$t" ]

@@ -5,6 +5,11 @@
 //! budget: the refusals are immediate errors) and queues it to the loop,
 //! which steps the [`EngineCore`] while work exists and sleeps on its
 //! command channel otherwise. Stats are published after every step.
+//!
+//! [`EngineHandle::shutdown_and_wait`] also joins the loop thread, so the
+//! model (its device buffers, NCCL communicators) is dropped before the
+//! caller goes on: a process must not exit while the loop thread still tears
+//! down a tensor-parallel group (the driver's exit handlers race it).
 
 use crate::api::{EngineStats, GenerateRequest, SubmitError};
 use crate::config::{EngineConfig, Limits};
@@ -30,6 +35,8 @@ struct Shared {
     /// Requests refused by `submit` (the loop never sees them).
     refused: AtomicU64,
     shutting_down: AtomicBool,
+    /// The loop thread, until someone waits for it.
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// A cloneable handle to a running engine.
@@ -62,13 +69,17 @@ pub fn spawn<B: Backend + 'static, M: StepModel<B> + 'static>(
         next_id: AtomicU64::new(1),
         refused: AtomicU64::new(0),
         shutting_down: AtomicBool::new(false),
+        thread: Mutex::new(None),
     });
     let (tx, rx) = channel();
     let loop_shared = shared.clone();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("headroom-engine".into())
         .spawn(move || run_loop(core, rx, loop_shared))
         .map_err(|e| EngineError::Config(format!("cannot start the engine thread: {e}")))?;
+    if let Ok(mut t) = shared.thread.lock() {
+        *t = Some(thread);
+    }
     Ok(EngineHandle { tx, shared, limits })
 }
 
@@ -110,6 +121,9 @@ fn run_loop<B: Backend, M: StepModel<B>>(
     if let Ok(mut s) = shared.stats.lock() {
         *s = core.stats();
     }
+    // The model and its device memory go here, on the loop thread, before
+    // `shutdown_and_wait` returns.
+    drop(core);
 }
 
 impl EngineHandle {
@@ -162,6 +176,30 @@ impl EngineHandle {
     pub fn shutdown(&self) {
         self.shared.shutting_down.store(true, Ordering::Release);
         let _ = self.tx.send(Command::Shutdown);
+    }
+
+    /// [`shutdown`](Self::shutdown), then waits until the loop thread has
+    /// ended and dropped the model. Call it from a thread that may block
+    /// (the CLI at exit), not from the loop itself. A second call returns at once.
+    pub fn shutdown_and_wait(&self) {
+        self.shutdown();
+        let thread = match self.shared.thread.lock() {
+            Ok(mut t) => t.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if let Some(t) = thread {
+            if t.join().is_err() {
+                tracing::error!("the engine thread panicked");
+            }
+        }
+    }
+
+    /// Whether the loop thread has ended (after a shutdown).
+    pub fn is_stopped(&self) -> bool {
+        match self.shared.thread.lock() {
+            Ok(t) => t.as_ref().is_none_or(|h| h.is_finished()),
+            Err(p) => p.into_inner().as_ref().is_none_or(|h| h.is_finished()),
+        }
     }
 
     /// Most tokens (prompt + max_tokens) one request may have.

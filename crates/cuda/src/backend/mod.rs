@@ -41,12 +41,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The op set on one CUDA device.
 pub struct CudaBackend {
+    /// The tensor-parallel group this backend is a rank of (`crate::nccl`).
+    /// Declared first so it is destroyed first (fields drop in order), while
+    /// the device's context, stream and cuBLAS handle still exist.
+    comm: Option<crate::nccl::NcclComm>,
     dev: CudaDevice,
     /// Peak bytes seen before the last call that restarted the allocator's own
     /// high-water mark (attention reports its transient bytes that way).
     earlier_peak: AtomicU64,
-    /// The tensor-parallel group this backend is a rank of (`crate::nccl`).
-    comm: Option<crate::nccl::NcclComm>,
 }
 
 impl CudaBackend {

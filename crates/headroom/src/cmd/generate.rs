@@ -522,7 +522,7 @@ impl GenerateJob {
         }
         let wall = started.elapsed().as_secs_f64();
         let stats = handle.stats();
-        handle.shutdown();
+        handle.shutdown_and_wait();
         if self.single {
             report_single(&self.requests[0], &outcomes[0], wall)?;
         }

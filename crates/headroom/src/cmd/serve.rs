@@ -281,13 +281,14 @@ impl ServeJob {
             handle.max_context()
         );
         let name = self.server.served_model_name.clone();
+        let engine = handle.clone();
         let state = Arc::new(AppState::new(
             Arc::new(handle),
             self.codec,
             self.template,
             self.server,
         ));
-        headroom_server::run::serve_until_signal(
+        let served = headroom_server::run::serve_until_signal(
             &self.host,
             self.port,
             state,
@@ -297,8 +298,11 @@ impl ServeJob {
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
             },
-        )
-        .context("serving")?;
+        );
+        // The model (and a group's NCCL communicators) is dropped before exit,
+        // whether serving ended by a signal or an error.
+        engine.shutdown_and_wait();
+        served.context("serving")?;
         eprintln!("server stopped");
         Ok(())
     }
