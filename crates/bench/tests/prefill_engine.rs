@@ -53,7 +53,11 @@ fn the_engine_target_records_chunked_routes_and_validates() {
     let c = f.samples.iter().find(|s| s.arm == "fallback:16").unwrap();
     assert_eq!(c.scheduler.path, "engine");
     assert_eq!(c.scheduler.solo_chunk, Some(32));
-    let why = c.scheduler.solo_stripe_reason.as_deref().unwrap_or_default();
+    let why = c
+        .scheduler
+        .solo_stripe_reason
+        .as_deref()
+        .unwrap_or_default();
     assert!(why.contains("explicit"), "{why}");
     // 40 prompt tokens in chunks of 32: two steps to the first token.
     assert_eq!(c.scheduler.steps_to_first_token, 2);

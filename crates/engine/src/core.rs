@@ -602,12 +602,10 @@ fn solo_stripe<B: Backend, M: StepModel<B>>(
 ) -> SoloStripeResolution {
     let backend = model.lead().backend().kind();
     let free_bytes = match backend {
-        BackendKind::Cuda => headroom_hardware::cuda_availability()
-            .ok()
-            .map(|d| {
-                let active = model.rank_memory().iter().map(|m| m.0).max().unwrap_or(0);
-                free_device_bytes(d.memory_gib.saturating_mul(1 << 30), active as u64)
-            }),
+        BackendKind::Cuda => headroom_hardware::cuda_availability().ok().map(|d| {
+            let active = model.rank_memory().iter().map(|m| m.0).max().unwrap_or(0);
+            free_device_bytes(d.memory_gib.saturating_mul(1 << 30), active as u64)
+        }),
         BackendKind::Cpu => None,
     };
     let solo = resolve_solo_stripe(&StripeInputs {
@@ -617,7 +615,12 @@ fn solo_stripe<B: Backend, M: StepModel<B>>(
         max_context: cfg.max_context,
         free_bytes,
     });
-    tracing::info!("solo stripe {} ({:?}): {}", solo.tokens, solo.bound, solo.reason);
+    tracing::info!(
+        "solo stripe {} ({:?}): {}",
+        solo.tokens,
+        solo.bound,
+        solo.reason
+    );
     solo
 }
 

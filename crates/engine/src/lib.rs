@@ -43,8 +43,8 @@ pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
 pub use memory::{MemoryModel, Prediction};
 pub use settings::{SchedulerSettings, SoloStripe};
-pub use stripe::{SoloStripeResolution, StripeBound};
 pub use stream::RequestStream;
+pub use stripe::{SoloStripeResolution, StripeBound};
 
 /// Why an engine could not be built or stepped.
 #[derive(Debug, thiserror::Error)]

@@ -71,7 +71,11 @@ mod tests {
         );
         assert_eq!(solo.left(), 0);
         let mut whole = StepBudget::new(&s, true, 65_536);
-        assert_eq!(whole.prefill(32_768), 32_768, "the whole prompt in one step");
+        assert_eq!(
+            whole.prefill(32_768),
+            32_768,
+            "the whole prompt in one step"
+        );
         let mut small = StepBudget::new(&s, true, 100);
         assert_eq!(
             small.prefill(5000),

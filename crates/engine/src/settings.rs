@@ -300,7 +300,10 @@ mod tests {
             (s.prefill_chunk, s.step_tokens, s.solo_stripe),
             (512, 2048, SoloStripe::Auto)
         );
-        assert_eq!((s.solo_stripe_cap, s.solo_stripe_budget_bytes), (65_536, None));
+        assert_eq!(
+            (s.solo_stripe_cap, s.solo_stripe_budget_bytes),
+            (65_536, None)
+        );
         assert!(w.is_empty());
         let parsed: SchedulerSettings = serde_json::from_str(r#"{"step_tokens": 99}"#).unwrap();
         assert_eq!((parsed.prefill_chunk, parsed.step_tokens), (512, 99));
@@ -360,7 +363,10 @@ mod tests {
         assert_eq!(s.solo_stripe_cap, 16384);
         assert_eq!(s.solo_stripe_budget_bytes, Some(1 << 30));
         let (s, w) = with(&[(ENV_SOLO_STRIPE, "auto"), (ENV_SOLO_STRIPE_BUDGET_MIB, "0")]);
-        assert_eq!((s.solo_stripe, s.solo_stripe_budget_bytes), (SoloStripe::Auto, None));
+        assert_eq!(
+            (s.solo_stripe, s.solo_stripe_budget_bytes),
+            (SoloStripe::Auto, None)
+        );
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains(ENV_SOLO_STRIPE_BUDGET_MIB));
     }
@@ -375,7 +381,10 @@ mod tests {
         assert_eq!(s.max_chunk(false, 2048), 512);
         assert_eq!(s.max_chunk(true, 2048), 2048, "a solo step is its stripe");
         assert_eq!(s.max_chunk(true, 100), 512, "never below the prefill chunk");
-        assert_eq!((s.step_rows(false, 2048), s.step_rows(true, 4096)), (1000, 4096));
+        assert_eq!(
+            (s.step_rows(false, 2048), s.step_rows(true, 4096)),
+            (1000, 4096)
+        );
         assert!(s.validate().is_ok());
         assert!(SchedulerSettings {
             step_tokens: 0,

@@ -88,8 +88,8 @@ pub fn free_device_bytes(total: u64, active: u64) -> u64 {
 pub fn resolve_solo_stripe(i: &StripeInputs<'_>) -> SoloStripeResolution {
     let s = i.settings;
     let predicted = |rows: usize| i.memory.solo_step_transient(rows, i.max_context);
-    let done = |tokens: usize, bound, budget: Option<(u64, &str)>, reason: String| {
-        SoloStripeResolution {
+    let done =
+        |tokens: usize, bound, budget: Option<(u64, &str)>, reason: String| SoloStripeResolution {
             requested: s.solo_stripe,
             tokens,
             bound,
@@ -97,8 +97,7 @@ pub fn resolve_solo_stripe(i: &StripeInputs<'_>) -> SoloStripeResolution {
             budget_source: budget.map(|b| b.1.to_string()),
             predicted_step_bytes: predicted(tokens),
             reason,
-        }
-    };
+        };
     if let SoloStripe::Tokens(n) = s.solo_stripe {
         return done(
             n,

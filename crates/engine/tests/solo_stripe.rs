@@ -7,9 +7,7 @@
 mod common;
 
 use common::{core, drive, ids, tiny};
-use headroom_engine::{
-    EngineConfig, GenerateRequest, SchedulerSettings, SoloStripe, StripeBound,
-};
+use headroom_engine::{EngineConfig, GenerateRequest, SchedulerSettings, SoloStripe, StripeBound};
 
 fn cfg(solo: SoloStripe) -> EngineConfig {
     EngineConfig {
@@ -54,7 +52,9 @@ fn a_second_arrival_shrinks_the_next_step_and_the_stripe_returns_alone() {
     let r1 = c.step().unwrap().unwrap();
     assert_eq!(r1.sequences.len(), 1);
     assert_eq!(r1.prefill_rows, 256, "alone: the solo stripe");
-    let b = c.submit(GenerateRequest::greedy(ids(40, 512, 2), 1)).unwrap();
+    let b = c
+        .submit(GenerateRequest::greedy(ids(40, 512, 2), 1))
+        .unwrap();
     let r2 = c.step().unwrap().unwrap();
     assert_eq!(
         r2.sequences.iter().map(|s| s.1).collect::<Vec<_>>(),
@@ -80,7 +80,11 @@ fn auto_on_the_cpu_resolves_to_2048_and_says_why() {
         (st.solo_stripe.tokens, st.solo_stripe.bound),
         (2048, StripeBound::CpuFixed)
     );
-    assert!(st.solo_stripe.reason.contains("CPU"), "{}", st.solo_stripe.reason);
+    assert!(
+        st.solo_stripe.reason.contains("CPU"),
+        "{}",
+        st.solo_stripe.reason
+    );
     assert_eq!(st.settings.solo_stripe, SoloStripe::Tokens(2048));
     let json = serde_json::to_value(&st).unwrap();
     assert_eq!(json["solo_stripe"]["requested"], "auto");

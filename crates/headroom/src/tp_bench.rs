@@ -7,7 +7,9 @@
 //! `comm` (the collectives, waiting for the other ranks included) and its
 //! share of the forward. Writes `headroom.bench.ttft.tp/2` JSON with `--json`.
 
-use crate::cmd::bench_ttft::{build_engine, measure, print_parts, EngineRecord, LengthRun, TtftArgs};
+use crate::cmd::bench_ttft::{
+    build_engine, measure, print_parts, EngineRecord, LengthRun, TtftArgs,
+};
 use crate::tp::{gib_list, GroupInfo, GroupJob};
 use anyhow::Context;
 use headroom_core::ops::Backend;

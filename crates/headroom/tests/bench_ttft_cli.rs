@@ -132,7 +132,10 @@ fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
     assert_eq!(e["scheduler"]["prefill_chunk"], 16);
     assert_eq!(e["solo_stripe"]["requested"], 16);
     assert_eq!(e["solo_stripe"]["bound"], "explicit");
-    assert_eq!(v["results"][0]["steps_to_first_token"], 3, "40 = 16 + 16 + 8");
+    assert_eq!(
+        v["results"][0]["steps_to_first_token"], 3,
+        "40 = 16 + 16 + 8"
+    );
     let mut args = base.to_vec();
     args.extend(["--chunk", "16", "--solo-stripe", "32"]);
     let v = ttft_json(&dir, "stripe.json", &args);
@@ -140,12 +143,22 @@ fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
     assert_eq!(v["engine"]["scheduler"]["solo_stripe"], 32);
     assert_eq!(v["results"][0]["steps_to_first_token"], 2, "40 = 32 + 8");
     let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["bench", "ttft", "--synthetic", "tiny-d64", "--solo-stripe", "lots"])
+        .args([
+            "bench",
+            "ttft",
+            "--synthetic",
+            "tiny-d64",
+            "--solo-stripe",
+            "lots",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
-    assert!(err.contains("--solo-stripe") && err.contains("auto"), "{err}");
+    assert!(
+        err.contains("--solo-stripe") && err.contains("auto"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -195,7 +195,10 @@ pub fn run_request<B: Backend, M: BenchModel<B>>(
         bail!("the request did not finish after {steps} engine steps");
     };
     if tokens.len() != max_tokens {
-        bail!("the request drew {} tokens, expected {max_tokens}", tokens.len());
+        bail!(
+            "the request drew {} tokens, expected {max_tokens}",
+            tokens.len()
+        );
     }
     Ok(Finished {
         usage,
@@ -286,10 +289,7 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
     let decode = if a.decode > 0 {
         let total = 1 + DECODE_WARMUP_STEPS + a.decode;
         let done = run_request(core, &ids, total, &mut nothing)?;
-        let (from, to) = (
-            done.drawn_at[DECODE_WARMUP_STEPS],
-            done.drawn_at[total - 1],
-        );
+        let (from, to) = (done.drawn_at[DECODE_WARMUP_STEPS], done.drawn_at[total - 1]);
         let secs = to.duration_since(from).as_secs_f64().max(1e-9);
         Some((a.decode as f64 / secs, done.tokens[..a.decode].to_vec()))
     } else {
