@@ -13,10 +13,9 @@ use crate::kv::{blocks_for, resolve_kv, BlockAllocator, KvBackendKind, KvResolut
 pub use crate::memory::memory_model;
 use crate::scheduler::StepBudget;
 use crate::sequence::Sequence;
-use crate::settings::{SchedulerSettings, SoloStripe};
 use crate::slots::SlotPool;
 use crate::stream::{stream_pair, RequestStream, Waker};
-use crate::stripe::{free_device_bytes, resolve_solo_stripe, SoloStripeResolution, StripeInputs};
+use crate::stripe::{run_settings, solo_stripe, SoloStripeResolution};
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch};
 use headroom_core::{BackendKind, RouteRequest};
@@ -589,45 +588,5 @@ fn backend_name(kind: BackendKind) -> &'static str {
     match kind {
         BackendKind::Cpu => "cpu",
         BackendKind::Cuda => "cuda",
-    }
-}
-
-/// The solo stripe of an engine over `model` (its state allocated): on
-/// CUDA the free device memory is the device's total (device 0's, as the
-/// driver reports it) less what the fullest rank holds, less a reserve.
-fn solo_stripe<B: Backend, M: StepModel<B>>(
-    model: &M,
-    cfg: &EngineConfig,
-    memory: &crate::memory::MemoryModel,
-) -> SoloStripeResolution {
-    let backend = model.lead().backend().kind();
-    let free_bytes = match backend {
-        BackendKind::Cuda => headroom_hardware::cuda_availability().ok().map(|d| {
-            let active = model.rank_memory().iter().map(|m| m.0).max().unwrap_or(0);
-            free_device_bytes(d.memory_gib.saturating_mul(1 << 30), active as u64)
-        }),
-        BackendKind::Cpu => None,
-    };
-    let solo = resolve_solo_stripe(&StripeInputs {
-        settings: &cfg.scheduler,
-        backend,
-        memory,
-        max_context: cfg.max_context,
-        free_bytes,
-    });
-    tracing::info!(
-        "solo stripe {} ({:?}): {}",
-        solo.tokens,
-        solo.bound,
-        solo.reason
-    );
-    solo
-}
-
-/// The settings as run: an `auto` solo stripe replaced by its tokens.
-fn run_settings(cfg: &EngineConfig, solo: &SoloStripeResolution) -> SchedulerSettings {
-    SchedulerSettings {
-        solo_stripe: SoloStripe::Tokens(solo.tokens),
-        ..cfg.scheduler
     }
 }

@@ -18,10 +18,16 @@
 //!
 //! The result carries the bound that decided it and a sentence saying why;
 //! the engine records both in its stats and the benchmarks in their JSON.
+//! `solo_stripe` gathers the inputs for an engine (on CUDA the free device
+//! memory: device 0's total as the driver reports it, less what the fullest
+//! rank holds after weights and state) and `run_settings` writes the resolved
+//! tokens into the settings the stats show.
 
 use crate::memory::MemoryModel;
 use crate::settings::{SchedulerSettings, SoloStripe, FIXED_SOLO_STRIPE};
+use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
+use headroom_model::StepModel;
 use serde::Serialize;
 
 /// Rows a memory-bound stripe is rounded down to (the KV block).
@@ -185,6 +191,49 @@ pub fn resolve_solo_stripe(i: &StripeInputs<'_>) -> SoloStripeResolution {
             predicted(upper)
         ),
     )
+}
+
+/// The solo stripe of an engine over `model` (its state allocated): on
+/// CUDA the free device memory is the device's total (device 0's, as the
+/// driver reports it) less what the fullest rank holds, less a reserve.
+pub(crate) fn solo_stripe<B: Backend, M: StepModel<B>>(
+    model: &M,
+    cfg: &crate::EngineConfig,
+    memory: &crate::memory::MemoryModel,
+) -> SoloStripeResolution {
+    let backend = model.lead().backend().kind();
+    let free_bytes = match backend {
+        BackendKind::Cuda => headroom_hardware::cuda_availability().ok().map(|d| {
+            let active = model.rank_memory().iter().map(|m| m.0).max().unwrap_or(0);
+            free_device_bytes(d.memory_gib.saturating_mul(1 << 30), active as u64)
+        }),
+        BackendKind::Cpu => None,
+    };
+    let solo = resolve_solo_stripe(&StripeInputs {
+        settings: &cfg.scheduler,
+        backend,
+        memory,
+        max_context: cfg.max_context,
+        free_bytes,
+    });
+    tracing::info!(
+        "solo stripe {} ({:?}): {}",
+        solo.tokens,
+        solo.bound,
+        solo.reason
+    );
+    solo
+}
+
+/// The settings as run: an `auto` solo stripe replaced by its tokens.
+pub(crate) fn run_settings(
+    cfg: &crate::EngineConfig,
+    solo: &SoloStripeResolution,
+) -> SchedulerSettings {
+    SchedulerSettings {
+        solo_stripe: SoloStripe::Tokens(solo.tokens),
+        ..cfg.scheduler
+    }
 }
 
 #[cfg(test)]
