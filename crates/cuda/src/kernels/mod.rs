@@ -61,7 +61,7 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     name: "gdn_chunk_prep",
     file: "gdn_chunk_prep.cu",
     source: include_str!("gdn_chunk_prep.cu"),
-    entry_points: &["gdn_chunk_prep_bf16"],
+    entry_points: &["gdn_chunk_prep_bf16", "gdn_chunk_prep_v3_bf16"],
 };
 
 /// Gated delta rule, chunked prefill form: the scan over chunks (`ops::gdn`).
@@ -69,7 +69,13 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
     source: include_str!("gdn_chunked.cu"),
-    entry_points: &["gdn_chunk_scan_bf16", "gdn_chunk_scan_bv64_bf16"],
+    entry_points: &[
+        "gdn_chunk_scan_bf16",
+        "gdn_chunk_scan_bv64_bf16",
+        "gdn_chunk_scan_v3_bf16",
+        "gdn_chunk_scan_v3_bv64_bf16",
+        "gdn_chunk_scan_v3deep_bf16",
+    ],
 };
 
 /// Gated delta rule, recurrent decode step (`ops::gdn`).
@@ -166,7 +172,13 @@ pub const MOE_ROUTE: KernelSource = KernelSource {
     name: "moe_route",
     file: "moe_route.cu",
     source: include_str!("moe_route.cu"),
-    entry_points: &["moe_route", "moe_offsets", "moe_scatter", "moe_combine"],
+    entry_points: &[
+        "moe_route",
+        "moe_offsets",
+        "moe_scatter",
+        "moe_combine",
+        "moe_combine_shared",
+    ],
 };
 
 /// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down (`ops::moe`).
@@ -196,7 +208,11 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wgmma",
     file: "moe_grouped_gemm_wgmma.cu",
     source: include_str!("moe_grouped_gemm_wgmma.cu"),
-    entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"],
+    entry_points: &[
+        "moe_gemm_gate_up_wgmma_bf16",
+        "moe_gemm_down_wgmma_bf16",
+        "moe_gemm_down_wgmma_s_bf16",
+    ],
 };
 
 /// Every kernel source the backend launches.
