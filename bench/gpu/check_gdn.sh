@@ -5,9 +5,10 @@
 # invariance, the Qwen3.6-35B-A3B dims at t=2048, NaN containment) for every
 # kernel variant, then the timing of the 35B-A3B shape at t = 2048, 8192,
 # 32768 (CUDA events, median of 7, ms per layer; every variant and the scan
-# ablations), compute-sanitizer memcheck on small cases, ncu sections of the
-# chunked kernels at t = 32768 (GDN_NCU_VARIANTS picks them) and, with
-# GDN_RACECHECK=1, racecheck on one small case.
+# ablations; prep alone and the scan as the difference), compute-sanitizer
+# memcheck on small cases, with GDN_RACECHECK=1 racecheck on one small case,
+# and ncu sections of the chunked kernels at t = 32768 (GDN_NCU_VARIANTS
+# picks them; GDN_NCU=0 skips them).
 # Results go to $OUT (or ./gpu-out).
 # Usage: bench/gpu/check_gdn.sh [path/to/the gdn test binary]
 #   (build it with `cargo test --release -p headroom-cuda --test gdn --no-run`)
@@ -32,12 +33,12 @@ if [ -n "${GDN_ALT_DEFINES:-}" ]; then
 fi
 
 echo "=== timing: Qwen3.6-35B-A3B GDN layer (hk 16, hv 32, d 128), every variant ==="
-timeout 90 "$BIN" --ignored --exact bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
+timeout "${GDN_BENCH_TIMEOUT:-90}" "$BIN" --ignored --exact bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench FAILED"; status=1; }
 
 echo "=== compute-sanitizer memcheck (small cases) ==="
 if command -v compute-sanitizer >/dev/null; then
-    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --test-threads 1 \
+    timeout "${GDN_MEMCHECK_TIMEOUT:-60}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --test-threads 1 \
         varlen_batch_with_slots_gqa_and_initial_state decode_batch_runs_every_sequence_in_one_call 2>&1 \
         | tee "$OUT/gdn-memcheck.txt" | tail -n 6
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED"; status=1; }
@@ -45,10 +46,19 @@ else
     echo "compute-sanitizer not found"; status=1
 fi
 
-echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=Narrow,Wide}) ==="
-if command -v ncu >/dev/null; then
+if [ -n "${GDN_RACECHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
+    echo "=== compute-sanitizer racecheck (one small case) ==="
+    timeout "${GDN_RACECHECK_TIMEOUT:-60}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN" --ignored --test-threads 1 \
+        --exact varlen_batch_with_slots_gqa_and_initial_state 2>&1 | tee "$OUT/gdn-racecheck.txt" | tail -n 6
+    echo "racecheck rc ${PIPESTATUS[0]}"
+fi
+
+echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=pv2-alone,pv3-alone,pv3-v3deep-Narrow}) ==="
+if [ "${GDN_NCU:-1}" = 0 ]; then
+    echo "skipped (GDN_NCU=0)"
+elif command -v ncu >/dev/null; then
     GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-70}" ncu \
-        --clock-control none --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 12 \
+        --clock-control none --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 16 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats "$BIN" --ignored --exact bench_qwen36_35b_prefill_ms_per_layer --nocapture \
         > "$OUT/gdn-ncu.txt" 2>&1
@@ -56,13 +66,6 @@ if command -v ncu >/dev/null; then
     grep -E "^  gdn_|Duration|Memory Throughput|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers Per|Theoretical Occupancy|gdn_bench" "$OUT/gdn-ncu.txt" | head -n 120
 else
     echo "ncu not found"
-fi
-
-if [ -n "${GDN_RACECHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
-    echo "=== compute-sanitizer racecheck (one small case) ==="
-    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN" --ignored --test-threads 1 \
-        --exact varlen_batch_with_slots_gqa_and_initial_state 2>&1 | tee "$OUT/gdn-racecheck.txt" | tail -n 6
-    echo "racecheck rc ${PIPESTATUS[0]}"
 fi
 echo "check_gdn: status $status"
 exit $status

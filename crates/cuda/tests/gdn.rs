@@ -9,7 +9,7 @@ use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
     gated_delta_rule, gated_delta_rule_tuned, gated_delta_rule_with, validate, GdnLaunch,
-    ScanWidth, Tuning,
+    PrepKernel, ScanKernel, ScanWidth, Tuning,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -18,6 +18,8 @@ use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
+const SCANS: [ScanKernel; 3] = [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep];
+const PREPS: [PrepKernel; 2] = [PrepKernel::V2, PrepKernel::V3];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -268,15 +270,26 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
-/// The kernel variants every GPU check runs: both scan widths.
+/// The kernel variants every GPU check runs: every prep generation with
+/// every scan generation at both widths (v3deep's wide scan is v3's: run once).
 fn variants() -> Vec<Tuning> {
-    WIDTHS
-        .iter()
-        .map(|&w| Tuning {
-            width: Some(w),
-            ..Tuning::default()
-        })
-        .collect()
+    let mut v = Vec::new();
+    for prep in PREPS {
+        for scan in SCANS {
+            for w in WIDTHS {
+                if scan.stages(w) == 2 && scan == ScanKernel::V3Deep {
+                    continue;
+                }
+                v.push(Tuning {
+                    width: Some(w),
+                    scan,
+                    prep,
+                    ..Tuning::default()
+                });
+            }
+        }
+    }
+    v
 }
 
 /// Runs `calls` (each a list of sequences) in order on the device and the
@@ -317,8 +330,10 @@ fn run_and_check_with(d: Dims, t: usize, slots: usize, calls: &[Vec<Seq>], v: Tu
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
-fn lengths_1_37_64_65_300_match_the_f64_recurrence() {
-    for len in [1, 37, 64, 65, 300] {
+fn lengths_1_37_64_65_129_192_300_match_the_f64_recurrence() {
+    // 1-5 chunks: the three-stage scan's prologue (two chunks in flight) and
+    // its empty commit groups past a sequence's end, full and partial tails.
+    for len in [1, 37, 64, 65, 129, 192, 300] {
         eprintln!("length {len}");
         run_and_check(SMALL, len + 9, 3, &[vec![(1, 5, len)]]);
     }
@@ -456,10 +471,21 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
-    let tuned = |w: ScanWidth, ablation: u32| Tuning {
+    let tuned = |prep: PrepKernel, scan: ScanKernel, w: ScanWidth, ablation: u32| Tuning {
         width: Some(w),
+        scan,
+        prep,
         scan_ablation: ablation,
     };
+    let lower = |x: String| x.to_lowercase();
+    let name = |prep: PrepKernel, scan: ScanKernel, w: ScanWidth| {
+        format!(
+            "p{}-{}-{w:?}",
+            lower(format!("{prep:?}")),
+            lower(format!("{scan:?}"))
+        )
+    };
+    let mut not_finite: Vec<String> = Vec::new();
     for &t in &lengths {
         let x = Inputs::random(d, t, 8, 7);
         let bufs = OnDevice::upload(&dev, &x);
@@ -467,21 +493,30 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
         let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
-        for w in WIDTHS {
-            cases.push((format!("{w:?}"), tuned(w, 0), &one));
-            if t >= 8192 {
-                cases.push((format!("{w:?}-8seq"), tuned(w, 0), &eight));
-            }
-            if t >= 32768 {
-                // Timing ablations (wrong results by design): the scan without
-                // its tile loads after the first chunk, without arithmetic.
-                cases.push((format!("{w:?}-noload"), tuned(w, 1), &one));
-                cases.push((format!("{w:?}-nomath"), tuned(w, 2), &one));
+        for prep in PREPS {
+            // Prep alone (no scan launched): the scan's time is the difference.
+            let n = format!("p{}-alone", lower(format!("{prep:?}")));
+            cases.push((n, tuned(prep, ScanKernel::V2, ScanWidth::Narrow, 4), &one));
+            for scan in SCANS {
+                for w in WIDTHS {
+                    if scan == ScanKernel::V3Deep && scan.stages(w) == 2 {
+                        continue; // the same kernel as v3 wide
+                    }
+                    let n = name(prep, scan, w);
+                    cases.push((n.clone(), tuned(prep, scan, w, 0), &one));
+                    if t >= 8192 {
+                        cases.push((format!("{n}-8seq"), tuned(prep, scan, w, 0), &eight));
+                    }
+                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V3 {
+                        // Timing ablations (wrong results by design): the scan without
+                        // its tile loads after the first chunk, without arithmetic.
+                        cases.push((format!("{n}-noload"), tuned(prep, scan, w, 1), &one));
+                        cases.push((format!("{n}-nomath"), tuned(prep, scan, w, 2), &one));
+                    }
+                }
             }
         }
-        if t >= 32768 {
-            cases.push(("prep-alone".into(), tuned(ScanWidth::Narrow, 4), &one));
-        }
+        let mut prep_ms = None;
         for (name, tuning, seqs) in cases {
             if pick.as_ref().is_some_and(|p| !p.contains(&name)) {
                 continue;
@@ -490,11 +525,26 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             let ms = time_ms(&dev, reps, run);
             if tuning.scan_ablation == 0 {
                 let (out, _) = bufs.read(&dev, &x);
-                assert!(out.iter().all(|v| v.is_finite()), "{name}");
+                if !out.iter().all(|v| v.is_finite()) {
+                    // Reported at the end: the other variants still get timed.
+                    println!("gdn_bench t={t} {name}: OUTPUT NOT FINITE");
+                    not_finite.push(format!("t={t} {name}"));
+                }
+            }
+            let median = ms[ms.len() / 2];
+            if tuning.scan_ablation == 4 {
+                prep_ms = Some(median);
             }
             report(format!("t={t} 35B-A3B {name}"), ms);
+            if let (Some(p), 0, 1) = (prep_ms, tuning.scan_ablation, seqs.len()) {
+                println!(
+                    "gdn_split t={t} {name}: prep {p:.3} + scan {:.3} ms/layer",
+                    median - p
+                );
+            }
         }
     }
+    assert!(not_finite.is_empty(), "non-finite outputs: {not_finite:?}");
     // Decode: one recurrent step for a batch of sequences.
     if std::env::var("GDN_BENCH_T").is_err() {
         for batch in [1usize, 32, 256] {

@@ -205,10 +205,10 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
     }
 }
 
-/// The grouped-GEMM kernels this device runs: both on Hopper.
+/// The grouped-GEMM kernels this device runs: all three on Hopper.
 fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
     if dev.arch == "sm_90a" {
-        vec![GemmImpl::MmaSync, GemmImpl::Wgmma]
+        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::WgmmaStagedY]
     } else {
         vec![GemmImpl::MmaSync]
     }
@@ -502,3 +502,6 @@ fn bench_the_35b_shape() {
         );
     }
 }
+
+#[path = "moe/block.rs"]
+mod block;

@@ -1,16 +1,22 @@
 //! The sparse MoE block: router logits (f32, cuBLAS), the routed experts
 //! (the grouped-GEMM kernel of [`super::external`]), and the shared expert
 //! (gate/up/down GEMMs + SwiGLU, scaled by `sigmoid(shared_gate · x)`),
-//! summed by one kernel into the bf16 output.
+//! summed into the bf16 output: by the routed combine itself where the
+//! grouped-GEMM path runs ([`MoeGlue::Fused`], the default), else by one
+//! element-wise kernel after the f32 routed output (`HEADROOM_MOE_GLUE=unfused`).
 
 use super::dense::{linear, swiglu};
-use super::external::{routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
-use super::launch::alloc;
-use super::launch::{launch, stride_grid, Args};
+use super::external::{moe_fast_path, routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
+use super::launch::{alloc, dev_err, launch, stride_grid, Args};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use super::validate::bf16;
+use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
+use crate::ops::moe::{
+    routed_experts_local_marked, routed_experts_shared_marked, GemmImpl, MoeGlue, MoeStage,
+    SharedEpilogue,
+};
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
 
@@ -76,6 +82,68 @@ pub(crate) fn moe(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
+    let imp = GemmImpl::for_arch(&dev.arch);
+    moe_marked(dev, x, w, spec, (MoeGlue::from_env(), imp), &mut |_| {})
+}
+
+impl super::CudaBackend {
+    /// The MoE op with the glue and grouped-GEMM kernels chosen by the caller
+    /// (where the shape takes the grouped GEMMs), calling `mark` with a stage
+    /// name (`router`, `shared`, `route`, `gate_up`, `down`, `combine`,
+    /// `glue`, `end`) before each stage's launches: a bench records events there.
+    pub fn moe_marked(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+        how: (MoeGlue, GemmImpl),
+        mark: &mut dyn FnMut(&'static str),
+    ) -> OpResult<CudaAct> {
+        moe_marked(&self.dev, x, w, spec, how, mark)
+    }
+}
+
+/// The routed-experts launch of `x` with output buffer `out`.
+fn call<'a>(
+    x: &'a CudaAct,
+    logits: &'a CudaAct,
+    w: &'a MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+    out: &'a DeviceBuffer,
+) -> MoeCall<'a> {
+    MoeCall {
+        x: &x.buf,
+        router_logits: &logits.buf,
+        gate_up: &w.gate_up.buf,
+        down: &w.down.buf,
+        out,
+        tokens: x.rows,
+        hidden: x.cols,
+        experts: spec.num_experts,
+        top_k: spec.top_k,
+        intermediate: spec.intermediate,
+        renormalise: spec.renormalise,
+    }
+}
+
+fn stage_name(s: MoeStage) -> &'static str {
+    match s {
+        MoeStage::Route => "route",
+        MoeStage::GateUp => "gate_up",
+        MoeStage::Down => "down",
+        MoeStage::Combine => "combine",
+        MoeStage::End => "end",
+    }
+}
+
+fn moe_marked(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+    (glue, imp): (MoeGlue, GemmImpl),
+    mark: &mut dyn FnMut(&'static str),
+) -> OpResult<CudaAct> {
     bf16("moe", x)?;
     let hidden = x.cols;
     check(w, spec, hidden)?;
@@ -85,29 +153,45 @@ pub(crate) fn moe(
             reason: format!("routed experts: {NOT_MERGED}"),
         });
     }
+    let local = (spec.first_expert, spec.local_experts);
+    mark("router");
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
+    let out = new_act(dev, "moe", x.rows, hidden, Dtype::Bf16)?;
+    let fast = moe_fast_path(hidden, spec.intermediate);
+    if glue == MoeGlue::Fused && fast {
+        // The shared expert first: the routed combine adds it, gated, and
+        // writes the bf16 output (`out` of the call is not touched).
+        mark("shared");
+        let shared = shared_expert(dev, x, w)?;
+        let epilogue = SharedEpilogue {
+            shared_gate: &w.shared_gate.buf,
+            shared: &shared.buf,
+            out: &out.buf,
+        };
+        let l = call(x, &logits, w, spec, &out.buf);
+        routed_experts_shared_marked(dev, &l, local, imp, &epilogue, &mut |s| {
+            mark(stage_name(s));
+            Ok(())
+        })
+        .map_err(dev_err)?;
+        return Ok(out);
+    }
     // Overwritten by the routed-experts kernel.
     let routed = alloc(dev, x.elems().max(1) * 4)?;
-    routed_experts(
-        dev,
-        &MoeCall {
-            x: &x.buf,
-            router_logits: &logits.buf,
-            gate_up: &w.gate_up.buf,
-            down: &w.down.buf,
-            out: &routed,
-            tokens: x.rows,
-            hidden,
-            experts: spec.num_experts,
-            top_k: spec.top_k,
-            intermediate: spec.intermediate,
-            renormalise: spec.renormalise,
-        },
-        (spec.first_expert, spec.local_experts),
-    )?;
+    let l = call(x, &logits, w, spec, &routed);
+    if fast {
+        routed_experts_local_marked(dev, &l, local, imp, &mut |s| {
+            mark(stage_name(s));
+            Ok(())
+        })
+        .map_err(dev_err)?;
+    } else {
+        routed_experts(dev, &l, local)?;
+    }
+    mark("shared");
     let shared = shared_expert(dev, x, w)?;
+    mark("glue");
     let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
-    let out = new_act(dev, "moe", x.rows, hidden, Dtype::Bf16)?;
     let n = x.elems();
     if n > 0 {
         let args = Args::new()
@@ -120,5 +204,6 @@ pub(crate) fn moe(
         // SAFETY: routed (f32), shared and out (bf16) hold n elements; gate one per row.
         unsafe { launch(dev, "moe_combine_bf16", stride_grid(n, 256), 256, args)? };
     }
+    mark("end");
     Ok(out)
 }

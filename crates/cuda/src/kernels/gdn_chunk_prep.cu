@@ -12,6 +12,12 @@
 // the tensor cores in 3xTF32); W = T (beta exp(G) K), U = T (beta V). W, U, P
 // (bf16) leave through shared memory as 16-byte stores, per-row factors (f32)
 // beside them.
+//
+// Two entries: gdn_chunk_prep_bf16 (run 3's kernel: (beta v)^T and
+// (beta exp(G) k)^T built transposed by 2-byte stores) and
+// gdn_chunk_prep_v3_bf16 (both kept row-major, written as 8/16-byte vectors,
+// and read as B operands by ldmatrix.trans; q/k rows normalised 4 columns a
+// lane; the 3xTF32 hi/lo split of the A operand done once per k-step).
 
 #include <cuda_bf16.h>
 
@@ -136,6 +142,16 @@ constexpr int PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;
 static_assert(2 * BT * LDF * 4 <= PREP_R1, "Af and Tf fit in the K/Q region");
 static_assert(4 * 16 * LDX * 4 <= PREP_TS, "X scratch fits in the T region");
 static_assert(2 * PREP_SMEM <= 227 * 1024, "two prep CTAs per SM");
+static_assert(BT * LD128 * 2 <= PREP_KBT && BT * LD128 * 2 <= PREP_VBT, "v3's row-major Kb, Vb fit");
+
+// B fragment (16 x 8) of a row-major [k][n] tile with row stride ld
+// (ldmatrix.trans; rows 16-byte aligned): lanes 0-15 address rows k0.. at n0.
+__device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld, int k0, int n0, int lane) {
+    const bf16* p = s + (k0 + (lane & 15)) * ld + n0;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(b[0]), "=r"(b[1])
+                 : "r"(smem_addr(p)));
+}
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned r;
@@ -192,10 +208,43 @@ __device__ __forceinline__ void mm16_f32(float (*acc)[4], const float* A, int ld
     }
 }
 
-extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf16(
+// mm16_f32 with the hi/lo split of each A fragment done once per k-step
+// (the same products in the same order: bitwise the same result).
+__device__ __forceinline__ void mm16_f32_split(float (*acc)[4], const float* A, int lda, int am0, int ak0,
+                                               const float* B, int ldb, int bk0, int bn0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
+        const float a[4] = {pa[0], pa[8 * lda], pa[4], pa[8 * lda + 4]};
+        unsigned ah[4], al[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            ah[i] = to_tf32(a[i]);
+            al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + 8 * nt + g;
+            const float b[2] = {pb[0], pb[4 * ldb]};
+            unsigned bh[2], bl[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                bh[i] = to_tf32(b[i]);
+                bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
+            }
+            mma1688(acc[nt], al, bh);
+            mma1688(acc[nt], ah, bl);
+            mma1688(acc[nt], ah, bh);
+        }
+    }
+}
+
+template <bool V3>
+__device__ __forceinline__ void prep_body(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
-    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    float* __restrict__ fac_out, int hk, int hv, const SeqTable& tab) {
     unsigned char* smem = dyn_smem;
     bf16* Ks = reinterpret_cast<bf16*>(smem);
     bf16* Qs = Ks + BT * LD128;
@@ -203,6 +252,8 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
     float* Tf = Af + BT * LDF;
     bf16* Ts = reinterpret_cast<bf16*>(smem + PREP_R1);
     float* Xs = reinterpret_cast<float*>(smem + PREP_R1);
+    // v2: (beta exp(G) k)^T [DK][LD64], (beta v)^T [DV][LD64]; v3: the same
+    // row-major, [BT][LD128] (Kb, Vb).
     bf16* KbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS);
     bf16* VbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS + PREP_KBT);
     float* Gs = reinterpret_cast<float*>(smem + PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT);
@@ -254,7 +305,22 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
         }
         Gc[tid] = v;
     }
-    {  // (beta v)^T: a warp writes 32 consecutive rows of one column (conflict-free)
+    if constexpr (V3) {  // beta v, row-major: one 16-byte store per piece
+        const float b = Bs[vr];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int col = ((tid >> 6) + 4 * j) * 8;
+            const bf162* v2 = reinterpret_cast<const bf162*>(&vreg[j]);
+            uint4 o;
+            bf162* o2 = reinterpret_cast<bf162*>(&o);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 f = __bfloat1622float2(v2[i]);
+                o2[i] = __floats2bfloat162_rn(f.x * b, f.y * b);
+            }
+            *reinterpret_cast<uint4*>(VbT + vr * LD128 + col) = o;
+        }
+    } else {  // (beta v)^T: a warp writes 32 consecutive rows of one column (conflict-free)
         const float b = Bs[vr];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -276,6 +342,41 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
 
     // Rows (a warp each): normalise q and k in place, scale, (beta exp(G) k)^T.
     const float qscale = rsqrtf((float)DK);
+    if constexpr (V3) {  // lane: columns 4 lane .. 4 lane + 3 (8-byte accesses)
+#pragma unroll 2
+        for (int r = warp; r < BT; r += PREP_WARPS) {
+            const bool ok = r < nrows;
+            const int col = 4 * lane;
+            const uint2 qv = *reinterpret_cast<const uint2*>(Qs + r * LD128 + col);
+            const uint2 kv = *reinterpret_cast<const uint2*>(Ks + r * LD128 + col);
+            const float2 q01 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&qv.x));
+            const float2 q23 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&qv.y));
+            const float2 k01 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&kv.x));
+            const float2 k23 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&kv.y));
+            float sq = q01.x * q01.x + q01.y * q01.y + q23.x * q23.x + q23.y * q23.y;
+            float sk = k01.x * k01.x + k01.y * k01.y + k23.x * k23.x + k23.y * k23.y;
+            sq = warp_sum(sq);
+            sk = warp_sum(sk);
+            const float iq = rsqrtf(sq + L2_EPS) * qscale, ik = rsqrtf(sk + L2_EPS);
+            const float b = Bs[r], eg = __expf(Gc[r]), kb = ik * b * eg;
+            uint2 o;
+            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(q01.x * iq, q01.y * iq);
+            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(q23.x * iq, q23.y * iq);
+            *reinterpret_cast<uint2*>(Qs + r * LD128 + col) = o;
+            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(k01.x * ik, k01.y * ik);
+            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(k23.x * ik, k23.y * ik);
+            *reinterpret_cast<uint2*>(Ks + r * LD128 + col) = o;
+            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(k01.x * kb, k01.y * kb);
+            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(k23.x * kb, k23.y * kb);
+            *reinterpret_cast<uint2*>(KbT + r * LD128 + col) = o;
+            if (lane == 0) {
+                float* f = fac_out + tile * FAC;
+                f[r] = ok ? iq * eg : 0.f;
+                f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
+                if (r == 0) f[2 * BT] = __expf(GL);
+            }
+        }
+    } else {
 #pragma unroll 2
     for (int r = warp; r < BT; r += PREP_WARPS) {
         const bool ok = r < nrows;
@@ -306,6 +407,7 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
             f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
             if (r == 0) f[2 * BT] = __expf(GL);
         }
+    }
     }
     __syncthreads();
 
@@ -389,7 +491,10 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
             const int J = warp;
             float x[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll 1
-            for (int K = J; K < I; ++K) mm16_f32(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+            for (int K = J; K < I; ++K) {
+                if constexpr (V3) mm16_f32_split(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+                else mm16_f32(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+            }
             float* Xw = Xs + warp * 16 * LDX;
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
@@ -399,7 +504,8 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
                         make_float2(x[nt][2 * hf], x[nt][2 * hf + 1]);
             __syncwarp();
             float y[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-            mm16_f32(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
+            if constexpr (V3) mm16_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
+            else mm16_f32(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -437,7 +543,8 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
 #pragma unroll
             for (int nt = 0; nt < 16; ++nt) {
                 unsigned b[2];
-                frag_b(b, Bt, LD64, 8 * nt, 16 * ks, lane);
+                if constexpr (V3) frag_b_trans(b, Bt, LD128, 16 * ks, 8 * nt, lane);
+                else frag_b(b, Bt, LD64, 8 * nt, 16 * ks, lane);
                 mma16816(acc[nt], a, b);
             }
         }
@@ -457,6 +564,20 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf1
         *reinterpret_cast<uint4*>(dst + r * DK + ch) =
             *reinterpret_cast<const uint4*>(Ks + which * (BT * LD128) + r * LD128 + ch);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    prep_body<false>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
+}
+
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_v3_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    prep_body<true>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
 }
 
 }  // namespace gdn

@@ -26,6 +26,12 @@
 //   chunk's tiles stream in with cp.async while the current one computes.
 //   Eight warps: each owns a 16 x 16 piece of the chunk's delta and output
 //   and 16 key rows of the state slice.
+//   Two generations, same algebra: v2 (gdn_chunk_scan_bf16 / _bv64_bf16)
+//   transposes (kf K) into a [DK][BT] tile every chunk for the state update;
+//   v3 (gdn_chunk_scan_v3*_bf16) reads K^T straight from the streamed K tile
+//   with ldmatrix.trans and puts kf on delta instead (no transpose loop,
+//   18 KiB less shared memory), which lets the narrow scan keep three
+//   stages in flight (gdn_chunk_scan_v3deep_bf16).
 //   opts (timing experiments only, 0 in production): 1 = no tile loads after
 //   the first chunk, 2 = no arithmetic; either gives wrong results.
 // The constants, the sequence table and the fragment helpers are the same
@@ -127,10 +133,25 @@ extern __shared__ __align__(16) unsigned char dyn_smem[];
 
 // ---------------------------------------------------------------- scan ----
 
-// Scan layout for BV value columns per CTA. Work split: phase-1/2 tiles
-// (64 x BV) as 4 row tiles x SCAN_WARPS/4 column groups; state tiles
-// (DK x BV) as one 16-row tile per warp, all BV columns.
-template <int BV, int WARPS = SCAN_WARPS>
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// A fragment (16 x 16) of the transpose of a row-major [k][m] tile with row
+// stride ld: element (m, k) of the fragment is s[k][m] (ldmatrix.trans; rows
+// 16-byte aligned). Lanes 8i..8i+7 address matrix i: k rows k0 + 8(i >> 1)..,
+// columns m0 + 8(i & 1)...
+__device__ __forceinline__ void frag_a_trans(unsigned* a, const bf16* s, int ld, int m0, int k0, int lane) {
+    const bf16* p = s + (k0 + (lane & 7) + ((lane >> 4) & 1) * 8) * ld + m0 + ((lane >> 3) & 1) * 8;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(smem_addr(p)));
+}
+
+// Scan layout for BV value columns per CTA, STAGES tile stages in flight,
+// TK: K^T by ldmatrix.trans (v3) instead of a transposed copy (v2). Work
+// split: phase-1/2 tiles (64 x BV) as 4 row tiles x SCAN_WARPS/4 column
+// groups; state tiles (DK x BV) as one 16-row tile per warp, all BV columns.
+template <int BV, int STAGES = 2, bool TK = false, int WARPS = SCAN_WARPS>
 struct ScanCfg {
     static constexpr int THREADS = WARPS * 32;
     static constexpr int SROW = WARPS < 8 ? WARPS : 8;     // warps along the state's key rows
@@ -147,24 +168,31 @@ struct ScanCfg {
     static constexpr int ST_U = ST_P + BT * LD64 * 2;
     static constexpr int ST_F = ST_U + BT * LDU * 2;
     static constexpr int STAGE = ST_F + FAC * 4;
-    static constexpr int KT = 2 * STAGE;              // (kf K)^T [DK][LD64]
-    static constexpr int HT = KT + DK * LD64 * 2;     // S^T in bf16 [BV][LD128]
+    static constexpr int KT = STAGES * STAGE;         // v2: (kf K)^T [DK][LD64]
+    static constexpr int HT = KT + (TK ? 0 : DK * LD64 * 2);  // S^T in bf16 [BV][LD128]
     static constexpr int VN = HT + BV * LD128 * 2;    // delta^T [BV][LD64]
-    static constexpr int SMEM = VN + BV * LD64 * 2;
+    static constexpr int VK = VN + BV * LD64 * 2;     // v3: (kf delta)^T [BV][LD64]
+    static constexpr int SMEM = VK + (TK ? BV * LD64 * 2 : 0);
     static_assert(STAGE % 16 == 0, "stages stay 16-byte aligned");
     static_assert(SMEM <= 227 * 1024, "one scan CTA fits an SM");
     static_assert(NT >= 1 && MT >= 1 && SNT >= 1, "warp split covers the tiles");
 };
 constexpr int SCAN_SMEM_NARROW = ScanCfg<BV_NARROW>::SMEM;
 constexpr int SCAN_SMEM_WIDE = ScanCfg<BV_WIDE>::SMEM;
+constexpr int SCAN_SMEM_V3_NARROW = ScanCfg<BV_NARROW, 2, true>::SMEM;
+constexpr int SCAN_SMEM_V3_WIDE = ScanCfg<BV_WIDE, 2, true>::SMEM;
+constexpr int SCAN_SMEM_V3_DEEP = ScanCfg<BV_NARROW, 3, true>::SMEM;
 static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate");
+static_assert(SCAN_SMEM_V3_NARROW < SCAN_SMEM_V3_DEEP && SCAN_SMEM_V3_WIDE < SCAN_SMEM_WIDE,
+              "the v3 layouts instantiate");
 
-template <int BV, int WARPS>
+template <int BV, int STAGES, bool TK, int WARPS>
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
     bf16* __restrict__ out, int hk, int hv, const SeqTable& tab, int opts) {
-    using C = ScanCfg<BV, WARPS>;
+    using C = ScanCfg<BV, STAGES, TK, WARPS>;
+    static_assert(STAGES == 2 || STAGES == 3, "two or three tile stages");
     constexpr int SCAN_THREADS = C::THREADS;
     unsigned char* smem = dyn_smem;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -178,6 +206,7 @@ __device__ __forceinline__ void scan_body(
     bf16* KT = reinterpret_cast<bf16*>(smem + C::KT);
     bf16* HT = reinterpret_cast<bf16*>(smem + C::HT);
     bf16* VN = reinterpret_cast<bf16*>(smem + C::VN);
+    bf16* VK = reinterpret_cast<bf16*>(smem + C::VK);
 
     auto load_stage = [&](int st, int lc) {
         unsigned char* base = smem + st * C::STAGE;
@@ -241,17 +270,27 @@ __device__ __forceinline__ void scan_body(
     };
 
     load_stage(0, 0);
+    if constexpr (STAGES == 3) {  // one commit group per chunk, empty past the end
+        if (nch > 1) load_stage(1, 1); else cp_async_commit();
+    }
     store_ht();
     const int m0 = 16 * (warp & 3);           // chunk rows of this warp (phases 1-2)
     const int n0 = C::NT * (warp >> 2);       // first n8 tile of this warp (phases 1-2)
+    int st_cur = 0;  // lc % STAGES
 #pragma unroll 1
     for (int lc = 0; lc < nch; ++lc) {
-        const int st = (opts & 1) ? 0 : (lc & 1);
-        cp_async_wait_all();
+        const int st = (opts & 1) ? 0 : st_cur;
+        // Stage st (chunk lc) landed: with three stages chunk lc + 1's group may
+        // stay in flight. The barrier also frees the stage chunk lc - 1 used.
+        if constexpr (STAGES == 3) cp_async_wait_group<1>(); else cp_async_wait_all();
         __syncthreads();
         // opts (timing experiments only; results are wrong): 1 = no loads after
         // the first chunk, 2 = no arithmetic.
-        if (lc + 1 < nch && !(opts & 1)) load_stage(st ^ 1, lc + 1);
+        const int nxt = lc + STAGES - 1;
+        const int st_nxt = st_cur == 0 ? STAGES - 1 : st_cur - 1;  // (lc + STAGES - 1) % STAGES
+        if (nxt < nch && !(opts & 1)) load_stage(st_nxt, nxt);
+        else if constexpr (STAGES == 3) cp_async_commit();
+        st_cur = st_cur + 1 == STAGES ? 0 : st_cur + 1;
         if (opts & 2) continue;
         const unsigned char* base = smem + st * C::STAGE;
         const bf16* Ws = reinterpret_cast<const bf16*>(base + C::ST_W);
@@ -261,9 +300,9 @@ __device__ __forceinline__ void scan_body(
         const bf16* Us = reinterpret_cast<const bf16*>(base + C::ST_U);
         const float* Fs = reinterpret_cast<const float*>(base + C::ST_F);
 
-        // (kf K)^T for the state update.
+        // v2: (kf K)^T for the state update.
         const int nrows_c = min(BT, rows - lc * BT);
-        for (int e = tid; e < BT * (DK / 2); e += SCAN_THREADS) {
+        if constexpr (!TK) for (int e = tid; e < BT * (DK / 2); e += SCAN_THREADS) {
             const int t = e & (BT - 1), dp = e >> 6;
             float2 kk = __bfloat1622float2(*reinterpret_cast<const bf162*>(Ks + t * LD128 + 2 * dp));
             if (t >= nrows_c) kk = make_float2(0.f, 0.f);  // rows past the sequence
@@ -297,8 +336,14 @@ __device__ __forceinline__ void scan_body(
             for (int hf = 0; hf < 2; ++hf) {
                 const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
                 const float2 u = __bfloat1622float2(*reinterpret_cast<const bf162*>(Us + r * C::LDU + cc));
-                VN[cc * LD64 + r] = __float2bfloat16(u.x - av[nt][2 * hf]);
-                VN[(cc + 1) * LD64 + r] = __float2bfloat16(u.y - av[nt][2 * hf + 1]);
+                const float d0 = u.x - av[nt][2 * hf], d1 = u.y - av[nt][2 * hf + 1];
+                VN[cc * LD64 + r] = __float2bfloat16(d0);
+                VN[(cc + 1) * LD64 + r] = __float2bfloat16(d1);
+                if constexpr (TK) {  // kf on delta (rows past the sequence: kf = 0)
+                    const float kf = Fs[BT + r];
+                    VK[cc * LD64 + r] = __float2bfloat16(d0 * kf);
+                    VK[(cc + 1) * LD64 + r] = __float2bfloat16(d1 * kf);
+                }
                 const float qf = Fs[r];
                 ao[nt][2 * hf] *= qf;
                 ao[nt][2 * hf + 1] *= qf;
@@ -329,7 +374,7 @@ __device__ __forceinline__ void scan_body(
                         __floats2bfloat162_rn(ao[nt][2 * hf], ao[nt][2 * hf + 1]);
             }
 
-        // S = exp(G_L) S0 + (kf K)^T delta.
+        // S = exp(G_L) S0 + (kf K)^T delta (v3: K^T (kf delta)).
         const float egl = Fs[2 * BT];
 #pragma unroll
         for (int mt = 0; mt < C::MT; ++mt)
@@ -342,11 +387,12 @@ __device__ __forceinline__ void scan_body(
 #pragma unroll
             for (int mt = 0; mt < C::MT; ++mt) {
                 unsigned a[4];
-                frag_a(a, KT, LD64, hrow0 + 16 * mt, 16 * ks, lane);
+                if constexpr (TK) frag_a_trans(a, Ks, LD128, hrow0 + 16 * mt, 16 * ks, lane);
+                else frag_a(a, KT, LD64, hrow0 + 16 * mt, 16 * ks, lane);
 #pragma unroll
                 for (int nt = 0; nt < C::SNT; ++nt) {
                     unsigned b[2];
-                    frag_b(b, VN, LD64, hcol0 + 8 * nt, 16 * ks, lane);
+                    frag_b(b, TK ? VK : VN, LD64, hcol0 + 8 * nt, 16 * ks, lane);
                     mma16816(acc_h[mt][nt], a, b);
                 }
             }
@@ -366,18 +412,18 @@ __device__ __forceinline__ void scan_body(
             }
 }
 
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bf16(
-    const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
-    const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
-    bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {
-    scan_body<BV_NARROW, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
-}
+#define GDN_SCAN_ENTRY(name, BV, STAGES, TK)                                                              \
+    extern "C" __global__ void __launch_bounds__(SCAN_THREADS) name(                                      \
+        const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,      \
+        const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,       \
+        bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {                                \
+        scan_body<BV, STAGES, TK, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
+    }
 
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS) gdn_chunk_scan_bv64_bf16(
-    const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
-    const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
-    bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {
-    scan_body<BV_WIDE, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts);
-}
+GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true)
 
 }  // namespace gdn

@@ -61,7 +61,7 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     name: "gdn_chunk_prep",
     file: "gdn_chunk_prep.cu",
     source: include_str!("gdn_chunk_prep.cu"),
-    entry_points: &["gdn_chunk_prep_bf16"],
+    entry_points: &["gdn_chunk_prep_bf16", "gdn_chunk_prep_v3_bf16"],
 };
 
 /// Gated delta rule, chunked prefill form: the scan over chunks (`ops::gdn`).
@@ -69,7 +69,13 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
     source: include_str!("gdn_chunked.cu"),
-    entry_points: &["gdn_chunk_scan_bf16", "gdn_chunk_scan_bv64_bf16"],
+    entry_points: &[
+        "gdn_chunk_scan_bf16",
+        "gdn_chunk_scan_bv64_bf16",
+        "gdn_chunk_scan_v3_bf16",
+        "gdn_chunk_scan_v3_bv64_bf16",
+        "gdn_chunk_scan_v3deep_bf16",
+    ],
 };
 
 /// Gated delta rule, recurrent decode step (`ops::gdn`).
@@ -102,6 +108,7 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
         "swiglu_bf16",
         "gdn_gating_bf16",
         "moe_combine_bf16",
+        "mul_sigmoid_rows_bf16",
     ],
 };
 
@@ -117,6 +124,13 @@ pub const OPS_NORM: KernelSource = KernelSource {
         "add_rms_norm_cached_f32res",
         "rms_norm_groups_bf16",
         "gated_rms_norm_bf16",
+        "rms_norm_groups_v4_bf16",
+        "gated_rms_norm_v4_bf16",
+        "rms_norm_groups_g16x1_bf16",
+        "rms_norm_groups_g16x2_bf16",
+        "gated_rms_norm_g16x1_bf16",
+        "gated_rms_norm_g16x2_bf16",
+        "add_rms_norm_quad_f32res",
     ],
 };
 
@@ -125,7 +139,7 @@ pub const OPS_ROPE: KernelSource = KernelSource {
     name: "ops_rope",
     file: "ops_rope.cu",
     source: include_str!("ops_rope.cu"),
-    entry_points: &["rope_bf16"],
+    entry_points: &["rope_bf16", "rope_seq_bf16"],
 };
 
 /// Causal depthwise conv1d + SiLU with per-slot state.
@@ -138,6 +152,8 @@ pub const OPS_CONV1D: KernelSource = KernelSource {
         "conv1d_silu_k4_f32w",
         "conv1d_silu_bf16w",
         "conv_state_advance_bf16",
+        "conv1d_silu_k4x8_f32w",
+        "conv_state_advance_cu_bf16",
     ],
 };
 
@@ -150,6 +166,10 @@ pub const OPS_KV: KernelSource = KernelSource {
         "kv_write_bf16",
         "tokens_to_heads_bf16",
         "heads_to_tokens_bf16",
+        "tokens_to_heads_v8_bf16",
+        "heads_to_tokens_v8_bf16",
+        "heads_to_tokens_gated_v8_bf16",
+        "kv_write_seq_v8_bf16",
     ],
 };
 
@@ -166,7 +186,13 @@ pub const MOE_ROUTE: KernelSource = KernelSource {
     name: "moe_route",
     file: "moe_route.cu",
     source: include_str!("moe_route.cu"),
-    entry_points: &["moe_route", "moe_offsets", "moe_scatter", "moe_combine"],
+    entry_points: &[
+        "moe_route",
+        "moe_offsets",
+        "moe_scatter",
+        "moe_combine",
+        "moe_combine_shared",
+    ],
 };
 
 /// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down (`ops::moe`).
@@ -196,7 +222,11 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wgmma",
     file: "moe_grouped_gemm_wgmma.cu",
     source: include_str!("moe_grouped_gemm_wgmma.cu"),
-    entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"],
+    entry_points: &[
+        "moe_gemm_gate_up_wgmma_bf16",
+        "moe_gemm_down_wgmma_bf16",
+        "moe_gemm_down_wgmma_s_bf16",
+    ],
 };
 
 /// Every kernel source the backend launches.

@@ -16,6 +16,9 @@
 //    only on its own input row.
 // 4. moe_combine: out[t] = sum over k, in k order, of w[t][k] * y[slot(t, k)],
 //    in f32 (no float atomics: reproducible run to run).
+// 5. moe_combine_shared: the same sum, plus the shared expert scaled by its
+//    sigmoid gate (x[t] . shared_gate, computed here), rounded once to bf16:
+//    the whole MoE block's output in one pass (no f32 intermediate).
 //
 // Expert parallelism: routing is over all experts, but only the pairs of the
 // experts first .. first+local (the rank's) are counted, scattered, computed
@@ -176,6 +179,67 @@ moe_combine(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_
         float4* o = reinterpret_cast<float4*>(out + t * hidden + c);
         o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
+}
+
+// One block per token; hidden % 8 == 0. out[t] = bf16(sum_k w[t][k] * y[slot(t, k)]
+// + sigmoid(x[t] . gate) * shared[t]), the routed sum in k order and the gate's dot
+// product reduced in a fixed order (reproducible run to run).
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
+moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
+                   const int* __restrict__ pair_slot, int top_k, int hidden,
+                   const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate,
+                   const __nv_bfloat16* __restrict__ shared, __nv_bfloat16* __restrict__ out) {
+    __shared__ float partial[COMBINE_THREADS / 32];
+    const long long t = blockIdx.x;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float dot = 0.f;
+    for (int c = threadIdx.x * 8; c < hidden; c += COMBINE_THREADS * 8) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(x + t * hidden + c);
+        const uint4 gv = *reinterpret_cast<const uint4*>(gate + c);
+        const __nv_bfloat162* xb = reinterpret_cast<const __nv_bfloat162*>(&xv);
+        const __nv_bfloat162* gb = reinterpret_cast<const __nv_bfloat162*>(&gv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 a = __bfloat1622float2(xb[j]), b = __bfloat1622float2(gb[j]);
+            dot += a.x * b.x + a.y * b.y;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (lane == 0) partial[warp] = dot;
+    __syncthreads();
+    float logit = 0.f;
+#pragma unroll
+    for (int w = 0; w < COMBINE_THREADS / 32; ++w) logit += partial[w];
+    const float s = 1.f / (1.f + expf(-logit));
+    for (int c = threadIdx.x * 8; c < hidden; c += COMBINE_THREADS * 8) {
+        float acc[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = 0.f;
+        for (int kk = 0; kk < top_k; ++kk) {
+            const float w = topk_weight[t * top_k + kk];
+            const long long slot = pair_slot[t * top_k + kk];
+            if (slot < 0) continue;  // another rank's expert: its rank adds it
+            const uint4 v = *reinterpret_cast<const uint4*>(y + slot * hidden + c);
+            const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float2 f = __bfloat1622float2(b[j]);
+                acc[2 * j] += w * f.x;
+                acc[2 * j + 1] += w * f.y;
+            }
+        }
+        const uint4 sv = *reinterpret_cast<const uint4*>(shared + t * hidden + c);
+        const __nv_bfloat162* sb = reinterpret_cast<const __nv_bfloat162*>(&sv);
+        uint4 o;
+        __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = __bfloat1622float2(sb[j]);
+            ob[j] = __floats2bfloat162_rn(acc[2 * j] + s * f.x, acc[2 * j + 1] + s * f.y);
+        }
+        *reinterpret_cast<uint4*>(out + t * hidden + c) = o;
     }
 }
 

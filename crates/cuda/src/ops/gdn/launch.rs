@@ -26,17 +26,69 @@ impl ScanWidth {
             ScanWidth::Wide => 64,
         }
     }
+}
+
+/// The prep kernel generation (`gdn_chunk_prep.cu`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PrepKernel {
+    /// `(βv)ᵀ` and `(βe^G k̂)ᵀ` built transposed by 2-byte stores (run 3).
+    V2,
+    /// Both row-major, written as vectors and read by `ldmatrix.trans`;
+    /// the 3xTF32 split hoisted (same products, same order).
+    #[default]
+    V3,
+}
+
+impl PrepKernel {
     fn entry(self) -> &'static str {
         match self {
-            ScanWidth::Narrow => "gdn_chunk_scan_bf16",
-            ScanWidth::Wide => "gdn_chunk_scan_bv64_bf16",
+            PrepKernel::V2 => "gdn_chunk_prep_bf16",
+            PrepKernel::V3 => "gdn_chunk_prep_v3_bf16",
         }
     }
-    /// Dynamic shared memory of the scan kernel (`ScanCfg<BV>::SMEM`).
-    pub fn smem_bytes(self) -> usize {
-        let bv = self.columns();
+}
+
+/// The scan kernel generation (`gdn_chunked.cu`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ScanKernel {
+    /// A transposed copy of `kf·K` per chunk for the state update, two
+    /// tile stages (run 4's kernels).
+    V2,
+    /// `Kᵀ` by `ldmatrix.trans` from the streamed K tile, `kf` on `δ`; two
+    /// tile stages.
+    V3,
+    /// V3 with three tile stages in flight on the narrow scan (the wide one
+    /// does not fit three: it runs V3).
+    #[default]
+    V3Deep,
+}
+
+impl ScanKernel {
+    /// Tile stages in flight for `width`.
+    pub fn stages(self, width: ScanWidth) -> usize {
+        match (self, width) {
+            (ScanKernel::V3Deep, ScanWidth::Narrow) => 3,
+            _ => 2,
+        }
+    }
+    fn entry(self, width: ScanWidth) -> &'static str {
+        match (self, width) {
+            (ScanKernel::V2, ScanWidth::Narrow) => "gdn_chunk_scan_bf16",
+            (ScanKernel::V2, ScanWidth::Wide) => "gdn_chunk_scan_bv64_bf16",
+            (ScanKernel::V3, ScanWidth::Narrow) => "gdn_chunk_scan_v3_bf16",
+            (ScanKernel::V3 | ScanKernel::V3Deep, ScanWidth::Wide) => "gdn_chunk_scan_v3_bv64_bf16",
+            (ScanKernel::V3Deep, ScanWidth::Narrow) => "gdn_chunk_scan_v3deep_bf16",
+        }
+    }
+    /// Dynamic shared memory of the scan kernel (`ScanCfg<BV, STAGES, TK>::SMEM`).
+    pub fn smem_bytes(self, width: ScanWidth) -> usize {
+        let bv = width.columns();
         let stage = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * (bv + 8) * 2 + FAC * 4;
-        2 * stage + DIM * LD64 * 2 + bv * LD128 * 2 + bv * LD64 * 2
+        let (kt, vk) = match self {
+            ScanKernel::V2 => (DIM * LD64 * 2, 0),
+            ScanKernel::V3 | ScanKernel::V3Deep => (0, bv * LD64 * 2),
+        };
+        self.stages(width) * stage + kt + bv * LD128 * 2 + bv * LD64 * 2 + vk
     }
 }
 /// Threads of the prep kernel (eight warps).
@@ -90,6 +142,10 @@ const _: () = assert!(2 * PREP_SMEM <= 227 * 1024);
 pub struct Tuning {
     /// The prefill scan width; `None`: `scan_width_for`.
     pub width: Option<ScanWidth>,
+    /// The scan kernel generation.
+    pub scan: ScanKernel,
+    /// The prep kernel generation.
+    pub prep: PrepKernel,
     /// Timing ablations of the scan (its `opts`): 1 = no tile loads after the
     /// first chunk, 2 = no arithmetic, 4 = no scan launched (prep alone). Any
     /// non-zero value gives wrong results.
@@ -147,7 +203,7 @@ pub(super) fn chunked(
     let (mut wp, mut up, mut pp, mut fp) = (w.ptr(), u.ptr(), p.ptr(), fac.ptr());
     let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
 
-    let prep = dev.function("gdn_chunk_prep_bf16")?;
+    let prep = dev.function(tuning.prep.entry())?;
     dev.set_dynamic_smem(prep, PREP_SMEM)?;
     let mut params = [
         param(&mut qkv),
@@ -178,8 +234,8 @@ pub(super) fn chunked(
         return Ok(());
     }
     let mut opts = (tuning.scan_ablation & 3) as i32;
-    let scan = dev.function(width.entry())?;
-    let smem = width.smem_bytes();
+    let scan = dev.function(tuning.scan.entry(width))?;
+    let smem = tuning.scan.smem_bytes(width);
     dev.set_dynamic_smem(scan, smem)?;
     let mut params = [
         param(&mut qkv),
@@ -289,14 +345,22 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_one_hopper_cta() {
-        for w in [ScanWidth::Narrow, ScanWidth::Wide] {
-            assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
+        for k in [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep] {
+            for w in [ScanWidth::Narrow, ScanWidth::Wide] {
+                assert!(k.smem_bytes(w) <= 227 * 1024, "{k:?} {w:?}");
+            }
         }
+        // The narrow v3 layouts (ScanCfg<32, 2|3, true>), as computed by hand.
+        assert_eq!(ScanKernel::V3.smem_bytes(ScanWidth::Narrow), 152_096);
+        assert_eq!(ScanKernel::V3Deep.smem_bytes(ScanWidth::Narrow), 219_184);
         assert!(GDN_CHUNK_PREP
             .source
             .contains("PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;"));
         assert!(GDN_CHUNKED
             .source
-            .contains("static constexpr int SMEM = VN + BV * LD64 * 2;"));
+            .contains("static constexpr int SMEM = VK + (TK ? BV * LD64 * 2 : 0);"));
+        assert!(GDN_CHUNKED
+            .source
+            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true)"));
     }
 }

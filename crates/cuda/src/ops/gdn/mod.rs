@@ -20,7 +20,7 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 
-pub use launch::{ScanWidth, Tuning};
+pub use launch::{PrepKernel, ScanKernel, ScanWidth, Tuning};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
 
 /// One gated-delta-rule call over a varlen batch.
@@ -46,9 +46,9 @@ pub struct GdnLaunch<'a> {
 /// The prefill scan width for `sequences` sequences of `v_heads` heads on
 /// `sm_count` SMs: 64 columns (half the tile traffic from L2, which bounds
 /// the scan once every SM is busy) when those CTAs fill the GPU, else 32
-/// (twice the CTAs). On the H200 at the 35B-A3B shape: one 32k sequence
-/// 3.59 ms narrow vs 4.09 wide; 8 x 4k sequences 3.57 narrow vs 3.02 wide
-/// (docs/perf/cuda-gdn.md).
+/// (twice the CTAs). On the H200 at the 35B-A3B shape (prep v3, scan v3 /
+/// v3deep): one 32k sequence 2.31 ms narrow vs 2.84 wide; 8 x 4k sequences
+/// 2.33 narrow vs 1.95 wide (docs/perf/cuda-gdn.md, gdn3 run 2).
 pub fn scan_width_for(v_heads: usize, sequences: usize, sm_count: usize) -> ScanWidth {
     let wide_ctas = v_heads
         .saturating_mul(SUPPORTED_DIM / ScanWidth::Wide.columns())

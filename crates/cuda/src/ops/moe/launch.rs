@@ -4,7 +4,8 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate_local, GemmImpl, MoeLaunch, GEMM_BM, GEMM_BN, GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
+    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_BN, GEMM_THREADS,
+    MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -88,20 +89,47 @@ pub fn routed_experts_marked(
     imp: GemmImpl,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
-    routed_experts_range(dev, l, (0, l.experts), imp, mark)
+    routed_experts_range(dev, l, (0, l.experts), imp, None, mark)
+}
+
+/// [`routed_experts_marked`] of the experts `first .. first + local` (their
+/// `l.gate_up` / `l.down`; routing over all `l.experts`).
+pub fn routed_experts_local_marked(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    local: (usize, usize),
+    imp: GemmImpl,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
+    routed_experts_range(dev, l, local, imp, None, mark)
+}
+
+/// [`routed_experts_marked`] of the experts `first .. first + local` with the
+/// shared expert's gated add folded into the combine (bf16 `s.out`).
+pub fn routed_experts_shared_marked(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    local: (usize, usize),
+    imp: GemmImpl,
+    s: &SharedEpilogue<'_>,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
+    routed_experts_range(dev, l, local, imp, Some(s), mark)
 }
 
 /// [`routed_experts_marked`] of the experts `first .. first + local` only
-/// (`l.gate_up` / `l.down` hold just those; routing is over all `l.experts`).
+/// (`l.gate_up` / `l.down` hold just those; routing is over all `l.experts`);
+/// with `shared`, the combine adds the gated shared expert and writes bf16.
 pub(super) fn routed_experts_range(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
     (first, local): (usize, usize),
     imp: GemmImpl,
+    shared: Option<&SharedEpilogue<'_>>,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
-    let plan = validate_local(l, first, local)?;
-    if imp == GemmImpl::Wgmma && dev.arch != "sm_90a" {
+    let plan = validate_inner(l, first, local, shared)?;
+    if imp.hopper_only() && dev.arch != "sm_90a" {
         return Err(CudaError::Shape {
             op: "moe routed experts",
             detail: format!("the wgmma grouped GEMMs need sm_90a, not {}", dev.arch),
@@ -129,7 +157,6 @@ pub(super) fn routed_experts_range(
         let max_row_tiles = pairs.div_ceil(GEMM_BM) + e.min(pairs);
         let x = l.x.ptr() + (t0 * h * 2) as u64;
         let logits = l.router_logits.ptr() + (t0 * l.experts * 4) as u64;
-        let out = l.out.ptr() + (t0 * h * 4) as u64;
 
         mark(MoeStage::Route)?;
         dev.fill_bytes(&counts, 0)?;
@@ -217,20 +244,37 @@ pub(super) fn routed_experts_range(
         )?;
 
         mark(MoeStage::Combine)?;
-        launch(
-            dev,
-            "moe_combine",
-            tc,
-            ELEMENTWISE_THREADS,
-            0,
-            Params::new()
-                .ptr(y.ptr())
-                .ptr(topk_weight.ptr())
-                .ptr(pair_slot.ptr())
-                .int(k)
-                .int(h)
-                .ptr(out),
-        )?;
+        let combine = Params::new()
+            .ptr(y.ptr())
+            .ptr(topk_weight.ptr())
+            .ptr(pair_slot.ptr())
+            .int(k)
+            .int(h);
+        match shared {
+            None => launch(
+                dev,
+                "moe_combine",
+                tc,
+                ELEMENTWISE_THREADS,
+                0,
+                combine.ptr(l.out.ptr() + (t0 * h * 4) as u64),
+            )?,
+            Some(s) => {
+                let row = (t0 * h * 2) as u64;
+                launch(
+                    dev,
+                    "moe_combine_shared",
+                    tc,
+                    ELEMENTWISE_THREADS,
+                    0,
+                    combine
+                        .ptr(x)
+                        .ptr(s.shared_gate.ptr())
+                        .ptr(s.shared.ptr() + row)
+                        .ptr(s.out.ptr() + row),
+                )?
+            }
+        }
         mark(MoeStage::End)?;
         t0 += tc;
     }

@@ -9,31 +9,45 @@
 //! `route`): softmax over all experts in f32, top-k by probability (ties to
 //! the lower expert index, NaN last), weights renormalised over the kept k
 //! when `renormalise`. The router logits and the shared expert are the
-//! caller's.
+//! caller's; [`routed_experts_shared`] folds the shared expert's gated add
+//! into the combine and writes the block's bf16 output in the same pass.
 
 mod launch;
 
-pub use launch::{routed_experts_marked, MoeStage};
+pub use launch::{
+    routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,
+};
 
 /// Which grouped-GEMM kernels run (same tiles, grid and results up to rounding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmImpl {
     /// `moe_grouped_gemm.cu`: mma.sync m16n8k16, any sm_80+ GPU.
     MmaSync,
-    /// `moe_grouped_gemm_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only.
+    /// `moe_grouped_gemm_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only; the
+    /// down GEMM stores its fragments straight to y (4 bytes a thread).
     Wgmma,
+    /// The wgmma tiles with the down GEMM's epilogue staged through shared
+    /// memory (16-byte row-contiguous stores of y). Hopper only.
+    WgmmaStagedY,
 }
 
 impl GemmImpl {
-    /// The kernels for an architecture: wgmma on `sm_90a`, mma.sync elsewhere.
-    /// `HEADROOM_MOE_IMPL=mma|wgmma` overrides (wgmma only where the arch has it).
+    /// The kernels for an architecture: wgmma with the staged y epilogue on
+    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma` overrides
+    /// (wgmma only where the arch has it).
     pub fn for_arch(arch: &str) -> GemmImpl {
         let hopper = arch == "sm_90a";
         match std::env::var("HEADROOM_MOE_IMPL").as_deref() {
             Ok("mma") => GemmImpl::MmaSync,
-            _ if hopper => GemmImpl::Wgmma,
+            Ok("wgmma") if hopper => GemmImpl::Wgmma,
+            _ if hopper => GemmImpl::WgmmaStagedY,
             _ => GemmImpl::MmaSync,
         }
+    }
+
+    /// Whether the kernels need `sm_90a`.
+    pub fn hopper_only(self) -> bool {
+        self != GemmImpl::MmaSync
     }
 
     /// Entry points (gate+up, down).
@@ -41,6 +55,7 @@ impl GemmImpl {
         match self {
             GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
             GemmImpl::Wgmma => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"),
+            GemmImpl::WgmmaStagedY => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
         }
     }
 
@@ -48,7 +63,28 @@ impl GemmImpl {
     pub fn smem_bytes(self) -> usize {
         match self {
             GemmImpl::MmaSync => GEMM_SMEM_BYTES,
-            GemmImpl::Wgmma => GEMM_SMEM_BYTES + 1024,
+            _ => GEMM_SMEM_BYTES + 1024,
+        }
+    }
+}
+
+/// How the backend's MoE op joins the routed experts and the shared expert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeGlue {
+    /// Routed experts to f32, the shared gate as a cuBLAS GEMV, then one
+    /// element-wise pass (`moe_combine_bf16`) to the bf16 output.
+    Unfused,
+    /// The gated shared-expert add folded into the routed combine
+    /// ([`routed_experts_shared`]): no f32 intermediate, no GEMV, one pass fewer.
+    Fused,
+}
+
+impl MoeGlue {
+    /// `Fused` unless `HEADROOM_MOE_GLUE=unfused`.
+    pub fn from_env() -> MoeGlue {
+        match std::env::var("HEADROOM_MOE_GLUE").as_deref() {
+            Ok("unfused") => MoeGlue::Unfused,
+            _ => MoeGlue::Fused,
         }
     }
 }
@@ -97,6 +133,18 @@ pub struct MoeLaunch<'a> {
     pub renormalise: bool,
 }
 
+/// The shared expert's gated add, folded into the combine of
+/// [`routed_experts_shared`]: `out[t] = bf16(routed[t] + sigmoid(x[t] · shared_gate)
+/// · shared[t])`; the launch's f32 `out` is not touched.
+pub struct SharedEpilogue<'a> {
+    /// bf16 `[hidden]`: the shared expert's gate row.
+    pub shared_gate: &'a DeviceBuffer,
+    /// bf16 `[tokens][hidden]`: the shared expert's output before its gate.
+    pub shared: &'a DeviceBuffer,
+    /// bf16 `[tokens][hidden]`: the MoE block's output, overwritten.
+    pub out: &'a DeviceBuffer,
+}
+
 /// Sizes of one call, validated: every count fits the kernels' `int`s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MoePlan {
@@ -143,6 +191,26 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
 /// [`validate`] for a launch whose `gate_up` / `down` hold only the experts
 /// `first .. first + local` of the `l.experts` routed over (expert parallelism).
 pub fn validate_local(l: &MoeLaunch<'_>, first: usize, local: usize) -> Result<MoePlan, CudaError> {
+    validate_inner(l, first, local, None)
+}
+
+/// [`validate_local`] for [`routed_experts_shared`]: the epilogue's buffers are
+/// checked, `l.out` is not (it is not touched).
+pub fn validate_shared(
+    l: &MoeLaunch<'_>,
+    first: usize,
+    local: usize,
+    s: &SharedEpilogue<'_>,
+) -> Result<MoePlan, CudaError> {
+    validate_inner(l, first, local, Some(s))
+}
+
+fn validate_inner(
+    l: &MoeLaunch<'_>,
+    first: usize,
+    local: usize,
+    shared: Option<&SharedEpilogue<'_>>,
+) -> Result<MoePlan, CudaError> {
     let dims = [
         ("tokens", l.tokens),
         ("hidden", l.hidden),
@@ -204,7 +272,15 @@ pub fn validate_local(l: &MoeLaunch<'_>, first: usize, local: usize) -> Result<M
         product(&[e2i, l.hidden, 2], "gate_up")?,
     )?;
     check_len(l.down, "down", product(&[eh, l.intermediate, 2], "down")?)?;
-    check_len(l.out, "out", product(&[l.tokens, l.hidden, 4], "out")?)?;
+    match shared {
+        None => check_len(l.out, "out", product(&[l.tokens, l.hidden, 4], "out")?)?,
+        Some(s) => {
+            let th2 = product(&[l.tokens, l.hidden, 2], "out")?;
+            check_len(s.shared_gate, "shared_gate", l.hidden * 2)?;
+            check_len(s.shared, "shared", th2)?;
+            check_len(s.out, "out", th2)?;
+        }
+    }
 
     let chunk_tokens = l.tokens.min(CHUNK_TOKENS);
     let chunk_pairs = product(&[chunk_tokens, l.top_k], "pairs")?;
@@ -251,6 +327,25 @@ pub fn routed_experts_local(
         l,
         (first, local),
         GemmImpl::for_arch(&dev.arch),
+        None,
+        &mut |_| Ok(()),
+    )
+}
+
+/// [`routed_experts_local`] with the shared expert's gated add folded into
+/// the combine ([`SharedEpilogue`]): writes the MoE block's bf16 output.
+pub fn routed_experts_shared(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    (first, local): (usize, usize),
+    s: &SharedEpilogue<'_>,
+) -> Result<(), CudaError> {
+    launch::routed_experts_range(
+        dev,
+        l,
+        (first, local),
+        GemmImpl::for_arch(&dev.arch),
+        Some(s),
         &mut |_| Ok(()),
     )
 }

@@ -137,6 +137,7 @@ fn launch_constants_match_the_kernel_sources() {
         .source
         .contains("SMEM_BYTES = STAGES * STAGE_BYTES + 1024;"));
     assert_eq!(GemmImpl::Wgmma.smem_bytes(), GEMM_SMEM_BYTES + 1024);
+    assert_eq!(GemmImpl::WgmmaStagedY.smem_bytes(), GEMM_SMEM_BYTES + 1024);
     let r = MOE_ROUTE.source;
     assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
     assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
@@ -144,9 +145,9 @@ fn launch_constants_match_the_kernel_sources() {
 }
 
 #[test]
-fn wgmma_is_the_hopper_default() {
+fn wgmma_with_the_staged_y_epilogue_is_the_hopper_default() {
     if std::env::var_os("HEADROOM_MOE_IMPL").is_none() {
-        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::Wgmma);
+        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::WgmmaStagedY);
     }
     assert_eq!(GemmImpl::for_arch("sm_80"), GemmImpl::MmaSync);
     assert_eq!(GemmImpl::for_arch("sm_89"), GemmImpl::MmaSync);
@@ -162,4 +163,45 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
     assert!(detail(validate_local(&l, 6, 4)).contains("local experts 6+4 outside 0..8"));
     assert!(detail(validate_local(&l, 0, 0)).contains("outside"));
     assert!(detail(validate_local(&l, usize::MAX, 2)).contains("outside"));
+}
+
+#[test]
+fn only_the_mma_sync_kernels_run_off_hopper() {
+    assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::WgmmaStagedY.hopper_only());
+    assert!(!GemmImpl::MmaSync.hopper_only());
+}
+
+#[test]
+fn the_shared_epilogue_is_checked_and_the_f32_out_is_not_needed() {
+    let (t, h, e, i) = (16, 256, 8, 128);
+    let a: Arc<Allocator> = Allocator::new(Box::new(Fake::default()));
+    let b = bufs(t, h, e, i);
+    let mut l = launch(&b, t, h, e, 2, i);
+    let small = a.alloc(4).unwrap();
+    l.out = &small; // not touched by the fused path
+    let (gate, shared, out) = (
+        a.alloc(h * 2).unwrap(),
+        a.alloc(t * h * 2).unwrap(),
+        a.alloc(t * h * 2).unwrap(),
+    );
+    let ok = SharedEpilogue {
+        shared_gate: &gate,
+        shared: &shared,
+        out: &out,
+    };
+    assert!(validate_shared(&l, 0, e, &ok).is_ok());
+    assert!(detail(validate_local(&l, 0, e)).contains("`out`"));
+    let short = a.alloc(t * h * 2 - 2).unwrap();
+    let bad_out = SharedEpilogue { out: &short, ..ok };
+    assert!(detail(validate_shared(&l, 0, e, &bad_out)).contains("`out`"));
+    let bad_shared = SharedEpilogue {
+        shared: &short,
+        ..ok
+    };
+    assert!(detail(validate_shared(&l, 0, e, &bad_shared)).contains("`shared`"));
+    let bad_gate = SharedEpilogue {
+        shared_gate: &small,
+        ..ok
+    };
+    assert!(detail(validate_shared(&l, 0, e, &bad_gate)).contains("`shared_gate`"));
 }
