@@ -10,13 +10,12 @@
 mod common;
 
 use common::{headroom_fails, TempDir};
-use std::process::Command;
 
 fn ttft_json(dir: &TempDir, name: &str, args: &[&str]) -> serde_json::Value {
     let json = dir.0.join(name);
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--json", json.to_str().unwrap()]);
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let out = common::headroom_command()
         .args(&all)
         .env_remove("HEADROOM_TP")
         .env_remove("HEADROOM_SOLO_STRIPE")
@@ -142,7 +141,7 @@ fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
     assert_eq!(v["engine"]["scheduler"]["prefill_chunk"], 16);
     assert_eq!(v["engine"]["scheduler"]["solo_stripe"], 32);
     assert_eq!(v["results"][0]["steps_to_first_token"], 2, "40 = 32 + 8");
-    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+    let out = common::headroom_command()
         .args([
             "bench",
             "ttft",
