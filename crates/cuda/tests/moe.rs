@@ -208,7 +208,12 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
 /// The grouped-GEMM kernels this device runs: all three on Hopper.
 fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
     if dev.arch == "sm_90a" {
-        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::WgmmaStagedY]
+        vec![
+            GemmImpl::MmaSync,
+            GemmImpl::Wgmma,
+            GemmImpl::WgmmaStagedY,
+            GemmImpl::WgmmaStaged,
+        ]
     } else {
         vec![GemmImpl::MmaSync]
     }

@@ -4,8 +4,8 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_BN, GEMM_THREADS,
-    MAX_EXPERTS, ROUTE_WARPS,
+    route_kernel, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_BN,
+    GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -160,12 +160,13 @@ pub(super) fn routed_experts_range(
 
         mark(MoeStage::Route)?;
         dev.fill_bytes(&counts, 0)?;
+        let (route_entry, route_smem) = route_kernel(l.experts);
         launch(
             dev,
-            "moe_route",
+            route_entry,
             tc.div_ceil(ROUTE_WARPS),
             (ROUTE_WARPS * 32) as u32,
-            ROUTE_WARPS * l.experts * 4,
+            route_smem,
             Params::new()
                 .ptr(logits)
                 .int(tc)
