@@ -5,9 +5,8 @@
 # bitwise reproducibility; the backend's whole MoE op, fused and unfused glue,
 # crates/cuda/tests/moe/block.rs), the timing of the 35B-A3B shape at
 # 2k/8k/32k tokens (routed block per grouped-GEMM kernel, and the whole MoE op
-# per glue; CUDA events, median of 7; the op again with the old shared-memory
-# routing kernel, HEADROOM_MOE_ROUTE=smem, whose correctness is also rechecked),
-# and compute-sanitizer memcheck on small cases. Logs go to $OUT (or ./gpu-out).
+# per glue; CUDA events, median of 7), and compute-sanitizer memcheck on small
+# cases. Logs go to $OUT (or ./gpu-out).
 # Usage: bench/gpu/check_moe.sh [path/to/moe-test-binary]
 #   (cargo test --release -p headroom-cuda --test moe --no-run prints its path)
 set -uo pipefail
@@ -23,19 +22,12 @@ echo "=== correctness (f64 host reference) ==="
 timeout ${CHECK_S:-150} "$BIN" --ignored --test-threads=1 --nocapture --skip bench_the_35b 2>&1 | tee "$OUT/moe_check.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "correctness FAILED"; status=1; }
 
-echo "=== correctness with the shared-memory routing kernel (HEADROOM_MOE_ROUTE=smem) ==="
-HEADROOM_MOE_ROUTE=smem timeout ${CHECK_S:-150} "$BIN" --ignored --test-threads=1 --skip bench_the_35b 2>&1 | tee "$OUT/moe_check_route_smem.log" | grep -E "test result|FAILED|panicked"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "correctness (route smem) FAILED"; status=1; }
-
 echo "=== timing: 35B-A3B shape (h 2048, 256 experts, top-8, i 512) ==="
 timeout ${BENCH_S:-90} "$BIN" --ignored --nocapture --exact bench_the_35b_shape 2>&1 | tee "$OUT/moe_bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "timing FAILED"; status=1; }
 echo "=== timing: the whole MoE op (router, shared expert, routed experts, glue) ==="
 timeout ${BENCH_S:-90} "$BIN" --ignored --nocapture --exact block::bench_the_35b_moe_op 2>&1 | tee "$OUT/moe_op_bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "op timing FAILED"; status=1; }
-echo "=== timing: the whole MoE op, shared-memory routing kernel (HEADROOM_MOE_ROUTE=smem) ==="
-HEADROOM_MOE_ROUTE=smem timeout ${BENCH_S:-90} "$BIN" --ignored --nocapture --exact block::bench_the_35b_moe_op 2>&1 | tee "$OUT/moe_op_bench_route_smem.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "op timing (route smem) FAILED"; status=1; }
 
 echo "=== compute-sanitizer memcheck (7 tokens, 8 experts) ==="
 if command -v compute-sanitizer >/dev/null; then

@@ -208,12 +208,7 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
 /// The grouped-GEMM kernels this device runs: all three on Hopper.
 fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
     if dev.arch == "sm_90a" {
-        vec![
-            GemmImpl::MmaSync,
-            GemmImpl::Wgmma,
-            GemmImpl::WgmmaStagedY,
-            GemmImpl::WgmmaStaged,
-        ]
+        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::WgmmaStagedY]
     } else {
         vec![GemmImpl::MmaSync]
     }

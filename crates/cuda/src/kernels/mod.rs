@@ -174,7 +174,6 @@ pub const MOE_ROUTE: KernelSource = KernelSource {
     source: include_str!("moe_route.cu"),
     entry_points: &[
         "moe_route",
-        "moe_route_reg",
         "moe_offsets",
         "moe_scatter",
         "moe_combine",
@@ -211,7 +210,6 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     source: include_str!("moe_grouped_gemm_wgmma.cu"),
     entry_points: &[
         "moe_gemm_gate_up_wgmma_bf16",
-        "moe_gemm_gate_up_wgmma_s_bf16",
         "moe_gemm_down_wgmma_bf16",
         "moe_gemm_down_wgmma_s_bf16",
     ],

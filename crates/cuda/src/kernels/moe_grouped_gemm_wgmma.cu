@@ -10,9 +10,7 @@
 // The down GEMM comes in two epilogues: fragments stored straight to y
 // (moe_gemm_down_wgmma_bf16, 4 bytes a thread) and staged through shared
 // memory (moe_gemm_down_wgmma_s_bf16, 16-byte row-contiguous stores: the
-// default, 1.24x faster at 32k tokens, docs/perf/cuda-moe.md). The gate+up
-// GEMM likewise: fragments straight to act (moe_gemm_gate_up_wgmma_bf16) or
-// staged (moe_gemm_gate_up_wgmma_s_bf16, 16-byte stores of 128-byte rows).
+// default, 1.24x faster at 32k tokens, docs/perf/cuda-moe.md).
 
 #include <cuda_bf16.h>
 
@@ -141,44 +139,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[64], bf16* 
     }
 }
 
-// The gate+up epilogue through shared memory: SiLU(gate)·up as bf16 (BM x
-// BN/2, 16 KiB: the first stage's space; 16-byte chunks XOR-swizzled by row,
-// conflict-free fragment writes), then 16-byte stores of whole 128-byte rows
-// of act (the fragment layout stores 4 bytes a thread).
-__device__ __forceinline__ void store_act_staged(const float (&acc)[64], bf16* __restrict__ out, int m0,
-                                                 int rows, int nt, int n_out, int wg, int wq, int lane,
-                                                 int tid, unsigned char* tile) {
-    constexpr int ROW_BYTES = GATE_UP_COLS * 2;  // 128
-    constexpr int ROW_CHUNKS16 = ROW_BYTES / 16;  // 8
-    static_assert(BM * ROW_BYTES <= STAGE_BYTES, "the staged tile fits one stage");
-    __syncthreads();  // both warpgroups' last wgmmas have read the stages
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
-#pragma unroll
-        for (int j = 0; j < NI / 2; ++j) {
-            const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
-            const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-            const float v0 = g0 / (1.f + expf(-g0)) * u0;
-            const float v1 = g1 / (1.f + expf(-g1)) * u1;
-            const int off = r * ROW_BYTES + ((j ^ (r & 7)) * 16) + (lane % 4) * 4;
-            *reinterpret_cast<__nv_bfloat162*>(tile + off) = __floats2bfloat162_rn(v0, v1);
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int it = 0; it < BM * ROW_CHUNKS16 / THREADS; ++it) {
-        const int idx = tid + it * THREADS;
-        const int r = idx / ROW_CHUNKS16, c = idx % ROW_CHUNKS16;
-        if (r >= rows) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(tile + r * ROW_BYTES + ((c ^ (r & 7)) * 16));
-        *reinterpret_cast<uint4*>(out + (long long)(m0 + r) * n_out + nt * GATE_UP_COLS + c * 8) = v;
-    }
-}
-
-// STAGE: the epilogue goes through shared memory (store_tile_staged for y,
-// store_act_staged for act); otherwise fragments are stored straight out.
-template <bool GATE_UP, bool STAGE = false>
+template <bool GATE_UP, bool STAGE_Y = false>
 __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                              const bf16* __restrict__ w, bf16* __restrict__ out,
                                              const int* __restrict__ expert_offsets,
@@ -262,13 +223,9 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
         fence_operands(acc);
     }
     cp_async_wait<0>();
-    if (STAGE) {
+    if (STAGE_Y && !GATE_UP) {
         unsigned char* tile = smem_raw + (smem0 - smem_u32(smem_raw));
-        if (GATE_UP) {
-            store_act_staged(acc, out, m0, rows, nt, n_out, wg, wq, lane, tid, tile);
-        } else {
-            store_tile_staged(acc, out, m0, rows, nt, n_out, wg, wq, lane, tid, tile);
-        }
+        store_tile_staged(acc, out, m0, rows, nt, n_out, wg, wq, lane, tid, tile);
     } else {
         store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
     }
@@ -280,14 +237,6 @@ moe_gemm_gate_up_wgmma_bf16(const bf16* __restrict__ x, const int* __restrict__ 
                             const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
                             int experts, int hidden, int inter) {
     grouped_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_gate_up_wgmma_s_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                              const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                              const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                              int experts, int hidden, int inter) {
-    grouped_gemm<true, true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)

@@ -6,8 +6,7 @@
 //    top-k by probability (ties -> lower expert index; NaN sorts last), the
 //    weights renormalised over the kept k when asked: transformers'
 //    Qwen3_5MoeTopKRouter and the CPU `route`. Counts tokens per expert
-//    (integer atomics: exact). moe_route_reg: the same with the
-//    probabilities in registers (up to 256 experts; the default there).
+//    (integer atomics: exact).
 // 2. moe_offsets: one block. Exclusive prefix sums of the counts (row offsets
 //    of each expert in expert order) and of the row tiles per expert (the
 //    grouped GEMMs' tile list); resets the counts to serve as cursors.
@@ -94,77 +93,6 @@ moe_route(const float* __restrict__ logits, int tokens, int experts, int top_k, 
         }
         prev_p = bp;
         prev_e = be;
-        kept += bp;  // in pick order, as the CPU's sum over the chosen
-        if (lane == 0) {
-            const int le = be - first;
-            const bool mine = le >= 0 && le < local;
-            topk_expert[t * top_k + kk] = mine ? le : -1;
-            topk_weight[t * top_k + kk] = bp;
-            if (mine) atomicAdd(&counts[le], 1);
-        }
-    }
-    if (renormalise && lane == 0) {
-        for (int kk = 0; kk < top_k; ++kk) topk_weight[t * top_k + kk] /= kept;
-    }
-}
-
-// moe_route with the probabilities in registers (experts <= 32 * REG_PER_LANE,
-// the 35B-A3B's 256): lane l holds experts l, l+32, ...; each of the k rounds
-// is a warp arg-max over the not-yet-taken experts (the order ranks_before is
-// strict and total, so this picks what moe_route's "ranked after the last
-// pick" rounds pick), and the winner's lane marks it taken. Same float
-// operations in the same order as moe_route: bitwise the same outputs.
-// No shared memory.
-constexpr int REG_PER_LANE = 8;
-extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
-moe_route_reg(const float* __restrict__ logits, int tokens, int experts, int top_k, int renormalise,
-              int* __restrict__ topk_expert, float* __restrict__ topk_weight, int* __restrict__ counts,
-              int first, int local) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const long long t = (long long)blockIdx.x * ROUTE_WARPS + warp;
-    if (t >= tokens) return;
-    const float* row = logits + t * experts;
-    float p[REG_PER_LANE];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < REG_PER_LANE; ++i) {
-        const int j = lane + 32 * i;
-        p[i] = j < experts ? row[j] : -INFINITY;
-        if (j < experts) mx = fmaxf(mx, p[i]);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < REG_PER_LANE; ++i) {
-        if (lane + 32 * i < experts) {
-            p[i] = expf(p[i] - mx);
-            sum += p[i];
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-#pragma unroll
-    for (int i = 0; i < REG_PER_LANE; ++i) p[i] /= sum;
-    unsigned avail = 0;  // bit i: expert lane + 32 i exists and is not taken
-#pragma unroll
-    for (int i = 0; i < REG_PER_LANE; ++i) avail |= (lane + 32 * i < experts ? 1u : 0u) << i;
-    float kept = 0.f;
-    for (int kk = 0; kk < top_k; ++kk) {
-        float bp = 0.f;
-        int be = -1;
-#pragma unroll
-        for (int i = 0; i < REG_PER_LANE; ++i) {
-            const int j = lane + 32 * i;
-            if (((avail >> i) & 1u) && (be < 0 || ranks_before(p[i], j, bp, be))) { bp = p[i]; be = j; }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (oe >= 0 && (be < 0 || ranks_before(op, oe, bp, be))) { bp = op; be = oe; }
-        }
-        if (be >= 0 && (be & 31) == lane) avail &= ~(1u << (be >> 5));
         kept += bp;  // in pick order, as the CPU's sum over the chosen
         if (lane == 0) {
             const int le = be - first;

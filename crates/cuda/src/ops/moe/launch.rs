@@ -4,8 +4,8 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    route_kernel, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_BN,
-    GEMM_THREADS, MAX_EXPERTS, ROUTE_WARPS,
+    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_BN, GEMM_THREADS,
+    MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -160,13 +160,12 @@ pub(super) fn routed_experts_range(
 
         mark(MoeStage::Route)?;
         dev.fill_bytes(&counts, 0)?;
-        let (route_entry, route_smem) = route_kernel(l.experts);
         launch(
             dev,
-            route_entry,
+            "moe_route",
             tc.div_ceil(ROUTE_WARPS),
             (ROUTE_WARPS * 32) as u32,
-            route_smem,
+            ROUTE_WARPS * l.experts * 4,
             Params::new()
                 .ptr(logits)
                 .int(tc)

@@ -29,22 +29,18 @@ pub enum GemmImpl {
     /// The wgmma tiles with the down GEMM's epilogue staged through shared
     /// memory (16-byte row-contiguous stores of y). Hopper only.
     WgmmaStagedY,
-    /// Both epilogues staged: the down GEMM's y as in `WgmmaStagedY` and the
-    /// gate+up GEMM's SiLU·mul act (16-byte stores of 128-byte rows). Hopper only.
-    WgmmaStaged,
 }
 
 impl GemmImpl {
-    /// The kernels for an architecture: wgmma with both epilogues staged on
-    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|staged_y`
-    /// overrides (the wgmma ones only where the arch has them).
+    /// The kernels for an architecture: wgmma with the staged y epilogue on
+    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma` overrides
+    /// (wgmma only where the arch has it).
     pub fn for_arch(arch: &str) -> GemmImpl {
         let hopper = arch == "sm_90a";
         match std::env::var("HEADROOM_MOE_IMPL").as_deref() {
             Ok("mma") => GemmImpl::MmaSync,
             Ok("wgmma") if hopper => GemmImpl::Wgmma,
-            Ok("staged_y") if hopper => GemmImpl::WgmmaStagedY,
-            _ if hopper => GemmImpl::WgmmaStaged,
+            _ if hopper => GemmImpl::WgmmaStagedY,
             _ => GemmImpl::MmaSync,
         }
     }
@@ -60,7 +56,6 @@ impl GemmImpl {
             GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
             GemmImpl::Wgmma => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"),
             GemmImpl::WgmmaStagedY => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
-            GemmImpl::WgmmaStaged => ("moe_gemm_gate_up_wgmma_s_bf16", "moe_gemm_down_wgmma_s_bf16"),
         }
     }
 
@@ -113,21 +108,6 @@ pub const GEMM_SMEM_BYTES: usize = 3 * (GEMM_BM + GEMM_BN) * GEMM_BK * 2;
 pub const MAX_EXPERTS: usize = 1024;
 /// Tokens per routing block (`ROUTE_WARPS`: one warp per token).
 pub const ROUTE_WARPS: usize = 8;
-/// Most experts `moe_route_reg` handles (32 lanes × `REG_PER_LANE` registers).
-pub const ROUTE_REG_MAX_EXPERTS: usize = 256;
-
-/// The routing kernel and its dynamic shared memory for `experts`:
-/// `moe_route_reg` (probabilities in registers) up to
-/// [`ROUTE_REG_MAX_EXPERTS`], `moe_route` (in shared memory) above that or
-/// when `HEADROOM_MOE_ROUTE=smem`. Both give bitwise the same outputs.
-pub fn route_kernel(experts: usize) -> (&'static str, usize) {
-    let smem = std::env::var("HEADROOM_MOE_ROUTE").as_deref() == Ok("smem");
-    if smem || experts > ROUTE_REG_MAX_EXPERTS {
-        ("moe_route", ROUTE_WARPS * experts * 4)
-    } else {
-        ("moe_route_reg", 0)
-    }
-}
 /// Tokens routed and run per pass: bounds the transient memory (expert
 /// outputs of `CHUNK_TOKENS · top_k` rows) whatever the prompt length.
 pub const CHUNK_TOKENS: usize = 16_384;
