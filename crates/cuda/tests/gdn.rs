@@ -19,7 +19,7 @@ use rayon::prelude::*;
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
 const SCANS: [ScanKernel; 3] = [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep];
-const PREPS: [PrepKernel; 2] = [PrepKernel::V2, PrepKernel::V3];
+const PREPS: [PrepKernel; 2] = [PrepKernel::V3, PrepKernel::V4];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
