@@ -507,7 +507,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                     if t >= 8192 {
                         cases.push((format!("{n}-8seq"), tuned(prep, scan, w, 0), &eight));
                     }
-                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V3 {
+                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V4 {
                         // Timing ablations (wrong results by design): the scan without
                         // its tile loads after the first chunk, without arithmetic.
                         cases.push((format!("{n}-noload"), tuned(prep, scan, w, 1), &one));

@@ -35,10 +35,11 @@ pub enum PrepKernel {
     /// `ldmatrix.trans`; the 3xTF32 split hoisted; the off-diagonal inverse
     /// block row by block row on 1–3 warps (gdn3). (Run 3's V2 was removed
     /// in gdn4.)
-    #[default]
     V3,
     /// V3 with the off-diagonal inverse by 2×2 block doubling on all 8
-    /// warps (critical path 9 → 3 16×16 products).
+    /// warps (critical path 9 → 3 16×16 products). The default since gdn4
+    /// run 1: prep 1.002 → 0.977 ms at t = 32,768 (docs/perf/cuda-gdn.md).
+    #[default]
     V4,
 }
 
