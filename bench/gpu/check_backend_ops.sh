@@ -22,11 +22,19 @@ echo "=== backend op tests (--ignored, one thread) ==="
 timeout 240 "$BIN" --ignored --test-threads=1 2>&1 | tee "$OUT/backend_ops.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
-echo "=== compute-sanitizer memcheck: sampling::small_every_kernel_once ==="
+echo "=== compute-sanitizer memcheck: sampling::small_every_kernel_once, then each fused:: test ==="
 if command -v compute-sanitizer >/dev/null; then
-    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$BIN" --ignored --exact sampling::small_every_kernel_once 2>&1 | tail -n 8
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED"; status=1; }
+    for t in sampling::small_every_kernel_once \
+        fused::conv1d_k4x8_matches_cpu_across_strips_sequences_and_calls \
+        fused::conv1d_narrow_channels_keep_the_one_channel_kernel \
+        fused::gated_attention_equals_attention_then_gate_and_matches_cpu \
+        fused::group_norms_match_cpu_on_both_kernels_and_nan_stays_in_its_group \
+        dense::f32_residual_add_norm_matches_f64; do
+        echo "--- $t"
+        timeout 120 compute-sanitizer --tool memcheck --print-limit 6 --error-exitcode 9 \
+            "$BIN" --ignored --exact "$t" 2>&1 | grep -E "=====|test result|panicked" | head -n 40
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED: $t"; status=1; }
+    done
 else
     echo "compute-sanitizer not found"; status=1
 fi

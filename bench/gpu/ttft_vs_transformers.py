@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
 """TTFT of the Qwen3.6-35B-A3B text shape (40 layers, random N(0, 0.02) bf16
-weights) on one GPU: Headroom (`headroom bench ttft`, the model's prefill, both
-attention arms: fused and composed qL=512) side by side with the transformers
-peer (Qwen3_5MoeForCausalLM, sdpa attention, grouped_mm experts, the Gated
-DeltaNet on flash-linear-attention's Triton kernels when the fla wheels are
-on PYTHONPATH; one forward with logits_to_keep=1, median of N after a warm-up).
+weights) on one GPU: Headroom (`headroom bench ttft`: each prompt a fresh
+request through the engine, the path `generate` and `serve` run —
+`"path": "engine"` in its JSON — with the engine's solo stripe as resolved
+(default `auto`: the whole prompt in one step on the GPU, up to 65,536 tokens
+and the memory left; `engine.solo_stripe` in the JSON says what it resolved
+to and why); both attention arms: fused and composed qL=512) side by side
+with the transformers peer (Qwen3_5MoeForCausalLM, sdpa attention,
+grouped_mm experts, the Gated DeltaNet on flash-linear-attention's Triton
+kernels when the fla wheels are on PYTHONPATH; one forward with
+logits_to_keep=1, median of N after a warm-up).
 
-Prints TTFT, tokens/s, peak transient memory and the ratio; writes
-$OUT/ttft.json (both sides) and $OUT/headroom-<arm>.json (Headroom's own
-headroom.bench.ttft/1 files, with the per-part breakdown).
+Prints TTFT, tokens/s, peak transient memory, engine steps to the first
+token and the ratio; writes $OUT/ttft.json (both sides) and
+$OUT/headroom-<arm>.json (Headroom's own headroom.bench.ttft/2 files, with
+the per-part breakdown and the engine's settings).
 
 Usage: ttft_vs_transformers.py [--bin target/release/headroom] [--lengths 2048,8192,32768]
        [--headroom-only-lengths 131072] [--iterations 3] [--skip-peer]
+       [--solo-stripe N|auto]   (passed to `bench ttft`; default: the engine's `auto`)
 The shape is the one of `--synthetic qwen3.6-35b-a3b`
 (crates/model/src/config.rs, fn qwen36_35b_a3b).
 """
@@ -82,7 +89,7 @@ def peer(lengths, iterations):
     return out, fla
 
 
-def headroom(binary, lengths, iterations, arm, out_dir):
+def headroom(binary, lengths, iterations, arm, out_dir, solo_stripe=None):
     arm_flags = {"fused": ["--attn-execution", "fused"],
                  "composed512": ["--attn-execution", "fallback", "--attn-query-block", "512"]}[arm]
     path = os.path.join(out_dir, f"headroom-{arm}.json")
@@ -91,6 +98,8 @@ def headroom(binary, lengths, iterations, arm, out_dir):
            "--json", path]
     if arm == "fused":
         cmd += ["--breakdown", "--decode", "32"]
+    if solo_stripe:
+        cmd += ["--solo-stripe", solo_stripe]
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     with open(path) as f:
@@ -105,6 +114,7 @@ def main():
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--arms", default="fused,composed512")
+    ap.add_argument("--solo-stripe", default=None)
     a = ap.parse_args()
     out_dir = os.environ.get("OUT", "gpu-out")
     os.makedirs(out_dir, exist_ok=True)
@@ -113,22 +123,27 @@ def main():
     result = dict(lengths=lengths, headroom={}, peer=None)
     for arm in a.arms.split(","):
         try:
-            result["headroom"][arm] = headroom(a.bin, lengths + extra, a.iterations, arm, out_dir)
+            result["headroom"][arm] = headroom(a.bin, lengths + extra, a.iterations, arm, out_dir,
+                                               a.solo_stripe)
         except subprocess.CalledProcessError as e:
             print(f"headroom {arm} failed: {e}", flush=True)
     if not a.skip_peer:
         peer_res, fla = peer(lengths, a.iterations)
         result["peer"] = peer_res
         result["peer_fla"] = fla
-    print("\n| prompt | arm | Headroom TTFT | tokens/s | peak transient | peer TTFT | peer peak | speed-up |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    for arm, rep in result["headroom"].items():
+        stripe = (rep.get("engine") or {}).get("solo_stripe") or {}
+        print(f"headroom {arm}: path {rep.get('path', 'model')}, solo stripe "
+              f"{stripe.get('tokens', '-')} ({stripe.get('requested', '-')}: {stripe.get('reason', '-')})")
+    print("\n| prompt | arm | Headroom TTFT | tokens/s | peak transient | steps | peer TTFT | peer peak | speed-up |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for arm, rep in result["headroom"].items():
         for r in rep["results"]:
             n = r["tokens"]
             p = (result["peer"] or {}).get(n)
             ratio = f"{p['median_ttft_ms'] / r['median_ttft_ms']:.2f}x" if p else "-"
             print(f"| {n} | {arm} | {r['median_ttft_ms']:.1f} ms | {r['tokens_per_s']:.0f} | "
-                  f"{r['peak_transient_bytes'] / 2**30:.2f} GiB | "
+                  f"{r['peak_transient_bytes'] / 2**30:.2f} GiB | {r.get('steps_to_first_token', 1)} | "
                   f"{(str(round(p['median_ttft_ms'], 1)) + ' ms') if p else '-'} | "
                   f"{(str(round(p['peak_transient_bytes'] / 2**30, 2)) + ' GiB') if p else '-'} | {ratio} |")
     with open(os.path.join(out_dir, "ttft.json"), "w") as f:

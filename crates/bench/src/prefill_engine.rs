@@ -99,8 +99,15 @@ impl<B: Backend> PrefillTarget for EnginePrefill<B> {
             path: self.path().to_string(),
             prefill_chunk: Some(s.prefill_chunk),
             step_tokens: Some(s.step_tokens),
-            solo_stripe: Some(s.solo_stripe),
-            solo_chunk: Some(s.max_chunk(true)),
+            solo_stripe: Some(self.core.solo_stripe().tokens),
+            solo_stripe_reason: Some(format!(
+                "{} → {} ({:?}): {}",
+                self.core.solo_stripe().requested,
+                self.core.solo_stripe().tokens,
+                self.core.solo_stripe().bound,
+                self.core.solo_stripe().reason
+            )),
+            solo_chunk: Some(s.max_chunk(true, self.core.solo_stripe().tokens)),
             max_batch_sequences: cfg.max_running,
             max_tokens: 1,
             steps_to_first_token: 0,

@@ -57,6 +57,7 @@ impl<B: Backend> PrefillTarget for ModelPrefill<B> {
             prefill_chunk: None,
             step_tokens: None,
             solo_stripe: None,
+            solo_stripe_reason: None,
             solo_chunk: None,
             max_batch_sequences: 1,
             max_tokens: 1,

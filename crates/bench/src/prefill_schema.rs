@@ -150,8 +150,13 @@ pub struct SchedulerRecord {
     pub prefill_chunk: Option<usize>,
     /// The engine's step token budget; `null` on `model.prefill`.
     pub step_tokens: Option<usize>,
-    /// The engine's solo stripe; `null` on `model.prefill`.
+    /// The engine's solo stripe as resolved (tokens); `null` on `model.prefill`.
     pub solo_stripe: Option<usize>,
+    /// How the engine's solo stripe resolved (`auto` or explicit, the bound
+    /// and why); `null` on `model.prefill` (and read as `null` from files
+    /// written before it).
+    #[serde(default)]
+    pub solo_stripe_reason: Option<String>,
     /// Most prompt rows one step (one attention call) took of this request,
     /// which runs alone: `null` = the whole prompt in one pass.
     pub solo_chunk: Option<usize>,

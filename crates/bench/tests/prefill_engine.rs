@@ -8,7 +8,7 @@ use headroom_bench::prefill::{self, PrefillConfig};
 use headroom_bench::prefill_engine::{context_for, EngineBenchSettings, EnginePrefill};
 use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::Route;
-use headroom_engine::{KvBackendKind, SchedulerSettings};
+use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 use headroom_policy::Registry;
 
 fn tiny_engine(solo: usize) -> EnginePrefill<headroom_cpu::CpuBackend> {
@@ -19,7 +19,8 @@ fn tiny_engine(solo: usize) -> EnginePrefill<headroom_cpu::CpuBackend> {
         scheduler: SchedulerSettings {
             prefill_chunk: solo,
             step_tokens: solo,
-            solo_stripe: solo,
+            solo_stripe: SoloStripe::Tokens(solo),
+            ..SchedulerSettings::default()
         },
         kv_backend: KvBackendKind::Contiguous,
         max_context: context_for(40),
@@ -52,6 +53,12 @@ fn the_engine_target_records_chunked_routes_and_validates() {
     let c = f.samples.iter().find(|s| s.arm == "fallback:16").unwrap();
     assert_eq!(c.scheduler.path, "engine");
     assert_eq!(c.scheduler.solo_chunk, Some(32));
+    let why = c
+        .scheduler
+        .solo_stripe_reason
+        .as_deref()
+        .unwrap_or_default();
+    assert!(why.contains("explicit"), "{why}");
     // 40 prompt tokens in chunks of 32: two steps to the first token.
     assert_eq!(c.scheduler.steps_to_first_token, 2);
     assert_eq!(c.kv.requested, "contiguous");

@@ -108,6 +108,8 @@ fn open_without_a_driver_is_an_error_not_a_panic() {
 mod dense;
 #[path = "backend_ops/experts.rs"]
 mod experts;
+#[path = "backend_ops/fused.rs"]
+mod fused;
 #[path = "backend_ops/sampling.rs"]
 mod sampling;
 #[path = "backend_ops/sequence.rs"]

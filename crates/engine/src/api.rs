@@ -4,6 +4,7 @@
 
 use crate::kv::KvResolution;
 use crate::settings::SchedulerSettings;
+use crate::stripe::SoloStripeResolution;
 use headroom_core::ops::SamplingParams;
 use headroom_core::Route;
 use serde::{Deserialize, Serialize};
@@ -120,7 +121,11 @@ pub struct EngineStats {
     pub cancelled: u64,
     pub prompt_tokens: u64,
     pub generated_tokens: u64,
+    /// The settings as run: an `auto` solo stripe is replaced by the tokens
+    /// it resolved to (`solo_stripe` says what was asked and why).
     pub settings: SchedulerSettings,
+    /// The solo stripe: requested, resolved tokens, the bound and the reason.
+    pub solo_stripe: SoloStripeResolution,
     /// GDN state slots free (one per running sequence is taken).
     pub gdn_slots_free: usize,
     /// The KV backend requested, resolved, and why they differ.

@@ -56,6 +56,8 @@ pub const MAX_CONTEXT: usize = 1 << 24;
 pub struct Limits {
     pub memory: MemoryModel,
     pub settings: SchedulerSettings,
+    /// The resolved solo stripe ([`crate::stripe`]): a request's largest prefill chunk.
+    pub solo_tokens: usize,
     pub budget: Option<u64>,
     pub max_context: usize,
     pub max_waiting: usize,
@@ -107,7 +109,7 @@ impl Limits {
         self.memory.predict(
             r.prompt_ids.len(),
             r.max_tokens,
-            self.settings.max_chunk(true),
+            self.settings.max_chunk(true, self.solo_tokens),
         )
     }
 

@@ -10,14 +10,15 @@ use crate::api::{
 };
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
 use crate::kv::{blocks_for, resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
-use crate::memory::{AttentionLayer, MemoryModel};
+pub use crate::memory::memory_model;
 use crate::scheduler::StepBudget;
 use crate::sequence::Sequence;
 use crate::slots::SlotPool;
 use crate::stream::{stream_pair, RequestStream, Waker};
+use crate::stripe::{run_settings, solo_stripe, SoloStripeResolution};
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch};
-use headroom_core::{AttentionKind, BackendKind, RouteRequest};
+use headroom_core::{BackendKind, RouteRequest};
 use headroom_model::{AttentionPlan, LogitsRows, Qwen35Model, StepModel};
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -92,6 +93,8 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     running: Vec<Sequence>,
     next_id: u64,
     stats: EngineStats,
+    /// The solo stripe this engine runs, with why.
+    solo: SoloStripeResolution,
 }
 
 impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
@@ -123,9 +126,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         // alone always gets its blocks).
         let total_blocks = cfg.max_running * blocks_for(cfg.max_context);
         let state = model.new_state(cfg.max_running, cfg.max_context)?;
+        let solo = solo_stripe(&model, &cfg, &memory);
         let limits = Limits {
             memory,
             settings: cfg.scheduler,
+            solo_tokens: solo.tokens,
             budget: cfg.memory_budget_bytes,
             max_context: cfg.max_context,
             max_waiting: cfg.max_waiting,
@@ -143,7 +148,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             cancelled: 0,
             prompt_tokens: 0,
             generated_tokens: 0,
-            settings: cfg.scheduler,
+            settings: run_settings(&cfg, &solo),
+            solo_stripe: solo.clone(),
             gdn_slots_free: cfg.max_running,
             kv: kv.clone(),
             memory_budget_bytes: cfg.memory_budget_bytes,
@@ -168,6 +174,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             running: Vec::new(),
             next_id: 1,
             stats,
+            solo,
         })
     }
 
@@ -182,6 +189,16 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// The model (rank 0's of a group).
     pub fn model(&self) -> &Qwen35Model<B> {
         self.model.lead()
+    }
+
+    /// The model the engine steps (a plain model or a group: profiling hooks).
+    pub fn step_model(&self) -> &M {
+        &self.model
+    }
+
+    /// The solo stripe this engine runs: requested, resolved, the bound and why.
+    pub fn solo_stripe(&self) -> &SoloStripeResolution {
+        &self.solo
     }
 
     /// `(active, peak)` backend bytes of every rank.
@@ -213,6 +230,10 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         }
         let routes = self.model.routes(&plan)?;
         self.limits.memory = memory_model(self.model.lead(), &routes);
+        self.solo = solo_stripe(&self.model, &self.cfg, &self.limits.memory);
+        self.limits.solo_tokens = self.solo.tokens;
+        self.stats.settings = run_settings(&self.cfg, &self.solo);
+        self.stats.solo_stripe = self.solo.clone();
         self.routes = routes;
         self.cfg.attention = plan;
         Ok(())
@@ -400,7 +421,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let started = Instant::now();
         self.reap_cancelled();
         let solo = self.running.len() + self.waiting.len() == 1;
-        let mut budget = StepBudget::new(&self.cfg.scheduler, solo);
+        let mut budget = StepBudget::new(&self.cfg.scheduler, solo, self.solo.tokens);
         // (index in running, rows)
         let mut plan: Vec<(usize, usize)> = Vec::new();
         for (i, s) in self.running.iter().enumerate() {
@@ -567,54 +588,5 @@ fn backend_name(kind: BackendKind) -> &'static str {
     match kind {
         BackendKind::Cpu => "cpu",
         BackendKind::Cuda => "cuda",
-    }
-}
-
-/// The memory model of `model` running `routes` (threads: the current rayon
-/// pool). `model` is one rank's shard (a plain model is the whole one): the
-/// KV and GDN bytes are what that rank holds — its KV heads, its GDN heads —
-/// and every rank of a group holds the same amount, so admission by this
-/// model counts each rank's memory against the per-rank budget.
-pub fn memory_model<B: Backend>(
-    model: &Qwen35Model<B>,
-    routes: &[Option<RouteRequest>],
-) -> MemoryModel {
-    let be = model.backend();
-    let act = be.act_dtype().size_bytes() as u64;
-    let cfg = model.config();
-    let attention: Vec<AttentionLayer> = model
-        .attention_kinds()
-        .into_iter()
-        .filter_map(|(layer, kind)| {
-            routes
-                .get(layer)
-                .copied()
-                .flatten()
-                .map(|route| AttentionLayer { layer, kind, route })
-        })
-        .collect();
-    let kv_bytes_per_token = attention
-        .iter()
-        .map(|a| 2 * (a.kind.kv_heads * a.kind.head_dim) as u64 * act)
-        .sum();
-    let lin = &cfg.linear;
-    let linear_layers = cfg
-        .layer_types
-        .iter()
-        .filter(|k| **k == AttentionKind::Linear)
-        .count() as u64;
-    let (key_heads, value_heads) = (
-        model.shard().linear.kv_heads.len(),
-        model.shard().linear.heads.len(),
-    );
-    let conv_dim = (2 * key_heads * lin.key_head_dim + value_heads * lin.value_head_dim) as u64;
-    let conv = (lin.conv_kernel_dim.saturating_sub(1)) as u64 * conv_dim * act;
-    let recurrent = (value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
-    MemoryModel {
-        backend: be.kind(),
-        kv_bytes_per_token,
-        gdn_bytes_per_slot: linear_layers * (conv + recurrent),
-        attention,
-        threads: rayon::current_num_threads(),
     }
 }

@@ -1,7 +1,10 @@
 //! Headroom's engine: continuous batching over any backend of the op set.
 //!
 //! * [`settings`] — the scheduler's prefill chunk, step token budget and solo
-//!   stripe (defaults 512 / 2048 / 2048; `HEADROOM_*` env, fail-closed);
+//!   stripe (defaults 512 / 2048 / `auto`; `HEADROOM_*` env, fail-closed);
+//! * [`stripe`] — what an `auto` solo stripe resolves to on an engine (the
+//!   whole prompt on GPUs within a cap and a memory budget, 2048 on the CPU),
+//!   with why;
 //! * [`scheduler`] — the token budget of one step: decode rows first, then
 //!   prefill chunks, several sequences packed into one `Qwen35Model::step`;
 //! * [`kv`] — the KV factory (contiguous | paged, resolved with its reason)
@@ -28,6 +31,7 @@ mod sequence;
 pub mod settings;
 pub mod slots;
 pub mod stream;
+pub mod stripe;
 
 pub use api::{
     AttentionRun, EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
@@ -38,8 +42,9 @@ pub use core::{EngineCore, SampledRow, StepReport};
 pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
 pub use memory::{MemoryModel, Prediction};
-pub use settings::SchedulerSettings;
+pub use settings::{SchedulerSettings, SoloStripe};
 pub use stream::RequestStream;
+pub use stripe::{SoloStripeResolution, StripeBound};
 
 /// Why an engine could not be built or stepped.
 #[derive(Debug, thiserror::Error)]

@@ -15,10 +15,55 @@
 //!
 //! The bound is exact when a request's last prefill chunk holds at least one
 //! full query block (composed) or tile (fused); it never under-predicts.
+//!
+//! A step's activations ([`MemoryModel::activation_bytes_per_row`]) are not
+//! part of a request's admission (a shared step is bounded by its token
+//! budget); they bound the solo stripe a GPU grows to
+//! ([`MemoryModel::solo_step_transient`], used by [`crate::stripe`]). The
+//! per-row figure is an estimate from the shape — every buffer one layer's
+//! mixer or MLP holds per row at once, plus the residual stream — meant as
+//! an upper bound (the 35B-A3B shape: ≈ 100 KB/row against the 2.15 GiB
+//! measured at 32k, ≈ 69 KB/row, on the H200).
 
 use headroom_attention_cpu::fused::{rows_per_head, FUSED_KV_TILE};
-use headroom_core::{BackendKind, LayerKind, RouteRequest};
+use headroom_core::ops::Backend;
+use headroom_core::{AttentionKind, BackendKind, LayerKind, RouteRequest};
+use headroom_model::config::{MlpConfig, ModelConfig};
+use headroom_model::Qwen35Model;
 use serde::Serialize;
+
+/// Estimated activation bytes one row of a step holds at its peak, for
+/// activations of `act` bytes: the f32 residual stream, the normed input
+/// and the mixer's output, plus the largest of one layer's live buffers —
+/// Gated DeltaNet (qkv projection and its conv output, z, the rule's output,
+/// the gated norm, a / b), gated full attention (q + gate, k, v, output),
+/// the MLP (router logits in f32; per routed expert the gathered input,
+/// gate + up and the activation, the f32 down output; the shared expert) —
+/// all counted live at once, an upper bound.
+pub fn activation_bytes_per_row(cfg: &ModelConfig, act: u64) -> u64 {
+    let h = cfg.hidden_size as u64;
+    let base = 4 * h + 2 * act * h;
+    let lin = &cfg.linear;
+    let (conv, vd) = (lin.conv_dim() as u64, lin.value_dim() as u64);
+    let gdn = act * (2 * conv + 3 * vd + 2 * lin.num_value_heads as u64);
+    let (qd, kvd) = (
+        (cfg.num_attention_heads * cfg.head_dim) as u64,
+        (cfg.num_key_value_heads * cfg.head_dim) as u64,
+    );
+    let attention = act * (3 * qd + 2 * kvd);
+    let mlp = match cfg.mlp {
+        MlpConfig::Moe(m) => {
+            let (k, i, shared) = (
+                m.num_experts_per_tok as u64,
+                m.moe_intermediate_size as u64,
+                m.shared_expert_intermediate_size as u64,
+            );
+            4 * m.num_experts as u64 + k * (act * (h + 3 * i) + 4 * h) + act * (3 * shared + h)
+        }
+        MlpConfig::Dense { intermediate_size } => act * (3 * intermediate_size as u64 + h),
+    };
+    base + gdn.max(attention).max(mlp)
+}
 
 /// One full-attention layer as the memory model sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -63,6 +108,9 @@ pub struct MemoryModel {
     pub attention: Vec<AttentionLayer>,
     /// Worker threads of the attention kernels (CPU).
     pub threads: usize,
+    /// Estimated activation bytes one row of a step holds at its peak
+    /// (see the module doc).
+    pub activation_bytes_per_row: u64,
 }
 
 impl MemoryModel {
@@ -87,6 +135,22 @@ impl MemoryModel {
             gdn_bytes: self.gdn_bytes_per_slot,
             transient_bytes: transient,
         }
+    }
+
+    /// Predicted transient bytes of one step of `rows` prompt rows of a
+    /// request alone, its KV up to `kv_len` rows: the step's activations plus
+    /// the largest attention call's transient.
+    pub fn solo_step_transient(&self, rows: usize, kv_len: usize) -> u64 {
+        let kv = kv_len.max(rows).max(1);
+        let attention = self
+            .attention
+            .iter()
+            .map(|a| self.attention_transient(a, rows.max(1), kv))
+            .max()
+            .unwrap_or(0);
+        self.activation_bytes_per_row
+            .saturating_mul(rows as u64)
+            .saturating_add(attention)
     }
 
     /// Transient bytes of one attention call of `q_len` rows over `kv_len` keys.
@@ -124,6 +188,56 @@ impl MemoryModel {
     }
 }
 
+/// The memory model of `model` running `routes` (threads: the current rayon
+/// pool). `model` is one rank's shard (a plain model is the whole one): the
+/// KV and GDN bytes are what that rank holds — its KV heads, its GDN heads —
+/// and every rank of a group holds the same amount, so admission by this
+/// model counts each rank's memory against the per-rank budget.
+pub fn memory_model<B: Backend>(
+    model: &Qwen35Model<B>,
+    routes: &[Option<RouteRequest>],
+) -> MemoryModel {
+    let be = model.backend();
+    let act = be.act_dtype().size_bytes() as u64;
+    let cfg = model.config();
+    let attention: Vec<AttentionLayer> = model
+        .attention_kinds()
+        .into_iter()
+        .filter_map(|(layer, kind)| {
+            routes
+                .get(layer)
+                .copied()
+                .flatten()
+                .map(|route| AttentionLayer { layer, kind, route })
+        })
+        .collect();
+    let kv_bytes_per_token = attention
+        .iter()
+        .map(|a| 2 * (a.kind.kv_heads * a.kind.head_dim) as u64 * act)
+        .sum();
+    let lin = &cfg.linear;
+    let linear_layers = cfg
+        .layer_types
+        .iter()
+        .filter(|k| **k == AttentionKind::Linear)
+        .count() as u64;
+    let (key_heads, value_heads) = (
+        model.shard().linear.kv_heads.len(),
+        model.shard().linear.heads.len(),
+    );
+    let conv_dim = (2 * key_heads * lin.key_head_dim + value_heads * lin.value_head_dim) as u64;
+    let conv = (lin.conv_kernel_dim.saturating_sub(1)) as u64 * conv_dim * act;
+    let recurrent = (value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
+    MemoryModel {
+        activation_bytes_per_row: activation_bytes_per_row(cfg, act),
+        backend: be.kind(),
+        kv_bytes_per_token,
+        gdn_bytes_per_slot: linear_layers * (conv + recurrent),
+        attention,
+        threads: rayon::current_num_threads(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +260,7 @@ mod tests {
                 route,
             }],
             threads,
+            activation_bytes_per_row: 0,
         }
     }
 
@@ -167,6 +282,36 @@ mod tests {
             f.predict(8192, 8, 512).transient_bytes
         );
         assert_eq!(small.total(), small.kv_bytes + 77 + small.transient_bytes);
+    }
+
+    #[test]
+    fn a_solo_step_adds_activations_per_row_to_the_attention_transient() {
+        let mut c = model(RouteRequest::Composed { query_block: 0 }, 1);
+        c.backend = BackendKind::Cuda;
+        c.activation_bytes_per_row = 1000;
+        // group 2, qb = rows = 100, kv_len 300.
+        assert_eq!(
+            c.solo_step_transient(100, 300),
+            100 * 1000 + 2 * 100 * 300 * 6
+        );
+        // kv_len is at least the rows of the step.
+        assert_eq!(c.solo_step_transient(10, 0), 10 * 1000 + 2 * 10 * 10 * 6);
+        c.attention[0].route = RouteRequest::Fused;
+        assert_eq!(c.solo_step_transient(4096, 8192), 4096 * 1000);
+    }
+
+    #[test]
+    fn the_35b_activation_estimate_bounds_the_h200_measurement() {
+        let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
+        let per_row = activation_bytes_per_row(&cfg, 2);
+        // 2.15 GiB peak transient at 32,768 rows (docs/perf/cuda-model.md run 4).
+        let measured = (2.15 * (1u64 << 30) as f64 / 32_768.0) as u64;
+        assert!(
+            per_row >= measured && per_row <= 3 * measured,
+            "{per_row} bytes/row against {measured} measured"
+        );
+        let tiny = ModelConfig::synthetic("tiny-d64").unwrap();
+        assert!(activation_bytes_per_row(&tiny, 4) > 4 * tiny.hidden_size as u64);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The token budget of one engine step (vLLM v1 style): decode tokens of
 //! running sequences are taken first (one row each), then prefill chunks in
-//! admission order, each at most the prefill chunk — or, for a request alone
-//! in the engine, the solo stripe — and never more than the rows left.
+//! admission order, each at most the prefill chunk within `step_tokens` rows
+//! — or, for a request alone in the engine, its resolved solo stripe, which
+//! is then the whole step's budget — and never more than the rows left. The
+//! step after a second request arrives is back to the shared budget.
 
 use crate::settings::SchedulerSettings;
 
@@ -13,11 +15,12 @@ pub struct StepBudget {
 }
 
 impl StepBudget {
-    /// A fresh step; `solo` when exactly one request is in the engine.
-    pub fn new(settings: &SchedulerSettings, solo: bool) -> StepBudget {
+    /// A fresh step; `solo` when exactly one request is in the engine,
+    /// `solo_tokens` the resolved solo stripe ([`crate::stripe`]).
+    pub fn new(settings: &SchedulerSettings, solo: bool, solo_tokens: usize) -> StepBudget {
         StepBudget {
-            left: settings.step_tokens,
-            chunk: settings.max_chunk(solo),
+            left: settings.step_rows(solo, solo_tokens),
+            chunk: settings.max_chunk(solo, solo_tokens),
         }
     }
 
@@ -52,27 +55,28 @@ mod tests {
         let s = SchedulerSettings {
             prefill_chunk: 512,
             step_tokens: 1000,
-            solo_stripe: 2048,
+            ..SchedulerSettings::default()
         };
-        let mut b = StepBudget::new(&s, false);
+        let mut b = StepBudget::new(&s, false, 2048);
         assert!(b.decode() && b.decode());
         assert_eq!(b.prefill(700), 512);
         assert_eq!(b.prefill(700), 486, "the rest of the budget");
         assert_eq!(b.prefill(5), 0);
         assert!(!b.decode());
-        let mut solo = StepBudget::new(&s, true);
+        let mut solo = StepBudget::new(&s, true, 2048);
         assert_eq!(
             solo.prefill(5000),
-            1000,
-            "solo stripe capped by the step budget"
+            2048,
+            "a solo step is its stripe, past step_tokens"
         );
-        let mut small = StepBudget::new(
-            &SchedulerSettings {
-                solo_stripe: 100,
-                ..s
-            },
-            true,
+        assert_eq!(solo.left(), 0);
+        let mut whole = StepBudget::new(&s, true, 65_536);
+        assert_eq!(
+            whole.prefill(32_768),
+            32_768,
+            "the whole prompt in one step"
         );
+        let mut small = StepBudget::new(&s, true, 100);
         assert_eq!(
             small.prefill(5000),
             512,

@@ -1,29 +1,131 @@
-//! The scheduler's three numbers ([`SchedulerSettings`]: prefill chunk, step
-//! token budget, solo stripe) with their defaults, and reading them from the
-//! `HEADROOM_PREFILL_CHUNK`, `HEADROOM_STEP_TOKENS` and `HEADROOM_SOLO_STRIPE`
-//! environment variables with fail-closed parsing: a malformed value keeps
-//! the default and yields one warning.
+//! The scheduler's settings ([`SchedulerSettings`]: prefill chunk, step
+//! token budget, solo stripe — a number of tokens or `auto` — and the cap
+//! and memory budget of an `auto` stripe) with their defaults, and reading
+//! them from the `HEADROOM_PREFILL_CHUNK`, `HEADROOM_STEP_TOKENS`,
+//! `HEADROOM_SOLO_STRIPE` (`auto` or tokens), `HEADROOM_SOLO_STRIPE_CAP` and
+//! `HEADROOM_SOLO_STRIPE_BUDGET_MIB` environment variables with fail-closed
+//! parsing: a malformed value keeps the default and yields one warning.
+//! What `auto` resolves to on a given engine is [`crate::stripe`]'s job.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-/// Largest value any of the three settings may take (tokens).
+/// Largest value any of the token settings may take (tokens).
 pub const MAX_SETTING_TOKENS: usize = 1 << 20;
+
+/// The fixed stripe: the solo stripe `auto` resolves to on the CPU (its
+/// measured setting) and the floor of a memory-bound stripe on GPUs.
+pub const FIXED_SOLO_STRIPE: usize = 2048;
+
+/// Default cap of an `auto` solo stripe (prompt tokens in one step).
+pub const DEFAULT_SOLO_STRIPE_CAP: usize = 65_536;
 
 pub const ENV_PREFILL_CHUNK: &str = "HEADROOM_PREFILL_CHUNK";
 pub const ENV_STEP_TOKENS: &str = "HEADROOM_STEP_TOKENS";
 pub const ENV_SOLO_STRIPE: &str = "HEADROOM_SOLO_STRIPE";
+pub const ENV_SOLO_STRIPE_CAP: &str = "HEADROOM_SOLO_STRIPE_CAP";
+pub const ENV_SOLO_STRIPE_BUDGET_MIB: &str = "HEADROOM_SOLO_STRIPE_BUDGET_MIB";
+
+/// The solo stripe asked for: `auto` (resolved per engine by
+/// [`crate::stripe::resolve_solo_stripe`]: the whole remaining prompt on GPUs
+/// within a cap and a memory budget, [`FIXED_SOLO_STRIPE`] on the CPU) or an
+/// explicit number of tokens. Written `"auto"` or a number (JSON, env, flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SoloStripe {
+    #[default]
+    Auto,
+    Tokens(usize),
+}
+
+impl SoloStripe {
+    /// The explicit tokens (`None` for `auto`).
+    pub fn tokens(&self) -> Option<usize> {
+        match self {
+            SoloStripe::Auto => None,
+            SoloStripe::Tokens(n) => Some(*n),
+        }
+    }
+}
+
+impl std::fmt::Display for SoloStripe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SoloStripe::Auto => f.write_str("auto"),
+            SoloStripe::Tokens(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for SoloStripe {
+    type Err = String;
+
+    /// `auto` (any case) or a positive integer ≤ [`MAX_SETTING_TOKENS`].
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text.trim().eq_ignore_ascii_case("auto") {
+            return Ok(SoloStripe::Auto);
+        }
+        parse_tokens(text)
+            .map(SoloStripe::Tokens)
+            .map_err(|why| format!("{why} or `auto`"))
+    }
+}
+
+impl From<usize> for SoloStripe {
+    fn from(n: usize) -> Self {
+        SoloStripe::Tokens(n)
+    }
+}
+
+impl Serialize for SoloStripe {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SoloStripe::Auto => s.serialize_str("auto"),
+            SoloStripe::Tokens(n) => s.serialize_u64(*n as u64),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SoloStripe {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => usize::try_from(n)
+                .ok()
+                .filter(|&n| n > 0 && n <= MAX_SETTING_TOKENS)
+                .map(SoloStripe::Tokens)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "solo_stripe {n} must be in 1..={MAX_SETTING_TOKENS}"
+                    ))
+                }),
+            Raw::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
 
 /// How each engine step is filled (vLLM v1 style): decode tokens of running
-/// sequences first, then prefill chunks, up to `step_tokens` rows per step.
+/// sequences first, then prefill chunks, up to `step_tokens` rows per step;
+/// a request alone in the engine takes up to its resolved solo stripe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SchedulerSettings {
     /// Most prompt tokens of one sequence per step when others share the engine.
     pub prefill_chunk: usize,
-    /// Most rows (decode + prefill tokens of every sequence) in one step.
+    /// Most rows (decode + prefill tokens of every sequence) in one step
+    /// shared by several requests.
     pub step_tokens: usize,
-    /// Most prompt tokens per step of a request alone in the engine.
-    pub solo_stripe: usize,
+    /// Most prompt tokens per step of a request alone in the engine (that
+    /// step's whole budget): `auto` or tokens.
+    pub solo_stripe: SoloStripe,
+    /// Most tokens an `auto` stripe resolves to.
+    pub solo_stripe_cap: usize,
+    /// Bytes of transients a solo step may use when the stripe is `auto`
+    /// (`None`: the free device memory after weights and state; MiB in env).
+    pub solo_stripe_budget_bytes: Option<u64>,
 }
 
 impl Default for SchedulerSettings {
@@ -31,7 +133,9 @@ impl Default for SchedulerSettings {
         SchedulerSettings {
             prefill_chunk: 512,
             step_tokens: 2048,
-            solo_stripe: 2048,
+            solo_stripe: SoloStripe::Auto,
+            solo_stripe_cap: DEFAULT_SOLO_STRIPE_CAP,
+            solo_stripe_budget_bytes: None,
         }
     }
 }
@@ -49,52 +153,100 @@ impl SchedulerSettings {
     ) -> (SchedulerSettings, Vec<String>) {
         let mut s = SchedulerSettings::default();
         let mut warnings = Vec::new();
+        let mut read = |name: &str, default: String| -> Option<String> {
+            let raw = lookup(name)?;
+            match raw.to_str() {
+                Some(text) => Some(text.to_string()),
+                None => {
+                    warnings.push(format!(
+                        "{name} is not valid UTF-8; ignored, using the default {default}"
+                    ));
+                    None
+                }
+            }
+        };
+        let mut bad = Vec::new();
         for (name, field) in [
             (ENV_PREFILL_CHUNK, &mut s.prefill_chunk),
             (ENV_STEP_TOKENS, &mut s.step_tokens),
-            (ENV_SOLO_STRIPE, &mut s.solo_stripe),
+            (ENV_SOLO_STRIPE_CAP, &mut s.solo_stripe_cap),
         ] {
-            let Some(raw) = lookup(name) else { continue };
-            match raw.to_str().map(parse_tokens) {
-                Some(Ok(v)) => *field = v,
-                Some(Err(why)) => warnings.push(format!(
-                    "{name}={:?} ignored ({why}); using the default {}",
-                    raw.to_string_lossy(),
-                    *field
-                )),
-                None => warnings.push(format!(
-                    "{name} is not valid UTF-8; ignored, using the default {}",
-                    *field
+            if let Some(text) = read(name, field.to_string()) {
+                match parse_tokens(&text) {
+                    Ok(v) => *field = v,
+                    Err(why) => bad.push((name, text, why, field.to_string())),
+                }
+            }
+        }
+        if let Some(text) = read(ENV_SOLO_STRIPE, s.solo_stripe.to_string()) {
+            match text.parse() {
+                Ok(v) => s.solo_stripe = v,
+                Err(why) => bad.push((ENV_SOLO_STRIPE, text, why, s.solo_stripe.to_string())),
+            }
+        }
+        if let Some(text) = read(ENV_SOLO_STRIPE_BUDGET_MIB, "unset".into()) {
+            match text.trim().parse::<u64>() {
+                Ok(mib) if mib > 0 && mib <= MAX_BUDGET_MIB => {
+                    s.solo_stripe_budget_bytes = Some(mib << 20)
+                }
+                _ => bad.push((
+                    ENV_SOLO_STRIPE_BUDGET_MIB,
+                    text,
+                    format!("must be MiB in 1..={MAX_BUDGET_MIB}"),
+                    "unset (free device memory)".into(),
                 )),
             }
         }
+        warnings.extend(bad.into_iter().map(|(name, text, why, default)| {
+            format!("{name}={text:?} ignored ({why}); using the default {default}")
+        }));
         (s, warnings)
     }
 
-    /// Checks each value is in `1..=MAX_SETTING_TOKENS`.
+    /// Checks each token value is in `1..=MAX_SETTING_TOKENS` and a budget is positive.
     pub fn validate(&self) -> Result<(), String> {
+        let solo = self.solo_stripe.tokens().unwrap_or(1);
         for (name, v) in [
             ("prefill_chunk", self.prefill_chunk),
             ("step_tokens", self.step_tokens),
-            ("solo_stripe", self.solo_stripe),
+            ("solo_stripe", solo),
+            ("solo_stripe_cap", self.solo_stripe_cap),
         ] {
             if v == 0 || v > MAX_SETTING_TOKENS {
                 return Err(format!("{name} = {v} must be in 1..={MAX_SETTING_TOKENS}"));
             }
         }
+        if self.solo_stripe_budget_bytes == Some(0) {
+            return Err("solo_stripe_budget_bytes must be positive".into());
+        }
         Ok(())
     }
 
-    /// The most prompt tokens one sequence can take in one step.
-    pub fn max_chunk(&self, solo: bool) -> usize {
-        let cap = if solo {
-            self.solo_stripe.max(self.prefill_chunk)
+    /// The most prompt tokens one sequence can take in one step, given the
+    /// resolved solo stripe (`solo_tokens`, see [`crate::stripe`]): a
+    /// request alone takes up to its stripe (never less than the prefill
+    /// chunk) — that step's whole budget; shared steps take the prefill
+    /// chunk within `step_tokens`.
+    pub fn max_chunk(&self, solo: bool, solo_tokens: usize) -> usize {
+        if solo {
+            solo_tokens.max(self.prefill_chunk)
         } else {
-            self.prefill_chunk
-        };
-        cap.min(self.step_tokens)
+            self.prefill_chunk.min(self.step_tokens)
+        }
+    }
+
+    /// The rows of one step: the solo stripe's chunk alone, else `step_tokens`.
+    pub fn step_rows(&self, solo: bool, solo_tokens: usize) -> usize {
+        if solo {
+            self.max_chunk(true, solo_tokens)
+        } else {
+            self.step_tokens
+        }
     }
 }
+
+/// Largest `HEADROOM_SOLO_STRIPE_BUDGET_MIB` (16 TiB).
+pub const MAX_BUDGET_MIB: u64 = 1 << 24;
 
 impl std::fmt::Display for SchedulerSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -102,7 +254,15 @@ impl std::fmt::Display for SchedulerSettings {
             f,
             "prefill_chunk {} step_tokens {} solo_stripe {}",
             self.prefill_chunk, self.step_tokens, self.solo_stripe
-        )
+        )?;
+        if self.solo_stripe == SoloStripe::Auto {
+            write!(f, " (cap {}", self.solo_stripe_cap)?;
+            match self.solo_stripe_budget_bytes {
+                Some(b) => write!(f, ", budget {} MiB)", b >> 20)?,
+                None => f.write_str(")")?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -133,16 +293,49 @@ mod tests {
     }
 
     #[test]
-    fn defaults_are_512_2048_2048() {
+    fn defaults_are_512_2048_auto_capped_at_65536() {
         let (s, w) = with(&[]);
         assert_eq!(s, SchedulerSettings::default());
         assert_eq!(
             (s.prefill_chunk, s.step_tokens, s.solo_stripe),
-            (512, 2048, 2048)
+            (512, 2048, SoloStripe::Auto)
+        );
+        assert_eq!(
+            (s.solo_stripe_cap, s.solo_stripe_budget_bytes),
+            (65_536, None)
         );
         assert!(w.is_empty());
         let parsed: SchedulerSettings = serde_json::from_str(r#"{"step_tokens": 99}"#).unwrap();
         assert_eq!((parsed.prefill_chunk, parsed.step_tokens), (512, 99));
+        assert_eq!(parsed.solo_stripe, SoloStripe::Auto);
+    }
+
+    #[test]
+    fn the_solo_stripe_reads_and_writes_auto_or_tokens() {
+        for (text, want) in [
+            ("auto", SoloStripe::Auto),
+            (" AUTO ", SoloStripe::Auto),
+            ("4096", SoloStripe::Tokens(4096)),
+        ] {
+            assert_eq!(text.parse::<SoloStripe>().unwrap(), want);
+        }
+        for bad in ["0", "-3", "lots", "1048577"] {
+            assert!(bad.parse::<SoloStripe>().is_err(), "{bad}");
+        }
+        let s = SchedulerSettings {
+            solo_stripe: SoloStripe::Tokens(8192),
+            ..SchedulerSettings::default()
+        };
+        let json = serde_json::to_value(s).unwrap();
+        assert_eq!(json["solo_stripe"], 8192);
+        assert_eq!(
+            serde_json::to_value(SchedulerSettings::default()).unwrap()["solo_stripe"],
+            "auto"
+        );
+        let back: SchedulerSettings = serde_json::from_value(json).unwrap();
+        assert_eq!(back, s);
+        assert!(serde_json::from_str::<SchedulerSettings>(r#"{"solo_stripe": 0}"#).is_err());
+        assert!(serde_json::from_str::<SchedulerSettings>(r#"{"solo_stripe": "x"}"#).is_err());
     }
 
     #[test]
@@ -154,11 +347,28 @@ mod tests {
         ]);
         assert_eq!(s.prefill_chunk, 37);
         assert_eq!(s.step_tokens, 2048);
-        assert_eq!(s.solo_stripe, 2048);
+        assert_eq!(s.solo_stripe, SoloStripe::Auto);
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains(ENV_STEP_TOKENS) && w[0].contains("2048"));
+        assert!(w[1].contains(ENV_SOLO_STRIPE) && w[1].contains("auto"));
         let (s, w) = with(&[(ENV_STEP_TOKENS, "99999999999999999999999")]);
         assert_eq!((s.step_tokens, w.len()), (2048, 1));
+        let (s, w) = with(&[
+            (ENV_SOLO_STRIPE, "8192"),
+            (ENV_SOLO_STRIPE_CAP, "16384"),
+            (ENV_SOLO_STRIPE_BUDGET_MIB, "1024"),
+        ]);
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(s.solo_stripe, SoloStripe::Tokens(8192));
+        assert_eq!(s.solo_stripe_cap, 16384);
+        assert_eq!(s.solo_stripe_budget_bytes, Some(1 << 30));
+        let (s, w) = with(&[(ENV_SOLO_STRIPE, "auto"), (ENV_SOLO_STRIPE_BUDGET_MIB, "0")]);
+        assert_eq!(
+            (s.solo_stripe, s.solo_stripe_budget_bytes),
+            (SoloStripe::Auto, None)
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains(ENV_SOLO_STRIPE_BUDGET_MIB));
     }
 
     #[test]
@@ -166,13 +376,30 @@ mod tests {
         let s = SchedulerSettings {
             prefill_chunk: 512,
             step_tokens: 1000,
-            solo_stripe: 2048,
+            ..SchedulerSettings::default()
         };
-        assert_eq!(s.max_chunk(false), 512);
-        assert_eq!(s.max_chunk(true), 1000);
+        assert_eq!(s.max_chunk(false, 2048), 512);
+        assert_eq!(s.max_chunk(true, 2048), 2048, "a solo step is its stripe");
+        assert_eq!(s.max_chunk(true, 100), 512, "never below the prefill chunk");
+        assert_eq!(
+            (s.step_rows(false, 2048), s.step_rows(true, 4096)),
+            (1000, 4096)
+        );
         assert!(s.validate().is_ok());
         assert!(SchedulerSettings {
             step_tokens: 0,
+            ..s
+        }
+        .validate()
+        .is_err());
+        assert!(SchedulerSettings {
+            solo_stripe: SoloStripe::Tokens(0),
+            ..s
+        }
+        .validate()
+        .is_err());
+        assert!(SchedulerSettings {
+            solo_stripe_budget_bytes: Some(0),
             ..s
         }
         .validate()

@@ -8,7 +8,7 @@ mod common;
 use common::{core, drive, ids, tiny};
 use headroom_core::RouteRequest;
 use headroom_engine::{
-    EngineConfig, FinishReason, GenerateRequest, SchedulerSettings, SubmitError,
+    EngineConfig, FinishReason, GenerateRequest, SchedulerSettings, SoloStripe, SubmitError,
 };
 use headroom_model::AttentionPlan;
 
@@ -137,7 +137,8 @@ fn predicted_transient_matches_the_measured_peak_across_routes() {
     let s = |chunk, step, solo| SchedulerSettings {
         prefill_chunk: chunk,
         step_tokens: step,
-        solo_stripe: solo,
+        solo_stripe: SoloStripe::Tokens(solo),
+        ..SchedulerSettings::default()
     };
     for model in ["tiny-d64", "tiny-d256"] {
         measured_vs_predicted(

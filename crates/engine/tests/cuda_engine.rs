@@ -8,7 +8,7 @@ mod common;
 use common::{fixture_dir, ids, rel_err};
 use headroom_core::RouteRequest;
 use headroom_cuda::backend::CudaBackend;
-use headroom_engine::{EngineConfig, EngineCore, GenerateRequest, SchedulerSettings};
+use headroom_engine::{EngineConfig, EngineCore, GenerateRequest, SchedulerSettings, SoloStripe};
 use headroom_model::{AttentionPlan, ModelConfig, Qwen35Model, Weights};
 
 fn model(name: &str) -> Qwen35Model<CudaBackend> {
@@ -53,7 +53,8 @@ fn cuda_batch_and_chunk_invariance_bf16() {
             scheduler: SchedulerSettings {
                 prefill_chunk: 37,
                 step_tokens: 160,
-                solo_stripe: 2048,
+                solo_stripe: SoloStripe::Tokens(2048),
+                ..SchedulerSettings::default()
             },
             attention: AttentionPlan::Uniform(route),
             max_running: 8,

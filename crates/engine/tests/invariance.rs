@@ -6,14 +6,15 @@ mod common;
 
 use common::{alone, core, drive, fixture, ids, rel_err, tiny};
 use headroom_core::RouteRequest;
-use headroom_engine::{EngineConfig, FinishReason, GenerateRequest, SchedulerSettings};
+use headroom_engine::{EngineConfig, FinishReason, GenerateRequest, SchedulerSettings, SoloStripe};
 use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows};
 
 fn settings(chunk: usize, step: usize, solo: usize) -> SchedulerSettings {
     SchedulerSettings {
         prefill_chunk: chunk,
         step_tokens: step,
-        solo_stripe: solo,
+        solo_stripe: SoloStripe::Tokens(solo),
+        ..SchedulerSettings::default()
     }
 }
 

@@ -8,7 +8,7 @@ mod common;
 use common::{collect_events, core, drive, ids, rel_err, tiny, Outcome};
 use headroom_engine::{
     spawn, EngineConfig, FinishReason, GenerateRequest, KvBackendKind, KvStorage,
-    SchedulerSettings, StreamEvent, SubmitError, KV_BLOCK_ROWS,
+    SchedulerSettings, SoloStripe, StreamEvent, SubmitError, KV_BLOCK_ROWS,
 };
 
 fn small_chunks() -> EngineConfig {
@@ -16,7 +16,8 @@ fn small_chunks() -> EngineConfig {
         scheduler: SchedulerSettings {
             prefill_chunk: 64,
             step_tokens: 128,
-            solo_stripe: 64,
+            solo_stripe: SoloStripe::Tokens(64),
+            ..SchedulerSettings::default()
         },
         max_running: 4,
         max_context: 1024,

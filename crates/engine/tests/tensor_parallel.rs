@@ -11,7 +11,7 @@ mod common;
 use common::{collect_events, fixture_dir, ids, rel_err, Outcome};
 use headroom_core::ops::Backend;
 use headroom_cpu::CpuBackend;
-use headroom_engine::{EngineConfig, EngineCore, GenerateRequest, SchedulerSettings};
+use headroom_engine::{EngineConfig, EngineCore, GenerateRequest, SchedulerSettings, SoloStripe};
 use headroom_model::{ModelConfig, Qwen35Model, StepModel, TpGroup, TpWeights, Weights};
 use std::collections::HashMap;
 
@@ -24,7 +24,8 @@ fn config() -> EngineConfig {
         scheduler: SchedulerSettings {
             prefill_chunk: 24,
             step_tokens: 64,
-            solo_stripe: 2048,
+            solo_stripe: SoloStripe::Tokens(2048),
+            ..SchedulerSettings::default()
         },
         max_running: 4,
         max_context: 256,

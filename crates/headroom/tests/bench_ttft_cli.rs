@@ -1,15 +1,46 @@
-//! `headroom bench ttft` on the CPU with a tiny model: the JSON records, per
-//! length, the measured runs, the route every full-attention layer reported
-//! (fused vs composed as requested), decode tokens/s and the per-part
-//! breakdown; bad arguments exit 1 naming the flag; `--backend cuda` without
-//! a GPU exits 1.
+//! `headroom bench ttft` on the CPU with a tiny model, through the engine:
+//! the JSON says `path: engine` and records the scheduler as run — the solo
+//! stripe requested, resolved and why — and per length the measured runs,
+//! the engine steps to the first token, the route every full-attention
+//! layer reported (fused vs composed as requested), decode tokens/s and the
+//! per-part breakdowns; `--chunk` is the engine's prefill chunk and solo
+//! stripe; `--tensor-parallel 2` runs the same loop on a group; bad
+//! arguments exit 1 naming the flag.
 
 mod common;
 
-use common::{headroom, headroom_fails, TempDir};
+use common::{headroom_fails, TempDir};
+use std::process::Command;
+
+fn ttft_json(dir: &TempDir, name: &str, args: &[&str]) -> serde_json::Value {
+    let json = dir.0.join(name);
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--json", json.to_str().unwrap()]);
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(&all)
+        .env_remove("HEADROOM_TP")
+        .env_remove("HEADROOM_SOLO_STRIPE")
+        .env_remove("HEADROOM_PREFILL_CHUNK")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{all:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+fn parts(v: &serde_json::Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["part"].as_str().unwrap())
+        .collect()
+}
 
 #[test]
-fn writes_ttft_json_with_the_routes_that_ran() {
+fn writes_ttft_json_through_the_engine_with_the_routes_that_ran() {
     let dir = TempDir::new("ttft");
     for (flags, want) in [
         (vec!["--attn-execution", "fused"], "fused"),
@@ -18,7 +49,6 @@ fn writes_ttft_json_with_the_routes_that_ran() {
             "composed qL=32",
         ),
     ] {
-        let json = dir.0.join("t.json");
         let mut args: Vec<&str> = flags.clone();
         args.extend([
             "bench",
@@ -34,36 +64,139 @@ fn writes_ttft_json_with_the_routes_that_ran() {
             "--decode",
             "3",
             "--breakdown",
-            "--json",
         ]);
-        args.push(json.to_str().unwrap());
-        let out = headroom(&args);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        assert_eq!(v["schema"], "headroom.bench.ttft/1");
+        let v = ttft_json(&dir, "t.json", &args);
+        assert_eq!(v["schema"], "headroom.bench.ttft/2");
+        assert_eq!(v["path"], "engine");
+        let e = &v["engine"];
+        assert_eq!(e["path"], "engine");
+        assert_eq!(e["solo_stripe"]["requested"], "auto");
+        assert_eq!(e["solo_stripe"]["tokens"], 2048);
+        assert_eq!(e["solo_stripe"]["bound"], "cpu_fixed");
+        assert!(e["solo_stripe"]["reason"].as_str().unwrap().contains("CPU"));
+        assert_eq!(e["scheduler"]["solo_stripe"], 2048);
+        assert_eq!(e["scheduler"]["prefill_chunk"], 512);
         let results = v["results"].as_array().unwrap();
         assert_eq!(results.len(), 2);
         for r in results {
             assert_eq!(r["ttft_ms"].as_array().unwrap().len(), 2);
             assert!(r["median_ttft_ms"].as_f64().unwrap() > 0.0);
+            assert!(r["tokens_per_s"].as_f64().unwrap() > 0.0);
+            assert!(r["peak_transient_bytes"].as_u64().unwrap() > 0);
+            assert_eq!(r["steps_to_first_token"], 1, "one step per prompt");
             let att = r["attention"].as_str().unwrap();
             assert!(att.contains(want), "{att} should report {want}");
             assert!(r["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
-            let parts: Vec<&str> = r["breakdown"]
+            let prefill = parts(&r["breakdown"]);
+            for p in ["attention", "gdn_rule", "moe", "norm"] {
+                assert!(prefill.contains(&p), "breakdown lacks {p}: {prefill:?}");
+            }
+            assert_eq!(r["decode_profiled_steps"], 3);
+            let decode = parts(&r["decode_breakdown"]);
+            assert!(decode.contains(&"attention"), "{decode:?}");
+            let moe = r["decode_breakdown"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|p| p["part"].as_str().unwrap())
-                .collect();
-            for p in ["attention", "gdn_rule", "moe", "norm"] {
-                assert!(parts.contains(&p), "breakdown lacks {p}: {parts:?}");
-            }
+                .find(|p| p["part"] == "moe")
+                .unwrap();
+            assert_eq!(
+                moe["calls"].as_u64().unwrap() % 3,
+                0,
+                "the profiled decode steps only"
+            );
         }
+    }
+}
+
+#[test]
+fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
+    let dir = TempDir::new("ttft-chunk");
+    let base = [
+        "bench",
+        "ttft",
+        "--synthetic",
+        "tiny-d64",
+        "--lengths",
+        "40",
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--chunk", "16"]);
+    let v = ttft_json(&dir, "chunk.json", &args);
+    assert_eq!(v["chunk"], 16);
+    let e = &v["engine"];
+    assert_eq!(e["scheduler"]["prefill_chunk"], 16);
+    assert_eq!(e["solo_stripe"]["requested"], 16);
+    assert_eq!(e["solo_stripe"]["bound"], "explicit");
+    assert_eq!(
+        v["results"][0]["steps_to_first_token"], 3,
+        "40 = 16 + 16 + 8"
+    );
+    let mut args = base.to_vec();
+    args.extend(["--chunk", "16", "--solo-stripe", "32"]);
+    let v = ttft_json(&dir, "stripe.json", &args);
+    assert_eq!(v["engine"]["scheduler"]["prefill_chunk"], 16);
+    assert_eq!(v["engine"]["scheduler"]["solo_stripe"], 32);
+    assert_eq!(v["results"][0]["steps_to_first_token"], 2, "40 = 32 + 8");
+    let out = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args([
+            "bench",
+            "ttft",
+            "--synthetic",
+            "tiny-d64",
+            "--solo-stripe",
+            "lots",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
+    assert!(
+        err.contains("--solo-stripe") && err.contains("auto"),
+        "{err}"
+    );
+}
+
+#[test]
+fn tensor_parallel_runs_the_same_loop_on_a_group() {
+    let dir = TempDir::new("ttft-tp");
+    let v = ttft_json(
+        &dir,
+        "tp.json",
+        &[
+            "bench",
+            "ttft",
+            "--synthetic",
+            "tiny-d64",
+            "--lengths",
+            "40",
+            "--iterations",
+            "1",
+            "--warmup",
+            "0",
+            "--decode",
+            "3",
+            "--breakdown",
+            "--tensor-parallel",
+            "2",
+        ],
+    );
+    assert_eq!(v["schema"], "headroom.bench.ttft.tp/2");
+    assert_eq!(v["path"], "engine");
+    assert_eq!(v["tensor_parallel"], 2);
+    assert_eq!(v["engine"]["solo_stripe"]["tokens"], 2048);
+    let r = &v["results"][0];
+    assert_eq!(r["steps_to_first_token"], 1);
+    assert_eq!(r["decode_tokens"].as_array().unwrap().len(), 3);
+    assert_eq!(r["peak_bytes_per_rank"].as_array().unwrap().len(), 2);
+    let ranks = r["breakdown"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    for rank in ranks {
+        assert!(parts(&rank["parts"]).contains(&"comm"), "{rank}");
     }
 }
 
@@ -80,4 +213,13 @@ fn bad_arguments_exit_1_naming_the_flag() {
         "0",
     ]);
     assert!(err.contains("--iterations"), "{err}");
+    let err = headroom_fails(&[
+        "bench",
+        "ttft",
+        "--synthetic",
+        "tiny-d64",
+        "--decode",
+        "1000000",
+    ]);
+    assert!(err.contains("--decode"), "{err}");
 }

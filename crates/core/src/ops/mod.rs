@@ -223,6 +223,23 @@ pub trait Backend: Send + Sync {
         route: RouteRequest,
     ) -> OpResult<(Self::Act, AttentionReport)>;
 
+    /// [`Backend::attention`] with its output multiplied by `sigmoid(gate)`
+    /// (`gate` the shape of `q`): Qwen3.5's gated attention. A backend may
+    /// apply the gate in its attention's output pass; by default the two ops
+    /// run one after the other.
+    fn attention_gated(
+        &self,
+        q: &Self::Act,
+        cache: &Self::KvCache,
+        batch: &Batch,
+        route: RouteRequest,
+        gate: &Self::Act,
+    ) -> OpResult<(Self::Act, AttentionReport)> {
+        let (mut y, report) = self.attention(q, cache, batch, route)?;
+        self.mul_sigmoid(&mut y, gate)?;
+        Ok((y, report))
+    }
+
     /// In place `x *= sigmoid(gate)` (same shapes).
     fn mul_sigmoid(&self, x: &mut Self::Act, gate: &Self::Act) -> OpResult<()>;
 

@@ -7,45 +7,102 @@
 //! per KV head with its query group (contiguous in head-major q). The output
 //! goes back to token-major.
 
-use super::launch::{dev_err, grid_dim, int, launch, Args, GRID_X, GRID_YZ};
+use super::launch::{dev_err, grid_dim, int, launch, stride_grid, upload, Args, GRID_X, GRID_YZ};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaKvCache};
-use super::validate::{batch_rows, bf16, groups_of};
+use super::validate::{batch_rows, bf16, groups_of, same_shape};
 use crate::attention::{fused_impl, fused_strided_raw, prefill_raw, FusedImpl, RawBuffers};
 use crate::device::CudaDevice;
 use headroom_core::ops::{Batch, OpError, OpResult};
 use headroom_core::{AttentionReport, AttentionShape, Dtype, RouteRequest};
 
-/// Transposes `t` rows of `heads × d` between token-major and head-major.
+/// Which way a transpose goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Way {
+    TokensToHeads,
+    HeadsToTokens,
+}
+
+/// Transposes `t` rows of `heads × d` between token-major and head-major;
+/// with `gate` (head-major to token-major only) the output is also
+/// multiplied by `sigmoid(gate)` (`gate` token-major like the output).
+#[allow(clippy::too_many_arguments)]
 fn transpose(
     dev: &CudaDevice,
-    entry: &'static str,
+    way: Way,
     src: u64,
     dst: u64,
+    gate: Option<u64>,
     t: usize,
     heads: usize,
     d: usize,
 ) -> OpResult<()> {
     let op = "attention";
-    let args = Args::new()
-        .ptr(src)
-        .ptr(dst)
-        .i32(int(op, "rows", t)?)
-        .i32(int(op, "heads", heads)?)
-        .i32(int(op, "head_dim", d)?);
+    let ints = |args: Args| -> OpResult<Args> {
+        Ok(args
+            .i32(int(op, "rows", t)?)
+            .i32(int(op, "heads", heads)?)
+            .i32(int(op, "head_dim", d)?))
+    };
+    if d.is_multiple_of(8) {
+        // 16 bytes per thread (every row of d bf16 is 16-byte aligned).
+        let entry = match (way, gate.is_some()) {
+            (Way::TokensToHeads, _) => "tokens_to_heads_v8_bf16",
+            (Way::HeadsToTokens, false) => "heads_to_tokens_v8_bf16",
+            (Way::HeadsToTokens, true) => "heads_to_tokens_gated_v8_bf16",
+        };
+        let args = match gate {
+            Some(g) => Args::new().ptr(src).ptr(g).ptr(dst),
+            None => Args::new().ptr(src).ptr(dst),
+        };
+        let chunks = t
+            .checked_mul(d / 8)
+            .ok_or_else(|| OpError::shape(op, "rows overflow"))?;
+        let grid = (
+            grid_dim(op, chunks.div_ceil(256), GRID_X)?,
+            grid_dim(op, heads, GRID_YZ)?,
+            1,
+        );
+        // SAFETY: callers pass t·heads·d-element ranges of live buffers (and of
+        // the gate), 16-byte aligned: d % 8 == 0 and the bases are row starts.
+        return unsafe { launch(dev, entry, grid, 256, ints(args)?) };
+    }
+    let entry = match way {
+        Way::TokensToHeads => "tokens_to_heads_bf16",
+        Way::HeadsToTokens => "heads_to_tokens_bf16",
+    };
+    let args = ints(Args::new().ptr(src).ptr(dst))?;
     let grid = (grid_dim(op, t, GRID_X)?, grid_dim(op, heads, GRID_YZ)?, 1);
     // SAFETY: callers pass t·heads·d-element ranges of live buffers.
-    unsafe { launch(dev, entry, grid, d.clamp(32, 256) as u32, args) }
+    unsafe { launch(dev, entry, grid, d.clamp(32, 256) as u32, args)? };
+    if let Some(g) = gate {
+        let n = (t * heads * d) as i64;
+        let args = Args::new().ptr(dst).ptr(g).i64(n);
+        // SAFETY: dst and the gate hold these t·heads·d elements.
+        unsafe {
+            launch(
+                dev,
+                "mul_sigmoid_bf16",
+                stride_grid(n as usize, 256),
+                256,
+                args,
+            )?
+        };
+    }
+    Ok(())
 }
 
 /// Runs attention; returns the output and the report of the kernels that
 /// ran (same route for every call; transient bytes the largest call's).
+/// With `gate` (same shape as `q`) the output is `attention · sigmoid(gate)`,
+/// the gate applied in the transpose back to token-major where there is one.
 pub(crate) fn attention(
     dev: &CudaDevice,
     q: &CudaAct,
     cache: &CudaKvCache,
     batch: &Batch,
     route: RouteRequest,
+    gate: Option<&CudaAct>,
 ) -> OpResult<(CudaAct, AttentionReport)> {
     let op = "attention";
     let spec = cache.spec;
@@ -53,6 +110,9 @@ pub(crate) fn attention(
     bf16(op, q)?;
     groups_of(op, q, d)?;
     batch_rows(op, q, batch, spec.slots)?;
+    if let Some(g) = gate {
+        same_shape(op, q, g)?;
+    }
     let nq = q.cols / d;
     if !nq.is_multiple_of(spec.kv_heads) {
         return Err(OpError::shape(
@@ -96,19 +156,25 @@ pub(crate) fn attention(
             },
         });
     };
+    // The gate of one-row sequences of the one-launch route (written straight
+    // to `out`, no transpose) is applied after the loop, in one launch.
+    let mut gate_after = false;
     for i in 0..batch.sequences() {
         let (r, t, slot) = (batch.seq_rows(i), batch.seq_len(i), batch.slots[i]);
         let row_off = (r.start * q.cols) as u64 * es;
+        let gate_at = gate.map(|g| g.ptr() + row_off);
         if one_launch {
             // A one-row sequence: token-major [1][heads][d] is head-major.
             let (q_in, o_at) = if t == 1 {
+                gate_after |= gate.is_some();
                 (q.ptr() + row_off, out.ptr() + row_off)
             } else {
                 transpose(
                     dev,
-                    "tokens_to_heads_bf16",
+                    Way::TokensToHeads,
                     q.ptr() + row_off,
                     q_hm.ptr(),
+                    None,
                     t,
                     nq,
                     d,
@@ -140,9 +206,10 @@ pub(crate) fn attention(
             if t > 1 {
                 transpose(
                     dev,
-                    "heads_to_tokens_bf16",
+                    Way::HeadsToTokens,
                     o_hm.ptr(),
                     out.ptr() + row_off,
+                    gate_at,
                     t,
                     nq,
                     d,
@@ -152,9 +219,10 @@ pub(crate) fn attention(
         }
         transpose(
             dev,
-            "tokens_to_heads_bf16",
+            Way::TokensToHeads,
             q.ptr() + row_off,
             q_hm.ptr(),
+            None,
             t,
             nq,
             d,
@@ -184,14 +252,50 @@ pub(crate) fn attention(
         }
         transpose(
             dev,
-            "heads_to_tokens_bf16",
+            Way::HeadsToTokens,
             o_hm.ptr(),
             out.ptr() + row_off,
+            gate_at,
             t,
             nq,
             d,
         )?;
     }
+    if gate_after {
+        gate_one_row_sequences(dev, &out, gate, batch)?;
+    }
     let report = combined.ok_or_else(|| OpError::Batch("no sequence".into()))?;
     Ok((out, report))
+}
+
+/// `out *= sigmoid(gate)` on the rows of the batch's one-row sequences: the
+/// whole output in one launch when every sequence is one row (decode), else
+/// one launch over those rows through a row table.
+fn gate_one_row_sequences(
+    dev: &CudaDevice,
+    out: &CudaAct,
+    gate: Option<&CudaAct>,
+    batch: &Batch,
+) -> OpResult<()> {
+    let op = "attention";
+    let Some(g) = gate else { return Ok(()) };
+    let rows: Vec<i32> = (0..batch.sequences())
+        .filter(|&i| batch.seq_len(i) == 1)
+        .map(|i| int(op, "row", batch.cu_seqlens[i]))
+        .collect::<OpResult<_>>()?;
+    if rows.len() == out.rows {
+        let n = out.elems();
+        let args = Args::new().ptr(out.ptr()).ptr(g.ptr()).i64(n as i64);
+        // SAFETY: out and the gate hold n bf16 elements.
+        return unsafe { launch(dev, "mul_sigmoid_bf16", stride_grid(n, 256), 256, args) };
+    }
+    let table = upload(dev, &rows)?;
+    let args = Args::new()
+        .ptr(out.ptr())
+        .ptr(g.ptr())
+        .ptr(table.ptr())
+        .i32(int(op, "columns", out.cols)?);
+    let grid = (grid_dim(op, rows.len(), GRID_X)?, 1, 1);
+    // SAFETY: every listed row is a row of out and of the gate (same shape).
+    unsafe { launch(dev, "mul_sigmoid_rows_bf16", grid, 256, args) }
 }

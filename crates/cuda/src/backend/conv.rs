@@ -2,7 +2,7 @@
 //! state (`ops_conv1d.cu`): each sequence reads its slot's last `kernel - 1`
 //! rows, then the state advances to the last `kernel - 1` rows it has seen.
 
-use super::launch::{grid_dim, int, launch, upload, Args, GRID_X, GRID_YZ};
+use super::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X, GRID_YZ};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaGdnState, CudaWeight};
 use super::validate::{batch_rows, bf16, row_tables};
@@ -13,6 +13,8 @@ use headroom_core::Dtype;
 const THREADS: u32 = 256;
 /// Rows per thread of the width-4 kernel (`CONV_STRIP` in `ops_conv1d.cu`).
 const CONV_STRIP: usize = 32;
+/// Rows per thread of the 8-channel width-4 kernel (`CONV8_STRIP`).
+const CONV8_STRIP: usize = 32;
 
 pub(crate) fn conv1d_silu(
     dev: &CudaDevice,
@@ -42,6 +44,10 @@ pub(crate) fn conv1d_silu(
         Dtype::F16 => return Err(OpError::shape(op, "f16 weights are not used on CUDA")),
     };
     let out = new_act(dev, op, x.rows, c, Dtype::Bf16)?;
+    if k == 4 && weight.dtype == Dtype::F32 && c.is_multiple_of(8) {
+        conv_k4x8(dev, x, weight, state, &out, batch)?;
+        return Ok(out);
+    }
     let (starts, slots) = row_tables(op, batch)?;
     let (starts, slots) = (upload(dev, &starts)?, upload(dev, &slots)?);
     let (ci, ki) = (int(op, "conv_dim", c)?, int(op, "kernel", k)?);
@@ -98,4 +104,59 @@ pub(crate) fn conv1d_silu(
         unsafe { launch(dev, "conv_state_advance_bf16", grid, THREADS, args)? };
     }
     Ok(out)
+}
+
+/// The width-4 conv over 8 channels per thread (`conv1d_silu_k4x8_f32w`),
+/// then the state advance, both from the batch's sequence table
+/// ([`seq_table`]: row offsets, then slots).
+fn conv_k4x8(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    weight: &CudaWeight,
+    state: &mut CudaGdnState,
+    out: &CudaAct,
+    batch: &Batch,
+) -> OpResult<()> {
+    let op = "conv1d_silu";
+    let c = x.cols;
+    let n = batch.sequences();
+    let table = seq_table(dev, op, batch)?;
+    let cu = table.ptr();
+    let slots = cu + 4 * (n as u64 + 1);
+    let (ci, ni) = (int(op, "conv_dim", c)?, int(op, "sequences", n)?);
+    if x.rows > 0 {
+        let args = Args::new()
+            .ptr(x.ptr())
+            .ptr(weight.ptr())
+            .ptr(state.conv.ptr())
+            .ptr(out.ptr())
+            .ptr(cu)
+            .ptr(slots)
+            .i32(ni)
+            .i32(ci)
+            .i32(int(op, "rows", x.rows)?);
+        let grid = (
+            grid_dim(op, (c / 8).div_ceil(THREADS as usize), GRID_X)?,
+            grid_dim(op, x.rows.div_ceil(CONV8_STRIP), GRID_YZ)?,
+            1,
+        );
+        // SAFETY: x/out are [rows][C] bf16 with C % 8 == 0 (16-byte rows),
+        // weight C·4 f32, state slots·3·C bf16; the table holds n + 1 row
+        // offsets ending at rows and n distinct slots (the batch was validated).
+        unsafe { launch(dev, "conv1d_silu_k4x8_f32w", grid, THREADS, args)? };
+    }
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(state.conv.ptr())
+        .ptr(cu)
+        .ptr(slots)
+        .i32(ci)
+        .i32(4);
+    let grid = (
+        grid_dim(op, c.div_ceil(THREADS as usize), GRID_YZ)?,
+        grid_dim(op, n, GRID_YZ)?,
+        1,
+    );
+    // SAFETY: as above; each sequence's rows lie in x, its slot in the state.
+    unsafe { launch(dev, "conv_state_advance_cu_bf16", grid, THREADS, args) }
 }

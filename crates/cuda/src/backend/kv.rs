@@ -1,7 +1,7 @@
 //! KV cache writes: each sequence's new rows go to its slot at the slot's
 //! length (`ops_kv.cu`), after the host checks history and capacity.
 
-use super::launch::{grid_dim, int, launch, upload, Args, GRID_X};
+use super::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X};
 use super::types::{CudaAct, CudaKvCache};
 use super::validate::{batch_rows, bf16, same_shape};
 use crate::device::CudaDevice;
@@ -48,28 +48,46 @@ pub(crate) fn kv_write(
             });
         }
     }
-    let (mut slots, mut pos) = (Vec::with_capacity(k.rows), Vec::with_capacity(k.rows));
-    for i in 0..batch.sequences() {
-        let s = int(op, "slot", batch.slots[i])?;
-        for p in batch.history[i]..batch.history[i] + batch.seq_len(i) {
-            slots.push(s);
-            pos.push(int(op, "position", p)?);
+    if spec.head_dim.is_multiple_of(8) {
+        let table = seq_table(dev, op, batch)?;
+        let args = Args::new()
+            .ptr(k.ptr())
+            .ptr(v.ptr())
+            .ptr(cache.k.ptr())
+            .ptr(cache.v.ptr())
+            .ptr(table.ptr())
+            .i32(int(op, "sequences", batch.sequences())?)
+            .i32(int(op, "kv_heads", spec.kv_heads)?)
+            .i32(int(op, "head_dim", spec.head_dim)?)
+            .i32(int(op, "capacity", spec.capacity)?);
+        let grid = (grid_dim(op, k.rows, GRID_X)?, 1, 1);
+        // SAFETY: every (slot, position) is inside the cache (checked above);
+        // rows and cache rows of head_dim % 8 == 0 bf16 are 16-byte aligned.
+        unsafe { launch(dev, "kv_write_seq_v8_bf16", grid, 64, args)? };
+    } else {
+        let (mut slots, mut pos) = (Vec::with_capacity(k.rows), Vec::with_capacity(k.rows));
+        for i in 0..batch.sequences() {
+            let s = int(op, "slot", batch.slots[i])?;
+            for p in batch.history[i]..batch.history[i] + batch.seq_len(i) {
+                slots.push(s);
+                pos.push(int(op, "position", p)?);
+            }
         }
+        let (slots_dev, pos_dev) = (upload(dev, &slots)?, upload(dev, &pos)?);
+        let args = Args::new()
+            .ptr(k.ptr())
+            .ptr(v.ptr())
+            .ptr(cache.k.ptr())
+            .ptr(cache.v.ptr())
+            .ptr(slots_dev.ptr())
+            .ptr(pos_dev.ptr())
+            .i32(int(op, "kv_heads", spec.kv_heads)?)
+            .i32(int(op, "head_dim", spec.head_dim)?)
+            .i32(int(op, "capacity", spec.capacity)?);
+        let grid = (grid_dim(op, k.rows, GRID_X)?, 1, 1);
+        // SAFETY: every (slot, position) is inside the cache (checked above).
+        unsafe { launch(dev, "kv_write_bf16", grid, 256, args)? };
     }
-    let (slots_dev, pos_dev) = (upload(dev, &slots)?, upload(dev, &pos)?);
-    let args = Args::new()
-        .ptr(k.ptr())
-        .ptr(v.ptr())
-        .ptr(cache.k.ptr())
-        .ptr(cache.v.ptr())
-        .ptr(slots_dev.ptr())
-        .ptr(pos_dev.ptr())
-        .i32(int(op, "kv_heads", spec.kv_heads)?)
-        .i32(int(op, "head_dim", spec.head_dim)?)
-        .i32(int(op, "capacity", spec.capacity)?);
-    let grid = (grid_dim(op, k.rows, GRID_X)?, 1, 1);
-    // SAFETY: every (slot, position) is inside the cache (checked above).
-    unsafe { launch(dev, "kv_write_bf16", grid, 256, args)? };
     for i in 0..batch.sequences() {
         cache.lens[batch.slots[i]] += batch.seq_len(i);
     }

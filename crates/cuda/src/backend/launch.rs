@@ -108,3 +108,29 @@ pub(crate) fn alloc(dev: &CudaDevice, bytes: usize) -> OpResult<DeviceBuffer> {
 pub(crate) fn upload<T: Copy>(dev: &CudaDevice, data: &[T]) -> OpResult<DeviceBuffer> {
     dev.upload_async(data).map_err(dev_err)
 }
+
+/// The batch's sequence table for the varlen kernels, uploaded as i32:
+/// `[cu_seqlens (n + 1)][slots (n)][history (n)]` (`3n + 1` values: far
+/// fewer than per-row tables). Kernels find a row's sequence by binary
+/// search over the first `n + 1`.
+pub(crate) fn seq_table(
+    dev: &CudaDevice,
+    op: &'static str,
+    batch: &headroom_core::ops::Batch,
+) -> OpResult<DeviceBuffer> {
+    let n = batch.sequences();
+    let mut table = Vec::with_capacity(3 * n + 1);
+    for &r in &batch.cu_seqlens[..=n] {
+        table.push(int(op, "row", r)?);
+    }
+    for &s in &batch.slots[..n] {
+        table.push(int(op, "slot", s)?);
+    }
+    for i in 0..n {
+        // Every position of the sequence's rows must fit i32, not only the first.
+        let last = batch.history[i].saturating_add(batch.seq_len(i));
+        int(op, "position", last)?;
+        table.push(int(op, "position", batch.history[i])?);
+    }
+    upload(dev, &table)
+}

@@ -263,7 +263,19 @@ impl Backend for CudaBackend {
         route: RouteRequest,
     ) -> OpResult<(CudaAct, AttentionReport)> {
         self.save_peak();
-        attention::attention(&self.dev, q, cache, batch, route)
+        attention::attention(&self.dev, q, cache, batch, route, None)
+    }
+
+    fn attention_gated(
+        &self,
+        q: &CudaAct,
+        cache: &CudaKvCache,
+        batch: &Batch,
+        route: RouteRequest,
+        gate: &CudaAct,
+    ) -> OpResult<(CudaAct, AttentionReport)> {
+        self.save_peak();
+        attention::attention(&self.dev, q, cache, batch, route, Some(gate))
     }
 
     fn mul_sigmoid(&self, x: &mut CudaAct, gate: &CudaAct) -> OpResult<()> {

@@ -1,8 +1,9 @@
 //! Partial RoPE with per-row positions from the batch (`ops_rope.cu`).
 //! `inv_freq[i] = theta^(-2i / rotary_dim)` is computed on the host in f32,
 //! exactly as the CPU backend does; angles `pos · inv_freq` in f32 on the device.
+//! Each row's position comes from the batch's sequence table (`seq_table`).
 
-use super::launch::{grid_dim, int, launch, upload, Args, GRID_X};
+use super::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X};
 use super::types::CudaAct;
 use super::validate::{batch_rows, bf16};
 use crate::device::CudaDevice;
@@ -42,21 +43,18 @@ pub(crate) fn rope(
     if spec.rotary_dim == 0 || x.rows == 0 {
         return Ok(());
     }
-    let positions = batch
-        .positions()
-        .into_iter()
-        .map(|p| int("rope", "position", p))
-        .collect::<OpResult<Vec<i32>>>()?;
-    let pos_dev = upload(dev, &positions)?;
+    let table = seq_table(dev, "rope", batch)?;
     let freq_dev = upload(dev, &inv_freq(spec.rotary_dim, spec.theta))?;
     let args = Args::new()
         .ptr(x.ptr())
-        .ptr(pos_dev.ptr())
+        .ptr(table.ptr())
+        .i32(int("rope", "sequences", batch.sequences())?)
         .ptr(freq_dev.ptr())
         .i32(int("rope", "heads", heads)?)
         .i32(int("rope", "head_dim", head_dim)?)
         .i32(int("rope", "rotary_dim", spec.rotary_dim)?);
     let grid = (grid_dim("rope", x.rows, GRID_X)?, 1, 1);
-    // SAFETY: x is [rows][heads·head_dim]; one position per row; rotary_dim/2 frequencies.
-    unsafe { launch(dev, "rope_bf16", grid, 256, args) }
+    // SAFETY: x is [rows][heads·head_dim]; the sequence table covers every
+    // row (validated batch, positions fit i32); rotary_dim/2 frequencies.
+    unsafe { launch(dev, "rope_seq_bf16", grid, 256, args) }
 }

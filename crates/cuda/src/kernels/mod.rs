@@ -108,6 +108,7 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
         "swiglu_bf16",
         "gdn_gating_bf16",
         "moe_combine_bf16",
+        "mul_sigmoid_rows_bf16",
     ],
 };
 
@@ -123,6 +124,13 @@ pub const OPS_NORM: KernelSource = KernelSource {
         "add_rms_norm_cached_f32res",
         "rms_norm_groups_bf16",
         "gated_rms_norm_bf16",
+        "rms_norm_groups_v4_bf16",
+        "gated_rms_norm_v4_bf16",
+        "rms_norm_groups_g16x1_bf16",
+        "rms_norm_groups_g16x2_bf16",
+        "gated_rms_norm_g16x1_bf16",
+        "gated_rms_norm_g16x2_bf16",
+        "add_rms_norm_quad_f32res",
     ],
 };
 
@@ -131,7 +139,7 @@ pub const OPS_ROPE: KernelSource = KernelSource {
     name: "ops_rope",
     file: "ops_rope.cu",
     source: include_str!("ops_rope.cu"),
-    entry_points: &["rope_bf16"],
+    entry_points: &["rope_bf16", "rope_seq_bf16"],
 };
 
 /// Causal depthwise conv1d + SiLU with per-slot state.
@@ -144,6 +152,8 @@ pub const OPS_CONV1D: KernelSource = KernelSource {
         "conv1d_silu_k4_f32w",
         "conv1d_silu_bf16w",
         "conv_state_advance_bf16",
+        "conv1d_silu_k4x8_f32w",
+        "conv_state_advance_cu_bf16",
     ],
 };
 
@@ -156,6 +166,10 @@ pub const OPS_KV: KernelSource = KernelSource {
         "kv_write_bf16",
         "tokens_to_heads_bf16",
         "heads_to_tokens_bf16",
+        "tokens_to_heads_v8_bf16",
+        "heads_to_tokens_v8_bf16",
+        "heads_to_tokens_gated_v8_bf16",
+        "kv_write_seq_v8_bf16",
     ],
 };
 

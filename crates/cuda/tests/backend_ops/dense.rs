@@ -153,13 +153,16 @@ fn norms_match_f64_and_nan_poisons_only_its_row() {
 
 /// The f32 residual stream (`embed` → `add_rms_norm`): the sums stay f32
 /// (exactly the host's f32 additions, in order), the normed rows match f64,
-/// a NaN poisons only its row; the register-cached kernel (even widths up to
-/// 4096) and the general one (odd or wider) alike.
+/// a NaN poisons only its row; the 16-byte register-cached kernel (widths
+/// % 4 up to 4096), the pair one (even widths up to 4096) and the general
+/// one (odd or wider) alike.
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
 fn f32_residual_add_norm_matches_f64() {
     let be = backend();
-    for (t, h) in [(45, 1000), (13, 999), (7, 4098)] {
+    // 1000 and 2048 (the model's): the 16-byte kernel; 1002: the pair kernel;
+    // 999 and 4098: the general one.
+    for (t, h) in [(45, 1000), (9, 2048), (11, 1002), (13, 999), (7, 4098)] {
         let res = uniform(40 + h as u64, t * h, 2.0);
         let d1 = uniform(41 + h as u64, t * h, 1.0);
         let d2 = uniform(42 + h as u64, t * h, 0.01);

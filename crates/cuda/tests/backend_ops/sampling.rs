@@ -148,6 +148,8 @@ fn small_every_kernel_once() {
         RouteRequest::Composed { query_block: 2 },
     ] {
         let (mut o, _) = be.attention(&q, &cache, &b, route).unwrap();
+        // The output gate in the transpose back to token-major.
+        be.attention_gated(&q, &cache, &b, route, &o).unwrap();
         let z = be.swiglu(&o, &q).unwrap();
         be.gated_rms_norm(&mut o, &z, &vector(&be, &[1.0; 64]), 1e-6)
             .unwrap();
@@ -156,7 +158,7 @@ fn small_every_kernel_once() {
     let e = be
         .embed(&matrix(&be, 10, 70, &uniform(95, 700, 1.0)), &[1, 9])
         .unwrap();
-    // The f32 residual stream's add + norm, cached (70 columns) and general (69).
+    // The f32 residual stream's add + norm, pairs (70 columns) and general (69).
     let mut r32 = be
         .embed(
             &matrix(&be, 10, 70, &uniform(96, 700, 1.0)),
@@ -172,6 +174,15 @@ fn small_every_kernel_once() {
         )
         .unwrap();
     be.add_rms_norm(&mut r69, None, &vector(&be, &[0.1; 69]), 1e-6)
+        .unwrap();
+    // The 16-byte kernel (columns % 4 == 0).
+    let mut r72 = be
+        .embed(
+            &matrix(&be, 10, 72, &uniform(98, 720, 1.0)),
+            &[1, 9, 0, 3, 2],
+        )
+        .unwrap();
+    be.add_rms_norm(&mut r72, None, &vector(&be, &[0.1; 72]), 1e-6)
         .unwrap();
     let t = be
         .sample(

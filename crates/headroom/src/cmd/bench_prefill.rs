@@ -13,7 +13,7 @@ use headroom_bench::prefill_engine::{context_for, EngineBenchSettings, EnginePre
 use headroom_bench::prefill_schema::PrefillBenchFile;
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
-use headroom_engine::{KvBackendKind, SchedulerSettings};
+use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 use headroom_model::Qwen35Model;
 use headroom_policy::Registry;
 use std::path::PathBuf;
@@ -56,9 +56,10 @@ pub struct Args {
     /// Engine rows per step (env HEADROOM_STEP_TOKENS; default 2048).
     #[arg(long, value_name = "N")]
     pub step_tokens: Option<usize>,
-    /// Prompt tokens per step of a request alone in the engine (env HEADROOM_SOLO_STRIPE; default 2048).
-    #[arg(long, value_name = "N")]
-    pub solo_stripe: Option<usize>,
+    /// Prompt tokens per step of a request alone in the engine, or `auto`
+    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
+    #[arg(long, value_name = "N|auto")]
+    pub solo_stripe: Option<SoloStripe>,
     /// KV cache backend of the engine.
     #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
     pub kv: KvBackendKind,
@@ -86,7 +87,7 @@ pub fn source_label(s: &ModelSource) -> String {
 pub fn scheduler_settings(
     prefill_chunk: Option<usize>,
     step_tokens: Option<usize>,
-    solo_stripe: Option<usize>,
+    solo_stripe: Option<SoloStripe>,
 ) -> anyhow::Result<SchedulerSettings> {
     let (mut s, warnings) = SchedulerSettings::from_env();
     for w in warnings {

@@ -1,23 +1,31 @@
 //! `headroom bench ttft`: time-to-first-token of one prompt through the
-//! model's prefill on a backend (fresh session per run, logits of the last
-//! row back on the host), the peak backend memory the prefill added, the
-//! attention route each full-attention layer reported, decode tokens/s after
-//! the prompt, and optionally a per-part time breakdown (`--breakdown`, one
-//! extra profiled run: see `headroom_model::profile`). Writes the
-//! `headroom.bench.ttft/1` JSON with `--json`.
+//! engine (`path = "engine"`: the scheduler `generate` and `serve` run, its
+//! solo stripe as resolved — by default the whole prompt in one step on
+//! cuda, 2,048 tokens on cpu), fresh request per run; the peak backend
+//! memory the prefill added, the attention route each full-attention layer
+//! reported, decode tokens/s after the prompt (decode steps through the
+//! engine), and optionally a per-part time breakdown (`--breakdown`, one
+//! extra profiled request: see `headroom_model::profile`). The loop is
+//! [`driver`], shared with `--tensor-parallel` (`crate::tp_bench`). Writes
+//! the `headroom.bench.ttft/2` JSON with `--json`.
+
+mod driver;
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
-use crate::cmd::logits::{attention_plan, routes_that_ran};
+use crate::cmd::logits::attention_plan;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
+use driver::scheduler_settings;
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
+use headroom_engine::{EngineCore, SoloStripe};
 use headroom_model::profile::PartTime;
-use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows, Qwen35Model};
+use headroom_model::{AttentionPlan, Qwen35Model};
 use serde::Serialize;
 use std::path::PathBuf;
-use std::time::Instant;
+
+pub(crate) use driver::{measure, BenchModel, EngineRecord, LengthRun};
 
 #[derive(clap::Args, Debug)]
 pub struct TtftArgs {
@@ -35,23 +43,30 @@ pub struct TtftArgs {
     /// Prompt lengths in tokens (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "2048,8192,32768")]
     pub lengths: Vec<usize>,
-    /// Prefill chunk in tokens (default: the whole prompt in one pass).
+    /// Prefill chunk in tokens: the engine's prefill chunk and solo stripe
+    /// (default: the engine's settings — env HEADROOM_PREFILL_CHUNK /
+    /// HEADROOM_SOLO_STRIPE, else a solo stripe of `auto`: the whole prompt
+    /// in one step on cuda up to 65,536 tokens and the memory left, 2048 on cpu).
     #[arg(long)]
     pub chunk: Option<usize>,
+    /// The solo stripe alone: tokens per step of the (lone) request, or `auto`.
+    #[arg(long, value_name = "N|auto")]
+    pub solo_stripe: Option<SoloStripe>,
     /// Measured runs per length (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub iterations: usize,
     /// Unmeasured runs per length first.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Greedy decode steps after one prompt per length (decode tokens/s; 0 = none).
+    /// Greedy decode steps after one prompt per length, through the engine
+    /// (decode tokens/s; 0 = none; at most 65,536).
     #[arg(long, default_value_t = 0)]
     pub decode: usize,
     /// One extra profiled run per length: time per part of the forward
     /// (and, with --decode, of a few profiled decode steps, per token).
     #[arg(long)]
     pub breakdown: bool,
-    /// Write the headroom.bench.ttft/1 JSON here (headroom.bench.ttft.tp/1 with --tensor-parallel).
+    /// Write the headroom.bench.ttft/2 JSON here (headroom.bench.ttft.tp/2 with --tensor-parallel).
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
     #[command(flatten)]
@@ -61,19 +76,21 @@ pub struct TtftArgs {
 /// Most tokens one prompt may have here (bounds every allocation from `--lengths`).
 const MAX_LENGTH: usize = 1 << 20;
 
+/// Most `--decode` steps.
+const MAX_DECODE: usize = 1 << 16;
+
 #[derive(Debug, Serialize)]
 struct LengthResult {
     tokens: usize,
     ttft_ms: Vec<f64>,
     median_ttft_ms: f64,
     tokens_per_s: f64,
-    /// Peak backend bytes the prefill added over the loaded model.
+    /// Peak backend bytes the prefill added over the loaded model and the engine's state.
     peak_transient_bytes: usize,
     attention: String,
+    /// Engine steps (forwards) from submission to the first token.
+    steps_to_first_token: usize,
     decode_tokens_per_s: Option<f64>,
-    /// Of the decode wall time: the host's share spent copying the logits
-    /// row back and taking its argmax, per token.
-    decode_host_argmax_ms: Option<f64>,
     breakdown: Vec<PartTime>,
     /// Per part of profiled decode steps, totals over `decode_profiled_steps`
     /// (each part synchronised before and after: host launch time included).
@@ -81,20 +98,18 @@ struct LengthResult {
     decode_profiled_steps: usize,
 }
 
-/// Unmeasured decode steps before the timed ones.
-const DECODE_WARMUP_STEPS: usize = 2;
-
-/// Decode steps profiled per length with --breakdown.
-const PROFILED_DECODE_STEPS: usize = 8;
-
 #[derive(Debug, Serialize)]
 struct Report {
     schema: &'static str,
+    /// `engine`: each prompt ran as a request through the engine's scheduler.
+    path: &'static str,
     backend: String,
     model: String,
     load_seconds: f64,
     weight_bytes: usize,
     chunk: Option<usize>,
+    /// The engine as run: scheduler settings, the solo stripe resolved and why.
+    engine: EngineRecord,
     results: Vec<LengthResult>,
 }
 
@@ -108,6 +123,10 @@ pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     if a.chunk == Some(0) {
         bail!("--chunk must be at least 1");
     }
+    if a.decode > MAX_DECODE {
+        bail!("--decode must be at most {MAX_DECODE}");
+    }
+    let scheduler = scheduler_settings(&a)?;
     let cfg = load_config(&a.source)?;
     let model_name = a
         .source
@@ -121,6 +140,7 @@ pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
             args: &a,
             plan,
             model_name,
+            scheduler,
         };
         return crate::tp::run_on_group(
             a.backend,
@@ -137,6 +157,7 @@ pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         args: &a,
         plan,
         model_name,
+        scheduler,
     };
     run_on_backend(
         a.backend,
@@ -152,13 +173,43 @@ struct TtftJob<'a> {
     args: &'a TtftArgs,
     plan: AttentionPlan,
     model_name: String,
+    scheduler: headroom_engine::SchedulerSettings,
 }
 
 /// Deterministic pseudo-random prompt ids in the vocabulary.
-fn prompt(n: usize, vocab: usize) -> Vec<u32> {
+pub(crate) fn prompt(n: usize, vocab: usize) -> Vec<u32> {
     (0..n as u64)
         .map(|i| (headroom_core::ops::rng::bits(0x7474_6674, i) % vocab as u64) as u32)
         .collect()
+}
+
+/// Builds the bench's engine over `model` and prints how its solo stripe resolved.
+pub(crate) fn build_engine<B: Backend, M: BenchModel<B>>(
+    model: M,
+    a: &TtftArgs,
+    plan: AttentionPlan,
+    scheduler: headroom_engine::SchedulerSettings,
+) -> anyhow::Result<EngineCore<B, M>> {
+    let core = EngineCore::new(model, driver::engine_config(a, plan, scheduler))
+        .context("building the engine")?;
+    let st = core.stats();
+    println!(
+        "engine: {}; solo stripe {} ({}: {})",
+        st.settings, st.solo_stripe.tokens, st.solo_stripe.requested, st.solo_stripe.reason
+    );
+    Ok(core)
+}
+
+/// Prints one part table.
+pub(crate) fn print_parts(indent: &str, parts: &[PartTime]) {
+    for p in parts {
+        println!(
+            "{indent}{:<24} {:>9.2} ms  ({} calls)",
+            format!("{:?}", p.part),
+            p.seconds * 1e3,
+            p.calls
+        );
+    }
 }
 
 impl ModelJob for TtftJob<'_> {
@@ -170,128 +221,72 @@ impl ModelJob for TtftJob<'_> {
         info: &LoadInfo,
     ) -> anyhow::Result<()> {
         let a = self.args;
-        let be = model.backend();
-        let opts = ForwardOptions {
-            attention: self.plan.clone(),
-            chunk: a.chunk,
-            logits: LogitsRows::Last,
-        };
+        let mut core = build_engine(model, a, self.plan, self.scheduler)?;
         let mut results = Vec::new();
         for &n in &a.lengths {
-            let ids = prompt(n, model.vocab_size());
-            let capacity = n + a.decode + DECODE_WARMUP_STEPS + 1;
-            let mut times = Vec::new();
-            let mut peak = 0usize;
-            let mut attention = String::new();
-            for it in 0..a.warmup + a.iterations {
-                let mut s = model.new_session_with_capacity(capacity)?;
-                be.synchronize().context("sync")?;
-                let before = be.memory().0;
-                be.reset_peak_memory();
-                let started = Instant::now();
-                let out = model.prefill(&mut s, &ids, &opts).context("prefill")?;
-                let ms = started.elapsed().as_secs_f64() * 1e3;
-                if out.logits.iter().any(|v| !v.is_finite()) {
-                    bail!("non-finite logits at {n} tokens");
-                }
-                if it >= a.warmup {
-                    times.push(ms);
-                    peak = peak.max(be.memory().1.saturating_sub(before));
-                    attention = routes_that_ran(&out.attention);
-                }
-                eprintln!("  {n} tokens, run {it}: {ms:.1} ms");
-            }
-            let mut sorted = times.clone();
-            sorted.sort_by(f64::total_cmp);
-            let median = sorted[sorted.len() / 2];
-            let decode = if a.decode > 0 {
-                Some(decode_rate(&model, &ids, a.decode, capacity, &self.plan)?)
-            } else {
-                None
-            };
-            let decode_tps = decode.map(|d| d.tokens_per_s);
-            let (decode_breakdown, decode_profiled_steps) = if a.breakdown && a.decode > 0 {
-                let steps = PROFILED_DECODE_STEPS.min(a.decode);
-                (
-                    decode_profile(&model, &ids, steps, capacity, &self.plan)?,
-                    steps,
-                )
-            } else {
-                (Vec::new(), 0)
-            };
-            let breakdown = if a.breakdown {
-                model.set_profiling(true);
-                let mut s = model.new_session_with_capacity(capacity)?;
-                model
-                    .prefill(&mut s, &ids, &opts)
-                    .context("profiled prefill")?;
-                model.set_profiling(false);
-                model.take_profile()
-            } else {
-                Vec::new()
-            };
+            let r: LengthRun = measure(&mut core, a, n)?;
+            let before = r.before_bytes_per_rank.first().copied().unwrap_or(0);
+            let peak = r
+                .peak_bytes_per_rank
+                .first()
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(before);
+            let decode_tps = r.decode.as_ref().map(|d| d.0);
             println!(
-                "{:>7} tokens  TTFT {:>9.1} ms  {:>8.0} tok/s  peak +{:.2} GiB  {}{}",
+                "{:>7} tokens  TTFT {:>9.1} ms  {:>8.0} tok/s  peak +{:.2} GiB  {} steps  {}{}",
                 n,
-                median,
-                n as f64 / median * 1e3,
+                r.median_ttft_ms,
+                n as f64 / r.median_ttft_ms * 1e3,
                 peak as f64 / (1u64 << 30) as f64,
-                attention,
+                r.steps_to_first_token,
+                r.attention,
                 decode_tps
                     .map(|t| format!("  decode {t:.1} tok/s"))
                     .unwrap_or_default()
             );
-            for p in &breakdown {
-                println!(
-                    "      {:<24} {:>9.2} ms  ({} calls)",
-                    format!("{:?}", p.part),
-                    p.seconds * 1e3,
-                    p.calls
-                );
-            }
-            if let Some(d) = decode {
-                println!(
-                    "      decode {:.3} ms/token, of which logits copy + host argmax {:.3} ms",
-                    1e3 / d.tokens_per_s,
-                    d.host_argmax_ms
-                );
-            }
-            if decode_profiled_steps > 0 {
+            let breakdown = r.breakdown.into_iter().next().unwrap_or_default();
+            print_parts("      ", &breakdown);
+            let decode_breakdown = r.decode_breakdown.into_iter().next().unwrap_or_default();
+            let steps = r.decode_profiled_steps;
+            if steps > 0 {
                 let total: f64 = decode_breakdown.iter().map(|p| p.seconds).sum();
                 println!(
-                    "      decode per token (profiled, {decode_profiled_steps} steps): {:.3} ms in parts",
-                    total * 1e3 / decode_profiled_steps as f64
+                    "      decode per token (profiled, {steps} steps): {:.3} ms in parts",
+                    total * 1e3 / steps as f64
                 );
                 for p in &decode_breakdown {
                     println!(
                         "      decode {:<17} {:>9.3} ms/token  ({} calls/token)",
                         format!("{:?}", p.part),
-                        p.seconds * 1e3 / decode_profiled_steps as f64,
-                        p.calls / decode_profiled_steps as u64
+                        p.seconds * 1e3 / steps as f64,
+                        p.calls / steps as u64
                     );
                 }
             }
             results.push(LengthResult {
                 tokens: n,
-                ttft_ms: times,
-                median_ttft_ms: median,
-                tokens_per_s: n as f64 / median * 1e3,
+                tokens_per_s: n as f64 / r.median_ttft_ms * 1e3,
+                ttft_ms: r.ttft_ms,
+                median_ttft_ms: r.median_ttft_ms,
                 peak_transient_bytes: peak,
-                attention,
+                attention: r.attention,
+                steps_to_first_token: r.steps_to_first_token,
                 decode_tokens_per_s: decode_tps,
-                decode_host_argmax_ms: decode.map(|d| d.host_argmax_ms),
                 breakdown,
                 decode_breakdown,
-                decode_profiled_steps,
+                decode_profiled_steps: steps,
             });
         }
         let report = Report {
-            schema: "headroom.bench.ttft/1",
+            schema: "headroom.bench.ttft/2",
+            path: "engine",
             backend: info.backend.to_string(),
             model: self.model_name,
             load_seconds: info.load_seconds,
             weight_bytes: info.weight_bytes,
             chunk: a.chunk,
+            engine: EngineRecord::of(&core),
             results,
         };
         println!(
@@ -306,86 +301,4 @@ impl ModelJob for TtftJob<'_> {
         }
         Ok(())
     }
-}
-
-/// What [`decode_rate`] measured.
-#[derive(Debug, Clone, Copy)]
-struct DecodeRate {
-    tokens_per_s: f64,
-    /// Host argmax per token (the logits row's copy is inside the step).
-    host_argmax_ms: f64,
-}
-
-/// The greedy next token of a logits row (lowest index on ties).
-fn argmax(logits: &[f32]) -> u32 {
-    logits
-        .iter()
-        .enumerate()
-        .fold((0usize, f32::NEG_INFINITY), |b, (i, &v)| {
-            if v > b.1 {
-                (i, v)
-            } else {
-                b
-            }
-        })
-        .0 as u32
-}
-
-fn decode_options(plan: &AttentionPlan) -> ForwardOptions {
-    ForwardOptions {
-        attention: plan.clone(),
-        chunk: None,
-        logits: LogitsRows::Last,
-    }
-}
-
-/// Greedy decode tokens/s after prefilling `ids`.
-fn decode_rate<B: Backend>(
-    model: &Qwen35Model<B>,
-    ids: &[u32],
-    steps: usize,
-    capacity: usize,
-    plan: &AttentionPlan,
-) -> anyhow::Result<DecodeRate> {
-    let mut s = model.new_session_with_capacity(capacity)?;
-    let opts = decode_options(plan);
-    let mut logits = model.prefill(&mut s, ids, &opts)?.logits;
-    // Unmeasured steps first: a kernel's first use compiles or loads it.
-    for _ in 0..DECODE_WARMUP_STEPS {
-        logits = model.prefill(&mut s, &[argmax(&logits)], &opts)?.logits;
-    }
-    let mut argmax_s = 0.0;
-    let started = Instant::now();
-    for _ in 0..steps {
-        let t = Instant::now();
-        let next = argmax(&logits);
-        argmax_s += t.elapsed().as_secs_f64();
-        logits = model.prefill(&mut s, &[next], &opts)?.logits;
-    }
-    Ok(DecodeRate {
-        tokens_per_s: steps as f64 / started.elapsed().as_secs_f64(),
-        host_argmax_ms: argmax_s * 1e3 / steps.max(1) as f64,
-    })
-}
-
-/// Per-part totals of `steps` profiled greedy decode steps after `ids`.
-fn decode_profile<B: Backend>(
-    model: &Qwen35Model<B>,
-    ids: &[u32],
-    steps: usize,
-    capacity: usize,
-    plan: &AttentionPlan,
-) -> anyhow::Result<Vec<PartTime>> {
-    let mut s = model.new_session_with_capacity(capacity)?;
-    let opts = decode_options(plan);
-    let mut logits = model.prefill(&mut s, ids, &opts)?.logits;
-    model.take_profile();
-    model.set_profiling(true);
-    let run = (0..steps).try_for_each(|_| {
-        logits = model.prefill(&mut s, &[argmax(&logits)], &opts)?.logits;
-        anyhow::Ok(())
-    });
-    model.set_profiling(false);
-    run?;
-    Ok(model.take_profile())
 }

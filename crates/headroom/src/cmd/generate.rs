@@ -37,7 +37,7 @@ use headroom_core::ops::{Backend, SamplingParams};
 use headroom_core::BackendKind;
 use headroom_engine::{
     EngineConfig, EngineStats, FinishReason, GenerateRequest, KvBackendKind, RequestStream,
-    SchedulerSettings, StreamEvent, Usage,
+    SchedulerSettings, SoloStripe, StreamEvent, Usage,
 };
 use headroom_model::tokenizer::{StreamDecoder, TextCodec, Tokenizer};
 use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
@@ -100,9 +100,10 @@ pub struct Args {
     /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS; default 2048).
     #[arg(long, value_name = "N")]
     pub step_tokens: Option<usize>,
-    /// Prompt tokens per step of a request alone in the engine (env HEADROOM_SOLO_STRIPE; default 2048).
-    #[arg(long, value_name = "N")]
-    pub solo_stripe: Option<usize>,
+    /// Prompt tokens per step of a request alone in the engine, or `auto`
+    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
+    #[arg(long, value_name = "N|auto")]
+    pub solo_stripe: Option<SoloStripe>,
     /// KV cache backend.
     #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
     pub kv: KvBackendKind,
@@ -242,7 +243,7 @@ fn scheduler_settings(a: &Args) -> anyhow::Result<SchedulerSettings> {
     }
     if let Some(c) = a.forward.chunk {
         s.prefill_chunk = c;
-        s.solo_stripe = c;
+        s.solo_stripe = SoloStripe::Tokens(c);
     }
     s.prefill_chunk = a.prefill_chunk.unwrap_or(s.prefill_chunk);
     s.step_tokens = a.step_tokens.unwrap_or(s.step_tokens);

@@ -17,7 +17,7 @@ use crate::tp::{GroupInfo, GroupJob, TpArgs};
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
-use headroom_engine::{EngineConfig, KvBackendKind, SchedulerSettings};
+use headroom_engine::{EngineConfig, KvBackendKind, SchedulerSettings, SoloStripe};
 use headroom_model::tokenizer::{TextCodec, Tokenizer};
 use headroom_model::{Qwen35Model, StepModel, TpGroup};
 use headroom_server::{AppState, ChatTemplate, ServerConfig};
@@ -68,9 +68,10 @@ pub struct Args {
     /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS).
     #[arg(long, value_name = "N")]
     pub step_tokens: Option<usize>,
-    /// Prompt tokens per step of a request alone in the engine (env HEADROOM_SOLO_STRIPE).
-    #[arg(long, value_name = "N")]
-    pub solo_stripe: Option<usize>,
+    /// Prompt tokens per step of a request alone in the engine, or `auto`
+    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
+    #[arg(long, value_name = "N|auto")]
+    pub solo_stripe: Option<SoloStripe>,
     /// `max_tokens` of a request that gives none (cut to the context left).
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub default_max_tokens: usize,
@@ -114,12 +115,12 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     for (v, field) in [
         (a.prefill_chunk, &mut scheduler.prefill_chunk),
         (a.step_tokens, &mut scheduler.step_tokens),
-        (a.solo_stripe, &mut scheduler.solo_stripe),
     ] {
         if let Some(v) = v {
             *field = v;
         }
     }
+    scheduler.solo_stripe = a.solo_stripe.unwrap_or(scheduler.solo_stripe);
     scheduler.validate().map_err(anyhow::Error::msg)?;
     let engine = EngineConfig {
         scheduler,

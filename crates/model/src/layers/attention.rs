@@ -61,13 +61,13 @@ impl<B: Backend> FullAttention<B> {
             be.rope(&mut k, self.kv_heads, d, &self.rope, batch)?;
             be.kv_write(cache, &k, &v, batch)
         })?;
-        let (mut y, report) = prof.time(be, Part::Attention, || {
-            be.attention(&q, cache, batch, route)
+        // The output gate goes with the attention (a backend may apply it in
+        // the attention's output pass).
+        let (y, report) = prof.time(be, Part::Attention, || match &gate {
+            Some(g) => be.attention_gated(&q, cache, batch, route, g),
+            None => be.attention(&q, cache, batch, route),
         })?;
         let out = prof.time(be, Part::AttentionProjections, || {
-            if let Some(g) = &gate {
-                be.mul_sigmoid(&mut y, g)?;
-            }
             be.linear(&y, &self.o_proj)
         })?;
         Ok((super::reduce(be, out, prof)?, report))

@@ -1,0 +1,341 @@
+//! The measurement loop of `bench ttft`, through the engine (the path
+//! `generate` and `serve` run) over one model or a tensor-parallel group
+//! ([`BenchModel`]): per prompt length, fresh greedy requests of one token
+//! submitted to an [`EngineCore`] and stepped until they finish — TTFT is
+//! the engine's own measure (submission to the first drawn token), the
+//! routes come back from the attention reports of the calls that ran, the
+//! peak is each rank's backend peak over the measured runs. Decode tokens/s
+//! come from one longer request (decode steps through the engine); the
+//! breakdowns from one profiled request, the model's profile hook switched
+//! on around the prefill steps or the decode steps.
+
+use super::{prompt, TtftArgs};
+use anyhow::{bail, Context};
+use headroom_core::ops::Backend;
+use headroom_engine::{
+    AttentionRun, EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings,
+    SoloStripe, SoloStripeResolution, StreamEvent, Usage,
+};
+use headroom_model::profile::PartTime;
+use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
+use serde::Serialize;
+use std::time::Instant;
+
+/// Unmeasured decode steps before the timed ones.
+pub const DECODE_WARMUP_STEPS: usize = 2;
+
+/// Decode steps profiled per length with --breakdown.
+pub const PROFILED_DECODE_STEPS: usize = 8;
+
+/// A model the bench drives through the engine: the hooks beyond stepping.
+pub trait BenchModel<B: Backend>: StepModel<B> {
+    fn synchronize(&self) -> anyhow::Result<()>;
+    fn reset_peak_memory(&self);
+    fn set_profiling(&self, on: bool);
+    /// Each rank's part times since the last call (and clears them).
+    fn take_profile(&self) -> Vec<Vec<PartTime>>;
+}
+
+impl<B: Backend> BenchModel<B> for Qwen35Model<B>
+where
+    Qwen35Model<B>: StepModel<B>,
+{
+    fn synchronize(&self) -> anyhow::Result<()> {
+        self.backend().synchronize().context("synchronize")
+    }
+    fn reset_peak_memory(&self) {
+        self.backend().reset_peak_memory()
+    }
+    fn set_profiling(&self, on: bool) {
+        Qwen35Model::set_profiling(self, on)
+    }
+    fn take_profile(&self) -> Vec<Vec<PartTime>> {
+        vec![Qwen35Model::take_profile(self)]
+    }
+}
+
+impl<B: Backend> BenchModel<B> for TpGroup<B>
+where
+    TpGroup<B>: StepModel<B>,
+{
+    fn synchronize(&self) -> anyhow::Result<()> {
+        TpGroup::synchronize(self).context("synchronize")
+    }
+    fn reset_peak_memory(&self) {
+        TpGroup::reset_peak_memory(self)
+    }
+    fn set_profiling(&self, on: bool) {
+        TpGroup::set_profiling(self, on)
+    }
+    fn take_profile(&self) -> Vec<Vec<PartTime>> {
+        TpGroup::take_profile(self)
+    }
+}
+
+/// The engine's scheduler as the bench ran it (`path = "engine"`).
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineRecord {
+    pub path: &'static str,
+    /// The settings as run (`solo_stripe` resolved to tokens).
+    pub scheduler: SchedulerSettings,
+    /// The solo stripe asked for, the tokens it resolved to, what bound it and why.
+    pub solo_stripe: SoloStripeResolution,
+    pub max_context: usize,
+    pub kv_backend: String,
+}
+
+impl EngineRecord {
+    pub fn of<B: Backend, M: StepModel<B>>(core: &EngineCore<B, M>) -> EngineRecord {
+        let st = core.stats();
+        EngineRecord {
+            path: "engine",
+            scheduler: st.settings,
+            solo_stripe: st.solo_stripe,
+            max_context: core.config().max_context,
+            kv_backend: core.kv().resolved.to_string(),
+        }
+    }
+}
+
+/// Env settings (malformed values warned and ignored), then the flags:
+/// `--chunk N` is the prefill chunk and the solo stripe (every step of the
+/// lone request), `--solo-stripe` the stripe alone.
+pub fn scheduler_settings(a: &TtftArgs) -> anyhow::Result<SchedulerSettings> {
+    let (mut s, warnings) = SchedulerSettings::from_env();
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    if let Some(c) = a.chunk {
+        s.prefill_chunk = c;
+        s.solo_stripe = SoloStripe::Tokens(c);
+    }
+    s.solo_stripe = a.solo_stripe.unwrap_or(s.solo_stripe);
+    s.validate()
+        .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
+    Ok(s)
+}
+
+/// Rows the bench's requests need at most: the longest prompt, its decode
+/// steps (measured, warm-up, profiled) and the first token, rounded up to 64.
+pub fn max_context(a: &TtftArgs) -> usize {
+    let longest = a.lengths.iter().copied().max().unwrap_or(1);
+    let decode = if a.decode > 0 {
+        a.decode.max(PROFILED_DECODE_STEPS) + DECODE_WARMUP_STEPS
+    } else {
+        0
+    };
+    (longest + decode + 1).div_ceil(64) * 64
+}
+
+/// The engine the bench runs: one request at a time, no memory budget,
+/// contiguous KV.
+pub fn engine_config(
+    a: &TtftArgs,
+    plan: AttentionPlan,
+    scheduler: SchedulerSettings,
+) -> EngineConfig {
+    EngineConfig {
+        scheduler,
+        attention: plan,
+        kv_backend: KvBackendKind::Contiguous,
+        memory_budget_bytes: None,
+        max_running: 1,
+        max_context: max_context(a),
+        max_waiting: 1,
+        ..EngineConfig::default()
+    }
+}
+
+/// What one request did.
+pub struct Finished {
+    pub usage: Usage,
+    pub attention: Vec<AttentionRun>,
+    pub tokens: Vec<u32>,
+    /// Engine steps until the first token.
+    pub steps_to_first_token: usize,
+    /// When each token was drawn (after its step returned).
+    pub drawn_at: Vec<Instant>,
+}
+
+/// Submits a greedy request of `max_tokens` and steps the engine until it
+/// finishes; `between(tokens drawn so far)` runs after every step.
+pub fn run_request<B: Backend, M: BenchModel<B>>(
+    core: &mut EngineCore<B, M>,
+    ids: &[u32],
+    max_tokens: usize,
+    between: &mut dyn FnMut(&EngineCore<B, M>, usize),
+) -> anyhow::Result<Finished> {
+    let mut stream = core
+        .submit(GenerateRequest::greedy(ids.to_vec(), max_tokens))
+        .map_err(|e| anyhow::anyhow!("the engine refused the prompt: {e}"))?;
+    let (mut steps, mut first) = (0usize, None);
+    let mut tokens = Vec::new();
+    let mut drawn_at = Vec::new();
+    let mut finished = None;
+    while let Some(report) = core.step().context("engine step")? {
+        steps += 1;
+        let now = Instant::now();
+        for s in &report.sampled {
+            tokens.push(s.token);
+            drawn_at.push(now);
+            first.get_or_insert(steps);
+        }
+        while let Some(e) = stream.try_next() {
+            match e {
+                StreamEvent::Token(_) => {}
+                StreamEvent::Finished {
+                    usage, attention, ..
+                } => finished = Some((usage, attention)),
+                StreamEvent::Error(why) => bail!("the engine failed the request: {why}"),
+            }
+        }
+        between(core, tokens.len());
+    }
+    let Some((usage, attention)) = finished else {
+        bail!("the request did not finish after {steps} engine steps");
+    };
+    if tokens.len() != max_tokens {
+        bail!(
+            "the request drew {} tokens, expected {max_tokens}",
+            tokens.len()
+        );
+    }
+    Ok(Finished {
+        usage,
+        attention,
+        tokens,
+        steps_to_first_token: first.unwrap_or(steps),
+        drawn_at,
+    })
+}
+
+/// `layer 3 fused, layer 7 composed qL=512` — each (layer, route, block) that ran.
+pub fn routes_ran(runs: &[AttentionRun]) -> String {
+    let mut seen: Vec<(usize, String)> = Vec::new();
+    for r in runs {
+        let what = match r.query_block {
+            Some(q) => format!("{} qL={q}", r.route),
+            None => r.route.to_string(),
+        };
+        if !seen.iter().any(|(l, w)| *l == r.layer && *w == what) {
+            seen.push((r.layer, what));
+        }
+    }
+    if seen.is_empty() {
+        return "none (no full-attention layer)".into();
+    }
+    seen.iter()
+        .map(|(l, w)| format!("layer {l} {w}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One prompt length measured through the engine.
+pub struct LengthRun {
+    pub ttft_ms: Vec<f64>,
+    pub median_ttft_ms: f64,
+    /// Each rank's backend bytes before the first measured run (weights + state).
+    pub before_bytes_per_rank: Vec<usize>,
+    /// Each rank's peak backend bytes over the measured runs.
+    pub peak_bytes_per_rank: Vec<usize>,
+    pub attention: String,
+    pub steps_to_first_token: usize,
+    /// Decode tokens/s and the first `--decode` greedy tokens.
+    pub decode: Option<(f64, Vec<u32>)>,
+    /// Each rank's parts of one profiled prefill (empty without --breakdown).
+    pub breakdown: Vec<Vec<PartTime>>,
+    /// Each rank's parts of the profiled decode steps.
+    pub decode_breakdown: Vec<Vec<PartTime>>,
+    pub decode_profiled_steps: usize,
+}
+
+/// Measures prompt length `n` (see the module doc).
+pub fn measure<B: Backend, M: BenchModel<B>>(
+    core: &mut EngineCore<B, M>,
+    a: &TtftArgs,
+    n: usize,
+) -> anyhow::Result<LengthRun> {
+    let ids = prompt(n, core.model().vocab_size());
+    let mut times = Vec::new();
+    let world = core.rank_memory().len();
+    let mut peaks = vec![0usize; world];
+    let mut before = Vec::new();
+    let (mut attention, mut steps_to_first) = (String::new(), 0);
+    let mut nothing = |_: &EngineCore<B, M>, _: usize| {};
+    for it in 0..a.warmup + a.iterations {
+        core.step_model().synchronize()?;
+        if it == a.warmup {
+            before = core.rank_memory().iter().map(|m| m.0).collect();
+        }
+        core.step_model().reset_peak_memory();
+        let done = run_request(core, &ids, 1, &mut nothing)?;
+        let ms = done.usage.ttft_ms;
+        if it >= a.warmup {
+            times.push(ms);
+            for (p, m) in peaks.iter_mut().zip(core.rank_memory()) {
+                *p = (*p).max(m.1);
+            }
+            attention = routes_ran(&done.attention);
+            steps_to_first = done.steps_to_first_token;
+        }
+        eprintln!(
+            "  {n} tokens, run {it}: {ms:.1} ms ({} engine steps)",
+            done.steps_to_first_token
+        );
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let decode = if a.decode > 0 {
+        let total = 1 + DECODE_WARMUP_STEPS + a.decode;
+        let done = run_request(core, &ids, total, &mut nothing)?;
+        let (from, to) = (done.drawn_at[DECODE_WARMUP_STEPS], done.drawn_at[total - 1]);
+        let secs = to.duration_since(from).as_secs_f64().max(1e-9);
+        Some((a.decode as f64 / secs, done.tokens[..a.decode].to_vec()))
+    } else {
+        None
+    };
+    let breakdown = if a.breakdown {
+        core.step_model().take_profile();
+        core.step_model().set_profiling(true);
+        let run = run_request(core, &ids, 1, &mut nothing).context("profiled prefill");
+        core.step_model().set_profiling(false);
+        run?;
+        core.step_model().take_profile()
+    } else {
+        Vec::new()
+    };
+    let decode_profiled_steps = if a.breakdown && a.decode > 0 {
+        PROFILED_DECODE_STEPS.min(a.decode)
+    } else {
+        0
+    };
+    let decode_breakdown = if decode_profiled_steps > 0 {
+        // Profiling on from the first token to the last: the decode steps only.
+        let mut switch = |c: &EngineCore<B, M>, drawn: usize| {
+            if drawn == 1 {
+                c.step_model().take_profile();
+                c.step_model().set_profiling(true);
+            }
+        };
+        let run = run_request(core, &ids, 1 + decode_profiled_steps, &mut switch)
+            .context("profiled decode");
+        core.step_model().set_profiling(false);
+        run?;
+        core.step_model().take_profile()
+    } else {
+        Vec::new()
+    };
+    Ok(LengthRun {
+        ttft_ms: times,
+        median_ttft_ms: median,
+        before_bytes_per_rank: before,
+        peak_bytes_per_rank: peaks,
+        attention,
+        steps_to_first_token: steps_to_first,
+        decode,
+        breakdown,
+        decode_breakdown,
+        decode_profiled_steps,
+    })
+}
