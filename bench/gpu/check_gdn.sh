@@ -53,7 +53,7 @@ if [ -n "${GDN_RACECHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
     echo "racecheck rc ${PIPESTATUS[0]}"
 fi
 
-echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=pv2-alone,pv3-alone,pv3-v3deep-Narrow}) ==="
+echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=pv3-alone,pv4-alone,pv4-v3deep-Narrow}) ==="
 if [ "${GDN_NCU:-1}" = 0 ]; then
     echo "skipped (GDN_NCU=0)"
 elif command -v ncu >/dev/null; then

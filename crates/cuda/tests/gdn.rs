@@ -19,7 +19,7 @@ use rayon::prelude::*;
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
 const SCANS: [ScanKernel; 3] = [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep];
-const PREPS: [PrepKernel; 2] = [PrepKernel::V2, PrepKernel::V3];
+const PREPS: [PrepKernel; 2] = [PrepKernel::V3, PrepKernel::V4];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -507,7 +507,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                     if t >= 8192 {
                         cases.push((format!("{n}-8seq"), tuned(prep, scan, w, 0), &eight));
                     }
-                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V3 {
+                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V4 {
                         // Timing ablations (wrong results by design): the scan without
                         // its tile loads after the first chunk, without arithmetic.
                         cases.push((format!("{n}-noload"), tuned(prep, scan, w, 1), &one));

@@ -1,11 +1,11 @@
 // Gated delta rule, chunked form: the per-chunk preparation kernel
-// (`gdn_chunk_prep_bf16`; the scan that consumes its output is in
+// (`gdn_chunk_prep_v3_bf16` / `_v4_bf16`; the scan that consumes its output is in
 // gdn_chunked.cu, whose header states the algebra). The constants, the
 // sequence table and the fragment helpers below match gdn_chunked.cu
 // (checked by ops::gdn::launch's tests).
 //
 // One CTA (8 warps) per (64-row chunk, value head), all chunks in parallel:
-// q, k rows by cp.async, v straight to (beta v)^T; q/k L2 norms; chunk-local
+// q, k rows by cp.async, v straight to beta v; q/k L2 norms; chunk-local
 // cumsum G of g; A = beta exp(Gi - Gj) ki.kj and P = exp(Gi - Gj) qi.kj on
 // mma.sync; T = (I + A)^-1 by blocked forward substitution (16x16 diagonal
 // blocks by one thread per column, off-diagonal blocks as 16x16 products on
@@ -13,11 +13,15 @@
 // (bf16) leave through shared memory as 16-byte stores, per-row factors (f32)
 // beside them.
 //
-// Two entries: gdn_chunk_prep_bf16 (run 3's kernel: (beta v)^T and
-// (beta exp(G) k)^T built transposed by 2-byte stores) and
-// gdn_chunk_prep_v3_bf16 (both kept row-major, written as 8/16-byte vectors,
-// and read as B operands by ldmatrix.trans; q/k rows normalised 4 columns a
-// lane; the 3xTF32 hi/lo split of the A operand done once per k-step).
+// Two entries (ops::gdn::PrepKernel): gdn_chunk_prep_v3_bf16 ((beta v) and
+// (beta exp(G) k) kept row-major, written as 8/16-byte vectors and read as B
+// operands by ldmatrix.trans; q/k rows normalised 4 columns a lane; the
+// 3xTF32 hi/lo split of the A operand done once per k-step; off-diagonal
+// inverse block row by block row on 1-3 warps) and gdn_chunk_prep_v4_bf16
+// (the same with the off-diagonal inverse by 2x2 block doubling on all 8
+// warps, one n8 half of a 16x16 block each: critical path 9 -> 3 products).
+// (Run 3's v2 entry, transposed 2-byte stores, was removed in gdn4; it
+// lives in commit c157701.)
 
 #include <cuda_bf16.h>
 
@@ -185,31 +189,8 @@ __device__ __forceinline__ void mma1688x3(float* c, const float* a, const float*
 }
 
 // acc (16 x 16 as two n8 tiles) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 16),
-// both f32 row-major in shared memory.
-__device__ __forceinline__ void mm16_f32(float (*acc)[4], const float* A, int lda, int am0, int ak0,
-                                         const float* B, int ldb, int bk0, int bn0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-        float a[4];
-        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
-        a[0] = pa[0];
-        a[1] = pa[8 * lda];
-        a[2] = pa[4];
-        a[3] = pa[8 * lda + 4];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-            float b[2];
-            const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + 8 * nt + g;
-            b[0] = pb[0];
-            b[1] = pb[4 * ldb];
-            mma1688x3(acc[nt], a, b);
-        }
-    }
-}
-
-// mm16_f32 with the hi/lo split of each A fragment done once per k-step
-// (the same products in the same order: bitwise the same result).
+// both f32 row-major in shared memory, 3xTF32 (the hi/lo split of each A
+// fragment done once per k-step).
 __device__ __forceinline__ void mm16_f32_split(float (*acc)[4], const float* A, int lda, int am0, int ak0,
                                                const float* B, int ldb, int bk0, int bn0, int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -240,7 +221,50 @@ __device__ __forceinline__ void mm16_f32_split(float (*acc)[4], const float* A, 
     }
 }
 
-template <bool V3>
+// acc (16 x 8) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 8), both
+// f32 row-major in shared memory, 3xTF32 with the hi/lo splits as in
+// mm16_f32_split (v4's inverse: one n8 half of a 16x16 block per warp). The
+// hi.hi products and the two correction terms go to separate accumulators
+// (dependent chains of 2 mma instead of 6), added at the end.
+__device__ __forceinline__ void mm16x8_f32_split(float* acc, const float* A, int lda, int am0, int ak0,
+                                                 const float* B, int ldb, int bk0, int bn0, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    float hi[4] = {0.f, 0.f, 0.f, 0.f}, lo1[4] = {0.f, 0.f, 0.f, 0.f}, lo2[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) {
+        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
+        const float a[4] = {pa[0], pa[8 * lda], pa[4], pa[8 * lda + 4]};
+        const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + g;
+        const float b[2] = {pb[0], pb[4 * ldb]};
+        unsigned ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            ah[i] = to_tf32(a[i]);
+            al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            bh[i] = to_tf32(b[i]);
+            bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
+        }
+        mma1688(lo1, al, bh);
+        mma1688(lo2, ah, bl);
+        mma1688(hi, ah, bh);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] += hi[i] + (lo1[i] + lo2[i]);
+}
+
+// Stores -acc (16 x 8 fragment) at D[r0.., c0..] (f32, row stride ld).
+__device__ __forceinline__ void store16x8_neg(float* D, int ld, int r0, int c0, const float* acc, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf)
+        *reinterpret_cast<float2*>(D + (r0 + g + 8 * hf) * ld + c0 + 2 * t) =
+            make_float2(-acc[2 * hf], -acc[2 * hf + 1]);
+}
+
+template <int GEN>
 __device__ __forceinline__ void prep_body(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
@@ -252,8 +276,8 @@ __device__ __forceinline__ void prep_body(
     float* Tf = Af + BT * LDF;
     bf16* Ts = reinterpret_cast<bf16*>(smem + PREP_R1);
     float* Xs = reinterpret_cast<float*>(smem + PREP_R1);
-    // v2: (beta exp(G) k)^T [DK][LD64], (beta v)^T [DV][LD64]; v3: the same
-    // row-major, [BT][LD128] (Kb, Vb).
+    // beta exp(G) k and beta v, row-major [BT][LD128] (regions sized for
+    // the [128][LD64] transposes of the v2 kernel).
     bf16* KbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS);
     bf16* VbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS + PREP_KBT);
     float* Gs = reinterpret_cast<float*>(smem + PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT);
@@ -305,7 +329,7 @@ __device__ __forceinline__ void prep_body(
         }
         Gc[tid] = v;
     }
-    if constexpr (V3) {  // beta v, row-major: one 16-byte store per piece
+    {  // beta v, row-major: one 16-byte store per piece
         const float b = Bs[vr];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -320,19 +344,6 @@ __device__ __forceinline__ void prep_body(
             }
             *reinterpret_cast<uint4*>(VbT + vr * LD128 + col) = o;
         }
-    } else {  // (beta v)^T: a warp writes 32 consecutive rows of one column (conflict-free)
-        const float b = Bs[vr];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int col = ((tid >> 6) + 4 * j) * 8;
-            const bf162* v2 = reinterpret_cast<const bf162*>(&vreg[j]);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 f = __bfloat1622float2(v2[i]);
-                VbT[(col + 2 * i) * LD64 + vr] = __float2bfloat16(f.x * b);
-                VbT[(col + 2 * i + 1) * LD64 + vr] = __float2bfloat16(f.y * b);
-            }
-        }
     }
     cp_async_wait_all();
     __syncthreads();
@@ -342,7 +353,7 @@ __device__ __forceinline__ void prep_body(
 
     // Rows (a warp each): normalise q and k in place, scale, (beta exp(G) k)^T.
     const float qscale = rsqrtf((float)DK);
-    if constexpr (V3) {  // lane: columns 4 lane .. 4 lane + 3 (8-byte accesses)
+    {  // lane: columns 4 lane .. 4 lane + 3 (8-byte accesses)
 #pragma unroll 2
         for (int r = warp; r < BT; r += PREP_WARPS) {
             const bool ok = r < nrows;
@@ -376,38 +387,6 @@ __device__ __forceinline__ void prep_body(
                 if (r == 0) f[2 * BT] = __expf(GL);
             }
         }
-    } else {
-#pragma unroll 2
-    for (int r = warp; r < BT; r += PREP_WARPS) {
-        const bool ok = r < nrows;
-        float q[4], k[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int col = lane + 32 * e;
-            q[e] = __bfloat162float(Qs[r * LD128 + col]);
-            k[e] = __bfloat162float(Ks[r * LD128 + col]);
-        }
-        float sq = 0.f, sk = 0.f;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) { sq += q[e] * q[e]; sk += k[e] * k[e]; }
-        sq = warp_sum(sq);
-        sk = warp_sum(sk);
-        const float iq = rsqrtf(sq + L2_EPS) * qscale, ik = rsqrtf(sk + L2_EPS);
-        const float b = Bs[r], eg = __expf(Gc[r]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int col = lane + 32 * e;
-            Qs[r * LD128 + col] = __float2bfloat16(q[e] * iq);
-            Ks[r * LD128 + col] = __float2bfloat16(k[e] * ik);
-            KbT[col * LD64 + r] = __float2bfloat16(k[e] * ik * b * eg);
-        }
-        if (lane == 0) {
-            float* f = fac_out + tile * FAC;
-            f[r] = ok ? iq * eg : 0.f;
-            f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
-            if (r == 0) f[2 * BT] = __expf(GL);
-        }
-    }
     }
     __syncthreads();
 
@@ -427,6 +406,7 @@ __device__ __forceinline__ void prep_body(
             frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
+                if (GEN >= 4 && c0 + 8 * nt > m0 + 15) continue;  // v4: n8 pieces above the diagonal
                 unsigned b[2];
                 frag_b(b, Ks, LD128, c0 + 8 * nt, 16 * ks, lane);
                 mma16816(acc_a[nt], ak, b);
@@ -483,38 +463,81 @@ __device__ __forceinline__ void prep_body(
         for (int i = 0; i < 16; ++i) Tf[(b0 + i) * LDF + b0 + cc] = tcol[i];
     }
     __syncthreads();
-    // Off-diagonal blocks, block row by block row: warp J computes
-    // X = sum_{K=J}^{I-1} A_IK T_KJ, then T_IJ = -T_II X (tensor cores, 3xTF32).
-#pragma unroll 1
-    for (int I = 1; I < 4; ++I) {
-        if (warp < I) {
-            const int J = warp;
-            float x[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll 1
-            for (int K = J; K < I; ++K) {
-                if constexpr (V3) mm16_f32_split(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
-                else mm16_f32(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
-            }
-            float* Xw = Xs + warp * 16 * LDX;
+    if constexpr (GEN >= 4) {
+        // Off-diagonal blocks by 2x2 doubling, all warps on one n8 half of a
+        // 16x16 block each: [[L11, 0], [L21, L22]]^-1 has -L22^-1 L21 L11^-1
+        // below the diagonal. Level 1 (warps 0-3): T10 = -T11 (A10 T00),
+        // T32 = -T33 (A32 T22). Level 2 (all 8): X = A[2:4, 0:2] T[0:2, 0:2]
+        // into shared scratch, then T[2:4, 0:2] = -T[2:4, 2:4] X.
+        const int half = 8 * (warp & 1), b = warp >> 1;
+        if (warp < 4) {
+            const int I = 2 * b + 1, J = 2 * b;
+            float* Xw = Xs + b * 16 * LDX;
+            float x[4] = {0.f, 0.f, 0.f, 0.f}, y[4] = {0.f, 0.f, 0.f, 0.f};
+            mm16x8_f32_split(x, Af, LDF, 16 * I, 16 * J, Tf, LDF, 16 * J, 16 * J + half, lane);
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf)
-                    *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * LDX + 8 * nt + 2 * t4) =
-                        make_float2(x[nt][2 * hf], x[nt][2 * hf + 1]);
+            for (int hf = 0; hf < 2; ++hf)
+                *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * LDX + half + 2 * t4) =
+                    make_float2(x[2 * hf], x[2 * hf + 1]);
             __syncwarp();
-            float y[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-            if constexpr (V3) mm16_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
-            else mm16_f32(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf)
-                    *reinterpret_cast<float2*>(Tf + (16 * I + g8 + 8 * hf) * LDF + 16 * J + 8 * nt + 2 * t4) =
-                        make_float2(-y[nt][2 * hf], -y[nt][2 * hf + 1]);
-            __syncwarp();
+            mm16x8_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, half, lane);
+            store16x8_neg(Tf, LDF, 16 * I, 16 * J + half, y, lane);
         }
         __syncthreads();
+        const int I = 2 + (b >> 1), J = b & 1;  // this warp's block of T[2:4, 0:2]
+        {
+            float x[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+            for (int K = J; K < 2; ++K)
+                mm16x8_f32_split(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J + half, lane);
+            float* Xb = Xs + b * 16 * LDX;  // X block (I, J)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf)
+                *reinterpret_cast<float2*>(Xb + (g8 + 8 * hf) * LDX + half + 2 * t4) =
+                    make_float2(x[2 * hf], x[2 * hf + 1]);
+        }
+        __syncthreads();
+        {
+            float y[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
+            for (int I2 = 2; I2 <= I; ++I2)
+                mm16x8_f32_split(y, Tf, LDF, 16 * I, 16 * I2, Xs + (2 * (I2 - 2) + J) * 16 * LDX, LDX, 0, half,
+                                 lane);
+            store16x8_neg(Tf, LDF, 16 * I, 16 * J + half, y, lane);
+        }
+        __syncthreads();
+    } else {
+        // Off-diagonal blocks, block row by block row: warp J computes
+        // X = sum_{K=J}^{I-1} A_IK T_KJ, then T_IJ = -T_II X (tensor cores, 3xTF32).
+    #pragma unroll 1
+        for (int I = 1; I < 4; ++I) {
+            if (warp < I) {
+                const int J = warp;
+                float x[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    #pragma unroll 1
+                for (int K = J; K < I; ++K) {
+                    mm16_f32_split(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
+                }
+                float* Xw = Xs + warp * 16 * LDX;
+    #pragma unroll
+                for (int nt = 0; nt < 2; ++nt)
+    #pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+                        *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * LDX + 8 * nt + 2 * t4) =
+                            make_float2(x[nt][2 * hf], x[nt][2 * hf + 1]);
+                __syncwarp();
+                float y[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+                mm16_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
+    #pragma unroll
+                for (int nt = 0; nt < 2; ++nt)
+    #pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+                        *reinterpret_cast<float2*>(Tf + (16 * I + g8 + 8 * hf) * LDF + 16 * J + 8 * nt + 2 * t4) =
+                            make_float2(-y[nt][2 * hf], -y[nt][2 * hf + 1]);
+                __syncwarp();
+            }
+            __syncthreads();
+        }
     }
     // T in bf16 (zero above the diagonal blocks).
     for (int e = tid; e < BT * BT / 2; e += PREP_THREADS) {
@@ -543,8 +566,7 @@ __device__ __forceinline__ void prep_body(
 #pragma unroll
             for (int nt = 0; nt < 16; ++nt) {
                 unsigned b[2];
-                if constexpr (V3) frag_b_trans(b, Bt, LD128, 16 * ks, 8 * nt, lane);
-                else frag_b(b, Bt, LD64, 8 * nt, 16 * ks, lane);
+                frag_b_trans(b, Bt, LD128, 16 * ks, 8 * nt, lane);
                 mma16816(acc[nt], a, b);
             }
         }
@@ -566,18 +588,18 @@ __device__ __forceinline__ void prep_body(
     }
 }
 
-extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_bf16(
-    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
-    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
-    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
-    prep_body<false>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
-}
-
 extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_v3_bf16(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
     float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
-    prep_body<true>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
+    prep_body<3>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
+}
+
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_v4_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    prep_body<4>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
 }
 
 }  // namespace gdn

@@ -14,7 +14,7 @@
 //   S1 = exp(G_L) S0 + sum_j exp(G_L - G_j) k_j delta_j^T
 //
 // Two kernels:
-// * gdn_chunk_prep_bf16 (gdn_chunk_prep.cu), one CTA per (chunk, value
+// * gdn_chunk_prep_v3_bf16 / _v4 (gdn_chunk_prep.cu), one CTA per (chunk, value
 //   head), all in parallel: normalises q/k, builds A and P (the masked,
 //   decayed q.k^T), inverts (I + A), and writes W, U, P (bf16) and per-row
 //   factors (f32) to a scratch buffer.

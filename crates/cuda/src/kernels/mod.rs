@@ -61,7 +61,7 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     name: "gdn_chunk_prep",
     file: "gdn_chunk_prep.cu",
     source: include_str!("gdn_chunk_prep.cu"),
-    entry_points: &["gdn_chunk_prep_bf16", "gdn_chunk_prep_v3_bf16"],
+    entry_points: &["gdn_chunk_prep_v3_bf16", "gdn_chunk_prep_v4_bf16"],
 };
 
 /// Gated delta rule, chunked prefill form: the scan over chunks (`ops::gdn`).

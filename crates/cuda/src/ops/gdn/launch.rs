@@ -31,19 +31,23 @@ impl ScanWidth {
 /// The prep kernel generation (`gdn_chunk_prep.cu`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum PrepKernel {
-    /// `(βv)ᵀ` and `(βe^G k̂)ᵀ` built transposed by 2-byte stores (run 3).
-    V2,
-    /// Both row-major, written as vectors and read by `ldmatrix.trans`;
-    /// the 3xTF32 split hoisted (same products, same order).
-    #[default]
+    /// `βv` and `βe^G k̂` row-major, written as vectors and read by
+    /// `ldmatrix.trans`; the 3xTF32 split hoisted; the off-diagonal inverse
+    /// block row by block row on 1–3 warps (gdn3). (Run 3's V2 was removed
+    /// in gdn4.)
     V3,
+    /// V3 with the off-diagonal inverse by 2×2 block doubling on all 8
+    /// warps (critical path 9 → 3 16×16 products). The default since gdn4
+    /// run 1: prep 1.002 → 0.977 ms at t = 32,768 (docs/perf/cuda-gdn.md).
+    #[default]
+    V4,
 }
 
 impl PrepKernel {
     fn entry(self) -> &'static str {
         match self {
-            PrepKernel::V2 => "gdn_chunk_prep_bf16",
             PrepKernel::V3 => "gdn_chunk_prep_v3_bf16",
+            PrepKernel::V4 => "gdn_chunk_prep_v4_bf16",
         }
     }
 }
