@@ -154,6 +154,29 @@ moe_scatter(const int* __restrict__ topk_expert, int pairs, int top_k,
     pair_slot[p] = slot;
 }
 
+// acc[0..8] = sum over k (in k order) of w[t][k] * y[slot(t, k)][c..c + 8]
+// (slot < 0: another rank's expert, skipped: its rank adds it).
+__device__ __forceinline__ void routed_sum8(const __nv_bfloat16* __restrict__ y,
+                                            const float* __restrict__ topk_weight,
+                                            const int* __restrict__ pair_slot, long long t, int top_k,
+                                            int hidden, int c, float (&acc)[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = 0.f;
+    for (int kk = 0; kk < top_k; ++kk) {
+        const float w = topk_weight[t * top_k + kk];
+        const long long slot = pair_slot[t * top_k + kk];
+        if (slot < 0) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(y + slot * hidden + c);
+        const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            float2 f = __bfloat1622float2(b[j]);
+            acc[2 * j] += w * f.x;
+            acc[2 * j + 1] += w * f.y;
+        }
+    }
+}
+
 // One block per token; hidden % 8 == 0 (16-byte loads of y).
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
 moe_combine(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
@@ -161,21 +184,7 @@ moe_combine(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_
     const long long t = blockIdx.x;
     for (int c = threadIdx.x * 8; c < hidden; c += COMBINE_THREADS * 8) {
         float acc[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] = 0.f;
-        for (int kk = 0; kk < top_k; ++kk) {
-            const float w = topk_weight[t * top_k + kk];
-            const long long slot = pair_slot[t * top_k + kk];
-            if (slot < 0) continue;  // another rank's expert: its rank adds it
-            const uint4 v = *reinterpret_cast<const uint4*>(y + slot * hidden + c);
-            const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                float2 f = __bfloat1622float2(b[j]);
-                acc[2 * j] += w * f.x;
-                acc[2 * j + 1] += w * f.y;
-            }
-        }
+        routed_sum8(y, topk_weight, pair_slot, t, top_k, hidden, c, acc);
         float4* o = reinterpret_cast<float4*>(out + t * hidden + c);
         o[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
         o[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
@@ -215,21 +224,7 @@ moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict_
     const float s = 1.f / (1.f + expf(-logit));
     for (int c = threadIdx.x * 8; c < hidden; c += COMBINE_THREADS * 8) {
         float acc[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] = 0.f;
-        for (int kk = 0; kk < top_k; ++kk) {
-            const float w = topk_weight[t * top_k + kk];
-            const long long slot = pair_slot[t * top_k + kk];
-            if (slot < 0) continue;  // another rank's expert: its rank adds it
-            const uint4 v = *reinterpret_cast<const uint4*>(y + slot * hidden + c);
-            const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                float2 f = __bfloat1622float2(b[j]);
-                acc[2 * j] += w * f.x;
-                acc[2 * j + 1] += w * f.y;
-            }
-        }
+        routed_sum8(y, topk_weight, pair_slot, t, top_k, hidden, c, acc);
         const uint4 sv = *reinterpret_cast<const uint4*>(shared + t * hidden + c);
         const __nv_bfloat162* sb = reinterpret_cast<const __nv_bfloat162*>(&sv);
         uint4 o;

@@ -227,45 +227,14 @@ __device__ __forceinline__ void store4(bf16* p, const float* f) {
     *reinterpret_cast<uint2*>(p) = u;
 }
 
-extern "C" __global__ void rms_norm_groups_v4_bf16(bf16* x, const float* w, i64 groups, int d,
-                                                   float eps) {
+template <bool GATED>
+__device__ __forceinline__ void group_norm4(bf16* x, const bf16* z, const float* w, i64 groups, int d,
+                                            float eps) {
     const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (grp >= groups) return;
     const int lane = threadIdx.x & 31;
     bf16* row = x + grp * d;
-    float v[GROUP_CHUNKS][4];
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < GROUP_CHUNKS; ++k) {
-        const int c = (lane + 32 * k) * 4;
-        if (c < d) {
-            load4(row + c, v[k]);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) ss += v[k][i] * v[k][i];
-        }
-    }
-    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
-#pragma unroll
-    for (int k = 0; k < GROUP_CHUNKS; ++k) {
-        const int c = (lane + 32 * k) * 4;
-        if (c < d) {
-            const float4 ww = *reinterpret_cast<const float4*>(w + c);
-            const float wv[4] = {ww.x, ww.y, ww.z, ww.w};
-            float o[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) o[i] = v[k][i] * inv * (1.0f + wv[i]);
-            store4(row + c, o);
-        }
-    }
-}
-
-extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const float* w,
-                                                  i64 groups, int d, float eps) {
-    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (grp >= groups) return;
-    const int lane = threadIdx.x & 31;
-    bf16* row = x + grp * d;
-    const bf16* zr = z + grp * d;
+    const bf16* zr = GATED ? z + grp * d : nullptr;
     float v[GROUP_CHUNKS][4];
     float zv[GROUP_CHUNKS][4];
     float ss = 0.0f;
@@ -274,7 +243,7 @@ extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const 
         const int c = (lane + 32 * k) * 4;
         if (c < d) {
             load4(row + c, v[k]);
-            load4(zr + c, zv[k]);
+            if (GATED) load4(zr + c, zv[k]);
 #pragma unroll
             for (int i = 0; i < 4; ++i) ss += v[k][i] * v[k][i];
         }
@@ -289,12 +258,26 @@ extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const 
             float o[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float silu = zv[k][i] / (1.0f + expf(-zv[k][i]));
-                o[i] = wv[i] * (v[k][i] * inv) * silu;
+                if (GATED) {
+                    const float silu = zv[k][i] / (1.0f + expf(-zv[k][i]));
+                    o[i] = wv[i] * (v[k][i] * inv) * silu;
+                } else {
+                    o[i] = v[k][i] * inv * (1.0f + wv[i]);
+                }
             }
             store4(row + c, o);
         }
     }
+}
+
+extern "C" __global__ void rms_norm_groups_v4_bf16(bf16* x, const float* w, i64 groups, int d,
+                                                   float eps) {
+    group_norm4<false>(x, nullptr, w, groups, d, eps);
+}
+
+extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const float* w,
+                                                  i64 groups, int d, float eps) {
+    group_norm4<true>(x, z, w, groups, d, eps);
 }
 
 // The group norms with 16 lanes per group and 8 values (16 bytes) per lane

@@ -211,23 +211,10 @@ pub fn run_request<B: Backend, M: BenchModel<B>>(
 
 /// `layer 3 fused, layer 7 composed qL=512` — each (layer, route, block) that ran.
 pub fn routes_ran(runs: &[AttentionRun]) -> String {
-    let mut seen: Vec<(usize, String)> = Vec::new();
-    for r in runs {
-        let what = match r.query_block {
-            Some(q) => format!("{} qL={q}", r.route),
-            None => r.route.to_string(),
-        };
-        if !seen.iter().any(|(l, w)| *l == r.layer && *w == what) {
-            seen.push((r.layer, what));
-        }
-    }
-    if seen.is_empty() {
-        return "none (no full-attention layer)".into();
-    }
-    seen.iter()
-        .map(|(l, w)| format!("layer {l} {w}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    crate::cmd::logits::route_summary(
+        runs.iter()
+            .map(|r| (r.layer, r.route.to_string(), r.query_block)),
+    )
 }
 
 /// One prompt length measured through the engine.
