@@ -1,8 +1,7 @@
 // Gated delta rule, chunked form: the per-chunk preparation kernel
 // (`gdn_chunk_prep_v3_bf16` / `_v4_bf16`; the scan that consumes its output is in
 // gdn_chunked.cu, whose header states the algebra). The constants, the
-// sequence table and the fragment helpers below match gdn_chunked.cu
-// (checked by ops::gdn::launch's tests).
+// sequence table and the fragment helpers both use are in gdn_common.cuh.
 //
 // One CTA (8 warps) per (64-row chunk, value head), all chunks in parallel:
 // q, k rows by cp.async, v straight to beta v; q/k L2 norms; chunk-local
@@ -23,92 +22,10 @@
 // (Run 3's v2 entry, transposed 2-byte stores, was removed in gdn4; it
 // lives in commit c157701.)
 
-#include <cuda_bf16.h>
+// The shared constants, sequence table and helpers come first: gdn_common.cuh
+// is prepended to this source (kernels/mod.rs), inside `namespace gdn`.
 
-namespace gdn {
-
-typedef __nv_bfloat16 bf16;
-typedef __nv_bfloat162 bf162;
-
-constexpr int DK = 128;          // key head dim
-constexpr int DV = 128;          // value head dim
-constexpr int BT = 64;           // chunk rows
-constexpr int MAX_SEQS = 128;    // sequences per launch (kernel parameter table)
-constexpr int FAC = 132;         // floats per (chunk, head): qf[64], kf[64], exp(G_L), pad
 constexpr float L2_EPS = 1e-6f;
-
-// Padded shared-memory row strides (bf16 elements): rows land on distinct banks.
-constexpr int LD128 = DK + 8;    // 136
-constexpr int LD64 = BT + 8;     // 72
-
-struct SeqTable {
-    int n;                  // sequences in this launch
-    int total_chunks;       // sum of ceil(rows / BT)
-    int slot[MAX_SEQS];
-    int first[MAX_SEQS];    // first row in the batch
-    int rows[MAX_SEQS];
-    int chunk0[MAX_SEQS];   // index of the sequence's first chunk in the scratch
-};
-
-__device__ __forceinline__ unsigned ld32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
-
-__device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// Fragments by ldmatrix (one instruction for 4 or 2 8x8 pieces) unless
-// built with -DGDN_LDMATRIX=0 (four / two 32-bit shared loads).
-#ifndef GDN_LDMATRIX
-#define GDN_LDMATRIX 1
-#endif
-
-// A fragment (16 x 16) of a row-major [m][k] tile with row stride ld
-// (ldmatrix: rows 16-byte aligned, ld * 2 a multiple of 16).
-__device__ __forceinline__ void frag_a(unsigned* a, const bf16* s, int ld, int m0, int k0, int lane) {
-#if GDN_LDMATRIX
-    const bf16* p = s + (m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(smem_addr(p)));
-#else
-    const int g = lane >> 2, t = lane & 3;
-    const bf16* p = s + (m0 + g) * ld + k0 + 2 * t;
-    a[0] = ld32(p);
-    a[1] = ld32(p + 8 * ld);
-    a[2] = ld32(p + 8);
-    a[3] = ld32(p + 8 * ld + 8);
-#endif
-}
-
-// B fragment (16 x 8) of a tile stored [n][k] (k contiguous) with row stride ld.
-__device__ __forceinline__ void frag_b(unsigned* b, const bf16* s, int ld, int n0, int k0, int lane) {
-#if GDN_LDMATRIX
-    const bf16* p = s + (n0 + (lane & 7)) * ld + k0 + ((lane >> 3) & 1) * 8;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(b[0]), "=r"(b[1])
-                 : "r"(smem_addr(p)));
-#else
-    const int g = lane >> 2, t = lane & 3;
-    const bf16* p = s + (n0 + g) * ld + k0 + 2 * t;
-    b[0] = ld32(p);
-    b[1] = ld32(p + 8);
-#endif
-}
-
-
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    const int n = valid ? 16 : 0;  // 0: zero-fill, nothing read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -60,7 +60,10 @@ pub const MASKED_SOFTMAX: KernelSource = KernelSource {
 pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     name: "gdn_chunk_prep",
     file: "gdn_chunk_prep.cu",
-    source: include_str!("gdn_chunk_prep.cu"),
+    source: concat!(
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_chunk_prep.cu")
+    ),
     entry_points: &["gdn_chunk_prep_v3_bf16", "gdn_chunk_prep_v4_bf16"],
 };
 
@@ -68,7 +71,10 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
 pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
-    source: include_str!("gdn_chunked.cu"),
+    source: concat!(
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_chunked.cu")
+    ),
     entry_points: &[
         "gdn_chunk_scan_bf16",
         "gdn_chunk_scan_bv64_bf16",
