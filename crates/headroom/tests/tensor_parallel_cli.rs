@@ -9,7 +9,6 @@ mod common;
 use common::{headroom_fails, TempDir};
 use headroom_server::client;
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 
@@ -156,16 +155,7 @@ fn start(tp: &[&str]) -> (Child, SocketAddr) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .strip_prefix("listening on http://")
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .parse()
-        .unwrap();
+    let addr = common::listening_addr(&mut child);
     (child, addr)
 }
 

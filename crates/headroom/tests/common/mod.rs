@@ -137,3 +137,18 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f64 {
     let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
     (num / den).sqrt()
 }
+
+/// The address a `headroom serve` child prints on its first stdout line
+/// (`listening on http://ADDR ...`); panics on anything else.
+pub fn listening_addr(child: &mut std::process::Child) -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader};
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("the child's stdout is piped"))
+        .read_line(&mut line)
+        .unwrap();
+    line.strip_prefix("listening on http://")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .parse()
+        .unwrap()
+}
