@@ -8,7 +8,9 @@
 # ablations; prep alone and the scan as the difference), compute-sanitizer
 # memcheck on small cases, with GDN_RACECHECK=1 racecheck on one small case,
 # and ncu sections of the chunked kernels at t = 32768 (GDN_NCU_VARIANTS
-# picks them; GDN_NCU=0 skips them).
+# picks them; GDN_NCU=0 skips them). GDN_CHECK_PREPS / GDN_CHECK_SCANS (e.g.
+# v4,v5) narrow the kernel variants of the correctness and sanitizer passes,
+# GDN_RACECHECK_PREPS / GDN_RACECHECK_SCANS those of racecheck alone.
 # Results go to $OUT (or ./gpu-out).
 # Usage: bench/gpu/check_gdn.sh [path/to/the gdn test binary]
 #   (build it with `cargo test --release -p headroom-cuda --test gdn --no-run`)
@@ -48,6 +50,7 @@ fi
 
 if [ -n "${GDN_RACECHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
     echo "=== compute-sanitizer racecheck (one small case) ==="
+    GDN_CHECK_PREPS=${GDN_RACECHECK_PREPS:-${GDN_CHECK_PREPS:-}} GDN_CHECK_SCANS=${GDN_RACECHECK_SCANS:-${GDN_CHECK_SCANS:-}} \
     timeout "${GDN_RACECHECK_TIMEOUT:-60}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN" --ignored --test-threads 1 \
         --exact varlen_batch_with_slots_gqa_and_initial_state 2>&1 | tee "$OUT/gdn-racecheck.txt" | tail -n 6
     echo "racecheck rc ${PIPESTATUS[0]}"
@@ -58,7 +61,7 @@ if [ "${GDN_NCU:-1}" = 0 ]; then
     echo "skipped (GDN_NCU=0)"
 elif command -v ncu >/dev/null; then
     GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-70}" ncu \
-        --clock-control none --kernel-name regex:gdn_chunk --launch-skip 2 --launch-count 16 \
+        --clock-control none --kernel-name regex:gdn_chunk --launch-skip "${GDN_NCU_SKIP:-2}" --launch-count 16 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats "$BIN" --ignored --exact bench_qwen36_35b_prefill_ms_per_layer --nocapture \
         > "$OUT/gdn-ncu.txt" 2>&1

@@ -18,8 +18,13 @@ use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
-const SCANS: [ScanKernel; 3] = [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep];
-const PREPS: [PrepKernel; 2] = [PrepKernel::V3, PrepKernel::V4];
+const SCANS: [ScanKernel; 4] = [
+    ScanKernel::V2,
+    ScanKernel::V3,
+    ScanKernel::V3Deep,
+    ScanKernel::V5,
+];
+const PREPS: [PrepKernel; 3] = [PrepKernel::V3, PrepKernel::V4, PrepKernel::V5];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -270,12 +275,33 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
+/// The kernels of `all` the GPU checks run: all of them, or those named
+/// (case-insensitively, comma-separated) in the variable `var`
+/// (`GDN_CHECK_PREPS=v5`, `GDN_CHECK_SCANS=v3deep,v5`: a sanitizer pass on
+/// the new kernels).
+fn checked<K: Copy + std::fmt::Debug>(all: &[K], var: &str) -> Vec<K> {
+    let pick = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
+    let picked: Vec<K> = all
+        .iter()
+        .copied()
+        .filter(|k| {
+            pick.as_ref().is_none_or(|names| {
+                names
+                    .split(',')
+                    .any(|n| n.trim().eq_ignore_ascii_case(&format!("{k:?}")))
+            })
+        })
+        .collect();
+    assert!(!picked.is_empty(), "{var}={pick:?} names no kernel");
+    picked
+}
+
 /// The kernel variants every GPU check runs: every prep generation with
 /// every scan generation at both widths (v3deep's wide scan is v3's: run once).
 fn variants() -> Vec<Tuning> {
     let mut v = Vec::new();
-    for prep in PREPS {
-        for scan in SCANS {
+    for prep in checked(&PREPS, "GDN_CHECK_PREPS") {
+        for scan in checked(&SCANS, "GDN_CHECK_SCANS") {
             for w in WIDTHS {
                 if scan.stages(w) == 2 && scan == ScanKernel::V3Deep {
                     continue;
@@ -504,10 +530,10 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                     }
                     let n = name(prep, scan, w);
                     cases.push((n.clone(), tuned(prep, scan, w, 0), &one));
-                    if t >= 8192 {
+                    if t >= 8192 && prep != PrepKernel::V3 {
                         cases.push((format!("{n}-8seq"), tuned(prep, scan, w, 0), &eight));
                     }
-                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V4 {
+                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V5 {
                         // Timing ablations (wrong results by design): the scan without
                         // its tile loads after the first chunk, without arithmetic.
                         cases.push((format!("{n}-noload"), tuned(prep, scan, w, 1), &one));

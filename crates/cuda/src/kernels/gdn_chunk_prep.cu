@@ -18,7 +18,9 @@
 // 3xTF32 hi/lo split of the A operand done once per k-step; off-diagonal
 // inverse block row by block row on 1-3 warps) and gdn_chunk_prep_v4_bf16
 // (the same with the off-diagonal inverse by 2x2 block doubling on all 8
-// warps, one n8 half of a 16x16 block each: critical path 9 -> 3 products).
+// warps, one n8 half of a 16x16 block each: critical path 9 -> 3 products)
+// and gdn_chunk_prep_v5_bf16 (v4's products in three CTAs per SM: 70,400
+// bytes of shared memory, <= 80 registers; see PREP5_* below).
 // (Run 3's v2 entry, transposed 2-byte stores, was removed in gdn4; it
 // lives in commit c157701.)
 
@@ -64,6 +66,19 @@ static_assert(2 * BT * LDF * 4 <= PREP_R1, "Af and Tf fit in the K/Q region");
 static_assert(4 * 16 * LDX * 4 <= PREP_TS, "X scratch fits in the T region");
 static_assert(2 * PREP_SMEM <= 227 * 1024, "two prep CTAs per SM");
 static_assert(BT * LD128 * 2 <= PREP_KBT && BT * LD128 * 2 <= PREP_VBT, "v3's row-major Kb, Vb fit");
+// v5 (three CTAs per SM: <= 74 KiB, <= 80 registers): no T / P / X region.
+// P leaves from registers; X lives in the unused upper blocks of Tf; T
+// (bf16) over the dead Af; W | U staged in two 64-column passes, the first
+// beside T in R1, the second over the dead Kb | Vb.
+constexpr int PREP5_KB = PREP_R1;
+constexpr int PREP5_VB = PREP5_KB + BT * LD128 * 2;
+constexpr int PREP5_G = PREP5_VB + BT * LD128 * 2;
+constexpr int PREP5_SMEM = PREP5_G + 3 * BT * 4;
+constexpr int PREP5_S1 = BT * LD64 * 2;  // after T: pass 1's W | U halves, [2][BT][LD64]
+static_assert(PREP5_S1 + 2 * BT * LD64 * 2 <= PREP_R1, "pass 1 staging fits beside T");
+static_assert(BT * LD64 * 2 <= BT * LDF * 4, "T fits over Af");
+static_assert(2 * BT * LD64 * 2 <= 2 * BT * LD128 * 2, "pass 2 staging fits over Kb | Vb");
+static_assert(3 * (PREP5_SMEM + 1024) <= 228 * 1024, "three v5 CTAs per SM");
 
 // B fragment (16 x 8) of a row-major [k][n] tile with row stride ld
 // (ldmatrix.trans; rows 16-byte aligned): lanes 0-15 address rows k0.. at n0.
@@ -191,13 +206,14 @@ __device__ __forceinline__ void prep_body(
     bf16* Qs = Ks + BT * LD128;
     float* Af = reinterpret_cast<float*>(smem);
     float* Tf = Af + BT * LDF;
-    bf16* Ts = reinterpret_cast<bf16*>(smem + PREP_R1);
-    float* Xs = reinterpret_cast<float*>(smem + PREP_R1);
-    // beta exp(G) k and beta v, row-major [BT][LD128] (regions sized for
-    // the [128][LD64] transposes of the v2 kernel).
-    bf16* KbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS);
-    bf16* VbT = reinterpret_cast<bf16*>(smem + PREP_R1 + PREP_TS + PREP_KBT);
-    float* Gs = reinterpret_cast<float*>(smem + PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT);
+    constexpr bool V5 = GEN >= 5;
+    bf16* Ts = reinterpret_cast<bf16*>(smem + (V5 ? 0 : PREP_R1));
+    float* Xs = reinterpret_cast<float*>(smem + PREP_R1);  // v3/v4 only
+    // beta exp(G) k and beta v, row-major [BT][LD128] (v3/v4: regions sized
+    // for the [128][LD64] transposes of the v2 kernel).
+    bf16* KbT = reinterpret_cast<bf16*>(smem + (V5 ? PREP5_KB : PREP_R1 + PREP_TS));
+    bf16* VbT = reinterpret_cast<bf16*>(smem + (V5 ? PREP5_VB : PREP_R1 + PREP_TS + PREP_KBT));
+    float* Gs = reinterpret_cast<float*>(smem + (V5 ? PREP5_G : PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT));
     float* Gc = Gs + BT;
     float* Bs = Gc + BT;
 
@@ -331,8 +347,9 @@ __device__ __forceinline__ void prep_body(
             }
         }
     }
-    // P (masked j <= i, decayed) to its staging tile.
-    bf16* Pst = Ts;
+    // P (masked j <= i, decayed) to its staging tile (v5: straight out).
+    bf16* Pst = V5 ? p_out + tile * (BT * BT) : Ts;
+    constexpr int LDP = V5 ? BT : LD64;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -340,7 +357,7 @@ __device__ __forceinline__ void prep_body(
             const int i = m0 + g8 + 8 * hf, j = c0 + 8 * nt + 2 * t4;
             const float p0 = j <= i ? acc_p[nt][2 * hf] * __expf(Gc[i] - Gc[j]) : 0.f;
             const float p1 = j + 1 <= i ? acc_p[nt][2 * hf + 1] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
-            *reinterpret_cast<bf162*>(Pst + i * LD64 + j) = __floats2bfloat162_rn(p0, p1);
+            *reinterpret_cast<bf162*>(Pst + i * LDP + j) = __floats2bfloat162_rn(p0, p1);
         }
     __syncthreads();  // Ks/Qs no longer read: the region becomes Af | Tf
 #pragma unroll
@@ -353,7 +370,7 @@ __device__ __forceinline__ void prep_body(
             a.y = j + 1 < i ? acc_a[nt][2 * hf + 1] * Bs[i] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
             *reinterpret_cast<float2*>(Af + i * LDF + j) = a;
         }
-    {  // P out, 16 bytes a thread
+    if constexpr (!V5) {  // P out, 16 bytes a thread
         bf16* P = p_out + tile * (BT * BT);
         for (int e = tid; e < BT * (BT / 8); e += PREP_THREADS) {
             const int r = e >> 3, ch = (e & 7) * 8;
@@ -387,17 +404,24 @@ __device__ __forceinline__ void prep_body(
         // T32 = -T33 (A32 T22). Level 2 (all 8): X = A[2:4, 0:2] T[0:2, 0:2]
         // into shared scratch, then T[2:4, 0:2] = -T[2:4, 2:4] X.
         const int half = 8 * (warp & 1), b = warp >> 1;
+        // X block xb: v3/v4 a [16][LDX] scratch each; v5 the unused upper
+        // blocks (0,1), (0,2), (0,3), (1,2) of Tf.
+        constexpr int ldx = V5 ? LDF : LDX;
+        auto xblock = [&](int xb) -> float* {
+            if constexpr (V5) return Tf + (xb == 3 ? 16 * LDF + 32 : 16 * (xb + 1));
+            else return Xs + xb * 16 * LDX;
+        };
         if (warp < 4) {
             const int I = 2 * b + 1, J = 2 * b;
-            float* Xw = Xs + b * 16 * LDX;
+            float* Xw = xblock(b);
             float x[4] = {0.f, 0.f, 0.f, 0.f}, y[4] = {0.f, 0.f, 0.f, 0.f};
             mm16x8_f32_split(x, Af, LDF, 16 * I, 16 * J, Tf, LDF, 16 * J, 16 * J + half, lane);
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
-                *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * LDX + half + 2 * t4) =
+                *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * ldx + half + 2 * t4) =
                     make_float2(x[2 * hf], x[2 * hf + 1]);
             __syncwarp();
-            mm16x8_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, half, lane);
+            mm16x8_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, ldx, 0, half, lane);
             store16x8_neg(Tf, LDF, 16 * I, 16 * J + half, y, lane);
         }
         __syncthreads();
@@ -407,10 +431,10 @@ __device__ __forceinline__ void prep_body(
 #pragma unroll 1
             for (int K = J; K < 2; ++K)
                 mm16x8_f32_split(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J + half, lane);
-            float* Xb = Xs + b * 16 * LDX;  // X block (I, J)
+            float* Xb = xblock(b);  // X block (I, J)
 #pragma unroll
             for (int hf = 0; hf < 2; ++hf)
-                *reinterpret_cast<float2*>(Xb + (g8 + 8 * hf) * LDX + half + 2 * t4) =
+                *reinterpret_cast<float2*>(Xb + (g8 + 8 * hf) * ldx + half + 2 * t4) =
                     make_float2(x[2 * hf], x[2 * hf + 1]);
         }
         __syncthreads();
@@ -418,8 +442,7 @@ __device__ __forceinline__ void prep_body(
             float y[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1
             for (int I2 = 2; I2 <= I; ++I2)
-                mm16x8_f32_split(y, Tf, LDF, 16 * I, 16 * I2, Xs + (2 * (I2 - 2) + J) * 16 * LDX, LDX, 0, half,
-                                 lane);
+                mm16x8_f32_split(y, Tf, LDF, 16 * I, 16 * I2, xblock(2 * (I2 - 2) + J), ldx, 0, half, lane);
             store16x8_neg(Tf, LDF, 16 * I, 16 * J + half, y, lane);
         }
         __syncthreads();
@@ -466,42 +489,64 @@ __device__ __forceinline__ void prep_body(
     __syncthreads();
 
     // W = T (beta exp(G) K) (warps 0-3), U = T (beta V) (warps 4-7): rows
-    // 16(w%4).., 128 columns, staged over the dead Af | Tf region.
+    // 16(w%4).., 128 columns, staged over the dead Af | Tf region (v5: two
+    // 64-column passes, 32 accumulators a thread instead of 64; pass 1
+    // staged beside T, pass 2 over Kb | Vb once every warp is done with them).
     {
+        constexpr int NP = V5 ? 2 : 1, NTP = 16 / NP;
         const int which = warp >> 2;
         const bf16* Bt = which == 0 ? KbT : VbT;
-        bf16* st = Ks + which * (BT * LD128);
-        float acc[16][4];
+#pragma unroll 1
+        for (int pass = 0; pass < NP; ++pass) {
+            float acc[NTP][4];
 #pragma unroll
-        for (int nt = 0; nt < 16; ++nt)
+            for (int nt = 0; nt < NTP; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+                for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 #pragma unroll
-        for (int ks = 0; ks < BT / 16; ++ks) {
-            unsigned a[4];
-            frag_a(a, Ts, LD64, m0, 16 * ks, lane);
+            for (int ks = 0; ks < BT / 16; ++ks) {
+                unsigned a[4];
+                frag_a(a, Ts, LD64, m0, 16 * ks, lane);
 #pragma unroll
-            for (int nt = 0; nt < 16; ++nt) {
-                unsigned b[2];
-                frag_b_trans(b, Bt, LD128, 16 * ks, 8 * nt, lane);
-                mma16816(acc[nt], a, b);
+                for (int nt = 0; nt < NTP; ++nt) {
+                    unsigned b[2];
+                    frag_b_trans(b, Bt, LD128, 16 * ks, 8 * NTP * pass + 8 * nt, lane);
+                    mma16816(acc[nt], a, b);
+                }
             }
+            bf16* st = Ks + which * (BT * LD128);
+            int ldst = LD128;
+            if constexpr (V5) {
+                if (pass == 1) __syncthreads();  // T, Kb, Vb no longer read
+                st = (pass == 0 ? reinterpret_cast<bf16*>(smem + PREP5_S1) : KbT) + which * (BT * LD64);
+                ldst = LD64;
+            }
+#pragma unroll
+            for (int nt = 0; nt < NTP; ++nt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int i = m0 + g8 + 8 * hf, j = 8 * nt + 2 * t4;
+                    *reinterpret_cast<bf162*>(st + i * ldst + j) =
+                        __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
+                }
         }
-#pragma unroll
-        for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int i = m0 + g8 + 8 * hf, j = 8 * nt + 2 * t4;
-                *reinterpret_cast<bf162*>(st + i * LD128 + j) =
-                    __floats2bfloat162_rn(acc[nt][2 * hf], acc[nt][2 * hf + 1]);
-            }
     }
     __syncthreads();
-    for (int e = tid; e < 2 * BT * 16; e += PREP_THREADS) {
-        const int which = e >> 10, r = (e >> 4) & (BT - 1), ch = (e & 15) * 8;
-        bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
-        *reinterpret_cast<uint4*>(dst + r * DK + ch) =
-            *reinterpret_cast<const uint4*>(Ks + which * (BT * LD128) + r * LD128 + ch);
+    if constexpr (V5) {
+        for (int e = tid; e < 2 * 2 * BT * 8; e += PREP_THREADS) {
+            const int which = e >> 10, pass = (e >> 9) & 1, r = (e >> 3) & (BT - 1), ch = (e & 7) * 8;
+            const bf16* src = (pass == 0 ? reinterpret_cast<const bf16*>(smem + PREP5_S1) : KbT) + which * (BT * LD64);
+            bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
+            *reinterpret_cast<uint4*>(dst + r * DK + 64 * pass + ch) =
+                *reinterpret_cast<const uint4*>(src + r * LD64 + ch);
+        }
+    } else {
+        for (int e = tid; e < 2 * BT * 16; e += PREP_THREADS) {
+            const int which = e >> 10, r = (e >> 4) & (BT - 1), ch = (e & 15) * 8;
+            bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
+            *reinterpret_cast<uint4*>(dst + r * DK + ch) =
+                *reinterpret_cast<const uint4*>(Ks + which * (BT * LD128) + r * LD128 + ch);
+        }
     }
 }
 
@@ -517,6 +562,13 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_v4_
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
     float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
     prep_body<4>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
+}
+
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 3) gdn_chunk_prep_v5_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    prep_body<5>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
 }
 
 }  // namespace gdn

@@ -104,7 +104,7 @@ static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate"
 static_assert(SCAN_SMEM_V3_NARROW < SCAN_SMEM_V3_DEEP && SCAN_SMEM_V3_WIDE < SCAN_SMEM_WIDE,
               "the v3 layouts instantiate");
 
-template <int BV, int STAGES, bool TK, int WARPS>
+template <int BV, int STAGES, bool TK, int WARPS, bool LATE>
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
@@ -206,8 +206,12 @@ __device__ __forceinline__ void scan_body(
         // the first chunk, 2 = no arithmetic.
         const int nxt = lc + STAGES - 1;
         const int st_nxt = st_cur == 0 ? STAGES - 1 : st_cur - 1;  // (lc + STAGES - 1) % STAGES
-        if (nxt < nch && !(opts & 1)) load_stage(st_nxt, nxt);
-        else if constexpr (STAGES == 3) cp_async_commit();
+        auto issue_next = [&]() {
+            if (nxt < nch && !(opts & 1)) load_stage(st_nxt, nxt);
+            else if constexpr (STAGES == 3) cp_async_commit();
+        };
+        // LATE: the next loads are issued once phase 1's products are in flight.
+        if (!LATE || (opts & 2)) issue_next();
         st_cur = st_cur + 1 == STAGES ? 0 : st_cur + 1;
         if (opts & 2) continue;
         const unsigned char* base = smem + st * C::STAGE;
@@ -248,6 +252,7 @@ __device__ __forceinline__ void scan_body(
                 mma16816(ao[nt], aq, b);
             }
         }
+        if constexpr (LATE) issue_next();
 #pragma unroll
         for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
@@ -268,9 +273,8 @@ __device__ __forceinline__ void scan_body(
             }
         __syncthreads();
 
-        // o += P delta; store the valid rows.
-#pragma unroll
-        for (int ks = 0; ks < BT / 16; ++ks) {
+        // o += P delta (k-step ks).
+        auto out_step = [&](int ks) {
             unsigned a[4];
             frag_a(a, Ps, LD64, m0, 16 * ks, lane);
 #pragma unroll
@@ -279,29 +283,23 @@ __device__ __forceinline__ void scan_body(
                 frag_b(b, VN, LD64, 8 * (n0 + nt), 16 * ks, lane);
                 mma16816(ao[nt], a, b);
             }
-        }
-        const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
-        const int nrows = min(BT, rows - lc * BT);
+        };
+        // Store the valid output rows.
+        auto store_out = [&]() {
+            const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
+            const int nrows = min(BT, rows - lc * BT);
 #pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt)
+            for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
-                if (r < nrows)
-                    *reinterpret_cast<bf162*>(out + (row0 + r) * ld_out + (long long)h * DV + vb * BV + cc) =
-                        __floats2bfloat162_rn(ao[nt][2 * hf], ao[nt][2 * hf + 1]);
-            }
-
-        // S = exp(G_L) S0 + (kf K)^T delta (v3: K^T (kf delta)).
-        const float egl = Fs[2 * BT];
-#pragma unroll
-        for (int mt = 0; mt < C::MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < C::SNT; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc_h[mt][nt][e] *= egl;
-#pragma unroll
-        for (int ks = 0; ks < BT / 16; ++ks) {
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
+                    if (r < nrows)
+                        *reinterpret_cast<bf162*>(out + (row0 + r) * ld_out + (long long)h * DV + vb * BV + cc) =
+                            __floats2bfloat162_rn(ao[nt][2 * hf], ao[nt][2 * hf + 1]);
+                }
+        };
+        // S = exp(G_L) S0 + (kf K)^T delta (v3: K^T (kf delta)), k-step ks.
+        auto state_step = [&](int ks) {
 #pragma unroll
             for (int mt = 0; mt < C::MT; ++mt) {
                 unsigned a[4];
@@ -314,8 +312,40 @@ __device__ __forceinline__ void scan_body(
                     mma16816(acc_h[mt][nt], a, b);
                 }
             }
+        };
+        if constexpr (LATE) {
+            const float egl = Fs[2 * BT];
+            // The state update is the chain the next chunk waits for: its
+            // products first, the output's beside them, S^T stored before the
+            // output rows (same products per accumulator in the same order).
+#pragma unroll
+            for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < C::SNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc_h[mt][nt][e] *= egl;
+#pragma unroll
+            for (int ks = 0; ks < BT / 16; ++ks) {
+                state_step(ks);
+                out_step(ks);
+            }
+            store_ht();  // S^T for the next chunk (its readers wait at the loop head)
+            store_out();
+        } else {
+#pragma unroll
+            for (int ks = 0; ks < BT / 16; ++ks) out_step(ks);
+            store_out();
+            const float egl = Fs[2 * BT];
+#pragma unroll
+            for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < C::SNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc_h[mt][nt][e] *= egl;
+#pragma unroll
+            for (int ks = 0; ks < BT / 16; ++ks) state_step(ks);
+            store_ht();  // S^T for the next chunk (its readers wait at the loop head)
         }
-        store_ht();  // S^T for the next chunk (its readers wait at the loop head)
     }
 
 #pragma unroll
@@ -330,18 +360,22 @@ __device__ __forceinline__ void scan_body(
             }
 }
 
-#define GDN_SCAN_ENTRY(name, BV, STAGES, TK)                                                              \
+#define GDN_SCAN_ENTRY(name, BV, STAGES, TK, LATE)                                                        \
     extern "C" __global__ void __launch_bounds__(SCAN_THREADS) name(                                      \
         const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,      \
         const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,       \
         bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {                                \
-        scan_body<BV, STAGES, TK, SCAN_WARPS>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
+        scan_body<BV, STAGES, TK, SCAN_WARPS, LATE>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
     }
 
-GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true, false)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, false)
+// gdn5: v3deep / v3 wide with the next loads issued after phase 1's products
+// and the state update ahead of the output (ScanKernel::V5).
+GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bv64_bf16, BV_WIDE, 2, true, true)
 
 }  // namespace gdn

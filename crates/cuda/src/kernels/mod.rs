@@ -64,7 +64,11 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
         include_str!("gdn_common.cuh"),
         include_str!("gdn_chunk_prep.cu")
     ),
-    entry_points: &["gdn_chunk_prep_v3_bf16", "gdn_chunk_prep_v4_bf16"],
+    entry_points: &[
+        "gdn_chunk_prep_v3_bf16",
+        "gdn_chunk_prep_v4_bf16",
+        "gdn_chunk_prep_v5_bf16",
+    ],
 };
 
 /// Gated delta rule, chunked prefill form: the scan over chunks (`ops::gdn`).
@@ -81,6 +85,8 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
         "gdn_chunk_scan_v3_bf16",
         "gdn_chunk_scan_v3_bv64_bf16",
         "gdn_chunk_scan_v3deep_bf16",
+        "gdn_chunk_scan_v5_bf16",
+        "gdn_chunk_scan_v5_bv64_bf16",
     ],
 };
 

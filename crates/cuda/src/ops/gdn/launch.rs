@@ -41,6 +41,11 @@ pub enum PrepKernel {
     /// run 1: prep 1.002 → 0.977 ms at t = 32,768 (docs/perf/cuda-gdn.md).
     #[default]
     V4,
+    /// V4 in three CTAs per SM (gdn5): 70,400 bytes of shared memory (P
+    /// written from registers, the inverse's scratch in the unused upper
+    /// blocks of T, T over the dead A) and ≤ 80 registers (W and U in two
+    /// 64-column passes). Same products in the same order as V4.
+    V5,
 }
 
 impl PrepKernel {
@@ -48,6 +53,14 @@ impl PrepKernel {
         match self {
             PrepKernel::V3 => "gdn_chunk_prep_v3_bf16",
             PrepKernel::V4 => "gdn_chunk_prep_v4_bf16",
+            PrepKernel::V5 => "gdn_chunk_prep_v5_bf16",
+        }
+    }
+    /// Dynamic shared memory of the prep kernel (`PREP_SMEM` / `PREP5_SMEM`).
+    pub fn smem_bytes(self) -> usize {
+        match self {
+            PrepKernel::V3 | PrepKernel::V4 => PREP_SMEM,
+            PrepKernel::V5 => PREP5_SMEM,
         }
     }
 }
@@ -65,13 +78,18 @@ pub enum ScanKernel {
     /// does not fit three: it runs V3).
     #[default]
     V3Deep,
+    /// V3Deep (narrow) / V3 (wide) with the next chunk's loads issued after
+    /// phase 1's products and the state update ahead of the output
+    /// products and stores (gdn5): the same products per accumulator in the
+    /// same order, the chain the next chunk waits for shortened.
+    V5,
 }
 
 impl ScanKernel {
     /// Tile stages in flight for `width`.
     pub fn stages(self, width: ScanWidth) -> usize {
         match (self, width) {
-            (ScanKernel::V3Deep, ScanWidth::Narrow) => 3,
+            (ScanKernel::V3Deep | ScanKernel::V5, ScanWidth::Narrow) => 3,
             _ => 2,
         }
     }
@@ -82,6 +100,8 @@ impl ScanKernel {
             (ScanKernel::V3, ScanWidth::Narrow) => "gdn_chunk_scan_v3_bf16",
             (ScanKernel::V3 | ScanKernel::V3Deep, ScanWidth::Wide) => "gdn_chunk_scan_v3_bv64_bf16",
             (ScanKernel::V3Deep, ScanWidth::Narrow) => "gdn_chunk_scan_v3deep_bf16",
+            (ScanKernel::V5, ScanWidth::Narrow) => "gdn_chunk_scan_v5_bf16",
+            (ScanKernel::V5, ScanWidth::Wide) => "gdn_chunk_scan_v5_bv64_bf16",
         }
     }
     /// Dynamic shared memory of the scan kernel (`ScanCfg<BV, STAGES, TK>::SMEM`).
@@ -90,7 +110,7 @@ impl ScanKernel {
         let stage = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * (bv + 8) * 2 + FAC * 4;
         let (kt, vk) = match self {
             ScanKernel::V2 => (DIM * LD64 * 2, 0),
-            ScanKernel::V3 | ScanKernel::V3Deep => (0, bv * LD64 * 2),
+            ScanKernel::V3 | ScanKernel::V3Deep | ScanKernel::V5 => (0, bv * LD64 * 2),
         };
         self.stages(width) * stage + kt + bv * LD128 * 2 + bv * LD64 * 2 + vk
     }
@@ -113,9 +133,12 @@ const DIM: usize = super::SUPPORTED_DIM;
 const LD128: usize = DIM + 8;
 const LD64: usize = CHUNK + 8;
 
-/// Dynamic shared memory of the prep kernel (`PREP_SMEM`).
+/// Dynamic shared memory of the v3/v4 prep kernels (`PREP_SMEM`).
 pub const PREP_SMEM: usize =
     2 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + 2 * DIM * LD64 * 2 + 3 * CHUNK * 4;
+/// Dynamic shared memory of the v5 prep kernel (`PREP5_SMEM`): the K/Q
+/// region, βe^G k̂ and βv row-major, the g/β vectors.
+pub const PREP5_SMEM: usize = 2 * CHUNK * LD128 * 2 + 2 * CHUNK * LD128 * 2 + 3 * CHUNK * 4;
 
 #[repr(C)]
 struct SeqTable {
@@ -139,6 +162,8 @@ struct DecodeTable {
 const _: () = assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
 const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
 const _: () = assert!(2 * PREP_SMEM <= 227 * 1024);
+// Three v5 prep CTAs per SM (228 KiB, 1 KiB reserved per CTA).
+const _: () = assert!(3 * (PREP5_SMEM + 1024) <= 228 * 1024);
 
 /// Kernel choices for benches and experiments; production runs
 /// `Tuning::default()` (scan width from `scan_width_for`, no ablation).
@@ -208,7 +233,8 @@ pub(super) fn chunked(
     let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
 
     let prep = dev.function(tuning.prep.entry())?;
-    dev.set_dynamic_smem(prep, PREP_SMEM)?;
+    let prep_smem = tuning.prep.smem_bytes();
+    dev.set_dynamic_smem(prep, prep_smem)?;
     let mut params = [
         param(&mut qkv),
         param(&mut g),
@@ -229,7 +255,7 @@ pub(super) fn chunked(
             prep,
             grid,
             (PREP_THREADS as u32, 1, 1),
-            PREP_SMEM,
+            prep_smem,
             &mut params,
         )?
     };
@@ -349,7 +375,12 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_one_hopper_cta() {
-        for k in [ScanKernel::V2, ScanKernel::V3, ScanKernel::V3Deep] {
+        for k in [
+            ScanKernel::V2,
+            ScanKernel::V3,
+            ScanKernel::V3Deep,
+            ScanKernel::V5,
+        ] {
             for w in [ScanWidth::Narrow, ScanWidth::Wide] {
                 assert!(k.smem_bytes(w) <= 227 * 1024, "{k:?} {w:?}");
             }
@@ -360,11 +391,38 @@ mod tests {
         assert!(GDN_CHUNK_PREP
             .source
             .contains("PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;"));
+        // v5: PREP_R1 (2 [BT][LD128] bf16), then Kb and Vb [BT][LD128], then g/β.
+        assert_eq!(PREP5_SMEM, 70_400);
+        for line in [
+            "constexpr int PREP5_KB = PREP_R1;",
+            "constexpr int PREP5_VB = PREP5_KB + BT * LD128 * 2;",
+            "constexpr int PREP5_G = PREP5_VB + BT * LD128 * 2;",
+            "constexpr int PREP5_SMEM = PREP5_G + 3 * BT * 4;",
+        ] {
+            assert!(GDN_CHUNK_PREP.source.contains(line), "{line}");
+        }
+        assert_eq!(PrepKernel::V5.smem_bytes(), PREP5_SMEM);
+        assert_eq!(PrepKernel::V4.smem_bytes(), PREP_SMEM);
         assert!(GDN_CHUNKED
             .source
             .contains("static constexpr int SMEM = VK + (TK ? BV * LD64 * 2 : 0);"));
         assert!(GDN_CHUNKED
             .source
-            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true)"));
+            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, false)"));
+        // V5: v3deep's / v3 wide's layouts (ScanCfg<BV, STAGES, true>).
+        assert_eq!(
+            ScanKernel::V5.smem_bytes(ScanWidth::Narrow),
+            ScanKernel::V3Deep.smem_bytes(ScanWidth::Narrow)
+        );
+        assert_eq!(
+            ScanKernel::V5.smem_bytes(ScanWidth::Wide),
+            ScanKernel::V3.smem_bytes(ScanWidth::Wide)
+        );
+        for entry in [
+            "GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, true)",
+            "GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bv64_bf16, BV_WIDE, 2, true, true)",
+        ] {
+            assert!(GDN_CHUNKED.source.contains(entry), "{entry}");
+        }
     }
 }
