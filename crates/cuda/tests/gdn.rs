@@ -18,13 +18,25 @@ use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
-const SCANS: [ScanKernel; 4] = [
+const SCANS: [ScanKernel; 5] = [
     ScanKernel::V2,
     ScanKernel::V3,
     ScanKernel::V3Deep,
     ScanKernel::V5,
+    ScanKernel::V6,
 ];
-const PREPS: [PrepKernel; 3] = [PrepKernel::V3, PrepKernel::V4, PrepKernel::V5];
+
+/// Whether `scan` at width `w` runs another generation's kernel (V3Deep, V5
+/// and V6 run V3's wide scan): such pairs are checked and timed once.
+fn runs_v3_wide(scan: ScanKernel, w: ScanWidth) -> bool {
+    w == ScanWidth::Wide && scan != ScanKernel::V2 && scan != ScanKernel::V3
+}
+const PREPS: [PrepKernel; 4] = [
+    PrepKernel::V3,
+    PrepKernel::V4,
+    PrepKernel::V5,
+    PrepKernel::V6,
+];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -297,13 +309,14 @@ fn checked<K: Copy + std::fmt::Debug>(all: &[K], var: &str) -> Vec<K> {
 }
 
 /// The kernel variants every GPU check runs: every prep generation with
-/// every scan generation at both widths (v3deep's wide scan is v3's: run once).
+/// every scan generation at both widths (v3deep's, v5's and v6's wide scan is
+/// v3's: run once).
 fn variants() -> Vec<Tuning> {
     let mut v = Vec::new();
     for prep in checked(&PREPS, "GDN_CHECK_PREPS") {
         for scan in checked(&SCANS, "GDN_CHECK_SCANS") {
             for w in WIDTHS {
-                if scan.stages(w) == 2 && scan == ScanKernel::V3Deep {
+                if runs_v3_wide(scan, w) {
                     continue;
                 }
                 v.push(Tuning {
@@ -525,7 +538,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             cases.push((n, tuned(prep, ScanKernel::V2, ScanWidth::Narrow, 4), &one));
             for scan in SCANS {
                 for w in WIDTHS {
-                    if scan == ScanKernel::V3Deep && scan.stages(w) == 2 {
+                    if runs_v3_wide(scan, w) {
                         continue; // the same kernel as v3 wide
                     }
                     let n = name(prep, scan, w);

@@ -20,12 +20,15 @@
 // (the same with the off-diagonal inverse by 2x2 block doubling on all 8
 // warps, one n8 half of a 16x16 block each: critical path 9 -> 3 products)
 // and gdn_chunk_prep_v5_bf16 (v4's products in three CTAs per SM: 70,400
-// bytes of shared memory, <= 80 registers; see PREP5_* below).
+// bytes of shared memory, <= 80 registers; see PREP5_* below) and _v6 (v5
+// with the q/k rows normalised by 8 lanes each, 16-byte accesses: 3 shuffle
+// levels instead of 5, a quarter of the per-row scalar work a lane).
 // (Run 3's v2 entry, transposed 2-byte stores, was removed in gdn4; it
 // lives in commit c157701.)
 
 // The shared constants, sequence table and helpers come first: gdn_common.cuh
-// is prepended to this source (kernels/mod.rs), inside `namespace gdn`.
+// and the inverse's 3xTF32 helpers (gdn_prep_tf32.cuh) are prepended to this
+// source (kernels/mod.rs), inside `namespace gdn`.
 
 constexpr float L2_EPS = 1e-6f;
 
@@ -87,113 +90,6 @@ __device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld,
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                  : "=r"(b[0]), "=r"(b[1])
                  : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ unsigned to_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-
-__device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-// c += a b in 3xTF32 (a = ah + al, b = bh + bl; the al bl term dropped).
-__device__ __forceinline__ void mma1688x3(float* c, const float* a, const float* b) {
-    unsigned ah[4], al[4], bh[2], bl[2];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        ah[i] = to_tf32(a[i]);
-        al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        bh[i] = to_tf32(b[i]);
-        bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
-    }
-    mma1688(c, al, bh);
-    mma1688(c, ah, bl);
-    mma1688(c, ah, bh);
-}
-
-// acc (16 x 16 as two n8 tiles) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 16),
-// both f32 row-major in shared memory, 3xTF32 (the hi/lo split of each A
-// fragment done once per k-step).
-__device__ __forceinline__ void mm16_f32_split(float (*acc)[4], const float* A, int lda, int am0, int ak0,
-                                               const float* B, int ldb, int bk0, int bn0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
-        const float a[4] = {pa[0], pa[8 * lda], pa[4], pa[8 * lda + 4]};
-        unsigned ah[4], al[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            ah[i] = to_tf32(a[i]);
-            al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-            const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + 8 * nt + g;
-            const float b[2] = {pb[0], pb[4 * ldb]};
-            unsigned bh[2], bl[2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                bh[i] = to_tf32(b[i]);
-                bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
-            }
-            mma1688(acc[nt], al, bh);
-            mma1688(acc[nt], ah, bl);
-            mma1688(acc[nt], ah, bh);
-        }
-    }
-}
-
-// acc (16 x 8) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 8), both
-// f32 row-major in shared memory, 3xTF32 with the hi/lo splits as in
-// mm16_f32_split (v4's inverse: one n8 half of a 16x16 block per warp). The
-// hi.hi products and the two correction terms go to separate accumulators
-// (dependent chains of 2 mma instead of 6), added at the end.
-__device__ __forceinline__ void mm16x8_f32_split(float* acc, const float* A, int lda, int am0, int ak0,
-                                                 const float* B, int ldb, int bk0, int bn0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-    float hi[4] = {0.f, 0.f, 0.f, 0.f}, lo1[4] = {0.f, 0.f, 0.f, 0.f}, lo2[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
-        const float a[4] = {pa[0], pa[8 * lda], pa[4], pa[8 * lda + 4]};
-        const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + g;
-        const float b[2] = {pb[0], pb[4 * ldb]};
-        unsigned ah[4], al[4], bh[2], bl[2];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            ah[i] = to_tf32(a[i]);
-            al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
-        }
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            bh[i] = to_tf32(b[i]);
-            bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
-        }
-        mma1688(lo1, al, bh);
-        mma1688(lo2, ah, bl);
-        mma1688(hi, ah, bh);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i] += hi[i] + (lo1[i] + lo2[i]);
-}
-
-// Stores -acc (16 x 8 fragment) at D[r0.., c0..] (f32, row stride ld).
-__device__ __forceinline__ void store16x8_neg(float* D, int ld, int r0, int c0, const float* acc, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf)
-        *reinterpret_cast<float2*>(D + (r0 + g + 8 * hf) * ld + c0 + 2 * t) =
-            make_float2(-acc[2 * hf], -acc[2 * hf + 1]);
 }
 
 template <int GEN>
@@ -284,9 +180,64 @@ __device__ __forceinline__ void prep_body(
     __syncthreads();
     const float GL = Gc[BT - 1];  // padded rows have g = 0
 
-    // Rows (a warp each): normalise q and k in place, scale, (beta exp(G) k)^T.
+    // Rows (a warp each; v6: 8 lanes each): normalise q and k in place, scale,
+    // (beta exp(G) k)^T.
     const float qscale = rsqrtf((float)DK);
-    {  // lane: columns 4 lane .. 4 lane + 3 (8-byte accesses)
+    if constexpr (GEN >= 6) {  // lane l of a row: columns 8l.. and 64 + 8l.. (16-byte accesses)
+        const int sub = lane >> 3, l = lane & 7;
+        for (int r = 4 * warp + sub; r < BT; r += 4 * PREP_WARPS) {
+            const bool ok = r < nrows;
+            float q[16], k[16];
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const uint4 qv = *reinterpret_cast<const uint4*>(Qs + r * LD128 + 64 * p + 8 * l);
+                const uint4 kv = *reinterpret_cast<const uint4*>(Ks + r * LD128 + 64 * p + 8 * l);
+                const bf162* q2 = reinterpret_cast<const bf162*>(&qv);
+                const bf162* k2 = reinterpret_cast<const bf162*>(&kv);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 a = __bfloat1622float2(q2[e]), b = __bfloat1622float2(k2[e]);
+                    q[8 * p + 2 * e] = a.x, q[8 * p + 2 * e + 1] = a.y;
+                    k[8 * p + 2 * e] = b.x, k[8 * p + 2 * e + 1] = b.y;
+                }
+            }
+            float sq = 0.f, sk = 0.f;
+#pragma unroll
+            for (int e = 0; e < 16; ++e) sq += q[e] * q[e], sk += k[e] * k[e];
+#pragma unroll
+            for (int o = 4; o > 0; o >>= 1) {
+                sq += __shfl_xor_sync(0xffffffffu, sq, o);
+                sk += __shfl_xor_sync(0xffffffffu, sk, o);
+            }
+            const float iq = rsqrtf(sq + L2_EPS) * qscale, ik = rsqrtf(sk + L2_EPS);
+            const float eg = __expf(Gc[r]), kb = ik * Bs[r] * eg;
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                uint4 oq, ok4, ob;
+                bf162* q2 = reinterpret_cast<bf162*>(&oq);
+                bf162* k2 = reinterpret_cast<bf162*>(&ok4);
+                bf162* b2 = reinterpret_cast<bf162*>(&ob);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float* qe = q + 8 * p + 2 * e;
+                    const float* ke = k + 8 * p + 2 * e;
+                    q2[e] = __floats2bfloat162_rn(qe[0] * iq, qe[1] * iq);
+                    k2[e] = __floats2bfloat162_rn(ke[0] * ik, ke[1] * ik);
+                    b2[e] = __floats2bfloat162_rn(ke[0] * kb, ke[1] * kb);
+                }
+                const int off = r * LD128 + 64 * p + 8 * l;
+                *reinterpret_cast<uint4*>(Qs + off) = oq;
+                *reinterpret_cast<uint4*>(Ks + off) = ok4;
+                *reinterpret_cast<uint4*>(KbT + off) = ob;
+            }
+            if (l == 0) {
+                float* f = fac_out + tile * FAC;
+                f[r] = ok ? iq * eg : 0.f;
+                f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
+                if (r == 0) f[2 * BT] = __expf(GL);
+            }
+        }
+    } else {  // lane: columns 4 lane .. 4 lane + 3 (8-byte accesses)
 #pragma unroll 2
         for (int r = warp; r < BT; r += PREP_WARPS) {
             const bool ok = r < nrows;
@@ -569,6 +520,13 @@ extern "C" __global__ void __launch_bounds__(PREP_THREADS, 3) gdn_chunk_prep_v5_
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
     float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
     prep_body<5>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
+}
+
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 3) gdn_chunk_prep_v6_bf16(
+    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
+    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
+    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
+    prep_body<6>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
 }
 
 }  // namespace gdn

@@ -104,7 +104,25 @@ static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate"
 static_assert(SCAN_SMEM_V3_NARROW < SCAN_SMEM_V3_DEEP && SCAN_SMEM_V3_WIDE < SCAN_SMEM_WIDE,
               "the v3 layouts instantiate");
 
-template <int BV, int STAGES, bool TK, int WARPS, bool LATE>
+// Transposed store of four 8x8 bf16 matrices from mma C-fragment halves
+// (packed bf16 pairs): lanes 8i..8i+7 address rows 0..7 of matrix i, which
+// receive its columns (stmatrix.trans, sm_90; rows 16-byte aligned).
+__device__ __forceinline__ void stsm_x4_trans(bf16* p, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(p)),
+                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+__device__ __forceinline__ unsigned pack_bf16(float a, float b) {
+    bf162 v = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<unsigned*>(&v);
+}
+
+// SG, the scan generation: 3 = v2/v3/v3deep order; 5 = the next loads after
+// phase 1's products, the state update ahead of the output; 6 = 5 with
+// phase 1's k-steps in two accumulator chains and the bf16 delta^T / S^T
+// tiles written by stmatrix.trans.
+template <int BV, int STAGES, bool TK, int WARPS, int SG>
+
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
@@ -175,16 +193,31 @@ __device__ __forceinline__ void scan_body(
                 acc_h[mt][nt][2 * hf + 1] = v.y;
             }
     auto store_ht = [&]() {
+        if constexpr (SG >= 6) {
+            static_assert(C::SNT % 2 == 0, "stmatrix pairs of n8 state tiles");
+            const int i = lane >> 3, j = lane & 7;
 #pragma unroll
-        for (int mt = 0; mt < C::MT; ++mt)
+            for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < C::SNT; ++nt)
-#pragma unroll
-                for (int hf = 0; hf < 2; ++hf) {
-                    const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
-                    HT[cc * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf]);
-                    HT[(cc + 1) * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf + 1]);
+                for (int np = 0; np < C::SNT; np += 2) {
+                    const float* a0 = acc_h[mt][np];
+                    const float* a1 = acc_h[mt][np + 1];
+                    stsm_x4_trans(HT + (hcol0 + 8 * (np + (i >> 1)) + j) * LD128 + hrow0 + 16 * mt + 8 * (i & 1),
+                                  pack_bf16(a0[0], a0[1]), pack_bf16(a0[2], a0[3]), pack_bf16(a1[0], a1[1]),
+                                  pack_bf16(a1[2], a1[3]));
                 }
+        } else {
+#pragma unroll
+            for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < C::SNT; ++nt)
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
+                        HT[cc * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf]);
+                        HT[(cc + 1) * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf + 1]);
+                    }
+        }
     };
 
     load_stage(0, 0);
@@ -210,8 +243,8 @@ __device__ __forceinline__ void scan_body(
             if (nxt < nch && !(opts & 1)) load_stage(st_nxt, nxt);
             else if constexpr (STAGES == 3) cp_async_commit();
         };
-        // LATE: the next loads are issued once phase 1's products are in flight.
-        if (!LATE || (opts & 2)) issue_next();
+        // SG >= 5: the next loads are issued once phase 1's products are in flight.
+        if (SG < 5 || (opts & 2)) issue_next();
         st_cur = st_cur + 1 == STAGES ? 0 : st_cur + 1;
         if (opts & 2) continue;
         const unsigned char* base = smem + st * C::STAGE;
@@ -234,11 +267,13 @@ __device__ __forceinline__ void scan_body(
         }
 
         // delta = U - W S0 and Q S0 (rows m0..m0+15, C::NT n8 tiles from n0).
-        float av[C::NT][4], ao[C::NT][4];
+        // SG >= 6: odd k-steps into a second pair of accumulators (chains of
+        // 4 mma instead of 8), added before the epilogue.
+        float av[C::NT][4], ao[C::NT][4], av2[C::NT][4], ao2[C::NT][4];
 #pragma unroll
         for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) av[nt][e] = ao[nt][e] = 0.f;
+            for (int e = 0; e < 4; ++e) av[nt][e] = ao[nt][e] = av2[nt][e] = ao2[nt][e] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < DK / 16; ++ks) {
             unsigned aw[4], aq[4];
@@ -248,29 +283,57 @@ __device__ __forceinline__ void scan_body(
             for (int nt = 0; nt < C::NT; ++nt) {
                 unsigned b[2];
                 frag_b(b, HT, LD128, 8 * (n0 + nt), 16 * ks, lane);
-                mma16816(av[nt], aw, b);
-                mma16816(ao[nt], aq, b);
+                const bool odd = SG >= 6 && (ks & 1);
+                mma16816(odd ? av2[nt] : av[nt], aw, b);
+                mma16816(odd ? ao2[nt] : ao[nt], aq, b);
             }
         }
-        if constexpr (LATE) issue_next();
+        if constexpr (SG >= 5) issue_next();
+        if constexpr (SG >= 6) {
+            static_assert(TK && C::NT % 2 == 0, "stmatrix pairs of n8 tiles of delta");
+            unsigned rn[C::NT][2], rk[C::NT][2];
 #pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt)
+            for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
-                const float2 u = __bfloat1622float2(*reinterpret_cast<const bf162*>(Us + r * C::LDU + cc));
-                const float d0 = u.x - av[nt][2 * hf], d1 = u.y - av[nt][2 * hf + 1];
-                VN[cc * LD64 + r] = __float2bfloat16(d0);
-                VN[(cc + 1) * LD64 + r] = __float2bfloat16(d1);
-                if constexpr (TK) {  // kf on delta (rows past the sequence: kf = 0)
-                    const float kf = Fs[BT + r];
-                    VK[cc * LD64 + r] = __float2bfloat16(d0 * kf);
-                    VK[(cc + 1) * LD64 + r] = __float2bfloat16(d1 * kf);
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
+                    const float2 u = __bfloat1622float2(*reinterpret_cast<const bf162*>(Us + r * C::LDU + cc));
+                    const float d0 = u.x - (av[nt][2 * hf] + av2[nt][2 * hf]);
+                    const float d1 = u.y - (av[nt][2 * hf + 1] + av2[nt][2 * hf + 1]);
+                    const float kf = Fs[BT + r];  // rows past the sequence: kf = 0
+                    rn[nt][hf] = pack_bf16(d0, d1);
+                    rk[nt][hf] = pack_bf16(d0 * kf, d1 * kf);
+                    const float qf = Fs[r];
+                    ao[nt][2 * hf] = (ao[nt][2 * hf] + ao2[nt][2 * hf]) * qf;
+                    ao[nt][2 * hf + 1] = (ao[nt][2 * hf + 1] + ao2[nt][2 * hf + 1]) * qf;
                 }
-                const float qf = Fs[r];
-                ao[nt][2 * hf] *= qf;
-                ao[nt][2 * hf + 1] *= qf;
+            const int i = lane >> 3, j = lane & 7;
+#pragma unroll
+            for (int np = 0; np < C::NT; np += 2) {
+                const int off = (8 * (n0 + np + (i >> 1)) + j) * LD64 + m0 + 8 * (i & 1);
+                stsm_x4_trans(VN + off, rn[np][0], rn[np][1], rn[np + 1][0], rn[np + 1][1]);
+                stsm_x4_trans(VK + off, rk[np][0], rk[np][1], rk[np + 1][0], rk[np + 1][1]);
             }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+                for (int hf = 0; hf < 2; ++hf) {
+                    const int r = m0 + g8 + 8 * hf, cc = 8 * (n0 + nt) + 2 * t4;
+                    const float2 u = __bfloat1622float2(*reinterpret_cast<const bf162*>(Us + r * C::LDU + cc));
+                    const float d0 = u.x - av[nt][2 * hf], d1 = u.y - av[nt][2 * hf + 1];
+                    VN[cc * LD64 + r] = __float2bfloat16(d0);
+                    VN[(cc + 1) * LD64 + r] = __float2bfloat16(d1);
+                    if constexpr (TK) {  // kf on delta (rows past the sequence: kf = 0)
+                        const float kf = Fs[BT + r];
+                        VK[cc * LD64 + r] = __float2bfloat16(d0 * kf);
+                        VK[(cc + 1) * LD64 + r] = __float2bfloat16(d1 * kf);
+                    }
+                    const float qf = Fs[r];
+                    ao[nt][2 * hf] *= qf;
+                    ao[nt][2 * hf + 1] *= qf;
+                }
+        }
         __syncthreads();
 
         // o += P delta (k-step ks).
@@ -313,7 +376,7 @@ __device__ __forceinline__ void scan_body(
                 }
             }
         };
-        if constexpr (LATE) {
+        if constexpr (SG >= 5) {
             const float egl = Fs[2 * BT];
             // The state update is the chain the next chunk waits for: its
             // products first, the output's beside them, S^T stored before the
@@ -360,22 +423,24 @@ __device__ __forceinline__ void scan_body(
             }
 }
 
-#define GDN_SCAN_ENTRY(name, BV, STAGES, TK, LATE)                                                        \
+#define GDN_SCAN_ENTRY(name, BV, STAGES, TK, SG)                                                          \
     extern "C" __global__ void __launch_bounds__(SCAN_THREADS) name(                                      \
         const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,      \
         const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,       \
         bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {                                \
-        scan_body<BV, STAGES, TK, SCAN_WARPS, LATE>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
+        scan_body<BV, STAGES, TK, SCAN_WARPS, SG>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
     }
 
-GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true, false)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, false)
-// gdn5: v3deep / v3 wide with the next loads issued after phase 1's products
-// and the state update ahead of the output (ScanKernel::V5).
-GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, true)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bv64_bf16, BV_WIDE, 2, true, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false, 3)
+GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false, 3)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true, 3)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true, 3)
+GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, 3)
+// gdn5: v3deep with the next loads issued after phase 1's products and the
+// state update ahead of the output (ScanKernel::V5; its wide form, v3 wide
+// reordered, was slower than v3 wide and is not built: docs/perf/cuda-gdn.md).
+GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, 5)
+// gdn5: v5 with split phase-1 chains and stmatrix.trans tiles (ScanKernel::V6).
+GDN_SCAN_ENTRY(gdn_chunk_scan_v6_bf16, BV_NARROW, 3, true, 6)
 
 }  // namespace gdn

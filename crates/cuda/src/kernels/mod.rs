@@ -62,12 +62,14 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     file: "gdn_chunk_prep.cu",
     source: concat!(
         include_str!("gdn_common.cuh"),
+        include_str!("gdn_prep_tf32.cuh"),
         include_str!("gdn_chunk_prep.cu")
     ),
     entry_points: &[
         "gdn_chunk_prep_v3_bf16",
         "gdn_chunk_prep_v4_bf16",
         "gdn_chunk_prep_v5_bf16",
+        "gdn_chunk_prep_v6_bf16",
     ],
 };
 
@@ -86,7 +88,7 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
         "gdn_chunk_scan_v3_bv64_bf16",
         "gdn_chunk_scan_v3deep_bf16",
         "gdn_chunk_scan_v5_bf16",
-        "gdn_chunk_scan_v5_bv64_bf16",
+        "gdn_chunk_scan_v6_bf16",
     ],
 };
 

@@ -37,15 +37,21 @@ pub enum PrepKernel {
     /// in gdn4.)
     V3,
     /// V3 with the off-diagonal inverse by 2×2 block doubling on all 8
-    /// warps (critical path 9 → 3 16×16 products). The default since gdn4
-    /// run 1: prep 1.002 → 0.977 ms at t = 32,768 (docs/perf/cuda-gdn.md).
-    #[default]
+    /// warps (critical path 9 → 3 16×16 products); gdn4 run 1: prep 1.002 →
+    /// 0.977 ms at t = 32,768 (docs/perf/cuda-gdn.md).
     V4,
     /// V4 in three CTAs per SM (gdn5): 70,400 bytes of shared memory (P
     /// written from registers, the inverse's scratch in the unused upper
     /// blocks of T, T over the dead A) and ≤ 80 registers (W and U in two
-    /// 64-column passes). Same products in the same order as V4.
+    /// 64-column passes). Same products in the same order as V4. The default
+    /// since gdn5 run 1: prep 0.969 → 0.894 ms at 32k, 0.256 → 0.232 at 8k,
+    /// 0.075 → 0.070 at 2k.
+    #[default]
     V5,
+    /// V5 with the q/k rows normalised by 8 lanes each (16-byte accesses,
+    /// 3 shuffle levels instead of 5, a quarter of the per-row scalar work
+    /// per lane); same layout and resources as V5.
+    V6,
 }
 
 impl PrepKernel {
@@ -54,13 +60,14 @@ impl PrepKernel {
             PrepKernel::V3 => "gdn_chunk_prep_v3_bf16",
             PrepKernel::V4 => "gdn_chunk_prep_v4_bf16",
             PrepKernel::V5 => "gdn_chunk_prep_v5_bf16",
+            PrepKernel::V6 => "gdn_chunk_prep_v6_bf16",
         }
     }
     /// Dynamic shared memory of the prep kernel (`PREP_SMEM` / `PREP5_SMEM`).
     pub fn smem_bytes(self) -> usize {
         match self {
             PrepKernel::V3 | PrepKernel::V4 => PREP_SMEM,
-            PrepKernel::V5 => PREP5_SMEM,
+            PrepKernel::V5 | PrepKernel::V6 => PREP5_SMEM,
         }
     }
 }
@@ -76,20 +83,27 @@ pub enum ScanKernel {
     V3,
     /// V3 with three tile stages in flight on the narrow scan (the wide one
     /// does not fit three: it runs V3).
-    #[default]
     V3Deep,
-    /// V3Deep (narrow) / V3 (wide) with the next chunk's loads issued after
-    /// phase 1's products and the state update ahead of the output
-    /// products and stores (gdn5): the same products per accumulator in the
-    /// same order, the chain the next chunk waits for shortened.
+    /// V3Deep with the next chunk's loads issued after phase 1's products
+    /// and the state update ahead of the output products and stores (gdn5):
+    /// the same products per accumulator in the same order, the chain the
+    /// next chunk waits for shortened. The wide scan runs V3 (the same
+    /// reordering there was 1–3 % slower, gdn5 run 1). The default since
+    /// gdn5 run 1: narrow scan 1.298 → 1.233 ms at 32k, 0.331 → 0.314 at 8k.
+    #[default]
     V5,
+    /// V5 with phase 1's k-steps in two accumulator chains (4 mma deep
+    /// instead of 8) and the bf16 δᵀ, (kf·δ)ᵀ and Sᵀ tiles written by
+    /// `stmatrix.trans` (two instructions instead of 16 2-byte stores each);
+    /// narrow only, the wide scan runs V3.
+    V6,
 }
 
 impl ScanKernel {
     /// Tile stages in flight for `width`.
     pub fn stages(self, width: ScanWidth) -> usize {
         match (self, width) {
-            (ScanKernel::V3Deep | ScanKernel::V5, ScanWidth::Narrow) => 3,
+            (ScanKernel::V3Deep | ScanKernel::V5 | ScanKernel::V6, ScanWidth::Narrow) => 3,
             _ => 2,
         }
     }
@@ -98,10 +112,13 @@ impl ScanKernel {
             (ScanKernel::V2, ScanWidth::Narrow) => "gdn_chunk_scan_bf16",
             (ScanKernel::V2, ScanWidth::Wide) => "gdn_chunk_scan_bv64_bf16",
             (ScanKernel::V3, ScanWidth::Narrow) => "gdn_chunk_scan_v3_bf16",
-            (ScanKernel::V3 | ScanKernel::V3Deep, ScanWidth::Wide) => "gdn_chunk_scan_v3_bv64_bf16",
+            (
+                ScanKernel::V3 | ScanKernel::V3Deep | ScanKernel::V5 | ScanKernel::V6,
+                ScanWidth::Wide,
+            ) => "gdn_chunk_scan_v3_bv64_bf16",
             (ScanKernel::V3Deep, ScanWidth::Narrow) => "gdn_chunk_scan_v3deep_bf16",
             (ScanKernel::V5, ScanWidth::Narrow) => "gdn_chunk_scan_v5_bf16",
-            (ScanKernel::V5, ScanWidth::Wide) => "gdn_chunk_scan_v5_bv64_bf16",
+            (ScanKernel::V6, ScanWidth::Narrow) => "gdn_chunk_scan_v6_bf16",
         }
     }
     /// Dynamic shared memory of the scan kernel (`ScanCfg<BV, STAGES, TK>::SMEM`).
@@ -110,7 +127,9 @@ impl ScanKernel {
         let stage = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * (bv + 8) * 2 + FAC * 4;
         let (kt, vk) = match self {
             ScanKernel::V2 => (DIM * LD64 * 2, 0),
-            ScanKernel::V3 | ScanKernel::V3Deep | ScanKernel::V5 => (0, bv * LD64 * 2),
+            ScanKernel::V3 | ScanKernel::V3Deep | ScanKernel::V5 | ScanKernel::V6 => {
+                (0, bv * LD64 * 2)
+            }
         };
         self.stages(width) * stage + kt + bv * LD128 * 2 + bv * LD64 * 2 + vk
     }
@@ -380,6 +399,7 @@ mod tests {
             ScanKernel::V3,
             ScanKernel::V3Deep,
             ScanKernel::V5,
+            ScanKernel::V6,
         ] {
             for w in [ScanWidth::Narrow, ScanWidth::Wide] {
                 assert!(k.smem_bytes(w) <= 227 * 1024, "{k:?} {w:?}");
@@ -402,25 +422,32 @@ mod tests {
             assert!(GDN_CHUNK_PREP.source.contains(line), "{line}");
         }
         assert_eq!(PrepKernel::V5.smem_bytes(), PREP5_SMEM);
+        assert_eq!(PrepKernel::V6.smem_bytes(), PREP5_SMEM);
         assert_eq!(PrepKernel::V4.smem_bytes(), PREP_SMEM);
         assert!(GDN_CHUNKED
             .source
             .contains("static constexpr int SMEM = VK + (TK ? BV * LD64 * 2 : 0);"));
         assert!(GDN_CHUNKED
             .source
-            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, false)"));
-        // V5: v3deep's / v3 wide's layouts (ScanCfg<BV, STAGES, true>).
-        assert_eq!(
-            ScanKernel::V5.smem_bytes(ScanWidth::Narrow),
-            ScanKernel::V3Deep.smem_bytes(ScanWidth::Narrow)
-        );
-        assert_eq!(
-            ScanKernel::V5.smem_bytes(ScanWidth::Wide),
-            ScanKernel::V3.smem_bytes(ScanWidth::Wide)
-        );
+            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, 3)"));
+        // V5 / V6: v3deep's layout (ScanCfg<32, 3, true>) narrow, v3's kernel wide.
+        for k in [ScanKernel::V5, ScanKernel::V6] {
+            assert_eq!(
+                k.smem_bytes(ScanWidth::Narrow),
+                ScanKernel::V3Deep.smem_bytes(ScanWidth::Narrow)
+            );
+            assert_eq!(
+                k.entry(ScanWidth::Wide),
+                ScanKernel::V3.entry(ScanWidth::Wide)
+            );
+            assert_eq!(
+                k.smem_bytes(ScanWidth::Wide),
+                ScanKernel::V3.smem_bytes(ScanWidth::Wide)
+            );
+        }
         for entry in [
-            "GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, true)",
-            "GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bv64_bf16, BV_WIDE, 2, true, true)",
+            "GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, 5)",
+            "GDN_SCAN_ENTRY(gdn_chunk_scan_v6_bf16, BV_NARROW, 3, true, 6)",
         ] {
             assert!(GDN_CHUNKED.source.contains(entry), "{entry}");
         }
