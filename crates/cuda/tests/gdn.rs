@@ -546,7 +546,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                     if t >= 8192 && prep != PrepKernel::V3 {
                         cases.push((format!("{n}-8seq"), tuned(prep, scan, w, 0), &eight));
                     }
-                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::V5 {
+                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::default() {
                         // Timing ablations (wrong results by design): the scan without
                         // its tile loads after the first chunk, without arithmetic.
                         cases.push((format!("{n}-noload"), tuned(prep, scan, w, 1), &one));

@@ -43,14 +43,16 @@ pub enum PrepKernel {
     /// V4 in three CTAs per SM (gdn5): 70,400 bytes of shared memory (P
     /// written from registers, the inverse's scratch in the unused upper
     /// blocks of T, T over the dead A) and ≤ 80 registers (W and U in two
-    /// 64-column passes). Same products in the same order as V4. The default
-    /// since gdn5 run 1: prep 0.969 → 0.894 ms at 32k, 0.256 → 0.232 at 8k,
-    /// 0.075 → 0.070 at 2k.
-    #[default]
+    /// 64-column passes). Same products in the same order as V4. gdn5 run
+    /// 1: prep 0.969 → 0.894 ms at 32k, 0.256 → 0.232 at 8k, 0.075 → 0.070
+    /// at 2k.
     V5,
     /// V5 with the q/k rows normalised by 8 lanes each (16-byte accesses,
     /// 3 shuffle levels instead of 5, a quarter of the per-row scalar work
-    /// per lane); same layout and resources as V5.
+    /// per lane); same layout and resources as V5. The default since gdn5
+    /// run 2: prep 0.896 → 0.790 ms at 32k, 0.235 → 0.208 at 8k, 0.068 →
+    /// 0.061 at 2k (docs/perf/cuda-gdn.md).
+    #[default]
     V6,
 }
 
@@ -88,14 +90,16 @@ pub enum ScanKernel {
     /// and the state update ahead of the output products and stores (gdn5):
     /// the same products per accumulator in the same order, the chain the
     /// next chunk waits for shortened. The wide scan runs V3 (the same
-    /// reordering there was 1–3 % slower, gdn5 run 1). The default since
-    /// gdn5 run 1: narrow scan 1.298 → 1.233 ms at 32k, 0.331 → 0.314 at 8k.
-    #[default]
+    /// reordering there was 1–3 % slower, gdn5 run 1). gdn5 run 1: narrow
+    /// scan 1.298 → 1.233 ms at 32k, 0.331 → 0.314 at 8k.
     V5,
     /// V5 with phase 1's k-steps in two accumulator chains (4 mma deep
     /// instead of 8) and the bf16 δᵀ, (kf·δ)ᵀ and Sᵀ tiles written by
     /// `stmatrix.trans` (two instructions instead of 16 2-byte stores each);
-    /// narrow only, the wide scan runs V3.
+    /// narrow only, the wide scan runs V3. The default since gdn5 run 2:
+    /// narrow scan 1.232 → 1.117 ms at 32k; with prep V6 the rule takes
+    /// 1.908 ms per layer at 32k, 0.496 at 8k, 0.139 at 2k.
+    #[default]
     V6,
 }
 

@@ -48,7 +48,9 @@ pub struct GdnLaunch<'a> {
 /// the scan once every SM is busy) when those CTAs fill the GPU, else 32
 /// (twice the CTAs). On the H200 at the 35B-A3B shape (prep v3, scan v3 /
 /// v3deep): one 32k sequence 2.31 ms narrow vs 2.84 wide; 8 x 4k sequences
-/// 2.33 narrow vs 1.95 wide (docs/perf/cuda-gdn.md, gdn3 run 2).
+/// 2.33 narrow vs 1.95 wide (docs/perf/cuda-gdn.md, gdn3 run 2); still so
+/// with prep v6 and scan v6 (gdn5 run 2): one 32k sequence 1.908 narrow vs
+/// 2.618 wide, 8 x 4k 1.924 narrow vs 1.718 wide.
 pub fn scan_width_for(v_heads: usize, sequences: usize, sm_count: usize) -> ScanWidth {
     let wide_ctas = v_heads
         .saturating_mul(SUPPORTED_DIM / ScanWidth::Wide.columns())
