@@ -35,7 +35,7 @@ if [ -n "${GDN_ALT_DEFINES:-}" ]; then
 fi
 
 echo "=== timing: Qwen3.6-35B-A3B GDN layer (hk 16, hv 32, d 128), every variant ==="
-timeout "${GDN_BENCH_TIMEOUT:-90}" "$BIN" --ignored --exact bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
+timeout "${GDN_BENCH_TIMEOUT:-90}" "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench FAILED"; status=1; }
 
 echo "=== compute-sanitizer memcheck (small cases) ==="
@@ -63,7 +63,7 @@ elif command -v ncu >/dev/null; then
     GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-70}" ncu \
         --clock-control none --kernel-name regex:gdn_chunk --launch-skip "${GDN_NCU_SKIP:-2}" --launch-count 16 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-        --section LaunchStats "$BIN" --ignored --exact bench_qwen36_35b_prefill_ms_per_layer --nocapture \
+        --section LaunchStats "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture \
         > "$OUT/gdn-ncu.txt" 2>&1
     echo "ncu rc $?"
     grep -E "^  gdn_|Duration|Memory Throughput|Compute \(SM\) Throughput|DRAM Throughput|L2 Cache Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers Per|Theoretical Occupancy|gdn_bench" "$OUT/gdn-ncu.txt" | head -n 120
