@@ -205,10 +205,16 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
     }
 }
 
-/// The grouped-GEMM kernels this device runs: all three on Hopper.
+/// The grouped-GEMM kernels this device runs: all five on Hopper.
 fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
     if dev.arch == "sm_90a" {
-        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::WgmmaStagedY]
+        vec![
+            GemmImpl::MmaSync,
+            GemmImpl::Wgmma,
+            GemmImpl::WgmmaStagedY,
+            GemmImpl::Wide,
+            GemmImpl::WidePersistent,
+        ]
     } else {
         vec![GemmImpl::MmaSync]
     }

@@ -356,6 +356,8 @@ fn bench_the_35b_moe_op() {
         (MoeGlue::Unfused, GemmImpl::Wgmma),
         (MoeGlue::Fused, GemmImpl::Wgmma),
         (MoeGlue::Fused, GemmImpl::WgmmaStagedY),
+        (MoeGlue::Fused, GemmImpl::Wide),
+        (MoeGlue::Fused, GemmImpl::WidePersistent),
     ];
     println!("| glue | GEMMs | tokens | MoE op ms | router | shared expert | route | gate+up | down | combine | glue (gate GEMV + add) | x40 layers ms |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");

@@ -4,7 +4,7 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_BN, GEMM_THREADS,
+    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_THREADS,
     MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
@@ -135,8 +135,7 @@ pub(super) fn routed_experts_range(
             detail: format!("the wgmma grouped GEMMs need sm_90a, not {}", dev.arch),
         });
     }
-    let (gate_up_entry, down_entry) = imp.entries();
-    let gemm_smem = imp.smem_bytes();
+    let (gate_up_kernel, down_kernel) = (imp.gate_up(l.intermediate), imp.down(l.hidden));
     // e: the experts this call computes; routing is over all l.experts.
     let (h, e, k, i) = (l.hidden, local, l.top_k, l.intermediate);
     let pairs_max = plan.chunk_pairs;
@@ -209,10 +208,10 @@ pub(super) fn routed_experts_range(
         mark(MoeStage::GateUp)?;
         launch(
             dev,
-            gate_up_entry,
-            max_row_tiles * (i / (GEMM_BN / 2)),
+            gate_up_kernel.entry,
+            gate_up_kernel.grid(max_row_tiles, i, dev.sm_count),
             GEMM_THREADS as u32,
-            gemm_smem,
+            gate_up_kernel.smem,
             Params::new()
                 .ptr(x)
                 .ptr(slot_token.ptr())
@@ -228,10 +227,10 @@ pub(super) fn routed_experts_range(
         mark(MoeStage::Down)?;
         launch(
             dev,
-            down_entry,
-            max_row_tiles * (h / GEMM_BN),
+            down_kernel.entry,
+            down_kernel.grid(max_row_tiles, h, dev.sm_count),
             GEMM_THREADS as u32,
-            gemm_smem,
+            down_kernel.smem,
             Params::new()
                 .ptr(act.ptr())
                 .ptr(l.down.ptr())

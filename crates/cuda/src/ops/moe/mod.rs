@@ -12,61 +12,14 @@
 //! caller's; [`routed_experts_shared`] folds the shared expert's gated add
 //! into the combine and writes the block's bf16 output in the same pass.
 
+mod gemm;
 mod launch;
+
+pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_SMEM_BYTES};
 
 pub use launch::{
     routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,
 };
-
-/// Which grouped-GEMM kernels run (same tiles, grid and results up to rounding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GemmImpl {
-    /// `moe_grouped_gemm.cu`: mma.sync m16n8k16, any sm_80+ GPU.
-    MmaSync,
-    /// `moe_grouped_gemm_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only; the
-    /// down GEMM stores its fragments straight to y (4 bytes a thread).
-    Wgmma,
-    /// The wgmma tiles with the down GEMM's epilogue staged through shared
-    /// memory (16-byte row-contiguous stores of y). Hopper only.
-    WgmmaStagedY,
-}
-
-impl GemmImpl {
-    /// The kernels for an architecture: wgmma with the staged y epilogue on
-    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma` overrides
-    /// (wgmma only where the arch has it).
-    pub fn for_arch(arch: &str) -> GemmImpl {
-        let hopper = arch == "sm_90a";
-        match std::env::var("HEADROOM_MOE_IMPL").as_deref() {
-            Ok("mma") => GemmImpl::MmaSync,
-            Ok("wgmma") if hopper => GemmImpl::Wgmma,
-            _ if hopper => GemmImpl::WgmmaStagedY,
-            _ => GemmImpl::MmaSync,
-        }
-    }
-
-    /// Whether the kernels need `sm_90a`.
-    pub fn hopper_only(self) -> bool {
-        self != GemmImpl::MmaSync
-    }
-
-    /// Entry points (gate+up, down).
-    pub fn entries(self) -> (&'static str, &'static str) {
-        match self {
-            GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
-            GemmImpl::Wgmma => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"),
-            GemmImpl::WgmmaStagedY => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
-        }
-    }
-
-    /// Dynamic shared memory of one CTA (the wgmma tiles need a 1024-byte aligned base).
-    pub fn smem_bytes(self) -> usize {
-        match self {
-            GemmImpl::MmaSync => GEMM_SMEM_BYTES,
-            _ => GEMM_SMEM_BYTES + 1024,
-        }
-    }
-}
 
 /// How the backend's MoE op joins the routed experts and the shared expert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -145,6 +145,53 @@ fn launch_constants_match_the_kernel_sources() {
 }
 
 #[test]
+fn wide_launch_constants_match_their_kernel_source() {
+    use crate::kernels::MOE_GROUPED_GEMM_WIDE;
+    let src = MOE_GROUPED_GEMM_WIDE.source;
+    assert_eq!(constant(src, "BM"), GEMM_BM);
+    assert_eq!(constant(src, "BN"), WIDE_BN);
+    assert_eq!(constant(src, "BK"), GEMM_BK);
+    assert_eq!(constant(src, "WARPGROUPS") * 128, GEMM_THREADS);
+    assert_eq!(constant(src, "EPI_COLS"), 128);
+    let stages = constant(src, "STAGES");
+    let epi = constant(src, "WARPGROUPS") * (GEMM_BM / 2) * 128 * 2;
+    assert_eq!(
+        stages * (GEMM_BM + WIDE_BN) * GEMM_BK * 2 + epi + 1024,
+        WIDE_SMEM_BYTES
+    );
+    assert!(src.contains(
+        "SMEM_BYTES = STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES + 1024;"
+    ));
+    assert!(WIDE_SMEM_BYTES <= 227 * 1024);
+}
+
+#[test]
+fn wide_kernels_run_where_the_shape_divides_their_tiles_and_fall_back_otherwise() {
+    for imp in [GemmImpl::Wide, GemmImpl::WidePersistent] {
+        let g = imp.gate_up(512);
+        assert_eq!(g.entry, "moe_gemm_gate_up_wide_bf16");
+        assert_eq!((g.tile_cols, g.smem), (128, WIDE_SMEM_BYTES));
+        let d = imp.down(2048);
+        assert_eq!(d.entry, "moe_gemm_down_wide_bf16");
+        assert_eq!(d.tile_cols, 256);
+        assert_eq!(g.persistent, imp == GemmImpl::WidePersistent);
+        // Intermediate 192 and hidden 384 are not whole wide tiles.
+        assert_eq!(imp.gate_up(192), GemmImpl::WgmmaStagedY.gate_up(192));
+        assert_eq!(imp.down(384), GemmImpl::WgmmaStagedY.down(384));
+        assert!(!imp.gate_up(192).persistent);
+    }
+    let s = GemmImpl::WgmmaStagedY.down(2048);
+    assert_eq!(s.entry, "moe_gemm_down_wgmma_s_bf16");
+    assert_eq!((s.tile_cols, s.smem), (128, GEMM_SMEM_BYTES + 1024));
+    // Grids: one CTA per tile, or at most one per SM when persistent.
+    let (plain, pers) = (GemmImpl::Wide.down(2048), GemmImpl::WidePersistent.down(2048));
+    assert_eq!(plain.grid(100, 2048, 132), 800);
+    assert_eq!(pers.grid(100, 2048, 132), 132);
+    assert_eq!(pers.grid(3, 2048, 132), 24);
+    assert_eq!(s.grid(100, 2048, 132), 1600);
+}
+
+#[test]
 fn wgmma_with_the_staged_y_epilogue_is_the_hopper_default() {
     if std::env::var_os("HEADROOM_MOE_IMPL").is_none() {
         assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::WgmmaStagedY);
@@ -168,6 +215,7 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 #[test]
 fn only_the_mma_sync_kernels_run_off_hopper() {
     assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::WgmmaStagedY.hopper_only());
+    assert!(GemmImpl::Wide.hopper_only() && GemmImpl::WidePersistent.hopper_only());
     assert!(!GemmImpl::MmaSync.hopper_only());
 }
 
