@@ -240,7 +240,12 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wide",
     file: "moe_grouped_gemm_wide.cu",
     source: include_str!("moe_grouped_gemm_wide.cu"),
-    entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
+    entry_points: &[
+        "moe_gemm_gate_up_wide_bf16",
+        "moe_gemm_down_wide_bf16",
+        "moe_gemm_gate_up_ws_bf16",
+        "moe_gemm_down_ws_bf16",
+    ],
 };
 
 /// Every kernel source the backend launches.

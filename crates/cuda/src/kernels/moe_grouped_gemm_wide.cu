@@ -47,14 +47,10 @@ constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int EPI_COLS = 128;              // y columns staged per half
 constexpr int EPI_BYTES = WG_ROWS * EPI_COLS * 2;  // 16 KiB per warpgroup
 constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES + 1024;  // + alignment slack
-constexpr int ROW_STEP = THREADS / ROW_CHUNKS;  // 32 rows between a thread's chunks
-constexpr int A_LOADS = BM / ROW_STEP;          // 4
-constexpr int B_LOADS = BN / ROW_STEP;          // 8
 constexpr int GATE_UP_COLS = BN / 2;            // 128 act columns per gate+up tile
 static_assert(ROW_CHUNKS == 8 && WG_ROWS == 64, "SW128 tiles of 64-element rows");
 static_assert(SMEM_BYTES <= 227 * 1024, "one CTA fits an SM");
 static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
-static_assert(B_LOADS % 2 == 0, "gate and up halves of B are whole loads");
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -183,9 +179,94 @@ __device__ __forceinline__ void store_y(const float (&acc)[ACC], bf16* __restric
     }
 }
 
-// a_src: x [tokens][K] (GATE_UP, rows through slot_token) or act [rows][K].
-// w: gate_up [E][2 n_out][K] (GATE_UP) or down [E][n_out][K].
-// out: act [rows][n_out] (GATE_UP) or y [rows][n_out].
+// The load side of a wide kernel, run by LOADERS threads (loader index t):
+// the tile and k-step its next loads belong to, and its 16-byte chunks' source
+// pointers (A rows gathered through slot_token for GATE_UP).
+// a_src: x [tokens][K] (GATE_UP) or act [rows][K]; w: gate_up [E][2 n_out][K]
+// (GATE_UP) or down [E][n_out][K].
+template <bool GATE_UP, int LOADERS>
+struct Loader {
+    static constexpr int STEP = LOADERS / ROW_CHUNKS;  // rows between a thread's chunks
+    static constexpr int A_N = BM / STEP;
+    static constexpr int B_N = BN / STEP;
+    static_assert(B_N % 2 == 0, "gate and up halves of B are whole loads");
+    const bf16* a_ptr[A_N];
+    bool a_ok[A_N];
+    const bf16* b_lo;  // B rows row + q*STEP, q < B_N/2 (gate rows for GATE_UP)
+    const bf16* b_hi;  // q >= B_N/2 (up rows for GATE_UP)
+    int j = 0, kt = 0, row, chunk;
+    unsigned dst0;
+
+    __device__ __forceinline__ void point_at(int tile, int n_tiles, const bf16* __restrict__ a_src,
+                                             const int* __restrict__ slot_token, const bf16* __restrict__ w,
+                                             const int* __restrict__ expert_offsets,
+                                             const int* __restrict__ tile_offsets, int experts, int K, int n_out) {
+        const Tile tl = tile_at(tile, n_tiles, expert_offsets, tile_offsets, experts);
+#pragma unroll
+        for (int q = 0; q < A_N; ++q) {
+            const int r = row + q * STEP;
+            a_ok[q] = r < tl.rows;
+            long long src = 0;
+            if (a_ok[q]) src = GATE_UP ? (long long)slot_token[tl.m0 + r] : (long long)(tl.m0 + r);
+            a_ptr[q] = a_src + src * K + chunk * CHUNK;
+        }
+        if (GATE_UP) {
+            b_lo = w + ((long long)tl.e * 2 * n_out + tl.nt * GATE_UP_COLS + row) * K + chunk * CHUNK;
+            b_hi = b_lo + (long long)n_out * K;  // the up rows of the same columns
+        } else {
+            b_lo = w + ((long long)tl.e * n_out + tl.nt * BN + row) * K + chunk * CHUNK;
+            b_hi = b_lo + (long long)(BN / 2) * K;
+        }
+    }
+
+    // Issues the cp.async chunks of k-step kt into the stage at `base` (its
+    // 1024-aligned shared address), then moves on (to the CTA's next tile
+    // after the last k-step: tile blockIdx.x + j * gridDim.x).
+    template <typename Next>
+    __device__ __forceinline__ void issue(unsigned base, int K, int k_tiles, int my_tiles, Next&& next_tile) {
+        const unsigned dst = base + dst0;
+        const long long row_step = (long long)STEP * K;
+        const int k0 = kt * BK;
+#pragma unroll
+        for (int q = 0; q < A_N; ++q) cp_async_16(dst + q * STEP * 128, a_ptr[q] + k0, a_ok[q]);
+#pragma unroll
+        for (int q = 0; q < B_N / 2; ++q) {
+            cp_async_16(dst + A_BYTES + q * STEP * 128, b_lo + q * row_step + k0, true);
+            cp_async_16(dst + A_BYTES + (q + B_N / 2) * STEP * 128, b_hi + q * row_step + k0, true);
+        }
+        if (++kt == k_tiles) {
+            kt = 0;
+            if (++j < my_tiles) next_tile(j);
+        }
+    }
+};
+
+// One k-step of one warpgroup: 4 wgmma m64n256k16 on the stage at smem
+// address `stage_base` (A rows of this warpgroup, then B). A warpgroup whose
+// 64 rows are all past the tile's end (`active` false) issues none: the
+// other one then has the tensor cores alone (the last tile of an expert is
+// often half empty). SKIP = false ignores `active`: in the kernel where all
+// threads also load, ptxas serialised the wgmmas behind that branch.
+template <bool SKIP>
+__device__ __forceinline__ void mma_step(float (&acc)[ACC], unsigned stage_base, int wg, int kt, bool active) {
+    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
+    const unsigned sa = stage_base + wg * WG_ROWS * 128;
+    const unsigned sb = stage_base + A_BYTES;
+    if (!SKIP || active) {
+        fence_operands(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            wgmma_m64n256k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO),
+                             ks > 0 || kt > 0);  // a tile's first wgmma starts from zero
+        }
+    }
+    wgmma_commit();
+}
+
+// The kernel of GemmImpl::Wide / WidePersistent: all 256 threads load
+// (cp.async) and both warpgroups compute. out: act [rows][n_out] (GATE_UP) or
+// y [rows][n_out].
 template <bool GATE_UP>
 __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                           const bf16* __restrict__ w, bf16* __restrict__ out,
@@ -201,59 +282,20 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wg = warp / 4, wq = warp % 4;
-    const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
-    const long long row_step = (long long)ROW_STEP * K;  // elements between a thread's B rows
-
-    // The load side: the tile and k-step the next issued loads belong to.
-    int ld_j = 0, ld_kt = 0;
-    const bf16* a_ptr[A_LOADS];
-    bool a_ok[A_LOADS];
-    const bf16* b_lo;  // B rows ld_row + j*ROW_STEP, j < B_LOADS/2 (gate rows for GATE_UP)
-    const bf16* b_hi;  // j >= B_LOADS/2 (up rows for GATE_UP)
-    auto point_at = [&](int j) {
-        const Tile tl = tile_at((int)blockIdx.x + j * (int)gridDim.x, n_tiles, expert_offsets, tile_offsets, experts);
-#pragma unroll
-        for (int q = 0; q < A_LOADS; ++q) {
-            const int r = ld_row + q * ROW_STEP;
-            a_ok[q] = r < tl.rows;
-            long long src = 0;
-            if (a_ok[q]) src = GATE_UP ? (long long)slot_token[tl.m0 + r] : (long long)(tl.m0 + r);
-            a_ptr[q] = a_src + src * K + ld_chunk * CHUNK;
-        }
-        long long lo_row;
-        if (GATE_UP) {
-            lo_row = (long long)tl.e * 2 * n_out + tl.nt * GATE_UP_COLS + ld_row;
-            b_lo = w + lo_row * K + ld_chunk * CHUNK;
-            b_hi = b_lo + (long long)n_out * K;  // the up rows of the same columns
-        } else {
-            lo_row = (long long)tl.e * n_out + tl.nt * BN + ld_row;
-            b_lo = w + lo_row * K + ld_chunk * CHUNK;
-            b_hi = b_lo + (long long)(BN / 2) * K;
-        }
-    };
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
-    // Issues the loads of the next k-step into `stage`, then moves the load side on.
-    auto issue_loads = [&](int stage) {
-        const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
-        const int k0 = ld_kt * BK;
-#pragma unroll
-        for (int q = 0; q < A_LOADS; ++q) cp_async_16(base + q * ROW_STEP * 128, a_ptr[q] + k0, a_ok[q]);
-#pragma unroll
-        for (int q = 0; q < B_LOADS / 2; ++q) {
-            cp_async_16(base + A_BYTES + q * ROW_STEP * 128, b_lo + q * row_step + k0, true);
-            cp_async_16(base + A_BYTES + (q + B_LOADS / 2) * ROW_STEP * 128, b_hi + q * row_step + k0, true);
-        }
-        if (++ld_kt == k_tiles) {
-            ld_kt = 0;
-            if (++ld_j < my_tiles) point_at(ld_j);
-        }
-    };
 
-    point_at(0);
+    Loader<GATE_UP, THREADS> ld;
+    ld.row = tid / ROW_CHUNKS;
+    ld.chunk = tid % ROW_CHUNKS;
+    ld.dst0 = (unsigned)(ld.row * 128 + ((ld.chunk ^ (ld.row & 7)) * 16));
+    auto next_tile = [&](int j) {
+        ld.point_at((int)blockIdx.x + j * (int)gridDim.x, n_tiles, a_src, slot_token, w, expert_offsets,
+                    tile_offsets, experts, K, n_out);
+    };
+    next_tile(0);
 #pragma unroll
     for (int s = 0; s < AHEAD; ++s) {
-        if (s < steps) issue_loads(s);
+        if (s < steps) ld.issue(smem0 + (unsigned)(s * STAGE_BYTES), K, k_tiles, my_tiles, next_tile);
         cp_async_commit();
     }
 
@@ -261,7 +303,6 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
 #pragma unroll
     for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
     unsigned char* epi = smem_raw + (smem0 - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + wg * EPI_BYTES;
-    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
 
     // Tiles outside, k-steps inside with one uniform wait (wait_group 1): an
     // epilogue inside the k-loop made ptxas wait for every wgmma at the loop's
@@ -274,19 +315,10 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
             cp_async_wait<AHEAD - 1>();
             fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
             __syncthreads();      // step s landed for all; every wgmma up to s-2 is done
-            const int stage = s % STAGES;
-            const unsigned sa = smem0 + (unsigned)(stage * STAGE_BYTES) + wg * WG_ROWS * 128;
-            const unsigned sb = smem0 + (unsigned)(stage * STAGE_BYTES) + A_BYTES;
-            fence_operands(acc);
-            wgmma_fence();
-#pragma unroll
-            for (int ks = 0; ks < BK / 16; ++ks) {
-                wgmma_m64n256k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO),
-                                 ks > 0 || kt > 0);  // a tile's first wgmma starts from zero
-            }
-            wgmma_commit();
+            mma_step<false>(acc, smem0 + (unsigned)((s % STAGES) * STAGE_BYTES), wg, kt, true);
             // The stage of step s - 2 is free: refill it with step s + AHEAD.
-            if (s + AHEAD < steps) issue_loads((s + AHEAD) % STAGES);
+            if (s + AHEAD < steps)
+                ld.issue(smem0 + (unsigned)(((s + AHEAD) % STAGES) * STAGE_BYTES), K, k_tiles, my_tiles, next_tile);
             cp_async_commit();
             wgmma_wait<1>();
             fence_operands(acc);
@@ -300,6 +332,124 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
         }
     }
     cp_async_wait<0>();
+}
+
+// ---- Warp-specialised form (GemmImpl::WideWs, persistent grid) ----------
+// Warpgroup 0 loads (cp.async, 128 threads, registers lowered to 56 by
+// setmaxnreg; the consumers raise theirs to 224: no spills in either),
+// warpgroups 1 and 2 compute (64 rows each). Stage handshakes on mbarriers:
+// full[s] completes when all 128 loaders' chunks of the stage landed (each
+// loader waits for its own cp.async group, fences it to the async proxy and
+// arrives: the same recipe as above), empty[s] when the 8 consumer warps'
+// wgmmas that read it finished. The loaders run up to STAGES steps ahead,
+// never held back by the consumers' barriers or epilogues.
+constexpr int WS_THREADS = 3 * 128;
+constexpr int WS_LAG = 2;  // loader cp.async groups in flight before it arrives
+constexpr int WS_SMEM_BYTES = STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES + 2 * STAGES * 8 + 1024;
+static_assert(WS_SMEM_BYTES <= 227 * 1024, "one CTA fits an SM");
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    }
+}
+
+template <bool GATE_UP>
+__device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
+                                        const bf16* __restrict__ w, bf16* __restrict__ out,
+                                        const int* __restrict__ expert_offsets,
+                                        const int* __restrict__ tile_offsets, int experts, int K, int n_out) {
+    extern __shared__ unsigned char smem_raw[];
+    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
+    const int total = tile_offsets[experts] * n_tiles;
+    if ((int)blockIdx.x >= total) return;
+    const int my_tiles = (total - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int k_tiles = K / BK;
+    const int steps = my_tiles * k_tiles;
+
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int wg = warp / 4;
+    const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned bars = smem0 + STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES;
+    auto full = [&](int st) { return bars + st * 8; };
+    auto empty = [&](int st) { return bars + (STAGES + st) * 8; };
+    if (tid == 0) {
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(full(st), 128);  // every loader thread
+            mbar_init(empty(st), 8);   // lane 0 of each consumer warp
+        }
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+        Loader<GATE_UP, 128> ld;
+        ld.row = tid / ROW_CHUNKS;
+        ld.chunk = tid % ROW_CHUNKS;
+        ld.dst0 = (unsigned)(ld.row * 128 + ((ld.chunk ^ (ld.row & 7)) * 16));
+        auto next_tile = [&](int j) {
+            ld.point_at((int)blockIdx.x + j * (int)gridDim.x, n_tiles, a_src, slot_token, w, expert_offsets,
+                        tile_offsets, experts, K, n_out);
+        };
+        next_tile(0);
+        for (int g = 0; g < steps; ++g) {
+            const int st = g % STAGES;
+            mbar_wait(empty(st), ((g / STAGES) & 1) ^ 1);  // the consumers released step g - STAGES
+            ld.issue(smem0 + (unsigned)(st * STAGE_BYTES), K, k_tiles, my_tiles, next_tile);
+            cp_async_commit();
+            if (g >= WS_LAG) {
+                cp_async_wait<WS_LAG>();  // this thread's chunks of step g - WS_LAG landed
+                fence_proxy_async();
+                mbar_arrive(full((g - WS_LAG) % STAGES));
+            }
+        }
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for (int g = max(steps - WS_LAG, 0); g < steps; ++g) mbar_arrive(full(g % STAGES));
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    const int cwg = wg - 1, wq = warp % 4, lane = tid % 32;
+    float acc[ACC];
+#pragma unroll
+    for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
+    unsigned char* epi = smem_raw + (smem0 - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + cwg * EPI_BYTES;
+    int g = 0;
+    for (int c_j = 0; c_j < my_tiles; ++c_j) {
+        const Tile ct =
+            tile_at((int)blockIdx.x + c_j * (int)gridDim.x, n_tiles, expert_offsets, tile_offsets, experts);
+        const bool active = cwg * WG_ROWS < ct.rows;
+        for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+            const int st = g % STAGES;
+            mbar_wait(full(st), (g / STAGES) & 1);
+            mma_step<true>(acc, smem0 + (unsigned)(st * STAGE_BYTES), cwg, kt, active);
+            wgmma_wait<1>();  // step g - 1's wgmmas are done: release its stage
+            fence_operands(acc);
+            if (kt > 0 && lane == 0) mbar_arrive(empty((g - 1) % STAGES));
+        }
+        wgmma_wait<0>();
+        fence_operands(acc);
+        if (lane == 0) mbar_arrive(empty((g - 1) % STAGES));
+        if (GATE_UP) {
+            store_act(acc, out, ct, n_out, cwg, wq, lane);
+        } else {
+            store_y(acc, out, ct, n_out, cwg, wq, lane, epi);
+        }
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -317,4 +467,20 @@ moe_gemm_down_wide_bf16(const bf16* __restrict__ act, const bf16* __restrict__ d
     wide_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
 }
 
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
+moe_gemm_gate_up_ws_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
+                         const bf16* __restrict__ gate_up, bf16* __restrict__ act,
+                         const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                         int experts, int hidden, int inter) {
+    ws_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
+}
+
+extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
+moe_gemm_down_ws_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
+                      const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                      int experts, int inter, int hidden) {
+    ws_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
+}
+
 }  // namespace headroom_moe_wide
+

@@ -3,7 +3,7 @@
 //! ([`GemmKernel`]). The variants stay selectable side by side
 //! (`HEADROOM_MOE_IMPL`) so a bench compares them in one process.
 
-use super::{GEMM_BN, GEMM_SMEM_BYTES};
+use super::{GEMM_BN, GEMM_SMEM_BYTES, GEMM_THREADS};
 
 /// Which grouped-GEMM kernels run (same tile list and results up to rounding).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +23,10 @@ pub enum GemmImpl {
     /// [`GemmImpl::Wide`] on a persistent grid (one CTA per SM walking the
     /// tiles, the loads running on across tile boundaries).
     WidePersistent,
+    /// The wide tiles warp-specialised, persistent: one loader warpgroup
+    /// (cp.async) and two MMA warpgroups, stages handed over on mbarriers; a
+    /// warpgroup whose 64 rows are past the tile's end issues no wgmma.
+    WideWs,
 }
 
 /// Weight rows per wide tile (`BN` in `moe_grouped_gemm_wide.cu`).
@@ -30,6 +34,11 @@ pub const WIDE_BN: usize = 256;
 /// Dynamic shared memory of a wide CTA (`SMEM_BYTES` there: 4 stages of
 /// 128 x 64 A and 256 x 64 B, two 16 KiB epilogue buffers, alignment slack).
 pub const WIDE_SMEM_BYTES: usize = 4 * (128 + WIDE_BN) * 64 * 2 + 2 * 64 * 128 * 2 + 1024;
+/// Dynamic shared memory of a warp-specialised wide CTA (`WS_SMEM_BYTES`:
+/// the wide layout plus 8 mbarriers).
+pub const WS_SMEM_BYTES: usize = WIDE_SMEM_BYTES + 2 * 4 * 8;
+/// Threads of a warp-specialised wide CTA (`WS_THREADS`: three warpgroups).
+pub const WS_THREADS: usize = 384;
 
 /// One grouped GEMM's kernel for a call: entry point, dynamic shared memory,
 /// output columns per tile and whether the grid is persistent.
@@ -37,6 +46,8 @@ pub const WIDE_SMEM_BYTES: usize = 4 * (128 + WIDE_BN) * 64 * 2 + 2 * 64 * 128 *
 pub struct GemmKernel {
     pub entry: &'static str,
     pub smem: usize,
+    /// Threads per CTA.
+    pub threads: usize,
     /// Output columns (act for gate+up, y for down) one tile covers.
     pub tile_cols: usize,
     /// One CTA per SM walking the tiles (else one CTA per tile).
@@ -57,7 +68,7 @@ impl GemmKernel {
 
 impl GemmImpl {
     /// The kernels for an architecture: wgmma with the staged y epilogue on
-    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|staged|wide|wide_p`
+    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|staged|wide|wide_p|wide_ws`
     /// overrides (the wgmma kernels only where the arch has them).
     pub fn for_arch(arch: &str) -> GemmImpl {
         let hopper = arch == "sm_90a";
@@ -66,6 +77,7 @@ impl GemmImpl {
             Ok("wgmma") if hopper => GemmImpl::Wgmma,
             Ok("wide") if hopper => GemmImpl::Wide,
             Ok("wide_p") if hopper => GemmImpl::WidePersistent,
+            Ok("wide_ws") if hopper => GemmImpl::WideWs,
             _ if hopper => GemmImpl::WgmmaStagedY,
             _ => GemmImpl::MmaSync,
         }
@@ -81,9 +93,10 @@ impl GemmImpl {
         match self {
             GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
             GemmImpl::Wgmma => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"),
-            GemmImpl::WgmmaStagedY | GemmImpl::Wide | GemmImpl::WidePersistent => {
-                ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16")
-            }
+            GemmImpl::WgmmaStagedY
+            | GemmImpl::Wide
+            | GemmImpl::WidePersistent
+            | GemmImpl::WideWs => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
         }
     }
 
@@ -97,24 +110,37 @@ impl GemmImpl {
     }
 
     fn is_wide(self) -> bool {
-        matches!(self, GemmImpl::Wide | GemmImpl::WidePersistent)
+        matches!(
+            self,
+            GemmImpl::Wide | GemmImpl::WidePersistent | GemmImpl::WideWs
+        )
     }
 
     fn narrow(self, entry: &'static str, tile_cols: usize) -> GemmKernel {
         GemmKernel {
             entry,
             smem: self.smem_bytes(),
+            threads: GEMM_THREADS,
             tile_cols,
             persistent: false,
         }
     }
 
-    fn wide(self, entry: &'static str, tile_cols: usize) -> GemmKernel {
+    /// A wide kernel: `moe_gemm_{gate_up|down}_{wide|ws}_bf16` for `gemm`.
+    fn wide(self, gemm: &str, tile_cols: usize) -> GemmKernel {
+        let ws = self == GemmImpl::WideWs;
+        let entry = match (gemm, ws) {
+            ("gate_up", false) => "moe_gemm_gate_up_wide_bf16",
+            ("gate_up", true) => "moe_gemm_gate_up_ws_bf16",
+            (_, false) => "moe_gemm_down_wide_bf16",
+            (_, true) => "moe_gemm_down_ws_bf16",
+        };
         GemmKernel {
             entry,
-            smem: WIDE_SMEM_BYTES,
+            smem: if ws { WS_SMEM_BYTES } else { WIDE_SMEM_BYTES },
+            threads: if ws { WS_THREADS } else { GEMM_THREADS },
             tile_cols,
-            persistent: self == GemmImpl::WidePersistent,
+            persistent: self != GemmImpl::Wide,
         }
     }
 
@@ -122,7 +148,7 @@ impl GemmImpl {
     /// a multiple of 128).
     pub fn gate_up(self, intermediate: usize) -> GemmKernel {
         if self.is_wide() && intermediate.is_multiple_of(WIDE_BN / 2) {
-            self.wide("moe_gemm_gate_up_wide_bf16", WIDE_BN / 2)
+            self.wide("gate_up", WIDE_BN / 2)
         } else {
             self.narrow(self.entries().0, GEMM_BN / 2)
         }
@@ -131,7 +157,7 @@ impl GemmImpl {
     /// The down kernel for `hidden` columns of y (wide tiles need a multiple of 256).
     pub fn down(self, hidden: usize) -> GemmKernel {
         if self.is_wide() && hidden.is_multiple_of(WIDE_BN) {
-            self.wide("moe_gemm_down_wide_bf16", WIDE_BN)
+            self.wide("down", WIDE_BN)
         } else {
             self.narrow(self.entries().1, GEMM_BN)
         }

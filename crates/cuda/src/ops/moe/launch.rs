@@ -4,8 +4,7 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_THREADS,
-    MAX_EXPERTS, ROUTE_WARPS,
+    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -210,7 +209,7 @@ pub(super) fn routed_experts_range(
             dev,
             gate_up_kernel.entry,
             gate_up_kernel.grid(max_row_tiles, i, dev.sm_count),
-            GEMM_THREADS as u32,
+            gate_up_kernel.threads as u32,
             gate_up_kernel.smem,
             Params::new()
                 .ptr(x)
@@ -229,7 +228,7 @@ pub(super) fn routed_experts_range(
             dev,
             down_kernel.entry,
             down_kernel.grid(max_row_tiles, h, dev.sm_count),
-            GEMM_THREADS as u32,
+            down_kernel.threads as u32,
             down_kernel.smem,
             Params::new()
                 .ptr(act.ptr())

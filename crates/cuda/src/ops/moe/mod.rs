@@ -15,7 +15,7 @@
 mod gemm;
 mod launch;
 
-pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_SMEM_BYTES};
+pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_SMEM_BYTES, WS_SMEM_BYTES, WS_THREADS};
 
 pub use launch::{
     routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,
@@ -64,6 +64,22 @@ pub const ROUTE_WARPS: usize = 8;
 /// Tokens routed and run per pass: bounds the transient memory (expert
 /// outputs of `CHUNK_TOKENS · top_k` rows) whatever the prompt length.
 pub const CHUNK_TOKENS: usize = 16_384;
+/// Bounds of a `HEADROOM_MOE_CHUNK_TOKENS` override.
+pub const CHUNK_TOKENS_RANGE: std::ops::RangeInclusive<usize> = 1024..=65_536;
+
+/// Tokens per pass: [`CHUNK_TOKENS`] unless `HEADROOM_MOE_CHUNK_TOKENS` holds
+/// a count in [`CHUNK_TOKENS_RANGE`] (a bench knob: larger passes waste less
+/// of each expert's last row tile and pay the fixed route cost less often,
+/// for `(t·k)·(i + h)·2` bytes of act and y per pass).
+pub fn chunk_tokens() -> usize {
+    chunk_tokens_from(std::env::var("HEADROOM_MOE_CHUNK_TOKENS").ok().as_deref())
+}
+
+fn chunk_tokens_from(v: Option<&str>) -> usize {
+    v.and_then(|s| s.parse::<usize>().ok())
+        .filter(|n| CHUNK_TOKENS_RANGE.contains(n))
+        .unwrap_or(CHUNK_TOKENS)
+}
 
 /// One routed-experts call. Buffers are the caller's; `out` is overwritten.
 pub struct MoeLaunch<'a> {
@@ -235,7 +251,7 @@ fn validate_inner(
         }
     }
 
-    let chunk_tokens = l.tokens.min(CHUNK_TOKENS);
+    let chunk_tokens = l.tokens.min(chunk_tokens());
     let chunk_pairs = product(&[chunk_tokens, l.top_k], "pairs")?;
     let max_row_tiles = chunk_pairs.div_ceil(GEMM_BM) + local.min(chunk_pairs);
     let n_tiles = (l.intermediate / (GEMM_BN / 2)).max(l.hidden / GEMM_BN);
