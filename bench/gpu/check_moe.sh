@@ -26,7 +26,7 @@ if [ -n "${SMOKE_IMPL:-}" ]; then
     if [ "${PIPESTATUS[0]}" -ne 0 ]; then
         echo "smoke FAILED: dropping $SMOKE_IMPL (${SMOKE_ENV:-}) from the rest of the call"; status=1
         export HEADROOM_MOE_TEST_SKIP=$SMOKE_IMPL
-        OP_IMPLS=$(echo "${OP_IMPLS:-wide wide_p wide_ws}" | sed "s/\b${SMOKE_ENV:-none}\b//")
+        OP_IMPLS=$(echo "${OP_IMPLS:-wide wide_p wide_ws auto}" | sed "s/\b${SMOKE_ENV:-none}\b//")
     fi
 fi
 
@@ -36,7 +36,7 @@ timeout ${CHECK_S:-150} "$BIN" --ignored --test-threads=1 --nocapture --skip ben
 
 # The whole-op cases (block::*) run on the default kernels above; again on
 # each wide variant (HEADROOM_MOE_IMPL picks the op's kernels).
-for imp in ${OP_IMPLS:-wide wide_p wide_ws}; do
+for imp in ${OP_IMPLS:-wide wide_p wide_ws auto}; do
     echo "=== correctness of the whole op with HEADROOM_MOE_IMPL=$imp ==="
     HEADROOM_MOE_IMPL=$imp timeout ${CHECK_S:-150} "$BIN" --ignored --test-threads=1 --nocapture block:: --skip bench_the_35b 2>&1 | tee -a "$OUT/moe_check.log"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "op correctness ($imp) FAILED"; status=1; }
@@ -63,7 +63,7 @@ if command -v compute-sanitizer >/dev/null; then
     timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --exact \
         block::the_fused_moe_op_of_a_rank_holding_some_experts_matches 2>&1 | tail -n 6
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck (op) FAILED"; status=1; }
-    for imp in ${OP_IMPLS:-wide wide_p wide_ws}; do
+    for imp in ${OP_IMPLS:-wide wide_p wide_ws auto}; do
         echo "--- memcheck: the same op with HEADROOM_MOE_IMPL=$imp ---"
         HEADROOM_MOE_IMPL=$imp timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --exact \
             block::the_fused_moe_op_of_a_rank_holding_some_experts_matches 2>&1 | tail -n 6

@@ -212,7 +212,7 @@ fn skipped(imp: GemmImpl) -> bool {
         .is_ok_and(|v| v.split(',').any(|n| n.trim() == format!("{imp:?}")))
 }
 
-/// The grouped-GEMM kernels this device runs: all six on Hopper (less any
+/// The grouped-GEMM kernels this device runs: all seven on Hopper (less any
 /// [`skipped`] one).
 fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
     let all = if dev.arch == "sm_90a" {
@@ -223,6 +223,7 @@ fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
             GemmImpl::Wide,
             GemmImpl::WidePersistent,
             GemmImpl::WideWs,
+            GemmImpl::Auto,
         ]
     } else {
         vec![GemmImpl::MmaSync]

@@ -359,6 +359,7 @@ fn bench_the_35b_moe_op() {
         (MoeGlue::Fused, GemmImpl::Wide),
         (MoeGlue::Fused, GemmImpl::WidePersistent),
         (MoeGlue::Fused, GemmImpl::WideWs),
+        (MoeGlue::Fused, GemmImpl::Auto),
     ]
     .into_iter()
     .filter(|&(_, imp)| !super::skipped(imp))

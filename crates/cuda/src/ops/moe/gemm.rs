@@ -27,7 +27,15 @@ pub enum GemmImpl {
     /// (cp.async) and two MMA warpgroups, stages handed over on mbarriers; a
     /// warpgroup whose 64 rows are past the tile's end issues no wgmma.
     WideWs,
+    /// Per pass: [`GemmImpl::WidePersistent`] from [`AUTO_WIDE_PAIRS`]
+    /// (token, k) pairs up, [`GemmImpl::WgmmaStagedY`] below (measured: the
+    /// wide tiles lose at 2k tokens, win at 8k and 32k; docs/perf/cuda-moe.md).
+    Auto,
 }
+
+/// Pairs per pass from which [`GemmImpl::Auto`] runs the wide tiles (8,192
+/// tokens of top-8: the smallest measured size where they were faster).
+pub const AUTO_WIDE_PAIRS: usize = 65_536;
 
 /// Weight rows per wide tile (`BN` in `moe_grouped_gemm_wide.cu`).
 pub const WIDE_BN: usize = 256;
@@ -68,7 +76,7 @@ impl GemmKernel {
 
 impl GemmImpl {
     /// The kernels for an architecture: wgmma with the staged y epilogue on
-    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|staged|wide|wide_p|wide_ws`
+    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|staged|wide|wide_p|wide_ws|auto`
     /// overrides (the wgmma kernels only where the arch has them).
     pub fn for_arch(arch: &str) -> GemmImpl {
         let hopper = arch == "sm_90a";
@@ -78,6 +86,7 @@ impl GemmImpl {
             Ok("wide") if hopper => GemmImpl::Wide,
             Ok("wide_p") if hopper => GemmImpl::WidePersistent,
             Ok("wide_ws") if hopper => GemmImpl::WideWs,
+            Ok("auto") if hopper => GemmImpl::Auto,
             _ if hopper => GemmImpl::WgmmaStagedY,
             _ => GemmImpl::MmaSync,
         }
@@ -96,7 +105,8 @@ impl GemmImpl {
             GemmImpl::WgmmaStagedY
             | GemmImpl::Wide
             | GemmImpl::WidePersistent
-            | GemmImpl::WideWs => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
+            | GemmImpl::WideWs
+            | GemmImpl::Auto => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
         }
     }
 
@@ -141,6 +151,16 @@ impl GemmImpl {
             threads: if ws { WS_THREADS } else { GEMM_THREADS },
             tile_cols,
             persistent: self != GemmImpl::Wide,
+        }
+    }
+
+    /// The variant one pass of `pairs` (token, k) pairs runs: `Auto` resolved,
+    /// every other variant itself.
+    pub fn for_pass(self, pairs: usize) -> GemmImpl {
+        match self {
+            GemmImpl::Auto if pairs >= AUTO_WIDE_PAIRS => GemmImpl::WidePersistent,
+            GemmImpl::Auto => GemmImpl::WgmmaStagedY,
+            other => other,
         }
     }
 

@@ -134,7 +134,6 @@ pub(super) fn routed_experts_range(
             detail: format!("the wgmma grouped GEMMs need sm_90a, not {}", dev.arch),
         });
     }
-    let (gate_up_kernel, down_kernel) = (imp.gate_up(l.intermediate), imp.down(l.hidden));
     // e: the experts this call computes; routing is over all l.experts.
     let (h, e, k, i) = (l.hidden, local, l.top_k, l.intermediate);
     let pairs_max = plan.chunk_pairs;
@@ -152,6 +151,9 @@ pub(super) fn routed_experts_range(
     while t0 < l.tokens {
         let tc = plan.chunk_tokens.min(l.tokens - t0);
         let pairs = tc * k;
+        let pass_imp = imp.for_pass(pairs);
+        let (gate_up_kernel, down_kernel) =
+            (pass_imp.gate_up(l.intermediate), pass_imp.down(l.hidden));
         let max_row_tiles = pairs.div_ceil(GEMM_BM) + e.min(pairs);
         let x = l.x.ptr() + (t0 * h * 2) as u64;
         let logits = l.router_logits.ptr() + (t0 * l.experts * 4) as u64;

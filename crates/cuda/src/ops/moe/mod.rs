@@ -15,7 +15,9 @@
 mod gemm;
 mod launch;
 
-pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_SMEM_BYTES, WS_SMEM_BYTES, WS_THREADS};
+pub use gemm::{
+    GemmImpl, GemmKernel, AUTO_WIDE_PAIRS, WIDE_BN, WIDE_SMEM_BYTES, WS_SMEM_BYTES, WS_THREADS,
+};
 
 pub use launch::{
     routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,

@@ -285,3 +285,21 @@ fn the_pass_size_override_is_bounded() {
     assert_eq!(chunk_tokens_from(Some("lots")), CHUNK_TOKENS);
     assert_eq!(chunk_tokens_from(Some("")), CHUNK_TOKENS);
 }
+
+#[test]
+fn auto_runs_the_wide_persistent_tiles_on_large_passes_only() {
+    let auto = GemmImpl::Auto;
+    assert_eq!(auto.for_pass(AUTO_WIDE_PAIRS), GemmImpl::WidePersistent);
+    assert_eq!(auto.for_pass(16_384 * 8), GemmImpl::WidePersistent);
+    assert_eq!(auto.for_pass(AUTO_WIDE_PAIRS - 1), GemmImpl::WgmmaStagedY);
+    assert_eq!(auto.for_pass(2048 * 8), GemmImpl::WgmmaStagedY);
+    assert_eq!(auto.for_pass(1), GemmImpl::WgmmaStagedY);
+    for imp in [GemmImpl::MmaSync, GemmImpl::WgmmaStagedY, GemmImpl::WideWs] {
+        assert_eq!(imp.for_pass(1 << 20), imp);
+    }
+    assert!(auto.hopper_only());
+    assert_eq!(
+        auto.for_pass(1 << 20).gate_up(512).entry,
+        "moe_gemm_gate_up_wide_bf16"
+    );
+}
