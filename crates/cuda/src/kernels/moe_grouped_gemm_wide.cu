@@ -242,24 +242,17 @@ struct Loader {
 };
 
 // One k-step of one warpgroup: 4 wgmma m64n256k16 on the stage at smem
-// address `stage_base` (A rows of this warpgroup, then B). A warpgroup whose
-// 64 rows are all past the tile's end (`active` false) issues none: the
-// other one then has the tensor cores alone (the last tile of an expert is
-// often half empty). SKIP = false ignores `active`: in the kernel where all
-// threads also load, ptxas serialised the wgmmas behind that branch.
-template <bool SKIP>
-__device__ __forceinline__ void mma_step(float (&acc)[ACC], unsigned stage_base, int wg, int kt, bool active) {
+// address `stage_base` (A rows of this warpgroup, then B), one commit group.
+__device__ __forceinline__ void mma_step(float (&acc)[ACC], unsigned stage_base, int wg, int kt) {
     constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
     const unsigned sa = stage_base + wg * WG_ROWS * 128;
     const unsigned sb = stage_base + A_BYTES;
-    if (!SKIP || active) {
-        fence_operands(acc);
-        wgmma_fence();
+    fence_operands(acc);
+    wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < BK / 16; ++ks) {
-            wgmma_m64n256k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO),
-                             ks > 0 || kt > 0);  // a tile's first wgmma starts from zero
-        }
+    for (int ks = 0; ks < BK / 16; ++ks) {
+        wgmma_m64n256k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO),
+                         ks > 0 || kt > 0);  // a tile's first wgmma starts from zero
     }
     wgmma_commit();
 }
@@ -315,7 +308,7 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
             cp_async_wait<AHEAD - 1>();
             fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
             __syncthreads();      // step s landed for all; every wgmma up to s-2 is done
-            mma_step<false>(acc, smem0 + (unsigned)((s % STAGES) * STAGE_BYTES), wg, kt, true);
+            mma_step(acc, smem0 + (unsigned)((s % STAGES) * STAGE_BYTES), wg, kt);
             // The stage of step s - 2 is free: refill it with step s + AHEAD.
             if (s + AHEAD < steps)
                 ld.issue(smem0 + (unsigned)(((s + AHEAD) % STAGES) * STAGE_BYTES), K, k_tiles, my_tiles, next_tile);
@@ -432,17 +425,29 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
     for (int c_j = 0; c_j < my_tiles; ++c_j) {
         const Tile ct =
             tile_at((int)blockIdx.x + c_j * (int)gridDim.x, n_tiles, expert_offsets, tile_offsets, experts);
-        const bool active = cwg * WG_ROWS < ct.rows;
-        for (int kt = 0; kt < k_tiles; ++kt, ++g) {
-            const int st = g % STAGES;
-            mbar_wait(full(st), (g / STAGES) & 1);
-            mma_step<true>(acc, smem0 + (unsigned)(st * STAGE_BYTES), cwg, kt, active);
-            wgmma_wait<1>();  // step g - 1's wgmmas are done: release its stage
+        if (cwg * WG_ROWS < ct.rows) {
+            for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+                const int st = g % STAGES;
+                mbar_wait(full(st), (g / STAGES) & 1);
+                mma_step(acc, smem0 + (unsigned)(st * STAGE_BYTES), cwg, kt);
+                wgmma_wait<1>();  // step g - 1's wgmmas are done: release its stage
+                fence_operands(acc);
+                if (kt > 0 && lane == 0) mbar_arrive(empty((g - 1) % STAGES));
+            }
+            wgmma_wait<0>();
             fence_operands(acc);
-            if (kt > 0 && lane == 0) mbar_arrive(empty((g - 1) % STAGES));
+        } else {
+            // All 64 rows of this warpgroup are past the tile's end (the last
+            // tile of an expert is often half empty): no wgmma, so the other
+            // warpgroup has the tensor cores alone; only hand the stages back.
+            // (A wgmma inside a branch of the k-loop made ptxas close each
+            // step's group with a dummy wgmma: wait_group 1 then waited for
+            // the real one, serialising every step.)
+            for (int kt = 0; kt < k_tiles; ++kt, ++g) {
+                mbar_wait(full(g % STAGES), (g / STAGES) & 1);
+                if (kt > 0 && lane == 0) mbar_arrive(empty((g - 1) % STAGES));
+            }
         }
-        wgmma_wait<0>();
-        fence_operands(acc);
         if (lane == 0) mbar_arrive(empty((g - 1) % STAGES));
         if (GATE_UP) {
             store_act(acc, out, ct, n_out, cwg, wq, lane);
