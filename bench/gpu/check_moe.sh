@@ -7,6 +7,11 @@
 # 2k/8k/32k tokens (routed block per grouped-GEMM kernel, and the whole MoE op
 # per glue; CUDA events, median of 7), and compute-sanitizer memcheck on small
 # cases. Logs go to $OUT (or ./gpu-out).
+# Every grouped-GEMM variant runs (GemmImpl: mma, wgmma, staged y, wide,
+# wide persistent, wide warp-specialised, auto); knobs: SMOKE_IMPL/SMOKE_ENV
+# (the variant tried alone first and dropped if it fails; default WideWs),
+# OP_IMPLS (HEADROOM_MOE_IMPL values the whole-op checks repeat on), OP_CHUNK
+# (op bench again with HEADROOM_MOE_CHUNK_TOKENS), NCU_KERNELS (ncu sections).
 # Usage: bench/gpu/check_moe.sh [path/to/moe-test-binary]
 #   (cargo test --release -p headroom-cuda --test moe --no-run prints its path)
 set -uo pipefail
@@ -20,7 +25,9 @@ status=0
 
 # The newest kernel first, alone and briefly: if it hangs or fails, the rest
 # of the call runs without it (HEADROOM_MOE_TEST_SKIP) instead of timing out.
-if [ -n "${SMOKE_IMPL:-}" ]; then
+SMOKE_IMPL=${SMOKE_IMPL-WideWs}
+SMOKE_ENV=${SMOKE_ENV-wide_ws}
+if [ -n "$SMOKE_IMPL" ]; then
     echo "=== smoke: every variant on the 35B shape (512 tokens), ${SMOKE_S:-40} s ==="
     timeout ${SMOKE_S:-40} "$BIN" --ignored --nocapture --exact the_35b_shape_matches_the_f64_reference 2>&1 | tee "$OUT/moe_smoke.log"
     if [ "${PIPESTATUS[0]}" -ne 0 ]; then
