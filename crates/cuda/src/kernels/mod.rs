@@ -243,6 +243,19 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     ],
 };
 
+/// The routed experts' grouped GEMMs on 128 x 256 wgmma tiles (sm_90a only).
+pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_wide",
+    file: "moe_grouped_gemm_wide.cu",
+    source: include_str!("moe_grouped_gemm_wide.cu"),
+    entry_points: &[
+        "moe_gemm_gate_up_wide_bf16",
+        "moe_gemm_down_wide_bf16",
+        "moe_gemm_gate_up_ws_bf16",
+        "moe_gemm_down_ws_bf16",
+    ],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -261,6 +274,7 @@ pub const SOURCES: &[KernelSource] = &[
     MOE_ROUTE,
     MOE_GROUPED_GEMM,
     MOE_GROUPED_GEMM_WGMMA,
+    MOE_GROUPED_GEMM_WIDE,
     OPS_FALLBACK,
 ];
 

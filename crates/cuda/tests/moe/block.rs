@@ -356,7 +356,14 @@ fn bench_the_35b_moe_op() {
         (MoeGlue::Unfused, GemmImpl::Wgmma),
         (MoeGlue::Fused, GemmImpl::Wgmma),
         (MoeGlue::Fused, GemmImpl::WgmmaStagedY),
-    ];
+        (MoeGlue::Fused, GemmImpl::Wide),
+        (MoeGlue::Fused, GemmImpl::WidePersistent),
+        (MoeGlue::Fused, GemmImpl::WideWs),
+        (MoeGlue::Fused, GemmImpl::Auto),
+    ]
+    .into_iter()
+    .filter(|&(_, imp)| !super::skipped(imp))
+    .collect::<Vec<_>>();
     println!("| glue | GEMMs | tokens | MoE op ms | router | shared expert | route | gate+up | down | combine | glue (gate GEMV + add) | x40 layers ms |");
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for tokens in [2048usize, 8192, 32768] {
@@ -364,7 +371,7 @@ fn bench_the_35b_moe_op() {
             .act_from_f32(tokens, h, &uniform(8, tokens * h, 1.0))
             .unwrap();
         let mut outs = Vec::new();
-        for how in arms {
+        for &how in &arms {
             for _ in 0..2 {
                 be.moe_marked(&x, &w, &spec, how, &mut |_| {}).unwrap();
             }

@@ -4,8 +4,7 @@
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, GEMM_BN, GEMM_THREADS,
-    MAX_EXPERTS, ROUTE_WARPS,
+    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, MAX_EXPERTS, ROUTE_WARPS,
 };
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -135,8 +134,6 @@ pub(super) fn routed_experts_range(
             detail: format!("the wgmma grouped GEMMs need sm_90a, not {}", dev.arch),
         });
     }
-    let (gate_up_entry, down_entry) = imp.entries();
-    let gemm_smem = imp.smem_bytes();
     // e: the experts this call computes; routing is over all l.experts.
     let (h, e, k, i) = (l.hidden, local, l.top_k, l.intermediate);
     let pairs_max = plan.chunk_pairs;
@@ -154,6 +151,9 @@ pub(super) fn routed_experts_range(
     while t0 < l.tokens {
         let tc = plan.chunk_tokens.min(l.tokens - t0);
         let pairs = tc * k;
+        let pass_imp = imp.for_pass(pairs);
+        let (gate_up_kernel, down_kernel) =
+            (pass_imp.gate_up(l.intermediate), pass_imp.down(l.hidden));
         let max_row_tiles = pairs.div_ceil(GEMM_BM) + e.min(pairs);
         let x = l.x.ptr() + (t0 * h * 2) as u64;
         let logits = l.router_logits.ptr() + (t0 * l.experts * 4) as u64;
@@ -209,10 +209,10 @@ pub(super) fn routed_experts_range(
         mark(MoeStage::GateUp)?;
         launch(
             dev,
-            gate_up_entry,
-            max_row_tiles * (i / (GEMM_BN / 2)),
-            GEMM_THREADS as u32,
-            gemm_smem,
+            gate_up_kernel.entry,
+            gate_up_kernel.grid(max_row_tiles, i, dev.sm_count),
+            gate_up_kernel.threads as u32,
+            gate_up_kernel.smem,
             Params::new()
                 .ptr(x)
                 .ptr(slot_token.ptr())
@@ -228,10 +228,10 @@ pub(super) fn routed_experts_range(
         mark(MoeStage::Down)?;
         launch(
             dev,
-            down_entry,
-            max_row_tiles * (h / GEMM_BN),
-            GEMM_THREADS as u32,
-            gemm_smem,
+            down_kernel.entry,
+            down_kernel.grid(max_row_tiles, h, dev.sm_count),
+            down_kernel.threads as u32,
+            down_kernel.smem,
             Params::new()
                 .ptr(act.ptr())
                 .ptr(l.down.ptr())

@@ -12,61 +12,16 @@
 //! caller's; [`routed_experts_shared`] folds the shared expert's gated add
 //! into the combine and writes the block's bf16 output in the same pass.
 
+mod gemm;
 mod launch;
+
+pub use gemm::{
+    GemmImpl, GemmKernel, AUTO_WIDE_PAIRS, WIDE_BN, WIDE_SMEM_BYTES, WS_SMEM_BYTES, WS_THREADS,
+};
 
 pub use launch::{
     routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,
 };
-
-/// Which grouped-GEMM kernels run (same tiles, grid and results up to rounding).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GemmImpl {
-    /// `moe_grouped_gemm.cu`: mma.sync m16n8k16, any sm_80+ GPU.
-    MmaSync,
-    /// `moe_grouped_gemm_wgmma.cu`: warpgroup MMA, Hopper (sm_90a) only; the
-    /// down GEMM stores its fragments straight to y (4 bytes a thread).
-    Wgmma,
-    /// The wgmma tiles with the down GEMM's epilogue staged through shared
-    /// memory (16-byte row-contiguous stores of y). Hopper only.
-    WgmmaStagedY,
-}
-
-impl GemmImpl {
-    /// The kernels for an architecture: wgmma with the staged y epilogue on
-    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma` overrides
-    /// (wgmma only where the arch has it).
-    pub fn for_arch(arch: &str) -> GemmImpl {
-        let hopper = arch == "sm_90a";
-        match std::env::var("HEADROOM_MOE_IMPL").as_deref() {
-            Ok("mma") => GemmImpl::MmaSync,
-            Ok("wgmma") if hopper => GemmImpl::Wgmma,
-            _ if hopper => GemmImpl::WgmmaStagedY,
-            _ => GemmImpl::MmaSync,
-        }
-    }
-
-    /// Whether the kernels need `sm_90a`.
-    pub fn hopper_only(self) -> bool {
-        self != GemmImpl::MmaSync
-    }
-
-    /// Entry points (gate+up, down).
-    pub fn entries(self) -> (&'static str, &'static str) {
-        match self {
-            GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
-            GemmImpl::Wgmma => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_bf16"),
-            GemmImpl::WgmmaStagedY => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
-        }
-    }
-
-    /// Dynamic shared memory of one CTA (the wgmma tiles need a 1024-byte aligned base).
-    pub fn smem_bytes(self) -> usize {
-        match self {
-            GemmImpl::MmaSync => GEMM_SMEM_BYTES,
-            _ => GEMM_SMEM_BYTES + 1024,
-        }
-    }
-}
 
 /// How the backend's MoE op joins the routed experts and the shared expert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +66,22 @@ pub const ROUTE_WARPS: usize = 8;
 /// Tokens routed and run per pass: bounds the transient memory (expert
 /// outputs of `CHUNK_TOKENS · top_k` rows) whatever the prompt length.
 pub const CHUNK_TOKENS: usize = 16_384;
+/// Bounds of a `HEADROOM_MOE_CHUNK_TOKENS` override.
+pub const CHUNK_TOKENS_RANGE: std::ops::RangeInclusive<usize> = 1024..=65_536;
+
+/// Tokens per pass: [`CHUNK_TOKENS`] unless `HEADROOM_MOE_CHUNK_TOKENS` holds
+/// a count in [`CHUNK_TOKENS_RANGE`] (a bench knob: larger passes waste less
+/// of each expert's last row tile and pay the fixed route cost less often,
+/// for `(t·k)·(i + h)·2` bytes of act and y per pass).
+pub fn chunk_tokens() -> usize {
+    chunk_tokens_from(std::env::var("HEADROOM_MOE_CHUNK_TOKENS").ok().as_deref())
+}
+
+fn chunk_tokens_from(v: Option<&str>) -> usize {
+    v.and_then(|s| s.parse::<usize>().ok())
+        .filter(|n| CHUNK_TOKENS_RANGE.contains(n))
+        .unwrap_or(CHUNK_TOKENS)
+}
 
 /// One routed-experts call. Buffers are the caller's; `out` is overwritten.
 pub struct MoeLaunch<'a> {
@@ -282,7 +253,7 @@ fn validate_inner(
         }
     }
 
-    let chunk_tokens = l.tokens.min(CHUNK_TOKENS);
+    let chunk_tokens = l.tokens.min(chunk_tokens());
     let chunk_pairs = product(&[chunk_tokens, l.top_k], "pairs")?;
     let max_row_tiles = chunk_pairs.div_ceil(GEMM_BM) + local.min(chunk_pairs);
     let n_tiles = (l.intermediate / (GEMM_BN / 2)).max(l.hidden / GEMM_BN);
