@@ -64,7 +64,13 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<&'static str, Function>>,
     alloc: Arc<Allocator>,
     blas: OnceLock<Blas>,
+    /// Zeroed u32 counters for kernels whose last CTA finishes the work
+    /// (each such kernel resets its counter before it exits).
+    tickets: OnceLock<DeviceBuffer>,
 }
+
+/// Counters in [`CudaDevice::ticket`].
+pub const TICKETS: usize = 64;
 
 #[derive(Clone, Copy)]
 struct Stream(sys::CUstream);
@@ -126,6 +132,7 @@ impl CudaDevice {
             functions: Mutex::new(HashMap::new()),
             alloc: Allocator::new(Box::new(DriverMemory { ctx })),
             blas: OnceLock::new(),
+            tickets: OnceLock::new(),
         })
     }
 
@@ -152,6 +159,27 @@ impl CudaDevice {
         self.bind()?;
         let b = Blas::new(self.stream.0)?;
         Ok(self.blas.get_or_init(|| b))
+    }
+
+    /// The device address of ticket counter `i` (< [`TICKETS`]): a u32 that
+    /// is zero before each launch of the one kernel that owns it (zeroed on
+    /// the stream at first use; the kernel's last CTA resets it).
+    pub fn ticket(&self, i: usize) -> Result<u64, CudaError> {
+        if i >= TICKETS {
+            return Err(CudaError::Shape {
+                op: "ticket",
+                detail: format!("counter {i} of {TICKETS}"),
+            });
+        }
+        let base = match self.tickets.get() {
+            Some(b) => b.ptr(),
+            None => {
+                let buf = self.alloc(TICKETS * 4)?;
+                self.fill_bytes(&buf, 0)?;
+                self.tickets.get_or_init(|| buf).ptr()
+            }
+        };
+        Ok(base + 4 * i as u64)
     }
 
     /// Loads (compiling or reading the disk cache on first use) the module that

@@ -235,6 +235,14 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     ],
 };
 
+/// The MoE block for a few rows (decode) in three launches (`backend::moe_decode`).
+pub const MOE_DECODE: KernelSource = KernelSource {
+    name: "moe_decode",
+    file: "moe_decode.cu",
+    source: include_str!("moe_decode.cu"),
+    entry_points: &["moe_decode_route", "moe_decode_gate_up", "moe_decode_down"],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -254,6 +262,7 @@ pub const SOURCES: &[KernelSource] = &[
     MOE_GROUPED_GEMM,
     MOE_GROUPED_GEMM_WGMMA,
     OPS_FALLBACK,
+    MOE_DECODE,
 ];
 
 /// The integer literal of `constexpr int NAME = <int>;` in a kernel source
