@@ -7,21 +7,24 @@
 #  moe        the MoE decode path's tests (tests/decode_moe.rs: f64 reference, the
 #             grouped-GEMM path, NaN-poisoned outputs, tails, expert slices) and
 #             compute-sanitizer memcheck on its small cases;
+#  logits     the whole model's logits for a 24-token prompt fed one token per
+#             step (every MoE call one row), MoE decode path off and on, compared
+#             (bench/gpu/compare_decode_logits.py);
 #  decode     decode tokens/s after 8k and 32k prompts on the 40-layer 35B-A3B
 #             shape through the engine, arms side by side in the same call, twice
-#             (base: HEADROOM_MOE_DECODE=off and HEADROOM_UPLOAD_CACHE=off; moe: the
-#             MoE decode path only; all: defaults; DECODE_ARMS overrides), with
+#             (base: HEADROOM_MOE_DECODE=off and HEADROOM_UPLOAD_CACHE=off; v1: the
+#             first MoE decode kernels; all: defaults; DECODE_ARMS overrides), with
 #             HEADROOM_DECODE_STATS=1 (host queue time vs wait for the GPU per
 #             step), then the per-part breakdown of profiled decode steps.
 # Binaries (built elsewhere) in $BIN_DIR: headroom and the test binaries a section
 # needs (attention_split-*, gpu-*, backend_ops-*, decode_moe-*).
-# Usage: bench/gpu/check_decode.sh BIN_DIR [SECTION...]   (default: moe decode)
+# Usage: bench/gpu/check_decode.sh BIN_DIR [SECTION...]   (default: moe logits decode)
 # Results go to $OUT (or ./gpu-out): tests.log, decode.log and the JSON of each arm.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN_DIR=${1:?usage: check_decode.sh BIN_DIR [attention|moe|decode]...}
+BIN_DIR=${1:?usage: check_decode.sh BIN_DIR [attention|moe|logits|decode]...}
 shift
-SECTIONS=${*:-moe decode}
+SECTIONS=${*:-moe logits decode}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source bench/gpu/env.sh
@@ -75,9 +78,22 @@ moe)
     memcheck "$MOE" small_shapes_with_tails_and_expert_parallel_slices_match_f64
     memcheck "$MOE" nan_row_stays_in_its_row_and_repeated_calls_agree
     ;;
+logits)
+    echo "=== whole model, one token per step: logits with the MoE decode path vs grouped ==="
+    python3 -c 'import json; print(json.dumps([(i * 7919 + 13) % 200000 for i in range(24)]))' > "$OUT/ids.json"
+    for arm in off on; do
+        HEADROOM_MOE_DECODE=$arm timeout 90 "$HR" --attn-execution fused logits --backend cuda \
+            --synthetic qwen3.6-35b-a3b --ids "$OUT/ids.json" --out "$OUT/logits-$arm.safetensors" \
+            --chunk 1 2>&1 | tail -n 2
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    done
+    python3 "$(dirname "$0")/compare_decode_logits.py" "$OUT/logits-off.safetensors" "$OUT/logits-on.safetensors" \
+        || status=1
+    rm -f "$OUT"/logits-*.safetensors "$OUT/ids.json"
+    ;;
 decode)
     # Arms: name and its environment. base = both changes off (main's behaviour).
-    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off moe:HEADROOM_UPLOAD_CACHE=off all:"}
+    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off v1:HEADROOM_MOE_DECODE=v1 all:"}
     echo "=== decode after 8k and 32k (35B-A3B shape, engine, fused attention) ==="
     for pass in 1 2; do
         for a in $ARMS; do
@@ -92,7 +108,7 @@ decode)
     done
     for a in $ARMS; do
         name=${a%%:*}; envs=${a#*:}
-        [ "$name" = moe ] && continue
+        [ "$name" = base ] || [ "$name" = all ] || continue
         echo "--- breakdown, arm $name"
         env ${envs//,/ } timeout 90 "$HR" --attn-execution fused \
             bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 32768 \

@@ -9,7 +9,7 @@
 use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
 use headroom_core::Tensor;
-use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
+use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, MoeDecodeKernels};
 use headroom_cuda::ops::moe::{GemmImpl, MoeGlue};
 use rand::{Rng, SeedableRng};
 
@@ -198,12 +198,35 @@ fn inputs(w: &Weights, s: Shape, rows: usize, seed: u64) -> Vec<f32> {
         .expect("an input with a clear routing in 64 draws")
 }
 
+/// Both kernel versions of the decode path.
+const KERNELS: [MoeDecodeKernels; 2] = [MoeDecodeKernels::V1, MoeDecodeKernels::V2];
+
 /// The decode path on `x` (output and workspace blocks NaN-poisoned first).
-fn run_decode(be: &CudaBackend, w: &Weights, s: Shape, rows: usize, x: &CudaAct) -> Vec<f32> {
+fn run_decode(
+    be: &CudaBackend,
+    w: &Weights,
+    s: Shape,
+    rows: usize,
+    x: &CudaAct,
+    k: MoeDecodeKernels,
+) -> Vec<f32> {
     let act_bytes = rows * (s.top_k + 1) * s.inter.max(s.shared) * 4;
     poison_pool(be, &[rows * s.hidden * 2, act_bytes + rows * (s.experts + 1) * 4]);
-    let out = be.moe_decode(x, &w.dev, &spec(s)).unwrap();
+    let out = be.moe_decode(x, &w.dev, &spec(s), k).unwrap();
     be.act_to_f32(&out).unwrap()
+}
+
+/// Mean wall time of `calls` back-to-back calls of `f` on the stream (one
+/// synchronisation at the end: the GPU's time per call where it is the bound).
+fn per_call_us(be: &CudaBackend, calls: u32, mut f: impl FnMut()) -> f64 {
+    f();
+    be.synchronize().unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..calls {
+        f();
+    }
+    be.synchronize().unwrap();
+    t.elapsed().as_secs_f64() * 1e6 / calls as f64
 }
 
 const QWEN35B: Shape = Shape {
@@ -230,25 +253,47 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
     for rows in [1, 3, 8] {
         let x = inputs(&w, s, rows, rows as u64);
         let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
-        let got = run_decode(&be, &w, s, rows, &xa);
         let want = reference(&x, &w, s);
-        let err = rel_err(&got, &want);
-        assert!(err < 1e-2, "{rows} rows: rel err {err} vs f64");
         let grouped = be
             .moe_marked(&xa, &w.dev, &spec(s), old, &mut |_| {})
             .unwrap();
         let grouped = be.act_to_f32(&grouped).unwrap();
         let e_old = rel_err(&grouped, &want);
-        let diff: Vec<f64> = grouped.iter().map(|&v| v as f64).collect();
-        let e_paths = rel_err(&got, &diff);
-        println!("{rows} rows: decode {err:.2e}, grouped {e_old:.2e} vs f64, paths {e_paths:.2e}");
-        assert!(e_paths < 2e-2, "{rows} rows: decode vs grouped {e_paths}");
-        // The backend's moe op takes the decode path for these rows (default on).
-        if std::env::var("HEADROOM_MOE_DECODE").is_err() {
-            let via_op = be.act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap()).unwrap();
-            assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
+        let grouped64: Vec<f64> = grouped.iter().map(|&v| v as f64).collect();
+        for k in KERNELS {
+            let got = run_decode(&be, &w, s, rows, &xa, k);
+            let err = rel_err(&got, &want);
+            assert!(err < 1e-2, "{k:?} {rows} rows: rel err {err} vs f64");
+            let e_paths = rel_err(&got, &grouped64);
+            println!(
+                "{k:?} {rows} rows: decode {err:.2e}, grouped {e_old:.2e} vs f64, paths {e_paths:.2e}"
+            );
+            assert!(e_paths < 2e-2, "{k:?} {rows} rows: decode vs grouped {e_paths}");
+            // The backend's moe op takes the default (v2) decode path here.
+            if k == MoeDecodeKernels::V2 && std::env::var("HEADROOM_MOE_DECODE").is_err() {
+                let via_op = be.act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap()).unwrap();
+                assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
+            }
         }
     }
+    // Time per call at one row, back to back (printed for the journal).
+    let x = be
+        .act_from_f32(1, s.hidden, &inputs(&w, s, 1, 1))
+        .unwrap();
+    let sp = spec(s);
+    let t_grouped = per_call_us(&be, 200, || {
+        be.moe_marked(&x, &w.dev, &sp, old, &mut |_| {}).unwrap();
+    });
+    let t_v1 = per_call_us(&be, 200, || {
+        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V1).unwrap();
+    });
+    let t_v2 = per_call_us(&be, 200, || {
+        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V2).unwrap();
+    });
+    println!(
+        "one row, 35B-A3B MoE block, us per call (200 back to back): grouped {t_grouped:.1}, \
+         decode v1 {t_v1:.1}, decode v2 {t_v2:.1} (54 MiB of weights: 14 us at 4 TB/s)"
+    );
 }
 
 #[test]
@@ -292,9 +337,12 @@ fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
         for rows in [1, 2, 5, 8] {
             let x = inputs(&w, s, rows, 50 + rows as u64);
             let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
-            let got = run_decode(&be, &w, s, rows, &xa);
-            let err = rel_err(&got, &reference(&x, &w, s));
-            assert!(err < 1e-2, "case {n} {s:?}, {rows} rows: rel err {err}");
+            let want = reference(&x, &w, s);
+            for k in KERNELS {
+                let got = run_decode(&be, &w, s, rows, &xa, k);
+                let err = rel_err(&got, &want);
+                assert!(err < 1e-2, "{k:?} case {n} {s:?}, {rows} rows: rel err {err}");
+            }
         }
     }
 }
@@ -318,31 +366,33 @@ fn nan_row_stays_in_its_row_and_repeated_calls_agree() {
     let mut x = inputs(&w, s, rows, 3);
     x[s.hidden + 17] = f32::NAN;
     let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
-    let first = run_decode(&be, &w, s, rows, &xa);
     let h = s.hidden;
-    assert!(first[h..2 * h].iter().all(|v| v.is_nan()), "row 1 is NaN");
     let mut clean = x.clone();
     clean[h..2 * h].fill(0.0);
     let want = reference(&clean, &w, s);
-    for r in [0, 2, 3] {
-        let e = rel_err(&first[r * h..(r + 1) * h], &want[r * h..(r + 1) * h]);
-        assert!(e < 1e-2, "row {r}: rel err {e}");
+    for k in KERNELS {
+        let first = run_decode(&be, &w, s, rows, &xa, k);
+        assert!(first[h..2 * h].iter().all(|v| v.is_nan()), "{k:?}: row 1 is NaN");
+        for r in [0, 2, 3] {
+            let e = rel_err(&first[r * h..(r + 1) * h], &want[r * h..(r + 1) * h]);
+            assert!(e < 1e-2, "{k:?} row {r}: rel err {e}");
+        }
+        // Ten more calls at varying row counts: the ticket is back at zero after
+        // each, so every call routes (a stuck ticket leaves NaN outputs).
+        for c in 0..10 {
+            let r = 1 + c % rows;
+            let sub = be.act_from_f32(r, h, &clean[..r * h]).unwrap();
+            let got = run_decode(&be, &w, s, r, &sub, k);
+            let e = rel_err(&got, &want[..r * h]);
+            assert!(e < 1e-2, "{k:?} call {c} ({r} rows): rel err {e}");
+        }
+        let again = run_decode(&be, &w, s, rows, &xa, k);
+        let same = first
+            .iter()
+            .zip(&again)
+            .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+        assert!(same, "{k:?}: the same input gives the same bits");
     }
-    // Ten more calls at varying row counts: the ticket is back at zero after
-    // each, so every call routes (a stuck ticket leaves NaN outputs).
-    for k in 0..10 {
-        let r = 1 + k % rows;
-        let sub = be.act_from_f32(r, h, &clean[..r * h]).unwrap();
-        let got = run_decode(&be, &w, s, r, &sub);
-        let e = rel_err(&got, &want[..r * h]);
-        assert!(e < 1e-2, "call {k} ({r} rows): rel err {e}");
-    }
-    let again = run_decode(&be, &w, s, rows, &xa);
-    let same = first
-        .iter()
-        .zip(&again)
-        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-    assert!(same, "the same input gives the same bits");
 }
 
 #[test]
@@ -361,16 +411,20 @@ fn refuses_what_it_does_not_take() {
     };
     let w = weights(&be, s, 9);
     let nine = be.act_from_f32(9, 64, &uniform(1, 9 * 64, 1.0)).unwrap();
-    assert!(be.moe_decode(&nine, &w.dev, &spec(s)).is_err(), "9 rows");
+    let v2 = MoeDecodeKernels::V2;
+    assert!(be.moe_decode(&nine, &w.dev, &spec(s), v2).is_err(), "9 rows");
     let one = be.act_from_f32(1, 64, &uniform(2, 64, 1.0)).unwrap();
     let bad_k = MoeSpec {
         top_k: 9,
         ..spec(s)
     };
-    assert!(be.moe_decode(&one, &w.dev, &bad_k).is_err(), "top_k > experts");
+    assert!(be.moe_decode(&one, &w.dev, &bad_k, v2).is_err(), "top_k > experts");
     let narrow = MoeSpec {
         intermediate: 12,
         ..spec(s)
     };
-    assert!(be.moe_decode(&one, &w.dev, &narrow).is_err(), "weights of another shape");
+    assert!(
+        be.moe_decode(&one, &w.dev, &narrow, v2).is_err(),
+        "weights of another shape"
+    );
 }

@@ -3,7 +3,9 @@
 //! gate in its last CTA, gate+up GEMV with SiLU·mul for each row's experts and
 //! the shared expert, down GEMV with the weighted combine. The grouped-GEMM
 //! path ([`super::moe`]) takes ~14 launches and 128-row tiles that hold one
-//! valid row each at decode. `HEADROOM_MOE_DECODE=off` keeps the old path.
+//! valid row each at decode. Two kernel versions ([`MoeDecodeKernels`]):
+//! `HEADROOM_MOE_DECODE=off` keeps the old path for every batch, `v1` the
+//! first kernels, anything else (default) v2.
 
 use super::launch::{alloc, grid_dim, int, launch, mul, Args, GRID_X, GRID_YZ};
 use super::memory::new_act;
@@ -27,21 +29,46 @@ const WARPS: usize = 8;
 /// The device ticket counter the route kernel owns.
 const ROUTE_TICKET: usize = 0;
 
-/// Whether `HEADROOM_MOE_DECODE` leaves the decode path on (default: on;
-/// `off`, `0` or `false` select the grouped-GEMM path for every batch).
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("HEADROOM_MOE_DECODE").as_deref(),
-            Ok("off" | "0" | "false")
-        )
+/// The gate+up and down kernels of the decode path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoeDecodeKernels {
+    /// Two columns per warp, a column's K loop unrolled by 4; the down
+    /// kernel one expert row after another (`moe_decode_{gate_up,down}`).
+    V1,
+    /// One column per warp with its whole K loop in flight; the down
+    /// kernel's (expert, chunk) pairs flattened over the lanes (`*_v2`).
+    V2,
+}
+
+impl MoeDecodeKernels {
+    /// Entry points of gate+up and down, and the columns one CTA computes.
+    fn entries(self) -> (&'static str, &'static str, usize) {
+        match self {
+            MoeDecodeKernels::V1 => ("moe_decode_gate_up", "moe_decode_down", COLS_PER_CTA),
+            MoeDecodeKernels::V2 => ("moe_decode_gate_up_v2", "moe_decode_down_v2", WARPS),
+        }
+    }
+}
+
+/// `HEADROOM_MOE_DECODE`: `off` (or `0`, `false`) the grouped-GEMM path for
+/// every batch; `v1` the first kernels; otherwise v2.
+fn chosen() -> Option<MoeDecodeKernels> {
+    static CHOSEN: OnceLock<Option<MoeDecodeKernels>> = OnceLock::new();
+    *CHOSEN.get_or_init(|| match std::env::var("HEADROOM_MOE_DECODE").as_deref() {
+        Ok("off" | "0" | "false") => None,
+        Ok("v1") => Some(MoeDecodeKernels::V1),
+        _ => Some(MoeDecodeKernels::V2),
     })
 }
 
-/// Whether the decode path takes this call (few rows, shapes it handles).
-pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
-    enabled() && supports(x, w, spec)
+/// The decode kernels that take this call (few rows, shapes they handle),
+/// or `None` for the grouped-GEMM path.
+pub(crate) fn takes(
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+) -> Option<MoeDecodeKernels> {
+    chosen().filter(|_| supports(x, w, spec))
 }
 
 /// The shapes the kernels handle (the weights themselves are checked by
@@ -49,9 +76,11 @@ pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> 
 fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
     let si = w.shared_gate_proj.rows;
     (1..=MAX_ROWS).contains(&x.rows)
-        && x.cols % 8 == 0
-        && spec.intermediate % 8 == 0
-        && si % 8 == 0
+        && x.cols.is_multiple_of(8)
+        && x.cols > 0
+        && spec.intermediate.is_multiple_of(8)
+        && spec.intermediate > 0
+        && si.is_multiple_of(8)
         && si > 0
         && spec.top_k >= 1
         && spec.top_k <= MAX_TOP_K
@@ -100,8 +129,10 @@ pub(crate) fn moe_decode(
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
+    kernels: MoeDecodeKernels,
 ) -> OpResult<CudaAct> {
     let op = "moe decode";
+    let (gate_up_entry, down_entry, cols_per_cta) = kernels.entries();
     super::validate::bf16(op, x)?;
     super::moe::check(w, spec, x.cols)?;
     if !supports(x, w, spec) {
@@ -150,7 +181,7 @@ pub(crate) fn moe_decode(
     unsafe { launch(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
 
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let gu_grid = grid_dim(op, inter.max(si).div_ceil(COLS_PER_CTA), GRID_X)?;
+    let gu_grid = grid_dim(op, inter.max(si).div_ceil(cols_per_cta), GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.gate_up.ptr())
@@ -166,9 +197,9 @@ pub(crate) fn moe_decode(
     // SAFETY: gate_up is [local·2·inter][hidden] and topk_expert holds local
     // indices or -1 (the route kernel); the shared projections are [si][hidden];
     // act holds rows·(k+1)·stride f32 with stride ≥ max(inter, si).
-    unsafe { launch(dev, "moe_decode_gate_up", (gu_grid, pairs, 1), THREADS, args)? };
+    unsafe { launch(dev, gate_up_entry, (gu_grid, pairs, 1), THREADS, args)? };
 
-    let down_grid = grid_dim(op, hidden.div_ceil(COLS_PER_CTA), GRID_X)?;
+    let down_grid = grid_dim(op, hidden.div_ceil(cols_per_cta), GRID_X)?;
     let args = Args::new()
         .ptr(at(ws.act))
         .ptr(w.down.ptr())
@@ -185,20 +216,22 @@ pub(crate) fn moe_decode(
     let rows_grid = grid_dim(op, rows, GRID_YZ)?;
     // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; act and
     // the routing as written above; out is [rows][hidden] bf16.
-    unsafe { launch(dev, "moe_decode_down", (down_grid, rows_grid, 1), THREADS, args)? };
+    unsafe { launch(dev, down_entry, (down_grid, rows_grid, 1), THREADS, args)? };
     Ok(out)
 }
 
 impl super::CudaBackend {
-    /// The MoE block on the decode kernels, whatever `HEADROOM_MOE_DECODE`
-    /// says (tests and benches compare it with [`Self::moe_marked`]).
+    /// The MoE block on the decode kernels `kernels`, whatever
+    /// `HEADROOM_MOE_DECODE` says (tests and benches compare it with
+    /// [`Self::moe_marked`]).
     pub fn moe_decode(
         &self,
         x: &CudaAct,
         w: &MoeWeights<CudaWeight>,
         spec: &MoeSpec,
+        kernels: MoeDecodeKernels,
     ) -> OpResult<CudaAct> {
-        moe_decode(&self.dev, x, w, spec)
+        moe_decode(&self.dev, x, w, spec, kernels)
     }
 }
 

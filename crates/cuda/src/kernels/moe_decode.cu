@@ -88,6 +88,7 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
         float acc[MAX_ROWS];
 #pragma unroll
         for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
+#pragma unroll 8
         for (int c = lane * 8; c < hidden; c += 256) {
             const uint4 wv = __ldg(reinterpret_cast<const uint4*>(w + c));
 #pragma unroll
@@ -288,6 +289,107 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
         const float v = warp_sum(acc[j]);
         if (lane == 0 && n0 + j < hidden) out[(long long)r * hidden + n0 + j] = __float2bfloat16_rn(v);
     }
+}
+
+// ---- v2: every load of a warp issued before its first use ------------------
+// v1 above keeps a warp's loads in short dependent rounds (a column's K loop
+// unrolled by 4; the down kernel one expert row after another): at one row
+// each round waits a full memory latency. v2 gives a warp one column and
+// unrolls its whole K loop (gate_up), and flattens the down kernel's
+// (expert, chunk) pairs of one output column over the lanes, so a lane's 18
+// loads (35B-A3B: 9 rows of 64 chunks over 32 lanes) are all in flight at once.
+
+// grid: (ceil(max(inter, shared_inter) / WARPS), rows * (top_k + 1)).
+extern "C" __global__ void __launch_bounds__(THREADS)
+moe_decode_gate_up_v2(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
+                      const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
+                      const int* __restrict__ topk_expert, int hidden, int top_k, int inter,
+                      int shared_inter, int act_stride, float* __restrict__ act) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int pair = blockIdx.y, r = pair / (top_k + 1), slot = pair % (top_k + 1);
+    const bf16* gate_rows;
+    const bf16* up_rows;
+    int n;
+    if (slot < top_k) {
+        const int e = topk_expert[r * top_k + slot];
+        if (e < 0) return;  // another rank's expert: the down kernel skips it
+        gate_rows = gate_up + (long long)e * 2 * inter * hidden;
+        up_rows = gate_rows + (long long)inter * hidden;
+        n = inter;
+    } else {
+        gate_rows = shared_gate_proj;
+        up_rows = shared_up_proj;
+        n = shared_inter;
+    }
+    const int c = blockIdx.x * WARPS + warp;
+    if (c >= n) return;
+    const bf16* xr = x + (long long)r * hidden;
+    const bf16* g_row = gate_rows + (long long)c * hidden;
+    const bf16* u_row = up_rows + (long long)c * hidden;
+    float g = 0.f, u = 0.f;
+#pragma unroll 8
+    for (int k = lane * 8; k < hidden; k += 256) {
+        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xr + k));
+        const uint4 gv = __ldg(reinterpret_cast<const uint4*>(g_row + k));
+        const uint4 uv = __ldg(reinterpret_cast<const uint4*>(u_row + k));
+        g += dot8(gv, xv);
+        u += dot8(uv, xv);
+    }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) act[(long long)pair * act_stride + c] = g / (1.f + expf(-g)) * u;
+}
+
+// grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, top_k <= MAX_TOP_K.
+extern "C" __global__ void __launch_bounds__(THREADS)
+moe_decode_down_v2(const float* __restrict__ act, const bf16* __restrict__ down,
+                   const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
+                   const float* __restrict__ topk_weight, const float* __restrict__ gate, int hidden,
+                   int top_k, int inter, int shared_inter, int act_stride, bf16* __restrict__ out) {
+    __shared__ int experts_s[MAX_TOP_K];
+    __shared__ float weights_s[MAX_TOP_K];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = blockIdx.y;
+    if (threadIdx.x < top_k) {
+        experts_s[threadIdx.x] = topk_expert[r * top_k + threadIdx.x];
+        weights_s[threadIdx.x] = topk_weight[r * top_k + threadIdx.x];
+    }
+    __syncthreads();
+    const int n = blockIdx.x * WARPS + warp;
+    if (n >= hidden) return;
+    const float* act_r = act + (long long)r * (top_k + 1) * act_stride;
+    const int cr = inter / 8, cs = shared_inter / 8;
+    const int routed = top_k * cr, total = routed + cs;
+    const float s = gate[r];
+    float acc = 0.f;
+#pragma unroll 6
+    for (int idx = lane; idx < total; idx += 32) {
+        const bool is_routed = idx < routed;
+        const int slot = is_routed ? idx / cr : top_k;
+        const int ch = is_routed ? idx - slot * cr : idx - routed;
+        const int e = is_routed ? experts_s[slot] : 0;
+        // Another rank's expert (-1) reads expert 0's row and its (unwritten)
+        // act slot, both in bounds, and the select below drops the product.
+        const bf16* wrow = is_routed ? down + ((long long)max(e, 0) * hidden + n) * inter
+                                     : shared_down + (long long)n * shared_inter;
+        const float scale = is_routed ? weights_s[slot] : s;
+        float fw[8];
+        bf16x8(__ldg(reinterpret_cast<const uint4*>(wrow + ch * 8)), fw);
+        const float* a = act_r + (long long)slot * act_stride + ch * 8;
+        const float4 a0 = *reinterpret_cast<const float4*>(a);
+        const float4 a1 = *reinterpret_cast<const float4*>(a + 4);
+        float t = fw[0] * a0.x;
+        t = fmaf(fw[1], a0.y, t);
+        t = fmaf(fw[2], a0.z, t);
+        t = fmaf(fw[3], a0.w, t);
+        t = fmaf(fw[4], a1.x, t);
+        t = fmaf(fw[5], a1.y, t);
+        t = fmaf(fw[6], a1.z, t);
+        t = fmaf(fw[7], a1.w, t);
+        acc = e < 0 ? acc : fmaf(scale, t, acc);
+    }
+    const float v = warp_sum(acc);
+    if (lane == 0) out[(long long)r * hidden + n] = __float2bfloat16_rn(v);
 }
 
 }  // namespace headroom_moe_decode
