@@ -11,6 +11,7 @@ use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, MoeDecodeKernels};
 use headroom_cuda::ops::moe::{GemmImpl, MoeGlue};
+use cudarc::driver::{result, sys};
 use rand::{Rng, SeedableRng};
 
 fn backend() -> CudaBackend {
@@ -294,6 +295,62 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
         "one row, 35B-A3B MoE block, us per call (200 back to back): grouped {t_grouped:.1}, \
          decode v1 {t_v1:.1}, decode v2 {t_v2:.1} (54 MiB of weights: 14 us at 4 TB/s)"
     );
+    // Each kernel alone: events between the launches, median of 50 calls.
+    for k in KERNELS {
+        let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
+        for _ in 0..50 {
+            let mut marks: Vec<(&'static str, Event)> = Vec::new();
+            be.moe_decode_marked(&x, &w.dev, &sp, k, &mut |st| {
+                marks.push((st, Event::record(&be)))
+            })
+            .unwrap();
+            for pair in marks.windows(2) {
+                let us = pair[1].1.ms_since(&pair[0].1) * 1e3;
+                match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
+                    Some((_, v)) => v.push(us),
+                    None => stages.push((pair[0].0, vec![us])),
+                }
+            }
+        }
+        let line: Vec<String> = stages
+            .iter_mut()
+            .map(|(n, v)| {
+                v.sort_by(f64::total_cmp);
+                format!("{n} {:.1}", v[v.len() / 2])
+            })
+            .collect();
+        assert_eq!(stages.len(), 3, "three kernels: {line:?}");
+        println!("{k:?} kernels alone, us (median of 50): {}", line.join(", "));
+    }
+}
+
+/// A CUDA event recorded on the backend's stream.
+struct Event(sys::CUevent);
+
+impl Event {
+    fn record(be: &CudaBackend) -> Event {
+        // SAFETY: the device context is current (bound by the backend's calls);
+        // the stream is live.
+        unsafe {
+            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+            result::event::record(e, be.device().stream_raw()).unwrap();
+            Event(e)
+        }
+    }
+    fn ms_since(&self, start: &Event) -> f64 {
+        // SAFETY: both events were recorded on the same stream.
+        unsafe {
+            result::event::synchronize(self.0).unwrap();
+            result::event::elapsed(start.0, self.0).unwrap() as f64
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created in `record`, destroyed once.
+        let _ = unsafe { result::event::destroy(self.0) };
+    }
 }
 
 #[test]

@@ -131,6 +131,19 @@ pub(crate) fn moe_decode(
     spec: &MoeSpec,
     kernels: MoeDecodeKernels,
 ) -> OpResult<CudaAct> {
+    moe_decode_marked(dev, x, w, spec, kernels, &mut |_| {})
+}
+
+/// [`moe_decode`], calling `mark` with `route`, `gate_up`, `down` before each
+/// launch and `end` after the last (a bench or test records events there).
+fn moe_decode_marked(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+    kernels: MoeDecodeKernels,
+    mark: &mut dyn FnMut(&'static str),
+) -> OpResult<CudaAct> {
     let op = "moe decode";
     let (gate_up_entry, down_entry, cols_per_cta) = kernels.entries();
     super::validate::bf16(op, x)?;
@@ -175,6 +188,7 @@ pub(crate) fn moe_decode(
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
         .ptr(at(ws.gate));
+    mark("route");
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
     // (moe::check); the workspace holds rows·(e+1) logits, rows·k experts and
     // weights and rows gates; the ticket is this kernel's, zero between launches.
@@ -194,6 +208,7 @@ pub(crate) fn moe_decode(
         .i32(si32)
         .i32(stride)
         .ptr(at(ws.act));
+    mark("gate_up");
     // SAFETY: gate_up is [local·2·inter][hidden] and topk_expert holds local
     // indices or -1 (the route kernel); the shared projections are [si][hidden];
     // act holds rows·(k+1)·stride f32 with stride ≥ max(inter, si).
@@ -214,9 +229,11 @@ pub(crate) fn moe_decode(
         .i32(stride)
         .ptr(out.ptr());
     let rows_grid = grid_dim(op, rows, GRID_YZ)?;
+    mark("down");
     // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; act and
     // the routing as written above; out is [rows][hidden] bf16.
     unsafe { launch(dev, down_entry, (down_grid, rows_grid, 1), THREADS, args)? };
+    mark("end");
     Ok(out)
 }
 
@@ -232,6 +249,19 @@ impl super::CudaBackend {
         kernels: MoeDecodeKernels,
     ) -> OpResult<CudaAct> {
         moe_decode(&self.dev, x, w, spec, kernels)
+    }
+
+    /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
+    /// before each launch and `end` after the last.
+    pub fn moe_decode_marked(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+        kernels: MoeDecodeKernels,
+        mark: &mut dyn FnMut(&'static str),
+    ) -> OpResult<CudaAct> {
+        moe_decode_marked(&self.dev, x, w, spec, kernels, mark)
     }
 }
 
