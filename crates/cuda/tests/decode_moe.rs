@@ -6,12 +6,12 @@
 //! row, and repeated calls (the route kernel's ticket counter resets).
 //! Run by bench/gpu/check_decode.sh on the GPU machine.
 
+use cudarc::driver::{result, sys};
 use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, MoeDecodeKernels};
 use headroom_cuda::ops::moe::{GemmImpl, MoeGlue};
-use cudarc::driver::{result, sys};
 use rand::{Rng, SeedableRng};
 
 fn backend() -> CudaBackend {
@@ -212,7 +212,10 @@ fn run_decode(
     k: MoeDecodeKernels,
 ) -> Vec<f32> {
     let act_bytes = rows * (s.top_k + 1) * s.inter.max(s.shared) * 4;
-    poison_pool(be, &[rows * s.hidden * 2, act_bytes + rows * (s.experts + 1) * 4]);
+    poison_pool(
+        be,
+        &[rows * s.hidden * 2, act_bytes + rows * (s.experts + 1) * 4],
+    );
     let out = be.moe_decode(x, &w.dev, &spec(s), k).unwrap();
     be.act_to_f32(&out).unwrap()
 }
@@ -269,27 +272,32 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
             println!(
                 "{k:?} {rows} rows: decode {err:.2e}, grouped {e_old:.2e} vs f64, paths {e_paths:.2e}"
             );
-            assert!(e_paths < 2e-2, "{k:?} {rows} rows: decode vs grouped {e_paths}");
+            assert!(
+                e_paths < 2e-2,
+                "{k:?} {rows} rows: decode vs grouped {e_paths}"
+            );
             // The backend's moe op takes the default (v2) decode path here.
             if k == MoeDecodeKernels::V2 && std::env::var("HEADROOM_MOE_DECODE").is_err() {
-                let via_op = be.act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap()).unwrap();
+                let via_op = be
+                    .act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap())
+                    .unwrap();
                 assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
             }
         }
     }
     // Time per call at one row, back to back (printed for the journal).
-    let x = be
-        .act_from_f32(1, s.hidden, &inputs(&w, s, 1, 1))
-        .unwrap();
+    let x = be.act_from_f32(1, s.hidden, &inputs(&w, s, 1, 1)).unwrap();
     let sp = spec(s);
     let t_grouped = per_call_us(&be, 200, || {
         be.moe_marked(&x, &w.dev, &sp, old, &mut |_| {}).unwrap();
     });
     let t_v1 = per_call_us(&be, 200, || {
-        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V1).unwrap();
+        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V1)
+            .unwrap();
     });
     let t_v2 = per_call_us(&be, 200, || {
-        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V2).unwrap();
+        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V2)
+            .unwrap();
     });
     println!(
         "one row, 35B-A3B MoE block, us per call (200 back to back): grouped {t_grouped:.1}, \
@@ -320,7 +328,10 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
             })
             .collect();
         assert_eq!(stages.len(), 3, "three kernels: {line:?}");
-        println!("{k:?} kernels alone, us (median of 50): {}", line.join(", "));
+        println!(
+            "{k:?} kernels alone, us (median of 50): {}",
+            line.join(", ")
+        );
     }
 }
 
@@ -398,7 +409,10 @@ fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
             for k in KERNELS {
                 let got = run_decode(&be, &w, s, rows, &xa, k);
                 let err = rel_err(&got, &want);
-                assert!(err < 1e-2, "{k:?} case {n} {s:?}, {rows} rows: rel err {err}");
+                assert!(
+                    err < 1e-2,
+                    "{k:?} case {n} {s:?}, {rows} rows: rel err {err}"
+                );
             }
         }
     }
@@ -429,7 +443,10 @@ fn nan_row_stays_in_its_row_and_repeated_calls_agree() {
     let want = reference(&clean, &w, s);
     for k in KERNELS {
         let first = run_decode(&be, &w, s, rows, &xa, k);
-        assert!(first[h..2 * h].iter().all(|v| v.is_nan()), "{k:?}: row 1 is NaN");
+        assert!(
+            first[h..2 * h].iter().all(|v| v.is_nan()),
+            "{k:?}: row 1 is NaN"
+        );
         for r in [0, 2, 3] {
             let e = rel_err(&first[r * h..(r + 1) * h], &want[r * h..(r + 1) * h]);
             assert!(e < 1e-2, "{k:?} row {r}: rel err {e}");
@@ -469,13 +486,19 @@ fn refuses_what_it_does_not_take() {
     let w = weights(&be, s, 9);
     let nine = be.act_from_f32(9, 64, &uniform(1, 9 * 64, 1.0)).unwrap();
     let v2 = MoeDecodeKernels::V2;
-    assert!(be.moe_decode(&nine, &w.dev, &spec(s), v2).is_err(), "9 rows");
+    assert!(
+        be.moe_decode(&nine, &w.dev, &spec(s), v2).is_err(),
+        "9 rows"
+    );
     let one = be.act_from_f32(1, 64, &uniform(2, 64, 1.0)).unwrap();
     let bad_k = MoeSpec {
         top_k: 9,
         ..spec(s)
     };
-    assert!(be.moe_decode(&one, &w.dev, &bad_k, v2).is_err(), "top_k > experts");
+    assert!(
+        be.moe_decode(&one, &w.dev, &bad_k, v2).is_err(),
+        "top_k > experts"
+    );
     let narrow = MoeSpec {
         intermediate: 12,
         ..spec(s)

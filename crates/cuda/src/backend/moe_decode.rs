@@ -84,7 +84,9 @@ fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
         && si > 0
         && spec.top_k >= 1
         && spec.top_k <= MAX_TOP_K
-        && x.rows.checked_mul(spec.num_experts).is_some_and(|n| n <= PROBS)
+        && x.rows
+            .checked_mul(spec.num_experts)
+            .is_some_and(|n| n <= PROBS)
 }
 
 /// Byte offsets of the workspace's parts (each 16-byte aligned).
