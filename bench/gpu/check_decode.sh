@@ -1,62 +1,137 @@
 #!/usr/bin/env bash
-# On the GPU machine, in one call (issue 9, decode and short-chunk attention):
-#  1. the split-KV / packed-GQA attention tests (crates/cuda/tests/attention_split.rs,
-#     f64 reference, NaN-poisoned outputs) and the existing prefill attention tests
-#     (tests/gpu.rs) and backend attention-over-cache test, then compute-sanitizer
-#     memcheck on the small split case;
-#  2. attention TFLOP/s: 512 rows after 32,256 and 2,048 after 30,720 (16/2, d256,
-#     bf16), split schedule forced off (HEADROOM_ATTN_SPLITS=1) and automatic;
-#  3. decode tokens/s after 2k and 32k prompts on the 40-layer 35B-A3B shape, with
-#     the per-part breakdown of profiled decode steps.
-# Binaries (built elsewhere) in $BIN_DIR: headroom, attention_split-*, gpu-*, backend_ops-*.
-# Usage: bench/gpu/check_decode.sh BIN_DIR        Results go to $OUT (or ./gpu-out).
+# On the GPU machine, in one call (issue 9, decode), by section:
+#  attention  the split-KV / packed-GQA attention tests (tests/attention_split.rs),
+#             tests/gpu.rs, the backend attention-over-cache test, memcheck on the
+#             small split case, and attention TFLOP/s for 512 rows after 32,256 and
+#             2,048 after 30,720 with the split schedule off and automatic;
+#  moe        the MoE decode path's tests (tests/decode_moe.rs: f64 reference, the
+#             grouped-GEMM path, NaN-poisoned outputs, tails, expert slices) and
+#             compute-sanitizer memcheck on its small cases;
+#  logits     the whole model's logits for a 24-token prompt fed one token per
+#             step (every MoE call one row), MoE decode path off and on, compared
+#             (bench/gpu/compare_decode_logits.py): one layer (asserted), forty
+#             layers beside a control arm (printed);
+#  decode     decode tokens/s after 8k and 32k prompts on the 40-layer 35B-A3B
+#             shape through the engine, arms side by side in the same call, twice
+#             (base: HEADROOM_MOE_DECODE=off and HEADROOM_UPLOAD_CACHE=off; v1: the
+#             first MoE decode kernels; all: defaults; DECODE_ARMS overrides), with
+#             HEADROOM_DECODE_STATS=1 (host queue time vs wait for the GPU per
+#             step), then the per-part breakdown of profiled decode steps.
+# Binaries (built elsewhere) in $BIN_DIR: headroom and the test binaries a section
+# needs (attention_split-*, gpu-*, backend_ops-*, decode_moe-*).
+# Usage: bench/gpu/check_decode.sh BIN_DIR [SECTION...]   (default: moe logits decode)
+# Results go to $OUT (or ./gpu-out): tests.log, decode.log and the JSON of each arm.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN_DIR=${1:?usage: check_decode.sh BIN_DIR}
+BIN_DIR=${1:?usage: check_decode.sh BIN_DIR [attention|moe|logits|decode]...}
+shift
+SECTIONS=${*:-moe logits decode}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source bench/gpu/env.sh
 export HEADROOM_KERNEL_CACHE=${HEADROOM_KERNEL_CACHE:-$(mktemp -d)}
-unset HEADROOM_ATTN_SPLITS
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+unset HEADROOM_ATTN_SPLITS HEADROOM_MOE_DECODE HEADROOM_UPLOAD_CACHE
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv
 status=0
 HR="$BIN_DIR/headroom"
 pick() { ls "$BIN_DIR"/$1-* 2>/dev/null | grep -v '\.d$' | head -n1; }
-SPLIT=$(pick attention_split); GPU=$(pick gpu); OPS=$(pick backend_ops)
+memcheck() {  # memcheck BINARY TEST
+    if command -v compute-sanitizer >/dev/null; then
+        timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 6 \
+            "$1" --ignored --exact "$2" 2>&1 | tail -n 6
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED: $2"; status=1; }
+    else
+        echo "compute-sanitizer not found"; status=1
+    fi
+}
 
-echo "=== tests: attention_split ==="
-timeout 60 "$SPLIT" --ignored --test-threads=1 --nocapture 2>&1 | tee "$OUT/tests.log" | tail -n 30
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-echo "=== attention TFLOP/s (fused, 16/2, d256, bf16) ==="
-for splits in 1 auto; do
-    for lh in "512 32256" "2048 30720"; do
-        set -- $lh
-        echo "--- splits=$splits q_len=$1 history=$2"
-        if [ "$splits" = auto ]; then unset HEADROOM_ATTN_SPLITS; else export HEADROOM_ATTN_SPLITS=$splits; fi
-        timeout 30 "$HR" bench attention --backend cuda --lengths "$1" --history "$2" --routes fused \
-            --iterations 10 --warmup 2 --json "$OUT/attn_${splits}_$1.json" 2>&1 | tail -n 4
+for section in $SECTIONS; do
+case $section in
+attention)
+    SPLIT=$(pick attention_split); GPU=$(pick gpu); OPS=$(pick backend_ops)
+    echo "=== tests: attention_split, gpu.rs, backend attention over the cache ==="
+    timeout 60 "$SPLIT" --ignored --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    timeout 40 "$GPU" --ignored --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    timeout 40 "$OPS" --ignored --test-threads=1 attention 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    echo "=== memcheck: small split case ==="
+    memcheck "$SPLIT" small_split_case_for_memcheck
+    echo "=== attention TFLOP/s (fused, 16/2, d256, bf16) ==="
+    for splits in 1 auto; do
+        for lh in "512 32256" "2048 30720"; do
+            set -- $lh
+            echo "--- splits=$splits q_len=$1 history=$2"
+            if [ "$splits" = auto ]; then unset HEADROOM_ATTN_SPLITS; else export HEADROOM_ATTN_SPLITS=$splits; fi
+            timeout 30 "$HR" bench attention --backend cuda --lengths "$1" --history "$2" --routes fused \
+                --iterations 10 --warmup 2 2>&1 | tail -n 4
+        done
     done
+    unset HEADROOM_ATTN_SPLITS
+    ;;
+moe)
+    MOE=$(pick decode_moe)
+    echo "=== tests: decode_moe ==="
+    timeout 120 "$MOE" --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/tests.log" | tail -n 14
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    echo "=== memcheck: decode_moe small cases ==="
+    memcheck "$MOE" small_shapes_with_tails_and_expert_parallel_slices_match_f64
+    memcheck "$MOE" nan_row_stays_in_its_row_and_repeated_calls_agree
+    ;;
+logits)
+    # One MoE layer: both paths see the same router input, so only rounding
+    # differs (asserted). Forty layers: routing flips near ties compound through
+    # the random synthetic model (docs/perf/bf16-parity.md), so the difference is
+    # printed beside a control that changes only the old path's rounding
+    # (HEADROOM_MOE_GLUE=unfused vs fused), not asserted.
+    echo "=== whole model, one token per step: logits with the MoE decode path vs grouped ==="
+    python3 -c 'import json; print(json.dumps([(i * 7919 + 13) % 200000 for i in range(24)]))' > "$OUT/ids.json"
+    logits() {  # logits NAME MODEL ENV...
+        local name=$1 model=$2; shift 2
+        env "$@" timeout 90 "$HR" --attn-execution fused logits --backend cuda --synthetic "$model" \
+            --ids "$OUT/ids.json" --out "$OUT/logits-$name.safetensors" --chunk 1 2>&1 | tail -n 2 | head -n 1
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    }
+    cmp_logits() { python3 "$(dirname "$0")/compare_decode_logits.py" "$OUT/logits-$1.safetensors" "$OUT/logits-$2.safetensors" ${3:-} || status=1; }
+    logits l1-off qwen3.6-35b-a3b:layers=1 HEADROOM_MOE_DECODE=off
+    logits l1-on qwen3.6-35b-a3b:layers=1 HEADROOM_MOE_DECODE=v2
+    echo "--- 1 layer, grouped vs decode path (must be <= 2e-2)"; cmp_logits l1-off l1-on 2e-2
+    logits off qwen3.6-35b-a3b HEADROOM_MOE_DECODE=off
+    logits on qwen3.6-35b-a3b HEADROOM_MOE_DECODE=v2
+    logits unfused qwen3.6-35b-a3b HEADROOM_MOE_DECODE=off HEADROOM_MOE_GLUE=unfused
+    echo "--- 40 layers, grouped vs decode path"; cmp_logits off on
+    echo "--- 40 layers, control: grouped fused vs grouped unfused glue"; cmp_logits off unfused
+    rm -f "$OUT"/logits-*.safetensors "$OUT/ids.json"
+    ;;
+decode)
+    # Arms: name and its environment. base = both changes off (main's behaviour).
+    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off v1:HEADROOM_MOE_DECODE=v1 all:"}
+    echo "=== decode after 8k and 32k (35B-A3B shape, engine, fused attention) ==="
+    for pass in 1 2; do
+        for a in $ARMS; do
+            name=${a%%:*}; envs=${a#*:}
+            echo "--- pass $pass arm $name (${envs:-defaults})"
+            env ${envs//,/ } HEADROOM_DECODE_STATS=1 timeout 120 "$HR" --attn-execution fused \
+                bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 8192,32768 \
+                --iterations 1 --warmup 0 --decode 64 --json "$OUT/decode-$name-$pass.json" 2>&1 \
+                | tee -a "$OUT/decode.log" | grep -E "decode|tok/s" | grep -v "run [0-9]"
+            [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        done
+    done
+    for a in $ARMS; do
+        name=${a%%:*}; envs=${a#*:}
+        [ "$name" = base ] || [ "$name" = all ] || continue
+        echo "--- breakdown, arm $name"
+        env ${envs//,/ } timeout 90 "$HR" --attn-execution fused \
+            bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 32768 \
+            --iterations 1 --warmup 0 --decode 16 --breakdown --json "$OUT/breakdown-$name.json" 2>&1 \
+            | tee -a "$OUT/decode.log" | grep -E "decode" | grep -v "run [0-9]"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    done
+    ;;
+*) echo "unknown section $section"; status=1 ;;
+esac
 done
-unset HEADROOM_ATTN_SPLITS
-
-echo "=== decode after 2k and 32k prompts (35B-A3B shape, 40 layers) ==="
-timeout 150 "$HR" bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 2048,32768 \
-    --iterations 1 --warmup 0 --decode 64 --breakdown --json "$OUT/ttft.json" 2>&1 | tee "$OUT/ttft.log" | grep -v "run [0-9]"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-echo "=== tests: gpu.rs (prefill attention) and backend attention over the cache ==="
-timeout 40 "$GPU" --ignored --test-threads=1 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-timeout 40 "$OPS" --ignored --test-threads=1 attention 2>&1 | tee -a "$OUT/tests.log" | tail -n 5
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-
-echo "=== compute-sanitizer memcheck: small split case ==="
-if command -v compute-sanitizer >/dev/null; then
-    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
-        "$SPLIT" --ignored --exact small_split_case_for_memcheck 2>&1 | tail -n 6
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED"; status=1; }
-else
-    echo "compute-sanitizer not found"; status=1
-fi
-
 echo "check_decode: status $status"
 exit $status

@@ -64,13 +64,36 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<&'static str, Function>>,
     alloc: Arc<Allocator>,
     blas: OnceLock<Blas>,
+    /// Zeroed u32 counters for kernels whose last CTA finishes the work
+    /// (each such kernel resets its counter before it exits).
+    tickets: OnceLock<DeviceBuffer>,
+    /// The last small read-only tables uploaded, by content (see [`CudaDevice::upload_table`]).
+    tables: Mutex<Vec<(Vec<u8>, Arc<DeviceBuffer>)>>,
 }
+
+/// Tables kept by [`CudaDevice::upload_table`], and the largest one kept.
+const TABLES_KEPT: usize = 16;
+const TABLE_BYTES: usize = 4096;
+
+/// Counters in [`CudaDevice::ticket`].
+pub const TICKETS: usize = 64;
 
 #[derive(Clone, Copy)]
 struct Stream(sys::CUstream);
 // SAFETY: streams are usable from any thread of their context.
 unsafe impl Send for Stream {}
 unsafe impl Sync for Stream {}
+
+/// Whether `HEADROOM_UPLOAD_CACHE` leaves the table cache on (default on).
+fn table_cache_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("HEADROOM_UPLOAD_CACHE").as_deref(),
+            Ok("off" | "0" | "false")
+        )
+    })
+}
 
 /// The NVRTC target for a compute capability: the arch-specific `a` target on
 /// Hopper (wgmma/setmaxnreg), plain `sm_XY` elsewhere. `HEADROOM_CUDA_ARCH` overrides.
@@ -126,6 +149,8 @@ impl CudaDevice {
             functions: Mutex::new(HashMap::new()),
             alloc: Allocator::new(Box::new(DriverMemory { ctx })),
             blas: OnceLock::new(),
+            tickets: OnceLock::new(),
+            tables: Mutex::new(Vec::new()),
         })
     }
 
@@ -152,6 +177,27 @@ impl CudaDevice {
         self.bind()?;
         let b = Blas::new(self.stream.0)?;
         Ok(self.blas.get_or_init(|| b))
+    }
+
+    /// The device address of ticket counter `i` (< [`TICKETS`]): a u32 that
+    /// is zero before each launch of the one kernel that owns it (zeroed on
+    /// the stream at first use; the kernel's last CTA resets it).
+    pub fn ticket(&self, i: usize) -> Result<u64, CudaError> {
+        if i >= TICKETS {
+            return Err(CudaError::Shape {
+                op: "ticket",
+                detail: format!("counter {i} of {TICKETS}"),
+            });
+        }
+        let base = match self.tickets.get() {
+            Some(b) => b.ptr(),
+            None => {
+                let buf = self.alloc(TICKETS * 4)?;
+                self.fill_bytes(&buf, 0)?;
+                self.tickets.get_or_init(|| buf).ptr()
+            }
+        };
+        Ok(base + 4 * i as u64)
     }
 
     /// Loads (compiling or reading the disk cache on first use) the module that
@@ -244,6 +290,34 @@ impl CudaDevice {
             // SAFETY: the buffer holds at least `data`'s bytes; the stream is live.
             unsafe { result::memcpy_htod_async(buf.ptr(), data, self.stream.0)? };
         }
+        Ok(buf)
+    }
+
+    /// A device copy of a small table that kernels only read (positions,
+    /// slots, row indices), shared with earlier calls that uploaded the same
+    /// bytes: within a decode step every layer uploads the same few tables,
+    /// and each upload is a host call plus a copy in the stream's order. The
+    /// last [`TABLES_KEPT`] tables of at most [`TABLE_BYTES`] are kept (most
+    /// recent first); `HEADROOM_UPLOAD_CACHE=off` uploads every time.
+    /// Nothing may write to the returned buffer.
+    pub fn upload_table<T: Copy>(&self, data: &[T]) -> Result<Arc<DeviceBuffer>, CudaError> {
+        let bytes = std::mem::size_of_val(data);
+        if bytes > TABLE_BYTES || !table_cache_on() {
+            return Ok(Arc::new(self.upload_async(data)?));
+        }
+        // SAFETY: `data` is `bytes` initialised bytes of plain `Copy` values
+        // (the tables are integers and floats: no padding).
+        let raw = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, bytes) };
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = tables.iter().position(|(k, _)| k.as_slice() == raw) {
+            let hit = tables.remove(i);
+            let buf = Arc::clone(&hit.1);
+            tables.insert(0, hit);
+            return Ok(buf);
+        }
+        let buf = Arc::new(self.upload_async(data)?);
+        tables.insert(0, (raw.to_vec(), Arc::clone(&buf)));
+        tables.truncate(TABLES_KEPT);
         Ok(buf)
     }
 

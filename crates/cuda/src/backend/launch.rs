@@ -6,18 +6,43 @@ use crate::device::CudaDevice;
 use crate::CudaError;
 use headroom_core::ops::{OpError, OpResult};
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Kernels launched through [`launch`] since the process started (cuBLAS,
+/// the grouped MoE and the attention launchers count elsewhere): the decode
+/// statistics of `sample.rs` report the count per step.
+pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
+
+/// Most arguments of one kernel.
+const MAX_ARGS: usize = 24;
 
 /// Kernel arguments, each in its own 8-byte slot (a 4-byte argument is read
-/// from the slot's low bytes: little-endian).
-#[derive(Default)]
-pub(crate) struct Args(Vec<u64>);
+/// from the slot's low bytes: little-endian), on the stack: a launch makes no
+/// heap allocation. More than [`MAX_ARGS`] makes the launch an error.
+pub(crate) struct Args {
+    slots: [u64; MAX_ARGS],
+    len: usize,
+}
+
+impl Default for Args {
+    fn default() -> Self {
+        Args::new()
+    }
+}
 
 impl Args {
     pub fn new() -> Args {
-        Args(Vec::with_capacity(12))
+        Args {
+            slots: [0; MAX_ARGS],
+            len: 0,
+        }
     }
     pub fn ptr(mut self, p: u64) -> Args {
-        self.0.push(p);
+        if let Some(s) = self.slots.get_mut(self.len) {
+            *s = p;
+        }
+        self.len += 1;
         self
     }
     pub fn u64(self, v: u64) -> Args {
@@ -66,13 +91,21 @@ pub(crate) unsafe fn launch(
     args: Args,
 ) -> OpResult<()> {
     let f = dev.function(entry).map_err(dev_err)?;
-    let mut slots = args.0;
-    let mut params: Vec<*mut c_void> = slots
-        .iter_mut()
-        .map(|s| s as *mut u64 as *mut c_void)
-        .collect();
+    let mut args = args;
+    if args.len > MAX_ARGS {
+        return Err(OpError::Device(format!(
+            "{entry}: {} arguments (at most {MAX_ARGS})",
+            args.len
+        )));
+    }
+    let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+    for (p, s) in params.iter_mut().zip(args.slots.iter_mut()) {
+        *p = s as *mut u64 as *mut c_void;
+    }
+    let params = &mut params[..args.len];
     dev.bind().map_err(dev_err)?;
-    dev.launch(f, grid, (block, 1, 1), 0, &mut params)
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    dev.launch(f, grid, (block, 1, 1), 0, params)
         .map_err(dev_err)
 }
 
@@ -103,10 +136,11 @@ pub(crate) fn alloc(dev: &CudaDevice, bytes: usize) -> OpResult<DeviceBuffer> {
     dev.alloc(bytes).map_err(dev_err)
 }
 
-/// Uploads a small host table (positions, slots, row indices), ordered on
-/// the stream without a host synchronisation (`CudaDevice::upload_async`).
-pub(crate) fn upload<T: Copy>(dev: &CudaDevice, data: &[T]) -> OpResult<DeviceBuffer> {
-    dev.upload_async(data).map_err(dev_err)
+/// Uploads a small host table that kernels only read (positions, slots, row
+/// indices), ordered on the stream without a host synchronisation, or the
+/// copy an earlier call made of the same bytes (`CudaDevice::upload_table`).
+pub(crate) fn upload<T: Copy>(dev: &CudaDevice, data: &[T]) -> OpResult<Arc<DeviceBuffer>> {
+    dev.upload_table(data).map_err(dev_err)
 }
 
 /// The batch's sequence table for the varlen kernels, uploaded as i32:
@@ -117,7 +151,7 @@ pub(crate) fn seq_table(
     dev: &CudaDevice,
     op: &'static str,
     batch: &headroom_core::ops::Batch,
-) -> OpResult<DeviceBuffer> {
+) -> OpResult<Arc<DeviceBuffer>> {
     let n = batch.sequences();
     let mut table = Vec::with_capacity(3 * n + 1);
     for &r in &batch.cu_seqlens[..=n] {

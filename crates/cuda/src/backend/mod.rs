@@ -7,7 +7,7 @@
 //! later work of that stream). Each op group lives in its own file:
 //! [`memory`] (uploads, synthetic weights), [`state`] (pools), [`dense`]
 //! (linear, gathers, gates), [`norm`], [`rope`], [`conv`], [`kv`],
-//! [`attention`], [`gdn`], [`moe`], [`sample`], [`supports`].
+//! [`attention`], [`gdn`], [`moe`] (few rows: [`moe_decode`]), [`sample`], [`supports`].
 
 mod attention;
 mod comm;
@@ -20,6 +20,7 @@ mod kv;
 mod launch;
 mod memory;
 mod moe;
+mod moe_decode;
 mod norm;
 mod rope;
 mod sample;
@@ -28,6 +29,7 @@ mod supports;
 mod types;
 mod validate;
 
+pub use moe_decode::MoeDecodeKernels;
 pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
 
 use crate::device::CudaDevice;

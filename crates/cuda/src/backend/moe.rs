@@ -21,7 +21,7 @@ use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
 
 /// Checks the expert weights against the spec and `hidden`.
-fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
+pub(super) fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
     let (e, i) = (spec.num_experts, spec.intermediate);
     spec.check_local()
         .map_err(|detail| OpError::shape("moe", detail))?;
@@ -82,6 +82,10 @@ pub(crate) fn moe(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
+    // Few rows (decode): three GEMV launches (backend/moe_decode.rs).
+    if let Some(kernels) = super::moe_decode::takes(x, w, spec) {
+        return super::moe_decode::moe_decode(dev, x, w, spec, kernels);
+    }
     let imp = GemmImpl::for_arch(&dev.arch);
     moe_marked(dev, x, w, spec, (MoeGlue::from_env(), imp), &mut |_| {})
 }

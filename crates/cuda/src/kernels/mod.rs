@@ -256,6 +256,20 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     ],
 };
 
+/// The MoE block for a few rows (decode) in three launches (`backend::moe_decode`).
+pub const MOE_DECODE: KernelSource = KernelSource {
+    name: "moe_decode",
+    file: "moe_decode.cu",
+    source: include_str!("moe_decode.cu"),
+    entry_points: &[
+        "moe_decode_route",
+        "moe_decode_gate_up",
+        "moe_decode_down",
+        "moe_decode_gate_up_v2",
+        "moe_decode_down_v2",
+    ],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -276,6 +290,7 @@ pub const SOURCES: &[KernelSource] = &[
     MOE_GROUPED_GEMM_WGMMA,
     MOE_GROUPED_GEMM_WIDE,
     OPS_FALLBACK,
+    MOE_DECODE,
 ];
 
 /// The integer literal of `constexpr int NAME = <int>;` in a kernel source
