@@ -21,7 +21,7 @@ use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
 
 /// Checks the expert weights against the spec and `hidden`.
-fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
+pub(super) fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
     let (e, i) = (spec.num_experts, spec.intermediate);
     spec.check_local()
         .map_err(|detail| OpError::shape("moe", detail))?;
