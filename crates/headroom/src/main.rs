@@ -3,6 +3,7 @@
 mod attention_setup;
 mod backend_select;
 mod cmd;
+mod engine_args;
 mod global;
 mod input_file;
 mod model_source;

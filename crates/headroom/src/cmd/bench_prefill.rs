@@ -5,6 +5,7 @@
 //! backend users get (env `HEADROOM_*`, then the flags).
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
+use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::Context;
@@ -13,7 +14,6 @@ use headroom_bench::prefill_engine::{context_for, EngineBenchSettings, EnginePre
 use headroom_bench::prefill_schema::PrefillBenchFile;
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
-use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 use headroom_model::Qwen35Model;
 use headroom_policy::Registry;
 use std::path::PathBuf;
@@ -50,19 +50,8 @@ pub struct Args {
     /// Where synthetic weights are drawn (default: host on cpu, device on cuda).
     #[arg(long, value_enum)]
     pub weights_init: Option<WeightsInit>,
-    /// Engine prefill chunk (env HEADROOM_PREFILL_CHUNK; default 512).
-    #[arg(long, value_name = "N")]
-    pub prefill_chunk: Option<usize>,
-    /// Engine rows per step (env HEADROOM_STEP_TOKENS; default 2048).
-    #[arg(long, value_name = "N")]
-    pub step_tokens: Option<usize>,
-    /// Prompt tokens per step of a request alone in the engine, or `auto`
-    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
-    #[arg(long, value_name = "N|auto")]
-    pub solo_stripe: Option<SoloStripe>,
-    /// KV cache backend of the engine.
-    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
-    pub kv: KvBackendKind,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Write the headroom.bench.prefill/1 JSON here.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
@@ -80,25 +69,6 @@ pub fn source_label(s: &ModelSource) -> String {
         ),
         _ => "unknown".into(),
     }
-}
-
-/// The scheduler settings from the environment (malformed values warned
-/// and ignored), then the flags given; checked.
-pub fn scheduler_settings(
-    prefill_chunk: Option<usize>,
-    step_tokens: Option<usize>,
-    solo_stripe: Option<SoloStripe>,
-) -> anyhow::Result<SchedulerSettings> {
-    let (mut s, warnings) = SchedulerSettings::from_env();
-    for w in warnings {
-        tracing::warn!("{w}");
-    }
-    s.prefill_chunk = prefill_chunk.unwrap_or(s.prefill_chunk);
-    s.step_tokens = step_tokens.unwrap_or(s.step_tokens);
-    s.solo_stripe = solo_stripe.unwrap_or(s.solo_stripe);
-    s.validate()
-        .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
-    Ok(s)
 }
 
 /// Runs the prefill bench on a built model, through the engine.
@@ -164,8 +134,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     let cfg = load_config(&a.source)?;
     let longest = a.lengths.iter().copied().max().unwrap_or(1);
     let engine = EngineBenchSettings {
-        scheduler: scheduler_settings(a.prefill_chunk, a.step_tokens, a.solo_stripe)?,
-        kv_backend: a.kv,
+        scheduler: a.engine.scheduler(None)?,
+        kv_backend: a.engine.kv,
         max_context: context_for(longest),
     };
     let job = PrefillJob {

@@ -30,14 +30,14 @@
 
 use super::logits::{attention_plan, available_memory_bytes, check_memory, ForwardArgs};
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
+use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::tp::{GroupInfo, GroupJob};
 use anyhow::{bail, Context};
 use headroom_core::ops::{Backend, SamplingParams};
 use headroom_core::BackendKind;
 use headroom_engine::{
-    EngineConfig, EngineStats, FinishReason, GenerateRequest, KvBackendKind, RequestStream,
-    SchedulerSettings, SoloStripe, StreamEvent, Usage,
+    EngineConfig, EngineStats, FinishReason, GenerateRequest, RequestStream, StreamEvent, Usage,
 };
 use headroom_model::tokenizer::{StreamDecoder, TextCodec, Tokenizer};
 use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
@@ -94,19 +94,8 @@ pub struct Args {
     /// Sampling seed.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub seed: u64,
-    /// Prompt tokens per sequence per step when several share the engine (env HEADROOM_PREFILL_CHUNK; default 512).
-    #[arg(long, value_name = "N")]
-    pub prefill_chunk: Option<usize>,
-    /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS; default 2048).
-    #[arg(long, value_name = "N")]
-    pub step_tokens: Option<usize>,
-    /// Prompt tokens per step of a request alone in the engine, or `auto`
-    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
-    #[arg(long, value_name = "N|auto")]
-    pub solo_stripe: Option<SoloStripe>,
-    /// KV cache backend.
-    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
-    pub kv: KvBackendKind,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// Memory budget of the engine's KV, GDN state and attention transients, MiB
     /// (default: 90% of available memory on cpu; unbounded on cuda).
     #[arg(long, value_name = "MIB")]
@@ -173,7 +162,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     eos.extend(&cfg.eos_token_ids);
     let mut requests = build_requests(&a, &codec, cfg.vocab_size)?;
     fit_context(&mut requests, &cfg)?;
-    let settings = scheduler_settings(&a)?;
+    let settings = a.engine.scheduler(a.forward.chunk)?;
     let longest = requests
         .iter()
         .map(|r| r.prompt_ids.len() + r.max_tokens)
@@ -188,7 +177,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     let engine = EngineConfig {
         scheduler: settings,
         attention,
-        kv_backend: a.kv,
+        kv_backend: a.engine.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
         max_running: a.max_running,
         max_context,
@@ -232,25 +221,6 @@ fn check_sampling(temperature: f32, top_p: f32, what: &str) -> anyhow::Result<()
         bail!("{what}top-p must be in (0, 1] (got {top_p})");
     }
     Ok(())
-}
-
-/// Env settings (malformed values warned and ignored), then the flags; `--chunk`
-/// sets both the prefill chunk and the solo stripe.
-fn scheduler_settings(a: &Args) -> anyhow::Result<SchedulerSettings> {
-    let (mut s, warnings) = SchedulerSettings::from_env();
-    for w in warnings {
-        tracing::warn!("{w}");
-    }
-    if let Some(c) = a.forward.chunk {
-        s.prefill_chunk = c;
-        s.solo_stripe = SoloStripe::Tokens(c);
-    }
-    s.prefill_chunk = a.prefill_chunk.unwrap_or(s.prefill_chunk);
-    s.step_tokens = a.step_tokens.unwrap_or(s.step_tokens);
-    s.solo_stripe = a.solo_stripe.unwrap_or(s.solo_stripe);
-    s.validate()
-        .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
-    Ok(s)
 }
 
 fn sampling(a: &Args) -> SamplingParams {

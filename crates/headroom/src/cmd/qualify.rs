@@ -145,7 +145,7 @@ impl ModelJob for QualifyJob {
         };
         let longest = a.lengths.iter().copied().max().unwrap_or(1);
         let engine = EngineBenchSettings {
-            scheduler: crate::cmd::bench_prefill::scheduler_settings(None, None, None)?,
+            scheduler: crate::engine_args::scheduler_settings(Default::default())?,
             ..EngineBenchSettings::for_longest(longest)
         };
         let mut target = EnginePrefill::new(model, engine)?;

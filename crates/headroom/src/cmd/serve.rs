@@ -11,13 +11,14 @@
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
 use crate::cmd::logits::attention_plan;
+use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use crate::tp::{GroupInfo, GroupJob, TpArgs};
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
-use headroom_engine::{EngineConfig, KvBackendKind, SchedulerSettings, SoloStripe};
+use headroom_engine::EngineConfig;
 use headroom_model::tokenizer::{TextCodec, Tokenizer};
 use headroom_model::{Qwen35Model, StepModel, TpGroup};
 use headroom_server::{AppState, ChatTemplate, ServerConfig};
@@ -56,22 +57,11 @@ pub struct Args {
     /// Most requests waiting for admission; beyond it requests are answered 429.
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub max_waiting: usize,
-    /// KV cache backend.
-    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
-    pub kv: KvBackendKind,
     /// Memory budget of the engine's KV, GDN state and transients, MiB (default: unbounded).
     #[arg(long, value_name = "MIB")]
     pub memory_budget_mib: Option<u64>,
-    /// Prompt tokens per sequence per step when several share the engine (env HEADROOM_PREFILL_CHUNK).
-    #[arg(long, value_name = "N")]
-    pub prefill_chunk: Option<usize>,
-    /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS).
-    #[arg(long, value_name = "N")]
-    pub step_tokens: Option<usize>,
-    /// Prompt tokens per step of a request alone in the engine, or `auto`
-    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
-    #[arg(long, value_name = "N|auto")]
-    pub solo_stripe: Option<SoloStripe>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
     /// `max_tokens` of a request that gives none (cut to the context left).
     #[arg(long, default_value_t = 256, value_name = "N")]
     pub default_max_tokens: usize,
@@ -108,20 +98,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         }
     };
     eos.extend(&cfg.eos_token_ids);
-    let (mut scheduler, warnings) = SchedulerSettings::from_env();
-    for w in warnings {
-        tracing::warn!("{w}");
-    }
-    for (v, field) in [
-        (a.prefill_chunk, &mut scheduler.prefill_chunk),
-        (a.step_tokens, &mut scheduler.step_tokens),
-    ] {
-        if let Some(v) = v {
-            *field = v;
-        }
-    }
-    scheduler.solo_stripe = a.solo_stripe.unwrap_or(scheduler.solo_stripe);
-    scheduler.validate().map_err(anyhow::Error::msg)?;
+    let scheduler = a.engine.scheduler(None)?;
     let engine = EngineConfig {
         scheduler,
         attention: if a.tp.active() {
@@ -129,7 +106,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         } else {
             attention_plan(g, a.backend, &cfg)?
         },
-        kv_backend: a.kv,
+        kv_backend: a.engine.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
         max_running: a.max_running,
         max_context: a.max_context,

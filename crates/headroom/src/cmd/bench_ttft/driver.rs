@@ -14,7 +14,7 @@ use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_engine::{
     AttentionRun, EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings,
-    SoloStripe, SoloStripeResolution, StreamEvent, Usage,
+    SoloStripeResolution, StreamEvent, Usage,
 };
 use headroom_model::profile::PartTime;
 use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
@@ -101,18 +101,11 @@ impl EngineRecord {
 /// `--chunk N` is the prefill chunk and the solo stripe (every step of the
 /// lone request), `--solo-stripe` the stripe alone.
 pub fn scheduler_settings(a: &TtftArgs) -> anyhow::Result<SchedulerSettings> {
-    let (mut s, warnings) = SchedulerSettings::from_env();
-    for w in warnings {
-        eprintln!("warning: {w}");
-    }
-    if let Some(c) = a.chunk {
-        s.prefill_chunk = c;
-        s.solo_stripe = SoloStripe::Tokens(c);
-    }
-    s.solo_stripe = a.solo_stripe.unwrap_or(s.solo_stripe);
-    s.validate()
-        .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
-    Ok(s)
+    crate::engine_args::scheduler_settings(crate::engine_args::SchedulerFlags {
+        chunk: a.chunk,
+        solo_stripe: a.solo_stripe,
+        ..Default::default()
+    })
 }
 
 /// Rows the bench's requests need at most: the longest prompt, its decode

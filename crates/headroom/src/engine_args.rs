@@ -1,0 +1,132 @@
+//! The engine's scheduler and KV-cache flags, shared by `generate`, `serve`
+//! and `bench prefill`, and the one place any command turns flags into
+//! [`SchedulerSettings`]: the environment first (malformed values warned
+//! and ignored), then `--chunk`, then the specific flags, then checked.
+
+use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
+
+/// `--prefill-chunk --step-tokens --solo-stripe --kv`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Prompt tokens per sequence per step when several share the engine
+    /// (env HEADROOM_PREFILL_CHUNK; default 512).
+    #[arg(long, value_name = "N")]
+    pub prefill_chunk: Option<usize>,
+    /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS; default 2048).
+    #[arg(long, value_name = "N")]
+    pub step_tokens: Option<usize>,
+    /// Prompt tokens per step of a request alone in the engine, or `auto`
+    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
+    #[arg(long, value_name = "N|auto")]
+    pub solo_stripe: Option<SoloStripe>,
+    /// KV cache backend of the engine.
+    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
+    pub kv: KvBackendKind,
+}
+
+impl EngineArgs {
+    /// The scheduler settings these flags select; `chunk` (a command's
+    /// `--chunk`) sets both the prefill chunk and the solo stripe first.
+    pub fn scheduler(&self, chunk: Option<usize>) -> anyhow::Result<SchedulerSettings> {
+        scheduler_settings(SchedulerFlags {
+            chunk,
+            prefill_chunk: self.prefill_chunk,
+            step_tokens: self.step_tokens,
+            solo_stripe: self.solo_stripe,
+        })
+    }
+}
+
+/// The scheduler flags of one command (each absent one left to the environment).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SchedulerFlags {
+    /// `--chunk`: the prefill chunk and the solo stripe at once.
+    pub chunk: Option<usize>,
+    pub prefill_chunk: Option<usize>,
+    pub step_tokens: Option<usize>,
+    pub solo_stripe: Option<SoloStripe>,
+}
+
+/// Environment settings, then the flags in `f`, checked.
+pub fn scheduler_settings(f: SchedulerFlags) -> anyhow::Result<SchedulerSettings> {
+    let (mut s, warnings) = SchedulerSettings::from_env();
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    apply(&mut s, f);
+    s.validate()
+        .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
+    Ok(s)
+}
+
+/// The flags over `s`: `chunk` first, the specific flags after it.
+fn apply(s: &mut SchedulerSettings, f: SchedulerFlags) {
+    if let Some(c) = f.chunk {
+        s.prefill_chunk = c;
+        s.solo_stripe = SoloStripe::Tokens(c);
+    }
+    s.prefill_chunk = f.prefill_chunk.unwrap_or(s.prefill_chunk);
+    s.step_tokens = f.step_tokens.unwrap_or(s.step_tokens);
+    s.solo_stripe = f.solo_stripe.unwrap_or(s.solo_stripe);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> SchedulerSettings {
+        SchedulerSettings {
+            prefill_chunk: 512,
+            step_tokens: 2048,
+            solo_stripe: SoloStripe::Auto,
+            ..SchedulerSettings::default()
+        }
+    }
+
+    #[test]
+    fn no_flags_keep_the_base() {
+        let mut s = base();
+        apply(&mut s, SchedulerFlags::default());
+        assert_eq!(s.prefill_chunk, 512);
+        assert_eq!(s.step_tokens, 2048);
+        assert_eq!(s.solo_stripe, SoloStripe::Auto);
+    }
+
+    #[test]
+    fn chunk_sets_chunk_and_stripe_and_specific_flags_win() {
+        let mut s = base();
+        apply(
+            &mut s,
+            SchedulerFlags {
+                chunk: Some(64),
+                ..SchedulerFlags::default()
+            },
+        );
+        assert_eq!(s.prefill_chunk, 64);
+        assert_eq!(s.solo_stripe, SoloStripe::Tokens(64));
+        let mut s = base();
+        apply(
+            &mut s,
+            SchedulerFlags {
+                chunk: Some(64),
+                prefill_chunk: Some(128),
+                step_tokens: Some(256),
+                solo_stripe: Some(SoloStripe::Auto),
+            },
+        );
+        assert_eq!(s.prefill_chunk, 128);
+        assert_eq!(s.step_tokens, 256);
+        assert_eq!(s.solo_stripe, SoloStripe::Auto);
+    }
+
+    #[test]
+    fn a_zero_step_budget_is_refused_by_name() {
+        let err = scheduler_settings(SchedulerFlags {
+            step_tokens: Some(0),
+            ..SchedulerFlags::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("scheduler settings:"), "{err}");
+    }
+}
