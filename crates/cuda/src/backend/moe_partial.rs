@@ -1,13 +1,16 @@
 //! One tensor-parallel rank's MoE partial in f32 (`Backend::moe_partial`
 //! inside a group): the routed sum of its local experts (f32, from the
-//! grouped-GEMM or fallback kernels of [`super::external`]) plus its shard of
-//! the shared expert, whose down projection writes f32 too, gated by
-//! `sigmoid(shared_gate · x)` — combined in f32 (`moe_combine_partial_f32`,
-//! `kernels/ops_tp.cu`) and left for the all-reduce to sum and round once
-//! ([`super::comm`]). Outside a group `moe_partial` is the ordinary bf16
-//! [`super::moe::moe`]; this file adds no work there.
+//! grouped-GEMM or fallback kernels of [`super::external`]) and, on the rank
+//! whose spec says so (`MoeSpec::shared_expert`: it holds the shared expert
+//! whole), the shared expert's bf16 output — rounded exactly where one GPU
+//! rounds it — gated by `sigmoid(shared_gate · x)`, combined in f32
+//! (`moe_combine_partial_f32`, `kernels/ops_tp.cu`) and left for the
+//! all-reduce to sum and round once ([`super::comm`]): the group's sum is
+//! the one-GPU block up to f32 summation order. Outside a group
+//! `moe_partial` is the ordinary bf16 [`super::moe::moe`]; this file adds no
+//! work there.
 
-use super::dense::{linear, swiglu};
+use super::dense::linear;
 use super::external::{routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
 use super::launch::{int, launch, stride_grid, Args};
 use super::memory::new_act;
@@ -51,9 +54,10 @@ pub(crate) fn moe_f32(
         renormalise: spec.renormalise,
     };
     routed_experts(dev, &call, (spec.first_expert, spec.local_experts))?;
-    let g = linear(dev, x, &w.shared_gate_proj, Dtype::Bf16)?;
-    let u = linear(dev, x, &w.shared_up_proj, Dtype::Bf16)?;
-    let shared = linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::F32)?;
+    if !spec.shared_expert {
+        return Ok(out);
+    }
+    let shared = super::moe::shared_expert(dev, x, w)?;
     let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
     let n = x.elems();
     if n > 0 {
@@ -64,7 +68,7 @@ pub(crate) fn moe_f32(
             .ptr(out.ptr())
             .i64(n as i64)
             .i32(int("moe", "hidden", hidden)?);
-        // SAFETY: out and shared hold n f32, gate one f32 per row; the
+        // SAFETY: out holds n f32, shared n bf16, gate one f32 per row; the
         // kernel reads each element of `out` before writing it.
         unsafe {
             launch(
@@ -80,9 +84,10 @@ pub(crate) fn moe_f32(
 }
 
 impl super::CudaBackend {
-    /// The MoE block's f32 partial over the experts and shared-expert rows
-    /// these weights hold: what `moe_partial` returns inside a group (on one
-    /// GPU, for the tests that split a block by hand).
+    /// The MoE block's f32 partial over the experts these weights hold, plus
+    /// the shared expert when `spec.shared_expert`: what `moe_partial`
+    /// returns inside a group (on one GPU, for the tests that split a block
+    /// by hand).
     pub fn moe_f32(
         &self,
         x: &CudaAct,

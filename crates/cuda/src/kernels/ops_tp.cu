@@ -11,14 +11,15 @@ typedef long long i64;
 
 __device__ __forceinline__ float tp_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// One rank's MoE output in f32: out[t][c] = routed[t][c] + sigmoid(gate_logit[t]) * shared[t][c],
-// `routed` and `shared` f32 (the shared expert's down projection of this rank's intermediate
-// shard); `out` may alias `routed`.
-extern "C" __global__ void moe_combine_partial_f32(const float* routed, const float* shared,
+// The MoE output of the rank that adds the shared expert, in f32 and not rounded:
+// out[t][c] = routed[t][c] + sigmoid(gate_logit[t]) * shared[t][c], `routed` f32 (its local
+// experts' weighted sum), `shared` the whole shared expert's bf16 output (rounded as one GPU
+// rounds it: moe_combine_shared computes acc + s * shared the same way); `out` may alias `routed`.
+extern "C" __global__ void moe_combine_partial_f32(const float* routed, const bf16* shared,
                                                    const float* gate_logit, float* out, i64 n,
                                                    int hidden) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        out[i] = routed[i] + tp_sigmoidf(gate_logit[i / hidden]) * shared[i];
+        out[i] = routed[i] + tp_sigmoidf(gate_logit[i / hidden]) * __bfloat162float(shared[i]);
 }
 
 // out[i] = bf16(x[i]): the reduced f32 sum rounded once (four per thread where aligned).
