@@ -32,6 +32,19 @@ pub(crate) fn moe(
     w: &MoeWeights<CpuWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CpuAct> {
+    let mut out = moe_unrounded(be, x, w, spec)?;
+    be.round(ActRounding::MOE_OUT, &mut out.data);
+    Ok(out)
+}
+
+/// The block's output before its bf16 rounding (under emulation, a
+/// tensor-parallel rank's partial: the group's sum is rounded once).
+pub(crate) fn moe_unrounded(
+    be: &CpuBackend,
+    x: &CpuAct,
+    w: &MoeWeights<CpuWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CpuAct> {
     let (t, hidden) = (x.rows, x.cols);
     let (e, inter) = (spec.num_experts, spec.intermediate);
     spec.check_local()
@@ -120,6 +133,5 @@ pub(crate) fn moe(
     for (o, v) in out.data.iter_mut().zip(&experts_sum) {
         *o += v;
     }
-    be.round(ActRounding::MOE_OUT, &mut out.data);
     Ok(out)
 }
