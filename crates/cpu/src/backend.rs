@@ -96,6 +96,16 @@ impl CpuBackend {
         }
     }
 
+    /// Rank `rank.rank` of a group, computing in `precision` (the CUDA
+    /// group's bf16 emulated: partials f32, the sum rounded once).
+    pub fn in_group_with_precision(rank: crate::comm::CpuRank, precision: Precision) -> CpuBackend {
+        CpuBackend {
+            group: Some(rank),
+            precision,
+            ..CpuBackend::default()
+        }
+    }
+
     /// A backend computing in `precision` (e.g. emulating the CUDA backend's
     /// bf16 storage: `Precision::bf16(ActRounding::ALL)`).
     pub fn with_precision(precision: Precision) -> CpuBackend {
@@ -564,9 +574,43 @@ impl Backend for CpuBackend {
         self.group.as_ref().map_or(1, |g| g.comm.world())
     }
 
+    /// Inside a group the partial stays unrounded (as the CUDA backend's,
+    /// f32); `all_reduce_sum` rounds the sum.
+    fn linear_partial(&self, x: &CpuAct, w: &CpuWeight) -> OpResult<CpuAct> {
+        match self.group {
+            Some(_) => self.linear_f32(x, w),
+            None => self.linear(x, w),
+        }
+    }
+
+    fn moe_partial(
+        &self,
+        x: &CpuAct,
+        w: &MoeWeights<CpuWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CpuAct> {
+        match self.group {
+            Some(_) => {
+                self.supports(&OpKey::Moe {
+                    num_experts: spec.num_experts,
+                    top_k: spec.top_k,
+                })
+                .map_err(|reason| OpError::Unsupported { op: "moe", reason })?;
+                crate::backend_moe::moe_unrounded(self, x, w, spec)
+            }
+            None => self.moe(x, w, spec),
+        }
+    }
+
+    /// The sum in rank order (f32), then, under bf16 emulation, its one
+    /// rounding (the `LINEAR` site stands for every reduced partial).
     fn all_reduce_sum(&self, x: &mut CpuAct) -> OpResult<()> {
         match &self.group {
-            Some(g) => g.all_reduce_sum(x.rows, x.cols, &mut x.data),
+            Some(g) => {
+                g.all_reduce_sum(x.rows, x.cols, &mut x.data)?;
+                self.round(ActRounding::LINEAR, &mut x.data);
+                Ok(())
+            }
             None => Ok(()),
         }
     }

@@ -32,6 +32,19 @@ pub(crate) fn moe(
     w: &MoeWeights<CpuWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CpuAct> {
+    let mut out = moe_unrounded(be, x, w, spec)?;
+    be.round(ActRounding::MOE_OUT, &mut out.data);
+    Ok(out)
+}
+
+/// The block's output before its bf16 rounding (under emulation, a
+/// tensor-parallel rank's partial: the group's sum is rounded once).
+pub(crate) fn moe_unrounded(
+    be: &CpuBackend,
+    x: &CpuAct,
+    w: &MoeWeights<CpuWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CpuAct> {
     let (t, hidden) = (x.rows, x.cols);
     let (e, inter) = (spec.num_experts, spec.intermediate);
     spec.check_local()
@@ -58,18 +71,23 @@ pub(crate) fn moe(
             ),
         ));
     }
-    // Shared expert, gated.
-    let g = be.linear(x, &w.shared_gate_proj)?;
-    let u = be.linear(x, &w.shared_up_proj)?;
-    let mut out = be.linear(&be.swiglu(&g, &u)?, &w.shared_down_proj)?;
-    let sg = be.linear_f32(x, &w.shared_gate)?;
-    if out.cols != hidden || sg.cols != 1 {
-        return Err(OpError::shape("moe", "shared expert shapes"));
-    }
-    for (row, gv) in out.data.chunks_exact_mut(hidden).zip(&sg.data) {
-        let s = sigmoid(*gv);
-        row.iter_mut().for_each(|v| *v *= s);
-    }
+    // Shared expert, gated (added by one rank of a tensor-parallel group).
+    let mut out = if spec.shared_expert {
+        let g = be.linear(x, &w.shared_gate_proj)?;
+        let u = be.linear(x, &w.shared_up_proj)?;
+        let mut out = be.linear(&be.swiglu(&g, &u)?, &w.shared_down_proj)?;
+        let sg = be.linear_f32(x, &w.shared_gate)?;
+        if out.cols != hidden || sg.cols != 1 {
+            return Err(OpError::shape("moe", "shared expert shapes"));
+        }
+        for (row, gv) in out.data.chunks_exact_mut(hidden).zip(&sg.data) {
+            let s = sigmoid(*gv);
+            row.iter_mut().for_each(|v| *v *= s);
+        }
+        out
+    } else {
+        CpuAct::zeros(t, hidden)
+    };
     // Routed experts.
     let logits = be.linear_f32(&be.router_input(x), &w.router)?;
     if logits.cols != e {
@@ -115,6 +133,5 @@ pub(crate) fn moe(
     for (o, v) in out.data.iter_mut().zip(&experts_sum) {
         *o += v;
     }
-    be.round(ActRounding::MOE_OUT, &mut out.data);
     Ok(out)
 }

@@ -138,6 +138,62 @@ impl NcclComm {
         Ok(())
     }
 
+    /// Reduce-scatter: rank `r` receives the group's sum of elements
+    /// `r·count .. (r+1)·count` of every rank's `send` (`world · count`
+    /// elements of `dtype`) in `recv` (`count`), on `dev`'s stream.
+    ///
+    /// # Safety
+    /// `send` and `recv` must address `world · count` and `count` elements of
+    /// `dtype` on this rank's device.
+    pub(crate) unsafe fn reduce_scatter_sum(
+        &self,
+        dev: &CudaDevice,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: Dtype,
+    ) -> Result<(), CudaError> {
+        dev.bind()?;
+        result::reduce_scatter(
+            send as *const std::ffi::c_void,
+            recv as *mut std::ffi::c_void,
+            count,
+            nccl_dtype(dtype)?,
+            sys::ncclRedOp_t::ncclSum,
+            self.comm,
+            Self::stream(dev),
+        )
+        .map_err(|e| nccl_err("reduce-scatter", e))?;
+        Ok(())
+    }
+
+    /// All-gather, rank-major: `recv` (`world · count` elements) receives
+    /// every rank's `send` (`count` elements of `dtype`) in rank order.
+    ///
+    /// # Safety
+    /// `send` and `recv` must address `count` and `world · count` elements of
+    /// `dtype` on this rank's device.
+    pub(crate) unsafe fn all_gather_flat(
+        &self,
+        dev: &CudaDevice,
+        send: u64,
+        recv: u64,
+        count: usize,
+        dtype: Dtype,
+    ) -> Result<(), CudaError> {
+        dev.bind()?;
+        result::all_gather(
+            send as *const std::ffi::c_void,
+            recv as *mut std::ffi::c_void,
+            count,
+            nccl_dtype(dtype)?,
+            self.comm,
+            Self::stream(dev),
+        )
+        .map_err(|e| nccl_err("all-gather", e))?;
+        Ok(())
+    }
+
     /// Every rank's `[rows][cols]` side by side: `[rows][world · cols]`.
     pub fn all_gather_cols(
         &self,

@@ -272,8 +272,35 @@ pub trait Backend: Send + Sync {
         1
     }
 
+    /// [`Backend::linear`] whose output is this rank's partial sum of a
+    /// row-parallel projection (`o_proj`, `out_proj`, a dense MLP's `down`),
+    /// about to go to [`Backend::all_reduce_sum`]. Inside a group a backend
+    /// whose activations are narrower than f32 may return it in a wider
+    /// dtype, so that the ranks' partials are summed before the one rounding
+    /// to [`Backend::act_dtype`] (the rounding one unsplit GEMM does once);
+    /// outside a group it is exactly `linear`.
+    fn linear_partial(&self, x: &Self::Act, w: &Self::Weight) -> OpResult<Self::Act> {
+        self.linear(x, w)
+    }
+
+    /// [`Backend::moe`] whose output is this rank's partial sum (its local
+    /// experts and its shard of the shared expert), about to go to
+    /// [`Backend::all_reduce_sum`]; may be wider than the activation dtype
+    /// inside a group, exactly `moe` outside one (as [`Backend::linear_partial`]).
+    fn moe_partial(
+        &self,
+        x: &Self::Act,
+        weights: &MoeWeights<Self::Weight>,
+        spec: &MoeSpec,
+    ) -> OpResult<Self::Act> {
+        self.moe(x, weights, spec)
+    }
+
     /// In place, the element-wise sum of `x` over every rank of the group
-    /// (each rank passes its partial `[rows][cols]`; all get the total).
+    /// (each rank passes its partial `[rows][cols]`; all get the total). A
+    /// partial from [`Backend::linear_partial`] / [`Backend::moe_partial`]
+    /// is summed in its own (wider) dtype and comes back in
+    /// [`Backend::act_dtype`], rounded once after the sum.
     fn all_reduce_sum(&self, x: &mut Self::Act) -> OpResult<()> {
         let _ = x;
         Ok(())

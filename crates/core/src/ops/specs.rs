@@ -66,6 +66,12 @@ pub struct MoeSpec {
     /// nothing here (their rank adds them in the all-reduce).
     pub first_expert: usize,
     pub local_experts: usize,
+    /// Whether this backend adds the shared expert: always outside a group;
+    /// inside one, only the rank that holds the shared expert whole (the
+    /// others hold a one-row stand-in, never read). Held whole, its output is
+    /// rounded where one GPU rounds it, so a group's sum equals the
+    /// unsplit block up to f32 summation order (`docs/parallel.md`).
+    pub shared_expert: bool,
 }
 
 impl MoeSpec {
@@ -83,6 +89,7 @@ impl MoeSpec {
             renormalise,
             first_expert: 0,
             local_experts: num_experts,
+            shared_expert: true,
         }
     }
 

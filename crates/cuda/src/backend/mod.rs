@@ -21,6 +21,7 @@ mod launch;
 mod memory;
 mod moe;
 mod moe_decode;
+mod moe_partial;
 mod norm;
 mod rope;
 mod sample;
@@ -294,6 +295,24 @@ impl Backend for CudaBackend {
 
     fn world_size(&self) -> usize {
         self.comm.as_ref().map_or(1, |c| c.world)
+    }
+
+    /// f32 inside a group, plain bf16 `linear` outside (`comm`).
+    fn linear_partial(&self, x: &CudaAct, w: &CudaWeight) -> OpResult<CudaAct> {
+        comm::linear_partial(&self.dev, self.comm.as_ref(), x, w)
+    }
+
+    /// f32 inside a group ([`moe_partial`]), plain bf16 `moe` outside.
+    fn moe_partial(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CudaAct> {
+        match self.comm {
+            Some(_) => moe_partial::moe_f32(&self.dev, x, w, spec),
+            None => moe::moe(&self.dev, x, w, spec),
+        }
     }
 
     fn all_reduce_sum(&self, x: &mut CudaAct) -> OpResult<()> {

@@ -151,6 +151,12 @@ fn moe_marked(
     bf16("moe", x)?;
     let hidden = x.cols;
     check(w, spec, hidden)?;
+    if !spec.shared_expert {
+        return Err(OpError::Unsupported {
+            op: "moe",
+            reason: "a block without its shared expert runs only as a group's moe_partial".into(),
+        });
+    }
     if !MOE_AVAILABLE {
         return Err(OpError::Unsupported {
             op: "moe",

@@ -75,7 +75,8 @@ pub(crate) fn takes(
 /// `moe::check` before any launch).
 fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
     let si = w.shared_gate_proj.rows;
-    (1..=MAX_ROWS).contains(&x.rows)
+    spec.shared_expert
+        && (1..=MAX_ROWS).contains(&x.rows)
         && x.cols.is_multiple_of(8)
         && x.cols > 0
         && spec.intermediate.is_multiple_of(8)

@@ -270,6 +270,15 @@ pub const MOE_DECODE: KernelSource = KernelSource {
     ],
 };
 
+/// Tensor-parallel partials in f32: the MoE combine of one rank and the one
+/// rounding of a reduced sum (`backend::comm`, `backend::moe_partial`).
+pub const OPS_TP: KernelSource = KernelSource {
+    name: "ops_tp",
+    file: "ops_tp.cu",
+    source: include_str!("ops_tp.cu"),
+    entry_points: &["moe_combine_partial_f32", "round_f32_to_bf16"],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -291,6 +300,7 @@ pub const SOURCES: &[KernelSource] = &[
     MOE_GROUPED_GEMM_WIDE,
     OPS_FALLBACK,
     MOE_DECODE,
+    OPS_TP,
 ];
 
 /// The integer literal of `constexpr int NAME = <int>;` in a kernel source

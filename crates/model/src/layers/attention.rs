@@ -68,7 +68,7 @@ impl<B: Backend> FullAttention<B> {
             None => be.attention(&q, cache, batch, route),
         })?;
         let out = prof.time(be, Part::AttentionProjections, || {
-            be.linear(&y, &self.o_proj)
+            be.linear_partial(&y, &self.o_proj)
         })?;
         Ok((super::reduce(be, out, prof)?, report))
     }

@@ -60,7 +60,7 @@ impl<B: Backend> GatedDeltaNet<B> {
             be.gated_rms_norm(&mut core, &z, &self.norm, self.eps)
         })?;
         let out = prof.time(be, Part::GdnProjections, || {
-            be.linear(&core, &self.out_proj)
+            be.linear_partial(&core, &self.out_proj)
         })?;
         super::reduce(be, out, prof)
     }

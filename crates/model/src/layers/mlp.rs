@@ -25,9 +25,11 @@ impl<B: Backend> Mlp<B> {
             Mlp::Dense { gate, up, down } => prof.time(be, Part::DenseMlp, || {
                 let g = be.linear(x, gate)?;
                 let u = be.linear(x, up)?;
-                be.linear(&be.swiglu(&g, &u)?, down)
+                be.linear_partial(&be.swiglu(&g, &u)?, down)
             }),
-            Mlp::Moe { weights, spec } => prof.time(be, Part::Moe, || be.moe(x, weights, spec)),
+            Mlp::Moe { weights, spec } => {
+                prof.time(be, Part::Moe, || be.moe_partial(x, weights, spec))
+            }
         }?;
         // Local experts + the shared expert's shard (or the dense MLP's
         // intermediate shard): one all-reduce per block.

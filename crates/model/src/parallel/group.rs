@@ -18,7 +18,7 @@ use crate::{
 };
 use headroom_core::ops::{Backend, Batch};
 use headroom_core::RouteRequest;
-use headroom_cpu::{CpuBackend, CpuComm};
+use headroom_cpu::{CpuBackend, CpuComm, Precision};
 use std::sync::Arc;
 
 /// Where the ranks' weights come from.
@@ -62,6 +62,25 @@ impl TpGroup<CpuBackend> {
         ShardPlan::new(cfg, world)?;
         let comm = CpuComm::new(world);
         let backends = comm.ranks().into_iter().map(CpuBackend::in_group).collect();
+        let abort: Abort = Arc::new(move || comm.abort());
+        TpGroup::build(backends, cfg, weights, Some(abort))
+    }
+
+    /// [`TpGroup::cpu`] computing in `precision`: with a bf16 emulation, the
+    /// CUDA group's numerics (f32 partials, the sum rounded once) on the CPU.
+    pub fn cpu_with_precision(
+        cfg: &ModelConfig,
+        world: usize,
+        weights: TpWeights<'_>,
+        precision: Precision,
+    ) -> Result<Self, ModelError> {
+        ShardPlan::new(cfg, world)?;
+        let comm = CpuComm::new(world);
+        let backends = comm
+            .ranks()
+            .into_iter()
+            .map(|r| CpuBackend::in_group_with_precision(r, precision))
+            .collect();
         let abort: Abort = Arc::new(move || comm.abort());
         TpGroup::build(backends, cfg, weights, Some(abort))
     }

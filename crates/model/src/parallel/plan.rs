@@ -7,8 +7,9 @@
 //!   replicated when `N` is a multiple of them.
 //! * Gated DeltaNet by value heads, the key heads following the same way
 //!   (`v_heads / k_heads` value heads share one key head).
-//! * MoE by experts (router replicated), the shared expert by its
-//!   intermediate dim; a dense MLP by its intermediate dim.
+//! * MoE by experts (router replicated); the shared expert whole on rank 0,
+//!   which adds it (its output rounded where one GPU rounds it); a dense MLP
+//!   by its intermediate dim.
 //! * LM head by vocab rows when `N` divides the vocab (then gathered), else
 //!   replicated. Embeddings and norms replicated.
 
@@ -47,10 +48,13 @@ pub struct HeadSplit {
 /// The MLP part a rank holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MlpSplit {
-    /// Routed experts `experts`, shared-expert intermediate rows `shared`.
+    /// Routed experts `experts`, shared-expert intermediate rows `shared`;
+    /// `adds_shared`: this rank adds the shared expert (rank 0, holding it
+    /// whole; the others hold row 0 as a stand-in the op never reads).
     Moe {
         experts: Range<usize>,
         shared: Range<usize>,
+        adds_shared: bool,
     },
     /// Intermediate rows of gate/up (columns of down).
     Dense { intermediate: Range<usize> },
@@ -103,6 +107,7 @@ fn whole_mlp(cfg: &ModelConfig) -> MlpSplit {
         MlpConfig::Moe(m) => MlpSplit::Moe {
             experts: 0..m.num_experts,
             shared: 0..m.shared_expert_intermediate_size,
+            adds_shared: true,
         },
         MlpConfig::Dense { intermediate_size } => MlpSplit::Dense {
             intermediate: 0..intermediate_size,
@@ -217,15 +222,18 @@ impl ShardPlan {
         let mlp: Vec<MlpSplit> = match cfg.mlp {
             MlpConfig::Moe(m) => {
                 divides("experts", m.num_experts, world)?;
-                divides(
-                    "shared-expert intermediate size",
-                    m.shared_expert_intermediate_size,
-                    world,
-                )?;
+                // The shared expert is not split: split, no rank would hold
+                // its whole output, which one GPU rounds to bf16 before the
+                // gate; rank 0 adds it, the others hold a one-row stand-in.
                 (0..world)
                     .map(|r| MlpSplit::Moe {
                         experts: even(m.num_experts, world, r),
-                        shared: even(m.shared_expert_intermediate_size, world, r),
+                        shared: if r == 0 {
+                            0..m.shared_expert_intermediate_size
+                        } else {
+                            0..m.shared_expert_intermediate_size.min(1)
+                        },
+                        adds_shared: r == 0,
                     })
                     .collect()
             }

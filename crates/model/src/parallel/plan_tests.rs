@@ -32,7 +32,8 @@ fn one_rank_holds_everything() {
         r.mlp,
         MlpSplit::Moe {
             experts: 0..256,
-            shared: 0..512
+            shared: 0..512,
+            adds_shared: true,
         }
     );
     assert_eq!(r.vocab, None, "one rank: no vocab split, no gather");
@@ -61,12 +62,25 @@ fn ranks_tile_heads_experts_and_vocab_for_2_4_8() {
             .ranks
             .iter()
             .map(|r| match &r.mlp {
-                MlpSplit::Moe { experts, shared } => (experts.clone(), shared.clone()),
+                MlpSplit::Moe {
+                    experts,
+                    shared,
+                    adds_shared,
+                } => (experts.clone(), (shared.clone(), *adds_shared)),
                 MlpSplit::Dense { .. } => panic!("a MoE model"),
             })
             .unzip();
         assert!(tiles(&experts, 256));
-        assert!(tiles(&shared, 512));
+        // The shared expert whole on rank 0 (which adds it), a one-row
+        // stand-in on the others.
+        for (r, s) in shared.iter().enumerate() {
+            let want = if r == 0 {
+                (0..512, true)
+            } else {
+                (0..1, false)
+            };
+            assert_eq!(*s, want, "rank {r} of {world}");
+        }
         for (i, r) in p.ranks.iter().enumerate() {
             assert_eq!((r.rank, r.world), (i, world));
         }

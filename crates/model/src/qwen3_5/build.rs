@@ -151,7 +151,14 @@ pub(super) fn decoder<B: Backend>(
                 down: src.matrix_part(be, &format!("{m}.down_proj.weight"), None, cols)?,
             }
         }
-        (MlpConfig::Moe(moe), MlpSplit::Moe { experts, shared }) => {
+        (
+            MlpConfig::Moe(moe),
+            MlpSplit::Moe {
+                experts,
+                shared,
+                adds_shared,
+            },
+        ) => {
             let s = format!("{m}.shared_expert");
             let (i, h) = (moe.moe_intermediate_size, cfg.hidden_size);
             let gate_up = [times(experts, 2 * i)];
@@ -197,6 +204,7 @@ pub(super) fn decoder<B: Backend>(
                 spec: MoeSpec {
                     first_expert: experts.start,
                     local_experts: experts.len(),
+                    shared_expert: *adds_shared,
                     ..MoeSpec::all_experts(
                         moe.num_experts,
                         moe.num_experts_per_tok,

@@ -75,8 +75,9 @@ impl GemmKernel {
 }
 
 impl GemmImpl {
-    /// The kernels for an architecture: wgmma with the staged y epilogue on
-    /// `sm_90a`, mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|staged|wide|wide_p|wide_ws|auto`
+    /// The kernels for an architecture: on `sm_90a` `Auto` (the persistent
+    /// 128 x 256 kernels for large passes, wgmma with the staged y epilogue
+    /// below; docs/perf/cuda-moe.md, moe5), mma.sync elsewhere. `HEADROOM_MOE_IMPL=mma|wgmma|staged|wide|wide_p|wide_ws|auto`
     /// overrides (the wgmma kernels only where the arch has them).
     pub fn for_arch(arch: &str) -> GemmImpl {
         let hopper = arch == "sm_90a";
@@ -86,8 +87,8 @@ impl GemmImpl {
             Ok("wide") if hopper => GemmImpl::Wide,
             Ok("wide_p") if hopper => GemmImpl::WidePersistent,
             Ok("wide_ws") if hopper => GemmImpl::WideWs,
-            Ok("auto") if hopper => GemmImpl::Auto,
-            _ if hopper => GemmImpl::WgmmaStagedY,
+            Ok("staged") if hopper => GemmImpl::WgmmaStagedY,
+            _ if hopper => GemmImpl::Auto,
             _ => GemmImpl::MmaSync,
         }
     }

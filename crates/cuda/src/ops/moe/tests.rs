@@ -212,9 +212,9 @@ fn wide_kernels_run_where_the_shape_divides_their_tiles_and_fall_back_otherwise(
 }
 
 #[test]
-fn wgmma_with_the_staged_y_epilogue_is_the_hopper_default() {
+fn auto_is_the_hopper_default() {
     if std::env::var_os("HEADROOM_MOE_IMPL").is_none() {
-        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::WgmmaStagedY);
+        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::Auto);
     }
     assert_eq!(GemmImpl::for_arch("sm_80"), GemmImpl::MmaSync);
     assert_eq!(GemmImpl::for_arch("sm_89"), GemmImpl::MmaSync);

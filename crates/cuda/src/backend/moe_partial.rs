@@ -1,0 +1,99 @@
+//! One tensor-parallel rank's MoE partial in f32 (`Backend::moe_partial`
+//! inside a group): the routed sum of its local experts (f32, from the
+//! grouped-GEMM or fallback kernels of [`super::external`]) and, on the rank
+//! whose spec says so (`MoeSpec::shared_expert`: it holds the shared expert
+//! whole), the shared expert's bf16 output — rounded exactly where one GPU
+//! rounds it — gated by `sigmoid(shared_gate · x)`, combined in f32
+//! (`moe_combine_partial_f32`, `kernels/ops_tp.cu`) and left for the
+//! all-reduce to sum and round once ([`super::comm`]): the group's sum is
+//! the one-GPU block up to f32 summation order. Outside a group
+//! `moe_partial` is the ordinary bf16 [`super::moe::moe`]; this file adds no
+//! work there.
+
+use super::dense::linear;
+use super::external::{routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
+use super::launch::{int, launch, stride_grid, Args};
+use super::memory::new_act;
+use super::types::{CudaAct, CudaWeight};
+use super::validate::bf16;
+use crate::device::CudaDevice;
+use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
+use headroom_core::Dtype;
+
+/// The MoE block's output over this backend's experts and shared-expert
+/// shard, f32 `[t][hidden]`, not rounded.
+pub(crate) fn moe_f32(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CudaAct> {
+    bf16("moe", x)?;
+    let hidden = x.cols;
+    super::moe::check(w, spec, hidden)?;
+    if !MOE_AVAILABLE {
+        return Err(OpError::Unsupported {
+            op: "moe",
+            reason: format!("routed experts: {NOT_MERGED}"),
+        });
+    }
+    let logits = linear(dev, x, &w.router, Dtype::F32)?;
+    // Overwritten by the routed-experts kernel, then by the combine (in place).
+    let out = new_act(dev, "moe", x.rows, hidden, Dtype::F32)?;
+    let call = MoeCall {
+        x: &x.buf,
+        router_logits: &logits.buf,
+        gate_up: &w.gate_up.buf,
+        down: &w.down.buf,
+        out: &out.buf,
+        tokens: x.rows,
+        hidden,
+        experts: spec.num_experts,
+        top_k: spec.top_k,
+        intermediate: spec.intermediate,
+        renormalise: spec.renormalise,
+    };
+    routed_experts(dev, &call, (spec.first_expert, spec.local_experts))?;
+    if !spec.shared_expert {
+        return Ok(out);
+    }
+    let shared = super::moe::shared_expert(dev, x, w)?;
+    let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
+    let n = x.elems();
+    if n > 0 {
+        let args = Args::new()
+            .ptr(out.ptr())
+            .ptr(shared.ptr())
+            .ptr(gate.ptr())
+            .ptr(out.ptr())
+            .i64(n as i64)
+            .i32(int("moe", "hidden", hidden)?);
+        // SAFETY: out holds n f32, shared n bf16, gate one f32 per row; the
+        // kernel reads each element of `out` before writing it.
+        unsafe {
+            launch(
+                dev,
+                "moe_combine_partial_f32",
+                stride_grid(n, 256),
+                256,
+                args,
+            )?
+        };
+    }
+    Ok(out)
+}
+
+impl super::CudaBackend {
+    /// The MoE block's f32 partial over the experts these weights hold, plus
+    /// the shared expert when `spec.shared_expert`: what `moe_partial`
+    /// returns inside a group (on one GPU, for the tests that split a block
+    /// by hand).
+    pub fn moe_f32(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CudaAct> {
+        moe_f32(&self.dev, x, w, spec)
+    }
+}
