@@ -66,6 +66,9 @@ pub struct StepReport {
     pub sampled: Vec<SampledRow>,
     /// Seconds in `model.step` and sampling (device work).
     pub forward_s: f64,
+    /// Seconds the host spent in `model.step` queueing the forward (the
+    /// rest of `forward_s` is waiting for the device and drawing tokens).
+    pub queue_s: f64,
     /// Seconds of the whole step (admission, planning, bookkeeping included).
     pub total_s: f64,
     /// Largest attention transient of the step's calls.
@@ -489,6 +492,13 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let forward_started = Instant::now();
         let drawn = self.forward(&ids, &batch, plan, &draws, &mut report);
         report.forward_s = forward_started.elapsed().as_secs_f64();
+        tracing::debug!(
+            rows = batch.rows(),
+            plan_ms = (forward_started - started).as_secs_f64() * 1e3,
+            queue_ms = report.queue_s * 1e3,
+            forward_ms = report.forward_s * 1e3,
+            "engine step: planned and admitted, forward queued on the host, forward done with its tokens drawn"
+        );
         let drawn = match drawn {
             Ok(d) => d,
             Err(e) => {
@@ -543,9 +553,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         draws: &[usize],
         report: &mut StepReport,
     ) -> Result<Vec<Drawn>, EngineError> {
+        let queue_started = Instant::now();
         let out = self
             .model
             .step(&mut self.state, ids, batch, &self.routes, LogitsRows::Last)?;
+        report.queue_s = queue_started.elapsed().as_secs_f64();
         let nseq = plan.len();
         for (r, rep) in out.attention.iter().enumerate() {
             report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);
