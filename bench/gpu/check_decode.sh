@@ -106,7 +106,7 @@ logits)
     ;;
 decode)
     # Arms: name and its environment. base = both changes off (main's behaviour).
-    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off v1:HEADROOM_MOE_DECODE=v1 all:"}
+    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off v1:HEADROOM_MOE_DECODE=v1,HEADROOM_UPLOAD_CACHE=on all:HEADROOM_MOE_DECODE=v2,HEADROOM_UPLOAD_CACHE=on"}
     echo "=== decode after 8k and 32k (35B-A3B shape, engine, fused attention) ==="
     for pass in 1 2; do
         for a in $ARMS; do

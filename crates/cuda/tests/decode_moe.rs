@@ -276,8 +276,13 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
                 e_paths < 2e-2,
                 "{k:?} {rows} rows: decode vs grouped {e_paths}"
             );
-            // The backend's moe op takes the default (v2) decode path here.
-            if k == MoeDecodeKernels::V2 && std::env::var("HEADROOM_MOE_DECODE").is_err() {
+            // The backend's moe op takes the v2 decode path when it is opted in.
+            if k == MoeDecodeKernels::V2
+                && matches!(
+                    std::env::var("HEADROOM_MOE_DECODE").as_deref(),
+                    Ok("v2" | "on" | "1")
+                )
+            {
                 let via_op = be
                     .act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap())
                     .unwrap();

@@ -50,14 +50,18 @@ impl MoeDecodeKernels {
     }
 }
 
-/// `HEADROOM_MOE_DECODE`: `off` (or `0`, `false`) the grouped-GEMM path for
-/// every batch; `v1` the first kernels; otherwise v2.
+/// `HEADROOM_MOE_DECODE`: `v2` (or `on`) the decode kernels, `v1` the first
+/// ones; otherwise (default) the grouped-GEMM path for every batch. Opt-in:
+/// the lead's final GPU call of 2026-12-01 (docs/perf/cuda-decode.md,
+/// "decode2 on main") saw a whole-model decode on the moe_d256 fixture fail
+/// with an illegal address with this path and the table cache on, cause not
+/// yet isolated.
 fn chosen() -> Option<MoeDecodeKernels> {
     static CHOSEN: OnceLock<Option<MoeDecodeKernels>> = OnceLock::new();
     *CHOSEN.get_or_init(|| match std::env::var("HEADROOM_MOE_DECODE").as_deref() {
-        Ok("off" | "0" | "false") => None,
+        Ok("v2" | "on" | "1") => Some(MoeDecodeKernels::V2),
         Ok("v1") => Some(MoeDecodeKernels::V1),
-        _ => Some(MoeDecodeKernels::V2),
+        _ => None,
     })
 }
 
