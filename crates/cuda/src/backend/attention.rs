@@ -136,16 +136,11 @@ pub(crate) fn attention(
         }
     }
     let out = new_act(dev, op, q.rows, q.cols, Dtype::Bf16)?;
-    // Head-major staging only for sequences of more than one row.
-    let longest = (0..batch.sequences())
-        .map(|i| batch.seq_len(i))
-        .filter(|&t| t > 1)
-        .max()
-        .unwrap_or(0);
-    let q_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
-    let o_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
     let es = 2u64;
     let one_launch = route == RouteRequest::Fused && fused_impl(&dev.arch) == FusedImpl::Wgmma;
+    let longest = staging_rows(batch, one_launch);
+    let q_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
+    let o_hm = new_act(dev, op, longest, q.cols, Dtype::Bf16)?;
     let mut combined: Option<AttentionReport> = None;
     let mut merge = |rep: AttentionReport| {
         combined = Some(match combined {
@@ -268,6 +263,19 @@ pub(crate) fn attention(
     Ok((out, report))
 }
 
+/// Rows of the head-major staging buffers: the longest sequence that is
+/// transposed. The one-launch route reads a one-row sequence in place (its
+/// token-major row is head-major); every other route stages every sequence,
+/// one-row ones included — sizing the buffers by the multi-row sequences
+/// alone let an all-decode batch on the composed route write past them.
+fn staging_rows(batch: &Batch, one_launch: bool) -> usize {
+    (0..batch.sequences())
+        .map(|i| batch.seq_len(i))
+        .filter(|&t| !one_launch || t > 1)
+        .max()
+        .unwrap_or(0)
+}
+
 /// `out *= sigmoid(gate)` on the rows of the batch's one-row sequences: the
 /// whole output in one launch when every sequence is one row (decode), else
 /// one launch over those rows through a row table.
@@ -298,4 +306,28 @@ fn gate_one_row_sequences(
     let grid = (grid_dim(op, rows.len(), GRID_X)?, 1, 1);
     // SAFETY: every listed row is a row of out and of the gate (same shape).
     unsafe { launch(dev, "mul_sigmoid_rows_bf16", grid, 256, args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::staging_rows;
+    use headroom_core::ops::Batch;
+
+    #[test]
+    fn every_sequence_is_staged_unless_the_one_launch_route_reads_it_in_place() {
+        let decode = Batch::packed(&[(0, 77, 1), (1, 4, 1), (2, 21, 1)]);
+        assert_eq!(
+            staging_rows(&decode, false),
+            1,
+            "composed decode stages its rows"
+        );
+        assert_eq!(
+            staging_rows(&decode, true),
+            0,
+            "one launch reads one-row sequences in place"
+        );
+        let mixed = Batch::packed(&[(1, 3, 1), (0, 40, 37), (2, 1, 20)]);
+        assert_eq!(staging_rows(&mixed, false), 37);
+        assert_eq!(staging_rows(&mixed, true), 37);
+    }
 }
