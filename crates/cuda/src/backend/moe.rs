@@ -108,7 +108,7 @@ impl super::CudaBackend {
 }
 
 /// The routed-experts launch of `x` with output buffer `out`.
-fn call<'a>(
+pub(super) fn call<'a>(
     x: &'a CudaAct,
     logits: &'a CudaAct,
     w: &'a MoeWeights<CudaWeight>,
@@ -202,18 +202,45 @@ fn moe_marked(
     let shared = shared_expert(dev, x, w)?;
     mark("glue");
     let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
-    let n = x.elems();
-    if n > 0 {
-        let args = Args::new()
-            .ptr(routed.ptr())
-            .ptr(shared.ptr())
-            .ptr(gate.ptr())
-            .ptr(out.ptr())
-            .i64(n as i64)
-            .i32(super::launch::int("moe", "hidden", hidden)?);
-        // SAFETY: routed (f32), shared and out (bf16) hold n elements; gate one per row.
-        unsafe { launch(dev, "moe_combine_bf16", stride_grid(n, 256), 256, args)? };
-    }
+    combine(
+        dev,
+        "moe_combine_bf16",
+        x,
+        &routed,
+        &shared,
+        &gate,
+        out.ptr(),
+    )?;
     mark("end");
     Ok(out)
+}
+
+/// `out = routed + sigmoid(gate) · shared` over `x`'s rows (`gate` one f32
+/// per row, `shared` bf16, `routed` f32 `[rows][hidden]`) by `entry`:
+/// `moe_combine_bf16` (bf16 `out`) or `moe_combine_partial_f32` (f32 `out`,
+/// which may be `routed`).
+pub(super) fn combine(
+    dev: &CudaDevice,
+    entry: &'static str,
+    x: &CudaAct,
+    routed: &DeviceBuffer,
+    shared: &CudaAct,
+    gate: &CudaAct,
+    out: u64,
+) -> OpResult<()> {
+    let n = x.elems();
+    if n == 0 {
+        return Ok(());
+    }
+    let args = Args::new()
+        .ptr(routed.ptr())
+        .ptr(shared.ptr())
+        .ptr(gate.ptr())
+        .ptr(out)
+        .i64(n as i64)
+        .i32(super::launch::int("moe", "hidden", x.cols)?);
+    // SAFETY: routed and out hold n elements (f32, or the entry's output
+    // dtype), shared n bf16, gate one f32 per row; the kernels read each
+    // element of `routed` before writing the same element of `out`.
+    unsafe { launch(dev, entry, stride_grid(n, 256), 256, args) }
 }

@@ -160,8 +160,13 @@ fn moe_decode_marked(
             op,
             reason: format!(
                 "{} rows (1..={MAX_ROWS}), hidden {}, intermediate {}, shared {} (multiples of 8), \
-                 top-k {} (<= {MAX_TOP_K}), rows x experts <= {PROBS}",
-                x.rows, x.cols, spec.intermediate, w.shared_gate_proj.rows, spec.top_k
+                 top-k {} (<= {MAX_TOP_K}), rows x experts <= {PROBS}, shared expert held: {}",
+                x.rows,
+                x.cols,
+                spec.intermediate,
+                w.shared_gate_proj.rows,
+                spec.top_k,
+                spec.shared_expert
             ),
         });
     }

@@ -11,8 +11,7 @@
 //! work there.
 
 use super::dense::linear;
-use super::external::{routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
-use super::launch::{int, launch, stride_grid, Args};
+use super::external::{routed_experts, MOE_AVAILABLE, NOT_MERGED};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use super::validate::bf16;
@@ -40,46 +39,22 @@ pub(crate) fn moe_f32(
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
     // Overwritten by the routed-experts kernel, then by the combine (in place).
     let out = new_act(dev, "moe", x.rows, hidden, Dtype::F32)?;
-    let call = MoeCall {
-        x: &x.buf,
-        router_logits: &logits.buf,
-        gate_up: &w.gate_up.buf,
-        down: &w.down.buf,
-        out: &out.buf,
-        tokens: x.rows,
-        hidden,
-        experts: spec.num_experts,
-        top_k: spec.top_k,
-        intermediate: spec.intermediate,
-        renormalise: spec.renormalise,
-    };
+    let call = super::moe::call(x, &logits, w, spec, &out.buf);
     routed_experts(dev, &call, (spec.first_expert, spec.local_experts))?;
     if !spec.shared_expert {
         return Ok(out);
     }
     let shared = super::moe::shared_expert(dev, x, w)?;
     let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
-    let n = x.elems();
-    if n > 0 {
-        let args = Args::new()
-            .ptr(out.ptr())
-            .ptr(shared.ptr())
-            .ptr(gate.ptr())
-            .ptr(out.ptr())
-            .i64(n as i64)
-            .i32(int("moe", "hidden", hidden)?);
-        // SAFETY: out holds n f32, shared n bf16, gate one f32 per row; the
-        // kernel reads each element of `out` before writing it.
-        unsafe {
-            launch(
-                dev,
-                "moe_combine_partial_f32",
-                stride_grid(n, 256),
-                256,
-                args,
-            )?
-        };
-    }
+    super::moe::combine(
+        dev,
+        "moe_combine_partial_f32",
+        x,
+        &out.buf,
+        &shared,
+        &gate,
+        out.ptr(),
+    )?;
     Ok(out)
 }
 
