@@ -106,6 +106,15 @@ impl CpuBackend {
         }
     }
 
+    /// The MoE op's shape check (`supports`), as an op error.
+    fn moe_supported(&self, spec: &MoeSpec) -> OpResult<()> {
+        self.supports(&OpKey::Moe {
+            num_experts: spec.num_experts,
+            top_k: spec.top_k,
+        })
+        .map_err(|reason| OpError::Unsupported { op: "moe", reason })
+    }
+
     /// A backend computing in `precision` (e.g. emulating the CUDA backend's
     /// bf16 storage: `Precision::bf16(ActRounding::ALL)`).
     pub fn with_precision(precision: Precision) -> CpuBackend {
@@ -562,11 +571,7 @@ impl Backend for CpuBackend {
     }
 
     fn moe(&self, x: &CpuAct, w: &MoeWeights<CpuWeight>, spec: &MoeSpec) -> OpResult<CpuAct> {
-        self.supports(&OpKey::Moe {
-            num_experts: spec.num_experts,
-            top_k: spec.top_k,
-        })
-        .map_err(|reason| OpError::Unsupported { op: "moe", reason })?;
+        self.moe_supported(spec)?;
         crate::backend_moe::moe(self, x, w, spec)
     }
 
@@ -591,11 +596,7 @@ impl Backend for CpuBackend {
     ) -> OpResult<CpuAct> {
         match self.group {
             Some(_) => {
-                self.supports(&OpKey::Moe {
-                    num_experts: spec.num_experts,
-                    top_k: spec.top_k,
-                })
-                .map_err(|reason| OpError::Unsupported { op: "moe", reason })?;
+                self.moe_supported(spec)?;
                 crate::backend_moe::moe_unrounded(self, x, w, spec)
             }
             None => self.moe(x, w, spec),
