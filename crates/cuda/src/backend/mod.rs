@@ -23,6 +23,7 @@ mod moe;
 mod moe_decode;
 mod moe_partial;
 mod norm;
+mod profile_window;
 mod rope;
 mod sample;
 mod state;

@@ -69,6 +69,7 @@ pub(crate) fn sample(
     let queued = Instant::now();
     dev.read(&out, &mut tokens).map_err(dev_err)?;
     stats::step_done(queued);
+    super::profile_window::step_done();
     if let Some(row) = tokens.iter().position(|&t| t == u32::MAX) {
         return Err(OpError::shape(op, format!("row {row} has no finite logit")));
     }
