@@ -192,7 +192,13 @@ pub const OPS_SAMPLE: KernelSource = KernelSource {
     name: "ops_sample",
     file: "ops_sample.cu",
     source: include_str!("ops_sample.cu"),
-    entry_points: &["sample_bf16", "sample_f32"],
+    entry_points: &[
+        "sample_bf16",
+        "sample_f32",
+        "argmax_slices_bf16",
+        "argmax_slices_f32",
+        "argmax_finish",
+    ],
 };
 
 /// Sparse-MoE routing, expert-order bookkeeping and the weighted combine (`ops::moe`).

@@ -11,6 +11,11 @@
 // current prefix. Masses are 2^-40 fixed point in u64, so every sum is exact
 // and the result does not depend on thread timing.
 // params[4 r .. 4 r + 4] = (temperature, top_p, top_k, uniform in [0, 1)).
+// A batch whose rows are all greedy takes the split argmax below instead:
+// argmax_slices_* gives each CTA one ARGMAX_SLICE-wide slice of a row (grid
+// (slices, rows)) and writes its best (value, index); argmax_finish picks a
+// row's best slice — the same rule as above: finite logits only, the largest,
+// lowest index on ties, 0xFFFFFFFF when none is finite.
 
 #include <cuda_bf16.h>
 
@@ -209,4 +214,90 @@ extern "C" __global__ void sample_bf16(const bf16* logits, int vocab, const doub
 extern "C" __global__ void sample_f32(const float* logits, int vocab, const double* params,
                                       unsigned* out) {
     sample_rows<float>(logits, vocab, params, out);
+}
+
+constexpr int ARGMAX_THREADS = 256;
+constexpr int ARGMAX_SLICE = 8192;
+
+// `cand` beats `(best, best_i)`: finite candidates only (best_i < 0 = none yet).
+__device__ __forceinline__ bool better(float v, int i, float best, int best_i) {
+    return i >= 0 && (best_i < 0 || v > best || (v == best && i < best_i));
+}
+
+// The block's best (value, index) over its threads' candidates, in thread 0.
+__device__ __forceinline__ void block_best(float& best, int& best_i) {
+    __shared__ float wv[ARGMAX_THREADS / 32];
+    __shared__ int wi[ARGMAX_THREADS / 32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+        if (better(ov, oi, best, best_i)) {
+            best = ov;
+            best_i = oi;
+        }
+    }
+    if ((threadIdx.x & 31) == 0) {
+        wv[threadIdx.x >> 5] = best;
+        wi[threadIdx.x >> 5] = best_i;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < ARGMAX_THREADS / 32; ++w) {
+            if (better(wv[w], wi[w], best, best_i)) {
+                best = wv[w];
+                best_i = wi[w];
+            }
+        }
+    }
+}
+
+template <typename T>
+__device__ void argmax_slice(const T* logits, int vocab, float* part_v, int* part_i) {
+    const i64 row = blockIdx.y;
+    const T* x = logits + row * (i64)vocab;
+    const int begin = blockIdx.x * ARGMAX_SLICE;
+    const int end = min(vocab, begin + ARGMAX_SLICE);
+    float best = 0.0f;
+    int best_i = -1;
+    for (int i = begin + threadIdx.x; i < end; i += ARGMAX_THREADS) {
+        const float v = load(x, i);
+        if (finite(v) && better(v, i, best, best_i)) {
+            best = v;
+            best_i = i;
+        }
+    }
+    block_best(best, best_i);
+    if (threadIdx.x == 0) {
+        const i64 at = row * (i64)gridDim.x + blockIdx.x;
+        part_v[at] = best;
+        part_i[at] = best_i;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_slices_bf16(const bf16* logits, int vocab, float* part_v, int* part_i) {
+    argmax_slice<bf16>(logits, vocab, part_v, part_i);
+}
+
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_slices_f32(const float* logits, int vocab, float* part_v, int* part_i) {
+    argmax_slice<float>(logits, vocab, part_v, part_i);
+}
+
+// One CTA per row over its `slices` partials.
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_finish(const float* part_v, const int* part_i, int slices, unsigned* out) {
+    const i64 row = blockIdx.x;
+    float best = 0.0f;
+    int best_i = -1;
+    for (int s = threadIdx.x; s < slices; s += ARGMAX_THREADS) {
+        const i64 at = row * (i64)slices + s;
+        if (better(part_v[at], part_i[at], best, best_i)) {
+            best = part_v[at];
+            best_i = part_i[at];
+        }
+    }
+    block_best(best, best_i);
+    if (threadIdx.x == 0) out[row] = best_i < 0 ? 0xFFFFFFFFu : (unsigned)best_i;
 }

@@ -96,6 +96,58 @@ fn sampling_is_greedy_on_ties_deterministic_and_follows_the_cpu_rule() {
     assert_eq!(Some(t[1]), sample_ref(&lg, &params(0.7, 0.95, 40, 9), 5));
 }
 
+/// Batches of greedy rows only take the split argmax (slices of 8192 logits,
+/// then one CTA per row): ties across slices go to the lowest index, NaN and
+/// ±inf are never picked, a row without a finite logit is an error, and
+/// random bf16 rows (many ties) agree with the CPU rule.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn greedy_batches_split_the_argmax_and_follow_the_cpu_rule() {
+    let be = backend();
+    let greedy = |n: usize| vec![params(0.0, 1.0, 0, 0); n];
+    // 3 rows of 20,001 logits (3 slices, the last a tail of 3,617).
+    let vocab = 20_001;
+    let mut rows = uniform(70, 3 * vocab, 4.0);
+    // Row 0: equal maxima in slices 2 and 1 -> the lower index (slice 1).
+    rows[19_000] = 8.0;
+    rows[9_000] = 8.0;
+    // Row 1: +inf and NaN beside the finite maximum in the tail.
+    rows[vocab + 5] = f32::INFINITY;
+    rows[vocab + 6] = f32::NAN;
+    rows[vocab + 20_000] = 7.5;
+    // Row 2: the maximum at index 0.
+    rows[2 * vocab] = 9.0;
+    let l = act(&be, 3, vocab, &rows);
+    let got = be.sample(&l, &greedy(3), &[0, 1, 2]).unwrap();
+    assert_eq!(got, vec![9_000, 20_000, 0]);
+    for (i, &t) in got.iter().enumerate() {
+        let row = &rows[i * vocab..(i + 1) * vocab];
+        assert_eq!(
+            Some(t),
+            sample_ref(row, &params(0.0, 1.0, 0, 0), 0),
+            "row {i}"
+        );
+    }
+    // A row of NaN and -inf only: an error, as on the CPU.
+    let mut dead = vec![f32::NAN; 2 * 9000];
+    dead[9000..].copy_from_slice(&uniform(71, 9000, 1.0));
+    dead[17] = f32::NEG_INFINITY;
+    assert!(be
+        .sample(&act(&be, 2, 9000, &dead), &greedy(2), &[0, 0])
+        .is_err());
+    // Random rows rounded to bf16 (ties common), 40 rows of 100,003.
+    let (n, v) = (40, 100_003);
+    let lg = uniform(72, n * v, 3.0);
+    let l = act(&be, n, v, &lg);
+    // The reference sees the same bf16 values the kernel reads.
+    let bf = be.act_to_f32(&l).unwrap();
+    let got = be.sample(&l, &greedy(n), &vec![0; n]).unwrap();
+    for i in 0..n {
+        let want = sample_ref(&bf[i * v..(i + 1) * v], &params(0.0, 1.0, 0, 0), 0);
+        assert_eq!(Some(got[i]), want, "row {i}");
+    }
+}
+
 /// A small case of every kernel, for compute-sanitizer (memcheck) runs.
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
