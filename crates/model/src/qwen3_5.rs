@@ -496,6 +496,8 @@ impl<B: Backend> Qwen35Model<B> {
                 })
             }
             LogitsRows::All => None,
+            // Every sequence one row (decode): the last rows are all rows, in order.
+            LogitsRows::Last if batch.rows() == batch.sequences() => None,
             LogitsRows::Last => Some(batch.last_rows()),
         };
         // The final norm only over the rows whose logits are wanted.
