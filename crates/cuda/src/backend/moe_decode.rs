@@ -6,7 +6,9 @@
 //! 128-row tiles that hold one valid row each at decode.
 //! `HEADROOM_MOE_DECODE=off` keeps the grouped path for every batch.
 
-use super::launch::{alloc, grid_dim, int, launch, mul, Args, GRID_X, GRID_YZ};
+use super::launch::{
+    alloc, grid_dim, int, launch, launch_programmatic, mul, Args, GRID_X, GRID_YZ,
+};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use crate::device::CudaDevice;
@@ -37,6 +39,36 @@ fn enabled() -> bool {
             Ok("off" | "0" | "false")
         )
     })
+}
+
+/// `HEADROOM_MOE_PDL=off`: the three kernels launch plainly, each after the
+/// previous kernel has finished; otherwise (default) with programmatic
+/// dependent launch where the device has it (`launch_programmatic`).
+fn programmatic() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("HEADROOM_MOE_PDL").as_deref(),
+            Ok("off" | "0")
+        )
+    })
+}
+
+/// Launches one of the decode kernels (see [`programmatic`]).
+///
+/// # Safety
+/// As `launch`: the arguments match the kernel and address enough memory.
+unsafe fn launch_kernel(
+    dev: &CudaDevice,
+    entry: &'static str,
+    grid: (u32, u32, u32),
+    args: Args,
+) -> OpResult<()> {
+    if programmatic() {
+        launch_programmatic(dev, entry, grid, THREADS, args)
+    } else {
+        launch(dev, entry, grid, THREADS, args)
+    }
 }
 
 /// Whether the decode kernels take this call (few rows, shapes they handle).
@@ -169,10 +201,12 @@ fn moe_decode_marked(
         .ptr(at(ws.logits))
         .ptr(at(ws.act));
     mark("route");
+    // Each kernel launches programmatically (it may start while the previous
+    // kernel finishes) and reads only weights before its griddepcontrol.wait.
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden],
     // the shared projections [si][hidden] (moe::check); the workspace holds
     // rows·(e+1) logits and rows·(k+1)·stride activations, stride ≥ si.
-    unsafe { launch(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
+    unsafe { launch_kernel(dev, "moe_decode_route", (route_grid, 1, 1), args)? };
 
     let pairs = grid_dim(op, rows * k, GRID_YZ)?;
     let gu_grid = grid_dim(op, inter.div_ceil(WARPS), GRID_X)?;

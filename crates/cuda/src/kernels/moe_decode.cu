@@ -20,6 +20,9 @@
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit).
 //
+// The three launch with programmatic dependent launch (compute capability
+// 9.0+): each reads only weights before wait_prior().
+//
 // Needs hidden, intermediate and the shared intermediate to be multiples of 8
 // (16-byte loads); rows <= MAX_ROWS; experts <= MAX_EXPERTS; top_k <= MAX_TOP_K.
 
@@ -88,6 +91,23 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// Programmatic dependent launch (the launcher sets it on compute capability
+// 9.0+; without it both are no-ops): wait_prior() returns once the previous
+// kernel on the stream has finished and its writes are visible — nothing a
+// kernel wrote may be read, and nothing written, before it; launch_next()
+// lets the next kernel's CTAs start (they wait in their own wait_prior()).
+__device__ __forceinline__ void wait_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
@@ -237,13 +257,15 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int rb = (experts + 1 + WARPS - 1) / WARPS;
     uint4 av[KCH];
+    launch_next();  // the gate_up CTAs take the SMs this grid leaves free
     if ((int)blockIdx.x < rb) {
         // Router row j (the shared gate's at j == experts) for every row;
         // warps past it load the shared gate's and write nothing.
         const int j = blockIdx.x * WARPS + warp;
         const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
         for (int r = 0; r < rows; ++r) {
-            load_pass(w, 0, hidden, lane, av);
+            load_pass(w, 0, hidden, lane, av);  // weights: before the wait
+            wait_prior();
             if (r > 0) __syncthreads();  // every warp is done with row r - 1
             stage_x(x + (long long)r * hidden, xs, hidden);
             __syncthreads();
@@ -268,6 +290,7 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
     uint4 bv[KCH];
     load_pass(g_row, 0, hidden, lane, av);
     load_pass(u_row, 0, hidden, lane, bv);
+    wait_prior();
     stage_x(x + (long long)r * hidden, xs, hidden);
     __syncthreads();
     float g = 0.f, u = 0.f;
@@ -299,6 +322,7 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int pair = blockIdx.y, r = pair / top_k, slot = pair - r * top_k;
+    wait_prior();
     // x's row: loaded before the routing, stored after it (the stores would
     // wait for the loads and hold back the logits' loads).
     uint4 xr[XPT];
@@ -379,6 +403,7 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = blockIdx.y, t = threadIdx.x;
     const int slots = top_k + 1;
+    wait_prior();
     if (t < top_k) {
         const int e = topk_expert[r * top_k + t];
         base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
