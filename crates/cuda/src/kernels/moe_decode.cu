@@ -312,7 +312,7 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
 // The routed experts' gate+up. grid: (ceil(inter / WARPS), rows * top_k).
 // topk_expert / topk_weight: [rows][top_k], local expert index (or -1: another
 // rank's) and its weight, written by the CTA at (0, row * top_k).
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, 3)  // <= 80 registers: 3 CTAs an SM (16 loads a lane still in one round)
 moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
                    const float* __restrict__ logits, int hidden, int experts, int top_k,
                    int renormalise, int first, int local, int inter, int act_stride,
