@@ -5,8 +5,8 @@
 //! blocks (hidden 64, 8 experts, top-2/3, intermediate 16, shared 24) and
 //! neighbours at 1..=8 rows, small shapes with tails in every dimension,
 //! expert parallelism (a rank's slice of the experts), shapes past one pass
-//! of each kernel's loops (hidden > 2048, intermediate > 512, top-k > 8,
-//! > 256 experts), a NaN input row, and repeated calls.
+//! of each kernel's loops (hidden over 2048, intermediate over 512, top-k
+//! over 8, more than 256 experts), a NaN input row, and repeated calls.
 //! Run by bench/gpu/check_decode.sh on the GPU machine.
 
 use cudarc::driver::{result, sys};

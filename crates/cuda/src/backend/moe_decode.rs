@@ -345,6 +345,6 @@ mod tests {
         assert!(9 * act_stride(512, 512) <= MAX_ACT);
         // Qwen3.5-397B-A17B's block: top-10, intermediate 1024, hidden 4096.
         assert!(11 * act_stride(1024, 1024) <= MAX_ACT);
-        assert!(4096 <= MAX_HIDDEN);
+        const { assert!(4096 <= MAX_HIDDEN) };
     }
 }
