@@ -5,7 +5,8 @@
 #             small split case, and attention TFLOP/s for 512 rows after 32,256 and
 #             2,048 after 30,720 with the split schedule off and automatic;
 #  moe        the MoE decode path's tests (tests/decode_moe.rs: f64 reference, the
-#             grouped-GEMM path, NaN-poisoned outputs, tails, expert slices) and
+#             grouped-GEMM path, NaN-poisoned outputs, tails, expert slices, the
+#             model fixtures' blocks, shapes past one pass of each loop) and
 #             compute-sanitizer memcheck on its small cases;
 #  logits     the whole model's logits for a 24-token prompt fed one token per
 #             step (every MoE call one row), MoE decode path off and on, compared
@@ -13,8 +14,8 @@
 #             layers beside a control arm (printed);
 #  decode     decode tokens/s after 8k and 32k prompts on the 40-layer 35B-A3B
 #             shape through the engine, arms side by side in the same call, twice
-#             (base: HEADROOM_MOE_DECODE=off and HEADROOM_UPLOAD_CACHE=off; v1: the
-#             first MoE decode kernels; all: defaults; DECODE_ARMS overrides), with
+#             (base: HEADROOM_MOE_DECODE=off and HEADROOM_UPLOAD_CACHE=off; moe: the
+#             MoE decode path (default) alone; all: both on; DECODE_ARMS overrides), with
 #             HEADROOM_DECODE_STATS=1 (host queue time vs wait for the GPU per
 #             step), then the per-part breakdown of profiled decode steps.
 # Binaries (built elsewhere) in $BIN_DIR: headroom and the test binaries a section
@@ -77,6 +78,7 @@ moe)
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     echo "=== memcheck: decode_moe small cases ==="
     memcheck "$MOE" small_shapes_with_tails_and_expert_parallel_slices_match_f64
+    memcheck "$MOE" model_fixture_shapes_match_f64
     memcheck "$MOE" nan_row_stays_in_its_row_and_repeated_calls_agree
     ;;
 logits)
@@ -95,10 +97,10 @@ logits)
     }
     cmp_logits() { python3 "$(dirname "$0")/compare_decode_logits.py" "$OUT/logits-$1.safetensors" "$OUT/logits-$2.safetensors" ${3:-} || status=1; }
     logits l1-off qwen3.6-35b-a3b:layers=1 HEADROOM_MOE_DECODE=off
-    logits l1-on qwen3.6-35b-a3b:layers=1 HEADROOM_MOE_DECODE=v2
+    logits l1-on qwen3.6-35b-a3b:layers=1 HEADROOM_MOE_DECODE=on
     echo "--- 1 layer, grouped vs decode path (must be <= 2e-2)"; cmp_logits l1-off l1-on 2e-2
     logits off qwen3.6-35b-a3b HEADROOM_MOE_DECODE=off
-    logits on qwen3.6-35b-a3b HEADROOM_MOE_DECODE=v2
+    logits on qwen3.6-35b-a3b HEADROOM_MOE_DECODE=on
     logits unfused qwen3.6-35b-a3b HEADROOM_MOE_DECODE=off HEADROOM_MOE_GLUE=unfused
     echo "--- 40 layers, grouped vs decode path"; cmp_logits off on
     echo "--- 40 layers, control: grouped fused vs grouped unfused glue"; cmp_logits off unfused
@@ -106,7 +108,7 @@ logits)
     ;;
 decode)
     # Arms: name and its environment. base = both changes off (main's behaviour).
-    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off v1:HEADROOM_MOE_DECODE=v1,HEADROOM_UPLOAD_CACHE=on all:HEADROOM_MOE_DECODE=v2,HEADROOM_UPLOAD_CACHE=on"}
+    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off moe:HEADROOM_MOE_DECODE=on,HEADROOM_UPLOAD_CACHE=off all:HEADROOM_MOE_DECODE=on,HEADROOM_UPLOAD_CACHE=on"}
     echo "=== decode after 8k and 32k (35B-A3B shape, engine, fused attention) ==="
     for pass in 1 2; do
         for a in $ARMS; do

@@ -259,6 +259,44 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// [`Self::launch`] with programmatic dependent launch (compute
+    /// capability 9.0+, else a plain launch): `f` may start before the
+    /// previous kernel on the stream has finished.
+    ///
+    /// # Safety
+    /// As [`Self::launch`]; besides, `f` must execute `griddepcontrol.wait`
+    /// before it reads anything an earlier kernel wrote and before it writes
+    /// any buffer (only constant data, e.g. weights, may be read before).
+    pub unsafe fn launch_programmatic(
+        &self,
+        f: Function,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        smem: usize,
+        params: &mut [*mut c_void],
+    ) -> Result<(), CudaError> {
+        if self.capability.0 < 9 {
+            return self.launch(f, grid, block, smem, params);
+        }
+        let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: smem as u32,
+            hStream: self.stream.0,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        sys::cuLaunchKernelEx(&config, f.0, params.as_mut_ptr(), std::ptr::null_mut()).result()?;
+        Ok(())
+    }
+
     /// A device buffer of `bytes` bytes from the caching allocator.
     pub fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
         self.bind()?;

@@ -1,16 +1,19 @@
 //! The MoE decode path (`backend/moe_decode.rs`, three GEMV launches for
 //! 1..=8 rows) against an f64 host reference and against the grouped-GEMM
 //! path, on fresh random inputs with NaN-poisoned outputs and workspaces:
-//! the 35B-A3B shape at 1, 3 and 8 rows, a small shape with tails in every
-//! dimension, expert parallelism (a rank's slice of the experts), a NaN input
-//! row, and repeated calls (the route kernel's ticket counter resets).
+//! the 35B-A3B shape at 1, 3 and 8 rows, the moe_d256 / moe_d64 fixtures'
+//! blocks (hidden 64, 8 experts, top-2/3, intermediate 16, shared 24) and
+//! neighbours at 1..=8 rows, small shapes with tails in every dimension,
+//! expert parallelism (a rank's slice of the experts), shapes past one pass
+//! of each kernel's loops (hidden over 2048, intermediate over 512, top-k
+//! over 8, more than 256 experts), a NaN input row, and repeated calls.
 //! Run by bench/gpu/check_decode.sh on the GPU machine.
 
 use cudarc::driver::{result, sys};
 use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
 use headroom_core::Tensor;
-use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, MoeDecodeKernels};
+use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
 use headroom_cuda::ops::moe::{GemmImpl, MoeGlue};
 use rand::{Rng, SeedableRng};
 
@@ -199,25 +202,35 @@ fn inputs(w: &Weights, s: Shape, rows: usize, seed: u64) -> Vec<f32> {
         .expect("an input with a clear routing in 64 draws")
 }
 
-/// Both kernel versions of the decode path.
-const KERNELS: [MoeDecodeKernels; 2] = [MoeDecodeKernels::V1, MoeDecodeKernels::V2];
+/// The decode path's workspace bytes (`moe_decode.rs::workspace`).
+fn workspace_bytes(s: Shape, rows: usize) -> usize {
+    let up16 = |b: usize| b.div_ceil(16) * 16;
+    let stride = s.inter.max(s.shared).div_ceil(4) * 4;
+    up16(rows * (s.experts + 1) * 4)
+        + 2 * up16(rows * s.top_k * 4)
+        + rows * (s.top_k + 1) * stride * 4
+}
 
 /// The decode path on `x` (output and workspace blocks NaN-poisoned first).
-fn run_decode(
-    be: &CudaBackend,
-    w: &Weights,
-    s: Shape,
-    rows: usize,
-    x: &CudaAct,
-    k: MoeDecodeKernels,
-) -> Vec<f32> {
-    let act_bytes = rows * (s.top_k + 1) * s.inter.max(s.shared) * 4;
-    poison_pool(
-        be,
-        &[rows * s.hidden * 2, act_bytes + rows * (s.experts + 1) * 4],
-    );
-    let out = be.moe_decode(x, &w.dev, &spec(s), k).unwrap();
+fn run_decode(be: &CudaBackend, w: &Weights, s: Shape, rows: usize, x: &CudaAct) -> Vec<f32> {
+    poison_pool(be, &[rows * s.hidden * 2, workspace_bytes(s, rows)]);
+    let out = be.moe_decode(x, &w.dev, &spec(s)).unwrap();
     be.act_to_f32(&out).unwrap()
+}
+
+/// Every case at each row count: fresh inputs, the decode path against f64.
+fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64) {
+    for (n, &s) in cases.iter().enumerate() {
+        let w = weights(be, s, seed + 10 * n as u64);
+        for &rows in rows_list {
+            let x = inputs(&w, s, rows, seed + rows as u64);
+            let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
+            let want = reference(&x, &w, s);
+            let got = run_decode(be, &w, s, rows, &xa);
+            let err = rel_err(&got, &want);
+            assert!(err < 1e-2, "case {n} {s:?}, {rows} rows: rel err {err}");
+        }
+    }
 }
 
 /// Mean wall time of `calls` back-to-back calls of `f` on the stream (one
@@ -264,30 +277,18 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
         let grouped = be.act_to_f32(&grouped).unwrap();
         let e_old = rel_err(&grouped, &want);
         let grouped64: Vec<f64> = grouped.iter().map(|&v| v as f64).collect();
-        for k in KERNELS {
-            let got = run_decode(&be, &w, s, rows, &xa, k);
-            let err = rel_err(&got, &want);
-            assert!(err < 1e-2, "{k:?} {rows} rows: rel err {err} vs f64");
-            let e_paths = rel_err(&got, &grouped64);
-            println!(
-                "{k:?} {rows} rows: decode {err:.2e}, grouped {e_old:.2e} vs f64, paths {e_paths:.2e}"
-            );
-            assert!(
-                e_paths < 2e-2,
-                "{k:?} {rows} rows: decode vs grouped {e_paths}"
-            );
-            // The backend's moe op takes the v2 decode path when it is opted in.
-            if k == MoeDecodeKernels::V2
-                && matches!(
-                    std::env::var("HEADROOM_MOE_DECODE").as_deref(),
-                    Ok("v2" | "on" | "1")
-                )
-            {
-                let via_op = be
-                    .act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap())
-                    .unwrap();
-                assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
-            }
+        let got = run_decode(&be, &w, s, rows, &xa);
+        let err = rel_err(&got, &want);
+        assert!(err < 1e-2, "{rows} rows: rel err {err} vs f64");
+        let e_paths = rel_err(&got, &grouped64);
+        println!("{rows} rows: decode {err:.2e}, grouped {e_old:.2e} vs f64, paths {e_paths:.2e}");
+        assert!(e_paths < 2e-2, "{rows} rows: decode vs grouped {e_paths}");
+        // The backend's moe op takes the decode path unless it is switched off.
+        if std::env::var("HEADROOM_MOE_DECODE").as_deref() != Ok("off") {
+            let via_op = be
+                .act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap())
+                .unwrap();
+            assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
         }
     }
     // Time per call at one row, back to back (printed for the journal).
@@ -296,48 +297,38 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
     let t_grouped = per_call_us(&be, 200, || {
         be.moe_marked(&x, &w.dev, &sp, old, &mut |_| {}).unwrap();
     });
-    let t_v1 = per_call_us(&be, 200, || {
-        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V1)
-            .unwrap();
-    });
-    let t_v2 = per_call_us(&be, 200, || {
-        be.moe_decode(&x, &w.dev, &sp, MoeDecodeKernels::V2)
-            .unwrap();
+    let t_decode = per_call_us(&be, 200, || {
+        be.moe_decode(&x, &w.dev, &sp).unwrap();
     });
     println!(
         "one row, 35B-A3B MoE block, us per call (200 back to back): grouped {t_grouped:.1}, \
-         decode v1 {t_v1:.1}, decode v2 {t_v2:.1} (54 MiB of weights: 14 us at 4 TB/s)"
+         decode {t_decode:.1} (54 MiB of weights: 14 us at 4 TB/s)"
     );
     // Each kernel alone: events between the launches, median of 50 calls.
-    for k in KERNELS {
-        let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
-        for _ in 0..50 {
-            let mut marks: Vec<(&'static str, Event)> = Vec::new();
-            be.moe_decode_marked(&x, &w.dev, &sp, k, &mut |st| {
-                marks.push((st, Event::record(&be)))
-            })
-            .unwrap();
-            for pair in marks.windows(2) {
-                let us = pair[1].1.ms_since(&pair[0].1) * 1e3;
-                match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
-                    Some((_, v)) => v.push(us),
-                    None => stages.push((pair[0].0, vec![us])),
-                }
+    let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    for _ in 0..50 {
+        let mut marks: Vec<(&'static str, Event)> = Vec::new();
+        be.moe_decode_marked(&x, &w.dev, &sp, &mut |st| {
+            marks.push((st, Event::record(&be)))
+        })
+        .unwrap();
+        for pair in marks.windows(2) {
+            let us = pair[1].1.ms_since(&pair[0].1) * 1e3;
+            match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
+                Some((_, v)) => v.push(us),
+                None => stages.push((pair[0].0, vec![us])),
             }
         }
-        let line: Vec<String> = stages
-            .iter_mut()
-            .map(|(n, v)| {
-                v.sort_by(f64::total_cmp);
-                format!("{n} {:.1}", v[v.len() / 2])
-            })
-            .collect();
-        assert_eq!(stages.len(), 3, "three kernels: {line:?}");
-        println!(
-            "{k:?} kernels alone, us (median of 50): {}",
-            line.join(", ")
-        );
     }
+    let line: Vec<String> = stages
+        .iter_mut()
+        .map(|(n, v)| {
+            v.sort_by(f64::total_cmp);
+            format!("{n} {:.1}", v[v.len() / 2])
+        })
+        .collect();
+    assert_eq!(stages.len(), 3, "three kernels: {line:?}");
+    println!("kernels alone, us (median of 50): {}", line.join(", "));
 }
 
 /// A CUDA event recorded on the backend's stream.
@@ -405,22 +396,98 @@ fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
             ..base
         },
     ];
-    for (n, s) in cases.into_iter().enumerate() {
-        let w = weights(&be, s, 100 + 10 * n as u64);
-        for rows in [1, 2, 5, 8] {
-            let x = inputs(&w, s, rows, 50 + rows as u64);
-            let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
-            let want = reference(&x, &w, s);
-            for k in KERNELS {
-                let got = run_decode(&be, &w, s, rows, &xa, k);
-                let err = rel_err(&got, &want);
-                assert!(
-                    err < 1e-2,
-                    "{k:?} case {n} {s:?}, {rows} rows: rel err {err}"
-                );
-            }
-        }
-    }
+    check_cases(&be, &cases, &[1, 2, 5, 8], 100);
+}
+
+/// The MoE blocks of the model fixtures (crates/model/tests/fixtures):
+/// moe_d256 (hidden 64, top-2 of 8 experts, intermediate 16, shared 24: its
+/// one-token-per-step decode hit an illegal address in the whole model) and
+/// moe_d64 (top-3), with neighbours: intermediate 8, shared 8 / 16 / 40,
+/// without renormalisation, a rank's half of the experts; rows 1..=8.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn model_fixture_shapes_match_f64() {
+    let be = backend();
+    let d256 = Shape {
+        hidden: 64,
+        experts: 8,
+        top_k: 2,
+        inter: 16,
+        shared: 24,
+        renormalise: true,
+        first: 0,
+        local: 8,
+    };
+    let cases = [
+        d256,
+        Shape { top_k: 3, ..d256 },
+        Shape { inter: 8, ..d256 },
+        Shape { shared: 8, ..d256 },
+        Shape {
+            shared: 40,
+            inter: 8,
+            ..d256
+        },
+        Shape {
+            renormalise: false,
+            ..d256
+        },
+        Shape {
+            first: 4,
+            local: 4,
+            ..d256
+        },
+        Shape {
+            top_k: 8,
+            shared: 16,
+            ..d256
+        },
+    ];
+    check_cases(&be, &cases, &[1, 2, 3, 4, 5, 6, 7, 8], 300);
+}
+
+/// Shapes past one pass of each loop: hidden > 2048 (x staging and the dots
+/// loop), intermediate and shared > 512 (the down kernel's chunk passes),
+/// top-k > 8 (its slot groups), more than 256 experts and counts that are not
+/// multiples of 32 (the routing's per-thread experts and partial warps), the
+/// largest top-k and expert count.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn shapes_past_one_pass_match_f64() {
+    let be = backend();
+    let cases = [
+        Shape {
+            hidden: 2312,
+            experts: 12,
+            top_k: 10,
+            inter: 520,
+            shared: 536,
+            renormalise: true,
+            first: 0,
+            local: 12,
+        },
+        Shape {
+            hidden: 64,
+            experts: 300,
+            top_k: 10,
+            inter: 16,
+            shared: 24,
+            renormalise: false,
+            first: 0,
+            local: 300,
+        },
+        Shape {
+            hidden: 64,
+            experts: 1024,
+            top_k: 32,
+            inter: 8,
+            shared: 8,
+            renormalise: true,
+            first: 500,
+            local: 300,
+        },
+    ];
+    check_cases(&be, &cases, &[1, 3, 8], 700);
 }
 
 #[test]
@@ -446,32 +513,26 @@ fn nan_row_stays_in_its_row_and_repeated_calls_agree() {
     let mut clean = x.clone();
     clean[h..2 * h].fill(0.0);
     let want = reference(&clean, &w, s);
-    for k in KERNELS {
-        let first = run_decode(&be, &w, s, rows, &xa, k);
-        assert!(
-            first[h..2 * h].iter().all(|v| v.is_nan()),
-            "{k:?}: row 1 is NaN"
-        );
-        for r in [0, 2, 3] {
-            let e = rel_err(&first[r * h..(r + 1) * h], &want[r * h..(r + 1) * h]);
-            assert!(e < 1e-2, "{k:?} row {r}: rel err {e}");
-        }
-        // Ten more calls at varying row counts: the ticket is back at zero after
-        // each, so every call routes (a stuck ticket leaves NaN outputs).
-        for c in 0..10 {
-            let r = 1 + c % rows;
-            let sub = be.act_from_f32(r, h, &clean[..r * h]).unwrap();
-            let got = run_decode(&be, &w, s, r, &sub, k);
-            let e = rel_err(&got, &want[..r * h]);
-            assert!(e < 1e-2, "{k:?} call {c} ({r} rows): rel err {e}");
-        }
-        let again = run_decode(&be, &w, s, rows, &xa, k);
-        let same = first
-            .iter()
-            .zip(&again)
-            .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
-        assert!(same, "{k:?}: the same input gives the same bits");
+    let first = run_decode(&be, &w, s, rows, &xa);
+    assert!(first[h..2 * h].iter().all(|v| v.is_nan()), "row 1 is NaN");
+    for r in [0, 2, 3] {
+        let e = rel_err(&first[r * h..(r + 1) * h], &want[r * h..(r + 1) * h]);
+        assert!(e < 1e-2, "row {r}: rel err {e}");
     }
+    // Ten more calls at varying row counts: every call routes afresh.
+    for c in 0..10 {
+        let r = 1 + c % rows;
+        let sub = be.act_from_f32(r, h, &clean[..r * h]).unwrap();
+        let got = run_decode(&be, &w, s, r, &sub);
+        let e = rel_err(&got, &want[..r * h]);
+        assert!(e < 1e-2, "call {c} ({r} rows): rel err {e}");
+    }
+    let again = run_decode(&be, &w, s, rows, &xa);
+    let same = first
+        .iter()
+        .zip(&again)
+        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+    assert!(same, "the same input gives the same bits");
 }
 
 #[test]
@@ -490,18 +551,14 @@ fn refuses_what_it_does_not_take() {
     };
     let w = weights(&be, s, 9);
     let nine = be.act_from_f32(9, 64, &uniform(1, 9 * 64, 1.0)).unwrap();
-    let v2 = MoeDecodeKernels::V2;
-    assert!(
-        be.moe_decode(&nine, &w.dev, &spec(s), v2).is_err(),
-        "9 rows"
-    );
+    assert!(be.moe_decode(&nine, &w.dev, &spec(s)).is_err(), "9 rows");
     let one = be.act_from_f32(1, 64, &uniform(2, 64, 1.0)).unwrap();
     let bad_k = MoeSpec {
         top_k: 9,
         ..spec(s)
     };
     assert!(
-        be.moe_decode(&one, &w.dev, &bad_k, v2).is_err(),
+        be.moe_decode(&one, &w.dev, &bad_k).is_err(),
         "top_k > experts"
     );
     let narrow = MoeSpec {
@@ -509,7 +566,7 @@ fn refuses_what_it_does_not_take() {
         ..spec(s)
     };
     assert!(
-        be.moe_decode(&one, &w.dev, &narrow, v2).is_err(),
+        be.moe_decode(&one, &w.dev, &narrow).is_err(),
         "weights of another shape"
     );
 }

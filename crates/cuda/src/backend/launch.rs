@@ -109,6 +109,39 @@ pub(crate) unsafe fn launch(
         .map_err(dev_err)
 }
 
+/// [`launch`] with programmatic dependent launch on compute capability 9.0+
+/// ([`CudaDevice::launch_programmatic`]): the kernel may start while the
+/// previous kernel on the stream finishes.
+///
+/// # Safety
+/// As [`launch`]; besides, the kernel must execute `griddepcontrol.wait`
+/// before it reads anything an earlier kernel wrote and before it writes.
+pub(crate) unsafe fn launch_programmatic(
+    dev: &CudaDevice,
+    entry: &'static str,
+    grid: (u32, u32, u32),
+    block: u32,
+    args: Args,
+) -> OpResult<()> {
+    let f = dev.function(entry).map_err(dev_err)?;
+    let mut args = args;
+    if args.len > MAX_ARGS {
+        return Err(OpError::Device(format!(
+            "{entry}: {} arguments (at most {MAX_ARGS})",
+            args.len
+        )));
+    }
+    let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
+    for (p, s) in params.iter_mut().zip(args.slots.iter_mut()) {
+        *p = s as *mut u64 as *mut c_void;
+    }
+    let params = &mut params[..args.len];
+    dev.bind().map_err(dev_err)?;
+    LAUNCHES.fetch_add(1, Ordering::Relaxed);
+    dev.launch_programmatic(f, grid, (block, 1, 1), 0, params)
+        .map_err(dev_err)
+}
+
 /// Grid of a grid-stride element-wise kernel over `n` elements.
 pub(crate) fn stride_grid(n: usize, block: u32) -> (u32, u32, u32) {
     let blocks = n.div_ceil(block as usize).clamp(1, 132 * 32);

@@ -31,7 +31,6 @@ mod supports;
 mod types;
 mod validate;
 
-pub use moe_decode::MoeDecodeKernels;
 pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
 
 use crate::device::CudaDevice;

@@ -83,8 +83,8 @@ pub(crate) fn moe(
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
     // Few rows (decode): three GEMV launches (backend/moe_decode.rs).
-    if let Some(kernels) = super::moe_decode::takes(x, w, spec) {
-        return super::moe_decode::moe_decode(dev, x, w, spec, kernels);
+    if super::moe_decode::takes(x, w, spec) {
+        return super::moe_decode::moe_decode(dev, x, w, spec);
     }
     let imp = GemmImpl::for_arch(&dev.arch);
     moe_marked(dev, x, w, spec, (MoeGlue::from_env(), imp), &mut |_| {})

@@ -1,13 +1,14 @@
 //! The MoE block for a few rows (decode) in three launches
-//! (`kernels/moe_decode.cu`): router GEMV with the softmax / top-k / shared
-//! gate in its last CTA, gate+up GEMV with SiLU·mul for each row's experts and
-//! the shared expert, down GEMV with the weighted combine. The grouped-GEMM
-//! path ([`super::moe`]) takes ~14 launches and 128-row tiles that hold one
-//! valid row each at decode. Two kernel versions ([`MoeDecodeKernels`]):
-//! `HEADROOM_MOE_DECODE=off` keeps the old path for every batch, `v1` the
-//! first kernels, anything else (default) v2.
+//! (`kernels/moe_decode.cu`): the router GEMV beside the shared expert's
+//! gate+up, the routed experts' gate+up (each CTA takes its row's softmax and
+//! top-k from the logits itself), and the down GEMV with the weighted
+//! combine. The grouped-GEMM path ([`super::moe`]) takes ~14 launches and
+//! 128-row tiles that hold one valid row each at decode.
+//! `HEADROOM_MOE_DECODE=off` keeps the grouped path for every batch.
 
-use super::launch::{alloc, grid_dim, int, launch, mul, Args, GRID_X, GRID_YZ};
+use super::launch::{
+    alloc, grid_dim, int, launch, launch_programmatic, mul, Args, GRID_X, GRID_YZ,
+};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use crate::device::CudaDevice;
@@ -17,81 +18,84 @@ use std::sync::OnceLock;
 
 /// Most rows the decode path takes (`MAX_ROWS` in the kernel).
 pub(crate) const MAX_ROWS: usize = 8;
-/// Largest rows × experts of the route kernel's softmax (`PROBS`).
-const PROBS: usize = 4096;
-/// Largest top-k (`MAX_TOP_K`).
+/// Most experts (`MAX_EXPERTS`), largest top-k (`MAX_TOP_K`), largest hidden
+/// (`MAX_HIDDEN`, staged in shared memory) and largest `(top_k + 1) · stride`
+/// of a row's activations (`MAX_ACT`, staged by the down kernel).
+const MAX_EXPERTS: usize = 1024;
 const MAX_TOP_K: usize = 32;
-/// Threads per CTA (`THREADS`) and columns per CTA (`COLS_PER_CTA`).
+const MAX_HIDDEN: usize = 8192;
+const MAX_ACT: usize = 11264;
+/// Threads per CTA (`THREADS`); each warp computes one row (route) or column.
 const THREADS: u32 = 256;
-const COLS_PER_CTA: usize = 16;
-/// Router rows per route CTA (`WARPS`).
 const WARPS: usize = 8;
-/// The device ticket counter the route kernel owns.
-const ROUTE_TICKET: usize = 0;
 
-/// The gate+up and down kernels of the decode path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MoeDecodeKernels {
-    /// Two columns per warp, a column's K loop unrolled by 4; the down
-    /// kernel one expert row after another (`moe_decode_{gate_up,down}`).
-    V1,
-    /// One column per warp with its whole K loop in flight; the down
-    /// kernel's (expert, chunk) pairs flattened over the lanes (`*_v2`).
-    V2,
-}
-
-impl MoeDecodeKernels {
-    /// Entry points of gate+up and down, and the columns one CTA computes.
-    fn entries(self) -> (&'static str, &'static str, usize) {
-        match self {
-            MoeDecodeKernels::V1 => ("moe_decode_gate_up", "moe_decode_down", COLS_PER_CTA),
-            MoeDecodeKernels::V2 => ("moe_decode_gate_up_v2", "moe_decode_down_v2", WARPS),
-        }
-    }
-}
-
-/// `HEADROOM_MOE_DECODE`: `v2` (or `on`) the decode kernels, `v1` the first
-/// ones; otherwise (default) the grouped-GEMM path for every batch. Opt-in:
-/// the lead's final GPU call of 2026-12-01 (docs/perf/cuda-decode.md,
-/// "decode2 on main") saw a whole-model decode on the moe_d256 fixture fail
-/// with an illegal address with this path and the table cache on, cause not
-/// yet isolated.
-fn chosen() -> Option<MoeDecodeKernels> {
-    static CHOSEN: OnceLock<Option<MoeDecodeKernels>> = OnceLock::new();
-    *CHOSEN.get_or_init(|| match std::env::var("HEADROOM_MOE_DECODE").as_deref() {
-        Ok("v2" | "on" | "1") => Some(MoeDecodeKernels::V2),
-        Ok("v1") => Some(MoeDecodeKernels::V1),
-        _ => None,
+/// `HEADROOM_MOE_DECODE=off` (or `0`, `false`): the grouped-GEMM path for
+/// every batch; otherwise (default) the decode kernels take 1..=8 rows.
+fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("HEADROOM_MOE_DECODE").as_deref(),
+            Ok("off" | "0" | "false")
+        )
     })
 }
 
-/// The decode kernels that take this call (few rows, shapes they handle),
-/// or `None` for the grouped-GEMM path.
-pub(crate) fn takes(
-    x: &CudaAct,
-    w: &MoeWeights<CudaWeight>,
-    spec: &MoeSpec,
-) -> Option<MoeDecodeKernels> {
-    chosen().filter(|_| supports(x, w, spec))
+/// `HEADROOM_MOE_PDL=off`: the three kernels launch plainly, each after the
+/// previous kernel has finished; otherwise (default) with programmatic
+/// dependent launch where the device has it (`launch_programmatic`).
+fn programmatic() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("HEADROOM_MOE_PDL").as_deref(),
+            Ok("off" | "0")
+        )
+    })
+}
+
+/// Launches one of the decode kernels (see [`programmatic`]).
+///
+/// # Safety
+/// As `launch`: the arguments match the kernel and address enough memory.
+unsafe fn launch_kernel(
+    dev: &CudaDevice,
+    entry: &'static str,
+    grid: (u32, u32, u32),
+    args: Args,
+) -> OpResult<()> {
+    if programmatic() {
+        launch_programmatic(dev, entry, grid, THREADS, args)
+    } else {
+        launch(dev, entry, grid, THREADS, args)
+    }
+}
+
+/// Whether the decode kernels take this call (few rows, shapes they handle).
+pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
+    enabled() && supports(x, w, spec)
 }
 
 /// The shapes the kernels handle (the weights themselves are checked by
 /// `moe::check` before any launch).
 fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
     let si = w.shared_gate_proj.rows;
+    let dims_ok = |n: usize| n > 0 && n.is_multiple_of(8);
     spec.shared_expert
         && (1..=MAX_ROWS).contains(&x.rows)
-        && x.cols.is_multiple_of(8)
-        && x.cols > 0
-        && spec.intermediate.is_multiple_of(8)
-        && spec.intermediate > 0
-        && si.is_multiple_of(8)
-        && si > 0
-        && spec.top_k >= 1
-        && spec.top_k <= MAX_TOP_K
-        && x.rows
-            .checked_mul(spec.num_experts)
-            .is_some_and(|n| n <= PROBS)
+        && dims_ok(x.cols)
+        && x.cols <= MAX_HIDDEN
+        && dims_ok(spec.intermediate)
+        && dims_ok(si)
+        && (1..=MAX_TOP_K).contains(&spec.top_k)
+        && spec.num_experts <= MAX_EXPERTS
+        && (spec.top_k + 1) * act_stride(spec.intermediate, si) <= MAX_ACT
+}
+
+/// Floats per (row, slot) of the activations: the longer intermediate, a
+/// multiple of 4 (float4 loads).
+fn act_stride(inter: usize, shared_inter: usize) -> usize {
+    inter.max(shared_inter).div_ceil(4) * 4
 }
 
 /// Byte offsets of the workspace's parts (each 16-byte aligned).
@@ -99,7 +103,6 @@ struct Workspace {
     logits: usize,
     topk_expert: usize,
     topk_weight: usize,
-    gate: usize,
     act: usize,
     bytes: usize,
     act_stride: usize,
@@ -108,19 +111,17 @@ struct Workspace {
 fn workspace(rows: usize, spec: &MoeSpec, shared_inter: usize) -> OpResult<Workspace> {
     let op = "moe decode";
     let up16 = |b: usize| b.div_ceil(16) * 16;
-    let act_stride = spec.intermediate.max(shared_inter).div_ceil(4) * 4;
+    let act_stride = act_stride(spec.intermediate, shared_inter);
     let logits = 0;
     let topk_expert = up16(mul(op, mul(op, rows, spec.num_experts + 1)?, 4)?);
     let pairs = mul(op, rows, spec.top_k)?;
     let topk_weight = topk_expert + up16(pairs * 4);
-    let gate = topk_weight + up16(pairs * 4);
-    let act = gate + up16(rows * 4);
+    let act = topk_weight + up16(pairs * 4);
     let act_bytes = mul(op, mul(op, mul(op, rows, spec.top_k + 1)?, act_stride)?, 4)?;
     Ok(Workspace {
         logits,
         topk_expert,
         topk_weight,
-        gate,
         act,
         bytes: act + act_bytes,
         act_stride,
@@ -136,9 +137,8 @@ pub(crate) fn moe_decode(
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
-    kernels: MoeDecodeKernels,
 ) -> OpResult<CudaAct> {
-    moe_decode_marked(dev, x, w, spec, kernels, &mut |_| {})
+    moe_decode_marked(dev, x, w, spec, &mut |_| {})
 }
 
 /// [`moe_decode`], calling `mark` with `route`, `gate_up`, `down` before each
@@ -148,24 +148,24 @@ fn moe_decode_marked(
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
-    kernels: MoeDecodeKernels,
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<CudaAct> {
     let op = "moe decode";
-    let (gate_up_entry, down_entry, cols_per_cta) = kernels.entries();
     super::validate::bf16(op, x)?;
     super::moe::check(w, spec, x.cols)?;
     if !supports(x, w, spec) {
         return Err(OpError::Unsupported {
             op,
             reason: format!(
-                "{} rows (1..={MAX_ROWS}), hidden {}, intermediate {}, shared {} (multiples of 8), \
-                 top-k {} (<= {MAX_TOP_K}), rows x experts <= {PROBS}, shared expert held: {}",
+                "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
+                 (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
+                 (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
                 x.rows,
                 x.cols,
                 spec.intermediate,
                 w.shared_gate_proj.rows,
                 spec.top_k,
+                spec.num_experts,
                 spec.shared_expert
             ),
         });
@@ -177,64 +177,78 @@ fn moe_decode_marked(
     let scratch = alloc(dev, ws.bytes)?;
     let at = |off: usize| scratch.ptr() + off as u64;
     let out = new_act(dev, op, rows, hidden, Dtype::Bf16)?;
-    let ticket = dev.ticket(ROUTE_TICKET).map_err(super::launch::dev_err)?;
     let h32 = int(op, "hidden", hidden)?;
+    let e32 = int(op, "experts", e)?;
     let k32 = int(op, "top_k", k)?;
     let (i32_, si32) = (int(op, "intermediate", inter)?, int(op, "shared", si)?);
     let stride = int(op, "act stride", ws.act_stride)?;
 
-    let route_grid = grid_dim(op, (e + 1).div_ceil(WARPS), GRID_X)?;
+    // Router CTAs, then the shared expert's gate+up CTAs of each row.
+    let route_ctas = (e + 1).div_ceil(WARPS) + si.div_ceil(WARPS) * rows;
+    let route_grid = grid_dim(op, route_ctas, GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.router.ptr())
         .ptr(w.shared_gate.ptr())
+        .ptr(w.shared_gate_proj.ptr())
+        .ptr(w.shared_up_proj.ptr())
         .i32(int(op, "rows", rows)?)
         .i32(h32)
-        .i32(int(op, "experts", e)?)
+        .i32(e32)
+        .i32(k32)
+        .i32(si32)
+        .i32(stride)
+        .ptr(at(ws.logits))
+        .ptr(at(ws.act));
+    mark("route");
+    // Each kernel launches programmatically (it may start while the previous
+    // kernel finishes) and reads only weights before its griddepcontrol.wait.
+    // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden],
+    // the shared projections [si][hidden] (moe::check); the workspace holds
+    // rows·(e+1) logits and rows·(k+1)·stride activations, stride ≥ si.
+    unsafe { launch_kernel(dev, "moe_decode_route", (route_grid, 1, 1), args)? };
+
+    let pairs = grid_dim(op, rows * k, GRID_YZ)?;
+    let gu_grid = grid_dim(op, inter.div_ceil(WARPS), GRID_X)?;
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(w.gate_up.ptr())
+        .ptr(at(ws.logits))
+        .i32(h32)
+        .i32(e32)
         .i32(k32)
         .i32(spec.renormalise as i32)
         .i32(int(op, "first expert", spec.first_expert)?)
         .i32(int(op, "local experts", spec.local_experts)?)
-        .ptr(at(ws.logits))
-        .ptr(ticket)
+        .i32(i32_)
+        .i32(stride)
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
-        .ptr(at(ws.gate));
-    mark("route");
-    // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
-    // (moe::check); the workspace holds rows·(e+1) logits, rows·k experts and
-    // weights and rows gates; the ticket is this kernel's, zero between launches.
-    unsafe { launch(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
-
-    let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let gu_grid = grid_dim(op, inter.max(si).div_ceil(cols_per_cta), GRID_X)?;
-    let args = Args::new()
-        .ptr(x.ptr())
-        .ptr(w.gate_up.ptr())
-        .ptr(w.shared_gate_proj.ptr())
-        .ptr(w.shared_up_proj.ptr())
-        .ptr(at(ws.topk_expert))
-        .i32(h32)
-        .i32(k32)
-        .i32(i32_)
-        .i32(si32)
-        .i32(stride)
         .ptr(at(ws.act));
     mark("gate_up");
-    // SAFETY: gate_up is [local·2·inter][hidden] and topk_expert holds local
-    // indices or -1 (the route kernel); the shared projections are [si][hidden];
-    // act holds rows·(k+1)·stride f32 with stride ≥ max(inter, si).
-    unsafe { launch(dev, gate_up_entry, (gu_grid, pairs, 1), THREADS, args)? };
+    // SAFETY: gate_up is [local·2·inter][hidden]; the kernel reads only local
+    // experts (first ..< first + local of the top-k); topk_* hold rows·k
+    // entries, act rows·(k+1)·stride with stride ≥ inter.
+    unsafe {
+        launch(
+            dev,
+            "moe_decode_gate_up",
+            (gu_grid, pairs, 1),
+            THREADS,
+            args,
+        )?
+    };
 
-    let down_grid = grid_dim(op, hidden.div_ceil(cols_per_cta), GRID_X)?;
+    let down_grid = grid_dim(op, hidden.div_ceil(WARPS), GRID_X)?;
     let args = Args::new()
         .ptr(at(ws.act))
         .ptr(w.down.ptr())
         .ptr(w.shared_down_proj.ptr())
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
-        .ptr(at(ws.gate))
+        .ptr(at(ws.logits))
         .i32(h32)
+        .i32(e32)
         .i32(k32)
         .i32(i32_)
         .i32(si32)
@@ -242,25 +256,32 @@ fn moe_decode_marked(
         .ptr(out.ptr());
     let rows_grid = grid_dim(op, rows, GRID_YZ)?;
     mark("down");
-    // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; act and
-    // the routing as written above; out is [rows][hidden] bf16.
-    unsafe { launch(dev, down_entry, (down_grid, rows_grid, 1), THREADS, args)? };
+    // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; the
+    // routing and activations as written above, (k+1)·stride <= MAX_ACT
+    // (supports); out is [rows][hidden] bf16.
+    unsafe {
+        launch(
+            dev,
+            "moe_decode_down",
+            (down_grid, rows_grid, 1),
+            THREADS,
+            args,
+        )?
+    };
     mark("end");
     Ok(out)
 }
 
 impl super::CudaBackend {
-    /// The MoE block on the decode kernels `kernels`, whatever
-    /// `HEADROOM_MOE_DECODE` says (tests and benches compare it with
-    /// [`Self::moe_marked`]).
+    /// The MoE block on the decode kernels, whatever `HEADROOM_MOE_DECODE`
+    /// says (tests and benches compare it with [`Self::moe_marked`]).
     pub fn moe_decode(
         &self,
         x: &CudaAct,
         w: &MoeWeights<CudaWeight>,
         spec: &MoeSpec,
-        kernels: MoeDecodeKernels,
     ) -> OpResult<CudaAct> {
-        moe_decode(&self.dev, x, w, spec, kernels)
+        moe_decode(&self.dev, x, w, spec)
     }
 
     /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
@@ -270,10 +291,9 @@ impl super::CudaBackend {
         x: &CudaAct,
         w: &MoeWeights<CudaWeight>,
         spec: &MoeSpec,
-        kernels: MoeDecodeKernels,
         mark: &mut dyn FnMut(&'static str),
     ) -> OpResult<CudaAct> {
-        moe_decode_marked(&self.dev, x, w, spec, kernels, mark)
+        moe_decode_marked(&self.dev, x, w, spec, mark)
     }
 }
 
@@ -286,12 +306,12 @@ mod tests {
     fn launch_constants_match_the_kernel() {
         let src = MOE_DECODE.source;
         assert_eq!(source_constant(src, "MAX_ROWS"), MAX_ROWS);
-        assert_eq!(source_constant(src, "PROBS"), PROBS);
+        assert_eq!(source_constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
         assert_eq!(source_constant(src, "MAX_TOP_K"), MAX_TOP_K);
+        assert_eq!(source_constant(src, "MAX_HIDDEN"), MAX_HIDDEN);
+        assert_eq!(source_constant(src, "MAX_ACT"), MAX_ACT);
         assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
-        let warps = THREADS as usize / 32;
-        assert_eq!(warps, WARPS);
-        assert_eq!(source_constant(src, "COLS_PER_WARP") * warps, COLS_PER_CTA);
+        assert_eq!(THREADS as usize / 32, WARPS);
     }
 
     #[test]
@@ -300,16 +320,31 @@ mod tests {
         for rows in 1..=MAX_ROWS {
             let ws = workspace(rows, &spec, 200).unwrap();
             assert_eq!(ws.act_stride, 512);
-            let parts = [ws.logits, ws.topk_expert, ws.topk_weight, ws.gate, ws.act];
+            let parts = [ws.logits, ws.topk_expert, ws.topk_weight, ws.act];
             assert!(parts.iter().all(|p| p % 16 == 0), "{rows}: {parts:?}");
             assert!(ws.topk_expert >= rows * 257 * 4);
             assert!(ws.topk_weight >= ws.topk_expert + rows * 8 * 4);
-            assert!(ws.gate >= ws.topk_weight + rows * 8 * 4);
-            assert!(ws.act >= ws.gate + rows * 4);
+            assert!(ws.act >= ws.topk_weight + rows * 8 * 4);
             assert_eq!(ws.bytes, ws.act + rows * 9 * 512 * 4);
         }
+        // The moe_d256 fixture's block: top-2 of 8, intermediate 16, shared 24.
+        let fixture = MoeSpec::all_experts(8, 2, 16, true);
+        let ws = workspace(1, &fixture, 24).unwrap();
+        assert_eq!(ws.act_stride, 24);
+        assert_eq!(ws.bytes, ws.act + 3 * 24 * 4);
         let odd = MoeSpec::all_experts(6, 2, 24, false);
         assert_eq!(workspace(3, &odd, 40).unwrap().act_stride, 40);
         assert_eq!(workspace(3, &odd, 8).unwrap().act_stride, 24);
+        assert_eq!(act_stride(12, 4), 12);
+        assert_eq!(act_stride(16, 8), 16);
+    }
+
+    #[test]
+    fn the_35b_shapes_fit_the_staging_limits() {
+        // Qwen3.6-35B-A3B: top-8, intermediate 512 and shared 512.
+        assert!(9 * act_stride(512, 512) <= MAX_ACT);
+        // Qwen3.5-397B-A17B's block: top-10, intermediate 1024, hidden 4096.
+        assert!(11 * act_stride(1024, 1024) <= MAX_ACT);
+        const { assert!(4096 <= MAX_HIDDEN) };
     }
 }

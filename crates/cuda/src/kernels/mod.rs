@@ -267,13 +267,7 @@ pub const MOE_DECODE: KernelSource = KernelSource {
     name: "moe_decode",
     file: "moe_decode.cu",
     source: include_str!("moe_decode.cu"),
-    entry_points: &[
-        "moe_decode_route",
-        "moe_decode_gate_up",
-        "moe_decode_down",
-        "moe_decode_gate_up_v2",
-        "moe_decode_down_v2",
-    ],
+    entry_points: &["moe_decode_route", "moe_decode_gate_up", "moe_decode_down"],
 };
 
 /// Tensor-parallel partials in f32: the MoE combine of one rank and the one

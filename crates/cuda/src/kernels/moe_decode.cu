@@ -1,24 +1,30 @@
 // The sparse MoE block for a few rows (decode), in three launches instead of
 // the grouped-GEMM path's ~14 (crates/cuda/src/backend/moe_decode.rs). Every
-// weight byte a row needs is read once per row, by GEMV-style warps: at one
-// row the block is bound by the bytes of its 8 + 1 experts, not by tiles of
-// 128 rows that hold one valid row each.
+// weight byte a row needs is read once per row, by GEMV-style warps whose
+// loads are all issued before their first use (compile-time chunk counts,
+// predicated loads: no dependent rounds), so at one row the block is bound by
+// the bytes of its k + 1 experts.
 //
-// 1. moe_decode_route: warp j computes router logit j (j < experts) or the
-//    shared expert's gate logit (j == experts) for every row, f32 accumulate.
-//    The last CTA to finish (a ticket counter, reset by that CTA) takes, per
-//    row, the softmax over the experts, the top-k by probability (ties -> lower
-//    index, NaN last, as moe_route), renormalises when asked, and the shared
-//    gate's sigmoid. Experts outside first .. first+local are marked -1.
-// 2. moe_decode_gate_up: blockIdx.y = (row, slot): slot < top_k is the row's
-//    slot-th expert, slot == top_k the shared expert. Each warp computes
-//    COLS_PER_WARP columns c: act = silu(x . gate[c]) * (x . up[c]), f32.
-// 3. moe_decode_down: each warp COLS_PER_WARP output columns n of one row:
-//    out = bf16(sum over k, in k order, of w_k * (down_e[n] . act_k)
-//    + s * (shared_down[n] . act_shared)).
+// 1. moe_decode_route: CTAs [0, rb): warp j computes router logit j (j <
+//    experts) or the shared expert's gate logit (j == experts) of every row,
+//    f32; CTAs [rb, rb + sb * rows): the shared expert's SiLU(x.gate) * (x.up)
+//    (it needs no routing, so its 2 x si rows load beside the router's).
+// 2. moe_decode_gate_up: blockIdx.y = (row, slot). Every CTA first takes its
+//    row's softmax and top-k from the logits itself (parallel: each warp ranks
+//    its 32 experts by shuffles, the k best of each warp are ranked among
+//    themselves; ties -> lower index, NaN last, as moe_route), so no CTA waits
+//    for a last CTA and no counter is shared between launches. The CTA at
+//    (x 0, slot 0) writes the row's experts and weights for the down kernel.
+//    Each warp computes one column c: act = silu(x . gate[c]) * (x . up[c]).
+// 3. moe_decode_down: each warp one output column n of one row:
+//    out = bf16(sum over slots s (k experts, then the shared expert) of
+//    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit).
 //
-// Needs hidden, intermediate and the shared intermediate to be multiples of
-// 8 (16-byte loads); rows <= MAX_ROWS; rows * experts <= PROBS; top_k <= MAX_TOP_K.
+// The three launch with programmatic dependent launch (compute capability
+// 9.0+): each reads only weights before wait_prior().
+//
+// Needs hidden, intermediate and the shared intermediate to be multiples of 8
+// (16-byte loads); rows <= MAX_ROWS; experts <= MAX_EXPERTS; top_k <= MAX_TOP_K.
 
 #include <cuda_bf16.h>
 
@@ -33,10 +39,27 @@ typedef __nv_bfloat16 bf16;
 constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
 constexpr int MAX_ROWS = 8;
-constexpr int PROBS = 4096;                        // rows * experts of the softmax in shared memory
+constexpr int MAX_EXPERTS = 1024;
 constexpr int MAX_TOP_K = 32;
-constexpr int COLS_PER_WARP = 2;
-constexpr int COLS_PER_CTA = WARPS * COLS_PER_WARP;  // 16
+// Experts per thread in the routing (MAX_EXPERTS / THREADS).
+constexpr int EPT = MAX_EXPERTS / THREADS;
+// Routing candidates: the k best of each 32 experts.
+constexpr int MAX_CAND = MAX_EXPERTS / 32 * MAX_TOP_K;
+// 8-element chunks per lane in one pass of a hidden-length dot (2048 elements).
+constexpr int KCH = 8;
+constexpr int KSPAN = KCH * 32 * 8;
+// Down kernel: slots per group and chunks per lane per slot in one pass (512 elements).
+constexpr int DSLOTS = 9;
+constexpr int DCH = 2;
+constexpr int DSPAN = DCH * 32 * 8;
+// Largest hidden (x staged in shared memory) and (top_k + 1) * act_stride (a
+// row's activations staged in shared memory by the down kernel).
+constexpr int MAX_HIDDEN = 8192;
+constexpr int MAX_ACT = 11264;
+// x's 8-element chunks per thread when a CTA stages a row of MAX_HIDDEN.
+constexpr int XPT = MAX_HIDDEN / THREADS / 8;
+static_assert(MAX_ROWS * MAX_HIDDEN > 0 && MAX_HIDDEN % (THREADS * 8) == 0, "x staging");
+static_assert(MAX_EXPERTS % THREADS == 0 && MAX_TOP_K <= 32, "routing");
 
 __device__ __forceinline__ void bf16x8(const uint4& v, float (&f)[8]) {
     const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -64,332 +87,380 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// (pa, a) ranks before (pb, b): higher probability first, NaN last, lower index on ties.
-__device__ __forceinline__ bool ranks_before(float pa, int a, float pb, int b) {
-    bool na = pa != pa, nb = pb != pb;
-    if (na != nb) return nb;
-    if (!na && pa != pb) return pa > pb;
-    return a < b;
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
 }
 
-// logits: [rows][experts + 1] f32 workspace; ticket: one u32, 0 between launches.
+// Programmatic dependent launch (the launcher sets it on compute capability
+// 9.0+; without it both are no-ops): wait_prior() returns once the previous
+// kernel on the stream has finished and its writes are visible — nothing a
+// kernel wrote may be read, and nothing written, before it; launch_next()
+// lets the next kernel's CTAs start (they wait in their own wait_prior()).
+__device__ __forceinline__ void wait_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void launch_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
+
+// The chunk of 8 bf16 at p when ok, else zeros; the load itself always goes
+// out (to `safe` when not ok: an in-bounds chunk), so that the compiler issues
+// every load of an unrolled group before the first use instead of in rounds.
+__device__ __forceinline__ uint4 load8(const bf16* p, const bf16* safe, bool ok) {
+    uint4 v;  // ld.global.nc (__ldg); volatile keeps the loads in program order, ahead of the FMAs
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ok ? p : safe));
+    return ok ? v : zero4();
+}
+
+// One pass (KSPAN elements from base) of this lane's share of a dot over
+// hidden: the weight chunks of row w (zeros past hidden).
+__device__ __forceinline__ void load_pass(const bf16* __restrict__ w, int base, int hidden, int lane,
+                                          uint4 (&v)[KCH]) {
+#pragma unroll
+    for (int i = 0; i < KCH; ++i) {
+        const int k = base + (i * 32 + lane) * 8;
+        v[i] = load8(w + k, w, k < hidden);
+    }
+}
+
+// sum over the pass of w . x, x from shared memory (zero weights past hidden).
+__device__ __forceinline__ float dot_pass(const uint4 (&v)[KCH], const bf16* xs, int base, int hidden,
+                                          int lane) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < KCH; ++i) {
+        const int k = base + (i * 32 + lane) * 8;
+        if (k < hidden) s += dot8(v[i], *reinterpret_cast<const uint4*>(xs + k));
+    }
+    return s;
+}
+
+// Copies row x (hidden bf16) into shared xs, all threads of the CTA (no barrier).
+__device__ __forceinline__ void stage_x(const bf16* __restrict__ x, bf16* xs, int hidden) {
+    for (int k = threadIdx.x * 8; k < hidden; k += THREADS * 8) {
+        *reinterpret_cast<uint4*>(xs + k) = __ldg(reinterpret_cast<const uint4*>(x + k));
+    }
+}
+
+// Routing key: higher probability ranks first, NaN last (key 0).
+__device__ __forceinline__ unsigned prob_key(float p) {
+    return p != p ? 0u : __float_as_uint(p) + 1u;  // p >= 0: its bits order as unsigned
+}
+
+__device__ __forceinline__ float key_prob(unsigned key) {
+    return key == 0u ? __int_as_float(0x7fffffff) : __uint_as_float(key - 1u);
+}
+
+// (ka, a) ranks before (kb, b).
+__device__ __forceinline__ bool before(unsigned ka, int a, unsigned kb, int b) {
+    return ka > kb || (ka == kb && a < b);
+}
+
+struct RouteSmem {
+    float red_max[WARPS];
+    float red_sum[WARPS];
+    uint2 cand[MAX_CAND];  // (key, expert)
+    int sel_e[MAX_TOP_K];
+    float sel_p[MAX_TOP_K];
+};
+
+// The softmax over one row's `experts` logits and its top-k by probability
+// (ties -> lower index, NaN last): sel_e / sel_p in rank order. Every thread
+// of the CTA calls it (it synchronises); sel_* are ready when it returns.
+__device__ void route_row(const float* __restrict__ row, int experts, int top_k, RouteSmem& sm) {
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    float l[EPT];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < EPT; ++v) {
+        const int e = v * THREADS + tid;
+        l[v] = e < experts ? __ldg(row + e) : -INFINITY;
+        mx = fmaxf(mx, l[v]);
+    }
+    mx = warp_max(mx);
+    if (lane == 0) sm.red_max[warp] = mx;
+    __syncthreads();
+    mx = sm.red_max[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) mx = fmaxf(mx, sm.red_max[w]);
+    float p[EPT];
+    float sum = 0.f;
+#pragma unroll
+    for (int v = 0; v < EPT; ++v) {
+        const int e = v * THREADS + tid;
+        p[v] = e < experts ? expf(l[v] - mx) : 0.f;
+        sum += p[v];
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) sm.red_sum[warp] = sum;
+    __syncthreads();
+    sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) sum += sm.red_sum[w];
+    // Each 32 experts (one warp's lanes): the rank of each among them; the k
+    // best are candidates (slot seg * k + rank).
+#pragma unroll
+    for (int v = 0; v < EPT; ++v) {
+        const int seg = v * WARPS + warp;
+        if (seg * 32 < experts) {  // warp-uniform
+            const int e = seg * 32 + lane;
+            const unsigned key = e < experts ? prob_key(p[v] / sum) : 0u;
+            int rank = 0;
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                const unsigned kj = __shfl_sync(0xffffffffu, key, j);
+                rank += before(kj, j, key, lane);
+            }
+            if (rank < top_k) sm.cand[seg * top_k + rank] = make_uint2(key, (unsigned)e);
+        }
+    }
+    __syncthreads();
+    // Every candidate's rank among the candidates; the k best are the top-k
+    // (every expert of the top-k is the k-best of its own 32).
+    const int ncand = (experts + 31) / 32 * top_k;
+    for (int i = tid; i < ncand; i += THREADS) {
+        const uint2 me = sm.cand[i];
+        int rank = 0;
+        for (int j = 0; j < ncand; ++j) {
+            const uint2 o = sm.cand[j];
+            rank += before(o.x, (int)o.y, me.x, (int)me.y);
+        }
+        if (rank < top_k) {
+            sm.sel_e[rank] = (int)me.y;
+            sm.sel_p[rank] = key_prob(me.x);
+        }
+    }
+    __syncthreads();
+}
+
+// logits: [rows][experts + 1] f32; act: [rows][top_k + 1][act_stride] f32
+// (the shared expert's slot top_k written here).
+// grid: rb + sb * rows with rb = ceil((experts + 1) / WARPS), sb = ceil(shared_inter / WARPS).
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
-                 const bf16* __restrict__ shared_gate, int rows, int hidden, int experts, int top_k,
-                 int renormalise, int first, int local, float* __restrict__ logits,
-                 unsigned* __restrict__ ticket, int* __restrict__ topk_expert,
-                 float* __restrict__ topk_weight, float* __restrict__ gate) {
-    __shared__ float probs_all[PROBS];  // rows * experts <= PROBS (the launcher checks)
-    __shared__ bool last;
+                 const bf16* __restrict__ shared_gate, const bf16* __restrict__ shared_gate_proj,
+                 const bf16* __restrict__ shared_up_proj, int rows, int hidden, int experts,
+                 int top_k, int shared_inter, int act_stride, float* __restrict__ logits,
+                 float* __restrict__ act) {
+    __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int j = blockIdx.x * WARPS + warp;
-    if (j <= experts) {
+    const int rb = (experts + 1 + WARPS - 1) / WARPS;
+    uint4 av[KCH];
+    launch_next();  // the gate_up CTAs take the SMs this grid leaves free
+    if ((int)blockIdx.x < rb) {
+        // Router row j (the shared gate's at j == experts) for every row;
+        // warps past it load the shared gate's and write nothing.
+        const int j = blockIdx.x * WARPS + warp;
         const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
-        float acc[MAX_ROWS];
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
-#pragma unroll 8
-        for (int c = lane * 8; c < hidden; c += 256) {
-            const uint4 wv = __ldg(reinterpret_cast<const uint4*>(w + c));
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; ++r) {
-                if (r < rows) {
-                    const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x + (long long)r * hidden + c));
-                    acc[r] += dot8(wv, xv);
-                }
+        for (int r = 0; r < rows; ++r) {
+            load_pass(w, 0, hidden, lane, av);  // weights: before the wait
+            wait_prior();
+            if (r > 0) __syncthreads();  // every warp is done with row r - 1
+            stage_x(x + (long long)r * hidden, xs, hidden);
+            __syncthreads();
+            float s = 0.f;
+            for (int base = 0;;) {
+                s += dot_pass(av, xs, base, hidden, lane);
+                base += KSPAN;
+                if (base >= hidden) break;
+                load_pass(w, base, hidden, lane, av);
             }
+            s = warp_sum(s);
+            if (lane == 0 && j <= experts) logits[(long long)r * (experts + 1) + j] = s;
         }
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) {
-            if (r < rows) {
-                const float s = warp_sum(acc[r]);
-                if (lane == 0) logits[(long long)r * (experts + 1) + j] = s;
-            }
-        }
+        return;
     }
-    // The last CTA to arrive sees every CTA's logits (fence before the ticket).
-    __threadfence();
+    // The shared expert's column c of row r (warps past it repeat the last column).
+    const int sb = (shared_inter + WARPS - 1) / WARPS;
+    const int b = blockIdx.x - rb, r = b / sb;
+    const int c = (b - r * sb) * WARPS + warp, cc = min(c, shared_inter - 1);
+    const bf16* g_row = shared_gate_proj + (long long)cc * hidden;
+    const bf16* u_row = shared_up_proj + (long long)cc * hidden;
+    uint4 bv[KCH];
+    load_pass(g_row, 0, hidden, lane, av);
+    load_pass(u_row, 0, hidden, lane, bv);
+    wait_prior();
+    stage_x(x + (long long)r * hidden, xs, hidden);
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int r = warp; r < rows; r += WARPS) {
-        float* probs = probs_all + r * experts;
-        const float* row = logits + (long long)r * (experts + 1);
-        float mx = -INFINITY;
-        for (int e = lane; e < experts; e += 32) mx = fmaxf(mx, __ldcg(row + e));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.f;
-        for (int e = lane; e < experts; e += 32) {
-            const float p = expf(__ldcg(row + e) - mx);
-            probs[e] = p;
-            sum += p;
-        }
-        sum = warp_sum(sum);
-        for (int e = lane; e < experts; e += 32) probs[e] /= sum;
-        __syncwarp();
-        float prev_p = 0.f, kept = 0.f;
-        int prev_e = -1;
-        for (int kk = 0; kk < top_k; ++kk) {
-            float bp = 0.f;
-            int be = -1;
-            for (int e = lane; e < experts; e += 32) {
-                const float p = probs[e];
-                const bool eligible = prev_e < 0 || ranks_before(prev_p, prev_e, p, e);
-                if (eligible && (be < 0 || ranks_before(p, e, bp, be))) { bp = p; be = e; }
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float op = __shfl_xor_sync(0xffffffffu, bp, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-                if (oe >= 0 && (be < 0 || ranks_before(op, oe, bp, be))) { bp = op; be = oe; }
-            }
-            prev_p = bp;
-            prev_e = be;
-            kept += bp;
-            if (lane == 0) {
-                const int le = be - first;
-                topk_expert[r * top_k + kk] = le >= 0 && le < local ? le : -1;
-                topk_weight[r * top_k + kk] = bp;
-            }
-        }
-        if (lane == 0) {
-            if (renormalise) {
-                for (int kk = 0; kk < top_k; ++kk) topk_weight[r * top_k + kk] /= kept;
-            }
-            gate[r] = 1.f / (1.f + expf(-__ldcg(row + experts)));
-        }
-    }
-    if (threadIdx.x == 0) *ticket = 0u;
-}
-
-// act: [rows][top_k + 1][act_stride] f32, act_stride >= max(inter, shared_inter).
-// grid: (ceil(max(inter, shared_inter) / COLS_PER_CTA), rows * (top_k + 1)).
-extern "C" __global__ void __launch_bounds__(THREADS)
-moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
-                   const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
-                   const int* __restrict__ topk_expert, int hidden, int top_k, int inter,
-                   int shared_inter, int act_stride, float* __restrict__ act) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int pair = blockIdx.y, r = pair / (top_k + 1), slot = pair % (top_k + 1);
-    const bf16* gate_rows;
-    const bf16* up_rows;
-    int n;
-    if (slot < top_k) {
-        const int e = topk_expert[r * top_k + slot];
-        if (e < 0) return;  // another rank's expert: the down kernel skips it
-        gate_rows = gate_up + (long long)e * 2 * inter * hidden;
-        up_rows = gate_rows + (long long)inter * hidden;
-        n = inter;
-    } else {
-        gate_rows = shared_gate_proj;
-        up_rows = shared_up_proj;
-        n = shared_inter;
-    }
-    const int c0 = blockIdx.x * COLS_PER_CTA + warp * COLS_PER_WARP;
-    if (c0 >= n) return;
-    const bf16* xr = x + (long long)r * hidden;
-    float g[COLS_PER_WARP], u[COLS_PER_WARP];
-#pragma unroll
-    for (int j = 0; j < COLS_PER_WARP; ++j) g[j] = u[j] = 0.f;
-#pragma unroll 4
-    for (int k = lane * 8; k < hidden; k += 256) {
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xr + k));
-        uint4 gv[COLS_PER_WARP], uv[COLS_PER_WARP];
-#pragma unroll
-        for (int j = 0; j < COLS_PER_WARP; ++j) {
-            const int c = min(c0 + j, n - 1);  // a tail column repeats the last (not stored)
-            gv[j] = __ldg(reinterpret_cast<const uint4*>(gate_rows + (long long)c * hidden + k));
-            uv[j] = __ldg(reinterpret_cast<const uint4*>(up_rows + (long long)c * hidden + k));
-        }
-#pragma unroll
-        for (int j = 0; j < COLS_PER_WARP; ++j) {
-            g[j] += dot8(gv[j], xv);
-            u[j] += dot8(uv[j], xv);
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < COLS_PER_WARP; ++j) {
-        const float gs = warp_sum(g[j]), us = warp_sum(u[j]);
-        if (lane == 0 && c0 + j < n) {
-            act[((long long)pair) * act_stride + c0 + j] = gs / (1.f + expf(-gs)) * us;
-        }
-    }
-}
-
-// This lane's share of the dot of a bf16 weight row of length len with an
-// f32 activation row (len % 8 == 0), added to s scaled by w (reduced later).
-__device__ __forceinline__ void lane_dot(const bf16* __restrict__ wrow, const float* __restrict__ a, int len,
-                                         int lane, float w, float& s) {
-    float t = 0.f;
-#pragma unroll 2
-    for (int k = lane * 8; k < len; k += 256) {
-        float fw[8];
-        bf16x8(__ldg(reinterpret_cast<const uint4*>(wrow + k)), fw);
-        const float4 a0 = *reinterpret_cast<const float4*>(a + k);
-        const float4 a1 = *reinterpret_cast<const float4*>(a + k + 4);
-        t = fmaf(fw[0], a0.x, t);
-        t = fmaf(fw[1], a0.y, t);
-        t = fmaf(fw[2], a0.z, t);
-        t = fmaf(fw[3], a0.w, t);
-        t = fmaf(fw[4], a1.x, t);
-        t = fmaf(fw[5], a1.y, t);
-        t = fmaf(fw[6], a1.z, t);
-        t = fmaf(fw[7], a1.w, t);
-    }
-    s = fmaf(w, t, s);
-}
-
-// grid: (ceil(hidden / COLS_PER_CTA), rows). act_stride % 4 == 0, top_k <= MAX_TOP_K.
-extern "C" __global__ void __launch_bounds__(THREADS)
-moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
-                const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
-                const float* __restrict__ topk_weight, const float* __restrict__ gate, int hidden,
-                int top_k, int inter, int shared_inter, int act_stride, bf16* __restrict__ out) {
-    __shared__ int experts_s[MAX_TOP_K];
-    __shared__ float weights_s[MAX_TOP_K];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int r = blockIdx.y;
-    if (threadIdx.x < top_k) {
-        experts_s[threadIdx.x] = topk_expert[r * top_k + threadIdx.x];
-        weights_s[threadIdx.x] = topk_weight[r * top_k + threadIdx.x];
-    }
-    __syncthreads();
-    const int n0 = blockIdx.x * COLS_PER_CTA + warp * COLS_PER_WARP;
-    if (n0 >= hidden) return;
-    const float* act_r = act + (long long)r * (top_k + 1) * act_stride;
-    // Per-lane partial sums over every expert, reduced once at the end: the
-    // loads of all experts are independent of each other.
-    float acc[COLS_PER_WARP];
-#pragma unroll
-    for (int j = 0; j < COLS_PER_WARP; ++j) acc[j] = 0.f;
-#pragma unroll 4
-    for (int kk = 0; kk < top_k; ++kk) {
-        const int e = experts_s[kk];
-        if (e < 0) continue;  // another rank's expert
-        const float w = weights_s[kk];
-        const float* a = act_r + (long long)kk * act_stride;
-#pragma unroll
-        for (int j = 0; j < COLS_PER_WARP; ++j) {
-            const int n = min(n0 + j, hidden - 1);  // a tail column repeats the last (not stored)
-            lane_dot(down + ((long long)e * hidden + n) * inter, a, inter, lane, w, acc[j]);
-        }
-    }
-    const float s = gate[r];
-    const float* a = act_r + (long long)top_k * act_stride;
-#pragma unroll
-    for (int j = 0; j < COLS_PER_WARP; ++j) {
-        const int n = min(n0 + j, hidden - 1);
-        lane_dot(shared_down + (long long)n * shared_inter, a, shared_inter, lane, s, acc[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < COLS_PER_WARP; ++j) {
-        const float v = warp_sum(acc[j]);
-        if (lane == 0 && n0 + j < hidden) out[(long long)r * hidden + n0 + j] = __float2bfloat16_rn(v);
-    }
-}
-
-// ---- v2: every load of a warp issued before its first use ------------------
-// v1 above keeps a warp's loads in short dependent rounds (a column's K loop
-// unrolled by 4; the down kernel one expert row after another): at one row
-// each round waits a full memory latency. v2 gives a warp one column and
-// unrolls its whole K loop (gate_up), and flattens the down kernel's
-// (expert, chunk) pairs of one output column over the lanes, so a lane's 18
-// loads (35B-A3B: 9 rows of 64 chunks over 32 lanes) are all in flight at once.
-
-// grid: (ceil(max(inter, shared_inter) / WARPS), rows * (top_k + 1)).
-extern "C" __global__ void __launch_bounds__(THREADS)
-moe_decode_gate_up_v2(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
-                      const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
-                      const int* __restrict__ topk_expert, int hidden, int top_k, int inter,
-                      int shared_inter, int act_stride, float* __restrict__ act) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int pair = blockIdx.y, r = pair / (top_k + 1), slot = pair % (top_k + 1);
-    const bf16* gate_rows;
-    const bf16* up_rows;
-    int n;
-    if (slot < top_k) {
-        const int e = topk_expert[r * top_k + slot];
-        if (e < 0) return;  // another rank's expert: the down kernel skips it
-        gate_rows = gate_up + (long long)e * 2 * inter * hidden;
-        up_rows = gate_rows + (long long)inter * hidden;
-        n = inter;
-    } else {
-        gate_rows = shared_gate_proj;
-        up_rows = shared_up_proj;
-        n = shared_inter;
-    }
-    const int c = blockIdx.x * WARPS + warp;
-    if (c >= n) return;
-    const bf16* xr = x + (long long)r * hidden;
-    const bf16* g_row = gate_rows + (long long)c * hidden;
-    const bf16* u_row = up_rows + (long long)c * hidden;
     float g = 0.f, u = 0.f;
-#pragma unroll 8
-    for (int k = lane * 8; k < hidden; k += 256) {
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(xr + k));
-        const uint4 gv = __ldg(reinterpret_cast<const uint4*>(g_row + k));
-        const uint4 uv = __ldg(reinterpret_cast<const uint4*>(u_row + k));
-        g += dot8(gv, xv);
-        u += dot8(uv, xv);
+    for (int base = 0;;) {
+        g += dot_pass(av, xs, base, hidden, lane);
+        u += dot_pass(bv, xs, base, hidden, lane);
+        base += KSPAN;
+        if (base >= hidden) break;
+        load_pass(g_row, base, hidden, lane, av);
+        load_pass(u_row, base, hidden, lane, bv);
     }
     g = warp_sum(g);
     u = warp_sum(u);
-    if (lane == 0) act[(long long)pair * act_stride + c] = g / (1.f + expf(-g)) * u;
+    if (lane == 0 && c < shared_inter) {
+        act[((long long)r * (top_k + 1) + top_k) * act_stride + c] = g / (1.f + expf(-g)) * u;
+    }
 }
 
-// grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, top_k <= MAX_TOP_K.
-extern "C" __global__ void __launch_bounds__(THREADS)
-moe_decode_down_v2(const float* __restrict__ act, const bf16* __restrict__ down,
-                   const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
-                   const float* __restrict__ topk_weight, const float* __restrict__ gate, int hidden,
-                   int top_k, int inter, int shared_inter, int act_stride, bf16* __restrict__ out) {
-    __shared__ int experts_s[MAX_TOP_K];
-    __shared__ float weights_s[MAX_TOP_K];
+// The routed experts' gate+up. grid: (ceil(inter / WARPS), rows * top_k).
+// topk_expert / topk_weight: [rows][top_k], local expert index (or -1: another
+// rank's) and its weight, written by the CTA at (0, row * top_k).
+extern "C" __global__ void __launch_bounds__(THREADS, 3)  // <= 80 registers: 3 CTAs an SM (16 loads a lane still in one round)
+moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
+                   const float* __restrict__ logits, int hidden, int experts, int top_k,
+                   int renormalise, int first, int local, int inter, int act_stride,
+                   int* __restrict__ topk_expert, float* __restrict__ topk_weight,
+                   float* __restrict__ act) {
+    __shared__ RouteSmem sm;
+    __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int r = blockIdx.y;
-    if (threadIdx.x < top_k) {
-        experts_s[threadIdx.x] = topk_expert[r * top_k + threadIdx.x];
-        weights_s[threadIdx.x] = topk_weight[r * top_k + threadIdx.x];
+    const int pair = blockIdx.y, r = pair / top_k, slot = pair - r * top_k;
+    wait_prior();
+    // x's row: loaded before the routing, stored after it (the stores would
+    // wait for the loads and hold back the logits' loads).
+    uint4 xr[XPT];
+    const bf16* x_row = x + (long long)r * hidden;
+#pragma unroll
+    for (int i = 0; i < XPT; ++i) {
+        const int k = (i * THREADS + threadIdx.x) * 8;
+        xr[i] = load8(x_row + k, x_row, k < hidden);
+    }
+    route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
+#pragma unroll
+    for (int i = 0; i < XPT; ++i) {
+        const int k = (i * THREADS + threadIdx.x) * 8;
+        if (k < hidden) *reinterpret_cast<uint4*>(xs + k) = xr[i];
     }
     __syncthreads();
-    const int n = blockIdx.x * WARPS + warp;
-    if (n >= hidden) return;
-    const float* act_r = act + (long long)r * (top_k + 1) * act_stride;
-    const int cr = inter / 8, cs = shared_inter / 8;
-    const int routed = top_k * cr, total = routed + cs;
-    const float s = gate[r];
+    float kept = 1.f;
+    if (renormalise) {
+        kept = 0.f;
+        for (int kk = 0; kk < top_k; ++kk) kept += sm.sel_p[kk];
+    }
+    if (blockIdx.x == 0 && slot == 0 && (int)threadIdx.x < top_k) {
+        const int t = threadIdx.x;
+        const int le = sm.sel_e[t] - first;
+        topk_expert[r * top_k + t] = le >= 0 && le < local ? le : -1;
+        topk_weight[r * top_k + t] = renormalise ? sm.sel_p[t] / kept : sm.sel_p[t];
+    }
+    const int e = sm.sel_e[slot] - first;
+    if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
+    const int c = blockIdx.x * WARPS + warp;
+    if (c >= inter) return;  // no barrier below
+    const bf16* g_row = gate_up + ((long long)e * 2 * inter + c) * hidden;
+    const bf16* u_row = g_row + (long long)inter * hidden;
+    uint4 av[KCH], bv[KCH];
+    float g = 0.f, u = 0.f;
+    for (int base = 0; base < hidden; base += KSPAN) {
+        load_pass(g_row, base, hidden, lane, av);
+        load_pass(u_row, base, hidden, lane, bv);
+        g += dot_pass(av, xs, base, hidden, lane);
+        u += dot_pass(bv, xs, base, hidden, lane);
+    }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    if (lane == 0) act[((long long)r * (top_k + 1) + slot) * act_stride + c] = g / (1.f + expf(-g)) * u;
+}
+
+// One group of the down kernel: DSLOTS slots from s0, DCH chunks per lane from cb.
+__device__ __forceinline__ void load_group(const bf16* const* base_s, const int* len_s, int slots, int s0,
+                                           int cb, int n, int lane, const bf16* safe,
+                                           uint4 (&wv)[DSLOTS][DCH]) {
+#pragma unroll
+    for (int s = 0; s < DSLOTS; ++s) {
+        const int slot = min(s0 + s, slots - 1);
+        const bf16* b = base_s[slot];
+        const int len = len_s[slot];
+#pragma unroll
+        for (int i = 0; i < DCH; ++i) {
+            const int k = cb + (i * 32 + lane) * 8;
+            const bool ok = s0 + s < slots && b != nullptr && k < len;
+            wv[s][i] = load8(b + (long long)n * len + k, safe, ok);
+        }
+    }
+}
+
+// grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, (top_k + 1) * act_stride <= MAX_ACT.
+extern "C" __global__ void __launch_bounds__(THREADS)
+moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
+                const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
+                const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
+                int experts, int top_k, int inter, int shared_inter, int act_stride,
+                bf16* __restrict__ out) {
+    // Per slot (k experts, then the shared one): its down matrix (null: another
+    // rank's expert), row length and weight; the row's activations.
+    __shared__ const bf16* base_s[MAX_TOP_K + 1];
+    __shared__ int len_s[MAX_TOP_K + 1];
+    __shared__ float scale_s[MAX_TOP_K + 1];
+    __shared__ __align__(16) float act_s[MAX_ACT];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = blockIdx.y, t = threadIdx.x;
+    const int slots = top_k + 1;
+    wait_prior();
+    if (t < top_k) {
+        const int e = topk_expert[r * top_k + t];
+        base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+        len_s[t] = inter;
+        scale_s[t] = topk_weight[r * top_k + t];
+    } else if (t == top_k) {
+        const float gl = logits[(long long)r * (experts + 1) + experts];
+        base_s[t] = shared_down;
+        len_s[t] = shared_inter;
+        scale_s[t] = 1.f / (1.f + expf(-gl));
+    }
+    __syncthreads();
+    // Warps past the last column repeat it and write nothing.
+    const int n = blockIdx.x * WARPS + warp, nn = min(n, hidden - 1);
+    const int longest = max(inter, shared_inter);
+    uint4 wv[DSLOTS][DCH];
+    load_group(base_s, len_s, slots, 0, 0, nn, lane, shared_down, wv);
+    // The row's activations into shared memory while the weights load.
+    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
+    float4* act_s4 = reinterpret_cast<float4*>(act_s);
+    for (int i = t; i < slots * act_stride / 4; i += THREADS) act_s4[i] = act_r[i];
+    __syncthreads();
     float acc = 0.f;
-#pragma unroll 6
-    for (int idx = lane; idx < total; idx += 32) {
-        const bool is_routed = idx < routed;
-        const int slot = is_routed ? idx / cr : top_k;
-        const int ch = is_routed ? idx - slot * cr : idx - routed;
-        const int e = is_routed ? experts_s[slot] : 0;
-        // Another rank's expert (-1) reads expert 0's row and its (unwritten)
-        // act slot, both in bounds, and the select below drops the product.
-        const bf16* wrow = is_routed ? down + ((long long)max(e, 0) * hidden + n) * inter
-                                     : shared_down + (long long)n * shared_inter;
-        const float scale = is_routed ? weights_s[slot] : s;
-        float fw[8];
-        bf16x8(__ldg(reinterpret_cast<const uint4*>(wrow + ch * 8)), fw);
-        const float* a = act_r + (long long)slot * act_stride + ch * 8;
-        const float4 a0 = *reinterpret_cast<const float4*>(a);
-        const float4 a1 = *reinterpret_cast<const float4*>(a + 4);
-        float t = fw[0] * a0.x;
-        t = fmaf(fw[1], a0.y, t);
-        t = fmaf(fw[2], a0.z, t);
-        t = fmaf(fw[3], a0.w, t);
-        t = fmaf(fw[4], a1.x, t);
-        t = fmaf(fw[5], a1.y, t);
-        t = fmaf(fw[6], a1.z, t);
-        t = fmaf(fw[7], a1.w, t);
-        acc = e < 0 ? acc : fmaf(scale, t, acc);
+    for (int s0 = 0; s0 < slots; s0 += DSLOTS) {
+        for (int cb = 0; cb < longest; cb += DSPAN) {
+            if (s0 > 0 || cb > 0) load_group(base_s, len_s, slots, s0, cb, nn, lane, shared_down, wv);
+#pragma unroll
+            for (int s = 0; s < DSLOTS; ++s) {
+                const int slot = min(s0 + s, slots - 1);
+                const bool live = s0 + s < slots && base_s[slot] != nullptr;
+                const int len = len_s[slot];
+                float part = 0.f;
+#pragma unroll
+                for (int i = 0; i < DCH; ++i) {
+                    const int k = cb + (i * 32 + lane) * 8;
+                    if (live && k < len) {
+                        float fw[8];
+                        bf16x8(wv[s][i], fw);
+                        const float* a = act_s + slot * act_stride + k;
+                        const float4 a0 = *reinterpret_cast<const float4*>(a);
+                        const float4 a1 = *reinterpret_cast<const float4*>(a + 4);
+                        part = fmaf(fw[0], a0.x, part);
+                        part = fmaf(fw[1], a0.y, part);
+                        part = fmaf(fw[2], a0.z, part);
+                        part = fmaf(fw[3], a0.w, part);
+                        part = fmaf(fw[4], a1.x, part);
+                        part = fmaf(fw[5], a1.y, part);
+                        part = fmaf(fw[6], a1.z, part);
+                        part = fmaf(fw[7], a1.w, part);
+                    }
+                }
+                if (live) acc = fmaf(scale_s[slot], part, acc);
+            }
+        }
     }
     const float v = warp_sum(acc);
-    if (lane == 0) out[(long long)r * hidden + n] = __float2bfloat16_rn(v);
+    if (lane == 0 && n < hidden) out[(long long)r * hidden + n] = __float2bfloat16_rn(v);
 }
 
 }  // namespace headroom_moe_decode
