@@ -90,23 +90,9 @@ pub(crate) unsafe fn launch(
     block: u32,
     args: Args,
 ) -> OpResult<()> {
-    let f = dev.function(entry).map_err(dev_err)?;
-    let mut args = args;
-    if args.len > MAX_ARGS {
-        return Err(OpError::Device(format!(
-            "{entry}: {} arguments (at most {MAX_ARGS})",
-            args.len
-        )));
-    }
-    let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
-    for (p, s) in params.iter_mut().zip(args.slots.iter_mut()) {
-        *p = s as *mut u64 as *mut c_void;
-    }
-    let params = &mut params[..args.len];
-    dev.bind().map_err(dev_err)?;
-    LAUNCHES.fetch_add(1, Ordering::Relaxed);
-    dev.launch(f, grid, (block, 1, 1), 0, params)
-        .map_err(dev_err)
+    launch_with(dev, entry, args, |f, params| {
+        dev.launch(f, grid, (block, 1, 1), 0, params)
+    })
 }
 
 /// [`launch`] with programmatic dependent launch on compute capability 9.0+
@@ -123,8 +109,20 @@ pub(crate) unsafe fn launch_programmatic(
     block: u32,
     args: Args,
 ) -> OpResult<()> {
+    launch_with(dev, entry, args, |f, params| {
+        dev.launch_programmatic(f, grid, (block, 1, 1), 0, params)
+    })
+}
+
+/// Looks `entry` up, checks and packs `args`, binds the context and hands
+/// the function and the parameter pointers to `go` (the driver call).
+fn launch_with(
+    dev: &CudaDevice,
+    entry: &'static str,
+    mut args: Args,
+    go: impl FnOnce(crate::device::Function, &mut [*mut c_void]) -> Result<(), CudaError>,
+) -> OpResult<()> {
     let f = dev.function(entry).map_err(dev_err)?;
-    let mut args = args;
     if args.len > MAX_ARGS {
         return Err(OpError::Device(format!(
             "{entry}: {} arguments (at most {MAX_ARGS})",
@@ -135,11 +133,9 @@ pub(crate) unsafe fn launch_programmatic(
     for (p, s) in params.iter_mut().zip(args.slots.iter_mut()) {
         *p = s as *mut u64 as *mut c_void;
     }
-    let params = &mut params[..args.len];
     dev.bind().map_err(dev_err)?;
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
-    dev.launch_programmatic(f, grid, (block, 1, 1), 0, params)
-        .map_err(dev_err)
+    go(f, &mut params[..args.len]).map_err(dev_err)
 }
 
 /// Grid of a grid-stride element-wise kernel over `n` elements.
