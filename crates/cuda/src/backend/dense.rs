@@ -46,7 +46,9 @@ pub(crate) fn linear(
         accumulate: false,
     };
     // SAFETY: the three buffers were sized from the same dims.
-    unsafe { blas.linear(&l) }.map_err(dev_err)?;
+    use super::decode_stats::{timed, BLAS_CALLS, BLAS_NS};
+    BLAS_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    timed(&BLAS_NS, || unsafe { blas.linear(&l) }).map_err(dev_err)?;
     Ok(y)
 }
 

@@ -135,7 +135,10 @@ fn launch_with(
     }
     dev.bind().map_err(dev_err)?;
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
-    go(f, &mut params[..args.len]).map_err(dev_err)
+    super::decode_stats::timed(&super::decode_stats::LAUNCH_NS, || {
+        go(f, &mut params[..args.len])
+    })
+    .map_err(dev_err)
 }
 
 /// Grid of a grid-stride element-wise kernel over `n` elements.

@@ -12,6 +12,7 @@
 mod attention;
 mod comm;
 mod conv;
+mod decode_stats;
 mod dense;
 mod external;
 mod fallback;

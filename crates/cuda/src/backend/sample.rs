@@ -120,7 +120,7 @@ fn read_tokens(dev: &CudaDevice, out: &DeviceBuffer, rows: usize) -> OpResult<Ve
     let mut tokens = vec![0u32; rows];
     let queued = Instant::now();
     dev.read(out, &mut tokens).map_err(dev_err)?;
-    stats::step_done(queued);
+    super::decode_stats::step_done(queued);
     super::profile_window::step_done();
     if let Some(row) = tokens.iter().position(|&t| t == u32::MAX) {
         return Err(OpError::shape(
@@ -129,86 +129,6 @@ fn read_tokens(dev: &CudaDevice, out: &DeviceBuffer, rows: usize) -> OpResult<Ve
         ));
     }
     Ok(tokens)
-}
-
-/// `HEADROOM_DECODE_STATS=1`: where a step's wall time goes, measured at the
-/// one host synchronisation of a step (the sampled tokens' read-back). Each
-/// step's wall time (sample to sample) splits into the host's time to queue
-/// the step and the wait for the GPU to finish it: a wait near zero means the
-/// host is the bound (launch overhead), a long wait means the GPU is. Every
-/// 16 decode steps one line goes to stderr with the means and the kernels launched
-/// per step through `launch::launch` (cuBLAS and a few launchers not counted).
-mod stats {
-    use super::super::launch::LAUNCHES;
-    use std::sync::atomic::Ordering;
-    use std::sync::{Mutex, OnceLock};
-    use std::time::Instant;
-
-    /// Steps per reported window.
-    const WINDOW_STEPS: u32 = 16;
-    /// A step longer than this is not a decode step (a prefill).
-    const LONG_STEP_US: f64 = 100_000.0;
-
-    struct Window {
-        last: Option<Instant>,
-        launches: u64,
-        steps: u32,
-        wall_us: f64,
-        wait_us: f64,
-    }
-
-    fn on() -> bool {
-        static ON: OnceLock<bool> = OnceLock::new();
-        *ON.get_or_init(|| std::env::var("HEADROOM_DECODE_STATS").is_ok_and(|v| v == "1"))
-    }
-
-    static WINDOW: Mutex<Window> = Mutex::new(Window {
-        last: None,
-        launches: 0,
-        steps: 0,
-        wall_us: 0.0,
-        wait_us: 0.0,
-    });
-
-    /// Called after the read-back that began (waiting) at `queued`.
-    pub(super) fn step_done(queued: Instant) {
-        if !on() {
-            return;
-        }
-        let now = Instant::now();
-        let mut w = WINDOW.lock().unwrap_or_else(|p| p.into_inner());
-        let launches = LAUNCHES.load(Ordering::Relaxed);
-        let wall = w.last.map(|l| (now - l).as_secs_f64() * 1e6);
-        w.last = Some(now);
-        match wall {
-            // A prefill (or the first call): start a new window.
-            None => {}
-            Some(us) if us > LONG_STEP_US => {}
-            Some(us) => {
-                w.steps += 1;
-                w.wall_us += us;
-                w.wait_us += (now - queued).as_secs_f64() * 1e6;
-                if w.steps < WINDOW_STEPS {
-                    return;
-                }
-            }
-        }
-        if w.steps == WINDOW_STEPS {
-            let n = w.steps as f64;
-            eprintln!(
-                "decode stats: step {:.1} us = host queue {:.1} us + wait for the GPU {:.1} us; \
-                 {:.0} launches/step (launch.rs only)",
-                w.wall_us / n,
-                (w.wall_us - w.wait_us) / n,
-                w.wait_us / n,
-                (launches - w.launches) as f64 / n
-            );
-        }
-        w.steps = 0;
-        w.wall_us = 0.0;
-        w.wait_us = 0.0;
-        w.launches = launches;
-    }
 }
 
 #[cfg(test)]
