@@ -92,11 +92,11 @@ unsafe impl Sync for Stream {}
 /// (docs/perf/cuda-decode.md, "decode2 re-checked").
 fn table_cache_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| cache_switch(std::env::var("HEADROOM_UPLOAD_CACHE").ok().as_deref()))
+    *ON.get_or_init(|| switch_on(std::env::var("HEADROOM_UPLOAD_CACHE").ok().as_deref()))
 }
 
-/// The table cache's setting from the variable's value (on unless turned off).
-fn cache_switch(value: Option<&str>) -> bool {
+/// An on-by-default switch's value from its variable: on unless `off`, `0` or `false`.
+pub(crate) fn switch_on(value: Option<&str>) -> bool {
     !matches!(value, Some("off" | "0" | "false"))
 }
 
@@ -395,14 +395,15 @@ impl CudaDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::cache_switch;
+    use super::switch_on;
 
     #[test]
-    fn the_table_cache_is_on_unless_turned_off() {
-        assert!(cache_switch(None));
-        assert!(cache_switch(Some("on")));
+    fn on_by_default_switches_turn_off_only_when_told() {
+        assert!(switch_on(None));
+        assert!(switch_on(Some("on")));
+        assert!(switch_on(Some("1")));
         for off in ["off", "0", "false"] {
-            assert!(!cache_switch(Some(off)), "{off}");
+            assert!(!switch_on(Some(off)), "{off}");
         }
     }
 }

@@ -95,6 +95,31 @@ pub(crate) unsafe fn launch(
     })
 }
 
+/// Whether kernels written for it launch with programmatic dependent launch
+/// (default on; `HEADROOM_PDL=off`, `0` or `false` launches them plainly).
+pub(crate) fn pdl_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| crate::device::switch_on(std::env::var("HEADROOM_PDL").ok().as_deref()))
+}
+
+/// [`launch_programmatic`] where [`pdl_on`], else [`launch`].
+///
+/// # Safety
+/// As [`launch_programmatic`].
+pub(crate) unsafe fn launch_pdl(
+    dev: &CudaDevice,
+    entry: &'static str,
+    grid: (u32, u32, u32),
+    block: u32,
+    args: Args,
+) -> OpResult<()> {
+    if pdl_on() {
+        launch_programmatic(dev, entry, grid, block, args)
+    } else {
+        launch(dev, entry, grid, block, args)
+    }
+}
+
 /// [`launch`] with programmatic dependent launch on compute capability 9.0+
 /// ([`CudaDevice::launch_programmatic`]): the kernel may start while the
 /// previous kernel on the stream finishes.

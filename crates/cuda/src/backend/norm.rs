@@ -5,7 +5,7 @@
 //! to it in f32 and emits bf16 normed rows. A bf16 residual is still taken
 //! (rounded to bf16 after each add, as before).
 
-use super::launch::{grid_dim, int, launch, Args, GRID_X};
+use super::launch::{grid_dim, int, launch, launch_pdl, Args, GRID_X};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use super::validate::{bf16, groups_of, same_shape};
@@ -124,7 +124,12 @@ pub(crate) fn add_rms_norm(
     // [rows][cols], w `cols` f32 (even cols keep every row 8-byte aligned for
     // the float2 and 4-byte for the bf16x2 accesses; cols % 4 == 0 16-byte
     // for the float4 and 8-byte for the bf16x4 ones).
-    unsafe { launch(dev, entry, grid, threads, args)? };
+    // The quad kernel waits for the previous kernel first (programmatic launch).
+    if entry == "add_rms_norm_quad_f32res" {
+        unsafe { launch_pdl(dev, entry, grid, threads, args)? };
+    } else {
+        unsafe { launch(dev, entry, grid, threads, args)? };
+    }
     Ok(out)
 }
 

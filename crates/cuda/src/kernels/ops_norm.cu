@@ -7,6 +7,9 @@
 //   rms_norm_groups: the same (1 + w) norm in place over groups of d  one warp per group
 //   gated_rms_norm:  x = w * x / sqrt(mean(x^2) + eps) * silu(z)     one warp per group
 // A NaN in a row (group) makes that row (group) NaN, and only it.
+// add_rms_norm_quad_f32res (the decode step's norm) may be launched with
+// programmatic dependent launch: it waits for the previous kernel before it
+// touches memory, then lets the next kernel's CTAs be scheduled.
 
 #include <cuda_bf16.h>
 
@@ -14,6 +17,14 @@ typedef __nv_bfloat16 bf16;
 typedef long long i64;
 
 constexpr int NORM_THREADS = 512;
+
+// Programmatic dependent launch (sm_90+; no-ops elsewhere and in plain launches).
+__device__ __forceinline__ void wait_prior_then_release_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
@@ -375,6 +386,7 @@ extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, con
 extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
                                                     const float* w, bf16* out, int cols,
                                                     float eps) {
+    wait_prior_then_release_next();
     const int quads = cols >> 2;
     float4* res = reinterpret_cast<float4*>(residual + (i64)blockIdx.x * cols);
     const uint2* del =
