@@ -12,8 +12,10 @@
 #            and the transformers fixtures at chunk 1 (fused attention prep: their
 #            GDN head dim 16 keeps the composition) against the CPU f32 run;
 #  decode    decode tok/s after 8k and 32k prompts (35B-A3B shape, engine, fused
-#            attention), arms off / on, with HEADROOM_DECODE_STATS=1.
+#            attention), arms off / on (and both with HEADROOM_MOE_DECODE=v2), with
+#            HEADROOM_DECODE_STATS=1.
 # Switches: HEADROOM_GDN_DECODE=off, HEADROOM_ATTN_PREP=off (read once per process).
+# SKIP_FIXTURES=1 leaves out the fixtures part of `logits`.
 # Binaries (built elsewhere) in BIN_DIR: headroom and fused_decode-*.
 # Usage: bench/gpu/check_gdn_decode.sh BIN_DIR [SECTION...]   (default: all five)
 # Results go to $OUT (or ./gpu-out): gdn-decode.log and the JSON of each decode arm.
@@ -77,6 +79,7 @@ logits)
     echo "--- 40 layers, off vs on (printed; MoE routing flips compound: docs/perf/bf16-parity.md)"
     cmp_logits off on
     rm -f "$OUT"/logits-*.safetensors
+    [ -n "${SKIP_FIXTURES:-}" ] && continue
     echo "--- fixtures, chunk 1, fused paths on, vs the CPU f32 run on bf16 weights (bar 2e-2)"
     FIX=crates/model/tests/fixtures; TMP=$(mktemp -d)
     for fx in dense_d64 moe_d64 moe_d256 next_d128; do
@@ -98,7 +101,8 @@ logits)
     ;;
 decode)
     echo "=== decode after 8k and 32k (35B-A3B shape, engine, fused attention) ===" | tee -a "$LOG"
-    for a in "off:$OFF" "on:$ON"; do
+    # off / on at the defaults; then both beside the MoE decode path (opt-in, decode2).
+    for a in "off:$OFF" "on:$ON" "off-moe2:$OFF HEADROOM_MOE_DECODE=v2" "on-moe2:$ON HEADROOM_MOE_DECODE=v2"; do
         name=${a%%:*}; envs=${a#*:}
         echo "--- arm $name ($envs)"
         env $envs HEADROOM_DECODE_STATS=1 timeout 100 "$HR" --attn-execution fused \

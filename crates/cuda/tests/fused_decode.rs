@@ -409,6 +409,18 @@ fn attention_prep_case(heads: usize, kv_heads: usize, d: usize, rotary: usize, s
     let f = run_prep(&be, &wg, shape, &mut c_f, &data, &prompt, composed);
     let g = run_prep(&be, &wg, shape, &mut c_g, &data, &prompt, composed);
     assert_eq!(f, g);
+    let c = run_prep(
+        &cpu,
+        &wc,
+        shape,
+        &mut c_c,
+        &data,
+        &prompt,
+        |q, k, v, pw, c| cpu.attention_prep(q, k, v, pw, c, &prompt).unwrap(),
+    );
+    for i in 0..3 {
+        assert!(rel_err(&g[i], &c[i], "prompt") < 2e-2);
+    }
     let mut hist = [7usize, 3, 12];
     let label = format!("{heads}/{kv_heads} heads d{d} rotary {rotary}");
     for step in 0..8u64 {

@@ -10,7 +10,8 @@
 //
 // One CTA per (value head h, sequence s); 16 warps: warp = (32-column block,
 // key-dim quarter) of the recurrent kernel's layout, so each thread keeps 32
-// state entries of one value column in registers.
+// state entries of one value column in registers. Every global input is
+// loaded before any is used (one wait for memory per CTA).
 //   mixed: bf16 [n][C] (in_proj_qkv rows, C = 2 hk DK + hv DV); z bf16 [n][hv DV];
 //   a, b: bf16 [n][hv]; conv_w f32 [C][4]; a_log, dt_bias f32 [hv]; norm_w f32 [DV];
 //   conv_state bf16 [slots][3][C]; state f32 [slots][hv][DK][DV];
@@ -74,6 +75,20 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
     const int slot = tab.slot[s];
     const i64 C = 2LL * hk * DK + (i64)hv * DV;
 
+    // 0. Every global input is loaded up front, so the CTA waits for memory
+    // once: this thread's 32 state values (the recurrent step's layout below),
+    // its conv channel, the gating inputs, and (warp 0, lanes < 16) z.
+    const int part = warp % PARTS;
+    const int col = (warp / PARTS) * BV + lane;
+    float* S = state + (((i64)slot * hv + h) * DK + part * ROWS) * DV + col;
+    float sreg[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) sreg[r] = S[(i64)r * DV];
+    uint4 zu = make_uint4(0u, 0u, 0u, 0u);
+    const int l = lane & 15, c0 = l * 8;  // the norm's lane and first column
+    if (warp == 0 && lane < 16)
+        zu = *reinterpret_cast<const uint4*>(z + row * hv * DV + (i64)h * DV + c0);
+
     // 1. Conv + SiLU: thread t < 3 DK owns one channel (q, k of kh; v of h).
     bf16 keep[3];  // the channel's new state rows (old rows 1, 2 and the input)
     i64 ch = 0;
@@ -105,18 +120,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
         gate[0] = __expf(g);
         gate[1] = sigmoidf_(__bfloat162float(b_in[i]));
     }
-    __syncthreads();  // every read of the old conv state is done
+    __syncthreads();  // this CTA's reads of the old conv state are done (values used)
 
-    if (tid == 0) {
-        int last = 0;
-        if (ratio > 1) {
-            __threadfence();
-            unsigned* t = tickets + (i64)slot * hk + kh;
-            last = atomicAdd(t, 1u) == (unsigned)(ratio - 1);
-            if (last) atomicExch(t, 0u);
-        }
-        advance_qk = last;
-    }
+    // The ticket: issued now, its value first needed after the recurrent step
+    // (the atomic's latency overlaps the work below). No fence is needed: the
+    // reads it publishes have returned their values before the barrier above.
+    unsigned ticket = 0;
+    unsigned* tk = tickets + (i64)slot * hk + kh;
+    if (tid == 0 && ratio > 1) ticket = atomicAdd(tk, 1u);
+
     // 3. q, k L2 norms (as gdn_recurrent.cu: lane = 4 consecutive values).
     if (warp < 2) {
         float x[4];
@@ -133,23 +145,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
         for (int e = 0; e < 4; ++e) dst[lane * 4 + e] = x[e] * inv;
     }
     __syncthreads();
-    if (advance_qk && tid < 2 * DK) {
-        st[ch] = keep[0];
-        st[C + ch] = keep[1];
-        st[2 * C + ch] = keep[2];
-    }
 
     // 4. The recurrent step: warp = (column block, key quarter).
-    const int part = warp % PARTS;
-    const int col = (warp / PARTS) * BV + lane;
     const float decay = gate[0], beta = gate[1];
     const float v = xs[2 * DK + col];
-    float* S = state + (((i64)slot * hv + h) * DK + part * ROWS) * DV + col;
-    float sreg[ROWS];
     float kv = 0.f;
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-        sreg[r] = S[(i64)r * DV] * decay;
+        sreg[r] = sreg[r] * decay;
         kv += sreg[r] * kn[part * ROWS + r];
     }
     red[0][part][col] = kv;
@@ -166,6 +169,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
         S[(i64)r * DV] = sreg[r];
     }
     red[1][part][col] = o;
+    if (tid == 0) {
+        const bool last = ratio == 1 || ticket == (unsigned)(ratio - 1);
+        if (ratio > 1 && last) atomicExch(tk, 0u);  // zero again for the next launch
+        advance_qk = ratio > 1 && last;
+    }
     __syncthreads();
     if (part == 0) {
         o = 0.f;
@@ -174,17 +182,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
         ob[col] = __bfloat162float(__float2bfloat16(o));
     }
     __syncthreads();
+    // The last reader of the key head's q/k channels advances them.
+    if (advance_qk && tid < 2 * DK) {
+        st[ch] = keep[0];
+        st[C + ch] = keep[1];
+        st[2 * C + ch] = keep[2];
+    }
 
     // 5. Gated RMSNorm over the head's DV outputs (as group_norm16<1, true>:
     // 16 lanes of 8 values; lanes 16-31 idle but in the shuffles).
     if (warp == 0) {
-        const int l = lane & 15, c = l * 8;
         const bool ok = lane < 16;
         float x[8], zv[8];
         float ss = 0.f;
         if (ok) {
-            const uint4 u = *reinterpret_cast<const uint4*>(z + row * hv * DV + (i64)h * DV + c);
-            const bf162* zp = reinterpret_cast<const bf162*>(&u);
+            const bf162* zp = reinterpret_cast<const bf162*>(&zu);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const float2 f = __bfloat1622float2(zp[i]);
@@ -193,7 +205,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
             }
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-                x[i] = ob[c + i];
+                x[i] = ob[c0 + i];
                 ss += x[i] * x[i];
             }
         }
@@ -210,11 +222,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
                 for (int j = 0; j < 2; ++j) {
                     const int k = 2 * i + j;
                     const float silu = zv[k] / (1.0f + expf(-zv[k]));
-                    r[j] = norm_w[c + k] * (x[k] * inv) * silu;
+                    r[j] = norm_w[c0 + k] * (x[k] * inv) * silu;
                 }
                 op[i] = __floats2bfloat162_rn(r[0], r[1]);
             }
-            *reinterpret_cast<uint4*>(out + row * hv * DV + (i64)h * DV + c) = u;
+            *reinterpret_cast<uint4*>(out + row * hv * DV + (i64)h * DV + c0) = u;
         }
     }
 }
