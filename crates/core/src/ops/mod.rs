@@ -26,10 +26,14 @@
 //! tested against.
 
 mod batch;
+mod fused;
 pub mod rng;
 mod specs;
 
 pub use batch::Batch;
+pub use fused::{
+    attention_prep_composed, gdn_core_composed, AttentionPrepWeights, GdnCoreInputs, GdnCoreWeights,
+};
 pub use specs::{
     GdnSpec, InitWindow, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,
 };
@@ -200,6 +204,37 @@ pub trait Backend: Send + Sync {
         state: &mut Self::GdnState,
         batch: &Batch,
     ) -> OpResult<Self::Act>;
+
+    /// The Gated DeltaNet layer between its projections: the causal conv +
+    /// SiLU of `mixed`, the gating, the gated delta rule and the gated RMSNorm
+    /// with `z`, advancing both states of each sequence's slot; returns
+    /// `[t][v_heads·v_dim]` for `out_proj`. Exactly [`gdn_core_composed`]; a
+    /// backend may run it as fewer kernels (CUDA: one, for all-decode batches).
+    fn gdn_core(
+        &self,
+        x: GdnCoreInputs<'_, Self::Act>,
+        w: &GdnCoreWeights<'_, Self::Weight>,
+        state: &mut Self::GdnState,
+        batch: &Batch,
+    ) -> OpResult<Self::Act> {
+        gdn_core_composed(self, x, w, state, batch)
+    }
+
+    /// A full-attention layer's prep, in place on `q` `[t][heads·head_dim]` and
+    /// `k` `[t][kv_heads·head_dim]`: per-head q/k norms, RoPE at each row's
+    /// position, then `k`, `v` appended to the cache. Exactly
+    /// [`attention_prep_composed`]; a backend may fuse it.
+    fn attention_prep(
+        &self,
+        q: &mut Self::Act,
+        k: &mut Self::Act,
+        v: &Self::Act,
+        w: &AttentionPrepWeights<'_, Self::Weight>,
+        cache: &mut Self::KvCache,
+        batch: &Batch,
+    ) -> OpResult<()> {
+        attention_prep_composed(self, q, k, v, w, cache, batch)
+    }
 
     /// Appends each sequence's rows of `k`, `v` `[t][kv_heads·head_dim]` to its
     /// slot (which must hold exactly `batch.history[i]` tokens).

@@ -7,9 +7,10 @@
 //! later work of that stream). Each op group lives in its own file:
 //! [`memory`] (uploads, synthetic weights), [`state`] (pools), [`dense`]
 //! (linear, gathers, gates), [`norm`], [`rope`], [`conv`], [`kv`],
-//! [`attention`], [`gdn`], [`moe`] (few rows: [`moe_decode`]), [`sample`], [`supports`].
+//! [`attention`], [`gdn`] (the fused decode paths: [`gdn_decode`], [`attention_prep`]), [`moe`] (few rows: [`moe_decode`]), [`sample`], [`supports`].
 
 mod attention;
+mod attention_prep;
 mod comm;
 mod conv;
 mod decode_stats;
@@ -17,6 +18,7 @@ mod dense;
 mod external;
 mod fallback;
 mod gdn;
+mod gdn_decode;
 mod kv;
 mod launch;
 mod memory;
@@ -37,8 +39,8 @@ pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
 use crate::device::CudaDevice;
 use crate::CudaError;
 use headroom_core::ops::{
-    Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpKey, OpResult, RopeSpec,
-    SamplingParams, WeightInit,
+    AttentionPrepWeights, Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, KvSpec, MoeSpec,
+    MoeWeights, OpKey, OpResult, RopeSpec, SamplingParams, WeightInit,
 };
 use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +92,34 @@ impl CudaBackend {
     /// Fills an activation with the byte `value` (0xFF: NaN in bf16 and f32), for tests.
     pub fn poison(&self, x: &mut CudaAct, value: u8) -> OpResult<()> {
         self.dev.fill_bytes(&x.buf, value).map_err(launch::dev_err)
+    }
+
+    /// The GDN core on the fused decode kernel whatever `HEADROOM_GDN_DECODE`
+    /// says; `Err` unless every sequence is one row and the shape is the
+    /// kernel's (tests compare it with `headroom_core::ops::gdn_core_composed`).
+    pub fn gdn_core_fused(
+        &self,
+        x: GdnCoreInputs<'_, CudaAct>,
+        w: &GdnCoreWeights<'_, CudaWeight>,
+        st: &mut CudaGdnState,
+        batch: &Batch,
+    ) -> OpResult<CudaAct> {
+        gdn_decode::gdn_decode(&self.dev, x, w, st, batch)
+    }
+
+    /// The attention prep on the fused decode kernel whatever
+    /// `HEADROOM_ATTN_PREP` says; `Err` unless every sequence is one row and
+    /// the shape is the kernel's.
+    pub fn attention_prep_fused(
+        &self,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        v: &CudaAct,
+        w: &AttentionPrepWeights<'_, CudaWeight>,
+        cache: &mut CudaKvCache,
+        batch: &Batch,
+    ) -> OpResult<()> {
+        attention_prep::attention_prep(&self.dev, q, k, v, w, cache, batch)
     }
 
     fn save_peak(&self) {
@@ -247,6 +277,38 @@ impl Backend for CudaBackend {
         batch: &Batch,
     ) -> OpResult<CudaAct> {
         gdn::gated_delta_rule(&self.dev, qkv, g, beta, st, batch)
+    }
+
+    /// One fused launch for all-decode batches (`gdn_decode`), else the composition.
+    fn gdn_core(
+        &self,
+        x: GdnCoreInputs<'_, CudaAct>,
+        w: &GdnCoreWeights<'_, CudaWeight>,
+        st: &mut CudaGdnState,
+        batch: &Batch,
+    ) -> OpResult<CudaAct> {
+        if gdn_decode::takes(&x, w, st, batch) {
+            gdn_decode::gdn_decode(&self.dev, x, w, st, batch)
+        } else {
+            headroom_core::ops::gdn_core_composed(self, x, w, st, batch)
+        }
+    }
+
+    /// One fused launch for all-decode batches (`attention_prep`), else the composition.
+    fn attention_prep(
+        &self,
+        q: &mut CudaAct,
+        k: &mut CudaAct,
+        v: &CudaAct,
+        w: &AttentionPrepWeights<'_, CudaWeight>,
+        cache: &mut CudaKvCache,
+        batch: &Batch,
+    ) -> OpResult<()> {
+        if attention_prep::takes(q, k, v, w, cache, batch) {
+            attention_prep::attention_prep(&self.dev, q, k, v, w, cache, batch)
+        } else {
+            headroom_core::ops::attention_prep_composed(self, q, k, v, w, cache, batch)
+        }
     }
 
     fn kv_write(

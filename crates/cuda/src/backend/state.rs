@@ -56,9 +56,11 @@ pub(crate) fn new_gdn_state(dev: &CudaDevice, spec: &GdnSpec) -> OpResult<CudaGd
         spec: *spec,
         conv: alloc(dev, conv.max(1))?,
         recurrent: alloc(dev, rec)?,
+        tickets: alloc(dev, mul(op, mul(op, spec.slots, spec.k_heads)?, 4)?)?,
     };
     dev.fill_bytes(&state.conv, 0).map_err(dev_err)?;
     dev.fill_bytes(&state.recurrent, 0).map_err(dev_err)?;
+    dev.fill_bytes(&state.tickets, 0).map_err(dev_err)?;
     Ok(state)
 }
 

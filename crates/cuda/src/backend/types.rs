@@ -97,4 +97,7 @@ pub struct CudaGdnState {
     pub spec: GdnSpec,
     pub(crate) conv: DeviceBuffer,
     pub(crate) recurrent: DeviceBuffer,
+    /// u32 `[slots][k_heads]`, zero between launches: the fused decode
+    /// kernel's tickets (`kernels/gdn_decode.cu`).
+    pub(crate) tickets: DeviceBuffer,
 }

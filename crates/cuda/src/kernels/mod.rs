@@ -100,6 +100,24 @@ pub const GDN_RECURRENT: KernelSource = KernelSource {
     entry_points: &["gdn_recurrent_step_bf16"],
 };
 
+/// The GDN layer core for one-row sequences in one launch: conv, gating,
+/// recurrent rule, gated norm (`backend::gdn_decode`).
+pub const GDN_DECODE: KernelSource = KernelSource {
+    name: "gdn_decode",
+    file: "gdn_decode.cu",
+    source: include_str!("gdn_decode.cu"),
+    entry_points: &["gdn_decode_step_bf16"],
+};
+
+/// A full-attention layer's q/k norms, RoPE and KV write for one-row
+/// sequences in one launch (`backend::attention_prep`).
+pub const ATTENTION_PREP: KernelSource = KernelSource {
+    name: "attention_prep",
+    file: "attention_prep.cu",
+    source: include_str!("attention_prep.cu"),
+    entry_points: &["attention_prep_decode_bf16"],
+};
+
 /// Synthetic weight draws (`headroom_core::ops::rng::normal` on the device).
 pub const OPS_INIT: KernelSource = KernelSource {
     name: "ops_init",
@@ -301,6 +319,8 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_FALLBACK,
     MOE_DECODE,
     OPS_TP,
+    GDN_DECODE,
+    ATTENTION_PREP,
 ];
 
 /// The integer literal of `constexpr int NAME = <int>;` in a kernel source

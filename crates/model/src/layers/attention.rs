@@ -9,7 +9,7 @@
 //! and projected by `o_proj`.
 
 use crate::profile::{Part, Profiler};
-use headroom_core::ops::{Backend, Batch, OpResult, RopeSpec};
+use headroom_core::ops::{AttentionPrepWeights, Backend, Batch, OpResult, RopeSpec};
 use headroom_core::{AttentionReport, RouteRequest};
 
 /// One full-attention layer's weights and shape.
@@ -54,12 +54,17 @@ impl<B: Backend> FullAttention<B> {
                 gate,
             ))
         })?;
+        let prep = AttentionPrepWeights {
+            q_norm: &self.q_norm,
+            k_norm: &self.k_norm,
+            eps: self.eps,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: d,
+            rope: &self.rope,
+        };
         prof.time(be, Part::AttentionPrep, || {
-            be.rms_norm_groups(&mut q, &self.q_norm, self.eps)?;
-            be.rms_norm_groups(&mut k, &self.k_norm, self.eps)?;
-            be.rope(&mut q, self.heads, d, &self.rope, batch)?;
-            be.rope(&mut k, self.kv_heads, d, &self.rope, batch)?;
-            be.kv_write(cache, &k, &v, batch)
+            be.attention_prep(&mut q, &mut k, &v, &prep, cache, batch)
         })?;
         // The output gate goes with the attention (a backend may apply it in
         // the attention's output pass).

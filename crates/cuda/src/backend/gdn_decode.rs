@@ -1,0 +1,183 @@
+//! The GDN layer core (`Backend::gdn_core`) for all-decode batches in one
+//! launch (`kernels/gdn_decode.cu`): conv + SiLU with the conv-state advance,
+//! gating, the recurrent delta rule and the gated norm. Other batches, other
+//! shapes, and `HEADROOM_GDN_DECODE=off` run the composition of the plain ops.
+//! The slots go to the kernel by value (no host-to-device copy per call).
+
+use super::launch::{dev_err, grid_dim, int, LAUNCHES};
+use super::memory::new_act;
+use super::types::{CudaAct, CudaGdnState, CudaWeight};
+use crate::device::CudaDevice;
+use headroom_core::ops::{Batch, GdnCoreInputs, GdnCoreWeights, OpError, OpResult};
+use headroom_core::Dtype;
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+/// Key and value head dim the kernel is built for (`DK`, `DV`).
+const DIM: usize = 128;
+/// Threads per CTA (`THREADS`).
+const THREADS: u32 = 512;
+/// Sequences per launch (`MAX_SEQS`).
+const MAX_SEQS: usize = 512;
+const ENTRY: &str = "gdn_decode_step_bf16";
+
+#[repr(C)]
+struct SlotTable {
+    n: i32,
+    slot: [i32; MAX_SEQS],
+}
+
+// The table and the 16 arguments before it fit the 4 KiB of kernel parameters.
+const _: () = assert!(std::mem::size_of::<SlotTable>() + 16 * 8 <= 4096);
+
+/// `HEADROOM_GDN_DECODE`: `off` (or `0`) runs the composition for every
+/// batch; otherwise (default) all-decode batches take the fused kernel.
+fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("HEADROOM_GDN_DECODE").as_deref(),
+            Ok("off" | "0" | "false")
+        )
+    })
+}
+
+/// Whether the default dispatch sends this call to the fused kernel.
+pub(crate) fn takes(
+    x: &GdnCoreInputs<'_, CudaAct>,
+    w: &GdnCoreWeights<'_, CudaWeight>,
+    state: &CudaGdnState,
+    batch: &Batch,
+) -> bool {
+    enabled() && eligible(x, w, state, batch).is_ok()
+}
+
+/// `Ok` when the fused kernel runs this call exactly: every sequence one row,
+/// head dims 128, conv width 4 with f32 weights, shapes and dtypes as the
+/// composition takes them; else why not.
+pub(crate) fn eligible(
+    x: &GdnCoreInputs<'_, CudaAct>,
+    w: &GdnCoreWeights<'_, CudaWeight>,
+    state: &CudaGdnState,
+    batch: &Batch,
+) -> Result<(), String> {
+    let s = state.spec;
+    let n = batch.sequences();
+    batch.validate(s.slots).map_err(|e| e.to_string())?;
+    if batch.rows() != n {
+        return Err("not every sequence is one row".into());
+    }
+    if s.k_dim != DIM || s.v_dim != DIM || s.kernel != 4 {
+        return Err(format!(
+            "{s:?}: the kernel takes head dims {DIM}, conv width 4"
+        ));
+    }
+    let act = |a: &CudaAct, cols: usize| a.dtype == Dtype::Bf16 && a.rows == n && a.cols == cols;
+    let vhd = s.v_heads * s.v_dim;
+    if !act(&x.mixed, s.conv_dim())
+        || !act(x.z, vhd)
+        || !act(x.b, s.v_heads)
+        || !act(x.a, s.v_heads)
+    {
+        return Err("inputs are not bf16 [rows][conv_dim | v_heads·v_dim | v_heads]".into());
+    }
+    let vector = |v: &CudaWeight, len: usize| v.dtype == Dtype::F32 && v.elems() == len;
+    if !vector(w.conv, s.conv_dim() * 4)
+        || !vector(w.a_log, s.v_heads)
+        || !vector(w.dt_bias, s.v_heads)
+        || !vector(w.norm, s.v_dim)
+    {
+        return Err("weights are not f32 vectors of the spec's lengths".into());
+    }
+    Ok(())
+}
+
+fn param<T>(v: &mut T) -> *mut c_void {
+    v as *mut T as *mut c_void
+}
+
+/// The fused step; `Err` (nothing launched) unless [`eligible`].
+pub(crate) fn gdn_decode(
+    dev: &CudaDevice,
+    x: GdnCoreInputs<'_, CudaAct>,
+    w: &GdnCoreWeights<'_, CudaWeight>,
+    state: &mut CudaGdnState,
+    batch: &Batch,
+) -> OpResult<CudaAct> {
+    let op = "gdn_core";
+    eligible(&x, w, state, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
+    let s = state.spec;
+    let n = batch.sequences();
+    let out = new_act(dev, op, n, s.v_heads * s.v_dim, Dtype::Bf16)?;
+    let f = dev.function(ENTRY).map_err(dev_err)?;
+    dev.bind().map_err(dev_err)?;
+    let (mut hk, mut hv) = (
+        int(op, "k_heads", s.k_heads)?,
+        int(op, "v_heads", s.v_heads)?,
+    );
+    let mut eps = w.eps;
+    let mut ptrs = [
+        x.mixed.ptr(),
+        x.z.ptr(),
+        x.b.ptr(),
+        x.a.ptr(),
+        w.conv.ptr(),
+        w.a_log.ptr(),
+        w.dt_bias.ptr(),
+        w.norm.ptr(),
+        state.conv.ptr(),
+        state.recurrent.ptr(),
+        state.tickets.ptr(),
+        out.ptr(),
+    ];
+    for (first, chunk) in (0..n).step_by(MAX_SEQS).zip(batch.slots.chunks(MAX_SEQS)) {
+        let mut tab = SlotTable {
+            n: chunk.len() as i32,
+            slot: [0; MAX_SEQS],
+        };
+        for (t, &slot) in tab.slot.iter_mut().zip(chunk) {
+            *t = int(op, "slot", slot)?;
+        }
+        let mut row0 = int(op, "row", first)?;
+        let mut params: Vec<*mut c_void> = ptrs.iter_mut().map(param).collect();
+        params.extend([
+            param(&mut hk),
+            param(&mut hv),
+            param(&mut eps),
+            param(&mut row0),
+            param(&mut tab),
+        ]);
+        let grid = (
+            grid_dim(op, s.v_heads, super::launch::GRID_X)?,
+            grid_dim(op, chunk.len(), super::launch::GRID_YZ)?,
+            1,
+        );
+        LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: eligible() checked every buffer's shape and dtype against the
+        // spec (k_dim = v_dim = 128, width 4) and every slot against the pools
+        // (distinct, < slots); rows row0 .. row0 + len of the inputs exist;
+        // the tickets hold slots · k_heads u32; params match the kernel signature.
+        unsafe {
+            dev.launch(f, grid, (THREADS, 1, 1), 0, &mut params)
+                .map_err(dev_err)?
+        };
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{source_constant, GDN_DECODE};
+
+    #[test]
+    fn launch_constants_match_the_kernel() {
+        let src = GDN_DECODE.source;
+        assert_eq!(source_constant(src, "DK"), DIM);
+        assert_eq!(source_constant(src, "DV"), DIM);
+        assert_eq!(source_constant(src, "MAX_SEQS"), MAX_SEQS);
+        let (bv, parts) = (source_constant(src, "BV"), source_constant(src, "PARTS"));
+        assert_eq!((DIM / bv) * parts * 32, THREADS as usize);
+    }
+}
