@@ -27,12 +27,12 @@ pub enum Part {
     Attention,
     /// in_proj_qkv/z/a/b and out_proj of GDN layers.
     GdnProjections,
-    /// Conv, gating and gated norm were timed apart before `Backend::gdn_core`
-    /// (now timed whole as [`Part::GdnRule`]).
+    /// Conv, gating and gated norm: timed apart in prefill; in decode they
+    /// run inside `Backend::gdn_core`, timed whole as [`Part::GdnRule`].
     Conv,
     GdnGating,
-    /// The GDN core (`Backend::gdn_core`): conv, gating, the gated delta rule
-    /// (chunked in prefill, recurrent in decode) and the gated norm.
+    /// The gated delta rule (chunked in prefill); in decode the whole GDN
+    /// core (`Backend::gdn_core`: conv, gating, rule and gated norm).
     GdnRule,
     GatedNorm,
     /// The sparse MoE block: router, routed experts, shared expert.

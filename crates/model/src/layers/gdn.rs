@@ -46,23 +46,43 @@ impl<B: Backend> GatedDeltaNet<B> {
                 be.linear(x, &self.in_proj_a)?,
             ))
         })?;
-        // Conv, gating, delta rule and gated norm: one op (timed as the rule).
-        let weights = GdnCoreWeights {
-            conv: &self.conv_weight,
-            a_log: &self.a_log,
-            dt_bias: &self.dt_bias,
-            norm: &self.norm,
-            eps: self.eps,
+        let core = if batch.rows() == batch.sequences() {
+            // Decode (every sequence one row): conv, gating, delta rule and
+            // gated norm as one op (a backend may fuse them), timed as the rule.
+            let weights = GdnCoreWeights {
+                conv: &self.conv_weight,
+                a_log: &self.a_log,
+                dt_bias: &self.dt_bias,
+                norm: &self.norm,
+                eps: self.eps,
+            };
+            let inputs = GdnCoreInputs {
+                mixed,
+                z: &z,
+                b: &b,
+                a: &a,
+            };
+            prof.time(be, Part::GdnRule, || {
+                be.gdn_core(inputs, &weights, state, batch)
+            })?
+        } else {
+            // Prefill: the same ops one by one, so that the breakdown keeps
+            // conv, gating, rule and gated norm apart.
+            let qkv = prof.time(be, Part::Conv, || {
+                be.conv1d_silu(&mixed, &self.conv_weight, state, batch)
+            })?;
+            drop(mixed);
+            let (g, beta) = prof.time(be, Part::GdnGating, || {
+                be.gdn_gating(&a, &b, &self.a_log, &self.dt_bias)
+            })?;
+            let mut core = prof.time(be, Part::GdnRule, || {
+                be.gated_delta_rule(&qkv, &g, &beta, state, batch)
+            })?;
+            prof.time(be, Part::GatedNorm, || {
+                be.gated_rms_norm(&mut core, &z, &self.norm, self.eps)
+            })?;
+            core
         };
-        let inputs = GdnCoreInputs {
-            mixed,
-            z: &z,
-            b: &b,
-            a: &a,
-        };
-        let core = prof.time(be, Part::GdnRule, || {
-            be.gdn_core(inputs, &weights, state, batch)
-        })?;
         let out = prof.time(be, Part::GdnProjections, || {
             be.linear_partial(&core, &self.out_proj)
         })?;
