@@ -178,8 +178,13 @@ pub(crate) fn attention_prep(
         // rows are 16-byte aligned), the norm vectors, and that every (slot,
         // position) lies inside the cache; params match the kernel signature.
         unsafe {
-            dev.launch(f, grid, (32, 1, 1), 0, &mut params)
-                .map_err(dev_err)?
+            if super::launch::pdl_on() {
+                // The kernel waits for the previous one first (programmatic launch).
+                dev.launch_programmatic(f, grid, (32, 1, 1), 0, &mut params)
+            } else {
+                dev.launch(f, grid, (32, 1, 1), 0, &mut params)
+            }
+            .map_err(dev_err)?
         };
     }
     for &slot in &batch.slots {

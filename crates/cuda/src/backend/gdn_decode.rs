@@ -159,8 +159,13 @@ pub(crate) fn gdn_decode(
         // (distinct, < slots); rows row0 .. row0 + len of the inputs exist;
         // the tickets hold slots · k_heads u32; params match the kernel signature.
         unsafe {
-            dev.launch(f, grid, (THREADS, 1, 1), 0, &mut params)
-                .map_err(dev_err)?
+            if super::launch::pdl_on() {
+                // The kernel waits for the previous one first (programmatic launch).
+                dev.launch_programmatic(f, grid, (THREADS, 1, 1), 0, &mut params)
+            } else {
+                dev.launch(f, grid, (THREADS, 1, 1), 0, &mut params)
+            }
+            .map_err(dev_err)?
         };
     }
     Ok(out)

@@ -54,6 +54,15 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// Programmatic dependent launch (sm_90+; a no-op in plain launches): wait for
+// the previous kernel before touching memory, then let the next one be scheduled.
+__device__ __forceinline__ void wait_prior_then_release_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
     const bf16* __restrict__ mixed, const bf16* __restrict__ z, const bf16* __restrict__ b_in,
     const bf16* __restrict__ a_in, const float* __restrict__ conv_w,
@@ -67,6 +76,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
     __shared__ float ob[DV];      // rule output, bf16-rounded
     __shared__ float gate[2];     // exp(g), beta
     __shared__ int advance_qk;    // this CTA advances the q/k conv channels
+    wait_prior_then_release_next();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int h = blockIdx.x, s = blockIdx.y;
