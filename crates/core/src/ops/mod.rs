@@ -133,6 +133,13 @@ pub trait Backend: Send + Sync {
     /// `y = x · Wᵀ` (`x`: `[t][in]`, `w`: `[out][in]`, `y`: `[t][out]`).
     fn linear(&self, x: &Self::Act, w: &Self::Weight) -> OpResult<Self::Act>;
 
+    /// [`Backend::linear`] of one `x` by each of `ws`, outputs in that order
+    /// (a layer's projections of the same rows); a backend may compute them
+    /// in one pass over the weights.
+    fn linear_many(&self, x: &Self::Act, ws: &[&Self::Weight]) -> OpResult<Vec<Self::Act>> {
+        ws.iter().map(|w| self.linear(x, w)).collect()
+    }
+
     /// `residual += delta` (when given), then returns Qwen3.5's zero-centred
     /// RMSNorm of the new residual: `r / sqrt(mean(r²) + eps) · (1 + w)`.
     fn add_rms_norm(

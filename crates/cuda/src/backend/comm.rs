@@ -16,7 +16,7 @@
 //! ones (decode rows) take one f32 all-reduce and a local rounding: one
 //! collective's latency instead of two.
 
-use super::dense::linear;
+use super::dense::{linear, linear_blas};
 use super::launch::{alloc, dev_err, launch, mul, stride_grid, Args};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
@@ -45,7 +45,12 @@ pub(crate) fn linear_partial(
     x: &CudaAct,
     w: &CudaWeight,
 ) -> OpResult<CudaAct> {
-    linear(dev, x, w, partial_dtype(comm))
+    match comm {
+        // Inside a group the f32 partial stays on cuBLAS (`linear_f32` below
+        // is the same call, for the tests that split a projection by hand).
+        Some(_) => linear_blas(dev, x, w, partial_dtype(comm)),
+        None => linear(dev, x, w, Dtype::Bf16),
+    }
 }
 
 /// `n` f32 values at `src` rounded to bf16 at `dst` (both fresh buffers:
@@ -148,7 +153,7 @@ impl super::CudaBackend {
     /// `y = x · Wᵀ` with an f32 `y`: what `linear_partial` returns inside a
     /// group (on one GPU, for the tests that split a projection by hand).
     pub fn linear_f32(&self, x: &CudaAct, w: &CudaWeight) -> OpResult<CudaAct> {
-        linear(&self.dev, x, w, Dtype::F32)
+        linear_blas(&self.dev, x, w, Dtype::F32)
     }
 
     /// An f32 activation rounded once to bf16: the last step of the

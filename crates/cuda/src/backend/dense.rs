@@ -1,6 +1,8 @@
-//! Dense ops: `linear` on cuBLAS (bf16 operands, f32 compute), the
+//! Dense ops: `linear` (the skinny GEMV of `gemv` for 1 ..= 8 rows, cuBLAS
+//! with bf16 operands and f32 compute otherwise), the
 //! embedding and row gathers, and the element-wise gates.
 
+use super::gemv;
 use super::launch::{dev_err, grid_dim, launch, stride_grid, upload, Args, GRID_X};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
@@ -10,8 +12,41 @@ use crate::device::CudaDevice;
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
 
-/// `y = x · Wᵀ` with `y` in `out_dtype` (bf16, or f32 for router logits).
+/// `y = x · Wᵀ` with `y` in `out_dtype` (bf16, or f32 for router logits):
+/// the skinny GEMV for 1 ..= 8 rows ([`gemv`], unless `HEADROOM_GEMV=off`),
+/// cuBLAS otherwise.
 pub(crate) fn linear(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &CudaWeight,
+    out_dtype: Dtype,
+) -> OpResult<CudaAct> {
+    match gemv::takes(x.rows, out_dtype, w.elems() * 2) {
+        Some(k) => one(gemv::gemv(dev, k, x, &[w], out_dtype)?),
+        None => linear_blas(dev, x, w, out_dtype),
+    }
+}
+
+/// `linear` of `x` by each of `ws`, bf16: one GEMV launch per 6 matrices for
+/// 1 ..= 8 rows, else one cuBLAS GEMM each.
+pub(crate) fn linear_many(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    ws: &[&CudaWeight],
+) -> OpResult<Vec<CudaAct>> {
+    let bytes = ws.iter().map(|w| w.elems() * 2).sum();
+    let kernel = gemv::takes(x.rows, Dtype::Bf16, bytes);
+    gemv::linear_many(dev, kernel, x, ws, Dtype::Bf16)
+}
+
+/// The one output of a one-matrix launch.
+fn one(mut ys: Vec<CudaAct>) -> OpResult<CudaAct> {
+    ys.pop()
+        .ok_or_else(|| OpError::Device("gemv returned no output".into()))
+}
+
+/// [`linear`] on cuBLAS whatever the rows (the TP f32 partial stays here).
+pub(crate) fn linear_blas(
     dev: &CudaDevice,
     x: &CudaAct,
     w: &CudaWeight,

@@ -6,7 +6,7 @@
 //! on the device's one stream (a buffer dropped on the host is reused only by
 //! later work of that stream). Each op group lives in its own file:
 //! [`memory`] (uploads, synthetic weights), [`state`] (pools), [`dense`]
-//! (linear, gathers, gates), [`norm`], [`rope`], [`conv`], [`kv`],
+//! (linear, gathers, gates; few rows: [`gemv`]), [`norm`], [`rope`], [`conv`], [`kv`],
 //! [`attention`], [`gdn`] (the fused decode paths: [`gdn_decode`], [`attention_prep`]), [`moe`] (few rows: [`moe_decode`]), [`sample`], [`supports`].
 
 mod attention;
@@ -19,6 +19,7 @@ mod external;
 mod fallback;
 mod gdn;
 mod gdn_decode;
+mod gemv;
 mod kv;
 mod launch;
 mod memory;
@@ -34,6 +35,7 @@ mod supports;
 mod types;
 mod validate;
 
+pub use gemv::GemvKernel;
 pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
 
 use crate::device::CudaDevice;
@@ -211,6 +213,11 @@ impl Backend for CudaBackend {
 
     fn linear(&self, x: &CudaAct, w: &CudaWeight) -> OpResult<CudaAct> {
         dense::linear(&self.dev, x, w, Dtype::Bf16)
+    }
+
+    /// One GEMV launch for all of `ws` at 1 ..= 8 rows (`gemv`).
+    fn linear_many(&self, x: &CudaAct, ws: &[&CudaWeight]) -> OpResult<Vec<CudaAct>> {
+        dense::linear_many(&self.dev, x, ws)
     }
 
     fn add_rms_norm(

@@ -297,6 +297,45 @@ pub const OPS_TP: KernelSource = KernelSource {
     entry_points: &["moe_combine_partial_f32", "round_f32_to_bf16"],
 };
 
+/// Skinny bf16 GEMV of 1..=8 rows over up to 6 matrices in one launch
+/// (`backend::gemv`): C outputs per warp (c1, c2; c4 up to 4 rows; a1 through
+/// cp.async), R rows (r1 ..= r8).
+pub const GEMV: KernelSource = KernelSource {
+    name: "gemv",
+    file: "gemv.cu",
+    source: include_str!("gemv.cu"),
+    entry_points: &[
+        "gemv_c1_r1",
+        "gemv_c1_r2",
+        "gemv_c1_r3",
+        "gemv_c1_r4",
+        "gemv_c1_r5",
+        "gemv_c1_r6",
+        "gemv_c1_r7",
+        "gemv_c1_r8",
+        "gemv_c2_r1",
+        "gemv_c2_r2",
+        "gemv_c2_r3",
+        "gemv_c2_r4",
+        "gemv_c2_r5",
+        "gemv_c2_r6",
+        "gemv_c2_r7",
+        "gemv_c2_r8",
+        "gemv_a1_r1",
+        "gemv_a1_r2",
+        "gemv_a1_r3",
+        "gemv_a1_r4",
+        "gemv_a1_r5",
+        "gemv_a1_r6",
+        "gemv_a1_r7",
+        "gemv_a1_r8",
+        "gemv_c4_r1",
+        "gemv_c4_r2",
+        "gemv_c4_r3",
+        "gemv_c4_r4",
+    ],
+};
+
 /// Every kernel source the backend launches.
 pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
@@ -321,6 +360,7 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_TP,
     GDN_DECODE,
     ATTENTION_PREP,
+    GEMV,
 ];
 
 /// The integer literal of `constexpr int NAME = <int>;` in a kernel source

@@ -9,7 +9,7 @@
 //! and projected by `o_proj`.
 
 use crate::profile::{Part, Profiler};
-use headroom_core::ops::{AttentionPrepWeights, Backend, Batch, OpResult, RopeSpec};
+use headroom_core::ops::{AttentionPrepWeights, Backend, Batch, OpError, OpResult, RopeSpec};
 use headroom_core::{AttentionReport, RouteRequest};
 
 /// One full-attention layer's weights and shape.
@@ -43,16 +43,21 @@ impl<B: Backend> FullAttention<B> {
     ) -> OpResult<(B::Act, AttentionReport)> {
         let d = self.head_dim;
         let (mut q, mut k, v, gate) = prof.time(be, Part::AttentionProjections, || {
-            let gate = match &self.gate_proj {
-                Some(g) => Some(be.linear(x, g)?),
+            // q, k, v (and the gate) in one call: one pass on backends that fuse it.
+            let mut ws = vec![&self.q_proj, &self.k_proj, &self.v_proj];
+            ws.extend(self.gate_proj.as_ref());
+            let n = ws.len();
+            let mut ys = be.linear_many(x, &ws)?.into_iter();
+            let mut next = || {
+                ys.next()
+                    .ok_or_else(|| OpError::shape("linear_many", format!("fewer outputs than {n}")))
+            };
+            let (q, k, v) = (next()?, next()?, next()?);
+            let gate = match self.gate_proj {
+                Some(_) => Some(next()?),
                 None => None,
             };
-            OpResult::Ok((
-                be.linear(x, &self.q_proj)?,
-                be.linear(x, &self.k_proj)?,
-                be.linear(x, &self.v_proj)?,
-                gate,
-            ))
+            OpResult::Ok((q, k, v, gate))
         })?;
         let prep = AttentionPrepWeights {
             q_norm: &self.q_norm,

@@ -7,7 +7,9 @@
 //! `z = in_proj_z·x` per value head; `out_proj`.
 
 use crate::profile::{Part, Profiler};
-use headroom_core::ops::{Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, OpResult};
+use headroom_core::ops::{
+    Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, OpError, OpResult,
+};
 
 /// One linear-attention layer's weights and shape.
 pub struct GatedDeltaNet<B: Backend> {
@@ -39,12 +41,17 @@ impl<B: Backend> GatedDeltaNet<B> {
         prof: &Profiler,
     ) -> OpResult<B::Act> {
         let (mixed, z, b, a) = prof.time(be, Part::GdnProjections, || {
-            OpResult::Ok((
-                be.linear(x, &self.in_proj_qkv)?,
-                be.linear(x, &self.in_proj_z)?,
-                be.linear(x, &self.in_proj_b)?,
-                be.linear(x, &self.in_proj_a)?,
-            ))
+            let ws = [
+                &self.in_proj_qkv,
+                &self.in_proj_z,
+                &self.in_proj_b,
+                &self.in_proj_a,
+            ];
+            let [mixed, z, b, a] =
+                <[B::Act; 4]>::try_from(be.linear_many(x, &ws)?).map_err(|ys| {
+                    OpError::shape("linear_many", format!("{} outputs for 4", ys.len()))
+                })?;
+            OpResult::Ok((mixed, z, b, a))
         })?;
         let core = if batch.rows() == batch.sequences() {
             // Decode (every sequence one row): conv, gating, delta rule and

@@ -1,0 +1,379 @@
+//! The skinny GEMV (`backend/gemv.rs`, `kernels/gemv.cu`) against an f64
+//! host reference on fresh random inputs with NaN-poisoned outputs: every
+//! kernel, 1 ..= 8 rows, tails in both dimensions (k not a multiple of 8 or
+//! of a lane stage; outputs not a multiple of a CTA's), bf16 and f32 out, a
+//! NaN input row, `linear_many` equal to separate `linear`s; then the
+//! side-by-side bench against cuBLAS on the 35B-A3B decode shapes.
+//! Run by bench/gpu/check_gemv.sh on the GPU machine.
+
+use cudarc::driver::{result, sys};
+use half::bf16;
+use headroom_core::ops::{Backend, WeightInit};
+use headroom_core::{Dtype, Tensor};
+use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, GemvKernel};
+use rand::{Rng, SeedableRng};
+
+fn backend() -> CudaBackend {
+    CudaBackend::open(0).expect("a CUDA device (run by bench/gpu/check_gemv.sh)")
+}
+
+/// `n` values uniform in `[-1, 1)`, rounded to bf16 (what the device holds).
+fn uniform(seed: u64, n: usize) -> Vec<f32> {
+    let mut g = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| bf16::from_f32(g.random::<f32>() * 2.0 - 1.0).to_f32())
+        .collect()
+}
+
+fn matrix(be: &CudaBackend, rows: usize, cols: usize, v: &[f32]) -> CudaWeight {
+    be.upload_matrix(Tensor::from_f32(vec![rows, cols], v.to_vec()))
+        .unwrap()
+}
+
+/// Leaves NaN-filled (0xFF) blocks of each size in the pool, so the next
+/// outputs of those sizes start as NaN.
+fn poison_pool(be: &CudaBackend, sizes: &[usize]) {
+    let dev = be.device();
+    let bufs: Vec<_> = sizes
+        .iter()
+        .flat_map(|&b| (0..4).map(move |_| b))
+        .map(|b| dev.alloc(b).unwrap())
+        .collect();
+    for b in &bufs {
+        dev.fill_bytes(b, 0xFF).unwrap();
+    }
+    dev.synchronize().unwrap();
+}
+
+/// `(y, Σ|x·w|)` per output, `[rows][n]`, in f64.
+fn reference(x: &[f32], w: &[f32], rows: usize, n: usize, k: usize) -> (Vec<f64>, Vec<f64>) {
+    let mut y = vec![0.0; rows * n];
+    let mut l1 = vec![0.0; rows * n];
+    for r in 0..rows {
+        for j in 0..n {
+            let (mut s, mut a) = (0.0f64, 0.0f64);
+            for i in 0..k {
+                let p = x[r * k + i] as f64 * w[j * k + i] as f64;
+                s += p;
+                a += p.abs();
+            }
+            y[r * n + j] = s;
+            l1[r * n + j] = a;
+        }
+    }
+    (y, l1)
+}
+
+/// Every output finite and within bf16 rounding (bf16 out) plus `sum` ·
+/// Σ|x·w| of summation error.
+fn assert_close_to(what: &str, got: &[f32], want: &[f64], l1: &[f64], out: Dtype, sum: f64) {
+    assert_eq!(got.len(), want.len(), "{what}");
+    let round = if out == Dtype::Bf16 { 4e-3 } else { 1e-6 };
+    for (i, ((&g, &w), &a)) in got.iter().zip(want).zip(l1).enumerate() {
+        assert!(g.is_finite(), "{what}: output {i} is {g} (want {w})");
+        let tol = round * w.abs() + sum * a + 1e-30;
+        assert!(
+            (g as f64 - w).abs() <= tol,
+            "{what}: output {i}: {g} vs {w} (tol {tol})"
+        );
+    }
+}
+
+/// [`assert_close_to`] at the GEMV's bound: f32 sums in lane order, 3e-5 · Σ|x·w|.
+fn assert_close(what: &str, got: &[f32], want: &[f64], l1: &[f64], out: Dtype) {
+    assert_close_to(what, got, want, l1, out, 3e-5);
+}
+
+/// Every GEMV kernel and the backend's own `linear` / `linear_many`.
+fn paths(be: &CudaBackend) -> Vec<(String, Option<GemvKernel>)> {
+    let mut p: Vec<_> = GemvKernel::ALL
+        .iter()
+        .map(|k| (format!("{k:?}"), Some(*k)))
+        .collect();
+    p.push(("cublas".into(), None));
+    p.push(("default".into(), be.gemv_kernel()));
+    p
+}
+
+/// Runs `x` (`rows × k`) by matrices of `ns` outputs on every path and
+/// checks each output against f64.
+fn check_case(be: &CudaBackend, rows: usize, k: usize, ns: &[usize], seed: u64) {
+    let x = uniform(seed, rows * k);
+    let xa = be.act_from_f32(rows, k, &x).unwrap();
+    let ws: Vec<Vec<f32>> = ns
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| uniform(seed * 31 + i as u64 + 1, n * k))
+        .collect();
+    let dev_ws: Vec<CudaWeight> = ns
+        .iter()
+        .zip(&ws)
+        .map(|(&n, w)| matrix(be, n, k, w))
+        .collect();
+    let refs: Vec<&CudaWeight> = dev_ws.iter().collect();
+    let want: Vec<_> = ns
+        .iter()
+        .zip(&ws)
+        .map(|(&n, w)| reference(&x, w, rows, n, k))
+        .collect();
+    for out in [Dtype::Bf16, Dtype::F32] {
+        for (name, kernel) in paths(be) {
+            let sizes: Vec<usize> = ns.iter().map(|n| rows * n * out.size_bytes()).collect();
+            poison_pool(be, &sizes);
+            let ys = be.linear_with(&xa, &refs, kernel, out).unwrap();
+            assert_eq!(ys.len(), ns.len());
+            for (j, (y, (w, l1))) in ys.iter().zip(&want).enumerate() {
+                assert_eq!((y.rows, y.cols, y.dtype), (rows, ns[j], out));
+                let what = format!("{name} rows {rows} k {k} n {} {out}", ns[j]);
+                // cuBLAS (the comparison path, not under test) at 8 rows and k
+                // 2056 was measured 1e-4 · Σ|x·w| off (a bf16 split-K reduction?).
+                let sum = if kernel.is_some() { 3e-5 } else { 3e-4 };
+                assert_close_to(&what, &be.act_to_f32(y).unwrap(), w, l1, out, sum);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gemv.sh"]
+fn every_kernel_matches_f64_for_1_to_8_rows_with_tails() {
+    let be = backend();
+    // k: 8 · 9 chunks (fewer than a warp's lanes), 200 (25 chunks), 2056 (one
+    // chunk past 8 full lane stages), 37 and 1030 (not multiples of 8: the
+    // scalar loop). Outputs: 1, 3, 33, 130 (odd; not multiples of a CTA's).
+    let ns = [1, 3, 33, 130];
+    for rows in 1..=8 {
+        for (i, k) in [72, 200, 2056, 37].into_iter().enumerate() {
+            check_case(&be, rows, k, &ns, (rows * 10 + i) as u64);
+        }
+    }
+    check_case(&be, 2, 1030, &[5, 17], 99);
+    // A real shape at 1 and 8 rows: in_proj_b / a (32) and a slice of z.
+    check_case(&be, 1, 2048, &[32, 32, 520], 100);
+    check_case(&be, 8, 4096, &[96], 101);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gemv.sh"]
+fn small_case_for_memcheck() {
+    let be = backend();
+    check_case(&be, 3, 200, &[3, 33], 7);
+    check_case(&be, 1, 37, &[5], 8);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gemv.sh"]
+fn nan_input_row_stays_in_its_row() {
+    let be = backend();
+    let (rows, k, n) = (4, 520, 70);
+    let mut x = uniform(1, rows * k);
+    x[2 * k + 77] = f32::NAN;
+    let w = uniform(2, n * k);
+    let (want, l1) = reference(&x, &w, rows, n, k);
+    let xa = be.act_from_f32(rows, k, &x).unwrap();
+    let wd = matrix(&be, n, k, &w);
+    for (name, kernel) in paths(&be) {
+        if kernel.is_none() {
+            continue;
+        }
+        poison_pool(&be, &[rows * n * 2]);
+        let y = be.linear_with(&xa, &[&wd], kernel, Dtype::Bf16).unwrap();
+        let got = be.act_to_f32(&y[0]).unwrap();
+        for r in 0..rows {
+            let row = &got[r * n..(r + 1) * n];
+            if r == 2 {
+                assert!(row.iter().all(|v| v.is_nan()), "{name}: row 2 {row:?}");
+            } else {
+                let s = r * n..(r + 1) * n;
+                assert_close(name.as_str(), row, &want[s.clone()], &l1[s], Dtype::Bf16);
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gemv.sh"]
+fn linear_many_equals_separate_linears() {
+    let be = backend();
+    let k = 2048;
+    // The GDN projections of 35B-A3B (qkv, z, b, a) and three more: seven
+    // matrices, two launches.
+    let ns = [8192, 4096, 32, 32, 512, 512, 96];
+    let init = |i: usize| WeightInit {
+        seed: 500 + i as u64,
+        mean: 0.0,
+        std: 0.02,
+        window: None,
+    };
+    let ws: Vec<CudaWeight> = ns
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| be.init_matrix(n, k, init(i)).unwrap())
+        .collect();
+    let refs: Vec<&CudaWeight> = ws.iter().collect();
+    for rows in [1, 3, 8, 9] {
+        let xa = be
+            .act_from_f32(rows, k, &uniform(rows as u64, rows * k))
+            .unwrap();
+        let many = be.linear_many(&xa, &refs).unwrap();
+        assert_eq!(many.len(), ns.len());
+        for (i, w) in refs.iter().enumerate() {
+            let one = be.act_to_f32(&be.linear(&xa, w).unwrap()).unwrap();
+            assert_eq!(
+                be.act_to_f32(&many[i]).unwrap(),
+                one,
+                "rows {rows} matrix {i}: linear_many vs linear"
+            );
+        }
+        if rows > 8 {
+            continue;
+        }
+        for kernel in GemvKernel::ALL {
+            let grouped = be
+                .linear_with(&xa, &refs, Some(kernel), Dtype::Bf16)
+                .unwrap();
+            for (i, w) in refs.iter().enumerate() {
+                let alone = be
+                    .linear_with(&xa, &[w], Some(kernel), Dtype::Bf16)
+                    .unwrap();
+                assert_eq!(
+                    be.act_to_f32(&grouped[i]).unwrap(),
+                    be.act_to_f32(&alone[0]).unwrap(),
+                    "{kernel:?} rows {rows} matrix {i}: one launch vs alone"
+                );
+            }
+        }
+    }
+}
+
+/// A CUDA event recorded on the backend's stream.
+struct Event(sys::CUevent);
+
+impl Event {
+    fn record(be: &CudaBackend) -> Event {
+        // SAFETY: the device context is current (bound by the backend's calls);
+        // the stream is live.
+        unsafe {
+            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
+            result::event::record(e, be.device().stream_raw()).unwrap();
+            Event(e)
+        }
+    }
+    fn ms_since(&self, start: &Event) -> f64 {
+        // SAFETY: both events were recorded on the same stream.
+        unsafe {
+            result::event::synchronize(self.0).unwrap();
+            result::event::elapsed(start.0, self.0).unwrap() as f64
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created in `record`, destroyed once.
+        let _ = unsafe { result::event::destroy(self.0) };
+    }
+}
+
+/// µs per call: median over 5 runs of `calls` back-to-back calls between two events.
+fn per_call_us(be: &CudaBackend, calls: usize, mut f: impl FnMut(usize)) -> f64 {
+    for i in 0..10 {
+        f(i);
+    }
+    let mut t: Vec<f64> = (0..5)
+        .map(|_| {
+            let start = Event::record(be);
+            for i in 0..calls {
+                f(i);
+            }
+            Event::record(be).ms_since(&start) * 1e3 / calls as f64
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[2]
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gemv.sh"]
+fn bench_gemv_vs_cublas() {
+    let be = backend();
+    // (name, in features, out features of the matrices of one call)
+    let shapes: [(&str, usize, &[usize]); 11] = [
+        ("gdn in_proj qkv+z+b+a", 2048, &[8192, 4096, 32, 32]),
+        ("gdn in_proj_qkv", 2048, &[8192]),
+        ("gdn in_proj_z", 2048, &[4096]),
+        ("gdn in_proj_b", 2048, &[32]),
+        ("gdn out_proj", 4096, &[2048]),
+        ("attn q+gate+k+v", 2048, &[4096, 4096, 512, 512]),
+        ("attn q_proj", 2048, &[4096]),
+        ("attn k_proj", 2048, &[512]),
+        ("attn o_proj", 4096, &[2048]),
+        ("moe router", 2048, &[256]),
+        ("lm head", 2048, &[248_320]),
+    ];
+    println!("us per call (median of 5 x 200 back-to-back calls; weights rotated past L2)");
+    for (name, k, ns) in shapes {
+        let bytes: usize = ns.iter().map(|n| n * k * 2).sum();
+        // Copies so that one pass over them exceeds the 50 MB L2.
+        let copies = (192usize << 20).div_ceil(bytes).clamp(1, 64);
+        let sets: Vec<Vec<CudaWeight>> = (0..copies)
+            .map(|c| {
+                ns.iter()
+                    .enumerate()
+                    .map(|(i, &n)| {
+                        let init = WeightInit {
+                            seed: (c * 16 + i) as u64,
+                            mean: 0.0,
+                            std: 0.02,
+                            window: None,
+                        };
+                        be.init_matrix(n, k, init).unwrap()
+                    })
+                    .collect()
+            })
+            .collect();
+        let refs: Vec<Vec<&CudaWeight>> = sets.iter().map(|s| s.iter().collect()).collect();
+        let rows_list: &[usize] = if ns.len() > 1 { &[1, 4, 8] } else { &[1] };
+        for &rows in rows_list {
+            let xa = be.act_from_f32(rows, k, &uniform(3, rows * k)).unwrap();
+            let mut line = format!("{name:<28} rows {rows} [{}]x{k}:", join(ns));
+            // cuBLAS, each kernel, and the backend's own `linear_many` (its
+            // default kernel, or cuBLAS past the size limit).
+            let mut arms: Vec<(String, Option<GemvKernel>)> = vec![("cublas".into(), None)];
+            arms.extend(
+                GemvKernel::ALL
+                    .iter()
+                    .map(|k| (k.name().to_string(), Some(*k))),
+            );
+            arms.push(("backend".into(), None));
+            let mut blas_us = 0.0;
+            for (arm, kernel) in arms {
+                let us = per_call_us(&be, 200, |i| {
+                    let ys: Vec<CudaAct> = if arm == "backend" {
+                        be.linear_many(&xa, &refs[i % copies]).unwrap()
+                    } else {
+                        be.linear_with(&xa, &refs[i % copies], kernel, Dtype::Bf16)
+                            .unwrap()
+                    };
+                    drop(ys);
+                });
+                if arm == "cublas" {
+                    blas_us = us;
+                }
+                let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+                line += &format!("  {arm} {us:.1} us {gbs:.0} GB/s");
+                if arm != "cublas" {
+                    line += &format!(" ({:.2}x)", blas_us / us);
+                }
+            }
+            println!("{line}");
+        }
+    }
+}
+
+fn join(ns: &[usize]) -> String {
+    ns.iter()
+        .map(|n| n.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
