@@ -298,7 +298,15 @@ pub(crate) fn gemv(
     // SAFETY: `p` matches the kernel's `Params` (layout unit-tested); x holds
     // rows · k bf16, each W_i n_i · k bf16 and each y_i rows · n_i of `out`;
     // the grid covers every matrix's CTAs and no more (`plan_blocks`).
-    unsafe { dev.launch(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params) }.map_err(dev_err)?;
+    // The kernel waits for the previous one before it reads x (programmatic launch).
+    unsafe {
+        if super::launch::pdl_on() {
+            dev.launch_programmatic(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params)
+        } else {
+            dev.launch(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params)
+        }
+    }
+    .map_err(dev_err)?;
     Ok(ys)
 }
 

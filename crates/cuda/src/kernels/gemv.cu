@@ -151,6 +151,20 @@ __device__ __forceinline__ int chunks_async(const uint4* wrow, const uint4* x4, 
     }
 }
 
+// Programmatic dependent launch (sm_90+; a no-op in plain launches): wait for
+// the previous kernel before reading the activations, then let the next one be
+// scheduled. Every thread that reads x or writes y passes it first.
+__device__ __forceinline__ void wait_prior_then_release_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 template <int R, int C, int U, bool ASYNC>
 __device__ __forceinline__ void gemv(const Params& p) {
     static_assert(!ASYNC || C == 1, "the cp.async path computes one row a warp");
@@ -184,6 +198,14 @@ __device__ __forceinline__ void gemv(const Params& p) {
             const long long row = n0 + c < n ? n0 + c : n - 1;
             wrow[c] = reinterpret_cast<const uint4*>(w) + row * stride;
         }
+        // The weights do not depend on the previous kernel: start pulling
+        // this warp's first chunks into L2, then wait for it (PDL).
+#pragma unroll
+        for (int c = 0; c < C; ++c)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (lane + 32 * u < stride) prefetch_l2(wrow[c] + lane + 32 * u);
+        wait_prior_then_release_next();
         const uint4* x4 = reinterpret_cast<const uint4*>(p.x);
         int i = lane;
         if constexpr (ASYNC) {
@@ -196,6 +218,7 @@ __device__ __forceinline__ void gemv(const Params& p) {
 #pragma unroll 1
         for (; i < stride; i += 32) chunks<R, C, 1>(wrow, x4, stride, i, acc);
     } else {
+        wait_prior_then_release_next();
         const bf16* wrow[C];
 #pragma unroll
         for (int c = 0; c < C; ++c) {
