@@ -26,10 +26,9 @@ const MAX_TOP_K: usize = 32;
 const MAX_HIDDEN: usize = 8192;
 const MAX_ACT: usize = 11264;
 /// Threads per CTA (`THREADS`); each warp computes one row (route) or column
-/// (down), or `CPW` columns (gate_up).
+/// (down), or [`gate_up_cols`] columns (gate_up).
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
-const CPW: usize = 3;
 
 /// `HEADROOM_MOE_DECODE=off` (or `0`, `false`): the grouped-GEMM path for
 /// every batch; otherwise (default) the decode kernels take 1..=8 rows.
@@ -57,8 +56,8 @@ fn programmatic() -> bool {
 }
 
 /// `HEADROOM_MOE_L2` (the L2 traffic of the weights): `off` (or `0`) leaves
-/// both hints out; `prefetch` only asks L2 for the routed experts' down rows
-/// while gate_up runs; `hint` only marks weight loads evict-first; otherwise
+/// both hints out; `prefetch` only asks L2 for the down rows (the routed
+/// experts' and the shared expert's) while gate_up runs; `hint` only marks weight loads evict-first; otherwise
 /// (default) both. Returns (evict-first hints, down prefetch).
 fn l2_mode() -> (bool, bool) {
     static MODE: OnceLock<(bool, bool)> = OnceLock::new();
@@ -67,6 +66,26 @@ fn l2_mode() -> (bool, bool) {
         Ok("prefetch") => (false, true),
         Ok("hint") => (true, false),
         _ => (true, true),
+    })
+}
+
+/// Columns a gate_up warp computes, one after the other, and the one after
+/// whose loads a routed CTA issues its L2 prefetch of the down rows:
+/// `HEADROOM_MOE_COLS` (1..=8, default 3: at the 35B shape 22 × 9 = 198 CTAs,
+/// one wave at 2 CTAs an SM) and `HEADROOM_MOE_PREFETCH_AT` (default 0).
+fn gate_up_cols() -> (usize, usize) {
+    static COLS: OnceLock<(usize, usize)> = OnceLock::new();
+    *COLS.get_or_init(|| {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        let cols = var("HEADROOM_MOE_COLS")
+            .filter(|c| (1..=8).contains(c))
+            .unwrap_or(3);
+        let at = var("HEADROOM_MOE_PREFETCH_AT").unwrap_or(0).min(cols - 1);
+        (cols, at)
     })
 }
 
@@ -222,7 +241,8 @@ fn moe_decode_marked(
 
     // (row, slot) pairs of the routed experts, then each row's shared expert.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * CPW), GRID_X)?;
+    let (cols, prefetch_at) = gate_up_cols();
+    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.gate_up.ptr())
@@ -239,14 +259,17 @@ fn moe_decode_marked(
         .i32(i32_)
         .i32(si32)
         .i32(stride)
+        .i32(cols as i32)
+        .i32(prefetch_at as i32)
         .i32(hints)
         .ptr(if prefetch { w.down.ptr() } else { 0 })
+        .ptr(w.shared_down_proj.ptr())
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
         .ptr(at(ws.act));
     mark("gate_up");
     // SAFETY: gate_up is [local·2·inter][hidden], down [local·hidden][inter],
-    // the shared projections [si][hidden]; the kernel reads only local experts
+    // the shared projections [si][hidden], shared_down [hidden][si]; the kernel reads only local experts
     // (first ..< first + local of the top-k); topk_* hold rows·k entries, act
     // rows·(k+1)·stride with stride ≥ max(inter, si).
     unsafe { launch_kernel(dev, "moe_decode_gate_up", (gu_grid, pairs, 1), args)? };
@@ -316,7 +339,6 @@ mod tests {
         assert_eq!(source_constant(src, "MAX_HIDDEN"), MAX_HIDDEN);
         assert_eq!(source_constant(src, "MAX_ACT"), MAX_ACT);
         assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
-        assert_eq!(source_constant(src, "CPW"), CPW);
         assert_eq!(THREADS as usize / 32, WARPS);
     }
 

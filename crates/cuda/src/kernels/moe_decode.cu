@@ -15,7 +15,7 @@
 //    themselves; ties -> lower index, NaN last, as moe_route), so no CTA waits
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
-//    Each warp computes CPW columns c: act = silu(x . gate[c]) * (x . up[c]);
+//    Each warp computes cpw columns c: act = silu(x . gate[c]) * (x . up[c]);
 //    each routed CTA also asks L2 for its share of its expert's down matrix.
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
@@ -52,8 +52,6 @@ constexpr int MAX_CAND = MAX_EXPERTS / 32 * MAX_TOP_K;
 // 8-element chunks per lane in one pass of a hidden-length dot (2048 elements).
 constexpr int KCH = 8;
 constexpr int KSPAN = KCH * 32 * 8;
-// gate_up: columns per warp.
-constexpr int CPW = 3;
 // Down kernel: routed slots per group and chunks per lane per slot in one pass (512 elements).
 constexpr int DSLOTS = 8;
 constexpr int DCH = 2;
@@ -134,6 +132,25 @@ __device__ __forceinline__ unsigned long long weight_policy(int hint) {
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
+
+// CTA `part` of `parts`' share of the `bytes` (a multiple of 128) at p, in
+// 128-byte lines, into L2.
+__device__ __forceinline__ void prefetch_share(const void* p, long long bytes, int part, int parts) {
+    const char* c = reinterpret_cast<const char*>(p);
+    for (long long l = (long long)part * THREADS + threadIdx.x; l < bytes / 128;
+         l += (long long)parts * THREADS) {
+        prefetch_l2(c + l * 128);
+    }
+}
+
+// 16 bytes from global src to shared dst without registers (cp.async, L2
+// only); complete after cp_async_wait().
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // The chunk of 8 bf16 at p when ok, else zeros; the load itself always goes
 // out (to `safe` when not ok: an in-bounds chunk), so that the compiler issues
@@ -329,15 +346,17 @@ __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, cons
 }
 
 // gate+up of the routed experts and of the shared expert.
-// grid: (ceil(max(inter, shared_inter) / (WARPS * CPW)), rows * top_k + rows):
+// grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows * top_k + rows):
 // blockIdx.y < rows * top_k is (row, slot) of a routed expert, the rest the
 // shared expert of row blockIdx.y - rows * top_k. Warp w of CTA x computes
-// columns (x * CPW + i) * WARPS + w, i < CPW.
+// columns (x * cpw + i) * WARPS + w, i < cpw.
 // Routed CTAs: each first computes its row's softmax and top-k from the
 // logits (route_row). topk_expert / topk_weight: [rows][top_k], local expert
 // index (or -1: another rank's) and its weight, written by the CTA at
-// (0, row * top_k). With down_prefetch set, each routed CTA then asks L2 for
-// its share of its expert's down matrix (the down kernel's reads hit L2).
+// (0, row * top_k). With down_prefetch set, each routed CTA asks L2 for its
+// share of its expert's down matrix (after issuing column pf_col's loads),
+// and row 0's shared CTAs for the shared expert's (shared_down_prefetch):
+// the down kernel's reads hit L2.
 // Shared CTAs: their first weights load before griddepcontrol.wait.
 // act: [rows][top_k + 1][act_stride] f32.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers (80 spill): 2 CTAs an SM
@@ -345,13 +364,14 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
                    const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
                    const float* __restrict__ logits, int rows, int hidden, int experts, int top_k,
                    int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
-                   int l2_hints, const bf16* __restrict__ down_prefetch, int* __restrict__ topk_expert,
+                   int cpw, int pf_col, int l2_hints, const bf16* __restrict__ down_prefetch,
+                   const bf16* __restrict__ shared_down_prefetch, int* __restrict__ topk_expert,
                    float* __restrict__ topk_weight, float* __restrict__ act) {
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int pair = blockIdx.y;
-    const int col0 = blockIdx.x * CPW * WARPS + warp;
+    const int col0 = blockIdx.x * cpw * WARPS + warp;
     const unsigned long long pol = weight_policy(l2_hints);
     uint4 av[KCH], bv[KCH];
     launch_next();  // the down CTAs take the SMs this grid leaves free
@@ -364,12 +384,16 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         const bf16* u_row = shared_up_proj + (long long)cc * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
+        if (r == 0 && down_prefetch != nullptr) {
+            // The shared expert's down matrix ([hidden][shared_inter]) into L2.
+            prefetch_share(shared_down_prefetch, (long long)hidden * shared_inter * 2, blockIdx.x, gridDim.x);
+        }
         wait_prior();
         stage_x(x + (long long)r * hidden, xs, hidden);
         __syncthreads();
         float* act_r = act + ((long long)r * (top_k + 1) + top_k) * act_stride;
 #pragma unroll 1
-        for (int i = 0; i < CPW; ++i) {
+        for (int i = 0; i < cpw; ++i) {
             const int c = col0 + i * WARPS;
             if (c >= shared_inter) break;  // warp-uniform; no barrier below
             const bf16* gr = shared_gate_proj + (long long)c * hidden;
@@ -412,22 +436,17 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
     float* act_r = act + ((long long)r * (top_k + 1) + slot) * act_stride;
 #pragma unroll 1
-    for (int i = 0; i < CPW; ++i) {
+    for (int i = 0; i < cpw; ++i) {
         const int c = col0 + i * WARPS;
         if (c >= inter) break;  // warp-uniform; no barrier below
         const bf16* g_row = gate_up + ((long long)e * 2 * inter + c) * hidden;
         const bf16* u_row = g_row + (long long)inter * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
-        if (i == 0 && down_prefetch != nullptr) {
-            // This CTA's share of the expert's down matrix ([hidden][inter],
-            // a multiple of 128 bytes), in 128-byte lines, into L2.
-            const char* d = reinterpret_cast<const char*>(down_prefetch + (long long)e * hidden * inter);
-            const long long lines = (long long)hidden * inter / 64;
-            for (long long l = (long long)blockIdx.x * THREADS + threadIdx.x; l < lines;
-                 l += (long long)gridDim.x * THREADS) {
-                prefetch_l2(d + l * 128);
-            }
+        if (i == pf_col && down_prefetch != nullptr) {
+            // This CTA's share of the expert's down matrix ([hidden][inter]).
+            prefetch_share(down_prefetch + (long long)e * hidden * inter, (long long)hidden * inter * 2,
+                           blockIdx.x, gridDim.x);
         }
         const float v = swiglu_col(g_row, u_row, xs, hidden, lane, pol, true, av, bv);
         if (lane == 0) act_r[c] = v;
@@ -512,6 +531,10 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
     uint4 sv[DCH];
     load_shared(sd_row, 0, shared_inter, lane, pol, sv);  // weights: before the wait
     wait_prior();
+    // The row's activations into shared memory (asynchronous: they land while
+    // the routing is read and the weights load).
+    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
+    for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
     if (t < top_k) {
         const int e = topk_expert[r * top_k + t];
         base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
@@ -524,10 +547,7 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
     const int longest = max(inter, shared_inter);
     uint4 wv[DSLOTS][DCH];
     load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
-    // The row's activations into shared memory while the weights load.
-    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
-    float4* act_s4 = reinterpret_cast<float4*>(act_s);
-    for (int i = t; i < slots * act_stride / 4; i += THREADS) act_s4[i] = act_r[i];
+    cp_async_wait();
     __syncthreads();
     float acc = 0.f;
     for (int cb = 0; cb < longest; cb += DSPAN) {
