@@ -1,8 +1,9 @@
 //! The MoE block for a few rows (decode) in three launches
-//! (`kernels/moe_decode.cu`): the router GEMV beside the shared expert's
-//! gate+up, the routed experts' gate+up (each CTA takes its row's softmax and
-//! top-k from the logits itself), and the down GEMV with the weighted
-//! combine. The grouped-GEMM path ([`super::moe`]) takes ~14 launches and
+//! (`kernels/moe_decode.cu`), each programmatic on sm_90+: the router GEMV,
+//! the routed and shared experts' gate+up (each routed CTA takes its row's
+//! softmax and top-k from the logits itself; the shared expert's weights load
+//! while the router runs), and the down GEMV with the weighted combine (its
+//! rows prefetched into L2 while gate_up runs). The grouped-GEMM path ([`super::moe`]) takes ~14 launches and
 //! 128-row tiles that hold one valid row each at decode.
 //! `HEADROOM_MOE_DECODE=off` keeps the grouped path for every batch.
 
