@@ -1,8 +1,9 @@
 //! The MoE block for a few rows (decode) in three launches
-//! (`kernels/moe_decode.cu`): the router GEMV beside the shared expert's
-//! gate+up, the routed experts' gate+up (each CTA takes its row's softmax and
-//! top-k from the logits itself), and the down GEMV with the weighted
-//! combine. The grouped-GEMM path ([`super::moe`]) takes ~14 launches and
+//! (`kernels/moe_decode.cu`), each programmatic on sm_90+: the router GEMV,
+//! the routed and shared experts' gate+up (each routed CTA takes its row's
+//! softmax and top-k from the logits itself; the shared expert's weights load
+//! while the router runs), and the down GEMV with the weighted combine (its
+//! rows prefetched into L2 while gate_up runs). The grouped-GEMM path ([`super::moe`]) takes ~14 launches and
 //! 128-row tiles that hold one valid row each at decode.
 //! `HEADROOM_MOE_DECODE=off` keeps the grouped path for every batch.
 
@@ -25,7 +26,8 @@ const MAX_EXPERTS: usize = 1024;
 const MAX_TOP_K: usize = 32;
 const MAX_HIDDEN: usize = 8192;
 const MAX_ACT: usize = 11264;
-/// Threads per CTA (`THREADS`); each warp computes one row (route) or column.
+/// Threads per CTA (`THREADS`); each warp computes one row (route) or column
+/// (down), or [`gate_up_cols`] columns (gate_up).
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
 
@@ -51,6 +53,40 @@ fn programmatic() -> bool {
             std::env::var("HEADROOM_MOE_PDL").as_deref(),
             Ok("off" | "0")
         )
+    })
+}
+
+/// `HEADROOM_MOE_L2` (the L2 traffic of the weights): `off` (or `0`) leaves
+/// both hints out; `prefetch` only asks L2 for the down rows (the routed
+/// experts' and the shared expert's) while gate_up runs; `hint` only marks weight loads evict-first; otherwise
+/// (default) both. Returns (evict-first hints, down prefetch).
+fn l2_mode() -> (bool, bool) {
+    static MODE: OnceLock<(bool, bool)> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("HEADROOM_MOE_L2").as_deref() {
+        Ok("off" | "0") => (false, false),
+        Ok("prefetch") => (false, true),
+        Ok("hint") => (true, false),
+        _ => (true, true),
+    })
+}
+
+/// Columns a gate_up warp computes, one after the other, and the one after
+/// whose loads a routed CTA issues its L2 prefetch of the down rows:
+/// `HEADROOM_MOE_COLS` (1..=8, default 3: at the 35B shape 22 × 9 = 198 CTAs,
+/// one wave at 2 CTAs an SM) and `HEADROOM_MOE_PREFETCH_AT` (default 0).
+fn gate_up_cols() -> (usize, usize) {
+    static COLS: OnceLock<(usize, usize)> = OnceLock::new();
+    *COLS.get_or_init(|| {
+        let var = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        let cols = var("HEADROOM_MOE_COLS")
+            .filter(|c| (1..=8).contains(c))
+            .unwrap_or(3);
+        let at = var("HEADROOM_MOE_PREFETCH_AT").unwrap_or(0).min(cols - 1);
+        (cols, at)
     })
 }
 
@@ -183,37 +219,38 @@ fn moe_decode_marked(
     let (i32_, si32) = (int(op, "intermediate", inter)?, int(op, "shared", si)?);
     let stride = int(op, "act stride", ws.act_stride)?;
 
-    // Router CTAs, then the shared expert's gate+up CTAs of each row.
-    let route_ctas = (e + 1).div_ceil(WARPS) + si.div_ceil(WARPS) * rows;
-    let route_grid = grid_dim(op, route_ctas, GRID_X)?;
+    let (hints, prefetch) = l2_mode();
+    let hints = hints as i32;
+
+    // One warp a router row (the shared gate's last), every row.
+    let route_grid = grid_dim(op, (e + 1).div_ceil(WARPS), GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.router.ptr())
         .ptr(w.shared_gate.ptr())
-        .ptr(w.shared_gate_proj.ptr())
-        .ptr(w.shared_up_proj.ptr())
         .i32(int(op, "rows", rows)?)
         .i32(h32)
         .i32(e32)
-        .i32(k32)
-        .i32(si32)
-        .i32(stride)
-        .ptr(at(ws.logits))
-        .ptr(at(ws.act));
+        .i32(hints)
+        .ptr(at(ws.logits));
     mark("route");
     // Each kernel launches programmatically (it may start while the previous
     // kernel finishes) and reads only weights before its griddepcontrol.wait.
-    // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden],
-    // the shared projections [si][hidden] (moe::check); the workspace holds
-    // rows·(e+1) logits and rows·(k+1)·stride activations, stride ≥ si.
+    // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
+    // (moe::check); the workspace holds rows·(e+1) logits.
     unsafe { launch_kernel(dev, "moe_decode_route", (route_grid, 1, 1), args)? };
 
-    let pairs = grid_dim(op, rows * k, GRID_YZ)?;
-    let gu_grid = grid_dim(op, inter.div_ceil(WARPS), GRID_X)?;
+    // (row, slot) pairs of the routed experts, then each row's shared expert.
+    let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
+    let (cols, prefetch_at) = gate_up_cols();
+    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.gate_up.ptr())
+        .ptr(w.shared_gate_proj.ptr())
+        .ptr(w.shared_up_proj.ptr())
         .ptr(at(ws.logits))
+        .i32(int(op, "rows", rows)?)
         .i32(h32)
         .i32(e32)
         .i32(k32)
@@ -221,23 +258,22 @@ fn moe_decode_marked(
         .i32(int(op, "first expert", spec.first_expert)?)
         .i32(int(op, "local experts", spec.local_experts)?)
         .i32(i32_)
+        .i32(si32)
         .i32(stride)
+        .i32(cols as i32)
+        .i32(prefetch_at as i32)
+        .i32(hints)
+        .ptr(if prefetch { w.down.ptr() } else { 0 })
+        .ptr(w.shared_down_proj.ptr())
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
         .ptr(at(ws.act));
     mark("gate_up");
-    // SAFETY: gate_up is [local·2·inter][hidden]; the kernel reads only local
-    // experts (first ..< first + local of the top-k); topk_* hold rows·k
-    // entries, act rows·(k+1)·stride with stride ≥ inter.
-    unsafe {
-        launch(
-            dev,
-            "moe_decode_gate_up",
-            (gu_grid, pairs, 1),
-            THREADS,
-            args,
-        )?
-    };
+    // SAFETY: gate_up is [local·2·inter][hidden], down [local·hidden][inter],
+    // the shared projections [si][hidden], shared_down [hidden][si]; the kernel reads only local experts
+    // (first ..< first + local of the top-k); topk_* hold rows·k entries, act
+    // rows·(k+1)·stride with stride ≥ max(inter, si).
+    unsafe { launch_kernel(dev, "moe_decode_gate_up", (gu_grid, pairs, 1), args)? };
 
     let down_grid = grid_dim(op, hidden.div_ceil(WARPS), GRID_X)?;
     let args = Args::new()
@@ -253,21 +289,14 @@ fn moe_decode_marked(
         .i32(i32_)
         .i32(si32)
         .i32(stride)
+        .i32(hints)
         .ptr(out.ptr());
     let rows_grid = grid_dim(op, rows, GRID_YZ)?;
     mark("down");
     // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; the
     // routing and activations as written above, (k+1)·stride <= MAX_ACT
     // (supports); out is [rows][hidden] bf16.
-    unsafe {
-        launch(
-            dev,
-            "moe_decode_down",
-            (down_grid, rows_grid, 1),
-            THREADS,
-            args,
-        )?
-    };
+    unsafe { launch_kernel(dev, "moe_decode_down", (down_grid, rows_grid, 1), args)? };
     mark("end");
     Ok(out)
 }

@@ -5,23 +5,27 @@
 // predicated loads: no dependent rounds), so at one row the block is bound by
 // the bytes of its k + 1 experts.
 //
-// 1. moe_decode_route: CTAs [0, rb): warp j computes router logit j (j <
-//    experts) or the shared expert's gate logit (j == experts) of every row,
-//    f32; CTAs [rb, rb + sb * rows): the shared expert's SiLU(x.gate) * (x.up)
-//    (it needs no routing, so its 2 x si rows load beside the router's).
-// 2. moe_decode_gate_up: blockIdx.y = (row, slot). Every CTA first takes its
-//    row's softmax and top-k from the logits itself (parallel: each warp ranks
-//    its 32 experts by shuffles, the k best of each warp are ranked among
+// 1. moe_decode_route: warp j computes router logit j (j < experts) or the
+//    shared expert's gate logit (j == experts) of every row, f32.
+// 2. moe_decode_gate_up: blockIdx.y = (row, slot) of a routed expert, or a
+//    row's shared expert (it needs no routing: its first weights load before
+//    the wait, beside the router's). Every routed CTA first takes its row's
+//    softmax and top-k from the logits itself (parallel: each warp ranks its
+//    32 experts by shuffles, the k best of each warp are ranked among
 //    themselves; ties -> lower index, NaN last, as moe_route), so no CTA waits
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
-//    Each warp computes one column c: act = silu(x . gate[c]) * (x . up[c]).
+//    Each warp computes cpw columns c: act = silu(x . gate[c]) * (x . up[c]);
+//    each routed CTA also asks L2 for its share of its expert's down matrix.
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
-//    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit).
+//    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
+//    the shared expert's rows load before the wait.
 //
 // The three launch with programmatic dependent launch (compute capability
-// 9.0+): each reads only weights before wait_prior().
+// 9.0+): each reads only weights before wait_prior(), and the first two let
+// the next kernel's CTAs start at once (launch_next()), so those load their
+// weights while the previous kernel runs.
 //
 // Needs hidden, intermediate and the shared intermediate to be multiples of 8
 // (16-byte loads); rows <= MAX_ROWS; experts <= MAX_EXPERTS; top_k <= MAX_TOP_K.
@@ -48,8 +52,8 @@ constexpr int MAX_CAND = MAX_EXPERTS / 32 * MAX_TOP_K;
 // 8-element chunks per lane in one pass of a hidden-length dot (2048 elements).
 constexpr int KCH = 8;
 constexpr int KSPAN = KCH * 32 * 8;
-// Down kernel: slots per group and chunks per lane per slot in one pass (512 elements).
-constexpr int DSLOTS = 9;
+// Down kernel: routed slots per group and chunks per lane per slot in one pass (512 elements).
+constexpr int DSLOTS = 8;
 constexpr int DCH = 2;
 constexpr int DSPAN = DCH * 32 * 8;
 // Largest hidden (x staged in shared memory) and (top_k + 1) * act_stride (a
@@ -112,6 +116,42 @@ __device__ __forceinline__ void launch_next() {
 
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
 
+// An L2 cache policy for weights: evict-first (each weight byte is read once a
+// step, and the model's weights do not fit in L2) when `hint`, else normal.
+__device__ __forceinline__ unsigned long long weight_policy(int hint) {
+    unsigned long long pol;
+    if (hint) {
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    } else {
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+    }
+    return pol;
+}
+
+// Asks L2 for the 128-byte line at p (no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+// CTA `part` of `parts`' share of the `bytes` (a multiple of 128) at p, in
+// 128-byte lines, into L2.
+__device__ __forceinline__ void prefetch_share(const void* p, long long bytes, int part, int parts) {
+    const char* c = reinterpret_cast<const char*>(p);
+    for (long long l = (long long)part * THREADS + threadIdx.x; l < bytes / 128;
+         l += (long long)parts * THREADS) {
+        prefetch_l2(c + l * 128);
+    }
+}
+
+// 16 bytes from global src to shared dst without registers (cp.async, L2
+// only); complete after cp_async_wait().
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // The chunk of 8 bf16 at p when ok, else zeros; the load itself always goes
 // out (to `safe` when not ok: an in-bounds chunk), so that the compiler issues
 // every load of an unrolled group before the first use instead of in rounds.
@@ -123,14 +163,23 @@ __device__ __forceinline__ uint4 load8(const bf16* p, const bf16* safe, bool ok)
     return ok ? v : zero4();
 }
 
+// load8 of a weight chunk with the L2 policy `pol` (weight_policy).
+__device__ __forceinline__ uint4 load8w(const bf16* p, const bf16* safe, bool ok, unsigned long long pol) {
+    uint4 v;
+    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ok ? p : safe), "l"(pol));
+    return ok ? v : zero4();
+}
+
 // One pass (KSPAN elements from base) of this lane's share of a dot over
 // hidden: the weight chunks of row w (zeros past hidden).
 __device__ __forceinline__ void load_pass(const bf16* __restrict__ w, int base, int hidden, int lane,
-                                          uint4 (&v)[KCH]) {
+                                          unsigned long long pol, uint4 (&v)[KCH]) {
 #pragma unroll
     for (int i = 0; i < KCH; ++i) {
         const int k = base + (i * 32 + lane) * 8;
-        v[i] = load8(w + k, w, k < hidden);
+        v[i] = load8w(w + k, w, k < hidden, pol);
     }
 }
 
@@ -244,84 +293,117 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
     __syncthreads();
 }
 
-// logits: [rows][experts + 1] f32; act: [rows][top_k + 1][act_stride] f32
-// (the shared expert's slot top_k written here).
-// grid: rb + sb * rows with rb = ceil((experts + 1) / WARPS), sb = ceil(shared_inter / WARPS).
+// logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
+// grid: ceil((experts + 1) / WARPS).
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
-                 const bf16* __restrict__ shared_gate, const bf16* __restrict__ shared_gate_proj,
-                 const bf16* __restrict__ shared_up_proj, int rows, int hidden, int experts,
-                 int top_k, int shared_inter, int act_stride, float* __restrict__ logits,
-                 float* __restrict__ act) {
+                 const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
+                 int l2_hints, float* __restrict__ logits) {
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int rb = (experts + 1 + WARPS - 1) / WARPS;
     uint4 av[KCH];
     launch_next();  // the gate_up CTAs take the SMs this grid leaves free
-    if ((int)blockIdx.x < rb) {
-        // Router row j (the shared gate's at j == experts) for every row;
-        // warps past it load the shared gate's and write nothing.
-        const int j = blockIdx.x * WARPS + warp;
-        const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
-        for (int r = 0; r < rows; ++r) {
-            load_pass(w, 0, hidden, lane, av);  // weights: before the wait
-            wait_prior();
-            if (r > 0) __syncthreads();  // every warp is done with row r - 1
-            stage_x(x + (long long)r * hidden, xs, hidden);
-            __syncthreads();
-            float s = 0.f;
-            for (int base = 0;;) {
-                s += dot_pass(av, xs, base, hidden, lane);
-                base += KSPAN;
-                if (base >= hidden) break;
-                load_pass(w, base, hidden, lane, av);
-            }
-            s = warp_sum(s);
-            if (lane == 0 && j <= experts) logits[(long long)r * (experts + 1) + j] = s;
+    // Router row j (the shared gate's at j == experts) for every row; warps
+    // past it load the shared gate's and write nothing.
+    const int j = blockIdx.x * WARPS + warp;
+    const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
+    const unsigned long long pol = weight_policy(l2_hints);
+    for (int r = 0; r < rows; ++r) {
+        load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
+        wait_prior();
+        if (r > 0) __syncthreads();  // every warp is done with row r - 1
+        stage_x(x + (long long)r * hidden, xs, hidden);
+        __syncthreads();
+        float s = 0.f;
+        for (int base = 0;;) {
+            s += dot_pass(av, xs, base, hidden, lane);
+            base += KSPAN;
+            if (base >= hidden) break;
+            load_pass(w, base, hidden, lane, pol, av);
         }
-        return;
-    }
-    // The shared expert's column c of row r (warps past it repeat the last column).
-    const int sb = (shared_inter + WARPS - 1) / WARPS;
-    const int b = blockIdx.x - rb, r = b / sb;
-    const int c = (b - r * sb) * WARPS + warp, cc = min(c, shared_inter - 1);
-    const bf16* g_row = shared_gate_proj + (long long)cc * hidden;
-    const bf16* u_row = shared_up_proj + (long long)cc * hidden;
-    uint4 bv[KCH];
-    load_pass(g_row, 0, hidden, lane, av);
-    load_pass(u_row, 0, hidden, lane, bv);
-    wait_prior();
-    stage_x(x + (long long)r * hidden, xs, hidden);
-    __syncthreads();
-    float g = 0.f, u = 0.f;
-    for (int base = 0;;) {
-        g += dot_pass(av, xs, base, hidden, lane);
-        u += dot_pass(bv, xs, base, hidden, lane);
-        base += KSPAN;
-        if (base >= hidden) break;
-        load_pass(g_row, base, hidden, lane, av);
-        load_pass(u_row, base, hidden, lane, bv);
-    }
-    g = warp_sum(g);
-    u = warp_sum(u);
-    if (lane == 0 && c < shared_inter) {
-        act[((long long)r * (top_k + 1) + top_k) * act_stride + c] = g / (1.f + expf(-g)) * u;
+        s = warp_sum(s);
+        if (lane == 0 && j <= experts) logits[(long long)r * (experts + 1) + j] = s;
     }
 }
 
-// The routed experts' gate+up. grid: (ceil(inter / WARPS), rows * top_k).
-// topk_expert / topk_weight: [rows][top_k], local expert index (or -1: another
-// rank's) and its weight, written by the CTA at (0, row * top_k).
-extern "C" __global__ void __launch_bounds__(THREADS, 3)  // <= 80 registers: 3 CTAs an SM (16 loads a lane still in one round)
+// SiLU(x . g_row) * (x . u_row) over hidden, x in shared memory; the first
+// pass's weight chunks already in av / bv when `loaded`.
+__device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, const bf16* __restrict__ u_row,
+                                            const bf16* xs, int hidden, int lane, unsigned long long pol,
+                                            bool loaded, uint4 (&av)[KCH], uint4 (&bv)[KCH]) {
+    float g = 0.f, u = 0.f;
+    for (int base = 0; base < hidden; base += KSPAN) {
+        if (base > 0 || !loaded) {
+            load_pass(g_row, base, hidden, lane, pol, av);
+            load_pass(u_row, base, hidden, lane, pol, bv);
+        }
+        g += dot_pass(av, xs, base, hidden, lane);
+        u += dot_pass(bv, xs, base, hidden, lane);
+    }
+    g = warp_sum(g);
+    u = warp_sum(u);
+    return g / (1.f + expf(-g)) * u;
+}
+
+// gate+up of the routed experts and of the shared expert.
+// grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows * top_k + rows):
+// blockIdx.y < rows * top_k is (row, slot) of a routed expert, the rest the
+// shared expert of row blockIdx.y - rows * top_k. Warp w of CTA x computes
+// columns (x * cpw + i) * WARPS + w, i < cpw.
+// Routed CTAs: each first computes its row's softmax and top-k from the
+// logits (route_row). topk_expert / topk_weight: [rows][top_k], local expert
+// index (or -1: another rank's) and its weight, written by the CTA at
+// (0, row * top_k). With down_prefetch set, each routed CTA asks L2 for its
+// share of its expert's down matrix (after issuing column pf_col's loads),
+// and row 0's shared CTAs for the shared expert's (shared_down_prefetch):
+// the down kernel's reads hit L2.
+// Shared CTAs: their first weights load before griddepcontrol.wait.
+// act: [rows][top_k + 1][act_stride] f32.
+extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers (80 spill): 2 CTAs an SM
 moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
-                   const float* __restrict__ logits, int hidden, int experts, int top_k,
-                   int renormalise, int first, int local, int inter, int act_stride,
-                   int* __restrict__ topk_expert, float* __restrict__ topk_weight,
-                   float* __restrict__ act) {
+                   const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
+                   const float* __restrict__ logits, int rows, int hidden, int experts, int top_k,
+                   int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
+                   int cpw, int pf_col, int l2_hints, const bf16* __restrict__ down_prefetch,
+                   const bf16* __restrict__ shared_down_prefetch, int* __restrict__ topk_expert,
+                   float* __restrict__ topk_weight, float* __restrict__ act) {
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int pair = blockIdx.y, r = pair / top_k, slot = pair - r * top_k;
+    const int pair = blockIdx.y;
+    const int col0 = blockIdx.x * cpw * WARPS + warp;
+    const unsigned long long pol = weight_policy(l2_hints);
+    uint4 av[KCH], bv[KCH];
+    launch_next();  // the down CTAs take the SMs this grid leaves free
+    if (pair >= rows * top_k) {
+        // The shared expert of row r: no routing, so its first pass loads
+        // before the wait (warps past the last column load the last one).
+        const int r = pair - rows * top_k;
+        const int cc = min(col0, shared_inter - 1);
+        const bf16* g_row = shared_gate_proj + (long long)cc * hidden;
+        const bf16* u_row = shared_up_proj + (long long)cc * hidden;
+        load_pass(g_row, 0, hidden, lane, pol, av);
+        load_pass(u_row, 0, hidden, lane, pol, bv);
+        if (r == 0 && down_prefetch != nullptr) {
+            // The shared expert's down matrix ([hidden][shared_inter]) into L2.
+            prefetch_share(shared_down_prefetch, (long long)hidden * shared_inter * 2, blockIdx.x, gridDim.x);
+        }
+        wait_prior();
+        stage_x(x + (long long)r * hidden, xs, hidden);
+        __syncthreads();
+        float* act_r = act + ((long long)r * (top_k + 1) + top_k) * act_stride;
+#pragma unroll 1
+        for (int i = 0; i < cpw; ++i) {
+            const int c = col0 + i * WARPS;
+            if (c >= shared_inter) break;  // warp-uniform; no barrier below
+            const bf16* gr = shared_gate_proj + (long long)c * hidden;
+            const bf16* ur = shared_up_proj + (long long)c * hidden;
+            const float v = swiglu_col(gr, ur, xs, hidden, lane, pol, i == 0, av, bv);
+            if (lane == 0) act_r[c] = v;
+        }
+        return;
+    }
+    const int r = pair / top_k, slot = pair - r * top_k;
     wait_prior();
     // x's row: loaded before the routing, stored after it (the stores would
     // wait for the loads and hold back the logits' loads).
@@ -352,112 +434,135 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     }
     const int e = sm.sel_e[slot] - first;
     if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
-    const int c = blockIdx.x * WARPS + warp;
-    if (c >= inter) return;  // no barrier below
-    const bf16* g_row = gate_up + ((long long)e * 2 * inter + c) * hidden;
-    const bf16* u_row = g_row + (long long)inter * hidden;
-    uint4 av[KCH], bv[KCH];
-    float g = 0.f, u = 0.f;
-    for (int base = 0; base < hidden; base += KSPAN) {
-        load_pass(g_row, base, hidden, lane, av);
-        load_pass(u_row, base, hidden, lane, bv);
-        g += dot_pass(av, xs, base, hidden, lane);
-        u += dot_pass(bv, xs, base, hidden, lane);
+    float* act_r = act + ((long long)r * (top_k + 1) + slot) * act_stride;
+#pragma unroll 1
+    for (int i = 0; i < cpw; ++i) {
+        const int c = col0 + i * WARPS;
+        if (c >= inter) break;  // warp-uniform; no barrier below
+        const bf16* g_row = gate_up + ((long long)e * 2 * inter + c) * hidden;
+        const bf16* u_row = g_row + (long long)inter * hidden;
+        load_pass(g_row, 0, hidden, lane, pol, av);
+        load_pass(u_row, 0, hidden, lane, pol, bv);
+        if (i == pf_col && down_prefetch != nullptr) {
+            // This CTA's share of the expert's down matrix ([hidden][inter]).
+            prefetch_share(down_prefetch + (long long)e * hidden * inter, (long long)hidden * inter * 2,
+                           blockIdx.x, gridDim.x);
+        }
+        const float v = swiglu_col(g_row, u_row, xs, hidden, lane, pol, true, av, bv);
+        if (lane == 0) act_r[c] = v;
     }
-    g = warp_sum(g);
-    u = warp_sum(u);
-    if (lane == 0) act[((long long)r * (top_k + 1) + slot) * act_stride + c] = g / (1.f + expf(-g)) * u;
 }
 
-// One group of the down kernel: DSLOTS slots from s0, DCH chunks per lane from cb.
-__device__ __forceinline__ void load_group(const bf16* const* base_s, const int* len_s, int slots, int s0,
-                                           int cb, int n, int lane, const bf16* safe,
-                                           uint4 (&wv)[DSLOTS][DCH]) {
+// One group of the down kernel: DSLOTS routed slots from s0, DCH chunks per
+// lane from cb, of output row n.
+__device__ __forceinline__ void load_group(const bf16* const* base_s, int top_k, int s0, int cb, int n,
+                                           int inter, int lane, unsigned long long pol,
+                                           const bf16* safe, uint4 (&wv)[DSLOTS][DCH]) {
 #pragma unroll
     for (int s = 0; s < DSLOTS; ++s) {
-        const int slot = min(s0 + s, slots - 1);
+        const int slot = min(s0 + s, top_k - 1);
         const bf16* b = base_s[slot];
-        const int len = len_s[slot];
 #pragma unroll
         for (int i = 0; i < DCH; ++i) {
             const int k = cb + (i * 32 + lane) * 8;
-            const bool ok = s0 + s < slots && b != nullptr && k < len;
-            wv[s][i] = load8(b + (long long)n * len + k, safe, ok);
+            const bool ok = s0 + s < top_k && b != nullptr && k < inter;
+            wv[s][i] = load8w(b + (long long)n * inter + k, safe, ok, pol);
         }
     }
 }
 
+// The shared expert's chunks of one pass (DCH per lane from cb) of row `row`.
+__device__ __forceinline__ void load_shared(const bf16* row, int cb, int len, int lane,
+                                            unsigned long long pol, uint4 (&v)[DCH]) {
+#pragma unroll
+    for (int i = 0; i < DCH; ++i) {
+        const int k = cb + (i * 32 + lane) * 8;
+        v[i] = load8w(row + k, row, k < len, pol);
+    }
+}
+
+// One pass of this lane's share of w . a (a f32 in shared memory, len long).
+__device__ __forceinline__ float dot_act(const uint4 (&v)[DCH], const float* a_slot, int cb, int len,
+                                         int lane) {
+    float part = 0.f;
+#pragma unroll
+    for (int i = 0; i < DCH; ++i) {
+        const int k = cb + (i * 32 + lane) * 8;
+        if (k < len) {
+            float fw[8];
+            bf16x8(v[i], fw);
+            const float4 a0 = *reinterpret_cast<const float4*>(a_slot + k);
+            const float4 a1 = *reinterpret_cast<const float4*>(a_slot + k + 4);
+            part = fmaf(fw[0], a0.x, part);
+            part = fmaf(fw[1], a0.y, part);
+            part = fmaf(fw[2], a0.z, part);
+            part = fmaf(fw[3], a0.w, part);
+            part = fmaf(fw[4], a1.x, part);
+            part = fmaf(fw[5], a1.y, part);
+            part = fmaf(fw[6], a1.z, part);
+            part = fmaf(fw[7], a1.w, part);
+        }
+    }
+    return part;
+}
+
+// out = bf16(sum over the k routed slots of w_s * (down_s[n] . act_s) +
+// sigmoid(gate logit) * (shared_down[n] . act_k)). Each warp one column n of
+// row blockIdx.y; the shared expert's rows load before griddepcontrol.wait.
 // grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, (top_k + 1) * act_stride <= MAX_ACT.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
                 const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
                 const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
-                int experts, int top_k, int inter, int shared_inter, int act_stride,
+                int experts, int top_k, int inter, int shared_inter, int act_stride, int l2_hints,
                 bf16* __restrict__ out) {
-    // Per slot (k experts, then the shared one): its down matrix (null: another
-    // rank's expert), row length and weight; the row's activations.
-    __shared__ const bf16* base_s[MAX_TOP_K + 1];
-    __shared__ int len_s[MAX_TOP_K + 1];
+    // Per routed slot its down matrix (null: another rank's expert); per slot
+    // (the shared expert's last) its weight; the row's activations.
+    __shared__ const bf16* base_s[MAX_TOP_K];
     __shared__ float scale_s[MAX_TOP_K + 1];
     __shared__ __align__(16) float act_s[MAX_ACT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = blockIdx.y, t = threadIdx.x;
     const int slots = top_k + 1;
+    const unsigned long long pol = weight_policy(l2_hints);
+    // Warps past the last column repeat it and write nothing.
+    const int n = blockIdx.x * WARPS + warp, nn = min(n, hidden - 1);
+    const bf16* sd_row = shared_down + (long long)nn * shared_inter;
+    uint4 sv[DCH];
+    load_shared(sd_row, 0, shared_inter, lane, pol, sv);  // weights: before the wait
     wait_prior();
+    // The row's activations into shared memory (asynchronous: they land while
+    // the routing is read and the weights load).
+    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
+    for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
     if (t < top_k) {
         const int e = topk_expert[r * top_k + t];
         base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
-        len_s[t] = inter;
         scale_s[t] = topk_weight[r * top_k + t];
     } else if (t == top_k) {
         const float gl = logits[(long long)r * (experts + 1) + experts];
-        base_s[t] = shared_down;
-        len_s[t] = shared_inter;
         scale_s[t] = 1.f / (1.f + expf(-gl));
     }
     __syncthreads();
-    // Warps past the last column repeat it and write nothing.
-    const int n = blockIdx.x * WARPS + warp, nn = min(n, hidden - 1);
     const int longest = max(inter, shared_inter);
     uint4 wv[DSLOTS][DCH];
-    load_group(base_s, len_s, slots, 0, 0, nn, lane, shared_down, wv);
-    // The row's activations into shared memory while the weights load.
-    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
-    float4* act_s4 = reinterpret_cast<float4*>(act_s);
-    for (int i = t; i < slots * act_stride / 4; i += THREADS) act_s4[i] = act_r[i];
+    load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+    cp_async_wait();
     __syncthreads();
     float acc = 0.f;
-    for (int s0 = 0; s0 < slots; s0 += DSLOTS) {
-        for (int cb = 0; cb < longest; cb += DSPAN) {
-            if (s0 > 0 || cb > 0) load_group(base_s, len_s, slots, s0, cb, nn, lane, shared_down, wv);
+    for (int cb = 0; cb < longest; cb += DSPAN) {
+        if (cb > 0) load_shared(sd_row, cb, shared_inter, lane, pol, sv);
+        for (int s0 = 0; s0 < top_k; s0 += DSLOTS) {
+            if (s0 > 0 || cb > 0) load_group(base_s, top_k, s0, cb, nn, inter, lane, pol, sd_row, wv);
 #pragma unroll
             for (int s = 0; s < DSLOTS; ++s) {
-                const int slot = min(s0 + s, slots - 1);
-                const bool live = s0 + s < slots && base_s[slot] != nullptr;
-                const int len = len_s[slot];
-                float part = 0.f;
-#pragma unroll
-                for (int i = 0; i < DCH; ++i) {
-                    const int k = cb + (i * 32 + lane) * 8;
-                    if (live && k < len) {
-                        float fw[8];
-                        bf16x8(wv[s][i], fw);
-                        const float* a = act_s + slot * act_stride + k;
-                        const float4 a0 = *reinterpret_cast<const float4*>(a);
-                        const float4 a1 = *reinterpret_cast<const float4*>(a + 4);
-                        part = fmaf(fw[0], a0.x, part);
-                        part = fmaf(fw[1], a0.y, part);
-                        part = fmaf(fw[2], a0.z, part);
-                        part = fmaf(fw[3], a0.w, part);
-                        part = fmaf(fw[4], a1.x, part);
-                        part = fmaf(fw[5], a1.y, part);
-                        part = fmaf(fw[6], a1.z, part);
-                        part = fmaf(fw[7], a1.w, part);
-                    }
+                const int slot = min(s0 + s, top_k - 1);
+                if (s0 + s < top_k && base_s[slot] != nullptr) {  // dead slots' act may be NaN
+                    acc = fmaf(scale_s[slot], dot_act(wv[s], act_s + slot * act_stride, cb, inter, lane), acc);
                 }
-                if (live) acc = fmaf(scale_s[slot], part, acc);
             }
         }
+        acc = fmaf(scale_s[top_k], dot_act(sv, act_s + top_k * act_stride, cb, shared_inter, lane), acc);
     }
     const float v = warp_sum(acc);
     if (lane == 0 && n < hidden) out[(long long)r * hidden + n] = __float2bfloat16_rn(v);
