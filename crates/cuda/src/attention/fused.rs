@@ -86,8 +86,11 @@ pub fn smem_bytes(head_dim: usize) -> usize {
     (BLOCK_M + 2 * BLOCK_N_MAX) * head_dim * 2
 }
 
-/// Most key splits of one (query tile, head).
+/// Most key splits of one (query tile, head) (the combine kernel holds up to
+/// `COMBINE_MAX_SPLITS` = 1024 weights).
 pub const MAX_SPLITS: usize = 128;
+/// Threads of the split combine (`COMBINE_THREADS` in the kernel).
+const COMBINE_THREADS: u32 = 256;
 /// Fewest key tiles a split gets (a shorter split costs more in its combine than it saves).
 pub const MIN_SPLIT_TILES: usize = 4;
 /// Fewest key tiles of a shape before it is split at all.
@@ -290,7 +293,7 @@ pub(super) fn run(
             &mut dd as *mut i32 as *mut c_void,
             &mut sp as *mut i32 as *mut c_void,
         ];
-        let block = d.min(256) as u32;
+        let block = COMBINE_THREADS;
         // SAFETY: the partials hold `splits · rows` rows of `d`; out `rows · d`.
         unsafe { dev.launch(cf, (rows as u32, 1, 1), (block, 1, 1), 0, &mut params)? };
     }
@@ -316,6 +319,12 @@ mod tests {
         assert!(w.contains("constexpr int THREADS = NUM_WG * 128;"));
         assert!(w.contains("#define HEADROOM_WG_STAGES (HEADROOM_WGMMA_WARPGROUPS == 2 ? 2 : 1)"));
         assert!(w.contains("BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;"));
+        assert_eq!(constant(w, "COMBINE_THREADS") as u32, COMBINE_THREADS);
+        assert!(constant(w, "COMBINE_MAX_SPLITS") >= MAX_SPLITS);
+        // Every head dim's float4 quads divide the combine's threads.
+        for d in [64usize, 128, 256] {
+            assert_eq!(COMBINE_THREADS as usize % (d / 4), 0, "d {d}");
+        }
     }
 
     fn shape(q_len: usize, kv_len: usize, q_heads: usize, kv_heads: usize) -> AttentionShape {

@@ -625,30 +625,100 @@ __device__ __forceinline__ void attn_fused_prefill(
 }
 
 // Combines the splits' partials of one output row (blockIdx.x over q_heads * q_len
-// rows, one thread per column): out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M),
-// M = max_s lse_s. A NaN partial makes the row NaN, as the unsplit kernel does.
+// rows): out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), M = max_s lse_s.
+// A NaN partial makes the row NaN, as the unsplit kernel does; empty splits
+// (lse -inf) weigh 0.
+// One CTA (COMBINE_THREADS) per row: the splits' log2-sum-exps reduced in
+// parallel (max, NaN flag, then each split's weight in shared memory), then
+// the columns in float4 quads, each quad's splits shared by
+// COMBINE_THREADS / (d / 4) threads whose partial sums meet in shared memory.
+// d % 4 == 0 and d <= 4 * COMBINE_THREADS.
+constexpr int COMBINE_THREADS = 256;
+constexpr int COMBINE_MAX_SPLITS = 1024;
 template <typename T>
 __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
                                               const float* __restrict__ part_lse, T* __restrict__ out,
                                               int rows, int d, int splits) {
-    const int row = blockIdx.x;
+    __shared__ float wsplit[COMBINE_MAX_SPLITS];
+    __shared__ float red[COMBINE_THREADS / 32];
+    __shared__ float4 acc[COMBINE_THREADS];
+    __shared__ float row_max, row_den;
+    __shared__ int row_nan;
+    const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    // Max of the log2-sum-exps, and whether any is NaN.
     float m = -INFINITY;
-    bool nan = false;
-    for (int s = 0; s < splits; ++s) {
+    int nan = 0;
+    for (int s = tid; s < splits; s += COMBINE_THREADS) {
         const float l = part_lse[(size_t)s * rows + row];
-        nan = nan || l != l;
+        nan |= l != l;
         m = fmaxf(m, l);
     }
-    for (int c = threadIdx.x; c < d; c += blockDim.x) {
-        float num = 0.f, den = 0.f;
-        for (int s = 0; s < splits; ++s) {
-            const float l = part_lse[(size_t)s * rows + row];
-            const float w = l == -INFINITY ? 0.f : exp2f(l - m);
-            num += w * part_o[((size_t)s * rows + row) * d + c];
-            den += w;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    nan = __any_sync(0xffffffffu, nan);
+    if (tid == 0) row_nan = 0;
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    if (nan) row_nan = 1;
+    if (tid == 0) {
+        float mm = red[0];
+        for (int w = 1; w < COMBINE_THREADS / 32; ++w) mm = fmaxf(mm, red[w]);
+        row_max = mm;
+    }
+    __syncthreads();
+    // Each split's weight (0 for an empty split) and their sum.
+    float den = 0.f;
+    for (int s = tid; s < splits; s += COMBINE_THREADS) {
+        const float l = part_lse[(size_t)s * rows + row];
+        const float w = l == -INFINITY ? 0.f : exp2f(l - row_max);
+        wsplit[s] = w;
+        den += w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    __syncthreads();
+    if (lane == 0) red[warp] = den;
+    __syncthreads();
+    if (tid == 0) {
+        float dd = 0.f;
+        for (int w = 0; w < COMBINE_THREADS / 32; ++w) dd += red[w];
+        row_den = dd;
+    }
+    // Columns: quad q = tid % quads, splits s = tid / quads (mod groups).
+    const int quads = d >> 2, groups = COMBINE_THREADS / quads;
+    const int q = tid % quads, g = tid / quads;
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (g < groups) {
+        const float4* po = reinterpret_cast<const float4*>(part_o);
+#pragma unroll 4
+        for (int s = g; s < splits; s += groups) {
+            const float w = wsplit[s];
+            const float4 v = po[((size_t)s * rows + row) * quads + q];
+            sum.x += w * v.x;
+            sum.y += w * v.y;
+            sum.z += w * v.z;
+            sum.w += w * v.w;
         }
-        const float o = nan ? __int_as_float(0x7fffffff) : num / den;
-        out[(size_t)row * d + c] = static_cast<T>(o);
+    }
+    acc[tid] = sum;
+    __syncthreads();
+    if (tid < quads) {
+        float4 t = acc[tid];
+        for (int k = 1; k < groups; ++k) {
+            const float4 v = acc[k * quads + tid];
+            t.x += v.x;
+            t.y += v.y;
+            t.z += v.z;
+            t.w += v.w;
+        }
+        const float inv_nan = __int_as_float(0x7fffffff);
+        const bool bad = row_nan != 0;
+        const float dn = row_den;
+        T* o = out + (size_t)row * d + 4 * tid;
+        o[0] = static_cast<T>(bad ? inv_nan : t.x / dn);
+        o[1] = static_cast<T>(bad ? inv_nan : t.y / dn);
+        o[2] = static_cast<T>(bad ? inv_nan : t.z / dn);
+        o[3] = static_cast<T>(bad ? inv_nan : t.w / dn);
     }
 }
 
@@ -669,7 +739,7 @@ __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
                                               part_lse);                                            \
     }
 
-// Split-KV combine: grid (q_heads * q_len rows), block min(D, 256) threads;
+// Split-KV combine: grid (q_heads * q_len rows), block COMBINE_THREADS threads;
 // part_o [splits][rows][d] f32, part_lse [splits][rows] f32, out [rows][d].
 extern "C" __global__ void attn_split_combine_bf16(const float* part_o, const float* part_lse,
                                                    __nv_bfloat16* out, int rows, int d, int splits) {
