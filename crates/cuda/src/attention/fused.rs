@@ -91,6 +91,8 @@ pub fn smem_bytes(head_dim: usize) -> usize {
 pub const MAX_SPLITS: usize = 128;
 /// Threads of the split combine (`COMBINE_THREADS` in the kernel).
 const COMBINE_THREADS: u32 = 256;
+/// float4 column quads per combine CTA (`COMBINE_QUADS`): d / 64 CTAs a row.
+const COMBINE_QUADS: usize = 16;
 /// Fewest key tiles a split gets (a shorter split costs more in its combine than it saves).
 pub const MIN_SPLIT_TILES: usize = 4;
 /// Fewest key tiles of a shape before it is split at all.
@@ -294,8 +296,18 @@ pub(super) fn run(
             &mut sp as *mut i32 as *mut c_void,
         ];
         let block = COMBINE_THREADS;
-        // SAFETY: the partials hold `splits · rows` rows of `d`; out `rows · d`.
-        unsafe { dev.launch(cf, (rows as u32, 1, 1), (block, 1, 1), 0, &mut params)? };
+        let col_blocks = (d / (4 * COMBINE_QUADS)) as u32;
+        // SAFETY: the partials hold `splits · rows` rows of `d`; out `rows · d`;
+        // d / 64 column blocks cover d exactly (d ∈ {64, 128, 256}).
+        unsafe {
+            dev.launch(
+                cf,
+                (rows as u32, col_blocks, 1),
+                (block, 1, 1),
+                0,
+                &mut params,
+            )?
+        };
     }
     Ok(())
 }
@@ -321,10 +333,12 @@ mod tests {
         assert!(w.contains("BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + 1024;"));
         assert_eq!(constant(w, "COMBINE_THREADS") as u32, COMBINE_THREADS);
         assert!(constant(w, "COMBINE_MAX_SPLITS") >= MAX_SPLITS);
-        // Every head dim's float4 quads divide the combine's threads.
+        assert_eq!(constant(w, "COMBINE_QUADS"), COMBINE_QUADS);
+        // Every head dim is whole combine CTAs of quads, and the quads divide the threads.
         for d in [64usize, 128, 256] {
-            assert_eq!(COMBINE_THREADS as usize % (d / 4), 0, "d {d}");
+            assert_eq!(d % (4 * COMBINE_QUADS), 0, "d {d}");
         }
+        assert_eq!(COMBINE_THREADS as usize % COMBINE_QUADS, 0);
     }
 
     fn shape(q_len: usize, kv_len: usize, q_heads: usize, kv_heads: usize) -> AttentionShape {

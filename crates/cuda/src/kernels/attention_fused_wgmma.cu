@@ -628,12 +628,13 @@ __device__ __forceinline__ void attn_fused_prefill(
 // rows): out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), M = max_s lse_s.
 // A NaN partial makes the row NaN, as the unsplit kernel does; empty splits
 // (lse -inf) weigh 0.
-// One CTA (COMBINE_THREADS) per row: the splits' log2-sum-exps reduced in
-// parallel (max, NaN flag, then each split's weight in shared memory), then
-// the columns in float4 quads, each quad's splits shared by
-// COMBINE_THREADS / (d / 4) threads whose partial sums meet in shared memory.
-// d % 4 == 0 and d <= 4 * COMBINE_THREADS.
+// One CTA (COMBINE_THREADS) per (row, COMBINE_QUADS float4 column quads):
+// the splits' log2-sum-exps reduced in parallel (max, NaN flag, then each
+// split's weight in shared memory), then each quad's splits shared by
+// COMBINE_THREADS / COMBINE_QUADS threads whose partial sums meet in shared
+// memory. d % (4 * COMBINE_QUADS) == 0; grid (rows, d / (4 * COMBINE_QUADS)).
 constexpr int COMBINE_THREADS = 256;
+constexpr int COMBINE_QUADS = 16;
 constexpr int COMBINE_MAX_SPLITS = 1024;
 template <typename T>
 __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
@@ -684,28 +685,27 @@ __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
         for (int w = 0; w < COMBINE_THREADS / 32; ++w) dd += red[w];
         row_den = dd;
     }
-    // Columns: quad q = tid % quads, splits s = tid / quads (mod groups).
-    const int quads = d >> 2, groups = COMBINE_THREADS / quads;
-    const int q = tid % quads, g = tid / quads;
+    // Columns: this CTA's quad q = tid % COMBINE_QUADS, splits s = g (mod groups).
+    const int quads = d >> 2;
+    constexpr int groups = COMBINE_THREADS / COMBINE_QUADS;
+    const int q = blockIdx.y * COMBINE_QUADS + tid % COMBINE_QUADS, g = tid / COMBINE_QUADS;
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (g < groups) {
-        const float4* po = reinterpret_cast<const float4*>(part_o);
+    const float4* po = reinterpret_cast<const float4*>(part_o);
 #pragma unroll 4
-        for (int s = g; s < splits; s += groups) {
-            const float w = wsplit[s];
-            const float4 v = po[((size_t)s * rows + row) * quads + q];
-            sum.x += w * v.x;
-            sum.y += w * v.y;
-            sum.z += w * v.z;
-            sum.w += w * v.w;
-        }
+    for (int s = g; s < splits; s += groups) {
+        const float w = wsplit[s];
+        const float4 v = po[((size_t)s * rows + row) * quads + q];
+        sum.x += w * v.x;
+        sum.y += w * v.y;
+        sum.z += w * v.z;
+        sum.w += w * v.w;
     }
     acc[tid] = sum;
     __syncthreads();
-    if (tid < quads) {
+    if (tid < COMBINE_QUADS) {
         float4 t = acc[tid];
         for (int k = 1; k < groups; ++k) {
-            const float4 v = acc[k * quads + tid];
+            const float4 v = acc[k * COMBINE_QUADS + tid];
             t.x += v.x;
             t.y += v.y;
             t.z += v.z;
@@ -714,7 +714,7 @@ __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
         const float inv_nan = __int_as_float(0x7fffffff);
         const bool bad = row_nan != 0;
         const float dn = row_den;
-        T* o = out + (size_t)row * d + 4 * tid;
+        T* o = out + (size_t)row * d + 4 * (blockIdx.y * COMBINE_QUADS + tid);
         o[0] = static_cast<T>(bad ? inv_nan : t.x / dn);
         o[1] = static_cast<T>(bad ? inv_nan : t.y / dn);
         o[2] = static_cast<T>(bad ? inv_nan : t.z / dn);
@@ -739,7 +739,7 @@ __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
                                               part_lse);                                            \
     }
 
-// Split-KV combine: grid (q_heads * q_len rows), block COMBINE_THREADS threads;
+// Split-KV combine: grid (q_heads * q_len rows, d / (4 * COMBINE_QUADS)), block COMBINE_THREADS threads;
 // part_o [splits][rows][d] f32, part_lse [splits][rows] f32, out [rows][d].
 extern "C" __global__ void attn_split_combine_bf16(const float* part_o, const float* part_lse,
                                                    __nv_bfloat16* out, int rows, int d, int splits) {
