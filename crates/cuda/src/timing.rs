@@ -76,17 +76,33 @@ pub struct Timed {
     pub tflops: f64,
 }
 
-struct Event(sys::CUevent);
-impl Event {
-    fn new() -> Result<Self, CudaError> {
-        Ok(Event(result::event::create(
-            sys::CUevent_flags::CU_EVENT_DEFAULT,
-        )?))
+/// A CUDA event recorded on a device's stream (destroyed on drop): device
+/// time between two of them, for benches and the GPU tests' timings.
+pub struct StreamEvent(sys::CUevent);
+
+impl StreamEvent {
+    /// A new event recorded on `dev`'s stream now.
+    pub fn record(dev: &CudaDevice) -> Result<Self, CudaError> {
+        dev.bind()?;
+        let e = StreamEvent(result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)?);
+        // SAFETY: the event and the stream are live in the bound context.
+        unsafe { result::event::record(e.0, dev.stream_raw())? };
+        Ok(e)
+    }
+
+    /// Milliseconds of device time from `start` to this event (waits for this one).
+    pub fn ms_since(&self, start: &StreamEvent) -> Result<f64, CudaError> {
+        // SAFETY: both events were recorded (on the same stream).
+        unsafe {
+            result::event::synchronize(self.0)?;
+            Ok(result::event::elapsed(start.0, self.0)? as f64)
+        }
     }
 }
-impl Drop for Event {
+
+impl Drop for StreamEvent {
     fn drop(&mut self) {
-        // SAFETY: created in `new`, destroyed once.
+        // SAFETY: created in `record`, destroyed once.
         let _ = unsafe { result::event::destroy(self.0) };
     }
 }
@@ -99,15 +115,10 @@ pub fn time_once(
     route: RouteRequest,
     bufs: &AttentionBuffers<'_>,
 ) -> Result<(f64, AttentionReport), CudaError> {
-    let (start, end) = (Event::new()?, Event::new()?);
-    // SAFETY: events and stream are live in the bound context.
-    unsafe { result::event::record(start.0, dev.stream_raw())? };
+    let start = StreamEvent::record(dev)?;
     let report = prefill(dev, shape, dtype, route, bufs)?;
-    unsafe {
-        result::event::record(end.0, dev.stream_raw())?;
-        result::event::synchronize(end.0)?;
-        Ok((result::event::elapsed(start.0, end.0)? as f64, report))
-    }
+    let end = StreamEvent::record(dev)?;
+    Ok((end.ms_since(&start)?, report))
 }
 
 /// Times `iters` calls after `warmup` untimed ones; the report is the last call's.

@@ -9,12 +9,12 @@
 //! over 8, more than 256 experts), a NaN input row, and repeated calls.
 //! Run by bench/gpu/check_decode.sh on the GPU machine.
 
-use cudarc::driver::{result, sys};
 use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
 use headroom_cuda::ops::moe::{GemmImpl, MoeGlue};
+use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 fn backend() -> CudaBackend {
@@ -309,11 +309,11 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
     for _ in 0..50 {
         let mut marks: Vec<(&'static str, Event)> = Vec::new();
         be.moe_decode_marked(&x, &w.dev, &sp, &mut |st| {
-            marks.push((st, Event::record(&be)))
+            marks.push((st, Event::record(be.device()).unwrap()))
         })
         .unwrap();
         for pair in marks.windows(2) {
-            let us = pair[1].1.ms_since(&pair[0].1) * 1e3;
+            let us = pair[1].1.ms_since(&pair[0].1).unwrap() * 1e3;
             match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
                 Some((_, v)) => v.push(us),
                 None => stages.push((pair[0].0, vec![us])),
@@ -329,35 +329,6 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
         .collect();
     assert_eq!(stages.len(), 3, "three kernels: {line:?}");
     println!("kernels alone, us (median of 50): {}", line.join(", "));
-}
-
-/// A CUDA event recorded on the backend's stream.
-struct Event(sys::CUevent);
-
-impl Event {
-    fn record(be: &CudaBackend) -> Event {
-        // SAFETY: the device context is current (bound by the backend's calls);
-        // the stream is live.
-        unsafe {
-            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
-            result::event::record(e, be.device().stream_raw()).unwrap();
-            Event(e)
-        }
-    }
-    fn ms_since(&self, start: &Event) -> f64 {
-        // SAFETY: both events were recorded on the same stream.
-        unsafe {
-            result::event::synchronize(self.0).unwrap();
-            result::event::elapsed(start.0, self.0).unwrap() as f64
-        }
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: created in `record`, destroyed once.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! outside the batch left alone, a NaN input kept to its sequence, every
 //! output from NaN-poisoned pool blocks. Run by `bench/gpu/check_gdn_decode.sh`.
 
-use cudarc::driver::{result, sys};
+use cudarc::driver::result;
 use half::bf16;
 use headroom_core::ops::{
     attention_prep_composed, gdn_core_composed, AttentionPrepWeights, Backend, Batch,
@@ -16,6 +16,7 @@ use headroom_core::ops::{
 use headroom_core::{RouteRequest, Tensor};
 use headroom_cpu::CpuBackend;
 use headroom_cuda::backend::{CudaAct, CudaBackend};
+use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 fn backend() -> CudaBackend {
@@ -487,35 +488,6 @@ fn attention_prep_fused_35b_a3b_shape_and_others() {
 
 // ---- timing ---------------------------------------------------------------------
 
-/// A CUDA event recorded on the backend's stream.
-struct Event(sys::CUevent);
-
-impl Event {
-    fn record(be: &CudaBackend) -> Event {
-        // SAFETY: the device context is current (bound by the backend's calls);
-        // the stream is live.
-        unsafe {
-            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
-            result::event::record(e, be.device().stream_raw()).unwrap();
-            Event(e)
-        }
-    }
-    fn ms_since(&self, start: &Event) -> f64 {
-        // SAFETY: both events were recorded on the same stream.
-        unsafe {
-            result::event::synchronize(self.0).unwrap();
-            result::event::elapsed(start.0, self.0).unwrap() as f64
-        }
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: created in `record`, destroyed once.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
-}
-
 unsafe extern "C" fn hold_stream(_: *mut std::ffi::c_void) {
     std::thread::sleep(std::time::Duration::from_millis(100));
 }
@@ -538,11 +510,16 @@ fn per_call_us(be: &CudaBackend, calls: u32, mut f: impl FnMut()) -> (f64, f64) 
         )
         .unwrap()
     };
-    let start = Event::record(be);
+    let start = Event::record(be.device()).unwrap();
     for _ in 0..calls {
         f();
     }
-    let gpu = Event::record(be).ms_since(&start) * 1e3 / calls as f64;
+    let gpu = Event::record(be.device())
+        .unwrap()
+        .ms_since(&start)
+        .unwrap()
+        * 1e3
+        / calls as f64;
     let t = std::time::Instant::now();
     for _ in 0..calls {
         f();

@@ -6,11 +6,11 @@
 //! side-by-side bench against cuBLAS on the 35B-A3B decode shapes.
 //! Run by bench/gpu/check_gemv.sh on the GPU machine.
 
-use cudarc::driver::{result, sys};
 use half::bf16;
 use headroom_core::ops::{Backend, WeightInit};
 use headroom_core::{Dtype, Tensor};
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, GemvKernel};
+use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 fn backend() -> CudaBackend {
@@ -246,35 +246,6 @@ fn linear_many_equals_separate_linears() {
     }
 }
 
-/// A CUDA event recorded on the backend's stream.
-struct Event(sys::CUevent);
-
-impl Event {
-    fn record(be: &CudaBackend) -> Event {
-        // SAFETY: the device context is current (bound by the backend's calls);
-        // the stream is live.
-        unsafe {
-            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
-            result::event::record(e, be.device().stream_raw()).unwrap();
-            Event(e)
-        }
-    }
-    fn ms_since(&self, start: &Event) -> f64 {
-        // SAFETY: both events were recorded on the same stream.
-        unsafe {
-            result::event::synchronize(self.0).unwrap();
-            result::event::elapsed(start.0, self.0).unwrap() as f64
-        }
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: created in `record`, destroyed once.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
-}
-
 /// µs per call: median over 5 runs of `calls` back-to-back calls between two events.
 fn per_call_us(be: &CudaBackend, calls: usize, mut f: impl FnMut(usize)) -> f64 {
     for i in 0..10 {
@@ -282,11 +253,16 @@ fn per_call_us(be: &CudaBackend, calls: usize, mut f: impl FnMut(usize)) -> f64 
     }
     let mut t: Vec<f64> = (0..5)
         .map(|_| {
-            let start = Event::record(be);
+            let start = Event::record(be.device()).unwrap();
             for i in 0..calls {
                 f(i);
             }
-            Event::record(be).ms_since(&start) * 1e3 / calls as f64
+            Event::record(be.device())
+                .unwrap()
+                .ms_since(&start)
+                .unwrap()
+                * 1e3
+                / calls as f64
         })
         .collect();
     t.sort_by(f64::total_cmp);

@@ -2,7 +2,6 @@
 //! f32 exactly as the CPU `route`, experts in f64), and the timing of the
 //! 35B-A3B shape. Run by bench/gpu/check_moe.sh on the GPU machine.
 
-use cudarc::driver::{result, sys};
 use half::bf16;
 use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::device::CudaDevice;
@@ -10,6 +9,7 @@ use headroom_cuda::ops::moe::{
     grouped_gemm_flops, routed_experts, routed_experts_marked, GemmImpl, MoeLaunch, MoeStage,
     CHUNK_TOKENS,
 };
+use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
@@ -405,31 +405,6 @@ fn sanitizer_case() {
     }
 }
 
-struct Event(sys::CUevent);
-impl Event {
-    fn record(dev: &CudaDevice) -> Event {
-        // SAFETY: the device context is current (bound by its calls); the stream is live.
-        unsafe {
-            let e = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).unwrap();
-            result::event::record(e, dev.stream_raw()).unwrap();
-            Event(e)
-        }
-    }
-    fn ms_since(&self, start: &Event) -> f64 {
-        // SAFETY: both events were recorded on the same stream.
-        unsafe {
-            result::event::synchronize(self.0).unwrap();
-            result::event::elapsed(start.0, self.0).unwrap() as f64
-        }
-    }
-}
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: created in `record`, destroyed once.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
-}
-
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -481,17 +456,17 @@ fn bench_the_35b_shape() {
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..7 {
             let mut marks: Vec<(MoeStage, Event)> = Vec::new();
-            let start = Event::record(&dev);
+            let start = Event::record(&dev).unwrap();
             routed_experts_marked(&dev, &l, imp, &mut |st| {
-                marks.push((st, Event::record(&dev)));
+                marks.push((st, Event::record(&dev).unwrap()));
                 Ok(())
             })
             .unwrap();
-            let end = Event::record(&dev);
-            total.push(end.ms_since(&start));
+            let end = Event::record(&dev).unwrap();
+            total.push(end.ms_since(&start).unwrap());
             let mut per = [0f64; 4];
             for w in marks.windows(2) {
-                let ms = w[1].1.ms_since(&w[0].1);
+                let ms = w[1].1.ms_since(&w[0].1).unwrap();
                 match w[0].0 {
                     MoeStage::Route => per[0] += ms,
                     MoeStage::GateUp => per[1] += ms,

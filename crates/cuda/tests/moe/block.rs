@@ -380,19 +380,19 @@ fn bench_the_35b_moe_op() {
             let mut per: Vec<Vec<f64>> = vec![vec![]; STAGES.len()];
             for _ in 0..7 {
                 let mut marks: Vec<(&'static str, Event)> = Vec::new();
-                let start = Event::record(be.device());
+                let start = Event::record(be.device()).unwrap();
                 let y = be
                     .moe_marked(&x, &w, &spec, how, &mut |s| {
-                        marks.push((s, Event::record(be.device())))
+                        marks.push((s, Event::record(be.device()).unwrap()))
                     })
                     .unwrap();
-                let end = Event::record(be.device());
-                total.push(end.ms_since(&start));
+                let end = Event::record(be.device()).unwrap();
+                total.push(end.ms_since(&start).unwrap());
                 marks.push(("end", end));
                 let mut sums = vec![0f64; STAGES.len()];
                 for pair in marks.windows(2) {
                     if let Some(j) = STAGES.iter().position(|&n| n == pair[0].0) {
-                        sums[j] += pair[1].1.ms_since(&pair[0].1);
+                        sums[j] += pair[1].1.ms_since(&pair[0].1).unwrap();
                     }
                 }
                 for (p, s) in per.iter_mut().zip(sums) {
