@@ -42,15 +42,6 @@ __device__ __forceinline__ void load8(const bf16* p, float* f) {
     }
 }
 
-// Programmatic dependent launch (sm_90+; a no-op in plain launches): wait for
-// the previous kernel before touching memory, then let the next one be scheduled.
-__device__ __forceinline__ void wait_prior_then_release_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__(32) attention_prep_decode_bf16(
     bf16* __restrict__ q, bf16* __restrict__ k, const bf16* __restrict__ v,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, bf16* __restrict__ kc,

@@ -54,15 +54,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// Programmatic dependent launch (sm_90+; a no-op in plain launches): wait for
-// the previous kernel before touching memory, then let the next one be scheduled.
-__device__ __forceinline__ void wait_prior_then_release_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
     const bf16* __restrict__ mixed, const bf16* __restrict__ z, const bf16* __restrict__ b_in,
     const bf16* __restrict__ a_in, const float* __restrict__ conv_w,

@@ -151,16 +151,6 @@ __device__ __forceinline__ int chunks_async(const uint4* wrow, const uint4* x4, 
     }
 }
 
-// Programmatic dependent launch (sm_90+; a no-op in plain launches): wait for
-// the previous kernel before reading the activations, then let the next one be
-// scheduled. Every thread that reads x or writes y passes it first.
-__device__ __forceinline__ void wait_prior_then_release_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ void prefetch_l2(const void* p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }

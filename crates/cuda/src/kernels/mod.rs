@@ -105,7 +105,7 @@ pub const GDN_RECURRENT: KernelSource = KernelSource {
 pub const GDN_DECODE: KernelSource = KernelSource {
     name: "gdn_decode",
     file: "gdn_decode.cu",
-    source: include_str!("gdn_decode.cu"),
+    source: concat!(include_str!("pdl.cuh"), include_str!("gdn_decode.cu")),
     entry_points: &["gdn_decode_step_bf16"],
 };
 
@@ -114,7 +114,7 @@ pub const GDN_DECODE: KernelSource = KernelSource {
 pub const ATTENTION_PREP: KernelSource = KernelSource {
     name: "attention_prep",
     file: "attention_prep.cu",
-    source: include_str!("attention_prep.cu"),
+    source: concat!(include_str!("pdl.cuh"), include_str!("attention_prep.cu")),
     entry_points: &["attention_prep_decode_bf16"],
 };
 
@@ -148,7 +148,7 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
 pub const OPS_NORM: KernelSource = KernelSource {
     name: "ops_norm",
     file: "ops_norm.cu",
-    source: include_str!("ops_norm.cu"),
+    source: concat!(include_str!("pdl.cuh"), include_str!("ops_norm.cu")),
     entry_points: &[
         "add_rms_norm_bf16",
         "add_rms_norm_cached_bf16",
@@ -284,7 +284,7 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
 pub const MOE_DECODE: KernelSource = KernelSource {
     name: "moe_decode",
     file: "moe_decode.cu",
-    source: include_str!("moe_decode.cu"),
+    source: concat!(include_str!("pdl.cuh"), include_str!("moe_decode.cu")),
     entry_points: &["moe_decode_route", "moe_decode_gate_up", "moe_decode_down"],
 };
 
@@ -303,7 +303,7 @@ pub const OPS_TP: KernelSource = KernelSource {
 pub const GEMV: KernelSource = KernelSource {
     name: "gemv",
     file: "gemv.cu",
-    source: include_str!("gemv.cu"),
+    source: concat!(include_str!("pdl.cuh"), include_str!("gemv.cu")),
     entry_points: &[
         "gemv_c1_r1",
         "gemv_c1_r2",

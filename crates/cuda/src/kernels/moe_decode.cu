@@ -97,23 +97,6 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Programmatic dependent launch (the launcher sets it on compute capability
-// 9.0+; without it both are no-ops): wait_prior() returns once the previous
-// kernel on the stream has finished and its writes are visible — nothing a
-// kernel wrote may be read, and nothing written, before it; launch_next()
-// lets the next kernel's CTAs start (they wait in their own wait_prior()).
-__device__ __forceinline__ void wait_prior() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void launch_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
 
 // An L2 cache policy for weights: evict-first (each weight byte is read once a

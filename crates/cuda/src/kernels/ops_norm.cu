@@ -18,14 +18,6 @@ typedef long long i64;
 
 constexpr int NORM_THREADS = 512;
 
-// Programmatic dependent launch (sm_90+; no-ops elsewhere and in plain launches).
-__device__ __forceinline__ void wait_prior_then_release_next() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
