@@ -4,14 +4,13 @@
 //! composition of the plain ops. Slots, positions and the rotary frequencies
 //! go to the kernel by value (no host-to-device copy per call).
 
-use super::launch::{dev_err, grid_dim, int, LAUNCHES};
+use super::launch::{grid_dim, int, launch_packed_pdl};
 use super::rope::inv_freq;
 use super::types::{CudaAct, CudaKvCache, CudaWeight};
 use crate::device::CudaDevice;
 use headroom_core::ops::{AttentionPrepWeights, Batch, OpError, OpResult};
 use headroom_core::Dtype;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 /// Largest head dim (`MAX_D`); head dims must be multiples of 8.
@@ -118,8 +117,6 @@ pub(crate) fn attention_prep(
 ) -> OpResult<()> {
     let op = "attention_prep";
     eligible(q, k, v, w, cache, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
-    let f = dev.function(ENTRY).map_err(dev_err)?;
-    dev.bind().map_err(dev_err)?;
     let n = batch.sequences();
     let mut freq = [0f32; MAX_D / 2];
     for (f, v) in freq
@@ -173,19 +170,11 @@ pub(crate) fn attention_prep(
             grid_dim(op, len, super::launch::GRID_YZ)?,
             1,
         );
-        LAUNCHES.fetch_add(1, Ordering::Relaxed);
         // SAFETY: eligible() checked q, k, v ([n][heads·d] bf16, d % 8 == 0 so
         // rows are 16-byte aligned), the norm vectors, and that every (slot,
-        // position) lies inside the cache; params match the kernel signature.
-        unsafe {
-            if super::launch::pdl_on() {
-                // The kernel waits for the previous one first (programmatic launch).
-                dev.launch_programmatic(f, grid, (32, 1, 1), 0, &mut params)
-            } else {
-                dev.launch(f, grid, (32, 1, 1), 0, &mut params)
-            }
-            .map_err(dev_err)?
-        };
+        // position) lies inside the cache; params match the kernel signature;
+        // the kernel waits for the previous one first (programmatic launch).
+        unsafe { launch_packed_pdl(dev, ENTRY, grid, 32, &mut params)? };
     }
     for &slot in &batch.slots {
         cache.lens[slot] += 1;

@@ -4,14 +4,13 @@
 //! shapes, and `HEADROOM_GDN_DECODE=off` run the composition of the plain ops.
 //! The slots go to the kernel by value (no host-to-device copy per call).
 
-use super::launch::{dev_err, grid_dim, int, LAUNCHES};
+use super::launch::{grid_dim, int, launch_packed_pdl};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaGdnState, CudaWeight};
 use crate::device::CudaDevice;
 use headroom_core::ops::{Batch, GdnCoreInputs, GdnCoreWeights, OpError, OpResult};
 use headroom_core::Dtype;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 /// Key and value head dim the kernel is built for (`DK`, `DV`).
@@ -110,8 +109,6 @@ pub(crate) fn gdn_decode(
     let s = state.spec;
     let n = batch.sequences();
     let out = new_act(dev, op, n, s.v_heads * s.v_dim, Dtype::Bf16)?;
-    let f = dev.function(ENTRY).map_err(dev_err)?;
-    dev.bind().map_err(dev_err)?;
     let (mut hk, mut hv) = (
         int(op, "k_heads", s.k_heads)?,
         int(op, "v_heads", s.v_heads)?,
@@ -153,20 +150,12 @@ pub(crate) fn gdn_decode(
             grid_dim(op, chunk.len(), super::launch::GRID_YZ)?,
             1,
         );
-        LAUNCHES.fetch_add(1, Ordering::Relaxed);
         // SAFETY: eligible() checked every buffer's shape and dtype against the
         // spec (k_dim = v_dim = 128, width 4) and every slot against the pools
         // (distinct, < slots); rows row0 .. row0 + len of the inputs exist;
-        // the tickets hold slots · k_heads u32; params match the kernel signature.
-        unsafe {
-            if super::launch::pdl_on() {
-                // The kernel waits for the previous one first (programmatic launch).
-                dev.launch_programmatic(f, grid, (THREADS, 1, 1), 0, &mut params)
-            } else {
-                dev.launch(f, grid, (THREADS, 1, 1), 0, &mut params)
-            }
-            .map_err(dev_err)?
-        };
+        // the tickets hold slots · k_heads u32; params match the kernel signature;
+        // the kernel waits for the previous one first (programmatic launch).
+        unsafe { launch_packed_pdl(dev, ENTRY, grid, THREADS, &mut params)? };
     }
     Ok(out)
 }

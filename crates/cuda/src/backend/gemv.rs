@@ -12,7 +12,7 @@
 //! head) stay on cuBLAS.
 
 use super::dense::linear_blas;
-use super::launch::{dev_err, int, LAUNCHES};
+use super::launch::{int, launch_packed_pdl};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use super::validate::bf16;
@@ -20,7 +20,6 @@ use crate::device::CudaDevice;
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 /// Most rows of one launch (`MAX_ROWS` in the kernel).
@@ -291,22 +290,12 @@ pub(crate) fn gemv(
             first_block: first[i],
         };
     }
-    let f = dev.function(entry).map_err(dev_err)?;
     let mut params = [&mut p as *mut Params as *mut c_void];
-    dev.bind().map_err(dev_err)?;
-    LAUNCHES.fetch_add(1, Ordering::Relaxed);
     // SAFETY: `p` matches the kernel's `Params` (layout unit-tested); x holds
     // rows · k bf16, each W_i n_i · k bf16 and each y_i rows · n_i of `out`;
-    // the grid covers every matrix's CTAs and no more (`plan_blocks`).
-    // The kernel waits for the previous one before it reads x (programmatic launch).
-    unsafe {
-        if super::launch::pdl_on() {
-            dev.launch_programmatic(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params)
-        } else {
-            dev.launch(f, (blocks, 1, 1), (THREADS, 1, 1), 0, &mut params)
-        }
-    }
-    .map_err(dev_err)?;
+    // the grid covers every matrix's CTAs and no more (`plan_blocks`); the
+    // kernel waits for the previous one before it reads x (programmatic launch).
+    unsafe { launch_packed_pdl(dev, entry, (blocks, 1, 1), THREADS, &mut params)? };
     Ok(ys)
 }
 

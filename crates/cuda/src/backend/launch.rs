@@ -113,10 +113,40 @@ pub(crate) unsafe fn launch_pdl(
     block: u32,
     args: Args,
 ) -> OpResult<()> {
+    launch_with(dev, entry, args, |f, params| {
+        plain_or_programmatic(dev, f, grid, block, params)
+    })
+}
+
+/// [`launch_pdl`] for a kernel whose parameters the caller packed itself
+/// (`params` point at its arguments: a table passed by value, say).
+///
+/// # Safety
+/// As [`launch_programmatic`], with `params` for `args`.
+pub(crate) unsafe fn launch_packed_pdl(
+    dev: &CudaDevice,
+    entry: &'static str,
+    grid: (u32, u32, u32),
+    block: u32,
+    params: &mut [*mut c_void],
+) -> OpResult<()> {
+    launch_params(dev, entry, params, |f, params| {
+        plain_or_programmatic(dev, f, grid, block, params)
+    })
+}
+
+/// The driver call of [`launch_pdl`]: programmatic where [`pdl_on`].
+unsafe fn plain_or_programmatic(
+    dev: &CudaDevice,
+    f: crate::device::Function,
+    grid: (u32, u32, u32),
+    block: u32,
+    params: &mut [*mut c_void],
+) -> Result<(), CudaError> {
     if pdl_on() {
-        launch_programmatic(dev, entry, grid, block, args)
+        dev.launch_programmatic(f, grid, (block, 1, 1), 0, params)
     } else {
-        launch(dev, entry, grid, block, args)
+        dev.launch(f, grid, (block, 1, 1), 0, params)
     }
 }
 
@@ -139,15 +169,13 @@ pub(crate) unsafe fn launch_programmatic(
     })
 }
 
-/// Looks `entry` up, checks and packs `args`, binds the context and hands
-/// the function and the parameter pointers to `go` (the driver call).
+/// Checks and packs `args`, then [`launch_params`].
 fn launch_with(
     dev: &CudaDevice,
     entry: &'static str,
     mut args: Args,
     go: impl FnOnce(crate::device::Function, &mut [*mut c_void]) -> Result<(), CudaError>,
 ) -> OpResult<()> {
-    let f = dev.function(entry).map_err(dev_err)?;
     if args.len > MAX_ARGS {
         return Err(OpError::Device(format!(
             "{entry}: {} arguments (at most {MAX_ARGS})",
@@ -158,12 +186,22 @@ fn launch_with(
     for (p, s) in params.iter_mut().zip(args.slots.iter_mut()) {
         *p = s as *mut u64 as *mut c_void;
     }
+    launch_params(dev, entry, &mut params[..args.len], go)
+}
+
+/// Looks `entry` up, binds the context, counts the launch and hands the
+/// function and the parameter pointers to `go` (the driver call, timed for
+/// the decode statistics).
+fn launch_params(
+    dev: &CudaDevice,
+    entry: &'static str,
+    params: &mut [*mut c_void],
+    go: impl FnOnce(crate::device::Function, &mut [*mut c_void]) -> Result<(), CudaError>,
+) -> OpResult<()> {
+    let f = dev.function(entry).map_err(dev_err)?;
     dev.bind().map_err(dev_err)?;
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
-    super::decode_stats::timed(&super::decode_stats::LAUNCH_NS, || {
-        go(f, &mut params[..args.len])
-    })
-    .map_err(dev_err)
+    super::decode_stats::timed(&super::decode_stats::LAUNCH_NS, || go(f, params)).map_err(dev_err)
 }
 
 /// Grid of a grid-stride element-wise kernel over `n` elements.
