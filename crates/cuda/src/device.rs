@@ -92,12 +92,17 @@ unsafe impl Sync for Stream {}
 /// (docs/perf/cuda-decode.md, "decode2 re-checked").
 fn table_cache_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| switch_on(std::env::var("HEADROOM_UPLOAD_CACHE").ok().as_deref()))
+    *ON.get_or_init(|| env_switch("HEADROOM_UPLOAD_CACHE"))
 }
 
 /// An on-by-default switch's value from its variable: on unless `off`, `0` or `false`.
 pub(crate) fn switch_on(value: Option<&str>) -> bool {
     !matches!(value, Some("off" | "0" | "false"))
+}
+
+/// The on-by-default switch in the environment variable `name` (see [`switch_on`]).
+pub(crate) fn env_switch(name: &str) -> bool {
+    switch_on(std::env::var(name).ok().as_deref())
 }
 
 /// The NVRTC target for a compute capability: the arch-specific `a` target on

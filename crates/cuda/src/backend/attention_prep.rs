@@ -33,12 +33,7 @@ const _: () = assert!(std::mem::size_of::<PrepTable>() + 13 * 8 <= 4096);
 /// batch; otherwise (default) all-decode batches take the fused kernel.
 fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("HEADROOM_ATTN_PREP").as_deref(),
-            Ok("off" | "0" | "false")
-        )
-    })
+    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_ATTN_PREP"))
 }
 
 /// Whether the default dispatch sends this call to the fused kernel.

@@ -34,12 +34,7 @@ const _: () = assert!(std::mem::size_of::<SlotTable>() + 16 * 8 <= 4096);
 /// batch; otherwise (default) all-decode batches take the fused kernel.
 fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("HEADROOM_GDN_DECODE").as_deref(),
-            Ok("off" | "0" | "false")
-        )
-    })
+    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_GDN_DECODE"))
 }
 
 /// Whether the default dispatch sends this call to the fused kernel.

@@ -99,7 +99,7 @@ pub(crate) unsafe fn launch(
 /// (default on; `HEADROOM_PDL=off`, `0` or `false` launches them plainly).
 pub(crate) fn pdl_on() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::device::switch_on(std::env::var("HEADROOM_PDL").ok().as_deref()))
+    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_PDL"))
 }
 
 /// [`launch_programmatic`] where [`pdl_on`], else [`launch`].

@@ -35,25 +35,16 @@ const WARPS: usize = 8;
 /// every batch; otherwise (default) the decode kernels take 1..=8 rows.
 fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("HEADROOM_MOE_DECODE").as_deref(),
-            Ok("off" | "0" | "false")
-        )
-    })
+    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_MOE_DECODE"))
 }
 
-/// `HEADROOM_MOE_PDL=off`: the three kernels launch plainly, each after the
+/// `HEADROOM_MOE_PDL=off` (or `0`, `false`, as every on-by-default switch):
+/// the three kernels launch plainly, each after the
 /// previous kernel has finished; otherwise (default) with programmatic
 /// dependent launch where the device has it (`launch_programmatic`).
 fn programmatic() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("HEADROOM_MOE_PDL").as_deref(),
-            Ok("off" | "0")
-        )
-    })
+    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_MOE_PDL"))
 }
 
 /// `HEADROOM_MOE_L2` (the L2 traffic of the weights): `off` (or `0`) leaves
