@@ -39,17 +39,11 @@ pub(crate) fn sample(
         return Err(OpError::shape(op, "empty vocabulary"));
     }
     let vocab = int(op, "vocab", logits.cols)?;
-    let mut table = Vec::with_capacity(4 * params.len());
-    for (p, &s) in params.iter().zip(steps) {
-        if !(p.top_p > 0.0 && p.top_p <= 1.0) || p.temperature.is_nan() {
-            return Err(OpError::shape(op, format!("bad sampling parameters {p:?}")));
-        }
-        table.extend([
-            p.temperature as f64,
-            p.top_p as f64,
-            p.top_k as f64,
-            rng::uniform(p.seed, s),
-        ]);
+    if let Some(p) = params
+        .iter()
+        .find(|p| !(p.top_p > 0.0 && p.top_p <= 1.0) || p.temperature.is_nan())
+    {
+        return Err(OpError::shape(op, format!("bad sampling parameters {p:?}")));
     }
     let entry = match logits.dtype {
         Dtype::Bf16 => "sample_bf16",
@@ -61,6 +55,18 @@ pub(crate) fn sample(
         greedy(dev, logits, vocab, &out)?;
         return read_tokens(dev, &out, logits.rows);
     }
+    let table: Vec<f64> = params
+        .iter()
+        .zip(steps)
+        .flat_map(|(p, &s)| {
+            [
+                p.temperature as f64,
+                p.top_p as f64,
+                p.top_k as f64,
+                rng::uniform(p.seed, s),
+            ]
+        })
+        .collect();
     let table = upload(dev, &table)?;
     let args = Args::new()
         .ptr(logits.ptr())
