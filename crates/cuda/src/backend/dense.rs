@@ -2,6 +2,7 @@
 //! with bf16 operands and f32 compute otherwise), the
 //! embedding and row gathers, and the element-wise gates.
 
+use super::decode_stats::{timed, BLAS_CALLS, BLAS_NS};
 use super::gemv;
 use super::launch::{dev_err, grid_dim, launch, stride_grid, upload, Args, GRID_X};
 use super::memory::new_act;
@@ -11,6 +12,7 @@ use crate::blas::Linear;
 use crate::device::CudaDevice;
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
+use std::sync::atomic::Ordering;
 
 /// `y = x · Wᵀ` with `y` in `out_dtype` (bf16, or f32 for router logits):
 /// the skinny GEMV for 1 ..= 8 rows ([`gemv`], unless `HEADROOM_GEMV=off`),
@@ -80,9 +82,8 @@ pub(crate) fn linear_blas(
         out_features: w.rows,
         accumulate: false,
     };
+    BLAS_CALLS.fetch_add(1, Ordering::Relaxed);
     // SAFETY: the three buffers were sized from the same dims.
-    use super::decode_stats::{timed, BLAS_CALLS, BLAS_NS};
-    BLAS_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     timed(&BLAS_NS, || unsafe { blas.linear(&l) }).map_err(dev_err)?;
     Ok(y)
 }
