@@ -44,6 +44,30 @@ pub struct AttentionPrepWeights<'a, W> {
     pub rope: &'a RopeSpec,
 }
 
+/// The four steps of [`gdn_core_composed`], for a caller that times them
+/// apart ([`gdn_core_steps`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GdnStep {
+    Conv,
+    Gating,
+    Rule,
+    GatedNorm,
+}
+
+/// Runs each step of [`gdn_core_steps`] (a profiler may time it).
+pub trait GdnStepTimer {
+    fn time<R>(&self, step: GdnStep, f: impl FnOnce() -> R) -> R;
+}
+
+/// A [`GdnStepTimer`] that only runs the steps.
+pub struct Untimed;
+
+impl GdnStepTimer for Untimed {
+    fn time<R>(&self, _step: GdnStep, f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
+
 /// The GDN core as plain ops: `conv1d_silu` (advancing the conv state),
 /// `gdn_gating`, `gated_delta_rule` (advancing the recurrent state),
 /// `gated_rms_norm` with `z`. Returns `[t][v_heads·v_dim]`.
@@ -54,13 +78,31 @@ pub fn gdn_core_composed<B: Backend + ?Sized>(
     state: &mut B::GdnState,
     batch: &Batch,
 ) -> OpResult<B::Act> {
+    gdn_core_steps(be, x, w, state, batch, &Untimed)
+}
+
+/// [`gdn_core_composed`] with each step run through `timer`.
+pub fn gdn_core_steps<B: Backend + ?Sized, T: GdnStepTimer>(
+    be: &B,
+    x: GdnCoreInputs<'_, B::Act>,
+    w: &GdnCoreWeights<'_, B::Weight>,
+    state: &mut B::GdnState,
+    batch: &Batch,
+    timer: &T,
+) -> OpResult<B::Act> {
     let GdnCoreInputs { mixed, z, b, a } = x;
-    let qkv = be.conv1d_silu(&mixed, w.conv, state, batch)?;
+    let qkv = timer.time(GdnStep::Conv, || {
+        be.conv1d_silu(&mixed, w.conv, state, batch)
+    })?;
     drop(mixed);
-    let (g, beta) = be.gdn_gating(a, b, w.a_log, w.dt_bias)?;
-    let mut core = be.gated_delta_rule(&qkv, &g, &beta, state, batch)?;
+    let (g, beta) = timer.time(GdnStep::Gating, || be.gdn_gating(a, b, w.a_log, w.dt_bias))?;
+    let mut core = timer.time(GdnStep::Rule, || {
+        be.gated_delta_rule(&qkv, &g, &beta, state, batch)
+    })?;
     drop(qkv);
-    be.gated_rms_norm(&mut core, z, w.norm, w.eps)?;
+    timer.time(GdnStep::GatedNorm, || {
+        be.gated_rms_norm(&mut core, z, w.norm, w.eps)
+    })?;
     Ok(core)
 }
 

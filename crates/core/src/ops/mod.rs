@@ -32,7 +32,8 @@ mod specs;
 
 pub use batch::Batch;
 pub use fused::{
-    attention_prep_composed, gdn_core_composed, AttentionPrepWeights, GdnCoreInputs, GdnCoreWeights,
+    attention_prep_composed, gdn_core_composed, gdn_core_steps, AttentionPrepWeights,
+    GdnCoreInputs, GdnCoreWeights, GdnStep, GdnStepTimer, Untimed,
 };
 pub use specs::{
     GdnSpec, InitWindow, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,

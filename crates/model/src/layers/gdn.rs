@@ -8,7 +8,8 @@
 
 use crate::profile::{Part, Profiler};
 use headroom_core::ops::{
-    Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, OpError, OpResult,
+    gdn_core_steps, Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, GdnStep, GdnStepTimer,
+    OpError, OpResult,
 };
 
 /// One linear-attention layer's weights and shape.
@@ -53,46 +54,50 @@ impl<B: Backend> GatedDeltaNet<B> {
                 })?;
             OpResult::Ok((mixed, z, b, a))
         })?;
+        let weights = GdnCoreWeights {
+            conv: &self.conv_weight,
+            a_log: &self.a_log,
+            dt_bias: &self.dt_bias,
+            norm: &self.norm,
+            eps: self.eps,
+        };
+        let inputs = GdnCoreInputs {
+            mixed,
+            z: &z,
+            b: &b,
+            a: &a,
+        };
         let core = if batch.rows() == batch.sequences() {
             // Decode (every sequence one row): conv, gating, delta rule and
             // gated norm as one op (a backend may fuse them), timed as the rule.
-            let weights = GdnCoreWeights {
-                conv: &self.conv_weight,
-                a_log: &self.a_log,
-                dt_bias: &self.dt_bias,
-                norm: &self.norm,
-                eps: self.eps,
-            };
-            let inputs = GdnCoreInputs {
-                mixed,
-                z: &z,
-                b: &b,
-                a: &a,
-            };
             prof.time(be, Part::GdnRule, || {
                 be.gdn_core(inputs, &weights, state, batch)
             })?
         } else {
-            // Prefill: the same ops one by one, so that the breakdown keeps
-            // conv, gating, rule and gated norm apart.
-            let qkv = prof.time(be, Part::Conv, || {
-                be.conv1d_silu(&mixed, &self.conv_weight, state, batch)
-            })?;
-            drop(mixed);
-            let (g, beta) = prof.time(be, Part::GdnGating, || {
-                be.gdn_gating(&a, &b, &self.a_log, &self.dt_bias)
-            })?;
-            let mut core = prof.time(be, Part::GdnRule, || {
-                be.gated_delta_rule(&qkv, &g, &beta, state, batch)
-            })?;
-            prof.time(be, Part::GatedNorm, || {
-                be.gated_rms_norm(&mut core, &z, &self.norm, self.eps)
-            })?;
-            core
+            // Prefill: the same ops, timed apart for the breakdown.
+            gdn_core_steps(be, inputs, &weights, state, batch, &StepParts { be, prof })?
         };
         let out = prof.time(be, Part::GdnProjections, || {
             be.linear_partial(&core, &self.out_proj)
         })?;
         super::reduce(be, out, prof)
+    }
+}
+
+/// The profiler's part for each step of the GDN core (prefill's breakdown).
+struct StepParts<'a, B> {
+    be: &'a B,
+    prof: &'a Profiler,
+}
+
+impl<B: Backend> GdnStepTimer for StepParts<'_, B> {
+    fn time<R>(&self, step: GdnStep, f: impl FnOnce() -> R) -> R {
+        let part = match step {
+            GdnStep::Conv => Part::Conv,
+            GdnStep::Gating => Part::GdnGating,
+            GdnStep::Rule => Part::GdnRule,
+            GdnStep::GatedNorm => Part::GatedNorm,
+        };
+        self.prof.time(self.be, part, f)
     }
 }
