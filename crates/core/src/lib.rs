@@ -12,6 +12,7 @@ pub mod dtype;
 pub mod fused_capability;
 pub mod layer;
 pub mod ops;
+pub mod progress;
 pub mod tensor;
 
 pub use attention::{AttentionError, AttentionReport, AttentionShape, Route, RouteRequest};
