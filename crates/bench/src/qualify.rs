@@ -298,22 +298,22 @@ fn slug(s: &str) -> String {
     t.trim_end_matches('-').to_string()
 }
 
-/// The entry id: machine, layer shape and result.
+/// The entry id: the identity the entry matches on (the GPU for CUDA — its
+/// name and SM count, never the host; the CPU and its cores for the CPU),
+/// the layer shape and the result.
 pub fn entry_id(hw: &HardwareFingerprint, layer: &LayerKind, result: &QualifiedResult) -> String {
-    let who = hw.device_name.as_deref().unwrap_or(&hw.cpu_brand);
+    let machine = match (&hw.device_name, hw.device_compute_units) {
+        (Some(name), Some(sms)) => format!("{}-{sms}sm", slug(name)),
+        (Some(name), None) => slug(name),
+        (None, _) => format!("{}-{}c", slug(&hw.cpu_brand), hw.cpu_cores),
+    };
     let res = match result {
         QualifiedResult::Fused => "fused".to_string(),
         QualifiedResult::Composed { query_block } => format!("q{query_block}"),
     };
     format!(
-        "{}-{}-{}c-d{}-h{}kv{}-{}-{res}",
-        hw.backend,
-        slug(who),
-        hw.cpu_cores,
-        layer.head_dim,
-        layer.q_heads,
-        layer.kv_heads,
-        layer.dtype
+        "{}-{machine}-d{}-h{}kv{}-{}-{res}",
+        hw.backend, layer.head_dim, layer.q_heads, layer.kv_heads, layer.dtype
     )
 }
 
@@ -380,4 +380,55 @@ pub fn write_outputs(
     let report = crate::report::render(evidence, &entry, &paths)?;
     write(&paths.report, &report)?;
     Ok((entry, paths))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::{AttentionKind, BackendKind, Dtype};
+
+    fn d256() -> LayerKind {
+        LayerKind {
+            attention: AttentionKind::Full,
+            head_dim: 256,
+            q_heads: 16,
+            kv_heads: 2,
+            dtype: Dtype::Bf16,
+        }
+    }
+
+    fn host(cores: usize) -> HardwareFingerprint {
+        HardwareFingerprint {
+            backend: BackendKind::Cpu,
+            machine_model: "box".into(),
+            cpu_brand: "Intel(R) Xeon(R) Processor".into(),
+            cpu_cores: cores,
+            memory_gib: 125,
+            device_name: None,
+            device_compute_units: None,
+            device_memory_gib: None,
+            compute_capability: None,
+            driver_version: None,
+        }
+    }
+
+    #[test]
+    fn cuda_ids_name_the_gpu_not_the_host() {
+        let gpu = |cores| HardwareFingerprint {
+            backend: BackendKind::Cuda,
+            device_name: Some("NVIDIA H200".into()),
+            device_compute_units: Some(132),
+            device_memory_gib: Some(139),
+            ..host(cores)
+        };
+        let id = entry_id(&gpu(16), &d256(), &QualifiedResult::Fused);
+        assert_eq!(id, "cuda-nvidia-h200-132sm-d256-h16kv2-bf16-fused");
+        assert_eq!(id, entry_id(&gpu(32), &d256(), &QualifiedResult::Fused));
+        let cpu = entry_id(
+            &host(2),
+            &d256(),
+            &QualifiedResult::Composed { query_block: 512 },
+        );
+        assert_eq!(cpu, "cpu-intel-r-xeon-r-processor-2c-d256-h16kv2-bf16-q512");
+    }
 }

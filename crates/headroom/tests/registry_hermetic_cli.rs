@@ -215,7 +215,22 @@ fn an_entry_for_this_machine_applies_only_where_a_test_opts_in() {
         )));
     }
     // Opted in, by flag or by environment: `source: qualified` with the entry's id.
+    // The default control is `auto`: it takes the fused entry.
     let v = doctor(&["--qualifications", reg], &[]);
+    let a = full_attention(&v);
+    assert_eq!(
+        (a["route"].clone(), a["source"].clone()),
+        ("fused".into(), "qualified".into()),
+        "{a}"
+    );
+    assert_eq!(a["control_requested"], "auto", "{a}");
+    assert_eq!(a["control_source"], "default", "{a}");
+    assert_eq!(a["qualification_id"], "this-machine-fused", "{a}");
+    // `fallback` takes the composed one.
+    let v = doctor(
+        &["--qualifications", reg, "--attn-execution", "fallback"],
+        &[],
+    );
     let a = full_attention(&v);
     assert_eq!(
         (a["route"].clone(), a["query_block"].clone()),

@@ -2,9 +2,12 @@
 //! `HEADROOM_ATTN_QUERY_BLOCK` / `--attn-query-block`.
 //!
 //! CLI flags take precedence over the environment and are parsed the same way.
-//! A malformed value fails closed (execution → `fallback`, query block → the
-//! built-in 128 even where a qualification exists) and yields exactly one
-//! warning. Blank values count as unset.
+//! Unset, the control is `auto`: it applies only measured evidence (a
+//! qualification entry that matches this machine and layer) and resolves
+//! exactly as `fallback` where there is none. A malformed value fails closed
+//! (execution → `fallback`, query block → the built-in 128 even where a
+//! qualification exists) and yields exactly one warning. Blank values count
+//! as unset.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -22,12 +25,13 @@ pub const DEFAULT_QUERY_BLOCK: usize = 128;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum AttentionControl {
-    /// Composed attention everywhere (the default).
-    #[default]
+    /// Composed attention everywhere (qualified query blocks still apply).
     Fallback,
     /// The fused kernel on every layer it supports.
     Fused,
-    /// Fused only where a qualification entry measured it best.
+    /// Fused only where a qualification entry measured it best; elsewhere
+    /// exactly `fallback` (the default).
+    #[default]
     Auto,
 }
 
@@ -100,7 +104,7 @@ pub struct Controls {
 impl Default for Controls {
     fn default() -> Self {
         Controls {
-            execution: AttentionControl::Fallback,
+            execution: AttentionControl::Auto,
             execution_source: ControlSource::Default,
             query_block: QueryBlockControl::Unset,
         }
@@ -158,11 +162,15 @@ impl Controls {
                     controls.execution = c;
                     controls.execution_source = source;
                 }
-                None => warnings.push(format!(
-                    "{} = `{}` is not fallback, fused or auto; using fallback",
-                    describe(source, ENV_EXECUTION, "attn-execution"),
-                    raw.trim()
-                )),
+                None => {
+                    // Fails closed: a value the user got wrong applies no evidence.
+                    controls.execution = AttentionControl::Fallback;
+                    warnings.push(format!(
+                        "{} = `{}` is not fallback, fused or auto; using fallback",
+                        describe(source, ENV_EXECUTION, "attn-execution"),
+                        raw.trim()
+                    ))
+                }
             }
         }
 
@@ -246,9 +254,11 @@ mod tests {
     }
 
     #[test]
-    fn missing_everything_is_fallback_unset() {
+    fn missing_everything_is_auto_unset() {
         let (c, w) = Controls::from_sources(None, None, &env_of(&[]));
         assert_eq!(c, Controls::default());
+        assert_eq!(c.execution, AttentionControl::Auto);
+        assert_eq!(c.execution_source, ControlSource::Default);
         assert!(w.is_empty());
     }
 

@@ -3,7 +3,7 @@
 //! no other code compares fingerprints or layer shapes to entries.
 
 use crate::QualificationEntry;
-use headroom_core::LayerKind;
+use headroom_core::{BackendKind, LayerKind};
 use headroom_hardware::HardwareFingerprint;
 use std::fmt;
 
@@ -72,40 +72,62 @@ fn same_named<T: PartialEq + fmt::Display>(
     differs(field, actual, expected, T::to_string)
 }
 
+/// The major part of a `major.minor` version (`13.0` -> `13`); the whole
+/// string when it has no dot.
+fn major(version: &Option<String>) -> Option<&str> {
+    version.as_deref().map(|v| v.split('.').next().unwrap_or(v))
+}
+
 impl QualificationEntry {
-    /// `Ok(())` iff `fp` and `kind` equal the entry on every identity field:
-    /// backend, machine_model, cpu_brand, cpu_cores, memory_gib; for CUDA also
-    /// device_name, device_compute_units, device_memory_gib (and
-    /// compute_capability / driver_version when the entry states them); then the
-    /// layer's attention, head_dim, q_heads, kv_heads, dtype. Otherwise the
-    /// first differing field, in that order.
+    /// `Ok(())` iff `fp` and `kind` equal the entry on every identity field,
+    /// else the first differing field, in this order:
+    /// * `backend`;
+    /// * a CPU entry: the host — machine_model, cpu_brand, cpu_cores, memory_gib;
+    /// * a CUDA entry: the GPU — device_name, device_compute_units,
+    ///   device_memory_gib, and compute_capability / the driver's major version
+    ///   when the entry states them. The host fields of a CUDA entry are
+    ///   recorded as information, not matched: the same GPU behind another host
+    ///   is the same qualification;
+    /// * the layer's attention, head_dim, q_heads, kv_heads, dtype.
     pub fn matches(&self, fp: &HardwareFingerprint, kind: &LayerKind) -> Result<(), Mismatch> {
         let hw = &self.hardware;
         same_named("backend", &fp.backend, &hw.backend)?;
-        same("machine_model", &fp.machine_model, &hw.machine_model)?;
-        same("cpu_brand", &fp.cpu_brand, &hw.cpu_brand)?;
-        same("cpu_cores", &fp.cpu_cores, &hw.cpu_cores)?;
-        same("memory_gib", &fp.memory_gib, &hw.memory_gib)?;
-        same("device_name", &fp.device_name, &hw.device_name)?;
-        same(
-            "device_compute_units",
-            &fp.device_compute_units,
-            &hw.device_compute_units,
-        )?;
-        same(
-            "device_memory_gib",
-            &fp.device_memory_gib,
-            &hw.device_memory_gib,
-        )?;
-        if hw.compute_capability.is_some() {
-            same(
-                "compute_capability",
-                &fp.compute_capability,
-                &hw.compute_capability,
-            )?;
-        }
-        if hw.driver_version.is_some() {
-            same("driver_version", &fp.driver_version, &hw.driver_version)?;
+        match hw.backend {
+            BackendKind::Cpu => {
+                same("machine_model", &fp.machine_model, &hw.machine_model)?;
+                same("cpu_brand", &fp.cpu_brand, &hw.cpu_brand)?;
+                same("cpu_cores", &fp.cpu_cores, &hw.cpu_cores)?;
+                same("memory_gib", &fp.memory_gib, &hw.memory_gib)?;
+            }
+            BackendKind::Cuda => {
+                same("device_name", &fp.device_name, &hw.device_name)?;
+                same(
+                    "device_compute_units",
+                    &fp.device_compute_units,
+                    &hw.device_compute_units,
+                )?;
+                same(
+                    "device_memory_gib",
+                    &fp.device_memory_gib,
+                    &hw.device_memory_gib,
+                )?;
+                if hw.compute_capability.is_some() {
+                    same(
+                        "compute_capability",
+                        &fp.compute_capability,
+                        &hw.compute_capability,
+                    )?;
+                }
+                if hw.driver_version.is_some()
+                    && major(&fp.driver_version) != major(&hw.driver_version)
+                {
+                    return Err(Mismatch {
+                        field: "driver_version",
+                        actual: show(&fp.driver_version),
+                        expected: show(&hw.driver_version),
+                    });
+                }
+            }
         }
         let l = &self.layer;
         same_named("attention", &kind.attention, &l.attention)?;

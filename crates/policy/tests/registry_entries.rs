@@ -113,20 +113,20 @@ fn malformed_files_are_kept_as_invalid_and_valid_ones_still_load() {
 #[test]
 fn rows_report_matched_rejected_invalid_with_reasons() {
     let mut smaller = h200();
-    smaller.memory_gib = 64;
+    smaller.device_memory_gib = Some(80);
     let (_d, reg) = registry_with(&[
         ("exact", h200(), d256(), composed(512)),
-        ("other-host", smaller, d256(), composed(256)),
+        ("other-gpu", smaller, d256(), composed(256)),
         ("d64", h200(), d64(), composed(256)),
     ]);
     let rows = reg.rows(&h200(), &[linear(), d256()]);
     let by_id = |id: &str| rows.iter().find(|r| r.id.as_deref() == Some(id)).unwrap();
     assert_eq!(by_id("exact").status, RowStatus::Matched);
     assert_eq!(by_id("exact").reason, None);
-    assert_eq!(by_id("other-host").status, RowStatus::Rejected);
+    assert_eq!(by_id("other-gpu").status, RowStatus::Rejected);
     assert_eq!(
-        by_id("other-host").reason.as_deref(),
-        Some("memory_gib 125 != 64")
+        by_id("other-gpu").reason.as_deref(),
+        Some("device_memory_gib 139 != 80")
     );
     assert_eq!(by_id("d64").reason.as_deref(), Some("head_dim 256 != 64"));
     // For a machine with a different GPU the string field is quoted.

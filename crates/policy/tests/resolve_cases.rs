@@ -32,7 +32,7 @@ fn exact_qualified_machine_gets_qualified_query_block() {
     assert_eq!(r.query_block, Some(512));
     assert_eq!(r.source, ResolutionSource::Qualified);
     assert_eq!(r.qualification_id.as_deref(), Some("h200-d256-q512"));
-    assert_eq!(r.control_requested, AttentionControl::Fallback);
+    assert_eq!(r.control_requested, AttentionControl::Auto);
     assert_eq!(r.control_source, ControlSource::Default);
     assert_eq!(
         r.route_request(),
@@ -40,16 +40,13 @@ fn exact_qualified_machine_gets_qualified_query_block() {
     );
 }
 
+/// A CUDA entry names the GPU: changing any GPU field (or the backend) refuses it.
 #[test]
-fn changing_any_single_identity_field_gets_default() {
+fn changing_any_gpu_identity_field_gets_default() {
     let (_d, reg) = qualified_h200();
     let entry = reg.valid().next().unwrap().clone();
     type Edit = fn(&mut HardwareFingerprint);
-    let edits: [(&str, Edit); 9] = [
-        ("machine_model", |f| f.machine_model.push_str(" v2")),
-        ("cpu_brand", |f| f.cpu_brand = "AMD EPYC 9654".into()),
-        ("cpu_cores", |f| f.cpu_cores += 1),
-        ("memory_gib", |f| f.memory_gib -= 1),
+    let edits: [(&str, Edit); 6] = [
         ("device_name", |f| {
             f.device_name = Some("NVIDIA H100".into())
         }),
@@ -60,6 +57,7 @@ fn changing_any_single_identity_field_gets_default() {
         ("compute_capability", |f| {
             f.compute_capability = Some("8.0".into())
         }),
+        ("driver_version", |f| f.driver_version = Some("12.8".into())),
         ("backend", |f| f.backend = BackendKind::Cpu),
     ];
     for (field, edit) in edits {
@@ -74,6 +72,122 @@ fn changing_any_single_identity_field_gets_default() {
         assert!(r.qualification_id.is_none());
         assert_eq!(entry.matches(&fp, &d256()).unwrap_err().field, field);
     }
+}
+
+/// The same GPU behind another host (the 2-GPU machine's 32 cores, another CPU,
+/// more memory) or a newer driver of the same major version keeps its entry:
+/// a CUDA entry's host fields are information, not identity.
+#[test]
+fn cuda_entry_matches_the_same_gpu_behind_another_host() {
+    let (_d, reg) = registry_with(&[("h200-fused", h200(), d256(), QualifiedResult::Fused)]);
+    type Edit = fn(&mut HardwareFingerprint);
+    let edits: [(&str, Edit); 5] = [
+        ("machine_model", |f| f.machine_model = "another box".into()),
+        ("cpu_brand", |f| f.cpu_brand = "AMD EPYC 9654".into()),
+        ("cpu_cores", |f| f.cpu_cores = 32),
+        ("memory_gib", |f| f.memory_gib = 251),
+        ("driver minor", |f| f.driver_version = Some("13.2".into())),
+    ];
+    for (what, edit) in edits {
+        let mut fp = h200();
+        edit(&mut fp);
+        let r = resolve(&fp, &d256(), &Controls::default(), &reg);
+        assert_eq!(
+            (r.route, r.source, r.qualification_id.as_deref()),
+            (
+                Route::Fused,
+                ResolutionSource::Qualified,
+                Some("h200-fused")
+            ),
+            "changed {what}"
+        );
+    }
+}
+
+/// A CPU entry names the host: changing any host field refuses it.
+#[test]
+fn changing_any_cpu_identity_field_gets_default() {
+    let (_d, reg) = registry_with(&[("box-q512", cpu_box(), d256(), composed(512))]);
+    let entry = reg.valid().next().unwrap().clone();
+    assert_eq!(entry.matches(&cpu_box(), &d256()), Ok(()));
+    type Edit = fn(&mut HardwareFingerprint);
+    let edits: [(&str, Edit); 4] = [
+        ("machine_model", |f| f.machine_model.push_str(" v2")),
+        ("cpu_brand", |f| f.cpu_brand = "AMD EPYC 9654".into()),
+        ("cpu_cores", |f| f.cpu_cores += 1),
+        ("memory_gib", |f| f.memory_gib -= 1),
+    ];
+    for (field, edit) in edits {
+        let mut fp = cpu_box();
+        edit(&mut fp);
+        let r = resolve(&fp, &d256(), &Controls::default(), &reg);
+        assert_eq!(
+            (r.route, r.query_block, r.source),
+            (Route::Composed, Some(128), ResolutionSource::Default),
+            "changed {field}"
+        );
+        assert_eq!(entry.matches(&fp, &d256()).unwrap_err().field, field);
+    }
+}
+
+/// The default control is `auto`; wherever no entry qualified fused, it
+/// resolves to exactly what `fallback` resolves to (route, query block,
+/// source, entry), over every machine, layer and registry of these cases.
+#[test]
+fn default_is_auto_and_equals_fallback_without_a_fused_entry() {
+    assert_eq!(Controls::default().execution, AttentionControl::Auto);
+    let (fallback, _) = controls(&[(ENV_EXECUTION, "fallback")]);
+    let mut h100 = h200();
+    h100.device_name = Some("NVIDIA H100".into());
+    let fingerprints = [h200(), h100, cpu_box()];
+    let f16 = headroom_core::LayerKind {
+        dtype: Dtype::F16,
+        ..d256()
+    };
+    let layers = [d256(), d64(), f16, linear()];
+    let registries = [
+        registry_with(&[]),
+        qualified_h200(),
+        registry_with(&[("box-q256", cpu_box(), d256(), composed(256))]),
+        registry_with(&[
+            ("a", h200(), d256(), composed(512)),
+            ("b", h200(), d256(), composed(256)),
+        ]),
+        registry_with(&[("h200-fused", h200(), d256(), QualifiedResult::Fused)]),
+    ];
+    let mut compared = 0;
+    for (_dir, reg) in &registries {
+        for fp in &fingerprints {
+            for layer in &layers {
+                let by_default = resolve(fp, layer, &Controls::default(), reg);
+                let by_fallback = resolve(fp, layer, &fallback, reg);
+                let fused_qualified = reg
+                    .matching(fp, layer)
+                    .any(|e| e.result == QualifiedResult::Fused);
+                if fused_qualified {
+                    assert_eq!(by_default.route, Route::Fused);
+                    continue;
+                }
+                assert_eq!(
+                    (
+                        by_default.route,
+                        by_default.query_block,
+                        by_default.source,
+                        by_default.qualification_id.clone()
+                    ),
+                    (
+                        by_fallback.route,
+                        by_fallback.query_block,
+                        by_fallback.source,
+                        by_fallback.qualification_id.clone()
+                    ),
+                    "{fp:?} {layer:?}"
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared >= 50, "only {compared} cases compared");
 }
 
 #[test]
@@ -196,7 +310,8 @@ fn auto_with_exact_fused_entry_gives_fused() {
     assert_eq!(r.source, ResolutionSource::Qualified);
     assert_eq!(r.qualification_id.as_deref(), Some("h200-fused"));
     // fallback ignores the fused entry and takes the composed one.
-    let r = resolve(&h200(), &d256(), &Controls::default(), &reg);
+    let (fallback, _) = controls(&[(ENV_EXECUTION, "fallback")]);
+    let r = resolve(&h200(), &d256(), &fallback, &reg);
     assert_eq!((r.route, r.query_block), (Route::Composed, Some(512)));
     // A different machine does not inherit the fused qualification.
     let mut other = h200();
