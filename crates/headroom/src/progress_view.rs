@@ -97,8 +97,10 @@ impl ProgressLayer {
         let Some(multi) = &self.multi else { return };
         let mut bars = self.bars.lock().unwrap_or_else(|p| p.into_inner());
         let bar = bars.entry(e.task.clone()).or_insert_with(|| {
-            let bar = multi.add(ProgressBar::new(e.total));
-            bar.set_style(style(&e.unit));
+            let bar = ProgressBar::new(e.total)
+                .with_style(style(&e.unit))
+                .with_message(e.message.clone());
+            let bar = multi.add(bar);
             bar.enable_steady_tick(Duration::from_millis(250));
             bar
         });

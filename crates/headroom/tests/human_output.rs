@@ -224,3 +224,38 @@ fn serve_starts_with_one_line_of_what_runs() {
         "{stderr}"
     );
 }
+
+#[test]
+fn progress_events_never_reach_a_pipe_even_with_info_logs() {
+    // `bench attention` reports its runs as progress events (task "bench attention").
+    let out = headroom(&[
+        "--log",
+        "info",
+        "bench",
+        "attention",
+        "--backend",
+        "cpu",
+        "--head-dim",
+        "64",
+        "--q-heads",
+        "4",
+        "--kv-heads",
+        "2",
+        "--lengths",
+        "24",
+        "--routes",
+        "fused",
+        "--iterations",
+        "2",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Logging is on (its own info line is there) ...
+    assert!(stderr.contains("bench attention"), "{stderr}");
+    // ... but no progress event shows, neither as a bar nor as a log line.
+    assert!(!stderr.contains("attention, length"), "{stderr}");
+    assert!(!stderr.contains("headroom::progress"), "{stderr}");
+    assert!(
+        !stderr.contains('\r') && !stderr.contains('\u{1b}'),
+        "{stderr:?}"
+    );
+}

@@ -256,6 +256,21 @@ fn describe_why(a: &ResolvedAttention, rows: &[RegistryRow]) -> String {
 /// The human-readable report.
 pub fn render_text(r: &DoctorReport) -> String {
     let mut out = String::new();
+    render_hardware(&mut out, r);
+    render_backends(&mut out, r);
+    render_layers(&mut out, r);
+    render_registry(&mut out, r);
+    if !r.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings");
+        for w in &r.warnings {
+            let _ = writeln!(out, "  - {w}");
+        }
+    }
+    out
+}
+
+/// The fingerprint, one field a line.
+fn render_hardware(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(out, "Hardware fingerprint");
     let hw = &r.hardware;
     let fields: [(&str, Option<String>); 10] = [
@@ -281,6 +296,10 @@ pub fn render_text(r: &DoctorReport) -> String {
             let _ = writeln!(out, "  {k:<22} {v}");
         }
     }
+}
+
+/// Each backend's availability and where the CUDA libraries came from.
+fn render_backends(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(out, "\nBackends");
     for (name, b) in [("cpu", &r.backends.cpu), ("cuda", &r.backends.cuda)] {
         match (&b.reason, &b.device) {
@@ -307,6 +326,10 @@ pub fn render_text(r: &DoctorReport) -> String {
     for lib in &r.backends.cuda_libraries {
         let _ = writeln!(out, "  library {lib}");
     }
+}
+
+/// The model, the attention control and each layer kind's route and why.
+fn render_layers(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(
         out,
         "\nModel {} ({} layers), resolved for backend {}",
@@ -336,6 +359,10 @@ pub fn render_text(r: &DoctorReport) -> String {
             None => out.push('\n'),
         }
     }
+}
+
+/// Every qualification entry: matched, rejected (first differing field) or invalid.
+fn render_registry(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(
         out,
         "\nQualification registry ({} entries{})",
@@ -359,13 +386,6 @@ pub fn render_text(r: &DoctorReport) -> String {
         }
         out.push('\n');
     }
-    if !r.warnings.is_empty() {
-        let _ = writeln!(out, "\nWarnings");
-        for w in &r.warnings {
-            let _ = writeln!(out, "  - {w}");
-        }
-    }
-    out
 }
 
 #[cfg(test)]
