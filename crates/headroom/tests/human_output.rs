@@ -178,6 +178,24 @@ fn bench_and_qualify_commands_print_words() {
         "--out",
         tmp.0.to_str().unwrap(),
     ]);
+    let qualified = tmp.0.join("entries");
+    std::fs::create_dir_all(&qualified).unwrap();
+    let q = readable(&[
+        "qualify",
+        "--backend",
+        "cpu",
+        "--synthetic",
+        "tiny-d64",
+        "--lengths",
+        "48",
+        "--iterations",
+        "3",
+        "--warmup",
+        "0",
+        "--out",
+        qualified.to_str().unwrap(),
+    ]);
+    assert!(q.contains("qualified: "), "{q}");
     readable(&["kernels", "--help"]);
     let help = readable(&["bench", "--help"]);
     for what in ["attention", "ttft", "prefill", "validate", "serve"] {

@@ -257,7 +257,7 @@ impl ModelJob for TtftJob<'_> {
                 );
                 for p in &decode_breakdown {
                     println!(
-                        "      decode {:<17} {:>9.3} ms/token  ({} calls/token)",
+                        "      decode {:<22} {:>9.3} ms/token  ({} calls/token)",
                         crate::describe::part(&p.part),
                         p.seconds * 1e3 / steps as f64,
                         p.calls / steps as u64
