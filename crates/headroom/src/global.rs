@@ -66,17 +66,21 @@ fn subscriber(
     ansi: bool,
 ) -> impl tracing::Subscriber + Send + Sync {
     use headroom_core::progress::TARGET;
-    use tracing_subscriber::filter::{filter_fn, EnvFilter, Targets};
+    use tracing_subscriber::filter::{EnvFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::Layer;
-    let filter = match &g.log {
+    let mut filter = match &g.log {
         Some(f) => EnvFilter::new(f),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
     };
+    // Progress events are never log lines, whatever the filter asks for (the
+    // most specific directive wins; the filter stays static per call site).
+    if let Ok(off) = format!("{TARGET}=off").parse() {
+        filter = filter.add_directive(off);
+    }
     let logs = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr)
-        .with_filter(filter_fn(|m| m.target() != TARGET))
         .with_filter(filter);
     let progress = crate::progress_view::ProgressLayer::new(terminal)
         .with_filter(Targets::new().with_target(TARGET, tracing::Level::INFO));
