@@ -11,13 +11,13 @@
 //! yardstick (the CPU's square GEMM) runs once per round after the arms.
 
 use crate::backend::AttentionBenchBackend;
+use crate::run_counter::RunCounter;
 use crate::schema::{AttentionBenchFile, AttentionSample, ATTENTION_SCHEMA};
 use anyhow::{bail, ensure, Context};
 use half::{bf16, f16};
 use headroom_attention_cpu::{reference_f64_subset, rel_frobenius_error};
 use headroom_core::{AttentionReport, AttentionShape, Dtype, RouteRequest};
 use headroom_hardware::HardwareFingerprint;
-use indicatif::{ProgressBar, ProgressStyle};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
@@ -191,17 +191,16 @@ pub fn run_with_yardstick(
     cfg.validate()?;
     let mut yard_times = Vec::new();
     let per_length = (cfg.warmup + cfg.iterations) * cfg.routes.len();
-    // Drawn only when stderr is a terminal (indicatif hides it otherwise).
-    let bar = ProgressBar::new((per_length * cfg.lengths.len()) as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>24} [{bar:32}] {pos}/{len} runs, {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+    let mut bar = RunCounter::new(
+        "bench attention",
+        per_length * cfg.lengths.len(),
+        "runs",
+        &format!("{} attention bench", backend.name()),
     );
     let mut samples = Vec::new();
     for (li, &length) in cfg.lengths.iter().enumerate() {
         let shape = cfg.shape(length);
-        bar.set_message(format!("{} length {length}", backend.name()));
+        let msg = format!("{} attention, length {length}", backend.name());
         let (q, k, v) = inputs(&shape, cfg.dtype, cfg.seed.wrapping_add(li as u64));
         backend
             .load(&shape, cfg.dtype, &q, &k, &v)
@@ -210,7 +209,7 @@ pub fn run_with_yardstick(
         for _ in 0..cfg.warmup {
             for &route in &cfg.routes {
                 run_once(backend, route, length)?;
-                bar.inc(1);
+                bar.inc(&msg);
             }
             if let Some(y) = yardstick.as_mut() {
                 y();
@@ -231,7 +230,7 @@ pub fn run_with_yardstick(
                 if it == 0 {
                     arm.rel_err = check.rel_err(&backend.output()?);
                 }
-                bar.inc(1);
+                bar.inc(&msg);
             }
             if let Some(y) = yardstick.as_mut() {
                 yard_times.push(y());
@@ -259,7 +258,7 @@ pub fn run_with_yardstick(
             });
         }
     }
-    bar.finish_and_clear();
+    bar.finish("attention bench done");
     let file = AttentionBenchFile {
         schema: ATTENTION_SCHEMA.to_string(),
         hardware,

@@ -14,6 +14,9 @@
 //! * [`qualify`]: candidates, leaders, the decision rule and the written entry;
 //!   [`report`], [`report_svg`] and [`citations`] make its report.
 //! * [`build_info`]: the build identity every evidence file records.
+//! * [`serve_load`]: the load generator of `headroom bench serve` (latency
+//!   percentiles, throughput over the tokens that flowed, requests cut by the
+//!   time limit counted apart).
 
 pub mod attention;
 pub mod backend;
@@ -33,4 +36,6 @@ pub mod prefill_schema;
 pub mod qualify;
 pub mod report;
 pub mod report_svg;
+pub mod run_counter;
+pub mod serve_load;
 pub mod validate;

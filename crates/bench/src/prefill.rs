@@ -17,6 +17,7 @@ use crate::attention::median;
 use crate::build_info::BuildInfo;
 use crate::prefill_reports::layer_routes_from_reports;
 use crate::prefill_schema::*;
+use crate::run_counter::RunCounter;
 use anyhow::{ensure, Context};
 use headroom_core::{BackendKind, LayerKind, Route, RouteRequest};
 use headroom_hardware::HardwareFingerprint;
@@ -24,7 +25,6 @@ use headroom_policy::{
     resolve, AttentionControl, ControlSource, Controls, QueryBlockControl, Registry,
     ResolvedAttention,
 };
-use indicatif::{ProgressBar, ProgressStyle};
 use std::fmt;
 
 /// One arm: a control and an optional query-block override.
@@ -203,12 +203,7 @@ pub fn run(
         .map(|a| plan(a, &hardware, &kinds, registry))
         .collect();
     let total = (cfg.warmup + cfg.iterations) * cfg.arms.len() * cfg.lengths.len();
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>28} [{bar:32}] {pos}/{len} prefills, {elapsed}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
+    let mut bar = RunCounter::new("bench prefill", total, "prefills", "prefill bench");
     let mut samples = Vec::new();
     for (li, &length) in cfg.lengths.iter().enumerate() {
         let ids = prompt(
@@ -216,11 +211,11 @@ pub fn run(
             target.vocab_size(),
             cfg.seed.wrapping_add(li as u64),
         );
-        bar.set_message(format!("prefill length {length}"));
+        let msg = format!("prefill, length {length}");
         for _ in 0..cfg.warmup {
             for p in &plans {
                 target.prefill(&ids, &p.routes)?;
-                bar.inc(1);
+                bar.inc(&msg);
             }
         }
         let mut runs: Vec<Vec<PrefillRun>> = plans.iter().map(|_| Vec::new()).collect();
@@ -236,7 +231,7 @@ pub fn run(
                 run.backend_peak_bytes = run.backend_peak_bytes.max(run.backend_before_bytes);
                 run.process_peak_rss_bytes = process_peak_rss();
                 r.push(run);
-                bar.inc(1);
+                bar.inc(&msg);
             }
         }
         for ((arm, p), r) in cfg.arms.iter().zip(&plans).zip(&runs) {
@@ -248,7 +243,7 @@ pub fn run(
             );
         }
     }
-    bar.finish_and_clear();
+    bar.finish("prefill bench done");
     Ok(PrefillBenchFile {
         schema: PREFILL_SCHEMA.to_string(),
         build: BuildInfo::current(target.backend(), &hardware),

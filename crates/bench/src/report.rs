@@ -20,6 +20,16 @@ pub fn render(
     paths: &OutputPaths,
 ) -> anyhow::Result<String> {
     let mut s = String::new();
+    header(&mut s, ev);
+    result(&mut s, ev, entry, paths);
+    prefill_table(&mut s, ev, paths);
+    attention_table(&mut s, ev, paths);
+    citations(&mut s)?;
+    Ok(s)
+}
+
+/// The title, the machine and layer, the build.
+fn header(s: &mut String, ev: &QualifyEvidence) {
     let hw = &ev.prefill.hardware;
     let l = &ev.layer;
     let _ = writeln!(s, "# Qualification `{}`\n", ev.id);
@@ -46,6 +56,10 @@ pub fn render(
         b.version, b.git_commit, b.kernel_artifact_sha256, ev.prefill.model.source, ev.prefill.path,
         ev.prefill.warmup, ev.prefill.iterations
     );
+}
+
+/// The decided route, the entry and every candidate's verdict.
+fn result(s: &mut String, ev: &QualifyEvidence, entry: &QualificationEntry, paths: &OutputPaths) {
     let result = match (ev.decision.route, ev.decision.query_block) {
         (headroom_core::Route::Fused, _) => "route **fused**".to_string(),
         (_, q) => format!("route **composed**, query block **{}**", q.unwrap_or(128)),
@@ -67,6 +81,10 @@ pub fn render(
             v.reasons.join("<br>")
         );
     }
+}
+
+/// The whole-model prefill samples, each number linked to its evidence.
+fn prefill_table(s: &mut String, ev: &QualifyEvidence, paths: &OutputPaths) {
     let _ = writeln!(s, "\n## Prefill (TTFT, submission to first token)\n");
     let _ = writeln!(
         s,
@@ -126,6 +144,10 @@ pub fn render(
         "\n![TTFT against prompt length]({})\n\n![Attention transient peak against prompt length]({})\n",
         paths.ttft_plot, paths.transient_plot
     );
+}
+
+/// The attention bench samples of this layer shape.
+fn attention_table(s: &mut String, ev: &QualifyEvidence, paths: &OutputPaths) {
     let _ = writeln!(s, "## Attention bench (this layer shape alone)\n");
     let _ = writeln!(
         s,
@@ -161,6 +183,10 @@ pub fn render(
             ),
         );
     }
+}
+
+/// Where in the source each measurement claim is implemented.
+fn citations(s: &mut String) -> anyhow::Result<()> {
     let _ = writeln!(s, "\n## How this was measured (source citations)\n");
     for c in cite_all().map_err(|e| anyhow::anyhow!("citation: {e}"))? {
         let _ = writeln!(
@@ -169,5 +195,5 @@ pub fn render(
             c.claim.text, c.claim.file, c.line, c.claim.anchor
         );
     }
-    Ok(s)
+    Ok(())
 }

@@ -127,6 +127,22 @@ fn plot(
         (y0 + y1) / 2.0,
         esc(ylabel)
     );
+    series(&mut s, f, &arms, &fx, &fy, y, x1);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// One polyline with points and a legend entry per arm; `fx` / `fy` map a
+/// length / value to the canvas, `x1` is the plot's right edge.
+fn series(
+    s: &mut String,
+    f: &PrefillBenchFile,
+    arms: &[&str],
+    fx: &dyn Fn(f64) -> f64,
+    fy: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(&PrefillSample) -> f64,
+    x1: f64,
+) {
     for (i, arm) in arms.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let mut pts: Vec<(f64, f64)> = f
@@ -160,8 +176,6 @@ fn plot(
             esc(arm)
         );
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 fn fmt_num(v: f64) -> String {

@@ -166,11 +166,23 @@ fn check_file(name: &str, f: &PrefillBenchFile, opts: ValidateOptions, v: &mut V
     }
 }
 
+/// `query block 128` / `no query block`, for violation messages.
+fn block_words(q: Option<usize>) -> String {
+    match q {
+        Some(q) => format!("query block {q}"),
+        None => "no query block".into(),
+    }
+}
+
 fn check_sample(at: &str, f: &PrefillBenchFile, s: &PrefillSample, v: &mut Vec<String>) {
     if !f.lengths.contains(&s.length) {
         v.push(format!(
-            "{at}: length not among the file's lengths {:?}",
+            "{at}: length not among the file's lengths {}",
             f.lengths
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     let t = &s.ttft_ms;
@@ -236,13 +248,16 @@ pub fn check_policy(at: &str, s: &PrefillSample, v: &mut Vec<String>) {
         ));
     }
     for g in &s.attention {
-        let shape = format!("{at}: layers {:?}", g.layers);
+        let layers: Vec<String> = g.layers.iter().map(|l| l.to_string()).collect();
+        let shape = format!("{at}: layers {}", layers.join(", "));
         let (rr, rq) = (g.reported.route, g.reported.query_block);
         let resolved_block = g.resolved.query_block.map(|q| effective_block(q, rows));
         if (rr, rq) != (g.resolved.route, resolved_block) {
             v.push(format!(
-                "{shape}: reported {rr}/{rq:?} but the policy resolved {}/{:?}",
-                g.resolved.route, g.resolved.query_block
+                "{shape}: reported {rr} {} but the policy resolved {} {}",
+                block_words(rq),
+                g.resolved.route,
+                block_words(g.resolved.query_block)
             ));
         }
         if g.reported.calls == 0 {
@@ -266,8 +281,10 @@ pub fn check_policy(at: &str, s: &PrefillSample, v: &mut Vec<String>) {
                 if rr == Route::Composed && expected_block.is_some() && rq != expected_block =>
             {
                 v.push(format!(
-                    "{shape}: arm {} reported query block {rq:?}, expected {expected_block:?}",
-                    s.arm
+                    "{shape}: arm {} reported {}, expected {}",
+                    s.arm,
+                    block_words(rq),
+                    block_words(expected_block)
                 ));
             }
             _ => {}

@@ -46,6 +46,9 @@ pub trait ModelJob {
 #[derive(Debug, Clone)]
 pub struct LoadInfo {
     pub backend: BackendKind,
+    /// Opening the backend (device and context; nothing on the CPU).
+    pub open_seconds: f64,
+    /// Building the model: reading or drawing the weights and uploading them.
     pub load_seconds: f64,
     /// Backend memory held after loading (weights and nothing else), bytes.
     pub weight_bytes: usize,
@@ -76,19 +79,22 @@ pub fn run_on_backend<J: ModelJob>(
     match backend {
         BackendKind::Cpu => {
             let init = init.unwrap_or(WeightsInit::Host);
-            build_and_run(CpuBackend::new(), source, cfg, seed, init, job)
+            build_and_run(CpuBackend::new(), 0.0, source, cfg, seed, init, job)
         }
         BackendKind::Cuda => {
+            let opening = Instant::now();
             let be = CudaBackend::open(0)
                 .map_err(|e| anyhow::anyhow!("the cuda backend is unavailable: {e}"))?;
+            let open_seconds = opening.elapsed().as_secs_f64();
             let init = init.unwrap_or(WeightsInit::Device);
-            build_and_run(be, source, cfg, seed, init, job)
+            build_and_run(be, open_seconds, source, cfg, seed, init, job)
         }
     }
 }
 
 fn build_and_run<B: Backend + 'static, J: ModelJob>(
     be: B,
+    open_seconds: f64,
     source: &ModelSource,
     cfg: &ModelConfig,
     seed: u64,
@@ -122,6 +128,7 @@ fn build_and_run<B: Backend + 'static, J: ModelJob>(
         .context("waiting for the weights")?;
     let info = LoadInfo {
         backend: kind,
+        open_seconds,
         load_seconds: started.elapsed().as_secs_f64(),
         weight_bytes: model.backend().memory().0,
     };

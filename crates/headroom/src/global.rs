@@ -48,18 +48,41 @@ pub fn refuse_attention_flags(g: &GlobalArgs, command: &str) -> anyhow::Result<(
     Ok(())
 }
 
+/// Installs the subscriber: log lines (filtered by `--log` / `RUST_LOG`,
+/// default `warn`) on stderr, and progress events (`headroom::progress`) as
+/// progress lines when stderr is a terminal, never as log lines.
 pub fn init_logging(g: &GlobalArgs) {
     use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter = match &g.log {
+    let terminal = std::io::stderr().is_terminal();
+    // Colours only on a terminal, and never with NO_COLOR set (https://no-color.org).
+    let ansi = terminal && std::env::var_os("NO_COLOR").is_none();
+    let _ = tracing::subscriber::set_global_default(subscriber(g, terminal, ansi));
+}
+
+/// The subscriber [`init_logging`] installs, for a stderr that is (or is not) a terminal.
+fn subscriber(
+    g: &GlobalArgs,
+    terminal: bool,
+    ansi: bool,
+) -> impl tracing::Subscriber + Send + Sync {
+    use headroom_core::progress::TARGET;
+    use tracing_subscriber::filter::{EnvFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+    let mut filter = match &g.log {
         Some(f) => EnvFilter::new(f),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
     };
-    // Colours only on a terminal, and never with NO_COLOR set (https://no-color.org).
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Progress events are never log lines, whatever the filter asks for (the
+    // most specific directive wins; the filter stays static per call site).
+    if let Ok(off) = format!("{TARGET}=off").parse() {
+        filter = filter.add_directive(off);
+    }
+    let logs = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr)
-        .try_init();
+        .with_filter(filter);
+    let progress = crate::progress_view::ProgressLayer::new(terminal)
+        .with_filter(Targets::new().with_target(TARGET, tracing::Level::INFO));
+    tracing_subscriber::registry().with(logs).with(progress)
 }

@@ -3,11 +3,13 @@
 mod attention_setup;
 mod backend_select;
 mod cmd;
+mod describe;
 mod engine_args;
 mod global;
 mod input_file;
 mod model_source;
 mod output;
+mod progress_view;
 mod shape_args;
 mod tp;
 mod tp_bench;
@@ -36,7 +38,8 @@ struct Cli {
 enum Command {
     /// Show the hardware fingerprint, backends, qualification registry and the attention each layer resolves to.
     Doctor(cmd::doctor::Args),
-    /// Benchmarks (attention A/B over routes).
+    /// Benchmarks: one attention call (attention), the model's TTFT (ttft), prefill per
+    /// attention setting (prefill), a server under load (serve); checks of bench files (validate).
     #[command(subcommand)]
     Bench(cmd::bench::BenchCommand),
     /// The CUDA kernel artifact gate (build, verify: NVRTC, no GPU needed); on a GPU, correctness checks and timing.

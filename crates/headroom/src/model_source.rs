@@ -47,3 +47,14 @@ impl OptionalModelSource {
         }
     }
 }
+
+impl ModelSource {
+    /// `synthetic tiny-d64` / the checkpoint folder, for the lines people read.
+    pub fn label(&self) -> String {
+        match (&self.synthetic, &self.model) {
+            (Some(name), _) => format!("synthetic {}", crate::output::escape_controls(name)),
+            (None, Some(dir)) => crate::output::escape_controls(&dir.display().to_string()),
+            (None, None) => "no model".into(),
+        }
+    }
+}

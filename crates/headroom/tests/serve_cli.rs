@@ -137,7 +137,11 @@ fn bench_serve_loads_a_server_and_writes_json() {
     assert!(table.contains("ttft") && table.contains("p99"), "{table}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(v["schema"], "headroom.bench.serve/1");
+    assert_eq!(v["schema"], "headroom.bench.serve/2");
+    assert_eq!(
+        (v["cut"].as_u64(), v["not_started"].as_u64()),
+        (Some(0), Some(0))
+    );
     assert_eq!(
         (v["completed"].as_u64(), v["failed"].as_u64()),
         (Some(8), Some(0))

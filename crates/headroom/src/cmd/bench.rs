@@ -1,4 +1,5 @@
-//! `headroom bench ...`: benchmark subcommands.
+//! `headroom bench ...`: benchmark subcommands (what each measures is its
+//! one-line help below, shown by `headroom bench --help`).
 //!
 //! `bench attention` runs the prefill attention A/B of `headroom_bench::attention`
 //! on one backend, prints a table (with the causal FLOP formula and, with
@@ -18,15 +19,20 @@ use std::path::PathBuf;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Prefill attention A/B over routes on one backend.
+    /// One attention call, route against route: time per call and TFLOP/s per route and length
+    /// on one backend (no model).
     Attention(AttentionArgs),
-    /// Time-to-first-token of the whole model's prefill (and decode tokens/s, per-part breakdown).
+    /// The whole model through the engine: time to first token per prompt length, with
+    /// decode tokens/s and a per-part time breakdown on request.
     Ttft(crate::cmd::bench_ttft::TtftArgs),
-    /// Whole-model prefill TTFT per attention setting (arm) and prompt length (headroom.bench.prefill/1).
+    /// The whole model's prefill TTFT per attention setting (arm) and prompt length, with the
+    /// routes that ran (headroom.bench.prefill/1 evidence for qualification).
     Prefill(crate::cmd::bench_prefill::Args),
-    /// Strict checks of headroom.bench.prefill/1 files; exit 1 listing every violation.
+    /// Checks headroom.bench.prefill/1 files strictly (measures nothing); exit 1 listing every
+    /// violation.
     Validate(crate::cmd::bench_validate::Args),
-    /// Load test of a running `headroom serve` on this machine: TTFT / inter-token latency percentiles, requests/s, tokens/s.
+    /// A running `headroom serve` on this machine under load: TTFT / inter-token / end-to-end
+    /// latency percentiles, requests/s and tokens/s.
     Serve(crate::cmd::bench_serve::Args),
 }
 
@@ -114,7 +120,7 @@ fn attention_cmd(a: AttentionArgs) -> anyhow::Result<()> {
     };
     let hardware = headroom_hardware::detect(a.backend)?;
     let mut backend = backend_for(a.backend)?;
-    tracing::info!(?cfg, backend = backend.name(), "bench attention");
+    tracing::info!(backend = backend.name(), "bench attention");
     let mut time_gemm = square.as_mut().map(|g| move || g.time_once());
     let (file, gemm_times) = attention::run_with_yardstick(
         &cfg,

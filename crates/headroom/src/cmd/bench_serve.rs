@@ -1,12 +1,14 @@
 //! `headroom bench serve`: a bounded load test of a server on this machine
-//! (loopback only) through `headroom_server::load`: streamed completions of
-//! `--prompt-len` token ids and `--max-tokens` tokens from `--concurrency`
+//! (loopback only) through `headroom_bench::serve_load`: streamed completions
+//! of `--prompt-len` token ids and `--max-tokens` tokens from `--concurrency`
 //! clients; prints TTFT / inter-token / end-to-end latency p50/p90/p99,
-//! requests/s and tokens/s as a table, and the `headroom.bench.serve/1` JSON
-//! with `--json`.
+//! requests/s and tokens/s (over every token that flowed, including those of
+//! requests the time limit cut) as a table, and the `headroom.bench.serve/2`
+//! JSON with `--json`. Exit 1 only when a request failed (an error, not the
+//! time limit).
 
 use anyhow::{bail, Context};
-use headroom_server::load::{self, LoadConfig};
+use headroom_bench::serve_load::{self as load, LoadConfig};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,10 +33,11 @@ pub struct Args {
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
-    /// Whole-run time limit, seconds.
+    /// Whole-run time limit, seconds: requests still streaming then are reported as cut
+    /// (with the tokens they produced), those not started as not started.
     #[arg(long, default_value_t = 600.0)]
     pub time_limit_s: f64,
-    /// Write the JSON report here.
+    /// Write the JSON report (headroom.bench.serve/2) here.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
 }

@@ -205,7 +205,7 @@ pub(crate) fn print_parts(indent: &str, parts: &[PartTime]) {
     for p in parts {
         println!(
             "{indent}{:<24} {:>9.2} ms  ({} calls)",
-            format!("{:?}", p.part),
+            crate::describe::part(&p.part),
             p.seconds * 1e3,
             p.calls
         );
@@ -257,8 +257,8 @@ impl ModelJob for TtftJob<'_> {
                 );
                 for p in &decode_breakdown {
                     println!(
-                        "      decode {:<17} {:>9.3} ms/token  ({} calls/token)",
-                        format!("{:?}", p.part),
+                        "      decode {:<22} {:>9.3} ms/token  ({} calls/token)",
+                        crate::describe::part(&p.part),
                         p.seconds * 1e3 / steps as f64,
                         p.calls / steps as u64
                     );

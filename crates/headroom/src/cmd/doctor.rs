@@ -12,10 +12,13 @@ use crate::global::GlobalArgs;
 use crate::model_source::{ModelSource, OptionalModelSource};
 use crate::{out, outln};
 use anyhow::Context;
-use headroom_core::{BackendKind, Route};
+use headroom_core::{AttentionKind, BackendKind, LayerKind, Route};
 use headroom_hardware::{cuda_availability, CudaDeviceInfo, HardwareFingerprint};
 use headroom_model::ModelConfig;
-use headroom_policy::{Controls, RegistryRow, ResolutionSource, RowStatus};
+use headroom_policy::{
+    AttentionControl, ControlSource, Controls, RegistryRow, ResolutionSource, ResolvedAttention,
+    RowStatus, ENV_EXECUTION, ENV_QUERY_BLOCK,
+};
 use serde::Serialize;
 use std::fmt::Write as _;
 
@@ -57,6 +60,16 @@ pub struct ModelInfo {
     pub num_layers: usize,
 }
 
+/// Layers of one kind, what they resolved to and, for full attention, why.
+#[derive(Debug, Serialize)]
+pub struct DoctorLayer {
+    #[serde(flatten)]
+    pub group: LayerGroup,
+    /// Why the route was chosen, in words (`None` for linear-attention layers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
 /// Everything `doctor` reports; serialized as the `--json` object.
 #[derive(Debug, Serialize)]
 pub struct DoctorReport {
@@ -65,7 +78,7 @@ pub struct DoctorReport {
     pub model: ModelInfo,
     /// The parsed attention controls (after fail-closed handling).
     pub controls: Controls,
-    pub layers: Vec<LayerGroup>,
+    pub layers: Vec<DoctorLayer>,
     /// Whether the entries built into the binary were loaded
     /// (`false` under `HEADROOM_BUILTIN_QUALIFICATIONS=off`).
     pub builtin_qualifications: bool,
@@ -106,7 +119,17 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
     Ok(DoctorReport {
         builtin_qualifications: setup.registry.builtin_loaded(),
         registry: setup.registry.rows(&setup.fingerprint, &kinds),
-        layers: setup.groups(&kinds),
+        layers: setup
+            .groups(&kinds)
+            .into_iter()
+            .map(|group| DoctorLayer {
+                why: (group.kind.attention == AttentionKind::Full).then(|| {
+                    let rows = setup.registry.rows(&setup.fingerprint, &[group.kind]);
+                    describe_why(&group.attention, &rows)
+                }),
+                group,
+            })
+            .collect(),
         hardware: setup.fingerprint,
         backends: Backends {
             cpu: BackendStatus {
@@ -150,58 +173,104 @@ pub fn run(args: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     }
 }
 
-/// `[0, 1, 2, 4, 7, 8]` → `0-2, 4, 7-8`.
-pub fn fmt_indices(indices: &[usize]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < indices.len() {
-        let start = indices[i];
-        let mut end = start;
-        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
-            i += 1;
-            end = indices[i];
-        }
-        parts.push(if start == end {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        i += 1;
+/// A layer kind in words: a linear-attention (Gated DeltaNet) layer has key
+/// and value heads, a full-attention layer query and KV heads.
+pub fn describe_kind(k: &LayerKind) -> String {
+    match k.attention {
+        AttentionKind::Full => format!(
+            "full attention, head_dim {}, {} query heads / {} KV heads, {}",
+            k.head_dim, k.q_heads, k.kv_heads, k.dtype
+        ),
+        _ => format!(
+            "linear attention (Gated DeltaNet), head_dim {}, {} key heads / {} value heads, {}",
+            k.head_dim, k.q_heads, k.kv_heads, k.dtype
+        ),
     }
-    parts.join(", ")
 }
 
-fn describe_attention(group: &LayerGroup) -> String {
-    let a = &group.attention;
-    let mut s = match (a.route, a.query_block) {
-        (Route::Composed, Some(qb)) => format!("composed qL {qb}"),
-        (route, _) => route.to_string(),
+/// `auto (source: default)` / `fused (source: flag --attn-execution)` /
+/// `fallback (source: env HEADROOM_ATTN_EXECUTION)`.
+pub fn describe_control(control: AttentionControl, source: ControlSource) -> String {
+    let from = match source {
+        ControlSource::Default => "default".to_string(),
+        ControlSource::Env => format!("env {ENV_EXECUTION}"),
+        ControlSource::Cli => "flag --attn-execution".to_string(),
     };
-    if a.route != Route::None {
-        let _ = write!(s, " ({}", source_label(a.source));
-        if let Some(id) = &a.qualification_id {
-            let _ = write!(s, " by {id}");
-        }
-        s.push(')');
-    }
-    if let Some(reason) = &a.reason {
-        let _ = write!(s, " — {reason}");
-    }
-    s
+    format!("{control} (source: {from})")
 }
 
-fn source_label(s: ResolutionSource) -> &'static str {
-    match s {
-        ResolutionSource::Cli => "cli",
-        ResolutionSource::Env => "env",
-        ResolutionSource::Qualified => "qualified",
-        ResolutionSource::Default => "default",
+/// The route a layer resolved to, in words.
+fn describe_route(a: &ResolvedAttention) -> String {
+    match (a.route, a.query_block) {
+        (Route::Composed, Some(0)) => "composed attention, one query block".into(),
+        (Route::Composed, Some(qb)) => format!("composed attention, query block {qb}"),
+        (Route::Fused, _) => "fused attention".into(),
+        (Route::None, _) => "no softmax attention (the Gated DeltaNet recurrence)".into(),
+        (route, None) => format!("{route} attention"),
     }
+}
+
+/// Why a full-attention layer runs what it runs: the qualification entry that
+/// decided, the flag or variable that set it, or (by default) why no entry
+/// applies: the first field in which each entry differs from this machine
+/// and layer (`rows`: the registry checked against this layer kind alone).
+fn describe_why(a: &ResolvedAttention, rows: &[RegistryRow]) -> String {
+    let mut why = match (a.source, a.route) {
+        (ResolutionSource::Qualified, _) => format!(
+            "qualified by entry {}",
+            a.qualification_id.as_deref().unwrap_or("?")
+        ),
+        (ResolutionSource::Cli, Route::Fused) => "set by the flag --attn-execution".into(),
+        (ResolutionSource::Cli, _) => "query block set by the flag --attn-query-block".into(),
+        (ResolutionSource::Env, Route::Fused) => format!("set by env {ENV_EXECUTION}"),
+        (ResolutionSource::Env, _) => format!("query block set by env {ENV_QUERY_BLOCK}"),
+        (ResolutionSource::Default, _) => {
+            let rejected: Vec<String> = rows
+                .iter()
+                .filter(|r| r.status == RowStatus::Rejected)
+                .map(|r| {
+                    format!(
+                        "{}: {}",
+                        r.id.as_deref().unwrap_or(&r.file),
+                        r.reason.as_deref().unwrap_or("differs")
+                    )
+                })
+                .collect();
+            let matched = rows.iter().any(|r| r.status == RowStatus::Matched);
+            match (matched, rejected.as_slice()) {
+                (true, _) => "built-in default".into(),
+                (false, []) => "built-in default: no qualification entry is loaded".into(),
+                (false, all) => format!(
+                    "built-in default: no qualification entry matches ({})",
+                    all.join("; ")
+                ),
+            }
+        }
+    };
+    if let Some(reason) = &a.reason {
+        why.push_str(&format!("; {reason}"));
+    }
+    why
 }
 
 /// The human-readable report.
 pub fn render_text(r: &DoctorReport) -> String {
     let mut out = String::new();
+    render_hardware(&mut out, r);
+    render_backends(&mut out, r);
+    render_layers(&mut out, r);
+    render_registry(&mut out, r);
+    if !r.warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings");
+        for w in &r.warnings {
+            let _ = writeln!(out, "  - {w}");
+        }
+    }
+    out
+}
+
+/// The fingerprint, one field a line.
+fn render_hardware(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(out, "Hardware fingerprint");
     let hw = &r.hardware;
     let fields: [(&str, Option<String>); 10] = [
@@ -227,6 +296,10 @@ pub fn render_text(r: &DoctorReport) -> String {
             let _ = writeln!(out, "  {k:<22} {v}");
         }
     }
+}
+
+/// Each backend's availability and where the CUDA libraries came from.
+fn render_backends(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(out, "\nBackends");
     for (name, b) in [("cpu", &r.backends.cpu), ("cuda", &r.backends.cuda)] {
         match (&b.reason, &b.device) {
@@ -253,33 +326,43 @@ pub fn render_text(r: &DoctorReport) -> String {
     for lib in &r.backends.cuda_libraries {
         let _ = writeln!(out, "  library {lib}");
     }
+}
+
+/// The model, the attention control and each layer kind's route and why.
+fn render_layers(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(
         out,
         "\nModel {} ({} layers), resolved for backend {}",
         r.model.source, r.model.num_layers, r.hardware.backend
     );
     if let Some(first) = r.layers.first() {
-        let a = &first.attention;
+        let a = &first.group.attention;
         let _ = writeln!(
             out,
-            "  attention control: {} (from {})",
-            a.control_requested, a.control_source
+            "  attention control: {}",
+            describe_control(a.control_requested, a.control_source)
         );
     }
-    for g in &r.layers {
-        let noun = if g.layer_indices.len() == 1 {
-            "layer"
-        } else {
-            "layers"
-        };
+    for l in &r.layers {
+        let g = &l.group;
         let _ = writeln!(
             out,
-            "  {noun} {}: {}",
-            fmt_indices(&g.layer_indices),
-            g.kind
+            "  {}: {}",
+            crate::describe::layers(&g.layer_indices),
+            describe_kind(&g.kind)
         );
-        let _ = writeln!(out, "    -> {}", describe_attention(g));
+        let _ = write!(out, "    -> {}", describe_route(&g.attention));
+        match &l.why {
+            Some(why) => {
+                let _ = writeln!(out, ": {why}");
+            }
+            None => out.push('\n'),
+        }
     }
+}
+
+/// Every qualification entry: matched, rejected (first differing field) or invalid.
+fn render_registry(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(
         out,
         "\nQualification registry ({} entries{})",
@@ -303,25 +386,11 @@ pub fn render_text(r: &DoctorReport) -> String {
         }
         out.push('\n');
     }
-    if !r.warnings.is_empty() {
-        let _ = writeln!(out, "\nWarnings");
-        for w in &r.warnings {
-            let _ = writeln!(out, "  - {w}");
-        }
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn indices_compress_into_ranges() {
-        assert_eq!(fmt_indices(&[0, 1, 2, 4, 7, 8]), "0-2, 4, 7-8");
-        assert_eq!(fmt_indices(&[3]), "3");
-        assert_eq!(fmt_indices(&[]), "");
-    }
 
     #[test]
     fn text_report_shows_groups_routes_and_warnings() {
@@ -343,10 +412,20 @@ mod tests {
             text.contains("layer 3: full attention, head_dim 256"),
             "{text}"
         );
-        assert!(text.contains("layers 0-2: linear attention"), "{text}");
-        assert!(text.contains("-> composed qL 256 (cli)"), "{text}");
         assert!(
-            text.contains("attention control: fallback (from cli)"),
+            text.contains("layers 0-2: linear attention (Gated DeltaNet)"),
+            "{text}"
+        );
+        assert!(text.contains("key heads / "), "{text}");
+        assert!(!text.contains("q heads"), "{text}");
+        assert!(
+            text.contains(
+                "-> composed attention, query block 256: query block set by the flag --attn-query-block"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("attention control: fallback (source: flag --attn-execution)"),
             "{text}"
         );
         // The missing folder is a warning, printed once.

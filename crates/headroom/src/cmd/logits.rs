@@ -95,7 +95,7 @@ pub fn attention_plan(
         let route = setup.route_request(layer).with_context(|| {
             format!("the policy gave no route for full-attention layer {layer}")
         })?;
-        tracing::info!(layer, ?route, "attention route");
+        tracing::info!(layer, route = %route, "attention route");
         plan.push((layer, route));
     }
     Ok(AttentionPlan::PerLayer(plan))
@@ -169,6 +169,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         attention,
         chunk: a.forward.chunk,
         out: a.out.clone(),
+        model: source.label(),
     };
     run_on_backend(
         a.forward.backend,
@@ -186,6 +187,8 @@ struct LogitsJob {
     attention: AttentionPlan,
     chunk: Option<usize>,
     out: PathBuf,
+    /// The model, in words (`synthetic tiny-d64` or the folder).
+    model: String,
 }
 
 impl ModelJob for LogitsJob {
@@ -220,16 +223,22 @@ impl ModelJob for LogitsJob {
         write_safetensors(&self.out, &[("logits", &logits)])
             .with_context(|| format!("writing {}", self.out.display()))?;
         eprintln!(
-            "{} tokens in {:.3} s ({:.1} tokens/s) on {}; logits [{}, {}] written to {}",
-            self.ids.len(),
-            secs,
-            self.ids.len() as f64 / secs,
+            "logits on {}: {}; attention that ran: {}; logits [{}, {}] written to {}",
             info.backend,
+            self.model,
+            routes_that_ran(&out.attention),
             out.rows,
             out.vocab,
             self.out.display()
         );
-        eprintln!("attention that ran: {}", routes_that_ran(&out.attention));
+        eprintln!(
+            "timings: model load {:.3} s; prefill {} tokens in {:.3} s ({:.1} tokens/s, \
+             including the kernels' first use)",
+            info.load_seconds,
+            self.ids.len(),
+            secs,
+            self.ids.len() as f64 / secs.max(1e-9),
+        );
         Ok(())
     }
 }

@@ -218,7 +218,10 @@ fn check_picked(
                 && r.qualification_id
                     .as_ref()
                     .is_some_and(|id| ids.contains(id)),
-            "resolve() on this machine did not pick the new entry for {k}: {r:?}"
+            "resolve() on this machine did not pick the new entry for {k}: it resolved {} \
+             (entry {})",
+            r.route,
+            r.qualification_id.as_deref().unwrap_or("none")
         );
     }
     Ok(())
@@ -267,9 +270,13 @@ pub fn run(a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
             .map(ToString::to_string)
             .collect();
             println!(
-                "  attention bench {k}: routes {} at lengths {:?}",
+                "  attention bench {k}: routes {} at lengths {}",
                 routes.join(","),
                 a.lengths
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
             );
         }
         println!(

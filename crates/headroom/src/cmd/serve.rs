@@ -123,6 +123,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     server.body_limit_bytes = a.max_body_bytes;
     server.stop_token_ids = stop_ids;
     let job = ServeJob {
+        model: a.source.label(),
+        attention: crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
         engine,
         server,
         codec,
@@ -207,6 +209,9 @@ fn default_name(source: &ModelSource) -> String {
 }
 
 struct ServeJob {
+    /// The model and its layers' attention, in words (for the start-up line).
+    model: String,
+    attention: String,
     engine: EngineConfig,
     server: ServerConfig,
     codec: TextCodec,
@@ -249,13 +254,18 @@ impl ServeJob {
         backend: BackendKind,
         ranks: String,
     ) -> anyhow::Result<()> {
+        let max_running = self.engine.max_running;
         let handle = headroom_engine::spawn(model, self.engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
-            "engine on {backend}{ranks}: {}; {}; max context {}",
+            "serve on {backend}{ranks}: {}; {}; {}; scheduler {}; up to {max_running} running, \
+             context {} tokens; {}",
+            self.model,
+            self.attention,
+            crate::describe::kv(&st.kv),
             st.settings,
-            st.kv,
-            handle.max_context()
+            handle.max_context(),
+            crate::describe::budget(st.memory_budget_bytes),
         );
         let name = self.server.served_model_name.clone();
         let engine = handle.clone();

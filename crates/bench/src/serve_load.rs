@@ -1,0 +1,470 @@
+//! The load generator behind `headroom bench serve`: `requests` streamed
+//! completions of `prompt_len` token ids and `max_tokens` tokens from
+//! `concurrency` clients against a server on this machine (loopback
+//! addresses only), measuring time to first token, inter-token latency
+//! (gaps between content chunks), end-to-end latency, requests/s and tokens/s.
+//!
+//! The time limit ends the run: a request still streaming then is *cut*
+//! (not failed): its tokens so far count (one per content chunk, as
+//! `headroom serve` streams them; the prompt counts once its first token
+//! arrived), and throughput is over every token that flowed. Requests not
+//! started by then are *not started*; *failed* means an error (HTTP status,
+//! a broken stream, an error event).
+
+use headroom_server::client;
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Most requests and clients one run may use.
+pub const MAX_REQUESTS: usize = 100_000;
+pub const MAX_CONCURRENCY: usize = 1024;
+/// Errors kept in the report.
+const MAX_ERRORS: usize = 20;
+
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub addr: SocketAddr,
+    pub model: Option<String>,
+    pub concurrency: usize,
+    pub requests: usize,
+    pub prompt_len: usize,
+    pub max_tokens: usize,
+    /// Whole-run limit: requests not started by then are skipped, running ones are cut.
+    pub time_limit: Duration,
+}
+
+/// p50 / p90 / p99 / mean / max of a sample, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub n: usize,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles of `ms`.
+    pub fn of(mut ms: Vec<f64>) -> Percentiles {
+        ms.retain(|x| x.is_finite());
+        if ms.is_empty() {
+            return Percentiles::default();
+        }
+        ms.sort_by(f64::total_cmp);
+        let rank =
+            |p: f64| ms[((p / 100.0 * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+        Percentiles {
+            n: ms.len(),
+            p50: rank(50.0),
+            p90: rank(90.0),
+            p99: rank(99.0),
+            mean: ms.iter().sum::<f64>() / ms.len() as f64,
+            max: ms[ms.len() - 1],
+        }
+    }
+}
+
+/// What a run measured (`headroom.bench.serve/2`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    pub schema: &'static str,
+    pub url: String,
+    pub concurrency: usize,
+    pub requests: usize,
+    pub prompt_len: usize,
+    pub max_tokens: usize,
+    pub time_limit_s: f64,
+    /// Requests that streamed to their end.
+    pub completed: usize,
+    /// Requests still streaming when the time limit ended the run.
+    pub cut: usize,
+    /// Requests the time limit left unstarted.
+    pub not_started: usize,
+    /// Requests that ended in an error.
+    pub failed: usize,
+    pub errors: Vec<String>,
+    pub duration_s: f64,
+    /// Completed requests per second.
+    pub requests_per_s: f64,
+    /// Generated tokens per second, over every token that flowed (cut requests' included).
+    pub output_tokens_per_s: f64,
+    /// Prompt and generated tokens per second, likewise.
+    pub total_tokens_per_s: f64,
+    /// Prompt tokens of the requests that got their first token.
+    pub prompt_tokens: u64,
+    /// Generated tokens of completed and cut requests.
+    pub completion_tokens: u64,
+    /// The part of `completion_tokens` that cut requests produced.
+    pub cut_completion_tokens: u64,
+    /// Time to first token of every request that got one (cut ones included).
+    pub ttft_ms: Percentiles,
+    pub itl_ms: Percentiles,
+    /// End-to-end latency of completed requests.
+    pub e2e_ms: Percentiles,
+}
+
+/// What one request did, as far as it got.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct One {
+    pub ttft: Option<f64>,
+    pub itl: Vec<f64>,
+    pub e2e: f64,
+    /// Usage from the server (completed requests).
+    pub usage: Option<(u64, u64)>,
+    /// Content chunks received (one per token).
+    pub chunks: u64,
+}
+
+/// How one request ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ended {
+    Completed(One),
+    /// The time limit ended the run while it streamed.
+    Cut(One),
+    Failed(String),
+}
+
+/// The requests' outcomes, accumulated into a report.
+#[derive(Debug, Default)]
+pub struct Tally {
+    ttft: Vec<f64>,
+    itl: Vec<f64>,
+    e2e: Vec<f64>,
+    prompt: u64,
+    completion: u64,
+    cut_completion: u64,
+    completed: usize,
+    cut: usize,
+    failed: usize,
+    errors: Vec<String>,
+}
+
+impl Tally {
+    /// Adds request `i`'s outcome (`prompt_len`: the prompt tokens it sent).
+    pub fn add(&mut self, i: usize, ended: Ended, prompt_len: usize) {
+        match ended {
+            Ended::Completed(one) => {
+                let (prompt, completion) = one.usage.unwrap_or((prompt_len as u64, one.chunks));
+                self.prompt += prompt;
+                self.completion += completion;
+                self.ttft.extend(one.ttft);
+                self.itl.extend(one.itl);
+                self.e2e.push(one.e2e);
+                self.completed += 1;
+            }
+            Ended::Cut(one) => {
+                if one.ttft.is_some() {
+                    self.prompt += prompt_len as u64;
+                }
+                self.completion += one.chunks;
+                self.cut_completion += one.chunks;
+                self.ttft.extend(one.ttft);
+                self.itl.extend(one.itl);
+                self.cut += 1;
+            }
+            Ended::Failed(e) => {
+                self.failed += 1;
+                if self.errors.len() < MAX_ERRORS {
+                    self.errors.push(format!("request {i}: {e}"));
+                }
+            }
+        }
+    }
+
+    /// The report of a run of `cfg` that took `secs`.
+    pub fn report(self, cfg: &LoadConfig, secs: f64) -> LoadReport {
+        let secs = secs.max(1e-9);
+        let ended = self.completed + self.cut + self.failed;
+        LoadReport {
+            schema: "headroom.bench.serve/2",
+            url: format!("http://{}", cfg.addr),
+            concurrency: cfg.concurrency,
+            requests: cfg.requests,
+            prompt_len: cfg.prompt_len,
+            max_tokens: cfg.max_tokens,
+            time_limit_s: cfg.time_limit.as_secs_f64(),
+            completed: self.completed,
+            cut: self.cut,
+            not_started: cfg.requests.saturating_sub(ended),
+            failed: self.failed,
+            errors: self.errors,
+            duration_s: secs,
+            requests_per_s: self.completed as f64 / secs,
+            output_tokens_per_s: self.completion as f64 / secs,
+            total_tokens_per_s: (self.prompt + self.completion) as f64 / secs,
+            prompt_tokens: self.prompt,
+            completion_tokens: self.completion,
+            cut_completion_tokens: self.cut_completion,
+            ttft_ms: Percentiles::of(self.ttft),
+            itl_ms: Percentiles::of(self.itl),
+            e2e_ms: Percentiles::of(self.e2e),
+        }
+    }
+}
+
+/// Refuses anything but a loopback address.
+pub fn check_target(addr: &SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!(
+            "bench serve only targets servers on this machine (loopback); got {addr}"
+        ))
+    }
+}
+
+fn check_config(cfg: &LoadConfig) -> Result<(), String> {
+    check_target(&cfg.addr)?;
+    if cfg.concurrency == 0 || cfg.concurrency > MAX_CONCURRENCY {
+        return Err(format!("concurrency must be in 1..={MAX_CONCURRENCY}"));
+    }
+    if cfg.requests == 0 || cfg.requests > MAX_REQUESTS {
+        return Err(format!("requests must be in 1..={MAX_REQUESTS}"));
+    }
+    if cfg.prompt_len == 0 || cfg.max_tokens == 0 {
+        return Err("prompt-len and max-tokens must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// Runs the load; `Err` only for a bad configuration.
+pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
+    check_config(&cfg)?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let started = Instant::now();
+    let deadline = started + cfg.time_limit;
+    let mut tasks = Vec::new();
+    for _ in 0..cfg.concurrency.min(cfg.requests) {
+        let (cfg, next, tally) = (cfg.clone(), next.clone(), tally.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= cfg.requests {
+                    break;
+                }
+                let ended = one_until(&cfg, i, deadline).await;
+                let mut t = tally.lock().unwrap_or_else(|p| p.into_inner());
+                t.add(i, ended, cfg.prompt_len);
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(t.report(&cfg, secs))
+}
+
+/// Runs request `i` until it ends or `deadline` cuts it.
+async fn one_until(cfg: &LoadConfig, i: usize, deadline: Instant) -> Ended {
+    let mut one = One::default();
+    let left = deadline.saturating_duration_since(Instant::now());
+    match tokio::time::timeout(left, one_request(cfg, i, &mut one)).await {
+        Ok(Ok(())) => Ended::Completed(one),
+        Ok(Err(e)) => Ended::Failed(e),
+        Err(_) => Ended::Cut(one),
+    }
+}
+
+/// Printable-ASCII ids (present in any vocabulary of 128 or more), varied per request.
+fn prompt_ids(len: usize, i: usize) -> Vec<u32> {
+    (0..len)
+        .map(|k| 33 + ((k * 7 + i * 13) % 94) as u32)
+        .collect()
+}
+
+/// Streams request `i` into `one` (which keeps what arrived if the future is dropped).
+async fn one_request(cfg: &LoadConfig, i: usize, one: &mut One) -> Result<(), String> {
+    let mut body = json!({"prompt": prompt_ids(cfg.prompt_len, i), "max_tokens": cfg.max_tokens,
+                          "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
+    if let Some(m) = &cfg.model {
+        body["model"] = json!(m);
+    }
+    let t0 = Instant::now();
+    let mut r = client::open(
+        cfg.addr,
+        "POST",
+        "/v1/completions",
+        Some(body.to_string().as_bytes()),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    if r.status != 200 {
+        return Err(format!("HTTP {}", r.status));
+    }
+    let mut last: Option<Instant> = None;
+    while let Some(data) = r.next_event().await.map_err(|e| e.to_string())? {
+        if data == "[DONE]" {
+            one.e2e = ms(t0.elapsed());
+            return Ok(());
+        }
+        let v: Value = serde_json::from_str(&data).map_err(|e| e.to_string())?;
+        if let Some(err) = v.get("error") {
+            return Err(err["message"].as_str().unwrap_or("error").to_string());
+        }
+        if let Some(u) = v.get("usage").filter(|u| !u.is_null()) {
+            one.usage = Some((
+                u["prompt_tokens"].as_u64().unwrap_or(0),
+                u["completion_tokens"].as_u64().unwrap_or(0),
+            ));
+        }
+        let has_text = v["choices"]
+            .get(0)
+            .and_then(|c| c["text"].as_str())
+            .is_some_and(|t| !t.is_empty());
+        if has_text {
+            let now = Instant::now();
+            match last {
+                None => one.ttft = Some(ms(now - t0)),
+                Some(prev) => one.itl.push(ms(now - prev)),
+            }
+            last = Some(now);
+            one.chunks += 1;
+        }
+    }
+    Err("the stream ended without [DONE]".into())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The report as a headline and a latency table.
+pub fn table(r: &LoadReport) -> String {
+    let mut out = format!(
+        "{} requests at concurrency {} in {:.2} s: {} completed, {} cut by the time limit \
+         ({} tokens), {} not started, {} failed\n",
+        r.requests,
+        r.concurrency,
+        r.duration_s,
+        r.completed,
+        r.cut,
+        r.cut_completion_tokens,
+        r.not_started,
+        r.failed
+    );
+    out.push_str(&format!(
+        "{:.2} completed requests/s; over the tokens that flowed: {:.1} output tok/s, {:.1} total tok/s \
+         ({} prompt + {} generated tokens)\n",
+        r.requests_per_s,
+        r.output_tokens_per_s,
+        r.total_tokens_per_s,
+        r.prompt_tokens,
+        r.completion_tokens
+    ));
+    out.push_str(&format!(
+        "{:<10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "metric", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "max ms"
+    ));
+    for (name, p) in [("ttft", &r.ttft_ms), ("itl", &r.itl_ms), ("e2e", &r.e2e_ms)] {
+        out.push_str(&format!(
+            "{:<10} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n",
+            name, p.n, p.p50, p.p90, p.p99, p.mean, p.max
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(requests: usize) -> LoadConfig {
+        LoadConfig {
+            addr: "127.0.0.1:9".parse().unwrap(),
+            model: None,
+            concurrency: 4,
+            requests,
+            prompt_len: 10,
+            max_tokens: 100,
+            time_limit: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let p = Percentiles::of((1..=100).map(f64::from).collect());
+        assert_eq!(
+            (p.p50, p.p90, p.p99, p.max, p.n),
+            (50.0, 90.0, 99.0, 100.0, 100)
+        );
+        assert_eq!(Percentiles::of(vec![]).n, 0);
+        assert_eq!(Percentiles::of(vec![f64::NAN, 3.0]).p99, 3.0);
+    }
+
+    #[test]
+    fn only_loopback_targets() {
+        assert!(check_target(&"127.0.0.1:8000".parse().unwrap()).is_ok());
+        assert!(check_target(&"[::1]:8000".parse().unwrap()).is_ok());
+        assert!(check_target(&"10.0.0.1:8000".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn cut_requests_count_their_tokens_and_are_not_failures() {
+        let mut t = Tally::default();
+        let done = One {
+            ttft: Some(5.0),
+            itl: vec![1.0; 99],
+            e2e: 200.0,
+            usage: Some((10, 100)),
+            chunks: 100,
+        };
+        let cut = One {
+            ttft: Some(7.0),
+            itl: vec![1.0; 39],
+            e2e: 0.0,
+            usage: None,
+            chunks: 40,
+        };
+        // Cut before its first token: no prompt, no tokens, still not a failure.
+        let cut_early = One::default();
+        t.add(0, Ended::Completed(done), 10);
+        t.add(1, Ended::Cut(cut), 10);
+        t.add(2, Ended::Cut(cut_early), 10);
+        t.add(3, Ended::Failed("HTTP 500".into()), 10);
+        let r = t.report(&cfg(6), 2.0);
+        assert_eq!((r.completed, r.cut, r.failed, r.not_started), (1, 2, 1, 2));
+        assert_eq!(r.completion_tokens, 140);
+        assert_eq!(r.cut_completion_tokens, 40);
+        assert_eq!(r.prompt_tokens, 20);
+        assert_eq!(r.output_tokens_per_s, 70.0);
+        assert_eq!(r.total_tokens_per_s, 80.0);
+        assert_eq!(r.requests_per_s, 0.5);
+        assert_eq!(r.ttft_ms.n, 2);
+        assert_eq!(
+            r.e2e_ms.n, 1,
+            "only completed requests have an end-to-end time"
+        );
+        assert_eq!(r.errors, vec!["request 3: HTTP 500".to_string()]);
+        let text = table(&r);
+        assert!(
+            text.contains(
+                "1 completed, 2 cut by the time limit (40 tokens), 2 not started, 1 failed"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("70.0 output tok/s"), "{text}");
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let mut c = cfg(0);
+        assert!(check_config(&c).unwrap_err().contains("requests"));
+        c.requests = 1;
+        c.concurrency = 0;
+        assert!(check_config(&c).unwrap_err().contains("concurrency"));
+        c.concurrency = 1;
+        c.addr = "10.0.0.1:80".parse().unwrap();
+        assert!(check_config(&c).unwrap_err().contains("loopback"));
+    }
+}

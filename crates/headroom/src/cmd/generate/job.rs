@@ -1,0 +1,279 @@
+//! Running `headroom generate`'s requests through an engine on the built
+//! model (one model or a tensor-parallel group): a warm-up request first
+//! (the kernels' first use: compilation or the disk cache, timed apart from
+//! the prefill), then every request, the single one streamed to stdout token
+//! by token, many printed as each completes.
+
+use super::report::{self, Outcome, RunInfo, Timings};
+use crate::backend_select::{LoadInfo, ModelJob};
+use crate::cmd::logits::available_memory_bytes;
+use crate::tp::{GroupInfo, GroupJob};
+use anyhow::{bail, Context};
+use headroom_core::ops::{Backend, SamplingParams};
+use headroom_core::BackendKind;
+use headroom_engine::{EngineConfig, EngineHandle, GenerateRequest, RequestStream, StreamEvent};
+use headroom_model::tokenizer::{StreamDecoder, TextCodec};
+use headroom_model::{Qwen35Model, StepModel, TpGroup};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Most prompt tokens of the warm-up request.
+const WARMUP_TOKENS: usize = 16;
+
+/// Runs every request through an engine on the built model.
+pub(super) struct GenerateJob {
+    pub requests: Vec<GenerateRequest>,
+    pub engine: EngineConfig,
+    pub codec: TextCodec,
+    pub json: Option<PathBuf>,
+    pub single: bool,
+    /// What ran, for the "ran" line: the model and its layers' attention in words.
+    pub model: String,
+    pub attention: String,
+    pub vocab: usize,
+}
+
+impl ModelJob for GenerateJob {
+    type Output = ();
+
+    fn run<B: Backend + 'static>(
+        self,
+        model: Qwen35Model<B>,
+        info: &LoadInfo,
+    ) -> anyhow::Result<()> {
+        let info = RunInfo {
+            backend: info.backend,
+            open_seconds: Some(info.open_seconds),
+            load_seconds: info.load_seconds,
+            weight_bytes: vec![info.weight_bytes],
+        };
+        self.run_engine(model, &info)
+    }
+}
+
+impl GroupJob for GenerateJob {
+    type Output = ();
+
+    fn run<B: Backend + 'static>(self, group: TpGroup<B>, info: &GroupInfo) -> anyhow::Result<()> {
+        let info = RunInfo {
+            backend: info.backend,
+            open_seconds: None,
+            load_seconds: info.load_seconds,
+            weight_bytes: info.weight_bytes.clone(),
+        };
+        self.run_engine(group, &info)
+    }
+}
+
+impl GenerateJob {
+    /// Runs every request through an engine on `model` (one model or a group).
+    fn run_engine<B: Backend + 'static, M: StepModel<B> + 'static>(
+        self,
+        model: M,
+        info: &RunInfo,
+    ) -> anyhow::Result<()> {
+        let mut engine = self.engine.clone();
+        let world = info.weight_bytes.len().max(1) as u64;
+        if engine.memory_budget_bytes.is_none() && info.backend == BackendKind::Cpu {
+            engine.memory_budget_bytes = available_memory_bytes().map(|b| b / 10 * 9 / world);
+        }
+        let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
+        eprintln!("{}", report::ran_line(&self, &handle.stats(), info));
+        let warmup = Instant::now();
+        let room = self.engine.max_context.saturating_sub(2);
+        if let Err(e) = warm_up(&handle, &self.requests[0], self.vocab, room) {
+            tracing::warn!("{e:#}; the first request's prefill includes the kernels' first use");
+        }
+        let warmup_seconds = warmup.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let (mut streams, mut outcomes) = self.submit_all(&handle)?;
+        if self.single {
+            if let Some(s) = streams[0].as_mut() {
+                stream_one(s, &self.codec, &mut outcomes[0])?;
+            }
+        } else {
+            collect_all(&mut streams, &mut outcomes, &self.codec)?;
+        }
+        let wall = started.elapsed().as_secs_f64();
+        let stats = handle.stats();
+        handle.shutdown_and_wait();
+        let timings = Timings {
+            warmup_seconds,
+            wall_seconds: wall,
+        };
+        eprintln!(
+            "{}",
+            report::timing_line(&self.requests, &outcomes, info, &timings, self.single)?
+        );
+        if let Some(path) = &self.json {
+            let summary = report::summary(&outcomes, &timings, &stats, info);
+            report::write_json(path, &outcomes, &self.codec, &summary)?;
+        }
+        Ok(())
+    }
+
+    /// Submits every request; a refusal fails a single request and is
+    /// recorded as that request's error among many.
+    #[allow(clippy::type_complexity)]
+    fn submit_all(
+        &self,
+        handle: &EngineHandle,
+    ) -> anyhow::Result<(Vec<Option<RequestStream>>, Vec<Outcome>)> {
+        let mut streams = Vec::new();
+        let mut outcomes = Vec::new();
+        for r in &self.requests {
+            match handle.submit(r.clone()) {
+                Ok(s) => {
+                    streams.push(Some(s));
+                    outcomes.push(Outcome::default());
+                }
+                Err(e) if self.single => bail!("{e}"),
+                Err(e) => {
+                    streams.push(None);
+                    outcomes.push(Outcome {
+                        error: Some(e.to_string()),
+                        ..Outcome::default()
+                    });
+                }
+            }
+        }
+        Ok((streams, outcomes))
+    }
+}
+
+/// The warm-up prompt: up to [`WARMUP_TOKENS`] (and at most `room`) ids that
+/// share no prefix with `first`'s prompt (a prefix cache must not make the
+/// measured prefill look faster).
+pub(super) fn warmup_ids(first: &[u32], vocab: usize, room: usize) -> Vec<u32> {
+    let n = first.len().min(WARMUP_TOKENS).min(room).max(1);
+    let start = first
+        .first()
+        .map_or(0, |&t| (t as usize + 1) % vocab.max(1)) as u32;
+    vec![start; n]
+}
+
+/// Runs one short greedy request to its end (two tokens: a prefill and a
+/// decode step), so the first use of every kernel happens before the timing.
+fn warm_up(
+    handle: &EngineHandle,
+    first: &GenerateRequest,
+    vocab: usize,
+    room: usize,
+) -> anyhow::Result<()> {
+    let request = GenerateRequest {
+        prompt_ids: warmup_ids(&first.prompt_ids, vocab, room),
+        sampling: SamplingParams {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+        },
+        max_tokens: 2,
+        stop_token_ids: Vec::new(),
+    };
+    let mut s = handle
+        .submit(request)
+        .map_err(|e| anyhow::anyhow!("the warm-up request was refused: {e}"))?;
+    let mut o = Outcome::default();
+    while let Some(e) = s.blocking_next() {
+        if apply(&mut o, e) {
+            break;
+        }
+    }
+    match o.error {
+        Some(e) => bail!("the warm-up request failed: {e}"),
+        None => Ok(()),
+    }
+}
+
+/// Streams one request's text to stdout as tokens arrive.
+fn stream_one(s: &mut RequestStream, codec: &TextCodec, o: &mut Outcome) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    let mut text = StreamDecoder::new();
+    while let Some(e) = s.blocking_next() {
+        if let StreamEvent::Token(t) = &e {
+            let piece = crate::output::escape_generated(&text.push(codec, *t)?);
+            write!(stdout, "{piece}")
+                .and_then(|()| stdout.flush())
+                .context("writing to stdout")?;
+        }
+        if apply(o, e) {
+            break;
+        }
+    }
+    let tail = crate::output::escape_generated(&text.finish(codec)?);
+    writeln!(stdout, "{tail}")
+        .and_then(|()| stdout.flush())
+        .context("writing to stdout")?;
+    if let Some(e) = &o.error {
+        bail!("{e}");
+    }
+    Ok(())
+}
+
+/// Applies an event; true when it ended the request.
+fn apply(o: &mut Outcome, e: StreamEvent) -> bool {
+    match e {
+        StreamEvent::Token(t) => {
+            o.ids.push(t);
+            false
+        }
+        StreamEvent::Finished { reason, usage, .. } => {
+            o.reason = Some(reason);
+            o.usage = Some(usage);
+            true
+        }
+        StreamEvent::Error(e) => {
+            o.error = Some(e);
+            true
+        }
+    }
+}
+
+/// Polls every stream until all requests ended; prints each text as it completes.
+fn collect_all(
+    streams: &mut [Option<RequestStream>],
+    outcomes: &mut [Outcome],
+    codec: &TextCodec,
+) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    loop {
+        let mut progressed = false;
+        let mut open = 0;
+        for (i, slot) in streams.iter_mut().enumerate() {
+            let Some(s) = slot.as_mut() else { continue };
+            open += 1;
+            while let Some(e) = s.try_next() {
+                progressed = true;
+                if apply(&mut outcomes[i], e) {
+                    let o = &outcomes[i];
+                    let tag = o.reason.map_or("error", |r| r.as_str());
+                    let text = crate::output::escape_generated(&codec.decode(&o.ids)?);
+                    writeln!(stdout, "[{i}] ({tag}) {text}").context("writing to stdout")?;
+                    *slot = None;
+                    break;
+                }
+            }
+        }
+        if open == 0 {
+            return Ok(());
+        }
+        if !progressed {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_warmup_prompt_shares_no_prefix_with_the_first_request() {
+        assert_eq!(warmup_ids(&[5, 6, 7], 256, 100), vec![6, 6, 6]);
+        assert_eq!(warmup_ids(&[255; 40], 256, 100), vec![0; WARMUP_TOKENS]);
+        assert_eq!(warmup_ids(&[255; 40], 256, 4), vec![0; 4]);
+        assert_eq!(warmup_ids(&[], 256, 100), vec![0]);
+    }
+}

@@ -1,0 +1,170 @@
+//! What a command ran, in words for the one "ran" line each command prints on
+//! stderr: the attention route per layer kind, the KV cache, the memory
+//! budget, layer index lists and profile part names. Never Rust debug
+//! formatting: these strings are read by people.
+
+use headroom_core::{AttentionKind, LayerKind, RouteRequest};
+use headroom_engine::KvResolution;
+use headroom_model::AttentionPlan;
+
+/// `[0, 1, 2, 4, 7, 8]` → `0-2, 4, 7-8`.
+pub fn fmt_indices(indices: &[usize]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < indices.len() {
+        let start = indices[i];
+        let mut end = start;
+        while i + 1 < indices.len() && indices[i + 1] == end + 1 {
+            i += 1;
+            end = indices[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(", ")
+}
+
+/// `layer 3` / `layers 0-2, 4`.
+pub fn layers(indices: &[usize]) -> String {
+    let noun = if indices.len() == 1 {
+        "layer"
+    } else {
+        "layers"
+    };
+    format!("{noun} {}", fmt_indices(indices))
+}
+
+/// `composed attention (query block 128)` / `fused attention`.
+pub fn route(r: &RouteRequest) -> String {
+    match r {
+        RouteRequest::Composed { query_block: 0 } => "composed attention (one query block)".into(),
+        RouteRequest::Composed { query_block } => {
+            format!("composed attention (query block {query_block})")
+        }
+        RouteRequest::Fused => "fused attention".into(),
+    }
+}
+
+/// The attention each layer kind runs: `composed attention (query block 128)
+/// on layer 3; Gated DeltaNet linear attention on layers 0-2`.
+pub fn attention(plan: &AttentionPlan, kinds: &[LayerKind]) -> String {
+    // (what, layer indices) in order of first appearance.
+    let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, kind) in kinds.iter().enumerate() {
+        let what = match kind.attention {
+            AttentionKind::Full => match plan.route(i) {
+                Ok(r) => route(&r),
+                Err(_) => "no attention route".into(),
+            },
+            _ => "Gated DeltaNet linear attention".into(),
+        };
+        match groups.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, l)) => l.push(i),
+            None => groups.push((what, vec![i])),
+        }
+    }
+    groups
+        .iter()
+        .map(|(what, l)| format!("{what} on {}", layers(l)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `contiguous KV cache` / `paged KV cache (blocks of 64 rows)`, with why it
+/// differs from what was asked.
+pub fn kv(kv: &KvResolution) -> String {
+    let mut s = match kv.resolved {
+        headroom_engine::KvBackendKind::Paged => {
+            format!("paged KV cache (blocks of {} rows)", kv.block_rows)
+        }
+        headroom_engine::KvBackendKind::Contiguous => "contiguous KV cache".into(),
+    };
+    if kv.requested != kv.resolved {
+        s.push_str(&format!(" ({} asked for)", kv.requested));
+    }
+    if let Some(r) = &kv.reason {
+        s.push_str(&format!(": {r}"));
+    }
+    s
+}
+
+/// `memory budget 1.5 GiB` / `no memory budget`.
+pub fn budget(bytes: Option<u64>) -> String {
+    match bytes {
+        Some(b) => format!("memory budget {}", size(b)),
+        None => "no memory budget".into(),
+    }
+}
+
+/// `812 MiB` / `1.50 GiB`.
+pub fn size(bytes: u64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    if bytes as f64 >= GIB {
+        format!("{:.2} GiB", bytes as f64 / GIB)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB)
+    }
+}
+
+/// A profile part in words (`gdn rule`), from its serialized name.
+pub fn part<T: serde::Serialize>(part: &T) -> String {
+    match serde_json::to_value(part) {
+        Ok(serde_json::Value::String(s)) => s.replace('_', " "),
+        _ => "part".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::Dtype;
+
+    #[test]
+    fn indices_compress_into_ranges() {
+        assert_eq!(fmt_indices(&[0, 1, 2, 4, 7, 8]), "0-2, 4, 7-8");
+        assert_eq!(fmt_indices(&[3]), "3");
+        assert_eq!(fmt_indices(&[]), "");
+        assert_eq!(layers(&[3]), "layer 3");
+        assert_eq!(layers(&[3, 7]), "layers 3, 7");
+    }
+
+    #[test]
+    fn attention_is_grouped_by_what_each_layer_runs() {
+        let kind = |attention| LayerKind {
+            attention,
+            head_dim: 64,
+            q_heads: 4,
+            kv_heads: 2,
+            dtype: Dtype::Bf16,
+        };
+        let (lin, full) = (kind(AttentionKind::Linear), kind(AttentionKind::Full));
+        let kinds = [lin, lin, lin, full, lin, lin, lin, full];
+        let plan = AttentionPlan::PerLayer(vec![
+            (3, RouteRequest::Composed { query_block: 128 }),
+            (7, RouteRequest::Fused),
+        ]);
+        let text = attention(&plan, &kinds);
+        assert_eq!(
+            text,
+            "Gated DeltaNet linear attention on layers 0-2, 4-6; \
+             composed attention (query block 128) on layer 3; fused attention on layer 7"
+        );
+        let uniform = AttentionPlan::Uniform(RouteRequest::Composed { query_block: 0 });
+        assert!(attention(&uniform, &kinds)
+            .contains("composed attention (one query block) on layers 3, 7"));
+    }
+
+    #[test]
+    fn sizes_and_budgets_read_as_words() {
+        assert_eq!(size(3 << 29), "1.50 GiB");
+        assert_eq!(size(5 << 20), "5.0 MiB");
+        assert_eq!(budget(None), "no memory budget");
+        assert_eq!(budget(Some(1 << 30)), "memory budget 1.00 GiB");
+        assert_eq!(part(&headroom_model::profile::Part::GdnRule), "gdn rule");
+    }
+}
