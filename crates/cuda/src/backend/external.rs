@@ -24,7 +24,7 @@ pub(crate) fn gated_delta_rule(dev: &CudaDevice, call: &GdnCall<'_>) -> OpResult
     if call.k_dim == GDN_HEAD_DIM && call.v_dim == GDN_HEAD_DIM {
         crate::ops::gdn::gated_delta_rule(dev, call).map_err(dev_err)
     } else {
-        super::fallback::gated_delta_rule(dev, call)
+        crate::ops::fallback::gated_delta_rule(dev, call)
     }
 }
 
@@ -48,6 +48,6 @@ pub(crate) fn routed_experts(
     if moe_fast_path(call.hidden, call.intermediate) {
         crate::ops::moe::routed_experts_local(dev, call, local.0, local.1).map_err(dev_err)
     } else {
-        super::fallback::routed_experts(dev, call, local)
+        crate::ops::fallback::routed_experts(dev, call, local)
     }
 }

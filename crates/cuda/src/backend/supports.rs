@@ -4,7 +4,7 @@
 //! runs any full-attention shape with whole query groups.
 
 use super::external::{GDN_AVAILABLE, GDN_HEAD_DIM, MOE_AVAILABLE, NOT_MERGED};
-use super::fallback::{MAX_DK, MAX_DV, MAX_EXPERTS};
+use crate::ops::fallback::{MAX_DK, MAX_DV, MAX_EXPERTS};
 use headroom_core::fused_capability::fused_support;
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, OpKey, RouteRequest};
 
