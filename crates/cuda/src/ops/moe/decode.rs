@@ -80,6 +80,25 @@ fn act_stride(inter: usize, shared_inter: usize) -> usize {
     inter.max(shared_inter).div_ceil(4) * 4
 }
 
+/// Why [`supports`] refuses a call: the shape against every limit.
+fn unsupported(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpError {
+    OpError::Unsupported {
+        op: "moe decode",
+        reason: format!(
+            "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
+             (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
+             (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
+            x.rows,
+            x.cols,
+            spec.intermediate,
+            w.shared_gate_proj.rows,
+            spec.top_k,
+            spec.num_experts,
+            spec.shared_expert
+        ),
+    }
+}
+
 /// Byte offsets of the workspace's parts (each 16-byte aligned).
 struct Workspace {
     logits: usize,
@@ -136,21 +155,7 @@ fn moe_decode_marked(
     bf16(op, x)?;
     check_weights(w, spec, x.cols)?;
     if !supports(x, w, spec) {
-        return Err(OpError::Unsupported {
-            op,
-            reason: format!(
-                "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
-                 (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
-                 (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
-                x.rows,
-                x.cols,
-                spec.intermediate,
-                w.shared_gate_proj.rows,
-                spec.top_k,
-                spec.num_experts,
-                spec.shared_expert
-            ),
-        });
+        return Err(unsupported(x, w, spec));
     }
     let (rows, hidden) = (x.rows, x.cols);
     let (e, k, inter) = (spec.num_experts, spec.top_k, spec.intermediate);
