@@ -1,5 +1,5 @@
 // Wide-tile grouped GEMMs of the sparse MoE's routed experts on Hopper
-// warpgroup MMA (sm_90a only): the moe5 main loop. Same contract, tile list
+// warpgroup MMA (sm_90a only). Same contract, tile list
 // and results as moe_grouped_gemm.cu (read its header); what differs:
 //
 // - Tiles of BM = 128 rows x BN = 256 weight rows x BK = 64: each of the two
