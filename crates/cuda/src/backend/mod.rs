@@ -95,7 +95,8 @@ impl CudaBackend {
     }
 
     /// The GDN core on the fused decode kernel; `Err` unless every sequence
-    /// is one row and the shape is the kernel's (tests compare it with `headroom_core::ops::gdn_core_composed`).
+    /// is one row and the shape is the kernel's (tests compare it with
+    /// `headroom_core::ops::gdn_core_composed`).
     pub fn gdn_core_fused(
         &self,
         x: GdnCoreInputs<'_, CudaAct>,

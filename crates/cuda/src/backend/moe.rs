@@ -15,7 +15,7 @@ use super::validate::bf16;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::ops::moe::{
-    check_weights, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
+    check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
 };
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
@@ -38,8 +38,8 @@ pub(crate) fn moe(
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
     // Few rows (decode): three GEMV launches (`crate::ops::moe::decode`).
-    if crate::ops::moe::decode::takes(x, w, spec) {
-        return crate::ops::moe::decode::moe_decode(dev, x, w, spec);
+    if decode::takes(x, w, spec) {
+        return decode::moe_decode(dev, x, w, spec);
     }
     moe_marked(dev, x, w, spec, None, &mut |_| {})
 }
@@ -59,6 +59,29 @@ impl super::CudaBackend {
         mark: &mut dyn FnMut(&'static str),
     ) -> OpResult<CudaAct> {
         moe_marked(&self.dev, x, w, spec, imp, mark)
+    }
+
+    /// The MoE block on the decode kernels (tests and benches compare it
+    /// with [`Self::moe_marked`]); `Err` for shapes they do not take.
+    pub fn moe_decode(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CudaAct> {
+        decode::moe_decode(&self.dev, x, w, spec)
+    }
+
+    /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
+    /// before each launch and `end` after the last.
+    pub fn moe_decode_marked(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+        mark: &mut dyn FnMut(&'static str),
+    ) -> OpResult<CudaAct> {
+        decode::moe_decode_marked(&self.dev, x, w, spec, mark)
     }
 }
 

@@ -13,7 +13,7 @@ use crate::backend::launch::{
 };
 use crate::backend::memory::new_act;
 use crate::backend::validate::bf16;
-use crate::backend::{CudaAct, CudaBackend, CudaWeight};
+use crate::backend::{CudaAct, CudaWeight};
 use crate::device::CudaDevice;
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
@@ -144,7 +144,7 @@ pub(crate) fn moe_decode(
 
 /// [`moe_decode`], calling `mark` with `route`, `gate_up`, `down` before each
 /// launch and `end` after the last (a bench or test records events there).
-fn moe_decode_marked(
+pub(crate) fn moe_decode_marked(
     dev: &CudaDevice,
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
@@ -249,31 +249,6 @@ fn moe_decode_marked(
     unsafe { launch_kernel(dev, "moe_decode_down", (down_grid, rows_grid, 1), args)? };
     mark("end");
     Ok(out)
-}
-
-impl CudaBackend {
-    /// The MoE block on the decode kernels (tests and benches compare it
-    /// with [`Self::moe_marked`]); `Err` for shapes they do not take.
-    pub fn moe_decode(
-        &self,
-        x: &CudaAct,
-        w: &MoeWeights<CudaWeight>,
-        spec: &MoeSpec,
-    ) -> OpResult<CudaAct> {
-        moe_decode(self.device(), x, w, spec)
-    }
-
-    /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
-    /// before each launch and `end` after the last.
-    pub fn moe_decode_marked(
-        &self,
-        x: &CudaAct,
-        w: &MoeWeights<CudaWeight>,
-        spec: &MoeSpec,
-        mark: &mut dyn FnMut(&'static str),
-    ) -> OpResult<CudaAct> {
-        moe_decode_marked(self.device(), x, w, spec, mark)
-    }
 }
 
 #[cfg(test)]
