@@ -4,7 +4,7 @@
 //! whose spec says so (`MoeSpec::shared_expert`: it holds the shared expert
 //! whole), the shared expert's bf16 output — rounded exactly where one GPU
 //! rounds it — gated by `sigmoid(shared_gate · x)`, combined in f32
-//! (`moe_combine_partial_f32`, `ops/tp/tp.cu`) and left for the
+//! (`moe_combine_partial_f32`, `ops/tp/ops_tp.cu`) and left for the
 //! all-reduce to sum and round once ([`super::comm`]): the group's sum is
 //! the one-GPU block up to f32 summation order. Outside a group
 //! `moe_partial` is the ordinary bf16 [`super::moe::moe`]; this file adds no

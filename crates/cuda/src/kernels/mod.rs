@@ -2,6 +2,13 @@
 //! export. This is the one place that lists required entry points: the
 //! artifact gate checks them, the launchers look their names up here.
 
+use crate::ops::conv::sources::OPS_CONV1D;
+use crate::ops::fallback::sources::OPS_FALLBACK;
+use crate::ops::gdn::sources::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_DECODE, GDN_RECURRENT};
+use crate::ops::moe::sources::{
+    MOE_DECODE, MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WIDE, MOE_ROUTE,
+};
+use crate::ops::tp::sources::OPS_TP;
 use headroom_core::Dtype;
 
 /// One `.cu` source compiled as one NVRTC program (one cubin).
@@ -195,24 +202,24 @@ pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
     ATTENTION_FUSED_WGMMA,
     MASKED_SOFTMAX,
-    crate::ops::gdn::GDN_CHUNK_PREP,
-    crate::ops::gdn::GDN_CHUNKED,
-    crate::ops::gdn::GDN_RECURRENT,
+    GDN_CHUNK_PREP,
+    GDN_CHUNKED,
+    GDN_RECURRENT,
     OPS_INIT,
     OPS_POINTWISE,
     OPS_NORM,
     OPS_ROPE,
-    crate::ops::conv::OPS_CONV1D,
+    OPS_CONV1D,
     OPS_KV,
     OPS_SAMPLE,
-    crate::ops::moe::MOE_ROUTE,
-    crate::ops::moe::MOE_GROUPED_GEMM,
-    crate::ops::moe::MOE_GROUPED_GEMM_WGMMA,
-    crate::ops::moe::MOE_GROUPED_GEMM_WIDE,
-    crate::ops::fallback::OPS_FALLBACK,
-    crate::ops::moe::MOE_DECODE,
-    crate::ops::tp::OPS_TP,
-    crate::ops::gdn::GDN_DECODE,
+    MOE_ROUTE,
+    MOE_GROUPED_GEMM,
+    MOE_GROUPED_GEMM_WGMMA,
+    MOE_GROUPED_GEMM_WIDE,
+    OPS_FALLBACK,
+    MOE_DECODE,
+    OPS_TP,
+    GDN_DECODE,
     ATTENTION_PREP,
     GEMV,
 ];

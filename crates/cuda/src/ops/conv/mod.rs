@@ -1,5 +1,5 @@
 //! Causal depthwise conv1d + SiLU over a varlen batch with per-slot conv
-//! state (`conv1d.cu`): each sequence reads its slot's last `kernel - 1`
+//! state (`ops_conv1d.cu`): each sequence reads its slot's last `kernel - 1`
 //! rows, then the state advances to the last `kernel - 1` rows it has seen.
 
 use crate::backend::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X, GRID_YZ};
@@ -7,24 +7,10 @@ use crate::backend::memory::new_act;
 use crate::backend::validate::{batch_rows, bf16, row_tables};
 use crate::backend::{CudaAct, CudaGdnState, CudaWeight};
 use crate::device::CudaDevice;
-use crate::kernels::KernelSource;
 use headroom_core::ops::{Batch, OpError, OpResult};
 use headroom_core::Dtype;
 
-/// Causal depthwise conv1d + SiLU with per-slot state.
-pub const OPS_CONV1D: KernelSource = KernelSource {
-    name: "ops_conv1d",
-    file: "conv1d.cu",
-    source: include_str!("conv1d.cu"),
-    entry_points: &[
-        "conv1d_silu_f32w",
-        "conv1d_silu_k4_f32w",
-        "conv1d_silu_bf16w",
-        "conv_state_advance_bf16",
-        "conv1d_silu_k4x8_f32w",
-        "conv_state_advance_cu_bf16",
-    ],
-};
+pub mod sources;
 
 const THREADS: u32 = 256;
 /// Rows per thread of the width-4 kernel (`CONV_STRIP` in `ops_conv1d.cu`).

@@ -1,4 +1,4 @@
-//! Shape-general fallbacks (`fallback.cu`) of the two ops whose
+//! Shape-general fallbacks (`ops_fallback.cu`) of the two ops whose
 //! fast kernels serve the production shapes only: the gated delta rule
 //! (chunked kernel: head dims 128) and the routed experts (grouped GEMM:
 //! hidden a multiple of 128, intermediate of 64). Small models — the tiny
@@ -13,25 +13,12 @@ use crate::backend::launch::{
 };
 use crate::blas::Linear;
 use crate::device::CudaDevice;
-use crate::kernels::KernelSource;
 use crate::ops::gdn::GdnLaunch as GdnCall;
 use crate::ops::moe::MoeLaunch as MoeCall;
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
 
-/// Shape-general fallbacks of the gated delta rule and the routed experts
-/// (small models).
-pub const OPS_FALLBACK: KernelSource = KernelSource {
-    name: "ops_fallback",
-    file: "fallback.cu",
-    source: include_str!("fallback.cu"),
-    entry_points: &[
-        "gdn_recurrent_any_bf16",
-        "moe_dense_route",
-        "swiglu_halves_bf16",
-        "moe_dense_accumulate",
-    ],
-};
+pub mod sources;
 
 /// Largest key head dim of the fallback rule (its shared-memory vectors).
 pub(crate) const MAX_DK: usize = 256;

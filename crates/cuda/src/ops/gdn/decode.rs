@@ -151,7 +151,7 @@ pub(crate) fn gdn_decode(
 mod tests {
     use super::*;
     use crate::kernels::source_constant;
-    use crate::ops::gdn::GDN_DECODE;
+    use crate::ops::gdn::sources::GDN_DECODE;
 
     #[test]
     fn launch_constants_match_the_kernel() {

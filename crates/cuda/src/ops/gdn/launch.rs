@@ -258,7 +258,7 @@ pub(super) fn recurrent(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gdn::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_RECURRENT};
+    use crate::ops::gdn::sources::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_RECURRENT};
 
     use crate::kernels::source_constant as constant;
 

@@ -17,7 +17,7 @@
 pub mod decode;
 mod launch;
 mod plan;
-mod sources;
+pub mod sources;
 
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
@@ -25,7 +25,6 @@ use crate::CudaError;
 
 pub use launch::{ScanWidth, Tuning};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
-pub use sources::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_DECODE, GDN_RECURRENT};
 
 /// One gated-delta-rule call over a varlen batch.
 pub struct GdnLaunch<'a> {

@@ -255,7 +255,7 @@ pub(crate) fn moe_decode_marked(
 mod tests {
     use super::*;
     use crate::kernels::source_constant;
-    use crate::ops::moe::MOE_DECODE;
+    use crate::ops::moe::sources::MOE_DECODE;
 
     #[test]
     fn launch_constants_match_the_kernel() {

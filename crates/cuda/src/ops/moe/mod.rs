@@ -15,16 +15,13 @@
 pub mod decode;
 mod gemm;
 mod launch;
-mod sources;
+pub mod sources;
 mod weights;
 
 pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES};
 
 pub use launch::{
     routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,
-};
-pub use sources::{
-    MOE_DECODE, MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WIDE, MOE_ROUTE,
 };
 pub(crate) use weights::check_weights;
 

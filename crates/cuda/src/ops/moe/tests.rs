@@ -119,7 +119,7 @@ use crate::kernels::source_constant as constant;
 
 #[test]
 fn launch_constants_match_the_kernel_sources() {
-    use super::{MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_WGMMA, MOE_ROUTE};
+    use super::sources::{MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_WGMMA, MOE_ROUTE};
     for src in [MOE_GROUPED_GEMM.source, MOE_GROUPED_GEMM_WGMMA.source] {
         assert_eq!(constant(src, "BM"), GEMM_BM);
         assert_eq!(constant(src, "BN"), GEMM_BN);
@@ -153,7 +153,7 @@ fn launch_constants_match_the_kernel_sources() {
 
 #[test]
 fn wide_launch_constants_match_their_kernel_source() {
-    use super::MOE_GROUPED_GEMM_WIDE;
+    use super::sources::MOE_GROUPED_GEMM_WIDE;
     let src = MOE_GROUPED_GEMM_WIDE.source;
     assert_eq!(constant(src, "BM"), GEMM_BM);
     assert_eq!(constant(src, "BN"), WIDE_BN);
