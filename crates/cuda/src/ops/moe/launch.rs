@@ -93,18 +93,6 @@ pub fn routed_experts_marked(
     routed_experts_range(dev, l, (0, l.experts), imp, None, mark)
 }
 
-/// [`routed_experts_marked`] of the experts `first .. first + local` (their
-/// `l.gate_up` / `l.down`; routing over all `l.experts`).
-pub fn routed_experts_local_marked(
-    dev: &CudaDevice,
-    l: &MoeLaunch<'_>,
-    local: (usize, usize),
-    imp: Option<GemmImpl>,
-    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
-) -> Result<(), CudaError> {
-    routed_experts_range(dev, l, local, imp, None, mark)
-}
-
 /// [`routed_experts_marked`] of the experts `first .. first + local` with the
 /// shared expert's gated add folded into the combine (bf16 `s.out`).
 pub fn routed_experts_shared_marked(

@@ -9,7 +9,7 @@
 //! `route`): softmax over all experts in f32, top-k by probability (ties to
 //! the lower expert index, NaN last), weights renormalised over the kept k
 //! when `renormalise`. The router logits and the shared expert are the
-//! caller's; [`routed_experts_shared`] folds the shared expert's gated add
+//! caller's; [`routed_experts_shared_marked`] folds the shared expert's gated add
 //! into the combine and writes the block's bf16 output in the same pass.
 
 pub mod decode;
@@ -20,9 +20,7 @@ mod weights;
 
 pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES};
 
-pub use launch::{
-    routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,
-};
+pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
 pub(crate) use weights::check_weights;
 
 use crate::alloc::DeviceBuffer;
@@ -70,7 +68,7 @@ pub struct MoeLaunch<'a> {
 }
 
 /// The shared expert's gated add, folded into the combine of
-/// [`routed_experts_shared`]: `out[t] = bf16(routed[t] + sigmoid(x[t] · shared_gate)
+/// [`routed_experts_shared_marked`]: `out[t] = bf16(routed[t] + sigmoid(x[t] · shared_gate)
 /// · shared[t])`; the launch's f32 `out` is not touched.
 pub struct SharedEpilogue<'a> {
     /// bf16 `[hidden]`: the shared expert's gate row.
@@ -130,7 +128,7 @@ pub fn validate_local(l: &MoeLaunch<'_>, first: usize, local: usize) -> Result<M
     validate_inner(l, first, local, None)
 }
 
-/// [`validate_local`] for [`routed_experts_shared`]: the epilogue's buffers are
+/// [`validate_local`] for [`routed_experts_shared_marked`]: the epilogue's buffers are
 /// checked, `l.out` is not (it is not touched).
 pub fn validate_shared(
     l: &MoeLaunch<'_>,
@@ -259,17 +257,6 @@ pub fn routed_experts_local(
     local: usize,
 ) -> Result<(), CudaError> {
     launch::routed_experts_range(dev, l, (first, local), None, None, &mut |_| Ok(()))
-}
-
-/// [`routed_experts_local`] with the shared expert's gated add folded into
-/// the combine ([`SharedEpilogue`]): writes the MoE block's bf16 output.
-pub fn routed_experts_shared(
-    dev: &CudaDevice,
-    l: &MoeLaunch<'_>,
-    (first, local): (usize, usize),
-    s: &SharedEpilogue<'_>,
-) -> Result<(), CudaError> {
-    launch::routed_experts_range(dev, l, (first, local), None, Some(s), &mut |_| Ok(()))
 }
 
 /// Floating-point operations of the two grouped GEMMs for `tokens` tokens:
