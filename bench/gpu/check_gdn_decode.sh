@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call: the fused decode paths of Backend::gdn_core
-# (kernels/gdn_decode.cu) and Backend::attention_prep (kernels/attention_prep.cu),
-# by section:
+# (crates/cuda/src/ops/gdn/gdn_decode.cu) and Backend::attention_prep
+# (attention_prep.cu), by section:
 #  tests     tests/fused_decode.rs: fused vs the composed GPU path vs the CPU,
 #            8 steps, GQA 1/2/3 and the 35B-A3B shapes, a NaN input (ignored tests);
 #  memcheck  compute-sanitizer memcheck on the small case of both kernels;
 #  timing    device and wall time per call, composed vs fused, batch 1;
-#  logits    the whole synthetic 35B-A3B model (1 and 40 layers) fed a 24-token
-#            prompt one token per step (`logits --chunk 1`), fused paths off vs on,
-#            compared (bench/gpu/compare_decode_logits.py; 1 layer asserted <= 2e-2);
-#            and the transformers fixtures at chunk 1 (fused attention prep: their
-#            GDN head dim 16 keeps the composition) against the CPU f32 run;
+#  logits    the whole synthetic 35B-A3B model (1 layer) fed a 24-token prompt
+#            one token per step (`logits --chunk 1`, the fused paths) against the
+#            same prompt as one prefill chunk (the chunked paths), compared
+#            (bench/gpu/compare_decode_logits.py, printed); and the transformers
+#            fixtures at chunk 1 (fused attention prep: their GDN head dim 16
+#            keeps the composition) against the CPU f32 run (bar 2e-2);
 #  decode    decode tok/s after 8k and 32k prompts (35B-A3B shape, engine, fused
-#            attention), arms off / on (and both with HEADROOM_MOE_DECODE=v2), with
-#            HEADROOM_DECODE_STATS=1.
-# Switches: HEADROOM_GDN_DECODE=off, HEADROOM_ATTN_PREP=off (read once per process).
-# SKIP_FIXTURES=1 leaves out the fixtures part of `logits`.
+#            attention), with HEADROOM_DECODE_STATS=1.
+# The fused paths are the only decode paths (their switches are retired:
+# docs/perf/cleanup-cuda-gdnmoe.md); tests/fused_decode.rs compares them with
+# the composition. SKIP_FIXTURES=1 leaves out the fixtures part of `logits`.
 # Binaries (built elsewhere) in BIN_DIR: headroom and fused_decode-*.
 # Usage: bench/gpu/check_gdn_decode.sh BIN_DIR [SECTION...]   (default: all five)
 # Results go to $OUT (or ./gpu-out): gdn-decode.log and the JSON of each decode arm.
@@ -29,13 +30,10 @@ mkdir -p "$OUT"
 LOG="$OUT/gdn-decode.log"
 source bench/gpu/env.sh
 export HEADROOM_KERNEL_CACHE=${HEADROOM_KERNEL_CACHE:-$(mktemp -d)}
-unset HEADROOM_GDN_DECODE HEADROOM_ATTN_PREP
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv
 status=0
 HR="$BIN_DIR/headroom"
 T=$(ls "$BIN_DIR"/fused_decode-* 2>/dev/null | grep -v '\.d$' | head -n1)
-OFF="HEADROOM_GDN_DECODE=off HEADROOM_ATTN_PREP=off"
-ON="HEADROOM_GDN_DECODE=on HEADROOM_ATTN_PREP=on"
 
 for section in $SECTIONS; do
 case $section in
@@ -62,22 +60,17 @@ timing)
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     ;;
 logits)
-    echo "=== whole model, one token per step: fused paths off vs on ===" | tee -a "$LOG"
+    echo "=== whole model, one token per step (fused) vs one prefill chunk ===" | tee -a "$LOG"
     python3 -c 'import json; print(json.dumps([(i * 7919 + 13) % 200000 for i in range(24)]))' > "$OUT/ids.json"
-    logits() {  # logits NAME MODEL ENV...
-        local name=$1 model=$2; shift 2
-        env "$@" timeout 90 "$HR" --attn-execution fused logits --backend cuda --synthetic "$model" \
-            --ids "$OUT/ids.json" --out "$OUT/logits-$name.safetensors" --chunk 1 2>&1 | tail -n 2 | head -n 1
+    logits() {  # logits NAME MODEL CHUNK
+        timeout 90 "$HR" --attn-execution fused logits --backend cuda --synthetic "$2" \
+            --ids "$OUT/ids.json" --out "$OUT/logits-$1.safetensors" --chunk "$3" 2>&1 | tail -n 2 | head -n 1
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     }
-    cmp_logits() { python3 bench/gpu/compare_decode_logits.py "$OUT/logits-$1.safetensors" "$OUT/logits-$2.safetensors" ${3:-} || status=1; }
-    logits l1-off qwen3.6-35b-a3b:layers=1 $OFF
-    logits l1-on qwen3.6-35b-a3b:layers=1 $ON
-    echo "--- 1 layer, off vs on (must be <= 2e-2)"; cmp_logits l1-off l1-on 2e-2
-    logits off qwen3.6-35b-a3b $OFF
-    logits on qwen3.6-35b-a3b $ON
-    echo "--- 40 layers, off vs on (printed; MoE routing flips compound: docs/perf/bf16-parity.md)"
-    cmp_logits off on
+    logits l1-step qwen3.6-35b-a3b:layers=1 1
+    logits l1-prefill qwen3.6-35b-a3b:layers=1 24
+    echo "--- 1 layer, per step vs one chunk (printed)"
+    python3 bench/gpu/compare_decode_logits.py "$OUT/logits-l1-step.safetensors" "$OUT/logits-l1-prefill.safetensors" || status=1
     rm -f "$OUT"/logits-*.safetensors
     [ -n "${SKIP_FIXTURES:-}" ] && continue
     echo "--- fixtures, chunk 1, fused paths on, vs the CPU f32 run on bf16 weights (bar 2e-2)"
@@ -86,31 +79,23 @@ logits)
         python3 bench/gpu/round_bf16.py "$FIX/$fx" "$TMP/bf16w-$fx" >/dev/null 2>&1
         "$HR" logits --backend cpu --model "$TMP/bf16w-$fx" --ids "$FIX/$fx/ids_40.json" \
             --out "$TMP/cpu.safetensors" >/dev/null 2>&1 || { echo "$fx: CPU baseline failed"; status=1; continue; }
-        for arm in off on; do
-            if [ $arm = off ]; then e=$OFF; else e=$ON; fi
-            if env $e timeout 60 "$HR" --attn-execution fused logits --backend cuda --model "$FIX/$fx" \
-                --ids "$FIX/$fx/ids_40.json" --out "$TMP/$arm.safetensors" --chunk 1 >"$TMP/log" 2>&1; then
-                r=$(python3 bench/gpu/compare_logits.py --value "$TMP/$arm.safetensors" "$TMP/cpu.safetensors" 2e-2) \
-                    && v=PASS || { v=FAIL; status=1; }
-                echo "$fx n=40 chunk=1 $arm: $r $v"
-            else
-                echo "$fx chunk=1 $arm: headroom failed: $(tail -n 2 "$TMP/log" | tr '\n' ' ')"; status=1
-            fi
-        done
+        if timeout 60 "$HR" --attn-execution fused logits --backend cuda --model "$FIX/$fx" \
+            --ids "$FIX/$fx/ids_40.json" --out "$TMP/cuda.safetensors" --chunk 1 >"$TMP/log" 2>&1; then
+            r=$(python3 bench/gpu/compare_logits.py --value "$TMP/cuda.safetensors" "$TMP/cpu.safetensors" 2e-2) \
+                && v=PASS || { v=FAIL; status=1; }
+            echo "$fx n=40 chunk=1: $r $v"
+        else
+            echo "$fx chunk=1: headroom failed: $(tail -n 2 "$TMP/log" | tr '\n' ' ')"; status=1
+        fi
     done 2>&1 | tee -a "$LOG"
     ;;
 decode)
     echo "=== decode after 8k and 32k (35B-A3B shape, engine, fused attention) ===" | tee -a "$LOG"
-    # off / on at the defaults; then both beside the MoE decode path (opt-in, decode2).
-    for a in "off:$OFF" "on:$ON" "off-moe2:$OFF HEADROOM_MOE_DECODE=v2" "on-moe2:$ON HEADROOM_MOE_DECODE=v2"; do
-        name=${a%%:*}; envs=${a#*:}
-        echo "--- arm $name ($envs)"
-        env $envs HEADROOM_DECODE_STATS=1 timeout 100 "$HR" --attn-execution fused \
-            bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 8192,32768 \
-            --iterations 1 --warmup 0 --decode 64 --json "$OUT/decode-$name.json" 2>&1 \
-            | tee -a "$LOG" | grep -E "decode|tok/s" | grep -v "run [0-9]"
-        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    done
+    HEADROOM_DECODE_STATS=1 timeout 100 "$HR" --attn-execution fused \
+        bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 8192,32768 \
+        --iterations 1 --warmup 0 --decode 64 --json "$OUT/decode.json" 2>&1 \
+        | tee -a "$LOG" | grep -E "decode|tok/s" | grep -v "run [0-9]"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     ;;
 *) echo "unknown section $section"; status=1 ;;
 esac

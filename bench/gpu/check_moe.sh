@@ -2,16 +2,13 @@
 # On the GPU machine, in one call: the routed-experts checks against the f64
 # host reference (crates/cuda/tests/moe.rs: small shapes at 1/7/100/333 tokens,
 # the 35B-A3B shape at 512 tokens, chunked passes, ties, a NaN router row,
-# bitwise reproducibility; the backend's whole MoE op, fused and unfused glue,
-# crates/cuda/tests/moe/block.rs), the timing of the 35B-A3B shape at
-# 2k/8k/32k tokens (routed block per grouped-GEMM kernel, and the whole MoE op
-# per glue; CUDA events, median of 7), and compute-sanitizer memcheck on small
-# cases. Logs go to $OUT (or ./gpu-out).
-# Every grouped-GEMM variant runs (GemmImpl: mma, wgmma, staged y, wide,
-# wide persistent, wide warp-specialised, auto); knobs: SMOKE_IMPL/SMOKE_ENV
-# (the variant tried alone first and dropped if it fails; default WideWs),
-# OP_IMPLS (HEADROOM_MOE_IMPL values the whole-op checks repeat on), OP_CHUNK
-# (op bench again with HEADROOM_MOE_CHUNK_TOKENS), NCU_KERNELS (ncu sections).
+# bitwise reproducibility; the backend's whole MoE op, crates/cuda/tests/moe/block.rs),
+# each on every grouped-GEMM kernel family the device runs (GemmImpl: MmaSync,
+# and on sm_90a Wgmma and Wide, each forced, then the default per-pass choice),
+# the timing of the 35B-A3B shape at 2k/8k/32k tokens (routed block and the
+# whole MoE op per family; CUDA events, median of 7), and compute-sanitizer
+# memcheck on small cases. Logs go to $OUT (or ./gpu-out). NCU_KERNELS (name
+# regexes) adds ncu sections of one 32k-token launch per kernel.
 # Usage: bench/gpu/check_moe.sh [path/to/moe-test-binary]
 #   (cargo test --release -p headroom-cuda --test moe --no-run prints its path)
 set -uo pipefail
@@ -23,59 +20,25 @@ source bench/gpu/env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 status=0
 
-# The newest kernel first, alone and briefly: if it hangs or fails, the rest
-# of the call runs without it (HEADROOM_MOE_TEST_SKIP) instead of timing out.
-SMOKE_IMPL=${SMOKE_IMPL-WideWs}
-SMOKE_ENV=${SMOKE_ENV-wide_ws}
-if [ -n "$SMOKE_IMPL" ]; then
-    echo "=== smoke: every variant on the 35B shape (512 tokens), ${SMOKE_S:-40} s ==="
-    timeout ${SMOKE_S:-40} "$BIN" --ignored --nocapture --exact the_35b_shape_matches_the_f64_reference 2>&1 | tee "$OUT/moe_smoke.log"
-    if [ "${PIPESTATUS[0]}" -ne 0 ]; then
-        echo "smoke FAILED: dropping $SMOKE_IMPL (${SMOKE_ENV:-}) from the rest of the call"; status=1
-        export HEADROOM_MOE_TEST_SKIP=$SMOKE_IMPL
-        OP_IMPLS=$(echo "${OP_IMPLS:-wide wide_p wide_ws auto}" | sed "s/\b${SMOKE_ENV:-none}\b//")
-    fi
-fi
-
 echo "=== correctness (f64 host reference) ==="
 timeout ${CHECK_S:-150} "$BIN" --ignored --test-threads=1 --nocapture --skip bench_the_35b 2>&1 | tee "$OUT/moe_check.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "correctness FAILED"; status=1; }
 
-# The whole-op cases (block::*) run on the default kernels above; again on
-# each wide variant (HEADROOM_MOE_IMPL picks the op's kernels).
-for imp in ${OP_IMPLS:-wide wide_p wide_ws auto}; do
-    echo "=== correctness of the whole op with HEADROOM_MOE_IMPL=$imp ==="
-    HEADROOM_MOE_IMPL=$imp timeout ${CHECK_S:-150} "$BIN" --ignored --test-threads=1 --nocapture block:: --skip bench_the_35b 2>&1 | tee -a "$OUT/moe_check.log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "op correctness ($imp) FAILED"; status=1; }
-done
-
 echo "=== timing: 35B-A3B shape (h 2048, 256 experts, top-8, i 512) ==="
 timeout ${BENCH_S:-90} "$BIN" --ignored --nocapture --exact bench_the_35b_shape 2>&1 | tee "$OUT/moe_bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "timing FAILED"; status=1; }
-echo "=== timing: the whole MoE op (router, shared expert, routed experts, glue) ==="
+echo "=== timing: the whole MoE op (router, shared expert, routed experts) ==="
 timeout ${BENCH_S:-90} "$BIN" --ignored --nocapture --exact block::bench_the_35b_moe_op 2>&1 | tee "$OUT/moe_op_bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "op timing FAILED"; status=1; }
-
-if [ -n "${OP_CHUNK:-}" ]; then
-    echo "=== timing: the whole MoE op, HEADROOM_MOE_CHUNK_TOKENS=$OP_CHUNK ==="
-    HEADROOM_MOE_CHUNK_TOKENS=$OP_CHUNK timeout ${BENCH_S:-90} "$BIN" --ignored --nocapture --exact block::bench_the_35b_moe_op 2>&1 | tee -a "$OUT/moe_op_bench.log"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "op timing (chunk $OP_CHUNK) FAILED"; status=1; }
-fi
 
 echo "=== compute-sanitizer memcheck (7 tokens, 8 experts) ==="
 if command -v compute-sanitizer >/dev/null; then
     timeout 50 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --exact sanitizer_case 2>&1 | tail -n 6
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED"; status=1; }
-    echo "--- memcheck: the fused MoE op of a rank holding 8 of 16 experts (67 tokens) ---"
-    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --exact \
-        block::the_fused_moe_op_of_a_rank_holding_some_experts_matches 2>&1 | tail -n 6
+    echo "--- memcheck: the MoE op of a rank holding 8 of 16 experts (67 tokens), every kernel family ---"
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --exact \
+        block::the_moe_op_of_a_rank_holding_some_experts_matches 2>&1 | tail -n 6
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck (op) FAILED"; status=1; }
-    for imp in ${OP_IMPLS:-wide wide_p wide_ws auto}; do
-        echo "--- memcheck: the same op with HEADROOM_MOE_IMPL=$imp ---"
-        HEADROOM_MOE_IMPL=$imp timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" --ignored --exact \
-            block::the_fused_moe_op_of_a_rank_holding_some_experts_matches 2>&1 | tail -n 6
-        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck (op, $imp) FAILED"; status=1; }
-    done
 else
     echo "compute-sanitizer not found"; status=1
 fi

@@ -13,7 +13,6 @@ use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
-use headroom_cuda::ops::moe::{GemmImpl, MoeGlue};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
@@ -263,10 +262,8 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
     let be = backend();
     let s = QWEN35B;
     let w = weights(&be, s, 11);
-    let old = (
-        MoeGlue::Fused,
-        GemmImpl::for_arch(&be.device().arch.clone()),
-    );
+    // The grouped-GEMM path on its default kernels.
+    let old = None;
     for rows in [1, 3, 8] {
         let x = inputs(&w, s, rows, rows as u64);
         let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
@@ -283,13 +280,11 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
         let e_paths = rel_err(&got, &grouped64);
         println!("{rows} rows: decode {err:.2e}, grouped {e_old:.2e} vs f64, paths {e_paths:.2e}");
         assert!(e_paths < 2e-2, "{rows} rows: decode vs grouped {e_paths}");
-        // The backend's moe op takes the decode path unless it is switched off.
-        if std::env::var("HEADROOM_MOE_DECODE").as_deref() != Ok("off") {
-            let via_op = be
-                .act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap())
-                .unwrap();
-            assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
-        }
+        // The backend's moe op takes the decode path.
+        let via_op = be
+            .act_to_f32(&be.moe(&xa, &w.dev, &spec(s)).unwrap())
+            .unwrap();
+        assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
     }
     // Time per call at one row, back to back (printed for the journal).
     let x = be.act_from_f32(1, s.hidden, &inputs(&w, s, 1, 1)).unwrap();

@@ -9,7 +9,7 @@ use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
     gated_delta_rule, gated_delta_rule_tuned, gated_delta_rule_with, validate, GdnLaunch,
-    PrepKernel, ScanKernel, ScanWidth, Tuning,
+    ScanWidth, Tuning,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -18,25 +18,6 @@ use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
-const SCANS: [ScanKernel; 5] = [
-    ScanKernel::V2,
-    ScanKernel::V3,
-    ScanKernel::V3Deep,
-    ScanKernel::V5,
-    ScanKernel::V6,
-];
-
-/// Whether `scan` at width `w` runs another generation's kernel (V3Deep, V5
-/// and V6 run V3's wide scan): such pairs are checked and timed once.
-fn runs_v3_wide(scan: ScanKernel, w: ScanWidth) -> bool {
-    w == ScanWidth::Wide && scan != ScanKernel::V2 && scan != ScanKernel::V3
-}
-const PREPS: [PrepKernel; 4] = [
-    PrepKernel::V3,
-    PrepKernel::V4,
-    PrepKernel::V5,
-    PrepKernel::V6,
-];
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -287,48 +268,16 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
-/// The kernels of `all` the GPU checks run: all of them, or those named
-/// (case-insensitively, comma-separated) in the variable `var`
-/// (`GDN_CHECK_PREPS=v5`, `GDN_CHECK_SCANS=v3deep,v5`: a sanitizer pass on
-/// the new kernels).
-fn checked<K: Copy + std::fmt::Debug>(all: &[K], var: &str) -> Vec<K> {
-    let pick = std::env::var(var).ok().filter(|v| !v.trim().is_empty());
-    let picked: Vec<K> = all
-        .iter()
-        .copied()
-        .filter(|k| {
-            pick.as_ref().is_none_or(|names| {
-                names
-                    .split(',')
-                    .any(|n| n.trim().eq_ignore_ascii_case(&format!("{k:?}")))
-            })
-        })
-        .collect();
-    assert!(!picked.is_empty(), "{var}={pick:?} names no kernel");
-    picked
-}
-
-/// The kernel variants every GPU check runs: every prep generation with
-/// every scan generation at both widths (v3deep's, v5's and v6's wide scan is
-/// v3's: run once).
+/// The kernel variants every GPU check runs: the prep with the scan at
+/// both widths.
 fn variants() -> Vec<Tuning> {
-    let mut v = Vec::new();
-    for prep in checked(&PREPS, "GDN_CHECK_PREPS") {
-        for scan in checked(&SCANS, "GDN_CHECK_SCANS") {
-            for w in WIDTHS {
-                if runs_v3_wide(scan, w) {
-                    continue;
-                }
-                v.push(Tuning {
-                    width: Some(w),
-                    scan,
-                    prep,
-                    ..Tuning::default()
-                });
-            }
-        }
-    }
-    v
+    WIDTHS
+        .into_iter()
+        .map(|w| Tuning {
+            width: Some(w),
+            ..Tuning::default()
+        })
+        .collect()
 }
 
 /// Runs `calls` (each a list of sequences) in order on the device and the

@@ -205,37 +205,23 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
     }
 }
 
-/// Whether `imp` is left out of this run (`HEADROOM_MOE_TEST_SKIP`: variant
-/// names, comma-separated; the GPU script drops a variant that hung).
-fn skipped(imp: GemmImpl) -> bool {
-    std::env::var("HEADROOM_MOE_TEST_SKIP")
-        .is_ok_and(|v| v.split(',').any(|n| n.trim() == format!("{imp:?}")))
-}
-
-/// The grouped-GEMM kernels this device runs: all seven on Hopper (less any
-/// [`skipped`] one).
-fn impls(dev: &CudaDevice) -> Vec<GemmImpl> {
-    let all = if dev.arch == "sm_90a" {
-        vec![
-            GemmImpl::MmaSync,
-            GemmImpl::Wgmma,
-            GemmImpl::WgmmaStagedY,
-            GemmImpl::Wide,
-            GemmImpl::WidePersistent,
-            GemmImpl::WideWs,
-            GemmImpl::Auto,
-        ]
+/// The grouped-GEMM kernels this device runs, each forced, then the
+/// default per-pass choice (`None`): all three families on Hopper, mma.sync
+/// elsewhere.
+fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
+    let forced = if dev.arch == "sm_90a" {
+        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::Wide]
     } else {
         vec![GemmImpl::MmaSync]
     };
-    all.into_iter().filter(|&i| !skipped(i)).collect()
+    forced.into_iter().map(Some).chain([None]).collect()
 }
 
 /// One call on `imp` (`None`: the default of `routed_experts`).
 fn run(dev: &CudaDevice, c: &Case, imp: Option<GemmImpl>) -> Vec<f32> {
     let d = upload(dev, c);
     match imp {
-        Some(imp) => routed_experts_marked(dev, &launch(&c.s, &d), imp, &mut |_| Ok(())).unwrap(),
+        Some(_) => routed_experts_marked(dev, &launch(&c.s, &d), imp, &mut |_| Ok(())).unwrap(),
         None => routed_experts(dev, &launch(&c.s, &d)).unwrap(),
     }
     let mut out = vec![0f32; c.s.tokens * c.s.hidden];
@@ -278,7 +264,7 @@ fn check(dev: &CudaDevice, s: Shape, seed: u64) {
     let c = Case::random(s, seed);
     let want = reference(&c);
     for imp in impls(dev) {
-        let got = run(dev, &c, Some(imp));
+        let got = run(dev, &c, imp);
         let err = compare(&c, &got, &want, &[]);
         println!(
             "moe check {imp:?} t={} h={} e={} k={} i={} renorm={}: rel err {err:.2e}",
@@ -360,7 +346,7 @@ fn ties_go_to_the_lower_expert_and_a_nan_row_poisons_only_its_token() {
     assert_eq!(route(&c.logits[2 * e..3 * e], e, 2, true).0, vec![0, 1]);
     let want = reference(&c);
     for imp in impls(&dev) {
-        let got = run(&dev, &c, Some(imp));
+        let got = run(&dev, &c, imp);
         let err = compare(&c, &got, &want, &[2]);
         println!("moe ties and NaN row {imp:?}: rel err {err:.2e}");
         assert!(err <= 2e-2);
@@ -382,8 +368,8 @@ fn results_are_bitwise_reproducible() {
     let b = run(&dev, &c, None);
     assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
     for imp in impls(&dev) {
-        let x = run(&dev, &c, Some(imp));
-        let y = run(&dev, &c, Some(imp));
+        let x = run(&dev, &c, imp);
+        let y = run(&dev, &c, imp);
         assert!(
             x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()),
             "{imp:?}"
@@ -400,7 +386,7 @@ fn sanitizer_case() {
     c.logits[3 * SMALL.experts] = f32::NAN;
     let want = reference(&c);
     for imp in impls(&dev) {
-        let got = run(&dev, &c, Some(imp));
+        let got = run(&dev, &c, imp);
         compare(&c, &got, &want, &[3]);
     }
 }

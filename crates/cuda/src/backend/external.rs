@@ -1,19 +1,13 @@
 //! The two kernels of `crate::ops` the backend calls: the gated delta rule
-//! (`ops::gdn`) and the grouped-GEMM routed experts (`ops::moe`), behind the
-//! names the ops use (`NOT_MERGED` stays for a build without one of them).
+//! (`ops::gdn`) and the grouped-GEMM routed experts (`ops::moe`), each with
+//! its shape-general fallback (`ops::fallback`).
 
 use super::launch::dev_err;
 use crate::device::CudaDevice;
 use headroom_core::ops::OpResult;
 
-pub(crate) const NOT_MERGED: &str = "not merged yet";
-
-/// Whether the gated delta rule kernel is built in.
-pub(crate) const GDN_AVAILABLE: bool = true;
 /// The key and value head dim the gated delta rule kernels are built for.
 pub(crate) const GDN_HEAD_DIM: usize = crate::ops::gdn::SUPPORTED_DIM;
-/// Whether the routed-experts kernel is built in.
-pub(crate) const MOE_AVAILABLE: bool = true;
 
 pub(crate) use crate::ops::gdn::GdnLaunch as GdnCall;
 pub(crate) use crate::ops::moe::MoeLaunch as MoeCall;
@@ -24,7 +18,7 @@ pub(crate) fn gated_delta_rule(dev: &CudaDevice, call: &GdnCall<'_>) -> OpResult
     if call.k_dim == GDN_HEAD_DIM && call.v_dim == GDN_HEAD_DIM {
         crate::ops::gdn::gated_delta_rule(dev, call).map_err(dev_err)
     } else {
-        super::fallback::gated_delta_rule(dev, call)
+        crate::ops::fallback::gated_delta_rule(dev, call)
     }
 }
 
@@ -48,6 +42,6 @@ pub(crate) fn routed_experts(
     if moe_fast_path(call.hidden, call.intermediate) {
         crate::ops::moe::routed_experts_local(dev, call, local.0, local.1).map_err(dev_err)
     } else {
-        super::fallback::routed_experts(dev, call, local)
+        crate::ops::fallback::routed_experts(dev, call, local)
     }
 }

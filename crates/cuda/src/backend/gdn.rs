@@ -1,7 +1,7 @@
 //! The gated delta rule op: checks the batch and shapes, then runs the
 //! chunked kernel of [`super::external`] over each sequence's slot state.
 
-use super::external::{gated_delta_rule as launch_rule, GdnCall, GDN_AVAILABLE, NOT_MERGED};
+use super::external::{gated_delta_rule as launch_rule, GdnCall};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaGdnState};
 use super::validate::{batch_rows, bf16};
@@ -37,12 +37,6 @@ pub(crate) fn gated_delta_rule(
         ));
     }
     batch_rows(op, qkv, batch, spec.slots)?;
-    if !GDN_AVAILABLE {
-        return Err(OpError::Unsupported {
-            op,
-            reason: NOT_MERGED.into(),
-        });
-    }
     let out = new_act(dev, op, qkv.rows, spec.v_heads * spec.v_dim, Dtype::Bf16)?;
     let seqs: Vec<(usize, usize, usize)> = (0..batch.sequences())
         .map(|i| (batch.slots[i], batch.cu_seqlens[i], batch.seq_len(i)))

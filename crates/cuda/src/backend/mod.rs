@@ -6,25 +6,23 @@
 //! on the device's one stream (a buffer dropped on the host is reused only by
 //! later work of that stream). Each op group lives in its own file:
 //! [`memory`] (uploads, synthetic weights), [`state`] (pools), [`dense`]
-//! (linear, gathers, gates; few rows: [`gemv`]), [`norm`], [`rope`], [`conv`], [`kv`],
-//! [`attention`], [`gdn`] (the fused decode paths: [`gdn_decode`], [`attention_prep`]), [`moe`] (few rows: [`moe_decode`]), [`sample`], [`supports`].
+//! (linear, gathers, gates; few rows: [`gemv`]), [`norm`], [`rope`], [`kv`],
+//! [`attention`] (the fused decode path: [`attention_prep`]), [`gdn`], [`moe`],
+//! [`sample`], [`supports`]; the conv1d, the fused GDN decode core and the MoE
+//! decode path are in `crate::ops`.
 
 mod attention;
 mod attention_prep;
 mod comm;
-mod conv;
 mod decode_stats;
 mod dense;
 mod external;
-mod fallback;
 mod gdn;
-mod gdn_decode;
 mod gemv;
 mod kv;
-mod launch;
-mod memory;
+pub(crate) mod launch;
+pub(crate) mod memory;
 mod moe;
-mod moe_decode;
 mod moe_partial;
 mod norm;
 mod profile_window;
@@ -33,7 +31,7 @@ mod sample;
 mod state;
 mod supports;
 mod types;
-mod validate;
+pub(crate) mod validate;
 
 pub use gemv::GemvKernel;
 pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
@@ -96,9 +94,9 @@ impl CudaBackend {
         self.dev.fill_bytes(&x.buf, value).map_err(launch::dev_err)
     }
 
-    /// The GDN core on the fused decode kernel whatever `HEADROOM_GDN_DECODE`
-    /// says; `Err` unless every sequence is one row and the shape is the
-    /// kernel's (tests compare it with `headroom_core::ops::gdn_core_composed`).
+    /// The GDN core on the fused decode kernel; `Err` unless every sequence
+    /// is one row and the shape is the kernel's (tests compare it with
+    /// `headroom_core::ops::gdn_core_composed`).
     pub fn gdn_core_fused(
         &self,
         x: GdnCoreInputs<'_, CudaAct>,
@@ -106,7 +104,7 @@ impl CudaBackend {
         st: &mut CudaGdnState,
         batch: &Batch,
     ) -> OpResult<CudaAct> {
-        gdn_decode::gdn_decode(&self.dev, x, w, st, batch)
+        crate::ops::gdn::decode::gdn_decode(&self.dev, x, w, st, batch)
     }
 
     /// The attention prep on the fused decode kernel whatever
@@ -262,7 +260,7 @@ impl Backend for CudaBackend {
         st: &mut CudaGdnState,
         batch: &Batch,
     ) -> OpResult<CudaAct> {
-        conv::conv1d_silu(&self.dev, x, w, st, batch)
+        crate::ops::conv::conv1d_silu(&self.dev, x, w, st, batch)
     }
 
     fn gdn_gating(
@@ -286,7 +284,7 @@ impl Backend for CudaBackend {
         gdn::gated_delta_rule(&self.dev, qkv, g, beta, st, batch)
     }
 
-    /// One fused launch for all-decode batches (`gdn_decode`), else the composition.
+    /// One fused launch for all-decode batches (`ops::gdn::decode`), else the composition.
     fn gdn_core(
         &self,
         x: GdnCoreInputs<'_, CudaAct>,
@@ -294,8 +292,8 @@ impl Backend for CudaBackend {
         st: &mut CudaGdnState,
         batch: &Batch,
     ) -> OpResult<CudaAct> {
-        if gdn_decode::takes(&x, w, st, batch) {
-            gdn_decode::gdn_decode(&self.dev, x, w, st, batch)
+        if crate::ops::gdn::decode::takes(&x, w, st, batch) {
+            crate::ops::gdn::decode::gdn_decode(&self.dev, x, w, st, batch)
         } else {
             headroom_core::ops::gdn_core_composed(self, x, w, st, batch)
         }

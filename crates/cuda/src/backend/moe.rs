@@ -2,11 +2,12 @@
 //! (the grouped-GEMM kernel of [`super::external`]), and the shared expert
 //! (gate/up/down GEMMs + SwiGLU, scaled by `sigmoid(shared_gate · x)`),
 //! summed into the bf16 output: by the routed combine itself where the
-//! grouped-GEMM path runs ([`MoeGlue::Fused`], the default), else by one
-//! element-wise kernel after the f32 routed output (`HEADROOM_MOE_GLUE=unfused`).
+//! grouped-GEMM path runs, else (shapes the grouped GEMMs' tiles do not
+//! divide: the fallback kernels) by one element-wise kernel after the f32
+//! routed output.
 
 use super::dense::{linear, swiglu};
-use super::external::{moe_fast_path, routed_experts, MoeCall, MOE_AVAILABLE, NOT_MERGED};
+use super::external::{moe_fast_path, routed_experts, MoeCall};
 use super::launch::{alloc, dev_err, launch, stride_grid, Args};
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
@@ -14,56 +15,10 @@ use super::validate::bf16;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::ops::moe::{
-    routed_experts_local_marked, routed_experts_shared_marked, GemmImpl, MoeGlue, MoeStage,
-    SharedEpilogue,
+    check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
 };
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
-
-/// Checks the expert weights against the spec and `hidden`.
-pub(super) fn check(w: &MoeWeights<CudaWeight>, spec: &MoeSpec, hidden: usize) -> OpResult<()> {
-    let (e, i) = (spec.num_experts, spec.intermediate);
-    spec.check_local()
-        .map_err(|detail| OpError::shape("moe", detail))?;
-    // The experts whose weights this backend holds (expert parallelism).
-    let local = spec.local_experts;
-    if spec.top_k == 0 || spec.top_k > e {
-        return Err(OpError::shape(
-            "moe",
-            format!("top_k {} must be in 1..={e}", spec.top_k),
-        ));
-    }
-    let expect = |name: &str, wt: &CudaWeight, rows: Option<usize>, cols: usize| -> OpResult<()> {
-        wt.matrix("moe")?;
-        if rows.is_some_and(|r| r != wt.rows) || wt.cols != cols {
-            return Err(OpError::shape(
-                "moe",
-                format!(
-                    "{name} is [{}][{}], expected [{rows:?}][{cols}]",
-                    wt.rows, wt.cols
-                ),
-            ));
-        }
-        Ok(())
-    };
-    expect("router", &w.router, Some(e), hidden)?;
-    expect("gate_up", &w.gate_up, local.checked_mul(2 * i), hidden)?;
-    expect("down", &w.down, local.checked_mul(hidden), i)?;
-    expect("shared_gate", &w.shared_gate, Some(1), hidden)?;
-    expect("shared_gate_proj", &w.shared_gate_proj, None, hidden)?;
-    expect(
-        "shared_up_proj",
-        &w.shared_up_proj,
-        Some(w.shared_gate_proj.rows),
-        hidden,
-    )?;
-    expect(
-        "shared_down_proj",
-        &w.shared_down_proj,
-        Some(hidden),
-        w.shared_gate_proj.rows,
-    )
-}
 
 /// The shared expert's output before its gate, bf16 `[t][hidden]`.
 pub(crate) fn shared_expert(
@@ -82,17 +37,17 @@ pub(crate) fn moe(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
-    // Few rows (decode): three GEMV launches (backend/moe_decode.rs).
-    if super::moe_decode::takes(x, w, spec) {
-        return super::moe_decode::moe_decode(dev, x, w, spec);
+    // Few rows (decode): three GEMV launches (`crate::ops::moe::decode`).
+    if decode::takes(x, w, spec) {
+        return decode::moe_decode(dev, x, w, spec);
     }
-    let imp = GemmImpl::for_arch(&dev.arch);
-    moe_marked(dev, x, w, spec, (MoeGlue::from_env(), imp), &mut |_| {})
+    moe_marked(dev, x, w, spec, None, &mut |_| {})
 }
 
 impl super::CudaBackend {
-    /// The MoE op with the glue and grouped-GEMM kernels chosen by the caller
-    /// (where the shape takes the grouped GEMMs), calling `mark` with a stage
+    /// The MoE op (its grouped-GEMM path, whatever the row count) with the
+    /// grouped-GEMM kernels `imp` (`None`: chosen per pass, as the op does)
+    /// where the shape takes the grouped GEMMs, calling `mark` with a stage
     /// name (`router`, `shared`, `route`, `gate_up`, `down`, `combine`,
     /// `glue`, `end`) before each stage's launches: a bench records events there.
     pub fn moe_marked(
@@ -100,10 +55,33 @@ impl super::CudaBackend {
         x: &CudaAct,
         w: &MoeWeights<CudaWeight>,
         spec: &MoeSpec,
-        how: (MoeGlue, GemmImpl),
+        imp: Option<GemmImpl>,
         mark: &mut dyn FnMut(&'static str),
     ) -> OpResult<CudaAct> {
-        moe_marked(&self.dev, x, w, spec, how, mark)
+        moe_marked(&self.dev, x, w, spec, imp, mark)
+    }
+
+    /// The MoE block on the decode kernels (tests and benches compare it
+    /// with [`Self::moe_marked`]); `Err` for shapes they do not take.
+    pub fn moe_decode(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CudaAct> {
+        decode::moe_decode(&self.dev, x, w, spec)
+    }
+
+    /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
+    /// before each launch and `end` after the last.
+    pub fn moe_decode_marked(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+        mark: &mut dyn FnMut(&'static str),
+    ) -> OpResult<CudaAct> {
+        decode::moe_decode_marked(&self.dev, x, w, spec, mark)
     }
 }
 
@@ -145,30 +123,23 @@ fn moe_marked(
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
-    (glue, imp): (MoeGlue, GemmImpl),
+    imp: Option<GemmImpl>,
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<CudaAct> {
     bf16("moe", x)?;
     let hidden = x.cols;
-    check(w, spec, hidden)?;
+    check_weights(w, spec, hidden)?;
     if !spec.shared_expert {
         return Err(OpError::Unsupported {
             op: "moe",
             reason: "a block without its shared expert runs only as a group's moe_partial".into(),
         });
     }
-    if !MOE_AVAILABLE {
-        return Err(OpError::Unsupported {
-            op: "moe",
-            reason: format!("routed experts: {NOT_MERGED}"),
-        });
-    }
     let local = (spec.first_expert, spec.local_experts);
     mark("router");
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
     let out = new_act(dev, "moe", x.rows, hidden, Dtype::Bf16)?;
-    let fast = moe_fast_path(hidden, spec.intermediate);
-    if glue == MoeGlue::Fused && fast {
+    if moe_fast_path(hidden, spec.intermediate) {
         // The shared expert first: the routed combine adds it, gated, and
         // writes the bf16 output (`out` of the call is not touched).
         mark("shared");
@@ -186,18 +157,10 @@ fn moe_marked(
         .map_err(dev_err)?;
         return Ok(out);
     }
-    // Overwritten by the routed-experts kernel.
+    // The fallback kernels, overwriting `routed`.
     let routed = alloc(dev, x.elems().max(1) * 4)?;
     let l = call(x, &logits, w, spec, &routed);
-    if fast {
-        routed_experts_local_marked(dev, &l, local, imp, &mut |s| {
-            mark(stage_name(s));
-            Ok(())
-        })
-        .map_err(dev_err)?;
-    } else {
-        routed_experts(dev, &l, local)?;
-    }
+    routed_experts(dev, &l, local)?;
     mark("shared");
     let shared = shared_expert(dev, x, w)?;
     mark("glue");

@@ -4,19 +4,19 @@
 //! whose spec says so (`MoeSpec::shared_expert`: it holds the shared expert
 //! whole), the shared expert's bf16 output — rounded exactly where one GPU
 //! rounds it — gated by `sigmoid(shared_gate · x)`, combined in f32
-//! (`moe_combine_partial_f32`, `kernels/ops_tp.cu`) and left for the
+//! (`moe_combine_partial_f32`, `ops/tp/ops_tp.cu`) and left for the
 //! all-reduce to sum and round once ([`super::comm`]): the group's sum is
 //! the one-GPU block up to f32 summation order. Outside a group
 //! `moe_partial` is the ordinary bf16 [`super::moe::moe`]; this file adds no
 //! work there.
 
 use super::dense::linear;
-use super::external::{routed_experts, MOE_AVAILABLE, NOT_MERGED};
+use super::external::routed_experts;
 use super::memory::new_act;
 use super::types::{CudaAct, CudaWeight};
 use super::validate::bf16;
 use crate::device::CudaDevice;
-use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
+use headroom_core::ops::{MoeSpec, MoeWeights, OpResult};
 use headroom_core::Dtype;
 
 /// The MoE block's output over this backend's experts and shared-expert
@@ -29,13 +29,7 @@ pub(crate) fn moe_f32(
 ) -> OpResult<CudaAct> {
     bf16("moe", x)?;
     let hidden = x.cols;
-    super::moe::check(w, spec, hidden)?;
-    if !MOE_AVAILABLE {
-        return Err(OpError::Unsupported {
-            op: "moe",
-            reason: format!("routed experts: {NOT_MERGED}"),
-        });
-    }
+    crate::ops::moe::check_weights(w, spec, hidden)?;
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
     // Overwritten by the routed-experts kernel, then by the combine (in place).
     let out = new_act(dev, "moe", x.rows, hidden, Dtype::F32)?;
@@ -48,7 +42,7 @@ pub(crate) fn moe_f32(
     let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
     super::moe::combine(
         dev,
-        "moe_combine_partial_f32",
+        crate::ops::tp::MOE_COMBINE_PARTIAL,
         x,
         &out.buf,
         &shared,

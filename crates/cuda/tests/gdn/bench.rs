@@ -1,6 +1,6 @@
 //! The timing bench of the gated delta rule at the Qwen3.6-35B-A3B shape
-//! (a module of `tests/gdn.rs`, run by `bench/gpu/check_gdn.sh`): every prep
-//! x scan variant at t = 2048, 8192, 32768, prep alone and the scan as the
+//! (a module of `tests/gdn.rs`, run by `bench/gpu/check_gdn.sh`): the scan at
+//! both widths at t = 2048, 8192, 32768, prep alone and the scan as the
 //! difference, 8-sequence splits, the scan ablations, decode batches.
 
 use super::*;
@@ -33,19 +33,9 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
-    let tuned = |prep: PrepKernel, scan: ScanKernel, w: ScanWidth, ablation: u32| Tuning {
+    let tuned = |w: ScanWidth, ablation: u32| Tuning {
         width: Some(w),
-        scan,
-        prep,
         scan_ablation: ablation,
-    };
-    let lower = |x: String| x.to_lowercase();
-    let name = |prep: PrepKernel, scan: ScanKernel, w: ScanWidth| {
-        format!(
-            "p{}-{}-{w:?}",
-            lower(format!("{prep:?}")),
-            lower(format!("{scan:?}"))
-        )
     };
     let mut not_finite: Vec<String> = Vec::new();
     for &t in &lengths {
@@ -55,27 +45,19 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
         let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
-        for prep in PREPS {
-            // Prep alone (no scan launched): the scan's time is the difference.
-            let n = format!("p{}-alone", lower(format!("{prep:?}")));
-            cases.push((n, tuned(prep, ScanKernel::V2, ScanWidth::Narrow, 4), &one));
-            for scan in SCANS {
-                for w in WIDTHS {
-                    if runs_v3_wide(scan, w) {
-                        continue; // the same kernel as v3 wide
-                    }
-                    let n = name(prep, scan, w);
-                    cases.push((n.clone(), tuned(prep, scan, w, 0), &one));
-                    if t >= 8192 && prep != PrepKernel::V3 {
-                        cases.push((format!("{n}-8seq"), tuned(prep, scan, w, 0), &eight));
-                    }
-                    if t >= 32768 && w == ScanWidth::Narrow && prep == PrepKernel::default() {
-                        // Timing ablations (wrong results by design): the scan without
-                        // its tile loads after the first chunk, without arithmetic.
-                        cases.push((format!("{n}-noload"), tuned(prep, scan, w, 1), &one));
-                        cases.push((format!("{n}-nomath"), tuned(prep, scan, w, 2), &one));
-                    }
-                }
+        // Prep alone (no scan launched): the scan's time is the difference.
+        cases.push(("prep-alone".into(), tuned(ScanWidth::Narrow, 4), &one));
+        for w in WIDTHS {
+            let n = format!("scan-{w:?}");
+            cases.push((n.clone(), tuned(w, 0), &one));
+            if t >= 8192 {
+                cases.push((format!("{n}-8seq"), tuned(w, 0), &eight));
+            }
+            if t >= 32768 && w == ScanWidth::Narrow {
+                // Timing ablations (wrong results by design): the scan without
+                // its tile loads after the first chunk, without arithmetic.
+                cases.push((format!("{n}-noload"), tuned(w, 1), &one));
+                cases.push((format!("{n}-nomath"), tuned(w, 2), &one));
             }
         }
         let mut prep_ms = None;

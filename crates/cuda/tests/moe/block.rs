@@ -1,15 +1,14 @@
 //! The whole MoE op of the CUDA backend (router, routed experts, shared
-//! expert with its sigmoid gate): the fused glue (the gated shared-expert add
-//! inside the routed combine, bf16 out in one pass) against an f64 reference
-//! and against the unfused glue (f32 routed output, cuBLAS gate GEMV, one more
-//! element-wise pass), and the timing of both on the 35B-A3B shape.
+//! expert with its sigmoid gate folded into the routed combine, bf16 out in
+//! one pass) against an f64 reference, on every grouped-GEMM kernel family
+//! the device runs, and its timing on the 35B-A3B shape.
 
 use super::{median, Event};
 use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights, WeightInit};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
-use headroom_cuda::ops::moe::{GemmImpl, MoeGlue, CHUNK_TOKENS};
+use headroom_cuda::ops::moe::{GemmImpl, CHUNK_TOKENS};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 
@@ -166,19 +165,15 @@ fn poison_pool(be: &CudaBackend, bytes: usize) {
     dev.synchronize().unwrap();
 }
 
-fn default_imp(be: &CudaBackend) -> GemmImpl {
-    GemmImpl::for_arch(&be.device().arch)
-}
-
 fn run(
     be: &CudaBackend,
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
-    how: (MoeGlue, GemmImpl),
+    imp: Option<GemmImpl>,
 ) -> Vec<f32> {
     poison_pool(be, x.rows * x.cols * 2);
-    let y = be.moe_marked(x, w, spec, how, &mut |_| {}).unwrap();
+    let y = be.moe_marked(x, w, spec, imp, &mut |_| {}).unwrap();
     be.act_to_f32(&y).unwrap()
 }
 
@@ -206,26 +201,42 @@ fn as_f64(v: &[f32]) -> Vec<f64> {
     v.iter().map(|&a| a as f64).collect()
 }
 
-/// Both glues on one block; the fused one against f64 (`with_ref`) and the unfused one.
-fn check_glues(b: Block, spec: MoeSpec, tokens: usize, seed: u64, with_ref: bool) {
+/// Tokens of `tokens` the f64 reference covers: all of a small call, else
+/// the first and last 16 (a large call's first and last pass).
+fn sampled(tokens: usize) -> Vec<usize> {
+    if tokens <= 512 {
+        (0..tokens).collect()
+    } else {
+        (0..16).chain(tokens - 16..tokens).collect()
+    }
+}
+
+/// The op on one block, on the default kernels and on each grouped-GEMM
+/// family of the device, against f64 on the [`sampled`] tokens.
+fn check_op(b: Block, spec: MoeSpec, tokens: usize, seed: u64) {
     let be = backend();
     let hw = HostWeights::random(b, spec.local_experts, seed);
     let w = hw.upload(&be, b);
     let x = uniform(seed + 10, tokens * b.h, 1.0);
     let xa = be.act_from_f32(tokens, b.h, &x).unwrap();
-    let imp = default_imp(&be);
-    let fused = run(&be, &xa, &w, &spec, (MoeGlue::Fused, imp));
-    let unfused = run(&be, &xa, &w, &spec, (MoeGlue::Unfused, imp));
-    let vs_unfused = rel_err(&fused, &as_f64(&unfused), b.h, &[]);
-    let vs_ref = with_ref.then(|| rel_err(&fused, &reference(&x, b, &spec, &hw), b.h, &[]));
-    let vs_ref_text = vs_ref.map_or("not computed".into(), |e| format!("{e:.2e}"));
-    println!(
-        "moe op h={} i={} e={} k={} si={} local {}+{} t={tokens} {imp:?}: fused vs unfused {vs_unfused:.2e}, fused vs f64 {vs_ref_text}",
-        b.h, b.i, b.e, b.k, b.si, spec.first_expert, spec.local_experts
-    );
-    assert!(vs_unfused <= 1e-3, "fused vs unfused {vs_unfused}");
-    if let Some(e) = vs_ref {
-        assert!(e <= 2e-2, "fused vs f64 {e}");
+    let rows = sampled(tokens);
+    let xs: Vec<f32> = rows
+        .iter()
+        .flat_map(|&t| x[t * b.h..(t + 1) * b.h].iter().copied())
+        .collect();
+    let want = reference(&xs, b, &spec, &hw);
+    for imp in super::impls(be.device()) {
+        let got = run(&be, &xa, &w, &spec, imp);
+        let got: Vec<f32> = rows
+            .iter()
+            .flat_map(|&t| got[t * b.h..(t + 1) * b.h].iter().copied())
+            .collect();
+        let err = rel_err(&got, &want, b.h, &[]);
+        println!(
+            "moe op h={} i={} e={} k={} si={} local {}+{} t={tokens} {imp:?}: vs f64 {err:.2e}",
+            b.h, b.i, b.e, b.k, b.si, spec.first_expert, spec.local_experts
+        );
+        assert!(err <= 2e-2, "{imp:?} vs f64 {err}");
     }
 }
 
@@ -239,19 +250,19 @@ const SMALL: Block = Block {
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
-fn the_fused_moe_op_matches_f64_and_the_unfused_glue() {
+fn the_moe_op_matches_f64() {
     let spec = MoeSpec::all_experts(SMALL.e, SMALL.k, SMALL.i, true);
     for (n, tokens) in [1usize, 67, 333].into_iter().enumerate() {
-        check_glues(SMALL, spec, tokens, 1000 + 20 * n as u64, true);
+        check_op(SMALL, spec, tokens, 1000 + 20 * n as u64);
     }
     // Not renormalised, top-1, and a shared expert narrower than the routed ones.
     let plain = MoeSpec {
         renormalise: false,
         ..spec
     };
-    check_glues(SMALL, plain, 45, 1100, true);
+    check_op(SMALL, plain, 45, 1100);
     let top1 = MoeSpec::all_experts(SMALL.e, 1, SMALL.i, true);
-    check_glues(
+    check_op(
         Block {
             k: 1,
             si: 64,
@@ -260,10 +271,9 @@ fn the_fused_moe_op_matches_f64_and_the_unfused_glue() {
         top1,
         45,
         1120,
-        true,
     );
     // Two passes (the combine's x, shared and out offsets of the second one).
-    check_glues(SMALL, spec, CHUNK_TOKENS + 5, 1140, false);
+    check_op(SMALL, spec, CHUNK_TOKENS + 5, 1140);
     // The 35B-A3B shape (h 2048, 256 experts top-8, i 512, shared 512).
     let big = Block {
         h: 2048,
@@ -272,30 +282,24 @@ fn the_fused_moe_op_matches_f64_and_the_unfused_glue() {
         k: 8,
         si: 512,
     };
-    check_glues(
-        big,
-        MoeSpec::all_experts(256, 8, 512, true),
-        300,
-        1160,
-        false,
-    );
+    check_op(big, MoeSpec::all_experts(256, 8, 512, true), 300, 1160);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
-fn the_fused_moe_op_of_a_rank_holding_some_experts_matches() {
+fn the_moe_op_of_a_rank_holding_some_experts_matches() {
     // Expert parallelism: this rank holds experts 4..12 of 16.
     let spec = MoeSpec {
         first_expert: 4,
         local_experts: 8,
         ..MoeSpec::all_experts(SMALL.e, SMALL.k, SMALL.i, true)
     };
-    check_glues(SMALL, spec, 67, 1200, true);
+    check_op(SMALL, spec, 67, 1200);
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
-fn a_nan_row_poisons_only_its_token_and_the_fused_op_is_reproducible() {
+fn a_nan_row_poisons_only_its_token_and_the_op_is_reproducible() {
     let be = backend();
     let spec = MoeSpec::all_experts(SMALL.e, SMALL.k, SMALL.i, true);
     let hw = HostWeights::random(SMALL, SMALL.e, 1300);
@@ -304,25 +308,24 @@ fn a_nan_row_poisons_only_its_token_and_the_fused_op_is_reproducible() {
     let mut x = uniform(1310, tokens * SMALL.h, 1.0);
     x[3 * SMALL.h + 17] = f32::NAN;
     let xa = be.act_from_f32(tokens, SMALL.h, &x).unwrap();
-    let imp = default_imp(&be);
-    let fused = run(&be, &xa, &w, &spec, (MoeGlue::Fused, imp));
-    let again = run(&be, &xa, &w, &spec, (MoeGlue::Fused, imp));
-    assert!(fused
-        .iter()
-        .zip(&again)
-        .all(|(p, q)| p.to_bits() == q.to_bits()));
-    let unfused = run(&be, &xa, &w, &spec, (MoeGlue::Unfused, imp));
-    let err = rel_err(&fused, &as_f64(&unfused), SMALL.h, &[3]);
-    assert!(err <= 1e-3, "fused vs unfused {err}");
-    // The unfused glue poisons the same row.
-    rel_err(&unfused, &as_f64(&fused), SMALL.h, &[3]);
-    println!("moe op NaN row: fused vs unfused {err:.2e}, bitwise reproducible");
+    let want = reference(&x, SMALL, &spec, &hw);
+    for imp in super::impls(be.device()) {
+        let got = run(&be, &xa, &w, &spec, imp);
+        let again = run(&be, &xa, &w, &spec, imp);
+        assert!(
+            got.iter()
+                .zip(&again)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{imp:?}"
+        );
+        let err = rel_err(&got, &want, SMALL.h, &[3]);
+        assert!(err <= 2e-2, "{imp:?} vs f64 {err}");
+        println!("moe op NaN row {imp:?}: vs f64 {err:.2e}, bitwise reproducible");
+    }
 }
 
 /// The stages a bench reports, in the op's mark names.
-const STAGES: [&str; 7] = [
-    "router", "shared", "route", "gate_up", "down", "combine", "glue",
-];
+const STAGES: [&str; 6] = ["router", "shared", "route", "gate_up", "down", "combine"];
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
@@ -352,20 +355,9 @@ fn bench_the_35b_moe_op() {
         shared_gate: init(1, h, 7),
     };
     let spec = MoeSpec::all_experts(e, k, i, true);
-    let arms = [
-        (MoeGlue::Unfused, GemmImpl::Wgmma),
-        (MoeGlue::Fused, GemmImpl::Wgmma),
-        (MoeGlue::Fused, GemmImpl::WgmmaStagedY),
-        (MoeGlue::Fused, GemmImpl::Wide),
-        (MoeGlue::Fused, GemmImpl::WidePersistent),
-        (MoeGlue::Fused, GemmImpl::WideWs),
-        (MoeGlue::Fused, GemmImpl::Auto),
-    ]
-    .into_iter()
-    .filter(|&(_, imp)| !super::skipped(imp))
-    .collect::<Vec<_>>();
-    println!("| glue | GEMMs | tokens | MoE op ms | router | shared expert | route | gate+up | down | combine | glue (gate GEMV + add) | x40 layers ms |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let arms = super::impls(be.device());
+    println!("| GEMMs | tokens | MoE op ms | router | shared expert | route | gate+up | down | combine | x40 layers ms |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for tokens in [2048usize, 8192, 32768] {
         let x = be
             .act_from_f32(tokens, h, &uniform(8, tokens * h, 1.0))
@@ -406,9 +398,7 @@ fn bench_the_35b_moe_op() {
                 .map(|p| format!("{:.3}", median(p)))
                 .collect();
             println!(
-                "| {:?} | {:?} | {tokens} | {t:.3} | {} | {:.1} |",
-                how.0,
-                how.1,
+                "| {how:?} | {tokens} | {t:.3} | {} | {:.1} |",
                 cols.join(" | "),
                 40.0 * t
             );
@@ -418,9 +408,8 @@ fn bench_the_35b_moe_op() {
         let base = as_f64(&outs[0]);
         for (how, o) in arms.iter().zip(&outs).skip(1) {
             println!(
-                "  {tokens} tokens: {:?}/{:?} vs Unfused/Wgmma: rel err {:.2e}",
-                how.0,
-                how.1,
+                "  {tokens} tokens: {how:?} vs {:?}: rel err {:.2e}",
+                arms[0],
                 rel_err(o, &base, h, &[])
             );
         }

@@ -20,124 +20,38 @@ pub enum ScanWidth {
 }
 
 impl ScanWidth {
+    /// Value columns per CTA.
     pub fn columns(self) -> usize {
         match self {
             ScanWidth::Narrow => 32,
             ScanWidth::Wide => 64,
         }
     }
-}
-
-/// The prep kernel generation (`gdn_chunk_prep.cu`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum PrepKernel {
-    /// `βv` and `βe^G k̂` row-major, written as vectors and read by
-    /// `ldmatrix.trans`; the 3xTF32 split hoisted; the off-diagonal inverse
-    /// block row by block row on 1–3 warps (gdn3). (Run 3's V2 was removed
-    /// in gdn4.)
-    V3,
-    /// V3 with the off-diagonal inverse by 2×2 block doubling on all 8
-    /// warps (critical path 9 → 3 16×16 products); gdn4 run 1: prep 1.002 →
-    /// 0.977 ms at t = 32,768 (docs/perf/cuda-gdn.md).
-    V4,
-    /// V4 in three CTAs per SM (gdn5): 70,400 bytes of shared memory (P
-    /// written from registers, the inverse's scratch in the unused upper
-    /// blocks of T, T over the dead A) and ≤ 80 registers (W and U in two
-    /// 64-column passes). Same products in the same order as V4. gdn5 run
-    /// 1: prep 0.969 → 0.894 ms at 32k, 0.256 → 0.232 at 8k, 0.075 → 0.070
-    /// at 2k.
-    V5,
-    /// V5 with the q/k rows normalised by 8 lanes each (16-byte accesses,
-    /// 3 shuffle levels instead of 5, a quarter of the per-row scalar work
-    /// per lane); same layout and resources as V5. The default since gdn5
-    /// run 2: prep 0.896 → 0.790 ms at 32k, 0.235 → 0.208 at 8k, 0.068 →
-    /// 0.061 at 2k (docs/perf/cuda-gdn.md).
-    #[default]
-    V6,
-}
-
-impl PrepKernel {
+    /// The scan kernel of this width (`gdn_chunked.cu`).
     fn entry(self) -> &'static str {
         match self {
-            PrepKernel::V3 => "gdn_chunk_prep_v3_bf16",
-            PrepKernel::V4 => "gdn_chunk_prep_v4_bf16",
-            PrepKernel::V5 => "gdn_chunk_prep_v5_bf16",
-            PrepKernel::V6 => "gdn_chunk_prep_v6_bf16",
+            ScanWidth::Narrow => "gdn_chunk_scan_narrow_bf16",
+            ScanWidth::Wide => "gdn_chunk_scan_wide_bf16",
         }
     }
-    /// Dynamic shared memory of the prep kernel (`PREP_SMEM` / `PREP5_SMEM`).
-    pub fn smem_bytes(self) -> usize {
+    /// Tile stages in flight (`SCAN_NARROW_STAGES`, `SCAN_WIDE_STAGES`).
+    pub fn stages(self) -> usize {
         match self {
-            PrepKernel::V3 | PrepKernel::V4 => PREP_SMEM,
-            PrepKernel::V5 | PrepKernel::V6 => PREP5_SMEM,
+            ScanWidth::Narrow => 3,
+            ScanWidth::Wide => 2,
         }
     }
-}
-
-/// The scan kernel generation (`gdn_chunked.cu`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ScanKernel {
-    /// A transposed copy of `kf·K` per chunk for the state update, two
-    /// tile stages (run 4's kernels).
-    V2,
-    /// `Kᵀ` by `ldmatrix.trans` from the streamed K tile, `kf` on `δ`; two
-    /// tile stages.
-    V3,
-    /// V3 with three tile stages in flight on the narrow scan (the wide one
-    /// does not fit three: it runs V3).
-    V3Deep,
-    /// V3Deep with the next chunk's loads issued after phase 1's products
-    /// and the state update ahead of the output products and stores (gdn5):
-    /// the same products per accumulator in the same order, the chain the
-    /// next chunk waits for shortened. The wide scan runs V3 (the same
-    /// reordering there was 1–3 % slower, gdn5 run 1). gdn5 run 1: narrow
-    /// scan 1.298 → 1.233 ms at 32k, 0.331 → 0.314 at 8k.
-    V5,
-    /// V5 with phase 1's k-steps in two accumulator chains (4 mma deep
-    /// instead of 8) and the bf16 δᵀ, (kf·δ)ᵀ and Sᵀ tiles written by
-    /// `stmatrix.trans` (two instructions instead of 16 2-byte stores each);
-    /// narrow only, the wide scan runs V3. The default since gdn5 run 2:
-    /// narrow scan 1.232 → 1.117 ms at 32k; with prep V6 the rule takes
-    /// 1.908 ms per layer at 32k, 0.496 at 8k, 0.139 at 2k.
-    #[default]
-    V6,
-}
-
-impl ScanKernel {
-    /// Tile stages in flight for `width`.
-    pub fn stages(self, width: ScanWidth) -> usize {
-        match (self, width) {
-            (ScanKernel::V3Deep | ScanKernel::V5 | ScanKernel::V6, ScanWidth::Narrow) => 3,
-            _ => 2,
-        }
-    }
-    fn entry(self, width: ScanWidth) -> &'static str {
-        match (self, width) {
-            (ScanKernel::V2, ScanWidth::Narrow) => "gdn_chunk_scan_bf16",
-            (ScanKernel::V2, ScanWidth::Wide) => "gdn_chunk_scan_bv64_bf16",
-            (ScanKernel::V3, ScanWidth::Narrow) => "gdn_chunk_scan_v3_bf16",
-            (
-                ScanKernel::V3 | ScanKernel::V3Deep | ScanKernel::V5 | ScanKernel::V6,
-                ScanWidth::Wide,
-            ) => "gdn_chunk_scan_v3_bv64_bf16",
-            (ScanKernel::V3Deep, ScanWidth::Narrow) => "gdn_chunk_scan_v3deep_bf16",
-            (ScanKernel::V5, ScanWidth::Narrow) => "gdn_chunk_scan_v5_bf16",
-            (ScanKernel::V6, ScanWidth::Narrow) => "gdn_chunk_scan_v6_bf16",
-        }
-    }
-    /// Dynamic shared memory of the scan kernel (`ScanCfg<BV, STAGES, TK>::SMEM`).
-    pub fn smem_bytes(self, width: ScanWidth) -> usize {
-        let bv = width.columns();
+    /// Dynamic shared memory of the scan kernel (`ScanCfg<BV, STAGES>::SMEM`).
+    pub fn smem_bytes(self) -> usize {
+        let bv = self.columns();
         let stage = 3 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + CHUNK * (bv + 8) * 2 + FAC * 4;
-        let (kt, vk) = match self {
-            ScanKernel::V2 => (DIM * LD64 * 2, 0),
-            ScanKernel::V3 | ScanKernel::V3Deep | ScanKernel::V5 | ScanKernel::V6 => {
-                (0, bv * LD64 * 2)
-            }
-        };
-        self.stages(width) * stage + kt + bv * LD128 * 2 + bv * LD64 * 2 + vk
+        self.stages() * stage + bv * LD128 * 2 + 2 * bv * LD64 * 2
     }
 }
+
+/// The prep kernel (`gdn_chunk_prep.cu`).
+const PREP_ENTRY: &str = "gdn_chunk_prep_bf16";
+
 /// Threads of the prep kernel (eight warps).
 pub const PREP_THREADS: usize = 256;
 /// Threads of the scan kernel (eight warps).
@@ -156,12 +70,9 @@ const DIM: usize = super::SUPPORTED_DIM;
 const LD128: usize = DIM + 8;
 const LD64: usize = CHUNK + 8;
 
-/// Dynamic shared memory of the v3/v4 prep kernels (`PREP_SMEM`).
-pub const PREP_SMEM: usize =
-    2 * CHUNK * LD128 * 2 + CHUNK * LD64 * 2 + 2 * DIM * LD64 * 2 + 3 * CHUNK * 4;
-/// Dynamic shared memory of the v5 prep kernel (`PREP5_SMEM`): the K/Q
-/// region, βe^G k̂ and βv row-major, the g/β vectors.
-pub const PREP5_SMEM: usize = 2 * CHUNK * LD128 * 2 + 2 * CHUNK * LD128 * 2 + 3 * CHUNK * 4;
+/// Dynamic shared memory of the prep kernel (`PREP_SMEM`): the K/Q region,
+/// βe^G k̂ and βv row-major, the g/β vectors.
+pub const PREP_SMEM: usize = 2 * CHUNK * LD128 * 2 + 2 * CHUNK * LD128 * 2 + 3 * CHUNK * 4;
 
 #[repr(C)]
 struct SeqTable {
@@ -181,23 +92,18 @@ struct DecodeTable {
 }
 
 // The tables fit the classic 4 KiB of kernel parameters with the pointers
-// and ints before them; two prep CTAs share an SM.
+// and ints before them.
 const _: () = assert!(std::mem::size_of::<SeqTable>() + 10 * 8 <= 4096);
 const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
-const _: () = assert!(2 * PREP_SMEM <= 227 * 1024);
-// Three v5 prep CTAs per SM (228 KiB, 1 KiB reserved per CTA).
-const _: () = assert!(3 * (PREP5_SMEM + 1024) <= 228 * 1024);
+// Three prep CTAs per SM (228 KiB, 1 KiB reserved per CTA).
+const _: () = assert!(3 * (PREP_SMEM + 1024) <= 228 * 1024);
 
-/// Kernel choices for benches and experiments; production runs
-/// `Tuning::default()` (scan width from `scan_width_for`, no ablation).
+/// Launch choices of benches; production runs `Tuning::default()` (scan
+/// width from `scan_width_for`, no ablation).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tuning {
     /// The prefill scan width; `None`: `scan_width_for`.
     pub width: Option<ScanWidth>,
-    /// The scan kernel generation.
-    pub scan: ScanKernel,
-    /// The prep kernel generation.
-    pub prep: PrepKernel,
     /// Timing ablations of the scan (its `opts`): 1 = no tile loads after the
     /// first chunk, 2 = no arithmetic, 4 = no scan launched (prep alone). Any
     /// non-zero value gives wrong results.
@@ -255,8 +161,8 @@ pub(super) fn chunked(
     let (mut wp, mut up, mut pp, mut fp) = (w.ptr(), u.ptr(), p.ptr(), fac.ptr());
     let (mut state, mut out) = (l.state.ptr(), l.out.ptr());
 
-    let prep = dev.function(tuning.prep.entry())?;
-    let prep_smem = tuning.prep.smem_bytes();
+    let prep = dev.function(PREP_ENTRY)?;
+    let prep_smem = PREP_SMEM;
     dev.set_dynamic_smem(prep, prep_smem)?;
     let mut params = [
         param(&mut qkv),
@@ -287,8 +193,8 @@ pub(super) fn chunked(
         return Ok(());
     }
     let mut opts = (tuning.scan_ablation & 3) as i32;
-    let scan = dev.function(tuning.scan.entry(width))?;
-    let smem = tuning.scan.smem_bytes(width);
+    let scan = dev.function(width.entry())?;
+    let smem = width.smem_bytes();
     dev.set_dynamic_smem(scan, smem)?;
     let mut params = [
         param(&mut qkv),
@@ -352,7 +258,7 @@ pub(super) fn recurrent(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_RECURRENT};
+    use crate::ops::gdn::sources::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_RECURRENT};
 
     use crate::kernels::source_constant as constant;
 
@@ -398,62 +304,35 @@ mod tests {
 
     #[test]
     fn shared_memory_fits_one_hopper_cta() {
-        for k in [
-            ScanKernel::V2,
-            ScanKernel::V3,
-            ScanKernel::V3Deep,
-            ScanKernel::V5,
-            ScanKernel::V6,
-        ] {
-            for w in [ScanWidth::Narrow, ScanWidth::Wide] {
-                assert!(k.smem_bytes(w) <= 227 * 1024, "{k:?} {w:?}");
-            }
+        for w in [ScanWidth::Narrow, ScanWidth::Wide] {
+            assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
         }
-        // The narrow v3 layouts (ScanCfg<32, 2|3, true>), as computed by hand.
-        assert_eq!(ScanKernel::V3.smem_bytes(ScanWidth::Narrow), 152_096);
-        assert_eq!(ScanKernel::V3Deep.smem_bytes(ScanWidth::Narrow), 219_184);
-        assert!(GDN_CHUNK_PREP
-            .source
-            .contains("PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;"));
-        // v5: PREP_R1 (2 [BT][LD128] bf16), then Kb and Vb [BT][LD128], then g/β.
-        assert_eq!(PREP5_SMEM, 70_400);
+        // The narrow layout (ScanCfg<32, 3>) and the wide one (ScanCfg<64, 2>),
+        // as computed by hand.
+        assert_eq!(ScanWidth::Narrow.smem_bytes(), 219_184);
+        assert_eq!(ScanWidth::Wide.smem_bytes(), 178_208);
+        let src = GDN_CHUNKED.source;
+        assert!(src.contains("static constexpr int SMEM = VK + BV * LD64 * 2;"));
+        assert_eq!(
+            constant(src, "SCAN_NARROW_STAGES"),
+            ScanWidth::Narrow.stages()
+        );
+        assert_eq!(constant(src, "SCAN_WIDE_STAGES"), ScanWidth::Wide.stages());
+        for entry in [
+            "GDN_SCAN_ENTRY(gdn_chunk_scan_narrow_bf16, BV_NARROW, SCAN_NARROW_STAGES, true)",
+            "GDN_SCAN_ENTRY(gdn_chunk_scan_wide_bf16, BV_WIDE, SCAN_WIDE_STAGES, false)",
+        ] {
+            assert!(src.contains(entry), "{entry}");
+        }
+        // PREP_R1 (2 [BT][LD128] bf16), then Kb and Vb [BT][LD128], then g/β.
+        assert_eq!(PREP_SMEM, 70_400);
         for line in [
-            "constexpr int PREP5_KB = PREP_R1;",
-            "constexpr int PREP5_VB = PREP5_KB + BT * LD128 * 2;",
-            "constexpr int PREP5_G = PREP5_VB + BT * LD128 * 2;",
-            "constexpr int PREP5_SMEM = PREP5_G + 3 * BT * 4;",
+            "constexpr int PREP_KB = PREP_R1;",
+            "constexpr int PREP_VB = PREP_KB + BT * LD128 * 2;",
+            "constexpr int PREP_G = PREP_VB + BT * LD128 * 2;",
+            "constexpr int PREP_SMEM = PREP_G + 3 * BT * 4;",
         ] {
             assert!(GDN_CHUNK_PREP.source.contains(line), "{line}");
-        }
-        assert_eq!(PrepKernel::V5.smem_bytes(), PREP5_SMEM);
-        assert_eq!(PrepKernel::V6.smem_bytes(), PREP5_SMEM);
-        assert_eq!(PrepKernel::V4.smem_bytes(), PREP_SMEM);
-        assert!(GDN_CHUNKED
-            .source
-            .contains("static constexpr int SMEM = VK + (TK ? BV * LD64 * 2 : 0);"));
-        assert!(GDN_CHUNKED
-            .source
-            .contains("GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, 3)"));
-        // V5 / V6: v3deep's layout (ScanCfg<32, 3, true>) narrow, v3's kernel wide.
-        for k in [ScanKernel::V5, ScanKernel::V6] {
-            assert_eq!(
-                k.smem_bytes(ScanWidth::Narrow),
-                ScanKernel::V3Deep.smem_bytes(ScanWidth::Narrow)
-            );
-            assert_eq!(
-                k.entry(ScanWidth::Wide),
-                ScanKernel::V3.entry(ScanWidth::Wide)
-            );
-            assert_eq!(
-                k.smem_bytes(ScanWidth::Wide),
-                ScanKernel::V3.smem_bytes(ScanWidth::Wide)
-            );
-        }
-        for entry in [
-            "GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, 5)",
-            "GDN_SCAN_ENTRY(gdn_chunk_scan_v6_bf16, BV_NARROW, 3, true, 6)",
-        ] {
-            assert!(GDN_CHUNKED.source.contains(entry), "{entry}");
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The gated delta rule on the device: the chunked (WY / UT-transform) form
 //! for prefill rows and the recurrent step for decode rows
-//! (`kernels/gdn_chunk_prep.cu` + `kernels/gdn_chunked.cu`,
-//! `kernels/gdn_recurrent.cu`).
+//! (`gdn_chunk_prep.cu` + `gdn_chunked.cu`, `gdn_recurrent.cu`), and the
+//! fused decode core of the GDN layer ([`decode`], `gdn_decode.cu`). The
+//! kernel sources are declared in `sources.rs`.
 //!
 //! Semantics are transformers' `torch_recurrent_gated_delta_rule` with
 //! `use_qk_l2norm_in_kernel=True` (see `headroom_model::ops::gated_delta`):
@@ -13,14 +14,16 @@
 //! sequence range, slot or buffer size is a [`CudaError::InvalidLaunch`],
 //! never an out-of-bounds access. Nothing here synchronises with the host.
 
+pub mod decode;
 mod launch;
 mod plan;
+pub mod sources;
 
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 
-pub use launch::{PrepKernel, ScanKernel, ScanWidth, Tuning};
+pub use launch::{ScanWidth, Tuning};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
 
 /// One gated-delta-rule call over a varlen batch.
@@ -46,11 +49,8 @@ pub struct GdnLaunch<'a> {
 /// The prefill scan width for `sequences` sequences of `v_heads` heads on
 /// `sm_count` SMs: 64 columns (half the tile traffic from L2, which bounds
 /// the scan once every SM is busy) when those CTAs fill the GPU, else 32
-/// (twice the CTAs). On the H200 at the 35B-A3B shape (prep v3, scan v3 /
-/// v3deep): one 32k sequence 2.31 ms narrow vs 2.84 wide; 8 x 4k sequences
-/// 2.33 narrow vs 1.95 wide (docs/perf/cuda-gdn.md, gdn3 run 2); still so
-/// with prep v6 and scan v6 (gdn5 run 2): one 32k sequence 1.908 narrow vs
-/// 2.618 wide, 8 x 4k 1.924 narrow vs 1.718 wide.
+/// (twice the CTAs); measured in docs/perf/cuda-gdn.md (gdn3 run 2, gdn5
+/// run 2).
 pub fn scan_width_for(v_heads: usize, sequences: usize, sm_count: usize) -> ScanWidth {
     let wide_ctas = v_heads
         .saturating_mul(SUPPORTED_DIM / ScanWidth::Wide.columns())
@@ -86,7 +86,7 @@ pub fn gated_delta_rule_with(
     )
 }
 
-/// [`gated_delta_rule`] with the kernel choices of `tuning` (benches).
+/// [`gated_delta_rule`] with the launch choices of `tuning` (benches).
 pub fn gated_delta_rule_tuned(
     dev: &CudaDevice,
     l: &GdnLaunch<'_>,

@@ -6,6 +6,7 @@
 use super::{
     validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, MAX_EXPERTS, ROUTE_WARPS,
 };
+use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 use std::ffi::c_void;
@@ -79,28 +80,17 @@ fn launch(
     unsafe { dev.launch(f, (grid as u32, 1, 1), (threads, 1, 1), smem, &mut raw) }
 }
 
-/// [`routed_experts`](super::routed_experts) on the grouped GEMMs of `imp`,
-/// calling `mark` before each stage of each pass (and with [`MoeStage::End`]
-/// after it). Wgmma on a device that is not `sm_90a` is a [`CudaError::Shape`].
+/// [`routed_experts`](super::routed_experts) on the grouped GEMMs of `imp`
+/// (`None`: [`GemmImpl::for_pass`] per pass), calling `mark` before each stage
+/// of each pass (and with [`MoeStage::End`] after it). A Hopper-only `imp` on
+/// a device that is not `sm_90a` is a [`CudaError::Shape`].
 pub fn routed_experts_marked(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
-    imp: GemmImpl,
+    imp: Option<GemmImpl>,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
     routed_experts_range(dev, l, (0, l.experts), imp, None, mark)
-}
-
-/// [`routed_experts_marked`] of the experts `first .. first + local` (their
-/// `l.gate_up` / `l.down`; routing over all `l.experts`).
-pub fn routed_experts_local_marked(
-    dev: &CudaDevice,
-    l: &MoeLaunch<'_>,
-    local: (usize, usize),
-    imp: GemmImpl,
-    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
-) -> Result<(), CudaError> {
-    routed_experts_range(dev, l, local, imp, None, mark)
 }
 
 /// [`routed_experts_marked`] of the experts `first .. first + local` with the
@@ -109,11 +99,55 @@ pub fn routed_experts_shared_marked(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
     local: (usize, usize),
-    imp: GemmImpl,
+    imp: Option<GemmImpl>,
     s: &SharedEpilogue<'_>,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
     routed_experts_range(dev, l, local, imp, Some(s), mark)
+}
+
+/// The device buffers of one call, sized for its largest pass.
+struct Workspace {
+    topk_expert: DeviceBuffer,
+    topk_weight: DeviceBuffer,
+    slot_token: DeviceBuffer,
+    pair_slot: DeviceBuffer,
+    counts: DeviceBuffer,
+    expert_offsets: DeviceBuffer,
+    tile_offsets: DeviceBuffer,
+    act: DeviceBuffer,
+    y: DeviceBuffer,
+}
+
+impl Workspace {
+    /// Buffers for `pairs` (token, k) pairs over `experts` local experts of
+    /// `intermediate` and `hidden` columns (sizes bounded by `validate`).
+    fn alloc(
+        dev: &CudaDevice,
+        pairs: usize,
+        experts: usize,
+        intermediate: usize,
+        hidden: usize,
+    ) -> Result<Workspace, CudaError> {
+        Ok(Workspace {
+            topk_expert: dev.alloc(pairs * 4)?,
+            topk_weight: dev.alloc(pairs * 4)?,
+            slot_token: dev.alloc(pairs * 4)?,
+            pair_slot: dev.alloc(pairs * 4)?,
+            counts: dev.alloc(experts * 4)?,
+            expert_offsets: dev.alloc((experts + 1) * 4)?,
+            tile_offsets: dev.alloc((experts + 1) * 4)?,
+            act: dev.alloc(pairs * intermediate * 2)?,
+            y: dev.alloc(pairs * hidden * 2)?,
+        })
+    }
+}
+
+/// One pass: its first token and token count.
+#[derive(Clone, Copy)]
+struct Pass {
+    t0: usize,
+    tokens: usize,
 }
 
 /// [`routed_experts_marked`] of the experts `first .. first + local` only
@@ -123,160 +157,189 @@ pub(super) fn routed_experts_range(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
     (first, local): (usize, usize),
-    imp: GemmImpl,
+    imp: Option<GemmImpl>,
     shared: Option<&SharedEpilogue<'_>>,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
     let plan = validate_inner(l, first, local, shared)?;
-    if imp.hopper_only() && dev.arch != "sm_90a" {
+    if let Some(imp) = imp.filter(|i| i.hopper_only() && dev.arch != "sm_90a") {
         return Err(CudaError::Shape {
             op: "moe routed experts",
-            detail: format!("the wgmma grouped GEMMs need sm_90a, not {}", dev.arch),
+            detail: format!("the {imp:?} grouped GEMMs need sm_90a, not {}", dev.arch),
         });
     }
-    // e: the experts this call computes; routing is over all l.experts.
-    let (h, e, k, i) = (l.hidden, local, l.top_k, l.intermediate);
-    let pairs_max = plan.chunk_pairs;
-    let topk_expert = dev.alloc(pairs_max * 4)?;
-    let topk_weight = dev.alloc(pairs_max * 4)?;
-    let slot_token = dev.alloc(pairs_max * 4)?;
-    let pair_slot = dev.alloc(pairs_max * 4)?;
-    let counts = dev.alloc(e * 4)?;
-    let expert_offsets = dev.alloc((e + 1) * 4)?;
-    let tile_offsets = dev.alloc((e + 1) * 4)?;
-    let act = dev.alloc(pairs_max * i * 2)?;
-    let y = dev.alloc(pairs_max * h * 2)?;
-
+    let ws = Workspace::alloc(dev, plan.chunk_pairs, local, l.intermediate, l.hidden)?;
     let mut t0 = 0;
     while t0 < l.tokens {
-        let tc = plan.chunk_tokens.min(l.tokens - t0);
-        let pairs = tc * k;
-        let pass_imp = imp.for_pass(pairs);
-        let (gate_up_kernel, down_kernel) =
-            (pass_imp.gate_up(l.intermediate), pass_imp.down(l.hidden));
-        let max_row_tiles = pairs.div_ceil(GEMM_BM) + e.min(pairs);
-        let x = l.x.ptr() + (t0 * h * 2) as u64;
-        let logits = l.router_logits.ptr() + (t0 * l.experts * 4) as u64;
-
+        let pass = Pass {
+            t0,
+            tokens: plan.chunk_tokens.min(l.tokens - t0),
+        };
+        let pairs = pass.tokens * l.top_k;
+        let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs));
         mark(MoeStage::Route)?;
-        dev.fill_bytes(&counts, 0)?;
-        launch(
+        route(dev, l, (first, local), pass, &ws)?;
+        grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)?;
+        mark(MoeStage::Combine)?;
+        combine(dev, l, pass, shared, &ws)?;
+        mark(MoeStage::End)?;
+        t0 += pass.tokens;
+    }
+    Ok(())
+}
+
+/// Routing, per-expert offsets and the scatter to expert order of one pass.
+fn route(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    (first, local): (usize, usize),
+    pass: Pass,
+    ws: &Workspace,
+) -> Result<(), CudaError> {
+    let (tc, k) = (pass.tokens, l.top_k);
+    let pairs = tc * k;
+    let logits = l.router_logits.ptr() + (pass.t0 * l.experts * 4) as u64;
+    dev.fill_bytes(&ws.counts, 0)?;
+    launch(
+        dev,
+        "moe_route",
+        tc.div_ceil(ROUTE_WARPS),
+        (ROUTE_WARPS * 32) as u32,
+        ROUTE_WARPS * l.experts * 4,
+        Params::new()
+            .ptr(logits)
+            .int(tc)
+            .int(l.experts)
+            .int(k)
+            .int(l.renormalise as usize)
+            .ptr(ws.topk_expert.ptr())
+            .ptr(ws.topk_weight.ptr())
+            .ptr(ws.counts.ptr())
+            .int(first)
+            .int(local),
+    )?;
+    launch(
+        dev,
+        "moe_offsets",
+        1,
+        MAX_EXPERTS as u32,
+        0,
+        Params::new()
+            .ptr(ws.counts.ptr())
+            .int(local)
+            .ptr(ws.expert_offsets.ptr())
+            .ptr(ws.tile_offsets.ptr()),
+    )?;
+    launch(
+        dev,
+        "moe_scatter",
+        pairs.div_ceil(ELEMENTWISE_THREADS as usize),
+        ELEMENTWISE_THREADS,
+        0,
+        Params::new()
+            .ptr(ws.topk_expert.ptr())
+            .int(pairs)
+            .int(k)
+            .ptr(ws.expert_offsets.ptr())
+            .ptr(ws.counts.ptr())
+            .ptr(ws.slot_token.ptr())
+            .ptr(ws.pair_slot.ptr()),
+    )
+}
+
+/// The gate+up and down grouped GEMMs of one pass on `imp`'s kernels.
+fn grouped_gemms(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    local: usize,
+    pass: Pass,
+    imp: GemmImpl,
+    ws: &Workspace,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
+    let (h, i) = (l.hidden, l.intermediate);
+    let pairs = pass.tokens * l.top_k;
+    let max_row_tiles = pairs.div_ceil(GEMM_BM) + local.min(pairs);
+    let x = l.x.ptr() + (pass.t0 * h * 2) as u64;
+    let (gate_up, down) = (imp.gate_up(i), imp.down(h));
+
+    mark(MoeStage::GateUp)?;
+    launch(
+        dev,
+        gate_up.entry,
+        gate_up.grid(max_row_tiles, i, dev.sm_count),
+        gate_up.threads as u32,
+        gate_up.smem,
+        Params::new()
+            .ptr(x)
+            .ptr(ws.slot_token.ptr())
+            .ptr(l.gate_up.ptr())
+            .ptr(ws.act.ptr())
+            .ptr(ws.expert_offsets.ptr())
+            .ptr(ws.tile_offsets.ptr())
+            .int(local)
+            .int(h)
+            .int(i),
+    )?;
+
+    mark(MoeStage::Down)?;
+    launch(
+        dev,
+        down.entry,
+        down.grid(max_row_tiles, h, dev.sm_count),
+        down.threads as u32,
+        down.smem,
+        Params::new()
+            .ptr(ws.act.ptr())
+            .ptr(l.down.ptr())
+            .ptr(ws.y.ptr())
+            .ptr(ws.expert_offsets.ptr())
+            .ptr(ws.tile_offsets.ptr())
+            .int(local)
+            .int(i)
+            .int(h),
+    )
+}
+
+/// The weighted combine of one pass back to token order: f32 `l.out`, or
+/// with `shared` the gated shared expert added and bf16 `shared.out`.
+fn combine(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    pass: Pass,
+    shared: Option<&SharedEpilogue<'_>>,
+    ws: &Workspace,
+) -> Result<(), CudaError> {
+    let (t0, tc, h) = (pass.t0, pass.tokens, l.hidden);
+    let params = Params::new()
+        .ptr(ws.y.ptr())
+        .ptr(ws.topk_weight.ptr())
+        .ptr(ws.pair_slot.ptr())
+        .int(l.top_k)
+        .int(h);
+    match shared {
+        None => launch(
             dev,
-            "moe_route",
-            tc.div_ceil(ROUTE_WARPS),
-            (ROUTE_WARPS * 32) as u32,
-            ROUTE_WARPS * l.experts * 4,
-            Params::new()
-                .ptr(logits)
-                .int(tc)
-                .int(l.experts)
-                .int(k)
-                .int(l.renormalise as usize)
-                .ptr(topk_expert.ptr())
-                .ptr(topk_weight.ptr())
-                .ptr(counts.ptr())
-                .int(first)
-                .int(local),
-        )?;
-        launch(
-            dev,
-            "moe_offsets",
-            1,
-            MAX_EXPERTS as u32,
-            0,
-            Params::new()
-                .ptr(counts.ptr())
-                .int(e)
-                .ptr(expert_offsets.ptr())
-                .ptr(tile_offsets.ptr()),
-        )?;
-        launch(
-            dev,
-            "moe_scatter",
-            pairs.div_ceil(ELEMENTWISE_THREADS as usize),
+            "moe_combine",
+            tc,
             ELEMENTWISE_THREADS,
             0,
-            Params::new()
-                .ptr(topk_expert.ptr())
-                .int(pairs)
-                .int(k)
-                .ptr(expert_offsets.ptr())
-                .ptr(counts.ptr())
-                .ptr(slot_token.ptr())
-                .ptr(pair_slot.ptr()),
-        )?;
-
-        mark(MoeStage::GateUp)?;
-        launch(
-            dev,
-            gate_up_kernel.entry,
-            gate_up_kernel.grid(max_row_tiles, i, dev.sm_count),
-            gate_up_kernel.threads as u32,
-            gate_up_kernel.smem,
-            Params::new()
-                .ptr(x)
-                .ptr(slot_token.ptr())
-                .ptr(l.gate_up.ptr())
-                .ptr(act.ptr())
-                .ptr(expert_offsets.ptr())
-                .ptr(tile_offsets.ptr())
-                .int(e)
-                .int(h)
-                .int(i),
-        )?;
-
-        mark(MoeStage::Down)?;
-        launch(
-            dev,
-            down_kernel.entry,
-            down_kernel.grid(max_row_tiles, h, dev.sm_count),
-            down_kernel.threads as u32,
-            down_kernel.smem,
-            Params::new()
-                .ptr(act.ptr())
-                .ptr(l.down.ptr())
-                .ptr(y.ptr())
-                .ptr(expert_offsets.ptr())
-                .ptr(tile_offsets.ptr())
-                .int(e)
-                .int(i)
-                .int(h),
-        )?;
-
-        mark(MoeStage::Combine)?;
-        let combine = Params::new()
-            .ptr(y.ptr())
-            .ptr(topk_weight.ptr())
-            .ptr(pair_slot.ptr())
-            .int(k)
-            .int(h);
-        match shared {
-            None => launch(
+            params.ptr(l.out.ptr() + (t0 * h * 4) as u64),
+        ),
+        Some(s) => {
+            let row = (t0 * h * 2) as u64;
+            launch(
                 dev,
-                "moe_combine",
+                "moe_combine_shared",
                 tc,
                 ELEMENTWISE_THREADS,
                 0,
-                combine.ptr(l.out.ptr() + (t0 * h * 4) as u64),
-            )?,
-            Some(s) => {
-                let row = (t0 * h * 2) as u64;
-                launch(
-                    dev,
-                    "moe_combine_shared",
-                    tc,
-                    ELEMENTWISE_THREADS,
-                    0,
-                    combine
-                        .ptr(x)
-                        .ptr(s.shared_gate.ptr())
-                        .ptr(s.shared.ptr() + row)
-                        .ptr(s.out.ptr() + row),
-                )?
-            }
+                params
+                    .ptr(l.x.ptr() + row)
+                    .ptr(s.shared_gate.ptr())
+                    .ptr(s.shared.ptr() + row)
+                    .ptr(s.out.ptr() + row),
+            )
         }
-        mark(MoeStage::End)?;
-        t0 += tc;
     }
-    Ok(())
 }

@@ -9,40 +9,19 @@
 //! `route`): softmax over all experts in f32, top-k by probability (ties to
 //! the lower expert index, NaN last), weights renormalised over the kept k
 //! when `renormalise`. The router logits and the shared expert are the
-//! caller's; [`routed_experts_shared`] folds the shared expert's gated add
+//! caller's; [`routed_experts_shared_marked`] folds the shared expert's gated add
 //! into the combine and writes the block's bf16 output in the same pass.
 
+pub mod decode;
 mod gemm;
 mod launch;
+pub mod sources;
+mod weights;
 
-pub use gemm::{
-    GemmImpl, GemmKernel, AUTO_WIDE_PAIRS, WIDE_BN, WIDE_SMEM_BYTES, WS_SMEM_BYTES, WS_THREADS,
-};
+pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES};
 
-pub use launch::{
-    routed_experts_local_marked, routed_experts_marked, routed_experts_shared_marked, MoeStage,
-};
-
-/// How the backend's MoE op joins the routed experts and the shared expert.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MoeGlue {
-    /// Routed experts to f32, the shared gate as a cuBLAS GEMV, then one
-    /// element-wise pass (`moe_combine_bf16`) to the bf16 output.
-    Unfused,
-    /// The gated shared-expert add folded into the routed combine
-    /// ([`routed_experts_shared`]): no f32 intermediate, no GEMV, one pass fewer.
-    Fused,
-}
-
-impl MoeGlue {
-    /// `Fused` unless `HEADROOM_MOE_GLUE=unfused`.
-    pub fn from_env() -> MoeGlue {
-        match std::env::var("HEADROOM_MOE_GLUE").as_deref() {
-            Ok("unfused") => MoeGlue::Unfused,
-            _ => MoeGlue::Fused,
-        }
-    }
-}
+pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
+pub(crate) use weights::check_weights;
 
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
@@ -65,26 +44,7 @@ pub const MAX_EXPERTS: usize = 1024;
 pub const ROUTE_WARPS: usize = 8;
 /// Tokens routed and run per pass: bounds the transient memory (expert
 /// outputs of `CHUNK_TOKENS · top_k` rows) whatever the prompt length.
-/// 32,768 (was 16,384): a 32k prompt's MoE in one pass is ~9 ms faster over
-/// the 35B-A3B prefill for a peak transient of 2.29 instead of 2.15 GiB
-/// (docs/perf/cuda-model.md, run 9).
 pub const CHUNK_TOKENS: usize = 32_768;
-/// Bounds of a `HEADROOM_MOE_CHUNK_TOKENS` override.
-pub const CHUNK_TOKENS_RANGE: std::ops::RangeInclusive<usize> = 1024..=65_536;
-
-/// Tokens per pass: [`CHUNK_TOKENS`] unless `HEADROOM_MOE_CHUNK_TOKENS` holds
-/// a count in [`CHUNK_TOKENS_RANGE`] (a bench knob: larger passes waste less
-/// of each expert's last row tile and pay the fixed route cost less often,
-/// for `(t·k)·(i + h)·2` bytes of act and y per pass).
-pub fn chunk_tokens() -> usize {
-    chunk_tokens_from(std::env::var("HEADROOM_MOE_CHUNK_TOKENS").ok().as_deref())
-}
-
-fn chunk_tokens_from(v: Option<&str>) -> usize {
-    v.and_then(|s| s.parse::<usize>().ok())
-        .filter(|n| CHUNK_TOKENS_RANGE.contains(n))
-        .unwrap_or(CHUNK_TOKENS)
-}
 
 /// One routed-experts call. Buffers are the caller's; `out` is overwritten.
 pub struct MoeLaunch<'a> {
@@ -108,7 +68,7 @@ pub struct MoeLaunch<'a> {
 }
 
 /// The shared expert's gated add, folded into the combine of
-/// [`routed_experts_shared`]: `out[t] = bf16(routed[t] + sigmoid(x[t] · shared_gate)
+/// [`routed_experts_shared_marked`]: `out[t] = bf16(routed[t] + sigmoid(x[t] · shared_gate)
 /// · shared[t])`; the launch's f32 `out` is not touched.
 pub struct SharedEpilogue<'a> {
     /// bf16 `[hidden]`: the shared expert's gate row.
@@ -168,7 +128,7 @@ pub fn validate_local(l: &MoeLaunch<'_>, first: usize, local: usize) -> Result<M
     validate_inner(l, first, local, None)
 }
 
-/// [`validate_local`] for [`routed_experts_shared`]: the epilogue's buffers are
+/// [`validate_local`] for [`routed_experts_shared_marked`]: the epilogue's buffers are
 /// checked, `l.out` is not (it is not touched).
 pub fn validate_shared(
     l: &MoeLaunch<'_>,
@@ -256,7 +216,7 @@ fn validate_inner(
         }
     }
 
-    let chunk_tokens = l.tokens.min(chunk_tokens());
+    let chunk_tokens = l.tokens.min(CHUNK_TOKENS);
     let chunk_pairs = product(&[chunk_tokens, l.top_k], "pairs")?;
     let max_row_tiles = chunk_pairs.div_ceil(GEMM_BM) + local.min(chunk_pairs);
     let n_tiles = (l.intermediate / (GEMM_BN / 2)).max(l.hidden / GEMM_BN);
@@ -284,7 +244,7 @@ fn validate_inner(
 /// Runs the routed experts of `l` on `dev`'s stream (asynchronous: no host
 /// synchronisation). Bad arguments are a [`CudaError::Shape`] before any launch.
 pub fn routed_experts(dev: &CudaDevice, l: &MoeLaunch<'_>) -> Result<(), CudaError> {
-    routed_experts_marked(dev, l, GemmImpl::for_arch(&dev.arch), &mut |_| Ok(()))
+    routed_experts_marked(dev, l, None, &mut |_| Ok(()))
 }
 
 /// [`routed_experts`] of a rank holding experts `first .. first + local`
@@ -296,32 +256,7 @@ pub fn routed_experts_local(
     first: usize,
     local: usize,
 ) -> Result<(), CudaError> {
-    launch::routed_experts_range(
-        dev,
-        l,
-        (first, local),
-        GemmImpl::for_arch(&dev.arch),
-        None,
-        &mut |_| Ok(()),
-    )
-}
-
-/// [`routed_experts_local`] with the shared expert's gated add folded into
-/// the combine ([`SharedEpilogue`]): writes the MoE block's bf16 output.
-pub fn routed_experts_shared(
-    dev: &CudaDevice,
-    l: &MoeLaunch<'_>,
-    (first, local): (usize, usize),
-    s: &SharedEpilogue<'_>,
-) -> Result<(), CudaError> {
-    launch::routed_experts_range(
-        dev,
-        l,
-        (first, local),
-        GemmImpl::for_arch(&dev.arch),
-        Some(s),
-        &mut |_| Ok(()),
-    )
+    launch::routed_experts_range(dev, l, (first, local), None, None, &mut |_| Ok(()))
 }
 
 /// Floating-point operations of the two grouped GEMMs for `tokens` tokens:

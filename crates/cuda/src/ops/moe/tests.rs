@@ -61,7 +61,7 @@ fn detail(r: Result<MoePlan, CudaError>) -> String {
 fn accepts_the_35b_shape_and_plans_chunked_passes() {
     let b = bufs(40_000, 2048, 256, 512);
     let plan = validate(&launch(&b, 40_000, 2048, 256, 8, 512)).unwrap();
-    let chunk = chunk_tokens(); // CHUNK_TOKENS unless HEADROOM_MOE_CHUNK_TOKENS is set
+    let chunk = CHUNK_TOKENS;
     assert_eq!(plan.chunk_tokens, chunk);
     assert_eq!(plan.chunk_pairs, chunk * 8);
     assert_eq!(plan.max_row_tiles, chunk * 8 / GEMM_BM + 256);
@@ -119,7 +119,7 @@ use crate::kernels::source_constant as constant;
 
 #[test]
 fn launch_constants_match_the_kernel_sources() {
-    use crate::kernels::{MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_WGMMA, MOE_ROUTE};
+    use super::sources::{MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_WGMMA, MOE_ROUTE};
     for src in [MOE_GROUPED_GEMM.source, MOE_GROUPED_GEMM_WGMMA.source] {
         assert_eq!(constant(src, "BM"), GEMM_BM);
         assert_eq!(constant(src, "BN"), GEMM_BN);
@@ -144,7 +144,7 @@ fn launch_constants_match_the_kernel_sources() {
         .source
         .contains("SMEM_BYTES = STAGES * STAGE_BYTES + 1024;"));
     assert_eq!(GemmImpl::Wgmma.smem_bytes(), GEMM_SMEM_BYTES + 1024);
-    assert_eq!(GemmImpl::WgmmaStagedY.smem_bytes(), GEMM_SMEM_BYTES + 1024);
+    assert_eq!(GemmImpl::MmaSync.smem_bytes(), GEMM_SMEM_BYTES);
     let r = MOE_ROUTE.source;
     assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
     assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
@@ -153,7 +153,7 @@ fn launch_constants_match_the_kernel_sources() {
 
 #[test]
 fn wide_launch_constants_match_their_kernel_source() {
-    use crate::kernels::MOE_GROUPED_GEMM_WIDE;
+    use super::sources::MOE_GROUPED_GEMM_WIDE;
     let src = MOE_GROUPED_GEMM_WIDE.source;
     assert_eq!(constant(src, "BM"), GEMM_BM);
     assert_eq!(constant(src, "BN"), WIDE_BN);
@@ -168,62 +168,56 @@ fn wide_launch_constants_match_their_kernel_source() {
     );
     assert!(src.contains("SMEM_BYTES = STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES + 1024;"));
     const { assert!(WIDE_SMEM_BYTES <= 227 * 1024) };
-    assert!(src.contains(
-        "WS_SMEM_BYTES = STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES + 2 * STAGES * 8 + 1024;"
-    ));
-    assert_eq!(WS_SMEM_BYTES, WIDE_SMEM_BYTES + 2 * stages * 8);
-    const { assert!(WS_SMEM_BYTES <= 227 * 1024) };
-    assert!(src.contains("constexpr int WS_THREADS = 3 * 128;"));
-    assert_eq!(WS_THREADS, 3 * 128);
 }
 
 #[test]
 fn wide_kernels_run_where_the_shape_divides_their_tiles_and_fall_back_otherwise() {
-    for imp in [GemmImpl::Wide, GemmImpl::WidePersistent] {
-        let g = imp.gate_up(512);
-        assert_eq!(g.entry, "moe_gemm_gate_up_wide_bf16");
-        assert_eq!(
-            (g.tile_cols, g.smem, g.threads),
-            (128, WIDE_SMEM_BYTES, 256)
-        );
-        let d = imp.down(2048);
-        assert_eq!(d.entry, "moe_gemm_down_wide_bf16");
-        assert_eq!(d.tile_cols, 256);
-        assert_eq!(g.persistent, imp == GemmImpl::WidePersistent);
-        // Intermediate 192 and hidden 384 are not whole wide tiles.
-        assert_eq!(imp.gate_up(192), GemmImpl::WgmmaStagedY.gate_up(192));
-        assert_eq!(imp.down(384), GemmImpl::WgmmaStagedY.down(384));
-        assert!(!imp.gate_up(192).persistent);
-    }
-    let ws = (GemmImpl::WideWs.gate_up(512), GemmImpl::WideWs.down(2048));
-    assert_eq!(ws.0.entry, "moe_gemm_gate_up_ws_bf16");
-    assert_eq!(ws.1.entry, "moe_gemm_down_ws_bf16");
+    let wide = GemmImpl::Wide;
+    let g = wide.gate_up(512);
+    assert_eq!(g.entry, "moe_gemm_gate_up_wide_bf16");
     assert_eq!(
-        (ws.0.threads, ws.0.smem, ws.0.persistent),
-        (384, WS_SMEM_BYTES, true)
+        (g.tile_cols, g.smem, g.threads, g.persistent),
+        (128, WIDE_SMEM_BYTES, 256, true)
     );
-    assert_eq!(GemmImpl::WideWs.down(384), GemmImpl::WgmmaStagedY.down(384));
-    let s = GemmImpl::WgmmaStagedY.down(2048);
+    let d = wide.down(2048);
+    assert_eq!(d.entry, "moe_gemm_down_wide_bf16");
+    assert_eq!((d.tile_cols, d.persistent), (256, true));
+    // Intermediate 192 and hidden 384 are not whole wide tiles.
+    assert_eq!(wide.gate_up(192), GemmImpl::Wgmma.gate_up(192));
+    assert_eq!(wide.down(384), GemmImpl::Wgmma.down(384));
+    assert!(!wide.gate_up(192).persistent);
+    let s = GemmImpl::Wgmma.down(2048);
     assert_eq!(s.entry, "moe_gemm_down_wgmma_s_bf16");
     assert_eq!((s.tile_cols, s.smem), (128, GEMM_SMEM_BYTES + 1024));
-    // Grids: one CTA per tile, or at most one per SM when persistent.
-    let (plain, pers) = (
-        GemmImpl::Wide.down(2048),
-        GemmImpl::WidePersistent.down(2048),
+    assert_eq!(
+        GemmImpl::Wgmma.gate_up(512).entry,
+        "moe_gemm_gate_up_wgmma_bf16"
     );
-    assert_eq!(plain.grid(100, 2048, 132), 800);
-    assert_eq!(pers.grid(100, 2048, 132), 132);
-    assert_eq!(pers.grid(3, 2048, 132), 24);
+    let m = GemmImpl::MmaSync;
+    assert_eq!(
+        (m.gate_up(512).entry, m.down(2048).entry),
+        ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16")
+    );
+    // Grids: one CTA per tile, or at most one per SM when persistent.
+    assert_eq!(d.grid(100, 2048, 132), 132);
+    assert_eq!(d.grid(3, 2048, 132), 24);
     assert_eq!(s.grid(100, 2048, 132), 1600);
 }
 
 #[test]
-fn auto_is_the_hopper_default() {
-    if std::env::var_os("HEADROOM_MOE_IMPL").is_none() {
-        assert_eq!(GemmImpl::for_arch("sm_90a"), GemmImpl::Auto);
+fn hopper_runs_the_wide_tiles_on_large_passes_only_and_mma_sync_runs_elsewhere() {
+    assert_eq!(GemmImpl::for_pass("sm_90a", WIDE_PAIRS), GemmImpl::Wide);
+    assert_eq!(GemmImpl::for_pass("sm_90a", 16_384 * 8), GemmImpl::Wide);
+    assert_eq!(
+        GemmImpl::for_pass("sm_90a", WIDE_PAIRS - 1),
+        GemmImpl::Wgmma
+    );
+    assert_eq!(GemmImpl::for_pass("sm_90a", 2048 * 8), GemmImpl::Wgmma);
+    assert_eq!(GemmImpl::for_pass("sm_90a", 1), GemmImpl::Wgmma);
+    for arch in ["sm_80", "sm_89", "sm_90"] {
+        assert_eq!(GemmImpl::for_pass(arch, 1), GemmImpl::MmaSync);
+        assert_eq!(GemmImpl::for_pass(arch, 1 << 20), GemmImpl::MmaSync);
     }
-    assert_eq!(GemmImpl::for_arch("sm_80"), GemmImpl::MmaSync);
-    assert_eq!(GemmImpl::for_arch("sm_89"), GemmImpl::MmaSync);
 }
 
 #[test]
@@ -240,9 +234,7 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 
 #[test]
 fn only_the_mma_sync_kernels_run_off_hopper() {
-    assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::WgmmaStagedY.hopper_only());
-    assert!(GemmImpl::Wide.hopper_only() && GemmImpl::WidePersistent.hopper_only());
-    assert!(GemmImpl::WideWs.hopper_only());
+    assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::Wide.hopper_only());
     assert!(!GemmImpl::MmaSync.hopper_only());
 }
 
@@ -279,33 +271,4 @@ fn the_shared_epilogue_is_checked_and_the_f32_out_is_not_needed() {
         ..ok
     };
     assert!(detail(validate_shared(&l, 0, e, &bad_gate)).contains("`shared_gate`"));
-}
-
-#[test]
-fn the_pass_size_override_is_bounded() {
-    assert_eq!(chunk_tokens_from(None), CHUNK_TOKENS);
-    assert_eq!(chunk_tokens_from(Some("32768")), 32_768);
-    assert_eq!(chunk_tokens_from(Some("1024")), 1024);
-    assert_eq!(chunk_tokens_from(Some("1023")), CHUNK_TOKENS);
-    assert_eq!(chunk_tokens_from(Some("65537")), CHUNK_TOKENS);
-    assert_eq!(chunk_tokens_from(Some("lots")), CHUNK_TOKENS);
-    assert_eq!(chunk_tokens_from(Some("")), CHUNK_TOKENS);
-}
-
-#[test]
-fn auto_runs_the_wide_persistent_tiles_on_large_passes_only() {
-    let auto = GemmImpl::Auto;
-    assert_eq!(auto.for_pass(AUTO_WIDE_PAIRS), GemmImpl::WidePersistent);
-    assert_eq!(auto.for_pass(16_384 * 8), GemmImpl::WidePersistent);
-    assert_eq!(auto.for_pass(AUTO_WIDE_PAIRS - 1), GemmImpl::WgmmaStagedY);
-    assert_eq!(auto.for_pass(2048 * 8), GemmImpl::WgmmaStagedY);
-    assert_eq!(auto.for_pass(1), GemmImpl::WgmmaStagedY);
-    for imp in [GemmImpl::MmaSync, GemmImpl::WgmmaStagedY, GemmImpl::WideWs] {
-        assert_eq!(imp.for_pass(1 << 20), imp);
-    }
-    assert!(auto.hopper_only());
-    assert_eq!(
-        auto.for_pass(1 << 20).gate_up(512).entry,
-        "moe_gemm_gate_up_wide_bf16"
-    );
 }

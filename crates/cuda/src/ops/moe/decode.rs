@@ -1,21 +1,22 @@
 //! The MoE block for a few rows (decode) in three launches
-//! (`kernels/moe_decode.cu`), each programmatic on sm_90+: the router GEMV,
+//! (`moe_decode.cu`), each programmatic on sm_90+: the router GEMV,
 //! the routed and shared experts' gate+up (each routed CTA takes its row's
 //! softmax and top-k from the logits itself; the shared expert's weights load
 //! while the router runs), and the down GEMV with the weighted combine (its
-//! rows prefetched into L2 while gate_up runs). The grouped-GEMM path ([`super::moe`]) takes ~14 launches and
-//! 128-row tiles that hold one valid row each at decode.
-//! `HEADROOM_MOE_DECODE=off` keeps the grouped path for every batch.
+//! rows prefetched into L2 while gate_up runs; the weight loads marked
+//! evict-first). The grouped-GEMM path ([`super::routed_experts`]) takes ~14 launches
+//! and 128-row tiles that hold one valid row each at decode.
 
-use super::launch::{
-    alloc, grid_dim, int, launch, launch_programmatic, mul, Args, GRID_X, GRID_YZ,
+use super::check_weights;
+use crate::backend::launch::{
+    alloc, grid_dim, int, launch_programmatic, mul, Args, GRID_X, GRID_YZ,
 };
-use super::memory::new_act;
-use super::types::{CudaAct, CudaWeight};
+use crate::backend::memory::new_act;
+use crate::backend::validate::bf16;
+use crate::backend::{CudaAct, CudaWeight};
 use crate::device::CudaDevice;
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
-use std::sync::OnceLock;
 
 /// Most rows the decode path takes (`MAX_ROWS` in the kernel).
 pub(crate) const MAX_ROWS: usize = 8;
@@ -27,84 +28,38 @@ const MAX_TOP_K: usize = 32;
 const MAX_HIDDEN: usize = 8192;
 const MAX_ACT: usize = 11264;
 /// Threads per CTA (`THREADS`); each warp computes one row (route) or column
-/// (down), or [`gate_up_cols`] columns (gate_up).
+/// (down), or [`GATE_UP_COLS`] columns (gate_up).
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
 
-/// `HEADROOM_MOE_DECODE=off` (or `0`, `false`): the grouped-GEMM path for
-/// every batch; otherwise (default) the decode kernels take 1..=8 rows.
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_MOE_DECODE"))
-}
+/// Columns a gate_up warp computes, one after the other (at the 35B shape
+/// 22 × 9 = 198 CTAs, one wave at 2 CTAs an SM), and the one after whose
+/// loads a routed CTA issues its L2 prefetch of the down rows.
+const GATE_UP_COLS: usize = 3;
+const PREFETCH_AT: usize = 0;
 
-/// `HEADROOM_MOE_PDL=off` (or `0`, `false`, as every on-by-default switch):
-/// the three kernels launch plainly, each after the
-/// previous kernel has finished; otherwise (default) with programmatic
-/// dependent launch where the device has it (`launch_programmatic`).
-fn programmatic() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_MOE_PDL"))
-}
-
-/// `HEADROOM_MOE_L2` (the L2 traffic of the weights): `off` (or `0`) leaves
-/// both hints out; `prefetch` only asks L2 for the down rows (the routed
-/// experts' and the shared expert's) while gate_up runs; `hint` only marks weight loads evict-first; otherwise
-/// (default) both. Returns (evict-first hints, down prefetch).
-fn l2_mode() -> (bool, bool) {
-    static MODE: OnceLock<(bool, bool)> = OnceLock::new();
-    *MODE.get_or_init(|| match std::env::var("HEADROOM_MOE_L2").as_deref() {
-        Ok("off" | "0") => (false, false),
-        Ok("prefetch") => (false, true),
-        Ok("hint") => (true, false),
-        _ => (true, true),
-    })
-}
-
-/// Columns a gate_up warp computes, one after the other, and the one after
-/// whose loads a routed CTA issues its L2 prefetch of the down rows:
-/// `HEADROOM_MOE_COLS` (1..=8, default 3: at the 35B shape 22 × 9 = 198 CTAs,
-/// one wave at 2 CTAs an SM) and `HEADROOM_MOE_PREFETCH_AT` (default 0).
-fn gate_up_cols() -> (usize, usize) {
-    static COLS: OnceLock<(usize, usize)> = OnceLock::new();
-    *COLS.get_or_init(|| {
-        let var = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-        };
-        let cols = var("HEADROOM_MOE_COLS")
-            .filter(|c| (1..=8).contains(c))
-            .unwrap_or(3);
-        let at = var("HEADROOM_MOE_PREFETCH_AT").unwrap_or(0).min(cols - 1);
-        (cols, at)
-    })
-}
-
-/// Launches one of the decode kernels (see [`programmatic`]).
+/// Launches one of the decode kernels with programmatic dependent launch
+/// (each reads only weights before its `griddepcontrol.wait`).
 ///
 /// # Safety
-/// As `launch`: the arguments match the kernel and address enough memory.
+/// As `launch_programmatic`: the arguments match the kernel and address
+/// enough memory.
 unsafe fn launch_kernel(
     dev: &CudaDevice,
     entry: &'static str,
     grid: (u32, u32, u32),
     args: Args,
 ) -> OpResult<()> {
-    if programmatic() {
-        launch_programmatic(dev, entry, grid, THREADS, args)
-    } else {
-        launch(dev, entry, grid, THREADS, args)
-    }
+    launch_programmatic(dev, entry, grid, THREADS, args)
 }
 
 /// Whether the decode kernels take this call (few rows, shapes they handle).
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
-    enabled() && supports(x, w, spec)
+    supports(x, w, spec)
 }
 
 /// The shapes the kernels handle (the weights themselves are checked by
-/// `moe::check` before any launch).
+/// `check_weights` before any launch).
 fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
     let si = w.shared_gate_proj.rows;
     let dims_ok = |n: usize| n > 0 && n.is_multiple_of(8);
@@ -123,6 +78,25 @@ fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
 /// multiple of 4 (float4 loads).
 fn act_stride(inter: usize, shared_inter: usize) -> usize {
     inter.max(shared_inter).div_ceil(4) * 4
+}
+
+/// Why [`supports`] refuses a call: the shape against every limit.
+fn unsupported(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpError {
+    OpError::Unsupported {
+        op: "moe decode",
+        reason: format!(
+            "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
+             (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
+             (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
+            x.rows,
+            x.cols,
+            spec.intermediate,
+            w.shared_gate_proj.rows,
+            spec.top_k,
+            spec.num_experts,
+            spec.shared_expert
+        ),
+    }
 }
 
 /// Byte offsets of the workspace's parts (each 16-byte aligned).
@@ -170,7 +144,7 @@ pub(crate) fn moe_decode(
 
 /// [`moe_decode`], calling `mark` with `route`, `gate_up`, `down` before each
 /// launch and `end` after the last (a bench or test records events there).
-fn moe_decode_marked(
+pub(crate) fn moe_decode_marked(
     dev: &CudaDevice,
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
@@ -178,24 +152,10 @@ fn moe_decode_marked(
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<CudaAct> {
     let op = "moe decode";
-    super::validate::bf16(op, x)?;
-    super::moe::check(w, spec, x.cols)?;
+    bf16(op, x)?;
+    check_weights(w, spec, x.cols)?;
     if !supports(x, w, spec) {
-        return Err(OpError::Unsupported {
-            op,
-            reason: format!(
-                "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
-                 (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
-                 (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
-                x.rows,
-                x.cols,
-                spec.intermediate,
-                w.shared_gate_proj.rows,
-                spec.top_k,
-                spec.num_experts,
-                spec.shared_expert
-            ),
-        });
+        return Err(unsupported(x, w, spec));
     }
     let (rows, hidden) = (x.rows, x.cols);
     let (e, k, inter) = (spec.num_experts, spec.top_k, spec.intermediate);
@@ -210,8 +170,8 @@ fn moe_decode_marked(
     let (i32_, si32) = (int(op, "intermediate", inter)?, int(op, "shared", si)?);
     let stride = int(op, "act stride", ws.act_stride)?;
 
-    let (hints, prefetch) = l2_mode();
-    let hints = hints as i32;
+    // Weight loads marked evict-first (the kernels' `hints`).
+    let hints = 1;
 
     // One warp a router row (the shared gate's last), every row.
     let route_grid = grid_dim(op, (e + 1).div_ceil(WARPS), GRID_X)?;
@@ -228,13 +188,12 @@ fn moe_decode_marked(
     // Each kernel launches programmatically (it may start while the previous
     // kernel finishes) and reads only weights before its griddepcontrol.wait.
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
-    // (moe::check); the workspace holds rows·(e+1) logits.
+    // (check_weights); the workspace holds rows·(e+1) logits.
     unsafe { launch_kernel(dev, "moe_decode_route", (route_grid, 1, 1), args)? };
 
     // (row, slot) pairs of the routed experts, then each row's shared expert.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let (cols, prefetch_at) = gate_up_cols();
-    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
+    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * GATE_UP_COLS), GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.gate_up.ptr())
@@ -251,10 +210,10 @@ fn moe_decode_marked(
         .i32(i32_)
         .i32(si32)
         .i32(stride)
-        .i32(cols as i32)
-        .i32(prefetch_at as i32)
+        .i32(GATE_UP_COLS as i32)
+        .i32(PREFETCH_AT as i32)
         .i32(hints)
-        .ptr(if prefetch { w.down.ptr() } else { 0 })
+        .ptr(w.down.ptr())
         .ptr(w.shared_down_proj.ptr())
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
@@ -292,35 +251,11 @@ fn moe_decode_marked(
     Ok(out)
 }
 
-impl super::CudaBackend {
-    /// The MoE block on the decode kernels, whatever `HEADROOM_MOE_DECODE`
-    /// says (tests and benches compare it with [`Self::moe_marked`]).
-    pub fn moe_decode(
-        &self,
-        x: &CudaAct,
-        w: &MoeWeights<CudaWeight>,
-        spec: &MoeSpec,
-    ) -> OpResult<CudaAct> {
-        moe_decode(&self.dev, x, w, spec)
-    }
-
-    /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
-    /// before each launch and `end` after the last.
-    pub fn moe_decode_marked(
-        &self,
-        x: &CudaAct,
-        w: &MoeWeights<CudaWeight>,
-        spec: &MoeSpec,
-        mark: &mut dyn FnMut(&'static str),
-    ) -> OpResult<CudaAct> {
-        moe_decode_marked(&self.dev, x, w, spec, mark)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{source_constant, MOE_DECODE};
+    use crate::kernels::source_constant;
+    use crate::ops::moe::sources::MOE_DECODE;
 
     #[test]
     fn launch_constants_match_the_kernel() {

@@ -1,5 +1,5 @@
 // Gated delta rule, chunked form: the per-chunk preparation kernel
-// (`gdn_chunk_prep_v3_bf16` / `_v4_bf16`; the scan that consumes its output is in
+// (`gdn_chunk_prep_bf16`; the scan that consumes its output is in
 // gdn_chunked.cu, whose header states the algebra). The constants, the
 // sequence table and the fragment helpers both use are in gdn_common.cuh.
 //
@@ -8,35 +8,24 @@
 // cumsum G of g; A = beta exp(Gi - Gj) ki.kj and P = exp(Gi - Gj) qi.kj on
 // mma.sync; T = (I + A)^-1 by blocked forward substitution (16x16 diagonal
 // blocks by one thread per column, off-diagonal blocks as 16x16 products on
-// the tensor cores in 3xTF32); W = T (beta exp(G) K), U = T (beta V). W, U, P
-// (bf16) leave through shared memory as 16-byte stores, per-row factors (f32)
-// beside them.
+// the tensor cores in 3xTF32); W = T (beta exp(G) K), U = T (beta V). W and U
+// (bf16) leave through shared memory as 16-byte stores, P (bf16) from
+// registers, per-row factors (f32) beside them.
 //
-// Two entries (ops::gdn::PrepKernel): gdn_chunk_prep_v3_bf16 ((beta v) and
-// (beta exp(G) k) kept row-major, written as 8/16-byte vectors and read as B
-// operands by ldmatrix.trans; q/k rows normalised 4 columns a lane; the
-// 3xTF32 hi/lo split of the A operand done once per k-step; off-diagonal
-// inverse block row by block row on 1-3 warps) and gdn_chunk_prep_v4_bf16
-// (the same with the off-diagonal inverse by 2x2 block doubling on all 8
-// warps, one n8 half of a 16x16 block each: critical path 9 -> 3 products)
-// and gdn_chunk_prep_v5_bf16 (v4's products in three CTAs per SM: 70,400
-// bytes of shared memory, <= 80 registers; see PREP5_* below) and _v6 (v5
-// with the q/k rows normalised by 8 lanes each, 16-byte accesses: 3 shuffle
-// levels instead of 5, a quarter of the per-row scalar work a lane).
-// (Run 3's v2 entry, transposed 2-byte stores, was removed in gdn4; it
-// lives in commit c157701.)
+// One entry, gdn_chunk_prep_bf16: (beta v) and (beta exp(G) k) kept
+// row-major, written as 16-byte vectors and read as B operands by
+// ldmatrix.trans; q/k rows normalised by 8 lanes each (16-byte accesses);
+// the off-diagonal inverse by 2x2 block doubling on all 8 warps (one n8 half
+// of a 16x16 block each, 3xTF32); three CTAs per SM: 70,400 bytes of shared
+// memory and <= 80 registers (see the layout below). The generations before
+// it and their measurements are in docs/perf/cuda-gdn.md and
+// docs/perf/cleanup-cuda-gdnmoe.md.
 
 // The shared constants, sequence table and helpers come first: gdn_common.cuh
 // and the inverse's 3xTF32 helpers (gdn_prep_tf32.cuh) are prepended to this
-// source (kernels/mod.rs), inside `namespace gdn`.
+// source (sources.rs), inside `namespace gdn`.
 
 constexpr float L2_EPS = 1e-6f;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // The sequence that owns global chunk c (chunk0 is increasing).
 __device__ __forceinline__ int seq_of_chunk(const SeqTable& tab, int c) {
@@ -52,36 +41,26 @@ extern __shared__ __align__(16) unsigned char dyn_smem[];
 
 // ---------------------------------------------------------------- prep ----
 //
-// Eight warps per (chunk, value head), two CTAs per SM. (The first version,
-// 4 warps with the off-diagonal inverse as scalar loops over shared memory
-// and a staging copy of v, was 1.8x slower: docs/perf/cuda-gdn.md, run 3.)
+// Eight warps per (chunk, value head), three CTAs per SM (<= 74 KiB, <= 80
+// registers). Shared memory: R1 holds Ks | Qs, then Af | Tf (f32); T (bf16)
+// over the dead Af and the inverse's X scratch in the unused upper blocks of
+// Tf; P leaves from registers; W | U staged in two 64-column passes, the
+// first beside T in R1, the second over the dead Kb | Vb.
 
 constexpr int PREP_THREADS = 256;
 constexpr int PREP_WARPS = PREP_THREADS / 32;
 constexpr int LDF = BT + 4;     // f32 [64][68]: tf32 fragment reads hit distinct banks
-constexpr int LDX = 24;          // f32 [16][24] per-warp scratch, same reason
-constexpr int PREP_R1 = 2 * BT * LD128 * 2;   // Ks | Qs, then Af | Tf (f32), then W | U staging
-constexpr int PREP_TS = BT * LD64 * 2;        // P staging, then X scratch, then T (bf16)
-constexpr int PREP_KBT = DK * LD64 * 2;
-constexpr int PREP_VBT = DV * LD64 * 2;
-constexpr int PREP_SMEM = PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT + 3 * BT * 4;
+constexpr int PREP_R1 = 2 * BT * LD128 * 2;   // Ks | Qs, then Af | Tf (f32), then T and W | U staging
+constexpr int PREP_KB = PREP_R1;
+constexpr int PREP_VB = PREP_KB + BT * LD128 * 2;
+constexpr int PREP_G = PREP_VB + BT * LD128 * 2;
+constexpr int PREP_SMEM = PREP_G + 3 * BT * 4;
+constexpr int PREP_S1 = BT * LD64 * 2;  // after T: pass 1's W | U halves, [2][BT][LD64]
 static_assert(2 * BT * LDF * 4 <= PREP_R1, "Af and Tf fit in the K/Q region");
-static_assert(4 * 16 * LDX * 4 <= PREP_TS, "X scratch fits in the T region");
-static_assert(2 * PREP_SMEM <= 227 * 1024, "two prep CTAs per SM");
-static_assert(BT * LD128 * 2 <= PREP_KBT && BT * LD128 * 2 <= PREP_VBT, "v3's row-major Kb, Vb fit");
-// v5 (three CTAs per SM: <= 74 KiB, <= 80 registers): no T / P / X region.
-// P leaves from registers; X lives in the unused upper blocks of Tf; T
-// (bf16) over the dead Af; W | U staged in two 64-column passes, the first
-// beside T in R1, the second over the dead Kb | Vb.
-constexpr int PREP5_KB = PREP_R1;
-constexpr int PREP5_VB = PREP5_KB + BT * LD128 * 2;
-constexpr int PREP5_G = PREP5_VB + BT * LD128 * 2;
-constexpr int PREP5_SMEM = PREP5_G + 3 * BT * 4;
-constexpr int PREP5_S1 = BT * LD64 * 2;  // after T: pass 1's W | U halves, [2][BT][LD64]
-static_assert(PREP5_S1 + 2 * BT * LD64 * 2 <= PREP_R1, "pass 1 staging fits beside T");
+static_assert(PREP_S1 + 2 * BT * LD64 * 2 <= PREP_R1, "pass 1 staging fits beside T");
 static_assert(BT * LD64 * 2 <= BT * LDF * 4, "T fits over Af");
 static_assert(2 * BT * LD64 * 2 <= 2 * BT * LD128 * 2, "pass 2 staging fits over Kb | Vb");
-static_assert(3 * (PREP5_SMEM + 1024) <= 228 * 1024, "three v5 CTAs per SM");
+static_assert(3 * (PREP_SMEM + 1024) <= 228 * 1024, "three prep CTAs per SM");
 
 // B fragment (16 x 8) of a row-major [k][n] tile with row stride ld
 // (ldmatrix.trans; rows 16-byte aligned): lanes 0-15 address rows k0.. at n0.
@@ -92,7 +71,6 @@ __device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld,
                  : "r"(smem_addr(p)));
 }
 
-template <int GEN>
 __device__ __forceinline__ void prep_body(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
@@ -102,14 +80,11 @@ __device__ __forceinline__ void prep_body(
     bf16* Qs = Ks + BT * LD128;
     float* Af = reinterpret_cast<float*>(smem);
     float* Tf = Af + BT * LDF;
-    constexpr bool V5 = GEN >= 5;
-    bf16* Ts = reinterpret_cast<bf16*>(smem + (V5 ? 0 : PREP_R1));
-    float* Xs = reinterpret_cast<float*>(smem + PREP_R1);  // v3/v4 only
-    // beta exp(G) k and beta v, row-major [BT][LD128] (v3/v4: regions sized
-    // for the [128][LD64] transposes of the v2 kernel).
-    bf16* KbT = reinterpret_cast<bf16*>(smem + (V5 ? PREP5_KB : PREP_R1 + PREP_TS));
-    bf16* VbT = reinterpret_cast<bf16*>(smem + (V5 ? PREP5_VB : PREP_R1 + PREP_TS + PREP_KBT));
-    float* Gs = reinterpret_cast<float*>(smem + (V5 ? PREP5_G : PREP_R1 + PREP_TS + PREP_KBT + PREP_VBT));
+    bf16* Ts = reinterpret_cast<bf16*>(smem);
+    // beta exp(G) k and beta v, row-major [BT][LD128].
+    bf16* KbT = reinterpret_cast<bf16*>(smem + PREP_KB);
+    bf16* VbT = reinterpret_cast<bf16*>(smem + PREP_VB);
+    float* Gs = reinterpret_cast<float*>(smem + PREP_G);
     float* Gc = Gs + BT;
     float* Bs = Gc + BT;
 
@@ -180,10 +155,9 @@ __device__ __forceinline__ void prep_body(
     __syncthreads();
     const float GL = Gc[BT - 1];  // padded rows have g = 0
 
-    // Rows (a warp each; v6: 8 lanes each): normalise q and k in place, scale,
-    // (beta exp(G) k)^T.
+    // Rows (8 lanes each): normalise q and k in place, scale, (beta exp(G) k)^T.
     const float qscale = rsqrtf((float)DK);
-    if constexpr (GEN >= 6) {  // lane l of a row: columns 8l.. and 64 + 8l.. (16-byte accesses)
+    {  // lane l of a row: columns 8l.. and 64 + 8l.. (16-byte accesses)
         const int sub = lane >> 3, l = lane & 7;
         for (int r = 4 * warp + sub; r < BT; r += 4 * PREP_WARPS) {
             const bool ok = r < nrows;
@@ -237,40 +211,6 @@ __device__ __forceinline__ void prep_body(
                 if (r == 0) f[2 * BT] = __expf(GL);
             }
         }
-    } else {  // lane: columns 4 lane .. 4 lane + 3 (8-byte accesses)
-#pragma unroll 2
-        for (int r = warp; r < BT; r += PREP_WARPS) {
-            const bool ok = r < nrows;
-            const int col = 4 * lane;
-            const uint2 qv = *reinterpret_cast<const uint2*>(Qs + r * LD128 + col);
-            const uint2 kv = *reinterpret_cast<const uint2*>(Ks + r * LD128 + col);
-            const float2 q01 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&qv.x));
-            const float2 q23 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&qv.y));
-            const float2 k01 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&kv.x));
-            const float2 k23 = __bfloat1622float2(*reinterpret_cast<const bf162*>(&kv.y));
-            float sq = q01.x * q01.x + q01.y * q01.y + q23.x * q23.x + q23.y * q23.y;
-            float sk = k01.x * k01.x + k01.y * k01.y + k23.x * k23.x + k23.y * k23.y;
-            sq = warp_sum(sq);
-            sk = warp_sum(sk);
-            const float iq = rsqrtf(sq + L2_EPS) * qscale, ik = rsqrtf(sk + L2_EPS);
-            const float b = Bs[r], eg = __expf(Gc[r]), kb = ik * b * eg;
-            uint2 o;
-            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(q01.x * iq, q01.y * iq);
-            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(q23.x * iq, q23.y * iq);
-            *reinterpret_cast<uint2*>(Qs + r * LD128 + col) = o;
-            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(k01.x * ik, k01.y * ik);
-            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(k23.x * ik, k23.y * ik);
-            *reinterpret_cast<uint2*>(Ks + r * LD128 + col) = o;
-            *reinterpret_cast<bf162*>(&o.x) = __floats2bfloat162_rn(k01.x * kb, k01.y * kb);
-            *reinterpret_cast<bf162*>(&o.y) = __floats2bfloat162_rn(k23.x * kb, k23.y * kb);
-            *reinterpret_cast<uint2*>(KbT + r * LD128 + col) = o;
-            if (lane == 0) {
-                float* f = fac_out + tile * FAC;
-                f[r] = ok ? iq * eg : 0.f;
-                f[BT + r] = ok ? ik * __expf(GL - Gc[r]) : 0.f;
-                if (r == 0) f[2 * BT] = __expf(GL);
-            }
-        }
     }
     __syncthreads();
 
@@ -290,7 +230,7 @@ __device__ __forceinline__ void prep_body(
             frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
 #pragma unroll
             for (int nt = 0; nt < 4; ++nt) {
-                if (GEN >= 4 && c0 + 8 * nt > m0 + 15) continue;  // v4: n8 pieces above the diagonal
+                if (c0 + 8 * nt > m0 + 15) continue;  // n8 pieces above the diagonal
                 unsigned b[2];
                 frag_b(b, Ks, LD128, c0 + 8 * nt, 16 * ks, lane);
                 mma16816(acc_a[nt], ak, b);
@@ -298,9 +238,9 @@ __device__ __forceinline__ void prep_body(
             }
         }
     }
-    // P (masked j <= i, decayed) to its staging tile (v5: straight out).
-    bf16* Pst = V5 ? p_out + tile * (BT * BT) : Ts;
-    constexpr int LDP = V5 ? BT : LD64;
+    // P (masked j <= i, decayed) straight out.
+    bf16* Pst = p_out + tile * (BT * BT);
+    constexpr int LDP = BT;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -321,13 +261,6 @@ __device__ __forceinline__ void prep_body(
             a.y = j + 1 < i ? acc_a[nt][2 * hf + 1] * Bs[i] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
             *reinterpret_cast<float2*>(Af + i * LDF + j) = a;
         }
-    if constexpr (!V5) {  // P out, 16 bytes a thread
-        bf16* P = p_out + tile * (BT * BT);
-        for (int e = tid; e < BT * (BT / 8); e += PREP_THREADS) {
-            const int r = e >> 3, ch = (e & 7) * 8;
-            *reinterpret_cast<uint4*>(P + r * BT + ch) = *reinterpret_cast<const uint4*>(Pst + r * LD64 + ch);
-        }
-    }
     __syncthreads();
 
     // T = (I + A)^-1. Diagonal 16x16 blocks: one thread per block column,
@@ -348,19 +281,17 @@ __device__ __forceinline__ void prep_body(
         for (int i = 0; i < 16; ++i) Tf[(b0 + i) * LDF + b0 + cc] = tcol[i];
     }
     __syncthreads();
-    if constexpr (GEN >= 4) {
+    {
         // Off-diagonal blocks by 2x2 doubling, all warps on one n8 half of a
         // 16x16 block each: [[L11, 0], [L21, L22]]^-1 has -L22^-1 L21 L11^-1
         // below the diagonal. Level 1 (warps 0-3): T10 = -T11 (A10 T00),
         // T32 = -T33 (A32 T22). Level 2 (all 8): X = A[2:4, 0:2] T[0:2, 0:2]
         // into shared scratch, then T[2:4, 0:2] = -T[2:4, 2:4] X.
         const int half = 8 * (warp & 1), b = warp >> 1;
-        // X block xb: v3/v4 a [16][LDX] scratch each; v5 the unused upper
-        // blocks (0,1), (0,2), (0,3), (1,2) of Tf.
-        constexpr int ldx = V5 ? LDF : LDX;
+        // X block xb: the unused upper blocks (0,1), (0,2), (0,3), (1,2) of Tf.
+        constexpr int ldx = LDF;
         auto xblock = [&](int xb) -> float* {
-            if constexpr (V5) return Tf + (xb == 3 ? 16 * LDF + 32 : 16 * (xb + 1));
-            else return Xs + xb * 16 * LDX;
+            return Tf + (xb == 3 ? 16 * LDF + 32 : 16 * (xb + 1));
         };
         if (warp < 4) {
             const int I = 2 * b + 1, J = 2 * b;
@@ -397,38 +328,6 @@ __device__ __forceinline__ void prep_body(
             store16x8_neg(Tf, LDF, 16 * I, 16 * J + half, y, lane);
         }
         __syncthreads();
-    } else {
-        // Off-diagonal blocks, block row by block row: warp J computes
-        // X = sum_{K=J}^{I-1} A_IK T_KJ, then T_IJ = -T_II X (tensor cores, 3xTF32).
-    #pragma unroll 1
-        for (int I = 1; I < 4; ++I) {
-            if (warp < I) {
-                const int J = warp;
-                float x[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-    #pragma unroll 1
-                for (int K = J; K < I; ++K) {
-                    mm16_f32_split(x, Af, LDF, 16 * I, 16 * K, Tf, LDF, 16 * K, 16 * J, lane);
-                }
-                float* Xw = Xs + warp * 16 * LDX;
-    #pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
-    #pragma unroll
-                    for (int hf = 0; hf < 2; ++hf)
-                        *reinterpret_cast<float2*>(Xw + (g8 + 8 * hf) * LDX + 8 * nt + 2 * t4) =
-                            make_float2(x[nt][2 * hf], x[nt][2 * hf + 1]);
-                __syncwarp();
-                float y[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-                mm16_f32_split(y, Tf, LDF, 16 * I, 16 * I, Xw, LDX, 0, 0, lane);
-    #pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
-    #pragma unroll
-                    for (int hf = 0; hf < 2; ++hf)
-                        *reinterpret_cast<float2*>(Tf + (16 * I + g8 + 8 * hf) * LDF + 16 * J + 8 * nt + 2 * t4) =
-                            make_float2(-y[nt][2 * hf], -y[nt][2 * hf + 1]);
-                __syncwarp();
-            }
-            __syncthreads();
-        }
     }
     // T in bf16 (zero above the diagonal blocks).
     for (int e = tid; e < BT * BT / 2; e += PREP_THREADS) {
@@ -440,11 +339,11 @@ __device__ __forceinline__ void prep_body(
     __syncthreads();
 
     // W = T (beta exp(G) K) (warps 0-3), U = T (beta V) (warps 4-7): rows
-    // 16(w%4).., 128 columns, staged over the dead Af | Tf region (v5: two
-    // 64-column passes, 32 accumulators a thread instead of 64; pass 1
-    // staged beside T, pass 2 over Kb | Vb once every warp is done with them).
+    // 16(w%4).., 128 columns in two 64-column passes (32 accumulators a
+    // thread): pass 1 staged beside T, pass 2 over Kb | Vb once every warp
+    // is done with them.
     {
-        constexpr int NP = V5 ? 2 : 1, NTP = 16 / NP;
+        constexpr int NP = 2, NTP = 16 / NP;
         const int which = warp >> 2;
         const bf16* Bt = which == 0 ? KbT : VbT;
 #pragma unroll 1
@@ -465,13 +364,9 @@ __device__ __forceinline__ void prep_body(
                     mma16816(acc[nt], a, b);
                 }
             }
-            bf16* st = Ks + which * (BT * LD128);
-            int ldst = LD128;
-            if constexpr (V5) {
-                if (pass == 1) __syncthreads();  // T, Kb, Vb no longer read
-                st = (pass == 0 ? reinterpret_cast<bf16*>(smem + PREP5_S1) : KbT) + which * (BT * LD64);
-                ldst = LD64;
-            }
+            if (pass == 1) __syncthreads();  // T, Kb, Vb no longer read
+            bf16* st = (pass == 0 ? reinterpret_cast<bf16*>(smem + PREP_S1) : KbT) + which * (BT * LD64);
+            const int ldst = LD64;
 #pragma unroll
             for (int nt = 0; nt < NTP; ++nt)
 #pragma unroll
@@ -483,50 +378,20 @@ __device__ __forceinline__ void prep_body(
         }
     }
     __syncthreads();
-    if constexpr (V5) {
-        for (int e = tid; e < 2 * 2 * BT * 8; e += PREP_THREADS) {
-            const int which = e >> 10, pass = (e >> 9) & 1, r = (e >> 3) & (BT - 1), ch = (e & 7) * 8;
-            const bf16* src = (pass == 0 ? reinterpret_cast<const bf16*>(smem + PREP5_S1) : KbT) + which * (BT * LD64);
-            bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
-            *reinterpret_cast<uint4*>(dst + r * DK + 64 * pass + ch) =
-                *reinterpret_cast<const uint4*>(src + r * LD64 + ch);
-        }
-    } else {
-        for (int e = tid; e < 2 * BT * 16; e += PREP_THREADS) {
-            const int which = e >> 10, r = (e >> 4) & (BT - 1), ch = (e & 15) * 8;
-            bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
-            *reinterpret_cast<uint4*>(dst + r * DK + ch) =
-                *reinterpret_cast<const uint4*>(Ks + which * (BT * LD128) + r * LD128 + ch);
-        }
+    for (int e = tid; e < 2 * 2 * BT * 8; e += PREP_THREADS) {
+        const int which = e >> 10, pass = (e >> 9) & 1, r = (e >> 3) & (BT - 1), ch = (e & 7) * 8;
+        const bf16* src = (pass == 0 ? reinterpret_cast<const bf16*>(smem + PREP_S1) : KbT) + which * (BT * LD64);
+        bf16* dst = (which == 0 ? w_out : u_out) + tile * (BT * DK);
+        *reinterpret_cast<uint4*>(dst + r * DK + 64 * pass + ch) =
+            *reinterpret_cast<const uint4*>(src + r * LD64 + ch);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_v3_bf16(
+extern "C" __global__ void __launch_bounds__(PREP_THREADS, 3) gdn_chunk_prep_bf16(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
     float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
-    prep_body<3>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
-}
-
-extern "C" __global__ void __launch_bounds__(PREP_THREADS, 2) gdn_chunk_prep_v4_bf16(
-    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
-    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
-    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
-    prep_body<4>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
-}
-
-extern "C" __global__ void __launch_bounds__(PREP_THREADS, 3) gdn_chunk_prep_v5_bf16(
-    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
-    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
-    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
-    prep_body<5>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
-}
-
-extern "C" __global__ void __launch_bounds__(PREP_THREADS, 3) gdn_chunk_prep_v6_bf16(
-    const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
-    bf16* __restrict__ w_out, bf16* __restrict__ u_out, bf16* __restrict__ p_out,
-    float* __restrict__ fac_out, int hk, int hv, SeqTable tab) {
-    prep_body<6>(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
+    prep_body(qkv, gdec, beta, w_out, u_out, p_out, fac_out, hk, hv, tab);
 }
 
 }  // namespace gdn

@@ -43,7 +43,7 @@ __device__ void conv1d_silu(const bf16* x, const W* w, const bf16* state, bf16* 
 // The same conv for kernel width 4 (Qwen3.5/3.6), a strip of CONV_STRIP rows
 // per thread: the weights stay in registers and the previous three inputs in
 // a sliding window, so each input row is loaded once per strip (the one-row
-// kernel above was instruction bound: 2.8 ms for 32k x 8192 on the H200).
+// kernel above is instruction bound at long prompts).
 // grid (ceil(C / blockDim.x), ceil(rows / CONV_STRIP)).
 #define CONV_STRIP 32
 extern "C" __global__ void conv1d_silu_k4_f32w(const bf16* __restrict__ x,
@@ -121,8 +121,7 @@ extern "C" __global__ void conv_state_advance_bf16(const bf16* x, bf16* state, c
 // row's sequence by binary search and walks across later sequence starts,
 // reloading the window from that slot's state. Rows are loaded CONV8_AHEAD at
 // a time before any is used, so several loads are in flight per thread (the
-// one-channel strip kernel above had one 2-byte load in flight: 0.88 ms for
-// 32k x 8192 on the H200, a third of the memory bandwidth). Same math (f32,
+// one-channel strip kernel above has one 2-byte load in flight). Same math (f32,
 // the same order of the four products) as the kernels above, but SiLU's
 // division is __fdividef (within 2 ulp of f32; the output is bf16).
 // Needs C % 8 == 0 (16-byte aligned rows). grid (ceil(C / 8 / blockDim.x),

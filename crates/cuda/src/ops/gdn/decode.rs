@@ -1,17 +1,16 @@
 //! The GDN layer core (`Backend::gdn_core`) for all-decode batches in one
-//! launch (`kernels/gdn_decode.cu`): conv + SiLU with the conv-state advance,
-//! gating, the recurrent delta rule and the gated norm. Other batches, other
-//! shapes, and `HEADROOM_GDN_DECODE=off` run the composition of the plain ops.
+//! launch (`gdn_decode.cu`): conv + SiLU with the conv-state advance,
+//! gating, the recurrent delta rule and the gated norm. Other batches and
+//! other shapes run the composition of the plain ops.
 //! The slots go to the kernel by value (no host-to-device copy per call).
 
-use super::launch::{grid_dim, int, launch_packed_pdl};
-use super::memory::new_act;
-use super::types::{CudaAct, CudaGdnState, CudaWeight};
+use crate::backend::launch::{grid_dim, int, launch_packed_pdl, GRID_X, GRID_YZ};
+use crate::backend::memory::new_act;
+use crate::backend::{CudaAct, CudaGdnState, CudaWeight};
 use crate::device::CudaDevice;
 use headroom_core::ops::{Batch, GdnCoreInputs, GdnCoreWeights, OpError, OpResult};
 use headroom_core::Dtype;
 use std::ffi::c_void;
-use std::sync::OnceLock;
 
 /// Key and value head dim the kernel is built for (`DK`, `DV`).
 const DIM: usize = 128;
@@ -30,21 +29,14 @@ struct SlotTable {
 // The table and the 16 arguments before it fit the 4 KiB of kernel parameters.
 const _: () = assert!(std::mem::size_of::<SlotTable>() + 16 * 8 <= 4096);
 
-/// `HEADROOM_GDN_DECODE`: `off` (or `0`) runs the composition for every
-/// batch; otherwise (default) all-decode batches take the fused kernel.
-fn enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::device::env_switch("HEADROOM_GDN_DECODE"))
-}
-
-/// Whether the default dispatch sends this call to the fused kernel.
+/// Whether the dispatch sends this call to the fused kernel.
 pub(crate) fn takes(
     x: &GdnCoreInputs<'_, CudaAct>,
     w: &GdnCoreWeights<'_, CudaWeight>,
     state: &CudaGdnState,
     batch: &Batch,
 ) -> bool {
-    enabled() && eligible(x, w, state, batch).is_ok()
+    eligible(x, w, state, batch).is_ok()
 }
 
 /// `Ok` when the fused kernel runs this call exactly: every sequence one row,
@@ -141,8 +133,8 @@ pub(crate) fn gdn_decode(
             param(&mut tab),
         ]);
         let grid = (
-            grid_dim(op, s.v_heads, super::launch::GRID_X)?,
-            grid_dim(op, chunk.len(), super::launch::GRID_YZ)?,
+            grid_dim(op, s.v_heads, GRID_X)?,
+            grid_dim(op, chunk.len(), GRID_YZ)?,
             1,
         );
         // SAFETY: eligible() checked every buffer's shape and dtype against the
@@ -158,7 +150,8 @@ pub(crate) fn gdn_decode(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{source_constant, GDN_DECODE};
+    use crate::kernels::source_constant;
+    use crate::ops::gdn::sources::GDN_DECODE;
 
     #[test]
     fn launch_constants_match_the_kernel() {

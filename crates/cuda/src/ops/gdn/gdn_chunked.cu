@@ -14,33 +14,33 @@
 //   S1 = exp(G_L) S0 + sum_j exp(G_L - G_j) k_j delta_j^T
 //
 // Two kernels:
-// * gdn_chunk_prep_v3_bf16 / _v4 (gdn_chunk_prep.cu), one CTA per (chunk, value
-//   head), all in parallel: normalises q/k, builds A and P (the masked,
-//   decayed q.k^T), inverts (I + A), and writes W, U, P (bf16) and per-row
-//   factors (f32) to a scratch buffer.
-// * gdn_chunk_scan_bf16 / _bv64_bf16 (this file), one CTA per (32 or 64
-//   value columns, value head, sequence):
-//   walks the chunks of its sequence in order with its 128 x BV slice of the
-//   state in f32 registers; per chunk three tensor-core products
-//   (delta = U - W S0 and Q S0; o += P delta; S += K^T delta). The next
-//   chunk's tiles stream in with cp.async while the current one computes.
-//   Eight warps: each owns a 16 x 16 piece of the chunk's delta and output
-//   and 16 key rows of the state slice.
-//   Two generations, same algebra: v2 (gdn_chunk_scan_bf16 / _bv64_bf16)
-//   transposes (kf K) into a [DK][BT] tile every chunk for the state update;
-//   v3 (gdn_chunk_scan_v3*_bf16) reads K^T straight from the streamed K tile
-//   with ldmatrix.trans and puts kf on delta instead (no transpose loop,
-//   18 KiB less shared memory), which lets the narrow scan keep three
-//   stages in flight (gdn_chunk_scan_v3deep_bf16).
-//   opts (timing experiments only, 0 in production): 1 = no tile loads after
-//   the first chunk, 2 = no arithmetic; either gives wrong results.
+// * gdn_chunk_prep_bf16 (gdn_chunk_prep.cu), one CTA per (chunk, value head),
+//   all in parallel: normalises q/k, builds A and P (the masked, decayed
+//   q.k^T), inverts (I + A), and writes W, U, P (bf16) and per-row factors
+//   (f32) to a scratch buffer.
+// * the scan (this file), one CTA per (32 or 64 value columns, value head,
+//   sequence): walks the chunks of its sequence in order with its 128 x BV
+//   slice of the state in f32 registers; per chunk three tensor-core products
+//   (delta = U - W S0 and Q S0; o += P delta; S += K^T (kf delta), K^T read
+//   straight from the streamed K tile by ldmatrix.trans). The next chunks'
+//   tiles stream in with cp.async while the current one computes. Eight
+//   warps: each owns a 16 x 16 piece of the chunk's delta and output and 16
+//   key rows of the state slice. Two entries:
+//   gdn_chunk_scan_narrow_bf16 (32 columns, three tile stages in flight, the
+//   next loads issued after phase 1's products, phase 1's k-steps in two
+//   accumulator chains, the state update ahead of the output, the bf16
+//   delta^T / S^T tiles written by stmatrix.trans) and
+//   gdn_chunk_scan_wide_bf16 (64 columns, two stages, the plain order).
+//   opts (timing experiments of the bench only, 0 in production): 1 = no
+//   tile loads after the first chunk, 2 = no arithmetic; either gives wrong
+//   results.
 // The constants, the sequence table and the fragment helpers both kernels
 // use are in gdn_common.cuh (prepended to each source).
 // Chunks never straddle sequences; rows past a sequence's end are zeros.
 // All matmuls use mma.sync m16n8k16 (bf16 in, f32 accumulate).
 
 // The shared constants, sequence table and helpers come first: gdn_common.cuh
-// is prepended to this source (kernels/mod.rs), inside `namespace gdn`.
+// is prepended to this source (sources.rs), inside `namespace gdn`.
 
 constexpr int BV_NARROW = 32;    // value columns per scan CTA: 4 CTAs per head
 constexpr int BV_WIDE = 64;      // or 2 CTAs per head (half the tile traffic)
@@ -65,11 +65,10 @@ __device__ __forceinline__ void frag_a_trans(unsigned* a, const bf16* s, int ld,
                  : "r"(smem_addr(p)));
 }
 
-// Scan layout for BV value columns per CTA, STAGES tile stages in flight,
-// TK: K^T by ldmatrix.trans (v3) instead of a transposed copy (v2). Work
-// split: phase-1/2 tiles (64 x BV) as 4 row tiles x SCAN_WARPS/4 column
+// Scan layout for BV value columns per CTA, STAGES tile stages in flight.
+// Work split: phase-1/2 tiles (64 x BV) as 4 row tiles x SCAN_WARPS/4 column
 // groups; state tiles (DK x BV) as one 16-row tile per warp, all BV columns.
-template <int BV, int STAGES = 2, bool TK = false, int WARPS = SCAN_WARPS>
+template <int BV, int STAGES, int WARPS = SCAN_WARPS>
 struct ScanCfg {
     static constexpr int THREADS = WARPS * 32;
     static constexpr int SROW = WARPS < 8 ? WARPS : 8;     // warps along the state's key rows
@@ -86,23 +85,19 @@ struct ScanCfg {
     static constexpr int ST_U = ST_P + BT * LD64 * 2;
     static constexpr int ST_F = ST_U + BT * LDU * 2;
     static constexpr int STAGE = ST_F + FAC * 4;
-    static constexpr int KT = STAGES * STAGE;         // v2: (kf K)^T [DK][LD64]
-    static constexpr int HT = KT + (TK ? 0 : DK * LD64 * 2);  // S^T in bf16 [BV][LD128]
+    static constexpr int HT = STAGES * STAGE;         // S^T in bf16 [BV][LD128]
     static constexpr int VN = HT + BV * LD128 * 2;    // delta^T [BV][LD64]
-    static constexpr int VK = VN + BV * LD64 * 2;     // v3: (kf delta)^T [BV][LD64]
-    static constexpr int SMEM = VK + (TK ? BV * LD64 * 2 : 0);
+    static constexpr int VK = VN + BV * LD64 * 2;     // (kf delta)^T [BV][LD64]
+    static constexpr int SMEM = VK + BV * LD64 * 2;
     static_assert(STAGE % 16 == 0, "stages stay 16-byte aligned");
     static_assert(SMEM <= 227 * 1024, "one scan CTA fits an SM");
     static_assert(NT >= 1 && MT >= 1 && SNT >= 1, "warp split covers the tiles");
 };
-constexpr int SCAN_SMEM_NARROW = ScanCfg<BV_NARROW>::SMEM;
-constexpr int SCAN_SMEM_WIDE = ScanCfg<BV_WIDE>::SMEM;
-constexpr int SCAN_SMEM_V3_NARROW = ScanCfg<BV_NARROW, 2, true>::SMEM;
-constexpr int SCAN_SMEM_V3_WIDE = ScanCfg<BV_WIDE, 2, true>::SMEM;
-constexpr int SCAN_SMEM_V3_DEEP = ScanCfg<BV_NARROW, 3, true>::SMEM;
-static_assert(SCAN_SMEM_NARROW < SCAN_SMEM_WIDE, "both scan layouts instantiate");
-static_assert(SCAN_SMEM_V3_NARROW < SCAN_SMEM_V3_DEEP && SCAN_SMEM_V3_WIDE < SCAN_SMEM_WIDE,
-              "the v3 layouts instantiate");
+constexpr int SCAN_NARROW_STAGES = 3;
+constexpr int SCAN_WIDE_STAGES = 2;
+constexpr int SCAN_SMEM_NARROW = ScanCfg<BV_NARROW, SCAN_NARROW_STAGES>::SMEM;
+constexpr int SCAN_SMEM_WIDE = ScanCfg<BV_WIDE, SCAN_WIDE_STAGES>::SMEM;
+static_assert(SCAN_SMEM_NARROW <= 227 * 1024 && SCAN_SMEM_WIDE <= 227 * 1024, "both scan layouts instantiate");
 
 // Transposed store of four 8x8 bf16 matrices from mma C-fragment halves
 // (packed bf16 pairs): lanes 8i..8i+7 address rows 0..7 of matrix i, which
@@ -117,17 +112,16 @@ __device__ __forceinline__ unsigned pack_bf16(float a, float b) {
     return *reinterpret_cast<unsigned*>(&v);
 }
 
-// SG, the scan generation: 3 = v2/v3/v3deep order; 5 = the next loads after
-// phase 1's products, the state update ahead of the output; 6 = 5 with
-// phase 1's k-steps in two accumulator chains and the bf16 delta^T / S^T
-// tiles written by stmatrix.trans.
-template <int BV, int STAGES, bool TK, int WARPS, int SG>
-
+// PIPELINED: the next loads after phase 1's products, phase 1's k-steps in
+// two accumulator chains, the bf16 delta^T / S^T tiles written by
+// stmatrix.trans and the state update ahead of the output (the narrow scan);
+// else the plain order (the wide scan).
+template <int BV, int STAGES, int WARPS, bool PIPELINED>
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
     const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,
     bf16* __restrict__ out, int hk, int hv, const SeqTable& tab, int opts) {
-    using C = ScanCfg<BV, STAGES, TK, WARPS>;
+    using C = ScanCfg<BV, STAGES, WARPS>;
     static_assert(STAGES == 2 || STAGES == 3, "two or three tile stages");
     constexpr int SCAN_THREADS = C::THREADS;
     unsigned char* smem = dyn_smem;
@@ -139,7 +133,6 @@ __device__ __forceinline__ void scan_body(
     const int nch = (rows + BT - 1) / BT;
     const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
     const long long ld_out = (long long)hv * DV;
-    bf16* KT = reinterpret_cast<bf16*>(smem + C::KT);
     bf16* HT = reinterpret_cast<bf16*>(smem + C::HT);
     bf16* VN = reinterpret_cast<bf16*>(smem + C::VN);
     bf16* VK = reinterpret_cast<bf16*>(smem + C::VK);
@@ -193,7 +186,7 @@ __device__ __forceinline__ void scan_body(
                 acc_h[mt][nt][2 * hf + 1] = v.y;
             }
     auto store_ht = [&]() {
-        if constexpr (SG >= 6) {
+        if constexpr (PIPELINED) {
             static_assert(C::SNT % 2 == 0, "stmatrix pairs of n8 state tiles");
             const int i = lane >> 3, j = lane & 7;
 #pragma unroll
@@ -243,8 +236,8 @@ __device__ __forceinline__ void scan_body(
             if (nxt < nch && !(opts & 1)) load_stage(st_nxt, nxt);
             else if constexpr (STAGES == 3) cp_async_commit();
         };
-        // SG >= 5: the next loads are issued once phase 1's products are in flight.
-        if (SG < 5 || (opts & 2)) issue_next();
+        // PIPELINED: the next loads are issued once phase 1's products are in flight.
+        if (!PIPELINED || (opts & 2)) issue_next();
         st_cur = st_cur + 1 == STAGES ? 0 : st_cur + 1;
         if (opts & 2) continue;
         const unsigned char* base = smem + st * C::STAGE;
@@ -255,19 +248,8 @@ __device__ __forceinline__ void scan_body(
         const bf16* Us = reinterpret_cast<const bf16*>(base + C::ST_U);
         const float* Fs = reinterpret_cast<const float*>(base + C::ST_F);
 
-        // v2: (kf K)^T for the state update.
-        const int nrows_c = min(BT, rows - lc * BT);
-        if constexpr (!TK) for (int e = tid; e < BT * (DK / 2); e += SCAN_THREADS) {
-            const int t = e & (BT - 1), dp = e >> 6;
-            float2 kk = __bfloat1622float2(*reinterpret_cast<const bf162*>(Ks + t * LD128 + 2 * dp));
-            if (t >= nrows_c) kk = make_float2(0.f, 0.f);  // rows past the sequence
-            const float f = Fs[BT + t];
-            KT[(2 * dp) * LD64 + t] = __float2bfloat16(kk.x * f);
-            KT[(2 * dp + 1) * LD64 + t] = __float2bfloat16(kk.y * f);
-        }
-
         // delta = U - W S0 and Q S0 (rows m0..m0+15, C::NT n8 tiles from n0).
-        // SG >= 6: odd k-steps into a second pair of accumulators (chains of
+        // PIPELINED: odd k-steps into a second pair of accumulators (chains of
         // 4 mma instead of 8), added before the epilogue.
         float av[C::NT][4], ao[C::NT][4], av2[C::NT][4], ao2[C::NT][4];
 #pragma unroll
@@ -283,14 +265,14 @@ __device__ __forceinline__ void scan_body(
             for (int nt = 0; nt < C::NT; ++nt) {
                 unsigned b[2];
                 frag_b(b, HT, LD128, 8 * (n0 + nt), 16 * ks, lane);
-                const bool odd = SG >= 6 && (ks & 1);
+                const bool odd = PIPELINED && (ks & 1);
                 mma16816(odd ? av2[nt] : av[nt], aw, b);
                 mma16816(odd ? ao2[nt] : ao[nt], aq, b);
             }
         }
-        if constexpr (SG >= 5) issue_next();
-        if constexpr (SG >= 6) {
-            static_assert(TK && C::NT % 2 == 0, "stmatrix pairs of n8 tiles of delta");
+        if constexpr (PIPELINED) issue_next();
+        if constexpr (PIPELINED) {
+            static_assert(C::NT % 2 == 0, "stmatrix pairs of n8 tiles of delta");
             unsigned rn[C::NT][2], rk[C::NT][2];
 #pragma unroll
             for (int nt = 0; nt < C::NT; ++nt)
@@ -324,7 +306,7 @@ __device__ __forceinline__ void scan_body(
                     const float d0 = u.x - av[nt][2 * hf], d1 = u.y - av[nt][2 * hf + 1];
                     VN[cc * LD64 + r] = __float2bfloat16(d0);
                     VN[(cc + 1) * LD64 + r] = __float2bfloat16(d1);
-                    if constexpr (TK) {  // kf on delta (rows past the sequence: kf = 0)
+                    {  // kf on delta (rows past the sequence: kf = 0)
                         const float kf = Fs[BT + r];
                         VK[cc * LD64 + r] = __float2bfloat16(d0 * kf);
                         VK[(cc + 1) * LD64 + r] = __float2bfloat16(d1 * kf);
@@ -361,22 +343,21 @@ __device__ __forceinline__ void scan_body(
                             __floats2bfloat162_rn(ao[nt][2 * hf], ao[nt][2 * hf + 1]);
                 }
         };
-        // S = exp(G_L) S0 + (kf K)^T delta (v3: K^T (kf delta)), k-step ks.
+        // S = exp(G_L) S0 + K^T (kf delta), k-step ks.
         auto state_step = [&](int ks) {
 #pragma unroll
             for (int mt = 0; mt < C::MT; ++mt) {
                 unsigned a[4];
-                if constexpr (TK) frag_a_trans(a, Ks, LD128, hrow0 + 16 * mt, 16 * ks, lane);
-                else frag_a(a, KT, LD64, hrow0 + 16 * mt, 16 * ks, lane);
+                frag_a_trans(a, Ks, LD128, hrow0 + 16 * mt, 16 * ks, lane);
 #pragma unroll
                 for (int nt = 0; nt < C::SNT; ++nt) {
                     unsigned b[2];
-                    frag_b(b, TK ? VK : VN, LD64, hcol0 + 8 * nt, 16 * ks, lane);
+                    frag_b(b, VK, LD64, hcol0 + 8 * nt, 16 * ks, lane);
                     mma16816(acc_h[mt][nt], a, b);
                 }
             }
         };
-        if constexpr (SG >= 5) {
+        if constexpr (PIPELINED) {
             const float egl = Fs[2 * BT];
             // The state update is the chain the next chunk waits for: its
             // products first, the output's beside them, S^T stored before the
@@ -423,24 +404,15 @@ __device__ __forceinline__ void scan_body(
             }
 }
 
-#define GDN_SCAN_ENTRY(name, BV, STAGES, TK, SG)                                                          \
+#define GDN_SCAN_ENTRY(name, BV, STAGES, PIPELINED)                                                       \
     extern "C" __global__ void __launch_bounds__(SCAN_THREADS) name(                                      \
         const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,      \
         const bf16* __restrict__ p_in, const float* __restrict__ fac_in, float* __restrict__ state,       \
         bf16* __restrict__ out, int hk, int hv, SeqTable tab, int opts) {                                \
-        scan_body<BV, STAGES, TK, SCAN_WARPS, SG>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
+        scan_body<BV, STAGES, SCAN_WARPS, PIPELINED>(qkv, w_in, u_in, p_in, fac_in, state, out, hk, hv, tab, opts); \
     }
 
-GDN_SCAN_ENTRY(gdn_chunk_scan_bf16, BV_NARROW, 2, false, 3)
-GDN_SCAN_ENTRY(gdn_chunk_scan_bv64_bf16, BV_WIDE, 2, false, 3)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bf16, BV_NARROW, 2, true, 3)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3_bv64_bf16, BV_WIDE, 2, true, 3)
-GDN_SCAN_ENTRY(gdn_chunk_scan_v3deep_bf16, BV_NARROW, 3, true, 3)
-// gdn5: v3deep with the next loads issued after phase 1's products and the
-// state update ahead of the output (ScanKernel::V5; its wide form, v3 wide
-// reordered, was slower than v3 wide and is not built: docs/perf/cuda-gdn.md).
-GDN_SCAN_ENTRY(gdn_chunk_scan_v5_bf16, BV_NARROW, 3, true, 5)
-// gdn5: v5 with split phase-1 chains and stmatrix.trans tiles (ScanKernel::V6).
-GDN_SCAN_ENTRY(gdn_chunk_scan_v6_bf16, BV_NARROW, 3, true, 6)
+GDN_SCAN_ENTRY(gdn_chunk_scan_narrow_bf16, BV_NARROW, SCAN_NARROW_STAGES, true)
+GDN_SCAN_ENTRY(gdn_chunk_scan_wide_bf16, BV_WIDE, SCAN_WIDE_STAGES, false)
 
 }  // namespace gdn

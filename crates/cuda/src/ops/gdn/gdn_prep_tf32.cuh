@@ -1,6 +1,6 @@
 // Gated delta rule, chunked prep: the f32-accurate tensor-core helpers of
 // the (I + A)^-1 inverse (3xTF32: hi/lo split operands on mma.sync
-// m16n8k8 TF32). kernels/mod.rs places this text between gdn_common.cuh and
+// m16n8k8 TF32). sources.rs places this text between gdn_common.cuh and
 // gdn_chunk_prep.cu (inside `namespace gdn`), which uses it.
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
@@ -16,42 +16,9 @@ __device__ __forceinline__ void mma1688(float* c, const unsigned* a, const unsig
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// acc (16 x 16 as two n8 tiles) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 16),
-// both f32 row-major in shared memory, 3xTF32 (the hi/lo split of each A
-// fragment done once per k-step).
-__device__ __forceinline__ void mm16_f32_split(float (*acc)[4], const float* A, int lda, int am0, int ak0,
-                                               const float* B, int ldb, int bk0, int bn0, int lane) {
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int ks = 0; ks < 2; ++ks) {
-        const float* pa = A + (am0 + g) * lda + ak0 + 8 * ks + t;
-        const float a[4] = {pa[0], pa[8 * lda], pa[4], pa[8 * lda + 4]};
-        unsigned ah[4], al[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            ah[i] = to_tf32(a[i]);
-            al[i] = to_tf32(a[i] - __uint_as_float(ah[i]));
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-            const float* pb = B + (bk0 + 8 * ks + t) * ldb + bn0 + 8 * nt + g;
-            const float b[2] = {pb[0], pb[4 * ldb]};
-            unsigned bh[2], bl[2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                bh[i] = to_tf32(b[i]);
-                bl[i] = to_tf32(b[i] - __uint_as_float(bh[i]));
-            }
-            mma1688(acc[nt], al, bh);
-            mma1688(acc[nt], ah, bl);
-            mma1688(acc[nt], ah, bh);
-        }
-    }
-}
-
 // acc (16 x 8) += A[am0.., ak0..] (16 x 16) * B[bk0.., bn0..] (16 x 8), both
-// f32 row-major in shared memory, 3xTF32 with the hi/lo splits as in
-// mm16_f32_split (v4's inverse: one n8 half of a 16x16 block per warp). The
+// f32 row-major in shared memory, 3xTF32 (hi/lo split of each operand; the
+// inverse's 2x2 block doubling: one n8 half of a 16x16 block per warp). The
 // hi.hi products and the two correction terms go to separate accumulators
 // (dependent chains of 2 mma instead of 6), added at the end.
 __device__ __forceinline__ void mm16x8_f32_split(float* acc, const float* A, int lda, int am0, int ak0,

@@ -7,10 +7,8 @@
 // cp.async chunks are XOR-swizzled by (row mod 8): the canonical 128-byte
 // swizzle (SW128) K-major layout of the descriptors, on a 1024-byte aligned base.
 //
-// The down GEMM comes in two epilogues: fragments stored straight to y
-// (moe_gemm_down_wgmma_bf16, 4 bytes a thread) and staged through shared
-// memory (moe_gemm_down_wgmma_s_bf16, 16-byte row-contiguous stores: the
-// default, 1.24x faster at 32k tokens, docs/perf/cuda-moe.md).
+// The down GEMM's epilogue is staged through shared memory
+// (moe_gemm_down_wgmma_s_bf16: 16-byte row-contiguous stores of y).
 
 #include <cuda_bf16.h>
 
@@ -75,34 +73,24 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long l
         : "l"(da), "l"(db));
 }
 
-// The epilogue of one tile: SiLU(gate)·up to bf16 act (GATE_UP) or bf16 y.
+// The gate+up epilogue of one tile: SiLU(gate)·up to bf16 act.
 // Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8 rows below,
 // columns j*8 + (lane%4)*2 + {0,1}.
-template <bool GATE_UP>
-__device__ __forceinline__ void store_tile(const float (&acc)[64], bf16* __restrict__ out, int m0, int rows,
+__device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restrict__ out, int m0, int rows,
                                            int nt, int n_out, int wg, int wq, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
         if (r >= rows) continue;
         bf16* orow = out + (long long)(m0 + r) * n_out;
-        if (GATE_UP) {
 #pragma unroll
-            for (int j = 0; j < NI / 2; ++j) {
-                const int col = nt * GATE_UP_COLS + j * 8 + (lane % 4) * 2;
-                const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
-                const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-                const float v0 = g0 / (1.f + expf(-g0)) * u0;
-                const float v1 = g1 / (1.f + expf(-g1)) * u1;
-                *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                const int col = nt * BN + j * 8 + (lane % 4) * 2;
-                *reinterpret_cast<__nv_bfloat162*>(orow + col) =
-                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            }
+        for (int j = 0; j < NI / 2; ++j) {
+            const int col = nt * GATE_UP_COLS + j * 8 + (lane % 4) * 2;
+            const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
+            const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
+            const float v0 = g0 / (1.f + expf(-g0)) * u0;
+            const float v1 = g1 / (1.f + expf(-g1)) * u1;
+            *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
         }
     }
 }
@@ -139,7 +127,7 @@ __device__ __forceinline__ void store_tile_staged(const float (&acc)[64], bf16* 
     }
 }
 
-template <bool GATE_UP, bool STAGE_Y = false>
+template <bool GATE_UP>
 __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                              const bf16* __restrict__ w, bf16* __restrict__ out,
                                              const int* __restrict__ expert_offsets,
@@ -223,11 +211,11 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
         fence_operands(acc);
     }
     cp_async_wait<0>();
-    if (STAGE_Y && !GATE_UP) {
+    if (GATE_UP) {
+        store_act(acc, out, m0, rows, nt, n_out, wg, wq, lane);
+    } else {
         unsigned char* tile = smem_raw + (smem0 - smem_u32(smem_raw));
         store_tile_staged(acc, out, m0, rows, nt, n_out, wg, wq, lane, tid, tile);
-    } else {
-        store_tile<GATE_UP>(acc, out, m0, rows, nt, n_out, wg, wq, lane);
     }
 }
 
@@ -240,17 +228,10 @@ moe_gemm_gate_up_wgmma_bf16(const bf16* __restrict__ x, const int* __restrict__ 
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_wgmma_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                         const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                         int experts, int inter, int hidden) {
-    grouped_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
 moe_gemm_down_wgmma_s_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
                            const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
                            int experts, int inter, int hidden) {
-    grouped_gemm<false, true>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
+    grouped_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
 }
 
 }  // namespace headroom_moe_wgmma

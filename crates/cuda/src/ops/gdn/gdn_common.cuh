@@ -1,6 +1,6 @@
 // Gated delta rule, chunked form: what the prep kernel (gdn_chunk_prep.cu)
 // and the scan (gdn_chunked.cu) share — the tile constants, the sequence
-// table and the fragment / cp.async helpers. kernels/mod.rs prepends this text
+// table and the fragment / cp.async helpers. sources.rs prepends this text
 // to both sources (NVRTC compiles each as one unit), so one copy serves both;
 // it opens `namespace gdn`, which each file closes.
 
@@ -30,8 +30,6 @@ struct SeqTable {
     int chunk0[MAX_SEQS];   // index of the sequence's first chunk in the scratch
 };
 
-__device__ __forceinline__ unsigned ld32(const bf16* p) { return *reinterpret_cast<const unsigned*>(p); }
-
 __device__ __forceinline__ void mma16816(float* c, const unsigned* a, const unsigned* b) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -43,43 +41,23 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// Fragments by ldmatrix (one instruction for 4 or 2 8x8 pieces) unless
-// built with -DGDN_LDMATRIX=0 (four / two 32-bit shared loads).
-#ifndef GDN_LDMATRIX
-#define GDN_LDMATRIX 1
-#endif
+// Fragments by ldmatrix (one instruction for 4 or 2 8x8 pieces).
 
 // A fragment (16 x 16) of a row-major [m][k] tile with row stride ld
 // (ldmatrix: rows 16-byte aligned, ld * 2 a multiple of 16).
 __device__ __forceinline__ void frag_a(unsigned* a, const bf16* s, int ld, int m0, int k0, int lane) {
-#if GDN_LDMATRIX
     const bf16* p = s + (m0 + (lane & 15)) * ld + k0 + (lane >> 4) * 8;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                  : "r"(smem_addr(p)));
-#else
-    const int g = lane >> 2, t = lane & 3;
-    const bf16* p = s + (m0 + g) * ld + k0 + 2 * t;
-    a[0] = ld32(p);
-    a[1] = ld32(p + 8 * ld);
-    a[2] = ld32(p + 8);
-    a[3] = ld32(p + 8 * ld + 8);
-#endif
 }
 
 // B fragment (16 x 8) of a tile stored [n][k] (k contiguous) with row stride ld.
 __device__ __forceinline__ void frag_b(unsigned* b, const bf16* s, int ld, int n0, int k0, int lane) {
-#if GDN_LDMATRIX
     const bf16* p = s + (n0 + (lane & 7)) * ld + k0 + ((lane >> 3) & 1) * 8;
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
                  : "=r"(b[0]), "=r"(b[1])
                  : "r"(smem_addr(p)));
-#else
-    const int g = lane >> 2, t = lane & 3;
-    const bf16* p = s + (n0 + g) * ld + k0 + 2 * t;
-    b[0] = ld32(p);
-    b[1] = ld32(p + 8);
-#endif
 }
 
 

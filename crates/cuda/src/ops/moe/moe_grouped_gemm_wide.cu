@@ -1,5 +1,5 @@
 // Wide-tile grouped GEMMs of the sparse MoE's routed experts on Hopper
-// warpgroup MMA (sm_90a only): the moe5 main loop. Same contract, tile list
+// warpgroup MMA (sm_90a only). Same contract, tile list
 // and results as moe_grouped_gemm.cu (read its header); what differs:
 //
 // - Tiles of BM = 128 rows x BN = 256 weight rows x BK = 64: each of the two
@@ -257,7 +257,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[ACC], unsigned stage_base,
     wgmma_commit();
 }
 
-// The kernel of GemmImpl::Wide / WidePersistent: all 256 threads load
+// The wide kernel: all 256 threads load
 // (cp.async) and both warpgroups compute. out: act [rows][n_out] (GATE_UP) or
 // y [rows][n_out].
 template <bool GATE_UP>
@@ -327,136 +327,6 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
     cp_async_wait<0>();
 }
 
-// ---- Warp-specialised form (GemmImpl::WideWs, persistent grid) ----------
-// Warpgroup 0 loads (cp.async, 128 threads, registers lowered to 56 by
-// setmaxnreg; the consumers raise theirs to 224: no spills in either),
-// warpgroups 1 and 2 compute (64 rows each). Stage handshakes on mbarriers:
-// full[s] completes when all 128 loaders' chunks of the stage landed (each
-// loader waits for its own cp.async group, fences it to the async proxy and
-// arrives: the same recipe as above), empty[s] when the 8 consumer warps'
-// wgmmas that read it finished. The loaders run up to STAGES steps ahead,
-// never held back by the consumers' barriers or epilogues.
-constexpr int WS_THREADS = 3 * 128;
-constexpr int WS_LAG = 2;  // loader cp.async groups in flight before it arrives
-constexpr int WS_SMEM_BYTES = STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES + 2 * STAGES * 8 + 1024;
-static_assert(WS_SMEM_BYTES <= 227 * 1024, "one CTA fits an SM");
-
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    unsigned done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    }
-}
-
-template <bool GATE_UP>
-__device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
-                                        const bf16* __restrict__ w, bf16* __restrict__ out,
-                                        const int* __restrict__ expert_offsets,
-                                        const int* __restrict__ tile_offsets, int experts, int K, int n_out) {
-    extern __shared__ unsigned char smem_raw[];
-    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
-    const int total = tile_offsets[experts] * n_tiles;
-    if ((int)blockIdx.x >= total) return;
-    const int my_tiles = (total - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-    const int k_tiles = K / BK;
-    const int steps = my_tiles * k_tiles;
-
-    const int tid = threadIdx.x, warp = tid / 32;
-    const int wg = warp / 4;
-    const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned bars = smem0 + STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES;
-    auto full = [&](int st) { return bars + st * 8; };
-    auto empty = [&](int st) { return bars + (STAGES + st) * 8; };
-    if (tid == 0) {
-        for (int st = 0; st < STAGES; ++st) {
-            mbar_init(full(st), 128);  // every loader thread
-            mbar_init(empty(st), 8);   // lane 0 of each consumer warp
-        }
-    }
-    __syncthreads();
-
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
-        Loader<GATE_UP, 128> ld;
-        ld.row = tid / ROW_CHUNKS;
-        ld.chunk = tid % ROW_CHUNKS;
-        ld.dst0 = (unsigned)(ld.row * 128 + ((ld.chunk ^ (ld.row & 7)) * 16));
-        auto next_tile = [&](int j) {
-            ld.point_at((int)blockIdx.x + j * (int)gridDim.x, n_tiles, a_src, slot_token, w, expert_offsets,
-                        tile_offsets, experts, K, n_out);
-        };
-        next_tile(0);
-        for (int g = 0; g < steps; ++g) {
-            const int st = g % STAGES;
-            mbar_wait(empty(st), ((g / STAGES) & 1) ^ 1);  // the consumers released step g - STAGES
-            ld.issue(smem0 + (unsigned)(st * STAGE_BYTES), K, k_tiles, my_tiles, next_tile);
-            cp_async_commit();
-            if (g >= WS_LAG) {
-                cp_async_wait<WS_LAG>();  // this thread's chunks of step g - WS_LAG landed
-                fence_proxy_async();
-                mbar_arrive(full((g - WS_LAG) % STAGES));
-            }
-        }
-        cp_async_wait<0>();
-        fence_proxy_async();
-        for (int g = max(steps - WS_LAG, 0); g < steps; ++g) mbar_arrive(full(g % STAGES));
-        return;
-    }
-
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
-    const int cwg = wg - 1, wq = warp % 4, lane = tid % 32;
-    float acc[ACC];
-#pragma unroll
-    for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
-    unsigned char* epi = smem_raw + (smem0 - smem_u32(smem_raw)) + STAGES * STAGE_BYTES + cwg * EPI_BYTES;
-    int g = 0;
-    for (int c_j = 0; c_j < my_tiles; ++c_j) {
-        const Tile ct =
-            tile_at((int)blockIdx.x + c_j * (int)gridDim.x, n_tiles, expert_offsets, tile_offsets, experts);
-        if (cwg * WG_ROWS < ct.rows) {
-            for (int kt = 0; kt < k_tiles; ++kt, ++g) {
-                const int st = g % STAGES;
-                mbar_wait(full(st), (g / STAGES) & 1);
-                mma_step(acc, smem0 + (unsigned)(st * STAGE_BYTES), cwg, kt);
-                wgmma_wait<1>();  // step g - 1's wgmmas are done: release its stage
-                fence_operands(acc);
-                if (kt > 0 && lane == 0) mbar_arrive(empty((g - 1) % STAGES));
-            }
-            wgmma_wait<0>();
-            fence_operands(acc);
-        } else {
-            // All 64 rows of this warpgroup are past the tile's end (the last
-            // tile of an expert is often half empty): no wgmma, so the other
-            // warpgroup has the tensor cores alone; only hand the stages back.
-            // (A wgmma inside a branch of the k-loop made ptxas close each
-            // step's group with a dummy wgmma: wait_group 1 then waited for
-            // the real one, serialising every step.)
-            for (int kt = 0; kt < k_tiles; ++kt, ++g) {
-                mbar_wait(full(g % STAGES), (g / STAGES) & 1);
-                if (kt > 0 && lane == 0) mbar_arrive(empty((g - 1) % STAGES));
-            }
-        }
-        if (lane == 0) mbar_arrive(empty((g - 1) % STAGES));
-        if (GATE_UP) {
-            store_act(acc, out, ct, n_out, cwg, wq, lane);
-        } else {
-            store_y(acc, out, ct, n_out, cwg, wq, lane, epi);
-        }
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 moe_gemm_gate_up_wide_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
                            const bf16* __restrict__ gate_up, bf16* __restrict__ act,
@@ -470,21 +340,6 @@ moe_gemm_down_wide_bf16(const bf16* __restrict__ act, const bf16* __restrict__ d
                         const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
                         int experts, int inter, int hidden) {
     wide_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
-
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
-moe_gemm_gate_up_ws_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                         const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                         const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                         int experts, int hidden, int inter) {
-    ws_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(WS_THREADS, 1)
-moe_gemm_down_ws_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                      const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                      int experts, int inter, int hidden) {
-    ws_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
 }
 
 }  // namespace headroom_moe_wide

@@ -1,4 +1,4 @@
-//! Shape-general fallbacks (`kernels/ops_fallback.cu`) of the two ops whose
+//! Shape-general fallbacks (`ops_fallback.cu`) of the two ops whose
 //! fast kernels serve the production shapes only: the gated delta rule
 //! (chunked kernel: head dims 128) and the routed experts (grouped GEMM:
 //! hidden a multiple of 128, intermediate of 64). Small models — the tiny
@@ -8,12 +8,17 @@
 //! (tokens not routed to an expert are skipped when accumulating). Correct,
 //! not fast; no host synchronisation beyond the small sequence table upload.
 
-use super::external::{GdnCall, MoeCall};
-use super::launch::{alloc, dev_err, grid_dim, int, launch, stride_grid, upload, Args, GRID_YZ};
+use crate::backend::launch::{
+    alloc, dev_err, grid_dim, int, launch, stride_grid, upload, Args, GRID_X, GRID_YZ,
+};
 use crate::blas::Linear;
 use crate::device::CudaDevice;
+use crate::ops::gdn::GdnLaunch as GdnCall;
+use crate::ops::moe::MoeLaunch as MoeCall;
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
+
+pub mod sources;
 
 /// Largest key head dim of the fallback rule (its shared-memory vectors).
 pub(crate) const MAX_DK: usize = 256;
@@ -113,7 +118,7 @@ pub(crate) fn routed_experts(
         .i32(ei)
         .i32(int(op, "top_k", c.top_k)?)
         .i32(c.renormalise as i32);
-    let blocks = grid_dim(op, t.div_ceil(128), super::launch::GRID_X)?;
+    let blocks = grid_dim(op, t.div_ceil(128), GRID_X)?;
     // SAFETY: logits and weights hold t·e f32.
     unsafe { launch(dev, "moe_dense_route", (blocks, 1, 1), 128, route)? };
     let blas = dev.blas().map_err(dev_err)?;

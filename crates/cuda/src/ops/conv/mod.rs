@@ -2,13 +2,15 @@
 //! state (`ops_conv1d.cu`): each sequence reads its slot's last `kernel - 1`
 //! rows, then the state advances to the last `kernel - 1` rows it has seen.
 
-use super::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X, GRID_YZ};
-use super::memory::new_act;
-use super::types::{CudaAct, CudaGdnState, CudaWeight};
-use super::validate::{batch_rows, bf16, row_tables};
+use crate::backend::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X, GRID_YZ};
+use crate::backend::memory::new_act;
+use crate::backend::validate::{batch_rows, bf16, row_tables};
+use crate::backend::{CudaAct, CudaGdnState, CudaWeight};
 use crate::device::CudaDevice;
 use headroom_core::ops::{Batch, OpError, OpResult};
 use headroom_core::Dtype;
+
+pub mod sources;
 
 const THREADS: u32 = 256;
 /// Rows per thread of the width-4 kernel (`CONV_STRIP` in `ops_conv1d.cu`).

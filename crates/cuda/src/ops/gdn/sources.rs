@@ -1,0 +1,48 @@
+//! The kernel sources of the gated delta rule and the entry points each
+//! exports (referenced from the registry's `SOURCES` list in `crate::kernels`).
+
+use crate::kernels::KernelSource;
+
+/// Gated delta rule, chunked prefill form: the per-chunk prep.
+pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
+    name: "gdn_chunk_prep",
+    file: "gdn_chunk_prep.cu",
+    source: concat!(
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_prep_tf32.cuh"),
+        include_str!("gdn_chunk_prep.cu")
+    ),
+    entry_points: &["gdn_chunk_prep_bf16"],
+};
+
+/// Gated delta rule, chunked prefill form: the scan over chunks, 32 or 64
+/// value columns per CTA.
+pub const GDN_CHUNKED: KernelSource = KernelSource {
+    name: "gdn_chunked",
+    file: "gdn_chunked.cu",
+    source: concat!(
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_chunked.cu")
+    ),
+    entry_points: &["gdn_chunk_scan_narrow_bf16", "gdn_chunk_scan_wide_bf16"],
+};
+
+/// Gated delta rule, recurrent decode step.
+pub const GDN_RECURRENT: KernelSource = KernelSource {
+    name: "gdn_recurrent",
+    file: "gdn_recurrent.cu",
+    source: include_str!("gdn_recurrent.cu"),
+    entry_points: &["gdn_recurrent_step_bf16"],
+};
+
+/// The GDN layer core for one-row sequences in one launch: conv, gating,
+/// recurrent rule, gated norm ([`super::decode`]).
+pub const GDN_DECODE: KernelSource = KernelSource {
+    name: "gdn_decode",
+    file: "gdn_decode.cu",
+    source: concat!(
+        include_str!("../../kernels/pdl.cuh"),
+        include_str!("gdn_decode.cu")
+    ),
+    entry_points: &["gdn_decode_step_bf16"],
+};

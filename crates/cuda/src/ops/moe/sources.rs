@@ -1,0 +1,53 @@
+//! The kernel sources of the sparse MoE and the entry points each exports
+//! (referenced from the registry's `SOURCES` list in `crate::kernels`).
+
+use crate::kernels::KernelSource;
+
+/// Sparse-MoE routing, expert-order bookkeeping and the weighted combine.
+pub const MOE_ROUTE: KernelSource = KernelSource {
+    name: "moe_route",
+    file: "moe_route.cu",
+    source: include_str!("moe_route.cu"),
+    entry_points: &[
+        "moe_route",
+        "moe_offsets",
+        "moe_scatter",
+        "moe_combine",
+        "moe_combine_shared",
+    ],
+};
+
+/// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down.
+pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
+    name: "moe_grouped_gemm",
+    file: "moe_grouped_gemm.cu",
+    source: include_str!("moe_grouped_gemm.cu"),
+    entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
+};
+
+/// The same grouped GEMMs on Hopper warpgroup MMA (sm_90a only).
+pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_wgmma",
+    file: "moe_grouped_gemm_wgmma.cu",
+    source: include_str!("moe_grouped_gemm_wgmma.cu"),
+    entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"],
+};
+
+/// The routed experts' grouped GEMMs on 128 x 256 wgmma tiles (sm_90a only).
+pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_wide",
+    file: "moe_grouped_gemm_wide.cu",
+    source: include_str!("moe_grouped_gemm_wide.cu"),
+    entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
+};
+
+/// The MoE block for a few rows (decode) in three launches ([`super::decode`]).
+pub const MOE_DECODE: KernelSource = KernelSource {
+    name: "moe_decode",
+    file: "moe_decode.cu",
+    source: concat!(
+        include_str!("../../kernels/pdl.cuh"),
+        include_str!("moe_decode.cu")
+    ),
+    entry_points: &["moe_decode_route", "moe_decode_gate_up", "moe_decode_down"],
+};
