@@ -75,7 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let report = rt.block_on(load::run(cfg)).map_err(anyhow::Error::msg)?;
-    print!("{}", load::table(&report));
+    crate::out!("{}", load::table(&report))?;
     for e in &report.errors {
         eprintln!("  {e}");
     }
