@@ -3,7 +3,7 @@
 //! `headroom_core::fused_capability` (bf16 activations on CUDA); composed
 //! runs any full-attention shape with whole query groups.
 
-use super::external::{GDN_AVAILABLE, GDN_HEAD_DIM, MOE_AVAILABLE, NOT_MERGED};
+use super::external::GDN_HEAD_DIM;
 use super::fallback::{MAX_DK, MAX_DV, MAX_EXPERTS};
 use headroom_core::fused_capability::fused_support;
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, OpKey, RouteRequest};
@@ -40,9 +40,6 @@ fn attention(route: RouteRequest, layer: &LayerKind) -> Result<(), String> {
 pub(crate) fn supports(op: &OpKey) -> Result<(), String> {
     match op {
         OpKey::Attention { route, layer } => attention(*route, layer),
-        OpKey::GatedDeltaRule { .. } if !GDN_AVAILABLE => Err(format!(
-            "the chunked gated delta rule kernel is {NOT_MERGED}"
-        )),
         // Head dims GDN_HEAD_DIM run the chunked kernel, others the recurrent fallback.
         OpKey::GatedDeltaRule { k_dim, v_dim }
             if *k_dim == 0 || *k_dim > MAX_DK || *v_dim == 0 || *v_dim > MAX_DV =>
@@ -51,9 +48,6 @@ pub(crate) fn supports(op: &OpKey) -> Result<(), String> {
                 "gated delta rule head dims {k_dim}/{v_dim}: the chunked kernel takes \
                  {GDN_HEAD_DIM}/{GDN_HEAD_DIM}, the fallback k_dim <= {MAX_DK}, v_dim <= {MAX_DV}"
             ))
-        }
-        OpKey::Moe { .. } if !MOE_AVAILABLE => {
-            Err(format!("the routed-experts kernel is {NOT_MERGED}"))
         }
         OpKey::Moe { num_experts, top_k } if *top_k == 0 || top_k > num_experts => {
             Err(format!("top_k {top_k} must be in 1..={num_experts}"))
@@ -118,34 +112,21 @@ mod tests {
     }
 
     #[test]
-    fn unmerged_kernels_say_so_and_plain_ops_are_supported() {
+    fn gdn_and_moe_shapes_are_checked_and_plain_ops_are_supported() {
         let gdn = |d| supports(&OpKey::GatedDeltaRule { k_dim: d, v_dim: d });
-        if !GDN_AVAILABLE {
-            assert!(gdn(GDN_HEAD_DIM).unwrap_err().contains(NOT_MERGED));
-        } else {
-            assert!(gdn(GDN_HEAD_DIM).is_ok());
-            assert!(gdn(16).is_ok(), "small dims run the fallback rule");
-            assert!(gdn(MAX_DK + 1).unwrap_err().contains("fallback"));
-        }
-        if !MOE_AVAILABLE {
-            assert!(supports(&OpKey::Moe {
-                num_experts: 256,
-                top_k: 8
-            })
-            .unwrap_err()
-            .contains(NOT_MERGED));
-        } else {
-            assert!(supports(&OpKey::Moe {
-                num_experts: 8,
-                top_k: 9
-            })
-            .is_err());
-            assert!(supports(&OpKey::Moe {
-                num_experts: MAX_EXPERTS + 1,
-                top_k: 8
-            })
-            .is_err());
-        }
+        assert!(gdn(GDN_HEAD_DIM).is_ok());
+        assert!(gdn(16).is_ok(), "small dims run the fallback rule");
+        assert!(gdn(MAX_DK + 1).unwrap_err().contains("fallback"));
+        assert!(supports(&OpKey::Moe {
+            num_experts: 8,
+            top_k: 9
+        })
+        .is_err());
+        assert!(supports(&OpKey::Moe {
+            num_experts: MAX_EXPERTS + 1,
+            top_k: 8
+        })
+        .is_err());
         for op in [
             OpKey::Embed,
             OpKey::Linear,
