@@ -312,6 +312,23 @@ mod tests {
 
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn every_cubin_exports_exactly_the_entry_points_its_launchers_use() {
+        // kernels::tests checks the launchers name every listed entry point;
+        // here the compiled artifact exports those and no other kernel.
+        let dir = built();
+        for src in SOURCES {
+            let cubin =
+                std::fs::read(dir.path().join(format!("{}.sm_90a.cubin", src.name))).unwrap();
+            let mut exported = elf::function_symbols(&cubin).unwrap();
+            exported.sort();
+            let mut listed: Vec<String> = src.entry_points.iter().map(|e| e.to_string()).collect();
+            listed.sort();
+            assert_eq!(exported, listed, "{}", src.name);
+        }
+    }
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn a_changed_output_byte_fails_verification() {
         let dir = built();
         let copy = copy_dir(dir.path());

@@ -3,7 +3,7 @@
 //! constants here must match the kernels'.
 
 use super::RawBuffers;
-use crate::device::CudaDevice;
+use crate::device::{CudaDevice, Function};
 use crate::CudaError;
 use headroom_core::fused_capability::FUSED_HEAD_DIMS;
 use headroom_core::{AttentionError, AttentionShape, Dtype};
@@ -202,30 +202,58 @@ pub(super) fn run(
         FusedImpl::Wgmma => wgmma_smem_bytes(shape.head_dim),
     };
     dev.set_dynamic_smem(f, smem)?;
-    if imp == FusedImpl::MmaSync {
-        let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
-        let (mut q_len, mut kv_len) = (shape.q_len as i32, shape.kv_len as i32);
-        let (mut qh, mut kvh) = (shape.q_heads as i32, shape.kv_heads as i32);
-        let mut scale = scale_log2;
-        let mut params: [*mut c_void; 9] = [
-            &mut q as *mut u64 as *mut c_void,
-            &mut k as *mut u64 as *mut c_void,
-            &mut v as *mut u64 as *mut c_void,
-            &mut o as *mut u64 as *mut c_void,
-            &mut q_len as *mut i32 as *mut c_void,
-            &mut kv_len as *mut i32 as *mut c_void,
-            &mut qh as *mut i32 as *mut c_void,
-            &mut kvh as *mut i32 as *mut c_void,
-            &mut scale as *mut f32 as *mut c_void,
-        ];
-        let grid = (
-            shape.q_len.div_ceil(BLOCK_M) as u32,
-            shape.q_heads as u32,
-            1,
-        );
-        // SAFETY: buffers were validated against the shape; params match the kernel signature.
-        return unsafe { dev.launch(f, grid, (THREADS as u32, 1, 1), smem, &mut params) };
+    match imp {
+        FusedImpl::MmaSync => run_mma(dev, f, shape, scale_log2, bufs, smem),
+        FusedImpl::Wgmma => run_wgmma(dev, f, shape, dtype, scale_log2, bufs, kv_stride, smem),
     }
+}
+
+/// The mma.sync kernel `f` over plain K/V tensors.
+fn run_mma(
+    dev: &CudaDevice,
+    f: Function,
+    shape: &AttentionShape,
+    scale_log2: f32,
+    bufs: &RawBuffers,
+    smem: usize,
+) -> Result<(), CudaError> {
+    let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
+    let (mut q_len, mut kv_len) = (shape.q_len as i32, shape.kv_len as i32);
+    let (mut qh, mut kvh) = (shape.q_heads as i32, shape.kv_heads as i32);
+    let mut scale = scale_log2;
+    let mut params: [*mut c_void; 9] = [
+        &mut q as *mut u64 as *mut c_void,
+        &mut k as *mut u64 as *mut c_void,
+        &mut v as *mut u64 as *mut c_void,
+        &mut o as *mut u64 as *mut c_void,
+        &mut q_len as *mut i32 as *mut c_void,
+        &mut kv_len as *mut i32 as *mut c_void,
+        &mut qh as *mut i32 as *mut c_void,
+        &mut kvh as *mut i32 as *mut c_void,
+        &mut scale as *mut f32 as *mut c_void,
+    ];
+    let grid = (
+        shape.q_len.div_ceil(BLOCK_M) as u32,
+        shape.q_heads as u32,
+        1,
+    );
+    // SAFETY: buffers were validated against the shape; params match the kernel signature.
+    unsafe { dev.launch(f, grid, (THREADS as u32, 1, 1), smem, &mut params) }
+}
+
+/// The wgmma kernel `f` on the schedule [`split_plan_for`] picks, then the
+/// combine of its split partials.
+#[allow(clippy::too_many_arguments)]
+fn run_wgmma(
+    dev: &CudaDevice,
+    f: Function,
+    shape: &AttentionShape,
+    dtype: Dtype,
+    scale_log2: f32,
+    bufs: &RawBuffers,
+    kv_stride: usize,
+    smem: usize,
+) -> Result<(), CudaError> {
     let plan = split_plan_for(dev, shape);
     let d = shape.head_dim;
     let partial_rows = plan.splits * plan.heads * plan.rows;
@@ -271,40 +299,55 @@ pub(super) fn run(
     // same head-major memory); the partials hold `partial_rows` rows; params
     // match the kernel signature.
     unsafe { dev.launch(f, grid, (WGMMA_THREADS, 1, 1), smem, &mut params)? };
-    if let (Some(po), Some(pl)) = (&part_o, &part_lse) {
-        let combine = match dtype {
-            Dtype::Bf16 => "attn_split_combine_bf16",
-            _ => "attn_split_combine_f16",
-        };
-        let cf = dev.function(combine)?;
-        let mut po = po.ptr();
-        let mut pl = pl.ptr();
-        let mut o = bufs.out;
-        let mut rows = (plan.heads * plan.rows) as i32;
-        let mut dd = d as i32;
-        let mut sp = plan.splits as i32;
-        let mut params: [*mut c_void; 6] = [
-            &mut po as *mut u64 as *mut c_void,
-            &mut pl as *mut u64 as *mut c_void,
-            &mut o as *mut u64 as *mut c_void,
-            &mut rows as *mut i32 as *mut c_void,
-            &mut dd as *mut i32 as *mut c_void,
-            &mut sp as *mut i32 as *mut c_void,
-        ];
-        let block = COMBINE_THREADS;
-        let col_blocks = (d / (4 * COMBINE_QUADS)) as u32;
-        // SAFETY: the partials hold `splits · rows` rows of `d`; out `rows · d`;
-        // d / 64 column blocks cover d exactly (d ∈ {64, 128, 256}).
-        unsafe {
-            dev.launch(
-                cf,
-                (rows as u32, col_blocks, 1),
-                (block, 1, 1),
-                0,
-                &mut params,
-            )?
-        };
+    match (&part_o, &part_lse) {
+        (Some(po), Some(pl)) => combine(dev, dtype, &plan, d, po.ptr(), pl.ptr(), bufs.out),
+        _ => Ok(()),
     }
+}
+
+/// The split combine: `out` from the `plan.splits` partials (f32 rows
+/// `part_o`, their log-sum-exp `part_lse`) of head dim `d`.
+fn combine(
+    dev: &CudaDevice,
+    dtype: Dtype,
+    plan: &SplitPlan,
+    d: usize,
+    part_o: u64,
+    part_lse: u64,
+    out: u64,
+) -> Result<(), CudaError> {
+    let combine = match dtype {
+        Dtype::Bf16 => "attn_split_combine_bf16",
+        _ => "attn_split_combine_f16",
+    };
+    let cf = dev.function(combine)?;
+    let mut po = part_o;
+    let mut pl = part_lse;
+    let mut o = out;
+    let mut rows = (plan.heads * plan.rows) as i32;
+    let mut dd = d as i32;
+    let mut sp = plan.splits as i32;
+    let mut params: [*mut c_void; 6] = [
+        &mut po as *mut u64 as *mut c_void,
+        &mut pl as *mut u64 as *mut c_void,
+        &mut o as *mut u64 as *mut c_void,
+        &mut rows as *mut i32 as *mut c_void,
+        &mut dd as *mut i32 as *mut c_void,
+        &mut sp as *mut i32 as *mut c_void,
+    ];
+    let block = COMBINE_THREADS;
+    let col_blocks = (d / (4 * COMBINE_QUADS)) as u32;
+    // SAFETY: the partials hold `splits · rows` rows of `d`; out `rows · d`;
+    // d / 64 column blocks cover d exactly (d ∈ {64, 128, 256}).
+    unsafe {
+        dev.launch(
+            cf,
+            (rows as u32, col_blocks, 1),
+            (block, 1, 1),
+            0,
+            &mut params,
+        )?
+    };
     Ok(())
 }
 
