@@ -4,7 +4,7 @@
 //! needs as a value. docs/configuration.md ("CUDA backend", "Toolchain
 //! discovery") documents every setting.
 
-use crate::CudaError;
+use crate::error::CudaError;
 use std::path::{Path, PathBuf};
 
 /// Environment variable naming the folder that holds `cuda_fp16.h`.

@@ -8,10 +8,14 @@
 //! and inside cuBLAS calls (`dense::linear`) is timed too. Every 16 decode
 //! steps one line goes to stderr with the means per step.
 
-use crate::launch::LAUNCHES;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// Kernels launched through `crate::launch` since the process started (cuBLAS,
+/// the grouped MoE and the attention launchers count elsewhere): the decode
+/// statistics report the count per step.
+pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 /// Host nanoseconds inside the driver's kernel-launch calls (with stats on).
 pub(crate) static LAUNCH_NS: AtomicU64 = AtomicU64::new(0);

@@ -2,17 +2,13 @@
 //! tables uploaded per call, and the conversion of device errors to [`OpError`].
 
 use crate::alloc::DeviceBuffer;
+use crate::decode_stats::{timed, LAUNCHES, LAUNCH_NS};
 use crate::device::CudaDevice;
 use crate::CudaError;
 use headroom_core::ops::{OpError, OpResult};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Kernels launched through [`launch`] since the process started (cuBLAS,
-/// the grouped MoE and the attention launchers count elsewhere): the decode
-/// statistics ([`crate::decode_stats`]) report the count per step.
-pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 /// Most arguments of one kernel.
 const MAX_ARGS: usize = 24;
@@ -164,8 +160,7 @@ fn launch_params(
     dev.bind().map_err(dev_err)?;
     LAUNCHES.fetch_add(1, Ordering::Relaxed);
     let stats = dev.options().decode_stats;
-    crate::decode_stats::timed(stats, &crate::decode_stats::LAUNCH_NS, || go(f, params))
-        .map_err(dev_err)
+    timed(stats, &LAUNCH_NS, || go(f, params)).map_err(dev_err)
 }
 
 /// Grid of a grid-stride element-wise kernel over `n` elements.
