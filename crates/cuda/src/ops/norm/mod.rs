@@ -2,8 +2,8 @@
 //! the same norm per head group (q/k norm), and the gated norm of the GDN
 //! output. f32 math on bf16 storage (`ops_norm.cu`); the residual stream
 //! itself is f32 (`embed` starts it so): `add_rms_norm` adds the bf16 delta
-//! to it in f32 and emits bf16 normed rows. A bf16 residual is still taken
-//! (rounded to bf16 after each add, as before).
+//! to it in f32 and emits bf16 normed rows. A bf16 residual is taken too
+//! (rounded to bf16 after each add).
 
 pub mod sources;
 

@@ -63,8 +63,7 @@ extern "C" __global__ void add_rms_norm_bf16(bf16* residual, const bf16* delta, 
 }
 
 // add_rms_norm with the row held in registers: bf16x2 loads, each value read
-// once (the kernel above reads the residual twice with scalar loads: 0.24 ms
-// at 32k x 2048 on the H200, 28 % of the memory bandwidth). For even `cols`
+// once (the kernel above reads the residual twice with scalar loads). For even `cols`
 // up to 2 * CACHED_PAIRS * blockDim.x; one CTA per row; same rounding.
 #define CACHED_PAIRS 8
 extern "C" __global__ void add_rms_norm_cached_bf16(bf16* residual, const bf16* delta,
@@ -206,9 +205,8 @@ extern "C" __global__ void add_rms_norm_cached_f32res(float* residual, const bf1
 
 // rms_norm_groups / gated_rms_norm with 4 values per lane access (8-byte
 // bf16x4 loads and stores, every value read once and kept in registers): for
-// d % 4 == 0 and d <= 128 * GROUP_CHUNKS. The scalar kernels above read x
-// twice with 2-byte loads (gated norm 0.46 ms for 32k x 32 x 128 on the H200,
-// twice its memory floor). Same math and rounding; one warp per group, 8 per CTA.
+// d % 4 == 0 and d <= 128 * GROUP_CHUNKS (the scalar kernels above read x
+// twice with 2-byte loads). Same math and rounding; one warp per group, 8 per CTA.
 #define GROUP_CHUNKS 8
 
 __device__ __forceinline__ void load4(const bf16* p, float* f) {
@@ -286,8 +284,8 @@ extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const 
 // The group norms with 16 lanes per group and 8 values (16 bytes) per lane
 // access, CH accesses per lane: d % 8 == 0 and d <= 128 * CH (CH = 1: the GDN
 // gated norm's 128, CH = 2: the q/k norm's 256). Two groups per warp, few
-// registers (the 4-wide kernels above keep 64 values per lane whatever d is:
-// one CTA per SM, slower than the scalar kernels at d = 128). Same math.
+// registers (the 4-wide kernels above keep 64 values per lane whatever d is).
+// Same math.
 // grid (ceil(groups * 16 / blockDim.x)).
 __device__ __forceinline__ void load8(const bf16* p, float* f) {
     const uint4 u = *reinterpret_cast<const uint4*>(p);
