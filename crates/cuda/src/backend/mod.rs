@@ -16,7 +16,7 @@ mod fallback;
 mod gdn;
 mod gdn_decode;
 mod group;
-mod memory;
+pub(crate) mod memory;
 mod moe;
 mod moe_decode;
 mod moe_partial;
@@ -26,8 +26,8 @@ mod supports;
 pub use crate::tensor::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
 pub use group::{open_group, open_group_with};
 
-// The paths the GDN / MoE modules of this folder import their plumbing by.
-use crate::{launch, tensor as types, validate};
+// The paths the GDN / MoE modules import their plumbing by.
+pub(crate) use crate::{launch, tensor as types, validate};
 mod dense {
     pub(crate) use crate::ops::linear::linear;
     pub(crate) use crate::ops::pointwise::swiglu;
