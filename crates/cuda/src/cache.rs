@@ -12,6 +12,8 @@ use crate::CudaError;
 use headroom_core::progress;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, OnceLock};
 
 /// SHA-256 (hex) of bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -42,16 +44,21 @@ fn file_in(dir: &Path, src: &KernelSource, arch: &str, version: &str) -> PathBuf
     ))
 }
 
+/// What compiles one source (NVRTC in [`cubins`], a stand-in in tests);
+/// called from several threads at once.
+pub type Compile<'a> = dyn Fn(&KernelSource) -> Result<Compiled, CudaError> + Sync + 'a;
+
 /// The cubins of `sources` on `arch` (in order): from `dir` where cached,
-/// else built by `compile` and stored. Before the first compilation one
-/// progress event says how many kernels compile and where they are cached;
-/// each compiled kernel reports one more.
+/// else built by `compile` (the missing sources on as many threads as the
+/// machine has cores) and stored. Before the first compilation one progress
+/// event says how many kernels compile and where they are cached; each
+/// compiled kernel reports one more, in the order they finish.
 pub fn cubins_with(
     dir: Option<&Path>,
     sources: &[KernelSource],
     arch: &str,
     version: &str,
-    mut compile: impl FnMut(&KernelSource) -> Result<Compiled, CudaError>,
+    compile: &Compile<'_>,
 ) -> Result<Vec<Vec<u8>>, CudaError> {
     let mut out: Vec<Option<Vec<u8>>> = sources
         .iter()
@@ -62,7 +69,8 @@ pub fn cubins_with(
             Some(bytes)
         })
         .collect();
-    let total = out.iter().filter(|c| c.is_none()).count() as u64;
+    let missing: Vec<usize> = (0..sources.len()).filter(|&i| out[i].is_none()).collect();
+    let total = missing.len() as u64;
     if total > 0 {
         let noun = if total == 1 { "kernel" } else { "kernels" };
         let whereto = match dir {
@@ -78,11 +86,8 @@ pub fn cubins_with(
         );
     }
     let mut done = 0;
-    for (src, slot) in sources.iter().zip(out.iter_mut()) {
-        if slot.is_some() {
-            continue;
-        }
-        let compiled = compile(src)?;
+    compile_all(sources, &missing, compile, |i, compiled| {
+        let src = &sources[i];
         tracing::debug!(kernel = src.name, arch, log = %compiled.log, "compiled kernel");
         if let Some(d) = dir {
             let f = file_in(d, src, arch, version);
@@ -98,9 +103,45 @@ pub fn cubins_with(
             "kernels",
             &format!("compiled {}", src.name),
         );
-        *slot = Some(compiled.cubin);
-    }
+        out[i] = Some(compiled.cubin);
+    })?;
     Ok(out.into_iter().flatten().collect())
+}
+
+/// Compiles `sources[i]` for each `i` of `which` on worker threads and hands
+/// each result to `finished` on the calling thread as it arrives; the first
+/// error stops the hand-over (workers finish what they hold) and is returned.
+fn compile_all(
+    sources: &[KernelSource],
+    which: &[usize],
+    compile: &Compile<'_>,
+    mut finished: impl FnMut(usize, Compiled),
+) -> Result<(), CudaError> {
+    if which.is_empty() {
+        return Ok(());
+    }
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(which.len());
+    let next = AtomicUsize::new(0);
+    let (tx, rx) = mpsc::channel();
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            let (tx, next) = (tx.clone(), &next);
+            s.spawn(move || {
+                while let Some(&i) = which.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    if tx.send((i, compile(&sources[i]))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for (i, result) in rx {
+            finished(i, result?);
+        }
+        Ok(())
+    })
 }
 
 /// [`cubins_with`] on NVRTC in the cache folder of `opts`, the CUDA headers
@@ -111,14 +152,18 @@ pub fn cubins(
     opts: &CudaOptions,
 ) -> Result<Vec<Vec<u8>>, CudaError> {
     let version = nvrtc::version()?;
-    let mut include: Option<PathBuf> = None;
-    cubins_with(opts.kernel_cache(), sources, arch, &version, |src| {
-        let dir = match &include {
+    let include: OnceLock<PathBuf> = OnceLock::new();
+    let compile = |src: &KernelSource| {
+        let dir = match include.get() {
             Some(d) => d,
-            None => include.insert(opts.include_dir()?),
+            None => {
+                let d = opts.include_dir()?;
+                include.get_or_init(|| d)
+            }
         };
         nvrtc::compile(src.name, src.source, arch, dir)
-    })
+    };
+    cubins_with(opts.kernel_cache(), sources, arch, &version, &compile)
 }
 
 fn store(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -203,15 +248,15 @@ mod tests {
         use crate::kernels::SOURCES;
         let dir = tempfile::tempdir().unwrap();
         let srcs = &SOURCES[..3];
-        let mut calls = 0;
+        let calls = AtomicUsize::new(0);
+        let counted = |s: &KernelSource| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            fake(s)
+        };
         let (cubins, events) = progress_of(|| {
-            cubins_with(Some(dir.path()), srcs, "sm_90a", "13.0", |s| {
-                calls += 1;
-                fake(s)
-            })
-            .unwrap()
+            cubins_with(Some(dir.path()), srcs, "sm_90a", "13.0", &counted).unwrap()
         });
-        assert_eq!(calls, 3);
+        assert_eq!(calls.load(Ordering::Relaxed), 3);
         assert_eq!(cubins[1], srcs[1].name.as_bytes());
         assert_eq!(events.len(), 4, "{events:?}");
         let (done, total, msg) = &events[0];
@@ -220,14 +265,19 @@ mod tests {
         assert!(msg.contains(&dir.path().display().to_string()), "{msg}");
         let counts: Vec<_> = events.iter().map(|e| (e.0, e.1)).collect();
         assert_eq!(counts, [(0, 3), (1, 3), (2, 3), (3, 3)]);
-        assert!(events[2].2.contains(srcs[1].name), "{events:?}");
+        for s in srcs {
+            let named = events
+                .iter()
+                .filter(|e| e.2 == format!("compiled {}", s.name));
+            assert_eq!(named.count(), 1, "{events:?}");
+        }
 
         // Everything is cached now: no compilation, no event, the same bytes.
         let (again, events) = progress_of(|| {
-            cubins_with(Some(dir.path()), srcs, "sm_90a", "13.0", |_| {
+            let never = |_: &KernelSource| -> Result<Compiled, CudaError> {
                 panic!("compiled a cached kernel")
-            })
-            .unwrap()
+            };
+            cubins_with(Some(dir.path()), srcs, "sm_90a", "13.0", &never).unwrap()
         });
         assert!(events.is_empty(), "{events:?}");
         assert_eq!(again, cubins);
@@ -235,18 +285,56 @@ mod tests {
         // One stale entry (another NVRTC version): only that kernel compiles.
         std::fs::remove_file(file_in(dir.path(), &srcs[2], "sm_90a", "13.0")).unwrap();
         let (_, events) =
-            progress_of(|| cubins_with(Some(dir.path()), srcs, "sm_90a", "13.0", fake).unwrap());
+            progress_of(|| cubins_with(Some(dir.path()), srcs, "sm_90a", "13.0", &fake).unwrap());
         assert_eq!(events.len(), 2);
         assert!(events[0].2.contains("compiling 1 kernel for"), "{events:?}");
     }
 
     #[test]
+    fn a_failed_compilation_is_the_error_and_nothing_of_it_is_cached() {
+        let srcs = &crate::kernels::SOURCES[..4];
+        let dir = tempfile::tempdir().unwrap();
+        let bad = srcs[2].name;
+        let failing = |s: &KernelSource| {
+            if s.name == bad {
+                Err(CudaError::Nvrtc(format!("{} failed", s.name)))
+            } else {
+                fake(s)
+            }
+        };
+        let err = cubins_with(Some(dir.path()), srcs, "sm_90a", "13.0", &failing).unwrap_err();
+        assert!(err.to_string().contains(bad), "{err}");
+        assert!(!file_in(dir.path(), &srcs[2], "sm_90a", "13.0").exists());
+    }
+
+    #[test]
     fn without_a_cache_folder_every_kernel_compiles_and_says_so() {
         let srcs = &crate::kernels::SOURCES[..2];
-        let (_, events) = progress_of(|| cubins_with(None, srcs, "sm_80", "13.0", fake).unwrap());
+        let (_, events) = progress_of(|| cubins_with(None, srcs, "sm_80", "13.0", &fake).unwrap());
         assert_eq!(events.len(), 3);
         assert!(events[0].2.contains("not cached"), "{events:?}");
         assert_eq!((events[2].0, events[2].1), (2, 2));
+    }
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn compiling_on_several_threads_gives_the_cubins_of_one_at_a_time() {
+        let opts = CudaOptions::from_env();
+        let include = opts.include_dir().unwrap();
+        let srcs: Vec<KernelSource> = crate::kernels::SOURCES
+            .iter()
+            .filter(|s| s.required_arch().is_none())
+            .copied()
+            .collect();
+        let opts = CudaOptions {
+            kernel_cache: None,
+            ..opts
+        };
+        let parallel = cubins(&srcs, "sm_90a", &opts).unwrap();
+        for (src, cubin) in srcs.iter().zip(&parallel) {
+            let alone = nvrtc::compile(src.name, src.source, "sm_90a", &include).unwrap();
+            assert_eq!(*cubin, alone.cubin, "{}", src.name);
+        }
     }
 
     #[test]
