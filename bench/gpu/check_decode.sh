@@ -3,21 +3,23 @@
 #  attention  the split-KV / packed-GQA attention tests (tests/attention_split.rs),
 #             tests/gpu.rs, the backend attention-over-cache test, memcheck on the
 #             small split case, and attention TFLOP/s for 512 rows after 32,256 and
-#             2,048 after 30,720 with the split schedule off and automatic;
+#             2,048 after 30,720 (the split schedule the shape picks);
 #  moe        the MoE decode path's tests (tests/decode_moe.rs: f64 reference, the
 #             grouped-GEMM path, NaN-poisoned outputs, tails, expert slices, the
 #             model fixtures' blocks, shapes past one pass of each loop) and
 #             compute-sanitizer memcheck on its small cases;
 #  logits     the whole model's logits for a 24-token prompt fed one token per
-#             step (every MoE call one row), MoE decode path off and on, compared
-#             (bench/gpu/compare_decode_logits.py): one layer (asserted), forty
-#             layers beside a control arm (printed);
+#             step (every call a decode: the GEMV, the fused GDN core and attention
+#             prep, the MoE decode kernels) against the same prompt in one chunk
+#             (the prefill paths), compared (bench/gpu/compare_decode_logits.py),
+#             one layer and forty, printed (each decode kernel is asserted against
+#             an f64 reference by its own tests);
 #  decode     decode tokens/s after 8k and 32k prompts on the 40-layer 35B-A3B
-#             shape through the engine, arms side by side in the same call, twice
-#             (base: HEADROOM_MOE_DECODE=off and HEADROOM_UPLOAD_CACHE=off; moe: the
-#             MoE decode path (default) alone; all: both on; DECODE_ARMS overrides), with
-#             HEADROOM_DECODE_STATS=1 (host queue time vs wait for the GPU per
-#             step), then the per-part breakdown of profiled decode steps.
+#             shape through the engine, binaries side by side in the same call,
+#             twice (DECODE_BINS, default "new:BIN_DIR/headroom"; e.g.
+#             "old:OLD/headroom new:BIN_DIR/headroom"), with HEADROOM_DECODE_STATS=1
+#             (host queue time vs wait for the GPU per step), then the per-part
+#             breakdown of profiled decode steps.
 # Binaries (built elsewhere) in $BIN_DIR: headroom and the test binaries a section
 # needs (attention_split-*, gpu-*, backend_ops-*, decode_moe-*).
 # Usage: bench/gpu/check_decode.sh BIN_DIR [SECTION...]   (default: moe logits decode)
@@ -31,7 +33,6 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source bench/gpu/env.sh
 export HEADROOM_KERNEL_CACHE=${HEADROOM_KERNEL_CACHE:-$(mktemp -d)}
-unset HEADROOM_ATTN_SPLITS HEADROOM_MOE_DECODE HEADROOM_UPLOAD_CACHE
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv
 status=0
 HR="$BIN_DIR/headroom"
@@ -60,16 +61,12 @@ attention)
     echo "=== memcheck: small split case ==="
     memcheck "$SPLIT" small_split_case_for_memcheck
     echo "=== attention TFLOP/s (fused, 16/2, d256, bf16) ==="
-    for splits in 1 auto; do
-        for lh in "512 32256" "2048 30720"; do
-            set -- $lh
-            echo "--- splits=$splits q_len=$1 history=$2"
-            if [ "$splits" = auto ]; then unset HEADROOM_ATTN_SPLITS; else export HEADROOM_ATTN_SPLITS=$splits; fi
-            timeout 30 "$HR" bench attention --backend cuda --lengths "$1" --history "$2" --routes fused \
-                --iterations 10 --warmup 2 2>&1 | tail -n 4
-        done
+    for lh in "512 32256" "2048 30720"; do
+        set -- $lh
+        echo "--- q_len=$1 history=$2"
+        timeout 30 "$HR" bench attention --backend cuda --lengths "$1" --history "$2" --routes fused \
+            --iterations 10 --warmup 2 2>&1 | tail -n 4
     done
-    unset HEADROOM_ATTN_SPLITS
     ;;
 moe)
     MOE=$(pick decode_moe)
@@ -82,50 +79,45 @@ moe)
     memcheck "$MOE" nan_row_stays_in_its_row_and_repeated_calls_agree
     ;;
 logits)
-    # One MoE layer: both paths see the same router input, so only rounding
-    # differs (asserted). Forty layers: routing flips near ties compound through
-    # the random synthetic model (docs/perf/bf16-parity.md), so the difference is
-    # printed beside a control that changes only the old path's rounding
-    # (HEADROOM_MOE_GLUE=unfused vs fused), not asserted.
-    echo "=== whole model, one token per step: logits with the MoE decode path vs grouped ==="
+    # The two paths round in different places (the chunked GDN's tf32 prep
+    # against the recurrent step, the grouped MoE GEMMs against the decode
+    # kernels, cuBLAS against the GEMV), and over forty layers routing flips
+    # near ties compound (docs/perf/bf16-parity.md): the distance is printed.
+    echo "=== whole model: logits one token per step (decode paths) vs one chunk (prefill paths) ==="
     python3 -c 'import json; print(json.dumps([(i * 7919 + 13) % 200000 for i in range(24)]))' > "$OUT/ids.json"
-    logits() {  # logits NAME MODEL ENV...
-        local name=$1 model=$2; shift 2
-        env "$@" timeout 90 "$HR" --attn-execution fused logits --backend cuda --synthetic "$model" \
-            --ids "$OUT/ids.json" --out "$OUT/logits-$name.safetensors" --chunk 1 2>&1 | tail -n 2 | head -n 1
+    logits() {  # logits NAME MODEL CHUNK
+        timeout 90 "$HR" --attn-execution fused logits --backend cuda --synthetic "$2" \
+            --ids "$OUT/ids.json" --out "$OUT/logits-$1.safetensors" --chunk "$3" 2>&1 | tail -n 2 | head -n 1
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     }
     cmp_logits() { python3 "$(dirname "$0")/compare_decode_logits.py" "$OUT/logits-$1.safetensors" "$OUT/logits-$2.safetensors" ${3:-} || status=1; }
-    logits l1-off qwen3.6-35b-a3b:layers=1 HEADROOM_MOE_DECODE=off
-    logits l1-on qwen3.6-35b-a3b:layers=1 HEADROOM_MOE_DECODE=on
-    echo "--- 1 layer, grouped vs decode path (must be <= 2e-2)"; cmp_logits l1-off l1-on 2e-2
-    logits off qwen3.6-35b-a3b HEADROOM_MOE_DECODE=off
-    logits on qwen3.6-35b-a3b HEADROOM_MOE_DECODE=on
-    logits unfused qwen3.6-35b-a3b HEADROOM_MOE_DECODE=off HEADROOM_MOE_GLUE=unfused
-    echo "--- 40 layers, grouped vs decode path"; cmp_logits off on
-    echo "--- 40 layers, control: grouped fused vs grouped unfused glue"; cmp_logits off unfused
+    logits l1-prefill qwen3.6-35b-a3b:layers=1 24
+    logits l1-decode qwen3.6-35b-a3b:layers=1 1
+    echo "--- 1 layer, prefill vs decode paths"; cmp_logits l1-prefill l1-decode
+    logits prefill qwen3.6-35b-a3b 24
+    logits decode qwen3.6-35b-a3b 1
+    echo "--- 40 layers, prefill vs decode paths"; cmp_logits prefill decode
     rm -f "$OUT"/logits-*.safetensors "$OUT/ids.json"
     ;;
 decode)
-    # Arms: name and its environment. base = both changes off (main's behaviour).
-    ARMS=${DECODE_ARMS:-"base:HEADROOM_MOE_DECODE=off,HEADROOM_UPLOAD_CACHE=off moe:HEADROOM_MOE_DECODE=on,HEADROOM_UPLOAD_CACHE=off all:HEADROOM_MOE_DECODE=on,HEADROOM_UPLOAD_CACHE=on"}
+    # Arms: a name and its headroom binary (old and new side by side).
+    BINS=${DECODE_BINS:-"new:$HR"}
     echo "=== decode after 8k and 32k (35B-A3B shape, engine, fused attention) ==="
     for pass in 1 2; do
-        for a in $ARMS; do
-            name=${a%%:*}; envs=${a#*:}
-            echo "--- pass $pass arm $name (${envs:-defaults})"
-            env ${envs//,/ } HEADROOM_DECODE_STATS=1 timeout 120 "$HR" --attn-execution fused \
+        for a in $BINS; do
+            name=${a%%:*}; bin=${a#*:}
+            echo "--- pass $pass arm $name ($bin)"
+            HEADROOM_DECODE_STATS=1 timeout 120 "$bin" --attn-execution fused \
                 bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 8192,32768 \
                 --iterations 1 --warmup 0 --decode 64 --json "$OUT/decode-$name-$pass.json" 2>&1 \
                 | tee -a "$OUT/decode.log" | grep -E "decode|tok/s" | grep -v "run [0-9]"
             [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
         done
     done
-    for a in $ARMS; do
-        name=${a%%:*}; envs=${a#*:}
-        [ "$name" = base ] || [ "$name" = all ] || continue
+    for a in $BINS; do
+        name=${a%%:*}; bin=${a#*:}
         echo "--- breakdown, arm $name"
-        env ${envs//,/ } timeout 90 "$HR" --attn-execution fused \
+        timeout 90 "$bin" --attn-execution fused \
             bench ttft --backend cuda --synthetic qwen3.6-35b-a3b --lengths 32768 \
             --iterations 1 --warmup 0 --decode 16 --breakdown --json "$OUT/breakdown-$name.json" 2>&1 \
             | tee -a "$OUT/decode.log" | grep -E "decode" | grep -v "run [0-9]"

@@ -6,6 +6,7 @@
 //! table against the required list.
 
 use crate::cache::sha256_hex;
+use crate::config::CudaOptions;
 use crate::error::io_err;
 use crate::kernels::KernelSource;
 use crate::{elf, nvrtc, CudaError};
@@ -39,7 +40,7 @@ pub struct KernelEntry {
 /// The architecture a source needs, when it uses instructions only one
 /// target has (`wgmma` exists on `sm_90a` alone).
 pub fn required_arch(src: &KernelSource) -> Option<&'static str> {
-    src.source.contains("wgmma.").then_some("sm_90a")
+    src.required_arch()
 }
 
 /// Checks, before compiling anything, that `arch` is a real `sm_XY[a]`
@@ -68,12 +69,24 @@ pub fn check_arch(arch: &str, sources: &[KernelSource]) -> Result<(), CudaError>
 
 /// Compiles `sources` for `arch` into `out` (created if needed). Everything
 /// is compiled before anything is written: a failure leaves no partial output.
+/// The CUDA headers are found as [`CudaOptions::from_env`] says.
 pub fn build(out: &Path, arch: &str, sources: &[KernelSource]) -> Result<Manifest, CudaError> {
+    build_with(out, arch, sources, &CudaOptions::from_env())
+}
+
+/// [`build`] with the CUDA headers found as `opts` says.
+pub fn build_with(
+    out: &Path,
+    arch: &str,
+    sources: &[KernelSource],
+    opts: &CudaOptions,
+) -> Result<Manifest, CudaError> {
     check_arch(arch, sources)?;
     let nvrtc_version = nvrtc::version()?;
+    let include = opts.include_dir()?;
     let compiled: Vec<_> = sources
         .iter()
-        .map(|src| nvrtc::compile(src.name, src.source, arch).map(|c| (src, c)))
+        .map(|src| nvrtc::compile(src.name, src.source, arch, &include).map(|c| (src, c)))
         .collect::<Result<_, _>>()?;
     std::fs::create_dir_all(out).map_err(io_err(out))?;
     let mut kernels = Vec::new();
@@ -207,7 +220,8 @@ pub fn verify(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::{required_entry_points, MASKED_SOFTMAX, SOURCES};
+    use crate::kernels::{required_entry_points, SOURCES};
+    use crate::ops::attention::sources::MASKED_SOFTMAX;
 
     #[test]
     fn other_arches_are_refused_in_one_line_before_compiling() {
@@ -227,7 +241,8 @@ mod tests {
     /// `.ci/kernel-gate.sh` installs NVRTC and runs them with `--include-ignored`.
     /// Run without NVRTC, they fail loudly here instead of passing.
     fn require_nvrtc() {
-        if let Err(e) = crate::libs::probe_nvrtc().and_then(|_| nvrtc::include_dir()) {
+        let opts = CudaOptions::from_env();
+        if let Err(e) = crate::libs::probe_nvrtc().and_then(|_| opts.include_dir()) {
             panic!("this test needs NVRTC and the CUDA headers (run .ci/kernel-gate.sh): {e}");
         }
     }
@@ -297,6 +312,23 @@ mod tests {
 
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn every_cubin_exports_exactly_the_entry_points_its_launchers_use() {
+        // kernels::tests checks the launchers name every listed entry point;
+        // here the compiled artifact exports those and no other kernel.
+        let dir = built();
+        for src in SOURCES {
+            let cubin =
+                std::fs::read(dir.path().join(format!("{}.sm_90a.cubin", src.name))).unwrap();
+            let mut exported = elf::function_symbols(&cubin).unwrap();
+            exported.sort();
+            let mut listed: Vec<String> = src.entry_points.iter().map(|e| e.to_string()).collect();
+            listed.sort();
+            assert_eq!(exported, listed, "{}", src.name);
+        }
+    }
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn a_changed_output_byte_fails_verification() {
         let dir = built();
         let copy = copy_dir(dir.path());
@@ -333,8 +365,8 @@ mod tests {
         require_nvrtc();
         // A softmax source whose f16 entry point was renamed away.
         let doctored = MASKED_SOFTMAX.source.replace(
-            "HEADROOM_SOFTMAX_ENTRY(f16, __half)",
-            "HEADROOM_SOFTMAX_ENTRY(f16_old, __half)",
+            "SOFTMAX_ENTRY(f16, __half)",
+            "SOFTMAX_ENTRY(f16_old, __half)",
         );
         let src = KernelSource {
             source: Box::leak(doctored.into_boxed_str()),
@@ -360,7 +392,7 @@ mod tests {
         let copy = copy_dir(dir.path());
         let mpath = copy.path().join(MANIFEST);
         let mut m: Manifest = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
-        m.options.push("-DHEADROOM_D256_BLOCK_N=32".into());
+        m.options.push("-DEXTRA=1".into());
         std::fs::write(&mpath, serde_json::to_string(&m).unwrap()).unwrap();
         let err = verify(copy.path(), SOURCES, &required_entry_points())
             .unwrap_err()

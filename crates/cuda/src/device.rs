@@ -4,6 +4,8 @@
 
 use crate::alloc::{Allocator, DeviceBuffer, RawMemory};
 use crate::blas::Blas;
+use crate::config::CudaOptions;
+use crate::kernels::KernelSource;
 use crate::{cache, kernels, libs, CudaError};
 use cudarc::driver::{result, sys};
 use std::collections::HashMap;
@@ -69,6 +71,7 @@ pub struct CudaDevice {
     tickets: OnceLock<DeviceBuffer>,
     /// The last small read-only tables uploaded, by content (see [`CudaDevice::upload_table`]).
     tables: Mutex<Vec<(Vec<u8>, Arc<DeviceBuffer>)>>,
+    options: CudaOptions,
 }
 
 /// Tables kept by [`CudaDevice::upload_table`], and the largest one kept.
@@ -84,43 +87,15 @@ struct Stream(sys::CUstream);
 unsafe impl Send for Stream {}
 unsafe impl Sync for Stream {}
 
-/// Whether the table cache is on: by default, off with
-/// `HEADROOM_UPLOAD_CACHE=off` (or `0` / `false`). The gated-attention op
-/// failure that made it opt-in was the composed route's staging overrun
-/// (`backend/attention.rs`, `staging_rows`), not the cache: after that fix
-/// the op tests pass 19/19 with the cache on and off on an H200
-/// (docs/perf/cuda-decode.md, "decode2 re-checked").
-fn table_cache_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| env_switch("HEADROOM_UPLOAD_CACHE"))
-}
-
-/// An on-by-default switch's value from its variable: on unless `off`, `0` or `false`.
-pub(crate) fn switch_on(value: Option<&str>) -> bool {
-    !matches!(value, Some("off" | "0" | "false"))
-}
-
-/// The on-by-default switch in the environment variable `name` (see [`switch_on`]).
-pub(crate) fn env_switch(name: &str) -> bool {
-    switch_on(std::env::var(name).ok().as_deref())
-}
-
-/// The NVRTC target for a compute capability: the arch-specific `a` target on
-/// Hopper (wgmma/setmaxnreg), plain `sm_XY` elsewhere. `HEADROOM_CUDA_ARCH` overrides.
-pub fn arch_for(major: i32, minor: i32) -> String {
-    if let Ok(a) = std::env::var("HEADROOM_CUDA_ARCH") {
-        return a;
-    }
-    if (major, minor) == (9, 0) {
-        "sm_90a".into()
-    } else {
-        format!("sm_{major}{minor}")
-    }
-}
-
 impl CudaDevice {
-    /// Opens device `ordinal`, or says why CUDA is unavailable.
+    /// Opens device `ordinal` with the options of the environment
+    /// ([`CudaOptions::from_env`]), or says why CUDA is unavailable.
     pub fn open(ordinal: usize) -> Result<Self, CudaError> {
+        CudaDevice::open_with(ordinal, CudaOptions::from_env())
+    }
+
+    /// Opens device `ordinal` with `options`, or says why CUDA is unavailable.
+    pub fn open_with(ordinal: usize, options: CudaOptions) -> Result<Self, CudaError> {
         libs::probe_driver()?;
         result::init()?;
         let count = result::device::get_count()?;
@@ -152,7 +127,7 @@ impl CudaDevice {
             ordinal,
             name: result::device::get_name(dev)?,
             capability,
-            arch: arch_for(capability.0, capability.1),
+            arch: options.arch_for(capability.0, capability.1),
             sm_count,
             ctx,
             stream: Stream(stream),
@@ -161,7 +136,46 @@ impl CudaDevice {
             blas: OnceLock::new(),
             tickets: OnceLock::new(),
             tables: Mutex::new(Vec::new()),
+            options,
         })
+    }
+
+    /// The options the device was opened with.
+    pub fn options(&self) -> &CudaOptions {
+        &self.options
+    }
+
+    /// Loads every kernel module of `sources` now: from the disk cache, or
+    /// compiled on this first run (with progress events, `crate::cache`).
+    pub fn load_kernels(&self, sources: &[KernelSource]) -> Result<(), CudaError> {
+        let missing: Vec<KernelSource> = {
+            let fns = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+            sources
+                .iter()
+                .filter(|s| s.entry_points.iter().any(|e| !fns.contains_key(e)))
+                .copied()
+                .collect()
+        };
+        let cubins = cache::cubins(&missing, &self.arch, &self.options)?;
+        for (src, cubin) in missing.iter().zip(&cubins) {
+            self.load_module(src, cubin)?;
+        }
+        Ok(())
+    }
+
+    /// Loads one compiled module and records its entry points.
+    fn load_module(&self, src: &KernelSource, cubin: &[u8]) -> Result<(), CudaError> {
+        self.bind()?;
+        // SAFETY: `cubin` is a complete image for this device's architecture.
+        let module = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void)? };
+        let mut fns = self.functions.lock().unwrap_or_else(|p| p.into_inner());
+        for e in src.entry_points {
+            let name = CString::new(*e).expect("entry names have no NUL");
+            // SAFETY: `module` is loaded; names come from the source's own list.
+            let f = unsafe { result::module::get_function(module, name)? };
+            fns.insert(e, Function(f));
+        }
+        Ok(())
     }
 
     /// Makes this device's context current on the calling thread.
@@ -213,24 +227,14 @@ impl CudaDevice {
     /// Loads (compiling or reading the disk cache on first use) the module that
     /// exports `entry` and returns that function.
     pub fn function(&self, entry: &'static str) -> Result<Function, CudaError> {
-        let mut fns = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(f) = fns.get(entry) {
-            return Ok(*f);
+        let found = |fns: &HashMap<&'static str, Function>| fns.get(entry).copied();
+        if let Some(f) = found(&self.functions.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(f);
         }
         let src =
             kernels::source_of(entry).ok_or_else(|| CudaError::UnknownEntryPoint(entry.into()))?;
-        let cubin = cache::cubin(src, &self.arch)?;
-        self.bind()?;
-        // SAFETY: `cubin` is a complete image for this device's architecture.
-        let module = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void)? };
-        for e in src.entry_points {
-            let name = CString::new(*e).expect("entry names have no NUL");
-            // SAFETY: `module` is loaded; names come from the source's own list.
-            let f = unsafe { result::module::get_function(module, name)? };
-            fns.insert(e, Function(f));
-        }
-        fns.get(entry)
-            .copied()
+        self.load_kernels(std::slice::from_ref(src))?;
+        found(&self.functions.lock().unwrap_or_else(|p| p.into_inner()))
             .ok_or_else(|| CudaError::UnknownEntryPoint(entry.into()))
     }
 
@@ -346,11 +350,11 @@ impl CudaDevice {
     /// bytes: within a decode step every layer uploads the same few tables,
     /// and each upload is a host call plus a copy in the stream's order. The
     /// last [`TABLES_KEPT`] tables of at most [`TABLE_BYTES`] are kept (most
-    /// recent first) unless `HEADROOM_UPLOAD_CACHE=off`, which uploads every time.
+    /// recent first).
     /// Nothing may write to the returned buffer.
     pub fn upload_table<T: Copy>(&self, data: &[T]) -> Result<Arc<DeviceBuffer>, CudaError> {
         let bytes = std::mem::size_of_val(data);
-        if bytes > TABLE_BYTES || !table_cache_on() {
+        if bytes > TABLE_BYTES {
             return Ok(Arc::new(self.upload_async(data)?));
         }
         // SAFETY: `data` is `bytes` initialised bytes of plain `Copy` values
@@ -395,20 +399,5 @@ impl CudaDevice {
         // SAFETY: the stream is live.
         unsafe { result::stream::synchronize(self.stream.0)? };
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::switch_on;
-
-    #[test]
-    fn on_by_default_switches_turn_off_only_when_told() {
-        assert!(switch_on(None));
-        assert!(switch_on(Some("on")));
-        assert!(switch_on(Some("1")));
-        for off in ["off", "0", "false"] {
-            assert!(!switch_on(Some(off)), "{off}");
-        }
     }
 }

@@ -5,12 +5,14 @@
 //! rank's own stream, so it orders with the rank's kernels and the host
 //! never waits for it.
 //!
-//! NVLink multicast (NVLS) is left off: the program sets
+//! NVLink multicast (NVLS) is left off: [`init_all`] sets
 //! `NCCL_NVLS_ENABLE=0` before creating the communicators (unless the user
-//! set it), as the lent multi-GPU machines require.
+//! set it), as the lent multi-GPU machines require. The group of backends is
+//! `crate::backend::open_group`.
 
-use crate::backend::{CudaAct, CudaBackend};
+use crate::config::CudaOptions;
 use crate::device::CudaDevice;
+use crate::tensor::CudaAct;
 use crate::CudaError;
 use cudarc::driver::sys as drv;
 use cudarc::nccl::{result, sys};
@@ -62,40 +64,26 @@ pub fn visible_devices() -> Result<usize, CudaError> {
     Ok(cudarc::driver::result::device::get_count()? as usize)
 }
 
-/// One backend per device of `ordinals`, joined by NCCL communicators (a
-/// single device: no NCCL, world size 1).
-pub fn open_group(ordinals: &[usize]) -> Result<Vec<CudaBackend>, CudaError> {
-    if ordinals.len() <= 1 {
-        return ordinals.iter().map(|&o| CudaBackend::open(o)).collect();
-    }
-    crate::libs::probe_driver()?;
+/// One communicator per device of `ordinals` (each device already opened),
+/// rank `i` on `ordinals[i]`.
+pub fn init_all(ordinals: &[usize], options: &CudaOptions) -> Result<Vec<NcclComm>, CudaError> {
     probe_nccl()?;
-    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+    if !options.nccl_nvls_from_user {
         std::env::set_var("NCCL_NVLS_ENABLE", "0");
     }
-    let devices = ordinals
-        .iter()
-        .map(|&o| CudaDevice::open(o))
-        .collect::<Result<Vec<_>, _>>()?;
     let n = ordinals.len();
     let list: Vec<i32> = ordinals.iter().map(|&o| o as i32).collect();
     let mut comms: Vec<sys::ncclComm_t> = vec![std::ptr::null_mut(); n];
     // SAFETY: `comms` has room for n communicators, `list` names n devices.
     unsafe { result::comm_init_all(comms.as_mut_ptr(), n as i32, list.as_ptr()) }
         .map_err(|e| nccl_err("init", e))?;
-    Ok(devices
+    Ok(comms
         .into_iter()
-        .zip(comms)
         .enumerate()
-        .map(|(rank, (dev, comm))| {
-            CudaBackend::in_group(
-                dev,
-                NcclComm {
-                    comm,
-                    rank,
-                    world: n,
-                },
-            )
+        .map(|(rank, comm)| NcclComm {
+            comm,
+            rank,
+            world: n,
         })
         .collect())
 }
@@ -263,15 +251,5 @@ mod tests {
             Ok(()) => {}
             Err(e) => assert!(e.to_string().contains("libnccl"), "{e}"),
         }
-    }
-
-    #[test]
-    fn one_device_group_needs_no_nccl() {
-        // No device here (or one): an ordinary error or one backend, never a panic.
-        match open_group(&[0]) {
-            Ok(b) => assert_eq!(b.len(), 1),
-            Err(e) => assert!(!e.to_string().is_empty()),
-        }
-        assert!(open_group(&[]).unwrap().is_empty());
     }
 }

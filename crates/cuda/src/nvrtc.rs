@@ -1,77 +1,23 @@
-//! Compiling kernel sources to cubins with NVRTC (no GPU needed).
-//!
-//! NVRTC is found on the ordinary library search path; the CUDA headers
-//! (`cuda_fp16.h`, `cuda_bf16.h`) through `HEADROOM_CUDA_INCLUDE`, else the
-//! include folder of a toolkit under `CUDA_HOME`, `CUDA_PATH` or
-//! `/usr/local/cuda`.
+//! Compiling kernel sources to cubins with NVRTC (no GPU needed). NVRTC is
+//! found on the ordinary library search path; the folder of the CUDA headers
+//! (`cuda_fp16.h`, `cuda_bf16.h`) comes from the caller
+//! ([`crate::config::CudaOptions::include_dir`]).
 
 use crate::{libs, CudaError};
 use cudarc::nvrtc::{result, sys};
 use std::ffi::{c_char, CString};
-use std::path::PathBuf;
+use std::path::Path;
 
-/// Environment variable naming the folder that holds `cuda_fp16.h`.
-pub const INCLUDE_ENV: &str = "HEADROOM_CUDA_INCLUDE";
+pub use crate::config::INCLUDE_ENV;
 
 /// Options that change the generated code (the cache key and the manifest
 /// record these; the include folder is added separately, as it only locates headers).
-///
-/// `HEADROOM_NVRTC_DEFINES` (`NAME=VALUE,...`) adds `-D` options: a tuning
-/// knob for experiments (e.g. `HEADROOM_D256_BLOCK_N=64`); it changes the cache
-/// key and is recorded in a manifest, so an artifact built with it says so.
 pub fn code_options(arch: &str) -> Vec<String> {
-    let mut o = vec![
+    vec![
         format!("--gpu-architecture={arch}"),
         "--std=c++17".to_string(),
         "--ptxas-options=-v".to_string(),
-        // The launcher sizes grid and shared memory from the same setting.
-        format!(
-            "-DHEADROOM_WGMMA_WARPGROUPS={}",
-            crate::attention::wgmma_warpgroups()
-        ),
-    ];
-    if let Ok(defs) = std::env::var("HEADROOM_NVRTC_DEFINES") {
-        o.extend(
-            defs.split(',')
-                .filter(|d| !d.trim().is_empty())
-                .map(|d| format!("-D{}", d.trim())),
-        );
-    }
-    o
-}
-
-/// The folder holding the CUDA headers the kernels include.
-pub fn include_dir() -> Result<PathBuf, CudaError> {
-    let mut tried = Vec::new();
-    if let Some(dir) = std::env::var_os(INCLUDE_ENV) {
-        let dir = PathBuf::from(dir);
-        if dir.join("cuda_fp16.h").is_file() {
-            return Ok(dir);
-        }
-        return Err(CudaError::HeadersMissing(format!(
-            "{INCLUDE_ENV}={} has no cuda_fp16.h",
-            dir.display()
-        )));
-    }
-    let mut candidates: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
-        .iter()
-        .filter_map(std::env::var_os)
-        .map(|p| PathBuf::from(p).join("include"))
-        .collect();
-    candidates.push(PathBuf::from("/usr/local/cuda/include"));
-    for dir in candidates {
-        if dir.join("cuda_fp16.h").is_file() {
-            return Ok(dir);
-        }
-        tried.push(dir.display().to_string());
-    }
-    Err(CudaError::HeadersMissing(format!(
-        "set {INCLUDE_ENV} to a folder with cuda_fp16.h and cuda_bf16.h: a CUDA 13 toolkit's \
-         include folder, or site-packages/nvidia/cu13/include of the PyPI package \
-         nvidia-cuda-runtime (`pip install nvidia-cuda-runtime==13.0.96`); \
-         `bash .ci/kernel-gate.sh` does this (see README) (tried {})",
-        tried.join(", ")
-    )))
+    ]
 }
 
 /// NVRTC's version as `major.minor`.
@@ -90,10 +36,15 @@ pub struct Compiled {
     pub log: String,
 }
 
-/// Compiles `source` (program name `name`) for `arch` (e.g. `sm_90a`) to a cubin.
-pub fn compile(name: &str, source: &str, arch: &str) -> Result<Compiled, CudaError> {
+/// Compiles `source` (program name `name`) for `arch` (e.g. `sm_90a`) to a
+/// cubin, with the CUDA headers from `include`.
+pub fn compile(
+    name: &str,
+    source: &str,
+    arch: &str,
+    include: &Path,
+) -> Result<Compiled, CudaError> {
     libs::probe_nvrtc()?;
-    let include = include_dir()?;
     let mut options = code_options(arch);
     options.push(format!("--include-path={}", include.display()));
 

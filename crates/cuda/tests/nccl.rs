@@ -4,7 +4,7 @@
 //! exact in bf16 so the comparison is exact.
 
 use headroom_core::ops::Backend;
-use headroom_cuda::nccl::open_group;
+use headroom_cuda::backend::open_group;
 
 fn values(rows: usize, cols: usize, rank: usize) -> Vec<f32> {
     (0..rows * cols)

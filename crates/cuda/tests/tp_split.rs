@@ -523,7 +523,7 @@ fn moe_split_over_expert_halves_in_f32_matches_the_unsplit_block() {
 #[test]
 #[ignore = "needs 2 CUDA GPUs: run by bench/gpu/check_tp.sh"]
 fn two_gpu_reduce_of_f32_partials_rounds_the_sum_once() {
-    let group = headroom_cuda::nccl::open_group(&[0, 1]).expect("two GPUs and NCCL");
+    let group = headroom_cuda::backend::open_group(&[0, 1]).expect("two GPUs and NCCL");
     // (rows, half, out): 7,400 elements (all-reduce) and 1.2 M (scatter path).
     for (rows, half, out, seed) in [(37, 328, 200, 70u64), (600, 1024, 2048, 80)] {
         let k = 2 * half;

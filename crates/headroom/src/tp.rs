@@ -126,7 +126,7 @@ pub fn run_on_group<J: GroupJob>(
                 .map_err(|e| anyhow::anyhow!("the cuda backend is unavailable: {e}"))?;
             ShardPlan::check_devices(world, visible)?;
             let ordinals: Vec<usize> = (0..world).collect();
-            let backends = headroom_cuda::nccl::open_group(&ordinals)
+            let backends = headroom_cuda::backend::open_group(&ordinals)
                 .map_err(|e| anyhow::anyhow!("opening {world} GPUs: {e}"))?;
             let group =
                 TpGroup::build(backends, cfg, weights, None).context("building the ranks")?;

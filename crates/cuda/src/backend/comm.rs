@@ -16,12 +16,11 @@
 //! ones (decode rows) take one f32 all-reduce and a local rounding: one
 //! collective's latency instead of two.
 
-use super::dense::{linear, linear_blas};
-use super::launch::{alloc, dev_err, launch, mul, stride_grid, Args};
-use super::memory::new_act;
-use super::types::{CudaAct, CudaWeight};
 use crate::device::CudaDevice;
+use crate::launch::{alloc, dev_err, launch, mul, stride_grid, Args};
 use crate::nccl::NcclComm;
+use crate::ops::linear::{linear, linear_blas};
+use crate::tensor::{new_act, CudaAct, CudaWeight};
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
 

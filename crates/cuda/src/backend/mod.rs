@@ -1,42 +1,40 @@
 //! `CudaBackend`: the backend op set (`headroom_core::Backend`) on one CUDA
-//! device. Activations are bf16 device buffers (f32 where precision needs
-//! it: the residual stream from `embed` through every `add_rms_norm`,
-//! `g` / `beta`, router logits), matrices bf16, vectors f32; large GEMMs
-//! run on cuBLAS, everything else on the NVRTC kernels `ops_*.cu`, all queued
-//! on the device's one stream (a buffer dropped on the host is reused only by
-//! later work of that stream). Each op group lives in its own file:
-//! [`memory`] (uploads, synthetic weights), [`state`] (pools), [`dense`]
-//! (linear, gathers, gates; few rows: [`gemv`]), [`norm`], [`rope`], [`kv`],
-//! [`attention`] (the fused decode path: [`attention_prep`]), [`gdn`], [`moe`],
-//! [`sample`], [`supports`]; the conv1d, the fused GDN decode core and the MoE
-//! decode path are in `crate::ops`.
+//! device, each trait method mapped onto an op of `crate::ops`. Activations
+//! are bf16 device buffers (f32 where precision needs it: the residual stream
+//! from `embed` through every `add_rms_norm`, `g` / `beta`, router logits),
+//! matrices bf16, vectors f32; everything is queued on the device's one
+//! stream (a buffer dropped on the host is reused only by later work of that
+//! stream). Here besides the mapping: [`memory`] (uploads, synthetic
+//! weights), [`state`] (pools), [`supports`], [`comm`] and [`group`] (tensor
+//! parallelism), and the GDN / MoE glue ([`gdn`], [`moe`], [`moe_partial`],
+//! [`external`]); the conv1d, the fused GDN decode core, the MoE decode path
+//! and the shape-general fallbacks are ops of `crate::ops`.
 
-mod attention;
-mod attention_prep;
 mod comm;
-mod decode_stats;
-mod dense;
 mod external;
 mod gdn;
-mod gemv;
-mod kv;
-pub(crate) mod launch;
+mod group;
 pub(crate) mod memory;
 mod moe;
 mod moe_partial;
-mod norm;
-mod profile_window;
-mod rope;
-mod sample;
 mod state;
 mod supports;
-mod types;
-pub(crate) mod validate;
 
-pub use gemv::GemvKernel;
-pub use types::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
+pub use crate::tensor::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
+pub use group::{open_group, open_group_with};
 
+// The paths the GDN / MoE modules import their plumbing by.
+pub(crate) use crate::{launch, tensor as types, validate};
+mod dense {
+    pub(crate) use crate::ops::linear::linear;
+    pub(crate) use crate::ops::pointwise::swiglu;
+}
+
+use crate::config::CudaOptions;
 use crate::device::CudaDevice;
+use crate::kernels::SOURCES;
+use crate::ops::attention::{cache as attention, prep as attention_prep};
+use crate::ops::{kv, linear, norm, pointwise, rope, sample};
 use crate::CudaError;
 use headroom_core::ops::{
     AttentionPrepWeights, Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, KvSpec, MoeSpec,
@@ -58,26 +56,44 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens device `ordinal`; on a machine without a driver or GPU, the reason.
+    /// Opens device `ordinal` with the options of the environment
+    /// ([`CudaOptions::from_env`], read here once); on a machine without a
+    /// driver or GPU, the reason.
     pub fn open(ordinal: usize) -> Result<CudaBackend, CudaError> {
-        Ok(CudaBackend::on(CudaDevice::open(ordinal)?))
+        CudaBackend::open_with(ordinal, CudaOptions::from_env())
     }
 
-    /// The backend on an opened device.
-    pub fn on(dev: CudaDevice) -> CudaBackend {
-        CudaBackend {
+    /// Opens device `ordinal` with `options`.
+    pub fn open_with(ordinal: usize, options: CudaOptions) -> Result<CudaBackend, CudaError> {
+        CudaBackend::on(CudaDevice::open_with(ordinal, options)?)
+    }
+
+    /// The backend on an opened device, every kernel it launches loaded (and
+    /// compiled on a first run, with progress events: `crate::cache`).
+    pub fn on(dev: CudaDevice) -> Result<CudaBackend, CudaError> {
+        let arch = dev.arch.clone();
+        let sources: Vec<_> = SOURCES
+            .iter()
+            .filter(|s| s.builds_for(&arch))
+            .copied()
+            .collect();
+        dev.load_kernels(&sources)?;
+        Ok(CudaBackend {
             dev,
             earlier_peak: AtomicU64::new(0),
             comm: None,
-        }
+        })
     }
 
-    /// The backend on `dev` as a rank of an NCCL group (`crate::nccl::open_group`).
-    pub fn in_group(dev: CudaDevice, comm: crate::nccl::NcclComm) -> CudaBackend {
-        CudaBackend {
+    /// The backend on `dev` as a rank of an NCCL group ([`open_group`]).
+    pub fn in_group(
+        dev: CudaDevice,
+        comm: crate::nccl::NcclComm,
+    ) -> Result<CudaBackend, CudaError> {
+        Ok(CudaBackend {
             comm: Some(comm),
-            ..CudaBackend::on(dev)
-        }
+            ..CudaBackend::on(dev)?
+        })
     }
 
     pub fn device(&self) -> &CudaDevice {
@@ -107,9 +123,8 @@ impl CudaBackend {
         crate::ops::gdn::decode::gdn_decode(&self.dev, x, w, st, batch)
     }
 
-    /// The attention prep on the fused decode kernel whatever
-    /// `HEADROOM_ATTN_PREP` says; `Err` unless every sequence is one row and
-    /// the shape is the kernel's.
+    /// The attention prep on the fused decode kernel; `Err` unless every
+    /// sequence is one row and the shape is the kernel's.
     pub fn attention_prep_fused(
         &self,
         q: &mut CudaAct,
@@ -120,6 +135,19 @@ impl CudaBackend {
         batch: &Batch,
     ) -> OpResult<()> {
         attention_prep::attention_prep(&self.dev, q, k, v, w, cache, batch)
+    }
+
+    /// `x · W_iᵀ` for each of `ws` on the skinny GEMV (`gemv`, 1 ..= 8 rows)
+    /// or on cuBLAS, one GEMM per matrix, outputs in `out` (bf16 or f32):
+    /// tests and the side-by-side bench run both paths in one process.
+    pub fn linear_with(
+        &self,
+        x: &CudaAct,
+        ws: &[&CudaWeight],
+        gemv: bool,
+        out: Dtype,
+    ) -> OpResult<Vec<CudaAct>> {
+        linear::linear_with(&self.dev, x, ws, gemv, out)
     }
 
     fn save_peak(&self) {
@@ -206,16 +234,16 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, table: &CudaWeight, ids: &[u32]) -> OpResult<CudaAct> {
-        dense::embed(&self.dev, table, ids)
+        pointwise::embed(&self.dev, table, ids)
     }
 
     fn linear(&self, x: &CudaAct, w: &CudaWeight) -> OpResult<CudaAct> {
-        dense::linear(&self.dev, x, w, Dtype::Bf16)
+        linear::linear(&self.dev, x, w, Dtype::Bf16)
     }
 
     /// One GEMV launch for all of `ws` at 1 ..= 8 rows (`gemv`).
     fn linear_many(&self, x: &CudaAct, ws: &[&CudaWeight]) -> OpResult<Vec<CudaAct>> {
-        dense::linear_many(&self.dev, x, ws)
+        linear::linear_many(&self.dev, x, ws)
     }
 
     fn add_rms_norm(
@@ -270,7 +298,7 @@ impl Backend for CudaBackend {
         a_log: &CudaWeight,
         dt_bias: &CudaWeight,
     ) -> OpResult<(CudaAct, CudaAct)> {
-        dense::gdn_gating(&self.dev, a, b, a_log, dt_bias)
+        pointwise::gdn_gating(&self.dev, a, b, a_log, dt_bias)
     }
 
     fn gated_delta_rule(
@@ -284,7 +312,7 @@ impl Backend for CudaBackend {
         gdn::gated_delta_rule(&self.dev, qkv, g, beta, st, batch)
     }
 
-    /// One fused launch for all-decode batches (`ops::gdn::decode`), else the composition.
+    /// One fused launch for all-decode batches (`gdn_decode`), else the composition.
     fn gdn_core(
         &self,
         x: GdnCoreInputs<'_, CudaAct>,
@@ -350,11 +378,11 @@ impl Backend for CudaBackend {
     }
 
     fn mul_sigmoid(&self, x: &mut CudaAct, gate: &CudaAct) -> OpResult<()> {
-        dense::mul_sigmoid(&self.dev, x, gate)
+        pointwise::mul_sigmoid(&self.dev, x, gate)
     }
 
     fn swiglu(&self, gate: &CudaAct, up: &CudaAct) -> OpResult<CudaAct> {
-        dense::swiglu(&self.dev, gate, up)
+        pointwise::swiglu(&self.dev, gate, up)
     }
 
     fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpResult<CudaAct> {
@@ -392,7 +420,7 @@ impl Backend for CudaBackend {
     }
 
     fn gather_rows(&self, x: &CudaAct, rows: &[usize]) -> OpResult<CudaAct> {
-        dense::gather_rows(&self.dev, x, rows)
+        pointwise::gather_rows(&self.dev, x, rows)
     }
 
     fn sample(

@@ -1,9 +1,9 @@
 //! The per-layer state pools: KV caches allocated up front at their capacity
 //! and GDN conv + recurrent state, one slot per running sequence; slot resets.
 
-use super::launch::{alloc, dev_err, mul};
-use super::types::{CudaGdnState, CudaKvCache};
 use crate::device::CudaDevice;
+use crate::launch::{alloc, dev_err, mul};
+use crate::tensor::{CudaGdnState, CudaKvCache};
 use cudarc::driver::result;
 use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult};
 

@@ -1,0 +1,56 @@
+//! The kernel sources of attention (`crate::kernels::SOURCES` lists them).
+
+use crate::kernels::KernelSource;
+
+/// Fused prefill attention for head dims 64/128/256 in f16 and bf16 (mma.sync, sm_80+).
+pub const ATTENTION_FUSED: KernelSource = KernelSource {
+    name: "attention_fused",
+    file: "attention_fused.cu",
+    source: include_str!("attention_fused.cu"),
+    entry_points: &[
+        "attn_fused_prefill_d256_bf16",
+        "attn_fused_prefill_d256_f16",
+        "attn_fused_prefill_d128_bf16",
+        "attn_fused_prefill_d128_f16",
+        "attn_fused_prefill_d64_bf16",
+        "attn_fused_prefill_d64_f16",
+    ],
+};
+
+/// Fused prefill attention on Hopper warpgroup MMA (sm_90a only), and the
+/// combine of its split-KV partials.
+pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
+    name: "attention_fused_wgmma",
+    file: "attention_fused_wgmma.cu",
+    source: include_str!("attention_fused_wgmma.cu"),
+    entry_points: &[
+        "attn_fused_prefill_wgmma_d256_bf16",
+        "attn_fused_prefill_wgmma_d256_f16",
+        "attn_fused_prefill_wgmma_d128_bf16",
+        "attn_fused_prefill_wgmma_d128_f16",
+        "attn_fused_prefill_wgmma_d64_bf16",
+        "attn_fused_prefill_wgmma_d64_f16",
+        "attn_split_combine_bf16",
+        "attn_split_combine_f16",
+    ],
+};
+
+/// Masked softmax of the composed route (f32 scores to f16/bf16 probabilities).
+pub const MASKED_SOFTMAX: KernelSource = KernelSource {
+    name: "masked_softmax",
+    file: "masked_softmax.cu",
+    source: include_str!("masked_softmax.cu"),
+    entry_points: &["attn_masked_softmax_bf16", "attn_masked_softmax_f16"],
+};
+
+/// A full-attention layer's q/k norms, RoPE and KV write for one-row
+/// sequences in one launch (`prep`).
+pub const ATTENTION_PREP: KernelSource = KernelSource {
+    name: "attention_prep",
+    file: "attention_prep.cu",
+    source: concat!(
+        include_str!("../../kernels/pdl.cuh"),
+        include_str!("attention_prep.cu")
+    ),
+    entry_points: &["attention_prep_decode_bf16"],
+};

@@ -1,0 +1,110 @@
+//! `linear` (`y = x · Wᵀ`): the skinny GEMV of [`crate::ops::gemv`] for
+//! 1 ..= 8 rows, cuBLAS with bf16 operands and f32 compute otherwise.
+
+use crate::blas::Linear;
+use crate::decode_stats::{timed, BLAS_CALLS, BLAS_NS};
+use crate::device::CudaDevice;
+use crate::launch::dev_err;
+use crate::ops::gemv;
+use crate::tensor::{new_act, CudaAct, CudaWeight};
+use crate::validate::bf16;
+use headroom_core::ops::{OpError, OpResult};
+use headroom_core::Dtype;
+use std::sync::atomic::Ordering;
+
+/// `y = x · Wᵀ` with `y` in `out_dtype` (bf16, or f32 for router logits):
+/// the skinny GEMV for 1 ..= 8 rows ([`gemv`]), cuBLAS otherwise.
+pub(crate) fn linear(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &CudaWeight,
+    out_dtype: Dtype,
+) -> OpResult<CudaAct> {
+    if gemv::takes(x.rows, out_dtype, w.elems() * 2) {
+        one(gemv::gemv(dev, x, &[w], out_dtype)?)
+    } else {
+        linear_blas(dev, x, w, out_dtype)
+    }
+}
+
+/// `linear` of `x` by each of `ws`, bf16: one GEMV launch per 6 matrices for
+/// 1 ..= 8 rows, else one cuBLAS GEMM each.
+pub(crate) fn linear_many(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    ws: &[&CudaWeight],
+) -> OpResult<Vec<CudaAct>> {
+    let bytes = ws.iter().map(|w| w.elems() * 2).sum();
+    linear_with(
+        dev,
+        x,
+        ws,
+        gemv::takes(x.rows, Dtype::Bf16, bytes),
+        Dtype::Bf16,
+    )
+}
+
+/// `x · W_iᵀ` for each of `ws`, outputs in `out` (bf16 or f32): on the GEMV
+/// ([`gemv::MAX_MATS`] matrices a launch) when `gemv` and the rows allow,
+/// else one cuBLAS GEMM per matrix.
+pub(crate) fn linear_with(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    ws: &[&CudaWeight],
+    gemv: bool,
+    out: Dtype,
+) -> OpResult<Vec<CudaAct>> {
+    if gemv && (1..=gemv::MAX_ROWS).contains(&x.rows) {
+        gemv::gemv_many(dev, x, ws, out)
+    } else {
+        ws.iter().map(|w| linear_blas(dev, x, w, out)).collect()
+    }
+}
+
+/// The one output of a one-matrix launch.
+fn one(mut ys: Vec<CudaAct>) -> OpResult<CudaAct> {
+    ys.pop()
+        .ok_or_else(|| OpError::Device("gemv returned no output".into()))
+}
+
+/// [`linear`] on cuBLAS whatever the rows (the TP f32 partial stays here).
+pub(crate) fn linear_blas(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &CudaWeight,
+    out_dtype: Dtype,
+) -> OpResult<CudaAct> {
+    bf16("linear", x)?;
+    let w = w.matrix("linear")?;
+    if x.cols != w.cols {
+        return Err(OpError::shape(
+            "linear",
+            format!(
+                "input has {} columns, weight [{}][{}]",
+                x.cols, w.rows, w.cols
+            ),
+        ));
+    }
+    let y = new_act(dev, "linear", x.rows, w.rows, out_dtype)?;
+    if x.rows == 0 {
+        return Ok(y);
+    }
+    let blas = dev.blas().map_err(dev_err)?;
+    let l = Linear {
+        x: x.ptr(),
+        x_dtype: Dtype::Bf16,
+        w: w.ptr(),
+        w_dtype: Dtype::Bf16,
+        y: y.ptr(),
+        y_dtype: out_dtype,
+        rows: x.rows,
+        in_features: x.cols,
+        out_features: w.rows,
+        accumulate: false,
+    };
+    BLAS_CALLS.fetch_add(1, Ordering::Relaxed);
+    let stats = dev.options().decode_stats;
+    // SAFETY: the three buffers were sized from the same dims.
+    timed(stats, &BLAS_NS, || unsafe { blas.linear(&l) }).map_err(dev_err)?;
+    Ok(y)
+}

@@ -1,0 +1,423 @@
+// RMSNorms of Qwen3.5 on bf16 activations with f32 math (transformers'
+// Qwen3_5RMSNorm and Qwen3_5RMSNormGated):
+//   add_rms_norm:   r = residual (+ delta, rounded to bf16 and stored back),
+//                   out = r / sqrt(mean(r^2) + eps) * (1 + w)        one CTA per row
+//   add_rms_norm_f32res: the same with the residual stream kept in f32 (the
+//                   model's: r = residual + delta stored as f32, delta and out bf16)
+//   rms_norm_groups: the same (1 + w) norm in place over groups of d  one warp per group
+//   gated_rms_norm:  x = w * x / sqrt(mean(x^2) + eps) * silu(z)     one warp per group
+// A NaN in a row (group) makes that row (group) NaN, and only it.
+// add_rms_norm_quad_f32res (the decode step's norm) may be launched with
+// programmatic dependent launch: it waits for the previous kernel before it
+// touches memory, then lets the next kernel's CTAs be scheduled.
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+typedef long long i64;
+
+constexpr int NORM_THREADS = 512;
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float block_sum(float x) {
+    __shared__ float partial[NORM_THREADS / 32];
+    __shared__ float total;
+    x = warp_sum(x);
+    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = x;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float y = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
+        y = warp_sum(y);
+        if (threadIdx.x == 0) total = y;
+    }
+    __syncthreads();
+    return total;
+}
+
+// One CTA (NORM_THREADS) per row of `cols`. `delta` may be null.
+extern "C" __global__ void add_rms_norm_bf16(bf16* residual, const bf16* delta, const float* w,
+                                             bf16* out, int cols, float eps) {
+    bf16* res = residual + (i64)blockIdx.x * cols;
+    const bf16* del = delta ? delta + (i64)blockIdx.x * cols : nullptr;
+    bf16* o = out + (i64)blockIdx.x * cols;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = __bfloat162float(res[c]);
+        if (del) {
+            const bf16 r = __float2bfloat16(v + __bfloat162float(del[c]));
+            res[c] = r;
+            v = __bfloat162float(r);
+        }
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = __bfloat162float(res[c]);
+        o[c] = __float2bfloat16(v * inv * (1.0f + w[c]));
+    }
+}
+
+// add_rms_norm with the row held in registers: bf16x2 loads, each value read
+// once (the kernel above reads the residual twice with scalar loads). For even `cols`
+// up to 2 * CACHED_PAIRS * blockDim.x; one CTA per row; same rounding.
+#define CACHED_PAIRS 8
+extern "C" __global__ void add_rms_norm_cached_bf16(bf16* residual, const bf16* delta,
+                                                    const float* w, bf16* out, int cols,
+                                                    float eps) {
+    const int pairs = cols >> 1;
+    __nv_bfloat162* res = reinterpret_cast<__nv_bfloat162*>(residual + (i64)blockIdx.x * cols);
+    const __nv_bfloat162* del =
+        delta ? reinterpret_cast<const __nv_bfloat162*>(delta + (i64)blockIdx.x * cols) : nullptr;
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + (i64)blockIdx.x * cols);
+    const float2* w2 = reinterpret_cast<const float2*>(w);
+    float2 v[CACHED_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            float2 r = __bfloat1622float2(res[p]);
+            if (del) {
+                const float2 d = __bfloat1622float2(del[p]);
+                const __nv_bfloat162 rb = __floats2bfloat162_rn(r.x + d.x, r.y + d.y);
+                res[p] = rb;
+                r = __bfloat1622float2(rb);
+            }
+            v[k] = r;
+            ss += r.x * r.x + r.y * r.y;
+        }
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            const float2 ww = w2[p];
+            o[p] = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
+        }
+    }
+}
+
+// In place over `groups` groups of `d`; one warp per group, 8 warps per CTA.
+extern "C" __global__ void rms_norm_groups_bf16(bf16* x, const float* w, i64 groups, int d,
+                                                float eps) {
+    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (grp >= groups) return;
+    const int lane = threadIdx.x & 31;
+    bf16* row = x + grp * d;
+    float ss = 0.0f;
+    for (int c = lane; c < d; c += 32) {
+        const float v = __bfloat162float(row[c]);
+        ss += v * v;
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
+    for (int c = lane; c < d; c += 32)
+        row[c] = __float2bfloat16(__bfloat162float(row[c]) * inv * (1.0f + w[c]));
+}
+
+// In place x = w * x_hat * silu(z) over groups of `d`; one warp per group.
+extern "C" __global__ void gated_rms_norm_bf16(bf16* x, const bf16* z, const float* w, i64 groups,
+                                               int d, float eps) {
+    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (grp >= groups) return;
+    const int lane = threadIdx.x & 31;
+    bf16* row = x + grp * d;
+    const bf16* zr = z + grp * d;
+    float ss = 0.0f;
+    for (int c = lane; c < d; c += 32) {
+        const float v = __bfloat162float(row[c]);
+        ss += v * v;
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
+    for (int c = lane; c < d; c += 32) {
+        const float zv = __bfloat162float(zr[c]);
+        const float silu = zv / (1.0f + expf(-zv));
+        row[c] = __float2bfloat16(w[c] * (__bfloat162float(row[c]) * inv) * silu);
+    }
+}
+
+// add_rms_norm over an f32 residual stream: r = residual + delta (f32, stored
+// back unrounded; `delta` bf16, may be null), out = bf16(r * inv * (1 + w)).
+// One CTA (NORM_THREADS) per row, any `cols`.
+extern "C" __global__ void add_rms_norm_f32res(float* residual, const bf16* delta, const float* w,
+                                               bf16* out, int cols, float eps) {
+    float* res = residual + (i64)blockIdx.x * cols;
+    const bf16* del = delta ? delta + (i64)blockIdx.x * cols : nullptr;
+    bf16* o = out + (i64)blockIdx.x * cols;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float v = res[c];
+        if (del) {
+            v += __bfloat162float(del[c]);
+            res[c] = v;
+        }
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        o[c] = __float2bfloat16(res[c] * inv * (1.0f + w[c]));
+}
+
+// add_rms_norm_f32res with the row in registers (float2 residual, bf16x2
+// delta and out loads/stores, each value read once): even `cols` up to
+// 2 * CACHED_PAIRS * blockDim.x; one CTA per row; same results.
+extern "C" __global__ void add_rms_norm_cached_f32res(float* residual, const bf16* delta,
+                                                      const float* w, bf16* out, int cols,
+                                                      float eps) {
+    const int pairs = cols >> 1;
+    float2* res = reinterpret_cast<float2*>(residual + (i64)blockIdx.x * cols);
+    const __nv_bfloat162* del =
+        delta ? reinterpret_cast<const __nv_bfloat162*>(delta + (i64)blockIdx.x * cols) : nullptr;
+    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + (i64)blockIdx.x * cols);
+    const float2* w2 = reinterpret_cast<const float2*>(w);
+    float2 v[CACHED_PAIRS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            float2 r = res[p];
+            if (del) {
+                const float2 d = __bfloat1622float2(del[p]);
+                r.x += d.x;
+                r.y += d.y;
+                res[p] = r;
+            }
+            v[k] = r;
+            ss += r.x * r.x + r.y * r.y;
+        }
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+#pragma unroll
+    for (int k = 0; k < CACHED_PAIRS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < pairs) {
+            const float2 ww = w2[p];
+            o[p] = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
+        }
+    }
+}
+
+// rms_norm_groups / gated_rms_norm with 4 values per lane access (8-byte
+// bf16x4 loads and stores, every value read once and kept in registers): for
+// d % 4 == 0 and d <= 128 * GROUP_CHUNKS (the scalar kernels above read x
+// twice with 2-byte loads). Same math and rounding; one warp per group, 8 per CTA.
+#define GROUP_CHUNKS 8
+
+__device__ __forceinline__ void load4(const bf16* p, float* f) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+    f[0] = a.x;
+    f[1] = a.y;
+    f[2] = b.x;
+    f[3] = b.y;
+}
+
+__device__ __forceinline__ void store4(bf16* p, const float* f) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(f[0], f[1]);
+    const __nv_bfloat162 b = __floats2bfloat162_rn(f[2], f[3]);
+    uint2 u;
+    u.x = *reinterpret_cast<const unsigned*>(&a);
+    u.y = *reinterpret_cast<const unsigned*>(&b);
+    *reinterpret_cast<uint2*>(p) = u;
+}
+
+template <bool GATED>
+__device__ __forceinline__ void group_norm4(bf16* x, const bf16* z, const float* w, i64 groups, int d,
+                                            float eps) {
+    const i64 grp = (i64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (grp >= groups) return;
+    const int lane = threadIdx.x & 31;
+    bf16* row = x + grp * d;
+    const bf16* zr = GATED ? z + grp * d : nullptr;
+    float v[GROUP_CHUNKS][4];
+    float zv[GROUP_CHUNKS][4];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < GROUP_CHUNKS; ++k) {
+        const int c = (lane + 32 * k) * 4;
+        if (c < d) {
+            load4(row + c, v[k]);
+            if (GATED) load4(zr + c, zv[k]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) ss += v[k][i] * v[k][i];
+        }
+    }
+    const float inv = rsqrtf(warp_sum(ss) / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < GROUP_CHUNKS; ++k) {
+        const int c = (lane + 32 * k) * 4;
+        if (c < d) {
+            const float4 ww = *reinterpret_cast<const float4*>(w + c);
+            const float wv[4] = {ww.x, ww.y, ww.z, ww.w};
+            float o[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (GATED) {
+                    const float silu = zv[k][i] / (1.0f + expf(-zv[k][i]));
+                    o[i] = wv[i] * (v[k][i] * inv) * silu;
+                } else {
+                    o[i] = v[k][i] * inv * (1.0f + wv[i]);
+                }
+            }
+            store4(row + c, o);
+        }
+    }
+}
+
+extern "C" __global__ void rms_norm_groups_v4_bf16(bf16* x, const float* w, i64 groups, int d,
+                                                   float eps) {
+    group_norm4<false>(x, nullptr, w, groups, d, eps);
+}
+
+extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const float* w,
+                                                  i64 groups, int d, float eps) {
+    group_norm4<true>(x, z, w, groups, d, eps);
+}
+
+// The group norms with 16 lanes per group and 8 values (16 bytes) per lane
+// access, CH accesses per lane: d % 8 == 0 and d <= 128 * CH (CH = 1: the GDN
+// gated norm's 128, CH = 2: the q/k norm's 256). Two groups per warp, few
+// registers (the 4-wide kernels above keep 64 values per lane whatever d is).
+// Same math.
+// grid (ceil(groups * 16 / blockDim.x)).
+__device__ __forceinline__ void load8(const bf16* p, float* f) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 v = __bfloat1622float2(h[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+
+__device__ __forceinline__ void store8(bf16* p, const float* f) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<uint4*>(p) = u;
+}
+
+template <int CH, bool GATED>
+__device__ __forceinline__ void group_norm16(bf16* x, const bf16* z, const float* w, i64 groups,
+                                             int d, float eps) {
+    const i64 grp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
+    const int l = threadIdx.x & 15;
+    const bool ok = grp < groups;  // no early return: the half-warp shuffles below
+    bf16* row = x + (ok ? grp : 0) * d;
+    const bf16* zr = GATED ? z + (ok ? grp : 0) * d : nullptr;
+    float v[CH][8], zv[CH][8];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < CH; ++k) {
+        const int c = (l + 16 * k) * 8;
+        if (ok && c < d) {
+            load8(row + c, v[k]);
+            if (GATED) load8(zr + c, zv[k]);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ss += v[k][i] * v[k][i];
+        }
+    }
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = rsqrtf(ss / (float)d + eps);
+#pragma unroll
+    for (int k = 0; k < CH; ++k) {
+        const int c = (l + 16 * k) * 8;
+        if (ok && c < d) {
+            const float4 w0 = *reinterpret_cast<const float4*>(w + c);
+            const float4 w1 = *reinterpret_cast<const float4*>(w + c + 4);
+            const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+            float o[8];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                if (GATED) {
+                    const float silu = zv[k][i] / (1.0f + expf(-zv[k][i]));
+                    o[i] = wv[i] * (v[k][i] * inv) * silu;
+                } else {
+                    o[i] = v[k][i] * inv * (1.0f + wv[i]);
+                }
+            }
+            store8(row + c, o);
+        }
+    }
+}
+
+extern "C" __global__ void rms_norm_groups_g16x1_bf16(bf16* x, const float* w, i64 groups, int d,
+                                                      float eps) {
+    group_norm16<1, false>(x, nullptr, w, groups, d, eps);
+}
+extern "C" __global__ void rms_norm_groups_g16x2_bf16(bf16* x, const float* w, i64 groups, int d,
+                                                      float eps) {
+    group_norm16<2, false>(x, nullptr, w, groups, d, eps);
+}
+extern "C" __global__ void gated_rms_norm_g16x1_bf16(bf16* x, const bf16* z, const float* w,
+                                                     i64 groups, int d, float eps) {
+    group_norm16<1, true>(x, z, w, groups, d, eps);
+}
+extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, const float* w,
+                                                     i64 groups, int d, float eps) {
+    group_norm16<2, true>(x, z, w, groups, d, eps);
+}
+
+// add_rms_norm_cached_f32res with 4 columns per access (16-byte residual,
+// 8-byte delta and out accesses; the kernel above moves 8 and 4 bytes): for
+// cols % 4 == 0 up to 4 * RES_QUADS * blockDim.x; one CTA per row; same sums
+// (f32, stored unrounded) and the same normed values.
+#define RES_QUADS 4
+extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
+                                                    const float* w, bf16* out, int cols,
+                                                    float eps) {
+    wait_prior_then_release_next();
+    const int quads = cols >> 2;
+    float4* res = reinterpret_cast<float4*>(residual + (i64)blockIdx.x * cols);
+    const uint2* del =
+        delta ? reinterpret_cast<const uint2*>(delta + (i64)blockIdx.x * cols) : nullptr;
+    uint2* o = reinterpret_cast<uint2*>(out + (i64)blockIdx.x * cols);
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4 v[RES_QUADS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RES_QUADS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < quads) {
+            float4 r = res[p];
+            if (del) {
+                const uint2 u = del[p];
+                const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+                r.x += a.x;
+                r.y += a.y;
+                r.z += b.x;
+                r.w += b.y;
+                res[p] = r;
+            }
+            v[k] = r;
+            ss += r.x * r.x + r.y * r.y + r.z * r.z + r.w * r.w;
+        }
+    }
+    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+#pragma unroll
+    for (int k = 0; k < RES_QUADS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        if (p < quads) {
+            const float4 ww = w4[p];
+            const __nv_bfloat162 a =
+                __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
+            const __nv_bfloat162 b =
+                __floats2bfloat162_rn(v[k].z * inv * (1.0f + ww.z), v[k].w * inv * (1.0f + ww.w));
+            uint2 u;
+            u.x = *reinterpret_cast<const unsigned*>(&a);
+            u.y = *reinterpret_cast<const unsigned*>(&b);
+            o[p] = u;
+        }
+    }
+}

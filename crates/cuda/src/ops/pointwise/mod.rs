@@ -1,0 +1,178 @@
+//! Element-wise and gather ops (`ops_pointwise.cu`): the embedding and row
+//! gathers, the element-wise gates, the GDN gating.
+
+pub mod sources;
+
+use crate::device::CudaDevice;
+use crate::launch::{grid_dim, int, launch, stride_grid, upload, Args, GRID_X};
+use crate::tensor::{new_act, CudaAct, CudaWeight};
+use crate::validate::{bf16, same_shape};
+use headroom_core::ops::{OpError, OpResult};
+use headroom_core::Dtype;
+
+/// Rows `table[ids[i]]` as f32: the start of the residual stream, which
+/// stays f32 (`add_rms_norm` adds each layer's bf16 output to it in f32).
+pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResult<CudaAct> {
+    let table = table.matrix("embed")?;
+    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= table.rows) {
+        return Err(OpError::shape(
+            "embed",
+            format!("token id {bad} >= vocab {}", table.rows),
+        ));
+    }
+    let out = new_act(dev, "embed", ids.len(), table.cols, Dtype::F32)?;
+    if ids.is_empty() {
+        return Ok(out);
+    }
+    let ids_dev = upload(dev, ids)?;
+    let cols = int("embed", "hidden", table.cols)?;
+    let args = Args::new()
+        .ptr(table.ptr())
+        .ptr(ids_dev.ptr())
+        .ptr(out.ptr())
+        .i32(cols);
+    let grid = (grid_dim("embed", ids.len(), GRID_X)?, 1, 1);
+    // SAFETY: ids < rows (checked); out holds ids.len() f32 rows of `cols`.
+    unsafe { launch(dev, "embed_bf16_to_f32", grid, 256, args)? };
+    Ok(out)
+}
+
+/// `out[i] = x[rows[i]]` (bf16 or f32 activations).
+pub(crate) fn gather_rows(dev: &CudaDevice, x: &CudaAct, rows: &[usize]) -> OpResult<CudaAct> {
+    if let Some(&bad) = rows.iter().find(|&&r| r >= x.rows) {
+        return Err(OpError::shape(
+            "gather_rows",
+            format!("row {bad} >= {}", x.rows),
+        ));
+    }
+    let out = new_act(dev, "gather_rows", rows.len(), x.cols, x.dtype)?;
+    if rows.is_empty() || x.cols == 0 {
+        return Ok(out);
+    }
+    let idx: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+    let idx_dev = upload(dev, &idx)?;
+    let entry = match x.dtype.size_bytes() {
+        2 => "gather_rows_b16",
+        _ => "gather_rows_b32",
+    };
+    let cols = int("gather_rows", "columns", x.cols)?;
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(idx_dev.ptr())
+        .ptr(out.ptr())
+        .i32(cols);
+    let grid = (grid_dim("gather_rows", rows.len(), GRID_X)?, 1, 1);
+    // SAFETY: every index < x.rows (checked); out holds rows.len() rows.
+    unsafe { launch(dev, entry, grid, 256, args)? };
+    Ok(out)
+}
+
+/// In place `x *= sigmoid(gate)`.
+pub(crate) fn mul_sigmoid(dev: &CudaDevice, x: &mut CudaAct, gate: &CudaAct) -> OpResult<()> {
+    bf16("mul_sigmoid", x)?;
+    same_shape("mul_sigmoid", x, gate)?;
+    let n = x.elems();
+    if n == 0 {
+        return Ok(());
+    }
+    // SAFETY: both hold n bf16 elements.
+    unsafe { mul_sigmoid_raw(dev, x.ptr(), gate.ptr(), n) }
+}
+
+/// `x *= sigmoid(gate)` over `n` bf16 elements at device addresses.
+///
+/// # Safety
+/// `x` and `gate` must address `n` bf16 elements of live device memory.
+pub(crate) unsafe fn mul_sigmoid_raw(
+    dev: &CudaDevice,
+    x: u64,
+    gate: u64,
+    n: usize,
+) -> OpResult<()> {
+    let args = Args::new().ptr(x).ptr(gate).i64(n as i64);
+    // SAFETY: as the caller promises.
+    unsafe { launch(dev, "mul_sigmoid_bf16", stride_grid(n, 256), 256, args) }
+}
+
+/// In place `x[r] *= sigmoid(gate[r])` for the rows `rows` of `x` (rows of
+/// `gate`, the same shape, at the same indices).
+pub(crate) fn mul_sigmoid_rows(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    gate: &CudaAct,
+    rows: &[i32],
+) -> OpResult<()> {
+    let op = "mul_sigmoid";
+    bf16(op, x)?;
+    same_shape(op, x, gate)?;
+    if let Some(&bad) = rows.iter().find(|&&r| r < 0 || r as usize >= x.rows) {
+        return Err(OpError::shape(op, format!("row {bad} of {}", x.rows)));
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let table = upload(dev, rows)?;
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(gate.ptr())
+        .ptr(table.ptr())
+        .i32(int(op, "columns", x.cols)?);
+    let grid = (grid_dim(op, rows.len(), GRID_X)?, 1, 1);
+    // SAFETY: every listed row is a row of x and of the gate (checked above).
+    unsafe { launch(dev, "mul_sigmoid_rows_bf16", grid, 256, args) }
+}
+
+/// `silu(gate) ⊙ up`.
+pub(crate) fn swiglu(dev: &CudaDevice, gate: &CudaAct, up: &CudaAct) -> OpResult<CudaAct> {
+    bf16("swiglu", gate)?;
+    same_shape("swiglu", gate, up)?;
+    let out = new_act(dev, "swiglu", gate.rows, gate.cols, Dtype::Bf16)?;
+    let n = gate.elems();
+    if n > 0 {
+        let args = Args::new()
+            .ptr(gate.ptr())
+            .ptr(up.ptr())
+            .ptr(out.ptr())
+            .i64(n as i64);
+        // SAFETY: all three hold n bf16 elements.
+        unsafe { launch(dev, "swiglu_bf16", stride_grid(n, 256), 256, args)? };
+    }
+    Ok(out)
+}
+
+/// `(g, beta)` in f32 from `a`, `b` `[t][heads]`.
+pub(crate) fn gdn_gating(
+    dev: &CudaDevice,
+    a: &CudaAct,
+    b: &CudaAct,
+    a_log: &CudaWeight,
+    dt_bias: &CudaWeight,
+) -> OpResult<(CudaAct, CudaAct)> {
+    bf16("gdn_gating", a)?;
+    same_shape("gdn_gating", a, b)?;
+    let (a_log, dt_bias) = (a_log.vector("gdn_gating")?, dt_bias.vector("gdn_gating")?);
+    if a_log.elems() != a.cols || dt_bias.elems() != a.cols {
+        return Err(OpError::shape(
+            "gdn_gating",
+            "A_log / dt_bias length != heads",
+        ));
+    }
+    let g = new_act(dev, "gdn_gating", a.rows, a.cols, Dtype::F32)?;
+    let beta = new_act(dev, "gdn_gating", a.rows, a.cols, Dtype::F32)?;
+    let n = a.elems();
+    if n > 0 {
+        let heads = int("gdn_gating", "heads", a.cols)?;
+        let args = Args::new()
+            .ptr(a.ptr())
+            .ptr(b.ptr())
+            .ptr(a_log.ptr())
+            .ptr(dt_bias.ptr())
+            .ptr(g.ptr())
+            .ptr(beta.ptr())
+            .i64(n as i64)
+            .i32(heads);
+        // SAFETY: a, b hold n bf16; g, beta n f32; the vectors `heads` f32.
+        unsafe { launch(dev, "gdn_gating_bf16", stride_grid(n, 256), 256, args)? };
+    }
+    Ok((g, beta))
+}

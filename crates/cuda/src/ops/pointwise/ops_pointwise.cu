@@ -1,0 +1,86 @@
+// Element-wise and row-gather kernels of the CUDA backend (bf16 storage, f32
+// math): embedding gather (f32 rows), row gather, x *= sigmoid(gate), silu(gate) * up,
+// the GDN gating (g, beta in f32) and the MoE output combine.
+// Activations exactly as torch defines them: silu(x) = x / (1 + e^-x),
+// sigmoid(x) = 1 / (1 + e^-x), softplus with threshold 20.
+
+#include <cuda_bf16.h>
+
+typedef __nv_bfloat16 bf16;
+typedef long long i64;
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// out[r] = f32(table[ids[r]]) (rows of `cols`): the residual stream's first
+// rows (f32); one CTA per output row. ids are checked against the vocabulary
+// on the host.
+extern "C" __global__ void embed_bf16_to_f32(const bf16* table, const unsigned* ids, float* out,
+                                             int cols) {
+    const i64 r = blockIdx.x;
+    const bf16* src = table + (i64)ids[r] * cols;
+    float* dst = out + r * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = __bfloat162float(src[c]);
+}
+
+// out[i] = x[rows[i]] for 2-byte elements; one CTA per output row.
+extern "C" __global__ void gather_rows_b16(const unsigned short* x, const long long* rows,
+                                           unsigned short* out, int cols) {
+    const i64 r = blockIdx.x;
+    const unsigned short* src = x + rows[r] * cols;
+    unsigned short* dst = out + r * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+// The same for 4-byte elements.
+extern "C" __global__ void gather_rows_b32(const unsigned* x, const long long* rows, unsigned* out,
+                                           int cols) {
+    const i64 r = blockIdx.x;
+    const unsigned* src = x + rows[r] * cols;
+    unsigned* dst = out + r * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+// x[i] = bf16(x[i] * sigmoid(gate[i])).
+extern "C" __global__ void mul_sigmoid_bf16(bf16* x, const bf16* gate, i64 n) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        x[i] = __float2bfloat16(__bfloat162float(x[i]) * sigmoidf_(__bfloat162float(gate[i])));
+}
+
+// out[i] = bf16(silu(gate[i]) * up[i]).
+extern "C" __global__ void swiglu_bf16(const bf16* gate, const bf16* up, bf16* out, i64 n) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(siluf_(__bfloat162float(gate[i])) * __bfloat162float(up[i]));
+}
+
+// g = -exp(A_log[h]) * softplus(a + dt_bias[h]), beta = sigmoid(b), f32 [rows][heads].
+extern "C" __global__ void gdn_gating_bf16(const bf16* a, const bf16* b, const float* a_log,
+                                           const float* dt_bias, float* g, float* beta, i64 n,
+                                           int heads) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const int h = (int)(i % heads);
+        g[i] = -expf(a_log[h]) * softplusf_(__bfloat162float(a[i]) + dt_bias[h]);
+        beta[i] = sigmoidf_(__bfloat162float(b[i]));
+    }
+}
+
+// MoE output: out[t][c] = bf16(routed[t][c] + sigmoid(gate_logit[t]) * shared[t][c]);
+// `routed` (f32) may be null (no routed experts).
+extern "C" __global__ void moe_combine_bf16(const float* routed, const bf16* shared,
+                                            const float* gate_logit, bf16* out, i64 n, int hidden) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const float s = sigmoidf_(gate_logit[i / hidden]) * __bfloat162float(shared[i]);
+        out[i] = __float2bfloat16(routed ? routed[i] + s : s);
+    }
+}
+
+// x[r][:] = bf16(x[r][:] * sigmoid(gate[r][:])) for the listed rows r = rows[blockIdx.x]
+// (the attention gate of one-row sequences in a mixed batch); one CTA per listed row.
+extern "C" __global__ void mul_sigmoid_rows_bf16(bf16* x, const bf16* gate, const int* rows,
+                                                 int cols) {
+    const i64 base = (i64)rows[blockIdx.x] * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        x[base + c] =
+            __float2bfloat16(__bfloat162float(x[base + c]) * sigmoidf_(__bfloat162float(gate[base + c])));
+}

@@ -1,0 +1,21 @@
+//! The kernel source of the element-wise and gather ops
+//! (`crate::kernels::SOURCES` lists it).
+
+use crate::kernels::KernelSource;
+
+/// Element-wise and gather kernels of the backend op set.
+pub const OPS_POINTWISE: KernelSource = KernelSource {
+    name: "ops_pointwise",
+    file: "ops_pointwise.cu",
+    source: include_str!("ops_pointwise.cu"),
+    entry_points: &[
+        "embed_bf16_to_f32",
+        "gather_rows_b16",
+        "gather_rows_b32",
+        "mul_sigmoid_bf16",
+        "swiglu_bf16",
+        "gdn_gating_bf16",
+        "moe_combine_bf16",
+        "mul_sigmoid_rows_bf16",
+    ],
+};
