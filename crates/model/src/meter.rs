@@ -159,7 +159,7 @@ mod tests {
     #[test]
     fn building_a_model_reports_each_layer() {
         let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
-        let events = events_of("synthetic", || {
+        let events = events_of("draw", || {
             Qwen35Model::synthetic(CpuBackend::new(), &cfg, 5).unwrap();
         });
         check_run(&events, "layers");

@@ -287,7 +287,7 @@ fn draw<B: Backend>(
 
 impl<B: Backend> WeightSource<B> for InitSource<'_> {
     fn progress(&self) -> (&'static str, &'static str) {
-        ("synthetic", "drawing synthetic weights")
+        ("draw", "drawing synthetic weights on the backend")
     }
 
     fn matrix_part(
