@@ -33,6 +33,35 @@ struct Ctx<'a, T> {
     v: &'a [f32],
 }
 
+/// The query block `run` uses for `query_block` (0: one block of all rows).
+fn block_rows(shape: &AttentionShape, query_block: usize) -> usize {
+    if query_block == 0 {
+        shape.q_len
+    } else {
+        query_block.min(shape.q_len)
+    }
+}
+
+/// The bytes `run` allocates for `shape` on `threads` workers, K/V stored in
+/// `T` (converted to f32 first unless f32): the per-worker scratch of
+/// [`Scratch`] for one query block.
+pub(crate) fn workspace_bytes<T: Element>(
+    shape: &AttentionShape,
+    query_block: usize,
+    threads: usize,
+) -> u64 {
+    let qb = block_rows(shape, query_block) as u64;
+    let workers = threads.min(Grid::new(shape, qb as usize).len()) as u64;
+    let (d, kv) = (shape.head_dim as u64, shape.kv_len as u64);
+    let f32s = std::mem::size_of::<f32>() as u64;
+    let converted = if T::DTYPE == headroom_core::Dtype::F32 {
+        0
+    } else {
+        2 * shape.kv_elems() as u64 * f32s
+    };
+    converted + workers * (2 * qb * d + qb * kv + qb) * f32s
+}
+
 pub(crate) fn run<T: Element>(
     shape: &AttentionShape,
     query_block: usize,
@@ -42,11 +71,7 @@ pub(crate) fn run<T: Element>(
     out: &mut [T],
     level: Level,
 ) -> AttentionReport {
-    let qb = if query_block == 0 {
-        shape.q_len
-    } else {
-        query_block.min(shape.q_len)
-    };
+    let qb = block_rows(shape, query_block);
     let ws = Workspace::default();
     let (k_own, v_own);
     let kf = match as_f32(k) {

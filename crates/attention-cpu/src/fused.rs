@@ -73,6 +73,20 @@ struct Ctx<'a, T> {
     v: &'a [T],
 }
 
+/// The bytes `run` allocates for `shape` on `threads` workers: the
+/// per-worker scratch of [`Scratch`], sized by the tiles alone.
+pub(crate) fn workspace_bytes(shape: &AttentionShape, threads: usize) -> u64 {
+    let g = shape.group();
+    let rows = rows_per_head(g).min(shape.q_len);
+    let workers = threads.min(Grid::new(shape, rows).len()) as u64;
+    let (d, m, t) = (
+        shape.head_dim as u64,
+        (g * rows) as u64,
+        FUSED_KV_TILE as u64,
+    );
+    workers * (2 * m * d + 2 * t * d + m * t + 2 * m) * std::mem::size_of::<f32>() as u64
+}
+
 pub(crate) fn run<T: Element>(
     shape: &AttentionShape,
     q: &[T],

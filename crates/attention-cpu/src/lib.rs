@@ -84,10 +84,62 @@ pub fn attention_prefill<T: Element>(
     }
 }
 
+/// The transient bytes [`attention_prefill`] allocates for `shape` under
+/// `route` with K/V stored in `T`, run on a pool of `threads` workers (the
+/// call uses `rayon::current_num_threads()`): exactly what its report says.
+pub fn workspace_bytes<T: Element>(
+    shape: &AttentionShape,
+    route: RouteRequest,
+    threads: usize,
+) -> u64 {
+    match route {
+        RouteRequest::Composed { query_block } => {
+            composed::workspace_bytes::<T>(shape, query_block, threads)
+        }
+        RouteRequest::Fused => fused::workspace_bytes(shape, threads),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use half::bf16;
+
+    /// [`workspace_bytes`] is what a call reports, for both routes, f32 and
+    /// bf16 storage, one or several query blocks, with and without history.
+    #[test]
+    fn workspace_bytes_is_what_a_call_allocates() {
+        fn case<T: Element>(shape: &AttentionShape, route: RouteRequest) {
+            let q: Vec<T> = (0..shape.q_elems())
+                .map(|i| T::from_f32((i % 7) as f32 / 7.0))
+                .collect();
+            let kv: Vec<T> = (0..shape.kv_elems())
+                .map(|i| T::from_f32((i % 5) as f32 / 5.0))
+                .collect();
+            let mut out = vec![T::from_f32(0.0); shape.q_elems()];
+            let report = attention_prefill(shape, route, &q, &kv, &kv, &mut out).unwrap();
+            let predicted = workspace_bytes::<T>(shape, route, rayon::current_num_threads());
+            assert_eq!(predicted, report.transient_bytes, "{shape:?} {route:?}");
+        }
+        for (q_len, kv_len) in [(1, 1), (33, 33), (45, 300), (300, 300)] {
+            let shape = AttentionShape {
+                q_len,
+                kv_len,
+                q_heads: 8,
+                kv_heads: 2,
+                head_dim: 64,
+                scale: None,
+            };
+            for route in [
+                RouteRequest::Composed { query_block: 0 },
+                RouteRequest::Composed { query_block: 16 },
+                RouteRequest::Fused,
+            ] {
+                case::<f32>(&shape, route);
+                case::<bf16>(&shape, route);
+            }
+        }
+    }
 
     /// The portable (non-AVX2) task bodies, which the public entry point only
     /// runs on CPUs without AVX2, match the reference too.

@@ -4,69 +4,24 @@
 //! rounds matrices and op outputs to bf16 where the CUDA backend stores bf16
 //! (see [`crate::precision`]).
 
+pub(crate) use crate::act::{batch_rows, groups_of, same_shape};
+pub use crate::act::{CpuAct, CpuWeight};
 use crate::ops::activation::{sigmoid, swiglu};
 use crate::ops::rms_norm::{rms_norm_gated, rms_norm_offset};
 use crate::ops::rope::Rope;
-use crate::ops::{linear, linear_seq, WeightView};
+use crate::ops::{linear, WeightView};
 use crate::precision::{ActRounding, Precision};
-use crate::sample::sample_row;
 use crate::state::{CpuGdnState, CpuKvCache};
 use half::bf16;
 use headroom_core::fused_capability::fused_support;
 use headroom_core::ops::{
     rng, Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, OpKey, OpResult, RopeSpec,
-    SamplingParams, WeightInit,
+    SamplingParams, WeightInit, WorkspaceModel,
 };
 use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor, TensorData};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// An f32 activation `[rows][cols]`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CpuAct {
-    pub rows: usize,
-    pub cols: usize,
-    pub data: Vec<f32>,
-}
-
-impl CpuAct {
-    pub fn new(rows: usize, cols: usize, data: Vec<f32>) -> CpuAct {
-        debug_assert_eq!(data.len(), rows * cols);
-        CpuAct { rows, cols, data }
-    }
-
-    pub(crate) fn zeros(rows: usize, cols: usize) -> CpuAct {
-        CpuAct::new(rows, cols, vec![0.0; rows * cols])
-    }
-
-    /// Rows `r` of this activation.
-    pub(crate) fn rows_of(&self, r: std::ops::Range<usize>) -> &[f32] {
-        &self.data[r.start * self.cols..r.end * self.cols]
-    }
-}
-
-/// A weight: a matrix in its storage dtype, or an f32 vector.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CpuWeight {
-    Matrix(Tensor),
-    Vector(Vec<f32>),
-}
-
-impl CpuWeight {
-    pub(crate) fn view(&self, op: &'static str) -> OpResult<WeightView<'_>> {
-        match self {
-            CpuWeight::Matrix(t) => Ok(WeightView::matrix(t)),
-            CpuWeight::Vector(_) => Err(OpError::shape(op, "expected a matrix, got a vector")),
-        }
-    }
-
-    pub(crate) fn vector(&self, op: &'static str) -> OpResult<&[f32]> {
-        match self {
-            CpuWeight::Vector(v) => Ok(v),
-            CpuWeight::Matrix(_) => Err(OpError::shape(op, "expected a vector, got a matrix")),
-        }
-    }
-}
+use std::sync::Arc;
 
 /// The CPU backend. Tracks the bytes of its weights and state pools and the
 /// peak transient bytes the attention kernels report.
@@ -177,42 +132,6 @@ impl CpuBackend {
         let now = self.active.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
     }
-}
-
-pub(crate) fn same_shape(op: &'static str, a: &CpuAct, b: &CpuAct) -> OpResult<()> {
-    if (a.rows, a.cols) != (b.rows, b.cols) {
-        return Err(OpError::shape(
-            op,
-            format!("[{}][{}] vs [{}][{}]", a.rows, a.cols, b.rows, b.cols),
-        ));
-    }
-    Ok(())
-}
-
-pub(crate) fn batch_rows(
-    op: &'static str,
-    x: &CpuAct,
-    batch: &Batch,
-    slots: usize,
-) -> OpResult<()> {
-    batch.validate(slots)?;
-    if batch.rows() != x.rows {
-        return Err(OpError::shape(
-            op,
-            format!("batch has {} rows, activation {}", batch.rows(), x.rows),
-        ));
-    }
-    Ok(())
-}
-
-pub(crate) fn groups_of(op: &'static str, x: &CpuAct, group: usize) -> OpResult<()> {
-    if group == 0 || !x.cols.is_multiple_of(group) {
-        return Err(OpError::shape(
-            op,
-            format!("{} columns are not groups of {group}", x.cols),
-        ));
-    }
-    Ok(())
 }
 
 impl Backend for CpuBackend {
@@ -333,6 +252,10 @@ impl Backend for CpuBackend {
 
     fn synchronize(&self) -> OpResult<()> {
         Ok(())
+    }
+
+    fn workspace_model(&self) -> Arc<dyn WorkspaceModel> {
+        Arc::new(crate::backend_attention::CpuWorkspace::on_current_pool())
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CpuKvCache> {
@@ -647,34 +570,6 @@ impl Backend for CpuBackend {
         params: &[SamplingParams],
         steps: &[u64],
     ) -> OpResult<Vec<u32>> {
-        if params.len() != logits.rows || steps.len() != logits.rows {
-            return Err(OpError::shape(
-                "sample",
-                format!(
-                    "{} rows, {} params, {} steps",
-                    logits.rows,
-                    params.len(),
-                    steps.len()
-                ),
-            ));
-        }
-        logits
-            .data
-            .chunks_exact(logits.cols.max(1))
-            .zip(params.iter().zip(steps))
-            .enumerate()
-            .map(|(row, (l, (p, &s)))| {
-                sample_row(l, p, s).ok_or_else(|| {
-                    OpError::shape("sample", format!("row {row} has no finite logit"))
-                })
-            })
-            .collect()
+        crate::sample::sample_rows(logits, params, steps)
     }
-}
-
-/// `x · Wᵀ` on the calling thread (inside a parallel loop over experts).
-pub(crate) fn linear_one_thread(x: &[f32], m: usize, w: WeightView<'_>) -> Vec<f32> {
-    let mut out = vec![0.0f32; m * w.rows];
-    linear_seq(x, m, w, &mut out);
-    out
 }

@@ -4,12 +4,13 @@
 //! cache is stored per head), and the output comes back token-major.
 //! [`attend_one_bf16_p`] is the bf16 emulation's form (probabilities rounded
 //! to bf16 before `P · V`, as the CUDA kernels multiply them).
+//! [`CpuWorkspace`] answers what one call allocates, before it runs.
 
 use crate::backend::{batch_rows, groups_of, same_shape, CpuAct, CpuBackend};
 use crate::precision::ActRounding;
 use crate::state::CpuKvCache;
-use headroom_attention_cpu::attention_prefill;
-use headroom_core::ops::{Batch, KvSpec, OpError, OpResult};
+use headroom_attention_cpu::{attention_prefill, workspace_bytes};
+use headroom_core::ops::{AttentionCall, Batch, KvSpec, OpError, OpResult, WorkspaceModel};
 use headroom_core::{AttentionReport, AttentionShape, RouteRequest};
 
 pub(crate) fn kv_write(
@@ -246,4 +247,43 @@ pub(crate) fn attend_one_bf16_p(
         }
     }
     out
+}
+
+/// The CPU backend's [`WorkspaceModel`]: what `attention_prefill` allocates
+/// on a pool of `threads` workers (the pool of the thread that asked the
+/// backend). A sequence's attention is one call over every KV head when its
+/// cache is contiguous, else one call per KV head; the answer is the
+/// larger, the one over every head (the same scratch per worker, more tasks
+/// and so up to more workers).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CpuWorkspace {
+    threads: usize,
+}
+
+impl CpuWorkspace {
+    pub(crate) fn on_current_pool() -> CpuWorkspace {
+        CpuWorkspace {
+            threads: rayon::current_num_threads(),
+        }
+    }
+}
+
+impl WorkspaceModel for CpuWorkspace {
+    fn attention_bytes(&self, c: &AttentionCall) -> u64 {
+        let l = c.layer;
+        if l.kv_heads == 0 || l.head_dim == 0 || !l.q_heads.is_multiple_of(l.kv_heads) {
+            return 0;
+        }
+        let q_len = c.q_len.max(1);
+        let shape = AttentionShape {
+            q_len,
+            kv_len: c.kv_len.max(q_len),
+            q_heads: l.q_heads,
+            kv_heads: l.kv_heads,
+            head_dim: l.head_dim,
+            scale: None,
+        };
+        // The cache and q are f32 here whatever the checkpoint's dtype.
+        workspace_bytes::<f32>(&shape, c.route, self.threads)
+    }
 }

@@ -11,8 +11,9 @@
 //! ([`ActRounding::MOE_OUT`]); router and shared-gate logits, the down
 //! products and the weighted sum stay f32, as there.
 
-use crate::backend::{linear_one_thread, CpuAct, CpuBackend, CpuWeight};
+use crate::backend::{CpuAct, CpuBackend, CpuWeight};
 use crate::ops::activation::{sigmoid, swiglu};
+use crate::ops::linear_seq;
 use crate::ops::moe::route as route_tokens;
 use crate::ops::WeightView;
 use crate::precision::ActRounding;
@@ -134,4 +135,11 @@ pub(crate) fn moe_unrounded(
         *o += v;
     }
     Ok(out)
+}
+
+/// `x · Wᵀ` on the calling thread (inside a parallel loop over experts).
+pub(crate) fn linear_one_thread(x: &[f32], m: usize, w: WeightView<'_>) -> Vec<f32> {
+    let mut out = vec![0.0f32; m * w.rows];
+    linear_seq(x, m, w, &mut out);
+    out
 }

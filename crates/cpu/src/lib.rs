@@ -8,16 +8,19 @@
 //!   pools the trait hands out;
 //! * [`sample`] — greedy / temperature / top-k / top-p sampling;
 //! * [`backend`] — the trait implementation (one method per op);
-//! * [`comm`] — the in-process communicator of a tensor-parallel group.
+//! * [`comm`] — the in-process communicator of a tensor-parallel group;
+//!   [`group`] — a group's backends and abort, for the model's `TpGroup::build`.
 //!
 //! Being the straightforward implementation, it is the reference the CUDA
 //! backend is tested against.
 
+mod act;
 pub mod backend;
 mod backend_attention;
 mod backend_gdn;
 mod backend_moe;
 pub mod comm;
+pub mod group;
 pub mod kv_cache;
 pub mod ops;
 pub mod precision;
@@ -26,6 +29,7 @@ pub mod state;
 
 pub use backend::{CpuAct, CpuBackend, CpuWeight};
 pub use comm::{CpuComm, CpuRank};
+pub use group::{cpu_group, CpuGroup, GroupAbort};
 pub use kv_cache::KvCache;
 pub use precision::{ActRounding, Precision};
 pub use state::{CpuGdnState, CpuKvCache};

@@ -2,7 +2,38 @@
 //! the counter-based uniform of `headroom_core::ops::rng` (one draw per
 //! `(seed, step)`), so a request's tokens do not depend on what else ran.
 
-use headroom_core::ops::{rng, SamplingParams};
+use crate::CpuAct;
+use headroom_core::ops::{rng, OpError, OpResult, SamplingParams};
+
+/// One token per row of `logits` `[n][vocab]`, row `i` drawn by
+/// [`sample_row`] with `params[i]` at step `steps[i]` (the backend's `sample`).
+pub(crate) fn sample_rows(
+    logits: &CpuAct,
+    params: &[SamplingParams],
+    steps: &[u64],
+) -> OpResult<Vec<u32>> {
+    if params.len() != logits.rows || steps.len() != logits.rows {
+        return Err(OpError::shape(
+            "sample",
+            format!(
+                "{} rows, {} params, {} steps",
+                logits.rows,
+                params.len(),
+                steps.len()
+            ),
+        ));
+    }
+    logits
+        .data
+        .chunks_exact(logits.cols.max(1))
+        .zip(params.iter().zip(steps))
+        .enumerate()
+        .map(|(row, (l, (p, &s)))| {
+            sample_row(l, p, s)
+                .ok_or_else(|| OpError::shape("sample", format!("row {row} has no finite logit")))
+        })
+        .collect()
+}
 
 /// The token drawn from `logits` with `p` at `step`; `None` when no logit is finite.
 pub fn sample_row(logits: &[f32], p: &SamplingParams, step: u64) -> Option<u32> {

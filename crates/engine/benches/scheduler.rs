@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 fn engine(sequences: usize, prompt: usize) -> (EngineCore<CpuBackend>, Vec<RequestStream>) {
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
-    let model = Qwen35Model::new(&cfg, &Weights::synthetic(&cfg, 7)).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap();
     let mut core = EngineCore::new(
         model,
         EngineConfig {

@@ -108,8 +108,10 @@ pub enum SubmitError {
     ShuttingDown,
 }
 
-/// The engine's counters and configuration, as of its last step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The engine's counters and configuration, as of its last step. The
+/// default is zero counters over default settings (a stand-in before an
+/// engine exists: the server's scripted generator, tests).
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct EngineStats {
     pub running: usize,
     pub waiting: usize,
@@ -142,7 +144,7 @@ pub struct EngineStats {
 }
 
 /// One rank's backend memory (weights, state and transients together).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub struct RankMemory {
     pub active_bytes: usize,
     pub peak_bytes: usize,

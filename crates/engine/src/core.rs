@@ -11,6 +11,8 @@ use crate::api::{
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
 use crate::kv::{blocks_for, resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
 pub use crate::memory::memory_model;
+use crate::report::Drawn;
+pub use crate::report::{SampledRow, StepReport};
 use crate::scheduler::StepBudget;
 use crate::sequence::Sequence;
 use crate::slots::SlotPool;
@@ -41,43 +43,6 @@ pub(crate) fn prepare(
             Ok((stream, None))
         }
         Checked::Ok(p) => Ok((stream, Some(Sequence::new(id, r, &limits.eos, p, sink)))),
-    }
-}
-
-/// A drawn token and (when captured) its logits row.
-type Drawn = (u32, Option<Vec<f32>>);
-
-/// One drawn token of a step.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SampledRow {
-    pub id: u64,
-    pub token: u32,
-    /// The row's logits (only with [`EngineConfig::capture_logits`]).
-    pub logits: Option<Vec<f32>>,
-}
-
-/// What one step did.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct StepReport {
-    /// `(request id, rows)` of each sequence in the batch, in batch order.
-    pub sequences: Vec<(u64, usize)>,
-    pub prefill_rows: usize,
-    pub decode_rows: usize,
-    pub sampled: Vec<SampledRow>,
-    /// Seconds in `model.step` and sampling (device work).
-    pub forward_s: f64,
-    /// Seconds the host spent in `model.step` queueing the forward (the
-    /// rest of `forward_s` is waiting for the device and drawing tokens).
-    pub queue_s: f64,
-    /// Seconds of the whole step (admission, planning, bookkeeping included).
-    pub total_s: f64,
-    /// Largest attention transient of the step's calls.
-    pub transient_bytes: u64,
-}
-
-impl StepReport {
-    pub fn rows(&self) -> usize {
-        self.prefill_rows + self.decode_rows
     }
 }
 

@@ -22,9 +22,10 @@ use std::collections::HashMap;
 pub const KV_BLOCK_ROWS: usize = 64;
 
 /// A KV cache backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum KvBackendKind {
+    #[default]
     Contiguous,
     Paged,
 }
@@ -52,17 +53,18 @@ impl std::str::FromStr for KvBackendKind {
 }
 
 /// Where the KV rows physically live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum KvStorage {
     /// Each sequence's rows contiguous in its slot.
+    #[default]
     PerSlot,
     /// Rows in shared blocks read through block tables.
     Blocks,
 }
 
 /// What the KV factory resolved.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct KvResolution {
     pub requested: KvBackendKind,
     pub resolved: KvBackendKind,

@@ -1,7 +1,7 @@
 //! Headroom's engine: continuous batching over any backend of the op set.
 //!
 //! * [`settings`] — the scheduler's prefill chunk, step token budget and solo
-//!   stripe (defaults 512 / 2048 / `auto`; `HEADROOM_*` env, fail-closed);
+//!   stripe (defaults 512 / 2048 / `auto`; the engine reads no environment);
 //! * [`stripe`] — what an `auto` solo stripe resolves to on an engine (the
 //!   whole prompt on GPUs within a cap and a memory budget, 2048 on the CPU),
 //!   with why;
@@ -10,8 +10,10 @@
 //! * [`kv`] — the KV factory (contiguous | paged, resolved with its reason)
 //!   and the block allocator (blocks of 64 rows, block tables);
 //! * [`slots`] — the state slot pool (KV rows + GDN state, one per running sequence);
-//! * [`memory`] — each request's predicted bytes for admission;
-//! * [`core`] — [`EngineCore`], the step function; [`handle`] — the loop
+//! * [`memory`] — each request's predicted bytes for admission (the attention
+//!   workspace as the backend answers it, `Backend::workspace_model`);
+//! * [`core`] — [`EngineCore`], the step function, and what a step did
+//!   ([`StepReport`]); [`handle`] — the loop
 //!   thread and the cloneable [`EngineHandle`];
 //! * [`api`] / [`stream`] — requests, stream events, errors, stats.
 //!
@@ -26,6 +28,7 @@ pub mod core;
 pub mod handle;
 pub mod kv;
 pub mod memory;
+mod report;
 pub mod scheduler;
 mod sequence;
 pub mod settings;

@@ -1,69 +1,27 @@
 //! Admission by memory: the bytes a request will need ([`MemoryModel::predict`]):
 //! its KV rows for prompt + max tokens, its GDN slot, and the transient peak
-//! of its attention calls under each full-attention layer's route — composed
-//! grows with `qL × kv_len`, fused is bounded by its tiles.
+//! of its attention calls under each full-attention layer's route.
 //!
-//! The transient formulas are each backend's exact workspace accounting:
-//! * CPU (`headroom_attention_cpu`): per worker thread (`min(threads, tasks)`)
-//!   one scratch set; composed `(2·qb·d + qb·kv_len + qb)·4` bytes, fused
-//!   `(2·M·d + 2·T·d + M·T + 2·M)·4` with `M = group · rows_per_head`, `T` the KV tile.
-//!   Tasks are `kv_heads × query blocks` (a slot read whole) — the larger of
-//!   the CPU backend's two call shapes, so the prediction is an upper bound.
-//! * CUDA (`headroom_cuda::attention::composed_workspace_bytes`, per KV head
-//!   call): composed `group · qb · kv_len · (4 + 2)`; fused allocates no
-//!   workspace beyond its tiles in shared memory (0).
+//! The attention transient is the backend's own answer
+//! (`Backend::workspace_model`, a [`WorkspaceModel`]: on the CPU exactly what
+//! its kernels allocate, composed growing with `qL × kv_len` and fused
+//! bounded by its tiles; on CUDA the composed route's score block per KV
+//! head, 0 for fused). A request's largest call is its last prefill chunk
+//! (at most `max_chunk` rows over the whole prompt) or its last decode
+//! step; the prediction takes the larger.
 //!
-//! The bound is exact when a request's last prefill chunk holds at least one
-//! full query block (composed) or tile (fused); it never under-predicts.
-//!
-//! A step's activations ([`MemoryModel::activation_bytes_per_row`]) are not
-//! part of a request's admission (a shared step is bounded by its token
-//! budget); they bound the solo stripe a GPU grows to
-//! ([`MemoryModel::solo_step_transient`], used by [`crate::stripe`]). The
-//! per-row figure is an estimate from the shape — every buffer one layer's
-//! mixer or MLP holds per row at once, plus the residual stream — meant as
-//! an upper bound (the 35B-A3B shape: ≈ 100 KB/row against the 2.15 GiB
-//! measured at 32k, ≈ 69 KB/row, on the H200).
+//! A step's activations ([`MemoryModel::activation_bytes_per_row`], the
+//! model's estimate: `headroom_model::memory`) are not part of a request's
+//! admission (a shared step is bounded by its token budget); they bound the
+//! solo stripe a GPU grows to ([`MemoryModel::solo_step_transient`], used by
+//! [`crate::stripe`]).
 
-use headroom_attention_cpu::fused::{rows_per_head, FUSED_KV_TILE};
-use headroom_core::ops::Backend;
-use headroom_core::{AttentionKind, BackendKind, LayerKind, RouteRequest};
-use headroom_model::config::{MlpConfig, ModelConfig};
+use headroom_core::ops::{AttentionCall, Backend, WorkspaceModel};
+use headroom_core::{AttentionKind, LayerKind, RouteRequest};
+use headroom_model::memory::activation_bytes_per_row;
 use headroom_model::Qwen35Model;
 use serde::Serialize;
-
-/// Estimated activation bytes one row of a step holds at its peak, for
-/// activations of `act` bytes: the f32 residual stream, the normed input
-/// and the mixer's output, plus the largest of one layer's live buffers —
-/// Gated DeltaNet (qkv projection and its conv output, z, the rule's output,
-/// the gated norm, a / b), gated full attention (q + gate, k, v, output),
-/// the MLP (router logits in f32; per routed expert the gathered input,
-/// gate + up and the activation, the f32 down output; the shared expert) —
-/// all counted live at once, an upper bound.
-pub fn activation_bytes_per_row(cfg: &ModelConfig, act: u64) -> u64 {
-    let h = cfg.hidden_size as u64;
-    let base = 4 * h + 2 * act * h;
-    let lin = &cfg.linear;
-    let (conv, vd) = (lin.conv_dim() as u64, lin.value_dim() as u64);
-    let gdn = act * (2 * conv + 3 * vd + 2 * lin.num_value_heads as u64);
-    let (qd, kvd) = (
-        (cfg.num_attention_heads * cfg.head_dim) as u64,
-        (cfg.num_key_value_heads * cfg.head_dim) as u64,
-    );
-    let attention = act * (3 * qd + 2 * kvd);
-    let mlp = match cfg.mlp {
-        MlpConfig::Moe(m) => {
-            let (k, i, shared) = (
-                m.num_experts_per_tok as u64,
-                m.moe_intermediate_size as u64,
-                m.shared_expert_intermediate_size as u64,
-            );
-            4 * m.num_experts as u64 + k * (act * (h + 3 * i) + 4 * h) + act * (3 * shared + h)
-        }
-        MlpConfig::Dense { intermediate_size } => act * (3 * intermediate_size as u64 + h),
-    };
-    base + gdn.max(attention).max(mlp)
-}
+use std::sync::Arc;
 
 /// One full-attention layer as the memory model sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -97,17 +55,17 @@ impl Prediction {
     }
 }
 
-/// Everything needed to predict a request's memory, without the model.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Everything needed to predict a request's memory, without the model
+/// (the backend's workspace account is detached from the backend).
+#[derive(Debug, Clone)]
 pub struct MemoryModel {
-    pub backend: BackendKind,
     /// KV bytes of one token over every full-attention layer.
     pub kv_bytes_per_token: u64,
     /// Bytes of one sequence's GDN state over every linear-attention layer.
     pub gdn_bytes_per_slot: u64,
     pub attention: Vec<AttentionLayer>,
-    /// Worker threads of the attention kernels (CPU).
-    pub threads: usize,
+    /// The backend's account of its attention workspace.
+    pub workspace: Arc<dyn WorkspaceModel>,
     /// Estimated activation bytes one row of a step holds at its peak
     /// (see the module doc).
     pub activation_bytes_per_row: u64,
@@ -153,43 +111,20 @@ impl MemoryModel {
             .saturating_add(attention)
     }
 
-    /// Transient bytes of one attention call of `q_len` rows over `kv_len` keys.
+    /// Transient bytes of one attention call of `q_len` rows over `kv_len`
+    /// keys: the backend's answer.
     pub fn attention_transient(&self, a: &AttentionLayer, q_len: usize, kv_len: usize) -> u64 {
-        let k = a.kind;
-        let (d, kvh) = (k.head_dim as u64, k.kv_heads.max(1) as u64);
-        let group = (k.q_heads / k.kv_heads.max(1)).max(1) as u64;
-        let (q, kv) = (q_len.max(1) as u64, kv_len as u64);
-        match (self.backend, a.route) {
-            (BackendKind::Cpu, RouteRequest::Composed { query_block }) => {
-                let qb = if query_block == 0 {
-                    q
-                } else {
-                    (query_block as u64).min(q)
-                };
-                let workers = (self.threads as u64).min(kvh * q.div_ceil(qb)).max(1);
-                workers * (2 * qb * d + qb * kv + qb) * 4
-            }
-            (BackendKind::Cpu, RouteRequest::Fused) => {
-                let rows = (rows_per_head(group as usize) as u64).min(q);
-                let workers = (self.threads as u64).min(kvh * q.div_ceil(rows)).max(1);
-                let (m, t) = (group * rows, FUSED_KV_TILE as u64);
-                workers * (2 * m * d + 2 * t * d + m * t + 2 * m) * 4
-            }
-            (BackendKind::Cuda, RouteRequest::Composed { query_block }) => {
-                let qb = if query_block == 0 {
-                    q
-                } else {
-                    (query_block as u64).min(q)
-                };
-                group * qb * kv * (4 + 2)
-            }
-            (BackendKind::Cuda, RouteRequest::Fused) => 0,
-        }
+        self.workspace.attention_bytes(&AttentionCall {
+            layer: a.kind,
+            route: a.route,
+            q_len,
+            kv_len,
+        })
     }
 }
 
-/// The memory model of `model` running `routes` (threads: the current rayon
-/// pool). `model` is one rank's shard (a plain model is the whole one): the
+/// The memory model of `model` running `routes` (the workspace account: its
+/// backend's, asked on this thread). `model` is one rank's shard (a plain model is the whole one): the
 /// KV and GDN bytes are what that rank holds — its KV heads, its GDN heads —
 /// and every rank of a group holds the same amount, so admission by this
 /// model counts each rank's memory against the per-rank budget.
@@ -230,98 +165,87 @@ pub fn memory_model<B: Backend>(
     let recurrent = (value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
     MemoryModel {
         activation_bytes_per_row: activation_bytes_per_row(cfg, act),
-        backend: be.kind(),
         kv_bytes_per_token,
         gdn_bytes_per_slot: linear_layers * (conv + recurrent),
         attention,
-        threads: rayon::current_num_threads(),
+        workspace: be.workspace_model(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_core::{AttentionKind, Dtype};
+    use headroom_core::Dtype;
+    use std::sync::Mutex;
 
-    fn model(route: RouteRequest, threads: usize) -> MemoryModel {
+    /// A backend's account that answers `q_len · kv_len + layer` and
+    /// records every call it was asked.
+    #[derive(Debug, Default)]
+    struct Recording(Mutex<Vec<AttentionCall>>);
+
+    impl WorkspaceModel for Recording {
+        fn attention_bytes(&self, c: &AttentionCall) -> u64 {
+            self.0.lock().unwrap().push(*c);
+            (c.q_len * c.kv_len + c.layer.head_dim) as u64
+        }
+    }
+
+    fn layer(layer: usize, head_dim: usize, route: RouteRequest) -> AttentionLayer {
+        AttentionLayer {
+            layer,
+            kind: LayerKind {
+                attention: AttentionKind::Full,
+                head_dim,
+                q_heads: 4,
+                kv_heads: 2,
+                dtype: Dtype::F32,
+            },
+            route,
+        }
+    }
+
+    fn model(ws: Arc<Recording>, per_row: u64) -> MemoryModel {
         MemoryModel {
-            backend: BackendKind::Cpu,
             kv_bytes_per_token: 1000,
             gdn_bytes_per_slot: 77,
-            attention: vec![AttentionLayer {
-                layer: 3,
-                kind: LayerKind {
-                    attention: AttentionKind::Full,
-                    head_dim: 64,
-                    q_heads: 4,
-                    kv_heads: 2,
-                    dtype: Dtype::F32,
-                },
-                route,
-            }],
-            threads,
-            activation_bytes_per_row: 0,
+            attention: vec![
+                layer(3, 64, RouteRequest::Composed { query_block: 128 }),
+                layer(7, 128, RouteRequest::Fused),
+            ],
+            workspace: ws,
+            activation_bytes_per_row: per_row,
         }
     }
 
     #[test]
-    fn composed_grows_with_kv_len_and_fused_does_not() {
-        let c = model(RouteRequest::Composed { query_block: 128 }, 2);
-        let small = c.predict(1024, 8, 512);
-        let big = c.predict(8192, 8, 512);
-        assert_eq!(small.kv_bytes, 1032 * 1000);
-        assert_eq!(small.gdn_bytes, 77);
-        assert_eq!(
-            small.transient_bytes,
-            2 * (2 * 128 * 64 + 128 * 1024 + 128) * 4
-        );
-        assert!(big.transient_bytes > 7 * small.transient_bytes);
-        let f = model(RouteRequest::Fused, 2);
-        assert_eq!(
-            f.predict(1024, 8, 512).transient_bytes,
-            f.predict(8192, 8, 512).transient_bytes
-        );
-        assert_eq!(small.total(), small.kv_bytes + 77 + small.transient_bytes);
+    fn the_transient_is_the_backends_answer_for_the_largest_call() {
+        let ws = Arc::new(Recording::default());
+        let m = model(ws.clone(), 0);
+        let p = m.predict(1024, 8, 512);
+        assert_eq!((p.kv_bytes, p.gdn_bytes), (1032 * 1000, 77));
+        // The last prefill chunk: 512 rows over the 1024-token prompt (layer
+        // 7's answer, the larger); decode: 1 row over 1031 keys.
+        assert_eq!(p.transient_bytes, 512 * 1024 + 128);
+        assert_eq!(p.total(), p.kv_bytes + 77 + p.transient_bytes);
+        let asked = ws.0.lock().unwrap().clone();
+        assert_eq!(asked.len(), 4, "prefill and decode of each layer");
+        for (call, a) in asked.chunks(2).zip(&m.attention) {
+            assert_eq!((call[0].layer, call[0].route), (a.kind, a.route));
+            assert_eq!((call[0].q_len, call[0].kv_len), (512, 1024));
+            assert_eq!((call[1].q_len, call[1].kv_len), (1, 1031));
+        }
+        // A prompt shorter than the chunk is one chunk.
+        assert_eq!(m.predict(100, 1, 512).transient_bytes, 100 * 100 + 128);
     }
 
     #[test]
-    fn a_solo_step_adds_activations_per_row_to_the_attention_transient() {
-        let mut c = model(RouteRequest::Composed { query_block: 0 }, 1);
-        c.backend = BackendKind::Cuda;
-        c.activation_bytes_per_row = 1000;
-        // group 2, qb = rows = 100, kv_len 300.
+    fn a_solo_step_adds_activations_per_row_to_the_largest_attention_call() {
+        let m = model(Arc::new(Recording::default()), 1000);
         assert_eq!(
-            c.solo_step_transient(100, 300),
-            100 * 1000 + 2 * 100 * 300 * 6
+            m.solo_step_transient(100, 300),
+            100 * 1000 + 100 * 300 + 128
         );
         // kv_len is at least the rows of the step.
-        assert_eq!(c.solo_step_transient(10, 0), 10 * 1000 + 2 * 10 * 10 * 6);
-        c.attention[0].route = RouteRequest::Fused;
-        assert_eq!(c.solo_step_transient(4096, 8192), 4096 * 1000);
-    }
-
-    #[test]
-    fn the_35b_activation_estimate_bounds_the_h200_measurement() {
-        let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
-        let per_row = activation_bytes_per_row(&cfg, 2);
-        // 2.15 GiB peak transient at 32,768 rows (docs/perf/cuda-model.md run 4).
-        let measured = (2.15 * (1u64 << 30) as f64 / 32_768.0) as u64;
-        assert!(
-            per_row >= measured && per_row <= 3 * measured,
-            "{per_row} bytes/row against {measured} measured"
-        );
-        let tiny = ModelConfig::synthetic("tiny-d64").unwrap();
-        assert!(activation_bytes_per_row(&tiny, 4) > 4 * tiny.hidden_size as u64);
-    }
-
-    #[test]
-    fn cuda_composed_matches_its_workspace_formula() {
-        let mut c = model(RouteRequest::Composed { query_block: 0 }, 1);
-        c.backend = BackendKind::Cuda;
-        // group 2, qb = q_len = 100, kv_len 300.
-        assert_eq!(
-            c.attention_transient(&c.attention[0], 100, 300),
-            2 * 100 * 300 * 6
-        );
+        assert_eq!(m.solo_step_transient(10, 0), 10 * 1000 + 10 * 10 + 128);
     }
 }

@@ -1,11 +1,9 @@
 //! The scheduler's settings ([`SchedulerSettings`]: prefill chunk, step
-//! token budget, solo stripe — a number of tokens or `auto` — and the cap
-//! and memory budget of an `auto` stripe) with their defaults, and reading
-//! them from the `HEADROOM_PREFILL_CHUNK`, `HEADROOM_STEP_TOKENS`,
-//! `HEADROOM_SOLO_STRIPE` (`auto` or tokens), `HEADROOM_SOLO_STRIPE_CAP` and
-//! `HEADROOM_SOLO_STRIPE_BUDGET_MIB` environment variables with fail-closed
-//! parsing: a malformed value keeps the default and yields one warning.
-//! What `auto` resolves to on a given engine is [`crate::stripe`]'s job.
+//! token budget, solo stripe — a number of tokens or `auto` — and the memory
+//! budget of an `auto` stripe) with their defaults and checks. The engine
+//! reads no environment: a caller builds these (the CLI from its flags,
+//! `docs/configuration.md`). What `auto` resolves to on a given engine is
+//! [`crate::stripe`]'s job.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -16,19 +14,14 @@ pub const MAX_SETTING_TOKENS: usize = 1 << 20;
 /// measured setting) and the floor of a memory-bound stripe on GPUs.
 pub const FIXED_SOLO_STRIPE: usize = 2048;
 
-/// Default cap of an `auto` solo stripe (prompt tokens in one step).
-pub const DEFAULT_SOLO_STRIPE_CAP: usize = 65_536;
-
-pub const ENV_PREFILL_CHUNK: &str = "HEADROOM_PREFILL_CHUNK";
-pub const ENV_STEP_TOKENS: &str = "HEADROOM_STEP_TOKENS";
-pub const ENV_SOLO_STRIPE: &str = "HEADROOM_SOLO_STRIPE";
-pub const ENV_SOLO_STRIPE_CAP: &str = "HEADROOM_SOLO_STRIPE_CAP";
-pub const ENV_SOLO_STRIPE_BUDGET_MIB: &str = "HEADROOM_SOLO_STRIPE_BUDGET_MIB";
+/// Most prompt tokens an `auto` solo stripe resolves to (the engine's
+/// context and the memory budget bound it further).
+pub const SOLO_STRIPE_CAP: usize = 65_536;
 
 /// The solo stripe asked for: `auto` (resolved per engine by
 /// [`crate::stripe::resolve_solo_stripe`]: the whole remaining prompt on GPUs
 /// within a cap and a memory budget, [`FIXED_SOLO_STRIPE`] on the CPU) or an
-/// explicit number of tokens. Written `"auto"` or a number (JSON, env, flags).
+/// explicit number of tokens. Written `"auto"` or a number (JSON, flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SoloStripe {
     #[default]
@@ -121,10 +114,8 @@ pub struct SchedulerSettings {
     /// Most prompt tokens per step of a request alone in the engine (that
     /// step's whole budget): `auto` or tokens.
     pub solo_stripe: SoloStripe,
-    /// Most tokens an `auto` stripe resolves to.
-    pub solo_stripe_cap: usize,
     /// Bytes of transients a solo step may use when the stripe is `auto`
-    /// (`None`: the free device memory after weights and state; MiB in env).
+    /// (`None`: the free device memory after weights and state).
     pub solo_stripe_budget_bytes: Option<u64>,
 }
 
@@ -134,75 +125,12 @@ impl Default for SchedulerSettings {
             prefill_chunk: 512,
             step_tokens: 2048,
             solo_stripe: SoloStripe::Auto,
-            solo_stripe_cap: DEFAULT_SOLO_STRIPE_CAP,
             solo_stripe_budget_bytes: None,
         }
     }
 }
 
 impl SchedulerSettings {
-    /// The settings from the process environment (unset: default), with
-    /// one warning per malformed variable (its value is ignored).
-    pub fn from_env() -> (SchedulerSettings, Vec<String>) {
-        Self::from_lookup(|name| std::env::var_os(name))
-    }
-
-    /// As [`Self::from_env`] over any variable lookup (tests).
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<std::ffi::OsString>,
-    ) -> (SchedulerSettings, Vec<String>) {
-        let mut s = SchedulerSettings::default();
-        let mut warnings = Vec::new();
-        let mut read = |name: &str, default: String| -> Option<String> {
-            let raw = lookup(name)?;
-            match raw.to_str() {
-                Some(text) => Some(text.to_string()),
-                None => {
-                    warnings.push(format!(
-                        "{name} is not valid UTF-8; ignored, using the default {default}"
-                    ));
-                    None
-                }
-            }
-        };
-        let mut bad = Vec::new();
-        for (name, field) in [
-            (ENV_PREFILL_CHUNK, &mut s.prefill_chunk),
-            (ENV_STEP_TOKENS, &mut s.step_tokens),
-            (ENV_SOLO_STRIPE_CAP, &mut s.solo_stripe_cap),
-        ] {
-            if let Some(text) = read(name, field.to_string()) {
-                match parse_tokens(&text) {
-                    Ok(v) => *field = v,
-                    Err(why) => bad.push((name, text, why, field.to_string())),
-                }
-            }
-        }
-        if let Some(text) = read(ENV_SOLO_STRIPE, s.solo_stripe.to_string()) {
-            match text.parse() {
-                Ok(v) => s.solo_stripe = v,
-                Err(why) => bad.push((ENV_SOLO_STRIPE, text, why, s.solo_stripe.to_string())),
-            }
-        }
-        if let Some(text) = read(ENV_SOLO_STRIPE_BUDGET_MIB, "unset".into()) {
-            match text.trim().parse::<u64>() {
-                Ok(mib) if mib > 0 && mib <= MAX_BUDGET_MIB => {
-                    s.solo_stripe_budget_bytes = Some(mib << 20)
-                }
-                _ => bad.push((
-                    ENV_SOLO_STRIPE_BUDGET_MIB,
-                    text,
-                    format!("must be MiB in 1..={MAX_BUDGET_MIB}"),
-                    "unset (free device memory)".into(),
-                )),
-            }
-        }
-        warnings.extend(bad.into_iter().map(|(name, text, why, default)| {
-            format!("{name}={text:?} ignored ({why}); using the default {default}")
-        }));
-        (s, warnings)
-    }
-
     /// Checks each token value is in `1..=MAX_SETTING_TOKENS` and a budget is positive.
     pub fn validate(&self) -> Result<(), String> {
         let solo = self.solo_stripe.tokens().unwrap_or(1);
@@ -210,14 +138,18 @@ impl SchedulerSettings {
             ("prefill_chunk", self.prefill_chunk),
             ("step_tokens", self.step_tokens),
             ("solo_stripe", solo),
-            ("solo_stripe_cap", self.solo_stripe_cap),
         ] {
             if v == 0 || v > MAX_SETTING_TOKENS {
                 return Err(format!("{name} = {v} must be in 1..={MAX_SETTING_TOKENS}"));
             }
         }
-        if self.solo_stripe_budget_bytes == Some(0) {
-            return Err("solo_stripe_budget_bytes must be positive".into());
+        if let Some(b) = self.solo_stripe_budget_bytes {
+            if b == 0 || b > MAX_BUDGET_MIB << 20 {
+                return Err(format!(
+                    "solo_stripe_budget_bytes {b} must be in 1..={}",
+                    MAX_BUDGET_MIB << 20
+                ));
+            }
         }
         Ok(())
     }
@@ -245,7 +177,7 @@ impl SchedulerSettings {
     }
 }
 
-/// Largest `HEADROOM_SOLO_STRIPE_BUDGET_MIB` (16 TiB).
+/// Largest budget of an `auto` solo stripe, in MiB (16 TiB).
 pub const MAX_BUDGET_MIB: u64 = 1 << 24;
 
 impl std::fmt::Display for SchedulerSettings {
@@ -255,12 +187,8 @@ impl std::fmt::Display for SchedulerSettings {
             "prefill_chunk {} step_tokens {} solo_stripe {}",
             self.prefill_chunk, self.step_tokens, self.solo_stripe
         )?;
-        if self.solo_stripe == SoloStripe::Auto {
-            write!(f, " (cap {}", self.solo_stripe_cap)?;
-            match self.solo_stripe_budget_bytes {
-                Some(b) => write!(f, ", budget {} MiB)", b >> 20)?,
-                None => f.write_str(")")?,
-            }
+        if let (SoloStripe::Auto, Some(b)) = (self.solo_stripe, self.solo_stripe_budget_bytes) {
+            write!(f, " (budget {} MiB)", b >> 20)?;
         }
         Ok(())
     }
@@ -281,30 +209,19 @@ pub fn parse_tokens(text: &str) -> Result<usize, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-    use std::ffi::OsString;
-
-    fn with(vars: &[(&str, &str)]) -> (SchedulerSettings, Vec<String>) {
-        let map: HashMap<String, OsString> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), OsString::from(v)))
-            .collect();
-        SchedulerSettings::from_lookup(|n| map.get(n).cloned())
-    }
 
     #[test]
-    fn defaults_are_512_2048_auto_capped_at_65536() {
-        let (s, w) = with(&[]);
-        assert_eq!(s, SchedulerSettings::default());
+    fn defaults_are_512_2048_auto_without_a_budget() {
+        let s = SchedulerSettings::default();
         assert_eq!(
             (s.prefill_chunk, s.step_tokens, s.solo_stripe),
             (512, 2048, SoloStripe::Auto)
         );
+        assert_eq!(s.solo_stripe_budget_bytes, None);
         assert_eq!(
-            (s.solo_stripe_cap, s.solo_stripe_budget_bytes),
-            (65_536, None)
+            s.to_string(),
+            "prefill_chunk 512 step_tokens 2048 solo_stripe auto"
         );
-        assert!(w.is_empty());
         let parsed: SchedulerSettings = serde_json::from_str(r#"{"step_tokens": 99}"#).unwrap();
         assert_eq!((parsed.prefill_chunk, parsed.step_tokens), (512, 99));
         assert_eq!(parsed.solo_stripe, SoloStripe::Auto);
@@ -339,39 +256,6 @@ mod tests {
     }
 
     #[test]
-    fn env_values_are_read_and_malformed_ones_fail_closed_with_one_warning() {
-        let (s, w) = with(&[
-            (ENV_PREFILL_CHUNK, " 37 "),
-            (ENV_STEP_TOKENS, "lots"),
-            (ENV_SOLO_STRIPE, "0"),
-        ]);
-        assert_eq!(s.prefill_chunk, 37);
-        assert_eq!(s.step_tokens, 2048);
-        assert_eq!(s.solo_stripe, SoloStripe::Auto);
-        assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w[0].contains(ENV_STEP_TOKENS) && w[0].contains("2048"));
-        assert!(w[1].contains(ENV_SOLO_STRIPE) && w[1].contains("auto"));
-        let (s, w) = with(&[(ENV_STEP_TOKENS, "99999999999999999999999")]);
-        assert_eq!((s.step_tokens, w.len()), (2048, 1));
-        let (s, w) = with(&[
-            (ENV_SOLO_STRIPE, "8192"),
-            (ENV_SOLO_STRIPE_CAP, "16384"),
-            (ENV_SOLO_STRIPE_BUDGET_MIB, "1024"),
-        ]);
-        assert!(w.is_empty(), "{w:?}");
-        assert_eq!(s.solo_stripe, SoloStripe::Tokens(8192));
-        assert_eq!(s.solo_stripe_cap, 16384);
-        assert_eq!(s.solo_stripe_budget_bytes, Some(1 << 30));
-        let (s, w) = with(&[(ENV_SOLO_STRIPE, "auto"), (ENV_SOLO_STRIPE_BUDGET_MIB, "0")]);
-        assert_eq!(
-            (s.solo_stripe, s.solo_stripe_budget_bytes),
-            (SoloStripe::Auto, None)
-        );
-        assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains(ENV_SOLO_STRIPE_BUDGET_MIB));
-    }
-
-    #[test]
     fn max_chunk_follows_solo_and_budget() {
         let s = SchedulerSettings {
             prefill_chunk: 512,
@@ -398,11 +282,21 @@ mod tests {
         }
         .validate()
         .is_err());
-        assert!(SchedulerSettings {
-            solo_stripe_budget_bytes: Some(0),
-            ..s
+        for bad in [0, (MAX_BUDGET_MIB << 20) + 1] {
+            assert!(SchedulerSettings {
+                solo_stripe_budget_bytes: Some(bad),
+                ..s
+            }
+            .validate()
+            .is_err());
         }
-        .validate()
-        .is_err());
+        let budget = SchedulerSettings {
+            solo_stripe_budget_bytes: Some(3 << 30),
+            ..s
+        };
+        assert!(budget.validate().is_ok());
+        assert!(budget
+            .to_string()
+            .ends_with("solo_stripe auto (budget 3072 MiB)"));
     }
 }

@@ -2,13 +2,12 @@
 //! of the settings, the backend, the memory model and the memory left): the
 //! prompt tokens per step of a request alone in the engine.
 //!
-//! * An explicit stripe (`HEADROOM_SOLO_STRIPE=N`, `--solo-stripe N`,
-//!   `--chunk N`) is used as given.
+//! * An explicit stripe (`--solo-stripe N`, `--chunk N`) is used as given.
 //! * `auto` on the CPU is [`FIXED_SOLO_STRIPE`] (2,048: its measured setting,
 //!   `docs/perf/model-prefill.md` — chunking costs the CPU little and bounds
 //!   its activations).
 //! * `auto` on CUDA grows to the whole remaining prompt: the largest stripe
-//!   up to `min(solo_stripe_cap, max_context)` whose predicted step transient
+//!   up to `min(SOLO_STRIPE_CAP, max_context)` whose predicted step transient
 //!   ([`MemoryModel::solo_step_transient`] at `max_context` keys) fits the
 //!   budget — `solo_stripe_budget_bytes`, else the free device memory after
 //!   weights and state ([`free_device_bytes`]). On the H200 a 2,048-token
@@ -24,7 +23,7 @@
 //! tokens into the settings the stats show.
 
 use crate::memory::MemoryModel;
-use crate::settings::{SchedulerSettings, SoloStripe, FIXED_SOLO_STRIPE};
+use crate::settings::{SchedulerSettings, SoloStripe, FIXED_SOLO_STRIPE, SOLO_STRIPE_CAP};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
 use headroom_model::StepModel;
@@ -34,16 +33,17 @@ use serde::Serialize;
 const STRIPE_ROUNDING: usize = crate::kv::KV_BLOCK_ROWS;
 
 /// What decided the stripe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum StripeBound {
-    /// Set explicitly (env, flag or configuration).
+    /// Set explicitly (flag or configuration).
+    #[default]
     Explicit,
     /// `auto` on the CPU: the fixed stripe.
     CpuFixed,
     /// `auto` on a GPU: the engine's context (every admissible prompt in one step).
     Context,
-    /// `auto` on a GPU: the cap (`solo_stripe_cap`).
+    /// `auto` on a GPU: the cap ([`SOLO_STRIPE_CAP`]).
     Cap,
     /// `auto` on a GPU: the largest stripe whose predicted transient fits the budget.
     Memory,
@@ -52,7 +52,7 @@ pub enum StripeBound {
 }
 
 /// The solo stripe resolved for one engine, with why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct SoloStripeResolution {
     /// What was asked: `auto` or tokens.
     pub requested: SoloStripe,
@@ -120,7 +120,7 @@ pub fn resolve_solo_stripe(i: &StripeInputs<'_>) -> SoloStripeResolution {
             format!("auto on the CPU: the fixed stripe {FIXED_SOLO_STRIPE} (its measured setting)"),
         );
     }
-    let cap = s.solo_stripe_cap.max(1);
+    let cap = SOLO_STRIPE_CAP;
     let upper = cap.min(i.max_context.max(1));
     let upper_bound = if i.max_context < cap {
         StripeBound::Context
@@ -240,11 +240,25 @@ pub(crate) fn run_settings(
 mod tests {
     use super::*;
     use crate::memory::AttentionLayer;
+    use headroom_core::ops::{AttentionCall, WorkspaceModel};
     use headroom_core::{AttentionKind, Dtype, LayerKind, RouteRequest};
 
-    fn memory(backend: BackendKind, per_row: u64) -> MemoryModel {
+    /// A GPU-like account: composed `group · q_len · kv_len · 6` bytes, fused 0.
+    #[derive(Debug)]
+    struct ScoreBlock;
+
+    impl WorkspaceModel for ScoreBlock {
+        fn attention_bytes(&self, c: &AttentionCall) -> u64 {
+            let group = (c.layer.q_heads / c.layer.kv_heads) as u64;
+            match c.route {
+                RouteRequest::Fused => 0,
+                RouteRequest::Composed { .. } => group * (c.q_len * c.kv_len) as u64 * 6,
+            }
+        }
+    }
+
+    fn memory(per_row: u64) -> MemoryModel {
         MemoryModel {
-            backend,
             kv_bytes_per_token: 1024,
             gdn_bytes_per_slot: 1 << 20,
             attention: vec![AttentionLayer {
@@ -258,7 +272,7 @@ mod tests {
                 },
                 route: RouteRequest::Fused,
             }],
-            threads: 1,
+            workspace: std::sync::Arc::new(ScoreBlock),
             activation_bytes_per_row: per_row,
         }
     }
@@ -276,7 +290,7 @@ mod tests {
             solo_stripe_budget_bytes: budget,
             ..SchedulerSettings::default()
         };
-        let m = memory(backend, per_row);
+        let m = memory(per_row);
         resolve_solo_stripe(&StripeInputs {
             settings: &settings,
             backend,
@@ -385,7 +399,7 @@ mod tests {
     #[test]
     fn composed_attention_counts_against_the_budget() {
         let settings = SchedulerSettings::default();
-        let mut m = memory(BackendKind::Cuda, 0);
+        let mut m = memory(0);
         m.attention[0].route = RouteRequest::Composed { query_block: 0 };
         // group 8: 8 · rows · kv · 6 bytes; kv = the context 65,536.
         let budget = 8 * 4096 * 65_536 * 6;

@@ -165,3 +165,43 @@ fn predicted_transient_matches_the_measured_peak_across_routes() {
         measured_vs_predicted(model, RouteRequest::Fused, s(512, 2048, 512), 1500, true);
     }
 }
+
+/// The engine asks the backend: a request's predicted transient is the
+/// CPU backend's own answer for the request's largest attention call (its
+/// last prefill chunk over the prompt, or its last decode step).
+#[test]
+fn the_predicted_transient_is_the_backends_answer() {
+    use headroom_core::ops::{AttentionCall, Backend};
+    for route in [
+        RouteRequest::Composed { query_block: 128 },
+        RouteRequest::Fused,
+    ] {
+        let c = core(tiny("tiny-d64"), cfg(route, None));
+        let (prompt, max_tokens) = (1500, 9);
+        let r = GenerateRequest::greedy(ids(prompt, 512, 3), max_tokens);
+        let chunk = c
+            .limits()
+            .settings
+            .max_chunk(true, c.limits().solo_tokens)
+            .min(prompt);
+        let ws = c.model().backend().workspace_model();
+        let answer = c
+            .model()
+            .attention_kinds()
+            .into_iter()
+            .flat_map(|(_, layer)| {
+                [(chunk, prompt), (1, prompt + max_tokens - 1)].map(|(q_len, kv_len)| {
+                    ws.attention_bytes(&AttentionCall {
+                        layer,
+                        route,
+                        q_len,
+                        kv_len,
+                    })
+                })
+            })
+            .max()
+            .unwrap();
+        assert!(answer > 0);
+        assert_eq!(c.limits().predict(&r).transient_bytes, answer, "{route}");
+    }
+}

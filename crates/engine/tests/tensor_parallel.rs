@@ -10,12 +10,23 @@ mod common;
 
 use common::{collect_events, fixture_dir, ids, rel_err, Outcome};
 use headroom_core::ops::Backend;
-use headroom_cpu::CpuBackend;
+use headroom_cpu::{CpuBackend, Precision};
 use headroom_engine::{EngineConfig, EngineCore, GenerateRequest, SchedulerSettings, SoloStripe};
 use headroom_model::{ModelConfig, Qwen35Model, StepModel, TpGroup, TpWeights, Weights};
 use std::collections::HashMap;
 
 const TOLERANCE: f64 = 1e-5;
+
+/// A CPU tensor-parallel group of `world` ranks computing in `precision`.
+fn cpu_tp(
+    cfg: &headroom_model::ModelConfig,
+    world: usize,
+    weights: TpWeights<'_>,
+    precision: Precision,
+) -> Result<TpGroup<CpuBackend>, headroom_model::ModelError> {
+    let g = headroom_cpu::cpu_group(world, precision);
+    TpGroup::build(g.backends, cfg, weights, Some(g.abort))
+}
 
 fn config() -> EngineConfig {
     EngineConfig {
@@ -77,9 +88,18 @@ fn run<M: StepModel<CpuBackend>>(model: M, reqs: &[GenerateRequest]) -> Vec<Outc
 
 fn check(cfg: &ModelConfig, weights: &Weights, worlds: &[usize], what: &str) {
     let reqs = requests(cfg.vocab_size);
-    let want = run(Qwen35Model::<CpuBackend>::new(cfg, weights).unwrap(), &reqs);
+    let want = run(
+        Qwen35Model::load(CpuBackend::new(), cfg, weights.clone()).unwrap(),
+        &reqs,
+    );
     for &world in worlds {
-        let g = TpGroup::cpu(cfg, world, TpWeights::Checkpoint(weights)).unwrap();
+        let g = cpu_tp(
+            cfg,
+            world,
+            TpWeights::Checkpoint(weights),
+            Precision::default(),
+        )
+        .unwrap();
         let got = run(g, &reqs);
         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
             assert!(a.error.is_none() && b.error.is_none(), "{what} request {i}");
@@ -144,10 +164,10 @@ fn engine_on_tp2_and_tp4_equals_tp1_on_tiny_synthetic_models() {
 fn memory_model_counts_one_ranks_share() {
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
     let w = Weights::synthetic(&cfg, 7);
-    let plain = Qwen35Model::<CpuBackend>::new(&cfg, &w).unwrap();
+    let plain = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap();
     let whole_weights = plain.backend().memory().0;
     let one: EngineCore<CpuBackend> = EngineCore::new(plain, config()).unwrap();
-    let g = TpGroup::cpu(&cfg, 2, TpWeights::Checkpoint(&w)).unwrap();
+    let g = cpu_tp(&cfg, 2, TpWeights::Checkpoint(&w), Precision::default()).unwrap();
     let shard = g.plan().ranks[0].clone();
     let two: EngineCore<CpuBackend, TpGroup<CpuBackend>> = EngineCore::new(g, config()).unwrap();
     let (m1, m2) = (&one.limits().memory, &two.limits().memory);

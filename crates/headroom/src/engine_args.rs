@@ -1,7 +1,7 @@
 //! The engine's scheduler and KV-cache flags, shared by `generate`, `serve`
 //! and `bench prefill`, and the one place any command turns flags into
-//! [`SchedulerSettings`]: the environment first (malformed values warned
-//! and ignored), then `--chunk`, then the specific flags, then checked.
+//! [`SchedulerSettings`]: the defaults, then `--chunk`, then the specific
+//! flags, then checked (the engine reads no environment).
 
 use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 
@@ -9,16 +9,20 @@ use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Prompt tokens per sequence per step when several share the engine
-    /// (env HEADROOM_PREFILL_CHUNK; default 512).
+    /// (default 512).
     #[arg(long, value_name = "N")]
     pub prefill_chunk: Option<usize>,
-    /// Rows per engine step over all sequences (env HEADROOM_STEP_TOKENS; default 2048).
+    /// Rows per engine step over all sequences (default 2048).
     #[arg(long, value_name = "N")]
     pub step_tokens: Option<usize>,
     /// Prompt tokens per step of a request alone in the engine, or `auto`
-    /// (env HEADROOM_SOLO_STRIPE; default auto: the whole prompt on cuda, 2048 on cpu).
+    /// (default auto: the whole prompt on cuda, 2048 on cpu).
     #[arg(long, value_name = "N|auto")]
     pub solo_stripe: Option<SoloStripe>,
+    /// MiB of transients an `auto` solo stripe may use (default: the free
+    /// device memory after weights and state).
+    #[arg(long, value_name = "MIB")]
+    pub solo_stripe_budget_mib: Option<u64>,
     /// KV cache backend of the engine.
     #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
     pub kv: KvBackendKind,
@@ -33,11 +37,12 @@ impl EngineArgs {
             prefill_chunk: self.prefill_chunk,
             step_tokens: self.step_tokens,
             solo_stripe: self.solo_stripe,
+            solo_stripe_budget_mib: self.solo_stripe_budget_mib,
         })
     }
 }
 
-/// The scheduler flags of one command (each absent one left to the environment).
+/// The scheduler flags of one command (each absent one left at its default).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SchedulerFlags {
     /// `--chunk`: the prefill chunk and the solo stripe at once.
@@ -45,14 +50,12 @@ pub struct SchedulerFlags {
     pub prefill_chunk: Option<usize>,
     pub step_tokens: Option<usize>,
     pub solo_stripe: Option<SoloStripe>,
+    pub solo_stripe_budget_mib: Option<u64>,
 }
 
-/// Environment settings, then the flags in `f`, checked.
+/// The default settings, then the flags in `f`, checked.
 pub fn scheduler_settings(f: SchedulerFlags) -> anyhow::Result<SchedulerSettings> {
-    let (mut s, warnings) = SchedulerSettings::from_env();
-    for w in warnings {
-        tracing::warn!("{w}");
-    }
+    let mut s = SchedulerSettings::default();
     apply(&mut s, f);
     s.validate()
         .map_err(|e| anyhow::anyhow!("scheduler settings: {e}"))?;
@@ -68,6 +71,9 @@ fn apply(s: &mut SchedulerSettings, f: SchedulerFlags) {
     s.prefill_chunk = f.prefill_chunk.unwrap_or(s.prefill_chunk);
     s.step_tokens = f.step_tokens.unwrap_or(s.step_tokens);
     s.solo_stripe = f.solo_stripe.unwrap_or(s.solo_stripe);
+    if let Some(mib) = f.solo_stripe_budget_mib {
+        s.solo_stripe_budget_bytes = Some(mib.saturating_mul(1 << 20));
+    }
 }
 
 #[cfg(test)]
@@ -112,8 +118,10 @@ mod tests {
                 prefill_chunk: Some(128),
                 step_tokens: Some(256),
                 solo_stripe: Some(SoloStripe::Auto),
+                solo_stripe_budget_mib: Some(1024),
             },
         );
+        assert_eq!(s.solo_stripe_budget_bytes, Some(1 << 30));
         assert_eq!(s.prefill_chunk, 128);
         assert_eq!(s.step_tokens, 256);
         assert_eq!(s.solo_stripe, SoloStripe::Auto);

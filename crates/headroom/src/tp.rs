@@ -117,7 +117,9 @@ pub fn run_on_group<J: GroupJob>(
     };
     match backend {
         BackendKind::Cpu => {
-            let group = TpGroup::cpu(cfg, world, weights).context("building the ranks")?;
+            let ranks = headroom_cpu::cpu_group(world, headroom_cpu::Precision::default());
+            let group = TpGroup::build(ranks.backends, cfg, weights, Some(ranks.abort))
+                .context("building the ranks")?;
             drop(host);
             finish(group, backend, started, job)
         }

@@ -8,6 +8,7 @@ use common::{
     headroom, headroom_fails, read_f32_tensor, rel_err, safetensors_header, write_checkpoint,
     write_tensors, TempDir,
 };
+use headroom_cpu::CpuBackend;
 use headroom_model::{ModelConfig, Tensor, Weights};
 use std::path::Path;
 
@@ -351,7 +352,7 @@ fn generate_stops_at_the_generation_config_eos() {
         .unwrap()
         .encode("hello")
         .unwrap();
-    let model = Qwen35Model::new(&cfg, &w).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap();
     let logits = model
         .forward_logits(&ids, &ForwardOptions::default())
         .unwrap();

@@ -14,6 +14,7 @@
 //! prefill and prints decode tokens/s.
 
 use headroom_core::RouteRequest;
+use headroom_cpu::CpuBackend;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, Weights,
 };
@@ -75,7 +76,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         t0.elapsed().as_secs_f64(),
         rayon::current_num_threads()
     );
-    let model = Qwen35Model::new(&cfg, &weights)?;
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone())?;
     let ids: Vec<u32> = (0..args.tokens as u64)
         .map(|i| ((i * 2_654_435_761 + 12_345) % cfg.vocab_size as u64) as u32)
         .collect();

@@ -1,8 +1,11 @@
 //! The Qwen3.5 / Qwen3.6 hybrid model family: config, weights, tokenizer,
-//! synthetic models and the CPU forward.
+//! synthetic models and the forward, written once against the backend op
+//! set (`headroom_core::ops::Backend`); it depends on no backend.
 
 pub mod config;
 pub mod layers;
+pub mod memory;
+mod meter;
 pub mod parallel;
 pub mod profile;
 pub mod qwen3_5;

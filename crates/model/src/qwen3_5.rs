@@ -25,8 +25,7 @@ use crate::parallel::RankShard;
 use crate::profile::{Part, PartTime, Profiler};
 use crate::Weights;
 use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey};
-use headroom_core::{AttentionKind, LayerKind, OpError, RouteRequest};
-use headroom_cpu::CpuBackend;
+use headroom_core::{progress, AttentionKind, LayerKind, OpError, RouteRequest};
 use sources::{HostSource, InitSource, Store, WeightSource};
 use std::time::Instant;
 
@@ -77,13 +76,6 @@ impl<B: Backend> std::fmt::Debug for Qwen35Model<B> {
             .field("model_type", &self.cfg.model_type)
             .field("layers", &self.layers.len())
             .finish()
-    }
-}
-
-impl Qwen35Model<CpuBackend> {
-    /// The model on the CPU backend (f32 activations), weights copied from `weights`.
-    pub fn new(cfg: &ModelConfig, weights: &Weights) -> Result<Self, ModelError> {
-        Qwen35Model::load(CpuBackend::new(), cfg, weights.clone())
     }
 }
 
@@ -160,15 +152,15 @@ impl<B: Backend> Qwen35Model<B> {
             )?),
         };
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
-        // Drawing or uploading the layers is the long part: a bar on a
-        // terminal (indicatif draws to stderr, hidden when it is not one).
-        let bar = indicatif::ProgressBar::new(cfg.num_hidden_layers as u64)
-            .with_message("building layers");
+        // Drawing or uploading the layers is the long part: one progress
+        // event per layer (`headroom_core::progress`).
+        let (task, message) = src.progress();
+        let total = cfg.num_hidden_layers as u64;
+        progress::report(task, 0, total, "layers", message);
         for l in 0..cfg.num_hidden_layers {
             layers.push(build::decoder(&backend, cfg, src, l, &shard)?);
-            bar.inc(1);
+            progress::report(task, l as u64 + 1, total, "layers", message);
         }
-        bar.finish_and_clear();
         let final_norm = src.vector(&backend, "norm.weight")?;
         Ok(Qwen35Model {
             backend,
@@ -410,7 +402,50 @@ impl<B: Backend> Qwen35Model<B> {
         routes: &[Option<RouteRequest>],
         rows: LogitsRows,
     ) -> Result<StepOutput<B>, ModelError> {
+        self.check_step(state, ids, batch, routes)?;
         let be = &self.backend;
+        let mut x = self
+            .profiler
+            .time(be, Part::Embed, || be.embed(&self.embed, ids))
+            .map_err(op(None))?;
+        let mut reports = Vec::new();
+        let mut pending: Option<B::Act> = None;
+        for (l, (dec, layer_state)) in self.layers.iter().zip(state.layers.iter_mut()).enumerate() {
+            let started = Instant::now();
+            let delta = self.decoder_layer(
+                l,
+                dec,
+                layer_state,
+                &mut x,
+                pending.as_ref(),
+                batch,
+                routes,
+                &mut reports,
+            )?;
+            pending = Some(delta);
+            tracing::trace!(
+                layer = l,
+                rows = batch.rows(),
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "layer queued"
+            );
+        }
+        let logits = self.head(&mut x, pending.as_ref(), batch, rows)?;
+        Ok(StepOutput {
+            logits,
+            attention: reports,
+        })
+    }
+
+    /// Refuses a step whose batch disagrees with `state` (slots, capacity),
+    /// with `ids` or with the layers (one route each), before any layer runs.
+    fn check_step(
+        &self,
+        state: &ModelState<B>,
+        ids: &[u32],
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+    ) -> Result<(), ModelError> {
         batch.validate(state.slots).map_err(op(None))?;
         if batch.rows() != ids.len() {
             return Err(ModelError::Op {
@@ -435,66 +470,80 @@ impl<B: Backend> Qwen35Model<B> {
                 });
             }
         }
+        Ok(())
+    }
+
+    /// Decoder layer `l` over the residual stream `x` (first adding the
+    /// previous layer's MLP output `pending`): input norm, token mixer
+    /// (its attention reports appended to `reports`), post norm, MLP.
+    /// Returns the MLP's output, which the next norm adds to `x`.
+    #[allow(clippy::too_many_arguments)]
+    fn decoder_layer(
+        &self,
+        l: usize,
+        dec: &Decoder<B>,
+        layer_state: &mut LayerState<B>,
+        x: &mut B::Act,
+        pending: Option<&B::Act>,
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        reports: &mut Vec<LayerAttentionReport>,
+    ) -> Result<B::Act, ModelError> {
+        let (be, prof) = (&self.backend, &self.profiler);
         let eps = self.cfg.rms_norm_eps as f32;
-        let prof = &self.profiler;
-        let mut x = prof
-            .time(be, Part::Embed, || be.embed(&self.embed, ids))
-            .map_err(op(None))?;
-        let mut reports = Vec::new();
-        let mut pending: Option<B::Act> = None;
-        for (l, (dec, layer_state)) in self.layers.iter().zip(state.layers.iter_mut()).enumerate() {
-            let started = Instant::now();
-            let normed = prof
-                .time(be, Part::Norm, || {
-                    be.add_rms_norm(&mut x, pending.as_ref(), &dec.input_norm, eps)
-                })
-                .map_err(op(Some(l)))?;
-            let mixed = match (&dec.mixer, layer_state) {
-                (Mixer::Full(att), LayerState::Full(cache)) => {
-                    let route = routes[l].ok_or(ModelError::NoRoute { layer: l })?;
-                    let (y, report) = att
-                        .forward(be, &normed, cache, batch, route, prof)
-                        .map_err(op(Some(l)))?;
-                    for i in 0..batch.sequences() {
-                        reports.push(LayerAttentionReport {
-                            layer: l,
-                            chunk_start: batch.history[i],
-                            chunk_len: batch.seq_len(i),
-                            report,
-                        });
-                    }
-                    y
+        let normed = prof
+            .time(be, Part::Norm, || {
+                be.add_rms_norm(x, pending, &dec.input_norm, eps)
+            })
+            .map_err(op(Some(l)))?;
+        let mixed = match (&dec.mixer, layer_state) {
+            (Mixer::Full(att), LayerState::Full(cache)) => {
+                let route = routes[l].ok_or(ModelError::NoRoute { layer: l })?;
+                let (y, report) = att
+                    .forward(be, &normed, cache, batch, route, prof)
+                    .map_err(op(Some(l)))?;
+                for i in 0..batch.sequences() {
+                    reports.push(LayerAttentionReport {
+                        layer: l,
+                        chunk_start: batch.history[i],
+                        chunk_len: batch.seq_len(i),
+                        report,
+                    });
                 }
-                (Mixer::Linear(gdn), LayerState::Linear(st)) => gdn
-                    .forward(be, &normed, st, batch, prof)
-                    .map_err(op(Some(l)))?,
-                _ => {
-                    return Err(ModelError::Unsupported(
-                        "state built for another model".into(),
-                    ))
-                }
-            };
-            let normed = prof
-                .time(be, Part::Norm, || {
-                    be.add_rms_norm(&mut x, Some(&mixed), &dec.post_norm, eps)
-                })
-                .map_err(op(Some(l)))?;
-            pending = Some(dec.mlp.forward(be, &normed, prof).map_err(op(Some(l)))?);
-            tracing::trace!(
-                layer = l,
-                rows = batch.rows(),
-                ms = started.elapsed().as_secs_f64() * 1e3,
-                "layer queued"
-            );
-        }
-        let last = match rows {
-            // A prefill chunk whose logits nobody reads: no final norm, no LM head.
-            LogitsRows::None => {
-                return Ok(StepOutput {
-                    logits: None,
-                    attention: reports,
-                })
+                y
             }
+            (Mixer::Linear(gdn), LayerState::Linear(st)) => gdn
+                .forward(be, &normed, st, batch, prof)
+                .map_err(op(Some(l)))?,
+            _ => {
+                return Err(ModelError::Unsupported(
+                    "state built for another model".into(),
+                ))
+            }
+        };
+        let normed = prof
+            .time(be, Part::Norm, || {
+                be.add_rms_norm(x, Some(&mixed), &dec.post_norm, eps)
+            })
+            .map_err(op(Some(l)))?;
+        dec.mlp.forward(be, &normed, prof).map_err(op(Some(l)))
+    }
+
+    /// The final norm and the LM head over the rows `rows` selects (after
+    /// adding the last MLP output `pending` to `x`); `None` when no logits
+    /// are wanted (no final norm, no LM head).
+    fn head(
+        &self,
+        x: &mut B::Act,
+        pending: Option<&B::Act>,
+        batch: &Batch,
+        rows: LogitsRows,
+    ) -> Result<Option<B::Act>, ModelError> {
+        let (be, prof) = (&self.backend, &self.profiler);
+        let eps = self.cfg.rms_norm_eps as f32;
+        let last = match rows {
+            // A prefill chunk whose logits nobody reads.
+            LogitsRows::None => return Ok(None),
             LogitsRows::All => None,
             // Every sequence one row (decode): the last rows are all rows, in order.
             LogitsRows::Last if batch.rows() == batch.sequences() => None,
@@ -502,11 +551,10 @@ impl<B: Backend> Qwen35Model<B> {
         };
         // The final norm only over the rows whose logits are wanted.
         let normed = match &last {
-            None => be.add_rms_norm(&mut x, pending.as_ref(), &self.final_norm, eps),
+            None => be.add_rms_norm(x, pending, &self.final_norm, eps),
             Some(last) => {
-                let mut xs = be.gather_rows(&x, last).map_err(op(None))?;
+                let mut xs = be.gather_rows(x, last).map_err(op(None))?;
                 let ps = pending
-                    .as_ref()
                     .map(|p| be.gather_rows(p, last))
                     .transpose()
                     .map_err(op(None))?;
@@ -523,10 +571,7 @@ impl<B: Backend> Qwen35Model<B> {
                 .time(be, Part::Comm, || be.all_gather_cols(logits))
                 .map_err(op(None))?;
         }
-        Ok(StepOutput {
-            logits: Some(logits),
-            attention: reports,
-        })
+        Ok(Some(logits))
     }
 }
 

@@ -18,6 +18,7 @@
 //! split into fixed blocks seeded by block index, so the values do not
 //! depend on the number of threads.
 
+use crate::meter::Meter;
 use crate::weights::{expected_tensors, Weights};
 use crate::{ModelConfig, Tensor, TensorData};
 use half::{bf16, f16};
@@ -35,11 +36,24 @@ enum Init {
 
 impl Weights {
     /// Seeded random weights for `cfg` (see the module documentation).
+    /// Reports progress (`headroom_core::progress`, task `synthetic`) per tensor.
     pub fn synthetic(cfg: &ModelConfig, seed: u64) -> Weights {
-        let tensors = expected_tensors(cfg).into_iter().map(|(name, shape)| {
-            let t = Weights::synthetic_tensor(cfg, seed, &name, shape);
-            (name, t)
-        });
+        let expected = expected_tensors(cfg);
+        let mut meter = Meter::start(
+            "synthetic",
+            expected.len() as u64,
+            "tensors",
+            "drawing synthetic weights",
+        );
+        let tensors: Vec<(String, Tensor)> = expected
+            .into_iter()
+            .map(|(name, shape)| {
+                let t = Weights::synthetic_tensor(cfg, seed, &name, shape);
+                meter.advance(1);
+                (name, t)
+            })
+            .collect();
+        meter.finish();
         Weights::from_tensors(tensors)
     }
 

@@ -7,6 +7,7 @@ mod common;
 use common::rel_err;
 use headroom_core::ops::Backend;
 use headroom_core::{Dtype, Route, RouteRequest};
+use headroom_cpu::CpuBackend;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, ModelError, Qwen35Model, Weights,
     WeightsError,
@@ -37,7 +38,7 @@ fn opts(route: RouteRequest, chunk: Option<usize>) -> ForwardOptions {
 fn chunks_of_any_size_equal_one_pass() {
     for (name, dtype) in [("tiny-d256", Dtype::F32), ("tiny-d64", Dtype::Bf16)] {
         let (cfg, w) = model_parts(name, dtype);
-        let model = Qwen35Model::new(&cfg, &w).unwrap();
+        let model = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap();
         let prompt = ids(150, cfg.vocab_size, 3);
         for route in [
             RouteRequest::Composed { query_block: 32 },
@@ -62,7 +63,7 @@ fn chunks_of_any_size_equal_one_pass() {
 #[test]
 fn session_continues_and_decode_equals_prefill() {
     let (cfg, w) = model_parts("tiny-d256", Dtype::F32);
-    let model = Qwen35Model::new(&cfg, &w).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap();
     let v = cfg.vocab_size;
     let prompt = ids(60, v, 11);
     let route = RouteRequest::Composed { query_block: 16 };
@@ -100,7 +101,7 @@ fn session_continues_and_decode_equals_prefill() {
 #[test]
 fn per_layer_plan_runs_each_layer_its_route() {
     let (cfg, w) = model_parts("tiny-d64:layers=8", Dtype::F32);
-    let model = Qwen35Model::new(&cfg, &w).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap();
     assert_eq!(cfg.full_attention_layers(), vec![3, 7]);
     let plan = AttentionPlan::PerLayer(vec![
         (3, RouteRequest::Fused),
@@ -149,7 +150,7 @@ fn per_layer_plan_runs_each_layer_its_route() {
 #[test]
 fn bad_requests_are_errors() {
     let (cfg, w) = model_parts("tiny-d64", Dtype::F32);
-    let model = Qwen35Model::new(&cfg, &w).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap();
     let d = ForwardOptions::default();
     let mut bad = ids(10, cfg.vocab_size, 1);
     bad[4] = cfg.vocab_size as u32;
@@ -177,7 +178,7 @@ fn bad_requests_are_errors() {
     odd.head_dim = 48;
     odd.rope.rotary_dim = 12;
     let ow = Weights::synthetic(&odd, 1);
-    let om = Qwen35Model::new(&odd, &ow).unwrap();
+    let om = Qwen35Model::load(CpuBackend::new(), &odd, ow.clone()).unwrap();
     let mut s = om.new_session().unwrap();
     let err = om
         .prefill(&mut s, &[1, 2, 3], &opts(RouteRequest::Fused, None))
@@ -203,7 +204,7 @@ fn bad_requests_are_errors() {
 fn an_invalid_config_is_an_error_not_a_panic() {
     let (mut cfg, w) = model_parts("tiny-d64", Dtype::F32);
     cfg.rope.rotary_dim = 13;
-    let err = Qwen35Model::new(&cfg, &w).unwrap_err();
+    let err = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap_err();
     assert!(matches!(err, ModelError::Config(_)), "{err}");
     assert!(err.to_string().contains("partial_rotary_factor"), "{err}");
 }
@@ -213,7 +214,7 @@ fn missing_or_misshapen_weights_are_errors_naming_the_tensor() {
     let (cfg, mut w) = model_parts("tiny-d64", Dtype::F32);
     let name = "layers.3.self_attn.k_norm.weight";
     let t = w.remove(name).unwrap();
-    let err = Qwen35Model::new(&cfg, &w).unwrap_err();
+    let err = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap_err();
     assert!(
         matches!(&err, ModelError::Weights(WeightsError::Missing { name: n, .. }) if n == name),
         "{err}"
@@ -221,7 +222,7 @@ fn missing_or_misshapen_weights_are_errors_naming_the_tensor() {
     let mut wrong = t.clone();
     wrong.shape = vec![t.numel() / 2, 2];
     w.insert(name, wrong);
-    let err = Qwen35Model::new(&cfg, &w).unwrap_err();
+    let err = Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap_err();
     assert!(err.to_string().contains(name), "{err}");
     assert!(matches!(
         err,

@@ -8,6 +8,7 @@ mod common;
 
 use common::{read_f32_tensor, rel_err};
 use headroom_core::RouteRequest;
+use headroom_cpu::CpuBackend;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, Weights,
 };
@@ -35,7 +36,7 @@ fn check_fixture(name: &str) {
     let dir = fixture_dir(name);
     let cfg = ModelConfig::from_dir(&dir).unwrap();
     let weights = Weights::load(&dir, &cfg).unwrap();
-    let model = Qwen35Model::new(&cfg, &weights).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     let routes = [
         RouteRequest::Composed { query_block: 16 },
         RouteRequest::Fused,
@@ -100,7 +101,7 @@ fn last_row_logits_equal_the_last_row_of_all() {
     let dir = fixture_dir("moe_d256");
     let cfg = ModelConfig::from_dir(&dir).unwrap();
     let weights = Weights::load(&dir, &cfg).unwrap();
-    let model = Qwen35Model::new(&cfg, &weights).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     let ids = read_ids(&dir, 40);
     let (_, want) = read_logits(&dir, 40);
     let opts = ForwardOptions {

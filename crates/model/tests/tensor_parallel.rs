@@ -10,7 +10,7 @@ mod common;
 use common::rel_err;
 use headroom_core::ops::Backend;
 use headroom_core::RouteRequest;
-use headroom_cpu::CpuBackend;
+use headroom_cpu::{CpuBackend, Precision};
 use headroom_model::parallel::PlanError;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, ModelError, Qwen35Model, TpGroup,
@@ -19,6 +19,17 @@ use headroom_model::{
 use std::path::{Path, PathBuf};
 
 const TOLERANCE: f64 = 1e-5;
+
+/// A CPU tensor-parallel group of `world` ranks computing in `precision`.
+fn cpu_tp(
+    cfg: &headroom_model::ModelConfig,
+    world: usize,
+    weights: TpWeights<'_>,
+    precision: Precision,
+) -> Result<TpGroup<CpuBackend>, headroom_model::ModelError> {
+    let g = headroom_cpu::cpu_group(world, precision);
+    TpGroup::build(g.backends, cfg, weights, Some(g.abort))
+}
 
 fn fixture(name: &str) -> (ModelConfig, Weights, PathBuf) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -88,14 +99,20 @@ fn greedy_tp(g: &TpGroup<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
 
 fn check_fixture(name: &str, worlds: &[usize]) {
     let (cfg, weights, dir) = fixture(name);
-    let plain = Qwen35Model::new(&cfg, &weights).unwrap();
+    let plain = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     for n in [40usize, 300] {
         let ids = ids_of(&dir, n);
         let want = plain
             .forward_logits(&ids, &opts(None, LogitsRows::All))
             .unwrap();
         for &world in worlds {
-            let g = TpGroup::cpu(&cfg, world, TpWeights::Checkpoint(&weights)).unwrap();
+            let g = cpu_tp(
+                &cfg,
+                world,
+                TpWeights::Checkpoint(&weights),
+                Precision::default(),
+            )
+            .unwrap();
             for chunk in [None, Some(37)] {
                 let got = g
                     .forward_logits(&ids, &opts(chunk, LogitsRows::All))
@@ -112,7 +129,13 @@ fn check_fixture(name: &str, worlds: &[usize]) {
     let prompt = ids_of(&dir, 40);
     let want = greedy_plain(&plain, &prompt, 12);
     for &world in worlds {
-        let g = TpGroup::cpu(&cfg, world, TpWeights::Checkpoint(&weights)).unwrap();
+        let g = cpu_tp(
+            &cfg,
+            world,
+            TpWeights::Checkpoint(&weights),
+            Precision::default(),
+        )
+        .unwrap();
         assert_eq!(greedy_tp(&g, &prompt, 12), want, "{name} TP={world}");
     }
 }
@@ -150,7 +173,13 @@ fn synthetic_device_draw_shards_are_the_same_model() {
         .forward_logits(&ids, &opts(None, LogitsRows::All))
         .unwrap();
     for world in [2, 4] {
-        let g = TpGroup::cpu(&cfg, world, TpWeights::Synthetic { seed: 9 }).unwrap();
+        let g = cpu_tp(
+            &cfg,
+            world,
+            TpWeights::Synthetic { seed: 9 },
+            Precision::default(),
+        )
+        .unwrap();
         let got = g
             .forward_logits(&ids, &opts(None, LogitsRows::All))
             .unwrap();
@@ -171,20 +200,36 @@ fn synthetic_device_draw_shards_are_the_same_model() {
 #[test]
 fn bad_world_and_bad_input_are_errors_and_leave_the_group_usable() {
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
-    let e = TpGroup::cpu(&cfg, 3, TpWeights::Synthetic { seed: 1 })
-        .err()
-        .unwrap();
+    let e = cpu_tp(
+        &cfg,
+        3,
+        TpWeights::Synthetic { seed: 1 },
+        Precision::default(),
+    )
+    .err()
+    .unwrap();
     assert!(
         matches!(e, ModelError::Plan(PlanError::NotDividing { .. })),
         "{e}"
     );
     assert!(matches!(
-        TpGroup::cpu(&cfg, 0, TpWeights::Synthetic { seed: 1 })
-            .err()
-            .unwrap(),
+        cpu_tp(
+            &cfg,
+            0,
+            TpWeights::Synthetic { seed: 1 },
+            Precision::default()
+        )
+        .err()
+        .unwrap(),
         ModelError::Plan(PlanError::ZeroRanks)
     ));
-    let g = TpGroup::cpu(&cfg, 2, TpWeights::Synthetic { seed: 1 }).unwrap();
+    let g = cpu_tp(
+        &cfg,
+        2,
+        TpWeights::Synthetic { seed: 1 },
+        Precision::default(),
+    )
+    .unwrap();
     let o = opts(None, LogitsRows::Last);
     assert!(matches!(
         g.forward_logits(&[1, 2, 100_000], &o).unwrap_err(),
@@ -210,7 +255,13 @@ fn packed_step_of_two_sequences_equals_the_unsplit_model() {
     // The engine's entry point: one packed batch of two sequences in two slots.
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
     let plain = Qwen35Model::synthetic(CpuBackend::new(), &cfg, 4).unwrap();
-    let g = TpGroup::cpu(&cfg, 2, TpWeights::Synthetic { seed: 4 }).unwrap();
+    let g = cpu_tp(
+        &cfg,
+        2,
+        TpWeights::Synthetic { seed: 4 },
+        Precision::default(),
+    )
+    .unwrap();
     let ids: Vec<u32> = (0..30).map(|i| (i * 11 % 512) as u32).collect();
     let batch = headroom_core::ops::Batch::packed(&[(0, 0, 18), (1, 0, 12)]);
     let route = RouteRequest::Composed { query_block: 16 };

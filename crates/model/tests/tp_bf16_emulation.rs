@@ -18,6 +18,17 @@ use headroom_model::{
 };
 use std::path::Path;
 
+/// A CPU tensor-parallel group of `world` ranks computing in `precision`.
+fn cpu_tp(
+    cfg: &headroom_model::ModelConfig,
+    world: usize,
+    weights: TpWeights<'_>,
+    precision: Precision,
+) -> Result<TpGroup<CpuBackend>, headroom_model::ModelError> {
+    let g = headroom_cpu::cpu_group(world, precision);
+    TpGroup::build(g.backends, cfg, weights, Some(g.abort))
+}
+
 /// The bar: TP=2 logits vs TP=1, relative Frobenius.
 const BAR: f64 = 2e-2;
 
@@ -35,8 +46,7 @@ fn check(name: &str) -> Vec<(usize, f64)> {
     };
     let one =
         Qwen35Model::load(CpuBackend::with_precision(precision), &cfg, weights.clone()).unwrap();
-    let two =
-        TpGroup::cpu_with_precision(&cfg, 2, TpWeights::Checkpoint(&weights), precision).unwrap();
+    let two = cpu_tp(&cfg, 2, TpWeights::Checkpoint(&weights), precision).unwrap();
     [40usize, 300]
         .iter()
         .map(|&n| {

@@ -10,6 +10,7 @@
 mod common;
 
 use common::{read_f32_tensor, rel_err};
+use headroom_cpu::CpuBackend;
 use headroom_model::config::Family;
 use headroom_model::{ForwardOptions, ModelConfig, Qwen35Model, Weights};
 use std::path::{Path, PathBuf};
@@ -33,7 +34,7 @@ fn check(name: &str, family: Family) -> ModelConfig {
     let cfg = ModelConfig::from_dir(&dir).unwrap();
     assert_eq!(cfg.family, family);
     let weights = Weights::load(&dir, &cfg).unwrap();
-    let model = Qwen35Model::new(&cfg, &weights).unwrap();
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     let (ids, shape, want) = reference(&dir);
     assert_eq!(shape, vec![ids.len(), cfg.vocab_size]);
     let got = model

@@ -6,7 +6,7 @@
 //! request in the engine.
 
 use crate::error::ApiError;
-use crate::generator::{GenEvent, GenFinish, GenRefusal, GenRequest, TokenStream};
+use crate::generator::{FinishReason, GenerateRequest, StreamEvent, SubmitError, TokenStream};
 use crate::metrics::Outcome;
 use crate::params::Plan;
 use crate::shapes::{usage, Head};
@@ -30,13 +30,13 @@ pub struct Job {
 }
 
 /// Maps a submit refusal to its answer.
-pub fn refusal(e: GenRefusal) -> ApiError {
+pub fn refusal(e: SubmitError) -> ApiError {
     match e {
-        GenRefusal::NeverFits { .. } | GenRefusal::TooLong { .. } => {
+        SubmitError::NeverFits { .. } | SubmitError::TooLong { .. } => {
             ApiError::too_long(e.to_string())
         }
-        GenRefusal::QueueFull { .. } => ApiError::busy(e.to_string()),
-        GenRefusal::ShuttingDown => ApiError::unavailable(e.to_string()),
+        SubmitError::QueueFull { .. } => ApiError::busy(e.to_string()),
+        SubmitError::ShuttingDown => ApiError::unavailable(e.to_string()),
     }
 }
 
@@ -48,7 +48,7 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     let prompt_tokens = job.prompt_ids.len();
     let stream = state
         .generator
-        .submit(GenRequest {
+        .submit(GenerateRequest {
             prompt_ids: job.prompt_ids,
             sampling: job.plan.sampling,
             max_tokens: job.max_tokens,
@@ -170,7 +170,7 @@ impl Running {
             );
         };
         let (text, end) = match stream.next().await {
-            Some(GenEvent::Token(id)) => match self.text.token(&state, id) {
+            Some(StreamEvent::Token(id)) => match self.text.token(&state, id) {
                 Ok((text, false)) => return (text, None),
                 Ok((text, true)) => {
                     self.tracker.outcome = Some(Outcome::Stop);
@@ -183,30 +183,26 @@ impl Running {
                 }
                 Err(e) => (String::new(), End::Failed(e)),
             },
-            Some(GenEvent::Finished {
-                reason,
-                prompt_tokens,
-                completion_tokens,
-            }) => {
+            Some(StreamEvent::Finished { reason, usage, .. }) => {
                 let (finish, outcome) = match reason {
-                    GenFinish::Stop => ("stop", Outcome::Stop),
-                    GenFinish::Length => ("length", Outcome::Length),
-                    GenFinish::Cancelled => ("stop", Outcome::Cancelled),
+                    FinishReason::Stop => ("stop", Outcome::Stop),
+                    FinishReason::Length => ("length", Outcome::Length),
+                    FinishReason::Cancelled => ("stop", Outcome::Cancelled),
                 };
                 self.tracker.outcome = Some(outcome);
                 match self.text.finish(&state) {
                     Ok((rest, matched)) => {
                         let end = End::Done {
                             finish: if matched { "stop" } else { finish },
-                            prompt: prompt_tokens,
-                            completion: completion_tokens,
+                            prompt: usage.prompt_tokens,
+                            completion: usage.completion_tokens,
                         };
                         (rest, end)
                     }
                     Err(e) => (String::new(), End::Failed(e)),
                 }
             }
-            Some(GenEvent::Error(msg)) => (String::new(), End::Failed(ApiError::internal(msg))),
+            Some(StreamEvent::Error(msg)) => (String::new(), End::Failed(ApiError::internal(msg))),
             None => (
                 String::new(),
                 End::Failed(ApiError::internal("the engine dropped the request")),

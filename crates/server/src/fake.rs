@@ -4,7 +4,8 @@
 //! the queue limit and cancellation, and counting what it ran like the engine.
 
 use crate::generator::{
-    GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream,
+    EngineStats, FinishReason, GenerateRequest, Generator, StreamEvent, SubmitError, TokenStream,
+    Usage,
 };
 use futures_util::future::BoxFuture;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -39,7 +40,7 @@ impl Default for FakeConfig {
 
 #[derive(Default)]
 struct Counters {
-    stats: Mutex<GenStats>,
+    stats: Mutex<EngineStats>,
     running: AtomicUsize,
     shutdown: AtomicBool,
 }
@@ -60,7 +61,7 @@ impl FakeGenerator {
     }
 
     /// The tokens request `r` would produce before any stop id or limit.
-    pub fn script_for(&self, r: &GenRequest) -> Vec<u32> {
+    pub fn script_for(&self, r: &GenerateRequest) -> Vec<u32> {
         match &self.cfg.script {
             Some(s) => s.clone(),
             None => r
@@ -73,7 +74,7 @@ impl FakeGenerator {
         }
     }
 
-    fn update(&self, f: impl FnOnce(&mut GenStats)) {
+    fn update(&self, f: impl FnOnce(&mut EngineStats)) {
         if let Ok(mut s) = self.counters.stats.lock() {
             f(&mut s);
         }
@@ -81,12 +82,12 @@ impl FakeGenerator {
 }
 
 struct FakeStream {
-    rx: mpsc::UnboundedReceiver<GenEvent>,
+    rx: mpsc::UnboundedReceiver<StreamEvent>,
     cancel: Arc<AtomicBool>,
 }
 
 impl TokenStream for FakeStream {
-    fn next(&mut self) -> BoxFuture<'_, Option<GenEvent>> {
+    fn next(&mut self) -> BoxFuture<'_, Option<StreamEvent>> {
         Box::pin(self.rx.recv())
     }
 }
@@ -98,14 +99,14 @@ impl Drop for FakeStream {
 }
 
 impl Generator for FakeGenerator {
-    fn submit(&self, r: GenRequest) -> Result<Box<dyn TokenStream>, GenRefusal> {
+    fn submit(&self, r: GenerateRequest) -> Result<Box<dyn TokenStream>, SubmitError> {
         if self.counters.shutdown.load(Ordering::Acquire) {
-            return Err(GenRefusal::ShuttingDown);
+            return Err(SubmitError::ShuttingDown);
         }
         let tokens = r.prompt_ids.len().saturating_add(r.max_tokens);
         if tokens > self.cfg.max_context {
             self.update(|s| s.refused += 1);
-            return Err(GenRefusal::TooLong {
+            return Err(SubmitError::TooLong {
                 tokens,
                 limit: self.cfg.max_context,
             });
@@ -113,7 +114,7 @@ impl Generator for FakeGenerator {
         if let Some(limit) = self.cfg.memory_limit_tokens {
             if r.prompt_ids.len() > limit {
                 self.update(|s| s.refused += 1);
-                return Err(GenRefusal::NeverFits {
+                return Err(SubmitError::NeverFits {
                     predicted_bytes: r.prompt_ids.len() as u64 * 1000,
                     budget_bytes: limit as u64 * 1000,
                     detail: "fake".into(),
@@ -124,7 +125,7 @@ impl Generator for FakeGenerator {
         if running >= self.cfg.max_running {
             self.counters.running.fetch_sub(1, Ordering::AcqRel);
             self.update(|s| s.refused += 1);
-            return Err(GenRefusal::QueueFull {
+            return Err(SubmitError::QueueFull {
                 limit: self.cfg.max_running,
             });
         }
@@ -142,49 +143,53 @@ impl Generator for FakeGenerator {
         let prompt_tokens = r.prompt_ids.len();
         tokio::spawn(async move {
             let mut drawn = 0usize;
-            let mut reason = GenFinish::Length;
+            let mut reason = FinishReason::Length;
             for &t in script.iter().take(r.max_tokens) {
                 tokio::time::sleep(me.cfg.token_delay).await;
                 if cancelled.load(Ordering::Acquire) || me.counters.shutdown.load(Ordering::Acquire)
                 {
-                    reason = GenFinish::Cancelled;
+                    reason = FinishReason::Cancelled;
                     break;
                 }
                 drawn += 1;
                 me.update(|s| s.generated_tokens += 1);
                 if r.stop_token_ids.contains(&t) {
-                    reason = GenFinish::Stop;
+                    reason = FinishReason::Stop;
                     break;
                 }
-                let _ = tx.send(GenEvent::Token(t));
+                let _ = tx.send(StreamEvent::Token(t));
             }
-            if reason == GenFinish::Length && drawn < r.max_tokens {
-                reason = GenFinish::Stop;
+            if reason == FinishReason::Length && drawn < r.max_tokens {
+                reason = FinishReason::Stop;
             }
             me.counters.running.fetch_sub(1, Ordering::AcqRel);
             me.update(|s| {
                 s.running -= 1;
                 s.kv_blocks_used -= 1;
-                if reason == GenFinish::Cancelled {
+                if reason == FinishReason::Cancelled {
                     s.cancelled += 1;
                 } else {
                     s.finished += 1;
                 }
             });
             if me.counters.shutdown.load(Ordering::Acquire) {
-                let _ = tx.send(GenEvent::Error("the engine is shutting down".into()));
+                let _ = tx.send(StreamEvent::Error("the engine is shutting down".into()));
             } else {
-                let _ = tx.send(GenEvent::Finished {
+                let _ = tx.send(StreamEvent::Finished {
                     reason,
-                    prompt_tokens,
-                    completion_tokens: drawn,
+                    usage: Usage {
+                        prompt_tokens,
+                        completion_tokens: drawn,
+                        ttft_ms: 0.0,
+                    },
+                    attention: Vec::new(),
                 });
             }
         });
         Ok(Box::new(FakeStream { rx, cancel }))
     }
 
-    fn stats(&self) -> GenStats {
+    fn stats(&self) -> EngineStats {
         self.counters
             .stats
             .lock()

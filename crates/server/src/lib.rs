@@ -6,7 +6,8 @@
 //! * [`completion`] / [`shapes`] / [`stop`] — running a request, response and
 //!   SSE chunk shapes, stop strings across token boundaries;
 //! * [`template`] — chat templates (minijinja); [`metrics`] — Prometheus text;
-//! * [`error`] — OpenAI error objects; [`generator`] — the engine seam; [`fake`];
+//! * [`error`] — OpenAI error objects; [`generator`] — the engine seam (the
+//!   engine's own request / event / error / stats types); [`fake`];
 //! * [`client`] — a minimal HTTP/1.1 client for tests and `bench serve`.
 
 pub mod app;
@@ -28,8 +29,6 @@ pub mod stop;
 pub mod template;
 
 pub use app::{router, serve};
-pub use generator::{
-    GenEvent, GenFinish, GenRefusal, GenRequest, GenStats, Generator, TokenStream,
-};
+pub use generator::{Generator, TokenStream};
 pub use state::{AppState, ServerConfig};
 pub use template::ChatTemplate;

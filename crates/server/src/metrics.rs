@@ -3,7 +3,7 @@
 //! and the engine's gauges and counters (running, waiting, KV blocks,
 //! tokens, admission refusals), rendered in the text exposition format.
 
-use crate::generator::GenStats;
+use crate::generator::EngineStats;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -111,7 +111,7 @@ impl Metrics {
     }
 
     /// The exposition text, with the engine's `stats`.
-    pub fn render(&self, stats: &GenStats) -> String {
+    pub fn render(&self, stats: &EngineStats) -> String {
         let mut out = String::new();
         self.with(|m| {
             out.push_str("# HELP headroom_requests_total Completion requests by endpoint and outcome.\n# TYPE headroom_requests_total counter\n");
@@ -221,9 +221,9 @@ mod tests {
         m.request("chat", Outcome::Stop);
         m.request("chat", Outcome::Stop);
         m.http_error(404);
-        let text = m.render(&GenStats {
+        let text = m.render(&EngineStats {
             kv_blocks_free: 7,
-            ..GenStats::default()
+            ..EngineStats::default()
         });
         assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
         assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.005\"} 1\n"));

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 fn model() -> (Qwen35Model<CpuBackend>, usize) {
     let cfg = ModelConfig::synthetic("tiny-d256").unwrap();
-    let m = Qwen35Model::new(&cfg, &Weights::synthetic(&cfg, 7)).unwrap();
+    let m = Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap();
     (m, cfg.vocab_size)
 }
 

@@ -29,6 +29,7 @@ mod batch;
 mod fused;
 pub mod rng;
 mod specs;
+mod workspace;
 
 pub use batch::Batch;
 pub use fused::{
@@ -38,8 +39,10 @@ pub use fused::{
 pub use specs::{
     GdnSpec, InitWindow, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,
 };
+pub use workspace::{AttentionCall, WorkspaceModel};
 
 use crate::{AttentionError, AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
+use std::sync::Arc;
 use thiserror::Error;
 
 /// Why an op could not run.
@@ -114,6 +117,9 @@ pub trait Backend: Send + Sync {
     fn reset_peak_memory(&self);
     /// Waits for queued work (a no-op on synchronous backends).
     fn synchronize(&self) -> OpResult<()>;
+    /// This backend's account of the workspace its ops allocate (memory
+    /// predictions ask it; see [`WorkspaceModel`]).
+    fn workspace_model(&self) -> Arc<dyn WorkspaceModel>;
 
     // ---- state pools -----------------------------------------------------
 

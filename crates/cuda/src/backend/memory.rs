@@ -1,7 +1,8 @@
 //! Moving data on and off the device: weights (matrices converted to bf16 on
 //! the host in pieces, so a large tensor never needs a second full host
 //! copy; vectors as f32), synthetic weights drawn on the device, and
-//! activations to and from host f32.
+//! activations to and from host f32; and [`CudaWorkspace`], the backend's
+//! account of the workspace its attention allocates.
 
 use super::launch::{alloc, dev_err, launch, mul, stride_grid, Args};
 use super::types::{CudaAct, CudaWeight};
@@ -9,8 +10,8 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use cudarc::driver::result;
 use half::bf16;
-use headroom_core::ops::{OpError, OpResult, WeightInit};
-use headroom_core::{Dtype, Tensor, TensorData};
+use headroom_core::ops::{AttentionCall, OpError, OpResult, WeightInit, WorkspaceModel};
+use headroom_core::{AttentionShape, Dtype, RouteRequest, Tensor, TensorData};
 use rayon::prelude::*;
 
 /// Elements converted and copied per piece of a large upload (32 MiB of bf16).
@@ -182,5 +183,69 @@ pub(crate) fn act_to_f32(dev: &CudaDevice, x: &CudaAct) -> OpResult<Vec<f32>> {
             "act_to_f32",
             "f16 activations are not used on CUDA",
         )),
+    }
+}
+
+/// The CUDA backend's [`WorkspaceModel`]. Attention over the KV cache runs
+/// one call per KV head with its query group (or, fused, one launch over
+/// every head): the composed route's workspace is one such call's score and
+/// probability block (`crate::attention::composed_workspace_bytes`: f32
+/// scores and bf16 probabilities for `group × qb × kv_len`); the fused
+/// route keeps its tiles in shared memory (0).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CudaWorkspace;
+
+impl WorkspaceModel for CudaWorkspace {
+    fn attention_bytes(&self, c: &AttentionCall) -> u64 {
+        match c.route {
+            RouteRequest::Fused => 0,
+            RouteRequest::Composed { query_block } => {
+                let q = c.q_len.max(1);
+                let qb = if query_block == 0 {
+                    q
+                } else {
+                    query_block.min(q)
+                };
+                let l = c.layer;
+                let head = AttentionShape {
+                    q_len: q,
+                    kv_len: c.kv_len,
+                    q_heads: (l.q_heads / l.kv_heads.max(1)).max(1),
+                    kv_heads: 1,
+                    head_dim: l.head_dim,
+                    scale: None,
+                };
+                crate::attention::composed_workspace_bytes(&head, Dtype::Bf16, qb) as u64
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::{AttentionKind, LayerKind};
+
+    #[test]
+    fn composed_is_one_kv_heads_score_block_and_fused_is_nothing() {
+        let call = |route| AttentionCall {
+            layer: LayerKind {
+                attention: AttentionKind::Full,
+                head_dim: 256,
+                q_heads: 16,
+                kv_heads: 2,
+                dtype: Dtype::Bf16,
+            },
+            route,
+            q_len: 100,
+            kv_len: 300,
+        };
+        let ws = CudaWorkspace;
+        // group 8, qb = q_len = 100: f32 scores + bf16 probabilities.
+        let composed = RouteRequest::Composed { query_block: 0 };
+        assert_eq!(ws.attention_bytes(&call(composed)), 8 * 100 * 300 * 6);
+        let blocked = RouteRequest::Composed { query_block: 64 };
+        assert_eq!(ws.attention_bytes(&call(blocked)), 8 * 64 * 300 * 6);
+        assert_eq!(ws.attention_bytes(&call(RouteRequest::Fused)), 0);
     }
 }

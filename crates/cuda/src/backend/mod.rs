@@ -213,6 +213,10 @@ impl Backend for CudaBackend {
         self.dev.synchronize().map_err(launch::dev_err)
     }
 
+    fn workspace_model(&self) -> std::sync::Arc<dyn headroom_core::ops::WorkspaceModel> {
+        std::sync::Arc::new(memory::CudaWorkspace)
+    }
+
     fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CudaKvCache> {
         state::new_kv_cache(&self.dev, spec)
     }

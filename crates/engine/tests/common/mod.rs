@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 pub fn tiny(name: &str) -> Qwen35Model<CpuBackend> {
     let cfg = ModelConfig::synthetic(name).unwrap();
-    Qwen35Model::new(&cfg, &Weights::synthetic(&cfg, 7)).unwrap()
+    Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap()
 }
 
 pub fn fixture_dir(name: &str) -> PathBuf {
@@ -27,7 +27,7 @@ pub fn fixture(name: &str) -> Qwen35Model<CpuBackend> {
     let dir = fixture_dir(name);
     let cfg = ModelConfig::from_dir(&dir).unwrap();
     let w = Weights::load(&dir, &cfg).unwrap();
-    Qwen35Model::new(&cfg, &w).unwrap()
+    Qwen35Model::load(CpuBackend::new(), &cfg, w.clone()).unwrap()
 }
 
 /// `n` pseudo-random ids below `vocab`.

@@ -44,9 +44,9 @@ pub struct TtftArgs {
     #[arg(long, value_delimiter = ',', default_value = "2048,8192,32768")]
     pub lengths: Vec<usize>,
     /// Prefill chunk in tokens: the engine's prefill chunk and solo stripe
-    /// (default: the engine's settings — env HEADROOM_PREFILL_CHUNK /
-    /// HEADROOM_SOLO_STRIPE, else a solo stripe of `auto`: the whole prompt
-    /// in one step on cuda up to 65,536 tokens and the memory left, 2048 on cpu).
+    /// (default: the engine's defaults, a solo stripe of `auto`: the whole
+    /// prompt in one step on cuda up to 65,536 tokens and the memory left,
+    /// 2048 on cpu).
     #[arg(long)]
     pub chunk: Option<usize>,
     /// The solo stripe alone: tokens per step of the (lone) request, or `auto`.

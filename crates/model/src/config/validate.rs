@@ -48,9 +48,24 @@ impl ModelConfig {
     /// Checks the bounds and the internal consistency of the sizes (head
     /// divisibility, rotary dims, parameter count, ...).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_bounds()?;
+        self.check_consistency()?;
+        match self.parameter_count() {
+            Some(n) if n <= limits::MAX_PARAMETERS => Ok(()),
+            n => Err(ConfigError::invalid(
+                "num_hidden_layers",
+                format!(
+                    "the sizes give {} parameters, above the limit of {}",
+                    n.map_or("more than 2^64".to_string(), |n| n.to_string()),
+                    limits::MAX_PARAMETERS
+                ),
+            )),
+        }
+    }
+
+    /// Every size in `1..=` its limit ([`limits`]).
+    fn check_bounds(&self) -> Result<(), ConfigError> {
         use limits::*;
-        let bad = |field: &str, reason: String| Err(ConfigError::invalid(field, reason));
-        let m = self.moe();
         let mut sizes = vec![
             ("vocab_size", self.vocab_size, MAX_VOCAB),
             ("hidden_size", self.hidden_size, MAX_WIDTH),
@@ -103,6 +118,14 @@ impl ModelConfig {
         for (field, value, max) in sizes {
             check_size(field, value, max)?;
         }
+        Ok(())
+    }
+
+    /// The sizes agree: one layer type per layer, head counts that divide,
+    /// rotary dims within the head, finite positive constants, top-k within
+    /// the experts.
+    fn check_consistency(&self) -> Result<(), ConfigError> {
+        let bad = |field: &str, reason: String| Err(ConfigError::invalid(field, reason));
         if self.layer_types.len() != self.num_hidden_layers {
             return bad(
                 "layer_types",
@@ -159,7 +182,7 @@ impl ModelConfig {
                 format!("{} is not valid", self.rms_norm_eps),
             );
         }
-        if let Some(m) = m {
+        if let Some(m) = self.moe() {
             if m.num_experts_per_tok > m.num_experts {
                 return bad(
                     "num_experts_per_tok",
@@ -167,16 +190,7 @@ impl ModelConfig {
                 );
             }
         }
-        match self.parameter_count() {
-            Some(n) if n <= MAX_PARAMETERS => Ok(()),
-            n => bad(
-                "num_hidden_layers",
-                format!(
-                    "the sizes give {} parameters, above the limit of {MAX_PARAMETERS}",
-                    n.map_or("more than 2^64".to_string(), |n| n.to_string())
-                ),
-            ),
-        }
+        Ok(())
     }
 
     /// Parameters of the text model (embeddings, every layer, final norm, head),

@@ -18,7 +18,6 @@ use crate::{
 };
 use headroom_core::ops::{Backend, Batch};
 use headroom_core::RouteRequest;
-use headroom_cpu::{CpuBackend, CpuComm, Precision};
 use std::sync::Arc;
 
 /// Where the ranks' weights come from.
@@ -52,43 +51,10 @@ impl<B: Backend> TpSession<B> {
     }
 }
 
-impl TpGroup<CpuBackend> {
-    /// `world` CPU ranks joined by an in-process communicator.
-    pub fn cpu(
-        cfg: &ModelConfig,
-        world: usize,
-        weights: TpWeights<'_>,
-    ) -> Result<Self, ModelError> {
-        ShardPlan::new(cfg, world)?;
-        let comm = CpuComm::new(world);
-        let backends = comm.ranks().into_iter().map(CpuBackend::in_group).collect();
-        let abort: Abort = Arc::new(move || comm.abort());
-        TpGroup::build(backends, cfg, weights, Some(abort))
-    }
-
-    /// [`TpGroup::cpu`] computing in `precision`: with a bf16 emulation, the
-    /// CUDA group's numerics (f32 partials, the sum rounded once) on the CPU.
-    pub fn cpu_with_precision(
-        cfg: &ModelConfig,
-        world: usize,
-        weights: TpWeights<'_>,
-        precision: Precision,
-    ) -> Result<Self, ModelError> {
-        ShardPlan::new(cfg, world)?;
-        let comm = CpuComm::new(world);
-        let backends = comm
-            .ranks()
-            .into_iter()
-            .map(|r| CpuBackend::in_group_with_precision(r, precision))
-            .collect();
-        let abort: Abort = Arc::new(move || comm.abort());
-        TpGroup::build(backends, cfg, weights, Some(abort))
-    }
-}
-
 impl<B: Backend> TpGroup<B> {
     /// Builds rank `r`'s shard on `backends[r]` (each backend already a rank
-    /// of a group of `backends.len()`), every rank on its own thread.
+    /// of a group of `backends.len()`, e.g. `headroom_cpu::cpu_group`), every
+    /// rank on its own thread; `abort` fails the group's waiting collectives.
     pub fn build(
         backends: Vec<B>,
         cfg: &ModelConfig,

@@ -47,6 +47,10 @@ pub(crate) trait WeightSource<B: Backend> {
         head_dim: usize,
     ) -> Result<(B::Weight, B::Weight), ModelError>;
 
+    /// The progress task and message of building a model from this source
+    /// (`headroom_core::progress`).
+    fn progress(&self) -> (&'static str, &'static str);
+
     fn matrix(&mut self, be: &B, name: &str) -> Result<B::Weight, ModelError> {
         self.matrix_part(be, name, None, None)
     }
@@ -125,6 +129,10 @@ impl<'w> HostSource<'w> {
 }
 
 impl<B: Backend> WeightSource<B> for HostSource<'_> {
+    fn progress(&self) -> (&'static str, &'static str) {
+        ("upload", "uploading the checkpoint's layers")
+    }
+
     fn matrix_part(
         &mut self,
         be: &B,
@@ -278,6 +286,10 @@ fn draw<B: Backend>(
 }
 
 impl<B: Backend> WeightSource<B> for InitSource<'_> {
+    fn progress(&self) -> (&'static str, &'static str) {
+        ("draw", "drawing synthetic weights on the backend")
+    }
+
     fn matrix_part(
         &mut self,
         be: &B,

@@ -6,6 +6,7 @@
 //! at load (one parallel pass over its bits).
 
 use super::{canonical_name, check, experts, fused, CheckpointName, Weights, WeightsError};
+use crate::meter::Meter;
 use crate::{ModelConfig, Tensor, TensorData};
 use half::{bf16, f16};
 use rayon::prelude::*;
@@ -19,14 +20,22 @@ impl Weights {
         let files = checkpoint_files(dir)?;
         let mut raw: BTreeMap<String, Tensor> = BTreeMap::new();
         let (mut vision, mut mtp) = (0usize, 0usize);
-        let bar = indicatif::ProgressBar::new(files.len() as u64);
+        let total = files
+            .iter()
+            .map(|f| std::fs::metadata(f).map(|m| m.len()).map_err(io_err(f)))
+            .sum::<Result<u64, _>>()?;
+        let mut meter = Meter::start(
+            "checkpoint",
+            total,
+            "bytes",
+            format!("loading {} ({} files)", dir.display(), files.len()),
+        );
         for path in &files {
-            let n = read_file(path, cfg, &mut raw)?;
+            let n = read_file(path, cfg, &mut raw, &mut meter)?;
             vision += n.0;
             mtp += n.1;
-            bar.inc(1);
         }
-        bar.finish_and_clear();
+        meter.finish();
         if vision + mtp > 0 {
             tracing::info!(vision, mtp, "skipped vision / MTP tensors");
         }
@@ -105,10 +114,13 @@ fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
 }
 
 /// Reads one file's text tensors into `raw`; returns (vision, mtp) skipped counts.
+/// Advances `meter` by the tensor bytes read and, at the end, by the
+/// header bytes, so the file's whole size is counted.
 fn read_file(
     path: &Path,
     cfg: &ModelConfig,
     raw: &mut BTreeMap<String, Tensor>,
+    meter: &mut Meter,
 ) -> Result<(usize, usize), WeightsError> {
     let file = std::fs::File::open(path).map_err(io_err(path))?;
     // SAFETY: the map is read-only and dropped before this function returns;
@@ -122,7 +134,11 @@ fn read_file(
     let (mut vision, mut mtp) = (0, 0);
     let mut entries = st.tensors();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut counted = 0u64;
     for (name, view) in entries {
+        let bytes = view.data().len() as u64;
+        counted += bytes;
+        meter.advance(bytes);
         let canonical = match canonical_name(&name) {
             CheckpointName::Vision => {
                 vision += 1;
@@ -148,6 +164,7 @@ fn read_file(
             return Err(WeightsError::Duplicate(canonical));
         }
     }
+    meter.advance((map.len() as u64).saturating_sub(counted));
     Ok((vision, mtp))
 }
 

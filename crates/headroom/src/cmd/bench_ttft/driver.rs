@@ -97,8 +97,7 @@ impl EngineRecord {
     }
 }
 
-/// Env settings (malformed values warned and ignored), then the flags:
-/// `--chunk N` is the prefill chunk and the solo stripe (every step of the
+/// The default settings, then the flags: `--chunk N` is the prefill chunk and the solo stripe (every step of the
 /// lone request), `--solo-stripe` the stripe alone.
 pub fn scheduler_settings(a: &TtftArgs) -> anyhow::Result<SchedulerSettings> {
     crate::engine_args::scheduler_settings(crate::engine_args::SchedulerFlags {

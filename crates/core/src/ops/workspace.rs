@@ -1,0 +1,27 @@
+//! What a backend's ops allocate for themselves, asked before they run: the
+//! engine predicts a request's memory (admission) and sizes a solo step
+//! from the backend's own answer rather than re-deriving its kernels'
+//! buffers. The answer is a [`WorkspaceModel`] detached from the backend, so
+//! a request can be checked on any thread while the backend runs a step.
+
+use crate::{LayerKind, RouteRequest};
+
+/// One attention call as a memory prediction sees it: one sequence of
+/// `q_len` query rows, the last rows of `kv_len` cached keys, of a layer of
+/// shape `layer` (its heads and head dim), running `route`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionCall {
+    pub layer: LayerKind,
+    pub route: RouteRequest,
+    pub q_len: usize,
+    pub kv_len: usize,
+}
+
+/// A backend's account of its ops' transient memory.
+pub trait WorkspaceModel: Send + Sync + std::fmt::Debug {
+    /// Bytes of workspace one [`crate::Backend::attention`] call of `call`'s
+    /// shape allocates beyond its inputs (q, the cache) and its output; all
+    /// of it lives until the call returns, so this is also its peak. Where
+    /// the backend splits a call in more than one way, the largest.
+    fn attention_bytes(&self, call: &AttentionCall) -> u64;
+}
