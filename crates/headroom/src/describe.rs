@@ -6,6 +6,7 @@
 use headroom_core::{AttentionKind, LayerKind, RouteRequest};
 use headroom_engine::KvResolution;
 use headroom_model::AttentionPlan;
+use headroom_policy::{ControlSource, Controls, ResolvedAttention};
 
 /// `[0, 1, 2, 4, 7, 8]` → `0-2, 4, 7-8`.
 pub fn fmt_indices(indices: &[usize]) -> String {
@@ -72,6 +73,29 @@ pub fn attention(plan: &AttentionPlan, kinds: &[LayerKind]) -> String {
         .map(|(what, l)| format!("{what} on {}", layers(l)))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// Why the routes are what they are: the control with its source, and the
+/// qualification entries that decided any layer, e.g. `control auto (default),
+/// qualified by cuda-nvidia-h200-132sm-d256-h16kv2-bf16-fused`.
+pub fn attention_why(controls: &Controls, layers: &[ResolvedAttention]) -> String {
+    let source = match controls.execution_source {
+        ControlSource::Cli => "flag",
+        ControlSource::Env => "environment",
+        ControlSource::Default => "default",
+    };
+    let mut ids: Vec<&str> = layers
+        .iter()
+        .filter_map(|r| r.qualification_id.as_deref())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let control = format!("control {} ({source})", controls.execution);
+    if ids.is_empty() {
+        format!("{control}, no qualification entry applies")
+    } else {
+        format!("{control}, qualified by {}", ids.join(", "))
+    }
 }
 
 /// `contiguous KV cache` / `paged KV cache (blocks of 64 rows)`, with why it
@@ -157,6 +181,47 @@ mod tests {
         let uniform = AttentionPlan::Uniform(RouteRequest::Composed { query_block: 0 });
         assert!(attention(&uniform, &kinds)
             .contains("composed attention (one query block) on layers 3, 7"));
+    }
+
+    #[test]
+    fn why_names_the_control_its_source_and_the_deciding_entries() {
+        use headroom_core::Route;
+        use headroom_policy::{AttentionControl, ResolutionSource};
+        let resolved = |id: Option<&str>| ResolvedAttention {
+            control_requested: AttentionControl::Auto,
+            control_source: ControlSource::Default,
+            route: if id.is_some() {
+                Route::Fused
+            } else {
+                Route::None
+            },
+            query_block: None,
+            source: if id.is_some() {
+                ResolutionSource::Qualified
+            } else {
+                ResolutionSource::Default
+            },
+            qualification_id: id.map(str::to_string),
+            reason: None,
+        };
+        let layers = [
+            resolved(None),
+            resolved(Some("h200-fused")),
+            resolved(Some("h200-fused")),
+        ];
+        assert_eq!(
+            attention_why(&Controls::default(), &layers),
+            "control auto (default), qualified by h200-fused"
+        );
+        let flag = Controls {
+            execution: AttentionControl::Fallback,
+            execution_source: ControlSource::Cli,
+            ..Controls::default()
+        };
+        assert_eq!(
+            attention_why(&flag, &layers[..1]),
+            "control fallback (flag), no qualification entry applies"
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ mod job;
 mod prompts;
 mod report;
 
-use super::logits::{attention_plan, check_memory, ForwardArgs};
+use super::logits::{attention_plan_and_why, check_memory, ForwardArgs};
 use crate::backend_select::{load_config, run_on_backend, WeightsInit};
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
@@ -141,10 +141,12 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         .max()
         .unwrap_or(1);
     let max_context = a.max_context.unwrap_or(longest.div_ceil(64).max(1) * 64);
-    let attention = if a.forward.tp.active() {
-        crate::tp::plan_and_routes(g, a.forward.backend, &cfg, a.forward.tp.world())?.1
+    let (attention, why) = if a.forward.tp.active() {
+        let plan = crate::tp::plan_and_routes(g, a.forward.backend, &cfg, a.forward.tp.world())?.1;
+        (plan, None)
     } else {
-        attention_plan(g, a.forward.backend, &cfg)?
+        let (plan, why) = attention_plan_and_why(g, a.forward.backend, &cfg)?;
+        (plan, Some(why))
     };
     let engine = EngineConfig {
         scheduler: settings,
@@ -159,7 +161,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     };
     let job = GenerateJob {
         model: source.label(),
-        attention: crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
+        attention: with_why(
+            crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
+            why,
+        ),
         vocab: cfg.vocab_size,
         requests,
         engine,
@@ -186,4 +191,12 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         a.forward.weights_init,
         job,
     )
+}
+
+/// `what (why)`, or `what` alone where the reason is not known.
+pub(crate) fn with_why(what: String, why: Option<String>) -> String {
+    match why {
+        Some(why) => format!("{what} ({why})"),
+        None => what,
+    }
 }

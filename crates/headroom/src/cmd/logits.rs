@@ -87,6 +87,15 @@ pub fn attention_plan(
     backend: BackendKind,
     cfg: &ModelConfig,
 ) -> anyhow::Result<AttentionPlan> {
+    Ok(attention_plan_and_why(g, backend, cfg)?.0)
+}
+
+/// [`attention_plan`] and why, in words ([`crate::describe::attention_why`]).
+pub fn attention_plan_and_why(
+    g: &GlobalArgs,
+    backend: BackendKind,
+    cfg: &ModelConfig,
+) -> anyhow::Result<(AttentionPlan, String)> {
     let kinds = cfg.layer_kinds();
     let setup = AttentionSetup::new(g, backend, &kinds)?;
     setup.log_warnings();
@@ -98,7 +107,8 @@ pub fn attention_plan(
         tracing::info!(layer, route = %route, "attention route");
         plan.push((layer, route));
     }
-    Ok(AttentionPlan::PerLayer(plan))
+    let why = crate::describe::attention_why(&setup.controls, &setup.layers);
+    Ok((AttentionPlan::PerLayer(plan), why))
 }
 
 /// Reads a JSON array of token ids and checks each against the vocabulary.

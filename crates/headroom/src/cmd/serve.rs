@@ -10,7 +10,8 @@
 //! state); each rank's weight bytes are printed at start.
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
-use crate::cmd::logits::attention_plan;
+use crate::cmd::generate::with_why;
+use crate::cmd::logits::attention_plan_and_why;
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
@@ -99,13 +100,18 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     };
     eos.extend(&cfg.eos_token_ids);
     let scheduler = a.engine.scheduler(None)?;
+    let (attention, why) = if a.tp.active() {
+        (
+            crate::tp::plan_and_routes(g, a.backend, &cfg, a.tp.world())?.1,
+            None,
+        )
+    } else {
+        let (plan, why) = attention_plan_and_why(g, a.backend, &cfg)?;
+        (plan, Some(why))
+    };
     let engine = EngineConfig {
         scheduler,
-        attention: if a.tp.active() {
-            crate::tp::plan_and_routes(g, a.backend, &cfg, a.tp.world())?.1
-        } else {
-            attention_plan(g, a.backend, &cfg)?
-        },
+        attention,
         kv_backend: a.engine.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
         max_running: a.max_running,
@@ -124,7 +130,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     server.stop_token_ids = stop_ids;
     let job = ServeJob {
         model: a.source.label(),
-        attention: crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
+        attention: with_why(
+            crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
+            why,
+        ),
         engine,
         server,
         codec,
