@@ -93,7 +93,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         // the block count, limits admission (a request that fits the budget
         // alone always gets its blocks).
         let total_blocks = cfg.max_running * blocks_for(cfg.max_context);
-        let state = model.new_state(cfg.max_running, cfg.max_context)?;
+        let state = model
+            .new_state(cfg.max_running, cfg.max_context)
+            .map_err(|e| crate::memory::state_pool_error(&cfg, &memory, e))?;
         let solo = solo_stripe(&model, &cfg, &memory);
         let limits = Limits {
             memory,

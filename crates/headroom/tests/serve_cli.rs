@@ -151,3 +151,36 @@ fn bench_serve_loads_a_server_and_writes_json() {
     let _ = std::fs::remove_file(&out);
     assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
 }
+
+/// `--max-context` above the model's `max_position_embeddings` (tiny-d256:
+/// 32,768) is refused before anything starts, naming both numbers; the same
+/// for `generate`.
+#[test]
+fn a_context_above_the_models_is_refused_with_both_numbers() {
+    for args in [
+        vec![
+            "serve",
+            "--synthetic",
+            "tiny-d256",
+            "--port",
+            "0",
+            "--max-context",
+            "40000",
+        ],
+        vec![
+            "generate",
+            "--synthetic",
+            "tiny-d256",
+            "--prompt",
+            "hi",
+            "--max-context",
+            "40000",
+        ],
+    ] {
+        let err = common::headroom_fails(&args);
+        assert!(
+            err.contains("--max-context 40000") && err.contains("32768"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -140,7 +140,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         .map(|r| r.prompt_ids.len() + r.max_tokens)
         .max()
         .unwrap_or(1);
-    let max_context = a.max_context.unwrap_or(longest.div_ceil(64).max(1) * 64);
+    let max_context = match a.max_context {
+        Some(_) => super::serve::serve_max_context(a.max_context, cfg.max_position_embeddings)?,
+        None => longest.div_ceil(64).max(1) * 64,
+    };
     let (attention, why) = if a.forward.tp.active() {
         let plan = crate::tp::plan_and_routes(g, a.forward.backend, &cfg, a.forward.tp.world())?.1;
         (plan, None)

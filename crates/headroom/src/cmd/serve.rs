@@ -49,9 +49,10 @@ pub struct Args {
     /// Where a synthetic model's weights are drawn (default: host on cpu, device on cuda).
     #[arg(long, value_name = "host|device")]
     pub weights_init: Option<WeightsInit>,
-    /// Most tokens (prompt + generated) of one request.
-    #[arg(long, default_value_t = 4096, value_name = "N")]
-    pub max_context: usize,
+    /// Most tokens (prompt + generated) of one request (default: the model's
+    /// `max_position_embeddings`, at most 4096; never above the model's).
+    #[arg(long, value_name = "N")]
+    pub max_context: Option<usize>,
     /// Most requests running at once.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub max_running: usize,
@@ -77,13 +78,14 @@ pub struct Args {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    if a.max_context == 0 || a.max_running == 0 || a.default_max_tokens == 0 {
+    if a.max_context == Some(0) || a.max_running == 0 || a.default_max_tokens == 0 {
         bail!("--max-context, --max-running and --default-max-tokens must be at least 1");
     }
     if !(a.shutdown_grace_s.is_finite() && a.shutdown_grace_s >= 0.0) {
         bail!("--shutdown-grace-s must be a number >= 0");
     }
     let cfg = load_config(&a.source)?;
+    let max_context = serve_max_context(a.max_context, cfg.max_position_embeddings)?;
     let (codec, template, mut eos, stop_ids) = match &a.source.model {
         Some(dir) => text_side(dir)?,
         None => {
@@ -115,7 +117,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         kv_backend: a.engine.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
         max_running: a.max_running,
-        max_context: a.max_context,
+        max_context,
         max_waiting: a.max_waiting,
         eos_token_ids: eos,
         capture_logits: false,
@@ -301,5 +303,38 @@ impl ServeJob {
         served.context("serving")?;
         eprintln!("server stopped");
         Ok(())
+    }
+}
+
+/// The context a served request may use: `--max-context` when given (never
+/// above the model's `max_position_embeddings`: refused with both numbers),
+/// else the model's limit capped at [`DEFAULT_MAX_CONTEXT`] (every slot
+/// reserves its whole context today).
+pub(crate) fn serve_max_context(flag: Option<usize>, model_limit: usize) -> anyhow::Result<usize> {
+    match flag {
+        Some(n) if n > model_limit => bail!(
+            "--max-context {n} is above the model's context of {model_limit} positions \
+             (max_position_embeddings)"
+        ),
+        Some(n) => Ok(n),
+        None => Ok(model_limit.min(DEFAULT_MAX_CONTEXT)),
+    }
+}
+
+/// `--max-context` when none is given and the model allows more.
+const DEFAULT_MAX_CONTEXT: usize = 4096;
+
+#[cfg(test)]
+mod max_context_tests {
+    use super::serve_max_context;
+
+    #[test]
+    fn the_context_defaults_to_the_model_capped_and_never_exceeds_it() {
+        assert_eq!(serve_max_context(None, 64).unwrap(), 64);
+        assert_eq!(serve_max_context(None, 262_144).unwrap(), 4096);
+        assert_eq!(serve_max_context(Some(2048), 262_144).unwrap(), 2048);
+        assert_eq!(serve_max_context(Some(64), 64).unwrap(), 64);
+        let err = serve_max_context(Some(4096), 64).unwrap_err().to_string();
+        assert!(err.contains("4096") && err.contains("64"), "{err}");
     }
 }
