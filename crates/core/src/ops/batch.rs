@@ -96,13 +96,17 @@ impl Batch {
         if self.cu_seqlens.windows(2).any(|w| w[1] <= w[0]) {
             return bad("every sequence needs at least one row".into());
         }
+        // One bit per slot of the pool: O(n + slots), not O(n²).
+        let mut seen = vec![0u64; slots.div_ceil(64)];
         for (i, &s) in self.slots.iter().enumerate() {
             if s >= slots {
                 return bad(format!("slot {s} of sequence {i} >= {slots} slots"));
             }
-            if self.slots[..i].contains(&s) {
+            let (word, bit) = (s / 64, 1u64 << (s % 64));
+            if seen[word] & bit != 0 {
                 return bad(format!("slot {s} used by two sequences"));
             }
+            seen[word] |= bit;
         }
         Ok(())
     }
@@ -130,5 +134,21 @@ mod tests {
         let mut b = Batch::single(0, 0, 4);
         b.history.clear();
         assert!(b.validate(1).is_err());
+    }
+
+    #[test]
+    fn shared_slots_are_found_anywhere_in_a_large_batch() {
+        // 1,000 one-row sequences on slots 0..999 of a 1,024-slot pool.
+        let seqs: Vec<(usize, usize, usize)> = (0..1000).map(|s| (s, 7, 1)).collect();
+        Batch::packed(&seqs).validate(1024).unwrap();
+        for (a, b) in [(0, 999), (63, 64), (998, 999), (500, 1)] {
+            let mut dup = seqs.clone();
+            dup[a].0 = dup[b].0;
+            let err = Batch::packed(&dup).validate(1024).unwrap_err().to_string();
+            assert!(err.contains("used by two sequences"), "{a} {b}: {err}");
+        }
+        // Slots past the pool are refused before any bit is set out of range.
+        assert!(Batch::packed(&[(1024, 0, 1)]).validate(1024).is_err());
+        assert!(Batch::packed(&[(64, 0, 1)]).validate(64).is_err());
     }
 }
