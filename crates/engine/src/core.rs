@@ -95,7 +95,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let total_blocks = cfg.max_running * blocks_for(cfg.max_context);
         let state = model
             .new_state(cfg.max_running, cfg.max_context)
-            .map_err(|e| crate::memory::state_pool_error(&cfg, &memory, e))?;
+            .map_err(|e| {
+                crate::memory::state_pool_error(cfg.max_running, cfg.max_context, &memory, e)
+            })?;
         let solo = solo_stripe(&model, &cfg, &memory);
         let limits = Limits {
             memory,

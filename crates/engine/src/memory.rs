@@ -175,14 +175,15 @@ pub fn memory_model<B: Backend>(
 /// The state pools could not be allocated (a device out of memory, most
 /// often): an error that names what was asked and how much it needs.
 pub(crate) fn state_pool_error(
-    cfg: &crate::config::EngineConfig,
+    max_running: usize,
+    max_context: usize,
     memory: &MemoryModel,
     e: headroom_model::ModelError,
 ) -> crate::EngineError {
-    let running = cfg.max_running as u64;
+    let running = max_running as u64;
     let kv = memory
         .kv_bytes_per_token
-        .saturating_mul(cfg.max_context as u64)
+        .saturating_mul(max_context as u64)
         .saturating_mul(running);
     let gdn = memory.gdn_bytes_per_slot.saturating_mul(running);
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
@@ -190,8 +191,8 @@ pub(crate) fn state_pool_error(
         "the state pools for {} running requests of up to {} tokens need {:.2} GiB \
          ({:.2} GiB KV cache + {:.2} GiB Gated DeltaNet state) and could not be allocated \
          ({e}); lower --max-running or --max-context",
-        cfg.max_running,
-        cfg.max_context,
+        max_running,
+        max_context,
         gib(kv.saturating_add(gdn)),
         gib(kv),
         gib(gdn),
@@ -277,11 +278,6 @@ mod tests {
 
     #[test]
     fn a_state_pool_that_cannot_be_allocated_is_an_error_with_the_numbers() {
-        let cfg = crate::config::EngineConfig {
-            max_running: 128,
-            max_context: 65_536,
-            ..Default::default()
-        };
         let mut m = model(Arc::new(Recording::default()), 0);
         m.kv_bytes_per_token = 20 << 10;
         m.gdn_bytes_per_slot = 63 << 20;
@@ -289,7 +285,7 @@ mod tests {
             layer: None,
             source: headroom_core::OpError::shape("new_kv_cache", "out of memory"),
         };
-        let msg = state_pool_error(&cfg, &m, e).to_string();
+        let msg = state_pool_error(128, 65_536, &m, e).to_string();
         // 128 x 65,536 x 20 KiB = 160 GiB of KV, 128 x 63 MiB = 7.875 GiB of state.
         for want in [
             "128 running",

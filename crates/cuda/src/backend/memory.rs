@@ -8,6 +8,7 @@ use super::launch::{alloc, dev_err, launch, mul, stride_grid, Args};
 use super::types::{CudaAct, CudaWeight};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
+pub(crate) use crate::tensor::new_act;
 use cudarc::driver::result;
 use half::bf16;
 use headroom_core::ops::{AttentionCall, OpError, OpResult, WeightInit, WorkspaceModel};
@@ -125,24 +126,6 @@ pub(crate) fn init_matrix(
         rows,
         cols,
         dtype: Dtype::Bf16,
-    })
-}
-
-/// A fresh, uninitialised activation (NaN-poisoned in debug builds is the
-/// tests' job: they fill outputs before ops where it matters).
-pub(crate) fn new_act(
-    dev: &CudaDevice,
-    op: &'static str,
-    rows: usize,
-    cols: usize,
-    dtype: Dtype,
-) -> OpResult<CudaAct> {
-    let bytes = mul(op, mul(op, rows, cols)?, dtype.size_bytes())?;
-    Ok(CudaAct {
-        buf: alloc(dev, bytes)?,
-        rows,
-        cols,
-        dtype,
     })
 }
 

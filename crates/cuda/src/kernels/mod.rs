@@ -4,7 +4,7 @@
 //! list of them all: the artifact gate checks it, the device loads from it.
 //! `pdl.cuh` here is the header shared by several sources.
 
-mod source;
+pub(crate) mod source;
 #[cfg(test)]
 mod tests;
 

@@ -1,6 +1,6 @@
 //! The kernel sources of attention (`crate::kernels::SOURCES` lists them).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Fused prefill attention for head dims 64/128/256 in f16 and bf16 (mma.sync, sm_80+).
 pub const ATTENTION_FUSED: KernelSource = KernelSource {

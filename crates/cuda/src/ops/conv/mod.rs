@@ -2,11 +2,11 @@
 //! state (`ops_conv1d.cu`): each sequence reads its slot's last `kernel - 1`
 //! rows, then the state advances to the last `kernel - 1` rows it has seen.
 
-use crate::backend::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X, GRID_YZ};
-use crate::backend::memory::new_act;
-use crate::backend::validate::{batch_rows, bf16, row_tables};
-use crate::backend::{CudaAct, CudaGdnState, CudaWeight};
 use crate::device::CudaDevice;
+use crate::launch::{grid_dim, int, launch, seq_table, upload, Args, GRID_X, GRID_YZ};
+use crate::tensor::new_act;
+use crate::tensor::{CudaAct, CudaGdnState, CudaWeight};
+use crate::validate::{batch_rows, bf16, row_tables};
 use headroom_core::ops::{Batch, OpError, OpResult};
 use headroom_core::Dtype;
 

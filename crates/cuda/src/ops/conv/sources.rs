@@ -1,6 +1,6 @@
 //! The kernel source of the causal conv1d (`crate::kernels::SOURCES` lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Causal depthwise conv1d + SiLU with per-slot state.
 pub const OPS_CONV1D: KernelSource = KernelSource {

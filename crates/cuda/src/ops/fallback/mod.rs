@@ -8,11 +8,11 @@
 //! (tokens not routed to an expert are skipped when accumulating). Correct,
 //! not fast; no host synchronisation beyond the small sequence table upload.
 
-use crate::backend::launch::{
-    alloc, dev_err, grid_dim, int, launch, stride_grid, upload, Args, GRID_X, GRID_YZ,
-};
 use crate::blas::Linear;
 use crate::device::CudaDevice;
+use crate::launch::{
+    alloc, dev_err, grid_dim, int, launch, stride_grid, upload, Args, GRID_X, GRID_YZ,
+};
 use crate::ops::gdn::GdnLaunch as GdnCall;
 use crate::ops::moe::MoeLaunch as MoeCall;
 use headroom_core::ops::{OpError, OpResult};

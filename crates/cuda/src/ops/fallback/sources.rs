@@ -1,7 +1,7 @@
 //! The kernel source of the shape-general fallbacks (`crate::kernels::SOURCES`
 //! lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Shape-general fallbacks of the gated delta rule and the routed experts
 /// (small models).

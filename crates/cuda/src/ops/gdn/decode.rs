@@ -4,10 +4,10 @@
 //! other shapes run the composition of the plain ops.
 //! The slots go to the kernel by value (no host-to-device copy per call).
 
-use crate::backend::launch::{grid_dim, int, launch_packed_pdl, GRID_X, GRID_YZ};
-use crate::backend::memory::new_act;
-use crate::backend::{CudaAct, CudaGdnState, CudaWeight};
 use crate::device::CudaDevice;
+use crate::launch::{grid_dim, int, launch_packed_pdl, GRID_X, GRID_YZ};
+use crate::tensor::new_act;
+use crate::tensor::{CudaAct, CudaGdnState, CudaWeight};
 use headroom_core::ops::{Batch, GdnCoreInputs, GdnCoreWeights, OpError, OpResult};
 use headroom_core::Dtype;
 use std::ffi::c_void;

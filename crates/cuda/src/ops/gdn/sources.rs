@@ -1,7 +1,7 @@
 //! The kernel sources of the gated delta rule and the entry points each
 //! exports (referenced from the registry's `SOURCES` list in `crate::kernels`).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Gated delta rule, chunked prefill form: the per-chunk prep.
 pub const GDN_CHUNK_PREP: KernelSource = KernelSource {

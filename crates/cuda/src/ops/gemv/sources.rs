@@ -1,6 +1,6 @@
 //! The kernel source of the skinny GEMV (`crate::kernels::SOURCES` lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Skinny bf16 GEMV over up to 6 matrices in one launch: one output per warp
 /// at one row (`c1`), two at 2 ..= 8 rows (`c2`).

@@ -1,7 +1,7 @@
 //! The kernel source of the KV cache writes and head-major transposes
 //! (`crate::kernels::SOURCES` lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// KV cache writes and the head-major transposes around attention.
 pub const OPS_KV: KernelSource = KernelSource {

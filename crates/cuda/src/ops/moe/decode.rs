@@ -8,13 +8,11 @@
 //! and 128-row tiles that hold one valid row each at decode.
 
 use super::check_weights;
-use crate::backend::launch::{
-    alloc, grid_dim, int, launch_programmatic, mul, Args, GRID_X, GRID_YZ,
-};
-use crate::backend::memory::new_act;
-use crate::backend::validate::bf16;
-use crate::backend::{CudaAct, CudaWeight};
 use crate::device::CudaDevice;
+use crate::launch::{alloc, grid_dim, int, launch_programmatic, mul, Args, GRID_X, GRID_YZ};
+use crate::tensor::new_act;
+use crate::tensor::{CudaAct, CudaWeight};
+use crate::validate::bf16;
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
 

@@ -1,7 +1,7 @@
 //! The kernel sources of the sparse MoE and the entry points each exports
 //! (referenced from the registry's `SOURCES` list in `crate::kernels`).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Sparse-MoE routing, expert-order bookkeeping and the weighted combine.
 pub const MOE_ROUTE: KernelSource = KernelSource {

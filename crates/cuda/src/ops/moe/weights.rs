@@ -1,7 +1,7 @@
 //! The shapes of an MoE block's weights against its spec (every path of the
 //! op checks them before any launch).
 
-use crate::backend::CudaWeight;
+use crate::tensor::CudaWeight;
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 
 /// Checks the expert weights against the spec and `hidden`.

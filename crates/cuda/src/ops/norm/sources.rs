@@ -1,6 +1,6 @@
 //! The kernel source of the RMSNorms (`crate::kernels::SOURCES` lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// The RMSNorms of Qwen3.5 (add + zero-centred, per group, gated), each in
 /// the variants the shapes pick.

@@ -1,7 +1,7 @@
 //! The kernel source of the element-wise and gather ops
 //! (`crate::kernels::SOURCES` lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Element-wise and gather kernels of the backend op set.
 pub const OPS_POINTWISE: KernelSource = KernelSource {

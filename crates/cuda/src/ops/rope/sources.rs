@@ -1,6 +1,6 @@
 //! The kernel source of the rotary embedding (`crate::kernels::SOURCES` lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Partial rotary embedding, each row's position from the sequence table.
 pub const OPS_ROPE: KernelSource = KernelSource {

@@ -1,6 +1,6 @@
 //! The kernel source of sampling (`crate::kernels::SOURCES` lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// Greedy / temperature / top-k / top-p sampling, one CTA per row.
 pub const OPS_SAMPLE: KernelSource = KernelSource {

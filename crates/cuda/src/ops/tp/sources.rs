@@ -1,7 +1,7 @@
 //! The kernel source of the tensor-parallel partials (`crate::kernels::SOURCES`
 //! lists it).
 
-use crate::kernels::KernelSource;
+use crate::kernels::source::KernelSource;
 
 /// The tensor-parallel partial kernels.
 pub const OPS_TP: KernelSource = KernelSource {
