@@ -17,10 +17,12 @@
 //! started by then are *not started*; *failed* means an error (HTTP status,
 //! a broken stream, an error event).
 
+use crate::serve_pool::{self, PoolSample};
 use headroom_server::client;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -45,6 +47,8 @@ pub struct LoadConfig {
     pub ignore_eos: bool,
     /// Whole-run limit: requests not started by then are skipped, running ones are cut.
     pub time_limit: Duration,
+    /// Sample the server's pool gauges (`/metrics`) this often; `None`: no samples.
+    pub sample_every: Option<Duration>,
 }
 
 /// p50 / p90 / p99 / mean / max of a sample, in milliseconds.
@@ -111,6 +115,8 @@ pub struct LoadReport {
     pub itl_ms: Percentiles,
     /// End-to-end latency of completed requests.
     pub e2e_ms: Percentiles,
+    /// Pool use over the run (empty when not sampled or the server has no `/metrics`).
+    pub pool: Vec<PoolSample>,
 }
 
 /// What one request did, as far as it got.
@@ -203,6 +209,7 @@ impl Tally {
             ttft_ms: Percentiles::of(self.ttft),
             itl_ms: Percentiles::of(self.itl),
             e2e_ms: Percentiles::of(self.e2e),
+            pool: Vec::new(),
         }
     }
 }
@@ -254,6 +261,10 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let started = Instant::now();
     let deadline = started + cfg.time_limit;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = cfg
+        .sample_every
+        .map(|every| tokio::spawn(serve_pool::sample(cfg.addr, every, started, stop.clone())));
     let mut tasks = Vec::new();
     for _ in 0..cfg.concurrency.min(cfg.requests) {
         let (cfg, next, tally) = (cfg.clone(), next.clone(), tally.clone());
@@ -276,8 +287,16 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
         let _ = t.await;
     }
     let secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Release);
+    let pool = match sampler {
+        Some(h) => h.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
     let t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
-    Ok(t.report(&cfg, secs))
+    Ok(LoadReport {
+        pool,
+        ..t.report(&cfg, secs)
+    })
 }
 
 /// Runs request `i` until it ends or `deadline` cuts it.
@@ -435,6 +454,7 @@ mod tests {
             max_tokens: 100,
             ignore_eos: true,
             time_limit: Duration::from_secs(1),
+            sample_every: None,
         }
     }
 

@@ -57,6 +57,9 @@ async fn scripted_server_recording(tokens: u64, stall: bool) -> (SocketAddr, Bod
                             })
                             .unwrap_or(0);
                         if got.len() >= end + 4 + len {
+                            if len == 0 {
+                                return; // a GET (the pool sampler): no answer
+                            }
                             let body: Value =
                                 serde_json::from_slice(&got[end + 4..end + 4 + len]).unwrap();
                             seen.lock().unwrap().push(body);
@@ -101,6 +104,7 @@ fn config(addr: SocketAddr, requests: usize, limit: Duration) -> LoadConfig {
         max_tokens: 100,
         ignore_eos: false,
         time_limit: limit,
+        sample_every: None,
     }
 }
 
@@ -248,4 +252,68 @@ async fn a_bad_level_is_refused_before_any_request() {
     let e = serve_sweep::run(c, &[]).await.unwrap_err();
     assert!(e.contains("--concurrency"), "{e}");
     assert!(bodies.lock().unwrap().is_empty());
+}
+
+/// A `headroom-server` over the scripted fake generator (it has `/metrics`).
+async fn fake_server(token_delay: Duration) -> SocketAddr {
+    use headroom_model::tokenizer::TextCodec;
+    use headroom_server::fake::{FakeConfig, FakeGenerator};
+    use headroom_server::{AppState, ChatTemplate, ServerConfig};
+    let fake = FakeGenerator::new(FakeConfig {
+        token_delay,
+        ..FakeConfig::default()
+    });
+    let state = Arc::new(AppState::new(
+        Arc::new(fake),
+        TextCodec::Bytes,
+        ChatTemplate::plain(),
+        ServerConfig::new("fake", 512),
+    ));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(headroom_server::serve(
+        listener,
+        state,
+        std::future::pending(),
+        Duration::from_secs(1),
+    ));
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_use_is_sampled_from_the_servers_metrics_over_the_run() {
+    let addr = fake_server(Duration::from_millis(5)).await;
+    let mut c = config(addr, 8, Duration::from_secs(30));
+    c.concurrency = 4;
+    c.max_tokens = 20;
+    c.ignore_eos = true;
+    c.sample_every = Some(Duration::from_millis(10));
+    let r = run(c.clone()).await.unwrap();
+    assert_eq!((r.completed, r.failed), (8, 0), "{:?}", r.errors);
+    assert_eq!(r.completion_tokens, 8 * 20);
+    // 2 rounds of 20 tokens at 5 ms: ~200 ms, sampled every 10 ms.
+    assert!(r.pool.len() >= 5, "{:?}", r.pool);
+    assert!(r.pool.windows(2).all(|w| w[0].t_s < w[1].t_s));
+    assert!(r.pool.iter().all(|s| s.t_s <= r.duration_s + 0.1));
+    assert!(
+        r.pool.iter().any(|s| s.running > 0 && s.kv_blocks_used > 0),
+        "{:?}",
+        r.pool
+    );
+    assert!(r.pool.iter().all(|s| s.running <= 4));
+    let v = serde_json::to_value(&r).unwrap();
+    assert!(v["pool"][0]["kv_blocks_used"].is_u64(), "{v}");
+    // Not asked: no samples.
+    c.sample_every = None;
+    assert!(run(c).await.unwrap().pool.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_metrics_gives_an_empty_pool_series() {
+    let addr = scripted_server(2, false).await;
+    let mut c = config(addr, 2, Duration::from_secs(30));
+    c.sample_every = Some(Duration::from_millis(5));
+    let r = run(c).await.unwrap();
+    assert_eq!((r.completed, r.failed), (2, 0), "{:?}", r.errors);
+    assert!(r.pool.is_empty(), "{:?}", r.pool);
 }

@@ -23,6 +23,7 @@ fn bad_values_exit_1_naming_their_flag() {
         (vec!["--concurrency", "1,5000"], "--concurrency"),
         (vec!["--concurrency", ""], "--concurrency"),
         (vec!["--ignore-eos", "maybe"], "--ignore-eos"),
+        (vec!["--sample-ms", "soon"], "--sample-ms"),
         (vec!["--plot", png.to_str().unwrap()], "--plot"),
         (vec!["--plot", missing.to_str().unwrap()], "--plot"),
         (vec!["--requests", "0"], "--requests"),

@@ -162,6 +162,7 @@ fn bench_serve_loads_a_server_and_writes_json() {
         assert_eq!(r["prompt_tokens"], 8 * 16);
         assert_eq!(r["completion_tokens"], 8 * 4);
         assert_eq!(r["ttft_ms"]["n"], 8);
+        assert!(r["pool"].is_array(), "{r}");
     }
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert_eq!(svg.matches("<circle").count(), 2, "{svg}");

@@ -45,6 +45,10 @@ pub struct Args {
     /// (with the tokens they produced), those not started as not started.
     #[arg(long, default_value_t = 600.0)]
     pub time_limit_s: f64,
+    /// Sample the server's pool gauges (/metrics: running, waiting, KV blocks) this often
+    /// during each run, milliseconds; 0: no samples.
+    #[arg(long, default_value = "1000", value_name = "MS")]
+    pub sample_ms: String,
     /// Write the JSON report (headroom.bench.serve/3) here.
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
@@ -76,6 +80,15 @@ fn parse_bool(flag: &str, v: &str) -> anyhow::Result<bool> {
     }
 }
 
+/// `--sample-ms`: 0 (off) or an interval up to an hour.
+fn parse_sample_ms(v: &str) -> anyhow::Result<Option<Duration>> {
+    match v.parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(ms) if ms <= 3_600_000 => Ok(Some(Duration::from_millis(ms))),
+        _ => bail!("--sample-ms takes 0 (off) or milliseconds up to 3600000 (got `{v}`)"),
+    }
+}
+
 /// `--plot`: a path ending in .svg whose folder exists.
 fn check_plot_path(p: &Path) -> anyhow::Result<()> {
     if p.extension().and_then(|e| e.to_str()) != Some("svg") {
@@ -99,6 +112,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let levels = sweep::parse_concurrency(&a.concurrency).map_err(anyhow::Error::msg)?;
     let ignore_eos = parse_bool("--ignore-eos", &a.ignore_eos)?;
+    let sample_every = parse_sample_ms(&a.sample_ms)?;
     if let Some(p) = &a.plot {
         check_plot_path(p)?;
     }
@@ -112,6 +126,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         max_tokens: a.max_tokens,
         ignore_eos,
         time_limit: Duration::from_secs_f64(a.time_limit_s),
+        sample_every,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -162,6 +177,15 @@ mod tests {
         for bad in ["yes", "1", "", "TRUE"] {
             let e = parse_bool("--ignore-eos", bad).unwrap_err().to_string();
             assert!(e.contains("--ignore-eos"), "{e}");
+        }
+        assert_eq!(parse_sample_ms("0").unwrap(), None);
+        assert_eq!(
+            parse_sample_ms("250").unwrap(),
+            Some(Duration::from_millis(250))
+        );
+        for bad in ["-1", "x", "3600001", ""] {
+            let e = parse_sample_ms(bad).unwrap_err().to_string();
+            assert!(e.contains("--sample-ms"), "{e}");
         }
         assert!(check_plot_path(Path::new("plot.svg")).is_ok());
         let e = check_plot_path(Path::new("plot.png"))
