@@ -16,7 +16,9 @@
 //! * [`build_info`]: the build identity every evidence file records.
 //! * [`serve_load`]: the load generator of `headroom bench serve` (latency
 //!   percentiles, throughput over the tokens that flowed, requests cut by the
-//!   time limit counted apart).
+//!   time limit counted apart); [`serve_sweep`] runs it over a list of
+//!   concurrency levels (`headroom.bench.serve/3`, throughput plot);
+//!   [`serve_pool`] samples the server's pool gauges over each run.
 
 pub mod attention;
 pub mod backend;
@@ -38,4 +40,7 @@ pub mod report;
 pub mod report_svg;
 pub mod run_counter;
 pub mod serve_load;
+pub mod serve_pool;
+pub mod serve_sweep;
+
 pub mod validate;

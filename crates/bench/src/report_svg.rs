@@ -1,6 +1,8 @@
-//! Line plots of a prefill bench file as standalone SVG (TTFT and attention
-//! transient memory against prompt length, one series per arm). Written by
-//! hand: a few lines of SVG, no font or raster dependencies.
+//! Line plots as standalone SVG ([`line_plot`]): a prefill bench file's TTFT
+//! and attention transient memory against prompt length (one series per
+//! arm), and any other x/y series (`bench serve`'s throughput against
+//! concurrency). Written by hand: a few lines of SVG, no font or raster
+//! dependencies.
 
 use crate::prefill_schema::{PrefillBenchFile, PrefillSample};
 use std::fmt::Write;
@@ -38,6 +40,18 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// A line chart: x ticks at `xs` (a log axis when they span more than 4×),
+/// one polyline with a point per `(x, y)` and a legend entry per series.
+pub struct LinePlot<'a> {
+    pub title: &'a str,
+    /// The x axis' label and unit, drawn `label (unit)` or `label (unit, log scale)`.
+    pub xlabel: &'a str,
+    pub xunit: &'a str,
+    pub ylabel: &'a str,
+    pub xs: Vec<f64>,
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+}
+
 fn plot(
     f: &PrefillBenchFile,
     title: &str,
@@ -50,14 +64,38 @@ fn plot(
             arms.push(&s.arm);
         }
     }
-    let xs: Vec<f64> = f.lengths.iter().map(|&l| l as f64).collect();
+    let series = arms
+        .iter()
+        .map(|arm| {
+            let pts = f
+                .samples
+                .iter()
+                .filter(|p| p.arm == *arm)
+                .map(|p| (p.length as f64, y(p)))
+                .collect();
+            (arm.to_string(), pts)
+        })
+        .collect();
+    line_plot(&LinePlot {
+        title,
+        xlabel: "prompt length",
+        xunit: "tokens",
+        ylabel,
+        xs: f.lengths.iter().map(|&l| l as f64).collect(),
+        series,
+    })
+}
+
+/// `p` as a standalone SVG document.
+pub fn line_plot(p: &LinePlot) -> String {
+    let xs = &p.xs;
     let (xmin, xmax) = xs
         .iter()
         .fold((f64::INFINITY, 0.0f64), |(a, b), &x| (a.min(x), b.max(x)));
-    let ymax = f
-        .samples
+    let ymax = p
+        .series
         .iter()
-        .map(y)
+        .flat_map(|(_, pts)| pts.iter().map(|&(_, v)| v))
         .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max)
         .max(1e-9)
@@ -84,7 +122,7 @@ fn plot(
         s,
         r#"<text x="{}" y="22" text-anchor="middle" font-size="14">{}</text>"#,
         W / 2.0,
-        esc(title)
+        esc(p.title)
     );
     let (x0, x1, y0, y1) = (LEFT, W - RIGHT, TOP, H - BOTTOM);
     let _ = writeln!(
@@ -103,7 +141,7 @@ fn plot(
             fmt_num(v)
         );
     }
-    for &x in &xs {
+    for &x in xs {
         let xx = fx(x);
         let _ = writeln!(
             s,
@@ -115,9 +153,11 @@ fn plot(
     }
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="{}" text-anchor="middle">prompt length (tokens{})</text>"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">{} ({}{})</text>"#,
         (x0 + x1) / 2.0,
         H - 10.0,
+        esc(p.xlabel),
+        esc(p.xunit),
         if log_x { ", log scale" } else { "" }
     );
     let _ = writeln!(
@@ -125,31 +165,27 @@ fn plot(
         r#"<text x="16" y="{}" text-anchor="middle" transform="rotate(-90 16 {})">{}</text>"#,
         (y0 + y1) / 2.0,
         (y0 + y1) / 2.0,
-        esc(ylabel)
+        esc(p.ylabel)
     );
-    series(&mut s, f, &arms, &fx, &fy, y, x1);
+    series(&mut s, &p.series, &fx, &fy, x1);
     s.push_str("</svg>\n");
     s
 }
 
-/// One polyline with points and a legend entry per arm; `fx` / `fy` map a
-/// length / value to the canvas, `x1` is the plot's right edge.
+/// One polyline with points and a legend entry per series; `fx` / `fy` map
+/// an x / y value to the canvas, `x1` is the plot's right edge.
 fn series(
     s: &mut String,
-    f: &PrefillBenchFile,
-    arms: &[&str],
+    all: &[(String, Vec<(f64, f64)>)],
     fx: &dyn Fn(f64) -> f64,
     fy: &dyn Fn(f64) -> f64,
-    y: &dyn Fn(&PrefillSample) -> f64,
     x1: f64,
 ) {
-    for (i, arm) in arms.iter().enumerate() {
+    for (i, (name, raw)) in all.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let mut pts: Vec<(f64, f64)> = f
-            .samples
+        let mut pts: Vec<(f64, f64)> = raw
             .iter()
-            .filter(|p| p.arm == *arm)
-            .map(|p| (fx(p.length as f64), fy(y(p))))
+            .map(|&(x, v)| (fx(x), fy(v)))
             .filter(|(a, b)| a.is_finite() && b.is_finite())
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -173,7 +209,7 @@ fn series(
             x1 + 30.0,
             x1 + 36.0,
             ly + 4.0,
-            esc(arm)
+            esc(name)
         );
     }
 }

@@ -1,8 +1,14 @@
 //! The load generator behind `headroom bench serve`: `requests` streamed
-//! completions of `prompt_len` token ids and `max_tokens` tokens from
-//! `concurrency` clients against a server on this machine (loopback
-//! addresses only), measuring time to first token, inter-token latency
-//! (gaps between content chunks), end-to-end latency, requests/s and tokens/s.
+//! completions of exactly `prompt_len` token ids and `max_tokens` tokens
+//! (with `ignore_eos`, every request runs to `max_tokens`) from `concurrency`
+//! clients against a server on this machine (loopback addresses only),
+//! measuring time to first token, inter-token latency (gaps between content
+//! chunks), end-to-end latency, requests/s and tokens/s. One run at one
+//! concurrency; [`crate::serve_sweep`] runs several.
+//!
+//! A completed request whose usage disagrees with what was asked (prompt
+//! tokens other than `prompt_len`; with `ignore_eos`, completion tokens
+//! other than `max_tokens`) is failed: the run would not be the workload.
 //!
 //! The time limit ends the run: a request still streaming then is *cut*
 //! (not failed): its tokens so far count (one per content chunk, as
@@ -11,10 +17,12 @@
 //! started by then are *not started*; *failed* means an error (HTTP status,
 //! a broken stream, an error event).
 
+use crate::serve_pool::{self, PoolSample};
 use headroom_server::client;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +30,8 @@ use std::time::{Duration, Instant};
 /// Most requests and clients one run may use.
 pub const MAX_REQUESTS: usize = 100_000;
 pub const MAX_CONCURRENCY: usize = 1024;
+/// Most prompt tokens, and most generated tokens, per request.
+pub const MAX_PROMPT_LEN: usize = 1 << 20;
 /// Errors kept in the report.
 const MAX_ERRORS: usize = 20;
 
@@ -33,8 +43,12 @@ pub struct LoadConfig {
     pub requests: usize,
     pub prompt_len: usize,
     pub max_tokens: usize,
+    /// Ask the server to ignore EOS (`ignore_eos`), so every request generates `max_tokens`.
+    pub ignore_eos: bool,
     /// Whole-run limit: requests not started by then are skipped, running ones are cut.
     pub time_limit: Duration,
+    /// Sample the server's pool gauges (`/metrics`) this often; `None`: no samples.
+    pub sample_every: Option<Duration>,
 }
 
 /// p50 / p90 / p99 / mean / max of a sample, in milliseconds.
@@ -69,16 +83,11 @@ impl Percentiles {
     }
 }
 
-/// What a run measured (`headroom.bench.serve/2`).
+/// What one run (one concurrency) measured: an entry of `headroom.bench.serve/3`.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadReport {
-    pub schema: &'static str,
-    pub url: String,
     pub concurrency: usize,
     pub requests: usize,
-    pub prompt_len: usize,
-    pub max_tokens: usize,
-    pub time_limit_s: f64,
     /// Requests that streamed to their end.
     pub completed: usize,
     /// Requests still streaming when the time limit ended the run.
@@ -106,6 +115,8 @@ pub struct LoadReport {
     pub itl_ms: Percentiles,
     /// End-to-end latency of completed requests.
     pub e2e_ms: Percentiles,
+    /// Pool use over the run (empty when not sampled or the server has no `/metrics`).
+    pub pool: Vec<PoolSample>,
 }
 
 /// What one request did, as far as it got.
@@ -181,13 +192,8 @@ impl Tally {
         let secs = secs.max(1e-9);
         let ended = self.completed + self.cut + self.failed;
         LoadReport {
-            schema: "headroom.bench.serve/2",
-            url: format!("http://{}", cfg.addr),
             concurrency: cfg.concurrency,
             requests: cfg.requests,
-            prompt_len: cfg.prompt_len,
-            max_tokens: cfg.max_tokens,
-            time_limit_s: cfg.time_limit.as_secs_f64(),
             completed: self.completed,
             cut: self.cut,
             not_started: cfg.requests.saturating_sub(ended),
@@ -203,6 +209,7 @@ impl Tally {
             ttft_ms: Percentiles::of(self.ttft),
             itl_ms: Percentiles::of(self.itl),
             e2e_ms: Percentiles::of(self.e2e),
+            pool: Vec::new(),
         }
     }
 }
@@ -218,16 +225,31 @@ pub fn check_target(addr: &SocketAddr) -> Result<(), String> {
     }
 }
 
-fn check_config(cfg: &LoadConfig) -> Result<(), String> {
+pub fn check_config(cfg: &LoadConfig) -> Result<(), String> {
     check_target(&cfg.addr)?;
     if cfg.concurrency == 0 || cfg.concurrency > MAX_CONCURRENCY {
-        return Err(format!("concurrency must be in 1..={MAX_CONCURRENCY}"));
+        return Err(format!(
+            "--concurrency must be in 1..={MAX_CONCURRENCY} (got {})",
+            cfg.concurrency
+        ));
     }
     if cfg.requests == 0 || cfg.requests > MAX_REQUESTS {
-        return Err(format!("requests must be in 1..={MAX_REQUESTS}"));
+        return Err(format!(
+            "--requests must be in 1..={MAX_REQUESTS} (got {})",
+            cfg.requests
+        ));
     }
-    if cfg.prompt_len == 0 || cfg.max_tokens == 0 {
-        return Err("prompt-len and max-tokens must be at least 1".into());
+    if cfg.prompt_len == 0 || cfg.prompt_len > MAX_PROMPT_LEN {
+        return Err(format!(
+            "--prompt-len must be in 1..={MAX_PROMPT_LEN} (got {})",
+            cfg.prompt_len
+        ));
+    }
+    if cfg.max_tokens == 0 || cfg.max_tokens > MAX_PROMPT_LEN {
+        return Err(format!(
+            "--max-tokens must be in 1..={MAX_PROMPT_LEN} (got {})",
+            cfg.max_tokens
+        ));
     }
     Ok(())
 }
@@ -239,6 +261,10 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let started = Instant::now();
     let deadline = started + cfg.time_limit;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = cfg
+        .sample_every
+        .map(|every| tokio::spawn(serve_pool::sample(cfg.addr, every, started, stop.clone())));
     let mut tasks = Vec::new();
     for _ in 0..cfg.concurrency.min(cfg.requests) {
         let (cfg, next, tally) = (cfg.clone(), next.clone(), tally.clone());
@@ -261,8 +287,16 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
         let _ = t.await;
     }
     let secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Release);
+    let pool = match sampler {
+        Some(h) => h.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
     let t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
-    Ok(t.report(&cfg, secs))
+    Ok(LoadReport {
+        pool,
+        ..t.report(&cfg, secs)
+    })
 }
 
 /// Runs request `i` until it ends or `deadline` cuts it.
@@ -270,26 +304,57 @@ async fn one_until(cfg: &LoadConfig, i: usize, deadline: Instant) -> Ended {
     let mut one = One::default();
     let left = deadline.saturating_duration_since(Instant::now());
     match tokio::time::timeout(left, one_request(cfg, i, &mut one)).await {
-        Ok(Ok(())) => Ended::Completed(one),
+        Ok(Ok(())) => match check_usage(cfg, &one) {
+            Ok(()) => Ended::Completed(one),
+            Err(e) => Ended::Failed(e),
+        },
         Ok(Err(e)) => Ended::Failed(e),
         Err(_) => Ended::Cut(one),
     }
 }
 
-/// Printable-ASCII ids (present in any vocabulary of 128 or more), varied per request.
-fn prompt_ids(len: usize, i: usize) -> Vec<u32> {
+/// Whether a completed request's usage is the workload asked for.
+pub fn check_usage(cfg: &LoadConfig, one: &One) -> Result<(), String> {
+    let Some((prompt, completion)) = one.usage else {
+        return Ok(());
+    };
+    if prompt != cfg.prompt_len as u64 {
+        return Err(format!(
+            "the server counted {prompt} prompt tokens; {} were sent",
+            cfg.prompt_len
+        ));
+    }
+    if cfg.ignore_eos && completion != cfg.max_tokens as u64 {
+        return Err(format!(
+            "{completion} tokens generated with ignore_eos; max_tokens was {}",
+            cfg.max_tokens
+        ));
+    }
+    Ok(())
+}
+
+/// Exactly `len` printable-ASCII ids (present in any vocabulary of 128 or
+/// more; sent as ids, so no tokenizer changes the count), varied per request.
+pub fn prompt_ids(len: usize, i: usize) -> Vec<u32> {
     (0..len)
         .map(|k| 33 + ((k * 7 + i * 13) % 94) as u32)
         .collect()
 }
 
-/// Streams request `i` into `one` (which keeps what arrived if the future is dropped).
-async fn one_request(cfg: &LoadConfig, i: usize, one: &mut One) -> Result<(), String> {
+/// The JSON body of request `i`.
+pub fn request_body(cfg: &LoadConfig, i: usize) -> Value {
     let mut body = json!({"prompt": prompt_ids(cfg.prompt_len, i), "max_tokens": cfg.max_tokens,
-                          "temperature": 0, "stream": true, "stream_options": {"include_usage": true}});
+                          "temperature": 0, "stream": true, "stream_options": {"include_usage": true},
+                          "ignore_eos": cfg.ignore_eos});
     if let Some(m) = &cfg.model {
         body["model"] = json!(m);
     }
+    body
+}
+
+/// Streams request `i` into `one` (which keeps what arrived if the future is dropped).
+async fn one_request(cfg: &LoadConfig, i: usize, one: &mut One) -> Result<(), String> {
+    let body = request_body(cfg, i);
     let t0 = Instant::now();
     let mut r = client::open(
         cfg.addr,
@@ -387,7 +452,9 @@ mod tests {
             requests,
             prompt_len: 10,
             max_tokens: 100,
+            ignore_eos: true,
             time_limit: Duration::from_secs(1),
+            sample_every: None,
         }
     }
 
@@ -459,12 +526,67 @@ mod tests {
     #[test]
     fn bad_configurations_are_refused() {
         let mut c = cfg(0);
-        assert!(check_config(&c).unwrap_err().contains("requests"));
+        assert!(check_config(&c).unwrap_err().contains("--requests"));
         c.requests = 1;
         c.concurrency = 0;
-        assert!(check_config(&c).unwrap_err().contains("concurrency"));
+        assert!(check_config(&c).unwrap_err().contains("--concurrency"));
+        c.concurrency = MAX_CONCURRENCY + 1;
+        assert!(check_config(&c).unwrap_err().contains("--concurrency"));
+        c.concurrency = 1;
+        c.prompt_len = 0;
+        assert!(check_config(&c).unwrap_err().contains("--prompt-len"));
+        c.prompt_len = 10;
+        c.max_tokens = MAX_PROMPT_LEN + 1;
+        assert!(check_config(&c).unwrap_err().contains("--max-tokens"));
+        c.max_tokens = 100;
+        assert!(check_config(&c).is_ok());
         c.concurrency = 1;
         c.addr = "10.0.0.1:80".parse().unwrap();
         assert!(check_config(&c).unwrap_err().contains("loopback"));
+    }
+
+    #[test]
+    fn prompts_are_exactly_prompt_len_ids_and_ignore_eos_is_sent() {
+        let mut c = cfg(1);
+        c.prompt_len = 1024;
+        c.model = Some("m".into());
+        for i in [0, 1, 77] {
+            let b = request_body(&c, i);
+            let ids = b["prompt"].as_array().unwrap();
+            assert_eq!(ids.len(), 1024);
+            assert!(ids.iter().all(|v| (33..127).contains(&v.as_u64().unwrap())));
+            assert_eq!(b["ignore_eos"], true);
+            assert_eq!(b["max_tokens"], 100);
+            assert_eq!(b["model"], "m");
+        }
+        assert_ne!(request_body(&c, 0)["prompt"], request_body(&c, 1)["prompt"]);
+        c.ignore_eos = false;
+        assert_eq!(request_body(&c, 0)["ignore_eos"], false);
+    }
+
+    #[test]
+    fn usage_other_than_the_workload_fails_the_request() {
+        let mut c = cfg(1);
+        let one = |p, n| One {
+            usage: Some((p, n)),
+            ..One::default()
+        };
+        assert!(check_usage(&c, &one(10, 100)).is_ok());
+        assert!(
+            check_usage(&c, &One::default()).is_ok(),
+            "no usage: nothing to check"
+        );
+        let e = check_usage(&c, &one(11, 100)).unwrap_err();
+        assert!(
+            e.contains("11 prompt tokens") && e.contains("10 were sent"),
+            "{e}"
+        );
+        let e = check_usage(&c, &one(10, 7)).unwrap_err();
+        assert!(
+            e.contains("7 tokens") && e.contains("max_tokens was 100"),
+            "{e}"
+        );
+        c.ignore_eos = false;
+        assert!(check_usage(&c, &one(10, 7)).is_ok(), "EOS may end it early");
     }
 }

@@ -18,6 +18,10 @@ pub struct GenerateRequest {
     pub max_tokens: usize,
     /// Tokens that end the sequence (the checkpoint's EOS ids are added by the engine).
     pub stop_token_ids: Vec<u32>,
+    /// Leave the engine's EOS ids out of the stop tokens: the sequence then ends
+    /// only at `max_tokens`, a `stop_token_ids` entry or a cancel.
+    #[serde(default)]
+    pub ignore_eos: bool,
 }
 
 impl GenerateRequest {
@@ -28,6 +32,7 @@ impl GenerateRequest {
             sampling: SamplingParams::default(),
             max_tokens,
             stop_token_ids: Vec::new(),
+            ignore_eos: false,
         }
     }
 }

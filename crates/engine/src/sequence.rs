@@ -42,7 +42,9 @@ impl Sequence {
         sink: StreamSink,
     ) -> Sequence {
         let mut stops = r.stop_token_ids;
-        stops.extend_from_slice(eos);
+        if !r.ignore_eos {
+            stops.extend_from_slice(eos);
+        }
         Sequence {
             id,
             prompt: r.prompt_ids,

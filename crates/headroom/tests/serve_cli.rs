@@ -1,6 +1,8 @@
 //! `headroom serve` as a process: it binds port 0 and prints the address,
 //! answers a completion, and on SIGTERM lets the in-flight stream finish
-//! then exits 0. `headroom bench serve` loads it and writes its JSON.
+//! then exits 0. `headroom bench serve` sweeps two concurrency levels against
+//! it (EOS ignored: every request generates exactly `--max-tokens`) and
+//! writes its JSON and plot.
 
 mod common;
 
@@ -102,8 +104,9 @@ fn serve_answers_then_drains_and_exits_zero_on_sigterm() {
 #[test]
 fn bench_serve_loads_a_server_and_writes_json() {
     let (mut child, addr) = start();
-    let out =
-        std::env::temp_dir().join(format!("headroom-bench-serve-{}.json", std::process::id()));
+    let dir = common::TempDir::new("bench-serve");
+    let out = dir.0.join("serve.json");
+    let plot = dir.0.join("serve.svg");
     let run = common::headroom_command()
         .args([
             "bench",
@@ -111,7 +114,7 @@ fn bench_serve_loads_a_server_and_writes_json() {
             "--url",
             &format!("http://{addr}"),
             "--concurrency",
-            "4",
+            "1,4",
             "--requests",
             "8",
             "--prompt-len",
@@ -123,6 +126,8 @@ fn bench_serve_loads_a_server_and_writes_json() {
             "--json",
         ])
         .arg(&out)
+        .arg("--plot")
+        .arg(&plot)
         .output()
         .unwrap();
     let _ = Command::new("kill")
@@ -137,18 +142,30 @@ fn bench_serve_loads_a_server_and_writes_json() {
     assert!(table.contains("ttft") && table.contains("p99"), "{table}");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(v["schema"], "headroom.bench.serve/2");
-    assert_eq!(
-        (v["cut"].as_u64(), v["not_started"].as_u64()),
-        (Some(0), Some(0))
-    );
-    assert_eq!(
-        (v["completed"].as_u64(), v["failed"].as_u64()),
-        (Some(8), Some(0))
-    );
-    assert_eq!(v["prompt_tokens"], 8 * 16);
-    assert_eq!(v["ttft_ms"]["n"], 8);
-    let _ = std::fs::remove_file(&out);
+    assert_eq!(v["schema"], "headroom.bench.serve/3");
+    assert_eq!(v["ignore_eos"], true);
+    assert_eq!(v["concurrency"], json!([1, 4]));
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for (r, level) in runs.iter().zip([1, 4]) {
+        assert_eq!(r["concurrency"], level);
+        assert_eq!(
+            (r["cut"].as_u64(), r["not_started"].as_u64()),
+            (Some(0), Some(0))
+        );
+        assert_eq!(
+            (r["completed"].as_u64(), r["failed"].as_u64()),
+            (Some(8), Some(0)),
+            "{r}"
+        );
+        // Exact token counts: ids sent as ids, generation to max_tokens.
+        assert_eq!(r["prompt_tokens"], 8 * 16);
+        assert_eq!(r["completion_tokens"], 8 * 4);
+        assert_eq!(r["ttft_ms"]["n"], 8);
+        assert!(r["pool"].is_array(), "{r}");
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert_eq!(svg.matches("<circle").count(), 2, "{svg}");
     assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
 }
 

@@ -42,7 +42,13 @@ pub fn refusal(e: SubmitError) -> ApiError {
 
 /// Submits `job` and answers it (streamed when asked).
 pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
-    let mut stop_token_ids = state.config.stop_token_ids.clone();
+    // The server's stop ids are the model's end-of-turn ids (the engine adds EOS):
+    // `ignore_eos` drops both.
+    let mut stop_token_ids = if job.plan.ignore_eos {
+        Vec::new()
+    } else {
+        state.config.stop_token_ids.clone()
+    };
     stop_token_ids.sort_unstable();
     stop_token_ids.dedup();
     let prompt_tokens = job.prompt_ids.len();
@@ -53,6 +59,7 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
             sampling: job.plan.sampling,
             max_tokens: job.max_tokens,
             stop_token_ids,
+            ignore_eos: job.plan.ignore_eos,
         })
         .map_err(refusal)?;
     let run = Running {

@@ -34,6 +34,10 @@ pub struct CommonParams {
     #[serde(default)]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
+    /// vLLM's `ignore_eos`: generate until `max_tokens` (or a stop string),
+    /// not stopping at the model's end-of-sequence ids. Read as any JSON
+    /// value so that a non-boolean is refused naming the field.
+    pub ignore_eos: Option<serde_json::Value>,
 }
 
 /// A message's `content`: a string or a list of parts (`{"type": "text", "text": ...}`).

@@ -20,6 +20,8 @@ pub struct Plan {
     pub stop: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Do not stop at the model's end-of-sequence ids.
+    pub ignore_eos: bool,
 }
 
 /// Checks `p`; `fallback_seed` seeds a sampled request that gave no seed.
@@ -94,6 +96,16 @@ pub fn plan(p: &CommonParams, fallback_seed: u64) -> Result<Plan, ApiError> {
             "stream_options is only allowed when stream is true",
         ));
     }
+    let ignore_eos = match &p.ignore_eos {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(v) => {
+            return Err(ApiError::bad_param(
+                "ignore_eos",
+                format!("ignore_eos must be true or false (got {v})"),
+            ))
+        }
+    };
     Ok(Plan {
         model: p.model.clone(),
         sampling: SamplingParams {
@@ -106,6 +118,7 @@ pub fn plan(p: &CommonParams, fallback_seed: u64) -> Result<Plan, ApiError> {
         stop,
         stream: p.stream,
         include_usage,
+        ignore_eos,
     })
 }
 
@@ -158,6 +171,7 @@ mod tests {
     fn defaults_and_aliases() {
         let p = plan(&params("{}"), 9).unwrap();
         assert_eq!(p.max_tokens, None);
+        assert!(!p.ignore_eos);
         assert_eq!(p.sampling.temperature, 1.0);
         assert_eq!(p.sampling.seed, 9);
         let p = plan(
@@ -169,6 +183,21 @@ mod tests {
         assert_eq!(p.sampling.temperature, 0.0);
         assert_eq!((p.sampling.top_k, p.sampling.seed), (0, 3));
         assert_eq!(p.stop, vec!["x".to_string()]);
+        assert!(
+            plan(&params(r#"{"ignore_eos": true}"#), 0)
+                .unwrap()
+                .ignore_eos
+        );
+        assert!(
+            !plan(&params(r#"{"ignore_eos": false}"#), 0)
+                .unwrap()
+                .ignore_eos
+        );
+        assert!(
+            !plan(&params(r#"{"ignore_eos": null}"#), 0)
+                .unwrap()
+                .ignore_eos
+        );
     }
 
     #[test]
@@ -182,6 +211,8 @@ mod tests {
             (r#"{"top_p": 1.5}"#, "top_p"),
             (r#"{"top_k": -2}"#, "top_k"),
             (r#"{"stop": [""]}"#, "stop"),
+            (r#"{"ignore_eos": "yes"}"#, "ignore_eos"),
+            (r#"{"ignore_eos": 1}"#, "ignore_eos"),
             (
                 r#"{"stream_options": {"include_usage": true}}"#,
                 "stream_options",

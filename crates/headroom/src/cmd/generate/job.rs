@@ -171,6 +171,7 @@ fn warm_up(
         },
         max_tokens: 2,
         stop_token_ids: Vec::new(),
+        ignore_eos: false,
     };
     let mut s = handle
         .submit(request)

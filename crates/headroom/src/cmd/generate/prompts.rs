@@ -106,6 +106,7 @@ pub(super) fn build_requests(
         sampling: sampling(a),
         max_tokens: a.max_tokens,
         stop_token_ids: Vec::new(),
+        ignore_eos: false,
     };
     match (&a.prompt, &a.prompt_file, &a.prompts) {
         (Some(p), _, _) => Ok(vec![one(encode(codec, p, vocab, "--prompt")?)]),
@@ -159,6 +160,7 @@ fn read_prompts(
             sampling: s,
             max_tokens: p.max_tokens.unwrap_or(a.max_tokens),
             stop_token_ids: Vec::new(),
+            ignore_eos: false,
         });
     }
     if out.is_empty() {
