@@ -17,7 +17,6 @@ pub mod engine_adapter;
 pub mod error;
 pub mod fake;
 pub mod generator;
-pub mod load;
 pub mod metrics;
 pub mod openai;
 pub mod params;

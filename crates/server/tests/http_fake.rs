@@ -505,31 +505,3 @@ async fn shutdown_past_the_grace_period_cancels_what_is_left() {
         .unwrap()
         .unwrap();
 }
-
-#[tokio::test]
-async fn the_load_generator_measures_every_request() {
-    let s = fake(FakeConfig::default(), cfg()).await;
-    let report = headroom_server::load::run(headroom_server::load::LoadConfig {
-        addr: s.addr,
-        model: Some("fake".into()),
-        concurrency: 8,
-        requests: 40,
-        prompt_len: 16,
-        max_tokens: 6,
-        time_limit: Duration::from_secs(60),
-    })
-    .await
-    .unwrap();
-    assert_eq!(
-        (report.completed, report.failed),
-        (40, 0),
-        "{:?}",
-        report.errors
-    );
-    assert_eq!(report.prompt_tokens, 40 * 16);
-    assert_eq!(report.completion_tokens, 40 * 6);
-    assert_eq!(report.ttft_ms.n, 40);
-    assert_eq!(report.itl_ms.n, 40 * 5);
-    assert!(report.ttft_ms.p50 > 0.0 && report.ttft_ms.p50 <= report.ttft_ms.p99);
-    assert!(headroom_server::load::table(&report).contains("ttft"));
-}
