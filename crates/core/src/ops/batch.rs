@@ -96,17 +96,15 @@ impl Batch {
         if self.cu_seqlens.windows(2).any(|w| w[1] <= w[0]) {
             return bad("every sequence needs at least one row".into());
         }
-        // One bit per slot of the pool: O(n + slots), not O(n²).
-        let mut seen = vec![0u64; slots.div_ceil(64)];
-        for (i, &s) in self.slots.iter().enumerate() {
-            if s >= slots {
-                return bad(format!("slot {s} of sequence {i} >= {slots} slots"));
-            }
-            let (word, bit) = (s / 64, 1u64 << (s % 64));
-            if seen[word] & bit != 0 {
-                return bad(format!("slot {s} used by two sequences"));
-            }
-            seen[word] |= bit;
+        if let Some((i, &s)) = self.slots.iter().enumerate().find(|(_, &s)| s >= slots) {
+            return bad(format!("slot {s} of sequence {i} >= {slots} slots"));
+        }
+        // Sorted copy: O(n log n) in the batch alone, whatever `slots` is
+        // (callers without a pool pass usize::MAX).
+        let mut sorted = self.slots.clone();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return bad(format!("slot {} used by two sequences", w[0]));
         }
         Ok(())
     }
@@ -147,8 +145,15 @@ mod tests {
             let err = Batch::packed(&dup).validate(1024).unwrap_err().to_string();
             assert!(err.contains("used by two sequences"), "{a} {b}: {err}");
         }
-        // Slots past the pool are refused before any bit is set out of range.
+        // Slots past the pool are refused; without a pool (usize::MAX, as
+        // the ops with no state pass) any slot number is fine but sharing is not.
         assert!(Batch::packed(&[(1024, 0, 1)]).validate(1024).is_err());
         assert!(Batch::packed(&[(64, 0, 1)]).validate(64).is_err());
+        Batch::packed(&[(1 << 60, 0, 1), (3, 0, 2)])
+            .validate(usize::MAX)
+            .unwrap();
+        assert!(Batch::packed(&[(1 << 60, 0, 1), (1 << 60, 0, 2)])
+            .validate(usize::MAX)
+            .is_err());
     }
 }
