@@ -231,7 +231,7 @@ mod tests {
         }
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sub = tracing_subscriber::registry().with(Capture(Arc::clone(&seen)));
-        let out = tracing::subscriber::with_default(sub, f);
+        let out = headroom_core::progress::with_scoped_subscriber(sub, f);
         let events = seen.lock().unwrap().clone();
         (out, events)
     }
@@ -292,6 +292,7 @@ mod tests {
 
     #[test]
     fn a_failed_compilation_is_the_error_and_nothing_of_it_is_cached() {
+        let _one = headroom_core::progress::one_at_a_time();
         let srcs = &crate::kernels::SOURCES[..4];
         let dir = tempfile::tempdir().unwrap();
         let bad = srcs[2].name;

@@ -212,7 +212,7 @@ mod tests {
     fn a_terminal_shows_the_task_line_with_counts() {
         let (layer, screen) = layer_on(true);
         let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, compile_three);
+        headroom_core::progress::with_scoped_subscriber(subscriber, compile_three);
         let text = screen.text();
         assert!(text.contains("compiling 3 kernels for sm_90a"), "{text:?}");
         assert!(text.contains("/3 kernels"), "{text:?}");
@@ -222,7 +222,7 @@ mod tests {
     fn not_a_terminal_shows_nothing() {
         let (layer, screen) = layer_on(false);
         let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, compile_three);
+        headroom_core::progress::with_scoped_subscriber(subscriber, compile_three);
         assert_eq!(screen.text(), "");
     }
 
@@ -242,7 +242,7 @@ mod tests {
         layer.show(&e);
         assert!(layer.bars.lock().unwrap().is_empty());
         let subscriber = tracing_subscriber::registry().with(layer);
-        tracing::subscriber::with_default(subscriber, || {
+        headroom_core::progress::with_scoped_subscriber(subscriber, || {
             tracing::info!(task = "x", done = 1u64, total = 2u64, "not progress");
             std::thread::sleep(Duration::from_millis(60));
         });
@@ -262,7 +262,7 @@ mod tests {
         }
         let seen = Seen::default();
         let subscriber = tracing_subscriber::registry().with(seen.clone());
-        tracing::subscriber::with_default(subscriber, || {
+        headroom_core::progress::with_scoped_subscriber(subscriber, || {
             headroom_core::progress::report("weights", 7, 9, "tensors", "loading model");
         });
         assert_eq!(

@@ -113,7 +113,7 @@ mod tests {
     fn events_of(task: &str, f: impl FnOnce()) -> Vec<Event> {
         let capture = Capture::default();
         let subscriber = tracing_subscriber::registry().with(capture.clone());
-        tracing::subscriber::with_default(subscriber, f);
+        headroom_core::progress::with_scoped_subscriber(subscriber, f);
         let all = capture.0.lock().unwrap().clone();
         all.into_iter().filter(|e| e.task == task).collect()
     }
