@@ -37,14 +37,7 @@ pub(crate) fn batch_rows(
     batch: &Batch,
     slots: usize,
 ) -> OpResult<()> {
-    batch.validate(slots)?;
-    if batch.rows() != x.rows {
-        return Err(OpError::shape(
-            op,
-            format!("batch has {} rows, activation {}", batch.rows(), x.rows),
-        ));
-    }
-    Ok(())
+    batch.validate_rows(op, x.rows, slots)
 }
 
 /// `x`'s columns must be whole groups of `group` (> 0).

@@ -98,6 +98,14 @@ pub fn attention_why(controls: &Controls, layers: &[ResolvedAttention]) -> Strin
     }
 }
 
+/// `what (why)`, or `what` alone where the reason is not known.
+pub fn with_why(what: String, why: Option<String>) -> String {
+    match why {
+        Some(why) => format!("{what} ({why})"),
+        None => what,
+    }
+}
+
 /// `contiguous KV cache` / `paged KV cache (blocks of 64 rows)`, with why it
 /// differs from what was asked.
 pub fn kv(kv: &KvResolution) -> String {

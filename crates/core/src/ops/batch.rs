@@ -78,6 +78,24 @@ impl Batch {
             .collect()
     }
 
+    /// [`Batch::validate`], and that the batch covers exactly `rows` rows of
+    /// the activation `op` is given (the backends' shared entry check).
+    pub fn validate_rows(
+        &self,
+        op: &'static str,
+        rows: usize,
+        slots: usize,
+    ) -> Result<(), OpError> {
+        self.validate(slots)?;
+        if self.rows() != rows {
+            return Err(OpError::shape(
+                op,
+                format!("batch has {} rows, activation {rows}", self.rows()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks the description's own consistency and that every slot is `< slots`.
     pub fn validate(&self, slots: usize) -> Result<(), OpError> {
         let n = self.slots.len();
@@ -132,6 +150,21 @@ mod tests {
         let mut b = Batch::single(0, 0, 4);
         b.history.clear();
         assert!(b.validate(1).is_err());
+    }
+
+    #[test]
+    fn validate_rows_needs_the_batch_to_cover_the_activation() {
+        let b = Batch::packed(&[(0, 0, 2), (1, 4, 3)]);
+        b.validate_rows("rope", 5, 2).unwrap();
+        let err = b.validate_rows("rope", 4, 2).unwrap_err().to_string();
+        assert!(
+            err.contains("rope") && err.contains("5 rows, activation 4"),
+            "{err}"
+        );
+        assert!(
+            b.validate_rows("rope", 5, 1).is_err(),
+            "slot 1 needs 2 slots"
+        );
     }
 
     #[test]

@@ -164,7 +164,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     };
     let job = GenerateJob {
         model: source.label(),
-        attention: with_why(
+        attention: crate::describe::with_why(
             crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
             why,
         ),
@@ -194,12 +194,4 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         a.forward.weights_init,
         job,
     )
-}
-
-/// `what (why)`, or `what` alone where the reason is not known.
-pub(crate) fn with_why(what: String, why: Option<String>) -> String {
-    match why {
-        Some(why) => format!("{what} ({why})"),
-        None => what,
-    }
 }

@@ -10,7 +10,6 @@
 //! state); each rank's weight bytes are printed at start.
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
-use crate::cmd::generate::with_why;
 use crate::cmd::logits::attention_plan_and_why;
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
@@ -132,7 +131,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     server.stop_token_ids = stop_ids;
     let job = ServeJob {
         model: a.source.label(),
-        attention: with_why(
+        attention: crate::describe::with_why(
             crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
             why,
         ),
