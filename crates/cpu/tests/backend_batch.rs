@@ -102,12 +102,7 @@ fn gdn_conv_and_rule_packed_equal_one_sequence_at_a_time() {
 fn attention_and_rope_packed_equal_one_sequence_at_a_time() {
     let be = CpuBackend::new();
     let (nq, nkv, d) = (4usize, 2usize, 64usize);
-    let spec = KvSpec {
-        slots: 4,
-        kv_heads: nkv,
-        head_dim: d,
-        capacity: 64,
-    };
+    let spec = KvSpec::contiguous(4, nkv, d, 64);
     let rope = RopeSpec {
         rotary_dim: 8,
         theta: 10_000.0,
@@ -189,12 +184,7 @@ fn attention_and_rope_packed_equal_one_sequence_at_a_time() {
 #[test]
 fn inconsistent_batches_are_errors() {
     let be = CpuBackend::new();
-    let spec = KvSpec {
-        slots: 2,
-        kv_heads: 1,
-        head_dim: 8,
-        capacity: 4,
-    };
+    let spec = KvSpec::contiguous(2, 1, 8, 4);
     let mut cache = be.new_kv_cache(&spec).unwrap();
     let k = act(&be, 3, 8, 1);
     // History 2 but the slot holds 0 tokens.

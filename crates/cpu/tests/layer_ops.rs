@@ -110,12 +110,7 @@ fn attention_prep_is_the_composition_of_the_plain_ops() {
         head_dim: d,
         rope: &rope,
     };
-    let spec = KvSpec {
-        slots: 2,
-        kv_heads,
-        head_dim: d,
-        capacity: 16,
-    };
+    let spec = KvSpec::contiguous(2, kv_heads, d, 16);
     let mut c_op = be.new_kv_cache(&spec).unwrap();
     let mut c_hand = be.new_kv_cache(&spec).unwrap();
     let batches = [

@@ -137,12 +137,7 @@ fn attention_probabilities_round_only_under_their_site() {
     let (t, nq, nkv, d) = (11, 4, 2, 16);
     let run = |act: ActRounding| {
         let be = CpuBackend::with_precision(Precision::bf16(act));
-        let spec = KvSpec {
-            slots: 1,
-            kv_heads: nkv,
-            head_dim: d,
-            capacity: 64,
-        };
+        let spec = KvSpec::contiguous(1, nkv, d, 64);
         let mut cache = be.new_kv_cache(&spec).unwrap();
         let mut outs = Vec::new();
         // Two chunks: the second attends over the first as history.

@@ -64,12 +64,7 @@ fn the_prediction_is_what_an_attention_call_allocates() {
     ] {
         for rows in [1, 100, 257] {
             let mut cache = be
-                .new_kv_cache(&KvSpec {
-                    slots: 1,
-                    kv_heads: KV_HEADS,
-                    head_dim: D,
-                    capacity: 4096,
-                })
+                .new_kv_cache(&KvSpec::contiguous(1, KV_HEADS, D, 4096))
                 .unwrap();
             // The first chunk fills a contiguous cache: one call, exact.
             let (reported, predicted) = run(&be, &mut cache, 0, rows, route);

@@ -174,12 +174,7 @@ fn write(
 fn decode_batches_over_the_cache_match_f64_with_gqa_16_2_d256() {
     let be = CudaBackend::open(0).expect("a CUDA device");
     let (nq, nkv, d) = (16, 2, 256);
-    let spec = KvSpec {
-        slots: 3,
-        kv_heads: nkv,
-        head_dim: d,
-        capacity: 5000,
-    };
+    let spec = KvSpec::contiguous(3, nkv, d, 5000);
     let mut cache = be.new_kv_cache(&spec).unwrap();
     let mut host = vec![(Vec::new(), Vec::new()); 3];
     // History: 4,500 rows in slot 0, 70 in slot 1, 2,000 in slot 2.

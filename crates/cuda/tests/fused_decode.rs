@@ -389,12 +389,7 @@ fn attention_prep_case(heads: usize, kv_heads: usize, d: usize, rotary: usize, s
         theta: 10_000_000.0,
     };
     let shape = (heads, kv_heads, d, &rope);
-    let spec = KvSpec {
-        slots: 4,
-        kv_heads,
-        head_dim: d,
-        capacity: 40,
-    };
+    let spec = KvSpec::contiguous(4, kv_heads, d, 40);
     let (wg, wc) = (prep_weights(&be, d, seed), prep_weights(&cpu, d, seed));
     let mut c_f = be.new_kv_cache(&spec).unwrap();
     let mut c_g = be.new_kv_cache(&spec).unwrap();
@@ -572,12 +567,7 @@ fn timing_composed_vs_fused_batch_1() {
         theta: 10_000_000.0,
     };
     let pw = prep_weights(&be, d, 3);
-    let spec = KvSpec {
-        slots: 1,
-        kv_heads,
-        head_dim: d,
-        capacity: 8192 + 1000,
-    };
+    let spec = KvSpec::contiguous(1, kv_heads, d, 8192 + 1000);
     let data = prep_data(1, heads, kv_heads, d, 4);
     let mut q = be.act_from_f32(1, heads * d, &data[0]).unwrap();
     let mut k = be.act_from_f32(1, kv_heads * d, &data[1]).unwrap();

@@ -94,7 +94,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         // alone always gets its blocks).
         let total_blocks = cfg.max_running * blocks_for(cfg.max_context);
         let state = model
-            .new_state(cfg.max_running, cfg.max_context)
+            .new_state(cfg.max_running, cfg.max_context, None)
             .map_err(|e| {
                 crate::memory::state_pool_error(cfg.max_running, cfg.max_context, &memory, e)
             })?;

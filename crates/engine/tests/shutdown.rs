@@ -40,8 +40,13 @@ impl StepModel<CpuBackend> for Flagged {
     fn rank_memory(&self) -> Vec<(usize, usize)> {
         vec![self.inner.backend().memory()]
     }
-    fn new_state(&self, slots: usize, capacity: usize) -> Result<Self::State, ModelError> {
-        StepModel::new_state(&self.inner, slots, capacity)
+    fn new_state(
+        &self,
+        slots: usize,
+        capacity: usize,
+        kv_blocks: Option<usize>,
+    ) -> Result<Self::State, ModelError> {
+        StepModel::new_state(&self.inner, slots, capacity, kv_blocks)
     }
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
         StepModel::reset_slot(&self.inner, state, slot)

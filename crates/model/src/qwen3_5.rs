@@ -223,21 +223,35 @@ impl<B: Backend> Qwen35Model<B> {
             .collect()
     }
 
-    /// Fresh state pools for `slots` sequences of up to `capacity` tokens each.
+    /// Fresh state pools for `slots` sequences of up to `capacity` tokens
+    /// each, every slot's KV blocks reserved (the identity layout: batches
+    /// need no block tables).
     pub fn new_state(&self, slots: usize, capacity: usize) -> Result<ModelState<B>, ModelError> {
+        self.new_paged_state(slots, capacity, None)
+    }
+
+    /// Fresh state pools for `slots` sequences of up to `capacity` tokens
+    /// each, every full-attention layer's KV a pool of `kv_blocks` blocks
+    /// shared through the batches' block tables (`None`: the identity
+    /// layout of [`Self::new_state`]).
+    pub fn new_paged_state(
+        &self,
+        slots: usize,
+        capacity: usize,
+        kv_blocks: Option<usize>,
+    ) -> Result<ModelState<B>, ModelError> {
         let be = &self.backend;
         let layers = self
             .layers
             .iter()
             .map(|d| match &d.mixer {
-                Mixer::Full(a) => be
-                    .new_kv_cache(&KvSpec {
-                        slots,
-                        kv_heads: a.kv_heads,
-                        head_dim: a.head_dim,
-                        capacity,
-                    })
-                    .map(LayerState::Full),
+                Mixer::Full(a) => {
+                    let mut spec = KvSpec::contiguous(slots, a.kv_heads, a.head_dim, capacity);
+                    if let Some(blocks) = kv_blocks {
+                        spec.blocks = blocks;
+                    }
+                    be.new_kv_cache(&spec).map(LayerState::Full)
+                }
                 Mixer::Linear(g) => be
                     .new_gdn_state(&GdnSpec { slots, ..g.spec })
                     .map(LayerState::Linear),

@@ -30,8 +30,16 @@ pub trait StepModel<B: Backend>: Send {
         self.lead().routes(plan)
     }
 
-    /// Fresh state pools of `slots` sequences of up to `capacity` tokens.
-    fn new_state(&self, slots: usize, capacity: usize) -> Result<Self::State, ModelError>;
+    /// Fresh state pools of `slots` sequences of up to `capacity` tokens,
+    /// each full-attention layer's KV a pool of `kv_blocks` blocks read
+    /// through the batches' block tables (`None`: every slot's blocks
+    /// reserved, no tables needed; see `headroom_core::ops::BlockTables`).
+    fn new_state(
+        &self,
+        slots: usize,
+        capacity: usize,
+        kv_blocks: Option<usize>,
+    ) -> Result<Self::State, ModelError>;
 
     /// Empties `slot` on every rank.
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError>;
@@ -73,8 +81,13 @@ where
         vec![self.backend().memory()]
     }
 
-    fn new_state(&self, slots: usize, capacity: usize) -> Result<Self::State, ModelError> {
-        Qwen35Model::new_state(self, slots, capacity)
+    fn new_state(
+        &self,
+        slots: usize,
+        capacity: usize,
+        kv_blocks: Option<usize>,
+    ) -> Result<Self::State, ModelError> {
+        Qwen35Model::new_paged_state(self, slots, capacity, kv_blocks)
     }
 
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
@@ -112,8 +125,13 @@ where
         self.memory()
     }
 
-    fn new_state(&self, slots: usize, capacity: usize) -> Result<Self::State, ModelError> {
-        TpGroup::new_state(self, slots, capacity)
+    fn new_state(
+        &self,
+        slots: usize,
+        capacity: usize,
+        kv_blocks: Option<usize>,
+    ) -> Result<Self::State, ModelError> {
+        TpGroup::new_state(self, slots, capacity, kv_blocks)
     }
 
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {

@@ -273,7 +273,7 @@ fn packed_step_of_two_sequences_equals_the_unsplit_model() {
         .logits
         .unwrap();
     let want = plain.backend().act_to_f32(&want).unwrap();
-    let mut states = g.new_state(2, 64).unwrap();
+    let mut states = g.new_state(2, 64, None).unwrap();
     let out = g
         .step(&mut states, &ids, &batch, &routes, LogitsRows::Last)
         .unwrap();

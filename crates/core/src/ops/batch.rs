@@ -5,7 +5,8 @@
 //! FlashAttention's `cu_seqlens`): sequence `i` owns rows
 //! `cu_seqlens[i] .. cu_seqlens[i + 1]`, its state lives in slot `slots[i]`
 //! of every per-layer state (KV cache, GDN state), and its first row sits at
-//! absolute position `history[i]` (the tokens that slot already holds).
+//! absolute position `history[i]` (the tokens that slot already holds);
+//! its KV rows are in the blocks of its block table (`blocks`).
 
 use crate::ops::OpError;
 
@@ -18,6 +19,9 @@ pub struct Batch {
     pub slots: Vec<usize>,
     /// Tokens each sequence's slot held before this step (its first row's position).
     pub history: Vec<usize>,
+    /// Each sequence's KV block table (paged KV); `None`: the identity
+    /// layout, slot `s` owning its own blocks (see [`super::blocks`]).
+    pub blocks: Option<super::BlockTables>,
 }
 
 impl Batch {
@@ -27,6 +31,7 @@ impl Batch {
             cu_seqlens: vec![0, len],
             slots: vec![slot],
             history: vec![history],
+            blocks: None,
         }
     }
 
@@ -41,6 +46,7 @@ impl Batch {
             cu_seqlens: cu,
             slots: seqs.iter().map(|s| s.0).collect(),
             history: seqs.iter().map(|s| s.1).collect(),
+            blocks: None,
         }
     }
 

@@ -26,12 +26,14 @@
 //! tested against.
 
 mod batch;
+mod blocks;
 mod fused;
 pub mod rng;
 mod specs;
 mod workspace;
 
 pub use batch::Batch;
+pub use blocks::{blocks_for, BlockTables, KV_BLOCK_ROWS};
 pub use fused::{
     attention_prep_composed, gdn_core_composed, gdn_core_steps, AttentionPrepWeights,
     GdnCoreInputs, GdnCoreWeights, GdnStep, GdnStepTimer, Untimed,

@@ -4,14 +4,18 @@
 use crate::{LayerKind, RouteRequest};
 use serde::{Deserialize, Serialize};
 
-/// Shape of one full-attention layer's KV cache pool.
+/// Shape of one full-attention layer's KV cache pool: `blocks` blocks of
+/// [`super::KV_BLOCK_ROWS`] rows (see [`super::blocks`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvSpec {
+    /// Sequences the pool serves at once (state slots).
     pub slots: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
-    /// Most tokens one slot may hold (a backend may allocate it up front).
+    /// Most tokens one sequence may hold.
     pub capacity: usize,
+    /// Blocks in the pool ([`KvSpec::contiguous`]: every slot's capacity).
+    pub blocks: usize,
 }
 
 /// Shape of one Gated DeltaNet layer's state pool.

@@ -185,12 +185,7 @@ fn gated_attention_equals_attention_then_gate_and_matches_cpu() {
     let (nq, nkv) = (16, 2);
     // d 256 (the 16-byte transposes) and 100 (not a multiple of 8: scalar transposes).
     for d in [256, 100] {
-        let spec = KvSpec {
-            slots: 4,
-            kv_heads: nkv,
-            head_dim: d,
-            capacity: 200,
-        };
+        let spec = KvSpec::contiguous(4, nkv, d, 200);
         let routes: &[RouteRequest] = if d == 256 {
             &[
                 RouteRequest::Fused,

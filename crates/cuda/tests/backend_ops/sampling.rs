@@ -183,12 +183,7 @@ fn small_every_kernel_once() {
         &b,
     )
     .unwrap();
-    let kvs = KvSpec {
-        slots: 2,
-        kv_heads: 1,
-        head_dim: 64,
-        capacity: 8,
-    };
+    let kvs = KvSpec::contiguous(2, 1, 64, 8);
     let mut cache = be.new_kv_cache(&kvs).unwrap();
     let k = be.gather_rows(&q, &[0, 1, 2, 3, 4]).unwrap();
     let k1 = be

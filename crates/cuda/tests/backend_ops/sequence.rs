@@ -224,12 +224,7 @@ fn attention_ref(
 fn attention_over_the_cache_matches_f64_for_both_routes_gqa_16_2_d256() {
     let be = backend();
     let (nq, nkv, d) = (16, 2, 256);
-    let spec = KvSpec {
-        slots: 3,
-        kv_heads: nkv,
-        head_dim: d,
-        capacity: 300,
-    };
+    let spec = KvSpec::contiguous(3, nkv, d, 300);
     for route in [
         RouteRequest::Fused,
         RouteRequest::Composed { query_block: 64 },
@@ -327,12 +322,7 @@ fn attention_over_the_cache_matches_f64_for_both_routes_gqa_16_2_d256() {
 fn memory_counts_state_and_keeps_the_peak_across_attention() {
     let be = backend();
     let (active0, _) = be.memory();
-    let spec = KvSpec {
-        slots: 2,
-        kv_heads: 2,
-        head_dim: 128,
-        capacity: 1000,
-    };
+    let spec = KvSpec::contiguous(2, 2, 128, 1000);
     let cache = be.new_kv_cache(&spec).unwrap();
     let (active1, _) = be.memory();
     assert!(

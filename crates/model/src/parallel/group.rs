@@ -146,15 +146,16 @@ impl<B: Backend> TpGroup<B> {
         Ok(TpSession { sessions })
     }
 
-    /// Fresh state pools on every rank.
+    /// Fresh state pools on every rank (see [`Qwen35Model::new_paged_state`]).
     pub fn new_state(
         &self,
         slots: usize,
         capacity: usize,
+        kv_blocks: Option<usize>,
     ) -> Result<Vec<ModelState<B>>, ModelError> {
         self.ranks
             .iter()
-            .map(|m| m.new_state(slots, capacity))
+            .map(|m| m.new_paged_state(slots, capacity, kv_blocks))
             .collect()
     }
 
