@@ -4,9 +4,13 @@
 //! step's wall time (sample to sample) splits into the host's time to queue
 //! the step and the wait for the GPU to finish it: a wait near zero means the
 //! host is the bound (launch overhead), a long wait means the GPU is. Of the
-//! host's time, the part spent inside the driver's launch calls (`launch.rs`)
-//! and inside cuBLAS calls (`dense::linear`) is timed too. Every 16 decode
-//! steps one line goes to stderr with the means per step.
+//! host's time, the launches of `launch.rs` are counted and timed (the whole
+//! launch path: function lookup, argument packing, the driver call; and the
+//! driver call alone), and so are the cuBLAS calls (`dense::linear`). Every
+//! 16 decode steps one line goes to stderr with the means per step, per
+//! launch and per sequence of the step (the rows sampled: all-decode steps
+//! sample one row per running sequence), so issue 23's bar (host work per
+//! running sequence per step) is read from the engine itself.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -19,6 +23,9 @@ pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
 
 /// Host nanoseconds inside the driver's kernel-launch calls (with stats on).
 pub(crate) static LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
+/// Host nanoseconds of the whole launch path of `crate::launch`, driver
+/// call included (with stats on).
+pub(crate) static LAUNCH_HOST_NS: AtomicU64 = AtomicU64::new(0);
 /// Host nanoseconds inside cuBLAS calls, and their number (with stats on).
 pub(crate) static BLAS_NS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static BLAS_CALLS: AtomicU64 = AtomicU64::new(0);
@@ -44,6 +51,7 @@ pub(crate) fn timed<T>(on: bool, counter: &AtomicU64, f: impl FnOnce() -> T) -> 
 struct Counters {
     launches: u64,
     launch_ns: u64,
+    launch_host_ns: u64,
     blas_ns: u64,
     blas_calls: u64,
 }
@@ -52,6 +60,7 @@ impl Counters {
     const ZERO: Counters = Counters {
         launches: 0,
         launch_ns: 0,
+        launch_host_ns: 0,
         blas_ns: 0,
         blas_calls: 0,
     };
@@ -59,6 +68,7 @@ impl Counters {
         Counters {
             launches: LAUNCHES.load(Ordering::Relaxed),
             launch_ns: LAUNCH_NS.load(Ordering::Relaxed),
+            launch_host_ns: LAUNCH_HOST_NS.load(Ordering::Relaxed),
             blas_ns: BLAS_NS.load(Ordering::Relaxed),
             blas_calls: BLAS_CALLS.load(Ordering::Relaxed),
         }
@@ -71,6 +81,8 @@ struct Window {
     steps: u32,
     wall_us: f64,
     wait_us: f64,
+    /// Rows sampled in the window's steps.
+    rows: u64,
 }
 
 static WINDOW: Mutex<Window> = Mutex::new(Window {
@@ -79,11 +91,12 @@ static WINDOW: Mutex<Window> = Mutex::new(Window {
     steps: 0,
     wall_us: 0.0,
     wait_us: 0.0,
+    rows: 0,
 });
 
-/// Called after the read-back that began (waiting) at `queued` (nothing
-/// unless the stats are `on`).
-pub(crate) fn step_done(on: bool, queued: Instant) {
+/// Called after the read-back of `rows` sampled tokens that began (waiting)
+/// at `queued` (nothing unless the stats are `on`).
+pub(crate) fn step_done(on: bool, queued: Instant, rows: usize) {
     if !on {
         return;
     }
@@ -100,29 +113,100 @@ pub(crate) fn step_done(on: bool, queued: Instant) {
             w.steps += 1;
             w.wall_us += us;
             w.wait_us += (now - queued).as_secs_f64() * 1e6;
+            w.rows += rows as u64;
             if w.steps < WINDOW_STEPS {
                 return;
             }
         }
     }
     if w.steps == WINDOW_STEPS {
-        let n = w.steps as f64;
-        let per = |a: u64, b: u64| (a - b) as f64 / n;
-        eprintln!(
-            "decode stats: step {:.1} us = host queue {:.1} us + wait for the GPU {:.1} us; \
-             {:.0} launches/step (launch.rs) taking {:.1} us in the driver, \
-             {:.0} cuBLAS calls/step taking {:.1} us",
-            w.wall_us / n,
-            (w.wall_us - w.wait_us) / n,
-            w.wait_us / n,
-            per(counters.launches, w.start.launches),
-            per(counters.launch_ns, w.start.launch_ns) / 1e3,
-            per(counters.blas_calls, w.start.blas_calls),
-            per(counters.blas_ns, w.start.blas_ns) / 1e3,
-        );
+        eprintln!("{}", line(&w, &counters));
     }
     w.steps = 0;
     w.wall_us = 0.0;
     w.wait_us = 0.0;
+    w.rows = 0;
     w.start = counters;
+}
+
+/// The report of a full window that ends at `now`'s counters.
+fn line(w: &Window, now: &Counters) -> String {
+    let steps = f64::from(w.steps.max(1));
+    let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
+    let launches = d(now.launches, w.start.launches);
+    let per_launch_us = |ns: f64| {
+        if launches > 0.0 {
+            ns / launches / 1e3
+        } else {
+            0.0
+        }
+    };
+    let host_us = (w.wall_us - w.wait_us) / steps;
+    let seqs = w.rows as f64 / steps;
+    format!(
+        "decode stats: step {:.1} us = host queue {:.1} us + wait for the GPU {:.1} us; \
+         {:.1} sequences/step, host {:.2} us per sequence; \
+         {:.0} launches/step (launch.rs) at {:.2} us host each ({:.2} us in the driver), \
+         {:.0} cuBLAS calls/step taking {:.1} us",
+        w.wall_us / steps,
+        host_us,
+        w.wait_us / steps,
+        seqs,
+        if seqs > 0.0 { host_us / seqs } else { 0.0 },
+        launches / steps,
+        per_launch_us(d(now.launch_host_ns, w.start.launch_host_ns)),
+        per_launch_us(d(now.launch_ns, w.start.launch_ns)),
+        d(now.blas_calls, w.start.blas_calls) / steps,
+        d(now.blas_ns, w.start.blas_ns) / steps / 1e3,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_gives_means_per_step_launch_and_sequence() {
+        let w = Window {
+            last: None,
+            start: Counters {
+                launches: 100,
+                launch_ns: 0,
+                launch_host_ns: 1_000,
+                blas_ns: 0,
+                blas_calls: 0,
+            },
+            steps: 16,
+            wall_us: 16.0 * 1000.0,
+            wait_us: 16.0 * 600.0,
+            rows: 16 * 8,
+        };
+        let now = Counters {
+            launches: 100 + 16 * 50,
+            launch_ns: 16 * 50 * 2_000,
+            launch_host_ns: 1_000 + 16 * 50 * 3_000,
+            blas_ns: 16 * 4_000,
+            blas_calls: 16 * 2,
+        };
+        let l = line(&w, &now);
+        for part in [
+            "step 1000.0 us = host queue 400.0 us + wait for the GPU 600.0 us",
+            "8.0 sequences/step, host 50.00 us per sequence",
+            "50 launches/step (launch.rs) at 3.00 us host each (2.00 us in the driver)",
+            "2 cuBLAS calls/step taking 4.0 us",
+        ] {
+            assert!(l.contains(part), "{part:?} not in {l:?}");
+        }
+    }
+
+    #[test]
+    fn timed_adds_only_when_on() {
+        let c = AtomicU64::new(0);
+        assert_eq!(timed(false, &c, || 7), 7);
+        assert_eq!(c.load(Ordering::Relaxed), 0);
+        timed(true, &c, || {
+            std::thread::sleep(std::time::Duration::from_millis(1))
+        });
+        assert!(c.load(Ordering::Relaxed) >= 1_000_000);
+    }
 }

@@ -1,6 +1,15 @@
-//! One CUDA device: its primary context, a stream, the kernels loaded from
-//! the disk cache (or compiled by NVRTC on first use), the caching allocator
-//! and the cuBLAS handle.
+//! One CUDA device: its primary context (bound once per thread, [`bind`]),
+//! a stream, the kernels loaded from the disk cache (or compiled by NVRTC on
+//! first use) in a lock-free table ([`functions`]), the caching allocator,
+//! the small read-only tables the ops share ([`tables`]) and the cuBLAS
+//! handle.
+
+mod bind;
+mod functions;
+mod tables;
+
+pub use bind::forget as forget_bound_context;
+pub use functions::Function;
 
 use crate::alloc::{Allocator, DeviceBuffer, RawMemory};
 use crate::blas::Blas;
@@ -8,13 +17,11 @@ use crate::config::CudaOptions;
 use crate::kernels::KernelSource;
 use crate::{cache, kernels, libs, CudaError};
 use cudarc::driver::{result, sys};
-use std::collections::HashMap;
+use functions::FunctionTable;
+use headroom_core::ops::{Batch, OpResult};
 use std::ffi::{c_void, CString};
-use std::sync::{Arc, Mutex, OnceLock};
-
-/// A loaded kernel function.
-#[derive(Clone, Copy)]
-pub struct Function(sys::CUfunction);
+use std::sync::{Arc, OnceLock};
+use tables::{BatchKey, TableCache, TableSink};
 
 /// Context-bound raw memory from the driver.
 struct DriverMemory {
@@ -26,22 +33,28 @@ struct Ctx(sys::CUcontext);
 // SAFETY: a CUDA context handle may be used from any thread once made current there.
 unsafe impl Send for Ctx {}
 unsafe impl Sync for Ctx {}
-// SAFETY: CUfunction handles are immutable and usable from any thread of the context.
-unsafe impl Send for Function {}
-unsafe impl Sync for Function {}
+
+impl Ctx {
+    /// Makes the context current on the calling thread unless this crate
+    /// already did ([`bind`]).
+    fn bind(self) -> Result<(), CudaError> {
+        bind::bind_with(self.0 as usize, || {
+            // SAFETY: the context is retained for the process lifetime.
+            unsafe { result::ctx::set_current(self.0) }.map_err(CudaError::from)
+        })
+    }
+}
 
 impl RawMemory for DriverMemory {
     fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+        self.ctx.bind()?;
         // SAFETY: the context is live for the allocator's lifetime.
-        unsafe {
-            result::ctx::set_current(self.ctx.0)?;
-            Ok(result::malloc_sync(bytes)?)
-        }
+        unsafe { Ok(result::malloc_sync(bytes)?) }
     }
     fn free(&self, ptr: u64) {
+        let _ = self.ctx.bind();
         // SAFETY: `ptr` came from malloc_sync in this context and is freed once.
         unsafe {
-            let _ = result::ctx::set_current(self.ctx.0);
             match result::free_sync(ptr) {
                 // At process exit the driver may already be torn down: the
                 // memory goes with the context, nothing to report.
@@ -63,20 +76,25 @@ pub struct CudaDevice {
     pub sm_count: usize,
     ctx: Ctx,
     stream: Stream,
-    functions: Mutex<HashMap<&'static str, Function>>,
+    functions: FunctionTable,
     alloc: Arc<Allocator>,
     blas: OnceLock<Blas>,
     /// Zeroed u32 counters for kernels whose last CTA finishes the work
     /// (each such kernel resets its counter before it exits).
     tickets: OnceLock<DeviceBuffer>,
-    /// The last small read-only tables uploaded, by content (see [`CudaDevice::upload_table`]).
-    tables: Mutex<Vec<(Vec<u8>, Arc<DeviceBuffer>)>>,
+    /// Small read-only tables by content ([`CudaDevice::upload_table`]).
+    tables: TableCache<Vec<u8>>,
+    /// Batches' sequence tables by batch ([`CudaDevice::seq_table_with`]).
+    seq_tables: TableCache<BatchKey>,
     options: CudaOptions,
 }
 
 /// Tables kept by [`CudaDevice::upload_table`], and the largest one kept.
 const TABLES_KEPT: usize = 16;
-const TABLE_BYTES: usize = 4096;
+const TABLE_BYTES: usize = 64 << 10;
+/// Batches whose sequence tables are kept (a step has one; a test or a
+/// chunked prefill may alternate between a few).
+const SEQ_TABLES_KEPT: usize = 4;
 
 /// Counters in [`CudaDevice::ticket`].
 pub const TICKETS: usize = 64;
@@ -106,8 +124,8 @@ impl CudaDevice {
         }
         let dev = result::device::get(ordinal as i32)?;
         // SAFETY: `dev` is a valid device; the primary context is retained for the process.
-        let ctx = unsafe { result::primary_ctx::retain(dev)? };
-        unsafe { result::ctx::set_current(ctx)? };
+        let ctx = Ctx(unsafe { result::primary_ctx::retain(dev)? });
+        ctx.bind()?;
         let attr = |a| unsafe { result::device::get_attribute(dev, a) };
         use sys::CUdevice_attribute::*;
         let capability = (
@@ -122,7 +140,6 @@ impl CudaDevice {
         }
         let sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)?;
-        let ctx = Ctx(ctx);
         Ok(CudaDevice {
             ordinal,
             name: result::device::get_name(dev)?,
@@ -131,11 +148,12 @@ impl CudaDevice {
             sm_count,
             ctx,
             stream: Stream(stream),
-            functions: Mutex::new(HashMap::new()),
+            functions: FunctionTable::new(),
             alloc: Allocator::new(Box::new(DriverMemory { ctx })),
             blas: OnceLock::new(),
             tickets: OnceLock::new(),
-            tables: Mutex::new(Vec::new()),
+            tables: TableCache::new(TABLES_KEPT),
+            seq_tables: TableCache::new(SEQ_TABLES_KEPT),
             options,
         })
     }
@@ -147,15 +165,21 @@ impl CudaDevice {
 
     /// Loads every kernel module of `sources` now: from the disk cache, or
     /// compiled on this first run (with progress events, `crate::cache`).
+    /// Every entry point must be in the kernel registry (`crate::kernels`).
     pub fn load_kernels(&self, sources: &[KernelSource]) -> Result<(), CudaError> {
-        let missing: Vec<KernelSource> = {
-            let fns = self.functions.lock().unwrap_or_else(|p| p.into_inner());
-            sources
-                .iter()
-                .filter(|s| s.entry_points.iter().any(|e| !fns.contains_key(e)))
-                .copied()
-                .collect()
-        };
+        let _cold = self.functions.cold();
+        let missing: Vec<KernelSource> = sources
+            .iter()
+            .filter(|s| s.entry_points.iter().any(|e| !self.functions.has(e)))
+            .copied()
+            .collect();
+        if let Some(e) = missing
+            .iter()
+            .flat_map(|s| s.entry_points.iter())
+            .find(|e| functions::slot_of(e).is_none())
+        {
+            return Err(CudaError::UnknownEntryPoint((*e).into()));
+        }
         let cubins = cache::cubins(&missing, &self.arch, &self.options)?;
         for (src, cubin) in missing.iter().zip(&cubins) {
             self.load_module(src, cubin)?;
@@ -168,21 +192,21 @@ impl CudaDevice {
         self.bind()?;
         // SAFETY: `cubin` is a complete image for this device's architecture.
         let module = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void)? };
-        let mut fns = self.functions.lock().unwrap_or_else(|p| p.into_inner());
         for e in src.entry_points {
             let name = CString::new(*e).expect("entry names have no NUL");
             // SAFETY: `module` is loaded; names come from the source's own list.
             let f = unsafe { result::module::get_function(module, name)? };
-            fns.insert(e, Function(f));
+            self.functions.insert(e, f);
         }
         Ok(())
     }
 
-    /// Makes this device's context current on the calling thread.
+    /// Makes this device's context current on the calling thread: one
+    /// driver call on a thread's first use of the device (or after it used
+    /// another), a thread-local comparison after that. Every method of the
+    /// device that calls the driver binds first.
     pub fn bind(&self) -> Result<(), CudaError> {
-        // SAFETY: the context is retained for the process lifetime.
-        unsafe { result::ctx::set_current(self.ctx.0)? };
-        Ok(())
+        self.ctx.bind()
     }
 
     pub fn stream_raw(&self) -> sys::CUstream {
@@ -195,10 +219,10 @@ impl CudaDevice {
 
     /// cuBLAS on this device's stream (created on first use).
     pub fn blas(&self) -> Result<&Blas, CudaError> {
+        self.bind()?;
         if let Some(b) = self.blas.get() {
             return Ok(b);
         }
-        self.bind()?;
         let b = Blas::new(self.stream.0)?;
         Ok(self.blas.get_or_init(|| b))
     }
@@ -224,30 +248,43 @@ impl CudaDevice {
         Ok(base + 4 * i as u64)
     }
 
-    /// Loads (compiling or reading the disk cache on first use) the module that
-    /// exports `entry` and returns that function.
+    /// The function `entry` (a lock-free lookup once its module is loaded:
+    /// `CudaBackend::open` loads them all); on a first use, loads the module
+    /// that exports it (compiling or reading the disk cache).
     pub fn function(&self, entry: &'static str) -> Result<Function, CudaError> {
-        let found = |fns: &HashMap<&'static str, Function>| fns.get(entry).copied();
-        if let Some(f) = found(&self.functions.lock().unwrap_or_else(|p| p.into_inner())) {
+        if let Some(f) = self.functions.get(entry) {
             return Ok(f);
         }
         let src =
             kernels::source_of(entry).ok_or_else(|| CudaError::UnknownEntryPoint(entry.into()))?;
         self.load_kernels(std::slice::from_ref(src))?;
-        found(&self.functions.lock().unwrap_or_else(|p| p.into_inner()))
+        self.functions
+            .get(entry)
             .ok_or_else(|| CudaError::UnknownEntryPoint(entry.into()))
     }
 
-    /// Allows `f` up to `bytes` of dynamic shared memory.
+    /// Allows `f` up to `bytes` of dynamic shared memory: a driver call only
+    /// the first time `f` needs more than it was allowed before.
     pub fn set_dynamic_smem(&self, f: Function, bytes: usize) -> Result<(), CudaError> {
+        if !self.functions.needs_smem(f, bytes) {
+            return Ok(());
+        }
+        let _cold = self.functions.cold();
+        if !self.functions.needs_smem(f, bytes) {
+            return Ok(());
+        }
+        let limit = i32::try_from(bytes)
+            .map_err(|_| CudaError::InvalidLaunch(format!("{bytes} bytes of shared memory")))?;
+        self.bind()?;
         // SAFETY: `f` is a loaded function of this context.
         unsafe {
             result::function::set_function_attribute(
-                f.0,
+                f.raw,
                 sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes as i32,
+                limit,
             )?
         };
+        self.functions.allowed_smem(f, bytes);
         Ok(())
     }
 
@@ -264,7 +301,8 @@ impl CudaDevice {
         smem: usize,
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
-        result::launch_kernel(f.0, grid, block, smem as u32, self.stream.0, params)?;
+        self.bind()?;
+        result::launch_kernel(f.raw, grid, block, smem as u32, self.stream.0, params)?;
         Ok(())
     }
 
@@ -287,6 +325,7 @@ impl CudaDevice {
         if self.capability.0 < 9 {
             return self.launch(f, grid, block, smem, params);
         }
+        self.bind()?;
         let mut attr: sys::CUlaunchAttribute = std::mem::zeroed();
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
@@ -302,7 +341,8 @@ impl CudaDevice {
             attrs: &mut attr,
             numAttrs: 1,
         };
-        sys::cuLaunchKernelEx(&config, f.0, params.as_mut_ptr(), std::ptr::null_mut()).result()?;
+        sys::cuLaunchKernelEx(&config, f.raw, params.as_mut_ptr(), std::ptr::null_mut())
+            .result()?;
         Ok(())
     }
 
@@ -349,28 +389,54 @@ impl CudaDevice {
     /// slots, row indices), shared with earlier calls that uploaded the same
     /// bytes: within a decode step every layer uploads the same few tables,
     /// and each upload is a host call plus a copy in the stream's order. The
-    /// last [`TABLES_KEPT`] tables of at most [`TABLE_BYTES`] are kept (most
-    /// recent first).
+    /// last [`TABLES_KEPT`] tables of at most [`TABLE_BYTES`] are kept in
+    /// persistent buffers (`tables`).
     /// Nothing may write to the returned buffer.
     pub fn upload_table<T: Copy>(&self, data: &[T]) -> Result<Arc<DeviceBuffer>, CudaError> {
-        let bytes = std::mem::size_of_val(data);
-        if bytes > TABLE_BYTES {
+        let raw = tables::bytes_of(data);
+        if raw.len() > TABLE_BYTES {
             return Ok(Arc::new(self.upload_async(data)?));
         }
-        // SAFETY: `data` is `bytes` initialised bytes of plain `Copy` values
-        // (the tables are integers and floats: no padding).
-        let raw = unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, bytes) };
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = tables.iter().position(|(k, _)| k.as_slice() == raw) {
-            let hit = tables.remove(i);
-            let buf = Arc::clone(&hit.1);
-            tables.insert(0, hit);
-            return Ok(buf);
+        self.tables.get(
+            self,
+            |k| k.as_slice() == raw,
+            || Ok((raw.to_vec(), raw.to_vec())),
+            |e| e,
+        )
+    }
+
+    /// The device copy of `batch`'s sequence table: the one every op of the
+    /// step reads (built by `build` and copied once per distinct batch, found
+    /// by comparing the batch's row offsets, slots and histories after that).
+    /// Nothing may write to the returned buffer.
+    pub(crate) fn seq_table_with(
+        &self,
+        batch: &Batch,
+        build: impl FnOnce() -> OpResult<Vec<i32>>,
+    ) -> OpResult<Arc<DeviceBuffer>> {
+        self.seq_tables.get(
+            self,
+            |k| k.matches(batch),
+            || Ok((BatchKey::of(batch), tables::bytes_of(&build()?).to_vec())),
+            crate::launch::dev_err,
+        )
+    }
+
+    /// `batch`'s sequence table as the varlen ops read it (i32
+    /// `[cu_seqlens][slots][history]`, shared by every op of a step).
+    pub fn sequence_table(&self, batch: &Batch) -> Result<Arc<DeviceBuffer>, CudaError> {
+        crate::launch::seq_table(self, "sequence_table", batch)
+            .map_err(|e| CudaError::InvalidLaunch(e.to_string()))
+    }
+
+    /// Queues `count` launches of a kernel that touches no memory
+    /// (`init_normal_bf16` over 0 elements) through the ops' launch path:
+    /// the host cost of one launch, for the host-path bench.
+    pub fn launch_empty(&self, count: usize) -> Result<(), CudaError> {
+        for _ in 0..count {
+            crate::launch::empty(self).map_err(|e| CudaError::InvalidLaunch(e.to_string()))?;
         }
-        let buf = Arc::new(self.upload_async(data)?);
-        tables.insert(0, (raw.to_vec(), Arc::clone(&buf)));
-        tables.truncate(TABLES_KEPT);
-        Ok(buf)
+        Ok(())
     }
 
     /// Copies the start of `buf` into `out` (synchronous).
@@ -398,6 +464,27 @@ impl CudaDevice {
         self.bind()?;
         // SAFETY: the stream is live.
         unsafe { result::stream::synchronize(self.stream.0)? };
+        Ok(())
+    }
+}
+
+impl TableSink for CudaDevice {
+    fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        CudaDevice::alloc(self, bytes)
+    }
+
+    fn write(&self, buf: &DeviceBuffer, data: &[u8]) -> Result<(), CudaError> {
+        if data.len() > buf.len_bytes() {
+            return Err(CudaError::InvalidLaunch(format!(
+                "a {}-byte table in a {}-byte buffer",
+                data.len(),
+                buf.len_bytes()
+            )));
+        }
+        self.bind()?;
+        // SAFETY: the buffer holds `data` (checked above); the stream is live.
+        // Pageable memory is staged before the call returns.
+        unsafe { result::memcpy_htod_async(buf.ptr(), data, self.stream.0)? };
         Ok(())
     }
 }

@@ -1,8 +1,9 @@
-//! Kernel launches of the ops: argument packing, grid sizes, small host
-//! tables uploaded per call, and the conversion of device errors to [`OpError`].
+//! Kernel launches of the ops: argument packing, grid sizes, the small host
+//! tables the kernels read (the batch's sequence table built once per
+//! batch), and the conversion of device errors to [`OpError`].
 
 use crate::alloc::DeviceBuffer;
-use crate::decode_stats::{timed, LAUNCHES, LAUNCH_NS};
+use crate::decode_stats::{timed, LAUNCHES, LAUNCH_HOST_NS, LAUNCH_NS};
 use crate::device::CudaDevice;
 use crate::CudaError;
 use headroom_core::ops::{OpError, OpResult};
@@ -147,20 +148,39 @@ fn launch_with(
     launch_params(dev, entry, &mut params[..args.len], go)
 }
 
-/// Looks `entry` up, binds the context, counts the launch and hands the
-/// function and the parameter pointers to `go` (the driver call, timed for
-/// the decode statistics).
+/// Looks `entry` up, counts the launch and hands the function and the
+/// parameter pointers to `go` (the driver call, which binds the context:
+/// [`CudaDevice::bind`]). With the decode statistics on, the whole path's
+/// host time and the driver call's are timed.
 fn launch_params(
     dev: &CudaDevice,
     entry: &'static str,
     params: &mut [*mut c_void],
     go: impl FnOnce(crate::device::Function, &mut [*mut c_void]) -> Result<(), CudaError>,
 ) -> OpResult<()> {
-    let f = dev.function(entry).map_err(dev_err)?;
-    dev.bind().map_err(dev_err)?;
-    LAUNCHES.fetch_add(1, Ordering::Relaxed);
     let stats = dev.options().decode_stats;
-    timed(stats, &LAUNCH_NS, || go(f, params)).map_err(dev_err)
+    timed(stats, &LAUNCH_HOST_NS, || {
+        let f = dev.function(entry).map_err(dev_err)?;
+        LAUNCHES.fetch_add(1, Ordering::Relaxed);
+        timed(stats, &LAUNCH_NS, || go(f, params)).map_err(dev_err)
+    })
+}
+
+/// One launch of a kernel that touches no memory (`init_normal_bf16` over
+/// no elements): the host path's cost alone (`CudaDevice::launch_empty`).
+pub(crate) fn empty(dev: &CudaDevice) -> OpResult<()> {
+    let args = Args::new()
+        .ptr(0)
+        .u64(0)
+        .u64(0)
+        .f32(0.0)
+        .f32(0.0)
+        .u64(0)
+        .u64(0)
+        .u64(0)
+        .u64(0);
+    // SAFETY: with n = 0 the kernel's grid-stride loop reads and writes nothing.
+    unsafe { launch(dev, "init_normal_bf16", (1, 1, 1), 32, args) }
 }
 
 /// Grid of a grid-stride element-wise kernel over `n` elements.
@@ -197,28 +217,81 @@ pub(crate) fn upload<T: Copy>(dev: &CudaDevice, data: &[T]) -> OpResult<Arc<Devi
     dev.upload_table(data).map_err(dev_err)
 }
 
-/// The batch's sequence table for the varlen kernels, uploaded as i32:
+/// The batch's sequence table for the varlen kernels, as i32:
 /// `[cu_seqlens (n + 1)][slots (n)][history (n)]` (`3n + 1` values: far
 /// fewer than per-row tables). Kernels find a row's sequence by binary
-/// search over the first `n + 1`.
+/// search over the first `n + 1`. Built and copied to the device once per
+/// distinct batch: every op of a step gets the same buffer
+/// (`CudaDevice::seq_table_with`).
 pub(crate) fn seq_table(
     dev: &CudaDevice,
     op: &'static str,
     batch: &headroom_core::ops::Batch,
 ) -> OpResult<Arc<DeviceBuffer>> {
+    dev.seq_table_with(batch, || seq_table_values(op, batch))
+}
+
+/// The values of [`seq_table`], or a shape error when the batch is
+/// inconsistent or a value exceeds i32.
+pub(crate) fn seq_table_values(
+    op: &'static str,
+    batch: &headroom_core::ops::Batch,
+) -> OpResult<Vec<i32>> {
     let n = batch.sequences();
+    let (Some(cu), Some(history)) = (batch.cu_seqlens.get(..=n), batch.history.get(..n)) else {
+        return Err(OpError::shape(
+            op,
+            format!(
+                "{n} sequences, {} row offsets, {} histories",
+                batch.cu_seqlens.len(),
+                batch.history.len()
+            ),
+        ));
+    };
     let mut table = Vec::with_capacity(3 * n + 1);
-    for &r in &batch.cu_seqlens[..=n] {
+    for &r in cu {
         table.push(int(op, "row", r)?);
     }
-    for &s in &batch.slots[..n] {
+    for &s in &batch.slots {
         table.push(int(op, "slot", s)?);
     }
-    for i in 0..n {
+    for (i, &h) in history.iter().enumerate() {
         // Every position of the sequence's rows must fit i32, not only the first.
-        let last = batch.history[i].saturating_add(batch.seq_len(i));
+        let last = h.saturating_add(cu[i + 1].saturating_sub(cu[i]));
         int(op, "position", last)?;
-        table.push(int(op, "position", batch.history[i])?);
+        table.push(int(op, "position", h)?);
     }
-    upload(dev, &table)
+    Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headroom_core::ops::Batch;
+
+    #[test]
+    fn the_sequence_table_is_offsets_then_slots_then_histories() {
+        let b = Batch::packed(&[(4, 10, 3), (1, 0, 1)]);
+        assert_eq!(seq_table_values("t", &b).unwrap(), [0, 3, 4, 4, 1, 10, 0]);
+    }
+
+    #[test]
+    fn positions_past_i32_and_short_offsets_are_shape_errors() {
+        let far = Batch::single(0, i32::MAX as usize - 1, 2);
+        assert!(seq_table_values("t", &far).is_err());
+        let mut short = Batch::packed(&[(0, 0, 1), (1, 0, 1)]);
+        short.cu_seqlens.pop();
+        assert!(seq_table_values("t", &short).is_err());
+    }
+
+    #[test]
+    fn arguments_fill_their_slots_and_count_past_the_limit() {
+        let a = Args::new().i32(-1).f32(1.5).ptr(0xABC);
+        assert_eq!(a.len, 3);
+        assert_eq!(a.slots[0], u32::MAX as u64);
+        assert_eq!(a.slots[1], 1.5f32.to_bits() as u64);
+        assert_eq!(a.slots[2], 0xABC);
+        let many = (0..MAX_ARGS + 1).fold(Args::new(), |a, i| a.u64(i as u64));
+        assert_eq!(many.len, MAX_ARGS + 1);
+    }
 }

@@ -77,6 +77,9 @@ pub fn init_all(ordinals: &[usize], options: &CudaOptions) -> Result<Vec<NcclCom
     // SAFETY: `comms` has room for n communicators, `list` names n devices.
     unsafe { result::comm_init_all(comms.as_mut_ptr(), n as i32, list.as_ptr()) }
         .map_err(|e| nccl_err("init", e))?;
+    // NCCL selected each device in turn on this thread: the next bind sets
+    // the context again (`CudaDevice::bind`).
+    crate::device::forget_bound_context();
     Ok(comms
         .into_iter()
         .enumerate()

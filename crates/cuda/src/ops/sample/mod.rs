@@ -127,7 +127,7 @@ fn read_tokens(dev: &CudaDevice, out: &DeviceBuffer, rows: usize) -> OpResult<Ve
     let mut tokens = vec![0u32; rows];
     let queued = Instant::now();
     dev.read(out, &mut tokens).map_err(dev_err)?;
-    crate::decode_stats::step_done(dev.options().decode_stats, queued);
+    crate::decode_stats::step_done(dev.options().decode_stats, queued, rows);
     crate::profile_window::step_done(dev.options().profile_step);
     if let Some(row) = tokens.iter().position(|&t| t == u32::MAX) {
         return Err(OpError::shape(
