@@ -189,6 +189,64 @@ mod tests {
         assert_eq!(off.arch_for(8, 6), "sm_86");
     }
 
+    /// The crate's Rust files with their code before any `#[cfg(test)]`.
+    fn crate_code() -> Vec<(PathBuf, String)> {
+        fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+                    out.push((p, code));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut out);
+        assert!(out.len() > 20, "the crate's sources were found");
+        out
+    }
+
+    #[test]
+    fn only_this_module_reads_the_environment() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        for (path, code) in crate_code() {
+            if path == src.join("config.rs") {
+                continue;
+            }
+            for read in ["env::var", "var_os(", "env::vars"] {
+                assert!(
+                    !code.contains(read),
+                    "{} reads the environment (`{read}`): take it from CudaOptions",
+                    path.display()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_options_are_read_only_where_a_device_or_the_gate_starts() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let start_ups = [
+            "device.rs",
+            "backend/mod.rs",
+            "backend/group.rs",
+            "artifact.rs",
+        ]
+        .map(|f| src.join(f));
+        for (path, code) in crate_code() {
+            if code.contains("CudaOptions::from_env()") {
+                assert!(
+                    start_ups.contains(&path),
+                    "{} reads the options after start-up",
+                    path.display()
+                );
+            }
+        }
+    }
+
     #[test]
     fn headers_come_from_the_named_folder_or_the_toolkit_roots_in_order() {
         let a = tempfile::tempdir().unwrap();
