@@ -4,29 +4,30 @@
 //! step's wall time (sample to sample) splits into the host's time to queue
 //! the step and the wait for the GPU to finish it: a wait near zero means the
 //! host is the bound (launch overhead), a long wait means the GPU is. Of the
-//! host's time, the launches of `launch.rs` are counted and timed (the whole
-//! launch path: function lookup, argument packing, the driver call; and the
-//! driver call alone), and so are the cuBLAS calls (`dense::linear`). Every
-//! 16 decode steps one line goes to stderr with the means per step, per
-//! launch and per sequence of the step (the rows sampled: all-decode steps
-//! sample one row per running sequence), so issue 23's bar (host work per
-//! running sequence per step) is read from the engine itself.
+//! host's time, every kernel launch of the device is counted and its driver
+//! call timed (`CudaDevice::launch`); the launches of `launch.rs` are also
+//! timed whole (function lookup, argument packing, driver call); cuBLAS
+//! calls (`dense::linear`) are counted and timed. Every 16 decode steps one
+//! line goes to stderr with the means per step, per launch and per sequence
+//! of the step (the rows sampled: an all-decode step samples one row per
+//! running sequence), so issue 23's bar (host work per running sequence per
+//! step) is read from the engine itself. Launches are counted and timed
+//! only with the statistics on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Kernels launched through `crate::launch` since the process started (cuBLAS,
-/// the grouped MoE and the attention launchers count elsewhere): the decode
-/// statistics report the count per step.
+/// Kernel launches of the device (`CudaDevice::launch` and
+/// `launch_programmatic`: the ops' launch path and the launchers that call
+/// the device directly), and the host nanoseconds inside their driver calls.
 pub(crate) static LAUNCHES: AtomicU64 = AtomicU64::new(0);
-
-/// Host nanoseconds inside the driver's kernel-launch calls (with stats on).
 pub(crate) static LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
-/// Host nanoseconds of the whole launch path of `crate::launch`, driver
-/// call included (with stats on).
-pub(crate) static LAUNCH_HOST_NS: AtomicU64 = AtomicU64::new(0);
-/// Host nanoseconds inside cuBLAS calls, and their number (with stats on).
+/// Launches through `crate::launch`, and the host nanoseconds of their whole
+/// path there, driver call included.
+pub(crate) static OP_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static OP_LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
+/// Host nanoseconds inside cuBLAS calls, and their number.
 pub(crate) static BLAS_NS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static BLAS_CALLS: AtomicU64 = AtomicU64::new(0);
 
@@ -46,12 +47,26 @@ pub(crate) fn timed<T>(on: bool, counter: &AtomicU64, f: impl FnOnce() -> T) -> 
     out
 }
 
+/// [`timed`], also counting one call in `calls` when the stats are `on`.
+pub(crate) fn counted<T>(
+    on: bool,
+    calls: &AtomicU64,
+    counter: &AtomicU64,
+    f: impl FnOnce() -> T,
+) -> T {
+    if on {
+        calls.fetch_add(1, Ordering::Relaxed);
+    }
+    timed(on, counter, f)
+}
+
 /// The counters at a window's start.
 #[derive(Clone, Copy)]
 struct Counters {
     launches: u64,
     launch_ns: u64,
-    launch_host_ns: u64,
+    op_launches: u64,
+    op_launch_ns: u64,
     blas_ns: u64,
     blas_calls: u64,
 }
@@ -60,7 +75,8 @@ impl Counters {
     const ZERO: Counters = Counters {
         launches: 0,
         launch_ns: 0,
-        launch_host_ns: 0,
+        op_launches: 0,
+        op_launch_ns: 0,
         blas_ns: 0,
         blas_calls: 0,
     };
@@ -68,7 +84,8 @@ impl Counters {
         Counters {
             launches: LAUNCHES.load(Ordering::Relaxed),
             launch_ns: LAUNCH_NS.load(Ordering::Relaxed),
-            launch_host_ns: LAUNCH_HOST_NS.load(Ordering::Relaxed),
+            op_launches: OP_LAUNCHES.load(Ordering::Relaxed),
+            op_launch_ns: OP_LAUNCH_NS.load(Ordering::Relaxed),
             blas_ns: BLAS_NS.load(Ordering::Relaxed),
             blas_calls: BLAS_CALLS.load(Ordering::Relaxed),
         }
@@ -133,20 +150,16 @@ pub(crate) fn step_done(on: bool, queued: Instant, rows: usize) {
 fn line(w: &Window, now: &Counters) -> String {
     let steps = f64::from(w.steps.max(1));
     let d = |a: u64, b: u64| a.saturating_sub(b) as f64;
+    let per_us = |ns: f64, n: f64| if n > 0.0 { ns / n / 1e3 } else { 0.0 };
     let launches = d(now.launches, w.start.launches);
-    let per_launch_us = |ns: f64| {
-        if launches > 0.0 {
-            ns / launches / 1e3
-        } else {
-            0.0
-        }
-    };
+    let op_launches = d(now.op_launches, w.start.op_launches);
     let host_us = (w.wall_us - w.wait_us) / steps;
     let seqs = w.rows as f64 / steps;
     format!(
         "decode stats: step {:.1} us = host queue {:.1} us + wait for the GPU {:.1} us; \
          {:.1} sequences/step, host {:.2} us per sequence; \
-         {:.0} launches/step (launch.rs) at {:.2} us host each ({:.2} us in the driver), \
+         {:.0} launches/step at {:.2} us each in the driver, \
+         {:.0} of them through launch.rs at {:.2} us each on its whole path; \
          {:.0} cuBLAS calls/step taking {:.1} us",
         w.wall_us / steps,
         host_us,
@@ -154,8 +167,9 @@ fn line(w: &Window, now: &Counters) -> String {
         seqs,
         if seqs > 0.0 { host_us / seqs } else { 0.0 },
         launches / steps,
-        per_launch_us(d(now.launch_host_ns, w.start.launch_host_ns)),
-        per_launch_us(d(now.launch_ns, w.start.launch_ns)),
+        per_us(d(now.launch_ns, w.start.launch_ns), launches),
+        op_launches / steps,
+        per_us(d(now.op_launch_ns, w.start.op_launch_ns), op_launches),
         d(now.blas_calls, w.start.blas_calls) / steps,
         d(now.blas_ns, w.start.blas_ns) / steps / 1e3,
     )
@@ -172,7 +186,8 @@ mod tests {
             start: Counters {
                 launches: 100,
                 launch_ns: 0,
-                launch_host_ns: 1_000,
+                op_launches: 10,
+                op_launch_ns: 1_000,
                 blas_ns: 0,
                 blas_calls: 0,
             },
@@ -182,9 +197,10 @@ mod tests {
             rows: 16 * 8,
         };
         let now = Counters {
-            launches: 100 + 16 * 50,
-            launch_ns: 16 * 50 * 2_000,
-            launch_host_ns: 1_000 + 16 * 50 * 3_000,
+            launches: 100 + 16 * 60,
+            launch_ns: 16 * 60 * 2_000,
+            op_launches: 10 + 16 * 50,
+            op_launch_ns: 1_000 + 16 * 50 * 3_000,
             blas_ns: 16 * 4_000,
             blas_calls: 16 * 2,
         };
@@ -192,11 +208,35 @@ mod tests {
         for part in [
             "step 1000.0 us = host queue 400.0 us + wait for the GPU 600.0 us",
             "8.0 sequences/step, host 50.00 us per sequence",
-            "50 launches/step (launch.rs) at 3.00 us host each (2.00 us in the driver)",
+            "60 launches/step at 2.00 us each in the driver",
+            "50 of them through launch.rs at 3.00 us each on its whole path",
             "2 cuBLAS calls/step taking 4.0 us",
         ] {
             assert!(l.contains(part), "{part:?} not in {l:?}");
         }
+    }
+
+    #[test]
+    fn an_empty_window_divides_by_nothing() {
+        let w = Window {
+            last: None,
+            start: Counters::ZERO,
+            steps: 0,
+            wall_us: 0.0,
+            wait_us: 0.0,
+            rows: 0,
+        };
+        let l = line(&w, &Counters::ZERO);
+        assert!(!l.contains("NaN") && !l.contains("inf"), "{l}");
+    }
+
+    #[test]
+    fn counted_counts_only_when_on() {
+        let (calls, ns) = (AtomicU64::new(0), AtomicU64::new(0));
+        assert_eq!(counted(false, &calls, &ns, || 3), 3);
+        assert_eq!(calls.load(Ordering::Relaxed), 0);
+        counted(true, &calls, &ns, || ());
+        assert_eq!(calls.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub use functions::Function;
 use crate::alloc::{Allocator, DeviceBuffer, RawMemory};
 use crate::blas::Blas;
 use crate::config::CudaOptions;
+use crate::decode_stats::{counted, LAUNCHES, LAUNCH_NS};
 use crate::kernels::KernelSource;
 use crate::{cache, kernels, libs, CudaError};
 use cudarc::driver::{result, sys};
@@ -302,7 +303,9 @@ impl CudaDevice {
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
         self.bind()?;
-        result::launch_kernel(f.raw, grid, block, smem as u32, self.stream.0, params)?;
+        counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
+            result::launch_kernel(f.raw, grid, block, smem as u32, self.stream.0, params)
+        })?;
         Ok(())
     }
 
@@ -341,8 +344,10 @@ impl CudaDevice {
             attrs: &mut attr,
             numAttrs: 1,
         };
-        sys::cuLaunchKernelEx(&config, f.raw, params.as_mut_ptr(), std::ptr::null_mut())
-            .result()?;
+        counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
+            sys::cuLaunchKernelEx(&config, f.raw, params.as_mut_ptr(), std::ptr::null_mut())
+                .result()
+        })?;
         Ok(())
     }
 

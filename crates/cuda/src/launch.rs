@@ -3,12 +3,11 @@
 //! batch), and the conversion of device errors to [`OpError`].
 
 use crate::alloc::DeviceBuffer;
-use crate::decode_stats::{timed, LAUNCHES, LAUNCH_HOST_NS, LAUNCH_NS};
+use crate::decode_stats::{counted, OP_LAUNCHES, OP_LAUNCH_NS};
 use crate::device::CudaDevice;
 use crate::CudaError;
 use headroom_core::ops::{OpError, OpResult};
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Most arguments of one kernel.
@@ -148,10 +147,10 @@ fn launch_with(
     launch_params(dev, entry, &mut params[..args.len], go)
 }
 
-/// Looks `entry` up, counts the launch and hands the function and the
-/// parameter pointers to `go` (the driver call, which binds the context:
-/// [`CudaDevice::bind`]). With the decode statistics on, the whole path's
-/// host time and the driver call's are timed.
+/// Looks `entry` up and hands the function and the parameter pointers to
+/// `go` (the driver call, which binds the context: [`CudaDevice::bind`]).
+/// With the decode statistics on, the launch is counted and its whole path
+/// timed here (the driver call alone in `CudaDevice::launch`).
 fn launch_params(
     dev: &CudaDevice,
     entry: &'static str,
@@ -159,10 +158,9 @@ fn launch_params(
     go: impl FnOnce(crate::device::Function, &mut [*mut c_void]) -> Result<(), CudaError>,
 ) -> OpResult<()> {
     let stats = dev.options().decode_stats;
-    timed(stats, &LAUNCH_HOST_NS, || {
+    counted(stats, &OP_LAUNCHES, &OP_LAUNCH_NS, || {
         let f = dev.function(entry).map_err(dev_err)?;
-        LAUNCHES.fetch_add(1, Ordering::Relaxed);
-        timed(stats, &LAUNCH_NS, || go(f, params)).map_err(dev_err)
+        go(f, params).map_err(dev_err)
     })
 }
 
