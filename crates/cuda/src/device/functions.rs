@@ -6,6 +6,7 @@
 
 use cudarc::driver::sys;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
@@ -20,16 +21,40 @@ pub struct Function {
 unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
+/// FNV-1a over the bytes of an entry point's name: the names are short and
+/// come from this crate (no adversarial keys), and it is several times
+/// cheaper than the default SipHash on the per-launch lookup.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for &b in bytes {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
 /// Slot of every entry point of the registry, in registry order (built once
 /// per process; entry points are unique, `kernels::tests`).
-static SLOTS: LazyLock<HashMap<&'static str, usize>> = LazyLock::new(|| {
-    crate::kernels::SOURCES
-        .iter()
-        .flat_map(|s| s.entry_points.iter().copied())
-        .enumerate()
-        .map(|(i, e)| (e, i))
-        .collect()
-});
+static SLOTS: LazyLock<HashMap<&'static str, usize, BuildHasherDefault<Fnv>>> =
+    LazyLock::new(|| {
+        crate::kernels::SOURCES
+            .iter()
+            .flat_map(|s| s.entry_points.iter().copied())
+            .enumerate()
+            .map(|(i, e)| (e, i))
+            .collect()
+    });
 
 /// The slot of `entry`, if the registry has it.
 pub(crate) fn slot_of(entry: &str) -> Option<usize> {
