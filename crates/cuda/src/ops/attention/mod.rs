@@ -9,6 +9,7 @@
 pub(crate) mod cache;
 mod composed;
 mod fused;
+mod gathered;
 pub(crate) mod prep;
 pub mod sources;
 #[cfg(test)]
