@@ -239,7 +239,10 @@ impl Backend for CudaBackend {
     }
 
     fn workspace_model(&self) -> std::sync::Arc<dyn headroom_core::ops::WorkspaceModel> {
-        std::sync::Arc::new(memory::CudaWorkspace)
+        std::sync::Arc::new(memory::CudaWorkspace {
+            paged: crate::attention::fused_impl(&self.dev.arch)
+                == crate::attention::FusedImpl::Wgmma,
+        })
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CudaKvCache> {
