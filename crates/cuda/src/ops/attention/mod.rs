@@ -127,7 +127,7 @@ pub unsafe fn prefill_raw(
 }
 
 /// The fused route over K/V whose heads' rows are `kv_head_stride` elements
-/// apart (a KV cache slot: `capacity · head_dim`), all heads in one launch
+/// apart (heads of a larger buffer), all heads in one launch
 /// (plus the split combine). Only the wgmma kernel takes such a stride; on
 /// another kernel a stride other than `kv_len · head_dim` is a shape error.
 ///
