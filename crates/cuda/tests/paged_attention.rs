@@ -469,3 +469,50 @@ fn the_identity_layout_and_a_shuffled_pool_give_the_same_bits_on_both_routes() {
         assert!(e < 1.5e-2, "routes disagree: {e}");
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a)"]
+fn a_decode_step_of_many_sequences_costs_the_host_one_launch_not_a_loop() {
+    let be = CudaBackend::open(0).expect("a CUDA device");
+    assert_eq!(be.device().arch, "sm_90a");
+    let (nq, nkv, d) = (16, 2, 256);
+    let ctx = 1024;
+    for n in [1usize, 64, 256] {
+        let spec = KvSpec::contiguous(n, nkv, d, ctx + 8);
+        let mut cache = be.new_kv_cache(&spec).unwrap();
+        let seqs: Vec<(usize, usize, usize)> = (0..n).map(|s| (s, 0, ctx)).collect();
+        write_all(&be, &mut [&mut cache], &[Batch::packed(&seqs)], nkv * d, 1);
+        let step = Batch::packed(&(0..n).map(|s| (s, ctx, 1)).collect::<Vec<_>>());
+        write_all(
+            &be,
+            &mut [&mut cache],
+            std::slice::from_ref(&step),
+            nkv * d,
+            3,
+        );
+        let q = act(&be, n, nq * d, &uniform(Dtype::Bf16, 5, n * nq * d));
+        let g = act(&be, n, nq * d, &uniform(Dtype::Bf16, 6, n * nq * d));
+        let call = || {
+            be.attention_gated(&q, &cache, &step, RouteRequest::Fused, &g)
+                .unwrap()
+        };
+        drop(call()); // first use: kernel load
+        be.device().synchronize().unwrap();
+        let reps = 50;
+        let t0 = std::time::Instant::now();
+        let outs: Vec<_> = (0..reps).map(|_| call()).collect();
+        let host = t0.elapsed().as_secs_f64() / reps as f64;
+        be.device().synchronize().unwrap();
+        let all = t0.elapsed().as_secs_f64() / reps as f64;
+        drop(outs);
+        eprintln!(
+            "{n} decode sequences × {ctx} keys: host {:.1} µs a call ({:.2} µs a sequence), \
+             with the device {:.1} µs a call",
+            host * 1e6,
+            host * 1e6 / n as f64,
+            all * 1e6
+        );
+        // The old host loop cost ~14.5 µs per sequence per layer: 3.7 ms at 256.
+        assert!(host < 1e-3, "{n} sequences: {host} s of host time a call");
+    }
+}
