@@ -73,22 +73,17 @@ impl CudaWeight {
     }
 }
 
-/// One full-attention layer's KV cache: `k` and `v` bf16
-/// `[slots][kv_heads][capacity][head_dim]`, allocated up front, and the tokens
-/// each slot holds.
+/// One full-attention layer's KV cache: a pool of `spec.blocks` blocks,
+/// `k` and `v` bf16 `[blocks][kv_heads][KV_BLOCK_ROWS][head_dim]` (a block is
+/// one 64-row key tile of every head; token `p` of a sequence is row
+/// `p % 64` of block `table[p / 64]`, its table from the batch), allocated
+/// up front, and the tokens each slot's sequence holds.
 #[derive(Debug)]
 pub struct CudaKvCache {
     pub spec: KvSpec,
     pub(crate) k: DeviceBuffer,
     pub(crate) v: DeviceBuffer,
     pub(crate) lens: Vec<usize>,
-}
-
-impl CudaKvCache {
-    /// Elements of one KV head of one slot (`capacity · head_dim`).
-    pub(crate) fn head_elems(&self) -> usize {
-        self.spec.capacity * self.spec.head_dim
-    }
 }
 
 /// One Gated DeltaNet layer's state: conv state bf16 `[slots][kernel-1][conv_dim]`

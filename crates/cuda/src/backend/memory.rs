@@ -169,27 +169,46 @@ pub(crate) fn act_to_f32(dev: &CudaDevice, x: &CudaAct) -> OpResult<Vec<f32>> {
     }
 }
 
-/// The CUDA backend's [`WorkspaceModel`]. Attention over the KV cache runs
-/// one call per KV head with its query group (or, fused, one launch over
-/// every head): the composed route's workspace is one such call's score and
+/// The CUDA backend's [`WorkspaceModel`] for one sequence's attention over
+/// the KV block pool. On the paged kernel (the fused route on Hopper) the
+/// only workspace is the split partials: f32 rows of `head_dim` + 1 for each
+/// split of each output row, where the plan splits only while the CTAs leave
+/// the GPU's slots empty (bounded here by [`PARTIAL_ROWS_BOUND`]). Every
+/// other call gathers the sequence's K and V out of the pool
+/// (`gather_bytes`), and the composed route adds one KV head's score and
 /// probability block (`crate::attention::composed_workspace_bytes`: f32
-/// scores and bf16 probabilities for `group × qb × kv_len`); the fused
-/// route keeps its tiles in shared memory (0).
+/// scores and bf16 probabilities for `group × qb × kv_len`).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct CudaWorkspace;
+pub(crate) struct CudaWorkspace {
+    /// The fused route runs the paged kernel (sm_90a).
+    pub paged: bool,
+}
+
+/// Most split partial rows one paged launch writes: splits only fill empty
+/// CTA slots, so splits × 64-row tiles stay under the slots of the largest
+/// GPU this bound allows (512 SMs × 2 CTAs).
+pub(crate) const PARTIAL_ROWS_BOUND: usize = 1024 * crate::attention::WGMMA_BLOCK_M;
 
 impl WorkspaceModel for CudaWorkspace {
     fn attention_bytes(&self, c: &AttentionCall) -> u64 {
+        let l = c.layer;
+        let q = c.q_len.max(1);
+        if self.paged && c.route == RouteRequest::Fused {
+            let rows = q
+                .saturating_mul(l.q_heads)
+                .saturating_mul(crate::attention::MAX_SPLITS)
+                .min(PARTIAL_ROWS_BOUND);
+            return (rows * (l.head_dim + 1) * 4) as u64;
+        }
+        let gather = crate::ops::kv::gather_bytes(l.kv_heads, l.head_dim, c.kv_len) as u64;
         match c.route {
-            RouteRequest::Fused => 0,
+            RouteRequest::Fused => gather,
             RouteRequest::Composed { query_block } => {
-                let q = c.q_len.max(1);
                 let qb = if query_block == 0 {
                     q
                 } else {
                     query_block.min(q)
                 };
-                let l = c.layer;
                 let head = AttentionShape {
                     q_len: q,
                     kv_len: c.kv_len,
@@ -198,7 +217,7 @@ impl WorkspaceModel for CudaWorkspace {
                     head_dim: l.head_dim,
                     scale: None,
                 };
-                crate::attention::composed_workspace_bytes(&head, Dtype::Bf16, qb) as u64
+                gather + crate::attention::composed_workspace_bytes(&head, Dtype::Bf16, qb) as u64
             }
         }
     }
@@ -210,8 +229,8 @@ mod tests {
     use headroom_core::{AttentionKind, LayerKind};
 
     #[test]
-    fn composed_is_one_kv_heads_score_block_and_fused_is_nothing() {
-        let call = |route| AttentionCall {
+    fn the_gathered_routes_count_the_gather_and_the_paged_kernel_its_partials() {
+        let call = |route, q_len| AttentionCall {
             layer: LayerKind {
                 attention: AttentionKind::Full,
                 head_dim: 256,
@@ -220,15 +239,41 @@ mod tests {
                 dtype: Dtype::Bf16,
             },
             route,
-            q_len: 100,
+            q_len,
             kv_len: 300,
         };
-        let ws = CudaWorkspace;
+        let gathered = CudaWorkspace { paged: false };
+        // K and V of 300 rows × 2 heads × 256, bf16.
+        let gather = 300 * 2 * 256 * 2 * 2;
         // group 8, qb = q_len = 100: f32 scores + bf16 probabilities.
         let composed = RouteRequest::Composed { query_block: 0 };
-        assert_eq!(ws.attention_bytes(&call(composed)), 8 * 100 * 300 * 6);
+        assert_eq!(
+            gathered.attention_bytes(&call(composed, 100)),
+            gather + 8 * 100 * 300 * 6
+        );
         let blocked = RouteRequest::Composed { query_block: 64 };
-        assert_eq!(ws.attention_bytes(&call(blocked)), 8 * 64 * 300 * 6);
-        assert_eq!(ws.attention_bytes(&call(RouteRequest::Fused)), 0);
+        assert_eq!(
+            gathered.attention_bytes(&call(blocked, 100)),
+            gather + 8 * 64 * 300 * 6
+        );
+        assert_eq!(
+            gathered.attention_bytes(&call(RouteRequest::Fused, 100)),
+            gather
+        );
+        let paged = CudaWorkspace { paged: true };
+        // One decode row: 16 heads × up to MAX_SPLITS partial rows of 257 f32.
+        let decode = 16 * crate::attention::MAX_SPLITS as u64 * 257 * 4;
+        assert_eq!(paged.attention_bytes(&call(RouteRequest::Fused, 1)), decode);
+        // A long chunk is bounded by the GPU's slots, not by its rows.
+        let bound = (PARTIAL_ROWS_BOUND * 257 * 4) as u64;
+        assert_eq!(
+            paged.attention_bytes(&call(RouteRequest::Fused, 4096)),
+            bound
+        );
+        // The composed route gathers even where the fused one would not.
+        assert_eq!(
+            paged.attention_bytes(&call(composed, 100)),
+            gathered.attention_bytes(&call(composed, 100))
+        );
     }
 }

@@ -38,7 +38,7 @@ use crate::ops::{kv, linear, norm, pointwise, rope, sample};
 use crate::CudaError;
 use headroom_core::ops::{
     AttentionPrepWeights, Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, KvSpec, MoeSpec,
-    MoeWeights, OpKey, OpResult, RopeSpec, SamplingParams, WeightInit,
+    MoeWeights, OpError, OpKey, OpResult, RopeSpec, SamplingParams, WeightInit,
 };
 use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -121,6 +121,31 @@ impl CudaBackend {
         batch: &Batch,
     ) -> OpResult<CudaAct> {
         crate::ops::gdn::decode::gdn_decode(&self.dev, x, w, st, batch)
+    }
+
+    /// Attention over the KV block pool on the one-launch paged kernel
+    /// (Hopper, head dim 64/128/256) with `splits` key splits forced
+    /// (clamped to the kernel's range): what `attention` / `attention_gated`
+    /// on the fused route run with the splits the plan picks. Returns the
+    /// output and what ran.
+    pub fn attention_paged_splits(
+        &self,
+        q: &CudaAct,
+        cache: &CudaKvCache,
+        batch: &Batch,
+        gate: Option<&CudaAct>,
+        splits: usize,
+    ) -> OpResult<(CudaAct, crate::attention::PagedRun)> {
+        if !attention::takes_paged(&self.dev, cache, RouteRequest::Fused) {
+            return Err(OpError::Unsupported {
+                op: "attention",
+                reason: format!(
+                    "the paged kernel needs sm_90a and head dim 64/128/256 ({}, {})",
+                    self.dev.arch, cache.spec.head_dim
+                ),
+            });
+        }
+        attention::paged(&self.dev, q, cache, batch, gate, Some(splits))
     }
 
     /// The attention prep on the fused decode kernel; `Err` unless every
@@ -214,7 +239,10 @@ impl Backend for CudaBackend {
     }
 
     fn workspace_model(&self) -> std::sync::Arc<dyn headroom_core::ops::WorkspaceModel> {
-        std::sync::Arc::new(memory::CudaWorkspace)
+        std::sync::Arc::new(memory::CudaWorkspace {
+            paged: crate::attention::fused_impl(&self.dev.arch)
+                == crate::attention::FusedImpl::Wgmma,
+        })
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CudaKvCache> {

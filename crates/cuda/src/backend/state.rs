@@ -1,22 +1,25 @@
-//! The per-layer state pools: KV caches allocated up front at their capacity
-//! and GDN conv + recurrent state, one slot per running sequence; slot resets.
+//! The per-layer state pools: KV block pools allocated up front (`spec.blocks`
+//! blocks shared by the sequences through their block tables) and GDN conv +
+//! recurrent state, one slot per running sequence; slot resets.
 
 use crate::device::CudaDevice;
 use crate::launch::{alloc, dev_err, mul};
 use crate::tensor::{CudaGdnState, CudaKvCache};
 use cudarc::driver::result;
-use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult};
+use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult, KV_BLOCK_ROWS};
 
+/// A KV block pool of `spec.blocks` blocks (see [`CudaKvCache`]).
 pub(crate) fn new_kv_cache(dev: &CudaDevice, spec: &KvSpec) -> OpResult<CudaKvCache> {
-    if spec.slots == 0 || spec.kv_heads == 0 || spec.head_dim == 0 || spec.capacity == 0 {
-        return Err(OpError::shape("new_kv_cache", format!("{spec:?}")));
-    }
     let op = "new_kv_cache";
-    let bytes = mul(
-        op,
-        mul(op, mul(op, spec.slots, spec.kv_heads)?, spec.capacity)?,
-        mul(op, spec.head_dim, 2)?,
-    )?;
+    if spec.slots == 0
+        || spec.kv_heads == 0
+        || spec.head_dim == 0
+        || spec.capacity == 0
+        || spec.blocks == 0
+    {
+        return Err(OpError::shape(op, format!("{spec:?}")));
+    }
+    let bytes = kv_pool_bytes(spec)?;
     let (k, v) = (alloc(dev, bytes)?, alloc(dev, bytes)?);
     Ok(CudaKvCache {
         spec: *spec,
@@ -24,6 +27,17 @@ pub(crate) fn new_kv_cache(dev: &CudaDevice, spec: &KvSpec) -> OpResult<CudaKvCa
         v,
         lens: vec![0; spec.slots],
     })
+}
+
+/// Bytes of one of the pool's two buffers (K or V): `blocks × kv_heads ×
+/// KV_BLOCK_ROWS × head_dim` bf16, checked.
+pub(crate) fn kv_pool_bytes(spec: &KvSpec) -> OpResult<usize> {
+    let op = "new_kv_cache";
+    mul(
+        op,
+        mul(op, mul(op, spec.blocks, spec.kv_heads)?, KV_BLOCK_ROWS)?,
+        mul(op, spec.head_dim, 2)?,
+    )
 }
 
 pub(crate) fn new_gdn_state(dev: &CudaDevice, spec: &GdnSpec) -> OpResult<CudaGdnState> {
@@ -100,4 +114,31 @@ pub(crate) fn reset_gdn_slot(
     let rec = s.recurrent_len() * 4;
     zero_range(dev, state.conv.ptr(), slot * conv, conv)?;
     zero_range(dev, state.recurrent.ptr(), slot * rec, rec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_is_sized_by_its_blocks_with_checked_arithmetic() {
+        let spec = KvSpec {
+            slots: 8,
+            kv_heads: 2,
+            head_dim: 256,
+            capacity: 100_000,
+            blocks: 10,
+        };
+        assert_eq!(kv_pool_bytes(&spec).unwrap(), 10 * 2 * 64 * 256 * 2);
+        let contiguous = KvSpec::contiguous(3, 2, 128, 130);
+        assert_eq!(
+            kv_pool_bytes(&contiguous).unwrap(),
+            3 * 3 * 2 * 64 * 128 * 2
+        );
+        let huge = KvSpec {
+            blocks: usize::MAX / 4,
+            ..spec
+        };
+        assert!(kv_pool_bytes(&huge).is_err());
+    }
 }

@@ -10,8 +10,11 @@
 // One warp per (head, sequence): grid (heads + kv_heads, n); heads < `heads`
 // are q's, the rest k's (which also copy v's head to the cache).
 //   q bf16 [n][heads D], k, v bf16 [n][kv_heads D] (q, k normed and rotated in
-//   place); kc, vc bf16 [slots][kv_heads][capacity][D]; D % 8 == 0, D <= 256.
-// Sequence s is row s, in slot tab.slot[s] at position tab.pos[s].
+//   place); kc, vc the KV block pool bf16 [blocks][kv_heads][KV_ROWS][D];
+//   D % 8 == 0, D <= 256.
+// Sequence s is row s at position tab.pos[s]; its new row goes to row
+// tab.pos[s] % KV_ROWS of block tab.block[s] (the host read it from the
+// sequence's block table).
 
 #include <cuda_bf16.h>
 
@@ -24,10 +27,11 @@ typedef long long i64;
 constexpr int MAX_D = 256;
 constexpr int MAX_FREQ = MAX_D / 2;
 constexpr int MAX_SEQS = 256;     // sequences per launch (kernel parameter table)
+constexpr int KV_ROWS = 64;       // token rows per KV block
 
 struct PrepTable {
     float inv_freq[MAX_FREQ];      // theta^(-2i / rotary_dim), from the host (as rope.rs)
-    int slot[MAX_SEQS];
+    int block[MAX_SEQS];
     int pos[MAX_SEQS];
 };
 
@@ -45,7 +49,7 @@ __device__ __forceinline__ void load8(const bf16* p, float* f) {
 extern "C" __global__ void __launch_bounds__(32) attention_prep_decode_bf16(
     bf16* __restrict__ q, bf16* __restrict__ k, const bf16* __restrict__ v,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, bf16* __restrict__ kc,
-    bf16* __restrict__ vc, int heads, int kv_heads, int d, int rotary_dim, int capacity,
+    bf16* __restrict__ vc, int heads, int kv_heads, int d, int rotary_dim,
     float eps, PrepTable tab) {
     __shared__ float hs[MAX_D];
     wait_prior_then_release_next();
@@ -98,8 +102,8 @@ extern "C" __global__ void __launch_bounds__(32) attention_prep_decode_bf16(
     __syncwarp();
 
     // Store back (8 values a lane) and, for k, into the cache with v.
-    const i64 slot = tab.slot[s];
-    const i64 dst = ((slot * kv_heads + h) * capacity + tab.pos[s]) * d;
+    const i64 blk = tab.block[s];
+    const i64 dst = ((blk * kv_heads + h) * KV_ROWS + tab.pos[s] % KV_ROWS) * d;
     for (int c = lane * 8; c < d; c += 32 * 8) {
         uint4 u;
         bf162* p = reinterpret_cast<bf162*>(&u);

@@ -134,9 +134,9 @@ pub(super) fn run(
         }
         q0 += rows;
     }
-    // The workspace returns to the pool when dropped; keep it alive until the
-    // queued work that uses it has run.
-    dev.synchronize()?;
+    // The workspace returns to the caching pool when dropped: the kernels
+    // that use it are queued on the device stream, and any later user of the
+    // same memory is queued after them on that stream (no synchronisation).
     drop((scores, probs));
     Ok(qb)
 }

@@ -47,9 +47,9 @@ pub fn fused_impl(arch: &str) -> FusedImpl {
 /// CTAs resident per SM.
 pub const WGMMA_BLOCK_M: usize = 64;
 /// Threads per CTA of the wgmma kernel (one warpgroup).
-const WGMMA_THREADS: u32 = 128;
+pub(super) const WGMMA_THREADS: u32 = 128;
 /// CTAs of the wgmma kernel resident per SM.
-const WGMMA_CTAS_PER_SM: usize = 2;
+pub(super) const WGMMA_CTAS_PER_SM: usize = 2;
 
 /// Dynamic shared memory of the wgmma kernel: Q tile + one K and one V tile,
 /// plus 1 KiB to align them to the 128-byte swizzle period.
@@ -93,9 +93,9 @@ pub fn smem_bytes(head_dim: usize) -> usize {
 /// `COMBINE_MAX_SPLITS` = 1024 weights).
 pub const MAX_SPLITS: usize = 128;
 /// Threads of the split combine (`COMBINE_THREADS` in the kernel).
-const COMBINE_THREADS: u32 = 256;
+pub(super) const COMBINE_THREADS: u32 = 256;
 /// float4 column quads per combine CTA (`COMBINE_QUADS`): d / 64 CTAs a row.
-const COMBINE_QUADS: usize = 16;
+pub(super) const COMBINE_QUADS: usize = 16;
 /// Fewest key tiles a split gets (a shorter split costs more in its combine than it saves).
 pub const MIN_SPLIT_TILES: usize = 4;
 /// Fewest key tiles of a shape before it is split at all.
@@ -144,18 +144,27 @@ pub fn split_plan(
     };
     let tiles = rows.div_ceil(block_m) * heads;
     let kv_tiles = shape.kv_len.div_ceil(BLOCK_N_MAX);
-    let most = (kv_tiles / MIN_SPLIT_TILES).clamp(1, MAX_SPLITS);
-    let slots = (sm_count * ctas_per_sm).max(1);
-    let splits = if tiles >= slots || kv_tiles < MIN_SPLIT_KV_TILES {
-        1
-    } else {
-        (slots / tiles.max(1)).clamp(1, most)
-    };
+    let splits = splits_for(tiles, kv_tiles, sm_count * ctas_per_sm);
     SplitPlan {
         rows,
         heads,
         period: shape.q_len,
         splits,
+    }
+}
+
+/// Key splits for `ctas` CTAs (query tiles × heads) whose longest reads
+/// `kv_tiles` key tiles on a GPU of `slots` resident CTAs: 1 when the CTAs
+/// fill the GPU or the keys are short (fewer than [`MIN_SPLIT_KV_TILES`]),
+/// else enough to fill one wave, at most [`MAX_SPLITS`] and each split at
+/// least [`MIN_SPLIT_TILES`] key tiles.
+pub fn splits_for(ctas: usize, kv_tiles: usize, slots: usize) -> usize {
+    let most = (kv_tiles / MIN_SPLIT_TILES).clamp(1, MAX_SPLITS);
+    let slots = slots.max(1);
+    if ctas >= slots || kv_tiles < MIN_SPLIT_KV_TILES {
+        1
+    } else {
+        (slots / ctas.max(1)).clamp(1, most)
     }
 }
 

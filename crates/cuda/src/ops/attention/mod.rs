@@ -2,13 +2,16 @@
 //! ([`prefill`]): the fused kernel or the composed (cuBLAS + masked softmax)
 //! route, with the semantics of `headroom_core::attention` and an
 //! [`AttentionReport`] whose transient bytes come from the caching
-//! allocator. The backend's attention over the KV cache ([`cache`]) and the
-//! fused decode prep ([`prep`]) build on it. The kernels' sources are
-//! declared in [`sources`].
+//! allocator. The backend's attention over the KV block pool ([`cache`]):
+//! one launch for the whole batch on Hopper ([`paged_raw`]), else the K/V
+//! gathered and the per-sequence kernels; the fused decode prep ([`prep`]).
+//! The kernels' sources are declared in [`sources`].
 
 pub(crate) mod cache;
 mod composed;
 mod fused;
+mod gathered;
+mod paged;
 pub(crate) mod prep;
 pub mod sources;
 #[cfg(test)]
@@ -17,8 +20,11 @@ mod tests;
 pub use composed::{softmax_entry, workspace_bytes as composed_workspace_bytes};
 pub use fused::{
     fused_entry, fused_impl, fused_wgmma_entry, smem_bytes as fused_smem_bytes, split_plan,
-    split_plan_for, FusedImpl, SplitPlan, BLOCK_M as FUSED_BLOCK_M,
+    split_plan_for, splits_for, FusedImpl, SplitPlan, BLOCK_M as FUSED_BLOCK_M,
     BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS, WGMMA_BLOCK_M,
+};
+pub use paged::{
+    paged_entry, paged_plan, paged_raw, PagedBuffers, PagedPlan, PagedRun, PagedShape, WorkItem,
 };
 
 use crate::alloc::DeviceBuffer;
@@ -121,7 +127,7 @@ pub unsafe fn prefill_raw(
 }
 
 /// The fused route over K/V whose heads' rows are `kv_head_stride` elements
-/// apart (a KV cache slot: `capacity · head_dim`), all heads in one launch
+/// apart (heads of a larger buffer), all heads in one launch
 /// (plus the split combine). Only the wgmma kernel takes such a stride; on
 /// another kernel a stride other than `kv_len · head_dim` is a shape error.
 ///

@@ -1,14 +1,17 @@
 //! A full-attention layer's prep (`Backend::attention_prep`) for all-decode
 //! batches in one launch (`attention_prep.cu`): q/k norms, RoPE, KV write.
 //! Other batches and other shapes run the composition of the plain ops.
-//! Slots, positions and the rotary frequencies go to the kernel by value (no
-//! host-to-device copy per call).
+//! Each sequence's KV block (from its block table) and position and the
+//! rotary frequencies go to the kernel by value (no host-to-device copy per
+//! call).
 
 use crate::device::CudaDevice;
 use crate::launch::{grid_dim, int, launch_packed_pdl, GRID_X, GRID_YZ};
 use crate::ops::rope::inv_freq;
 use crate::tensor::{CudaAct, CudaKvCache, CudaWeight};
-use headroom_core::ops::{AttentionPrepWeights, Batch, OpError, OpResult};
+use headroom_core::ops::{
+    AttentionPrepWeights, Batch, BlockTables, OpError, OpResult, KV_BLOCK_ROWS,
+};
 use headroom_core::Dtype;
 use std::ffi::c_void;
 
@@ -21,12 +24,12 @@ const ENTRY: &str = "attention_prep_decode_bf16";
 #[repr(C)]
 struct PrepTable {
     inv_freq: [f32; MAX_D / 2],
-    slot: [i32; MAX_SEQS],
+    block: [i32; MAX_SEQS],
     pos: [i32; MAX_SEQS],
 }
 
-// The table and the 13 arguments before it fit the 4 KiB of kernel parameters.
-const _: () = assert!(std::mem::size_of::<PrepTable>() + 13 * 8 <= 4096);
+// The table and the 12 arguments before it fit the 4 KiB of kernel parameters.
+const _: () = assert!(std::mem::size_of::<PrepTable>() + 12 * 8 <= 4096);
 
 /// Whether the dispatch sends this call to the fused kernel.
 pub(crate) fn takes(
@@ -40,9 +43,10 @@ pub(crate) fn takes(
     eligible(q, k, v, w, cache, batch).is_ok()
 }
 
-/// `Ok` when the fused kernel runs this call exactly (every sequence one row,
-/// head dim a multiple of 8 up to 256, the composition's shapes, each slot
-/// holding its history with room for one more token); else why not.
+/// The batch's block tables when the fused kernel runs this call exactly
+/// (every sequence one row, head dim a multiple of 8 up to 256, the
+/// composition's shapes, each slot holding its history with room for one
+/// more token, tables covering it); else why not.
 pub(crate) fn eligible(
     q: &CudaAct,
     k: &CudaAct,
@@ -50,7 +54,7 @@ pub(crate) fn eligible(
     w: &AttentionPrepWeights<'_, CudaWeight>,
     cache: &CudaKvCache,
     batch: &Batch,
-) -> Result<(), String> {
+) -> Result<BlockTables, String> {
     let spec = cache.spec;
     let (d, n) = (w.head_dim, batch.sequences());
     batch.validate(spec.slots).map_err(|e| e.to_string())?;
@@ -85,7 +89,9 @@ pub(crate) fn eligible(
             return Err(format!("slot {slot} holds {held} of {}", spec.capacity));
         }
     }
-    Ok(())
+    batch
+        .resolved_blocks("attention_prep", &spec)
+        .map_err(|e| e.to_string())
 }
 
 fn param<T>(v: &mut T) -> *mut c_void {
@@ -103,7 +109,8 @@ pub(crate) fn attention_prep(
     batch: &Batch,
 ) -> OpResult<()> {
     let op = "attention_prep";
-    eligible(q, k, v, w, cache, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
+    let tables =
+        eligible(q, k, v, w, cache, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
     let n = batch.sequences();
     let mut freq = [0f32; MAX_D / 2];
     for (f, v) in freq
@@ -126,19 +133,20 @@ pub(crate) fn attention_prep(
         int(op, "kv_heads", w.kv_heads)?,
         int(op, "head_dim", w.head_dim)?,
         int(op, "rotary_dim", w.rope.rotary_dim)?,
-        int(op, "capacity", cache.spec.capacity)?,
     ];
     let mut eps = w.eps;
     for first in (0..n).step_by(MAX_SEQS) {
         let len = MAX_SEQS.min(n - first);
         let mut tab = PrepTable {
             inv_freq: freq,
-            slot: [0; MAX_SEQS],
+            block: [0; MAX_SEQS],
             pos: [0; MAX_SEQS],
         };
         for j in 0..len {
-            tab.slot[j] = int(op, "slot", batch.slots[first + j])?;
-            tab.pos[j] = int(op, "position", batch.history[first + j])?;
+            let pos = batch.history[first + j];
+            let block = tables.table(first + j)[pos / KV_BLOCK_ROWS] as usize;
+            tab.block[j] = int(op, "block", block)?;
+            tab.pos[j] = int(op, "position", pos)?;
         }
         // Row offsets: the kernel takes sequence s as row s of the pointers.
         let row = |p: u64, cols: usize| p + (first * cols * 2) as u64;
@@ -158,8 +166,8 @@ pub(crate) fn attention_prep(
             1,
         );
         // SAFETY: eligible() checked q, k, v ([n][heads·d] bf16, d % 8 == 0 so
-        // rows are 16-byte aligned), the norm vectors, and that every (slot,
-        // position) lies inside the cache; params match the kernel signature;
+        // rows are 16-byte aligned), the norm vectors, and that every
+        // sequence's table names blocks of the pool covering its position; params match the kernel signature;
         // the kernel waits for the previous one first (programmatic launch).
         unsafe { launch_packed_pdl(dev, ENTRY, grid, 32, &mut params)? };
     }
@@ -180,5 +188,6 @@ mod tests {
         let src = ATTENTION_PREP.source;
         assert_eq!(source_constant(src, "MAX_D"), MAX_D);
         assert_eq!(source_constant(src, "MAX_SEQS"), MAX_SEQS);
+        assert_eq!(source_constant(src, "KV_ROWS"), KV_BLOCK_ROWS);
     }
 }

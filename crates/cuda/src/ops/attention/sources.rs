@@ -22,7 +22,10 @@ pub const ATTENTION_FUSED: KernelSource = KernelSource {
 pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
     name: "attention_fused_wgmma",
     file: "attention_fused_wgmma.cu",
-    source: include_str!("attention_fused_wgmma.cu"),
+    source: concat!(
+        include_str!("wgmma_common.cuh"),
+        include_str!("attention_fused_wgmma.cu")
+    ),
     entry_points: &[
         "attn_fused_prefill_wgmma_d256_bf16",
         "attn_fused_prefill_wgmma_d256_f16",
@@ -32,6 +35,28 @@ pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
         "attn_fused_prefill_wgmma_d64_f16",
         "attn_split_combine_bf16",
         "attn_split_combine_f16",
+    ],
+};
+
+/// Varlen attention of every sequence of a batch over the KV block pool on
+/// Hopper warpgroup MMA (sm_90a only), token-major q/out, optional output
+/// gate, and the (gated) combine of its split-KV partials.
+pub const ATTENTION_PAGED: KernelSource = KernelSource {
+    name: "attention_paged",
+    file: "attention_paged.cu",
+    source: concat!(
+        include_str!("wgmma_common.cuh"),
+        include_str!("attention_paged.cu")
+    ),
+    entry_points: &[
+        "attn_paged_wgmma_d256_bf16",
+        "attn_paged_wgmma_d256_f16",
+        "attn_paged_wgmma_d128_bf16",
+        "attn_paged_wgmma_d128_f16",
+        "attn_paged_wgmma_d64_bf16",
+        "attn_paged_wgmma_d64_f16",
+        "attn_paged_combine_bf16",
+        "attn_paged_combine_f16",
     ],
 };
 

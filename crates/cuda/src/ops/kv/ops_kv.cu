@@ -1,6 +1,9 @@
-// KV cache writes and the token-major <-> head-major transposes around attention.
-//   kv_write_bf16: rows of k, v [rows][kv_heads * D] go to the per-slot cache
-//     [slots][kv_heads][capacity][D] at (row_slot[t], row_pos[t]); one CTA per row.
+// KV cache writes, the paged-KV gather and the token-major <-> head-major
+// transposes around attention. The KV cache is a block pool
+// [blocks][kv_heads][KV_ROWS][D]: token p of a sequence is row p % KV_ROWS of
+// block table[p / KV_ROWS].
+//   kv_write_bf16: rows of k, v [rows][kv_heads * D] go to row row_off[t] of
+//     block row_block[t]; one CTA per row.
 //   tokens_to_heads_bf16: x [t][H][D] -> out [H][t][D]; heads_to_tokens_bf16 the
 //     inverse; grid (t, H), threads over D.
 
@@ -9,15 +12,17 @@
 typedef __nv_bfloat16 bf16;
 typedef long long i64;
 
+constexpr int KV_ROWS = 64;  // token rows per KV block (headroom_core::ops::KV_BLOCK_ROWS)
+
 extern "C" __global__ void kv_write_bf16(const bf16* k, const bf16* v, bf16* kc, bf16* vc,
-                                         const int* row_slot, const int* row_pos, int kv_heads,
-                                         int d, int capacity) {
+                                         const int* row_block, const int* row_off, int kv_heads,
+                                         int d) {
     const i64 t = blockIdx.x;
-    const i64 slot = row_slot[t], pos = row_pos[t];
+    const i64 blk = row_block[t], r = row_off[t];
     const int width = kv_heads * d;
     for (int j = threadIdx.x; j < width; j += blockDim.x) {
         const int h = j / d, e = j % d;
-        const i64 dst = ((slot * kv_heads + h) * capacity + pos) * d + e;
+        const i64 dst = ((blk * kv_heads + h) * KV_ROWS + r) * d + e;
         kc[dst] = k[t * width + j];
         vc[dst] = v[t * width + j];
     }
@@ -96,7 +101,9 @@ extern "C" __global__ void heads_to_tokens_gated_v8_bf16(const bf16* x, const bf
 // kv_write from the sequence table instead of per-row tables, 16 bytes per
 // thread (d % 8 == 0): seq[0..n] the packed row offsets (seq[n] = rows),
 // seq[n + 1 + i] the slot of sequence i, seq[2n + 1 + i] its history (the
-// position of its first row). One CTA per row; grid (rows).
+// position of its first row); bt[0..n] the block-table starts of the
+// sequences, bt[n + 1 + bt[i] + j] block j of sequence i. One CTA per row;
+// grid (rows).
 __device__ __forceinline__ int seq_of_row(const int* cu, int n, int t) {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
@@ -107,12 +114,13 @@ __device__ __forceinline__ int seq_of_row(const int* cu, int n, int t) {
 }
 
 extern "C" __global__ void kv_write_seq_v8_bf16(const bf16* k, const bf16* v, bf16* kc, bf16* vc,
-                                                const int* seq, int n, int kv_heads, int d,
-                                                int capacity) {
+                                                const int* seq, const int* bt, int n,
+                                                int kv_heads, int d) {
     const int t = blockIdx.x;
     const int i = seq_of_row(seq, n, t);
-    const i64 slot = seq[n + 1 + i];
-    const i64 pos = (i64)seq[2 * n + 1 + i] + (t - seq[i]);
+    const int pos = seq[2 * n + 1 + i] + (t - seq[i]);
+    const i64 blk = bt[n + 1 + bt[i] + pos / KV_ROWS];
+    const int r = pos % KV_ROWS;
     const int cw = d >> 3, width = kv_heads * cw;
     const uint4* k8 = reinterpret_cast<const uint4*>(k) + (i64)t * width;
     const uint4* v8 = reinterpret_cast<const uint4*>(v) + (i64)t * width;
@@ -120,8 +128,42 @@ extern "C" __global__ void kv_write_seq_v8_bf16(const bf16* k, const bf16* v, bf
     uint4* vc8 = reinterpret_cast<uint4*>(vc);
     for (int j = threadIdx.x; j < width; j += blockDim.x) {
         const int h = j / cw, e = j - h * cw;
-        const i64 dst = ((slot * kv_heads + h) * capacity + pos) * cw + e;
+        const i64 dst = ((blk * kv_heads + h) * KV_ROWS + r) * cw + e;
         kc8[dst] = k8[j];
         vc8[dst] = v8[j];
+    }
+}
+
+// Gathers sequences' keys and values from the block pool into a contiguous
+// workspace, head-major per sequence: sequence i's K (and V) are
+// [kv_heads][kv_len_i][D] at element cu[i] * kv_heads * D of kw (vw), where
+// cu[0..n] are the prefix sums of the kv lengths (cu[n] = all rows). The
+// block tables follow: bt[0..n] their starts, bt[n + 1 + bt[i] + j] block j
+// of sequence i. One CTA per (key row, kv head); grid (cu[n], kv_heads).
+// 16 bytes a thread when d % 8 == 0, else 2.
+extern "C" __global__ void kv_gather_bf16(const bf16* kc, const bf16* vc, bf16* kw, bf16* vw,
+                                          const int* cu, const int* bt, int n, int kv_heads,
+                                          int d) {
+    const int t = blockIdx.x, h = blockIdx.y;
+    const int i = seq_of_row(cu, n, t);
+    const int p = t - cu[i];
+    const i64 len = cu[i + 1] - cu[i];
+    const i64 blk = bt[n + 1 + bt[i] + p / KV_ROWS];
+    const i64 src = ((blk * kv_heads + h) * KV_ROWS + p % KV_ROWS) * d;
+    const i64 dst = (i64)cu[i] * kv_heads * d + ((i64)h * len + p) * d;
+    if ((d & 7) == 0) {
+        const uint4* ks = reinterpret_cast<const uint4*>(kc + src);
+        const uint4* vs = reinterpret_cast<const uint4*>(vc + src);
+        uint4* kd = reinterpret_cast<uint4*>(kw + dst);
+        uint4* vd = reinterpret_cast<uint4*>(vw + dst);
+        for (int e = threadIdx.x; e < (d >> 3); e += blockDim.x) {
+            kd[e] = ks[e];
+            vd[e] = vs[e];
+        }
+    } else {
+        for (int e = threadIdx.x; e < d; e += blockDim.x) {
+            kw[dst + e] = kc[src + e];
+            vw[dst + e] = vc[src + e];
+        }
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::kernels::source::KernelSource;
 
-/// KV cache writes and the head-major transposes around attention.
+/// KV cache writes, the paged-KV gather and the head-major transposes around attention.
 pub const OPS_KV: KernelSource = KernelSource {
     name: "ops_kv",
     file: "ops_kv.cu",
@@ -16,5 +16,6 @@ pub const OPS_KV: KernelSource = KernelSource {
         "heads_to_tokens_v8_bf16",
         "heads_to_tokens_gated_v8_bf16",
         "kv_write_seq_v8_bf16",
+        "kv_gather_bf16",
     ],
 };

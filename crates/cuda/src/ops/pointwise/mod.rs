@@ -94,34 +94,6 @@ pub(crate) unsafe fn mul_sigmoid_raw(
     unsafe { launch(dev, "mul_sigmoid_bf16", stride_grid(n, 256), 256, args) }
 }
 
-/// In place `x[r] *= sigmoid(gate[r])` for the rows `rows` of `x` (rows of
-/// `gate`, the same shape, at the same indices).
-pub(crate) fn mul_sigmoid_rows(
-    dev: &CudaDevice,
-    x: &CudaAct,
-    gate: &CudaAct,
-    rows: &[i32],
-) -> OpResult<()> {
-    let op = "mul_sigmoid";
-    bf16(op, x)?;
-    same_shape(op, x, gate)?;
-    if let Some(&bad) = rows.iter().find(|&&r| r < 0 || r as usize >= x.rows) {
-        return Err(OpError::shape(op, format!("row {bad} of {}", x.rows)));
-    }
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let table = upload(dev, rows)?;
-    let args = Args::new()
-        .ptr(x.ptr())
-        .ptr(gate.ptr())
-        .ptr(table.ptr())
-        .i32(int(op, "columns", x.cols)?);
-    let grid = (grid_dim(op, rows.len(), GRID_X)?, 1, 1);
-    // SAFETY: every listed row is a row of x and of the gate (checked above).
-    unsafe { launch(dev, "mul_sigmoid_rows_bf16", grid, 256, args) }
-}
-
 /// `silu(gate) ⊙ up`.
 pub(crate) fn swiglu(dev: &CudaDevice, gate: &CudaAct, up: &CudaAct) -> OpResult<CudaAct> {
     bf16("swiglu", gate)?;

@@ -74,13 +74,3 @@ extern "C" __global__ void moe_combine_bf16(const float* routed, const bf16* sha
         out[i] = __float2bfloat16(routed ? routed[i] + s : s);
     }
 }
-
-// x[r][:] = bf16(x[r][:] * sigmoid(gate[r][:])) for the listed rows r = rows[blockIdx.x]
-// (the attention gate of one-row sequences in a mixed batch); one CTA per listed row.
-extern "C" __global__ void mul_sigmoid_rows_bf16(bf16* x, const bf16* gate, const int* rows,
-                                                 int cols) {
-    const i64 base = (i64)rows[blockIdx.x] * cols;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x)
-        x[base + c] =
-            __float2bfloat16(__bfloat162float(x[base + c]) * sigmoidf_(__bfloat162float(gate[base + c])));
-}

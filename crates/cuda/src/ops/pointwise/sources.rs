@@ -16,6 +16,5 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
         "swiglu_bf16",
         "gdn_gating_bf16",
         "moe_combine_bf16",
-        "mul_sigmoid_rows_bf16",
     ],
 };

@@ -1,0 +1,335 @@
+// Varlen attention over the KV block pool on Hopper warpgroup MMA (sm_90a):
+// every sequence of a batch in one launch (plus the split combine).
+//
+// The tile loop, masking and online softmax are attention_fused_wgmma.cu's;
+// what differs is where the tiles come from and where the output goes:
+//  - Q and O are token-major [rows][q_heads][D] (row r of query head hh of
+//    sequence i at ((cu[i] + r) * q_heads + hh) * D): no staging transposes.
+//  - K/V live in the pool [blocks][kv_heads][KV_ROWS][D]: key tile j of a
+//    sequence's KV head h is the contiguous KV_ROWS x D at
+//    ((table[j] * kv_heads + h) * KV_ROWS) * D (BLOCK_N == KV_ROWS).
+//  - Each sequence has its own history (kv_len - q_len): lower-right causal.
+//  - Optional gate (token-major like O): O * sigmoid(gate) in the epilogue
+//    (and in the combine when the keys are split).
+//
+// Grid: x over work items, y the KV heads, z the key splits. A work item
+// (items[4 x]: seq, first head, heads, m0) is one 64-row tile of the
+// sequence's "virtual rows": `heads` query heads of the KV head's group
+// stacked, each q_len rows (heads == group packs a short chunk's GQA group
+// into one tile; heads == 1 is one query head), starting at query head
+// kv_head * group + first head. Virtual row v is token row v % q_len of
+// query head first + v / q_len. The host lists the items longest first.
+// seq: [cu (n + 1)][kv_len (n)]; bt: [starts (n + 1)][block ids].
+// With splits > 1 each CTA writes its partial of output row o (o = token row
+// * q_heads + query head) at part_o[(split * R + o) * D], part_lse[split * R +
+// o], R = cu[n] * q_heads, and split_combine makes the output.
+
+namespace headroom_wg {
+
+constexpr int KV_ROWS = 64;  // token rows per KV block (headroom_core::ops::KV_BLOCK_ROWS)
+static_assert(KV_ROWS == BLOCK_N, "a key tile is one block");
+
+// The Q tile of a work item: 64 virtual rows gathered from token-major q
+// (rows at or past vrows zero-filled).
+template <int D, typename T>
+__device__ __forceinline__ void load_q_rows(unsigned dst, const T* q, int m0, int vrows, int q_len,
+                                            int tok0, int head0, int q_heads, int tid) {
+    constexpr int CHUNKS_PER_ROW = D / CHUNK;
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
+    const int r0 = tid / CHUNKS_PER_ROW;
+    const int c = tid % CHUNKS_PER_ROW;
+#pragma unroll
+    for (int i = 0; i < BLOCK_M / ROWS_PER_PASS; ++i) {
+        const int r = r0 + i * ROWS_PER_PASS;
+        const int v = m0 + r;
+        const bool valid = v < vrows;
+        const T* src = valid ? q + ((size_t)(tok0 + v % q_len) * q_heads + head0 + v / q_len) * D + c * CHUNK
+                             : q;
+        cp_async_16(dst + sw128<BLOCK_M>(r, c), src, valid);
+    }
+}
+
+__device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+template <int D, typename T>
+__device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __restrict__ kc,
+                                           const T* __restrict__ vc, T* __restrict__ out,
+                                           const T* __restrict__ gate, const int* __restrict__ items,
+                                           const int* __restrict__ seq, const int* __restrict__ bt, int n,
+                                           int q_heads, int kv_heads, float scale_log2, int splits,
+                                           float* __restrict__ part_o, float* __restrict__ part_lse) {
+    static_assert(D == 64 || D == 128 || D == 256, "wgmma N is the head dim");
+    constexpr int N_TILES = BLOCK_N / 8;
+    constexpr int D_TILES = D / 8;
+
+    extern __shared__ unsigned char smem_raw[];
+    const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base;
+    const unsigned sK = sQ + Smem<D>::Q_BYTES;
+    const unsigned sV = sK + Smem<D>::KV_BYTES;
+
+    const int tid = threadIdx.x;
+    const int warp = tid / 32;
+    const int wg = warp / 4;
+    const int lane = tid % 32;
+    const int g = lane / 4;
+    const int t4 = lane % 4;
+
+    const int s = items[4 * blockIdx.x + 0];
+    const int first_head = items[4 * blockIdx.x + 1];
+    const int item_heads = items[4 * blockIdx.x + 2];
+    const int m0 = items[4 * blockIdx.x + 3];
+    const int kv_head = blockIdx.y;
+    const int split = blockIdx.z;
+    const int group = q_heads / kv_heads;
+    const int head0 = kv_head * group + first_head;
+    const int tok0 = seq[s];
+    const int q_len = seq[s + 1] - tok0;  // the period of the virtual rows
+    const int kv_len = seq[n + 1 + s];
+    const int history = kv_len - q_len;
+    const int vrows = item_heads * q_len;
+    const int* table = bt + n + 1 + bt[s];
+    const size_t block_elems = (size_t)kv_heads * KV_ROWS * D;
+    const T* gK = kc + (size_t)kv_head * KV_ROWS * D;
+    const T* gV = vc + (size_t)kv_head * KV_ROWS * D;
+    const size_t R = (size_t)seq[n] * q_heads;  // output rows of the launch
+    // Output row (token row * q_heads + query head) of virtual row v.
+    auto out_row = [&](int v) -> size_t {
+        return (size_t)(tok0 + v % q_len) * q_heads + head0 + v / q_len;
+    };
+
+    const int last_row = min(m0 + BLOCK_M, vrows) - 1;
+    const bool wraps = m0 / q_len != last_row / q_len;
+    const int first_pos = history + (wraps ? 0 : m0 % q_len);
+    const int last_pos = history + (wraps ? q_len - 1 : last_row % q_len);
+    const int n_limit = min(kv_len, last_pos + 1);
+    const int n_total = (n_limit + BLOCK_N - 1) / BLOCK_N;
+    const int n_unmasked = (first_pos + 1) / BLOCK_N;
+    const int per_split = (n_total + splits - 1) / splits;
+    const int n_lo = min(n_total, split * per_split);
+    const int n_blocks = min(n_total, n_lo + per_split);
+    if (n_lo >= n_blocks) {
+        // No keys for this split: an empty partial (zero output, log-sum -inf).
+        const int rows = last_row - m0 + 1;
+        for (int i = threadIdx.x; i < rows * D; i += THREADS)
+            part_o[((size_t)split * R + out_row(m0 + i / D)) * D + i % D] = 0.f;
+        for (int i = threadIdx.x; i < rows; i += THREADS)
+            part_lse[(size_t)split * R + out_row(m0 + i)] = -INFINITY;
+        return;
+    }
+
+    load_q_rows<D, T>(sQ, q, m0, vrows, q_len, tok0, head0, q_heads, tid);
+    {
+        const int n0 = (n_blocks - 1) * BLOCK_N;
+        load_tile<D, BLOCK_N>(sK, gK + (size_t)table[n_blocks - 1] * block_elems, kv_len - n0, tid);
+    }
+    cp_async_commit();
+
+    float acc_o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY};
+    float row_sum[2] = {0.f, 0.f};
+
+    const int warp_row0 = warp * 16;
+    const int pos0 = history + (m0 + warp_row0 + g) % q_len;
+    const int pos1 = history + (m0 + warp_row0 + g + 8) % q_len;
+
+    const unsigned q_wg = sQ + wg * WG_ROWS * 128;
+    constexpr unsigned SBO = 8 * 128;
+    constexpr unsigned V_LBO = BLOCK_N * 128;
+
+    float acc_s[N_TILES * 4];
+
+    for (int nb = n_blocks - 1; nb >= n_lo; --nb) {
+        const int n0 = nb * BLOCK_N;
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();
+        load_tile<D, BLOCK_N>(sV, gV + (size_t)table[nb] * block_elems, kv_len - n0, tid);
+        cp_async_commit();
+
+#pragma unroll
+        for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
+        wgmma_fence();
+        qk_tile<D, T>(acc_s, q_wg, sK);
+        wgmma_commit();
+        wgmma_wait_all();
+
+        const bool masked = nb >= n_unmasked;
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; ++nt) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int key = n0 + nt * 8 + t4 * 2 + (j & 1);
+                const int pos = (j < 2) ? pos0 : pos1;
+                float sc = acc_s[nt * 4 + j];
+                if (masked && (key > pos || key >= kv_len)) sc = -INFINITY;
+                acc_s[nt * 4 + j] = sc;
+            }
+        }
+
+        float new_max[2] = {row_max[0], row_max[1]};
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; ++nt) {
+            new_max[0] = fmaxf(new_max[0], fmaxf(acc_s[nt * 4 + 0], acc_s[nt * 4 + 1]));
+            new_max[1] = fmaxf(new_max[1], fmaxf(acc_s[nt * 4 + 2], acc_s[nt * 4 + 3]));
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 1));
+            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 2));
+        }
+        float alpha[2];
+        float sub[2];
+        bool grew = false;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const float m_new = new_max[r] * scale_log2;
+            const float m_old = row_max[r] * scale_log2;
+            sub[r] = (new_max[r] == -INFINITY) ? 0.f : m_new;
+            const bool changed = new_max[r] != row_max[r];
+            alpha[r] = changed ? fast_exp2(m_old - sub[r]) : 1.f;
+            grew = grew || changed;
+            row_max[r] = new_max[r];
+        }
+
+        cp_async_wait_all();
+        fence_proxy_async();
+        __syncthreads();
+        if (nb > n_lo) {
+            const int np = (nb - 1) * BLOCK_N;
+            load_tile<D, BLOCK_N>(sK, gK + (size_t)table[nb - 1] * block_elems, kv_len - np, tid);
+            cp_async_commit();
+        }
+
+        float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int nt = 0; nt < N_TILES; ++nt) {
+            acc_s[nt * 4 + 0] = fast_exp2(fmaf(acc_s[nt * 4 + 0], scale_log2, -sub[0]));
+            acc_s[nt * 4 + 1] = fast_exp2(fmaf(acc_s[nt * 4 + 1], scale_log2, -sub[0]));
+            acc_s[nt * 4 + 2] = fast_exp2(fmaf(acc_s[nt * 4 + 2], scale_log2, -sub[1]));
+            acc_s[nt * 4 + 3] = fast_exp2(fmaf(acc_s[nt * 4 + 3], scale_log2, -sub[1]));
+            tile_sum[0] += acc_s[nt * 4 + 0] + acc_s[nt * 4 + 1];
+            tile_sum[1] += acc_s[nt * 4 + 2] + acc_s[nt * 4 + 3];
+        }
+        row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
+        row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
+        if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+            for (int dt = 0; dt < D_TILES; ++dt) {
+                acc_o[dt * 4 + 0] *= alpha[0];
+                acc_o[dt * 4 + 1] *= alpha[0];
+                acc_o[dt * 4 + 2] *= alpha[1];
+                acc_o[dt * 4 + 3] *= alpha[1];
+            }
+        }
+
+        unsigned p[BLOCK_N / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+            p[kk][0] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 0], acc_s[(2 * kk) * 4 + 1]);
+            p[kk][1] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 2], acc_s[(2 * kk) * 4 + 3]);
+            p[kk][2] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 0], acc_s[(2 * kk + 1) * 4 + 1]);
+            p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+            Ops<T>::template pv<D>(acc_o, p[kk][0], p[kk][1], p[kk][2], p[kk][3],
+                                   desc_sw128(sV + kk * 16 * 128, V_LBO, SBO));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    }
+    const int v0 = m0 + warp_row0 + g;
+    const int v1 = v0 + 8;
+    const bool ok0 = v0 < vrows, ok1 = v1 < vrows;
+    const size_t o0 = ok0 ? out_row(v0) : 0, o1 = ok1 ? out_row(v1) : 0;
+    if (splits > 1) {
+        const float inv0 = row_sum[0] == 0.f ? 0.f : 1.f / row_sum[0];
+        const float inv1 = row_sum[1] == 0.f ? 0.f : 1.f / row_sum[1];
+        const float mx0 = row_max[0] * scale_log2, mx1 = row_max[1] * scale_log2;
+        const float lse0 = row_sum[0] == 0.f ? -INFINITY : mx0 + __log2f(row_sum[0]);
+        const float lse1 = row_sum[1] == 0.f ? -INFINITY : mx1 + __log2f(row_sum[1]);
+        const size_t p0 = (size_t)split * R + o0, p1 = (size_t)split * R + o1;
+        if (t4 == 0) {
+            if (ok0) part_lse[p0] = lse0;
+            if (ok1) part_lse[p1] = lse1;
+        }
+#pragma unroll
+        for (int dt = 0; dt < D_TILES; ++dt) {
+            const int col = dt * 8 + t4 * 2;
+            if (ok0)
+                *reinterpret_cast<float2*>(part_o + p0 * D + col) =
+                    make_float2(acc_o[dt * 4 + 0] * inv0, acc_o[dt * 4 + 1] * inv0);
+            if (ok1)
+                *reinterpret_cast<float2*>(part_o + p1 * D + col) =
+                    make_float2(acc_o[dt * 4 + 2] * inv1, acc_o[dt * 4 + 3] * inv1);
+        }
+        return;
+    }
+    const float inv0 = 1.f / row_sum[0];
+    const float inv1 = 1.f / row_sum[1];
+#pragma unroll
+    for (int dt = 0; dt < D_TILES; ++dt) {
+        const int col = dt * 8 + t4 * 2;
+        if (ok0) {
+            float a = acc_o[dt * 4 + 0] * inv0, b = acc_o[dt * 4 + 1] * inv0;
+            if (gate) {
+                a *= sigmoid_(static_cast<float>(gate[o0 * D + col]));
+                b *= sigmoid_(static_cast<float>(gate[o0 * D + col + 1]));
+            }
+            *reinterpret_cast<unsigned*>(out + o0 * D + col) = Ops<T>::pack(a, b);
+        }
+        if (ok1) {
+            float a = acc_o[dt * 4 + 2] * inv1, b = acc_o[dt * 4 + 3] * inv1;
+            if (gate) {
+                a *= sigmoid_(static_cast<float>(gate[o1 * D + col]));
+                b *= sigmoid_(static_cast<float>(gate[o1 * D + col + 1]));
+            }
+            *reinterpret_cast<unsigned*>(out + o1 * D + col) = Ops<T>::pack(a, b);
+        }
+    }
+}
+
+}  // namespace headroom_wg
+
+// Entry points: attn_paged_wgmma_d{64,128,256}_{f16,bf16}. Launch: grid
+// (work items, kv_heads, splits), block THREADS, dynamic shared memory
+// (BLOCK_M + 2 * BLOCK_N) * D * 2 + 1024 bytes.
+#define PAGED_ENTRY(D, NAME, T)                                                                   \
+    extern "C" __global__ void __launch_bounds__(headroom_wg::THREADS, headroom_wg::MIN_BLOCKS)    \
+    attn_paged_wgmma_d##D##_##NAME(const T* q, const T* kc, const T* vc, T* out, const T* gate,    \
+                                   const int* items, const int* seq, const int* bt, int n,         \
+                                   int q_heads, int kv_heads, float scale_log2, int splits,        \
+                                   float* part_o, float* part_lse) {                               \
+        headroom_wg::attn_paged<D, T>(q, kc, vc, out, gate, items, seq, bt, n, q_heads, kv_heads,  \
+                                      scale_log2, splits, part_o, part_lse);                       \
+    }
+
+// The combine of the paged kernel's split partials, gated when gate is not
+// null: grid (rows, d / (4 * COMBINE_QUADS)), block COMBINE_THREADS;
+// part_o [splits][rows][d] f32, part_lse [splits][rows] f32, out and gate [rows][d].
+extern "C" __global__ void attn_paged_combine_bf16(const float* part_o, const float* part_lse,
+                                                   __nv_bfloat16* out, const __nv_bfloat16* gate,
+                                                   int rows, int d, int splits) {
+    headroom_wg::split_combine<__nv_bfloat16>(part_o, part_lse, out, gate, rows, d, splits);
+}
+extern "C" __global__ void attn_paged_combine_f16(const float* part_o, const float* part_lse, __half* out,
+                                                  const __half* gate, int rows, int d, int splits) {
+    headroom_wg::split_combine<__half>(part_o, part_lse, out, gate, rows, d, splits);
+}
+
+PAGED_ENTRY(256, bf16, __nv_bfloat16)
+PAGED_ENTRY(256, f16, __half)
+PAGED_ENTRY(128, bf16, __nv_bfloat16)
+PAGED_ENTRY(128, f16, __half)
+PAGED_ENTRY(64, bf16, __nv_bfloat16)
+PAGED_ENTRY(64, f16, __half)
