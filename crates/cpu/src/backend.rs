@@ -262,7 +262,8 @@ impl Backend for CpuBackend {
         if spec.kv_heads == 0 || spec.head_dim == 0 {
             return Err(OpError::shape("new_kv_cache", format!("{spec:?}")));
         }
-        Ok(CpuKvCache::new(*spec))
+        // Blocks are allocated (and counted) as kv_write fills them.
+        CpuKvCache::new(*spec)
     }
 
     fn new_gdn_state(&self, spec: &GdnSpec) -> OpResult<CpuGdnState> {
@@ -280,18 +281,16 @@ impl Backend for CpuBackend {
     }
 
     fn reset_kv_slot(&self, cache: &mut CpuKvCache, slot: usize) -> OpResult<()> {
-        let c = cache.slots.get_mut(slot).ok_or(OpError::State {
+        let freed = cache.reset(slot).ok_or(OpError::State {
             slot,
             detail: "no such slot".into(),
         })?;
-        // kv_write counted 2 · len · kv_heads · head_dim f32 for this slot.
-        let held = c.len() * 2 * cache.spec.kv_heads * cache.spec.head_dim * 4;
+        // kv_write counted each block it allocated.
         let _ = self
             .active
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
-                Some(a.saturating_sub(held))
+                Some(a.saturating_sub(freed))
             });
-        *c = Default::default();
         Ok(())
     }
 
@@ -308,7 +307,7 @@ impl Backend for CpuBackend {
     }
 
     fn kv_len(&self, cache: &CpuKvCache, slot: usize) -> usize {
-        cache.slots.get(slot).map_or(0, |c| c.len())
+        cache.len(slot)
     }
 
     fn embed(&self, table: &CpuWeight, ids: &[u32]) -> OpResult<CpuAct> {
@@ -463,7 +462,7 @@ impl Backend for CpuBackend {
         v: &CpuAct,
         batch: &Batch,
     ) -> OpResult<()> {
-        crate::backend_attention::kv_write(self, cache, k, v, batch)
+        crate::backend_kv::kv_write(self, cache, k, v, batch)
     }
 
     fn attention(

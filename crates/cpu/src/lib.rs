@@ -4,8 +4,8 @@
 //!
 //! * [`ops`] — one file per op, each tested against a straightforward f64
 //!   implementation written from the transformers reference;
-//! * [`kv_cache`] — one sequence's growable KV cache; [`state`] — the slot
-//!   pools the trait hands out;
+//! * [`kv_cache`] — a layer's KV block pool, read through block tables;
+//!   [`state`] — the slot pools the trait hands out;
 //! * [`sample`] — greedy / temperature / top-k / top-p sampling;
 //! * [`backend`] — the trait implementation (one method per op);
 //! * [`comm`] — the in-process communicator of a tensor-parallel group;
@@ -18,6 +18,7 @@ mod act;
 pub mod backend;
 mod backend_attention;
 mod backend_gdn;
+mod backend_kv;
 mod backend_moe;
 pub mod comm;
 pub mod group;
@@ -30,6 +31,5 @@ pub mod state;
 pub use backend::{CpuAct, CpuBackend, CpuWeight};
 pub use comm::{CpuComm, CpuRank};
 pub use group::{cpu_group, CpuGroup, GroupAbort};
-pub use kv_cache::KvCache;
 pub use precision::{ActRounding, Precision};
 pub use state::{CpuGdnState, CpuKvCache};

@@ -1,24 +1,9 @@
-//! The CPU state pools: per-layer KV caches and Gated DeltaNet states with
-//! one slot per running sequence.
+//! The CPU state pools: per-layer KV block pools ([`CpuKvCache`], in
+//! [`crate::kv_cache`]) and Gated DeltaNet states with one slot per running
+//! sequence.
 
-use crate::kv_cache::KvCache;
-use headroom_core::ops::{GdnSpec, KvSpec};
-
-/// One full-attention layer's KV caches, one per slot.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CpuKvCache {
-    pub spec: KvSpec,
-    pub slots: Vec<KvCache>,
-}
-
-impl CpuKvCache {
-    pub fn new(spec: KvSpec) -> CpuKvCache {
-        CpuKvCache {
-            spec,
-            slots: vec![KvCache::default(); spec.slots],
-        }
-    }
-}
+pub use crate::kv_cache::CpuKvCache;
+use headroom_core::ops::GdnSpec;
 
 /// One Gated DeltaNet layer's conv state `[kernel-1][conv_dim]` and recurrent
 /// state `[v_heads][k_dim][v_dim]`, one of each per slot.

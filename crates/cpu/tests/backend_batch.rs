@@ -215,14 +215,14 @@ fn inconsistent_batches_are_errors() {
         be.attention(&q, &cache, &Batch::single(0, 0, 3), RouteRequest::Fused),
         Err(OpError::State { .. })
     ));
-    // A reset slot is empty again and its bytes are no longer counted.
+    // A reset slot is empty again and its block's bytes are no longer counted.
     let before = be.memory().0;
     be.reset_kv_slot(&mut cache, 1).unwrap();
     assert_eq!(be.kv_len(&cache, 1), 0);
     assert_eq!(
         before - be.memory().0,
-        3 * 2 * 8 * 4,
-        "3 rows of k and v, 8 f32 each"
+        64 * 2 * 8 * 4,
+        "one block of 64 rows of k and v, 8 f32 each"
     );
 }
 
