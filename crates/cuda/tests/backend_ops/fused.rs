@@ -226,11 +226,22 @@ fn gated_attention_equals_attention_then_gate_and_matches_cpu() {
                 let (mut plain, _) = be.attention(&qg, &cg, batch, route).unwrap();
                 be.mul_sigmoid(&mut plain, &gg).unwrap();
                 let fused = be.act_to_f32(&fused).unwrap();
-                assert_eq!(
-                    fused,
-                    be.act_to_f32(&plain).unwrap(),
-                    "d {d} {route:?} step {si}: the gate in the transpose = mul_sigmoid after"
-                );
+                let plain = be.act_to_f32(&plain).unwrap();
+                if route == RouteRequest::Fused {
+                    // The paged kernel gates in f32 before its one rounding;
+                    // attention then mul_sigmoid rounds twice: one bf16 step apart.
+                    for (j, (a, b)) in fused.iter().zip(&plain).enumerate() {
+                        assert!(
+                            (a - b).abs() <= b.abs() * 2f32.powi(-7) + 1e-6,
+                            "d {d} {route:?} step {si} [{j}]: gated {a} vs gate after {b}"
+                        );
+                    }
+                } else {
+                    assert_eq!(
+                        fused, plain,
+                        "d {d} {route:?} step {si}: the gate in the transpose = mul_sigmoid after"
+                    );
+                }
                 assert_eq!(
                     rep.route,
                     match route {
