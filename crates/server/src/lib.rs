@@ -20,6 +20,7 @@ pub mod generator;
 pub mod metrics;
 pub mod openai;
 pub mod params;
+pub mod parse;
 pub mod prompt;
 pub mod run;
 pub mod shapes;
