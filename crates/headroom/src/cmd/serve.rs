@@ -72,6 +72,9 @@ pub struct Args {
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub shutdown_grace_s: f64,
+    /// `enable_thinking` of chat requests that give none (default: the chat template's own).
+    #[arg(long, value_name = "BOOL")]
+    pub enable_thinking: Option<bool>,
     #[command(flatten)]
     pub tp: TpArgs,
 }
@@ -93,7 +96,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             }
             (
                 TextCodec::Bytes,
-                ChatTemplate::plain(),
+                ChatTemplate::qwen_shaped(),
                 Vec::new(),
                 Vec::new(),
             )
@@ -129,6 +132,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     server.default_max_tokens = a.default_max_tokens;
     server.body_limit_bytes = a.max_body_bytes;
     server.stop_token_ids = stop_ids;
+    server.enable_thinking = a.enable_thinking;
     let job = ServeJob {
         model: a.source.label(),
         attention: crate::describe::with_why(
