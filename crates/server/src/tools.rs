@@ -201,3 +201,23 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod order_tests {
+    use crate::openai::ChatRequest;
+
+    #[test]
+    fn a_request_body_keeps_the_order_of_its_tools_keys() {
+        let r: ChatRequest = serde_json::from_str(
+            r#"{"model": "m", "messages": [], "tools": [{"type": "function",
+                "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]}"#,
+        )
+        .unwrap();
+        let tool = r.tools.unwrap().get_item_by_index(0).unwrap();
+        let keys: Vec<String> = tool.try_iter().unwrap().map(|k| k.to_string()).collect();
+        assert_eq!(keys, ["type", "function"]);
+        let f = tool.get_attr("function").unwrap();
+        let keys: Vec<String> = f.try_iter().unwrap().map(|k| k.to_string()).collect();
+        assert_eq!(keys, ["name", "description", "parameters"]);
+    }
+}
