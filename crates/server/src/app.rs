@@ -8,6 +8,7 @@ use crate::error::ApiError;
 use crate::metrics::Outcome;
 use crate::openai::{ChatRequest, CompletionRequest};
 use crate::params::{self, Plan};
+use crate::parse::ParserConfig;
 use crate::prompt;
 use crate::shapes::{Endpoint, Head};
 use crate::state::AppState;
@@ -99,8 +100,8 @@ async fn chat(State(state): State<Arc<AppState>>, b: Result<Bytes, BytesRejectio
     let r = async {
         let req: ChatRequest = parse(&body(&state, b)?)?;
         let plan = check(&state, &req.common, Endpoint::Chat)?;
-        let ids = prompt::chat_prompt(&state, &req)?;
-        job(&state, Endpoint::Chat, plan, ids, arrived)
+        let p = prompt::chat_prompt(&state, &req)?;
+        job(&state, Endpoint::Chat, plan, p.ids, arrived, Some(p.parser))
     };
     let r = match r.await {
         Ok(job) => completion::run(state.clone(), job).await,
@@ -118,7 +119,7 @@ async fn completions(
         let req: CompletionRequest = parse(&body(&state, b)?)?;
         let plan = check(&state, &req.common, Endpoint::Completion)?;
         let ids = prompt::completion_prompt(&state, &req.prompt)?;
-        job(&state, Endpoint::Completion, plan, ids, arrived)
+        job(&state, Endpoint::Completion, plan, ids, arrived, None)
     };
     let r = match r.await {
         Ok(job) => completion::run(state.clone(), job).await,
@@ -154,6 +155,7 @@ fn job(
     plan: Plan,
     ids: Vec<u32>,
     arrived: Instant,
+    parser: Option<ParserConfig>,
 ) -> Result<Job, ApiError> {
     let max_tokens = params::resolve_max_tokens(
         plan.max_tokens,
@@ -180,6 +182,7 @@ fn job(
         plan,
         max_tokens,
         arrived,
+        parser,
     })
 }
 

@@ -1,18 +1,21 @@
 //! Running one checked request on the generator and answering it: the whole
 //! response, or a server-sent event stream (`data: {chunk}` lines, the
 //! usage chunk when asked, `data: [DONE]`). Text is detokenised
-//! incrementally and passed through the stop strings; a matched stop string
-//! or a client that goes away drops the token stream, which cancels the
-//! request in the engine.
+//! incrementally and passed through the stop strings, then (chat) through the
+//! output parser into content, reasoning and tool calls (`finish_reason:
+//! tool_calls` when a call was decoded and the model stopped); a matched stop
+//! string or a client that goes away drops the token stream, which cancels
+//! the request in the engine.
 
 use crate::error::ApiError;
 use crate::generator::{FinishReason, GenerateRequest, StreamEvent, SubmitError, TokenStream};
 use crate::metrics::Outcome;
 use crate::params::Plan;
-use crate::shapes::{usage, Head};
+use crate::parse::{push_event, Event, OutputParser, ParserConfig};
+use crate::shapes::{tool_call_json, usage, ChatReply, Endpoint, Head};
 use crate::state::AppState;
 use crate::stop::StopMatcher;
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use headroom_model::tokenizer::StreamDecoder;
 use std::collections::VecDeque;
@@ -27,6 +30,8 @@ pub struct Job {
     pub plan: Plan,
     pub max_tokens: usize,
     pub arrived: Instant,
+    /// How a chat request's output is parsed (`None`: all text is content).
+    pub parser: Option<ParserConfig>,
 }
 
 /// Maps a submit refusal to its answer.
@@ -70,6 +75,7 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
         },
         text: TextOut::new(job.plan.stop.clone(), job.arrived),
         stream: Some(stream),
+        parser: job.parser.map(OutputParser::new),
         head: job.head,
         prompt_tokens,
         include_usage: job.plan.include_usage,
@@ -160,15 +166,46 @@ struct Running {
     tracker: Tracker,
     text: TextOut,
     stream: Option<Box<dyn TokenStream>>,
+    parser: Option<OutputParser>,
     head: Head,
     prompt_tokens: usize,
     include_usage: bool,
 }
 
 impl Running {
-    /// The text the next event produced, and how the request ended if it
-    /// did (the token stream is then dropped: a stop string cancels the rest).
-    async fn step(&mut self) -> (String, Option<End>) {
+    /// The events the next engine event produced, and how the request
+    /// ended if it did (the token stream is then dropped: a stop string
+    /// cancels the rest).
+    async fn step(&mut self) -> (Vec<Event>, Option<End>) {
+        let (text, end) = self.next_text().await;
+        let mut events = Vec::new();
+        match self.parser.as_mut() {
+            Some(p) => {
+                events = p.feed(&text);
+                if end.is_some() {
+                    events.extend(p.finish());
+                }
+            }
+            None => push_event(&mut events, Event::Content(text)),
+        }
+        let calls = self.parser.as_ref().map_or(0, OutputParser::calls);
+        let end = end.map(|e| match e {
+            End::Done {
+                finish: "stop",
+                prompt,
+                completion,
+            } if calls > 0 => End::Done {
+                finish: "tool_calls",
+                prompt,
+                completion,
+            },
+            e => e,
+        });
+        (events, end)
+    }
+
+    /// The text the next engine event produced, and how the request ended if it did.
+    async fn next_text(&mut self) -> (String, Option<End>) {
         let state = self.tracker.state.clone();
         let Some(stream) = self.stream.as_mut() else {
             return (
@@ -224,10 +261,19 @@ impl Running {
 
     /// Collects the whole response.
     async fn whole(mut self) -> Result<Response, ApiError> {
-        let mut text = String::new();
+        let mut reply = ChatReply::default();
         loop {
-            let (piece, end) = self.step().await;
-            text.push_str(&piece);
+            let (events, end) = self.step().await;
+            for e in events {
+                match e {
+                    Event::Content(t) => reply.content.push_str(&t),
+                    Event::Reasoning(t) => reply.reasoning.push_str(&t),
+                    Event::ToolCall(c) => {
+                        let id = self.head.tool_call_id(reply.tool_calls.len());
+                        reply.tool_calls.push(tool_call_json(&id, &c));
+                    }
+                }
+            }
             match end {
                 None => continue,
                 Some(End::Failed(e)) => {
@@ -240,7 +286,11 @@ impl Running {
                     prompt,
                     completion,
                 }) => {
-                    let body = self.head.response(&text, finish, usage(prompt, completion));
+                    let usage = usage(prompt, completion);
+                    let body = match self.head.endpoint {
+                        Endpoint::Chat => self.head.chat_response(&reply, finish, usage),
+                        Endpoint::Completion => self.head.response(&reply.content, finish, usage),
+                    };
                     return Ok(axum::Json(body).into_response());
                 }
             }
@@ -253,12 +303,16 @@ impl Running {
             run: self,
             queue: VecDeque::new(),
             first: true,
+            calls: 0,
             done: false,
         };
         let events = futures_util::stream::unfold(start, |mut s| async move {
             loop {
                 if let Some(data) = s.queue.pop_front() {
-                    return Some((Ok::<Event, Infallible>(Event::default().data(data)), s));
+                    return Some((
+                        Ok::<SseEvent, Infallible>(SseEvent::default().data(data)),
+                        s,
+                    ));
                 }
                 if s.done {
                     return None;
@@ -275,6 +329,8 @@ struct Streaming {
     run: Running,
     queue: VecDeque<String>,
     first: bool,
+    /// Tool calls sent so far (the next one's `index`).
+    calls: usize,
     done: bool,
 }
 
@@ -285,13 +341,28 @@ impl Streaming {
 
     /// Waits for the next event and queues its chunks.
     async fn advance(&mut self) {
-        let (text, end) = self.run.step().await;
+        let (events, end) = self.run.step().await;
         let with_usage = self.run.include_usage;
-        if !text.is_empty() || (self.first && end.is_none()) {
-            let chunk = self
-                .run
-                .head
-                .chunk(Some(&text), self.first, None, with_usage);
+        if events.is_empty() && self.first && end.is_none() {
+            let chunk = self.run.head.chunk(Some(""), true, None, with_usage);
+            self.first = false;
+            self.push(chunk);
+        }
+        for e in &events {
+            let chunk = match (self.run.head.endpoint, e) {
+                (Endpoint::Completion, Event::Content(t)) => {
+                    self.run.head.chunk(Some(t), self.first, None, with_usage)
+                }
+                (_, e) => {
+                    let delta = self.run.head.event_delta(e, self.calls);
+                    if let Event::ToolCall(_) = e {
+                        self.calls += 1;
+                    }
+                    self.run
+                        .head
+                        .delta_chunk(delta, self.first, None, with_usage)
+                }
+            };
             self.first = false;
             self.push(chunk);
         }

@@ -3,9 +3,12 @@
 //!
 //! * [`app`] — the routes and the server loop with graceful shutdown;
 //! * [`openai`] / [`params`] / [`prompt`] — request bodies, their checks, prompt ids;
+//! * [`history`] / [`tools`] — chat messages and tools as the template sees them;
+//! * [`parse`] — the model's output split into content, reasoning and tool calls;
 //! * [`completion`] / [`shapes`] / [`stop`] — running a request, response and
 //!   SSE chunk shapes, stop strings across token boundaries;
-//! * [`template`] — chat templates (minijinja); [`metrics`] — Prometheus text;
+//! * [`template`] / [`pyjson`] — chat templates (minijinja, Python's `tojson`);
+//!   [`metrics`] — Prometheus text;
 //! * [`error`] — OpenAI error objects; [`generator`] — the engine seam (the
 //!   engine's own request / event / error / stats types); [`fake`];
 //! * [`client`] — a minimal HTTP/1.1 client for tests and `bench serve`.
@@ -17,15 +20,19 @@ pub mod engine_adapter;
 pub mod error;
 pub mod fake;
 pub mod generator;
+pub mod history;
 pub mod metrics;
 pub mod openai;
 pub mod params;
+pub mod parse;
 pub mod prompt;
+pub mod pyjson;
 pub mod run;
 pub mod shapes;
 pub mod state;
 pub mod stop;
 pub mod template;
+pub mod tools;
 
 pub use app::{router, serve};
 pub use generator::{Generator, TokenStream};

@@ -63,6 +63,36 @@ pub struct ChatMessage {
     /// A previous assistant turn's reasoning (Qwen templates read it).
     #[serde(default)]
     pub reasoning_content: Option<String>,
+    /// The same under vLLM's newer name.
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    /// A previous assistant turn's tool calls.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<MessageToolCall>>,
+    /// A `tool` message: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// One entry of an assistant message's `tool_calls`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct MessageToolCall {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    pub function: CalledFunction,
+}
+
+/// `function` of a tool call: `arguments` is a JSON string (as OpenAI
+/// sends it) or an object.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct CalledFunction {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// `POST /v1/chat/completions`.
@@ -79,6 +109,16 @@ pub struct ChatRequest {
     pub enable_thinking: Option<bool>,
     #[serde(default)]
     pub add_generation_prompt: Option<bool>,
+    /// Function definitions, read as template values so that their keys
+    /// keep the order the client gave (the template renders them).
+    #[serde(default)]
+    pub tools: Option<minijinja::Value>,
+    /// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function": {"name": ..}}`.
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Accepted; several calls in one answer are always allowed.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
 }
 
 /// A completion's `prompt`: a string, a list of one string, or token ids.

@@ -1,74 +1,51 @@
-//! A request's prompt ids: a chat request's messages through the chat
-//! template then the tokenizer; a completion's text through the tokenizer,
+//! A request's prompt ids: a chat request's messages and tools through the
+//! chat template then the tokenizer (with how its output is parsed); a completion's text through the tokenizer,
 //! or its token ids checked against the vocabulary.
 
 use crate::error::ApiError;
-use crate::openai::{ChatRequest, Content, Prompt};
+use crate::history::template_messages;
+use crate::openai::{ChatRequest, Prompt};
+use crate::parse::ParserConfig;
 use crate::state::AppState;
-use crate::template::TemplateMessage;
+use crate::tools;
 
-/// Renders and encodes a chat request.
-pub fn chat_prompt(state: &AppState, r: &ChatRequest) -> Result<Vec<u32>, ApiError> {
-    if r.messages.is_empty() {
-        return Err(ApiError::bad_param(
-            "messages",
-            "messages must not be empty",
-        ));
-    }
-    let mut messages = Vec::with_capacity(r.messages.len());
-    for (i, m) in r.messages.iter().enumerate() {
-        if !matches!(
-            m.role.as_str(),
-            "system" | "developer" | "user" | "assistant" | "tool"
-        ) {
-            return Err(ApiError::bad_param(
-                "messages",
-                format!("messages[{i}].role `{}` is not one of system, developer, user, assistant, tool", m.role),
-            ));
-        }
-        let content = match &m.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t.clone(),
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for p in parts {
-                    match (p.kind.as_str(), &p.text) {
-                        ("text", Some(t)) => text.push_str(t),
-                        _ => {
-                            return Err(ApiError::bad_param(
-                                "messages",
-                                format!(
-                                "messages[{i}]: only text content parts are supported (got `{}`)",
-                                p.kind
-                            ),
-                            ))
-                        }
-                    }
-                }
-                text
-            }
-        };
-        let role = if m.role == "developer" {
-            "system"
-        } else {
-            m.role.as_str()
-        };
-        messages.push(TemplateMessage {
-            role: role.to_string(),
-            content,
-            reasoning_content: m.reasoning_content.clone(),
-        });
-    }
+/// A chat request's prompt ids and how its output is parsed.
+#[derive(Debug)]
+pub struct ChatPrompt {
+    pub ids: Vec<u32>,
+    pub parser: ParserConfig,
+}
+
+/// Renders and encodes a chat request (its tools by `tool_choice`, the
+/// server's `enable_thinking` unless the request gives one).
+pub fn chat_prompt(state: &AppState, r: &ChatRequest) -> Result<ChatPrompt, ApiError> {
+    let messages = template_messages(&r.messages)?;
+    let tools = tools::plan(r.tools.as_ref(), r.tool_choice.as_ref())?;
     let mut kwargs = r.chat_template_kwargs.clone().unwrap_or_default();
-    kwargs.remove("messages");
     if let Some(t) = r.enable_thinking {
         kwargs.insert("enable_thinking".into(), t.into());
     }
+    if let Some(t) = state.config.enable_thinking {
+        kwargs.entry("enable_thinking").or_insert(t.into());
+    }
     let text = state
         .template
-        .render(&messages, r.add_generation_prompt.unwrap_or(true), &kwargs)
+        .render(
+            &messages,
+            r.add_generation_prompt.unwrap_or(true),
+            tools.render.as_ref(),
+            &kwargs,
+        )
         .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
-    encode(state, &text)
+    let reasoning = state.config.reasoning_parser;
+    Ok(ChatPrompt {
+        ids: encode(state, &text)?,
+        parser: ParserConfig {
+            reasoning,
+            starts_in_reasoning: reasoning && ParserConfig::prompt_opens_reasoning(&text),
+            tools: tools.specs,
+        },
+    })
 }
 
 /// Encodes or checks a completion's prompt.

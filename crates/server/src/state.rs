@@ -24,6 +24,10 @@ pub struct ServerConfig {
     pub stop_token_ids: Vec<u32>,
     /// Unix seconds the server started (`created` of `/v1/models`).
     pub created: u64,
+    /// `enable_thinking` of requests that give none (`None`: the template's default).
+    pub enable_thinking: Option<bool>,
+    /// Chat output's `<think>…</think>` goes to `reasoning_content` (else to `content`).
+    pub reasoning_parser: bool,
 }
 
 impl ServerConfig {
@@ -39,6 +43,8 @@ impl ServerConfig {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
+            enable_thinking: None,
+            reasoning_parser: true,
         }
     }
 }

@@ -72,6 +72,10 @@ pub struct Args {
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
     #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
     pub shutdown_grace_s: f64,
+    /// `enable_thinking` of chat requests that give none (default: the chat template's own;
+    /// false for synthetic models).
+    #[arg(long, value_name = "BOOL")]
+    pub enable_thinking: Option<bool>,
     #[command(flatten)]
     pub tp: TpArgs,
 }
@@ -93,7 +97,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             }
             (
                 TextCodec::Bytes,
-                ChatTemplate::plain(),
+                ChatTemplate::qwen_shaped(),
                 Vec::new(),
                 Vec::new(),
             )
@@ -129,6 +133,11 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     server.default_max_tokens = a.default_max_tokens;
     server.body_limit_bytes = a.max_body_bytes;
     server.stop_token_ids = stop_ids;
+    // Synthetic weights have no reasoning to separate: their chat output is content
+    // unless the flag or the request turns thinking on.
+    server.enable_thinking = a
+        .enable_thinking
+        .or(a.source.model.is_none().then_some(false));
     let job = ServeJob {
         model: a.source.label(),
         attention: crate::describe::with_why(

@@ -32,12 +32,17 @@ impl Running {
 
 /// A server over `generator` with the byte codec and the plain template.
 pub async fn start(generator: Arc<dyn Generator>, cfg: ServerConfig, grace: Duration) -> Running {
-    let state = Arc::new(AppState::new(
-        generator,
-        TextCodec::Bytes,
-        ChatTemplate::plain(),
-        cfg,
-    ));
+    start_with(generator, cfg, ChatTemplate::plain(), grace).await
+}
+
+/// A server over `generator` with the byte codec and `template`.
+pub async fn start_with(
+    generator: Arc<dyn Generator>,
+    cfg: ServerConfig,
+    template: ChatTemplate,
+    grace: Duration,
+) -> Running {
+    let state = Arc::new(AppState::new(generator, TextCodec::Bytes, template, cfg));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();

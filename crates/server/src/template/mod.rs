@@ -1,12 +1,17 @@
 //! Chat templates: a checkpoint's `chat_template` (from `chat_template.jinja`
-//! or `tokenizer_config.json`) rendered with minijinja and Python-style
-//! string methods (`startswith`, `split`, `strip`, ... as Hugging Face
-//! templates use them), or the built-in plain template of synthetic models.
-//! Variables: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`,
-//! `enable_thinking` and any extra `chat_template_kwargs`.
+//! or `tokenizer_config.json`) rendered with minijinja as transformers
+//! renders it (`trim_blocks`, `lstrip_blocks`, Python-style string methods
+//! such as `startswith` / `split` / `strip`, Python's `tojson`, keys in the
+//! order given), the built-in plain template, or the built-in template of
+//! Qwen3.5's shape ([`ChatTemplate::qwen_shaped`], `qwen3_5.jinja`) for
+//! synthetic models. Variables: `messages` (with `tool_calls`,
+//! `tool_call_id`, `reasoning_content`), `tools`, `add_generation_prompt`,
+//! `bos_token`, `eos_token`, `enable_thinking` and any extra
+//! `chat_template_kwargs`.
 
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde_json::{Map, Value as Json};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The plain template of models without one: `role: content` lines, then `assistant: `.
@@ -36,19 +41,36 @@ impl std::fmt::Debug for ChatTemplate {
     }
 }
 
+/// The built-in template of Qwen3.5's shape (tools, tool calls, tool
+/// responses, `<think>` and `enable_thinking`), for synthetic models.
+pub const QWEN_SHAPED_TEMPLATE: &str = include_str!("qwen3_5.jinja");
+
 /// One message as the template sees it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct TemplateMessage {
     pub role: String,
     pub content: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// An assistant turn's calls: `{"id", "type": "function", "function":
+    /// {"name", "arguments": {..}}}`, arguments as a mapping (as
+    /// transformers' templates expect).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` message's call id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatTemplate {
     /// Compiles `source`.
     pub fn new(source: &str, bos: &str, eos: &str) -> Result<ChatTemplate, TemplateError> {
         let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_filter("tojson", crate::pyjson::tojson);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
@@ -68,6 +90,14 @@ impl ChatTemplate {
     /// The built-in plain template.
     pub fn plain() -> ChatTemplate {
         match ChatTemplate::new(PLAIN_TEMPLATE, "", "") {
+            Ok(t) => t,
+            Err(e) => unreachable!("the built-in template compiles: {e}"),
+        }
+    }
+
+    /// The built-in template of Qwen3.5's shape (`<|im_end|>` ends a turn).
+    pub fn qwen_shaped() -> ChatTemplate {
+        match ChatTemplate::new(QWEN_SHAPED_TEMPLATE, "", "<|im_end|>") {
             Ok(t) => t,
             Err(e) => unreachable!("the built-in template compiles: {e}"),
         }
@@ -121,19 +151,22 @@ impl ChatTemplate {
         ChatTemplate::new(&src, &bos, &eos).map(Some)
     }
 
-    /// Renders `messages`; `kwargs` are extra template variables
-    /// (`enable_thinking`, ...), which cannot replace `messages`.
+    /// Renders `messages` with `tools` (a list of tool definitions, `None`:
+    /// the template sees no `tools`); `kwargs` are extra template variables
+    /// (`enable_thinking`, ...), which cannot replace the others.
     pub fn render(
         &self,
         messages: &[TemplateMessage],
         add_generation_prompt: bool,
+        tools: Option<&Value>,
         kwargs: &Map<String, Json>,
     ) -> Result<String, TemplateError> {
-        let mut ctx = kwargs.clone();
-        ctx.insert(
-            "messages".into(),
-            serde_json::to_value(messages).unwrap_or_default(),
-        );
+        let mut ctx: BTreeMap<String, Value> = kwargs
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::from_serialize(v)))
+            .collect();
+        ctx.insert("messages".into(), Value::from_serialize(messages));
+        ctx.insert("tools".into(), tools.cloned().unwrap_or(Value::from(())));
         ctx.insert("add_generation_prompt".into(), add_generation_prompt.into());
         ctx.insert("bos_token".into(), self.bos.clone().into());
         ctx.insert("eos_token".into(), self.eos.clone().into());
@@ -173,7 +206,7 @@ mod tests {
             .map(|(r, c)| TemplateMessage {
                 role: r.to_string(),
                 content: c.to_string(),
-                reasoning_content: None,
+                ..TemplateMessage::default()
             })
             .collect()
     }
@@ -200,7 +233,7 @@ mod tests {
             ("assistant", "<think>\nhmm\n</think>\n\n Hello "),
             ("user", "Again"),
         ]);
-        let out = t.render(&m, true, &Map::new()).unwrap();
+        let out = t.render(&m, true, None, &Map::new()).unwrap();
         assert_eq!(
             out,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
@@ -209,15 +242,15 @@ mod tests {
         );
         let mut kw = Map::new();
         kw.insert("enable_thinking".into(), json!(false));
-        let out = t.render(&m[1..2], true, &kw).unwrap();
+        let out = t.render(&m[1..2], true, None, &kw).unwrap();
         assert!(
             out.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
             "{out}"
         );
-        let out = t.render(&m[1..2], false, &kw).unwrap();
+        let out = t.render(&m[1..2], false, None, &kw).unwrap();
         assert!(out.ends_with("Hi<|im_end|>\n"), "{out}");
         let err = t
-            .render(&msgs(&[("robot", "x")]), true, &Map::new())
+            .render(&msgs(&[("robot", "x")]), true, None, &Map::new())
             .unwrap_err();
         assert!(err.to_string().contains("unknown role robot"), "{err}");
     }
@@ -225,7 +258,12 @@ mod tests {
     #[test]
     fn the_plain_template_lists_turns() {
         let out = ChatTemplate::plain()
-            .render(&msgs(&[("system", "S"), ("user", "U")]), true, &Map::new())
+            .render(
+                &msgs(&[("system", "S"), ("user", "U")]),
+                true,
+                None,
+                &Map::new(),
+            )
             .unwrap();
         assert_eq!(out, "system: S\nuser: U\nassistant: ");
     }
@@ -242,7 +280,7 @@ mod tests {
         )
         .unwrap();
         let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
-        assert_eq!(t.render(&[], true, &Map::new()).unwrap(), "D<e>");
+        assert_eq!(t.render(&[], true, None, &Map::new()).unwrap(), "D<e>");
         std::fs::write(
             dir.path().join("chat_template.jinja"),
             "J{{ messages|length }}",
@@ -250,7 +288,7 @@ mod tests {
         .unwrap();
         let t = ChatTemplate::from_dir(dir.path()).unwrap().unwrap();
         assert_eq!(
-            t.render(&msgs(&[("user", "x")]), true, &Map::new())
+            t.render(&msgs(&[("user", "x")]), true, None, &Map::new())
                 .unwrap(),
             "J1"
         );
@@ -258,3 +296,6 @@ mod tests {
         assert!(ChatTemplate::from_dir(dir.path()).is_err());
     }
 }
+
+#[cfg(test)]
+mod qwen_tests;

@@ -1,0 +1,51 @@
+//! The official `openai` Python client against the server over the
+//! scripted fake: runs tests/openai/check_client.py (tools streamed and not,
+//! parallel calls, a tool result sent back, reasoning, `tool_choice: none`).
+//! Needs python3 with `openai` installed (`pip install openai`); the
+//! interpreter is `$HEADROOM_PYTHON`, else `python3`.
+
+mod common;
+
+use common::*;
+use headroom_server::fake::{FakeConfig, FakeGenerator};
+use headroom_server::{ChatTemplate, ServerConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+const SCRIPT: &str = "Two tools are needed.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n1.5\n</parameter>\n<parameter=b>\n[2, 3]\n</parameter>\n</function>\n</tool_call>";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python3 with the `openai` package (pip install openai); run with --ignored"]
+async fn the_openai_python_client_handles_tools_and_reasoning() {
+    let f = FakeConfig {
+        max_context: 1 << 16,
+        token_delay: Duration::ZERO,
+        script: Some(SCRIPT.bytes().map(u32::from).collect()),
+        ..FakeConfig::default()
+    };
+    let s = start_with(
+        Arc::new(FakeGenerator::new(f)),
+        ServerConfig::new("fake", 512),
+        ChatTemplate::qwen_shaped(),
+        Duration::from_secs(5),
+    )
+    .await;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai/check_client.py");
+    let python = std::env::var("HEADROOM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let url = format!("http://{}/v1", s.addr);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .args([script, "--base-url", &url, "--model", "fake"])
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+}
