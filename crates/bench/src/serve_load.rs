@@ -51,10 +51,12 @@ pub struct LoadConfig {
     pub sample_every: Option<Duration>,
 }
 
-/// p50 / p90 / p99 / mean / max of a sample, in milliseconds.
+/// min / p50 / p90 / p99 / mean / max of a sample, in milliseconds (the
+/// min of the TTFTs is the first-served request's: issue 22's W3 bar).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
 pub struct Percentiles {
     pub n: usize,
+    pub min: f64,
     pub p50: f64,
     pub p90: f64,
     pub p99: f64,
@@ -74,6 +76,7 @@ impl Percentiles {
             |p: f64| ms[((p / 100.0 * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
         Percentiles {
             n: ms.len(),
+            min: ms[0],
             p50: rank(50.0),
             p90: rank(90.0),
             p99: rank(99.0),
@@ -428,13 +431,13 @@ pub fn table(r: &LoadReport) -> String {
         r.completion_tokens
     ));
     out.push_str(&format!(
-        "{:<10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
-        "metric", "n", "p50 ms", "p90 ms", "p99 ms", "mean ms", "max ms"
+        "{:<10} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n",
+        "metric", "n", "min ms", "p50 ms", "p90 ms", "p99 ms", "mean ms", "max ms"
     ));
     for (name, p) in [("ttft", &r.ttft_ms), ("itl", &r.itl_ms), ("e2e", &r.e2e_ms)] {
         out.push_str(&format!(
-            "{:<10} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n",
-            name, p.n, p.p50, p.p90, p.p99, p.mean, p.max
+            "{:<10} {:>8} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}\n",
+            name, p.n, p.min, p.p50, p.p90, p.p99, p.mean, p.max
         ));
     }
     out
@@ -462,8 +465,8 @@ mod tests {
     fn nearest_rank_percentiles() {
         let p = Percentiles::of((1..=100).map(f64::from).collect());
         assert_eq!(
-            (p.p50, p.p90, p.p99, p.max, p.n),
-            (50.0, 90.0, 99.0, 100.0, 100)
+            (p.min, p.p50, p.p90, p.p99, p.max, p.n),
+            (1.0, 50.0, 90.0, 99.0, 100.0, 100)
         );
         assert_eq!(Percentiles::of(vec![]).n, 0);
         assert_eq!(Percentiles::of(vec![f64::NAN, 3.0]).p99, 3.0);

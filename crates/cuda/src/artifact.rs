@@ -297,6 +297,10 @@ mod tests {
                     "attn_fused_prefill_wgmma_d256_f16",
                 ],
             ),
+            (
+                "attention_paged",
+                ["attn_paged_wgmma_d256_bf16", "attn_paged_wgmma_d256_f16"],
+            ),
         ] {
             let k = m.kernels.iter().find(|k| k.name == kernel).unwrap();
             for e in entries {
