@@ -135,6 +135,13 @@ pub struct EngineStats {
     pub solo_stripe: SoloStripeResolution,
     /// GDN state slots free (one per running sequence is taken).
     pub gdn_slots_free: usize,
+    /// GDN state slots taken by running sequences.
+    pub gdn_slots_used: usize,
+    /// Running sequences preempted because the KV pool was short (each is
+    /// recomputed when admitted again).
+    pub preemptions: u64,
+    /// The KV block pool and state slots the engine made.
+    pub pool: crate::pool::PoolPlan,
     /// The KV backend requested, resolved, and why they differ.
     pub kv: KvResolution,
     /// Configured memory budget of the engine's state and transients (`None`: unbounded).

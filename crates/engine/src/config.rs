@@ -17,10 +17,20 @@ pub struct EngineConfig {
     /// The attention route of every full-attention layer (the policy's resolution).
     pub attention: AttentionPlan,
     pub kv_backend: KvBackendKind,
-    /// Bytes the engine's state and attention transients may use (`None`: unbounded).
+    /// Bytes the engine's state and attention transients may use (`None`:
+    /// unbounded on the CPU; on CUDA `memory_fraction` of the device bounds it).
     pub memory_budget_bytes: Option<u64>,
-    /// Most sequences running at once (state slots).
+    /// Share of the device's memory (CUDA) the engine sizes its pools to,
+    /// weights included ([`crate::pool`]).
+    pub memory_fraction: f64,
+    /// Most sequences running at once (state slots); with
+    /// `max_running_from_memory` the cap of what memory allows.
     pub max_running: usize,
+    /// Size the state slots from memory (up to `max_running`) rather than
+    /// taking `max_running` as given.
+    pub max_running_from_memory: bool,
+    /// KV blocks of the paged pool (`None`: sized from memory, [`crate::pool`]).
+    pub kv_pool_blocks: Option<usize>,
     /// Most tokens (prompt + generated) of one sequence.
     pub max_context: usize,
     /// Most requests waiting for admission.
@@ -36,9 +46,12 @@ impl Default for EngineConfig {
         EngineConfig {
             scheduler: SchedulerSettings::default(),
             attention: AttentionPlan::Uniform(RouteRequest::Composed { query_block: 128 }),
-            kv_backend: KvBackendKind::Contiguous,
+            kv_backend: KvBackendKind::Paged,
             memory_budget_bytes: None,
+            memory_fraction: crate::pool::DEFAULT_MEMORY_FRACTION,
             max_running: 8,
+            max_running_from_memory: false,
+            kv_pool_blocks: None,
             max_context: 4096,
             max_waiting: 1024,
             eos_token_ids: Vec::new(),
@@ -58,7 +71,12 @@ pub struct Limits {
     pub settings: SchedulerSettings,
     /// The resolved solo stripe ([`crate::stripe`]): a request's largest prefill chunk.
     pub solo_tokens: usize,
+    /// The memory budget a request's prediction must fit (contiguous KV).
     pub budget: Option<u64>,
+    /// The paged KV pool's blocks a request's prompt + max tokens must fit.
+    pub pool_blocks: Option<usize>,
+    /// Bytes of one KV block (messages).
+    pub block_bytes: u64,
     pub max_context: usize,
     pub max_waiting: usize,
     pub vocab: usize,
@@ -93,6 +111,21 @@ impl Limits {
             return Ok(Checked::Invalid(why));
         }
         let p = self.predict(r);
+        if let Some(pool) = self.pool_blocks {
+            let need = crate::kv::blocks_for(tokens);
+            if need > pool {
+                let bytes = |b: usize| (b as u64).saturating_mul(self.block_bytes);
+                return Err(SubmitError::NeverFits {
+                    predicted_bytes: bytes(need),
+                    budget_bytes: bytes(pool),
+                    detail: format!(
+                        "{tokens} tokens need {need} KV blocks of {} rows; the whole KV pool \
+                         holds {pool} blocks",
+                        crate::kv::KV_BLOCK_ROWS
+                    ),
+                });
+            }
+        }
         if let Some(budget) = self.budget {
             if p.total() > budget {
                 return Err(SubmitError::NeverFits {

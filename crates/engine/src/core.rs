@@ -1,16 +1,21 @@
 //! [`EngineCore`]: the engine's state machine on one thread — waiting and
 //! running sequences, the slot pool, KV blocks and committed memory — and
-//! [`EngineCore::step`], which admits, plans one packed batch under the
-//! token budget, runs it through `Qwen35Model::step`, draws tokens and
-//! streams them. The loop thread ([`crate::handle`]) drives it; tests and
-//! benchmarks may drive it by hand.
+//! [`EngineCore::step`], which plans one packed batch under the token
+//! budget (growing each planned sequence's KV blocks first, preempting when
+//! the pool is short: [`admit`]), admits waiting requests, runs the batch
+//! through `Qwen35Model::step` with every sequence's block table, draws
+//! tokens and streams them. The loop thread ([`crate::handle`]) drives it;
+//! tests and benchmarks may drive it by hand.
+
+mod admit;
 
 use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
-use crate::kv::{blocks_for, resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
+use crate::kv::{resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
 pub use crate::memory::memory_model;
+use crate::pool::{plan_pool, PoolPlan};
 use crate::report::Drawn;
 pub use crate::report::{SampledRow, StepReport};
 use crate::scheduler::StepBudget;
@@ -19,7 +24,7 @@ use crate::slots::SlotPool;
 use crate::stream::{stream_pair, RequestStream, Waker};
 use crate::stripe::{run_settings, solo_stripe, SoloStripeResolution};
 use crate::EngineError;
-use headroom_core::ops::{Backend, Batch};
+use headroom_core::ops::{Backend, Batch, BlockTables};
 use headroom_core::{BackendKind, RouteRequest};
 use headroom_model::{AttentionPlan, LogitsRows, Qwen35Model, StepModel};
 use std::collections::VecDeque;
@@ -55,6 +60,7 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     cfg: EngineConfig,
     limits: Limits,
     kv: KvResolution,
+    pool: PoolPlan,
     blocks: BlockAllocator,
     slots: SlotPool,
     waiting: VecDeque<Sequence>,
@@ -82,6 +88,12 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 cfg.max_context
             )));
         }
+        if !(cfg.memory_fraction > 0.0 && cfg.memory_fraction <= 1.0) {
+            return Err(EngineError::Config(format!(
+                "memory_fraction {} must be in (0, 1]",
+                cfg.memory_fraction
+            )));
+        }
         let routes = model.routes(&cfg.attention)?;
         let memory = memory_model(model.lead(), &routes);
         let kv = resolve_kv(
@@ -89,21 +101,36 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             backend_name(model.lead().backend().kind()),
             false,
         );
-        // Enough blocks for every slot's full context: the byte budget, not
-        // the block count, limits admission (a request that fits the budget
-        // alone always gets its blocks).
-        let total_blocks = cfg.max_running * blocks_for(cfg.max_context);
+        let paged = kv.resolved == KvBackendKind::Paged;
+        let pool =
+            plan_pool(&model, &cfg, &memory).map_err(|e| EngineError::Config(e.to_string()))?;
+        if pool.slots == 0 || pool.slots > MAX_RUNNING {
+            return Err(EngineError::Config(format!(
+                "{} state slots must be in 1..={MAX_RUNNING}",
+                pool.slots
+            )));
+        }
+        tracing::info!("{pool}");
         let state = model
-            .new_state(cfg.max_running, cfg.max_context, None)
+            .new_state(pool.slots, cfg.max_context, paged.then_some(pool.blocks))
             .map_err(|e| {
-                crate::memory::state_pool_error(cfg.max_running, cfg.max_context, &memory, e)
+                if paged {
+                    EngineError::Config(format!(
+                        "the state pools could not be allocated ({e}): {pool}; lower \
+                         --memory-fraction, --max-running or --max-context"
+                    ))
+                } else {
+                    crate::memory::state_pool_error(pool.slots, cfg.max_context, &memory, e)
+                }
             })?;
         let solo = solo_stripe(&model, &cfg, &memory);
         let limits = Limits {
+            block_bytes: pool.block_bytes,
             memory,
             settings: cfg.scheduler,
             solo_tokens: solo.tokens,
-            budget: cfg.memory_budget_bytes,
+            budget: cfg.memory_budget_bytes.filter(|_| !paged),
+            pool_blocks: paged.then_some(pool.blocks),
             max_context: cfg.max_context,
             max_waiting: cfg.max_waiting,
             vocab: model.lead().vocab_size(),
@@ -113,7 +140,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             running: 0,
             waiting: 0,
             kv_blocks_used: 0,
-            kv_blocks_free: total_blocks,
+            kv_blocks_free: pool.blocks,
             admitted: 0,
             refused: 0,
             finished: 0,
@@ -122,7 +149,10 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             generated_tokens: 0,
             settings: run_settings(&cfg, &solo),
             solo_stripe: solo.clone(),
-            gdn_slots_free: cfg.max_running,
+            gdn_slots_free: pool.slots,
+            gdn_slots_used: 0,
+            preemptions: 0,
+            pool,
             kv: kv.clone(),
             memory_budget_bytes: cfg.memory_budget_bytes,
             memory_committed_bytes: 0,
@@ -137,8 +167,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             model,
             state,
             routes,
-            slots: SlotPool::new(cfg.max_running),
-            blocks: BlockAllocator::new(total_blocks),
+            slots: SlotPool::new(pool.slots),
+            blocks: BlockAllocator::new(pool.blocks),
+            pool,
             cfg,
             limits,
             kv,
@@ -156,6 +187,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     pub fn kv(&self) -> &KvResolution {
         &self.kv
+    }
+
+    /// The KV block pool and state slots this engine made.
+    pub fn pool(&self) -> &PoolPlan {
+        &self.pool
     }
 
     /// The model (rank 0's of a group).
@@ -261,9 +297,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     /// Ends every request with `event` (shutdown).
     pub fn abort_all(&mut self, why: &str) {
-        for s in self.waiting.drain(..).chain(self.running.drain(..)) {
+        for mut s in self.waiting.drain(..).chain(self.running.drain(..)) {
             s.sink.send(StreamEvent::Error(why.to_string()));
-            self.blocks.release(s.id);
+            self.blocks.release(&mut s.blocks);
             if s.slot != usize::MAX {
                 self.slots.give(s.slot);
             }
@@ -283,92 +319,6 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         fixed.saturating_add(transient)
     }
 
-    fn committed_blocks(&self, extra: usize) -> usize {
-        self.running
-            .iter()
-            .map(|s| blocks_for(s.prompt.len() + s.max_tokens))
-            .sum::<usize>()
-            + extra
-    }
-
-    /// Moves the first waiting request into the running set when a slot,
-    /// its KV blocks and its memory are free; resets its slot.
-    fn try_admit(&mut self) -> Result<bool, EngineError> {
-        let Some(next) = self.waiting.front() else {
-            return Ok(false);
-        };
-        let rows = next.prompt.len() + next.max_tokens;
-        if self.slots.free() == 0 || self.committed_blocks(blocks_for(rows)) > self.blocks.total() {
-            return Ok(false);
-        }
-        if let Some(budget) = self.cfg.memory_budget_bytes {
-            let committed = self.committed(Some(&next.prediction));
-            if committed > budget {
-                if !next.waited_for_memory {
-                    tracing::info!(
-                        "request {} waits for memory: predicted {} bytes ({}), {} bytes with the \
-                         running requests > budget {budget}",
-                        next.id,
-                        next.prediction.total(),
-                        next.prediction.detail(),
-                        committed
-                    );
-                }
-                if let Some(w) = self.waiting.front_mut() {
-                    w.waited_for_memory = true;
-                }
-                return Ok(false);
-            }
-        }
-        let mut seq = self.waiting.pop_front().expect("checked above");
-        let slot = self.slots.take().expect("checked above");
-        self.model.reset_slot(&mut self.state, slot)?;
-        if self.kv.resolved == KvBackendKind::Contiguous {
-            self.blocks
-                .ensure(seq.id, rows)
-                .map_err(|e| EngineError::Internal(e.to_string()))?;
-        }
-        seq.slot = slot;
-        self.stats.admitted += 1;
-        self.stats.prompt_tokens += seq.prompt.len() as u64;
-        self.running.push(seq);
-        Ok(true)
-    }
-
-    /// Removes running sequence `i`, freeing its slot and blocks.
-    fn retire(&mut self, i: usize, reason: FinishReason) {
-        let s = self.running.remove(i);
-        s.finish(reason);
-        self.blocks.release(s.id);
-        self.slots.give(s.slot);
-        match reason {
-            FinishReason::Cancelled => self.stats.cancelled += 1,
-            _ => self.stats.finished += 1,
-        }
-    }
-
-    /// Ends every cancelled request, waiting or running.
-    fn reap_cancelled(&mut self) {
-        let mut i = 0;
-        while i < self.waiting.len() {
-            if self.waiting[i].sink.cancelled() {
-                let s = self.waiting.remove(i).expect("in range");
-                s.finish(FinishReason::Cancelled);
-                self.stats.cancelled += 1;
-            } else {
-                i += 1;
-            }
-        }
-        let mut i = 0;
-        while i < self.running.len() {
-            if self.running[i].sink.cancelled() {
-                self.retire(i, FinishReason::Cancelled);
-            } else {
-                i += 1;
-            }
-        }
-    }
-
     fn refresh_stats(&mut self) {
         let committed = self.committed(None);
         let st = &mut self.stats;
@@ -377,6 +327,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         st.kv_blocks_used = self.blocks.used();
         st.kv_blocks_free = self.blocks.free();
         st.gdn_slots_free = self.slots.free();
+        st.gdn_slots_used = self.slots.total() - self.slots.free();
         st.memory_committed_bytes = committed;
         st.device_memory = self
             .model
@@ -394,28 +345,54 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         self.reap_cancelled();
         let solo = self.running.len() + self.waiting.len() == 1;
         let mut budget = StepBudget::new(&self.cfg.scheduler, solo, self.solo.tokens);
-        // (index in running, rows)
+        let preemptions = self.stats.preemptions;
+        // (index in running, rows): decode rows first, then prefill chunks,
+        // each sequence's blocks grown before it is planned.
         let mut plan: Vec<(usize, usize)> = Vec::new();
-        for (i, s) in self.running.iter().enumerate() {
-            if s.remaining_prompt() == 0 && budget.decode() {
+        let mut i = 0;
+        while i < self.running.len() && budget.left() > 0 {
+            let (rem, processed) = (
+                self.running[i].remaining_prompt(),
+                self.running[i].processed,
+            );
+            if rem == 0 {
+                if !self.grow(i, processed + 1, &mut plan) {
+                    break;
+                }
+                budget.decode();
                 plan.push((i, 1));
             }
+            i += 1;
         }
-        for (i, s) in self.running.iter().enumerate() {
-            let rem = s.remaining_prompt();
+        let mut i = 0;
+        while i < self.running.len() && budget.left() > 0 {
+            let (rem, processed) = (
+                self.running[i].remaining_prompt(),
+                self.running[i].processed,
+            );
             if rem > 0 {
-                let n = budget.prefill(rem);
-                if n > 0 {
-                    plan.push((i, n));
+                let n = budget.peek_prefill(rem);
+                if !self.grow(i, processed + n, &mut plan) {
+                    break;
                 }
-            }
-        }
-        while budget.left() > 0 && self.try_admit()? {
-            let i = self.running.len() - 1;
-            let n = budget.prefill(self.running[i].remaining_prompt());
-            if n > 0 {
+                budget.prefill(rem);
                 plan.push((i, n));
             }
+            i += 1;
+        }
+        // No admission in a step that had to preempt: the pool is short.
+        while self.stats.preemptions == preemptions && budget.left() > 0 && self.try_admit()? {
+            let i = self.running.len() - 1;
+            let (rem, processed) = (
+                self.running[i].remaining_prompt(),
+                self.running[i].processed,
+            );
+            let n = budget.peek_prefill(rem);
+            if n == 0 || !self.grow(i, processed + n, &mut plan) {
+                break;
+            }
+            budget.prefill(n);
+            plan.push((i, n));
         }
         if plan.is_empty() {
             self.refresh_stats();
@@ -436,12 +413,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let mut report = StepReport::default();
         for &(i, n) in plan {
             let s = &self.running[i];
-            if self.kv.resolved == KvBackendKind::Paged {
-                self.blocks
-                    .ensure(s.id, s.processed + n)
-                    .map_err(|e| EngineError::Internal(e.to_string()))?;
-            }
-            ids.extend_from_slice(s.next_inputs(n));
+            s.push_inputs(n, &mut ids);
             seqs.push((s.slot, s.processed, n));
             report.sequences.push((s.id, n));
             if s.remaining_prompt() == 0 {
@@ -450,12 +422,19 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 report.prefill_rows += n;
             }
         }
-        let batch = Batch::packed(&seqs);
+        let mut batch = Batch::packed(&seqs);
+        if self.kv.resolved == KvBackendKind::Paged {
+            let tables: Vec<&[u32]> = plan
+                .iter()
+                .map(|&(i, _)| &self.running[i].blocks[..])
+                .collect();
+            batch = batch.with_blocks(BlockTables::from_tables(&tables));
+        }
         // Rows (in batch order) whose sequence draws a token after this step.
         let draws: Vec<usize> = plan
             .iter()
             .enumerate()
-            .filter(|(_, &(i, n))| self.running[i].processed + n >= self.running[i].prompt.len())
+            .filter(|(_, &(i, n))| self.running[i].draws_after(n))
             .map(|(k, _)| k)
             .collect();
         let forward_started = Instant::now();
@@ -476,9 +455,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
                 idx.sort_unstable_by(|a, b| b.cmp(a));
                 for i in idx {
-                    let s = self.running.remove(i);
+                    let mut s = self.running.remove(i);
                     s.sink.send(StreamEvent::Error(msg.clone()));
-                    self.blocks.release(s.id);
+                    self.blocks.release(&mut s.blocks);
                     self.slots.give(s.slot);
                 }
                 tracing::warn!("engine step failed: {msg}");

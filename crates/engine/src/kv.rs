@@ -1,32 +1,29 @@
 //! KV cache management: the KV backend factory ([`resolve_kv`]: the backend
 //! requested, the one resolved, and why they differ) and the block
-//! allocator ([`BlockAllocator`]) that hands out blocks of
-//! [`KV_BLOCK_ROWS`] rows (the fused kernel's KV tile) through per-sequence
-//! block tables.
+//! allocator ([`BlockAllocator`]: an O(1) free list of block ids) behind
+//! each sequence's block table (blocks of [`KV_BLOCK_ROWS`] rows, the fused
+//! kernel's KV tile).
 //!
-//! * **contiguous**: a sequence's blocks for prompt + max tokens are taken
-//!   at admission (its slot's rows, reserved up front).
-//! * **paged**: blocks are taken as the sequence's rows are written and
-//!   given back when it ends; admission still counts each sequence's worst
-//!   case so a running sequence never waits for a block (no preemption).
+//! * **paged** (the default): the model's KV is a pool of blocks shared by
+//!   every sequence; a sequence takes blocks as its rows are written (before
+//!   the step that writes them) and gives them back when it ends or is
+//!   preempted; every step's `Batch` carries the tables.
+//! * **contiguous**: the identity layout (slot `s` owns its own blocks);
+//!   a sequence's blocks for prompt + max tokens are counted at admission.
 //!
-//! The backends' attention reads each slot's rows contiguously today (the op
-//! set has no block-table argument yet), so under **paged** the rows are
-//! still *stored* per slot: the blocks are the unit of accounting and
-//! admission only. [`KvResolution::storage`] and its reason say so.
+//! Whether a backend *stores* the rows in the pool's blocks is its own
+//! business: [`KvResolution::storage`] and its reason say what the engine
+//! was told.
 
+pub use headroom_core::ops::{blocks_for, KV_BLOCK_ROWS};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-
-/// Rows per KV block: the fused attention kernel's KV tile.
-pub const KV_BLOCK_ROWS: usize = 64;
 
 /// A KV cache backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum KvBackendKind {
-    #[default]
     Contiguous,
+    #[default]
     Paged,
 }
 
@@ -102,8 +99,8 @@ pub fn resolve_kv(
             KvStorage::PerSlot,
             Some(format!(
                 "the {backend} backend's attention cannot read block tables yet: KV is allocated, \
-                 accounted and admitted in blocks of {KV_BLOCK_ROWS} rows, but each sequence's rows \
-                 are stored contiguously in its slot (no paged storage)"
+                 accounted and passed to every step in blocks of {KV_BLOCK_ROWS} rows, but each \
+                 sequence's rows are stored contiguously in its slot (no paged storage)"
             )),
         ),
     };
@@ -116,11 +113,6 @@ pub fn resolve_kv(
     }
 }
 
-/// Blocks needed for `rows` rows.
-pub fn blocks_for(rows: usize) -> usize {
-    rows.div_ceil(KV_BLOCK_ROWS)
-}
-
 /// Not enough free blocks.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("KV blocks exhausted: need {need}, {free} free")]
@@ -129,13 +121,15 @@ pub struct OutOfBlocks {
     pub free: usize,
 }
 
-/// A fixed pool of KV blocks and the block table of each sequence.
+/// A fixed pool of KV block ids: a free list (a stack), so taking and
+/// giving back a block is O(1). Each sequence keeps its own block table
+/// (a `Vec<u32>` in token order); the allocator only hands ids out and takes
+/// them back, and never sees two tables at once.
 #[derive(Debug, Clone)]
 pub struct BlockAllocator {
     total: usize,
-    /// Free block ids, the lowest last (popped first).
+    /// Free block ids; the next one taken is the last.
     free: Vec<u32>,
-    tables: HashMap<u64, Vec<u32>>,
 }
 
 impl BlockAllocator {
@@ -145,7 +139,6 @@ impl BlockAllocator {
         BlockAllocator {
             total,
             free: (0..total as u32).rev().collect(),
-            tables: HashMap::new(),
         }
     }
 
@@ -161,36 +154,26 @@ impl BlockAllocator {
         self.total - self.free.len()
     }
 
-    /// The block table of sequence `seq` (empty when it holds none).
-    pub fn table(&self, seq: u64) -> &[u32] {
-        self.tables.get(&seq).map_or(&[], |t| &t[..])
-    }
-
-    /// Makes `seq`'s table cover `rows` rows, taking blocks as needed; on
-    /// failure nothing is taken.
-    pub fn ensure(&mut self, seq: u64, rows: usize) -> Result<(), OutOfBlocks> {
-        let have = self.table(seq).len();
-        let need = blocks_for(rows).saturating_sub(have);
+    /// Makes `table` cover `rows` token rows, taking blocks as needed (O(1)
+    /// each); on failure nothing is taken.
+    pub fn ensure(&mut self, table: &mut Vec<u32>, rows: usize) -> Result<(), OutOfBlocks> {
+        let need = blocks_for(rows).saturating_sub(table.len());
         if need > self.free.len() {
             return Err(OutOfBlocks {
                 need,
                 free: self.free.len(),
             });
         }
-        let at = self.free.len() - need;
-        let taken: Vec<u32> = self.free.drain(at..).rev().collect();
-        self.tables.entry(seq).or_default().extend(taken);
+        for _ in 0..need {
+            table.push(self.free.pop().expect("counted above"));
+        }
         Ok(())
     }
 
-    /// Gives back every block of `seq`; returns how many.
-    pub fn release(&mut self, seq: u64) -> usize {
-        let Some(table) = self.tables.remove(&seq) else {
-            return 0;
-        };
+    /// Gives back every block of `table` (left empty); returns how many.
+    pub fn release(&mut self, table: &mut Vec<u32>) -> usize {
         let n = table.len();
-        self.free.extend(table);
-        self.free.sort_unstable_by(|a, b| b.cmp(a));
+        self.free.append(table);
         n
     }
 }
@@ -223,23 +206,32 @@ mod tests {
     #[test]
     fn blocks_are_taken_by_rows_and_given_back() {
         let mut a = BlockAllocator::new(5);
-        a.ensure(1, 1).unwrap();
-        assert_eq!((a.used(), a.table(1)), (1, &[0u32][..]));
-        a.ensure(1, 64).unwrap();
+        let (mut t1, mut t2, mut t3) = (Vec::new(), Vec::new(), Vec::new());
+        a.ensure(&mut t1, 1).unwrap();
+        assert_eq!((a.used(), &t1[..]), (1, &[0u32][..]));
+        a.ensure(&mut t1, 64).unwrap();
         assert_eq!(a.used(), 1, "64 rows fit one block");
-        a.ensure(1, 65).unwrap();
-        a.ensure(2, 128).unwrap();
+        a.ensure(&mut t1, 65).unwrap();
+        a.ensure(&mut t2, 128).unwrap();
         assert_eq!((a.used(), a.free()), (4, 1));
-        assert_eq!(a.ensure(3, 129), Err(OutOfBlocks { need: 3, free: 1 }));
-        assert_eq!(a.used(), 4, "a failed ensure takes nothing");
-        assert_eq!(a.release(1), 2);
-        assert_eq!(a.release(1), 0);
+        assert_eq!(
+            a.ensure(&mut t3, 129),
+            Err(OutOfBlocks { need: 3, free: 1 })
+        );
+        assert_eq!(
+            (a.used(), t3.len()),
+            (4, 0),
+            "a failed ensure takes nothing"
+        );
+        assert_eq!(a.release(&mut t1), 2);
+        assert_eq!((a.release(&mut t1), t1.len()), (0, 0));
         assert_eq!(a.free(), 3);
-        a.ensure(3, 129).unwrap();
-        let mut t = a.table(3).to_vec();
-        t.extend(a.table(2));
+        a.ensure(&mut t3, 129).unwrap();
+        let mut t = t3.clone();
+        t.extend(&t2);
         t.sort();
         t.dedup();
         assert_eq!(t.len(), 5, "no block is in two tables");
+        assert!(t.iter().all(|&b| b < 5));
     }
 }

@@ -7,12 +7,15 @@
 //!   with why;
 //! * [`scheduler`] — the token budget of one step: decode rows first, then
 //!   prefill chunks, several sequences packed into one `Qwen35Model::step`;
-//! * [`kv`] — the KV factory (contiguous | paged, resolved with its reason)
-//!   and the block allocator (blocks of 64 rows, block tables);
-//! * [`slots`] — the state slot pool (KV rows + GDN state, one per running sequence);
+//! * [`kv`] — the KV factory (paged | contiguous, resolved with its reason)
+//!   and the block allocator (an O(1) free list of blocks of 64 rows);
+//! * [`pool`] — how many KV blocks and state slots an engine makes, from
+//!   the memory available (a pure function and its inputs);
+//! * [`slots`] — the state slot pool (the GDN state, one per running sequence);
 //! * [`memory`] — each request's predicted bytes for admission (the attention
 //!   workspace as the backend answers it, `Backend::workspace_model`);
-//! * [`core`] — [`EngineCore`], the step function, and what a step did
+//! * [`core`] — [`EngineCore`], the step function (admission, block growth
+//!   and preemption in `core/admit.rs`), and what a step did
 //!   ([`StepReport`]); [`handle`] — the loop
 //!   thread and the cloneable [`EngineHandle`];
 //! * [`api`] / [`stream`] — requests, stream events, errors, stats.
@@ -28,6 +31,7 @@ pub mod core;
 pub mod handle;
 pub mod kv;
 pub mod memory;
+pub mod pool;
 mod report;
 pub mod scheduler;
 mod sequence;
@@ -45,6 +49,7 @@ pub use core::{EngineCore, SampledRow, StepReport};
 pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
 pub use memory::{MemoryModel, Prediction};
+pub use pool::{PoolError, PoolPlan, DEFAULT_MEMORY_FRACTION};
 pub use settings::{SchedulerSettings, SoloStripe};
 pub use stream::RequestStream;
 pub use stripe::{SoloStripeResolution, StripeBound};

@@ -37,10 +37,16 @@ impl StepBudget {
         true
     }
 
+    /// The length [`Self::prefill`] would take for `remaining` prompt
+    /// tokens, without taking it.
+    pub fn peek_prefill(&self, remaining: usize) -> usize {
+        remaining.min(self.chunk).min(self.left)
+    }
+
     /// Takes the next prefill chunk of a sequence with `remaining` prompt
     /// tokens; returns its length (0 when the step is full).
     pub fn prefill(&mut self, remaining: usize) -> usize {
-        let n = remaining.min(self.chunk).min(self.left);
+        let n = self.peek_prefill(remaining);
         self.left -= n;
         n
     }
@@ -59,6 +65,8 @@ mod tests {
         };
         let mut b = StepBudget::new(&s, false, 2048);
         assert!(b.decode() && b.decode());
+        assert_eq!(b.peek_prefill(700), 512);
+        assert_eq!(b.left(), 998, "a peek takes nothing");
         assert_eq!(b.prefill(700), 512);
         assert_eq!(b.prefill(700), 486, "the rest of the budget");
         assert_eq!(b.prefill(5), 0);

@@ -1,6 +1,8 @@
 //! One request inside the engine ([`Sequence`]): its tokens, how far its
-//! rows are in the KV/GDN state, its slot, its predicted memory, and the
-//! stream it reports to.
+//! rows are in the KV/GDN state, its slot and KV block table, its predicted
+//! memory, and the stream it reports to. A preempted sequence keeps its
+//! prompt and generated tokens and re-prefills all of them when admitted
+//! again ([`Sequence::preempted`]); its stream only pauses.
 
 use crate::api::{AttentionRun, FinishReason, GenerateRequest, StreamEvent, Usage};
 use crate::memory::Prediction;
@@ -22,6 +24,13 @@ pub(crate) struct Sequence {
     pub slot: usize,
     /// Tokens whose rows are in the state.
     pub processed: usize,
+    /// Tokens fed as prefill (the prompt; after a preemption the prompt and
+    /// every generated token), the last row drawing the next token.
+    pub prefill_target: usize,
+    /// The KV blocks holding its rows, in token order (paged KV).
+    pub blocks: Vec<u32>,
+    /// Times it was preempted.
+    pub preemptions: u32,
     pub prediction: Prediction,
     pub submitted: Instant,
     pub ttft_ms: Option<f64>,
@@ -45,6 +54,7 @@ impl Sequence {
         if !r.ignore_eos {
             stops.extend_from_slice(eos);
         }
+        let prefill_target = r.prompt_ids.len();
         Sequence {
             id,
             prompt: r.prompt_ids,
@@ -54,6 +64,9 @@ impl Sequence {
             stops,
             slot: usize::MAX,
             processed: 0,
+            prefill_target,
+            blocks: Vec::new(),
+            preemptions: 0,
             prediction,
             submitted: Instant::now(),
             ttft_ms: None,
@@ -63,19 +76,38 @@ impl Sequence {
         }
     }
 
-    /// Prompt tokens not yet in the state.
+    /// Prefill tokens not yet in the state.
     pub(crate) fn remaining_prompt(&self) -> usize {
-        self.prompt.len().saturating_sub(self.processed)
+        self.prefill_target.saturating_sub(self.processed)
     }
 
-    /// The next `n` input tokens (prompt rows, or the last drawn token).
-    pub(crate) fn next_inputs(&self, n: usize) -> &[u32] {
-        if self.processed < self.prompt.len() {
-            &self.prompt[self.processed..self.processed + n]
+    /// Appends the next `n` input tokens to `out`: prefill rows (the prompt,
+    /// then generated tokens after a preemption), or the last drawn token.
+    pub(crate) fn push_inputs(&self, n: usize, out: &mut Vec<u32>) {
+        if self.processed < self.prefill_target {
+            let (from, to) = (self.processed, self.processed + n);
+            let p = self.prompt.len();
+            out.extend_from_slice(&self.prompt[from.min(p)..to.min(p)]);
+            out.extend_from_slice(&self.generated[from.max(p) - p..to.max(p) - p]);
         } else {
             let last = self.generated.len().saturating_sub(1);
-            &self.generated[last..]
+            out.extend_from_slice(&self.generated[last..]);
         }
+    }
+
+    /// Whether a step feeding it `n` rows ends with a token drawn.
+    pub(crate) fn draws_after(&self, n: usize) -> bool {
+        self.processed + n >= self.prefill_target
+    }
+
+    /// Forgets its rows (its slot and blocks were given back): when admitted
+    /// again it prefills its prompt and every generated token, and the last
+    /// of those rows draws the token a decode step would have.
+    pub(crate) fn preempted(&mut self) {
+        self.processed = 0;
+        self.prefill_target = self.prompt.len() + self.generated.len();
+        self.slot = usize::MAX;
+        self.preemptions += 1;
     }
 
     /// Counts each layer's calls per reported (route, query block), keeping
@@ -134,5 +166,44 @@ impl Sequence {
                 runs
             },
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_preempted_sequence_refeeds_prompt_and_generated_tokens() {
+        let (_stream, sink) = crate::stream::stream_pair(1, None);
+        let r = GenerateRequest::greedy(vec![10, 11, 12], 8);
+        let p = Prediction {
+            kv_bytes: 0,
+            gdn_bytes: 0,
+            transient_bytes: 0,
+        };
+        let mut s = Sequence::new(1, r, &[], p, sink);
+        let mut out = Vec::new();
+        s.push_inputs(2, &mut out);
+        assert_eq!((out.as_slice(), s.draws_after(2)), (&[10, 11][..], false));
+        s.processed = 3;
+        s.push_token(20);
+        s.push_token(21);
+        s.processed = 4;
+        assert_eq!(s.remaining_prompt(), 0);
+        out.clear();
+        s.push_inputs(1, &mut out);
+        assert_eq!(out, vec![21], "decode feeds the last drawn token");
+        s.preempted();
+        assert_eq!(
+            (s.processed, s.remaining_prompt(), s.preemptions),
+            (0, 5, 1)
+        );
+        out.clear();
+        s.push_inputs(2, &mut out);
+        s.processed = 2;
+        s.push_inputs(3, &mut out);
+        assert_eq!(out, vec![10, 11, 12, 20, 21]);
+        assert!(s.draws_after(3) && !s.draws_after(2));
     }
 }

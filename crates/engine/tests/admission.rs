@@ -1,14 +1,17 @@
-//! Admission by memory: a request that could never fit the budget is
-//! refused naming its predicted bytes; one that cannot fit beside the
-//! running ones waits and then completes; the predicted attention transient
-//! matches the measured one (the kernels' workspace reports) within 10%.
+//! Admission by memory under contiguous KV (which reserves each request's
+//! prompt + max tokens at admission; paged admission is by free blocks,
+//! `tests/paged.rs`): a request that could never fit the budget is refused
+//! naming its predicted bytes; one that cannot fit beside the running ones
+//! waits and then completes; the predicted attention transient matches the
+//! measured one (the kernels' workspace reports) within 10%.
 
 mod common;
 
 use common::{core, drive, ids, tiny};
 use headroom_core::RouteRequest;
 use headroom_engine::{
-    EngineConfig, FinishReason, GenerateRequest, SchedulerSettings, SoloStripe, SubmitError,
+    EngineConfig, FinishReason, GenerateRequest, KvBackendKind, SchedulerSettings, SoloStripe,
+    SubmitError,
 };
 use headroom_model::AttentionPlan;
 
@@ -17,6 +20,7 @@ fn cfg(route: RouteRequest, budget: Option<u64>) -> EngineConfig {
         attention: AttentionPlan::Uniform(route),
         memory_budget_bytes: budget,
         max_context: 4096,
+        kv_backend: KvBackendKind::Contiguous,
         ..EngineConfig::default()
     }
 }

@@ -23,8 +23,10 @@ pub struct EngineArgs {
     /// device memory after weights and state).
     #[arg(long, value_name = "MIB")]
     pub solo_stripe_budget_mib: Option<u64>,
-    /// KV cache backend of the engine.
-    #[arg(long, default_value = "contiguous", value_name = "contiguous|paged")]
+    /// KV cache backend of the engine: paged (a block pool sized from memory,
+    /// blocks taken as sequences grow) or contiguous (every slot's full
+    /// context reserved).
+    #[arg(long, default_value = "paged", value_name = "paged|contiguous")]
     pub kv: KvBackendKind,
 }
 

@@ -110,7 +110,7 @@ fn prompts_file_runs_concurrently_and_matches_each_alone() {
     assert_eq!(s["scheduler"]["prefill_chunk"], 8);
     assert_eq!(s["scheduler"]["step_tokens"], 16);
     assert_eq!(s["scheduler"]["solo_stripe"], 2048);
-    assert_eq!(s["kv"]["resolved"], "contiguous");
+    assert_eq!(s["kv"]["resolved"], "paged", "paged KV is the default");
     assert!(s["generated_tokens_per_s"].as_f64().unwrap() > 0.0);
 }
 
@@ -136,6 +136,10 @@ fn a_budget_refuses_the_request_that_never_fits_and_runs_the_rest() {
         out.to_str().unwrap(),
         "--memory-budget-mib",
         "1",
+        // Admission by predicted bytes is contiguous KV's; a paged pool is
+        // sized from the budget at start-up (`tests/kv_pool_cli.rs`).
+        "--kv",
+        "contiguous",
     ]);
     let lines = json_lines(&out);
     let err = lines[0]["error"].as_str().unwrap();

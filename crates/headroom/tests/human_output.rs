@@ -93,7 +93,8 @@ fn model_commands_print_words() {
         one.contains("composed attention (query block 128) on layer"),
         "{one}"
     );
-    assert!(one.contains("contiguous KV cache"), "{one}");
+    assert!(one.contains("paged KV cache"), "{one}");
+    assert!(one.contains("state slots"), "{one}");
     assert!(one.contains("warm-up"), "{one}");
     assert!(one.contains("prompt 2 tokens, prefill"), "{one}");
     assert!(!one.contains("\"summary\""), "JSON only with --json: {one}");
@@ -238,7 +239,9 @@ fn serve_starts_with_one_line_of_what_runs() {
     assert!(
         banner.starts_with("serve on cpu: synthetic tiny-d64; ")
             && banner.contains("composed attention (query block 128) on layer")
-            && banner.contains("up to 8 running, context 256 tokens"),
+            && banner.contains("paged KV cache")
+            && banner.contains("running, context 256 tokens")
+            && banner.contains("sequences fit at full context (256 tokens)"),
         "{stderr}"
     );
 }

@@ -1,7 +1,8 @@
 //! The server's Prometheus metrics: request counts by endpoint and outcome,
 //! HTTP error counts by status, TTFT and inter-token latency histograms,
-//! and the engine's gauges and counters (running, waiting, KV blocks,
-//! tokens, admission refusals), rendered in the text exposition format.
+//! and the engine's gauges and counters (running, waiting, KV blocks and
+//! state slots used and free, preemptions, tokens, admission refusals),
+//! rendered in the text exposition format.
 
 use crate::generator::EngineStats;
 use std::collections::BTreeMap;
@@ -136,7 +137,7 @@ impl Metrics {
                 "Seconds between consecutive generated tokens of a request.",
             );
         });
-        let gauges: [(&str, &str, &str, f64); 10] = [
+        let gauges: [(&str, &str, &str, f64); 13] = [
             (
                 "headroom_requests_running",
                 "gauge",
@@ -160,6 +161,24 @@ impl Metrics {
                 "gauge",
                 "KV cache blocks free.",
                 stats.kv_blocks_free as f64,
+            ),
+            (
+                "headroom_state_slots_used",
+                "gauge",
+                "State slots (running sequences' GDN state) in use.",
+                stats.gdn_slots_used as f64,
+            ),
+            (
+                "headroom_state_slots_free",
+                "gauge",
+                "State slots free.",
+                stats.gdn_slots_free as f64,
+            ),
+            (
+                "headroom_preemptions_total",
+                "counter",
+                "Running sequences preempted because the KV pool was short (recomputed later).",
+                stats.preemptions as f64,
             ),
             (
                 "headroom_engine_admitted_total",
@@ -223,6 +242,9 @@ mod tests {
         m.http_error(404);
         let text = m.render(&EngineStats {
             kv_blocks_free: 7,
+            gdn_slots_used: 3,
+            gdn_slots_free: 5,
+            preemptions: 11,
             ..EngineStats::default()
         });
         assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
@@ -232,5 +254,10 @@ mod tests {
         assert!(text.contains("headroom_requests_total{endpoint=\"chat\",outcome=\"stop\"} 2\n"));
         assert!(text.contains("headroom_http_errors_total{status=\"404\"} 1\n"));
         assert!(text.contains("headroom_kv_blocks_free 7\n"));
+        assert!(text.contains("headroom_state_slots_used 3\n"));
+        assert!(text.contains("headroom_state_slots_free 5\n"));
+        assert!(text.contains(
+            "# TYPE headroom_preemptions_total counter\nheadroom_preemptions_total 11\n"
+        ));
     }
 }

@@ -198,8 +198,11 @@ async fn a_disconnect_mid_stream_frees_the_requests_kv() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engines_refusals_get_their_statuses() {
+    // Admission by a byte budget is contiguous KV's (paged KV sizes its
+    // pool from the budget at start-up instead).
     let (h, vocab) = engine(EngineConfig {
         memory_budget_bytes: Some(1),
+        kv_backend: headroom_engine::KvBackendKind::Contiguous,
         ..engine_cfg()
     });
     let s = server(h, vocab).await;

@@ -98,9 +98,14 @@ pub struct Args {
     /// (default: 90% of available memory on cpu; unbounded on cuda).
     #[arg(long, value_name = "MIB")]
     pub memory_budget_mib: Option<u64>,
-    /// Most sequences running at once.
-    #[arg(long, default_value_t = 8, value_name = "N")]
-    pub max_running: usize,
+    /// Most sequences running at once (state slots; default: what memory
+    /// allows, at most the number of requests and 1024).
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<usize>,
+    /// Share of the device's memory (weights included) the engine sizes its
+    /// KV pool and state slots to, on cuda.
+    #[arg(long, default_value_t = headroom_engine::DEFAULT_MEMORY_FRACTION, value_name = "F")]
+    pub memory_fraction: f64,
     /// Most tokens of one sequence (default: the longest request, rounded up to 64).
     #[arg(long, value_name = "N")]
     pub max_context: Option<usize>,
@@ -108,6 +113,10 @@ pub struct Args {
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     prompts::check_sampling(a.temperature, a.top_p, "--")?;
+    super::serve::check_memory_fraction(a.memory_fraction)?;
+    if a.max_running == Some(0) {
+        bail!("--max-running must be at least 1");
+    }
     if a.forward.chunk == Some(0) {
         bail!("--chunk must be at least 1");
     }
@@ -156,7 +165,12 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         attention,
         kv_backend: a.engine.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
-        max_running: a.max_running,
+        memory_fraction: a.memory_fraction,
+        max_running: a
+            .max_running
+            .unwrap_or(requests.len().clamp(1, super::serve::AUTO_RUNNING_CAP)),
+        max_running_from_memory: a.max_running.is_none(),
+        kv_pool_blocks: None,
         max_context,
         max_waiting: requests.len().max(1024),
         eos_token_ids: eos,

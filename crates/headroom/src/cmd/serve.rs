@@ -8,6 +8,13 @@
 //! `headroom_model::TpGroup` of N ranks; `--memory-budget-mib` is per rank
 //! (the engine's memory model counts one rank's share of the KV and GDN
 //! state); each rank's weight bytes are printed at start.
+//!
+//! The engine sizes its paged KV pool and state slots from memory
+//! (`headroom_engine::pool`): `--memory-fraction` of the device on CUDA,
+//! `--memory-budget-mib` (default 90 % of the available memory) on the CPU.
+//! The start-up line gives the pool (blocks, tokens, GiB), the state slots
+//! and how many sequences fit at full context; settings that cannot fit
+//! exit 1 with one line giving the numbers.
 
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
 use crate::cmd::logits::attention_plan_and_why;
@@ -49,16 +56,23 @@ pub struct Args {
     #[arg(long, value_name = "host|device")]
     pub weights_init: Option<WeightsInit>,
     /// Most tokens (prompt + generated) of one request (default: the model's
-    /// `max_position_embeddings`, at most 4096; never above the model's).
+    /// `max_position_embeddings`; never above it).
     #[arg(long, value_name = "N")]
     pub max_context: Option<usize>,
-    /// Most requests running at once.
-    #[arg(long, default_value_t = 8, value_name = "N")]
-    pub max_running: usize,
+    /// Most requests running at once (state slots; default: what memory
+    /// allows, at most 1024).
+    #[arg(long, value_name = "N")]
+    pub max_running: Option<usize>,
+    /// Share of the device's memory (weights included) the engine sizes its
+    /// KV pool and state slots to, on cuda.
+    #[arg(long, default_value_t = headroom_engine::DEFAULT_MEMORY_FRACTION, value_name = "F")]
+    pub memory_fraction: f64,
     /// Most requests waiting for admission; beyond it requests are answered 429.
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub max_waiting: usize,
-    /// Memory budget of the engine's KV, GDN state and transients, MiB (default: unbounded).
+    /// Memory budget of the engine's KV, GDN state and transients, MiB
+    /// (default: 90% of the available memory on cpu; on cuda
+    /// `--memory-fraction` of the device, this caps it when given).
     #[arg(long, value_name = "MIB")]
     pub memory_budget_mib: Option<u64>,
     #[command(flatten)]
@@ -81,9 +95,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    if a.max_context == Some(0) || a.max_running == 0 || a.default_max_tokens == 0 {
+    if a.max_context == Some(0) || a.max_running == Some(0) || a.default_max_tokens == 0 {
         bail!("--max-context, --max-running and --default-max-tokens must be at least 1");
     }
+    check_memory_fraction(a.memory_fraction)?;
     if !(a.shutdown_grace_s.is_finite() && a.shutdown_grace_s >= 0.0) {
         bail!("--shutdown-grace-s must be a number >= 0");
     }
@@ -119,7 +134,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         attention,
         kv_backend: a.engine.kv,
         memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
-        max_running: a.max_running,
+        memory_fraction: a.memory_fraction,
+        max_running: a.max_running.unwrap_or(AUTO_RUNNING_CAP),
+        max_running_from_memory: a.max_running.is_none(),
+        kv_pool_blocks: None,
         max_context,
         max_waiting: a.max_waiting,
         eos_token_ids: eos,
@@ -248,7 +266,7 @@ impl ModelJob for ServeJob {
         model: Qwen35Model<B>,
         info: &LoadInfo,
     ) -> anyhow::Result<()> {
-        self.serve(model, info.backend, String::new())
+        self.serve(model, info.backend, String::new(), 1)
     }
 }
 
@@ -261,7 +279,7 @@ impl GroupJob for ServeJob {
             info.world,
             crate::tp::gib_list(&info.weight_bytes)
         );
-        self.serve(group, info.backend, ranks)
+        self.serve(group, info.backend, ranks, info.world)
     }
 }
 
@@ -272,19 +290,26 @@ impl ServeJob {
         model: M,
         backend: BackendKind,
         ranks: String,
+        world: usize,
     ) -> anyhow::Result<()> {
-        let max_running = self.engine.max_running;
-        let handle = headroom_engine::spawn(model, self.engine).context("starting the engine")?;
+        let mut engine = self.engine;
+        if engine.memory_budget_bytes.is_none() && backend == BackendKind::Cpu {
+            engine.memory_budget_bytes = crate::cmd::logits::available_memory_bytes()
+                .map(|b| b / 10 * 9 / world.max(1) as u64);
+        }
+        let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
-            "serve on {backend}{ranks}: {}; {}; {}; scheduler {}; up to {max_running} running, \
-             context {} tokens; {}",
+            "serve on {backend}{ranks}: {}; {}; {}; scheduler {}; up to {} running, \
+             context {} tokens; {}; {}",
             self.model,
             self.attention,
             crate::describe::kv(&st.kv),
             st.settings,
+            st.pool.slots,
             handle.max_context(),
             crate::describe::budget(st.memory_budget_bytes),
+            st.pool,
         );
         let name = self.server.served_model_name.clone();
         let engine = handle.clone();
@@ -316,8 +341,7 @@ impl ServeJob {
 
 /// The context a served request may use: `--max-context` when given (never
 /// above the model's `max_position_embeddings`: refused with both numbers),
-/// else the model's limit capped at [`DEFAULT_MAX_CONTEXT`] (every slot
-/// reserves its whole context today).
+/// else the model's limit (paged KV takes blocks only as a sequence grows).
 pub(crate) fn serve_max_context(flag: Option<usize>, model_limit: usize) -> anyhow::Result<usize> {
     match flag {
         Some(n) if n > model_limit => bail!(
@@ -325,13 +349,20 @@ pub(crate) fn serve_max_context(flag: Option<usize>, model_limit: usize) -> anyh
              (max_position_embeddings)"
         ),
         Some(n) => Ok(n),
-        None => Ok(model_limit.min(DEFAULT_MAX_CONTEXT)),
+        None => Ok(model_limit),
     }
 }
 
-/// `--max-context` when none is given and the model allows more.
-const DEFAULT_MAX_CONTEXT: usize = 4096;
+/// Most state slots `--max-running` resolves to when sized from memory.
+pub(crate) const AUTO_RUNNING_CAP: usize = headroom_engine::pool::AUTO_RUNNING_CAP;
 
+/// `--memory-fraction` must be in (0, 1].
+pub(crate) fn check_memory_fraction(f: f64) -> anyhow::Result<()> {
+    if !(f > 0.0 && f <= 1.0) {
+        bail!("--memory-fraction {f} must be in (0, 1]");
+    }
+    Ok(())
+}
 #[cfg(test)]
 mod max_context_tests {
     use super::serve_max_context;
@@ -339,10 +370,21 @@ mod max_context_tests {
     #[test]
     fn the_context_defaults_to_the_model_capped_and_never_exceeds_it() {
         assert_eq!(serve_max_context(None, 64).unwrap(), 64);
-        assert_eq!(serve_max_context(None, 262_144).unwrap(), 4096);
+        assert_eq!(serve_max_context(None, 262_144).unwrap(), 262_144);
         assert_eq!(serve_max_context(Some(2048), 262_144).unwrap(), 2048);
         assert_eq!(serve_max_context(Some(64), 64).unwrap(), 64);
         let err = serve_max_context(Some(4096), 64).unwrap_err().to_string();
         assert!(err.contains("4096") && err.contains("64"), "{err}");
+    }
+
+    #[test]
+    fn the_memory_fraction_is_a_share_of_the_device() {
+        for ok in [0.5, 0.9, 1.0] {
+            super::check_memory_fraction(ok).unwrap();
+        }
+        for bad in [0.0, -0.1, 1.01, f64::NAN] {
+            let e = super::check_memory_fraction(bad).unwrap_err().to_string();
+            assert!(e.contains("--memory-fraction"), "{e}");
+        }
     }
 }

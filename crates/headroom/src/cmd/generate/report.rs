@@ -53,8 +53,10 @@ struct RequestLine<'a> {
 }
 
 /// `generate on cpu: synthetic tiny-d64; composed attention (query block 128)
-/// on layer 3; ...; contiguous KV cache; scheduler prefill_chunk ...; up to 8
-/// running, context 64 tokens; memory budget 1.2 GiB`.
+/// on layer 3; ...; paged KV cache ...; scheduler prefill_chunk ...; up to 8
+/// running, context 64 tokens; memory budget 1.2 GiB; KV pool 8 blocks of 64
+/// tokens = 512 tokens (0.01 GiB); 8 state slots (...); 8 sequences fit at
+/// full context (64 tokens)`.
 pub(super) fn ran_line(job: &GenerateJob, st: &EngineStats, info: &RunInfo) -> String {
     let world = info.weight_bytes.len();
     let ranks = if world > 1 {
@@ -63,15 +65,17 @@ pub(super) fn ran_line(job: &GenerateJob, st: &EngineStats, info: &RunInfo) -> S
         String::new()
     };
     format!(
-        "generate on {}{ranks}: {}; {}; {}; scheduler {}; up to {} running, context {} tokens; {}",
+        "generate on {}{ranks}: {}; {}; {}; scheduler {}; up to {} running, context {} tokens; \
+         {}; {}",
         info.backend,
         job.model,
         job.attention,
         crate::describe::kv(&st.kv),
         st.settings,
-        job.engine.max_running,
+        st.pool.slots,
         job.engine.max_context,
         crate::describe::budget(st.memory_budget_bytes),
+        st.pool,
     )
 }
 

@@ -1,0 +1,456 @@
+//! How many KV blocks and state slots an engine gets ([`size_pool`], a pure
+//! function of the memory available and the sizes of one block and one
+//! slot), and the one-line account of the result ([`PoolPlan`]'s `Display`).
+//!
+//! The bytes available to the engine's state and transients are, on CUDA,
+//! `--memory-fraction` (default [`DEFAULT_MEMORY_FRACTION`]) of the device
+//! total less what the backend holds after the weights (capped by
+//! `--memory-budget-mib` when given), and on the CPU the stated budget. From
+//! them:
+//!
+//! 1. the largest step's transient peak (the memory model's prediction for
+//!    the scheduler's largest step) is set aside;
+//! 2. the GDN state slots (one per running sequence): `--max-running` when
+//!    given, else what memory allows — at most half of what is left after
+//!    step 1 goes to GDN state, and every slot keeps room for at least one
+//!    KV block — capped at [`AUTO_RUNNING_CAP`];
+//! 3. the rest is KV blocks (`block_bytes` each: K and V of every
+//!    full-attention layer), at most enough for every slot at full context.
+//!
+//! A configuration in which not even one sequence fits at full context (or
+//! the transient or the GDN slots alone exceed the memory) is an error with
+//! the numbers. Without a budget (a CPU engine given none) every slot gets
+//! its full context.
+//!
+//! [`plan_pool`] gathers the inputs for one engine (the device total, what
+//! the backend holds, the memory model's sizes and step prediction);
+//! contiguous KV keeps its identity layout (every slot's full context
+//! reserved) and an explicit `kv_pool_blocks` is taken as given.
+
+use crate::config::EngineConfig;
+use crate::kv::{blocks_for, KvBackendKind, KV_BLOCK_ROWS};
+use crate::memory::MemoryModel;
+use crate::settings::{SchedulerSettings, SoloStripe, FIXED_SOLO_STRIPE, SOLO_STRIPE_CAP};
+use headroom_core::ops::Backend;
+use headroom_core::BackendKind;
+use headroom_model::StepModel;
+use serde::Serialize;
+
+/// The share of device memory an engine on CUDA sizes itself to by default.
+pub const DEFAULT_MEMORY_FRACTION: f64 = 0.90;
+
+/// Most state slots `--max-running` resolves to when sized from memory.
+pub const AUTO_RUNNING_CAP: usize = 1024;
+
+/// How many state slots to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunningSlots {
+    /// Exactly this many (`--max-running N`).
+    Fixed(usize),
+    /// What memory allows, at most this many.
+    FromMemory { cap: usize },
+}
+
+/// What [`size_pool`] reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolInputs {
+    /// Bytes the state pools and the step's transients may use (`None`: unbounded).
+    pub available_bytes: Option<u64>,
+    /// Bytes of one KV block over every full-attention layer (K and V).
+    pub block_bytes: u64,
+    /// Bytes of one sequence's GDN state over every linear-attention layer.
+    pub gdn_bytes_per_slot: u64,
+    /// Predicted transient peak of the scheduler's largest step.
+    pub step_transient_bytes: u64,
+    pub running: RunningSlots,
+    /// Most tokens of one sequence.
+    pub max_context: usize,
+}
+
+/// The pools an engine makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub struct PoolPlan {
+    /// KV blocks of [`KV_BLOCK_ROWS`] rows.
+    pub blocks: usize,
+    /// GDN state slots (most sequences running at once).
+    pub slots: usize,
+    pub block_bytes: u64,
+    pub gdn_bytes_per_slot: u64,
+    /// Bytes set aside for the largest step's transients.
+    pub step_transient_bytes: u64,
+    /// The bytes the plan was sized from (`None`: unbounded).
+    pub available_bytes: Option<u64>,
+    pub max_context: usize,
+}
+
+impl PoolPlan {
+    /// Token rows the KV pool holds.
+    pub fn tokens(&self) -> usize {
+        self.blocks.saturating_mul(KV_BLOCK_ROWS)
+    }
+
+    pub fn kv_bytes(&self) -> u64 {
+        (self.blocks as u64).saturating_mul(self.block_bytes)
+    }
+
+    pub fn gdn_bytes(&self) -> u64 {
+        (self.slots as u64).saturating_mul(self.gdn_bytes_per_slot)
+    }
+
+    /// Sequences that fit at once at full context (by blocks and by slots).
+    pub fn full_context_sequences(&self) -> usize {
+        (self.blocks / blocks_for(self.max_context).max(1)).min(self.slots)
+    }
+}
+
+fn gib(b: u64) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+impl std::fmt::Display for PoolPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KV pool {} blocks of {KV_BLOCK_ROWS} tokens = {} tokens ({:.2} GiB); {} state slots \
+             ({:.2} GiB GDN state); {} sequences fit at full context ({} tokens)",
+            self.blocks,
+            self.tokens(),
+            gib(self.kv_bytes()),
+            self.slots,
+            gib(self.gdn_bytes()),
+            self.full_context_sequences(),
+            self.max_context,
+        )
+    }
+}
+
+/// Why no pool fits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PoolError {
+    #[error(
+        "the largest step's transients ({:.2} GiB predicted) exceed the {:.2} GiB available \
+         for state and transients; raise --memory-fraction or lower --step-tokens / --solo-stripe",
+        gib(*step_transient_bytes), gib(*available_bytes)
+    )]
+    Transient {
+        step_transient_bytes: u64,
+        available_bytes: u64,
+    },
+    #[error(
+        "cannot fit: {slots} state slots ({:.2} GiB GDN state) + {need_blocks} KV blocks for one \
+         sequence of {max_context} tokens ({:.2} GiB) + the largest step's transients ({:.2} GiB) \
+         need {:.2} GiB, {:.2} GiB available; lower --max-running or --max-context, or raise \
+         --memory-fraction",
+        gib(*gdn_bytes), gib(*kv_bytes), gib(*step_transient_bytes),
+        gib(gdn_bytes.saturating_add(*kv_bytes).saturating_add(*step_transient_bytes)),
+        gib(*available_bytes)
+    )]
+    NoFit {
+        slots: usize,
+        gdn_bytes: u64,
+        need_blocks: usize,
+        max_context: usize,
+        kv_bytes: u64,
+        step_transient_bytes: u64,
+        available_bytes: u64,
+    },
+}
+
+/// The pools for `i` (see the module doc), or why none fits.
+pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
+    let per_seq = blocks_for(i.max_context).max(1);
+    let plan = |slots: usize, blocks: usize| PoolPlan {
+        blocks,
+        slots,
+        block_bytes: i.block_bytes,
+        gdn_bytes_per_slot: i.gdn_bytes_per_slot,
+        step_transient_bytes: i.step_transient_bytes,
+        available_bytes: i.available_bytes,
+        max_context: i.max_context,
+    };
+    let Some(available) = i.available_bytes else {
+        let slots = match i.running {
+            RunningSlots::Fixed(n) => n,
+            RunningSlots::FromMemory { cap } => cap,
+        };
+        return Ok(plan(slots, slots.saturating_mul(per_seq)));
+    };
+    let left = available
+        .checked_sub(i.step_transient_bytes)
+        .ok_or(PoolError::Transient {
+            step_transient_bytes: i.step_transient_bytes,
+            available_bytes: available,
+        })?;
+    let slots = match i.running {
+        RunningSlots::Fixed(n) => n,
+        RunningSlots::FromMemory { cap } => {
+            let by_share = (left / 2)
+                .checked_div(i.gdn_bytes_per_slot)
+                .unwrap_or(u64::MAX);
+            let by_block = left
+                .checked_div(i.gdn_bytes_per_slot.saturating_add(i.block_bytes))
+                .unwrap_or(u64::MAX);
+            usize::try_from(by_share.min(by_block))
+                .unwrap_or(usize::MAX)
+                .min(cap)
+                .max(1)
+        }
+    };
+    let no_fit = || PoolError::NoFit {
+        slots,
+        gdn_bytes: (slots as u64).saturating_mul(i.gdn_bytes_per_slot),
+        need_blocks: per_seq,
+        max_context: i.max_context,
+        kv_bytes: (per_seq as u64).saturating_mul(i.block_bytes),
+        step_transient_bytes: i.step_transient_bytes,
+        available_bytes: available,
+    };
+    let kv_left = left
+        .checked_sub((slots as u64).saturating_mul(i.gdn_bytes_per_slot))
+        .ok_or_else(no_fit)?;
+    let blocks = usize::try_from(kv_left.checked_div(i.block_bytes).unwrap_or(u64::MAX))
+        .unwrap_or(usize::MAX)
+        .min(slots.saturating_mul(per_seq))
+        .min(u32::MAX as usize);
+    if blocks < per_seq {
+        return Err(no_fit());
+    }
+    Ok(plan(slots, blocks))
+}
+
+/// Rows of the scheduler's largest step: a shared step, or a solo step of
+/// the largest stripe `auto` may resolve to on `backend` (the cap or the
+/// context on a GPU, the fixed stripe on the CPU).
+pub fn largest_step_rows(s: &SchedulerSettings, backend: BackendKind, max_context: usize) -> usize {
+    let solo = match s.solo_stripe {
+        SoloStripe::Tokens(n) => n,
+        SoloStripe::Auto => match backend {
+            BackendKind::Cuda => SOLO_STRIPE_CAP.min(max_context),
+            BackendKind::Cpu => FIXED_SOLO_STRIPE,
+        },
+    };
+    s.step_rows(true, solo).max(s.step_rows(false, solo))
+}
+
+/// The pools of an engine over `model` (its weights loaded, no state yet)
+/// configured by `cfg`, with `memory` its memory model.
+pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
+    model: &M,
+    cfg: &EngineConfig,
+    memory: &MemoryModel,
+) -> Result<PoolPlan, PoolError> {
+    let backend = model.lead().backend().kind();
+    let rows = largest_step_rows(&cfg.scheduler, backend, cfg.max_context);
+    let available = match backend {
+        BackendKind::Cuda => headroom_hardware::cuda_availability()
+            .ok()
+            .map(|d| {
+                let held = model.rank_memory().iter().map(|m| m.0).max().unwrap_or(0);
+                let total = d.memory_gib.saturating_mul(1 << 30) as f64;
+                ((total * cfg.memory_fraction) as u64).saturating_sub(held as u64)
+            })
+            .map(|a| cfg.memory_budget_bytes.map_or(a, |b| a.min(b)))
+            .or(cfg.memory_budget_bytes),
+        BackendKind::Cpu => cfg.memory_budget_bytes,
+    };
+    let inputs = PoolInputs {
+        available_bytes: available,
+        block_bytes: memory
+            .kv_bytes_per_token
+            .saturating_mul(KV_BLOCK_ROWS as u64),
+        gdn_bytes_per_slot: memory.gdn_bytes_per_slot,
+        step_transient_bytes: memory.solo_step_transient(rows, cfg.max_context),
+        running: if cfg.max_running_from_memory {
+            RunningSlots::FromMemory {
+                cap: cfg.max_running,
+            }
+        } else {
+            RunningSlots::Fixed(cfg.max_running)
+        },
+        max_context: cfg.max_context,
+    };
+    match (cfg.kv_backend, cfg.kv_pool_blocks) {
+        (KvBackendKind::Paged, None) => size_pool(&inputs),
+        (KvBackendKind::Paged, Some(blocks)) => {
+            let mut plan = size_pool(&PoolInputs {
+                available_bytes: None,
+                ..inputs
+            })?;
+            plan.blocks = blocks.min(u32::MAX as usize);
+            Ok(plan)
+        }
+        (KvBackendKind::Contiguous, _) => Ok(contiguous_pool(&inputs)),
+    }
+}
+
+/// The identity layout: every slot reserves its full context; slots from
+/// memory count each one's GDN state and full-context KV.
+pub fn contiguous_pool(i: &PoolInputs) -> PoolPlan {
+    let per_seq = blocks_for(i.max_context).max(1);
+    let slots = match (i.running, i.available_bytes) {
+        (RunningSlots::Fixed(n), _) => n,
+        (RunningSlots::FromMemory { cap }, None) => cap,
+        (RunningSlots::FromMemory { cap }, Some(a)) => {
+            let per_slot = i
+                .gdn_bytes_per_slot
+                .saturating_add(i.block_bytes.saturating_mul(per_seq as u64));
+            let n = a
+                .saturating_sub(i.step_transient_bytes)
+                .checked_div(per_slot)
+                .unwrap_or(u64::MAX);
+            usize::try_from(n).unwrap_or(usize::MAX).min(cap).max(1)
+        }
+    };
+    PoolPlan {
+        blocks: slots.saturating_mul(per_seq),
+        slots,
+        block_bytes: i.block_bytes,
+        gdn_bytes_per_slot: i.gdn_bytes_per_slot,
+        step_transient_bytes: i.step_transient_bytes,
+        available_bytes: i.available_bytes,
+        max_context: i.max_context,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn inputs(available: Option<u64>, running: RunningSlots) -> PoolInputs {
+        PoolInputs {
+            available_bytes: available,
+            block_bytes: MIB,
+            gdn_bytes_per_slot: 10 * MIB,
+            step_transient_bytes: 100 * MIB,
+            running,
+            max_context: 640,
+        }
+    }
+
+    #[test]
+    fn a_fixed_slot_count_leaves_the_rest_to_blocks() {
+        // 1100 MiB - 100 MiB transient - 4 x 10 MiB GDN = 960 MiB = 960 blocks,
+        // capped at 4 slots x 10 blocks (640 tokens).
+        let p = size_pool(&inputs(Some(1100 * MIB), RunningSlots::Fixed(4))).unwrap();
+        assert_eq!(
+            (p.slots, p.blocks),
+            (4, 40),
+            "no more than every slot at full context"
+        );
+        let p = size_pool(&inputs(Some(175 * MIB), RunningSlots::Fixed(4))).unwrap();
+        assert_eq!((p.slots, p.blocks), (4, 35));
+        assert_eq!(p.full_context_sequences(), 3);
+        assert_eq!(
+            (p.tokens(), p.kv_bytes(), p.gdn_bytes()),
+            (2240, 35 * MIB, 40 * MIB)
+        );
+        let p = size_pool(&inputs(Some(165 * MIB), RunningSlots::Fixed(4))).unwrap();
+        assert_eq!((p.blocks, p.full_context_sequences()), (25, 2));
+    }
+
+    #[test]
+    fn slots_from_memory_take_at_most_half_and_the_cap() {
+        // 1100 - 100 = 1000 MiB left: half / 10 MiB = 50 slots; 50 x 10 = 500 MiB
+        // of GDN, 500 blocks (capped at 50 x 10 = 500).
+        let p = size_pool(&inputs(
+            Some(1100 * MIB),
+            RunningSlots::FromMemory { cap: 1024 },
+        ))
+        .unwrap();
+        assert_eq!((p.slots, p.blocks), (50, 500));
+        let capped = size_pool(&inputs(
+            Some(1100 * MIB),
+            RunningSlots::FromMemory { cap: 8 },
+        ))
+        .unwrap();
+        assert_eq!((capped.slots, capped.blocks), (8, 80));
+        // No GDN state: the cap decides.
+        let mut none = inputs(Some(1100 * MIB), RunningSlots::FromMemory { cap: 16 });
+        none.gdn_bytes_per_slot = 0;
+        assert_eq!(size_pool(&none).unwrap().slots, 16);
+    }
+
+    #[test]
+    fn unbounded_gives_every_slot_its_context() {
+        let p = size_pool(&inputs(None, RunningSlots::Fixed(3))).unwrap();
+        assert_eq!((p.slots, p.blocks), (3, 30));
+        let p = size_pool(&inputs(None, RunningSlots::FromMemory { cap: 5 })).unwrap();
+        assert_eq!((p.slots, p.blocks), (5, 50));
+    }
+
+    #[test]
+    fn what_cannot_fit_is_an_error_with_the_numbers() {
+        let e = size_pool(&inputs(Some(50 * MIB), RunningSlots::Fixed(1))).unwrap_err();
+        assert!(matches!(e, PoolError::Transient { .. }), "{e}");
+        assert!(e.to_string().contains("0.10 GiB predicted"), "{e}");
+        // 150 - 100 = 50 MiB; 4 slots = 40 MiB GDN; 10 blocks left for a
+        // 640-token sequence: fits exactly. 149 MiB does not.
+        assert_eq!(
+            size_pool(&inputs(Some(150 * MIB), RunningSlots::Fixed(4)))
+                .unwrap()
+                .blocks,
+            10
+        );
+        let e = size_pool(&inputs(Some(149 * MIB), RunningSlots::Fixed(4))).unwrap_err();
+        let msg = e.to_string();
+        for want in [
+            "4 state slots",
+            "10 KV blocks",
+            "640 tokens",
+            "--max-running",
+        ] {
+            assert!(msg.contains(want), "{want}: {msg}");
+        }
+        let e = size_pool(&inputs(Some(120 * MIB), RunningSlots::Fixed(4))).unwrap_err();
+        assert!(matches!(e, PoolError::NoFit { slots: 4, .. }), "{e}");
+    }
+
+    #[test]
+    fn contiguous_reserves_every_slot_its_context() {
+        let p = contiguous_pool(&inputs(Some(1100 * MIB), RunningSlots::Fixed(3)));
+        assert_eq!((p.slots, p.blocks), (3, 30));
+        // 1000 MiB left / (10 MiB GDN + 10 blocks of 1 MiB) = 50 slots.
+        let p = contiguous_pool(&inputs(
+            Some(1100 * MIB),
+            RunningSlots::FromMemory { cap: 1024 },
+        ));
+        assert_eq!((p.slots, p.blocks), (50, 500));
+    }
+
+    #[test]
+    fn the_largest_step_is_the_solo_stripe_or_the_shared_budget() {
+        let s = SchedulerSettings::default();
+        assert_eq!(
+            largest_step_rows(&s, BackendKind::Cuda, 1 << 20),
+            SOLO_STRIPE_CAP
+        );
+        assert_eq!(largest_step_rows(&s, BackendKind::Cuda, 4096), 4096);
+        let cpu = largest_step_rows(&s, BackendKind::Cpu, 1 << 20);
+        assert_eq!(cpu, FIXED_SOLO_STRIPE.max(s.step_tokens));
+        let explicit = SchedulerSettings {
+            solo_stripe: SoloStripe::Tokens(100),
+            step_tokens: 3000,
+            ..s
+        };
+        assert_eq!(
+            largest_step_rows(&explicit, BackendKind::Cuda, 1 << 20),
+            3000
+        );
+    }
+
+    #[test]
+    fn the_line_names_blocks_tokens_slots_and_full_context_sequences() {
+        let p = size_pool(&inputs(Some(175 * MIB), RunningSlots::Fixed(4))).unwrap();
+        let line = p.to_string();
+        for want in [
+            "35 blocks",
+            "2240 tokens",
+            "4 state slots",
+            "3 sequences fit at full context (640 tokens)",
+        ] {
+            assert!(line.contains(want), "{want}: {line}");
+        }
+    }
+}

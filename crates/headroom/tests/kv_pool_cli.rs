@@ -1,0 +1,67 @@
+//! The paged KV pool at start-up, as a process: `generate` prints the pool
+//! (blocks, tokens, GiB), the state slots and how many sequences fit at full
+//! context; `serve` and `generate` settings that cannot fit the memory
+//! budget exit 1 with one line giving the numbers.
+
+mod common;
+
+#[test]
+fn generate_prints_the_pool_slots_and_full_context_sequences() {
+    let out = common::headroom(&[
+        "generate",
+        "--synthetic",
+        "tiny-d256",
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "3",
+        "--max-context",
+        "640",
+        "--max-running",
+        "2",
+        "--memory-budget-mib",
+        "4096",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("generate on cpu"))
+        .unwrap_or_else(|| panic!("no start-up line: {err}"));
+    // 2 slots at 640 tokens: 2 x 10 blocks (the budget holds more).
+    for want in [
+        "paged KV cache",
+        "up to 2 running",
+        "KV pool 20 blocks of 64 tokens = 1280 tokens",
+        "2 state slots",
+        "2 sequences fit at full context (640 tokens)",
+    ] {
+        assert!(line.contains(want), "{want}: {line}");
+    }
+}
+
+#[test]
+fn settings_that_cannot_fit_exit_1_with_one_line_of_numbers() {
+    for cmd in [
+        vec!["serve", "--port", "0"],
+        vec!["generate", "--prompt", "hello", "--max-tokens", "2"],
+    ] {
+        let mut args = cmd.clone();
+        args.extend([
+            "--synthetic",
+            "tiny-d256",
+            "--max-running",
+            "4",
+            "--memory-budget-mib",
+            "1",
+        ]);
+        let err = common::headroom_fails(&args);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        let error: Vec<&&str> = lines.iter().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(error.len(), 1, "{args:?}: {err}");
+        let e = error[0];
+        assert!(
+            e.contains("GiB") && (e.contains("cannot fit") || e.contains("transients")),
+            "{args:?}: {e}"
+        );
+    }
+}
