@@ -25,7 +25,7 @@ use crate::stream::{stream_pair, RequestStream, Waker};
 use crate::stripe::{run_settings, solo_stripe, SoloStripeResolution};
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch, BlockTables};
-use headroom_core::{BackendKind, RouteRequest};
+use headroom_core::RouteRequest;
 use headroom_model::{AttentionPlan, LogitsRows, Qwen35Model, StepModel};
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -96,11 +96,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         }
         let routes = model.routes(&cfg.attention)?;
         let memory = memory_model(model.lead(), &routes);
-        let kv = resolve_kv(
-            cfg.kv_backend,
-            backend_name(model.lead().backend().kind()),
-            false,
-        );
+        let kv = resolve_kv(cfg.kv_backend);
         let paged = kv.resolved == KvBackendKind::Paged;
         let pool =
             plan_pool(&model, &cfg, &memory).map_err(|e| EngineError::Config(e.to_string()))?;
@@ -541,12 +537,5 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             vec![None; tokens.len()]
         };
         Ok(tokens.into_iter().zip(logits).collect())
-    }
-}
-
-fn backend_name(kind: BackendKind) -> &'static str {
-    match kind {
-        BackendKind::Cpu => "cpu",
-        BackendKind::Cuda => "cuda",
     }
 }

@@ -11,9 +11,8 @@
 //! * **contiguous**: the identity layout (slot `s` owns its own blocks);
 //!   a sequence's blocks for prompt + max tokens are counted at admission.
 //!
-//! Whether a backend *stores* the rows in the pool's blocks is its own
-//! business: [`KvResolution::storage`] and its reason say what the engine
-//! was told.
+//! Both backends (CPU and CUDA) store the rows in the pool's blocks and
+//! read them through the tables ([`KvResolution::storage`] says which).
 
 pub use headroom_core::ops::{blocks_for, KV_BLOCK_ROWS};
 use serde::{Deserialize, Serialize};
@@ -85,31 +84,20 @@ impl std::fmt::Display for KvResolution {
     }
 }
 
-/// The KV factory: resolves `requested` on a backend named `backend` whose
-/// attention can (`block_table_attention`) or cannot read block tables.
-pub fn resolve_kv(
-    requested: KvBackendKind,
-    backend: &str,
-    block_table_attention: bool,
-) -> KvResolution {
-    let (storage, reason) = match requested {
-        KvBackendKind::Contiguous => (KvStorage::PerSlot, None),
-        KvBackendKind::Paged if block_table_attention => (KvStorage::Blocks, None),
-        KvBackendKind::Paged => (
-            KvStorage::PerSlot,
-            Some(format!(
-                "the {backend} backend's attention cannot read block tables yet: KV is allocated, \
-                 accounted and passed to every step in blocks of {KV_BLOCK_ROWS} rows, but each \
-                 sequence's rows are stored contiguously in its slot (no paged storage)"
-            )),
-        ),
+/// The KV factory: what `requested` resolves to. Every backend stores a
+/// paged pool's rows in its blocks and reads them through the batch's
+/// tables; contiguous is the identity layout.
+pub fn resolve_kv(requested: KvBackendKind) -> KvResolution {
+    let storage = match requested {
+        KvBackendKind::Contiguous => KvStorage::PerSlot,
+        KvBackendKind::Paged => KvStorage::Blocks,
     };
     KvResolution {
         requested,
         resolved: requested,
         storage,
         block_rows: KV_BLOCK_ROWS,
-        reason,
+        reason: None,
     }
 }
 
@@ -183,22 +171,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn factory_reports_per_slot_storage_for_paged_without_block_table_attention() {
-        let c = resolve_kv(KvBackendKind::Contiguous, "cpu", false);
+    fn paged_is_stored_in_blocks_and_contiguous_per_slot() {
+        let c = resolve_kv(KvBackendKind::Contiguous);
         assert_eq!(
             (c.resolved, c.storage, c.reason.is_none()),
             (KvBackendKind::Contiguous, KvStorage::PerSlot, true)
         );
-        let p = resolve_kv(KvBackendKind::Paged, "cpu", false);
-        assert_eq!(
-            (p.resolved, p.storage),
-            (KvBackendKind::Paged, KvStorage::PerSlot)
-        );
-        let why = p.reason.as_deref().unwrap();
-        assert!(why.contains("cannot read block tables") && why.contains("no paged storage"));
+        let p = resolve_kv(KvBackendKind::Paged);
+        assert_eq!((p.storage, p.reason.is_none()), (KvStorage::Blocks, true));
         assert!(p.to_string().contains("requested paged"));
-        let real = resolve_kv(KvBackendKind::Paged, "x", true);
-        assert_eq!((real.storage, real.reason), (KvStorage::Blocks, None));
         assert_eq!("Paged".parse::<KvBackendKind>(), Ok(KvBackendKind::Paged));
         assert!("blocks".parse::<KvBackendKind>().is_err());
     }

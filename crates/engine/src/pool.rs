@@ -426,7 +426,12 @@ mod tests {
             largest_step_rows(&s, BackendKind::Cuda, 1 << 20),
             SOLO_STRIPE_CAP
         );
-        assert_eq!(largest_step_rows(&s, BackendKind::Cuda, 4096), 4096);
+        // A 4,096-token context: the shared step (8,192 rows of several
+        // sequences) is the largest.
+        assert_eq!(
+            largest_step_rows(&s, BackendKind::Cuda, 4096),
+            s.step_tokens
+        );
         let cpu = largest_step_rows(&s, BackendKind::Cpu, 1 << 20);
         assert_eq!(cpu, FIXED_SOLO_STRIPE.max(s.step_tokens));
         let explicit = SchedulerSettings {

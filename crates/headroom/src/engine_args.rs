@@ -9,10 +9,10 @@ use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Prompt tokens per sequence per step when several share the engine
-    /// (default 512).
+    /// (default 2048).
     #[arg(long, value_name = "N")]
     pub prefill_chunk: Option<usize>,
-    /// Rows per engine step over all sequences (default 2048).
+    /// Rows per engine step over all sequences (default 8192).
     #[arg(long, value_name = "N")]
     pub step_tokens: Option<usize>,
     /// Prompt tokens per step of a request alone in the engine, or `auto`

@@ -74,7 +74,7 @@ fn writes_ttft_json_through_the_engine_with_the_routes_that_ran() {
         assert_eq!(e["solo_stripe"]["bound"], "cpu_fixed");
         assert!(e["solo_stripe"]["reason"].as_str().unwrap().contains("CPU"));
         assert_eq!(e["scheduler"]["solo_stripe"], 2048);
-        assert_eq!(e["scheduler"]["prefill_chunk"], 512);
+        assert_eq!(e["scheduler"]["prefill_chunk"], 2048);
         let results = v["results"].as_array().unwrap();
         assert_eq!(results.len(), 2);
         for r in results {

@@ -171,7 +171,7 @@ fn scheduler_flags_apply_retired_env_is_ignored_and_bad_prompt_lines_fail() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("prefill_chunk 64 step_tokens 2048"),
+        stderr.contains("prefill_chunk 64 step_tokens 8192"),
         "{stderr}"
     );
     let tmp = TempDir::new("gen-bad");
