@@ -1,14 +1,18 @@
 //! The engine on the CUDA backend (bf16): 8 requests of mixed lengths run
 //! concurrently give each request's alone logits to <= 2e-2 relative (and
 //! the same greedy tokens while the logits agree), and chunked prefill mixed
-//! with decode gives the one-request result. Needs a GPU.
+//! with decode gives the one-request result; a request among 255 others
+//! (paged with a roomy pool, paged under preemption, contiguous) gives its
+//! alone logits to <= 1e-2. Needs a GPU.
 
 mod common;
 
 use common::{fixture_dir, ids, rel_err};
 use headroom_core::RouteRequest;
 use headroom_cuda::backend::CudaBackend;
-use headroom_engine::{EngineConfig, EngineCore, GenerateRequest, SchedulerSettings, SoloStripe};
+use headroom_engine::{
+    EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings, SoloStripe,
+};
 use headroom_model::{AttentionPlan, ModelConfig, Qwen35Model, Weights};
 
 fn model(name: &str) -> Qwen35Model<CudaBackend> {
@@ -18,7 +22,14 @@ fn model(name: &str) -> Qwen35Model<CudaBackend> {
     Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
 }
 
-fn run(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
+type Run = Vec<(Vec<u32>, Vec<Vec<f32>>)>;
+
+fn run(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> Run {
+    run_counting(name, cfg, reqs).0
+}
+
+/// [`run`], and the preemptions the engine made.
+fn run_counting(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> (Run, u64) {
     let mut core = EngineCore::new(
         model(name),
         EngineConfig {
@@ -39,7 +50,7 @@ fn run(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> Vec<(Vec<u32
             out[i].1.push(s.logits.unwrap());
         }
     }
-    out
+    (out, core.stats().preemptions)
 }
 
 #[test]
@@ -92,5 +103,58 @@ fn cuda_batch_and_chunk_invariance_bf16() {
         println!(
             "{name} {route}: worst logits rel err {worst:.2e}; {agreeing}/48 greedy tokens agree"
         );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
+    let name = "moe_d256";
+    let vocab = ModelConfig::from_dir(&fixture_dir(name))
+        .unwrap()
+        .vocab_size;
+    let reqs: Vec<_> = (0..256u32)
+        .map(|i| GenerateRequest::greedy(ids(1 + (i as usize * 37) % 300, vocab, i + 1), 4))
+        .collect();
+    let base = EngineConfig {
+        attention: AttentionPlan::Uniform(RouteRequest::Fused),
+        max_running: 256,
+        max_context: 1024,
+        ..EngineConfig::default()
+    };
+    let arms = [
+        ("paged", KvBackendKind::Paged, None),
+        ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
+        ("contiguous", KvBackendKind::Contiguous, None),
+    ];
+    let probes = [0usize, 77, 255];
+    let alone: Vec<_> = probes
+        .iter()
+        .map(|&i| run(name, &base, std::slice::from_ref(&reqs[i])).remove(0))
+        .collect();
+    for (arm, kv, blocks) in arms {
+        let cfg = EngineConfig {
+            kv_backend: kv,
+            kv_pool_blocks: blocks,
+            ..base.clone()
+        };
+        let (all, preempted) = run_counting(name, &cfg, &reqs);
+        assert!(all.iter().all(|r| r.0.len() == 4), "{arm}: every request finished");
+        if blocks.is_some() {
+            assert!(preempted > 0, "{arm}: the small pool must preempt");
+        }
+        let mut worst = 0f64;
+        for (p, &i) in probes.iter().enumerate() {
+            assert_eq!(all[i].0[0], alone[p].0[0], "{arm} request {i}: first token");
+            for s in 0..alone[p].0.len() {
+                let e = rel_err(&all[i].1[s], &alone[p].1[s]);
+                worst = worst.max(e);
+                assert!(e <= 1e-2, "{arm} request {i} step {s}: {e:.2e}");
+                if all[i].0[s] != alone[p].0[s] {
+                    break;
+                }
+            }
+        }
+        println!("{arm}: {preempted} preemptions; worst probe logits rel err {worst:.2e}");
     }
 }
