@@ -11,7 +11,6 @@ use crate::cmd::bench_ttft::{
     build_engine, measure, print_parts, EngineRecord, LengthRun, TtftArgs,
 };
 use crate::tp::{gib_list, GroupInfo, GroupJob};
-use anyhow::Context;
 use headroom_core::ops::Backend;
 use headroom_engine::SchedulerSettings;
 use headroom_model::profile::{Part, PartTime};
@@ -152,8 +151,8 @@ impl GroupJob for TtftJob<'_> {
             results,
         };
         if let Some(path) = &a.json {
-            std::fs::write(path, serde_json::to_string_pretty(&report)?)
-                .with_context(|| format!("writing {}", path.display()))?;
+            let text = serde_json::to_string_pretty(&report)? + "\n";
+            crate::output::write_file_atomically(path, text.as_bytes())?;
         }
         Ok(())
     }

@@ -114,6 +114,9 @@ struct Report {
 }
 
 pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    if let Some(path) = &a.json {
+        crate::output::check_output_path("--json", path, &[])?;
+    }
     if a.lengths.is_empty() || a.lengths.iter().any(|&l| l == 0 || l > MAX_LENGTH) {
         bail!("--lengths must be between 1 and {MAX_LENGTH} tokens each");
     }
@@ -296,8 +299,8 @@ impl ModelJob for TtftJob<'_> {
             report.backend
         );
         if let Some(path) = &a.json {
-            std::fs::write(path, serde_json::to_string_pretty(&report)?)
-                .with_context(|| format!("writing {}", path.display()))?;
+            let text = serde_json::to_string_pretty(&report)? + "\n";
+            crate::output::write_file_atomically(path, text.as_bytes())?;
         }
         Ok(())
     }
