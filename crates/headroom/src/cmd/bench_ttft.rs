@@ -293,9 +293,9 @@ impl ModelJob for TtftJob<'_> {
             results,
         };
         println!(
-            "load {:.1} s, weights {:.2} GiB on {}",
+            "load {:.1} s, weights {} on {}",
             report.load_seconds,
-            report.weight_bytes as f64 / (1u64 << 30) as f64,
+            crate::describe::size(report.weight_bytes as u64),
             report.backend
         );
         if let Some(path) = &a.json {

@@ -258,9 +258,9 @@ impl GroupJob for ServeJob {
 
     fn run<B: Backend + 'static>(self, group: TpGroup<B>, info: &GroupInfo) -> anyhow::Result<()> {
         let ranks = format!(
-            " x{} (tensor parallel, weights per rank {} GiB)",
+            " x{} (tensor parallel, weights per rank {})",
             info.world,
-            crate::tp::gib_list(&info.weight_bytes)
+            crate::tp::size_list(&info.weight_bytes)
         );
         self.serve(group, info.backend, ranks)
     }
