@@ -1,9 +1,10 @@
 //! Reading a file the user named (`--prompt-file`, `--prompts`, `--ids`,
 //! `bench validate FILE`): regular files only (a FIFO, device or folder is
 //! refused before it is opened, so nothing waits on a writer), and never
-//! more than a limit (through `headroom_model::files`): `limit + 1` bytes are read at most, so a file that
-//! grows after the check is still refused. Every error names the flag, the
-//! file and the limit.
+//! more than a limit: `limit + 1` bytes are read at most, so a file that
+//! grows after the check is still refused (all through
+//! `headroom_model::files`). Every error names the flag, the file and what
+//! it is or the limit.
 
 use std::path::Path;
 
