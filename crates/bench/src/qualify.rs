@@ -364,21 +364,22 @@ pub fn write_outputs(
     let toml = entry
         .to_toml()
         .map_err(|e| anyhow::anyhow!("entry TOML: {e}"))?;
-    let write = |rel: &str, text: &str| {
-        std::fs::write(dir.join(rel), text).with_context(|| format!("writing {rel}"))
-    };
-    write(&paths.evidence, &json)?;
-    write(&paths.entry, &toml)?;
-    write(
-        &paths.ttft_plot,
-        &crate::report_svg::ttft_plot(&evidence.prefill),
-    )?;
-    write(
-        &paths.transient_plot,
-        &crate::report_svg::transient_plot(&evidence.prefill),
-    )?;
+    // Everything is rendered before anything is written, and the entry (the
+    // file the registry reads) is written last: a failure leaves no entry
+    // without its evidence, report and plots.
+    let ttft_plot = crate::report_svg::ttft_plot(&evidence.prefill);
+    let transient_plot = crate::report_svg::transient_plot(&evidence.prefill);
     let report = crate::report::render(evidence, &entry, &paths)?;
-    write(&paths.report, &report)?;
+    for (rel, text) in [
+        (&paths.evidence, &json),
+        (&paths.ttft_plot, &ttft_plot),
+        (&paths.transient_plot, &transient_plot),
+        (&paths.report, &report),
+        (&paths.entry, &toml),
+    ] {
+        headroom_model::files::write_bytes(&dir.join(rel), &[], text.as_bytes())
+            .with_context(|| format!("writing {rel}"))?;
+    }
     Ok((entry, paths))
 }
 

@@ -1,4 +1,6 @@
-//! `bench validate`: strict checks of `headroom.bench.prefill/1` files.
+//! `bench validate`: strict checks of `headroom.bench.prefill/1` files, and
+//! of `qualify`'s `headroom.qualify.evidence/1` files through their embedded
+//! prefill bench (same rules) plus the checks of [`evidence`].
 //!
 //! Every violation is collected (none stops the others): schema and version;
 //! every field present with the right type and no unknown field, checked per
@@ -10,8 +12,11 @@
 //! measured for every arm; at least `min_iterations` runs; and across files
 //! the same hardware, model, lengths and build.
 
+mod evidence;
+
 use crate::prefill::Arm;
 use crate::prefill_schema::{PrefillBenchFile, PrefillSample, PREFILL_SCHEMA};
+use crate::qualify::EVIDENCE_SCHEMA;
 use headroom_core::Route;
 use headroom_policy::AttentionControl;
 use serde_json::Value;
@@ -60,9 +65,10 @@ fn validate_one(
     };
     match root.get("schema").and_then(Value::as_str) {
         Some(PREFILL_SCHEMA) => {}
+        Some(EVIDENCE_SCHEMA) => return evidence::validate_evidence(name, root, opts, v),
         Some(other) => {
             v.push(format!(
-                "{name}: schema `{other}`, expected `{PREFILL_SCHEMA}`"
+                "{name}: schema `{other}`, expected `{PREFILL_SCHEMA}` or `{EVIDENCE_SCHEMA}`"
             ));
             return None;
         }

@@ -187,13 +187,16 @@ impl Backend for CpuBackend {
                 format!("bad shape {:?}", t.shape),
             ));
         }
+        // The matrix is held as stored (or as bf16) and counted in `memory()`.
         if self.precision.bf16_matrices && t.dtype() != Dtype::Bf16 {
             let data = t.to_f32_vec().into_iter().map(bf16::from_f32).collect();
+            self.add_active(t.numel() * 2);
             return Ok(CpuWeight::Matrix(Tensor::new(
                 t.shape,
                 TensorData::Bf16(data),
             )));
         }
+        self.add_active(t.numel() * t.dtype().size_bytes());
         Ok(CpuWeight::Matrix(t))
     }
 

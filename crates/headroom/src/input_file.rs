@@ -2,36 +2,16 @@
 //! `bench validate FILE`): regular files only (a FIFO, device or folder is
 //! refused before it is opened, so nothing waits on a writer), and never
 //! more than a limit: `limit + 1` bytes are read at most, so a file that
-//! grows after the check is still refused. Every error names the flag, the
-//! file and the limit.
+//! grows after the check is still refused (all through
+//! `headroom_model::files`). Every error names the flag, the file and what
+//! it is or the limit.
 
-use anyhow::{bail, Context};
-use std::io::Read;
 use std::path::Path;
 
 /// Reads `path` (given as `what`, e.g. `--prompt-file`) if it is a regular
-/// file of at most `limit` bytes.
+/// file of at most `limit` bytes ([`headroom_model::files::read_regular`]).
 pub fn read_input_file(what: &str, path: &Path, limit: u64) -> anyhow::Result<Vec<u8>> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path).with_context(|| format!("{what} {shown}: cannot read"))?;
-    if !meta.is_file() {
-        bail!("{what} {shown}: not a regular file (a FIFO, device or folder is not read)");
-    }
-    if meta.len() > limit {
-        bail!(
-            "{what} {shown}: {} bytes, more than the limit of {limit} bytes",
-            meta.len()
-        );
-    }
-    let file = std::fs::File::open(path).with_context(|| format!("{what} {shown}: cannot open"))?;
-    let mut bytes = Vec::new();
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .with_context(|| format!("{what} {shown}: cannot read"))?;
-    if bytes.len() as u64 > limit {
-        bail!("{what} {shown}: more than the limit of {limit} bytes");
-    }
-    Ok(bytes)
+    headroom_model::files::read_regular(path, limit).map_err(|e| anyhow::anyhow!("{what} {e}"))
 }
 
 /// As [`read_input_file`], as UTF-8 text.

@@ -1,5 +1,6 @@
 //! The `headroom` command line: one subcommand per file under `cmd/`.
 
+mod arg_checks;
 mod attention_setup;
 mod backend_select;
 mod cmd;
@@ -14,7 +15,7 @@ mod shape_args;
 mod tp;
 mod tp_bench;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -73,7 +74,8 @@ fn use_pip_wheels() {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let matches = arg_checks::allow_negative_numbers(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     global::init_logging(&cli.global);
     use_pip_wheels();
     let result = match cli.command {

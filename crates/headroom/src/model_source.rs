@@ -58,3 +58,51 @@ impl ModelSource {
         }
     }
 }
+
+/// The largest `generation_config.json` read (real ones are under 1 KiB).
+const MAX_GENERATION_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of `DIR/generation_config.json`: `None` when there is none, or
+/// (with a warning saying why) when it is not a regular file of at most
+/// 1 MiB or not UTF-8. A FIFO there is never opened, so nothing blocks.
+pub fn read_generation_config(dir: &std::path::Path) -> Option<String> {
+    let path = dir.join("generation_config.json");
+    if std::fs::symlink_metadata(&path).is_err() {
+        return None;
+    }
+    match headroom_model::files::read_regular_text(&path, MAX_GENERATION_CONFIG_BYTES) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            tracing::warn!("{e}; ignoring it");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod generation_config_tests {
+    use super::read_generation_config;
+
+    #[test]
+    fn a_fifo_or_folder_generation_config_is_skipped_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read_generation_config(dir.path()), None);
+        let path = dir.path().join("generation_config.json");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap()
+            .success());
+        // Reading a FIFO with no writer would block this test forever.
+        assert_eq!(read_generation_config(dir.path()), None);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        assert_eq!(read_generation_config(dir.path()), None);
+        std::fs::remove_dir(&path).unwrap();
+        std::fs::write(&path, "{\"eos_token_id\": 7}").unwrap();
+        assert_eq!(
+            read_generation_config(dir.path()).as_deref(),
+            Some("{\"eos_token_id\": 7}")
+        );
+    }
+}

@@ -1,10 +1,12 @@
 //! Output that never panics: stdout writes that return their error (a
 //! closed pipe ends the program quietly with exit 0, any other write error
 //! is exit 1 with one message), output files checked *before* the work that
-//! produces them (not one of the inputs, folder exists and is writable), and
-//! text from files or models escaped before it reaches a terminal.
+//! produces them (not one of the inputs, not an existing symlink, device,
+//! FIFO or folder, folder exists and is writable) and written atomically
+//! through [`headroom_model::files`], and text from files or models escaped
+//! before it reaches a terminal.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -54,9 +56,6 @@ pub fn check_output_path(flag: &str, out: &Path, inputs: &[&Path]) -> anyhow::Re
     if out.as_os_str().is_empty() {
         bail!("{flag}: the output path is empty");
     }
-    if out.is_dir() {
-        bail!("{flag} {shown} is a folder; give a file path");
-    }
     if let Some(real_out) = canonical(out) {
         for input in inputs {
             if let Some(real_in) = canonical(input) {
@@ -75,6 +74,8 @@ pub fn check_output_path(flag: &str, out: &Path, inputs: &[&Path]) -> anyhow::Re
             }
         }
     }
+    // A symlink, device, FIFO or folder; a hard link to an input.
+    headroom_model::files::check_output(out, inputs).map_err(|e| anyhow::anyhow!("{flag} {e}"))?;
     let folder = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -97,23 +98,18 @@ pub fn check_output_path(flag: &str, out: &Path, inputs: &[&Path]) -> anyhow::Re
     Ok(())
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and
-/// a rename, so a failed write leaves no partial file behind.
+/// Writes `bytes` to `path` through a temporary file in the same folder,
+/// fsync and a rename ([`headroom_model::files::write_bytes`]): a failed
+/// write leaves the previous file intact; an existing symlink, device, FIFO
+/// or folder at `path` is refused.
 pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let folder = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "output".into());
-    let tmp = folder.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.with_context(|| format!("writing {}", path.display()))
+    write_output(path, &[], bytes)
+}
+
+/// As [`write_file_atomically`], also refusing a `path` that is the same
+/// file (device + inode) as one of `inputs`.
+pub fn write_output(path: &Path, inputs: &[&Path], bytes: &[u8]) -> anyhow::Result<()> {
+    headroom_model::files::write_bytes(path, inputs, bytes).map_err(anyhow::Error::from)
 }
 
 pub use headroom_policy::escape_controls;
@@ -151,6 +147,19 @@ mod tests {
         assert!(err.to_string().contains("one of the inputs"), "{err}");
         let err = check_output_path("--out", dir.path(), &[]).unwrap_err();
         assert!(err.to_string().contains("is a folder"), "{err}");
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let err = check_output_path("--json", &link, &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("--json") && err.to_string().contains("symbolic link"),
+            "{err}"
+        );
+        std::fs::remove_file(&link).unwrap();
+        let hard = dir.path().join("hard.safetensors");
+        std::fs::hard_link(&input, &hard).unwrap();
+        let err = check_output_path("--out", &hard, &[&input]).unwrap_err();
+        assert!(err.to_string().contains("same file as the input"), "{err}");
+        std::fs::remove_file(&hard).unwrap();
         let err = check_output_path("--out", &dir.path().join("missing/x.bin"), &[]).unwrap_err();
         assert!(err.to_string().contains("does not exist"), "{err}");
         check_output_path("--out", &dir.path().join("new.bin"), &[&input]).unwrap();

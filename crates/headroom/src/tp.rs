@@ -152,20 +152,21 @@ fn finish<B: Backend + 'static, J: GroupJob>(
         weight_bytes: group.memory().iter().map(|m| m.0).collect(),
     };
     eprintln!(
-        "tensor parallel {} on {}: loaded in {:.1} s, weights per rank {} GiB",
+        "tensor parallel {} on {}: loaded in {:.1} s, weights per rank {}",
         info.world,
         backend,
         info.load_seconds,
-        gib_list(&info.weight_bytes)
+        size_list(&info.weight_bytes)
     );
     job.run(group, &info)
 }
 
-/// `1.23, 1.20` (GiB).
-pub fn gib_list(bytes: &[usize]) -> String {
+/// `1.23 GiB, 812.0 MiB`: each size in the unit that shows it
+/// ([`crate::describe::size`]), so a small model's ranks do not read 0.00.
+pub fn size_list(bytes: &[usize]) -> String {
     bytes
         .iter()
-        .map(|b| format!("{:.2}", *b as f64 / (1u64 << 30) as f64))
+        .map(|&b| crate::describe::size(b as u64))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -207,7 +208,7 @@ impl GroupJob for LogitsJob {
             .with_context(|| format!("writing {}", self.out.display()))?;
         let peaks: Vec<usize> = group.memory().iter().map(|m| m.1).collect();
         eprintln!(
-            "{} tokens in {:.3} s on {} × {}; logits [{}, {}] written to {}; peak GiB per rank {}",
+            "{} tokens in {:.3} s on {} × {}; logits [{}, {}] written to {}; peak per rank {}",
             self.ids.len(),
             secs,
             info.world,
@@ -215,7 +216,7 @@ impl GroupJob for LogitsJob {
             out.rows,
             out.vocab,
             self.out.display(),
-            gib_list(&peaks)
+            size_list(&peaks)
         );
         eprintln!("attention that ran: {}", routes_that_ran(&out.attention));
         Ok(())

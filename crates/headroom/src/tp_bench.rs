@@ -10,8 +10,7 @@
 use crate::cmd::bench_ttft::{
     build_engine, measure, print_parts, EngineRecord, LengthRun, TtftArgs,
 };
-use crate::tp::{gib_list, GroupInfo, GroupJob};
-use anyhow::Context;
+use crate::tp::{size_list, GroupInfo, GroupJob};
 use headroom_core::ops::Backend;
 use headroom_engine::SchedulerSettings;
 use headroom_model::profile::{Part, PartTime};
@@ -108,12 +107,12 @@ impl GroupJob for TtftJob<'_> {
                 None => (None, Vec::new()),
             };
             println!(
-                "{:>7} tokens  TTFT {:>9.1} ms  {:>8.0} tok/s  TP={}  peak GiB per rank {}  {} steps  {}{}",
+                "{:>7} tokens  TTFT {:>9.1} ms  {:>8.0} tok/s  TP={}  peak per rank {}  {} steps  {}{}",
                 n,
                 r.median_ttft_ms,
                 n as f64 / r.median_ttft_ms * 1e3,
                 info.world,
-                gib_list(&r.peak_bytes_per_rank),
+                size_list(&r.peak_bytes_per_rank),
                 r.steps_to_first_token,
                 r.attention,
                 decode_tps
@@ -152,8 +151,8 @@ impl GroupJob for TtftJob<'_> {
             results,
         };
         if let Some(path) = &a.json {
-            std::fs::write(path, serde_json::to_string_pretty(&report)?)
-                .with_context(|| format!("writing {}", path.display()))?;
+            let text = serde_json::to_string_pretty(&report)? + "\n";
+            crate::output::write_file_atomically(path, text.as_bytes())?;
         }
         Ok(())
     }

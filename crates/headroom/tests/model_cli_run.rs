@@ -248,7 +248,7 @@ fn generate_reads_a_prompt_file() {
         tmp.0.join("nope.txt").to_str().unwrap(),
     ]);
     assert!(
-        missing.contains("--prompt-file") && missing.contains("nope.txt: cannot read"),
+        missing.contains("--prompt-file") && missing.contains("nope.txt: does not exist"),
         "{missing}"
     );
 }

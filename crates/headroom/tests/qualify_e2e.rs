@@ -140,3 +140,76 @@ fn bench_prefill_output_validates_and_a_doctored_copy_does_not() {
     let text = String::from_utf8_lossy(&v.stdout);
     assert!(text.contains("violation:"), "{text}");
 }
+
+#[test]
+fn bench_validate_accepts_qualify_evidence_and_rejects_a_doctored_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let q = headroom(&[
+        "qualify",
+        "--backend",
+        "cpu",
+        "--synthetic",
+        "tiny-d256",
+        "--lengths",
+        "48",
+        "--iterations",
+        "3",
+        "--warmup",
+        "0",
+        "--out",
+        out,
+    ]);
+    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+    let ev = std::fs::read_dir(dir.path().join("evidence"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let v = headroom(&["bench", "validate", ev.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&v.stdout).to_string();
+    assert!(v.status.success(), "{text}");
+    assert!(text.contains("valid: 1 file(s)"), "{text}");
+
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&ev).unwrap()).unwrap();
+    type Edit = fn(&mut Value);
+    let edits: [(&str, Edit, &str); 4] = [
+        (
+            "another winner",
+            |d| {
+                let fused = d["decision"]["route"] == "fused";
+                d["decision"]["route"] = if fused { "composed" } else { "fused" }.into();
+                d["decision"]["query_block"] = if fused { 512.into() } else { Value::Null };
+            },
+            "does not follow",
+        ),
+        (
+            "a faster median",
+            |d| d["prefill"]["samples"][0]["ttft_ms"]["median"] = 1e-9.into(),
+            "prefill",
+        ),
+        ("another id", |d| d["id"] = "cuda-fake".into(), "id"),
+        (
+            "another attention shape",
+            |d| d["attention"]["samples"][0]["head_dim"] = 64.into(),
+            "attention.samples[0]",
+        ),
+    ];
+    for (what, edit, says) in edits {
+        let mut bad = doc.clone();
+        edit(&mut bad);
+        let path = dir.path().join("doctored.json");
+        std::fs::write(&path, serde_json::to_vec(&bad).unwrap()).unwrap();
+        let v = common::headroom_command()
+            .args(["bench", "validate", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&v.stdout);
+        assert_eq!(v.status.code(), Some(1), "{what}: {text}");
+        assert!(
+            text.contains("violation:") && text.contains(says),
+            "{what}: {text}"
+        );
+    }
+}

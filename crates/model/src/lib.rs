@@ -3,6 +3,7 @@
 //! set (`headroom_core::ops::Backend`); it depends on no backend.
 
 pub mod config;
+pub mod files;
 pub mod layers;
 pub mod memory;
 mod meter;

@@ -33,6 +33,9 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
+/// The largest `tokenizer.json` read (Qwen's is about 11 MiB).
+const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+
 impl Tokenizer {
     /// Loads `DIR/tokenizer.json`.
     pub fn from_dir(dir: &Path) -> Result<Tokenizer, TokenizerError> {
@@ -45,10 +48,12 @@ impl Tokenizer {
             path: path.display().to_string(),
             reason,
         };
-        if !path.is_file() {
-            return Err(load("no such file".into()));
-        }
-        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| load(e.to_string()))?;
+        // A regular file of bounded size only: a FIFO is refused unopened.
+        let bytes = crate::files::read_regular(path, MAX_TOKENIZER_BYTES).map_err(|e| match e {
+            crate::files::FileError::Refused { reason, .. } => load(reason),
+            crate::files::FileError::Io { op, error, .. } => load(format!("{op} failed: {error}")),
+        })?;
+        let inner = tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| load(e.to_string()))?;
         Ok(Tokenizer { inner })
     }
 
@@ -260,6 +265,26 @@ mod tests {
             let ids = t.encode(text).unwrap();
             assert_eq!(t.decode(&ids).unwrap(), text);
         }
+    }
+
+    #[test]
+    fn a_fifo_or_folder_tokenizer_is_refused_by_what_it_is_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap()
+            .success());
+        let err = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("tokenizer.json") && err.contains("FIFO"),
+            "{err}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let err = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is a folder"), "{err}");
     }
 
     #[test]

@@ -88,6 +88,15 @@ pub enum WeightsError {
         "tensor `{name}` has {count} non-finite values (NaN or Inf): the checkpoint is corrupt"
     )]
     NonFinite { name: String, count: usize },
+    /// A checkpoint file refused before reading (not a regular file, too
+    /// large) or an output that could not be written.
+    #[error(transparent)]
+    File(#[from] crate::files::FileError),
+    #[error(
+        "{path}: the file ends early ({len} bytes, shorter than its safetensors header declares): \
+         it is truncated (an interrupted copy or download, or a full disk)"
+    )]
+    Truncated { path: String, len: usize },
     #[error("{path}: not a valid safetensors file ({reason})")]
     Safetensors { path: String, reason: String },
     #[error("{path}: malformed shard index: {reason}")]

@@ -177,11 +177,17 @@ fn truncated_or_garbage_safetensors_is_an_error() {
     for keep in [bytes.len() - 100, 200, 5, 0] {
         std::fs::write(&path, &bytes[..keep]).unwrap();
         let err = Weights::load(dir.path(), &cfg()).unwrap_err();
+        // A short file is worded as truncated, not as an invalid format.
         assert!(
-            matches!(err, WeightsError::Safetensors { .. }),
+            matches!(err, WeightsError::Truncated { .. }),
             "keep {keep}: {err}"
         );
-        assert!(err.to_string().contains("model.safetensors"), "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains("model.safetensors"), "{msg}");
+        assert!(
+            msg.contains("truncated") && !msg.contains("not a valid"),
+            "{msg}"
+        );
     }
     // A header length far beyond the file.
     let mut huge = u64::MAX.to_le_bytes().to_vec();
@@ -199,8 +205,39 @@ fn truncated_or_garbage_safetensors_is_an_error() {
     std::fs::write(&path, &f).unwrap();
     assert!(matches!(
         Weights::load(dir.path(), &cfg()),
-        Err(WeightsError::Safetensors { .. })
+        Err(WeightsError::Safetensors { .. } | WeightsError::Truncated { .. })
     ));
+}
+
+#[test]
+fn a_fifo_or_folder_named_model_safetensors_is_refused_by_what_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap()
+        .success());
+    // Opening the FIFO would block forever with no writer: it must not be opened.
+    let err = Weights::load(dir.path(), &cfg()).unwrap_err().to_string();
+    assert!(
+        err.contains("model.safetensors") && err.contains("FIFO"),
+        "{err}"
+    );
+    std::fs::remove_file(&path).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    let err = Weights::load(dir.path(), &cfg()).unwrap_err().to_string();
+    assert!(err.contains("is a folder, not a regular file"), "{err}");
+    assert!(!err.contains("No such device"), "{err}");
+    std::fs::remove_dir(&path).unwrap();
+    let index = dir.path().join("model.safetensors.index.json");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&index)
+        .status()
+        .unwrap()
+        .success());
+    let err = Weights::load(dir.path(), &cfg()).unwrap_err().to_string();
+    assert!(err.contains("index.json") && err.contains("FIFO"), "{err}");
 }
 
 #[test]
@@ -251,8 +288,9 @@ fn index_naming_a_missing_shard_or_duplicate_tensors_are_errors() {
     .unwrap();
     let err = Weights::load(dir.path(), &cfg()).unwrap_err();
     assert!(
-        matches!(err, WeightsError::Io { .. })
-            && err.to_string().contains("model-00002-of-00002.safetensors"),
+        matches!(err, WeightsError::File(_))
+            && err.to_string().contains("model-00002-of-00002.safetensors")
+            && err.to_string().contains("does not exist"),
         "{err}"
     );
     // The second shard repeats a tensor of the first.

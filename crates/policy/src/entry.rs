@@ -159,7 +159,7 @@ fn is_leap(y: u32) -> bool {
 }
 
 /// `YYYY-MM-DD`, a real calendar day.
-fn check_date(d: &str) -> Result<(), String> {
+pub fn check_date(d: &str) -> Result<(), String> {
     let bad = || format!("date `{d}` is not YYYY-MM-DD");
     let parts: Vec<&str> = d.split('-').collect();
     let [y, m, day] = parts.as_slice() else {

@@ -22,8 +22,8 @@ pub use control::{
     QueryBlockControl, DEFAULT_QUERY_BLOCK, ENV_EXECUTION, ENV_QUALIFICATIONS, ENV_QUERY_BLOCK,
 };
 pub use entry::{
-    escape_controls, parse_entry, sha256_hex, Evidence, QualificationEntry, QualifiedResult,
-    MAX_LAYER_SIZE, MAX_QUERY_BLOCK,
+    check_date, escape_controls, parse_entry, sha256_hex, Evidence, QualificationEntry,
+    QualifiedResult, MAX_LAYER_SIZE, MAX_QUERY_BLOCK,
 };
 pub use matcher::Mismatch;
 pub use registry::{

@@ -8,7 +8,6 @@ use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, Wei
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
-use anyhow::Context;
 use headroom_bench::prefill::{self, Arm, PrefillConfig};
 use headroom_bench::prefill_engine::{context_for, EngineBenchSettings, EnginePrefill};
 use headroom_bench::prefill_schema::PrefillBenchFile;
@@ -131,6 +130,9 @@ pub fn summary(f: &PrefillBenchFile) -> String {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
+    if let Some(path) = &a.json {
+        crate::output::check_output_path("--json", path, &[])?;
+    }
     let cfg = load_config(&a.source)?;
     let longest = a.lengths.iter().copied().max().unwrap_or(1);
     let engine = EngineBenchSettings {
@@ -160,8 +162,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     )?;
     print!("{}", summary(&file));
     if let Some(path) = &a.json {
-        let text = serde_json::to_string_pretty(&file)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("writing {}", path.display()))?;
+        let text = serde_json::to_string_pretty(&file)? + "\n";
+        crate::output::write_file_atomically(path, text.as_bytes())?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

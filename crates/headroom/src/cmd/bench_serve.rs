@@ -43,7 +43,7 @@ pub struct Args {
     pub ignore_eos: String,
     /// Whole-run time limit, seconds: requests still streaming then are reported as cut
     /// (with the tokens they produced), those not started as not started.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = 600.0, value_parser = crate::arg_checks::seconds)]
     pub time_limit_s: f64,
     /// Sample the server's pool gauges (/metrics: running, waiting, KV blocks) this often
     /// during each run, milliseconds; 0: no samples.
@@ -115,6 +115,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let sample_every = parse_sample_ms(&a.sample_ms)?;
     if let Some(p) = &a.plot {
         check_plot_path(p)?;
+        crate::output::check_output_path("--plot", p, &[])?;
+    }
+    if let Some(p) = &a.json {
+        crate::output::check_output_path("--json", p, &[])?;
     }
     let addr = parse_url(&a.url)?;
     let cfg = LoadConfig {
@@ -142,12 +146,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     if let Some(path) = &a.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        let text = serde_json::to_string_pretty(&report)? + "\n";
+        crate::output::write_file_atomically(path, text.as_bytes())?;
     }
     if let Some(path) = &a.plot {
-        std::fs::write(path, sweep::throughput_svg(&report))
-            .with_context(|| format!("writing {}", path.display()))?;
+        crate::output::write_file_atomically(path, sweep::throughput_svg(&report).as_bytes())?;
     }
     let failed = report.failed();
     if failed > 0 {

@@ -114,6 +114,9 @@ struct Report {
 }
 
 pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
+    if let Some(path) = &a.json {
+        crate::output::check_output_path("--json", path, &[])?;
+    }
     if a.lengths.is_empty() || a.lengths.iter().any(|&l| l == 0 || l > MAX_LENGTH) {
         bail!("--lengths must be between 1 and {MAX_LENGTH} tokens each");
     }
@@ -290,14 +293,14 @@ impl ModelJob for TtftJob<'_> {
             results,
         };
         println!(
-            "load {:.1} s, weights {:.2} GiB on {}",
+            "load {:.1} s, weights {} on {}",
             report.load_seconds,
-            report.weight_bytes as f64 / (1u64 << 30) as f64,
+            crate::describe::size(report.weight_bytes as u64),
             report.backend
         );
         if let Some(path) = &a.json {
-            std::fs::write(path, serde_json::to_string_pretty(&report)?)
-                .with_context(|| format!("writing {}", path.display()))?;
+            let text = serde_json::to_string_pretty(&report)? + "\n";
+            crate::output::write_file_atomically(path, text.as_bytes())?;
         }
         Ok(())
     }

@@ -112,6 +112,15 @@ pub struct Args {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
+    crate::arg_checks::at_least_one("--max-tokens", a.max_tokens)?;
+    if let Some(json) = &a.json {
+        let inputs: Vec<&std::path::Path> = [&a.prompts, &a.prompt_file, &a.forward.source.model]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_path())
+            .collect();
+        crate::output::check_output_path("--json", json, &inputs)?;
+    }
     prompts::check_sampling(a.temperature, a.top_p, "--")?;
     super::serve::check_memory_fraction(a.memory_fraction)?;
     if a.max_running == Some(0) {

@@ -227,6 +227,37 @@ fn check_picked(
     Ok(())
 }
 
+/// Checks the attention bench of every shape as it will run (lengths,
+/// iterations, memory), so a bad argument fails before the first measurement.
+fn check_bench_configs(a: &Args, full: &[LayerKind]) -> anyhow::Result<()> {
+    let available = headroom_hardware::available_memory_bytes();
+    let longest = a.lengths.iter().copied().max().unwrap_or(0);
+    let budget = a.transient_budget_mib.saturating_mul(1 << 20);
+    for k in full {
+        let routes = affordable(
+            candidate_routes(fused_support(a.backend, k).is_ok()),
+            k.q_heads,
+            longest,
+            budget,
+        );
+        AttentionBenchConfig {
+            head_dim: k.head_dim,
+            q_heads: k.q_heads,
+            kv_heads: k.kv_heads,
+            dtype: k.dtype,
+            lengths: a.lengths.clone(),
+            history: 0,
+            routes,
+            iterations: a.iterations,
+            warmup: a.warmup,
+            seed: 0,
+        }
+        .validate_with_memory(available)
+        .with_context(|| format!("the attention bench for {k}"))?;
+    }
+    Ok(())
+}
+
 /// Today's date (UTC) as YYYY-MM-DD.
 pub fn today() -> String {
     let secs = std::time::SystemTime::now()
@@ -253,8 +284,21 @@ pub fn run(a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
         !a.lengths.is_empty() && a.lengths.iter().all(|&l| l >= 1),
         "bad --lengths"
     );
+    // Every argument is checked before anything is measured or written.
+    if let Some(d) = &a.date {
+        headroom_policy::check_date(d).map_err(|e| anyhow::anyhow!("--date: {e}"))?;
+    }
+    if let Ok(m) = std::fs::symlink_metadata(&a.out) {
+        ensure!(
+            m.is_dir(),
+            "--out {}: exists and is {}; give a folder",
+            a.out.display(),
+            headroom_model::files::kind_of(&m)
+        );
+    }
     let cfg = load_config(&a.source)?;
     let full = full_kinds(&cfg.layer_kinds());
+    check_bench_configs(&a, &full)?;
     if a.dry_run {
         println!("qualify on {} for {}:", a.backend, source_label(&a.source));
         for k in &full {

@@ -84,7 +84,7 @@ pub struct Args {
     #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
     pub max_body_bytes: usize,
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS", value_parser = crate::arg_checks::seconds)]
     pub shutdown_grace_s: f64,
     /// `enable_thinking` of chat requests that give none (default: the chat template's own;
     /// false for synthetic models).
@@ -102,6 +102,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     if !(a.shutdown_grace_s.is_finite() && a.shutdown_grace_s >= 0.0) {
         bail!("--shutdown-grace-s must be a number >= 0");
     }
+    crate::arg_checks::check_host(&a.host, a.port)?;
     let cfg = load_config(&a.source)?;
     let max_context = serve_max_context(a.max_context, cfg.max_position_embeddings)?;
     let (codec, template, mut eos, stop_ids) = match &a.source.model {
@@ -216,7 +217,7 @@ fn text_side(dir: &Path) -> anyhow::Result<(TextCodec, ChatTemplate, Vec<u32>, V
 
 /// End-of-sequence ids from `generation_config.json`, when the folder has one.
 fn generation_eos(dir: &Path) -> Vec<u32> {
-    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else {
+    let Some(text) = crate::model_source::read_generation_config(dir) else {
         return Vec::new();
     };
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {
@@ -275,9 +276,9 @@ impl GroupJob for ServeJob {
 
     fn run<B: Backend + 'static>(self, group: TpGroup<B>, info: &GroupInfo) -> anyhow::Result<()> {
         let ranks = format!(
-            " x{} (tensor parallel, weights per rank {} GiB)",
+            " x{} (tensor parallel, weights per rank {})",
             info.world,
-            crate::tp::gib_list(&info.weight_bytes)
+            crate::tp::size_list(&info.weight_bytes)
         );
         self.serve(group, info.backend, ranks, info.world)
     }

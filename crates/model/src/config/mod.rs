@@ -67,17 +67,13 @@ impl ModelConfig {
             path: path.display().to_string(),
             reason,
         };
-        let meta = std::fs::metadata(&path).map_err(|e| io(e.to_string()))?;
-        if !meta.is_file() {
-            return Err(io("not a regular file".into()));
-        }
-        if meta.len() > MAX_CONFIG_BYTES {
-            return Err(io(format!(
-                "{} bytes, above the limit of {MAX_CONFIG_BYTES} for a config",
-                meta.len()
-            )));
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| io(e.to_string()))?;
+        let text =
+            crate::files::read_regular_text(&path, MAX_CONFIG_BYTES).map_err(|e| match e {
+                crate::files::FileError::Refused { reason, .. } => io(reason),
+                crate::files::FileError::Io { op, error, .. } => {
+                    io(format!("{op} failed: {error}"))
+                }
+            })?;
         ModelConfig::from_json_str(&text)
     }
 }

@@ -22,7 +22,7 @@ impl Weights {
         let (mut vision, mut mtp) = (0usize, 0usize);
         let total = files
             .iter()
-            .map(|f| std::fs::metadata(f).map(|m| m.len()).map_err(io_err(f)))
+            .map(|f| crate::files::check_regular(f, MAX_SHARD_BYTES).map(|m| m.len()))
             .sum::<Result<u64, _>>()?;
         let mut meter = Meter::start(
             "checkpoint",
@@ -58,6 +58,28 @@ impl Weights {
     }
 }
 
+/// The largest safetensors shard opened (1 TiB).
+const MAX_SHARD_BYTES: u64 = 1 << 40;
+/// The largest `model.safetensors.index.json` read.
+const MAX_INDEX_BYTES: u64 = 64 << 20;
+
+/// A safetensors parse error of the `len`-byte file `path`: a file shorter
+/// than its header declares is reported as truncated (an interrupted copy
+/// or a full disk), not as an invalid format.
+fn parse_error(path: &Path, len: usize, e: safetensors::SafeTensorError) -> WeightsError {
+    use safetensors::SafeTensorError as E;
+    let path = path.display().to_string();
+    match e {
+        E::HeaderTooSmall | E::InvalidHeaderLength | E::MetadataIncompleteBuffer => {
+            WeightsError::Truncated { path, len }
+        }
+        e => WeightsError::Safetensors {
+            path,
+            reason: e.to_string(),
+        },
+    }
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WeightsError + '_ {
     move |error| WeightsError::Io {
         path: path.display().to_string(),
@@ -68,8 +90,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> WeightsError + '_ {
 /// The safetensors files of a checkpoint folder, in a stable order.
 fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
     let index = dir.join("model.safetensors.index.json");
-    if index.exists() {
-        let text = std::fs::read_to_string(&index).map_err(io_err(&index))?;
+    if std::fs::symlink_metadata(&index).is_ok() {
+        let text = crate::files::read_regular_text(&index, MAX_INDEX_BYTES)?;
         let bad = |reason: String| WeightsError::Index {
             path: index.display().to_string(),
             reason,
@@ -98,7 +120,7 @@ fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
         return Ok(files.into_iter().map(|f| dir.join(f)).collect());
     }
     let single = dir.join("model.safetensors");
-    if single.exists() {
+    if std::fs::symlink_metadata(&single).is_ok() {
         return Ok(vec![single]);
     }
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -122,15 +144,12 @@ fn read_file(
     raw: &mut BTreeMap<String, Tensor>,
     meter: &mut Meter,
 ) -> Result<(usize, usize), WeightsError> {
-    let file = std::fs::File::open(path).map_err(io_err(path))?;
+    let (file, _) = crate::files::open_regular(path, MAX_SHARD_BYTES)?;
     // SAFETY: the map is read-only and dropped before this function returns;
     // a concurrent truncation of the file by another process is outside our control
     // (as with every mmap-based loader).
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err(path))?;
-    let st = SafeTensors::deserialize(&map).map_err(|e| WeightsError::Safetensors {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| parse_error(path, map.len(), e))?;
     let (mut vision, mut mtp) = (0, 0);
     let mut entries = st.tensors();
     entries.sort_by(|a, b| a.0.cmp(&b.0));

@@ -1,5 +1,5 @@
 //! Writing tensors to a safetensors file (used by `headroom logits` and by
-//! tests that build checkpoints). On little-endian machines the tensor data
+//! tests that build checkpoints), atomically through [`crate::files`]. On little-endian machines the tensor data
 //! is written straight from memory, without a second copy.
 
 use super::WeightsError;
@@ -69,7 +69,13 @@ pub fn write_safetensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<(),
         }
     }
     let views = tensors.iter().map(|(name, t)| (*name, Borrowed(t)));
-    safetensors::tensor::serialize_to_file(views, None, path).map_err(|e| err(e.to_string()))
+    crate::files::write_atomic_via_path(path, &[], |tmp| {
+        safetensors::tensor::serialize_to_file(views, None, tmp).map_err(|e| match e {
+            safetensors::SafeTensorError::IoError(io) => io,
+            other => std::io::Error::other(other.to_string()),
+        })
+    })
+    .map_err(WeightsError::File)
 }
 
 #[cfg(test)]

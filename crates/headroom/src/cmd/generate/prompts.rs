@@ -158,7 +158,10 @@ fn read_prompts(
         out.push(GenerateRequest {
             prompt_ids: ids,
             sampling: s,
-            max_tokens: p.max_tokens.unwrap_or(a.max_tokens),
+            max_tokens: match p.max_tokens {
+                Some(0) => bail!("{what}: max_tokens must be at least 1 (got 0)"),
+                m => m.unwrap_or(a.max_tokens),
+            },
             stop_token_ids: Vec::new(),
             ignore_eos: false,
         });
@@ -171,7 +174,7 @@ fn read_prompts(
 
 /// End-of-sequence ids from `generation_config.json`, when the folder has one.
 pub(super) fn generation_eos(dir: &Path) -> Vec<u32> {
-    let Ok(text) = std::fs::read_to_string(dir.join("generation_config.json")) else {
+    let Some(text) = crate::model_source::read_generation_config(dir) else {
         return Vec::new();
     };
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else {

@@ -200,5 +200,5 @@ pub(super) fn write_json(
     }
     out.push_str(&serde_json::to_string(summary)?);
     out.push('\n');
-    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))
+    crate::output::write_file_atomically(path, out.as_bytes())
 }
