@@ -74,11 +74,6 @@ fn body(state: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, Api
     })
 }
 
-fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
-}
-
 /// Counts an error answer in the metrics.
 fn answer(state: &AppState, endpoint: Endpoint, r: Result<Response, ApiError>) -> Response {
     match r {
@@ -94,7 +89,7 @@ fn answer(state: &AppState, endpoint: Endpoint, r: Result<Response, ApiError>) -
 async fn chat(State(state): State<Arc<AppState>>, b: Result<Bytes, BytesRejection>) -> Response {
     let arrived = Instant::now();
     let r = async {
-        let req: ChatRequest = parse(&body(&state, b)?)?;
+        let req: ChatRequest = crate::body_json::parse_request(&body(&state, b)?)?;
         let plan = check(&state, &req.common, Endpoint::Chat)?;
         let p = render_off_workers(&state, req).await?;
         job(&state, Endpoint::Chat, plan, p.ids, arrived, Some(p.parser))
@@ -112,7 +107,7 @@ async fn completions(
 ) -> Response {
     let arrived = Instant::now();
     let r = async {
-        let req: CompletionRequest = parse(&body(&state, b)?)?;
+        let req: CompletionRequest = crate::body_json::parse_request(&body(&state, b)?)?;
         let plan = check(&state, &req.common, Endpoint::Completion)?;
         let ids = prompt::completion_prompt(&state, &req.prompt)?;
         job(&state, Endpoint::Completion, plan, ids, arrived, None)

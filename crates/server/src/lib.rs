@@ -3,7 +3,8 @@
 //!
 //! * [`app`] — the routes; [`net`] — the server loop: connection limits
 //!   (timeouts, the connection cap) and graceful shutdown;
-//! * [`openai`] / [`params`] / [`prompt`] — request bodies, their checks, prompt ids;
+//! * [`openai`] / [`body_json`] / [`params`] / [`prompt`] — request bodies, reading
+//!   them (errors name the JSON path), their checks, prompt ids;
 //! * [`history`] / [`tools`] — chat messages and tools as the template sees them;
 //! * [`parse`] — the model's output split into content, reasoning and tool calls;
 //! * [`completion`] / [`shapes`] / [`stop`] — running a request, response and
@@ -16,6 +17,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod body_json;
 pub mod client;
 pub mod completion;
 pub mod engine_adapter;
