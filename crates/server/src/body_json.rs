@@ -6,28 +6,33 @@
 
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, CommonParams, CompletionRequest};
+use crate::unsupported::{refuse_unsupported, Kind};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 /// A request body with the shared parameters read separately (so that
 /// their errors keep their path too).
 pub trait WithCommon: DeserializeOwned {
+    const KIND: Kind;
     fn set_common(&mut self, common: CommonParams);
 }
 
 impl WithCommon for ChatRequest {
+    const KIND: Kind = Kind::Chat;
     fn set_common(&mut self, common: CommonParams) {
         self.common = common;
     }
 }
 
 impl WithCommon for CompletionRequest {
+    const KIND: Kind = Kind::Completion;
     fn set_common(&mut self, common: CommonParams) {
         self.common = common;
     }
 }
 
-/// The typed body, or a 400 naming what is wrong and where.
+/// The typed body, or a 400 naming what is wrong and where (an
+/// unsupported parameter first: [`refuse_unsupported`]).
 pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
     let v: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
@@ -36,6 +41,7 @@ pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
             "the request body must be a JSON object",
         ));
     }
+    refuse_unsupported(&v, T::KIND)?;
     let common: CommonParams = typed(&v)?;
     let mut req: T = typed(&v)?;
     req.set_common(common);

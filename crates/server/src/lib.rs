@@ -4,7 +4,8 @@
 //! * [`app`] — the routes; [`net`] — the server loop: connection limits
 //!   (timeouts, the connection cap) and graceful shutdown;
 //! * [`openai`] / [`body_json`] / [`params`] / [`prompt`] — request bodies, reading
-//!   them (errors name the JSON path), their checks, prompt ids;
+//!   them (errors name the JSON path), their checks, prompt ids; [`unsupported`] —
+//!   OpenAI parameters refused by name;
 //! * [`history`] / [`tools`] — chat messages and tools as the template sees them;
 //! * [`parse`] — the model's output split into content, reasoning and tool calls;
 //! * [`completion`] / [`shapes`] / [`stop`] — running a request, response and
@@ -38,6 +39,7 @@ pub mod state;
 pub mod stop;
 pub mod template;
 pub mod tools;
+pub mod unsupported;
 
 pub use app::{router, serve};
 pub use generator::{Generator, TokenStream};

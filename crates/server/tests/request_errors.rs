@@ -153,3 +153,44 @@ async fn at_shutdown_a_kept_alive_connection_is_answered_503() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test]
+async fn unsupported_openai_parameters_are_400s_naming_them() {
+    let s = fake(512, Duration::from_millis(1)).await;
+    let cases = [
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "echo": true}),
+            "echo",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "logprobs": 2}),
+            "logprobs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}),
+            "logprobs",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5}),
+            "frequency_penalty",
+        ),
+    ];
+    for (path, body, param) in cases {
+        let r = post_json(s.addr, path, &body).await.unwrap();
+        assert_eq!(r.status, 400, "{}", r.text());
+        let v = r.json().unwrap();
+        assert_eq!(v["error"]["param"], param, "{v}");
+    }
+    let r = post_json(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "hi", "max_tokens": 2, "echo": false, "presence_penalty": 0}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+}
