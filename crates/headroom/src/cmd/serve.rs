@@ -71,7 +71,12 @@ pub struct Args {
     #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
     pub max_body_bytes: usize,
     /// Seconds in-flight requests may run after SIGINT/SIGTERM before they are cancelled.
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 30.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub shutdown_grace_s: f64,
     /// `enable_thinking` of chat requests that give none (default: the chat template's own;
     /// false for synthetic models).
@@ -88,14 +93,29 @@ pub struct Args {
 pub struct ServeLimitArgs {
     /// Seconds a client may take from a request's first byte to the end of its header block
     /// (slower: the connection is closed).
-    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub header_timeout_s: f64,
     /// Seconds a client may take to send a request body (slower: 408).
-    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 30.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub body_timeout_s: f64,
     /// Seconds a connection may stay idle (no request in flight, no byte received) before it
     /// is closed.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub keep_alive_s: f64,
     /// Most connections open at once (beyond it a connection is answered 503 and closed).
     #[arg(long, default_value_t = 1024, value_name = "N")]
@@ -138,7 +158,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     let Ok(grace) = Duration::try_from_secs_f64(a.shutdown_grace_s) else {
         bail!(
-            "--shutdown-grace-s must be a number of seconds >= 0 (got {})",
+            "--shutdown-grace-s must be a number of seconds >= 0 (got {:?})",
             a.shutdown_grace_s
         );
     };
@@ -460,5 +480,17 @@ mod limit_tests {
             .unwrap_err()
             .to_string()
             .contains("--body-timeout-s"));
+    }
+
+    #[test]
+    fn a_negative_timeout_reaches_the_check_that_names_its_flag() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            limits: ServeLimitArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["t", "--keep-alive-s", "-1"]).unwrap();
+        let e = cli.limits.limits().unwrap_err().to_string();
+        assert!(e.contains("--keep-alive-s") && e.contains("-1"), "{e}");
     }
 }
