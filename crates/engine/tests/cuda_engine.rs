@@ -142,7 +142,10 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
             ..base.clone()
         };
         let (all, preempted) = run_counting(name, &cfg, &reqs);
-        assert!(all.iter().all(|r| r.0.len() == 4), "{arm}: every request finished");
+        assert!(
+            all.iter().all(|r| r.0.len() == 4),
+            "{arm}: every request finished"
+        );
         if blocks.is_some() {
             assert!(preempted > 0, "{arm}: the small pool must preempt");
         }
@@ -167,6 +170,9 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
         worsts.push((arm, worst));
     }
     for (arm, worst) in worsts {
-        assert!(worst <= 2e-2, "{arm}: worst probe logits rel err {worst:.2e}");
+        assert!(
+            worst <= 2e-2,
+            "{arm}: worst probe logits rel err {worst:.2e}"
+        );
     }
 }

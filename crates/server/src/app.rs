@@ -37,12 +37,22 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(|uri: Uri| async move { ApiError::no_route(uri.path()) })
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::net::body::read_body,
+        ))
+        // Outermost: a request without the key is refused before its body is read.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::require_key,
+        ))
         .with_state(state)
 }
 
 /// Serves on `listener` until `shutdown` resolves, then stops accepting,
 /// answers new requests 503, lets in-flight requests finish for `grace`,
-/// then shuts the generator down (which ends the rest) and returns.
+/// then shuts the generator down (which ends the rest) and returns. The
+/// connection limits are `state.config.limits` (see [`crate::net`]).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -50,21 +60,7 @@ pub async fn serve(
     grace: Duration,
 ) -> std::io::Result<()> {
     let app = router(state.clone());
-    let st = state.clone();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!("shutting down: draining in-flight requests (grace {grace:?})");
-        st.start_draining();
-        tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            st.generator.shutdown();
-        });
-    };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await?;
-    state.generator.shutdown();
-    Ok(())
+    crate::net::serve(listener, app, state, shutdown, grace).await
 }
 
 /// The body, or 413 / 400.
@@ -76,11 +72,6 @@ fn body(state: &AppState, b: Result<Bytes, BytesRejection>) -> Result<Bytes, Api
             ApiError::bad_request(format!("cannot read the request body: {e}"))
         }
     })
-}
-
-fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))
 }
 
 /// Counts an error answer in the metrics.
@@ -98,9 +89,9 @@ fn answer(state: &AppState, endpoint: Endpoint, r: Result<Response, ApiError>) -
 async fn chat(State(state): State<Arc<AppState>>, b: Result<Bytes, BytesRejection>) -> Response {
     let arrived = Instant::now();
     let r = async {
-        let req: ChatRequest = parse(&body(&state, b)?)?;
+        let req: ChatRequest = crate::body_json::parse_request(&body(&state, b)?)?;
         let plan = check(&state, &req.common, Endpoint::Chat)?;
-        let p = prompt::chat_prompt(&state, &req)?;
+        let p = render_off_workers(&state, req).await?;
         job(&state, Endpoint::Chat, plan, p.ids, arrived, Some(p.parser))
     };
     let r = match r.await {
@@ -116,7 +107,7 @@ async fn completions(
 ) -> Response {
     let arrived = Instant::now();
     let r = async {
-        let req: CompletionRequest = parse(&body(&state, b)?)?;
+        let req: CompletionRequest = crate::body_json::parse_request(&body(&state, b)?)?;
         let plan = check(&state, &req.common, Endpoint::Completion)?;
         let ids = prompt::completion_prompt(&state, &req.prompt)?;
         job(&state, Endpoint::Completion, plan, ids, arrived, None)
@@ -128,6 +119,28 @@ async fn completions(
     answer(&state, Endpoint::Completion, r)
 }
 
+/// Renders and encodes a chat prompt on a blocking thread (never on the async
+/// workers), answering 400 once the template's time limit passed (its fuel
+/// and the render's own deadline stop the thread).
+async fn render_off_workers(
+    state: &Arc<AppState>,
+    req: ChatRequest,
+) -> Result<prompt::ChatPrompt, ApiError> {
+    let limits = *state.template.limits();
+    let st = state.clone();
+    let task = tokio::task::spawn_blocking(move || prompt::chat_prompt(&st, &req));
+    match tokio::time::timeout(limits.time, task).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(ApiError::internal(format!(
+            "rendering the chat template failed: {e}"
+        ))),
+        Err(_) => Err(ApiError::bad_param(
+            "messages",
+            limits.exceeded(crate::template::Limit::Time),
+        )),
+    }
+}
+
 /// Draining, parameters, model name.
 fn check(
     state: &AppState,
@@ -137,6 +150,7 @@ fn check(
     if state.draining() {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
+    state.generator.health().map_err(ApiError::unavailable)?;
     let plan = params::plan(common, state.next_id().wrapping_mul(0x9E37_79B9_7F4A_7C15))?;
     if let Some(m) = &plan.model {
         if *m != state.config.served_model_name {
@@ -200,6 +214,13 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(json!({"status": "draining"})),
+        )
+            .into_response();
+    }
+    if let Err(why) = state.generator.health() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"status": "unhealthy", "error": why})),
         )
             .into_response();
     }

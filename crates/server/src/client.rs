@@ -60,8 +60,25 @@ pub async fn open(
     path: &str,
     body: Option<&[u8]>,
 ) -> Result<OpenResponse> {
+    open_with(addr, method, path, body, &[]).await
+}
+
+/// [`open`] with extra request headers (`name`, `value`).
+pub async fn open_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    headers: &[(&str, &str)],
+) -> Result<OpenResponse> {
     let mut stream = TcpStream::connect(addr).await?;
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        if [k, v].iter().any(|s| s.contains(['\r', '\n'])) {
+            return Err(bad("a header name or value holds a line break"));
+        }
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
     if let Some(b) = body {
         head.push_str(&format!(
             "Content-Type: application/json\r\nContent-Length: {}\r\n",
@@ -136,7 +153,18 @@ pub async fn request(
     path: &str,
     body: Option<&[u8]>,
 ) -> Result<HttpResponse> {
-    let mut r = open(addr, method, path, body).await?;
+    request_with(addr, method, path, body, &[]).await
+}
+
+/// [`request`] with extra request headers.
+pub async fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&[u8]>,
+    headers: &[(&str, &str)],
+) -> Result<HttpResponse> {
+    let mut r = open_with(addr, method, path, body, headers).await?;
     while r.fill().await? {
         if r.buf.len() > MAX_BODY_BYTES {
             return Err(bad("body too large"));

@@ -247,10 +247,13 @@ impl Running {
                 }
             }
             Some(StreamEvent::Error(msg)) => (String::new(), End::Failed(ApiError::internal(msg))),
-            None => (
-                String::new(),
-                End::Failed(ApiError::internal("the engine dropped the request")),
-            ),
+            None => {
+                let why = match state.generator.health() {
+                    Err(why) => format!("the engine failed: {why}"),
+                    Ok(()) => "the engine dropped the request".to_string(),
+                };
+                (String::new(), End::Failed(ApiError::internal(why)))
+            }
         };
         if let End::Failed(_) = end {
             self.tracker.outcome = Some(Outcome::Error);

@@ -48,6 +48,14 @@ impl ApiError {
         }
     }
 
+    /// 401: no or a wrong API key.
+    pub fn unauthorized(message: impl Into<String>) -> ApiError {
+        ApiError {
+            code: Some("invalid_api_key"),
+            ..ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", message)
+        }
+    }
+
     /// 404: no such model.
     pub fn model_not_found(model: &str, served: &str) -> ApiError {
         ApiError {
@@ -67,6 +75,15 @@ impl ApiError {
             StatusCode::PAYLOAD_TOO_LARGE,
             "invalid_request_error",
             format!("the request body is larger than the limit of {limit} bytes"),
+        )
+    }
+
+    /// 408: the client was too slow to send its request.
+    pub fn timeout(message: impl Into<String>) -> ApiError {
+        ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            message,
         )
     }
 

@@ -2,13 +2,16 @@
 //! token ids from a fixed script (by default the prompt's ids again, then
 //! counting up), one every `token_delay`, honouring `max_tokens`, stop ids,
 //! the queue limit and cancellation, and counting what it ran like the engine.
+//! A test-only fault hook ([`FakeGenerator::inject_fault`]) makes the next
+//! step of the running requests fail, as an engine step error or panic would.
 
 use crate::generator::{
     EngineStats, FinishReason, GenerateRequest, Generator, StreamEvent, SubmitError, TokenStream,
     Usage,
 };
 use futures_util::future::BoxFuture;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -38,11 +41,27 @@ impl Default for FakeConfig {
     }
 }
 
+/// A fault to inject into the running requests' next step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fault {
+    /// The step fails with this error: its requests end with an error
+    /// event, later requests run normally (the engine recovered).
+    StepError(String),
+    /// The step panics: its requests' streams end without an event, and
+    /// the generator is dead (`health` fails, `submit` is refused), as the
+    /// engine is when its loop thread died.
+    Panic(String),
+}
+
 #[derive(Default)]
 struct Counters {
     stats: Mutex<EngineStats>,
     running: AtomicUsize,
     shutdown: AtomicBool,
+    next_id: AtomicU64,
+    /// Requests running now, and the fault their next step meets.
+    live: Mutex<HashMap<u64, Option<Fault>>>,
+    dead: Mutex<Option<String>>,
 }
 
 /// The scripted generator (needs a tokio runtime: each request runs as a task).
@@ -74,6 +93,40 @@ impl FakeGenerator {
         }
     }
 
+    /// Makes the next step of every request running now fail with `fault`.
+    pub fn inject_fault(&self, fault: Fault) {
+        if let Ok(mut live) = self.counters.live.lock() {
+            for f in live.values_mut() {
+                *f = Some(fault.clone());
+            }
+        }
+    }
+
+    /// The fault request `id` meets at this step, if any.
+    fn fault_for(&self, id: u64) -> Option<Fault> {
+        self.counters
+            .live
+            .lock()
+            .ok()
+            .and_then(|mut l| l.get_mut(&id).and_then(Option::take))
+    }
+
+    fn dead(&self) -> Option<String> {
+        self.counters.dead.lock().ok().and_then(|d| d.clone())
+    }
+
+    /// Request `id` stops running.
+    fn end(&self, id: u64) {
+        if let Ok(mut live) = self.counters.live.lock() {
+            live.remove(&id);
+        }
+        self.counters.running.fetch_sub(1, Ordering::AcqRel);
+        self.update(|s| {
+            s.running -= 1;
+            s.kv_blocks_used -= 1;
+        });
+    }
+
     fn update(&self, f: impl FnOnce(&mut EngineStats)) {
         if let Ok(mut s) = self.counters.stats.lock() {
             f(&mut s);
@@ -100,7 +153,7 @@ impl Drop for FakeStream {
 
 impl Generator for FakeGenerator {
     fn submit(&self, r: GenerateRequest) -> Result<Box<dyn TokenStream>, SubmitError> {
-        if self.counters.shutdown.load(Ordering::Acquire) {
+        if self.counters.shutdown.load(Ordering::Acquire) || self.dead().is_some() {
             return Err(SubmitError::ShuttingDown);
         }
         let tokens = r.prompt_ids.len().saturating_add(r.max_tokens);
@@ -141,11 +194,30 @@ impl Generator for FakeGenerator {
         let me = self.clone();
         let cancelled = cancel.clone();
         let prompt_tokens = r.prompt_ids.len();
+        let id = self.counters.next_id.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut live) = self.counters.live.lock() {
+            live.insert(id, None);
+        }
         tokio::spawn(async move {
             let mut drawn = 0usize;
             let mut reason = FinishReason::Length;
             for &t in script.iter().take(r.max_tokens) {
                 tokio::time::sleep(me.cfg.token_delay).await;
+                match me.fault_for(id) {
+                    None => {}
+                    Some(Fault::StepError(msg)) => {
+                        me.end(id);
+                        let _ = tx.send(StreamEvent::Error(format!("engine error: {msg}")));
+                        return;
+                    }
+                    Some(Fault::Panic(msg)) => {
+                        if let Ok(mut d) = me.counters.dead.lock() {
+                            *d = Some(msg);
+                        }
+                        me.end(id);
+                        return;
+                    }
+                }
                 if cancelled.load(Ordering::Acquire) || me.counters.shutdown.load(Ordering::Acquire)
                 {
                     reason = FinishReason::Cancelled;
@@ -162,10 +234,8 @@ impl Generator for FakeGenerator {
             if reason == FinishReason::Length && drawn < r.max_tokens {
                 reason = FinishReason::Stop;
             }
-            me.counters.running.fetch_sub(1, Ordering::AcqRel);
+            me.end(id);
             me.update(|s| {
-                s.running -= 1;
-                s.kv_blocks_used -= 1;
                 if reason == FinishReason::Cancelled {
                     s.cancelled += 1;
                 } else {
@@ -199,6 +269,13 @@ impl Generator for FakeGenerator {
 
     fn max_context(&self) -> usize {
         self.cfg.max_context
+    }
+
+    fn health(&self) -> Result<(), String> {
+        match self.dead() {
+            Some(msg) => Err(format!("the engine loop died: {msg}")),
+            None => Ok(()),
+        }
     }
 
     fn shutdown(&self) {

@@ -25,4 +25,9 @@ pub trait Generator: Send + Sync + 'static {
     fn max_context(&self) -> usize;
     /// Stops the engine: in-flight requests end with an error event.
     fn shutdown(&self);
+    /// `Err(why)` once the engine can serve no more requests (its loop died):
+    /// `/health` answers 503 and new requests are refused.
+    fn health(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

@@ -98,7 +98,8 @@ pub struct CalledFunction {
 /// `POST /v1/chat/completions`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct ChatRequest {
-    #[serde(flatten)]
+    /// Read from the same body separately (`crate::body_json`).
+    #[serde(skip)]
     pub common: CommonParams,
     pub messages: Vec<ChatMessage>,
     /// Extra variables for the chat template (vLLM's name), e.g. `{"enable_thinking": false}`.
@@ -133,7 +134,8 @@ pub enum Prompt {
 /// `POST /v1/completions`.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct CompletionRequest {
-    #[serde(flatten)]
+    /// Read from the same body separately (`crate::body_json`).
+    #[serde(skip)]
     pub common: CommonParams,
     pub prompt: Prompt,
 }

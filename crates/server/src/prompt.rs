@@ -39,7 +39,7 @@ pub fn chat_prompt(state: &AppState, r: &ChatRequest) -> Result<ChatPrompt, ApiE
         .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
     let reasoning = state.config.reasoning_parser;
     Ok(ChatPrompt {
-        ids: encode(state, &text)?,
+        ids: encode(state, &text, "messages")?,
         parser: ParserConfig {
             reasoning,
             starts_in_reasoning: reasoning && ParserConfig::prompt_opens_reasoning(&text),
@@ -51,8 +51,8 @@ pub fn chat_prompt(state: &AppState, r: &ChatRequest) -> Result<ChatPrompt, ApiE
 /// Encodes or checks a completion's prompt.
 pub fn completion_prompt(state: &AppState, p: &Prompt) -> Result<Vec<u32>, ApiError> {
     match p {
-        Prompt::Text(t) => encode(state, t),
-        Prompt::Texts(v) if v.len() == 1 => encode(state, &v[0]),
+        Prompt::Text(t) => encode(state, t, "prompt"),
+        Prompt::Texts(v) if v.len() == 1 => encode(state, &v[0], "prompt"),
         Prompt::Texts(v) => Err(ApiError::bad_param(
             "prompt",
             format!("one prompt per request is supported (got {})", v.len()),
@@ -73,11 +73,24 @@ pub fn completion_prompt(state: &AppState, p: &Prompt) -> Result<Vec<u32>, ApiEr
     }
 }
 
-fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {
+/// Encodes `text` (the request's `param`); an id the tokenizer gives outside
+/// the model's vocabulary (tokenizer and model disagree) is a 400, never
+/// sent to the engine.
+fn encode(state: &AppState, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
     let ids = state
         .codec
         .encode(text)
-        .map_err(|e| ApiError::bad_param("prompt", e.to_string()))?;
+        .map_err(|e| ApiError::bad_param(param, e.to_string()))?;
+    let vocab = state.config.vocab_size;
+    if let Some(&id) = ids.iter().find(|&&id| id as usize >= vocab) {
+        return Err(ApiError::bad_param(
+            param,
+            format!(
+                "the text encodes to token id {id}, outside the model's vocabulary of {vocab} \
+                 (the tokenizer knows more tokens than the model)"
+            ),
+        ));
+    }
     non_empty(ids)
 }
 

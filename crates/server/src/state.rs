@@ -2,9 +2,11 @@
 //! codec and chat template, the server's settings and metrics, and the
 //! draining flag set at shutdown.
 
+use crate::auth::ApiKey;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
-use crate::template::ChatTemplate;
+use crate::net::ConnLimits;
+use crate::template::{ChatTemplate, TemplateLimits};
 use headroom_model::tokenizer::TextCodec;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,6 +30,14 @@ pub struct ServerConfig {
     pub enable_thinking: Option<bool>,
     /// Chat output's `<think>…</think>` goes to `reasoning_content` (else to `content`).
     pub reasoning_parser: bool,
+    /// Timeouts and the connection cap.
+    pub limits: ConnLimits,
+    /// With a key, `/v1/*` needs `Authorization: Bearer KEY` (401 otherwise).
+    pub api_key: Option<ApiKey>,
+    /// With a key, `/health` and `/metrics` need it too.
+    pub protect_probes: bool,
+    /// Bounds of one chat template render (applied to the template by [`AppState::new`]).
+    pub template_limits: TemplateLimits,
 }
 
 impl ServerConfig {
@@ -45,6 +55,10 @@ impl ServerConfig {
                 .unwrap_or(0),
             enable_thinking: None,
             reasoning_parser: true,
+            limits: ConnLimits::default(),
+            template_limits: TemplateLimits::default(),
+            api_key: None,
+            protect_probes: false,
         }
     }
 }
@@ -64,9 +78,10 @@ impl AppState {
     pub fn new(
         generator: Arc<dyn Generator>,
         codec: TextCodec,
-        template: ChatTemplate,
+        mut template: ChatTemplate,
         config: ServerConfig,
     ) -> AppState {
+        template.set_limits(config.template_limits);
         AppState {
             generator,
             codec,

@@ -218,7 +218,7 @@ async fn every_malformed_input_gets_its_status_and_a_json_error() {
             )
             .await
             .unwrap(),
-            "malformed",
+            "max_tokens: invalid type: string \"x\", expected an integer",
         ),
         (
             400,

@@ -28,6 +28,7 @@ use headroom_core::BackendKind;
 use headroom_engine::EngineConfig;
 use headroom_model::tokenizer::{TextCodec, Tokenizer};
 use headroom_model::{Qwen35Model, StepModel, TpGroup};
+use headroom_server::net::ConnLimits;
 use headroom_server::{AppState, ChatTemplate, ServerConfig};
 use std::path::Path;
 use std::sync::Arc;
@@ -92,6 +93,72 @@ pub struct Args {
     pub enable_thinking: Option<bool>,
     #[command(flatten)]
     pub tp: TpArgs,
+    #[command(flatten)]
+    pub limits: ServeLimitArgs,
+}
+
+/// The server's connection limits (`headroom_server::net::ConnLimits`).
+#[derive(clap::Args, Debug)]
+pub struct ServeLimitArgs {
+    /// Seconds a client may take from a request's first byte to the end of its header block
+    /// (slower: the connection is closed).
+    #[arg(
+        long,
+        default_value_t = 10.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub header_timeout_s: f64,
+    /// Seconds a client may take to send a request body (slower: 408).
+    #[arg(
+        long,
+        default_value_t = 30.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub body_timeout_s: f64,
+    /// Seconds a connection may stay idle (no request in flight, no byte received) before it
+    /// is closed.
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub keep_alive_s: f64,
+    /// Most connections open at once (beyond it a connection is answered 503 and closed).
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub max_connections: usize,
+    /// Require `Authorization: Bearer KEY` on every `/v1/*` route (401 otherwise).
+    #[arg(
+        long,
+        env = "HEADROOM_API_KEY",
+        hide_env_values = true,
+        value_name = "KEY"
+    )]
+    pub api_key: Option<String>,
+    /// With --api-key, `/health` and `/metrics` need the key too.
+    #[arg(long)]
+    pub protect_probes: bool,
+}
+
+impl ServeLimitArgs {
+    /// The checked limits.
+    pub fn limits(&self) -> anyhow::Result<ConnLimits> {
+        use headroom_server::net::limits::seconds;
+        if self.max_connections == 0 {
+            bail!("--max-connections must be at least 1");
+        }
+        Ok(ConnLimits {
+            header_timeout: seconds("--header-timeout-s", self.header_timeout_s)
+                .map_err(anyhow::Error::msg)?,
+            body_timeout: seconds("--body-timeout-s", self.body_timeout_s)
+                .map_err(anyhow::Error::msg)?,
+            keep_alive_timeout: seconds("--keep-alive-s", self.keep_alive_s)
+                .map_err(anyhow::Error::msg)?,
+            max_connections: self.max_connections,
+        })
+    }
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
@@ -99,10 +166,14 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         bail!("--max-context, --max-running and --default-max-tokens must be at least 1");
     }
     check_memory_fraction(a.memory_fraction)?;
-    if !(a.shutdown_grace_s.is_finite() && a.shutdown_grace_s >= 0.0) {
-        bail!("--shutdown-grace-s must be a number >= 0");
-    }
+    let Ok(grace) = Duration::try_from_secs_f64(a.shutdown_grace_s) else {
+        bail!(
+            "--shutdown-grace-s must be a number of seconds >= 0 (got {:?})",
+            a.shutdown_grace_s
+        );
+    };
     crate::arg_checks::check_host(&a.host, a.port)?;
+    let limits = a.limits.limits()?;
     let cfg = load_config(&a.source)?;
     let max_context = serve_max_context(a.max_context, cfg.max_position_embeddings)?;
     let (codec, template, mut eos, stop_ids) = match &a.source.model {
@@ -152,6 +223,15 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     server.default_max_tokens = a.default_max_tokens;
     server.body_limit_bytes = a.max_body_bytes;
     server.stop_token_ids = stop_ids;
+    server.limits = limits;
+    if a.limits.api_key.as_deref() == Some("") {
+        bail!("--api-key (or HEADROOM_API_KEY) must not be empty");
+    }
+    server.api_key = a.limits.api_key.clone().map(headroom_server::auth::ApiKey);
+    server.protect_probes = a.limits.protect_probes;
+    if let Some(w) = headroom_server::auth::exposure_warning(&a.host, server.api_key.is_some()) {
+        eprintln!("{w}");
+    }
     // Synthetic weights have no reasoning to separate: their chat output is content
     // unless the flag or the request turns thinking on.
     server.enable_thinking = a
@@ -169,7 +249,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         template,
         host: a.host.clone(),
         port: a.port,
-        grace: Duration::from_secs_f64(a.shutdown_grace_s),
+        grace,
     };
     if a.tp.active() {
         return crate::tp::run_on_group(
@@ -387,5 +467,68 @@ mod max_context_tests {
             let e = super::check_memory_fraction(bad).unwrap_err().to_string();
             assert!(e.contains("--memory-fraction"), "{e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::ServeLimitArgs;
+    use std::time::Duration;
+
+    fn args() -> ServeLimitArgs {
+        ServeLimitArgs {
+            header_timeout_s: 10.0,
+            body_timeout_s: 30.0,
+            keep_alive_s: 0.5,
+            max_connections: 4,
+            api_key: None,
+            protect_probes: false,
+        }
+    }
+
+    #[test]
+    fn connection_limit_flags_are_checked_and_named() {
+        let l = args().limits().unwrap();
+        assert_eq!(l.keep_alive_timeout, Duration::from_millis(500));
+        assert_eq!(l.max_connections, 4);
+        let e = ServeLimitArgs {
+            max_connections: 0,
+            ..args()
+        };
+        assert!(e
+            .limits()
+            .unwrap_err()
+            .to_string()
+            .contains("--max-connections"));
+        let e = ServeLimitArgs {
+            header_timeout_s: 1e300,
+            ..args()
+        };
+        assert!(e
+            .limits()
+            .unwrap_err()
+            .to_string()
+            .contains("--header-timeout-s"));
+        let e = ServeLimitArgs {
+            body_timeout_s: -1.0,
+            ..args()
+        };
+        assert!(e
+            .limits()
+            .unwrap_err()
+            .to_string()
+            .contains("--body-timeout-s"));
+    }
+
+    #[test]
+    fn a_negative_timeout_reaches_the_check_that_names_its_flag() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            limits: ServeLimitArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(["t", "--keep-alive-s", "-1"]).unwrap();
+        let e = cli.limits.limits().unwrap_err().to_string();
+        assert!(e.contains("--keep-alive-s") && e.contains("-1"), "{e}");
     }
 }

@@ -9,6 +9,10 @@
 //! `bos_token`, `eos_token`, `enable_thinking` and any extra
 //! `chat_template_kwargs`.
 
+pub mod limits;
+
+use limits::Bounded;
+pub use limits::{Limit, TemplateLimits};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde_json::{Map, Value as Json};
 use std::collections::BTreeMap;
@@ -26,6 +30,9 @@ pub enum TemplateError {
     Load { source_name: String, reason: String },
     #[error("the chat template failed: {0}")]
     Render(String),
+    /// Stopped by one of its [`TemplateLimits`] (the message names it).
+    #[error("{0}")]
+    Limit(String),
 }
 
 /// A compiled chat template.
@@ -33,6 +40,7 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos: String,
     eos: String,
+    limits: TemplateLimits,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -75,6 +83,8 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
             Err(Error::new(ErrorKind::InvalidOperation, msg))
         });
+        let limits = TemplateLimits::default();
+        env.set_fuel(Some(limits.fuel));
         env.add_template_owned("chat", source.to_string())
             .map_err(|e| TemplateError::Load {
                 source_name: "template".into(),
@@ -84,7 +94,19 @@ impl ChatTemplate {
             env,
             bos: bos.to_string(),
             eos: eos.to_string(),
+            limits,
         })
+    }
+
+    /// Bounds every later render by `limits`.
+    /// (minijinja counts fuel in an `isize`: more than `i64::MAX` is `i64::MAX`).
+    pub fn set_limits(&mut self, limits: TemplateLimits) {
+        self.env.set_fuel(Some(limits.fuel.min(i64::MAX as u64)));
+        self.limits = limits;
+    }
+
+    pub fn limits(&self) -> &TemplateLimits {
+        &self.limits
     }
 
     /// The built-in plain template.
@@ -174,8 +196,18 @@ impl ChatTemplate {
             .env
             .get_template("chat")
             .map_err(|e| TemplateError::Render(e.to_string()))?;
-        tmpl.render(Value::from_serialize(&ctx))
-            .map_err(|e| TemplateError::Render(e.to_string()))
+        let mut out = Bounded::new(&self.limits);
+        match tmpl.render_captured_to(Value::from_serialize(&ctx), &mut out) {
+            Ok(_) => String::from_utf8(out.buf)
+                .map_err(|e| TemplateError::Render(format!("the output is not UTF-8: {e}"))),
+            Err(e) => Err(match (out.stopped, e.kind()) {
+                (Some(limit), _) => TemplateError::Limit(self.limits.exceeded(limit)),
+                (None, ErrorKind::OutOfFuel) => {
+                    TemplateError::Limit(self.limits.exceeded(Limit::Fuel))
+                }
+                _ => TemplateError::Render(e.to_string()),
+            }),
+        }
     }
 }
 

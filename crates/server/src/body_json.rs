@@ -1,0 +1,165 @@
+//! Reading a request body into its typed form ([`parse_request`]) with
+//! errors a client can act on: a type error names the JSON path of the
+//! offending value in the message and in `param` (`messages[0].content`),
+//! and says what was expected in JSON's words (an integer, a string, a list
+//! of token ids), never in Rust's (`i64`, `untagged enum Prompt`).
+
+use crate::error::ApiError;
+use crate::openai::{ChatRequest, CommonParams, CompletionRequest};
+use crate::unsupported::{refuse_unsupported, Kind};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// A request body with the shared parameters read separately (so that
+/// their errors keep their path too).
+pub trait WithCommon: DeserializeOwned {
+    const KIND: Kind;
+    fn set_common(&mut self, common: CommonParams);
+}
+
+impl WithCommon for ChatRequest {
+    const KIND: Kind = Kind::Chat;
+    fn set_common(&mut self, common: CommonParams) {
+        self.common = common;
+    }
+}
+
+impl WithCommon for CompletionRequest {
+    const KIND: Kind = Kind::Completion;
+    fn set_common(&mut self, common: CommonParams) {
+        self.common = common;
+    }
+}
+
+/// The typed body, or a 400 naming what is wrong and where (an
+/// unsupported parameter first: [`refuse_unsupported`]).
+pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    refuse_unsupported(&v, T::KIND)?;
+    let common: CommonParams = typed(&v)?;
+    let mut req: T = typed(&v)?;
+    req.set_common(common);
+    Ok(req)
+}
+
+fn typed<T: DeserializeOwned>(v: &Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let msg = e.into_inner().to_string();
+        let (param, what) = match missing_field(&msg) {
+            Some(field) if path == "." => (field.to_string(), format!("`{field}` is required")),
+            Some(field) => (format!("{path}.{field}"), format!("`{field}` is required")),
+            None => (path, in_json_words(&msg)),
+        };
+        if param == "." {
+            ApiError::bad_request(what)
+        } else {
+            ApiError::bad_param(&param, format!("{param}: {what}"))
+        }
+    })
+}
+
+fn missing_field(msg: &str) -> Option<&str> {
+    msg.strip_prefix("missing field `")?.split('`').next()
+}
+
+/// `msg` with Rust's type names replaced by what a JSON client sends.
+pub fn in_json_words(msg: &str) -> String {
+    const UNTAGGED: &[(&str, &str)] = &[
+        (
+            "Prompt",
+            "a string, a list of one string, or a list of token ids",
+        ),
+        ("Stop", "a string or a list of strings"),
+        ("Content", "a string or a list of content parts"),
+    ];
+    if let Some(name) = msg
+        .strip_prefix("data did not match any variant of untagged enum ")
+        .map(str::trim)
+    {
+        let want = UNTAGGED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or("a value of another type", |(_, w)| w);
+        return format!("expected {want}");
+    }
+    const WORDS: &[(&str, &str)] = &[
+        ("expected i64", "expected an integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected u32", "expected a non-negative integer below 2^32"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected f64", "expected a number"),
+        ("expected a sequence", "expected a list"),
+        ("expected a map", "expected an object"),
+    ];
+    let mut out = msg.to_string();
+    for (rust, json) in WORDS {
+        out = out.replace(rust, json);
+    }
+    if let Some(i) = out.find("expected struct ") {
+        out.replace_range(i.., "expected an object");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(body: &str) -> ApiError {
+        parse_request::<CompletionRequest>(body.as_bytes()).unwrap_err()
+    }
+
+    fn chat_err(body: &str) -> ApiError {
+        parse_request::<ChatRequest>(body.as_bytes()).unwrap_err()
+    }
+
+    #[test]
+    fn type_errors_name_the_json_path_in_json_words() {
+        let e = err(r#"{"prompt": "hi", "max_tokens": "5"}"#);
+        assert_eq!(e.param.as_deref(), Some("max_tokens"));
+        assert_eq!(
+            e.message,
+            "max_tokens: invalid type: string \"5\", expected an integer"
+        );
+        let e = err(r#"{"prompt": {"a": 1}}"#);
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        assert!(e.message.contains("a list of token ids"), "{}", e.message);
+        assert!(!e.message.contains("enum"), "{}", e.message);
+        let e = chat_err(r#"{"messages": [{"role": "user", "content": 5}]}"#);
+        assert_eq!(e.param.as_deref(), Some("messages[0].content"));
+        assert!(e.message.contains("a string or a list of content parts"));
+        let e = chat_err(r#"{"messages": [{"content": "x"}]}"#);
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        assert_eq!(e.message, "messages[0].role: `role` is required");
+        let e = err(r#"{"max_tokens": 5}"#);
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        let e = err(r#"{"prompt": "x", "stop": 3}"#);
+        assert_eq!(e.param.as_deref(), Some("stop"));
+        assert!(e.message.contains("a string or a list of strings"));
+        let e = err(r#"{"prompt": [1, -2]}"#);
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        let e = err("[1]");
+        assert_eq!(e.message, "the request body must be a JSON object");
+        let e = err("{");
+        assert!(
+            e.message.starts_with("malformed JSON body"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn a_good_body_keeps_its_shared_parameters() {
+        let r: CompletionRequest =
+            parse_request(br#"{"prompt": "hi", "max_tokens": 5, "stream": true}"#).unwrap();
+        assert_eq!(r.common.max_tokens, Some(5));
+        assert!(r.common.stream);
+    }
+}

@@ -1,0 +1,152 @@
+//! OpenAI parameters this server does not implement ([`refuse_unsupported`]):
+//! given with a value that would change the answer, each is a 400 naming it
+//! rather than silently ignored; its neutral value (`false`, `0`, `null`,
+//! `{}`, `"text"`) is accepted. Fields that do not change the answer
+//! (`user`, `metadata`, `store`, ...) and unknown fields are ignored.
+
+use crate::error::ApiError;
+use serde_json::Value;
+
+/// Which endpoint a body is for (some names mean different things).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    Chat,
+    Completion,
+}
+
+/// The first unsupported parameter of `body` given a non-neutral value, as a 400.
+pub fn refuse_unsupported(body: &Value, kind: Kind) -> Result<(), ApiError> {
+    let common: &[(&str, &str)] = &[
+        ("presence_penalty", "presence penalties are not implemented"),
+        (
+            "frequency_penalty",
+            "frequency penalties are not implemented",
+        ),
+        (
+            "repetition_penalty",
+            "repetition penalties are not implemented",
+        ),
+        ("logit_bias", "logit_bias is not implemented"),
+        (
+            "logprobs",
+            "log probabilities are not returned by this server",
+        ),
+        (
+            "top_logprobs",
+            "log probabilities are not returned by this server",
+        ),
+        ("best_of", "only best_of = 1 is supported"),
+        ("min_p", "min_p sampling is not implemented"),
+    ];
+    let completion: &[(&str, &str)] = &[
+        ("echo", "echoing the prompt is not implemented"),
+        ("suffix", "suffix (insertion) is not implemented"),
+    ];
+    let chat: &[(&str, &str)] = &[
+        (
+            "response_format",
+            "only response_format {\"type\": \"text\"} is supported",
+        ),
+        ("modalities", "only text output is supported"),
+        ("audio", "audio output is not supported"),
+        ("prediction", "predicted outputs are not implemented"),
+    ];
+    let extra = match kind {
+        Kind::Chat => chat,
+        Kind::Completion => completion,
+    };
+    for (name, why) in common.iter().chain(extra) {
+        if let Some(v) = body.get(*name) {
+            if !neutral(name, v) {
+                return Err(ApiError::bad_param(
+                    name,
+                    format!("{name}: {why} (got {v}); leave it out"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `v` asks for nothing beyond the default.
+fn neutral(name: &str, v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => match name {
+            "best_of" => n.as_f64() == Some(1.0),
+            "repetition_penalty" => n.as_f64() == Some(1.0),
+            _ => n.as_f64() == Some(0.0),
+        },
+        Value::String(s) => s.is_empty() || (name == "modalities" && s == "text"),
+        Value::Object(o) => {
+            o.is_empty() || (name == "response_format" && o.get("type") == Some(&"text".into()))
+        }
+        Value::Array(a) => a.is_empty() || (name == "modalities" && a == &[Value::from("text")]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refused(body: Value, kind: Kind) -> Option<String> {
+        refuse_unsupported(&body, kind).err().and_then(|e| e.param)
+    }
+
+    #[test]
+    fn answer_changing_values_are_refused_naming_the_parameter() {
+        let c = Kind::Completion;
+        assert_eq!(
+            refused(json!({"logprobs": 2}), c).as_deref(),
+            Some("logprobs")
+        );
+        assert_eq!(refused(json!({"echo": true}), c).as_deref(), Some("echo"));
+        assert_eq!(
+            refused(json!({"presence_penalty": 0.5}), Kind::Chat).as_deref(),
+            Some("presence_penalty")
+        );
+        assert_eq!(
+            refused(json!({"frequency_penalty": -1}), c).as_deref(),
+            Some("frequency_penalty")
+        );
+        assert_eq!(
+            refused(json!({"logprobs": true, "top_logprobs": 3}), Kind::Chat).as_deref(),
+            Some("logprobs")
+        );
+        assert_eq!(
+            refused(json!({"top_logprobs": 3}), Kind::Chat).as_deref(),
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            refused(json!({"logit_bias": {"5": 10}}), c).as_deref(),
+            Some("logit_bias")
+        );
+        assert_eq!(
+            refused(json!({"best_of": 2}), c).as_deref(),
+            Some("best_of")
+        );
+        assert_eq!(
+            refused(
+                json!({"response_format": {"type": "json_object"}}),
+                Kind::Chat
+            )
+            .as_deref(),
+            Some("response_format")
+        );
+        let e = refuse_unsupported(&json!({"echo": true}), c).unwrap_err();
+        assert!(e.message.starts_with("echo: "), "{}", e.message);
+    }
+
+    #[test]
+    fn neutral_values_and_other_endpoints_names_pass() {
+        let ok = json!({"logprobs": false, "top_logprobs": 0, "presence_penalty": 0,
+            "frequency_penalty": 0.0, "logit_bias": {}, "best_of": 1, "echo": false,
+            "suffix": null, "response_format": {"type": "text"}, "user": "u"});
+        assert!(refuse_unsupported(&ok, Kind::Chat).is_ok());
+        assert!(refuse_unsupported(&ok, Kind::Completion).is_ok());
+        // `echo` means nothing to chat; it is ignored there like any unknown field.
+        assert!(refuse_unsupported(&json!({"echo": true}), Kind::Chat).is_ok());
+    }
+}
