@@ -55,26 +55,7 @@ pub(crate) fn kv_write(
         ));
     }
     batch_rows("kv_write", k, batch, spec.slots)?;
-    for i in 0..batch.sequences() {
-        let slot = batch.slots[i];
-        let held = cache.len(slot);
-        if held != batch.history[i] {
-            return Err(OpError::State {
-                slot,
-                detail: format!("holds {held} tokens, batch says {}", batch.history[i]),
-            });
-        }
-        if held + batch.seq_len(i) > spec.capacity {
-            return Err(OpError::State {
-                slot,
-                detail: format!(
-                    "{held} + {} tokens exceed the capacity {}",
-                    batch.seq_len(i),
-                    spec.capacity
-                ),
-            });
-        }
-    }
+    batch.check_kv_append(|slot| cache.len(slot), spec.capacity)?;
     let tables = tables("kv_write", &spec, batch)?;
     distinct_writes(batch, &tables)?;
     let mut added = 0;

@@ -86,6 +86,32 @@ impl KvSpec {
 }
 
 impl Batch {
+    /// Checks that each sequence's slot holds exactly its history
+    /// (`held(slot)` tokens) and that its new rows fit `capacity`: the KV
+    /// append's precondition on every backend.
+    pub fn check_kv_append(&self, held: impl Fn(usize) -> usize, capacity: usize) -> OpResult<()> {
+        for i in 0..self.sequences() {
+            let slot = self.slots[i];
+            let held = held(slot);
+            if held != self.history[i] {
+                return Err(OpError::State {
+                    slot,
+                    detail: format!("holds {held} tokens, batch says {}", self.history[i]),
+                });
+            }
+            if held + self.seq_len(i) > capacity {
+                return Err(OpError::State {
+                    slot,
+                    detail: format!(
+                        "{held} + {} tokens exceed the capacity {capacity}",
+                        self.seq_len(i)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// This batch with `tables` as its sequences' block tables.
     pub fn with_blocks(mut self, tables: BlockTables) -> Batch {
         self.blocks = Some(tables);
@@ -183,6 +209,21 @@ mod tests {
         assert_eq!(t.table(1), &[0, 1]);
         let over = Batch::packed(&[(1, 199, 2)]);
         assert!(over.resolved_blocks("t", &s).is_err(), "past the capacity");
+    }
+
+    #[test]
+    fn a_kv_append_needs_the_history_held_and_room_for_the_rows() {
+        let b = Batch::packed(&[(0, 3, 2), (2, 0, 5)]);
+        let lens = [3usize, 9, 0];
+        b.check_kv_append(|s| lens[s], 8).unwrap();
+        let err = b.check_kv_append(|s| lens[s], 4).unwrap_err().to_string();
+        assert!(
+            err.contains("slot 0") && err.contains("3 + 2 tokens exceed the capacity 4"),
+            "{err}"
+        );
+        let stale = [4usize, 9, 0];
+        let err = b.check_kv_append(|s| stale[s], 8).unwrap_err().to_string();
+        assert!(err.contains("holds 4 tokens, batch says 3"), "{err}");
     }
 
     #[test]

@@ -45,28 +45,7 @@ pub(crate) fn upload_tables(
 /// Checks that each sequence's slot holds its history and that the new rows
 /// fit the capacity.
 fn check_lengths(cache: &CudaKvCache, batch: &Batch) -> OpResult<()> {
-    let spec = cache.spec;
-    for i in 0..batch.sequences() {
-        let slot = batch.slots[i];
-        let held = cache.lens[slot];
-        if held != batch.history[i] {
-            return Err(OpError::State {
-                slot,
-                detail: format!("holds {held} tokens, batch says {}", batch.history[i]),
-            });
-        }
-        if held + batch.seq_len(i) > spec.capacity {
-            return Err(OpError::State {
-                slot,
-                detail: format!(
-                    "{held} + {} tokens exceed the capacity {}",
-                    batch.seq_len(i),
-                    spec.capacity
-                ),
-            });
-        }
-    }
-    Ok(())
+    batch.check_kv_append(|slot| cache.lens[slot], cache.spec.capacity)
 }
 
 /// Appends each sequence's rows of `k` and `v` to the blocks of its table.
