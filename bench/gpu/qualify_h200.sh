@@ -3,7 +3,7 @@
 # itself, then shows that `doctor --backend cuda` applies the entry.
 #
 # The device machine has no Rust: build here (`cargo build --release -p headroom`),
-# copy target/release/headroom to .devbin/<you>/headroom in /work/main, and run
+# copy target/release/headroom to .devbin/<you>/headroom in the checkout, and run
 # this script there with carry [".devbin/<you>"]:
 #   bash bench/gpu/qualify_h200.sh .devbin/<you>/headroom
 # Results land in $OUT/qualifications/ (commit them under qualifications/h200/)
