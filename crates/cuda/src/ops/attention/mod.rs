@@ -126,25 +126,6 @@ pub unsafe fn prefill_raw(
     )
 }
 
-/// The fused route over K/V whose heads' rows are `kv_head_stride` elements
-/// apart (heads of a larger buffer), all heads in one launch
-/// (plus the split combine). Only the wgmma kernel takes such a stride; on
-/// another kernel a stride other than `kv_len · head_dim` is a shape error.
-///
-/// # Safety
-/// As [`prefill_raw`], except that `k` and `v` must address
-/// `(kv_heads - 1) · kv_head_stride + kv_len · head_dim` elements.
-pub unsafe fn fused_strided_raw(
-    dev: &CudaDevice,
-    shape: &AttentionShape,
-    dtype: Dtype,
-    bufs: &RawBuffers,
-    kv_head_stride: usize,
-) -> Result<AttentionReport, CudaError> {
-    shape.validate()?;
-    run(dev, shape, dtype, RouteRequest::Fused, bufs, kv_head_stride)
-}
-
 /// # Safety
 /// As [`prefill_raw`]; the shape is valid.
 unsafe fn run(
