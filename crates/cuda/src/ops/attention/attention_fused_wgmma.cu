@@ -16,7 +16,8 @@
 // mma.sync kernel: the wgmma accumulator fragment of each warp has the same
 // register layout as that kernel's m16n8 fragments. No global workspace.
 
-// The shared pieces (tiles, wrappers, loader, combine) are in wgmma_common.cuh.
+// The shared pieces (tiles, wrappers, loader, combine) are in wgmma_common.cuh; the
+// key-tile loop and the split partial's store in attention_tiles.cuh.
 
 namespace headroom_wg {
 
@@ -36,7 +37,6 @@ __device__ __forceinline__ void attn_fused_prefill(
     int q_len, int kv_len, int q_heads, int kv_heads, float scale_log2, long long kv_stride,
     int q_period, int splits, float* __restrict__ part_o, float* __restrict__ part_lse) {
     static_assert(D == 64 || D == 128 || D == 256, "wgmma N is the head dim");
-    constexpr int N_TILES = BLOCK_N / 8;   // n8 blocks of S per thread
     constexpr int D_TILES = D / 8;         // n8 blocks of O per thread
 
     extern __shared__ unsigned char smem_raw[];
@@ -48,7 +48,6 @@ __device__ __forceinline__ void attn_fused_prefill(
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;              // 0..3: the one warpgroup
-    const int wg = warp / 4;
     const int lane = tid % 32;
     const int g = lane / 4;
     const int t4 = lane % 4;
@@ -91,165 +90,23 @@ __device__ __forceinline__ void attn_fused_prefill(
     }
 
     load_tile<D, BLOCK_M>(sQ, gQ, q_len - m0, tid);
-    {
-        const int n0 = (n_blocks - 1) * BLOCK_N;
-        load_tile<D, BLOCK_N>(sK, gK + (size_t)n0 * D, kv_len - n0, tid);
-    }
-    cp_async_commit();
-
-    float acc_o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY};
-    float row_sum[2] = {0.f, 0.f};
 
     const int warp_row0 = warp * 16;  // = wg * 64 + (warp % 4) * 16
     const int pos0 = history + (m0 + warp_row0 + g) % q_period;
     const int pos1 = history + (m0 + warp_row0 + g + 8) % q_period;
 
-    // Descriptor bases: Q rows of this warpgroup; K and V whole tiles.
-    const unsigned q_wg = sQ + wg * WG_ROWS * 128;
-    constexpr unsigned SBO = 8 * 128;                 // 8 rows of 128 bytes
-    constexpr unsigned V_LBO = BLOCK_N * 128;         // next 64 columns of V
+    float acc_o[D / 2];
+    float row_max[2], row_sum[2];
+    attend_key_tiles<D, T>(sQ, sK, sV, gK, gV, [](int nb) { return (size_t)nb * BLOCK_N * D; }, n_lo,
+                           n_blocks, n_unmasked, kv_len, pos0, pos1, scale_log2, acc_o, row_max,
+                           row_sum);
 
-    float acc_s[N_TILES * 4];
-
-    for (int nb = n_blocks - 1; nb >= n_lo; --nb) {
-        const int n0 = nb * BLOCK_N;
-        cp_async_wait_all();
-        fence_proxy_async();
-        __syncthreads();
-        load_tile<D, BLOCK_N>(sV, gV + (size_t)n0 * D, kv_len - n0, tid);
-        cp_async_commit();
-
-#pragma unroll
-        for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
-        wgmma_fence();
-        qk_tile<D, T>(acc_s, q_wg, sK);
-        wgmma_commit();
-        wgmma_wait_all();
-
-        const bool masked = nb >= n_unmasked;
-        constexpr float pre = 1.f;  // the scale is applied in the exponent
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int key = n0 + nt * 8 + t4 * 2 + (j & 1);
-                const int pos = (j < 2) ? pos0 : pos1;
-                float s = acc_s[nt * 4 + j] * pre;
-                if (masked && (key > pos || key >= kv_len)) s = -INFINITY;
-                acc_s[nt * 4 + j] = s;
-            }
-        }
-
-        float new_max[2] = {row_max[0], row_max[1]};
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            new_max[0] = fmaxf(new_max[0], fmaxf(acc_s[nt * 4 + 0], acc_s[nt * 4 + 1]));
-            new_max[1] = fmaxf(new_max[1], fmaxf(acc_s[nt * 4 + 2], acc_s[nt * 4 + 3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 1));
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 2));
-        }
-        float alpha[2];
-        float sub[2];
-        bool grew = false;  // a row max of this thread changed
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            // sub and alpha in the exp2 domain (scores * scale_log2).
-            const float m_new = new_max[r] * scale_log2;  // scale > 0: the max commutes with it
-            const float m_old = row_max[r] * scale_log2;
-            sub[r] = (new_max[r] == -INFINITY) ? 0.f : m_new;
-            const bool changed = new_max[r] != row_max[r];
-            alpha[r] = changed ? fast_exp2(m_old - sub[r]) : 1.f;
-            grew = grew || changed;
-            row_max[r] = new_max[r];
-        }
-
-        cp_async_wait_all();
-        fence_proxy_async();
-        __syncthreads();
-        if (nb > n_lo) {
-            const int np = (nb - 1) * BLOCK_N;
-            load_tile<D, BLOCK_N>(sK, gK + (size_t)np * D, kv_len - np, tid);
-            cp_async_commit();
-        }
-
-        float tile_sum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            acc_s[nt * 4 + 0] = fast_exp2(fmaf(acc_s[nt * 4 + 0], scale_log2, -sub[0]));
-            acc_s[nt * 4 + 1] = fast_exp2(fmaf(acc_s[nt * 4 + 1], scale_log2, -sub[0]));
-            acc_s[nt * 4 + 2] = fast_exp2(fmaf(acc_s[nt * 4 + 2], scale_log2, -sub[1]));
-            acc_s[nt * 4 + 3] = fast_exp2(fmaf(acc_s[nt * 4 + 3], scale_log2, -sub[1]));
-            tile_sum[0] += acc_s[nt * 4 + 0] + acc_s[nt * 4 + 1];
-            tile_sum[1] += acc_s[nt * 4 + 2] + acc_s[nt * 4 + 3];
-        }
-        row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
-        row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
-        if (__any_sync(0xffffffffu, grew))
-        {
-#pragma unroll
-            for (int dt = 0; dt < D_TILES; ++dt) {
-                acc_o[dt * 4 + 0] *= alpha[0];
-                acc_o[dt * 4 + 1] *= alpha[0];
-                acc_o[dt * 4 + 2] *= alpha[1];
-                acc_o[dt * 4 + 3] *= alpha[1];
-            }
-        }
-
-        unsigned p[BLOCK_N / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            p[kk][0] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 0], acc_s[(2 * kk) * 4 + 1]);
-            p[kk][1] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 2], acc_s[(2 * kk) * 4 + 3]);
-            p[kk][2] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 0], acc_s[(2 * kk + 1) * 4 + 1]);
-            p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            Ops<T>::template pv<D>(acc_o, p[kk][0], p[kk][1], p[kk][2], p[kk][3],
-                                   desc_sw128(sV + kk * 16 * 128, V_LBO, SBO));
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    }
     const int row0 = warp_row0 + g;
     const int row1 = row0 + 8;
     if (splits > 1) {
-        // This split's partial: O / its own sum, and log2(sum) + max in the exp2 domain
-        // (a row with no visible key here: zero and -inf; NaN stays NaN).
-        const float inv0 = row_sum[0] == 0.f ? 0.f : 1.f / row_sum[0];
-        const float inv1 = row_sum[1] == 0.f ? 0.f : 1.f / row_sum[1];
-        const float mx0 = row_max[0] * scale_log2, mx1 = row_max[1] * scale_log2;
-        const float lse0 = row_sum[0] == 0.f ? -INFINITY : mx0 + __log2f(row_sum[0]);
-        const float lse1 = row_sum[1] == 0.f ? -INFINITY : mx1 + __log2f(row_sum[1]);
         const size_t prow = ((size_t)split * q_heads + head) * q_len + m0;
-        float* pO = part_o + prow * D;
-        if (t4 == 0) {
-            if (m0 + row0 < q_len) part_lse[prow + row0] = lse0;
-            if (m0 + row1 < q_len) part_lse[prow + row1] = lse1;
-        }
-#pragma unroll
-        for (int dt = 0; dt < D_TILES; ++dt) {
-            const int col = dt * 8 + t4 * 2;
-            if (m0 + row0 < q_len)
-                *reinterpret_cast<float2*>(pO + (size_t)row0 * D + col) =
-                    make_float2(acc_o[dt * 4 + 0] * inv0, acc_o[dt * 4 + 1] * inv0);
-            if (m0 + row1 < q_len)
-                *reinterpret_cast<float2*>(pO + (size_t)row1 * D + col) =
-                    make_float2(acc_o[dt * 4 + 2] * inv1, acc_o[dt * 4 + 3] * inv1);
-        }
+        store_split_partial<D>(acc_o, row_max, row_sum, scale_log2, m0 + row0 < q_len,
+                               m0 + row1 < q_len, prow + row0, prow + row1, part_o, part_lse);
         return;
     }
     const float inv0 = 1.f / row_sum[0];

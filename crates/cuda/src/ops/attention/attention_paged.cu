@@ -1,7 +1,8 @@
 // Varlen attention over the KV block pool on Hopper warpgroup MMA (sm_90a):
 // every sequence of a batch in one launch (plus the split combine).
 //
-// The tile loop, masking and online softmax are attention_fused_wgmma.cu's;
+// The tile loop, masking and online softmax are attention_tiles.cuh's, shared
+// with attention_fused_wgmma.cu;
 // what differs is where the tiles come from and where the output goes:
 //  - Q and O are token-major [rows][q_heads][D] (row r of query head hh of
 //    sequence i at ((cu[i] + r) * q_heads + hh) * D): no staging transposes.
@@ -59,7 +60,6 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
                                            int q_heads, int kv_heads, float scale_log2, int splits,
                                            float* __restrict__ part_o, float* __restrict__ part_lse) {
     static_assert(D == 64 || D == 128 || D == 256, "wgmma N is the head dim");
-    constexpr int N_TILES = BLOCK_N / 8;
     constexpr int D_TILES = D / 8;
 
     extern __shared__ unsigned char smem_raw[];
@@ -70,7 +70,6 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
 
     const int tid = threadIdx.x;
     const int warp = tid / 32;
-    const int wg = warp / 4;
     const int lane = tid % 32;
     const int g = lane / 4;
     const int t4 = lane % 4;
@@ -119,160 +118,24 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
     }
 
     load_q_rows<D, T>(sQ, q, m0, vrows, q_len, tok0, head0, q_heads, tid);
-    {
-        const int n0 = (n_blocks - 1) * BLOCK_N;
-        load_tile<D, BLOCK_N>(sK, gK + (size_t)table[n_blocks - 1] * block_elems, kv_len - n0, tid);
-    }
-    cp_async_commit();
-
-    float acc_o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) acc_o[i] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY};
-    float row_sum[2] = {0.f, 0.f};
 
     const int warp_row0 = warp * 16;
     const int pos0 = history + (m0 + warp_row0 + g) % q_len;
     const int pos1 = history + (m0 + warp_row0 + g + 8) % q_len;
 
-    const unsigned q_wg = sQ + wg * WG_ROWS * 128;
-    constexpr unsigned SBO = 8 * 128;
-    constexpr unsigned V_LBO = BLOCK_N * 128;
+    float acc_o[D / 2];
+    float row_max[2], row_sum[2];
+    attend_key_tiles<D, T>(sQ, sK, sV, gK, gV, [&](int nb) { return (size_t)table[nb] * block_elems; },
+                           n_lo, n_blocks, n_unmasked, kv_len, pos0, pos1, scale_log2, acc_o, row_max,
+                           row_sum);
 
-    float acc_s[N_TILES * 4];
-
-    for (int nb = n_blocks - 1; nb >= n_lo; --nb) {
-        const int n0 = nb * BLOCK_N;
-        cp_async_wait_all();
-        fence_proxy_async();
-        __syncthreads();
-        load_tile<D, BLOCK_N>(sV, gV + (size_t)table[nb] * block_elems, kv_len - n0, tid);
-        cp_async_commit();
-
-#pragma unroll
-        for (int i = 0; i < N_TILES * 4; ++i) acc_s[i] = 0.f;
-        wgmma_fence();
-        qk_tile<D, T>(acc_s, q_wg, sK);
-        wgmma_commit();
-        wgmma_wait_all();
-
-        const bool masked = nb >= n_unmasked;
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int key = n0 + nt * 8 + t4 * 2 + (j & 1);
-                const int pos = (j < 2) ? pos0 : pos1;
-                float sc = acc_s[nt * 4 + j];
-                if (masked && (key > pos || key >= kv_len)) sc = -INFINITY;
-                acc_s[nt * 4 + j] = sc;
-            }
-        }
-
-        float new_max[2] = {row_max[0], row_max[1]};
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            new_max[0] = fmaxf(new_max[0], fmaxf(acc_s[nt * 4 + 0], acc_s[nt * 4 + 1]));
-            new_max[1] = fmaxf(new_max[1], fmaxf(acc_s[nt * 4 + 2], acc_s[nt * 4 + 3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 1));
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 2));
-        }
-        float alpha[2];
-        float sub[2];
-        bool grew = false;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const float m_new = new_max[r] * scale_log2;
-            const float m_old = row_max[r] * scale_log2;
-            sub[r] = (new_max[r] == -INFINITY) ? 0.f : m_new;
-            const bool changed = new_max[r] != row_max[r];
-            alpha[r] = changed ? fast_exp2(m_old - sub[r]) : 1.f;
-            grew = grew || changed;
-            row_max[r] = new_max[r];
-        }
-
-        cp_async_wait_all();
-        fence_proxy_async();
-        __syncthreads();
-        if (nb > n_lo) {
-            const int np = (nb - 1) * BLOCK_N;
-            load_tile<D, BLOCK_N>(sK, gK + (size_t)table[nb - 1] * block_elems, kv_len - np, tid);
-            cp_async_commit();
-        }
-
-        float tile_sum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            acc_s[nt * 4 + 0] = fast_exp2(fmaf(acc_s[nt * 4 + 0], scale_log2, -sub[0]));
-            acc_s[nt * 4 + 1] = fast_exp2(fmaf(acc_s[nt * 4 + 1], scale_log2, -sub[0]));
-            acc_s[nt * 4 + 2] = fast_exp2(fmaf(acc_s[nt * 4 + 2], scale_log2, -sub[1]));
-            acc_s[nt * 4 + 3] = fast_exp2(fmaf(acc_s[nt * 4 + 3], scale_log2, -sub[1]));
-            tile_sum[0] += acc_s[nt * 4 + 0] + acc_s[nt * 4 + 1];
-            tile_sum[1] += acc_s[nt * 4 + 2] + acc_s[nt * 4 + 3];
-        }
-        row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
-        row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
-        if (__any_sync(0xffffffffu, grew)) {
-#pragma unroll
-            for (int dt = 0; dt < D_TILES; ++dt) {
-                acc_o[dt * 4 + 0] *= alpha[0];
-                acc_o[dt * 4 + 1] *= alpha[0];
-                acc_o[dt * 4 + 2] *= alpha[1];
-                acc_o[dt * 4 + 3] *= alpha[1];
-            }
-        }
-
-        unsigned p[BLOCK_N / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            p[kk][0] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 0], acc_s[(2 * kk) * 4 + 1]);
-            p[kk][1] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 2], acc_s[(2 * kk) * 4 + 3]);
-            p[kk][2] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 0], acc_s[(2 * kk + 1) * 4 + 1]);
-            p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            Ops<T>::template pv<D>(acc_o, p[kk][0], p[kk][1], p[kk][2], p[kk][3],
-                                   desc_sw128(sV + kk * 16 * 128, V_LBO, SBO));
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    }
     const int v0 = m0 + warp_row0 + g;
     const int v1 = v0 + 8;
     const bool ok0 = v0 < vrows, ok1 = v1 < vrows;
     const size_t o0 = ok0 ? out_row(v0) : 0, o1 = ok1 ? out_row(v1) : 0;
     if (splits > 1) {
-        const float inv0 = row_sum[0] == 0.f ? 0.f : 1.f / row_sum[0];
-        const float inv1 = row_sum[1] == 0.f ? 0.f : 1.f / row_sum[1];
-        const float mx0 = row_max[0] * scale_log2, mx1 = row_max[1] * scale_log2;
-        const float lse0 = row_sum[0] == 0.f ? -INFINITY : mx0 + __log2f(row_sum[0]);
-        const float lse1 = row_sum[1] == 0.f ? -INFINITY : mx1 + __log2f(row_sum[1]);
-        const size_t p0 = (size_t)split * R + o0, p1 = (size_t)split * R + o1;
-        if (t4 == 0) {
-            if (ok0) part_lse[p0] = lse0;
-            if (ok1) part_lse[p1] = lse1;
-        }
-#pragma unroll
-        for (int dt = 0; dt < D_TILES; ++dt) {
-            const int col = dt * 8 + t4 * 2;
-            if (ok0)
-                *reinterpret_cast<float2*>(part_o + p0 * D + col) =
-                    make_float2(acc_o[dt * 4 + 0] * inv0, acc_o[dt * 4 + 1] * inv0);
-            if (ok1)
-                *reinterpret_cast<float2*>(part_o + p1 * D + col) =
-                    make_float2(acc_o[dt * 4 + 2] * inv1, acc_o[dt * 4 + 3] * inv1);
-        }
+        store_split_partial<D>(acc_o, row_max, row_sum, scale_log2, ok0, ok1, (size_t)split * R + o0,
+                               (size_t)split * R + o1, part_o, part_lse);
         return;
     }
     const float inv0 = 1.f / row_sum[0];

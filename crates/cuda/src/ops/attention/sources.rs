@@ -24,6 +24,7 @@ pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
     file: "attention_fused_wgmma.cu",
     source: concat!(
         include_str!("wgmma_common.cuh"),
+        include_str!("attention_tiles.cuh"),
         include_str!("attention_fused_wgmma.cu")
     ),
     entry_points: &[
@@ -46,6 +47,7 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
     file: "attention_paged.cu",
     source: concat!(
         include_str!("wgmma_common.cuh"),
+        include_str!("attention_tiles.cuh"),
         include_str!("attention_paged.cu")
     ),
     entry_points: &[
