@@ -201,8 +201,10 @@ pub(crate) fn gemv(
     // SAFETY: `p` matches the kernel's `Params` (layout unit-tested); x holds
     // rows · k bf16, each W_i n_i · k bf16 and each y_i rows · n_i of `out`;
     // the units cover every matrix's outputs (`plan_units`) and the warps
-    // stride over them whatever the grid; the kernel reads only the constant
-    // weights before it waits for the previous kernel (programmatic launch).
+    // stride over them whatever the grid; the kernel reads only the weights
+    // before it waits for the previous kernel (programmatic launch): weights
+    // are uploaded (or initialised) before any step and never written by a
+    // kernel that lets the next one start early.
     unsafe { launch_packed_pdl(dev, entry, (blocks, 1, 1), THREADS, &mut params)? };
     Ok(ys)
 }
