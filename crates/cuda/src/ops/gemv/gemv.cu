@@ -106,8 +106,9 @@ struct Unit {
     __device__ __forceinline__ long long row(int c) const { return n0 + c < n ? n0 + c : n - 1; }
 };
 
-// The chunks of group `g` (U per row at lane + 32 (g U + j)), zero past the row.
-template <int C, int U>
+// The chunks of group `g` (U per row at lane + 32 (g U + j)); with GUARD
+// (the row's last, partial group) zero past the row.
+template <int C, int U, bool GUARD>
 __device__ __forceinline__ void load_group(const Unit<C>& t, int stride, int g, int lane,
                                            uint4 (&wv)[C][U]) {
 #pragma unroll
@@ -116,19 +117,20 @@ __device__ __forceinline__ void load_group(const Unit<C>& t, int stride, int g, 
 #pragma unroll
         for (int j = 0; j < U; ++j) {
             const int i = lane + 32 * (g * U + j);
-            wv[c][j] = i < stride ? load_weight(wr + i) : make_uint4(0u, 0u, 0u, 0u);
+            wv[c][j] = !GUARD || i < stride ? load_weight(wr + i) : make_uint4(0u, 0u, 0u, 0u);
         }
     }
 }
 
-// acc[c][r] += the chunks of group g . x_r (chunks past the row add nothing).
-template <int R, int C, int U>
+// acc[c][r] += the chunks of group g . x_r; with GUARD, chunks past the row
+// add nothing (without, the group is whole: no branch, the x loads hoist).
+template <int R, int C, int U, bool GUARD>
 __device__ __forceinline__ void fma_group(const uint4 (&wv)[C][U], const uint4* x4, int stride,
                                           int g, int lane, float (&acc)[C][R]) {
 #pragma unroll
     for (int j = 0; j < U; ++j) {
         const int i = lane + 32 * (g * U + j);
-        if (i >= stride) continue;
+        if (GUARD && i >= stride) continue;
         float wf[C][8];
 #pragma unroll
         for (int c = 0; c < C; ++c) unpack(wv[c][j], wf[c]);
@@ -141,6 +143,30 @@ __device__ __forceinline__ void fma_group(const uint4 (&wv)[C][U], const uint4* 
 #pragma unroll
                 for (int e = 0; e < 8; ++e) acc[c][r] = fmaf(wf[c][e], xf[e], acc[c][r]);
         }
+    }
+}
+
+// A group, whole or the row's partial last one (warp-uniform choice; with
+// more than 3 rows always the guarded code, which needs fewer registers).
+template <int R, int C, int U>
+__device__ __forceinline__ void load_any(const Unit<C>& t, int stride, int g, int lane,
+                                         uint4 (&wv)[C][U]) {
+    if (R <= 3 && (g + 1) * 32 * U <= stride) {
+        load_group<C, U, false>(t, stride, g, lane, wv);
+    } else {
+        load_group<C, U, true>(t, stride, g, lane, wv);
+    }
+}
+
+// The unguarded group hoists its R * U loads of x: only up to 3 rows, where
+// that fits the registers (more rows keep the per-chunk guard).
+template <int R, int C, int U>
+__device__ __forceinline__ void fma_any(const uint4 (&wv)[C][U], const uint4* x4, int stride,
+                                        int g, int lane, float (&acc)[C][R]) {
+    if (R <= 3 && (g + 1) * 32 * U <= stride) {
+        fma_group<R, C, U, false>(wv, x4, stride, g, lane, acc);
+    } else {
+        fma_group<R, C, U, true>(wv, x4, stride, g, lane, acc);
     }
 }
 
@@ -180,7 +206,7 @@ __device__ __forceinline__ void gemv_vec(const Params& p, int warp0, int warps, 
     int lg = 0;
     Unit<C> lt(p, lu);
     uint4 cur[C][U];
-    load_group<C, U>(lt, stride, 0, lane, cur);
+    load_any<R, C, U>(lt, stride, 0, lane, cur);
     wait_prior_then_release_next();
     float acc[C][R];
 #pragma unroll
@@ -199,8 +225,8 @@ __device__ __forceinline__ void gemv_vec(const Params& p, int warp0, int warps, 
         }
         const bool more = lu < p.units;
         uint4 next[C][U];
-        if (more) load_group<C, U>(lt, stride, lg, lane, next);
-        fma_group<R, C, U>(cur, x4, stride, cg, lane, acc);
+        if (more) load_any<R, C, U>(lt, stride, lg, lane, next);
+        fma_any<R, C, U>(cur, x4, stride, cg, lane, acc);
         if (cg == groups - 1) finish<R, C>(p, ct, lane, acc);
         if (!more) break;
 #pragma unroll
