@@ -200,7 +200,8 @@ __device__ __forceinline__ void finish(const Params& p, const Unit<C>& t, int la
 template <int R, int C, int U>
 __device__ __forceinline__ void gemv_vec(const Params& p, int warp0, int warps, int lane) {
     const int stride = p.k >> 3;
-    const int groups = (stride + 32 * U - 1) / (32 * U);
+    // At least one group: k = 0 still finishes each unit (with zeros).
+    const int groups = max(1, (stride + 32 * U - 1) / (32 * U));
     const uint4* x4 = reinterpret_cast<const uint4*>(p.x);
     int lu = warp0;  // the unit and group being loaded
     int lg = 0;
