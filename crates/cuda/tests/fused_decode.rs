@@ -18,7 +18,7 @@ use headroom_core::ops::{
 use headroom_core::{RouteRequest, Tensor};
 use headroom_cpu::CpuBackend;
 use headroom_cuda::backend::{CudaAct, CudaBackend};
-use headroom_cuda::ops::gdn::decode::{gdn_decode_split, Split};
+use headroom_cuda::ops::gdn::decode::{gdn_decode_split, gdn_decode_with, Launch, Split};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
@@ -121,6 +121,8 @@ enum Path {
     Fused,
     /// The fused kernel with this split.
     Split(Split),
+    /// The unsplit fused kernel prefetching the state this many CTAs ahead.
+    Prefetch(usize),
     Composed,
 }
 
@@ -173,6 +175,13 @@ fn gpu_gdn(
     let call: GdnCall<'_, CudaBackend> = Box::new(move |i, cw, st| match path {
         Path::Fused => be.gdn_core_fused(i, cw, st, batch).unwrap(),
         Path::Split(split) => gdn_decode_split(be.device(), &i, cw, st, batch, split).unwrap(),
+        Path::Prefetch(ahead) => {
+            let launch = Launch {
+                split: Split::One,
+                prefetch_ahead: ahead,
+            };
+            gdn_decode_with(be.device(), &i, cw, st, batch, launch).unwrap()
+        }
         Path::Composed => gdn_core_composed(be, i, cw, st, batch).unwrap(),
     });
     run_gdn(be, w, st, spec, x, batch, call)
@@ -343,7 +352,7 @@ fn gdn_core_17_sequences_every_split() {
         ..small_spec(16, 32)
     };
     let mut paths = SPLITS.to_vec();
-    paths.push(Path::Fused);
+    paths.extend([Path::Fused, Path::Prefetch(5), Path::Prefetch(1000)]);
     gdn_paths_case(spec, 17, &paths, 3, 70);
 }
 
@@ -354,7 +363,8 @@ fn gdn_core_256_sequences() {
         slots: 260,
         ..small_spec(16, 32)
     };
-    gdn_paths_case(spec, 256, &[Path::Fused, Path::Split(Split::Two)], 2, 80);
+    let paths = [Path::Fused, Path::Split(Split::Two), Path::Prefetch(264)];
+    gdn_paths_case(spec, 256, &paths, 2, 80);
 }
 
 #[test]

@@ -22,6 +22,9 @@ const THREADS: u32 = 512;
 const MAX_SEQS: usize = 512;
 /// CTAs of the kernel that may be resident on one SM at once (registers).
 const CTAS_PER_SM: usize = 2;
+/// How far ahead (in CTAs, per SM) the unsplit kernel prefetches the state
+/// into L2 by default: 0, none (`gdn_decode_timing` compares the distances).
+const PREFETCH_AHEAD_PER_SM: usize = 0;
 
 /// How many CTAs share one (value head, sequence), each taking `DIM / ctas`
 /// of its value columns; the CTAs of a split form one thread-block cluster.
@@ -66,14 +69,39 @@ impl Split {
     }
 }
 
+/// The launch choices of one fused step: the split, and how many CTAs ahead
+/// each CTA of the unsplit kernel prefetches the state into L2 (0: none;
+/// the split kernels ignore it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub split: Split,
+    pub prefetch_ahead: usize,
+}
+
+impl Launch {
+    /// What the dispatch runs for `sequences` sequences of `v_heads` heads
+    /// on `sm_count` SMs: [`Split::for_batch`] and the default prefetch.
+    pub fn for_batch(v_heads: usize, sequences: usize, sm_count: usize) -> Launch {
+        Launch::split(Split::for_batch(v_heads, sequences, sm_count), sm_count)
+    }
+
+    /// `split` with the default prefetch distance on `sm_count` SMs.
+    pub fn split(split: Split, sm_count: usize) -> Launch {
+        Launch {
+            split,
+            prefetch_ahead: sm_count.saturating_mul(PREFETCH_AHEAD_PER_SM),
+        }
+    }
+}
+
 #[repr(C)]
 struct SlotTable {
     n: i32,
     slot: [i32; MAX_SEQS],
 }
 
-// The table and the 16 arguments before it fit the 4 KiB of kernel parameters.
-const _: () = assert!(std::mem::size_of::<SlotTable>() + 16 * 8 <= 4096);
+// The table and the 17 arguments before it fit the 4 KiB of kernel parameters.
+const _: () = assert!(std::mem::size_of::<SlotTable>() + 17 * 8 <= 4096);
 
 /// Whether the dispatch sends this call to the fused kernel.
 pub(crate) fn takes(
@@ -129,8 +157,8 @@ fn param<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
 }
 
-/// The fused step with the split [`Split::for_batch`] picks; `Err` (nothing
-/// launched) unless [`eligible`].
+/// The fused step as [`Launch::for_batch`] picks; `Err` (nothing launched)
+/// unless [`eligible`].
 pub(crate) fn gdn_decode(
     dev: &CudaDevice,
     x: GdnCoreInputs<'_, CudaAct>,
@@ -138,12 +166,13 @@ pub(crate) fn gdn_decode(
     state: &mut CudaGdnState,
     batch: &Batch,
 ) -> OpResult<CudaAct> {
-    let split = Split::for_batch(state.spec.v_heads, batch.sequences(), dev.sm_count);
-    gdn_decode_split(dev, &x, w, state, batch, split)
+    let launch = Launch::for_batch(state.spec.v_heads, batch.sequences(), dev.sm_count);
+    gdn_decode_with(dev, &x, w, state, batch, launch)
 }
 
-/// The fused step with `split` CTAs per (value head, sequence) (tests and
-/// benches compare the splits); `Err` (nothing launched) unless [`eligible`].
+/// The fused step with `split` CTAs per (value head, sequence) and the
+/// default prefetch (tests compare the splits); `Err` (nothing launched)
+/// unless [`eligible`].
 pub fn gdn_decode_split(
     dev: &CudaDevice,
     x: &GdnCoreInputs<'_, CudaAct>,
@@ -152,6 +181,20 @@ pub fn gdn_decode_split(
     batch: &Batch,
     split: Split,
 ) -> OpResult<CudaAct> {
+    gdn_decode_with(dev, x, w, state, batch, Launch::split(split, dev.sm_count))
+}
+
+/// The fused step with the launch choices `launch` (benches compare them);
+/// `Err` (nothing launched) unless [`eligible`].
+pub fn gdn_decode_with(
+    dev: &CudaDevice,
+    x: &GdnCoreInputs<'_, CudaAct>,
+    w: &GdnCoreWeights<'_, CudaWeight>,
+    state: &mut CudaGdnState,
+    batch: &Batch,
+    launch: Launch,
+) -> OpResult<CudaAct> {
+    let split = launch.split;
     let op = "gdn_core";
     eligible(x, w, state, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
     let s = state.spec;
@@ -162,6 +205,7 @@ pub fn gdn_decode_split(
         int(op, "v_heads", s.v_heads)?,
     );
     let mut eps = w.eps;
+    let mut ahead = int(op, "prefetch_ahead", launch.prefetch_ahead)?;
     let mut ptrs = [
         x.mixed.ptr(),
         x.z.ptr(),
@@ -191,6 +235,7 @@ pub fn gdn_decode_split(
             param(&mut hv),
             param(&mut eps),
             param(&mut row0),
+            param(&mut ahead),
             param(&mut tab),
         ]);
         let grid = (
@@ -203,7 +248,8 @@ pub fn gdn_decode_split(
         // (distinct, < slots); rows row0 .. row0 + len of the inputs exist;
         // the tickets hold slots · k_heads u32; params match the kernel signature;
         // the kernel waits for the previous one first (programmatic launch); the
-        // grid's x is a multiple of the entry's cluster width (split.ctas()).
+        // grid's x is a multiple of the entry's cluster width (split.ctas());
+        // the prefetch reads only state of the launch's own slots (any `ahead`).
         unsafe { launch_packed_pdl(dev, split.entry(), grid, THREADS, &mut params)? };
     }
     Ok(out)

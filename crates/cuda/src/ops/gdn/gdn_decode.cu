@@ -29,6 +29,9 @@
 //   conv_state bf16 [slots][3][C]; state f32 [slots][hv][DK][DV];
 //   tickets u32 [slots][hk] (zero between launches); out bf16 [n][hv DV].
 // Sequence s is row row0 + s in slot tab.slot[s].
+// With ahead > 0 (NS = 1), CTA L of the grid (x fastest) prefetches into L2
+// the state CTA L + ahead will read, so that DRAM keeps streaming while the
+// resident CTAs compute (CTAs are dispatched in about that order).
 //
 // The v conv channels of a CTA's columns are its own; the q and k channels of
 // key head kh are read by the (hv / hk) NS CTAs of its value heads, so the one
@@ -82,6 +85,11 @@ __device__ __forceinline__ float ld_cluster(const float* local, unsigned rank) {
     return v;
 }
 
+// Prefetch of `bytes` (a multiple of 16) at `p` (16-byte aligned) into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
 __device__ __forceinline__ float4 f4_fma(float4 s, float d, float k, float4 dl) {
     return make_float4(fmaf(k, dl.x, s.x * d), fmaf(k, dl.y, s.y * d), fmaf(k, dl.z, s.z * d),
                        fmaf(k, dl.w, s.w * d));
@@ -93,7 +101,8 @@ __device__ __forceinline__ void step(
     const bf16* __restrict__ a_in, const float* __restrict__ conv_w,
     const float* __restrict__ a_log, const float* __restrict__ dt_bias,
     const float* __restrict__ norm_w, bf16* conv_state, float* __restrict__ state,
-    unsigned* tickets, bf16* __restrict__ out, int hk, int hv, float eps, int row0, int slot) {
+    unsigned* tickets, bf16* __restrict__ out, int hk, int hv, float eps, int row0, int ahead,
+    const SlotTable& tab) {
     constexpr int CW = DV / NS;          // value columns of this CTA
     constexpr int CG = CW / 4;           // 4-column groups
     constexpr int RG = THREADS / CG;     // row groups
@@ -101,7 +110,7 @@ __device__ __forceinline__ void step(
     constexpr int WARP_RG = 32 / CG;     // row groups per warp
     constexpr int NCH = 2 * DK + CW;     // conv channels read: q, k, this CTA's v
     constexpr int NORM_WARP = WARPS - 1; // lanes < CW / 4 own 4 output columns each
-    static_assert(NCH < (NORM_WARP * 32), "conv threads, the gating thread and the norm warp");
+    static_assert(NCH < ((NORM_WARP - 1) * 32), "conv, gating, prefetch and norm threads apart");
     static_assert(R * RG == DK && CG * 4 == CW && WARP_RG * CG == 32, "thread layout");
 
     __shared__ float xs[NCH];  // conv outputs (q, k of kh; v of the CTA's columns), bf16-rounded
@@ -118,7 +127,7 @@ __device__ __forceinline__ void step(
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int h = blockIdx.x / NS, part = blockIdx.x % NS;  // part = rank in the cluster
-    const int s = blockIdx.y;
+    const int s = blockIdx.y, slot = tab.slot[s];
     const int ratio = hv / hk, kh = h / ratio;
     const int readers = ratio * NS;  // CTAs reading key head kh's q/k channels
     const i64 row = (i64)row0 + s;
@@ -134,13 +143,25 @@ __device__ __forceinline__ void step(
     float4 sreg[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) sreg[r] = __ldcs(S + (i64)r * (DV / 4));
+    if constexpr (NS == 1) {
+        // Warp NORM_WARP - 1 (no conv channel, no norm lane) issues the
+        // prefetch for CTA L + ahead: 16 pieces of its head's state.
+        const i64 target = (i64)blockIdx.y * gridDim.x + blockIdx.x + ahead;
+        if (ahead > 0 && warp == NORM_WARP - 1 && lane < 16 && target < (i64)gridDim.x * gridDim.y) {
+            const int th = (int)(target % gridDim.x), ts = (int)(target / gridDim.x);
+            const float* p = state + ((i64)tab.slot[ts] * hv + th) * DK * DV;
+            prefetch_l2(p + lane * (DK * DV / 16), DK * DV / 16 * 4);
+        }
+    }
     const bool norm_lane = warp == NORM_WARP && lane < CW / 4;
     const int oc = cb + lane * 4;  // the norm lane's first column in the head
     uint2 zu = make_uint2(0u, 0u);
     float4 nw = make_float4(0.f, 0.f, 0.f, 0.f);
     if (norm_lane) {
         zu = *reinterpret_cast<const uint2*>(z + row * hv * DV + (i64)h * DV + oc);
-        nw = *reinterpret_cast<const float4*>(norm_w + oc);
+        // With the whole head in this CTA's registers, the norm weights (the
+        // same for every CTA: L2 hits) are read where used.
+        if constexpr (NS > 1) nw = *reinterpret_cast<const float4*>(norm_w + oc);
     }
 
     // 1. Conv + SiLU: thread t < NCH owns one channel; its new state rows
@@ -301,6 +322,7 @@ __device__ __forceinline__ void step(
         cluster_arrive();  // this CTA's reads of the others' ssq are done
     }
     if (norm_lane) {
+        if constexpr (NS == 1) nw = *reinterpret_cast<const float4*>(norm_w + oc);
         const float inv = rsqrtf(ss / (float)DV + eps);
         const bf162* zp = reinterpret_cast<const bf162*>(&zu);
         const float2 z01 = __bfloat1622float2(zp[0]), z23 = __bfloat1622float2(zp[1]);
@@ -329,11 +351,11 @@ __device__ __forceinline__ void step(
         const float *__restrict__ conv_w, const float *__restrict__ a_log,                    \
         const float *__restrict__ dt_bias, const float *__restrict__ norm_w,                  \
         gdn_dec::bf16 *conv_state, float *__restrict__ state, unsigned *tickets,              \
-        gdn_dec::bf16 *__restrict__ out, int hk, int hv, float eps, int row0,                 \
+        gdn_dec::bf16 *__restrict__ out, int hk, int hv, float eps, int row0, int ahead,      \
         gdn_dec::SlotTable tab
 #define GDN_DECODE_ARGS                                                                       \
     mixed, z, b_in, a_in, conv_w, a_log, dt_bias, norm_w, conv_state, state, tickets, out, hk, \
-        hv, eps, row0, tab.slot[blockIdx.y]
+        hv, eps, row0, ahead, tab
 
 extern "C" __global__ void __launch_bounds__(gdn_dec::THREADS, 2)
     gdn_decode_step_bf16(GDN_DECODE_PARAMS) {
