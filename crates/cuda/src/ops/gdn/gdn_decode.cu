@@ -95,6 +95,29 @@ __device__ __forceinline__ float4 f4_fma(float4 s, float d, float k, float4 dl) 
                        fmaf(k, dl.w, s.w * d));
 }
 
+// The end of the conv-state advance, called by every thread of the CTA:
+// thread 0 reads its ticket; the CTA that drew the last of `readers` zeroes
+// the counter for the next launch and writes key head kh's q/k channels'
+// new rows (`keep`) to the slot's conv state `st`.
+__device__ __forceinline__ void advance_if_last(unsigned ticket, unsigned* tk, int readers,
+                                                bf16* st, i64 C, int hk, int kh,
+                                                const bf16 (*keep)[2 * DK]) {
+    if (readers == 1) return;  // the CTA advanced them after its reads
+    __shared__ int last;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        last = ticket == (unsigned)(readers - 1);
+        if (last) atomicExch(tk, 0u);
+    }
+    __syncthreads();
+    if (last && tid < 2 * DK) {
+        const i64 ch = tid < DK ? (i64)kh * DK + tid : (i64)hk * DK + (i64)kh * DK + (tid - DK);
+        st[ch] = keep[0][tid];
+        st[C + ch] = keep[1][tid];
+        st[2 * C + ch] = keep[2][tid];
+    }
+}
+
 template <int NS>
 __device__ __forceinline__ void step(
     const bf16* __restrict__ mixed, const bf16* __restrict__ z, const bf16* __restrict__ b_in,
@@ -121,7 +144,6 @@ __device__ __forceinline__ void step(
     __shared__ float gate[2];            // exp(g), beta
     __shared__ float qk[3];              // q scale, k scale (inverse norms), raw q . k
     __shared__ float ssq;                // this CTA's sum of squares of ob (read by the cluster)
-    __shared__ int advance_qk;           // this CTA advances the q/k conv channels
     __shared__ bf16 keep[3][2 * DK];     // the q/k channels' new conv state rows
     wait_prior_then_release_next();
 
@@ -196,9 +218,9 @@ __device__ __forceinline__ void step(
     }
     __syncthreads();  // this CTA's reads of the old conv state are done (values used)
 
-    // The ticket: issued now, its value first needed after the reduction
-    // (the atomic's latency overlaps the work below). No fence is needed: the
-    // reads it publishes have returned their values before the barrier above.
+    // The ticket: issued now, its value first needed in advance_if_last. No
+    // fence is needed: the reads it publishes have returned their values
+    // before the barrier above.
     unsigned ticket = 0;
     unsigned* tk = tickets + (i64)slot * hk + kh;
     if (tid == 0 && readers > 1) ticket = atomicAdd(tk, 1u);
@@ -277,24 +299,14 @@ __device__ __forceinline__ void step(
         dl[tid] = delta;
         ob[tid] = __bfloat162float(__float2bfloat16(fmaf(delta, kq, decay * b)));
     }
-    if (tid == 0) {
-        const bool last = readers == 1 || ticket == (unsigned)(readers - 1);
-        if (readers > 1 && last) atomicExch(tk, 0u);  // zero again for the next launch
-        advance_qk = readers > 1 && last;
-    }
     __syncthreads();
 
     // 6. The new state: S' = d S + k delta^T.
     const float4 d4 = *reinterpret_cast<const float4*>(&dl[cg * 4]);
 #pragma unroll
     for (int r = 0; r < R; ++r) __stcs(S + (i64)r * (DV / 4), f4_fma(sreg[r], decay, ka[r], d4));
-    // The last reader of the key head's q/k channels advances them.
-    if (advance_qk && tid < 2 * DK) {
-        const i64 ch = tid < DK ? (i64)kh * DK + tid : (i64)hk * DK + (i64)kh * DK + (tid - DK);
-        st[ch] = keep[0][tid];
-        st[C + ch] = keep[1][tid];
-        st[2 * C + ch] = keep[2][tid];
-    }
+
+    if constexpr (NS == 1) advance_if_last(ticket, tk, readers, st, C, hk, kh, keep);
 
     // 7. Gated RMSNorm over the head's DV outputs (as group_norm16<1, true>),
     // the sum of squares over the cluster's CTAs when the head is split.
@@ -340,6 +352,9 @@ __device__ __forceinline__ void step(
         op[1] = __floats2bfloat162_rn(r[2], r[3]);
         *reinterpret_cast<uint2*>(out + row * hv * DV + (i64)h * DV + oc) = u;
     }
+    // 8. The split kernels resolve the ticket last (its atomic's latency
+    // overlaps all of the above); the unsplit one did after the new state.
+    if constexpr (NS > 1) advance_if_last(ticket, tk, readers, st, C, hk, kh, keep);
     if constexpr (NS > 1) cluster_wait();  // no CTA leaves while its ssq may be read
 }
 
