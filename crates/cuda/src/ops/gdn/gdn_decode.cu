@@ -169,7 +169,8 @@ __device__ __forceinline__ void step(
         // Warp NORM_WARP - 1 (no conv channel, no norm lane) issues the
         // prefetch for CTA L + ahead: 16 pieces of its head's state.
         const i64 target = (i64)blockIdx.y * gridDim.x + blockIdx.x + ahead;
-        if (ahead > 0 && warp == NORM_WARP - 1 && lane < 16 && target < (i64)gridDim.x * gridDim.y) {
+        const bool issuer = warp == NORM_WARP - 1 && lane < 16;
+        if (ahead > 0 && issuer && target < (i64)gridDim.x * gridDim.y) {
             const int th = (int)(target % gridDim.x), ts = (int)(target / gridDim.x);
             const float* p = state + ((i64)tab.slot[ts] * hv + th) * DK * DV;
             prefetch_l2(p + lane * (DK * DV / 16), DK * DV / 16 * 4);
