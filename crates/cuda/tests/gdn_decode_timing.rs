@@ -1,6 +1,6 @@
 //! Device time of the fused GDN decode step (`ops/gdn/gdn_decode.cu`) on the
 //! 35B-A3B shape (16 key heads, 32 value heads, head dims 128: 2 MiB of f32
-//! state per sequence) at 1, 4, 16, 64 and 256 sequences, every split
+//! state per sequence) at 1, 2, 4, 8, 16, 64 and 256 sequences, every split
 //! (1, 2, 4 CTAs per head; the one the dispatch picks is marked `auto`), and
 //! from 16 sequences the unsplit kernel prefetching the state into L2 half a
 //! resident wave and a whole one ahead (`ahead=`: the SM count and twice it).
@@ -172,7 +172,7 @@ fn time_launch(be: &CudaBackend, x: &Setup, launch: Launch) -> (f64, f64) {
 fn gdn_decode_timing() {
     let be = CudaBackend::open(0).expect("a CUDA device");
     let sms = be.device().sm_count;
-    for n in [1usize, 4, 16, 64, 256] {
+    for n in [1usize, 2, 4, 8, 16, 64, 256] {
         let x = setup(&be, n);
         let auto = Launch::for_batch(x.spec.v_heads, n, sms);
         let gb = bytes_moved(&x.spec, n) / 1e9;

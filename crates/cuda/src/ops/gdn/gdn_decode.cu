@@ -378,12 +378,12 @@ extern "C" __global__ void __launch_bounds__(gdn_dec::THREADS, 2)
     gdn_dec::step<1>(GDN_DECODE_ARGS);
 }
 
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(gdn_dec::THREADS)
+extern "C" __cluster_dims__(2, 1, 1) __global__ void __launch_bounds__(gdn_dec::THREADS)
     gdn_decode_split2_bf16(GDN_DECODE_PARAMS) {
     gdn_dec::step<2>(GDN_DECODE_ARGS);
 }
 
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(gdn_dec::THREADS)
+extern "C" __cluster_dims__(4, 1, 1) __global__ void __launch_bounds__(gdn_dec::THREADS)
     gdn_decode_split4_bf16(GDN_DECODE_PARAMS) {
     gdn_dec::step<4>(GDN_DECODE_ARGS);
 }
