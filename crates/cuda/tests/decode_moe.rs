@@ -6,13 +6,16 @@
 //! neighbours at 1..=8 rows, small shapes with tails in every dimension,
 //! expert parallelism (a rank's slice of the experts), shapes past one pass
 //! of each kernel's loops (hidden over 2048, intermediate over 512, top-k
-//! over 8, more than 256 experts), a NaN input row, and repeated calls.
+//! over 8, more than 256 experts), a NaN input row, and repeated calls; and
+//! `moe_decode_timing`: each kernel's median time and bandwidth at the
+//! 35B-A3B shape under every launch schedule, whose outputs must agree.
 //! Run by bench/gpu/check_decode.sh on the GPU machine.
 
 use half::bf16;
-use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
+use headroom_core::ops::{Backend, MoeSpec, MoeWeights, WeightInit};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
+use headroom_cuda::ops::moe::decode::{moe_decode_tuned, DecodeTuning};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
@@ -535,4 +538,201 @@ fn refuses_what_it_does_not_take() {
         be.moe_decode(&one, &w.dev, &narrow).is_err(),
         "weights of another shape"
     );
+}
+
+/// The 35B-A3B block's weights drawn on the device (normal, the scales of
+/// [`weights`]): the timing test needs no host copy.
+fn device_weights(be: &CudaBackend, s: Shape, seed: u64) -> MoeWeights<CudaWeight> {
+    let (h, i, si, l) = (s.hidden, s.inter, s.shared, s.local);
+    let sc = 1.0 / (h as f32).sqrt();
+    let draw = |rows, cols, n: u64, std: f32| {
+        be.init_matrix(rows, cols, WeightInit::new(seed + n, 0.0, std))
+            .unwrap()
+    };
+    MoeWeights {
+        router: draw(s.experts, h, 0, 4.0 * sc),
+        gate_up: draw(l * 2 * i, h, 1, sc),
+        down: draw(l * h, i, 2, 1.0 / (i as f32).sqrt()),
+        shared_gate_proj: draw(si, h, 3, sc),
+        shared_up_proj: draw(si, h, 4, sc),
+        shared_down_proj: draw(h, si, 5, 1.0 / (si as f32).sqrt()),
+        shared_gate: draw(1, h, 6, sc),
+    }
+}
+
+/// Median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each kernel's median device time (µs) over `calls` calls under `t`:
+/// events recorded between the launches (so each kernel runs alone).
+fn kernel_medians(
+    be: &CudaBackend,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    sp: &MoeSpec,
+    t: DecodeTuning,
+    calls: usize,
+) -> Vec<(&'static str, f64)> {
+    let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    for _ in 0..calls {
+        let mut marks: Vec<(&'static str, Event)> = Vec::new();
+        moe_decode_tuned(be.device(), x, w, sp, t, &mut |st| {
+            marks.push((st, Event::record(be.device()).unwrap()))
+        })
+        .unwrap();
+        for pair in marks.windows(2) {
+            let us = pair[1].1.ms_since(&pair[0].1).unwrap() * 1e3;
+            match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
+                Some((_, v)) => v.push(us),
+                None => stages.push((pair[0].0, vec![us])),
+            }
+        }
+    }
+    stages
+        .into_iter()
+        .map(|(n, mut v)| (n, median(&mut v)))
+        .collect()
+}
+
+/// The whole block's device time per call (µs) over `calls` back-to-back
+/// calls (the kernels chained by programmatic launch, as in a model step),
+/// and the host's time per call to issue them.
+fn chained_us(
+    be: &CudaBackend,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    sp: &MoeSpec,
+    t: DecodeTuning,
+    calls: usize,
+) -> (f64, f64) {
+    moe_decode_tuned(be.device(), x, w, sp, t, &mut |_| {}).unwrap();
+    be.synchronize().unwrap();
+    let start = Event::record(be.device()).unwrap();
+    let host = std::time::Instant::now();
+    for _ in 0..calls {
+        moe_decode_tuned(be.device(), x, w, sp, t, &mut |_| {}).unwrap();
+    }
+    let host_us = host.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    let end = Event::record(be.device()).unwrap();
+    be.synchronize().unwrap();
+    (end.ms_since(&start).unwrap() * 1e3 / calls as f64, host_us)
+}
+
+/// Weight bytes each kernel reads for `rows` rows (a row's experts are read
+/// for that row, whether or not another row chose them too).
+fn kernel_bytes(s: Shape, rows: usize, kernel: &str) -> usize {
+    let (h, e, k, i, si) = (s.hidden, s.experts, s.top_k, s.inter, s.shared);
+    match kernel {
+        "route" => ((e + 1) * h + rows * h) * 2,
+        "gate_up" => rows * (k * 2 * i * h + 2 * si * h) * 2,
+        "down" => rows * (k * h * i + h * si) * 2,
+        other => panic!("no kernel {other}"),
+    }
+}
+
+/// Every launch schedule the timing compares: the default first.
+fn schedules() -> Vec<(&'static str, DecodeTuning)> {
+    let d = DecodeTuning::default();
+    vec![
+        ("default", d),
+        (
+            "cols1",
+            DecodeTuning {
+                gate_up_cols: 1,
+                ..d
+            },
+        ),
+        (
+            "cols2",
+            DecodeTuning {
+                gate_up_cols: 2,
+                ..d
+            },
+        ),
+        (
+            "cols4",
+            DecodeTuning {
+                gate_up_cols: 4,
+                ..d
+            },
+        ),
+        (
+            "prefetch",
+            DecodeTuning {
+                prefetch_down: true,
+                ..d
+            },
+        ),
+        (
+            "route4",
+            DecodeTuning {
+                route_warps: 4,
+                ..d
+            },
+        ),
+        (
+            "route2",
+            DecodeTuning {
+                route_warps: 2,
+                ..d
+            },
+        ),
+    ]
+}
+
+/// The 35B-A3B block at 1, 2, 4 and 8 rows under every schedule: each
+/// kernel's median µs over 60 calls and its GB/s, one `moe_decode_timing:`
+/// line per kernel, and the chained block per call. Asserts only
+/// correctness: every schedule gives the default's bits, and the default
+/// agrees with the grouped-GEMM path.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn moe_decode_timing() {
+    let be = backend();
+    let s = QWEN35B;
+    let w = device_weights(&be, s, 40);
+    let sp = spec(s);
+    for rows in [1, 2, 4, 8] {
+        let x = be
+            .act_from_f32(rows, s.hidden, &uniform(rows as u64, rows * s.hidden, 1.0))
+            .unwrap();
+        let want = be.act_to_f32(&be.moe_decode(&x, &w, &sp).unwrap()).unwrap();
+        assert!(want.iter().all(|v| v.is_finite()), "{rows} rows: finite");
+        let grouped = be.moe_marked(&x, &w, &sp, None, &mut |_| {}).unwrap();
+        let grouped: Vec<f64> = be
+            .act_to_f32(&grouped)
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let e = rel_err(&want, &grouped);
+        assert!(e < 2e-2, "{rows} rows: decode vs grouped {e}");
+        for (name, t) in schedules() {
+            let got = moe_decode_tuned(be.device(), &x, &w, &sp, t, &mut |_| {}).unwrap();
+            let got = be.act_to_f32(&got).unwrap();
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{rows} rows, schedule {name}: the default's bits");
+            let medians = kernel_medians(&be, &x, &w, &sp, t, 60);
+            assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
+            for (kernel, us) in &medians {
+                let mb = kernel_bytes(s, rows, kernel) as f64 / 1e6;
+                println!(
+                    "moe_decode_timing: rows {rows} schedule {name} kernel {kernel} \
+                     median {us:.2} us, {mb:.1} MB, {:.0} GB/s",
+                    mb * 1e3 / us
+                );
+            }
+            let (dev_us, host_us) = chained_us(&be, &x, &w, &sp, t, 100);
+            println!(
+                "moe_decode_timing: rows {rows} schedule {name} chained block {dev_us:.2} us \
+                 per call (host {host_us:.2} us per call)"
+            );
+        }
+    }
 }

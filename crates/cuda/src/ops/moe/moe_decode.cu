@@ -6,7 +6,8 @@
 // the bytes of its k + 1 experts.
 //
 // 1. moe_decode_route: warp j computes router logit j (j < experts) or the
-//    shared expert's gate logit (j == experts) of every row, f32.
+//    shared expert's gate logit (j == experts) of every row, f32, reading
+//    its weight row once (the rows of x staged in shared memory).
 // 2. moe_decode_gate_up: blockIdx.y = (row, slot) of a routed expert, or a
 //    row's shared expert (it needs no routing: its first weights load before
 //    the wait, beside the router's). Every routed CTA first takes its row's
@@ -16,7 +17,8 @@
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
 //    Each warp computes cpw columns c: act = silu(x . gate[c]) * (x . up[c]);
-//    each routed CTA also asks L2 for its share of its expert's down matrix.
+//    when asked, each routed CTA also asks L2 for its share of its expert's
+//    down matrix.
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
@@ -60,10 +62,10 @@ constexpr int DSPAN = DCH * 32 * 8;
 // row's activations staged in shared memory by the down kernel).
 constexpr int MAX_HIDDEN = 8192;
 constexpr int MAX_ACT = 11264;
-// x's 8-element chunks per thread when a CTA stages a row of MAX_HIDDEN.
-constexpr int XPT = MAX_HIDDEN / THREADS / 8;
-static_assert(MAX_ROWS * MAX_HIDDEN > 0 && MAX_HIDDEN % (THREADS * 8) == 0, "x staging");
+// x elements the route kernel stages at once (whole rows, at least one).
+constexpr int ROUTE_XS = 16384;
 static_assert(MAX_EXPERTS % THREADS == 0 && MAX_TOP_K <= 32, "routing");
+static_assert(ROUTE_XS >= MAX_HIDDEN && ROUTE_XS % 8 == 0, "route staging");
 
 __device__ __forceinline__ void bf16x8(const uint4& v, float (&f)[8]) {
     const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -135,20 +137,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-// The chunk of 8 bf16 at p when ok, else zeros; the load itself always goes
-// out (to `safe` when not ok: an in-bounds chunk), so that the compiler issues
-// every load of an unrolled group before the first use instead of in rounds.
-__device__ __forceinline__ uint4 load8(const bf16* p, const bf16* safe, bool ok) {
-    uint4 v;  // ld.global.nc (__ldg); volatile keeps the loads in program order, ahead of the FMAs
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ok ? p : safe));
-    return ok ? v : zero4();
-}
-
-// load8 of a weight chunk with the L2 policy `pol` (weight_policy).
+// The chunk of 8 bf16 weights at p when ok, else zeros, read with the L2
+// policy `pol` (weight_policy); the load itself always goes out (to `safe`
+// when not ok: an in-bounds chunk), so that the compiler issues every load of
+// an unrolled group before the first use instead of in rounds.
 __device__ __forceinline__ uint4 load8w(const bf16* p, const bf16* safe, bool ok, unsigned long long pol) {
-    uint4 v;
+    uint4 v;  // ld.global.nc; volatile keeps the loads in program order, ahead of the FMAs
     asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(ok ? p : safe), "l"(pol));
@@ -176,13 +170,6 @@ __device__ __forceinline__ float dot_pass(const uint4 (&v)[KCH], const bf16* xs,
         if (k < hidden) s += dot8(v[i], *reinterpret_cast<const uint4*>(xs + k));
     }
     return s;
-}
-
-// Copies row x (hidden bf16) into shared xs, all threads of the CTA (no barrier).
-__device__ __forceinline__ void stage_x(const bf16* __restrict__ x, bf16* xs, int hidden) {
-    for (int k = threadIdx.x * 8; k < hidden; k += THREADS * 8) {
-        *reinterpret_cast<uint4*>(xs + k) = __ldg(reinterpret_cast<const uint4*>(x + k));
-    }
 }
 
 // Routing key: higher probability ranks first, NaN last (key 0).
@@ -259,16 +246,22 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
     }
     __syncthreads();
     // Every candidate's rank among the candidates; the k best are the top-k
-    // (every expert of the top-k is the k-best of its own 32).
+    // (every expert of the top-k is the k-best of its own 32). Warp w ranks
+    // candidates w, w + WARPS, ..., its lanes comparing 32 others at a time.
     const int ncand = (experts + 31) / 32 * top_k;
-    for (int i = tid; i < ncand; i += THREADS) {
+    for (int i = warp; i < ncand; i += WARPS) {  // warp-uniform
         const uint2 me = sm.cand[i];
         int rank = 0;
-        for (int j = 0; j < ncand; ++j) {
-            const uint2 o = sm.cand[j];
-            rank += before(o.x, (int)o.y, me.x, (int)me.y);
+        for (int j0 = 0; j0 < ncand; j0 += 32) {
+            const int j = j0 + lane;
+            bool b = false;
+            if (j < ncand) {
+                const uint2 o = sm.cand[j];
+                b = before(o.x, (int)o.y, me.x, (int)me.y);
+            }
+            rank += __popc(__ballot_sync(0xffffffffu, b));
         }
-        if (rank < top_k) {
+        if (lane == 0 && rank < top_k) {
             sm.sel_e[rank] = (int)me.y;
             sm.sel_p[rank] = key_prob(me.x);
         }
@@ -276,36 +269,58 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
     __syncthreads();
 }
 
+// Copies `n` bf16 (a multiple of 8) from global src to shared dst with
+// cp.async, all threads of the CTA; complete after cp_async_wait().
+__device__ __forceinline__ void stage_async(const bf16* __restrict__ src, bf16* dst, int n) {
+    for (int c = threadIdx.x; c < n / 8; c += blockDim.x) cp_async16(dst + 8 * c, src + 8 * c);
+}
+
 // logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
-// grid: ceil((experts + 1) / WARPS).
+// block: a multiple of 32 threads, at most THREADS; grid: ceil((experts + 1) / warps).
+// Warp j reads its router row once: its first pass before the wait, held
+// across every row when hidden fits one pass; the rows of x are staged in
+// shared memory ROUTE_XS elements at a time.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
                  const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
                  int l2_hints, float* __restrict__ logits) {
-    __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
+    __shared__ __align__(16) bf16 xs[ROUTE_XS];
+    const int warps = blockDim.x / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     uint4 av[KCH];
     launch_next();  // the gate_up CTAs take the SMs this grid leaves free
-    // Router row j (the shared gate's at j == experts) for every row; warps
-    // past it load the shared gate's and write nothing.
-    const int j = blockIdx.x * WARPS + warp;
+    // Router row j (the shared gate's at j == experts); warps past it load
+    // the shared gate's and write nothing.
+    const int j = blockIdx.x * warps + warp;
     const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
     const unsigned long long pol = weight_policy(l2_hints);
-    for (int r = 0; r < rows; ++r) {
-        load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
-        wait_prior();
-        if (r > 0) __syncthreads();  // every warp is done with row r - 1
-        stage_x(x + (long long)r * hidden, xs, hidden);
+    load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
+    wait_prior();
+    const int per = min(rows, ROUTE_XS / hidden);  // rows staged at once (>= 1: hidden <= MAX_HIDDEN)
+    for (int r0 = 0; r0 < rows; r0 += per) {
+        const int nr = min(per, rows - r0);
+        if (r0 > 0) __syncthreads();  // every warp is done with the rows before
+        stage_async(x + (long long)r0 * hidden, xs, nr * hidden);
+        cp_async_wait();
         __syncthreads();
-        float s = 0.f;
-        for (int base = 0;;) {
-            s += dot_pass(av, xs, base, hidden, lane);
-            base += KSPAN;
-            if (base >= hidden) break;
-            load_pass(w, base, hidden, lane, pol, av);
+        float acc[MAX_ROWS];
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
+        for (int base = 0; base < hidden; base += KSPAN) {
+            // The first pass is in av unless a later round of rows needs it again.
+            if (base > 0 || (r0 > 0 && hidden > KSPAN)) load_pass(w, base, hidden, lane, pol, av);
+#pragma unroll
+            for (int r = 0; r < MAX_ROWS; ++r) {
+                if (r < nr) acc[r] += dot_pass(av, xs + r * hidden, base, hidden, lane);
+            }
         }
-        s = warp_sum(s);
-        if (lane == 0 && j <= experts) logits[(long long)r * (experts + 1) + j] = s;
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r) {
+            if (r < nr) {
+                const float s = warp_sum(acc[r]);
+                if (lane == 0 && j <= experts) logits[(long long)(r0 + r) * (experts + 1) + j] = s;
+            }
+        }
     }
 }
 
@@ -372,7 +387,8 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
             prefetch_share(shared_down_prefetch, (long long)hidden * shared_inter * 2, blockIdx.x, gridDim.x);
         }
         wait_prior();
-        stage_x(x + (long long)r * hidden, xs, hidden);
+        stage_async(x + (long long)r * hidden, xs, hidden);
+        cp_async_wait();
         __syncthreads();
         float* act_r = act + ((long long)r * (top_k + 1) + top_k) * act_stride;
 #pragma unroll 1
@@ -388,21 +404,10 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     }
     const int r = pair / top_k, slot = pair - r * top_k;
     wait_prior();
-    // x's row: loaded before the routing, stored after it (the stores would
-    // wait for the loads and hold back the logits' loads).
-    uint4 xr[XPT];
-    const bf16* x_row = x + (long long)r * hidden;
-#pragma unroll
-    for (int i = 0; i < XPT; ++i) {
-        const int k = (i * THREADS + threadIdx.x) * 8;
-        xr[i] = load8(x_row + k, x_row, k < hidden);
-    }
+    // x's row lands in shared memory (cp.async) while the routing runs.
+    stage_async(x + (long long)r * hidden, xs, hidden);
     route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
-#pragma unroll
-    for (int i = 0; i < XPT; ++i) {
-        const int k = (i * THREADS + threadIdx.x) * 8;
-        if (k < hidden) *reinterpret_cast<uint4*>(xs + k) = xr[i];
-    }
+    cp_async_wait();
     __syncthreads();
     float kept = 1.f;
     if (renormalise) {
