@@ -636,50 +636,24 @@ fn kernel_bytes(s: Shape, rows: usize, kernel: &str) -> usize {
 /// Every launch schedule the timing compares: the default first.
 fn schedules() -> Vec<(&'static str, DecodeTuning)> {
     let d = DecodeTuning::default();
+    let t = |cols: usize, pf_down: bool, pf_cols: bool, route: usize| DecodeTuning {
+        gate_up_cols: cols,
+        prefetch_down: pf_down,
+        prefetch_columns: pf_cols,
+        route_warps: route,
+    };
     vec![
         ("default", d),
-        (
-            "cols1",
-            DecodeTuning {
-                gate_up_cols: 1,
-                ..d
-            },
-        ),
-        (
-            "cols2",
-            DecodeTuning {
-                gate_up_cols: 2,
-                ..d
-            },
-        ),
-        (
-            "cols4",
-            DecodeTuning {
-                gate_up_cols: 4,
-                ..d
-            },
-        ),
-        (
-            "prefetch",
-            DecodeTuning {
-                prefetch_down: true,
-                ..d
-            },
-        ),
-        (
-            "route4",
-            DecodeTuning {
-                route_warps: 4,
-                ..d
-            },
-        ),
-        (
-            "route2",
-            DecodeTuning {
-                route_warps: 2,
-                ..d
-            },
-        ),
+        ("cols1", t(1, false, false, 8)),
+        ("cols2", t(2, false, false, 8)),
+        ("cols3", t(3, false, false, 8)),
+        ("cols4", t(4, false, false, 8)),
+        ("pfdown", t(3, true, false, 8)),
+        ("pfcols2", t(2, false, true, 8)),
+        ("pfcols3", t(3, false, true, 8)),
+        ("pfcols4", t(4, false, true, 8)),
+        ("route4", t(3, false, false, 4)),
+        ("route2", t(3, false, false, 2)),
     ]
 }
 

@@ -45,6 +45,10 @@ pub struct DecodeTuning {
     /// (and the shared ones for the shared expert's), so that the down
     /// kernel's reads hit L2: the bytes move from down's time into gate_up's.
     pub prefetch_down: bool,
+    /// Whether each gate_up warp asks L2 for all its columns' rows at once
+    /// (after its first column's loads): every byte of the kernel is
+    /// requested early, the later columns' loads hit L2.
+    pub prefetch_columns: bool,
     /// Warps of a route CTA (1 ..= 8), one router row each.
     pub route_warps: usize,
 }
@@ -54,6 +58,7 @@ impl Default for DecodeTuning {
         DecodeTuning {
             gate_up_cols: 3,
             prefetch_down: false,
+            prefetch_columns: false,
             route_warps: 8,
         }
     }
@@ -276,6 +281,7 @@ pub fn moe_decode_tuned(
         .i32(si32)
         .i32(stride)
         .i32(int(op, "gate_up columns", cols)?)
+        .i32(tuning.prefetch_columns as i32)
         .i32(PREFETCH_AT as i32)
         .i32(hints)
         .ptr(down_pf)
@@ -400,13 +406,13 @@ mod tests {
         ] {
             assert!(bad.check().is_err(), "{bad:?}");
         }
-        assert!(DecodeTuning {
+        let edge = DecodeTuning {
             gate_up_cols: 64,
             route_warps: 1,
-            prefetch_down: true
-        }
-        .check()
-        .is_ok());
+            prefetch_down: true,
+            prefetch_columns: true,
+        };
+        assert!(edge.check().is_ok());
     }
 
     #[test]

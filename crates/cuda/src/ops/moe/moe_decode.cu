@@ -343,6 +343,24 @@ __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, cons
     return g / (1.f + expf(-g)) * u;
 }
 
+// Asks L2 for the gate and up rows (hidden bf16 each, at g + c * hidden and
+// u + c * hidden) of this warp's columns c = col0 + i * WARPS, 1 <= i < cpw,
+// c < cols: lane l takes the rows' 128-byte lines l, l + 32, ...
+__device__ __forceinline__ void prefetch_columns(const bf16* g, const bf16* u, int col0, int cpw, int cols,
+                                                 int hidden, int lane) {
+    const int bytes = hidden * 2;
+    for (int i = 1; i < cpw; ++i) {
+        const int c = col0 + i * WARPS;
+        if (c >= cols) break;  // warp-uniform
+        const char* gr = reinterpret_cast<const char*>(g + (long long)c * hidden);
+        const char* ur = reinterpret_cast<const char*>(u + (long long)c * hidden);
+        for (int l = lane * 128; l < bytes; l += 32 * 128) {
+            prefetch_l2(gr + l);
+            prefetch_l2(ur + l);
+        }
+    }
+}
+
 // gate+up of the routed experts and of the shared expert.
 // grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows * top_k + rows):
 // blockIdx.y < rows * top_k is (row, slot) of a routed expert, the rest the
@@ -354,15 +372,16 @@ __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, cons
 // (0, row * top_k). With down_prefetch set, each routed CTA asks L2 for its
 // share of its expert's down matrix (after issuing column pf_col's loads),
 // and row 0's shared CTAs for the shared expert's (shared_down_prefetch):
-// the down kernel's reads hit L2.
+// the down kernel's reads hit L2. With pf_cols set, each warp asks L2 for
+// its later columns' rows right after issuing its first column's loads.
 // Shared CTAs: their first weights load before griddepcontrol.wait.
 // act: [rows][top_k + 1][act_stride] f32.
-extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers (80 spill): 2 CTAs an SM
+extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers: 2 CTAs an SM
 moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
                    const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
                    const float* __restrict__ logits, int rows, int hidden, int experts, int top_k,
                    int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
-                   int cpw, int pf_col, int l2_hints, const bf16* __restrict__ down_prefetch,
+                   int cpw, int pf_cols, int pf_col, int l2_hints, const bf16* __restrict__ down_prefetch,
                    const bf16* __restrict__ shared_down_prefetch, int* __restrict__ topk_expert,
                    float* __restrict__ topk_weight, float* __restrict__ act) {
     __shared__ RouteSmem sm;
@@ -382,6 +401,7 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         const bf16* u_row = shared_up_proj + (long long)cc * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
+        if (pf_cols) prefetch_columns(shared_gate_proj, shared_up_proj, col0, cpw, shared_inter, hidden, lane);
         if (r == 0 && down_prefetch != nullptr) {
             // The shared expert's down matrix ([hidden][shared_inter]) into L2.
             prefetch_share(shared_down_prefetch, (long long)hidden * shared_inter * 2, blockIdx.x, gridDim.x);
@@ -431,6 +451,10 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         const bf16* u_row = g_row + (long long)inter * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
+        if (i == 0 && pf_cols) {
+            const bf16* g = gate_up + (long long)e * 2 * inter * hidden;
+            prefetch_columns(g, g + (long long)inter * hidden, col0, cpw, inter, hidden, lane);
+        }
         if (i == pf_col && down_prefetch != nullptr) {
             // This CTA's share of the expert's down matrix ([hidden][inter]).
             prefetch_share(down_prefetch + (long long)e * hidden * inter, (long long)hidden * inter * 2,
