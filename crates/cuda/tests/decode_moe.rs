@@ -220,7 +220,8 @@ fn run_decode(be: &CudaBackend, w: &Weights, s: Shape, rows: usize, x: &CudaAct)
     be.act_to_f32(&out).unwrap()
 }
 
-/// Every case at each row count: fresh inputs, the decode path against f64.
+/// Every case at each row count: fresh inputs, the decode path against f64,
+/// and every launch schedule (outputs NaN-poisoned first) against its bits.
 fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64) {
     for (n, &s) in cases.iter().enumerate() {
         let w = weights(be, s, seed + 10 * n as u64);
@@ -231,6 +232,19 @@ fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64
             let got = run_decode(be, &w, s, rows, &xa);
             let err = rel_err(&got, &want);
             assert!(err < 1e-2, "case {n} {s:?}, {rows} rows: rel err {err}");
+            for (name, t) in schedules() {
+                poison_pool(be, &[rows * s.hidden * 2, workspace_bytes(s, rows)]);
+                let out = moe_decode_tuned(be.device(), &xa, &w.dev, &spec(s), t, &mut |_| {});
+                let other = be.act_to_f32(&out.unwrap()).unwrap();
+                let same = other
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "case {n} {s:?}, {rows} rows, schedule {name}: the default's bits"
+                );
+            }
         }
     }
 }
@@ -640,6 +654,7 @@ fn schedules() -> Vec<(&'static str, DecodeTuning)> {
         gate_up_cols: cols,
         prefetch_down: pf_down,
         prefetch_columns: pf_cols,
+        down_self_route: false,
         route_warps: route,
     };
     vec![
@@ -654,6 +669,21 @@ fn schedules() -> Vec<(&'static str, DecodeTuning)> {
         ("pfcols4", t(4, false, true, 8)),
         ("route4", t(3, false, false, 4)),
         ("route2", t(3, false, false, 2)),
+        (
+            "selfroute",
+            DecodeTuning {
+                down_self_route: true,
+                ..d
+            },
+        ),
+        (
+            "selfroute_pfcols3",
+            DecodeTuning {
+                down_self_route: true,
+                prefetch_columns: true,
+                ..d
+            },
+        ),
     ]
 }
 

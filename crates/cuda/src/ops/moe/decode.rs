@@ -49,6 +49,11 @@ pub struct DecodeTuning {
     /// (after its first column's loads): every byte of the kernel is
     /// requested early, the later columns' loads hit L2.
     pub prefetch_columns: bool,
+    /// Whether each down CTA takes its row's routing from the logits itself
+    /// before its wait (and issues its first routed loads then) instead of
+    /// reading gate_up's top-k after it: in a chain the down CTAs that start
+    /// early load their rows while gate_up runs.
+    pub down_self_route: bool,
     /// Warps of a route CTA (1 ..= 8), one router row each.
     pub route_warps: usize,
 }
@@ -59,6 +64,7 @@ impl Default for DecodeTuning {
             gate_up_cols: 3,
             prefetch_down: false,
             prefetch_columns: false,
+            down_self_route: false,
             route_warps: 8,
         }
     }
@@ -319,6 +325,10 @@ pub fn moe_decode_tuned(
         .i32(si32)
         .i32(stride)
         .i32(hints)
+        .i32(tuning.down_self_route as i32)
+        .i32(spec.renormalise as i32)
+        .i32(int(op, "first expert", spec.first_expert)?)
+        .i32(int(op, "local experts", spec.local_experts)?)
         .ptr(out.ptr());
     let rows_grid = grid_dim(op, rows, GRID_YZ)?;
     mark("down");
@@ -411,6 +421,7 @@ mod tests {
             route_warps: 1,
             prefetch_down: true,
             prefetch_columns: true,
+            down_self_route: true,
         };
         assert!(edge.check().is_ok());
     }

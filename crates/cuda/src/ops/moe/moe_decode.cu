@@ -25,9 +25,10 @@
 //    the shared expert's rows load before the wait.
 //
 // The three launch with programmatic dependent launch (compute capability
-// 9.0+): each reads only weights before wait_prior(), and the first two let
-// the next kernel's CTAs start at once (launch_next()), so those load their
-// weights while the previous kernel runs.
+// 9.0+): each reads only weights before wait_prior() (the down kernel with
+// self_route also the logits: see there), and the first two let the next
+// kernel's CTAs start early (launch_next(), gate_up's after its wait), so
+// those load their weights while the previous kernel runs.
 //
 // Needs hidden, intermediate and the shared intermediate to be multiples of 8
 // (16-byte loads); rows <= MAX_ROWS; experts <= MAX_EXPERTS; top_k <= MAX_TOP_K.
@@ -204,7 +205,7 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
 #pragma unroll
     for (int v = 0; v < EPT; ++v) {
         const int e = v * THREADS + tid;
-        l[v] = e < experts ? __ldg(row + e) : -INFINITY;
+        l[v] = e < experts ? __ldcg(row + e) : -INFINITY;  // from L2: see moe_decode_down
         mx = fmaxf(mx, l[v]);
     }
     mx = warp_max(mx);
@@ -273,6 +274,21 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
 // cp.async, all threads of the CTA; complete after cp_async_wait().
 __device__ __forceinline__ void stage_async(const bf16* __restrict__ src, bf16* dst, int n) {
     for (int c = threadIdx.x; c < n / 8; c += blockDim.x) cp_async16(dst + 8 * c, src + 8 * c);
+}
+
+// The local index of the expert of rank t (route_row's), or -1: another rank's.
+__device__ __forceinline__ int local_expert(const RouteSmem& sm, int t, int first, int local) {
+    const int le = sm.sel_e[t] - first;
+    return le >= 0 && le < local ? le : -1;
+}
+
+// The weight of the expert of rank t: its probability, over the top-k's sum
+// when `renormalise` (summed in rank order: every caller gets the same bits).
+__device__ __forceinline__ float slot_weight(const RouteSmem& sm, int t, int top_k, int renormalise) {
+    if (!renormalise) return sm.sel_p[t];
+    float kept = 0.f;
+    for (int kk = 0; kk < top_k; ++kk) kept += sm.sel_p[kk];
+    return sm.sel_p[t] / kept;
 }
 
 // logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
@@ -391,7 +407,6 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     const int col0 = blockIdx.x * cpw * WARPS + warp;
     const unsigned long long pol = weight_policy(l2_hints);
     uint4 av[KCH], bv[KCH];
-    launch_next();  // the down CTAs take the SMs this grid leaves free
     if (pair >= rows * top_k) {
         // The shared expert of row r: no routing, so its first pass loads
         // before the wait (warps past the last column load the last one).
@@ -407,6 +422,7 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
             prefetch_share(shared_down_prefetch, (long long)hidden * shared_inter * 2, blockIdx.x, gridDim.x);
         }
         wait_prior();
+        launch_next();  // after the wait: the down CTAs may read the logits
         stage_async(x + (long long)r * hidden, xs, hidden);
         cp_async_wait();
         __syncthreads();
@@ -424,21 +440,16 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     }
     const int r = pair / top_k, slot = pair - r * top_k;
     wait_prior();
+    launch_next();  // after the wait: the down CTAs may read the logits
     // x's row lands in shared memory (cp.async) while the routing runs.
     stage_async(x + (long long)r * hidden, xs, hidden);
     route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
     cp_async_wait();
     __syncthreads();
-    float kept = 1.f;
-    if (renormalise) {
-        kept = 0.f;
-        for (int kk = 0; kk < top_k; ++kk) kept += sm.sel_p[kk];
-    }
     if (blockIdx.x == 0 && slot == 0 && (int)threadIdx.x < top_k) {
         const int t = threadIdx.x;
-        const int le = sm.sel_e[t] - first;
-        topk_expert[r * top_k + t] = le >= 0 && le < local ? le : -1;
-        topk_weight[r * top_k + t] = renormalise ? sm.sel_p[t] / kept : sm.sel_p[t];
+        topk_expert[r * top_k + t] = local_expert(sm, t, first, local);
+        topk_weight[r * top_k + t] = slot_weight(sm, t, top_k, renormalise);
     }
     const int e = sm.sel_e[slot] - first;
     if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
@@ -521,18 +532,28 @@ __device__ __forceinline__ float dot_act(const uint4 (&v)[DCH], const float* a_s
 // out = bf16(sum over the k routed slots of w_s * (down_s[n] . act_s) +
 // sigmoid(gate logit) * (shared_down[n] . act_k)). Each warp one column n of
 // row blockIdx.y; the shared expert's rows load before griddepcontrol.wait.
+// The routing: topk_expert / topk_weight (gate_up's) after the wait, or with
+// self_route the CTA's own route_row of the logits before it, and then the
+// routed rows' first group loads before the wait too. The logits are the
+// route kernel's, two launches back: every gate_up CTA lets this grid start
+// only after its own wait (route has finished, its writes are in L2), and
+// they are read from L2 (ld.global.cg).
 // grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, (top_k + 1) * act_stride <= MAX_ACT.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
                 const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
                 const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
                 int experts, int top_k, int inter, int shared_inter, int act_stride, int l2_hints,
-                bf16* __restrict__ out) {
+                int self_route, int renormalise, int first, int local, bf16* __restrict__ out) {
     // Per routed slot its down matrix (null: another rank's expert); per slot
-    // (the shared expert's last) its weight; the row's activations.
+    // (the shared expert's last) its weight; the row's activations, whose
+    // space holds the routing's scratch before the wait.
     __shared__ const bf16* base_s[MAX_TOP_K];
     __shared__ float scale_s[MAX_TOP_K + 1];
-    __shared__ __align__(16) float act_s[MAX_ACT];
+    constexpr int ACT_BYTES = MAX_ACT * 4;
+    constexpr int RAW = ACT_BYTES > (int)sizeof(RouteSmem) ? ACT_BYTES : (int)sizeof(RouteSmem);
+    __shared__ __align__(16) unsigned char raw[RAW];
+    float* act_s = reinterpret_cast<float*>(raw);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = blockIdx.y, t = threadIdx.x;
     const int slots = top_k + 1;
@@ -540,27 +561,43 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
     // Warps past the last column repeat it and write nothing.
     const int n = blockIdx.x * WARPS + warp, nn = min(n, hidden - 1);
     const bf16* sd_row = shared_down + (long long)nn * shared_inter;
+    const float* logit_row = logits + (long long)r * (experts + 1);
     uint4 sv[DCH];
     load_shared(sd_row, 0, shared_inter, lane, pol, sv);  // weights: before the wait
-    wait_prior();
-    // The row's activations into shared memory (asynchronous: they land while
-    // the routing is read and the weights load).
-    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
-    for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
-    if (t < top_k) {
-        const int e = topk_expert[r * top_k + t];
-        base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
-        scale_s[t] = topk_weight[r * top_k + t];
-    } else if (t == top_k) {
-        const float gl = logits[(long long)r * (experts + 1) + experts];
-        scale_s[t] = 1.f / (1.f + expf(-gl));
-    }
-    __syncthreads();
-    const int longest = max(inter, shared_inter);
     uint4 wv[DSLOTS][DCH];
-    load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
+    if (self_route) {
+        RouteSmem& sm = *reinterpret_cast<RouteSmem*>(raw);
+        route_row(logit_row, experts, top_k, sm);
+        if (t < top_k) {
+            const int e = local_expert(sm, t, first, local);
+            base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+            scale_s[t] = slot_weight(sm, t, top_k, renormalise);
+        } else if (t == top_k) {
+            scale_s[t] = 1.f / (1.f + expf(-__ldcg(logit_row + experts)));
+        }
+        __syncthreads();  // also: every read of sm is done before act_s overwrites it
+        load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+        wait_prior();
+        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+    } else {
+        wait_prior();
+        // The row's activations into shared memory (asynchronous: they land
+        // while the routing is read and the weights load).
+        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+        if (t < top_k) {
+            const int e = topk_expert[r * top_k + t];
+            base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+            scale_s[t] = topk_weight[r * top_k + t];
+        } else if (t == top_k) {
+            scale_s[t] = 1.f / (1.f + expf(-logit_row[experts]));
+        }
+        __syncthreads();
+        load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+    }
     cp_async_wait();
     __syncthreads();
+    const int longest = max(inter, shared_inter);
     float acc = 0.f;
     for (int cb = 0; cb < longest; cb += DSPAN) {
         if (cb > 0) load_shared(sd_row, cb, shared_inter, lane, pol, sv);
