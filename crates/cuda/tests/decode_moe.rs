@@ -130,9 +130,14 @@ fn silu(x: f64) -> f64 {
 /// The smallest gap between the k-th and (k+1)-th router logits over the rows
 /// (the routing is well defined when it is far above f32 rounding).
 fn routing_gap(x: &[f32], w: &Weights, s: Shape) -> f64 {
+    router_gap(x, &w.router, s)
+}
+
+/// [`routing_gap`] for the router weights `router` (`[experts][hidden]`).
+fn router_gap(x: &[f32], router: &[f32], s: Shape) -> f64 {
     x.chunks(s.hidden)
         .map(|xr| {
-            let mut l: Vec<f64> = w.router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
+            let mut l: Vec<f64> = router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
             l.sort_by(|a, b| b.total_cmp(a));
             l[s.top_k - 1] - l.get(s.top_k).copied().unwrap_or(f64::NEG_INFINITY)
         })
@@ -555,23 +560,43 @@ fn refuses_what_it_does_not_take() {
 }
 
 /// The 35B-A3B block's weights drawn on the device (normal, the scales of
-/// [`weights`]): the timing test needs no host copy.
-fn device_weights(be: &CudaBackend, s: Shape, seed: u64) -> MoeWeights<CudaWeight> {
+/// [`weights`]) but the router's, drawn on the host and returned with them
+/// (the timing test picks inputs with a clear routing and counts experts).
+fn device_weights(be: &CudaBackend, s: Shape, seed: u64) -> (MoeWeights<CudaWeight>, Vec<f32>) {
     let (h, i, si, l) = (s.hidden, s.inter, s.shared, s.local);
     let sc = 1.0 / (h as f32).sqrt();
     let draw = |rows, cols, n: u64, std: f32| {
         be.init_matrix(rows, cols, WeightInit::new(seed + n, 0.0, std))
             .unwrap()
     };
-    MoeWeights {
-        router: draw(s.experts, h, 0, 4.0 * sc),
+    let router = uniform(seed, s.experts * h, 4.0 * sc * 1.7);
+    let w = MoeWeights {
+        router: matrix(be, s.experts, h, &router),
         gate_up: draw(l * 2 * i, h, 1, sc),
         down: draw(l * h, i, 2, 1.0 / (i as f32).sqrt()),
         shared_gate_proj: draw(si, h, 3, sc),
         shared_up_proj: draw(si, h, 4, sc),
         shared_down_proj: draw(h, si, 5, 1.0 / (si as f32).sqrt()),
         shared_gate: draw(1, h, 6, sc),
-    }
+    };
+    (w, router)
+}
+
+/// The experts the rows of `x` choose (f64 logits), each expert once.
+fn distinct_experts(x: &[f32], router: &[f32], s: Shape) -> usize {
+    let mut chosen: Vec<usize> = x
+        .chunks(s.hidden)
+        .flat_map(|xr| {
+            let l: Vec<f64> = router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
+            let mut order: Vec<usize> = (0..s.experts).collect();
+            order.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+            order.truncate(s.top_k);
+            order
+        })
+        .collect();
+    chosen.sort_unstable();
+    chosen.dedup();
+    chosen.len()
 }
 
 /// Median of `v` (sorted in place).
@@ -635,14 +660,15 @@ fn chained_us(
     (end.ms_since(&start).unwrap() * 1e3 / calls as f64, host_us)
 }
 
-/// Weight bytes each kernel reads for `rows` rows (a row's experts are read
-/// for that row, whether or not another row chose them too).
-fn kernel_bytes(s: Shape, rows: usize, kernel: &str) -> usize {
-    let (h, e, k, i, si) = (s.hidden, s.experts, s.top_k, s.inter, s.shared);
+/// Distinct weight bytes each kernel needs for `rows` rows choosing
+/// `experts` distinct experts in all (the DRAM floor; a row's kernels read
+/// its experts and the shared expert whether or not another row did too).
+fn kernel_bytes(s: Shape, rows: usize, experts: usize, kernel: &str) -> usize {
+    let (h, e, i, si) = (s.hidden, s.experts, s.inter, s.shared);
     match kernel {
         "route" => ((e + 1) * h + rows * h) * 2,
-        "gate_up" => rows * (k * 2 * i * h + 2 * si * h) * 2,
-        "down" => rows * (k * h * i + h * si) * 2,
+        "gate_up" => (experts * 2 * i * h + 2 * si * h) * 2,
+        "down" => (experts * h * i + h * si) * 2,
         other => panic!("no kernel {other}"),
     }
 }
@@ -697,12 +723,16 @@ fn schedules() -> Vec<(&'static str, DecodeTuning)> {
 fn moe_decode_timing() {
     let be = backend();
     let s = QWEN35B;
-    let w = device_weights(&be, s, 40);
+    let (w, router) = device_weights(&be, s, 40);
     let sp = spec(s);
     for rows in [1, 2, 4, 8] {
-        let x = be
-            .act_from_f32(rows, s.hidden, &uniform(rows as u64, rows * s.hidden, 1.0))
-            .unwrap();
+        // A clear routing (as `inputs`): the paths' logits round differently.
+        let xh = (0..64)
+            .map(|n| uniform(rows as u64 * 1000 + n, rows * s.hidden, 1.0))
+            .find(|x| router_gap(x, &router, s) > 1e-3)
+            .expect("an input with a clear routing in 64 draws");
+        let distinct = distinct_experts(&xh, &router, s);
+        let x = be.act_from_f32(rows, s.hidden, &xh).unwrap();
         let want = be.act_to_f32(&be.moe_decode(&x, &w, &sp).unwrap()).unwrap();
         assert!(want.iter().all(|v| v.is_finite()), "{rows} rows: finite");
         let grouped = be.moe_marked(&x, &w, &sp, None, &mut |_| {}).unwrap();
@@ -725,10 +755,10 @@ fn moe_decode_timing() {
             let medians = kernel_medians(&be, &x, &w, &sp, t, 60);
             assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
             for (kernel, us) in &medians {
-                let mb = kernel_bytes(s, rows, kernel) as f64 / 1e6;
+                let mb = kernel_bytes(s, rows, distinct, kernel) as f64 / 1e6;
                 println!(
-                    "moe_decode_timing: rows {rows} schedule {name} kernel {kernel} \
-                     median {us:.2} us, {mb:.1} MB, {:.0} GB/s",
+                    "moe_decode_timing: rows {rows} ({distinct} experts) schedule {name} \
+                     kernel {kernel} median {us:.2} us, {mb:.1} MB, {:.0} GB/s",
                     mb * 1e3 / us
                 );
             }
