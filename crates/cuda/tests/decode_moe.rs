@@ -681,6 +681,7 @@ fn schedules() -> Vec<(&'static str, DecodeTuning)> {
         prefetch_down: pf_down,
         prefetch_columns: pf_cols,
         down_self_route: false,
+        down_releases_next: false,
         route_warps: route,
     };
     vec![
@@ -703,10 +704,26 @@ fn schedules() -> Vec<(&'static str, DecodeTuning)> {
             },
         ),
         (
+            "release",
+            DecodeTuning {
+                down_releases_next: true,
+                ..d
+            },
+        ),
+        (
             "selfroute_pfcols3",
             DecodeTuning {
                 down_self_route: true,
                 prefetch_columns: true,
+                ..d
+            },
+        ),
+        (
+            "selfroute_pfcols3_release",
+            DecodeTuning {
+                down_self_route: true,
+                prefetch_columns: true,
+                down_releases_next: true,
                 ..d
             },
         ),

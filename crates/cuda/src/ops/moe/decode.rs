@@ -54,6 +54,10 @@ pub struct DecodeTuning {
     /// reading gate_up's top-k after it: in a chain the down CTAs that start
     /// early load their rows while gate_up runs.
     pub down_self_route: bool,
+    /// Whether the down kernel lets the next kernel on the stream start once
+    /// its CTAs have passed their wait (that kernel's prologue overlaps
+    /// down's stream) instead of at its end.
+    pub down_releases_next: bool,
     /// Warps of a route CTA (1 ..= 8), one router row each.
     pub route_warps: usize,
 }
@@ -65,6 +69,7 @@ impl Default for DecodeTuning {
             prefetch_down: false,
             prefetch_columns: false,
             down_self_route: false,
+            down_releases_next: false,
             route_warps: 8,
         }
     }
@@ -329,6 +334,7 @@ pub fn moe_decode_tuned(
         .i32(spec.renormalise as i32)
         .i32(int(op, "first expert", spec.first_expert)?)
         .i32(int(op, "local experts", spec.local_experts)?)
+        .i32(tuning.down_releases_next as i32)
         .ptr(out.ptr());
     let rows_grid = grid_dim(op, rows, GRID_YZ)?;
     mark("down");
@@ -422,6 +428,7 @@ mod tests {
             prefetch_down: true,
             prefetch_columns: true,
             down_self_route: true,
+            down_releases_next: true,
         };
         assert!(edge.check().is_ok());
     }

@@ -537,14 +537,17 @@ __device__ __forceinline__ float dot_act(const uint4 (&v)[DCH], const float* a_s
 // routed rows' first group loads before the wait too. The logits are the
 // route kernel's, two launches back: every gate_up CTA lets this grid start
 // only after its own wait (route has finished, its writes are in L2), and
-// they are read from L2 (ld.global.cg).
+// they are read from L2 (ld.global.cg). With release_next, the next kernel
+// on the stream may start once every CTA has passed its wait (a programmatic
+// launch waits for this grid before it reads what this grid writes).
 // grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, (top_k + 1) * act_stride <= MAX_ACT.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
                 const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
                 const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
                 int experts, int top_k, int inter, int shared_inter, int act_stride, int l2_hints,
-                int self_route, int renormalise, int first, int local, bf16* __restrict__ out) {
+                int self_route, int renormalise, int first, int local, int release_next,
+                bf16* __restrict__ out) {
     // Per routed slot its down matrix (null: another rank's expert); per slot
     // (the shared expert's last) its weight; the row's activations, whose
     // space holds the routing's scratch before the wait.
@@ -579,9 +582,11 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
         __syncthreads();  // also: every read of sm is done before act_s overwrites it
         load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
         wait_prior();
+        if (release_next) launch_next();
         for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
     } else {
         wait_prior();
+        if (release_next) launch_next();
         // The row's activations into shared memory (asynchronous: they land
         // while the routing is read and the weights load).
         for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
