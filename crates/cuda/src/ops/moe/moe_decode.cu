@@ -22,7 +22,8 @@
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
-//    the shared expert's rows load before the wait.
+//    the shared expert's rows load before the wait; the routing is gate_up's,
+//    or (self_route) the CTA's own, taken before the wait.
 //
 // The three launch with programmatic dependent launch (compute capability
 // 9.0+): each reads only weights before wait_prior() (the down kernel with
