@@ -4,8 +4,9 @@
 //! softmax and top-k from the logits itself; the shared expert's weights load
 //! while the router runs), and the down GEMV with the weighted combine (its
 //! rows optionally prefetched into L2 while gate_up runs; the weight loads
-//! marked evict-first). [`DecodeTuning`] holds the launch choices. The grouped-GEMM path ([`super::routed_experts`]) takes ~14 launches
-//! and 128-row tiles that hold one valid row each at decode.
+//! marked evict-first). [`DecodeTuning`] holds the launch choices. The
+//! grouped-GEMM path ([`super::routed_experts`]) takes ~14 launches and
+//! 128-row tiles that hold one valid row each at decode.
 
 use super::check_weights;
 use crate::device::CudaDevice;
@@ -25,8 +26,9 @@ const MAX_EXPERTS: usize = 1024;
 const MAX_TOP_K: usize = 32;
 const MAX_HIDDEN: usize = 8192;
 const MAX_ACT: usize = 11264;
-/// Threads per CTA (`THREADS`); each warp computes one row (route) or column
-/// (down), or [`GATE_UP_COLS`] columns (gate_up).
+/// Threads per CTA (`THREADS`; a route CTA may take fewer); each warp
+/// computes one row (route) or column (down), or
+/// [`DecodeTuning::gate_up_cols`] columns (gate_up).
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
 
@@ -39,7 +41,7 @@ const PREFETCH_AT: usize = 0;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DecodeTuning {
     /// Columns a gate_up warp computes one after the other (1 ..= 64): the
-    /// grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (k + 1)).
+    /// grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
     pub gate_up_cols: usize,
     /// Whether the routed gate_up CTAs ask L2 for their experts' down rows
     /// (and the shared ones for the shared expert's), so that the down
@@ -88,8 +90,9 @@ impl DecodeTuning {
 }
 
 /// Launches one of the decode kernels with programmatic dependent launch
-/// (each reads only weights before its `griddepcontrol.wait`), `block`
-/// threads a CTA (at most [`THREADS`]).
+/// (each reads only weights before its `griddepcontrol.wait`, the down
+/// kernel with `down_self_route` also the route kernel's logits, finished
+/// by then: `moe_decode.cu`), `block` threads a CTA (at most [`THREADS`]).
 ///
 /// # Safety
 /// As `launch_programmatic`: the arguments match the kernel and address
@@ -265,7 +268,7 @@ pub fn moe_decode_tuned(
         )?
     };
 
-    // (row, slot) pairs of the routed experts, then each row's shared expert.
+    // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
     let cols = tuning.gate_up_cols;
     let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;

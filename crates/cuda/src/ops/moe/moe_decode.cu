@@ -8,9 +8,9 @@
 // 1. moe_decode_route: warp j computes router logit j (j < experts) or the
 //    shared expert's gate logit (j == experts) of every row, f32, reading
 //    its weight row once (the rows of x staged in shared memory).
-// 2. moe_decode_gate_up: blockIdx.y = (row, slot) of a routed expert, or a
-//    row's shared expert (it needs no routing: its first weights load before
-//    the wait, beside the router's). Every routed CTA first takes its row's
+// 2. moe_decode_gate_up: blockIdx.y = a row's shared expert (first: it needs
+//    no routing, its first weights load before the wait, beside the
+//    router's), or (row, slot) of a routed expert. Every routed CTA first takes its row's
 //    softmax and top-k from the logits itself (parallel: each warp ranks its
 //    32 experts by shuffles, the k best of each warp are ranked among
 //    themselves; ties -> lower index, NaN last, as moe_route), so no CTA waits
@@ -379,14 +379,15 @@ __device__ __forceinline__ void prefetch_columns(const bf16* g, const bf16* u, i
 }
 
 // gate+up of the routed experts and of the shared expert.
-// grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows * top_k + rows):
-// blockIdx.y < rows * top_k is (row, slot) of a routed expert, the rest the
-// shared expert of row blockIdx.y - rows * top_k. Warp w of CTA x computes
-// columns (x * cpw + i) * WARPS + w, i < cpw.
+// grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows + rows * top_k):
+// blockIdx.y < rows is the shared expert of row blockIdx.y (dispatched first:
+// when CTAs start before the router finishes, those have work), the rest
+// (row, slot) = pair blockIdx.y - rows of a routed expert. Warp w of CTA x
+// computes columns (x * cpw + i) * WARPS + w, i < cpw.
 // Routed CTAs: each first computes its row's softmax and top-k from the
 // logits (route_row). topk_expert / topk_weight: [rows][top_k], local expert
 // index (or -1: another rank's) and its weight, written by the CTA at
-// (0, row * top_k). With down_prefetch set, each routed CTA asks L2 for its
+// (0, rows + row * top_k). With down_prefetch set, each routed CTA asks L2 for its
 // share of its expert's down matrix (after issuing column pf_col's loads),
 // and row 0's shared CTAs for the shared expert's (shared_down_prefetch):
 // the down kernel's reads hit L2. With pf_cols set, each warp asks L2 for
@@ -404,14 +405,14 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int pair = blockIdx.y;
+    const int y = blockIdx.y;
     const int col0 = blockIdx.x * cpw * WARPS + warp;
     const unsigned long long pol = weight_policy(l2_hints);
     uint4 av[KCH], bv[KCH];
-    if (pair >= rows * top_k) {
+    if (y < rows) {
         // The shared expert of row r: no routing, so its first pass loads
         // before the wait (warps past the last column load the last one).
-        const int r = pair - rows * top_k;
+        const int r = y;
         const int cc = min(col0, shared_inter - 1);
         const bf16* g_row = shared_gate_proj + (long long)cc * hidden;
         const bf16* u_row = shared_up_proj + (long long)cc * hidden;
@@ -439,6 +440,7 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         }
         return;
     }
+    const int pair = y - rows;
     const int r = pair / top_k, slot = pair - r * top_k;
     wait_prior();
     launch_next();  // after the wait: the down CTAs may read the logits
