@@ -1,15 +1,25 @@
 //! A cuBLAS handle bound to one stream: the strided-batched GEMM the
 //! composed attention route uses (f16/bf16 or f32 operands, f32 compute) and
 //! the row-major `y = x · Wᵀ` of the backend's linear layers ([`Blas::linear`]).
+//! The linear runs on cuBLASLt with what each distinct shape needs (matmul
+//! descriptor, layouts, the heuristic's algorithm) built on its first call
+//! and kept ([`lt`]): a repeated shape costs one
+//! `cublasLtMatmul`, not a `cublasGemmEx` with its per-call set-up.
+
+mod lt;
 
 use crate::{libs, CudaError};
 use cudarc::cublas::{result, sys};
 use cudarc::driver::sys::CUstream;
 use headroom_core::Dtype;
+use lt::{alignment, Lt, LtShape};
 use std::ffi::c_void;
 
 pub struct Blas {
     handle: sys::cublasHandle_t,
+    /// cuBLASLt with its plan cache; `None` where it could not be set up
+    /// (the linear then takes `cublasGemmEx`).
+    lt: Option<Lt>,
 }
 
 // SAFETY: the handle is only used through &self calls that cuBLAS allows from
@@ -40,7 +50,14 @@ impl Blas {
         let handle = result::create_handle()?;
         // SAFETY: handle is fresh; the stream belongs to the current context.
         unsafe { result::set_stream(handle, stream as sys::cudaStream_t)? };
-        Ok(Blas { handle })
+        let lt = Lt::new(stream).ok();
+        Ok(Blas { handle, lt })
+    }
+
+    /// The cuBLASLt plans kept (one per distinct linear shape), or `None`
+    /// where [`Blas::linear`] runs on `cublasGemmEx` (no cuBLASLt).
+    pub fn lt_plans(&self) -> Option<usize> {
+        self.lt.as_ref().map(Lt::plans)
     }
 
     /// Column-major `C[i] = alpha · op(A[i]) · op(B[i])` for `batch` matrices,
@@ -115,19 +132,67 @@ pub struct Linear {
     pub accumulate: bool,
 }
 
+impl Linear {
+    /// The column-major GEMM `yᵀ = W · xᵀ` of this product: `(m, n, k)` =
+    /// (out features, rows, in features), each within i32.
+    fn dims(&self) -> Result<(i32, i32, i32), CudaError> {
+        let dim = |v: usize| {
+            i32::try_from(v).map_err(|_| CudaError::Blas(format!("GEMM dimension {v} exceeds i32")))
+        };
+        Ok((
+            dim(self.out_features)?,
+            dim(self.rows)?,
+            dim(self.in_features)?,
+        ))
+    }
+
+    /// What a cuBLASLt plan depends on.
+    fn lt_shape(&self) -> LtShape {
+        LtShape {
+            out_features: self.out_features,
+            rows: self.rows,
+            in_features: self.in_features,
+            x: self.x_dtype,
+            w: self.w_dtype,
+            y: self.y_dtype,
+            align: [alignment(self.w), alignment(self.x), alignment(self.y)],
+        }
+    }
+}
+
 impl Blas {
     /// Row-major `y = x · Wᵀ` by the column-major identity `yᵀ = W · xᵀ`:
     /// cuBLAS sees `W` as a column-major `[in][out]` matrix (transposed) and
-    /// `x`, `y` as column-major `[in][t]`, `[out][t]`. f32 compute.
+    /// `x`, `y` as column-major `[in][t]`, `[out][t]`. f32 compute. On
+    /// cuBLASLt with the shape's cached plan; on `cublasGemmEx` where
+    /// cuBLASLt is missing or has no algorithm for the shape.
     ///
     /// # Safety
     /// `x`, `w` and `y` must address `rows·in`, `out·in` and `rows·out`
     /// elements of their dtypes.
     pub unsafe fn linear(&self, l: &Linear) -> Result<(), CudaError> {
-        let dim = |v: usize| {
-            i32::try_from(v).map_err(|_| CudaError::Blas(format!("GEMM dimension {v} exceeds i32")))
-        };
-        let (m, n, k) = (dim(l.out_features)?, dim(l.rows)?, dim(l.in_features)?);
+        let (m, n, k) = l.dims()?;
+        if let Some(lt) = &self.lt {
+            let beta = if l.accumulate { 1f32 } else { 0f32 };
+            if lt.matmul(&l.lt_shape(), l.w, l.x, l.y, beta)? {
+                return Ok(());
+            }
+        }
+        self.gemm_ex(l, m, n, k)
+    }
+
+    /// [`Blas::linear`] on `cublasGemmEx` (`CUBLAS_GEMM_DEFAULT`) whatever
+    /// cuBLASLt holds: the path before the plan cache, kept for the host
+    /// cost comparison (`tests/linear_host.rs`) and as the fallback.
+    ///
+    /// # Safety
+    /// As [`Blas::linear`].
+    pub unsafe fn linear_gemm_ex(&self, l: &Linear) -> Result<(), CudaError> {
+        let (m, n, k) = l.dims()?;
+        self.gemm_ex(l, m, n, k)
+    }
+
+    unsafe fn gemm_ex(&self, l: &Linear, m: i32, n: i32, k: i32) -> Result<(), CudaError> {
         let (alpha, beta) = (1f32, if l.accumulate { 1f32 } else { 0f32 });
         result::gemm_ex(
             self.handle,

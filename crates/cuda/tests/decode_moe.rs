@@ -6,13 +6,16 @@
 //! neighbours at 1..=8 rows, small shapes with tails in every dimension,
 //! expert parallelism (a rank's slice of the experts), shapes past one pass
 //! of each kernel's loops (hidden over 2048, intermediate over 512, top-k
-//! over 8, more than 256 experts), a NaN input row, and repeated calls.
+//! over 8, more than 256 experts), a NaN input row, and repeated calls; and
+//! `moe_decode_timing`: each kernel's median time and bandwidth at the
+//! 35B-A3B shape under every launch schedule, whose outputs must agree.
 //! Run by bench/gpu/check_decode.sh on the GPU machine.
 
 use half::bf16;
-use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
+use headroom_core::ops::{Backend, MoeSpec, MoeWeights, WeightInit};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
+use headroom_cuda::ops::moe::decode::{moe_decode_tuned, DecodeTuning};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
@@ -127,9 +130,14 @@ fn silu(x: f64) -> f64 {
 /// The smallest gap between the k-th and (k+1)-th router logits over the rows
 /// (the routing is well defined when it is far above f32 rounding).
 fn routing_gap(x: &[f32], w: &Weights, s: Shape) -> f64 {
+    router_gap(x, &w.router, s)
+}
+
+/// [`routing_gap`] for the router weights `router` (`[experts][hidden]`).
+fn router_gap(x: &[f32], router: &[f32], s: Shape) -> f64 {
     x.chunks(s.hidden)
         .map(|xr| {
-            let mut l: Vec<f64> = w.router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
+            let mut l: Vec<f64> = router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
             l.sort_by(|a, b| b.total_cmp(a));
             l[s.top_k - 1] - l.get(s.top_k).copied().unwrap_or(f64::NEG_INFINITY)
         })
@@ -217,7 +225,8 @@ fn run_decode(be: &CudaBackend, w: &Weights, s: Shape, rows: usize, x: &CudaAct)
     be.act_to_f32(&out).unwrap()
 }
 
-/// Every case at each row count: fresh inputs, the decode path against f64.
+/// Every case at each row count: fresh inputs, the decode path against f64,
+/// and every launch schedule (outputs NaN-poisoned first) against its bits.
 fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64) {
     for (n, &s) in cases.iter().enumerate() {
         let w = weights(be, s, seed + 10 * n as u64);
@@ -228,6 +237,19 @@ fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64
             let got = run_decode(be, &w, s, rows, &xa);
             let err = rel_err(&got, &want);
             assert!(err < 1e-2, "case {n} {s:?}, {rows} rows: rel err {err}");
+            for (name, t) in schedules() {
+                poison_pool(be, &[rows * s.hidden * 2, workspace_bytes(s, rows)]);
+                let out = moe_decode_tuned(be.device(), &xa, &w.dev, &spec(s), t, &mut |_| {});
+                let other = be.act_to_f32(&out.unwrap()).unwrap();
+                let same = other
+                    .iter()
+                    .zip(&got)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "case {n} {s:?}, {rows} rows, schedule {name}: the default's bits"
+                );
+            }
         }
     }
 }
@@ -535,4 +557,233 @@ fn refuses_what_it_does_not_take() {
         be.moe_decode(&one, &w.dev, &narrow).is_err(),
         "weights of another shape"
     );
+}
+
+/// The 35B-A3B block's weights drawn on the device (normal, the scales of
+/// [`weights`]) but the router's, drawn on the host and returned with them
+/// (the timing test picks inputs with a clear routing and counts experts).
+fn device_weights(be: &CudaBackend, s: Shape, seed: u64) -> (MoeWeights<CudaWeight>, Vec<f32>) {
+    let (h, i, si, l) = (s.hidden, s.inter, s.shared, s.local);
+    let sc = 1.0 / (h as f32).sqrt();
+    let draw = |rows, cols, n: u64, std: f32| {
+        be.init_matrix(rows, cols, WeightInit::new(seed + n, 0.0, std))
+            .unwrap()
+    };
+    let router = uniform(seed, s.experts * h, 4.0 * sc * 1.7);
+    let w = MoeWeights {
+        router: matrix(be, s.experts, h, &router),
+        gate_up: draw(l * 2 * i, h, 1, sc),
+        down: draw(l * h, i, 2, 1.0 / (i as f32).sqrt()),
+        shared_gate_proj: draw(si, h, 3, sc),
+        shared_up_proj: draw(si, h, 4, sc),
+        shared_down_proj: draw(h, si, 5, 1.0 / (si as f32).sqrt()),
+        shared_gate: draw(1, h, 6, sc),
+    };
+    (w, router)
+}
+
+/// The experts the rows of `x` choose (f64 logits), each expert once.
+fn distinct_experts(x: &[f32], router: &[f32], s: Shape) -> usize {
+    let mut chosen: Vec<usize> = x
+        .chunks(s.hidden)
+        .flat_map(|xr| {
+            let l: Vec<f64> = router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
+            let mut order: Vec<usize> = (0..s.experts).collect();
+            order.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+            order.truncate(s.top_k);
+            order
+        })
+        .collect();
+    chosen.sort_unstable();
+    chosen.dedup();
+    chosen.len()
+}
+
+/// Median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each kernel's median device time (µs) over `calls` calls under `t`:
+/// events recorded between the launches (so each kernel runs alone).
+fn kernel_medians(
+    be: &CudaBackend,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    sp: &MoeSpec,
+    t: DecodeTuning,
+    calls: usize,
+) -> Vec<(&'static str, f64)> {
+    let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    for _ in 0..calls {
+        let mut marks: Vec<(&'static str, Event)> = Vec::new();
+        moe_decode_tuned(be.device(), x, w, sp, t, &mut |st| {
+            marks.push((st, Event::record(be.device()).unwrap()))
+        })
+        .unwrap();
+        for pair in marks.windows(2) {
+            let us = pair[1].1.ms_since(&pair[0].1).unwrap() * 1e3;
+            match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
+                Some((_, v)) => v.push(us),
+                None => stages.push((pair[0].0, vec![us])),
+            }
+        }
+    }
+    stages
+        .into_iter()
+        .map(|(n, mut v)| (n, median(&mut v)))
+        .collect()
+}
+
+/// The whole block's device time per call (µs) over `calls` back-to-back
+/// calls (the kernels chained by programmatic launch, as in a model step),
+/// and the host's time per call to issue them.
+fn chained_us(
+    be: &CudaBackend,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    sp: &MoeSpec,
+    t: DecodeTuning,
+    calls: usize,
+) -> (f64, f64) {
+    moe_decode_tuned(be.device(), x, w, sp, t, &mut |_| {}).unwrap();
+    be.synchronize().unwrap();
+    let start = Event::record(be.device()).unwrap();
+    let host = std::time::Instant::now();
+    for _ in 0..calls {
+        moe_decode_tuned(be.device(), x, w, sp, t, &mut |_| {}).unwrap();
+    }
+    let host_us = host.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    let end = Event::record(be.device()).unwrap();
+    be.synchronize().unwrap();
+    (end.ms_since(&start).unwrap() * 1e3 / calls as f64, host_us)
+}
+
+/// Distinct weight bytes each kernel needs for `rows` rows choosing
+/// `experts` distinct experts in all (the DRAM floor; a row's kernels read
+/// its experts and the shared expert whether or not another row did too).
+fn kernel_bytes(s: Shape, rows: usize, experts: usize, kernel: &str) -> usize {
+    let (h, e, i, si) = (s.hidden, s.experts, s.inter, s.shared);
+    match kernel {
+        "route" => ((e + 1) * h + rows * h) * 2,
+        "gate_up" => (experts * 2 * i * h + 2 * si * h) * 2,
+        "down" => (experts * h * i + h * si) * 2,
+        other => panic!("no kernel {other}"),
+    }
+}
+
+/// Every launch schedule the timing compares: the default first.
+fn schedules() -> Vec<(&'static str, DecodeTuning)> {
+    let d = DecodeTuning::default();
+    let t = |cols: usize, pf_down: bool, pf_cols: bool, route: usize| DecodeTuning {
+        gate_up_cols: cols,
+        prefetch_down: pf_down,
+        prefetch_columns: pf_cols,
+        down_self_route: false,
+        down_releases_next: false,
+        route_warps: route,
+    };
+    vec![
+        ("default", d),
+        ("cols1", t(1, false, false, 8)),
+        ("cols2", t(2, false, false, 8)),
+        ("cols3", t(3, false, false, 8)),
+        ("cols4", t(4, false, false, 8)),
+        ("pfdown", t(3, true, false, 8)),
+        ("pfcols2", t(2, false, true, 8)),
+        ("pfcols3", t(3, false, true, 8)),
+        ("pfcols4", t(4, false, true, 8)),
+        ("route4", t(3, false, false, 4)),
+        ("route2", t(3, false, false, 2)),
+        (
+            "selfroute",
+            DecodeTuning {
+                down_self_route: true,
+                ..d
+            },
+        ),
+        (
+            "release",
+            DecodeTuning {
+                down_releases_next: true,
+                ..d
+            },
+        ),
+        (
+            "selfroute_pfcols3",
+            DecodeTuning {
+                down_self_route: true,
+                prefetch_columns: true,
+                ..d
+            },
+        ),
+        (
+            "selfroute_pfcols3_release",
+            DecodeTuning {
+                down_self_route: true,
+                prefetch_columns: true,
+                down_releases_next: true,
+                ..d
+            },
+        ),
+    ]
+}
+
+/// The 35B-A3B block at 1, 2, 4 and 8 rows under every schedule: each
+/// kernel's median µs over 60 calls and its GB/s, one `moe_decode_timing:`
+/// line per kernel, and the chained block per call. Asserts only
+/// correctness: every schedule gives the default's bits, and the default
+/// agrees with the grouped-GEMM path.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn moe_decode_timing() {
+    let be = backend();
+    let s = QWEN35B;
+    let (w, router) = device_weights(&be, s, 40);
+    let sp = spec(s);
+    for rows in [1, 2, 4, 8] {
+        // A clear routing (as `inputs`): the paths' logits round differently.
+        let xh = (0..64)
+            .map(|n| uniform(rows as u64 * 1000 + n, rows * s.hidden, 1.0))
+            .find(|x| router_gap(x, &router, s) > 1e-3)
+            .expect("an input with a clear routing in 64 draws");
+        let distinct = distinct_experts(&xh, &router, s);
+        let x = be.act_from_f32(rows, s.hidden, &xh).unwrap();
+        let want = be.act_to_f32(&be.moe_decode(&x, &w, &sp).unwrap()).unwrap();
+        assert!(want.iter().all(|v| v.is_finite()), "{rows} rows: finite");
+        let grouped = be.moe_marked(&x, &w, &sp, None, &mut |_| {}).unwrap();
+        let grouped: Vec<f64> = be
+            .act_to_f32(&grouped)
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let e = rel_err(&want, &grouped);
+        assert!(e < 2e-2, "{rows} rows: decode vs grouped {e}");
+        for (name, t) in schedules() {
+            let got = moe_decode_tuned(be.device(), &x, &w, &sp, t, &mut |_| {}).unwrap();
+            let got = be.act_to_f32(&got).unwrap();
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{rows} rows, schedule {name}: the default's bits");
+            let medians = kernel_medians(&be, &x, &w, &sp, t, 60);
+            assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
+            for (kernel, us) in &medians {
+                let mb = kernel_bytes(s, rows, distinct, kernel) as f64 / 1e6;
+                println!(
+                    "moe_decode_timing: rows {rows} ({distinct} experts) schedule {name} \
+                     kernel {kernel} median {us:.2} us, {mb:.1} MB, {:.0} GB/s",
+                    mb * 1e3 / us
+                );
+            }
+            let (dev_us, host_us) = chained_us(&be, &x, &w, &sp, t, 100);
+            println!(
+                "moe_decode_timing: rows {rows} schedule {name} chained block {dev_us:.2} us \
+                 per call (host {host_us:.2} us per call)"
+            );
+        }
+    }
 }

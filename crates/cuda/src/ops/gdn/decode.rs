@@ -3,9 +3,11 @@
 //! gating, the recurrent delta rule and the gated norm. Other batches and
 //! other shapes run the composition of the plain ops.
 //! The slots go to the kernel by value (no host-to-device copy per call).
+//! Small batches split each head's value columns over a cluster of 2 or 4
+//! CTAs ([`Split`]), so that the state is read by more SMs at once.
 
 use crate::device::CudaDevice;
-use crate::launch::{grid_dim, int, launch_packed_pdl, GRID_X, GRID_YZ};
+use crate::launch::{grid_dim, int, launch_packed_pdl, mul, GRID_X, GRID_YZ};
 use crate::tensor::new_act;
 use crate::tensor::{CudaAct, CudaGdnState, CudaWeight};
 use headroom_core::ops::{Batch, GdnCoreInputs, GdnCoreWeights, OpError, OpResult};
@@ -18,7 +20,79 @@ const DIM: usize = 128;
 const THREADS: u32 = 512;
 /// Sequences per launch (`MAX_SEQS`).
 const MAX_SEQS: usize = 512;
-const ENTRY: &str = "gdn_decode_step_bf16";
+/// CTAs of the kernel that may be resident on one SM at once (registers).
+const CTAS_PER_SM: usize = 2;
+/// How far ahead (in CTAs, per SM) the unsplit kernel prefetches the state
+/// into L2 by default: 0, none (`gdn_decode_timing` compares the distances).
+const PREFETCH_AHEAD_PER_SM: usize = 0;
+
+/// How many CTAs share one (value head, sequence), each taking `DIM / ctas`
+/// of its value columns; the CTAs of a split form one thread-block cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Split {
+    One,
+    Two,
+    Four,
+}
+
+impl Split {
+    /// Every split, widest last.
+    pub const ALL: [Split; 3] = [Split::One, Split::Two, Split::Four];
+
+    /// CTAs per (value head, sequence).
+    pub fn ctas(self) -> usize {
+        match self {
+            Split::One => 1,
+            Split::Two => 2,
+            Split::Four => 4,
+        }
+    }
+
+    fn entry(self) -> &'static str {
+        match self {
+            Split::One => "gdn_decode_step_bf16",
+            Split::Two => "gdn_decode_split2_bf16",
+            Split::Four => "gdn_decode_split4_bf16",
+        }
+    }
+
+    /// The widest split whose CTAs for `sequences` sequences of `v_heads`
+    /// heads are all resident at once on `sm_count` SMs (two per SM); one
+    /// CTA per head once even that split fills the GPU.
+    pub fn for_batch(v_heads: usize, sequences: usize, sm_count: usize) -> Split {
+        let slots = sm_count.saturating_mul(CTAS_PER_SM);
+        let ctas = |s: Split| v_heads.saturating_mul(sequences).saturating_mul(s.ctas());
+        [Split::Four, Split::Two]
+            .into_iter()
+            .find(|&s| ctas(s) <= slots)
+            .unwrap_or(Split::One)
+    }
+}
+
+/// The launch choices of one fused step: the split, and how many CTAs ahead
+/// each CTA of the unsplit kernel prefetches the state into L2 (0: none;
+/// the split kernels ignore it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Launch {
+    pub split: Split,
+    pub prefetch_ahead: usize,
+}
+
+impl Launch {
+    /// What the dispatch runs for `sequences` sequences of `v_heads` heads
+    /// on `sm_count` SMs: [`Split::for_batch`] and the default prefetch.
+    pub fn for_batch(v_heads: usize, sequences: usize, sm_count: usize) -> Launch {
+        Launch::split(Split::for_batch(v_heads, sequences, sm_count), sm_count)
+    }
+
+    /// `split` with the default prefetch distance on `sm_count` SMs.
+    pub fn split(split: Split, sm_count: usize) -> Launch {
+        Launch {
+            split,
+            prefetch_ahead: sm_count.saturating_mul(PREFETCH_AHEAD_PER_SM),
+        }
+    }
+}
 
 #[repr(C)]
 struct SlotTable {
@@ -26,8 +100,8 @@ struct SlotTable {
     slot: [i32; MAX_SEQS],
 }
 
-// The table and the 16 arguments before it fit the 4 KiB of kernel parameters.
-const _: () = assert!(std::mem::size_of::<SlotTable>() + 16 * 8 <= 4096);
+// The table and the 17 arguments before it fit the 4 KiB of kernel parameters.
+const _: () = assert!(std::mem::size_of::<SlotTable>() + 17 * 8 <= 4096);
 
 /// Whether the dispatch sends this call to the fused kernel.
 pub(crate) fn takes(
@@ -83,7 +157,8 @@ fn param<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
 }
 
-/// The fused step; `Err` (nothing launched) unless [`eligible`].
+/// The fused step as [`Launch::for_batch`] picks; `Err` (nothing launched)
+/// unless [`eligible`].
 pub(crate) fn gdn_decode(
     dev: &CudaDevice,
     x: GdnCoreInputs<'_, CudaAct>,
@@ -91,8 +166,37 @@ pub(crate) fn gdn_decode(
     state: &mut CudaGdnState,
     batch: &Batch,
 ) -> OpResult<CudaAct> {
+    let launch = Launch::for_batch(state.spec.v_heads, batch.sequences(), dev.sm_count);
+    gdn_decode_with(dev, &x, w, state, batch, launch)
+}
+
+/// The fused step with `split` CTAs per (value head, sequence) and the
+/// default prefetch (tests compare the splits); `Err` (nothing launched)
+/// unless [`eligible`].
+pub fn gdn_decode_split(
+    dev: &CudaDevice,
+    x: &GdnCoreInputs<'_, CudaAct>,
+    w: &GdnCoreWeights<'_, CudaWeight>,
+    state: &mut CudaGdnState,
+    batch: &Batch,
+    split: Split,
+) -> OpResult<CudaAct> {
+    gdn_decode_with(dev, x, w, state, batch, Launch::split(split, dev.sm_count))
+}
+
+/// The fused step with the launch choices `launch` (benches compare them);
+/// `Err` (nothing launched) unless [`eligible`].
+pub fn gdn_decode_with(
+    dev: &CudaDevice,
+    x: &GdnCoreInputs<'_, CudaAct>,
+    w: &GdnCoreWeights<'_, CudaWeight>,
+    state: &mut CudaGdnState,
+    batch: &Batch,
+    launch: Launch,
+) -> OpResult<CudaAct> {
+    let split = launch.split;
     let op = "gdn_core";
-    eligible(&x, w, state, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
+    eligible(x, w, state, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
     let s = state.spec;
     let n = batch.sequences();
     let out = new_act(dev, op, n, s.v_heads * s.v_dim, Dtype::Bf16)?;
@@ -101,6 +205,7 @@ pub(crate) fn gdn_decode(
         int(op, "v_heads", s.v_heads)?,
     );
     let mut eps = w.eps;
+    let mut ahead = int(op, "prefetch_ahead", launch.prefetch_ahead)?;
     let mut ptrs = [
         x.mixed.ptr(),
         x.z.ptr(),
@@ -130,10 +235,11 @@ pub(crate) fn gdn_decode(
             param(&mut hv),
             param(&mut eps),
             param(&mut row0),
+            param(&mut ahead),
             param(&mut tab),
         ]);
         let grid = (
-            grid_dim(op, s.v_heads, GRID_X)?,
+            grid_dim(op, mul(op, s.v_heads, split.ctas())?, GRID_X)?,
             grid_dim(op, chunk.len(), GRID_YZ)?,
             1,
         );
@@ -141,8 +247,10 @@ pub(crate) fn gdn_decode(
         // spec (k_dim = v_dim = 128, width 4) and every slot against the pools
         // (distinct, < slots); rows row0 .. row0 + len of the inputs exist;
         // the tickets hold slots · k_heads u32; params match the kernel signature;
-        // the kernel waits for the previous one first (programmatic launch).
-        unsafe { launch_packed_pdl(dev, ENTRY, grid, THREADS, &mut params)? };
+        // the kernel waits for the previous one first (programmatic launch); the
+        // grid's x is a multiple of the entry's cluster width (split.ctas());
+        // the prefetch reads only state of the launch's own slots (any `ahead`).
+        unsafe { launch_packed_pdl(dev, split.entry(), grid, THREADS, &mut params)? };
     }
     Ok(out)
 }
@@ -159,7 +267,25 @@ mod tests {
         assert_eq!(source_constant(src, "DK"), DIM);
         assert_eq!(source_constant(src, "DV"), DIM);
         assert_eq!(source_constant(src, "MAX_SEQS"), MAX_SEQS);
-        let (bv, parts) = (source_constant(src, "BV"), source_constant(src, "PARTS"));
-        assert_eq!((DIM / bv) * parts * 32, THREADS as usize);
+        assert_eq!(source_constant(src, "THREADS"), THREADS as usize);
+        for split in Split::ALL {
+            assert!(GDN_DECODE.entry_points.contains(&split.entry()));
+            assert!(src.contains(&format!("step<{}>", split.ctas())));
+        }
+        let bounds = format!("__launch_bounds__(gdn_dec::THREADS, {CTAS_PER_SM})");
+        assert!(src.contains(&bounds));
+    }
+
+    #[test]
+    fn small_batches_split_the_heads_until_the_ctas_fill_two_per_sm() {
+        // 35B-A3B (32 value heads) on an H200 (132 SMs: 264 resident CTAs).
+        assert_eq!(Split::for_batch(32, 1, 132), Split::Four);
+        assert_eq!(Split::for_batch(32, 2, 132), Split::Four);
+        assert_eq!(Split::for_batch(32, 3, 132), Split::Two);
+        assert_eq!(Split::for_batch(32, 4, 132), Split::Two);
+        assert_eq!(Split::for_batch(32, 5, 132), Split::One);
+        assert_eq!(Split::for_batch(32, 256, 132), Split::One);
+        assert_eq!(Split::for_batch(usize::MAX, 2, 132), Split::One);
+        assert_eq!(Split::for_batch(2, 1, 132), Split::Four);
     }
 }

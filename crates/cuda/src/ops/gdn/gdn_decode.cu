@@ -8,20 +8,35 @@
 // (gdn_recurrent.cu) and the normed output (ops_norm.cu's group_norm16<1, true>);
 // g and beta stay f32 as gdn_gating_bf16 (ops_pointwise.cu) stores them.
 //
-// One CTA per (value head h, sequence s); 16 warps: warp = (32-column block,
-// key-dim quarter) of the recurrent kernel's layout, so each thread keeps 32
-// state entries of one value column in registers. Every global input is
-// loaded before any is used (one wait for memory per CTA).
+// Three entry points, one body (`step<NS>`): the value columns of a
+// (value head h, sequence s) are split over NS CTAs (NS = 1, 2, 4), each CTA
+// owning DV / NS columns of the head's f32 state [DK][DV]:
+//   gdn_decode_step_bf16     NS = 1, grid (hv, n), two CTAs per SM (large batches);
+//   gdn_decode_split2_bf16   NS = 2, grid (2 hv, n), clusters of 2 (small batches);
+//   gdn_decode_split4_bf16   NS = 4, grid (4 hv, n), clusters of 4 (batch 1, 2).
+// The gated RMSNorm over the head's DV outputs needs the sum of squares of
+// all of them: the CTAs of a cluster exchange their partial sums through
+// distributed shared memory and add them in rank order (the same total in each).
+//
+// A thread holds R rows x 4 consecutive columns of the state (16-byte loads
+// and stores with streaming hints: the state is read once and written once).
+// The step is computed in one pass over the state: with a = S^T k, b = S^T q
+// of the undecayed state and d = exp(g),
+//   delta = (v - d a) beta,   S' = d S + k delta^T,   o = S'^T q = d b + delta (k . q),
+// so one reduction over the key rows gives both a and b.
 //   mixed: bf16 [n][C] (in_proj_qkv rows, C = 2 hk DK + hv DV); z bf16 [n][hv DV];
 //   a, b: bf16 [n][hv]; conv_w f32 [C][4]; a_log, dt_bias f32 [hv]; norm_w f32 [DV];
 //   conv_state bf16 [slots][3][C]; state f32 [slots][hv][DK][DV];
 //   tickets u32 [slots][hk] (zero between launches); out bf16 [n][hv DV].
 // Sequence s is row row0 + s in slot tab.slot[s].
+// With ahead > 0 (NS = 1), CTA L of the grid (x fastest) prefetches into L2
+// the state CTA L + ahead will read, so that DRAM keeps streaming while the
+// resident CTAs compute (CTAs are dispatched in about that order).
 //
-// The conv channels of value head h are its own; the q and k channels of key
-// head kh are read by the hv / hk CTAs of its value heads, so the one that
-// finishes reading last (a ticket per slot and key head: each CTA takes one
-// after its reads, the one drawing hv / hk - 1 resets it) advances them.
+// The v conv channels of a CTA's columns are its own; the q and k channels of
+// key head kh are read by the (hv / hk) NS CTAs of its value heads, so the one
+// that finishes reading last (a ticket per slot and key head: each CTA takes
+// one after its reads, the one drawing the last resets it) advances them.
 
 #include <cuda_bf16.h>
 
@@ -33,10 +48,8 @@ typedef long long i64;
 
 constexpr int DK = 128;
 constexpr int DV = 128;
-constexpr int BV = 32;                      // value columns per warp (= lanes)
-constexpr int PARTS = 4;                    // key-dim quarters
-constexpr int ROWS = DK / PARTS;            // key rows per thread
-constexpr int THREADS = (DV / BV) * PARTS * 32;
+constexpr int THREADS = 512;
+constexpr int WARPS = THREADS / 32;
 constexpr int MAX_SEQS = 512;               // sequences per launch (kernel parameter table)
 constexpr float L2_EPS = 1e-6f;
 
@@ -54,51 +67,133 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
+// Cluster barrier halves (every thread of every CTA of the cluster arrives).
+__device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The float at `local`'s address in the shared memory of cluster CTA `rank`.
+__device__ __forceinline__ float ld_cluster(const float* local, unsigned rank) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
+    return v;
+}
+
+// Prefetch of `bytes` (a multiple of 16) at `p` (16-byte aligned) into L2.
+__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ float4 f4_fma(float4 s, float d, float k, float4 dl) {
+    return make_float4(fmaf(k, dl.x, s.x * d), fmaf(k, dl.y, s.y * d), fmaf(k, dl.z, s.z * d),
+                       fmaf(k, dl.w, s.w * d));
+}
+
+// The end of the conv-state advance, called by every thread of the CTA:
+// thread 0 reads its ticket; the CTA that drew the last of `readers` zeroes
+// the counter for the next launch and writes key head kh's q/k channels'
+// new rows (`keep`) to the slot's conv state `st`.
+__device__ __forceinline__ void advance_if_last(unsigned ticket, unsigned* tk, int readers,
+                                                bf16* st, i64 C, int hk, int kh,
+                                                const bf16 (*keep)[2 * DK]) {
+    if (readers == 1) return;  // the CTA advanced them after its reads
+    __shared__ int last;
+    const int tid = threadIdx.x;
+    if (tid == 0) {
+        last = ticket == (unsigned)(readers - 1);
+        if (last) atomicExch(tk, 0u);
+    }
+    __syncthreads();
+    if (last && tid < 2 * DK) {
+        const i64 ch = tid < DK ? (i64)kh * DK + tid : (i64)hk * DK + (i64)kh * DK + (tid - DK);
+        st[ch] = keep[0][tid];
+        st[C + ch] = keep[1][tid];
+        st[2 * C + ch] = keep[2][tid];
+    }
+}
+
+template <int NS>
+__device__ __forceinline__ void step(
     const bf16* __restrict__ mixed, const bf16* __restrict__ z, const bf16* __restrict__ b_in,
     const bf16* __restrict__ a_in, const float* __restrict__ conv_w,
     const float* __restrict__ a_log, const float* __restrict__ dt_bias,
     const float* __restrict__ norm_w, bf16* conv_state, float* __restrict__ state,
-    unsigned* tickets, bf16* __restrict__ out, int hk, int hv, float eps, int row0,
-    SlotTable tab) {
-    __shared__ float xs[3 * DK];  // conv outputs of q, k (key head kh) and v (head h), bf16-rounded
+    unsigned* tickets, bf16* __restrict__ out, int hk, int hv, float eps, int row0, int ahead,
+    const SlotTable& tab) {
+    constexpr int CW = DV / NS;          // value columns of this CTA
+    constexpr int CG = CW / 4;           // 4-column groups
+    constexpr int RG = THREADS / CG;     // row groups
+    constexpr int R = DK / RG;           // rows per thread
+    constexpr int WARP_RG = 32 / CG;     // row groups per warp
+    constexpr int NCH = 2 * DK + CW;     // conv channels read: q, k, this CTA's v
+    constexpr int NORM_WARP = WARPS - 1; // lanes < CW / 4 own 4 output columns each
+    static_assert(NCH < ((NORM_WARP - 1) * 32), "conv, gating, prefetch and norm threads apart");
+    static_assert(R * RG == DK && CG * 4 == CW && WARP_RG * CG == 32, "thread layout");
+
+    __shared__ float xs[NCH];  // conv outputs (q, k of kh; v of the CTA's columns), bf16-rounded
     __shared__ float qn[DK], kn[DK];
-    __shared__ float red[2][PARTS][DV];
-    __shared__ float ob[DV];      // rule output, bf16-rounded
-    __shared__ float gate[2];     // exp(g), beta
-    __shared__ int advance_qk;    // this CTA advances the q/k conv channels
+    __shared__ float red[2][WARPS][CW];  // per-warp partial S^T k, S^T q
+    __shared__ __align__(16) float dl[CW];  // delta per column (read as float4)
+    __shared__ float ob[CW];             // rule output, bf16-rounded
+    __shared__ float gate[2];            // exp(g), beta
+    __shared__ float qk[3];              // q scale, k scale (inverse norms), raw q . k
+    __shared__ float ssq;                // this CTA's sum of squares of ob (read by the cluster)
+    __shared__ bf16 keep[3][2 * DK];     // the q/k channels' new conv state rows
     wait_prior_then_release_next();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.x, s = blockIdx.y;
+    const int h = blockIdx.x / NS, part = blockIdx.x % NS;  // part = rank in the cluster
+    const int s = blockIdx.y, slot = tab.slot[s];
     const int ratio = hv / hk, kh = h / ratio;
+    const int readers = ratio * NS;  // CTAs reading key head kh's q/k channels
     const i64 row = (i64)row0 + s;
-    const int slot = tab.slot[s];
     const i64 C = 2LL * hk * DK + (i64)hv * DV;
+    const int cb = part * CW;        // this CTA's first value column in the head
 
     // 0. Every global input is loaded up front, so the CTA waits for memory
-    // once: this thread's 32 state values (the recurrent step's layout below),
-    // its conv channel, the gating inputs, and (warp 0, lanes < 16) z.
-    const int part = warp % PARTS;
-    const int col = (warp / PARTS) * BV + lane;
-    float* S = state + (((i64)slot * hv + h) * DK + part * ROWS) * DV + col;
-    float sreg[ROWS];
+    // once: this thread's R x 4 state values, its conv channel, the gating
+    // inputs, and (the norm warp) z and the norm weights of 4 columns.
+    const int cg = lane % CG, rg = warp * WARP_RG + lane / CG;
+    float4* S = reinterpret_cast<float4*>(
+        state + (((i64)slot * hv + h) * DK + (i64)rg * R) * DV + cb + cg * 4);
+    float4 sreg[R];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) sreg[r] = S[(i64)r * DV];
-    uint4 zu = make_uint4(0u, 0u, 0u, 0u);
-    const int l = lane & 15, c0 = l * 8;  // the norm's lane and first column
-    if (warp == 0 && lane < 16)
-        zu = *reinterpret_cast<const uint4*>(z + row * hv * DV + (i64)h * DV + c0);
+    for (int r = 0; r < R; ++r) sreg[r] = __ldcs(S + (i64)r * (DV / 4));
+    if constexpr (NS == 1) {
+        // Warp NORM_WARP - 1 (no conv channel, no norm lane) issues the
+        // prefetch for CTA L + ahead: 16 pieces of its head's state.
+        const i64 target = (i64)blockIdx.y * gridDim.x + blockIdx.x + ahead;
+        const bool issuer = warp == NORM_WARP - 1 && lane < 16;
+        if (ahead > 0 && issuer && target < (i64)gridDim.x * gridDim.y) {
+            const int th = (int)(target % gridDim.x), ts = (int)(target / gridDim.x);
+            const float* p = state + ((i64)tab.slot[ts] * hv + th) * DK * DV;
+            prefetch_l2(p + lane * (DK * DV / 16), DK * DV / 16 * 4);
+        }
+    }
+    const bool norm_lane = warp == NORM_WARP && lane < CW / 4;
+    const int oc = cb + lane * 4;  // the norm lane's first column in the head
+    uint2 zu = make_uint2(0u, 0u);
+    float4 nw = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (norm_lane) {
+        zu = *reinterpret_cast<const uint2*>(z + row * hv * DV + (i64)h * DV + oc);
+        // With the whole head in this CTA's registers, the norm weights (the
+        // same for every CTA: L2 hits) are read where used.
+        if constexpr (NS > 1) nw = *reinterpret_cast<const float4*>(norm_w + oc);
+    }
 
-    // 1. Conv + SiLU: thread t < 3 DK owns one channel (q, k of kh; v of h).
-    bf16 keep[3];  // the channel's new state rows (old rows 1, 2 and the input)
-    i64 ch = 0;
+    // 1. Conv + SiLU: thread t < NCH owns one channel; its new state rows
+    // are the old rows 1, 2 and the input.
     bf16* st = conv_state + (i64)slot * 3 * C;
-    if (tid < 3 * DK) {
-        const int which = tid / DK, e = tid % DK;
-        ch = which == 0 ? (i64)kh * DK + e
-           : which == 1 ? (i64)hk * DK + (i64)kh * DK + e
-                        : 2LL * hk * DK + (i64)h * DV + e;
+    if (tid < NCH) {
+        const i64 ch = tid < DK       ? (i64)kh * DK + tid
+           : tid < 2 * DK   ? (i64)hk * DK + (i64)kh * DK + (tid - DK)
+                            : 2LL * hk * DK + (i64)h * DV + cb + (tid - 2 * DK);
         const bf16 r0 = st[ch], r1 = st[C + ch], r2 = st[2 * C + ch];
         const bf16 xin = mixed[row * C + ch];
         const float4 w = reinterpret_cast<const float4*>(conv_w)[ch];
@@ -106,15 +201,16 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
                     d = __bfloat162float(r2), v = __bfloat162float(xin);
         const float acc = w.x * a + w.y * b + w.z * d + w.w * v;
         xs[tid] = __bfloat162float(__float2bfloat16(__fdividef(acc, 1.0f + __expf(-acc))));
-        keep[0] = r1;
-        keep[1] = r2;
-        keep[2] = xin;
-        if (which == 2 || ratio == 1) {  // channels only this CTA reads
-            st[ch] = keep[0];
-            st[C + ch] = keep[1];
-            st[2 * C + ch] = keep[2];
+        if (tid >= 2 * DK || readers == 1) {  // channels only this CTA reads
+            st[ch] = r1;
+            st[C + ch] = r2;
+            st[2 * C + ch] = xin;
+        } else {
+            keep[0][tid] = r1;
+            keep[1][tid] = r2;
+            keep[2][tid] = xin;
         }
-    } else if (tid == 3 * DK) {
+    } else if (tid == NCH) {
         // 2. Gating (f32, as gdn_gating_bf16), then the rule's decay.
         const i64 i = row * hv + h;
         const float g = -expf(a_log[h]) * softplusf_(__bfloat162float(a_in[i]) + dt_bias[h]);
@@ -123,14 +219,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
     }
     __syncthreads();  // this CTA's reads of the old conv state are done (values used)
 
-    // The ticket: issued now, its value first needed after the recurrent step
-    // (the atomic's latency overlaps the work below). No fence is needed: the
-    // reads it publishes have returned their values before the barrier above.
+    // The ticket: issued now, its value first needed in advance_if_last. No
+    // fence is needed: the reads it publishes have returned their values
+    // before the barrier above.
     unsigned ticket = 0;
     unsigned* tk = tickets + (i64)slot * hk + kh;
-    if (tid == 0 && ratio > 1) ticket = atomicAdd(tk, 1u);
+    if (tid == 0 && readers > 1) ticket = atomicAdd(tk, 1u);
 
-    // 3. q, k L2 norms (as gdn_recurrent.cu: lane = 4 consecutive values).
+    // 3. q, k L2 norms (as gdn_recurrent.cu: lane = 4 consecutive values);
+    // warp 2 takes the raw q . k (scaled by both norms below).
     if (warp < 2) {
         float x[4];
         float ss = 0.f;
@@ -144,92 +241,149 @@ extern "C" __global__ void __launch_bounds__(THREADS) gdn_decode_step_bf16(
         float* dst = warp == 0 ? qn : kn;
 #pragma unroll
         for (int e = 0; e < 4; ++e) dst[lane * 4 + e] = x[e] * inv;
+        if (lane == 0) qk[warp] = inv;
+    } else if (warp == 2) {
+        float dot = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dot += xs[lane * 4 + e] * xs[DK + lane * 4 + e];
+        dot = warp_sum(dot);
+        if (lane == 0) qk[2] = dot;
     }
     __syncthreads();
 
-    // 4. The recurrent step: warp = (column block, key quarter).
-    const float decay = gate[0], beta = gate[1];
-    const float v = xs[2 * DK + col];
-    float kv = 0.f;
+    // 4. a = S^T k and b = S^T q over this thread's rows, reduced over the
+    // row groups of the warp (shuffles), then of the CTA (shared memory).
+    float ka[R], qa[R];
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        sreg[r] = sreg[r] * decay;
-        kv += sreg[r] * kn[part * ROWS + r];
+    for (int r = 0; r < R; ++r) {
+        ka[r] = kn[rg * R + r];
+        qa[r] = qn[rg * R + r];
     }
-    red[0][part][col] = kv;
-    __syncthreads();
-    kv = 0.f;
+    float a4[4] = {0.f, 0.f, 0.f, 0.f}, b4[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int p = 0; p < PARTS; ++p) kv += red[0][p][col];
-    const float delta = (v - kv) * beta;
-    float o = 0.f;
+    for (int r = 0; r < R; ++r) {
+        const float sv[4] = {sreg[r].x, sreg[r].y, sreg[r].z, sreg[r].w};
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        sreg[r] += kn[part * ROWS + r] * delta;
-        o += sreg[r] * qn[part * ROWS + r];
-        S[(i64)r * DV] = sreg[r];
+        for (int j = 0; j < 4; ++j) {
+            a4[j] = fmaf(sv[j], ka[r], a4[j]);
+            b4[j] = fmaf(sv[j], qa[r], b4[j]);
+        }
     }
-    red[1][part][col] = o;
-    if (tid == 0) {
-        const bool last = ratio == 1 || ticket == (unsigned)(ratio - 1);
-        if (ratio > 1 && last) atomicExch(tk, 0u);  // zero again for the next launch
-        advance_qk = ratio > 1 && last;
-    }
-    __syncthreads();
-    if (part == 0) {
-        o = 0.f;
 #pragma unroll
-        for (int p = 0; p < PARTS; ++p) o += red[1][p][col];
-        ob[col] = __bfloat162float(__float2bfloat16(o));
+    for (int o = CG; o < 32; o <<= 1) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            a4[j] += __shfl_xor_sync(0xffffffffu, a4[j], o);
+            b4[j] += __shfl_xor_sync(0xffffffffu, b4[j], o);
+        }
+    }
+    if (lane < CG) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            red[0][warp][cg * 4 + j] = a4[j];
+            red[1][warp][cg * 4 + j] = b4[j];
+        }
     }
     __syncthreads();
-    // The last reader of the key head's q/k channels advances them.
-    if (advance_qk && tid < 2 * DK) {
-        st[ch] = keep[0];
-        st[C + ch] = keep[1];
-        st[2 * C + ch] = keep[2];
-    }
 
-    // 5. Gated RMSNorm over the head's DV outputs (as group_norm16<1, true>:
-    // 16 lanes of 8 values; lanes 16-31 idle but in the shuffles).
-    if (warp == 0) {
-        const bool ok = lane < 16;
-        float x[8], zv[8];
-        float ss = 0.f;
-        if (ok) {
-            const bf162* zp = reinterpret_cast<const bf162*>(&zu);
+    // 5. Per column: delta and the rule output.
+    const float decay = gate[0];
+    if (tid < CW) {
+        float a = 0.f, b = 0.f;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 f = __bfloat1622float2(zp[i]);
-                zv[2 * i] = f.x;
-                zv[2 * i + 1] = f.y;
-            }
+        for (int w = 0; w < WARPS; ++w) {
+            a += red[0][w][tid];
+            b += red[1][w][tid];
+        }
+        const float kq = qk[2] * qk[0] * qk[1];
+        const float delta = (xs[2 * DK + tid] - decay * a) * gate[1];
+        dl[tid] = delta;
+        ob[tid] = __bfloat162float(__float2bfloat16(fmaf(delta, kq, decay * b)));
+    }
+    __syncthreads();
+
+    // 6. The new state: S' = d S + k delta^T.
+    const float4 d4 = *reinterpret_cast<const float4*>(&dl[cg * 4]);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                x[i] = ob[c0 + i];
-                ss += x[i] * x[i];
+    for (int r = 0; r < R; ++r) __stcs(S + (i64)r * (DV / 4), f4_fma(sreg[r], decay, ka[r], d4));
+
+    if constexpr (NS == 1) advance_if_last(ticket, tk, readers, st, C, hk, kh, keep);
+
+    // 7. Gated RMSNorm over the head's DV outputs (as group_norm16<1, true>),
+    // the sum of squares over the cluster's CTAs when the head is split.
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    float ss = 0.f;
+    if (warp == NORM_WARP) {
+        if (norm_lane) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                x[j] = ob[lane * 4 + j];
+                ss += x[j] * x[j];
             }
         }
+        ss = warp_sum(ss);
+    }
+    if constexpr (NS > 1) {
+        if (warp == NORM_WARP && lane == 0) ssq = ss;
+        cluster_arrive();  // publishes ssq to the cluster
+        cluster_wait();
+        if (warp == NORM_WARP) {
+            ss = 0.f;
 #pragma unroll
-        for (int off = 8; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+            for (int p = 0; p < NS; ++p) ss += ld_cluster(&ssq, (unsigned)p);
+        }
+        cluster_arrive();  // this CTA's reads of the others' ssq are done
+    }
+    if (norm_lane) {
+        if constexpr (NS == 1) nw = *reinterpret_cast<const float4*>(norm_w + oc);
         const float inv = rsqrtf(ss / (float)DV + eps);
-        if (ok) {
-            uint4 u;
-            bf162* op = reinterpret_cast<bf162*>(&u);
+        const bf162* zp = reinterpret_cast<const bf162*>(&zu);
+        const float2 z01 = __bfloat1622float2(zp[0]), z23 = __bfloat1622float2(zp[1]);
+        const float zv[4] = {z01.x, z01.y, z23.x, z23.y};
+        const float wv[4] = {nw.x, nw.y, nw.z, nw.w};
+        float r[4];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float r[2];
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const int k = 2 * i + j;
-                    const float silu = zv[k] / (1.0f + expf(-zv[k]));
-                    r[j] = norm_w[c0 + k] * (x[k] * inv) * silu;
-                }
-                op[i] = __floats2bfloat162_rn(r[0], r[1]);
-            }
-            *reinterpret_cast<uint4*>(out + row * hv * DV + (i64)h * DV + c0) = u;
+        for (int j = 0; j < 4; ++j) {
+            const float silu = zv[j] / (1.0f + expf(-zv[j]));
+            r[j] = wv[j] * (x[j] * inv) * silu;
         }
+        uint2 u;
+        bf162* op = reinterpret_cast<bf162*>(&u);
+        op[0] = __floats2bfloat162_rn(r[0], r[1]);
+        op[1] = __floats2bfloat162_rn(r[2], r[3]);
+        *reinterpret_cast<uint2*>(out + row * hv * DV + (i64)h * DV + oc) = u;
     }
+    // 8. The split kernels resolve the ticket last (its atomic's latency
+    // overlaps all of the above); the unsplit one did after the new state.
+    if constexpr (NS > 1) advance_if_last(ticket, tk, readers, st, C, hk, kh, keep);
+    if constexpr (NS > 1) cluster_wait();  // no CTA leaves while its ssq may be read
 }
 
 }  // namespace gdn_dec
+
+#define GDN_DECODE_PARAMS                                                                     \
+    const gdn_dec::bf16 *__restrict__ mixed, const gdn_dec::bf16 *__restrict__ z,             \
+        const gdn_dec::bf16 *__restrict__ b_in, const gdn_dec::bf16 *__restrict__ a_in,       \
+        const float *__restrict__ conv_w, const float *__restrict__ a_log,                    \
+        const float *__restrict__ dt_bias, const float *__restrict__ norm_w,                  \
+        gdn_dec::bf16 *conv_state, float *__restrict__ state, unsigned *tickets,              \
+        gdn_dec::bf16 *__restrict__ out, int hk, int hv, float eps, int row0, int ahead,      \
+        gdn_dec::SlotTable tab
+#define GDN_DECODE_ARGS                                                                       \
+    mixed, z, b_in, a_in, conv_w, a_log, dt_bias, norm_w, conv_state, state, tickets, out, hk, \
+        hv, eps, row0, ahead, tab
+
+extern "C" __global__ void __launch_bounds__(gdn_dec::THREADS, 2)
+    gdn_decode_step_bf16(GDN_DECODE_PARAMS) {
+    gdn_dec::step<1>(GDN_DECODE_ARGS);
+}
+
+extern "C" __cluster_dims__(2, 1, 1) __global__ void __launch_bounds__(gdn_dec::THREADS)
+    gdn_decode_split2_bf16(GDN_DECODE_PARAMS) {
+    gdn_dec::step<2>(GDN_DECODE_ARGS);
+}
+
+extern "C" __cluster_dims__(4, 1, 1) __global__ void __launch_bounds__(gdn_dec::THREADS)
+    gdn_decode_split4_bf16(GDN_DECODE_PARAMS) {
+    gdn_dec::step<4>(GDN_DECODE_ARGS);
+}

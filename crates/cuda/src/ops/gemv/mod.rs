@@ -2,8 +2,10 @@
 //! launch computes up to [`MAX_MATS`] projections of the same input (a
 //! layer's in_proj qkv/z/b/a or q/gate/k/v), reading each weight once for all
 //! rows. The matrices' pointers and sizes travel by value in the kernel's
-//! parameter struct ([`Params`]): no host-to-device copy per call. A warp
-//! computes one output at one row and two at more rows. Calls of
+//! parameter struct ([`Params`]): no host-to-device copy per call. Work
+//! comes in units of one output at one row and two at more rows; the grid is
+//! persistent ([`CTAS_PER_SM`] CTAs per SM at most, each warp taking every
+//! W-th unit) so every SM streams weights until the launch's end. Calls of
 //! [`BLAS_FROM_BYTES`] of weights or more (the LM head) stay on cuBLAS
 //! (`crate::ops::linear`).
 
@@ -24,9 +26,12 @@ pub const MAX_MATS: usize = 6;
 /// Threads per CTA (`THREADS`) and its warps.
 const THREADS: u32 = 128;
 const WARPS: usize = THREADS as usize / 32;
+/// Most CTAs per SM of the persistent grid (`CTAS_PER_SM`, the kernel's
+/// `__launch_bounds__` minimum).
+const CTAS_PER_SM: usize = 4;
 
-/// Consecutive outputs one warp computes at `rows` rows (`C` of the kernel).
-fn outputs_per_warp(rows: usize) -> usize {
+/// Consecutive outputs of one unit at `rows` rows (`C` of the kernel).
+fn outputs_per_unit(rows: usize) -> usize {
     if rows <= 1 {
         1
     } else {
@@ -68,7 +73,7 @@ struct Mat {
     w: u64,
     y: u64,
     n: i32,
-    first_block: i32,
+    first_unit: i32,
 }
 
 /// The kernel's one parameter (`Params`), passed by value.
@@ -81,29 +86,38 @@ struct Params {
     out_f32: i32,
     count: i32,
     vec: i32,
-    pad: i32,
+    units: i32,
     m: [Mat; MAX_MATS],
 }
 
-/// Each matrix's first CTA and the grid's CTAs, for matrices of `ns` outputs
-/// at `per_warp` outputs a warp.
-fn plan_blocks(per_warp: usize, ns: &[usize]) -> OpResult<([i32; MAX_MATS], u32)> {
+/// Each matrix's first unit and the units of all, for matrices of `ns`
+/// outputs at `per_unit` outputs a unit.
+fn plan_units(per_unit: usize, ns: &[usize]) -> OpResult<([i32; MAX_MATS], i32)> {
     if ns.is_empty() || ns.len() > MAX_MATS {
         return Err(OpError::shape(
             "linear_many",
             format!("{} matrices in one launch (1 ..= {MAX_MATS})", ns.len()),
         ));
     }
-    let per_cta = WARPS * per_warp;
     let mut first = [0i32; MAX_MATS];
     let mut total = 0usize;
     for (f, &n) in first.iter_mut().zip(ns) {
-        *f = int("linear_many", "first block", total)?;
-        total += n.div_ceil(per_cta);
+        *f = int("linear_many", "first unit", total)?;
+        total = total
+            .checked_add(n.div_ceil(per_unit))
+            .ok_or_else(|| OpError::shape("linear_many", "unit count overflows"))?;
     }
-    let total = u32::try_from(int("linear_many", "blocks", total)?)
-        .map_err(|_| OpError::shape("linear_many", "negative block count"))?;
-    Ok((first, total))
+    Ok((first, int("linear_many", "units", total)?))
+}
+
+/// CTAs of the persistent grid for `units` units on `sm_count` SMs: one
+/// warp a unit up to [`CTAS_PER_SM`] CTAs per SM (at least one CTA).
+fn grid_ctas(units: usize, sm_count: usize) -> u32 {
+    let ctas = units
+        .div_ceil(WARPS)
+        .min(sm_count.max(1).saturating_mul(CTAS_PER_SM))
+        .max(1);
+    u32::try_from(ctas).unwrap_or(u32::MAX)
 }
 
 /// The shapes of one launch: 1 ..= [`MAX_ROWS`] rows of `k` columns, 1 ..=
@@ -161,7 +175,8 @@ pub(crate) fn gemv(
         .map(|&(n, _)| new_act(dev, "linear", x.rows, n, out))
         .collect::<OpResult<Vec<_>>>()?;
     let ns: Vec<usize> = dims.iter().map(|d| d.0).collect();
-    let (first, blocks) = plan_blocks(outputs_per_warp(x.rows), &ns)?;
+    let (first, units) = plan_units(outputs_per_unit(x.rows), &ns)?;
+    let blocks = grid_ctas(units as usize, dev.sm_count);
     let aligned = |p: u64| p.is_multiple_of(16);
     let vec = x.cols.is_multiple_of(8) && aligned(x.ptr()) && ws.iter().all(|w| aligned(w.ptr()));
     let mut p = Params {
@@ -171,6 +186,7 @@ pub(crate) fn gemv(
         out_f32: i32::from(out == Dtype::F32),
         count: ws.len() as i32,
         vec: i32::from(vec),
+        units,
         ..Params::default()
     };
     for (i, (w, y)) in ws.iter().zip(&ys).enumerate() {
@@ -178,14 +194,17 @@ pub(crate) fn gemv(
             w: w.ptr(),
             y: y.ptr(),
             n: int("linear", "out features", w.rows)?,
-            first_block: first[i],
+            first_unit: first[i],
         };
     }
     let mut params = [&mut p as *mut Params as *mut c_void];
     // SAFETY: `p` matches the kernel's `Params` (layout unit-tested); x holds
     // rows · k bf16, each W_i n_i · k bf16 and each y_i rows · n_i of `out`;
-    // the grid covers every matrix's CTAs and no more (`plan_blocks`); the
-    // kernel waits for the previous one before it reads x (programmatic launch).
+    // the units cover every matrix's outputs (`plan_units`) and the warps
+    // stride over them whatever the grid; the kernel reads only the weights
+    // before it waits for the previous kernel (programmatic launch): weights
+    // are uploaded (or initialised) before any step and never written by a
+    // kernel that lets the next one start early.
     unsafe { launch_packed_pdl(dev, entry, (blocks, 1, 1), THREADS, &mut params)? };
     Ok(ys)
 }
@@ -217,9 +236,10 @@ mod tests {
         assert_eq!(source_constant(src, "THREADS"), THREADS as usize);
         assert_eq!(source_constant(src, "MAX_ROWS"), MAX_ROWS);
         assert_eq!(source_constant(src, "MAX_MATS"), MAX_MATS);
+        assert_eq!(source_constant(src, "CTAS_PER_SM"), CTAS_PER_SM);
         for rows in 1..=MAX_ROWS {
             let e = entry(rows).unwrap();
-            let c = outputs_per_warp(rows);
+            let c = outputs_per_unit(rows);
             assert_eq!(e, format!("gemv_c{c}_r{rows}"));
             assert_eq!(source_of(e), Some(&GEMV));
             // The instantiation has C outputs per warp, C · U = 8 loads a lane,
@@ -238,25 +258,38 @@ mod tests {
         // static_assert in gemv.cu: sizeof(Mat) == 24, sizeof(Params) == 32 + 24 · MAX_MATS.
         assert_eq!(size_of::<Mat>(), 24);
         assert_eq!(offset_of!(Mat, n), 16);
-        assert_eq!(offset_of!(Mat, first_block), 20);
+        assert_eq!(offset_of!(Mat, first_unit), 20);
         assert_eq!(size_of::<Params>(), 32 + 24 * MAX_MATS);
         assert_eq!(offset_of!(Params, rows), 8);
         assert_eq!(offset_of!(Params, vec), 24);
+        assert_eq!(offset_of!(Params, units), 28);
         assert_eq!(offset_of!(Params, m), 32);
     }
 
     #[test]
-    fn blocks_follow_each_other_and_cover_every_output() {
+    fn units_follow_each_other_and_cover_every_output() {
         // The GDN projections of 35B-A3B: qkv 8192, z 4096, b 32, a 32.
-        let (first, total) = plan_blocks(2, &[8192, 4096, 32, 32]).unwrap();
-        assert_eq!(&first[..4], &[0, 1024, 1536, 1540]);
-        assert_eq!(total, 1544);
-        // Odd outputs: 9 at 4 per CTA (one a warp) is 3 CTAs; 1 output is 1 CTA.
-        let (first, total) = plan_blocks(1, &[9, 1, 5]).unwrap();
-        assert_eq!(&first[..3], &[0, 3, 4]);
-        assert_eq!(total, 6);
-        assert!(plan_blocks(2, &[]).is_err());
-        assert!(plan_blocks(2, &[8; MAX_MATS + 1]).is_err());
+        let (first, total) = plan_units(2, &[8192, 4096, 32, 32]).unwrap();
+        assert_eq!(&first[..4], &[0, 4096, 6144, 6160]);
+        assert_eq!(total, 6176);
+        // Odd outputs: 9 at 2 a unit is 5 units; 1 output is 1 unit.
+        let (first, total) = plan_units(2, &[9, 1, 5]).unwrap();
+        assert_eq!(&first[..3], &[0, 5, 6]);
+        assert_eq!(total, 9);
+        assert!(plan_units(2, &[]).is_err());
+        assert!(plan_units(2, &[8; MAX_MATS + 1]).is_err());
+        assert!(plan_units(1, &[usize::MAX, 1]).is_err());
+    }
+
+    #[test]
+    fn the_grid_is_persistent_and_never_empty() {
+        // 12,352 units on 132 SMs: 4 CTAs per SM, the warps stride over the rest.
+        assert_eq!(grid_ctas(12_352, 132), 528);
+        // 9 units: 3 CTAs of 4 warps (the last with 3 warps idle).
+        assert_eq!(grid_ctas(9, 132), 3);
+        assert_eq!(grid_ctas(1, 132), 1);
+        assert_eq!(grid_ctas(0, 132), 1);
+        assert_eq!(grid_ctas(100, 0), 4);
     }
 
     #[test]

@@ -6,26 +6,30 @@
 // the bytes of its k + 1 experts.
 //
 // 1. moe_decode_route: warp j computes router logit j (j < experts) or the
-//    shared expert's gate logit (j == experts) of every row, f32.
-// 2. moe_decode_gate_up: blockIdx.y = (row, slot) of a routed expert, or a
-//    row's shared expert (it needs no routing: its first weights load before
-//    the wait, beside the router's). Every routed CTA first takes its row's
+//    shared expert's gate logit (j == experts) of every row, f32, reading
+//    its weight row once (the rows of x staged in shared memory).
+// 2. moe_decode_gate_up: blockIdx.y = a row's shared expert (first: it needs
+//    no routing, its first weights load before the wait, beside the
+//    router's), or (row, slot) of a routed expert. Every routed CTA first takes its row's
 //    softmax and top-k from the logits itself (parallel: each warp ranks its
 //    32 experts by shuffles, the k best of each warp are ranked among
 //    themselves; ties -> lower index, NaN last, as moe_route), so no CTA waits
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
 //    Each warp computes cpw columns c: act = silu(x . gate[c]) * (x . up[c]);
-//    each routed CTA also asks L2 for its share of its expert's down matrix.
+//    when asked, each routed CTA also asks L2 for its share of its expert's
+//    down matrix.
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
-//    the shared expert's rows load before the wait.
+//    the shared expert's rows load before the wait; the routing is gate_up's,
+//    or (self_route) the CTA's own, taken before the wait.
 //
 // The three launch with programmatic dependent launch (compute capability
-// 9.0+): each reads only weights before wait_prior(), and the first two let
-// the next kernel's CTAs start at once (launch_next()), so those load their
-// weights while the previous kernel runs.
+// 9.0+): each reads only weights before wait_prior() (the down kernel with
+// self_route also the logits: see there), and the first two let the next
+// kernel's CTAs start early (launch_next(), gate_up's after its wait), so
+// those load their weights while the previous kernel runs.
 //
 // Needs hidden, intermediate and the shared intermediate to be multiples of 8
 // (16-byte loads); rows <= MAX_ROWS; experts <= MAX_EXPERTS; top_k <= MAX_TOP_K.
@@ -60,10 +64,10 @@ constexpr int DSPAN = DCH * 32 * 8;
 // row's activations staged in shared memory by the down kernel).
 constexpr int MAX_HIDDEN = 8192;
 constexpr int MAX_ACT = 11264;
-// x's 8-element chunks per thread when a CTA stages a row of MAX_HIDDEN.
-constexpr int XPT = MAX_HIDDEN / THREADS / 8;
-static_assert(MAX_ROWS * MAX_HIDDEN > 0 && MAX_HIDDEN % (THREADS * 8) == 0, "x staging");
+// x elements the route kernel stages at once (whole rows, at least one).
+constexpr int ROUTE_XS = 16384;
 static_assert(MAX_EXPERTS % THREADS == 0 && MAX_TOP_K <= 32, "routing");
+static_assert(ROUTE_XS >= MAX_HIDDEN && ROUTE_XS % 8 == 0, "route staging");
 
 __device__ __forceinline__ void bf16x8(const uint4& v, float (&f)[8]) {
     const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -135,20 +139,12 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-// The chunk of 8 bf16 at p when ok, else zeros; the load itself always goes
-// out (to `safe` when not ok: an in-bounds chunk), so that the compiler issues
-// every load of an unrolled group before the first use instead of in rounds.
-__device__ __forceinline__ uint4 load8(const bf16* p, const bf16* safe, bool ok) {
-    uint4 v;  // ld.global.nc (__ldg); volatile keeps the loads in program order, ahead of the FMAs
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ok ? p : safe));
-    return ok ? v : zero4();
-}
-
-// load8 of a weight chunk with the L2 policy `pol` (weight_policy).
+// The chunk of 8 bf16 weights at p when ok, else zeros, read with the L2
+// policy `pol` (weight_policy); the load itself always goes out (to `safe`
+// when not ok: an in-bounds chunk), so that the compiler issues every load of
+// an unrolled group before the first use instead of in rounds.
 __device__ __forceinline__ uint4 load8w(const bf16* p, const bf16* safe, bool ok, unsigned long long pol) {
-    uint4 v;
+    uint4 v;  // ld.global.nc; volatile keeps the loads in program order, ahead of the FMAs
     asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(ok ? p : safe), "l"(pol));
@@ -176,13 +172,6 @@ __device__ __forceinline__ float dot_pass(const uint4 (&v)[KCH], const bf16* xs,
         if (k < hidden) s += dot8(v[i], *reinterpret_cast<const uint4*>(xs + k));
     }
     return s;
-}
-
-// Copies row x (hidden bf16) into shared xs, all threads of the CTA (no barrier).
-__device__ __forceinline__ void stage_x(const bf16* __restrict__ x, bf16* xs, int hidden) {
-    for (int k = threadIdx.x * 8; k < hidden; k += THREADS * 8) {
-        *reinterpret_cast<uint4*>(xs + k) = __ldg(reinterpret_cast<const uint4*>(x + k));
-    }
 }
 
 // Routing key: higher probability ranks first, NaN last (key 0).
@@ -217,7 +206,7 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
 #pragma unroll
     for (int v = 0; v < EPT; ++v) {
         const int e = v * THREADS + tid;
-        l[v] = e < experts ? __ldg(row + e) : -INFINITY;
+        l[v] = e < experts ? __ldcg(row + e) : -INFINITY;  // from L2: see moe_decode_down
         mx = fmaxf(mx, l[v]);
     }
     mx = warp_max(mx);
@@ -259,16 +248,22 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
     }
     __syncthreads();
     // Every candidate's rank among the candidates; the k best are the top-k
-    // (every expert of the top-k is the k-best of its own 32).
+    // (every expert of the top-k is the k-best of its own 32). Warp w ranks
+    // candidates w, w + WARPS, ..., its lanes comparing 32 others at a time.
     const int ncand = (experts + 31) / 32 * top_k;
-    for (int i = tid; i < ncand; i += THREADS) {
+    for (int i = warp; i < ncand; i += WARPS) {  // warp-uniform
         const uint2 me = sm.cand[i];
         int rank = 0;
-        for (int j = 0; j < ncand; ++j) {
-            const uint2 o = sm.cand[j];
-            rank += before(o.x, (int)o.y, me.x, (int)me.y);
+        for (int j0 = 0; j0 < ncand; j0 += 32) {
+            const int j = j0 + lane;
+            bool b = false;
+            if (j < ncand) {
+                const uint2 o = sm.cand[j];
+                b = before(o.x, (int)o.y, me.x, (int)me.y);
+            }
+            rank += __popc(__ballot_sync(0xffffffffu, b));
         }
-        if (rank < top_k) {
+        if (lane == 0 && rank < top_k) {
             sm.sel_e[rank] = (int)me.y;
             sm.sel_p[rank] = key_prob(me.x);
         }
@@ -276,36 +271,73 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
     __syncthreads();
 }
 
+// Copies `n` bf16 (a multiple of 8) from global src to shared dst with
+// cp.async, all threads of the CTA; complete after cp_async_wait().
+__device__ __forceinline__ void stage_async(const bf16* __restrict__ src, bf16* dst, int n) {
+    for (int c = threadIdx.x; c < n / 8; c += blockDim.x) cp_async16(dst + 8 * c, src + 8 * c);
+}
+
+// The local index of the expert of rank t (route_row's), or -1: another rank's.
+__device__ __forceinline__ int local_expert(const RouteSmem& sm, int t, int first, int local) {
+    const int le = sm.sel_e[t] - first;
+    return le >= 0 && le < local ? le : -1;
+}
+
+// The weight of the expert of rank t: its probability, over the top-k's sum
+// when `renormalise` (summed in rank order: every caller gets the same bits).
+__device__ __forceinline__ float slot_weight(const RouteSmem& sm, int t, int top_k, int renormalise) {
+    if (!renormalise) return sm.sel_p[t];
+    float kept = 0.f;
+    for (int kk = 0; kk < top_k; ++kk) kept += sm.sel_p[kk];
+    return sm.sel_p[t] / kept;
+}
+
 // logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
-// grid: ceil((experts + 1) / WARPS).
+// block: a multiple of 32 threads, at most THREADS; grid: ceil((experts + 1) / warps).
+// Warp j reads its router row once: its first pass before the wait, held
+// across every row when hidden fits one pass; the rows of x are staged in
+// shared memory ROUTE_XS elements at a time.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
                  const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
                  int l2_hints, float* __restrict__ logits) {
-    __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
+    __shared__ __align__(16) bf16 xs[ROUTE_XS];
+    const int warps = blockDim.x / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     uint4 av[KCH];
     launch_next();  // the gate_up CTAs take the SMs this grid leaves free
-    // Router row j (the shared gate's at j == experts) for every row; warps
-    // past it load the shared gate's and write nothing.
-    const int j = blockIdx.x * WARPS + warp;
+    // Router row j (the shared gate's at j == experts); warps past it load
+    // the shared gate's and write nothing.
+    const int j = blockIdx.x * warps + warp;
     const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
     const unsigned long long pol = weight_policy(l2_hints);
-    for (int r = 0; r < rows; ++r) {
-        load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
-        wait_prior();
-        if (r > 0) __syncthreads();  // every warp is done with row r - 1
-        stage_x(x + (long long)r * hidden, xs, hidden);
+    load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
+    wait_prior();
+    const int per = min(rows, ROUTE_XS / hidden);  // rows staged at once (>= 1: hidden <= MAX_HIDDEN)
+    for (int r0 = 0; r0 < rows; r0 += per) {
+        const int nr = min(per, rows - r0);
+        if (r0 > 0) __syncthreads();  // every warp is done with the rows before
+        stage_async(x + (long long)r0 * hidden, xs, nr * hidden);
+        cp_async_wait();
         __syncthreads();
-        float s = 0.f;
-        for (int base = 0;;) {
-            s += dot_pass(av, xs, base, hidden, lane);
-            base += KSPAN;
-            if (base >= hidden) break;
-            load_pass(w, base, hidden, lane, pol, av);
+        float acc[MAX_ROWS];
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
+        for (int base = 0; base < hidden; base += KSPAN) {
+            // The first pass is in av unless a later round of rows needs it again.
+            if (base > 0 || (r0 > 0 && hidden > KSPAN)) load_pass(w, base, hidden, lane, pol, av);
+#pragma unroll
+            for (int r = 0; r < MAX_ROWS; ++r) {
+                if (r < nr) acc[r] += dot_pass(av, xs + r * hidden, base, hidden, lane);
+            }
         }
-        s = warp_sum(s);
-        if (lane == 0 && j <= experts) logits[(long long)r * (experts + 1) + j] = s;
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r) {
+            if (r < nr) {
+                const float s = warp_sum(acc[r]);
+                if (lane == 0 && j <= experts) logits[(long long)(r0 + r) * (experts + 1) + j] = s;
+            }
+        }
     }
 }
 
@@ -328,51 +360,73 @@ __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, cons
     return g / (1.f + expf(-g)) * u;
 }
 
+// Asks L2 for the gate and up rows (hidden bf16 each, at g + c * hidden and
+// u + c * hidden) of this warp's columns c = col0 + i * WARPS, 1 <= i < cpw,
+// c < cols: lane l takes the rows' 128-byte lines l, l + 32, ...
+__device__ __forceinline__ void prefetch_columns(const bf16* g, const bf16* u, int col0, int cpw, int cols,
+                                                 int hidden, int lane) {
+    const int bytes = hidden * 2;
+    for (int i = 1; i < cpw; ++i) {
+        const int c = col0 + i * WARPS;
+        if (c >= cols) break;  // warp-uniform
+        const char* gr = reinterpret_cast<const char*>(g + (long long)c * hidden);
+        const char* ur = reinterpret_cast<const char*>(u + (long long)c * hidden);
+        for (int l = lane * 128; l < bytes; l += 32 * 128) {
+            prefetch_l2(gr + l);
+            prefetch_l2(ur + l);
+        }
+    }
+}
+
 // gate+up of the routed experts and of the shared expert.
-// grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows * top_k + rows):
-// blockIdx.y < rows * top_k is (row, slot) of a routed expert, the rest the
-// shared expert of row blockIdx.y - rows * top_k. Warp w of CTA x computes
-// columns (x * cpw + i) * WARPS + w, i < cpw.
+// grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows + rows * top_k):
+// blockIdx.y < rows is the shared expert of row blockIdx.y (dispatched first:
+// when CTAs start before the router finishes, those have work), the rest
+// (row, slot) = pair blockIdx.y - rows of a routed expert. Warp w of CTA x
+// computes columns (x * cpw + i) * WARPS + w, i < cpw.
 // Routed CTAs: each first computes its row's softmax and top-k from the
 // logits (route_row). topk_expert / topk_weight: [rows][top_k], local expert
 // index (or -1: another rank's) and its weight, written by the CTA at
-// (0, row * top_k). With down_prefetch set, each routed CTA asks L2 for its
+// (0, rows + row * top_k). With down_prefetch set, each routed CTA asks L2 for its
 // share of its expert's down matrix (after issuing column pf_col's loads),
 // and row 0's shared CTAs for the shared expert's (shared_down_prefetch):
-// the down kernel's reads hit L2.
+// the down kernel's reads hit L2. With pf_cols set, each warp asks L2 for
+// its later columns' rows right after issuing its first column's loads.
 // Shared CTAs: their first weights load before griddepcontrol.wait.
 // act: [rows][top_k + 1][act_stride] f32.
-extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers (80 spill): 2 CTAs an SM
+extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers: 2 CTAs an SM
 moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
                    const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
                    const float* __restrict__ logits, int rows, int hidden, int experts, int top_k,
                    int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
-                   int cpw, int pf_col, int l2_hints, const bf16* __restrict__ down_prefetch,
+                   int cpw, int pf_cols, int pf_col, int l2_hints, const bf16* __restrict__ down_prefetch,
                    const bf16* __restrict__ shared_down_prefetch, int* __restrict__ topk_expert,
                    float* __restrict__ topk_weight, float* __restrict__ act) {
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int pair = blockIdx.y;
+    const int y = blockIdx.y;
     const int col0 = blockIdx.x * cpw * WARPS + warp;
     const unsigned long long pol = weight_policy(l2_hints);
     uint4 av[KCH], bv[KCH];
-    launch_next();  // the down CTAs take the SMs this grid leaves free
-    if (pair >= rows * top_k) {
+    if (y < rows) {
         // The shared expert of row r: no routing, so its first pass loads
         // before the wait (warps past the last column load the last one).
-        const int r = pair - rows * top_k;
+        const int r = y;
         const int cc = min(col0, shared_inter - 1);
         const bf16* g_row = shared_gate_proj + (long long)cc * hidden;
         const bf16* u_row = shared_up_proj + (long long)cc * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
+        if (pf_cols) prefetch_columns(shared_gate_proj, shared_up_proj, col0, cpw, shared_inter, hidden, lane);
         if (r == 0 && down_prefetch != nullptr) {
             // The shared expert's down matrix ([hidden][shared_inter]) into L2.
             prefetch_share(shared_down_prefetch, (long long)hidden * shared_inter * 2, blockIdx.x, gridDim.x);
         }
         wait_prior();
-        stage_x(x + (long long)r * hidden, xs, hidden);
+        launch_next();  // after the wait: the down CTAs may read the logits
+        stage_async(x + (long long)r * hidden, xs, hidden);
+        cp_async_wait();
         __syncthreads();
         float* act_r = act + ((long long)r * (top_k + 1) + top_k) * act_stride;
 #pragma unroll 1
@@ -386,34 +440,19 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         }
         return;
     }
+    const int pair = y - rows;
     const int r = pair / top_k, slot = pair - r * top_k;
     wait_prior();
-    // x's row: loaded before the routing, stored after it (the stores would
-    // wait for the loads and hold back the logits' loads).
-    uint4 xr[XPT];
-    const bf16* x_row = x + (long long)r * hidden;
-#pragma unroll
-    for (int i = 0; i < XPT; ++i) {
-        const int k = (i * THREADS + threadIdx.x) * 8;
-        xr[i] = load8(x_row + k, x_row, k < hidden);
-    }
+    launch_next();  // after the wait: the down CTAs may read the logits
+    // x's row lands in shared memory (cp.async) while the routing runs.
+    stage_async(x + (long long)r * hidden, xs, hidden);
     route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
-#pragma unroll
-    for (int i = 0; i < XPT; ++i) {
-        const int k = (i * THREADS + threadIdx.x) * 8;
-        if (k < hidden) *reinterpret_cast<uint4*>(xs + k) = xr[i];
-    }
+    cp_async_wait();
     __syncthreads();
-    float kept = 1.f;
-    if (renormalise) {
-        kept = 0.f;
-        for (int kk = 0; kk < top_k; ++kk) kept += sm.sel_p[kk];
-    }
     if (blockIdx.x == 0 && slot == 0 && (int)threadIdx.x < top_k) {
         const int t = threadIdx.x;
-        const int le = sm.sel_e[t] - first;
-        topk_expert[r * top_k + t] = le >= 0 && le < local ? le : -1;
-        topk_weight[r * top_k + t] = renormalise ? sm.sel_p[t] / kept : sm.sel_p[t];
+        topk_expert[r * top_k + t] = local_expert(sm, t, first, local);
+        topk_weight[r * top_k + t] = slot_weight(sm, t, top_k, renormalise);
     }
     const int e = sm.sel_e[slot] - first;
     if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
@@ -426,6 +465,10 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         const bf16* u_row = g_row + (long long)inter * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
+        if (i == 0 && pf_cols) {
+            const bf16* g = gate_up + (long long)e * 2 * inter * hidden;
+            prefetch_columns(g, g + (long long)inter * hidden, col0, cpw, inter, hidden, lane);
+        }
         if (i == pf_col && down_prefetch != nullptr) {
             // This CTA's share of the expert's down matrix ([hidden][inter]).
             prefetch_share(down_prefetch + (long long)e * hidden * inter, (long long)hidden * inter * 2,
@@ -492,18 +535,31 @@ __device__ __forceinline__ float dot_act(const uint4 (&v)[DCH], const float* a_s
 // out = bf16(sum over the k routed slots of w_s * (down_s[n] . act_s) +
 // sigmoid(gate logit) * (shared_down[n] . act_k)). Each warp one column n of
 // row blockIdx.y; the shared expert's rows load before griddepcontrol.wait.
+// The routing: topk_expert / topk_weight (gate_up's) after the wait, or with
+// self_route the CTA's own route_row of the logits before it, and then the
+// routed rows' first group loads before the wait too. The logits are the
+// route kernel's, two launches back: every gate_up CTA lets this grid start
+// only after its own wait (route has finished, its writes are in L2), and
+// they are read from L2 (ld.global.cg). With release_next, the next kernel
+// on the stream may start once every CTA has passed its wait (a programmatic
+// launch waits for this grid before it reads what this grid writes).
 // grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, (top_k + 1) * act_stride <= MAX_ACT.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
                 const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
                 const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
                 int experts, int top_k, int inter, int shared_inter, int act_stride, int l2_hints,
+                int self_route, int renormalise, int first, int local, int release_next,
                 bf16* __restrict__ out) {
     // Per routed slot its down matrix (null: another rank's expert); per slot
-    // (the shared expert's last) its weight; the row's activations.
+    // (the shared expert's last) its weight; the row's activations, whose
+    // space holds the routing's scratch before the wait.
     __shared__ const bf16* base_s[MAX_TOP_K];
     __shared__ float scale_s[MAX_TOP_K + 1];
-    __shared__ __align__(16) float act_s[MAX_ACT];
+    constexpr int ACT_BYTES = MAX_ACT * 4;
+    constexpr int RAW = ACT_BYTES > (int)sizeof(RouteSmem) ? ACT_BYTES : (int)sizeof(RouteSmem);
+    __shared__ __align__(16) unsigned char raw[RAW];
+    float* act_s = reinterpret_cast<float*>(raw);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = blockIdx.y, t = threadIdx.x;
     const int slots = top_k + 1;
@@ -511,27 +567,45 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
     // Warps past the last column repeat it and write nothing.
     const int n = blockIdx.x * WARPS + warp, nn = min(n, hidden - 1);
     const bf16* sd_row = shared_down + (long long)nn * shared_inter;
+    const float* logit_row = logits + (long long)r * (experts + 1);
     uint4 sv[DCH];
     load_shared(sd_row, 0, shared_inter, lane, pol, sv);  // weights: before the wait
-    wait_prior();
-    // The row's activations into shared memory (asynchronous: they land while
-    // the routing is read and the weights load).
-    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
-    for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
-    if (t < top_k) {
-        const int e = topk_expert[r * top_k + t];
-        base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
-        scale_s[t] = topk_weight[r * top_k + t];
-    } else if (t == top_k) {
-        const float gl = logits[(long long)r * (experts + 1) + experts];
-        scale_s[t] = 1.f / (1.f + expf(-gl));
-    }
-    __syncthreads();
-    const int longest = max(inter, shared_inter);
     uint4 wv[DSLOTS][DCH];
-    load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+    const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
+    if (self_route) {
+        RouteSmem& sm = *reinterpret_cast<RouteSmem*>(raw);
+        route_row(logit_row, experts, top_k, sm);
+        if (t < top_k) {
+            const int e = local_expert(sm, t, first, local);
+            base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+            scale_s[t] = slot_weight(sm, t, top_k, renormalise);
+        } else if (t == top_k) {
+            scale_s[t] = 1.f / (1.f + expf(-__ldcg(logit_row + experts)));
+        }
+        __syncthreads();  // also: every read of sm is done before act_s overwrites it
+        load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+        wait_prior();
+        if (release_next) launch_next();
+        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+    } else {
+        wait_prior();
+        if (release_next) launch_next();
+        // The row's activations into shared memory (asynchronous: they land
+        // while the routing is read and the weights load).
+        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+        if (t < top_k) {
+            const int e = topk_expert[r * top_k + t];
+            base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+            scale_s[t] = topk_weight[r * top_k + t];
+        } else if (t == top_k) {
+            scale_s[t] = 1.f / (1.f + expf(-logit_row[experts]));
+        }
+        __syncthreads();
+        load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+    }
     cp_async_wait();
     __syncthreads();
+    const int longest = max(inter, shared_inter);
     float acc = 0.f;
     for (int cb = 0; cb < longest; cb += DSPAN) {
         if (cb > 0) load_shared(sd_row, cb, shared_inter, lane, pol, sv);

@@ -125,7 +125,8 @@ pub(crate) fn add_rms_norm(
     // [rows][cols], w `cols` f32 (even cols keep every row 8-byte aligned for
     // the float2 and 4-byte for the bf16x2 accesses; cols % 4 == 0 16-byte
     // for the float4 and 8-byte for the bf16x4 ones).
-    // The quad kernel waits for the previous kernel first (programmatic launch).
+    // The quad kernel reads only its norm weight (constant) before it waits
+    // for the previous kernel (programmatic launch).
     if entry == "add_rms_norm_quad_f32res" {
         unsafe { launch_programmatic(dev, entry, grid, threads, args)? };
     } else {

@@ -8,8 +8,9 @@
 //   gated_rms_norm:  x = w * x / sqrt(mean(x^2) + eps) * silu(z)     one warp per group
 // A NaN in a row (group) makes that row (group) NaN, and only it.
 // add_rms_norm_quad_f32res (the decode step's norm) may be launched with
-// programmatic dependent launch: it waits for the previous kernel before it
-// touches memory, then lets the next kernel's CTAs be scheduled.
+// programmatic dependent launch: it reads only its constant norm weight
+// before it waits for the previous kernel, then lets the next kernel's CTAs
+// be scheduled.
 
 #include <cuda_bf16.h>
 
@@ -371,18 +372,26 @@ extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, con
 // add_rms_norm_cached_f32res with 4 columns per access (16-byte residual,
 // 8-byte delta and out accesses; the kernel above moves 8 and 4 bytes): for
 // cols % 4 == 0 up to 4 * RES_QUADS * blockDim.x; one CTA per row; same sums
-// (f32, stored unrounded) and the same normed values.
+// (f32, stored unrounded) and the same normed values. The norm weight is
+// constant: it is loaded before the kernel waits for the previous one, so
+// under programmatic launch its latency hides behind that kernel's tail.
 #define RES_QUADS 4
 extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
                                                     const float* w, bf16* out, int cols,
                                                     float eps) {
-    wait_prior_then_release_next();
     const int quads = cols >> 2;
+    const float4* w4 = reinterpret_cast<const float4*>(w);
+    float4 ww[RES_QUADS];
+#pragma unroll
+    for (int k = 0; k < RES_QUADS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        ww[k] = p < quads ? __ldg(w4 + p) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    wait_prior_then_release_next();
     float4* res = reinterpret_cast<float4*>(residual + (i64)blockIdx.x * cols);
     const uint2* del =
         delta ? reinterpret_cast<const uint2*>(delta + (i64)blockIdx.x * cols) : nullptr;
     uint2* o = reinterpret_cast<uint2*>(out + (i64)blockIdx.x * cols);
-    const float4* w4 = reinterpret_cast<const float4*>(w);
     float4 v[RES_QUADS];
     float ss = 0.0f;
 #pragma unroll
@@ -409,11 +418,10 @@ extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16*
     for (int k = 0; k < RES_QUADS; ++k) {
         const int p = threadIdx.x + k * blockDim.x;
         if (p < quads) {
-            const float4 ww = w4[p];
-            const __nv_bfloat162 a =
-                __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
-            const __nv_bfloat162 b =
-                __floats2bfloat162_rn(v[k].z * inv * (1.0f + ww.z), v[k].w * inv * (1.0f + ww.w));
+            const __nv_bfloat162 a = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww[k].x),
+                                                           v[k].y * inv * (1.0f + ww[k].y));
+            const __nv_bfloat162 b = __floats2bfloat162_rn(v[k].z * inv * (1.0f + ww[k].z),
+                                                           v[k].w * inv * (1.0f + ww[k].w));
             uint2 u;
             u.x = *reinterpret_cast<const unsigned*>(&a);
             u.y = *reinterpret_cast<const unsigned*>(&b);
