@@ -117,6 +117,15 @@ pub struct ServeLimitArgs {
         allow_negative_numbers = true
     )]
     pub body_timeout_s: f64,
+    /// Seconds a response write may make no progress (a client that stopped reading);
+    /// past it the connection is closed and its request cancelled.
+    #[arg(
+        long,
+        default_value_t = 30.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub write_timeout_s: f64,
     /// Seconds a connection may stay idle (no request in flight, no byte received) before it
     /// is closed.
     #[arg(
@@ -153,6 +162,8 @@ impl ServeLimitArgs {
             header_timeout: seconds("--header-timeout-s", self.header_timeout_s)
                 .map_err(anyhow::Error::msg)?,
             body_timeout: seconds("--body-timeout-s", self.body_timeout_s)
+                .map_err(anyhow::Error::msg)?,
+            write_timeout: seconds("--write-timeout-s", self.write_timeout_s)
                 .map_err(anyhow::Error::msg)?,
             keep_alive_timeout: seconds("--keep-alive-s", self.keep_alive_s)
                 .map_err(anyhow::Error::msg)?,
@@ -479,6 +490,7 @@ mod limit_tests {
         ServeLimitArgs {
             header_timeout_s: 10.0,
             body_timeout_s: 30.0,
+            write_timeout_s: 30.0,
             keep_alive_s: 0.5,
             max_connections: 4,
             api_key: None,
@@ -518,6 +530,16 @@ mod limit_tests {
             .unwrap_err()
             .to_string()
             .contains("--body-timeout-s"));
+        let e = ServeLimitArgs {
+            write_timeout_s: 0.0,
+            ..args()
+        };
+        assert!(e
+            .limits()
+            .unwrap_err()
+            .to_string()
+            .contains("--write-timeout-s"));
+        assert_eq!(l.write_timeout, Duration::from_secs(30));
     }
 
     #[test]
