@@ -193,12 +193,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             if cfg.vocab_size < 256 {
                 bail!("the byte-level fallback tokenizer needs vocab_size >= 256");
             }
-            (
-                TextCodec::Bytes,
-                ChatTemplate::qwen_shaped(),
-                Vec::new(),
-                Vec::new(),
-            )
+            let t = headroom_model::synthetic::text_for(&cfg);
+            (t.codec, ChatTemplate::qwen_shaped(), t.eos, t.stop_ids)
         }
     };
     eos.extend(&cfg.eos_token_ids);
