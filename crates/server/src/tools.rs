@@ -244,4 +244,19 @@ mod order_tests {
         let keys: Vec<String> = f.try_iter().unwrap().map(|k| k.to_string()).collect();
         assert_eq!(keys, ["name", "description", "parameters"]);
     }
+
+    #[test]
+    fn the_servers_body_parser_keeps_the_order_of_tools_keys_too() {
+        let r: ChatRequest = crate::body_json::parse_request(
+            br#"{"model": "m", "messages": [], "tools": [{"type": "function",
+                "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]}"#,
+        )
+        .unwrap();
+        let tool = r.tools.unwrap().get_item_by_index(0).unwrap();
+        let keys: Vec<String> = tool.try_iter().unwrap().map(|k| k.to_string()).collect();
+        assert_eq!(keys, ["type", "function"]);
+        let f = tool.get_attr("function").unwrap();
+        let keys: Vec<String> = f.try_iter().unwrap().map(|k| k.to_string()).collect();
+        assert_eq!(keys, ["name", "description", "parameters"]);
+    }
 }
