@@ -6,6 +6,15 @@
 //! which steps the [`EngineCore`] while work exists and sleeps on its
 //! command channel otherwise. Stats are published after every step.
 //!
+//! The loop is supervised: a step that returns an error fails that step's
+//! requests (each stream ends with an error event naming it) and the loop
+//! goes on. A step that panics is caught: its requests and the queued ones
+//! fail with `an engine step panicked: MESSAGE`, and the loop ends rather
+//! than step a model whose state the panic may have left half-updated
+//! (device buffers, a tensor-parallel group mid-collective): from then on
+//! [`EngineHandle::health`] is that error and `submit` refuses, so
+//! `/health` answers 503 and an orchestrator restarts the process.
+//!
 //! [`EngineHandle::shutdown_and_wait`] also joins the loop thread, so the
 //! model (its device buffers, NCCL communicators) is dropped before the
 //! caller goes on: a process must not exit while the loop thread still tears
@@ -19,6 +28,7 @@ use crate::stream::{RequestStream, Waker};
 use crate::EngineError;
 use headroom_core::ops::Backend;
 use headroom_model::StepModel;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -35,6 +45,8 @@ struct Shared {
     /// Requests refused by `submit` (the loop never sees them).
     refused: AtomicU64,
     shutting_down: AtomicBool,
+    /// Why the engine can serve no more requests (a step panicked).
+    failure: Mutex<Option<String>>,
     /// The loop thread, until someone waits for it.
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -69,6 +81,7 @@ pub fn spawn<B: Backend + 'static, M: StepModel<B> + 'static>(
         next_id: AtomicU64::new(1),
         refused: AtomicU64::new(0),
         shutting_down: AtomicBool::new(false),
+        failure: Mutex::new(None),
         thread: Mutex::new(None),
     });
     let (tx, rx) = channel();
@@ -109,9 +122,18 @@ fn run_loop<B: Backend, M: StepModel<B>>(
                 break 'run;
             }
         }
-        if let Err(e) = core.step() {
-            tracing::error!("engine step: {e}");
-            core.abort_all(&format!("engine error: {e}"));
+        match catch_unwind(AssertUnwindSafe(|| core.step())) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::error!("engine step: {e}");
+                core.abort_all(&format!("engine error: {e}"));
+            }
+            Err(payload) => {
+                let why = format!("an engine step panicked: {}", panic_message(&*payload));
+                tracing::error!("{why}; the engine stops");
+                fail(&mut core, &rx, &shared, &why);
+                return;
+            }
         }
         if let Ok(mut s) = shared.stats.lock() {
             *s = core.stats();
@@ -126,11 +148,52 @@ fn run_loop<B: Backend, M: StepModel<B>>(
     drop(core);
 }
 
+/// After a panicked step: records `why` (health and `submit` see it), then
+/// fails the running and queued requests with it. Aborting touches the
+/// panicked core, so it is guarded too: if it panics as well, the requests'
+/// streams end without an event when the core is dropped, and the server
+/// names the failure from [`EngineHandle::health`].
+fn fail<B: Backend, M: StepModel<B>>(
+    core: &mut EngineCore<B, M>,
+    rx: &Receiver<Command>,
+    shared: &Shared,
+    why: &str,
+) {
+    match shared.failure.lock() {
+        Ok(mut f) => *f = Some(why.to_string()),
+        Err(p) => *p.into_inner() = Some(why.to_string()),
+    }
+    while let Ok(cmd) = rx.try_recv() {
+        if let Command::Submit(seq) = cmd {
+            core.enqueue(*seq);
+        }
+    }
+    if catch_unwind(AssertUnwindSafe(|| core.abort_all(why))).is_err() {
+        tracing::error!("failing the requests after the panic panicked too");
+    }
+    if let Ok(mut s) = shared.stats.lock() {
+        if let Ok(stats) = catch_unwind(AssertUnwindSafe(|| core.stats())) {
+            *s = stats;
+        }
+    }
+}
+
+/// The message of a panic's payload (a `&str` or `String`; anything else unnamed).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
 impl EngineHandle {
     /// Checks `r` and queues it; tokens stream back on the returned stream.
     /// Never blocks on the engine's work.
     pub fn submit(&self, r: GenerateRequest) -> Result<RequestStream, SubmitError> {
-        if self.shared.shutting_down.load(Ordering::Acquire) {
+        if self.shared.shutting_down.load(Ordering::Acquire) || self.failure().is_some() {
             return Err(SubmitError::ShuttingDown);
         }
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -194,7 +257,27 @@ impl EngineHandle {
         }
     }
 
-    /// Whether the loop thread has ended (after a shutdown).
+    /// Why the engine stopped serving, if a step panicked (see the module doc).
+    pub fn failure(&self) -> Option<String> {
+        match self.shared.failure.lock() {
+            Ok(f) => f.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// `Err(why)` once the engine can serve no more requests: a step
+    /// panicked (the panic's message), or the loop thread ended otherwise.
+    pub fn health(&self) -> Result<(), String> {
+        if let Some(why) = self.failure() {
+            return Err(why);
+        }
+        if self.is_stopped() {
+            return Err("the engine loop has stopped; restart the server".into());
+        }
+        Ok(())
+    }
+
+    /// Whether the loop thread has ended (after a shutdown or a panicked step).
     pub fn is_stopped(&self) -> bool {
         match self.shared.thread.lock() {
             Ok(t) => t.as_ref().is_none_or(|h| h.is_finished()),

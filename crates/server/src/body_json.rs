@@ -44,6 +44,11 @@ pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
     refuse_unsupported(&v, T::KIND)?;
     let common: CommonParams = typed(&v)?;
     let mut req: T = typed(&v)?;
+    // Once more from the text: a `Value` sorts object keys, and the template
+    // values inside a request (`tools`) must keep the client's order.
+    if let Ok(ordered) = serde_json::from_slice::<T>(bytes) {
+        req = ordered;
+    }
     req.set_common(common);
     Ok(req)
 }

@@ -32,13 +32,9 @@ impl Generator for EngineHandle {
         EngineHandle::shutdown(self)
     }
 
-    /// The loop thread ended without a shutdown: it panicked (a failed step
-    /// is handled inside the loop, which aborts that step's requests and goes on).
+    /// A step panicked (the loop stopped; a failed step is handled inside
+    /// the loop, which aborts that step's requests and goes on).
     fn health(&self) -> Result<(), String> {
-        if self.is_stopped() {
-            Err("the engine loop has stopped (a step panicked); restart the server".into())
-        } else {
-            Ok(())
-        }
+        EngineHandle::health(self)
     }
 }

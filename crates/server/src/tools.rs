@@ -2,9 +2,15 @@
 //! the chat template renders and what the output parser decodes:
 //!
 //! * `none`: no tools rendered, none parsed (tool-call text is content);
-//! * `auto` (the default with tools) and `required`: all rendered and parsed
-//!   (`required` is not enforced: the model may still answer in text);
-//! * a named function: only that tool rendered and parsed.
+//! * `auto` (the default with tools): all rendered and parsed;
+//! * `required`: all rendered and parsed, and the assistant turn forced to
+//!   open a call (`<tool_call>\n<function=`: the model picks the name);
+//! * a named function: only that tool rendered and parsed, and the turn
+//!   forced to open a call of it (`<tool_call>\n<function=NAME>\n`).
+//!
+//! The forced text ([`ToolPlan::forced`]) is appended to the prompt after
+//! the template's generation prompt (see `crate::prompt`) and fed to the
+//! output parser before the model's output, so the answer is a normal call.
 
 use crate::error::ApiError;
 use crate::parse::ToolSpec;
@@ -18,7 +24,13 @@ pub struct ToolPlan {
     pub render: Option<Value>,
     /// The functions the output parser accepts (empty: calls are not parsed).
     pub specs: Vec<ToolSpec>,
+    /// The text the assistant turn must start with (`required` or a named
+    /// function), or `None`.
+    pub forced: Option<String>,
 }
+
+/// The opening of a tool call in the family's XML form, up to the function name.
+pub const CALL_OPEN: &str = "<tool_call>\n<function=";
 
 enum Choice {
     None,
@@ -98,9 +110,15 @@ pub fn plan(tools: Option<&Value>, choice: Option<&Json>) -> Result<ToolPlan, Ap
     Ok(match choice {
         Choice::None => ToolPlan::default(),
         Choice::Auto | Choice::Required if specs.is_empty() => ToolPlan::default(),
-        Choice::Auto | Choice::Required => ToolPlan {
+        Choice::Auto => ToolPlan {
             render: Some(Value::from(defs)),
             specs,
+            forced: None,
+        },
+        Choice::Required => ToolPlan {
+            render: Some(Value::from(defs)),
+            specs,
+            forced: Some(CALL_OPEN.to_string()),
         },
         Choice::Named(name) => {
             let Some(i) = specs.iter().position(|s| s.name == name) else {
@@ -112,6 +130,7 @@ pub fn plan(tools: Option<&Value>, choice: Option<&Json>) -> Result<ToolPlan, Ap
             ToolPlan {
                 render: Some(Value::from(vec![defs[i].clone()])),
                 specs: vec![specs.swap_remove(i)],
+                forced: Some(format!("{CALL_OPEN}{name}>\n")),
             }
         }
     })
@@ -140,13 +159,18 @@ mod tests {
         let p = plan(Some(&t), None).unwrap();
         assert_eq!(names(&p), ["a", "b"]);
         assert_eq!(p.render.as_ref().map(|r| r.len()), Some(Some(2)));
+        assert_eq!(p.forced, None);
+        let p = plan(Some(&t), Some(&json!("auto"))).unwrap();
+        assert_eq!(p.forced, None);
         let p = plan(Some(&t), Some(&json!("required"))).unwrap();
         assert_eq!(names(&p), ["a", "b"]);
+        assert_eq!(p.forced.as_deref(), Some("<tool_call>\n<function="));
         let p = plan(Some(&t), Some(&json!("none"))).unwrap();
-        assert!(p.render.is_none() && p.specs.is_empty());
+        assert!(p.render.is_none() && p.specs.is_empty() && p.forced.is_none());
         let named = json!({"type": "function", "function": {"name": "b"}});
         let p = plan(Some(&t), Some(&named)).unwrap();
         assert_eq!(names(&p), ["b"]);
+        assert_eq!(p.forced.as_deref(), Some("<tool_call>\n<function=b>\n"));
         let r = p.render.unwrap();
         assert_eq!(r.len(), Some(1));
         assert_eq!(
@@ -210,6 +234,21 @@ mod order_tests {
     fn a_request_body_keeps_the_order_of_its_tools_keys() {
         let r: ChatRequest = serde_json::from_str(
             r#"{"model": "m", "messages": [], "tools": [{"type": "function",
+                "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]}"#,
+        )
+        .unwrap();
+        let tool = r.tools.unwrap().get_item_by_index(0).unwrap();
+        let keys: Vec<String> = tool.try_iter().unwrap().map(|k| k.to_string()).collect();
+        assert_eq!(keys, ["type", "function"]);
+        let f = tool.get_attr("function").unwrap();
+        let keys: Vec<String> = f.try_iter().unwrap().map(|k| k.to_string()).collect();
+        assert_eq!(keys, ["name", "description", "parameters"]);
+    }
+
+    #[test]
+    fn the_servers_body_parser_keeps_the_order_of_tools_keys_too() {
+        let r: ChatRequest = crate::body_json::parse_request(
+            br#"{"model": "m", "messages": [], "tools": [{"type": "function",
                 "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}]}"#,
         )
         .unwrap();

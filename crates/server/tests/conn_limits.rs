@@ -32,6 +32,7 @@ fn short() -> ConnLimits {
         body_timeout: Duration::from_millis(500),
         keep_alive_timeout: Duration::from_millis(800),
         max_connections: 1024,
+        ..ConnLimits::default()
     }
 }
 

@@ -247,10 +247,15 @@ async fn tool_call_text_is_content_with_tool_choice_none_or_no_tools() {
         assert_eq!(msg["reasoning_content"], "r");
         assert_eq!(msg["content"], WEATHER);
     }
-    // A named choice parses only that function.
+    // A named choice parses only that function: the forced opening of an
+    // `add` call followed by another function's block does not decode.
     let named = json!({"tool_choice": {"type": "function", "function": {"name": "add"}}});
-    let (msg, _) = both(s.addr, &body(named)).await;
-    assert_eq!(msg["content"], WEATHER);
+    let (msg, finish) = both(s.addr, &body(named)).await;
+    assert_eq!(finish, "stop");
+    assert_eq!(
+        msg["content"],
+        format!("<tool_call>\n<function=add>\nr</think>{WEATHER}")
+    );
 }
 
 async fn prompt_tokens(addr: SocketAddr, body: &Value) -> u64 {
@@ -277,8 +282,12 @@ async fn tools_are_rendered_into_the_prompt_unless_tool_choice_is_none() {
     .await;
     assert!(with > without + 200, "{with} vs {without}");
     assert_eq!(none, without);
-    assert_eq!(required, with);
-    assert!(without < named && named < with, "{named}");
+    // `required` closes the open think block and forces a call's opening.
+    assert_eq!(
+        required,
+        with + "\n</think>\n\n<tool_call>\n<function=".len() as u64
+    );
+    assert!(without < named && named < required, "{named}");
     // thinking off adds the empty think block.
     let off = prompt_tokens(
         s.addr,

@@ -146,7 +146,9 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             if cfg.vocab_size < 256 {
                 bail!("the byte-level fallback tokenizer needs vocab_size >= 256");
             }
-            (TextCodec::Bytes, Vec::new())
+            // The family's special tokens, not its EOS: a benchmark's random
+            // weights keep generating to max_tokens.
+            (headroom_model::synthetic::codec_for(&cfg), Vec::new())
         }
     };
     eos.extend(&cfg.eos_token_ids);

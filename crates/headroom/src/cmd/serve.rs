@@ -117,6 +117,15 @@ pub struct ServeLimitArgs {
         allow_negative_numbers = true
     )]
     pub body_timeout_s: f64,
+    /// Seconds a response write may make no progress (a client that stopped reading);
+    /// past it the connection is closed and its request cancelled.
+    #[arg(
+        long,
+        default_value_t = 30.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub write_timeout_s: f64,
     /// Seconds a connection may stay idle (no request in flight, no byte received) before it
     /// is closed.
     #[arg(
@@ -154,6 +163,8 @@ impl ServeLimitArgs {
                 .map_err(anyhow::Error::msg)?,
             body_timeout: seconds("--body-timeout-s", self.body_timeout_s)
                 .map_err(anyhow::Error::msg)?,
+            write_timeout: seconds("--write-timeout-s", self.write_timeout_s)
+                .map_err(anyhow::Error::msg)?,
             keep_alive_timeout: seconds("--keep-alive-s", self.keep_alive_s)
                 .map_err(anyhow::Error::msg)?,
             max_connections: self.max_connections,
@@ -182,12 +193,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             if cfg.vocab_size < 256 {
                 bail!("the byte-level fallback tokenizer needs vocab_size >= 256");
             }
-            (
-                TextCodec::Bytes,
-                ChatTemplate::qwen_shaped(),
-                Vec::new(),
-                Vec::new(),
-            )
+            let t = headroom_model::synthetic::text_for(&cfg);
+            (t.codec, ChatTemplate::qwen_shaped(), t.eos, t.stop_ids)
         }
     };
     eos.extend(&cfg.eos_token_ids);
@@ -479,6 +486,7 @@ mod limit_tests {
         ServeLimitArgs {
             header_timeout_s: 10.0,
             body_timeout_s: 30.0,
+            write_timeout_s: 30.0,
             keep_alive_s: 0.5,
             max_connections: 4,
             api_key: None,
@@ -518,6 +526,16 @@ mod limit_tests {
             .unwrap_err()
             .to_string()
             .contains("--body-timeout-s"));
+        let e = ServeLimitArgs {
+            write_timeout_s: 0.0,
+            ..args()
+        };
+        assert!(e
+            .limits()
+            .unwrap_err()
+            .to_string()
+            .contains("--write-timeout-s"));
+        assert_eq!(l.write_timeout, Duration::from_secs(30));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! What one connection is doing, for its watchdog ([`Activity`]): idle
-//! since when, reading a request head since when, or serving requests. The
-//! socket wrapper ([`Watched`]) marks the first byte of a head; the service
+//! since when, reading a request head since when, or serving requests, and
+//! since when a write to the socket has been blocked. The socket wrapper
+//! ([`Watched`]) marks the first byte of a head and blocked writes; the service
 //! marks a request's start ([`Activity::begin`]) and the response body's
 //! end (dropping the [`InFlight`] guard inside [`GuardedBody`]).
 
@@ -29,6 +30,8 @@ pub enum Phase {
 #[derive(Debug)]
 pub struct Activity {
     phase: Mutex<Phase>,
+    /// Since when the socket has refused every write (its send buffer full).
+    write_blocked: Mutex<Option<Instant>>,
     in_flight: AtomicUsize,
     total: Arc<AtomicUsize>,
 }
@@ -37,6 +40,7 @@ impl Activity {
     pub fn new(total: Arc<AtomicUsize>) -> Arc<Activity> {
         Arc::new(Activity {
             phase: Mutex::new(Phase::Idle(Instant::now())),
+            write_blocked: Mutex::new(None),
             in_flight: AtomicUsize::new(0),
             total,
         })
@@ -57,6 +61,23 @@ impl Activity {
         if let Ok(mut g) = self.phase.lock() {
             if let Phase::Idle(_) = *g {
                 *g = Phase::Head(Instant::now());
+            }
+        }
+    }
+
+    /// Since when writes have been blocked, if they are.
+    pub fn write_blocked_since(&self) -> Option<Instant> {
+        self.write_blocked.lock().ok().and_then(|w| *w)
+    }
+
+    /// A write was refused (`blocked`) or went through: a blocked stretch
+    /// starts at its first refusal and ends at the next write that progresses.
+    fn write_result(&self, blocked: bool) {
+        if let Ok(mut w) = self.write_blocked.lock() {
+            match (blocked, *w) {
+                (true, None) => *w = Some(Instant::now()),
+                (false, Some(_)) => *w = None,
+                _ => {}
             }
         }
     }
@@ -141,7 +162,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.activity.write_result(r.is_pending());
+        r
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -175,5 +198,24 @@ mod tests {
         drop(g2);
         assert!(matches!(a.phase(), Phase::Idle(_)));
         assert_eq!(total.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_blocked_stretch_runs_from_the_first_refused_write_to_the_next_progress() {
+        let a = Activity::new(Arc::new(AtomicUsize::new(0)));
+        assert_eq!(a.write_blocked_since(), None);
+        a.write_result(false);
+        assert_eq!(a.write_blocked_since(), None);
+        a.write_result(true);
+        let since = a.write_blocked_since().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        a.write_result(true);
+        assert_eq!(
+            a.write_blocked_since(),
+            Some(since),
+            "kept from the first refusal"
+        );
+        a.write_result(false);
+        assert_eq!(a.write_blocked_since(), None);
     }
 }

@@ -1,6 +1,7 @@
 //! The connection limits of one server ([`ConnLimits`]): how long a client
-//! may take to send a request head and body, how long a kept-alive
-//! connection may stay idle, and how many connections may be open at once.
+//! may take to send a request head and body, how long it may leave a
+//! response unread, how long a kept-alive connection may stay idle, and how
+//! many connections may be open at once.
 
 use std::time::Duration;
 
@@ -12,6 +13,10 @@ pub struct ConnLimits {
     pub header_timeout: Duration,
     /// From the end of the head to the end of the body; slower is a 408.
     pub body_timeout: Duration,
+    /// How long a response write may make no progress (a client that stops
+    /// reading fills the socket's buffers); past it the connection is
+    /// closed and its request cancelled, freeing its engine slot.
+    pub write_timeout: Duration,
     /// How long a connection may sit with no request in flight and no byte
     /// received (a fresh connection or a kept-alive one) before it is closed.
     pub keep_alive_timeout: Duration,
@@ -25,6 +30,7 @@ impl Default for ConnLimits {
         ConnLimits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
             keep_alive_timeout: Duration::from_secs(60),
             max_connections: 1024,
         }

@@ -4,8 +4,11 @@
 //! * At most `max_connections` are open; a connection beyond it is answered
 //!   503 and closed at once (no request of it is read).
 //! * Each connection has a watchdog: a request head that takes longer than
-//!   `header_timeout` from its first byte, or an idle connection (no request
-//!   in flight, no byte received) older than `keep_alive_timeout`, is closed.
+//!   `header_timeout` from its first byte, an idle connection (no request
+//!   in flight, no byte received) older than `keep_alive_timeout`, or a
+//!   connection whose writes have been blocked for `write_timeout` (a client
+//!   that stopped reading its response) is closed; closing drops the
+//!   response, which cancels its request in the engine.
 //!   Bodies are read under `body_timeout` by [`body::read_body`].
 //! * At shutdown the listener is closed; requests on kept-alive connections
 //!   are answered 503 with `Connection: close` while in-flight requests
@@ -181,6 +184,7 @@ impl Connection {
             .limits
             .header_timeout
             .min(self.limits.keep_alive_timeout)
+            .min(self.limits.write_timeout)
             / 4)
         .clamp(Duration::from_millis(5), Duration::from_secs(1));
         let mut closing = false;
@@ -213,6 +217,13 @@ impl Connection {
 
     /// Why the watchdog closes the connection now, if it does.
     fn expired(&self) -> Option<&'static str> {
+        if self
+            .activity
+            .write_blocked_since()
+            .is_some_and(|t| t.elapsed() > self.limits.write_timeout)
+        {
+            return Some("the client read nothing within the write timeout");
+        }
         match self.activity.phase() {
             Phase::Idle(t) if t.elapsed() > self.limits.keep_alive_timeout => {
                 Some("idle past the keep-alive timeout")

@@ -30,6 +30,10 @@ pub struct ParserConfig {
     pub starts_in_reasoning: bool,
     /// The functions the model may call; empty: tool calls are not parsed.
     pub tools: Vec<ToolSpec>,
+    /// Text the prompt forced as the start of the output (a tool call's
+    /// opening under `tool_choice` `required` or a named function): parsed
+    /// before the model's output, as if the model had written it.
+    pub forced: String,
 }
 
 impl ParserConfig {
@@ -75,8 +79,8 @@ impl OutputParser {
                 Mode::Content
             },
             think_allowed: cfg.reasoning && !reasoning,
+            pending: cfg.forced.clone(),
             cfg,
-            pending: String::new(),
             after_tag: false,
             calls: 0,
         }

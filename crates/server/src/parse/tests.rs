@@ -20,6 +20,15 @@ fn cfg(reasoning: bool, starts: bool, with_tools: bool) -> ParserConfig {
         reasoning,
         starts_in_reasoning: starts,
         tools: if with_tools { tools() } else { Vec::new() },
+        forced: String::new(),
+    }
+}
+
+/// `cfg` with the output forced to start with `forced`.
+fn forced(reasoning: bool, forced: &str) -> ParserConfig {
+    ParserConfig {
+        forced: forced.into(),
+        ..cfg(reasoning, false, true)
     }
 }
 
@@ -64,6 +73,26 @@ fn scenarios() -> Vec<(ParserConfig, String, Vec<Event>)> {
     let no_fn_end = "<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n</tool_call>";
     let cut = "<tool_call>\n<function=add>\n<parameter=a>\n1";
     vec![
+        (
+            forced(true, "<tool_call>\n<function="),
+            WEATHER["<tool_call>\n<function=".len()..].into(),
+            vec![w.clone()],
+        ),
+        (
+            forced(false, "<tool_call>\n<function=add>\n"),
+            ADD["<tool_call>\n<function=add>\n".len()..].into(),
+            vec![a.clone()],
+        ),
+        (
+            forced(true, "<tool_call>\n<function="),
+            format!("{}\n{}", &WEATHER["<tool_call>\n<function=".len()..], ADD),
+            vec![w.clone(), a.clone()],
+        ),
+        (
+            forced(true, "<tool_call>\n<function="),
+            "get_wea".into(),
+            vec![content("<tool_call>\n<function=get_wea")],
+        ),
         (
             cfg(true, false, false),
             "plain text only".into(),
@@ -228,7 +257,7 @@ fn no_text_is_lost_outside_dropped_whitespace() {
                 .collect()
         };
         let kept = squash(&kept);
-        let mut rest = squash(&text);
+        let mut rest = squash(&format!("{}{text}", c.forced));
         // Decoded calls keep only their name here; remove their blocks from the source.
         for block in [WEATHER, ADD] {
             let name = if block == WEATHER {
