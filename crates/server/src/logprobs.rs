@@ -108,13 +108,14 @@ impl LogprobLog {
                 json!({"content": content, "refusal": null})
             }
             Endpoint::Completion => {
-                // vLLM's form: the alternatives and the drawn token by their text.
+                // vLLM's form: the alternatives and the drawn token by their text (two
+                // tokens of the same text keep the likelier one).
                 let top: Vec<Value> = entries
                     .iter()
                     .map(|e| {
                         let mut m = Map::new();
                         for (t, x) in &e.top {
-                            m.insert(t.clone(), json!(x));
+                            m.entry(t.clone()).or_insert(json!(x));
                         }
                         m.entry(e.token.clone()).or_insert(json!(e.logprob));
                         Value::Object(m)
