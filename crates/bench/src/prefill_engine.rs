@@ -151,6 +151,7 @@ impl<B: Backend> PrefillTarget for EnginePrefill<B> {
         let mut finished = None;
         while let Some(e) = stream.try_next() {
             match e {
+                StreamEvent::Logprobs(_) => {}
                 StreamEvent::Token(_) => {}
                 StreamEvent::Finished {
                     usage, attention, ..

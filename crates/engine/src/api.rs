@@ -22,6 +22,10 @@ pub struct GenerateRequest {
     /// only at `max_tokens`, a `stop_token_ids` entry or a cancel.
     #[serde(default)]
     pub ignore_eos: bool,
+    /// Penalties and log probabilities: a request that asks for any of them
+    /// has its tokens drawn on the host ([`crate::sampling`]).
+    #[serde(default)]
+    pub extras: SamplingExtras,
 }
 
 impl GenerateRequest {
@@ -33,8 +37,88 @@ impl GenerateRequest {
             max_tokens,
             stop_token_ids: Vec::new(),
             ignore_eos: false,
+            extras: SamplingExtras::default(),
         }
     }
+}
+
+/// Most alternatives [`SamplingExtras::logprobs`] may ask for per token.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// What a request adds to plain sampling: OpenAI's presence and frequency
+/// penalties (over the generated tokens), vLLM's repetition penalty (over
+/// prompt and generated tokens) and log probabilities of the drawn tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SamplingExtras {
+    /// Subtracted once from the logit of every token generated so far (-2..=2).
+    pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it was generated (-2..=2).
+    pub frequency_penalty: f32,
+    /// Divides positive and multiplies negative logits of every token in the
+    /// prompt or generated so far (> 0; 1 is off).
+    pub repetition_penalty: f32,
+    /// `Some(k)`: report each drawn token's log probability with the `k`
+    /// most likely tokens (0..=[`MAX_TOP_LOGPROBS`]).
+    pub logprobs: Option<usize>,
+}
+
+impl Default for SamplingExtras {
+    fn default() -> Self {
+        SamplingExtras {
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
+            logprobs: None,
+        }
+    }
+}
+
+impl SamplingExtras {
+    /// Whether any penalty changes the logits.
+    pub fn penalised(&self) -> bool {
+        self.presence_penalty != 0.0
+            || self.frequency_penalty != 0.0
+            || self.repetition_penalty != 1.0
+    }
+
+    /// Whether a row of this request is drawn on the host.
+    pub fn on_host(&self) -> bool {
+        self.penalised() || self.logprobs.is_some()
+    }
+
+    /// `Some(why)` when a value is out of range.
+    pub fn invalid(&self) -> Option<String> {
+        for (name, v) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if !(v.is_finite() && (-2.0..=2.0).contains(&v)) {
+                return Some(format!("{name} must be in [-2, 2] (got {v})"));
+            }
+        }
+        let r = self.repetition_penalty;
+        if !(r.is_finite() && r > 0.0) {
+            return Some(format!("repetition_penalty must be > 0 (got {r})"));
+        }
+        match self.logprobs {
+            Some(k) if k > MAX_TOP_LOGPROBS => Some(format!(
+                "at most {MAX_TOP_LOGPROBS} top log probabilities per token (got {k})"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A drawn token's log probability and the most likely alternatives, of the
+/// model's distribution before penalties and temperature (its raw
+/// log-softmax, as vLLM reports by default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprobs {
+    pub token: u32,
+    /// `-inf` for a token whose logit was not finite.
+    pub logprob: f32,
+    /// `(token, logprob)`, most likely first, lowest id on ties.
+    pub top: Vec<(u32, f32)>,
 }
 
 /// Why a sequence ended.
@@ -60,9 +144,12 @@ impl FinishReason {
 }
 
 /// Token counts and time to first token of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct Usage {
     pub prompt_tokens: usize,
+    /// Prompt tokens whose rows came from the prefix cache (0 without one).
+    #[serde(default)]
+    pub cached_tokens: usize,
     /// Tokens drawn, including a final stop token.
     pub completion_tokens: usize,
     /// Milliseconds from submit to the first drawn token (0 when none was drawn).
@@ -88,6 +175,9 @@ pub struct AttentionRun {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StreamEvent {
     Token(u32),
+    /// The log probabilities of the next `Token` (sent just before it, only
+    /// to a request that asked for them).
+    Logprobs(TokenLogprobs),
     Finished {
         reason: FinishReason,
         usage: Usage,

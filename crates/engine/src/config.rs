@@ -167,6 +167,6 @@ impl Limits {
         if !(s.top_p > 0.0 && s.top_p <= 1.0) {
             return Some(format!("top_p must be in (0, 1] (got {})", s.top_p));
         }
-        None
+        r.extras.invalid()
     }
 }

@@ -18,6 +18,7 @@ pub use crate::memory::memory_model;
 use crate::pool::{plan_pool, PoolPlan};
 use crate::report::Drawn;
 pub use crate::report::{SampledRow, StepReport};
+use crate::sampling::{draw_host_rows, HostRow};
 use crate::scheduler::StepBudget;
 use crate::sequence::Sequence;
 use crate::slots::SlotPool;
@@ -465,7 +466,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             self.running[i].processed += n;
         }
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
-        for (k, (token, logits)) in draws.iter().zip(drawn) {
+        for (k, (token, logits, logprobs)) in draws.iter().zip(drawn) {
             let i = plan[*k].0;
             let s = &mut self.running[i];
             self.stats.generated_tokens += 1;
@@ -474,7 +475,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 token,
                 logits,
             });
-            if let Some(reason) = s.push_token(token) {
+            if let Some(reason) = s.push_token(token, logprobs) {
                 finished.push((i, reason));
             }
         }
@@ -528,14 +529,34 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             .iter()
             .map(|&k| self.running[plan[k].0].generated.len() as u64)
             .collect();
-        let tokens = be.sample(&rows, &params, &steps)?;
+        let mut tokens = be.sample(&rows, &params, &steps)?;
+        let vocab = self.model.lead().vocab_size();
+        let host: Vec<HostRow<'_>> = draws
+            .iter()
+            .enumerate()
+            .map(|(row, &k)| (row, &self.running[plan[k].0]))
+            .filter(|(_, s)| s.extras.on_host())
+            .map(|(row, s)| HostRow {
+                row,
+                params: s.sampling,
+                step: s.generated.len() as u64,
+                extras: s.extras,
+                prompt: &s.prompt,
+                generated: &s.generated,
+            })
+            .collect();
+        let logprobs = draw_host_rows(be, &rows, vocab, &host, &mut tokens)?;
         let logits: Vec<Option<Vec<f32>>> = if self.cfg.capture_logits {
             let all = be.act_to_f32(&rows)?;
-            let vocab = self.model.lead().vocab_size();
             all.chunks(vocab.max(1)).map(|c| Some(c.to_vec())).collect()
         } else {
             vec![None; tokens.len()]
         };
-        Ok(tokens.into_iter().zip(logits).collect())
+        Ok(tokens
+            .into_iter()
+            .zip(logits)
+            .zip(logprobs)
+            .map(|((t, l), p)| (t, l, p))
+            .collect())
     }
 }

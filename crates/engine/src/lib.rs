@@ -18,6 +18,8 @@
 //!   and preemption in `core/admit.rs`), and what a step did
 //!   ([`StepReport`]); [`handle`] — the loop
 //!   thread and the cloneable [`EngineHandle`];
+//! * [`sampling`] — the host path of rows that ask for penalties or log
+//!   probabilities;
 //! * [`api`] / [`stream`] — requests, stream events, errors, stats.
 //!
 //! Numerics: a sequence's logits do not depend on what it is batched with or
@@ -33,6 +35,7 @@ pub mod kv;
 pub mod memory;
 pub mod pool;
 mod report;
+pub mod sampling;
 pub mod scheduler;
 mod sequence;
 pub mod settings;
@@ -41,8 +44,8 @@ pub mod stream;
 pub mod stripe;
 
 pub use api::{
-    AttentionRun, EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
-    Usage,
+    AttentionRun, EngineStats, FinishReason, GenerateRequest, RankMemory, SamplingExtras,
+    StreamEvent, SubmitError, TokenLogprobs, Usage, MAX_TOP_LOGPROBS,
 };
 pub use config::{EngineConfig, Limits};
 pub use core::{EngineCore, SampledRow, StepReport};

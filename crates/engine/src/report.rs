@@ -1,8 +1,8 @@
 //! What one engine step did ([`StepReport`]): the sequences in its batch,
 //! its rows, the tokens it drew ([`SampledRow`]) and its times.
 
-/// A drawn token and (when captured) its logits row.
-pub(crate) type Drawn = (u32, Option<Vec<f32>>);
+/// A drawn token, (when captured) its logits row and (when asked) its log probabilities.
+pub(crate) type Drawn = (u32, Option<Vec<f32>>, Option<crate::api::TokenLogprobs>);
 
 /// One drawn token of a step.
 #[derive(Debug, Clone, PartialEq)]

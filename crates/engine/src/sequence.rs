@@ -4,7 +4,9 @@
 //! prompt and generated tokens and re-prefills all of them when admitted
 //! again ([`Sequence::preempted`]); its stream only pauses.
 
-use crate::api::{AttentionRun, FinishReason, GenerateRequest, StreamEvent, Usage};
+use crate::api::{
+    AttentionRun, FinishReason, GenerateRequest, SamplingExtras, StreamEvent, TokenLogprobs, Usage,
+};
 use crate::memory::Prediction;
 use crate::stream::StreamSink;
 use headroom_core::ops::SamplingParams;
@@ -18,6 +20,8 @@ pub(crate) struct Sequence {
     pub prompt: Vec<u32>,
     pub generated: Vec<u32>,
     pub sampling: SamplingParams,
+    /// Penalties and log probabilities (drawn on the host when any is asked).
+    pub extras: SamplingExtras,
     pub max_tokens: usize,
     pub stops: Vec<u32>,
     /// State slot (valid once admitted).
@@ -60,6 +64,7 @@ impl Sequence {
             prompt: r.prompt_ids,
             generated: Vec::new(),
             sampling: r.sampling,
+            extras: r.extras,
             max_tokens: r.max_tokens,
             stops,
             slot: usize::MAX,
@@ -134,14 +139,22 @@ impl Sequence {
         }
     }
 
-    /// Records a drawn token; returns the finish reason when it ends the sequence.
-    pub(crate) fn push_token(&mut self, token: u32) -> Option<FinishReason> {
+    /// Records a drawn token (streamed after its log probabilities, when
+    /// asked); returns the finish reason when it ends the sequence.
+    pub(crate) fn push_token(
+        &mut self,
+        token: u32,
+        logprobs: Option<TokenLogprobs>,
+    ) -> Option<FinishReason> {
         if self.ttft_ms.is_none() {
             self.ttft_ms = Some(self.submitted.elapsed().as_secs_f64() * 1e3);
         }
         self.generated.push(token);
         if self.stops.contains(&token) {
             return Some(FinishReason::Stop);
+        }
+        if let Some(lp) = logprobs {
+            self.sink.send(StreamEvent::Logprobs(lp));
         }
         self.sink.send(StreamEvent::Token(token));
         (self.generated.len() >= self.max_tokens).then_some(FinishReason::Length)
@@ -150,6 +163,7 @@ impl Sequence {
     pub(crate) fn usage(&self) -> Usage {
         Usage {
             prompt_tokens: self.prompt.len(),
+            cached_tokens: 0,
             completion_tokens: self.generated.len(),
             ttft_ms: self.ttft_ms.unwrap_or(0.0),
         }
@@ -187,8 +201,8 @@ mod tests {
         s.push_inputs(2, &mut out);
         assert_eq!((out.as_slice(), s.draws_after(2)), (&[10, 11][..], false));
         s.processed = 3;
-        s.push_token(20);
-        s.push_token(21);
+        s.push_token(20, None);
+        s.push_token(21, None);
         s.processed = 4;
         assert_eq!(s.remaining_prompt(), 0);
         out.clear();

@@ -77,6 +77,7 @@ fn shutdown_and_wait_returns_after_the_model_is_dropped() {
     let mut tokens = 0;
     while let Some(ev) = s.blocking_next() {
         match ev {
+            StreamEvent::Logprobs(_) => {}
             StreamEvent::Token(_) => tokens += 1,
             StreamEvent::Finished { .. } => break,
             StreamEvent::Error(e) => panic!("{e}"),

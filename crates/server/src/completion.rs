@@ -5,21 +5,26 @@
 //! output parser into content, reasoning and tool calls (`finish_reason:
 //! tool_calls` when a call was decoded and the model stopped); a matched stop
 //! string or a client that goes away drops the token stream, which cancels
-//! the request in the engine.
+//! the request in the engine. A request of `n` choices submits `n`
+//! sequences (choice `i` seeded `seed + i`) and answers them together
+//! (`choices.rs`); with `logprobs` each choice carries its tokens' log
+//! probabilities (`logprobs.rs`); a completion with `echo` starts with the
+//! prompt's text.
 
+use crate::choices::{self, ChoiceEnd};
 use crate::error::ApiError;
 use crate::generator::{FinishReason, GenerateRequest, StreamEvent, SubmitError, TokenStream};
+use crate::logprobs::LogprobLog;
 use crate::metrics::Outcome;
 use crate::params::Plan;
 use crate::parse::{push_event, Event, OutputParser, ParserConfig};
-use crate::shapes::{tool_call_json, usage, ChatReply, Endpoint, Head};
+use crate::shapes::{tool_call_json, ChatReply, Endpoint, Head};
 use crate::state::AppState;
 use crate::stop::StopMatcher;
-use axum::response::sse::{Event as SseEvent, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use headroom_model::tokenizer::StreamDecoder;
+use serde_json::Value;
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -45,7 +50,7 @@ pub fn refusal(e: SubmitError) -> ApiError {
     }
 }
 
-/// Submits `job` and answers it (streamed when asked).
+/// Submits `job` (one sequence per choice) and answers it (streamed when asked).
 pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     // The server's stop ids are the model's end-of-turn ids (the engine adds EOS):
     // `ignore_eos` drops both.
@@ -57,33 +62,55 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     stop_token_ids.sort_unstable();
     stop_token_ids.dedup();
     let prompt_tokens = job.prompt_ids.len();
-    let stream = state
-        .generator
-        .submit(GenerateRequest {
-            prompt_ids: job.prompt_ids,
-            sampling: job.plan.sampling,
-            max_tokens: job.max_tokens,
-            stop_token_ids,
-            ignore_eos: job.plan.ignore_eos,
-        })
-        .map_err(refusal)?;
-    let run = Running {
-        tracker: Tracker {
-            state: state.clone(),
-            endpoint: job.head.endpoint.label(),
-            outcome: None,
-        },
-        text: TextOut::new(job.plan.stop.clone(), job.arrived),
-        stream: Some(stream),
-        parser: job.parser.map(OutputParser::new),
-        head: job.head,
-        prompt_tokens,
-        include_usage: job.plan.include_usage,
-    };
-    if job.plan.stream {
-        Ok(run.sse())
+    let echo = if job.plan.echo && job.head.endpoint == Endpoint::Completion {
+        state
+            .codec
+            .decode(&job.prompt_ids)
+            .map_err(|e| ApiError::internal(format!("decoding the prompt to echo it: {e}")))?
     } else {
-        run.whole().await
+        String::new()
+    };
+    let mut runs = Vec::with_capacity(job.plan.n);
+    for index in 0..job.plan.n {
+        let mut sampling = job.plan.sampling;
+        sampling.seed = sampling.seed.wrapping_add(index as u64);
+        let stream = state
+            .generator
+            .submit(GenerateRequest {
+                prompt_ids: job.prompt_ids.clone(),
+                sampling,
+                max_tokens: job.max_tokens,
+                stop_token_ids: stop_token_ids.clone(),
+                ignore_eos: job.plan.ignore_eos,
+                extras: job.plan.extras,
+            })
+            .map_err(refusal)?;
+        runs.push(Running {
+            tracker: Tracker {
+                state: state.clone(),
+                endpoint: job.head.endpoint.label(),
+                outcome: None,
+                counted: index == 0,
+            },
+            text: TextOut::new(job.plan.stop.clone(), job.arrived),
+            stream: Some(stream),
+            parser: job.parser.clone().map(OutputParser::new),
+            head: job.head.clone(),
+            index,
+            prompt_tokens,
+            include_usage: job.plan.include_usage,
+            logprobs: job
+                .plan
+                .extras
+                .logprobs
+                .map(|_| LogprobLog::new(job.head.endpoint, echo.chars().count())),
+            echo: echo.clone(),
+        });
+    }
+    if job.plan.stream {
+        Ok(choices::sse(job.head, job.plan.include_usage, runs))
+    } else {
+        choices::whole(job.head, runs).await
     }
 }
 
@@ -92,12 +119,16 @@ struct Tracker {
     state: Arc<AppState>,
     endpoint: &'static str,
     outcome: Option<Outcome>,
+    /// Whether this choice counts the request (the first of `n` does).
+    counted: bool,
 }
 
 impl Drop for Tracker {
     fn drop(&mut self) {
-        let outcome = self.outcome.unwrap_or(Outcome::Cancelled);
-        self.state.metrics.request(self.endpoint, outcome);
+        if self.counted {
+            let outcome = self.outcome.unwrap_or(Outcome::Cancelled);
+            self.state.metrics.request(self.endpoint, outcome);
+        }
     }
 }
 
@@ -152,24 +183,32 @@ impl TextOut {
     }
 }
 
-/// How a request ended.
-enum End {
+/// How a choice ended.
+pub(crate) enum End {
     Done {
         finish: &'static str,
         prompt: usize,
         completion: usize,
+        cached: usize,
     },
     Failed(ApiError),
 }
 
-struct Running {
+/// One choice of a request being generated.
+pub(crate) struct Running {
     tracker: Tracker,
     text: TextOut,
     stream: Option<Box<dyn TokenStream>>,
     parser: Option<OutputParser>,
     head: Head,
+    /// The choice's `index`.
+    index: usize,
     prompt_tokens: usize,
     include_usage: bool,
+    /// The tokens' log probabilities, when asked.
+    logprobs: Option<LogprobLog>,
+    /// The prompt's text starting a completion's answer (`echo`), or empty.
+    echo: String,
 }
 
 impl Running {
@@ -194,10 +233,12 @@ impl Running {
                 finish: "stop",
                 prompt,
                 completion,
+                cached,
             } if calls > 0 => End::Done {
                 finish: "tool_calls",
                 prompt,
                 completion,
+                cached,
             },
             e => e,
         });
@@ -213,7 +254,14 @@ impl Running {
                 Some(End::Failed(ApiError::internal("the request already ended"))),
             );
         };
-        let (text, end) = match stream.next().await {
+        let mut event = stream.next().await;
+        while let Some(StreamEvent::Logprobs(lp)) = &event {
+            if let Some(log) = self.logprobs.as_mut() {
+                log.push(&state.codec, lp);
+            }
+            event = stream.next().await;
+        }
+        let (text, end) = match event {
             Some(StreamEvent::Token(id)) => match self.text.token(&state, id) {
                 Ok((text, false)) => return (text, None),
                 Ok((text, true)) => {
@@ -222,6 +270,7 @@ impl Running {
                         finish: "stop",
                         prompt: self.prompt_tokens,
                         completion: self.text.tokens,
+                        cached: 0,
                     };
                     (text, end)
                 }
@@ -240,12 +289,14 @@ impl Running {
                             finish: if matched { "stop" } else { finish },
                             prompt: usage.prompt_tokens,
                             completion: usage.completion_tokens,
+                            cached: usage.cached_tokens,
                         };
                         (rest, end)
                     }
                     Err(e) => (String::new(), End::Failed(e)),
                 }
             }
+            Some(StreamEvent::Logprobs(_)) => unreachable!("log probabilities are read above"),
             Some(StreamEvent::Error(msg)) => (String::new(), End::Failed(ApiError::internal(msg))),
             None => {
                 let why = match state.generator.health() {
@@ -262,8 +313,8 @@ impl Running {
         (text, Some(end))
     }
 
-    /// Collects the whole response.
-    async fn whole(mut self) -> Result<Response, ApiError> {
+    /// Collects the whole choice: its JSON (`index`, `logprobs` set) and how it ended.
+    pub(crate) async fn collect(mut self) -> Result<(Value, ChoiceEnd), ApiError> {
         let mut reply = ChatReply::default();
         loop {
             let (events, end) = self.step().await;
@@ -279,29 +330,50 @@ impl Running {
             }
             match end {
                 None => continue,
-                Some(End::Failed(e)) => {
-                    // Counted here (outcome `error` by the tracker), not as a rejection.
-                    self.tracker.state.metrics.http_error(e.status.as_u16());
-                    return Ok(e.into_response());
-                }
+                Some(End::Failed(e)) => return Err(e),
                 Some(End::Done {
                     finish,
                     prompt,
                     completion,
+                    cached,
                 }) => {
-                    let usage = usage(prompt, completion);
-                    let body = match self.head.endpoint {
+                    let usage = crate::shapes::usage(prompt, completion, cached);
+                    let mut body = match self.head.endpoint {
                         Endpoint::Chat => self.head.chat_response(&reply, finish, usage),
-                        Endpoint::Completion => self.head.response(&reply.content, finish, usage),
+                        Endpoint::Completion => {
+                            let text = format!("{}{}", self.echo, reply.content);
+                            self.head.response(&text, finish, usage)
+                        }
                     };
-                    return Ok(axum::Json(body).into_response());
+                    let choice = self.finish_choice(body["choices"][0].take(), true);
+                    let end = ChoiceEnd {
+                        prompt,
+                        completion,
+                        cached,
+                    };
+                    return Ok((choice, end));
                 }
             }
         }
     }
 
-    /// The server-sent event stream.
-    fn sse(self) -> Response {
+    /// Sets a choice's `index` and (when asked) its `logprobs`: all of them
+    /// (`whole`) or those not sent yet.
+    fn finish_choice(&mut self, mut choice: Value, whole: bool) -> Value {
+        choice["index"] = self.index.into();
+        if let Some(log) = self.logprobs.as_mut() {
+            choice["logprobs"] = if whole { log.whole() } else { log.take() };
+        }
+        choice
+    }
+
+    /// The server's state (its metrics count an error answer).
+    pub(crate) fn state(&self) -> Arc<AppState> {
+        self.tracker.state.clone()
+    }
+
+    /// The choice's stream chunks, ending with [`choices::Item::Done`] or its error.
+    pub(crate) fn chunks(self) -> impl futures_util::Stream<Item = choices::Item> + Send {
         let start = Streaming {
             run: self,
             queue: VecDeque::new(),
@@ -309,28 +381,24 @@ impl Running {
             calls: 0,
             done: false,
         };
-        let events = futures_util::stream::unfold(start, |mut s| async move {
+        futures_util::stream::unfold(start, |mut s| async move {
             loop {
-                if let Some(data) = s.queue.pop_front() {
-                    return Some((
-                        Ok::<SseEvent, Infallible>(SseEvent::default().data(data)),
-                        s,
-                    ));
+                if let Some(item) = s.queue.pop_front() {
+                    return Some((item, s));
                 }
                 if s.done {
                     return None;
                 }
                 s.advance().await;
             }
-        });
-        Sse::new(events).into_response()
+        })
     }
 }
 
 /// The stream's state between events.
 struct Streaming {
     run: Running,
-    queue: VecDeque<String>,
+    queue: VecDeque<choices::Item>,
     first: bool,
     /// Tool calls sent so far (the next one's `index`).
     calls: usize,
@@ -338,14 +406,23 @@ struct Streaming {
 }
 
 impl Streaming {
-    fn push(&mut self, v: serde_json::Value) {
-        self.queue.push_back(v.to_string());
+    /// Queues a chunk with the choice's `index` and log probabilities not sent yet.
+    fn push(&mut self, mut v: Value) {
+        let choice = v["choices"][0].take();
+        v["choices"][0] = self.run.finish_choice(choice, false);
+        self.queue.push_back(choices::Item::Data(v.to_string()));
     }
 
     /// Waits for the next event and queues its chunks.
     async fn advance(&mut self) {
-        let (events, end) = self.run.step().await;
         let with_usage = self.run.include_usage;
+        if self.first && !self.run.echo.is_empty() {
+            let echo = std::mem::take(&mut self.run.echo);
+            let chunk = self.run.head.chunk(Some(&echo), true, None, with_usage);
+            self.first = false;
+            self.push(chunk);
+        }
+        let (events, end) = self.run.step().await;
         if events.is_empty() && self.first && end.is_none() {
             let chunk = self.run.head.chunk(Some(""), true, None, with_usage);
             self.first = false;
@@ -375,23 +452,25 @@ impl Streaming {
                 finish,
                 prompt,
                 completion,
+                cached,
             } => {
                 let last = self
                     .run
                     .head
                     .chunk(None, self.first, Some(finish), with_usage);
                 self.push(last);
-                if with_usage {
-                    let u = self.run.head.usage_chunk(usage(prompt, completion));
-                    self.push(u);
-                }
+                self.queue.push_back(choices::Item::Done(ChoiceEnd {
+                    prompt,
+                    completion,
+                    cached,
+                }));
             }
             End::Failed(e) => {
-                self.run.tracker.state.metrics.http_error(e.status.as_u16());
-                self.push(e.body());
+                self.run.state().metrics.http_error(e.status.as_u16());
+                self.queue
+                    .push_back(choices::Item::Data(e.body().to_string()));
             }
         }
-        self.queue.push_back("[DONE]".into());
         self.done = true;
     }
 }

@@ -2,6 +2,8 @@
 //! token ids from a fixed script (by default the prompt's ids again, then
 //! counting up), one every `token_delay`, honouring `max_tokens`, stop ids,
 //! the queue limit and cancellation, and counting what it ran like the engine.
+//! With `logprobs` asked, each token is preceded by made-up log
+//! probabilities ([`fake_logprobs`]).
 //! A test-only fault hook ([`FakeGenerator::inject_fault`]) makes the next
 //! step of the running requests fail, as an engine step error or panic would.
 
@@ -10,6 +12,7 @@ use crate::generator::{
     Usage,
 };
 use futures_util::future::BoxFuture;
+use headroom_engine::TokenLogprobs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -134,6 +137,18 @@ impl FakeGenerator {
     }
 }
 
+/// The fake's log probabilities of token `t` with `k` alternatives:
+/// `t` has -0.5, alternative `j` is `t + j` with `-0.5 - j`.
+pub fn fake_logprobs(t: u32, k: usize) -> TokenLogprobs {
+    TokenLogprobs {
+        token: t,
+        logprob: -0.5,
+        top: (0..k)
+            .map(|j| (t.wrapping_add(j as u32), -0.5 - j as f32))
+            .collect(),
+    }
+}
+
 struct FakeStream {
     rx: mpsc::UnboundedReceiver<StreamEvent>,
     cancel: Arc<AtomicBool>,
@@ -229,6 +244,9 @@ impl Generator for FakeGenerator {
                     reason = FinishReason::Stop;
                     break;
                 }
+                if let Some(k) = r.extras.logprobs {
+                    let _ = tx.send(StreamEvent::Logprobs(fake_logprobs(t, k)));
+                }
                 let _ = tx.send(StreamEvent::Token(t));
             }
             if reason == FinishReason::Length && drawn < r.max_tokens {
@@ -249,6 +267,7 @@ impl Generator for FakeGenerator {
                     reason,
                     usage: Usage {
                         prompt_tokens,
+                        cached_tokens: 0,
                         completion_tokens: drawn,
                         ttft_ms: 0.0,
                     },

@@ -8,8 +8,10 @@
 //!   OpenAI parameters refused by name;
 //! * [`history`] / [`tools`] — chat messages and tools as the template sees them;
 //! * [`parse`] — the model's output split into content, reasoning and tool calls;
-//! * [`completion`] / [`shapes`] / [`stop`] — running a request, response and
-//!   SSE chunk shapes, stop strings across token boundaries;
+//! * [`completion`] / [`choices`] / [`shapes`] / [`stop`] — running a request
+//!   (its `n` choices answered together), response and SSE chunk shapes, stop
+//!   strings across token boundaries; [`logprobs`] — log probabilities in
+//!   OpenAI's shapes;
 //! * [`template`] / [`pyjson`] — chat templates (minijinja, Python's `tojson`);
 //!   [`metrics`] — Prometheus text;
 //! * [`auth`] — the API key; [`error`] — OpenAI error objects; [`generator`] — the engine seam (the
@@ -19,6 +21,7 @@
 pub mod app;
 pub mod auth;
 pub mod body_json;
+pub mod choices;
 pub mod client;
 pub mod completion;
 pub mod engine_adapter;
@@ -26,6 +29,7 @@ pub mod error;
 pub mod fake;
 pub mod generator;
 pub mod history;
+pub mod logprobs;
 pub mod metrics;
 pub mod net;
 pub mod openai;

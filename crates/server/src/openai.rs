@@ -38,6 +38,18 @@ pub struct CommonParams {
     /// not stopping at the model's end-of-sequence ids. Read as any JSON
     /// value so that a non-boolean is refused naming the field.
     pub ignore_eos: Option<serde_json::Value>,
+    /// Chat: `true` for log probabilities (with `top_logprobs`); completions:
+    /// the number of alternatives. Read as any JSON value: which form is
+    /// allowed depends on the endpoint (`crate::unsupported`).
+    pub logprobs: Option<serde_json::Value>,
+    /// Chat: alternatives per token (0..=20) with `logprobs: true`.
+    pub top_logprobs: Option<i64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    /// vLLM's multiplicative penalty over prompt and generated tokens.
+    pub repetition_penalty: Option<f64>,
+    /// Completions: prepend the prompt to the answer.
+    pub echo: Option<bool>,
 }
 
 /// A message's `content`: a string or a list of parts (`{"type": "text", "text": ...}`).

@@ -5,10 +5,16 @@
 use crate::error::ApiError;
 use crate::openai::{CommonParams, Stop};
 use headroom_core::ops::SamplingParams;
+use headroom_engine::{SamplingExtras, MAX_TOP_LOGPROBS};
 
 /// Most stop strings per request, and bytes per stop string.
 pub const MAX_STOP_STRINGS: usize = 16;
 pub const MAX_STOP_BYTES: usize = 1024;
+/// Most choices (`n`) per request.
+pub const MAX_CHOICES: usize = 8;
+/// Most alternatives per token of a completion's `logprobs` (OpenAI's limit);
+/// chat's `top_logprobs` allows [`MAX_TOP_LOGPROBS`].
+pub const MAX_COMPLETION_LOGPROBS: usize = 5;
 
 /// The checked parameters of one request.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,18 +28,27 @@ pub struct Plan {
     pub include_usage: bool,
     /// Do not stop at the model's end-of-sequence ids.
     pub ignore_eos: bool,
+    /// Penalties and log probabilities.
+    pub extras: SamplingExtras,
+    /// Choices to generate; choice `i` samples with seed `seed + i`.
+    pub n: usize,
+    /// Completions: the prompt text starts the answer.
+    pub echo: bool,
 }
 
 /// Checks `p`; `fallback_seed` seeds a sampled request that gave no seed.
 pub fn plan(p: &CommonParams, fallback_seed: u64) -> Result<Plan, ApiError> {
-    if let Some(n) = p.n {
-        if n != 1 {
+    let n = match p.n {
+        None => 1,
+        Some(n) if (1..=MAX_CHOICES as i64).contains(&n) => n as usize,
+        Some(n) => {
             return Err(ApiError::bad_param(
                 "n",
-                format!("only n = 1 is supported (got {n}); send separate requests instead"),
-            ));
+                format!("n must be in 1..={MAX_CHOICES} (got {n})"),
+            ))
         }
-    }
+    };
+    let extras = extras(p)?;
     let max_tokens = match (p.max_completion_tokens, p.max_tokens) {
         (Some(v), _) => Some(positive("max_completion_tokens", v)?),
         (None, Some(v)) => Some(positive("max_tokens", v)?),
@@ -119,6 +134,74 @@ pub fn plan(p: &CommonParams, fallback_seed: u64) -> Result<Plan, ApiError> {
         stream: p.stream,
         include_usage,
         ignore_eos,
+        extras,
+        n,
+        echo: p.echo.unwrap_or(false),
+    })
+}
+
+/// Penalties and log probabilities. `logprobs` is `true` / `false` (chat,
+/// with `top_logprobs`) or a count (completions); which form an endpoint
+/// takes is checked in `crate::unsupported`.
+fn extras(p: &CommonParams) -> Result<SamplingExtras, ApiError> {
+    let penalty = |name: &str, v: Option<f64>| -> Result<f32, ApiError> {
+        match v {
+            None => Ok(0.0),
+            Some(v) if v.is_finite() && (-2.0..=2.0).contains(&v) => Ok(v as f32),
+            Some(v) => Err(ApiError::bad_param(
+                name,
+                format!("{name} must be in [-2, 2] (got {v})"),
+            )),
+        }
+    };
+    let repetition_penalty = match p.repetition_penalty {
+        None => 1.0,
+        Some(v) if v.is_finite() && v > 0.0 && v <= 1e6 => v as f32,
+        Some(v) => {
+            return Err(ApiError::bad_param(
+                "repetition_penalty",
+                format!("repetition_penalty must be > 0 (1 is off; got {v})"),
+            ))
+        }
+    };
+    let top = match p.top_logprobs {
+        None => None,
+        Some(k) if (0..=MAX_TOP_LOGPROBS as i64).contains(&k) => Some(k as usize),
+        Some(k) => {
+            return Err(ApiError::bad_param(
+                "top_logprobs",
+                format!("top_logprobs must be in 0..={MAX_TOP_LOGPROBS} (got {k})"),
+            ))
+        }
+    };
+    let logprobs = match &p.logprobs {
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Bool(false)) => {
+            if top.is_some_and(|k| k > 0) {
+                return Err(ApiError::bad_param(
+                    "top_logprobs",
+                    "top_logprobs needs logprobs: true",
+                ));
+            }
+            None
+        }
+        Some(serde_json::Value::Bool(true)) => Some(top.unwrap_or(0)),
+        Some(v) => match v.as_i64() {
+            Some(k) if (0..=MAX_COMPLETION_LOGPROBS as i64).contains(&k) => Some(k as usize),
+            _ => {
+                return Err(ApiError::bad_param(
+                    "logprobs",
+                    format!(
+                        "logprobs must be true or false (chat) or an integer in                          0..={MAX_COMPLETION_LOGPROBS} (completions) (got {v})"
+                    ),
+                ))
+            }
+        },
+    };
+    Ok(SamplingExtras {
+        presence_penalty: penalty("presence_penalty", p.presence_penalty)?,
+        frequency_penalty: penalty("frequency_penalty", p.frequency_penalty)?,
+        repetition_penalty,
+        logprobs,
     })
 }
 
@@ -203,7 +286,15 @@ mod tests {
     #[test]
     fn bad_values_name_their_parameter() {
         for (json, param) in [
-            (r#"{"n": 2}"#, "n"),
+            (r#"{"n": 0}"#, "n"),
+            (r#"{"n": 9}"#, "n"),
+            (r#"{"top_logprobs": 21, "logprobs": true}"#, "top_logprobs"),
+            (r#"{"top_logprobs": 2}"#, "top_logprobs"),
+            (r#"{"logprobs": 6}"#, "logprobs"),
+            (r#"{"logprobs": "yes"}"#, "logprobs"),
+            (r#"{"presence_penalty": 2.5}"#, "presence_penalty"),
+            (r#"{"frequency_penalty": -3}"#, "frequency_penalty"),
+            (r#"{"repetition_penalty": 0}"#, "repetition_penalty"),
             (r#"{"max_tokens": 0}"#, "max_tokens"),
             (r#"{"max_completion_tokens": -3}"#, "max_completion_tokens"),
             (r#"{"temperature": -1}"#, "temperature"),
@@ -222,6 +313,36 @@ mod tests {
             assert_eq!(e.status, 400, "{json}");
             assert_eq!(e.param.as_deref(), Some(param), "{json}");
         }
+    }
+
+    #[test]
+    fn choices_penalties_and_logprobs_are_read() {
+        let p = plan(&params("{}"), 0).unwrap();
+        assert_eq!((p.n, p.echo), (1, false));
+        assert_eq!(p.extras, SamplingExtras::default());
+        let p = plan(
+            &params(
+                r#"{"n": 8, "echo": true, "logprobs": true, "top_logprobs": 20,
+                    "presence_penalty": -2, "frequency_penalty": 1.5, "repetition_penalty": 1.2}"#,
+            ),
+            0,
+        )
+        .unwrap();
+        assert_eq!((p.n, p.echo), (8, true));
+        assert_eq!(
+            p.extras,
+            SamplingExtras {
+                presence_penalty: -2.0,
+                frequency_penalty: 1.5,
+                repetition_penalty: 1.2,
+                logprobs: Some(20),
+            }
+        );
+        let e = |json| plan(&params(json), 0).unwrap().extras.logprobs;
+        assert_eq!(e(r#"{"logprobs": 3}"#), Some(3));
+        assert_eq!(e(r#"{"logprobs": 0}"#), Some(0));
+        assert_eq!(e(r#"{"logprobs": true}"#), Some(0));
+        assert_eq!(e(r#"{"logprobs": false, "top_logprobs": 0}"#), None);
     }
 
     #[test]

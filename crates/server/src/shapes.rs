@@ -45,9 +45,11 @@ pub fn tool_call_json(id: &str, call: &ToolCall) -> Value {
            "function": {"name": call.name, "arguments": call.arguments}})
 }
 
-pub fn usage(prompt: usize, completion: usize) -> Value {
+/// OpenAI's usage object; `cached` prompt tokens came from the prefix cache.
+pub fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     json!({"prompt_tokens": prompt, "completion_tokens": completion,
-           "total_tokens": prompt.saturating_add(completion)})
+           "total_tokens": prompt.saturating_add(completion),
+           "prompt_tokens_details": {"cached_tokens": cached}})
 }
 
 impl Head {
@@ -98,6 +100,12 @@ impl Head {
         let choice = json!({"index": 0, "message": msg, "logprobs": null, "finish_reason": finish});
         json!({"id": self.id, "object": self.object(false), "created": self.created,
                "model": self.model, "choices": [choice], "usage": usage})
+    }
+
+    /// The whole response of several choices (each with its `index`).
+    pub fn combine(&self, choices: Vec<Value>, usage: Value) -> Value {
+        json!({"id": self.id, "object": self.object(false), "created": self.created,
+               "model": self.model, "choices": choices, "usage": usage})
     }
 
     /// The id of the request's `index`-th tool call (unique to the request).

@@ -55,6 +55,7 @@ async fn direct(
     let mut tokens = Vec::new();
     loop {
         match s.next().await.unwrap() {
+            StreamEvent::Logprobs(_) => {}
             StreamEvent::Token(t) => tokens.push(t),
             StreamEvent::Finished { reason, usage, .. } => {
                 return (

@@ -1,6 +1,7 @@
 //! The official `openai` Python client against the server over the
 //! scripted fake: runs tests/openai/check_client.py (tools streamed and not,
-//! parallel calls, a tool result sent back, reasoning, `tool_choice: none`).
+//! parallel calls, a tool result sent back, reasoning, `tool_choice: none`;
+//! logprobs / top_logprobs, n, seed, penalties, echo, cached_tokens and their limits).
 //! Needs python3 with `openai` installed (`pip install openai`); the
 //! interpreter is `$HEADROOM_PYTHON`, else `python3`.
 

@@ -160,23 +160,23 @@ async fn unsupported_openai_parameters_are_400s_naming_them() {
     let cases = [
         (
             "/v1/completions",
-            json!({"prompt": "hi", "echo": true}),
+            json!({"prompt": "hi", "echo": true, "logprobs": 1}),
             "echo",
         ),
         (
             "/v1/completions",
-            json!({"prompt": "hi", "logprobs": 2}),
+            json!({"prompt": "hi", "logit_bias": {"5": 3}}),
+            "logit_bias",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "logprobs": 2}),
             "logprobs",
         ),
         (
             "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 2}),
-            "logprobs",
-        ),
-        (
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": 0.5}),
-            "frequency_penalty",
+            json!({"messages": [{"role": "user", "content": "x"}], "min_p": 0.5}),
+            "min_p",
         ),
     ];
     for (path, body, param) in cases {

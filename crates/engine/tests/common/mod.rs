@@ -92,6 +92,7 @@ pub fn drive_with(
 pub fn collect_events(st: &mut RequestStream, o: &mut Outcome) {
     while let Some(e) = st.try_next() {
         match e {
+            StreamEvent::Logprobs(_) => {}
             StreamEvent::Token(t) => o.streamed.push(t),
             StreamEvent::Finished { reason, usage, .. } => {
                 o.reason = Some(reason);

@@ -50,6 +50,63 @@ def calls_of(tool_calls):
     return out
 
 
+def check_params(client, model, strict):
+    """logprobs, top_logprobs, n, seed, penalties, echo, cached_tokens and their limits."""
+    msgs = [{"role": "user", "content": "Say something."}]
+    r = client.chat.completions.create(
+        model=model, messages=msgs, max_tokens=8, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    check(len(content) > 0, "chat logprobs.content")
+    for e in content:
+        check(isinstance(e.logprob, float) and e.logprob <= 0, f"logprob {e.logprob}")
+        check(bytes(e.bytes).decode("utf-8", "replace") == e.token, "bytes are the token's")
+        check(len(e.top_logprobs) == 3, "three alternatives")
+    streamed = []
+    for chunk in client.chat.completions.create(
+            model=model, messages=msgs, max_tokens=8, logprobs=True, top_logprobs=1, stream=True):
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            streamed.extend(chunk.choices[0].logprobs.content)
+    check(len(streamed) == len(content), "streamed logprobs cover every token")
+    c = client.completions.create(model=model, prompt="Say", max_tokens=6, logprobs=2)
+    lp = c.choices[0].logprobs
+    check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset),
+          "completion logprobs lists line up")
+    details = c.usage.prompt_tokens_details
+    check(details is not None and isinstance(details.cached_tokens, int), "cached_tokens present")
+    if strict:
+        check(details.cached_tokens == 0, "no prefix cache in the fake")
+    e = client.completions.create(model=model, prompt="Say", max_tokens=4, echo=True)
+    check(e.choices[0].text.startswith("Say"), "echo starts with the prompt")
+    n = client.chat.completions.create(model=model, messages=msgs, max_tokens=4, n=3, seed=7,
+                                       temperature=1.0)
+    check(sorted(ch.index for ch in n.choices) == [0, 1, 2], "n = 3 choices")
+    seen = set()
+    for chunk in client.chat.completions.create(
+            model=model, messages=msgs, max_tokens=4, n=2, stream=True,
+            stream_options={"include_usage": True}):
+        for ch in chunk.choices:
+            seen.add(ch.index)
+    check(seen == {0, 1}, f"streamed choices {seen}")
+    a1 = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, seed=5,
+                                        temperature=1.0)
+    a2 = client.chat.completions.create(model=model, messages=msgs, max_tokens=8, seed=5,
+                                        temperature=1.0)
+    check(a1.choices[0].message.content == a2.choices[0].message.content, "a seed reproduces")
+    client.chat.completions.create(model=model, messages=msgs, max_tokens=4,
+                                   presence_penalty=0.5, frequency_penalty=0.5,
+                                   extra_body={"repetition_penalty": 1.1})
+    for kwargs, param in [({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                          ({"n": 0}, "n"),
+                          ({"logit_bias": {"5": 1}}, "logit_bias")]:
+        try:
+            client.chat.completions.create(model=model, messages=msgs, max_tokens=4, **kwargs)
+            check(False, f"{kwargs} is refused")
+        except openai.BadRequestError as err:
+            body = err.body if isinstance(err.body, dict) else {}
+            body = body.get("error", body)
+            check(body.get("param") == param, f"{kwargs}: param {body.get('param')}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base-url", required=True)
@@ -124,6 +181,7 @@ def main():
     if strict:
         check(extra(r4.choices[0].message, "reasoning_content") is None, "thinking off: no reasoning")
         check((r4.choices[0].message.content or "").startswith("Two tools"), "thinking off: content")
+    check_params(client, a.model, strict)
     print("all checks passed")
 
 

@@ -174,6 +174,7 @@ pub fn run_request<B: Backend, M: BenchModel<B>>(
         }
         while let Some(e) = stream.try_next() {
             match e {
+                StreamEvent::Logprobs(_) => {}
                 StreamEvent::Token(_) => {}
                 StreamEvent::Finished {
                     usage, attention, ..

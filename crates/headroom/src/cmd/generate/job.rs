@@ -172,6 +172,7 @@ fn warm_up(
         max_tokens: 2,
         stop_token_ids: Vec::new(),
         ignore_eos: false,
+        extras: Default::default(),
     };
     let mut s = handle
         .submit(request)
@@ -220,6 +221,7 @@ fn apply(o: &mut Outcome, e: StreamEvent) -> bool {
             o.ids.push(t);
             false
         }
+        StreamEvent::Logprobs(_) => false,
         StreamEvent::Finished { reason, usage, .. } => {
             o.reason = Some(reason);
             o.usage = Some(usage);

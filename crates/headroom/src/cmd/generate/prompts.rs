@@ -107,6 +107,7 @@ pub(super) fn build_requests(
         max_tokens: a.max_tokens,
         stop_token_ids: Vec::new(),
         ignore_eos: false,
+        extras: Default::default(),
     };
     match (&a.prompt, &a.prompt_file, &a.prompts) {
         (Some(p), _, _) => Ok(vec![one(encode(codec, p, vocab, "--prompt")?)]),
@@ -164,6 +165,7 @@ fn read_prompts(
             },
             stop_token_ids: Vec::new(),
             ignore_eos: false,
+            extras: Default::default(),
         });
     }
     if out.is_empty() {

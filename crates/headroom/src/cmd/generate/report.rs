@@ -180,11 +180,7 @@ pub(super) fn write_json(
 ) -> anyhow::Result<()> {
     let mut out = String::new();
     for (index, o) in outcomes.iter().enumerate() {
-        let u = o.usage.unwrap_or(Usage {
-            prompt_tokens: 0,
-            completion_tokens: 0,
-            ttft_ms: 0.0,
-        });
+        let u = o.usage.unwrap_or_default();
         let line = RequestLine {
             index,
             ids: &o.ids,
