@@ -13,9 +13,10 @@ use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
-use crate::kv::{resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
+use crate::kv::{resolve_kv, KvBackendKind, KvResolution};
 pub use crate::memory::memory_model;
 use crate::pool::{plan_pool, PoolPlan};
+use crate::prefix::BlockPool;
 use crate::report::Drawn;
 pub use crate::report::{SampledRow, StepReport};
 use crate::scheduler::StepBudget;
@@ -61,7 +62,7 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     limits: Limits,
     kv: KvResolution,
     pool: PoolPlan,
-    blocks: BlockAllocator,
+    blocks: BlockPool,
     slots: SlotPool,
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
@@ -164,7 +165,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             state,
             routes,
             slots: SlotPool::new(pool.slots),
-            blocks: BlockAllocator::new(pool.blocks),
+            blocks: BlockPool::new(pool.blocks),
             pool,
             cfg,
             limits,
