@@ -55,7 +55,7 @@ pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
 pub use memory::{MemoryModel, Prediction};
 pub use pool::{PoolError, PoolPlan, DEFAULT_MEMORY_FRACTION};
-pub use settings::{SchedulerSettings, SoloStripe};
+pub use settings::{PrefixCacheSettings, SchedulerSettings, SoloStripe};
 pub use stream::RequestStream;
 pub use stripe::{SoloStripeResolution, StripeBound};
 

@@ -251,6 +251,7 @@ impl Generator for FakeGenerator {
                         prompt_tokens,
                         completion_tokens: drawn,
                         ttft_ms: 0.0,
+                        cached_tokens: 0,
                     },
                     attention: Vec::new(),
                 });

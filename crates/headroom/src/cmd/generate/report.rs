@@ -184,6 +184,7 @@ pub(super) fn write_json(
             prompt_tokens: 0,
             completion_tokens: 0,
             ttft_ms: 0.0,
+            cached_tokens: 0,
         });
         let line = RequestLine {
             index,
