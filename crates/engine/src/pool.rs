@@ -9,7 +9,8 @@
 //! them:
 //!
 //! 1. the largest step's transient peak (the memory model's prediction for
-//!    the scheduler's largest step) is set aside;
+//!    the scheduler's largest step) and the prefix cache's snapshot slots
+//!    (each one sequence's GDN state) are set aside;
 //! 2. the GDN state slots (one per running sequence): `--max-running` when
 //!    given, else what memory allows — at most half of what is left after
 //!    step 1 goes to GDN state, and every slot keeps room for at least one
