@@ -63,6 +63,8 @@ impl<B: Backend> EnginePrefill<B> {
             max_running: 1,
             max_context: s.max_context,
             max_waiting: 1,
+            // A prefill benchmark repeats its prompts: every run computes them.
+            prefix_cache: headroom_engine::PrefixCacheSettings::off(),
             ..EngineConfig::default()
         };
         let core = EngineCore::new(model, cfg).context("building the engine")?;

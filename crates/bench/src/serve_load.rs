@@ -42,6 +42,9 @@ pub struct LoadConfig {
     pub concurrency: usize,
     pub requests: usize,
     pub prompt_len: usize,
+    /// Leading prompt tokens every request shares (a shared system prompt;
+    /// 0: none), at most `prompt_len`.
+    pub shared_prefix_len: usize,
     pub max_tokens: usize,
     /// Ask the server to ignore EOS (`ignore_eos`), so every request generates `max_tokens`.
     pub ignore_eos: bool,
@@ -109,6 +112,9 @@ pub struct LoadReport {
     pub total_tokens_per_s: f64,
     /// Prompt tokens of the requests that got their first token.
     pub prompt_tokens: u64,
+    /// Of the completed requests' prompt tokens, those the server's prefix
+    /// cache supplied.
+    pub cached_tokens: u64,
     /// Generated tokens of completed and cut requests.
     pub completion_tokens: u64,
     /// The part of `completion_tokens` that cut requests produced.
@@ -130,6 +136,9 @@ pub struct One {
     pub e2e: f64,
     /// Usage from the server (completed requests).
     pub usage: Option<(u64, u64)>,
+    /// Prompt tokens the server reported as cached
+    /// (`usage.prompt_tokens_details.cached_tokens`).
+    pub cached: u64,
     /// Content chunks received (one per token).
     pub chunks: u64,
 }
@@ -150,6 +159,7 @@ pub struct Tally {
     itl: Vec<f64>,
     e2e: Vec<f64>,
     prompt: u64,
+    cached: u64,
     completion: u64,
     cut_completion: u64,
     completed: usize,
@@ -165,6 +175,7 @@ impl Tally {
             Ended::Completed(one) => {
                 let (prompt, completion) = one.usage.unwrap_or((prompt_len as u64, one.chunks));
                 self.prompt += prompt;
+                self.cached += one.cached;
                 self.completion += completion;
                 self.ttft.extend(one.ttft);
                 self.itl.extend(one.itl);
@@ -207,6 +218,7 @@ impl Tally {
             output_tokens_per_s: self.completion as f64 / secs,
             total_tokens_per_s: (self.prompt + self.completion) as f64 / secs,
             prompt_tokens: self.prompt,
+            cached_tokens: self.cached,
             completion_tokens: self.completion,
             cut_completion_tokens: self.cut_completion,
             ttft_ms: Percentiles::of(self.ttft),
@@ -246,6 +258,12 @@ pub fn check_config(cfg: &LoadConfig) -> Result<(), String> {
         return Err(format!(
             "--prompt-len must be in 1..={MAX_PROMPT_LEN} (got {})",
             cfg.prompt_len
+        ));
+    }
+    if cfg.shared_prefix_len > cfg.prompt_len {
+        return Err(format!(
+            "--shared-prefix-len {} exceeds --prompt-len {}",
+            cfg.shared_prefix_len, cfg.prompt_len
         ));
     }
     if cfg.max_tokens == 0 || cfg.max_tokens > MAX_PROMPT_LEN {
@@ -344,9 +362,21 @@ pub fn prompt_ids(len: usize, i: usize) -> Vec<u32> {
         .collect()
 }
 
+/// Request `i`'s prompt: `shared_prefix_len` ids every request shares (a
+/// sequence no request's own part starts with), then its own
+/// [`prompt_ids`] for the rest.
+pub fn workload_prompt(cfg: &LoadConfig, i: usize) -> Vec<u32> {
+    let shared = cfg.shared_prefix_len.min(cfg.prompt_len);
+    let mut ids: Vec<u32> = (0..shared)
+        .map(|k| 33 + ((k * 11 + 5) % 94) as u32)
+        .collect();
+    ids.extend(prompt_ids(cfg.prompt_len - shared, i));
+    ids
+}
+
 /// The JSON body of request `i`.
 pub fn request_body(cfg: &LoadConfig, i: usize) -> Value {
-    let mut body = json!({"prompt": prompt_ids(cfg.prompt_len, i), "max_tokens": cfg.max_tokens,
+    let mut body = json!({"prompt": workload_prompt(cfg, i), "max_tokens": cfg.max_tokens,
                           "temperature": 0, "stream": true, "stream_options": {"include_usage": true},
                           "ignore_eos": cfg.ignore_eos});
     if let Some(m) = &cfg.model {
@@ -385,6 +415,9 @@ async fn one_request(cfg: &LoadConfig, i: usize, one: &mut One) -> Result<(), St
                 u["prompt_tokens"].as_u64().unwrap_or(0),
                 u["completion_tokens"].as_u64().unwrap_or(0),
             ));
+            one.cached = u["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0);
         }
         let has_text = v["choices"]
             .get(0)
@@ -423,11 +456,12 @@ pub fn table(r: &LoadReport) -> String {
     );
     out.push_str(&format!(
         "{:.2} completed requests/s; over the tokens that flowed: {:.1} output tok/s, {:.1} total tok/s \
-         ({} prompt + {} generated tokens)\n",
+         ({} prompt, {} of them cached, + {} generated tokens)\n",
         r.requests_per_s,
         r.output_tokens_per_s,
         r.total_tokens_per_s,
         r.prompt_tokens,
+        r.cached_tokens,
         r.completion_tokens
     ));
     out.push_str(&format!(
@@ -454,11 +488,32 @@ mod tests {
             concurrency: 4,
             requests,
             prompt_len: 10,
+            shared_prefix_len: 0,
             max_tokens: 100,
             ignore_eos: true,
             time_limit: Duration::from_secs(1),
             sample_every: None,
         }
+    }
+
+    #[test]
+    fn a_shared_prefix_leads_every_prompt_and_the_rest_varies() {
+        let c = LoadConfig {
+            shared_prefix_len: 6,
+            ..cfg(3)
+        };
+        let (a, b) = (workload_prompt(&c, 0), workload_prompt(&c, 1));
+        assert_eq!((a.len(), b.len()), (10, 10));
+        assert_eq!(a[..6], b[..6]);
+        assert_ne!(a[6..], b[6..]);
+        assert_eq!(workload_prompt(&cfg(1), 1), prompt_ids(10, 1));
+        let too_long = LoadConfig {
+            shared_prefix_len: 11,
+            ..cfg(1)
+        };
+        assert!(check_config(&too_long)
+            .unwrap_err()
+            .contains("--shared-prefix-len"));
     }
 
     #[test]
@@ -487,6 +542,7 @@ mod tests {
             itl: vec![1.0; 99],
             e2e: 200.0,
             usage: Some((10, 100)),
+            cached: 6,
             chunks: 100,
         };
         let cut = One {
@@ -494,6 +550,7 @@ mod tests {
             itl: vec![1.0; 39],
             e2e: 0.0,
             usage: None,
+            cached: 0,
             chunks: 40,
         };
         // Cut before its first token: no prompt, no tokens, still not a failure.
@@ -506,7 +563,7 @@ mod tests {
         assert_eq!((r.completed, r.cut, r.failed, r.not_started), (1, 2, 1, 2));
         assert_eq!(r.completion_tokens, 140);
         assert_eq!(r.cut_completion_tokens, 40);
-        assert_eq!(r.prompt_tokens, 20);
+        assert_eq!((r.prompt_tokens, r.cached_tokens), (20, 6));
         assert_eq!(r.output_tokens_per_s, 70.0);
         assert_eq!(r.total_tokens_per_s, 80.0);
         assert_eq!(r.requests_per_s, 0.5);

@@ -101,6 +101,7 @@ fn config(addr: SocketAddr, requests: usize, limit: Duration) -> LoadConfig {
         concurrency: 2,
         requests,
         prompt_len: 8,
+        shared_prefix_len: 0,
         max_tokens: 100,
         ignore_eos: false,
         time_limit: limit,

@@ -309,6 +309,26 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn copy_kv_slot(&self, cache: &mut CpuKvCache, from: usize, to: usize) -> OpResult<()> {
+        let freed = cache.copy_slot(from, to).ok_or(OpError::State {
+            slot: from.max(to),
+            detail: "no such slot".into(),
+        })?;
+        let _ = self
+            .active
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                Some(a.saturating_sub(freed))
+            });
+        Ok(())
+    }
+
+    fn copy_gdn_slot(&self, state: &mut CpuGdnState, from: usize, to: usize) -> OpResult<()> {
+        state.copy_slot(from, to).ok_or(OpError::State {
+            slot: from.max(to),
+            detail: "no such slot".into(),
+        })
+    }
+
     fn kv_len(&self, cache: &CpuKvCache, slot: usize) -> usize {
         cache.len(slot)
     }

@@ -1,23 +1,25 @@
 //! The KV cache of one full-attention layer on the CPU: a pool of
 //! `KvSpec.blocks` blocks of [`KV_BLOCK_ROWS`] token rows, each block holding
 //! keys and values (after k norm and RoPE) `[kv_heads][KV_BLOCK_ROWS][head_dim]`
-//! in f32. A block is allocated when a row is first written to it and freed
-//! when the slot that wrote it last is reset, so a large pool holds memory
-//! only for the blocks in use. A sequence reaches its rows through its block
+//! in f32. A block is allocated when a row is first written to it and held
+//! by every slot that wrote it or took a copy of a slot holding it
+//! ([`CpuKvCache::copy_slot`]: prefix-cache snapshots and hits share
+//! blocks); it is freed when the last of those slots is reset, so a large
+//! pool holds memory only for the blocks in use. A sequence reaches its rows through its block
 //! table (`headroom_core::ops::BlockTables`): token `p` is row `p % 64` of
 //! block `table[p / 64]`. Each slot keeps its length, which batches'
 //! histories are checked against.
 
 use headroom_core::ops::{blocks_for, KvSpec, OpError, OpResult, KV_BLOCK_ROWS};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-/// One block of K and V and the slot that wrote to it last (the one whose
-/// reset frees it).
+/// One block of K and V and how many slots hold it (the last one's reset
+/// frees it).
 #[derive(Debug, Clone, PartialEq)]
 struct Block {
     k: Box<[f32]>,
     v: Box<[f32]>,
-    owner: usize,
+    holders: usize,
 }
 
 /// One full-attention layer's KV block pool (see the module doc).
@@ -30,8 +32,8 @@ pub struct CpuKvCache {
     lens: Vec<usize>,
     /// The allocated blocks, by id.
     blocks: HashMap<u32, Block>,
-    /// Per slot, the blocks it took ownership of since its last reset.
-    written: Vec<Vec<u32>>,
+    /// Per slot, the blocks it holds since its last reset.
+    held: Vec<HashSet<u32>>,
 }
 
 impl CpuKvCache {
@@ -48,7 +50,7 @@ impl CpuKvCache {
             block_elems,
             lens: vec![0; spec.slots],
             blocks: HashMap::new(),
-            written: vec![Vec::new(); spec.slots],
+            held: vec![HashSet::new(); spec.slots],
         })
     }
 
@@ -87,12 +89,11 @@ impl CpuKvCache {
                 Block {
                     k: vec![0.0; elems].into_boxed_slice(),
                     v: vec![0.0; elems].into_boxed_slice(),
-                    owner: usize::MAX,
+                    holders: 0,
                 }
             });
-            if block.owner != slot {
-                block.owner = slot;
-                self.written[slot].push(id);
+            if self.held[slot].insert(id) {
+                block.holders += 1;
             }
             for s in 0..n {
                 let src = (p - start + s) * row;
@@ -129,18 +130,44 @@ impl CpuKvCache {
         Ok((k, v))
     }
 
-    /// Empties `slot` (length 0) and frees the blocks it wrote last.
-    /// Returns the bytes freed, `None` for a slot outside the pool.
+    /// Empties `slot` (length 0) and drops its hold on its blocks, freeing
+    /// those no other slot holds. Returns the bytes freed, `None` for a slot
+    /// outside the pool.
     pub(crate) fn reset(&mut self, slot: usize) -> Option<usize> {
-        let written = std::mem::take(self.written.get_mut(slot)?);
+        let held = std::mem::take(self.held.get_mut(slot)?);
         self.lens[slot] = 0;
         let mut freed = 0;
-        for id in written {
-            if self.blocks.get(&id).is_some_and(|b| b.owner == slot) {
-                self.blocks.remove(&id);
-                freed += self.block_bytes();
+        for id in held {
+            if let Some(b) = self.blocks.get_mut(&id) {
+                b.holders -= 1;
+                if b.holders == 0 {
+                    self.blocks.remove(&id);
+                    freed += self.block_bytes();
+                }
             }
         }
+        Some(freed)
+    }
+
+    /// Makes slot `to` hold what slot `from` holds (its length and its
+    /// blocks), after a reset of `to`. Returns the bytes that reset freed,
+    /// `None` for a slot outside the pool.
+    pub(crate) fn copy_slot(&mut self, from: usize, to: usize) -> Option<usize> {
+        if from >= self.lens.len() || to >= self.lens.len() {
+            return None;
+        }
+        if from == to {
+            return Some(0);
+        }
+        let freed = self.reset(to)?;
+        let held = self.held[from].clone();
+        for &id in &held {
+            if let Some(b) = self.blocks.get_mut(&id) {
+                b.holders += 1;
+            }
+        }
+        self.held[to] = held;
+        self.lens[to] = self.lens[from];
         Some(freed)
     }
 }
@@ -198,5 +225,27 @@ mod tests {
         assert_eq!(c.gather(&[2], 5).unwrap().0[..3], [1.0, 2.0, 3.0]);
         assert_eq!(c.reset(1), Some(c.block_bytes()));
         assert_eq!(c.allocated_blocks(), 0);
+    }
+
+    #[test]
+    fn a_copied_slot_holds_the_blocks_until_every_holder_is_reset() {
+        let mut c = CpuKvCache::new(spec(3, 4)).unwrap();
+        c.append(0, &[1, 2], &rows(70, 0.0), &rows(70, 0.0));
+        assert_eq!(c.copy_slot(0, 2), Some(0));
+        assert_eq!(c.len(2), 70);
+        assert_eq!(c.reset(0), Some(0), "slot 2 still holds both blocks");
+        assert_eq!(c.gather(&[1, 2], 70).unwrap().0[..3], [0.0, 1.0, 2.0]);
+        // A hit: slot 1 resumes from slot 2 and writes its own block 3.
+        c.copy_slot(2, 1).unwrap();
+        c.append(1, &[1, 2, 3], &rows(60, 5.0), &rows(60, 5.0));
+        assert_eq!(c.reset(2), Some(0));
+        assert_eq!(c.allocated_blocks(), 3);
+        assert_eq!(
+            c.copy_slot(0, 1),
+            Some(3 * c.block_bytes()),
+            "slot 1's hold dropped"
+        );
+        assert_eq!((c.len(1), c.allocated_blocks()), (0, 0));
+        assert_eq!(c.copy_slot(0, 5), None);
     }
 }

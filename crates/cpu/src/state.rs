@@ -23,6 +23,20 @@ impl CpuGdnState {
         }
     }
 
+    /// Copies slot `from`'s conv and recurrent state over slot `to`'s;
+    /// `None` when either is outside the pool.
+    pub fn copy_slot(&mut self, from: usize, to: usize) -> Option<()> {
+        if from >= self.spec.slots || to >= self.spec.slots {
+            return None;
+        }
+        if from != to {
+            let (conv, rec) = (self.conv[from].clone(), self.recurrent[from].clone());
+            self.conv[to] = conv;
+            self.recurrent[to] = rec;
+        }
+        Some(())
+    }
+
     /// Bytes held by all slots.
     pub fn bytes(&self) -> usize {
         self.spec.slots * (self.spec.conv_len() + self.spec.recurrent_len()) * 4

@@ -240,6 +240,15 @@ pub struct EngineStats {
     pub memory_committed_bytes: u64,
     /// Model steps run.
     pub steps: u64,
+    /// Prompt tokens looked up in the prefix cache at admission.
+    pub prefix_cache_queried_tokens: u64,
+    /// Of those, tokens the cache supplied (not computed).
+    pub prefix_cache_hit_tokens: u64,
+    /// Idle KV blocks kept for their content (counted as free).
+    pub kv_blocks_cached: usize,
+    /// Prefix-cache GDN snapshot slots holding a snapshot, and made.
+    pub prefix_snapshot_slots_used: usize,
+    pub prefix_snapshot_slots: usize,
     /// Each rank's backend memory as of the last step (one entry unless the
     /// model is a tensor-parallel group): bytes held now and the peak.
     pub device_memory: Vec<RankMemory>,

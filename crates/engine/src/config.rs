@@ -6,7 +6,7 @@
 use crate::api::{GenerateRequest, SubmitError};
 use crate::kv::KvBackendKind;
 use crate::memory::{MemoryModel, Prediction};
-use crate::settings::SchedulerSettings;
+use crate::settings::{PrefixCacheSettings, SchedulerSettings};
 use headroom_core::RouteRequest;
 use headroom_model::AttentionPlan;
 
@@ -39,6 +39,8 @@ pub struct EngineConfig {
     pub eos_token_ids: Vec<u32>,
     /// Keep each drawn row's logits in [`crate::StepReport`] (tests, parity).
     pub capture_logits: bool,
+    /// Prefix caching: on by default (paged KV), with its snapshot slots.
+    pub prefix_cache: PrefixCacheSettings,
 }
 
 impl Default for EngineConfig {
@@ -56,6 +58,7 @@ impl Default for EngineConfig {
             max_waiting: 1024,
             eos_token_ids: Vec::new(),
             capture_logits: false,
+            prefix_cache: PrefixCacheSettings::default(),
         }
     }
 }

@@ -4,24 +4,29 @@
 //! budget (growing each planned sequence's KV blocks first, preempting when
 //! the pool is short: [`admit`]), admits waiting requests, runs the batch
 //! through `Qwen35Model::step` with every sequence's block table, draws
-//! tokens and streams them. The loop thread ([`crate::handle`]) drives it;
+//! tokens and streams them; with prefix caching ([`cache`]) an admitted
+//! request resumes from a cached prefix and prefill chunks stop at snapshot
+//! points. The loop thread ([`crate::handle`]) drives it;
 //! tests and benchmarks may drive it by hand.
 
 mod admit;
+mod cache;
 
 use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
-use crate::kv::{resolve_kv, BlockAllocator, KvBackendKind, KvResolution};
+use crate::kv::{resolve_kv, KvBackendKind, KvResolution};
 pub use crate::memory::memory_model;
 use crate::pool::{plan_pool, PoolPlan};
+use crate::prefix::BlockPool;
 use crate::report::Drawn;
 pub use crate::report::{SampledRow, StepReport};
 use crate::sampling::{draw_host_rows, HostRow};
 use crate::scheduler::StepBudget;
 use crate::sequence::Sequence;
 use crate::slots::SlotPool;
+use crate::snapshots::SnapshotPool;
 use crate::stream::{stream_pair, RequestStream, Waker};
 use crate::stripe::{run_settings, solo_stripe, SoloStripeResolution};
 use crate::EngineError;
@@ -62,8 +67,14 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     limits: Limits,
     kv: KvResolution,
     pool: PoolPlan,
-    blocks: BlockAllocator,
+    blocks: BlockPool,
     slots: SlotPool,
+    /// The prefix cache's GDN snapshots (state slots after the running ones).
+    snapshots: SnapshotPool,
+    /// Whether prefix caching was asked for and the KV is paged.
+    prefix_on: bool,
+    /// The salt of block hashes (the model and its dtype).
+    salt: u64,
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     next_id: u64,
@@ -108,8 +119,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             )));
         }
         tracing::info!("{pool}");
+        let state_slots = pool.slots.checked_add(pool.snapshot_slots).ok_or_else(|| {
+            EngineError::Config(format!("{} snapshot slots overflow", pool.snapshot_slots))
+        })?;
         let state = model
-            .new_state(pool.slots, cfg.max_context, paged.then_some(pool.blocks))
+            .new_state(state_slots, cfg.max_context, paged.then_some(pool.blocks))
             .map_err(|e| {
                 if paged {
                     EngineError::Config(format!(
@@ -154,18 +168,27 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             memory_budget_bytes: cfg.memory_budget_bytes,
             memory_committed_bytes: 0,
             steps: 0,
+            prefix_cache_queried_tokens: 0,
+            prefix_cache_hit_tokens: 0,
+            kv_blocks_cached: 0,
+            prefix_snapshot_slots_used: 0,
+            prefix_snapshot_slots: pool.snapshot_slots,
             device_memory: model
                 .rank_memory()
                 .into_iter()
                 .map(RankMemory::from_pair)
                 .collect(),
         };
+        let salt = cache::model_salt(model.lead());
         Ok(EngineCore {
+            snapshots: SnapshotPool::new(pool.slots, pool.snapshot_slots),
+            prefix_on: paged && cfg.prefix_cache.enabled,
+            salt,
             model,
             state,
             routes,
             slots: SlotPool::new(pool.slots),
-            blocks: BlockAllocator::new(pool.blocks),
+            blocks: BlockPool::new(pool.blocks),
             pool,
             cfg,
             limits,
@@ -323,6 +346,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         st.waiting = self.waiting.len();
         st.kv_blocks_used = self.blocks.used();
         st.kv_blocks_free = self.blocks.free();
+        st.kv_blocks_cached = self.blocks.cached();
+        st.prefix_snapshot_slots_used = self.snapshots.used();
         st.gdn_slots_free = self.slots.free();
         st.gdn_slots_used = self.slots.total() - self.slots.free();
         st.memory_committed_bytes = committed;
@@ -368,11 +393,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 self.running[i].processed,
             );
             if rem > 0 {
-                let n = budget.peek_prefill(rem);
+                let n = self.cut_chunk(i, budget.peek_prefill(rem));
                 if !self.grow(i, processed + n, &mut plan) {
                     break;
                 }
-                budget.prefill(rem);
+                budget.prefill(n);
                 plan.push((i, n));
             }
             i += 1;
@@ -384,7 +409,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 self.running[i].remaining_prompt(),
                 self.running[i].processed,
             );
-            let n = budget.peek_prefill(rem);
+            let n = self.cut_chunk(i, budget.peek_prefill(rem));
             if n == 0 || !self.grow(i, processed + n, &mut plan) {
                 break;
             }
@@ -463,7 +488,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             }
         };
         for &(i, n) in plan {
+            let before = self.running[i].processed;
             self.running[i].processed += n;
+            self.note_progress(i, before)?;
         }
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
         for (k, (token, logits, logprobs)) in draws.iter().zip(drawn) {

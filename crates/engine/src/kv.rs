@@ -1,8 +1,7 @@
 //! KV cache management: the KV backend factory ([`resolve_kv`]: the backend
-//! requested, the one resolved, and why they differ) and the block
-//! allocator ([`BlockAllocator`]: an O(1) free list of block ids) behind
+//! requested, the one resolved, and why they differ). The block pool behind
 //! each sequence's block table (blocks of [`KV_BLOCK_ROWS`] rows, the fused
-//! kernel's KV tile).
+//! kernel's KV tile) is [`crate::prefix::BlockPool`].
 //!
 //! * **paged** (the default): the model's KV is a pool of blocks shared by
 //!   every sequence; a sequence takes blocks as its rows are written (before
@@ -109,63 +108,6 @@ pub struct OutOfBlocks {
     pub free: usize,
 }
 
-/// A fixed pool of KV block ids: a free list (a stack), so taking and
-/// giving back a block is O(1). Each sequence keeps its own block table
-/// (a `Vec<u32>` in token order); the allocator only hands ids out and takes
-/// them back, and never sees two tables at once.
-#[derive(Debug, Clone)]
-pub struct BlockAllocator {
-    total: usize,
-    /// Free block ids; the next one taken is the last.
-    free: Vec<u32>,
-}
-
-impl BlockAllocator {
-    /// A pool of `total` blocks (bounded by `u32` ids).
-    pub fn new(total: usize) -> BlockAllocator {
-        let total = total.min(u32::MAX as usize);
-        BlockAllocator {
-            total,
-            free: (0..total as u32).rev().collect(),
-        }
-    }
-
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
-    pub fn free(&self) -> usize {
-        self.free.len()
-    }
-
-    pub fn used(&self) -> usize {
-        self.total - self.free.len()
-    }
-
-    /// Makes `table` cover `rows` token rows, taking blocks as needed (O(1)
-    /// each); on failure nothing is taken.
-    pub fn ensure(&mut self, table: &mut Vec<u32>, rows: usize) -> Result<(), OutOfBlocks> {
-        let need = blocks_for(rows).saturating_sub(table.len());
-        if need > self.free.len() {
-            return Err(OutOfBlocks {
-                need,
-                free: self.free.len(),
-            });
-        }
-        for _ in 0..need {
-            table.push(self.free.pop().expect("counted above"));
-        }
-        Ok(())
-    }
-
-    /// Gives back every block of `table` (left empty); returns how many.
-    pub fn release(&mut self, table: &mut Vec<u32>) -> usize {
-        let n = table.len();
-        self.free.append(table);
-        n
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,37 +124,5 @@ mod tests {
         assert!(p.to_string().contains("requested paged"));
         assert_eq!("Paged".parse::<KvBackendKind>(), Ok(KvBackendKind::Paged));
         assert!("blocks".parse::<KvBackendKind>().is_err());
-    }
-
-    #[test]
-    fn blocks_are_taken_by_rows_and_given_back() {
-        let mut a = BlockAllocator::new(5);
-        let (mut t1, mut t2, mut t3) = (Vec::new(), Vec::new(), Vec::new());
-        a.ensure(&mut t1, 1).unwrap();
-        assert_eq!((a.used(), &t1[..]), (1, &[0u32][..]));
-        a.ensure(&mut t1, 64).unwrap();
-        assert_eq!(a.used(), 1, "64 rows fit one block");
-        a.ensure(&mut t1, 65).unwrap();
-        a.ensure(&mut t2, 128).unwrap();
-        assert_eq!((a.used(), a.free()), (4, 1));
-        assert_eq!(
-            a.ensure(&mut t3, 129),
-            Err(OutOfBlocks { need: 3, free: 1 })
-        );
-        assert_eq!(
-            (a.used(), t3.len()),
-            (4, 0),
-            "a failed ensure takes nothing"
-        );
-        assert_eq!(a.release(&mut t1), 2);
-        assert_eq!((a.release(&mut t1), t1.len()), (0, 0));
-        assert_eq!(a.free(), 3);
-        a.ensure(&mut t3, 129).unwrap();
-        let mut t = t3.clone();
-        t.extend(&t2);
-        t.sort();
-        t.dedup();
-        assert_eq!(t.len(), 5, "no block is in two tables");
-        assert!(t.iter().all(|&b| b < 5));
     }
 }

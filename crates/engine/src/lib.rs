@@ -7,8 +7,10 @@
 //!   with why;
 //! * [`scheduler`] — the token budget of one step: decode rows first, then
 //!   prefill chunks, several sequences packed into one `Qwen35Model::step`;
-//! * [`kv`] — the KV factory (paged | contiguous, resolved with its reason)
-//!   and the block allocator (an O(1) free list of blocks of 64 rows);
+//! * [`kv`] — the KV factory (paged | contiguous, resolved with its reason);
+//! * [`prefix`] — the KV block pool (blocks of 64 rows, reference counted,
+//!   full blocks content-addressed and kept cached in an LRU) and
+//!   [`snapshots`] — the GDN state snapshots a prefix hit resumes from;
 //! * [`pool`] — how many KV blocks and state slots an engine makes, from
 //!   the memory available (a pure function and its inputs);
 //! * [`slots`] — the state slot pool (the GDN state, one per running sequence);
@@ -32,14 +34,17 @@ pub mod config;
 pub mod core;
 pub mod handle;
 pub mod kv;
+mod lru;
 pub mod memory;
 pub mod pool;
+pub mod prefix;
 mod report;
 pub mod sampling;
 pub mod scheduler;
 mod sequence;
 pub mod settings;
 pub mod slots;
+pub mod snapshots;
 pub mod stream;
 pub mod stripe;
 
@@ -53,7 +58,7 @@ pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
 pub use memory::{MemoryModel, Prediction};
 pub use pool::{PoolError, PoolPlan, DEFAULT_MEMORY_FRACTION};
-pub use settings::{SchedulerSettings, SoloStripe};
+pub use settings::{PrefixCacheSettings, SchedulerSettings, SoloStripe};
 pub use stream::RequestStream;
 pub use stripe::{SoloStripeResolution, StripeBound};
 

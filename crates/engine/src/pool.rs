@@ -9,7 +9,8 @@
 //! them:
 //!
 //! 1. the largest step's transient peak (the memory model's prediction for
-//!    the scheduler's largest step) is set aside;
+//!    the scheduler's largest step) and the prefix cache's snapshot slots
+//!    (each one sequence's GDN state) are set aside;
 //! 2. the GDN state slots (one per running sequence): `--max-running` when
 //!    given, else what memory allows — at most half of what is left after
 //!    step 1 goes to GDN state, and every slot keeps room for at least one
@@ -65,6 +66,9 @@ pub struct PoolInputs {
     pub running: RunningSlots,
     /// Most tokens of one sequence.
     pub max_context: usize,
+    /// Spare state slots of the prefix cache's GDN snapshots (set aside
+    /// before the running slots and the KV blocks).
+    pub snapshot_slots: usize,
 }
 
 /// The pools an engine makes.
@@ -74,6 +78,8 @@ pub struct PoolPlan {
     pub blocks: usize,
     /// GDN state slots (most sequences running at once).
     pub slots: usize,
+    /// Spare state slots holding prefix-cache GDN snapshots.
+    pub snapshot_slots: usize,
     pub block_bytes: u64,
     pub gdn_bytes_per_slot: u64,
     /// Bytes set aside for the largest step's transients.
@@ -97,6 +103,11 @@ impl PoolPlan {
         (self.slots as u64).saturating_mul(self.gdn_bytes_per_slot)
     }
 
+    /// Bytes of the prefix cache's snapshot slots.
+    pub fn snapshot_bytes(&self) -> u64 {
+        (self.snapshot_slots as u64).saturating_mul(self.gdn_bytes_per_slot)
+    }
+
     /// Sequences that fit at once at full context (by blocks and by slots).
     pub fn full_context_sequences(&self) -> usize {
         (self.blocks / blocks_for(self.max_context).max(1)).min(self.slots)
@@ -112,12 +123,15 @@ impl std::fmt::Display for PoolPlan {
         write!(
             f,
             "KV pool {} blocks of {KV_BLOCK_ROWS} tokens = {} tokens ({:.2} GiB); {} state slots \
-             ({:.2} GiB GDN state); {} sequences fit at full context ({} tokens)",
+             ({:.2} GiB GDN state); {} prefix-cache snapshot slots ({:.2} GiB); {} sequences fit \
+             at full context ({} tokens)",
             self.blocks,
             self.tokens(),
             gib(self.kv_bytes()),
             self.slots,
             gib(self.gdn_bytes()),
+            self.snapshot_slots,
+            gib(self.snapshot_bytes()),
             self.full_context_sequences(),
             self.max_context,
         )
@@ -134,6 +148,17 @@ pub enum PoolError {
     )]
     Transient {
         step_transient_bytes: u64,
+        available_bytes: u64,
+    },
+    #[error(
+        "the prefix cache's {snapshot_slots} snapshot slots ({:.2} GiB) and the largest step's \
+         transients exceed the {:.2} GiB available; lower --prefix-cache-state-slots or raise \
+         --memory-fraction",
+        gib(*snapshot_bytes), gib(*available_bytes)
+    )]
+    Snapshots {
+        snapshot_slots: usize,
+        snapshot_bytes: u64,
         available_bytes: u64,
     },
     #[error(
@@ -162,6 +187,7 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
     let plan = |slots: usize, blocks: usize| PoolPlan {
         blocks,
         slots,
+        snapshot_slots: i.snapshot_slots,
         block_bytes: i.block_bytes,
         gdn_bytes_per_slot: i.gdn_bytes_per_slot,
         step_transient_bytes: i.step_transient_bytes,
@@ -175,10 +201,17 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
         };
         return Ok(plan(slots, slots.saturating_mul(per_seq)));
     };
+    let snapshot_bytes = (i.snapshot_slots as u64).saturating_mul(i.gdn_bytes_per_slot);
     let left = available
         .checked_sub(i.step_transient_bytes)
         .ok_or(PoolError::Transient {
             step_transient_bytes: i.step_transient_bytes,
+            available_bytes: available,
+        })?
+        .checked_sub(snapshot_bytes)
+        .ok_or(PoolError::Snapshots {
+            snapshot_slots: i.snapshot_slots,
+            snapshot_bytes,
             available_bytes: available,
         })?;
     let slots = match i.running {
@@ -268,6 +301,9 @@ pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
             RunningSlots::Fixed(cfg.max_running)
         },
         max_context: cfg.max_context,
+        snapshot_slots: cfg
+            .prefix_cache
+            .snapshot_slots(cfg.kv_backend == KvBackendKind::Paged),
     };
     match (cfg.kv_backend, cfg.kv_pool_blocks) {
         (KvBackendKind::Paged, None) => size_pool(&inputs),
@@ -304,6 +340,7 @@ pub fn contiguous_pool(i: &PoolInputs) -> PoolPlan {
     PoolPlan {
         blocks: slots.saturating_mul(per_seq),
         slots,
+        snapshot_slots: 0,
         block_bytes: i.block_bytes,
         gdn_bytes_per_slot: i.gdn_bytes_per_slot,
         step_transient_bytes: i.step_transient_bytes,
@@ -326,6 +363,7 @@ mod tests {
             step_transient_bytes: 100 * MIB,
             running,
             max_context: 640,
+            snapshot_slots: 0,
         }
     }
 
@@ -405,6 +443,34 @@ mod tests {
         }
         let e = size_pool(&inputs(Some(120 * MIB), RunningSlots::Fixed(4))).unwrap_err();
         assert!(matches!(e, PoolError::NoFit { slots: 4, .. }), "{e}");
+    }
+
+    #[test]
+    fn snapshot_slots_are_set_aside_before_the_kv_blocks() {
+        // 175 - 100 transient - 2 x 10 snapshots - 4 x 10 GDN = 15 blocks.
+        let mut i = inputs(Some(175 * MIB), RunningSlots::Fixed(4));
+        i.snapshot_slots = 2;
+        let p = size_pool(&i).unwrap();
+        assert_eq!(
+            (p.blocks, p.snapshot_slots, p.snapshot_bytes()),
+            (15, 2, 20 * MIB)
+        );
+        assert!(
+            p.to_string().contains("2 prefix-cache snapshot slots"),
+            "{p}"
+        );
+        i.snapshot_slots = 8;
+        let e = size_pool(&i).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PoolError::Snapshots {
+                    snapshot_slots: 8,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
 
     #[test]

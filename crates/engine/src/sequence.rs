@@ -8,6 +8,7 @@ use crate::api::{
     AttentionRun, FinishReason, GenerateRequest, SamplingExtras, StreamEvent, TokenLogprobs, Usage,
 };
 use crate::memory::Prediction;
+use crate::prefix::BlockHash;
 use crate::stream::StreamSink;
 use headroom_core::ops::SamplingParams;
 use headroom_model::qwen3_5::LayerAttentionReport;
@@ -35,6 +36,14 @@ pub(crate) struct Sequence {
     pub blocks: Vec<u32>,
     /// Times it was preempted.
     pub preemptions: u32,
+    /// Chain hashes of its full blocks of tokens (prompt, then generated)
+    /// computed so far (`crate::prefix`).
+    pub hashes: Vec<BlockHash>,
+    /// Prompt tokens its first admission took from the prefix cache.
+    pub cached_tokens: usize,
+    /// Where its cached blocks branched off without a snapshot there, when
+    /// it did: a snapshot point of its prefill (`crate::core`'s cache).
+    pub branch: Option<usize>,
     pub prediction: Prediction,
     pub submitted: Instant,
     pub ttft_ms: Option<f64>,
@@ -72,6 +81,9 @@ impl Sequence {
             prefill_target,
             blocks: Vec::new(),
             preemptions: 0,
+            hashes: Vec::new(),
+            cached_tokens: 0,
+            branch: None,
             prediction,
             submitted: Instant::now(),
             ttft_ms: None,
@@ -163,9 +175,9 @@ impl Sequence {
     pub(crate) fn usage(&self) -> Usage {
         Usage {
             prompt_tokens: self.prompt.len(),
-            cached_tokens: 0,
             completion_tokens: self.generated.len(),
             ttft_ms: self.ttft_ms.unwrap_or(0.0),
+            cached_tokens: self.cached_tokens,
         }
     }
 

@@ -215,6 +215,65 @@ pub fn parse_tokens(text: &str) -> Result<usize, String> {
     Ok(v)
 }
 
+/// Snapshot slots the prefix cache keeps by default (each one sequence's
+/// GDN state of every layer).
+pub const DEFAULT_PREFIX_STATE_SLOTS: usize = 16;
+
+/// Tokens between the snapshots the prefix cache takes inside a long prompt
+/// by default (besides those at the end of its last full block and where it
+/// branches off a cached prefix): none, as each one ends a prefill chunk.
+pub const DEFAULT_PREFIX_INTERVAL: usize = 0;
+
+/// Prefix caching (paged KV only; `crate::prefix`, `crate::snapshots`):
+/// whether it runs, how many GDN state snapshots it keeps and how far apart
+/// it takes them inside a sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PrefixCacheSettings {
+    pub enabled: bool,
+    /// Spare state slots holding snapshots (`--prefix-cache-state-slots`).
+    pub state_slots: usize,
+    /// A snapshot every this many tokens of a sequence (rounded down to
+    /// whole KV blocks; 0: only at prompt ends and finishes).
+    pub interval_tokens: usize,
+}
+
+impl Default for PrefixCacheSettings {
+    fn default() -> Self {
+        PrefixCacheSettings {
+            enabled: true,
+            state_slots: DEFAULT_PREFIX_STATE_SLOTS,
+            interval_tokens: DEFAULT_PREFIX_INTERVAL,
+        }
+    }
+}
+
+impl PrefixCacheSettings {
+    /// Caching turned off (`--no-prefix-cache`).
+    pub fn off() -> Self {
+        PrefixCacheSettings {
+            enabled: false,
+            state_slots: 0,
+            interval_tokens: 0,
+        }
+    }
+
+    /// The snapshot interval in tokens, whole KV blocks (`None`: none).
+    pub fn interval(&self) -> Option<usize> {
+        let b = crate::kv::KV_BLOCK_ROWS;
+        Some(self.interval_tokens / b * b).filter(|&t| t > 0)
+    }
+
+    /// Snapshot slots an engine makes: none when off or without paged KV.
+    pub fn snapshot_slots(&self, paged: bool) -> usize {
+        if self.enabled && paged {
+            self.state_slots
+        } else {
+            0
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

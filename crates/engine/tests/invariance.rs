@@ -67,7 +67,13 @@ fn eight_concurrent_requests_equal_each_alone() {
 
 #[test]
 fn several_prefills_share_one_step() {
-    let mut c = core(tiny("tiny-d64"), EngineConfig::default());
+    // Without prefix caching: it would end the 70-token prefill at its
+    // snapshot point (64) first.
+    let cfg = EngineConfig {
+        prefix_cache: headroom_engine::PrefixCacheSettings::off(),
+        ..EngineConfig::default()
+    };
+    let mut c = core(tiny("tiny-d64"), cfg);
     let a = c
         .submit(GenerateRequest::greedy(ids(40, 512, 1), 2))
         .unwrap();

@@ -19,6 +19,9 @@ fn cfg(solo: SoloStripe) -> EngineConfig {
         },
         max_running: 4,
         max_context: 4096,
+        // Step shapes as the stripe alone makes them (prefix caching would
+        // end a prefill at its snapshot point first).
+        prefix_cache: headroom_engine::PrefixCacheSettings::off(),
         ..EngineConfig::default()
     }
 }

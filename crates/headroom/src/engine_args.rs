@@ -3,9 +3,10 @@
 //! [`SchedulerSettings`]: the defaults, then `--chunk`, then the specific
 //! flags, then checked (the engine reads no environment).
 
-use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
+use headroom_engine::{KvBackendKind, PrefixCacheSettings, SchedulerSettings, SoloStripe};
 
-/// `--prefill-chunk --step-tokens --solo-stripe --kv`.
+/// `--prefill-chunk --step-tokens --solo-stripe --kv --no-prefix-cache
+/// --prefix-cache-state-slots --prefix-cache-interval`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Prompt tokens per sequence per step when several share the engine
@@ -28,6 +29,19 @@ pub struct EngineArgs {
     /// context reserved).
     #[arg(long, default_value = "paged", value_name = "paged|contiguous")]
     pub kv: KvBackendKind,
+    /// Turn prefix caching off (on by default with paged KV: full KV blocks
+    /// shared by content, GDN state snapshots at block ends).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
+    /// Spare state slots holding the prefix cache's GDN state snapshots
+    /// (each one sequence's GDN state; default 16).
+    #[arg(long, value_name = "N")]
+    pub prefix_cache_state_slots: Option<usize>,
+    /// Tokens between the prefix cache's snapshots inside a long prompt
+    /// (whole blocks of 64; default 0: only at prompt ends and where a
+    /// prompt branches off a cached prefix).
+    #[arg(long, value_name = "N")]
+    pub prefix_cache_interval: Option<usize>,
 }
 
 impl EngineArgs {
@@ -41,6 +55,19 @@ impl EngineArgs {
             solo_stripe: self.solo_stripe,
             solo_stripe_budget_mib: self.solo_stripe_budget_mib,
         })
+    }
+
+    /// The prefix-cache settings these flags select.
+    pub fn prefix_cache(&self) -> PrefixCacheSettings {
+        if self.no_prefix_cache {
+            return PrefixCacheSettings::off();
+        }
+        let d = PrefixCacheSettings::default();
+        PrefixCacheSettings {
+            state_slots: self.prefix_cache_state_slots.unwrap_or(d.state_slots),
+            interval_tokens: self.prefix_cache_interval.unwrap_or(d.interval_tokens),
+            ..d
+        }
     }
 }
 

@@ -44,6 +44,15 @@ pub trait StepModel<B: Backend>: Send {
     /// Empties `slot` on every rank.
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError>;
 
+    /// Makes `to` resume where `from` is on every rank (GDN state copied,
+    /// KV length set; see `ModelState::copy_slot`).
+    fn copy_state_slot(
+        &self,
+        state: &mut Self::State,
+        from: usize,
+        to: usize,
+    ) -> Result<(), ModelError>;
+
     /// [`Qwen35Model::step`] (on every rank; rank 0's output).
     fn step(
         &self,
@@ -92,6 +101,15 @@ where
 
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
         state.reset_slot(self.backend(), slot).map_err(op)
+    }
+
+    fn copy_state_slot(
+        &self,
+        state: &mut Self::State,
+        from: usize,
+        to: usize,
+    ) -> Result<(), ModelError> {
+        state.copy_slot(self.backend(), from, to).map_err(op)
     }
 
     fn step(
@@ -143,6 +161,24 @@ where
                 .rank(r)
                 .ok_or_else(|| ModelError::Unsupported("no rank".into()))?;
             st.reset_slot(m.backend(), slot).map_err(op)?;
+        }
+        Ok(())
+    }
+
+    fn copy_state_slot(
+        &self,
+        state: &mut Self::State,
+        from: usize,
+        to: usize,
+    ) -> Result<(), ModelError> {
+        if state.len() != TpGroup::world(self) {
+            return Err(ModelError::Unsupported("one state per rank".into()));
+        }
+        for (r, st) in state.iter_mut().enumerate() {
+            let m = self
+                .rank(r)
+                .ok_or_else(|| ModelError::Unsupported("no rank".into()))?;
+            st.copy_slot(m.backend(), from, to).map_err(op)?;
         }
         Ok(())
     }

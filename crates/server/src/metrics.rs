@@ -1,7 +1,8 @@
 //! The server's Prometheus metrics: request counts by endpoint and outcome,
 //! HTTP error counts by status, TTFT and inter-token latency histograms,
 //! and the engine's gauges and counters (running, waiting, KV blocks and
-//! state slots used and free, preemptions, tokens, admission refusals),
+//! state slots used and free, prefix-cache tokens and snapshot slots,
+//! preemptions, tokens, admission refusals),
 //! rendered in the text exposition format.
 
 use crate::generator::EngineStats;
@@ -137,7 +138,7 @@ impl Metrics {
                 "Seconds between consecutive generated tokens of a request.",
             );
         });
-        let gauges: [(&str, &str, &str, f64); 13] = [
+        let gauges: [(&str, &str, &str, f64); 18] = [
             (
                 "headroom_requests_running",
                 "gauge",
@@ -173,6 +174,36 @@ impl Metrics {
                 "gauge",
                 "State slots free.",
                 stats.gdn_slots_free as f64,
+            ),
+            (
+                "headroom_kv_blocks_cached",
+                "gauge",
+                "Idle KV blocks kept by the prefix cache for their content (counted as free).",
+                stats.kv_blocks_cached as f64,
+            ),
+            (
+                "headroom_prefix_cache_queried_tokens_total",
+                "counter",
+                "Prompt tokens looked up in the prefix cache at admission.",
+                stats.prefix_cache_queried_tokens as f64,
+            ),
+            (
+                "headroom_prefix_cache_hit_tokens_total",
+                "counter",
+                "Prompt tokens the prefix cache supplied instead of computing them.",
+                stats.prefix_cache_hit_tokens as f64,
+            ),
+            (
+                "headroom_prefix_cache_snapshot_slots_used",
+                "gauge",
+                "Prefix-cache GDN state snapshot slots holding a snapshot.",
+                stats.prefix_snapshot_slots_used as f64,
+            ),
+            (
+                "headroom_prefix_cache_snapshot_slots",
+                "gauge",
+                "Prefix-cache GDN state snapshot slots made.",
+                stats.prefix_snapshot_slots as f64,
             ),
             (
                 "headroom_preemptions_total",
@@ -245,6 +276,9 @@ mod tests {
             gdn_slots_used: 3,
             gdn_slots_free: 5,
             preemptions: 11,
+            prefix_cache_queried_tokens: 640,
+            prefix_cache_hit_tokens: 512,
+            prefix_snapshot_slots_used: 2,
             ..EngineStats::default()
         });
         assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
@@ -254,6 +288,9 @@ mod tests {
         assert!(text.contains("headroom_requests_total{endpoint=\"chat\",outcome=\"stop\"} 2\n"));
         assert!(text.contains("headroom_http_errors_total{status=\"404\"} 1\n"));
         assert!(text.contains("headroom_kv_blocks_free 7\n"));
+        assert!(text.contains("headroom_prefix_cache_queried_tokens_total 640\n"));
+        assert!(text.contains("headroom_prefix_cache_hit_tokens_total 512\n"));
+        assert!(text.contains("headroom_prefix_cache_snapshot_slots_used 2\n"));
         assert!(text.contains("headroom_state_slots_used 3\n"));
         assert!(text.contains("headroom_state_slots_free 5\n"));
         assert!(text.contains(

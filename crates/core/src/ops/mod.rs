@@ -131,6 +131,13 @@ pub trait Backend: Send + Sync {
     fn reset_kv_slot(&self, cache: &mut Self::KvCache, slot: usize) -> OpResult<()>;
     /// Zeroes one slot of a GDN state (conv and recurrent).
     fn reset_gdn_slot(&self, state: &mut Self::GdnState, slot: usize) -> OpResult<()>;
+    /// Makes slot `to` of a KV cache hold what slot `from` holds: its
+    /// length (the rows stay in the blocks the batches' tables name, which
+    /// sequences share read-only). A prefix-cache snapshot and a hit resume.
+    fn copy_kv_slot(&self, cache: &mut Self::KvCache, from: usize, to: usize) -> OpResult<()>;
+    /// Copies slot `from`'s GDN state (conv and recurrent) over slot `to`'s
+    /// (queued like the ops).
+    fn copy_gdn_slot(&self, state: &mut Self::GdnState, from: usize, to: usize) -> OpResult<()>;
     /// Tokens held by `slot`.
     fn kv_len(&self, cache: &Self::KvCache, slot: usize) -> usize;
 

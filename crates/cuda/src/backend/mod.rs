@@ -261,6 +261,14 @@ impl Backend for CudaBackend {
         state::reset_gdn_slot(&self.dev, st, slot)
     }
 
+    fn copy_kv_slot(&self, cache: &mut CudaKvCache, from: usize, to: usize) -> OpResult<()> {
+        state::copy_kv_slot(cache, from, to)
+    }
+
+    fn copy_gdn_slot(&self, st: &mut CudaGdnState, from: usize, to: usize) -> OpResult<()> {
+        state::copy_gdn_slot(&self.dev, st, from, to)
+    }
+
     fn kv_len(&self, cache: &CudaKvCache, slot: usize) -> usize {
         cache.lens.get(slot).copied().unwrap_or(0)
     }

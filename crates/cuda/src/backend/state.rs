@@ -1,6 +1,6 @@
 //! The per-layer state pools: KV block pools allocated up front (`spec.blocks`
 //! blocks shared by the sequences through their block tables) and GDN conv +
-//! recurrent state, one slot per running sequence; slot resets.
+//! recurrent state, one slot per running sequence; slot resets and copies.
 
 use crate::device::CudaDevice;
 use crate::launch::{alloc, dev_err, mul};
@@ -114,6 +114,52 @@ pub(crate) fn reset_gdn_slot(
     let rec = s.recurrent_len() * 4;
     zero_range(dev, state.conv.ptr(), slot * conv, conv)?;
     zero_range(dev, state.recurrent.ptr(), slot * rec, rec)
+}
+
+/// Slot `to` holds as many tokens as slot `from` (the rows are in shared blocks).
+pub(crate) fn copy_kv_slot(cache: &mut CudaKvCache, from: usize, to: usize) -> OpResult<()> {
+    let len = *cache.lens.get(from).ok_or_else(|| no_slot(from))?;
+    *cache.lens.get_mut(to).ok_or_else(|| no_slot(to))? = len;
+    Ok(())
+}
+
+/// Copies `bytes` bytes from byte offset `src` to `dst` of one buffer (queued).
+fn copy_range(dev: &CudaDevice, base: u64, src: usize, dst: usize, bytes: usize) -> OpResult<()> {
+    if bytes == 0 || src == dst {
+        return Ok(());
+    }
+    dev.bind().map_err(dev_err)?;
+    // SAFETY: callers pass two disjoint ranges, each one slot of the state buffer.
+    unsafe {
+        result::memcpy_dtod_async(
+            base + dst as u64,
+            base + src as u64,
+            bytes,
+            dev.stream_raw(),
+        )
+    }
+    .map_err(|e| dev_err(e.into()))
+}
+
+/// Copies slot `from`'s conv and recurrent state over slot `to`'s: two
+/// device-to-device copies on the backend's stream.
+pub(crate) fn copy_gdn_slot(
+    dev: &CudaDevice,
+    state: &mut CudaGdnState,
+    from: usize,
+    to: usize,
+) -> OpResult<()> {
+    let s = state.spec;
+    if from >= s.slots {
+        return Err(no_slot(from));
+    }
+    if to >= s.slots {
+        return Err(no_slot(to));
+    }
+    let conv = s.conv_len() * 2;
+    let rec = s.recurrent_len() * 4;
+    copy_range(dev, state.conv.ptr(), from * conv, to * conv, conv)?;
+    copy_range(dev, state.recurrent.ptr(), from * rec, to * rec, rec)
 }
 
 #[cfg(test)]

@@ -11,6 +11,10 @@
 //!   until the growth fits. The oldest running sequence is never preempted
 //!   for a younger one, so it always progresses (FCFS, no deadlock, no
 //!   starvation); `Limits::check` refused any request larger than the pool.
+//! * **prefix hits** (paged, [`super::cache`]): a request resuming from a
+//!   cached prefix takes references on its blocks and needs free blocks for
+//!   the rest only; preemption and the end of a sequence drop its
+//!   references (its named blocks stay cached until the pool needs them).
 //! * **contiguous**: a request's blocks for prompt + max tokens (its slot's
 //!   rows) and its predicted memory are counted at admission; nothing is
 //!   preempted.
@@ -45,9 +49,16 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         if self.slots.free() == 0 {
             return Ok(false);
         }
-        let rows = next.prompt.len() + next.max_tokens;
-        if self.paged() {
-            if blocks_for(next.prefill_target) > self.blocks.free() {
+        let (rows, target) = (next.prompt.len() + next.max_tokens, next.prefill_target);
+        let mut hit_table = Vec::new();
+        let found = self.find_hit();
+        let hit = found.hit;
+        if let Some(h) = &hit {
+            if !self.take_hit_blocks(h, target, &mut hit_table) {
+                return Ok(false);
+            }
+        } else if self.paged() {
+            if blocks_for(target) > self.blocks.free() {
                 return Ok(false);
             }
         } else if !self.contiguous_fits(rows) {
@@ -56,6 +67,19 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let mut seq = self.waiting.pop_front().expect("checked above");
         let slot = self.slots.take().expect("checked above");
         self.model.reset_slot(&mut self.state, slot)?;
+        if self.caching() {
+            self.stats.prefix_cache_queried_tokens += target as u64;
+        }
+        seq.branch = found.branch;
+        if let Some(h) = &hit {
+            self.resume(h, slot)?;
+            seq.blocks = hit_table;
+            seq.processed = h.tokens();
+            self.stats.prefix_cache_hit_tokens += h.tokens() as u64;
+            if seq.preemptions == 0 {
+                seq.cached_tokens = h.tokens();
+            }
+        }
         if !self.paged() {
             self.blocks
                 .ensure(&mut seq.blocks, rows)
@@ -153,8 +177,15 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         self.waiting.push_front(s);
     }
 
-    /// Removes running sequence `i`, freeing its slot and blocks.
+    /// Removes running sequence `i`, freeing its slot and blocks (its
+    /// state snapshotted first when it ends a full block).
     pub(super) fn retire(&mut self, i: usize, reason: FinishReason) {
+        if let Err(e) = self.snapshot(i) {
+            tracing::warn!(
+                "request {}: no prefix-cache snapshot at its end: {e}",
+                self.running[i].id
+            );
+        }
         let mut s = self.running.remove(i);
         s.finish(reason);
         self.blocks.release(&mut s.blocks);

@@ -34,6 +34,10 @@ pub struct Args {
     /// Prompt tokens per request.
     #[arg(long, default_value_t = 128)]
     pub prompt_len: usize,
+    /// Leading prompt tokens every request shares (a shared system prompt,
+    /// for the server's prefix cache; 0: none).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub shared_prefix_len: usize,
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
@@ -127,6 +131,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         concurrency: levels[0],
         requests: a.requests,
         prompt_len: a.prompt_len,
+        shared_prefix_len: a.shared_prefix_len,
         max_tokens: a.max_tokens,
         ignore_eos,
         time_limit: Duration::from_secs_f64(a.time_limit_s),

@@ -186,6 +186,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         max_waiting: requests.len().max(1024),
         eos_token_ids: eos,
         capture_logits: false,
+        prefix_cache: a.engine.prefix_cache(),
     };
     let job = GenerateJob {
         model: source.label(),

@@ -221,6 +221,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         max_waiting: a.max_waiting,
         eos_token_ids: eos,
         capture_logits: false,
+        prefix_cache: a.engine.prefix_cache(),
     };
     let name = a
         .served_model_name

@@ -45,6 +45,26 @@ impl<B: Backend> ModelState<B> {
     }
 }
 
+impl<B: Backend> ModelState<B> {
+    /// Makes slot `to` resume where slot `from` is: every GDN layer's conv
+    /// and recurrent state copied, every full-attention layer's KV length
+    /// (its rows stay in the shared blocks). Prefix-cache snapshots and hits.
+    pub fn copy_slot(
+        &mut self,
+        be: &B,
+        from: usize,
+        to: usize,
+    ) -> Result<(), headroom_core::OpError> {
+        for l in &mut self.layers {
+            match l {
+                LayerState::Full(c) => be.copy_kv_slot(c, from, to)?,
+                LayerState::Linear(s) => be.copy_gdn_slot(s, from, to)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One sequence's state: slot 0 of a one-slot [`ModelState`] and the
 /// number of tokens it has seen.
 pub struct Session<B: Backend> {
