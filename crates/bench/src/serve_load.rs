@@ -355,10 +355,17 @@ pub fn check_usage(cfg: &LoadConfig, one: &One) -> Result<(), String> {
 }
 
 /// Exactly `len` printable-ASCII ids (present in any vocabulary of 128 or
-/// more; sent as ids, so no tokenizer changes the count), varied per request.
+/// more; sent as ids, so no tokenizer changes the count), varied per request:
+/// the first three are `i` in base 94, so no two of the first 830,584
+/// requests share even their first KV block (a server's prefix cache finds
+/// nothing to reuse between them), then a pattern shifted by `i`.
 pub fn prompt_ids(len: usize, i: usize) -> Vec<u32> {
+    let digit = |d: u32| 33 + ((i / 94usize.pow(d)) % 94) as u32;
     (0..len)
-        .map(|k| 33 + ((k * 7 + i * 13) % 94) as u32)
+        .map(|k| match k {
+            0..=2 => digit(k as u32),
+            _ => 33 + ((k * 7 + i * 13) % 94) as u32,
+        })
         .collect()
 }
 
@@ -620,6 +627,11 @@ mod tests {
             assert_eq!(b["model"], "m");
         }
         assert_ne!(request_body(&c, 0)["prompt"], request_body(&c, 1)["prompt"]);
+        // No two of a W1-sized run share their first 64-token KV block (the
+        // pattern alone repeats every 94 requests).
+        let firsts: std::collections::HashSet<Vec<u32>> =
+            (0..2000).map(|i| prompt_ids(64, i)).collect();
+        assert_eq!(firsts.len(), 2000);
         c.ignore_eos = false;
         assert_eq!(request_body(&c, 0)["ignore_eos"], false);
     }

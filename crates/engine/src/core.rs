@@ -366,7 +366,12 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let started = Instant::now();
         self.reap_cancelled();
         let solo = self.running.len() + self.waiting.len() == 1;
-        let mut budget = StepBudget::new(&self.cfg.scheduler, solo, self.solo.tokens);
+        let mut budget = match self.head_of_line() {
+            Some(rem) if !solo => {
+                StepBudget::head_of_line(&self.cfg.scheduler, rem, self.solo.tokens)
+            }
+            _ => StepBudget::new(&self.cfg.scheduler, solo, self.solo.tokens),
+        };
         let preemptions = self.stats.preemptions;
         // (index in running, rows): decode rows first, then prefill chunks,
         // each sequence's blocks grown before it is planned.
@@ -423,6 +428,20 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let report = self.run_plan(&plan, started);
         self.refresh_stats();
         report.map(Some)
+    }
+
+    /// The remaining prompt of the oldest prefill when no running sequence
+    /// decodes this step (the first running one still prefilling, else the
+    /// first waiting one), for [`StepBudget::head_of_line`].
+    fn head_of_line(&self) -> Option<usize> {
+        if self.running.iter().any(|s| s.remaining_prompt() == 0) {
+            return None;
+        }
+        self.running
+            .iter()
+            .chain(self.waiting.iter())
+            .map(|s| s.remaining_prompt())
+            .find(|&r| r > 0)
     }
 
     fn run_plan(

@@ -3,7 +3,11 @@
 //! admission order, each at most the prefill chunk within `step_tokens` rows
 //! — or, for a request alone in the engine, its resolved solo stripe, which
 //! is then the whole step's budget — and never more than the rows left. The
-//! step after a second request arrives is back to the shared budget.
+//! step after a second request arrives is back to the shared budget, with
+//! one exception ([`StepBudget::head_of_line`]): a step with no decode row
+//! lets the oldest prefill take up to the solo stripe, so a burst of long
+//! prompts arriving together gets its first answer as fast as a lone one
+//! (nobody's decode waits behind that step).
 
 use crate::settings::SchedulerSettings;
 
@@ -12,6 +16,8 @@ use crate::settings::SchedulerSettings;
 pub struct StepBudget {
     left: usize,
     chunk: usize,
+    /// The first prefill's chunk when it differs ([`Self::head_of_line`]).
+    head_chunk: Option<usize>,
 }
 
 impl StepBudget {
@@ -21,6 +27,28 @@ impl StepBudget {
         StepBudget {
             left: settings.step_rows(solo, solo_tokens),
             chunk: settings.max_chunk(solo, solo_tokens),
+            head_chunk: None,
+        }
+    }
+
+    /// A step with no decode row whose oldest prefill has `head_remaining`
+    /// prompt tokens: that prefill may take up to the solo stripe (never
+    /// less than the shared chunk), the step's rows are at least that, and
+    /// the prefills after it take the shared chunk from what is left.
+    pub fn head_of_line(
+        settings: &SchedulerSettings,
+        head_remaining: usize,
+        solo_tokens: usize,
+    ) -> StepBudget {
+        let shared = StepBudget::new(settings, false, solo_tokens);
+        let head = head_remaining.min(settings.max_chunk(true, solo_tokens));
+        if head <= shared.chunk {
+            return shared;
+        }
+        StepBudget {
+            left: shared.left.max(head),
+            chunk: shared.chunk,
+            head_chunk: Some(head),
         }
     }
 
@@ -40,7 +68,9 @@ impl StepBudget {
     /// The length [`Self::prefill`] would take for `remaining` prompt
     /// tokens, without taking it.
     pub fn peek_prefill(&self, remaining: usize) -> usize {
-        remaining.min(self.chunk).min(self.left)
+        remaining
+            .min(self.head_chunk.unwrap_or(self.chunk))
+            .min(self.left)
     }
 
     /// Takes the next prefill chunk of a sequence with `remaining` prompt
@@ -48,6 +78,7 @@ impl StepBudget {
     pub fn prefill(&mut self, remaining: usize) -> usize {
         let n = self.peek_prefill(remaining);
         self.left -= n;
+        self.head_chunk = None;
         n
     }
 }
@@ -84,6 +115,20 @@ mod tests {
             32_768,
             "the whole prompt in one step"
         );
+        let mut head = StepBudget::head_of_line(&s, 32_768, 65_536);
+        assert_eq!(head.prefill(32_768), 32_768, "the oldest prefill: whole");
+        assert_eq!(head.prefill(700), 0, "nothing left after it");
+        let mut head = StepBudget::head_of_line(&s, 1500, 65_536);
+        assert_eq!(head.left(), 1500);
+        assert_eq!(head.prefill(5000), 1500, "at most its remaining prompt");
+        let mut short = StepBudget::head_of_line(&s, 300, 65_536);
+        assert_eq!(
+            (short.prefill(300), short.prefill(700), short.left()),
+            (300, 512, 188),
+            "a head within the shared chunk: the shared budget"
+        );
+        let mut capped = StepBudget::head_of_line(&s, 32_768, 4096);
+        assert_eq!(capped.prefill(32_768), 4096, "at most the solo stripe");
         let mut small = StepBudget::new(&s, true, 100);
         assert_eq!(
             small.prefill(5000),

@@ -1,7 +1,8 @@
 //! The solo stripe on the CPU engine: an explicit large stripe prefills a
-//! lone request in one step (past `step_tokens`), a second arrival sends the
-//! next step back to the shared budget (and the stripe comes back when the
-//! request is alone again), and `auto` resolves to the CPU's fixed 2048 and
+//! lone request in one step (past `step_tokens`), the oldest prefill keeps
+//! the stripe while no row decodes (a burst of long prompts answers its first
+//! as fast as a lone one), a decoding row sends the step back to the shared
+//! budget, and `auto` resolves to the CPU's fixed 2048 and
 //! says so in the stats.
 
 mod common;
@@ -47,31 +48,57 @@ fn an_explicit_large_stripe_prefills_a_lone_request_in_one_step() {
 }
 
 #[test]
-fn a_second_arrival_shrinks_the_next_step_and_the_stripe_returns_alone() {
+fn the_oldest_prefill_keeps_the_stripe_while_nothing_decodes() {
     let mut c = core(tiny("tiny-d64"), cfg(SoloStripe::Tokens(256)));
     let a = c
-        .submit(GenerateRequest::greedy(ids(1000, 512, 1), 1))
+        .submit(GenerateRequest::greedy(ids(1000, 512, 1), 2))
         .unwrap();
     let r1 = c.step().unwrap().unwrap();
     assert_eq!(r1.sequences.len(), 1);
     assert_eq!(r1.prefill_rows, 256, "alone: the solo stripe");
     let b = c
-        .submit(GenerateRequest::greedy(ids(40, 512, 2), 1))
+        .submit(GenerateRequest::greedy(ids(40, 512, 2), 2))
         .unwrap();
-    let r2 = c.step().unwrap().unwrap();
+    // No row decodes yet: a, the oldest, takes the stripe again (FCFS) and
+    // b waits, until a's prompt is done.
+    for rows in [256, 256, 232] {
+        let r = c.step().unwrap().unwrap();
+        assert_eq!(
+            r.sequences.iter().map(|s| s.1).collect::<Vec<_>>(),
+            vec![rows]
+        );
+    }
+    // a decodes now: the shared budget, a's row and b's chunks of 32.
+    let r5 = c.step().unwrap().unwrap();
     assert_eq!(
-        r2.sequences.iter().map(|s| s.1).collect::<Vec<_>>(),
-        vec![32, 32],
-        "shared: prefill chunks of 32 within 64 rows"
+        r5.sequences.iter().map(|s| s.1).collect::<Vec<_>>(),
+        vec![1, 32],
+        "shared: a decode row, then a prefill chunk of 32 within 64 rows"
     );
-    let r3 = c.step().unwrap().unwrap();
-    assert_eq!(r3.rows(), 40, "b's last 8 rows and a's next chunk of 32");
-    // b drew its only token and finished: a is alone again.
-    assert_eq!(c.stats().running, 1);
-    let r4 = c.step().unwrap().unwrap();
-    assert_eq!(r4.prefill_rows, 256, "alone again: the stripe again");
     let out = drive(&mut c, vec![a, b]);
-    assert_eq!((out[0].streamed.len(), out[1].streamed.len()), (1, 1));
+    assert_eq!((out[0].streamed.len(), out[1].streamed.len()), (2, 2));
+}
+
+#[test]
+fn a_burst_of_long_prompts_answers_the_first_in_one_step() {
+    let mut c = core(tiny("tiny-d64"), cfg(SoloStripe::Tokens(4096)));
+    let reqs: Vec<_> = (0..3)
+        .map(|i| {
+            c.submit(GenerateRequest::greedy(ids(300, 512, 10 + i), 2))
+                .unwrap()
+        })
+        .collect();
+    let first = c.step().unwrap().unwrap();
+    assert_eq!(first.prefill_rows, 300, "the first prompt whole, alone");
+    assert_eq!(first.sampled.len(), 1, "its first token after one step");
+    let second = c.step().unwrap().unwrap();
+    assert_eq!(
+        second.sequences.iter().map(|s| s.1).collect::<Vec<_>>(),
+        vec![1, 32, 31],
+        "then the shared budget: its decode row and chunks of the others"
+    );
+    let out = drive(&mut c, reqs);
+    assert!(out.iter().all(|o| o.streamed.len() == 2));
 }
 
 #[test]

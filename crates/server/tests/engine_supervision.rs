@@ -60,6 +60,14 @@ impl StepModel<CpuBackend> for Faulty {
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
         StepModel::reset_slot(&self.inner, state, slot)
     }
+    fn copy_state_slot(
+        &self,
+        state: &mut Self::State,
+        from: usize,
+        to: usize,
+    ) -> Result<(), ModelError> {
+        StepModel::copy_state_slot(&self.inner, state, from, to)
+    }
     fn step(
         &self,
         state: &mut Self::State,
