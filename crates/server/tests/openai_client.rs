@@ -2,6 +2,9 @@
 //! scripted fake: runs tests/openai/check_client.py (tools streamed and not,
 //! parallel calls, a tool result sent back, reasoning, `tool_choice: none`;
 //! logprobs / top_logprobs, n, seed, penalties, echo, cached_tokens and their limits).
+//! A second test runs tests/openai/check_client_engine.py against the real
+//! engine on the CPU tiny model (shapes, tools rendered, forcing, history,
+//! reasoning, logprobs, n).
 //! Needs python3 with `openai` installed (`pip install openai`); the
 //! interpreter is `$HEADROOM_PYTHON`, else `python3`.
 
@@ -37,6 +40,53 @@ async fn the_openai_python_client_handles_tools_and_reasoning() {
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)
             .args([script, "--base-url", &url, "--model", "fake"])
+            .output()
+    })
+    .await
+    .unwrap()
+    .expect("python3 runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("all checks passed"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python3 with the `openai` package (pip install openai); run with --ignored"]
+async fn the_openai_python_client_runs_against_the_real_engine() {
+    use headroom_cpu::CpuBackend;
+    use headroom_engine::EngineConfig;
+    use headroom_model::{ModelConfig, Qwen35Model, Weights};
+    let cfg = ModelConfig::synthetic("tiny-d256").unwrap();
+    let m = Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap();
+    let h = headroom_engine::spawn(
+        m,
+        EngineConfig {
+            max_running: 4,
+            max_context: 4096,
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let s = start_with(
+        Arc::new(h),
+        ServerConfig::new("tiny-d256", cfg.vocab_size),
+        ChatTemplate::qwen_shaped(),
+        Duration::from_secs(5),
+    )
+    .await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/openai/check_client_engine.py"
+    );
+    let python = std::env::var("HEADROOM_PYTHON").unwrap_or_else(|_| "python3".into());
+    let url = format!("http://{}/v1", s.addr);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .args([script, "--base-url", &url, "--model", "tiny-d256"])
             .output()
     })
     .await
