@@ -3,7 +3,7 @@
 //! `(seed, step)`), so a request's tokens do not depend on what else ran.
 
 use crate::CpuAct;
-use headroom_core::ops::{rng, OpError, OpResult, SamplingParams};
+use headroom_core::ops::{OpError, OpResult, SamplingParams};
 
 /// One token per row of `logits` `[n][vocab]`, row `i` drawn by
 /// [`sample_row`] with `params[i]` at step `steps[i]` (the backend's `sample`).
@@ -35,45 +35,7 @@ pub(crate) fn sample_rows(
         .collect()
 }
 
-/// The token drawn from `logits` with `p` at `step`; `None` when no logit is finite.
-pub fn sample_row(logits: &[f32], p: &SamplingParams, step: u64) -> Option<u32> {
-    let finite = || logits.iter().enumerate().filter(|(_, x)| x.is_finite());
-    // Largest finite logit, lowest index on ties.
-    let (best, &max) = finite().fold(None, |acc: Option<(usize, &f32)>, (i, x)| match acc {
-        Some((_, m)) if *m >= *x => acc,
-        _ => Some((i, x)),
-    })?;
-    if p.temperature <= 0.0 {
-        return Some(best as u32);
-    }
-    let t = p.temperature as f64;
-    let mut probs: Vec<(usize, f64)> = finite()
-        .map(|(i, &x)| (i, ((x as f64 - max as f64) / t).exp()))
-        .collect();
-    probs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    if p.top_k > 0 && probs.len() > p.top_k {
-        probs.truncate(p.top_k);
-    }
-    let total: f64 = probs.iter().map(|q| q.1).sum();
-    let mut kept = 0.0;
-    let mut n = 0;
-    for q in &probs {
-        kept += q.1;
-        n += 1;
-        if kept >= p.top_p as f64 * total {
-            break;
-        }
-    }
-    probs.truncate(n);
-    let mut u = rng::uniform(p.seed, step) * kept;
-    for &(i, q) in &probs {
-        if u < q {
-            return Some(i as u32);
-        }
-        u -= q;
-    }
-    probs.last().map(|q| q.0 as u32)
-}
+pub use headroom_core::ops::sample_row;
 
 #[cfg(test)]
 mod tests {

@@ -29,6 +29,7 @@ mod batch;
 mod blocks;
 mod fused;
 pub mod rng;
+mod sample;
 mod specs;
 mod workspace;
 
@@ -38,6 +39,7 @@ pub use fused::{
     attention_prep_composed, gdn_core_composed, gdn_core_steps, AttentionPrepWeights,
     GdnCoreInputs, GdnCoreWeights, GdnStep, GdnStepTimer, Untimed,
 };
+pub use sample::sample_row;
 pub use specs::{
     GdnSpec, InitWindow, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,
 };
