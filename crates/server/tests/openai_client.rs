@@ -34,24 +34,7 @@ async fn the_openai_python_client_handles_tools_and_reasoning() {
         Duration::from_secs(5),
     )
     .await;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai/check_client.py");
-    let python = std::env::var("HEADROOM_PYTHON").unwrap_or_else(|_| "python3".into());
-    let url = format!("http://{}/v1", s.addr);
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(python)
-            .args([script, "--base-url", &url, "--model", "fake"])
-            .output()
-    })
-    .await
-    .unwrap()
-    .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("all checks passed"), "{text}");
+    run_client_check("check_client.py", s.addr, "fake").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,15 +61,18 @@ async fn the_openai_python_client_runs_against_the_real_engine() {
         Duration::from_secs(5),
     )
     .await;
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/openai/check_client_engine.py"
-    );
+    run_client_check("check_client_engine.py", s.addr, "tiny-d256").await;
+}
+
+/// Runs tests/openai/`script` with the official client against the server at
+/// `addr` as `model`; it must exit 0 and print "all checks passed".
+async fn run_client_check(script: &str, addr: std::net::SocketAddr, model: &str) {
+    let script = format!("{}/tests/openai/{script}", env!("CARGO_MANIFEST_DIR"));
     let python = std::env::var("HEADROOM_PYTHON").unwrap_or_else(|_| "python3".into());
-    let url = format!("http://{}/v1", s.addr);
+    let (url, model) = (format!("http://{addr}/v1"), model.to_string());
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(python)
-            .args([script, "--base-url", &url, "--model", "tiny-d256"])
+            .args([script.as_str(), "--base-url", &url, "--model", &model])
             .output()
     })
     .await
