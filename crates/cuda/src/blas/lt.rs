@@ -1,10 +1,18 @@
 //! cuBLASLt for the row-major linear ([`super::Blas::linear`]): one handle,
 //! one device workspace, and a plan per distinct shape — the matmul
-//! descriptor, the three matrix layouts and the algorithm the heuristic
-//! picked — built on the shape's first call and kept ([`Plans`]), so a
-//! repeated shape costs a hash lookup and one `cublasLtMatmul`. A shape the
-//! heuristic has no algorithm for is remembered as such and runs on
-//! `cublasGemmEx` (the caller's fallback).
+//! descriptor, the three matrix layouts and the algorithm — built on the
+//! shape's first call and kept ([`Plans`]), so a repeated shape costs a hash
+//! lookup and one `cublasLtMatmul`. A shape the heuristic has no algorithm
+//! for is remembered as such and runs on `cublasGemmEx` (the caller's
+//! fallback).
+//!
+//! The heuristic is asked once per row bucket ([`row_bucket`]), not per
+//! row count: on the first call of a weight shape (out, in, dtypes,
+//! alignments) it runs for every bucket at once ([`Algos`]), and a new row
+//! count then only makes its descriptors and checks the bucket's algorithm
+//! on them (`cublasLtMatmulAlgoCheck`). A server sees new row counts all
+//! the time (prefill chunks, decode batches); each heuristic call on the
+//! hot path was a step's latency spike.
 
 use crate::CudaError;
 use cudarc::cublaslt::{result, sys};
@@ -22,6 +30,31 @@ const WORKSPACE_BYTES: usize = 32 << 20;
 const MAX_PLANS: usize = 1024;
 /// Largest pointer alignment a plan is chosen for (cuBLASLt's default).
 const MAX_ALIGN: usize = 256;
+/// Row counts up to this have a bucket of their own.
+const EXACT_ROWS: usize = 16;
+/// The largest bucket planned ahead on a shape's first call (rows beyond it
+/// get their bucket's heuristic when they come).
+const PLANNED_ROWS: usize = 1 << 15;
+/// Most bucket algorithms kept.
+const MAX_ALGOS: usize = 4096;
+
+/// The bucket whose algorithm a GEMM of `rows` rows runs: `rows` itself up
+/// to [`EXACT_ROWS`], else the next power of two.
+pub(super) fn row_bucket(rows: usize) -> usize {
+    if rows <= EXACT_ROWS {
+        rows
+    } else {
+        rows.checked_next_power_of_two().unwrap_or(rows)
+    }
+}
+
+/// Every bucket up to [`PLANNED_ROWS`], smallest first.
+fn planned_buckets() -> impl Iterator<Item = usize> {
+    (1..=EXACT_ROWS).chain(
+        std::iter::successors(Some(EXACT_ROWS * 2), |b| Some(b * 2))
+            .take_while(|&b| b <= PLANNED_ROWS),
+    )
+}
 
 /// What a plan depends on: the GEMM's shape and dtypes (`y = x · Wᵀ`, y
 /// `[rows][out_features]`) and each pointer's alignment.
@@ -80,9 +113,23 @@ impl<K: Hash + Eq, V> Capped<K, V> {
     pub fn len(&self) -> usize {
         self.map.len()
     }
+
+    pub fn contains(&self, k: &K) -> bool {
+        self.map.contains_key(k)
+    }
 }
 
 type Plans = Capped<LtShape, Option<Plan>>;
+/// The heuristic's algorithm per bucketed shape (`rows` = the bucket);
+/// `None`: it had none.
+type Algos = Capped<LtShape, Option<Found>>;
+
+/// An algorithm and the workspace it needs.
+#[derive(Clone, Copy)]
+struct Found {
+    algo: sys::cublasLtMatmulAlgo_t,
+    workspace: usize,
+}
 
 /// One shape's descriptors and algorithm (null handles are not yet made).
 struct Plan {
@@ -128,7 +175,7 @@ pub(super) struct Lt {
     handle: sys::cublasLtHandle_t,
     stream: sys::cudaStream_t,
     workspace: u64,
-    plans: Mutex<Plans>,
+    plans: Mutex<(Plans, Algos)>,
 }
 
 // SAFETY: the handle and the plans' descriptors are used under the `plans`
@@ -160,13 +207,13 @@ impl Lt {
             handle,
             stream: stream as sys::cudaStream_t,
             workspace,
-            plans: Mutex::new(Capped::new(MAX_PLANS)),
+            plans: Mutex::new((Capped::new(MAX_PLANS), Capped::new(MAX_ALGOS))),
         })
     }
 
     /// Plans kept.
     pub fn plans(&self) -> usize {
-        self.plans.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).0.len()
     }
 
     /// `y = x · Wᵀ + beta · y` (f32 compute) on the plan of `s`; `Ok(false)`
@@ -183,8 +230,9 @@ impl Lt {
         y: u64,
         beta: f32,
     ) -> Result<bool, CudaError> {
-        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(plan) = plans.get_or_try_insert(*s, || self.plan(s))? else {
+        let mut guard = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        let (plans, algos) = &mut *guard;
+        let Some(plan) = plans.get_or_try_insert(*s, || self.plan(s, algos))? else {
             return Ok(false);
         };
         let alpha = 1f32;
@@ -210,9 +258,78 @@ impl Lt {
         Ok(true)
     }
 
-    /// The descriptors of `s` and the heuristic's first algorithm; `None`
-    /// when the heuristic has none.
-    fn plan(&self, s: &LtShape) -> Result<Option<Plan>, CudaError> {
+    /// The descriptors of `s` and its bucket's algorithm when that runs
+    /// `s` (else the heuristic's own for `s`); `None` when the heuristic
+    /// has none.
+    fn plan(&self, s: &LtShape, algos: &mut Algos) -> Result<Option<Plan>, CudaError> {
+        let bucket = LtShape {
+            rows: row_bucket(s.rows),
+            ..*s
+        };
+        if !algos.contains(&bucket) {
+            self.plan_buckets(s, algos)?;
+        }
+        let from_bucket = *algos.get_or_try_insert(bucket, || self.heuristic(&bucket))?;
+        let mut plan = self.descriptors(s)?;
+        if let Some(f) = from_bucket.filter(|f| self.runs(&plan, f)) {
+            plan.algo = f.algo;
+            plan.workspace = f.workspace;
+            return Ok(Some(plan));
+        }
+        Ok(self.search(&plan, s)?.map(|f| {
+            plan.algo = f.algo;
+            plan.workspace = f.workspace;
+            plan
+        }))
+    }
+
+    /// The heuristic's algorithm for every planned bucket of `s`'s weight
+    /// shape (its first call).
+    fn plan_buckets(&self, s: &LtShape, algos: &mut Algos) -> Result<(), CudaError> {
+        let started = std::time::Instant::now();
+        for rows in planned_buckets() {
+            let b = LtShape { rows, ..*s };
+            algos.get_or_try_insert(b, || self.heuristic(&b))?;
+        }
+        tracing::debug!(
+            out_features = s.out_features,
+            in_features = s.in_features,
+            ms = started.elapsed().as_secs_f64() * 1e3,
+            "cuBLASLt: planned every row bucket of a new weight shape"
+        );
+        Ok(())
+    }
+
+    /// The heuristic's first algorithm for `s`.
+    fn heuristic(&self, s: &LtShape) -> Result<Option<Found>, CudaError> {
+        let plan = self.descriptors(s)?;
+        self.search(&plan, s)
+    }
+
+    /// Whether `f` runs the GEMM `plan` describes (`cublasLtMatmulAlgoCheck`)
+    /// within the workspace.
+    fn runs(&self, plan: &Plan, f: &Found) -> bool {
+        // SAFETY: all-zero is a valid value of this plain C struct.
+        let mut out: sys::cublasLtMatmulHeuristicResult_t = unsafe { std::mem::zeroed() };
+        // SAFETY: every descriptor is live and describes the same GEMM; the
+        // algorithm and the result outlive the call.
+        let status = unsafe {
+            sys::cublasLtMatmulAlgoCheck(
+                self.handle,
+                plan.desc,
+                plan.a,
+                plan.b,
+                plan.c,
+                plan.c,
+                &f.algo,
+                &mut out,
+            )
+        };
+        status == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS && out.workspaceSize <= WORKSPACE_BYTES
+    }
+
+    /// `s`'s matmul descriptor and matrix layouts (no algorithm yet).
+    fn descriptors(&self, s: &LtShape) -> Result<Plan, CudaError> {
         let dim =
             |v: usize| u64::try_from(v).map_err(|_| CudaError::Blas(format!("GEMM dimension {v}")));
         let ld = |v: usize| {
@@ -252,6 +369,13 @@ impl Lt {
             .map_err(lt_err)?;
         plan.c = result::create_matrix_layout(data_type(s.y), dim(m)?, dim(n)?, ld(m)?)
             .map_err(lt_err)?;
+        Ok(plan)
+    }
+
+    /// The heuristic's first algorithm for the GEMM `plan` describes, at
+    /// `s`'s alignments; `None` when it has none (or one needing more than
+    /// the workspace).
+    fn search(&self, plan: &Plan, s: &LtShape) -> Result<Option<Found>, CudaError> {
         let pref = Pref(result::create_matmul_pref().map_err(lt_err)?);
         {
             use sys::cublasLtMatmulPreferenceAttributes_t as A;
@@ -298,11 +422,10 @@ impl Lt {
             )
         };
         match found {
-            Ok(h) if h.workspaceSize <= WORKSPACE_BYTES => {
-                plan.algo = h.algo;
-                plan.workspace = h.workspaceSize;
-                Ok(Some(plan))
-            }
+            Ok(h) if h.workspaceSize <= WORKSPACE_BYTES => Ok(Some(Found {
+                algo: h.algo,
+                workspace: h.workspaceSize,
+            })),
             // No algorithm (or an unusable one): the caller takes cublasGemmEx.
             _ => Ok(None),
         }
@@ -325,6 +448,7 @@ impl Drop for Lt {
         self.plans
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
+            .0
             .map
             .clear();
         // SAFETY: allocated and created in `new`, released once.
@@ -347,6 +471,28 @@ mod tests {
         assert_eq!(alignment(0x7f00_0000_0010), 16);
         assert_eq!(alignment(0x7f00_0000_0002), 2);
         assert_eq!(alignment(0x7f00_0000_0003), 1);
+    }
+
+    #[test]
+    fn rows_share_a_bucket_exactly_up_to_16_then_by_powers_of_two() {
+        for r in 1..=16 {
+            assert_eq!(row_bucket(r), r);
+        }
+        assert_eq!(row_bucket(17), 32);
+        assert_eq!(row_bucket(32), 32);
+        assert_eq!(row_bucket(200), 256);
+        assert_eq!(row_bucket(256), 256);
+        assert_eq!(row_bucket(257), 512);
+        assert_eq!(row_bucket(8192), 8192);
+        assert_eq!(row_bucket(usize::MAX), usize::MAX);
+        let b: Vec<usize> = planned_buckets().collect();
+        assert_eq!(b.len(), 16 + 11);
+        assert_eq!(b[15..17], [16, 32]);
+        assert_eq!(*b.last().unwrap(), PLANNED_ROWS);
+        // Every bucket of a planned row count is planned.
+        for r in [1, 9, 16, 17, 100, 1000, 8000, PLANNED_ROWS] {
+            assert!(b.contains(&row_bucket(r)), "{r}");
+        }
     }
 
     #[test]
