@@ -6,7 +6,8 @@
 //! for is remembered as such and runs on `cublasGemmEx` (the caller's
 //! fallback).
 //!
-//! The heuristic is asked once per row bucket ([`row_bucket`]), not per
+//! The heuristic is asked once per row bucket ([`row_bucket`]: exact up to
+//! 16 rows, then quarter octaves), not per
 //! row count: on the first call of a weight shape (out, in, dtypes,
 //! alignments) it runs for every bucket at once ([`Algos`]), and a new row
 //! count then only makes its descriptors and checks the bucket's algorithm
@@ -39,21 +40,27 @@ const PLANNED_ROWS: usize = 1 << 15;
 const MAX_ALGOS: usize = 4096;
 
 /// The bucket whose algorithm a GEMM of `rows` rows runs: `rows` itself up
-/// to [`EXACT_ROWS`], else the next power of two.
+/// to [`EXACT_ROWS`], else `rows` rounded up to a quarter of its octave
+/// (the multiples of 2^k / 4 between 2^k and 2^(k+1): 17..=20 -> 20,
+/// 200 -> 224, 700 -> 768), so a bucket's algorithm was chosen for at most
+/// 25 % more rows than it runs.
 pub(super) fn row_bucket(rows: usize) -> usize {
     if rows <= EXACT_ROWS {
-        rows
-    } else {
-        rows.checked_next_power_of_two().unwrap_or(rows)
+        return rows;
     }
+    let octave = 1usize << (usize::BITS - 1 - rows.leading_zeros());
+    let step = octave / 4;
+    rows.div_ceil(step).saturating_mul(step)
 }
 
 /// Every bucket up to [`PLANNED_ROWS`], smallest first.
 fn planned_buckets() -> impl Iterator<Item = usize> {
-    (1..=EXACT_ROWS).chain(
-        std::iter::successors(Some(EXACT_ROWS * 2), |b| Some(b * 2))
-            .take_while(|&b| b <= PLANNED_ROWS),
-    )
+    let mut next = 1;
+    std::iter::from_fn(move || {
+        let b = next;
+        next = row_bucket(b + 1);
+        (b <= PLANNED_ROWS).then_some(b)
+    })
 }
 
 /// What a plan depends on: the GEMM's shape and dtypes (`y = x · Wᵀ`, y
@@ -474,20 +481,30 @@ mod tests {
     }
 
     #[test]
-    fn rows_share_a_bucket_exactly_up_to_16_then_by_powers_of_two() {
+    fn rows_share_a_bucket_exactly_up_to_16_then_by_quarter_octaves() {
         for r in 1..=16 {
             assert_eq!(row_bucket(r), r);
         }
-        assert_eq!(row_bucket(17), 32);
+        assert_eq!(row_bucket(17), 20);
         assert_eq!(row_bucket(32), 32);
-        assert_eq!(row_bucket(200), 256);
+        assert_eq!(row_bucket(33), 40);
+        assert_eq!(row_bucket(200), 224);
         assert_eq!(row_bucket(256), 256);
-        assert_eq!(row_bucket(257), 512);
+        assert_eq!(row_bucket(257), 320);
+        assert_eq!(row_bucket(700), 768);
         assert_eq!(row_bucket(8192), 8192);
         assert_eq!(row_bucket(usize::MAX), usize::MAX);
+        for r in 17..5000usize {
+            let b = row_bucket(r);
+            assert!(b >= r && b * 4 <= r * 5 + 4 * 4, "{r} -> {b}");
+            assert_eq!(row_bucket(b), b, "a bucket is its own bucket");
+        }
         let b: Vec<usize> = planned_buckets().collect();
-        assert_eq!(b.len(), 16 + 11);
-        assert_eq!(b[15..17], [16, 32]);
+        assert_eq!(
+            b[..17],
+            [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 20]
+        );
+        assert_eq!(b.len(), 16 + 4 * 11);
         assert_eq!(*b.last().unwrap(), PLANNED_ROWS);
         // Every bucket of a planned row count is planned.
         for r in [1, 9, 16, 17, 100, 1000, 8000, PLANNED_ROWS] {
