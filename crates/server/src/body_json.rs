@@ -8,7 +8,9 @@ use crate::error::ApiError;
 use crate::openai::{ChatRequest, CommonParams, CompletionRequest};
 use crate::unsupported::{refuse_unsupported, Kind};
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// A request body with the shared parameters read separately (so that
 /// their errors keep their path too).
@@ -34,6 +36,9 @@ impl WithCommon for CompletionRequest {
 /// The typed body, or a 400 naming what is wrong and where (an
 /// unsupported parameter first: [`refuse_unsupported`]).
 pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
+    if let Some(req) = parse_well_formed::<T>(bytes)? {
+        return Ok(req);
+    }
     let v: Value = serde_json::from_slice(bytes)
         .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
     if !v.is_object() {
@@ -51,6 +56,41 @@ pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
     }
     req.set_common(common);
     Ok(req)
+}
+
+/// Top-level members that carry the request's content (a prompt of token
+/// ids, the messages, the tools): never read by [`refuse_unsupported`], and
+/// the large ones, so they are not parsed into a `Value` on the way.
+const CONTENT_MEMBERS: [&str; 4] = ["prompt", "messages", "tools", "functions"];
+
+/// The typed body in one pass over the bytes per type, when the body is a
+/// well-typed object (what clients send): the refusal of unsupported
+/// parameters reads the small top-level members only. `None` when the body
+/// has an error of any kind: [`parse_request`]'s slower path, through a
+/// `Value`, then names it with its JSON path.
+fn parse_well_formed<T: WithCommon>(bytes: &[u8]) -> Result<Option<T>, ApiError> {
+    let Ok(members) = serde_json::from_slice::<BTreeMap<String, &RawValue>>(bytes) else {
+        return Ok(None);
+    };
+    let mut small = serde_json::Map::new();
+    for (name, raw) in members {
+        if CONTENT_MEMBERS.contains(&name.as_str()) {
+            continue;
+        }
+        let Ok(v) = serde_json::from_str::<Value>(raw.get()) else {
+            return Ok(None);
+        };
+        small.insert(name, v);
+    }
+    refuse_unsupported(&Value::Object(small), T::KIND)?;
+    let (Ok(common), Ok(mut req)) = (
+        serde_json::from_slice::<CommonParams>(bytes),
+        serde_json::from_slice::<T>(bytes),
+    ) else {
+        return Ok(None);
+    };
+    req.set_common(common);
+    Ok(Some(req))
 }
 
 fn typed<T: DeserializeOwned>(v: &Value) -> Result<T, ApiError> {
@@ -149,7 +189,8 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("stop"));
         assert!(e.message.contains("a string or a list of strings"));
         let e = err(r#"{"prompt": [1, -2]}"#);
-        assert_eq!(e.param.as_deref(), Some("prompt"));
+        assert_eq!(e.param.as_deref(), Some("prompt[1]"));
+        assert!(e.message.contains("below 2^32"), "{}", e.message);
         let e = err("[1]");
         assert_eq!(e.message, "the request body must be a JSON object");
         let e = err("{");

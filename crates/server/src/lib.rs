@@ -36,6 +36,7 @@ pub mod openai;
 pub mod params;
 pub mod parse;
 pub mod prompt;
+mod prompt_de;
 pub mod pyjson;
 pub mod run;
 pub mod shapes;

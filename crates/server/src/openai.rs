@@ -135,8 +135,10 @@ pub struct ChatRequest {
 }
 
 /// A completion's `prompt`: a string, a list of one string, or token ids.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(untagged)]
+/// Read in one pass by its own visitor (`crate::prompt_de`): an untagged
+/// enum would first copy a prompt of tens of thousands of ids into serde's
+/// buffer and then try each form on it.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
     Text(String),
     Texts(Vec<String>),
