@@ -110,6 +110,11 @@ async fn completions(
         let req: CompletionRequest = crate::body_json::parse_request(&body(&state, b)?)?;
         let plan = check(&state, &req.common, Endpoint::Completion)?;
         let ids = prompt::completion_prompt(&state, &req.prompt)?;
+        tracing::debug!(
+            prompt_tokens = ids.len(),
+            read_ms = arrived.elapsed().as_secs_f64() * 1e3,
+            "completion request read"
+        );
         job(&state, Endpoint::Completion, plan, ids, arrived, None)
     };
     let r = match r.await {
