@@ -38,6 +38,10 @@ const EXACT_ROWS: usize = 16;
 const PLANNED_ROWS: usize = 1 << 15;
 /// Most bucket algorithms kept.
 const MAX_ALGOS: usize = 4096;
+/// Scratch for launching each planned bucket's algorithm once (x then y):
+/// the first launch of a cuBLAS kernel loads it, which a serving step
+/// should not wait for. Buckets whose x and y do not fit are not launched.
+const WARM_BYTES: usize = 64 << 20;
 
 /// The bucket whose algorithm a GEMM of `rows` rows runs: `rows` itself up
 /// to [`EXACT_ROWS`], else `rows` rounded up to a quarter of its octave
@@ -182,6 +186,8 @@ pub(super) struct Lt {
     handle: sys::cublasLtHandle_t,
     stream: sys::cudaStream_t,
     workspace: u64,
+    /// [`WARM_BYTES`] of scratch for the buckets' first launches.
+    warm: u64,
     plans: Mutex<(Plans, Algos)>,
 }
 
@@ -210,10 +216,23 @@ impl Lt {
                 return Err(e.into());
             }
         };
+        // SAFETY: as above; freed in Drop.
+        let warm = match unsafe { cudarc::driver::result::malloc_sync(WARM_BYTES) } {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: allocated and created above, released once.
+                unsafe {
+                    let _ = cudarc::driver::result::free_sync(workspace);
+                    let _ = result::destroy_handle(handle);
+                }
+                return Err(e.into());
+            }
+        };
         Ok(Lt {
             handle,
             stream: stream as sys::cudaStream_t,
             workspace,
+            warm,
             plans: Mutex::new((Capped::new(MAX_PLANS), Capped::new(MAX_ALGOS))),
         })
     }
@@ -239,9 +258,25 @@ impl Lt {
     ) -> Result<bool, CudaError> {
         let mut guard = self.plans.lock().unwrap_or_else(|e| e.into_inner());
         let (plans, algos) = &mut *guard;
-        let Some(plan) = plans.get_or_try_insert(*s, || self.plan(s, algos))? else {
+        let Some(plan) = plans.get_or_try_insert(*s, || self.plan(s, w, algos))? else {
             return Ok(false);
         };
+        self.launch(plan, w, x, y, beta)?;
+        Ok(true)
+    }
+
+    /// `plan`'s GEMM on the stream.
+    ///
+    /// # Safety
+    /// As [`Lt::matmul`], for `plan`'s shape.
+    unsafe fn launch(
+        &self,
+        plan: &Plan,
+        w: u64,
+        x: u64,
+        y: u64,
+        beta: f32,
+    ) -> Result<(), CudaError> {
         let alpha = 1f32;
         result::matmul(
             self.handle,
@@ -261,20 +296,19 @@ impl Lt {
             plan.workspace,
             self.stream,
         )
-        .map_err(lt_err)?;
-        Ok(true)
+        .map_err(lt_err)
     }
 
     /// The descriptors of `s` and its bucket's algorithm when that runs
     /// `s` (else the heuristic's own for `s`); `None` when the heuristic
     /// has none.
-    fn plan(&self, s: &LtShape, algos: &mut Algos) -> Result<Option<Plan>, CudaError> {
+    fn plan(&self, s: &LtShape, w: u64, algos: &mut Algos) -> Result<Option<Plan>, CudaError> {
         let bucket = LtShape {
             rows: row_bucket(s.rows),
             ..*s
         };
         if !algos.contains(&bucket) {
-            self.plan_buckets(s, algos)?;
+            self.plan_buckets(s, w, algos)?;
         }
         let from_bucket = *algos.get_or_try_insert(bucket, || self.heuristic(&bucket))?;
         let mut plan = self.descriptors(s)?;
@@ -291,16 +325,36 @@ impl Lt {
     }
 
     /// The heuristic's algorithm for every planned bucket of `s`'s weight
-    /// shape (its first call).
-    fn plan_buckets(&self, s: &LtShape, algos: &mut Algos) -> Result<(), CudaError> {
+    /// shape (its first call, weight `w`), each launched once on scratch
+    /// when its x and y fit [`WARM_BYTES`], so its kernel is loaded.
+    fn plan_buckets(&self, s: &LtShape, w: u64, algos: &mut Algos) -> Result<(), CudaError> {
         let started = std::time::Instant::now();
+        let mut launched = 0usize;
         for rows in planned_buckets() {
             let b = LtShape { rows, ..*s };
-            algos.get_or_try_insert(b, || self.heuristic(&b))?;
+            if algos.contains(&b) {
+                continue;
+            }
+            let mut plan = self.descriptors(&b)?;
+            let found = self.search(&plan, &b)?;
+            algos.get_or_try_insert(b, || Ok::<_, CudaError>(found))?;
+            let Some(f) = found else { continue };
+            let x_bytes = rows * s.in_features * s.x.size_bytes();
+            let y_at = x_bytes.div_ceil(MAX_ALIGN) * MAX_ALIGN;
+            if y_at + rows * s.out_features * s.y.size_bytes() > WARM_BYTES {
+                continue;
+            }
+            plan.algo = f.algo;
+            plan.workspace = f.workspace;
+            // SAFETY: x and y lie in the scratch (checked above), 256-byte
+            // aligned; `w` is the caller's weight of this shape.
+            unsafe { self.launch(&plan, w, self.warm, self.warm + y_at as u64, 0.0)? };
+            launched += 1;
         }
         tracing::debug!(
             out_features = s.out_features,
             in_features = s.in_features,
+            launched,
             ms = started.elapsed().as_secs_f64() * 1e3,
             "cuBLASLt: planned every row bucket of a new weight shape"
         );
@@ -460,6 +514,7 @@ impl Drop for Lt {
             .clear();
         // SAFETY: allocated and created in `new`, released once.
         unsafe {
+            let _ = cudarc::driver::result::free_sync(self.warm);
             let _ = cudarc::driver::result::free_sync(self.workspace);
             let _ = result::destroy_handle(self.handle);
         }
