@@ -12,7 +12,9 @@
 //!   multiple of the interval (`--prefix-cache-interval`, default none) —
 //!   its prefill chunk is cut to end exactly there and the slot is copied
 //!   after that step — and at the end of a finished sequence when that is a
-//!   block end.
+//!   block end. The first chunk after a hit that finishes the prefill is
+//!   cut only where a snapshot is needed (`snapshot_point`), so a hit's
+//!   small remainder is one step.
 //! * **Hits**: at admission the longest chain of cached blocks of the
 //!   prompt (at most up to its last token's block, so the last token is
 //!   always computed and draws the first token) whose end has a snapshot:
@@ -85,31 +87,47 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                         .is_some_and(|iv| p.is_multiple_of(iv))))
     }
 
-    /// The next prefill snapshot point of running sequence `i` past its
-    /// rows: the next multiple of the interval, its branch point, a hold
-    /// point or the end of its prefill target's last full block, whichever
-    /// comes first.
-    fn snapshot_point(&self, i: usize) -> Option<usize> {
+    /// Where a chunk of `n` prefill rows of running sequence `i` must stop
+    /// for a snapshot, past its rows: the next multiple of the interval, a
+    /// hold point, its branch point or the end of its prefill target's last
+    /// full block, whichever comes first. The first chunk after a prefix hit
+    /// that finishes the prefill stops only where a snapshot is needed: at
+    /// an interval or hold point, or at a branch point at least an eighth of
+    /// the hit past it (a shorter branch is a few blocks of a conversation's
+    /// last answer, which a later turn recomputes for less than a split
+    /// here costs); its last full block's snapshot is taken only when that
+    /// is the chunk's end. So a small remainder after a hit costs one step.
+    fn snapshot_point(&self, i: usize, n: usize) -> Option<usize> {
+        if !self.caching() {
+            return None;
+        }
         let s = &self.running[i];
         let last = s.prefill_target / KV_BLOCK_ROWS * KV_BLOCK_ROWS;
-        let mut next = match self.cfg.prefix_cache.interval() {
-            Some(iv) => (s.processed / iv + 1).saturating_mul(iv).min(last),
-            None => last,
-        };
-        if let Some(b) = s.branch.filter(|&b| b > s.processed) {
+        let optional = s.processed > 0
+            && s.processed == s.cached_tokens
+            && s.processed + n >= s.prefill_target;
+        let mut next = if optional { usize::MAX } else { last };
+        if let Some(iv) = self.cfg.prefix_cache.interval() {
+            let m = (s.processed / iv + 1).saturating_mul(iv);
+            if m < last {
+                next = next.min(m);
+            }
+        }
+        let needed = |b: usize| !optional || (b - s.processed).saturating_mul(8) >= s.processed;
+        if let Some(b) = s.branch.filter(|&b| b > s.processed && needed(b)) {
             next = next.min(b);
         }
         if let Some(h) = self.hold_point(i) {
             next = next.min(h);
         }
-        (self.caching() && next > s.processed).then_some(next)
+        (next > s.processed && next < usize::MAX).then_some(next)
     }
 
     /// `n` prefill rows of running sequence `i`, cut to end at its snapshot
     /// point when they would cross it.
     pub(super) fn cut_chunk(&self, i: usize, n: usize) -> usize {
         let s = &self.running[i];
-        match self.snapshot_point(i) {
+        match self.snapshot_point(i, n) {
             Some(p) if s.processed + n > p => p - s.processed,
             _ => n,
         }
