@@ -18,7 +18,8 @@
 //!   percentiles, throughput over the tokens that flowed, requests cut by the
 //!   time limit counted apart); [`serve_sweep`] runs it over a list of
 //!   concurrency levels (`headroom.bench.serve/3`, throughput plot);
-//!   [`serve_pool`] samples the server's pool gauges over each run.
+//!   [`serve_pool`] samples the server's pool gauges over each run and reads
+//!   its preemptions; [`serve_turns`] makes multi-turn conversations.
 
 pub mod attention;
 pub mod backend;
@@ -42,5 +43,6 @@ pub mod run_counter;
 pub mod serve_load;
 pub mod serve_pool;
 pub mod serve_sweep;
+pub mod serve_turns;
 
 pub mod validate;

@@ -4,7 +4,10 @@
 //! clients against a server on this machine (loopback addresses only),
 //! measuring time to first token, inter-token latency (gaps between content
 //! chunks), end-to-end latency, requests/s and tokens/s. One run at one
-//! concurrency; [`crate::serve_sweep`] runs several.
+//! concurrency; [`crate::serve_sweep`] runs several. With `turns` > 1 each
+//! request is a conversation of that many turns ([`crate::serve_turns`]).
+//! The server's `/metrics` preemption counter is read before and after the
+//! run, and the pool gauges at its end ([`crate::serve_pool`]).
 //!
 //! A completed request whose usage disagrees with what was asked (prompt
 //! tokens other than `prompt_len`; with `ignore_eos`, completion tokens
@@ -18,6 +21,7 @@
 //! a broken stream, an error event).
 
 use crate::serve_pool::{self, PoolSample};
+use crate::serve_turns::{self, TurnReport, TurnTally};
 use headroom_server::client;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -52,6 +56,10 @@ pub struct LoadConfig {
     pub time_limit: Duration,
     /// Sample the server's pool gauges (`/metrics`) this often; `None`: no samples.
     pub sample_every: Option<Duration>,
+    /// Turns per conversation (1: single requests; see [`crate::serve_turns`]).
+    pub turns: usize,
+    /// Fresh prompt tokens each later turn adds.
+    pub turn_len: usize,
 }
 
 /// min / p50 / p90 / p99 / mean / max of a sample, in milliseconds (the
@@ -126,6 +134,15 @@ pub struct LoadReport {
     pub e2e_ms: Percentiles,
     /// Pool use over the run (empty when not sampled or the server has no `/metrics`).
     pub pool: Vec<PoolSample>,
+    /// Turns per conversation (`requests` conversations of this many requests).
+    pub turns: usize,
+    /// One entry per turn index: TTFT and cached prompt tokens.
+    pub per_turn: Vec<TurnReport>,
+    /// Running sequences the server preempted during the run (the change of
+    /// its `headroom_preemptions_total`); `None` without that counter.
+    pub preemptions: Option<u64>,
+    /// The server's pool gauges when the run ended (`None` without them).
+    pub pool_end: Option<PoolSample>,
 }
 
 /// What one request did, as far as it got.
@@ -166,11 +183,18 @@ pub struct Tally {
     cut: usize,
     failed: usize,
     errors: Vec<String>,
+    turns: TurnTally,
 }
 
 impl Tally {
     /// Adds request `i`'s outcome (`prompt_len`: the prompt tokens it sent).
     pub fn add(&mut self, i: usize, ended: Ended, prompt_len: usize) {
+        self.add_turn(i, 0, ended, prompt_len);
+    }
+
+    /// Adds the outcome of conversation `i`'s turn `t` (from 0).
+    pub fn add_turn(&mut self, i: usize, t: usize, ended: Ended, prompt_len: usize) {
+        self.turns.add(t, &ended);
         match ended {
             Ended::Completed(one) => {
                 let (prompt, completion) = one.usage.unwrap_or((prompt_len as u64, one.chunks));
@@ -195,7 +219,11 @@ impl Tally {
             Ended::Failed(e) => {
                 self.failed += 1;
                 if self.errors.len() < MAX_ERRORS {
-                    self.errors.push(format!("request {i}: {e}"));
+                    self.errors.push(if t == 0 {
+                        format!("request {i}: {e}")
+                    } else {
+                        format!("request {i} turn {}: {e}", t + 1)
+                    });
                 }
             }
         }
@@ -205,12 +233,13 @@ impl Tally {
     pub fn report(self, cfg: &LoadConfig, secs: f64) -> LoadReport {
         let secs = secs.max(1e-9);
         let ended = self.completed + self.cut + self.failed;
+        let sent = cfg.requests.saturating_mul(cfg.turns.max(1));
         LoadReport {
             concurrency: cfg.concurrency,
             requests: cfg.requests,
             completed: self.completed,
             cut: self.cut,
-            not_started: cfg.requests.saturating_sub(ended),
+            not_started: sent.saturating_sub(ended),
             failed: self.failed,
             errors: self.errors,
             duration_s: secs,
@@ -225,6 +254,10 @@ impl Tally {
             itl_ms: Percentiles::of(self.itl),
             e2e_ms: Percentiles::of(self.e2e),
             pool: Vec::new(),
+            turns: cfg.turns.max(1),
+            per_turn: self.turns.report(cfg.turns.max(1)),
+            preemptions: None,
+            pool_end: None,
         }
     }
 }
@@ -272,7 +305,7 @@ pub fn check_config(cfg: &LoadConfig) -> Result<(), String> {
             cfg.max_tokens
         ));
     }
-    Ok(())
+    serve_turns::check_turns(cfg, MAX_PROMPT_LEN)
 }
 
 /// Runs the load; `Err` only for a bad configuration.
@@ -283,6 +316,7 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
     let started = Instant::now();
     let deadline = started + cfg.time_limit;
     let stop = Arc::new(AtomicBool::new(false));
+    let before = serve_pool::counters(cfg.addr).await;
     let sampler = cfg
         .sample_every
         .map(|every| tokio::spawn(serve_pool::sample(cfg.addr, every, started, stop.clone())));
@@ -298,9 +332,19 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
                 if i >= cfg.requests {
                     break;
                 }
-                let ended = one_until(&cfg, i, deadline).await;
-                let mut t = tally.lock().unwrap_or_else(|p| p.into_inner());
-                t.add(i, ended, cfg.prompt_len);
+                for turn in 0..cfg.turns.max(1) {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let ended = one_until(&cfg, i, turn, deadline).await;
+                    let go_on = matches!(ended, Ended::Completed(_));
+                    let len = serve_turns::turn_prompt_len(&cfg, turn).unwrap_or(cfg.prompt_len);
+                    let mut t = tally.lock().unwrap_or_else(|p| p.into_inner());
+                    t.add_turn(i, turn, ended, len);
+                    if !go_on {
+                        break;
+                    }
+                }
             }
         }));
     }
@@ -313,19 +357,22 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
         Some(h) => h.await.unwrap_or_default(),
         None => Vec::new(),
     };
+    let after = serve_pool::counters(cfg.addr).await;
     let t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(LoadReport {
         pool,
+        preemptions: serve_pool::preemptions_between(before.as_ref(), after.as_ref()),
+        pool_end: after.and_then(|a| a.pool),
         ..t.report(&cfg, secs)
     })
 }
 
-/// Runs request `i` until it ends or `deadline` cuts it.
-async fn one_until(cfg: &LoadConfig, i: usize, deadline: Instant) -> Ended {
+/// Runs conversation `i`'s turn `t` until it ends or `deadline` cuts it.
+async fn one_until(cfg: &LoadConfig, i: usize, t: usize, deadline: Instant) -> Ended {
     let mut one = One::default();
     let left = deadline.saturating_duration_since(Instant::now());
-    match tokio::time::timeout(left, one_request(cfg, i, &mut one)).await {
-        Ok(Ok(())) => match check_usage(cfg, &one) {
+    match tokio::time::timeout(left, one_request(cfg, i, t, &mut one)).await {
+        Ok(Ok(())) => match check_turn_usage(cfg, t, &one) {
             Ok(()) => Ended::Completed(one),
             Err(e) => Ended::Failed(e),
         },
@@ -336,13 +383,18 @@ async fn one_until(cfg: &LoadConfig, i: usize, deadline: Instant) -> Ended {
 
 /// Whether a completed request's usage is the workload asked for.
 pub fn check_usage(cfg: &LoadConfig, one: &One) -> Result<(), String> {
+    check_turn_usage(cfg, 0, one)
+}
+
+/// Whether a completed request of turn `t` (from 0) has the usage asked for.
+pub fn check_turn_usage(cfg: &LoadConfig, t: usize, one: &One) -> Result<(), String> {
     let Some((prompt, completion)) = one.usage else {
         return Ok(());
     };
-    if prompt != cfg.prompt_len as u64 {
+    let sent = serve_turns::turn_prompt_len(cfg, t).unwrap_or(usize::MAX);
+    if prompt != sent as u64 {
         return Err(format!(
-            "the server counted {prompt} prompt tokens; {} were sent",
-            cfg.prompt_len
+            "the server counted {prompt} prompt tokens; {sent} were sent"
         ));
     }
     if cfg.ignore_eos && completion != cfg.max_tokens as u64 {
@@ -381,9 +433,15 @@ pub fn workload_prompt(cfg: &LoadConfig, i: usize) -> Vec<u32> {
     ids
 }
 
-/// The JSON body of request `i`.
+/// The JSON body of request `i` (a conversation's first turn).
 pub fn request_body(cfg: &LoadConfig, i: usize) -> Value {
-    let mut body = json!({"prompt": workload_prompt(cfg, i), "max_tokens": cfg.max_tokens,
+    turn_body(cfg, i, 0)
+}
+
+/// The JSON body of conversation `i`'s turn `t` (from 0).
+pub fn turn_body(cfg: &LoadConfig, i: usize, t: usize) -> Value {
+    let prompt = serve_turns::turn_prompt(cfg, i, t);
+    let mut body = json!({"prompt": prompt, "max_tokens": cfg.max_tokens,
                           "temperature": 0, "stream": true, "stream_options": {"include_usage": true},
                           "ignore_eos": cfg.ignore_eos});
     if let Some(m) = &cfg.model {
@@ -392,9 +450,10 @@ pub fn request_body(cfg: &LoadConfig, i: usize) -> Value {
     body
 }
 
-/// Streams request `i` into `one` (which keeps what arrived if the future is dropped).
-async fn one_request(cfg: &LoadConfig, i: usize, one: &mut One) -> Result<(), String> {
-    let body = request_body(cfg, i);
+/// Streams conversation `i`'s turn `t` into `one` (which keeps what
+/// arrived if the future is dropped).
+async fn one_request(cfg: &LoadConfig, i: usize, t: usize, one: &mut One) -> Result<(), String> {
+    let body = turn_body(cfg, i, t);
     let t0 = Instant::now();
     let mut r = client::open(
         cfg.addr,
@@ -481,6 +540,8 @@ pub fn table(r: &LoadReport) -> String {
             name, p.n, p.min, p.p50, p.p90, p.p99, p.mean, p.max
         ));
     }
+    out.push_str(&serve_turns::table(&r.per_turn));
+    out.push_str(&serve_pool::summary(r.preemptions, r.pool_end.as_ref()));
     out
 }
 
@@ -500,6 +561,8 @@ mod tests {
             ignore_eos: true,
             time_limit: Duration::from_secs(1),
             sample_every: None,
+            turns: 1,
+            turn_len: 0,
         }
     }
 

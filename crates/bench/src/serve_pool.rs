@@ -2,7 +2,9 @@
 //! gauges (running and waiting requests, KV blocks used and free) sampled
 //! every interval from the run's start until it ends. A sample the server
 //! does not answer with those gauges is skipped (a server without
-//! `/metrics` gives an empty series, not an error).
+//! `/metrics` gives an empty series, not an error). Before and after a run
+//! the preemption counter and the gauges are read once ([`counters`]): the
+//! report gives the preemptions during the run and the pool at its end.
 
 use headroom_server::client;
 use serde::Serialize;
@@ -27,15 +29,19 @@ pub struct PoolSample {
     pub kv_blocks_free: u64,
 }
 
+/// The value of the unlabelled metric `name` in a Prometheus text, when
+/// it is a finite non-negative number.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        let v: f64 = v.trim().parse().ok()?;
+        (n == name && v.is_finite() && v >= 0.0).then_some(v as u64)
+    })
+}
+
 /// The four gauges of a Prometheus text, at `t_s`; `None` when one is missing.
 pub fn parse(text: &str, t_s: f64) -> Option<PoolSample> {
-    let gauge = |name: &str| -> Option<u64> {
-        text.lines().find_map(|l| {
-            let (n, v) = l.split_once(' ')?;
-            let v: f64 = v.trim().parse().ok()?;
-            (n == name && v.is_finite() && v >= 0.0).then_some(v as u64)
-        })
-    };
+    let gauge = |name: &str| metric(text, name);
     Some(PoolSample {
         t_s,
         running: gauge("headroom_requests_running")?,
@@ -43,6 +49,62 @@ pub fn parse(text: &str, t_s: f64) -> Option<PoolSample> {
         kv_blocks_used: gauge("headroom_kv_blocks_used")?,
         kv_blocks_free: gauge("headroom_kv_blocks_free")?,
     })
+}
+
+/// The server's counters read at one moment (before or after a run).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counters {
+    /// `headroom_preemptions_total`, when the server has it.
+    pub preemptions: Option<u64>,
+    /// The pool gauges, when the server has them (`t_s` is 0).
+    pub pool: Option<PoolSample>,
+}
+
+/// The counters of a Prometheus text.
+pub fn parse_counters(text: &str) -> Counters {
+    Counters {
+        preemptions: metric(text, "headroom_preemptions_total"),
+        pool: parse(text, 0.0),
+    }
+}
+
+/// Reads `addr`'s `/metrics` once; `None` when it does not answer 200
+/// within a few seconds.
+pub async fn counters(addr: SocketAddr) -> Option<Counters> {
+    let got = tokio::time::timeout(
+        Duration::from_secs(5),
+        client::request(addr, "GET", "/metrics", None),
+    );
+    match got.await {
+        Ok(Ok(r)) if r.status == 200 => Some(parse_counters(&r.text())),
+        _ => None,
+    }
+}
+
+/// Preemptions between two readings; `None` when either lacks the counter
+/// (or it went back: a restarted server).
+pub fn preemptions_between(before: Option<&Counters>, after: Option<&Counters>) -> Option<u64> {
+    let (b, a) = (before?.preemptions?, after?.preemptions?);
+    a.checked_sub(b)
+}
+
+/// The text summary's line of preemptions and pool use at the end (empty
+/// when the server reported neither).
+pub fn summary(preemptions: Option<u64>, pool_end: Option<&PoolSample>) -> String {
+    let mut parts = Vec::new();
+    if let Some(p) = preemptions {
+        parts.push(format!("{p} preemptions during the run"));
+    }
+    if let Some(s) = pool_end {
+        parts.push(format!(
+            "pool at the end: {} running, {} waiting, {} KV blocks used, {} free",
+            s.running, s.waiting, s.kv_blocks_used, s.kv_blocks_free
+        ));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("server: {}\n", parts.join("; "))
 }
 
 /// Samples `addr`'s `/metrics` every `every` from `started` until `stop` is set.
@@ -98,5 +160,34 @@ mod tests {
         );
         assert_eq!(parse("headroom_requests_running 3\n", 0.0), None);
         assert_eq!(parse("data: {}\n", 0.0), None);
+    }
+
+    #[test]
+    fn preemptions_are_the_counters_difference() {
+        let at = |n: u64| parse_counters(&format!("headroom_preemptions_total {n}\n"));
+        assert_eq!(at(4).pool, None);
+        assert_eq!(preemptions_between(Some(&at(4)), Some(&at(11))), Some(7));
+        assert_eq!(preemptions_between(Some(&at(4)), Some(&at(4))), Some(0));
+        assert_eq!(
+            preemptions_between(Some(&at(9)), Some(&at(2))),
+            None,
+            "restarted"
+        );
+        assert_eq!(preemptions_between(None, Some(&at(2))), None);
+        let none = parse_counters("other 1\n");
+        assert_eq!(preemptions_between(Some(&none), Some(&at(2))), None);
+        assert_eq!(summary(None, None), "");
+        let pool = PoolSample {
+            t_s: 0.0,
+            running: 2,
+            waiting: 0,
+            kv_blocks_used: 10,
+            kv_blocks_free: 90,
+        };
+        let line = summary(Some(3), Some(&pool));
+        assert!(
+            line.contains("3 preemptions") && line.contains("10 KV blocks used"),
+            "{line}"
+        );
     }
 }

@@ -23,6 +23,11 @@ pub struct SweepReport {
     pub prompt_len: usize,
     pub max_tokens: usize,
     pub ignore_eos: bool,
+    /// Turns per conversation (1: single requests; `requests` counts
+    /// conversations).
+    pub turns: usize,
+    /// Fresh prompt tokens each later turn adds.
+    pub turn_len: usize,
     /// The limit of each run (not of the whole sweep).
     pub time_limit_s: f64,
     /// The levels, in the order run.
@@ -106,6 +111,8 @@ pub async fn run(base: LoadConfig, levels: &[usize]) -> Result<SweepReport, Stri
         prompt_len: base.prompt_len,
         max_tokens: base.max_tokens,
         ignore_eos: base.ignore_eos,
+        turns: base.turns.max(1),
+        turn_len: base.turn_len,
         time_limit_s: base.time_limit.as_secs_f64(),
         concurrency: levels.to_vec(),
         runs,
@@ -114,8 +121,16 @@ pub async fn run(base: LoadConfig, levels: &[usize]) -> Result<SweepReport, Stri
 
 /// Each run's table, then (for more than one level) one line per level.
 pub fn table(r: &SweepReport) -> String {
+    let conversations = if r.turns > 1 {
+        format!(
+            ", in conversations of {} turns (each later turn resends the previous prompt + {} tokens)",
+            r.turns, r.turn_len
+        )
+    } else {
+        String::new()
+    };
     let mut out = format!(
-        "workload: {} requests of {} prompt tokens and {} generated tokens{}\n",
+        "workload: {} requests of {} prompt tokens and {} generated tokens{}{conversations}\n",
         r.requests,
         r.prompt_len,
         r.max_tokens,

@@ -106,6 +106,8 @@ fn config(addr: SocketAddr, requests: usize, limit: Duration) -> LoadConfig {
         ignore_eos: false,
         time_limit: limit,
         sample_every: None,
+        turns: 1,
+        turn_len: 0,
     }
 }
 
@@ -304,6 +306,9 @@ async fn pool_use_is_sampled_from_the_servers_metrics_over_the_run() {
     assert!(r.pool.iter().all(|s| s.running <= 4));
     let v = serde_json::to_value(&r).unwrap();
     assert!(v["pool"][0]["kv_blocks_used"].is_u64(), "{v}");
+    // The fake generator never preempts; its pool is idle at the end.
+    assert_eq!(r.preemptions, Some(0));
+    assert_eq!(r.pool_end.as_ref().map(|p| p.running), Some(0));
     // Not asked: no samples.
     c.sample_every = None;
     assert!(run(c).await.unwrap().pool.is_empty());

@@ -11,6 +11,7 @@
 
 mod admit;
 mod cache;
+mod hold;
 
 use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
@@ -75,6 +76,8 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     prefix_on: bool,
     /// The salt of block hashes (the model and its dtype).
     salt: u64,
+    /// Waiting requests held for a running sequence's snapshot.
+    holds: hold::Holds,
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     next_id: u64,
@@ -184,6 +187,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             snapshots: SnapshotPool::new(pool.slots, pool.snapshot_slots),
             prefix_on: paged && cfg.prefix_cache.enabled,
             salt,
+            holds: hold::Holds::default(),
             model,
             state,
             routes,
@@ -317,6 +321,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     /// Ends every request with `event` (shutdown).
     pub fn abort_all(&mut self, why: &str) {
+        self.clear_holds();
         for mut s in self.waiting.drain(..).chain(self.running.drain(..)) {
             s.sink.send(StreamEvent::Error(why.to_string()));
             self.blocks.release(&mut s.blocks);
@@ -408,7 +413,10 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             i += 1;
         }
         // No admission in a step that had to preempt: the pool is short.
-        while self.stats.preemptions == preemptions && budget.left() > 0 && self.try_admit()? {
+        while self.stats.preemptions == preemptions
+            && budget.left() > 0
+            && self.admit_next(&mut plan, &mut budget)?
+        {
             let i = self.running.len() - 1;
             let (rem, processed) = (
                 self.running[i].remaining_prompt(),

@@ -73,6 +73,11 @@ impl StepBudget {
             .min(self.left)
     }
 
+    /// Returns `rows` taken by a chunk that was cut shorter after planning.
+    pub fn give_back(&mut self, rows: usize) {
+        self.left += rows;
+    }
+
     /// Takes the next prefill chunk of a sequence with `remaining` prompt
     /// tokens; returns its length (0 when the step is full).
     pub fn prefill(&mut self, remaining: usize) -> usize {
@@ -102,6 +107,8 @@ mod tests {
         assert_eq!(b.prefill(700), 486, "the rest of the budget");
         assert_eq!(b.prefill(5), 0);
         assert!(!b.decode());
+        b.give_back(30);
+        assert_eq!((b.left(), b.prefill(700)), (30, 30), "rows given back");
         let mut solo = StepBudget::new(&s, true, 2048);
         assert_eq!(
             solo.prefill(5000),

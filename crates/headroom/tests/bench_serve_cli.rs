@@ -30,6 +30,8 @@ fn bad_values_exit_1_naming_their_flag() {
         (vec!["--prompt-len", "0"], "--prompt-len"),
         (vec!["--max-tokens", "0"], "--max-tokens"),
         (vec!["--time-limit-s", "0"], "--time-limit-s"),
+        (vec!["--turns", "0"], "--turns"),
+        (vec!["--turns", "3", "--turn-len", "1048576"], "--turn-len"),
     ];
     for (args, flag) in cases {
         let stderr = bench_serve(&args);

@@ -15,6 +15,9 @@
 //!   cached prefix takes references on its blocks and needs free blocks for
 //!   the rest only; preemption and the end of a sequence drop its
 //!   references (its named blocks stay cached until the pool needs them).
+//! * **held requests** ([`super::hold`]): admission skips a request waiting
+//!   for a running sequence's snapshot of their shared prefix and admits the
+//!   first one behind it that is not held.
 //! * **contiguous**: a request's blocks for prompt + max tokens (its slot's
 //!   rows) and its predicted memory are counted at admission; nothing is
 //!   preempted.
@@ -22,6 +25,7 @@
 use super::EngineCore;
 use crate::api::{FinishReason, StreamEvent};
 use crate::kv::{blocks_for, KvBackendKind};
+use crate::scheduler::StepBudget;
 use crate::EngineError;
 use headroom_core::ops::Backend;
 use headroom_model::StepModel;
@@ -39,11 +43,34 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             + extra
     }
 
-    /// Moves the first waiting request into the running set when a slot is
-    /// free and (paged) its prefill's blocks are free now, or (contiguous)
-    /// its prompt + max tokens and its memory fit; resets its slot.
-    pub(super) fn try_admit(&mut self) -> Result<bool, EngineError> {
-        let Some(next) = self.waiting.front() else {
+    /// Admits the first waiting request that is not held back
+    /// ([`super::hold`]), holding those that should wait on the way (a
+    /// planned chunk of their source may be cut: `plan`, `budget`). False
+    /// when none was admitted: the first candidate does not fit (first
+    /// come, first served) or every waiting request is held.
+    pub(super) fn admit_next(
+        &mut self,
+        plan: &mut [(usize, usize)],
+        budget: &mut StepBudget,
+    ) -> Result<bool, EngineError> {
+        self.refresh_holds();
+        let mut w = 0;
+        while w < self.waiting.len() {
+            let id = self.waiting[w].id;
+            if self.holds.is_held(id) || self.try_hold(w, plan, budget) {
+                w += 1;
+                continue;
+            }
+            return self.try_admit(w);
+        }
+        Ok(false)
+    }
+
+    /// Moves waiting request `w` into the running set when a slot is free
+    /// and (paged) its prefill's blocks are free now, or (contiguous) its
+    /// prompt + max tokens and its memory fit; resets its slot.
+    fn try_admit(&mut self, w: usize) -> Result<bool, EngineError> {
+        let Some(next) = self.waiting.get(w) else {
             return Ok(false);
         };
         if self.slots.free() == 0 {
@@ -51,7 +78,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         }
         let (rows, target) = (next.prompt.len() + next.max_tokens, next.prefill_target);
         let mut hit_table = Vec::new();
-        let found = self.find_hit();
+        let found = self.lookup(w);
         let hit = found.hit;
         if let Some(h) = &hit {
             if !self.take_hit_blocks(h, target, &mut hit_table) {
@@ -61,10 +88,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             if blocks_for(target) > self.blocks.free() {
                 return Ok(false);
             }
-        } else if !self.contiguous_fits(rows) {
+        } else if !self.contiguous_fits(w, rows) {
             return Ok(false);
         }
-        let mut seq = self.waiting.pop_front().expect("checked above");
+        let mut seq = self.waiting.remove(w).expect("checked above");
+        self.leave_hold(seq.id);
         let slot = self.slots.take().expect("checked above");
         self.model.reset_slot(&mut self.state, slot)?;
         if self.caching() {
@@ -94,16 +122,16 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         Ok(true)
     }
 
-    /// Whether the first waiting request's `rows` blocks and its predicted
+    /// Whether waiting request `w`'s `rows` blocks and its predicted
     /// memory fit next to the running ones (contiguous KV).
-    fn contiguous_fits(&mut self, rows: usize) -> bool {
+    fn contiguous_fits(&mut self, w: usize, rows: usize) -> bool {
         if self.committed_blocks(blocks_for(rows)) > self.blocks.total() {
             return false;
         }
         let Some(budget) = self.cfg.memory_budget_bytes else {
             return true;
         };
-        let Some(next) = self.waiting.front() else {
+        let Some(next) = self.waiting.get(w) else {
             return false;
         };
         let committed = self.committed(Some(&next.prediction));
@@ -120,8 +148,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 committed
             );
         }
-        if let Some(w) = self.waiting.front_mut() {
-            w.waited_for_memory = true;
+        if let Some(next) = self.waiting.get_mut(w) {
+            next.waited_for_memory = true;
         }
         false
     }
@@ -202,6 +230,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         while i < self.waiting.len() {
             if self.waiting[i].sink.cancelled() {
                 let s = self.waiting.remove(i).expect("in range");
+                self.leave_hold(s.id);
                 s.finish(FinishReason::Cancelled);
                 self.stats.cancelled += 1;
             } else {

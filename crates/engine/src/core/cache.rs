@@ -12,17 +12,20 @@
 //!   multiple of the interval (`--prefix-cache-interval`, default none) —
 //!   its prefill chunk is cut to end exactly there and the slot is copied
 //!   after that step — and at the end of a finished sequence when that is a
-//!   block end.
+//!   block end. The first chunk after a hit that finishes the prefill is
+//!   cut only where a snapshot is needed (`snapshot_point`), so a hit's
+//!   small remainder is one step.
 //! * **Hits**: at admission the longest chain of cached blocks of the
 //!   prompt (at most up to its last token's block, so the last token is
 //!   always computed and draws the first token) whose end has a snapshot:
 //!   its blocks are shared by reference, the snapshot is copied into the
 //!   sequence's slot, and prefill starts after it.
+//! * **Holds** ([`super::hold`]): a request sharing blocks with a running
+//!   sequence that is still computing them waits for its snapshot there.
 
 use super::EngineCore;
 use crate::kv::{blocks_for, KV_BLOCK_ROWS};
 use crate::prefix::{extend_hashes, BlockHash};
-use crate::sequence::Sequence;
 use crate::EngineError;
 use headroom_core::ops::Backend;
 use headroom_model::{Qwen35Model, StepModel};
@@ -49,8 +52,8 @@ pub(super) struct Lookup {
 pub(super) struct Hit {
     /// The cached blocks of the matched chain.
     pub blocks: Vec<u32>,
-    /// The state slot of the snapshot at its end.
-    pub snapshot: usize,
+    /// The name of the snapshot at its end.
+    pub hash: BlockHash,
 }
 
 impl Hit {
@@ -65,14 +68,17 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         self.prefix_on && self.snapshots.total() > 0
     }
 
-    /// Whether position `p` of `s` is a snapshot point: the end of the last
-    /// full block of its prefill target, or a multiple of the interval
-    /// inside it.
-    fn is_snapshot_point(&self, s: &Sequence, p: usize) -> bool {
+    /// Whether position `p` of running sequence `i` is a snapshot point:
+    /// the end of the last full block of its prefill target, its branch
+    /// point, a point a held request waits for, or a multiple of the
+    /// interval inside it.
+    fn is_snapshot_point(&self, i: usize, p: usize) -> bool {
+        let s = &self.running[i];
         let last = s.prefill_target / KV_BLOCK_ROWS * KV_BLOCK_ROWS;
         p > 0
             && (p == last
                 || s.branch == Some(p)
+                || self.is_hold_point(i, p)
                 || (p < last
                     && self
                         .cfg
@@ -81,35 +87,56 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                         .is_some_and(|iv| p.is_multiple_of(iv))))
     }
 
-    /// The next prefill snapshot point of `s` past its rows: the next
-    /// multiple of the interval or the end of its prefill target's last
-    /// full block, whichever comes first.
-    fn snapshot_point(&self, s: &Sequence) -> Option<usize> {
+    /// Where a chunk of `n` prefill rows of running sequence `i` must stop
+    /// for a snapshot, past its rows: the next multiple of the interval, a
+    /// hold point, its branch point or the end of its prefill target's last
+    /// full block, whichever comes first. The first chunk after a prefix hit
+    /// that finishes the prefill stops only where a snapshot is needed: at
+    /// an interval or hold point, or at a branch point at least an eighth of
+    /// the hit past it (a shorter branch is a few blocks of a conversation's
+    /// last answer, which a later turn recomputes for less than a split
+    /// here costs); its last full block's snapshot is taken only when that
+    /// is the chunk's end. So a small remainder after a hit costs one step.
+    fn snapshot_point(&self, i: usize, n: usize) -> Option<usize> {
+        if !self.caching() {
+            return None;
+        }
+        let s = &self.running[i];
         let last = s.prefill_target / KV_BLOCK_ROWS * KV_BLOCK_ROWS;
-        let mut next = match self.cfg.prefix_cache.interval() {
-            Some(iv) => (s.processed / iv + 1).saturating_mul(iv).min(last),
-            None => last,
-        };
-        if let Some(b) = s.branch.filter(|&b| b > s.processed) {
+        let optional = s.processed > 0
+            && s.processed == s.cached_tokens
+            && s.processed + n >= s.prefill_target;
+        let mut next = if optional { usize::MAX } else { last };
+        if let Some(iv) = self.cfg.prefix_cache.interval() {
+            let m = (s.processed / iv + 1).saturating_mul(iv);
+            if m < last {
+                next = next.min(m);
+            }
+        }
+        let needed = |b: usize| !optional || (b - s.processed).saturating_mul(8) >= s.processed;
+        if let Some(b) = s.branch.filter(|&b| b > s.processed && needed(b)) {
             next = next.min(b);
         }
-        (self.caching() && next > s.processed).then_some(next)
+        if let Some(h) = self.hold_point(i) {
+            next = next.min(h);
+        }
+        (next > s.processed && next < usize::MAX).then_some(next)
     }
 
     /// `n` prefill rows of running sequence `i`, cut to end at its snapshot
     /// point when they would cross it.
     pub(super) fn cut_chunk(&self, i: usize, n: usize) -> usize {
         let s = &self.running[i];
-        match self.snapshot_point(s) {
+        match self.snapshot_point(i, n) {
             Some(p) if s.processed + n > p => p - s.processed,
             _ => n,
         }
     }
 
-    /// The longest cached prefix of the first waiting sequence with a
-    /// snapshot at its end, and where its longest cached chain ends when
-    /// that is further (its block hashes computed first).
-    pub(super) fn find_hit(&mut self) -> Lookup {
+    /// The longest cached prefix of waiting sequence `w` with a snapshot
+    /// at its end, and where its longest cached chain ends when that is
+    /// further (its block hashes computed first).
+    pub(super) fn lookup(&mut self, w: usize) -> Lookup {
         let none = Lookup {
             hit: None,
             branch: None,
@@ -118,7 +145,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             return none;
         }
         let salt = self.salt;
-        let Some(s) = self.waiting.front_mut() else {
+        let Some(s) = self.waiting.get_mut(w) else {
             return none;
         };
         let target = s.prefill_target;
@@ -130,17 +157,14 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             .find(|&k| self.snapshots.contains(s.hashes[k - 1]))
             .unwrap_or(0);
         let branch = (chain.len() > k).then_some(chain.len() * KV_BLOCK_ROWS);
-        let hit = (k > 0)
-            .then(|| self.snapshots.get(s.hashes[k - 1]))
-            .flatten()
-            .map(|snapshot| Hit {
-                blocks: chain[..k].to_vec(),
-                snapshot,
-            });
+        let hit = (k > 0).then(|| Hit {
+            blocks: chain[..k].to_vec(),
+            hash: s.hashes[k - 1],
+        });
         Lookup { hit, branch }
     }
 
-    /// Whether the first waiting sequence's prefill fits the pool after
+    /// Whether a waiting sequence's prefill fits the pool after
     /// taking `hit`'s blocks: on success they are in `table`.
     pub(super) fn take_hit_blocks(
         &mut self,
@@ -158,8 +182,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     /// Resumes the sequence in `slot` from `hit`'s snapshot.
     pub(super) fn resume(&mut self, hit: &Hit, slot: usize) -> Result<(), EngineError> {
+        let from = self.snapshots.get(hit.hash).ok_or_else(|| {
+            EngineError::Internal("a prefix hit's snapshot was evicted before its admission".into())
+        })?;
         self.model
-            .copy_state_slot(&mut self.state, hit.snapshot, slot)
+            .copy_state_slot(&mut self.state, from, slot)
             .map_err(EngineError::from)
     }
 
@@ -176,9 +203,10 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         for j in before / KV_BLOCK_ROWS..full.min(s.blocks.len()) {
             self.blocks.register(s.blocks[j], s.hashes[j]);
         }
-        let at_point = self.is_snapshot_point(&self.running[i], self.running[i].processed);
+        let at_point = self.is_snapshot_point(i, self.running[i].processed);
         if at_point && before < self.running[i].processed {
             self.snapshot(i)?;
+            self.pin_reached(i);
         }
         Ok(())
     }

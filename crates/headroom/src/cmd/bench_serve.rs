@@ -4,7 +4,9 @@
 //! (EOS ignored unless `--ignore-eos false`), one run per `--concurrency`
 //! level; prints TTFT / inter-token / end-to-end latency p50/p90/p99,
 //! requests/s and tokens/s (over every token that flowed, including those of
-//! requests the time limit cut) as tables, the `headroom.bench.serve/3` JSON
+//! requests the time limit cut), the server's preemptions during each run
+//! and its pool at the end, and with `--turns` per-turn TTFT and cached
+//! tokens, as tables, the `headroom.bench.serve/3` JSON
 //! with `--json` and the throughput-vs-concurrency SVG with `--plot`. Exit 1
 //! on a bad flag (named) or when a request failed (an error, not the time
 //! limit).
@@ -41,6 +43,16 @@ pub struct Args {
     /// Tokens to generate per request.
     #[arg(long, default_value_t = 32)]
     pub max_tokens: usize,
+    /// Turns per conversation: --requests conversations, each sending turn 1 (--prompt-len
+    /// tokens), then each later turn resending the previous turn's prompt + --turn-len fresh
+    /// tokens (the generated tokens are not resent: the completions response has their text,
+    /// not their ids). The concurrency is over conversations; the report gives TTFT and
+    /// cached tokens per turn.
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    pub turns: usize,
+    /// Fresh prompt tokens each turn after the first adds (with --turns).
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub turn_len: usize,
     /// Ask the server to ignore EOS (`ignore_eos`) so every request generates exactly
     /// --max-tokens: true (default) or false.
     #[arg(long, default_value = "true", value_name = "true|false")]
@@ -136,6 +148,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ignore_eos,
         time_limit: Duration::from_secs_f64(a.time_limit_s),
         sample_every,
+        turns: a.turns,
+        turn_len: a.turn_len,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
