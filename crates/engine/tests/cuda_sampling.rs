@@ -2,8 +2,9 @@
 //! presence / frequency penalties, a seed) on the CUDA backend against the
 //! CPU backend, on the bf16 MoE fixture: a greedy request asking for all of
 //! them draws the CPU's token while the CPU's top-2 margin exceeds bf16
-//! noise, and its log probabilities (the drawn token's and the top 5) are
-//! the CPU's within 2e-2; a seeded sampled request with penalties draws the
+//! noise (the fixture's top-2 margin is above 5e-2 at 33 of the 40 rows of
+//! its reference logits), and its log probabilities (the drawn token's and
+//! the top 5) are the CPU's within 2e-2; a seeded sampled request with penalties draws the
 //! same tokens twice on CUDA (and other seeds draw other tokens). Needs a GPU: the binary is run with
 //! `--ignored` (build: `cargo test --release -p headroom-engine --test
 //! cuda_sampling --no-run`).
@@ -113,7 +114,7 @@ fn request(prompt: Vec<u32>, sampling: SamplingParams) -> GenerateRequest {
 fn cuda_logprobs_and_penalties_match_the_cpu_backend() {
     let v = vocab();
     let mut compared = 0;
-    for (seed, len) in [(1u32, 40usize), (2, 130), (3, 7)] {
+    for (seed, len) in [(1u32, 40usize), (2, 130), (3, 7), (4, 70), (5, 300)] {
         let r = request(ids(len, v, seed), SamplingParams::default());
         let (cpu_tokens, cpu_lp) = run(fixture(NAME), &r);
         let (gpu_tokens, gpu_lp) = run(cuda_model(), &r);
