@@ -60,10 +60,19 @@ impl AttentionSetup {
         })
     }
 
-    /// Logs each warning once through `tracing`.
+    /// Logs each warning once through `tracing`, and each registry entry
+    /// that is invalid and so not used (`doctor` lists those in its rows).
     pub fn log_warnings(&self) {
         for w in &self.warnings {
             tracing::warn!("{w}");
+        }
+        for e in self.registry.entries() {
+            if let Err(why) = &e.entry {
+                tracing::warn!(
+                    "qualification entry {} is invalid and not used: {why}",
+                    e.file
+                );
+            }
         }
     }
 

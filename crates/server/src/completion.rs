@@ -4,8 +4,9 @@
 //! incrementally and passed through the stop strings, then (chat) through the
 //! output parser into content, reasoning and tool calls (`finish_reason:
 //! tool_calls` when a call was decoded and the model stopped); a matched stop
-//! string or a client that goes away drops the token stream, which cancels
-//! the request in the engine. A request of `n` choices submits `n`
+//! string cancels the request in the engine and reads its stream to the
+//! engine's usage (`cached_tokens` is known only there); a client that goes
+//! away drops the token stream, which cancels the request. A request of `n` choices submits `n`
 //! sequences (choice `i` seeded `seed + i`) and answers them together
 //! (`choices.rs`); with `logprobs` each choice carries its tokens' log
 //! probabilities (`logprobs.rs`); a completion with `echo` starts with the
@@ -13,7 +14,9 @@
 
 use crate::choices::{self, ChoiceEnd};
 use crate::error::ApiError;
-use crate::generator::{FinishReason, GenerateRequest, StreamEvent, SubmitError, TokenStream};
+use crate::generator::{
+    FinishReason, GenerateRequest, StreamEvent, SubmitError, TokenStream, Usage,
+};
 use crate::logprobs::LogprobLog;
 use crate::metrics::Outcome;
 use crate::params::Plan;
@@ -183,6 +186,21 @@ impl TextOut {
     }
 }
 
+/// Cancels a request whose output a stop string ended and reads its
+/// stream to the end for the engine's usage (the prompt's cached tokens
+/// are known only there); `None` when the stream ended without one.
+/// Tokens the engine drew after the stop string are dropped.
+async fn usage_after_cancel(stream: &mut dyn TokenStream) -> Option<Usage> {
+    stream.cancel();
+    loop {
+        match stream.next().await? {
+            StreamEvent::Finished { usage, .. } => return Some(usage),
+            StreamEvent::Error(_) => return None,
+            StreamEvent::Token(_) | StreamEvent::Logprobs(_) => {}
+        }
+    }
+}
+
 /// How a choice ended.
 pub(crate) enum End {
     Done {
@@ -266,11 +284,12 @@ impl Running {
                 Ok((text, false)) => return (text, None),
                 Ok((text, true)) => {
                     self.tracker.outcome = Some(Outcome::Stop);
+                    let usage = usage_after_cancel(stream.as_mut()).await;
                     let end = End::Done {
                         finish: "stop",
-                        prompt: self.prompt_tokens,
+                        prompt: usage.map_or(self.prompt_tokens, |u| u.prompt_tokens),
                         completion: self.text.tokens,
-                        cached: 0,
+                        cached: usage.map_or(0, |u| u.cached_tokens),
                     };
                     (text, end)
                 }

@@ -13,6 +13,10 @@ impl TokenStream for EngineStream {
     fn next(&mut self) -> BoxFuture<'_, Option<StreamEvent>> {
         Box::pin(self.0.next())
     }
+
+    fn cancel(&mut self) {
+        self.0.cancel();
+    }
 }
 
 impl Generator for EngineHandle {

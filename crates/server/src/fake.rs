@@ -3,7 +3,8 @@
 //! counting up), one every `token_delay`, honouring `max_tokens`, stop ids,
 //! the queue limit and cancellation, and counting what it ran like the engine.
 //! With `logprobs` asked, each token is preceded by made-up log
-//! probabilities ([`fake_logprobs`]).
+//! probabilities ([`fake_logprobs`]). Its usage reports
+//! [`FakeConfig::cached_tokens`] prompt tokens as cached.
 //! A test-only fault hook ([`FakeGenerator::inject_fault`]) makes the next
 //! step of the running requests fail, as an engine step error or panic would.
 
@@ -30,6 +31,9 @@ pub struct FakeConfig {
     pub script: Option<Vec<u32>>,
     /// Refuse every request with `NeverFits` above this many prompt tokens.
     pub memory_limit_tokens: Option<usize>,
+    /// Prompt tokens each request reports as read from a prefix cache
+    /// (`usage.cached_tokens`, at most the prompt's length).
+    pub cached_tokens: usize,
 }
 
 impl Default for FakeConfig {
@@ -40,6 +44,7 @@ impl Default for FakeConfig {
             token_delay: Duration::from_millis(1),
             script: None,
             memory_limit_tokens: None,
+            cached_tokens: 0,
         }
     }
 }
@@ -158,6 +163,10 @@ impl TokenStream for FakeStream {
     fn next(&mut self) -> BoxFuture<'_, Option<StreamEvent>> {
         Box::pin(self.rx.recv())
     }
+
+    fn cancel(&mut self) {
+        self.cancel.store(true, Ordering::Release);
+    }
 }
 
 impl Drop for FakeStream {
@@ -267,7 +276,7 @@ impl Generator for FakeGenerator {
                     reason,
                     usage: Usage {
                         prompt_tokens,
-                        cached_tokens: 0,
+                        cached_tokens: me.cfg.cached_tokens.min(prompt_tokens),
                         completion_tokens: drawn,
                         ttft_ms: 0.0,
                     },

@@ -15,6 +15,10 @@ pub use headroom_engine::{
 pub trait TokenStream: Send {
     /// The next event; `None` once the engine dropped its end.
     fn next(&mut self) -> BoxFuture<'_, Option<StreamEvent>>;
+    /// Asks the engine to stop the request while keeping the stream: its
+    /// remaining events, then `Finished { reason: Cancelled }` with the
+    /// request's usage, can still be read.
+    fn cancel(&mut self);
 }
 
 /// An engine the server can drive.

@@ -39,6 +39,13 @@ fn message(i: usize, m: &ChatMessage) -> Result<TemplateMessage, ApiError> {
         ));
     }
     let content = match &m.content {
+        // Only an assistant turn may leave its content out (it made tool calls).
+        None if m.role != "assistant" => {
+            return Err(ApiError::bad_param(
+                "messages",
+                format!("messages[{i}].content: a {} message needs content", m.role),
+            ))
+        }
         None => String::new(),
         Some(Content::Text(t)) => t.clone(),
         Some(Content::Parts(parts)) => {
@@ -176,6 +183,8 @@ mod tests {
             json!([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "[1]"}}]}]),
             json!([{"role": "assistant", "tool_calls": [{"type": "x", "function": {"name": "f"}}]}]),
             json!([{"role": "user", "tool_calls": [{"function": {"name": "f"}}]}]),
+            json!([{"role": "user"}]),
+            json!([{"role": "system", "content": null}, {"role": "user", "content": "x"}]),
         ] {
             let e = template_messages(&parse(bad.clone())).unwrap_err();
             assert_eq!(e.param.as_deref(), Some("messages"), "{bad}");

@@ -31,7 +31,8 @@ pub struct CommonParams {
     pub seed: Option<i64>,
     pub stop: Option<Stop>,
     pub n: Option<i64>,
-    #[serde(default)]
+    /// `null` is the default (`false`), as for every optional field.
+    #[serde(default, deserialize_with = "null_is_false")]
     pub stream: bool,
     pub stream_options: Option<StreamOptions>,
     /// vLLM's `ignore_eos`: generate until `max_tokens` (or a stop string),
@@ -50,6 +51,14 @@ pub struct CommonParams {
     pub repetition_penalty: Option<f64>,
     /// Completions: prepend the prompt to the answer.
     pub echo: Option<bool>,
+    /// The caller's end-user id: not used, but it must be a string (a
+    /// wrong type is refused naming it like any other field).
+    pub user: Option<String>,
+}
+
+/// A boolean where `null` means `false`.
+fn null_is_false<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    Ok(Option::<bool>::deserialize(d)?.unwrap_or(false))
 }
 
 /// A message's `content`: a string or a list of parts (`{"type": "text", "text": ...}`).

@@ -38,6 +38,14 @@ pub fn refuse_unsupported(body: &Value, kind: Kind) -> Result<(), ApiError> {
         ("modalities", "only text output is supported"),
         ("audio", "audio output is not supported"),
         ("prediction", "predicted outputs are not implemented"),
+        (
+            "functions",
+            "the deprecated functions parameter is not implemented; give tools",
+        ),
+        (
+            "function_call",
+            "the deprecated function_call parameter is not implemented; give tool_choice",
+        ),
     ];
     let extra = match kind {
         Kind::Chat => chat,
@@ -130,6 +138,14 @@ mod tests {
             )
             .as_deref(),
             Some("response_format")
+        );
+        assert_eq!(
+            refused(json!({"functions": [{"name": "f"}]}), Kind::Chat).as_deref(),
+            Some("functions")
+        );
+        assert_eq!(
+            refused(json!({"function_call": "auto"}), Kind::Chat).as_deref(),
+            Some("function_call")
         );
         let e = refuse_unsupported(&json!({"suffix": "x"}), c).unwrap_err();
         assert!(e.message.starts_with("suffix: "), "{}", e.message);

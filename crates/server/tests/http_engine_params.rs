@@ -166,3 +166,38 @@ async fn a_seed_reproduces_sampling_and_choice_i_uses_seed_plus_i() {
     assert_eq!(n["usage"]["prompt_tokens"], PROMPT.len());
     assert_eq!(n["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_string_reports_the_prefix_caches_tokens() {
+    let s = server().await;
+    let prompt = PROMPT.repeat(8);
+    let body = json!({"prompt": prompt, "max_tokens": 8, "ignore_eos": true});
+    let first = post_json(s.addr, "/v1/completions", &body).await.unwrap();
+    let first: Value = first.json().unwrap();
+    let text = first["choices"][0]["text"].as_str().unwrap().to_string();
+    let stop: String = text.chars().nth(1).expect("two characters drawn").into();
+    let cached = |v: &Value| v["usage"]["prompt_tokens_details"]["cached_tokens"].clone();
+    let again = post_json(s.addr, "/v1/completions", &body).await.unwrap();
+    let again: Value = again.json().unwrap();
+    assert!(cached(&again).as_u64().unwrap() > 0, "{again}");
+    let mut stopped = body.clone();
+    stopped["stop"] = json!([stop]);
+    let v: Value = post_json(s.addr, "/v1/completions", &stopped)
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert_eq!(cached(&v), cached(&again), "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], prompt.len());
+    stopped["stream"] = json!(true);
+    stopped["stream_options"] = json!({"include_usage": true});
+    let (_, ev) = stream_all(s.addr, "/v1/completions", &stopped).await;
+    let u = ev
+        .iter()
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .find(|v| !v["usage"].is_null())
+        .expect("a usage chunk");
+    assert_eq!(stream_finish(&ev).as_deref(), Some("stop"));
+    assert_eq!(cached(&u), cached(&again), "{u}");
+}

@@ -47,6 +47,16 @@ async fn type_errors_name_the_path_and_no_rust_types() {
             json!({"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
             "temperature",
         ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "user": 5}),
+            "user",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "x", "user": {"id": 1}}),
+            "user",
+        ),
     ];
     for (path, body, param) in cases {
         let r = post_json(s.addr, path, &body).await.unwrap();
@@ -58,6 +68,43 @@ async fn type_errors_name_the_path_and_no_rust_types() {
         for rust in ["enum", "i64", "f64", "u32", "struct", "line 1 column"] {
             assert!(!msg.contains(rust), "{msg}");
         }
+    }
+}
+
+#[tokio::test]
+async fn held_out_probe_findings_are_refused_or_defaulted() {
+    let s = fake(512, Duration::from_millis(1)).await;
+    let chat = "/v1/chat/completions";
+    // `stream: null` is the default, as for every optional field.
+    let r = post_json(
+        s.addr,
+        chat,
+        &json!({"messages": [{"role": "user", "content": "x"}], "stream": null, "max_tokens": 2}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    // A user message without content, and the deprecated `functions`, are refused by name.
+    for (body, param, says) in [
+        (
+            json!({"messages": [{"role": "user"}]}),
+            "messages",
+            "messages[0].content",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "x"}], "functions": [{"name": "f"}]}),
+            "functions",
+            "functions",
+        ),
+    ] {
+        let r = post_json(s.addr, chat, &body).await.unwrap();
+        assert_eq!(r.status, 400, "{}", r.text());
+        let v = r.json().unwrap();
+        assert_eq!(v["error"]["param"], param, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(says),
+            "{v}"
+        );
     }
 }
 

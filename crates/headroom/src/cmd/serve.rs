@@ -176,6 +176,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     if a.max_context == Some(0) || a.max_running == Some(0) || a.default_max_tokens == 0 {
         bail!("--max-context, --max-running and --default-max-tokens must be at least 1");
     }
+    // A request always waits in the queue before it runs, and every request has a body:
+    // 0 would refuse every request.
+    crate::arg_checks::at_least_one("--max-waiting", a.max_waiting)?;
+    crate::arg_checks::at_least_one("--max-body-bytes", a.max_body_bytes)?;
     check_memory_fraction(a.memory_fraction)?;
     let Ok(grace) = Duration::try_from_secs_f64(a.shutdown_grace_s) else {
         bail!(

@@ -138,8 +138,7 @@ fn read_prompts(
             bail!("more than {MAX_PROMPTS} requests in {}", path.display());
         }
         let what = format!("{} line {}", path.display(), n + 1);
-        let p: PromptLine =
-            serde_json::from_str(&line).with_context(|| format!("{what}: not a prompt line"))?;
+        let p = prompt_line(&line).with_context(|| format!("{what}: not a prompt line"))?;
         let ids = match (p.prompt, p.ids) {
             (Some(text), None) => encode(codec, &text, vocab, &what)?,
             (None, Some(ids)) => {
@@ -196,4 +195,12 @@ pub(super) fn generation_eos(dir: &Path) -> Vec<u32> {
         );
         Vec::new()
     })
+}
+
+/// One `--prompts` line; an error names the field (`max_tokens: invalid value: ...`).
+fn prompt_line(line: &str) -> anyhow::Result<PromptLine> {
+    let mut de = serde_json::Deserializer::from_str(line);
+    let p = serde_path_to_error::deserialize(&mut de)?;
+    de.end()?;
+    Ok(p)
 }

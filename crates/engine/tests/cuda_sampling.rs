@@ -1,0 +1,189 @@
+//! The host sampling path (log probabilities, top log probabilities,
+//! presence / frequency penalties, a seed) on the CUDA backend against the
+//! CPU backend, on the bf16 MoE fixture: a greedy request asking for all of
+//! them draws the CPU's token while the CPU's top-2 margin exceeds bf16
+//! noise (the fixture's top-2 margin is above 5e-2 at 33 of the 40 rows of
+//! its reference logits), and its log probabilities (the drawn token's and
+//! the top 5) are the CPU's within 2e-2; a seeded sampled request with penalties draws the
+//! same tokens twice on CUDA (and other seeds draw other tokens). Needs a GPU: the binary is run with
+//! `--ignored` (build: `cargo test --release -p headroom-engine --test
+//! cuda_sampling --no-run`).
+
+mod common;
+
+use common::{fixture, fixture_dir, ids};
+use headroom_core::ops::SamplingParams;
+use headroom_core::Backend;
+use headroom_cuda::backend::CudaBackend;
+use headroom_engine::{
+    EngineConfig, EngineCore, GenerateRequest, SamplingExtras, StreamEvent, TokenLogprobs,
+};
+use headroom_model::{ModelConfig, Qwen35Model, Weights};
+use std::collections::HashMap;
+
+const NAME: &str = "moe_d256";
+/// Log-probability difference of the CPU's top two below which bf16
+/// rounding may pick the other token: tokens are compared up to the first
+/// such step (the sequences may part after it).
+const MARGIN: f32 = 5e-2;
+/// Largest difference of a log probability, CUDA against the CPU.
+const LOGPROB_TOL: f32 = 2e-2;
+
+fn cuda_model() -> Qwen35Model<CudaBackend> {
+    let dir = fixture_dir(NAME);
+    let cfg = ModelConfig::from_dir(&dir).unwrap();
+    let w = Weights::load(&dir, &cfg).unwrap();
+    Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
+}
+
+fn vocab() -> usize {
+    ModelConfig::from_dir(&fixture_dir(NAME))
+        .unwrap()
+        .vocab_size
+}
+
+fn cfg() -> EngineConfig {
+    EngineConfig {
+        max_running: 4,
+        max_context: 1024,
+        ..EngineConfig::default()
+    }
+}
+
+/// The request's drawn tokens and their log probabilities, run alone.
+fn run<B: Backend>(model: Qwen35Model<B>, r: &GenerateRequest) -> (Vec<u32>, Vec<TokenLogprobs>) {
+    let mut core: EngineCore<B> = EngineCore::new(model, cfg()).unwrap();
+    let mut st = core.submit(r.clone()).unwrap();
+    let (mut tokens, mut logprobs) = (Vec::new(), Vec::new());
+    let mut finished = false;
+    let mut drain = |st: &mut headroom_engine::RequestStream| {
+        while let Some(ev) = st.try_next() {
+            match ev {
+                StreamEvent::Token(t) => tokens.push(t),
+                StreamEvent::Logprobs(lp) => logprobs.push(lp),
+                StreamEvent::Finished { .. } => finished = true,
+                StreamEvent::Error(e) => panic!("request failed: {e}"),
+            }
+        }
+    };
+    while core.step().unwrap().is_some() {
+        drain(&mut st);
+    }
+    drain(&mut st);
+    assert!(finished, "the request did not finish");
+    (tokens, logprobs)
+}
+
+const PRESENCE: f32 = 0.6;
+const FREQUENCY: f32 = 0.4;
+
+/// How far the drawn token's penalised log probability is ahead of any
+/// other (the log probabilities are before penalties; tokens outside the
+/// top 5 are bounded by the fifth's unpenalised value).
+fn penalised_margin(lp: &TokenLogprobs, counts: &HashMap<u32, u32>) -> f32 {
+    let score = |id: u32, lp: f32| {
+        let n = counts.get(&id).copied().unwrap_or(0);
+        lp - if n > 0 { PRESENCE } else { 0.0 } - FREQUENCY * n as f32
+    };
+    let drawn = score(lp.token, lp.logprob);
+    let mut second = lp.top.last().map_or(f32::NEG_INFINITY, |t| t.1);
+    for &(id, l) in &lp.top {
+        if id != lp.token {
+            second = second.max(score(id, l));
+        }
+    }
+    drawn - second
+}
+
+fn request(prompt: Vec<u32>, sampling: SamplingParams) -> GenerateRequest {
+    GenerateRequest {
+        sampling,
+        ignore_eos: true,
+        extras: SamplingExtras {
+            presence_penalty: PRESENCE,
+            frequency_penalty: FREQUENCY,
+            logprobs: Some(5),
+            ..SamplingExtras::default()
+        },
+        ..GenerateRequest::greedy(prompt, 24)
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run the cuda_sampling binary with --ignored"]
+fn cuda_logprobs_and_penalties_match_the_cpu_backend() {
+    let v = vocab();
+    let mut compared = 0;
+    for (seed, len) in [(1u32, 40usize), (2, 130), (3, 7), (4, 70), (5, 300)] {
+        let r = request(ids(len, v, seed), SamplingParams::default());
+        let (cpu_tokens, cpu_lp) = run(fixture(NAME), &r);
+        let (gpu_tokens, gpu_lp) = run(cuda_model(), &r);
+        assert_eq!(cpu_tokens.len(), 24, "prompt {seed}: CPU tokens");
+        assert_eq!(gpu_tokens.len(), 24, "prompt {seed}: CUDA tokens");
+        assert_eq!(
+            gpu_lp.len(),
+            gpu_tokens.len(),
+            "one logprobs event per token"
+        );
+        let mut worst = 0f32;
+        let mut counts = HashMap::new();
+        for (s, (c, g)) in cpu_lp.iter().zip(&gpu_lp).enumerate() {
+            assert_eq!(c.token, cpu_tokens[s]);
+            assert_eq!(g.token, gpu_tokens[s]);
+            assert_eq!(g.top.len(), 5, "top_logprobs 5");
+            let margin = penalised_margin(c, &counts);
+            if margin < MARGIN {
+                println!("prompt {seed}: step {s} has a CPU margin of {margin:.2e}; stop");
+                break;
+            }
+            *counts.entry(c.token).or_insert(0u32) += 1;
+            assert_eq!(
+                g.token, c.token,
+                "prompt {seed} step {s} (margin {margin:.2e})"
+            );
+            let d = (g.logprob - c.logprob).abs();
+            worst = worst.max(d);
+            assert!(d <= LOGPROB_TOL, "prompt {seed} step {s}: logprob {d:.2e}");
+            // Every top token both backends report has the same log probability.
+            for (j, &(id, lp)) in c.top.iter().enumerate() {
+                if let Some(&(_, glp)) = g.top.iter().find(|(gid, _)| *gid == id) {
+                    let d = (glp - lp).abs();
+                    assert!(d <= LOGPROB_TOL, "prompt {seed} step {s} top {j}: {d:.2e}");
+                    worst = worst.max(d);
+                }
+            }
+            compared += 1;
+        }
+        println!("prompt {seed} ({len} tokens): worst logprob difference {worst:.2e}");
+    }
+    assert!(
+        compared >= 8,
+        "only {compared} steps were clear of bf16 noise"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run the cuda_sampling binary with --ignored"]
+fn cuda_seeded_sampling_with_penalties_is_reproducible() {
+    let v = vocab();
+    let sampled = |seed: u64| {
+        request(
+            ids(60, v, 9),
+            SamplingParams {
+                temperature: 1.0,
+                top_p: 0.95,
+                top_k: 0,
+                seed,
+            },
+        )
+    };
+    let (a, alp) = run(cuda_model(), &sampled(7));
+    let (b, blp) = run(cuda_model(), &sampled(7));
+    assert_eq!(a, b, "the same seed drew different tokens");
+    assert_eq!(alp, blp, "the same seed gave different log probabilities");
+    let mut differ = false;
+    for seed in [8, 9, 10] {
+        differ |= run(cuda_model(), &sampled(seed)).0 != a;
+    }
+    assert!(differ, "three other seeds drew the same tokens");
+}
