@@ -6,6 +6,7 @@
 //! N ≥ 1 runs at least one full-attention layer (`layers=2` is linear, full;
 //! for N a multiple of 4 this is the checkpoints' own pattern).
 
+use super::quant::WeightFormat;
 use super::types::{
     interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
     MoeConfig, RopeConfig,
@@ -104,6 +105,7 @@ fn tiny(head_dim: usize) -> ModelConfig {
         fused_linear_projections: false,
         eos_token_ids: vec![],
         max_position_embeddings: 32_768,
+        weight_format: WeightFormat::Plain,
     }
 }
 
@@ -147,6 +149,7 @@ fn qwen36_35b_a3b() -> ModelConfig {
         fused_linear_projections: false,
         eos_token_ids: vec![],
         max_position_embeddings: 262_144,
+        weight_format: WeightFormat::Plain,
     }
 }
 

@@ -241,10 +241,17 @@ fn errors_name_the_problem() {
     let j = set(
         &vl_moe_json(),
         &["quantization_config"],
+        Some(serde_json::json!({"quant_method": "awq"})),
+    );
+    let err = ModelConfig::from_json_str(&j).unwrap_err();
+    assert!(err.to_string().contains("quant_method `awq`"), "{err}");
+    let j = set(
+        &vl_moe_json(),
+        &["quantization_config"],
         Some(serde_json::json!({"quant_method": "fp8"})),
     );
     let err = ModelConfig::from_json_str(&j).unwrap_err();
-    assert!(err.to_string().contains("quant_method `fp8`"), "{err}");
+    assert!(err.to_string().contains("weight_block_size"), "{err}");
 
     let j = set(
         &vl_moe_json(),
@@ -284,6 +291,43 @@ fn hf_json_round_trips() {
     c.tie_word_embeddings = true;
     let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
     assert_eq!(back, c);
+}
+
+#[test]
+fn fp8_quantization_config_gives_the_weight_format() {
+    let q = serde_json::json!({"quant_method": "fp8", "fmt": "e4m3",
+        "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+        "modules_to_not_convert": ["lm_head", "model.language_model.layers.0.mlp.gate"]});
+    let plain = ModelConfig::from_json_str(&vl_moe_json()).unwrap();
+    assert_eq!(plain.weight_format, WeightFormat::Plain);
+    let j = set(&vl_moe_json(), &["quantization_config"], Some(q.clone()));
+    let c = ModelConfig::from_json_str(&j).unwrap();
+    let WeightFormat::Fp8Block {
+        block,
+        modules_to_not_convert,
+    } = &c.weight_format
+    else {
+        panic!("{:?}", c.weight_format)
+    };
+    assert_eq!(*block, [128, 128]);
+    assert_eq!(modules_to_not_convert.len(), 2);
+    assert!(c.weight_format.not_converted("layers.0.mlp.gate"));
+    // Under text_config too, and written back by to_hf_json.
+    let j = set(
+        &vl_moe_json(),
+        &["text_config", "quantization_config"],
+        Some(q),
+    );
+    assert_eq!(ModelConfig::from_json_str(&j).unwrap(), c);
+    let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
+    assert_eq!(back.weight_format, c.weight_format);
+    let j = set(
+        &vl_moe_json(),
+        &["quantization_config"],
+        Some(serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 64]})),
+    );
+    let err = ModelConfig::from_json_str(&j).unwrap_err();
+    assert!(err.to_string().contains("[128, 64]"), "{err}");
 }
 
 #[test]

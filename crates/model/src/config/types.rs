@@ -138,6 +138,9 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The longest sequence (prompt + generated tokens) the model is configured for.
     pub max_position_embeddings: usize,
+    /// Plain or block-scaled FP8 linear weights (`quantization_config`).
+    #[serde(default)]
+    pub weight_format: super::quant::WeightFormat,
 }
 
 impl ModelConfig {
