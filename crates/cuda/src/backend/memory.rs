@@ -47,6 +47,18 @@ fn to_bf16(t: &Tensor, start: usize, out: &mut [bf16]) {
             .par_iter_mut()
             .zip(&v[start..start + n])
             .for_each(|(o, x)| *o = bf16::from_f32(*x)),
+        // FP8 is dequantized to bf16 on the host (w = e4m3 * scale_inv in f32, then rounded).
+        TensorData::Fp8E4m3(q) => {
+            const CHUNK: usize = 1 << 14;
+            out.par_chunks_mut(CHUNK).enumerate().for_each(|(j, o)| {
+                let mut f = [0.0f32; CHUNK];
+                let f = &mut f[..o.len()];
+                q.read_f32(start + j * CHUNK, f);
+                for (b, x) in o.iter_mut().zip(f.iter()) {
+                    *b = bf16::from_f32(*x);
+                }
+            });
+        }
     }
 }
 

@@ -116,6 +116,42 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     out
 }
 
+/// Whether Qwen's FP8 releases store canonical tensor `name` (or a
+/// per-expert `layers.N.mlp.experts.E.*_proj.weight`) in FP8: the attention
+/// projections (q/k/v/o), the Gated DeltaNet `in_proj_qkv`, `in_proj_z` and
+/// `out_proj`, the routed experts, the shared expert's projections and the
+/// dense MLP's. Routers, `shared_expert_gate`, norms, `conv1d`,
+/// `in_proj_a` / `in_proj_b`, embeddings and `lm_head` stay unquantized.
+pub fn qwen_fp8_quantized(name: &str) -> bool {
+    const SUFFIXES: [&str; 15] = [
+        ".self_attn.q_proj.weight",
+        ".self_attn.k_proj.weight",
+        ".self_attn.v_proj.weight",
+        ".self_attn.o_proj.weight",
+        ".linear_attn.in_proj_qkv.weight",
+        ".linear_attn.in_proj_z.weight",
+        ".linear_attn.out_proj.weight",
+        ".mlp.experts.gate_up_proj",
+        ".mlp.experts.down_proj",
+        ".shared_expert.gate_proj.weight",
+        ".shared_expert.up_proj.weight",
+        ".shared_expert.down_proj.weight",
+        ".mlp.gate_proj.weight",
+        ".mlp.up_proj.weight",
+        ".mlp.down_proj.weight",
+    ];
+    if SUFFIXES.iter().any(|s| name.ends_with(s)) {
+        return true;
+    }
+    // Per-expert checkpoint names: `layers.N.mlp.experts.E.{gate,up,down}_proj.weight`.
+    name.split_once(".mlp.experts.").is_some_and(|(_, rest)| {
+        rest.split_once('.').is_some_and(|(e, proj)| {
+            e.parse::<usize>().is_ok()
+                && ["gate_proj.weight", "up_proj.weight", "down_proj.weight"].contains(&proj)
+        })
+    })
+}
+
 /// Bytes the text model's weights take in the config's storage dtype.
 pub fn expected_storage_bytes(cfg: &ModelConfig) -> u64 {
     expected_tensors(cfg)
