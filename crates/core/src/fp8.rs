@@ -82,26 +82,23 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
     }
     let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
     let a = x.abs().min(E4M3_MAX);
-    if a >= E4M3_MAX {
-        return sign | 0x7E;
+    if a < 2f32.powi(-6) {
+        // Subnormal range: steps of 2^-9; code 8 (the smallest normal) follows code 7.
+        return sign | (a * 512.0).round_ties_even() as u8;
     }
-    // The largest code `lo` with value <= a (codes 0x00..=0x7E increase).
-    let (mut lo, mut hi) = (0u8, 0x7Eu8);
-    while hi - lo > 1 {
-        let mid = (lo + hi) / 2;
-        if E4M3_TABLE[mid as usize] <= a {
-            lo = mid;
-        } else {
-            hi = mid;
+    let bits = a.to_bits();
+    let mut exp = (bits >> 23) as i32 - 127; // -6..=8
+    let mant = bits & 0x7F_FFFF;
+    let (mut m, rest) = (mant >> 20, mant & 0xF_FFFF);
+    if rest > 0x8_0000 || (rest == 0x8_0000 && m & 1 == 1) {
+        m += 1;
+        if m == 8 {
+            m = 0;
+            exp += 1;
         }
     }
-    let (dl, dh) = (a - E4M3_TABLE[lo as usize], E4M3_TABLE[hi as usize] - a);
-    let code = if dl < dh || (dl == dh && lo % 2 == 0) {
-        lo
-    } else {
-        hi
-    };
-    sign | code
+    // a <= 448 = 1.75 * 2^8, so rounding never passes 448 (code 0x7E).
+    sign | (((exp + 7) as u8) << 3) | m as u8
 }
 
 /// A block-scaled e4m3 weight (see the module documentation for the layout).

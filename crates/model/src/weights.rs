@@ -76,7 +76,8 @@ mod names;
 mod save;
 
 pub use names::{
-    canonical_name, expected_storage_bytes, expected_tensors, qwen_fp8_quantized, CheckpointName,
+    canonical_name, expected_storage_bytes, expected_tensors, fp8_in_config, qwen_fp8_quantized,
+    CheckpointName,
 };
 pub use save::write_safetensors;
 

@@ -331,6 +331,45 @@ fn fp8_quantization_config_gives_the_weight_format() {
 }
 
 #[test]
+fn fp8_presets_carry_qwens_weight_format() {
+    for name in [
+        "tiny-d64-fp8",
+        "tiny-d256-fp8:layers=2",
+        "qwen3.6-35b-a3b-fp8",
+    ] {
+        let c = ModelConfig::synthetic(name).unwrap();
+        assert!(c.weight_format.is_fp8(), "{name}");
+        assert!(c.weight_format.not_converted("layers.0.mlp.gate"));
+        assert!(c.weight_format.not_converted("lm_head"));
+        assert!(!c
+            .weight_format
+            .not_converted("layers.0.mlp.experts.gate_up_proj"));
+        let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
+        assert_eq!(back, c, "{name}");
+        let plain = ModelConfig::synthetic(name.replace("-fp8", "").as_str()).unwrap();
+        assert_eq!(
+            ModelConfig {
+                weight_format: WeightFormat::Plain,
+                ..c
+            },
+            plain
+        );
+    }
+    assert!(ModelConfig::synthetic("tiny-d64-fp16").is_err());
+    // The 35B-A3B in FP8: under 36 GB of weights (bf16: ~69 GB).
+    let fp8 = crate::weights::expected_storage_bytes(
+        &ModelConfig::synthetic("qwen3.6-35b-a3b-fp8").unwrap(),
+    );
+    let bf16 =
+        crate::weights::expected_storage_bytes(&ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap());
+    println!("35B-A3B weights: fp8 {fp8} bytes, bf16 {bf16} bytes");
+    assert!(
+        fp8 < 36_000_000_000 && fp8 * 2 > bf16 && fp8 < bf16 * 55 / 100,
+        "{fp8} vs {bf16}"
+    );
+}
+
+#[test]
 fn synthetic_presets() {
     for (name, d) in [("tiny-d256", 256), ("tiny-d64", 64)] {
         let c = ModelConfig::synthetic(name).unwrap();

@@ -26,7 +26,7 @@ pub enum ConfigError {
     #[error("unsupported configuration: {0}")]
     Unsupported(String),
     #[error(
-        "unknown synthetic model `{0}` (available: tiny-d256, tiny-d64, qwen3.6-35b-a3b, qwen3.5-122b-a10b, each optionally with :layers=N)"
+        "unknown synthetic model `{0}` (available: tiny-d256, tiny-d64, qwen3.6-35b-a3b, qwen3.5-122b-a10b, each optionally with -fp8 and :layers=N)"
     )]
     UnknownSynthetic(String),
 }
