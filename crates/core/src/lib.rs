@@ -9,6 +9,7 @@
 pub mod attention;
 pub mod backend;
 pub mod dtype;
+pub mod fp8;
 pub mod fused_capability;
 pub mod layer;
 pub mod ops;

@@ -187,7 +187,9 @@ impl Backend for CpuBackend {
                 format!("bad shape {:?}", t.shape),
             ));
         }
-        // The matrix is held as stored (or as bf16) and counted in `memory()`.
+        // The matrix is held as stored (or as bf16) and counted in `memory()`;
+        // FP8 is dequantized to f32 here, so every CPU op reads plain data.
+        let t = t.dequantized();
         if self.precision.bf16_matrices && t.dtype() != Dtype::Bf16 {
             let data = t.to_f32_vec().into_iter().map(bf16::from_f32).collect();
             self.add_active(t.numel() * 2);

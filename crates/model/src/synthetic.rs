@@ -18,12 +18,16 @@
 //! split into fixed blocks seeded by block index, so the values do not
 //! depend on the number of threads.
 //!
+//! In an FP8 config (the `-fp8` presets) the projections Qwen's FP8
+//! releases quantize are drawn as e4m3 with block scales (see `fp8`).
+//!
 //! A synthetic model has no tokenizer: [`codec_for`] gives it the byte
 //! fallback, plus the Qwen3.5 / Qwen3.6 family's special tokens at their
 //! real ids ([`QWEN3_5_SPECIAL_TOKENS`]) when its vocabulary is the family's
 //! (`qwen3.6-35b-a3b`: 248,320 ids), so its prompts, stop ids and chat
 //! template agree with the real family's.
 
+use crate::config::WeightFormat;
 use crate::meter::Meter;
 use crate::tokenizer::{SpecialToken, TextCodec};
 use crate::weights::{expected_tensors, Weights};
@@ -31,6 +35,8 @@ use crate::{ModelConfig, Tensor, TensorData};
 use half::{bf16, f16};
 use headroom_core::{Dtype, Element};
 use rayon::prelude::*;
+
+mod fp8;
 
 const BLOCK: usize = 1 << 16;
 
@@ -165,7 +171,13 @@ impl Weights {
     /// [`Weights::synthetic`] gives it).
     pub fn synthetic_tensor(cfg: &ModelConfig, seed: u64, name: &str, shape: Vec<usize>) -> Tensor {
         let init = init_for(name, cfg);
-        random_tensor(shape, cfg.dtype, init, tensor_seed(seed, name))
+        let stream = tensor_seed(seed, name);
+        match &cfg.weight_format {
+            WeightFormat::Fp8Block { block, .. } if crate::weights::fp8_in_config(cfg, name) => {
+                fp8::fp8_tensor(shape, init, stream, *block)
+            }
+            _ => random_tensor(shape, cfg.dtype, init, stream),
+        }
     }
 }
 
@@ -376,6 +388,53 @@ mod tests {
         assert!(matches!(t.codec, TextCodec::Bytes));
         assert!(t.eos.is_empty() && t.stop_ids.is_empty());
         assert!(!has_family_vocab(&tiny));
+    }
+
+    #[test]
+    fn fp8_preset_draws_the_quantized_projections_in_fp8() {
+        let cfg = ModelConfig::synthetic("tiny-d64-fp8").unwrap();
+        let w = Weights::synthetic(&cfg, 5);
+        w.check(&cfg).unwrap();
+        let mut plain_cfg = cfg.clone();
+        plain_cfg.weight_format = WeightFormat::Plain;
+        let plain = Weights::synthetic(&plain_cfg, 5);
+        let mut fp8 = 0;
+        for (name, t) in w.iter() {
+            assert_eq!(
+                t.is_fp8(),
+                crate::weights::qwen_fp8_quantized(name),
+                "{name}"
+            );
+            if !t.is_fp8() {
+                assert_eq!(t, plain.get(name).unwrap(), "{name}");
+                continue;
+            }
+            fp8 += 1;
+            let q = t.fp8().unwrap();
+            // Scales vary by block within [s0, 2 s0).
+            let (lo, hi) = q
+                .scale_inv
+                .iter()
+                .fold((f32::MAX, 0f32), |(a, b), &s| (a.min(s), b.max(s)));
+            assert!(
+                hi < 2.0 * lo && (q.scale_inv.len() == 1 || hi > lo),
+                "{name}: {lo} {hi}"
+            );
+            // Dequantized = the plain draw within e4m3 precision (half a step:
+            // 1/16 relative, or half a subnormal step of the block).
+            let (a, b) = (t.to_f32_vec(), plain.get(name).unwrap().to_f32_vec());
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                let tol = (y.abs() / 16.0).max(hi * 2f32.powi(-10)) * 1.0001;
+                assert!((x - y).abs() <= tol, "{name}[{i}]: {x} vs {y}");
+            }
+        }
+        // Per layer: 3 GDN or 4 attention projections, 2 expert stacks, 3 shared expert.
+        assert_eq!(fp8, 3 * (3 + 5) + (4 + 5));
+        assert_eq!(
+            crate::weights::expected_storage_bytes(&cfg),
+            w.storage_bytes() as u64
+        );
+        assert!(w.storage_bytes() < plain.storage_bytes() / 2);
     }
 
     #[test]

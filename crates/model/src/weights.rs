@@ -62,17 +62,23 @@
 //!
 //! Vision (`visual.`, `model.visual.`) and multi-token-prediction (`mtp.`)
 //! tensors are recognised and skipped. Tensors of rank ≥ 2 must have the
-//! config's dtype; 1-D tensors (norms, `A_log`, `dt_bias`) may be any of
-//! f32 / f16 / bf16.
+//! config's dtype, or, in an FP8 checkpoint (`ModelConfig::weight_format`),
+//! be float8 e4m3 with a block-scale tensor `<name>_scale_inv` (see `fp8`
+//! for the pairing, the checks and the host representation); 1-D tensors
+//! (norms, `A_log`, `dt_bias`) may be any of f32 / f16 / bf16.
 
 mod check;
 mod experts;
+mod fp8;
 mod fused;
 mod load;
 mod names;
 mod save;
 
-pub use names::{canonical_name, expected_storage_bytes, expected_tensors, CheckpointName};
+pub use names::{
+    canonical_name, expected_storage_bytes, expected_tensors, fp8_in_config, qwen_fp8_quantized,
+    CheckpointName,
+};
 pub use save::write_safetensors;
 
 use crate::Tensor;
@@ -125,6 +131,18 @@ pub enum WeightsError {
     MixedExpertLayout { layer: usize, detail: String },
     #[error("no tensor named `{0}`")]
     NotFound(String),
+    /// An FP8 weight or block scale that does not fit (see `weights::fp8`).
+    #[error("tensor `{name}` {reason}")]
+    Fp8 { name: String, reason: String },
+    #[error(
+        "tensor `{name}` has {count} e4m3 NaN bytes (0x7F / 0xFF), the first at element {first}: \
+         the checkpoint is corrupt"
+    )]
+    Fp8Nan {
+        name: String,
+        count: usize,
+        first: usize,
+    },
 }
 
 /// All tensors of a text model under their canonical names.
@@ -176,12 +194,9 @@ impl Weights {
         self.tensors.is_empty()
     }
 
-    /// Total bytes held in storage dtype.
+    /// Total bytes held in storage dtype (FP8: one byte per element plus the scales).
     pub fn storage_bytes(&self) -> usize {
-        self.tensors
-            .values()
-            .map(|t| t.numel() * t.dtype().size_bytes())
-            .sum()
+        self.tensors.values().map(Tensor::storage_bytes).sum()
     }
 
     /// Checks that exactly the tensors of [`expected_tensors`] are present,

@@ -32,7 +32,7 @@ fn poisoned(dtype: &str, value: f32) -> WeightsError {
             v[3] = bf16::from_f32(value);
             v[7] = bf16::from_f32(value);
         }
-        TensorData::F16(_) => unreachable!(),
+        TensorData::F16(_) | TensorData::Fp8E4m3(_) => unreachable!("a norm is f32 or bf16"),
     }
     let dir = tempfile::tempdir().unwrap();
     write(&dir.path().join("model.safetensors"), &tensors);

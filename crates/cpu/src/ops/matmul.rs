@@ -42,6 +42,8 @@ pub fn read_block(t: &Tensor, start: usize, out: &mut [f32]) {
                 *o = f32::from_bits((b.to_bits() as u32) << 16);
             }
         }
+        // Uploads dequantize FP8 (`CpuBackend::upload_matrix`); any other FP8 tensor reads exactly.
+        TensorData::Fp8E4m3(_) => t.read_f32(start, out),
     }
 }
 

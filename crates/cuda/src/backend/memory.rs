@@ -47,6 +47,18 @@ fn to_bf16(t: &Tensor, start: usize, out: &mut [bf16]) {
             .par_iter_mut()
             .zip(&v[start..start + n])
             .for_each(|(o, x)| *o = bf16::from_f32(*x)),
+        // FP8 is dequantized to bf16 on the host (w = e4m3 * scale_inv in f32, then rounded).
+        TensorData::Fp8E4m3(q) => {
+            const CHUNK: usize = 1 << 14;
+            out.par_chunks_mut(CHUNK).enumerate().for_each(|(j, o)| {
+                let mut f = [0.0f32; CHUNK];
+                let f = &mut f[..o.len()];
+                q.read_f32(start + j * CHUNK, f);
+                for (b, x) in o.iter_mut().zip(f.iter()) {
+                    *b = bf16::from_f32(*x);
+                }
+            });
+        }
     }
 }
 
@@ -226,7 +238,26 @@ impl WorkspaceModel for CudaWorkspace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headroom_core::fp8::Fp8Block;
     use headroom_core::{AttentionKind, LayerKind};
+
+    /// The host side of an FP8 upload: every piece (any offset, spanning
+    /// the parallel chunks) is the f32 dequantization rounded to bf16.
+    #[test]
+    fn fp8_uploads_dequantize_to_bf16_on_the_host() {
+        let (rows, cols) = (300, 200);
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 1001) as f32 - 500.0) * 10f32.powi((i / cols) as i32 % 7 - 3))
+            .collect();
+        let q = Fp8Block::quantize(&v, [128, 128], rows, cols).unwrap();
+        let t = Tensor::new(vec![rows, cols], TensorData::Fp8E4m3(q));
+        let want: Vec<bf16> = t.to_f32_vec().into_iter().map(bf16::from_f32).collect();
+        for (start, len) in [(0, rows * cols), (5, 40_000), (16_383, 3)] {
+            let mut out = vec![bf16::NAN; len];
+            to_bf16(&t, start, &mut out);
+            assert_eq!(out, want[start..start + len], "{start}+{len}");
+        }
+    }
 
     #[test]
     fn the_gathered_routes_count_the_gather_and_the_paged_kernel_its_partials() {

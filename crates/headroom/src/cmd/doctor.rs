@@ -58,6 +58,16 @@ pub struct ModelInfo {
     /// `synthetic:NAME` or the checkpoint folder.
     pub source: String,
     pub num_layers: usize,
+    /// The weights' storage: the dtype (`bf16`), or `fp8 e4m3, 128x128 blocks (others bf16)`.
+    pub weight_format: String,
+}
+
+/// [`ModelInfo::weight_format`] of `cfg`.
+fn describe_weights(cfg: &ModelConfig) -> String {
+    match cfg.weight_format {
+        headroom_model::config::WeightFormat::Plain => cfg.dtype.to_string(),
+        ref fp8 => format!("{} (others {})", fp8.describe(), cfg.dtype),
+    }
 }
 
 /// Layers of one kind, what they resolved to and, for full attention, why.
@@ -150,6 +160,7 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
         model: ModelInfo {
             source: crate::output::escape_controls(&source),
             num_layers: kinds.len(),
+            weight_format: describe_weights(&config),
         },
         controls: setup.controls,
         warnings: setup.warnings,
@@ -332,8 +343,8 @@ fn render_backends(out: &mut String, r: &DoctorReport) {
 fn render_layers(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(
         out,
-        "\nModel {} ({} layers), resolved for backend {}",
-        r.model.source, r.model.num_layers, r.hardware.backend
+        "\nModel {} ({} layers, weights {}), resolved for backend {}",
+        r.model.source, r.model.num_layers, r.model.weight_format, r.hardware.backend
     );
     if let Some(first) = r.layers.first() {
         let a = &first.group.attention;
@@ -427,6 +438,12 @@ mod tests {
         assert!(
             text.contains("attention control: fallback (source: flag --attn-execution)"),
             "{text}"
+        );
+        assert!(text.contains(" layers, weights "), "{text}");
+        let fp8 = ModelConfig::synthetic("tiny-d64-fp8").unwrap();
+        assert_eq!(
+            describe_weights(&fp8),
+            "fp8 e4m3, 128x128 blocks (others f32)"
         );
         // The missing folder is a warning, printed once.
         assert_eq!(text.matches("no/such/registry/folder").count(), 1, "{text}");

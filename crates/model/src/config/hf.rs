@@ -2,6 +2,7 @@
 //! serde (`#[serde(default)]`, every field optional), then the required ones
 //! are checked, the defaults applied and the result validated.
 
+use super::quant::WeightFormat;
 use super::types::{
     interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
     MoeConfig, RopeConfig,
@@ -163,20 +164,15 @@ impl ModelConfig {
             "qwen3_next" => Family::Qwen3Next,
             other => return Err(ConfigError::UnknownModelType(other.to_string())),
         };
-        if let Some(q) = root
+        let weight_format = match root
             .quantization_config
             .as_ref()
             .or(text.quantization_config.as_ref())
         {
-            let method = q
-                .get("quant_method")
-                .and_then(Value::as_str)
-                .unwrap_or("unknown");
-            return Err(ConfigError::Unsupported(format!(
-                "quantized checkpoint (quant_method `{method}`); only f32 / f16 / bf16 weights are supported"
-            )));
-        }
-        text_config(text, &root, model_type, family)
+            None | Some(Value::Null) => WeightFormat::Plain,
+            Some(q) => WeightFormat::from_hf_json(q)?,
+        };
+        text_config(text, &root, model_type, family, weight_format)
     }
 
     /// The config as a flat Hugging Face text-model `config.json`
@@ -247,6 +243,9 @@ impl ModelConfig {
         if !self.eos_token_ids.is_empty() {
             v["eos_token_id"] = serde_json::json!(self.eos_token_ids);
         }
+        if let Some(q) = self.weight_format.to_hf_json() {
+            v["quantization_config"] = q;
+        }
         v
     }
 }
@@ -256,6 +255,7 @@ fn text_config(
     root: &Root,
     model_type: String,
     family: Family,
+    weight_format: WeightFormat,
 ) -> Result<ModelConfig, ConfigError> {
     let num_hidden_layers = required(text.num_hidden_layers, "num_hidden_layers")?;
     // Bounded before anything is sized by it.
@@ -368,6 +368,7 @@ fn text_config(
         max_position_embeddings: text
             .max_position_embeddings
             .unwrap_or(DEFAULT_MAX_POSITIONS),
+        weight_format,
     };
     cfg.validate()?;
     Ok(cfg)

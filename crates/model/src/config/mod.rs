@@ -16,9 +16,10 @@
 //!   Only checkpoints whose every layer is MoE (`decoder_sparse_step` 1, empty
 //!   `mlp_only_layers`) are accepted; anything else is an "unsupported" error.
 //!
-//! Quantized checkpoints (a `quantization_config`), rope types other than
-//! `default`, `attention_bias`, and activations other than SiLU are
-//! [`ConfigError::Unsupported`].
+//! A `quantization_config` must describe block-scaled FP8 (see [`quant`]; the
+//! result is [`ModelConfig::weight_format`]); other quantizations, rope types
+//! other than `default`, `attention_bias`, and activations other than SiLU
+//! are [`ConfigError::Unsupported`].
 //!
 //! Fields that fix a tensor's shape are **required** (a missing one is a
 //! [`ConfigError::MissingField`] naming it): `vocab_size`, `hidden_size`,
@@ -44,10 +45,12 @@
 
 mod hf;
 mod presets;
+pub mod quant;
 pub mod types;
 pub mod validate;
 
 pub use presets::tail_anchored_layer_types;
+pub use quant::{WeightFormat, FP8_BLOCK};
 pub use types::{
     interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
     MoeConfig, RopeConfig,

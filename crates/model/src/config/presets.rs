@@ -1,11 +1,14 @@
-//! The built-in synthetic presets (`tiny-d256`, `tiny-d64`, `qwen3.6-35b-a3b`),
-//! each optionally cut or extended to `:layers=N`.
+//! The built-in synthetic presets (`tiny-d256`, `tiny-d64`, `qwen3.6-35b-a3b`,
+//! `qwen3.5-122b-a10b`), each also as an FP8 checkpoint (`-fp8` suffix: the
+//! weight format of Qwen's FP8 releases) and optionally cut or extended to
+//! `:layers=N`.
 //!
 //! `layers=N` keeps the family's 3:1 pattern **ending in a full-attention
 //! layer**: layer `i` is full attention iff `(N - 1 - i) % 4 == 0`, so every
 //! N ≥ 1 runs at least one full-attention layer (`layers=2` is linear, full;
 //! for N a multiple of 4 this is the checkpoints' own pattern).
 
+use super::quant::WeightFormat;
 use super::types::{
     interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
     MoeConfig, RopeConfig,
@@ -28,7 +31,7 @@ pub fn tail_anchored_layer_types(layers: usize) -> Vec<AttentionKind> {
 
 impl ModelConfig {
     /// A built-in synthetic preset: `tiny-d256`, `tiny-d64`, `qwen3.6-35b-a3b`,
-    /// each optionally suffixed `:layers=N` (N in 1..=1024; see the module
+    /// `qwen3.5-122b-a10b`, each optionally `-fp8` and suffixed `:layers=N` (N in 1..=1024; see the module
     /// documentation for the layer pattern).
     pub fn synthetic(name: &str) -> Result<ModelConfig, ConfigError> {
         let unknown = || ConfigError::UnknownSynthetic(name.to_string());
@@ -49,7 +52,11 @@ impl ModelConfig {
                 (base, Some(n))
             }
         };
-        let mut cfg = match base.trim() {
+        let (base, fp8) = match base.trim().strip_suffix("-fp8") {
+            Some(b) => (b, true),
+            None => (base.trim(), false),
+        };
+        let mut cfg = match base {
             "tiny-d256" => tiny(256),
             "tiny-d64" => tiny(64),
             "qwen3.6-35b-a3b" => qwen36_35b_a3b(),
@@ -60,8 +67,29 @@ impl ModelConfig {
             cfg.num_hidden_layers = n;
             cfg.layer_types = tail_anchored_layer_types(n);
         }
+        if fp8 {
+            cfg.weight_format = qwen_fp8_format();
+        }
         cfg.validate()?;
         Ok(cfg)
+    }
+}
+
+/// The weight format of Qwen's FP8 releases: 128 × 128 blocks; the
+/// embeddings, LM head, routers, shared-expert gates and the GDN `a` / `b`
+/// projections unquantized (with norms and conv, which are not linear).
+fn qwen_fp8_format() -> WeightFormat {
+    let keep = [
+        "lm_head",
+        "embed_tokens",
+        "mlp.gate",
+        "mlp.shared_expert_gate",
+        "linear_attn.in_proj_a",
+        "linear_attn.in_proj_b",
+    ];
+    WeightFormat::Fp8Block {
+        block: super::quant::FP8_BLOCK,
+        modules_to_not_convert: keep.iter().map(|s| s.to_string()).collect(),
     }
 }
 
@@ -104,6 +132,7 @@ fn tiny(head_dim: usize) -> ModelConfig {
         fused_linear_projections: false,
         eos_token_ids: vec![],
         max_position_embeddings: 32_768,
+        weight_format: WeightFormat::Plain,
     }
 }
 
@@ -147,6 +176,7 @@ fn qwen36_35b_a3b() -> ModelConfig {
         fused_linear_projections: false,
         eos_token_ids: vec![],
         max_position_embeddings: 262_144,
+        weight_format: WeightFormat::Plain,
     }
 }
 

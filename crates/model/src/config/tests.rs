@@ -241,10 +241,17 @@ fn errors_name_the_problem() {
     let j = set(
         &vl_moe_json(),
         &["quantization_config"],
+        Some(serde_json::json!({"quant_method": "awq"})),
+    );
+    let err = ModelConfig::from_json_str(&j).unwrap_err();
+    assert!(err.to_string().contains("quant_method `awq`"), "{err}");
+    let j = set(
+        &vl_moe_json(),
+        &["quantization_config"],
         Some(serde_json::json!({"quant_method": "fp8"})),
     );
     let err = ModelConfig::from_json_str(&j).unwrap_err();
-    assert!(err.to_string().contains("quant_method `fp8`"), "{err}");
+    assert!(err.to_string().contains("weight_block_size"), "{err}");
 
     let j = set(
         &vl_moe_json(),
@@ -284,6 +291,82 @@ fn hf_json_round_trips() {
     c.tie_word_embeddings = true;
     let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
     assert_eq!(back, c);
+}
+
+#[test]
+fn fp8_quantization_config_gives_the_weight_format() {
+    let q = serde_json::json!({"quant_method": "fp8", "fmt": "e4m3",
+        "activation_scheme": "dynamic", "weight_block_size": [128, 128],
+        "modules_to_not_convert": ["lm_head", "model.language_model.layers.0.mlp.gate"]});
+    let plain = ModelConfig::from_json_str(&vl_moe_json()).unwrap();
+    assert_eq!(plain.weight_format, WeightFormat::Plain);
+    let j = set(&vl_moe_json(), &["quantization_config"], Some(q.clone()));
+    let c = ModelConfig::from_json_str(&j).unwrap();
+    let WeightFormat::Fp8Block {
+        block,
+        modules_to_not_convert,
+    } = &c.weight_format
+    else {
+        panic!("{:?}", c.weight_format)
+    };
+    assert_eq!(*block, [128, 128]);
+    assert_eq!(modules_to_not_convert.len(), 2);
+    assert!(c.weight_format.not_converted("layers.0.mlp.gate"));
+    // Under text_config too, and written back by to_hf_json.
+    let j = set(
+        &vl_moe_json(),
+        &["text_config", "quantization_config"],
+        Some(q),
+    );
+    assert_eq!(ModelConfig::from_json_str(&j).unwrap(), c);
+    let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
+    assert_eq!(back.weight_format, c.weight_format);
+    let j = set(
+        &vl_moe_json(),
+        &["quantization_config"],
+        Some(serde_json::json!({"quant_method": "fp8", "weight_block_size": [128, 64]})),
+    );
+    let err = ModelConfig::from_json_str(&j).unwrap_err();
+    assert!(err.to_string().contains("[128, 64]"), "{err}");
+}
+
+#[test]
+fn fp8_presets_carry_qwens_weight_format() {
+    for name in [
+        "tiny-d64-fp8",
+        "tiny-d256-fp8:layers=2",
+        "qwen3.6-35b-a3b-fp8",
+    ] {
+        let c = ModelConfig::synthetic(name).unwrap();
+        assert!(c.weight_format.is_fp8(), "{name}");
+        assert!(c.weight_format.not_converted("layers.0.mlp.gate"));
+        assert!(c.weight_format.not_converted("lm_head"));
+        assert!(!c
+            .weight_format
+            .not_converted("layers.0.mlp.experts.gate_up_proj"));
+        let back = ModelConfig::from_json_str(&c.to_hf_json().to_string()).unwrap();
+        assert_eq!(back, c, "{name}");
+        let plain = ModelConfig::synthetic(name.replace("-fp8", "").as_str()).unwrap();
+        assert_eq!(
+            ModelConfig {
+                weight_format: WeightFormat::Plain,
+                ..c
+            },
+            plain
+        );
+    }
+    assert!(ModelConfig::synthetic("tiny-d64-fp16").is_err());
+    // The 35B-A3B in FP8: under 36 GB of weights (bf16: ~69 GB).
+    let fp8 = crate::weights::expected_storage_bytes(
+        &ModelConfig::synthetic("qwen3.6-35b-a3b-fp8").unwrap(),
+    );
+    let bf16 =
+        crate::weights::expected_storage_bytes(&ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap());
+    println!("35B-A3B weights: fp8 {fp8} bytes, bf16 {bf16} bytes");
+    assert!(
+        fp8 < 36_000_000_000 && fp8 * 2 > bf16 && fp8 < bf16 * 55 / 100,
+        "{fp8} vs {bf16}"
+    );
 }
 
 #[test]

@@ -26,7 +26,7 @@ pub enum ConfigError {
     #[error("unsupported configuration: {0}")]
     Unsupported(String),
     #[error(
-        "unknown synthetic model `{0}` (available: tiny-d256, tiny-d64, qwen3.6-35b-a3b, qwen3.5-122b-a10b, each optionally with :layers=N)"
+        "unknown synthetic model `{0}` (available: tiny-d256, tiny-d64, qwen3.6-35b-a3b, qwen3.5-122b-a10b, each optionally with -fp8 and :layers=N)"
     )]
     UnknownSynthetic(String),
 }
@@ -138,6 +138,9 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The longest sequence (prompt + generated tokens) the model is configured for.
     pub max_position_embeddings: usize,
+    /// Plain or block-scaled FP8 linear weights (`quantization_config`).
+    #[serde(default)]
+    pub weight_format: super::quant::WeightFormat,
 }
 
 impl ModelConfig {

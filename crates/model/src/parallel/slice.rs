@@ -35,6 +35,16 @@ pub fn slice_matrix(t: &Tensor, rows: &[Range<usize>], cols: Range<usize>) -> Op
         TensorData::F32(v) => TensorData::F32(pick(v, width, rows, &cols)),
         TensorData::F16(v) => TensorData::F16(pick(v, width, rows, &cols)),
         TensorData::Bf16(v) => TensorData::Bf16(pick(v, width, rows, &cols)),
+        // A slice of an FP8 weight is dequantized (its blocks need not align with the slice).
+        TensorData::Fp8E4m3(q) => {
+            let mut out = vec![0.0f32; out_rows * cols.len()];
+            let mut at = 0;
+            for row in rows.iter().flat_map(|r| r.clone()) {
+                q.read_f32(row * width + cols.start, &mut out[at..at + cols.len()]);
+                at += cols.len();
+            }
+            TensorData::F32(out)
+        }
     };
     Some(Tensor::new(vec![out_rows, cols.len()], data))
 }

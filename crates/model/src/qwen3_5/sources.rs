@@ -216,6 +216,13 @@ fn split_rows(data: &TensorData, heads: usize, d: usize, cols: usize) -> (Tensor
             let (a, b) = split(v, heads, d, cols);
             (TensorData::Bf16(a), TensorData::Bf16(b))
         }
+        // `slice_matrix` hands FP8 over dequantized; read any other FP8 as f32.
+        TensorData::Fp8E4m3(q) => {
+            let mut v = vec![0.0f32; q.len()];
+            q.read_f32(0, &mut v);
+            let (a, b) = split(&v, heads, d, cols);
+            (TensorData::F32(a), TensorData::F32(b))
+        }
     }
 }
 

@@ -24,7 +24,8 @@ pub(super) fn check(
     Ok(())
 }
 
-/// Shape must match; rank ≥ 2 tensors must carry the config's dtype.
+/// Shape must match; rank ≥ 2 tensors must carry the config's dtype or be
+/// FP8 where the config allows it.
 pub(super) fn check_one(
     name: &str,
     t: &Tensor,
@@ -36,6 +37,12 @@ pub(super) fn check_one(
             name: name.to_string(),
             expected: shape.to_vec(),
             actual: t.shape.clone(),
+        });
+    }
+    if t.is_fp8() {
+        return super::fp8::may_be_fp8(name, shape, cfg).map_err(|reason| WeightsError::Fp8 {
+            name: name.to_string(),
+            reason: format!("is F8_E4M3 but {reason}"),
         });
     }
     if shape.len() >= 2 && t.dtype() != cfg.dtype {

@@ -4,7 +4,7 @@
 //! `[E, H, I]`). Both become the stacked canonical layout (gate rows before
 //! up rows within each expert); a checkpoint mixing them is an error.
 
-use super::{check::check_one, WeightsError};
+use super::{check::check_one, fp8, WeightsError};
 use crate::{ModelConfig, Tensor, TensorData};
 use std::collections::BTreeMap;
 
@@ -83,7 +83,11 @@ pub(super) fn stack_experts(
                 let key = format!("{prefix}{name}");
                 if let Some(t) = raw.get_mut(&key) {
                     if canonical != transposed && t.shape == transposed {
-                        *t = transpose_last_two(t);
+                        *t = match t.fp8() {
+                            Some(q) => fp8::transpose_last_two(t, q)
+                                .map_err(|reason| WeightsError::Fp8 { name: key, reason })?,
+                            None => transpose_last_two(t),
+                        };
                     }
                 }
             }
@@ -114,14 +118,22 @@ pub(super) fn stack_experts(
         {
             return Err(WeightsError::Unexpected(extra.clone()));
         }
-        raw.insert(
-            format!("{prefix}gate_up_proj"),
-            concat(gate_up, vec![e_count, 2 * i, h]),
-        );
-        raw.insert(
-            format!("{prefix}down_proj"),
-            concat(down, vec![e_count, h, i]),
-        );
+        for (name, parts, shape) in [
+            ("gate_up_proj", gate_up, vec![e_count, 2 * i, h]),
+            ("down_proj", down, vec![e_count, h, i]),
+        ] {
+            let name = format!("{prefix}{name}");
+            let t = if parts.iter().any(Tensor::is_fp8) {
+                // Each expert's gate, up and down keeps its own block grid.
+                fp8::concat(&parts, shape).map_err(|reason| WeightsError::Fp8 {
+                    name: name.clone(),
+                    reason: format!("(stacked from one tensor per expert): {reason}"),
+                })?
+            } else {
+                concat(parts, shape)
+            };
+            raw.insert(name, t);
+        }
     }
     Ok(())
 }
@@ -142,6 +154,8 @@ fn transpose_last_two(t: &Tensor) -> Tensor {
         TensorData::F32(v) => TensorData::F32(tr(v, e, r, c)),
         TensorData::F16(v) => TensorData::F16(tr(v, e, r, c)),
         TensorData::Bf16(v) => TensorData::Bf16(tr(v, e, r, c)),
+        // FP8 goes through `fp8::transpose_last_two`; read any other as f32.
+        TensorData::Fp8E4m3(_) => TensorData::F32(tr(&t.to_f32_vec(), e, r, c)),
     };
     Tensor::new(vec![e, c, r], data)
 }
@@ -180,6 +194,7 @@ pub(super) fn concat(parts: Vec<Tensor>, shape: Vec<usize>) -> Tensor {
             }
             TensorData::Bf16(v)
         }
+        Some(TensorData::Fp8E4m3(_)) => unreachable!("fp8 parts go through fp8::concat"),
     };
     Tensor::new(shape, data)
 }

@@ -94,6 +94,8 @@ pub(super) fn select_rows(t: &Tensor, ranges: &[Range<usize>]) -> Tensor {
         TensorData::F32(v) => TensorData::F32(gather(v, cols, ranges)),
         TensorData::F16(v) => TensorData::F16(gather(v, cols, ranges)),
         TensorData::Bf16(v) => TensorData::Bf16(gather(v, cols, ranges)),
+        // FP8 fused projections are refused before the split (`fp8::may_be_fp8`).
+        TensorData::Fp8E4m3(_) => TensorData::F32(gather(&t.to_f32_vec(), cols, ranges)),
     };
     Tensor::new(vec![rows, cols], data)
 }

@@ -1,14 +1,17 @@
 //! Loading a checkpoint folder: single `model.safetensors`, or shards named
 //! by `model.safetensors.index.json` (else every `*.safetensors` file),
 //! memory-mapped; tensors copied out in their storage dtype, renamed to
-//! canonical names, experts stacked, `qwen3_next` projections split, and the
-//! result checked against the config. A tensor holding NaN or Inf is refused
+//! canonical names, FP8 weights paired with their block scales, experts
+//! stacked, `qwen3_next` projections split, and the result checked against
+//! the config. A tensor holding NaN or Inf (or an e4m3 NaN byte) is refused
 //! at load (one parallel pass over its bits).
 
+use super::fp8::{self, Pending, SCALE_SUFFIX};
 use super::{canonical_name, check, experts, fused, CheckpointName, Weights, WeightsError};
 use crate::meter::Meter;
 use crate::{ModelConfig, Tensor, TensorData};
 use half::{bf16, f16};
+use headroom_core::fp8::e4m3_is_nan;
 use rayon::prelude::*;
 use safetensors::{Dtype as StDtype, SafeTensors};
 use std::collections::BTreeMap;
@@ -19,6 +22,7 @@ impl Weights {
     pub fn load(dir: &Path, cfg: &ModelConfig) -> Result<Weights, WeightsError> {
         let files = checkpoint_files(dir)?;
         let mut raw: BTreeMap<String, Tensor> = BTreeMap::new();
+        let mut pending = Pending::default();
         let (mut vision, mut mtp) = (0usize, 0usize);
         let total = files
             .iter()
@@ -31,11 +35,12 @@ impl Weights {
             format!("loading {} ({} files)", dir.display(), files.len()),
         );
         for path in &files {
-            let n = read_file(path, cfg, &mut raw, &mut meter)?;
+            let n = read_file(path, cfg, &mut raw, &mut pending, &mut meter)?;
             vision += n.0;
             mtp += n.1;
         }
         meter.finish();
+        fp8::attach(&mut raw, pending, cfg)?;
         if vision + mtp > 0 {
             tracing::info!(vision, mtp, "skipped vision / MTP tensors");
         }
@@ -135,13 +140,15 @@ fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>, WeightsError> {
     Ok(files)
 }
 
-/// Reads one file's text tensors into `raw`; returns (vision, mtp) skipped counts.
+/// Reads one file's text tensors into `raw` (FP8 weights and block scales
+/// into `pending`); returns (vision, mtp) skipped counts.
 /// Advances `meter` by the tensor bytes read and, at the end, by the
 /// header bytes, so the file's whole size is counted.
 fn read_file(
     path: &Path,
     cfg: &ModelConfig,
     raw: &mut BTreeMap<String, Tensor>,
+    pending: &mut Pending,
     meter: &mut Meter,
 ) -> Result<(usize, usize), WeightsError> {
     let (file, _) = crate::files::open_regular(path, MAX_SHARD_BYTES)?;
@@ -173,14 +180,32 @@ fn read_file(
         if count > 0 {
             return Err(WeightsError::NonFinite { name, count });
         }
+        let duplicate = |c: &str| WeightsError::Duplicate(c.to_string());
+        if view.dtype() == StDtype::F8_E4M3 {
+            let bits = view.data();
+            let count = bits.par_iter().filter(|&&b| e4m3_is_nan(b)).count();
+            if count > 0 {
+                let first = bits.iter().position(|&b| e4m3_is_nan(b)).unwrap_or(0);
+                return Err(WeightsError::Fp8Nan { name, count, first });
+            }
+            let entry = (view.shape().to_vec(), bits.to_vec());
+            if pending.weights.insert(canonical.clone(), entry).is_some() {
+                return Err(duplicate(&canonical));
+            }
+            continue;
+        }
         let data = convert(view.dtype(), view.data()).ok_or_else(|| WeightsError::Dtype {
             name: name.clone(),
             expected: cfg.dtype.to_string(),
             actual: format!("{:?}", view.dtype()),
         })?;
         let tensor = Tensor::new(view.shape().to_vec(), data);
-        if raw.insert(canonical.clone(), tensor).is_some() {
-            return Err(WeightsError::Duplicate(canonical));
+        if let Some(weight) = canonical.strip_suffix(SCALE_SUFFIX) {
+            if pending.scales.insert(weight.to_string(), tensor).is_some() {
+                return Err(duplicate(&canonical));
+            }
+        } else if raw.insert(canonical.clone(), tensor).is_some() {
+            return Err(duplicate(&canonical));
         }
     }
     meter.advance((map.len() as u64).saturating_sub(counted));

@@ -2,7 +2,7 @@
 //! names checkpoints use (`model.`, `model.language_model.` prefixes; vision
 //! and MTP tensors) to canonical ones.
 
-use crate::config::{MlpConfig, ModelConfig};
+use crate::config::{MlpConfig, ModelConfig, WeightFormat};
 use headroom_core::AttentionKind;
 
 /// What a checkpoint's tensor name is.
@@ -116,13 +116,74 @@ pub fn expected_tensors(cfg: &ModelConfig) -> Vec<(String, Vec<usize>)> {
     out
 }
 
-/// Bytes the text model's weights take in the config's storage dtype.
+/// Whether Qwen's FP8 releases store canonical tensor `name` (or a
+/// per-expert `layers.N.mlp.experts.E.*_proj.weight`) in FP8: the attention
+/// projections (q/k/v/o), the Gated DeltaNet `in_proj_qkv`, `in_proj_z` and
+/// `out_proj`, the routed experts, the shared expert's projections and the
+/// dense MLP's. Routers, `shared_expert_gate`, norms, `conv1d`,
+/// `in_proj_a` / `in_proj_b`, embeddings and `lm_head` stay unquantized.
+pub fn qwen_fp8_quantized(name: &str) -> bool {
+    const SUFFIXES: [&str; 15] = [
+        ".self_attn.q_proj.weight",
+        ".self_attn.k_proj.weight",
+        ".self_attn.v_proj.weight",
+        ".self_attn.o_proj.weight",
+        ".linear_attn.in_proj_qkv.weight",
+        ".linear_attn.in_proj_z.weight",
+        ".linear_attn.out_proj.weight",
+        ".mlp.experts.gate_up_proj",
+        ".mlp.experts.down_proj",
+        ".shared_expert.gate_proj.weight",
+        ".shared_expert.up_proj.weight",
+        ".shared_expert.down_proj.weight",
+        ".mlp.gate_proj.weight",
+        ".mlp.up_proj.weight",
+        ".mlp.down_proj.weight",
+    ];
+    if SUFFIXES.iter().any(|s| name.ends_with(s)) {
+        return true;
+    }
+    // Per-expert checkpoint names: `layers.N.mlp.experts.E.{gate,up,down}_proj.weight`.
+    name.split_once(".mlp.experts.").is_some_and(|(_, rest)| {
+        rest.split_once('.').is_some_and(|(e, proj)| {
+            e.parse::<usize>().is_ok()
+                && ["gate_proj.weight", "up_proj.weight", "down_proj.weight"].contains(&proj)
+        })
+    })
+}
+
+/// Whether canonical tensor `name` is FP8 in an FP8 config's Qwen layout:
+/// [`qwen_fp8_quantized`] and not listed in `modules_to_not_convert`
+/// (always `false` for a plain config).
+pub fn fp8_in_config(cfg: &ModelConfig, name: &str) -> bool {
+    cfg.weight_format.is_fp8()
+        && qwen_fp8_quantized(name)
+        && !cfg
+            .weight_format
+            .not_converted(name.strip_suffix(".weight").unwrap_or(name))
+}
+
+/// Bytes the text model's weights take in storage: the config's dtype, and
+/// for an FP8 config one byte per element of the tensors [`fp8_in_config`]
+/// names plus four per 128 × 128 block scale (one grid per matrix of the
+/// canonical shape, as the synthetic FP8 presets draw them).
 pub fn expected_storage_bytes(cfg: &ModelConfig) -> u64 {
+    let size = cfg.dtype.size_bytes() as u64;
     expected_tensors(cfg)
         .iter()
-        .map(|(_, shape)| shape.iter().product::<usize>() as u64)
-        .sum::<u64>()
-        * cfg.dtype.size_bytes() as u64
+        .map(|(name, shape)| {
+            let numel = shape.iter().product::<usize>() as u64;
+            match &cfg.weight_format {
+                WeightFormat::Fp8Block { block, .. } if fp8_in_config(cfg, name) => {
+                    let (rows, cols) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+                    let matrices = numel / (rows * cols) as u64;
+                    let grid = (rows.div_ceil(block[0]) * cols.div_ceil(block[1])) as u64;
+                    numel + 4 * matrices * grid
+                }
+                _ => numel * size,
+            }
+        })
+        .sum()
 }
 
 #[cfg(test)]

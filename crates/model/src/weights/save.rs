@@ -9,8 +9,12 @@ use safetensors::Dtype as StDtype;
 use std::borrow::Cow;
 use std::path::Path;
 
-/// A borrowed tensor in safetensors' view of it.
-struct Borrowed<'a>(&'a Tensor);
+/// One safetensors entry, its data borrowed where the layout allows.
+struct Entry<'a> {
+    dtype: StDtype,
+    shape: Vec<usize>,
+    data: Cow<'a, [u8]>,
+}
 
 /// The little-endian bytes of `v`, each element `width` bytes wide.
 fn le_bytes<T: Copy>(v: &[T], width: usize, to_le: impl Fn(T) -> Vec<u8>) -> Cow<'_, [u8]> {
@@ -27,38 +31,81 @@ fn le_bytes<T: Copy>(v: &[T], width: usize, to_le: impl Fn(T) -> Vec<u8>) -> Cow
     }
 }
 
-impl View for Borrowed<'_> {
+impl View for &Entry<'_> {
     fn dtype(&self) -> StDtype {
-        match self.0.data {
-            TensorData::F32(_) => StDtype::F32,
-            TensorData::F16(_) => StDtype::F16,
-            TensorData::Bf16(_) => StDtype::BF16,
-        }
+        self.dtype
     }
 
     fn shape(&self) -> &[usize] {
-        &self.0.shape
+        &self.shape
     }
 
     fn data(&self) -> Cow<'_, [u8]> {
-        match &self.0.data {
-            TensorData::F32(v) => le_bytes(v, 4, |x| x.to_le_bytes().to_vec()),
-            TensorData::F16(v) => le_bytes(v, 2, |x| x.to_bits().to_le_bytes().to_vec()),
-            TensorData::Bf16(v) => le_bytes(v, 2, |x| x.to_bits().to_le_bytes().to_vec()),
-        }
+        Cow::Borrowed(&self.data)
     }
 
     fn data_len(&self) -> usize {
-        self.0.numel() * self.0.dtype().size_bytes()
+        self.data.len()
     }
 }
 
-/// Writes `tensors` (name, tensor) to `path` in their storage dtypes.
+/// The entries of one tensor: itself, and for FP8 also `<name>_scale_inv`
+/// (f32, the weight's leading dims then the block grid, as transformers saves it).
+fn entries<'a>(name: &str, t: &'a Tensor) -> Result<Vec<(String, Entry<'a>)>, String> {
+    let plain = |dtype, data| {
+        vec![(
+            name.to_string(),
+            Entry {
+                dtype,
+                shape: t.shape.clone(),
+                data,
+            },
+        )]
+    };
+    Ok(match &t.data {
+        TensorData::F32(v) => plain(StDtype::F32, le_bytes(v, 4, |x| x.to_le_bytes().to_vec())),
+        TensorData::F16(v) => plain(
+            StDtype::F16,
+            le_bytes(v, 2, |x| x.to_bits().to_le_bytes().to_vec()),
+        ),
+        TensorData::Bf16(v) => plain(
+            StDtype::BF16,
+            le_bytes(v, 2, |x| x.to_bits().to_le_bytes().to_vec()),
+        ),
+        TensorData::Fp8E4m3(q) => {
+            let rank = t.shape.len();
+            if rank < 2 || t.shape[rank - 2] != q.rows || t.shape[rank - 1] != q.cols {
+                return Err(format!(
+                    "tensor `{name}`: fp8 blocks restart every {} rows, which a shape-{:?} \
+                     tensor with one scale tensor cannot express",
+                    q.rows, t.shape
+                ));
+            }
+            let (_, gr, gc) = q.grid();
+            let mut scale_shape = t.shape[..rank - 2].to_vec();
+            scale_shape.extend([gr, gc]);
+            let mut out = plain(StDtype::F8_E4M3, Cow::Borrowed(&q.bits[..]));
+            out.push((
+                format!("{name}_scale_inv"),
+                Entry {
+                    dtype: StDtype::F32,
+                    shape: scale_shape,
+                    data: le_bytes(&q.scale_inv, 4, |x| x.to_le_bytes().to_vec()),
+                },
+            ));
+            out
+        }
+    })
+}
+
+/// Writes `tensors` (name, tensor) to `path` in their storage dtypes (an
+/// FP8 tensor as `F8_E4M3` plus its f32 `<name>_scale_inv`).
 pub fn write_safetensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<(), WeightsError> {
     let err = |reason: String| WeightsError::Safetensors {
         path: path.display().to_string(),
         reason,
     };
+    let mut all = Vec::with_capacity(tensors.len());
     for (name, t) in tensors {
         if t.shape.iter().product::<usize>() != t.numel() {
             return Err(err(format!(
@@ -67,8 +114,9 @@ pub fn write_safetensors(path: &Path, tensors: &[(&str, &Tensor)]) -> Result<(),
                 t.numel()
             )));
         }
+        all.extend(entries(name, t).map_err(err)?);
     }
-    let views = tensors.iter().map(|(name, t)| (*name, Borrowed(t)));
+    let views = all.iter().map(|(name, e)| (name.as_str(), e));
     crate::files::write_atomic_via_path(path, &[], |tmp| {
         safetensors::tensor::serialize_to_file(views, None, tmp).map_err(|e| match e {
             safetensors::SafeTensorError::IoError(io) => io,
