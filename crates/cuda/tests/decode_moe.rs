@@ -8,14 +8,14 @@
 //! of each kernel's loops (hidden over 2048, intermediate over 512, top-k
 //! over 8, more than 256 experts), a NaN input row, and repeated calls; and
 //! `moe_decode_timing`: each kernel's median time and bandwidth at the
-//! 35B-A3B shape under every launch schedule, whose outputs must agree.
+//! 35B-A3B shape, and the whole block back to back against the grouped-GEMM
+//! path.
 //! Run by bench/gpu/check_decode.sh on the GPU machine.
 
 use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights, WeightInit};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
-use headroom_cuda::ops::moe::decode::{moe_decode_tuned, DecodeTuning};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
@@ -225,8 +225,8 @@ fn run_decode(be: &CudaBackend, w: &Weights, s: Shape, rows: usize, x: &CudaAct)
     be.act_to_f32(&out).unwrap()
 }
 
-/// Every case at each row count: fresh inputs, the decode path against f64,
-/// and every launch schedule (outputs NaN-poisoned first) against its bits.
+/// Every case at each row count: fresh inputs, the decode path (outputs
+/// NaN-poisoned first) against f64.
 fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64) {
     for (n, &s) in cases.iter().enumerate() {
         let w = weights(be, s, seed + 10 * n as u64);
@@ -237,34 +237,8 @@ fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64
             let got = run_decode(be, &w, s, rows, &xa);
             let err = rel_err(&got, &want);
             assert!(err < 1e-2, "case {n} {s:?}, {rows} rows: rel err {err}");
-            for (name, t) in schedules() {
-                poison_pool(be, &[rows * s.hidden * 2, workspace_bytes(s, rows)]);
-                let out = moe_decode_tuned(be.device(), &xa, &w.dev, &spec(s), t, &mut |_| {});
-                let other = be.act_to_f32(&out.unwrap()).unwrap();
-                let same = other
-                    .iter()
-                    .zip(&got)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(
-                    same,
-                    "case {n} {s:?}, {rows} rows, schedule {name}: the default's bits"
-                );
-            }
         }
     }
-}
-
-/// Mean wall time of `calls` back-to-back calls of `f` on the stream (one
-/// synchronisation at the end: the GPU's time per call where it is the bound).
-fn per_call_us(be: &CudaBackend, calls: u32, mut f: impl FnMut()) -> f64 {
-    f();
-    be.synchronize().unwrap();
-    let t = std::time::Instant::now();
-    for _ in 0..calls {
-        f();
-    }
-    be.synchronize().unwrap();
-    t.elapsed().as_secs_f64() * 1e6 / calls as f64
 }
 
 const QWEN35B: Shape = Shape {
@@ -308,44 +282,6 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
             .unwrap();
         assert_eq!(via_op, got, "{rows} rows: Backend::moe is the decode path");
     }
-    // Time per call at one row, back to back (printed for the journal).
-    let x = be.act_from_f32(1, s.hidden, &inputs(&w, s, 1, 1)).unwrap();
-    let sp = spec(s);
-    let t_grouped = per_call_us(&be, 200, || {
-        be.moe_marked(&x, &w.dev, &sp, old, &mut |_| {}).unwrap();
-    });
-    let t_decode = per_call_us(&be, 200, || {
-        be.moe_decode(&x, &w.dev, &sp).unwrap();
-    });
-    println!(
-        "one row, 35B-A3B MoE block, us per call (200 back to back): grouped {t_grouped:.1}, \
-         decode {t_decode:.1} (54 MiB of weights: 14 us at 4 TB/s)"
-    );
-    // Each kernel alone: events between the launches, median of 50 calls.
-    let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
-    for _ in 0..50 {
-        let mut marks: Vec<(&'static str, Event)> = Vec::new();
-        be.moe_decode_marked(&x, &w.dev, &sp, &mut |st| {
-            marks.push((st, Event::record(be.device()).unwrap()))
-        })
-        .unwrap();
-        for pair in marks.windows(2) {
-            let us = pair[1].1.ms_since(&pair[0].1).unwrap() * 1e3;
-            match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
-                Some((_, v)) => v.push(us),
-                None => stages.push((pair[0].0, vec![us])),
-            }
-        }
-    }
-    let line: Vec<String> = stages
-        .iter_mut()
-        .map(|(n, v)| {
-            v.sort_by(f64::total_cmp);
-            format!("{n} {:.1}", v[v.len() / 2])
-        })
-        .collect();
-    assert_eq!(stages.len(), 3, "three kernels: {line:?}");
-    println!("kernels alone, us (median of 50): {}", line.join(", "));
 }
 
 #[test]
@@ -605,20 +541,19 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-/// Each kernel's median device time (µs) over `calls` calls under `t`:
-/// events recorded between the launches (so each kernel runs alone).
+/// Each kernel's median device time (µs) over `calls` calls: events
+/// recorded between the launches (so each kernel runs alone).
 fn kernel_medians(
     be: &CudaBackend,
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     sp: &MoeSpec,
-    t: DecodeTuning,
     calls: usize,
 ) -> Vec<(&'static str, f64)> {
     let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
     for _ in 0..calls {
         let mut marks: Vec<(&'static str, Event)> = Vec::new();
-        moe_decode_tuned(be.device(), x, w, sp, t, &mut |st| {
+        be.moe_decode_marked(x, w, sp, &mut |st| {
             marks.push((st, Event::record(be.device()).unwrap()))
         })
         .unwrap();
@@ -636,23 +571,16 @@ fn kernel_medians(
         .collect()
 }
 
-/// The whole block's device time per call (µs) over `calls` back-to-back
-/// calls (the kernels chained by programmatic launch, as in a model step),
-/// and the host's time per call to issue them.
-fn chained_us(
-    be: &CudaBackend,
-    x: &CudaAct,
-    w: &MoeWeights<CudaWeight>,
-    sp: &MoeSpec,
-    t: DecodeTuning,
-    calls: usize,
-) -> (f64, f64) {
-    moe_decode_tuned(be.device(), x, w, sp, t, &mut |_| {}).unwrap();
+/// The device time per call (µs) of `calls` back-to-back calls of `f` (the
+/// decode kernels chained by programmatic launch, as in a model step), and
+/// the host's time per call to issue them.
+fn chained_us(be: &CudaBackend, calls: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f();
     be.synchronize().unwrap();
     let start = Event::record(be.device()).unwrap();
     let host = std::time::Instant::now();
     for _ in 0..calls {
-        moe_decode_tuned(be.device(), x, w, sp, t, &mut |_| {}).unwrap();
+        f();
     }
     let host_us = host.elapsed().as_secs_f64() * 1e6 / calls as f64;
     let end = Event::record(be.device()).unwrap();
@@ -673,68 +601,11 @@ fn kernel_bytes(s: Shape, rows: usize, experts: usize, kernel: &str) -> usize {
     }
 }
 
-/// Every launch schedule the timing compares: the default first.
-fn schedules() -> Vec<(&'static str, DecodeTuning)> {
-    let d = DecodeTuning::default();
-    let t = |cols: usize, pf_down: bool, pf_cols: bool, route: usize| DecodeTuning {
-        gate_up_cols: cols,
-        prefetch_down: pf_down,
-        prefetch_columns: pf_cols,
-        down_self_route: false,
-        down_releases_next: false,
-        route_warps: route,
-    };
-    vec![
-        ("default", d),
-        ("cols1", t(1, false, false, 8)),
-        ("cols2", t(2, false, false, 8)),
-        ("cols3", t(3, false, false, 8)),
-        ("cols4", t(4, false, false, 8)),
-        ("pfdown", t(3, true, false, 8)),
-        ("pfcols2", t(2, false, true, 8)),
-        ("pfcols3", t(3, false, true, 8)),
-        ("pfcols4", t(4, false, true, 8)),
-        ("route4", t(3, false, false, 4)),
-        ("route2", t(3, false, false, 2)),
-        (
-            "selfroute",
-            DecodeTuning {
-                down_self_route: true,
-                ..d
-            },
-        ),
-        (
-            "release",
-            DecodeTuning {
-                down_releases_next: true,
-                ..d
-            },
-        ),
-        (
-            "selfroute_pfcols3",
-            DecodeTuning {
-                down_self_route: true,
-                prefetch_columns: true,
-                ..d
-            },
-        ),
-        (
-            "selfroute_pfcols3_release",
-            DecodeTuning {
-                down_self_route: true,
-                prefetch_columns: true,
-                down_releases_next: true,
-                ..d
-            },
-        ),
-    ]
-}
-
-/// The 35B-A3B block at 1, 2, 4 and 8 rows under every schedule: each
-/// kernel's median µs over 60 calls and its GB/s, one `moe_decode_timing:`
-/// line per kernel, and the chained block per call. Asserts only
-/// correctness: every schedule gives the default's bits, and the default
-/// agrees with the grouped-GEMM path.
+/// The 35B-A3B block at 1, 2, 4 and 8 rows: each kernel's median µs over
+/// 60 calls and its GB/s, one `moe_decode_timing:` line per kernel, and the
+/// whole block per call back to back, the grouped-GEMM path's beside it.
+/// Asserts only correctness: the decode path agrees with the grouped-GEMM
+/// path.
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn moe_decode_timing() {
@@ -761,29 +632,26 @@ fn moe_decode_timing() {
             .collect();
         let e = rel_err(&want, &grouped);
         assert!(e < 2e-2, "{rows} rows: decode vs grouped {e}");
-        for (name, t) in schedules() {
-            let got = moe_decode_tuned(be.device(), &x, &w, &sp, t, &mut |_| {}).unwrap();
-            let got = be.act_to_f32(&got).unwrap();
-            let same = got
-                .iter()
-                .zip(&want)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{rows} rows, schedule {name}: the default's bits");
-            let medians = kernel_medians(&be, &x, &w, &sp, t, 60);
-            assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
-            for (kernel, us) in &medians {
-                let mb = kernel_bytes(s, rows, distinct, kernel) as f64 / 1e6;
-                println!(
-                    "moe_decode_timing: rows {rows} ({distinct} experts) schedule {name} \
-                     kernel {kernel} median {us:.2} us, {mb:.1} MB, {:.0} GB/s",
-                    mb * 1e3 / us
-                );
-            }
-            let (dev_us, host_us) = chained_us(&be, &x, &w, &sp, t, 100);
+        let medians = kernel_medians(&be, &x, &w, &sp, 60);
+        assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
+        for (kernel, us) in &medians {
+            let mb = kernel_bytes(s, rows, distinct, kernel) as f64 / 1e6;
             println!(
-                "moe_decode_timing: rows {rows} schedule {name} chained block {dev_us:.2} us \
-                 per call (host {host_us:.2} us per call)"
+                "moe_decode_timing: rows {rows} ({distinct} experts) kernel {kernel} \
+                 median {us:.2} us, {mb:.1} MB, {:.0} GB/s",
+                mb * 1e3 / us
             );
         }
+        let (dev_us, host_us) = chained_us(&be, 200, || {
+            be.moe_decode(&x, &w, &sp).unwrap();
+        });
+        let (grouped_us, grouped_host_us) = chained_us(&be, 200, || {
+            be.moe_marked(&x, &w, &sp, None, &mut |_| {}).unwrap();
+        });
+        println!(
+            "moe_decode_timing: rows {rows} chained block {dev_us:.2} us per call (host \
+             {host_us:.2} us per call); grouped-GEMM path {grouped_us:.2} us (host \
+             {grouped_host_us:.2} us)"
+        );
     }
 }

@@ -5,8 +5,8 @@
 //! of different lengths, 8 decode steps in a row (states advanced by each
 //! path on its own pool), GQA ratios 1, 2 and 3 and the 35B-A3B shapes, a slot
 //! outside the batch left alone, a NaN input kept to its sequence, every
-//! output from NaN-poisoned pool blocks; the GDN kernel's head splits (1, 2, 4
-//! CTAs per head) forced at 1, 2 and 3 sequences, and 17 and 256 sequences.
+//! output from NaN-poisoned pool blocks; the GDN kernel at 1, 2 and 3
+//! sequences, and 17 and 256 sequences.
 //! Run by `bench/gpu/check_gdn_decode.sh`.
 
 use cudarc::driver::result;
@@ -18,7 +18,6 @@ use headroom_core::ops::{
 use headroom_core::{RouteRequest, Tensor};
 use headroom_cpu::CpuBackend;
 use headroom_cuda::backend::{CudaAct, CudaBackend};
-use headroom_cuda::ops::gdn::decode::{gdn_decode_split, gdn_decode_with, Launch, Split};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
@@ -117,12 +116,9 @@ fn gdn_rows(spec: &GdnSpec, rows: usize, seed: u64) -> GdnRows {
 /// Which implementation runs a call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Path {
-    /// The fused kernel with the split the dispatch picks.
+    /// The fused kernel (`gdn_core_fused`).
     Fused,
-    /// The fused kernel with this split.
-    Split(Split),
-    /// The unsplit fused kernel prefetching the state this many CTAs ahead.
-    Prefetch(usize),
+    /// The composition of the plain ops.
     Composed,
 }
 
@@ -174,14 +170,6 @@ fn gpu_gdn(
     poison_pool(be, batch.rows() * spec.v_heads * spec.v_dim * 2);
     let call: GdnCall<'_, CudaBackend> = Box::new(move |i, cw, st| match path {
         Path::Fused => be.gdn_core_fused(i, cw, st, batch).unwrap(),
-        Path::Split(split) => gdn_decode_split(be.device(), &i, cw, st, batch, split).unwrap(),
-        Path::Prefetch(ahead) => {
-            let launch = Launch {
-                split: Split::One,
-                prefetch_ahead: ahead,
-            };
-            gdn_decode_with(be.device(), &i, cw, st, batch, launch).unwrap()
-        }
         Path::Composed => gdn_core_composed(be, i, cw, st, batch).unwrap(),
     });
     run_gdn(be, w, st, spec, x, batch, call)
@@ -251,9 +239,9 @@ fn gdn_decode_case(spec: GdnSpec, seed: u64) {
 }
 
 /// `n` sequences in scattered slots of a pool of `spec.slots`: a prompt of
-/// 1 to 4 rows each (composed), then `steps` decode steps, each `path` on its
-/// own pool against the composed GPU path and the CPU on theirs.
-fn gdn_paths_case(spec: GdnSpec, n: usize, paths: &[Path], steps: u64, seed: u64) {
+/// 1 to 4 rows each (composed), then `steps` decode steps, the fused kernel
+/// on its own pool against the composed GPU path and the CPU on theirs.
+fn gdn_sequences_case(spec: GdnSpec, n: usize, steps: u64, seed: u64) {
     assert!(n < spec.slots && !spec.slots.is_multiple_of(7));
     let (be, cpu) = (backend(), CpuBackend::new());
     let (wg, wc) = (
@@ -262,20 +250,15 @@ fn gdn_paths_case(spec: GdnSpec, n: usize, paths: &[Path], steps: u64, seed: u64
     );
     let mut st_g = be.new_gdn_state(&spec).unwrap();
     let mut st_c = cpu.new_gdn_state(&spec).unwrap();
-    let mut st_p: Vec<_> = paths
-        .iter()
-        .map(|_| be.new_gdn_state(&spec).unwrap())
-        .collect();
+    let mut st_f = be.new_gdn_state(&spec).unwrap();
     let slot = |i: usize| (i * 7 + 3) % spec.slots;
     let lens: Vec<usize> = (0..n).map(|i| 1 + i % 4).collect();
     let prompt: Vec<_> = (0..n).map(|i| (slot(i), 0, lens[i])).collect();
     let prompt = Batch::packed(&prompt);
     let x = gdn_rows(&spec, prompt.rows(), seed + 10);
     let g = gpu_gdn(&be, &wg, &mut st_g, &spec, &x, &prompt, Path::Composed);
-    for st in &mut st_p {
-        let p = gpu_gdn(&be, &wg, st, &spec, &x, &prompt, Path::Composed);
-        assert_eq!(p, g, "the same composed prompt on two pools");
-    }
+    let f = gpu_gdn(&be, &wg, &mut st_f, &spec, &x, &prompt, Path::Composed);
+    assert_eq!(f, g, "the same composed prompt on two pools");
     let c = cpu_gdn(&cpu, &wc, &mut st_c, &spec, &x, &prompt);
     assert!(rel_err(&g, &c, "prompt") < 2e-2);
     let label = format!("{}/{} heads, {n} sequences", spec.k_heads, spec.v_heads);
@@ -287,19 +270,14 @@ fn gdn_paths_case(spec: GdnSpec, n: usize, paths: &[Path], steps: u64, seed: u64
         let x = gdn_rows(&spec, n, seed + 100 + step);
         let g = gpu_gdn(&be, &wg, &mut st_g, &spec, &x, &batch, Path::Composed);
         let c = cpu_gdn(&cpu, &wc, &mut st_c, &spec, &x, &batch);
-        for (&path, st) in paths.iter().zip(&mut st_p) {
-            let f = gpu_gdn(&be, &wg, st, &spec, &x, &batch, path);
-            let (eg, ec) = (
-                rel_err(&f, &g, "fused vs composed"),
-                rel_err(&f, &c, "fused vs cpu"),
-            );
-            println!("{label} {path:?} step {step}: fused vs composed {eg:.2e}, vs cpu {ec:.2e}");
-            assert!(
-                eg < 4e-3,
-                "{label} {path:?} step {step}: fused vs composed {eg}"
-            );
-            assert!(ec < 2e-2, "{label} {path:?} step {step}: fused vs cpu {ec}");
-        }
+        let f = gpu_gdn(&be, &wg, &mut st_f, &spec, &x, &batch, Path::Fused);
+        let (eg, ec) = (
+            rel_err(&f, &g, "fused vs composed"),
+            rel_err(&f, &c, "fused vs cpu"),
+        );
+        println!("{label} step {step}: fused vs composed {eg:.2e}, vs cpu {ec:.2e}");
+        assert!(eg < 4e-3, "{label} step {step}: fused vs composed {eg}");
+        assert!(ec < 2e-2, "{label} step {step}: fused vs cpu {ec}");
     }
 }
 
@@ -328,32 +306,24 @@ fn gdn_core_fused_35b_a3b_shape() {
     gdn_decode_case(small_spec(16, 32), 31);
 }
 
-const SPLITS: [Path; 3] = [
-    Path::Split(Split::One),
-    Path::Split(Split::Two),
-    Path::Split(Split::Four),
-];
-
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn_decode.sh"]
-fn gdn_core_every_split_at_1_2_3_sequences() {
+fn gdn_core_fused_at_1_2_3_sequences() {
     for n in 1..=3 {
-        gdn_paths_case(small_spec(16, 32), n, &SPLITS, 4, 40 + n as u64);
-        gdn_paths_case(small_spec(1, 3), n, &SPLITS, 4, 50 + n as u64);
-        gdn_paths_case(small_spec(2, 2), n, &SPLITS, 4, 60 + n as u64);
+        gdn_sequences_case(small_spec(16, 32), n, 4, 40 + n as u64);
+        gdn_sequences_case(small_spec(1, 3), n, 4, 50 + n as u64);
+        gdn_sequences_case(small_spec(2, 2), n, 4, 60 + n as u64);
     }
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn_decode.sh"]
-fn gdn_core_17_sequences_every_split() {
+fn gdn_core_17_sequences() {
     let spec = GdnSpec {
         slots: 20,
         ..small_spec(16, 32)
     };
-    let mut paths = SPLITS.to_vec();
-    paths.extend([Path::Fused, Path::Prefetch(5), Path::Prefetch(1000)]);
-    gdn_paths_case(spec, 17, &paths, 3, 70);
+    gdn_sequences_case(spec, 17, 3, 70);
 }
 
 #[test]
@@ -363,8 +333,7 @@ fn gdn_core_256_sequences() {
         slots: 260,
         ..small_spec(16, 32)
     };
-    let paths = [Path::Fused, Path::Split(Split::Two), Path::Prefetch(264)];
-    gdn_paths_case(spec, 256, &paths, 2, 80);
+    gdn_sequences_case(spec, 256, 2, 80);
 }
 
 #[test]

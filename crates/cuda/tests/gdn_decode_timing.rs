@@ -1,10 +1,7 @@
 //! Device time of the fused GDN decode step (`ops/gdn/gdn_decode.cu`) on the
 //! 35B-A3B shape (16 key heads, 32 value heads, head dims 128: 2 MiB of f32
-//! state per sequence) at 1, 2, 4, 8, 16, 64 and 256 sequences, every split
-//! (1, 2, 4 CTAs per head; the one the dispatch picks is marked `auto`), and
-//! from 16 sequences the unsplit kernel prefetching the state into L2 half a
-//! resident wave and a whole one ahead (`ahead=`: the SM count and twice it).
-//! One line per (sequences, split), starting with `gdn_decode_timing:`:
+//! state per sequence) at 1, 2, 4, 8, 16, 64 and 256 sequences.
+//! One line per sequence count, starting with `gdn_decode_timing:`:
 //!   single   the median over 30 launches each between its own two events;
 //!   stream   the mean over 200 launches queued back to back while a host
 //!            function holds the stream (no launch gaps; programmatic
@@ -19,7 +16,7 @@ use half::bf16;
 use headroom_core::ops::{Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend};
-use headroom_cuda::ops::gdn::decode::{gdn_decode_with, Launch, Split};
+use headroom_cuda::ops::gdn::decode::gdn_decode;
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
@@ -109,8 +106,8 @@ fn setup(be: &CudaBackend, n: usize) -> Setup {
     }
 }
 
-/// `(single, stream)` µs per launch of `launch` on `x`.
-fn time_launch(be: &CudaBackend, x: &Setup, launch: Launch) -> (f64, f64) {
+/// `(single, stream)` µs per launch on `x`.
+fn time_launch(be: &CudaBackend, x: &Setup) -> (f64, f64) {
     let n = x.batch.sequences();
     let mut st = be.new_gdn_state(&x.spec).unwrap();
     let inputs = GdnCoreInputs {
@@ -133,7 +130,7 @@ fn time_launch(be: &CudaBackend, x: &Setup, launch: Launch) -> (f64, f64) {
         eps: 1e-6,
     };
     let mut call = || {
-        gdn_decode_with(be.device(), &inputs, &w, &mut st, &x.batch, launch).unwrap();
+        gdn_decode(be.device(), &inputs, &w, &mut st, &x.batch).unwrap();
     };
     for _ in 0..3 {
         call();
@@ -171,32 +168,15 @@ fn time_launch(be: &CudaBackend, x: &Setup, launch: Launch) -> (f64, f64) {
 #[ignore = "needs a CUDA GPU: run by the lead on the H200 (gdn_decode_timing-* --ignored --nocapture)"]
 fn gdn_decode_timing() {
     let be = CudaBackend::open(0).expect("a CUDA device");
-    let sms = be.device().sm_count;
     for n in [1usize, 2, 4, 8, 16, 64, 256] {
         let x = setup(&be, n);
-        let auto = Launch::for_batch(x.spec.v_heads, n, sms);
         let gb = bytes_moved(&x.spec, n) / 1e9;
-        let mut launches: Vec<Launch> = Split::ALL.iter().map(|&s| Launch::split(s, sms)).collect();
-        if n >= 16 {
-            for ahead in [sms, 2 * sms] {
-                launches.push(Launch {
-                    split: Split::One,
-                    prefetch_ahead: ahead,
-                });
-            }
-        }
-        launches.dedup();
-        for launch in launches {
-            let (single, stream) = time_launch(&be, &x, launch);
-            let mark = if launch == auto { " (auto)" } else { "" };
-            println!(
-                "gdn_decode_timing: n={n} split={} ahead={}{mark}: single median {single:.2} us ({:.0} GB/s), stream {stream:.2} us/launch ({:.0} GB/s), {:.1} MB moved",
-                launch.split.ctas(),
-                launch.prefetch_ahead,
-                gb / (single * 1e-6),
-                gb / (stream * 1e-6),
-                gb * 1e3
-            );
-        }
+        let (single, stream) = time_launch(&be, &x);
+        println!(
+            "gdn_decode_timing: n={n}: single median {single:.2} us ({:.0} GB/s), stream {stream:.2} us/launch ({:.0} GB/s), {:.1} MB moved",
+            gb / (single * 1e-6),
+            gb / (stream * 1e-6),
+            gb * 1e3
+        );
     }
 }

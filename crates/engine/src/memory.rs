@@ -1,6 +1,8 @@
 //! Admission by memory: the bytes a request will need ([`MemoryModel::predict`]):
-//! its KV rows for prompt + max tokens, its GDN slot, and the transient peak
-//! of its attention calls under each full-attention layer's route.
+//! its KV rows for prompt + max tokens in whole blocks of [`KV_BLOCK_ROWS`]
+//! rows (what the block pool hands out, as the pool's sizing counts them),
+//! its GDN slot, and the transient peak of its attention calls under each
+//! full-attention layer's route.
 //!
 //! The attention transient is the backend's own answer
 //! (`Backend::workspace_model`, a [`WorkspaceModel`]: on the CPU exactly what
@@ -16,6 +18,7 @@
 //! solo stripe a GPU grows to ([`MemoryModel::solo_step_transient`], used by
 //! [`crate::stripe`]).
 
+use crate::kv::{blocks_for, KV_BLOCK_ROWS};
 use headroom_core::ops::{AttentionCall, Backend, WorkspaceModel};
 use headroom_core::{AttentionKind, LayerKind, RouteRequest};
 use headroom_model::memory::activation_bytes_per_row;
@@ -72,10 +75,17 @@ pub struct MemoryModel {
 }
 
 impl MemoryModel {
+    /// KV bytes of `rows` rows held in whole blocks of [`KV_BLOCK_ROWS`]
+    /// rows.
+    pub fn kv_bytes(&self, rows: usize) -> u64 {
+        let held = (blocks_for(rows) as u64).saturating_mul(KV_BLOCK_ROWS as u64);
+        self.kv_bytes_per_token.saturating_mul(held)
+    }
+
     /// Predicted bytes of a request of `prompt` tokens generating up to
     /// `max_tokens`, its prefill chunks at most `max_chunk` tokens.
     pub fn predict(&self, prompt: usize, max_tokens: usize, max_chunk: usize) -> Prediction {
-        let rows = prompt.saturating_add(max_tokens) as u64;
+        let rows = prompt.saturating_add(max_tokens);
         let q = max_chunk.clamp(1, prompt.max(1));
         let last_kv = prompt.saturating_add(max_tokens.saturating_sub(1));
         let transient = self
@@ -89,7 +99,7 @@ impl MemoryModel {
             .max()
             .unwrap_or(0);
         Prediction {
-            kv_bytes: self.kv_bytes_per_token.saturating_mul(rows),
+            kv_bytes: self.kv_bytes(rows),
             gdn_bytes: self.gdn_bytes_per_slot,
             transient_bytes: transient,
         }
@@ -181,10 +191,7 @@ pub(crate) fn state_pool_error(
     e: headroom_model::ModelError,
 ) -> crate::EngineError {
     let running = max_running as u64;
-    let kv = memory
-        .kv_bytes_per_token
-        .saturating_mul(max_context as u64)
-        .saturating_mul(running);
+    let kv = memory.kv_bytes(max_context).saturating_mul(running);
     let gdn = memory.gdn_bytes_per_slot.saturating_mul(running);
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
     crate::EngineError::Config(format!(
@@ -249,7 +256,8 @@ mod tests {
         let ws = Arc::new(Recording::default());
         let m = model(ws.clone(), 0);
         let p = m.predict(1024, 8, 512);
-        assert_eq!((p.kv_bytes, p.gdn_bytes), (1032 * 1000, 77));
+        // 1,032 rows take 17 blocks of 64.
+        assert_eq!((p.kv_bytes, p.gdn_bytes), (17 * 64 * 1000, 77));
         // The last prefill chunk: 512 rows over the 1024-token prompt (layer
         // 7's answer, the larger); decode: 1 row over 1031 keys.
         assert_eq!(p.transient_bytes, 512 * 1024 + 128);
@@ -263,6 +271,28 @@ mod tests {
         }
         // A prompt shorter than the chunk is one chunk.
         assert_eq!(m.predict(100, 1, 512).transient_bytes, 100 * 100 + 128);
+    }
+
+    #[test]
+    fn kv_bytes_are_whole_blocks_of_rows() {
+        let m = model(Arc::new(Recording::default()), 0);
+        assert_eq!(KV_BLOCK_ROWS, 64);
+        for (rows, blocks) in [
+            (0, 0),
+            (1, 1),
+            (63, 1),
+            (64, 1),
+            (65, 2),
+            (128, 2),
+            (129, 3),
+        ] {
+            assert_eq!(m.kv_bytes(rows), blocks * 64 * 1000, "{rows} rows");
+        }
+        // A request's prediction: prompt + max tokens, rounded up.
+        assert_eq!(m.predict(60, 5, 512).kv_bytes, 2 * 64 * 1000);
+        assert_eq!(m.predict(60, 4, 512).kv_bytes, 64 * 1000);
+        // No overflow on absurd sizes.
+        assert_eq!(m.kv_bytes(usize::MAX), u64::MAX);
     }
 
     #[test]

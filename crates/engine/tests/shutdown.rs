@@ -5,78 +5,41 @@
 mod common;
 
 use common::{ids, tiny};
-use headroom_core::ops::{Backend, Batch};
-use headroom_core::RouteRequest;
 use headroom_cpu::CpuBackend;
 use headroom_engine::{spawn, EngineConfig, GenerateRequest, StreamEvent};
-use headroom_model::{LogitsRows, ModelError, Qwen35Model, StepModel, StepOutput};
+use headroom_model::step_model::{ForwardingStepModel, StepHook};
+use headroom_model::ModelError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A model that raises `dropped` when it is dropped, after a pause that makes
-/// a detached teardown observable.
-struct Flagged {
-    inner: Qwen35Model<CpuBackend>,
+/// A step hook that raises `dropped` when it is dropped (after the model it
+/// wraps), after a pause that makes a detached teardown observable.
+struct Flag {
     dropped: Arc<AtomicBool>,
 }
 
-impl Drop for Flagged {
+impl Drop for Flag {
     fn drop(&mut self) {
         std::thread::sleep(Duration::from_millis(200));
         self.dropped.store(true, Ordering::SeqCst);
     }
 }
 
-impl StepModel<CpuBackend> for Flagged {
-    type State = <Qwen35Model<CpuBackend> as StepModel<CpuBackend>>::State;
-
-    fn lead(&self) -> &Qwen35Model<CpuBackend> {
-        &self.inner
-    }
-    fn world(&self) -> usize {
-        1
-    }
-    fn rank_memory(&self) -> Vec<(usize, usize)> {
-        vec![self.inner.backend().memory()]
-    }
-    fn new_state(
-        &self,
-        slots: usize,
-        capacity: usize,
-        kv_blocks: Option<usize>,
-    ) -> Result<Self::State, ModelError> {
-        StepModel::new_state(&self.inner, slots, capacity, kv_blocks)
-    }
-    fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
-        StepModel::reset_slot(&self.inner, state, slot)
-    }
-    fn copy_state_slot(
-        &self,
-        state: &mut Self::State,
-        from: usize,
-        to: usize,
-    ) -> Result<(), ModelError> {
-        StepModel::copy_state_slot(&self.inner, state, from, to)
-    }
-    fn step(
-        &self,
-        state: &mut Self::State,
-        ids: &[u32],
-        batch: &Batch,
-        routes: &[Option<RouteRequest>],
-        rows: LogitsRows,
-    ) -> Result<StepOutput<CpuBackend>, ModelError> {
-        StepModel::step(&self.inner, state, ids, batch, routes, rows)
+impl StepHook for Flag {
+    fn before_step(&self) -> Result<(), ModelError> {
+        Ok(())
     }
 }
 
 #[test]
 fn shutdown_and_wait_returns_after_the_model_is_dropped() {
     let dropped = Arc::new(AtomicBool::new(false));
-    let model = Flagged {
+    let model = ForwardingStepModel {
         inner: tiny("tiny-d64"),
-        dropped: dropped.clone(),
+        hook: Flag {
+            dropped: dropped.clone(),
+        },
     };
     let h = spawn::<CpuBackend, _>(model, EngineConfig::default()).unwrap();
     let mut s = h

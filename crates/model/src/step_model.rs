@@ -6,6 +6,9 @@
 //! rank holds the full logits), so the engine samples on rank 0's backend.
 //! [`StepModel::lead`] is that rank's model: its shard's head counts are
 //! what one rank's KV cache and GDN state hold, i.e. per-rank memory.
+//!
+//! [`ForwardingStepModel`] wraps a step model and calls a [`StepHook`] before
+//! each step (tests inject faults or observe the model's drop through it).
 
 use crate::{AttentionPlan, LogitsRows, ModelError, ModelState, Qwen35Model, StepOutput, TpGroup};
 use headroom_core::ops::{Backend, Batch};
@@ -192,5 +195,142 @@ where
         rows: LogitsRows,
     ) -> Result<StepOutput<B>, ModelError> {
         TpGroup::step(self, state, ids, batch, routes, rows)
+    }
+}
+
+/// What a [`ForwardingStepModel`] calls before each step.
+pub trait StepHook: Send {
+    /// Called before each step of the wrapped model; an error fails that
+    /// step (the wrapped model does not run it).
+    fn before_step(&self) -> Result<(), ModelError>;
+}
+
+/// A [`StepModel`] that forwards every call to `inner`, calling
+/// `hook.before_step()` before each step. Dropping it drops `inner`, then
+/// `hook`.
+pub struct ForwardingStepModel<M, H> {
+    pub inner: M,
+    pub hook: H,
+}
+
+impl<B: Backend, M: StepModel<B>, H: StepHook> StepModel<B> for ForwardingStepModel<M, H> {
+    type State = M::State;
+
+    fn lead(&self) -> &Qwen35Model<B> {
+        self.inner.lead()
+    }
+
+    fn world(&self) -> usize {
+        self.inner.world()
+    }
+
+    fn rank_memory(&self) -> Vec<(usize, usize)> {
+        self.inner.rank_memory()
+    }
+
+    fn routes(&self, plan: &AttentionPlan) -> Result<Vec<Option<RouteRequest>>, ModelError> {
+        self.inner.routes(plan)
+    }
+
+    fn new_state(
+        &self,
+        slots: usize,
+        capacity: usize,
+        kv_blocks: Option<usize>,
+    ) -> Result<Self::State, ModelError> {
+        self.inner.new_state(slots, capacity, kv_blocks)
+    }
+
+    fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
+        self.inner.reset_slot(state, slot)
+    }
+
+    fn copy_state_slot(
+        &self,
+        state: &mut Self::State,
+        from: usize,
+        to: usize,
+    ) -> Result<(), ModelError> {
+        self.inner.copy_state_slot(state, from, to)
+    }
+
+    fn step(
+        &self,
+        state: &mut Self::State,
+        ids: &[u32],
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        rows: LogitsRows,
+    ) -> Result<StepOutput<B>, ModelError> {
+        self.hook.before_step()?;
+        self.inner.step(state, ids, batch, routes, rows)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ModelConfig, Weights};
+    use headroom_cpu::CpuBackend;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the steps it is called for and fails the second.
+    struct FailSecond(AtomicUsize);
+
+    impl StepHook for FailSecond {
+        fn before_step(&self) -> Result<(), ModelError> {
+            match self.0.fetch_add(1, Ordering::SeqCst) {
+                1 => Err(ModelError::Unsupported("hook".into())),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    fn tiny() -> Qwen35Model<CpuBackend> {
+        let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
+        Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap()
+    }
+
+    /// Three steps of one sequence in slot 1 (a 3-token prompt, then token 8
+    /// after it twice): the last row's logits of each, or the step's error.
+    fn run<M: StepModel<CpuBackend>>(m: &M) -> Vec<Result<Vec<f32>, ModelError>> {
+        let plan = AttentionPlan::Uniform(RouteRequest::Composed { query_block: 16 });
+        let routes = m.routes(&plan).unwrap();
+        let mut st = m.new_state(2, 64, None).unwrap();
+        m.reset_slot(&mut st, 1).unwrap();
+        let steps: [(&[u32], Batch); 3] = [
+            (&[5, 6, 7], Batch::single(1, 0, 3)),
+            (&[8], Batch::single(1, 3, 1)),
+            (&[8], Batch::single(1, 3, 1)),
+        ];
+        steps
+            .iter()
+            .map(|(ids, batch)| {
+                let out = m.step(&mut st, ids, batch, &routes, LogitsRows::Last)?;
+                Ok(m.lead().backend().act_to_f32(&out.logits.unwrap()).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn forwarding_model_runs_the_inner_steps_unless_the_hook_fails_one() {
+        let plain = tiny();
+        let wrapped = ForwardingStepModel {
+            inner: tiny(),
+            hook: FailSecond(AtomicUsize::new(0)),
+        };
+        assert_eq!(wrapped.world(), 1);
+        assert_eq!(wrapped.rank_memory().len(), 1);
+        let want = run(&plain);
+        let got = run(&wrapped);
+        assert_eq!(wrapped.hook.0.load(Ordering::SeqCst), 3);
+        assert_eq!(got[0].as_ref().unwrap(), want[0].as_ref().unwrap());
+        assert!(
+            matches!(&got[1], Err(ModelError::Unsupported(m)) if m == "hook"),
+            "the hook's error fails the second step"
+        );
+        // The failed step never reached the model: its third step sees the
+        // state after the first, as the plain model's second step did.
+        assert_eq!(got[2].as_ref().unwrap(), want[1].as_ref().unwrap());
     }
 }

@@ -1,5 +1,6 @@
 //! The real engine's supervision, over HTTP (CPU backend, synthetic
-//! `tiny-d64`, byte codec): a test-only fault hook — a model wrapper whose
+//! `tiny-d64`, byte codec): a test-only fault hook (a `StepHook` on
+//! `headroom_model::step_model::ForwardingStepModel`) whose
 //! step number K fails with an error or panics — shows that a failed step
 //! fails its requests with a 500 naming the error while the engine goes on,
 //! and that a panicked step fails its requests with a 500 naming the panic,
@@ -8,13 +9,10 @@
 mod common;
 
 use common::*;
-use headroom_core::ops::{Backend, Batch};
-use headroom_core::RouteRequest;
 use headroom_cpu::CpuBackend;
 use headroom_engine::EngineConfig;
-use headroom_model::{
-    LogitsRows, ModelConfig, ModelError, Qwen35Model, StepModel, StepOutput, Weights,
-};
+use headroom_model::step_model::{ForwardingStepModel, StepHook};
+use headroom_model::{ModelConfig, ModelError, Qwen35Model, Weights};
 use headroom_server::client::{self, post_json};
 use headroom_server::ServerConfig;
 use serde_json::{json, Value};
@@ -29,53 +27,15 @@ enum Fault {
     Panic,
 }
 
-/// The tiny model, except that its step number `at` (from 1) fails.
-struct Faulty {
-    inner: Qwen35Model<CpuBackend>,
+/// Fails step number `at` (from 1) of the model it wraps with `fault`.
+struct FaultAt {
     steps: Arc<AtomicUsize>,
     at: usize,
     fault: Fault,
 }
 
-impl StepModel<CpuBackend> for Faulty {
-    type State = <Qwen35Model<CpuBackend> as StepModel<CpuBackend>>::State;
-
-    fn lead(&self) -> &Qwen35Model<CpuBackend> {
-        &self.inner
-    }
-    fn world(&self) -> usize {
-        1
-    }
-    fn rank_memory(&self) -> Vec<(usize, usize)> {
-        vec![self.inner.backend().memory()]
-    }
-    fn new_state(
-        &self,
-        slots: usize,
-        capacity: usize,
-        kv_blocks: Option<usize>,
-    ) -> Result<Self::State, ModelError> {
-        StepModel::new_state(&self.inner, slots, capacity, kv_blocks)
-    }
-    fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
-        StepModel::reset_slot(&self.inner, state, slot)
-    }
-    fn copy_state_slot(
-        &self,
-        state: &mut Self::State,
-        from: usize,
-        to: usize,
-    ) -> Result<(), ModelError> {
-        StepModel::copy_state_slot(&self.inner, state, from, to)
-    }
-    fn step(
-        &self,
-        state: &mut Self::State,
-        ids: &[u32],
-        batch: &Batch,
-        routes: &[Option<RouteRequest>],
-        rows: LogitsRows,
-    ) -> Result<StepOutput<CpuBackend>, ModelError> {
+impl StepHook for FaultAt {
+    fn before_step(&self) -> Result<(), ModelError> {
         if self.steps.fetch_add(1, Ordering::SeqCst) + 1 == self.at {
             match self.fault {
                 Fault::Error => {
@@ -88,7 +48,7 @@ impl StepModel<CpuBackend> for Faulty {
                 Fault::Panic => panic!("injected fault at step {}", self.at),
             }
         }
-        StepModel::step(&self.inner, state, ids, batch, routes, rows)
+        Ok(())
     }
 }
 
@@ -97,11 +57,13 @@ async fn server(at: usize, fault: Fault) -> (Running, Arc<AtomicUsize>) {
     let cfg = ModelConfig::synthetic("tiny-d64").unwrap();
     let inner = Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap();
     let steps = Arc::new(AtomicUsize::new(0));
-    let model = Faulty {
+    let model = ForwardingStepModel {
         inner,
-        steps: steps.clone(),
-        at,
-        fault,
+        hook: FaultAt {
+            steps: steps.clone(),
+            at,
+            fault,
+        },
     };
     let h = headroom_engine::spawn(
         model,

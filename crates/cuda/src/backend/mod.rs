@@ -120,7 +120,7 @@ impl CudaBackend {
         st: &mut CudaGdnState,
         batch: &Batch,
     ) -> OpResult<CudaAct> {
-        crate::ops::gdn::decode::gdn_decode(&self.dev, x, w, st, batch)
+        crate::ops::gdn::decode::gdn_decode(&self.dev, &x, w, st, batch)
     }
 
     /// Attention over the KV block pool on the one-launch paged kernel
@@ -361,7 +361,7 @@ impl Backend for CudaBackend {
         batch: &Batch,
     ) -> OpResult<CudaAct> {
         if crate::ops::gdn::decode::takes(&x, w, st, batch) {
-            crate::ops::gdn::decode::gdn_decode(&self.dev, x, w, st, batch)
+            crate::ops::gdn::decode::gdn_decode(&self.dev, &x, w, st, batch)
         } else {
             headroom_core::ops::gdn_core_composed(self, x, w, st, batch)
         }

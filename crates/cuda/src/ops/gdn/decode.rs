@@ -2,12 +2,11 @@
 //! launch (`gdn_decode.cu`): conv + SiLU with the conv-state advance,
 //! gating, the recurrent delta rule and the gated norm. Other batches and
 //! other shapes run the composition of the plain ops.
-//! The slots go to the kernel by value (no host-to-device copy per call).
-//! Small batches split each head's value columns over a cluster of 2 or 4
-//! CTAs ([`Split`]), so that the state is read by more SMs at once.
+//! The slots go to the kernel by value (no host-to-device copy per call);
+//! one CTA per (value head, sequence).
 
 use crate::device::CudaDevice;
-use crate::launch::{grid_dim, int, launch_packed_pdl, mul, GRID_X, GRID_YZ};
+use crate::launch::{grid_dim, int, launch_packed_pdl, GRID_X, GRID_YZ};
 use crate::tensor::new_act;
 use crate::tensor::{CudaAct, CudaGdnState, CudaWeight};
 use headroom_core::ops::{Batch, GdnCoreInputs, GdnCoreWeights, OpError, OpResult};
@@ -20,73 +19,8 @@ const DIM: usize = 128;
 const THREADS: u32 = 512;
 /// Sequences per launch (`MAX_SEQS`).
 const MAX_SEQS: usize = 512;
-/// How far ahead (in CTAs, per SM) the unsplit kernel prefetches the state
-/// into L2 by default: 0, none (`gdn_decode_timing` compares the distances).
-const PREFETCH_AHEAD_PER_SM: usize = 0;
-
-/// How many CTAs share one (value head, sequence), each taking `DIM / ctas`
-/// of its value columns; the CTAs of a split form one thread-block cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Split {
-    One,
-    Two,
-    Four,
-}
-
-impl Split {
-    /// Every split, widest last.
-    pub const ALL: [Split; 3] = [Split::One, Split::Two, Split::Four];
-
-    /// CTAs per (value head, sequence).
-    pub fn ctas(self) -> usize {
-        match self {
-            Split::One => 1,
-            Split::Two => 2,
-            Split::Four => 4,
-        }
-    }
-
-    fn entry(self) -> &'static str {
-        match self {
-            Split::One => "gdn_decode_step_bf16",
-            Split::Two => "gdn_decode_split2_bf16",
-            Split::Four => "gdn_decode_split4_bf16",
-        }
-    }
-
-    /// The split the dispatch runs: one CTA per head at every batch size.
-    /// On the H200 the unsplit kernel was the fastest at every count measured
-    /// (docs/perf/cuda-decode.md, session 3 call N: 1 sequence 4.59 µs
-    /// back-to-back against 4.70 split in two and 5.37 in four; 4 sequences
-    /// 6.20 against 7.19 and 11.52); the split kernels stay for the timing
-    /// test's comparison on other GPUs.
-    pub const DISPATCHED: Split = Split::One;
-}
-
-/// The launch choices of one fused step: the split, and how many CTAs ahead
-/// each CTA of the unsplit kernel prefetches the state into L2 (0: none;
-/// the split kernels ignore it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Launch {
-    pub split: Split,
-    pub prefetch_ahead: usize,
-}
-
-impl Launch {
-    /// What the dispatch runs for `sequences` sequences of `v_heads` heads
-    /// on `sm_count` SMs: [`Split::DISPATCHED`] and the default prefetch.
-    pub fn for_batch(_v_heads: usize, _sequences: usize, sm_count: usize) -> Launch {
-        Launch::split(Split::DISPATCHED, sm_count)
-    }
-
-    /// `split` with the default prefetch distance on `sm_count` SMs.
-    pub fn split(split: Split, sm_count: usize) -> Launch {
-        Launch {
-            split,
-            prefetch_ahead: sm_count.saturating_mul(PREFETCH_AHEAD_PER_SM),
-        }
-    }
-}
+/// The kernel's one entry point.
+const ENTRY: &str = "gdn_decode_step_bf16";
 
 #[repr(C)]
 struct SlotTable {
@@ -94,8 +28,8 @@ struct SlotTable {
     slot: [i32; MAX_SEQS],
 }
 
-// The table and the 17 arguments before it fit the 4 KiB of kernel parameters.
-const _: () = assert!(std::mem::size_of::<SlotTable>() + 17 * 8 <= 4096);
+// The table and the 16 arguments before it fit the 4 KiB of kernel parameters.
+const _: () = assert!(std::mem::size_of::<SlotTable>() + 16 * 8 <= 4096);
 
 /// Whether the dispatch sends this call to the fused kernel.
 pub(crate) fn takes(
@@ -151,44 +85,15 @@ fn param<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
 }
 
-/// The fused step as [`Launch::for_batch`] picks; `Err` (nothing launched)
-/// unless [`eligible`].
-pub(crate) fn gdn_decode(
-    dev: &CudaDevice,
-    x: GdnCoreInputs<'_, CudaAct>,
-    w: &GdnCoreWeights<'_, CudaWeight>,
-    state: &mut CudaGdnState,
-    batch: &Batch,
-) -> OpResult<CudaAct> {
-    let launch = Launch::for_batch(state.spec.v_heads, batch.sequences(), dev.sm_count);
-    gdn_decode_with(dev, &x, w, state, batch, launch)
-}
-
-/// The fused step with `split` CTAs per (value head, sequence) and the
-/// default prefetch (tests compare the splits); `Err` (nothing launched)
-/// unless [`eligible`].
-pub fn gdn_decode_split(
+/// The fused step; `Err` (nothing launched) unless [`eligible`] (the
+/// timing test launches it directly, with the same inputs each call).
+pub fn gdn_decode(
     dev: &CudaDevice,
     x: &GdnCoreInputs<'_, CudaAct>,
     w: &GdnCoreWeights<'_, CudaWeight>,
     state: &mut CudaGdnState,
     batch: &Batch,
-    split: Split,
 ) -> OpResult<CudaAct> {
-    gdn_decode_with(dev, x, w, state, batch, Launch::split(split, dev.sm_count))
-}
-
-/// The fused step with the launch choices `launch` (benches compare them);
-/// `Err` (nothing launched) unless [`eligible`].
-pub fn gdn_decode_with(
-    dev: &CudaDevice,
-    x: &GdnCoreInputs<'_, CudaAct>,
-    w: &GdnCoreWeights<'_, CudaWeight>,
-    state: &mut CudaGdnState,
-    batch: &Batch,
-    launch: Launch,
-) -> OpResult<CudaAct> {
-    let split = launch.split;
     let op = "gdn_core";
     eligible(x, w, state, batch).map_err(|reason| OpError::Unsupported { op, reason })?;
     let s = state.spec;
@@ -199,7 +104,6 @@ pub fn gdn_decode_with(
         int(op, "v_heads", s.v_heads)?,
     );
     let mut eps = w.eps;
-    let mut ahead = int(op, "prefetch_ahead", launch.prefetch_ahead)?;
     let mut ptrs = [
         x.mixed.ptr(),
         x.z.ptr(),
@@ -229,11 +133,10 @@ pub fn gdn_decode_with(
             param(&mut hv),
             param(&mut eps),
             param(&mut row0),
-            param(&mut ahead),
             param(&mut tab),
         ]);
         let grid = (
-            grid_dim(op, mul(op, s.v_heads, split.ctas())?, GRID_X)?,
+            grid_dim(op, s.v_heads, GRID_X)?,
             grid_dim(op, chunk.len(), GRID_YZ)?,
             1,
         );
@@ -241,10 +144,8 @@ pub fn gdn_decode_with(
         // spec (k_dim = v_dim = 128, width 4) and every slot against the pools
         // (distinct, < slots); rows row0 .. row0 + len of the inputs exist;
         // the tickets hold slots · k_heads u32; params match the kernel signature;
-        // the kernel waits for the previous one first (programmatic launch); the
-        // grid's x is a multiple of the entry's cluster width (split.ctas());
-        // the prefetch reads only state of the launch's own slots (any `ahead`).
-        unsafe { launch_packed_pdl(dev, split.entry(), grid, THREADS, &mut params)? };
+        // the kernel waits for the previous one first (programmatic launch).
+        unsafe { launch_packed_pdl(dev, ENTRY, grid, THREADS, &mut params)? };
     }
     Ok(out)
 }
@@ -265,18 +166,8 @@ mod tests {
         assert_eq!(source_constant(src, "DV"), DIM);
         assert_eq!(source_constant(src, "MAX_SEQS"), MAX_SEQS);
         assert_eq!(source_constant(src, "THREADS"), THREADS as usize);
-        for split in Split::ALL {
-            assert!(GDN_DECODE.entry_points.contains(&split.entry()));
-            assert!(src.contains(&format!("step<{}>", split.ctas())));
-        }
+        assert_eq!(GDN_DECODE.entry_points, [ENTRY]);
         let bounds = format!("__launch_bounds__(gdn_dec::THREADS, {CTAS_PER_SM})");
         assert!(src.contains(&bounds));
-    }
-
-    #[test]
-    fn the_dispatch_runs_the_unsplit_kernel_at_every_batch() {
-        for n in [1, 2, 3, 4, 5, 256] {
-            assert_eq!(Launch::for_batch(32, n, 132).split, Split::One);
-        }
     }
 }

@@ -8,15 +8,8 @@
 // (gdn_recurrent.cu) and the normed output (ops_norm.cu's group_norm16<1, true>);
 // g and beta stay f32 as gdn_gating_bf16 (ops_pointwise.cu) stores them.
 //
-// Three entry points, one body (`step<NS>`): the value columns of a
-// (value head h, sequence s) are split over NS CTAs (NS = 1, 2, 4), each CTA
-// owning DV / NS columns of the head's f32 state [DK][DV]:
-//   gdn_decode_step_bf16     NS = 1, grid (hv, n), two CTAs per SM (large batches);
-//   gdn_decode_split2_bf16   NS = 2, grid (2 hv, n), clusters of 2 (small batches);
-//   gdn_decode_split4_bf16   NS = 4, grid (4 hv, n), clusters of 4 (batch 1, 2).
-// The gated RMSNorm over the head's DV outputs needs the sum of squares of
-// all of them: the CTAs of a cluster exchange their partial sums through
-// distributed shared memory and add them in rank order (the same total in each).
+// One entry point, gdn_decode_step_bf16: grid (hv, n), one CTA per (value
+// head h, sequence s) owning the head's f32 state [DK][DV], two CTAs per SM.
 //
 // A thread holds R rows x 4 consecutive columns of the state (16-byte loads
 // and stores with streaming hints: the state is read once and written once).
@@ -29,12 +22,9 @@
 //   conv_state bf16 [slots][3][C]; state f32 [slots][hv][DK][DV];
 //   tickets u32 [slots][hk] (zero between launches); out bf16 [n][hv DV].
 // Sequence s is row row0 + s in slot tab.slot[s].
-// With ahead > 0 (NS = 1), CTA L of the grid (x fastest) prefetches into L2
-// the state CTA L + ahead will read, so that DRAM keeps streaming while the
-// resident CTAs compute (CTAs are dispatched in about that order).
 //
-// The v conv channels of a CTA's columns are its own; the q and k channels of
-// key head kh are read by the (hv / hk) NS CTAs of its value heads, so the one
+// The v conv channels of a CTA's head are its own; the q and k channels of
+// key head kh are read by the hv / hk CTAs of its value heads, so the one
 // that finishes reading last (a ticket per slot and key head: each CTA takes
 // one after its reads, the one drawing the last resets it) advances them.
 
@@ -67,29 +57,6 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// Cluster barrier halves (every thread of every CTA of the cluster arrives).
-__device__ __forceinline__ void cluster_arrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// The float at `local`'s address in the shared memory of cluster CTA `rank`.
-__device__ __forceinline__ float ld_cluster(const float* local, unsigned rank) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(local);
-    unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-    return v;
-}
-
-// Prefetch of `bytes` (a multiple of 16) at `p` (16-byte aligned) into L2.
-__device__ __forceinline__ void prefetch_l2(const void* p, unsigned bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ float4 f4_fma(float4 s, float d, float k, float4 dl) {
     return make_float4(fmaf(k, dl.x, s.x * d), fmaf(k, dl.y, s.y * d), fmaf(k, dl.z, s.z * d),
                        fmaf(k, dl.w, s.w * d));
@@ -118,74 +85,54 @@ __device__ __forceinline__ void advance_if_last(unsigned ticket, unsigned* tk, i
     }
 }
 
-template <int NS>
 __device__ __forceinline__ void step(
     const bf16* __restrict__ mixed, const bf16* __restrict__ z, const bf16* __restrict__ b_in,
     const bf16* __restrict__ a_in, const float* __restrict__ conv_w,
     const float* __restrict__ a_log, const float* __restrict__ dt_bias,
     const float* __restrict__ norm_w, bf16* conv_state, float* __restrict__ state,
-    unsigned* tickets, bf16* __restrict__ out, int hk, int hv, float eps, int row0, int ahead,
+    unsigned* tickets, bf16* __restrict__ out, int hk, int hv, float eps, int row0,
     const SlotTable& tab) {
-    constexpr int CW = DV / NS;          // value columns of this CTA
+    constexpr int CW = DV;               // value columns of this CTA: the whole head
     constexpr int CG = CW / 4;           // 4-column groups
     constexpr int RG = THREADS / CG;     // row groups
     constexpr int R = DK / RG;           // rows per thread
     constexpr int WARP_RG = 32 / CG;     // row groups per warp
-    constexpr int NCH = 2 * DK + CW;     // conv channels read: q, k, this CTA's v
+    constexpr int NCH = 2 * DK + CW;     // conv channels read: q, k, the head's v
     constexpr int NORM_WARP = WARPS - 1; // lanes < CW / 4 own 4 output columns each
-    static_assert(NCH < ((NORM_WARP - 1) * 32), "conv, gating, prefetch and norm threads apart");
+    static_assert(NCH < NORM_WARP * 32, "conv, gating and norm threads apart");
     static_assert(R * RG == DK && CG * 4 == CW && WARP_RG * CG == 32, "thread layout");
 
-    __shared__ float xs[NCH];  // conv outputs (q, k of kh; v of the CTA's columns), bf16-rounded
+    __shared__ float xs[NCH];  // conv outputs (q, k of kh; v of the head), bf16-rounded
     __shared__ float qn[DK], kn[DK];
     __shared__ float red[2][WARPS][CW];  // per-warp partial S^T k, S^T q
     __shared__ __align__(16) float dl[CW];  // delta per column (read as float4)
     __shared__ float ob[CW];             // rule output, bf16-rounded
     __shared__ float gate[2];            // exp(g), beta
     __shared__ float qk[3];              // q scale, k scale (inverse norms), raw q . k
-    __shared__ float ssq;                // this CTA's sum of squares of ob (read by the cluster)
     __shared__ bf16 keep[3][2 * DK];     // the q/k channels' new conv state rows
     wait_prior_then_release_next();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int h = blockIdx.x / NS, part = blockIdx.x % NS;  // part = rank in the cluster
+    const int h = blockIdx.x;
     const int s = blockIdx.y, slot = tab.slot[s];
     const int ratio = hv / hk, kh = h / ratio;
-    const int readers = ratio * NS;  // CTAs reading key head kh's q/k channels
+    const int readers = ratio;  // CTAs reading key head kh's q/k channels
     const i64 row = (i64)row0 + s;
     const i64 C = 2LL * hk * DK + (i64)hv * DV;
-    const int cb = part * CW;        // this CTA's first value column in the head
 
     // 0. Every global input is loaded up front, so the CTA waits for memory
     // once: this thread's R x 4 state values, its conv channel, the gating
-    // inputs, and (the norm warp) z and the norm weights of 4 columns.
+    // inputs, and (the norm warp) z of 4 columns.
     const int cg = lane % CG, rg = warp * WARP_RG + lane / CG;
     float4* S = reinterpret_cast<float4*>(
-        state + (((i64)slot * hv + h) * DK + (i64)rg * R) * DV + cb + cg * 4);
+        state + (((i64)slot * hv + h) * DK + (i64)rg * R) * DV + cg * 4);
     float4 sreg[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) sreg[r] = __ldcs(S + (i64)r * (DV / 4));
-    if constexpr (NS == 1) {
-        // Warp NORM_WARP - 1 (no conv channel, no norm lane) issues the
-        // prefetch for CTA L + ahead: 16 pieces of its head's state.
-        const i64 target = (i64)blockIdx.y * gridDim.x + blockIdx.x + ahead;
-        const bool issuer = warp == NORM_WARP - 1 && lane < 16;
-        if (ahead > 0 && issuer && target < (i64)gridDim.x * gridDim.y) {
-            const int th = (int)(target % gridDim.x), ts = (int)(target / gridDim.x);
-            const float* p = state + ((i64)tab.slot[ts] * hv + th) * DK * DV;
-            prefetch_l2(p + lane * (DK * DV / 16), DK * DV / 16 * 4);
-        }
-    }
     const bool norm_lane = warp == NORM_WARP && lane < CW / 4;
-    const int oc = cb + lane * 4;  // the norm lane's first column in the head
+    const int oc = lane * 4;  // the norm lane's first column in the head
     uint2 zu = make_uint2(0u, 0u);
-    float4 nw = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (norm_lane) {
-        zu = *reinterpret_cast<const uint2*>(z + row * hv * DV + (i64)h * DV + oc);
-        // With the whole head in this CTA's registers, the norm weights (the
-        // same for every CTA: L2 hits) are read where used.
-        if constexpr (NS > 1) nw = *reinterpret_cast<const float4*>(norm_w + oc);
-    }
+    if (norm_lane) zu = *reinterpret_cast<const uint2*>(z + row * hv * DV + (i64)h * DV + oc);
 
     // 1. Conv + SiLU: thread t < NCH owns one channel; its new state rows
     // are the old rows 1, 2 and the input.
@@ -193,7 +140,7 @@ __device__ __forceinline__ void step(
     if (tid < NCH) {
         const i64 ch = tid < DK       ? (i64)kh * DK + tid
            : tid < 2 * DK   ? (i64)hk * DK + (i64)kh * DK + (tid - DK)
-                            : 2LL * hk * DK + (i64)h * DV + cb + (tid - 2 * DK);
+                            : 2LL * hk * DK + (i64)h * DV + (tid - 2 * DK);
         const bf16 r0 = st[ch], r1 = st[C + ch], r2 = st[2 * C + ch];
         const bf16 xin = mixed[row * C + ch];
         const float4 w = reinterpret_cast<const float4*>(conv_w)[ch];
@@ -307,10 +254,9 @@ __device__ __forceinline__ void step(
 #pragma unroll
     for (int r = 0; r < R; ++r) __stcs(S + (i64)r * (DV / 4), f4_fma(sreg[r], decay, ka[r], d4));
 
-    if constexpr (NS == 1) advance_if_last(ticket, tk, readers, st, C, hk, kh, keep);
+    advance_if_last(ticket, tk, readers, st, C, hk, kh, keep);
 
-    // 7. Gated RMSNorm over the head's DV outputs (as group_norm16<1, true>),
-    // the sum of squares over the cluster's CTAs when the head is split.
+    // 7. Gated RMSNorm over the head's DV outputs (as group_norm16<1, true>).
     float x[4] = {0.f, 0.f, 0.f, 0.f};
     float ss = 0.f;
     if (warp == NORM_WARP) {
@@ -323,19 +269,9 @@ __device__ __forceinline__ void step(
         }
         ss = warp_sum(ss);
     }
-    if constexpr (NS > 1) {
-        if (warp == NORM_WARP && lane == 0) ssq = ss;
-        cluster_arrive();  // publishes ssq to the cluster
-        cluster_wait();
-        if (warp == NORM_WARP) {
-            ss = 0.f;
-#pragma unroll
-            for (int p = 0; p < NS; ++p) ss += ld_cluster(&ssq, (unsigned)p);
-        }
-        cluster_arrive();  // this CTA's reads of the others' ssq are done
-    }
     if (norm_lane) {
-        if constexpr (NS == 1) nw = *reinterpret_cast<const float4*>(norm_w + oc);
+        // The norm weights (the same for every CTA: L2 hits) read where used.
+        const float4 nw = *reinterpret_cast<const float4*>(norm_w + oc);
         const float inv = rsqrtf(ss / (float)DV + eps);
         const bf162* zp = reinterpret_cast<const bf162*>(&zu);
         const float2 z01 = __bfloat1622float2(zp[0]), z23 = __bfloat1622float2(zp[1]);
@@ -353,37 +289,18 @@ __device__ __forceinline__ void step(
         op[1] = __floats2bfloat162_rn(r[2], r[3]);
         *reinterpret_cast<uint2*>(out + row * hv * DV + (i64)h * DV + oc) = u;
     }
-    // 8. The split kernels resolve the ticket last (its atomic's latency
-    // overlaps all of the above); the unsplit one did after the new state.
-    if constexpr (NS > 1) advance_if_last(ticket, tk, readers, st, C, hk, kh, keep);
-    if constexpr (NS > 1) cluster_wait();  // no CTA leaves while its ssq may be read
 }
 
 }  // namespace gdn_dec
 
-#define GDN_DECODE_PARAMS                                                                     \
-    const gdn_dec::bf16 *__restrict__ mixed, const gdn_dec::bf16 *__restrict__ z,             \
-        const gdn_dec::bf16 *__restrict__ b_in, const gdn_dec::bf16 *__restrict__ a_in,       \
-        const float *__restrict__ conv_w, const float *__restrict__ a_log,                    \
-        const float *__restrict__ dt_bias, const float *__restrict__ norm_w,                  \
-        gdn_dec::bf16 *conv_state, float *__restrict__ state, unsigned *tickets,              \
-        gdn_dec::bf16 *__restrict__ out, int hk, int hv, float eps, int row0, int ahead,      \
-        gdn_dec::SlotTable tab
-#define GDN_DECODE_ARGS                                                                       \
-    mixed, z, b_in, a_in, conv_w, a_log, dt_bias, norm_w, conv_state, state, tickets, out, hk, \
-        hv, eps, row0, ahead, tab
-
 extern "C" __global__ void __launch_bounds__(gdn_dec::THREADS, 2)
-    gdn_decode_step_bf16(GDN_DECODE_PARAMS) {
-    gdn_dec::step<1>(GDN_DECODE_ARGS);
-}
-
-extern "C" __cluster_dims__(2, 1, 1) __global__ void __launch_bounds__(gdn_dec::THREADS)
-    gdn_decode_split2_bf16(GDN_DECODE_PARAMS) {
-    gdn_dec::step<2>(GDN_DECODE_ARGS);
-}
-
-extern "C" __cluster_dims__(4, 1, 1) __global__ void __launch_bounds__(gdn_dec::THREADS)
-    gdn_decode_split4_bf16(GDN_DECODE_PARAMS) {
-    gdn_dec::step<4>(GDN_DECODE_ARGS);
+    gdn_decode_step_bf16(const gdn_dec::bf16* __restrict__ mixed, const gdn_dec::bf16* __restrict__ z,
+                         const gdn_dec::bf16* __restrict__ b_in, const gdn_dec::bf16* __restrict__ a_in,
+                         const float* __restrict__ conv_w, const float* __restrict__ a_log,
+                         const float* __restrict__ dt_bias, const float* __restrict__ norm_w,
+                         gdn_dec::bf16* conv_state, float* __restrict__ state, unsigned* tickets,
+                         gdn_dec::bf16* __restrict__ out, int hk, int hv, float eps, int row0,
+                         gdn_dec::SlotTable tab) {
+    gdn_dec::step(mixed, z, b_in, a_in, conv_w, a_log, dt_bias, norm_w, conv_state, state, tickets,
+                  out, hk, hv, eps, row0, tab);
 }

@@ -36,7 +36,7 @@ pub const GDN_RECURRENT: KernelSource = KernelSource {
 };
 
 /// The GDN layer core for one-row sequences in one launch: conv, gating,
-/// recurrent rule, gated norm ([`super::decode`]); a head on 1, 2 or 4 CTAs.
+/// recurrent rule, gated norm ([`super::decode`]); a head on one CTA.
 pub const GDN_DECODE: KernelSource = KernelSource {
     name: "gdn_decode",
     file: "gdn_decode.cu",
@@ -44,9 +44,5 @@ pub const GDN_DECODE: KernelSource = KernelSource {
         include_str!("../../kernels/pdl.cuh"),
         include_str!("gdn_decode.cu")
     ),
-    entry_points: &[
-        "gdn_decode_step_bf16",
-        "gdn_decode_split2_bf16",
-        "gdn_decode_split4_bf16",
-    ],
+    entry_points: &["gdn_decode_step_bf16"],
 };

@@ -2,11 +2,10 @@
 //! (`moe_decode.cu`), each programmatic on sm_90+: the router GEMV,
 //! the routed and shared experts' gate+up (each routed CTA takes its row's
 //! softmax and top-k from the logits itself; the shared expert's weights load
-//! while the router runs), and the down GEMV with the weighted combine (its
-//! rows optionally prefetched into L2 while gate_up runs; the weight loads
-//! marked evict-first). [`DecodeTuning`] holds the launch choices. The
-//! grouped-GEMM path ([`super::routed_experts`]) takes ~14 launches and
-//! 128-row tiles that hold one valid row each at decode.
+//! while the router runs), and the down GEMV with the weighted combine (the
+//! weight loads marked evict-first). The grouped-GEMM path
+//! ([`super::routed_experts`]) takes ~14 launches and 128-row tiles that hold
+//! one valid row each at decode.
 
 use super::check_weights;
 use crate::device::CudaDevice;
@@ -26,86 +25,13 @@ const MAX_EXPERTS: usize = 1024;
 const MAX_TOP_K: usize = 32;
 const MAX_HIDDEN: usize = 8192;
 const MAX_ACT: usize = 11264;
-/// Threads per CTA (`THREADS`; a route CTA may take fewer); each warp
-/// computes one row (route) or column (down), or
-/// [`DecodeTuning::gate_up_cols`] columns (gate_up).
+/// Threads per CTA (`THREADS`); each warp computes one row (route) or
+/// column (down), or [`GATE_UP_COLS`] columns (gate_up).
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
-
-/// The column after whose loads a routed gate_up CTA issues its L2 prefetch
-/// of the down rows (when [`DecodeTuning::prefetch_down`]).
-const PREFETCH_AT: usize = 0;
-
-/// Launch choices of the decode kernels that change their schedule, never
-/// their results (every choice gives the same bits).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DecodeTuning {
-    /// Columns a gate_up warp computes one after the other (1 ..= 64): the
-    /// grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
-    pub gate_up_cols: usize,
-    /// Whether the routed gate_up CTAs ask L2 for their experts' down rows
-    /// (and the shared ones for the shared expert's), so that the down
-    /// kernel's reads hit L2: the bytes move from down's time into gate_up's.
-    pub prefetch_down: bool,
-    /// Whether each gate_up warp asks L2 for all its columns' rows at once
-    /// (after its first column's loads): every byte of the kernel is
-    /// requested early, the later columns' loads hit L2.
-    pub prefetch_columns: bool,
-    /// Whether each down CTA takes its row's routing from the logits itself
-    /// before its wait (and issues its first routed loads then) instead of
-    /// reading gate_up's top-k after it: in a chain the down CTAs that start
-    /// early load their rows while gate_up runs.
-    pub down_self_route: bool,
-    /// Whether the down kernel lets the next kernel on the stream start once
-    /// its CTAs have passed their wait (that kernel's prologue overlaps
-    /// down's stream) instead of at its end.
-    pub down_releases_next: bool,
-    /// Warps of a route CTA (1 ..= 8), one router row each.
-    pub route_warps: usize,
-}
-
-impl Default for DecodeTuning {
-    fn default() -> DecodeTuning {
-        DecodeTuning {
-            gate_up_cols: 3,
-            prefetch_down: false,
-            prefetch_columns: false,
-            down_self_route: false,
-            down_releases_next: false,
-            route_warps: 8,
-        }
-    }
-}
-
-impl DecodeTuning {
-    fn check(&self) -> OpResult<()> {
-        if (1..=64).contains(&self.gate_up_cols) && (1..=WARPS).contains(&self.route_warps) {
-            return Ok(());
-        }
-        Err(OpError::Unsupported {
-            op: "moe decode",
-            reason: format!("tuning {self:?}: gate_up_cols 1..=64, route_warps 1..={WARPS}"),
-        })
-    }
-}
-
-/// Launches one of the decode kernels with programmatic dependent launch
-/// (each reads only weights before its `griddepcontrol.wait`, the down
-/// kernel with `down_self_route` also the route kernel's logits, finished
-/// by then: `moe_decode.cu`), `block` threads a CTA (at most [`THREADS`]).
-///
-/// # Safety
-/// As `launch_programmatic`: the arguments match the kernel and address
-/// enough memory.
-unsafe fn launch_kernel(
-    dev: &CudaDevice,
-    entry: &'static str,
-    grid: (u32, u32, u32),
-    block: u32,
-    args: Args,
-) -> OpResult<()> {
-    launch_programmatic(dev, entry, grid, block, args)
-}
+/// Columns a gate_up warp computes one after the other (`GATE_UP_COLS`):
+/// the grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
+const GATE_UP_COLS: usize = 3;
 
 /// Whether the decode kernels take this call (few rows, shapes they handle).
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
@@ -205,21 +131,7 @@ pub(crate) fn moe_decode_marked(
     spec: &MoeSpec,
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<CudaAct> {
-    moe_decode_tuned(dev, x, w, spec, DecodeTuning::default(), mark)
-}
-
-/// [`moe_decode_marked`] with the launch choices `tuning` (benches and the
-/// timing test compare schedules; the backend uses the default).
-pub fn moe_decode_tuned(
-    dev: &CudaDevice,
-    x: &CudaAct,
-    w: &MoeWeights<CudaWeight>,
-    spec: &MoeSpec,
-    tuning: DecodeTuning,
-    mark: &mut dyn FnMut(&'static str),
-) -> OpResult<CudaAct> {
     let op = "moe decode";
-    tuning.check()?;
     bf16(op, x)?;
     check_weights(w, spec, x.cols)?;
     if !supports(x, w, spec) {
@@ -238,12 +150,8 @@ pub fn moe_decode_tuned(
     let (i32_, si32) = (int(op, "intermediate", inter)?, int(op, "shared", si)?);
     let stride = int(op, "act stride", ws.act_stride)?;
 
-    // Weight loads marked evict-first (the kernels' `hints`).
-    let hints = 1;
-
     // One warp a router row (the shared gate's last), every row.
-    let route_grid = grid_dim(op, (e + 1).div_ceil(tuning.route_warps), GRID_X)?;
-    let route_block = tuning.route_warps as u32 * 32;
+    let route_grid = grid_dim(op, (e + 1).div_ceil(WARPS), GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.router.ptr())
@@ -251,33 +159,17 @@ pub fn moe_decode_tuned(
         .i32(int(op, "rows", rows)?)
         .i32(h32)
         .i32(e32)
-        .i32(hints)
         .ptr(at(ws.logits));
     mark("route");
     // Each kernel launches programmatically (it may start while the previous
     // kernel finishes) and reads only weights before its griddepcontrol.wait.
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
     // (check_weights); the workspace holds rows·(e+1) logits.
-    unsafe {
-        launch_kernel(
-            dev,
-            "moe_decode_route",
-            (route_grid, 1, 1),
-            route_block,
-            args,
-        )?
-    };
+    unsafe { launch_programmatic(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let cols = tuning.gate_up_cols;
-    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
-    // Null down pointers: no L2 prefetch.
-    let (down_pf, shared_down_pf) = if tuning.prefetch_down {
-        (w.down.ptr(), w.shared_down_proj.ptr())
-    } else {
-        (0, 0)
-    };
+    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * GATE_UP_COLS), GRID_X)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(w.gate_up.ptr())
@@ -294,22 +186,16 @@ pub fn moe_decode_tuned(
         .i32(i32_)
         .i32(si32)
         .i32(stride)
-        .i32(int(op, "gate_up columns", cols)?)
-        .i32(tuning.prefetch_columns as i32)
-        .i32(PREFETCH_AT as i32)
-        .i32(hints)
-        .ptr(down_pf)
-        .ptr(shared_down_pf)
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
         .ptr(at(ws.act));
     mark("gate_up");
-    // SAFETY: gate_up is [local·2·inter][hidden], down [local·hidden][inter],
-    // the shared projections [si][hidden], shared_down [hidden][si]; the kernel reads only local experts
+    // SAFETY: gate_up is [local·2·inter][hidden], the shared projections
+    // [si][hidden]; the kernel reads only local experts
     // (first ..< first + local of the top-k); topk_* hold rows·k entries, act
     // rows·(k+1)·stride with stride ≥ max(inter, si).
     unsafe {
-        launch_kernel(
+        launch_programmatic(
             dev,
             "moe_decode_gate_up",
             (gu_grid, pairs, 1),
@@ -332,12 +218,6 @@ pub fn moe_decode_tuned(
         .i32(i32_)
         .i32(si32)
         .i32(stride)
-        .i32(hints)
-        .i32(tuning.down_self_route as i32)
-        .i32(spec.renormalise as i32)
-        .i32(int(op, "first expert", spec.first_expert)?)
-        .i32(int(op, "local experts", spec.local_experts)?)
-        .i32(tuning.down_releases_next as i32)
         .ptr(out.ptr());
     let rows_grid = grid_dim(op, rows, GRID_YZ)?;
     mark("down");
@@ -345,7 +225,7 @@ pub fn moe_decode_tuned(
     // routing and activations as written above, (k+1)·stride <= MAX_ACT
     // (supports); out is [rows][hidden] bf16.
     unsafe {
-        launch_kernel(
+        launch_programmatic(
             dev,
             "moe_decode_down",
             (down_grid, rows_grid, 1),
@@ -373,6 +253,7 @@ mod tests {
         assert_eq!(source_constant(src, "MAX_ACT"), MAX_ACT);
         assert!(source_constant(src, "ROUTE_XS") >= MAX_HIDDEN);
         assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
+        assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
         assert_eq!(THREADS as usize / 32, WARPS);
     }
 
@@ -399,41 +280,6 @@ mod tests {
         assert_eq!(workspace(3, &odd, 8).unwrap().act_stride, 24);
         assert_eq!(act_stride(12, 4), 12);
         assert_eq!(act_stride(16, 8), 16);
-    }
-
-    #[test]
-    fn tunings_out_of_range_are_refused() {
-        let d = DecodeTuning::default();
-        assert!(d.check().is_ok());
-        for bad in [
-            DecodeTuning {
-                gate_up_cols: 0,
-                ..d
-            },
-            DecodeTuning {
-                gate_up_cols: 65,
-                ..d
-            },
-            DecodeTuning {
-                route_warps: 0,
-                ..d
-            },
-            DecodeTuning {
-                route_warps: WARPS + 1,
-                ..d
-            },
-        ] {
-            assert!(bad.check().is_err(), "{bad:?}");
-        }
-        let edge = DecodeTuning {
-            gate_up_cols: 64,
-            route_warps: 1,
-            prefetch_down: true,
-            prefetch_columns: true,
-            down_self_route: true,
-            down_releases_next: true,
-        };
-        assert!(edge.check().is_ok());
     }
 
     #[test]

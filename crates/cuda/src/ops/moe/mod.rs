@@ -12,7 +12,7 @@
 //! caller's; [`routed_experts_shared_marked`] folds the shared expert's gated add
 //! into the combine and writes the block's bf16 output in the same pass.
 
-pub mod decode;
+pub(crate) mod decode;
 mod gemm;
 mod launch;
 pub mod sources;

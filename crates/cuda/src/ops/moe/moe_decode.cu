@@ -16,20 +16,19 @@
 //    themselves; ties -> lower index, NaN last, as moe_route), so no CTA waits
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
-//    Each warp computes cpw columns c: act = silu(x . gate[c]) * (x . up[c]);
-//    when asked, each routed CTA also asks L2 for its share of its expert's
-//    down matrix.
+//    Each warp computes GATE_UP_COLS columns c:
+//    act = silu(x . gate[c]) * (x . up[c]).
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
-//    the shared expert's rows load before the wait; the routing is gate_up's,
-//    or (self_route) the CTA's own, taken before the wait.
+//    the shared expert's rows load before the wait, the routing (gate_up's)
+//    is read after it.
 //
 // The three launch with programmatic dependent launch (compute capability
-// 9.0+): each reads only weights before wait_prior() (the down kernel with
-// self_route also the logits: see there), and the first two let the next
-// kernel's CTAs start early (launch_next(), gate_up's after its wait), so
-// those load their weights while the previous kernel runs.
+// 9.0+): each reads only weights before wait_prior(), and the first two let
+// the next kernel's CTAs start early (launch_next(), gate_up's after its
+// wait), so those load their weights while the previous kernel runs. Every
+// weight load is marked evict-first in L2.
 //
 // Needs hidden, intermediate and the shared intermediate to be multiples of 8
 // (16-byte loads); rows <= MAX_ROWS; experts <= MAX_EXPERTS; top_k <= MAX_TOP_K.
@@ -60,6 +59,8 @@ constexpr int KSPAN = KCH * 32 * 8;
 constexpr int DSLOTS = 8;
 constexpr int DCH = 2;
 constexpr int DSPAN = DCH * 32 * 8;
+// Columns each gate_up warp computes one after the other.
+constexpr int GATE_UP_COLS = 3;
 // Largest hidden (x staged in shared memory) and (top_k + 1) * act_stride (a
 // row's activations staged in shared memory by the down kernel).
 constexpr int MAX_HIDDEN = 8192;
@@ -103,31 +104,12 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
 
-// An L2 cache policy for weights: evict-first (each weight byte is read once a
-// step, and the model's weights do not fit in L2) when `hint`, else normal.
-__device__ __forceinline__ unsigned long long weight_policy(int hint) {
+// The L2 cache policy for weights: evict-first (each weight byte is read once
+// a step, and the model's weights do not fit in L2).
+__device__ __forceinline__ unsigned long long weight_policy() {
     unsigned long long pol;
-    if (hint) {
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    } else {
-        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
-    }
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
     return pol;
-}
-
-// Asks L2 for the 128-byte line at p (no register, no wait).
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
-// CTA `part` of `parts`' share of the `bytes` (a multiple of 128) at p, in
-// 128-byte lines, into L2.
-__device__ __forceinline__ void prefetch_share(const void* p, long long bytes, int part, int parts) {
-    const char* c = reinterpret_cast<const char*>(p);
-    for (long long l = (long long)part * THREADS + threadIdx.x; l < bytes / 128;
-         l += (long long)parts * THREADS) {
-        prefetch_l2(c + l * 128);
-    }
 }
 
 // 16 bytes from global src to shared dst without registers (cp.async, L2
@@ -206,7 +188,7 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
 #pragma unroll
     for (int v = 0; v < EPT; ++v) {
         const int e = v * THREADS + tid;
-        l[v] = e < experts ? __ldcg(row + e) : -INFINITY;  // from L2: see moe_decode_down
+        l[v] = e < experts ? __ldcg(row + e) : -INFINITY;  // the previous kernel's, from L2
         mx = fmaxf(mx, l[v]);
     }
     mx = warp_max(mx);
@@ -284,7 +266,7 @@ __device__ __forceinline__ int local_expert(const RouteSmem& sm, int t, int firs
 }
 
 // The weight of the expert of rank t: its probability, over the top-k's sum
-// when `renormalise` (summed in rank order: every caller gets the same bits).
+// when `renormalise` (summed in rank order).
 __device__ __forceinline__ float slot_weight(const RouteSmem& sm, int t, int top_k, int renormalise) {
     if (!renormalise) return sm.sel_p[t];
     float kept = 0.f;
@@ -293,24 +275,23 @@ __device__ __forceinline__ float slot_weight(const RouteSmem& sm, int t, int top
 }
 
 // logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
-// block: a multiple of 32 threads, at most THREADS; grid: ceil((experts + 1) / warps).
+// block: THREADS; grid: ceil((experts + 1) / WARPS).
 // Warp j reads its router row once: its first pass before the wait, held
 // across every row when hidden fits one pass; the rows of x are staged in
 // shared memory ROUTE_XS elements at a time.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
                  const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
-                 int l2_hints, float* __restrict__ logits) {
+                 float* __restrict__ logits) {
     __shared__ __align__(16) bf16 xs[ROUTE_XS];
-    const int warps = blockDim.x / 32;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     uint4 av[KCH];
     launch_next();  // the gate_up CTAs take the SMs this grid leaves free
     // Router row j (the shared gate's at j == experts); warps past it load
     // the shared gate's and write nothing.
-    const int j = blockIdx.x * warps + warp;
+    const int j = blockIdx.x * WARPS + warp;
     const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
-    const unsigned long long pol = weight_policy(l2_hints);
+    const unsigned long long pol = weight_policy();
     load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
     wait_prior();
     const int per = min(rows, ROUTE_XS / hidden);  // rows staged at once (>= 1: hidden <= MAX_HIDDEN)
@@ -360,38 +341,16 @@ __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, cons
     return g / (1.f + expf(-g)) * u;
 }
 
-// Asks L2 for the gate and up rows (hidden bf16 each, at g + c * hidden and
-// u + c * hidden) of this warp's columns c = col0 + i * WARPS, 1 <= i < cpw,
-// c < cols: lane l takes the rows' 128-byte lines l, l + 32, ...
-__device__ __forceinline__ void prefetch_columns(const bf16* g, const bf16* u, int col0, int cpw, int cols,
-                                                 int hidden, int lane) {
-    const int bytes = hidden * 2;
-    for (int i = 1; i < cpw; ++i) {
-        const int c = col0 + i * WARPS;
-        if (c >= cols) break;  // warp-uniform
-        const char* gr = reinterpret_cast<const char*>(g + (long long)c * hidden);
-        const char* ur = reinterpret_cast<const char*>(u + (long long)c * hidden);
-        for (int l = lane * 128; l < bytes; l += 32 * 128) {
-            prefetch_l2(gr + l);
-            prefetch_l2(ur + l);
-        }
-    }
-}
-
 // gate+up of the routed experts and of the shared expert.
-// grid: (ceil(max(inter, shared_inter) / (WARPS * cpw)), rows + rows * top_k):
+// grid: (ceil(max(inter, shared_inter) / (WARPS * GATE_UP_COLS)), rows + rows * top_k):
 // blockIdx.y < rows is the shared expert of row blockIdx.y (dispatched first:
 // when CTAs start before the router finishes, those have work), the rest
 // (row, slot) = pair blockIdx.y - rows of a routed expert. Warp w of CTA x
-// computes columns (x * cpw + i) * WARPS + w, i < cpw.
+// computes columns (x * GATE_UP_COLS + i) * WARPS + w, i < GATE_UP_COLS.
 // Routed CTAs: each first computes its row's softmax and top-k from the
 // logits (route_row). topk_expert / topk_weight: [rows][top_k], local expert
 // index (or -1: another rank's) and its weight, written by the CTA at
-// (0, rows + row * top_k). With down_prefetch set, each routed CTA asks L2 for its
-// share of its expert's down matrix (after issuing column pf_col's loads),
-// and row 0's shared CTAs for the shared expert's (shared_down_prefetch):
-// the down kernel's reads hit L2. With pf_cols set, each warp asks L2 for
-// its later columns' rows right after issuing its first column's loads.
+// (0, rows + row * top_k).
 // Shared CTAs: their first weights load before griddepcontrol.wait.
 // act: [rows][top_k + 1][act_stride] f32.
 extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers: 2 CTAs an SM
@@ -399,15 +358,13 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
                    const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
                    const float* __restrict__ logits, int rows, int hidden, int experts, int top_k,
                    int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
-                   int cpw, int pf_cols, int pf_col, int l2_hints, const bf16* __restrict__ down_prefetch,
-                   const bf16* __restrict__ shared_down_prefetch, int* __restrict__ topk_expert,
-                   float* __restrict__ topk_weight, float* __restrict__ act) {
+                   int* __restrict__ topk_expert, float* __restrict__ topk_weight, float* __restrict__ act) {
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int y = blockIdx.y;
-    const int col0 = blockIdx.x * cpw * WARPS + warp;
-    const unsigned long long pol = weight_policy(l2_hints);
+    const int col0 = blockIdx.x * GATE_UP_COLS * WARPS + warp;
+    const unsigned long long pol = weight_policy();
     uint4 av[KCH], bv[KCH];
     if (y < rows) {
         // The shared expert of row r: no routing, so its first pass loads
@@ -418,19 +375,14 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         const bf16* u_row = shared_up_proj + (long long)cc * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
-        if (pf_cols) prefetch_columns(shared_gate_proj, shared_up_proj, col0, cpw, shared_inter, hidden, lane);
-        if (r == 0 && down_prefetch != nullptr) {
-            // The shared expert's down matrix ([hidden][shared_inter]) into L2.
-            prefetch_share(shared_down_prefetch, (long long)hidden * shared_inter * 2, blockIdx.x, gridDim.x);
-        }
         wait_prior();
-        launch_next();  // after the wait: the down CTAs may read the logits
+        launch_next();  // the down CTAs load their shared rows while this grid runs
         stage_async(x + (long long)r * hidden, xs, hidden);
         cp_async_wait();
         __syncthreads();
         float* act_r = act + ((long long)r * (top_k + 1) + top_k) * act_stride;
 #pragma unroll 1
-        for (int i = 0; i < cpw; ++i) {
+        for (int i = 0; i < GATE_UP_COLS; ++i) {
             const int c = col0 + i * WARPS;
             if (c >= shared_inter) break;  // warp-uniform; no barrier below
             const bf16* gr = shared_gate_proj + (long long)c * hidden;
@@ -443,7 +395,7 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     const int pair = y - rows;
     const int r = pair / top_k, slot = pair - r * top_k;
     wait_prior();
-    launch_next();  // after the wait: the down CTAs may read the logits
+    launch_next();  // the down CTAs load their shared rows while this grid runs
     // x's row lands in shared memory (cp.async) while the routing runs.
     stage_async(x + (long long)r * hidden, xs, hidden);
     route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
@@ -458,22 +410,13 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
     if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
     float* act_r = act + ((long long)r * (top_k + 1) + slot) * act_stride;
 #pragma unroll 1
-    for (int i = 0; i < cpw; ++i) {
+    for (int i = 0; i < GATE_UP_COLS; ++i) {
         const int c = col0 + i * WARPS;
         if (c >= inter) break;  // warp-uniform; no barrier below
         const bf16* g_row = gate_up + ((long long)e * 2 * inter + c) * hidden;
         const bf16* u_row = g_row + (long long)inter * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
-        if (i == 0 && pf_cols) {
-            const bf16* g = gate_up + (long long)e * 2 * inter * hidden;
-            prefetch_columns(g, g + (long long)inter * hidden, col0, cpw, inter, hidden, lane);
-        }
-        if (i == pf_col && down_prefetch != nullptr) {
-            // This CTA's share of the expert's down matrix ([hidden][inter]).
-            prefetch_share(down_prefetch + (long long)e * hidden * inter, (long long)hidden * inter * 2,
-                           blockIdx.x, gridDim.x);
-        }
         const float v = swiglu_col(g_row, u_row, xs, hidden, lane, pol, true, av, bv);
         if (lane == 0) act_r[c] = v;
     }
@@ -534,36 +477,26 @@ __device__ __forceinline__ float dot_act(const uint4 (&v)[DCH], const float* a_s
 
 // out = bf16(sum over the k routed slots of w_s * (down_s[n] . act_s) +
 // sigmoid(gate logit) * (shared_down[n] . act_k)). Each warp one column n of
-// row blockIdx.y; the shared expert's rows load before griddepcontrol.wait.
-// The routing: topk_expert / topk_weight (gate_up's) after the wait, or with
-// self_route the CTA's own route_row of the logits before it, and then the
-// routed rows' first group loads before the wait too. The logits are the
-// route kernel's, two launches back: every gate_up CTA lets this grid start
-// only after its own wait (route has finished, its writes are in L2), and
-// they are read from L2 (ld.global.cg). With release_next, the next kernel
-// on the stream may start once every CTA has passed its wait (a programmatic
-// launch waits for this grid before it reads what this grid writes).
+// row blockIdx.y; the shared expert's rows load before griddepcontrol.wait,
+// the routing (topk_expert / topk_weight, gate_up's) and the shared gate's
+// logit (the route kernel's, finished before gate_up's CTAs passed their
+// wait) are read after it.
 // grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, (top_k + 1) * act_stride <= MAX_ACT.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
                 const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
                 const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
-                int experts, int top_k, int inter, int shared_inter, int act_stride, int l2_hints,
-                int self_route, int renormalise, int first, int local, int release_next,
+                int experts, int top_k, int inter, int shared_inter, int act_stride,
                 bf16* __restrict__ out) {
     // Per routed slot its down matrix (null: another rank's expert); per slot
-    // (the shared expert's last) its weight; the row's activations, whose
-    // space holds the routing's scratch before the wait.
+    // (the shared expert's last) its weight; the row's activations.
     __shared__ const bf16* base_s[MAX_TOP_K];
     __shared__ float scale_s[MAX_TOP_K + 1];
-    constexpr int ACT_BYTES = MAX_ACT * 4;
-    constexpr int RAW = ACT_BYTES > (int)sizeof(RouteSmem) ? ACT_BYTES : (int)sizeof(RouteSmem);
-    __shared__ __align__(16) unsigned char raw[RAW];
-    float* act_s = reinterpret_cast<float*>(raw);
+    __shared__ __align__(16) float act_s[MAX_ACT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int r = blockIdx.y, t = threadIdx.x;
     const int slots = top_k + 1;
-    const unsigned long long pol = weight_policy(l2_hints);
+    const unsigned long long pol = weight_policy();
     // Warps past the last column repeat it and write nothing.
     const int n = blockIdx.x * WARPS + warp, nn = min(n, hidden - 1);
     const bf16* sd_row = shared_down + (long long)nn * shared_inter;
@@ -572,37 +505,19 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
     load_shared(sd_row, 0, shared_inter, lane, pol, sv);  // weights: before the wait
     uint4 wv[DSLOTS][DCH];
     const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
-    if (self_route) {
-        RouteSmem& sm = *reinterpret_cast<RouteSmem*>(raw);
-        route_row(logit_row, experts, top_k, sm);
-        if (t < top_k) {
-            const int e = local_expert(sm, t, first, local);
-            base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
-            scale_s[t] = slot_weight(sm, t, top_k, renormalise);
-        } else if (t == top_k) {
-            scale_s[t] = 1.f / (1.f + expf(-__ldcg(logit_row + experts)));
-        }
-        __syncthreads();  // also: every read of sm is done before act_s overwrites it
-        load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
-        wait_prior();
-        if (release_next) launch_next();
-        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
-    } else {
-        wait_prior();
-        if (release_next) launch_next();
-        // The row's activations into shared memory (asynchronous: they land
-        // while the routing is read and the weights load).
-        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
-        if (t < top_k) {
-            const int e = topk_expert[r * top_k + t];
-            base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
-            scale_s[t] = topk_weight[r * top_k + t];
-        } else if (t == top_k) {
-            scale_s[t] = 1.f / (1.f + expf(-logit_row[experts]));
-        }
-        __syncthreads();
-        load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+    wait_prior();
+    // The row's activations into shared memory (asynchronous: they land
+    // while the routing is read and the weights load).
+    for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+    if (t < top_k) {
+        const int e = topk_expert[r * top_k + t];
+        base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+        scale_s[t] = topk_weight[r * top_k + t];
+    } else if (t == top_k) {
+        scale_s[t] = 1.f / (1.f + expf(-logit_row[experts]));
     }
+    __syncthreads();
+    load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
     cp_async_wait();
     __syncthreads();
     const int longest = max(inter, shared_inter);
