@@ -1,0 +1,102 @@
+// FP8 conversions around the block-scaled GEMM (crates/cuda/src/ops/fp8/quant.rs):
+//   fp8_quant_bf16      bf16 x [m][k] -> e4m3 q [m][k] and f32 scales, one per
+//                       (row, 128-column group): scale = amax / 448 (1 for an
+//                       all-zero group), q = e4m3(x / scale) rounded to nearest,
+//                       saturated to +-448 (as vLLM's and DeepSeek's per-token-group
+//                       quantization). Scale (r, g) goes to s[r * s_row + g * s_group]
+//                       (row-major [m][kb], or transposed for the GEMM's layout).
+//                       One warp per (row, group); lane l holds the group's
+//                       columns l, l + 32, l + 64, l + 96.
+//   fp8_dequant_bf16    e4m3 W [n][k] with scale_inv [ceil(n/128)][ceil(k/128)] ->
+//                       bf16 [n][k] (W * scale, rounded once): the GEMM's fallback.
+//   fp8_transpose_f32   f32 src [a][b] -> dst[j * ld + i] (a scale table in the
+//                       other major order, its leading dimension ld >= a).
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+namespace headroom_fp8_quant {
+
+typedef __nv_bfloat16 bf16;
+
+constexpr int BLOCK = 128;
+constexpr int THREADS = 128;
+constexpr int WARPS = THREADS / 32;
+// Largest finite e4m3.
+constexpr float E4M3_MAX = 448.f;
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+}  // namespace headroom_fp8_quant
+
+extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
+    fp8_quant_bf16(const __nv_bfloat16* __restrict__ x, unsigned char* __restrict__ q,
+                   float* __restrict__ s, long long m, int k, long long s_row, long long s_group) {
+    using namespace headroom_fp8_quant;
+    wait_prior();
+    const int lane = threadIdx.x & 31;
+    const int kb = (k + BLOCK - 1) / BLOCK;
+    const long long warp = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    if (warp >= m * kb) {
+        launch_next();
+        return;
+    }
+    const long long row = warp / kb;
+    const int g = (int)(warp % kb);
+    const __nv_bfloat16* xr = x + row * k;
+    float v[4];
+    float amax = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int col = g * BLOCK + lane + 32 * j;
+        v[j] = col < k ? __bfloat162float(xr[col]) : 0.f;
+        amax = fmaxf(amax, fabsf(v[j]));
+    }
+    launch_next();
+    amax = warp_max(amax);
+    const float scale = amax > 0.f ? __fdiv_rn(amax, E4M3_MAX) : 1.f;
+    unsigned char* qr = q + row * k;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int col = g * BLOCK + lane + 32 * j;
+        if (col < k) {
+            qr[col] = __nv_cvt_float_to_fp8(__fdiv_rn(v[j], scale), __NV_SATFINITE, __NV_E4M3);
+        }
+    }
+    if (lane == 0) s[row * s_row + g * s_group] = scale;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    fp8_dequant_bf16(const unsigned char* __restrict__ w, const float* __restrict__ scale_inv,
+                     __nv_bfloat16* __restrict__ out, long long n, int k) {
+    using namespace headroom_fp8_quant;
+    wait_prior_then_release_next();
+    const int kb = (k + BLOCK - 1) / BLOCK;
+    const long long total = n * k;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / k;
+        const int c = (int)(i % k);
+        const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)w[i], __NV_E4M3);
+        const float f = __half2float(*reinterpret_cast<const __half*>(&h));
+        out[i] = __float2bfloat16_rn(f * scale_inv[(r / BLOCK) * kb + c / BLOCK]);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    fp8_transpose_f32(const float* __restrict__ src, float* __restrict__ dst, long long a,
+                      long long b, long long ld) {
+    wait_prior_then_release_next();
+    const long long total = a * b;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const long long i = t / b;
+        const long long j = t % b;
+        dst[j * ld + i] = src[t];
+    }
+}
