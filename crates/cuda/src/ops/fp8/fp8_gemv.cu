@@ -23,6 +23,12 @@
 // `vec` = 0 (k not a multiple of 16, or x or a W not 16-byte aligned) takes
 // a scalar loop over k instead. Outputs past n are computed on row n - 1
 // and not written.
+//
+// fp8_gemv_experts (crates/cuda/src/ops/fp8/experts.rs), the MoE decode's
+// variant, runs the same loops on other units: one output of one (row,
+// expert) pair each, the pair's expert and input row taken from the
+// expert ids (written by the routing kernel, so read after the wait) and
+// the stacked experts' matrices; an id out of range writes NaN.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -112,17 +118,23 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// One unit: C weight rows (the last one repeated past n) and where they go.
+// One unit: C weight rows (the last one repeated past n), the rows of x
+// they multiply and where the outputs go; `bad` (an expert index out of
+// range) makes the outputs NaN.
 template <int C>
 struct Unit {
     const unsigned char* w;
     const float* s;
     void* y;
+    const bf16* x;
     int n;
     long long n0;
+    bool bad;
 
     // Unit `u` of the launch (u < p.units).
     __device__ __forceinline__ Unit(const Params& p, int u) {
+        x = p.x;
+        bad = false;
         w = p.m[0].w;
         s = p.m[0].s;
         y = p.m[0].y;
@@ -149,10 +161,62 @@ struct Unit {
     }
 };
 
+// The batched-experts launch (MoE decode): pair q (a row and one of its
+// experts) multiplies input row q / x_group by expert ids[q]'s matrix into
+// y row q. ids are written by the routing kernel: read after the wait.
+struct ExpertParams {
+    const bf16* x;           // [pairs / x_group][k]
+    const int* ids;          // [pairs]
+    const unsigned char* w;  // [experts][n][k] e4m3
+    const float* s;          // [experts][ceil(n/128)][ceil(k/128)]
+    void* y;                 // [pairs][n], bf16 or f32
+    int pairs;
+    int x_group;             // pairs sharing one input row (top_k, or 1)
+    int experts;
+    int n;
+    int k;
+    int out_f32;
+    int vec;                 // 16-byte loads (k % 16 == 0, x and w aligned)
+    int units;               // pairs * n
+};
+static_assert(sizeof(ExpertParams) == 72, "ExpertParams layout (gemv.rs)");
+
+// One output of one pair (C = 1).
+struct ExpertUnit {
+    const unsigned char* w;
+    const float* s;
+    void* y;
+    const bf16* x;
+    int n;
+    long long n0;
+    bool bad;
+
+    __device__ __forceinline__ ExpertUnit(const ExpertParams& p, int u) {
+        const int q = u / p.n;
+        const int e = p.ids[q];
+        bad = e < 0 || e >= p.experts;
+        const long long ee = bad ? 0 : e;
+        const long long nb = (p.n + BLOCK - 1) / BLOCK;
+        const long long kb = (p.k + BLOCK - 1) / BLOCK;
+        w = p.w + ee * p.n * (long long)p.k;
+        s = p.s + ee * nb * kb;
+        y = static_cast<char*>(p.y) + (size_t)q * p.n * (p.out_f32 ? 4 : 2);
+        x = p.x + (size_t)(q / p.x_group) * p.k;
+        n = p.n;
+        n0 = u - (long long)q * p.n;
+    }
+
+    __device__ __forceinline__ long long row(int) const { return n0; }
+
+    __device__ __forceinline__ const float* scales(int, int kb) const {
+        return s + (n0 / BLOCK) * kb;
+    }
+};
+
 // The chunks of group `g` (U per row at lane + 32 (g U + j)) and their
 // scales; with GUARD (the row's last, partial group) zero past the row.
-template <int C, int U, bool GUARD>
-__device__ __forceinline__ void load_group(const Unit<C>& t, int stride, int kb, int g, int lane,
+template <int C, int U, bool GUARD, class T>
+__device__ __forceinline__ void load_group(const T& t, int stride, int kb, int g, int lane,
                                            uint4 (&wv)[C][U], float (&sc)[C][U]) {
 #pragma unroll
     for (int c = 0; c < C; ++c) {
@@ -199,13 +263,13 @@ __device__ __forceinline__ void fma_group(const uint4 (&wv)[C][U], const float (
 
 // Whole groups take the unguarded code (up to 3 rows, where it fits the
 // registers); the row's partial last group, and more rows, the guarded one.
-template <int R, int C, int U>
-__device__ __forceinline__ void load_any(const Unit<C>& t, int stride, int kb, int g, int lane,
+template <int R, int C, int U, class T>
+__device__ __forceinline__ void load_any(const T& t, int stride, int kb, int g, int lane,
                                          uint4 (&wv)[C][U], float (&sc)[C][U]) {
     if (R <= 3 && (g + 1) * 32 * U <= stride) {
-        load_group<C, U, false>(t, stride, kb, g, lane, wv, sc);
+        load_group<C, U, false, T>(t, stride, kb, g, lane, wv, sc);
     } else {
-        load_group<C, U, true>(t, stride, kb, g, lane, wv, sc);
+        load_group<C, U, true, T>(t, stride, kb, g, lane, wv, sc);
     }
 }
 
@@ -221,10 +285,9 @@ __device__ __forceinline__ void fma_any(const uint4 (&wv)[C][U], const float (&s
 }
 
 // Sums acc over the warp and writes the unit's outputs: lane c * R + r
-// writes (r, n0 + c) (C * R <= 32); then zeroes acc.
-template <int R, int C>
-__device__ __forceinline__ void finish(const Params& p, const Unit<C>& t, int lane,
-                                       float (&acc)[C][R]) {
+// writes (r, n0 + c) (C * R <= 32), NaN for a bad unit; then zeroes acc.
+template <int R, int C, class T>
+__device__ __forceinline__ void finish(int out_f32, const T& t, int lane, float (&acc)[C][R]) {
 #pragma unroll
     for (int c = 0; c < C; ++c)
 #pragma unroll
@@ -235,10 +298,11 @@ __device__ __forceinline__ void finish(const Params& p, const Unit<C>& t, int la
         for (int r = 0; r < R; ++r) {
             if (lane == c * R + r && t.n0 + c < t.n) {
                 const size_t at = (size_t)r * t.n + t.n0 + c;
-                if (p.out_f32) {
-                    static_cast<float*>(t.y)[at] = acc[c][r];
+                const float v = t.bad ? __int_as_float(0x7fffffff) : acc[c][r];
+                if (out_f32) {
+                    static_cast<float*>(t.y)[at] = v;
                 } else {
-                    static_cast<bf16*>(t.y)[at] = __float2bfloat16_rn(acc[c][r]);
+                    static_cast<bf16*>(t.y)[at] = __float2bfloat16_rn(v);
                 }
             }
             acc[c][r] = 0.f;
@@ -246,21 +310,23 @@ __device__ __forceinline__ void finish(const Params& p, const Unit<C>& t, int la
     }
 }
 
-// 16-byte path: the warp's units, one group loaded ahead of the one it multiplies.
-template <int R, int C, int U>
-__device__ __forceinline__ void gemv_vec(const Params& p, int warp0, int warps, int lane) {
+// 16-byte path: the warp's units, one group loaded ahead of the one it
+// multiplies. With WAIT_FIRST (units that depend on an earlier kernel's
+// output) the wait comes before the first unit is made.
+template <int R, int C, int U, bool WAIT_FIRST, class T, class P>
+__device__ __forceinline__ void gemv_vec(const P& p, int warp0, int warps, int lane) {
     const int stride = p.k >> 4;   // 16-byte weight chunks per row
     const int xstride = p.k >> 3;  // 16-byte x chunks per row
     const int kb = (p.k + BLOCK - 1) / BLOCK;
     const int groups = max(1, (stride + 32 * U - 1) / (32 * U));
-    const uint4* x4 = reinterpret_cast<const uint4*>(p.x);
     int lu = warp0;  // the unit and group being loaded
     int lg = 0;
-    Unit<C> lt(p, lu);
+    if (WAIT_FIRST) wait_prior_then_release_next();
+    T lt(p, lu);
     uint4 cur[C][U];
     float csc[C][U];
-    load_any<R, C, U>(lt, stride, kb, 0, lane, cur, csc);
-    wait_prior_then_release_next();
+    load_any<R, C, U, T>(lt, stride, kb, 0, lane, cur, csc);
+    if (!WAIT_FIRST) wait_prior_then_release_next();
     float acc[C][R];
 #pragma unroll
     for (int c = 0; c < C; ++c)
@@ -268,19 +334,20 @@ __device__ __forceinline__ void gemv_vec(const Params& p, int warp0, int warps, 
         for (int r = 0; r < R; ++r) acc[c][r] = 0.f;
 #pragma unroll 1
     while (true) {
-        const Unit<C> ct = lt;
+        const T ct = lt;
         const int cg = lg;
         if (++lg == groups) {
             lg = 0;
             lu += warps;
-            if (lu < p.units) lt = Unit<C>(p, lu);
+            if (lu < p.units) lt = T(p, lu);
         }
         const bool more = lu < p.units;
         uint4 next[C][U];
         float nsc[C][U];
-        if (more) load_any<R, C, U>(lt, stride, kb, lg, lane, next, nsc);
-        fma_any<R, C, U>(cur, csc, x4, xstride, stride, cg, lane, acc);
-        if (cg == groups - 1) finish<R, C>(p, ct, lane, acc);
+        if (more) load_any<R, C, U, T>(lt, stride, kb, lg, lane, next, nsc);
+        fma_any<R, C, U>(cur, csc, reinterpret_cast<const uint4*>(ct.x), xstride, stride, cg,
+                         lane, acc);
+        if (cg == groups - 1) finish<R, C, T>(p.out_f32, ct, lane, acc);
         if (!more) break;
 #pragma unroll
         for (int c = 0; c < C; ++c)
@@ -294,8 +361,8 @@ __device__ __forceinline__ void gemv_vec(const Params& p, int warp0, int warps, 
 
 // Scalar path (any k, any alignment): one unit after another, each product
 // scaled by its block's scale.
-template <int R, int C>
-__device__ __forceinline__ void gemv_scalar(const Params& p, int warp0, int warps, int lane) {
+template <int R, int C, class T, class P>
+__device__ __forceinline__ void gemv_scalar(const P& p, int warp0, int warps, int lane) {
     wait_prior_then_release_next();
     const int k = p.k;
     const int kb = (k + BLOCK - 1) / BLOCK;
@@ -306,7 +373,7 @@ __device__ __forceinline__ void gemv_scalar(const Params& p, int warp0, int warp
         for (int r = 0; r < R; ++r) acc[c][r] = 0.f;
 #pragma unroll 1
     for (int u = warp0; u < p.units; u += warps) {
-        const Unit<C> t(p, u);
+        const T t(p, u);
         const unsigned char* wrow[C];
         const float* srow[C];
 #pragma unroll
@@ -322,12 +389,12 @@ __device__ __forceinline__ void gemv_scalar(const Params& p, int warp0, int warp
                 wf[c] = fp8_to_float(wrow[c][kk]) * __ldg(srow[c] + kk / BLOCK);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const float xf = __bfloat162float(p.x[(size_t)r * k + kk]);
+                const float xf = __bfloat162float(t.x[(size_t)r * k + kk]);
 #pragma unroll
                 for (int c = 0; c < C; ++c) acc[c][r] = fmaf(wf[c], xf, acc[c][r]);
             }
         }
-        finish<R, C>(p, t, lane, acc);
+        finish<R, C, T>(p.out_f32, t, lane, acc);
     }
 }
 
@@ -341,16 +408,34 @@ __device__ __forceinline__ void gemv(const Params& p) {
         return;
     }
     if (p.vec) {
-        gemv_vec<R, C, U>(p, warp0, warps, lane);
+        gemv_vec<R, C, U, false, Unit<C>>(p, warp0, warps, lane);
     } else {
-        gemv_scalar<R, C>(p, warp0, warps, lane);
+        gemv_scalar<R, C, Unit<C>>(p, warp0, warps, lane);
+    }
+}
+
+// The batched-experts GEMV: one output of one pair a unit (one row, C = 1).
+__device__ __forceinline__ void gemv_experts(const ExpertParams& p) {
+    const int lane = threadIdx.x & 31;
+    const int warp0 = blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const int warps = gridDim.x * WARPS;
+    if (warp0 >= p.units) {
+        wait_prior_then_release_next();
+        return;
+    }
+    if (p.vec) {
+        gemv_vec<1, 1, 8, true, ExpertUnit>(p, warp0, warps, lane);
+    } else {
+        gemv_scalar<1, 1, ExpertUnit>(p, warp0, warps, lane);
     }
 }
 
 }  // namespace headroom_fp8_gemv
 
 // fp8_gemv_c{C}_r{R}: C outputs per unit, U chunks per row in a group, R
-// rows: one output per unit at one row, two at 2 ..= MAX_ROWS rows.
+// rows: at one row one output per unit (8 chunks a lane in flight), or two
+// (4 chunks of each row: whole groups at k = 2048, for wide launches); two
+// at 2 ..= MAX_ROWS rows.
 #define FP8_GEMV_ENTRY(NAME, C, U, R)                                                      \
     extern "C" __global__ void __launch_bounds__(headroom_fp8_gemv::THREADS,              \
                                                  headroom_fp8_gemv::CTAS_PER_SM)          \
@@ -359,6 +444,7 @@ __device__ __forceinline__ void gemv(const Params& p) {
     }
 
 FP8_GEMV_ENTRY(c1, 1, 8, 1)
+FP8_GEMV_ENTRY(c2, 2, 4, 1)
 FP8_GEMV_ENTRY(c2, 2, 2, 2)
 FP8_GEMV_ENTRY(c2, 2, 2, 3)
 FP8_GEMV_ENTRY(c2, 2, 2, 4)
@@ -366,3 +452,10 @@ FP8_GEMV_ENTRY(c2, 2, 2, 5)
 FP8_GEMV_ENTRY(c2, 2, 2, 6)
 FP8_GEMV_ENTRY(c2, 2, 2, 7)
 FP8_GEMV_ENTRY(c2, 2, 2, 8)
+
+// fp8_gemv_experts: the batched-experts GEMV of MoE decode.
+extern "C" __global__ void __launch_bounds__(headroom_fp8_gemv::THREADS,
+                                             headroom_fp8_gemv::CTAS_PER_SM)
+    fp8_gemv_experts(const headroom_fp8_gemv::ExpertParams p) {
+    headroom_fp8_gemv::gemv_experts(p);
+}

@@ -6,7 +6,8 @@
 //                       quantization). Scale (r, g) goes to s[r * s_row + g * s_group]
 //                       (row-major [m][kb], or transposed for the GEMM's layout).
 //                       One warp per (row, group); lane l holds the group's
-//                       columns l, l + 32, l + 64, l + 96.
+//                       columns 4l .. 4l + 3 (8-byte loads, 4-byte stores when
+//                       `vec`: k % 4 == 0 and x, q aligned; else byte by byte).
 //   fp8_dequant_bf16    e4m3 W [n][k] with scale_inv [ceil(n/128)][ceil(k/128)] ->
 //                       bf16 [n][k] (W * scale, rounded once): the GEMM's fallback.
 //   fp8_transpose_f32   f32 src [a][b] -> dst[j * ld + i] (a scale table in the
@@ -21,7 +22,7 @@ namespace headroom_fp8_quant {
 typedef __nv_bfloat16 bf16;
 
 constexpr int BLOCK = 128;
-constexpr int THREADS = 128;
+constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
 // Largest finite e4m3.
 constexpr float E4M3_MAX = 448.f;
@@ -36,7 +37,8 @@ __device__ __forceinline__ float warp_max(float v) {
 
 extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
     fp8_quant_bf16(const __nv_bfloat16* __restrict__ x, unsigned char* __restrict__ q,
-                   float* __restrict__ s, long long m, int k, long long s_row, long long s_group) {
+                   float* __restrict__ s, long long m, int k, long long s_row, long long s_group,
+                   int vec) {
     using namespace headroom_fp8_quant;
     wait_prior();
     const int lane = threadIdx.x & 31;
@@ -48,25 +50,40 @@ extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
     }
     const long long row = warp / kb;
     const int g = (int)(warp % kb);
+    // This lane's 4 consecutive columns of the group.
+    const int col0 = g * BLOCK + 4 * lane;
     const __nv_bfloat16* xr = x + row * k;
     float v[4];
-    float amax = 0.f;
+    if (vec) {
+        // k % 4 == 0: the 4 columns are all in the row or all past it.
+        uint2 raw = make_uint2(0u, 0u);
+        if (col0 < k) raw = __ldg(reinterpret_cast<const uint2*>(xr + col0));
+        v[0] = __uint_as_float(raw.x << 16);
+        v[1] = __uint_as_float(raw.x & 0xffff0000u);
+        v[2] = __uint_as_float(raw.y << 16);
+        v[3] = __uint_as_float(raw.y & 0xffff0000u);
+    } else {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int col = g * BLOCK + lane + 32 * j;
-        v[j] = col < k ? __bfloat162float(xr[col]) : 0.f;
-        amax = fmaxf(amax, fabsf(v[j]));
+        for (int j = 0; j < 4; ++j) v[j] = col0 + j < k ? __bfloat162float(xr[col0 + j]) : 0.f;
     }
     launch_next();
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
     amax = warp_max(amax);
     const float scale = amax > 0.f ? __fdiv_rn(amax, E4M3_MAX) : 1.f;
-    unsigned char* qr = q + row * k;
+    unsigned char c[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int col = g * BLOCK + lane + 32 * j;
-        if (col < k) {
-            qr[col] = __nv_cvt_float_to_fp8(__fdiv_rn(v[j], scale), __NV_SATFINITE, __NV_E4M3);
+    for (int j = 0; j < 4; ++j)
+        c[j] = __nv_cvt_float_to_fp8(__fdiv_rn(v[j], scale), __NV_SATFINITE, __NV_E4M3);
+    unsigned char* qr = q + row * k;
+    if (vec) {
+        if (col0 < k) {
+            *reinterpret_cast<unsigned*>(qr + col0) =
+                c[0] | (c[1] << 8) | (c[2] << 16) | ((unsigned)c[3] << 24);
         }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (col0 + j < k) qr[col0 + j] = c[j];
     }
     if (lane == 0) s[row * s_row + g * s_group] = scale;
 }

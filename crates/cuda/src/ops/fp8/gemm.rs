@@ -2,16 +2,19 @@
 //! bf16 `x` `[m][k]`, an [`Fp8Matrix`] `W` `[n][k]` and bf16 `y` `[m][n]`.
 //! On Hopper it quantizes `x` per (row, 128-column group) to e4m3
 //! ([`super::quant::quantize`]) and runs cuBLASLt's block-scaled FP8 matmul
-//! ([`crate::blas::Blas::fp8_block_linear`], f32 accumulation). Where
-//! cuBLASLt refuses the shape (no algorithm, or `k` not a multiple of 16),
-//! it dequantizes `W` to a bf16 workspace and runs the bf16 GEMM on the
-//! unquantized `x`. The caller learns which ran ([`Fp8GemmPath`]).
+//! ([`crate::blas::Blas::fp8_block_linear`], f32 accumulation) on the
+//! shapes it computes right ([`lt_takes`]: on the H200, cuBLASLt 13 ran
+//! k = 2,112, n = 320 and returned wrong sums). Elsewhere, or where
+//! cuBLASLt has no algorithm (it has none at m = 1 or 37), it dequantizes
+//! `W` to a bf16 workspace and runs the bf16 GEMM on the unquantized `x`.
+//! The caller learns which ran ([`Fp8GemmPath`]).
 //!
 //! cuBLASLt reads the scale tables in a fixed order: [`LT_SCALE_ORDER`]
-//! names it (which operand's scales are rows- or blocks-of-rows-contiguous
-//! and whether their leading dimension is padded), and the launcher lays
-//! the activation scales out in it and transposes the weight's when needed.
-//! `tests/fp8_ops.rs` checks every candidate order on the GPU.
+//! names it (the activation scales rows-contiguous, `[k/128][m]`; the
+//! weight's as the checkpoint stores them, `[n/128][k/128]`: the one order
+//! of the candidates that matched f64 on the H200), and the launcher lays
+//! the activation scales out in it. `tests/fp8_ops.rs` probes every
+//! candidate order on the GPU.
 
 use super::quant::{dequantize, quantize, transpose_f32, ScaleLayout};
 use super::{need, Fp8Matrix};
@@ -48,7 +51,7 @@ pub struct LtScaleOrder {
     pub pad_to_4: bool,
 }
 
-/// The order the launcher uses.
+/// The order cuBLASLt reads (probed on the H200, `tests/fp8_ops.rs`).
 pub const LT_SCALE_ORDER: LtScaleOrder = LtScaleOrder {
     x_rows_contiguous: true,
     w_transposed: false,
@@ -95,6 +98,13 @@ impl LtScaleOrder {
     }
 }
 
+/// Whether the block-scaled matmul takes `m × k` by `n`: `k` and `n`
+/// multiples of 128 (whole scale blocks; with tails cuBLASLt 13 returned
+/// wrong sums on the H200); cuBLASLt's heuristic may still refuse it.
+pub fn lt_takes(m: usize, n: usize, k: usize) -> bool {
+    m > 0 && k.is_multiple_of(super::BLOCK) && n.is_multiple_of(super::BLOCK)
+}
+
 /// Checks x `[m][k]` bf16 and y `[m][n]` bf16 against `w`.
 fn check(x: &DeviceBuffer, m: usize, w: &Fp8Matrix, y: &DeviceBuffer) -> OpResult<()> {
     w.check(OP)?;
@@ -127,7 +137,7 @@ pub fn fp8_gemm_with(
     if m == 0 {
         return Ok(Fp8GemmPath::Empty);
     }
-    if let Some(order) = lt.filter(|_| w.k.is_multiple_of(16)) {
+    if let Some(order) = lt.filter(|_| lt_takes(m, w.n, w.k)) {
         let kb = w.k.div_ceil(super::BLOCK);
         let layout = order.x_layout(m);
         let (_, _, span) = layout.strides(m, kb)?;
@@ -145,7 +155,10 @@ pub fn fp8_gemm_with(
 /// The block-scaled matmul on e4m3 `xq` `[m][k]` whose scales `xs` are
 /// row-major `[m][ceil(k/128)]` (as [`quantize`] with
 /// [`ScaleLayout::RowMajor`] writes them), laid out in `order` here;
-/// `Ok(false)` (nothing ran) where cuBLASLt refuses the shape.
+/// `Ok(false)` (nothing ran) where [`lt_takes`] or cuBLASLt refuses the
+/// shape. `any_shape` skips [`lt_takes`] (for the GPU probe of what
+/// cuBLASLt computes right).
+#[allow(clippy::too_many_arguments)]
 pub fn fp8_gemm_quantized(
     dev: &CudaDevice,
     xq: &DeviceBuffer,
@@ -154,13 +167,14 @@ pub fn fp8_gemm_quantized(
     w: Fp8Matrix,
     y: &DeviceBuffer,
     order: LtScaleOrder,
+    any_shape: bool,
 ) -> OpResult<bool> {
     w.check(OP)?;
     let kb = w.k.div_ceil(super::BLOCK);
     need(OP, "xq", xq, mul(OP, m, w.k)?)?;
     need(OP, "xs", xs, mul(OP, mul(OP, m, kb)?, 4)?)?;
     need(OP, "y", y, mul(OP, mul(OP, m, w.n)?, 2)?)?;
-    if m == 0 || !w.k.is_multiple_of(16) {
+    if m == 0 || !w.k.is_multiple_of(16) || !(any_shape || lt_takes(m, w.n, w.k)) {
         return Ok(false);
     }
     if !order.x_rows_contiguous {
@@ -242,6 +256,15 @@ fn dequant_gemm(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_whole_scale_blocks_take_cublaslt() {
+        assert!(lt_takes(512, 256, 4096));
+        assert!(lt_takes(1, 2048, 2048));
+        assert!(!lt_takes(512, 320, 4096));
+        assert!(!lt_takes(512, 256, 2048 + 64));
+        assert!(!lt_takes(0, 256, 4096));
+    }
 
     #[test]
     fn candidate_orders_are_distinct_and_include_the_default() {

@@ -10,7 +10,7 @@ use super::{need, Fp8Matrix};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::launch::{int, launch_packed_pdl, mul};
-use crate::ops::gemv::{grid_ctas, plan_units, THREADS};
+use crate::ops::gemv::{grid_ctas, plan_units, CTAS_PER_SM, THREADS};
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
 use std::ffi::c_void;
@@ -22,17 +22,26 @@ pub const MAX_MATS: usize = 6;
 
 const OP: &str = "fp8_gemv";
 
-/// Consecutive outputs of one unit at `rows` rows (`C` of the kernel).
-fn outputs_per_unit(rows: usize) -> usize {
-    if rows <= 1 {
-        1
-    } else {
+/// Consecutive outputs of one unit (`C` of the kernel) at `rows` rows for
+/// matrices of `outputs` outputs in all on `sm_count` SMs: two from 2 rows
+/// on; at one row two when half as many units still give every warp of
+/// half the persistent grid one (twice the bytes in flight a warp at
+/// k = 2048), else one.
+fn outputs_per_unit(rows: usize, outputs: usize, sm_count: usize) -> usize {
+    let grid_warps = sm_count.max(1) * CTAS_PER_SM * (THREADS as usize / 32);
+    if rows > 1 || outputs / 2 >= grid_warps / 2 {
         2
+    } else {
+        1
     }
 }
 
-/// The entry point for `rows` rows (1 ..= [`MAX_ROWS`]).
-fn entry(rows: usize) -> Option<&'static str> {
+/// The entry point for `rows` rows (1 ..= [`MAX_ROWS`]) at `c` outputs a
+/// unit (two at one row: `fp8_gemv_c2_r1`).
+fn entry(rows: usize, c: usize) -> Option<&'static str> {
+    if rows == 1 && c == 2 {
+        return Some("fp8_gemv_c2_r1");
+    }
     const ENTRIES: [&str; MAX_ROWS] = [
         "fp8_gemv_c1_r1",
         "fp8_gemv_c2_r2",
@@ -130,10 +139,11 @@ pub fn fp8_gemv(
     out: Dtype,
 ) -> OpResult<()> {
     check(x, rows, k, ms, out)?;
-    let entry =
-        entry(rows).ok_or_else(|| OpError::shape(OP, format!("no entry for {rows} rows")))?;
     let ns: Vec<usize> = ms.iter().map(|m| m.w.n).collect();
-    let (first, units) = plan_units(outputs_per_unit(rows), &ns)?;
+    let c = outputs_per_unit(rows, ns.iter().sum(), dev.sm_count);
+    let entry =
+        entry(rows, c).ok_or_else(|| OpError::shape(OP, format!("no entry for {rows} rows")))?;
+    let (first, units) = plan_units(c, &ns)?;
     let blocks = grid_ctas(units as usize, dev.sm_count);
     let aligned = |p: u64| p.is_multiple_of(16);
     let vec = k.is_multiple_of(16) && aligned(x.ptr()) && ms.iter().all(|m| aligned(m.w.w.ptr()));
@@ -172,7 +182,6 @@ mod tests {
     use super::super::sources::FP8_GEMV;
     use super::*;
     use crate::kernels::{source_constant, source_of};
-    use crate::ops::gemv::CTAS_PER_SM;
     use std::mem::{offset_of, size_of};
 
     #[test]
@@ -185,20 +194,37 @@ mod tests {
         assert_eq!(source_constant(src, "MAX_MATS"), MAX_MATS);
         assert_eq!(source_constant(src, "BLOCK"), super::super::BLOCK);
         for rows in 1..=MAX_ROWS {
-            let e = entry(rows).unwrap();
-            let c = outputs_per_unit(rows);
-            assert_eq!(e, format!("fp8_gemv_c{c}_r{rows}"));
-            assert_eq!(source_of(e), Some(&FP8_GEMV));
-            // U chunks per row in a group: 8 at one output a unit, 2 at two
-            // (what fits the 128 registers of 4 CTAs per SM without spills).
-            let u = if c == 1 { 8 } else { 2 };
-            let line = format!("FP8_GEMV_ENTRY(c{c}, {c}, {u}, {rows})");
-            assert!(src.contains(&line), "{line}");
-            assert!(c * rows <= 32);
+            for c in [1, 2] {
+                if rows > 1 && c == 1 {
+                    continue;
+                }
+                let e = entry(rows, c).unwrap();
+                assert_eq!(e, format!("fp8_gemv_c{c}_r{rows}"));
+                assert_eq!(source_of(e), Some(&FP8_GEMV));
+                // U chunks per row in a group: 8 a lane in flight at one row,
+                // 4 at more rows (what fits the 128 registers of 4 CTAs per SM
+                // without spills).
+                let u = if rows == 1 { 8 / c } else { 2 };
+                let line = format!("FP8_GEMV_ENTRY(c{c}, {c}, {u}, {rows})");
+                assert!(src.contains(&line), "{line}");
+                assert!(c * rows <= 32);
+            }
         }
-        assert_eq!(entry(0), None);
-        assert_eq!(entry(MAX_ROWS + 1), None);
-        assert_eq!(FP8_GEMV.entry_points.len(), MAX_ROWS);
+        assert_eq!(entry(0, 2), None);
+        assert_eq!(entry(MAX_ROWS + 1, 2), None);
+        // Every row count, two entries at one row, and the experts' entry.
+        assert_eq!(FP8_GEMV.entry_points.len(), MAX_ROWS + 2);
+    }
+
+    #[test]
+    fn one_row_takes_two_outputs_a_unit_on_wide_launches_only() {
+        // 132 SMs: a grid of 2,112 warps.
+        assert_eq!(outputs_per_unit(1, 8192, 132), 2);
+        assert_eq!(outputs_per_unit(1, 4096, 132), 2);
+        assert_eq!(outputs_per_unit(1, 2048, 132), 1);
+        assert_eq!(outputs_per_unit(1, 512, 132), 1);
+        assert_eq!(outputs_per_unit(2, 1, 132), 2);
+        assert_eq!(outputs_per_unit(8, 32, 0), 2);
     }
 
     #[test]

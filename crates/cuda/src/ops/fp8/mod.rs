@@ -5,11 +5,14 @@
 //! buffers ([`Fp8Matrix`]), so a caller that holds such weights calls them
 //! directly:
 //! * [`gemv`]: the decode GEMV (1 ..= 8 rows, bf16 x, f32 accumulation);
+//! * [`experts`]: its batched-experts variant for the MoE decode (stacked
+//!   experts' matrices, the expert of each (row, slot) pair on the device);
 //! * [`quant`]: per-(row, 128-group) activation quantization to e4m3 and
 //!   the weight dequantization to bf16 (the GEMM's fallback);
 //! * [`gemm`]: the prefill GEMM (cuBLASLt block scaling, else dequantize +
 //!   the bf16 GEMM).
 
+pub mod experts;
 pub mod gemm;
 pub mod gemv;
 pub mod quant;

@@ -10,7 +10,7 @@ use crate::launch::{grid_dim, int, launch_programmatic, mul, stride_grid, Args, 
 use headroom_core::ops::{OpError, OpResult};
 
 /// Threads of a `fp8_quant_bf16` CTA (`THREADS`), one warp per group.
-const QUANT_THREADS: u32 = 128;
+const QUANT_THREADS: u32 = 256;
 const QUANT_WARPS: usize = QUANT_THREADS as usize / 32;
 
 /// Where scale `(row, group)` of an `[m][ceil(k/128)]` table goes.
@@ -64,6 +64,7 @@ pub fn quantize(
         return Ok(());
     }
     let warps = mul(OP, m, kb)?;
+    let vec = k.is_multiple_of(4) && x.ptr().is_multiple_of(8) && q.ptr().is_multiple_of(4);
     let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
     let args = Args::new()
         .ptr(x.ptr())
@@ -72,9 +73,11 @@ pub fn quantize(
         .i64(m as i64)
         .i32(int(OP, "k", k)?)
         .i64(s_row as i64)
-        .i64(s_group as i64);
+        .i64(s_group as i64)
+        .i32(i32::from(vec));
     // SAFETY: x holds m · k bf16, q m · k bytes, s the table's span (checked);
     // one warp per (row, group) of the grid, the excess warps return; the
+    // wide loads and stores only with k % 4 == 0 and aligned rows; the
     // kernel reads x after griddepcontrol.wait.
     unsafe { launch_programmatic(dev, "fp8_quant_bf16", grid, QUANT_THREADS, args) }
 }

@@ -3,7 +3,9 @@
 use crate::kernels::source::KernelSource;
 
 /// Block-scaled FP8 GEMV over up to 6 matrices in one launch: one output
-/// per warp at one row (`c1`), two at 2 ..= 8 rows (`c2`).
+/// or two (`c2_r1`, wide launches) per warp at one row, two at 2 ..= 8
+/// rows (`c2`); and its
+/// batched-experts variant (`fp8_gemv_experts`).
 pub const FP8_GEMV: KernelSource = KernelSource {
     name: "fp8_gemv",
     file: "fp8_gemv.cu",
@@ -13,6 +15,7 @@ pub const FP8_GEMV: KernelSource = KernelSource {
     ),
     entry_points: &[
         "fp8_gemv_c1_r1",
+        "fp8_gemv_c2_r1",
         "fp8_gemv_c2_r2",
         "fp8_gemv_c2_r3",
         "fp8_gemv_c2_r4",
@@ -20,6 +23,7 @@ pub const FP8_GEMV: KernelSource = KernelSource {
         "fp8_gemv_c2_r6",
         "fp8_gemv_c2_r7",
         "fp8_gemv_c2_r8",
+        "fp8_gemv_experts",
     ],
 };
 
