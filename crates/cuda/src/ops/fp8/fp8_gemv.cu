@@ -18,8 +18,8 @@
 // products are summed in f32, multiplied by their block's scale and added
 // to the lane's f32 sum (the block's sum is thus taken in pieces of 16,
 // each scaled); the warp then sums its lanes.
-// e4m3 -> f16 (exact) by the cuda_fp8.h intrinsic (one cvt per pair on
-// sm_89+), then f32.
+// e4m3 -> f32 by integer ops and one exact multiply (unpack_fp8), no
+// conversion instructions; a chunk's 16 products in two chains of 8.
 // `vec` = 0 (k not a multiple of 16, or x or a W not 16-byte aligned) takes
 // a scalar loop over k instead. Outputs past n are computed on row n - 1
 // and not written.
@@ -93,18 +93,22 @@ __device__ __forceinline__ float2 fp8x2_to_float2(unsigned pair) {
     return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
-// 16 e4m3 -> f32.
+// 16 e4m3 -> f32 by integer ops: the byte's sign to bit 31, its exponent
+// and mantissa bits to f32's bits 26 .. 20 give the value times 2^-120
+// (subnormal e4m3 codes land on f32 subnormals: exact), then one multiply
+// by 2^120 (exact). The e4m3 NaN codes (0x7f, 0xff) come out as +-480.
+__device__ __forceinline__ float e4m3_byte(unsigned u, int j) {
+    const unsigned b = u >> (8 * j);
+    const unsigned bits = ((b << 24) & 0x80000000u) | ((b << 20) & 0x07f00000u);
+    return __uint_as_float(bits) * 0x1p120f;
+}
+
 __device__ __forceinline__ void unpack_fp8(const uint4& v, float (&f)[16]) {
     const unsigned u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float2 lo = fp8x2_to_float2(u[j] & 0xffffu);
-        const float2 hi = fp8x2_to_float2(u[j] >> 16);
-        f[4 * j] = lo.x;
-        f[4 * j + 1] = lo.y;
-        f[4 * j + 2] = hi.x;
-        f[4 * j + 3] = hi.y;
-    }
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) f[4 * j + b] = e4m3_byte(u[j], b);
 }
 
 __device__ __forceinline__ float fp8_to_float(unsigned char b) {
@@ -252,10 +256,14 @@ __device__ __forceinline__ void fma_group(const uint4 (&wv)[C][U], const float (
             unpack_bf16(__ldg(x4 + (size_t)r * xstride + 2 * i + 1), xf + 8);
 #pragma unroll
             for (int c = 0; c < C; ++c) {
-                float part = 0.f;
+                // Two chains of 8 (even and odd columns), then their sum.
+                float p0 = 0.f, p1 = 0.f;
 #pragma unroll
-                for (int e = 0; e < 16; ++e) part = fmaf(wf[c][e], xf[e], part);
-                acc[c][r] = fmaf(part, sc[c][j], acc[c][r]);
+                for (int e = 0; e < 16; e += 2) {
+                    p0 = fmaf(wf[c][e], xf[e], p0);
+                    p1 = fmaf(wf[c][e + 1], xf[e + 1], p1);
+                }
+                acc[c][r] = fmaf(p0 + p1, sc[c][j], acc[c][r]);
             }
         }
     }
