@@ -391,6 +391,11 @@ fn check_gemm_paths(dev: &CudaDevice, m: usize, k: usize, n: usize, seed: u64) -
                 BF16_GEMM_SUM,
             );
         }
+        Fp8GemmPath::Gemv => {
+            assert!(m <= 8, "{m} rows on the GEMV");
+            let (want, l1) = reference(&x64, &w64, m, n, k);
+            assert_close(&what("end to end"), &got, &want, &l1, BF16_OUT, GEMV_SUM);
+        }
         Fp8GemmPath::Empty => panic!("{m} rows ran nothing"),
     }
     // The fallback forced.

@@ -10,6 +10,7 @@
 //                       `vec`: k % 4 == 0 and x, q aligned; else byte by byte).
 //   fp8_dequant_bf16    e4m3 W [n][k] with scale_inv [ceil(n/128)][ceil(k/128)] ->
 //                       bf16 [n][k] (W * scale, rounded once): the GEMM's fallback.
+//                       CTAs stride over rows, a thread takes 4 columns at once.
 //   fp8_transpose_f32   f32 src [a][b] -> dst[j * ld + i] (a scale table in the
 //                       other major order, its leading dimension ld >= a).
 
@@ -90,18 +91,43 @@ extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
 
 extern "C" __global__ void __launch_bounds__(256)
     fp8_dequant_bf16(const unsigned char* __restrict__ w, const float* __restrict__ scale_inv,
-                     __nv_bfloat16* __restrict__ out, long long n, int k) {
+                     __nv_bfloat16* __restrict__ out, long long n, int k, int vec) {
     using namespace headroom_fp8_quant;
     wait_prior_then_release_next();
     const int kb = (k + BLOCK - 1) / BLOCK;
-    const long long total = n * k;
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
-         i += (long long)gridDim.x * blockDim.x) {
-        const long long r = i / k;
-        const int c = (int)(i % k);
-        const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)w[i], __NV_E4M3);
-        const float f = __half2float(*reinterpret_cast<const __half*>(&h));
-        out[i] = __float2bfloat16_rn(f * scale_inv[(r / BLOCK) * kb + c / BLOCK]);
+    // CTAs stride over rows, threads over 4 columns each (4-byte loads and
+    // 8-byte stores with `vec`: k % 4 == 0, W 4- and out 8-byte aligned; a
+    // quad never straddles a scale block).
+    for (long long r = blockIdx.x; r < n; r += gridDim.x) {
+        const float* sr = scale_inv + (r / BLOCK) * kb;
+        const unsigned char* wr = w + r * k;
+        __nv_bfloat16* outr = out + r * k;
+        for (int c = 4 * threadIdx.x; c < k; c += 4 * blockDim.x) {
+            if (vec) {
+                const unsigned u = *reinterpret_cast<const unsigned*>(wr + c);
+                const float s = sr[c / BLOCK];
+                unsigned short o[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const __half_raw h = __nv_cvt_fp8_to_halfraw(
+                        (__nv_fp8_storage_t)((u >> (8 * j)) & 0xffu), __NV_E4M3);
+                    const float f = __half2float(*reinterpret_cast<const __half*>(&h));
+                    const __nv_bfloat16 b = __float2bfloat16_rn(f * s);
+                    o[j] = *reinterpret_cast<const unsigned short*>(&b);
+                }
+                *reinterpret_cast<uint2*>(outr + c) =
+                    make_uint2(o[0] | ((unsigned)o[1] << 16), o[2] | ((unsigned)o[3] << 16));
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    if (c + j >= k) break;
+                    const __half_raw h =
+                        __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)wr[c + j], __NV_E4M3);
+                    const float f = __half2float(*reinterpret_cast<const __half*>(&h));
+                    outr[c + j] = __float2bfloat16_rn(f * sr[(c + j) / BLOCK]);
+                }
+            }
+        }
     }
 }
 

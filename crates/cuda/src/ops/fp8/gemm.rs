@@ -7,7 +7,9 @@
 //! k = 2,112, n = 320 and returned wrong sums). Elsewhere, or where
 //! cuBLASLt has no algorithm (it has none at m = 1 or 37), it dequantizes
 //! `W` to a bf16 workspace and runs the bf16 GEMM on the unquantized `x`.
-//! The caller learns which ran ([`Fp8GemmPath`]).
+//! Up to [`super::gemv::MAX_ROWS`] rows run on the FP8 GEMV instead (bf16
+//! x, no activation quantization, one pass over the weight). The caller
+//! learns which ran ([`Fp8GemmPath`]).
 //!
 //! cuBLASLt reads the scale tables in a fixed order: [`LT_SCALE_ORDER`]
 //! names it (the activation scales rows-contiguous, `[k/128][m]`; the
@@ -16,6 +18,7 @@
 //! the activation scales out in it. `tests/fp8_ops.rs` probes every
 //! candidate order on the GPU.
 
+use super::gemv::{fp8_gemv, Fp8Gemv, MAX_ROWS};
 use super::quant::{dequantize, quantize, transpose_f32, ScaleLayout};
 use super::{need, Fp8Matrix};
 use crate::alloc::DeviceBuffer;
@@ -30,6 +33,8 @@ const OP: &str = "fp8_gemm";
 /// Which path a GEMM took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fp8GemmPath {
+    /// At most 8 rows: the FP8 GEMV on the unquantized x.
+    Gemv,
     /// x quantized to e4m3, cuBLASLt's block-scaled FP8 matmul.
     BlockScaled,
     /// W dequantized to bf16, the bf16 GEMM on the unquantized x.
@@ -124,7 +129,8 @@ pub fn fp8_gemm(
     fp8_gemm_with(dev, x, m, w, y, Some(LT_SCALE_ORDER))
 }
 
-/// [`fp8_gemm`] with the scale order `lt` (`None`: the bf16 fallback only).
+/// [`fp8_gemm`] with the scale order `lt` (`None`: the dequantizing bf16
+/// fallback whatever the rows, for tests and benches).
 pub fn fp8_gemm_with(
     dev: &CudaDevice,
     x: &DeviceBuffer,
@@ -136,6 +142,11 @@ pub fn fp8_gemm_with(
     check(x, m, &w, y)?;
     if m == 0 {
         return Ok(Fp8GemmPath::Empty);
+    }
+    if lt.is_some() && m <= MAX_ROWS {
+        let one = Fp8Gemv { w, y };
+        fp8_gemv(dev, x, m, w.k, &[one], Dtype::Bf16)?;
+        return Ok(Fp8GemmPath::Gemv);
     }
     if let Some(order) = lt.filter(|_| lt_takes(m, w.n, w.k)) {
         let kb = w.k.div_ceil(super::BLOCK);

@@ -93,11 +93,18 @@ pub fn dequantize(dev: &CudaDevice, w: Fp8Matrix, out: &DeviceBuffer) -> OpResul
         .ptr(w.scale_inv.ptr())
         .ptr(out.ptr())
         .i64(w.n as i64)
-        .i32(int(OP, "k", w.k)?);
+        .i32(int(OP, "k", w.k)?)
+        .i32(i32::from(
+            w.k.is_multiple_of(4) && w.w.ptr().is_multiple_of(4) && out.ptr().is_multiple_of(8),
+        ));
+    // CTAs stride over the rows: as many as rows, at most 16 per SM.
+    let ctas = w.n.clamp(1, dev.sm_count.max(1) * 16);
+    let grid = (grid_dim(OP, ctas, GRID_X)?, 1, 1);
     // SAFETY: the weight, its scales and out hold n · k elements (checked);
-    // the grid-stride loop stays below n · k; the kernel waits for the
-    // previous one before it writes.
-    unsafe { launch_programmatic(dev, "fp8_dequant_bf16", stride_grid(elems, 256), 256, args) }
+    // the loops stay below n rows and k columns, the wide accesses only
+    // with k % 4 == 0 (4-byte aligned rows of W, 8-byte of out); the
+    // kernel waits for the previous one before it writes.
+    unsafe { launch_programmatic(dev, "fp8_dequant_bf16", grid, 256, args) }
 }
 
 /// `dst[j · ld + i] = src[i · b + j]` for the f32 table `src` `[a][b]`
