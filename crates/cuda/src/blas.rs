@@ -4,13 +4,17 @@
 //! The linear runs on cuBLASLt with what each distinct shape needs (matmul
 //! descriptor, layouts, the heuristic's algorithm) built on its first call
 //! and kept ([`lt`]): a repeated shape costs one
-//! `cublasLtMatmul`, not a `cublasGemmEx` with its per-call set-up.
+//! `cublasLtMatmul`, not a `cublasGemmEx` with its per-call set-up. The
+//! block-scaled FP8 product ([`Blas::fp8_block_linear`]) has its own plans
+//! on the same handle ([`fp8`]).
 
+mod fp8;
 mod lt;
 
 use crate::{libs, CudaError};
 use cudarc::cublas::{result, sys};
 use cudarc::driver::sys::CUstream;
+pub use fp8::Fp8Linear;
 use headroom_core::Dtype;
 use lt::{alignment, Lt, LtShape};
 use std::ffi::c_void;
@@ -20,6 +24,8 @@ pub struct Blas {
     /// cuBLASLt with its plan cache; `None` where it could not be set up
     /// (the linear then takes `cublasGemmEx`).
     lt: Option<Lt>,
+    /// The FP8 plans on `lt`'s handle.
+    fp8: fp8::Fp8Plans,
 }
 
 // SAFETY: the handle is only used through &self calls that cuBLAS allows from
@@ -51,7 +57,11 @@ impl Blas {
         // SAFETY: handle is fresh; the stream belongs to the current context.
         unsafe { result::set_stream(handle, stream as sys::cudaStream_t)? };
         let lt = Lt::new(stream).ok();
-        Ok(Blas { handle, lt })
+        Ok(Blas {
+            handle,
+            lt,
+            fp8: fp8::Fp8Plans::new(),
+        })
     }
 
     /// The cuBLASLt plans kept (one per distinct linear shape), or `None`

@@ -143,13 +143,27 @@ struct Found {
 }
 
 /// One shape's descriptors and algorithm (null handles are not yet made).
-struct Plan {
-    desc: sys::cublasLtMatmulDesc_t,
-    a: sys::cublasLtMatrixLayout_t,
-    b: sys::cublasLtMatrixLayout_t,
-    c: sys::cublasLtMatrixLayout_t,
-    algo: sys::cublasLtMatmulAlgo_t,
-    workspace: usize,
+pub(super) struct Plan {
+    pub desc: sys::cublasLtMatmulDesc_t,
+    pub a: sys::cublasLtMatrixLayout_t,
+    pub b: sys::cublasLtMatrixLayout_t,
+    pub c: sys::cublasLtMatrixLayout_t,
+    pub algo: sys::cublasLtMatmulAlgo_t,
+    pub workspace: usize,
+}
+
+impl Plan {
+    /// A plan with no descriptor made yet.
+    pub fn empty() -> Plan {
+        Plan {
+            desc: std::ptr::null_mut(),
+            a: std::ptr::null_mut(),
+            b: std::ptr::null_mut(),
+            c: std::ptr::null_mut(),
+            algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+            workspace: 0,
+        }
+    }
 }
 
 impl Drop for Plan {
@@ -169,7 +183,7 @@ impl Drop for Plan {
     }
 }
 
-fn lt_err(e: result::CublasError) -> CudaError {
+pub(super) fn lt_err(e: result::CublasError) -> CudaError {
     CudaError::Blas(format!("cuBLASLt: {e}"))
 }
 
@@ -183,9 +197,9 @@ fn data_type(d: Dtype) -> sys::cudaDataType {
 
 /// A cuBLASLt handle on one stream, its workspace and its plans.
 pub(super) struct Lt {
-    handle: sys::cublasLtHandle_t,
-    stream: sys::cudaStream_t,
-    workspace: u64,
+    pub(super) handle: sys::cublasLtHandle_t,
+    pub(super) stream: sys::cudaStream_t,
+    pub(super) workspace: u64,
     /// [`WARM_BYTES`] of scratch for the buckets' first launches.
     warm: u64,
     plans: Mutex<(Plans, Algos)>,
@@ -235,6 +249,11 @@ impl Lt {
             warm,
             plans: Mutex::new((Capped::new(MAX_PLANS), Capped::new(MAX_ALGOS))),
         })
+    }
+
+    /// Bytes of the device workspace.
+    pub fn workspace_bytes(&self) -> usize {
+        WORKSPACE_BYTES
     }
 
     /// Plans kept.
@@ -397,14 +416,7 @@ impl Lt {
             i64::try_from(v).map_err(|_| CudaError::Blas(format!("leading dimension {v}")))
         };
         let (m, n, k) = (s.out_features, s.rows, s.in_features);
-        let mut plan = Plan {
-            desc: std::ptr::null_mut(),
-            a: std::ptr::null_mut(),
-            b: std::ptr::null_mut(),
-            c: std::ptr::null_mut(),
-            algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
-            workspace: 0,
-        };
+        let mut plan = Plan::empty();
         plan.desc = result::create_matmul_desc(
             sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
             sys::cudaDataType::CUDA_R_32F,
@@ -437,39 +449,7 @@ impl Lt {
     /// `s`'s alignments; `None` when it has none (or one needing more than
     /// the workspace).
     fn search(&self, plan: &Plan, s: &LtShape) -> Result<Option<Found>, CudaError> {
-        let pref = Pref(result::create_matmul_pref().map_err(lt_err)?);
-        {
-            use sys::cublasLtMatmulPreferenceAttributes_t as A;
-            let max = WORKSPACE_BYTES as u64;
-            // SAFETY: the preference is live; the value (uint64_t) outlives the call.
-            unsafe {
-                result::set_matmul_pref_attribute(
-                    pref.0,
-                    A::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                    &max as *const u64 as *const c_void,
-                    std::mem::size_of::<u64>(),
-                )
-            }
-            .map_err(lt_err)?;
-            let [aw, ax, ay] = s.align.map(|a| a as u32);
-            for (attr, v) in [
-                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, aw),
-                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, ax),
-                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, ay),
-                (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, ay),
-            ] {
-                // SAFETY: as above; the alignments are uint32_t attributes.
-                unsafe {
-                    result::set_matmul_pref_attribute(
-                        pref.0,
-                        attr,
-                        &v as *const u32 as *const c_void,
-                        std::mem::size_of::<u32>(),
-                    )
-                }
-                .map_err(lt_err)?;
-            }
-        }
+        let pref = Pref::new(WORKSPACE_BYTES, s.align)?;
         // SAFETY: every descriptor is live and describes the same GEMM.
         let found = unsafe {
             result::get_matmul_algo_heuristic(
@@ -494,7 +474,46 @@ impl Lt {
 }
 
 /// A matmul preference, destroyed on drop.
-struct Pref(sys::cublasLtMatmulPreference_t);
+pub(super) struct Pref(pub sys::cublasLtMatmulPreference_t);
+
+impl Pref {
+    /// A preference for algorithms using at most `workspace` bytes and the
+    /// alignments (bytes) of A, B and C = D.
+    pub fn new(workspace: usize, align: [usize; 3]) -> Result<Pref, CudaError> {
+        use sys::cublasLtMatmulPreferenceAttributes_t as A;
+        let pref = Pref(result::create_matmul_pref().map_err(lt_err)?);
+        let max = workspace as u64;
+        // SAFETY: the preference is live; the value (uint64_t) outlives the call.
+        unsafe {
+            result::set_matmul_pref_attribute(
+                pref.0,
+                A::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &max as *const u64 as *const c_void,
+                std::mem::size_of::<u64>(),
+            )
+        }
+        .map_err(lt_err)?;
+        let [aw, ax, ay] = align.map(|a| a as u32);
+        for (attr, v) in [
+            (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, aw),
+            (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, ax),
+            (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, ay),
+            (A::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, ay),
+        ] {
+            // SAFETY: as above; the alignments are uint32_t attributes.
+            unsafe {
+                result::set_matmul_pref_attribute(
+                    pref.0,
+                    attr,
+                    &v as *const u32 as *const c_void,
+                    std::mem::size_of::<u32>(),
+                )
+            }
+            .map_err(lt_err)?;
+        }
+        Ok(pref)
+    }
+}
 
 impl Drop for Pref {
     fn drop(&mut self) {

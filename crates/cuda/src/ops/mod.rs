@@ -5,11 +5,13 @@
 //! ([`gdn`]: chunked prefill, recurrent step, fused decode core), the mixture
 //! of experts ([`moe`]: routing, grouped GEMMs, decode), the causal conv1d
 //! ([`conv`]), the shape-general fallbacks of both ([`fallback`]), the
-//! tensor-parallel partials ([`tp`]), and the dense ops.
+//! tensor-parallel partials ([`tp`]), the block-scaled FP8 weights'
+//! GEMV, GEMM and quantization ([`fp8`]), and the dense ops.
 
 pub mod attention;
 pub mod conv;
 pub mod fallback;
+pub mod fp8;
 pub mod gdn;
 pub mod gemv;
 pub(crate) mod kv;

@@ -24,11 +24,11 @@ pub const MAX_ROWS: usize = 8;
 /// Most matrices of one launch (`MAX_MATS`).
 pub const MAX_MATS: usize = 6;
 /// Threads per CTA (`THREADS`) and its warps.
-const THREADS: u32 = 128;
+pub(crate) const THREADS: u32 = 128;
 const WARPS: usize = THREADS as usize / 32;
 /// Most CTAs per SM of the persistent grid (`CTAS_PER_SM`, the kernel's
 /// `__launch_bounds__` minimum).
-const CTAS_PER_SM: usize = 4;
+pub(crate) const CTAS_PER_SM: usize = 4;
 
 /// Consecutive outputs of one unit at `rows` rows (`C` of the kernel).
 fn outputs_per_unit(rows: usize) -> usize {
@@ -92,7 +92,7 @@ struct Params {
 
 /// Each matrix's first unit and the units of all, for matrices of `ns`
 /// outputs at `per_unit` outputs a unit.
-fn plan_units(per_unit: usize, ns: &[usize]) -> OpResult<([i32; MAX_MATS], i32)> {
+pub(crate) fn plan_units(per_unit: usize, ns: &[usize]) -> OpResult<([i32; MAX_MATS], i32)> {
     if ns.is_empty() || ns.len() > MAX_MATS {
         return Err(OpError::shape(
             "linear_many",
@@ -112,7 +112,7 @@ fn plan_units(per_unit: usize, ns: &[usize]) -> OpResult<([i32; MAX_MATS], i32)>
 
 /// CTAs of the persistent grid for `units` units on `sm_count` SMs: one
 /// warp a unit up to [`CTAS_PER_SM`] CTAs per SM (at least one CTA).
-fn grid_ctas(units: usize, sm_count: usize) -> u32 {
+pub(crate) fn grid_ctas(units: usize, sm_count: usize) -> u32 {
     let ctas = units
         .div_ceil(WARPS)
         .min(sm_count.max(1).saturating_mul(CTAS_PER_SM))

@@ -1,0 +1,182 @@
+//! FP8 conversions (`fp8_quant.cu`): bf16 activations to e4m3 with one f32
+//! scale per (row, 128-column group) ([`quantize`]), a block-scaled weight
+//! to bf16 ([`dequantize`], the GEMM's fallback), and an f32 table into the
+//! other major order ([`transpose_f32`], scale tables for cuBLASLt).
+
+use super::{need, Fp8Matrix, BLOCK};
+use crate::alloc::DeviceBuffer;
+use crate::device::CudaDevice;
+use crate::launch::{grid_dim, int, launch_programmatic, mul, stride_grid, Args, GRID_X};
+use headroom_core::ops::{OpError, OpResult};
+
+/// Threads of a `fp8_quant_bf16` CTA (`THREADS`), one warp per group.
+const QUANT_THREADS: u32 = 256;
+const QUANT_WARPS: usize = QUANT_THREADS as usize / 32;
+
+/// Where scale `(row, group)` of an `[m][ceil(k/128)]` table goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScaleLayout {
+    /// `s[row · kb + group]`: row-major `[m][kb]` (groups contiguous).
+    RowMajor,
+    /// `s[group · ld + row]`: `[kb][ld]` (rows contiguous), `ld >= m`.
+    ColMajor { ld: usize },
+}
+
+impl ScaleLayout {
+    /// `(s_row, s_group)` strides and the f32 values the table spans for
+    /// `m` rows of `kb` groups.
+    pub fn strides(self, m: usize, kb: usize) -> OpResult<(usize, usize, usize)> {
+        const OP: &str = "fp8_quant";
+        match self {
+            ScaleLayout::RowMajor => Ok((kb, 1, mul(OP, m, kb)?)),
+            ScaleLayout::ColMajor { ld } if ld >= m => Ok((1, ld, mul(OP, ld, kb)?)),
+            ScaleLayout::ColMajor { ld } => Err(OpError::shape(
+                OP,
+                format!("scale leading dimension {ld} < {m} rows"),
+            )),
+        }
+    }
+}
+
+/// Quantizes bf16 `x` `[m][k]` into e4m3 `q` `[m][k]` and f32 scales `s`
+/// (one per row and 128-column group, at `layout`): scale = amax / 448 (1
+/// for an all-zero group), `q = e4m3(x / scale)`, nearest, saturating.
+pub fn quantize(
+    dev: &CudaDevice,
+    x: &DeviceBuffer,
+    m: usize,
+    k: usize,
+    q: &DeviceBuffer,
+    s: &DeviceBuffer,
+    layout: ScaleLayout,
+) -> OpResult<()> {
+    const OP: &str = "fp8_quant";
+    if k == 0 {
+        return Err(OpError::shape(OP, "k = 0"));
+    }
+    let kb = k.div_ceil(BLOCK);
+    let (s_row, s_group, span) = layout.strides(m, kb)?;
+    let elems = mul(OP, m, k)?;
+    need(OP, "x", x, mul(OP, elems, 2)?)?;
+    need(OP, "q", q, elems)?;
+    need(OP, "scales", s, mul(OP, span, 4)?)?;
+    if m == 0 {
+        return Ok(());
+    }
+    let warps = mul(OP, m, kb)?;
+    let vec = k.is_multiple_of(4) && x.ptr().is_multiple_of(8) && q.ptr().is_multiple_of(4);
+    let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(q.ptr())
+        .ptr(s.ptr())
+        .i64(m as i64)
+        .i32(int(OP, "k", k)?)
+        .i64(s_row as i64)
+        .i64(s_group as i64)
+        .i32(i32::from(vec));
+    // SAFETY: x holds m · k bf16, q m · k bytes, s the table's span (checked);
+    // one warp per (row, group) of the grid, the excess warps return; the
+    // wide loads and stores only with k % 4 == 0 and aligned rows; the
+    // kernel reads x after griddepcontrol.wait.
+    unsafe { launch_programmatic(dev, "fp8_quant_bf16", grid, QUANT_THREADS, args) }
+}
+
+/// `out` bf16 `[n][k]` = the weight `W · scale_inv` (rounded once).
+pub fn dequantize(dev: &CudaDevice, w: Fp8Matrix, out: &DeviceBuffer) -> OpResult<()> {
+    const OP: &str = "fp8_dequant";
+    w.check(OP)?;
+    let elems = mul(OP, w.n, w.k)?;
+    need(OP, "out", out, mul(OP, elems, 2)?)?;
+    let args = Args::new()
+        .ptr(w.w.ptr())
+        .ptr(w.scale_inv.ptr())
+        .ptr(out.ptr())
+        .i64(w.n as i64)
+        .i32(int(OP, "k", w.k)?)
+        .i32(i32::from(
+            w.k.is_multiple_of(4) && w.w.ptr().is_multiple_of(4) && out.ptr().is_multiple_of(8),
+        ));
+    // CTAs stride over the rows: as many as rows, at most 16 per SM.
+    let ctas = w.n.clamp(1, dev.sm_count.max(1) * 16);
+    let grid = (grid_dim(OP, ctas, GRID_X)?, 1, 1);
+    // SAFETY: the weight, its scales and out hold n · k elements (checked);
+    // the loops stay below n rows and k columns, the wide accesses only
+    // with k % 4 == 0 (4-byte aligned rows of W, 8-byte of out); the
+    // kernel waits for the previous one before it writes.
+    unsafe { launch_programmatic(dev, "fp8_dequant_bf16", grid, 256, args) }
+}
+
+/// `dst[j · ld + i] = src[i · b + j]` for the f32 table `src` `[a][b]`
+/// (`ld >= a`): the table in the other major order.
+pub fn transpose_f32(
+    dev: &CudaDevice,
+    src: &DeviceBuffer,
+    a: usize,
+    b: usize,
+    dst: &DeviceBuffer,
+    ld: usize,
+) -> OpResult<()> {
+    const OP: &str = "fp8_transpose";
+    if ld < a {
+        return Err(OpError::shape(OP, format!("leading dimension {ld} < {a}")));
+    }
+    let elems = mul(OP, a, b)?;
+    need(OP, "src", src, mul(OP, elems, 4)?)?;
+    need(OP, "dst", dst, mul(OP, mul(OP, ld, b)?, 4)?)?;
+    if elems == 0 {
+        return Ok(());
+    }
+    let args = Args::new()
+        .ptr(src.ptr())
+        .ptr(dst.ptr())
+        .i64(a as i64)
+        .i64(b as i64)
+        .i64(ld as i64);
+    // SAFETY: src holds a · b f32, dst ld · b (checked); the kernel waits for
+    // the previous one before it reads or writes.
+    unsafe { launch_programmatic(dev, "fp8_transpose_f32", stride_grid(elems, 256), 256, args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sources::FP8_QUANT;
+    use super::*;
+    use crate::kernels::source_constant;
+
+    #[test]
+    fn constants_match_the_kernel_source() {
+        assert_eq!(
+            source_constant(FP8_QUANT.source, "THREADS"),
+            QUANT_THREADS as usize
+        );
+        assert_eq!(source_constant(FP8_QUANT.source, "BLOCK"), BLOCK);
+    }
+
+    #[test]
+    fn scale_layouts_give_strides_and_spans() {
+        assert_eq!(ScaleLayout::RowMajor.strides(37, 17).unwrap(), (17, 1, 629));
+        assert_eq!(
+            ScaleLayout::ColMajor { ld: 40 }.strides(37, 17).unwrap(),
+            (1, 40, 680)
+        );
+        assert!(ScaleLayout::ColMajor { ld: 36 }.strides(37, 17).is_err());
+        assert!(ScaleLayout::RowMajor.strides(usize::MAX, 2).is_err());
+    }
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn every_entry_compiles_for_sm_90a_without_spills() {
+        let include = crate::CudaOptions::from_env().include_dir().unwrap();
+        let c =
+            crate::nvrtc::compile(FP8_QUANT.name, FP8_QUANT.source, "sm_90a", &include).unwrap();
+        for e in FP8_QUANT.entry_points {
+            assert_eq!(
+                crate::nvrtc::spill_store_bytes(&c.log, e),
+                Some(0),
+                "{e}:\n{}",
+                c.log
+            );
+        }
+    }
+}
