@@ -61,7 +61,7 @@ pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
 /// Top-level members that carry the request's content (a prompt of token
 /// ids, the messages, the tools): never read by [`refuse_unsupported`], and
 /// the large ones, so they are not parsed into a `Value` on the way.
-const CONTENT_MEMBERS: [&str; 4] = ["prompt", "messages", "tools", "functions"];
+const CONTENT_MEMBERS: [&str; 3] = ["prompt", "messages", "tools"];
 
 /// The typed body in one pass over the bytes per type, when the body is a
 /// well-typed object (what clients send): the refusal of unsupported
