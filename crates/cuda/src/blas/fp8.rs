@@ -101,31 +101,14 @@ impl Lt {
     ) -> Result<Option<Plan>, CudaError> {
         use sys::cublasLtMatmulDescAttributes_t as D;
         use sys::cublasLtMatmulMatrixScale_t as M;
-        let dim =
-            |v: usize| u64::try_from(v).map_err(|_| CudaError::Blas(format!("GEMM dimension {v}")));
-        let ld = |v: usize| {
-            i64::try_from(v).map_err(|_| CudaError::Blas(format!("leading dimension {v}")))
-        };
-        let (m, n, k) = (s.out_features, s.rows, s.in_features);
-        let mut plan = Plan::empty();
-        plan.desc = result::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            sys::cudaDataType::CUDA_R_32F,
-        )
-        .map_err(lt_err)?;
-        let trans = cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T as i32;
-        set_desc(plan.desc, D::CUBLASLT_MATMUL_DESC_TRANSA, &trans)?;
+        let e4m3 = sys::cudaDataType::CUDA_R_8F_E4M3;
+        let bf16 = sys::cudaDataType::CUDA_R_16BF;
+        let mut plan = Plan::linear([e4m3, e4m3, bf16], s.out_features, s.rows, s.in_features)?;
         let a_mode = M::CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F as u32;
         let b_mode = M::CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F as u32;
         set_desc(plan.desc, D::CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode)?;
         set_desc(plan.desc, D::CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode)?;
         set_scales(plan.desc, w_scale, x_scale)?;
-        let e4m3 = sys::cudaDataType::CUDA_R_8F_E4M3;
-        plan.a = result::create_matrix_layout(e4m3, dim(k)?, dim(m)?, ld(k)?).map_err(lt_err)?;
-        plan.b = result::create_matrix_layout(e4m3, dim(k)?, dim(n)?, ld(k)?).map_err(lt_err)?;
-        plan.c =
-            result::create_matrix_layout(sys::cudaDataType::CUDA_R_16BF, dim(m)?, dim(n)?, ld(m)?)
-                .map_err(lt_err)?;
         let pref = Pref::new(self.workspace_bytes(), s.align)?;
         // SAFETY: every descriptor is live and describes the same GEMM.
         let found = unsafe {

@@ -166,6 +166,51 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The descriptor (f32 compute, A transposed) and layouts of the
+    /// row-major linear `y = x · Wᵀ` with y `[rows][out]`, in column-major
+    /// terms: A = W as `[in][out]`, B = x as `[in][rows]`, C = D = y as
+    /// `[out][rows]`; `types` are W's, x's and y's (no algorithm yet).
+    pub fn linear(
+        types: [sys::cudaDataType; 3],
+        out: usize,
+        rows: usize,
+        inp: usize,
+    ) -> Result<Plan, CudaError> {
+        let dim =
+            |v: usize| u64::try_from(v).map_err(|_| CudaError::Blas(format!("GEMM dimension {v}")));
+        let ld = |v: usize| {
+            i64::try_from(v).map_err(|_| CudaError::Blas(format!("leading dimension {v}")))
+        };
+        let [tw, tx, ty] = types;
+        let mut plan = Plan::empty();
+        plan.desc = result::create_matmul_desc(
+            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            sys::cudaDataType::CUDA_R_32F,
+        )
+        .map_err(lt_err)?;
+        // cublasOperation_t (an int32 enum, declared by cuBLAS's bindings).
+        let trans = cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T as i32;
+        // SAFETY: the descriptor is live; the value outlives the call.
+        unsafe {
+            result::set_matmul_desc_attribute(
+                plan.desc,
+                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                &trans as *const _ as *const c_void,
+                std::mem::size_of::<i32>(),
+            )
+            .map_err(lt_err)?;
+        }
+        plan.a =
+            result::create_matrix_layout(tw, dim(inp)?, dim(out)?, ld(inp)?).map_err(lt_err)?;
+        plan.b =
+            result::create_matrix_layout(tx, dim(inp)?, dim(rows)?, ld(inp)?).map_err(lt_err)?;
+        plan.c =
+            result::create_matrix_layout(ty, dim(out)?, dim(rows)?, ld(out)?).map_err(lt_err)?;
+        Ok(plan)
+    }
+}
+
 impl Drop for Plan {
     fn drop(&mut self) {
         // SAFETY: each non-null handle was created for this plan and is
@@ -410,39 +455,12 @@ impl Lt {
 
     /// `s`'s matmul descriptor and matrix layouts (no algorithm yet).
     fn descriptors(&self, s: &LtShape) -> Result<Plan, CudaError> {
-        let dim =
-            |v: usize| u64::try_from(v).map_err(|_| CudaError::Blas(format!("GEMM dimension {v}")));
-        let ld = |v: usize| {
-            i64::try_from(v).map_err(|_| CudaError::Blas(format!("leading dimension {v}")))
-        };
-        let (m, n, k) = (s.out_features, s.rows, s.in_features);
-        let mut plan = Plan::empty();
-        plan.desc = result::create_matmul_desc(
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            sys::cudaDataType::CUDA_R_32F,
+        Plan::linear(
+            [data_type(s.w), data_type(s.x), data_type(s.y)],
+            s.out_features,
+            s.rows,
+            s.in_features,
         )
-        .map_err(lt_err)?;
-        // cublasOperation_t (an int32 enum, declared by cuBLAS's bindings).
-        let trans = cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_T as i32;
-        // SAFETY: the descriptor is live; the value outlives the call.
-        unsafe {
-            result::set_matmul_desc_attribute(
-                plan.desc,
-                sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                &trans as *const _ as *const c_void,
-                std::mem::size_of::<i32>(),
-            )
-            .map_err(lt_err)?;
-        }
-        // Column-major: A = W as [in][out] (transposed by TRANSA), B = x as
-        // [in][rows], C = D = y as [out][rows].
-        plan.a = result::create_matrix_layout(data_type(s.w), dim(k)?, dim(m)?, ld(k)?)
-            .map_err(lt_err)?;
-        plan.b = result::create_matrix_layout(data_type(s.x), dim(k)?, dim(n)?, ld(k)?)
-            .map_err(lt_err)?;
-        plan.c = result::create_matrix_layout(data_type(s.y), dim(m)?, dim(n)?, ld(m)?)
-            .map_err(lt_err)?;
-        Ok(plan)
     }
 
     /// The heuristic's first algorithm for the GEMM `plan` describes, at
