@@ -4,7 +4,7 @@
 //! them draws the CPU's token while the CPU's top-2 margin exceeds bf16
 //! noise (the fixture's top-2 margin is above 5e-2 at 33 of the 40 rows of
 //! its reference logits), and its log probabilities (the drawn token's and
-//! the top 5) are the CPU's within 2e-2; a seeded sampled request with penalties draws the
+//! the top 5) are the CPU's within bf16 spread ([`LOGPROB_TOL`]); a seeded sampled request with penalties draws the
 //! same tokens twice on CUDA (and other seeds draw other tokens). Needs a GPU: the binary is run with
 //! `--ignored` (build: `cargo test --release -p headroom-engine --test
 //! cuda_sampling --no-run`).
@@ -26,8 +26,17 @@ const NAME: &str = "moe_d256";
 /// rounding may pick the other token: tokens are compared up to the first
 /// such step (the sequences may part after it).
 const MARGIN: f32 = 5e-2;
-/// Largest difference of a log probability, CUDA against the CPU.
-const LOGPROB_TOL: f32 = 2e-2;
+/// Largest difference of a log probability (the drawn token's or another
+/// top-5 entry's), CUDA against the CPU. The engine's bf16 bar on logits is
+/// 2e-2 of a row's largest |logit| (`common::rel_err`); this fixture's
+/// reference rows have a largest |logit| of 2.3-4.6 (median 3.1), so a
+/// median row's logits may differ by 6e-2, and a log probability
+/// (`z_j - logsumexp(z)`) by up to twice that. The bar is one logit's error
+/// on a row of scale 3: half what the bound allows, and well below the 0.4
+/// that a penalty applied on the wrong side of the log probabilities would
+/// add. Measured on an H200 (session 5): 2.93e-2 on a drawn token, 2.08e-2 on
+/// another top-5 entry (an earlier absolute 2e-2 bar was tighter than bf16).
+const LOGPROB_TOL: f32 = 2e-2 * 3.0;
 
 fn cuda_model() -> Qwen35Model<CudaBackend> {
     let dir = fixture_dir(NAME);
@@ -125,7 +134,7 @@ fn cuda_logprobs_and_penalties_match_the_cpu_backend() {
             gpu_tokens.len(),
             "one logprobs event per token"
         );
-        let mut worst = 0f32;
+        let (mut worst, mut worst_alt) = (0f32, 0f32);
         let mut counts = HashMap::new();
         for (s, (c, g)) in cpu_lp.iter().zip(&gpu_lp).enumerate() {
             assert_eq!(c.token, cpu_tokens[s]);
@@ -144,17 +153,25 @@ fn cuda_logprobs_and_penalties_match_the_cpu_backend() {
             let d = (g.logprob - c.logprob).abs();
             worst = worst.max(d);
             assert!(d <= LOGPROB_TOL, "prompt {seed} step {s}: logprob {d:.2e}");
-            // Every top token both backends report has the same log probability.
+            // Every top token both backends report has the same log
+            // probability within LOGPROB_TOL.
             for (j, &(id, lp)) in c.top.iter().enumerate() {
                 if let Some(&(_, glp)) = g.top.iter().find(|(gid, _)| *gid == id) {
                     let d = (glp - lp).abs();
                     assert!(d <= LOGPROB_TOL, "prompt {seed} step {s} top {j}: {d:.2e}");
-                    worst = worst.max(d);
+                    if id == c.token {
+                        worst = worst.max(d);
+                    } else {
+                        worst_alt = worst_alt.max(d);
+                    }
                 }
             }
             compared += 1;
         }
-        println!("prompt {seed} ({len} tokens): worst logprob difference {worst:.2e}");
+        println!(
+            "prompt {seed} ({len} tokens): worst logprob difference {worst:.2e} drawn, \
+             {worst_alt:.2e} other top-5"
+        );
     }
     assert!(
         compared >= 8,
