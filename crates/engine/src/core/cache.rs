@@ -149,7 +149,16 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             return none;
         };
         let target = s.prefill_target;
+        let started = std::time::Instant::now();
+        let before = s.hashes.len();
         extend_hashes(&mut s.hashes, &s.prompt, &s.generated, target, salt);
+        if s.hashes.len() > before {
+            tracing::debug!(
+                blocks = s.hashes.len() - before,
+                ms = started.elapsed().as_secs_f64() * 1e3,
+                "prefix lookup: block hashes of a waiting request"
+            );
+        }
         let most = target.saturating_sub(1) / KV_BLOCK_ROWS;
         let chain = self.blocks.lookup(&s.hashes[..most.min(s.hashes.len())]);
         let k = (1..=chain.len())
@@ -185,9 +194,16 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let from = self.snapshots.get(hit.hash).ok_or_else(|| {
             EngineError::Internal("a prefix hit's snapshot was evicted before its admission".into())
         })?;
+        let started = std::time::Instant::now();
         self.model
             .copy_state_slot(&mut self.state, from, slot)
-            .map_err(EngineError::from)
+            .map_err(EngineError::from)?;
+        tracing::debug!(
+            blocks = hit.blocks.len(),
+            host_ms = started.elapsed().as_secs_f64() * 1e3,
+            "prefix hit: state slot resumed from its snapshot (copies queued)"
+        );
+        Ok(())
     }
 
     /// After a step fed running sequence `i` from row `before` on: names its
