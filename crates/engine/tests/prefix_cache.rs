@@ -117,6 +117,33 @@ fn a_second_request_sharing_two_blocks_resumes_from_the_cache() {
 }
 
 #[test]
+fn a_hit_resumes_over_a_slot_another_sequence_left_dirty() {
+    // One running slot: the unrelated first request, the source and the hit
+    // all run in slot 0, so the hit's resume (no reset first) must overwrite
+    // everything the earlier sequences left there.
+    let prefix = ids(128, 512, 11);
+    let other = GenerateRequest::greedy(ids(150, 512, 12), 5);
+    let source = GenerateRequest::greedy(concat(&[&prefix, &ids(20, 512, 13)]), 5);
+    let hit = GenerateRequest::greedy(concat(&[&prefix, &ids(36, 512, 14)]), 7);
+    let mut c = core(
+        tiny("tiny-d64"),
+        EngineConfig {
+            max_running: 1,
+            ..cfg(on(0), None)
+        },
+    );
+    let (got_other, got_source, _) = one_after_another(&mut c, &other, &source);
+    assert_same("other", &got_other, &cold(&other));
+    assert_same("source", &got_source, &cold(&source));
+    let s = c.submit(hit.clone()).unwrap();
+    let mut rows = 0;
+    let got = drive_with(&mut c, vec![s], &mut |rep| rows += rep.prefill_rows).remove(0);
+    assert_eq!(got.usage.unwrap().cached_tokens, 128);
+    assert_eq!(rows, 36, "only the unshared tokens are computed");
+    assert_same("hit in a dirty slot", &got, &cold(&hit));
+}
+
+#[test]
 fn a_hit_can_end_mid_way_through_the_source_prompt() {
     // The source's interval snapshots (every 128 tokens) are at 128 and 256;
     // the second request shares its first 200 tokens.

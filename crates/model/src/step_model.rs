@@ -48,7 +48,8 @@ pub trait StepModel<B: Backend>: Send {
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError>;
 
     /// Makes `to` resume where `from` is on every rank (GDN state copied,
-    /// KV length set; see `ModelState::copy_slot`).
+    /// KV length set; see `ModelState::copy_slot`): it overwrites all that
+    /// [`Self::reset_slot`] empties, so a resumed slot needs no reset first.
     fn copy_state_slot(
         &self,
         state: &mut Self::State,

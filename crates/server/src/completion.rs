@@ -88,6 +88,10 @@ pub async fn run(state: Arc<AppState>, job: Job) -> Result<Response, ApiError> {
                 extras: job.plan.extras,
             })
             .map_err(refusal)?;
+        tracing::debug!(
+            ms = job.arrived.elapsed().as_secs_f64() * 1e3,
+            "request submitted to the engine"
+        );
         runs.push(Running {
             tracker: Tracker {
                 state: state.clone(),
@@ -159,7 +163,14 @@ impl TextOut {
     fn token(&mut self, state: &AppState, id: u32) -> Result<(String, bool), ApiError> {
         let now = Instant::now();
         match self.last {
-            None => state.metrics.ttft((now - self.arrived).as_secs_f64()),
+            None => {
+                let ttft = (now - self.arrived).as_secs_f64();
+                state.metrics.ttft(ttft);
+                tracing::debug!(
+                    ms = ttft * 1e3,
+                    "first token of a request drawn and read by the server"
+                );
+            }
             Some(t) => state.metrics.inter_token((now - t).as_secs_f64()),
         }
         self.last = Some(now);

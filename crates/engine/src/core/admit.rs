@@ -94,7 +94,13 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let mut seq = self.waiting.remove(w).expect("checked above");
         self.leave_hold(seq.id);
         let slot = self.slots.take().expect("checked above");
-        self.model.reset_slot(&mut self.state, slot)?;
+        if hit.is_none() {
+            // A hit's resume overwrites every layer's slot state (GDN conv
+            // and recurrent state, KV length): zeroing it first would only
+            // queue ~60 more memsets (≈ 0.45 ms of host time on an H200
+            // host for the 35B shape) before the follow-up turn's step.
+            self.model.reset_slot(&mut self.state, slot)?;
+        }
         if self.caching() {
             self.stats.prefix_cache_queried_tokens += target as u64;
         }
