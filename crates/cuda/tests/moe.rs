@@ -206,14 +206,20 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
 }
 
 /// The grouped-GEMM kernels this device runs, each forced, then the
-/// default per-pass choice (`None`): all three families on Hopper, mma.sync
-/// elsewhere.
+/// default per-pass choice (`None`): every family on Hopper, mma.sync and
+/// the streaming kernels elsewhere.
 fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
-    let forced = if dev.arch == "sm_90a" {
+    let streaming = [
+        GemmImpl::Stream,
+        GemmImpl::StreamPrefetch,
+        GemmImpl::StreamDeep,
+    ];
+    let mut forced = if dev.arch == "sm_90a" {
         vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::Wide]
     } else {
         vec![GemmImpl::MmaSync]
     };
+    forced.extend(streaming);
     forced.into_iter().map(Some).chain([None]).collect()
 }
 
@@ -313,6 +319,17 @@ fn the_35b_shape_matches_the_f64_reference() {
         },
         300,
     );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
+fn the_few_rows_per_expert_regime_matches_the_f64_reference() {
+    // 200 and 420 rows of top-8 over 256 experts (6-13 pairs per expert: the
+    // streaming kernels' regime), and 64 rows (some experts idle).
+    let dev = device();
+    for (n, tokens) in [64usize, 200, 420].into_iter().enumerate() {
+        check(&dev, Shape { tokens, ..QWEN35B }, 310 + n as u64);
+    }
 }
 
 #[test]

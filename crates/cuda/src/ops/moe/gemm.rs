@@ -2,7 +2,7 @@
 //! [`GemmImpl::for_pass`]), and for one call's shape the entry point, shared
 //! memory and grid of each of the two GEMMs ([`GemmKernel`]).
 
-use super::{GEMM_BN, GEMM_SMEM_BYTES, GEMM_THREADS};
+use super::{GEMM_BN, GEMM_SMEM_BYTES, GEMM_THREADS, MAX_EXPERTS};
 
 /// The grouped-GEMM kernels of one pass (same tile list and results up to
 /// rounding).
@@ -19,11 +19,34 @@ pub enum GemmImpl {
     /// on across tile boundaries). A GEMM whose shape the wide tiles do not
     /// divide runs on [`GemmImpl::Wgmma`]. Hopper only.
     Wide,
+    /// `moe_grouped_gemm_stream.cu`: the few-rows-per-expert regime, where
+    /// the expert weights dominate the bytes: weights on the MMA's M side
+    /// (128 weight rows per item), the expert's rows on N in n8 blocks (up to
+    /// 32 a pass), a persistent grid of two CTAs per SM with one 5-stage
+    /// cp.async ring running across items. mma.sync: any sm_80+ GPU.
+    Stream,
+    /// [`GemmImpl::Stream`] with a 256-byte L2 prefetch hint on the weight loads.
+    StreamPrefetch,
+    /// [`GemmImpl::Stream`] on one CTA per SM with a 10-stage ring.
+    StreamDeep,
 }
 
 /// Pairs per pass from which [`GemmImpl::for_pass`] runs the wide tiles
 /// (8,192 tokens of top-8).
 pub const WIDE_PAIRS: usize = 65_536;
+
+/// Average (token, k) pairs per expert up to which [`GemmImpl::for_pass`]
+/// runs the streaming kernels on Hopper (512 tokens of top-8 over 256 experts).
+pub const STREAM_ROWS_PER_EXPERT: usize = 16;
+
+/// Dynamic shared memory of a [`GemmImpl::Stream`] CTA (`SMEM_BYTES` in
+/// `moe_grouped_gemm_stream.cu`: 5 stages of 128 weight rows and 32 rows of
+/// 64 K, then the tile and row offsets of up to `MAX_EXPERTS` experts).
+pub const STREAM_SMEM_BYTES: usize = 5 * (128 + 32) * 64 * 2 + STREAM_TABLE_BYTES;
+/// The same for [`GemmImpl::StreamDeep`] (`SMEM_BYTES_DEEP`: 10 stages).
+pub const STREAM_DEEP_SMEM_BYTES: usize = 10 * (128 + 32) * 64 * 2 + STREAM_TABLE_BYTES;
+/// The offsets tables of a streaming CTA (`TABLE_BYTES`).
+const STREAM_TABLE_BYTES: usize = 2 * (MAX_EXPERTS + 1) * 4;
 
 /// Architecture of the wgmma kernels.
 const HOPPER: &str = "sm_90a";
@@ -44,8 +67,10 @@ pub struct GemmKernel {
     pub threads: usize,
     /// Output columns (act for gate+up, y for down) one tile covers.
     pub tile_cols: usize,
-    /// One CTA per SM walking the tiles (else one CTA per tile).
+    /// `ctas_per_sm` CTAs per SM walking the tiles (else one CTA per tile).
     pub persistent: bool,
+    /// CTAs per SM of a persistent grid.
+    pub ctas_per_sm: usize,
 }
 
 impl GemmKernel {
@@ -53,7 +78,7 @@ impl GemmKernel {
     pub fn grid(&self, row_tiles: usize, cols: usize, sms: usize) -> usize {
         let tiles = row_tiles * (cols / self.tile_cols);
         if self.persistent {
-            tiles.min(sms.max(1))
+            tiles.min(sms.max(1) * self.ctas_per_sm)
         } else {
             tiles
         }
@@ -61,12 +86,16 @@ impl GemmKernel {
 }
 
 impl GemmImpl {
-    /// The kernels a pass of `pairs` (token, k) pairs runs on `arch`: on
-    /// `sm_90a` the wide tiles from [`WIDE_PAIRS`] pairs up and the 128 x 128
-    /// wgmma tiles below; mma.sync elsewhere.
-    pub fn for_pass(arch: &str, pairs: usize) -> GemmImpl {
+    /// The kernels a pass of `pairs` (token, k) pairs routed over `experts`
+    /// experts runs on `arch`: on `sm_90a` the streaming kernels up to
+    /// [`STREAM_ROWS_PER_EXPERT`] pairs per expert on average, the wide tiles
+    /// from [`WIDE_PAIRS`] pairs up and the 128 x 128 wgmma tiles between;
+    /// mma.sync elsewhere.
+    pub fn for_pass(arch: &str, pairs: usize, experts: usize) -> GemmImpl {
         if arch != HOPPER {
             GemmImpl::MmaSync
+        } else if pairs <= STREAM_ROWS_PER_EXPERT.saturating_mul(experts) {
+            GemmImpl::Stream
         } else if pairs >= WIDE_PAIRS {
             GemmImpl::Wide
         } else {
@@ -76,13 +105,16 @@ impl GemmImpl {
 
     /// Whether the kernels need `sm_90a`.
     pub fn hopper_only(self) -> bool {
-        self != GemmImpl::MmaSync
+        matches!(self, GemmImpl::Wgmma | GemmImpl::Wide)
     }
 
     /// Entry points of the 128 x 128 kernels (gate+up, down).
     pub fn entries(self) -> (&'static str, &'static str) {
         match self {
-            GemmImpl::MmaSync => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
+            GemmImpl::MmaSync
+            | GemmImpl::Stream
+            | GemmImpl::StreamPrefetch
+            | GemmImpl::StreamDeep => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
             GemmImpl::Wgmma | GemmImpl::Wide => {
                 ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16")
             }
@@ -90,10 +122,14 @@ impl GemmImpl {
     }
 
     /// Dynamic shared memory of one 128 x 128 CTA (the wgmma tiles need a
-    /// 1024-byte aligned base).
+    /// 1024-byte aligned base; the streaming variants run no 128 x 128 CTA
+    /// and have the mma.sync size).
     pub fn smem_bytes(self) -> usize {
         match self {
-            GemmImpl::MmaSync => GEMM_SMEM_BYTES,
+            GemmImpl::MmaSync
+            | GemmImpl::Stream
+            | GemmImpl::StreamPrefetch
+            | GemmImpl::StreamDeep => GEMM_SMEM_BYTES,
             GemmImpl::Wgmma | GemmImpl::Wide => GEMM_SMEM_BYTES + 1024,
         }
     }
@@ -105,6 +141,7 @@ impl GemmImpl {
             threads: GEMM_THREADS,
             tile_cols,
             persistent: false,
+            ctas_per_sm: 1,
         }
     }
 
@@ -115,13 +152,48 @@ impl GemmImpl {
             threads: GEMM_THREADS,
             tile_cols,
             persistent: true,
+            ctas_per_sm: 1,
         }
+    }
+
+    /// The streaming kernel `entry` of this variant (`suffix`-less names are
+    /// [`GemmImpl::Stream`]'s), or `None` for the other families.
+    fn stream(self, gate_up: bool, tile_cols: usize) -> Option<GemmKernel> {
+        let (entry, smem, ctas_per_sm) = match (self, gate_up) {
+            (GemmImpl::Stream, true) => ("moe_gemm_gate_up_stream_bf16", STREAM_SMEM_BYTES, 2),
+            (GemmImpl::Stream, false) => ("moe_gemm_down_stream_bf16", STREAM_SMEM_BYTES, 2),
+            (GemmImpl::StreamPrefetch, true) => {
+                ("moe_gemm_gate_up_stream_pf_bf16", STREAM_SMEM_BYTES, 2)
+            }
+            (GemmImpl::StreamPrefetch, false) => {
+                ("moe_gemm_down_stream_pf_bf16", STREAM_SMEM_BYTES, 2)
+            }
+            (GemmImpl::StreamDeep, true) => (
+                "moe_gemm_gate_up_stream_deep_bf16",
+                STREAM_DEEP_SMEM_BYTES,
+                1,
+            ),
+            (GemmImpl::StreamDeep, false) => {
+                ("moe_gemm_down_stream_deep_bf16", STREAM_DEEP_SMEM_BYTES, 1)
+            }
+            _ => return None,
+        };
+        Some(GemmKernel {
+            entry,
+            smem,
+            threads: GEMM_THREADS,
+            tile_cols,
+            persistent: true,
+            ctas_per_sm,
+        })
     }
 
     /// The gate+up kernel for `intermediate` columns of act (wide tiles need
     /// a multiple of 128).
     pub fn gate_up(self, intermediate: usize) -> GemmKernel {
-        if self == GemmImpl::Wide && intermediate.is_multiple_of(WIDE_BN / 2) {
+        if let Some(k) = self.stream(true, GEMM_BN / 2) {
+            k
+        } else if self == GemmImpl::Wide && intermediate.is_multiple_of(WIDE_BN / 2) {
             Self::wide("moe_gemm_gate_up_wide_bf16", WIDE_BN / 2)
         } else {
             self.narrow(self.entries().0, GEMM_BN / 2)
@@ -130,7 +202,9 @@ impl GemmImpl {
 
     /// The down kernel for `hidden` columns of y (wide tiles need a multiple of 256).
     pub fn down(self, hidden: usize) -> GemmKernel {
-        if self == GemmImpl::Wide && hidden.is_multiple_of(WIDE_BN) {
+        if let Some(k) = self.stream(false, GEMM_BN) {
+            k
+        } else if self == GemmImpl::Wide && hidden.is_multiple_of(WIDE_BN) {
             Self::wide("moe_gemm_down_wide_bf16", WIDE_BN)
         } else {
             self.narrow(self.entries().1, GEMM_BN)

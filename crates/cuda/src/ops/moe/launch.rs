@@ -176,7 +176,7 @@ pub(super) fn routed_experts_range(
             tokens: plan.chunk_tokens.min(l.tokens - t0),
         };
         let pairs = pass.tokens * l.top_k;
-        let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs));
+        let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts));
         mark(MoeStage::Route)?;
         route(dev, l, (first, local), pass, &ws)?;
         grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)?;

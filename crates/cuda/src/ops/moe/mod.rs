@@ -18,7 +18,10 @@ mod launch;
 pub mod sources;
 mod weights;
 
-pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES};
+pub use gemm::{
+    GemmImpl, GemmKernel, STREAM_DEEP_SMEM_BYTES, STREAM_ROWS_PER_EXPERT, STREAM_SMEM_BYTES,
+    WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES,
+};
 
 pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
 pub(crate) use weights::check_weights;

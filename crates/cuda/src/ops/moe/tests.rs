@@ -206,17 +206,89 @@ fn wide_kernels_run_where_the_shape_divides_their_tiles_and_fall_back_otherwise(
 
 #[test]
 fn hopper_runs_the_wide_tiles_on_large_passes_only_and_mma_sync_runs_elsewhere() {
-    assert_eq!(GemmImpl::for_pass("sm_90a", WIDE_PAIRS), GemmImpl::Wide);
-    assert_eq!(GemmImpl::for_pass("sm_90a", 16_384 * 8), GemmImpl::Wide);
+    let e = 256;
+    assert_eq!(GemmImpl::for_pass("sm_90a", WIDE_PAIRS, e), GemmImpl::Wide);
+    assert_eq!(GemmImpl::for_pass("sm_90a", 16_384 * 8, e), GemmImpl::Wide);
     assert_eq!(
-        GemmImpl::for_pass("sm_90a", WIDE_PAIRS - 1),
+        GemmImpl::for_pass("sm_90a", WIDE_PAIRS - 1, e),
         GemmImpl::Wgmma
     );
-    assert_eq!(GemmImpl::for_pass("sm_90a", 2048 * 8), GemmImpl::Wgmma);
-    assert_eq!(GemmImpl::for_pass("sm_90a", 1), GemmImpl::Wgmma);
+    assert_eq!(GemmImpl::for_pass("sm_90a", 2048 * 8, e), GemmImpl::Wgmma);
     for arch in ["sm_80", "sm_89", "sm_90"] {
-        assert_eq!(GemmImpl::for_pass(arch, 1), GemmImpl::MmaSync);
-        assert_eq!(GemmImpl::for_pass(arch, 1 << 20), GemmImpl::MmaSync);
+        assert_eq!(GemmImpl::for_pass(arch, 1, e), GemmImpl::MmaSync);
+        assert_eq!(GemmImpl::for_pass(arch, 1 << 20, e), GemmImpl::MmaSync);
+    }
+}
+
+#[test]
+fn hopper_streams_the_weights_up_to_sixteen_pairs_per_expert() {
+    // 200-420 rows of top-8 over 256 experts (the decode and short prefill
+    // steps) and one token stream; 513 tokens of top-8 are past the bar.
+    for tokens in [1, 64, 200, 256, 420, 512] {
+        assert_eq!(
+            GemmImpl::for_pass("sm_90a", tokens * 8, 256),
+            GemmImpl::Stream,
+            "{tokens} tokens"
+        );
+    }
+    assert_eq!(GemmImpl::for_pass("sm_90a", 513 * 8, 256), GemmImpl::Wgmma);
+    // The bar is per expert: 8 experts take 128 pairs, not 129.
+    assert_eq!(
+        GemmImpl::for_pass("sm_90a", STREAM_ROWS_PER_EXPERT * 8, 8),
+        GemmImpl::Stream
+    );
+    assert_eq!(
+        GemmImpl::for_pass("sm_90a", STREAM_ROWS_PER_EXPERT * 8 + 1, 8),
+        GemmImpl::Wgmma
+    );
+}
+
+#[test]
+fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
+    use super::sources::MOE_GROUPED_GEMM_STREAM;
+    let src = MOE_GROUPED_GEMM_STREAM.source;
+    assert_eq!(constant(src, "BM"), GEMM_BM);
+    assert_eq!(constant(src, "BW"), GEMM_BN);
+    assert_eq!(constant(src, "BK"), GEMM_BK);
+    assert!(src.contains("constexpr int THREADS = WARPS * 32;      // 256"));
+    assert_eq!(GEMM_BN / 16 * 32, GEMM_THREADS);
+    assert!(src.contains("SMEM_BYTES = 5 * STAGE_BYTES + TABLE_BYTES;"));
+    assert!(src.contains("SMEM_BYTES_DEEP = 10 * STAGE_BYTES + TABLE_BYTES;"));
+    assert_eq!(constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
+    let table = 2 * (MAX_EXPERTS + 1) * 4;
+    assert!(
+        src.contains("stream_gemm<true, 5, false>")
+            && src.contains("stream_gemm<false, 10, false>")
+    );
+    let stage = (GEMM_BN + constant(src, "NMAX")) * GEMM_BK * 2;
+    assert_eq!(STREAM_SMEM_BYTES, 5 * stage + table);
+    assert_eq!(STREAM_DEEP_SMEM_BYTES, 10 * stage + table);
+    const { assert!(2 * STREAM_SMEM_BYTES <= 227 * 1024 && STREAM_DEEP_SMEM_BYTES <= 227 * 1024) };
+    let cases = [
+        (GemmImpl::Stream, "stream", STREAM_SMEM_BYTES, 2),
+        (GemmImpl::StreamPrefetch, "stream_pf", STREAM_SMEM_BYTES, 2),
+        (
+            GemmImpl::StreamDeep,
+            "stream_deep",
+            STREAM_DEEP_SMEM_BYTES,
+            1,
+        ),
+    ];
+    for (imp, name, smem, per_sm) in cases {
+        let (g, d) = (imp.gate_up(192), imp.down(384));
+        assert_eq!(g.entry, format!("moe_gemm_gate_up_{name}_bf16"));
+        assert_eq!(d.entry, format!("moe_gemm_down_{name}_bf16"));
+        assert!(MOE_GROUPED_GEMM_STREAM.entry_points.contains(&g.entry));
+        assert!(MOE_GROUPED_GEMM_STREAM.entry_points.contains(&d.entry));
+        assert_eq!(
+            (g.tile_cols, g.smem, g.threads, g.persistent, g.ctas_per_sm),
+            (64, smem, 256, true, per_sm)
+        );
+        assert_eq!((d.tile_cols, d.smem, d.ctas_per_sm), (128, smem, per_sm));
+        assert!(!imp.hopper_only());
+        // Persistent: at most ctas_per_sm CTAs per SM, never more than the tiles.
+        assert_eq!(g.grid(300, 512, 132), 132 * per_sm);
+        assert_eq!(d.grid(1, 384, 132), 3);
     }
 }
 
@@ -236,6 +308,7 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 fn only_the_mma_sync_kernels_run_off_hopper() {
     assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::Wide.hopper_only());
     assert!(!GemmImpl::MmaSync.hopper_only());
+    assert!(!GemmImpl::Stream.hopper_only() && !GemmImpl::StreamDeep.hopper_only());
 }
 
 #[test]
