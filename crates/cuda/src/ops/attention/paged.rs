@@ -369,7 +369,16 @@ pub unsafe fn paged_raw_with(
     unsafe { dev.launch(f, grid, (WGMMA_THREADS, 1, 1), smem, &mut params) }.map_err(dev_err)?;
     if let (Some((part_o, part_lse)), Some((form, centry))) = (&parts, combine_fn) {
         let gate = bufs.gate.unwrap_or(0);
-        combine_launch(dev, form, centry, (part_o.ptr(), part_lse.ptr()), (bufs.out, gate), out_rows, d, plan.splits)?;
+        combine_launch(
+            dev,
+            form,
+            centry,
+            (part_o.ptr(), part_lse.ptr()),
+            (bufs.out, gate),
+            out_rows,
+            d,
+            plan.splits,
+        )?;
     }
     Ok(PagedRun {
         report: AttentionReport {
@@ -431,7 +440,11 @@ fn combine_launch(
                 param(&mut r),
                 param(&mut sp),
             ];
-            let grid = (grid_dim(op, rows.div_ceil(COMBINE_ROW_WARPS), GRID_X)?, 1, 1);
+            let grid = (
+                grid_dim(op, rows.div_ceil(COMBINE_ROW_WARPS), GRID_X)?,
+                1,
+                1,
+            );
             let threads = (COMBINE_ROW_WARPS * 32) as u32;
             // SAFETY: as above; the entry's head dim is d, a warp per row
             // (rows past `rows` return at once).
@@ -459,7 +472,10 @@ mod tests {
     fn few_splits_combine_by_rows_and_many_by_quads_for_every_compiled_kernel() {
         assert_eq!(combine_form(2), CombineForm::Rows);
         assert_eq!(combine_form(ROWS_COMBINE_MAX_SPLITS), CombineForm::Rows);
-        assert_eq!(combine_form(ROWS_COMBINE_MAX_SPLITS + 1), CombineForm::Quads);
+        assert_eq!(
+            combine_form(ROWS_COMBINE_MAX_SPLITS + 1),
+            CombineForm::Quads
+        );
         assert_eq!(combine_form(MAX_SPLITS), CombineForm::Quads);
         let entries = ATTENTION_PAGED.entry_points;
         for d in [64, 128, 256] {

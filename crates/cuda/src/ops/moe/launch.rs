@@ -3,7 +3,9 @@
 //! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
 //! from the routing, so nothing waits for the device.
 
-use super::{route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, ROUTE_WARPS};
+use super::{
+    route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, ROUTE_WARPS,
+};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
