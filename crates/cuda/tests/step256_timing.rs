@@ -4,19 +4,22 @@
 //! keys (16 q / 2 kv heads, d 256, gated) with each split combine and a sweep
 //! of the split count; decode attention of 1 row × 64 / 256 sequences (no
 //! regression); the routed MoE's routing and shared combine stages at 256
-//! and 8,192 rows (35B-A3B shape: 2048 → 256 experts, top-8). Inputs are
+//! and 8,192 rows (35B-A3B shape: 2048 → 256 experts, top-8); the GDN conv
+//! (8,192 channels) at 256 / 8,192 rows. Inputs are
 //! device-filled constants or seeded random logits: the figures are speed
 //! only (the correctness tests are `paged_attention.rs` and `moe.rs`).
 //! Each timing asserts its own run was what it claims (splits, combine).
 //! GPU only, ignored here; run with
 //! `cargo test --release -p headroom-cuda --test step256_timing -- --ignored --nocapture`.
 
-use headroom_core::ops::BlockTables;
+use headroom_core::ops::{Backend, Batch, BlockTables, GdnSpec};
 use headroom_core::Dtype;
+use headroom_core::Tensor;
 use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::attention::{
     combine_form, paged_raw_with, CombineForm, PagedBuffers, PagedRun, PagedShape,
 };
+use headroom_cuda::backend::CudaBackend;
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::moe::{routed_experts_shared_marked, MoeLaunch, MoeStage, SharedEpilogue};
 use headroom_cuda::timing::StreamEvent as Event;
@@ -271,4 +274,43 @@ fn time_the_moe_routing_and_combine() {
         println!("| {tokens} | {r:.1} | {c:.1} | {b:.1} |");
     }
     println!("before (ncu, docs/perf/data/serving-s4/ncu_256.csv, 256 rows): moe_route 15.56 + moe_offsets 3.11 + moe_scatter 2.84 us; moe_combine_shared 8.54 us");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_the_gdn_conv() {
+    // The 35B-A3B GDN layer's conv: 2·16·128 + 32·128 = 8,192 channels, width 4.
+    let be = CudaBackend::open(0).expect("a CUDA device");
+    let spec = GdnSpec {
+        slots: 1,
+        k_heads: 16,
+        v_heads: 32,
+        k_dim: 128,
+        v_dim: 128,
+        kernel: 4,
+    };
+    let c = spec.conv_dim();
+    assert_eq!(c, 8192);
+    let w = be
+        .upload_vector(Tensor::from_f32(vec![c * 4], vec![0.25; c * 4]))
+        .unwrap();
+    let mut state = be.new_gdn_state(&spec).unwrap();
+    println!("## GDN conv1d + SiLU, 8,192 channels (x30 layers a step; before, ncu at 256 rows: 13.81 us)");
+    println!("| rows | us (conv + state advance) |");
+    println!("|---:|---:|");
+    for rows in [256, 8192] {
+        let x = be.act_from_f32(rows, c, &vec![0.5; rows * c]).unwrap();
+        let batch = Batch::single(0, 32_768, rows);
+        be.conv1d_silu(&x, &w, &mut state, &batch).unwrap();
+        let dev = be.device();
+        let us = (0..SAMPLES)
+            .map(|_| {
+                let a = Event::record(dev).unwrap();
+                be.conv1d_silu(&x, &w, &mut state, &batch).unwrap();
+                let b = Event::record(dev).unwrap();
+                b.ms_since(&a).unwrap() * 1e3
+            })
+            .collect();
+        println!("| {rows} | {:.1} |", median(us));
+    }
 }
