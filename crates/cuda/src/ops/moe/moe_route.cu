@@ -287,11 +287,23 @@ moe_combine(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_
     }
 }
 
+// x[c..c + 8] . gate[c..c + 8] added to dot (pairs in order, as one dot product).
+__device__ __forceinline__ void dot8(const uint4 xv, const uint4 gv, float& dot) {
+    const __nv_bfloat162* xb = reinterpret_cast<const __nv_bfloat162*>(&xv);
+    const __nv_bfloat162* gb = reinterpret_cast<const __nv_bfloat162*>(&gv);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float2 a = __bfloat1622float2(xb[j]), b = __bfloat1622float2(gb[j]);
+        dot += a.x * b.x + a.y * b.y;
+    }
+}
+
 // One block per token; hidden % 8 == 0. out[t] = bf16(sum_k w[t][k] * y[slot(t, k)]
 // + sigmoid(x[t] . gate) * shared[t]), the routed sum in k order and the gate's dot
 // product reduced in a fixed order (reproducible run to run). The thread's first
-// column chunk (the only one when hidden <= COMBINE_THREADS * 8) is loaded and
-// summed before the gate's reduction, so its loads overlap the dot product's.
+// column chunk (the only one when hidden <= COMBINE_THREADS * 8) has its x, gate
+// and shared loads issued before the routed sum's, and is summed before the
+// gate's reduction: the loads of a token overlap instead of queueing.
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
 moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
                    const int* __restrict__ pair_slot, int top_k, int hidden,
@@ -302,22 +314,18 @@ moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict_
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c0 = threadIdx.x * 8;
     float acc0[8];
+    float dot = 0.f;
     uint4 sv0 = make_uint4(0u, 0u, 0u, 0u);
     if (c0 < hidden) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(x + t * hidden + c0);
+        const uint4 gv = *reinterpret_cast<const uint4*>(gate + c0);
         sv0 = *reinterpret_cast<const uint4*>(shared + t * hidden + c0);
         routed_sum8(y, topk_weight, pair_slot, t, top_k, hidden, c0, acc0);
+        dot8(xv, gv, dot);
     }
-    float dot = 0.f;
-    for (int c = c0; c < hidden; c += COMBINE_THREADS * 8) {
-        const uint4 xv = *reinterpret_cast<const uint4*>(x + t * hidden + c);
-        const uint4 gv = *reinterpret_cast<const uint4*>(gate + c);
-        const __nv_bfloat162* xb = reinterpret_cast<const __nv_bfloat162*>(&xv);
-        const __nv_bfloat162* gb = reinterpret_cast<const __nv_bfloat162*>(&gv);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float2 a = __bfloat1622float2(xb[j]), b = __bfloat1622float2(gb[j]);
-            dot += a.x * b.x + a.y * b.y;
-        }
+    for (int c = c0 + COMBINE_THREADS * 8; c < hidden; c += COMBINE_THREADS * 8) {
+        dot8(*reinterpret_cast<const uint4*>(x + t * hidden + c), *reinterpret_cast<const uint4*>(gate + c),
+             dot);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
