@@ -368,7 +368,6 @@ pub unsafe fn paged_raw_with(
     // rows; params match the kernel signature.
     unsafe { dev.launch(f, grid, (WGMMA_THREADS, 1, 1), smem, &mut params) }.map_err(dev_err)?;
     if let (Some((part_o, part_lse)), Some((form, centry))) = (&parts, combine_fn) {
-        let gate = bufs.gate.unwrap_or(0);
         combine_launch(
             dev,
             form,

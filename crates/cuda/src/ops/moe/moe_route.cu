@@ -53,6 +53,7 @@ __device__ __forceinline__ unsigned rank_key(float p) {
 __device__ void route_offsets(const int* __restrict__ counts, int local, int* __restrict__ expert_offsets,
                               int* __restrict__ tile_offsets) {
     constexpr int PER = MAX_EXPERTS / ROUTE_THREADS;
+    static_assert(PER * ROUTE_THREADS == MAX_EXPERTS, "every expert has a thread");
     __shared__ int warp_rows[ROUTE_WARPS], warp_tiles[ROUTE_WARPS];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     int c[PER], rows = 0, tiles = 0;
