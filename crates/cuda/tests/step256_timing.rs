@@ -182,12 +182,17 @@ fn time_decode_attention_of_many_sequences() {
     println!("## decode attention: 1 row a sequence, 16/2 heads, d 256, gated");
     println!("| sequences | history | splits | combine | us | us (quads combine) |");
     println!("|---:|---:|---:|---|---:|---:|");
+    // 1, 8, 16, 32, 64 sequences over 32k: 128, 16, 8, 4, 2 splits (the combine
+    // switches to rows at 8); 256 sequences fill the GPU unsplit.
     for (seqs, history) in [
-        (64, 4096),
+        (1, 32_768),
+        (8, 32_768),
+        (16, 32_768),
+        (32, 32_768),
         (64, 32_768),
+        (64, 4096),
         (256, 4096),
         (256, 32_768),
-        (1, 32_768),
     ] {
         let p = Paged::new(&dev, seqs, 1, history);
         let (us, run) = p.time(&dev, None, None);
