@@ -180,7 +180,7 @@ fn time_the_follow_up_attention_by_split_count_and_combine() {
 fn time_decode_attention_of_many_sequences() {
     let dev = device();
     println!("## decode attention: 1 row a sequence, 16/2 heads, d 256, gated");
-    println!("| sequences | history | splits | combine | us | us (quads combine) |");
+    println!("| sequences | history | splits | combine (plan) | us | us (the other combine) |");
     println!("|---:|---:|---:|---|---:|---:|");
     // 1, 8, 16, 32, 64 sequences over 32k: 128, 16, 8, 4, 2 splits (the combine
     // switches to rows at 8); 256 sequences fill the GPU unsplit.
@@ -196,15 +196,21 @@ fn time_decode_attention_of_many_sequences() {
     ] {
         let p = Paged::new(&dev, seqs, 1, history);
         let (us, run) = p.time(&dev, None, None);
-        let quads = if run.splits > 1 {
-            let (q, qr) = p.time(&dev, None, Some(CombineForm::Quads));
-            assert_eq!(qr.combine, Some(CombineForm::Quads));
-            format!("{q:.1}")
-        } else {
-            "-".into()
+        // The same launch with the other combine.
+        let other = match run.combine {
+            Some(c) => {
+                let o = match c {
+                    CombineForm::Rows => CombineForm::Quads,
+                    CombineForm::Quads => CombineForm::Rows,
+                };
+                let (t, or) = p.time(&dev, None, Some(o));
+                assert_eq!((or.splits, or.combine), (run.splits, Some(o)));
+                format!("{t:.1} ({})", form(&or))
+            }
+            None => "-".into(),
         };
         println!(
-            "| {seqs} | {history} | {} | {} | {us:.1} | {quads} |",
+            "| {seqs} | {history} | {} | {} | {us:.1} | {other} |",
             run.splits,
             form(&run)
         );
