@@ -309,6 +309,31 @@ fn small_shapes_match_the_f64_reference() {
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
+fn many_experts_and_more_picks_than_a_warp_match_the_f64_reference() {
+    // Past 256 experts the wide routing kernel runs (32 logits a lane); past
+    // 32 picks lane 0 writes the rest; at 1,024 experts the offsets' scan
+    // holds every expert. The 1/8-step logits tie often across so many experts.
+    let dev = device();
+    for (n, (experts, top_k, tokens)) in [(257, 8, 37), (300, 40, 45), (1024, 33, 9), (256, 32, 70)]
+        .into_iter()
+        .enumerate()
+    {
+        for renormalise in [true, false] {
+            let s = Shape {
+                tokens,
+                hidden: 128,
+                experts,
+                top_k,
+                inter: 64,
+                renormalise,
+            };
+            check(&dev, s, 600 + 2 * n as u64 + renormalise as u64);
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
 fn the_35b_shape_matches_the_f64_reference() {
     let dev = device();
     check(

@@ -3,7 +3,7 @@
 //! write them: the one-launch paged kernel (`attention::paged_raw`) over
 //! shuffled, non-contiguous block tables with unused pool rows NaN, mixed
 //! batches (decode rows, a chunk with history, a fresh prompt), GQA 8 and 1,
-//! head dims 64/128/256, bf16 and f16, tails, forced key splits, the output
+//! head dims 64/128/256, bf16 and f16, tails, forced key splits and both split combines, the output
 //! gate, NaN in one sequence's keys; and the backend's ops (kv_write through
 //! the tables, attention on both routes, the identity layout equal to a
 //! paged one bit for bit). GPU tests, ignored here; run with
@@ -12,7 +12,9 @@
 use half::{bf16, f16};
 use headroom_core::ops::{Backend, Batch, BlockTables, KvSpec};
 use headroom_core::{Dtype, RouteRequest};
-use headroom_cuda::attention::{paged_raw, PagedBuffers, PagedShape};
+use headroom_cuda::attention::{
+    combine_form, paged_raw, paged_raw_with, CombineForm, PagedBuffers, PagedShape,
+};
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaKvCache};
 use headroom_cuda::device::CudaDevice;
 use rand::seq::SliceRandom;
@@ -210,6 +212,20 @@ fn run_raw(
     gated: bool,
     splits: Option<usize>,
 ) -> (Vec<f32>, usize) {
+    let (got, splits, _) = run_forced(dev, dtype, c, h, gated, splits, None);
+    (got, splits)
+}
+
+/// [`run_raw`] with the combine forced (`None`: the plan's); also returns the combine that ran.
+fn run_forced(
+    dev: &CudaDevice,
+    dtype: Dtype,
+    c: &Case,
+    h: &Host,
+    gated: bool,
+    splits: Option<usize>,
+    combine: Option<CombineForm>,
+) -> (Vec<f32>, usize, Option<CombineForm>) {
     let up = |x: &[f32]| {
         let b: Vec<u16> = x.iter().map(|&v| bits(dtype, v)).collect();
         dev.upload(&b).unwrap()
@@ -237,12 +253,17 @@ fn run_raw(
     };
     // SAFETY: q, out and the gate hold rows × q_heads × d elements; the pools
     // hold every block of the tables.
-    let run = unsafe { paged_raw(dev, dtype, &shape, &bufs, splits) }.unwrap();
+    let run = match combine {
+        None => unsafe { paged_raw(dev, dtype, &shape, &bufs, splits) },
+        Some(_) => unsafe { paged_raw_with(dev, dtype, &shape, &bufs, splits, combine) },
+    }
+    .unwrap();
     let mut raw = vec![0u16; h.q.len()];
     dev.read(&out, &mut raw).unwrap();
     (
         raw.iter().map(|&b| from_bits(dtype, b)).collect(),
         run.splits,
+        run.combine,
     )
 }
 
@@ -323,13 +344,44 @@ fn forced_splits_and_the_gate_match_f64() {
 
 #[test]
 #[ignore = "needs a CUDA GPU (sm_90a)"]
+fn both_split_combines_match_f64_for_every_head_dim_dtype_and_gate() {
+    // The rows combine (a warp per output row) and the quads combine (a CTA per
+    // row and 64 columns), each forced over few and many splits; empty splits
+    // (the short sequences' keys end before the last splits) weigh nothing.
+    let dev = device();
+    for dtype in [Dtype::Bf16, Dtype::F16] {
+        for d in [64, 128, 256] {
+            let c = mixed(16, 2, d);
+            let h = c.host(dtype, 31 + d as u64);
+            for gated in [false, true] {
+                let want = h.reference(&c, gated);
+                for splits in [3, 8, 13] {
+                    for form in [CombineForm::Rows, CombineForm::Quads] {
+                        let (got, ran, combined) =
+                            run_forced(&dev, dtype, &c, &h, gated, Some(splits), Some(form));
+                        assert_eq!((ran, combined), (splits, Some(form)));
+                        let what = format!("{dtype:?} d{d} gated {gated} splits {ran} {form:?}");
+                        check_per_sequence(&c, &h, &got, &want, &what);
+                    }
+                }
+                // Unforced, the plan's combine runs.
+                let (_, ran, combined) = run_forced(&dev, dtype, &c, &h, gated, Some(5), None);
+                assert_eq!((ran, combined), (5, Some(combine_form(5))));
+            }
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a)"]
 fn nan_in_one_sequences_keys_stays_in_that_sequence() {
     let dev = device();
     let c = mixed(16, 2, 128);
     let mut h = c.host(Dtype::Bf16, 3);
     // Key 5 of sequence 0 (a decode row over 300), KV head 0.
     h.k[0][5 * 2 * 128] = f32::NAN;
-    for splits in [Some(1), Some(4)] {
+    // Unsplit, split in 4 (the rows combine) and in 12 (the quads combine).
+    for splits in [Some(1), Some(4), Some(12)] {
         let (got, _) = run_raw(&dev, Dtype::Bf16, &c, &h, false, splits);
         let w = 16 * 128;
         // Sequence 0's query heads of KV head 0 are NaN, those of KV head 1 are not.

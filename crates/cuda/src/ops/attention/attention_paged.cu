@@ -162,6 +162,78 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
     }
 }
 
+// The split combine for many rows and few splits (what a chunk of query rows
+// over a long history runs): one warp per output row, each lane D / 32
+// consecutive columns of every split's partial (so a warp reads a row's
+// partial in one coalesced pass). The same sum as split_combine: out = sum_s
+// 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), M = max_s lse_s, NaN when any
+// lse is NaN, empty splits (lse -inf) weigh 0, times sigmoid(gate) when gate
+// is not null. Grid ceil(rows / COMBINE_ROW_WARPS), block COMBINE_ROW_WARPS * 32;
+// part_o [splits][rows][D] f32, part_lse [splits][rows] f32, out and gate [rows][D].
+constexpr int COMBINE_ROW_WARPS = 8;
+template <int D, typename T>
+__device__ __forceinline__ void split_combine_rows(const float* __restrict__ part_o,
+                                                   const float* __restrict__ part_lse, T* __restrict__ out,
+                                                   const T* __restrict__ gate, int rows, int splits) {
+    constexpr int COLS = D / 32;  // 2, 4 or 8 per lane
+    const int lane = threadIdx.x % 32;
+    const int row = blockIdx.x * COMBINE_ROW_WARPS + threadIdx.x / 32;
+    if (row >= rows) return;
+    float m = -INFINITY;
+    int nan = 0;
+    for (int s = lane; s < splits; s += 32) {
+        const float l = part_lse[(size_t)s * rows + row];
+        nan |= l != l;
+        m = fmaxf(m, l);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    nan = __any_sync(0xffffffffu, nan);
+    float den = 0.f;
+    for (int s = lane; s < splits; s += 32) {
+        const float l = part_lse[(size_t)s * rows + row];
+        den += l == -INFINITY ? 0.f : exp2f(l - m);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    float acc[COLS];
+#pragma unroll
+    for (int j = 0; j < COLS; ++j) acc[j] = 0.f;
+    const int c0 = lane * COLS;
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) {
+        const float l = part_lse[(size_t)s * rows + row];
+        const float w = l == -INFINITY ? 0.f : exp2f(l - m);
+        const float* src = part_o + ((size_t)s * rows + row) * D + c0;
+        float v[COLS];
+        if constexpr (COLS == 2) {
+            const float2 a = *reinterpret_cast<const float2*>(src);
+            v[0] = a.x;
+            v[1] = a.y;
+        } else {
+#pragma unroll
+            for (int q = 0; q < COLS / 4; ++q) {
+                const float4 a = reinterpret_cast<const float4*>(src)[q];
+                v[4 * q + 0] = a.x;
+                v[4 * q + 1] = a.y;
+                v[4 * q + 2] = a.z;
+                v[4 * q + 3] = a.w;
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < COLS; ++j) acc[j] += w * v[j];
+    }
+    const size_t at = (size_t)row * D + c0;
+    float r[COLS];
+#pragma unroll
+    for (int j = 0; j < COLS; ++j) {
+        r[j] = nan ? __int_as_float(0x7fffffff) : acc[j] / den;
+        if (gate) r[j] *= sigmoid_(static_cast<float>(gate[at + j]));
+    }
+#pragma unroll
+    for (int j = 0; j < COLS; j += 2) *reinterpret_cast<unsigned*>(out + at + j) = Ops<T>::pack(r[j], r[j + 1]);
+}
+
 }  // namespace headroom_wg
 
 // Entry points: attn_paged_wgmma_d{64,128,256}_{f16,bf16}. Launch: grid
@@ -189,6 +261,20 @@ extern "C" __global__ void attn_paged_combine_f16(const float* part_o, const flo
                                                   const __half* gate, int rows, int d, int splits) {
     headroom_wg::split_combine<__half>(part_o, part_lse, out, gate, rows, d, splits);
 }
+
+// attn_paged_combine_rows_d{64,128,256}_{f16,bf16}: split_combine_rows.
+#define COMBINE_ROWS_ENTRY(D, NAME, T)                                                            \
+    extern "C" __global__ void __launch_bounds__(headroom_wg::COMBINE_ROW_WARPS * 32)              \
+    attn_paged_combine_rows_d##D##_##NAME(const float* part_o, const float* part_lse, T* out,      \
+                                          const T* gate, int rows, int splits) {                   \
+        headroom_wg::split_combine_rows<D, T>(part_o, part_lse, out, gate, rows, splits);          \
+    }
+COMBINE_ROWS_ENTRY(256, bf16, __nv_bfloat16)
+COMBINE_ROWS_ENTRY(256, f16, __half)
+COMBINE_ROWS_ENTRY(128, bf16, __nv_bfloat16)
+COMBINE_ROWS_ENTRY(128, f16, __half)
+COMBINE_ROWS_ENTRY(64, bf16, __nv_bfloat16)
+COMBINE_ROWS_ENTRY(64, f16, __half)
 
 PAGED_ENTRY(256, bf16, __nv_bfloat16)
 PAGED_ENTRY(256, f16, __half)

@@ -24,7 +24,8 @@ pub use fused::{
     BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS, WGMMA_BLOCK_M,
 };
 pub use paged::{
-    paged_entry, paged_plan, paged_raw, PagedBuffers, PagedPlan, PagedRun, PagedShape, WorkItem,
+    combine_form, paged_entry, paged_plan, paged_raw, paged_raw_with, CombineForm, PagedBuffers,
+    PagedPlan, PagedRun, PagedShape, WorkItem, ROWS_COMBINE_MAX_SPLITS,
 };
 
 use crate::alloc::DeviceBuffer;

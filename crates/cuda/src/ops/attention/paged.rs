@@ -34,12 +34,44 @@ pub fn paged_entry(head_dim: usize, dtype: Dtype) -> Option<&'static str> {
     })
 }
 
-fn combine_entry(dtype: Dtype) -> Option<&'static str> {
-    match dtype {
-        Dtype::Bf16 => Some("attn_paged_combine_bf16"),
-        Dtype::F16 => Some("attn_paged_combine_f16"),
-        Dtype::F32 => None,
+/// Which kernel combines a split launch's partials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CombineForm {
+    /// `attn_paged_combine_*`: a CTA per (row, 64 columns), the splits shared
+    /// by its threads: for few rows over many splits (a decode row over long keys).
+    Quads,
+    /// `attn_paged_combine_rows_*`: a warp per row summing its splits one by
+    /// one: for many rows over few splits (a chunk of rows after long history).
+    Rows,
+}
+
+/// Most splits [`CombineForm::Rows`] is chosen for.
+pub const ROWS_COMBINE_MAX_SPLITS: usize = 8;
+/// Output rows per CTA of the rows combine (`COMBINE_ROW_WARPS`).
+const COMBINE_ROW_WARPS: usize = 8;
+
+/// The combine a launch of `splits` runs: rows for at most
+/// [`ROWS_COMBINE_MAX_SPLITS`], else quads.
+pub fn combine_form(splits: usize) -> CombineForm {
+    if splits <= ROWS_COMBINE_MAX_SPLITS {
+        CombineForm::Rows
+    } else {
+        CombineForm::Quads
     }
+}
+
+fn combine_entry(form: CombineForm, head_dim: usize, dtype: Dtype) -> Option<&'static str> {
+    Some(match (form, head_dim, dtype) {
+        (CombineForm::Quads, _, Dtype::Bf16) => "attn_paged_combine_bf16",
+        (CombineForm::Quads, _, Dtype::F16) => "attn_paged_combine_f16",
+        (CombineForm::Rows, 256, Dtype::Bf16) => "attn_paged_combine_rows_d256_bf16",
+        (CombineForm::Rows, 256, Dtype::F16) => "attn_paged_combine_rows_d256_f16",
+        (CombineForm::Rows, 128, Dtype::Bf16) => "attn_paged_combine_rows_d128_bf16",
+        (CombineForm::Rows, 128, Dtype::F16) => "attn_paged_combine_rows_d128_f16",
+        (CombineForm::Rows, 64, Dtype::Bf16) => "attn_paged_combine_rows_d64_bf16",
+        (CombineForm::Rows, 64, Dtype::F16) => "attn_paged_combine_rows_d64_f16",
+        _ => return None,
+    })
 }
 
 /// One CTA row of the launch (for every KV head and split): a 64-row tile
@@ -200,6 +232,8 @@ pub struct PagedRun {
     pub report: AttentionReport,
     pub splits: usize,
     pub items: usize,
+    /// The combine that ran (`None`: one split, no combine).
+    pub combine: Option<CombineForm>,
 }
 
 fn param<T>(v: &mut T) -> *mut c_void {
@@ -220,10 +254,25 @@ pub unsafe fn paged_raw(
     bufs: &PagedBuffers,
     splits: Option<usize>,
 ) -> OpResult<PagedRun> {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { paged_raw_with(dev, dtype, shape, bufs, splits, None) }
+}
+
+/// [`paged_raw`] with the combine of a split launch forced (`None`: [`combine_form`]).
+///
+/// # Safety
+/// As [`paged_raw`].
+pub unsafe fn paged_raw_with(
+    dev: &CudaDevice,
+    dtype: Dtype,
+    shape: &PagedShape<'_>,
+    bufs: &PagedBuffers,
+    splits: Option<usize>,
+    combine: Option<CombineForm>,
+) -> OpResult<PagedRun> {
     let op = "attention";
     let n = shape.check(dtype)?;
-    let (Some(entry), Some(combine)) = (paged_entry(shape.head_dim, dtype), combine_entry(dtype))
-    else {
+    let Some(entry) = paged_entry(shape.head_dim, dtype) else {
         return Err(OpError::shape(op, "no paged kernel"));
     };
     let q_lens: Vec<usize> = shape.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
@@ -238,6 +287,14 @@ pub unsafe fn paged_raw(
     if plan.items.is_empty() {
         return Err(OpError::Batch("no query rows".into()));
     }
+    let form = (plan.splits > 1).then(|| combine.unwrap_or(combine_form(plan.splits)));
+    let combine_fn = match form {
+        None => None,
+        Some(f) => match combine_entry(f, shape.head_dim, dtype) {
+            Some(e) => Some((f, e)),
+            None => return Err(OpError::shape(op, "no paged combine kernel")),
+        },
+    };
     let mut words = Vec::with_capacity(4 * plan.items.len());
     for it in &plan.items {
         for v in [it.seq, it.first_head, it.heads, it.m0] {
@@ -310,30 +367,17 @@ pub unsafe fn paged_raw(
     // cover every sequence's keys; the partials hold splits × rows × q_heads
     // rows; params match the kernel signature.
     unsafe { dev.launch(f, grid, (WGMMA_THREADS, 1, 1), smem, &mut params) }.map_err(dev_err)?;
-    if let Some((part_o, part_lse)) = &parts {
-        let cf = dev.function(combine).map_err(dev_err)?;
-        let (mut po, mut pl, mut o, mut g) = (part_o.ptr(), part_lse.ptr(), bufs.out, gate);
-        let mut r = int(op, "output rows", out_rows)?;
-        let mut dd = int(op, "head dim", d)?;
-        let mut sp = plan.splits as i32;
-        let mut params: [*mut c_void; 7] = [
-            param(&mut po),
-            param(&mut pl),
-            param(&mut o),
-            param(&mut g),
-            param(&mut r),
-            param(&mut dd),
-            param(&mut sp),
-        ];
-        let grid = (
-            grid_dim(op, out_rows, GRID_X)?,
-            (d / (4 * COMBINE_QUADS)) as u32,
-            1,
-        );
-        // SAFETY: the partials hold splits × out_rows rows of d; out and the
-        // gate out_rows × d; d / 64 column blocks cover d (d ∈ {64, 128, 256}).
-        unsafe { dev.launch(cf, grid, (COMBINE_THREADS, 1, 1), 0, &mut params) }
-            .map_err(dev_err)?;
+    if let (Some((part_o, part_lse)), Some((form, centry))) = (&parts, combine_fn) {
+        combine_launch(
+            dev,
+            form,
+            centry,
+            (part_o.ptr(), part_lse.ptr()),
+            (bufs.out, gate),
+            out_rows,
+            d,
+            plan.splits,
+        )?;
     }
     Ok(PagedRun {
         report: AttentionReport {
@@ -343,7 +387,69 @@ pub unsafe fn paged_raw(
         },
         splits: plan.splits,
         items: plan.items.len(),
+        combine: form,
     })
+}
+
+/// Launches the split combine `entry` of `form` over `(part_o, part_lse)`
+/// into `(out, gate)` (gate 0: none) for `rows` output rows of `d`.
+#[allow(clippy::too_many_arguments)]
+fn combine_launch(
+    dev: &CudaDevice,
+    form: CombineForm,
+    entry: &'static str,
+    (mut po, mut pl): (u64, u64),
+    (mut o, mut g): (u64, u64),
+    rows: usize,
+    d: usize,
+    splits: usize,
+) -> OpResult<()> {
+    let op = "attention";
+    let cf = dev.function(entry).map_err(dev_err)?;
+    let mut r = int(op, "output rows", rows)?;
+    let mut dd = int(op, "head dim", d)?;
+    let mut sp = int(op, "splits", splits)?;
+    match form {
+        CombineForm::Quads => {
+            let mut params: [*mut c_void; 7] = [
+                param(&mut po),
+                param(&mut pl),
+                param(&mut o),
+                param(&mut g),
+                param(&mut r),
+                param(&mut dd),
+                param(&mut sp),
+            ];
+            let grid = (
+                grid_dim(op, rows, GRID_X)?,
+                (d / (4 * COMBINE_QUADS)) as u32,
+                1,
+            );
+            // SAFETY: the partials hold splits × rows rows of d; out and the
+            // gate rows × d; d / 64 column blocks cover d (d ∈ {64, 128, 256}).
+            unsafe { dev.launch(cf, grid, (COMBINE_THREADS, 1, 1), 0, &mut params) }
+                .map_err(dev_err)
+        }
+        CombineForm::Rows => {
+            let mut params: [*mut c_void; 6] = [
+                param(&mut po),
+                param(&mut pl),
+                param(&mut o),
+                param(&mut g),
+                param(&mut r),
+                param(&mut sp),
+            ];
+            let grid = (
+                grid_dim(op, rows.div_ceil(COMBINE_ROW_WARPS), GRID_X)?,
+                1,
+                1,
+            );
+            let threads = (COMBINE_ROW_WARPS * 32) as u32;
+            // SAFETY: as above; the entry's head dim is d, a warp per row
+            // (rows past `rows` return at once).
+            unsafe { dev.launch(cf, grid, (threads, 1, 1), 0, &mut params) }.map_err(dev_err)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -358,6 +464,33 @@ mod tests {
         assert_eq!(source_constant(s, "KV_ROWS"), KV_BLOCK_ROWS);
         assert_eq!(source_constant(s, "BLOCK_N"), KV_BLOCK_ROWS);
         assert_eq!(source_constant(s, "WG_ROWS"), WGMMA_BLOCK_M);
+        assert_eq!(source_constant(s, "COMBINE_ROW_WARPS"), COMBINE_ROW_WARPS);
+    }
+
+    #[test]
+    fn few_splits_combine_by_rows_and_many_by_quads_for_every_compiled_kernel() {
+        assert_eq!(combine_form(2), CombineForm::Rows);
+        assert_eq!(combine_form(ROWS_COMBINE_MAX_SPLITS), CombineForm::Rows);
+        assert_eq!(
+            combine_form(ROWS_COMBINE_MAX_SPLITS + 1),
+            CombineForm::Quads
+        );
+        assert_eq!(combine_form(MAX_SPLITS), CombineForm::Quads);
+        let entries = ATTENTION_PAGED.entry_points;
+        for d in [64, 128, 256] {
+            for dtype in [Dtype::Bf16, Dtype::F16] {
+                for form in [CombineForm::Rows, CombineForm::Quads] {
+                    let e = combine_entry(form, d, dtype).unwrap();
+                    assert!(entries.contains(&e), "{e}");
+                }
+            }
+        }
+        assert_eq!(combine_entry(CombineForm::Rows, 96, Dtype::Bf16), None);
+        assert_eq!(combine_entry(CombineForm::Quads, 256, Dtype::F32), None);
+        // The 256-row follow-up over 32k of history: 4 splits, combined by rows.
+        let p = paged_plan(&[256], &[33_024], 16, 2, 132, None);
+        assert_eq!((p.items.len(), p.splits), (32, 4));
+        assert_eq!(combine_form(p.splits), CombineForm::Rows);
     }
 
     #[test]

@@ -59,6 +59,12 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
         "attn_paged_wgmma_d64_f16",
         "attn_paged_combine_bf16",
         "attn_paged_combine_f16",
+        "attn_paged_combine_rows_d256_bf16",
+        "attn_paged_combine_rows_d256_f16",
+        "attn_paged_combine_rows_d128_bf16",
+        "attn_paged_combine_rows_d128_f16",
+        "attn_paged_combine_rows_d64_bf16",
+        "attn_paged_combine_rows_d64_f16",
     ],
 };
 

@@ -15,8 +15,23 @@ pub mod sources;
 const THREADS: u32 = 256;
 /// Rows per thread of the width-4 kernel (`CONV_STRIP` in `ops_conv1d.cu`).
 const CONV_STRIP: usize = 32;
-/// Rows per thread of the 8-channel width-4 kernel (`CONV8_STRIP`).
+/// Rows per thread of the 8-channel width-4 kernel (its `strip` argument)
+/// when there are rows enough to fill the GPU.
 const CONV8_STRIP: usize = 32;
+/// Fewest rows per thread of that kernel (each strip reloads a 3-row window).
+const CONV8_MIN_STRIP: usize = 8;
+
+/// Rows per thread of the 8-channel kernel for `rows` rows over `cblocks`
+/// channel blocks on `sm_count` SMs: [`CONV8_STRIP`], halved (down to
+/// [`CONV8_MIN_STRIP`]) while the CTAs would not cover every SM — a
+/// 256-row step's 32 CTAs of 32 rows each ran on a quarter of an H200.
+fn conv8_strip(rows: usize, cblocks: usize, sm_count: usize) -> usize {
+    let mut strip = CONV8_STRIP;
+    while strip > CONV8_MIN_STRIP && cblocks * rows.div_ceil(strip) < sm_count {
+        strip /= 2;
+    }
+    strip
+}
 
 pub(crate) fn conv1d_silu(
     dev: &CudaDevice,
@@ -137,9 +152,12 @@ fn conv_k4x8(
             .i32(ni)
             .i32(ci)
             .i32(int(op, "rows", x.rows)?);
+        let cblocks = (c / 8).div_ceil(THREADS as usize);
+        let strip = conv8_strip(x.rows, cblocks, dev.sm_count);
+        let args = args.i32(int(op, "strip", strip)?);
         let grid = (
-            grid_dim(op, (c / 8).div_ceil(THREADS as usize), GRID_X)?,
-            grid_dim(op, x.rows.div_ceil(CONV8_STRIP), GRID_YZ)?,
+            grid_dim(op, cblocks, GRID_X)?,
+            grid_dim(op, x.rows.div_ceil(strip), GRID_YZ)?,
             1,
         );
         // SAFETY: x/out are [rows][C] bf16 with C % 8 == 0 (16-byte rows),
@@ -161,4 +179,25 @@ fn conv_k4x8(
     );
     // SAFETY: as above; each sequence's rows lie in x, its slot in the state.
     unsafe { launch(dev, "conv_state_advance_cu_bf16", grid, THREADS, args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_strip_is_32_rows_unless_the_rows_would_leave_sms_idle() {
+        // The 35B-A3B GDN conv (8192 channels: 4 channel blocks) on 132 SMs.
+        assert_eq!(conv8_strip(32_768, 4, 132), CONV8_STRIP);
+        assert_eq!(
+            conv8_strip(1025, 4, 132),
+            CONV8_STRIP,
+            "33 strips x 4 = 132"
+        );
+        assert_eq!(conv8_strip(1024, 4, 132), 16, "32 strips x 4 = 128");
+        // The 256-row follow-up step: 32 CTAs of 32 rows became 128 of 8.
+        assert_eq!(conv8_strip(256, 4, 132), CONV8_MIN_STRIP);
+        assert_eq!(conv8_strip(1, 4, 132), CONV8_MIN_STRIP);
+        assert_eq!(conv8_strip(600, 1, 132), CONV8_MIN_STRIP);
+    }
 }

@@ -115,7 +115,8 @@ extern "C" __global__ void conv_state_advance_bf16(const bf16* x, bf16* state, c
 }
 
 // The width-4 conv over 8 channels per thread (16-byte loads and stores) and
-// a strip of CONV8_STRIP rows, reading the sequence table directly (no per-row
+// a strip of `strip` rows (the host's choice, crates/cuda/src/ops/conv:
+// 32, fewer when that would leave SMs idle), reading the sequence table directly (no per-row
 // tables): cu[0..n] are the packed row offsets of the n sequences (cu[n] =
 // rows), slots[i] the state slot of sequence i. Each strip finds its first
 // row's sequence by binary search and walks across later sequence starts,
@@ -125,8 +126,7 @@ extern "C" __global__ void conv_state_advance_bf16(const bf16* x, bf16* state, c
 // the same order of the four products) as the kernels above, but SiLU's
 // division is __fdividef (within 2 ulp of f32; the output is bf16).
 // Needs C % 8 == 0 (16-byte aligned rows). grid (ceil(C / 8 / blockDim.x),
-// ceil(rows / CONV8_STRIP)).
-#define CONV8_STRIP 32
+// ceil(rows / strip)).
 #define CONV8_AHEAD 8
 
 __device__ __forceinline__ void unpack8(const uint4 u, float* f) {
@@ -145,12 +145,12 @@ extern "C" __global__ void conv1d_silu_k4x8_f32w(const bf16* __restrict__ x,
                                                  bf16* __restrict__ out,
                                                  const int* __restrict__ cu,
                                                  const int* __restrict__ slots, int n_seqs,
-                                                 int C, int rows) {
+                                                 int C, int rows, int strip) {
     const int c8 = blockIdx.x * blockDim.x + threadIdx.x;  // group of 8 channels
     if (c8 * 8 >= C) return;
-    const int t0 = blockIdx.y * CONV8_STRIP;
+    const int t0 = blockIdx.y * strip;
     if (t0 >= rows) return;
-    const int t1 = min(t0 + CONV8_STRIP, rows);
+    const int t1 = min(t0 + strip, rows);
     // Last sequence starting at or before t0 (empty sequences skipped: cu[seq + 1] > t0).
     int lo = 0, hi = n_seqs - 1;
     while (lo < hi) {

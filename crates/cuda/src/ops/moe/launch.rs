@@ -1,10 +1,10 @@
 //! The launch sequence of the routed experts, pass by pass over chunks of
-//! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route, offsets, scatter,
+//! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route (with the offsets), scatter,
 //! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, MAX_EXPERTS, ROUTE_WARPS,
+    route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, ROUTE_WARPS,
 };
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
@@ -134,7 +134,8 @@ impl Workspace {
             topk_weight: dev.alloc(pairs * 4)?,
             slot_token: dev.alloc(pairs * 4)?,
             pair_slot: dev.alloc(pairs * 4)?,
-            counts: dev.alloc(experts * 4)?,
+            // Per expert, then the routing's finished blocks.
+            counts: dev.alloc((experts + 1) * 4)?,
             expert_offsets: dev.alloc((experts + 1) * 4)?,
             tile_offsets: dev.alloc((experts + 1) * 4)?,
             act: dev.alloc(pairs * intermediate * 2)?,
@@ -169,6 +170,7 @@ pub(super) fn routed_experts_range(
         });
     }
     let ws = Workspace::alloc(dev, plan.chunk_pairs, local, l.intermediate, l.hidden)?;
+    dev.fill_bytes(&ws.counts, 0)?;
     let mut t0 = 0;
     while t0 < l.tokens {
         let pass = Pass {
@@ -188,7 +190,9 @@ pub(super) fn routed_experts_range(
     Ok(())
 }
 
-/// Routing, per-expert offsets and the scatter to expert order of one pass.
+/// Routing (whose last block writes the per-expert offsets) and the scatter
+/// to expert order of one pass. `ws.counts` must be zero (the memset of the
+/// call; each pass's scatter leaves them zero again).
 fn route(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
@@ -199,13 +203,12 @@ fn route(
     let (tc, k) = (pass.tokens, l.top_k);
     let pairs = tc * k;
     let logits = l.router_logits.ptr() + (pass.t0 * l.experts * 4) as u64;
-    dev.fill_bytes(&ws.counts, 0)?;
     launch(
         dev,
-        "moe_route",
+        route_entry(l.experts),
         tc.div_ceil(ROUTE_WARPS),
         (ROUTE_WARPS * 32) as u32,
-        ROUTE_WARPS * l.experts * 4,
+        0,
         Params::new()
             .ptr(logits)
             .int(tc)
@@ -216,16 +219,6 @@ fn route(
             .ptr(ws.topk_weight.ptr())
             .ptr(ws.counts.ptr())
             .int(first)
-            .int(local),
-    )?;
-    launch(
-        dev,
-        "moe_offsets",
-        1,
-        MAX_EXPERTS as u32,
-        0,
-        Params::new()
-            .ptr(ws.counts.ptr())
             .int(local)
             .ptr(ws.expert_offsets.ptr())
             .ptr(ws.tile_offsets.ptr()),

@@ -43,8 +43,21 @@ pub const GEMM_THREADS: usize = 256;
 pub const GEMM_SMEM_BYTES: usize = 3 * (GEMM_BM + GEMM_BN) * GEMM_BK * 2;
 /// Most experts the routing kernels handle (`MAX_EXPERTS` in `moe_route.cu`).
 pub const MAX_EXPERTS: usize = 1024;
+/// Most experts of the narrow routing kernel `moe_route` (`ROUTE_NARROW_EXPERTS`);
+/// `moe_route_wide` takes up to [`MAX_EXPERTS`].
+pub const ROUTE_NARROW_EXPERTS: usize = 256;
 /// Tokens per routing block (`ROUTE_WARPS`: one warp per token).
-pub const ROUTE_WARPS: usize = 8;
+pub const ROUTE_WARPS: usize = 4;
+
+/// The routing kernel for `experts` (at most [`MAX_EXPERTS`]): the narrow one
+/// holds 8 logits a lane in registers, the wide one 32.
+pub fn route_entry(experts: usize) -> &'static str {
+    if experts <= ROUTE_NARROW_EXPERTS {
+        "moe_route"
+    } else {
+        "moe_route_wide"
+    }
+}
 /// Tokens routed and run per pass: bounds the transient memory (expert
 /// outputs of `CHUNK_TOKENS · top_k` rows) whatever the prompt length.
 pub const CHUNK_TOKENS: usize = 32_768;

@@ -2,21 +2,21 @@
 // (crates/cuda/src/ops/moe). Every kernel runs on the caller's stream; none
 // needs the host between launches.
 //
-// 1. moe_route: one warp per token. Softmax over all experts in f32, then the
-//    top-k by probability (ties -> lower expert index; NaN sorts last), the
-//    weights renormalised over the kept k when asked: transformers'
+// 1. moe_route (moe_route_wide past 256 experts): one warp per token, its
+//    logits in registers. Softmax over all experts in f32, then the top-k by
+//    probability (ties -> lower expert index; NaN sorts last), the weights
+//    renormalised over the kept k when asked: transformers'
 //    Qwen3_5MoeTopKRouter and the CPU `route`. Counts tokens per expert
-//    (integer atomics: exact).
-// 2. moe_offsets: one block. Exclusive prefix sums of the counts (row offsets
-//    of each expert in expert order) and of the row tiles per expert (the
-//    grouped GEMMs' tile list); resets the counts to serve as cursors.
-// 3. moe_scatter: one thread per (token, k) pair: its row (slot) in expert
-//    order and, for that slot, the token it came from. The slot order inside
-//    an expert depends on atomics, but no result does: each GEMM row depends
-//    only on its own input row.
-// 4. moe_combine: out[t] = sum over k, in k order, of w[t][k] * y[slot(t, k)],
+//    (integer atomics: exact); the last block to finish writes the exclusive
+//    prefix sums of the counts (row offsets of each expert in expert order)
+//    and of the row tiles per expert (the grouped GEMMs' tile list).
+// 2. moe_scatter: one thread per (token, k) pair: its row (slot) in expert
+//    order and, for that slot, the token it came from; it counts the counts
+//    back down to zero. The slot order inside an expert depends on atomics,
+//    but no result does: each GEMM row depends only on its own input row.
+// 3. moe_combine: out[t] = sum over k, in k order, of w[t][k] * y[slot(t, k)],
 //    in f32 (no float atomics: reproducible run to run).
-// 5. moe_combine_shared: the same sum, plus the shared expert scaled by its
+// 4. moe_combine_shared: the same sum, plus the shared expert scaled by its
 //    sigmoid gate (x[t] . shared_gate, computed here), rounded once to bf16:
 //    the whole MoE block's output in one pass (no f32 intermediate).
 //
@@ -32,115 +32,196 @@
 
 namespace headroom_moe {
 
-constexpr int ROUTE_WARPS = 8;              // tokens per routing block
+constexpr int ROUTE_WARPS = 4;              // tokens per routing block
 constexpr int ROUTE_THREADS = ROUTE_WARPS * 32;
-constexpr int MAX_EXPERTS = 1024;           // one offsets block: one thread per expert
+constexpr int MAX_EXPERTS = 1024;           // the wide routing kernel's logits in registers
+constexpr int ROUTE_NARROW_EXPERTS = 256;   // the narrow one's
 constexpr int GEMM_BM = 128;                // rows per grouped-GEMM tile (moe_grouped_gemm.cu BM)
 constexpr int COMBINE_THREADS = 256;
 constexpr int SCATTER_THREADS = 256;
 
-// (pa, a) ranks before (pb, b): higher probability first, NaN last, lower index on ties.
-__device__ __forceinline__ bool ranks_before(float pa, int a, float pb, int b) {
-    bool na = pa != pa, nb = pb != pb;
-    if (na != nb) return nb;
-    if (!na && pa != pb) return pa > pb;
-    return a < b;
+// NaN last, then higher probability, then the lower index (the caller
+// breaks equal keys by index): 0 is below every key (a padding or picked
+// slot), 1 is NaN, a probability p >= 0 is its bits + 2 (monotonic).
+__device__ __forceinline__ unsigned rank_key(float p) {
+    return p != p ? 1u : __float_as_uint(p) + 2u;
 }
 
-extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)
-moe_route(const float* __restrict__ logits, int tokens, int experts, int top_k, int renormalise,
-          int* __restrict__ topk_expert, float* __restrict__ topk_weight, int* __restrict__ counts,
-          int first, int local) {
-    // Experts first .. first+local are this rank's (all of them without expert
-    // parallelism): topk_expert holds the local index, -1 for another rank's.
-    extern __shared__ float probs_all[];  // [ROUTE_WARPS][experts]
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const long long t = (long long)blockIdx.x * ROUTE_WARPS + warp;
-    if (t >= tokens) return;
-    float* probs = probs_all + warp * experts;
-    const float* row = logits + t * experts;
-    // max (fmaxf skips NaN, as Rust's f32::max), then exp and sum.
-    float mx = -INFINITY;
-    for (int j = lane; j < experts; j += 32) mx = fmaxf(mx, row[j]);
+// Offsets of the last routing block: exclusive prefix sums of counts[0..local)
+// (rows, and row tiles of GEMM_BM) into expert_offsets / tile_offsets [local + 1],
+// by ROUTE_THREADS threads, each a run of consecutive experts.
+__device__ void route_offsets(const int* __restrict__ counts, int local, int* __restrict__ expert_offsets,
+                              int* __restrict__ tile_offsets) {
+    constexpr int PER = MAX_EXPERTS / ROUTE_THREADS;
+    static_assert(PER * ROUTE_THREADS == MAX_EXPERTS, "every expert has a thread");
+    __shared__ int warp_rows[ROUTE_WARPS], warp_tiles[ROUTE_WARPS];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    int c[PER], rows = 0, tiles = 0;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float sum = 0.f;
-    for (int j = lane; j < experts; j += 32) {
-        float p = expf(row[j] - mx);
-        probs[j] = p;
-        sum += p;
+    for (int i = 0; i < PER; ++i) {
+        const int e = tid * PER + i;
+        c[i] = e < local ? __ldcg(counts + e) : 0;  // L2: the other blocks' atomics
+        rows += c[i];
+        tiles += (c[i] + GEMM_BM - 1) / GEMM_BM;
     }
+    // Inclusive scans of the threads' sums: in the warp, then over the warps.
+    int r_inc = rows, t_inc = tiles;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    for (int j = lane; j < experts; j += 32) probs[j] /= sum;
-    __syncwarp();
-    // k rounds of a warp arg-max over the experts ranked after the last pick.
-    float prev_p = 0.f, kept = 0.f;
-    int prev_e = -1;
-    for (int kk = 0; kk < top_k; ++kk) {
-        float bp = 0.f;
-        int be = -1;
-        for (int j = lane; j < experts; j += 32) {
-            float p = probs[j];
-            bool eligible = prev_e < 0 || ranks_before(prev_p, prev_e, p, j);
-            if (eligible && (be < 0 || ranks_before(p, j, bp, be))) { bp = p; be = j; }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            float op = __shfl_xor_sync(0xffffffffu, bp, o);
-            int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (oe >= 0 && (be < 0 || ranks_before(op, oe, bp, be))) { bp = op; be = oe; }
-        }
-        prev_p = bp;
-        prev_e = be;
-        kept += bp;  // in pick order, as the CPU's sum over the chosen
-        if (lane == 0) {
-            const int le = be - first;
-            const bool mine = le >= 0 && le < local;
-            topk_expert[t * top_k + kk] = mine ? le : -1;
-            topk_weight[t * top_k + kk] = bp;
-            if (mine) atomicAdd(&counts[le], 1);
+    for (int o = 1; o < 32; o <<= 1) {
+        const int r = __shfl_up_sync(0xffffffffu, r_inc, o), tl = __shfl_up_sync(0xffffffffu, t_inc, o);
+        if (lane >= o) {
+            r_inc += r;
+            t_inc += tl;
         }
     }
-    if (renormalise && lane == 0) {
-        for (int kk = 0; kk < top_k; ++kk) topk_weight[t * top_k + kk] /= kept;
+    if (lane == 31) {
+        warp_rows[warp] = r_inc;
+        warp_tiles[warp] = t_inc;
     }
-}
-
-// One block of MAX_EXPERTS threads (experts <= MAX_EXPERTS).
-extern "C" __global__ void __launch_bounds__(MAX_EXPERTS)
-moe_offsets(int* __restrict__ counts, int experts, int* __restrict__ expert_offsets,
-            int* __restrict__ tile_offsets) {
-    __shared__ int rows[MAX_EXPERTS];
-    __shared__ int tiles[MAX_EXPERTS];
-    const int e = threadIdx.x;
-    int c = e < experts ? counts[e] : 0;
-    rows[e] = c;
-    tiles[e] = (c + GEMM_BM - 1) / GEMM_BM;
     __syncthreads();
-    // Hillis-Steele inclusive scans.
-    for (int o = 1; o < MAX_EXPERTS; o <<= 1) {
-        int r = e >= o ? rows[e - o] : 0;
-        int tl = e >= o ? tiles[e - o] : 0;
-        __syncthreads();
-        rows[e] += r;
-        tiles[e] += tl;
-        __syncthreads();
+    int r_base = r_inc - rows, t_base = t_inc - tiles;
+    for (int w = 0; w < warp; ++w) {
+        r_base += warp_rows[w];
+        t_base += warp_tiles[w];
     }
-    if (e < experts) {
-        expert_offsets[e + 1] = rows[e];
-        tile_offsets[e + 1] = tiles[e];
-        counts[e] = 0;  // now the scatter's cursor
+#pragma unroll
+    for (int i = 0; i < PER; ++i) {
+        const int e = tid * PER + i;
+        if (e < local) {
+            r_base += c[i];
+            t_base += (c[i] + GEMM_BM - 1) / GEMM_BM;
+            expert_offsets[e + 1] = r_base;
+            tile_offsets[e + 1] = t_base;
+        }
     }
-    if (e == 0) {
+    if (tid == 0) {
         expert_offsets[0] = 0;
         tile_offsets[0] = 0;
     }
 }
 
+// One warp per token, the logits in registers (expert j in lane j % 32, slot
+// j / 32; experts <= 32 * PER_LANE): max, exp, sum and the probabilities in the
+// CPU's per-lane order, then top_k rounds of a warp arg-max (redux.sync on the
+// rank keys, then on the index among the equal keys). Picks 0..31 stay in
+// their lane and are written (and counted) at the end in parallel.
+// Experts first .. first+local are this rank's (all of them without expert
+// parallelism): topk_expert holds the local index, -1 for another rank's.
+// counts [local + 1] must be zero at the launch: counts[e] gets expert e's
+// pairs, counts[local] counts the finished blocks, and the last block to
+// finish writes the offsets (moe_offsets' work) and sets counts[local] back to 0.
+template <int PER_LANE>
+__device__ __forceinline__ void route_block(const float* __restrict__ logits, int tokens, int experts,
+                                            int top_k, int renormalise, int* __restrict__ topk_expert,
+                                            float* __restrict__ topk_weight, int* __restrict__ counts,
+                                            int first, int local, int* __restrict__ expert_offsets,
+                                            int* __restrict__ tile_offsets) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const long long t = (long long)blockIdx.x * ROUTE_WARPS + warp;
+    if (t < tokens) {
+        const float* row = logits + t * experts;
+        float p[PER_LANE];
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            const int j = lane + 32 * i;
+            p[i] = j < experts ? row[j] : -INFINITY;
+        }
+        // max (fmaxf skips NaN, as Rust's f32::max), then exp and sum.
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) mx = fmaxf(mx, p[i]);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            if (lane + 32 * i < experts) {
+                p[i] = expf(p[i] - mx);
+                sum += p[i];
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        unsigned key[PER_LANE];
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) key[i] = lane + 32 * i < experts ? rank_key(p[i] / sum) : 0u;
+        float kept = 0.f, my_w = 0.f;
+        int my_e = -1;
+        for (int kk = 0; kk < top_k; ++kk) {
+            // This lane's best (the first of equal keys is its lowest index).
+            unsigned bk = 0u;
+            int bi = 0;
+#pragma unroll
+            for (int i = 0; i < PER_LANE; ++i) {
+                if (key[i] > bk) {
+                    bk = key[i];
+                    bi = i;
+                }
+            }
+            const unsigned wk = __reduce_max_sync(0xffffffffu, bk);
+            const int be = __reduce_min_sync(0xffffffffu, bk == wk ? lane + 32 * bi : 0x7fffffff);
+#pragma unroll
+            for (int i = 0; i < PER_LANE; ++i) {
+                if (lane + 32 * i == be) key[i] = 0u;
+            }
+            const float bp = wk == 1u ? __int_as_float(0x7fffffff) : __uint_as_float(wk - 2u);
+            kept += bp;  // in pick order, as the CPU's sum over the chosen
+            if (kk < 32) {
+                if (lane == kk) {
+                    my_e = be;
+                    my_w = bp;
+                }
+            } else if (lane == 0) {  // top_k > 32: written now, renormalised below
+                const int le = be - first;
+                const bool mine = le >= 0 && le < local;
+                topk_expert[t * top_k + kk] = mine ? le : -1;
+                topk_weight[t * top_k + kk] = bp;
+                if (mine) atomicAdd(&counts[le], 1);
+            }
+        }
+        if (lane < top_k) {
+            const int le = my_e - first;
+            const bool mine = le >= 0 && le < local;
+            topk_expert[t * top_k + lane] = mine ? le : -1;
+            topk_weight[t * top_k + lane] = renormalise ? my_w / kept : my_w;
+            if (mine) atomicAdd(&counts[le], 1);
+        }
+        if (renormalise && lane == 0) {
+            for (int kk = 32; kk < top_k; ++kk) topk_weight[t * top_k + kk] /= kept;
+        }
+    }
+    // The last block to finish sees every count (each thread's atomics are
+    // ordered before its fence, the fences before the block's ticket).
+    __shared__ int is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) is_last = atomicAdd(&counts[local], 1) == (int)gridDim.x - 1;
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    route_offsets(counts, local, expert_offsets, tile_offsets);
+    if (threadIdx.x == 0) counts[local] = 0;
+}
+
+// Launch: grid ceil(tokens / ROUTE_WARPS), block ROUTE_THREADS, no dynamic
+// shared memory. moe_route: experts <= 256; moe_route_wide: experts <= MAX_EXPERTS.
+#define ROUTE_ENTRY(NAME, PER_LANE)                                                                   \
+    extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)                                      \
+    NAME(const float* __restrict__ logits, int tokens, int experts, int top_k, int renormalise,      \
+         int* __restrict__ topk_expert, float* __restrict__ topk_weight, int* __restrict__ counts,    \
+         int first, int local, int* __restrict__ expert_offsets, int* __restrict__ tile_offsets) {    \
+        route_block<PER_LANE>(logits, tokens, experts, top_k, renormalise, topk_expert, topk_weight, \
+                              counts, first, local, expert_offsets, tile_offsets);                   \
+    }
+ROUTE_ENTRY(moe_route, ROUTE_NARROW_EXPERTS / 32)
+ROUTE_ENTRY(moe_route_wide, MAX_EXPERTS / 32)
+
+// One thread per (token, k) pair: its slot in expert order. counts[e] holds
+// expert e's pairs (the routing's); each pair takes one by decrementing it, so
+// the counts are zero again for the next pass.
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
 moe_scatter(const int* __restrict__ topk_expert, int pairs, int top_k,
-            const int* __restrict__ expert_offsets, int* __restrict__ cursor,
+            const int* __restrict__ expert_offsets, int* __restrict__ counts,
             int* __restrict__ slot_token, int* __restrict__ pair_slot) {
     const int p = blockIdx.x * SCATTER_THREADS + threadIdx.x;
     if (p >= pairs) return;
@@ -149,30 +230,46 @@ moe_scatter(const int* __restrict__ topk_expert, int pairs, int top_k,
         pair_slot[p] = -1;
         return;
     }
-    const int slot = expert_offsets[e] + atomicAdd(&cursor[e], 1);
+    const int slot = expert_offsets[e] + atomicSub(&counts[e], 1) - 1;
     slot_token[slot] = p / top_k;
     pair_slot[p] = slot;
 }
 
 // acc[0..8] = sum over k (in k order) of w[t][k] * y[slot(t, k)][c..c + 8]
-// (slot < 0: another rank's expert, skipped: its rank adds it).
+// (slot < 0: another rank's expert, skipped: its rank adds it). The picks are
+// read COMBINE_BATCH at a time, their rows loaded together before any is
+// summed: two memory latencies a batch, not two a pick.
+constexpr int COMBINE_BATCH = 8;
 __device__ __forceinline__ void routed_sum8(const __nv_bfloat16* __restrict__ y,
                                             const float* __restrict__ topk_weight,
                                             const int* __restrict__ pair_slot, long long t, int top_k,
                                             int hidden, int c, float (&acc)[8]) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] = 0.f;
-    for (int kk = 0; kk < top_k; ++kk) {
-        const float w = topk_weight[t * top_k + kk];
-        const long long slot = pair_slot[t * top_k + kk];
-        if (slot < 0) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(y + slot * hidden + c);
-        const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
+    for (int k0 = 0; k0 < top_k; k0 += COMBINE_BATCH) {
+        float w[COMBINE_BATCH];
+        int slot[COMBINE_BATCH];
+        uint4 v[COMBINE_BATCH];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            float2 f = __bfloat1622float2(b[j]);
-            acc[2 * j] += w * f.x;
-            acc[2 * j + 1] += w * f.y;
+        for (int b = 0; b < COMBINE_BATCH; ++b) {
+            const bool in = k0 + b < top_k;
+            slot[b] = in ? pair_slot[t * top_k + k0 + b] : -1;
+            w[b] = in ? topk_weight[t * top_k + k0 + b] : 0.f;
+        }
+#pragma unroll
+        for (int b = 0; b < COMBINE_BATCH; ++b) {
+            if (slot[b] >= 0) v[b] = *reinterpret_cast<const uint4*>(y + (long long)slot[b] * hidden + c);
+        }
+#pragma unroll
+        for (int b = 0; b < COMBINE_BATCH; ++b) {
+            if (slot[b] < 0) continue;
+            const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v[b]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                float2 f = __bfloat1622float2(h[j]);
+                acc[2 * j] += w[b] * f.x;
+                acc[2 * j + 1] += w[b] * f.y;
+            }
         }
     }
 }
@@ -191,9 +288,23 @@ moe_combine(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_
     }
 }
 
+// x[c..c + 8] . gate[c..c + 8] added to dot (pairs in order, as one dot product).
+__device__ __forceinline__ void dot8(const uint4 xv, const uint4 gv, float& dot) {
+    const __nv_bfloat162* xb = reinterpret_cast<const __nv_bfloat162*>(&xv);
+    const __nv_bfloat162* gb = reinterpret_cast<const __nv_bfloat162*>(&gv);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float2 a = __bfloat1622float2(xb[j]), b = __bfloat1622float2(gb[j]);
+        dot += a.x * b.x + a.y * b.y;
+    }
+}
+
 // One block per token; hidden % 8 == 0. out[t] = bf16(sum_k w[t][k] * y[slot(t, k)]
 // + sigmoid(x[t] . gate) * shared[t]), the routed sum in k order and the gate's dot
-// product reduced in a fixed order (reproducible run to run).
+// product reduced in a fixed order (reproducible run to run). The thread's first
+// column chunk (the only one when hidden <= COMBINE_THREADS * 8) has its x, gate
+// and shared loads issued before the routed sum's, and is summed before the
+// gate's reduction: the loads of a token overlap instead of queueing.
 extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
 moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
                    const int* __restrict__ pair_slot, int top_k, int hidden,
@@ -202,17 +313,20 @@ moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict_
     __shared__ float partial[COMBINE_THREADS / 32];
     const long long t = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int c0 = threadIdx.x * 8;
+    float acc0[8];
     float dot = 0.f;
-    for (int c = threadIdx.x * 8; c < hidden; c += COMBINE_THREADS * 8) {
-        const uint4 xv = *reinterpret_cast<const uint4*>(x + t * hidden + c);
-        const uint4 gv = *reinterpret_cast<const uint4*>(gate + c);
-        const __nv_bfloat162* xb = reinterpret_cast<const __nv_bfloat162*>(&xv);
-        const __nv_bfloat162* gb = reinterpret_cast<const __nv_bfloat162*>(&gv);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float2 a = __bfloat1622float2(xb[j]), b = __bfloat1622float2(gb[j]);
-            dot += a.x * b.x + a.y * b.y;
-        }
+    uint4 sv0 = make_uint4(0u, 0u, 0u, 0u);
+    if (c0 < hidden) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(x + t * hidden + c0);
+        const uint4 gv = *reinterpret_cast<const uint4*>(gate + c0);
+        sv0 = *reinterpret_cast<const uint4*>(shared + t * hidden + c0);
+        routed_sum8(y, topk_weight, pair_slot, t, top_k, hidden, c0, acc0);
+        dot8(xv, gv, dot);
+    }
+    for (int c = c0 + COMBINE_THREADS * 8; c < hidden; c += COMBINE_THREADS * 8) {
+        dot8(*reinterpret_cast<const uint4*>(x + t * hidden + c), *reinterpret_cast<const uint4*>(gate + c),
+             dot);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
@@ -222,10 +336,16 @@ moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict_
 #pragma unroll
     for (int w = 0; w < COMBINE_THREADS / 32; ++w) logit += partial[w];
     const float s = 1.f / (1.f + expf(-logit));
-    for (int c = threadIdx.x * 8; c < hidden; c += COMBINE_THREADS * 8) {
+    for (int c = c0; c < hidden; c += COMBINE_THREADS * 8) {
         float acc[8];
-        routed_sum8(y, topk_weight, pair_slot, t, top_k, hidden, c, acc);
-        const uint4 sv = *reinterpret_cast<const uint4*>(shared + t * hidden + c);
+        uint4 sv = sv0;
+        if (c == c0) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[j] = acc0[j];
+        } else {
+            routed_sum8(y, topk_weight, pair_slot, t, top_k, hidden, c, acc);
+            sv = *reinterpret_cast<const uint4*>(shared + t * hidden + c);
+        }
         const __nv_bfloat162* sb = reinterpret_cast<const __nv_bfloat162*>(&sv);
         uint4 o;
         __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&o);

@@ -10,7 +10,7 @@ pub const MOE_ROUTE: KernelSource = KernelSource {
     source: include_str!("moe_route.cu"),
     entry_points: &[
         "moe_route",
-        "moe_offsets",
+        "moe_route_wide",
         "moe_scatter",
         "moe_combine",
         "moe_combine_shared",

@@ -148,6 +148,12 @@ fn launch_constants_match_the_kernel_sources() {
     let r = MOE_ROUTE.source;
     assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
     assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
+    assert_eq!(constant(r, "ROUTE_NARROW_EXPERTS"), ROUTE_NARROW_EXPERTS);
+    assert_eq!(route_entry(ROUTE_NARROW_EXPERTS), "moe_route");
+    assert_eq!(route_entry(ROUTE_NARROW_EXPERTS + 1), "moe_route_wide");
+    assert_eq!(route_entry(8), "moe_route");
+    // The last routing block's offsets: one thread a run of consecutive experts.
+    assert_eq!(MAX_EXPERTS % (ROUTE_WARPS * 32), 0);
     assert_eq!(constant(r, "GEMM_BM"), GEMM_BM);
 }
 

@@ -1,0 +1,327 @@
+//! The ops of one 256-row engine step over a 32k history (issue #25's
+//! follow-up turn), timed on the GPU with CUDA events (median of the
+//! samples, device time): the paged attention of 256 query rows after 32,768
+//! keys (16 q / 2 kv heads, d 256, gated) with each split combine and a sweep
+//! of the split count; decode attention of 1 row × 64 / 256 sequences (no
+//! regression); the routed MoE's routing and shared combine stages at 256
+//! and 8,192 rows (35B-A3B shape: 2048 → 256 experts, top-8); the GDN conv
+//! (8,192 channels) at 256 / 8,192 rows. Inputs are
+//! device-filled constants or seeded random logits: the figures are speed
+//! only (the correctness tests are `paged_attention.rs` and `moe.rs`).
+//! Each timing asserts its own run was what it claims (splits, combine).
+//! GPU only, ignored here; run with
+//! `cargo test --release -p headroom-cuda --test step256_timing -- --ignored --nocapture`.
+
+use headroom_core::ops::{Backend, Batch, BlockTables, GdnSpec};
+use headroom_core::Dtype;
+use headroom_core::Tensor;
+use headroom_cuda::alloc::DeviceBuffer;
+use headroom_cuda::attention::{
+    combine_form, paged_raw_with, CombineForm, PagedBuffers, PagedRun, PagedShape,
+};
+use headroom_cuda::backend::CudaBackend;
+use headroom_cuda::device::CudaDevice;
+use headroom_cuda::ops::moe::{routed_experts_shared_marked, MoeLaunch, MoeStage, SharedEpilogue};
+use headroom_cuda::timing::StreamEvent as Event;
+use rand::{Rng, SeedableRng};
+
+const SAMPLES: usize = 9;
+const KV_ROWS: usize = 64;
+const Q_HEADS: usize = 16;
+const KV_HEADS: usize = 2;
+const D: usize = 256;
+
+fn device() -> CudaDevice {
+    let dev = CudaDevice::open(0).expect("a CUDA device");
+    assert_eq!(dev.arch, "sm_90a", "the paged kernel is Hopper's");
+    dev
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A bf16 buffer of `elems` filled with the bytes `b` (0x3C: 0.0115 a value).
+fn filled(dev: &CudaDevice, elems: usize, b: u8) -> DeviceBuffer {
+    let buf = dev.alloc(elems * 2).unwrap();
+    dev.fill_bytes(&buf, b).unwrap();
+    buf
+}
+
+/// A paged batch: `seqs` sequences of `q_len` new rows after `history` keys,
+/// each on its own blocks of one pool.
+struct Paged {
+    cu: Vec<usize>,
+    kv_lens: Vec<usize>,
+    tables: BlockTables,
+    q: DeviceBuffer,
+    gate: DeviceBuffer,
+    out: DeviceBuffer,
+    k: DeviceBuffer,
+    v: DeviceBuffer,
+}
+
+impl Paged {
+    fn new(dev: &CudaDevice, seqs: usize, q_len: usize, history: usize) -> Paged {
+        let kv = history + q_len;
+        let per = kv.div_ceil(KV_ROWS);
+        let tables: Vec<Vec<u32>> = (0..seqs)
+            .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
+            .collect();
+        let rows = seqs * q_len;
+        let pool = seqs * per * KV_HEADS * KV_ROWS * D;
+        Paged {
+            cu: (0..=seqs).map(|s| s * q_len).collect(),
+            kv_lens: vec![kv; seqs],
+            tables: BlockTables::from_tables(&tables),
+            q: filled(dev, rows * Q_HEADS * D, 0x3C),
+            gate: filled(dev, rows * Q_HEADS * D, 0x3F),
+            out: filled(dev, rows * Q_HEADS * D, 0xFF),
+            k: filled(dev, pool, 0x3C),
+            v: filled(dev, pool, 0x3D),
+        }
+    }
+
+    /// One call (gated) with `splits` / `combine` forced where given.
+    fn run(
+        &self,
+        dev: &CudaDevice,
+        splits: Option<usize>,
+        combine: Option<CombineForm>,
+    ) -> PagedRun {
+        let shape = PagedShape {
+            cu_seqlens: &self.cu,
+            kv_lens: &self.kv_lens,
+            tables: &self.tables,
+            q_heads: Q_HEADS,
+            kv_heads: KV_HEADS,
+            head_dim: D,
+        };
+        let bufs = PagedBuffers {
+            q: self.q.ptr(),
+            k: self.k.ptr(),
+            v: self.v.ptr(),
+            out: self.out.ptr(),
+            gate: Some(self.gate.ptr()),
+        };
+        // SAFETY: q, gate and out hold rows × 16 × 256 elements; the pools
+        // hold every block of the tables.
+        unsafe { paged_raw_with(dev, Dtype::Bf16, &shape, &bufs, splits, combine) }.unwrap()
+    }
+
+    /// Median microseconds of a call (after a warm-up) and what it ran.
+    fn time(
+        &self,
+        dev: &CudaDevice,
+        splits: Option<usize>,
+        combine: Option<CombineForm>,
+    ) -> (f64, PagedRun) {
+        let run = self.run(dev, splits, combine);
+        let us = (0..SAMPLES)
+            .map(|_| {
+                let a = Event::record(dev).unwrap();
+                self.run(dev, splits, combine);
+                let b = Event::record(dev).unwrap();
+                b.ms_since(&a).unwrap() * 1e3
+            })
+            .collect();
+        (median(us), run)
+    }
+}
+
+fn form(run: &PagedRun) -> String {
+    run.combine
+        .map_or("none".into(), |c| format!("{c:?}").to_lowercase())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_the_follow_up_attention_by_split_count_and_combine() {
+    let dev = device();
+    let p = Paged::new(&dev, 1, 256, 32_768);
+    println!(
+        "## attention: 256 rows after 32,768 keys, 16/2 heads, d 256, gated (x10 layers a step)"
+    );
+    println!("| splits | combine | us (attention + combine) |");
+    println!("|---:|---|---:|");
+    let (auto_us, auto) = p.time(&dev, None, None);
+    assert_eq!(auto.combine, Some(combine_form(auto.splits)));
+    println!(
+        "| {} (plan) | {} (plan) | {auto_us:.1} |",
+        auto.splits,
+        form(&auto)
+    );
+    let (old_us, old) = p.time(&dev, None, Some(CombineForm::Quads));
+    assert_eq!(
+        (old.splits, old.combine),
+        (auto.splits, Some(CombineForm::Quads))
+    );
+    println!("| {} (plan) | quads (before) | {old_us:.1} |", old.splits);
+    for s in [1, 2, 3, 4, 6, 8, 16] {
+        for c in [CombineForm::Rows, CombineForm::Quads] {
+            if s == 1 && c == CombineForm::Quads {
+                continue;
+            }
+            let (us, run) = p.time(&dev, Some(s), Some(c));
+            assert_eq!(run.splits, s);
+            println!("| {s} | {} | {us:.1} |", form(&run));
+        }
+    }
+    println!(
+        "follow-up attention: plan {auto_us:.1} us vs before (quads combine) {old_us:.1} us: {:.1} us a layer, {:.2} ms a step",
+        old_us - auto_us,
+        (old_us - auto_us) * 10.0 / 1e3
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_decode_attention_of_many_sequences() {
+    let dev = device();
+    println!("## decode attention: 1 row a sequence, 16/2 heads, d 256, gated");
+    println!("| sequences | history | splits | combine (plan) | us | us (the other combine) |");
+    println!("|---:|---:|---:|---|---:|---:|");
+    // 1, 8, 16, 32, 64 sequences over 32k: 128, 16, 8, 4, 2 splits (the combine
+    // switches to rows at 8); 256 sequences fill the GPU unsplit.
+    for (seqs, history) in [
+        (1, 32_768),
+        (8, 32_768),
+        (16, 32_768),
+        (32, 32_768),
+        (64, 32_768),
+        (64, 4096),
+        (256, 4096),
+        (256, 32_768),
+    ] {
+        let p = Paged::new(&dev, seqs, 1, history);
+        let (us, run) = p.time(&dev, None, None);
+        // The same launch with the other combine.
+        let other = match run.combine {
+            Some(c) => {
+                let o = match c {
+                    CombineForm::Rows => CombineForm::Quads,
+                    CombineForm::Quads => CombineForm::Rows,
+                };
+                let (t, or) = p.time(&dev, None, Some(o));
+                assert_eq!((or.splits, or.combine), (run.splits, Some(o)));
+                format!("{t:.1} ({})", form(&or))
+            }
+            None => "-".into(),
+        };
+        println!(
+            "| {seqs} | {history} | {} | {} | {us:.1} | {other} |",
+            run.splits,
+            form(&run)
+        );
+    }
+}
+
+/// The routed MoE of the 35B-A3B shape (weights device-filled: the routing
+/// comes from the random logits) at `tokens` rows: median us of the routing
+/// stage (route with its offsets, scatter), of the shared combine, and of the
+/// whole routed block.
+fn time_moe(dev: &CudaDevice, tokens: usize) -> (f64, f64, f64) {
+    let (h, e, k, i) = (2048, 256, 8, 512);
+    let gate_up = filled(dev, e * 2 * i * h, 0x3C);
+    let down = filled(dev, e * h * i, 0x3C);
+    let x = filled(dev, tokens * h, 0x3C);
+    let shared = filled(dev, tokens * h, 0x3C);
+    let shared_gate = filled(dev, h, 0x3C);
+    let out = filled(dev, tokens * h, 0xFF);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(tokens as u64);
+    let logits: Vec<f32> = (0..tokens * e)
+        .map(|_| rng.random::<f32>() * 4.0 - 2.0)
+        .collect();
+    let logits = dev.upload(&logits).unwrap();
+    let l = MoeLaunch {
+        x: &x,
+        router_logits: &logits,
+        gate_up: &gate_up,
+        down: &down,
+        out: &out,
+        tokens,
+        hidden: h,
+        experts: e,
+        top_k: k,
+        intermediate: i,
+        renormalise: true,
+    };
+    let s = SharedEpilogue {
+        shared_gate: &shared_gate,
+        shared: &shared,
+        out: &out,
+    };
+    let (mut route, mut combine, mut block) = (Vec::new(), Vec::new(), Vec::new());
+    for n in 0..=SAMPLES {
+        let mut marks: Vec<(MoeStage, Event)> = Vec::new();
+        let start = Event::record(dev).unwrap();
+        routed_experts_shared_marked(dev, &l, (0, e), None, &s, &mut |st| {
+            marks.push((st, Event::record(dev)?));
+            Ok(())
+        })
+        .unwrap();
+        let end = Event::record(dev).unwrap();
+        let at = |st: MoeStage| &marks.iter().find(|(m, _)| *m == st).unwrap().1;
+        let us = |a: &Event, b: &Event| b.ms_since(a).unwrap() * 1e3;
+        if n > 0 {
+            route.push(us(at(MoeStage::Route), at(MoeStage::GateUp)));
+            combine.push(us(at(MoeStage::Combine), at(MoeStage::End)));
+            block.push(us(&start, &end));
+        }
+    }
+    (median(route), median(combine), median(block))
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_the_moe_routing_and_combine() {
+    let dev = device();
+    println!("## routed MoE, 35B-A3B shape (2048 -> 256 experts, top-8, shared expert folded in)");
+    println!("| rows | route + offsets + scatter us | combine (shared) us | routed block us |");
+    println!("|---:|---:|---:|---:|");
+    for tokens in [256, 2048, 8192] {
+        let (r, c, b) = time_moe(&dev, tokens);
+        println!("| {tokens} | {r:.1} | {c:.1} | {b:.1} |");
+    }
+    println!("before (ncu, docs/perf/data/serving-s4/ncu_256.csv, 256 rows): moe_route 15.56 + moe_offsets 3.11 + moe_scatter 2.84 us; moe_combine_shared 8.54 us");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_the_gdn_conv() {
+    // The 35B-A3B GDN layer's conv: 2·16·128 + 32·128 = 8,192 channels, width 4.
+    let be = CudaBackend::open(0).expect("a CUDA device");
+    let spec = GdnSpec {
+        slots: 1,
+        k_heads: 16,
+        v_heads: 32,
+        k_dim: 128,
+        v_dim: 128,
+        kernel: 4,
+    };
+    let c = spec.conv_dim();
+    assert_eq!(c, 8192);
+    let w = be
+        .upload_vector(Tensor::from_f32(vec![c * 4], vec![0.25; c * 4]))
+        .unwrap();
+    let mut state = be.new_gdn_state(&spec).unwrap();
+    println!("## GDN conv1d + SiLU, 8,192 channels (x30 layers a step; before, ncu at 256 rows: 13.81 us)");
+    println!("| rows | us (conv + state advance) |");
+    println!("|---:|---:|");
+    for rows in [256, 8192] {
+        let x = be.act_from_f32(rows, c, &vec![0.5; rows * c]).unwrap();
+        let batch = Batch::single(0, 32_768, rows);
+        be.conv1d_silu(&x, &w, &mut state, &batch).unwrap();
+        let dev = be.device();
+        let us = (0..SAMPLES)
+            .map(|_| {
+                let a = Event::record(dev).unwrap();
+                be.conv1d_silu(&x, &w, &mut state, &batch).unwrap();
+                let b = Event::record(dev).unwrap();
+                b.ms_since(&a).unwrap() * 1e3
+            })
+            .collect();
+        println!("| {rows} | {:.1} |", median(us));
+    }
+}
