@@ -1,9 +1,10 @@
 //! The host sampling path (log probabilities, top log probabilities,
 //! presence / frequency penalties, a seed) on the CUDA backend against the
-//! CPU backend, on the bf16 MoE fixture: a greedy request asking for all of
-//! them draws the CPU's token while the CPU's top-2 margin exceeds bf16
-//! noise (the fixture's top-2 margin is above 5e-2 at 33 of the 40 rows of
-//! its reference logits), and its log probabilities (the drawn token's and
+//! CPU backend, on two bf16 fixtures (the well-conditioned `next_d128` and
+//! the MoE `moe_d256`, whose near-tied routers make bf16 runs chaotic:
+//! docs/perf/cuda-model.md): a greedy request asking for all of them draws
+//! the CPU's token while the CPU's top-2 margin exceeds bf16 noise, and its
+//! log probabilities (the drawn token's and
 //! the top 5, taken before penalties) differ from the CPU's by no more than
 //! the logits they come from allow: `|d logprob| <= 2 max |d logit|`, as
 //! `logsumexp` moves by at most the largest logit difference (each step's
@@ -24,30 +25,34 @@ use headroom_engine::{
 use headroom_model::{ModelConfig, Qwen35Model, Weights};
 use std::collections::HashMap;
 
-const NAME: &str = "moe_d256";
+/// The fixtures, each with its sanity bar on the logits.
+///
+/// A sanity bar on the CUDA logits themselves (max |d logit| over the row's
+/// largest |logit|, as `common::rel_err`), per fixture: the model's bf16
+/// accuracy has its own tests; this only catches a row that is not the
+/// CPU's at all. `next_d128` sits at 1.1e-2 / 1.7e-2 of transformers
+/// (docs/perf/cuda-model.md), so 5e-2; `moe_d256`'s routers are near-tied
+/// and one bf16 rounding flips experts (5.9e-2 / 7.7e-2 of transformers at
+/// prefill; an H200 in session 5 gave 1.53e-1 at the fourth decode step of a
+/// 7-token prompt), so 0.25 there.
+const NEXT: (&str, f32) = ("next_d128", 5e-2);
+const MOE: (&str, f32) = ("moe_d256", 0.25);
 /// Log-probability difference of the CPU's top two below which bf16
 /// rounding may pick the other token: tokens are compared up to the first
 /// such step (the sequences may part after it).
 const MARGIN: f32 = 5e-2;
 /// Slack on the log-probability bound for f32 rounding on both sides.
 const F32_SLACK: f32 = 1e-4;
-/// A sanity bar on the CUDA logits themselves (max |d logit| over the row's
-/// largest |logit|, as `common::rel_err`): the model's bf16 accuracy has its
-/// own tests; this only catches a row that is not the CPU's at all. Measured
-/// on an H200 (session 5): a logprob 1.56e-1 away on a top-5 alternative at
-/// the fourth decode step, which the bound above covers only if the row's
-/// logits moved by 7.8e-2 (2.6 % of a row of scale 3).
-const LOGITS_SANITY: f32 = 0.1;
 
-fn cuda_model() -> Qwen35Model<CudaBackend> {
-    let dir = fixture_dir(NAME);
+fn cuda_model(name: &str) -> Qwen35Model<CudaBackend> {
+    let dir = fixture_dir(name);
     let cfg = ModelConfig::from_dir(&dir).unwrap();
     let w = Weights::load(&dir, &cfg).unwrap();
     Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
 }
 
-fn vocab() -> usize {
-    ModelConfig::from_dir(&fixture_dir(NAME))
+fn vocab(name: &str) -> usize {
+    ModelConfig::from_dir(&fixture_dir(name))
         .unwrap()
         .vocab_size
 }
@@ -133,13 +138,23 @@ fn request(prompt: Vec<u32>, sampling: SamplingParams) -> GenerateRequest {
 
 #[test]
 #[ignore = "needs a CUDA GPU: run the cuda_sampling binary with --ignored"]
-fn cuda_logprobs_and_penalties_match_the_cpu_backend() {
-    let v = vocab();
+fn cuda_logprobs_and_penalties_match_the_cpu_backend_on_next_d128() {
+    logprobs_and_penalties_match_the_cpu(NEXT);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run the cuda_sampling binary with --ignored"]
+fn cuda_logprobs_and_penalties_match_the_cpu_backend_on_moe_d256() {
+    logprobs_and_penalties_match_the_cpu(MOE);
+}
+
+fn logprobs_and_penalties_match_the_cpu((name, sanity): (&str, f32)) {
+    let v = vocab(name);
     let mut compared = 0;
     for (seed, len) in [(1u32, 40usize), (2, 130), (3, 7), (4, 70), (5, 300)] {
         let r = request(ids(len, v, seed), SamplingParams::default());
-        let (cpu_tokens, cpu_lp, cpu_rows) = run(fixture(NAME), &r);
-        let (gpu_tokens, gpu_lp, gpu_rows) = run(cuda_model(), &r);
+        let (cpu_tokens, cpu_lp, cpu_rows) = run(fixture(name), &r);
+        let (gpu_tokens, gpu_lp, gpu_rows) = run(cuda_model(name), &r);
         assert_eq!(cpu_tokens.len(), 24, "prompt {seed}: CPU tokens");
         assert_eq!(gpu_tokens.len(), 24, "prompt {seed}: CUDA tokens");
         assert_eq!(
@@ -173,8 +188,8 @@ fn cuda_logprobs_and_penalties_match_the_cpu_backend() {
                 .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
             let scale = cz.iter().fold(0f32, |m, a| m.max(a.abs())).max(1e-30);
             assert!(
-                dz / scale <= LOGITS_SANITY,
-                "prompt {seed} step {s}: logits {:.2e} of the row's scale apart",
+                dz / scale <= sanity,
+                "{name} prompt {seed} step {s}: logits {:.2e} of the row's scale apart",
                 dz / scale
             );
             worst_rel = worst_rel.max(dz / scale);
@@ -199,20 +214,20 @@ fn cuda_logprobs_and_penalties_match_the_cpu_backend() {
             compared += 1;
         }
         println!(
-            "prompt {seed} ({len} tokens): logits at most {worst_rel:.2e} of a row's scale \
+            "{name} prompt {seed} ({len} tokens): logits at most {worst_rel:.2e} of a row's scale \
              apart; log probabilities at most {worst:.2} of their bound"
         );
     }
     assert!(
         compared >= 8,
-        "only {compared} steps were clear of bf16 noise"
+        "{name}: only {compared} steps were clear of bf16 noise"
     );
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU: run the cuda_sampling binary with --ignored"]
 fn cuda_seeded_sampling_with_penalties_is_reproducible() {
-    let v = vocab();
+    let v = vocab(MOE.0);
     let sampled = |seed: u64| {
         request(
             ids(60, v, 9),
@@ -224,13 +239,13 @@ fn cuda_seeded_sampling_with_penalties_is_reproducible() {
             },
         )
     };
-    let (a, alp, _) = run(cuda_model(), &sampled(7));
-    let (b, blp, _) = run(cuda_model(), &sampled(7));
+    let (a, alp, _) = run(cuda_model(MOE.0), &sampled(7));
+    let (b, blp, _) = run(cuda_model(MOE.0), &sampled(7));
     assert_eq!(a, b, "the same seed drew different tokens");
     assert_eq!(alp, blp, "the same seed gave different log probabilities");
     let mut differ = false;
     for seed in [8, 9, 10] {
-        differ |= run(cuda_model(), &sampled(seed)).0 != a;
+        differ |= run(cuda_model(MOE.0), &sampled(seed)).0 != a;
     }
     assert!(differ, "three other seeds drew the same tokens");
 }
