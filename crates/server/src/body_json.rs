@@ -17,6 +17,12 @@ use std::collections::BTreeMap;
 pub trait WithCommon: DeserializeOwned {
     const KIND: Kind;
     fn set_common(&mut self, common: CommonParams);
+    /// Takes a `prompt` of token ids read by the byte scanner
+    /// ([`crate::prompt_de::token_ids`]); `false` where the body has no
+    /// such member (chat), so the scanner is not used.
+    fn set_prompt_ids(&mut self, _ids: Vec<u32>) -> bool {
+        false
+    }
 }
 
 impl WithCommon for ChatRequest {
@@ -30,6 +36,10 @@ impl WithCommon for CompletionRequest {
     const KIND: Kind = Kind::Completion;
     fn set_common(&mut self, common: CommonParams) {
         self.common = common;
+    }
+    fn set_prompt_ids(&mut self, ids: Vec<u32>) -> bool {
+        self.prompt = crate::openai::Prompt::Ids(ids);
+        true
     }
 }
 
@@ -63,34 +73,70 @@ pub fn parse_request<T: WithCommon>(bytes: &[u8]) -> Result<T, ApiError> {
 /// the large ones, so they are not parsed into a `Value` on the way.
 const CONTENT_MEMBERS: [&str; 3] = ["prompt", "messages", "tools"];
 
-/// The typed body in one pass over the bytes per type, when the body is a
-/// well-typed object (what clients send): the refusal of unsupported
-/// parameters reads the small top-level members only. `None` when the body
-/// has an error of any kind: [`parse_request`]'s slower path, through a
-/// `Value`, then names it with its JSON path.
+/// The typed body from one pass over the bytes (each top-level member's raw
+/// text), when the body is a well-typed object (what clients send): the
+/// refusal of unsupported parameters reads the small top-level members
+/// only, the shared parameters and the request are read from the members'
+/// raw texts (the content members once, a plain list of token ids by the
+/// byte scanner). `None` when the body has an error of any kind:
+/// [`parse_request`]'s slower path, through a `Value`, then names it with
+/// its JSON path.
 fn parse_well_formed<T: WithCommon>(bytes: &[u8]) -> Result<Option<T>, ApiError> {
     let Ok(members) = serde_json::from_slice::<BTreeMap<String, &RawValue>>(bytes) else {
         return Ok(None);
     };
     let mut small = serde_json::Map::new();
-    for (name, raw) in members {
+    for (name, raw) in &members {
         if CONTENT_MEMBERS.contains(&name.as_str()) {
             continue;
         }
         let Ok(v) = serde_json::from_str::<Value>(raw.get()) else {
             return Ok(None);
         };
-        small.insert(name, v);
+        small.insert(name.clone(), v);
     }
     refuse_unsupported(&Value::Object(small), T::KIND)?;
-    let (Ok(common), Ok(mut req)) = (
-        serde_json::from_slice::<CommonParams>(bytes),
-        serde_json::from_slice::<T>(bytes),
-    ) else {
+    let common = from_members::<CommonParams>(
+        members
+            .iter()
+            .filter(|(name, _)| !CONTENT_MEMBERS.contains(&name.as_str()))
+            .map(|(name, raw)| (name, *raw)),
+    );
+    // A prompt of plain token ids: scanned, and an empty list in its place
+    // for the typed read (set back right after).
+    let scanned = match members.get("prompt") {
+        Some(raw) if T::KIND == Kind::Completion => crate::prompt_de::token_ids(raw.get()),
+        _ => None,
+    };
+    let placeholder: &RawValue = serde_json::from_str("[]").expect("a JSON list");
+    let req = from_members::<T>(members.iter().map(|(name, raw)| {
+        let raw = if scanned.is_some() && name == "prompt" {
+            placeholder
+        } else {
+            *raw
+        };
+        (name, raw)
+    }));
+    let (Some(common), Some(mut req)) = (common, req) else {
         return Ok(None);
     };
+    if let Some(ids) = scanned {
+        if !req.set_prompt_ids(ids) {
+            return Ok(None);
+        }
+    }
     req.set_common(common);
     Ok(Some(req))
+}
+
+/// `T` read from `(name, raw text)` members as from the object they form.
+fn from_members<'a, T: DeserializeOwned>(
+    members: impl Iterator<Item = (&'a String, &'a RawValue)>,
+) -> Option<T> {
+    let map = serde::de::value::MapDeserializer::<_, serde_json::Error>::new(
+        members.map(|(name, raw)| (name.as_str(), raw)),
+    );
+    T::deserialize(map).ok()
 }
 
 fn typed<T: DeserializeOwned>(v: &Value) -> Result<T, ApiError> {
