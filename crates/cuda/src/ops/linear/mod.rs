@@ -1,5 +1,8 @@
 //! `linear` (`y = x · Wᵀ`): the skinny GEMV of [`crate::ops::gemv`] for
-//! 1 ..= 8 rows, cuBLAS with bf16 operands and f32 compute otherwise.
+//! 1 ..= 8 rows, cuBLAS with bf16 operands and f32 compute otherwise; FP8
+//! weights on the FP8 kernels ([`fp8`]).
+
+mod fp8;
 
 use crate::blas::Linear;
 use crate::decode_stats::{timed, BLAS_CALLS, BLAS_NS};
@@ -20,6 +23,9 @@ pub(crate) fn linear(
     w: &CudaWeight,
     out_dtype: Dtype,
 ) -> OpResult<CudaAct> {
+    if w.is_fp8() {
+        return one(fp8::linear_fp8(dev, x, &[w], out_dtype)?);
+    }
     if gemv::takes(x.rows, out_dtype, w.elems() * 2) {
         one(gemv::gemv(dev, x, &[w], out_dtype)?)
     } else {
@@ -34,6 +40,9 @@ pub(crate) fn linear_many(
     x: &CudaAct,
     ws: &[&CudaWeight],
 ) -> OpResult<Vec<CudaAct>> {
+    if ws.iter().any(|w| w.is_fp8()) {
+        return linear_with(dev, x, ws, true, Dtype::Bf16);
+    }
     let bytes = ws.iter().map(|w| w.elems() * 2).sum();
     linear_with(
         dev,
@@ -54,6 +63,13 @@ pub(crate) fn linear_with(
     gemv: bool,
     out: Dtype,
 ) -> OpResult<Vec<CudaAct>> {
+    if ws.iter().all(|w| w.is_fp8()) && !ws.is_empty() {
+        return fp8::linear_fp8(dev, x, ws, out);
+    }
+    if ws.iter().any(|w| w.is_fp8()) {
+        // Mixed forms: each weight on its own path.
+        return ws.iter().map(|w| linear(dev, x, w, out)).collect();
+    }
     if gemv && (1..=gemv::MAX_ROWS).contains(&x.rows) {
         gemv::gemv_many(dev, x, ws, out)
     } else {
@@ -67,7 +83,8 @@ fn one(mut ys: Vec<CudaAct>) -> OpResult<CudaAct> {
         .ok_or_else(|| OpError::Device("gemv returned no output".into()))
 }
 
-/// [`linear`] on cuBLAS whatever the rows (the TP f32 partial stays here).
+/// [`linear`] on cuBLAS whatever the rows (the TP f32 partial stays here;
+/// an FP8 weight is dequantized to bf16 scratch first).
 pub(crate) fn linear_blas(
     dev: &CudaDevice,
     x: &CudaAct,
@@ -75,6 +92,10 @@ pub(crate) fn linear_blas(
     out_dtype: Dtype,
 ) -> OpResult<CudaAct> {
     bf16("linear", x)?;
+    if w.is_fp8() {
+        let wb = crate::ops::fp8::weight::dequantize_weight(dev, w)?;
+        return linear_blas(dev, x, &wb, out_dtype);
+    }
     let w = w.matrix("linear")?;
     if x.cols != w.cols {
         return Err(OpError::shape(
