@@ -227,7 +227,8 @@ fn split_rows(data: &TensorData, heads: usize, d: usize, cols: usize) -> (Tensor
 }
 
 /// Synthetic weights: matrices drawn on the device from N(0, 0.02) seeded
-/// per tensor name (a shard: its window of the full draw; a shard of
+/// per tensor name (under an FP8 config, the whole projections it
+/// quantizes drawn in their FP8 form on the host and uploaded as such) (a shard: its window of the full draw; a shard of
 /// several row ranges drawn on the host, the same values); vectors (norms,
 /// gates' biases, conv) drawn on the host by [`Weights::synthetic_tensor`]
 /// (they are small) and sliced.
@@ -305,6 +306,13 @@ impl<B: Backend> WeightSource<B> for InitSource<'_> {
         cols: Option<Range<usize>>,
     ) -> Result<B::Weight, ModelError> {
         let shape = self.shape(name)?;
+        // The projections an FP8 checkpoint quantizes, whole: their FP8 form
+        // (e4m3 + block scales, drawn on the host as `Weights::synthetic`
+        // draws them), which a backend with FP8 kernels keeps as it is.
+        if rows.is_none() && cols.is_none() && crate::weights::fp8_in_config(self.cfg, name) {
+            let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape);
+            return be.upload_matrix(t).map_err(op_err);
+        }
         draw(be, name, self.init(name), as_matrix(&shape), rows, cols)
     }
 
