@@ -5,7 +5,8 @@
 //! bf16 tolerance, on prefills of 40 and 300 rows (more than the 8 rows of
 //! the decode kernels) and on decode steps after a prefill (the 300-token
 //! reference's rows at those positions); the FP8 model holds fewer device
-//! bytes than the bf16 one. The tiny FP8 synthetic preset on CUDA holds
+//! bytes than the bf16 one and its memory prediction counts the experts'
+//! dequantization scratch. The tiny FP8 synthetic preset on CUDA holds
 //! about half the weight bytes of its bf16 twin and gives the CPU's logits
 //! (the same FP8 draws, dequantized there). Needs a GPU: run by
 //! bench/gpu/check_fp8wire.sh.
@@ -108,6 +109,11 @@ fn the_fp8_fixture_kept_fp8_on_cuda_matches_transformers_and_its_bf16_twin() {
     let (fp8_bytes, plain_bytes) = (fp8.backend().memory().0, plain.backend().memory().0);
     println!("fp8_model: fixture weights on the device: fp8 {fp8_bytes} B, bf16 {plain_bytes} B");
     assert!(fp8_bytes < plain_bytes, "{fp8_bytes} >= {plain_bytes}");
+    // The memory prediction counts one layer's experts dequantized (8
+    // experts, hidden 192, intermediate 256) for the FP8 model only.
+    use headroom_engine::memory::fp8_expert_scratch_bytes;
+    assert_eq!(fp8_expert_scratch_bytes(&fp8), 8 * 3 * 192 * 256 * 2);
+    assert_eq!(fp8_expert_scratch_bytes(&plain), 0);
     let vocab = cfg.vocab_size;
     const STEPS: usize = 6;
     for n in [40usize, 300] {
