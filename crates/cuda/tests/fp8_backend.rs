@@ -384,3 +384,71 @@ fn the_moe_block_on_fp8_experts_matches_f64_on_decode_and_prefill_rows() {
         }
     }
 }
+
+/// The device time per call (µs) of `calls` back-to-back calls of `f`.
+fn device_us(be: &CudaBackend, calls: usize, mut f: impl FnMut()) -> f64 {
+    use headroom_cuda::timing::StreamEvent as Event;
+    f();
+    be.synchronize().unwrap();
+    let start = Event::record(be.device()).unwrap();
+    for _ in 0..calls {
+        f();
+    }
+    let end = Event::record(be.device()).unwrap();
+    be.synchronize().unwrap();
+    end.ms_since(&start).unwrap() * 1e3 / calls as f64
+}
+
+/// The 35B-A3B MoE block at 1 ..= 64 rows: the FP8 decode path (to
+/// `MAX_DECODE_ROWS`), the FP8 experts dequantized for the grouped GEMMs,
+/// and the bf16 block (its decode kernels to 8 rows, the grouped GEMMs
+/// above) on the same values: where the FP8 paths cross, and FP8 against
+/// bf16 (`fp8_moe_timing:` lines).
+#[test]
+#[ignore = "needs a CUDA GPU: timing, run by bench/gpu/check_fp8wire.sh"]
+fn fp8_moe_timing() {
+    let be = backend();
+    let s = Shape {
+        hidden: 2048,
+        experts: 256,
+        top_k: 8,
+        inter: 512,
+        shared: 512,
+        first: 0,
+        local: 256,
+    };
+    let w = weights(&be, s, 3);
+    let m = |r, c, v: &Vec<f32>| bf16_matrix(&be, r, c, v);
+    let (h, i, si) = (s.hidden, s.inter, s.shared);
+    let bf = MoeWeights {
+        router: m(s.experts, h, &w.router),
+        gate_up: m(s.local * 2 * i, h, &w.gate_up),
+        down: m(s.local * h, i, &w.down),
+        shared_gate_proj: m(si, h, &w.sg),
+        shared_up_proj: m(si, h, &w.su),
+        shared_down_proj: m(h, si, &w.sd),
+        shared_gate: m(1, h, &w.gate),
+    };
+    let sp = spec(s);
+    for rows in [1usize, 4, 8, 16, 32, 64] {
+        let x = be
+            .act_from_f32(rows, h, &uniform(rows as u64, rows * h, 1.0))
+            .unwrap();
+        let fp8 = (rows <= 32).then(|| {
+            device_us(&be, 20, || {
+                be.moe_fp8_decode(&x, &w.dev, &sp).unwrap();
+            })
+        });
+        let grouped = device_us(&be, 10, || {
+            be.moe_marked(&x, &w.dev, &sp, None, &mut |_| {}).unwrap();
+        });
+        let bf16 = device_us(&be, 20, || {
+            be.moe(&x, &bf, &sp).unwrap();
+        });
+        println!(
+            "fp8_moe_timing: rows {rows}: fp8 decode path {} us, fp8 dequant + grouped {grouped:.1} us, \
+             bf16 block {bf16:.1} us",
+            fp8.map_or("-".into(), |t| format!("{t:.1}"))
+        );
+    }
+}

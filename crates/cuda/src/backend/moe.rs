@@ -5,7 +5,7 @@
 //! grouped-GEMM path runs, else (shapes the grouped GEMMs' tiles do not
 //! divide: the fallback kernels) by one element-wise kernel after the f32
 //! routed output. FP8 experts (a checkpoint kept FP8 on the device) run the
-//! FP8 decode (`crate::ops::fp8::moe`) for 1 ..= 8 rows; for more rows they
+//! FP8 decode (`crate::ops::fp8::moe`) for 1 ..= 32 rows; for more rows they
 //! are dequantized into bf16 scratch, one layer's experts at a time
 //! (`crate::ops::fp8::moe::fp8_expert_scratch_bytes`), for the bf16 grouped GEMMs (a native FP8
 //! grouped GEMM is still missing).
@@ -63,6 +63,12 @@ fn moe_fp8_decode(
 ) -> OpResult<CudaAct> {
     bf16("moe", x)?;
     check_weights(w, spec, x.cols)?;
+    if !spec.shared_expert {
+        return Err(OpError::Unsupported {
+            op: "moe decode (fp8)",
+            reason: "a block without its shared expert runs only as a group's moe_partial".into(),
+        });
+    }
     let shared = shared_expert(dev, x, w)?;
     let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
     let part = SharedPart {
@@ -98,6 +104,18 @@ impl super::CudaBackend {
         spec: &MoeSpec,
     ) -> OpResult<CudaAct> {
         decode::moe_decode(&self.dev, x, w, spec)
+    }
+
+    /// The MoE block on the FP8 decode path (FP8 experts, 1 ..=
+    /// `crate::ops::fp8::moe::MAX_DECODE_ROWS` rows; tests and timings
+    /// compare it with [`Self::moe_marked`]); `Err` for other calls.
+    pub fn moe_fp8_decode(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CudaAct> {
+        moe_fp8_decode(&self.dev, x, w, spec)
     }
 
     /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`

@@ -1,4 +1,5 @@
-//! The MoE block for a few rows (decode) on FP8 experts: the router (bf16
+//! The MoE block for a few rows (decode, up to [`MAX_DECODE_ROWS`]) on FP8
+//! experts: the router (bf16
 //! or FP8, through `linear`, f32 logits), the routing (`fp8_moe_route`:
 //! the softmax and top-k of `moe_route.cu` and the bf16 decode path,
 //! writing each (row, slot) pair's local expert), the experts' gate/up on
@@ -10,7 +11,6 @@
 //! experts' products stay f32 until the SwiGLU and the combine.
 
 use super::experts::{fp8_gemv_experts, ExpertsShape};
-use super::gemv::MAX_ROWS;
 use super::weight::experts_of;
 use crate::device::CudaDevice;
 use crate::launch::{alloc, grid_dim, int, launch_programmatic, mul, stride_grid, Args, GRID_X};
@@ -25,10 +25,19 @@ const OP: &str = "moe decode (fp8)";
 /// Most experts the routing kernel takes (`MAX_EXPERTS` in `fp8_moe.cu`).
 pub const MAX_EXPERTS: usize = 1024;
 
-/// Whether the FP8 decode takes this call: 1 ..= 8 rows, both expert
-/// weights FP8 with a grid per expert, at most [`MAX_EXPERTS`] experts.
+/// Most rows this path takes. Each (row, slot) pair reads its expert's
+/// matrices (from L2 where pairs share an expert): at 35B-A3B, 32 rows read
+/// at most 0.75 GiB a layer, about what dequantizing the layer's experts
+/// for the grouped GEMMs moves (0.75 GiB read, 1.5 GiB written) before
+/// those run; past that the grouped path wins. A guess from the bytes, to
+/// be settled by `fp8_moe_timing` (`tests/fp8_backend.rs`).
+pub const MAX_DECODE_ROWS: usize = 32;
+
+/// Whether the FP8 decode takes this call: 1 ..= [`MAX_DECODE_ROWS`] rows,
+/// both expert weights FP8 with a grid per expert, at most [`MAX_EXPERTS`]
+/// experts.
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
-    (1..=MAX_ROWS).contains(&x.rows)
+    (1..=MAX_DECODE_ROWS).contains(&x.rows)
         && (1..=spec.num_experts).contains(&spec.top_k)
         && spec.num_experts <= MAX_EXPERTS
         && experts_of(&w.gate_up, spec.local_experts).is_some()
@@ -49,7 +58,7 @@ pub(crate) struct SharedPart<'a> {
     pub gate: &'a CudaAct,
 }
 
-/// The MoE block of `x` (1 ..= 8 rows) over FP8 experts, bf16
+/// The MoE block of `x` (1 ..= [`MAX_DECODE_ROWS`] rows) over FP8 experts, bf16
 /// `[rows][hidden]`; `shared` adds the gated shared expert. The caller has
 /// checked the weights' shapes (`crate::ops::moe::check_weights`).
 pub(crate) fn moe_decode_fp8(
@@ -64,7 +73,7 @@ pub(crate) fn moe_decode_fp8(
         return Err(OpError::Unsupported {
             op: "moe decode (fp8)",
             reason: format!(
-                "{} rows (1..={MAX_ROWS}), top-k {} of {} experts (<= {MAX_EXPERTS}), expert \
+                "{} rows (1..={MAX_DECODE_ROWS}), top-k {} of {} experts (<= {MAX_EXPERTS}), expert \
                  weights {} / {} with a block grid per expert",
                 x.rows,
                 spec.top_k,
