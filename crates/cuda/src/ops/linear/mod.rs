@@ -40,10 +40,12 @@ pub(crate) fn linear_many(
     x: &CudaAct,
     ws: &[&CudaWeight],
 ) -> OpResult<Vec<CudaAct>> {
-    if ws.iter().any(|w| w.is_fp8()) {
-        return linear_with(dev, x, ws, true, Dtype::Bf16);
-    }
-    let bytes = ws.iter().map(|w| w.elems() * 2).sum();
+    // FP8 weights take their own path; the GEMV choice is the bf16 ones'.
+    let bytes = ws
+        .iter()
+        .filter(|w| !w.is_fp8())
+        .map(|w| w.elems() * 2)
+        .sum();
     linear_with(
         dev,
         x,
@@ -55,7 +57,7 @@ pub(crate) fn linear_many(
 
 /// `x · W_iᵀ` for each of `ws`, outputs in `out` (bf16 or f32): on the GEMV
 /// ([`gemv::MAX_MATS`] matrices a launch) when `gemv` and the rows allow,
-/// else one cuBLAS GEMM per matrix.
+/// else one cuBLAS GEMM per matrix; FP8 weights on [`fp8`] whatever `gemv`.
 pub(crate) fn linear_with(
     dev: &CudaDevice,
     x: &CudaAct,
@@ -67,14 +69,40 @@ pub(crate) fn linear_with(
         return fp8::linear_fp8(dev, x, ws, out);
     }
     if ws.iter().any(|w| w.is_fp8()) {
-        // Mixed forms: each weight on its own path.
-        return ws.iter().map(|w| linear(dev, x, w, out)).collect();
+        return mixed(dev, x, ws, gemv, out);
     }
     if gemv && (1..=gemv::MAX_ROWS).contains(&x.rows) {
         gemv::gemv_many(dev, x, ws, out)
     } else {
         ws.iter().map(|w| linear_blas(dev, x, w, out)).collect()
     }
+}
+
+/// [`linear_with`] on a set of FP8 and bf16 weights (a GDN layer's FP8
+/// projections beside its bf16 `a` / `b`): the FP8 ones together on the FP8
+/// path, the bf16 ones together on theirs, outputs in `ws`'s order.
+fn mixed(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    ws: &[&CudaWeight],
+    gemv: bool,
+    out: Dtype,
+) -> OpResult<Vec<CudaAct>> {
+    let (fp8, plain): (Vec<usize>, Vec<usize>) = (0..ws.len()).partition(|&i| ws[i].is_fp8());
+    let pick = |idx: &[usize]| idx.iter().map(|&i| ws[i]).collect::<Vec<_>>();
+    let mut ys: Vec<Option<CudaAct>> = (0..ws.len()).map(|_| None).collect();
+    let runs = [
+        (&fp8, fp8::linear_fp8(dev, x, &pick(&fp8), out)?),
+        (&plain, linear_with(dev, x, &pick(&plain), gemv, out)?),
+    ];
+    for (idx, outs) in runs {
+        for (&i, y) in idx.iter().zip(outs) {
+            ys[i] = Some(y);
+        }
+    }
+    ys.into_iter()
+        .map(|y| y.ok_or_else(|| OpError::Device("linear: an output was not computed".into())))
+        .collect()
 }
 
 /// The one output of a one-matrix launch.
