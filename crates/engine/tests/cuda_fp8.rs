@@ -173,13 +173,17 @@ fn the_tiny_fp8_preset_holds_about_half_the_bf16_bytes_and_gives_the_cpus_logits
     let want = cpu.prefill(&mut c, &ids[..40], &opts()).unwrap().logits;
     let err = frob(&got, &want);
     println!("fp8_model: tiny-d64-fp8 prefill 40 vs cpu: {err:.2e}");
-    assert!(err < 3e-2, "prefill vs cpu: {err:.3e}");
+    // 40 rows: the projections whose k and n are whole blocks run the
+    // block-scaled GEMM on e4m3 activations (~3 % per product), which the
+    // CPU (f32 activations) does not.
+    assert!(err < 6e-2, "prefill vs cpu: {err:.3e}");
     for &id in &ids[40..] {
         let (g, w) = (
             fp8.decode(&mut s, id, ROUTE).unwrap(),
             cpu.decode(&mut c, id, ROUTE).unwrap(),
         );
         let err = frob(&g, &w);
-        assert!(err < 3e-2, "decode vs cpu: {err:.3e}");
+        println!("fp8_model: tiny-d64-fp8 decode vs cpu: {err:.2e}");
+        assert!(err < 6e-2, "decode vs cpu: {err:.3e}");
     }
 }
