@@ -100,7 +100,7 @@ fn linear_ref(x: &[f32], w: &[f32], k: usize) -> Vec<f64> {
 /// unquantized activations, e4m3 activations where the block-scaled GEMM
 /// may run (more than 8 rows, whole 128-blocks, bf16 out).
 fn tolerance(rows: usize, n: usize, k: usize, out: Dtype) -> f64 {
-    if rows > 8 && out == Dtype::Bf16 && n % 128 == 0 && k % 128 == 0 {
+    if rows > 8 && out == Dtype::Bf16 && n.is_multiple_of(128) && k.is_multiple_of(128) {
         6e-2
     } else {
         1e-2

@@ -20,6 +20,7 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::ops::fp8::moe::{moe_decode_fp8, SharedPart};
 use crate::ops::fp8::weight::as_bf16;
+use crate::ops::linear::{linear_many, linear_with};
 use crate::ops::moe::{
     check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
 };
@@ -69,13 +70,28 @@ fn moe_fp8_decode(
             reason: "a block without its shared expert runs only as a group's moe_partial".into(),
         });
     }
-    let shared = shared_expert(dev, x, w)?;
-    let gate = linear(dev, x, &w.shared_gate, Dtype::F32)?;
+    // The router and the shared gate in one launch (f32 logits), the
+    // shared expert's gate and up in one.
+    let mut logits = linear_with(dev, x, &[&w.router, &w.shared_gate], true, Dtype::F32)?;
+    let (gate, logits) = (logits.pop(), logits.pop());
+    let (Some(gate), Some(logits)) = (gate, logits) else {
+        return Err(OpError::Device(
+            "moe: the router launch returned no logits".into(),
+        ));
+    };
+    let mut gu = linear_many(dev, x, &[&w.shared_gate_proj, &w.shared_up_proj])?;
+    let (u, g) = (gu.pop(), gu.pop());
+    let (Some(g), Some(u)) = (g, u) else {
+        return Err(OpError::Device(
+            "moe: the shared expert returned no gate/up".into(),
+        ));
+    };
+    let shared = linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)?;
     let part = SharedPart {
         out: &shared,
         gate: &gate,
     };
-    moe_decode_fp8(dev, x, w, spec, Some(part))
+    moe_decode_fp8(dev, x, &logits, w, spec, Some(part))
 }
 
 impl super::CudaBackend {

@@ -1,6 +1,5 @@
 //! The MoE block for a few rows (decode, up to [`MAX_DECODE_ROWS`]) on FP8
-//! experts: the router (bf16
-//! or FP8, through `linear`, f32 logits), the routing (`fp8_moe_route`:
+//! experts, from the router's f32 logits (the caller's): the routing (`fp8_moe_route`:
 //! the softmax and top-k of `moe_route.cu` and the bf16 decode path,
 //! writing each (row, slot) pair's local expert), the experts' gate/up on
 //! the batched-experts FP8 GEMV ([`fp8_gemv_experts`], a row's slots
@@ -14,7 +13,6 @@ use super::experts::{fp8_gemv_experts, ExpertsShape};
 use super::weight::experts_of;
 use crate::device::CudaDevice;
 use crate::launch::{alloc, grid_dim, int, launch_programmatic, mul, stride_grid, Args, GRID_X};
-use crate::ops::linear::linear;
 use crate::tensor::{new_act, CudaAct, CudaWeight};
 use crate::validate::bf16;
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
@@ -59,11 +57,13 @@ pub(crate) struct SharedPart<'a> {
 }
 
 /// The MoE block of `x` (1 ..= [`MAX_DECODE_ROWS`] rows) over FP8 experts, bf16
-/// `[rows][hidden]`; `shared` adds the gated shared expert. The caller has
-/// checked the weights' shapes (`crate::ops::moe::check_weights`).
+/// `[rows][hidden]`, from the router's f32 `logits` `[rows][experts]`;
+/// `shared` adds the gated shared expert. The caller has checked the
+/// weights' shapes (`crate::ops::moe::check_weights`).
 pub(crate) fn moe_decode_fp8(
     dev: &CudaDevice,
     x: &CudaAct,
+    logits: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
     shared: Option<SharedPart<'_>>,
@@ -106,8 +106,7 @@ pub(crate) fn moe_decode_fp8(
             ));
         }
     }
-    let logits = linear(dev, x, &w.router, Dtype::F32)?;
-    if (logits.rows, logits.cols) != (rows, spec.num_experts) {
+    if (logits.rows, logits.cols, logits.dtype) != (rows, spec.num_experts, Dtype::F32) {
         return Err(OpError::shape(
             OP,
             "router of another width than the experts",
