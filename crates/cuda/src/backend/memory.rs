@@ -287,8 +287,20 @@ mod tests {
     use super::*;
     use headroom_core::{AttentionKind, LayerKind};
 
-    /// The host side of an FP8 upload: every piece (any offset, spanning
-    /// the parallel chunks) is the f32 dequantization rounded to bf16.
+    /// FP8 with the kernels' 128 × 128 blocks stays FP8; other block sizes
+    /// are dequantized on the host.
+    #[test]
+    fn only_128_blocks_stay_fp8() {
+        let v = vec![0.25f32; 256 * 256];
+        for (block, keeps) in [([128, 128], true), ([64, 64], false), ([128, 64], false)] {
+            let q = Fp8Block::quantize(&v, block, 256, 256).unwrap();
+            assert_eq!(keeps_fp8(&q), keeps, "{block:?}");
+        }
+    }
+
+    /// The host side of an FP8 upload that does not stay FP8: every piece
+    /// (any offset, spanning the parallel chunks) is the f32 dequantization
+    /// rounded to bf16.
     #[test]
     fn fp8_uploads_dequantize_to_bf16_on_the_host() {
         let (rows, cols) = (300, 200);

@@ -97,6 +97,76 @@ pub(crate) fn as_bf16<'a>(dev: &CudaDevice, w: &'a CudaWeight) -> OpResult<Bf16W
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::alloc::{Allocator, RawMemory};
+    use crate::tensor::{CudaWeightFormat, Fp8Scales};
+    use crate::CudaError;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Fake device memory: increasing addresses, 256-byte aligned.
+    #[derive(Default)]
+    struct Fake(AtomicU64);
+    impl RawMemory for Fake {
+        fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+            Ok(0x1_0000
+                + self
+                    .0
+                    .fetch_add(bytes.next_multiple_of(256) as u64, Ordering::SeqCst))
+        }
+        fn free(&self, _ptr: u64) {}
+    }
+
+    /// An FP8 weight `[rows][cols]` on fake memory, its grid restarting
+    /// every `grid_rows` rows.
+    fn fp8_weight(rows: usize, cols: usize, grid_rows: usize) -> CudaWeight {
+        let a = Allocator::new(Box::new(Fake::default()));
+        let scales = rows / grid_rows * grid_rows.div_ceil(BLOCK) * cols.div_ceil(BLOCK);
+        CudaWeight {
+            buf: a.alloc(rows * cols).unwrap(),
+            rows,
+            cols,
+            dtype: Dtype::Bf16,
+            fp8: Some(Fp8Scales {
+                scale_inv: a.alloc(scales * 4).unwrap(),
+                grid_rows,
+            }),
+        }
+    }
+
+    #[test]
+    fn an_fp8_weight_says_what_it_is_and_bf16_ops_refuse_it() {
+        let w = fp8_weight(384, 192, 192);
+        assert!(w.is_fp8());
+        assert_eq!(w.format(), CudaWeightFormat::Fp8Block128);
+        // Bytes: one an element, 4 a scale (2 matrices × 2 × 2 blocks).
+        assert_eq!(w.device_bytes(), 384 * 192 + 2 * 2 * 2 * 4);
+        assert!(w.matrix("embed").is_err());
+        assert!(w.vector("rms_norm").is_err());
+        assert!(w.any_matrix("moe").is_ok());
+    }
+
+    #[test]
+    fn the_views_need_the_grid_they_read() {
+        // One matrix with tails: its own grid, a dense view; as one expert too.
+        let w = fp8_weight(320, 192, 320);
+        let m = matrix_of(&w).unwrap();
+        assert_eq!((m.n, m.k), (320, 192));
+        m.check("test").unwrap();
+        assert!(experts_of(&w, 1).is_some());
+        // 8 experts of 192 rows, a grid each: an experts view, no dense one.
+        let e = fp8_weight(8 * 192, 256, 192);
+        assert!(matrix_of(&e).is_none());
+        let x = experts_of(&e, 8).unwrap();
+        assert_eq!((x.experts, x.n, x.k), (8, 192, 256));
+        // The same rows seen as 4 experts of 384 rows: not their grid.
+        assert!(experts_of(&e, 4).is_none());
+        assert!(experts_of(&e, 5).is_none());
+        assert!(experts_of(&e, 0).is_none());
+        // Gate and up parts of 256 rows stacked into 512-row experts: whole
+        // blocks, so one grid for both views.
+        let gu = fp8_weight(4 * 512, 128, 256);
+        assert!(matrix_of(&gu).is_some());
+        assert_eq!(experts_of(&gu, 4).unwrap().n, 512);
+    }
 
     #[test]
     fn a_grid_is_one_grid_where_the_parts_line_up_with_the_blocks() {
