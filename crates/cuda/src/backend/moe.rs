@@ -5,10 +5,10 @@
 //! grouped-GEMM path runs, else (shapes the grouped GEMMs' tiles do not
 //! divide: the fallback kernels) by one element-wise kernel after the f32
 //! routed output. FP8 experts (a checkpoint kept FP8 on the device) run the
-//! FP8 decode (`crate::ops::fp8::moe`) for 1 ..= 32 rows; for more rows they
-//! are dequantized into bf16 scratch, one layer's experts at a time
-//! (`crate::ops::fp8::moe::fp8_expert_scratch_bytes`), for the bf16 grouped GEMMs (a native FP8
-//! grouped GEMM is still missing).
+//! FP8 decode (`crate::ops::fp8::moe`) for 1 ..= 32 rows; for more rows
+//! they are dequantized into bf16 scratch, one layer's experts at a time
+//! (`crate::ops::fp8::moe::fp8_expert_scratch_bytes`), for the bf16 grouped
+//! GEMMs (a native FP8 grouped GEMM is still missing).
 
 use super::dense::{linear, swiglu};
 use super::external::{moe_fast_path, routed_experts, MoeCall};
@@ -54,8 +54,8 @@ pub(crate) fn moe(
     moe_marked(dev, x, w, spec, None, &mut |_| {})
 }
 
-/// The MoE block on the FP8 decode path (FP8 experts, 1 ..= 8 rows), the
-/// shared expert on `linear` (FP8 or bf16).
+/// The MoE block on the FP8 decode path (FP8 experts, 1 ..= 32 rows), the
+/// router and the shared expert on `linear` (FP8 or bf16).
 fn moe_fp8_decode(
     dev: &CudaDevice,
     x: &CudaAct,

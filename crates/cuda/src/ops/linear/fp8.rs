@@ -46,48 +46,45 @@ pub(crate) fn linear_fp8(
             ));
         }
     }
-    let ys = ws
-        .iter()
-        .map(|w| new_act(dev, "linear", x.rows, w.rows, out))
-        .collect::<OpResult<Vec<_>>>()?;
     if x.rows == 0 {
-        return Ok(ys);
+        return ws
+            .iter()
+            .map(|w| new_act(dev, "linear", 0, w.rows, out))
+            .collect();
     }
-    // The weights the FP8 kernels read as they are, with their outputs.
+    // The weights the FP8 kernels read as they are, with their outputs; the
+    // others (no FP8 kernel: f32 out of many rows, a grid restarting off the
+    // blocks) on cuBLAS from their bf16 copy.
+    let mut outs: Vec<Option<CudaAct>> = (0..ws.len()).map(|_| None).collect();
     let mut direct = Vec::with_capacity(ws.len());
-    let mut ys: Vec<Option<CudaAct>> = ys.into_iter().map(Some).collect();
-    let mut done: Vec<Option<CudaAct>> = (0..ws.len()).map(|_| None).collect();
     for (i, w) in ws.iter().enumerate() {
         match matrix_of(w) {
-            Some(m) if x.rows <= MAX_ROWS || out == Dtype::Bf16 => direct.push((i, m)),
-            _ => {
-                // No FP8 kernel for this one: its bf16 copy on cuBLAS.
-                let wb = dequantize_weight(dev, w)?;
-                done[i] = Some(linear_blas(dev, x, &wb, out)?);
-                ys[i] = None;
+            Some(m) if x.rows <= MAX_ROWS || out == Dtype::Bf16 => {
+                direct.push((i, m, new_act(dev, "linear", x.rows, w.rows, out)?));
             }
+            _ => outs[i] = Some(linear_blas(dev, x, &dequantize_weight(dev, w)?, out)?),
         }
     }
     if x.rows <= MAX_ROWS {
         for group in direct.chunks(MAX_MATS) {
             let launch: Vec<Fp8Gemv> = group
                 .iter()
-                .map(|&(i, w)| Fp8Gemv {
-                    w,
-                    y: ys[i].as_ref().expect("kept for the gemv").buffer(),
+                .map(|(_, w, y)| Fp8Gemv {
+                    w: *w,
+                    y: y.buffer(),
                 })
                 .collect();
             fp8_gemv(dev, x.buffer(), x.rows, x.cols, &launch, out)?;
         }
     } else {
-        for &(i, w) in &direct {
-            let y = ys[i].as_ref().expect("kept for the gemm").buffer();
-            fp8_gemm(dev, x.buffer(), x.rows, w, y)?;
+        for (_, w, y) in &direct {
+            fp8_gemm(dev, x.buffer(), x.rows, *w, y.buffer())?;
         }
     }
-    Ok(done
-        .into_iter()
-        .zip(ys)
-        .map(|(d, y)| d.or(y).expect("every output is set"))
-        .collect())
+    for (i, _, y) in direct {
+        outs[i] = Some(y);
+    }
+    outs.into_iter()
+        .map(|y| y.ok_or_else(|| OpError::Device("linear: an fp8 output was not computed".into())))
+        .collect()
 }
