@@ -69,24 +69,25 @@ pub(crate) fn moe_decode_fp8(
     shared: Option<SharedPart<'_>>,
 ) -> OpResult<CudaAct> {
     bf16(OP, x)?;
+    let unsupported = || OpError::Unsupported {
+        op: "moe decode (fp8)",
+        reason: format!(
+            "{} rows (1..={MAX_DECODE_ROWS}), top-k {} of {} experts (<= {MAX_EXPERTS}), expert \
+             weights {} / {} with a block grid per expert",
+            x.rows,
+            spec.top_k,
+            spec.num_experts,
+            w.gate_up.format(),
+            w.down.format()
+        ),
+    };
     if !takes(x, w, spec) {
-        return Err(OpError::Unsupported {
-            op: "moe decode (fp8)",
-            reason: format!(
-                "{} rows (1..={MAX_DECODE_ROWS}), top-k {} of {} experts (<= {MAX_EXPERTS}), expert \
-                 weights {} / {} with a block grid per expert",
-                x.rows,
-                spec.top_k,
-                spec.num_experts,
-                w.gate_up.format(),
-                w.down.format()
-            ),
-        });
+        return Err(unsupported());
     }
     let (rows, hidden) = (x.rows, x.cols);
     let (k, inter, local) = (spec.top_k, spec.intermediate, spec.local_experts);
-    let gate_up = experts_of(&w.gate_up, local).expect("takes");
-    let down = experts_of(&w.down, local).expect("takes");
+    let gate_up = experts_of(&w.gate_up, local).ok_or_else(unsupported)?;
+    let down = experts_of(&w.down, local).ok_or_else(unsupported)?;
     if gate_up.n != 2 * inter || gate_up.k != hidden || down.n != hidden || down.k != inter {
         return Err(OpError::shape(
             OP,
