@@ -187,3 +187,42 @@ fn the_tiny_fp8_preset_holds_about_half_the_bf16_bytes_and_gives_the_cpus_logits
         assert!(err < 6e-2, "decode vs cpu: {err:.3e}");
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU (about 36 GB): run by bench/gpu/check_fp8wire.sh"]
+fn the_35b_fp8_preset_holds_at_most_36_gb_of_weights_on_the_device() {
+    let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b-fp8").unwrap();
+    let started = std::time::Instant::now();
+    let model = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 1).unwrap();
+    model.backend().synchronize().unwrap();
+    let bytes = model.backend().memory().0 as u64;
+    let stored = headroom_model::weights::expected_storage_bytes(&cfg);
+    println!(
+        "fp8_model: qwen3.6-35b-a3b-fp8: {bytes} B on the device ({:.2} GiB, {:.2} GB; stored {stored} B), \
+         drawn and uploaded in {:.1} s",
+        bytes as f64 / (1u64 << 30) as f64,
+        bytes as f64 / 1e9,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(bytes <= 36_000_000_000, "{bytes} B of weights");
+    // What doctor reports as stored, within 1 % (f32 vectors, allocator grain).
+    assert!(
+        bytes.abs_diff(stored) * 100 <= stored,
+        "{bytes} vs {stored}"
+    );
+    // The model runs: a prefill past the decode kernels' rows, then decode.
+    let ids: Vec<u32> = (0..100u32).map(|i| (i * 7919 + 11) % 150_000).collect();
+    let mut s = model.new_session_with_capacity(128).unwrap();
+    let opts = ForwardOptions {
+        attention: AttentionPlan::Uniform(RouteRequest::Fused),
+        chunk: None,
+        logits: LogitsRows::Last,
+    };
+    let last = model.prefill(&mut s, &ids, &opts).unwrap().logits;
+    assert!(last.iter().all(|v| v.is_finite()));
+    for id in [5u32, 77, 901] {
+        let l = model.decode(&mut s, id, RouteRequest::Fused).unwrap();
+        assert_eq!(l.len(), cfg.vocab_size);
+        assert!(l.iter().all(|v| v.is_finite()));
+    }
+}
