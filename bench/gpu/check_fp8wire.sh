@@ -6,7 +6,8 @@
 #            prefill rows, vs f64: `fp8_linear:` / `fp8_moe:` lines) and
 #            crates/engine/tests/cuda_fp8.rs (the transformers FP8 fixture on CUDA vs
 #            transformers and vs its bf16 twin, prefill 40 / 294 rows and 6 decode
-#            steps; tiny-d64-fp8 vs tiny-d64 device bytes and vs the CPU: `fp8_model:`
+#            steps; tiny-d64-fp8 vs tiny-d64 device bytes and vs the CPU; the 35B-A3B
+#            FP8 preset's device bytes (<= 36 GB) and a prefill + decode: `fp8_model:`
 #            lines; `fp8_moe_timing:` the 35B MoE block at 1..64 rows on each path);
 #            then the regressions fp8_ops, decode_moe (the bf16 decode path's
 #            gate changed);
