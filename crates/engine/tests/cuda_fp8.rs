@@ -8,8 +8,9 @@
 //! bytes than the bf16 one and its memory prediction counts the experts'
 //! dequantization scratch. The tiny FP8 synthetic preset on CUDA holds
 //! about half the weight bytes of its bf16 twin and gives the CPU's logits
-//! (the same FP8 draws, dequantized there). Needs a GPU: run by
-//! bench/gpu/check_fp8wire.sh.
+//! (the same FP8 draws, dequantized there); the 35B-A3B FP8 preset holds at
+//! most 36 GB of weights on the device. These need a GPU: run by
+//! bench/gpu/check_fp8wire.sh. On the CPU: the bf16 twin is the checkpoint.
 
 mod common;
 
@@ -94,6 +95,26 @@ fn run(
         .map(|j| model.decode(&mut s, ids[n + j], ROUTE).unwrap())
         .collect();
     (prefill, decode)
+}
+
+/// The twin the GPU test compares with is the checkpoint: on the CPU (which
+/// dequantizes FP8 at load) both give the same logits.
+#[test]
+fn the_dequantized_twin_is_the_fp8_checkpoint_on_the_cpu() {
+    let dir = fixture_dir("moe_fp8");
+    let cfg = ModelConfig::from_dir(&dir).unwrap();
+    let w = Weights::load(&dir, &cfg).unwrap();
+    let (plain_cfg, plain_w) = dequantized(&cfg, &w);
+    assert!(plain_w.iter().all(|(_, t)| !t.is_fp8()));
+    assert!(!plain_cfg.weight_format.is_fp8());
+    let fp8 = Qwen35Model::load(CpuBackend::new(), &cfg, w).unwrap();
+    let plain = Qwen35Model::load(CpuBackend::new(), &plain_cfg, plain_w).unwrap();
+    let ids: Vec<u32> = (0..20u32)
+        .map(|i| (i * 37 + 3) % cfg.vocab_size as u32)
+        .collect();
+    let a = fp8.forward_logits(&ids, &opts()).unwrap();
+    let b = plain.forward_logits(&ids, &opts()).unwrap();
+    assert!(frob(&a, &b) < 1e-6, "{}", frob(&a, &b));
 }
 
 #[test]
