@@ -194,10 +194,10 @@ fn the_tiny_fp8_preset_holds_about_half_the_bf16_bytes_and_gives_the_cpus_logits
     let want = cpu.prefill(&mut c, &ids[..40], &opts()).unwrap().logits;
     let err = frob(&got, &want);
     println!("fp8_model: tiny-d64-fp8 prefill 40 vs cpu: {err:.2e}");
-    // 40 rows: the projections whose k and n are whole blocks run the
-    // block-scaled GEMM on e4m3 activations (~3 % per product), which the
-    // CPU (f32 activations) does not.
-    assert!(err < 6e-2, "prefill vs cpu: {err:.3e}");
+    // tiny's projections (k = 128 / 256) are not cuBLASLt's (it summed them
+    // wrong: 9.6e-1 here in run 1): the FP8 GEMV to 8 rows, the dequantized
+    // weight's bf16 GEMM above, so bf16 tolerance.
+    assert!(err < 3e-2, "prefill vs cpu: {err:.3e}");
     for &id in &ids[40..] {
         let (g, w) = (
             fp8.decode(&mut s, id, ROUTE).unwrap(),
@@ -205,7 +205,7 @@ fn the_tiny_fp8_preset_holds_about_half_the_bf16_bytes_and_gives_the_cpus_logits
         );
         let err = frob(&g, &w);
         println!("fp8_model: tiny-d64-fp8 decode vs cpu: {err:.2e}");
-        assert!(err < 6e-2, "decode vs cpu: {err:.3e}");
+        assert!(err < 3e-2, "decode vs cpu: {err:.3e}");
     }
 }
 
