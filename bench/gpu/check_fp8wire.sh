@@ -9,8 +9,9 @@
 #            steps; tiny-d64-fp8 vs tiny-d64 device bytes and vs the CPU; the 35B-A3B
 #            FP8 preset's device bytes (<= 36 GB) and a prefill + decode: `fp8_model:`
 #            lines; `fp8_moe_timing:` the 35B MoE block at 1..64 rows on each path);
-#            then the regressions fp8_ops, decode_moe (the bf16 decode path's
-#            gate changed);
+#            then the regressions fp8_ops (with the probe of cuBLASLt at small k:
+#            `fp8_probe: m 40|300` lines), decode_moe (the bf16 decode path's gate
+#            changed);
 #  memcheck  compute-sanitizer memcheck on the FP8 MoE test;
 #  model     the 35B-A3B FP8 synthetic preset end to end: weight bytes on the device
 #            (bar <= 36 GB), TTFT at 8k and 32k, decode after them; the bf16 preset
@@ -45,8 +46,8 @@ tests)
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     done
     echo "=== regressions: fp8_ops, decode_moe ==="
-    timeout 300 "$(bin fp8_ops)" --ignored --test-threads=1 --skip timing 2>&1 | tee -a "$LOG" \
-        | grep -E "test result|panicked"
+    timeout 300 "$(bin fp8_ops)" --ignored --test-threads=1 --skip timing --nocapture 2>&1 \
+        | tee -a "$LOG" | grep -E "fp8_probe: m (40|300) |test result|panicked"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     timeout 300 "$(bin decode_moe)" --ignored --test-threads=1 --skip timing 2>&1 | tee -a "$LOG" \
         | grep -E "test result|panicked"
