@@ -45,7 +45,7 @@ tests)
         # FP8WIRE_TIMING=0 skips fp8_moe_timing (about 40 s of host weights).
         skip=()
         [ "${FP8WIRE_TIMING:-1}" = 0 ] && skip=(--skip fp8_moe_timing)
-        timeout 400 "$(bin $t)" --ignored --test-threads=1 --nocapture "${skip[@]}" 2>&1 | tee -a "$LOG" \
+        timeout 400 "$(bin $t)" --ignored --test-threads=1 --nocapture ${skip[@]+"${skip[@]}"} 2>&1 | tee -a "$LOG" \
             | grep -E "^test |fp8_linear|fp8_moe|fp8_model|test result|panicked|left|right"
         [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     done
