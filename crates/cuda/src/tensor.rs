@@ -29,14 +29,49 @@ impl CudaAct {
     }
 }
 
-/// An uploaded weight: a matrix `[rows][cols]` in bf16, or a vector
-/// (`rows == 1`) in f32.
+/// An uploaded weight: a matrix `[rows][cols]` in bf16, a vector (`rows ==
+/// 1`) in f32, or a block-scaled FP8 matrix (`fp8` is `Some`: `buf` holds
+/// the e4m3 bytes `[rows][cols]` as the checkpoint stores them, `dtype` is
+/// bf16, the dtype it computes with). An FP8 weight reaches only the ops
+/// that read it as FP8 (`crate::ops::linear`, the MoE experts); every other
+/// op asks for [`CudaWeight::matrix`] and is refused it.
 #[derive(Debug)]
 pub struct CudaWeight {
     pub(crate) buf: DeviceBuffer,
     pub rows: usize,
     pub cols: usize,
     pub dtype: Dtype,
+    pub(crate) fp8: Option<Fp8Scales>,
+}
+
+/// The block scales of an FP8 weight: f32 `[rows / grid_rows][ceil(grid_rows
+/// / 128)][ceil(cols / 128)]`, the grid restarting every `grid_rows` rows
+/// (each stacked expert's matrix, or the whole weight), as
+/// `headroom_core::fp8::Fp8Block` holds them; blocks of 128 × 128.
+#[derive(Debug)]
+pub struct Fp8Scales {
+    pub(crate) scale_inv: DeviceBuffer,
+    /// Rows after which the block grid restarts (a divisor of `rows`).
+    pub grid_rows: usize,
+}
+
+/// How a weight is stored on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CudaWeightFormat {
+    Bf16,
+    F32,
+    /// e4m3 with one f32 scale per 128 × 128 block.
+    Fp8Block128,
+}
+
+impl std::fmt::Display for CudaWeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CudaWeightFormat::Bf16 => "bf16",
+            CudaWeightFormat::F32 => "f32",
+            CudaWeightFormat::Fp8Block128 => "fp8-e4m3 (128x128 block scales)",
+        })
+    }
 }
 
 impl CudaWeight {
@@ -50,9 +85,33 @@ impl CudaWeight {
         self.rows * self.cols
     }
 
+    /// How this weight is stored.
+    pub fn format(&self) -> CudaWeightFormat {
+        match (&self.fp8, self.dtype) {
+            (Some(_), _) => CudaWeightFormat::Fp8Block128,
+            (None, Dtype::F32) => CudaWeightFormat::F32,
+            (None, _) => CudaWeightFormat::Bf16,
+        }
+    }
+
+    /// Whether this is a block-scaled FP8 matrix.
+    pub fn is_fp8(&self) -> bool {
+        self.fp8.is_some()
+    }
+
+    /// Device bytes this weight holds (data and, for FP8, its scales).
+    pub fn device_bytes(&self) -> usize {
+        self.buf.len_bytes() + self.fp8.as_ref().map_or(0, |s| s.scale_inv.len_bytes())
+    }
+
+    /// The scales of an FP8 weight.
+    pub fn fp8_scales(&self) -> Option<&Fp8Scales> {
+        self.fp8.as_ref()
+    }
+
     /// The f32 vector this weight must be for `op`.
     pub(crate) fn vector(&self, op: &'static str) -> OpResult<&CudaWeight> {
-        if self.dtype != Dtype::F32 {
+        if self.dtype != Dtype::F32 || self.fp8.is_some() {
             return Err(OpError::shape(
                 op,
                 "this weight must be uploaded as a vector (f32)",
@@ -61,12 +120,28 @@ impl CudaWeight {
         Ok(self)
     }
 
-    /// The bf16 matrix this weight must be for `op`.
+    /// The bf16 matrix this weight must be for `op` (an FP8 weight is not).
     pub(crate) fn matrix(&self, op: &'static str) -> OpResult<&CudaWeight> {
+        if self.dtype != Dtype::Bf16 || self.fp8.is_some() {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "this weight must be a bf16 matrix, it is {} [{}][{}]",
+                    self.format(),
+                    self.rows,
+                    self.cols
+                ),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// A matrix in either form (bf16 or FP8), for the ops that take both.
+    pub(crate) fn any_matrix(&self, op: &'static str) -> OpResult<&CudaWeight> {
         if self.dtype != Dtype::Bf16 {
             return Err(OpError::shape(
                 op,
-                "this weight must be uploaded as a matrix (bf16)",
+                "this weight must be uploaded as a matrix (bf16 or fp8)",
             ));
         }
         Ok(self)

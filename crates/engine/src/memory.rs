@@ -72,6 +72,11 @@ pub struct MemoryModel {
     /// Estimated activation bytes one row of a step holds at its peak
     /// (see the module doc).
     pub activation_bytes_per_row: u64,
+    /// Bytes a step holds whatever its rows: FP8 experts kept FP8 on a CUDA
+    /// device are dequantized into bf16 scratch for the grouped GEMMs of
+    /// more than 8 rows, one layer's experts at a time
+    /// ([`fp8_expert_scratch_bytes`]); 0 elsewhere.
+    pub step_fixed_bytes: u64,
 }
 
 impl MemoryModel {
@@ -107,7 +112,7 @@ impl MemoryModel {
 
     /// Predicted transient bytes of one step of `rows` prompt rows of a
     /// request alone, its KV up to `kv_len` rows: the step's activations plus
-    /// the largest attention call's transient.
+    /// the largest attention call's transient plus the step's fixed bytes.
     pub fn solo_step_transient(&self, rows: usize, kv_len: usize) -> u64 {
         let kv = kv_len.max(rows).max(1);
         let attention = self
@@ -119,6 +124,7 @@ impl MemoryModel {
         self.activation_bytes_per_row
             .saturating_mul(rows as u64)
             .saturating_add(attention)
+            .saturating_add(self.step_fixed_bytes)
     }
 
     /// Transient bytes of one attention call of `q_len` rows over `kv_len`
@@ -175,11 +181,33 @@ pub fn memory_model<B: Backend>(
     let recurrent = (value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
     MemoryModel {
         activation_bytes_per_row: activation_bytes_per_row(cfg, act),
+        step_fixed_bytes: fp8_expert_scratch_bytes(model),
         kv_bytes_per_token,
         gdn_bytes_per_slot: linear_layers * (conv + recurrent),
         attention,
         workspace: be.workspace_model(),
     }
+}
+
+/// The bf16 scratch of one MoE layer's FP8 experts on the CUDA backend:
+/// the layer's gate_up and down (`experts · 3 · hidden · intermediate`
+/// bf16), where the checkpoint's experts are FP8 and held whole (a shard's
+/// experts are dequantized at load); 0 on the CPU (it dequantizes at load)
+/// and for bf16 checkpoints.
+pub fn fp8_expert_scratch_bytes<B: Backend>(model: &Qwen35Model<B>) -> u64 {
+    let cfg = model.config();
+    let headroom_model::config::MlpConfig::Moe(m) = cfg.mlp else {
+        return 0;
+    };
+    let fp8_experts =
+        headroom_model::weights::fp8_in_config(cfg, "layers.0.mlp.experts.gate_up_proj");
+    if model.backend().kind() != headroom_core::BackendKind::Cuda
+        || !fp8_experts
+        || !model.shard().is_whole()
+    {
+        return 0;
+    }
+    (m.num_experts as u64) * 3 * (cfg.hidden_size as u64) * (m.moe_intermediate_size as u64) * 2
 }
 
 /// The state pools could not be allocated (a device out of memory, most
@@ -248,7 +276,31 @@ mod tests {
             ],
             workspace: ws,
             activation_bytes_per_row: per_row,
+            step_fixed_bytes: 0,
         }
+    }
+
+    #[test]
+    fn a_steps_fixed_bytes_add_to_its_solo_transient() {
+        let ws = Arc::new(Recording::default());
+        let plain = model(ws.clone(), 10);
+        let fp8 = MemoryModel {
+            step_fixed_bytes: 1 << 30,
+            ..model(ws, 10)
+        };
+        for rows in [1, 64, 4096] {
+            assert_eq!(
+                fp8.solo_step_transient(rows, 8192),
+                plain.solo_step_transient(rows, 8192) + (1 << 30)
+            );
+        }
+    }
+
+    #[test]
+    fn the_cpu_holds_no_fp8_expert_scratch() {
+        let cfg = headroom_model::ModelConfig::synthetic("tiny-d64-fp8").unwrap();
+        let m = Qwen35Model::synthetic(headroom_cpu::CpuBackend::new(), &cfg, 1).unwrap();
+        assert_eq!(fp8_expert_scratch_bytes(&m), 0);
     }
 
     #[test]

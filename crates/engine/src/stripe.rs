@@ -274,6 +274,7 @@ mod tests {
             }],
             workspace: std::sync::Arc::new(ScoreBlock),
             activation_bytes_per_row: per_row,
+            step_fixed_bytes: 0,
         }
     }
 

@@ -134,6 +134,7 @@ fn build_and_run<B: Backend + 'static, J: ModelJob>(
     };
     tracing::info!(
         backend = %kind,
+        weight_format = %cfg.weight_format.describe(),
         seconds = info.load_seconds,
         weight_gib = info.weight_bytes as f64 / (1u64 << 30) as f64,
         "model loaded"

@@ -1,16 +1,19 @@
 //! Moving data on and off the device: weights (matrices converted to bf16 on
 //! the host in pieces, so a large tensor never needs a second full host
-//! copy; vectors as f32), synthetic weights drawn on the device, and
+//! copy; block-scaled FP8 matrices with 128 × 128 blocks uploaded as they
+//! are, e4m3 bytes and f32 scales; vectors as f32), synthetic weights drawn
+//! on the device, and
 //! activations to and from host f32; and [`CudaWorkspace`], the backend's
 //! account of the workspace its attention allocates.
 
 use super::launch::{alloc, dev_err, launch, mul, stride_grid, Args};
-use super::types::{CudaAct, CudaWeight};
+use super::types::{CudaAct, CudaWeight, Fp8Scales};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 pub(crate) use crate::tensor::new_act;
 use cudarc::driver::result;
 use half::bf16;
+use headroom_core::fp8::Fp8Block;
 use headroom_core::ops::{AttentionCall, OpError, OpResult, WeightInit, WorkspaceModel};
 use headroom_core::{AttentionShape, Dtype, RouteRequest, Tensor, TensorData};
 use rayon::prelude::*;
@@ -73,6 +76,11 @@ pub(crate) fn upload_matrix(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight>
         ));
     }
     let n = t.numel();
+    if let TensorData::Fp8E4m3(q) = &t.data {
+        if keeps_fp8(q) {
+            return upload_fp8(dev, q, n / cols, cols);
+        }
+    }
     let buf = alloc(dev, mul("upload_matrix", n, 2)?)?;
     let mut piece = vec![bf16::ZERO; n.min(PIECE)];
     let mut at = 0;
@@ -87,6 +95,43 @@ pub(crate) fn upload_matrix(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight>
         rows: n / cols,
         cols,
         dtype: Dtype::Bf16,
+        fp8: None,
+    })
+}
+
+/// Whether an FP8 tensor stays FP8 on the device: blocks of 128 × 128 (the
+/// kernels' `BLOCK`); other block sizes are dequantized to bf16 on the host.
+pub(crate) fn keeps_fp8(q: &Fp8Block) -> bool {
+    q.block == [crate::ops::fp8::BLOCK; 2]
+}
+
+/// Uploads an FP8 matrix `[rows][cols]` as it is: the e4m3 bytes and the
+/// f32 block scales, in pieces.
+fn upload_fp8(dev: &CudaDevice, q: &Fp8Block, rows: usize, cols: usize) -> OpResult<CudaWeight> {
+    if q.cols != cols || q.rows == 0 || !rows.is_multiple_of(q.rows) || q.len() != rows * cols {
+        return Err(OpError::shape(
+            "upload_matrix",
+            format!(
+                "fp8 grid of [{}][{}] matrices for a [{rows}][{cols}] weight",
+                q.rows, q.cols
+            ),
+        ));
+    }
+    let buf = alloc(dev, q.len())?;
+    for (i, piece) in q.bits.chunks(2 * PIECE).enumerate() {
+        write_at(dev, &buf, i * 2 * PIECE, piece)?;
+    }
+    let scale_inv = alloc(dev, mul("upload_matrix", q.scale_inv.len(), 4)?)?;
+    write_at(dev, &scale_inv, 0, &q.scale_inv)?;
+    Ok(CudaWeight {
+        buf,
+        rows,
+        cols,
+        dtype: Dtype::Bf16,
+        fp8: Some(Fp8Scales {
+            scale_inv,
+            grid_rows: q.rows,
+        }),
     })
 }
 
@@ -103,6 +148,7 @@ pub(crate) fn upload_vector(dev: &CudaDevice, t: Tensor) -> OpResult<CudaWeight>
         rows: 1,
         cols: v.len(),
         dtype: Dtype::F32,
+        fp8: None,
     })
 }
 
@@ -138,6 +184,7 @@ pub(crate) fn init_matrix(
         rows,
         cols,
         dtype: Dtype::Bf16,
+        fp8: None,
     })
 }
 
@@ -238,11 +285,22 @@ impl WorkspaceModel for CudaWorkspace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use headroom_core::fp8::Fp8Block;
     use headroom_core::{AttentionKind, LayerKind};
 
-    /// The host side of an FP8 upload: every piece (any offset, spanning
-    /// the parallel chunks) is the f32 dequantization rounded to bf16.
+    /// FP8 with the kernels' 128 × 128 blocks stays FP8; other block sizes
+    /// are dequantized on the host.
+    #[test]
+    fn only_128_blocks_stay_fp8() {
+        let v = vec![0.25f32; 256 * 256];
+        for (block, keeps) in [([128, 128], true), ([64, 64], false), ([128, 64], false)] {
+            let q = Fp8Block::quantize(&v, block, 256, 256).unwrap();
+            assert_eq!(keeps_fp8(&q), keeps, "{block:?}");
+        }
+    }
+
+    /// The host side of an FP8 upload that does not stay FP8: every piece
+    /// (any offset, spanning the parallel chunks) is the f32 dequantization
+    /// rounded to bf16.
     #[test]
     fn fp8_uploads_dequantize_to_bf16_on_the_host() {
         let (rows, cols) = (300, 200);

@@ -20,7 +20,9 @@ mod moe_partial;
 mod state;
 mod supports;
 
-pub use crate::tensor::{CudaAct, CudaGdnState, CudaKvCache, CudaWeight};
+pub use crate::tensor::{
+    CudaAct, CudaGdnState, CudaKvCache, CudaWeight, CudaWeightFormat, Fp8Scales,
+};
 pub use group::{open_group, open_group_with};
 
 // The paths the GDN / MoE modules import their plumbing by.

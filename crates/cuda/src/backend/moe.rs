@@ -4,7 +4,11 @@
 //! summed into the bf16 output: by the routed combine itself where the
 //! grouped-GEMM path runs, else (shapes the grouped GEMMs' tiles do not
 //! divide: the fallback kernels) by one element-wise kernel after the f32
-//! routed output.
+//! routed output. FP8 experts (a checkpoint kept FP8 on the device) run the
+//! FP8 decode (`crate::ops::fp8::moe`) for 1 ..= 32 rows; for more rows
+//! they are dequantized into bf16 scratch, one layer's experts at a time
+//! (`crate::ops::fp8::moe::fp8_expert_scratch_bytes`), for the bf16 grouped
+//! GEMMs (a native FP8 grouped GEMM is still missing).
 
 use super::dense::{linear, swiglu};
 use super::external::{moe_fast_path, routed_experts, MoeCall};
@@ -14,6 +18,9 @@ use super::types::{CudaAct, CudaWeight};
 use super::validate::bf16;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
+use crate::ops::fp8::moe::{moe_decode_fp8, SharedPart};
+use crate::ops::fp8::weight::as_bf16;
+use crate::ops::linear::{linear_many, linear_with};
 use crate::ops::moe::{
     check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
 };
@@ -41,7 +48,50 @@ pub(crate) fn moe(
     if decode::takes(x, w, spec) {
         return decode::moe_decode(dev, x, w, spec);
     }
+    if spec.shared_expert && crate::ops::fp8::moe::takes(x, w, spec) {
+        return moe_fp8_decode(dev, x, w, spec);
+    }
     moe_marked(dev, x, w, spec, None, &mut |_| {})
+}
+
+/// The MoE block on the FP8 decode path (FP8 experts, 1 ..= 32 rows), the
+/// router and the shared expert on `linear` (FP8 or bf16).
+fn moe_fp8_decode(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CudaAct> {
+    bf16("moe", x)?;
+    check_weights(w, spec, x.cols)?;
+    if !spec.shared_expert {
+        return Err(OpError::Unsupported {
+            op: "moe decode (fp8)",
+            reason: "a block without its shared expert runs only as a group's moe_partial".into(),
+        });
+    }
+    // The router and the shared gate in one launch (f32 logits), the
+    // shared expert's gate and up in one.
+    let mut logits = linear_with(dev, x, &[&w.router, &w.shared_gate], true, Dtype::F32)?;
+    let (gate, logits) = (logits.pop(), logits.pop());
+    let (Some(gate), Some(logits)) = (gate, logits) else {
+        return Err(OpError::Device(
+            "moe: the router launch returned no logits".into(),
+        ));
+    };
+    let mut gu = linear_many(dev, x, &[&w.shared_gate_proj, &w.shared_up_proj])?;
+    let (u, g) = (gu.pop(), gu.pop());
+    let (Some(g), Some(u)) = (g, u) else {
+        return Err(OpError::Device(
+            "moe: the shared expert returned no gate/up".into(),
+        ));
+    };
+    let shared = linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)?;
+    let part = SharedPart {
+        out: &shared,
+        gate: &gate,
+    };
+    moe_decode_fp8(dev, x, &logits, w, spec, Some(part))
 }
 
 impl super::CudaBackend {
@@ -72,6 +122,18 @@ impl super::CudaBackend {
         decode::moe_decode(&self.dev, x, w, spec)
     }
 
+    /// The MoE block on the FP8 decode path (FP8 experts, 1 ..=
+    /// `crate::ops::fp8::moe::MAX_DECODE_ROWS` rows; tests and timings
+    /// compare it with [`Self::moe_marked`]); `Err` for other calls.
+    pub fn moe_fp8_decode(
+        &self,
+        x: &CudaAct,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CudaAct> {
+        moe_fp8_decode(&self.dev, x, w, spec)
+    }
+
     /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
     /// before each launch and `end` after the last.
     pub fn moe_decode_marked(
@@ -85,19 +147,21 @@ impl super::CudaBackend {
     }
 }
 
-/// The routed-experts launch of `x` with output buffer `out`.
+/// The routed-experts launch of `x` with output buffer `out`, the experts'
+/// bf16 matrices `gate_up` and `down` (the weights', or their dequantized
+/// copies).
 pub(super) fn call<'a>(
     x: &'a CudaAct,
     logits: &'a CudaAct,
-    w: &'a MoeWeights<CudaWeight>,
+    (gate_up, down): (&'a CudaWeight, &'a CudaWeight),
     spec: &MoeSpec,
     out: &'a DeviceBuffer,
 ) -> MoeCall<'a> {
     MoeCall {
         x: &x.buf,
         router_logits: &logits.buf,
-        gate_up: &w.gate_up.buf,
-        down: &w.down.buf,
+        gate_up: &gate_up.buf,
+        down: &down.buf,
         out,
         tokens: x.rows,
         hidden: x.cols,
@@ -136,6 +200,9 @@ fn moe_marked(
         });
     }
     let local = (spec.first_expert, spec.local_experts);
+    // FP8 experts: this layer's bf16 copies, dropped when the call returns.
+    let (gate_up, down) = (as_bf16(dev, &w.gate_up)?, as_bf16(dev, &w.down)?);
+    let experts = (&*gate_up, &*down);
     mark("router");
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
     let out = new_act(dev, "moe", x.rows, hidden, Dtype::Bf16)?;
@@ -144,12 +211,13 @@ fn moe_marked(
         // writes the bf16 output (`out` of the call is not touched).
         mark("shared");
         let shared = shared_expert(dev, x, w)?;
+        let shared_gate = as_bf16(dev, &w.shared_gate)?;
         let epilogue = SharedEpilogue {
-            shared_gate: &w.shared_gate.buf,
+            shared_gate: &shared_gate.buf,
             shared: &shared.buf,
             out: &out.buf,
         };
-        let l = call(x, &logits, w, spec, &out.buf);
+        let l = call(x, &logits, experts, spec, &out.buf);
         routed_experts_shared_marked(dev, &l, local, imp, &epilogue, &mut |s| {
             mark(stage_name(s));
             Ok(())
@@ -159,7 +227,7 @@ fn moe_marked(
     }
     // The fallback kernels, overwriting `routed`.
     let routed = alloc(dev, x.elems().max(1) * 4)?;
-    let l = call(x, &logits, w, spec, &routed);
+    let l = call(x, &logits, experts, spec, &routed);
     routed_experts(dev, &l, local)?;
     mark("shared");
     let shared = shared_expert(dev, x, w)?;

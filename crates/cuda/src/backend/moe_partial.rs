@@ -33,7 +33,10 @@ pub(crate) fn moe_f32(
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
     // Overwritten by the routed-experts kernel, then by the combine (in place).
     let out = new_act(dev, "moe", x.rows, hidden, Dtype::F32)?;
-    let call = super::moe::call(x, &logits, w, spec, &out.buf);
+    // FP8 experts: this layer's bf16 copies (`crate::ops::fp8::weight`).
+    let gate_up = crate::ops::fp8::weight::as_bf16(dev, &w.gate_up)?;
+    let down = crate::ops::fp8::weight::as_bf16(dev, &w.down)?;
+    let call = super::moe::call(x, &logits, (&gate_up, &down), spec, &out.buf);
     routed_experts(dev, &call, (spec.first_expert, spec.local_experts))?;
     if !spec.shared_expert {
         return Ok(out);

@@ -17,7 +17,7 @@ use crate::ops::attention::sources::{
 };
 use crate::ops::conv::sources::OPS_CONV1D;
 use crate::ops::fallback::sources::OPS_FALLBACK;
-use crate::ops::fp8::sources::{FP8_GEMV, FP8_QUANT};
+use crate::ops::fp8::sources::{FP8_GEMV, FP8_MOE, FP8_QUANT};
 use crate::ops::gdn::sources::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_DECODE, GDN_RECURRENT};
 use crate::ops::gemv::sources::GEMV;
 use crate::ops::kv::sources::OPS_KV;
@@ -69,6 +69,7 @@ pub const SOURCES: &[KernelSource] = &[
     GEMV,
     FP8_GEMV,
     FP8_QUANT,
+    FP8_MOE,
     STATE_COPY,
 ];
 

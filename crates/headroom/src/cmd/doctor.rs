@@ -60,6 +60,11 @@ pub struct ModelInfo {
     pub num_layers: usize,
     /// The weights' storage: the dtype (`bf16`), or `fp8 e4m3, 128x128 blocks (others bf16)`.
     pub weight_format: String,
+    /// Bytes of the weights as stored (FP8 tensors one byte an element plus
+    /// their block scales): about what the CUDA backend holds, FP8 staying
+    /// FP8 on the device (gated attention's q_proj is split into bf16 q and
+    /// gate; vectors are f32); the CPU dequantizes at load.
+    pub weight_storage_bytes: u64,
 }
 
 /// [`ModelInfo::weight_format`] of `cfg`.
@@ -161,6 +166,7 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
             source: crate::output::escape_controls(&source),
             num_layers: kinds.len(),
             weight_format: describe_weights(&config),
+            weight_storage_bytes: headroom_model::weights::expected_storage_bytes(&config),
         },
         controls: setup.controls,
         warnings: setup.warnings,
@@ -343,8 +349,13 @@ fn render_backends(out: &mut String, r: &DoctorReport) {
 fn render_layers(out: &mut String, r: &DoctorReport) {
     let _ = writeln!(
         out,
-        "\nModel {} ({} layers, weights {}), resolved for backend {}",
-        r.model.source, r.model.num_layers, r.model.weight_format, r.hardware.backend
+        "\nModel {} ({} layers, weights {}, {:.2} GiB as stored), \
+         resolved for backend {}",
+        r.model.source,
+        r.model.num_layers,
+        r.model.weight_format,
+        r.model.weight_storage_bytes as f64 / (1u64 << 30) as f64,
+        r.hardware.backend
     );
     if let Some(first) = r.layers.first() {
         let a = &first.group.attention;

@@ -13,6 +13,7 @@ use super::ModelError;
 use crate::parallel::slice::{draw_window, slice_matrix, slice_vector};
 use crate::weights::expected_tensors;
 use crate::{ModelConfig, Tensor, TensorData, Weights, WeightsError};
+use headroom_core::fp8::Fp8Block;
 use headroom_core::ops::{Backend, InitWindow, WeightInit};
 use headroom_core::OpError;
 use std::collections::HashMap;
@@ -178,6 +179,12 @@ impl<B: Backend> WeightSource<B> for HostSource<'_> {
     ) -> Result<(B::Weight, B::Weight), ModelError> {
         self.with(name, |t| {
             let cols = *t.shape.last().unwrap_or(&0);
+            if let Some((q, g)) = split_fp8_whole(&t, heads.clone(), d) {
+                return Ok((
+                    be.upload_matrix(q).map_err(op_err)?,
+                    be.upload_matrix(g).map_err(op_err)?,
+                ));
+            }
             let rows = [heads.start * 2 * d..heads.end * 2 * d];
             let part = slice_matrix(&t, &rows, 0..cols).ok_or_else(|| out_of_range(name))?;
             let n = heads.len();
@@ -187,6 +194,47 @@ impl<B: Backend> WeightSource<B> for HostSource<'_> {
             Ok((q.map_err(op_err)?, g.map_err(op_err)?))
         })
     }
+}
+
+/// The q and gate halves of an FP8 `q_proj` taken whole (`heads` all of
+/// its heads), still FP8, where the halves are whole blocks: `d` a multiple
+/// of the block rows and one block grid over all rows. `None` otherwise
+/// (the caller dequantizes).
+fn split_fp8_whole(t: &Tensor, heads: Range<usize>, d: usize) -> Option<(Tensor, Tensor)> {
+    let q = t.fp8()?;
+    let (rows, cols) = as_matrix(&t.shape);
+    let br = q.block[0];
+    let one_grid = q.rows == rows || q.rows.is_multiple_of(br);
+    if heads.start != 0
+        || heads.len() * 2 * d != rows
+        || d == 0
+        || !d.is_multiple_of(br)
+        || !one_grid
+    {
+        return None;
+    }
+    let (_, _, gc) = q.grid();
+    let (sd, n) = (d / br, heads.len());
+    let (bits_a, bits_b) = split_heads(&q.bits, n, d * cols);
+    let (scale_a, scale_b) = split_heads(&q.scale_inv, n, sd * gc);
+    let half = |bits, scale_inv| {
+        let b = Fp8Block::new(bits, scale_inv, q.block, n * d, cols).ok()?;
+        Some(Tensor::new(vec![n * d, cols], TensorData::Fp8E4m3(b)))
+    };
+    Some((half(bits_a, scale_a)?, half(bits_b, scale_b)?))
+}
+
+/// Splits `v`, `heads` runs of `[a (run), b (run)]`, into the `a`s and the `b`s.
+fn split_heads<T: Copy>(v: &[T], heads: usize, run: usize) -> (Vec<T>, Vec<T>) {
+    let (mut a, mut b) = (
+        Vec::with_capacity(heads * run),
+        Vec::with_capacity(heads * run),
+    );
+    for h in v.chunks_exact(2 * run).take(heads) {
+        a.extend_from_slice(&h[..run]);
+        b.extend_from_slice(&h[run..]);
+    }
+    (a, b)
 }
 
 /// Splits rows interleaved per head as `[a (d), b (d)]` into `a` and `b`.
@@ -227,7 +275,8 @@ fn split_rows(data: &TensorData, heads: usize, d: usize, cols: usize) -> (Tensor
 }
 
 /// Synthetic weights: matrices drawn on the device from N(0, 0.02) seeded
-/// per tensor name (a shard: its window of the full draw; a shard of
+/// per tensor name (under an FP8 config, the whole projections it
+/// quantizes drawn in their FP8 form on the host and uploaded as such) (a shard: its window of the full draw; a shard of
 /// several row ranges drawn on the host, the same values); vectors (norms,
 /// gates' biases, conv) drawn on the host by [`Weights::synthetic_tensor`]
 /// (they are small) and sliced.
@@ -305,6 +354,13 @@ impl<B: Backend> WeightSource<B> for InitSource<'_> {
         cols: Option<Range<usize>>,
     ) -> Result<B::Weight, ModelError> {
         let shape = self.shape(name)?;
+        // The projections an FP8 checkpoint quantizes, whole: their FP8 form
+        // (e4m3 + block scales, drawn on the host as `Weights::synthetic`
+        // draws them), which a backend with FP8 kernels keeps as it is.
+        if rows.is_none() && cols.is_none() && crate::weights::fp8_in_config(self.cfg, name) {
+            let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape);
+            return be.upload_matrix(t).map_err(op_err);
+        }
         draw(be, name, self.init(name), as_matrix(&shape), rows, cols)
     }
 
@@ -332,6 +388,16 @@ impl<B: Backend> WeightSource<B> for InitSource<'_> {
     ) -> Result<(B::Weight, B::Weight), ModelError> {
         let shape = self.shape(name)?;
         let (h, w) = as_matrix(&shape);
+        // Under an FP8 config, q_proj whole: its FP8 draw split into halves.
+        if crate::weights::fp8_in_config(self.cfg, name) {
+            let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape.clone());
+            if let Some((q, g)) = split_fp8_whole(&t, heads.clone(), d) {
+                return Ok((
+                    be.upload_matrix(q).map_err(op_err)?,
+                    be.upload_matrix(g).map_err(op_err)?,
+                ));
+            }
+        }
         // q and gate are drawn as two [h/2][w] matrices (seed, seed + 1).
         let rows = [heads.start * d..heads.end * d];
         let mut init = self.init(name);
@@ -339,5 +405,47 @@ impl<B: Backend> WeightSource<B> for InitSource<'_> {
         init.seed = init.seed.wrapping_add(1);
         let g = draw(be, name, init, (h / 2, w), Some(&rows), None)?;
         Ok((q, g))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An FP8 q_proj of `heads` heads of `d` rows each half, `cols` columns.
+    fn q_proj(heads: usize, d: usize, cols: usize) -> Tensor {
+        let rows = heads * 2 * d;
+        let v: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 1001) as f32 - 500.0) * 1e-3 * (1 + i / (128 * cols)) as f32)
+            .collect();
+        let q = Fp8Block::quantize(&v, [128, 128], rows, cols).unwrap();
+        Tensor::new(vec![rows, cols], TensorData::Fp8E4m3(q))
+    }
+
+    #[test]
+    fn a_whole_fp8_q_proj_splits_into_fp8_halves_equal_to_the_dequantized_split() {
+        let (heads, d, cols) = (3, 256, 200);
+        let t = q_proj(heads, d, cols);
+        let (q, g) = split_fp8_whole(&t, 0..heads, d).unwrap();
+        assert!(q.is_fp8() && g.is_fp8());
+        assert_eq!(q.shape, vec![heads * d, cols]);
+        let (want_q, want_g) = split_rows(&TensorData::F32(t.to_f32_vec()), heads, d, cols);
+        let as_vec = |x: TensorData| match x {
+            TensorData::F32(v) => v,
+            _ => unreachable!(),
+        };
+        assert_eq!(q.to_f32_vec(), as_vec(want_q));
+        assert_eq!(g.to_f32_vec(), as_vec(want_g));
+    }
+
+    #[test]
+    fn fp8_halves_off_the_blocks_or_of_some_heads_are_left_to_the_dequantizing_split() {
+        // d = 64: a half is not whole blocks.
+        assert!(split_fp8_whole(&q_proj(4, 64, 128), 0..4, 64).is_none());
+        // Some of the heads (a tensor-parallel rank's).
+        assert!(split_fp8_whole(&q_proj(2, 128, 128), 0..1, 128).is_none());
+        // Not FP8.
+        let plain = Tensor::from_f32(vec![512, 128], vec![0.5; 512 * 128]);
+        assert!(split_fp8_whole(&plain, 0..2, 128).is_none());
     }
 }

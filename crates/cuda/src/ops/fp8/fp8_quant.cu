@@ -91,15 +91,18 @@ extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
 
 extern "C" __global__ void __launch_bounds__(256)
     fp8_dequant_bf16(const unsigned char* __restrict__ w, const float* __restrict__ scale_inv,
-                     __nv_bfloat16* __restrict__ out, long long n, int k, int vec) {
+                     __nv_bfloat16* __restrict__ out, long long n, int k, int vec,
+                     long long grid_rows) {
     using namespace headroom_fp8_quant;
     wait_prior_then_release_next();
     const int kb = (k + BLOCK - 1) / BLOCK;
+    // The block grid restarts every grid_rows rows (stacked matrices).
+    const long long gr = (grid_rows + BLOCK - 1) / BLOCK;
     // CTAs stride over rows, threads over 4 columns each (4-byte loads and
     // 8-byte stores with `vec`: k % 4 == 0, W 4- and out 8-byte aligned; a
     // quad never straddles a scale block).
     for (long long r = blockIdx.x; r < n; r += gridDim.x) {
-        const float* sr = scale_inv + (r / BLOCK) * kb;
+        const float* sr = scale_inv + ((r / grid_rows) * gr + (r % grid_rows) / BLOCK) * kb;
         const unsigned char* wr = w + r * k;
         __nv_bfloat16* outr = out + r * k;
         for (int c = 4 * threadIdx.x; c < k; c += 4 * blockDim.x) {

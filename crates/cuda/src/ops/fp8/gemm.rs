@@ -4,7 +4,7 @@
 //! ([`super::quant::quantize`]) and runs cuBLASLt's block-scaled FP8 matmul
 //! ([`crate::blas::Blas::fp8_block_linear`], f32 accumulation) on the
 //! shapes it computes right ([`lt_takes`]: on the H200, cuBLASLt 13 ran
-//! k = 2,112, n = 320 and returned wrong sums). Elsewhere, or where
+//! k = 2,112, n = 320 and k = 128 ..= 384 and returned wrong sums). Elsewhere, or where
 //! cuBLASLt has no algorithm (it has none at m = 1 or 37), it dequantizes
 //! `W` to a bf16 workspace and runs the bf16 GEMM on the unquantized `x`.
 //! Up to [`super::gemv::MAX_ROWS`] rows run on the FP8 GEMV instead (bf16
@@ -103,12 +103,19 @@ impl LtScaleOrder {
     }
 }
 
-/// Whether the block-scaled matmul takes `m × k` by `n`: `k` and `n`
-/// multiples of 128 (whole scale blocks; with tails cuBLASLt 13 returned
-/// wrong sums on the H200); cuBLASLt's heuristic may still refuse it.
+/// Whether the block-scaled matmul takes `m × k` by `n`: `n` a multiple of
+/// 128 and `k` of [`LT_MIN_K`] (whole scale blocks: with tails cuBLASLt 13
+/// returned wrong sums on the H200, and with k = 128, 256 or 384 too —
+/// 41 % and 95 % errors at 40 rows, `docs/perf/cuda-fp8.md` run 1 — while
+/// k = 512, 2048 and 4096 matched f64 at 8 ..= 1000 rows); cuBLASLt's
+/// heuristic may still refuse it.
 pub fn lt_takes(m: usize, n: usize, k: usize) -> bool {
-    m > 0 && k.is_multiple_of(super::BLOCK) && n.is_multiple_of(super::BLOCK)
+    m > 0 && k.is_multiple_of(LT_MIN_K) && n.is_multiple_of(super::BLOCK)
 }
+
+/// The in-features cuBLASLt's block-scaled matmul is trusted with come in
+/// multiples of this (see [`lt_takes`]).
+pub const LT_MIN_K: usize = 512;
 
 /// Checks x `[m][k]` bf16 and y `[m][n]` bf16 against `w`.
 fn check(x: &DeviceBuffer, m: usize, w: &Fp8Matrix, y: &DeviceBuffer) -> OpResult<()> {
@@ -272,9 +279,14 @@ mod tests {
     fn only_whole_scale_blocks_take_cublaslt() {
         assert!(lt_takes(512, 256, 4096));
         assert!(lt_takes(1, 2048, 2048));
+        assert!(lt_takes(40, 2048, 512));
         assert!(!lt_takes(512, 320, 4096));
         assert!(!lt_takes(512, 256, 2048 + 64));
         assert!(!lt_takes(0, 256, 4096));
+        // Small k: wrong sums on the H200 (run 1 of docs/perf/cuda-fp8.md).
+        for k in [128, 256, 384, 640] {
+            assert!(!lt_takes(40, 256, k), "k {k}");
+        }
     }
 
     #[test]

@@ -10,13 +10,18 @@
 //! * [`quant`]: per-(row, 128-group) activation quantization to e4m3 and
 //!   the weight dequantization to bf16 (the GEMM's fallback);
 //! * [`gemm`]: the prefill GEMM (cuBLASLt block scaling, else dequantize +
-//!   the bf16 GEMM).
+//!   the bf16 GEMM);
+//! * [`weight`]: an FP8 `CudaWeight` (the model's weights kept FP8 on the
+//!   device) as these launchers' matrices, or dequantized to bf16;
+//! * [`moe`]: the MoE decode on FP8 experts.
 
 pub mod experts;
 pub mod gemm;
 pub mod gemv;
+pub mod moe;
 pub mod quant;
 pub mod sources;
+pub(crate) mod weight;
 
 use crate::alloc::DeviceBuffer;
 use crate::launch::mul;

@@ -86,24 +86,55 @@ pub fn quantize(
 pub fn dequantize(dev: &CudaDevice, w: Fp8Matrix, out: &DeviceBuffer) -> OpResult<()> {
     const OP: &str = "fp8_dequant";
     w.check(OP)?;
-    let elems = mul(OP, w.n, w.k)?;
+    dequantize_stacked(dev, w.w, w.scale_inv, w.n, w.k, w.n, out)
+}
+
+/// `out` bf16 `[rows][k]` = `W · scale_inv` for e4m3 `w` `[rows][k]` whose
+/// block grid restarts every `grid_rows` rows (stacked matrices: scales
+/// `[rows / grid_rows][ceil(grid_rows / 128)][ceil(k / 128)]`).
+pub fn dequantize_stacked(
+    dev: &CudaDevice,
+    w: &DeviceBuffer,
+    scale_inv: &DeviceBuffer,
+    rows: usize,
+    k: usize,
+    grid_rows: usize,
+    out: &DeviceBuffer,
+) -> OpResult<()> {
+    const OP: &str = "fp8_dequant";
+    if rows == 0 || k == 0 || grid_rows == 0 || !rows.is_multiple_of(grid_rows) {
+        return Err(OpError::shape(
+            OP,
+            format!("[{rows}][{k}] in matrices of {grid_rows} rows"),
+        ));
+    }
+    let elems = mul(OP, rows, k)?;
+    let scales = mul(
+        OP,
+        mul(OP, rows / grid_rows, grid_rows.div_ceil(BLOCK))?,
+        k.div_ceil(BLOCK),
+    )?;
+    need(OP, "weight", w, elems)?;
+    need(OP, "scale_inv", scale_inv, mul(OP, scales, 4)?)?;
     need(OP, "out", out, mul(OP, elems, 2)?)?;
     let args = Args::new()
-        .ptr(w.w.ptr())
-        .ptr(w.scale_inv.ptr())
+        .ptr(w.ptr())
+        .ptr(scale_inv.ptr())
         .ptr(out.ptr())
-        .i64(w.n as i64)
-        .i32(int(OP, "k", w.k)?)
+        .i64(rows as i64)
+        .i32(int(OP, "k", k)?)
         .i32(i32::from(
-            w.k.is_multiple_of(4) && w.w.ptr().is_multiple_of(4) && out.ptr().is_multiple_of(8),
-        ));
+            k.is_multiple_of(4) && w.ptr().is_multiple_of(4) && out.ptr().is_multiple_of(8),
+        ))
+        .i64(grid_rows as i64);
     // CTAs stride over the rows: as many as rows, at most 16 per SM.
-    let ctas = w.n.clamp(1, dev.sm_count.max(1) * 16);
+    let ctas = rows.clamp(1, dev.sm_count.max(1) * 16);
     let grid = (grid_dim(OP, ctas, GRID_X)?, 1, 1);
-    // SAFETY: the weight, its scales and out hold n · k elements (checked);
-    // the loops stay below n rows and k columns, the wide accesses only
-    // with k % 4 == 0 (4-byte aligned rows of W, 8-byte of out); the
-    // kernel waits for the previous one before it writes.
+    // SAFETY: the weight, its scales and out hold what the shape needs
+    // (checked); the loops stay below `rows` rows and k columns, the scale
+    // index below the matrices' grids, the wide accesses only with k % 4 ==
+    // 0 (4-byte aligned rows of W, 8-byte of out); the kernel waits for the
+    // previous one before it writes.
     unsafe { launch_programmatic(dev, "fp8_dequant_bf16", grid, 256, args) }
 }
 

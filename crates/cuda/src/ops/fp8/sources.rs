@@ -38,3 +38,16 @@ pub const FP8_QUANT: KernelSource = KernelSource {
     ),
     entry_points: &["fp8_quant_bf16", "fp8_dequant_bf16", "fp8_transpose_f32"],
 };
+
+/// The MoE decode's glue on FP8 experts: routing (softmax + top-k per
+/// row), SwiGLU of the experts' gate/up outputs, and the weighted combine
+/// with the gated shared expert.
+pub const FP8_MOE: KernelSource = KernelSource {
+    name: "fp8_moe",
+    file: "fp8_moe.cu",
+    source: concat!(
+        include_str!("../../kernels/pdl.cuh"),
+        include_str!("fp8_moe.cu")
+    ),
+    entry_points: &["fp8_moe_route", "fp8_moe_swiglu", "fp8_moe_combine"],
+};

@@ -1,5 +1,8 @@
 //! `linear` (`y = x · Wᵀ`): the skinny GEMV of [`crate::ops::gemv`] for
-//! 1 ..= 8 rows, cuBLAS with bf16 operands and f32 compute otherwise.
+//! 1 ..= 8 rows, cuBLAS with bf16 operands and f32 compute otherwise; FP8
+//! weights on the FP8 kernels ([`fp8`]).
+
+mod fp8;
 
 use crate::blas::Linear;
 use crate::decode_stats::{timed, BLAS_CALLS, BLAS_NS};
@@ -20,6 +23,9 @@ pub(crate) fn linear(
     w: &CudaWeight,
     out_dtype: Dtype,
 ) -> OpResult<CudaAct> {
+    if w.is_fp8() {
+        return one(fp8::linear_fp8(dev, x, &[w], out_dtype)?);
+    }
     if gemv::takes(x.rows, out_dtype, w.elems() * 2) {
         one(gemv::gemv(dev, x, &[w], out_dtype)?)
     } else {
@@ -34,7 +40,12 @@ pub(crate) fn linear_many(
     x: &CudaAct,
     ws: &[&CudaWeight],
 ) -> OpResult<Vec<CudaAct>> {
-    let bytes = ws.iter().map(|w| w.elems() * 2).sum();
+    // FP8 weights take their own path; the GEMV choice is the bf16 ones'.
+    let bytes = ws
+        .iter()
+        .filter(|w| !w.is_fp8())
+        .map(|w| w.elems() * 2)
+        .sum();
     linear_with(
         dev,
         x,
@@ -46,7 +57,7 @@ pub(crate) fn linear_many(
 
 /// `x · W_iᵀ` for each of `ws`, outputs in `out` (bf16 or f32): on the GEMV
 /// ([`gemv::MAX_MATS`] matrices a launch) when `gemv` and the rows allow,
-/// else one cuBLAS GEMM per matrix.
+/// else one cuBLAS GEMM per matrix; FP8 weights on [`fp8`] whatever `gemv`.
 pub(crate) fn linear_with(
     dev: &CudaDevice,
     x: &CudaAct,
@@ -54,11 +65,44 @@ pub(crate) fn linear_with(
     gemv: bool,
     out: Dtype,
 ) -> OpResult<Vec<CudaAct>> {
+    if ws.iter().all(|w| w.is_fp8()) && !ws.is_empty() {
+        return fp8::linear_fp8(dev, x, ws, out);
+    }
+    if ws.iter().any(|w| w.is_fp8()) {
+        return mixed(dev, x, ws, gemv, out);
+    }
     if gemv && (1..=gemv::MAX_ROWS).contains(&x.rows) {
         gemv::gemv_many(dev, x, ws, out)
     } else {
         ws.iter().map(|w| linear_blas(dev, x, w, out)).collect()
     }
+}
+
+/// [`linear_with`] on a set of FP8 and bf16 weights (a GDN layer's FP8
+/// projections beside its bf16 `a` / `b`): the FP8 ones together on the FP8
+/// path, the bf16 ones together on theirs, outputs in `ws`'s order.
+fn mixed(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    ws: &[&CudaWeight],
+    gemv: bool,
+    out: Dtype,
+) -> OpResult<Vec<CudaAct>> {
+    let (fp8, plain): (Vec<usize>, Vec<usize>) = (0..ws.len()).partition(|&i| ws[i].is_fp8());
+    let pick = |idx: &[usize]| idx.iter().map(|&i| ws[i]).collect::<Vec<_>>();
+    let mut ys: Vec<Option<CudaAct>> = (0..ws.len()).map(|_| None).collect();
+    let runs = [
+        (&fp8, fp8::linear_fp8(dev, x, &pick(&fp8), out)?),
+        (&plain, linear_with(dev, x, &pick(&plain), gemv, out)?),
+    ];
+    for (idx, outs) in runs {
+        for (&i, y) in idx.iter().zip(outs) {
+            ys[i] = Some(y);
+        }
+    }
+    ys.into_iter()
+        .map(|y| y.ok_or_else(|| OpError::Device("linear: an output was not computed".into())))
+        .collect()
 }
 
 /// The one output of a one-matrix launch.
@@ -67,7 +111,8 @@ fn one(mut ys: Vec<CudaAct>) -> OpResult<CudaAct> {
         .ok_or_else(|| OpError::Device("gemv returned no output".into()))
 }
 
-/// [`linear`] on cuBLAS whatever the rows (the TP f32 partial stays here).
+/// [`linear`] on cuBLAS whatever the rows (the TP f32 partial stays here;
+/// an FP8 weight is dequantized to bf16 scratch first).
 pub(crate) fn linear_blas(
     dev: &CudaDevice,
     x: &CudaAct,
@@ -75,6 +120,10 @@ pub(crate) fn linear_blas(
     out_dtype: Dtype,
 ) -> OpResult<CudaAct> {
     bf16("linear", x)?;
+    if w.is_fp8() {
+        let wb = crate::ops::fp8::weight::dequantize_weight(dev, w)?;
+        return linear_blas(dev, x, &wb, out_dtype);
+    }
     let w = w.matrix("linear")?;
     if x.cols != w.cols {
         return Err(OpError::shape(

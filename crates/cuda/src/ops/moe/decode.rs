@@ -33,9 +33,26 @@ const WARPS: usize = 8;
 /// the grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
 const GATE_UP_COLS: usize = 3;
 
-/// Whether the decode kernels take this call (few rows, shapes they handle).
+/// Whether the decode kernels take this call (few rows, shapes they handle,
+/// every weight bf16: they read them raw; FP8 experts take
+/// `crate::ops::fp8::moe`).
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
-    supports(x, w, spec)
+    all_bf16(w) && supports(x, w, spec)
+}
+
+/// Whether no weight of the block is FP8.
+fn all_bf16(w: &MoeWeights<CudaWeight>) -> bool {
+    [
+        &w.router,
+        &w.gate_up,
+        &w.down,
+        &w.shared_gate_proj,
+        &w.shared_up_proj,
+        &w.shared_down_proj,
+        &w.shared_gate,
+    ]
+    .iter()
+    .all(|w| !w.is_fp8())
 }
 
 /// The shapes the kernels handle (the weights themselves are checked by
@@ -134,7 +151,7 @@ pub(crate) fn moe_decode_marked(
     let op = "moe decode";
     bf16(op, x)?;
     check_weights(w, spec, x.cols)?;
-    if !supports(x, w, spec) {
+    if !all_bf16(w) || !supports(x, w, spec) {
         return Err(unsupported(x, w, spec));
     }
     let (rows, hidden) = (x.rows, x.cols);

@@ -1,5 +1,6 @@
 //! The shapes of an MoE block's weights against its spec (every path of the
-//! op checks them before any launch).
+//! op checks them before any launch). Each weight may be bf16 or FP8 (the
+//! paths that read one raw check its form themselves).
 
 use crate::tensor::CudaWeight;
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
@@ -22,7 +23,7 @@ pub(crate) fn check_weights(
         ));
     }
     let expect = |name: &str, wt: &CudaWeight, rows: Option<usize>, cols: usize| -> OpResult<()> {
-        wt.matrix("moe")?;
+        wt.any_matrix("moe")?;
         if rows.is_some_and(|r| r != wt.rows) || wt.cols != cols {
             return Err(OpError::shape(
                 "moe",
