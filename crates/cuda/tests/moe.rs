@@ -207,19 +207,19 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
 
 /// The grouped-GEMM kernels this device runs, each forced, then the
 /// default per-pass choice (`None`): every family on Hopper, mma.sync and
-/// the streaming kernels elsewhere.
+/// its streaming form elsewhere.
 fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
-    let streaming = [
-        GemmImpl::Stream,
-        GemmImpl::StreamPrefetch,
-        GemmImpl::StreamDeep,
-    ];
-    let mut forced = if dev.arch == "sm_90a" {
-        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::Wide]
+    let forced = if dev.arch == "sm_90a" {
+        vec![
+            GemmImpl::MmaSync,
+            GemmImpl::Wgmma,
+            GemmImpl::Wide,
+            GemmImpl::Stream,
+            GemmImpl::StreamWgmma,
+        ]
     } else {
-        vec![GemmImpl::MmaSync]
+        vec![GemmImpl::MmaSync, GemmImpl::Stream]
     };
-    forced.extend(streaming);
     forced.into_iter().map(Some).chain([None]).collect()
 }
 

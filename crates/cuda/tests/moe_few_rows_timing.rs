@@ -58,14 +58,14 @@ fn touched_experts(logits: &[f32]) -> usize {
 }
 
 /// The row counts timed: `MOEMEM_ROWS` (comma-separated, for a profiler run
-/// of one size) or 64, 200, 256, 420, 512 and 1024.
+/// of one size) or 64, 200, 256, 420, 512, 600, 768 and 1024.
 fn rows_to_time() -> Vec<usize> {
     match std::env::var("MOEMEM_ROWS") {
         Ok(v) => v
             .split(',')
             .map(|r| r.trim().parse().expect("MOEMEM_ROWS: row counts"))
             .collect(),
-        Err(_) => vec![64, 200, 256, 420, 512, 1024],
+        Err(_) => vec![64, 200, 256, 420, 512, 600, 768, 1024],
     }
 }
 
@@ -111,16 +111,20 @@ fn bench_few_rows_per_expert() {
     let down = dev
         .upload(&random_bf16(E * H * I, 2.0 / (I as f32).sqrt(), 2))
         .unwrap();
-    let mut arms = vec![
-        ("old (Wgmma)", Some(GemmImpl::Wgmma)),
-        ("Stream", Some(GemmImpl::Stream)),
-        ("StreamPrefetch", Some(GemmImpl::StreamPrefetch)),
-        ("StreamDeep", Some(GemmImpl::StreamDeep)),
-        ("default", None),
-    ];
-    if dev.arch != "sm_90a" {
-        arms[0] = ("old (MmaSync)", Some(GemmImpl::MmaSync));
-    }
+    let arms = if dev.arch == "sm_90a" {
+        vec![
+            ("old (Wgmma)", Some(GemmImpl::Wgmma)),
+            ("Stream", Some(GemmImpl::Stream)),
+            ("StreamWgmma", Some(GemmImpl::StreamWgmma)),
+            ("default", None),
+        ]
+    } else {
+        vec![
+            ("old (MmaSync)", Some(GemmImpl::MmaSync)),
+            ("Stream", Some(GemmImpl::Stream)),
+            ("default", None),
+        ]
+    };
     let per_expert_gu = (2 * I * H * 2) as f64;
     let per_expert_dn = (H * I * 2) as f64;
     println!("few rows per expert: h {H}, {E} experts, top-{K}, i {I}; median of {ITERS}; TB/s = weight bytes of the touched experts / time");

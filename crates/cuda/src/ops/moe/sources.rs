@@ -42,18 +42,28 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
 };
 
 /// The routed experts' grouped GEMMs for a few rows per expert: weights
-/// streamed through a persistent cp.async ring (any sm_80+ GPU).
+/// streamed through a persistent cp.async ring, mma.sync (any sm_80+ GPU).
 pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     name: "moe_grouped_gemm_stream",
     file: "moe_grouped_gemm_stream.cu",
-    source: include_str!("moe_grouped_gemm_stream.cu"),
+    source: concat!(
+        include_str!("moe_stream_common.cuh"),
+        include_str!("moe_grouped_gemm_stream.cu")
+    ),
+    entry_points: &["moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16"],
+};
+
+/// The same streaming GEMMs on warpgroup MMA (sm_90a only).
+pub const MOE_GROUPED_GEMM_STREAM_WGMMA: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_stream_wgmma",
+    file: "moe_grouped_gemm_stream_wgmma.cu",
+    source: concat!(
+        include_str!("moe_stream_common.cuh"),
+        include_str!("moe_grouped_gemm_stream_wgmma.cu")
+    ),
     entry_points: &[
-        "moe_gemm_gate_up_stream_bf16",
-        "moe_gemm_down_stream_bf16",
-        "moe_gemm_gate_up_stream_pf_bf16",
-        "moe_gemm_down_stream_pf_bf16",
-        "moe_gemm_gate_up_stream_deep_bf16",
-        "moe_gemm_down_stream_deep_bf16",
+        "moe_gemm_gate_up_stream_wgmma_bf16",
+        "moe_gemm_down_stream_wgmma_bf16",
     ],
 };
 

@@ -245,51 +245,54 @@ fn hopper_streams_the_weights_up_to_sixteen_pairs_per_expert() {
 
 #[test]
 fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
-    use super::sources::MOE_GROUPED_GEMM_STREAM;
+    use super::sources::{MOE_GROUPED_GEMM_STREAM, MOE_GROUPED_GEMM_STREAM_WGMMA};
     let src = MOE_GROUPED_GEMM_STREAM.source;
     assert_eq!(constant(src, "BM"), GEMM_BM);
     assert_eq!(constant(src, "BW"), GEMM_BN);
     assert_eq!(constant(src, "BK"), GEMM_BK);
+    assert_eq!(constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
     assert!(src.contains("constexpr int THREADS = WARPS * 32;      // 256"));
     assert_eq!(GEMM_BN / 16 * 32, GEMM_THREADS);
-    assert!(src.contains("SMEM_BYTES = 5 * STAGE_BYTES + TABLE_BYTES;"));
-    assert!(src.contains("SMEM_BYTES_DEEP = 10 * STAGE_BYTES + TABLE_BYTES;"));
-    assert_eq!(constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
-    let table = 2 * (MAX_EXPERTS + 1) * 4;
-    assert!(
-        src.contains("stream_gemm<true, 5, false>")
-            && src.contains("stream_gemm<false, 10, false>")
-    );
+    assert!(src.contains("SMEM_BYTES = STAGES * STAGE_BYTES + TABLE_BYTES + 1024;"));
     let stage = (GEMM_BN + constant(src, "NMAX")) * GEMM_BK * 2;
-    assert_eq!(STREAM_SMEM_BYTES, 5 * stage + table);
-    assert_eq!(STREAM_DEEP_SMEM_BYTES, 10 * stage + table);
-    const { assert!(2 * STREAM_SMEM_BYTES <= 227 * 1024 && STREAM_DEEP_SMEM_BYTES <= 227 * 1024) };
+    let table = 2 * (MAX_EXPERTS + 1) * 4;
+    assert_eq!(
+        STREAM_SMEM_BYTES,
+        constant(src, "STAGES") * stage + table + 1024
+    );
+    // Two CTAs per SM, each with the driver's 1 KiB reserve, in 228 KiB.
+    const { assert!(2 * (STREAM_SMEM_BYTES + 1024) <= 228 * 1024) };
+    // The wgmma family is the same body (and the only one of the two needing sm_90a).
+    let wg = MOE_GROUPED_GEMM_STREAM_WGMMA.source;
+    assert!(wg.starts_with(include_str!("moe_stream_common.cuh")));
+    assert!(src.starts_with(include_str!("moe_stream_common.cuh")));
+    assert!(wg.contains("wgmma.") && !src.contains("wgmma."));
     let cases = [
-        (GemmImpl::Stream, "stream", STREAM_SMEM_BYTES, 2),
-        (GemmImpl::StreamPrefetch, "stream_pf", STREAM_SMEM_BYTES, 2),
+        (GemmImpl::Stream, "stream", MOE_GROUPED_GEMM_STREAM),
         (
-            GemmImpl::StreamDeep,
-            "stream_deep",
-            STREAM_DEEP_SMEM_BYTES,
-            1,
+            GemmImpl::StreamWgmma,
+            "stream_wgmma",
+            MOE_GROUPED_GEMM_STREAM_WGMMA,
         ),
     ];
-    for (imp, name, smem, per_sm) in cases {
+    for (imp, name, source) in cases {
         let (g, d) = (imp.gate_up(192), imp.down(384));
         assert_eq!(g.entry, format!("moe_gemm_gate_up_{name}_bf16"));
         assert_eq!(d.entry, format!("moe_gemm_down_{name}_bf16"));
-        assert!(MOE_GROUPED_GEMM_STREAM.entry_points.contains(&g.entry));
-        assert!(MOE_GROUPED_GEMM_STREAM.entry_points.contains(&d.entry));
+        assert_eq!(source.entry_points, [g.entry, d.entry]);
         assert_eq!(
             (g.tile_cols, g.smem, g.threads, g.persistent, g.ctas_per_sm),
-            (64, smem, 256, true, per_sm)
+            (64, STREAM_SMEM_BYTES, 256, true, 2)
         );
-        assert_eq!((d.tile_cols, d.smem, d.ctas_per_sm), (128, smem, per_sm));
-        assert!(!imp.hopper_only());
-        // Persistent: at most ctas_per_sm CTAs per SM, never more than the tiles.
-        assert_eq!(g.grid(300, 512, 132), 132 * per_sm);
+        assert_eq!(
+            (d.tile_cols, d.smem, d.ctas_per_sm),
+            (128, STREAM_SMEM_BYTES, 2)
+        );
+        // Persistent: at most two CTAs per SM, never more than the tiles.
+        assert_eq!(g.grid(300, 512, 132), 264);
         assert_eq!(d.grid(1, 384, 132), 3);
     }
+    assert!(!GemmImpl::Stream.hopper_only() && GemmImpl::StreamWgmma.hopper_only());
 }
 
 #[test]
@@ -308,7 +311,7 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 fn only_the_mma_sync_kernels_run_off_hopper() {
     assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::Wide.hopper_only());
     assert!(!GemmImpl::MmaSync.hopper_only());
-    assert!(!GemmImpl::Stream.hopper_only() && !GemmImpl::StreamDeep.hopper_only());
+    assert!(!GemmImpl::Stream.hopper_only() && GemmImpl::StreamWgmma.hopper_only());
 }
 
 #[test]
