@@ -6,8 +6,7 @@ use half::bf16;
 use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::moe::{
-    grouped_gemm_flops, routed_experts, routed_experts_marked, GemmImpl, MoeLaunch, MoeStage,
-    CHUNK_TOKENS,
+    grouped_gemm_flops, routed_experts, routed_experts_marked, GemmImpl, MoeLaunch, CHUNK_TOKENS,
 };
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
@@ -39,23 +38,6 @@ const QWEN35B: Shape = Shape {
     inter: 512,
     renormalise: true,
 };
-
-fn device() -> CudaDevice {
-    CudaDevice::open(0).expect("a CUDA device (this test is run by bench/gpu/check_moe.sh)")
-}
-
-/// `n` bf16 values uniform in `[-scale, scale)`, seeded, in parallel.
-fn random_bf16(n: usize, scale: f32, seed: u64) -> Vec<u16> {
-    let mut v = vec![0u16; n];
-    v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, out)| {
-        let mut rng =
-            rand::rngs::StdRng::seed_from_u64(seed ^ (c as u64).wrapping_mul(0x9E37_79B9));
-        for x in out {
-            *x = bf16::from_f32((rng.random::<f32>() * 2.0 - 1.0) * scale).to_bits();
-        }
-    });
-    v
-}
 
 /// Router logits: multiples of 1/8 in about [-3, 3], so many exact ties and
 /// no near-ties (device and host agree on every ranking).
@@ -215,7 +197,6 @@ fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
             GemmImpl::Wgmma,
             GemmImpl::Wide,
             GemmImpl::Stream,
-            GemmImpl::StreamWgmma,
         ]
     } else {
         vec![GemmImpl::MmaSync, GemmImpl::Stream]
@@ -408,11 +389,6 @@ fn sanitizer_case() {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
 fn bench_the_35b_shape() {
@@ -458,26 +434,8 @@ fn bench_the_35b_shape() {
         let (mut total, mut gemms, mut gu, mut dn, mut rt, mut cb) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..7 {
-            let mut marks: Vec<(MoeStage, Event)> = Vec::new();
-            let start = Event::record(&dev).unwrap();
-            routed_experts_marked(&dev, &l, imp, &mut |st| {
-                marks.push((st, Event::record(&dev).unwrap()));
-                Ok(())
-            })
-            .unwrap();
-            let end = Event::record(&dev).unwrap();
-            total.push(end.ms_since(&start).unwrap());
-            let mut per = [0f64; 4];
-            for w in marks.windows(2) {
-                let ms = w[1].1.ms_since(&w[0].1).unwrap();
-                match w[0].0 {
-                    MoeStage::Route => per[0] += ms,
-                    MoeStage::GateUp => per[1] += ms,
-                    MoeStage::Down => per[2] += ms,
-                    MoeStage::Combine => per[3] += ms,
-                    MoeStage::End => {}
-                }
-            }
+            let (t, per) = timed_call(&dev, &l, imp);
+            total.push(t);
             rt.push(per[0]);
             gu.push(per[1]);
             dn.push(per[2]);
@@ -500,3 +458,6 @@ fn bench_the_35b_shape() {
 
 #[path = "moe/block.rs"]
 mod block;
+#[path = "moe/common.rs"]
+mod common;
+use common::{device, median, random_bf16, timed_call};

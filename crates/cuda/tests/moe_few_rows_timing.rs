@@ -1,19 +1,14 @@
 //! Timing of the routed experts' grouped GEMMs where every expert has only a
 //! few rows (35B-A3B shape: h 2048, 256 experts, top-8, i 512): gate+up and
 //! down per kernel family at 64-1024 rows (median µs and the weight bytes of
-//! the touched experts over that time, TB/s), and the whole MoE op at 2048
-//! and 8192 rows on the default choice against the kernels main ran there
-//! (must not regress). Run by bench/gpu/check_moemem.sh on the GPU machine;
-//! prints tables, asserts only that every call succeeded and timed > 0.
+//! the touched experts over that time, TB/s). (The whole MoE op at 2k-32k rows
+//! is `moe.rs`'s `block::bench_the_35b_moe_op`.) Run by
+//! bench/gpu/check_moemem.sh on the GPU machine; prints a table, asserts only
+//! that every call succeeded and timed > 0.
 
-use half::bf16;
-use headroom_core::ops::{Backend, MoeSpec, MoeWeights, WeightInit};
-use headroom_cuda::backend::CudaBackend;
 use headroom_cuda::device::CudaDevice;
-use headroom_cuda::ops::moe::{routed_experts_marked, GemmImpl, MoeLaunch, MoeStage};
-use headroom_cuda::timing::StreamEvent as Event;
+use headroom_cuda::ops::moe::{routed_experts_marked, GemmImpl, MoeLaunch};
 use rand::{Rng, SeedableRng};
-use rayon::prelude::*;
 
 const H: usize = 2048;
 const E: usize = 256;
@@ -21,27 +16,9 @@ const K: usize = 8;
 const I: usize = 512;
 const ITERS: usize = 21;
 
-fn device() -> CudaDevice {
-    CudaDevice::open(0).expect("a CUDA device (run by bench/gpu/check_moemem.sh)")
-}
-
-/// `n` bf16 bit patterns uniform in `[-scale, scale)`, seeded, in parallel.
-fn random_bf16(n: usize, scale: f32, seed: u64) -> Vec<u16> {
-    let mut v = vec![0u16; n];
-    v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, out)| {
-        let mut rng =
-            rand::rngs::StdRng::seed_from_u64(seed ^ (c as u64).wrapping_mul(0x9E37_79B9));
-        for x in out {
-            *x = bf16::from_f32((rng.random::<f32>() * 2.0 - 1.0) * scale).to_bits();
-        }
-    });
-    v
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
+#[path = "moe/common.rs"]
+mod common;
+use common::{device, median, random_bf16, timed_call};
 
 /// Experts among the top-`K` logits of at least one token (the weights a
 /// pass reads).
@@ -77,24 +54,9 @@ fn time_block(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: Option<GemmImpl>) -> (f6
     dev.synchronize().unwrap();
     let (mut gu, mut dn, mut total) = (vec![], vec![], vec![]);
     for _ in 0..ITERS {
-        let mut marks: Vec<(MoeStage, Event)> = Vec::new();
-        let start = Event::record(dev).unwrap();
-        routed_experts_marked(dev, l, imp, &mut |st| {
-            marks.push((st, Event::record(dev).unwrap()));
-            Ok(())
-        })
-        .unwrap();
-        let end = Event::record(dev).unwrap();
-        total.push(end.ms_since(&start).unwrap());
-        let (mut g, mut d) = (0f64, 0f64);
-        for w in marks.windows(2) {
-            let ms = w[1].1.ms_since(&w[0].1).unwrap();
-            match w[0].0 {
-                MoeStage::GateUp => g += ms,
-                MoeStage::Down => d += ms,
-                _ => {}
-            }
-        }
+        let (t, per) = timed_call(dev, l, imp);
+        total.push(t);
+        let (g, d) = (per[1], per[2]);
         gu.push(g);
         dn.push(d);
     }
@@ -115,7 +77,6 @@ fn bench_few_rows_per_expert() {
         vec![
             ("old (Wgmma)", Some(GemmImpl::Wgmma)),
             ("Stream", Some(GemmImpl::Stream)),
-            ("StreamWgmma", Some(GemmImpl::StreamWgmma)),
             ("default", None),
         ]
     } else {
@@ -163,94 +124,6 @@ fn bench_few_rows_per_expert() {
                 d * 1e3,
                 tb(touched as f64 * per_expert_dn, d),
                 t * 1e3
-            );
-        }
-    }
-}
-
-/// The stages the MoE op marks, in its mark names.
-const STAGES: [&str; 6] = ["router", "shared", "route", "gate_up", "down", "combine"];
-
-#[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moemem.sh"]
-fn bench_the_moe_op_at_2k_and_8k_rows() {
-    let be = CudaBackend::open(0).expect("a CUDA device");
-    let init = |rows: usize, cols: usize, seed: u64| {
-        be.init_matrix(
-            rows,
-            cols,
-            WeightInit {
-                seed,
-                mean: 0.0,
-                std: 0.02,
-                window: None,
-            },
-        )
-        .unwrap()
-    };
-    let w = MoeWeights {
-        router: init(E, H, 1),
-        gate_up: init(E * 2 * I, H, 2),
-        down: init(E * H, I, 3),
-        shared_gate_proj: init(I, H, 4),
-        shared_up_proj: init(I, H, 5),
-        shared_down_proj: init(H, I, 6),
-        shared_gate: init(1, H, 7),
-    };
-    let spec = MoeSpec::all_experts(E, K, I, true);
-    println!("whole MoE op (router, shared expert, routed experts), median of {ITERS}, ms");
-    println!("| tokens | GEMMs | MoE op | router | shared | route | gate+up | down | combine |");
-    println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
-    // Main's choice: Wgmma below 65,536 pairs, Wide from there (8192 x top-8).
-    for (tokens, old) in [(2048usize, GemmImpl::Wgmma), (8192, GemmImpl::Wide)] {
-        let x = be
-            .act_from_f32(
-                tokens,
-                H,
-                &random_bf16(tokens * H, 1.0, 8)
-                    .iter()
-                    .map(|&b| bf16::from_bits(b).to_f32())
-                    .collect::<Vec<_>>(),
-            )
-            .unwrap();
-        for (name, how) in [("main's", Some(old)), ("default", None)] {
-            for _ in 0..3 {
-                be.moe_marked(&x, &w, &spec, how, &mut |_| {}).unwrap();
-            }
-            be.device().synchronize().unwrap();
-            let mut total = vec![];
-            let mut per: Vec<Vec<f64>> = vec![vec![]; STAGES.len()];
-            for _ in 0..ITERS {
-                let mut marks: Vec<(&'static str, Event)> = Vec::new();
-                let start = Event::record(be.device()).unwrap();
-                let y = be
-                    .moe_marked(&x, &w, &spec, how, &mut |s| {
-                        marks.push((s, Event::record(be.device()).unwrap()))
-                    })
-                    .unwrap();
-                let end = Event::record(be.device()).unwrap();
-                total.push(end.ms_since(&start).unwrap());
-                marks.push(("end", end));
-                let mut sums = vec![0f64; STAGES.len()];
-                for pair in marks.windows(2) {
-                    if let Some(j) = STAGES.iter().position(|&n| n == pair[0].0) {
-                        sums[j] += pair[1].1.ms_since(&pair[0].1).unwrap();
-                    }
-                }
-                for (p, s) in per.iter_mut().zip(sums) {
-                    p.push(s);
-                }
-                drop(y);
-            }
-            let t = median(&mut total);
-            assert!(t > 0.0);
-            let cols: Vec<String> = per
-                .iter_mut()
-                .map(|p| format!("{:.3}", median(p)))
-                .collect();
-            println!(
-                "| {tokens} | {name} {how:?} | {t:.3} | {} |",
-                cols.join(" | ")
             );
         }
     }

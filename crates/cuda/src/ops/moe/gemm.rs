@@ -19,17 +19,12 @@ pub enum GemmImpl {
     /// on across tile boundaries). A GEMM whose shape the wide tiles do not
     /// divide runs on [`GemmImpl::Wgmma`]. Hopper only.
     Wide,
-    /// `moe_grouped_gemm_stream.cu` (body `moe_stream_common.cuh`): the
-    /// few-rows-per-expert regime, where the expert weights dominate the
-    /// bytes: weights on the MMA's M side (128 weight rows per item), the
-    /// expert's rows on N (up to 32 a pass), a persistent grid of two CTAs per
-    /// SM with one 5-stage cp.async ring running across items. mma.sync: any
-    /// sm_80+ GPU.
+    /// `moe_grouped_gemm_stream.cu`: the few-rows-per-expert regime, where
+    /// the expert weights dominate the bytes: weights on the MMA's M side
+    /// (128 weight rows per item), the expert's rows on N in n8 blocks (up to
+    /// 32 a pass), a persistent grid of two CTAs per SM with one 5-stage
+    /// cp.async ring running across items. mma.sync: any sm_80+ GPU.
     Stream,
-    /// `moe_grouped_gemm_stream_wgmma.cu`: [`GemmImpl::Stream`] with the
-    /// product on wgmma m64n32k16 (operands read by the tensor cores from the
-    /// stages, no per-warp ldmatrix of the rows). Hopper only.
-    StreamWgmma,
 }
 
 /// Pairs per pass from which [`GemmImpl::for_pass`] runs the wide tiles
@@ -41,7 +36,7 @@ pub const WIDE_PAIRS: usize = 65_536;
 pub const STREAM_ROWS_PER_EXPERT: usize = 16;
 
 /// Dynamic shared memory of a streaming CTA (`SMEM_BYTES` in
-/// `moe_stream_common.cuh`: 5 stages of 128 weight rows and 32 rows of 64 K
+/// `moe_grouped_gemm_stream.cu`: 5 stages of 128 weight rows and 32 rows of 64 K
 /// on a 1024-byte aligned base, then the tile and row offsets of up to
 /// `MAX_EXPERTS` experts).
 pub const STREAM_SMEM_BYTES: usize = 5 * (128 + 32) * 64 * 2 + 2 * (MAX_EXPERTS + 1) * 4 + 1024;
@@ -103,17 +98,14 @@ impl GemmImpl {
 
     /// Whether the kernels need `sm_90a`.
     pub fn hopper_only(self) -> bool {
-        matches!(
-            self,
-            GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::StreamWgmma
-        )
+        matches!(self, GemmImpl::Wgmma | GemmImpl::Wide)
     }
 
     /// Entry points of the 128 x 128 kernels (gate+up, down).
     pub fn entries(self) -> (&'static str, &'static str) {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
-            GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::StreamWgmma => {
+            GemmImpl::Wgmma | GemmImpl::Wide => {
                 ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16")
             }
         }
@@ -125,7 +117,7 @@ impl GemmImpl {
     pub fn smem_bytes(self) -> usize {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => GEMM_SMEM_BYTES,
-            GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::StreamWgmma => GEMM_SMEM_BYTES + 1024,
+            GemmImpl::Wgmma | GemmImpl::Wide => GEMM_SMEM_BYTES + 1024,
         }
     }
 
@@ -157,8 +149,6 @@ impl GemmImpl {
         let entry = match (self, gate_up) {
             (GemmImpl::Stream, true) => "moe_gemm_gate_up_stream_bf16",
             (GemmImpl::Stream, false) => "moe_gemm_down_stream_bf16",
-            (GemmImpl::StreamWgmma, true) => "moe_gemm_gate_up_stream_wgmma_bf16",
-            (GemmImpl::StreamWgmma, false) => "moe_gemm_down_stream_wgmma_bf16",
             _ => return None,
         };
         Some(GemmKernel {

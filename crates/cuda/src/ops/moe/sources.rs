@@ -37,7 +37,10 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wide",
     file: "moe_grouped_gemm_wide.cu",
-    source: include_str!("moe_grouped_gemm_wide.cu"),
+    source: concat!(
+        include_str!("moe_tile_list.cuh"),
+        include_str!("moe_grouped_gemm_wide.cu")
+    ),
     entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
 };
 
@@ -47,24 +50,10 @@ pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     name: "moe_grouped_gemm_stream",
     file: "moe_grouped_gemm_stream.cu",
     source: concat!(
-        include_str!("moe_stream_common.cuh"),
+        include_str!("moe_tile_list.cuh"),
         include_str!("moe_grouped_gemm_stream.cu")
     ),
     entry_points: &["moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16"],
-};
-
-/// The same streaming GEMMs on warpgroup MMA (sm_90a only).
-pub const MOE_GROUPED_GEMM_STREAM_WGMMA: KernelSource = KernelSource {
-    name: "moe_grouped_gemm_stream_wgmma",
-    file: "moe_grouped_gemm_stream_wgmma.cu",
-    source: concat!(
-        include_str!("moe_stream_common.cuh"),
-        include_str!("moe_grouped_gemm_stream_wgmma.cu")
-    ),
-    entry_points: &[
-        "moe_gemm_gate_up_stream_wgmma_bf16",
-        "moe_gemm_down_stream_wgmma_bf16",
-    ],
 };
 
 /// The MoE block for a few rows (decode) in three launches ([`super::decode`]).

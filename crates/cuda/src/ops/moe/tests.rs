@@ -245,7 +245,7 @@ fn hopper_streams_the_weights_up_to_sixteen_pairs_per_expert() {
 
 #[test]
 fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
-    use super::sources::{MOE_GROUPED_GEMM_STREAM, MOE_GROUPED_GEMM_STREAM_WGMMA};
+    use super::sources::MOE_GROUPED_GEMM_STREAM;
     let src = MOE_GROUPED_GEMM_STREAM.source;
     assert_eq!(constant(src, "BM"), GEMM_BM);
     assert_eq!(constant(src, "BW"), GEMM_BN);
@@ -254,6 +254,9 @@ fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
     assert!(src.contains("constexpr int THREADS = WARPS * 32;      // 256"));
     assert_eq!(GEMM_BN / 16 * 32, GEMM_THREADS);
     assert!(src.contains("SMEM_BYTES = STAGES * STAGE_BYTES + TABLE_BYTES + 1024;"));
+    assert!(src.starts_with(include_str!("moe_tile_list.cuh")));
+    // Any sm_80+ GPU: no warpgroup MMA in the source.
+    assert!(!src.contains("wgmma."));
     let stage = (GEMM_BN + constant(src, "NMAX")) * GEMM_BK * 2;
     let table = 2 * (MAX_EXPERTS + 1) * 4;
     assert_eq!(
@@ -262,37 +265,25 @@ fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
     );
     // Two CTAs per SM, each with the driver's 1 KiB reserve, in 228 KiB.
     const { assert!(2 * (STREAM_SMEM_BYTES + 1024) <= 228 * 1024) };
-    // The wgmma family is the same body (and the only one of the two needing sm_90a).
-    let wg = MOE_GROUPED_GEMM_STREAM_WGMMA.source;
-    assert!(wg.starts_with(include_str!("moe_stream_common.cuh")));
-    assert!(src.starts_with(include_str!("moe_stream_common.cuh")));
-    assert!(wg.contains("wgmma.") && !src.contains("wgmma."));
-    let cases = [
-        (GemmImpl::Stream, "stream", MOE_GROUPED_GEMM_STREAM),
-        (
-            GemmImpl::StreamWgmma,
-            "stream_wgmma",
-            MOE_GROUPED_GEMM_STREAM_WGMMA,
-        ),
-    ];
-    for (imp, name, source) in cases {
-        let (g, d) = (imp.gate_up(192), imp.down(384));
-        assert_eq!(g.entry, format!("moe_gemm_gate_up_{name}_bf16"));
-        assert_eq!(d.entry, format!("moe_gemm_down_{name}_bf16"));
-        assert_eq!(source.entry_points, [g.entry, d.entry]);
-        assert_eq!(
-            (g.tile_cols, g.smem, g.threads, g.persistent, g.ctas_per_sm),
-            (64, STREAM_SMEM_BYTES, 256, true, 2)
-        );
-        assert_eq!(
-            (d.tile_cols, d.smem, d.ctas_per_sm),
-            (128, STREAM_SMEM_BYTES, 2)
-        );
-        // Persistent: at most two CTAs per SM, never more than the tiles.
-        assert_eq!(g.grid(300, 512, 132), 264);
-        assert_eq!(d.grid(1, 384, 132), 3);
-    }
-    assert!(!GemmImpl::Stream.hopper_only() && GemmImpl::StreamWgmma.hopper_only());
+    let imp = GemmImpl::Stream;
+    let (g, d) = (imp.gate_up(192), imp.down(384));
+    assert_eq!(MOE_GROUPED_GEMM_STREAM.entry_points, [g.entry, d.entry]);
+    assert_eq!(
+        (g.entry, d.entry),
+        ("moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16")
+    );
+    assert_eq!(
+        (g.tile_cols, g.smem, g.threads, g.persistent, g.ctas_per_sm),
+        (64, STREAM_SMEM_BYTES, 256, true, 2)
+    );
+    assert_eq!(
+        (d.tile_cols, d.smem, d.ctas_per_sm),
+        (128, STREAM_SMEM_BYTES, 2)
+    );
+    // Persistent: at most two CTAs per SM, never more than the tiles.
+    assert_eq!(g.grid(300, 512, 132), 264);
+    assert_eq!(d.grid(1, 384, 132), 3);
+    assert!(!imp.hopper_only());
 }
 
 #[test]
@@ -311,7 +302,7 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 fn only_the_mma_sync_kernels_run_off_hopper() {
     assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::Wide.hopper_only());
     assert!(!GemmImpl::MmaSync.hopper_only());
-    assert!(!GemmImpl::Stream.hopper_only() && GemmImpl::StreamWgmma.hopper_only());
+    assert!(!GemmImpl::Stream.hopper_only());
 }
 
 #[test]
