@@ -394,39 +394,17 @@ fn sanitizer_case() {
 fn bench_the_35b_shape() {
     let dev = device();
     let s = QWEN35B;
-    let (h, e, i) = (s.hidden, s.experts, s.inter);
-    let gate_up = dev
-        .upload(&random_bf16(e * 2 * i * h, 2.0 / (h as f32).sqrt(), 1))
-        .unwrap();
-    let down = dev
-        .upload(&random_bf16(e * h * i, 2.0 / (i as f32).sqrt(), 2))
-        .unwrap();
+    let (h, i) = (s.hidden, s.inter);
+    let w = Bench35b::new(&dev);
+    assert_eq!((h, s.experts, s.top_k, i), (H, E, K, I));
     println!("| GEMMs | tokens | routed block ms | TFLOP/s (block) | grouped GEMMs ms | TFLOP/s (GEMMs) | gate+up ms | down ms | route ms | combine ms |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (imp, tokens) in impls(&dev)
         .into_iter()
         .flat_map(|imp| [2048usize, 8192, 32768].map(|t| (imp, t)))
     {
-        let x = dev.upload(&random_bf16(tokens * h, 1.0, 3)).unwrap();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
-        let logits: Vec<f32> = (0..tokens * e)
-            .map(|_| rng.random::<f32>() * 4.0 - 2.0)
-            .collect();
-        let logits = dev.upload(&logits).unwrap();
-        let out = dev.alloc(tokens * h * 4).unwrap();
-        let l = MoeLaunch {
-            x: &x,
-            router_logits: &logits,
-            gate_up: &gate_up,
-            down: &down,
-            out: &out,
-            tokens,
-            hidden: h,
-            experts: e,
-            top_k: s.top_k,
-            intermediate: i,
-            renormalise: s.renormalise,
-        };
+        let (inputs, _) = Bench35b::inputs(&dev, tokens, 4);
+        let l = w.launch(&inputs);
         for _ in 0..2 {
             routed_experts_marked(&dev, &l, imp, &mut |_| Ok(())).unwrap();
         }
@@ -460,4 +438,4 @@ fn bench_the_35b_shape() {
 mod block;
 #[path = "moe/common.rs"]
 mod common;
-use common::{device, median, random_bf16, timed_call};
+use common::{device, median, random_bf16, timed_call, Bench35b, E, H, I, K};

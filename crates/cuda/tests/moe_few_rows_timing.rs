@@ -8,17 +8,12 @@
 
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::moe::{routed_experts_marked, GemmImpl, MoeLaunch};
-use rand::{Rng, SeedableRng};
 
-const H: usize = 2048;
-const E: usize = 256;
-const K: usize = 8;
-const I: usize = 512;
 const ITERS: usize = 21;
 
 #[path = "moe/common.rs"]
 mod common;
-use common::{device, median, random_bf16, timed_call};
+use common::{device, median, timed_call, Bench35b, E, H, I, K};
 
 /// Experts among the top-`K` logits of at least one token (the weights a
 /// pass reads).
@@ -67,12 +62,7 @@ fn time_block(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: Option<GemmImpl>) -> (f6
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moemem.sh"]
 fn bench_few_rows_per_expert() {
     let dev = device();
-    let gate_up = dev
-        .upload(&random_bf16(E * 2 * I * H, 2.0 / (H as f32).sqrt(), 1))
-        .unwrap();
-    let down = dev
-        .upload(&random_bf16(E * H * I, 2.0 / (I as f32).sqrt(), 2))
-        .unwrap();
+    let w = Bench35b::new(&dev);
     let arms = if dev.arch == "sm_90a" {
         vec![
             ("old (Wgmma)", Some(GemmImpl::Wgmma)),
@@ -92,27 +82,9 @@ fn bench_few_rows_per_expert() {
     println!("| rows | GEMMs | touched | gate+up us | gate+up TB/s | down us | down TB/s | routed block us |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for rows in rows_to_time() {
-        let x = dev.upload(&random_bf16(rows * H, 1.0, 3)).unwrap();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(4 + rows as u64);
-        let logits: Vec<f32> = (0..rows * E)
-            .map(|_| rng.random::<f32>() * 4.0 - 2.0)
-            .collect();
+        let (inputs, logits) = Bench35b::inputs(&dev, rows, 4 + rows as u64);
         let touched = touched_experts(&logits);
-        let logits = dev.upload(&logits).unwrap();
-        let out = dev.alloc(rows * H * 4).unwrap();
-        let l = MoeLaunch {
-            x: &x,
-            router_logits: &logits,
-            gate_up: &gate_up,
-            down: &down,
-            out: &out,
-            tokens: rows,
-            hidden: H,
-            experts: E,
-            top_k: K,
-            intermediate: I,
-            renormalise: true,
-        };
+        let l = w.launch(&inputs);
         for &(name, imp) in &arms {
             let (g, d, t) = time_block(&dev, &l, imp);
             assert!(g > 0.0 && d > 0.0 && t > 0.0, "{name} at {rows} rows");

@@ -1,8 +1,9 @@
 //! Helpers shared by the routed-experts test binaries (`moe.rs`,
-//! `moe_few_rows_timing.rs`): the device, seeded bf16 inputs, medians and
-//! one call timed stage by stage.
+//! `moe_few_rows_timing.rs`): the device, seeded bf16 inputs, medians, the
+//! 35B-A3B benches' weights and inputs, and one call timed stage by stage.
 
 use half::bf16;
+use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::moe::{routed_experts_marked, GemmImpl, MoeLaunch, MoeStage};
 use headroom_cuda::timing::StreamEvent as Event;
@@ -55,4 +56,69 @@ pub fn timed_call(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: Option<GemmImpl>) ->
         }
     }
     (end.ms_since(&start).unwrap(), per)
+}
+
+/// The 35B-A3B routed experts of the benches (h 2048, 256 experts, top-8,
+/// i 512, renormalised): random weights on the device.
+pub struct Bench35b {
+    pub gate_up: DeviceBuffer,
+    pub down: DeviceBuffer,
+}
+
+pub const H: usize = 2048;
+pub const E: usize = 256;
+pub const K: usize = 8;
+pub const I: usize = 512;
+
+/// One bench call's device inputs.
+pub struct BenchInputs {
+    pub x: DeviceBuffer,
+    pub logits: DeviceBuffer,
+    pub out: DeviceBuffer,
+    pub tokens: usize,
+}
+
+impl Bench35b {
+    pub fn new(dev: &CudaDevice) -> Bench35b {
+        Bench35b {
+            gate_up: dev
+                .upload(&random_bf16(E * 2 * I * H, 2.0 / (H as f32).sqrt(), 1))
+                .unwrap(),
+            down: dev
+                .upload(&random_bf16(E * H * I, 2.0 / (I as f32).sqrt(), 2))
+                .unwrap(),
+        }
+    }
+
+    /// A `tokens`-row call's inputs: x (seed 3), router logits uniform in
+    /// [-2, 2) (seed `seed`; also returned on the host), f32 out.
+    pub fn inputs(dev: &CudaDevice, tokens: usize, seed: u64) -> (BenchInputs, Vec<f32>) {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let logits: Vec<f32> = (0..tokens * E)
+            .map(|_| rng.random::<f32>() * 4.0 - 2.0)
+            .collect();
+        let inputs = BenchInputs {
+            x: dev.upload(&random_bf16(tokens * H, 1.0, 3)).unwrap(),
+            logits: dev.upload(&logits).unwrap(),
+            out: dev.alloc(tokens * H * 4).unwrap(),
+            tokens,
+        };
+        (inputs, logits)
+    }
+
+    pub fn launch<'a>(&'a self, i: &'a BenchInputs) -> MoeLaunch<'a> {
+        MoeLaunch {
+            x: &i.x,
+            router_logits: &i.logits,
+            gate_up: &self.gate_up,
+            down: &self.down,
+            out: &i.out,
+            tokens: i.tokens,
+            hidden: H,
+            experts: E,
+            top_k: K,
+            intermediate: I,
+            renormalise: true,
+        }
+    }
 }
