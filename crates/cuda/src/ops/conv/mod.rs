@@ -12,12 +12,13 @@ use headroom_core::Dtype;
 
 pub mod sources;
 
-const THREADS: u32 = 256;
+/// Threads per CTA of the conv kernels.
+pub const THREADS: u32 = 256;
 /// Rows per thread of the width-4 kernel (`CONV_STRIP` in `ops_conv1d.cu`).
 const CONV_STRIP: usize = 32;
 /// Rows per thread of the 8-channel width-4 kernel (its `strip` argument)
 /// when there are rows enough to fill the GPU.
-const CONV8_STRIP: usize = 32;
+pub const CONV8_STRIP: usize = 32;
 /// Fewest rows per thread of that kernel (each strip reloads a 3-row window).
 const CONV8_MIN_STRIP: usize = 8;
 
@@ -25,7 +26,7 @@ const CONV8_MIN_STRIP: usize = 8;
 /// channel blocks on `sm_count` SMs: [`CONV8_STRIP`], halved (down to
 /// [`CONV8_MIN_STRIP`]) while the CTAs would not cover every SM — a
 /// 256-row step's 32 CTAs of 32 rows each ran on a quarter of an H200.
-fn conv8_strip(rows: usize, cblocks: usize, sm_count: usize) -> usize {
+pub fn conv8_strip(rows: usize, cblocks: usize, sm_count: usize) -> usize {
     let mut strip = CONV8_STRIP;
     while strip > CONV8_MIN_STRIP && cblocks * rows.div_ceil(strip) < sm_count {
         strip /= 2;

@@ -20,7 +20,10 @@ mod weights;
 
 pub use gemm::{GemmImpl, GemmKernel, WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES};
 
-pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
+pub use launch::{
+    route_stage, routed_experts_marked, routed_experts_shared_marked, MoeStage, RouteBuffers,
+    RouteForm, SMEM_ROUTE_WARPS,
+};
 pub(crate) use weights::check_weights;
 
 use crate::alloc::DeviceBuffer;
