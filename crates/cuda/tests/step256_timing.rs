@@ -8,7 +8,12 @@
 //! (8,192 channels) at 256 / 8,192 rows. Inputs are
 //! device-filled constants or seeded random logits: the figures are speed
 //! only (the correctness tests are `paged_attention.rs` and `moe.rs`).
-//! Each timing asserts its own run was what it claims (splits, combine).
+//! Each timing asserts its own run was what it claims (splits, combine); the
+//! routing and the conv are also timed against their previous forms in the
+//! same process (the baseline routing kernels, the conv at 32-row strips),
+//! kernels queued behind a long memset so no host gap is timed, and their
+//! outputs compared (routing: the same picks, weights and offsets, a
+//! consistent scatter; conv: the same bits).
 //! GPU only, ignored here; run with
 //! `cargo test --release -p headroom-cuda --test step256_timing -- --ignored --nocapture`.
 
@@ -21,9 +26,17 @@ use headroom_cuda::attention::{
 };
 use headroom_cuda::backend::CudaBackend;
 use headroom_cuda::device::CudaDevice;
-use headroom_cuda::ops::moe::{routed_experts_shared_marked, MoeLaunch, MoeStage, SharedEpilogue};
+use headroom_cuda::ops::conv::{conv8_strip, CONV8_STRIP, THREADS as CONV_THREADS};
+
+/// The shorter conv strip measured against the kernel's 32 rows.
+const CONV_CANDIDATE_STRIP: usize = 8;
+use headroom_cuda::ops::moe::{
+    route_stage, routed_experts_shared_marked, MoeLaunch, MoeStage, RouteBuffers, RouteForm,
+    SharedEpilogue,
+};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
+use std::ffi::c_void;
 
 const SAMPLES: usize = 9;
 const KV_ROWS: usize = 64;
@@ -217,46 +230,76 @@ fn time_decode_attention_of_many_sequences() {
     }
 }
 
+/// The 35B-A3B MoE shape: hidden, experts, top-k, intermediate.
+const MOE_H: usize = 2048;
+const MOE_E: usize = 256;
+const MOE_K: usize = 8;
+const MOE_I: usize = 512;
+
+/// Device buffers of a routed-MoE call of the 35B-A3B shape at `tokens` rows:
+/// expert weights and x device-filled (the routing comes from the logits),
+/// `out` large enough for the f32 output (and so for the bf16 one).
+struct Moe35b {
+    gate_up: DeviceBuffer,
+    down: DeviceBuffer,
+    x: DeviceBuffer,
+    out: DeviceBuffer,
+    logits: DeviceBuffer,
+    tokens: usize,
+}
+
+impl Moe35b {
+    fn new(dev: &CudaDevice, tokens: usize, logits: &[f32]) -> Moe35b {
+        assert_eq!(logits.len(), tokens * MOE_E);
+        Moe35b {
+            gate_up: filled(dev, MOE_E * 2 * MOE_I * MOE_H, 0x3C),
+            down: filled(dev, MOE_E * MOE_H * MOE_I, 0x3C),
+            x: filled(dev, tokens * MOE_H, 0x3C),
+            out: filled(dev, tokens * MOE_H * 2, 0xFF),
+            logits: dev.upload(logits).unwrap(),
+            tokens,
+        }
+    }
+
+    fn launch(&self) -> MoeLaunch<'_> {
+        MoeLaunch {
+            x: &self.x,
+            router_logits: &self.logits,
+            gate_up: &self.gate_up,
+            down: &self.down,
+            out: &self.out,
+            tokens: self.tokens,
+            hidden: MOE_H,
+            experts: MOE_E,
+            top_k: MOE_K,
+            intermediate: MOE_I,
+            renormalise: true,
+        }
+    }
+}
+
 /// The routed MoE of the 35B-A3B shape (weights device-filled: the routing
 /// comes from the random logits) at `tokens` rows: median us of the routing
 /// stage (route with its offsets, scatter), of the shared combine, and of the
 /// whole routed block.
 fn time_moe(dev: &CudaDevice, tokens: usize) -> (f64, f64, f64) {
-    let (h, e, k, i) = (2048, 256, 8, 512);
-    let gate_up = filled(dev, e * 2 * i * h, 0x3C);
-    let down = filled(dev, e * h * i, 0x3C);
-    let x = filled(dev, tokens * h, 0x3C);
-    let shared = filled(dev, tokens * h, 0x3C);
-    let shared_gate = filled(dev, h, 0x3C);
-    let out = filled(dev, tokens * h, 0xFF);
     let mut rng = rand::rngs::StdRng::seed_from_u64(tokens as u64);
-    let logits: Vec<f32> = (0..tokens * e)
+    let logits: Vec<f32> = (0..tokens * MOE_E)
         .map(|_| rng.random::<f32>() * 4.0 - 2.0)
         .collect();
-    let logits = dev.upload(&logits).unwrap();
-    let l = MoeLaunch {
-        x: &x,
-        router_logits: &logits,
-        gate_up: &gate_up,
-        down: &down,
-        out: &out,
-        tokens,
-        hidden: h,
-        experts: e,
-        top_k: k,
-        intermediate: i,
-        renormalise: true,
-    };
+    let m = Moe35b::new(dev, tokens, &logits);
+    let l = m.launch();
+    let (shared, shared_gate) = (filled(dev, tokens * MOE_H, 0x3C), filled(dev, MOE_H, 0x3C));
     let s = SharedEpilogue {
         shared_gate: &shared_gate,
         shared: &shared,
-        out: &out,
+        out: &m.out,
     };
     let (mut route, mut combine, mut block) = (Vec::new(), Vec::new(), Vec::new());
     for n in 0..=SAMPLES {
         let mut marks: Vec<(MoeStage, Event)> = Vec::new();
         let start = Event::record(dev).unwrap();
-        routed_experts_shared_marked(dev, &l, (0, e), None, &s, &mut |st| {
+        routed_experts_shared_marked(dev, &l, (0, MOE_E), None, &s, &mut |st| {
             marks.push((st, Event::record(dev)?));
             Ok(())
         })
@@ -323,5 +366,184 @@ fn time_the_gdn_conv() {
             })
             .collect();
         println!("| {rows} | {:.1} |", median(us));
+    }
+}
+
+/// Keeps the GPU busy ≈ 1 ms (a 4 GiB memset) so the launches queued after
+/// it run back to back: the events then time the device, not the host.
+fn busy(dev: &CudaDevice, scratch: &DeviceBuffer) {
+    dev.fill_bytes(scratch, 0).unwrap();
+}
+
+/// Median µs per call of `f` over SAMPLES runs of 20 calls queued behind [`busy`].
+fn per_call_us(dev: &CudaDevice, scratch: &DeviceBuffer, mut f: impl FnMut()) -> f64 {
+    const REPS: usize = 20;
+    f();
+    let us = (0..SAMPLES)
+        .map(|_| {
+            busy(dev, scratch);
+            let a = Event::record(dev).unwrap();
+            for _ in 0..REPS {
+                f();
+            }
+            let b = Event::record(dev).unwrap();
+            b.ms_since(&a).unwrap() * 1e3 / REPS as f64
+        })
+        .collect();
+    median(us)
+}
+
+fn read_i32(dev: &CudaDevice, b: &DeviceBuffer, n: usize) -> Vec<i32> {
+    let mut v = vec![0i32; n];
+    dev.read(b, &mut v).unwrap();
+    v
+}
+
+fn read_f32(dev: &CudaDevice, b: &DeviceBuffer, n: usize) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    dev.read(b, &mut v).unwrap();
+    v
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn the_register_routing_matches_the_baseline_and_is_timed_against_it() {
+    let dev = device();
+    let scratch = dev.alloc(4 << 30).unwrap();
+    let (e, k) = (MOE_E, MOE_K);
+    println!("## MoE routing stage (counts memset + route (+ offsets) + scatter), 256 experts top-8, kernels back to back");
+    println!("| rows | baseline (smem route + offsets kernel) us | registers (offsets in the last block) us |");
+    println!("|---:|---:|---:|");
+    for tokens in [256, 2048, 8192, 32_768] {
+        // Multiples of 1/8 in [-3, 3]: many exact ties, ranked the same by both.
+        let mut rng = rand::rngs::StdRng::seed_from_u64(77 + tokens as u64);
+        let logits: Vec<f32> = (0..tokens * e)
+            .map(|_| (rng.random::<f32>() * 48.0 - 24.0).round() / 8.0)
+            .collect();
+        let m = Moe35b::new(&dev, tokens, &logits);
+        let l = m.launch();
+        let pairs = tokens * k;
+        let run = |form| {
+            let b = RouteBuffers::alloc(&dev, pairs, e).unwrap();
+            for buf in [&b.topk_expert, &b.topk_weight, &b.slot_token, &b.pair_slot] {
+                dev.fill_bytes(buf, 0xFF).unwrap();
+            }
+            route_stage(&dev, &l, form, &b).unwrap();
+            b
+        };
+        let (old, new) = (run(RouteForm::Smem), run(RouteForm::Registers));
+        let te = read_i32(&dev, &new.topk_expert, pairs);
+        assert_eq!(
+            te,
+            read_i32(&dev, &old.topk_expert, pairs),
+            "picks at {tokens}"
+        );
+        let tw = read_f32(&dev, &new.topk_weight, pairs);
+        let tw_old = read_f32(&dev, &old.topk_weight, pairs);
+        assert!(
+            tw.iter()
+                .zip(&tw_old)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "weights at {tokens}"
+        );
+        let off = read_i32(&dev, &new.expert_offsets, e + 1);
+        assert_eq!(off, read_i32(&dev, &old.expert_offsets, e + 1));
+        assert_eq!(
+            read_i32(&dev, &new.tile_offsets, e + 1),
+            read_i32(&dev, &old.tile_offsets, e + 1)
+        );
+        assert_eq!(off[e] as usize, pairs);
+        assert_eq!(
+            read_i32(&dev, &new.counts, e + 1),
+            vec![0; e + 1],
+            "counts back to zero"
+        );
+        // Every pair in a slot of its expert's range, every slot taken once.
+        let (ps, st) = (
+            read_i32(&dev, &new.pair_slot, pairs),
+            read_i32(&dev, &new.slot_token, pairs),
+        );
+        let mut taken = vec![false; pairs];
+        for p in 0..pairs {
+            let (ex, slot) = (te[p] as usize, ps[p] as usize);
+            assert!((off[ex] as usize..off[ex + 1] as usize).contains(&slot));
+            assert!(!taken[slot]);
+            taken[slot] = true;
+            assert_eq!(st[slot] as usize, p / k);
+        }
+        let time = |form| {
+            let b = RouteBuffers::alloc(&dev, pairs, e).unwrap();
+            per_call_us(&dev, &scratch, || route_stage(&dev, &l, form, &b).unwrap())
+        };
+        let (t_old, t_new) = (time(RouteForm::Smem), time(RouteForm::Registers));
+        println!("| {tokens} | {t_old:.1} | {t_new:.1} |");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn the_conv_strips_give_the_same_bits_and_are_timed() {
+    // The 35B-A3B GDN conv (8,192 channels, width 4) of one sequence after
+    // history (its window from the state), launched directly at each strip.
+    let dev = device();
+    let scratch = dev.alloc(4 << 30).unwrap();
+    let c = 8192usize;
+    let cblocks = (c / 8).div_ceil(CONV_THREADS as usize);
+    let w: Vec<f32> = (0..c * 4).map(|j| ((j % 7) as f32 - 3.0) * 0.1).collect();
+    let w = dev.upload(&w).unwrap();
+    let state = filled(&dev, 3 * c, 0x3E);
+    let slots = dev.upload(&[0i32]).unwrap();
+    let f = dev.function("conv1d_silu_k4x8_f32w").unwrap();
+    println!(
+        "## GDN conv1d + SiLU alone (8,192 channels), kernels back to back (x30 layers a step)"
+    );
+    println!("| rows | strip 32 us | host's strip | strip 8 us |");
+    println!("|---:|---:|---:|---:|");
+    for rows in [256usize, 1024, 8192] {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(rows as u64);
+        let xs: Vec<u16> = (0..rows * c)
+            .map(|_| half::bf16::from_f32(rng.random::<f32>() * 2.0 - 1.0).to_bits())
+            .collect();
+        let x = dev.upload(&xs).unwrap();
+        let cu = dev.upload(&[0i32, rows as i32]).unwrap();
+        let launch = |strip: usize, out: &DeviceBuffer| {
+            let (mut px, mut pw, mut ps, mut po) = (x.ptr(), w.ptr(), state.ptr(), out.ptr());
+            let (mut pc, mut psl) = (cu.ptr(), slots.ptr());
+            let (mut n, mut cc, mut r, mut s) = (1i32, c as i32, rows as i32, strip as i32);
+            let mut params: [*mut c_void; 10] = [
+                &mut px as *mut u64 as *mut c_void,
+                &mut pw as *mut u64 as *mut c_void,
+                &mut ps as *mut u64 as *mut c_void,
+                &mut po as *mut u64 as *mut c_void,
+                &mut pc as *mut u64 as *mut c_void,
+                &mut psl as *mut u64 as *mut c_void,
+                &mut n as *mut i32 as *mut c_void,
+                &mut cc as *mut i32 as *mut c_void,
+                &mut r as *mut i32 as *mut c_void,
+                &mut s as *mut i32 as *mut c_void,
+            ];
+            let grid = (cblocks as u32, rows.div_ceil(strip) as u32, 1);
+            // SAFETY: x / out hold rows × c bf16, w c × 4 f32, the state one
+            // slot of 3 × c bf16, cu [0, rows] and slots [0]; the parameters
+            // follow the kernel's signature.
+            unsafe { dev.launch(f, grid, (CONV_THREADS, 1, 1), 0, &mut params) }.unwrap();
+        };
+        let host = conv8_strip(rows, cblocks, dev.sm_count);
+        let strip = CONV_CANDIDATE_STRIP;
+        let (before, after) = (filled(&dev, rows * c, 0xFF), filled(&dev, rows * c, 0xFF));
+        launch(CONV8_STRIP, &before);
+        launch(strip, &after);
+        let mut a = vec![0u16; rows * c];
+        let mut b = vec![0u16; rows * c];
+        dev.read(&before, &mut a).unwrap();
+        dev.read(&after, &mut b).unwrap();
+        assert!(
+            a == b,
+            "strip {strip} and {CONV8_STRIP} differ at {rows} rows"
+        );
+        assert!(a.iter().all(|&v| v != 0xFFFF), "every output written");
+        let t_old = per_call_us(&dev, &scratch, || launch(CONV8_STRIP, &before));
+        let t_new = per_call_us(&dev, &scratch, || launch(strip, &after));
+        println!("| {rows} | {t_old:.1} | {host} | {t_new:.1} |");
     }
 }

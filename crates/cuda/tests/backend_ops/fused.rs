@@ -66,7 +66,7 @@ fn conv_against_cpu(spec: GdnSpec, calls: &[Batch], seed: u64) {
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
 fn conv1d_k4x8_matches_cpu_across_strips_sequences_and_calls() {
     // conv_dim 2304 = 288 groups of 8: two CTAs across the channels, the second partial.
-    // Strips of 8 to 32 rows (fewer rows a thread while the CTAs would not cover the SMs).
+    // The host's strips (32 rows; 8 to 32 with `CONV8_MIN_STRIP` lowered).
     let spec = GdnSpec {
         slots: 5,
         k_heads: 4,
@@ -85,8 +85,8 @@ fn conv1d_k4x8_matches_cpu_across_strips_sequences_and_calls() {
         // A long single sequence (many strips), then decode-like rows.
         Batch::single(3, 2, 161),
         Batch::packed(&[(4, 90, 1), (0, 72, 1), (2, 78, 1)]),
-        // Rows enough for the full 32-row strips (2 channel blocks x 66 strips
-        // on 132 SMs); the calls above run shorter strips.
+        // Rows enough for full 32-row strips whatever `CONV8_MIN_STRIP` (2 channel
+        // blocks x 66 strips on 132 SMs).
         Batch::packed(&[(1, 1, 1000), (3, 163, 1200)]),
     ];
     conv_against_cpu(spec, &calls, 200);

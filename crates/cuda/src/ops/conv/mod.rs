@@ -12,20 +12,25 @@ use headroom_core::Dtype;
 
 pub mod sources;
 
-const THREADS: u32 = 256;
+/// Threads per CTA of the conv kernels.
+pub const THREADS: u32 = 256;
 /// Rows per thread of the width-4 kernel (`CONV_STRIP` in `ops_conv1d.cu`).
 const CONV_STRIP: usize = 32;
 /// Rows per thread of the 8-channel width-4 kernel (its `strip` argument)
 /// when there are rows enough to fill the GPU.
-const CONV8_STRIP: usize = 32;
+pub const CONV8_STRIP: usize = 32;
 /// Fewest rows per thread of that kernel (each strip reloads a 3-row window).
-const CONV8_MIN_STRIP: usize = 8;
+/// 32: shorter strips are off. At 256 rows they were to spread 32 CTAs over
+/// 128, but the H200 run of 2026-12-02 showed no gain (conv + state advance
+/// 14.3 µs against ncu's 13.8 + 3.4, host gaps included); 8 turns them on
+/// once `tests/step256_timing.rs` (strip 32 against 8, back to back) shows one.
+pub const CONV8_MIN_STRIP: usize = 32;
 
 /// Rows per thread of the 8-channel kernel for `rows` rows over `cblocks`
 /// channel blocks on `sm_count` SMs: [`CONV8_STRIP`], halved (down to
 /// [`CONV8_MIN_STRIP`]) while the CTAs would not cover every SM — a
 /// 256-row step's 32 CTAs of 32 rows each ran on a quarter of an H200.
-fn conv8_strip(rows: usize, cblocks: usize, sm_count: usize) -> usize {
+pub fn conv8_strip(rows: usize, cblocks: usize, sm_count: usize) -> usize {
     let mut strip = CONV8_STRIP;
     while strip > CONV8_MIN_STRIP && cblocks * rows.div_ceil(strip) < sm_count {
         strip /= 2;
@@ -194,8 +199,12 @@ mod tests {
             CONV8_STRIP,
             "33 strips x 4 = 132"
         );
-        assert_eq!(conv8_strip(1024, 4, 132), 16, "32 strips x 4 = 128");
-        // The 256-row follow-up step: 32 CTAs of 32 rows became 128 of 8.
+        assert_eq!(
+            conv8_strip(1024, 4, 132),
+            16.max(CONV8_MIN_STRIP),
+            "32 strips x 4 = 128"
+        );
+        // The 256-row follow-up step: 32 CTAs of 32 rows, or 128 of 8 with the strips on.
         assert_eq!(conv8_strip(256, 4, 132), CONV8_MIN_STRIP);
         assert_eq!(conv8_strip(1, 4, 132), CONV8_MIN_STRIP);
         assert_eq!(conv8_strip(600, 1, 132), CONV8_MIN_STRIP);

@@ -1,11 +1,17 @@
 //! The launch sequence of the routed experts, pass by pass over chunks of
-//! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route (with the offsets), scatter,
+//! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route (with the offsets, and
+//! the scatter of a small pass), scatter,
 //! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, ROUTE_WARPS,
+    route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, FUSED_SCATTER_PAIRS, GEMM_BM,
+    MAX_EXPERTS, ROUTE_WARPS,
 };
+
+/// Tokens per block of the baseline routing kernel (`SMEM_ROUTE_WARPS` in
+/// `moe_route_smem.cu`).
+pub const SMEM_ROUTE_WARPS: usize = 8;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -106,15 +112,43 @@ pub fn routed_experts_shared_marked(
     routed_experts_range(dev, l, local, imp, Some(s), mark)
 }
 
+/// The routing's device buffers of one pass of `pairs` (token, k) pairs over
+/// `experts` local experts.
+pub struct RouteBuffers {
+    /// i32 `[pairs]`: each pair's local expert, -1 for another rank's.
+    pub topk_expert: DeviceBuffer,
+    /// f32 `[pairs]`: each pair's weight.
+    pub topk_weight: DeviceBuffer,
+    /// i32 `[pairs]`: the token of each slot (row in expert order).
+    pub slot_token: DeviceBuffer,
+    /// i32 `[pairs]`: the slot of each pair, -1 for another rank's.
+    pub pair_slot: DeviceBuffer,
+    /// i32 `[experts + 1]`: per expert, then the routing's finished blocks;
+    /// zero between passes.
+    pub counts: DeviceBuffer,
+    /// i32 `[experts + 1]`: row offsets of each expert in expert order.
+    pub expert_offsets: DeviceBuffer,
+    /// i32 `[experts + 1]`: row-tile offsets of each expert.
+    pub tile_offsets: DeviceBuffer,
+}
+
+impl RouteBuffers {
+    pub fn alloc(dev: &CudaDevice, pairs: usize, experts: usize) -> Result<Self, CudaError> {
+        Ok(RouteBuffers {
+            topk_expert: dev.alloc(pairs * 4)?,
+            topk_weight: dev.alloc(pairs * 4)?,
+            slot_token: dev.alloc(pairs * 4)?,
+            pair_slot: dev.alloc(pairs * 4)?,
+            counts: dev.alloc((experts + 1) * 4)?,
+            expert_offsets: dev.alloc((experts + 1) * 4)?,
+            tile_offsets: dev.alloc((experts + 1) * 4)?,
+        })
+    }
+}
+
 /// The device buffers of one call, sized for its largest pass.
 struct Workspace {
-    topk_expert: DeviceBuffer,
-    topk_weight: DeviceBuffer,
-    slot_token: DeviceBuffer,
-    pair_slot: DeviceBuffer,
-    counts: DeviceBuffer,
-    expert_offsets: DeviceBuffer,
-    tile_offsets: DeviceBuffer,
+    r: RouteBuffers,
     act: DeviceBuffer,
     y: DeviceBuffer,
 }
@@ -130,14 +164,7 @@ impl Workspace {
         hidden: usize,
     ) -> Result<Workspace, CudaError> {
         Ok(Workspace {
-            topk_expert: dev.alloc(pairs * 4)?,
-            topk_weight: dev.alloc(pairs * 4)?,
-            slot_token: dev.alloc(pairs * 4)?,
-            pair_slot: dev.alloc(pairs * 4)?,
-            // Per expert, then the routing's finished blocks.
-            counts: dev.alloc((experts + 1) * 4)?,
-            expert_offsets: dev.alloc((experts + 1) * 4)?,
-            tile_offsets: dev.alloc((experts + 1) * 4)?,
+            r: RouteBuffers::alloc(dev, pairs, experts)?,
             act: dev.alloc(pairs * intermediate * 2)?,
             y: dev.alloc(pairs * hidden * 2)?,
         })
@@ -170,7 +197,7 @@ pub(super) fn routed_experts_range(
         });
     }
     let ws = Workspace::alloc(dev, plan.chunk_pairs, local, l.intermediate, l.hidden)?;
-    dev.fill_bytes(&ws.counts, 0)?;
+    dev.fill_bytes(&ws.r.counts, 0)?;
     let mut t0 = 0;
     while t0 < l.tokens {
         let pass = Pass {
@@ -180,7 +207,7 @@ pub(super) fn routed_experts_range(
         let pairs = pass.tokens * l.top_k;
         let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts));
         mark(MoeStage::Route)?;
-        route(dev, l, (first, local), pass, &ws)?;
+        route(dev, l, (first, local), pass, RouteForm::Registers, &ws.r)?;
         grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)?;
         mark(MoeStage::Combine)?;
         combine(dev, l, pass, shared, &ws)?;
@@ -190,39 +217,122 @@ pub(super) fn routed_experts_range(
     Ok(())
 }
 
-/// Routing (whose last block writes the per-expert offsets) and the scatter
-/// to expert order of one pass. `ws.counts` must be zero (the memset of the
-/// call; each pass's scatter leaves them zero again).
+/// Which routing kernels run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteForm {
+    /// `moe_route` / `moe_route_wide` (logits in registers, the offsets in
+    /// the last block), then `moe_scatter`: what every call runs.
+    Registers,
+    /// The routing before step256 (`moe_route_smem.cu`: probabilities in
+    /// shared memory, a separate one-block offsets kernel), then the same
+    /// scatter: kept only as the baseline of `tests/step256_timing.rs`.
+    Smem,
+}
+
+/// The routing stage alone of the first pass of `l` (at most
+/// [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens, all experts local) on
+/// `form`'s kernels into `bufs` (sized for that pass), counts zeroed first:
+/// for benches and the tests that compare the two forms.
+pub fn route_stage(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    form: RouteForm,
+    bufs: &RouteBuffers,
+) -> Result<(), CudaError> {
+    let plan = validate_inner(l, 0, l.experts, None)?;
+    let pairs = plan.chunk_pairs;
+    if bufs.topk_expert.len_bytes() < pairs * 4 || bufs.counts.len_bytes() < (l.experts + 1) * 4 {
+        return Err(CudaError::Shape {
+            op: "moe routed experts",
+            detail: format!(
+                "route buffers smaller than {pairs} pairs / {} experts",
+                l.experts
+            ),
+        });
+    }
+    dev.fill_bytes(&bufs.counts, 0)?;
+    let pass = Pass {
+        t0: 0,
+        tokens: plan.chunk_tokens,
+    };
+    route(dev, l, (0, l.experts), pass, form, bufs)
+}
+
+/// Routing (whose last block writes the per-expert offsets, and scatters a
+/// pass of at most [`FUSED_SCATTER_PAIRS`] pairs; `Smem`: a separate offsets
+/// kernel) and the scatter to expert order of one pass.
+/// `r.counts` must be zero (the memset of the call; each pass's scatter
+/// leaves them zero again).
 fn route(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
     (first, local): (usize, usize),
     pass: Pass,
-    ws: &Workspace,
+    form: RouteForm,
+    r: &RouteBuffers,
 ) -> Result<(), CudaError> {
     let (tc, k) = (pass.tokens, l.top_k);
     let pairs = tc * k;
     let logits = l.router_logits.ptr() + (pass.t0 * l.experts * 4) as u64;
-    launch(
-        dev,
-        route_entry(l.experts),
-        tc.div_ceil(ROUTE_WARPS),
-        (ROUTE_WARPS * 32) as u32,
-        0,
-        Params::new()
-            .ptr(logits)
-            .int(tc)
-            .int(l.experts)
-            .int(k)
-            .int(l.renormalise as usize)
-            .ptr(ws.topk_expert.ptr())
-            .ptr(ws.topk_weight.ptr())
-            .ptr(ws.counts.ptr())
-            .int(first)
-            .int(local)
-            .ptr(ws.expert_offsets.ptr())
-            .ptr(ws.tile_offsets.ptr()),
-    )?;
+    let params = Params::new()
+        .ptr(logits)
+        .int(tc)
+        .int(l.experts)
+        .int(k)
+        .int(l.renormalise as usize)
+        .ptr(r.topk_expert.ptr())
+        .ptr(r.topk_weight.ptr())
+        .ptr(r.counts.ptr())
+        .int(first)
+        .int(local);
+    match form {
+        RouteForm::Registers => {
+            // A small pass is scattered by the routing's last block.
+            let fused = pairs <= FUSED_SCATTER_PAIRS;
+            let (st, ps) = if fused {
+                (r.slot_token.ptr(), r.pair_slot.ptr())
+            } else {
+                (0, 0)
+            };
+            launch(
+                dev,
+                route_entry(l.experts),
+                tc.div_ceil(ROUTE_WARPS),
+                (ROUTE_WARPS * 32) as u32,
+                0,
+                params
+                    .ptr(r.expert_offsets.ptr())
+                    .ptr(r.tile_offsets.ptr())
+                    .ptr(st)
+                    .ptr(ps),
+            )?;
+            if fused {
+                return Ok(());
+            }
+        }
+        RouteForm::Smem => {
+            launch(
+                dev,
+                "moe_route_smem",
+                tc.div_ceil(SMEM_ROUTE_WARPS),
+                (SMEM_ROUTE_WARPS * 32) as u32,
+                SMEM_ROUTE_WARPS * l.experts * 4,
+                params,
+            )?;
+            launch(
+                dev,
+                "moe_offsets_smem",
+                1,
+                MAX_EXPERTS as u32,
+                0,
+                Params::new()
+                    .ptr(r.counts.ptr())
+                    .int(local)
+                    .ptr(r.expert_offsets.ptr())
+                    .ptr(r.tile_offsets.ptr()),
+            )?;
+        }
+    }
     launch(
         dev,
         "moe_scatter",
@@ -230,13 +340,13 @@ fn route(
         ELEMENTWISE_THREADS,
         0,
         Params::new()
-            .ptr(ws.topk_expert.ptr())
+            .ptr(r.topk_expert.ptr())
             .int(pairs)
             .int(k)
-            .ptr(ws.expert_offsets.ptr())
-            .ptr(ws.counts.ptr())
-            .ptr(ws.slot_token.ptr())
-            .ptr(ws.pair_slot.ptr()),
+            .ptr(r.expert_offsets.ptr())
+            .ptr(r.counts.ptr())
+            .ptr(r.slot_token.ptr())
+            .ptr(r.pair_slot.ptr()),
     )
 }
 
@@ -265,11 +375,11 @@ fn grouped_gemms(
         gate_up.smem,
         Params::new()
             .ptr(x)
-            .ptr(ws.slot_token.ptr())
+            .ptr(ws.r.slot_token.ptr())
             .ptr(l.gate_up.ptr())
             .ptr(ws.act.ptr())
-            .ptr(ws.expert_offsets.ptr())
-            .ptr(ws.tile_offsets.ptr())
+            .ptr(ws.r.expert_offsets.ptr())
+            .ptr(ws.r.tile_offsets.ptr())
             .int(local)
             .int(h)
             .int(i),
@@ -286,8 +396,8 @@ fn grouped_gemms(
             .ptr(ws.act.ptr())
             .ptr(l.down.ptr())
             .ptr(ws.y.ptr())
-            .ptr(ws.expert_offsets.ptr())
-            .ptr(ws.tile_offsets.ptr())
+            .ptr(ws.r.expert_offsets.ptr())
+            .ptr(ws.r.tile_offsets.ptr())
             .int(local)
             .int(i)
             .int(h),
@@ -306,8 +416,8 @@ fn combine(
     let (t0, tc, h) = (pass.t0, pass.tokens, l.hidden);
     let params = Params::new()
         .ptr(ws.y.ptr())
-        .ptr(ws.topk_weight.ptr())
-        .ptr(ws.pair_slot.ptr())
+        .ptr(ws.r.topk_weight.ptr())
+        .ptr(ws.r.pair_slot.ptr())
         .int(l.top_k)
         .int(h);
     match shared {
