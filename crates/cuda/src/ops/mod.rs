@@ -21,5 +21,4 @@ pub(crate) mod norm;
 pub(crate) mod pointwise;
 pub(crate) mod rope;
 pub(crate) mod sample;
-pub mod state;
 pub mod tp;
