@@ -12,9 +12,9 @@
 //!    the scheduler's largest step) and the prefix cache's snapshot slots
 //!    (each one sequence's GDN state) are set aside;
 //! 2. the GDN state slots (one per running sequence): `--max-running` when
-//!    given, else what memory allows — at most [`GDN_SHARE`] (two thirds) of
-//!    what is left after step 1 goes to GDN state, and every slot keeps room for at least one
-//!    KV block — capped at [`AUTO_RUNNING_CAP`];
+//!    given, else what memory allows — at most [`GDN_SHARE`] (two thirds)
+//!    of what is left after step 1 goes to GDN state, and every slot keeps
+//!    room for at least one KV block — capped at [`AUTO_RUNNING_CAP`];
 //! 3. the rest is KV blocks (`block_bytes` each: K and V of every
 //!    full-attention layer), at most enough for every slot at full context.
 //!

@@ -4,14 +4,14 @@
 //! the MoE `moe_d256`, whose near-tied routers make bf16 runs chaotic:
 //! docs/perf/cuda-model.md): a greedy request asking for all of them draws
 //! the CPU's token while the CPU's top-2 margin exceeds bf16 noise, and its
-//! log probabilities (the drawn token's and
-//! the top 5, taken before penalties) differ from the CPU's by no more than
-//! the logits they come from allow: `|d logprob| <= 2 max |d logit|`, as
-//! `logsumexp` moves by at most the largest logit difference (each step's
-//! logits rows are captured from both backends); a seeded sampled request with penalties draws the
-//! same tokens twice on CUDA (and other seeds draw other tokens). Needs a GPU: the binary is run with
-//! `--ignored` (build: `cargo test --release -p headroom-engine --test
-//! cuda_sampling --no-run`).
+//! log probabilities (the drawn token's and the top 5, taken before
+//! penalties) differ from the CPU's by no more than the logits they come
+//! from allow: `|d logprob| <= 2 max |d logit|`, as `logsumexp` moves by at
+//! most the largest logit difference (each step's logits rows are captured
+//! from both backends); a seeded sampled request with penalties draws the
+//! same tokens twice on CUDA (and other seeds draw other tokens). Needs a
+//! GPU: the binary is run with `--ignored` (build: `cargo test --release -p
+//! headroom-engine --test cuda_sampling --no-run`).
 
 mod common;
 
@@ -67,7 +67,6 @@ fn cfg() -> EngineConfig {
     }
 }
 
-/// The request's drawn tokens and their log probabilities, run alone.
 /// The request's drawn tokens, their log probabilities and the logits row
 /// each was drawn from, run alone.
 type Run = (Vec<u32>, Vec<TokenLogprobs>, Vec<Vec<f32>>);

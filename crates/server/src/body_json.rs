@@ -17,12 +17,13 @@ use std::collections::BTreeMap;
 pub trait WithCommon: DeserializeOwned {
     const KIND: Kind;
     fn set_common(&mut self, common: CommonParams);
+    /// Whether the body's `prompt` member is this request's prompt, which
+    /// a plain list of token ids may then fill ([`Self::set_prompt_ids`]).
+    const PROMPT_MEMBER: bool = false;
     /// Takes a `prompt` of token ids read by the byte scanner
-    /// ([`crate::prompt_de::token_ids`]); `false` where the body has no
-    /// such member (chat), so the scanner is not used.
-    fn set_prompt_ids(&mut self, _ids: Vec<u32>) -> bool {
-        false
-    }
+    /// ([`crate::prompt_de::token_ids`]); called only where
+    /// [`Self::PROMPT_MEMBER`] holds.
+    fn set_prompt_ids(&mut self, _ids: Vec<u32>) {}
 }
 
 impl WithCommon for ChatRequest {
@@ -37,9 +38,9 @@ impl WithCommon for CompletionRequest {
     fn set_common(&mut self, common: CommonParams) {
         self.common = common;
     }
-    fn set_prompt_ids(&mut self, ids: Vec<u32>) -> bool {
+    const PROMPT_MEMBER: bool = true;
+    fn set_prompt_ids(&mut self, ids: Vec<u32>) {
         self.prompt = crate::openai::Prompt::Ids(ids);
-        true
     }
 }
 
@@ -105,7 +106,7 @@ fn parse_well_formed<T: WithCommon>(bytes: &[u8]) -> Result<Option<T>, ApiError>
     // A prompt of plain token ids: scanned, and an empty list in its place
     // for the typed read (set back right after).
     let scanned = match members.get("prompt") {
-        Some(raw) if T::KIND == Kind::Completion => crate::prompt_de::token_ids(raw.get()),
+        Some(raw) if T::PROMPT_MEMBER => crate::prompt_de::token_ids(raw.get()),
         _ => None,
     };
     let placeholder: &RawValue = serde_json::from_str("[]").expect("a JSON list");
@@ -121,9 +122,7 @@ fn parse_well_formed<T: WithCommon>(bytes: &[u8]) -> Result<Option<T>, ApiError>
         return Ok(None);
     };
     if let Some(ids) = scanned {
-        if !req.set_prompt_ids(ids) {
-            return Ok(None);
-        }
+        req.set_prompt_ids(ids);
     }
     req.set_common(common);
     Ok(Some(req))
