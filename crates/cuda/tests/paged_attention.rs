@@ -203,21 +203,9 @@ fn rel_err(got: &[f32], want: &[f64]) -> f64 {
     (num / den.max(1e-30)).sqrt()
 }
 
-/// Runs the raw paged kernel on a case; returns the output and the splits.
+/// Runs the raw paged kernel on a case, the splits and the combine forced
+/// where given; returns the output, the splits and the combine that ran.
 fn run_raw(
-    dev: &CudaDevice,
-    dtype: Dtype,
-    c: &Case,
-    h: &Host,
-    gated: bool,
-    splits: Option<usize>,
-) -> (Vec<f32>, usize) {
-    let (got, splits, _) = run_forced(dev, dtype, c, h, gated, splits, None);
-    (got, splits)
-}
-
-/// [`run_raw`] with the combine forced (`None`: the plan's); also returns the combine that ran.
-fn run_forced(
     dev: &CudaDevice,
     dtype: Dtype,
     c: &Case,
@@ -297,15 +285,22 @@ fn device() -> CudaDevice {
 #[ignore = "needs a CUDA GPU (sm_90a)"]
 fn mixed_batches_match_f64_for_every_head_dim_dtype_and_group() {
     let dev = device();
+    each_dtype_and_head_dim(|dtype, d| {
+        for (nq, nkv) in [(16, 2), (4, 4)] {
+            let c = mixed(nq, nkv, d);
+            let h = c.host(dtype, 7 + d as u64 + nq as u64);
+            let (got, ..) = run_raw(&dev, dtype, &c, &h, false, None, None);
+            let want = h.reference(&c, false);
+            check_per_sequence(&c, &h, &got, &want, &format!("{dtype:?} d{d} {nq}/{nkv}"));
+        }
+    });
+}
+
+/// `f` for bf16 and f16 at every head dim the paged kernel takes.
+fn each_dtype_and_head_dim(mut f: impl FnMut(Dtype, usize)) {
     for dtype in [Dtype::Bf16, Dtype::F16] {
         for d in [64, 128, 256] {
-            for (nq, nkv) in [(16, 2), (4, 4)] {
-                let c = mixed(nq, nkv, d);
-                let h = c.host(dtype, 7 + d as u64 + nq as u64);
-                let (got, _) = run_raw(&dev, dtype, &c, &h, false, None);
-                let want = h.reference(&c, false);
-                check_per_sequence(&c, &h, &got, &want, &format!("{dtype:?} d{d} {nq}/{nkv}"));
-            }
+            f(dtype, d);
         }
     }
 }
@@ -320,7 +315,7 @@ fn forced_splits_and_the_gate_match_f64() {
         for gated in [false, true] {
             let want = h.reference(&c, gated);
             for splits in [None, Some(2), Some(5), Some(64)] {
-                let (got, ran) = run_raw(&dev, dtype, &c, &h, gated, splits);
+                let (got, ran, _) = run_raw(&dev, dtype, &c, &h, gated, splits, None);
                 if let Some(s) = splits {
                     assert_eq!(ran, s, "the forced splits ran");
                 }
@@ -337,7 +332,7 @@ fn forced_splits_and_the_gate_match_f64() {
         d: 128,
     };
     let h = c.host(Dtype::Bf16, 5);
-    let (got, ran) = run_raw(&dev, Dtype::Bf16, &c, &h, true, None);
+    let (got, ran, _) = run_raw(&dev, Dtype::Bf16, &c, &h, true, None, None);
     assert!(ran > 1, "one decode row over 5,000 keys splits ({ran})");
     check_per_sequence(&c, &h, &got, &h.reference(&c, true), "lone decode");
 }
@@ -349,27 +344,25 @@ fn both_split_combines_match_f64_for_every_head_dim_dtype_and_gate() {
     // row and 64 columns), each forced over few and many splits; empty splits
     // (the short sequences' keys end before the last splits) weigh nothing.
     let dev = device();
-    for dtype in [Dtype::Bf16, Dtype::F16] {
-        for d in [64, 128, 256] {
-            let c = mixed(16, 2, d);
-            let h = c.host(dtype, 31 + d as u64);
-            for gated in [false, true] {
-                let want = h.reference(&c, gated);
-                for splits in [3, 8, 13] {
-                    for form in [CombineForm::Rows, CombineForm::Quads] {
-                        let (got, ran, combined) =
-                            run_forced(&dev, dtype, &c, &h, gated, Some(splits), Some(form));
-                        assert_eq!((ran, combined), (splits, Some(form)));
-                        let what = format!("{dtype:?} d{d} gated {gated} splits {ran} {form:?}");
-                        check_per_sequence(&c, &h, &got, &want, &what);
-                    }
+    each_dtype_and_head_dim(|dtype, d| {
+        let c = mixed(16, 2, d);
+        let h = c.host(dtype, 31 + d as u64);
+        for gated in [false, true] {
+            let want = h.reference(&c, gated);
+            for splits in [3, 8, 13] {
+                for form in [CombineForm::Rows, CombineForm::Quads] {
+                    let (got, ran, combined) =
+                        run_raw(&dev, dtype, &c, &h, gated, Some(splits), Some(form));
+                    assert_eq!((ran, combined), (splits, Some(form)));
+                    let what = format!("{dtype:?} d{d} gated {gated} splits {ran} {form:?}");
+                    check_per_sequence(&c, &h, &got, &want, &what);
                 }
-                // Unforced, the plan's combine runs.
-                let (_, ran, combined) = run_forced(&dev, dtype, &c, &h, gated, Some(5), None);
-                assert_eq!((ran, combined), (5, Some(combine_form(5))));
             }
+            // Unforced, the plan's combine runs.
+            let (_, ran, combined) = run_raw(&dev, dtype, &c, &h, gated, Some(5), None);
+            assert_eq!((ran, combined), (5, Some(combine_form(5))));
         }
-    }
+    });
 }
 
 #[test]
@@ -382,7 +375,7 @@ fn nan_in_one_sequences_keys_stays_in_that_sequence() {
     h.k[0][5 * 2 * 128] = f32::NAN;
     // Unsplit, split in 4 (the rows combine) and in 12 (the quads combine).
     for splits in [Some(1), Some(4), Some(12)] {
-        let (got, _) = run_raw(&dev, Dtype::Bf16, &c, &h, false, splits);
+        let (got, ..) = run_raw(&dev, Dtype::Bf16, &c, &h, false, splits, None);
         let w = 16 * 128;
         // Sequence 0's query heads of KV head 0 are NaN, those of KV head 1 are not.
         assert!(got[..8 * 128].iter().all(|x| x.is_nan()), "{splits:?}");

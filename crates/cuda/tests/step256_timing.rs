@@ -230,46 +230,76 @@ fn time_decode_attention_of_many_sequences() {
     }
 }
 
+/// The 35B-A3B MoE shape: hidden, experts, top-k, intermediate.
+const MOE_H: usize = 2048;
+const MOE_E: usize = 256;
+const MOE_K: usize = 8;
+const MOE_I: usize = 512;
+
+/// Device buffers of a routed-MoE call of the 35B-A3B shape at `tokens` rows:
+/// expert weights and x device-filled (the routing comes from the logits),
+/// `out` large enough for the f32 output (and so for the bf16 one).
+struct Moe35b {
+    gate_up: DeviceBuffer,
+    down: DeviceBuffer,
+    x: DeviceBuffer,
+    out: DeviceBuffer,
+    logits: DeviceBuffer,
+    tokens: usize,
+}
+
+impl Moe35b {
+    fn new(dev: &CudaDevice, tokens: usize, logits: &[f32]) -> Moe35b {
+        assert_eq!(logits.len(), tokens * MOE_E);
+        Moe35b {
+            gate_up: filled(dev, MOE_E * 2 * MOE_I * MOE_H, 0x3C),
+            down: filled(dev, MOE_E * MOE_H * MOE_I, 0x3C),
+            x: filled(dev, tokens * MOE_H, 0x3C),
+            out: filled(dev, tokens * MOE_H * 2, 0xFF),
+            logits: dev.upload(logits).unwrap(),
+            tokens,
+        }
+    }
+
+    fn launch(&self) -> MoeLaunch<'_> {
+        MoeLaunch {
+            x: &self.x,
+            router_logits: &self.logits,
+            gate_up: &self.gate_up,
+            down: &self.down,
+            out: &self.out,
+            tokens: self.tokens,
+            hidden: MOE_H,
+            experts: MOE_E,
+            top_k: MOE_K,
+            intermediate: MOE_I,
+            renormalise: true,
+        }
+    }
+}
+
 /// The routed MoE of the 35B-A3B shape (weights device-filled: the routing
 /// comes from the random logits) at `tokens` rows: median us of the routing
 /// stage (route with its offsets, scatter), of the shared combine, and of the
 /// whole routed block.
 fn time_moe(dev: &CudaDevice, tokens: usize) -> (f64, f64, f64) {
-    let (h, e, k, i) = (2048, 256, 8, 512);
-    let gate_up = filled(dev, e * 2 * i * h, 0x3C);
-    let down = filled(dev, e * h * i, 0x3C);
-    let x = filled(dev, tokens * h, 0x3C);
-    let shared = filled(dev, tokens * h, 0x3C);
-    let shared_gate = filled(dev, h, 0x3C);
-    let out = filled(dev, tokens * h, 0xFF);
     let mut rng = rand::rngs::StdRng::seed_from_u64(tokens as u64);
-    let logits: Vec<f32> = (0..tokens * e)
+    let logits: Vec<f32> = (0..tokens * MOE_E)
         .map(|_| rng.random::<f32>() * 4.0 - 2.0)
         .collect();
-    let logits = dev.upload(&logits).unwrap();
-    let l = MoeLaunch {
-        x: &x,
-        router_logits: &logits,
-        gate_up: &gate_up,
-        down: &down,
-        out: &out,
-        tokens,
-        hidden: h,
-        experts: e,
-        top_k: k,
-        intermediate: i,
-        renormalise: true,
-    };
+    let m = Moe35b::new(dev, tokens, &logits);
+    let l = m.launch();
+    let (shared, shared_gate) = (filled(dev, tokens * MOE_H, 0x3C), filled(dev, MOE_H, 0x3C));
     let s = SharedEpilogue {
         shared_gate: &shared_gate,
         shared: &shared,
-        out: &out,
+        out: &m.out,
     };
     let (mut route, mut combine, mut block) = (Vec::new(), Vec::new(), Vec::new());
     for n in 0..=SAMPLES {
         let mut marks: Vec<(MoeStage, Event)> = Vec::new();
         let start = Event::record(dev).unwrap();
-        routed_experts_shared_marked(dev, &l, (0, e), None, &s, &mut |st| {
+        routed_experts_shared_marked(dev, &l, (0, MOE_E), None, &s, &mut |st| {
             marks.push((st, Event::record(dev)?));
             Ok(())
         })
@@ -380,34 +410,18 @@ fn read_f32(dev: &CudaDevice, b: &DeviceBuffer, n: usize) -> Vec<f32> {
 fn the_register_routing_matches_the_baseline_and_is_timed_against_it() {
     let dev = device();
     let scratch = dev.alloc(4 << 30).unwrap();
-    let (h, e, k, i) = (2048, 256, 8, 512);
-    let gate_up = filled(&dev, e * 2 * i * h, 0x3C);
-    let down = filled(&dev, e * h * i, 0x3C);
+    let (e, k) = (MOE_E, MOE_K);
     println!("## MoE routing stage (counts memset + route (+ offsets) + scatter), 256 experts top-8, kernels back to back");
     println!("| rows | baseline (smem route + offsets kernel) us | registers (offsets in the last block) us |");
     println!("|---:|---:|---:|");
     for tokens in [256, 2048, 8192, 32_768] {
-        let x = filled(&dev, tokens * h, 0x3C);
-        let out = dev.alloc(tokens * h * 4).unwrap();
         // Multiples of 1/8 in [-3, 3]: many exact ties, ranked the same by both.
         let mut rng = rand::rngs::StdRng::seed_from_u64(77 + tokens as u64);
         let logits: Vec<f32> = (0..tokens * e)
             .map(|_| (rng.random::<f32>() * 48.0 - 24.0).round() / 8.0)
             .collect();
-        let logits = dev.upload(&logits).unwrap();
-        let l = MoeLaunch {
-            x: &x,
-            router_logits: &logits,
-            gate_up: &gate_up,
-            down: &down,
-            out: &out,
-            tokens,
-            hidden: h,
-            experts: e,
-            top_k: k,
-            intermediate: i,
-            renormalise: true,
-        };
+        let m = Moe35b::new(&dev, tokens, &logits);
+        let l = m.launch();
         let pairs = tokens * k;
         let run = |form| {
             let b = RouteBuffers::alloc(&dev, pairs, e).unwrap();

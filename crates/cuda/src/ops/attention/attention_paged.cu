@@ -179,16 +179,8 @@ __device__ __forceinline__ void split_combine_rows(const float* __restrict__ par
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * COMBINE_ROW_WARPS + threadIdx.x / 32;
     if (row >= rows) return;
-    float m = -INFINITY;
-    int nan = 0;
-    for (int s = lane; s < splits; s += 32) {
-        const float l = part_lse[(size_t)s * rows + row];
-        nan |= l != l;
-        m = fmaxf(m, l);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    nan = __any_sync(0xffffffffu, nan);
+    int nan;
+    const float m = warp_lse_max(part_lse, rows, row, splits, lane, 32, nan);
     float den = 0.f;
     for (int s = lane; s < splits; s += 32) {
         const float l = part_lse[(size_t)s * rows + row];

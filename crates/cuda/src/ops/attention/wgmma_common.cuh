@@ -243,6 +243,24 @@ __device__ __forceinline__ void qk_tile(float (&acc_s)[32], unsigned q_wg, unsig
 // split's weight in shared memory), then each quad's splits shared by
 // COMBINE_THREADS / COMBINE_QUADS threads whose partial sums meet in shared
 // memory. d % (4 * COMBINE_QUADS) == 0; grid (rows, d / (4 * COMBINE_QUADS)).
+// The warp's max of the splits' log2-sum-exps part_lse[s * rows + row] over
+// s = first, first + step, ... below splits (its lanes' firsts differing), and
+// in `nan` whether any of them is NaN (both the same in every lane).
+__device__ __forceinline__ float warp_lse_max(const float* __restrict__ part_lse, int rows, int row,
+                                              int splits, int first, int step, int& nan) {
+    float m = -INFINITY;
+    int bad = 0;
+    for (int s = first; s < splits; s += step) {
+        const float l = part_lse[(size_t)s * rows + row];
+        bad |= l != l;
+        m = fmaxf(m, l);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    nan = __any_sync(0xffffffffu, bad);
+    return m;
+}
+
 constexpr int COMBINE_THREADS = 256;
 constexpr int COMBINE_QUADS = 16;
 constexpr int COMBINE_MAX_SPLITS = 1024;
@@ -257,16 +275,8 @@ __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
     __shared__ int row_nan;
     const int row = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     // Max of the log2-sum-exps, and whether any is NaN.
-    float m = -INFINITY;
-    int nan = 0;
-    for (int s = tid; s < splits; s += COMBINE_THREADS) {
-        const float l = part_lse[(size_t)s * rows + row];
-        nan |= l != l;
-        m = fmaxf(m, l);
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    nan = __any_sync(0xffffffffu, nan);
+    int nan;
+    float m = warp_lse_max(part_lse, rows, row, splits, tid, COMBINE_THREADS, nan);
     if (tid == 0) row_nan = 0;
     if (lane == 0) red[warp] = m;
     __syncthreads();
