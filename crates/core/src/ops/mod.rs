@@ -140,6 +140,19 @@ pub trait Backend: Send + Sync {
     /// Copies slot `from`'s GDN state (conv and recurrent) over slot `to`'s
     /// (queued like the ops).
     fn copy_gdn_slot(&self, state: &mut Self::GdnState, from: usize, to: usize) -> OpResult<()>;
+    /// [`Self::copy_gdn_slot`] in each of `states` (a model's GDN layers): a
+    /// backend may queue them all as one launch.
+    fn copy_gdn_slots(
+        &self,
+        states: &mut [&mut Self::GdnState],
+        from: usize,
+        to: usize,
+    ) -> OpResult<()> {
+        for s in states.iter_mut() {
+            self.copy_gdn_slot(s, from, to)?;
+        }
+        Ok(())
+    }
     /// Tokens held by `slot`.
     fn kv_len(&self, cache: &Self::KvCache, slot: usize) -> usize;
 

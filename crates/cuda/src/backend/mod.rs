@@ -271,6 +271,15 @@ impl Backend for CudaBackend {
         state::copy_gdn_slot(&self.dev, st, from, to)
     }
 
+    fn copy_gdn_slots(
+        &self,
+        states: &mut [&mut CudaGdnState],
+        from: usize,
+        to: usize,
+    ) -> OpResult<()> {
+        state::copy_gdn_slots(&self.dev, states, from, to)
+    }
+
     fn kv_len(&self, cache: &CudaKvCache, slot: usize) -> usize {
         cache.lens.get(slot).copied().unwrap_or(0)
     }

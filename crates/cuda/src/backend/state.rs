@@ -4,6 +4,7 @@
 
 use crate::device::CudaDevice;
 use crate::launch::{alloc, dev_err, mul};
+use crate::ops::state::RangeCopy;
 use crate::tensor::{CudaGdnState, CudaKvCache};
 use cudarc::driver::result;
 use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult, KV_BLOCK_ROWS};
@@ -160,6 +161,35 @@ pub(crate) fn copy_gdn_slot(
     let rec = s.recurrent_len() * 4;
     copy_range(dev, state.conv.ptr(), from * conv, to * conv, conv)?;
     copy_range(dev, state.recurrent.ptr(), from * rec, to * rec, rec)
+}
+
+/// [`copy_gdn_slot`] in every one of `states`, as one launch of
+/// [`crate::ops::state::copy_ranges`] (each layer's conv and recurrent state).
+pub(crate) fn copy_gdn_slots(
+    dev: &CudaDevice,
+    states: &mut [&mut CudaGdnState],
+    from: usize,
+    to: usize,
+) -> OpResult<()> {
+    let mut ranges = Vec::with_capacity(2 * states.len());
+    for state in states.iter() {
+        let s = state.spec;
+        if from >= s.slots {
+            return Err(no_slot(from));
+        }
+        if to >= s.slots {
+            return Err(no_slot(to));
+        }
+        let (conv, rec) = (s.conv_len() * 2, s.recurrent_len() * 4);
+        for (base, len) in [(state.conv.ptr(), conv), (state.recurrent.ptr(), rec)] {
+            ranges.push(RangeCopy {
+                src: base + (from * len) as u64,
+                dst: base + (to * len) as u64,
+                bytes: len,
+            });
+        }
+    }
+    crate::ops::state::copy_ranges(dev, &ranges)
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use crate::ops::norm::sources::OPS_NORM;
 use crate::ops::pointwise::sources::OPS_POINTWISE;
 use crate::ops::rope::sources::OPS_ROPE;
 use crate::ops::sample::sources::OPS_SAMPLE;
+use crate::ops::state::sources::STATE_COPY;
 use crate::ops::tp::sources::OPS_TP;
 
 /// Synthetic weight draws (`headroom_core::ops::rng::normal` on the device).
@@ -70,6 +71,7 @@ pub const SOURCES: &[KernelSource] = &[
     FP8_GEMV,
     FP8_QUANT,
     FP8_MOE,
+    STATE_COPY,
 ];
 
 /// Every entry point the artifact must contain, source by source.

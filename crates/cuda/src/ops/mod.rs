@@ -21,4 +21,5 @@ pub(crate) mod norm;
 pub(crate) mod pointwise;
 pub(crate) mod rope;
 pub(crate) mod sample;
+pub mod state;
 pub mod tp;

@@ -55,13 +55,14 @@ impl<B: Backend> ModelState<B> {
         from: usize,
         to: usize,
     ) -> Result<(), headroom_core::OpError> {
+        let mut gdn = Vec::new();
         for l in &mut self.layers {
             match l {
                 LayerState::Full(c) => be.copy_kv_slot(c, from, to)?,
-                LayerState::Linear(s) => be.copy_gdn_slot(s, from, to)?,
+                LayerState::Linear(s) => gdn.push(s),
             }
         }
-        Ok(())
+        be.copy_gdn_slots(&mut gdn, from, to)
     }
 }
 
