@@ -4,8 +4,8 @@
 //! block's chunk and unaligned ones, against a host copy. Needs a GPU:
 //! `cargo test --release -p headroom-cuda --test state_copy -- --ignored`.
 
-use headroom_cuda::ops::state::{copy_ranges, RangeCopy};
 use headroom_cuda::device::CudaDevice;
+use headroom_cuda::ops::state::{copy_ranges, RangeCopy};
 
 /// Bytes of a fixed pseudo-random pattern.
 fn pattern(n: usize, seed: u64) -> Vec<u8> {
