@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, in one call (builds nothing): the few-rows-per-expert
-# grouped GEMMs (GemmImpl::Stream / StreamPrefetch / StreamDeep,
-# moe_grouped_gemm_stream.cu) checked and timed.
+# grouped GEMMs (GemmImpl::Stream, moe_grouped_gemm_stream.cu) checked and timed.
 #   1. correctness: every case of crates/cuda/tests/moe.rs (f64 host reference:
 #      small shapes, 64/200/420 and 512 rows of the 35B shape, chunked passes,
 #      ties, a NaN router row, bitwise reproducibility, the whole MoE op in
@@ -9,10 +8,11 @@
 #   2. compute-sanitizer memcheck on sanitizer_case (7 tokens, every family)
 #      and on the MoE op of an expert-parallel rank;
 #   3. timing (tests/moe_few_rows_timing.rs): gate+up and down µs and TB/s at
-#      64/200/256/420/512/1024 rows x top-8 of 256 experts, old kernel vs the
-#      streaming ones; the whole MoE op at 2048 and 8192 rows, default vs main's choice.
+#      64/200/256/420/512/600/768/1024 rows x top-8 of 256 experts, old kernel
+#      vs the streaming one; the whole MoE op at 2k/8k/32k rows on every family
+#      (moe.rs block::bench_the_35b_moe_op: the default must not regress at 8k).
 # Optional: NCU=1 adds ncu sections of one gate+up and one down launch of the
-# old and the Stream kernels at 200 rows.
+# streaming kernels at NCU_ROWS (default 512) rows.
 # Build first (on the build machine):
 #   cargo test --release -p headroom-cuda --test moe --test moe_few_rows_timing --no-run
 # Usage: bench/gpu/check_moemem.sh [moe-test-binary] [moe_few_rows_timing-binary]
@@ -30,8 +30,8 @@ status=0
 echo "=== timing: few rows per expert (35B shape) ==="
 timeout ${BENCH_S:-150} "$TIMING" --ignored --nocapture --exact bench_few_rows_per_expert 2>&1 | tee "$OUT/moemem_timing.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "timing FAILED"; status=1; }
-echo "=== timing: the whole MoE op at 2048 / 8192 rows ==="
-timeout ${BENCH_S:-150} "$TIMING" --ignored --nocapture --exact bench_the_moe_op_at_2k_and_8k_rows 2>&1 | tee "$OUT/moemem_op.log"
+echo "=== timing: the whole MoE op at 2k / 8k / 32k rows ==="
+timeout ${BENCH_S:-150} "$MOE" --ignored --nocapture --exact block::bench_the_35b_moe_op 2>&1 | tee "$OUT/moemem_op.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "op timing FAILED"; status=1; }
 
 echo "=== correctness (f64 host reference, every kernel family) ==="
@@ -51,9 +51,9 @@ else
 fi
 
 if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then
-    for k in moe_gemm_gate_up_wgmma moe_gemm_down_wgmma moe_gemm_gate_up_stream_bf16 moe_gemm_down_stream_bf16; do
-        echo "=== ncu: $k (200 rows) ==="
-        MOEMEM_ROWS=200 timeout ${NCU_S:-60} ncu --clock-control none -k "regex:$k" --launch-skip 3 --launch-count 1 \
+    for k in moe_gemm_gate_up_stream_bf16 moe_gemm_down_stream_bf16; do
+        echo "=== ncu: $k (${NCU_ROWS:-512} rows) ==="
+        MOEMEM_ROWS=${NCU_ROWS:-512} timeout ${NCU_S:-60} ncu --clock-control none -k "regex:$k" --launch-skip 3 --launch-count 1 \
             --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
             --section WarpStateStats "$TIMING" --ignored --nocapture --exact bench_few_rows_per_expert 2>&1 \
             | grep -v "^|" >> "$OUT/moemem_ncu.log"

@@ -6,8 +6,7 @@ use half::bf16;
 use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::moe::{
-    grouped_gemm_flops, routed_experts, routed_experts_marked, GemmImpl, MoeLaunch, MoeStage,
-    CHUNK_TOKENS,
+    grouped_gemm_flops, routed_experts, routed_experts_marked, GemmImpl, MoeLaunch, CHUNK_TOKENS,
 };
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
@@ -39,23 +38,6 @@ const QWEN35B: Shape = Shape {
     inter: 512,
     renormalise: true,
 };
-
-fn device() -> CudaDevice {
-    CudaDevice::open(0).expect("a CUDA device (this test is run by bench/gpu/check_moe.sh)")
-}
-
-/// `n` bf16 values uniform in `[-scale, scale)`, seeded, in parallel.
-fn random_bf16(n: usize, scale: f32, seed: u64) -> Vec<u16> {
-    let mut v = vec![0u16; n];
-    v.par_chunks_mut(1 << 16).enumerate().for_each(|(c, out)| {
-        let mut rng =
-            rand::rngs::StdRng::seed_from_u64(seed ^ (c as u64).wrapping_mul(0x9E37_79B9));
-        for x in out {
-            *x = bf16::from_f32((rng.random::<f32>() * 2.0 - 1.0) * scale).to_bits();
-        }
-    });
-    v
-}
 
 /// Router logits: multiples of 1/8 in about [-3, 3], so many exact ties and
 /// no near-ties (device and host agree on every ranking).
@@ -207,19 +189,18 @@ fn launch<'a>(s: &Shape, d: &'a Device) -> MoeLaunch<'a> {
 
 /// The grouped-GEMM kernels this device runs, each forced, then the
 /// default per-pass choice (`None`): every family on Hopper, mma.sync and
-/// the streaming kernels elsewhere.
+/// its streaming form elsewhere.
 fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
-    let streaming = [
-        GemmImpl::Stream,
-        GemmImpl::StreamPrefetch,
-        GemmImpl::StreamDeep,
-    ];
-    let mut forced = if dev.arch == "sm_90a" {
-        vec![GemmImpl::MmaSync, GemmImpl::Wgmma, GemmImpl::Wide]
+    let forced = if dev.arch == "sm_90a" {
+        vec![
+            GemmImpl::MmaSync,
+            GemmImpl::Wgmma,
+            GemmImpl::Wide,
+            GemmImpl::Stream,
+        ]
     } else {
-        vec![GemmImpl::MmaSync]
+        vec![GemmImpl::MmaSync, GemmImpl::Stream]
     };
-    forced.extend(streaming);
     forced.into_iter().map(Some).chain([None]).collect()
 }
 
@@ -433,49 +414,22 @@ fn sanitizer_case() {
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moe.sh"]
 fn bench_the_35b_shape() {
     let dev = device();
     let s = QWEN35B;
-    let (h, e, i) = (s.hidden, s.experts, s.inter);
-    let gate_up = dev
-        .upload(&random_bf16(e * 2 * i * h, 2.0 / (h as f32).sqrt(), 1))
-        .unwrap();
-    let down = dev
-        .upload(&random_bf16(e * h * i, 2.0 / (i as f32).sqrt(), 2))
-        .unwrap();
+    let (h, i) = (s.hidden, s.inter);
+    let w = Bench35b::new(&dev);
+    assert_eq!((h, s.experts, s.top_k, i), (H, E, K, I));
     println!("| GEMMs | tokens | routed block ms | TFLOP/s (block) | grouped GEMMs ms | TFLOP/s (GEMMs) | gate+up ms | down ms | route ms | combine ms |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (imp, tokens) in impls(&dev)
         .into_iter()
         .flat_map(|imp| [2048usize, 8192, 32768].map(|t| (imp, t)))
     {
-        let x = dev.upload(&random_bf16(tokens * h, 1.0, 3)).unwrap();
-        let mut rng = rand::rngs::StdRng::seed_from_u64(4);
-        let logits: Vec<f32> = (0..tokens * e)
-            .map(|_| rng.random::<f32>() * 4.0 - 2.0)
-            .collect();
-        let logits = dev.upload(&logits).unwrap();
-        let out = dev.alloc(tokens * h * 4).unwrap();
-        let l = MoeLaunch {
-            x: &x,
-            router_logits: &logits,
-            gate_up: &gate_up,
-            down: &down,
-            out: &out,
-            tokens,
-            hidden: h,
-            experts: e,
-            top_k: s.top_k,
-            intermediate: i,
-            renormalise: s.renormalise,
-        };
+        let (inputs, _) = Bench35b::inputs(&dev, tokens, 4);
+        let l = w.launch(&inputs);
         for _ in 0..2 {
             routed_experts_marked(&dev, &l, imp, &mut |_| Ok(())).unwrap();
         }
@@ -483,26 +437,8 @@ fn bench_the_35b_shape() {
         let (mut total, mut gemms, mut gu, mut dn, mut rt, mut cb) =
             (vec![], vec![], vec![], vec![], vec![], vec![]);
         for _ in 0..7 {
-            let mut marks: Vec<(MoeStage, Event)> = Vec::new();
-            let start = Event::record(&dev).unwrap();
-            routed_experts_marked(&dev, &l, imp, &mut |st| {
-                marks.push((st, Event::record(&dev).unwrap()));
-                Ok(())
-            })
-            .unwrap();
-            let end = Event::record(&dev).unwrap();
-            total.push(end.ms_since(&start).unwrap());
-            let mut per = [0f64; 4];
-            for w in marks.windows(2) {
-                let ms = w[1].1.ms_since(&w[0].1).unwrap();
-                match w[0].0 {
-                    MoeStage::Route => per[0] += ms,
-                    MoeStage::GateUp => per[1] += ms,
-                    MoeStage::Down => per[2] += ms,
-                    MoeStage::Combine => per[3] += ms,
-                    MoeStage::End => {}
-                }
-            }
+            let (t, per) = timed_call(&dev, &l, imp);
+            total.push(t);
             rt.push(per[0]);
             gu.push(per[1]);
             dn.push(per[2]);
@@ -525,3 +461,6 @@ fn bench_the_35b_shape() {
 
 #[path = "moe/block.rs"]
 mod block;
+#[path = "moe/common.rs"]
+mod common;
+use common::{device, median, random_bf16, timed_call, Bench35b, E, H, I, K};

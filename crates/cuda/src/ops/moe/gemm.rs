@@ -25,10 +25,6 @@ pub enum GemmImpl {
     /// 32 a pass), a persistent grid of two CTAs per SM with one 5-stage
     /// cp.async ring running across items. mma.sync: any sm_80+ GPU.
     Stream,
-    /// [`GemmImpl::Stream`] with a 256-byte L2 prefetch hint on the weight loads.
-    StreamPrefetch,
-    /// [`GemmImpl::Stream`] on one CTA per SM with a 10-stage ring.
-    StreamDeep,
 }
 
 /// Pairs per pass from which [`GemmImpl::for_pass`] runs the wide tiles
@@ -39,14 +35,11 @@ pub const WIDE_PAIRS: usize = 65_536;
 /// runs the streaming kernels on Hopper (512 tokens of top-8 over 256 experts).
 pub const STREAM_ROWS_PER_EXPERT: usize = 16;
 
-/// Dynamic shared memory of a [`GemmImpl::Stream`] CTA (`SMEM_BYTES` in
-/// `moe_grouped_gemm_stream.cu`: 5 stages of 128 weight rows and 32 rows of
-/// 64 K, then the tile and row offsets of up to `MAX_EXPERTS` experts).
-pub const STREAM_SMEM_BYTES: usize = 5 * (128 + 32) * 64 * 2 + STREAM_TABLE_BYTES;
-/// The same for [`GemmImpl::StreamDeep`] (`SMEM_BYTES_DEEP`: 10 stages).
-pub const STREAM_DEEP_SMEM_BYTES: usize = 10 * (128 + 32) * 64 * 2 + STREAM_TABLE_BYTES;
-/// The offsets tables of a streaming CTA (`TABLE_BYTES`).
-const STREAM_TABLE_BYTES: usize = 2 * (MAX_EXPERTS + 1) * 4;
+/// Dynamic shared memory of a streaming CTA (`SMEM_BYTES` in
+/// `moe_grouped_gemm_stream.cu`: 5 stages of 128 weight rows and 32 rows of 64 K
+/// on a 1024-byte aligned base, then the tile and row offsets of up to
+/// `MAX_EXPERTS` experts).
+pub const STREAM_SMEM_BYTES: usize = 5 * (128 + 32) * 64 * 2 + 2 * (MAX_EXPERTS + 1) * 4 + 1024;
 
 /// Architecture of the wgmma kernels.
 const HOPPER: &str = "sm_90a";
@@ -111,10 +104,7 @@ impl GemmImpl {
     /// Entry points of the 128 x 128 kernels (gate+up, down).
     pub fn entries(self) -> (&'static str, &'static str) {
         match self {
-            GemmImpl::MmaSync
-            | GemmImpl::Stream
-            | GemmImpl::StreamPrefetch
-            | GemmImpl::StreamDeep => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
+            GemmImpl::MmaSync | GemmImpl::Stream => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
             GemmImpl::Wgmma | GemmImpl::Wide => {
                 ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16")
             }
@@ -122,14 +112,11 @@ impl GemmImpl {
     }
 
     /// Dynamic shared memory of one 128 x 128 CTA (the wgmma tiles need a
-    /// 1024-byte aligned base; the streaming variants run no 128 x 128 CTA
-    /// and have the mma.sync size).
+    /// 1024-byte aligned base; the streaming families run no 128 x 128 CTA
+    /// and have their family's size).
     pub fn smem_bytes(self) -> usize {
         match self {
-            GemmImpl::MmaSync
-            | GemmImpl::Stream
-            | GemmImpl::StreamPrefetch
-            | GemmImpl::StreamDeep => GEMM_SMEM_BYTES,
+            GemmImpl::MmaSync | GemmImpl::Stream => GEMM_SMEM_BYTES,
             GemmImpl::Wgmma | GemmImpl::Wide => GEMM_SMEM_BYTES + 1024,
         }
     }
@@ -156,35 +143,21 @@ impl GemmImpl {
         }
     }
 
-    /// The streaming kernel `entry` of this variant (`suffix`-less names are
-    /// [`GemmImpl::Stream`]'s), or `None` for the other families.
+    /// The streaming kernel of this family (gate+up or down), or `None` for
+    /// the other families.
     fn stream(self, gate_up: bool, tile_cols: usize) -> Option<GemmKernel> {
-        let (entry, smem, ctas_per_sm) = match (self, gate_up) {
-            (GemmImpl::Stream, true) => ("moe_gemm_gate_up_stream_bf16", STREAM_SMEM_BYTES, 2),
-            (GemmImpl::Stream, false) => ("moe_gemm_down_stream_bf16", STREAM_SMEM_BYTES, 2),
-            (GemmImpl::StreamPrefetch, true) => {
-                ("moe_gemm_gate_up_stream_pf_bf16", STREAM_SMEM_BYTES, 2)
-            }
-            (GemmImpl::StreamPrefetch, false) => {
-                ("moe_gemm_down_stream_pf_bf16", STREAM_SMEM_BYTES, 2)
-            }
-            (GemmImpl::StreamDeep, true) => (
-                "moe_gemm_gate_up_stream_deep_bf16",
-                STREAM_DEEP_SMEM_BYTES,
-                1,
-            ),
-            (GemmImpl::StreamDeep, false) => {
-                ("moe_gemm_down_stream_deep_bf16", STREAM_DEEP_SMEM_BYTES, 1)
-            }
+        let entry = match (self, gate_up) {
+            (GemmImpl::Stream, true) => "moe_gemm_gate_up_stream_bf16",
+            (GemmImpl::Stream, false) => "moe_gemm_down_stream_bf16",
             _ => return None,
         };
         Some(GemmKernel {
             entry,
-            smem,
+            smem: STREAM_SMEM_BYTES,
             threads: GEMM_THREADS,
             tile_cols,
             persistent: true,
-            ctas_per_sm,
+            ctas_per_sm: 2,
         })
     }
 

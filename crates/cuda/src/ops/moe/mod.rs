@@ -19,8 +19,8 @@ pub mod sources;
 mod weights;
 
 pub use gemm::{
-    GemmImpl, GemmKernel, STREAM_DEEP_SMEM_BYTES, STREAM_ROWS_PER_EXPERT, STREAM_SMEM_BYTES,
-    WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES,
+    GemmImpl, GemmKernel, STREAM_ROWS_PER_EXPERT, STREAM_SMEM_BYTES, WIDE_BN, WIDE_PAIRS,
+    WIDE_SMEM_BYTES,
 };
 
 pub use launch::{

@@ -7,19 +7,20 @@
 //
 // - Operands swapped: the weights are the MMA's M side (each of the 8 warps
 //   owns 16 weight rows: mma.sync m16n8k16 A fragments), the expert's rows are
-//   its N side in n8 blocks, so the tensor work follows the rows there are
-//   (NMAX = 32 rows per pass, n8 blocks past the pass's rows are skipped).
+//   its N side in n8 blocks (NMAX = 32 rows per pass; blocks past the pass's
+//   rows are skipped). Any sm_80+ GPU.
 // - An item is (row tile of the 128-row tile list, column tile): BW = 128
 //   weight rows (gate+up: 64 gate rows and the 64 up rows of the same act
 //   columns, interleaved 8 + 8 per warp so SiLU(gate)·up pairs sit in one
 //   thread's accumulators; down: 128 output columns of y). A tile of more than
 //   NMAX rows runs ceil(rows / NMAX) passes over K (the weights again, from L2).
-// - Persistent grid (CTAS_PER_SM CTAs per SM): CTA b walks items
-//   b, b + grid, ... with one cp.async ring of STAGES stages that runs on
-//   across passes and items, so the next item's weights stream in while this
-//   one finishes and stores. Weight loads carry an L2 evict-first policy (each
-//   weight byte is read once per pass) and, in the PREFETCH variant, a 256-byte
-//   L2 prefetch hint.
+// - Persistent grid (2 CTAs per SM): CTA b walks items b, b + grid, ... with
+//   one 5-stage cp.async ring that runs on across passes and items, so the
+//   next item's weights stream in while this one finishes and stores. Weight
+//   loads carry an L2 evict-first policy (each weight byte is read once per
+//   pass). The tile and row offsets are copied to shared memory once per CTA.
+// - Shared memory: stages of 16-byte chunks XOR-swizzled by row (conflict-free
+//   ldmatrix), on a 1024-byte aligned base (the swizzle period).
 //
 // Needs K % BK == 0, gate+up: n_out % (BW / 2) == 0, down: n_out % BW == 0
 // (the 128 x 128 kernels' conditions, checked by the launcher).
@@ -52,11 +53,11 @@ static_assert(ROW_STEP % 8 == 0, "a thread's chunks share one swizzle phase");
 constexpr int MAX_EXPERTS = 1024;                   // the routing kernels' limit
 constexpr int TABLE_BYTES = 2 * (MAX_EXPERTS + 1) * 4;  // tile and row offsets, after the stages
 
-// The two configurations the launcher knows (STAGES, CTAs per SM): 2 x 5
-// stages (4 ahead) and 1 x 10 stages (9 ahead).
-constexpr int SMEM_BYTES = 5 * STAGE_BYTES + TABLE_BYTES;        // 110600: two CTAs per SM
-constexpr int SMEM_BYTES_DEEP = 10 * STAGE_BYTES + TABLE_BYTES;  // 213000: one CTA per SM
-static_assert(2 * SMEM_BYTES <= 227 * 1024 && SMEM_BYTES_DEEP <= 227 * 1024, "shared memory fits");
+constexpr int STAGES = 5;                              // 4 stages loaded ahead
+constexpr int ACC = NB * 4;                            // f32 accumulators a thread
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + TABLE_BYTES + 1024;  // 111624: + alignment slack
+static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two CTAs share an SM");
+static_assert(W_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
 
 // Byte offset of 16-byte chunk c of row r in a BK-wide tile: chunk XOR (row
 // mod 8) puts the 8 rows an ldmatrix reads in 8 different bank groups.
@@ -70,16 +71,9 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool 
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
 }
-// Weight rows: L2 evict-first, optionally with a 256-byte L2 prefetch.
-template <bool PREFETCH>
+// Weight rows: L2 evict-first.
 __device__ __forceinline__ void cp_async_16_stream(unsigned dst, const void* src, unsigned long long policy) {
-    if (PREFETCH) {
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                     "l"(policy));
-    } else {
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                     "l"(policy));
-    }
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(policy));
 }
 __device__ __forceinline__ unsigned long long evict_first_policy() {
     unsigned long long p;
@@ -101,25 +95,33 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One item of the list: expert, first sorted row, rows of its tile, column tile.
-struct Item {
-    int e, m0, rows, nt;
-};
+// One stage on mma.sync m16n8k16: A = the warp's 16 weight rows (ldmatrix
+// from the swizzled stage at sw), B = the pass's rows (stage at st) in n8
+// blocks, blocks past n_rows skipped. acc[4b + q] is weight row warp*16 +
+// lane/4 (+ 8 for q >= 2) and pass row b*8 + (lane%4)*2 + q%2.
+__device__ __forceinline__ void mma_stage(float (&acc)[ACC], unsigned sw, unsigned st, int warp, int lane,
+                                          int n_rows) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 16; ++ks) {
+        unsigned af[4];
+        ldmatrix_x4(af, sw + swz(warp * 16 + (lane % 16), ks * 2 + lane / 16));
+#pragma unroll
+        for (int b = 0; b < NB; b += 2) {
+            if (b * 8 >= n_rows) break;
+            unsigned t[4];
+            ldmatrix_x4(t, st + swz(b * 8 + (lane % 8) + (lane / 16) * 8, ks * 2 + (lane / 8) % 2));
+            mma_bf16(acc + 4 * b, af, t[0], t[1]);
+            if ((b + 1) * 8 < n_rows) mma_bf16(acc + 4 * (b + 1), af, t[2], t[3]);
+        }
+    }
+}
 
+// An item is a tile of the tile list (moe_tile_list.cuh, compiled in front of
+// this file): expert, first sorted row, rows of its tile, column tile.
+typedef headroom_moe_tiles::Tile Item;
 __device__ __forceinline__ Item item_at(int t, int n_tiles, const int* __restrict__ expert_offsets,
                                         const int* __restrict__ tile_offsets, int experts) {
-    const int rt = t / n_tiles;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
-    }
-    Item it;
-    it.e = lo;
-    it.m0 = expert_offsets[lo] + (rt - tile_offsets[lo]) * BM;
-    it.rows = min(BM, expert_offsets[lo + 1] - it.m0);
-    it.nt = t % n_tiles;
-    return it;
+    return headroom_moe_tiles::tile_at<BM>(t, n_tiles, expert_offsets, tile_offsets, experts);
 }
 
 // Global weight row of the item's tile row s. Gate+up: warp w's 16 rows are
@@ -171,7 +173,7 @@ struct Loader {
 // The kernel body. a_src: x [tokens][K] (GATE_UP, rows through slot_token) or
 // act [rows][K]; w: gate_up [E][2 n_out][K] (GATE_UP) or down [E][n_out][K];
 // out: act [rows][n_out] (GATE_UP) or y [rows][n_out].
-template <bool GATE_UP, int STAGES, bool PREFETCH>
+template <bool GATE_UP>
 __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                             const bf16* __restrict__ w, bf16* __restrict__ out,
                                             const int* __restrict__ expert_offsets,
@@ -185,9 +187,9 @@ __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, cons
     const int k_tiles = K / BK;
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const unsigned smem0 = smem_u32(smem_raw);
+    const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
     // The offsets in shared memory: each item's binary search runs there.
-    int* s_tiles = reinterpret_cast<int*>(smem_raw + STAGES * STAGE_BYTES);
+    int* s_tiles = reinterpret_cast<int*>(smem_raw + (smem0 - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
     int* s_rows = s_tiles + MAX_EXPERTS + 1;
     for (int i = tid; i <= experts; i += THREADS) {
         s_tiles[i] = tile_offsets[i];
@@ -211,7 +213,7 @@ __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, cons
         const int k0 = ld.kt * BK;
 #pragma unroll
         for (int q = 0; q < W_LOADS; ++q) {
-            cp_async_16_stream<PREFETCH>(base + q * ROW_STEP * BK * 2, ld.w_ptr[q] + k0, policy);
+            cp_async_16_stream(base + q * ROW_STEP * BK * 2, ld.w_ptr[q] + k0, policy);
         }
         cp_async_16(base + W_BYTES, ld.t_ptr + k0, ld.t_ok);
         if (++ld.kt < k_tiles) return;
@@ -240,34 +242,19 @@ __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, cons
             item_at((int)blockIdx.x + j * (int)gridDim.x, n_tiles, expert_offsets, tile_offsets, experts);
         for (int p0 = 0; p0 < it.rows; p0 += NMAX) {
             const int n_rows = min(NMAX, it.rows - p0);  // rows of this pass (CTA-uniform)
-            float acc[NB][4];
+            float acc[ACC];
 #pragma unroll
-            for (int b = 0; b < NB; ++b)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) acc[b][q] = 0.f;
+            for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
             for (int kt = 0; kt < k_tiles; ++kt, ++s) {
                 cp_async_wait<AHEAD - 1>();
                 __syncthreads();  // step s landed for all; step s-1's stage is free
                 issue((s + AHEAD) % STAGES);
                 cp_async_commit();
                 const unsigned sw = smem0 + (unsigned)((s % STAGES) * STAGE_BYTES);
-                const unsigned st = sw + W_BYTES;
-#pragma unroll
-                for (int ks = 0; ks < BK / 16; ++ks) {
-                    unsigned af[4];
-                    ldmatrix_x4(af, sw + swz(warp * 16 + (lane % 16), ks * 2 + lane / 16));
-#pragma unroll
-                    for (int b = 0; b < NB; b += 2) {
-                        if (b * 8 >= n_rows) break;
-                        unsigned t[4];
-                        ldmatrix_x4(t, st + swz(b * 8 + (lane % 8) + (lane / 16) * 8, ks * 2 + (lane / 8) % 2));
-                        mma_bf16(acc[b], af, t[0], t[1]);
-                        if ((b + 1) * 8 < n_rows) mma_bf16(acc[b + 1], af, t[2], t[3]);
-                    }
-                }
+                mma_stage(acc, sw, sw + W_BYTES, warp, lane, n_rows);
             }
-            // Epilogue: acc[b][0..1] is weight row warp*16 + lane/4, acc[b][2..3]
-            // the row 8 below; rows of the pass b*8 + (lane%4)*2 + {0, 1}.
+            // Epilogue: acc[4b + {0, 1}] is weight row warp*16 + lane/4,
+            // acc[4b + {2, 3}] the row 8 below; rows of the pass b*8 + (lane%4)*2 + {0, 1}.
 #pragma unroll
             for (int b = 0; b < NB; ++b) {
 #pragma unroll
@@ -276,13 +263,13 @@ __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, cons
                     if (r >= it.rows) continue;
                     bf16* orow = out + (long long)(it.m0 + r) * n_out;
                     if (GATE_UP) {
-                        const float g = acc[b][c], u = acc[b][2 + c];
+                        const float g = acc[4 * b + c], u = acc[4 * b + 2 + c];
                         const int col = it.nt * GATE_UP_COLS + warp * 8 + lane / 4;
                         orow[col] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
                     } else {
                         const int col = it.nt * BW + warp * 16 + lane / 4;
-                        orow[col] = __float2bfloat16_rn(acc[b][c]);
-                        orow[col + 8] = __float2bfloat16_rn(acc[b][2 + c]);
+                        orow[col] = __float2bfloat16_rn(acc[4 * b + c]);
+                        orow[col + 8] = __float2bfloat16_rn(acc[4 * b + 2 + c]);
                     }
                 }
             }
@@ -296,44 +283,14 @@ moe_gemm_gate_up_stream_bf16(const bf16* __restrict__ x, const int* __restrict__
                              const bf16* __restrict__ gate_up, bf16* __restrict__ act,
                              const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
                              int experts, int hidden, int inter) {
-    stream_gemm<true, 5, false>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
+    stream_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 2)
 moe_gemm_down_stream_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
                           const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
                           int experts, int inter, int hidden) {
-    stream_gemm<false, 5, false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_gate_up_stream_pf_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                                const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                                const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                                int experts, int hidden, int inter) {
-    stream_gemm<true, 5, true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_stream_pf_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                             const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                             int experts, int inter, int hidden) {
-    stream_gemm<false, 5, true>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-moe_gemm_gate_up_stream_deep_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                                  const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                                  const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                                  int experts, int hidden, int inter) {
-    stream_gemm<true, 10, false>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-moe_gemm_down_stream_deep_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                               const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                               int experts, int inter, int hidden) {
-    stream_gemm<false, 10, false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
+    stream_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
 }
 
 }  // namespace headroom_moe_stream

@@ -100,26 +100,8 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
-// One tile of the list: expert, first sorted row, valid rows, column tile.
-struct Tile {
-    int e, m0, rows, nt;
-};
-
-__device__ __forceinline__ Tile tile_at(int t, int n_tiles, const int* __restrict__ expert_offsets,
-                                        const int* __restrict__ tile_offsets, int experts) {
-    const int rt = t / n_tiles;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
-    }
-    Tile tl;
-    tl.e = lo;
-    tl.m0 = expert_offsets[lo] + (rt - tile_offsets[lo]) * BM;
-    tl.rows = min(BM, expert_offsets[lo + 1] - tl.m0);
-    tl.nt = t % n_tiles;
-    return tl;
-}
+using headroom_moe_tiles::Tile;
+using headroom_moe_tiles::tile_at;  // tile_at<BM>: moe_tile_list.cuh, compiled in front of this file
 
 // The gate+up epilogue: act = SiLU(gate)·up in bf16, stored from the fragments.
 // Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8
@@ -201,7 +183,7 @@ struct Loader {
                                              const int* __restrict__ slot_token, const bf16* __restrict__ w,
                                              const int* __restrict__ expert_offsets,
                                              const int* __restrict__ tile_offsets, int experts, int K, int n_out) {
-        const Tile tl = tile_at(tile, n_tiles, expert_offsets, tile_offsets, experts);
+        const Tile tl = tile_at<BM>(tile, n_tiles, expert_offsets, tile_offsets, experts);
 #pragma unroll
         for (int q = 0; q < A_N; ++q) {
             const int r = row + q * STEP;
@@ -303,7 +285,7 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
     int s = 0;
     for (int c_j = 0; c_j < my_tiles; ++c_j) {
         const Tile ct =
-            tile_at((int)blockIdx.x + c_j * (int)gridDim.x, n_tiles, expert_offsets, tile_offsets, experts);
+            tile_at<BM>((int)blockIdx.x + c_j * (int)gridDim.x, n_tiles, expert_offsets, tile_offsets, experts);
         for (int kt = 0; kt < k_tiles; ++kt, ++s) {
             cp_async_wait<AHEAD - 1>();
             fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads

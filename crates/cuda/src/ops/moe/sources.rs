@@ -45,24 +45,23 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wide",
     file: "moe_grouped_gemm_wide.cu",
-    source: include_str!("moe_grouped_gemm_wide.cu"),
+    source: concat!(
+        include_str!("moe_tile_list.cuh"),
+        include_str!("moe_grouped_gemm_wide.cu")
+    ),
     entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
 };
 
 /// The routed experts' grouped GEMMs for a few rows per expert: weights
-/// streamed through a persistent cp.async ring (any sm_80+ GPU).
+/// streamed through a persistent cp.async ring, mma.sync (any sm_80+ GPU).
 pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     name: "moe_grouped_gemm_stream",
     file: "moe_grouped_gemm_stream.cu",
-    source: include_str!("moe_grouped_gemm_stream.cu"),
-    entry_points: &[
-        "moe_gemm_gate_up_stream_bf16",
-        "moe_gemm_down_stream_bf16",
-        "moe_gemm_gate_up_stream_pf_bf16",
-        "moe_gemm_down_stream_pf_bf16",
-        "moe_gemm_gate_up_stream_deep_bf16",
-        "moe_gemm_down_stream_deep_bf16",
-    ],
+    source: concat!(
+        include_str!("moe_tile_list.cuh"),
+        include_str!("moe_grouped_gemm_stream.cu")
+    ),
+    entry_points: &["moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16"],
 };
 
 /// The MoE block for a few rows (decode) in three launches ([`super::decode`]).

@@ -260,46 +260,40 @@ fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
     assert_eq!(constant(src, "BM"), GEMM_BM);
     assert_eq!(constant(src, "BW"), GEMM_BN);
     assert_eq!(constant(src, "BK"), GEMM_BK);
+    assert_eq!(constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
     assert!(src.contains("constexpr int THREADS = WARPS * 32;      // 256"));
     assert_eq!(GEMM_BN / 16 * 32, GEMM_THREADS);
-    assert!(src.contains("SMEM_BYTES = 5 * STAGE_BYTES + TABLE_BYTES;"));
-    assert!(src.contains("SMEM_BYTES_DEEP = 10 * STAGE_BYTES + TABLE_BYTES;"));
-    assert_eq!(constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
-    let table = 2 * (MAX_EXPERTS + 1) * 4;
-    assert!(
-        src.contains("stream_gemm<true, 5, false>")
-            && src.contains("stream_gemm<false, 10, false>")
-    );
+    assert!(src.contains("SMEM_BYTES = STAGES * STAGE_BYTES + TABLE_BYTES + 1024;"));
+    assert!(src.starts_with(include_str!("moe_tile_list.cuh")));
+    // Any sm_80+ GPU: no warpgroup MMA in the source.
+    assert!(!src.contains("wgmma."));
     let stage = (GEMM_BN + constant(src, "NMAX")) * GEMM_BK * 2;
-    assert_eq!(STREAM_SMEM_BYTES, 5 * stage + table);
-    assert_eq!(STREAM_DEEP_SMEM_BYTES, 10 * stage + table);
-    const { assert!(2 * STREAM_SMEM_BYTES <= 227 * 1024 && STREAM_DEEP_SMEM_BYTES <= 227 * 1024) };
-    let cases = [
-        (GemmImpl::Stream, "stream", STREAM_SMEM_BYTES, 2),
-        (GemmImpl::StreamPrefetch, "stream_pf", STREAM_SMEM_BYTES, 2),
-        (
-            GemmImpl::StreamDeep,
-            "stream_deep",
-            STREAM_DEEP_SMEM_BYTES,
-            1,
-        ),
-    ];
-    for (imp, name, smem, per_sm) in cases {
-        let (g, d) = (imp.gate_up(192), imp.down(384));
-        assert_eq!(g.entry, format!("moe_gemm_gate_up_{name}_bf16"));
-        assert_eq!(d.entry, format!("moe_gemm_down_{name}_bf16"));
-        assert!(MOE_GROUPED_GEMM_STREAM.entry_points.contains(&g.entry));
-        assert!(MOE_GROUPED_GEMM_STREAM.entry_points.contains(&d.entry));
-        assert_eq!(
-            (g.tile_cols, g.smem, g.threads, g.persistent, g.ctas_per_sm),
-            (64, smem, 256, true, per_sm)
-        );
-        assert_eq!((d.tile_cols, d.smem, d.ctas_per_sm), (128, smem, per_sm));
-        assert!(!imp.hopper_only());
-        // Persistent: at most ctas_per_sm CTAs per SM, never more than the tiles.
-        assert_eq!(g.grid(300, 512, 132), 132 * per_sm);
-        assert_eq!(d.grid(1, 384, 132), 3);
-    }
+    let table = 2 * (MAX_EXPERTS + 1) * 4;
+    assert_eq!(
+        STREAM_SMEM_BYTES,
+        constant(src, "STAGES") * stage + table + 1024
+    );
+    // Two CTAs per SM, each with the driver's 1 KiB reserve, in 228 KiB.
+    const { assert!(2 * (STREAM_SMEM_BYTES + 1024) <= 228 * 1024) };
+    let imp = GemmImpl::Stream;
+    let (g, d) = (imp.gate_up(192), imp.down(384));
+    assert_eq!(MOE_GROUPED_GEMM_STREAM.entry_points, [g.entry, d.entry]);
+    assert_eq!(
+        (g.entry, d.entry),
+        ("moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16")
+    );
+    assert_eq!(
+        (g.tile_cols, g.smem, g.threads, g.persistent, g.ctas_per_sm),
+        (64, STREAM_SMEM_BYTES, 256, true, 2)
+    );
+    assert_eq!(
+        (d.tile_cols, d.smem, d.ctas_per_sm),
+        (128, STREAM_SMEM_BYTES, 2)
+    );
+    // Persistent: at most two CTAs per SM, never more than the tiles.
+    assert_eq!(g.grid(300, 512, 132), 264);
+    assert_eq!(d.grid(1, 384, 132), 3);
+    assert!(!imp.hopper_only());
 }
 
 #[test]
@@ -318,7 +312,7 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 fn only_the_mma_sync_kernels_run_off_hopper() {
     assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::Wide.hopper_only());
     assert!(!GemmImpl::MmaSync.hopper_only());
-    assert!(!GemmImpl::Stream.hopper_only() && !GemmImpl::StreamDeep.hopper_only());
+    assert!(!GemmImpl::Stream.hopper_only());
 }
 
 #[test]
