@@ -1,11 +1,12 @@
 //! The launch sequence of the routed experts, pass by pass over chunks of
-//! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route (with the offsets), scatter,
+//! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route (with the offsets, and
+//! the scatter of a small pass), scatter,
 //! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
 //! from the routing, so nothing waits for the device.
 
 use super::{
-    route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, GEMM_BM, MAX_EXPERTS,
-    ROUTE_WARPS,
+    route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, FUSED_SCATTER_PAIRS, GEMM_BM,
+    MAX_EXPERTS, ROUTE_WARPS,
 };
 
 /// Tokens per block of the baseline routing kernel (`SMEM_ROUTE_WARPS` in
@@ -257,8 +258,9 @@ pub fn route_stage(
     route(dev, l, (0, l.experts), pass, form, bufs)
 }
 
-/// Routing (whose last block writes the per-expert offsets; `Smem`: a
-/// separate offsets kernel) and the scatter to expert order of one pass.
+/// Routing (whose last block writes the per-expert offsets, and scatters a
+/// pass of at most [`FUSED_SCATTER_PAIRS`] pairs; `Smem`: a separate offsets
+/// kernel) and the scatter to expert order of one pass.
 /// `r.counts` must be zero (the memset of the call; each pass's scatter
 /// leaves them zero again).
 fn route(
@@ -284,14 +286,30 @@ fn route(
         .int(first)
         .int(local);
     match form {
-        RouteForm::Registers => launch(
-            dev,
-            route_entry(l.experts),
-            tc.div_ceil(ROUTE_WARPS),
-            (ROUTE_WARPS * 32) as u32,
-            0,
-            params.ptr(r.expert_offsets.ptr()).ptr(r.tile_offsets.ptr()),
-        )?,
+        RouteForm::Registers => {
+            // A small pass is scattered by the routing's last block.
+            let fused = pairs <= FUSED_SCATTER_PAIRS;
+            let (st, ps) = if fused {
+                (r.slot_token.ptr(), r.pair_slot.ptr())
+            } else {
+                (0, 0)
+            };
+            launch(
+                dev,
+                route_entry(l.experts),
+                tc.div_ceil(ROUTE_WARPS),
+                (ROUTE_WARPS * 32) as u32,
+                0,
+                params
+                    .ptr(r.expert_offsets.ptr())
+                    .ptr(r.tile_offsets.ptr())
+                    .ptr(st)
+                    .ptr(ps),
+            )?;
+            if fused {
+                return Ok(());
+            }
+        }
         RouteForm::Smem => {
             launch(
                 dev,

@@ -49,6 +49,9 @@ pub const MAX_EXPERTS: usize = 1024;
 /// Most experts of the narrow routing kernel `moe_route` (`ROUTE_NARROW_EXPERTS`);
 /// `moe_route_wide` takes up to [`MAX_EXPERTS`].
 pub const ROUTE_NARROW_EXPERTS: usize = 256;
+/// Most (token, k) pairs of a pass the routing kernel's last block scatters
+/// itself (`FUSED_SCATTER_PAIRS`); larger passes launch `moe_scatter`.
+pub const FUSED_SCATTER_PAIRS: usize = 4096;
 /// Tokens per routing block (`ROUTE_WARPS`: one warp per token).
 pub const ROUTE_WARPS: usize = 4;
 

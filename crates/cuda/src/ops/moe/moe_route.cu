@@ -14,6 +14,8 @@
 //    order and, for that slot, the token it came from; it counts the counts
 //    back down to zero. The slot order inside an expert depends on atomics,
 //    but no result does: each GEMM row depends only on its own input row.
+//    A pass of at most FUSED_SCATTER_PAIRS pairs is scattered by the routing
+//    kernel's last block instead (one launch fewer).
 // 3. moe_combine: out[t] = sum over k, in k order, of w[t][k] * y[slot(t, k)],
 //    in f32 (no float atomics: reproducible run to run).
 // 4. moe_combine_shared: the same sum, plus the shared expert scaled by its
@@ -36,8 +38,10 @@ constexpr int ROUTE_WARPS = 4;              // tokens per routing block
 constexpr int ROUTE_THREADS = ROUTE_WARPS * 32;
 constexpr int MAX_EXPERTS = 1024;           // the wide routing kernel's logits in registers
 constexpr int ROUTE_NARROW_EXPERTS = 256;   // the narrow one's
+constexpr int FUSED_SCATTER_PAIRS = 4096;   // most pairs the routing's last block scatters
 constexpr int GEMM_BM = 128;                // rows per grouped-GEMM tile (moe_grouped_gemm.cu BM)
 constexpr int COMBINE_THREADS = 256;
+constexpr int COMBINE_BATCH = 8;            // loads in flight a thread (combine, fused scatter)
 constexpr int SCATTER_THREADS = 256;
 
 // NaN last, then higher probability, then the lower index (the caller
@@ -48,10 +52,11 @@ __device__ __forceinline__ unsigned rank_key(float p) {
 }
 
 // Offsets of the last routing block: exclusive prefix sums of counts[0..local)
-// (rows, and row tiles of GEMM_BM) into expert_offsets / tile_offsets [local + 1],
-// by ROUTE_THREADS threads, each a run of consecutive experts.
+// (rows, and row tiles of GEMM_BM) into expert_offsets / tile_offsets [local + 1]
+// and each expert's first row into s_start (shared), by ROUTE_THREADS threads,
+// each a run of consecutive experts.
 __device__ void route_offsets(const int* __restrict__ counts, int local, int* __restrict__ expert_offsets,
-                              int* __restrict__ tile_offsets) {
+                              int* __restrict__ tile_offsets, int* s_start) {
     constexpr int PER = MAX_EXPERTS / ROUTE_THREADS;
     static_assert(PER * ROUTE_THREADS == MAX_EXPERTS, "every expert has a thread");
     __shared__ int warp_rows[ROUTE_WARPS], warp_tiles[ROUTE_WARPS];
@@ -88,6 +93,7 @@ __device__ void route_offsets(const int* __restrict__ counts, int local, int* __
     for (int i = 0; i < PER; ++i) {
         const int e = tid * PER + i;
         if (e < local) {
+            s_start[e] = r_base;
             r_base += c[i];
             t_base += (c[i] + GEMM_BM - 1) / GEMM_BM;
             expert_offsets[e + 1] = r_base;
@@ -115,7 +121,8 @@ __device__ __forceinline__ void route_block(const float* __restrict__ logits, in
                                             int top_k, int renormalise, int* __restrict__ topk_expert,
                                             float* __restrict__ topk_weight, int* __restrict__ counts,
                                             int first, int local, int* __restrict__ expert_offsets,
-                                            int* __restrict__ tile_offsets) {
+                                            int* __restrict__ tile_offsets, int* __restrict__ slot_token,
+                                            int* __restrict__ pair_slot) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const long long t = (long long)blockIdx.x * ROUTE_WARPS + warp;
     if (t < tokens) {
@@ -199,19 +206,52 @@ __device__ __forceinline__ void route_block(const float* __restrict__ logits, in
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    route_offsets(counts, local, expert_offsets, tile_offsets);
+    __shared__ int s_start[MAX_EXPERTS];
+    route_offsets(counts, local, expert_offsets, tile_offsets, s_start);
     if (threadIdx.x == 0) counts[local] = 0;
+    if (slot_token == nullptr) return;
+    // A small pass (at most FUSED_SCATTER_PAIRS pairs): moe_scatter's work here,
+    // each pair's expert read from L2 (the other blocks wrote it), the slots
+    // taken from shared cursors, COMBINE_BATCH pairs a thread in flight; then
+    // the counts back to zero for the next pass.
+    __syncthreads();
+    const int pairs = tokens * top_k;
+    for (int p0 = threadIdx.x; p0 < pairs; p0 += COMBINE_BATCH * ROUTE_THREADS) {
+        int e[COMBINE_BATCH];
+#pragma unroll
+        for (int b = 0; b < COMBINE_BATCH; ++b) {
+            const int p = p0 + b * ROUTE_THREADS;
+            e[b] = p < pairs ? __ldcg(topk_expert + p) : -2;
+        }
+#pragma unroll
+        for (int b = 0; b < COMBINE_BATCH; ++b) {
+            const int p = p0 + b * ROUTE_THREADS;
+            if (e[b] == -2) continue;
+            if (e[b] < 0) {  // another rank's expert
+                pair_slot[p] = -1;
+                continue;
+            }
+            const int slot = atomicAdd(&s_start[e[b]], 1);
+            slot_token[slot] = p / top_k;
+            pair_slot[p] = slot;
+        }
+    }
+    for (int e = threadIdx.x; e < local; e += ROUTE_THREADS) counts[e] = 0;
 }
 
 // Launch: grid ceil(tokens / ROUTE_WARPS), block ROUTE_THREADS, no dynamic
 // shared memory. moe_route: experts <= 256; moe_route_wide: experts <= MAX_EXPERTS.
+// slot_token / pair_slot: null, or (tokens * top_k <= FUSED_SCATTER_PAIRS) the
+// scatter's outputs, written by the last block (no moe_scatter launch then).
 #define ROUTE_ENTRY(NAME, PER_LANE)                                                                   \
     extern "C" __global__ void __launch_bounds__(ROUTE_THREADS)                                      \
     NAME(const float* __restrict__ logits, int tokens, int experts, int top_k, int renormalise,      \
          int* __restrict__ topk_expert, float* __restrict__ topk_weight, int* __restrict__ counts,    \
-         int first, int local, int* __restrict__ expert_offsets, int* __restrict__ tile_offsets) {    \
+         int first, int local, int* __restrict__ expert_offsets, int* __restrict__ tile_offsets,      \
+         int* __restrict__ slot_token, int* __restrict__ pair_slot) {                                 \
         route_block<PER_LANE>(logits, tokens, experts, top_k, renormalise, topk_expert, topk_weight, \
-                              counts, first, local, expert_offsets, tile_offsets);                   \
+                              counts, first, local, expert_offsets, tile_offsets, slot_token,        \
+                              pair_slot);                                                            \
     }
 ROUTE_ENTRY(moe_route, ROUTE_NARROW_EXPERTS / 32)
 ROUTE_ENTRY(moe_route_wide, MAX_EXPERTS / 32)
@@ -239,7 +279,6 @@ moe_scatter(const int* __restrict__ topk_expert, int pairs, int top_k,
 // (slot < 0: another rank's expert, skipped: its rank adds it). The picks are
 // read COMBINE_BATCH at a time, their rows loaded together before any is
 // summed: two memory latencies a batch, not two a pick.
-constexpr int COMBINE_BATCH = 8;
 __device__ __forceinline__ void routed_sum8(const __nv_bfloat16* __restrict__ y,
                                             const float* __restrict__ topk_weight,
                                             const int* __restrict__ pair_slot, long long t, int top_k,

@@ -149,6 +149,7 @@ fn launch_constants_match_the_kernel_sources() {
     assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
     assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
     assert_eq!(constant(r, "ROUTE_NARROW_EXPERTS"), ROUTE_NARROW_EXPERTS);
+    assert_eq!(constant(r, "FUSED_SCATTER_PAIRS"), FUSED_SCATTER_PAIRS);
     assert_eq!(route_entry(ROUTE_NARROW_EXPERTS), "moe_route");
     assert_eq!(route_entry(ROUTE_NARROW_EXPERTS + 1), "moe_route_wide");
     assert_eq!(route_entry(8), "moe_route");
