@@ -1,15 +1,20 @@
 //! The MoE block for a few rows (decode) in three launches
-//! (`moe_decode.cu`), each programmatic on sm_90+: the router GEMV,
-//! the routed and shared experts' gate+up (each routed CTA takes its row's
-//! softmax and top-k from the logits itself; the shared expert's weights load
-//! while the router runs), and the down GEMV with the weighted combine (the
-//! weight loads marked evict-first). The grouped-GEMM path
+//! (`moe_decode.cu`, `moe_decode_stream.cu`), each programmatic on sm_90+:
+//! the router GEMV, then the routed and shared experts' gate+up and the down
+//! projection with the weighted combine, on one of two kernel sets
+//! ([`DecodeKernels`]): the GEMV kernels (each routed CTA takes its row's
+//! softmax and top-k from the logits itself; a warp computes a few columns in
+//! dependent rounds) or the weight streams (persistent grids whose warps keep
+//! a cp.async ring of weight rows in flight; every CTA ranks each row's
+//! experts once, one warp a row). The grouped-GEMM path
 //! ([`super::routed_experts`]) takes ~14 launches and 128-row tiles that hold
 //! one valid row each at decode.
 
 use super::check_weights;
 use crate::device::CudaDevice;
-use crate::launch::{alloc, grid_dim, int, launch_programmatic, mul, Args, GRID_X, GRID_YZ};
+use crate::launch::{
+    alloc, grid_dim, int, launch_programmatic, launch_programmatic_smem, mul, Args, GRID_X, GRID_YZ,
+};
 use crate::tensor::new_act;
 use crate::tensor::{CudaAct, CudaWeight};
 use crate::validate::bf16;
@@ -32,6 +37,21 @@ const WARPS: usize = 8;
 /// Columns a gate_up warp computes one after the other (`GATE_UP_COLS`):
 /// the grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
 const GATE_UP_COLS: usize = 3;
+/// Largest rows · hidden (`MAX_X`: x staged in shared memory by the streaming
+/// gate_up) and each streaming warp's ring (`RING_BYTES`: 8 warps × 4 stages
+/// × 4 KiB of shared memory).
+const MAX_X: usize = 32768;
+const RING_BYTES: usize = 131072;
+
+/// The kernels behind the experts of [`moe_decode`] (the router is one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeKernels {
+    /// `moe_decode_gate_up` / `moe_decode_down`: a warp a few columns, each
+    /// routed CTA routes its row.
+    Gemv,
+    /// `moe_decode_gate_up_stream` / `moe_decode_down_stream`: the default.
+    Stream,
+}
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,
 /// every weight bf16: they read them raw; FP8 experts take
@@ -64,6 +84,7 @@ fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
         && (1..=MAX_ROWS).contains(&x.rows)
         && dims_ok(x.cols)
         && x.cols <= MAX_HIDDEN
+        && x.rows * x.cols <= MAX_X
         && dims_ok(spec.intermediate)
         && dims_ok(si)
         && (1..=MAX_TOP_K).contains(&spec.top_k)
@@ -82,9 +103,9 @@ fn unsupported(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpErr
     OpError::Unsupported {
         op: "moe decode",
         reason: format!(
-            "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
-             (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
-             (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
+            "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}, rows x hidden <= {MAX_X}), \
+             intermediate {}, shared {} (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts \
+             (<= {MAX_EXPERTS}), (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
             x.rows,
             x.cols,
             spec.intermediate,
@@ -136,16 +157,18 @@ pub(crate) fn moe_decode(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
-    moe_decode_marked(dev, x, w, spec, &mut |_| {})
+    moe_decode_marked(dev, x, w, spec, DecodeKernels::Stream, &mut |_| {})
 }
 
-/// [`moe_decode`], calling `mark` with `route`, `gate_up`, `down` before each
-/// launch and `end` after the last (a bench or test records events there).
+/// [`moe_decode`] on `kernels`, calling `mark` with `route`, `gate_up`,
+/// `down` before each launch and `end` after the last (a bench or test
+/// records events there).
 pub(crate) fn moe_decode_marked(
     dev: &CudaDevice,
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
+    kernels: DecodeKernels,
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<CudaAct> {
     let op = "moe decode";
@@ -183,6 +206,19 @@ pub(crate) fn moe_decode_marked(
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
     // (check_weights); the workspace holds rows·(e+1) logits.
     unsafe { launch_programmatic(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
+    if kernels == DecodeKernels::Stream {
+        let call = StreamCall {
+            x,
+            w,
+            spec,
+            ws: &ws,
+            scratch: scratch.ptr(),
+            out: out.ptr(),
+        };
+        stream_experts(dev, &call, mark)?;
+        mark("end");
+        return Ok(out);
+    }
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
@@ -254,6 +290,112 @@ pub(crate) fn moe_decode_marked(
     Ok(out)
 }
 
+/// What the streaming kernels read and write: the call's operands and the
+/// workspace at `scratch` (laid out by `ws`).
+struct StreamCall<'a> {
+    x: &'a CudaAct,
+    w: &'a MoeWeights<CudaWeight>,
+    spec: &'a MoeSpec,
+    ws: &'a Workspace,
+    scratch: u64,
+    out: u64,
+}
+
+/// Persistent grid of a streaming kernel over `units` units (a warp each at a
+/// time): one CTA per SM at most.
+fn stream_grid(dev: &CudaDevice, units: usize) -> u32 {
+    units.div_ceil(WARPS).clamp(1, dev.sm_count.max(1)) as u32
+}
+
+/// The experts on the streaming kernels, after the router's logits.
+fn stream_experts(
+    dev: &CudaDevice,
+    c: &StreamCall<'_>,
+    mark: &mut dyn FnMut(&'static str),
+) -> OpResult<()> {
+    let op = "moe decode";
+    let (x, w, spec, ws) = (c.x, c.w, c.spec, c.ws);
+    let (rows, hidden) = (x.rows, x.cols);
+    let (e, k, inter) = (spec.num_experts, spec.top_k, spec.intermediate);
+    let si = w.shared_gate_proj.rows;
+    let at = |off: usize| c.scratch + off as u64;
+    let rows32 = int(op, "rows", rows)?;
+    let h32 = int(op, "hidden", hidden)?;
+    let e32 = int(op, "experts", e)?;
+    let k32 = int(op, "top_k", k)?;
+    let (i32_, si32) = (int(op, "intermediate", inter)?, int(op, "shared", si)?);
+    let stride = int(op, "act stride", ws.act_stride)?;
+    // Shared columns (all rows each), then (row, slot, column) of the routed experts.
+    let units = mul(op, mul(op, rows, k)?, inter)? + si;
+    int(op, "gate_up units", units)?;
+    let args = Args::new()
+        .ptr(x.ptr())
+        .ptr(w.gate_up.ptr())
+        .ptr(w.shared_gate_proj.ptr())
+        .ptr(w.shared_up_proj.ptr())
+        .ptr(w.down.ptr())
+        .ptr(w.shared_down_proj.ptr())
+        .ptr(at(ws.logits))
+        .i32(rows32)
+        .i32(h32)
+        .i32(e32)
+        .i32(k32)
+        .i32(spec.renormalise as i32)
+        .i32(int(op, "first expert", spec.first_expert)?)
+        .i32(int(op, "local experts", spec.local_experts)?)
+        .i32(i32_)
+        .i32(si32)
+        .i32(stride)
+        .ptr(at(ws.topk_expert))
+        .ptr(at(ws.topk_weight))
+        .ptr(at(ws.act));
+    mark("gate_up");
+    // SAFETY: gate_up is [local·2·inter][hidden] and down [local·hidden][inter],
+    // the shared projections [si][hidden] and [hidden][si] (check_weights); the
+    // kernel reads only local experts (first ..< first + local of the top-k);
+    // x is staged in rows·hidden·2 ≤ MAX_X·2 bytes past the ring (supports);
+    // topk_* hold rows·k entries, act rows·(k+1)·stride with stride ≥ max(inter, si).
+    unsafe {
+        launch_programmatic_smem(
+            dev,
+            "moe_decode_gate_up_stream",
+            (stream_grid(dev, units), 1, 1),
+            THREADS,
+            RING_BYTES + rows * hidden * 2,
+            args,
+        )?
+    };
+    let units = mul(op, rows, hidden)?;
+    int(op, "down units", units)?;
+    let args = Args::new()
+        .ptr(at(ws.act))
+        .ptr(w.down.ptr())
+        .ptr(w.shared_down_proj.ptr())
+        .ptr(at(ws.topk_expert))
+        .ptr(at(ws.topk_weight))
+        .ptr(at(ws.logits))
+        .i32(rows32)
+        .i32(h32)
+        .i32(e32)
+        .i32(k32)
+        .i32(i32_)
+        .i32(si32)
+        .i32(stride)
+        .ptr(c.out);
+    mark("down");
+    // SAFETY: as above; out is [rows][hidden] bf16, stride % 4 == 0.
+    unsafe {
+        launch_programmatic_smem(
+            dev,
+            "moe_decode_down_stream",
+            (stream_grid(dev, units), 1, 1),
+            THREADS,
+            RING_BYTES,
+            args,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,6 +413,17 @@ mod tests {
         assert!(source_constant(src, "ROUTE_XS") >= MAX_HIDDEN);
         assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
         assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
+        assert_eq!(source_constant(src, "MAX_X"), MAX_X);
+        // 8 warps × RING_STAGES × GU_STAGE (2 · GU_CH · 256 bf16) × 2 bytes.
+        let (stages, ch) = (
+            source_constant(src, "RING_STAGES"),
+            source_constant(src, "GU_CH"),
+        );
+        assert_eq!(WARPS * stages * 2 * ch * 256 * 2, RING_BYTES);
+        assert!(
+            RING_BYTES + MAX_X * 2 + 4096 <= 227 * 1024,
+            "one CTA's shared memory"
+        );
         assert_eq!(THREADS as usize / 32, WARPS);
     }
 

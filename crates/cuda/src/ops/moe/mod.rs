@@ -23,6 +23,7 @@ pub use gemm::{
     WIDE_SMEM_BYTES,
 };
 
+pub use decode::DecodeKernels;
 pub use launch::{
     route_stage, routed_experts_marked, routed_experts_shared_marked, MoeStage, RouteBuffers,
     RouteForm, SMEM_ROUTE_WARPS,
