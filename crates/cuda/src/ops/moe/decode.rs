@@ -420,10 +420,12 @@ mod tests {
             source_constant(src, "GU_CH"),
         );
         assert_eq!(WARPS * stages * 2 * ch * 256 * 2, RING_BYTES);
-        assert!(
-            RING_BYTES + MAX_X * 2 + 4096 <= 227 * 1024,
-            "one CTA's shared memory"
-        );
+        const {
+            assert!(
+                RING_BYTES + MAX_X * 2 + 4096 <= 227 * 1024,
+                "one CTA's shared memory"
+            )
+        };
         assert_eq!(THREADS as usize / 32, WARPS);
     }
 

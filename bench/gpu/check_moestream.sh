@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The MoE decode kernels (branch moestream) on the GPU machine, by section:
+#  tests     tests/decode_moe.rs but the timing: both kernel sets (the weight
+#            streams, the default, and the GEMV kernels) against an f64
+#            reference on NaN-poisoned outputs (35B shape at 1..=8 rows, the
+#            fixtures' blocks, tails, expert slices, ties, NaN rows);
+#  memcheck  compute-sanitizer memcheck on the small cases (both sets);
+#  timing    moe_decode_timing: each kernel's median µs and TB/s, and the whole
+#            block back to back (median of 7 x 200 calls), both sets and the
+#            grouped-GEMM path side by side at 1, 2, 4 and 8 rows of the 35B shape.
+# Usage: bench/gpu/check_moestream.sh BIN [tests|memcheck|timing]...
+#   BIN: the decode_moe test binary (cargo test --release -p headroom-cuda
+#   --test decode_moe --no-run prints its path). Each section runs < 3 minutes.
+# Logs go to $OUT (or ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${1:?usage: check_moestream.sh DECODE_MOE_BIN [tests|memcheck|timing]...}
+shift
+SECTIONS=${*:-tests memcheck timing}
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+source bench/gpu/env.sh
+export HEADROOM_KERNEL_CACHE=${HEADROOM_KERNEL_CACHE:-$(mktemp -d)}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+status=0
+for section in $SECTIONS; do
+case $section in
+tests)
+    echo "=== tests: decode_moe (all but the timing) ==="
+    timeout 170 "$BIN" --ignored --test-threads=1 --nocapture --skip moe_decode_timing 2>&1 \
+        | tee "$OUT/moestream-tests.log" | grep -E "^test |rel err|vs f64|panicked|test result"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    ;;
+memcheck)
+    echo "=== memcheck: decode_moe small cases ==="
+    for t in small_shapes_with_tails_and_expert_parallel_slices_match_f64 \
+        nan_row_stays_in_its_row_and_repeated_calls_agree \
+        stream::tied_router_rows_pick_the_lower_expert \
+        stream::nan_router_row_gives_nan_rows_like_the_grouped_path; do
+        timeout 80 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 6 \
+            "$BIN" --ignored --exact "$t" 2>&1 | tail -n 4
+        [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "memcheck FAILED: $t"; status=1; }
+    done
+    ;;
+timing)
+    echo "=== timing: moe_decode_timing ==="
+    timeout 170 "$BIN" --ignored --exact timing::moe_decode_timing --nocapture 2>&1 \
+        | tee "$OUT/moestream-timing.log" | grep -E "moe_decode_timing|panicked|test result"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    ;;
+*) echo "unknown section $section"; status=1 ;;
+esac
+done
+exit $status

@@ -1,0 +1,213 @@
+//! The decode path's cases aimed at the weight-streaming kernels
+//! (`moe_decode_stream.cu`): both kernel sets at the 35B-A3B shape at every
+//! row count 1..=8, tied router rows (the lower expert index wins), a NaN
+//! router row (every probability NaN: the output NaN in every row, written
+//! over a finite fill), shapes whose hidden / intermediate / shared sizes sit
+//! just past and short of the streams' stage sizes (1024 of K a gate_up
+//! stage, 512 a down piece) with a rank's slice of the experts, the largest
+//! rows x hidden the kernels stage, and the refusal past it.
+
+use super::*;
+
+/// The 35B-A3B block at rows 1..=8 on both kernel sets against f64 (outputs
+/// and workspaces NaN-poisoned first).
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+fn both_kernel_sets_match_f64_at_the_35b_shape_for_1_to_8_rows() {
+    let be = backend();
+    let s = QWEN35B;
+    let w = weights(&be, s, 51);
+    for rows in 1..=8 {
+        let x = inputs(&w, s, rows, 60 + rows as u64);
+        let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
+        let want = reference(&x, &w, s);
+        let stream = run_with(&be, &w, s, &xa, DecodeKernels::Stream);
+        let gemv = run_with(&be, &w, s, &xa, DecodeKernels::Gemv);
+        let (es, eg) = (rel_err(&stream, &want), rel_err(&gemv, &want));
+        println!("35B, {rows} rows: stream {es:.2e}, gemv {eg:.2e} vs f64");
+        assert!(es < 1e-2, "{rows} rows: stream rel err {es}");
+        assert!(eg < 1e-2, "{rows} rows: gemv rel err {eg}");
+    }
+}
+
+/// The smallest gap around the top-k between distinct logits when experts
+/// 2j and 2j + 1 share a router row: top-k = the best k / 2 pairs and, for
+/// odd k, one expert of the next pair, so the gaps after pair k / 2 - 1 and
+/// after pair k / 2 must be clear.
+fn pair_gap(x: &[f32], router: &[f32], s: Shape) -> f64 {
+    let m = s.top_k / 2;
+    x.chunks(s.hidden)
+        .map(|xr| {
+            let mut l: Vec<f64> = router
+                .chunks(s.hidden)
+                .step_by(2)
+                .map(|r| dot(xr, r))
+                .collect();
+            l.sort_by(|a, b| b.total_cmp(a));
+            (l[m - 1] - l[m]).min(l[m] - l[m + 1])
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+/// Experts 2j and 2j + 1 share a router row, so their logits and
+/// probabilities are equal bit for bit; with an odd top-k the pair at the
+/// boundary gives the kernels its lower expert (the reference's rule), which
+/// the other rule's reference is far from.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+fn tied_router_rows_pick_the_lower_expert() {
+    let be = backend();
+    let s = Shape {
+        hidden: 256,
+        experts: 16,
+        top_k: 5,
+        inter: 64,
+        shared: 32,
+        renormalise: true,
+        first: 0,
+        local: 16,
+    };
+    let h = s.hidden;
+    let mut w = weights(&be, s, 21);
+    for j in 0..s.experts / 2 {
+        let (a, b) = w.router.split_at_mut((2 * j + 1) * h);
+        b[..h].copy_from_slice(&a[2 * j * h..]);
+    }
+    w.dev.router = matrix(&be, s.experts, h, &w.router);
+    for rows in [1, 3, 8] {
+        let x = (0..64)
+            .map(|n| uniform(900 + rows as u64 * 100 + n, rows * h, 1.0))
+            .find(|x| pair_gap(x, &w.router, s) > 1e-3)
+            .expect("an input with clear pairs in 64 draws");
+        let xa = be.act_from_f32(rows, h, &x).unwrap();
+        let want = reference_ties(&x, &w, s, true);
+        let other = reference_ties(&x, &w, s, false);
+        let other32: Vec<f32> = other.iter().map(|&v| v as f32).collect();
+        assert!(
+            rel_err(&other32, &want) > 5e-2,
+            "the two tie rules must give different outputs"
+        );
+        for kernels in [DecodeKernels::Stream, DecodeKernels::Gemv] {
+            let got = run_with(&be, &w, s, &xa, kernels);
+            let e = rel_err(&got, &want);
+            assert!(e < 1e-2, "{kernels:?}, {rows} rows: rel err {e}");
+        }
+    }
+}
+
+/// A NaN in one router row makes that expert's logit NaN in every row, so
+/// every row's softmax sum and every probability is NaN: the top-k ranks all
+/// experts as NaN (the lowest k indices) with NaN weights, and every output
+/// is NaN, as on the grouped-GEMM path. The output blocks are filled with a
+/// finite pattern first, so NaN is what the kernels wrote.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+fn nan_router_row_gives_nan_rows_like_the_grouped_path() {
+    let be = backend();
+    let s = Shape {
+        hidden: 128,
+        experts: 12,
+        top_k: 3,
+        inter: 32,
+        shared: 16,
+        renormalise: false,
+        first: 0,
+        local: 12,
+    };
+    let h = s.hidden;
+    let mut w = weights(&be, s, 31);
+    w.router[5 * h + 7] = f32::NAN;
+    w.dev.router = matrix(&be, s.experts, h, &w.router);
+    for rows in [1, 4] {
+        let x = uniform(77 + rows as u64, rows * h, 1.0);
+        let xa = be.act_from_f32(rows, h, &x).unwrap();
+        let grouped = be.moe_marked(&xa, &w.dev, &spec(s), None, &mut |_| {});
+        let grouped = be.act_to_f32(&grouped.unwrap()).unwrap();
+        assert!(grouped.iter().all(|v| v.is_nan()), "grouped path: NaN");
+        for kernels in [DecodeKernels::Stream, DecodeKernels::Gemv] {
+            // 0x3F3F: bf16 0.746, finite.
+            fill_pool(&be, &[rows * h * 2], 0x3F);
+            let out = be
+                .moe_decode_marked(&xa, &w.dev, &spec(s), kernels, &mut |_| {})
+                .unwrap();
+            let out = be.act_to_f32(&out).unwrap();
+            assert!(
+                out.iter().all(|v| v.is_nan()),
+                "{kernels:?}, {rows} rows: every output NaN"
+            );
+        }
+    }
+}
+
+/// hidden / intermediate / shared sizes just past and short of the stage
+/// sizes (1024 of K a gate_up stage: 1032, 1016, 2056; 512 a down piece:
+/// 520, 504), a shared intermediate smaller and larger than the routed one,
+/// a rank's slice of the experts, top-k 1 and 3, rows 1, 4 and 8 (all rows
+/// of one shared column in one warp).
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+fn tails_at_the_stream_stage_sizes_match_f64() {
+    let be = backend();
+    let cases = [
+        Shape {
+            hidden: 1032,
+            experts: 20,
+            top_k: 3,
+            inter: 520,
+            shared: 8,
+            renormalise: false,
+            first: 0,
+            local: 20,
+        },
+        Shape {
+            hidden: 1016,
+            experts: 20,
+            top_k: 3,
+            inter: 504,
+            shared: 1032,
+            renormalise: true,
+            first: 5,
+            local: 10,
+        },
+        Shape {
+            hidden: 2056,
+            experts: 9,
+            top_k: 1,
+            inter: 24,
+            shared: 520,
+            renormalise: true,
+            first: 0,
+            local: 9,
+        },
+    ];
+    check_cases(&be, &cases, &[1, 4, 8], 1300);
+}
+
+/// rows x hidden = 32768 (the most x the streaming gate_up stages: 8 rows of
+/// 4096) matches f64; one more row-hidden (8 x 4104) is refused.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+fn the_largest_staged_x_matches_f64_and_past_it_is_refused() {
+    let be = backend();
+    let s = Shape {
+        hidden: 4096,
+        experts: 8,
+        top_k: 2,
+        inter: 24,
+        shared: 16,
+        renormalise: true,
+        first: 0,
+        local: 8,
+    };
+    check_cases(&be, &[s], &[8], 1700);
+    let wide = Shape { hidden: 4104, ..s };
+    let w = weights(&be, wide, 3);
+    let x = be
+        .act_from_f32(8, wide.hidden, &uniform(5, 8 * wide.hidden, 1.0))
+        .unwrap();
+    assert!(be.moe_decode(&x, &w.dev, &spec(wide)).is_err(), "8 x 4104");
+    let x7 = be
+        .act_from_f32(7, wide.hidden, &uniform(6, 7 * wide.hidden, 1.0))
+        .unwrap();
+    assert!(be.moe_decode(&x7, &w.dev, &spec(wide)).is_ok(), "7 x 4104");
+}
