@@ -1,6 +1,7 @@
 //! `moe_decode_timing`: the 35B-A3B block at 1, 2, 4 and 8 rows on both
 //! decode kernel sets side by side in one run ([`DecodeKernels::Gemv`], the
-//! GEMV kernels, and [`DecodeKernels::Stream`], the weight streams): each
+//! GEMV kernels, [`DecodeKernels::Stream`], the weight streams, and
+//! [`DecodeKernels::StreamNoPrefetch`], without their L2 prefetch): each
 //! kernel's median µs over 200 calls (events between its launches, so it runs
 //! alone) and its TB/s on the weight bytes it must read, and the whole
 //! block's µs per call over 200 calls back to back (chained by programmatic
@@ -13,9 +14,10 @@ use headroom_core::ops::WeightInit;
 use headroom_cuda::ops::moe::DecodeKernels;
 use headroom_cuda::timing::StreamEvent as Event;
 
-const SETS: [(DecodeKernels, &str); 2] = [
+const SETS: [(DecodeKernels, &str); 3] = [
     (DecodeKernels::Gemv, "gemv"),
     (DecodeKernels::Stream, "stream"),
+    (DecodeKernels::StreamNoPrefetch, "stream-nopf"),
 ];
 
 /// The 35B-A3B block's weights drawn on the device (normal, the scales of
@@ -170,6 +172,7 @@ fn moe_decode_timing() {
         let e = rel_err(&stream_out, &outs[0]);
         println!("moe_decode_timing: rows {rows} stream vs gemv rel err {e:.2e}");
         assert!(e < 1e-2, "{rows} rows: stream vs gemv {e}");
+        assert_eq!(outs[1], outs[2], "{rows} rows: the prefetch changes no bit");
         for (kernels, name) in SETS {
             let medians = kernel_medians(&be, &x, &w, &sp, kernels, 200);
             assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
@@ -202,7 +205,7 @@ fn moe_decode_timing() {
             host[SETS.len()].push(h);
         }
         let b = kernel_bytes(s, rows, distinct, "block");
-        let names = ["gemv", "stream", "grouped"];
+        let names = ["gemv", "stream", "stream-nopf", "grouped"];
         for (j, name) in names.iter().enumerate() {
             let d = median(&mut block[j]);
             let h = median(&mut host[j]);

@@ -18,9 +18,9 @@
 //   arg-max, as moe_route: softmax in f32, ties -> lower index, NaN last,
 //   renormalised in rank order when asked), then issues its routed stages.
 // - gate_up asks L2 for the routed experts' down matrices (cp.async.bulk
-//   prefetch, each distinct expert once, while their bytes stay under
-//   PREFETCH_MAX) and for the shared expert's before its wait, so the down
-//   kernel reads them from L2.
+//   prefetch, each distinct expert once, while their bytes stay under the
+//   launcher's prefetch_max, 24 MiB by default) and for the shared expert's
+//   before its wait, so the down kernel reads them from L2.
 //
 // moe_decode_gate_up_stream: unit = one column c of one expert (gate row c
 //   and up row c): the shared expert's columns first (each for every row: its
@@ -53,8 +53,7 @@ constexpr int DN_STAGE = DN_PIECES * DN_SPAN;  // bf16 a warp's down stage holds
 constexpr int RING_STAGES = 4;
 // Largest rows * hidden (x staged in shared memory by gate_up).
 constexpr int MAX_X = 32768;
-// Largest bytes of routed down matrices gate_up asks L2 for.
-constexpr long long PREFETCH_MAX = 24ll << 20;
+// Bytes of one L2 prefetch instruction.
 constexpr int PREFETCH_PIECE = 4096;
 static_assert(GU_STAGE == DN_STAGE, "both kernels' rings are RING_BYTES");
 constexpr int RING_BYTES = WARPS * RING_STAGES * GU_STAGE * 2;  // 128 KiB
@@ -219,7 +218,7 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
                           const bf16* __restrict__ down, const bf16* __restrict__ shared_down,
                           const float* __restrict__ logits, int rows, int hidden, int experts, int top_k,
                           int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
-                          int* __restrict__ topk_expert, float* __restrict__ topk_weight,
+                          long long prefetch_max, int* __restrict__ topk_expert, float* __restrict__ topk_weight,
                           float* __restrict__ act) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int sel_e[MAX_ROWS][MAX_TOP_K];
@@ -301,7 +300,7 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
         cp_commit();  // one group a stage (the first also holds the shared stages issued before)
     }
     // The routed experts' down matrices into L2, each distinct one once, in
-    // (row, rank) order while under PREFETCH_MAX.
+    // (row, rank) order while under prefetch_max bytes.
     if (tid == 0) {
         int n = 0;
         long long bytes = 0;
@@ -310,7 +309,7 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
             const int e = sel_e[p / top_k][p % top_k];
             bool seen = e < 0;
             for (int q = 0; q < n && !seen; ++q) seen = pf_e[q] == e;
-            if (!seen && bytes + mat <= PREFETCH_MAX) {
+            if (!seen && bytes + mat <= prefetch_max) {
                 pf_e[n++] = e;
                 bytes += mat;
             }
