@@ -267,8 +267,8 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
     for (int s = 0; s < RING_STAGES; ++s) issue(s, SHARED_ONLY);
     prefetch_l2(shared_down, (long long)hidden * shared_inter * 2, 0);
     wait_prior();
-    // x into shared memory (eight 16-byte loads a thread in flight at once)
-    // while warps 0 .. rows - 1 route their rows.
+    // x into shared memory, eight 16-byte loads a thread at a time; the
+    // first eight are in flight while warps 0 .. rows - 1 route their rows.
     {
         const int n8 = rows * hidden / 8;
         const uint4* src = reinterpret_cast<const uint4*>(x);
@@ -280,6 +280,7 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
                 const int c = c0 + i * THREADS + tid;
                 if (c < n8) v[i] = __ldcg(src + c);
             }
+            if (c0 == 0) route_rows(logits, rows, experts, top_k, renormalise, first, local, sel_e, sel_w);
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
                 const int c = c0 + i * THREADS + tid;
@@ -287,7 +288,6 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
             }
         }
     }
-    route_rows(logits, rows, experts, top_k, renormalise, first, local, sel_e, sel_w);
     __syncthreads();
     launch_next();  // the down CTAs take SMs as these CTAs leave
     if (blockIdx.x == 0 && tid < rows * top_k) {
@@ -309,7 +309,8 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
             const int e = sel_e[p / top_k][p % top_k];
             bool seen = e < 0;
             for (int q = 0; q < n && !seen; ++q) seen = pf_e[q] == e;
-            if (!seen && bytes + mat <= prefetch_max) {
+            if (bytes + mat > prefetch_max) break;  // the budget is full
+            if (!seen) {
                 pf_e[n++] = e;
                 bytes += mat;
             }
