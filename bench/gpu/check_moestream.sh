@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The MoE decode kernels (branch moestream) on the GPU machine, by section:
-#  tests     tests/decode_moe.rs but the timing: both kernel sets (the weight
-#            streams, the default, and the GEMV kernels) against an f64
-#            reference on NaN-poisoned outputs (35B shape at 1..=8 rows, the
-#            fixtures' blocks, tails, expert slices, ties, NaN rows);
+#  tests     tests/decode_moe.rs but the timing and the 35B rows sweep: both
+#            kernel sets (the weight streams, the default, and the GEMV
+#            kernels) against an f64 reference on NaN-poisoned outputs (35B
+#            shape at 1, 3, 8 rows, the fixtures' blocks, tails, expert
+#            slices, ties, NaN rows);
+#  tests35b  the 35B shape at every row count 1..=8, both sets, against f64;
 #  memcheck  compute-sanitizer memcheck on the small cases (both sets);
 #  timing    moe_decode_timing: each kernel's median µs and TB/s, and the whole
 #            block back to back (median of 7 x 200 calls), both sets and the
 #            grouped-GEMM path side by side at 1, 2, 4 and 8 rows of the 35B shape.
-# Usage: bench/gpu/check_moestream.sh BIN [tests|memcheck|timing]...
+# Usage: bench/gpu/check_moestream.sh BIN [tests|tests35b|memcheck|timing]...
 #   BIN: the decode_moe test binary (cargo test --release -p headroom-cuda
 #   --test decode_moe --no-run prints its path). Each section runs < 3 minutes.
 # Logs go to $OUT (or ./gpu-out).
@@ -16,7 +18,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:?usage: check_moestream.sh DECODE_MOE_BIN [tests|memcheck|timing]...}
 shift
-SECTIONS=${*:-tests memcheck timing}
+SECTIONS=${*:-tests tests35b memcheck timing}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source bench/gpu/env.sh
@@ -26,9 +28,17 @@ status=0
 for section in $SECTIONS; do
 case $section in
 tests)
-    echo "=== tests: decode_moe (all but the timing) ==="
-    timeout 170 "$BIN" --ignored --test-threads=1 --nocapture --skip moe_decode_timing 2>&1 \
+    echo "=== tests: decode_moe (all but the timing and the 35B rows sweep) ==="
+    timeout 170 "$BIN" --ignored --test-threads=1 --nocapture --skip moe_decode_timing \
+        --skip stream::both_kernel_sets 2>&1 \
         | tee "$OUT/moestream-tests.log" | grep -E "^test |rel err|vs f64|panicked|test result"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    ;;
+tests35b)
+    echo "=== tests: the 35B shape at 1..=8 rows, both kernel sets ==="
+    timeout 170 "$BIN" --ignored --exact --nocapture \
+        stream::both_kernel_sets_match_f64_at_the_35b_shape_for_1_to_8_rows 2>&1 \
+        | tee "$OUT/moestream-tests35b.log" | grep -E "^test |vs f64|panicked|test result"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     ;;
 memcheck)
