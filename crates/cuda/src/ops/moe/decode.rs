@@ -47,9 +47,10 @@ const RING_BYTES: usize = 131072;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeKernels {
     /// `moe_decode_gate_up` / `moe_decode_down`: a warp a few columns, each
-    /// routed CTA routes its row.
+    /// routed CTA routes its row. The default: the streams lost on the H200
+    /// (docs/perf/cuda-decode.md, moestream run 1).
     Gemv,
-    /// `moe_decode_gate_up_stream` / `moe_decode_down_stream`: the default.
+    /// `moe_decode_gate_up_stream` / `moe_decode_down_stream`.
     Stream,
     /// [`Self::Stream`] without gate_up's L2 prefetch of the routed experts'
     /// down matrices (timings compare the two).
@@ -165,7 +166,7 @@ pub(crate) fn moe_decode(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
-    moe_decode_marked(dev, x, w, spec, DecodeKernels::Stream, &mut |_| {})
+    moe_decode_marked(dev, x, w, spec, DecodeKernels::Gemv, &mut |_| {})
 }
 
 /// [`moe_decode`] on `kernels`, calling `mark` with `route`, `gate_up`,
