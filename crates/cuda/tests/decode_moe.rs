@@ -240,6 +240,13 @@ fn run_decode(be: &CudaBackend, w: &Weights, s: Shape, rows: usize, x: &CudaAct)
     be.act_to_f32(&out).unwrap()
 }
 
+/// The streaming variants besides [`DecodeKernels::Stream`].
+const STREAM_VARIANTS: [DecodeKernels; 3] = [
+    DecodeKernels::StreamNoPrefetch,
+    DecodeKernels::Stream2,
+    DecodeKernels::Stream2NoPrefetch,
+];
+
 /// [`run_decode`] on `kernels`.
 fn run_with(
     be: &CudaBackend,
@@ -256,7 +263,9 @@ fn run_with(
 }
 
 /// Every case at each row count: fresh inputs, the decode path (outputs
-/// NaN-poisoned first) against f64, on the default (GEMV) kernels and the streams.
+/// NaN-poisoned first) against f64, on the default (GEMV) kernels and the
+/// streams (every streaming variant the same bits: each unit's sums run in
+/// the same order whatever the grid, ring or prefetch).
 fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64) {
     for (n, &s) in cases.iter().enumerate() {
         let w = weights(be, s, seed + 10 * n as u64);
@@ -273,6 +282,13 @@ fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64
                 err < 1e-2,
                 "case {n} {s:?}, {rows} rows, stream: rel err {err}"
             );
+            for v in STREAM_VARIANTS {
+                let got = run_with(be, &w, s, &xa, v);
+                assert_eq!(
+                    got, stream,
+                    "case {n}, {rows} rows: {v:?} = Stream bit for bit"
+                );
+            }
         }
     }
 }

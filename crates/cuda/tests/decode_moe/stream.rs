@@ -10,7 +10,8 @@
 use super::*;
 
 /// The 35B-A3B block at rows 1..=8 on both kernel sets against f64 (outputs
-/// and workspaces NaN-poisoned first).
+/// and workspaces NaN-poisoned first); every streaming variant gives the
+/// same bits as `Stream`.
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
 fn both_kernel_sets_match_f64_at_the_35b_shape_for_1_to_8_rows() {
@@ -22,6 +23,10 @@ fn both_kernel_sets_match_f64_at_the_35b_shape_for_1_to_8_rows() {
         let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
         let want = reference(&x, &w, s);
         let stream = run_with(&be, &w, s, &xa, DecodeKernels::Stream);
+        for v in STREAM_VARIANTS {
+            let got = run_with(&be, &w, s, &xa, v);
+            assert_eq!(got, stream, "{rows} rows: {v:?} = Stream bit for bit");
+        }
         let gemv = run_with(&be, &w, s, &xa, DecodeKernels::Gemv);
         let (es, eg) = (rel_err(&stream, &want), rel_err(&gemv, &want));
         println!("35B, {rows} rows: stream {es:.2e}, gemv {eg:.2e} vs f64");

@@ -1,23 +1,25 @@
-//! `moe_decode_timing`: the 35B-A3B block at 1, 2, 4 and 8 rows on both
-//! decode kernel sets side by side in one run ([`DecodeKernels::Gemv`], the
-//! GEMV kernels, [`DecodeKernels::Stream`], the weight streams, and
-//! [`DecodeKernels::StreamNoPrefetch`], without their L2 prefetch): each
-//! kernel's median µs over 200 calls (events between its launches, so it runs
-//! alone) and its TB/s on the weight bytes it must read, and the whole
-//! block's µs per call over 200 calls back to back (chained by programmatic
-//! launch, as in a model step): the median of 7 such runs, the sets and the
-//! grouped-GEMM path alternating. Asserts only that both sets agree with the
-//! grouped-GEMM path and with each other.
+//! `moe_decode_timing`: the 35B-A3B block at 1, 2, 4 and 8 rows on the GEMV
+//! kernels ([`DecodeKernels::Gemv`], the default) and the streaming variants
+//! (one or two CTAs an SM, with and without the L2 prefetch) side by side in
+//! one run: each kernel's median µs over 200 calls (events between its
+//! launches, so it runs alone) and its TB/s on the weight bytes it must
+//! read, and the whole block's µs per call over 200 calls back to back
+//! (chained by programmatic launch, as in a model step): the median of 7
+//! such runs, the sets and the grouped-GEMM path alternating. Asserts only
+//! that the sets agree with the grouped-GEMM path, the streams with the GEMV
+//! kernels and with each other bit for bit.
 
 use super::*;
 use headroom_core::ops::WeightInit;
 use headroom_cuda::ops::moe::DecodeKernels;
 use headroom_cuda::timing::StreamEvent as Event;
 
-const SETS: [(DecodeKernels, &str); 3] = [
+const SETS: [(DecodeKernels, &str); 5] = [
     (DecodeKernels::Gemv, "gemv"),
     (DecodeKernels::Stream, "stream"),
     (DecodeKernels::StreamNoPrefetch, "stream-nopf"),
+    (DecodeKernels::Stream2, "stream2"),
+    (DecodeKernels::Stream2NoPrefetch, "stream2-nopf"),
 ];
 
 /// The 35B-A3B block's weights drawn on the device (normal, the scales of
@@ -172,7 +174,9 @@ fn moe_decode_timing() {
         let e = rel_err(&stream_out, &outs[0]);
         println!("moe_decode_timing: rows {rows} stream vs gemv rel err {e:.2e}");
         assert!(e < 1e-2, "{rows} rows: stream vs gemv {e}");
-        assert_eq!(outs[1], outs[2], "{rows} rows: the prefetch changes no bit");
+        for (j, (_, name)) in SETS.iter().enumerate().skip(2) {
+            assert_eq!(outs[1], outs[j], "{rows} rows: {name} = stream bit for bit");
+        }
         for (kernels, name) in SETS {
             let medians = kernel_medians(&be, &x, &w, &sp, kernels, 200);
             assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
@@ -205,7 +209,14 @@ fn moe_decode_timing() {
             host[SETS.len()].push(h);
         }
         let b = kernel_bytes(s, rows, distinct, "block");
-        let names = ["gemv", "stream", "stream-nopf", "grouped"];
+        let names = [
+            "gemv",
+            "stream",
+            "stream-nopf",
+            "stream2",
+            "stream2-nopf",
+            "grouped",
+        ];
         for (j, name) in names.iter().enumerate() {
             let d = median(&mut block[j]);
             let h = median(&mut host[j]);

@@ -38,10 +38,14 @@ const WARPS: usize = 8;
 /// the grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
 const GATE_UP_COLS: usize = 3;
 /// Largest rows · hidden (`MAX_X`: x staged in shared memory by the streaming
-/// gate_up) and each streaming warp's ring (`RING_BYTES`: 8 warps × 4 stages
-/// × 4 KiB of shared memory).
+/// gate_up) and the bytes of one stage of a streaming warp's ring
+/// (`STAGE_BYTES`: 4 KiB; 8 warps a CTA).
 const MAX_X: usize = 32768;
-const RING_BYTES: usize = 131072;
+const STAGE_BYTES: usize = 4096;
+/// Shared memory of one SM, and what a CTA takes beyond its dynamic part
+/// (static arrays, the 1 KiB the driver reserves).
+const SM_SMEM: usize = 228 * 1024;
+const CTA_SMEM_EXTRA: usize = 4 * 1024;
 
 /// The kernels behind the experts of [`moe_decode`] (the router is one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,11 +54,53 @@ pub enum DecodeKernels {
     /// routed CTA routes its row. The default: the streams lost on the H200
     /// (docs/perf/cuda-decode.md, moestream run 1).
     Gemv,
-    /// `moe_decode_gate_up_stream` / `moe_decode_down_stream`.
+    /// `moe_decode_gate_up_stream` / `moe_decode_down_stream`: one CTA an
+    /// SM, 4-stage rings, gate_up's L2 prefetch of the down matrices.
     Stream,
-    /// [`Self::Stream`] without gate_up's L2 prefetch of the routed experts'
-    /// down matrices (timings compare the two).
+    /// [`Self::Stream`] without the L2 prefetch.
     StreamNoPrefetch,
+    /// The streams with two CTAs an SM where they fit (16 warps; rings of 3
+    /// stages in gate_up, 2 in down), the L2 prefetch on.
+    Stream2,
+    /// [`Self::Stream2`] without the L2 prefetch.
+    Stream2NoPrefetch,
+}
+
+/// A streaming variant's knobs: the L2 prefetch budget, CTAs an SM wanted,
+/// ring stages of gate_up and of down.
+#[derive(Clone, Copy, Debug)]
+struct StreamShape {
+    prefetch: i64,
+    ctas_per_sm: usize,
+    gu_stages: usize,
+    dn_stages: usize,
+}
+
+impl DecodeKernels {
+    fn stream_shape(self) -> Option<StreamShape> {
+        let (prefetch, two) = match self {
+            DecodeKernels::Gemv => return None,
+            DecodeKernels::Stream => (PREFETCH_MAX, false),
+            DecodeKernels::StreamNoPrefetch => (0, false),
+            DecodeKernels::Stream2 => (PREFETCH_MAX, true),
+            DecodeKernels::Stream2NoPrefetch => (0, true),
+        };
+        Some(if two {
+            StreamShape {
+                prefetch,
+                ctas_per_sm: 2,
+                gu_stages: 3,
+                dn_stages: 2,
+            }
+        } else {
+            StreamShape {
+                prefetch,
+                ctas_per_sm: 1,
+                gu_stages: 4,
+                dn_stages: 4,
+            }
+        })
+    }
 }
 
 /// Most bytes of routed down matrices the streaming gate_up asks L2 for
@@ -215,7 +261,7 @@ pub(crate) fn moe_decode_marked(
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
     // (check_weights); the workspace holds rows·(e+1) logits.
     unsafe { launch_programmatic(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
-    if kernels != DecodeKernels::Gemv {
+    if let Some(shape) = kernels.stream_shape() {
         let call = StreamCall {
             x,
             w,
@@ -224,12 +270,7 @@ pub(crate) fn moe_decode_marked(
             scratch: scratch.ptr(),
             out: out.ptr(),
         };
-        let prefetch = if kernels == DecodeKernels::Stream {
-            PREFETCH_MAX
-        } else {
-            0
-        };
-        stream_experts(dev, &call, prefetch, mark)?;
+        stream_experts(dev, &call, shape, mark)?;
         mark("end");
         return Ok(out);
     }
@@ -316,17 +357,24 @@ struct StreamCall<'a> {
 }
 
 /// Persistent grid of a streaming kernel over `units` units (a warp each at a
-/// time): one CTA per SM at most.
-fn stream_grid(dev: &CudaDevice, units: usize) -> u32 {
-    units.div_ceil(WARPS).clamp(1, dev.sm_count.max(1)) as u32
+/// time) whose CTAs take `smem` bytes of dynamic shared memory: `per_sm` CTAs
+/// an SM when that many fit, else one.
+fn stream_grid(dev: &CudaDevice, units: usize, smem: usize, per_sm: usize) -> u32 {
+    let fit = if per_sm * (smem + CTA_SMEM_EXTRA) <= SM_SMEM {
+        per_sm
+    } else {
+        1
+    };
+    units.div_ceil(WARPS).clamp(1, dev.sm_count.max(1) * fit) as u32
 }
 
-/// The experts on the streaming kernels, after the router's logits; gate_up
-/// asks L2 for at most `prefetch_max` bytes of the routed down matrices.
+/// The experts on the streaming kernels, after the router's logits, shaped
+/// by `sh` (gate_up asks L2 for at most `sh.prefetch` bytes of the routed
+/// down matrices).
 fn stream_experts(
     dev: &CudaDevice,
     c: &StreamCall<'_>,
-    prefetch_max: i64,
+    sh: StreamShape,
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<()> {
     let op = "moe decode";
@@ -343,6 +391,8 @@ fn stream_experts(
     let stride = int(op, "act stride", ws.act_stride)?;
     // Shared columns (all rows each), then (row, slot, column) of the routed experts.
     let units = mul(op, mul(op, rows, k)?, inter)? + si;
+    let gu_smem = WARPS * sh.gu_stages * STAGE_BYTES + rows * hidden * 2;
+    let dn_smem = WARPS * sh.dn_stages * STAGE_BYTES + (k + 1) * ws.act_stride * 4;
     int(op, "gate_up units", units)?;
     let args = Args::new()
         .ptr(x.ptr())
@@ -362,7 +412,8 @@ fn stream_experts(
         .i32(i32_)
         .i32(si32)
         .i32(stride)
-        .i64(prefetch_max)
+        .i64(sh.prefetch)
+        .i32(sh.gu_stages as i32)
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
         .ptr(at(ws.act));
@@ -370,15 +421,16 @@ fn stream_experts(
     // SAFETY: gate_up is [local·2·inter][hidden] and down [local·hidden][inter],
     // the shared projections [si][hidden] and [hidden][si] (check_weights); the
     // kernel reads only local experts (first ..< first + local of the top-k);
-    // x is staged in rows·hidden·2 ≤ MAX_X·2 bytes past the ring (supports);
+    // x is staged in rows·hidden·2 ≤ MAX_X·2 bytes past the ring (supports;
+    // the ring 8·stages·STAGE_BYTES, stages 2..=4);
     // topk_* hold rows·k entries, act rows·(k+1)·stride with stride ≥ max(inter, si).
     unsafe {
         launch_programmatic_smem(
             dev,
             "moe_decode_gate_up_stream",
-            (stream_grid(dev, units), 1, 1),
+            (stream_grid(dev, units, gu_smem, sh.ctas_per_sm), 1, 1),
             THREADS,
-            RING_BYTES + rows * hidden * 2,
+            gu_smem,
             args,
         )?
     };
@@ -398,16 +450,19 @@ fn stream_experts(
         .i32(i32_)
         .i32(si32)
         .i32(stride)
+        .i32(sh.dn_stages as i32)
         .ptr(c.out);
     mark("down");
-    // SAFETY: as above; out is [rows][hidden] bf16, stride % 4 == 0.
+    // SAFETY: as above; out is [rows][hidden] bf16, stride % 4 == 0, the
+    // grid has at least `rows` CTAs (units / 8 ≥ rows: hidden ≥ 8), the row's
+    // (k+1)·stride activations are staged past the ring (≤ MAX_ACT floats).
     unsafe {
         launch_programmatic_smem(
             dev,
             "moe_decode_down_stream",
-            (stream_grid(dev, units), 1, 1),
+            (stream_grid(dev, units, dn_smem, sh.ctas_per_sm), 1, 1),
             THREADS,
-            RING_BYTES,
+            dn_smem,
             args,
         )
     }
@@ -431,18 +486,12 @@ mod tests {
         assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
         assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
         assert_eq!(source_constant(src, "MAX_X"), MAX_X);
-        // 8 warps × RING_STAGES × GU_STAGE (2 · GU_CH · 256 bf16) × 2 bytes.
-        let (stages, ch) = (
-            source_constant(src, "RING_STAGES"),
-            source_constant(src, "GU_CH"),
-        );
-        assert_eq!(WARPS * stages * 2 * ch * 256 * 2, RING_BYTES);
-        const {
-            assert!(
-                RING_BYTES + MAX_X * 2 + 4096 <= 227 * 1024,
-                "one CTA's shared memory"
-            )
-        };
+        // A stage: 2 · GU_CH · 256 bf16 (gate and up rows), 2 bytes each.
+        assert_eq!(source_constant(src, "GU_CH") * 2 * 256 * 2, STAGE_BYTES);
+        assert_eq!(source_constant(src, "RING_STAGES"), 4);
+        // One CTA's shared memory at the most x and activations it stages.
+        const { assert!(WARPS * 4 * STAGE_BYTES + MAX_X * 2 + CTA_SMEM_EXTRA <= SM_SMEM - 1024) };
+        const { assert!(WARPS * 4 * STAGE_BYTES + MAX_ACT * 4 + CTA_SMEM_EXTRA <= SM_SMEM) };
         assert_eq!(THREADS as usize / 32, WARPS);
     }
 

@@ -4,12 +4,12 @@
 // each warp load a few columns in dependent rounds, and every routed CTA
 // rank the experts before its first load, here:
 //
-// - Persistent grids (one CTA of 8 warps per SM, at most): unit u of a
-//   kernel goes to CTA u % grid, warp (u / grid) % 8, so every SM gets the
-//   same bytes to within one unit.
-// - Each warp streams its units' weight rows through a ring of RING_STAGES
+// - Persistent grids (one or two CTAs of 8 warps per SM): unit u of gate_up
+//   goes to CTA u % grid, warp (u / grid) % 8, so every SM gets the same
+//   bytes to within one unit (down: the same over each row's CTAs).
+// - Each warp streams its units' weight rows through a ring of `stages`
 //   stages of its own in shared memory (cp.async, L2 evict-first): while it
-//   multiplies stage s, stages s + 1 .. s + RING_STAGES - 1 are in flight.
+//   multiplies stage s, stages s + 1 .. s + stages - 1 are in flight.
 //   A lane reads back only the 16-byte chunks it copied itself, so a stage
 //   needs no barrier: cp.async.wait_group alone.
 // - The shared expert's stages (no routing needed) are issued before
@@ -49,14 +49,14 @@ constexpr int DN_CH = 2;
 constexpr int DN_SPAN = DN_CH * 32 * 8;    // K elements of a piece (512)
 constexpr int DN_PIECES = 4;
 constexpr int DN_STAGE = DN_PIECES * DN_SPAN;  // bf16 a warp's down stage holds (4 KiB)
-// Stages of each warp's ring.
+// Most stages of a warp's ring (the launcher picks 2, 3 or 4: `stages`).
 constexpr int RING_STAGES = 4;
 // Largest rows * hidden (x staged in shared memory by gate_up).
 constexpr int MAX_X = 32768;
 // Bytes of one L2 prefetch instruction.
 constexpr int PREFETCH_PIECE = 4096;
-static_assert(GU_STAGE == DN_STAGE, "both kernels' rings are RING_BYTES");
-constexpr int RING_BYTES = WARPS * RING_STAGES * GU_STAGE * 2;  // 128 KiB
+static_assert(GU_STAGE == DN_STAGE, "both kernels' stages are STAGE_BYTES");
+constexpr int STAGE_BYTES = GU_STAGE * 2;  // 4 KiB a warp
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -73,13 +73,26 @@ template <int N>
 __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+// Returns once the oldest of `stages` committed ring stages has landed (2..4).
+__device__ __forceinline__ void ring_wait(int stages) {
+    if (stages >= 4) {
+        cp_wait<3>();
+    } else if (stages == 3) {
+        cp_wait<2>();
+    } else {
+        cp_wait<1>();
+    }
+}
 
 // Asks L2 for bytes [0, n) of p (16-byte aligned, n a multiple of 16):
-// PREFETCH_PIECE pieces, piece q issued by thread q - base of the grid
-// (pieces q from `base`: the caller deals several matrices in one sequence).
+// PREFETCH_PIECE pieces, piece q issued by thread q of the grid counted
+// CTA-fastest (thread t of CTA c is t * grid + c), so each SM issues about
+// 1/grid of them (pieces q from `base`: the caller deals several matrices in
+// one sequence). Run 1 dealt them to the first threads, i.e. a few SMs' bulk
+// units, which held those CTAs back.
 __device__ __forceinline__ void prefetch_l2(const void* p, long long n, long long base) {
     const long long nt = (long long)gridDim.x * blockDim.x;
-    const long long gt = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long gt = (long long)threadIdx.x * gridDim.x + blockIdx.x;
     const long long pieces = (n + PREFETCH_PIECE - 1) / PREFETCH_PIECE;
     // This thread's pieces q (q ≡ gt mod nt) of base .. base + pieces.
     long long q = base + ((gt - base) % nt + nt) % nt;
@@ -210,16 +223,17 @@ __device__ __forceinline__ GuStage gu_stage(int s, int parts, int gw, int nw, in
 
 // act: [rows][top_k + 1][act_stride] f32; topk_expert / topk_weight:
 // [rows][top_k] (local expert or -1, weight), written by CTA 0 for the down
-// kernel. grid: (units / WARPS, at most the SMs); block THREADS; dynamic
-// shared memory RING_BYTES + rows * hidden * 2.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// kernel. grid: (units / WARPS, at most 1 or 2 a SM); block THREADS; dynamic
+// shared memory WARPS * stages * STAGE_BYTES + rows * hidden * 2. prefetch_max
+// 0: no L2 prefetch at all.
+extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers: 2 CTAs an SM when they fit
 moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
                           const bf16* __restrict__ shared_gate_proj, const bf16* __restrict__ shared_up_proj,
                           const bf16* __restrict__ down, const bf16* __restrict__ shared_down,
                           const float* __restrict__ logits, int rows, int hidden, int experts, int top_k,
                           int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
-                          long long prefetch_max, int* __restrict__ topk_expert, float* __restrict__ topk_weight,
-                          float* __restrict__ act) {
+                          long long prefetch_max, int stages, int* __restrict__ topk_expert,
+                          float* __restrict__ topk_weight, float* __restrict__ act) {
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ int sel_e[MAX_ROWS][MAX_TOP_K];
     __shared__ float sel_w[MAX_ROWS][MAX_TOP_K];
@@ -232,12 +246,12 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
     const int my_units = gw < n_units ? (n_units - 1 - gw) / nw + 1 : 0;
     const int parts = (hidden + GU_SPAN - 1) / GU_SPAN;
     const int n_stages = my_units * parts;
-    bf16* ring = reinterpret_cast<bf16*>(smem) + warp * RING_STAGES * GU_STAGE;
-    bf16* xs = reinterpret_cast<bf16*>(smem + RING_BYTES);
+    bf16* ring = reinterpret_cast<bf16*>(smem) + warp * stages * GU_STAGE;
+    bf16* xs = reinterpret_cast<bf16*>(smem + WARPS * stages * STAGE_BYTES);
     const unsigned ring_s = smem_u32(ring);
     const unsigned long long pol = weight_policy();
 
-    // Copies stage s of this warp (if it exists and is of `kind`) into ring slot s % RING_STAGES.
+    // Copies stage s of this warp (if it exists and is of `kind`) into ring slot s % stages.
     auto issue = [&](int s, Kind kind) {
         if (s >= n_stages) return;
         const GuStage st = gu_stage(s, parts, gw, nw, shared_inter, inter, top_k);
@@ -251,7 +265,7 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
             g = gate_up + ((long long)e * 2 * inter + st.c) * hidden;
         }
         const bf16* u = st.shared ? shared_up_proj + (long long)st.c * hidden : g + (long long)inter * hidden;
-        const unsigned dst = ring_s + (unsigned)((s % RING_STAGES) * GU_STAGE * 2);
+        const unsigned dst = ring_s + (unsigned)((s % stages) * STAGE_BYTES);
 #pragma unroll
         for (int i = 0; i < GU_CH; ++i) {
             const int k = st.kb + (i * 32 + lane) * 8;
@@ -264,8 +278,8 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
 
     // Before the wait: weights only (the shared expert's first stages, and
     // its down matrix into L2).
-    for (int s = 0; s < RING_STAGES; ++s) issue(s, SHARED_ONLY);
-    prefetch_l2(shared_down, (long long)hidden * shared_inter * 2, 0);
+    for (int s = 0; s < stages; ++s) issue(s, SHARED_ONLY);
+    if (prefetch_max > 0) prefetch_l2(shared_down, (long long)hidden * shared_inter * 2, 0);
     wait_prior();
     // x into shared memory, eight 16-byte loads a thread at a time; the
     // first eight are in flight while warps 0 .. rows - 1 route their rows.
@@ -295,7 +309,7 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
         topk_expert[tid] = sel_e[r][t];
         topk_weight[tid] = sel_w[r][t];
     }
-    for (int s = 0; s < RING_STAGES; ++s) {
+    for (int s = 0; s < stages; ++s) {
         issue(s, ROUTED_ONLY);
         cp_commit();  // one group a stage (the first also holds the shared stages issued before)
     }
@@ -329,11 +343,11 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
     for (int r = 0; r < MAX_ROWS; ++r) ga[r] = ua[r] = 0.f;
     const int slots = top_k + 1;
     for (int s = 0; s < n_stages; ++s) {
-        cp_wait<RING_STAGES - 1>();
+        ring_wait(stages);
         const GuStage st = gu_stage(s, parts, gw, nw, shared_inter, inter, top_k);
         const bool live = st.shared || sel_e[st.r][st.t] >= 0;  // warp-uniform
         if (live) {
-            const bf16* sl = ring + (s % RING_STAGES) * GU_STAGE;
+            const bf16* sl = ring + (s % stages) * GU_STAGE;
             uint4 wg[GU_CH], wu[GU_CH];
 #pragma unroll
             for (int i = 0; i < GU_CH; ++i) {
@@ -372,56 +386,61 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
                 }
             }
         }
-        // Slot s % RING_STAGES is read (the dots used its values): refill it.
-        issue(s + RING_STAGES, ANY);
+        // Slot s % stages is read (the dots used its values): refill it.
+        issue(s + stages, ANY);
         cp_commit();
     }
     cp_wait<0>();
 }
 
-// out: [rows][hidden] bf16. grid: (rows * hidden / WARPS, at most the SMs);
-// block THREADS; dynamic shared memory RING_BYTES. act_stride % 4 == 0.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// out: [rows][hidden] bf16. grid: at least rows CTAs (CTA c serves row
+// c % rows: its activations, (top_k + 1) * act_stride floats, staged in shared
+// memory after the ring; each row's CTAs split its columns as above); block
+// THREADS; dynamic shared memory WARPS * stages * STAGE_BYTES + the
+// activations. act_stride % 4 == 0. (Run 1 read the activations from global
+// memory in the multiply loop: every SM hit the same lines of L2, a round
+// trip a piece.)
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
 moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ down,
                        const bf16* __restrict__ shared_down, const int* __restrict__ topk_expert,
                        const float* __restrict__ topk_weight, const float* __restrict__ logits, int rows,
                        int hidden, int experts, int top_k, int inter, int shared_inter, int act_stride,
-                       bf16* __restrict__ out) {
+                       int stages, bf16* __restrict__ out) {
     extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ int se[MAX_ROWS][MAX_TOP_K];
-    __shared__ float sw[MAX_ROWS][MAX_TOP_K + 1];
+    __shared__ int se[MAX_TOP_K];
+    __shared__ float sw[MAX_TOP_K + 1];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int nw = gridDim.x * WARPS;
-    const int gw = warp * gridDim.x + blockIdx.x;
-    const int n_units = rows * hidden;
-    const int my_units = gw < n_units ? (n_units - 1 - gw) / nw + 1 : 0;
+    const int r = blockIdx.x % rows;  // this CTA's row
+    const int cr = blockIdx.x / rows, row_ctas = (gridDim.x - r + rows - 1) / rows;
+    const int nw = row_ctas * WARPS;
+    const int gw = warp * row_ctas + cr;  // columns gw, gw + nw, ... of row r
+    const int my_units = gw < hidden ? (hidden - 1 - gw) / nw + 1 : 0;
     const int kparts = (max(inter, shared_inter) + DN_SPAN - 1) / DN_SPAN;
     const int slots = top_k + 1;
     const int per_unit = slots * kparts;  // pieces: slot 0 the shared expert, 1 + t routed rank t
     const int n_pieces = my_units * per_unit;
     const int n_stages = (n_pieces + DN_PIECES - 1) / DN_PIECES;
-    bf16* ring = reinterpret_cast<bf16*>(smem) + warp * RING_STAGES * DN_STAGE;
+    bf16* ring = reinterpret_cast<bf16*>(smem) + warp * stages * DN_STAGE;
+    float* act_s = reinterpret_cast<float*>(smem + WARPS * stages * STAGE_BYTES);
     const unsigned ring_s = smem_u32(ring);
     const unsigned long long pol = weight_policy();
 
-    // Piece q of this warp: its row, column, slot (0 shared), K part.
-    auto piece = [&](int q, int& r, int& n, int& sl, int& kb) {
+    // Piece q of this warp: its column, slot (0 shared), K part.
+    auto piece = [&](int q, int& n, int& sl, int& kb) {
         const int j = q / per_unit;
         const int rem = q - j * per_unit;
         sl = rem / kparts;
         kb = (rem - sl * kparts) * DN_SPAN;
-        const int u = gw + j * nw;
-        r = u / hidden;
-        n = u - r * hidden;
+        n = gw + j * nw;
     };
     auto issue = [&](int s, Kind kind) {
-        const unsigned dst = ring_s + (unsigned)((s % RING_STAGES) * DN_STAGE * 2);
+        const unsigned dst = ring_s + (unsigned)((s % stages) * STAGE_BYTES);
 #pragma unroll
         for (int p = 0; p < DN_PIECES; ++p) {
             const int q = s * DN_PIECES + p;
             if (q >= n_pieces) break;
-            int r, n, sl, kb;
-            piece(q, r, n, sl, kb);
+            int n, sl, kb;
+            piece(q, n, sl, kb);
             if ((kind == SHARED_ONLY && sl != 0) || (kind == ROUTED_ONLY && sl == 0)) continue;
             const bf16* row;
             int len;
@@ -429,7 +448,7 @@ moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ d
                 row = shared_down + (long long)n * shared_inter;
                 len = shared_inter;
             } else {
-                const int e = se[r][sl - 1];
+                const int e = se[sl - 1];
                 if (e < 0) continue;
                 row = down + ((long long)e * hidden + n) * inter;
                 len = inter;
@@ -442,34 +461,46 @@ moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ d
         }
     };
 
-    for (int s = 0; s < RING_STAGES; ++s) issue(s, SHARED_ONLY);  // weights: before the wait
+    for (int s = 0; s < stages; ++s) issue(s, SHARED_ONLY);  // weights: before the wait
     wait_prior();
-    for (int i = tid; i < rows * top_k; i += THREADS) {
-        const int r = i / top_k, t = i - r * top_k;
-        se[r][t] = topk_expert[i];
-        sw[r][t] = topk_weight[i];
+    // The row's activations into shared memory (cp.async: in the first
+    // group, with the first stage).
+    {
+        const float* a_r = act + (long long)r * slots * act_stride;
+        const unsigned a_s = smem_u32(act_s);
+        for (int i = tid; i < slots * act_stride / 4; i += THREADS) {
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a_s + 16u * i), "l"(a_r + 4 * i)
+                         : "memory");
+        }
     }
-    if (tid < rows) sw[tid][top_k] = 1.f / (1.f + expf(-__ldcg(logits + (long long)tid * (experts + 1) + experts)));
+    if (tid < top_k) {
+        se[tid] = topk_expert[r * top_k + tid];
+        sw[tid] = topk_weight[r * top_k + tid];
+    } else if (tid == top_k) {
+        sw[top_k] = 1.f / (1.f + expf(-__ldcg(logits + (long long)r * (experts + 1) + experts)));
+    }
     __syncthreads();
-    for (int s = 0; s < RING_STAGES; ++s) {
+    for (int s = 0; s < stages; ++s) {
         issue(s, ROUTED_ONLY);
         cp_commit();
     }
+    ring_wait(stages);  // the first group: this thread's activation chunks
+    __syncthreads();    // everyone's
     float acc = 0.f;
     for (int s = 0; s < n_stages; ++s) {
-        cp_wait<RING_STAGES - 1>();
-        const bf16* stg = ring + (s % RING_STAGES) * DN_STAGE;
+        ring_wait(stages);
+        const bf16* stg = ring + (s % stages) * DN_STAGE;
 #pragma unroll
         for (int p = 0; p < DN_PIECES; ++p) {
             const int q = s * DN_PIECES + p;
             if (q >= n_pieces) break;
-            int r, n, sl, kb;
-            piece(q, r, n, sl, kb);
+            int n, sl, kb;
+            piece(q, n, sl, kb);
             const int t = sl == 0 ? top_k : sl - 1;  // act slot and weight index
-            const bool live = sl == 0 || se[r][t] >= 0;  // dead slots' act may be NaN
+            const bool live = sl == 0 || se[t] >= 0;  // dead slots' act may be NaN
             const int len = sl == 0 ? shared_inter : inter;
             if (live) {
-                const float* a = act + ((long long)r * slots + t) * act_stride;
+                const float* a = act_s + t * act_stride;
                 float part = 0.f;
 #pragma unroll
                 for (int i = 0; i < DN_CH; ++i) {
@@ -477,8 +508,8 @@ moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ d
                     if (k < len) {
                         float fw[8];
                         bf16x8(*reinterpret_cast<const uint4*>(stg + ((p * DN_CH + i) * 32 + lane) * 8), fw);
-                        const float4 a0 = __ldg(reinterpret_cast<const float4*>(a + k));
-                        const float4 a1 = __ldg(reinterpret_cast<const float4*>(a + k + 4));
+                        const float4 a0 = *reinterpret_cast<const float4*>(a + k);
+                        const float4 a1 = *reinterpret_cast<const float4*>(a + k + 4);
                         part = fmaf(fw[0], a0.x, part);
                         part = fmaf(fw[1], a0.y, part);
                         part = fmaf(fw[2], a0.z, part);
@@ -489,7 +520,7 @@ moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ d
                         part = fmaf(fw[7], a1.w, part);
                     }
                 }
-                acc = fmaf(sw[r][t], part, acc);
+                acc = fmaf(sw[t], part, acc);
             }
             if (sl == slots - 1 && kb + DN_SPAN >= max(inter, shared_inter)) {  // the unit's last piece
                 const float v = warp_sum(acc);
@@ -497,7 +528,7 @@ moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ d
                 acc = 0.f;
             }
         }
-        issue(s + RING_STAGES, ANY);
+        issue(s + stages, ANY);
         cp_commit();
     }
     cp_wait<0>();
