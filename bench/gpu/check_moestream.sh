@@ -8,9 +8,11 @@
 #  tests35b  the 35B shape at every row count 1..=8, both sets, against f64;
 #  memcheck  compute-sanitizer memcheck on the small cases (both sets);
 #  timing    moe_decode_timing: each kernel's median µs and TB/s, and the whole
-#            block back to back (median of 7 x 200 calls), both sets and the
-#            grouped-GEMM path side by side at 1, 2, 4 and 8 rows of the 35B shape.
-# Usage: bench/gpu/check_moestream.sh BIN [tests|tests35b|memcheck|timing]...
+#            block back to back (median of 7 x 200 calls), every set and the
+#            grouped-GEMM path side by side at 1, 2, 4 and 8 rows of the 35B shape;
+#  ncu       Nsight Compute on each decode kernel at one row, every set (not in
+#            the default sections).
+# Usage: bench/gpu/check_moestream.sh BIN [tests|tests35b|memcheck|timing|ncu]...
 #   BIN: the decode_moe test binary (cargo test --release -p headroom-cuda
 #   --test decode_moe --no-run prints its path). Each section runs < 3 minutes.
 # Logs go to $OUT (or ./gpu-out).
@@ -56,6 +58,17 @@ timing)
     echo "=== timing: moe_decode_timing ==="
     timeout 170 "$BIN" --ignored --exact timing::moe_decode_timing --nocapture 2>&1 \
         | tee "$OUT/moestream-timing.log" | grep -E "moe_decode_timing|panicked|test result"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    ;;
+ncu)
+    echo "=== ncu: each decode kernel at one row (2 calls of each set) ==="
+    timeout 170 ncu --clock-control none -k regex:moe_decode_ \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section MemoryWorkloadAnalysis \
+        "$BIN" --ignored --exact timing::moe_decode_profile_once 2>&1 \
+        | tee "$OUT/moestream-ncu.log" \
+        | grep -E "moe_decode_[a-z_]+|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Block Limit|Stall|L2 Hit|test result" \
+        | head -n 400
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     ;;
 *) echo "unknown section $section"; status=1 ;;

@@ -229,3 +229,29 @@ fn moe_decode_timing() {
         }
     }
 }
+
+/// Two calls of each set at one row of the 35B shape and nothing else: the
+/// workload `check_moestream.sh ncu` profiles (each kernel's DRAM
+/// throughput, warp stalls and occupancy under Nsight Compute).
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh ncu"]
+fn moe_decode_profile_once() {
+    let be = backend();
+    let s = QWEN35B;
+    let (w, router) = device_weights(&be, s, 40);
+    let sp = spec(s);
+    let xh = (0..64)
+        .map(|n| uniform(1000 + n, s.hidden, 1.0))
+        .find(|x| router_gap(x, &router, s) > 1e-3)
+        .expect("an input with a clear routing in 64 draws");
+    let x = be.act_from_f32(1, s.hidden, &xh).unwrap();
+    for (kernels, _) in SETS {
+        for _ in 0..2 {
+            let out = be
+                .moe_decode_marked(&x, &w, &sp, kernels, &mut |_| {})
+                .unwrap();
+            let out = be.act_to_f32(&out).unwrap();
+            assert!(out.iter().all(|v| v.is_finite()), "{kernels:?}: finite");
+        }
+    }
+}
