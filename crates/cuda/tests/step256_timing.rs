@@ -227,6 +227,46 @@ fn time_decode_attention_of_many_sequences() {
     }
 }
 
+/// Batch-1 decode attention (one sequence, one query row, 8 q heads per KV
+/// head) by split count: the plan's against forced counts, at 2k / 8k / 32k
+/// keys, back to back behind a memset (device time). Issue 23 asks for the
+/// key tiles in parallel rather than in series: each split reads its tiles
+/// one after the other, so more splits of fewer tiles shorten the chain.
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_batch_one_decode_attention_by_split_count() {
+    let dev = device();
+    let scratch = dev.alloc(4 << 30).unwrap();
+    println!(
+        "## batch-1 decode attention by split count (16/2 heads, d 256, gated; x10 layers a step)"
+    );
+    println!("| history | splits | combine | us |");
+    println!("|---:|---:|---|---:|");
+    for history in [2048, 8192, 32_768] {
+        let p = Paged::new(&dev, 1, 1, history);
+        let plan = p.run(&dev, None, None);
+        let us = per_call_us(&dev, &scratch, || {
+            p.run(&dev, None, None);
+        });
+        println!(
+            "| {history} | {} (plan) | {} | {us:.1} |",
+            plan.splits,
+            form(&plan)
+        );
+        for s in [4, 8, 16, 32, 64, 128] {
+            if s > (history + 1).div_ceil(KV_ROWS) {
+                continue; // more splits than key tiles
+            }
+            let r = p.run(&dev, Some(s), None);
+            assert_eq!(r.splits, s);
+            let us = per_call_us(&dev, &scratch, || {
+                p.run(&dev, Some(s), None);
+            });
+            println!("| {history} | {s} | {} | {us:.1} |", form(&r));
+        }
+    }
+}
+
 /// The 35B-A3B MoE shape: hidden, experts, top-k, intermediate.
 const MOE_H: usize = 2048;
 const MOE_E: usize = 256;
