@@ -9,11 +9,11 @@
 //! device-filled constants or seeded random logits: the figures are speed
 //! only (the correctness tests are `paged_attention.rs` and `moe.rs`).
 //! Each timing asserts its own run was what it claims (splits, combine); the
-//! routing and the conv are also timed against their previous forms in the
-//! same process (the baseline routing kernels, the conv at 32-row strips),
-//! kernels queued behind a long memset so no host gap is timed, and their
-//! outputs compared (routing: the same picks, weights and offsets, a
-//! consistent scatter; conv: the same bits).
+//! conv is also timed against its 32-row strips in the same process, kernels
+//! queued behind a long memset so no host gap is timed, and the outputs
+//! compared (the same bits). (The routing's baseline, the pre-step256
+//! shared-memory kernels, was deleted after session 6's call S1 timed it:
+//! docs/perf/serving.md.)
 //! GPU only, ignored here; run with
 //! `cargo test --release -p headroom-cuda --test step256_timing -- --ignored --nocapture`.
 
@@ -30,10 +30,7 @@ use headroom_cuda::ops::conv::{conv8_strip, CONV8_STRIP, THREADS as CONV_THREADS
 
 /// The shorter conv strip measured against the kernel's 32 rows.
 const CONV_CANDIDATE_STRIP: usize = 8;
-use headroom_cuda::ops::moe::{
-    route_stage, routed_experts_shared_marked, MoeLaunch, MoeStage, RouteBuffers, RouteForm,
-    SharedEpilogue,
-};
+use headroom_cuda::ops::moe::{routed_experts_shared_marked, MoeLaunch, MoeStage, SharedEpilogue};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 use std::ffi::c_void;
@@ -230,6 +227,46 @@ fn time_decode_attention_of_many_sequences() {
     }
 }
 
+/// Batch-1 decode attention (one sequence, one query row, 8 q heads per KV
+/// head) by split count: the plan's against forced counts, at 2k / 8k / 32k
+/// keys, back to back behind a memset (device time). Issue 23 asks for the
+/// key tiles in parallel rather than in series: each split reads its tiles
+/// one after the other, so more splits of fewer tiles shorten the chain.
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_batch_one_decode_attention_by_split_count() {
+    let dev = device();
+    let scratch = dev.alloc(4 << 30).unwrap();
+    println!(
+        "## batch-1 decode attention by split count (16/2 heads, d 256, gated; x10 layers a step)"
+    );
+    println!("| history | splits | combine | us |");
+    println!("|---:|---:|---|---:|");
+    for history in [2048, 8192, 32_768] {
+        let p = Paged::new(&dev, 1, 1, history);
+        let plan = p.run(&dev, None, None);
+        let us = per_call_us(&dev, &scratch, || {
+            p.run(&dev, None, None);
+        });
+        println!(
+            "| {history} | {} (plan) | {} | {us:.1} |",
+            plan.splits,
+            form(&plan)
+        );
+        for s in [4, 8, 16, 32, 64, 128] {
+            if s > (history + 1).div_ceil(KV_ROWS) {
+                continue; // more splits than key tiles
+            }
+            let r = p.run(&dev, Some(s), None);
+            assert_eq!(r.splits, s);
+            let us = per_call_us(&dev, &scratch, || {
+                p.run(&dev, Some(s), None);
+            });
+            println!("| {history} | {s} | {} | {us:.1} |", form(&r));
+        }
+    }
+}
+
 /// The 35B-A3B MoE shape: hidden, experts, top-k, intermediate.
 const MOE_H: usize = 2048;
 const MOE_E: usize = 256;
@@ -391,93 +428,6 @@ fn per_call_us(dev: &CudaDevice, scratch: &DeviceBuffer, mut f: impl FnMut()) ->
         })
         .collect();
     median(us)
-}
-
-fn read_i32(dev: &CudaDevice, b: &DeviceBuffer, n: usize) -> Vec<i32> {
-    let mut v = vec![0i32; n];
-    dev.read(b, &mut v).unwrap();
-    v
-}
-
-fn read_f32(dev: &CudaDevice, b: &DeviceBuffer, n: usize) -> Vec<f32> {
-    let mut v = vec![0f32; n];
-    dev.read(b, &mut v).unwrap();
-    v
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
-fn the_register_routing_matches_the_baseline_and_is_timed_against_it() {
-    let dev = device();
-    let scratch = dev.alloc(4 << 30).unwrap();
-    let (e, k) = (MOE_E, MOE_K);
-    println!("## MoE routing stage (counts memset + route (+ offsets) + scatter), 256 experts top-8, kernels back to back");
-    println!("| rows | baseline (smem route + offsets kernel) us | registers (offsets in the last block) us |");
-    println!("|---:|---:|---:|");
-    for tokens in [256, 2048, 8192, 32_768] {
-        // Multiples of 1/8 in [-3, 3]: many exact ties, ranked the same by both.
-        let mut rng = rand::rngs::StdRng::seed_from_u64(77 + tokens as u64);
-        let logits: Vec<f32> = (0..tokens * e)
-            .map(|_| (rng.random::<f32>() * 48.0 - 24.0).round() / 8.0)
-            .collect();
-        let m = Moe35b::new(&dev, tokens, &logits);
-        let l = m.launch();
-        let pairs = tokens * k;
-        let run = |form| {
-            let b = RouteBuffers::alloc(&dev, pairs, e).unwrap();
-            for buf in [&b.topk_expert, &b.topk_weight, &b.slot_token, &b.pair_slot] {
-                dev.fill_bytes(buf, 0xFF).unwrap();
-            }
-            route_stage(&dev, &l, form, &b).unwrap();
-            b
-        };
-        let (old, new) = (run(RouteForm::Smem), run(RouteForm::Registers));
-        let te = read_i32(&dev, &new.topk_expert, pairs);
-        assert_eq!(
-            te,
-            read_i32(&dev, &old.topk_expert, pairs),
-            "picks at {tokens}"
-        );
-        let tw = read_f32(&dev, &new.topk_weight, pairs);
-        let tw_old = read_f32(&dev, &old.topk_weight, pairs);
-        assert!(
-            tw.iter()
-                .zip(&tw_old)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "weights at {tokens}"
-        );
-        let off = read_i32(&dev, &new.expert_offsets, e + 1);
-        assert_eq!(off, read_i32(&dev, &old.expert_offsets, e + 1));
-        assert_eq!(
-            read_i32(&dev, &new.tile_offsets, e + 1),
-            read_i32(&dev, &old.tile_offsets, e + 1)
-        );
-        assert_eq!(off[e] as usize, pairs);
-        assert_eq!(
-            read_i32(&dev, &new.counts, e + 1),
-            vec![0; e + 1],
-            "counts back to zero"
-        );
-        // Every pair in a slot of its expert's range, every slot taken once.
-        let (ps, st) = (
-            read_i32(&dev, &new.pair_slot, pairs),
-            read_i32(&dev, &new.slot_token, pairs),
-        );
-        let mut taken = vec![false; pairs];
-        for p in 0..pairs {
-            let (ex, slot) = (te[p] as usize, ps[p] as usize);
-            assert!((off[ex] as usize..off[ex + 1] as usize).contains(&slot));
-            assert!(!taken[slot]);
-            taken[slot] = true;
-            assert_eq!(st[slot] as usize, p / k);
-        }
-        let time = |form| {
-            let b = RouteBuffers::alloc(&dev, pairs, e).unwrap();
-            per_call_us(&dev, &scratch, || route_stage(&dev, &l, form, &b).unwrap())
-        };
-        let (t_old, t_new) = (time(RouteForm::Smem), time(RouteForm::Registers));
-        println!("| {tokens} | {t_old:.1} | {t_new:.1} |");
-    }
 }
 
 #[test]

@@ -23,7 +23,7 @@ use crate::ops::gemv::sources::GEMV;
 use crate::ops::kv::sources::OPS_KV;
 use crate::ops::moe::sources::{
     MOE_DECODE, MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_STREAM, MOE_GROUPED_GEMM_WGMMA,
-    MOE_GROUPED_GEMM_WIDE, MOE_ROUTE, MOE_ROUTE_SMEM,
+    MOE_GROUPED_GEMM_WIDE, MOE_ROUTE,
 };
 use crate::ops::norm::sources::OPS_NORM;
 use crate::ops::pointwise::sources::OPS_POINTWISE;
@@ -57,7 +57,6 @@ pub const SOURCES: &[KernelSource] = &[
     OPS_KV,
     OPS_SAMPLE,
     MOE_ROUTE,
-    MOE_ROUTE_SMEM,
     MOE_GROUPED_GEMM,
     MOE_GROUPED_GEMM_WGMMA,
     MOE_GROUPED_GEMM_WIDE,

@@ -96,8 +96,11 @@ pub const MAX_SPLITS: usize = 128;
 pub(super) const COMBINE_THREADS: u32 = 256;
 /// float4 column quads per combine CTA (`COMBINE_QUADS`): d / 64 CTAs a row.
 pub(super) const COMBINE_QUADS: usize = 16;
-/// Fewest key tiles a split gets (a shorter split costs more in its combine than it saves).
-pub const MIN_SPLIT_TILES: usize = 4;
+/// Fewest key tiles a split gets. One: each split's tiles run one after the
+/// other, so a batch-1 decode row is fastest with as many one-tile splits as
+/// fill the GPU (H200, `step256_timing` batch-1 sweep, session 6: 2k keys 32
+/// splits 11.9 us against 17.7 us at 4 tiles a split; 8k 128 splits 13.0 against 16.6).
+pub const MIN_SPLIT_TILES: usize = 1;
 /// Fewest key tiles of a shape before it is split at all.
 pub const MIN_SPLIT_KV_TILES: usize = 16;
 

@@ -6,12 +6,9 @@
 
 use super::{
     route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, FUSED_SCATTER_PAIRS, GEMM_BM,
-    MAX_EXPERTS, ROUTE_WARPS,
+    ROUTE_WARPS,
 };
 
-/// Tokens per block of the baseline routing kernel (`SMEM_ROUTE_WARPS` in
-/// `moe_route_smem.cu`).
-pub const SMEM_ROUTE_WARPS: usize = 8;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
@@ -207,7 +204,7 @@ pub(super) fn routed_experts_range(
         let pairs = pass.tokens * l.top_k;
         let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts));
         mark(MoeStage::Route)?;
-        route(dev, l, (first, local), pass, RouteForm::Registers, &ws.r)?;
+        route(dev, l, (first, local), pass, &ws.r)?;
         grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)?;
         mark(MoeStage::Combine)?;
         combine(dev, l, pass, shared, &ws)?;
@@ -217,50 +214,9 @@ pub(super) fn routed_experts_range(
     Ok(())
 }
 
-/// Which routing kernels run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RouteForm {
-    /// `moe_route` / `moe_route_wide` (logits in registers, the offsets in
-    /// the last block), then `moe_scatter`: what every call runs.
-    Registers,
-    /// The routing before step256 (`moe_route_smem.cu`: probabilities in
-    /// shared memory, a separate one-block offsets kernel), then the same
-    /// scatter: kept only as the baseline of `tests/step256_timing.rs`.
-    Smem,
-}
-
-/// The routing stage alone of the first pass of `l` (at most
-/// [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens, all experts local) on
-/// `form`'s kernels into `bufs` (sized for that pass), counts zeroed first:
-/// for benches and the tests that compare the two forms.
-pub fn route_stage(
-    dev: &CudaDevice,
-    l: &MoeLaunch<'_>,
-    form: RouteForm,
-    bufs: &RouteBuffers,
-) -> Result<(), CudaError> {
-    let plan = validate_inner(l, 0, l.experts, None)?;
-    let pairs = plan.chunk_pairs;
-    if bufs.topk_expert.len_bytes() < pairs * 4 || bufs.counts.len_bytes() < (l.experts + 1) * 4 {
-        return Err(CudaError::Shape {
-            op: "moe routed experts",
-            detail: format!(
-                "route buffers smaller than {pairs} pairs / {} experts",
-                l.experts
-            ),
-        });
-    }
-    dev.fill_bytes(&bufs.counts, 0)?;
-    let pass = Pass {
-        t0: 0,
-        tokens: plan.chunk_tokens,
-    };
-    route(dev, l, (0, l.experts), pass, form, bufs)
-}
-
 /// Routing (whose last block writes the per-expert offsets, and scatters a
-/// pass of at most [`FUSED_SCATTER_PAIRS`] pairs; `Smem`: a separate offsets
-/// kernel) and the scatter to expert order of one pass.
+/// pass of at most [`FUSED_SCATTER_PAIRS`] pairs) and the scatter to expert
+/// order of one pass.
 /// `r.counts` must be zero (the memset of the call; each pass's scatter
 /// leaves them zero again).
 fn route(
@@ -268,7 +224,6 @@ fn route(
     l: &MoeLaunch<'_>,
     (first, local): (usize, usize),
     pass: Pass,
-    form: RouteForm,
     r: &RouteBuffers,
 ) -> Result<(), CudaError> {
     let (tc, k) = (pass.tokens, l.top_k);
@@ -285,53 +240,27 @@ fn route(
         .ptr(r.counts.ptr())
         .int(first)
         .int(local);
-    match form {
-        RouteForm::Registers => {
-            // A small pass is scattered by the routing's last block.
-            let fused = pairs <= FUSED_SCATTER_PAIRS;
-            let (st, ps) = if fused {
-                (r.slot_token.ptr(), r.pair_slot.ptr())
-            } else {
-                (0, 0)
-            };
-            launch(
-                dev,
-                route_entry(l.experts),
-                tc.div_ceil(ROUTE_WARPS),
-                (ROUTE_WARPS * 32) as u32,
-                0,
-                params
-                    .ptr(r.expert_offsets.ptr())
-                    .ptr(r.tile_offsets.ptr())
-                    .ptr(st)
-                    .ptr(ps),
-            )?;
-            if fused {
-                return Ok(());
-            }
-        }
-        RouteForm::Smem => {
-            launch(
-                dev,
-                "moe_route_smem",
-                tc.div_ceil(SMEM_ROUTE_WARPS),
-                (SMEM_ROUTE_WARPS * 32) as u32,
-                SMEM_ROUTE_WARPS * l.experts * 4,
-                params,
-            )?;
-            launch(
-                dev,
-                "moe_offsets_smem",
-                1,
-                MAX_EXPERTS as u32,
-                0,
-                Params::new()
-                    .ptr(r.counts.ptr())
-                    .int(local)
-                    .ptr(r.expert_offsets.ptr())
-                    .ptr(r.tile_offsets.ptr()),
-            )?;
-        }
+    // A small pass is scattered by the routing's last block.
+    let fused = pairs <= FUSED_SCATTER_PAIRS;
+    let (st, ps) = if fused {
+        (r.slot_token.ptr(), r.pair_slot.ptr())
+    } else {
+        (0, 0)
+    };
+    launch(
+        dev,
+        route_entry(l.experts),
+        tc.div_ceil(ROUTE_WARPS),
+        (ROUTE_WARPS * 32) as u32,
+        0,
+        params
+            .ptr(r.expert_offsets.ptr())
+            .ptr(r.tile_offsets.ptr())
+            .ptr(st)
+            .ptr(ps),
+    )?;
+    if fused {
+        return Ok(());
     }
     launch(
         dev,

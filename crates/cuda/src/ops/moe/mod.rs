@@ -24,10 +24,7 @@ pub use gemm::{
 };
 
 pub use decode::DecodeKernels;
-pub use launch::{
-    route_stage, routed_experts_marked, routed_experts_shared_marked, MoeStage, RouteBuffers,
-    RouteForm, SMEM_ROUTE_WARPS,
-};
+pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
 pub(crate) use weights::check_weights;
 
 use crate::alloc::DeviceBuffer;

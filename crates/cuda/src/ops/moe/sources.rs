@@ -17,14 +17,6 @@ pub const MOE_ROUTE: KernelSource = KernelSource {
     ],
 };
 
-/// The routing before step256, the baseline of `tests/step256_timing.rs` (`RouteForm::Smem`).
-pub const MOE_ROUTE_SMEM: KernelSource = KernelSource {
-    name: "moe_route_smem",
-    file: "moe_route_smem.cu",
-    source: include_str!("moe_route_smem.cu"),
-    entry_points: &["moe_route_smem", "moe_offsets_smem"],
-};
-
 /// Grouped GEMMs of the routed experts, gate+up with SiLU·mul and down.
 pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
     name: "moe_grouped_gemm",
