@@ -30,8 +30,10 @@
 // moe_decode_down_stream: unit = output column n of one row; its pieces are
 //   (slot, K part) of the shared expert's down row n (first: needs no
 //   routing) and of each routed expert's, DN_SPAN elements each, DN_PIECES
-//   pieces a stage. out = bf16(sum over slots of w_slot * (down_slot[n] . act_slot)),
-//   w of the shared expert sigmoid(its gate logit).
+//   pieces a stage. out = bf16(sum over the routed ranks in order of
+//   w_t * bf16(down_t[n] . act_t), then + w_shared * bf16(shared_down[n] . act_shared)),
+//   w_shared = sigmoid(its gate logit); act = bf16(silu(g) * u): the rounding
+//   points of the GEMV kernels and of the grouped path.
 //
 // Needs hidden, intermediate and the shared intermediate to be multiples of
 // 8 (16-byte chunks), rows * hidden <= MAX_X, rows <= MAX_ROWS, experts <=
@@ -379,7 +381,8 @@ moe_decode_gate_up_stream(const bf16* __restrict__ x, const bf16* __restrict__ g
                         const float g = warp_sum(ga[r]);
                         const float u = warp_sum(ua[r]);
                         if (lane == 0) {
-                            act[((long long)(r0 + r) * slots + slot) * act_stride + st.c] = g / (1.f + expf(-g)) * u;
+                            act[((long long)(r0 + r) * slots + slot) * act_stride + st.c] =
+                                round_bf16(g / (1.f + expf(-g)) * u);
                         }
                     }
                     ga[r] = ua[r] = 0.f;
@@ -486,7 +489,11 @@ moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ d
     }
     ring_wait(stages);  // the first group: this thread's activation chunks
     __syncthreads();    // everyone's
-    float acc = 0.f;
+    // Each expert's output y = down[n] . act is completed over its K parts
+    // and rounded to bf16 before it is weighted; out = bf16(sum in rank order
+    // of w_t * y_t, then + w_shared * y_shared): the GEMV kernels' and the
+    // grouped path's rounding points and order.
+    float acc = 0.f, part_slot = 0.f, y_shared = 0.f;
     for (int s = 0; s < n_stages; ++s) {
         ring_wait(stages);
         const bf16* stg = ring + (s % stages) * DN_STAGE;
@@ -520,12 +527,21 @@ moe_decode_down_stream(const float* __restrict__ act, const bf16* __restrict__ d
                         part = fmaf(fw[7], a1.w, part);
                     }
                 }
-                acc = fmaf(sw[t], part, acc);
+                part_slot += part;
             }
-            if (sl == slots - 1 && kb + DN_SPAN >= max(inter, shared_inter)) {  // the unit's last piece
-                const float v = warp_sum(acc);
-                if (lane == 0) out[(long long)r * hidden + n] = __float2bfloat16_rn(v);
-                acc = 0.f;
+            if (kb + DN_SPAN >= max(inter, shared_inter)) {  // the slot's last K part
+                const float y = round_bf16(warp_sum(part_slot));  // every lane: warp-uniform
+                part_slot = 0.f;
+                if (sl == 0) {
+                    y_shared = y;
+                } else if (live) {
+                    acc = fmaf(sw[t], y, acc);
+                }
+                if (sl == slots - 1) {  // the unit's last piece
+                    acc = fmaf(sw[top_k], y_shared, acc);
+                    if (lane == 0) out[(long long)r * hidden + n] = __float2bfloat16_rn(acc);
+                    acc = 0.f;
+                }
             }
         }
         issue(s + stages, ANY);
