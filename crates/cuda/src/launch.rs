@@ -127,27 +127,6 @@ pub(crate) unsafe fn launch_programmatic(
     })
 }
 
-/// [`launch_programmatic`] with `smem` bytes of dynamic shared memory (the
-/// function allowed that much first when it is over the default 48 KiB).
-///
-/// # Safety
-/// As [`launch_programmatic`].
-pub(crate) unsafe fn launch_programmatic_smem(
-    dev: &CudaDevice,
-    entry: &'static str,
-    grid: (u32, u32, u32),
-    block: u32,
-    smem: usize,
-    args: Args,
-) -> OpResult<()> {
-    launch_with(dev, entry, args, |f, params| {
-        if smem > 48 * 1024 {
-            dev.set_dynamic_smem(f, smem)?;
-        }
-        dev.launch_programmatic(f, grid, (block, 1, 1), smem, params)
-    })
-}
-
 /// Checks and packs `args`, then [`launch_params`].
 fn launch_with(
     dev: &CudaDevice,

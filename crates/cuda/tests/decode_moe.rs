@@ -1,23 +1,24 @@
-//! The MoE decode path (`ops/moe/decode.rs`: the router, then the experts on
-//! the GEMV kernels, the default, or on the weight streams of
-//! `moe_decode_stream.cu`, for 1..=8 rows) against an f64 host reference and against the
-//! grouped-GEMM path, on fresh random inputs with NaN-poisoned outputs and
-//! workspaces: the 35B-A3B shape at 1, 3 and 8 rows, the moe_d256 / moe_d64
-//! fixtures' blocks (hidden 64, 8 experts, top-2/3, intermediate 16, shared
-//! 24) and neighbours at 1..=8 rows, small shapes with tails in every
-//! dimension, expert parallelism (a rank's slice of the experts), shapes past
-//! one pass of each kernel's loops (hidden over 2048, intermediate over 512,
-//! top-k over 8, more than 256 experts), a NaN input row, and repeated calls;
-//! `stream` (both kernel sets at the 35B shape at 1..=8 rows, tied router
-//! rows, a NaN router row, tails at the streams' stage sizes, the rows x
-//! hidden limit); and `timing` (`moe_decode_timing`: both sets side by side).
-//! Run by bench/gpu/check_moestream.sh (or check_decode.sh moe) on the GPU machine.
+//! The MoE decode path (`backend/moe_decode.rs`, three GEMV launches for
+//! 1..=8 rows) against an f64 host reference and against the grouped-GEMM
+//! path, on fresh random inputs with NaN-poisoned outputs and workspaces:
+//! the 35B-A3B shape at 1, 3 and 8 rows, the moe_d256 / moe_d64 fixtures'
+//! blocks (hidden 64, 8 experts, top-2/3, intermediate 16, shared 24) and
+//! neighbours at 1..=8 rows, small shapes with tails in every dimension,
+//! expert parallelism (a rank's slice of the experts), shapes past one pass
+//! of each kernel's loops (hidden over 2048, intermediate over 512, top-k
+//! over 8, more than 256 experts), a NaN input row, and repeated calls;
+//! `cases` (the 35B shape at 1..=8 rows, tied router rows, a NaN router row,
+//! tails at 1024 / 512, 8 rows of hidden 4096); and
+//! `moe_decode_timing`: each kernel's median time and bandwidth at the
+//! 35B-A3B shape, and the whole block back to back against the grouped-GEMM
+//! path.
+//! Run by bench/gpu/check_decode.sh on the GPU machine.
 
 use half::bf16;
-use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
+use headroom_core::ops::{Backend, MoeSpec, MoeWeights, WeightInit};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
-use headroom_cuda::ops::moe::DecodeKernels;
+use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 fn backend() -> CudaBackend {
@@ -240,32 +241,8 @@ fn run_decode(be: &CudaBackend, w: &Weights, s: Shape, rows: usize, x: &CudaAct)
     be.act_to_f32(&out).unwrap()
 }
 
-/// The streaming variants besides [`DecodeKernels::Stream`].
-const STREAM_VARIANTS: [DecodeKernels; 3] = [
-    DecodeKernels::StreamNoPrefetch,
-    DecodeKernels::Stream2,
-    DecodeKernels::Stream2NoPrefetch,
-];
-
-/// [`run_decode`] on `kernels`.
-fn run_with(
-    be: &CudaBackend,
-    w: &Weights,
-    s: Shape,
-    x: &CudaAct,
-    kernels: DecodeKernels,
-) -> Vec<f32> {
-    poison_pool(be, &[x.rows * s.hidden * 2, workspace_bytes(s, x.rows)]);
-    let out = be
-        .moe_decode_marked(x, &w.dev, &spec(s), kernels, &mut |_| {})
-        .unwrap();
-    be.act_to_f32(&out).unwrap()
-}
-
 /// Every case at each row count: fresh inputs, the decode path (outputs
-/// NaN-poisoned first) against f64, on the default (GEMV) kernels and the
-/// streams (every streaming variant the same bits: each unit's sums run in
-/// the same order whatever the grid, ring or prefetch).
+/// NaN-poisoned first) against f64.
 fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64) {
     for (n, &s) in cases.iter().enumerate() {
         let w = weights(be, s, seed + 10 * n as u64);
@@ -276,19 +253,6 @@ fn check_cases(be: &CudaBackend, cases: &[Shape], rows_list: &[usize], seed: u64
             let got = run_decode(be, &w, s, rows, &xa);
             let err = rel_err(&got, &want);
             assert!(err < 1e-2, "case {n} {s:?}, {rows} rows: rel err {err}");
-            let stream = run_with(be, &w, s, &xa, DecodeKernels::Stream);
-            let err = rel_err(&stream, &want);
-            assert!(
-                err < 1e-2,
-                "case {n} {s:?}, {rows} rows, stream: rel err {err}"
-            );
-            for v in STREAM_VARIANTS {
-                let got = run_with(be, &w, s, &xa, v);
-                assert_eq!(
-                    got, stream,
-                    "case {n}, {rows} rows: {v:?} = Stream bit for bit"
-                );
-            }
         }
     }
 }
@@ -305,7 +269,7 @@ const QWEN35B: Shape = Shape {
 };
 
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
     let be = backend();
     let s = QWEN35B;
@@ -344,7 +308,7 @@ fn qwen35b_shape_matches_f64_and_the_grouped_gemm_path() {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
     let be = backend();
     // hidden 200: not a multiple of 256 (the lanes' k loop has a tail);
@@ -388,7 +352,7 @@ fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
 /// moe_d64 (top-3), with neighbours: intermediate 8, shared 8 / 16 / 40,
 /// without renormalisation, a rank's half of the experts; rows 1..=8.
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn model_fixture_shapes_match_f64() {
     let be = backend();
     let d256 = Shape {
@@ -435,7 +399,7 @@ fn model_fixture_shapes_match_f64() {
 /// multiples of 32 (the routing's per-thread experts and partial warps), the
 /// largest top-k and expert count.
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn shapes_past_one_pass_match_f64() {
     let be = backend();
     let cases = [
@@ -474,7 +438,7 @@ fn shapes_past_one_pass_match_f64() {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn nan_row_stays_in_its_row_and_repeated_calls_agree() {
     let be = backend();
     let s = Shape {
@@ -519,7 +483,7 @@ fn nan_row_stays_in_its_row_and_repeated_calls_agree() {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn refuses_what_it_does_not_take() {
     let be = backend();
     let s = Shape {
@@ -554,7 +518,166 @@ fn refuses_what_it_does_not_take() {
     );
 }
 
-#[path = "decode_moe/stream.rs"]
-mod stream;
-#[path = "decode_moe/timing.rs"]
-mod timing;
+/// The 35B-A3B block's weights drawn on the device (normal, the scales of
+/// [`weights`]) but the router's, drawn on the host and returned with them
+/// (the timing test picks inputs with a clear routing and counts experts).
+fn device_weights(be: &CudaBackend, s: Shape, seed: u64) -> (MoeWeights<CudaWeight>, Vec<f32>) {
+    let (h, i, si, l) = (s.hidden, s.inter, s.shared, s.local);
+    let sc = 1.0 / (h as f32).sqrt();
+    let draw = |rows, cols, n: u64, std: f32| {
+        be.init_matrix(rows, cols, WeightInit::new(seed + n, 0.0, std))
+            .unwrap()
+    };
+    let router = uniform(seed, s.experts * h, 4.0 * sc * 1.7);
+    let w = MoeWeights {
+        router: matrix(be, s.experts, h, &router),
+        gate_up: draw(l * 2 * i, h, 1, sc),
+        down: draw(l * h, i, 2, 1.0 / (i as f32).sqrt()),
+        shared_gate_proj: draw(si, h, 3, sc),
+        shared_up_proj: draw(si, h, 4, sc),
+        shared_down_proj: draw(h, si, 5, 1.0 / (si as f32).sqrt()),
+        shared_gate: draw(1, h, 6, sc),
+    };
+    (w, router)
+}
+
+/// The experts the rows of `x` choose (f64 logits), each expert once.
+fn distinct_experts(x: &[f32], router: &[f32], s: Shape) -> usize {
+    let mut chosen: Vec<usize> = x
+        .chunks(s.hidden)
+        .flat_map(|xr| {
+            let l: Vec<f64> = router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
+            let mut order: Vec<usize> = (0..s.experts).collect();
+            order.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+            order.truncate(s.top_k);
+            order
+        })
+        .collect();
+    chosen.sort_unstable();
+    chosen.dedup();
+    chosen.len()
+}
+
+/// Median of `v` (sorted in place).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Each kernel's median device time (µs) over `calls` calls: events
+/// recorded between the launches (so each kernel runs alone).
+fn kernel_medians(
+    be: &CudaBackend,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    sp: &MoeSpec,
+    calls: usize,
+) -> Vec<(&'static str, f64)> {
+    let mut stages: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    for _ in 0..calls {
+        let mut marks: Vec<(&'static str, Event)> = Vec::new();
+        be.moe_decode_marked(x, w, sp, &mut |st| {
+            marks.push((st, Event::record(be.device()).unwrap()))
+        })
+        .unwrap();
+        for pair in marks.windows(2) {
+            let us = pair[1].1.ms_since(&pair[0].1).unwrap() * 1e3;
+            match stages.iter_mut().find(|(n, _)| *n == pair[0].0) {
+                Some((_, v)) => v.push(us),
+                None => stages.push((pair[0].0, vec![us])),
+            }
+        }
+    }
+    stages
+        .into_iter()
+        .map(|(n, mut v)| (n, median(&mut v)))
+        .collect()
+}
+
+/// The device time per call (µs) of `calls` back-to-back calls of `f` (the
+/// decode kernels chained by programmatic launch, as in a model step), and
+/// the host's time per call to issue them.
+fn chained_us(be: &CudaBackend, calls: usize, mut f: impl FnMut()) -> (f64, f64) {
+    f();
+    be.synchronize().unwrap();
+    let start = Event::record(be.device()).unwrap();
+    let host = std::time::Instant::now();
+    for _ in 0..calls {
+        f();
+    }
+    let host_us = host.elapsed().as_secs_f64() * 1e6 / calls as f64;
+    let end = Event::record(be.device()).unwrap();
+    be.synchronize().unwrap();
+    (end.ms_since(&start).unwrap() * 1e3 / calls as f64, host_us)
+}
+
+/// Distinct weight bytes each kernel needs for `rows` rows choosing
+/// `experts` distinct experts in all (the DRAM floor; a row's kernels read
+/// its experts and the shared expert whether or not another row did too).
+fn kernel_bytes(s: Shape, rows: usize, experts: usize, kernel: &str) -> usize {
+    let (h, e, i, si) = (s.hidden, s.experts, s.inter, s.shared);
+    match kernel {
+        "route" => ((e + 1) * h + rows * h) * 2,
+        "gate_up" => (experts * 2 * i * h + 2 * si * h) * 2,
+        "down" => (experts * h * i + h * si) * 2,
+        other => panic!("no kernel {other}"),
+    }
+}
+
+/// The 35B-A3B block at 1, 2, 4 and 8 rows: each kernel's median µs over
+/// 60 calls and its GB/s, one `moe_decode_timing:` line per kernel, and the
+/// whole block per call back to back, the grouped-GEMM path's beside it.
+/// Asserts only correctness: the decode path agrees with the grouped-GEMM
+/// path.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn moe_decode_timing() {
+    let be = backend();
+    let s = QWEN35B;
+    let (w, router) = device_weights(&be, s, 40);
+    let sp = spec(s);
+    for rows in [1, 2, 4, 8] {
+        // A clear routing (as `inputs`): the paths' logits round differently.
+        let xh = (0..64)
+            .map(|n| uniform(rows as u64 * 1000 + n, rows * s.hidden, 1.0))
+            .find(|x| router_gap(x, &router, s) > 1e-3)
+            .expect("an input with a clear routing in 64 draws");
+        let distinct = distinct_experts(&xh, &router, s);
+        let x = be.act_from_f32(rows, s.hidden, &xh).unwrap();
+        let want = be.act_to_f32(&be.moe_decode(&x, &w, &sp).unwrap()).unwrap();
+        assert!(want.iter().all(|v| v.is_finite()), "{rows} rows: finite");
+        let grouped = be.moe_marked(&x, &w, &sp, None, &mut |_| {}).unwrap();
+        let grouped: Vec<f64> = be
+            .act_to_f32(&grouped)
+            .unwrap()
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let e = rel_err(&want, &grouped);
+        assert!(e < 2e-2, "{rows} rows: decode vs grouped {e}");
+        let medians = kernel_medians(&be, &x, &w, &sp, 60);
+        assert_eq!(medians.len(), 3, "three kernels: {medians:?}");
+        for (kernel, us) in &medians {
+            let mb = kernel_bytes(s, rows, distinct, kernel) as f64 / 1e6;
+            println!(
+                "moe_decode_timing: rows {rows} ({distinct} experts) kernel {kernel} \
+                 median {us:.2} us, {mb:.1} MB, {:.0} GB/s",
+                mb * 1e3 / us
+            );
+        }
+        let (dev_us, host_us) = chained_us(&be, 200, || {
+            be.moe_decode(&x, &w, &sp).unwrap();
+        });
+        let (grouped_us, grouped_host_us) = chained_us(&be, 200, || {
+            be.moe_marked(&x, &w, &sp, None, &mut |_| {}).unwrap();
+        });
+        println!(
+            "moe_decode_timing: rows {rows} chained block {dev_us:.2} us per call (host \
+             {host_us:.2} us per call); grouped-GEMM path {grouped_us:.2} us (host \
+             {grouped_host_us:.2} us)"
+        );
+    }
+}
+
+#[path = "decode_moe/cases.rs"]
+mod cases;

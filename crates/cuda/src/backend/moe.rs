@@ -134,18 +134,16 @@ impl super::CudaBackend {
         moe_fp8_decode(&self.dev, x, w, spec)
     }
 
-    /// [`Self::moe_decode`] on `kernels` (tests and timings compare the
-    /// sets), calling `mark` with `route`, `gate_up`, `down` before each
-    /// launch and `end` after the last.
+    /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
+    /// before each launch and `end` after the last.
     pub fn moe_decode_marked(
         &self,
         x: &CudaAct,
         w: &MoeWeights<CudaWeight>,
         spec: &MoeSpec,
-        kernels: decode::DecodeKernels,
         mark: &mut dyn FnMut(&'static str),
     ) -> OpResult<CudaAct> {
-        decode::moe_decode_marked(&self.dev, x, w, spec, kernels, mark)
+        decode::moe_decode_marked(&self.dev, x, w, spec, mark)
     }
 }
 

@@ -1,20 +1,15 @@
 //! The MoE block for a few rows (decode) in three launches
-//! (`moe_decode.cu`, `moe_decode_stream.cu`), each programmatic on sm_90+:
-//! the router GEMV, then the routed and shared experts' gate+up and the down
-//! projection with the weighted combine, on one of two kernel sets
-//! ([`DecodeKernels`]): the GEMV kernels (each routed CTA takes its row's
-//! softmax and top-k from the logits itself; a warp computes a few columns in
-//! dependent rounds) or the weight streams (persistent grids whose warps keep
-//! a cp.async ring of weight rows in flight; every CTA ranks each row's
-//! experts once, one warp a row). The grouped-GEMM path
+//! (`moe_decode.cu`), each programmatic on sm_90+: the router GEMV,
+//! the routed and shared experts' gate+up (each routed CTA takes its row's
+//! softmax and top-k from the logits itself; the shared expert's weights load
+//! while the router runs), and the down GEMV with the weighted combine (the
+//! weight loads marked evict-first). The grouped-GEMM path
 //! ([`super::routed_experts`]) takes ~14 launches and 128-row tiles that hold
 //! one valid row each at decode.
 
 use super::check_weights;
 use crate::device::CudaDevice;
-use crate::launch::{
-    alloc, grid_dim, int, launch_programmatic, launch_programmatic_smem, mul, Args, GRID_X, GRID_YZ,
-};
+use crate::launch::{alloc, grid_dim, int, launch_programmatic, mul, Args, GRID_X, GRID_YZ};
 use crate::tensor::new_act;
 use crate::tensor::{CudaAct, CudaWeight};
 use crate::validate::bf16;
@@ -37,76 +32,6 @@ const WARPS: usize = 8;
 /// Columns a gate_up warp computes one after the other (`GATE_UP_COLS`):
 /// the grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
 const GATE_UP_COLS: usize = 3;
-/// Largest rows · hidden (`MAX_X`: x staged in shared memory by the streaming
-/// gate_up) and the bytes of one stage of a streaming warp's ring
-/// (`STAGE_BYTES`: 4 KiB; 8 warps a CTA).
-const MAX_X: usize = 32768;
-const STAGE_BYTES: usize = 4096;
-/// Shared memory of one SM, and what a CTA takes beyond its dynamic part
-/// (static arrays, the 1 KiB the driver reserves).
-const SM_SMEM: usize = 228 * 1024;
-const CTA_SMEM_EXTRA: usize = 4 * 1024;
-
-/// The kernels behind the experts of [`moe_decode`] (the router is one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeKernels {
-    /// `moe_decode_gate_up` / `moe_decode_down`: a warp a few columns, each
-    /// routed CTA routes its row. The default: the streams lost on the H200
-    /// (docs/perf/cuda-decode.md, moestream run 1).
-    Gemv,
-    /// `moe_decode_gate_up_stream` / `moe_decode_down_stream`: one CTA an
-    /// SM, 4-stage rings, gate_up's L2 prefetch of the down matrices.
-    Stream,
-    /// [`Self::Stream`] without the L2 prefetch.
-    StreamNoPrefetch,
-    /// The streams with two CTAs an SM where they fit (16 warps; rings of 3
-    /// stages in gate_up, 2 in down), the L2 prefetch on.
-    Stream2,
-    /// [`Self::Stream2`] without the L2 prefetch.
-    Stream2NoPrefetch,
-}
-
-/// A streaming variant's knobs: the L2 prefetch budget, CTAs an SM wanted,
-/// ring stages of gate_up and of down.
-#[derive(Clone, Copy, Debug)]
-struct StreamShape {
-    prefetch: i64,
-    ctas_per_sm: usize,
-    gu_stages: usize,
-    dn_stages: usize,
-}
-
-impl DecodeKernels {
-    fn stream_shape(self) -> Option<StreamShape> {
-        let (prefetch, two) = match self {
-            DecodeKernels::Gemv => return None,
-            DecodeKernels::Stream => (PREFETCH_MAX, false),
-            DecodeKernels::StreamNoPrefetch => (0, false),
-            DecodeKernels::Stream2 => (PREFETCH_MAX, true),
-            DecodeKernels::Stream2NoPrefetch => (0, true),
-        };
-        Some(if two {
-            StreamShape {
-                prefetch,
-                ctas_per_sm: 2,
-                gu_stages: 3,
-                dn_stages: 2,
-            }
-        } else {
-            StreamShape {
-                prefetch,
-                ctas_per_sm: 1,
-                gu_stages: 4,
-                dn_stages: 4,
-            }
-        })
-    }
-}
-
-/// Most bytes of routed down matrices the streaming gate_up asks L2 for
-/// (the 35B-A3B block's 8 experts at one row: 16 MiB; at more rows the
-/// distinct experts up to this, of the H200's 50 MiB L2).
-const PREFETCH_MAX: i64 = 24 << 20;
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,
 /// every weight bf16: they read them raw; FP8 experts take
@@ -139,7 +64,6 @@ fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
         && (1..=MAX_ROWS).contains(&x.rows)
         && dims_ok(x.cols)
         && x.cols <= MAX_HIDDEN
-        && x.rows * x.cols <= MAX_X
         && dims_ok(spec.intermediate)
         && dims_ok(si)
         && (1..=MAX_TOP_K).contains(&spec.top_k)
@@ -158,9 +82,9 @@ fn unsupported(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpErr
     OpError::Unsupported {
         op: "moe decode",
         reason: format!(
-            "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}, rows x hidden <= {MAX_X}), \
-             intermediate {}, shared {} (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts \
-             (<= {MAX_EXPERTS}), (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
+            "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
+             (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
+             (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
             x.rows,
             x.cols,
             spec.intermediate,
@@ -212,18 +136,16 @@ pub(crate) fn moe_decode(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
-    moe_decode_marked(dev, x, w, spec, DecodeKernels::Gemv, &mut |_| {})
+    moe_decode_marked(dev, x, w, spec, &mut |_| {})
 }
 
-/// [`moe_decode`] on `kernels`, calling `mark` with `route`, `gate_up`,
-/// `down` before each launch and `end` after the last (a bench or test
-/// records events there).
+/// [`moe_decode`], calling `mark` with `route`, `gate_up`, `down` before each
+/// launch and `end` after the last (a bench or test records events there).
 pub(crate) fn moe_decode_marked(
     dev: &CudaDevice,
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
-    kernels: DecodeKernels,
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<CudaAct> {
     let op = "moe decode";
@@ -261,19 +183,6 @@ pub(crate) fn moe_decode_marked(
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
     // (check_weights); the workspace holds rows·(e+1) logits.
     unsafe { launch_programmatic(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
-    if let Some(shape) = kernels.stream_shape() {
-        let call = StreamCall {
-            x,
-            w,
-            spec,
-            ws: &ws,
-            scratch: scratch.ptr(),
-            out: out.ptr(),
-        };
-        stream_experts(dev, &call, shape, mark)?;
-        mark("end");
-        return Ok(out);
-    }
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
@@ -345,129 +254,6 @@ pub(crate) fn moe_decode_marked(
     Ok(out)
 }
 
-/// What the streaming kernels read and write: the call's operands and the
-/// workspace at `scratch` (laid out by `ws`).
-struct StreamCall<'a> {
-    x: &'a CudaAct,
-    w: &'a MoeWeights<CudaWeight>,
-    spec: &'a MoeSpec,
-    ws: &'a Workspace,
-    scratch: u64,
-    out: u64,
-}
-
-/// Persistent grid of a streaming kernel over `units` units (a warp each at a
-/// time) whose CTAs take `smem` bytes of dynamic shared memory: `per_sm` CTAs
-/// an SM when that many fit, else one.
-fn stream_grid(dev: &CudaDevice, units: usize, smem: usize, per_sm: usize) -> u32 {
-    let fit = if per_sm * (smem + CTA_SMEM_EXTRA) <= SM_SMEM {
-        per_sm
-    } else {
-        1
-    };
-    units.div_ceil(WARPS).clamp(1, dev.sm_count.max(1) * fit) as u32
-}
-
-/// The experts on the streaming kernels, after the router's logits, shaped
-/// by `sh` (gate_up asks L2 for at most `sh.prefetch` bytes of the routed
-/// down matrices).
-fn stream_experts(
-    dev: &CudaDevice,
-    c: &StreamCall<'_>,
-    sh: StreamShape,
-    mark: &mut dyn FnMut(&'static str),
-) -> OpResult<()> {
-    let op = "moe decode";
-    let (x, w, spec, ws) = (c.x, c.w, c.spec, c.ws);
-    let (rows, hidden) = (x.rows, x.cols);
-    let (e, k, inter) = (spec.num_experts, spec.top_k, spec.intermediate);
-    let si = w.shared_gate_proj.rows;
-    let at = |off: usize| c.scratch + off as u64;
-    let rows32 = int(op, "rows", rows)?;
-    let h32 = int(op, "hidden", hidden)?;
-    let e32 = int(op, "experts", e)?;
-    let k32 = int(op, "top_k", k)?;
-    let (i32_, si32) = (int(op, "intermediate", inter)?, int(op, "shared", si)?);
-    let stride = int(op, "act stride", ws.act_stride)?;
-    // Shared columns (all rows each), then (row, slot, column) of the routed experts.
-    let units = mul(op, mul(op, rows, k)?, inter)? + si;
-    let gu_smem = WARPS * sh.gu_stages * STAGE_BYTES + rows * hidden * 2;
-    let dn_smem = WARPS * sh.dn_stages * STAGE_BYTES + (k + 1) * ws.act_stride * 4;
-    int(op, "gate_up units", units)?;
-    let args = Args::new()
-        .ptr(x.ptr())
-        .ptr(w.gate_up.ptr())
-        .ptr(w.shared_gate_proj.ptr())
-        .ptr(w.shared_up_proj.ptr())
-        .ptr(w.down.ptr())
-        .ptr(w.shared_down_proj.ptr())
-        .ptr(at(ws.logits))
-        .i32(rows32)
-        .i32(h32)
-        .i32(e32)
-        .i32(k32)
-        .i32(spec.renormalise as i32)
-        .i32(int(op, "first expert", spec.first_expert)?)
-        .i32(int(op, "local experts", spec.local_experts)?)
-        .i32(i32_)
-        .i32(si32)
-        .i32(stride)
-        .i64(sh.prefetch)
-        .i32(sh.gu_stages as i32)
-        .ptr(at(ws.topk_expert))
-        .ptr(at(ws.topk_weight))
-        .ptr(at(ws.act));
-    mark("gate_up");
-    // SAFETY: gate_up is [local·2·inter][hidden] and down [local·hidden][inter],
-    // the shared projections [si][hidden] and [hidden][si] (check_weights); the
-    // kernel reads only local experts (first ..< first + local of the top-k);
-    // x is staged in rows·hidden·2 ≤ MAX_X·2 bytes past the ring (supports;
-    // the ring 8·stages·STAGE_BYTES, stages 2..=4);
-    // topk_* hold rows·k entries, act rows·(k+1)·stride with stride ≥ max(inter, si).
-    unsafe {
-        launch_programmatic_smem(
-            dev,
-            "moe_decode_gate_up_stream",
-            (stream_grid(dev, units, gu_smem, sh.ctas_per_sm), 1, 1),
-            THREADS,
-            gu_smem,
-            args,
-        )?
-    };
-    let units = mul(op, rows, hidden)?;
-    int(op, "down units", units)?;
-    let args = Args::new()
-        .ptr(at(ws.act))
-        .ptr(w.down.ptr())
-        .ptr(w.shared_down_proj.ptr())
-        .ptr(at(ws.topk_expert))
-        .ptr(at(ws.topk_weight))
-        .ptr(at(ws.logits))
-        .i32(rows32)
-        .i32(h32)
-        .i32(e32)
-        .i32(k32)
-        .i32(i32_)
-        .i32(si32)
-        .i32(stride)
-        .i32(sh.dn_stages as i32)
-        .ptr(c.out);
-    mark("down");
-    // SAFETY: as above; out is [rows][hidden] bf16, stride % 4 == 0, the
-    // grid has at least `rows` CTAs (units / 8 ≥ rows: hidden ≥ 8), the row's
-    // (k+1)·stride activations are staged past the ring (≤ MAX_ACT floats).
-    unsafe {
-        launch_programmatic_smem(
-            dev,
-            "moe_decode_down_stream",
-            (stream_grid(dev, units, dn_smem, sh.ctas_per_sm), 1, 1),
-            THREADS,
-            dn_smem,
-            args,
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,13 +271,6 @@ mod tests {
         assert!(source_constant(src, "ROUTE_XS") >= MAX_HIDDEN);
         assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
         assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
-        assert_eq!(source_constant(src, "MAX_X"), MAX_X);
-        // A stage: 2 · GU_CH · 256 bf16 (gate and up rows), 2 bytes each.
-        assert_eq!(source_constant(src, "GU_CH") * 2 * 256 * 2, STAGE_BYTES);
-        assert_eq!(source_constant(src, "RING_STAGES"), 4);
-        // One CTA's shared memory at the most x and activations it stages.
-        const { assert!(WARPS * 4 * STAGE_BYTES + MAX_X * 2 + CTA_SMEM_EXTRA <= SM_SMEM - 1024) };
-        const { assert!(WARPS * 4 * STAGE_BYTES + MAX_ACT * 4 + CTA_SMEM_EXTRA <= SM_SMEM) };
         assert_eq!(THREADS as usize / 32, WARPS);
     }
 

@@ -23,7 +23,6 @@ pub use gemm::{
     WIDE_SMEM_BYTES,
 };
 
-pub use decode::DecodeKernels;
 pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
 pub(crate) use weights::check_weights;
 

@@ -56,22 +56,13 @@ pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16"],
 };
 
-/// The MoE block for a few rows (decode) in three launches ([`super::decode`]):
-/// the router, then the experts' GEMV kernels or their weight streams
-/// (`moe_decode_stream.cu`, which uses `moe_decode.cu`'s helpers).
+/// The MoE block for a few rows (decode) in three launches ([`super::decode`]).
 pub const MOE_DECODE: KernelSource = KernelSource {
     name: "moe_decode",
     file: "moe_decode.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
-        include_str!("moe_decode.cu"),
-        include_str!("moe_decode_stream.cu")
+        include_str!("moe_decode.cu")
     ),
-    entry_points: &[
-        "moe_decode_route",
-        "moe_decode_gate_up",
-        "moe_decode_down",
-        "moe_decode_gate_up_stream",
-        "moe_decode_down_stream",
-    ],
+    entry_points: &["moe_decode_route", "moe_decode_gate_up", "moe_decode_down"],
 };

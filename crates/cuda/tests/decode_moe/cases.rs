@@ -1,21 +1,19 @@
-//! The decode path's cases aimed at the weight-streaming kernels
-//! (`moe_decode_stream.cu`): both kernel sets at the 35B-A3B shape at every
-//! row count 1..=8, tied router rows (the lower expert index wins), a NaN
-//! router row (every probability NaN: the output NaN in every row, written
-//! over a finite fill), shapes whose hidden / intermediate / shared sizes sit
-//! just past and short of the streams' stage sizes (1024 of K a gate_up
-//! stage, 512 a down piece) with a rank's slice of the experts, the largest
-//! rows x hidden the kernels stage, and the refusal past it.
+//! More cases of the MoE decode path (written with the weight-streaming
+//! kernels of branch moestream, which lost to these GEMV kernels and were
+//! deleted: docs/perf/cuda-decode.md): the 35B-A3B shape at every row count
+//! 1..=8, tied router rows (the lower expert index wins), a NaN router row
+//! (every probability NaN: the output NaN in every row, written over a finite
+//! fill), hidden / intermediate / shared sizes just past and short of 1024
+//! and 512 with a rank's slice of the experts, and 8 rows of hidden 4096 (the
+//! router stages x in rounds of 4 rows).
 
 use super::*;
 
-/// The 35B-A3B block at rows 1..=8 on both kernel sets against f64 (outputs
-/// and workspaces NaN-poisoned first), and against each other (the same
-/// rounding points: closer to each other than either to f64); every
-/// streaming variant gives the same bits as `Stream`.
+/// The 35B-A3B block at rows 1..=8 against f64 (outputs and workspaces
+/// NaN-poisoned first).
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
-fn both_kernel_sets_match_f64_at_the_35b_shape_for_1_to_8_rows() {
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn the_35b_shape_matches_f64_for_1_to_8_rows() {
     let be = backend();
     let s = QWEN35B;
     let w = weights(&be, s, 51);
@@ -23,24 +21,10 @@ fn both_kernel_sets_match_f64_at_the_35b_shape_for_1_to_8_rows() {
         let x = inputs(&w, s, rows, 60 + rows as u64);
         let xa = be.act_from_f32(rows, s.hidden, &x).unwrap();
         let want = reference(&x, &w, s);
-        let stream = run_with(&be, &w, s, &xa, DecodeKernels::Stream);
-        for v in STREAM_VARIANTS {
-            let got = run_with(&be, &w, s, &xa, v);
-            assert_eq!(got, stream, "{rows} rows: {v:?} = Stream bit for bit");
-        }
-        let gemv = run_with(&be, &w, s, &xa, DecodeKernels::Gemv);
-        let (es, eg) = (rel_err(&stream, &want), rel_err(&gemv, &want));
-        let gemv64: Vec<f64> = gemv.iter().map(|&v| v as f64).collect();
-        let e_sets = rel_err(&stream, &gemv64);
-        println!("35B, {rows} rows: stream {es:.2e}, gemv {eg:.2e} vs f64, sets {e_sets:.2e}");
-        assert!(es < 1e-2, "{rows} rows: stream rel err {es}");
-        assert!(eg < 1e-2, "{rows} rows: gemv rel err {eg}");
-        // Both round at the same points (act and each expert's output to
-        // bf16): they differ only by f32 summation order (routing weights).
-        assert!(
-            e_sets < 0.5 * es.min(eg),
-            "{rows} rows: stream vs gemv {e_sets:.2e}, vs f64 {es:.2e} / {eg:.2e}"
-        );
+        let got = run_decode(&be, &w, s, rows, &xa);
+        let e = rel_err(&got, &want);
+        println!("35B, {rows} rows: {e:.2e} vs f64");
+        assert!(e < 1e-2, "{rows} rows: rel err {e}");
     }
 }
 
@@ -68,7 +52,7 @@ fn pair_gap(x: &[f32], router: &[f32], s: Shape) -> f64 {
 /// boundary gives the kernels its lower expert (the reference's rule); the
 /// inputs are drawn so that the other rule's output is over 3e-2 away.
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn tied_router_rows_pick_the_lower_expert() {
     let be = backend();
     let s = Shape {
@@ -103,11 +87,9 @@ fn tied_router_rows_pick_the_lower_expert() {
             .expect("an input with clear pairs in 256 draws");
         let xa = be.act_from_f32(rows, h, &x).unwrap();
         let want = reference_ties(&x, &w, s, true);
-        for kernels in [DecodeKernels::Stream, DecodeKernels::Gemv] {
-            let got = run_with(&be, &w, s, &xa, kernels);
-            let e = rel_err(&got, &want);
-            assert!(e < 1e-2, "{kernels:?}, {rows} rows: rel err {e}");
-        }
+        let got = run_decode(&be, &w, s, rows, &xa);
+        let e = rel_err(&got, &want);
+        assert!(e < 1e-2, "{rows} rows: rel err {e}");
     }
 }
 
@@ -117,7 +99,7 @@ fn tied_router_rows_pick_the_lower_expert() {
 /// is NaN, as on the grouped-GEMM path. The output blocks are filled with a
 /// finite pattern first, so NaN is what the kernels wrote.
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn nan_router_row_gives_nan_rows_like_the_grouped_path() {
     let be = backend();
     let s = Shape {
@@ -140,29 +122,24 @@ fn nan_router_row_gives_nan_rows_like_the_grouped_path() {
         let grouped = be.moe_marked(&xa, &w.dev, &spec(s), None, &mut |_| {});
         let grouped = be.act_to_f32(&grouped.unwrap()).unwrap();
         assert!(grouped.iter().all(|v| v.is_nan()), "grouped path: NaN");
-        for kernels in [DecodeKernels::Stream, DecodeKernels::Gemv] {
-            // 0x3F3F: bf16 0.746, finite.
-            fill_pool(&be, &[rows * h * 2], 0x3F);
-            let out = be
-                .moe_decode_marked(&xa, &w.dev, &spec(s), kernels, &mut |_| {})
-                .unwrap();
-            let out = be.act_to_f32(&out).unwrap();
-            assert!(
-                out.iter().all(|v| v.is_nan()),
-                "{kernels:?}, {rows} rows: every output NaN"
-            );
-        }
+        // 0x3F3F: bf16 0.746, finite.
+        fill_pool(&be, &[rows * h * 2], 0x3F);
+        let out = be.moe_decode(&xa, &w.dev, &spec(s)).unwrap();
+        let out = be.act_to_f32(&out).unwrap();
+        assert!(
+            out.iter().all(|v| v.is_nan()),
+            "{rows} rows: every output NaN"
+        );
     }
 }
 
-/// hidden / intermediate / shared sizes just past and short of the stage
-/// sizes (1024 of K a gate_up stage: 1032, 1016, 2056; 512 a down piece:
-/// 520, 504), a shared intermediate smaller and larger than the routed one,
+/// hidden / intermediate / shared sizes just past and short of 1024 and 512
+/// (hidden 1032, 1016, 2056; intermediate 520, 504), a shared intermediate smaller and larger than the routed one,
 /// a rank's slice of the experts, top-k 1 and 3, rows 1, 4 and 8 (all rows
 /// of one shared column in one warp).
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
-fn tails_at_the_stream_stage_sizes_match_f64() {
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn tails_past_and_short_of_1024_and_512_match_f64() {
     let be = backend();
     let cases = [
         Shape {
@@ -199,11 +176,10 @@ fn tails_at_the_stream_stage_sizes_match_f64() {
     check_cases(&be, &cases, &[1, 4, 8], 1300);
 }
 
-/// rows x hidden = 32768 (the most x the streaming gate_up stages: 8 rows of
-/// 4096) matches f64; one more row-hidden (8 x 4104) is refused.
+/// 8 rows of hidden 4096 (the router stages x four rows at a time) match f64.
 #[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_moestream.sh"]
-fn the_largest_staged_x_matches_f64_and_past_it_is_refused() {
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn eight_rows_of_hidden_4096_match_f64() {
     let be = backend();
     let s = Shape {
         hidden: 4096,
@@ -216,14 +192,4 @@ fn the_largest_staged_x_matches_f64_and_past_it_is_refused() {
         local: 8,
     };
     check_cases(&be, &[s], &[8], 1700);
-    let wide = Shape { hidden: 4104, ..s };
-    let w = weights(&be, wide, 3);
-    let x = be
-        .act_from_f32(8, wide.hidden, &uniform(5, 8 * wide.hidden, 1.0))
-        .unwrap();
-    assert!(be.moe_decode(&x, &w.dev, &spec(wide)).is_err(), "8 x 4104");
-    let x7 = be
-        .act_from_f32(7, wide.hidden, &uniform(6, 7 * wide.hidden, 1.0))
-        .unwrap();
-    assert!(be.moe_decode(&x7, &w.dev, &spec(wide)).is_ok(), "7 x 4104");
 }
