@@ -17,8 +17,7 @@
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
 //    Each warp computes GATE_UP_COLS columns c:
-//    act = bf16(silu(x . gate[c]) * (x . up[c])) (kept in f32 storage; the
-//    shared expert's two dots rounded to bf16 first, as its grouped path does).
+//    act = bf16(silu(x . gate[c]) * (x . up[c])) (kept in f32 storage).
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts in k order, then the shared
 //    expert) of w_s * bf16(down_s[n] . act_s)), w of the shared expert
@@ -333,12 +332,10 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
 }
 
 // SiLU(x . g_row) * (x . u_row) over hidden, x in shared memory; the first
-// pass's weight chunks already in av / bv when `loaded`. With `round_gu` the
-// two dots are rounded to bf16 before the SiLU, as the grouped path's shared
-// expert (two bf16 projections, then swiglu_bf16) computes them.
+// pass's weight chunks already in av / bv when `loaded`.
 __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, const bf16* __restrict__ u_row,
                                             const bf16* xs, int hidden, int lane, unsigned long long pol,
-                                            bool loaded, bool round_gu, uint4 (&av)[KCH], uint4 (&bv)[KCH]) {
+                                            bool loaded, uint4 (&av)[KCH], uint4 (&bv)[KCH]) {
     float g = 0.f, u = 0.f;
     for (int base = 0; base < hidden; base += KSPAN) {
         if (base > 0 || !loaded) {
@@ -350,10 +347,6 @@ __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, cons
     }
     g = warp_sum(g);
     u = warp_sum(u);
-    if (round_gu) {
-        g = round_bf16(g);
-        u = round_bf16(u);
-    }
     return g / (1.f + expf(-g)) * u;
 }
 
@@ -403,7 +396,7 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
             if (c >= shared_inter) break;  // warp-uniform; no barrier below
             const bf16* gr = shared_gate_proj + (long long)c * hidden;
             const bf16* ur = shared_up_proj + (long long)c * hidden;
-            const float v = swiglu_col(gr, ur, xs, hidden, lane, pol, i == 0, true, av, bv);
+            const float v = swiglu_col(gr, ur, xs, hidden, lane, pol, i == 0, av, bv);
             if (lane == 0) act_r[c] = round_bf16(v);
         }
         return;
@@ -433,7 +426,7 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         const bf16* u_row = g_row + (long long)inter * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
-        const float v = swiglu_col(g_row, u_row, xs, hidden, lane, pol, true, false, av, bv);
+        const float v = swiglu_col(g_row, u_row, xs, hidden, lane, pol, true, av, bv);
         if (lane == 0) act_r[c] = round_bf16(v);
     }
 }
