@@ -17,14 +17,10 @@
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
 //    Each warp computes GATE_UP_COLS columns c:
-//    act = bf16(silu(x . gate[c]) * (x . up[c])) (kept in f32 storage; the
-//    shared expert's two dots rounded to bf16 first, as its grouped path does).
+//    act = silu(x . gate[c]) * (x . up[c]).
 // 3. moe_decode_down: each warp one output column n of one row:
-//    out = bf16(sum over slots s (k experts in k order, then the shared
-//    expert) of w_s * bf16(down_s[n] . act_s)), w of the shared expert
-//    sigmoid(gate logit). The two bf16 roundings inside are the grouped
-//    path's (its bf16 activations and expert outputs), so a row rounds at
-//    the same points whichever path its batch takes;
+//    out = bf16(sum over slots s (k experts, then the shared expert) of
+//    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
 //    the shared expert's rows load before the wait, the routing (gate_up's)
 //    is read after it.
 //
@@ -107,12 +103,6 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 __device__ __forceinline__ uint4 zero4() { return make_uint4(0u, 0u, 0u, 0u); }
-
-// v rounded to bf16 (and back): where the grouped path (moe_grouped_gemm*.cu,
-// moe_route.cu) stores a bf16 - the SwiGLU activations and each expert's
-// output row - this path rounds the same value, so that a row decoded alone
-// and the same row in a prefill-sized batch round at the same points.
-__device__ __forceinline__ float round_bf16(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
 
 // The L2 cache policy for weights: evict-first (each weight byte is read once
 // a step, and the model's weights do not fit in L2).
@@ -333,12 +323,10 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
 }
 
 // SiLU(x . g_row) * (x . u_row) over hidden, x in shared memory; the first
-// pass's weight chunks already in av / bv when `loaded`. With `round_gu` the
-// two dots are rounded to bf16 before the SiLU, as the grouped path's shared
-// expert (two bf16 projections, then swiglu_bf16) computes them.
+// pass's weight chunks already in av / bv when `loaded`.
 __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, const bf16* __restrict__ u_row,
                                             const bf16* xs, int hidden, int lane, unsigned long long pol,
-                                            bool loaded, bool round_gu, uint4 (&av)[KCH], uint4 (&bv)[KCH]) {
+                                            bool loaded, uint4 (&av)[KCH], uint4 (&bv)[KCH]) {
     float g = 0.f, u = 0.f;
     for (int base = 0; base < hidden; base += KSPAN) {
         if (base > 0 || !loaded) {
@@ -350,10 +338,6 @@ __device__ __forceinline__ float swiglu_col(const bf16* __restrict__ g_row, cons
     }
     g = warp_sum(g);
     u = warp_sum(u);
-    if (round_gu) {
-        g = round_bf16(g);
-        u = round_bf16(u);
-    }
     return g / (1.f + expf(-g)) * u;
 }
 
@@ -403,8 +387,8 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
             if (c >= shared_inter) break;  // warp-uniform; no barrier below
             const bf16* gr = shared_gate_proj + (long long)c * hidden;
             const bf16* ur = shared_up_proj + (long long)c * hidden;
-            const float v = swiglu_col(gr, ur, xs, hidden, lane, pol, i == 0, true, av, bv);
-            if (lane == 0) act_r[c] = round_bf16(v);
+            const float v = swiglu_col(gr, ur, xs, hidden, lane, pol, i == 0, av, bv);
+            if (lane == 0) act_r[c] = v;
         }
         return;
     }
@@ -433,8 +417,8 @@ moe_decode_gate_up(const bf16* __restrict__ x, const bf16* __restrict__ gate_up,
         const bf16* u_row = g_row + (long long)inter * hidden;
         load_pass(g_row, 0, hidden, lane, pol, av);
         load_pass(u_row, 0, hidden, lane, pol, bv);
-        const float v = swiglu_col(g_row, u_row, xs, hidden, lane, pol, true, false, av, bv);
-        if (lane == 0) act_r[c] = round_bf16(v);
+        const float v = swiglu_col(g_row, u_row, xs, hidden, lane, pol, true, av, bv);
+        if (lane == 0) act_r[c] = v;
     }
 }
 
@@ -536,38 +520,23 @@ moe_decode_down(const float* __restrict__ act, const bf16* __restrict__ down,
     load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
     cp_async_wait();
     __syncthreads();
-    // Each expert's output y_s = down_s[n] . act_s is completed (over every
-    // pass of its K) and rounded to bf16 before it is weighted, as the grouped
-    // path stores it; out = bf16(sum in k order of w_s * y_s + w_shared * y_shared).
+    const int longest = max(inter, shared_inter);
     float acc = 0.f;
-    for (int s0 = 0; s0 < top_k; s0 += DSLOTS) {
-        float part[DSLOTS];
-#pragma unroll
-        for (int s = 0; s < DSLOTS; ++s) part[s] = 0.f;
-        for (int cb = 0; cb < inter; cb += DSPAN) {
+    for (int cb = 0; cb < longest; cb += DSPAN) {
+        if (cb > 0) load_shared(sd_row, cb, shared_inter, lane, pol, sv);
+        for (int s0 = 0; s0 < top_k; s0 += DSLOTS) {
             if (s0 > 0 || cb > 0) load_group(base_s, top_k, s0, cb, nn, inter, lane, pol, sd_row, wv);
 #pragma unroll
             for (int s = 0; s < DSLOTS; ++s) {
                 const int slot = min(s0 + s, top_k - 1);
                 if (s0 + s < top_k && base_s[slot] != nullptr) {  // dead slots' act may be NaN
-                    part[s] += dot_act(wv[s], act_s + slot * act_stride, cb, inter, lane);
+                    acc = fmaf(scale_s[slot], dot_act(wv[s], act_s + slot * act_stride, cb, inter, lane), acc);
                 }
             }
         }
-#pragma unroll
-        for (int s = 0; s < DSLOTS; ++s) {
-            const int slot = min(s0 + s, top_k - 1);
-            const float y = warp_sum(part[s]);  // every lane: warp-uniform below
-            if (s0 + s < top_k && base_s[slot] != nullptr) acc = fmaf(scale_s[slot], round_bf16(y), acc);
-        }
+        acc = fmaf(scale_s[top_k], dot_act(sv, act_s + top_k * act_stride, cb, shared_inter, lane), acc);
     }
-    float shared_part = 0.f;
-    for (int cb = 0; cb < shared_inter; cb += DSPAN) {
-        if (cb > 0) load_shared(sd_row, cb, shared_inter, lane, pol, sv);
-        shared_part += dot_act(sv, act_s + top_k * act_stride, cb, shared_inter, lane);
-    }
-    acc = fmaf(scale_s[top_k], round_bf16(warp_sum(shared_part)), acc);
-    const float v = acc;
+    const float v = warp_sum(acc);
     if (lane == 0 && n < hidden) out[(long long)r * hidden + n] = __float2bfloat16_rn(v);
 }
 
