@@ -6,7 +6,9 @@
 //! neighbours at 1..=8 rows, small shapes with tails in every dimension,
 //! expert parallelism (a rank's slice of the experts), shapes past one pass
 //! of each kernel's loops (hidden over 2048, intermediate over 512, top-k
-//! over 8, more than 256 experts), a NaN input row, and repeated calls; and
+//! over 8, more than 256 experts), a NaN input row, and repeated calls;
+//! `cases` (the 35B shape at 1..=8 rows, tied router rows, a NaN router row,
+//! tails at 1024 / 512, 8 rows of hidden 4096); and
 //! `moe_decode_timing`: each kernel's median time and bandwidth at the
 //! 35B-A3B shape, and the whole block back to back against the grouped-GEMM
 //! path.
@@ -51,6 +53,11 @@ fn rel_err(got: &[f32], want: &[f64]) -> f64 {
 /// Leaves NaN-filled (0xFF) blocks of each size in the pool, so the next
 /// outputs and workspaces of those sizes start as NaN.
 fn poison_pool(be: &CudaBackend, sizes: &[usize]) {
+    fill_pool(be, sizes, 0xFF)
+}
+
+/// Leaves blocks of each size filled with `byte` in the pool.
+fn fill_pool(be: &CudaBackend, sizes: &[usize], byte: u8) {
     let dev = be.device();
     let bufs: Vec<_> = sizes
         .iter()
@@ -58,7 +65,7 @@ fn poison_pool(be: &CudaBackend, sizes: &[usize]) {
         .map(|b| dev.alloc(b).unwrap())
         .collect();
     for b in &bufs {
-        dev.fill_bytes(b, 0xFF).unwrap();
+        dev.fill_bytes(b, byte).unwrap();
     }
     dev.synchronize().unwrap();
 }
@@ -148,6 +155,12 @@ fn router_gap(x: &[f32], router: &[f32], s: Shape) -> f64 {
 /// asked), the rank's experts only, SwiGLU experts, shared expert gated by
 /// sigmoid(x . gate).
 fn reference(x: &[f32], w: &Weights, s: Shape) -> Vec<f64> {
+    reference_ties(x, w, s, true)
+}
+
+/// [`reference`] with equal logits ranked lower index first
+/// (`lower_first`, the kernels' rule) or higher index first.
+fn reference_ties(x: &[f32], w: &Weights, s: Shape, lower_first: bool) -> Vec<f64> {
     let (h, i, si) = (s.hidden, s.inter, s.shared);
     let mut out = vec![0.0; x.len()];
     for (r, xr) in x.chunks(h).enumerate() {
@@ -155,7 +168,10 @@ fn reference(x: &[f32], w: &Weights, s: Shape) -> Vec<f64> {
         let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let z: f64 = logits.iter().map(|l| (l - m).exp()).sum();
         let mut order: Vec<usize> = (0..s.experts).collect();
-        order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+        order.sort_by(|&a, &b| {
+            let ties = if lower_first { a.cmp(&b) } else { b.cmp(&a) };
+            logits[b].total_cmp(&logits[a]).then(ties)
+        });
         let chosen = &order[..s.top_k];
         let kept: f64 = chosen.iter().map(|&j| (logits[j] - m).exp() / z).sum();
         let o = &mut out[r * h..(r + 1) * h];
@@ -655,3 +671,6 @@ fn moe_decode_timing() {
         );
     }
 }
+
+#[path = "decode_moe/cases.rs"]
+mod cases;
