@@ -2,7 +2,8 @@
 //! concurrently give each request's alone logits to <= 2e-2 relative (and
 //! the same greedy tokens while the logits agree), and chunked prefill mixed
 //! with decode gives the one-request result; a request among 255 others
-//! (paged with a roomy pool, paged under preemption, contiguous) gives its
+//! (paged with a roomy pool, paged under preemption, contiguous; and paged
+//! on the dense and next fixtures, whose routers are not near-tied) gives its
 //! alone first token and logits to <= 2e-2 (issue 22 asks 1e-2: the H200
 //! measured 1.10e-2 on the MoE fixture, whose bf16 GEMMs round differently
 //! with the batch's row count; `docs/perf/serving.md`). Needs a GPU.
@@ -111,7 +112,45 @@ fn cuda_batch_and_chunk_invariance_bf16() {
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
 fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
-    let name = "moe_d256";
+    let arms = [
+        ("paged", KvBackendKind::Paged, None),
+        ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
+        ("contiguous", KvBackendKind::Contiguous, None),
+    ];
+    for (arm, worst) in among_255_others("moe_d256", &arms) {
+        assert!(
+            worst <= 2e-2,
+            "{arm}: worst probe logits rel err {worst:.2e}"
+        );
+    }
+}
+
+/// The same on the fixtures without near-tied routers (dense_d64: no MoE;
+/// next_d128), paged: whether the spread of the MoE fixture comes from its
+/// routing or from the other kernels' row-count-dependent rounding.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_request_among_255_others_on_the_dense_and_next_fixtures() {
+    let arms = [("paged", KvBackendKind::Paged, None)];
+    for name in ["dense_d64", "next_d128"] {
+        for (arm, worst) in among_255_others(name, &arms) {
+            assert!(
+                worst <= 2e-2,
+                "{name} {arm}: worst probe logits rel err {worst:.2e}"
+            );
+        }
+    }
+}
+
+/// Requests 0, 77 and 255 of 256 (prompts of 1..300 tokens, 4 greedy
+/// tokens each) run alone and among the others on each arm (KV backend,
+/// pool blocks: a small pool must preempt): the first token must be the
+/// same; returns each arm's worst logits rel err over the steps whose
+/// tokens still agree (printed).
+fn among_255_others(
+    name: &str,
+    arms: &[(&'static str, KvBackendKind, Option<usize>)],
+) -> Vec<(&'static str, f64)> {
     let vocab = ModelConfig::from_dir(&fixture_dir(name))
         .unwrap()
         .vocab_size;
@@ -124,18 +163,13 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
         max_context: 1024,
         ..EngineConfig::default()
     };
-    let arms = [
-        ("paged", KvBackendKind::Paged, None),
-        ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
-        ("contiguous", KvBackendKind::Contiguous, None),
-    ];
     let probes = [0usize, 77, 255];
     let mut worsts = Vec::new();
     let alone: Vec<_> = probes
         .iter()
         .map(|&i| run(name, &base, std::slice::from_ref(&reqs[i])).remove(0))
         .collect();
-    for (arm, kv, blocks) in arms {
+    for &(arm, kv, blocks) in arms {
         let cfg = EngineConfig {
             kv_backend: kv,
             kv_pool_blocks: blocks,
@@ -144,14 +178,17 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
         let (all, preempted) = run_counting(name, &cfg, &reqs);
         assert!(
             all.iter().all(|r| r.0.len() == 4),
-            "{arm}: every request finished"
+            "{name} {arm}: every request finished"
         );
         if blocks.is_some() {
-            assert!(preempted > 0, "{arm}: the small pool must preempt");
+            assert!(preempted > 0, "{name} {arm}: the small pool must preempt");
         }
         let (mut worst, mut at) = (0f64, (0, 0));
         for (p, &i) in probes.iter().enumerate() {
-            assert_eq!(all[i].0[0], alone[p].0[0], "{arm} request {i}: first token");
+            assert_eq!(
+                all[i].0[0], alone[p].0[0],
+                "{name} {arm} request {i}: first token"
+            );
             for s in 0..alone[p].0.len() {
                 let e = rel_err(&all[i].1[s], &alone[p].1[s]);
                 if e > worst {
@@ -163,16 +200,11 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
             }
         }
         println!(
-            "{arm}: {preempted} preemptions; worst probe logits rel err {worst:.2e} \
+            "{name} {arm}: {preempted} preemptions; worst probe logits rel err {worst:.2e} \
              (request {}, step {})",
             at.0, at.1
         );
         worsts.push((arm, worst));
     }
-    for (arm, worst) in worsts {
-        assert!(
-            worst <= 2e-2,
-            "{arm}: worst probe logits rel err {worst:.2e}"
-        );
-    }
+    worsts
 }
