@@ -3,9 +3,10 @@
 //! samples, device time): the paged attention of 256 query rows after 32,768
 //! keys (16 q / 2 kv heads, d 256, gated) with each split combine and a sweep
 //! of the split count; decode attention of 1 row × 64 / 256 sequences (no
-//! regression); the routed MoE's routing and shared combine stages at 256
-//! and 8,192 rows (35B-A3B shape: 2048 → 256 experts, top-8); the GDN conv
-//! (8,192 channels) at 256 / 8,192 rows. Inputs are
+//! regression) and of one sequence by split count at 2k / 8k / 32k keys;
+//! the routed MoE's routing and shared combine stages at 256 and 8,192 rows
+//! (35B-A3B shape: 2048 → 256 experts, top-8); the GDN conv (8,192
+//! channels) at 256 / 8,192 rows. Inputs are
 //! device-filled constants or seeded random logits: the figures are speed
 //! only (the correctness tests are `paged_attention.rs` and `moe.rs`).
 //! Each timing asserts its own run was what it claims (splits, combine); the

@@ -111,26 +111,26 @@ pub fn routed_experts_shared_marked(
 
 /// The routing's device buffers of one pass of `pairs` (token, k) pairs over
 /// `experts` local experts.
-pub struct RouteBuffers {
+struct RouteBuffers {
     /// i32 `[pairs]`: each pair's local expert, -1 for another rank's.
-    pub topk_expert: DeviceBuffer,
+    topk_expert: DeviceBuffer,
     /// f32 `[pairs]`: each pair's weight.
-    pub topk_weight: DeviceBuffer,
+    topk_weight: DeviceBuffer,
     /// i32 `[pairs]`: the token of each slot (row in expert order).
-    pub slot_token: DeviceBuffer,
+    slot_token: DeviceBuffer,
     /// i32 `[pairs]`: the slot of each pair, -1 for another rank's.
-    pub pair_slot: DeviceBuffer,
+    pair_slot: DeviceBuffer,
     /// i32 `[experts + 1]`: per expert, then the routing's finished blocks;
     /// zero between passes.
-    pub counts: DeviceBuffer,
+    counts: DeviceBuffer,
     /// i32 `[experts + 1]`: row offsets of each expert in expert order.
-    pub expert_offsets: DeviceBuffer,
+    expert_offsets: DeviceBuffer,
     /// i32 `[experts + 1]`: row-tile offsets of each expert.
-    pub tile_offsets: DeviceBuffer,
+    tile_offsets: DeviceBuffer,
 }
 
 impl RouteBuffers {
-    pub fn alloc(dev: &CudaDevice, pairs: usize, experts: usize) -> Result<Self, CudaError> {
+    fn alloc(dev: &CudaDevice, pairs: usize, experts: usize) -> Result<Self, CudaError> {
         Ok(RouteBuffers {
             topk_expert: dev.alloc(pairs * 4)?,
             topk_weight: dev.alloc(pairs * 4)?,
