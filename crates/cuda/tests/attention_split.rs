@@ -15,6 +15,9 @@ use headroom_cuda::check::{run_case, CheckCase};
 use headroom_cuda::device::CudaDevice;
 use rand::{Rng, SeedableRng};
 
+mod support;
+use support::rel_err;
+
 fn shape_of(c: &CheckCase) -> AttentionShape {
     AttentionShape {
         q_len: c.q_len,
@@ -126,17 +129,6 @@ fn attention_ref(q: &[f32], k: &[f32], v: &[f32], t: usize, nq: usize, nkv: usiz
         }
     }
     out
-}
-
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let (mut num, mut den) = (0.0, 0.0);
-    for (&g, &w) in got.iter().zip(want) {
-        assert!(g.is_finite(), "non-finite output where {w} was expected");
-        num += (g as f64 - w).powi(2);
-        den += w * w;
-    }
-    (num / den.max(1e-30)).sqrt()
 }
 
 fn act(be: &CudaBackend, rows: usize, cols: usize, data: &[f32]) -> CudaAct {

@@ -12,6 +12,9 @@ use headroom_core::{OpKey, RouteRequest, Tensor};
 use headroom_cuda::backend::{CudaAct, CudaBackend};
 use rand::{Rng, SeedableRng};
 
+mod support;
+use support::rel_err;
+
 fn backend() -> CudaBackend {
     CudaBackend::open(0).expect("a CUDA device")
 }
@@ -26,17 +29,6 @@ fn uniform(seed: u64, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|_| bf16::from_f32((g.random::<f32>() * 2.0 - 1.0) * scale).to_f32())
         .collect()
-}
-
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let (mut num, mut den) = (0.0, 0.0);
-    for (&g, &w) in got.iter().zip(want) {
-        assert!(g.is_finite(), "non-finite output where {w} was expected");
-        num += (g as f64 - w).powi(2);
-        den += w * w;
-    }
-    (num / den.max(1e-30)).sqrt()
 }
 
 /// Leaves `count` poisoned (0xFF: NaN) blocks of `bytes` in the pool, so the

@@ -21,6 +21,9 @@ use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
+mod support;
+use support::rel_err;
+
 fn backend() -> CudaBackend {
     CudaBackend::open(0).expect("a CUDA device (run by bench/gpu/check_decode.sh)")
 }
@@ -36,18 +39,6 @@ fn uniform(seed: u64, n: usize, scale: f32) -> Vec<f32> {
 fn matrix(be: &CudaBackend, rows: usize, cols: usize, v: &[f32]) -> CudaWeight {
     be.upload_matrix(Tensor::from_f32(vec![rows, cols], v.to_vec()))
         .unwrap()
-}
-
-/// Root-mean-square relative error; every output must be finite.
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let (mut num, mut den) = (0.0, 0.0);
-    for (&g, &w) in got.iter().zip(want) {
-        assert!(g.is_finite(), "non-finite output where {w} was expected");
-        num += (g as f64 - w).powi(2);
-        den += w * w;
-    }
-    (num / den.max(1e-30)).sqrt()
 }
 
 /// Leaves NaN-filled (0xFF) blocks of each size in the pool, so the next

@@ -18,6 +18,9 @@ use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, CudaWeightFormat}
 use headroom_cuda::ops::fp8::gemm::lt_takes;
 use rand::{Rng, SeedableRng};
 
+mod support;
+use support::rel_err;
+
 fn backend() -> CudaBackend {
     CudaBackend::open(0).expect("a CUDA device (run by bench/gpu/check_fp8wire.sh)")
 }
@@ -72,18 +75,6 @@ fn poison_pool(be: &CudaBackend, sizes: &[usize]) {
         dev.fill_bytes(b, 0xFF).unwrap();
     }
     dev.synchronize().unwrap();
-}
-
-/// Root-mean-square relative error; every output must be finite.
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let (mut num, mut den) = (0.0, 0.0);
-    for (&g, &w) in got.iter().zip(want) {
-        assert!(g.is_finite(), "non-finite output where {w} was expected");
-        num += (g as f64 - w).powi(2);
-        den += w * w;
-    }
-    (num / den.max(1e-30)).sqrt()
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f64 {

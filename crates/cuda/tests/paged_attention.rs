@@ -20,6 +20,9 @@ use headroom_cuda::device::CudaDevice;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+mod support;
+use support::rel_err;
+
 const ROWS: usize = 64;
 
 fn rng(seed: u64) -> rand::rngs::StdRng {
@@ -190,17 +193,6 @@ impl Host {
         }
         out
     }
-}
-
-fn rel_err(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let (mut num, mut den) = (0.0, 0.0);
-    for (&g, &w) in got.iter().zip(want) {
-        assert!(g.is_finite(), "non-finite output where {w} was expected");
-        num += (g as f64 - w).powi(2);
-        den += w * w;
-    }
-    (num / den.max(1e-30)).sqrt()
 }
 
 /// Runs the raw paged kernel on a case, the splits and the combine forced
