@@ -240,6 +240,17 @@ struct Shape {
     local: usize,
 }
 
+/// Qwen3.6-35B-A3B's MoE block, all experts on this rank.
+const QWEN35B: Shape = Shape {
+    hidden: 2048,
+    experts: 256,
+    top_k: 8,
+    inter: 512,
+    shared: 512,
+    first: 0,
+    local: 256,
+};
+
 /// Host values (dequantized where FP8) and the device weights: router and
 /// shared gate bf16, the experts and the shared expert's projections FP8.
 struct Weights {
@@ -408,16 +419,7 @@ fn the_moe_block_on_fp8_experts_matches_f64_on_decode_and_prefill_rows() {
             local: 4,
             ..fixture
         },
-        // Qwen3.6-35B-A3B's block.
-        Shape {
-            hidden: 2048,
-            experts: 256,
-            top_k: 8,
-            inter: 512,
-            shared: 512,
-            first: 0,
-            local: 256,
-        },
+        QWEN35B,
     ];
     for (c, &s) in cases.iter().enumerate() {
         let w = weights(&be, s, 50 + 10 * c as u64);
@@ -478,15 +480,7 @@ fn device_us(be: &CudaBackend, calls: usize, mut f: impl FnMut()) -> f64 {
 #[ignore = "needs a CUDA GPU: timing, run by bench/gpu/check_fp8wire.sh"]
 fn fp8_moe_timing() {
     let be = backend();
-    let s = Shape {
-        hidden: 2048,
-        experts: 256,
-        top_k: 8,
-        inter: 512,
-        shared: 512,
-        first: 0,
-        local: 256,
-    };
+    let s = QWEN35B;
     let w = weights(&be, s, 3);
     let m = |r, c, v: &Vec<f32>| bf16_matrix(&be, r, c, v);
     let (h, i, si) = (s.hidden, s.inter, s.shared);
