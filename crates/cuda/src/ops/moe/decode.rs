@@ -3,13 +3,20 @@
 //! the routed and shared experts' gate+up (each routed CTA takes its row's
 //! softmax and top-k from the logits itself; the shared expert's weights load
 //! while the router runs), and the down GEMV with the weighted combine (the
-//! weight loads marked evict-first). The grouped-GEMM path
+//! weight loads marked evict-first). The routed experts may be block-scaled
+//! FP8 (`crate::ops::fp8`; the router and the shared gate bf16, as Qwen's
+//! FP8 checkpoints keep them, the shared expert FP8 or bf16): the same
+//! kernels instantiated for e4m3 chunks with their block scales. The
+//! grouped-GEMM path
 //! ([`super::routed_experts`]) takes ~14 launches and 128-row tiles that hold
 //! one valid row each at decode.
 
 use super::check_weights;
 use crate::device::CudaDevice;
 use crate::launch::{alloc, grid_dim, int, launch_programmatic, mul, Args, GRID_X, GRID_YZ};
+use crate::ops::fp8::experts::Fp8Experts;
+use crate::ops::fp8::weight::{experts_of, matrix_of};
+use crate::ops::fp8::{need, Fp8Matrix};
 use crate::tensor::new_act;
 use crate::tensor::{CudaAct, CudaWeight};
 use crate::validate::bf16;
@@ -34,32 +41,72 @@ const WARPS: usize = 8;
 const GATE_UP_COLS: usize = 3;
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,
-/// every weight bf16: they read them raw; FP8 experts take
-/// `crate::ops::fp8::moe`).
+/// weight formats they read: [`formats`]).
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
-    all_bf16(w) && supports(x, w, spec)
+    formats(w, spec).is_some_and(|f| supports(x, w, spec, f.chunk()))
 }
 
-/// Whether no weight of the block is FP8.
-fn all_bf16(w: &MoeWeights<CudaWeight>) -> bool {
-    [
-        &w.router,
-        &w.gate_up,
-        &w.down,
-        &w.shared_gate_proj,
-        &w.shared_up_proj,
-        &w.shared_down_proj,
-        &w.shared_gate,
-    ]
-    .iter()
-    .all(|w| !w.is_fp8())
+/// The weight formats of a block the kernels read.
+#[derive(Clone, Copy)]
+pub(crate) enum Formats<'a> {
+    /// Every weight bf16.
+    Bf16,
+    /// The routed experts FP8 (a block grid per expert), the router and the
+    /// shared gate bf16, the shared expert's three projections FP8 (one
+    /// grid each: `shared` holds gate, up, down) or all bf16 (`None`).
+    Fp8 {
+        gate_up: Fp8Experts<'a>,
+        down: Fp8Experts<'a>,
+        shared: Option<[Fp8Matrix<'a>; 3]>,
+    },
 }
 
-/// The shapes the kernels handle (the weights themselves are checked by
-/// `check_weights` before any launch).
-fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
+impl Formats<'_> {
+    /// Elements of one weight chunk (one 16-byte load): the multiple the
+    /// dot lengths (hidden, intermediates) must be.
+    fn chunk(&self) -> usize {
+        match self {
+            Formats::Bf16 => 8,
+            Formats::Fp8 { .. } => 16,
+        }
+    }
+}
+
+/// The formats of `w` if the kernels read them, else `None` (e.g. an FP8
+/// router, a shared expert of mixed formats, FP8 buffers not 16-byte aligned).
+pub(crate) fn formats<'a>(w: &'a MoeWeights<CudaWeight>, spec: &MoeSpec) -> Option<Formats<'a>> {
+    let shared = [&w.shared_gate_proj, &w.shared_up_proj, &w.shared_down_proj];
+    if w.router.is_fp8() || w.shared_gate.is_fp8() {
+        return None;
+    }
+    if !w.gate_up.is_fp8() && !w.down.is_fp8() {
+        return shared.iter().all(|m| !m.is_fp8()).then_some(Formats::Bf16);
+    }
+    let gate_up = experts_of(&w.gate_up, spec.local_experts)?;
+    let down = experts_of(&w.down, spec.local_experts)?;
+    let shared = if shared.iter().all(|m| m.is_fp8()) {
+        let [g, u, d] = shared.map(matrix_of);
+        Some([g?, u?, d?])
+    } else if shared.iter().all(|m| !m.is_fp8()) {
+        None
+    } else {
+        return None;
+    };
+    let aligned = |b: &crate::alloc::DeviceBuffer| b.ptr().is_multiple_of(16);
+    let mut bufs = vec![gate_up.w, down.w];
+    bufs.extend(shared.iter().flatten().map(|m| m.w));
+    bufs.iter().all(|b| aligned(b)).then_some(Formats::Fp8 {
+        gate_up,
+        down,
+        shared,
+    })
+}
+
+/// The shapes the kernels handle for weight chunks of `chunk` elements (the
+/// weights themselves are checked by `check_weights` before any launch).
+fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec, chunk: usize) -> bool {
     let si = w.shared_gate_proj.rows;
-    let dims_ok = |n: usize| n > 0 && n.is_multiple_of(8);
+    let dims_ok = |n: usize| n > 0 && n.is_multiple_of(chunk);
     spec.shared_expert
         && (1..=MAX_ROWS).contains(&x.rows)
         && dims_ok(x.cols)
@@ -79,21 +126,55 @@ fn act_stride(inter: usize, shared_inter: usize) -> usize {
 
 /// Why [`supports`] refuses a call: the shape against every limit.
 fn unsupported(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpError {
+    let formats = formats(w, spec);
     OpError::Unsupported {
         op: "moe decode",
         reason: format!(
             "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
-             (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
-             (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
+             (multiples of 8; of 16 for FP8 experts), top-k {} (<= {MAX_TOP_K}), {} experts \
+             (<= {MAX_EXPERTS}), (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}, \
+             weight formats {} (bf16; or FP8 experts with a grid each, a bf16 router and \
+             shared gate, a shared expert all FP8 or all bf16)",
             x.rows,
             x.cols,
             spec.intermediate,
             w.shared_gate_proj.rows,
             spec.top_k,
             spec.num_experts,
-            spec.shared_expert
+            spec.shared_expert,
+            match formats {
+                Some(Formats::Bf16) => "read",
+                Some(Formats::Fp8 { .. }) => "read (FP8)",
+                None => "not read",
+            }
         ),
     }
+}
+
+/// Checks that every FP8 matrix's buffers hold its bytes and its scales.
+fn check_scales(f: &Formats) -> OpResult<()> {
+    let op = "moe decode";
+    let Formats::Fp8 {
+        gate_up,
+        down,
+        shared,
+    } = f
+    else {
+        return Ok(());
+    };
+    for e in [gate_up, down] {
+        let m = Fp8Matrix {
+            w: e.w,
+            scale_inv: e.scale_inv,
+            n: e.n,
+            k: e.k,
+        };
+        let (nb, kb) = m.scale_dims();
+        need(op, "experts", e.w, mul(op, e.experts, mul(op, e.n, e.k)?)?)?;
+        let scales = mul(op, mul(op, e.experts, mul(op, nb, kb)?)?, 4)?;
+        need(op, "experts' scale_inv", e.scale_inv, scales)?;
+    }
+    shared.iter().flatten().try_for_each(|m| m.check(op))
 }
 
 /// Byte offsets of the workspace's parts (each 16-byte aligned).
@@ -151,9 +232,39 @@ pub(crate) fn moe_decode_marked(
     let op = "moe decode";
     bf16(op, x)?;
     check_weights(w, spec, x.cols)?;
-    if !all_bf16(w) || !supports(x, w, spec) {
+    let Some(f) = formats(w, spec).filter(|f| supports(x, w, spec, f.chunk())) else {
         return Err(unsupported(x, w, spec));
-    }
+    };
+    check_scales(&f)?;
+    // The entry points' suffix and the scales each FP8 matrix passes beside it.
+    let (suffix, [gu_s, sg_s, su_s, sd_s, d_s]) = match f {
+        Formats::Bf16 => ("", [None; 5]),
+        Formats::Fp8 {
+            gate_up,
+            down,
+            shared,
+        } => {
+            let s = |m: Option<Fp8Matrix>| Some(m.map_or(0, |m| m.scale_inv.ptr()));
+            let [g, u, d] = shared.map_or([None; 3], |m| m.map(Some));
+            let suffix = if shared.is_some() {
+                "_fp8"
+            } else {
+                "_fp8_sbf16"
+            };
+            let routed = |e: Fp8Experts| Some(e.scale_inv.ptr());
+            (suffix, [routed(gate_up), s(g), s(u), s(d), routed(down)])
+        }
+    };
+    let (gate_up_entry, down_entry) = match suffix {
+        "" => ("moe_decode_gate_up", "moe_decode_down"),
+        "_fp8" => ("moe_decode_gate_up_fp8", "moe_decode_down_fp8"),
+        _ => ("moe_decode_gate_up_fp8_sbf16", "moe_decode_down_fp8_sbf16"),
+    };
+    // A weight's pointer, then its scales' where the entry takes them.
+    let with = |a: Args, m: &CudaWeight, scales: Option<u64>| match scales {
+        Some(p) => a.ptr(m.ptr()).ptr(p),
+        None => a.ptr(m.ptr()),
+    };
     let (rows, hidden) = (x.rows, x.cols);
     let (e, k, inter) = (spec.num_experts, spec.top_k, spec.intermediate);
     let si = w.shared_gate_proj.rows;
@@ -187,11 +298,9 @@ pub(crate) fn moe_decode_marked(
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
     let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * GATE_UP_COLS), GRID_X)?;
-    let args = Args::new()
-        .ptr(x.ptr())
-        .ptr(w.gate_up.ptr())
-        .ptr(w.shared_gate_proj.ptr())
-        .ptr(w.shared_up_proj.ptr())
+    let args = with(Args::new().ptr(x.ptr()), &w.gate_up, gu_s);
+    let args = with(args, &w.shared_gate_proj, sg_s);
+    let args = with(args, &w.shared_up_proj, su_s)
         .ptr(at(ws.logits))
         .i32(int(op, "rows", rows)?)
         .i32(h32)
@@ -208,24 +317,14 @@ pub(crate) fn moe_decode_marked(
         .ptr(at(ws.act));
     mark("gate_up");
     // SAFETY: gate_up is [local·2·inter][hidden], the shared projections
-    // [si][hidden]; the kernel reads only local experts
-    // (first ..< first + local of the top-k); topk_* hold rows·k entries, act
-    // rows·(k+1)·stride with stride ≥ max(inter, si).
-    unsafe {
-        launch_programmatic(
-            dev,
-            "moe_decode_gate_up",
-            (gu_grid, pairs, 1),
-            THREADS,
-            args,
-        )?
-    };
+    // [si][hidden], FP8 scales their grids (check_scales); the kernel reads
+    // only local experts (first ..< first + local of the top-k); topk_* hold
+    // rows·k entries, act rows·(k+1)·stride with stride ≥ max(inter, si).
+    unsafe { launch_programmatic(dev, gate_up_entry, (gu_grid, pairs, 1), THREADS, args)? };
 
     let down_grid = grid_dim(op, hidden.div_ceil(WARPS), GRID_X)?;
-    let args = Args::new()
-        .ptr(at(ws.act))
-        .ptr(w.down.ptr())
-        .ptr(w.shared_down_proj.ptr())
+    let args = with(Args::new().ptr(at(ws.act)), &w.down, d_s);
+    let args = with(args, &w.shared_down_proj, sd_s)
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
         .ptr(at(ws.logits))
@@ -241,15 +340,7 @@ pub(crate) fn moe_decode_marked(
     // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; the
     // routing and activations as written above, (k+1)·stride <= MAX_ACT
     // (supports); out is [rows][hidden] bf16.
-    unsafe {
-        launch_programmatic(
-            dev,
-            "moe_decode_down",
-            (down_grid, rows_grid, 1),
-            THREADS,
-            args,
-        )?
-    };
+    unsafe { launch_programmatic(dev, down_entry, (down_grid, rows_grid, 1), THREADS, args)? };
     mark("end");
     Ok(out)
 }
