@@ -348,3 +348,88 @@ pub(crate) fn moe_decode_marked(
 #[cfg(test)]
 #[path = "decode_tests.rs"]
 mod tests;
+
+/// The kernels under NVRTC (here: the options are read only in a file's
+/// `#[cfg(test)]` part).
+#[cfg(test)]
+mod nvrtc {
+    use crate::ops::moe::sources::MOE_DECODE;
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn every_entry_compiles_for_sm_90a_without_spills() {
+        let include = crate::CudaOptions::from_env().include_dir().unwrap();
+        let c =
+            crate::nvrtc::compile(MOE_DECODE.name, MOE_DECODE.source, "sm_90a", &include).unwrap();
+        for e in MOE_DECODE.entry_points {
+            assert_eq!(
+                crate::nvrtc::spill_store_bytes(&c.log, e),
+                Some(0),
+                "{e}:\n{}",
+                c.log
+            );
+        }
+    }
+
+    /// SHA-256 of each `.text.<entry>` section (the entry's SASS) of a cubin.
+    fn text_sha256(cubin: &[u8], entry: &str) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let u16_at = |o: usize| u16::from_le_bytes([cubin[o], cubin[o + 1]]) as usize;
+        let u32_at = |o: usize| u32::from_le_bytes(cubin[o..o + 4].try_into().unwrap()) as usize;
+        let u64_at = |o: usize| u64::from_le_bytes(cubin[o..o + 8].try_into().unwrap()) as usize;
+        let (shoff, shentsize, shnum, shstrndx) =
+            (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+        let sh = |i: usize| shoff + i * shentsize;
+        let strtab = u64_at(sh(shstrndx) + 0x18);
+        let want = format!(".text.{entry}");
+        (0..shnum).find_map(|i| {
+            let name_at = strtab + u32_at(sh(i));
+            let end = name_at + cubin[name_at..].iter().position(|&b| b == 0)?;
+            (cubin[name_at..end] == *want.as_bytes()).then(|| {
+                let (off, size) = (u64_at(sh(i) + 0x18), u64_at(sh(i) + 0x20));
+                format!("{:x}", Sha256::digest(&cubin[off..off + size]))
+            })
+        })
+    }
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn the_bf16_entries_compile_to_the_sass_of_the_build_before_the_fp8_instantiation() {
+        // SHA-256 of each bf16 entry's SASS from NVRTC 13.0 (the gate's pinned
+        // wheels) for sm_90a, built from moe_decode.cu before it was templated
+        // on the weight format (commit 178633b): the bf16 path's code, and so
+        // its results, unchanged.
+        const BEFORE: [(&str, &str); 3] = [
+            (
+                "moe_decode_route",
+                "274650213b8bca797ca2eec34e101c15899290758140713f94b098c0a9ea7871",
+            ),
+            (
+                "moe_decode_gate_up",
+                "1714f71c91dcff06b841d9e7b55852a2f83f94af95856b968760f1063a8cac0c",
+            ),
+            (
+                "moe_decode_down",
+                "7f7159ee234de7582051e5675a1203ce5159e6cb94d5cb523b4eb410260c3476",
+            ),
+        ];
+        let version = crate::nvrtc::version().unwrap();
+        if version != "13.0" {
+            println!("NVRTC {version}: the recorded SASS is NVRTC 13.0's; not compared");
+            return;
+        }
+        let include = crate::CudaOptions::from_env().include_dir().unwrap();
+        let c =
+            crate::nvrtc::compile(MOE_DECODE.name, MOE_DECODE.source, "sm_90a", &include).unwrap();
+        for (entry, sha) in BEFORE {
+            assert_eq!(
+                text_sha256(&c.cubin, entry).as_deref(),
+                Some(sha),
+                "{entry}"
+            );
+        }
+        // The FP8 entries are there too, and differ.
+        let fp8 = text_sha256(&c.cubin, "moe_decode_gate_up_fp8").unwrap();
+        assert_ne!(fp8, BEFORE[1].1);
+    }
+}
