@@ -5,8 +5,10 @@
 //! block-scaled GEMM or its fallback above, the dequantized weight where the
 //! grid restarts off the block boundary, bf16 and f32 outputs, mixed bf16 /
 //! FP8 sets, more matrices than one GEMV launch takes) and the MoE block on
-//! FP8 experts (the FP8 decode at 1 ..= 8 rows, the dequantized grouped-GEMM
-//! path above, expert parallelism) against f64 on the dequantized weights,
+//! FP8 experts (the decode kernels' FP8 instantiation at 1 ..= 8 rows, the
+//! FP8 decode to 32, the dequantized grouped-GEMM path above, expert
+//! parallelism; `fused`: the FP8 decode kernels on block scales 2^12 apart,
+//! tails, refusals) against f64 on the dequantized weights,
 //! on fresh random inputs, outputs NaN-poisoned first. Needs a GPU: run by
 //! bench/gpu/check_fp8wire.sh.
 
@@ -471,11 +473,12 @@ fn device_us(be: &CudaBackend, calls: usize, mut f: impl FnMut()) -> f64 {
     end.ms_since(&start).unwrap() * 1e3 / calls as f64
 }
 
-/// The 35B-A3B MoE block at 1 ..= 64 rows: the FP8 decode path (to
-/// `MAX_DECODE_ROWS`), the FP8 experts dequantized for the grouped GEMMs,
-/// and the bf16 block (its decode kernels to 8 rows, the grouped GEMMs
-/// above) on the same values: where the FP8 paths cross, and FP8 against
-/// bf16 (`fp8_moe_timing:` lines).
+/// The 35B-A3B MoE block at 1 ..= 64 rows: the decode kernels' FP8
+/// instantiation (to 8 rows: the `moe` op's path there), the FP8 decode
+/// path (to `MAX_DECODE_ROWS`), the FP8 experts dequantized for the grouped
+/// GEMMs, and the bf16 block (its decode kernels to 8 rows, the grouped
+/// GEMMs above) on the same values: where the FP8 paths cross, and FP8
+/// against bf16 (`fp8_moe_timing:` lines).
 #[test]
 #[ignore = "needs a CUDA GPU: timing, run by bench/gpu/check_fp8wire.sh"]
 fn fp8_moe_timing() {
@@ -494,10 +497,15 @@ fn fp8_moe_timing() {
         shared_gate: m(1, h, &w.gate),
     };
     let sp = spec(s);
-    for rows in [1usize, 4, 8, 16, 32, 64] {
+    for rows in [1usize, 2, 4, 8, 16, 32, 64] {
         let x = be
             .act_from_f32(rows, h, &uniform(rows as u64, rows * h, 1.0))
             .unwrap();
+        let fused = (rows <= 8).then(|| {
+            device_us(&be, 50, || {
+                be.moe_decode(&x, &w.dev, &sp).unwrap();
+            })
+        });
         let fp8 = (rows <= 32).then(|| {
             device_us(&be, 20, || {
                 be.moe_fp8_decode(&x, &w.dev, &sp).unwrap();
@@ -506,13 +514,18 @@ fn fp8_moe_timing() {
         let grouped = device_us(&be, 10, || {
             be.moe_marked(&x, &w.dev, &sp, None, &mut |_| {}).unwrap();
         });
-        let bf16 = device_us(&be, 20, || {
+        let bf16 = device_us(&be, 50, || {
             be.moe(&x, &bf, &sp).unwrap();
         });
+        let us = |t: Option<f64>| t.map_or("-".into(), |t| format!("{t:.1}"));
         println!(
-            "fp8_moe_timing: rows {rows}: fp8 decode path {} us, fp8 dequant + grouped {grouped:.1} us, \
-             bf16 block {bf16:.1} us",
-            fp8.map_or("-".into(), |t| format!("{t:.1}"))
+            "fp8_moe_timing: rows {rows}: fp8 fused decode {} us, bf16 block {bf16:.1} us, \
+             fp8 9-launch decode path {} us, fp8 dequant + grouped {grouped:.1} us",
+            us(fused),
+            us(fp8)
         );
     }
 }
+
+#[path = "fp8_backend/fused.rs"]
+mod fused;

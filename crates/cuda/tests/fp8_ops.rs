@@ -303,6 +303,9 @@ fn quantization_codes_and_scales_equal_the_hosts() {
     check_quant(&dev, 37, 2048 + 64, 2);
     check_quant(&dev, 5, 200, 3);
     check_quant(&dev, 2, 7, 4);
+    // k % 4 == 0 but not % 8: the 8-byte kernel (k % 8 == 0 takes the 16-byte one).
+    check_quant(&dev, 3, 132, 5);
+    check_quant(&dev, 9, 2048 + 4, 6);
 }
 
 #[test]

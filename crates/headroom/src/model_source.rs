@@ -6,7 +6,7 @@ use std::path::PathBuf;
 #[derive(Args, Debug, Clone)]
 #[group(required = true, multiple = false)]
 pub struct ModelSource {
-    /// A built-in synthetic model: tiny-d256, tiny-d64, qwen3.6-35b-a3b[:layers=N].
+    /// A built-in synthetic model: tiny-d256, tiny-d64, qwen3.6-35b-a3b, qwen3.5-122b-a10b, each optionally with -fp8 (FP8 block-scaled weights) and :layers=N.
     #[arg(long, value_name = "NAME")]
     pub synthetic: Option<String>,
 
@@ -20,7 +20,7 @@ pub struct ModelSource {
 #[derive(Args, Debug, Clone, Default)]
 #[group(required = false, multiple = false)]
 pub struct OptionalModelSource {
-    /// A built-in synthetic model: tiny-d256, tiny-d64, qwen3.6-35b-a3b[:layers=N] (default: tiny-d256).
+    /// A built-in synthetic model: tiny-d256, tiny-d64, qwen3.6-35b-a3b, qwen3.5-122b-a10b, each optionally with -fp8 (FP8 block-scaled weights) and :layers=N (default: tiny-d256).
     #[arg(long, value_name = "NAME")]
     pub synthetic: Option<String>,
 

@@ -5,8 +5,9 @@
 //! grouped-GEMM path runs, else (shapes the grouped GEMMs' tiles do not
 //! divide: the fallback kernels) by one element-wise kernel after the f32
 //! routed output. FP8 experts (a checkpoint kept FP8 on the device) run the
-//! FP8 decode (`crate::ops::fp8::moe`) for 1 ..= 32 rows; for more rows the
-//! native FP8 grouped GEMMs (`crate::ops::moe::fp8`) where they take the
+//! decode kernels' FP8 instantiation (`crate::ops::moe::decode`) for 1 ..= 8
+//! rows, the FP8 decode (`crate::ops::fp8::moe`) to 32 rows; for more rows
+//! the native FP8 grouped GEMMs (`crate::ops::moe::fp8`) where they take the
 //! call ([`native_fp8`]), else the experts are dequantized into bf16
 //! scratch, one layer's experts at a time
 //! (`crate::ops::fp8::moe::fp8_expert_scratch_bytes`), for the bf16 grouped
@@ -47,7 +48,8 @@ pub(crate) fn moe(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
 ) -> OpResult<CudaAct> {
-    // Few rows (decode): three GEMV launches (`crate::ops::moe::decode`).
+    // Few rows (decode): three GEMV launches (`crate::ops::moe::decode`),
+    // bf16 or FP8 experts.
     if decode::takes(x, w, spec) {
         return decode::moe_decode(dev, x, w, spec);
     }
@@ -114,8 +116,9 @@ impl super::CudaBackend {
         moe_marked(&self.dev, x, w, spec, imp, mark)
     }
 
-    /// The MoE block on the decode kernels (tests and benches compare it
-    /// with [`Self::moe_marked`]); `Err` for shapes they do not take.
+    /// The MoE block on the decode kernels, bf16 or FP8 experts (tests and
+    /// benches compare it with [`Self::moe_marked`]); `Err` for shapes and
+    /// weight formats they do not take.
     pub fn moe_decode(
         &self,
         x: &CudaAct,

@@ -8,6 +8,13 @@
 //                       One warp per (row, group); lane l holds the group's
 //                       columns 4l .. 4l + 3 (8-byte loads, 4-byte stores when
 //                       `vec`: k % 4 == 0 and x, q aligned; else byte by byte).
+//   fp8_quant_bf16_v16  the same codes and scales where k % 8 == 0, x is 16- and
+//                       q 8-byte aligned: a half-warp per (row, group), lane l
+//                       holding columns 8l .. 8l + 7 (one 16-byte load, one
+//                       8-byte store); a warp takes 2 · QUANT_GROUPS consecutive
+//                       groups (row-major over (row, group)), all its loads
+//                       issued before the first is used (the bytes in flight
+//                       that make it bandwidth-bound).
 //   fp8_dequant_bf16    e4m3 W [n][k] with scale_inv [ceil(n/128)][ceil(k/128)] ->
 //                       bf16 [n][k] (W * scale, rounded once): the GEMM's fallback.
 //                       CTAs stride over rows, a thread takes 4 columns at once.
@@ -27,6 +34,8 @@ constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
 // Largest finite e4m3.
 constexpr float E4M3_MAX = 448.f;
+// Groups a half-warp of fp8_quant_bf16_v16 quantizes.
+constexpr int QUANT_GROUPS = 4;
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
@@ -87,6 +96,70 @@ extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
             if (col0 + j < k) qr[col0 + j] = c[j];
     }
     if (lane == 0) s[row * s_row + g * s_group] = scale;
+}
+
+extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
+    fp8_quant_bf16_v16(const __nv_bfloat16* __restrict__ x, unsigned char* __restrict__ q,
+                       float* __restrict__ s, long long m, int k, long long s_row,
+                       long long s_group) {
+    using namespace headroom_fp8_quant;
+    wait_prior();
+    const int lane = threadIdx.x & 31;
+    const int half = lane >> 4;
+    const int l16 = lane & 15;
+    const int kb = (k + BLOCK - 1) / BLOCK;
+    const long long total = m * kb;
+    const long long warp = (long long)blockIdx.x * WARPS + (threadIdx.x >> 5);
+    const long long g0 = warp * (2 * QUANT_GROUPS);
+    if (g0 >= total) {
+        launch_next();
+        return;
+    }
+    // Group i of this half-warp: (row, group) number g0 + 2 i + half.
+    uint4 raw[QUANT_GROUPS];
+    long long row[QUANT_GROUPS];
+    int grp[QUANT_GROUPS];
+    bool in[QUANT_GROUPS];
+#pragma unroll
+    for (int i = 0; i < QUANT_GROUPS; ++i) {
+        const long long gid = g0 + 2 * i + half;
+        row[i] = gid / kb;
+        grp[i] = (int)(gid - row[i] * kb);
+        const int col = grp[i] * BLOCK + 8 * l16;
+        // k % 8 == 0: the 8 columns are all in the row or all past it.
+        in[i] = gid < total && col < k;
+        raw[i] = in[i] ? __ldg(reinterpret_cast<const uint4*>(x + row[i] * k + col))
+                       : make_uint4(0u, 0u, 0u, 0u);
+    }
+    launch_next();
+#pragma unroll
+    for (int i = 0; i < QUANT_GROUPS; ++i) {
+        const unsigned u[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            v[2 * j] = __uint_as_float(u[j] << 16);
+            v[2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        }
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float scale = amax > 0.f ? __fdiv_rn(amax, E4M3_MAX) : 1.f;
+        unsigned c[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = make_float2(__fdiv_rn(v[2 * j], scale), __fdiv_rn(v[2 * j + 1], scale));
+            c[j] = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
+        }
+        const long long gid = g0 + 2 * i + half;
+        if (in[i]) {
+            *reinterpret_cast<uint2*>(q + row[i] * k + grp[i] * BLOCK + 8 * l16) =
+                make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
+        }
+        if (l16 == 0 && gid < total) s[row[i] * s_row + grp[i] * s_group] = scale;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(256)

@@ -12,6 +12,8 @@ use headroom_core::ops::{OpError, OpResult};
 /// Threads of a `fp8_quant_bf16` CTA (`THREADS`), one warp per group.
 const QUANT_THREADS: u32 = 256;
 const QUANT_WARPS: usize = QUANT_THREADS as usize / 32;
+/// Groups a half-warp of `fp8_quant_bf16_v16` quantizes (`QUANT_GROUPS`).
+const QUANT_GROUPS: usize = 4;
 
 /// Where scale `(row, group)` of an `[m][ceil(k/128)]` table goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +65,28 @@ pub fn quantize(
     if m == 0 {
         return Ok(());
     }
-    let warps = mul(OP, m, kb)?;
+    let groups = mul(OP, m, kb)?;
+    if k.is_multiple_of(8) && x.ptr().is_multiple_of(16) && q.ptr().is_multiple_of(8) {
+        let warps = groups.div_ceil(2 * QUANT_GROUPS);
+        let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
+        let args = Args::new()
+            .ptr(x.ptr())
+            .ptr(q.ptr())
+            .ptr(s.ptr())
+            .i64(m as i64)
+            .i32(int(OP, "k", k)?)
+            .i64(s_row as i64)
+            .i64(s_group as i64);
+        // SAFETY: x holds m · k bf16, q m · k bytes, s the table's span
+        // (checked); a half-warp per (row, group), 2 · QUANT_GROUPS groups a
+        // warp over the grid, groups past m · kb skipped; the 16-byte loads
+        // and 8-byte stores with k % 8 == 0 and aligned rows; the kernel
+        // reads x after griddepcontrol.wait.
+        return unsafe {
+            launch_programmatic(dev, "fp8_quant_bf16_v16", grid, QUANT_THREADS, args)
+        };
+    }
+    let warps = groups;
     let vec = k.is_multiple_of(4) && x.ptr().is_multiple_of(8) && q.ptr().is_multiple_of(4);
     let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
     let args = Args::new()
@@ -182,6 +205,10 @@ mod tests {
             QUANT_THREADS as usize
         );
         assert_eq!(source_constant(FP8_QUANT.source, "BLOCK"), BLOCK);
+        assert_eq!(
+            source_constant(FP8_QUANT.source, "QUANT_GROUPS"),
+            QUANT_GROUPS
+        );
     }
 
     #[test]

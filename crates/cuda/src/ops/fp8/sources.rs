@@ -36,7 +36,12 @@ pub const FP8_QUANT: KernelSource = KernelSource {
         include_str!("../../kernels/pdl.cuh"),
         include_str!("fp8_quant.cu")
     ),
-    entry_points: &["fp8_quant_bf16", "fp8_dequant_bf16", "fp8_transpose_f32"],
+    entry_points: &[
+        "fp8_quant_bf16",
+        "fp8_quant_bf16_v16",
+        "fp8_dequant_bf16",
+        "fp8_transpose_f32",
+    ],
 };
 
 /// The MoE decode's glue on FP8 experts: routing (softmax + top-k per

@@ -3,13 +3,20 @@
 //! the routed and shared experts' gate+up (each routed CTA takes its row's
 //! softmax and top-k from the logits itself; the shared expert's weights load
 //! while the router runs), and the down GEMV with the weighted combine (the
-//! weight loads marked evict-first). The grouped-GEMM path
+//! weight loads marked evict-first). The routed experts may be block-scaled
+//! FP8 (`crate::ops::fp8`; the router and the shared gate bf16, as Qwen's
+//! FP8 checkpoints keep them, the shared expert FP8 or bf16): the same
+//! kernels instantiated for e4m3 chunks with their block scales. The
+//! grouped-GEMM path
 //! ([`super::routed_experts`]) takes ~14 launches and 128-row tiles that hold
 //! one valid row each at decode.
 
 use super::check_weights;
 use crate::device::CudaDevice;
 use crate::launch::{alloc, grid_dim, int, launch_programmatic, mul, Args, GRID_X, GRID_YZ};
+use crate::ops::fp8::experts::Fp8Experts;
+use crate::ops::fp8::weight::{experts_of, matrix_of};
+use crate::ops::fp8::{need, Fp8Matrix};
 use crate::tensor::new_act;
 use crate::tensor::{CudaAct, CudaWeight};
 use crate::validate::bf16;
@@ -34,32 +41,72 @@ const WARPS: usize = 8;
 const GATE_UP_COLS: usize = 3;
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,
-/// every weight bf16: they read them raw; FP8 experts take
-/// `crate::ops::fp8::moe`).
+/// weight formats they read: [`formats`]).
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
-    all_bf16(w) && supports(x, w, spec)
+    formats(w, spec).is_some_and(|f| supports(x, w, spec, f.chunk()))
 }
 
-/// Whether no weight of the block is FP8.
-fn all_bf16(w: &MoeWeights<CudaWeight>) -> bool {
-    [
-        &w.router,
-        &w.gate_up,
-        &w.down,
-        &w.shared_gate_proj,
-        &w.shared_up_proj,
-        &w.shared_down_proj,
-        &w.shared_gate,
-    ]
-    .iter()
-    .all(|w| !w.is_fp8())
+/// The weight formats of a block the kernels read.
+#[derive(Clone, Copy)]
+pub(crate) enum Formats<'a> {
+    /// Every weight bf16.
+    Bf16,
+    /// The routed experts FP8 (a block grid per expert), the router and the
+    /// shared gate bf16, the shared expert's three projections FP8 (one
+    /// grid each: `shared` holds gate, up, down) or all bf16 (`None`).
+    Fp8 {
+        gate_up: Fp8Experts<'a>,
+        down: Fp8Experts<'a>,
+        shared: Option<[Fp8Matrix<'a>; 3]>,
+    },
 }
 
-/// The shapes the kernels handle (the weights themselves are checked by
-/// `check_weights` before any launch).
-fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
+impl Formats<'_> {
+    /// Elements of one weight chunk (one 16-byte load): the multiple the
+    /// dot lengths (hidden, intermediates) must be.
+    fn chunk(&self) -> usize {
+        match self {
+            Formats::Bf16 => 8,
+            Formats::Fp8 { .. } => 16,
+        }
+    }
+}
+
+/// The formats of `w` if the kernels read them, else `None` (e.g. an FP8
+/// router, a shared expert of mixed formats, FP8 buffers not 16-byte aligned).
+pub(crate) fn formats<'a>(w: &'a MoeWeights<CudaWeight>, spec: &MoeSpec) -> Option<Formats<'a>> {
+    let shared = [&w.shared_gate_proj, &w.shared_up_proj, &w.shared_down_proj];
+    if w.router.is_fp8() || w.shared_gate.is_fp8() {
+        return None;
+    }
+    if !w.gate_up.is_fp8() && !w.down.is_fp8() {
+        return shared.iter().all(|m| !m.is_fp8()).then_some(Formats::Bf16);
+    }
+    let gate_up = experts_of(&w.gate_up, spec.local_experts)?;
+    let down = experts_of(&w.down, spec.local_experts)?;
+    let shared = if shared.iter().all(|m| m.is_fp8()) {
+        let [g, u, d] = shared.map(matrix_of);
+        Some([g?, u?, d?])
+    } else if shared.iter().all(|m| !m.is_fp8()) {
+        None
+    } else {
+        return None;
+    };
+    let aligned = |b: &crate::alloc::DeviceBuffer| b.ptr().is_multiple_of(16);
+    let mut bufs = vec![gate_up.w, down.w];
+    bufs.extend(shared.iter().flatten().map(|m| m.w));
+    bufs.iter().all(|b| aligned(b)).then_some(Formats::Fp8 {
+        gate_up,
+        down,
+        shared,
+    })
+}
+
+/// The shapes the kernels handle for weight chunks of `chunk` elements (the
+/// weights themselves are checked by `check_weights` before any launch).
+fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec, chunk: usize) -> bool {
     let si = w.shared_gate_proj.rows;
-    let dims_ok = |n: usize| n > 0 && n.is_multiple_of(8);
+    let dims_ok = |n: usize| n > 0 && n.is_multiple_of(chunk);
     spec.shared_expert
         && (1..=MAX_ROWS).contains(&x.rows)
         && dims_ok(x.cols)
@@ -79,21 +126,55 @@ fn act_stride(inter: usize, shared_inter: usize) -> usize {
 
 /// Why [`supports`] refuses a call: the shape against every limit.
 fn unsupported(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpError {
+    let formats = formats(w, spec);
     OpError::Unsupported {
         op: "moe decode",
         reason: format!(
             "{} rows (1..={MAX_ROWS}), hidden {} (<= {MAX_HIDDEN}), intermediate {}, shared {} \
-             (multiples of 8), top-k {} (<= {MAX_TOP_K}), {} experts (<= {MAX_EXPERTS}), \
-             (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}",
+             (multiples of 8; of 16 for FP8 experts), top-k {} (<= {MAX_TOP_K}), {} experts \
+             (<= {MAX_EXPERTS}), (top-k + 1) x stride <= {MAX_ACT}, shared expert held: {}, \
+             weight formats {} (bf16; or FP8 experts with a grid each, a bf16 router and \
+             shared gate, a shared expert all FP8 or all bf16)",
             x.rows,
             x.cols,
             spec.intermediate,
             w.shared_gate_proj.rows,
             spec.top_k,
             spec.num_experts,
-            spec.shared_expert
+            spec.shared_expert,
+            match formats {
+                Some(Formats::Bf16) => "read",
+                Some(Formats::Fp8 { .. }) => "read (FP8)",
+                None => "not read",
+            }
         ),
     }
+}
+
+/// Checks that every FP8 matrix's buffers hold its bytes and its scales.
+fn check_scales(f: &Formats) -> OpResult<()> {
+    let op = "moe decode";
+    let Formats::Fp8 {
+        gate_up,
+        down,
+        shared,
+    } = f
+    else {
+        return Ok(());
+    };
+    for e in [gate_up, down] {
+        let m = Fp8Matrix {
+            w: e.w,
+            scale_inv: e.scale_inv,
+            n: e.n,
+            k: e.k,
+        };
+        let (nb, kb) = m.scale_dims();
+        need(op, "experts", e.w, mul(op, e.experts, mul(op, e.n, e.k)?)?)?;
+        let scales = mul(op, mul(op, e.experts, mul(op, nb, kb)?)?, 4)?;
+        need(op, "experts' scale_inv", e.scale_inv, scales)?;
+    }
+    shared.iter().flatten().try_for_each(|m| m.check(op))
 }
 
 /// Byte offsets of the workspace's parts (each 16-byte aligned).
@@ -151,9 +232,39 @@ pub(crate) fn moe_decode_marked(
     let op = "moe decode";
     bf16(op, x)?;
     check_weights(w, spec, x.cols)?;
-    if !all_bf16(w) || !supports(x, w, spec) {
+    let Some(f) = formats(w, spec).filter(|f| supports(x, w, spec, f.chunk())) else {
         return Err(unsupported(x, w, spec));
-    }
+    };
+    check_scales(&f)?;
+    // The entry points' suffix and the scales each FP8 matrix passes beside it.
+    let (suffix, [gu_s, sg_s, su_s, sd_s, d_s]) = match f {
+        Formats::Bf16 => ("", [None; 5]),
+        Formats::Fp8 {
+            gate_up,
+            down,
+            shared,
+        } => {
+            let s = |m: Option<Fp8Matrix>| Some(m.map_or(0, |m| m.scale_inv.ptr()));
+            let [g, u, d] = shared.map_or([None; 3], |m| m.map(Some));
+            let suffix = if shared.is_some() {
+                "_fp8"
+            } else {
+                "_fp8_sbf16"
+            };
+            let routed = |e: Fp8Experts| Some(e.scale_inv.ptr());
+            (suffix, [routed(gate_up), s(g), s(u), s(d), routed(down)])
+        }
+    };
+    let (gate_up_entry, down_entry) = match suffix {
+        "" => ("moe_decode_gate_up", "moe_decode_down"),
+        "_fp8" => ("moe_decode_gate_up_fp8", "moe_decode_down_fp8"),
+        _ => ("moe_decode_gate_up_fp8_sbf16", "moe_decode_down_fp8_sbf16"),
+    };
+    // A weight's pointer, then its scales' where the entry takes them.
+    let with = |a: Args, m: &CudaWeight, scales: Option<u64>| match scales {
+        Some(p) => a.ptr(m.ptr()).ptr(p),
+        None => a.ptr(m.ptr()),
+    };
     let (rows, hidden) = (x.rows, x.cols);
     let (e, k, inter) = (spec.num_experts, spec.top_k, spec.intermediate);
     let si = w.shared_gate_proj.rows;
@@ -187,11 +298,9 @@ pub(crate) fn moe_decode_marked(
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
     let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * GATE_UP_COLS), GRID_X)?;
-    let args = Args::new()
-        .ptr(x.ptr())
-        .ptr(w.gate_up.ptr())
-        .ptr(w.shared_gate_proj.ptr())
-        .ptr(w.shared_up_proj.ptr())
+    let args = with(Args::new().ptr(x.ptr()), &w.gate_up, gu_s);
+    let args = with(args, &w.shared_gate_proj, sg_s);
+    let args = with(args, &w.shared_up_proj, su_s)
         .ptr(at(ws.logits))
         .i32(int(op, "rows", rows)?)
         .i32(h32)
@@ -208,24 +317,14 @@ pub(crate) fn moe_decode_marked(
         .ptr(at(ws.act));
     mark("gate_up");
     // SAFETY: gate_up is [local·2·inter][hidden], the shared projections
-    // [si][hidden]; the kernel reads only local experts
-    // (first ..< first + local of the top-k); topk_* hold rows·k entries, act
-    // rows·(k+1)·stride with stride ≥ max(inter, si).
-    unsafe {
-        launch_programmatic(
-            dev,
-            "moe_decode_gate_up",
-            (gu_grid, pairs, 1),
-            THREADS,
-            args,
-        )?
-    };
+    // [si][hidden], FP8 scales their grids (check_scales); the kernel reads
+    // only local experts (first ..< first + local of the top-k); topk_* hold
+    // rows·k entries, act rows·(k+1)·stride with stride ≥ max(inter, si).
+    unsafe { launch_programmatic(dev, gate_up_entry, (gu_grid, pairs, 1), THREADS, args)? };
 
     let down_grid = grid_dim(op, hidden.div_ceil(WARPS), GRID_X)?;
-    let args = Args::new()
-        .ptr(at(ws.act))
-        .ptr(w.down.ptr())
-        .ptr(w.shared_down_proj.ptr())
+    let args = with(Args::new().ptr(at(ws.act)), &w.down, d_s);
+    let args = with(args, &w.shared_down_proj, sd_s)
         .ptr(at(ws.topk_expert))
         .ptr(at(ws.topk_weight))
         .ptr(at(ws.logits))
@@ -241,63 +340,20 @@ pub(crate) fn moe_decode_marked(
     // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; the
     // routing and activations as written above, (k+1)·stride <= MAX_ACT
     // (supports); out is [rows][hidden] bf16.
-    unsafe {
-        launch_programmatic(
-            dev,
-            "moe_decode_down",
-            (down_grid, rows_grid, 1),
-            THREADS,
-            args,
-        )?
-    };
+    unsafe { launch_programmatic(dev, down_entry, (down_grid, rows_grid, 1), THREADS, args)? };
     mark("end");
     Ok(out)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::source_constant;
+#[path = "decode_tests.rs"]
+mod tests;
+
+/// The kernels under NVRTC (here: the options are read only in a file's
+/// `#[cfg(test)]` part).
+#[cfg(test)]
+mod nvrtc {
     use crate::ops::moe::sources::MOE_DECODE;
-
-    #[test]
-    fn launch_constants_match_the_kernel() {
-        let src = MOE_DECODE.source;
-        assert_eq!(source_constant(src, "MAX_ROWS"), MAX_ROWS);
-        assert_eq!(source_constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
-        assert_eq!(source_constant(src, "MAX_TOP_K"), MAX_TOP_K);
-        assert_eq!(source_constant(src, "MAX_HIDDEN"), MAX_HIDDEN);
-        assert_eq!(source_constant(src, "MAX_ACT"), MAX_ACT);
-        assert!(source_constant(src, "ROUTE_XS") >= MAX_HIDDEN);
-        assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
-        assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
-        assert_eq!(THREADS as usize / 32, WARPS);
-    }
-
-    #[test]
-    fn workspace_parts_are_aligned_and_disjoint() {
-        let spec = MoeSpec::all_experts(256, 8, 512, true);
-        for rows in 1..=MAX_ROWS {
-            let ws = workspace(rows, &spec, 200).unwrap();
-            assert_eq!(ws.act_stride, 512);
-            let parts = [ws.logits, ws.topk_expert, ws.topk_weight, ws.act];
-            assert!(parts.iter().all(|p| p % 16 == 0), "{rows}: {parts:?}");
-            assert!(ws.topk_expert >= rows * 257 * 4);
-            assert!(ws.topk_weight >= ws.topk_expert + rows * 8 * 4);
-            assert!(ws.act >= ws.topk_weight + rows * 8 * 4);
-            assert_eq!(ws.bytes, ws.act + rows * 9 * 512 * 4);
-        }
-        // The moe_d256 fixture's block: top-2 of 8, intermediate 16, shared 24.
-        let fixture = MoeSpec::all_experts(8, 2, 16, true);
-        let ws = workspace(1, &fixture, 24).unwrap();
-        assert_eq!(ws.act_stride, 24);
-        assert_eq!(ws.bytes, ws.act + 3 * 24 * 4);
-        let odd = MoeSpec::all_experts(6, 2, 24, false);
-        assert_eq!(workspace(3, &odd, 40).unwrap().act_stride, 40);
-        assert_eq!(workspace(3, &odd, 8).unwrap().act_stride, 24);
-        assert_eq!(act_stride(12, 4), 12);
-        assert_eq!(act_stride(16, 8), 16);
-    }
 
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
@@ -315,12 +371,65 @@ mod tests {
         }
     }
 
+    /// SHA-256 of each `.text.<entry>` section (the entry's SASS) of a cubin.
+    fn text_sha256(cubin: &[u8], entry: &str) -> Option<String> {
+        use sha2::{Digest, Sha256};
+        let u16_at = |o: usize| u16::from_le_bytes([cubin[o], cubin[o + 1]]) as usize;
+        let u32_at = |o: usize| u32::from_le_bytes(cubin[o..o + 4].try_into().unwrap()) as usize;
+        let u64_at = |o: usize| u64::from_le_bytes(cubin[o..o + 8].try_into().unwrap()) as usize;
+        let (shoff, shentsize, shnum, shstrndx) =
+            (u64_at(0x28), u16_at(0x3a), u16_at(0x3c), u16_at(0x3e));
+        let sh = |i: usize| shoff + i * shentsize;
+        let strtab = u64_at(sh(shstrndx) + 0x18);
+        let want = format!(".text.{entry}");
+        (0..shnum).find_map(|i| {
+            let name_at = strtab + u32_at(sh(i));
+            let end = name_at + cubin[name_at..].iter().position(|&b| b == 0)?;
+            (cubin[name_at..end] == *want.as_bytes()).then(|| {
+                let (off, size) = (u64_at(sh(i) + 0x18), u64_at(sh(i) + 0x20));
+                format!("{:x}", Sha256::digest(&cubin[off..off + size]))
+            })
+        })
+    }
+
     #[test]
-    fn the_35b_shapes_fit_the_staging_limits() {
-        // Qwen3.6-35B-A3B: top-8, intermediate 512 and shared 512.
-        assert!(9 * act_stride(512, 512) <= MAX_ACT);
-        // Qwen3.5-397B-A17B's block: top-10, intermediate 1024, hidden 4096.
-        assert!(11 * act_stride(1024, 1024) <= MAX_ACT);
-        const { assert!(4096 <= MAX_HIDDEN) };
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn the_bf16_entries_compile_to_the_sass_of_the_build_before_the_fp8_instantiation() {
+        // SHA-256 of each bf16 entry's SASS from NVRTC 13.0 (the gate's pinned
+        // wheels) for sm_90a, built from moe_decode.cu before it was templated
+        // on the weight format (commit 178633b): the bf16 path's code, and so
+        // its results, unchanged.
+        const BEFORE: [(&str, &str); 3] = [
+            (
+                "moe_decode_route",
+                "274650213b8bca797ca2eec34e101c15899290758140713f94b098c0a9ea7871",
+            ),
+            (
+                "moe_decode_gate_up",
+                "1714f71c91dcff06b841d9e7b55852a2f83f94af95856b968760f1063a8cac0c",
+            ),
+            (
+                "moe_decode_down",
+                "7f7159ee234de7582051e5675a1203ce5159e6cb94d5cb523b4eb410260c3476",
+            ),
+        ];
+        let version = crate::nvrtc::version().unwrap();
+        if version != "13.0" {
+            println!("NVRTC {version}: the recorded SASS is NVRTC 13.0's; not compared");
+            return;
+        }
+        let include = crate::CudaOptions::from_env().include_dir().unwrap();
+        let c =
+            crate::nvrtc::compile(MOE_DECODE.name, MOE_DECODE.source, "sm_90a", &include).unwrap();
+        for (entry, sha) in BEFORE {
+            assert_eq!(
+                text_sha256(&c.cubin, entry).as_deref(),
+                Some(sha),
+                "{entry}"
+            );
+        }
+        // The FP8 entries are there too, and differ.
+        let fp8 = text_sha256(&c.cubin, "moe_decode_gate_up_fp8").unwrap();
+        assert_ne!(fp8, BEFORE[1].1);
     }
 }

@@ -65,13 +65,24 @@ pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16"],
 };
 
-/// The MoE block for a few rows (decode) in three launches ([`super::decode`]).
+/// The MoE block for a few rows (decode) in three launches ([`super::decode`]),
+/// bf16 or FP8 experts.
 pub const MOE_DECODE: KernelSource = KernelSource {
     name: "moe_decode",
     file: "moe_decode.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        include_str!("moe_decode_common.cuh"),
+        include_str!("moe_decode_fp8.cuh"),
         include_str!("moe_decode.cu")
     ),
-    entry_points: &["moe_decode_route", "moe_decode_gate_up", "moe_decode_down"],
+    entry_points: &[
+        "moe_decode_route",
+        "moe_decode_gate_up",
+        "moe_decode_down",
+        "moe_decode_gate_up_fp8",
+        "moe_decode_down_fp8",
+        "moe_decode_gate_up_fp8_sbf16",
+        "moe_decode_down_fp8_sbf16",
+    ],
 };

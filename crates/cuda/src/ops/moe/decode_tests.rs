@@ -1,0 +1,192 @@
+//! Tests of the decode path's launcher (`decode.rs`): constants, workspace,
+//! weight formats and shapes taken (the kernels under NVRTC: `decode.rs`'s
+//! `nvrtc` tests).
+
+use super::*;
+use crate::kernels::source_constant;
+use crate::ops::moe::sources::MOE_DECODE;
+
+#[test]
+fn launch_constants_match_the_kernel() {
+    let src = MOE_DECODE.source;
+    assert_eq!(source_constant(src, "MAX_ROWS"), MAX_ROWS);
+    assert_eq!(source_constant(src, "MAX_EXPERTS"), MAX_EXPERTS);
+    assert_eq!(source_constant(src, "MAX_TOP_K"), MAX_TOP_K);
+    assert_eq!(source_constant(src, "MAX_HIDDEN"), MAX_HIDDEN);
+    assert_eq!(source_constant(src, "MAX_ACT"), MAX_ACT);
+    assert!(source_constant(src, "ROUTE_XS") >= MAX_HIDDEN);
+    assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
+    assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
+    assert_eq!(THREADS as usize / 32, WARPS);
+}
+
+#[test]
+fn workspace_parts_are_aligned_and_disjoint() {
+    let spec = MoeSpec::all_experts(256, 8, 512, true);
+    for rows in 1..=MAX_ROWS {
+        let ws = workspace(rows, &spec, 200).unwrap();
+        assert_eq!(ws.act_stride, 512);
+        let parts = [ws.logits, ws.topk_expert, ws.topk_weight, ws.act];
+        assert!(parts.iter().all(|p| p % 16 == 0), "{rows}: {parts:?}");
+        assert!(ws.topk_expert >= rows * 257 * 4);
+        assert!(ws.topk_weight >= ws.topk_expert + rows * 8 * 4);
+        assert!(ws.act >= ws.topk_weight + rows * 8 * 4);
+        assert_eq!(ws.bytes, ws.act + rows * 9 * 512 * 4);
+    }
+    // The moe_d256 fixture's block: top-2 of 8, intermediate 16, shared 24.
+    let fixture = MoeSpec::all_experts(8, 2, 16, true);
+    let ws = workspace(1, &fixture, 24).unwrap();
+    assert_eq!(ws.act_stride, 24);
+    assert_eq!(ws.bytes, ws.act + 3 * 24 * 4);
+    let odd = MoeSpec::all_experts(6, 2, 24, false);
+    assert_eq!(workspace(3, &odd, 40).unwrap().act_stride, 40);
+    assert_eq!(workspace(3, &odd, 8).unwrap().act_stride, 24);
+    assert_eq!(act_stride(12, 4), 12);
+    assert_eq!(act_stride(16, 8), 16);
+}
+
+#[test]
+fn the_35b_shapes_fit_the_staging_limits() {
+    // Qwen3.6-35B-A3B: top-8, intermediate 512 and shared 512.
+    assert!(9 * act_stride(512, 512) <= MAX_ACT);
+    // Qwen3.5-397B-A17B's block: top-10, intermediate 1024, hidden 4096.
+    assert!(11 * act_stride(1024, 1024) <= MAX_ACT);
+    const { assert!(4096 <= MAX_HIDDEN) };
+}
+
+/// Fake device memory: increasing addresses, 256-byte aligned.
+#[derive(Default)]
+struct Fake(std::sync::atomic::AtomicU64);
+impl crate::alloc::RawMemory for Fake {
+    fn malloc(&self, bytes: usize) -> Result<u64, crate::CudaError> {
+        let at = self.0.fetch_add(
+            bytes.next_multiple_of(256) as u64,
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        Ok(0x1_0000 + at)
+    }
+    fn free(&self, _ptr: u64) {}
+}
+
+/// A weight `[rows][cols]` on fake memory: bf16, or FP8 whose grid restarts
+/// every `grid` rows.
+fn weight(rows: usize, cols: usize, fp8: Option<usize>) -> CudaWeight {
+    let a = crate::alloc::Allocator::new(Box::new(Fake::default()));
+    let fp8 = fp8.map(|grid| crate::tensor::Fp8Scales {
+        scale_inv: a
+            .alloc(rows / grid * grid.div_ceil(128) * cols.div_ceil(128) * 4)
+            .unwrap(),
+        grid_rows: grid,
+    });
+    let bytes = rows * cols * if fp8.is_some() { 1 } else { 2 };
+    CudaWeight {
+        buf: a.alloc(bytes).unwrap(),
+        rows,
+        cols,
+        dtype: Dtype::Bf16,
+        fp8,
+    }
+}
+
+/// A block of `experts` experts (hidden h, intermediate i, shared si), the
+/// routed experts FP8 when `routed`, the shared expert's projections FP8
+/// where `shared` says.
+fn block(
+    h: usize,
+    i: usize,
+    si: usize,
+    experts: usize,
+    routed: bool,
+    shared: [bool; 3],
+) -> MoeWeights<CudaWeight> {
+    let f = |on: bool, grid: usize| on.then_some(grid);
+    MoeWeights {
+        router: weight(experts, h, None),
+        gate_up: weight(experts * 2 * i, h, f(routed, 2 * i)),
+        down: weight(experts * h, i, f(routed, h)),
+        shared_gate_proj: weight(si, h, f(shared[0], si)),
+        shared_up_proj: weight(si, h, f(shared[1], si)),
+        shared_down_proj: weight(h, si, f(shared[2], h)),
+        shared_gate: weight(1, h, None),
+    }
+}
+
+fn act(rows: usize, cols: usize) -> CudaAct {
+    let a = crate::alloc::Allocator::new(Box::new(Fake::default()));
+    CudaAct {
+        buf: a.alloc(rows * cols * 2).unwrap(),
+        rows,
+        cols,
+        dtype: Dtype::Bf16,
+    }
+}
+
+/// Which entries `formats` picks: "bf16", "fp8" (shared FP8), "fp8_sbf16", or "none".
+fn picked(w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> &'static str {
+    match formats(w, spec) {
+        Some(Formats::Bf16) => "bf16",
+        Some(Formats::Fp8 {
+            shared: Some(_), ..
+        }) => "fp8",
+        Some(Formats::Fp8 { shared: None, .. }) => "fp8_sbf16",
+        None => "none",
+    }
+}
+
+#[test]
+fn the_weight_formats_pick_their_entries_and_mixed_or_fp8_routers_are_refused() {
+    let spec = MoeSpec::all_experts(8, 2, 256, true);
+    let (h, i, si) = (192, 256, 96);
+    assert_eq!(
+        picked(&block(h, i, si, 8, false, [false; 3]), &spec),
+        "bf16"
+    );
+    assert_eq!(picked(&block(h, i, si, 8, true, [true; 3]), &spec), "fp8");
+    assert_eq!(
+        picked(&block(h, i, si, 8, true, [false; 3]), &spec),
+        "fp8_sbf16"
+    );
+    // A shared expert of mixed formats, or FP8 beside bf16 routed experts.
+    assert_eq!(
+        picked(&block(h, i, si, 8, true, [true, false, true]), &spec),
+        "none"
+    );
+    assert_eq!(picked(&block(h, i, si, 8, false, [true; 3]), &spec), "none");
+    // An FP8 router or shared gate.
+    let mut w = block(h, i, si, 8, true, [true; 3]);
+    w.router = weight(8, h, Some(8));
+    assert_eq!(picked(&w, &spec), "none");
+    let mut w = block(h, i, si, 8, true, [true; 3]);
+    w.shared_gate = weight(1, h, Some(1));
+    assert_eq!(picked(&w, &spec), "none");
+    // Experts whose grid is not one per expert (gate and up parts of 192
+    // rows stacked into 384-row experts).
+    let spec192 = MoeSpec::all_experts(8, 2, 192, true);
+    let mut w = block(h, 192, si, 8, true, [true; 3]);
+    w.gate_up = weight(8 * 384, h, Some(192));
+    assert_eq!(picked(&w, &spec192), "none");
+    // The experts' scales are checked against their grids.
+    let w = block(h, i, si, 8, true, [true; 3]);
+    check_scales(&formats(&w, &spec).unwrap()).unwrap();
+}
+
+#[test]
+fn fp8_experts_need_dot_lengths_in_chunks_of_16_and_bf16_of_8() {
+    let spec = |i: usize| MoeSpec::all_experts(8, 2, i, true);
+    let takes_with = |rows: usize, h: usize, i: usize, si: usize, fp8: bool| {
+        let w = block(h, i, si, 8, fp8, [fp8; 3]);
+        takes(&act(rows, h), &w, &spec(i))
+    };
+    for fp8 in [false, true] {
+        // Tails of the 128-column blocks: hidden 192, intermediate 320, shared 96.
+        assert!(takes_with(1, 192, 320, 96, fp8), "{fp8}");
+        assert!(takes_with(8, 192, 320, 96, fp8), "{fp8}");
+        assert!(!takes_with(9, 192, 320, 96, fp8), "{fp8}: 9 rows");
+    }
+    // Multiples of 8 that are not of 16: bf16 only.
+    for (h, i, si) in [(200, 320, 96), (192, 328, 96), (192, 320, 104)] {
+        assert!(takes_with(1, h, i, si, false), "bf16 {h} {i} {si}");
+        assert!(!takes_with(1, h, i, si, true), "fp8 {h} {i} {si}");
+    }
+    assert_eq!(Formats::Bf16.chunk(), 8);
+}
