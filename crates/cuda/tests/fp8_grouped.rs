@@ -216,18 +216,33 @@ fn check(dev: &CudaDevice, c: Case, tokens: usize, seed: u64) {
          activations, {err_u:.2e} vs unquantized"
     );
     assert!(err_q < 1e-2, "{c:?} tokens {tokens}: rel err {err_q:.2e}");
-    // Token by token too, within 5e-2 of its norm. Not tighter: the
+    // Token by token too, each within 1e-1 of its norm. Not tighter: the
     // reference computes the SwiGLU output in f64, the kernel in f32, so a
     // 128-group's amax can round to a neighbouring bf16 on one side and
-    // move that group's scale, re-rounding all its e4m3 codes (≈ 2.6 % RMS
-    // each): a token of two groups then reads ≈ 3e-2 (H200, session 9: 3.03e-2
-    // at one of 33 tokens, the whole output 2.85e-3). A wrong expert, row or
-    // block scale reads ≥ 0.3.
-    for t in 0..tokens {
-        let r = t * h..(t + 1) * h;
-        let e = support::rel_err(&got[r.clone()], &want_q[r]);
-        assert!(e < 5e-2, "{c:?} tokens {tokens}: token {t} rel err {e:.2e}");
-    }
+    // move that group's scale, re-rounding all its e4m3 codes; two e4m3
+    // roundings of one value differ by at most 2^-3 of it (H200, session 9:
+    // 3.03e-2 at one of 33 tokens, 5.71e-2 at one of 4,096 with one group a
+    // token, the whole outputs 1.8e-3 ..= 7.3e-3). A wrong expert, row or
+    // block scale reads >= 0.3.
+    let worst = (0..tokens)
+        .map(|t| {
+            let r = t * h..(t + 1) * h;
+            (support::rel_err(&got[r.clone()], &want_q[r]), t)
+        })
+        .fold(
+            (0.0f64, 0),
+            |a, b| if b.0.is_nan() || b.0 > a.0 { b } else { a },
+        );
+    println!(
+        "fp8_grouped: {c:?} tokens {tokens}: worst token {} rel err {:.2e}",
+        worst.1, worst.0
+    );
+    assert!(
+        worst.0 < 1e-1,
+        "{c:?} tokens {tokens}: token {} rel err {:.2e}",
+        worst.1,
+        worst.0
+    );
 }
 
 #[test]
