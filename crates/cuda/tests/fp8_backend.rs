@@ -18,6 +18,8 @@ use headroom_core::ops::{Backend, MoeSpec, MoeWeights};
 use headroom_core::{Dtype, Tensor, TensorData};
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight, CudaWeightFormat};
 use headroom_cuda::ops::fp8::gemm::lt_takes;
+use headroom_cuda::ops::fp8::moe::MAX_DECODE_ROWS;
+use headroom_cuda::ops::moe::fp8::native_takes;
 use rand::{Rng, SeedableRng};
 
 mod support;
@@ -325,6 +327,9 @@ fn reference(x: &[f32], w: &Weights, s: Shape, rows: usize, quant: bool) -> Vec<
         quant && may_scale(rows, si, h, Dtype::Bf16),
         quant && may_scale(rows, h, si, Dtype::Bf16),
     );
+    // The routed experts on the native FP8 grouped GEMMs (past the decode
+    // paths' rows, on Hopper, whole 128-blocks): e4m3 activations too.
+    let q_native = quant && rows > MAX_DECODE_ROWS && native_takes("sm_90a", h, i);
     let mut out = vec![0.0; x.len()];
     for (r, xr) in x.chunks(h).enumerate() {
         let logits: Vec<f64> = w.router.chunks(h).map(|row| dot(xr, row)).collect();
@@ -335,19 +340,33 @@ fn reference(x: &[f32], w: &Weights, s: Shape, rows: usize, quant: bool) -> Vec<
         let chosen = &order[..s.top_k];
         let kept: f64 = chosen.iter().map(|&j| (logits[j] - m).exp() / z).sum();
         let o = &mut out[r * h..(r + 1) * h];
+        let xq = if q_native {
+            quantized(xr, h)
+        } else {
+            Vec::new()
+        };
         for &ex in chosen {
             if ex < s.first || ex >= s.first + s.local {
                 continue;
             }
             let le = ex - s.first;
             let wt = (logits[ex] - m).exp() / z / kept;
+            let xe = if q_native { &xq[..] } else { xr };
             let mid: Vec<f64> = (0..i)
                 .map(|c| {
-                    let g = dot(xr, &w.gate_up[(le * 2 * i + c) * h..][..h]);
-                    let u = dot(xr, &w.gate_up[(le * 2 * i + i + c) * h..][..h]);
+                    let g = dot(xe, &w.gate_up[(le * 2 * i + c) * h..][..h]);
+                    let u = dot(xe, &w.gate_up[(le * 2 * i + i + c) * h..][..h]);
                     silu(g) * u
                 })
                 .collect();
+            // The native path quantizes the SwiGLU output, rounded to bf16,
+            // per 128-group before the down GEMM.
+            let mid: Vec<f64> = if q_native {
+                let b: Vec<f32> = mid.iter().map(|&v| bf16_round(v)).collect();
+                quantized(&b, i).into_iter().map(f64::from).collect()
+            } else {
+                mid
+            };
             for (n, on) in o.iter_mut().enumerate() {
                 let row = &w.down[(le * h + n) * i..][..i];
                 *on += wt * mid.iter().zip(row).map(|(a, &b)| a * b as f64).sum::<f64>();

@@ -7,9 +7,11 @@
 //! routed output. FP8 experts (a checkpoint kept FP8 on the device) run the
 //! decode kernels' FP8 instantiation (`crate::ops::moe::decode`) for 1 ..= 8
 //! rows, the FP8 decode (`crate::ops::fp8::moe`) to 32 rows; for more rows
-//! they are dequantized into bf16 scratch, one layer's experts at a time
+//! the native FP8 grouped GEMMs (`crate::ops::moe::fp8`) where they take the
+//! call ([`native_fp8`]), else the experts are dequantized into bf16
+//! scratch, one layer's experts at a time
 //! (`crate::ops::fp8::moe::fp8_expert_scratch_bytes`), for the bf16 grouped
-//! GEMMs (a native FP8 grouped GEMM is still missing).
+//! GEMMs.
 
 use super::dense::{linear, swiglu};
 use super::external::{moe_fast_path, routed_experts, MoeCall};
@@ -20,8 +22,9 @@ use super::validate::bf16;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::ops::fp8::moe::{moe_decode_fp8, SharedPart};
-use crate::ops::fp8::weight::as_bf16;
+use crate::ops::fp8::weight::{as_bf16, experts_of};
 use crate::ops::linear::{linear_many, linear_with};
+use crate::ops::moe::fp8::{native_takes, routed_experts_fp8, Fp8ExpertScales};
 use crate::ops::moe::{
     check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
 };
@@ -203,9 +206,21 @@ fn moe_marked(
         });
     }
     let local = (spec.first_expert, spec.local_experts);
-    // FP8 experts: this layer's bf16 copies, dropped when the call returns.
-    let (gate_up, down) = (as_bf16(dev, &w.gate_up)?, as_bf16(dev, &w.down)?);
-    let experts = (&*gate_up, &*down);
+    // FP8 experts: the native grouped GEMMs where they take the call (and no
+    // kernels were asked for), else this layer's bf16 copies, dropped when
+    // the call returns.
+    let native = imp
+        .is_none()
+        .then(|| native_fp8(dev, w, spec, hidden))
+        .flatten();
+    let copies = match native {
+        Some(_) => None,
+        None => Some((as_bf16(dev, &w.gate_up)?, as_bf16(dev, &w.down)?)),
+    };
+    let experts = match &copies {
+        Some((g, d)) => (&**g, &**d),
+        None => (&w.gate_up, &w.down),
+    };
     mark("router");
     let logits = linear(dev, x, &w.router, Dtype::F32)?;
     let out = new_act(dev, "moe", x.rows, hidden, Dtype::Bf16)?;
@@ -221,11 +236,17 @@ fn moe_marked(
             out: &out.buf,
         };
         let l = call(x, &logits, experts, spec, &out.buf);
-        routed_experts_shared_marked(dev, &l, local, imp, &epilogue, &mut |s| {
+        let mut stage = |s| {
             mark(stage_name(s));
             Ok(())
-        })
-        .map_err(dev_err)?;
+        };
+        match native {
+            Some(scales) => {
+                routed_experts_fp8(dev, &l, local, scales, Some(&epilogue), &mut stage)?
+            }
+            None => routed_experts_shared_marked(dev, &l, local, imp, &epilogue, &mut stage)
+                .map_err(dev_err)?,
+        }
         return Ok(out);
     }
     // The fallback kernels, overwriting `routed`.
@@ -247,6 +268,31 @@ fn moe_marked(
     )?;
     mark("end");
     Ok(out)
+}
+
+/// The scales of `w`'s FP8 experts where the native FP8 grouped GEMMs take
+/// the call: both matrices FP8 with one scale grid per expert, the shape
+/// [`native_takes`] accepts on this device, and the grouped-GEMM path's
+/// shape ([`moe_fast_path`]: its combine adds the shared expert).
+fn native_fp8<'a>(
+    dev: &CudaDevice,
+    w: &'a MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+    hidden: usize,
+) -> Option<Fp8ExpertScales<'a>> {
+    let n = spec.local_experts;
+    if !native_takes(&dev.arch, hidden, spec.intermediate)
+        || !moe_fast_path(hidden, spec.intermediate)
+    {
+        return None;
+    }
+    let (gu, dn) = (experts_of(&w.gate_up, n)?, experts_of(&w.down, n)?);
+    let shapes =
+        (gu.n, gu.k, dn.n, dn.k) == (2 * spec.intermediate, hidden, hidden, spec.intermediate);
+    shapes.then_some(Fp8ExpertScales {
+        gate_up: gu.scale_inv,
+        down: dn.scale_inv,
+    })
 }
 
 /// `out = routed + sigmoid(gate) · shared` over `x`'s rows (`gate` one f32

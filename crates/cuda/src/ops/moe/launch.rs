@@ -31,23 +31,23 @@ pub enum MoeStage {
 }
 
 /// One kernel parameter by value.
-enum Param {
+pub(super) enum Param {
     Ptr(u64),
     Int(i32),
 }
 
 /// A kernel's parameters in signature order.
-struct Params(Vec<Param>);
+pub(super) struct Params(Vec<Param>);
 
 impl Params {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Params(Vec::with_capacity(10))
     }
-    fn ptr(mut self, v: u64) -> Self {
+    pub(super) fn ptr(mut self, v: u64) -> Self {
         self.0.push(Param::Ptr(v));
         self
     }
-    fn int(mut self, v: usize) -> Self {
+    pub(super) fn int(mut self, v: usize) -> Self {
         // Every value is bounded to the int range by `validate`.
         self.0.push(Param::Int(v as i32));
         self
@@ -64,7 +64,7 @@ impl Params {
     }
 }
 
-fn launch(
+pub(super) fn launch(
     dev: &CudaDevice,
     entry: &'static str,
     grid: usize,
@@ -111,22 +111,22 @@ pub fn routed_experts_shared_marked(
 
 /// The routing's device buffers of one pass of `pairs` (token, k) pairs over
 /// `experts` local experts.
-struct RouteBuffers {
+pub(super) struct RouteBuffers {
     /// i32 `[pairs]`: each pair's local expert, -1 for another rank's.
     topk_expert: DeviceBuffer,
     /// f32 `[pairs]`: each pair's weight.
     topk_weight: DeviceBuffer,
     /// i32 `[pairs]`: the token of each slot (row in expert order).
-    slot_token: DeviceBuffer,
+    pub(super) slot_token: DeviceBuffer,
     /// i32 `[pairs]`: the slot of each pair, -1 for another rank's.
     pair_slot: DeviceBuffer,
     /// i32 `[experts + 1]`: per expert, then the routing's finished blocks;
     /// zero between passes.
-    counts: DeviceBuffer,
+    pub(super) counts: DeviceBuffer,
     /// i32 `[experts + 1]`: row offsets of each expert in expert order.
-    expert_offsets: DeviceBuffer,
+    pub(super) expert_offsets: DeviceBuffer,
     /// i32 `[experts + 1]`: row-tile offsets of each expert.
-    tile_offsets: DeviceBuffer,
+    pub(super) tile_offsets: DeviceBuffer,
 }
 
 impl RouteBuffers {
@@ -144,16 +144,16 @@ impl RouteBuffers {
 }
 
 /// The device buffers of one call, sized for its largest pass.
-struct Workspace {
-    r: RouteBuffers,
-    act: DeviceBuffer,
-    y: DeviceBuffer,
+pub(super) struct Workspace {
+    pub(super) r: RouteBuffers,
+    pub(super) act: DeviceBuffer,
+    pub(super) y: DeviceBuffer,
 }
 
 impl Workspace {
     /// Buffers for `pairs` (token, k) pairs over `experts` local experts of
     /// `intermediate` and `hidden` columns (sizes bounded by `validate`).
-    fn alloc(
+    pub(super) fn alloc(
         dev: &CudaDevice,
         pairs: usize,
         experts: usize,
@@ -170,9 +170,9 @@ impl Workspace {
 
 /// One pass: its first token and token count.
 #[derive(Clone, Copy)]
-struct Pass {
-    t0: usize,
-    tokens: usize,
+pub(super) struct Pass {
+    pub(super) t0: usize,
+    pub(super) tokens: usize,
 }
 
 /// [`routed_experts_marked`] of the experts `first .. first + local` only
@@ -186,7 +186,7 @@ pub(super) fn routed_experts_range(
     shared: Option<&SharedEpilogue<'_>>,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
-    let plan = validate_inner(l, first, local, shared)?;
+    let plan = validate_inner(l, first, local, shared, 2)?;
     if let Some(imp) = imp.filter(|i| i.hopper_only() && dev.arch != "sm_90a") {
         return Err(CudaError::Shape {
             op: "moe routed experts",
@@ -219,7 +219,7 @@ pub(super) fn routed_experts_range(
 /// order of one pass.
 /// `r.counts` must be zero (the memset of the call; each pass's scatter
 /// leaves them zero again).
-fn route(
+pub(super) fn route(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
     (first, local): (usize, usize),
@@ -335,7 +335,7 @@ fn grouped_gemms(
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or
 /// with `shared` the gated shared expert added and bf16 `shared.out`.
-fn combine(
+pub(super) fn combine(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
     pass: Pass,

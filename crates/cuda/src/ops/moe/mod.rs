@@ -13,6 +13,7 @@
 //! into the combine and writes the block's bf16 output in the same pass.
 
 pub(crate) mod decode;
+pub mod fp8;
 mod gemm;
 mod launch;
 pub mod sources;
@@ -144,7 +145,7 @@ pub fn validate(l: &MoeLaunch<'_>) -> Result<MoePlan, CudaError> {
 /// [`validate`] for a launch whose `gate_up` / `down` hold only the experts
 /// `first .. first + local` of the `l.experts` routed over (expert parallelism).
 pub fn validate_local(l: &MoeLaunch<'_>, first: usize, local: usize) -> Result<MoePlan, CudaError> {
-    validate_inner(l, first, local, None)
+    validate_inner(l, first, local, None, 2)
 }
 
 /// [`validate_local`] for [`routed_experts_shared_marked`]: the epilogue's buffers are
@@ -155,14 +156,17 @@ pub fn validate_shared(
     local: usize,
     s: &SharedEpilogue<'_>,
 ) -> Result<MoePlan, CudaError> {
-    validate_inner(l, first, local, Some(s))
+    validate_inner(l, first, local, Some(s), 2)
 }
 
+/// The checks of [`validate_local`] / [`validate_shared`] with experts'
+/// weights of `weight_bytes` bytes an element (2: bf16, 1: e4m3).
 fn validate_inner(
     l: &MoeLaunch<'_>,
     first: usize,
     local: usize,
     shared: Option<&SharedEpilogue<'_>>,
+    weight_bytes: usize,
 ) -> Result<MoePlan, CudaError> {
     let dims = [
         ("tokens", l.tokens),
@@ -222,9 +226,13 @@ fn validate_inner(
     check_len(
         l.gate_up,
         "gate_up",
-        product(&[e2i, l.hidden, 2], "gate_up")?,
+        product(&[e2i, l.hidden, weight_bytes], "gate_up")?,
     )?;
-    check_len(l.down, "down", product(&[eh, l.intermediate, 2], "down")?)?;
+    check_len(
+        l.down,
+        "down",
+        product(&[eh, l.intermediate, weight_bytes], "down")?,
+    )?;
     match shared {
         None => check_len(l.out, "out", product(&[l.tokens, l.hidden, 4], "out")?)?,
         Some(s) => {

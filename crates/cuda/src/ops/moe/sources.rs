@@ -33,6 +33,15 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"],
 };
 
+/// The routed experts' grouped GEMMs on block-scaled FP8 experts and
+/// activations (e4m3 wgmma with per-128-K promotion; sm_90a only).
+pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_fp8",
+    file: "moe_grouped_gemm_fp8.cu",
+    source: include_str!("moe_grouped_gemm_fp8.cu"),
+    entry_points: &["moe_gemm_gate_up_fp8", "moe_gemm_down_fp8"],
+};
+
 /// The routed experts' grouped GEMMs on 128 x 256 wgmma tiles (sm_90a only).
 pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wide",

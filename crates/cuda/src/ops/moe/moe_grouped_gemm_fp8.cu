@@ -1,0 +1,288 @@
+// Block-scaled FP8 grouped GEMMs of the sparse MoE's routed experts on Hopper
+// warpgroup MMA (sm_90a only): the same tile list, gather, epilogues and
+// outputs as moe_grouped_gemm_wgmma.cu (bf16 act and y), with e4m3 operands.
+//
+// Operands. A: e4m3 activations [rows][K] with one f32 scale per (row,
+// 128-column group), scales [rows][K / 128] (fp8_quant_bf16's row-major
+// table): x quantized per token for gate+up (rows gathered through
+// slot_token, codes and scales alike), act quantized per sorted row for down.
+// B: the experts' e4m3 weights [E][n][K] with f32 scale_inv
+// [E][ceil(n / 128)][K / 128] (the real weight is w * scale_inv of its 128 x
+// 128 block); gate+up: n = 2 * inter (gate rows, then up rows), down: n =
+// hidden.
+//
+// Tiles. The routing's row tiles are BM = 128 sorted rows of one expert; a CTA
+// (one warpgroup, 128 threads) takes one half (HM = 64 rows, the wgmma M) of
+// one row tile and BN = 128 weight rows (gate+up: 64 gate rows and the 64 up
+// rows of the same act columns; down: 128 y columns). Grid: row tile x half x
+// column tile, the CTAs of a half that holds no row return at once.
+//
+// K loop. BK = 128 = one scale block; a row of a stage is 128 bytes, one
+// 128-byte swizzle row (16-byte chunks XOR-swizzled by row mod 8), exactly
+// the bytes of the bf16 kernels' BK = 64 rows, so the SW128 K-major
+// descriptors are the same; a k32 wgmma step is 32 bytes along the row. Each
+// k-block's 4 wgmma m64n128k32 e4m3 x e4m3 accumulate into `part` (from zero:
+// the first one's scale-d predicate is off), then "promotion" adds
+// part * scale_a[row][kb] * scale_b[nb][kb] into the f32 accumulator (as
+// DeepSeek-V3's FP8 training and DeepGEMM do: the tensor cores' FP8
+// accumulation keeps ~14 bits, the promotion every 128 K bounds the loss).
+// 3 cp.async stages loaded 2 k-blocks ahead; 3 CTAs per SM, so one CTA's
+// promotion and barrier overlap the others' wgmmas.
+//
+// Needs K % 128 == 0, gate+up: inter % 64 == 0 (a 64-row half of gate or up
+// lies in one scale block), down: hidden % 128 == 0 (the launcher checks).
+
+#include <cuda_bf16.h>
+
+namespace headroom_moe_fp8 {
+
+typedef __nv_bfloat16 bf16;
+typedef unsigned char u8;
+
+constexpr int BLOCK = 128;       // scale block, rows and columns
+constexpr int BM = 128;          // rows of a routing row tile
+constexpr int HM = 64;           // rows per CTA: the wgmma M
+constexpr int BN = 128;          // weight rows per CTA
+constexpr int BK = 128;          // K per stage: one scale block, 128 bytes a row
+constexpr int STAGES = 3;
+constexpr int THREADS = 128;     // one warpgroup
+constexpr int CTAS_PER_SM = 3;
+constexpr int NI = BN / 8;       // 16 n8 blocks of the accumulator
+constexpr int ACC = NI * 4;      // 64 f32 a thread
+constexpr int CHUNKS = BK / 16;  // 8 chunks of 16 bytes a row
+constexpr int A_BYTES = HM * BK;             // 8 KiB
+constexpr int STAGE_BYTES = A_BYTES + BN * BK;  // 24 KiB
+constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + 1024;  // + alignment slack
+constexpr int ROW_STEP = THREADS / CHUNKS;   // 16 rows between a thread's chunks
+constexpr int A_LOADS = HM / ROW_STEP;       // 4
+constexpr int B_HALF = BN / 2 / ROW_STEP;    // 4 loads per half of B
+constexpr int GATE_UP_COLS = BN / 2;         // 64 act columns per gate+up CTA
+static_assert(BK == BLOCK && CHUNKS == 8, "a stage row is one 128-byte swizzle row and one scale block");
+static_assert(CTAS_PER_SM * (SMEM_BYTES + 1024) <= 228 * 1024, "three CTAs share an SM");
+static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
+    int n = valid ? 16 : 0;  // 0 bytes read: the destination is zero-filled
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Pins the registers at this point (no read or write of them moves across).
+__device__ __forceinline__ void fence_operands(float (&d)[ACC]) {
+#pragma unroll
+    for (int q = 0; q < ACC; ++q) asm volatile("" : "+f"(d[q])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle (K-major; LBO unused).
+__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr) {
+    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
+    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
+    d |= (unsigned long long)(16 >> 4) << 16;
+    d |= (unsigned long long)((SBO >> 4) & 0x3FFF) << 32;
+    d |= 1ull << 62;
+    return d;
+}
+
+// d = A·B + (accumulate ? d : 0), e4m3 x e4m3 -> f32, both K-major.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[ACC], unsigned long long da,
+                                                      unsigned long long db, int accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// One CTA: rows m0 .. m0 + rows of expert e (sorted order), column tile nt.
+// a_q / a_s: A codes [..][K] and scales [..][K / 128], row src of sorted row
+// m0 + r being slot_token[m0 + r] (GATE_UP) or m0 + r. w / w_s: the experts'
+// B codes and scale_inv. out: act [rows][n_out] (GATE_UP: SiLU(gate)·up) or y
+// [rows][n_out], bf16.
+template <bool GATE_UP>
+__device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, const float* __restrict__ a_s,
+                                                 const int* __restrict__ slot_token, const u8* __restrict__ w,
+                                                 const float* __restrict__ w_s, bf16* __restrict__ out,
+                                                 const int* __restrict__ expert_offsets,
+                                                 const int* __restrict__ tile_offsets, int experts, int K,
+                                                 int n_out) {
+    extern __shared__ unsigned char smem_raw[];
+    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
+    const int rt = blockIdx.x / (2 * n_tiles);
+    const int half = (blockIdx.x / n_tiles) % 2, nt = blockIdx.x % n_tiles;
+    if (rt >= tile_offsets[experts]) return;
+    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
+    }
+    const int e = lo;
+    const int m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM + half * HM;
+    const int rows = min(HM, expert_offsets[e + 1] - m0);
+    if (rows <= 0) return;  // the tile's second half is empty
+
+    const int tid = threadIdx.x, lane = tid % 32, wq = tid / 32;
+    const int ld_row = tid / CHUNKS, ld_chunk = tid % CHUNKS;
+    const int kbs = K / BK;  // scale blocks along K
+
+    // Load side: A rows ld_row + q * ROW_STEP (gathered), B rows likewise in
+    // two halves (gate and up rows for GATE_UP).
+    const u8* a_ptr[A_LOADS];
+    bool a_ok[A_LOADS];
+#pragma unroll
+    for (int q = 0; q < A_LOADS; ++q) {
+        const int r = ld_row + q * ROW_STEP;
+        a_ok[q] = r < rows;
+        long long src = 0;
+        if (a_ok[q]) src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
+        a_ptr[q] = a_q + src * K + ld_chunk * 16;
+    }
+    const u8* b_lo;
+    const u8* b_hi;
+    if (GATE_UP) {
+        b_lo = w + ((long long)e * 2 * n_out + nt * GATE_UP_COLS + ld_row) * K + ld_chunk * 16;
+        b_hi = b_lo + (long long)n_out * K;  // the up rows of the same columns
+    } else {
+        b_lo = w + ((long long)e * n_out + nt * BN + ld_row) * K + ld_chunk * 16;
+        b_hi = b_lo + (long long)(BN / 2) * K;
+    }
+    const long long b_step = (long long)ROW_STEP * K;
+
+    // Scales: this thread's two accumulator rows (wq * 16 + lane / 4 and 8
+    // below; a row past the tile reads the first row's, its products are 0),
+    // and the B blocks of the tile's gate (lo) and up (hi) halves.
+    const float* sa[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        int r = wq * 16 + lane / 4 + h * 8;
+        if (r >= rows) r = 0;
+        const long long src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
+        sa[h] = a_s + src * kbs;
+    }
+    const int n_blocks = GATE_UP ? (2 * n_out + BLOCK - 1) / BLOCK : (n_out + BLOCK - 1) / BLOCK;
+    const float* sb_lo;
+    const float* sb_hi;
+    if (GATE_UP) {
+        sb_lo = w_s + ((long long)e * n_blocks + nt * GATE_UP_COLS / BLOCK) * kbs;
+        sb_hi = w_s + ((long long)e * n_blocks + (n_out + nt * GATE_UP_COLS) / BLOCK) * kbs;
+    } else {
+        sb_lo = w_s + ((long long)e * n_blocks + nt) * kbs;
+        sb_hi = sb_lo;
+    }
+
+    const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
+    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
+    auto load_stage = [&](int stage, int kt) {
+        const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
+        const int k0 = kt * BK;
+#pragma unroll
+        for (int q = 0; q < A_LOADS; ++q) cp_async_16(base + q * ROW_STEP * 128, a_ptr[q] + k0, a_ok[q]);
+#pragma unroll
+        for (int q = 0; q < B_HALF; ++q) {
+            cp_async_16(base + A_BYTES + q * ROW_STEP * 128, b_lo + q * b_step + k0, true);
+            cp_async_16(base + A_BYTES + (q + B_HALF) * ROW_STEP * 128, b_hi + q * b_step + k0, true);
+        }
+    };
+
+    float acc[ACC], part[ACC];
+#pragma unroll
+    for (int q = 0; q < ACC; ++q) acc[q] = part[q] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < kbs) load_stage(s, s);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < kbs; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
+        __syncthreads();      // stage kt landed for all; k-block kt-1's wgmmas are done
+        const int next = kt + STAGES - 1;
+        if (next < kbs) load_stage(next % STAGES, next);
+        cp_async_commit();
+        const unsigned st = smem0 + (unsigned)((kt % STAGES) * STAGE_BYTES);
+        fence_operands(part);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < BK / 32; ++ks) {
+            wgmma_m64n128k32_e4m3(part, desc_sw128(st + ks * 32), desc_sw128(st + A_BYTES + ks * 32), ks > 0);
+        }
+        wgmma_commit();
+        // The k-block's scales, read while the tensor cores work.
+        const float s0 = sa[0][kt], s1 = sa[1][kt];
+        const float b_l = sb_lo[kt], b_h = sb_hi[kt];
+        wgmma_wait_all();
+        fence_operands(part);
+        const float c0l = s0 * b_l, c1l = s1 * b_l, c0h = s0 * b_h, c1h = s1 * b_h;
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            const bool up = j >= NI / 2;
+            const float c0 = up ? c0h : c0l, c1 = up ? c1h : c1l;
+            acc[4 * j] = fmaf(part[4 * j], c0, acc[4 * j]);
+            acc[4 * j + 1] = fmaf(part[4 * j + 1], c0, acc[4 * j + 1]);
+            acc[4 * j + 2] = fmaf(part[4 * j + 2], c1, acc[4 * j + 2]);
+            acc[4 * j + 3] = fmaf(part[4 * j + 3], c1, acc[4 * j + 3]);
+        }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue from the fragments: accumulator block j (n8) holds rows
+    // wq * 16 + lane / 4 (+ 8 for the second pair), columns j * 8 + (lane % 4) * 2 + {0, 1}.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = wq * 16 + lane / 4 + h * 8;
+        if (r >= rows) continue;
+        if (GATE_UP) {
+            bf16* orow = out + (long long)(m0 + r) * n_out + nt * GATE_UP_COLS + (lane % 4) * 2;
+#pragma unroll
+            for (int j = 0; j < NI / 2; ++j) {
+                const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
+                const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
+                const float v0 = g0 / (1.f + expf(-g0)) * u0;
+                const float v1 = g1 / (1.f + expf(-g1)) * u1;
+                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = __floats2bfloat162_rn(v0, v1);
+            }
+        } else {
+            bf16* orow = out + (long long)(m0 + r) * n_out + nt * BN + (lane % 4) * 2;
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) =
+                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            }
+        }
+    }
+}
+
+}  // namespace headroom_moe_fp8
+
+// act [rows][inter] = SiLU(x·gate)·(x·up) per sorted row, x gathered by slot_token.
+extern "C" __global__ void __launch_bounds__(headroom_moe_fp8::THREADS, headroom_moe_fp8::CTAS_PER_SM)
+    moe_gemm_gate_up_fp8(const unsigned char* __restrict__ xq, const float* __restrict__ xs,
+                         const int* __restrict__ slot_token, const unsigned char* __restrict__ gate_up,
+                         const float* __restrict__ gate_up_s, __nv_bfloat16* __restrict__ act,
+                         const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
+                         int experts, int hidden, int inter) {
+    headroom_moe_fp8::fp8_grouped_gemm<true>(xq, xs, slot_token, gate_up, gate_up_s, act, expert_offsets,
+                                             tile_offsets, experts, hidden, inter);
+}
+
+// y [rows][hidden] = act·downᵀ per sorted row.
+extern "C" __global__ void __launch_bounds__(headroom_moe_fp8::THREADS, headroom_moe_fp8::CTAS_PER_SM)
+    moe_gemm_down_fp8(const unsigned char* __restrict__ actq, const float* __restrict__ acts,
+                      const unsigned char* __restrict__ down, const float* __restrict__ down_s,
+                      __nv_bfloat16* __restrict__ y, const int* __restrict__ expert_offsets,
+                      const int* __restrict__ tile_offsets, int experts, int inter, int hidden) {
+    headroom_moe_fp8::fp8_grouped_gemm<false>(actq, acts, nullptr, down, down_s, y, expert_offsets,
+                                              tile_offsets, experts, inter, hidden);
+}
