@@ -69,14 +69,7 @@ pub fn quantize(
     if k.is_multiple_of(8) && x.ptr().is_multiple_of(16) && q.ptr().is_multiple_of(8) {
         let warps = groups.div_ceil(2 * QUANT_GROUPS);
         let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
-        let args = Args::new()
-            .ptr(x.ptr())
-            .ptr(q.ptr())
-            .ptr(s.ptr())
-            .i64(m as i64)
-            .i32(int(OP, "k", k)?)
-            .i64(s_row as i64)
-            .i64(s_group as i64);
+        let args = quant_args(x, q, s, m, k, s_row, s_group)?;
         // SAFETY: x holds m · k bf16, q m · k bytes, s the table's span
         // (checked); a half-warp per (row, group), 2 · QUANT_GROUPS groups a
         // warp over the grid, groups past m · kb skipped; the 16-byte loads
@@ -89,20 +82,33 @@ pub fn quantize(
     let warps = groups;
     let vec = k.is_multiple_of(4) && x.ptr().is_multiple_of(8) && q.ptr().is_multiple_of(4);
     let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
-    let args = Args::new()
-        .ptr(x.ptr())
-        .ptr(q.ptr())
-        .ptr(s.ptr())
-        .i64(m as i64)
-        .i32(int(OP, "k", k)?)
-        .i64(s_row as i64)
-        .i64(s_group as i64)
-        .i32(i32::from(vec));
+    let args = quant_args(x, q, s, m, k, s_row, s_group)?.i32(i32::from(vec));
     // SAFETY: x holds m · k bf16, q m · k bytes, s the table's span (checked);
     // one warp per (row, group) of the grid, the excess warps return; the
     // wide loads and stores only with k % 4 == 0 and aligned rows; the
     // kernel reads x after griddepcontrol.wait.
     unsafe { launch_programmatic(dev, "fp8_quant_bf16", grid, QUANT_THREADS, args) }
+}
+
+/// The arguments both quantization kernels start with: `x`, `q`, the scale
+/// table, `m`, `k` and the table's row and group strides.
+fn quant_args(
+    x: &DeviceBuffer,
+    q: &DeviceBuffer,
+    s: &DeviceBuffer,
+    m: usize,
+    k: usize,
+    s_row: usize,
+    s_group: usize,
+) -> OpResult<Args> {
+    Ok(Args::new()
+        .ptr(x.ptr())
+        .ptr(q.ptr())
+        .ptr(s.ptr())
+        .i64(m as i64)
+        .i32(int("fp8_quant", "k", k)?)
+        .i64(s_row as i64)
+        .i64(s_group as i64))
 }
 
 /// `out` bf16 `[n][k]` = the weight `W · scale_inv` (rounded once).
