@@ -73,9 +73,10 @@ pub struct MemoryModel {
     /// (see the module doc).
     pub activation_bytes_per_row: u64,
     /// Bytes a step holds whatever its rows: FP8 experts kept FP8 on a CUDA
-    /// device are dequantized into bf16 scratch for the grouped GEMMs of
-    /// more than 8 rows, one layer's experts at a time
-    /// ([`fp8_expert_scratch_bytes`]); 0 elsewhere.
+    /// device whose shape the native FP8 grouped GEMMs refuse are
+    /// dequantized into bf16 scratch for the grouped GEMMs of more than 32
+    /// rows, one layer's experts at a time ([`fp8_expert_scratch_bytes`]);
+    /// 0 elsewhere.
     pub step_fixed_bytes: u64,
 }
 
@@ -189,11 +190,13 @@ pub fn memory_model<B: Backend>(
     }
 }
 
-/// The bf16 scratch of one MoE layer's FP8 experts on the CUDA backend:
-/// the layer's gate_up and down (`experts · 3 · hidden · intermediate`
-/// bf16), where the checkpoint's experts are FP8 and held whole (a shard's
-/// experts are dequantized at load); 0 on the CPU (it dequantizes at load)
-/// and for bf16 checkpoints.
+/// The bf16 scratch of one MoE layer's FP8 experts, as the backend
+/// accounts it ([`WorkspaceModel::fp8_expert_scratch_bytes`]: on CUDA the
+/// layer's gate_up and down, `experts · 3 · hidden · intermediate` bf16,
+/// where the native FP8 grouped GEMMs do not take the shape), where the
+/// checkpoint's experts are FP8 and held whole (a shard's experts are
+/// dequantized at load); 0 for bf16 checkpoints and on backends that
+/// dequantize at load (the CPU).
 pub fn fp8_expert_scratch_bytes<B: Backend>(model: &Qwen35Model<B>) -> u64 {
     let cfg = model.config();
     let headroom_model::config::MlpConfig::Moe(m) = cfg.mlp else {
@@ -201,13 +204,14 @@ pub fn fp8_expert_scratch_bytes<B: Backend>(model: &Qwen35Model<B>) -> u64 {
     };
     let fp8_experts =
         headroom_model::weights::fp8_in_config(cfg, "layers.0.mlp.experts.gate_up_proj");
-    if model.backend().kind() != headroom_core::BackendKind::Cuda
-        || !fp8_experts
-        || !model.shard().is_whole()
-    {
+    if !fp8_experts || !model.shard().is_whole() {
         return 0;
     }
-    (m.num_experts as u64) * 3 * (cfg.hidden_size as u64) * (m.moe_intermediate_size as u64) * 2
+    model.backend().workspace_model().fp8_expert_scratch_bytes(
+        m.num_experts,
+        cfg.hidden_size,
+        m.moe_intermediate_size,
+    )
 }
 
 /// The state pools could not be allocated (a device out of memory, most

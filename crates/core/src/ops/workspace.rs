@@ -24,4 +24,18 @@ pub trait WorkspaceModel: Send + Sync + std::fmt::Debug {
     /// of it lives until the call returns, so this is also its peak. Where
     /// the backend splits a call in more than one way, the largest.
     fn attention_bytes(&self, call: &AttentionCall) -> u64;
+
+    /// Bytes of scratch one MoE call takes for `local_experts` routed
+    /// experts of `hidden` columns and `intermediate` per expert held as
+    /// block-scaled FP8 on the device, where this backend dequantizes them
+    /// into bf16 for its grouped GEMMs; 0 where it multiplies them natively
+    /// or never keeps them FP8 (the default: dequantized at load).
+    fn fp8_expert_scratch_bytes(
+        &self,
+        _local_experts: usize,
+        _hidden: usize,
+        _intermediate: usize,
+    ) -> u64 {
+        0
+    }
 }

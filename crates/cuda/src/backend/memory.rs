@@ -237,10 +237,13 @@ pub(crate) fn act_to_f32(dev: &CudaDevice, x: &CudaAct) -> OpResult<Vec<f32>> {
 /// (`gather_bytes`), and the composed route adds one KV head's score and
 /// probability block (`crate::attention::composed_workspace_bytes`: f32
 /// scores and bf16 probabilities for `group × qb × kv_len`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct CudaWorkspace {
     /// The fused route runs the paged kernel (sm_90a).
     pub paged: bool,
+    /// The device's architecture (`sm_90a`, ...): whether FP8 experts run
+    /// on the native grouped GEMMs or are dequantized into scratch.
+    pub arch: String,
 }
 
 /// Most split partial rows one paged launch writes: splits only fill empty
@@ -249,6 +252,16 @@ pub(crate) struct CudaWorkspace {
 pub(crate) const PARTIAL_ROWS_BOUND: usize = 1024 * crate::attention::WGMMA_BLOCK_M;
 
 impl WorkspaceModel for CudaWorkspace {
+    fn fp8_expert_scratch_bytes(&self, local: usize, hidden: usize, intermediate: usize) -> u64 {
+        let native = crate::ops::moe::fp8::native_takes(&self.arch, hidden, intermediate)
+            && super::external::moe_fast_path(hidden, intermediate);
+        if native {
+            0
+        } else {
+            crate::ops::fp8::moe::fp8_expert_scratch_bytes(local, hidden, intermediate)
+        }
+    }
+
     fn attention_bytes(&self, c: &AttentionCall) -> u64 {
         let l = c.layer;
         let q = c.q_len.max(1);
@@ -331,7 +344,10 @@ mod tests {
             q_len,
             kv_len: 300,
         };
-        let gathered = CudaWorkspace { paged: false };
+        let gathered = CudaWorkspace {
+            paged: false,
+            arch: "sm_90a".into(),
+        };
         // K and V of 300 rows × 2 heads × 256, bf16.
         let gather = 300 * 2 * 256 * 2 * 2;
         // group 8, qb = q_len = 100: f32 scores + bf16 probabilities.
@@ -349,7 +365,10 @@ mod tests {
             gathered.attention_bytes(&call(RouteRequest::Fused, 100)),
             gather
         );
-        let paged = CudaWorkspace { paged: true };
+        let paged = CudaWorkspace {
+            paged: true,
+            arch: "sm_90a".into(),
+        };
         // One decode row: 16 heads × up to MAX_SPLITS partial rows of 257 f32.
         let decode = 16 * crate::attention::MAX_SPLITS as u64 * 257 * 4;
         assert_eq!(paged.attention_bytes(&call(RouteRequest::Fused, 1)), decode);
@@ -363,6 +382,25 @@ mod tests {
         assert_eq!(
             paged.attention_bytes(&call(composed, 100)),
             gathered.attention_bytes(&call(composed, 100))
+        );
+    }
+
+    #[test]
+    fn fp8_expert_scratch_only_where_the_native_gemms_refuse_the_shape() {
+        let on = |arch: &str| CudaWorkspace {
+            paged: true,
+            arch: arch.into(),
+        };
+        // The 35B-A3B experts on Hopper: native, no scratch.
+        assert_eq!(on("sm_90a").fp8_expert_scratch_bytes(256, 2048, 512), 0);
+        // Elsewhere, or a shape off the 128-blocks: the layer's bf16 copy.
+        assert_eq!(
+            on("sm_89").fp8_expert_scratch_bytes(256, 2048, 512),
+            3 << 29
+        );
+        assert_eq!(
+            on("sm_90a").fp8_expert_scratch_bytes(8, 192, 256),
+            8 * 3 * 192 * 256 * 2
         );
     }
 }

@@ -244,6 +244,7 @@ impl Backend for CudaBackend {
         std::sync::Arc::new(memory::CudaWorkspace {
             paged: crate::attention::fused_impl(&self.dev.arch)
                 == crate::attention::FusedImpl::Wgmma,
+            arch: self.dev.arch.clone(),
         })
     }
 
