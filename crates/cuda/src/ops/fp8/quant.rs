@@ -65,46 +65,75 @@ pub fn quantize(
     if m == 0 {
         return Ok(());
     }
-    let groups = mul(OP, m, kb)?;
-    if k.is_multiple_of(8) && x.ptr().is_multiple_of(16) && q.ptr().is_multiple_of(8) {
+    // SAFETY: x holds m · k bf16, q m · k bytes and s the table's span
+    // (checked above).
+    unsafe { launch_quantize(dev, x.ptr(), m, k, q.ptr(), s.ptr(), s_row, s_group) }
+}
+
+/// Launches the quantization of bf16 `[m][k]` at device address `x` into the
+/// codes at `q` and the f32 scales at `s` (scale `(row, group)` at `row ·
+/// s_row + group · s_group`): `fp8_quant_bf16_v16` where `k % 8 == 0` and the
+/// rows are 16-byte (x) and 8-byte (q) aligned, else `fp8_quant_bf16`. The
+/// same codes and scales either way.
+///
+/// # Safety
+/// `x` must address `m · k` bf16, `q` `m · k` bytes and `s` every scale the
+/// strides reach for `m` rows of `ceil(k / 128)` groups, all live on `dev`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn launch_quantize(
+    dev: &CudaDevice,
+    x: u64,
+    m: usize,
+    k: usize,
+    q: u64,
+    s: u64,
+    s_row: usize,
+    s_group: usize,
+) -> OpResult<()> {
+    const OP: &str = "fp8_quant";
+    if m == 0 {
+        return Ok(());
+    }
+    let groups = mul(OP, m, k.div_ceil(BLOCK))?;
+    if k.is_multiple_of(8) && x.is_multiple_of(16) && q.is_multiple_of(8) {
         let warps = groups.div_ceil(2 * QUANT_GROUPS);
         let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
         let args = quant_args(x, q, s, m, k, s_row, s_group)?;
-        // SAFETY: x holds m · k bf16, q m · k bytes, s the table's span
-        // (checked); a half-warp per (row, group), 2 · QUANT_GROUPS groups a
-        // warp over the grid, groups past m · kb skipped; the 16-byte loads
-        // and 8-byte stores with k % 8 == 0 and aligned rows; the kernel
-        // reads x after griddepcontrol.wait.
+        // SAFETY: the buffers as the caller guarantees; a half-warp per
+        // (row, group), 2 · QUANT_GROUPS groups a warp over the grid, groups
+        // past m · kb skipped; the 16-byte loads and 8-byte stores with
+        // k % 8 == 0 and aligned rows; the kernel reads x after
+        // griddepcontrol.wait.
         return unsafe {
             launch_programmatic(dev, "fp8_quant_bf16_v16", grid, QUANT_THREADS, args)
         };
     }
     let warps = groups;
-    let vec = k.is_multiple_of(4) && x.ptr().is_multiple_of(8) && q.ptr().is_multiple_of(4);
+    let vec = k.is_multiple_of(4) && x.is_multiple_of(8) && q.is_multiple_of(4);
     let grid = (grid_dim(OP, warps.div_ceil(QUANT_WARPS), GRID_X)?, 1, 1);
     let args = quant_args(x, q, s, m, k, s_row, s_group)?.i32(i32::from(vec));
-    // SAFETY: x holds m · k bf16, q m · k bytes, s the table's span (checked);
-    // one warp per (row, group) of the grid, the excess warps return; the
-    // wide loads and stores only with k % 4 == 0 and aligned rows; the
-    // kernel reads x after griddepcontrol.wait.
+    // SAFETY: the buffers as the caller guarantees; one warp per (row, group)
+    // of the grid, the excess warps return; the wide loads and stores only
+    // with k % 4 == 0 and aligned rows; the kernel reads x after
+    // griddepcontrol.wait.
     unsafe { launch_programmatic(dev, "fp8_quant_bf16", grid, QUANT_THREADS, args) }
 }
 
 /// The arguments both quantization kernels start with: `x`, `q`, the scale
 /// table, `m`, `k` and the table's row and group strides.
 fn quant_args(
-    x: &DeviceBuffer,
-    q: &DeviceBuffer,
-    s: &DeviceBuffer,
+    x: u64,
+    q: u64,
+    s: u64,
     m: usize,
     k: usize,
     s_row: usize,
     s_group: usize,
 ) -> OpResult<Args> {
     Ok(Args::new()
-        .ptr(x.ptr())
-        .ptr(q.ptr())
-        .ptr(s.ptr())
+        .ptr(x)
+        .ptr(q)
+        .ptr(s)
         .i64(m as i64)
         .i32(int("fp8_quant", "k", k)?)
         .i64(s_row as i64)

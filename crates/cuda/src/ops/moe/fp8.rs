@@ -1,7 +1,7 @@
 //! The routed experts on block-scaled FP8 experts, natively
 //! (`moe_grouped_gemm_fp8.cu`, sm_90a): per pass, the routing of
 //! [`super::launch`]; x quantized per (token, 128 columns) to e4m3
-//! (`fp8_quant_bf16`, one f32 scale each); the gate+up grouped GEMM on e4m3 ×
+//! (`crate::ops::fp8::quant`'s kernels, one f32 scale each); the gate+up grouped GEMM on e4m3 ×
 //! e4m3 wgmma with per-128-K promotion and the SwiGLU epilogue (bf16 act);
 //! act quantized per (sorted row, 128 columns); the down grouped GEMM (bf16
 //! y); the combine of [`super::launch`]. No bf16 copy of the experts.
@@ -13,7 +13,8 @@ use super::launch::{combine, launch, route, Params, Pass, Workspace};
 use super::{validate_inner, MoeLaunch, MoePlan, MoeStage, SharedEpilogue, GEMM_BM};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
-use crate::launch::{dev_err, grid_dim, launch_programmatic, Args, GRID_X};
+use crate::launch::dev_err;
+use crate::ops::fp8::quant::launch_quantize;
 use crate::ops::fp8::BLOCK;
 use crate::CudaError;
 use headroom_core::ops::{OpError, OpResult};
@@ -27,8 +28,6 @@ pub const FP8_THREADS: usize = 128;
 /// Dynamic shared memory of one CTA (`SMEM_BYTES`: 3 stages of 64 A and 128
 /// B rows of 128 bytes, on a 1024-byte aligned base).
 pub const FP8_SMEM_BYTES: usize = 3 * (FP8_HM + FP8_BN) * 128 + 1024;
-/// Threads of a `fp8_quant_bf16` CTA (one warp per (row, group)).
-const QUANT_THREADS: usize = 256;
 
 /// The f32 `scale_inv` tables of FP8 experts whose e4m3 codes are the
 /// launch's `gate_up` and `down`.
@@ -132,27 +131,14 @@ impl Quantized {
     }
 }
 
-/// `fp8_quant_bf16` of bf16 `[m][k]` at device address `x` into `out`
-/// (row-major scales `[m][k / 128]`), `k` a multiple of 128.
+/// The e4m3 codes and row-major scales `[m][k / 128]` of bf16 `[m][k]` at
+/// device address `x` into `out` (`crate::ops::fp8::quant`'s kernels), `k`
+/// a multiple of 128.
 fn quantize_rows(dev: &CudaDevice, x: u64, m: usize, k: usize, out: &Quantized) -> OpResult<()> {
-    const OP: &str = "moe fp8 quantize";
-    let kb = k / BLOCK;
-    let ctas = (m * kb).div_ceil(QUANT_THREADS / 32);
-    let args = Args::new()
-        .ptr(x)
-        .ptr(out.q.ptr())
-        .ptr(out.s.ptr())
-        .i64(m as i64)
-        .i32(k as i32)
-        .i64(kb as i64)
-        .i64(1)
-        .i32(1);
-    let grid = (grid_dim(OP, ctas, GRID_X)?, 1, 1);
     // SAFETY: x addresses m · k bf16 (the pass's rows of the validated x, or
-    // the workspace's act), out holds m · k codes and m · kb scales (its
-    // allocation); k % 128 == 0 and 256-byte aligned buffers give the wide
-    // accesses' alignment; the kernel reads x after griddepcontrol.wait.
-    unsafe { launch_programmatic(dev, "fp8_quant_bf16", grid, QUANT_THREADS as u32, args) }
+    // the workspace's act), out holds m · k codes and m · (k / 128) scales
+    // (its allocation), all on dev.
+    unsafe { launch_quantize(dev, x, m, k, out.q.ptr(), out.s.ptr(), k / BLOCK, 1) }
 }
 
 /// The routed experts of `l` on its e4m3 experts (`l.gate_up`, `l.down`,
