@@ -1,8 +1,9 @@
 //! The routed experts on block-scaled FP8 experts, natively
 //! (`moe_grouped_gemm_fp8.cu`, sm_90a): per pass, the routing of
 //! [`super::launch`]; x quantized per (token, 128 columns) to e4m3
-//! (`crate::ops::fp8::quant`'s kernels, one f32 scale each); the gate+up grouped GEMM on e4m3 ×
-//! e4m3 wgmma with per-128-K promotion and the SwiGLU epilogue (bf16 act);
+//! (`crate::ops::fp8::quant`'s kernels, one f32 scale each); the gate+up
+//! grouped GEMM on e4m3 × e4m3 wgmma with per-128-K promotion and the
+//! SwiGLU epilogue (bf16 act);
 //! act quantized per (sorted row, 128 columns); the down grouped GEMM (bf16
 //! y); the combine of [`super::launch`]. No bf16 copy of the experts.
 //!
