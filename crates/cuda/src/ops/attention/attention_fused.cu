@@ -88,15 +88,10 @@ struct SwzCols {
     }
 };
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+using headroom_async::smem_u32;
+using headroom_async::cp_async_16;
+using headroom_async::cp_async_commit;
 
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;  // 0 bytes read: the destination is zero-filled
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned& r0, unsigned& r1, unsigned& r2, unsigned& r3, unsigned addr) {

@@ -6,7 +6,10 @@ use crate::kernels::source::KernelSource;
 pub const ATTENTION_FUSED: KernelSource = KernelSource {
     name: "attention_fused",
     file: "attention_fused.cu",
-    source: include_str!("attention_fused.cu"),
+    source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("attention_fused.cu")
+    ),
     entry_points: &[
         "attn_fused_prefill_d256_bf16",
         "attn_fused_prefill_d256_f16",
@@ -23,6 +26,7 @@ pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
     name: "attention_fused_wgmma",
     file: "attention_fused_wgmma.cu",
     source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
         include_str!("wgmma_common.cuh"),
         include_str!("attention_tiles.cuh"),
         include_str!("attention_fused_wgmma.cu")
@@ -46,6 +50,7 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
     name: "attention_paged",
     file: "attention_paged.cu",
     source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
         include_str!("wgmma_common.cuh"),
         include_str!("attention_tiles.cuh"),
         include_str!("attention_paged.cu")

@@ -1,7 +1,7 @@
 // The pieces shared by the Hopper (sm_90a) attention kernels
 // (attention_fused_wgmma.cu over plain tensors, attention_paged.cu over the KV
-// block pool): tile constants, shared-memory layout, cp.async and wgmma
-// wrappers, the SW128 tile loader, the Q.K^T tile and the split-KV combine.
+// block pool): tile constants, shared-memory layout, the cp.async and wgmma
+// wrappers beyond kernels/async_copy.cuh's, the SW128 tile loader, the Q.K^T tile and the split-KV combine.
 // Each kernel source is compiled with this text in front of it.
 
 #include <cuda_fp16.h>
@@ -42,21 +42,14 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+using headroom_async::smem_u32;
+using headroom_async::cp_async_16;
+using headroom_async::cp_async_commit;
+using headroom_async::fence_proxy_async;
+using headroom_async::wgmma_fence;
+using headroom_async::wgmma_commit;
 
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-// Make this thread's generic-proxy shared-memory writes visible to the tensor cores.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 

@@ -54,14 +54,9 @@ static_assert(WN % 16 == 0 && (NI / 2) % 2 == 0, "gate and up halves hold whole 
 // 8 rows an ldmatrix reads in 8 different bank groups.
 __device__ __forceinline__ int swz(int r, int c) { return r * BK + ((c ^ (r & 7)) * CHUNK); }
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;  // 0 bytes read: the destination is zero-filled
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+using headroom_async::smem_u32;
+using headroom_async::cp_async_16;
+using headroom_async::cp_async_commit;
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 __device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {

@@ -61,19 +61,13 @@ static_assert(BK == BLOCK && CHUNKS == 8, "a stage row is one 128-byte swizzle r
 static_assert(CTAS_PER_SM * (SMEM_BYTES + 1024) <= 228 * 1024, "three CTAs share an SM");
 static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;  // 0 bytes read: the destination is zero-filled
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+using headroom_async::smem_u32;
+using headroom_async::cp_async_16;
+using headroom_async::cp_async_commit;
+using headroom_async::cp_async_wait;
+using headroom_async::fence_proxy_async;
+using headroom_async::wgmma_fence;
+using headroom_async::wgmma_commit;
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 // Pins the registers at this point (no read or write of them moves across).
 __device__ __forceinline__ void fence_operands(float (&d)[ACC]) {

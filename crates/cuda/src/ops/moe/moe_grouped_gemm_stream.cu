@@ -63,15 +63,12 @@ static_assert(W_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-b
 // mod 8) puts the 8 rows an ldmatrix reads in 8 different bank groups.
 __device__ __forceinline__ unsigned swz(int r, int c) { return (unsigned)(r * BK * 2 + ((c ^ (r & 7)) * 16)); }
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// Activation rows: 0 bytes read when !valid (the chunk is zero-filled).
-__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-// Weight rows: L2 evict-first.
+using headroom_async::smem_u32;
+using headroom_async::cp_async_16;
+using headroom_async::cp_async_commit;
+using headroom_async::cp_async_wait;
+// Activation rows take cp_async_16 (0 bytes read when !valid); weight rows
+// this, L2 evict-first.
 __device__ __forceinline__ void cp_async_16_stream(unsigned dst, const void* src, unsigned long long policy) {
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(policy));
 }
@@ -80,9 +77,6 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
     return p;
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

@@ -21,7 +21,10 @@ pub const MOE_ROUTE: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
     name: "moe_grouped_gemm",
     file: "moe_grouped_gemm.cu",
-    source: include_str!("moe_grouped_gemm.cu"),
+    source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("moe_grouped_gemm.cu")
+    ),
     entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
 };
 
@@ -29,7 +32,10 @@ pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wgmma",
     file: "moe_grouped_gemm_wgmma.cu",
-    source: include_str!("moe_grouped_gemm_wgmma.cu"),
+    source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("moe_grouped_gemm_wgmma.cu")
+    ),
     entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"],
 };
 
@@ -38,7 +44,10 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
     name: "moe_grouped_gemm_fp8",
     file: "moe_grouped_gemm_fp8.cu",
-    source: include_str!("moe_grouped_gemm_fp8.cu"),
+    source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("moe_grouped_gemm_fp8.cu")
+    ),
     entry_points: &["moe_gemm_gate_up_fp8", "moe_gemm_down_fp8"],
 };
 
@@ -47,6 +56,7 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wide",
     file: "moe_grouped_gemm_wide.cu",
     source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
         include_str!("moe_tile_list.cuh"),
         include_str!("moe_grouped_gemm_wide.cu")
     ),
@@ -59,6 +69,7 @@ pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     name: "moe_grouped_gemm_stream",
     file: "moe_grouped_gemm_stream.cu",
     source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
         include_str!("moe_tile_list.cuh"),
         include_str!("moe_grouped_gemm_stream.cu")
     ),
