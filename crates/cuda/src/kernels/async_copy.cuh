@@ -1,17 +1,14 @@
-// Shared-memory staging and Hopper warpgroup-MMA ordering, put before the
-// kernels that copy tiles with cp.async (the MoE grouped GEMMs, the fused
-// attention kernels): each source brings the names into its own namespace
-// with using-declarations and keeps its own variants where they differ
-// (other cache hints or memory clobbers).
+// cp.async staging of tiles in shared memory (sm_80+), put before the kernels
+// that copy tiles with it (the MoE grouped GEMMs, the fused attention
+// kernels): each source brings the names into its own namespace with
+// using-declarations and keeps its own variants where they differ (other
+// cache hints or memory clobbers).
 //   smem_u32(p)              the shared-window address of a generic pointer;
 //   cp_async_16(dst, src, v) one 16-byte global -> shared copy, zero-filled
 //                            (0 bytes read) when !v;
 //   cp_async_commit()        closes the thread's current copy group;
-//   cp_async_wait<N>()       returns once at most N groups are in flight;
-//   fence_proxy_async()      this thread's generic-proxy shared-memory writes
-//                            made visible to the tensor cores (async proxy);
-//   wgmma_fence/commit/wait<N>  warpgroup MMA register fence, group commit
-//                            and wait (sm_90a).
+//   cp_async_wait<N>()       returns once at most N groups are in flight.
+// The Hopper warpgroup-MMA wrappers are in wgmma_sync.cuh (sm_90a sources only).
 #ifndef HEADROOM_ASYNC_COPY_CUH
 #define HEADROOM_ASYNC_COPY_CUH
 
@@ -27,11 +24,6 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
 }  // namespace headroom_async
 

@@ -27,6 +27,7 @@ pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
     file: "attention_fused_wgmma.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("wgmma_common.cuh"),
         include_str!("attention_tiles.cuh"),
         include_str!("attention_fused_wgmma.cu")
@@ -51,6 +52,7 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
     file: "attention_paged.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("wgmma_common.cuh"),
         include_str!("attention_tiles.cuh"),
         include_str!("attention_paged.cu")

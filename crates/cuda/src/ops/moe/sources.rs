@@ -34,6 +34,7 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     file: "moe_grouped_gemm_wgmma.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("moe_grouped_gemm_wgmma.cu")
     ),
     entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"],
@@ -46,6 +47,7 @@ pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
     file: "moe_grouped_gemm_fp8.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("moe_grouped_gemm_fp8.cu")
     ),
     entry_points: &["moe_gemm_gate_up_fp8", "moe_gemm_down_fp8"],
@@ -57,6 +59,7 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     file: "moe_grouped_gemm_wide.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("moe_tile_list.cuh"),
         include_str!("moe_grouped_gemm_wide.cu")
     ),

@@ -261,7 +261,10 @@ fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
     assert!(src.contains("constexpr int THREADS = WARPS * 32;      // 256"));
     assert_eq!(GEMM_BN / 16 * 32, GEMM_THREADS);
     assert!(src.contains("SMEM_BYTES = STAGES * STAGE_BYTES + TABLE_BYTES + 1024;"));
-    assert!(src.starts_with(include_str!("moe_tile_list.cuh")));
+    assert!(src.starts_with(concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("moe_tile_list.cuh")
+    )));
     // Any sm_80+ GPU: no warpgroup MMA in the source.
     assert!(!src.contains("wgmma."));
     let stage = (GEMM_BN + constant(src, "NMAX")) * GEMM_BK * 2;

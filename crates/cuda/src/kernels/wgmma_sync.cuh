@@ -1,0 +1,22 @@
+// Hopper warpgroup-MMA ordering (sm_90a only), put before the kernels that
+// issue wgmma (after async_copy.cuh): each source brings the names into its
+// own namespace with using-declarations.
+//   fence_proxy_async()      this thread's generic-proxy shared-memory writes
+//                            made visible to the tensor cores (async proxy);
+//   wgmma_fence()            orders register accesses before the next wgmma;
+//   wgmma_commit()           closes the warpgroup's current wgmma group;
+//   wgmma_wait<N>()          returns once at most N wgmma groups are pending.
+#ifndef HEADROOM_WGMMA_SYNC_CUH
+#define HEADROOM_WGMMA_SYNC_CUH
+
+namespace headroom_async {
+
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+}  // namespace headroom_async
+
+#endif  // HEADROOM_WGMMA_SYNC_CUH
