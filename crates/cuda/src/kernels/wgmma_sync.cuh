@@ -5,7 +5,9 @@
 //                            made visible to the tensor cores (async proxy);
 //   wgmma_fence()            orders register accesses before the next wgmma;
 //   wgmma_commit()           closes the warpgroup's current wgmma group;
-//   wgmma_wait<N>()          returns once at most N wgmma groups are pending.
+//   wgmma_wait<N>()          returns once at most N wgmma groups are pending;
+//   fence_operands(d)        pins accumulator registers at this point (no read
+//                            or write of them moves across).
 #ifndef HEADROOM_WGMMA_SYNC_CUH
 #define HEADROOM_WGMMA_SYNC_CUH
 
@@ -16,6 +18,11 @@ __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.a
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
+#pragma unroll
+    for (int q = 0; q < N; ++q) asm volatile("" : "+f"(d[q])::"memory");
+}
 
 }  // namespace headroom_async
 

@@ -68,12 +68,8 @@ using headroom_async::cp_async_wait;
 using headroom_async::fence_proxy_async;
 using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Pins the registers at this point (no read or write of them moves across).
-__device__ __forceinline__ void fence_operands(float (&d)[ACC]) {
-#pragma unroll
-    for (int q = 0; q < ACC; ++q) asm volatile("" : "+f"(d[q])::"memory");
-}
+using headroom_async::wgmma_wait;
+using headroom_async::fence_operands;
 
 // Shared-memory matrix descriptor, 128-byte swizzle (K-major; LBO unused).
 __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr) {
@@ -216,7 +212,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         // The k-block's scales, read while the tensor cores work.
         const float s0 = sa[0][kt], s1 = sa[1][kt];
         const float b_l = sb_lo[kt], b_h = sb_hi[kt];
-        wgmma_wait_all();
+        wgmma_wait<0>();
         fence_operands(part);
         const float c0l = s0 * b_l, c1l = s1 * b_l, c0h = s0 * b_h, c1h = s1 * b_h;
 #pragma unroll

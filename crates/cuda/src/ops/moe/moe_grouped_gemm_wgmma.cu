@@ -43,12 +43,8 @@ using headroom_async::cp_async_wait;
 using headroom_async::fence_proxy_async;
 using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-// Pins the accumulators at this point (no read or write of them moves across).
-__device__ __forceinline__ void fence_operands(float (&d)[64]) {
-#pragma unroll
-    for (int q = 0; q < 64; ++q) asm volatile("" : "+f"(d[q])::"memory");
-}
+using headroom_async::wgmma_wait;
+using headroom_async::fence_operands;
 
 // Shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
@@ -201,7 +197,7 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
             wgmma_m64n128k16(acc, desc_sw128(sa + ks * 32, 16, SBO), desc_sw128(sb + ks * 32, 16, SBO));
         }
         wgmma_commit();
-        wgmma_wait_all();
+        wgmma_wait<0>();
         fence_operands(acc);
     }
     cp_async_wait<0>();

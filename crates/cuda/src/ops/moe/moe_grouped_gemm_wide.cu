@@ -62,11 +62,7 @@ using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 // Named barrier of one warpgroup's 128 threads (id 0 is __syncthreads).
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
-// Pins the accumulators at this point (no read or write of them moves across).
-__device__ __forceinline__ void fence_operands(float (&d)[ACC]) {
-#pragma unroll
-    for (int q = 0; q < ACC; ++q) asm volatile("" : "+f"(d[q])::"memory");
-}
+using headroom_async::fence_operands;
 
 // Shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
