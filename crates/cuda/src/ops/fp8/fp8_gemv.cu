@@ -18,8 +18,9 @@
 // products are summed in f32, multiplied by their block's scale and added
 // to the lane's f32 sum (the block's sum is thus taken in pieces of 16,
 // each scaled); the warp then sums its lanes.
-// e4m3 -> f32 by integer ops and one exact multiply (unpack_fp8), no
-// conversion instructions; a chunk's 16 products in two chains of 8.
+// e4m3 -> f32 times 2^-120 by three integer ops (e4m3.cuh), no conversion
+// instruction; a chunk's 16 products in two chains of 8, their sum then
+// multiplied by 2^120 (exact) and by the block's scale.
 // `vec` = 0 (k not a multiple of 16, or x or a W not 16-byte aligned) takes
 // a scalar loop over k instead. Outputs past n are computed on row n - 1
 // and not written.
@@ -37,6 +38,8 @@
 namespace headroom_fp8_gemv {
 
 typedef __nv_bfloat16 bf16;
+using headroom_e4m3::e4m3_scaled;
+using headroom_e4m3::E4M3_UNSCALE;
 
 constexpr int THREADS = 128;
 constexpr int WARPS = THREADS / 32;
@@ -93,22 +96,17 @@ __device__ __forceinline__ float2 fp8x2_to_float2(unsigned pair) {
     return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
-// 16 e4m3 -> f32 by integer ops: the byte's sign to bit 31, its exponent
-// and mantissa bits to f32's bits 26 .. 20 give the value times 2^-120
-// (subnormal e4m3 codes land on f32 subnormals: exact), then one multiply
-// by 2^120 (exact). The e4m3 NaN codes (0x7f, 0xff) come out as +-480.
-__device__ __forceinline__ float e4m3_byte(unsigned u, int j) {
-    const unsigned b = u >> (8 * j);
-    const unsigned bits = ((b << 24) & 0x80000000u) | ((b << 20) & 0x07f00000u);
-    return __uint_as_float(bits) * 0x1p120f;
-}
-
+// 16 e4m3 -> f32 times 2^-120 (e4m3.cuh): a chunk's products are summed
+// with these and the sum multiplied by E4M3_UNSCALE.
 __device__ __forceinline__ void unpack_fp8(const uint4& v, float (&f)[16]) {
     const unsigned u[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int b = 0; b < 4; ++b) f[4 * j + b] = e4m3_byte(u[j], b);
+    for (int j = 0; j < 4; ++j) {
+        f[4 * j] = e4m3_scaled<0>(u[j]);
+        f[4 * j + 1] = e4m3_scaled<1>(u[j]);
+        f[4 * j + 2] = e4m3_scaled<2>(u[j]);
+        f[4 * j + 3] = e4m3_scaled<3>(u[j]);
+    }
 }
 
 __device__ __forceinline__ float fp8_to_float(unsigned char b) {
@@ -263,7 +261,7 @@ __device__ __forceinline__ void fma_group(const uint4 (&wv)[C][U], const float (
                     p0 = fmaf(wf[c][e], xf[e], p0);
                     p1 = fmaf(wf[c][e + 1], xf[e + 1], p1);
                 }
-                acc[c][r] = fmaf(p0 + p1, sc[c][j], acc[c][r]);
+                acc[c][r] = fmaf((p0 + p1) * E4M3_UNSCALE, sc[c][j], acc[c][r]);
             }
         }
     }

@@ -11,6 +11,7 @@ pub const FP8_GEMV: KernelSource = KernelSource {
     file: "fp8_gemv.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        include_str!("../../kernels/e4m3.cuh"),
         include_str!("fp8_gemv.cu")
     ),
     entry_points: &[

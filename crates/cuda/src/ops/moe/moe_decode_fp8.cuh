@@ -5,9 +5,9 @@
 // e4m3 (one 16-byte load) at a multiple of 16 columns, so it never straddles
 // a 128-column block: its 16 products are summed in f32 and the sum is
 // multiplied by its block's scale (loaded beside the chunk, through L1: a
-// warp's chunks share a few scales). e4m3 -> f32 by integer ops and one
-// exact multiply, as fp8_gemv.cu. Needs k (hidden, intermediates) a
-// multiple of 16.
+// warp's chunks share a few scales). e4m3 -> f32 by integer ops, times
+// 2^-120 (e4m3.cuh), a chunk's sum then times 2^120, as fp8_gemv.cu. Needs
+// k (hidden, intermediates) a multiple of 16.
 
 namespace headroom_moe_decode {
 
@@ -41,14 +41,8 @@ __device__ __forceinline__ uint4 load16w_fp8(const unsigned char* p, const void*
     return ok ? v : make_uint4(0u, 0u, 0u, 0u);
 }
 
-// e4m3 byte j of u as f32: sign to bit 31, exponent and mantissa to bits
-// 26 .. 20 (the value times 2^-120; subnormals land on f32 subnormals,
-// exact), then one exact multiply by 2^120. NaN codes read as +-480.
-__device__ __forceinline__ float e4m3_at(unsigned u, int j) {
-    const unsigned b = u >> (8 * j);
-    const unsigned bits = ((b << 24) & 0x80000000u) | ((b << 20) & 0x07f00000u);
-    return __uint_as_float(bits) * 0x1p120f;
-}
+using headroom_e4m3::e4m3_scaled;
+using headroom_e4m3::E4M3_UNSCALE;
 
 // sum over 16 e4m3 of v times x (16 bf16 in shared memory, 32-byte aligned).
 __device__ __forceinline__ float fp8_dot16_bf16(const uint4& v, const bf16* x) {
@@ -62,7 +56,8 @@ __device__ __forceinline__ float fp8_dot16_bf16(const uint4& v, const bf16* x) {
         // bf16 pair j of x: elements 2j (low half) and 2j + 1.
         const float x0 = __uint_as_float(xx[j] << 16), x1 = __uint_as_float(xx[j] & 0xffff0000u);
         const unsigned wj = w[j / 2];
-        const float w0 = e4m3_at(wj, 2 * (j % 2)), w1 = e4m3_at(wj, 2 * (j % 2) + 1);
+        const float w0 = j % 2 ? e4m3_scaled<2>(wj) : e4m3_scaled<0>(wj);
+        const float w1 = j % 2 ? e4m3_scaled<3>(wj) : e4m3_scaled<1>(wj);
         if (j < 4) {
             s0 = fmaf(w0, x0, s0);
             s0 = fmaf(w1, x1, s0);
@@ -71,7 +66,7 @@ __device__ __forceinline__ float fp8_dot16_bf16(const uint4& v, const bf16* x) {
             s1 = fmaf(w1, x1, s1);
         }
     }
-    return s0 + s1;
+    return (s0 + s1) * E4M3_UNSCALE;
 }
 
 // sum over 16 e4m3 of v times a (16 f32 in shared memory, 16-byte aligned).
@@ -82,12 +77,12 @@ __device__ __forceinline__ float fp8_dot16_f32(const uint4& v, const float* a) {
     for (int q = 0; q < 4; ++q) {
         const float4 aq = *reinterpret_cast<const float4*>(a + 4 * q);
         float& s = q < 2 ? s0 : s1;
-        s = fmaf(e4m3_at(w[q], 0), aq.x, s);
-        s = fmaf(e4m3_at(w[q], 1), aq.y, s);
-        s = fmaf(e4m3_at(w[q], 2), aq.z, s);
-        s = fmaf(e4m3_at(w[q], 3), aq.w, s);
+        s = fmaf(e4m3_scaled<0>(w[q]), aq.x, s);
+        s = fmaf(e4m3_scaled<1>(w[q]), aq.y, s);
+        s = fmaf(e4m3_scaled<2>(w[q]), aq.z, s);
+        s = fmaf(e4m3_scaled<3>(w[q]), aq.w, s);
     }
-    return s0 + s1;
+    return (s0 + s1) * E4M3_UNSCALE;
 }
 
 // The scale of the chunk at column k of a row (0 <= k < its length), or

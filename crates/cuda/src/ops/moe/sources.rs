@@ -87,6 +87,7 @@ pub const MOE_DECODE: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
         include_str!("moe_decode_common.cuh"),
+        include_str!("../../kernels/e4m3.cuh"),
         include_str!("moe_decode_fp8.cuh"),
         include_str!("moe_decode.cu")
     ),
