@@ -7,8 +7,8 @@
 //! grouped GEMMs.
 
 use super::{
-    max_row_tiles, route_entry, validate_inner, GemmImpl, MoeLaunch, MoePlan, SharedEpilogue,
-    FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS,
+    max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
+    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS,
 };
 
 use crate::alloc::DeviceBuffer;
@@ -363,33 +363,33 @@ fn grouped_gemms(
     let (gate_up, down) = (imp.gate_up(i), imp.down(h));
 
     mark(MoeStage::GateUp)?;
-    launch(
-        dev,
-        gate_up.entry,
-        gate_up.grid(max_row_tiles, i, dev.sm_count),
-        gate_up.threads as u32,
-        gate_up.smem,
-        Params::new()
-            .ptr(x)
-            .ptr(ws.r.slot_token.ptr())
-            .ptr(l.gate_up.ptr())
-            .ptr(ws.act.ptr())
-            .tile_list(&ws.r, local, h, i),
-    )?;
+    let params = Params::new()
+        .ptr(x)
+        .ptr(ws.r.slot_token.ptr())
+        .ptr(l.gate_up.ptr())
+        .ptr(ws.act.ptr())
+        .tile_list(&ws.r, local, h, i);
+    launch_gemm(dev, gate_up, max_row_tiles, i, params)?;
 
     mark(MoeStage::Down)?;
-    launch(
-        dev,
-        down.entry,
-        down.grid(max_row_tiles, h, dev.sm_count),
-        down.threads as u32,
-        down.smem,
-        Params::new()
-            .ptr(ws.act.ptr())
-            .ptr(l.down.ptr())
-            .ptr(ws.y.ptr())
-            .tile_list(&ws.r, local, i, h),
-    )
+    let params = Params::new()
+        .ptr(ws.act.ptr())
+        .ptr(l.down.ptr())
+        .ptr(ws.y.ptr())
+        .tile_list(&ws.r, local, i, h);
+    launch_gemm(dev, down, max_row_tiles, h, params)
+}
+
+/// `k`'s launch over `row_tiles` row tiles of `cols` output columns.
+fn launch_gemm(
+    dev: &CudaDevice,
+    k: GemmKernel,
+    row_tiles: usize,
+    cols: usize,
+    params: Params,
+) -> Result<(), CudaError> {
+    let grid = k.grid(row_tiles, cols, dev.sm_count);
+    launch(dev, k.entry, grid, k.threads as u32, k.smem, params)
 }
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or
