@@ -25,7 +25,7 @@ use headroom_cuda::backend::{CudaBackend, CudaWeight};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::fp8::quant::dequantize_stacked;
 use headroom_cuda::ops::moe::fp8::{routed_experts_fp8, Fp8ExpertScales};
-use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts, MoeLaunch};
+use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts, MoeLaunch, CHUNK_TOKENS};
 use headroom_cuda::timing::StreamEvent;
 use host::{dequant_act, quantize, uniform_bf16, HostFp8, BLOCK};
 use rand::{Rng, SeedableRng};
@@ -271,6 +271,22 @@ fn the_native_fp8_grouped_gemms_match_f64_with_ragged_experts() {
             check(&dev, c, tokens, 1000 * n as u64 + tokens as u64);
         }
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): the native FP8 grouped GEMMs over two passes against f64"]
+fn more_tokens_than_one_pass_are_run_in_chunks() {
+    // CHUNK_TOKENS + 77 tokens: a full pass, then a 77-token one whose
+    // tokens start at CHUNK_TOKENS (the x offset, the quantized rows and
+    // the output rows of the second pass).
+    let dev = device();
+    let c = Case {
+        hidden: 256,
+        inter: 128,
+        experts: 8,
+        top_k: 2,
+    };
+    check(&dev, c, CHUNK_TOKENS + 77, 77);
 }
 
 /// Stacked host experts as one FP8 weight `[E·n][k]` (a grid per expert).

@@ -10,8 +10,8 @@
 //! [`native_takes`] says which calls run here; the others keep the
 //! dequantize + bf16 grouped GEMMs fallback (`crate::backend::moe`).
 
-use super::launch::{combine, launch, route, Params, Pass, Workspace};
-use super::{validate_inner, MoeLaunch, MoePlan, MoeStage, SharedEpilogue, GEMM_BM};
+use super::launch::{launch, run_passes, Params, Workspace};
+use super::{check_len_of, validate_inner, MoeLaunch, MoePlan, MoeStage, SharedEpilogue};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::launch::dev_err;
@@ -59,11 +59,11 @@ pub fn native_takes(arch: &str, hidden: usize, intermediate: usize) -> bool {
         && intermediate.is_multiple_of(BLOCK)
 }
 
+/// The op of this path's errors.
+const FP8_OP: &str = "moe routed experts (fp8)";
+
 fn shape_err(detail: String) -> CudaError {
-    CudaError::Shape {
-        op: "moe routed experts (fp8)",
-        detail,
-    }
+    CudaError::Shape { op: FP8_OP, detail }
 }
 
 /// [`super::validate_shared`] for e4m3 experts (`l.gate_up`, `l.down`) with
@@ -84,23 +84,23 @@ pub fn validate_fp8(
     }
     let gu = local * (2 * i).div_ceil(BLOCK) * (h / BLOCK) * 4;
     let dn = local * h.div_ceil(BLOCK) * (i / BLOCK) * 4;
-    for (name, buf, bytes) in [
-        ("gate_up scales", s.gate_up, gu),
-        ("down scales", s.down, dn),
-    ] {
-        if buf.len_bytes() < bytes {
-            return Err(shape_err(format!(
-                "buffer `{name}` has {} bytes, the shape needs {bytes}",
-                buf.len_bytes()
-            )));
-        }
-    }
-    // The grids: two CTAs per row tile and column tile.
-    let grid = plan.max_row_tiles * 2 * (i / (FP8_BN / 2)).max(h / FP8_BN);
-    if grid > i32::MAX as usize {
+    check_len_of(FP8_OP, s.gate_up, "gate_up scales", gu)?;
+    check_len_of(FP8_OP, s.down, "down scales", dn)?;
+    let (gate_up, down) = fp8_grids(plan.max_row_tiles, h, i);
+    if gate_up.max(down) > i32::MAX as usize {
         return Err(shape_err("the grid exceeds the kernels' int range".into()));
     }
     Ok(plan)
+}
+
+/// CTAs of the gate+up and down launches over `row_tiles` row tiles of a
+/// call of `hidden` columns and `intermediate` per expert: two per row tile
+/// and column tile (`FP8_BN / 2` columns of act, `FP8_BN` of y).
+fn fp8_grids(row_tiles: usize, hidden: usize, intermediate: usize) -> (usize, usize) {
+    (
+        row_tiles * 2 * (intermediate / (FP8_BN / 2)),
+        row_tiles * 2 * (hidden / FP8_BN),
+    )
 }
 
 /// Device bytes of the quantized operands of a pass of `tokens` tokens and
@@ -159,87 +159,64 @@ pub fn routed_experts_fp8(
     let plan = validate_fp8(l, (first, local), s, shared).map_err(dev_err)?;
     if dev.arch != "sm_90a" {
         return Err(OpError::Unsupported {
-            op: "moe routed experts (fp8)",
+            op: FP8_OP,
             reason: format!("the FP8 grouped GEMMs need sm_90a, not {}", dev.arch),
         });
     }
     let (h, i) = (l.hidden, l.intermediate);
-    let pairs_max = plan.chunk_pairs;
-    let ws = Workspace::alloc(dev, pairs_max, local, i, h).map_err(dev_err)?;
+    let ws = Workspace::alloc(dev, l, &plan, local).map_err(dev_err)?;
     let xq = Quantized::alloc(dev, plan.chunk_tokens, h).map_err(dev_err)?;
-    let aq = Quantized::alloc(dev, pairs_max, i).map_err(dev_err)?;
-    dev.fill_bytes(&ws.r.counts, 0).map_err(dev_err)?;
-    let mut t0 = 0;
-    while t0 < l.tokens {
-        let pass = Pass {
-            t0,
-            tokens: plan.chunk_tokens.min(l.tokens - t0),
-        };
-        let pairs = pass.tokens * l.top_k;
-        let max_row_tiles = pairs.div_ceil(GEMM_BM) + local.min(pairs);
-        mark(MoeStage::Route).map_err(dev_err)?;
-        route(dev, l, (first, local), pass, &ws.r).map_err(dev_err)?;
-        quantize_rows(dev, l.x.ptr() + (t0 * h * 2) as u64, pass.tokens, h, &xq)?;
+    let aq = Quantized::alloc(dev, plan.chunk_pairs, i).map_err(dev_err)?;
+    run_passes(
+        dev,
+        l,
+        (first, local),
+        &plan,
+        shared,
+        &ws,
+        mark,
+        dev_err,
+        |pass, mark| {
+            let pairs = pass.pairs(l.top_k);
+            let (gate_up_grid, down_grid) = fp8_grids(pass.max_row_tiles(l.top_k, local), h, i);
+            let x = l.x.ptr() + (pass.t0 * h * 2) as u64;
+            quantize_rows(dev, x, pass.tokens, h, &xq)?;
 
-        mark(MoeStage::GateUp).map_err(dev_err)?;
-        let params = Params::new()
-            .ptr(xq.q.ptr())
-            .ptr(xq.s.ptr())
-            .ptr(ws.r.slot_token.ptr())
-            .ptr(l.gate_up.ptr())
-            .ptr(s.gate_up.ptr())
-            .ptr(ws.act.ptr())
-            .ptr(ws.r.expert_offsets.ptr())
-            .ptr(ws.r.tile_offsets.ptr())
-            .int(local)
-            .int(h)
-            .int(i);
-        let grid = max_row_tiles * 2 * (i / (FP8_BN / 2));
-        launch(
-            dev,
-            "moe_gemm_gate_up_fp8",
-            grid,
-            FP8_THREADS as u32,
-            FP8_SMEM_BYTES,
-            params,
-        )
-        .map_err(dev_err)?;
+            mark(MoeStage::GateUp).map_err(dev_err)?;
+            let params = Params::new()
+                .ptr(xq.q.ptr())
+                .ptr(xq.s.ptr())
+                .ptr(ws.r.slot_token.ptr())
+                .ptr(l.gate_up.ptr())
+                .ptr(s.gate_up.ptr())
+                .ptr(ws.act.ptr())
+                .tile_list(&ws.r, local, h, i);
+            launch_fp8(dev, "moe_gemm_gate_up_fp8", gate_up_grid, params)?;
 
-        mark(MoeStage::Down).map_err(dev_err)?;
-        quantize_rows(dev, ws.act.ptr(), pairs, i, &aq)?;
-        let params = Params::new()
-            .ptr(aq.q.ptr())
-            .ptr(aq.s.ptr())
-            .ptr(l.down.ptr())
-            .ptr(s.down.ptr())
-            .ptr(ws.y.ptr())
-            .ptr(ws.r.expert_offsets.ptr())
-            .ptr(ws.r.tile_offsets.ptr())
-            .int(local)
-            .int(i)
-            .int(h);
-        let grid = max_row_tiles * 2 * (h / FP8_BN);
-        launch(
-            dev,
-            "moe_gemm_down_fp8",
-            grid,
-            FP8_THREADS as u32,
-            FP8_SMEM_BYTES,
-            params,
-        )
-        .map_err(dev_err)?;
+            mark(MoeStage::Down).map_err(dev_err)?;
+            quantize_rows(dev, ws.act.ptr(), pairs, i, &aq)?;
+            let params = Params::new()
+                .ptr(aq.q.ptr())
+                .ptr(aq.s.ptr())
+                .ptr(l.down.ptr())
+                .ptr(s.down.ptr())
+                .ptr(ws.y.ptr())
+                .tile_list(&ws.r, local, i, h);
+            launch_fp8(dev, "moe_gemm_down_fp8", down_grid, params)
+        },
+    )
+}
 
-        mark(MoeStage::Combine).map_err(dev_err)?;
-        combine(dev, l, pass, shared, &ws).map_err(dev_err)?;
-        mark(MoeStage::End).map_err(dev_err)?;
-        t0 += pass.tokens;
-    }
-    Ok(())
+/// One FP8 grouped GEMM's launch (`entry`, one warpgroup a CTA, the
+/// kernels' dynamic shared memory) of `grid` CTAs.
+fn launch_fp8(dev: &CudaDevice, entry: &'static str, grid: usize, params: Params) -> OpResult<()> {
+    launch(dev, entry, grid, FP8_THREADS as u32, FP8_SMEM_BYTES, params).map_err(dev_err)
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::sources::MOE_GROUPED_GEMM_FP8;
+    use super::super::GEMM_BM;
     use super::*;
     use crate::kernels::source_constant;
 
@@ -253,6 +230,13 @@ mod tests {
         assert_eq!(source_constant(src, "THREADS"), FP8_THREADS);
         assert_eq!(source_constant(src, "STAGES"), 3);
         assert_eq!(source_constant(src, "BK"), 128);
+    }
+
+    #[test]
+    fn two_ctas_run_per_row_tile_and_column_tile() {
+        // 64 act columns a gate+up tile, 128 y columns a down tile.
+        assert_eq!(fp8_grids(10, 2048, 512), (10 * 2 * 8, 10 * 2 * 16));
+        assert_eq!(fp8_grids(1, 128, 128), (4, 2));
     }
 
     #[test]

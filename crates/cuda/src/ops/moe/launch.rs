@@ -2,11 +2,13 @@
 //! [`CHUNK_TOKENS`](super::CHUNK_TOKENS) tokens: route (with the offsets, and
 //! the scatter of a small pass), scatter,
 //! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
-//! from the routing, so nothing waits for the device.
+//! from the routing, so nothing waits for the device. The pass loop
+//! ([`MoePlan::passes`], [`run_passes`]) is the FP8 path's too, with its own
+//! grouped GEMMs.
 
 use super::{
-    route_entry, validate_inner, GemmImpl, MoeLaunch, SharedEpilogue, FUSED_SCATTER_PAIRS, GEMM_BM,
-    ROUTE_WARPS,
+    max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
+    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS,
 };
 
 use crate::alloc::DeviceBuffer;
@@ -51,6 +53,16 @@ impl Params {
         // Every value is bounded to the int range by `validate`.
         self.0.push(Param::Int(v as i32));
         self
+    }
+    /// The tail every grouped GEMM's signature shares: the routing's
+    /// `expert_offsets` and `tile_offsets` of `r`, the `local` experts and
+    /// the GEMM's K and N (hidden and intermediate, or the reverse).
+    pub(super) fn tile_list(self, r: &RouteBuffers, local: usize, k: usize, n: usize) -> Self {
+        self.ptr(r.expert_offsets.ptr())
+            .ptr(r.tile_offsets.ptr())
+            .int(local)
+            .int(k)
+            .int(n)
     }
     /// Pointers to each value, as the driver takes them (valid while `self` is).
     fn raw(&mut self) -> Vec<*mut c_void> {
@@ -122,11 +134,11 @@ pub(super) struct RouteBuffers {
     pair_slot: DeviceBuffer,
     /// i32 `[experts + 1]`: per expert, then the routing's finished blocks;
     /// zero between passes.
-    pub(super) counts: DeviceBuffer,
+    counts: DeviceBuffer,
     /// i32 `[experts + 1]`: row offsets of each expert in expert order.
-    pub(super) expert_offsets: DeviceBuffer,
+    expert_offsets: DeviceBuffer,
     /// i32 `[experts + 1]`: row-tile offsets of each expert.
-    pub(super) tile_offsets: DeviceBuffer,
+    tile_offsets: DeviceBuffer,
 }
 
 impl RouteBuffers {
@@ -151,28 +163,87 @@ pub(super) struct Workspace {
 }
 
 impl Workspace {
-    /// Buffers for `pairs` (token, k) pairs over `experts` local experts of
-    /// `intermediate` and `hidden` columns (sizes bounded by `validate`).
+    /// Buffers for the largest pass of `plan` (`plan.chunk_pairs` (token, k)
+    /// pairs) over `local` local experts of `l`'s `intermediate` and `hidden`
+    /// columns (sizes bounded by `validate`).
     pub(super) fn alloc(
         dev: &CudaDevice,
-        pairs: usize,
-        experts: usize,
-        intermediate: usize,
-        hidden: usize,
+        l: &MoeLaunch<'_>,
+        plan: &MoePlan,
+        local: usize,
     ) -> Result<Workspace, CudaError> {
+        let pairs = plan.chunk_pairs;
         Ok(Workspace {
-            r: RouteBuffers::alloc(dev, pairs, experts)?,
-            act: dev.alloc(pairs * intermediate * 2)?,
-            y: dev.alloc(pairs * hidden * 2)?,
+            r: RouteBuffers::alloc(dev, pairs, local)?,
+            act: dev.alloc(pairs * l.intermediate * 2)?,
+            y: dev.alloc(pairs * l.hidden * 2)?,
         })
     }
 }
 
 /// One pass: its first token and token count.
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Pass {
     pub(super) t0: usize,
     pub(super) tokens: usize,
+}
+
+impl Pass {
+    /// The pass's (token, k) pairs.
+    pub(super) fn pairs(self, top_k: usize) -> usize {
+        self.tokens * top_k
+    }
+
+    /// Upper bound of the pass's row tiles over `local` experts (its grids
+    /// are sized on it): [`max_row_tiles`] of its pairs.
+    pub(super) fn max_row_tiles(self, top_k: usize, local: usize) -> usize {
+        max_row_tiles(self.pairs(top_k), local)
+    }
+}
+
+impl MoePlan {
+    /// The passes of a call of `tokens` tokens, in launch order: from token
+    /// 0, contiguous, `chunk_tokens` each but the last (the rest, never
+    /// empty); none for 0 tokens (which [`validate`](super::validate)
+    /// refuses). A plan with `chunk_tokens` 0 (never validated: it is at
+    /// least 1 when `tokens` is) panics.
+    pub(super) fn passes(&self, tokens: usize) -> impl Iterator<Item = Pass> {
+        let chunk = self.chunk_tokens;
+        (0..tokens).step_by(chunk).map(move |t0| Pass {
+            t0,
+            tokens: chunk.min(tokens - t0),
+        })
+    }
+}
+
+/// The pass loop of one call on the workspace `ws` (zeroing its routing
+/// counts first): for each of `plan`'s passes, `mark(Route)`, the routing,
+/// `gemms(pass, mark)` (the format's grouped GEMMs, which mark
+/// [`MoeStage::GateUp`] and [`MoeStage::Down`] themselves), `mark(Combine)`,
+/// the combine, `mark(End)`. The device's errors and the marks' become `E`
+/// through `err`; the first error ends the call.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_passes<E>(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    (first, local): (usize, usize),
+    plan: &MoePlan,
+    shared: Option<&SharedEpilogue<'_>>,
+    ws: &Workspace,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+    err: impl Fn(CudaError) -> E,
+    mut gemms: impl FnMut(Pass, &mut dyn FnMut(MoeStage) -> Result<(), CudaError>) -> Result<(), E>,
+) -> Result<(), E> {
+    dev.fill_bytes(&ws.r.counts, 0).map_err(&err)?;
+    for pass in plan.passes(l.tokens) {
+        mark(MoeStage::Route).map_err(&err)?;
+        route(dev, l, (first, local), pass, &ws.r).map_err(&err)?;
+        gemms(pass, mark)?;
+        mark(MoeStage::Combine).map_err(&err)?;
+        combine(dev, l, pass, shared, ws).map_err(&err)?;
+        mark(MoeStage::End).map_err(&err)?;
+    }
+    Ok(())
 }
 
 /// [`routed_experts_marked`] of the experts `first .. first + local` only
@@ -189,29 +260,26 @@ pub(super) fn routed_experts_range(
     let plan = validate_inner(l, first, local, shared, 2)?;
     if let Some(imp) = imp.filter(|i| i.hopper_only() && dev.arch != "sm_90a") {
         return Err(CudaError::Shape {
-            op: "moe routed experts",
+            op: OP,
             detail: format!("the {imp:?} grouped GEMMs need sm_90a, not {}", dev.arch),
         });
     }
-    let ws = Workspace::alloc(dev, plan.chunk_pairs, local, l.intermediate, l.hidden)?;
-    dev.fill_bytes(&ws.r.counts, 0)?;
-    let mut t0 = 0;
-    while t0 < l.tokens {
-        let pass = Pass {
-            t0,
-            tokens: plan.chunk_tokens.min(l.tokens - t0),
-        };
-        let pairs = pass.tokens * l.top_k;
-        let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts));
-        mark(MoeStage::Route)?;
-        route(dev, l, (first, local), pass, &ws.r)?;
-        grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)?;
-        mark(MoeStage::Combine)?;
-        combine(dev, l, pass, shared, &ws)?;
-        mark(MoeStage::End)?;
-        t0 += pass.tokens;
-    }
-    Ok(())
+    let ws = Workspace::alloc(dev, l, &plan, local)?;
+    run_passes(
+        dev,
+        l,
+        (first, local),
+        &plan,
+        shared,
+        &ws,
+        mark,
+        |e| e,
+        |pass, mark| {
+            let pairs = pass.pairs(l.top_k);
+            let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts));
+            grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)
+        },
+    )
 }
 
 /// Routing (whose last block writes the per-expert offsets, and scatters a
@@ -290,47 +358,38 @@ fn grouped_gemms(
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
     let (h, i) = (l.hidden, l.intermediate);
-    let pairs = pass.tokens * l.top_k;
-    let max_row_tiles = pairs.div_ceil(GEMM_BM) + local.min(pairs);
+    let max_row_tiles = pass.max_row_tiles(l.top_k, local);
     let x = l.x.ptr() + (pass.t0 * h * 2) as u64;
     let (gate_up, down) = (imp.gate_up(i), imp.down(h));
 
     mark(MoeStage::GateUp)?;
-    launch(
-        dev,
-        gate_up.entry,
-        gate_up.grid(max_row_tiles, i, dev.sm_count),
-        gate_up.threads as u32,
-        gate_up.smem,
-        Params::new()
-            .ptr(x)
-            .ptr(ws.r.slot_token.ptr())
-            .ptr(l.gate_up.ptr())
-            .ptr(ws.act.ptr())
-            .ptr(ws.r.expert_offsets.ptr())
-            .ptr(ws.r.tile_offsets.ptr())
-            .int(local)
-            .int(h)
-            .int(i),
-    )?;
+    let params = Params::new()
+        .ptr(x)
+        .ptr(ws.r.slot_token.ptr())
+        .ptr(l.gate_up.ptr())
+        .ptr(ws.act.ptr())
+        .tile_list(&ws.r, local, h, i);
+    launch_gemm(dev, gate_up, max_row_tiles, i, params)?;
 
     mark(MoeStage::Down)?;
-    launch(
-        dev,
-        down.entry,
-        down.grid(max_row_tiles, h, dev.sm_count),
-        down.threads as u32,
-        down.smem,
-        Params::new()
-            .ptr(ws.act.ptr())
-            .ptr(l.down.ptr())
-            .ptr(ws.y.ptr())
-            .ptr(ws.r.expert_offsets.ptr())
-            .ptr(ws.r.tile_offsets.ptr())
-            .int(local)
-            .int(i)
-            .int(h),
-    )
+    let params = Params::new()
+        .ptr(ws.act.ptr())
+        .ptr(l.down.ptr())
+        .ptr(ws.y.ptr())
+        .tile_list(&ws.r, local, i, h);
+    launch_gemm(dev, down, max_row_tiles, h, params)
+}
+
+/// `k`'s launch over `row_tiles` row tiles of `cols` output columns.
+fn launch_gemm(
+    dev: &CudaDevice,
+    k: GemmKernel,
+    row_tiles: usize,
+    cols: usize,
+    params: Params,
+) -> Result<(), CudaError> {
+    let grid = k.grid(row_tiles, cols, dev.sm_count);
+    launch(dev, k.entry, grid, k.threads as u32, k.smem, params)
 }
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or

@@ -112,11 +112,11 @@ pub struct MoePlan {
     pub workspace_bytes: usize,
 }
 
+/// The op of the routed experts' errors.
+const OP: &str = "moe routed experts";
+
 fn shape_err(detail: String) -> CudaError {
-    CudaError::Shape {
-        op: "moe routed experts",
-        detail,
-    }
+    CudaError::Shape { op: OP, detail }
 }
 
 fn product(parts: &[usize], what: &str) -> Result<usize, CudaError> {
@@ -127,13 +127,35 @@ fn product(parts: &[usize], what: &str) -> Result<usize, CudaError> {
 }
 
 fn check_len(buf: &DeviceBuffer, name: &str, bytes: usize) -> Result<(), CudaError> {
+    check_len_of(OP, buf, name, bytes)
+}
+
+/// A [`CudaError::Shape`] of `op` unless `buf` (the buffer `name`) holds at
+/// least `bytes` bytes.
+fn check_len_of(
+    op: &'static str,
+    buf: &DeviceBuffer,
+    name: &str,
+    bytes: usize,
+) -> Result<(), CudaError> {
     if buf.len_bytes() < bytes {
-        return Err(shape_err(format!(
-            "buffer `{name}` has {} bytes, the shape needs {bytes}",
-            buf.len_bytes()
-        )));
+        return Err(CudaError::Shape {
+            op,
+            detail: format!(
+                "buffer `{name}` has {} bytes, the shape needs {bytes}",
+                buf.len_bytes()
+            ),
+        });
     }
     Ok(())
+}
+
+/// Upper bound of the row tiles of a pass of `pairs` (token, k) pairs over
+/// `local` experts: each expert's rows start a new tile, so each of the at
+/// most `min(local, pairs)` experts with rows adds at most one partial tile
+/// to the full ones.
+fn max_row_tiles(pairs: usize, local: usize) -> usize {
+    pairs.div_ceil(GEMM_BM) + local.min(pairs)
 }
 
 /// Checks a launch without touching the device: sizes, tile multiples,
@@ -245,7 +267,7 @@ fn validate_inner(
 
     let chunk_tokens = l.tokens.min(CHUNK_TOKENS);
     let chunk_pairs = product(&[chunk_tokens, l.top_k], "pairs")?;
-    let max_row_tiles = chunk_pairs.div_ceil(GEMM_BM) + local.min(chunk_pairs);
+    let max_row_tiles = max_row_tiles(chunk_pairs, local);
     let n_tiles = (l.intermediate / (GEMM_BN / 2)).max(l.hidden / GEMM_BN);
     let grid = product(&[max_row_tiles, n_tiles], "grid")?;
     let act = product(&[chunk_pairs, l.intermediate, 2], "act")?;

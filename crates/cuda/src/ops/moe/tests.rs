@@ -349,3 +349,86 @@ fn the_shared_epilogue_is_checked_and_the_f32_out_is_not_needed() {
     };
     assert!(detail(validate_shared(&l, 0, e, &bad_gate)).contains("`shared_gate`"));
 }
+
+fn plan_of(chunk_tokens: usize) -> MoePlan {
+    MoePlan {
+        chunk_tokens,
+        chunk_pairs: 0,
+        max_row_tiles: 0,
+        workspace_bytes: 0,
+    }
+}
+
+fn passes(chunk: usize, tokens: usize) -> Vec<(usize, usize)> {
+    plan_of(chunk)
+        .passes(tokens)
+        .map(|p| (p.t0, p.tokens))
+        .collect()
+}
+
+/// The passes from 0, contiguous, covering exactly `tokens`, full but the
+/// last, none empty.
+fn assert_tiles_the_tokens(chunk: usize, tokens: usize) {
+    let ps = passes(chunk, tokens);
+    assert_eq!(ps.len(), tokens.div_ceil(chunk), "{chunk} {tokens}: {ps:?}");
+    let mut next = 0;
+    for (n, &(t0, tc)) in ps.iter().enumerate() {
+        assert_eq!(t0, next, "{chunk} {tokens}: {ps:?}");
+        assert!(tc >= 1 && tc <= chunk, "{chunk} {tokens}: {ps:?}");
+        if n + 1 < ps.len() {
+            assert_eq!(tc, chunk, "{chunk} {tokens}: {ps:?}");
+        }
+        next += tc;
+    }
+    assert_eq!(next, tokens, "{chunk} {tokens}: {ps:?}");
+}
+
+#[test]
+fn passes_run_contiguous_full_chunks_then_the_rest() {
+    assert_eq!(passes(4, 0), []);
+    assert_eq!(passes(4, 1), [(0, 1)]);
+    assert_eq!(passes(4, 3), [(0, 3)]);
+    assert_eq!(passes(4, 4), [(0, 4)]);
+    assert_eq!(passes(4, 5), [(0, 4), (4, 1)]);
+    assert_eq!(passes(4, 12), [(0, 4), (4, 4), (8, 4)]);
+    assert_eq!(passes(4, 14), [(0, 4), (4, 4), (8, 4), (12, 2)]);
+    assert_eq!(passes(1, 3), [(0, 1), (1, 1), (2, 1)]);
+    let c = CHUNK_TOKENS;
+    for tokens in [0, 1, c - 1, c, c + 1, 3 * c, 3 * c + 7] {
+        assert_tiles_the_tokens(c, tokens);
+    }
+    for chunk in 1..=9 {
+        for tokens in 0..=40 {
+            assert_tiles_the_tokens(chunk, tokens);
+        }
+    }
+}
+
+#[test]
+fn a_validated_plan_passes_over_all_its_tokens() {
+    let b = bufs(40_000, 128, 64, 64);
+    let plan = validate(&launch(&b, 40_000, 128, 64, 8, 64)).unwrap();
+    let ps: Vec<_> = plan.passes(40_000).collect();
+    assert_eq!(
+        ps.iter().map(|p| (p.t0, p.tokens)).collect::<Vec<_>>(),
+        [(0, CHUNK_TOKENS), (CHUNK_TOKENS, 40_000 - CHUNK_TOKENS)]
+    );
+    // A full pass's grid bound is the plan's; a short one's is smaller.
+    assert_eq!(ps[0].pairs(8), plan.chunk_pairs);
+    assert_eq!(ps[0].max_row_tiles(8, 64), plan.max_row_tiles);
+    assert_eq!(plan.max_row_tiles, 32_768 * 8 / 128 + 64);
+    // 7,232 tokens of top-8: 57,856 pairs, 452 full tiles, a partial one per expert.
+    assert_eq!(ps[1].max_row_tiles(8, 64), 452 + 64);
+    let one = validate(&launch(&b, 1, 128, 64, 8, 64)).unwrap();
+    let ps: Vec<_> = one.passes(1).collect();
+    assert_eq!(ps.len(), 1);
+    assert_eq!((ps[0].t0, ps[0].tokens), (0, 1));
+    assert_eq!(ps[0].max_row_tiles(8, 64), one.max_row_tiles);
+    assert_eq!(one.max_row_tiles, 1 + 8);
+}
+
+#[test]
+#[should_panic]
+fn a_plan_of_empty_passes_panics_instead_of_looping() {
+    let _ = plan_of(0).passes(5);
+}
