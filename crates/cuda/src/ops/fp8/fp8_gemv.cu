@@ -119,7 +119,7 @@ struct Fp8W {
     }
 };
 
-typedef headroom_fp8_gemv::Params<Fp8W> Fp8Params;
+typedef Params<Fp8W> Fp8Params;
 static_assert(sizeof(Fp8W::Mat) == 32, "Mat layout (gemv.rs)");
 static_assert(sizeof(Fp8Params) == 32 + 32 * MAX_MATS, "Params layout (gemv.rs)");
 
@@ -204,5 +204,6 @@ extern "C" __global__ void __launch_bounds__(headroom_fp8_gemv::THREADS,
                                              headroom_fp8_gemv::CTAS_PER_SM)
     fp8_gemv_experts(const headroom_fp8_gemv::ExpertParams p) {
     // One output of one pair a unit (one row, C = 1, 8 chunks in flight).
-    headroom_fp8_gemv::run<headroom_fp8_gemv::Fp8W, 1, 1, 8, true, headroom_fp8_gemv::ExpertUnit>(p);
+    using namespace headroom_fp8_gemv;
+    run<Fp8W, 1, 1, 8, true, ExpertUnit>(p);
 }
