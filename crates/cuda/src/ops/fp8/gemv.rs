@@ -4,21 +4,22 @@
 //! accumulation, bf16 or f32 out. The persistent grid, the units and their
 //! plan are the bf16 GEMV's (`crate::ops::gemv`): the same constants, the
 //! same launch shape; the matrices' pointers travel by value in the kernel's
-//! parameter struct ([`Params`]).
+//! parameter struct (`Params<Fp8W>`, the bf16 GEMV's generic `Params`);
+//! the kernels' loops are the bf16 GEMV's too (`gemv_body.cuh`), so this
+//! file owns only the FP8 format's part of the launch: its checks, its
+//! matrices (`Mat`, with the scales) and its choice of entry.
 
 use super::{need, Fp8Matrix};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
-use crate::launch::{int, launch_packed_pdl, mul};
-use crate::ops::gemv::{grid_ctas, plan_units, CTAS_PER_SM, THREADS};
+use crate::launch::{int, mul};
+use crate::ops::gemv::{launch_params, vec_loads, Launch, CTAS_PER_SM, THREADS};
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
-use std::ffi::c_void;
 
-/// Most rows of one launch (`MAX_ROWS` in the kernel).
-pub const MAX_ROWS: usize = 8;
-/// Most matrices of one launch (`MAX_MATS`).
-pub const MAX_MATS: usize = 6;
+/// Most rows and matrices of one launch: the bf16 GEMV's (one
+/// `gemv_body.cuh`).
+pub use crate::ops::gemv::{MAX_MATS, MAX_ROWS};
 
 const OP: &str = "fp8_gemv";
 
@@ -55,7 +56,7 @@ fn entry(rows: usize, c: usize) -> Option<&'static str> {
     ENTRIES.get(rows.checked_sub(1)?).copied()
 }
 
-/// One matrix of a launch (`Mat` in the kernel).
+/// One FP8 matrix of a launch (`Fp8W::Mat` in `fp8_gemv.cu`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 struct Mat {
@@ -64,20 +65,6 @@ struct Mat {
     y: u64,
     n: i32,
     first_unit: i32,
-}
-
-/// The kernel's one parameter (`Params`), passed by value.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct Params {
-    x: u64,
-    rows: i32,
-    k: i32,
-    out_f32: i32,
-    count: i32,
-    vec: i32,
-    units: i32,
-    m: [Mat; MAX_MATS],
 }
 
 /// One matrix and the buffer its output `[rows][n]` goes to.
@@ -143,38 +130,33 @@ pub fn fp8_gemv(
     let c = outputs_per_unit(rows, ns.iter().sum(), dev.sm_count);
     let entry =
         entry(rows, c).ok_or_else(|| OpError::shape(OP, format!("no entry for {rows} rows")))?;
-    let (first, units) = plan_units(c, &ns)?;
-    let blocks = grid_ctas(units as usize, dev.sm_count);
-    let aligned = |p: u64| p.is_multiple_of(16);
-    let vec = k.is_multiple_of(16) && aligned(x.ptr()) && ms.iter().all(|m| aligned(m.w.w.ptr()));
-    let mut p = Params {
+    let l = Launch {
+        op: OP,
+        entry,
         x: x.ptr(),
-        rows: int(OP, "rows", rows)?,
-        k: int(OP, "in features", k)?,
-        out_f32: i32::from(out == Dtype::F32),
-        count: ms.len() as i32,
-        vec: i32::from(vec),
-        units,
-        ..Params::default()
+        rows,
+        k,
+        out,
+        // 16 e4m3 a 16-byte chunk.
+        vec: vec_loads(k, 16, x.ptr(), ms.iter().map(|m| m.w.w.ptr())),
+        per_unit: c,
+        ns: &ns,
     };
-    for (i, m) in ms.iter().enumerate() {
-        p.m[i] = Mat {
+    let mat = |i: usize, first_unit: i32| {
+        let m = &ms[i];
+        Ok(Mat {
             w: m.w.w.ptr(),
             s: m.w.scale_inv.ptr(),
             y: m.y.ptr(),
             n: int(OP, "out features", m.w.n)?,
-            first_unit: first[i],
-        };
-    }
-    let mut params = [&mut p as *mut Params as *mut c_void];
-    // SAFETY: `p` matches the kernel's `Params` (layout unit-tested); x holds
+            first_unit,
+        })
+    };
+    // SAFETY: `entry` takes `Params<Mat>` (layout unit-tested); x holds
     // rows · k bf16, each W_i n_i · k bytes, its scales ceil(n_i/128) ·
-    // ceil(k/128) f32 and each y_i rows · n_i of `out` (`check`); the units
-    // cover every matrix's outputs (`plan_units`) and the warps stride over
-    // them whatever the grid; the kernel reads only weights and scales before
-    // it waits for the previous kernel (programmatic launch): they are
-    // uploaded before any step and never written by a kernel.
-    unsafe { launch_packed_pdl(dev, entry, (blocks, 1, 1), THREADS, &mut params) }
+    // ceil(k/128) f32 and each y_i rows · n_i of `out` (`check`); weights
+    // and scales are uploaded before any step and never written by a kernel.
+    unsafe { launch_params(dev, l, mat) }
 }
 
 #[cfg(test)]
@@ -182,12 +164,13 @@ mod tests {
     use super::super::sources::FP8_GEMV;
     use super::*;
     use crate::kernels::{source_constant, source_of};
+    use crate::ops::gemv::Params;
     use std::mem::{offset_of, size_of};
 
     #[test]
     fn constants_and_entries_match_the_kernel_source() {
         let src = FP8_GEMV.source;
-        // The grid plan is the bf16 GEMV's: its threads and CTAs per SM.
+        // One header (gemv_body.cuh) for both formats' launch constants.
         assert_eq!(source_constant(src, "THREADS"), THREADS as usize);
         assert_eq!(source_constant(src, "CTAS_PER_SM"), CTAS_PER_SM);
         assert_eq!(source_constant(src, "MAX_ROWS"), MAX_ROWS);
@@ -229,17 +212,14 @@ mod tests {
 
     #[test]
     fn params_layout_is_the_kernels() {
-        // static_assert in fp8_gemv.cu: sizeof(Mat) == 32, sizeof(Params) == 32 + 32 · MAX_MATS.
+        // static_assert in fp8_gemv.cu: sizeof(Fp8W::Mat) == 32,
+        // sizeof(Params<Fp8W>) == 32 + 32 · MAX_MATS.
         assert_eq!(size_of::<Mat>(), 32);
         assert_eq!(offset_of!(Mat, s), 8);
         assert_eq!(offset_of!(Mat, y), 16);
         assert_eq!(offset_of!(Mat, n), 24);
         assert_eq!(offset_of!(Mat, first_unit), 28);
-        assert_eq!(size_of::<Params>(), 32 + 32 * MAX_MATS);
-        assert_eq!(offset_of!(Params, rows), 8);
-        assert_eq!(offset_of!(Params, vec), 24);
-        assert_eq!(offset_of!(Params, units), 28);
-        assert_eq!(offset_of!(Params, m), 32);
+        assert_eq!(size_of::<Params<Mat>>(), 32 + 32 * MAX_MATS);
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub const FP8_GEMV: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
         include_str!("../../kernels/e4m3.cuh"),
+        "#define HEADROOM_GEMV_NS headroom_fp8_gemv\n",
+        include_str!("../gemv/gemv_body.cuh"),
         include_str!("fp8_gemv.cu")
     ),
     entry_points: &[

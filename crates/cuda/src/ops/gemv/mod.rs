@@ -8,6 +8,13 @@
 //! W-th unit) so every SM streams weights until the launch's end. Calls of
 //! [`BLAS_FROM_BYTES`] of weights or more (the LM head) stay on cuBLAS
 //! (`crate::ops::linear`).
+//!
+//! The kernels' loops are `gemv_body.cuh`, shared with the FP8 GEMV
+//! (`crate::ops::fp8::gemv`), and so is what this file owns of the launch
+//! beside the bf16 one: the constants, the unit plan ([`plan_units`]), the
+//! persistent grid ([`grid_ctas`]), the choice of the 16-byte path
+//! ([`vec_loads`]) and the parameter struct and its launch
+//! ([`launch_params`]), generic over the format's matrix.
 
 pub mod sources;
 
@@ -19,7 +26,7 @@ use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
 use std::ffi::c_void;
 
-/// Most rows of one launch (`MAX_ROWS` in the kernel).
+/// Most rows of one launch (`MAX_ROWS` in `gemv_body.cuh`, both formats).
 pub const MAX_ROWS: usize = 8;
 /// Most matrices of one launch (`MAX_MATS`).
 pub const MAX_MATS: usize = 6;
@@ -66,7 +73,7 @@ pub(crate) fn takes(rows: usize, out: Dtype, weight_bytes: usize) -> bool {
         && weight_bytes < BLAS_FROM_BYTES
 }
 
-/// One matrix of a launch (`Mat` in the kernel).
+/// One bf16 matrix of a launch (`Bf16W::Mat` in `gemv.cu`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 struct Mat {
@@ -76,10 +83,12 @@ struct Mat {
     first_unit: i32,
 }
 
-/// The kernel's one parameter (`Params`), passed by value.
+/// The kernels' one parameter (`Params<F>` in `gemv_body.cuh`), passed by
+/// value: the rows of x and up to [`MAX_MATS`] matrices `M` of the format
+/// (its `F::Mat`), the unused ones zero.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
-struct Params {
+pub(crate) struct Params<M> {
     x: u64,
     rows: i32,
     k: i32,
@@ -87,7 +96,75 @@ struct Params {
     count: i32,
     vec: i32,
     units: i32,
-    m: [Mat; MAX_MATS],
+    m: [M; MAX_MATS],
+}
+
+/// Whether a launch takes the 16-byte path (`vec`): k a whole number of
+/// chunks (`per_chunk` weights each), x and every weight 16-byte aligned.
+pub(crate) fn vec_loads(
+    k: usize,
+    per_chunk: usize,
+    x: u64,
+    ws: impl IntoIterator<Item = u64>,
+) -> bool {
+    let aligned = |p: u64| p.is_multiple_of(16);
+    k.is_multiple_of(per_chunk) && aligned(x) && ws.into_iter().all(aligned)
+}
+
+/// One GEMV launch of either format, but for its matrices.
+pub(crate) struct Launch<'a> {
+    /// The op that shape errors name.
+    pub op: &'static str,
+    pub entry: &'static str,
+    /// x: `rows` · `k` bf16 at this address.
+    pub x: u64,
+    pub rows: usize,
+    pub k: usize,
+    /// bf16 or f32 outputs.
+    pub out: Dtype,
+    /// The 16-byte path ([`vec_loads`]).
+    pub vec: bool,
+    /// Outputs a unit (`C` of the entry).
+    pub per_unit: usize,
+    /// Each matrix's outputs.
+    pub ns: &'a [usize],
+}
+
+/// Launches `l`: the units of its matrices ([`plan_units`]) on the
+/// persistent grid ([`grid_ctas`]), `Params` of its x and the matrices,
+/// the `i`-th made by `mat(i, its first unit)`.
+///
+/// # Safety
+/// `l.entry` takes `Params<M>` (`M` its format's `Mat`, layout
+/// unit-tested); x holds rows · k bf16 and each matrix `mat` makes its
+/// weights (and scales) for n · k and its output rows · n of `out`; the
+/// kernel reads only weights and scales before it waits for the previous
+/// kernel (programmatic launch), so they must be written before any step
+/// and never by a kernel that lets the next one start early.
+pub(crate) unsafe fn launch_params<M: Copy + Default>(
+    dev: &CudaDevice,
+    l: Launch,
+    mut mat: impl FnMut(usize, i32) -> OpResult<M>,
+) -> OpResult<()> {
+    let (first, units) = plan_units(l.per_unit, l.ns)?;
+    let blocks = grid_ctas(units as usize, dev.sm_count);
+    let mut p = Params {
+        x: l.x,
+        rows: int(l.op, "rows", l.rows)?,
+        k: int(l.op, "in features", l.k)?,
+        out_f32: i32::from(l.out == Dtype::F32),
+        count: l.ns.len() as i32,
+        vec: i32::from(l.vec),
+        units,
+        ..Params::default()
+    };
+    for (i, m) in p.m.iter_mut().take(l.ns.len()).enumerate() {
+        *m = mat(i, first[i])?;
+    }
+    let mut params = [&mut p as *mut Params<M> as *mut c_void];
+    // SAFETY: the caller's contract; the units cover every matrix's outputs
+    // (`plan_units`) and the warps stride over them whatever the grid.
+    launch_packed_pdl(dev, l.entry, (blocks, 1, 1), THREADS, &mut params)
 }
 
 /// Each matrix's first unit and the units of all, for matrices of `ns`
@@ -175,37 +252,31 @@ pub(crate) fn gemv(
         .map(|&(n, _)| new_act(dev, "linear", x.rows, n, out))
         .collect::<OpResult<Vec<_>>>()?;
     let ns: Vec<usize> = dims.iter().map(|d| d.0).collect();
-    let (first, units) = plan_units(outputs_per_unit(x.rows), &ns)?;
-    let blocks = grid_ctas(units as usize, dev.sm_count);
-    let aligned = |p: u64| p.is_multiple_of(16);
-    let vec = x.cols.is_multiple_of(8) && aligned(x.ptr()) && ws.iter().all(|w| aligned(w.ptr()));
-    let mut p = Params {
+    let l = Launch {
+        op: "linear",
+        entry,
         x: x.ptr(),
-        rows: int("linear", "rows", x.rows)?,
-        k: int("linear", "in features", x.cols)?,
-        out_f32: i32::from(out == Dtype::F32),
-        count: ws.len() as i32,
-        vec: i32::from(vec),
-        units,
-        ..Params::default()
+        rows: x.rows,
+        k: x.cols,
+        out,
+        // 8 bf16 a 16-byte chunk.
+        vec: vec_loads(x.cols, 8, x.ptr(), ws.iter().map(|w| w.ptr())),
+        per_unit: outputs_per_unit(x.rows),
+        ns: &ns,
     };
-    for (i, (w, y)) in ws.iter().zip(&ys).enumerate() {
-        p.m[i] = Mat {
-            w: w.ptr(),
-            y: y.ptr(),
-            n: int("linear", "out features", w.rows)?,
-            first_unit: first[i],
-        };
-    }
-    let mut params = [&mut p as *mut Params as *mut c_void];
-    // SAFETY: `p` matches the kernel's `Params` (layout unit-tested); x holds
+    let mat = |i: usize, first_unit: i32| {
+        Ok(Mat {
+            w: ws[i].ptr(),
+            y: ys[i].ptr(),
+            n: int("linear", "out features", ws[i].rows)?,
+            first_unit,
+        })
+    };
+    // SAFETY: `entry` takes `Params<Mat>` (layout unit-tested); x holds
     // rows · k bf16, each W_i n_i · k bf16 and each y_i rows · n_i of `out`;
-    // the units cover every matrix's outputs (`plan_units`) and the warps
-    // stride over them whatever the grid; the kernel reads only the weights
-    // before it waits for the previous kernel (programmatic launch): weights
-    // are uploaded (or initialised) before any step and never written by a
-    // kernel that lets the next one start early.
-    unsafe { launch_packed_pdl(dev, entry, (blocks, 1, 1), THREADS, &mut params)? };
+    // weights are uploaded (or initialised) before any step and never
+    // written by a kernel that lets the next one start early.
+    unsafe { launch_params(dev, l, mat)? };
     Ok(ys)
 }
 
@@ -255,15 +326,16 @@ mod tests {
 
     #[test]
     fn params_layout_is_the_kernels() {
-        // static_assert in gemv.cu: sizeof(Mat) == 24, sizeof(Params) == 32 + 24 · MAX_MATS.
+        // static_assert in gemv.cu: sizeof(Bf16W::Mat) == 24,
+        // sizeof(Params<Bf16W>) == 32 + 24 · MAX_MATS.
         assert_eq!(size_of::<Mat>(), 24);
         assert_eq!(offset_of!(Mat, n), 16);
         assert_eq!(offset_of!(Mat, first_unit), 20);
-        assert_eq!(size_of::<Params>(), 32 + 24 * MAX_MATS);
-        assert_eq!(offset_of!(Params, rows), 8);
-        assert_eq!(offset_of!(Params, vec), 24);
-        assert_eq!(offset_of!(Params, units), 28);
-        assert_eq!(offset_of!(Params, m), 32);
+        assert_eq!(size_of::<Params<Mat>>(), 32 + 24 * MAX_MATS);
+        assert_eq!(offset_of!(Params<Mat>, rows), 8);
+        assert_eq!(offset_of!(Params<Mat>, vec), 24);
+        assert_eq!(offset_of!(Params<Mat>, units), 28);
+        assert_eq!(offset_of!(Params<Mat>, m), 32);
     }
 
     #[test]
@@ -290,6 +362,16 @@ mod tests {
         assert_eq!(grid_ctas(1, 132), 1);
         assert_eq!(grid_ctas(0, 132), 1);
         assert_eq!(grid_ctas(100, 0), 4);
+    }
+
+    #[test]
+    fn the_16_byte_path_needs_whole_chunks_and_aligned_pointers() {
+        assert!(vec_loads(2048, 8, 256, [512, 1024]));
+        assert!(vec_loads(2040, 8, 256, [512]));
+        assert!(!vec_loads(2040, 16, 256, [512]));
+        assert!(!vec_loads(2044, 8, 256, [512]));
+        assert!(!vec_loads(2048, 8, 264, [512]));
+        assert!(!vec_loads(2048, 16, 256, [512, 520]));
     }
 
     #[test]

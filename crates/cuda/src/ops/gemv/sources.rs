@@ -9,6 +9,8 @@ pub const GEMV: KernelSource = KernelSource {
     file: "gemv.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        "#define HEADROOM_GEMV_NS headroom_gemv\n",
+        include_str!("gemv_body.cuh"),
         include_str!("gemv.cu")
     ),
     entry_points: &[
