@@ -70,6 +70,7 @@ using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
+using headroom_moe_tiles::expert_of;  // moe_tile_list.cuh, compiled in front of this file
 
 // Shared-memory matrix descriptor, 128-byte swizzle (K-major; LBO unused).
 __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr) {
@@ -112,12 +113,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     const int rt = blockIdx.x / (2 * n_tiles);
     const int half = (blockIdx.x / n_tiles) % 2, nt = blockIdx.x % n_tiles;
     if (rt >= tile_offsets[experts]) return;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
-    }
-    const int e = lo;
+    const int e = expert_of(rt, tile_offsets, experts);
     const int m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM + half * HM;
     const int rows = min(HM, expert_offsets[e + 1] - m0);
     if (rows <= 0) return;  // the tile's second half is empty

@@ -45,6 +45,8 @@ using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
+using headroom_moe_tiles::Tile;
+using headroom_moe_tiles::row_tile;  // moe_tile_list.cuh, compiled in front of this file
 
 // Shared-memory matrix descriptor, 128-byte swizzle.
 __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
@@ -127,14 +129,8 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int rt = blockIdx.x / n_tiles, nt = blockIdx.x % n_tiles;
     if (rt >= tile_offsets[experts]) return;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
-    }
-    const int e = lo;
-    const int m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM;
-    const int rows = min(BM, expert_offsets[e + 1] - m0);
+    const Tile tl = row_tile<BM>(rt, nt, expert_offsets, tile_offsets, experts);
+    const int e = tl.e, m0 = tl.m0, rows = tl.rows;
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wg = warp / 4, wq = warp % 4;

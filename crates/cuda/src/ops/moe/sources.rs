@@ -35,6 +35,7 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("moe_tile_list.cuh"),
         include_str!("moe_grouped_gemm_wgmma.cu")
     ),
     entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"],
@@ -48,6 +49,7 @@ pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("moe_tile_list.cuh"),
         include_str!("moe_grouped_gemm_fp8.cu")
     ),
     entry_points: &["moe_gemm_gate_up_fp8", "moe_gemm_down_fp8"],
