@@ -59,16 +59,12 @@ using headroom_async::cp_async_16;
 using headroom_async::cp_async_commit;
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// moe_gemm_common.cuh, compiled in front of this file.
+using headroom_moe_common::source_row;
+using headroom_moe_common::silu_mul;
+using headroom_moe_common::store_bf16x2;
+using headroom_moe_common::ldmatrix_x4;
+using headroom_moe_common::mma_bf16;
 
 // First tile row of the warp's n8 block j. Gate_up: blocks 0..NI/2-1 are gate
 // rows, NI/2.. the up rows of the same columns.
@@ -113,9 +109,7 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     for (int j = 0; j < LOADS; ++j) {
         const int r = ld_row + j * ROW_STEP;
         a_ok[j] = r < rows;
-        long long src = 0;
-        if (a_ok[j]) src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
-        a_ptr[j] = a_src + src * K + ld_chunk * CHUNK;
+        a_ptr[j] = a_src + source_row<GATE_UP>(slot_token, m0 + r, a_ok[j]) * K + ld_chunk * CHUNK;
         long long wrow;
         if (GATE_UP) {
             wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
@@ -199,16 +193,14 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
                     const int col = nt * GATE_UP_COLS + warp_n * (WN / 2) + j * 8 + (lane % 4) * 2;
                     const float g0 = acc[i][j][2 * h], g1 = acc[i][j][2 * h + 1];
                     const float u0 = acc[i][j + NI / 2][2 * h], u1 = acc[i][j + NI / 2][2 * h + 1];
-                    const float v0 = g0 / (1.f + expf(-g0)) * u0;
-                    const float v1 = g1 / (1.f + expf(-g1)) * u1;
-                    *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+                    const float v0 = silu_mul(g0, u0), v1 = silu_mul(g1, u1);
+                    store_bf16x2(orow + col, v0, v1);
                 }
             } else {
 #pragma unroll
                 for (int j = 0; j < NI; ++j) {
                     const int col = nt * BN + warp_n * WN + j * 8 + (lane % 4) * 2;
-                    *reinterpret_cast<__nv_bfloat162*>(orow + col) =
-                        __floats2bfloat162_rn(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                    store_bf16x2(orow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
                 }
             }
         }

@@ -23,6 +23,7 @@ pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
     file: "moe_grouped_gemm.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("moe_gemm_common.cuh"),
         include_str!("moe_grouped_gemm.cu")
     ),
     entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
@@ -76,6 +77,7 @@ pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
         include_str!("moe_grouped_gemm_stream.cu")
     ),
     entry_points: &["moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16"],

@@ -1,0 +1,57 @@
+// moe_gemm_common.cuh: the pieces every grouped GEMM of the sparse MoE's
+// routed experts shares, on any sm_80+ GPU: the source row a sorted row reads
+// (the gate+up gather through slot_token), the 16-byte-chunk swizzle of the
+// shared-memory tiles, SiLU(gate)·up, the bf16 pair store of the epilogues and
+// the mma.sync m16n8k16 wrappers. Compiled in front of moe_grouped_gemm.cu and
+// its _wgmma, _fp8, _wide and _stream variants (after moe_tile_list.cuh); each
+// brings the names into its namespace with using-declarations. No
+// warpgroup-MMA text here: the sm_80 sources include it (the sm_90a pieces are
+// in moe_wgmma_common.cuh).
+#ifndef HEADROOM_MOE_GEMM_COMMON_CUH
+#define HEADROOM_MOE_GEMM_COMMON_CUH
+
+#include <cuda_bf16.h>
+
+namespace headroom_moe_common {
+
+// The A row that sorted row m reads: x row slot_token[m] (GATE_UP: no
+// gathered copy of x) or act row m; row 0 when !valid (a row past the tile,
+// whose copies read nothing).
+template <bool GATE_UP>
+__device__ __forceinline__ long long source_row(const int* __restrict__ slot_token, int m, bool valid) {
+    long long src = 0;
+    if (valid) src = GATE_UP ? (long long)slot_token[m] : (long long)m;
+    return src;
+}
+
+// Byte offset of 16-byte chunk c of row r in a tile of ROW_BYTES-byte rows:
+// chunk XOR (row mod 8) puts 8 consecutive rows' chunks in 8 different bank
+// groups (conflict-free ldmatrix and fragment writes); with 128-byte rows it
+// is the SW128 layout of the wgmma descriptors.
+template <int ROW_BYTES>
+__device__ __forceinline__ int swizzle16(int r, int c) { return r * ROW_BYTES + ((c ^ (r & 7)) * 16); }
+
+// The gate+up epilogue's act value: SiLU(gate)·up.
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
+
+// Two f32 values as a bf16 pair at p (4 bytes, global or shared).
+__device__ __forceinline__ void store_bf16x2(void* p, float v0, float v1) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+}
+
+// mma.sync m16n8k16 bf16 -> f32 and its ldmatrix operand loads.
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace headroom_moe_common
+
+#endif  // HEADROOM_MOE_GEMM_COMMON_CUH
