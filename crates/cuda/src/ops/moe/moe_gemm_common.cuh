@@ -31,7 +31,9 @@ __device__ __forceinline__ long long source_row(const int* __restrict__ slot_tok
 template <int ROW_BYTES>
 __device__ __forceinline__ int swizzle16(int r, int c) { return r * ROW_BYTES + ((c ^ (r & 7)) * 16); }
 
-// The gate+up epilogue's act value: SiLU(gate)·up.
+// The gate+up epilogue's act value: SiLU(gate)·up. Callers name a pair's two
+// values in order (const float v0 = ..., v1 = ...;): as the arguments of one
+// call their order is the compiler's, and the cubin changes.
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + expf(-g)) * u; }
 
 // Two f32 values as a bf16 pair at p (4 bytes, global or shared).

@@ -45,17 +45,17 @@ using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
+// moe_tile_list.cuh, moe_gemm_common.cuh and moe_wgmma_common.cuh, compiled
+// in front of this file.
 using headroom_moe_tiles::Tile;
-using headroom_moe_tiles::row_tile;  // moe_tile_list.cuh, compiled in front of this file
-
-// Shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
-    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
-    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
-    return d;
-}
+using headroom_moe_tiles::row_tile;
+using headroom_moe_common::source_row;
+using headroom_moe_common::swizzle16;
+using headroom_moe_common::silu_mul;
+using headroom_moe_common::store_bf16x2;
+using headroom_moe_wgmma_common::desc_sw128;
+using headroom_moe_wgmma_common::stage_y;
+using headroom_moe_wgmma_common::copy_y;
 
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long da, unsigned long long db) {
     asm volatile(
@@ -65,11 +65,11 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long l
         : "l"(da), "l"(db));
 }
 
-// The gate+up epilogue of one tile: SiLU(gate)·up to bf16 act.
-// Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8 rows below,
-// columns j*8 + (lane%4)*2 + {0,1}.
-__device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restrict__ out, int m0, int rows,
-                                           int nt, int n_out, int wg, int wq, int lane) {
+// The gate+up epilogue of one tile: SiLU(gate)·up to bf16 act, from the
+// fragments (moe_wgmma_common.cuh's layout). Not that header's store_act: its
+// column addressing compiles to a different cubin here.
+__device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restrict__ out, int m0, int rows, int nt,
+                                          int n_out, int wg, int wq, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
@@ -80,9 +80,8 @@ __device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restri
             const int col = nt * GATE_UP_COLS + j * 8 + (lane % 4) * 2;
             const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
             const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-            const float v0 = g0 / (1.f + expf(-g0)) * u0;
-            const float v1 = g1 / (1.f + expf(-g1)) * u1;
-            *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+            const float v0 = silu_mul(g0, u0), v1 = silu_mul(g1, u1);
+            store_bf16x2(orow + col, v0, v1);
         }
     }
 }
@@ -94,29 +93,11 @@ __device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restri
 __device__ __forceinline__ void store_tile_staged(const float (&acc)[64], bf16* __restrict__ out, int m0,
                                                   int rows, int nt, int n_out, int wg, int wq, int lane,
                                                   int tid, unsigned char* tile) {
-    constexpr int ROW_BYTES = BN * 2;  // 256
-    constexpr int ROW_CHUNKS16 = ROW_BYTES / 16;
-    static_assert(BM * ROW_BYTES <= STAGE_BYTES, "the staged tile fits one stage");
+    static_assert(BN * 2 == 256 && BM * 256 <= STAGE_BYTES, "the staged tile: one stage, 256-byte rows");
     __syncthreads();  // both warpgroups' last wgmmas have read the stages
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-            const int off = r * ROW_BYTES + ((j ^ (r & 7)) * 16) + (lane % 4) * 4;
-            *reinterpret_cast<__nv_bfloat162*>(tile + off) =
-                __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        }
-    }
+    stage_y(acc, tile, wg * WG_ROWS + wq * 16, 0, lane);
     __syncthreads();
-#pragma unroll
-    for (int it = 0; it < BM * ROW_CHUNKS16 / THREADS; ++it) {
-        const int idx = tid + it * THREADS;
-        const int r = idx / ROW_CHUNKS16, c = idx % ROW_CHUNKS16;
-        if (r >= rows) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(tile + r * ROW_BYTES + ((c ^ (r & 7)) * 16));
-        *reinterpret_cast<uint4*>(out + (long long)(m0 + r) * n_out + nt * BN + c * 8) = v;
-    }
+    copy_y<BM, THREADS>(tile, out, m0, rows, 0, nt * BN, 0, n_out, tid);
 }
 
 template <bool GATE_UP>
@@ -143,9 +124,7 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     for (int j = 0; j < LOADS; ++j) {
         const int r = ld_row + j * ROW_STEP;
         a_ok[j] = r < rows;
-        long long src = 0;
-        if (a_ok[j]) src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
-        a_ptr[j] = a_src + src * K + ld_chunk * CHUNK;
+        a_ptr[j] = a_src + source_row<GATE_UP>(slot_token, m0 + r, a_ok[j]) * K + ld_chunk * CHUNK;
         long long wrow;
         if (GATE_UP) {
             wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
@@ -155,7 +134,7 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
         b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
     }
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
+    const unsigned dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
 
     auto load_stage = [&](int stage, int kt) {
         const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;

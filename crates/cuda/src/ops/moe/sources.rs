@@ -37,6 +37,8 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
+        include_str!("moe_wgmma_common.cuh"),
         include_str!("moe_grouped_gemm_wgmma.cu")
     ),
     entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"],
@@ -51,6 +53,8 @@ pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
+        include_str!("moe_wgmma_common.cuh"),
         include_str!("moe_grouped_gemm_fp8.cu")
     ),
     entry_points: &["moe_gemm_gate_up_fp8", "moe_gemm_down_fp8"],
@@ -64,6 +68,8 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
+        include_str!("moe_wgmma_common.cuh"),
         include_str!("moe_grouped_gemm_wide.cu")
     ),
     entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
