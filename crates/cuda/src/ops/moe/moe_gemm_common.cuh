@@ -1,12 +1,14 @@
-// moe_gemm_common.cuh: the pieces every grouped GEMM of the sparse MoE's
-// routed experts shares, on any sm_80+ GPU: the source row a sorted row reads
-// (the gate+up gather through slot_token), the 16-byte-chunk swizzle of the
-// shared-memory tiles, SiLU(gate)·up, the bf16 pair store of the epilogues and
-// the mma.sync m16n8k16 wrappers. Compiled in front of moe_grouped_gemm.cu and
-// its _wgmma, _fp8, _wide and _stream variants (after moe_tile_list.cuh); each
-// brings the names into its namespace with using-declarations. No
-// warpgroup-MMA text here: the sm_80 sources include it (the sm_90a pieces are
-// in moe_wgmma_common.cuh).
+// moe_gemm_common.cuh: the pieces the grouped GEMMs of the sparse MoE's
+// routed experts share, on any sm_80+ GPU: the source row a sorted row reads
+// (the gate+up gather through slot_token), the 128 x 128 kernels' operand
+// pointers (tile_sources), the 16-byte-chunk swizzle of the shared-memory
+// tiles, SiLU(gate)·up, the bf16 pair store of the epilogues and the mma.sync
+// m16n8k16 wrappers. Compiled in front of moe_grouped_gemm.cu and its _wgmma,
+// _fp8, _wide and _stream variants (after moe_tile_list.cuh, where a source
+// takes both); each brings the names it uses into its namespace with
+// using-declarations. No warpgroup-MMA text here: the sm_80 sources include it
+// (the sm_90a pieces are in moe_wgmma_common.cuh). The helpers keep the
+// kernels' generated code byte for byte (moe_wgmma_common.cuh says how).
 #ifndef HEADROOM_MOE_GEMM_COMMON_CUH
 #define HEADROOM_MOE_GEMM_COMMON_CUH
 
@@ -22,6 +24,34 @@ __device__ __forceinline__ long long source_row(const int* __restrict__ slot_tok
     long long src = 0;
     if (valid) src = GATE_UP ? (long long)slot_token[m] : (long long)m;
     return src;
+}
+
+// The load side of the 128 x 128 kernels (moe_grouped_gemm.cu and its _wgmma
+// variant): the sources of a thread's LOADS 16-byte chunks (chunk ld_chunk of
+// tile rows ld_row + j * ROW_STEP) of A (a_ok: the row is in the tile) and of
+// B, expert e's weight rows: gate+up tile rows < BN / 2 are gate rows
+// nt * BN / 2 + r, the others the up rows of the same columns; down: rows
+// nt * BN + r.
+template <bool GATE_UP, int BN, int LOADS, int ROW_STEP>
+__device__ __forceinline__ void tile_sources(const __nv_bfloat16* __restrict__ a_src,
+                                             const int* __restrict__ slot_token, const __nv_bfloat16* __restrict__ w,
+                                             int e, int m0, int rows, int nt, int K, int n_out, int ld_row,
+                                             int ld_chunk, const __nv_bfloat16* (&a_ptr)[LOADS],
+                                             const __nv_bfloat16* (&b_ptr)[LOADS], bool (&a_ok)[LOADS]) {
+    constexpr int GATE_UP_COLS = BN / 2;
+#pragma unroll
+    for (int j = 0; j < LOADS; ++j) {
+        const int r = ld_row + j * ROW_STEP;
+        a_ok[j] = r < rows;
+        a_ptr[j] = a_src + source_row<GATE_UP>(slot_token, m0 + r, a_ok[j]) * K + ld_chunk * 8;
+        long long wrow;
+        if (GATE_UP) {
+            wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
+        } else {
+            wrow = (long long)e * n_out + nt * BN + r;
+        }
+        b_ptr[j] = w + wrow * K + ld_chunk * 8;
+    }
 }
 
 // Byte offset of 16-byte chunk c of row r in a tile of ROW_BYTES-byte rows:

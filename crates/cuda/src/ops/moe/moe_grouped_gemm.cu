@@ -60,7 +60,7 @@ using headroom_async::cp_async_commit;
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 // moe_gemm_common.cuh, compiled in front of this file.
-using headroom_moe_common::source_row;
+using headroom_moe_common::tile_sources;
 using headroom_moe_common::silu_mul;
 using headroom_moe_common::store_bf16x2;
 using headroom_moe_common::ldmatrix_x4;
@@ -89,7 +89,9 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int rt = blockIdx.x / n_tiles, nt = blockIdx.x % n_tiles;
     if (rt >= tile_offsets[experts]) return;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
+    // moe_tile_list.cuh's expert_of, written out with hi declared first: this
+    // kernel's cubin changes through the call, or with lo declared first.
+    int hi = experts, lo = 0;  // tile_offsets[lo] <= rt < tile_offsets[hi]
     while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
@@ -105,19 +107,8 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const bf16* a_ptr[LOADS];
     const bf16* b_ptr[LOADS];
     bool a_ok[LOADS];
-#pragma unroll
-    for (int j = 0; j < LOADS; ++j) {
-        const int r = ld_row + j * ROW_STEP;
-        a_ok[j] = r < rows;
-        a_ptr[j] = a_src + source_row<GATE_UP>(slot_token, m0 + r, a_ok[j]) * K + ld_chunk * CHUNK;
-        long long wrow;
-        if (GATE_UP) {
-            wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
-        } else {
-            wrow = (long long)e * n_out + nt * BN + r;
-        }
-        b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
-    }
+    tile_sources<GATE_UP, BN, LOADS, ROW_STEP>(a_src, slot_token, w, e, m0, rows, nt, K, n_out, ld_row, ld_chunk, a_ptr,
+                                               b_ptr, a_ok);
     const unsigned smem0 = smem_u32(smem_raw);
     const unsigned dst0 = (unsigned)swz(ld_row, ld_chunk) * 2;  // (ld_row + j*ROW_STEP) & 7 == ld_row & 7
 

@@ -49,7 +49,7 @@ using headroom_async::fence_operands;
 // in front of this file.
 using headroom_moe_tiles::Tile;
 using headroom_moe_tiles::row_tile;
-using headroom_moe_common::source_row;
+using headroom_moe_common::tile_sources;
 using headroom_moe_common::swizzle16;
 using headroom_moe_common::silu_mul;
 using headroom_moe_common::store_bf16x2;
@@ -120,19 +120,8 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const bf16* a_ptr[LOADS];
     const bf16* b_ptr[LOADS];
     bool a_ok[LOADS];
-#pragma unroll
-    for (int j = 0; j < LOADS; ++j) {
-        const int r = ld_row + j * ROW_STEP;
-        a_ok[j] = r < rows;
-        a_ptr[j] = a_src + source_row<GATE_UP>(slot_token, m0 + r, a_ok[j]) * K + ld_chunk * CHUNK;
-        long long wrow;
-        if (GATE_UP) {
-            wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
-        } else {
-            wrow = (long long)e * n_out + nt * BN + r;
-        }
-        b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
-    }
+    tile_sources<GATE_UP, BN, LOADS, ROW_STEP>(a_src, slot_token, w, e, m0, rows, nt, K, n_out, ld_row, ld_chunk, a_ptr,
+                                               b_ptr, a_ok);
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
 
