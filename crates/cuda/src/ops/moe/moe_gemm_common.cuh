@@ -86,4 +86,24 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 
 }  // namespace headroom_moe_common
 
+// The two bf16 entry points of moe_grouped_gemm.cu and its _wgmma, _wide and
+// _stream variants, one signature for all (the launcher's): gate+up reads x
+// through slot_token and writes act [rows][inter] (BODY<true>), down reads
+// act and writes y [rows][hidden] (BODY<false>). THREADS is the source's block
+// size, MIN_CTAS its CTAs per SM.
+#define HEADROOM_MOE_GATE_UP_ENTRY(NAME, BODY, MIN_CTAS)                                                      \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)                                          \
+    NAME(const bf16* __restrict__ x, const int* __restrict__ slot_token, const bf16* __restrict__ gate_up,   \
+         bf16* __restrict__ act, const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets, \
+         int experts, int hidden, int inter) {                                                                 \
+        BODY<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);          \
+    }
+#define HEADROOM_MOE_DOWN_ENTRY(NAME, BODY, MIN_CTAS)                                                         \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_CTAS)                                          \
+    NAME(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,                  \
+         const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets, int experts, int inter, \
+         int hidden) {                                                                                         \
+        BODY<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);               \
+    }
+
 #endif  // HEADROOM_MOE_GEMM_COMMON_CUH

@@ -264,19 +264,7 @@ __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, cons
     cp_async_wait<0>();
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_gate_up_stream_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                             const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                             const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                             int experts, int hidden, int inter) {
-    stream_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_stream_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                          const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                          int experts, int inter, int hidden) {
-    stream_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
+HEADROOM_MOE_GATE_UP_ENTRY(moe_gemm_gate_up_stream_bf16, stream_gemm, 2)
+HEADROOM_MOE_DOWN_ENTRY(moe_gemm_down_stream_bf16, stream_gemm, 2)
 
 }  // namespace headroom_moe_stream
