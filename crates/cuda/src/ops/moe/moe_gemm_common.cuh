@@ -54,6 +54,22 @@ __device__ __forceinline__ void tile_sources(const __nv_bfloat16* __restrict__ a
     }
 }
 
+// The sources of a thread's first B chunk in each half of a tile of BN weight
+// rows of expert e (tile row `row`, `off` elements into the row): gate+up,
+// gate row nt * BN / 2 + row (lo) and the up row of the same column (hi);
+// down, rows nt * BN + row and BN / 2 below (the wide and FP8 kernels).
+template <bool GATE_UP, int BN, typename T>
+__device__ __forceinline__ void weight_halves(const T* __restrict__ w, int e, int nt, int row, int K, int n_out,
+                                              int off, const T*& lo, const T*& hi) {
+    if (GATE_UP) {
+        lo = w + ((long long)e * 2 * n_out + nt * (BN / 2) + row) * K + off;
+        hi = lo + (long long)n_out * K;  // the up rows of the same columns
+    } else {
+        lo = w + ((long long)e * n_out + nt * BN + row) * K + off;
+        hi = lo + (long long)(BN / 2) * K;
+    }
+}
+
 // Byte offset of 16-byte chunk c of row r in a tile of ROW_BYTES-byte rows:
 // chunk XOR (row mod 8) puts 8 consecutive rows' chunks in 8 different bank
 // groups (conflict-free ldmatrix and fragment writes); with 128-byte rows it

@@ -74,6 +74,7 @@ using headroom_async::fence_operands;
 // in front of this file.
 using headroom_moe_tiles::expert_of;
 using headroom_moe_common::source_row;
+using headroom_moe_common::weight_halves;
 using headroom_moe_common::swizzle16;
 using headroom_moe_common::store_bf16x2;
 using headroom_moe_wgmma_common::desc_sw128;
@@ -131,13 +132,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     }
     const u8* b_lo;
     const u8* b_hi;
-    if (GATE_UP) {
-        b_lo = w + ((long long)e * 2 * n_out + nt * GATE_UP_COLS + ld_row) * K + ld_chunk * 16;
-        b_hi = b_lo + (long long)n_out * K;  // the up rows of the same columns
-    } else {
-        b_lo = w + ((long long)e * n_out + nt * BN + ld_row) * K + ld_chunk * 16;
-        b_hi = b_lo + (long long)(BN / 2) * K;
-    }
+    weight_halves<GATE_UP, BN>(w, e, nt, ld_row, K, n_out, ld_chunk * 16, b_lo, b_hi);
     const long long b_step = (long long)ROW_STEP * K;
 
     // Scales: this thread's two accumulator rows (wq * 16 + lane / 4 and 8

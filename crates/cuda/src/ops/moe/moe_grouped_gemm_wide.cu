@@ -85,6 +85,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
 using headroom_moe_tiles::Tile;
 using headroom_moe_tiles::tile_at;
 using headroom_moe_common::source_row;
+using headroom_moe_common::weight_halves;
 using headroom_moe_common::swizzle16;
 using headroom_moe_wgmma_common::desc_sw128;
 using headroom_moe_wgmma_common::store_act;
@@ -137,13 +138,7 @@ struct Loader {
             a_ok[q] = r < tl.rows;
             a_ptr[q] = a_src + source_row<GATE_UP>(slot_token, tl.m0 + r, a_ok[q]) * K + chunk * CHUNK;
         }
-        if (GATE_UP) {
-            b_lo = w + ((long long)tl.e * 2 * n_out + tl.nt * GATE_UP_COLS + row) * K + chunk * CHUNK;
-            b_hi = b_lo + (long long)n_out * K;  // the up rows of the same columns
-        } else {
-            b_lo = w + ((long long)tl.e * n_out + tl.nt * BN + row) * K + chunk * CHUNK;
-            b_hi = b_lo + (long long)(BN / 2) * K;
-        }
+        weight_halves<GATE_UP, BN>(w, tl.e, tl.nt, row, K, n_out, chunk * CHUNK, b_lo, b_hi);
     }
 
     // Issues the cp.async chunks of k-step kt into the stage at `base` (its
