@@ -1,14 +1,15 @@
 // moe_gemm_common.cuh: the pieces the grouped GEMMs of the sparse MoE's
 // routed experts share, on any sm_80+ GPU: the source row a sorted row reads
-// (the gate+up gather through slot_token), the 128 x 128 kernels' operand
-// pointers (tile_sources), the 16-byte-chunk swizzle of the shared-memory
-// tiles, SiLU(gate)·up, the bf16 pair store of the epilogues and the mma.sync
-// m16n8k16 wrappers. Compiled in front of moe_grouped_gemm.cu and its _wgmma,
-// _fp8, _wide and _stream variants (after moe_tile_list.cuh, where a source
-// takes both); each brings the names it uses into its namespace with
-// using-declarations. No warpgroup-MMA text here: the sm_80 sources include it
-// (the sm_90a pieces are in moe_wgmma_common.cuh). The helpers keep the
-// kernels' generated code byte for byte (moe_wgmma_common.cuh says how).
+// (the gate+up gather through slot_token), the operand pointers (tile_sources
+// for the 128 x 128 kernels, weight_halves for the wide and FP8 ones), the
+// 16-byte-chunk swizzle of the shared-memory tiles, SiLU(gate)·up, the bf16
+// pair store of the epilogues, the mma.sync m16n8k16 wrappers and the bf16
+// kernels' two entry points (macros). Compiled in front of moe_grouped_gemm.cu
+// and its _wgmma, _fp8, _wide and _stream variants (after moe_tile_list.cuh,
+// where a source takes both); each brings the names it uses into its namespace
+// with using-declarations. No warpgroup-MMA text here: the sm_80 sources
+// include it (the sm_90a pieces are in moe_wgmma_common.cuh). The helpers keep
+// the kernels' generated code byte for byte (moe_wgmma_common.cuh says how).
 #ifndef HEADROOM_MOE_GEMM_COMMON_CUH
 #define HEADROOM_MOE_GEMM_COMMON_CUH
 
