@@ -33,26 +33,34 @@ __device__ __forceinline__ long long source_row(const int* __restrict__ slot_tok
 // B, expert e's weight rows: gate+up tile rows < BN / 2 are gate rows
 // nt * BN / 2 + r, the others the up rows of the same columns; down: rows
 // nt * BN + r.
+template <int LOADS>
+struct TileSources {
+    const __nv_bfloat16* a_ptr[LOADS];
+    const __nv_bfloat16* b_ptr[LOADS];
+    bool a_ok[LOADS];
+};
 template <bool GATE_UP, int BN, int LOADS, int ROW_STEP>
-__device__ __forceinline__ void tile_sources(const __nv_bfloat16* __restrict__ a_src,
-                                             const int* __restrict__ slot_token, const __nv_bfloat16* __restrict__ w,
-                                             int e, int m0, int rows, int nt, int K, int n_out, int ld_row,
-                                             int ld_chunk, const __nv_bfloat16* (&a_ptr)[LOADS],
-                                             const __nv_bfloat16* (&b_ptr)[LOADS], bool (&a_ok)[LOADS]) {
+__device__ __forceinline__ TileSources<LOADS> tile_sources(const __nv_bfloat16* __restrict__ a_src,
+                                                           const int* __restrict__ slot_token,
+                                                           const __nv_bfloat16* __restrict__ w, int e, int m0,
+                                                           int rows, int nt, int K, int n_out, int ld_row,
+                                                           int ld_chunk) {
     constexpr int GATE_UP_COLS = BN / 2;
+    TileSources<LOADS> s;
 #pragma unroll
     for (int j = 0; j < LOADS; ++j) {
         const int r = ld_row + j * ROW_STEP;
-        a_ok[j] = r < rows;
-        a_ptr[j] = a_src + source_row<GATE_UP>(slot_token, m0 + r, a_ok[j]) * K + ld_chunk * 8;
+        s.a_ok[j] = r < rows;
+        s.a_ptr[j] = a_src + source_row<GATE_UP>(slot_token, m0 + r, s.a_ok[j]) * K + ld_chunk * 8;
         long long wrow;
         if (GATE_UP) {
             wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
         } else {
             wrow = (long long)e * n_out + nt * BN + r;
         }
-        b_ptr[j] = w + wrow * K + ld_chunk * 8;
+        s.b_ptr[j] = w + wrow * K + ld_chunk * 8;
     }
+    return s;
 }
 
 // The sources of a thread's first B chunk in each half of a tile of BN weight

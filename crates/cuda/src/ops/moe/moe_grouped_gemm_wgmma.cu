@@ -117,11 +117,8 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const int wg = warp / 4, wq = warp % 4;
     const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
 
-    const bf16* a_ptr[LOADS];
-    const bf16* b_ptr[LOADS];
-    bool a_ok[LOADS];
-    tile_sources<GATE_UP, BN, LOADS, ROW_STEP>(a_src, slot_token, w, e, m0, rows, nt, K, n_out, ld_row, ld_chunk, a_ptr,
-                                               b_ptr, a_ok);
+    const auto src = tile_sources<GATE_UP, BN, LOADS, ROW_STEP>(a_src, slot_token, w, e, m0, rows, nt, K, n_out, ld_row,
+                                                                ld_chunk);
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
 
@@ -129,8 +126,8 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
         const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) {
-            cp_async_16(base + j * ROW_STEP * 128, a_ptr[j] + kt * BK, a_ok[j]);
-            cp_async_16(base + A_BYTES + j * ROW_STEP * 128, b_ptr[j] + kt * BK, true);
+            cp_async_16(base + j * ROW_STEP * 128, src.a_ptr[j] + kt * BK, src.a_ok[j]);
+            cp_async_16(base + A_BYTES + j * ROW_STEP * 128, src.b_ptr[j] + kt * BK, true);
         }
     };
 
