@@ -59,16 +59,12 @@ using headroom_async::cp_async_16;
 using headroom_async::cp_async_commit;
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// moe_gemm_common.cuh, compiled in front of this file.
+using headroom_moe_common::tile_sources;
+using headroom_moe_common::silu_mul;
+using headroom_moe_common::store_bf16x2;
+using headroom_moe_common::ldmatrix_x4;
+using headroom_moe_common::mma_bf16;
 
 // First tile row of the warp's n8 block j. Gate_up: blocks 0..NI/2-1 are gate
 // rows, NI/2.. the up rows of the same columns.
@@ -93,7 +89,9 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int rt = blockIdx.x / n_tiles, nt = blockIdx.x % n_tiles;
     if (rt >= tile_offsets[experts]) return;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
+    // moe_tile_list.cuh's expert_of, written out with hi declared first: this
+    // kernel's cubin changes through the call, or with lo declared first.
+    int hi = experts, lo = 0;  // tile_offsets[lo] <= rt < tile_offsets[hi]
     while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
         if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
@@ -106,24 +104,8 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const int warp_m = warp % WARPS_M, warp_n = warp / WARPS_M;
     const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
 
-    const bf16* a_ptr[LOADS];
-    const bf16* b_ptr[LOADS];
-    bool a_ok[LOADS];
-#pragma unroll
-    for (int j = 0; j < LOADS; ++j) {
-        const int r = ld_row + j * ROW_STEP;
-        a_ok[j] = r < rows;
-        long long src = 0;
-        if (a_ok[j]) src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
-        a_ptr[j] = a_src + src * K + ld_chunk * CHUNK;
-        long long wrow;
-        if (GATE_UP) {
-            wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
-        } else {
-            wrow = (long long)e * n_out + nt * BN + r;
-        }
-        b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
-    }
+    const auto src = tile_sources<GATE_UP, BN, LOADS, ROW_STEP>(a_src, slot_token, w, e, m0, rows, nt, K, n_out, ld_row,
+                                                                ld_chunk);
     const unsigned smem0 = smem_u32(smem_raw);
     const unsigned dst0 = (unsigned)swz(ld_row, ld_chunk) * 2;  // (ld_row + j*ROW_STEP) & 7 == ld_row & 7
 
@@ -131,8 +113,8 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
         const unsigned base = smem0 + (unsigned)(stage * STAGE_ELEMS) * 2 + dst0;
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) {
-            cp_async_16(base + j * ROW_STEP * BK * 2, a_ptr[j] + kt * BK, a_ok[j]);
-            cp_async_16(base + A_ELEMS * 2 + j * ROW_STEP * BK * 2, b_ptr[j] + kt * BK, true);
+            cp_async_16(base + j * ROW_STEP * BK * 2, src.a_ptr[j] + kt * BK, src.a_ok[j]);
+            cp_async_16(base + A_ELEMS * 2 + j * ROW_STEP * BK * 2, src.b_ptr[j] + kt * BK, true);
         }
     };
 
@@ -199,35 +181,21 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
                     const int col = nt * GATE_UP_COLS + warp_n * (WN / 2) + j * 8 + (lane % 4) * 2;
                     const float g0 = acc[i][j][2 * h], g1 = acc[i][j][2 * h + 1];
                     const float u0 = acc[i][j + NI / 2][2 * h], u1 = acc[i][j + NI / 2][2 * h + 1];
-                    const float v0 = g0 / (1.f + expf(-g0)) * u0;
-                    const float v1 = g1 / (1.f + expf(-g1)) * u1;
-                    *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+                    const float v0 = silu_mul(g0, u0), v1 = silu_mul(g1, u1);
+                    store_bf16x2(orow + col, v0, v1);
                 }
             } else {
 #pragma unroll
                 for (int j = 0; j < NI; ++j) {
                     const int col = nt * BN + warp_n * WN + j * 8 + (lane % 4) * 2;
-                    *reinterpret_cast<__nv_bfloat162*>(orow + col) =
-                        __floats2bfloat162_rn(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                    store_bf16x2(orow + col, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
                 }
             }
         }
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_gate_up_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                      const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                      const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                      int experts, int hidden, int inter) {
-    grouped_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                   const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                   int experts, int inter, int hidden) {
-    grouped_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
+HEADROOM_MOE_GATE_UP_ENTRY(moe_gemm_gate_up_bf16, grouped_gemm, 2)
+HEADROOM_MOE_DOWN_ENTRY(moe_gemm_down_bf16, grouped_gemm, 2)
 
 }  // namespace headroom_moe_gemm

@@ -70,16 +70,15 @@ using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
-
-// Shared-memory matrix descriptor, 128-byte swizzle (K-major; LBO unused).
-__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr) {
-    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
-    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)(16 >> 4) << 16;
-    d |= (unsigned long long)((SBO >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
-    return d;
-}
+// moe_tile_list.cuh, moe_gemm_common.cuh and moe_wgmma_common.cuh, compiled
+// in front of this file.
+using headroom_moe_tiles::expert_of;
+using headroom_moe_common::source_row;
+using headroom_moe_common::weight_halves;
+using headroom_moe_common::swizzle16;
+using headroom_moe_common::store_bf16x2;
+using headroom_moe_wgmma_common::desc_sw128;
+using headroom_moe_wgmma_common::store_act;
 
 // d = A·B + (accumulate ? d : 0), e4m3 x e4m3 -> f32, both K-major.
 __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[ACC], unsigned long long da,
@@ -112,12 +111,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     const int rt = blockIdx.x / (2 * n_tiles);
     const int half = (blockIdx.x / n_tiles) % 2, nt = blockIdx.x % n_tiles;
     if (rt >= tile_offsets[experts]) return;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
-    }
-    const int e = lo;
+    const int e = expert_of(rt, tile_offsets, experts);
     const int m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM + half * HM;
     const int rows = min(HM, expert_offsets[e + 1] - m0);
     if (rows <= 0) return;  // the tile's second half is empty
@@ -134,19 +128,11 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     for (int q = 0; q < A_LOADS; ++q) {
         const int r = ld_row + q * ROW_STEP;
         a_ok[q] = r < rows;
-        long long src = 0;
-        if (a_ok[q]) src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
-        a_ptr[q] = a_q + src * K + ld_chunk * 16;
+        a_ptr[q] = a_q + source_row<GATE_UP>(slot_token, m0 + r, a_ok[q]) * K + ld_chunk * 16;
     }
     const u8* b_lo;
     const u8* b_hi;
-    if (GATE_UP) {
-        b_lo = w + ((long long)e * 2 * n_out + nt * GATE_UP_COLS + ld_row) * K + ld_chunk * 16;
-        b_hi = b_lo + (long long)n_out * K;  // the up rows of the same columns
-    } else {
-        b_lo = w + ((long long)e * n_out + nt * BN + ld_row) * K + ld_chunk * 16;
-        b_hi = b_lo + (long long)(BN / 2) * K;
-    }
+    weight_halves<GATE_UP, BN>(w, e, nt, ld_row, K, n_out, ld_chunk * 16, b_lo, b_hi);
     const long long b_step = (long long)ROW_STEP * K;
 
     // Scales: this thread's two accumulator rows (wq * 16 + lane / 4 and 8
@@ -157,8 +143,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     for (int h = 0; h < 2; ++h) {
         int r = wq * 16 + lane / 4 + h * 8;
         if (r >= rows) r = 0;
-        const long long src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
-        sa[h] = a_s + src * kbs;
+        sa[h] = a_s + source_row<GATE_UP>(slot_token, m0 + r, true) * kbs;
     }
     const int n_blocks = GATE_UP ? (2 * n_out + BLOCK - 1) / BLOCK : (n_out + BLOCK - 1) / BLOCK;
     const float* sb_lo;
@@ -172,7 +157,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     }
 
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
+    const unsigned dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
     auto load_stage = [&](int stage, int kt) {
         const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
         const int k0 = kt * BK;
@@ -194,6 +179,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         if (s < kbs) load_stage(s, s);
         cp_async_commit();
     }
+    constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes (K-major SW128; LBO unused)
     for (int kt = 0; kt < kbs; ++kt) {
         cp_async_wait<STAGES - 2>();
         fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
@@ -206,7 +192,8 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < BK / 32; ++ks) {
-            wgmma_m64n128k32_e4m3(part, desc_sw128(st + ks * 32), desc_sw128(st + A_BYTES + ks * 32), ks > 0);
+            wgmma_m64n128k32_e4m3(part, desc_sw128(st + ks * 32, 16, SBO), desc_sw128(st + A_BYTES + ks * 32, 16, SBO),
+                                  ks > 0);
         }
         wgmma_commit();
         // The k-block's scales, read while the tensor cores work.
@@ -227,30 +214,19 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     }
     cp_async_wait<0>();
 
-    // Epilogue from the fragments: accumulator block j (n8) holds rows
-    // wq * 16 + lane / 4 (+ 8 for the second pair), columns j * 8 + (lane % 4) * 2 + {0, 1}.
+    // Epilogue from the fragments (moe_wgmma_common.cuh's layout; the warp's
+    // rows from wq * 16): act through store_act, y stored here.
+    if (GATE_UP) {
+        store_act(acc, out, m0, rows, wq * 16, nt * GATE_UP_COLS, n_out, lane);
+        return;
+    }
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = wq * 16 + lane / 4 + h * 8;
         if (r >= rows) continue;
-        if (GATE_UP) {
-            bf16* orow = out + (long long)(m0 + r) * n_out + nt * GATE_UP_COLS + (lane % 4) * 2;
+        bf16* orow = out + (long long)(m0 + r) * n_out + nt * BN + (lane % 4) * 2;
 #pragma unroll
-            for (int j = 0; j < NI / 2; ++j) {
-                const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
-                const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-                const float v0 = g0 / (1.f + expf(-g0)) * u0;
-                const float v1 = g1 / (1.f + expf(-g1)) * u1;
-                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = __floats2bfloat162_rn(v0, v1);
-            }
-        } else {
-            bf16* orow = out + (long long)(m0 + r) * n_out + nt * BN + (lane % 4) * 2;
-#pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) =
-                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            }
-        }
+        for (int j = 0; j < NI; ++j) store_bf16x2(orow + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
     }
 }
 

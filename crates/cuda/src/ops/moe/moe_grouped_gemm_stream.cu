@@ -59,10 +59,6 @@ constexpr int SMEM_BYTES = STAGES * STAGE_BYTES + TABLE_BYTES + 1024;  // 111624
 static_assert(2 * (SMEM_BYTES + 1024) <= 228 * 1024, "two CTAs share an SM");
 static_assert(W_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
 
-// Byte offset of 16-byte chunk c of row r in a BK-wide tile: chunk XOR (row
-// mod 8) puts the 8 rows an ldmatrix reads in 8 different bank groups.
-__device__ __forceinline__ unsigned swz(int r, int c) { return (unsigned)(r * BK * 2 + ((c ^ (r & 7)) * 16)); }
-
 using headroom_async::smem_u32;
 using headroom_async::cp_async_16;
 using headroom_async::cp_async_commit;
@@ -77,17 +73,15 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
     return p;
 }
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// moe_gemm_common.cuh, compiled in front of this file.
+using headroom_moe_common::source_row;
+using headroom_moe_common::silu_mul;
+using headroom_moe_common::ldmatrix_x4;
+using headroom_moe_common::mma_bf16;
+
+// Byte offset of 16-byte chunk c of row r in a BK-wide tile (128-byte rows),
+// XOR-swizzled by row mod 8: the 8 rows an ldmatrix reads in 8 bank groups.
+__device__ __forceinline__ unsigned swz(int r, int c) { return (unsigned)headroom_moe_common::swizzle16<BK * 2>(r, c); }
 
 // One stage on mma.sync m16n8k16: A = the warp's 16 weight rows (ldmatrix
 // from the swizzled stage at sw), B = the pass's rows (stage at st) in n8
@@ -146,9 +140,7 @@ struct Loader {
                                                int K) {
         const int r = pass * NMAX + row;
         t_ok = r < it.rows;
-        long long src = 0;
-        if (t_ok) src = GATE_UP ? (long long)slot_token[it.m0 + r] : (long long)(it.m0 + r);
-        t_ptr = a_src + src * K + chunk * CHUNK;
+        t_ptr = a_src + source_row<GATE_UP>(slot_token, it.m0 + r, t_ok) * K + chunk * CHUNK;
     }
 
     __device__ __forceinline__ void point_item(int item, int n_tiles, const bf16* __restrict__ a_src,
@@ -259,7 +251,7 @@ __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, cons
                     if (GATE_UP) {
                         const float g = acc[4 * b + c], u = acc[4 * b + 2 + c];
                         const int col = it.nt * GATE_UP_COLS + warp * 8 + lane / 4;
-                        orow[col] = __float2bfloat16_rn(g / (1.f + expf(-g)) * u);
+                        orow[col] = __float2bfloat16_rn(silu_mul(g, u));
                     } else {
                         const int col = it.nt * BW + warp * 16 + lane / 4;
                         orow[col] = __float2bfloat16_rn(acc[4 * b + c]);
@@ -272,19 +264,7 @@ __device__ __forceinline__ void stream_gemm(const bf16* __restrict__ a_src, cons
     cp_async_wait<0>();
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_gate_up_stream_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                             const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                             const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                             int experts, int hidden, int inter) {
-    stream_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_stream_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                          const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                          int experts, int inter, int hidden) {
-    stream_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
+HEADROOM_MOE_GATE_UP_ENTRY(moe_gemm_gate_up_stream_bf16, stream_gemm, 2)
+HEADROOM_MOE_DOWN_ENTRY(moe_gemm_down_stream_bf16, stream_gemm, 2)
 
 }  // namespace headroom_moe_stream

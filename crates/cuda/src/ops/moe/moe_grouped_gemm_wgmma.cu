@@ -45,15 +45,17 @@ using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
-
-// Shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
-    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
-    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
-    return d;
-}
+// moe_tile_list.cuh, moe_gemm_common.cuh and moe_wgmma_common.cuh, compiled
+// in front of this file.
+using headroom_moe_tiles::Tile;
+using headroom_moe_tiles::row_tile;
+using headroom_moe_common::tile_sources;
+using headroom_moe_common::swizzle16;
+using headroom_moe_common::silu_mul;
+using headroom_moe_common::store_bf16x2;
+using headroom_moe_wgmma_common::desc_sw128;
+using headroom_moe_wgmma_common::stage_y;
+using headroom_moe_wgmma_common::copy_y;
 
 __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long long da, unsigned long long db) {
     asm volatile(
@@ -63,11 +65,11 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], unsigned long l
         : "l"(da), "l"(db));
 }
 
-// The gate+up epilogue of one tile: SiLU(gate)·up to bf16 act.
-// Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8 rows below,
-// columns j*8 + (lane%4)*2 + {0,1}.
-__device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restrict__ out, int m0, int rows,
-                                           int nt, int n_out, int wg, int wq, int lane) {
+// The gate+up epilogue of one tile: SiLU(gate)·up to bf16 act, from the
+// fragments (moe_wgmma_common.cuh's layout). Not that header's store_act: its
+// column addressing compiles to a different cubin here.
+__device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restrict__ out, int m0, int rows, int nt,
+                                          int n_out, int wg, int wq, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
@@ -78,9 +80,8 @@ __device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restri
             const int col = nt * GATE_UP_COLS + j * 8 + (lane % 4) * 2;
             const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
             const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-            const float v0 = g0 / (1.f + expf(-g0)) * u0;
-            const float v1 = g1 / (1.f + expf(-g1)) * u1;
-            *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+            const float v0 = silu_mul(g0, u0), v1 = silu_mul(g1, u1);
+            store_bf16x2(orow + col, v0, v1);
         }
     }
 }
@@ -92,29 +93,11 @@ __device__ __forceinline__ void store_act(const float (&acc)[64], bf16* __restri
 __device__ __forceinline__ void store_tile_staged(const float (&acc)[64], bf16* __restrict__ out, int m0,
                                                   int rows, int nt, int n_out, int wg, int wq, int lane,
                                                   int tid, unsigned char* tile) {
-    constexpr int ROW_BYTES = BN * 2;  // 256
-    constexpr int ROW_CHUNKS16 = ROW_BYTES / 16;
-    static_assert(BM * ROW_BYTES <= STAGE_BYTES, "the staged tile fits one stage");
+    static_assert(BN * 2 == 256 && BM * 256 <= STAGE_BYTES, "the staged tile: one stage, 256-byte rows");
     __syncthreads();  // both warpgroups' last wgmmas have read the stages
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-            const int off = r * ROW_BYTES + ((j ^ (r & 7)) * 16) + (lane % 4) * 4;
-            *reinterpret_cast<__nv_bfloat162*>(tile + off) =
-                __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-        }
-    }
+    stage_y(acc, tile, wg * WG_ROWS + wq * 16, 0, lane);
     __syncthreads();
-#pragma unroll
-    for (int it = 0; it < BM * ROW_CHUNKS16 / THREADS; ++it) {
-        const int idx = tid + it * THREADS;
-        const int r = idx / ROW_CHUNKS16, c = idx % ROW_CHUNKS16;
-        if (r >= rows) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(tile + r * ROW_BYTES + ((c ^ (r & 7)) * 16));
-        *reinterpret_cast<uint4*>(out + (long long)(m0 + r) * n_out + nt * BN + c * 8) = v;
-    }
+    copy_y<BM, THREADS>(tile, out, m0, rows, 0, nt * BN, 0, n_out, tid);
 }
 
 template <bool GATE_UP>
@@ -127,46 +110,24 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int rt = blockIdx.x / n_tiles, nt = blockIdx.x % n_tiles;
     if (rt >= tile_offsets[experts]) return;
-    int lo = 0, hi = experts;  // tile_offsets[lo] <= rt < tile_offsets[hi]
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (tile_offsets[mid] <= rt) lo = mid; else hi = mid;
-    }
-    const int e = lo;
-    const int m0 = expert_offsets[e] + (rt - tile_offsets[e]) * BM;
-    const int rows = min(BM, expert_offsets[e + 1] - m0);
+    const Tile tl = row_tile<BM>(rt, nt, expert_offsets, tile_offsets, experts);
+    const int e = tl.e, m0 = tl.m0, rows = tl.rows;
 
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wg = warp / 4, wq = warp % 4;
     const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
 
-    const bf16* a_ptr[LOADS];
-    const bf16* b_ptr[LOADS];
-    bool a_ok[LOADS];
-#pragma unroll
-    for (int j = 0; j < LOADS; ++j) {
-        const int r = ld_row + j * ROW_STEP;
-        a_ok[j] = r < rows;
-        long long src = 0;
-        if (a_ok[j]) src = GATE_UP ? (long long)slot_token[m0 + r] : (long long)(m0 + r);
-        a_ptr[j] = a_src + src * K + ld_chunk * CHUNK;
-        long long wrow;
-        if (GATE_UP) {
-            wrow = (long long)e * 2 * n_out + (r < BN / 2 ? nt * GATE_UP_COLS + r : n_out + nt * GATE_UP_COLS + r - BN / 2);
-        } else {
-            wrow = (long long)e * n_out + nt * BN + r;
-        }
-        b_ptr[j] = w + wrow * K + ld_chunk * CHUNK;
-    }
+    const auto src = tile_sources<GATE_UP, BN, LOADS, ROW_STEP>(a_src, slot_token, w, e, m0, rows, nt, K, n_out, ld_row,
+                                                                ld_chunk);
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
-    const unsigned dst0 = (unsigned)(ld_row * 128 + ((ld_chunk ^ (ld_row & 7)) * 16));
+    const unsigned dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
 
     auto load_stage = [&](int stage, int kt) {
         const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
 #pragma unroll
         for (int j = 0; j < LOADS; ++j) {
-            cp_async_16(base + j * ROW_STEP * 128, a_ptr[j] + kt * BK, a_ok[j]);
-            cp_async_16(base + A_BYTES + j * ROW_STEP * 128, b_ptr[j] + kt * BK, true);
+            cp_async_16(base + j * ROW_STEP * 128, src.a_ptr[j] + kt * BK, src.a_ok[j]);
+            cp_async_16(base + A_BYTES + j * ROW_STEP * 128, src.b_ptr[j] + kt * BK, true);
         }
     };
 
@@ -209,19 +170,7 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_gate_up_wgmma_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                            const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                            const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                            int experts, int hidden, int inter) {
-    grouped_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_gemm_down_wgmma_s_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                           const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                           int experts, int inter, int hidden) {
-    grouped_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
+HEADROOM_MOE_GATE_UP_ENTRY(moe_gemm_gate_up_wgmma_bf16, grouped_gemm, 2)
+HEADROOM_MOE_DOWN_ENTRY(moe_gemm_down_wgmma_s_bf16, grouped_gemm, 2)
 
 }  // namespace headroom_moe_wgmma

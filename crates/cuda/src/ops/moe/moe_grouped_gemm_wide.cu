@@ -64,15 +64,6 @@ using headroom_async::wgmma_wait;
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
 using headroom_async::fence_operands;
 
-// Shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
-    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
-    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
-    return d;
-}
-
 // d = A·B + (accumulate ? d : 0): the first k-step of a tile starts from
 // zero through the scale-d predicate, so no ordinary instruction writes the
 // accumulators while a wgmma may be in flight.
@@ -89,29 +80,17 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
+// moe_tile_list.cuh, moe_gemm_common.cuh and moe_wgmma_common.cuh, compiled
+// in front of this file.
 using headroom_moe_tiles::Tile;
-using headroom_moe_tiles::tile_at;  // tile_at<BM>: moe_tile_list.cuh, compiled in front of this file
-
-// The gate+up epilogue: act = SiLU(gate)·up in bf16, stored from the fragments.
-// Accumulator block j (n8): acc[4j..4j+1] at row wq*16 + lane/4, acc[4j+2..] 8
-// rows below, columns j*8 + (lane%4)*2 + {0,1}; blocks 0..15 gate, 16..31 up.
-__device__ __forceinline__ void store_act(const float (&acc)[ACC], bf16* __restrict__ out, const Tile& tl,
-                                          int n_out, int wg, int wq, int lane) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = wg * WG_ROWS + wq * 16 + lane / 4 + h * 8;
-        if (r >= tl.rows) continue;
-        bf16* orow = out + (long long)(tl.m0 + r) * n_out + tl.nt * GATE_UP_COLS + (lane % 4) * 2;
-#pragma unroll
-        for (int j = 0; j < NI / 2; ++j) {
-            const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
-            const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-            const float v0 = g0 / (1.f + expf(-g0)) * u0;
-            const float v1 = g1 / (1.f + expf(-g1)) * u1;
-            *reinterpret_cast<__nv_bfloat162*>(orow + j * 8) = __floats2bfloat162_rn(v0, v1);
-        }
-    }
-}
+using headroom_moe_tiles::tile_at;
+using headroom_moe_common::source_row;
+using headroom_moe_common::weight_halves;
+using headroom_moe_common::swizzle16;
+using headroom_moe_wgmma_common::desc_sw128;
+using headroom_moe_wgmma_common::store_act;
+using headroom_moe_wgmma_common::stage_y;
+using headroom_moe_wgmma_common::copy_y;
 
 // The down epilogue, per warpgroup through its own EPI_BYTES of shared memory,
 // in two halves of 128 columns: bf16 fragments written with 16-byte chunks
@@ -119,34 +98,14 @@ __device__ __forceinline__ void store_act(const float (&acc)[ACC], bf16* __restr
 // row pieces of y.
 __device__ __forceinline__ void store_y(const float (&acc)[ACC], bf16* __restrict__ out, const Tile& tl,
                                         int n_out, int wg, int wq, int lane, unsigned char* buf) {
-    constexpr int ROW_BYTES = EPI_COLS * 2;       // 256
-    constexpr int ROW_CHUNKS16 = ROW_BYTES / 16;  // 16
+    static_assert(EPI_COLS * 2 == 256 && NI / 2 == 16, "each half stages 256-byte rows");
     const int t = threadIdx.x % 128;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         wg_barrier(wg);  // the previous half's (or tile's) reads of buf are done
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = wq * 16 + lane / 4 + h * 8;
-#pragma unroll
-            for (int jj = 0; jj < NI / 2; ++jj) {
-                const int j = half * (NI / 2) + jj;
-                const int off = r * ROW_BYTES + ((jj ^ (r & 7)) * 16) + (lane % 4) * 4;
-                *reinterpret_cast<__nv_bfloat162*>(buf + off) =
-                    __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-            }
-        }
+        stage_y(acc, buf, wq * 16, half * (NI / 2), lane);
         wg_barrier(wg);
-#pragma unroll
-        for (int it = 0; it < WG_ROWS * ROW_CHUNKS16 / 128; ++it) {
-            const int idx = t + it * 128;
-            const int r = idx / ROW_CHUNKS16, c = idx % ROW_CHUNKS16;
-            const int row = wg * WG_ROWS + r;
-            if (row >= tl.rows) continue;
-            const uint4 v = *reinterpret_cast<const uint4*>(buf + r * ROW_BYTES + ((c ^ (r & 7)) * 16));
-            *reinterpret_cast<uint4*>(out + (long long)(tl.m0 + row) * n_out + tl.nt * BN + half * EPI_COLS +
-                                      c * 8) = v;
-        }
+        copy_y<WG_ROWS, 128>(buf, out, tl.m0, tl.rows, wg * WG_ROWS, tl.nt * BN, half * EPI_COLS, n_out, t);
     }
 }
 
@@ -177,17 +136,9 @@ struct Loader {
         for (int q = 0; q < A_N; ++q) {
             const int r = row + q * STEP;
             a_ok[q] = r < tl.rows;
-            long long src = 0;
-            if (a_ok[q]) src = GATE_UP ? (long long)slot_token[tl.m0 + r] : (long long)(tl.m0 + r);
-            a_ptr[q] = a_src + src * K + chunk * CHUNK;
+            a_ptr[q] = a_src + source_row<GATE_UP>(slot_token, tl.m0 + r, a_ok[q]) * K + chunk * CHUNK;
         }
-        if (GATE_UP) {
-            b_lo = w + ((long long)tl.e * 2 * n_out + tl.nt * GATE_UP_COLS + row) * K + chunk * CHUNK;
-            b_hi = b_lo + (long long)n_out * K;  // the up rows of the same columns
-        } else {
-            b_lo = w + ((long long)tl.e * n_out + tl.nt * BN + row) * K + chunk * CHUNK;
-            b_hi = b_lo + (long long)(BN / 2) * K;
-        }
+        weight_halves<GATE_UP, BN>(w, tl.e, tl.nt, row, K, n_out, chunk * CHUNK, b_lo, b_hi);
     }
 
     // Issues the cp.async chunks of k-step kt into the stage at `base` (its
@@ -251,7 +202,7 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
     Loader<GATE_UP, THREADS> ld;
     ld.row = tid / ROW_CHUNKS;
     ld.chunk = tid % ROW_CHUNKS;
-    ld.dst0 = (unsigned)(ld.row * 128 + ((ld.chunk ^ (ld.row & 7)) * 16));
+    ld.dst0 = (unsigned)swizzle16<128>(ld.row, ld.chunk);
     auto next_tile = [&](int j) {
         ld.point_at((int)blockIdx.x + j * (int)gridDim.x, n_tiles, a_src, slot_token, w, expert_offsets,
                     tile_offsets, experts, K, n_out);
@@ -290,7 +241,7 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
         wgmma_wait<0>();
         fence_operands(acc);
         if (GATE_UP) {
-            store_act(acc, out, ct, n_out, wg, wq, lane);
+            store_act(acc, out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16, ct.nt * GATE_UP_COLS, n_out, lane);
         } else {
             store_y(acc, out, ct, n_out, wg, wq, lane, epi);
         }
@@ -298,20 +249,8 @@ __device__ __forceinline__ void wide_gemm(const bf16* __restrict__ a_src, const 
     cp_async_wait<0>();
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-moe_gemm_gate_up_wide_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token,
-                           const bf16* __restrict__ gate_up, bf16* __restrict__ act,
-                           const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                           int experts, int hidden, int inter) {
-    wide_gemm<true>(x, slot_token, gate_up, act, expert_offsets, tile_offsets, experts, hidden, inter);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-moe_gemm_down_wide_bf16(const bf16* __restrict__ act, const bf16* __restrict__ down, bf16* __restrict__ y,
-                        const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets,
-                        int experts, int inter, int hidden) {
-    wide_gemm<false>(act, nullptr, down, y, expert_offsets, tile_offsets, experts, inter, hidden);
-}
+HEADROOM_MOE_GATE_UP_ENTRY(moe_gemm_gate_up_wide_bf16, wide_gemm, 1)
+HEADROOM_MOE_DOWN_ENTRY(moe_gemm_down_wide_bf16, wide_gemm, 1)
 
 }  // namespace headroom_moe_wide
 

@@ -3,6 +3,22 @@
 
 use crate::kernels::source::KernelSource;
 
+/// A warpgroup-MMA grouped-GEMM source (sm_90a) with the headers compiled in
+/// front of it: the cp.async and wgmma wrappers, the tile list and the grouped
+/// GEMMs' shared pieces (`moe_gemm_common.cuh`, `moe_wgmma_common.cuh`).
+macro_rules! wgmma_gemm_source {
+    ($file:literal) => {
+        concat!(
+            include_str!("../../kernels/async_copy.cuh"),
+            include_str!("../../kernels/wgmma_sync.cuh"),
+            include_str!("moe_tile_list.cuh"),
+            include_str!("moe_gemm_common.cuh"),
+            include_str!("moe_wgmma_common.cuh"),
+            include_str!($file)
+        )
+    };
+}
+
 /// Sparse-MoE routing, expert-order bookkeeping and the weighted combine.
 pub const MOE_ROUTE: KernelSource = KernelSource {
     name: "moe_route",
@@ -23,6 +39,7 @@ pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
     file: "moe_grouped_gemm.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("moe_gemm_common.cuh"),
         include_str!("moe_grouped_gemm.cu")
     ),
     entry_points: &["moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"],
@@ -32,11 +49,7 @@ pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wgmma",
     file: "moe_grouped_gemm_wgmma.cu",
-    source: concat!(
-        include_str!("../../kernels/async_copy.cuh"),
-        include_str!("../../kernels/wgmma_sync.cuh"),
-        include_str!("moe_grouped_gemm_wgmma.cu")
-    ),
+    source: wgmma_gemm_source!("moe_grouped_gemm_wgmma.cu"),
     entry_points: &["moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"],
 };
 
@@ -45,11 +58,7 @@ pub const MOE_GROUPED_GEMM_WGMMA: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
     name: "moe_grouped_gemm_fp8",
     file: "moe_grouped_gemm_fp8.cu",
-    source: concat!(
-        include_str!("../../kernels/async_copy.cuh"),
-        include_str!("../../kernels/wgmma_sync.cuh"),
-        include_str!("moe_grouped_gemm_fp8.cu")
-    ),
+    source: wgmma_gemm_source!("moe_grouped_gemm_fp8.cu"),
     entry_points: &["moe_gemm_gate_up_fp8", "moe_gemm_down_fp8"],
 };
 
@@ -57,12 +66,7 @@ pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     name: "moe_grouped_gemm_wide",
     file: "moe_grouped_gemm_wide.cu",
-    source: concat!(
-        include_str!("../../kernels/async_copy.cuh"),
-        include_str!("../../kernels/wgmma_sync.cuh"),
-        include_str!("moe_tile_list.cuh"),
-        include_str!("moe_grouped_gemm_wide.cu")
-    ),
+    source: wgmma_gemm_source!("moe_grouped_gemm_wide.cu"),
     entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
 };
 
@@ -74,6 +78,7 @@ pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
         include_str!("moe_grouped_gemm_stream.cu")
     ),
     entry_points: &["moe_gemm_gate_up_stream_bf16", "moe_gemm_down_stream_bf16"],
