@@ -229,6 +229,21 @@ __device__ __forceinline__ void store4(bf16* p, const float* f) {
     *reinterpret_cast<uint2*>(p) = u;
 }
 
+// o = the group norm of N values: w * x_hat * silu(z) (GATED) or x_hat * (1 + w).
+template <int N, bool GATED>
+__device__ __forceinline__ void group_normed(const float* v, const float* zv, const float* wv,
+                                             float inv, float* o) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        if (GATED) {
+            const float silu = zv[i] / (1.0f + expf(-zv[i]));
+            o[i] = wv[i] * (v[i] * inv) * silu;
+        } else {
+            o[i] = v[i] * inv * (1.0f + wv[i]);
+        }
+    }
+}
+
 template <bool GATED>
 __device__ __forceinline__ void group_norm4(bf16* x, const bf16* z, const float* w, i64 groups, int d,
                                             float eps) {
@@ -258,15 +273,7 @@ __device__ __forceinline__ void group_norm4(bf16* x, const bf16* z, const float*
             const float4 ww = *reinterpret_cast<const float4*>(w + c);
             const float wv[4] = {ww.x, ww.y, ww.z, ww.w};
             float o[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                if (GATED) {
-                    const float silu = zv[k][i] / (1.0f + expf(-zv[k][i]));
-                    o[i] = wv[i] * (v[k][i] * inv) * silu;
-                } else {
-                    o[i] = v[k][i] * inv * (1.0f + wv[i]);
-                }
-            }
+            group_normed<4, GATED>(v[k], zv[k], wv, inv, o);
             store4(row + c, o);
         }
     }
@@ -338,15 +345,7 @@ __device__ __forceinline__ void group_norm16(bf16* x, const bf16* z, const float
             const float4 w1 = *reinterpret_cast<const float4*>(w + c + 4);
             const float wv[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
             float o[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                if (GATED) {
-                    const float silu = zv[k][i] / (1.0f + expf(-zv[k][i]));
-                    o[i] = wv[i] * (v[k][i] * inv) * silu;
-                } else {
-                    o[i] = v[k][i] * inv * (1.0f + wv[i]);
-                }
-            }
+            group_normed<8, GATED>(v[k], zv[k], wv, inv, o);
             store8(row + c, o);
         }
     }
