@@ -67,11 +67,37 @@ extern "C" __global__ void add_rms_norm_bf16(bf16* residual, const bf16* delta, 
 // once (the kernel above reads the residual twice with scalar loads). For even `cols`
 // up to 2 * CACHED_PAIRS * blockDim.x; one CTA per row; same rounding.
 #define CACHED_PAIRS 8
-extern "C" __global__ void add_rms_norm_cached_bf16(bf16* residual, const bf16* delta,
-                                                    const float* w, bf16* out, int cols,
-                                                    float eps) {
+
+// r = residual pair (+ delta pair, stored back): a bf16 residual is rounded
+// to bf16 before it is stored and used, an f32 one is kept unrounded.
+__device__ __forceinline__ float2 add_pair(__nv_bfloat162* res, const __nv_bfloat162* del, int p) {
+    float2 r = __bfloat1622float2(res[p]);
+    if (del) {
+        const float2 d = __bfloat1622float2(del[p]);
+        const __nv_bfloat162 rb = __floats2bfloat162_rn(r.x + d.x, r.y + d.y);
+        res[p] = rb;
+        r = __bfloat1622float2(rb);
+    }
+    return r;
+}
+
+__device__ __forceinline__ float2 add_pair(float2* res, const __nv_bfloat162* del, int p) {
+    float2 r = res[p];
+    if (del) {
+        const float2 d = __bfloat1622float2(del[p]);
+        r.x += d.x;
+        r.y += d.y;
+        res[p] = r;
+    }
+    return r;
+}
+
+// The cached add_rms_norm body over a residual of RES (bf16 or f32) elements.
+template <typename RES, typename RES2>
+__device__ __forceinline__ void add_rms_norm_cached(RES* residual, const bf16* delta, const float* w,
+                                                    bf16* out, int cols, float eps) {
     const int pairs = cols >> 1;
-    __nv_bfloat162* res = reinterpret_cast<__nv_bfloat162*>(residual + (i64)blockIdx.x * cols);
+    RES2* res = reinterpret_cast<RES2*>(residual + (i64)blockIdx.x * cols);
     const __nv_bfloat162* del =
         delta ? reinterpret_cast<const __nv_bfloat162*>(delta + (i64)blockIdx.x * cols) : nullptr;
     __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + (i64)blockIdx.x * cols);
@@ -82,13 +108,7 @@ extern "C" __global__ void add_rms_norm_cached_bf16(bf16* residual, const bf16* 
     for (int k = 0; k < CACHED_PAIRS; ++k) {
         const int p = threadIdx.x + k * blockDim.x;
         if (p < pairs) {
-            float2 r = __bfloat1622float2(res[p]);
-            if (del) {
-                const float2 d = __bfloat1622float2(del[p]);
-                const __nv_bfloat162 rb = __floats2bfloat162_rn(r.x + d.x, r.y + d.y);
-                res[p] = rb;
-                r = __bfloat1622float2(rb);
-            }
+            const float2 r = add_pair(res, del, p);
             v[k] = r;
             ss += r.x * r.x + r.y * r.y;
         }
@@ -102,6 +122,12 @@ extern "C" __global__ void add_rms_norm_cached_bf16(bf16* residual, const bf16* 
             o[p] = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
         }
     }
+}
+
+extern "C" __global__ void add_rms_norm_cached_bf16(bf16* residual, const bf16* delta,
+                                                    const float* w, bf16* out, int cols,
+                                                    float eps) {
+    add_rms_norm_cached<bf16, __nv_bfloat162>(residual, delta, w, out, cols, eps);
 }
 
 // In place over `groups` groups of `d`; one warp per group, 8 warps per CTA.
@@ -170,38 +196,7 @@ extern "C" __global__ void add_rms_norm_f32res(float* residual, const bf16* delt
 extern "C" __global__ void add_rms_norm_cached_f32res(float* residual, const bf16* delta,
                                                       const float* w, bf16* out, int cols,
                                                       float eps) {
-    const int pairs = cols >> 1;
-    float2* res = reinterpret_cast<float2*>(residual + (i64)blockIdx.x * cols);
-    const __nv_bfloat162* del =
-        delta ? reinterpret_cast<const __nv_bfloat162*>(delta + (i64)blockIdx.x * cols) : nullptr;
-    __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(out + (i64)blockIdx.x * cols);
-    const float2* w2 = reinterpret_cast<const float2*>(w);
-    float2 v[CACHED_PAIRS];
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < CACHED_PAIRS; ++k) {
-        const int p = threadIdx.x + k * blockDim.x;
-        if (p < pairs) {
-            float2 r = res[p];
-            if (del) {
-                const float2 d = __bfloat1622float2(del[p]);
-                r.x += d.x;
-                r.y += d.y;
-                res[p] = r;
-            }
-            v[k] = r;
-            ss += r.x * r.x + r.y * r.y;
-        }
-    }
-    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
-#pragma unroll
-    for (int k = 0; k < CACHED_PAIRS; ++k) {
-        const int p = threadIdx.x + k * blockDim.x;
-        if (p < pairs) {
-            const float2 ww = w2[p];
-            o[p] = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww.x), v[k].y * inv * (1.0f + ww.y));
-        }
-    }
+    add_rms_norm_cached<float, float2>(residual, delta, w, out, cols, eps);
 }
 
 // rms_norm_groups / gated_rms_norm with 4 values per lane access (8-byte
