@@ -40,27 +40,51 @@ __device__ __forceinline__ float block_sum(float x) {
     return total;
 }
 
-// One CTA (NORM_THREADS) per row of `cols`. `delta` may be null.
-extern "C" __global__ void add_rms_norm_bf16(bf16* residual, const bf16* delta, const float* w,
+// r = residual[c] (+ delta[c], stored back): a bf16 residual is rounded to
+// bf16 before it is stored and used, an f32 one is kept unrounded.
+__device__ __forceinline__ float add_one(bf16* res, const bf16* del, int c) {
+    float v = __bfloat162float(res[c]);
+    if (del) {
+        const bf16 r = __float2bfloat16(v + __bfloat162float(del[c]));
+        res[c] = r;
+        v = __bfloat162float(r);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float add_one(float* res, const bf16* del, int c) {
+    float v = res[c];
+    if (del) {
+        v += __bfloat162float(del[c]);
+        res[c] = v;
+    }
+    return v;
+}
+
+__device__ __forceinline__ float as_float(bf16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float as_float(float v) { return v; }
+
+// The add_rms_norm body over a residual of RES (bf16 or f32) elements.
+template <typename RES>
+__device__ __forceinline__ void add_rms_norm(RES* residual, const bf16* delta, const float* w,
                                              bf16* out, int cols, float eps) {
-    bf16* res = residual + (i64)blockIdx.x * cols;
+    RES* res = residual + (i64)blockIdx.x * cols;
     const bf16* del = delta ? delta + (i64)blockIdx.x * cols : nullptr;
     bf16* o = out + (i64)blockIdx.x * cols;
     float ss = 0.0f;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        float v = __bfloat162float(res[c]);
-        if (del) {
-            const bf16 r = __float2bfloat16(v + __bfloat162float(del[c]));
-            res[c] = r;
-            v = __bfloat162float(r);
-        }
+        const float v = add_one(res, del, c);
         ss += v * v;
     }
     const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float v = __bfloat162float(res[c]);
-        o[c] = __float2bfloat16(v * inv * (1.0f + w[c]));
-    }
+    for (int c = threadIdx.x; c < cols; c += blockDim.x)
+        o[c] = __float2bfloat16(as_float(res[c]) * inv * (1.0f + w[c]));
+}
+
+// One CTA (NORM_THREADS) per row of `cols`. `delta` may be null.
+extern "C" __global__ void add_rms_norm_bf16(bf16* residual, const bf16* delta, const float* w,
+                                             bf16* out, int cols, float eps) {
+    add_rms_norm<bf16>(residual, delta, w, out, cols, eps);
 }
 
 // add_rms_norm with the row held in registers: bf16x2 loads, each value read
@@ -173,21 +197,7 @@ extern "C" __global__ void gated_rms_norm_bf16(bf16* x, const bf16* z, const flo
 // One CTA (NORM_THREADS) per row, any `cols`.
 extern "C" __global__ void add_rms_norm_f32res(float* residual, const bf16* delta, const float* w,
                                                bf16* out, int cols, float eps) {
-    float* res = residual + (i64)blockIdx.x * cols;
-    const bf16* del = delta ? delta + (i64)blockIdx.x * cols : nullptr;
-    bf16* o = out + (i64)blockIdx.x * cols;
-    float ss = 0.0f;
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-        float v = res[c];
-        if (del) {
-            v += __bfloat162float(del[c]);
-            res[c] = v;
-        }
-        ss += v * v;
-    }
-    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
-    for (int c = threadIdx.x; c < cols; c += blockDim.x)
-        o[c] = __float2bfloat16(res[c] * inv * (1.0f + w[c]));
+    add_rms_norm<float>(residual, delta, w, out, cols, eps);
 }
 
 // add_rms_norm_f32res with the row in registers (float2 residual, bf16x2
