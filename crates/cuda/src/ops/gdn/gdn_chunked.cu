@@ -357,17 +357,21 @@ __device__ __forceinline__ void scan_body(
                 }
             }
         };
-        if constexpr (PIPELINED) {
+        // S *= exp(G_L): the state's decay over the chunk.
+        auto decay_state = [&]() {
             const float egl = Fs[2 * BT];
-            // The state update is the chain the next chunk waits for: its
-            // products first, the output's beside them, S^T stored before the
-            // output rows (same products per accumulator in the same order).
 #pragma unroll
             for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
                 for (int nt = 0; nt < C::SNT; ++nt)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc_h[mt][nt][e] *= egl;
+        };
+        if constexpr (PIPELINED) {
+            // The state update is the chain the next chunk waits for: its
+            // products first, the output's beside them, S^T stored before the
+            // output rows (same products per accumulator in the same order).
+            decay_state();
 #pragma unroll
             for (int ks = 0; ks < BT / 16; ++ks) {
                 state_step(ks);
@@ -379,13 +383,7 @@ __device__ __forceinline__ void scan_body(
 #pragma unroll
             for (int ks = 0; ks < BT / 16; ++ks) out_step(ks);
             store_out();
-            const float egl = Fs[2 * BT];
-#pragma unroll
-            for (int mt = 0; mt < C::MT; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < C::SNT; ++nt)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc_h[mt][nt][e] *= egl;
+            decay_state();
 #pragma unroll
             for (int ks = 0; ks < BT / 16; ++ks) state_step(ks);
             store_ht();  // S^T for the next chunk (its readers wait at the loop head)
