@@ -116,6 +116,23 @@ __device__ __forceinline__ unsigned pack_bf16(float a, float b) {
 // two accumulator chains, the bf16 delta^T / S^T tiles written by
 // stmatrix.trans and the state update ahead of the output (the narrow scan);
 // else the plain order (the wide scan).
+// f(a, r, cc) for each accumulator pair a = acc[mt][nt][2 * hf ..] of a
+// warp's state slice (C::MT m16 x C::SNT n8 tiles from row hrow0, column
+// hcol0): state row r, columns cc and cc + 1.
+template <typename C, typename F>
+__device__ __forceinline__ void each_state_pair(float (&acc)[C::MT][C::SNT][4], int hrow0, int hcol0,
+                                                int g8, int t4, F&& f) {
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::SNT; ++nt)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
+                f(&acc[mt][nt][2 * hf], r, cc);
+            }
+}
+
 template <int BV, int STAGES, int WARPS, bool PIPELINED>
 __device__ __forceinline__ void scan_body(
     const bf16* __restrict__ qkv, const bf16* __restrict__ w_in, const bf16* __restrict__ u_in,
@@ -174,17 +191,11 @@ __device__ __forceinline__ void scan_body(
     const int hrow0 = 16 * C::MT * (warp % C::SROW);
     const int hcol0 = 8 * C::SNT * (warp / C::SROW);
     float acc_h[C::MT][C::SNT][4];
-#pragma unroll
-    for (int mt = 0; mt < C::MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < C::SNT; ++nt)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
-                const float2 v = *reinterpret_cast<const float2*>(S + (size_t)r * DV + cc);
-                acc_h[mt][nt][2 * hf] = v.x;
-                acc_h[mt][nt][2 * hf + 1] = v.y;
-            }
+    each_state_pair<C>(acc_h, hrow0, hcol0, g8, t4, [&](float* a, int r, int cc) {
+        const float2 v = *reinterpret_cast<const float2*>(S + (size_t)r * DV + cc);
+        a[0] = v.x;
+        a[1] = v.y;
+    });
     auto store_ht = [&]() {
         if constexpr (PIPELINED) {
             static_assert(C::SNT % 2 == 0, "stmatrix pairs of n8 state tiles");
@@ -200,16 +211,10 @@ __device__ __forceinline__ void scan_body(
                                   pack_bf16(a1[2], a1[3]));
                 }
         } else {
-#pragma unroll
-            for (int mt = 0; mt < C::MT; ++mt)
-#pragma unroll
-                for (int nt = 0; nt < C::SNT; ++nt)
-#pragma unroll
-                    for (int hf = 0; hf < 2; ++hf) {
-                        const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
-                        HT[cc * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf]);
-                        HT[(cc + 1) * LD128 + r] = __float2bfloat16(acc_h[mt][nt][2 * hf + 1]);
-                    }
+            each_state_pair<C>(acc_h, hrow0, hcol0, g8, t4, [&](const float* a, int r, int cc) {
+                HT[cc * LD128 + r] = __float2bfloat16(a[0]);
+                HT[(cc + 1) * LD128 + r] = __float2bfloat16(a[1]);
+            });
         }
     };
 
@@ -390,16 +395,9 @@ __device__ __forceinline__ void scan_body(
         }
     }
 
-#pragma unroll
-    for (int mt = 0; mt < C::MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < C::SNT; ++nt)
-#pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
-                const int r = hrow0 + 16 * mt + g8 + 8 * hf, cc = hcol0 + 8 * nt + 2 * t4;
-                *reinterpret_cast<float2*>(S + (size_t)r * DV + cc) =
-                    make_float2(acc_h[mt][nt][2 * hf], acc_h[mt][nt][2 * hf + 1]);
-            }
+    each_state_pair<C>(acc_h, hrow0, hcol0, g8, t4, [&](const float* a, int r, int cc) {
+        *reinterpret_cast<float2*>(S + (size_t)r * DV + cc) = make_float2(a[0], a[1]);
+    });
 }
 
 #define GDN_SCAN_ENTRY(name, BV, STAGES, PIPELINED)                                                       \
