@@ -69,17 +69,8 @@ __device__ __forceinline__ void attn_fused_prefill(
     T* gO = out + ((size_t)head * q_len + m0) * D;
 
     const int last_row = min(m0 + BLOCK_M, q_len) - 1;
-    // Positions of the tile's rows: contiguous unless the tile crosses a period.
-    const bool wraps = m0 / q_period != last_row / q_period;
-    const int first_pos = history + (wraps ? 0 : m0 % q_period);
-    const int last_pos = history + (wraps ? q_period - 1 : last_row % q_period);
-    const int n_limit = min(kv_len, last_pos + 1);
-    const int n_total = (n_limit + BLOCK_N - 1) / BLOCK_N;
-    const int n_unmasked = (first_pos + 1) / BLOCK_N;
     // This split's key tiles [n_lo, n_blocks): an even share of the tile's keys.
-    const int per_split = (n_total + splits - 1) / splits;
-    const int n_lo = min(n_total, split * per_split);
-    const int n_blocks = min(n_total, n_lo + per_split);
+    ATTN_SPLIT_KEY_TILES(q_period);
     if (n_lo >= n_blocks) {
         // No keys for this split: an empty partial (zero output, log-sum -inf).
         const int rows = min(BLOCK_M, q_len - m0);

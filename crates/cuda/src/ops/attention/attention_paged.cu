@@ -98,15 +98,7 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
     };
 
     const int last_row = min(m0 + BLOCK_M, vrows) - 1;
-    const bool wraps = m0 / q_len != last_row / q_len;
-    const int first_pos = history + (wraps ? 0 : m0 % q_len);
-    const int last_pos = history + (wraps ? q_len - 1 : last_row % q_len);
-    const int n_limit = min(kv_len, last_pos + 1);
-    const int n_total = (n_limit + BLOCK_N - 1) / BLOCK_N;
-    const int n_unmasked = (first_pos + 1) / BLOCK_N;
-    const int per_split = (n_total + splits - 1) / splits;
-    const int n_lo = min(n_total, split * per_split);
-    const int n_blocks = min(n_total, n_lo + per_split);
+    ATTN_SPLIT_KEY_TILES(q_len);
     if (n_lo >= n_blocks) {
         // No keys for this split: an empty partial (zero output, log-sum -inf).
         const int rows = last_row - m0 + 1;

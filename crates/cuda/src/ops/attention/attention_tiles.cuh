@@ -10,9 +10,28 @@
 // offset when paged). The caller has queued the Q tile's cp.async (it is
 // committed with the first K tile here). On return row_sum is reduced over
 // the four threads of each row; acc_o / row_max / row_sum hold the unnormalised
-// output, the row maxima (score units) and sums.
+// output, the row maxima (score units) and sums. ATTN_SPLIT_KEY_TILES picks a
+// split's key tiles for both kernels.
 
 namespace headroom_wg {
+
+// Declares this split's key tiles [n_lo, n_blocks) of a query tile (rows m0
+// ..last_row, in periods of PERIOD rows whose positions start at history;
+// keys below kv_len; an even share of the tile's keys over `splits`, empty
+// when n_lo >= n_blocks) and n_unmasked, the first tile any of its rows
+// masks. A macro over the caller's locals, not a function: inlining a
+// function here reorders a few of the kernels' instructions.
+#define ATTN_SPLIT_KEY_TILES(PERIOD)                                                      \
+    /* Positions of the tile's rows: contiguous unless the tile crosses a period. */      \
+    const bool wraps = m0 / PERIOD != last_row / PERIOD;                                  \
+    const int first_pos = history + (wraps ? 0 : m0 % PERIOD);                            \
+    const int last_pos = history + (wraps ? PERIOD - 1 : last_row % PERIOD);              \
+    const int n_limit = min(kv_len, last_pos + 1);                                        \
+    const int n_total = (n_limit + BLOCK_N - 1) / BLOCK_N;                                \
+    const int n_unmasked = (first_pos + 1) / BLOCK_N;                                     \
+    const int per_split = (n_total + splits - 1) / splits;                                \
+    const int n_lo = min(n_total, split * per_split);                                     \
+    const int n_blocks = min(n_total, n_lo + per_split)
 
 template <int D, typename T, typename TileOffset>
 __device__ __forceinline__ void attend_key_tiles(unsigned sQ, unsigned sK, unsigned sV, const T* gK,
