@@ -105,31 +105,26 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned& r0, unsigned& r1, un
 
 template <typename T> struct Mma;
 
-template <> struct Mma<__nv_bfloat16> {
-    __device__ __forceinline__ static void run(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-    __device__ __forceinline__ static unsigned pack(float lo, float hi) {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<unsigned*>(&v);
-    }
-};
+// Mma<T>::run: c += a.b on one m16n8k16 mma.sync (f32 accumulators);
+// Mma<T>::pack: two floats rounded to a T pair in one register.
+#define ATTN_MMA(T, TY, T2, PACK2)                                                                     \
+    template <> struct Mma<T> {                                                                        \
+        __device__ __forceinline__ static void run(float* c, unsigned a0, unsigned a1, unsigned a2,   \
+                                                   unsigned a3, unsigned b0, unsigned b1) {           \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." #TY "." #TY                        \
+                         ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"               \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                            \
+                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                    \
+        }                                                                                              \
+        __device__ __forceinline__ static unsigned pack(float lo, float hi) {                         \
+            T2 v = PACK2(lo, hi);                                                                      \
+            return *reinterpret_cast<unsigned*>(&v);                                                   \
+        }                                                                                              \
+    };
 
-template <> struct Mma<__half> {
-    __device__ __forceinline__ static void run(float* c, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    }
-    __device__ __forceinline__ static unsigned pack(float lo, float hi) {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<unsigned*>(&v);
-    }
-};
+ATTN_MMA(__nv_bfloat16, bf16, __nv_bfloat162, __floats2bfloat162_rn)
+ATTN_MMA(__half, f16, __half2, __floats2half2_rn)
+#undef ATTN_MMA
 
 // Copies `rows` x D elements (row stride D) from global `src` into a swizzled
 // tile; rows at or past `valid_rows` are zero-filled.
