@@ -35,17 +35,6 @@ struct PrepTable {
     int pos[MAX_SEQS];
 };
 
-__device__ __forceinline__ void load8(const bf16* p, float* f) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const bf162* h = reinterpret_cast<const bf162*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 v = __bfloat1622float2(h[i]);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-    }
-}
-
 extern "C" __global__ void __launch_bounds__(32) attention_prep_decode_bf16(
     bf16* __restrict__ q, bf16* __restrict__ k, const bf16* __restrict__ v,
     const float* __restrict__ q_norm, const float* __restrict__ k_norm, bf16* __restrict__ kc,

@@ -90,6 +90,7 @@ pub const ATTENTION_PREP: KernelSource = KernelSource {
     file: "attention_prep.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        include_str!("../norm/bf16x8.cuh"),
         include_str!("attention_prep.cu")
     ),
     entry_points: &["attention_prep_decode_bf16"],

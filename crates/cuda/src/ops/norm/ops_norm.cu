@@ -299,26 +299,7 @@ extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const 
 // gated norm's 128, CH = 2: the q/k norm's 256). Two groups per warp, few
 // registers (the 4-wide kernels above keep 64 values per lane whatever d is).
 // Same math.
-// grid (ceil(groups * 16 / blockDim.x)).
-__device__ __forceinline__ void load8(const bf16* p, float* f) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 v = __bfloat1622float2(h[i]);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-    }
-}
-
-__device__ __forceinline__ void store8(bf16* p, const float* f) {
-    uint4 u;
-    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    *reinterpret_cast<uint4*>(p) = u;
-}
-
+// grid (ceil(groups * 16 / blockDim.x)). load8 / store8: bf16x8.cuh.
 template <int CH, bool GATED>
 __device__ __forceinline__ void group_norm16(bf16* x, const bf16* z, const float* w, i64 groups,
                                              int d, float eps) {
