@@ -126,6 +126,15 @@ ATTN_MMA(__nv_bfloat16, bf16, __nv_bfloat162, __floats2bfloat162_rn)
 ATTN_MMA(__half, f16, __half2, __floats2half2_rn)
 #undef ATTN_MMA
 
+// Zeroes N m16n8 accumulator tiles (4 f32 per thread each).
+template <int N>
+__device__ __forceinline__ void zero_tiles(float (&acc)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+}
+
 // Copies `rows` x D elements (row stride D) from global `src` into a swizzled
 // tile; rows at or past `valid_rows` are zero-filled.
 template <int D, int ROWS, typename T>
@@ -203,10 +212,7 @@ __device__ __forceinline__ void attn_fused_prefill(
     cp_async_commit();
 
     float acc_o[D_TILES][4];
-#pragma unroll
-    for (int i = 0; i < D_TILES; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc_o[i][j] = 0.f;
+    zero_tiles(acc_o);
     float row_max[2] = {-INFINITY, -INFINITY};
     float row_sum[2] = {0.f, 0.f};
 
@@ -233,10 +239,7 @@ __device__ __forceinline__ void attn_fused_prefill(
 
         // S = Q . K^T for this warp's 16 rows and BLOCK_N keys.
         float acc_s[N_TILES][4];
-#pragma unroll
-        for (int i = 0; i < N_TILES; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc_s[i][j] = 0.f;
+        zero_tiles(acc_s);
 #pragma unroll
         for (int ks = 0; ks < K_STEPS; ++ks) {
             unsigned a0, a1, a2, a3;
