@@ -254,31 +254,12 @@ __device__ __forceinline__ void attn_fused_prefill(
         }
 
         // Scale into the log2 domain and mask (causal, and keys past kv_len).
-        const bool masked = nb >= n_unmasked;
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int key = n0 + nt * 8 + t4 * 2 + (j & 1);
-                const int pos = (j < 2) ? pos0 : pos1;
-                float s = acc_s[nt][j] * scale_log2;
-                if (masked && (key > pos || key >= kv_len)) s = -INFINITY;
-                acc_s[nt][j] = s;
-            }
-        }
+        attn_rows::scale_mask<N_TILES, true>(&acc_s[0][0], scale_log2, nb >= n_unmasked, n0, t4, pos0,
+                                             pos1, kv_len);
 
         // Online softmax: new row maxima (reduced over the 4 threads of a row).
-        float new_max[2] = {row_max[0], row_max[1]};
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            new_max[0] = fmaxf(new_max[0], fmaxf(acc_s[nt][0], acc_s[nt][1]));
-            new_max[1] = fmaxf(new_max[1], fmaxf(acc_s[nt][2], acc_s[nt][3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 1));
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 2));
-        }
+        float new_max[2];
+        attn_rows::new_row_max<N_TILES>(&acc_s[0][0], row_max, new_max);
         float alpha[2];
         float sub[2];
 #pragma unroll

@@ -79,30 +79,11 @@ __device__ __forceinline__ void attend_key_tiles(unsigned sQ, unsigned sK, unsig
         wgmma_wait_all();
 
         // The scale is applied in the exponent.
-        const bool masked = nb >= n_unmasked;
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int key = n0 + nt * 8 + t4 * 2 + (j & 1);
-                const int pos = (j < 2) ? pos0 : pos1;
-                float sc = acc_s[nt * 4 + j];
-                if (masked && (key > pos || key >= kv_len)) sc = -INFINITY;
-                acc_s[nt * 4 + j] = sc;
-            }
-        }
+        attn_rows::scale_mask<N_TILES, false>(acc_s, scale_log2, nb >= n_unmasked, n0, t4, pos0, pos1,
+                                              kv_len);
 
-        float new_max[2] = {row_max[0], row_max[1]};
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            new_max[0] = fmaxf(new_max[0], fmaxf(acc_s[nt * 4 + 0], acc_s[nt * 4 + 1]));
-            new_max[1] = fmaxf(new_max[1], fmaxf(acc_s[nt * 4 + 2], acc_s[nt * 4 + 3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 1));
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 2));
-        }
+        float new_max[2];
+        attn_rows::new_row_max<N_TILES>(acc_s, row_max, new_max);
         float alpha[2];
         float sub[2];
         bool grew = false;  // a row max of this thread changed

@@ -8,6 +8,7 @@ pub const ATTENTION_FUSED: KernelSource = KernelSource {
     file: "attention_fused.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("score_rows.cuh"),
         include_str!("attention_fused.cu")
     ),
     entry_points: &[
@@ -29,6 +30,7 @@ pub const ATTENTION_FUSED_WGMMA: KernelSource = KernelSource {
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("wgmma_common.cuh"),
+        include_str!("score_rows.cuh"),
         include_str!("attention_tiles.cuh"),
         include_str!("attention_fused_wgmma.cu")
     ),
@@ -54,6 +56,7 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("wgmma_common.cuh"),
+        include_str!("score_rows.cuh"),
         include_str!("attention_tiles.cuh"),
         include_str!("attention_paged.cu")
     ),
