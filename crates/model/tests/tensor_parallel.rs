@@ -7,43 +7,17 @@
 
 mod common;
 
-use common::rel_err;
+use common::{cpu_tp, fixture, read_ids, rel_err};
 use headroom_core::ops::Backend;
 use headroom_core::RouteRequest;
 use headroom_cpu::{CpuBackend, Precision};
 use headroom_model::parallel::PlanError;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, ModelError, Qwen35Model, TpGroup,
-    TpWeights, Weights,
+    TpWeights,
 };
-use std::path::{Path, PathBuf};
 
 const TOLERANCE: f64 = 1e-5;
-
-/// A CPU tensor-parallel group of `world` ranks computing in `precision`.
-fn cpu_tp(
-    cfg: &headroom_model::ModelConfig,
-    world: usize,
-    weights: TpWeights<'_>,
-    precision: Precision,
-) -> Result<TpGroup<CpuBackend>, headroom_model::ModelError> {
-    let g = headroom_cpu::cpu_group(world, precision);
-    TpGroup::build(g.backends, cfg, weights, Some(g.abort))
-}
-
-fn fixture(name: &str) -> (ModelConfig, Weights, PathBuf) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Weights::load(&dir, &cfg).unwrap();
-    (cfg, weights, dir)
-}
-
-fn ids_of(dir: &Path, n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 fn opts(chunk: Option<usize>, logits: LogitsRows) -> ForwardOptions {
     ForwardOptions {
@@ -101,7 +75,7 @@ fn check_fixture(name: &str, worlds: &[usize]) {
     let (cfg, weights, dir) = fixture(name);
     let plain = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     for n in [40usize, 300] {
-        let ids = ids_of(&dir, n);
+        let ids = read_ids(&dir, n);
         let want = plain
             .forward_logits(&ids, &opts(None, LogitsRows::All))
             .unwrap();
@@ -126,7 +100,7 @@ fn check_fixture(name: &str, worlds: &[usize]) {
             }
         }
     }
-    let prompt = ids_of(&dir, 40);
+    let prompt = read_ids(&dir, 40);
     let want = greedy_plain(&plain, &prompt, 12);
     for &world in worlds {
         let g = cpu_tp(
