@@ -1,7 +1,9 @@
-//! Shared test fixtures: a fake [`PrefillTarget`] that reports what it ran.
+//! Shared test fixtures: a fake [`PrefillTarget`] that reports what it ran
+//! (as the `model.prefill` path: its scheduler and KV records).
 #![allow(dead_code)]
 
 use headroom_bench::prefill::{self, Arm, AttentionRun, PrefillConfig, PrefillRun, PrefillTarget};
+use headroom_bench::prefill_model;
 use headroom_bench::prefill_schema::{KvRecord, PrefillBenchFile, SchedulerRecord};
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, Route, RouteRequest};
 use headroom_policy::Registry;
@@ -60,24 +62,10 @@ impl PrefillTarget for Fake {
         "model.prefill"
     }
     fn scheduler(&self) -> SchedulerRecord {
-        SchedulerRecord {
-            path: "model.prefill".into(),
-            prefill_chunk: None,
-            step_tokens: None,
-            solo_stripe: None,
-            solo_stripe_reason: None,
-            solo_chunk: None,
-            max_batch_sequences: 1,
-            max_tokens: 1,
-            steps_to_first_token: 1,
-        }
+        prefill_model::scheduler_record()
     }
     fn kv(&self) -> KvRecord {
-        KvRecord {
-            requested: "default".into(),
-            resolved: "contiguous-slots".into(),
-            fallback_reason: None,
-        }
+        prefill_model::kv_record()
     }
     fn prefill(
         &mut self,
