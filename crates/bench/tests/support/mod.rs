@@ -1,10 +1,12 @@
 //! Shared test fixtures: a fake [`PrefillTarget`] that reports what it ran
-//! (as the `model.prefill` path: its scheduler and KV records).
+//! (as the `model.prefill` path: its scheduler and KV records), and the
+//! validator's verdict on one bench file.
 #![allow(dead_code)]
 
 use headroom_bench::prefill::{self, Arm, AttentionRun, PrefillConfig, PrefillRun, PrefillTarget};
 use headroom_bench::prefill_model;
 use headroom_bench::prefill_schema::{KvRecord, PrefillBenchFile, SchedulerRecord};
+use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, Route, RouteRequest};
 use headroom_policy::Registry;
 
@@ -131,4 +133,10 @@ pub fn bench(target: &mut dyn PrefillTarget, list: &str, lengths: &[usize]) -> P
         &Registry::default(),
     )
     .unwrap()
+}
+
+/// The validator's messages on `f` alone (default options).
+pub fn validation_messages(f: &PrefillBenchFile) -> Vec<String> {
+    let files = [("f".into(), serde_json::to_vec(f).unwrap())];
+    validate_files(&files, ValidateOptions::default()).1
 }
