@@ -37,36 +37,37 @@ fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
-/// Greedy tokens after `prompt`, on the plain model.
-fn greedy_plain(m: &Qwen35Model<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
-    let route = RouteRequest::Composed { query_block: 16 };
-    let mut s = m.new_session_with_capacity(prompt.len() + n).unwrap();
-    let mut logits = m
-        .prefill(&mut s, prompt, &opts(Some(7), LogitsRows::Last))
-        .unwrap()
-        .logits;
+/// `n` greedy tokens: the argmax of the prompt's `logits`, then of what
+/// `decode` returns for each token picked.
+fn greedy(mut logits: Vec<f32>, n: usize, mut decode: impl FnMut(u32) -> Vec<f32>) -> Vec<u32> {
     let mut out = Vec::new();
     for _ in 0..n {
         let next = argmax(&logits);
         out.push(next);
-        logits = m.decode(&mut s, next, route).unwrap();
+        logits = decode(next);
     }
     out
+}
+
+/// Greedy tokens after `prompt`, on the plain model.
+fn greedy_plain(m: &Qwen35Model<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
+    let route = RouteRequest::Composed { query_block: 16 };
+    let mut s = m.new_session_with_capacity(prompt.len() + n).unwrap();
+    let logits = m
+        .prefill(&mut s, prompt, &opts(Some(7), LogitsRows::Last))
+        .unwrap()
+        .logits;
+    greedy(logits, n, |next| m.decode(&mut s, next, route).unwrap())
 }
 
 fn greedy_tp(g: &TpGroup<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
     let route = RouteRequest::Composed { query_block: 16 };
     let mut s = g.new_session_with_capacity(prompt.len() + n).unwrap();
-    let mut logits = g
+    let logits = g
         .prefill(&mut s, prompt, &opts(Some(7), LogitsRows::Last))
         .unwrap()
         .logits;
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let next = argmax(&logits);
-        out.push(next);
-        logits = g.decode(&mut s, next, route).unwrap();
-    }
+    let out = greedy(logits, n, |next| g.decode(&mut s, next, route).unwrap());
     assert_eq!(s.position(), prompt.len() + n);
     out
 }
