@@ -4,7 +4,8 @@
 //! last row only, greedy first token; the attention calls come back as the
 //! forward's `LayerAttentionReport`s. A reference path for tests and
 //! comparisons: `bench prefill` and `qualify` run the engine
-//! ([`crate::prefill_engine`]).
+//! ([`crate::prefill_engine`]). [`scheduler_record`] and [`kv_record`] are
+//! what this path reports (and what the tests' fake target reports as it).
 
 use crate::prefill::{AttentionRun, PrefillRun, PrefillTarget};
 use crate::prefill_schema::{KvRecord, SchedulerRecord};
@@ -18,6 +19,31 @@ use std::time::Instant;
 /// The model, driven through `prefill`.
 pub struct ModelPrefill<B: Backend> {
     pub model: Qwen35Model<B>,
+}
+
+/// The scheduler record of `model.prefill`: one sequence, the whole prompt
+/// in one pass, one step to the first token.
+pub fn scheduler_record() -> SchedulerRecord {
+    SchedulerRecord {
+        path: "model.prefill".into(),
+        prefill_chunk: None,
+        step_tokens: None,
+        solo_stripe: None,
+        solo_stripe_reason: None,
+        solo_chunk: None,
+        max_batch_sequences: 1,
+        max_tokens: 1,
+        steps_to_first_token: 1,
+    }
+}
+
+/// The KV record of `model.prefill`: the default request, contiguous slots.
+pub fn kv_record() -> KvRecord {
+    KvRecord {
+        requested: "default".into(),
+        resolved: "contiguous-slots".into(),
+        fallback_reason: None,
+    }
 }
 
 /// The attention calls of a forward, as reported.
@@ -52,25 +78,11 @@ impl<B: Backend> PrefillTarget for ModelPrefill<B> {
     }
 
     fn scheduler(&self) -> SchedulerRecord {
-        SchedulerRecord {
-            path: self.path().to_string(),
-            prefill_chunk: None,
-            step_tokens: None,
-            solo_stripe: None,
-            solo_stripe_reason: None,
-            solo_chunk: None,
-            max_batch_sequences: 1,
-            max_tokens: 1,
-            steps_to_first_token: 1,
-        }
+        scheduler_record()
     }
 
     fn kv(&self) -> KvRecord {
-        KvRecord {
-            requested: "default".into(),
-            resolved: "contiguous-slots".into(),
-            fallback_reason: None,
-        }
+        kv_record()
     }
 
     fn prefill(

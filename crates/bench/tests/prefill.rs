@@ -5,10 +5,9 @@ mod support;
 use headroom_bench::prefill::{self, Arm, PrefillConfig};
 use headroom_bench::prefill_model::ModelPrefill;
 use headroom_bench::prefill_schema::PREFILL_SCHEMA;
-use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::{Route, RouteRequest};
 use headroom_policy::{AttentionControl, Registry, ResolutionSource};
-use support::{bench, Fake};
+use support::{bench, validation_messages, Fake};
 
 #[test]
 fn arms_parse_and_print() {
@@ -58,10 +57,7 @@ fn honest_run_records_reported_routes_per_shape() {
     assert_eq!(auto.attention[0].reported.query_block, Some(128));
     assert_eq!(s.ttft_ms.runs.len(), 3);
     assert!(s.prefill_tokens_per_s > 0.0);
-    let (_, v) = validate_files(
-        &[("f".into(), serde_json::to_vec(&f).unwrap())],
-        ValidateOptions::default(),
-    );
+    let v = validation_messages(&f);
     assert!(v.is_empty(), "{v:?}");
 }
 
@@ -75,10 +71,7 @@ fn a_backend_that_runs_another_route_is_recorded_as_such_and_rejected() {
     let s = f.samples.iter().find(|s| s.arm == "fallback:512").unwrap();
     assert_eq!(s.attention[0].reported.query_block, Some(128));
     assert_eq!(s.attention[0].resolved.query_block, Some(512));
-    let (_, v) = validate_files(
-        &[("f".into(), serde_json::to_vec(&f).unwrap())],
-        ValidateOptions::default(),
-    );
+    let v = validation_messages(&f);
     assert!(
         v.iter()
             .any(|m| m.contains("arm fallback:512") && m.contains("reported")),

@@ -6,10 +6,10 @@ mod support;
 
 use headroom_bench::prefill::{self, PrefillConfig};
 use headroom_bench::prefill_engine::{context_for, EngineBenchSettings, EnginePrefill};
-use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::Route;
 use headroom_engine::{KvBackendKind, SchedulerSettings, SoloStripe};
 use headroom_policy::Registry;
+use support::validation_messages;
 
 fn tiny_engine(solo: usize) -> EnginePrefill<headroom_cpu::CpuBackend> {
     let cfg = headroom_model::ModelConfig::synthetic("tiny-d256").unwrap();
@@ -79,10 +79,7 @@ fn the_engine_target_records_chunked_routes_and_validates() {
         );
     }
     assert!(c.ttft_ms.median > 0.0);
-    let (_, v) = validate_files(
-        &[("f".into(), serde_json::to_vec(&f).unwrap())],
-        ValidateOptions::default(),
-    );
+    let v = validation_messages(&f);
     assert!(v.is_empty(), "{v:?}");
 }
 
@@ -104,10 +101,7 @@ fn a_relabelled_engine_sample_is_rejected() {
             "fused".into()
         };
     }
-    let (_, v) = validate_files(
-        &[("f".into(), serde_json::to_vec(&f).unwrap())],
-        ValidateOptions::default(),
-    );
+    let v = validation_messages(&f);
     assert!(
         v.iter().any(|m| m.contains("arm fused reported route")),
         "{v:?}"

@@ -101,6 +101,29 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
     sign | (((exp + 7) as u8) << 3) | m as u8
 }
 
+/// `(matrices, grid rows, grid cols)` of `len` elements cut into `rows` ×
+/// `cols` matrices of `block`-sized blocks, or why they are not: an empty
+/// block or matrix, or `len` not whole matrices.
+fn layout(
+    len: usize,
+    block: [usize; 2],
+    rows: usize,
+    cols: usize,
+) -> Result<(usize, usize, usize), Fp8Error> {
+    if block[0] == 0 || block[1] == 0 || rows == 0 || cols == 0 {
+        return Err(Fp8Error::Empty { block, rows, cols });
+    }
+    let matrix = rows.checked_mul(cols).filter(|&m| len.is_multiple_of(m));
+    let Some(matrix) = matrix else {
+        return Err(Fp8Error::NotWholeMatrices { len, rows, cols });
+    };
+    Ok((
+        len / matrix,
+        rows.div_ceil(block[0]),
+        cols.div_ceil(block[1]),
+    ))
+}
+
 /// A block-scaled e4m3 weight (see the module documentation for the layout).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Fp8Block {
@@ -125,21 +148,7 @@ impl Fp8Block {
         rows: usize,
         cols: usize,
     ) -> Result<Fp8Block, Fp8Error> {
-        if block[0] == 0 || block[1] == 0 || rows == 0 || cols == 0 {
-            return Err(Fp8Error::Empty { block, rows, cols });
-        }
-        let matrix = rows
-            .checked_mul(cols)
-            .filter(|&m| bits.len().is_multiple_of(m));
-        let Some(matrix) = matrix else {
-            return Err(Fp8Error::NotWholeMatrices {
-                len: bits.len(),
-                rows,
-                cols,
-            });
-        };
-        let matrices = bits.len() / matrix;
-        let (grid_rows, grid_cols) = (rows.div_ceil(block[0]), cols.div_ceil(block[1]));
+        let (matrices, grid_rows, grid_cols) = layout(bits.len(), block, rows, cols)?;
         // grid ≤ matrix size, so these products do not overflow.
         let expected = matrices * grid_rows * grid_cols;
         if scale_inv.len() != expected {
@@ -212,21 +221,7 @@ impl Fp8Block {
         rows: usize,
         cols: usize,
     ) -> Result<Fp8Block, Fp8Error> {
-        if block[0] == 0 || block[1] == 0 || rows == 0 || cols == 0 {
-            return Err(Fp8Error::Empty { block, rows, cols });
-        }
-        let matrix = rows
-            .checked_mul(cols)
-            .filter(|&m| values.len().is_multiple_of(m));
-        let Some(matrix) = matrix else {
-            return Err(Fp8Error::NotWholeMatrices {
-                len: values.len(),
-                rows,
-                cols,
-            });
-        };
-        let matrices = values.len() / matrix;
-        let (gr, gc) = (rows.div_ceil(block[0]), cols.div_ceil(block[1]));
+        let (matrices, gr, gc) = layout(values.len(), block, rows, cols)?;
         let mut scale_inv = vec![0.0f32; matrices * gr * gc];
         let mut bits = vec![0u8; values.len()];
         for m in 0..matrices {

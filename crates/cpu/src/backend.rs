@@ -132,6 +132,15 @@ impl CpuBackend {
         let now = self.active.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.peak.fetch_max(now, Ordering::Relaxed);
     }
+
+    /// Takes `bytes` freed off the active count (never below zero).
+    fn sub_active(&self, bytes: usize) {
+        let _ = self
+            .active
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                Some(a.saturating_sub(bytes))
+            });
+    }
 }
 
 impl Backend for CpuBackend {
@@ -291,11 +300,7 @@ impl Backend for CpuBackend {
             detail: "no such slot".into(),
         })?;
         // kv_write counted each block it allocated.
-        let _ = self
-            .active
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
-                Some(a.saturating_sub(freed))
-            });
+        self.sub_active(freed);
         Ok(())
     }
 
@@ -316,11 +321,7 @@ impl Backend for CpuBackend {
             slot: from.max(to),
             detail: "no such slot".into(),
         })?;
-        let _ = self
-            .active
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
-                Some(a.saturating_sub(freed))
-            });
+        self.sub_active(freed);
         Ok(())
     }
 

@@ -3,20 +3,12 @@
 //! running each alone, state advances only in the named slots, and
 //! inconsistent batch descriptions are errors, never panics.
 
+mod support;
+
 use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, RopeSpec};
 use headroom_core::{OpError, RouteRequest, Tensor};
 use headroom_cpu::{CpuAct, CpuBackend};
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    (0..n as u64)
-        .map(|i| headroom_core::ops::rng::normal(seed, i) * 0.5)
-        .collect()
-}
-
-fn act(be: &CpuBackend, rows: usize, cols: usize, seed: u64) -> CpuAct {
-    be.act_from_f32(rows, cols, &values(rows * cols, seed))
-        .unwrap()
-}
+use support::{act, values};
 
 fn rows(x: &CpuAct, r: std::ops::Range<usize>) -> Vec<f32> {
     x.data[r.start * x.cols..r.end * x.cols].to_vec()

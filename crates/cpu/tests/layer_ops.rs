@@ -4,22 +4,14 @@
 //! `attention_prep` equals the q/k norms, RoPE and KV write, over a prompt
 //! and then decode steps, states included (each path on its own pool).
 
+mod support;
+
 use headroom_core::ops::{
     AttentionPrepWeights, Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, KvSpec, RopeSpec,
 };
 use headroom_core::{RouteRequest, Tensor};
-use headroom_cpu::{CpuAct, CpuBackend, CpuWeight};
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    (0..n as u64)
-        .map(|i| headroom_core::ops::rng::normal(seed, i) * 0.5)
-        .collect()
-}
-
-fn act(be: &CpuBackend, rows: usize, cols: usize, seed: u64) -> CpuAct {
-    be.act_from_f32(rows, cols, &values(rows * cols, seed))
-        .unwrap()
-}
+use headroom_cpu::{CpuBackend, CpuWeight};
+use support::{act, values};
 
 fn vector(be: &CpuBackend, n: usize, seed: u64) -> CpuWeight {
     be.upload_vector(Tensor::from_f32(vec![n], values(n, seed)))

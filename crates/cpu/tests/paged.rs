@@ -5,6 +5,8 @@
 //! there, blocks cost memory only once written, and the workspace model
 //! predicts what attention allocates.
 
+mod support;
+
 use headroom_core::ops::{
     blocks_for, AttentionCall, Backend, Batch, BlockTables, KvSpec, KV_BLOCK_ROWS,
 };
@@ -12,23 +14,13 @@ use headroom_core::{AttentionKind, Dtype, LayerKind, OpError, RouteRequest};
 use headroom_cpu::{ActRounding, CpuAct, CpuBackend, CpuKvCache, Precision};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use support::{act, values};
 
 const NQ: usize = 8;
 const NKV: usize = 2;
 const D: usize = 64;
 const SLOTS: usize = 4;
 const CAPACITY: usize = 300;
-
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    (0..n as u64)
-        .map(|i| headroom_core::ops::rng::normal(seed, i) * 0.5)
-        .collect()
-}
-
-fn act(be: &CpuBackend, rows: usize, cols: usize, seed: u64) -> CpuAct {
-    be.act_from_f32(rows, cols, &values(rows * cols, seed))
-        .unwrap()
-}
 
 fn bits(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()

@@ -257,10 +257,7 @@ impl<B: Backend> Qwen35Model<B> {
                     .map(LayerState::Linear),
             })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| ModelError::Op {
-                layer: None,
-                source,
-            })?;
+            .map_err(ModelError::op)?;
         Ok(ModelState {
             layers,
             slots,
@@ -462,10 +459,11 @@ impl<B: Backend> Qwen35Model<B> {
     ) -> Result<(), ModelError> {
         batch.validate(state.slots).map_err(op(None))?;
         if batch.rows() != ids.len() {
-            return Err(ModelError::Op {
-                layer: None,
-                source: OpError::Batch(format!("{} ids for {} rows", ids.len(), batch.rows())),
-            });
+            return Err(ModelError::op(OpError::Batch(format!(
+                "{} ids for {} rows",
+                ids.len(),
+                batch.rows()
+            ))));
         }
         if routes.len() != self.layers.len() {
             return Err(ModelError::Unsupported(format!(

@@ -68,13 +68,6 @@ pub trait StepModel<B: Backend>: Send {
     ) -> Result<StepOutput<B>, ModelError>;
 }
 
-fn op(source: headroom_core::OpError) -> ModelError {
-    ModelError::Op {
-        layer: None,
-        source,
-    }
-}
-
 impl<B: Backend> StepModel<B> for Qwen35Model<B>
 where
     Qwen35Model<B>: Send,
@@ -104,7 +97,9 @@ where
     }
 
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
-        state.reset_slot(self.backend(), slot).map_err(op)
+        state
+            .reset_slot(self.backend(), slot)
+            .map_err(ModelError::op)
     }
 
     fn copy_state_slot(
@@ -113,7 +108,9 @@ where
         from: usize,
         to: usize,
     ) -> Result<(), ModelError> {
-        state.copy_slot(self.backend(), from, to).map_err(op)
+        state
+            .copy_slot(self.backend(), from, to)
+            .map_err(ModelError::op)
     }
 
     fn step(
@@ -126,6 +123,24 @@ where
     ) -> Result<StepOutput<B>, ModelError> {
         Qwen35Model::step(self, state, ids, batch, routes, rows)
     }
+}
+
+/// Runs `f` on each rank's state with that rank's backend (one state per rank).
+fn on_every_rank<B: Backend>(
+    group: &TpGroup<B>,
+    state: &mut [ModelState<B>],
+    mut f: impl FnMut(&mut ModelState<B>, &B) -> Result<(), headroom_core::OpError>,
+) -> Result<(), ModelError> {
+    if state.len() != group.world() {
+        return Err(ModelError::Unsupported("one state per rank".into()));
+    }
+    for (r, st) in state.iter_mut().enumerate() {
+        let m = group
+            .rank(r)
+            .ok_or_else(|| ModelError::Unsupported("no rank".into()))?;
+        f(st, m.backend()).map_err(ModelError::op)?;
+    }
+    Ok(())
 }
 
 impl<B: Backend> StepModel<B> for TpGroup<B>
@@ -157,16 +172,7 @@ where
     }
 
     fn reset_slot(&self, state: &mut Self::State, slot: usize) -> Result<(), ModelError> {
-        if state.len() != TpGroup::world(self) {
-            return Err(ModelError::Unsupported("one state per rank".into()));
-        }
-        for (r, st) in state.iter_mut().enumerate() {
-            let m = self
-                .rank(r)
-                .ok_or_else(|| ModelError::Unsupported("no rank".into()))?;
-            st.reset_slot(m.backend(), slot).map_err(op)?;
-        }
-        Ok(())
+        on_every_rank(self, state, |st, be| st.reset_slot(be, slot))
     }
 
     fn copy_state_slot(
@@ -175,16 +181,7 @@ where
         from: usize,
         to: usize,
     ) -> Result<(), ModelError> {
-        if state.len() != TpGroup::world(self) {
-            return Err(ModelError::Unsupported("one state per rank".into()));
-        }
-        for (r, st) in state.iter_mut().enumerate() {
-            let m = self
-                .rank(r)
-                .ok_or_else(|| ModelError::Unsupported("no rank".into()))?;
-            st.copy_slot(m.backend(), from, to).map_err(op)?;
-        }
-        Ok(())
+        on_every_rank(self, state, |st, be| st.copy_slot(be, from, to))
     }
 
     fn step(

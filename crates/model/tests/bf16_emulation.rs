@@ -15,13 +15,12 @@
 
 mod common;
 
-use common::rel_err;
+use common::{fixture, read_ids, rel_err};
 use headroom_core::{RouteRequest, Tensor, TensorData};
 use headroom_cpu::{ActRounding, CpuBackend, Precision};
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, Weights,
 };
-use std::path::{Path, PathBuf};
 
 /// Issue 8's bar.
 const BAR: f64 = 2e-2;
@@ -45,20 +44,6 @@ const ILL_CONDITIONED: [(&str, usize); 4] = [
 
 /// The ceiling of the [`ILL_CONDITIONED`] pairs.
 const CEILING: f64 = 1e-1;
-
-fn fixture(name: &str) -> (ModelConfig, Weights, PathBuf) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Weights::load(&dir, &cfg).unwrap();
-    (cfg, weights, dir)
-}
-
-fn read_ids(dir: &Path, n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 /// Logits of `ids` with prefill chunks of `chunk` (`Some(1)`: decode one token at a time).
 fn logits(

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{read_f32_tensor, rel_err};
+use common::{fixture, fixture_dir, read_f32_tensor, read_ids, rel_err};
 use headroom_core::RouteRequest;
 use headroom_cpu::CpuBackend;
 use headroom_model::config::WeightFormat;
@@ -17,17 +17,12 @@ use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, Weights,
 };
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 
 const TOLERANCE: f64 = 1e-4;
 
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/moe_fp8")
-}
-
 #[test]
 fn the_fixture_loads_as_fp8_where_transformers_saved_fp8() {
-    let dir = fixture();
+    let dir = fixture_dir("moe_fp8");
     let cfg = ModelConfig::from_dir(&dir).unwrap();
     assert!(
         matches!(cfg.weight_format, WeightFormat::Fp8Block { block, .. } if block == [128, 128])
@@ -64,13 +59,10 @@ fn the_fixture_loads_as_fp8_where_transformers_saved_fp8() {
 
 #[test]
 fn fp8_fixture_matches_transformers() {
-    let dir = fixture();
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Weights::load(&dir, &cfg).unwrap();
+    let (cfg, weights, dir) = fixture("moe_fp8");
     let model = Qwen35Model::load(CpuBackend::new(), &cfg, weights).unwrap();
     for n in [40usize, 300] {
-        let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
-        let ids: Vec<u32> = serde_json::from_str(&text).unwrap();
+        let ids = read_ids(&dir, n);
         let (shape, want) = read_f32_tensor(&dir.join(format!("logits_{n}.safetensors")), "logits");
         assert_eq!(shape, vec![n, cfg.vocab_size]);
         for route in [

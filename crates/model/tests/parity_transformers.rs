@@ -6,26 +6,13 @@
 
 mod common;
 
-use common::{read_f32_tensor, rel_err};
+use common::{fixture, read_f32_tensor, read_ids, rel_err};
 use headroom_core::RouteRequest;
 use headroom_cpu::CpuBackend;
-use headroom_model::{
-    AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, Weights,
-};
-use std::path::{Path, PathBuf};
+use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows, Qwen35Model};
+use std::path::Path;
 
 const TOLERANCE: f64 = 1e-4;
-
-fn fixture_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn read_ids(dir: &Path, n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 fn read_logits(dir: &Path, n: usize) -> (Vec<usize>, Vec<f32>) {
     read_f32_tensor(&dir.join(format!("logits_{n}.safetensors")), "logits")
@@ -33,9 +20,7 @@ fn read_logits(dir: &Path, n: usize) -> (Vec<usize>, Vec<f32>) {
 
 /// Every prompt × route × chunking of one fixture.
 fn check_fixture(name: &str) {
-    let dir = fixture_dir(name);
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Weights::load(&dir, &cfg).unwrap();
+    let (cfg, weights, dir) = fixture(name);
     let model = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     let routes = [
         RouteRequest::Composed { query_block: 16 },
@@ -98,9 +83,7 @@ fn dense_tied_head_dim_64_matches_transformers() {
 
 #[test]
 fn last_row_logits_equal_the_last_row_of_all() {
-    let dir = fixture_dir("moe_d256");
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Weights::load(&dir, &cfg).unwrap();
+    let (cfg, weights, dir) = fixture("moe_d256");
     let model = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     let ids = read_ids(&dir, 40);
     let (_, want) = read_logits(&dir, 40);

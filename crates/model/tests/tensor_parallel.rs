@@ -7,43 +7,17 @@
 
 mod common;
 
-use common::rel_err;
+use common::{cpu_tp, fixture, read_ids, rel_err};
 use headroom_core::ops::Backend;
 use headroom_core::RouteRequest;
 use headroom_cpu::{CpuBackend, Precision};
 use headroom_model::parallel::PlanError;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, ModelError, Qwen35Model, TpGroup,
-    TpWeights, Weights,
+    TpWeights,
 };
-use std::path::{Path, PathBuf};
 
 const TOLERANCE: f64 = 1e-5;
-
-/// A CPU tensor-parallel group of `world` ranks computing in `precision`.
-fn cpu_tp(
-    cfg: &headroom_model::ModelConfig,
-    world: usize,
-    weights: TpWeights<'_>,
-    precision: Precision,
-) -> Result<TpGroup<CpuBackend>, headroom_model::ModelError> {
-    let g = headroom_cpu::cpu_group(world, precision);
-    TpGroup::build(g.backends, cfg, weights, Some(g.abort))
-}
-
-fn fixture(name: &str) -> (ModelConfig, Weights, PathBuf) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Weights::load(&dir, &cfg).unwrap();
-    (cfg, weights, dir)
-}
-
-fn ids_of(dir: &Path, n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
-    serde_json::from_str(&text).unwrap()
-}
 
 fn opts(chunk: Option<usize>, logits: LogitsRows) -> ForwardOptions {
     ForwardOptions {
@@ -63,36 +37,37 @@ fn argmax(v: &[f32]) -> u32 {
     best as u32
 }
 
-/// Greedy tokens after `prompt`, on the plain model.
-fn greedy_plain(m: &Qwen35Model<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
-    let route = RouteRequest::Composed { query_block: 16 };
-    let mut s = m.new_session_with_capacity(prompt.len() + n).unwrap();
-    let mut logits = m
-        .prefill(&mut s, prompt, &opts(Some(7), LogitsRows::Last))
-        .unwrap()
-        .logits;
+/// `n` greedy tokens: the argmax of the prompt's `logits`, then of what
+/// `decode` returns for each token picked.
+fn greedy(mut logits: Vec<f32>, n: usize, mut decode: impl FnMut(u32) -> Vec<f32>) -> Vec<u32> {
     let mut out = Vec::new();
     for _ in 0..n {
         let next = argmax(&logits);
         out.push(next);
-        logits = m.decode(&mut s, next, route).unwrap();
+        logits = decode(next);
     }
     out
+}
+
+/// Greedy tokens after `prompt`, on the plain model.
+fn greedy_plain(m: &Qwen35Model<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
+    let route = RouteRequest::Composed { query_block: 16 };
+    let mut s = m.new_session_with_capacity(prompt.len() + n).unwrap();
+    let logits = m
+        .prefill(&mut s, prompt, &opts(Some(7), LogitsRows::Last))
+        .unwrap()
+        .logits;
+    greedy(logits, n, |next| m.decode(&mut s, next, route).unwrap())
 }
 
 fn greedy_tp(g: &TpGroup<CpuBackend>, prompt: &[u32], n: usize) -> Vec<u32> {
     let route = RouteRequest::Composed { query_block: 16 };
     let mut s = g.new_session_with_capacity(prompt.len() + n).unwrap();
-    let mut logits = g
+    let logits = g
         .prefill(&mut s, prompt, &opts(Some(7), LogitsRows::Last))
         .unwrap()
         .logits;
-    let mut out = Vec::new();
-    for _ in 0..n {
-        let next = argmax(&logits);
-        out.push(next);
-        logits = g.decode(&mut s, next, route).unwrap();
-    }
+    let out = greedy(logits, n, |next| g.decode(&mut s, next, route).unwrap());
     assert_eq!(s.position(), prompt.len() + n);
     out
 }
@@ -101,7 +76,7 @@ fn check_fixture(name: &str, worlds: &[usize]) {
     let (cfg, weights, dir) = fixture(name);
     let plain = Qwen35Model::load(CpuBackend::new(), &cfg, weights.clone()).unwrap();
     for n in [40usize, 300] {
-        let ids = ids_of(&dir, n);
+        let ids = read_ids(&dir, n);
         let want = plain
             .forward_logits(&ids, &opts(None, LogitsRows::All))
             .unwrap();
@@ -126,7 +101,7 @@ fn check_fixture(name: &str, worlds: &[usize]) {
             }
         }
     }
-    let prompt = ids_of(&dir, 40);
+    let prompt = read_ids(&dir, 40);
     let want = greedy_plain(&plain, &prompt, 12);
     for &world in worlds {
         let g = cpu_tp(

@@ -9,35 +9,16 @@
 
 mod common;
 
-use common::rel_err;
+use common::{cpu_tp, fixture, read_ids, rel_err};
 use headroom_core::RouteRequest;
 use headroom_cpu::{ActRounding, CpuBackend, Precision};
-use headroom_model::{
-    AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, Qwen35Model, TpGroup, TpWeights,
-    Weights,
-};
-use std::path::Path;
-
-/// A CPU tensor-parallel group of `world` ranks computing in `precision`.
-fn cpu_tp(
-    cfg: &headroom_model::ModelConfig,
-    world: usize,
-    weights: TpWeights<'_>,
-    precision: Precision,
-) -> Result<TpGroup<CpuBackend>, headroom_model::ModelError> {
-    let g = headroom_cpu::cpu_group(world, precision);
-    TpGroup::build(g.backends, cfg, weights, Some(g.abort))
-}
+use headroom_model::{AttentionPlan, ForwardOptions, LogitsRows, Qwen35Model, TpWeights};
 
 /// The bar: TP=2 logits vs TP=1, relative Frobenius.
 const BAR: f64 = 2e-2;
 
 fn check(name: &str) -> Vec<(usize, f64)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let weights = Weights::load(&dir, &cfg).unwrap();
+    let (cfg, weights, dir) = fixture(name);
     let precision = Precision::bf16(ActRounding::ALL);
     let opts = ForwardOptions {
         attention: AttentionPlan::Uniform(RouteRequest::Composed { query_block: 16 }),
@@ -50,8 +31,7 @@ fn check(name: &str) -> Vec<(usize, f64)> {
     [40usize, 300]
         .iter()
         .map(|&n| {
-            let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
-            let ids: Vec<u32> = serde_json::from_str(&text).unwrap();
+            let ids = read_ids(&dir, n);
             let want = one.forward_logits(&ids, &opts).unwrap();
             let got = two.forward_logits(&ids, &opts).unwrap();
             assert!(got.iter().all(|v| v.is_finite()), "{name} n={n}");

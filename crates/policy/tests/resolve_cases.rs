@@ -24,6 +24,32 @@ fn qualified_h200() -> (tempfile::TempDir, Registry) {
     registry_with(&[("h200-d256-q512", h200(), d256(), composed(512))])
 }
 
+/// A change to a fingerprint (the field it changes, and how).
+type Edit = fn(&mut HardwareFingerprint);
+
+/// Each of `edits` to `base()` refuses the registry's one entry: the layer
+/// gets the default (composed, query block 128, no qualification) and the
+/// entry's mismatch names the changed field.
+fn each_edit_refuses_the_entry(
+    reg: &Registry,
+    base: fn() -> HardwareFingerprint,
+    edits: &[(&str, Edit)],
+) {
+    let entry = reg.valid().next().unwrap();
+    for &(field, edit) in edits {
+        let mut fp = base();
+        edit(&mut fp);
+        let r = resolve(&fp, &d256(), &Controls::default(), reg);
+        assert_eq!(
+            (r.route, r.query_block, r.source),
+            (Route::Composed, Some(128), ResolutionSource::Default),
+            "changed {field}"
+        );
+        assert!(r.qualification_id.is_none());
+        assert_eq!(entry.matches(&fp, &d256()).unwrap_err().field, field);
+    }
+}
+
 #[test]
 fn exact_qualified_machine_gets_qualified_query_block() {
     let (_d, reg) = qualified_h200();
@@ -44,8 +70,6 @@ fn exact_qualified_machine_gets_qualified_query_block() {
 #[test]
 fn changing_any_gpu_identity_field_gets_default() {
     let (_d, reg) = qualified_h200();
-    let entry = reg.valid().next().unwrap().clone();
-    type Edit = fn(&mut HardwareFingerprint);
     let edits: [(&str, Edit); 6] = [
         ("device_name", |f| {
             f.device_name = Some("NVIDIA H100".into())
@@ -60,18 +84,7 @@ fn changing_any_gpu_identity_field_gets_default() {
         ("driver_version", |f| f.driver_version = Some("12.8".into())),
         ("backend", |f| f.backend = BackendKind::Cpu),
     ];
-    for (field, edit) in edits {
-        let mut fp = h200();
-        edit(&mut fp);
-        let r = resolve(&fp, &d256(), &Controls::default(), &reg);
-        assert_eq!(
-            (r.route, r.query_block, r.source),
-            (Route::Composed, Some(128), ResolutionSource::Default),
-            "changed {field}"
-        );
-        assert!(r.qualification_id.is_none());
-        assert_eq!(entry.matches(&fp, &d256()).unwrap_err().field, field);
-    }
+    each_edit_refuses_the_entry(&reg, h200, &edits);
 }
 
 /// The same GPU behind another host (the 2-GPU machine's 32 cores, another CPU,
@@ -80,7 +93,6 @@ fn changing_any_gpu_identity_field_gets_default() {
 #[test]
 fn cuda_entry_matches_the_same_gpu_behind_another_host() {
     let (_d, reg) = registry_with(&[("h200-fused", h200(), d256(), QualifiedResult::Fused)]);
-    type Edit = fn(&mut HardwareFingerprint);
     let edits: [(&str, Edit); 5] = [
         ("machine_model", |f| f.machine_model = "another box".into()),
         ("cpu_brand", |f| f.cpu_brand = "AMD EPYC 9654".into()),
@@ -110,24 +122,13 @@ fn changing_any_cpu_identity_field_gets_default() {
     let (_d, reg) = registry_with(&[("box-q512", cpu_box(), d256(), composed(512))]);
     let entry = reg.valid().next().unwrap().clone();
     assert_eq!(entry.matches(&cpu_box(), &d256()), Ok(()));
-    type Edit = fn(&mut HardwareFingerprint);
     let edits: [(&str, Edit); 4] = [
         ("machine_model", |f| f.machine_model.push_str(" v2")),
         ("cpu_brand", |f| f.cpu_brand = "AMD EPYC 9654".into()),
         ("cpu_cores", |f| f.cpu_cores += 1),
         ("memory_gib", |f| f.memory_gib -= 1),
     ];
-    for (field, edit) in edits {
-        let mut fp = cpu_box();
-        edit(&mut fp);
-        let r = resolve(&fp, &d256(), &Controls::default(), &reg);
-        assert_eq!(
-            (r.route, r.query_block, r.source),
-            (Route::Composed, Some(128), ResolutionSource::Default),
-            "changed {field}"
-        );
-        assert_eq!(entry.matches(&fp, &d256()).unwrap_err().field, field);
-    }
+    each_edit_refuses_the_entry(&reg, cpu_box, &edits);
 }
 
 /// The default control is `auto`; wherever no entry qualified fused, it

@@ -1,8 +1,12 @@
-//! Shared test fixtures: a fake [`PrefillTarget`] that reports what it ran.
+//! Shared test fixtures: a fake [`PrefillTarget`] that reports what it ran
+//! (as the `model.prefill` path: its scheduler and KV records), and the
+//! validator's verdict on one bench file.
 #![allow(dead_code)]
 
 use headroom_bench::prefill::{self, Arm, AttentionRun, PrefillConfig, PrefillRun, PrefillTarget};
+use headroom_bench::prefill_model;
 use headroom_bench::prefill_schema::{KvRecord, PrefillBenchFile, SchedulerRecord};
+use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, Route, RouteRequest};
 use headroom_policy::Registry;
 
@@ -60,24 +64,10 @@ impl PrefillTarget for Fake {
         "model.prefill"
     }
     fn scheduler(&self) -> SchedulerRecord {
-        SchedulerRecord {
-            path: "model.prefill".into(),
-            prefill_chunk: None,
-            step_tokens: None,
-            solo_stripe: None,
-            solo_stripe_reason: None,
-            solo_chunk: None,
-            max_batch_sequences: 1,
-            max_tokens: 1,
-            steps_to_first_token: 1,
-        }
+        prefill_model::scheduler_record()
     }
     fn kv(&self) -> KvRecord {
-        KvRecord {
-            requested: "default".into(),
-            resolved: "contiguous-slots".into(),
-            fallback_reason: None,
-        }
+        prefill_model::kv_record()
     }
     fn prefill(
         &mut self,
@@ -143,4 +133,10 @@ pub fn bench(target: &mut dyn PrefillTarget, list: &str, lengths: &[usize]) -> P
         &Registry::default(),
     )
     .unwrap()
+}
+
+/// The validator's messages on `f` alone (default options).
+pub fn validation_messages(f: &PrefillBenchFile) -> Vec<String> {
+    let files = [("f".into(), serde_json::to_vec(f).unwrap())];
+    validate_files(&files, ValidateOptions::default()).1
 }

@@ -119,10 +119,7 @@ impl<B: Backend> TpGroup<B> {
 
     pub fn synchronize(&self) -> Result<(), ModelError> {
         for m in &self.ranks {
-            m.backend().synchronize().map_err(|source| ModelError::Op {
-                layer: None,
-                source,
-            })?;
+            m.backend().synchronize().map_err(ModelError::op)?;
         }
         Ok(())
     }
@@ -246,12 +243,7 @@ impl<B: Backend> TpGroup<B> {
                 self.ranks.len()
             )));
         }
-        batch
-            .validate(states[0].slots())
-            .map_err(|source| ModelError::Op {
-                layer: None,
-                source,
-            })?;
+        batch.validate(states[0].slots()).map_err(ModelError::op)?;
         self.check_tokens(ids, 0, usize::MAX)?;
         for i in 0..batch.sequences() {
             if batch.history[i] + batch.seq_len(i) > states[0].capacity() {

@@ -128,3 +128,13 @@ pub enum ModelError {
         capacity: usize,
     },
 }
+
+impl ModelError {
+    /// An op error not tied to a layer.
+    pub(crate) fn op(source: headroom_core::OpError) -> ModelError {
+        ModelError::Op {
+            layer: None,
+            source,
+        }
+    }
+}

@@ -15,7 +15,7 @@ use crate::weights::expected_tensors;
 use crate::{ModelConfig, Tensor, TensorData, Weights, WeightsError};
 use headroom_core::fp8::Fp8Block;
 use headroom_core::ops::{Backend, InitWindow, WeightInit};
-use headroom_core::OpError;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -60,13 +60,6 @@ pub(crate) trait WeightSource<B: Backend> {
     }
 }
 
-pub(crate) fn op_err(e: OpError) -> ModelError {
-    ModelError::Op {
-        layer: None,
-        source: e,
-    }
-}
-
 fn schema(cfg: &ModelConfig) -> HashMap<String, Vec<usize>> {
     expected_tensors(cfg).into_iter().collect()
 }
@@ -106,7 +99,7 @@ impl<'w> HostSource<'w> {
     fn with<T>(
         &mut self,
         name: &str,
-        f: impl FnOnce(std::borrow::Cow<'_, Tensor>) -> Result<T, ModelError>,
+        f: impl FnOnce(Cow<'_, Tensor>) -> Result<T, ModelError>,
     ) -> Result<T, ModelError> {
         let shape = self.shapes.get(name).cloned().unwrap_or_default();
         let missing = || WeightsError::Missing {
@@ -114,8 +107,8 @@ impl<'w> HostSource<'w> {
             expected: shape.clone(),
         };
         let t = match &mut self.weights {
-            Store::Owned(w) => std::borrow::Cow::Owned(w.remove(name).ok_or_else(missing)?),
-            Store::Shared(w) => std::borrow::Cow::Borrowed(w.get(name).map_err(|_| missing())?),
+            Store::Owned(w) => Cow::Owned(w.remove(name).ok_or_else(missing)?),
+            Store::Shared(w) => Cow::Borrowed(w.get(name).map_err(|_| missing())?),
         };
         if t.shape != shape {
             return Err(WeightsError::Shape {
@@ -151,7 +144,7 @@ impl<B: Backend> WeightSource<B> for HostSource<'_> {
                         .ok_or_else(|| out_of_range(name))?
                 }
             };
-            be.upload_matrix(t).map_err(op_err)
+            be.upload_matrix(t).map_err(ModelError::op)
         })
     }
 
@@ -161,13 +154,7 @@ impl<B: Backend> WeightSource<B> for HostSource<'_> {
         name: &str,
         parts: Option<&[Range<usize>]>,
     ) -> Result<B::Weight, ModelError> {
-        self.with(name, |t| {
-            let t = match parts {
-                None => t.into_owned(),
-                Some(p) => slice_vector(&t, p).ok_or_else(|| out_of_range(name))?,
-            };
-            be.upload_vector(t).map_err(op_err)
-        })
+        self.with(name, |t| upload_vector_part(be, name, t, parts))
     }
 
     fn split_q(
@@ -179,11 +166,8 @@ impl<B: Backend> WeightSource<B> for HostSource<'_> {
     ) -> Result<(B::Weight, B::Weight), ModelError> {
         self.with(name, |t| {
             let cols = *t.shape.last().unwrap_or(&0);
-            if let Some((q, g)) = split_fp8_whole(&t, heads.clone(), d) {
-                return Ok((
-                    be.upload_matrix(q).map_err(op_err)?,
-                    be.upload_matrix(g).map_err(op_err)?,
-                ));
+            if let Some(halves) = split_fp8_whole(&t, heads.clone(), d) {
+                return upload_halves(be, halves);
             }
             let rows = [heads.start * 2 * d..heads.end * 2 * d];
             let part = slice_matrix(&t, &rows, 0..cols).ok_or_else(|| out_of_range(name))?;
@@ -191,9 +175,34 @@ impl<B: Backend> WeightSource<B> for HostSource<'_> {
             let (q, g) = split_rows(&part.data, n, d, cols);
             let q = be.upload_matrix(Tensor::new(vec![n * d, cols], q));
             let g = be.upload_matrix(Tensor::new(vec![n * d, cols], g));
-            Ok((q.map_err(op_err)?, g.map_err(op_err)?))
+            Ok((q.map_err(ModelError::op)?, g.map_err(ModelError::op)?))
         })
     }
+}
+
+/// Uploads elements `parts` (concatenated; `None` = all) of vector `name`.
+fn upload_vector_part<B: Backend>(
+    be: &B,
+    name: &str,
+    t: Cow<'_, Tensor>,
+    parts: Option<&[Range<usize>]>,
+) -> Result<B::Weight, ModelError> {
+    let t = match parts {
+        None => t.into_owned(),
+        Some(p) => slice_vector(&t, p).ok_or_else(|| out_of_range(name))?,
+    };
+    be.upload_vector(t).map_err(ModelError::op)
+}
+
+/// Uploads the q and gate matrices of [`split_fp8_whole`].
+fn upload_halves<B: Backend>(
+    be: &B,
+    (q, g): (Tensor, Tensor),
+) -> Result<(B::Weight, B::Weight), ModelError> {
+    Ok((
+        be.upload_matrix(q).map_err(ModelError::op)?,
+        be.upload_matrix(g).map_err(ModelError::op)?,
+    ))
 }
 
 /// The q and gate halves of an FP8 `q_proj` taken whole (`heads` all of
@@ -322,7 +331,9 @@ fn draw<B: Backend>(
         return Err(out_of_range(name));
     }
     match rows {
-        [r] if r.len() == h && cols.len() == w => be.init_matrix(h, w, init).map_err(op_err),
+        [r] if r.len() == h && cols.len() == w => {
+            be.init_matrix(h, w, init).map_err(ModelError::op)
+        }
         [r] => {
             let windowed = WeightInit {
                 window: Some(InitWindow {
@@ -333,11 +344,11 @@ fn draw<B: Backend>(
                 ..init
             };
             be.init_matrix(r.len(), cols.len(), windowed)
-                .map_err(op_err)
+                .map_err(ModelError::op)
         }
         _ => be
             .upload_matrix(draw_window(init, rows, cols, w))
-            .map_err(op_err),
+            .map_err(ModelError::op),
     }
 }
 
@@ -359,7 +370,7 @@ impl<B: Backend> WeightSource<B> for InitSource<'_> {
         // draws them), which a backend with FP8 kernels keeps as it is.
         if rows.is_none() && cols.is_none() && crate::weights::fp8_in_config(self.cfg, name) {
             let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape);
-            return be.upload_matrix(t).map_err(op_err);
+            return be.upload_matrix(t).map_err(ModelError::op);
         }
         draw(be, name, self.init(name), as_matrix(&shape), rows, cols)
     }
@@ -372,11 +383,7 @@ impl<B: Backend> WeightSource<B> for InitSource<'_> {
     ) -> Result<B::Weight, ModelError> {
         let shape = self.shape(name)?;
         let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape);
-        let t = match parts {
-            None => t,
-            Some(p) => slice_vector(&t, p).ok_or_else(|| out_of_range(name))?,
-        };
-        be.upload_vector(t).map_err(op_err)
+        upload_vector_part(be, name, Cow::Owned(t), parts)
     }
 
     fn split_q(
@@ -391,11 +398,8 @@ impl<B: Backend> WeightSource<B> for InitSource<'_> {
         // Under an FP8 config, q_proj whole: its FP8 draw split into halves.
         if crate::weights::fp8_in_config(self.cfg, name) {
             let t = Weights::synthetic_tensor(self.cfg, self.seed, name, shape.clone());
-            if let Some((q, g)) = split_fp8_whole(&t, heads.clone(), d) {
-                return Ok((
-                    be.upload_matrix(q).map_err(op_err)?,
-                    be.upload_matrix(g).map_err(op_err)?,
-                ));
+            if let Some(halves) = split_fp8_whole(&t, heads.clone(), d) {
+                return upload_halves(be, halves);
             }
         }
         // q and gate are drawn as two [h/2][w] matrices (seed, seed + 1).

@@ -1,11 +1,14 @@
 //! Helpers shared by the model crate's integration tests: synthetic weights
-//! written as checkpoints in the layouts real checkpoints use, reading f32
-//! reference tensors, and the relative error every comparison uses.
+//! written as checkpoints in the layouts real checkpoints use, the
+//! transformers fixtures (folder, config and weights, prompt ids), reading
+//! f32 reference tensors, CPU tensor-parallel groups, and the relative error
+//! every comparison uses.
 #![allow(dead_code)] // each test file uses its own subset
 
+use headroom_cpu::{CpuBackend, Precision};
 use headroom_model::weights::write_safetensors;
-use headroom_model::{ModelConfig, Tensor, Weights};
-use std::path::Path;
+use headroom_model::{ModelConfig, ModelError, Tensor, TpGroup, TpWeights, Weights};
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, PartialEq)]
 pub enum Experts {
@@ -60,6 +63,38 @@ pub fn checkpoint(
         }
     }
     out
+}
+
+/// The folder of the transformers fixture `name` (`tests/fixtures/<name>`).
+pub fn fixture_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// The transformers fixture `name`: its config, weights and folder.
+pub fn fixture(name: &str) -> (ModelConfig, Weights, PathBuf) {
+    let dir = fixture_dir(name);
+    let cfg = ModelConfig::from_dir(&dir).unwrap();
+    let weights = Weights::load(&dir, &cfg).unwrap();
+    (cfg, weights, dir)
+}
+
+/// The prompt ids `ids_<n>.json` of a fixture folder.
+pub fn read_ids(dir: &Path, n: usize) -> Vec<u32> {
+    let text = std::fs::read_to_string(dir.join(format!("ids_{n}.json"))).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A CPU tensor-parallel group of `world` ranks computing in `precision`.
+pub fn cpu_tp(
+    cfg: &ModelConfig,
+    world: usize,
+    weights: TpWeights<'_>,
+    precision: Precision,
+) -> Result<TpGroup<CpuBackend>, ModelError> {
+    let g = headroom_cpu::cpu_group(world, precision);
+    TpGroup::build(g.backends, cfg, weights, Some(g.abort))
 }
 
 /// Writes `tensors` as one safetensors file.
