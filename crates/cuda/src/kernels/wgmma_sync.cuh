@@ -7,7 +7,9 @@
 //   wgmma_commit()           closes the warpgroup's current wgmma group;
 //   wgmma_wait<N>()          returns once at most N wgmma groups are pending;
 //   fence_operands(d)        pins accumulator registers at this point (no read
-//                            or write of them moves across).
+//                            or write of them moves across);
+//   desc_sw128(a, lbo, sbo)  the shared-memory matrix descriptor of a tile at
+//                            a in the 128-byte swizzle layout.
 #ifndef HEADROOM_WGMMA_SYNC_CUH
 #define HEADROOM_WGMMA_SYNC_CUH
 
@@ -22,6 +24,14 @@ template <int N>
 __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
     for (int q = 0; q < N; ++q) asm volatile("" : "+f"(d[q])::"memory");
+}
+// Shared-memory matrix descriptor, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
+    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
+    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
+    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
+    d |= 1ull << 62;
+    return d;
 }
 
 }  // namespace headroom_async

@@ -53,14 +53,7 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 
-// Shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
-    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
-    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
-    return d;
-}
+using headroom_async::desc_sw128;  // kernels/wgmma_sync.cuh
 
 // Byte offset of 16-byte chunk c of row r in a tile of ROWS rows in the SW128 layout.
 template <int ROWS>

@@ -25,14 +25,7 @@ using headroom_moe_common::silu_mul;
 using headroom_moe_common::store_bf16x2;
 using headroom_moe_common::swizzle16;
 
-// Shared-memory matrix descriptor, 128-byte swizzle.
-__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned lbo, unsigned sbo) {
-    unsigned long long d = (unsigned long long)((addr & 0x3FFFF) >> 4);
-    d |= (unsigned long long)((lbo >> 4) & 0x3FFF) << 16;
-    d |= (unsigned long long)((sbo >> 4) & 0x3FFF) << 32;
-    d |= 1ull << 62;
-    return d;
-}
+using headroom_async::desc_sw128;  // kernels/wgmma_sync.cuh
 
 // The gate+up epilogue of a warp's 16-row slice (first row r0 of the tile):
 // blocks 0..NI/2-1 gate, NI/2.. the up rows of the same columns; act =
