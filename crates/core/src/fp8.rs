@@ -76,6 +76,7 @@ pub const E4M3_MAX: f32 = 448.0;
 
 /// Encodes `x` to the nearest e4m3fn value (ties to even), saturating to
 /// ±448 (as torch's `to(float8_e4m3fn)` after clamping); NaN stays NaN.
+#[inline]
 pub fn f32_to_e4m3(x: f32) -> u8 {
     if x.is_nan() {
         return 0x7F;
@@ -86,19 +87,15 @@ pub fn f32_to_e4m3(x: f32) -> u8 {
         // Subnormal range: steps of 2^-9; code 8 (the smallest normal) follows code 7.
         return sign | (a * 512.0).round_ties_even() as u8;
     }
+    // Normal range: drop the mantissa to 3 bits with ties to even by adding
+    // just under half an ulp of the kept bits (plus the kept lowest bit); a
+    // carry moves into the exponent. Branch-free: the random weights of a
+    // synthetic FP8 draw make the rounding test unpredictable.
     let bits = a.to_bits();
-    let mut exp = (bits >> 23) as i32 - 127; // -6..=8
-    let mant = bits & 0x7F_FFFF;
-    let (mut m, rest) = (mant >> 20, mant & 0xF_FFFF);
-    if rest > 0x8_0000 || (rest == 0x8_0000 && m & 1 == 1) {
-        m += 1;
-        if m == 8 {
-            m = 0;
-            exp += 1;
-        }
-    }
-    // a <= 448 = 1.75 * 2^8, so rounding never passes 448 (code 0x7E).
-    sign | (((exp + 7) as u8) << 3) | m as u8
+    let rounded = (bits + 0x7_FFFF + ((bits >> 20) & 1)) >> 20;
+    // f32 exponent bias 127 against e4m3's 7; a <= 448 = 1.75 * 2^8, so
+    // rounding never passes 448 (code 0x7E).
+    sign | (rounded - (120 << 3)) as u8
 }
 
 /// `(matrices, grid rows, grid cols)` of `len` elements cut into `rows` ×
@@ -300,6 +297,45 @@ mod tests {
                 .fold(f32::INFINITY, f32::min);
             assert_eq!((got - x.min(448.0)).abs(), best, "{x}");
             x *= 1.013;
+        }
+    }
+
+    /// The rounding as first written (branches on the discarded bits).
+    fn e4m3_by_branches(x: f32) -> u8 {
+        if x.is_nan() {
+            return 0x7F;
+        }
+        let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+        let a = x.abs().min(E4M3_MAX);
+        if a < 2f32.powi(-6) {
+            return sign | (a * 512.0).round_ties_even() as u8;
+        }
+        let bits = a.to_bits();
+        let mut exp = (bits >> 23) as i32 - 127;
+        let mant = bits & 0x7F_FFFF;
+        let (mut m, rest) = (mant >> 20, mant & 0xF_FFFF);
+        if rest > 0x8_0000 || (rest == 0x8_0000 && m & 1 == 1) {
+            m += 1;
+            if m == 8 {
+                m = 0;
+                exp += 1;
+            }
+        }
+        sign | (((exp + 7) as u8) << 3) | m as u8
+    }
+
+    #[test]
+    fn encodes_every_f32_from_2_to_the_minus_8_to_2_to_the_10_as_the_branchy_rounding() {
+        // Every bit pattern of both signs in [2^-8, 2^10): the subnormal
+        // edge, every normal binade, the saturation above 448.
+        let (lo, hi) = (2f32.powi(-8).to_bits(), 2f32.powi(10).to_bits());
+        for bits in lo..hi {
+            for x in [f32::from_bits(bits), -f32::from_bits(bits)] {
+                assert_eq!(f32_to_e4m3(x), e4m3_by_branches(x), "{x:e}");
+            }
+        }
+        for x in [0.0, -0.0, 1e-30, f32::INFINITY, f32::NEG_INFINITY, f32::NAN] {
+            assert_eq!(f32_to_e4m3(x), e4m3_by_branches(x), "{x:e}");
         }
     }
 

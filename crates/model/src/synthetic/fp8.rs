@@ -45,9 +45,17 @@ pub(super) fn fp8_tensor(shape: Vec<usize>, init: Init, stream: u64, block: [usi
                 let (r, c0) = (i / cols, i % cols);
                 let grid_row = ((r / rows) * gr + (r % rows) / block[0]) * gc;
                 let (piece, tail) = rest.split_at_mut((cols - c0).min(rest.len()));
-                for (c, x) in (c0..).zip(piece.iter_mut()) {
-                    let s = scale_inv[grid_row + c / block[1]];
-                    *x = f32_to_e4m3(sample(init, next(&mut state)) / s);
+                // One scale per run of the piece inside one column block.
+                let (mut c, mut run) = (c0, &mut piece[..]);
+                while !run.is_empty() {
+                    let g = c / block[1];
+                    let (head, more) = run.split_at_mut(((g + 1) * block[1] - c).min(run.len()));
+                    let s = scale_inv[grid_row + g];
+                    for x in head.iter_mut() {
+                        *x = f32_to_e4m3(sample(init, next(&mut state)) / s);
+                    }
+                    c += head.len();
+                    run = more;
                 }
                 i += piece.len();
                 rest = tail;
