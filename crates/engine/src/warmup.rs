@@ -6,8 +6,8 @@
 //! 1. **prefill**: one step of a full shared budget (`step_tokens` rows,
 //!    bounded by the context, the state slots, the KV pool and the waiting
 //!    queue) — several requests of at most one prefill chunk each (whole KV
-//!    blocks, so the prefix cache does not cut them), submitted together,
-//!    one token each;
+//!    blocks, so the prefix cache does not cut them; halved until the
+//!    memory budget admits one), submitted together, one token each;
 //! 2. **decode**: for each batch size of [`DECODE_BATCHES`] (at most the
 //!    state slots), that many short requests together, a few tokens each:
 //!    one prefill step, then decode steps of that many rows.
@@ -101,7 +101,8 @@ impl WarmupReport {
 }
 
 impl std::fmt::Display for WarmupReport {
-    /// `warm-up: N requests, M steps, X ms (prefill 8192 rows in 1 step, ...)`.
+    /// `warm-up: N requests, M steps, X ms (prefill R rows: 1 step, X ms;
+    /// decode xB: S steps, X ms; ...)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
@@ -114,12 +115,15 @@ impl std::fmt::Display for WarmupReport {
             .phases
             .iter()
             .map(|p| {
+                let rows = if p.phase.max_tokens == 1 {
+                    format!(" {} rows", p.phase.first_step_rows())
+                } else {
+                    String::new()
+                };
+                let s = if p.steps == 1 { "" } else { "s" };
                 format!(
-                    "{} {} rows + {} steps {:.0} ms",
-                    p.phase.name,
-                    p.phase.first_step_rows(),
-                    p.steps.saturating_sub(1),
-                    p.ms
+                    "{}{rows}: {} step{s}, {:.0} ms",
+                    p.phase.name, p.steps, p.ms
                 )
             })
             .collect();
@@ -149,8 +153,10 @@ pub fn plan(limits: &Limits, slots: usize) -> Vec<WarmupPhase> {
     if let Some(iv) = limits.prefix_interval {
         len = len.min(iv);
     }
-    if len >= KV_BLOCK_ROWS {
-        len = len / KV_BLOCK_ROWS * KV_BLOCK_ROWS;
+    len = whole_blocks(len);
+    // A request the memory budget could never admit is halved until it fits.
+    while len > 0 && !fits(limits, len, 1) {
+        len = whole_blocks(len / 2);
     }
     if len == 0 {
         return phases;
@@ -176,6 +182,9 @@ pub fn plan(limits: &Limits, slots: usize) -> Vec<WarmupPhase> {
     });
     let prompt = DECODE_PROMPT.min(context.saturating_sub(2)).max(1);
     let max_tokens = DECODE_TOKENS.min(context.saturating_sub(prompt)).max(1);
+    if !fits(limits, prompt, max_tokens) {
+        return phases;
+    }
     let mut sizes: Vec<usize> = DECODE_BATCHES.iter().map(|&b| b.min(slots)).collect();
     sizes.dedup();
     for n in sizes {
@@ -186,6 +195,23 @@ pub fn plan(limits: &Limits, slots: usize) -> Vec<WarmupPhase> {
         });
     }
     phases
+}
+
+/// `n` rounded down to whole KV blocks when it holds one.
+fn whole_blocks(n: usize) -> usize {
+    if n >= KV_BLOCK_ROWS {
+        n / KV_BLOCK_ROWS * KV_BLOCK_ROWS
+    } else {
+        n
+    }
+}
+
+/// Whether a request of `prompt` tokens and `max_tokens` passes the
+/// engine's checks (context, KV pool, memory budget).
+fn fits(limits: &Limits, prompt: usize, max_tokens: usize) -> bool {
+    limits
+        .check(&GenerateRequest::greedy(vec![0; prompt], max_tokens), 0)
+        .is_ok()
 }
 
 /// Runs [`plan`] for `handle`'s engine, then forgets it

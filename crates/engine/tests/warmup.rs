@@ -92,7 +92,14 @@ fn the_plan_fills_one_step_and_batches_decodes_within_the_engine() {
     let mut limits = h.limits().clone();
     limits.pool_blocks = Some(6);
     assert_eq!(warmup::plan(&limits, 16)[0].prompts, vec![256, 64]);
+    // A request's generated token needs a block too: 64-token prompts in 2 blocks.
+    limits.pool_blocks = Some(2);
+    assert_eq!(warmup::plan(&limits, 16)[0].prompts, vec![64]);
     limits.max_context = 1;
+    assert!(warmup::plan(&limits, 16).is_empty());
+    // A memory budget no request fits: nothing to run (rather than a refusal).
+    let mut limits = h.limits().clone();
+    limits.budget = Some(1);
     assert!(warmup::plan(&limits, 16).is_empty());
     h.shutdown_and_wait();
 }

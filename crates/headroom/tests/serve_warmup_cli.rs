@@ -114,7 +114,7 @@ fn a_warmed_up_server_starts_from_zero_and_answers_as_a_cold_one() {
     // tokens (4 steps each).
     assert!(
         line.starts_with("warm-up: 41 requests, 13 steps, ")
-            && line.contains("prefill 3072 rows + 0 steps"),
+            && line.contains("(prefill 3072 rows: 1 step, "),
         "{line}"
     );
     assert!(!cold_err.contains("warm-up"), "{cold_err}");
