@@ -119,3 +119,13 @@ fn a_warmed_up_server_starts_from_zero_and_answers_as_a_cold_one() {
     );
     assert!(!cold_err.contains("warm-up"), "{cold_err}");
 }
+
+#[test]
+fn serve_help_documents_no_warmup() {
+    let out = common::headroom(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("--no-warmup") && help.contains("Skip the start-up warm-up"),
+        "{help}"
+    );
+}
