@@ -82,6 +82,9 @@ pub struct Limits {
     pub block_bytes: u64,
     pub max_context: usize,
     pub max_waiting: usize,
+    /// Tokens between prefix-cache snapshots, where prefill chunks are cut
+    /// (`None`: caching off or only at prompt ends).
+    pub prefix_interval: Option<usize>,
     pub vocab: usize,
     /// End-of-sequence ids added to every request's stop tokens.
     pub eos: Vec<u32>,

@@ -11,6 +11,7 @@
 
 mod admit;
 mod cache;
+mod forget;
 mod hold;
 
 use crate::api::{
@@ -147,6 +148,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             pool_blocks: paged.then_some(pool.blocks),
             max_context: cfg.max_context,
             max_waiting: cfg.max_waiting,
+            prefix_interval: (paged && cfg.prefix_cache.enabled)
+                .then(|| cfg.prefix_cache.interval())
+                .flatten(),
             vocab: model.lead().vocab_size(),
             eos: cfg.eos_token_ids.clone(),
         };

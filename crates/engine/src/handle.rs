@@ -35,7 +35,14 @@ use std::sync::{Arc, Mutex};
 
 enum Command {
     Submit(Box<Sequence>),
+    /// Several sequences queued together: the next step plans them all.
+    SubmitMany(Vec<Sequence>),
     Wake,
+    /// Answers the counters as of now (after every earlier command).
+    Stats(Sender<EngineStats>),
+    /// Forgets what ran (see [`EngineCore::forget_history`]); answers the
+    /// counters as they were.
+    Forget(Sender<Result<EngineStats, String>>),
     Shutdown,
 }
 
@@ -105,7 +112,14 @@ fn run_loop<B: Backend, M: StepModel<B>>(
     let apply = |core: &mut EngineCore<B, M>, cmd: Command| -> bool {
         match cmd {
             Command::Submit(seq) => core.enqueue(*seq),
+            Command::SubmitMany(seqs) => seqs.into_iter().for_each(|s| core.enqueue(s)),
             Command::Wake => {}
+            Command::Stats(reply) => {
+                let _ = reply.send(core.stats());
+            }
+            Command::Forget(reply) => {
+                let _ = reply.send(core.forget_history().map_err(|e| e.to_string()));
+            }
             Command::Shutdown => return false,
         }
         true
@@ -164,8 +178,10 @@ fn fail<B: Backend, M: StepModel<B>>(
         Err(p) => *p.into_inner() = Some(why.to_string()),
     }
     while let Ok(cmd) = rx.try_recv() {
-        if let Command::Submit(seq) = cmd {
-            core.enqueue(*seq);
+        match cmd {
+            Command::Submit(seq) => core.enqueue(*seq),
+            Command::SubmitMany(seqs) => seqs.into_iter().for_each(|s| core.enqueue(s)),
+            _ => {}
         }
     }
     if catch_unwind(AssertUnwindSafe(|| core.abort_all(why))).is_err() {
@@ -176,6 +192,11 @@ fn fail<B: Backend, M: StepModel<B>>(
             *s = stats;
         }
     }
+}
+
+/// The error of a command the loop did not answer.
+fn stopped() -> EngineError {
+    EngineError::Internal("the engine loop has stopped".into())
 }
 
 /// The message of a panic's payload (a `&str` or `String`; anything else unnamed).
@@ -214,6 +235,74 @@ impl EngineHandle {
                 .map_err(|_| SubmitError::ShuttingDown)?;
         }
         Ok(stream)
+    }
+
+    /// Checks every request of `rs` and queues them together, so the next
+    /// step plans them all (as far as its budget and the pools admit):
+    /// what a burst of concurrent requests looks like to the engine. All or
+    /// none: the first refusal is returned and nothing is queued.
+    pub fn submit_batch(
+        &self,
+        rs: Vec<GenerateRequest>,
+    ) -> Result<Vec<RequestStream>, SubmitError> {
+        if self.shared.shutting_down.load(Ordering::Acquire) || self.failure().is_some() {
+            return Err(SubmitError::ShuttingDown);
+        }
+        let waiting = self.stats().waiting;
+        let (mut streams, mut seqs) = (Vec::new(), Vec::new());
+        for r in rs {
+            let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+            let (stream, seq) = match prepare(
+                &self.limits,
+                id,
+                r,
+                waiting + seqs.len(),
+                Some(self.waker()),
+            ) {
+                Ok(ok) => ok,
+                Err(e) => {
+                    self.shared.refused.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            };
+            streams.push(stream);
+            seqs.extend(seq);
+        }
+        if let Ok(mut s) = self.shared.stats.lock() {
+            s.waiting += seqs.len();
+        }
+        self.tx
+            .send(Command::SubmitMany(seqs))
+            .map_err(|_| SubmitError::ShuttingDown)?;
+        Ok(streams)
+    }
+
+    /// The counters as of now: asked of the loop, so every request whose
+    /// stream has ended is counted (`stats` may lag one step).
+    pub fn current_stats(&self) -> Result<EngineStats, EngineError> {
+        let (tx, rx) = channel();
+        self.tx.send(Command::Stats(tx)).map_err(|_| stopped())?;
+        rx.recv().map_err(|_| stopped())
+    }
+
+    /// Forgets what the engine ran while idle (a warm-up): the prefix
+    /// cache's blocks and snapshots, every counter, and the request ids
+    /// (the next request is id 1 again). Returns the counters as they were.
+    /// An error when requests are waiting or running.
+    pub fn forget_history(&self) -> Result<EngineStats, EngineError> {
+        let (tx, rx) = channel();
+        self.tx.send(Command::Forget(tx)).map_err(|_| stopped())?;
+        let mut before = rx
+            .recv()
+            .map_err(|_| stopped())?
+            .map_err(EngineError::Config)?;
+        self.shared.next_id.store(1, Ordering::Relaxed);
+        before.refused += self.shared.refused.swap(0, Ordering::Relaxed);
+        let now = self.current_stats()?;
+        if let Ok(mut s) = self.shared.stats.lock() {
+            *s = now;
+        }
+        Ok(before)
     }
 
     fn waker(&self) -> Waker {

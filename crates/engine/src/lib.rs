@@ -22,7 +22,9 @@
 //!   thread and the cloneable [`EngineHandle`];
 //! * [`sampling`] — the host path of rows that ask for penalties or log
 //!   probabilities;
-//! * [`api`] / [`stream`] — requests, stream events, errors, stats.
+//! * [`api`] / [`stream`] — requests, stream events, errors, stats;
+//! * [`warmup`] — the start-up warm-up: a full prefill step and decode
+//!   steps at several batch sizes, then the engine forgets them.
 //!
 //! Numerics: a sequence's logits do not depend on what it is batched with or
 //! how its prompt is chunked (each op treats sequences independently and the
@@ -47,6 +49,7 @@ pub mod slots;
 pub mod snapshots;
 pub mod stream;
 pub mod stripe;
+pub mod warmup;
 
 pub use api::{
     AttentionRun, EngineStats, FinishReason, GenerateRequest, RankMemory, SamplingExtras,

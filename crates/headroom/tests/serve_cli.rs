@@ -20,6 +20,7 @@ fn start() -> (Child, SocketAddr) {
             "tiny-d256",
             "--port",
             "0",
+            "--no-warmup",
             "--max-context",
             "512",
         ])

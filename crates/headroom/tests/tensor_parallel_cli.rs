@@ -146,6 +146,7 @@ fn start(tp: &[&str]) -> (Child, SocketAddr) {
             "tiny-d64",
             "--port",
             "0",
+            "--no-warmup",
             "--max-context",
             "256",
         ])

@@ -194,7 +194,6 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
             crate::describe::attention(&engine.attention, &cfg.layer_kinds()),
             why,
         ),
-        vocab: cfg.vocab_size,
         requests,
         engine,
         codec,

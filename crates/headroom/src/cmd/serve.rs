@@ -4,6 +4,11 @@
 //! SIGINT/SIGTERM stop accepting, let in-flight requests finish for
 //! `--shutdown-grace-s`, cancel the rest and exit 0.
 //!
+//! Before listening, the engine is warmed up (`headroom_engine::warmup`: a
+//! full prefill step and decode steps at several batch sizes, then
+//! forgotten) and a line `warm-up: N requests, M steps, X ms` printed; a
+//! failed warm-up exits 1 naming it; `--no-warmup` skips it.
+//!
 //! `--tensor-parallel N` (or `HEADROOM_TP`): the engine runs a
 //! `headroom_model::TpGroup` of N ranks; `--memory-budget-mib` is per rank
 //! (the engine's memory model counts one rank's share of the KV and GDN
@@ -91,6 +96,11 @@ pub struct Args {
     /// false for synthetic models).
     #[arg(long, value_name = "BOOL")]
     pub enable_thinking: Option<bool>,
+    /// Skip the start-up warm-up (a full prefill step and decode steps at
+    /// 1, 8 and 64 rows before listening, so the first request does not pay
+    /// the kernels' first use).
+    #[arg(long)]
+    pub no_warmup: bool,
     #[command(flatten)]
     pub tp: TpArgs,
     #[command(flatten)]
@@ -262,6 +272,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         host: a.host.clone(),
         port: a.port,
         grace,
+        warmup: !a.no_warmup,
     };
     if a.tp.active() {
         return crate::tp::run_on_group(
@@ -349,6 +360,8 @@ struct ServeJob {
     host: String,
     port: u16,
     grace: Duration,
+    /// Run the engine's warm-up before listening.
+    warmup: bool,
 }
 
 impl ModelJob for ServeJob {
@@ -404,6 +417,16 @@ impl ServeJob {
             crate::describe::budget(st.memory_budget_bytes),
             st.pool,
         );
+        if self.warmup {
+            match headroom_engine::warmup::warm_up(&handle) {
+                // Printed like the start-up line above (the default log filter is `warn`).
+                Ok(report) => eprintln!("{report}"),
+                Err(e) => {
+                    handle.shutdown_and_wait();
+                    return Err(e).context("the start-up warm-up failed (--no-warmup skips it)");
+                }
+            }
+        }
         let name = self.server.served_model_name.clone();
         let engine = handle.clone();
         let state = Arc::new(AppState::new(

@@ -1,7 +1,8 @@
 //! Running `headroom generate`'s requests through an engine on the built
-//! model (one model or a tensor-parallel group): a warm-up request first
-//! (the kernels' first use: compilation or the disk cache, timed apart from
-//! the prefill), then every request, the single one streamed to stdout token
+//! model (one model or a tensor-parallel group): the engine's warm-up first
+//! (`headroom_engine::warmup`, as `serve` runs it: the kernels' first use,
+//! compilation or the disk cache, timed apart from the prefill), then every
+//! request, the single one streamed to stdout token
 //! by token, many printed as each completes.
 
 use super::report::{self, Outcome, RunInfo, Timings};
@@ -9,7 +10,7 @@ use crate::backend_select::{LoadInfo, ModelJob};
 use crate::cmd::logits::available_memory_bytes;
 use crate::tp::{GroupInfo, GroupJob};
 use anyhow::{bail, Context};
-use headroom_core::ops::{Backend, SamplingParams};
+use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
 use headroom_engine::{EngineConfig, EngineHandle, GenerateRequest, RequestStream, StreamEvent};
 use headroom_model::tokenizer::{StreamDecoder, TextCodec};
@@ -17,9 +18,6 @@ use headroom_model::{Qwen35Model, StepModel, TpGroup};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-/// Most prompt tokens of the warm-up request.
-const WARMUP_TOKENS: usize = 16;
 
 /// Runs every request through an engine on the built model.
 pub(super) struct GenerateJob {
@@ -31,7 +29,6 @@ pub(super) struct GenerateJob {
     /// What ran, for the "ran" line: the model and its layers' attention in words.
     pub model: String,
     pub attention: String,
-    pub vocab: usize,
 }
 
 impl ModelJob for GenerateJob {
@@ -81,9 +78,12 @@ impl GenerateJob {
         let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
         eprintln!("{}", report::ran_line(&self, &handle.stats(), info));
         let warmup = Instant::now();
-        let room = self.engine.max_context.saturating_sub(2);
-        if let Err(e) = warm_up(&handle, &self.requests[0], self.vocab, room) {
-            tracing::warn!("{e:#}; the first request's prefill includes the kernels' first use");
+        // serve's warm-up: a full prefill step and decode batches, forgotten after.
+        match headroom_engine::warmup::warm_up(&handle) {
+            Ok(r) => tracing::info!("{r}"),
+            Err(e) => {
+                tracing::warn!("{e}; the first request's prefill includes the kernels' first use")
+            }
         }
         let warmup_seconds = warmup.elapsed().as_secs_f64();
         let started = Instant::now();
@@ -139,53 +139,6 @@ impl GenerateJob {
             }
         }
         Ok((streams, outcomes))
-    }
-}
-
-/// The warm-up prompt: up to [`WARMUP_TOKENS`] (and at most `room`) ids that
-/// share no prefix with `first`'s prompt (a prefix cache must not make the
-/// measured prefill look faster).
-pub(super) fn warmup_ids(first: &[u32], vocab: usize, room: usize) -> Vec<u32> {
-    let n = first.len().min(WARMUP_TOKENS).min(room).max(1);
-    let start = first
-        .first()
-        .map_or(0, |&t| (t as usize + 1) % vocab.max(1)) as u32;
-    vec![start; n]
-}
-
-/// Runs one short greedy request to its end (two tokens: a prefill and a
-/// decode step), so the first use of every kernel happens before the timing.
-fn warm_up(
-    handle: &EngineHandle,
-    first: &GenerateRequest,
-    vocab: usize,
-    room: usize,
-) -> anyhow::Result<()> {
-    let request = GenerateRequest {
-        prompt_ids: warmup_ids(&first.prompt_ids, vocab, room),
-        sampling: SamplingParams {
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: 0,
-            seed: 0,
-        },
-        max_tokens: 2,
-        stop_token_ids: Vec::new(),
-        ignore_eos: false,
-        extras: Default::default(),
-    };
-    let mut s = handle
-        .submit(request)
-        .map_err(|e| anyhow::anyhow!("the warm-up request was refused: {e}"))?;
-    let mut o = Outcome::default();
-    while let Some(e) = s.blocking_next() {
-        if apply(&mut o, e) {
-            break;
-        }
-    }
-    match o.error {
-        Some(e) => bail!("the warm-up request failed: {e}"),
-        None => Ok(()),
     }
 }
 
@@ -265,18 +218,5 @@ fn collect_all(
         if !progressed {
             std::thread::sleep(Duration::from_millis(1));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_warmup_prompt_shares_no_prefix_with_the_first_request() {
-        assert_eq!(warmup_ids(&[5, 6, 7], 256, 100), vec![6, 6, 6]);
-        assert_eq!(warmup_ids(&[255; 40], 256, 100), vec![0; WARMUP_TOKENS]);
-        assert_eq!(warmup_ids(&[255; 40], 256, 4), vec![0; 4]);
-        assert_eq!(warmup_ids(&[], 256, 100), vec![0]);
     }
 }
