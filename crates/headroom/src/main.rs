@@ -14,6 +14,7 @@ mod progress_view;
 mod shape_args;
 mod tp;
 mod tp_bench;
+mod warmup_mode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 

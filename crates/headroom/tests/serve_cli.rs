@@ -20,7 +20,6 @@ fn start() -> (Child, SocketAddr) {
             "tiny-d256",
             "--port",
             "0",
-            "--no-warmup",
             "--max-context",
             "512",
         ])

@@ -1,8 +1,8 @@
-//! `headroom serve`'s start-up warm-up as a process: by default it prints
-//! `warm-up: N requests, M steps, X ms` before listening, `/metrics` then
-//! reads zero for every engine counter and a greedy completion answers the
-//! same tokens as a server started with `--no-warmup` (which prints no
-//! warm-up line).
+//! `headroom serve`'s start-up warm-up as a process: with `--warmup on` it
+//! prints `warm-up: N requests, M steps, X ms` before listening, `/metrics`
+//! then reads zero for every engine counter and a greedy completion answers
+//! the same tokens as a server started with `--warmup off`; on the CPU the
+//! default (`auto`) runs none and prints no warm-up line.
 
 mod common;
 
@@ -81,8 +81,8 @@ async fn probe(addr: SocketAddr) -> (String, String, Value) {
 
 #[test]
 fn a_warmed_up_server_starts_from_zero_and_answers_as_a_cold_one() {
-    let (warm, warm_addr) = start(&[]);
-    let (cold, cold_addr) = start(&["--no-warmup"]);
+    let (warm, warm_addr) = start(&["--warmup", "on"]);
+    let (cold, cold_addr) = start(&["--warmup", "off"]);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -121,11 +121,12 @@ fn a_warmed_up_server_starts_from_zero_and_answers_as_a_cold_one() {
 }
 
 #[test]
-fn serve_help_documents_no_warmup() {
+fn serve_help_documents_the_warmup_modes() {
     let out = common::headroom(&["serve", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(
-        help.contains("--no-warmup") && help.contains("Skip the start-up warm-up"),
+        help.contains("--warmup <auto|on|off>")
+            && help.contains("on a GPU backend, off on the CPU"),
         "{help}"
     );
 }

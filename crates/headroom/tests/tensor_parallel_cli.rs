@@ -146,7 +146,6 @@ fn start(tp: &[&str]) -> (Child, SocketAddr) {
             "tiny-d64",
             "--port",
             "0",
-            "--no-warmup",
             "--max-context",
             "256",
         ])

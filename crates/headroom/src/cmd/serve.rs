@@ -7,7 +7,8 @@
 //! Before listening, the engine is warmed up (`headroom_engine::warmup`: a
 //! full prefill step and decode steps at several batch sizes, then
 //! forgotten) and a line `warm-up: N requests, M steps, X ms` printed; a
-//! failed warm-up exits 1 naming it; `--no-warmup` skips it.
+//! failed warm-up exits 1 naming it. `--warmup auto` (the default) runs it on
+//! a GPU backend only: the CPU loads nothing on first use.
 //!
 //! `--tensor-parallel N` (or `HEADROOM_TP`): the engine runs a
 //! `headroom_model::TpGroup` of N ranks; `--memory-budget-mib` is per rank
@@ -27,6 +28,7 @@ use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use crate::tp::{GroupInfo, GroupJob, TpArgs};
+use crate::warmup_mode::WarmupMode;
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
@@ -96,11 +98,12 @@ pub struct Args {
     /// false for synthetic models).
     #[arg(long, value_name = "BOOL")]
     pub enable_thinking: Option<bool>,
-    /// Skip the start-up warm-up (a full prefill step and decode steps at
-    /// 1, 8 and 64 rows before listening, so the first request does not pay
-    /// the kernels' first use).
-    #[arg(long)]
-    pub no_warmup: bool,
+    /// The start-up warm-up: a full prefill step and decode steps at 1, 8
+    /// and 64 rows before listening, so the first request does not pay the
+    /// kernels' first use. `auto`: on a GPU backend, off on the CPU (which
+    /// loads nothing on first use).
+    #[arg(long, value_enum, value_name = "auto|on|off", default_value_t = WarmupMode::Auto)]
+    pub warmup: WarmupMode,
     #[command(flatten)]
     pub tp: TpArgs,
     #[command(flatten)]
@@ -272,7 +275,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         host: a.host.clone(),
         port: a.port,
         grace,
-        warmup: !a.no_warmup,
+        warmup: a.warmup,
     };
     if a.tp.active() {
         return crate::tp::run_on_group(
@@ -360,8 +363,8 @@ struct ServeJob {
     host: String,
     port: u16,
     grace: Duration,
-    /// Run the engine's warm-up before listening.
-    warmup: bool,
+    /// Whether the engine's warm-up runs before listening.
+    warmup: WarmupMode,
 }
 
 impl ModelJob for ServeJob {
@@ -417,13 +420,13 @@ impl ServeJob {
             crate::describe::budget(st.memory_budget_bytes),
             st.pool,
         );
-        if self.warmup {
+        if self.warmup.runs_on(backend) {
             match headroom_engine::warmup::warm_up(&handle) {
                 // Printed like the start-up line above (the default log filter is `warn`).
                 Ok(report) => eprintln!("{report}"),
                 Err(e) => {
                     handle.shutdown_and_wait();
-                    return Err(e).context("the start-up warm-up failed (--no-warmup skips it)");
+                    return Err(e).context("the start-up warm-up failed (--warmup off skips it)");
                 }
             }
         }

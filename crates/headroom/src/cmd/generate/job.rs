@@ -9,6 +9,7 @@ use super::report::{self, Outcome, RunInfo, Timings};
 use crate::backend_select::{LoadInfo, ModelJob};
 use crate::cmd::logits::available_memory_bytes;
 use crate::tp::{GroupInfo, GroupJob};
+use crate::warmup_mode::WarmupMode;
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
@@ -78,11 +79,14 @@ impl GenerateJob {
         let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
         eprintln!("{}", report::ran_line(&self, &handle.stats(), info));
         let warmup = Instant::now();
-        // serve's warm-up: a full prefill step and decode batches, forgotten after.
-        match headroom_engine::warmup::warm_up(&handle) {
-            Ok(r) => tracing::info!("{r}"),
-            Err(e) => {
-                tracing::warn!("{e}; the first request's prefill includes the kernels' first use")
+        // serve's warm-up (`--warmup auto`: on a GPU only): a full prefill
+        // step and decode batches, forgotten after.
+        if WarmupMode::Auto.runs_on(info.backend) {
+            match headroom_engine::warmup::warm_up(&handle) {
+                Ok(r) => tracing::info!("{r}"),
+                Err(e) => tracing::warn!(
+                    "{e}; the first request's prefill includes the kernels' first use"
+                ),
             }
         }
         let warmup_seconds = warmup.elapsed().as_secs_f64();
