@@ -8,7 +8,6 @@
 mod common;
 
 use common::{headroom, headroom_command, TempDir};
-use std::io::Read;
 use std::process::Stdio;
 
 /// Rust debug formatting that must not reach a user.
@@ -223,17 +222,7 @@ fn serve_starts_with_one_line_of_what_runs() {
         .unwrap();
     let addr = common::listening_addr(&mut child);
     assert!(addr.ip().is_loopback());
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{stderr}");
+    let stderr = common::stop_server(child);
     assert_no_debug(&["serve"], &stderr);
     let banner = stderr.lines().next().unwrap_or_default();
     assert!(

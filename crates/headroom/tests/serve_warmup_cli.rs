@@ -8,7 +8,6 @@ mod common;
 
 use headroom_server::client;
 use serde_json::{json, Value};
-use std::io::Read;
 use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 
@@ -32,22 +31,6 @@ fn start(extra: &[&str]) -> (Child, SocketAddr) {
         .unwrap();
     let addr = common::listening_addr(&mut child);
     (child, addr)
-}
-
-/// Stops the server and returns its stderr.
-fn stop(mut child: Child) -> String {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{stderr}");
-    stderr
 }
 
 /// The value of an unlabelled Prometheus sample.
@@ -103,8 +86,8 @@ fn a_warmed_up_server_starts_from_zero_and_answers_as_a_cold_one() {
     }
     assert_eq!(w.1, c.1, "same greedy text");
     assert_eq!(w.2, c.2, "same usage (nothing from a warm-up's cache)");
-    let warm_err = stop(warm);
-    let cold_err = stop(cold);
+    let warm_err = common::stop_server(warm);
+    let cold_err = common::stop_server(cold);
     let line = warm_err
         .lines()
         .find(|l| l.starts_with("warm-up: "))

@@ -152,3 +152,21 @@ pub fn listening_addr(child: &mut std::process::Child) -> std::net::SocketAddr {
         .parse()
         .unwrap()
 }
+
+/// Stops a `headroom serve` child with SIGTERM, asserts it exits 0 and
+/// returns its stderr (piped).
+pub fn stop_server(mut child: std::process::Child) -> String {
+    use std::io::Read;
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("the child's stderr is piped")
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{stderr}");
+    stderr
+}
