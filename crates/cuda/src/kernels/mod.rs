@@ -23,8 +23,8 @@ use crate::ops::gdn::sources::{GDN_CHUNKED, GDN_CHUNK_PREP, GDN_DECODE, GDN_RECU
 use crate::ops::gemv::sources::GEMV;
 use crate::ops::kv::sources::OPS_KV;
 use crate::ops::moe::sources::{
-    MOE_DECODE, MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_FP8, MOE_GROUPED_GEMM_STREAM,
-    MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WIDE, MOE_ROUTE,
+    MOE_DECODE, MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_FP8, MOE_GROUPED_GEMM_MC,
+    MOE_GROUPED_GEMM_STREAM, MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WIDE, MOE_ROUTE,
 };
 use crate::ops::norm::sources::OPS_NORM;
 use crate::ops::pointwise::sources::OPS_POINTWISE;
@@ -61,6 +61,7 @@ pub const SOURCES: &[KernelSource] = &[
     MOE_GROUPED_GEMM,
     MOE_GROUPED_GEMM_WGMMA,
     MOE_GROUPED_GEMM_WIDE,
+    MOE_GROUPED_GEMM_MC,
     MOE_GROUPED_GEMM_STREAM,
     MOE_GROUPED_GEMM_FP8,
     OPS_FALLBACK,

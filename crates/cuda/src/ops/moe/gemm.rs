@@ -25,6 +25,12 @@ pub enum GemmImpl {
     /// 32 a pass), a persistent grid of two CTAs per SM with one 5-stage
     /// cp.async ring running across items. mma.sync: any sm_80+ GPU.
     Stream,
+    /// `moe_grouped_gemm_mc.cu`: the wide tiles in clusters of two CTAs on
+    /// two row tiles of one expert, each weight tile loaded once by TMA and
+    /// multicast to both (half the L2 reads of B). Falls back per GEMM as
+    /// [`GemmImpl::Wide`] does, and to Wide past [`MC_MAX_EXPERTS`] local
+    /// experts. Hopper only; not chosen by [`GemmImpl::for_pass`] (yet).
+    Cluster,
 }
 
 /// Pairs per pass from which [`GemmImpl::for_pass`] runs the wide tiles
@@ -50,6 +56,19 @@ pub const WIDE_BN: usize = 256;
 /// 128 x 64 A and 256 x 64 B, two 16 KiB epilogue buffers, alignment slack).
 pub const WIDE_SMEM_BYTES: usize = 4 * (128 + WIDE_BN) * 64 * 2 + 2 * 64 * 128 * 2 + 1024;
 
+/// Most local experts of the cluster kernels (`MAX_EXPERTS` in
+/// `moe_grouped_gemm_mc.cu`: their pair table in shared memory).
+pub const MC_MAX_EXPERTS: usize = 256;
+/// CTAs per cluster of the cluster kernels (`CLUSTER`).
+pub const MC_CLUSTER: usize = 2;
+/// Dynamic shared memory of a cluster gate+up CTA (`SMEM_GATE_UP`: 4 stages
+/// of 128 x 64 A and 256 x 64 B, 8 mbarriers, the pair table, alignment slack).
+pub const MC_SMEM_GATE_UP: usize =
+    4 * (128 + WIDE_BN) * 64 * 2 + 2 * 4 * 8 + (MC_MAX_EXPERTS + 1) * 4 + 1024;
+/// Dynamic shared memory of a cluster down CTA (`SMEM_DOWN`: the gate+up
+/// layout and two 16 KiB epilogue buffers).
+pub const MC_SMEM_DOWN: usize = MC_SMEM_GATE_UP + 2 * 64 * 128 * 2;
+
 /// One grouped GEMM's kernel for a call: entry point, dynamic shared memory,
 /// output columns per tile and whether the grid is persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +83,30 @@ pub struct GemmKernel {
     pub persistent: bool,
     /// CTAs per SM of a persistent grid.
     pub ctas_per_sm: usize,
+    /// CTAs per thread-block cluster (1: no clusters); a cluster kernel
+    /// takes the weights' tensor map as its last parameter and its grid from
+    /// [`GemmKernel::cluster_grid`].
+    pub cluster: usize,
 }
 
 impl GemmKernel {
+    /// CTAs of a cluster kernel for `row_tiles` row tiles (at most) over
+    /// `local` experts and `cols` output columns, `max_clusters` clusters
+    /// resident at once: whole clusters, one per pair of row tiles of an
+    /// expert and column tile (at most min(row_tiles, (row_tiles + local) / 2)
+    /// pairs), at most the resident ones, at least one.
+    pub fn cluster_grid(
+        &self,
+        row_tiles: usize,
+        local: usize,
+        cols: usize,
+        max_clusters: usize,
+    ) -> usize {
+        let pairs = row_tiles.min((row_tiles + local) / 2);
+        let tiles = pairs * (cols / self.tile_cols);
+        self.cluster * tiles.min(max_clusters).max(1)
+    }
+
     /// CTAs for `row_tiles` row tiles of `cols` output columns on `sms` SMs.
     pub fn grid(&self, row_tiles: usize, cols: usize, sms: usize) -> usize {
         let tiles = row_tiles * (cols / self.tile_cols);
@@ -98,14 +138,14 @@ impl GemmImpl {
 
     /// Whether the kernels need `sm_90a`.
     pub fn hopper_only(self) -> bool {
-        matches!(self, GemmImpl::Wgmma | GemmImpl::Wide)
+        matches!(self, GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::Cluster)
     }
 
     /// Entry points of the 128 x 128 kernels (gate+up, down).
     pub fn entries(self) -> (&'static str, &'static str) {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
-            GemmImpl::Wgmma | GemmImpl::Wide => {
+            GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::Cluster => {
                 ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16")
             }
         }
@@ -117,7 +157,7 @@ impl GemmImpl {
     pub fn smem_bytes(self) -> usize {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => GEMM_SMEM_BYTES,
-            GemmImpl::Wgmma | GemmImpl::Wide => GEMM_SMEM_BYTES + 1024,
+            GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::Cluster => GEMM_SMEM_BYTES + 1024,
         }
     }
 
@@ -129,6 +169,7 @@ impl GemmImpl {
             tile_cols,
             persistent: false,
             ctas_per_sm: 1,
+            cluster: 1,
         }
     }
 
@@ -140,6 +181,29 @@ impl GemmImpl {
             tile_cols,
             persistent: true,
             ctas_per_sm: 1,
+            cluster: 1,
+        }
+    }
+
+    fn multicast(entry: &'static str, smem: usize, tile_cols: usize) -> GemmKernel {
+        GemmKernel {
+            entry,
+            smem,
+            threads: GEMM_THREADS,
+            tile_cols,
+            persistent: true,
+            ctas_per_sm: 1,
+            cluster: MC_CLUSTER,
+        }
+    }
+
+    /// The family a pass over `local` experts runs: [`GemmImpl::Wide`] for
+    /// [`GemmImpl::Cluster`] past [`MC_MAX_EXPERTS`], else `self`.
+    pub fn for_experts(self, local: usize) -> GemmImpl {
+        if self == GemmImpl::Cluster && local > MC_MAX_EXPERTS {
+            GemmImpl::Wide
+        } else {
+            self
         }
     }
 
@@ -158,6 +222,7 @@ impl GemmImpl {
             tile_cols,
             persistent: true,
             ctas_per_sm: 2,
+            cluster: 1,
         })
     }
 
@@ -168,6 +233,8 @@ impl GemmImpl {
             k
         } else if self == GemmImpl::Wide && intermediate.is_multiple_of(WIDE_BN / 2) {
             Self::wide("moe_gemm_gate_up_wide_bf16", WIDE_BN / 2)
+        } else if self == GemmImpl::Cluster && intermediate.is_multiple_of(WIDE_BN / 2) {
+            Self::multicast("moe_gemm_gate_up_mc_bf16", MC_SMEM_GATE_UP, WIDE_BN / 2)
         } else {
             self.narrow(self.entries().0, GEMM_BN / 2)
         }
@@ -179,6 +246,8 @@ impl GemmImpl {
             k
         } else if self == GemmImpl::Wide && hidden.is_multiple_of(WIDE_BN) {
             Self::wide("moe_gemm_down_wide_bf16", WIDE_BN)
+        } else if self == GemmImpl::Cluster && hidden.is_multiple_of(WIDE_BN) {
+            Self::multicast("moe_gemm_down_mc_bf16", MC_SMEM_DOWN, WIDE_BN)
         } else {
             self.narrow(self.entries().1, GEMM_BN)
         }

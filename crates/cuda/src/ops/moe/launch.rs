@@ -8,11 +8,12 @@
 
 use super::{
     max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
-    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS,
+    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WIDE_BN,
 };
 
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
+use crate::tensor_map::{Sw128Map, TensorMap};
 use crate::CudaError;
 use std::ffi::c_void;
 
@@ -36,6 +37,9 @@ pub enum MoeStage {
 pub(super) enum Param {
     Ptr(u64),
     Int(i32),
+    /// A TMA tensor map (`const __grid_constant__`), boxed: the driver
+    /// copies its 128 bytes from this address at the launch.
+    Map(Box<TensorMap>),
 }
 
 /// A kernel's parameters in signature order.
@@ -52,6 +56,10 @@ impl Params {
     pub(super) fn int(mut self, v: usize) -> Self {
         // Every value is bounded to the int range by `validate`.
         self.0.push(Param::Int(v as i32));
+        self
+    }
+    pub(super) fn map(mut self, m: TensorMap) -> Self {
+        self.0.push(Param::Map(Box::new(m)));
         self
     }
     /// The tail every grouped GEMM's signature shares: the routing's
@@ -71,6 +79,7 @@ impl Params {
             .map(|p| match p {
                 Param::Ptr(v) => v as *mut u64 as *mut c_void,
                 Param::Int(v) => v as *mut i32 as *mut c_void,
+                Param::Map(m) => &mut **m as *mut TensorMap as *mut c_void,
             })
             .collect()
     }
@@ -276,7 +285,9 @@ pub(super) fn routed_experts_range(
         |e| e,
         |pass, mark| {
             let pairs = pass.pairs(l.top_k);
-            let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts));
+            let pass_imp = imp
+                .unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts))
+                .for_experts(local);
             grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)
         },
     )
@@ -363,33 +374,81 @@ fn grouped_gemms(
     let (gate_up, down) = (imp.gate_up(i), imp.down(h));
 
     mark(MoeStage::GateUp)?;
-    let params = Params::new()
-        .ptr(x)
-        .ptr(ws.r.slot_token.ptr())
-        .ptr(l.gate_up.ptr())
-        .ptr(ws.act.ptr())
-        .tile_list(&ws.r, local, h, i);
-    launch_gemm(dev, gate_up, max_row_tiles, i, params)?;
+    let params = if gate_up.cluster > 1 {
+        // Local experts' gate and up rows of hidden, in boxes of 128 rows.
+        let w = Sw128Map {
+            rows: local * 2 * i,
+            cols: h,
+            box_rows: WIDE_BN / 2,
+        };
+        Params::new()
+            .ptr(x)
+            .ptr(ws.r.slot_token.ptr())
+            .ptr(ws.act.ptr())
+            .tile_list(&ws.r, local, h, i)
+            .map(w.encode(l.gate_up.ptr())?)
+    } else {
+        Params::new()
+            .ptr(x)
+            .ptr(ws.r.slot_token.ptr())
+            .ptr(l.gate_up.ptr())
+            .ptr(ws.act.ptr())
+            .tile_list(&ws.r, local, h, i)
+    };
+    launch_gemm(dev, gate_up, max_row_tiles, local, i, params)?;
 
     mark(MoeStage::Down)?;
-    let params = Params::new()
-        .ptr(ws.act.ptr())
-        .ptr(l.down.ptr())
-        .ptr(ws.y.ptr())
-        .tile_list(&ws.r, local, i, h);
-    launch_gemm(dev, down, max_row_tiles, h, params)
+    let params = if down.cluster > 1 {
+        let w = Sw128Map {
+            rows: local * h,
+            cols: i,
+            box_rows: WIDE_BN / 2,
+        };
+        Params::new()
+            .ptr(ws.act.ptr())
+            .ptr(ws.y.ptr())
+            .tile_list(&ws.r, local, i, h)
+            .map(w.encode(l.down.ptr())?)
+    } else {
+        Params::new()
+            .ptr(ws.act.ptr())
+            .ptr(l.down.ptr())
+            .ptr(ws.y.ptr())
+            .tile_list(&ws.r, local, i, h)
+    };
+    launch_gemm(dev, down, max_row_tiles, local, h, params)
 }
 
-/// `k`'s launch over `row_tiles` row tiles of `cols` output columns.
+/// `k`'s launch over `row_tiles` row tiles (at most) of `local` experts and
+/// `cols` output columns: a cluster kernel on at most the clusters resident
+/// at once.
 fn launch_gemm(
     dev: &CudaDevice,
     k: GemmKernel,
     row_tiles: usize,
+    local: usize,
     cols: usize,
-    params: Params,
+    mut params: Params,
 ) -> Result<(), CudaError> {
-    let grid = k.grid(row_tiles, cols, dev.sm_count);
-    launch(dev, k.entry, grid, k.threads as u32, k.smem, params)
+    if k.cluster <= 1 {
+        let grid = k.grid(row_tiles, cols, dev.sm_count);
+        return launch(dev, k.entry, grid, k.threads as u32, k.smem, params);
+    }
+    let f = dev.function(k.entry)?;
+    dev.set_dynamic_smem(f, k.smem)?;
+    let resident = dev.max_active_clusters(f, k.threads as u32, k.smem, k.cluster)?;
+    if resident == 0 {
+        return Err(CudaError::InvalidLaunch(format!(
+            "{}: no cluster of {} CTAs with {} bytes of shared memory fits",
+            k.entry, k.cluster, k.smem
+        )));
+    }
+    let grid = k.cluster_grid(row_tiles, local, cols, resident);
+    let mut raw = params.raw();
+    // SAFETY: as `launch`: the parameters follow the cluster kernels'
+    // signatures (the tensor map last, boxed in `params`, which outlives the
+    // call) over buffers `validate` checked.
+    unsafe { dev.launch_cluster(f, grid, k.threads as u32, k.smem, k.cluster, &mut raw) }
 }
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or

@@ -20,8 +20,8 @@ pub mod sources;
 mod weights;
 
 pub use gemm::{
-    GemmImpl, GemmKernel, STREAM_ROWS_PER_EXPERT, STREAM_SMEM_BYTES, WIDE_BN, WIDE_PAIRS,
-    WIDE_SMEM_BYTES,
+    GemmImpl, GemmKernel, MC_CLUSTER, MC_MAX_EXPERTS, MC_SMEM_DOWN, MC_SMEM_GATE_UP,
+    STREAM_ROWS_PER_EXPERT, STREAM_SMEM_BYTES, WIDE_BN, WIDE_PAIRS, WIDE_SMEM_BYTES,
 };
 
 pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
@@ -314,5 +314,7 @@ pub fn grouped_gemm_flops(tokens: usize, hidden: usize, top_k: usize, intermedia
     6.0 * tokens as f64 * top_k as f64 * hidden as f64 * intermediate as f64
 }
 
+#[cfg(test)]
+mod mc_tests;
 #[cfg(test)]
 mod tests;

@@ -70,6 +70,23 @@ pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
 };
 
+/// The routed experts' grouped GEMMs on 128 x 256 wgmma tiles with each
+/// weight tile multicast by TMA to a cluster of two CTAs (sm_90a only).
+pub const MOE_GROUPED_GEMM_MC: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_mc",
+    file: "moe_grouped_gemm_mc.cu",
+    source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("../../kernels/tma_cluster.cuh"),
+        include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
+        include_str!("moe_wgmma_common.cuh"),
+        include_str!("moe_grouped_gemm_mc.cu")
+    ),
+    entry_points: &["moe_gemm_gate_up_mc_bf16", "moe_gemm_down_mc_bf16"],
+};
+
 /// The routed experts' grouped GEMMs for a few rows per expert: weights
 /// streamed through a persistent cp.async ring, mma.sync (any sm_80+ GPU).
 pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
@@ -106,3 +123,31 @@ pub const MOE_DECODE: KernelSource = KernelSource {
         "moe_decode_down_fp8_sbf16",
     ],
 };
+
+#[cfg(test)]
+mod tests {
+    // The cluster kernels compile without spills and without ptxas
+    // serialising their wgmma (the other grouped GEMMs' checks are the
+    // kernel gate's `headroom kernels build`).
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn every_entry_compiles_for_sm_90a_without_spills() {
+        let include = crate::CudaOptions::from_env().include_dir().unwrap();
+        let k = super::MOE_GROUPED_GEMM_MC;
+        let c = crate::nvrtc::compile(k.name, k.source, "sm_90a", &include).unwrap();
+        println!("{}", c.log);
+        assert!(
+            !c.log.contains("Potential Performance Loss"),
+            "ptxas serialised the wgmma pipe:\n{}",
+            c.log
+        );
+        for e in k.entry_points {
+            assert_eq!(
+                crate::nvrtc::spill_store_bytes(&c.log, e),
+                Some(0),
+                "{e}:\n{}",
+                c.log
+            );
+        }
+    }
+}
