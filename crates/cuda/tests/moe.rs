@@ -197,6 +197,7 @@ fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
             GemmImpl::Wgmma,
             GemmImpl::Wide,
             GemmImpl::Stream,
+            GemmImpl::Cluster,
         ]
     } else {
         vec![GemmImpl::MmaSync, GemmImpl::Stream]
@@ -461,6 +462,8 @@ fn bench_the_35b_shape() {
 
 #[path = "moe/block.rs"]
 mod block;
+#[path = "moe/cluster.rs"]
+mod cluster;
 #[path = "moe/common.rs"]
 mod common;
 use common::{device, median, random_bf16, timed_call, Bench35b, E, H, I, K};

@@ -1,0 +1,142 @@
+//! The cluster-multicast grouped GEMMs ([`GemmImpl::Cluster`]) beside the
+//! wide ones they derive from: the same results bit for bit (same tiles, same
+//! wgmma order, same epilogues), and the routed block timed side by side at
+//! 2,048 / 8,192 / 32,768 tokens (one pass) on the 35B-A3B shape. (The f64
+//! cases of `moe.rs` run Cluster among every family.)
+
+use super::{check, launch, median, timed_call, upload, Bench35b, Case, Shape, QWEN35B, SMALL};
+use headroom_cuda::device::CudaDevice;
+use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts_marked, GemmImpl, MoeLaunch};
+
+/// The device's f32 out of one call on `imp`, as bits.
+fn out_bits(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: GemmImpl) -> Vec<u32> {
+    routed_experts_marked(dev, l, Some(imp), &mut |_| Ok(())).unwrap();
+    let mut out = vec![0f32; l.tokens * l.hidden];
+    dev.read(l.out, &mut out).unwrap();
+    out.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Indices of the first few elements where `a` and `b` differ.
+fn first_diffs(a: &[u32], b: &[u32]) -> Vec<usize> {
+    (0..a.len()).filter(|&i| a[i] != b[i]).take(4).collect()
+}
+
+#[test]
+#[ignore = "needs an sm_90a GPU: run by the mcgemm GPU script"]
+fn cluster_kernels_equal_the_wide_ones_bit_for_bit() {
+    let dev = super::device();
+    if dev.arch != "sm_90a" {
+        return;
+    }
+    // 512 tokens: ~16 rows an expert (one row tile: every pair's second CTA
+    // idle); over 8 experts of top-2, 333 tokens (one partial tile an
+    // expert) and 1,500 (three row tiles: a pair and an idle partner).
+    for (s, seed) in [
+        (
+            Shape {
+                tokens: 512,
+                ..QWEN35B
+            },
+            900,
+        ),
+        (
+            Shape {
+                tokens: 333,
+                ..SMALL
+            },
+            901,
+        ),
+        (
+            Shape {
+                tokens: 2000,
+                ..SMALL
+            },
+            902,
+        ),
+    ] {
+        let c = Case::random(s, seed);
+        let d = upload(&dev, &c);
+        let l = launch(&c.s, &d);
+        let (w, m) = (
+            out_bits(&dev, &l, GemmImpl::Wide),
+            out_bits(&dev, &l, GemmImpl::Cluster),
+        );
+        let diffs = first_diffs(&w, &m);
+        println!(
+            "mc bits: tokens={} hidden={} experts={} differing={}",
+            s.tokens,
+            s.hidden,
+            s.experts,
+            diffs.len()
+        );
+        assert!(diffs.is_empty(), "{s:?}: first differences at {diffs:?}");
+    }
+    // The bench shape at 8,192 tokens (2-3 row tiles an expert).
+    let w35 = Bench35b::new(&dev);
+    let (inputs, _) = Bench35b::inputs(&dev, 8192, 4);
+    let l = w35.launch(&inputs);
+    let (w, m) = (
+        out_bits(&dev, &l, GemmImpl::Wide),
+        out_bits(&dev, &l, GemmImpl::Cluster),
+    );
+    let diffs = first_diffs(&w, &m);
+    println!(
+        "mc bits: tokens=8192 hidden=2048 experts=256 differing={}",
+        diffs.len()
+    );
+    assert!(
+        diffs.is_empty(),
+        "8,192 tokens: first differences at {diffs:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs an sm_90a GPU: run by the mcgemm GPU script"]
+fn cluster_kernels_match_the_f64_reference_on_small_and_wide_shapes() {
+    // Cluster runs in `check` too; this is its quick subset for the GPU script.
+    let dev = super::device();
+    for (n, tokens) in [1usize, 7, 100, 333].into_iter().enumerate() {
+        check(&dev, Shape { tokens, ..SMALL }, 950 + n as u64);
+    }
+    check(
+        &dev,
+        Shape {
+            tokens: 512,
+            ..QWEN35B
+        },
+        960,
+    );
+}
+
+#[test]
+#[ignore = "needs an sm_90a GPU: run by the mcgemm GPU script"]
+fn timing_cluster_vs_wide_routed_block() {
+    let dev = super::device();
+    let s = QWEN35B;
+    let w = Bench35b::new(&dev);
+    for tokens in [2048usize, 8192, 32768] {
+        let (inputs, _) = Bench35b::inputs(&dev, tokens, 4);
+        let l = w.launch(&inputs);
+        for imp in [GemmImpl::Wide, GemmImpl::Cluster] {
+            for _ in 0..3 {
+                routed_experts_marked(&dev, &l, Some(imp), &mut |_| Ok(())).unwrap();
+            }
+            dev.synchronize().unwrap();
+            let (mut total, mut gu, mut dn) = (vec![], vec![], vec![]);
+            for _ in 0..15 {
+                let (t, per) = timed_call(&dev, &l, Some(imp));
+                total.push(t);
+                gu.push(per[1]);
+                dn.push(per[2]);
+            }
+            let (gu, dn) = (median(&mut gu), median(&mut dn));
+            let flops = grouped_gemm_flops(tokens, s.hidden, s.top_k, s.inter);
+            println!(
+                "mc timing: imp={imp:?} tokens={tokens} gate_up_ms={gu:.4} down_ms={dn:.4} gemms_ms={:.4} block_ms={:.4} gemm_tflops={:.0} runs=15",
+                gu + dn,
+                median(&mut total),
+                flops / ((gu + dn) * 1e-3) / 1e12
+            );
+        }
+    }
+}
