@@ -12,10 +12,16 @@
 //   mbar_expect_tx(bar, bytes)    one arrival that also expects `bytes` of
 //                                 TMA writes in the current phase;
 //   mbar_wait(bar, parity)        spins until the phase of that parity is
-//                                 complete (acquire at cluster scope);
+//                                 complete (the default acquire.cta: with
+//                                 .cluster ptxas adds an L1 invalidation,
+//                                 CCTL.IVALL, to every wait);
 //   mbar_arrive_cluster(bar, cta) one arrival on the mbarrier at the same
-//                                 offset in CTA `cta` of the cluster (release
-//                                 at cluster scope; cta may be this one);
+//                                 offset in CTA `cta` of the cluster (cta may
+//                                 be this one; the default release.cta: a
+//                                 release.cluster arrive is a MEMBAR.GPU).
+//                                 Enough to release a stage whose readers
+//                                 (wgmma) are complete: the overwrite waits
+//                                 for reads, not for writes to be seen;
 //   tma_load_2d_multicast(dst, desc, c0, c1, bar, mask)   the box at
 //                                 (c0 inner, c1 outer) of desc to dst and its
 //                                 bytes to bar, at the same offsets in every
@@ -62,7 +68,7 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
         "{\n"
         ".reg .pred done;\n"
         "MBAR_WAIT:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra MBAR_WAIT;\n"
         "}\n" ::"r"(bar),
         "r"(parity)
@@ -73,7 +79,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) 
         "{\n"
         ".reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
         "}\n" ::"r"(bar),
         "r"(cta)
         : "memory");

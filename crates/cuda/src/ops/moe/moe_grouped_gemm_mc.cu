@@ -62,6 +62,7 @@ constexpr int SMEM_GATE_UP = STAGES * STAGE_BYTES + BAR_BYTES + TABLE_BYTES + 10
 constexpr int SMEM_DOWN = SMEM_GATE_UP + WARPGROUPS * EPI_BYTES;
 constexpr int GATE_UP_COLS = BN / 2;       // 128 act columns per gate+up tile
 static_assert(THREADS == MAX_EXPERTS, "pair_table: one expert a thread");
+static_assert(CLUSTER == 2, "the release arrives on ranks 0 and 1");
 static_assert(SMEM_DOWN <= 227 * 1024, "one CTA fits an SM");
 static_assert(A_BYTES % 1024 == 0 && B_HALF % 1024 == 0 && STAGE_BYTES % 1024 == 0, "SW128 boxes 1024-aligned");
 
