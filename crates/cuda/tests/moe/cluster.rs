@@ -2,9 +2,13 @@
 //! wide ones they derive from: the same results bit for bit (same tiles, same
 //! wgmma order, same epilogues), and the routed block timed side by side at
 //! 2,048 / 8,192 / 32,768 tokens (one pass) on the 35B-A3B shape. (The f64
-//! cases of `moe.rs` run Cluster among every family.)
+//! cases of `moe.rs` run Cluster among every family; a memcheck case runs it
+//! alone.)
 
-use super::{check, launch, median, timed_call, upload, Bench35b, Case, Shape, QWEN35B, SMALL};
+use super::{
+    check, compare, launch, median, reference, run, timed_call, upload, Bench35b, Case, Shape,
+    QWEN35B, SMALL,
+};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts_marked, GemmImpl, MoeLaunch};
 
@@ -106,6 +110,27 @@ fn cluster_kernels_match_the_f64_reference_on_small_and_wide_shapes() {
         },
         960,
     );
+}
+
+#[test]
+#[ignore = "needs an sm_90a GPU: run by the mcgemm GPU script"]
+fn cluster_sanitizer_case() {
+    // Small enough for compute-sanitizer, on Cluster alone: 600 tokens of
+    // top-2 over 8 experts (~150 rows an expert: pairs of a full and a
+    // partial tile), an idle-partner pair at 40 tokens, one NaN row.
+    let dev = super::device();
+    if dev.arch != "sm_90a" {
+        return;
+    }
+    for (tokens, seed) in [(600, 970), (40, 971)] {
+        let mut c = Case::random(Shape { tokens, ..SMALL }, seed);
+        c.logits[3 * SMALL.experts] = f32::NAN;
+        let want = reference(&c);
+        let got = run(&dev, &c, Some(GemmImpl::Cluster));
+        let err = compare(&c, &got, &want, &[3]);
+        println!("mc sanitizer case: tokens={tokens} rel err {err:.2e}");
+        assert!(err <= 2e-2);
+    }
 }
 
 #[test]
