@@ -5,10 +5,10 @@
 // epilogues and f32 accumulation order: results bit-identical to Wide); what
 // differs is where B comes from:
 //
-// - Clusters of 2 CTAs work on two row tiles of the same expert and the same
-//   weight columns ("a pair"): each k-step's 256 x 64 weight tile is read from
-//   L2 once for both. Each CTA loads one 128-row half with TMA (SW128 boxes,
-//   the layout of the wgmma descriptors) multicast into both CTAs' stage, so B
+// - Clusters of 2 CTAs work on 256 rows of one expert and the same weight
+//   columns ("a pair"): each k-step's 256 x 64 weight tile is read from L2
+//   once for both. Each CTA loads one 128-row half with TMA (SW128 boxes, the
+//   layout of the wgmma descriptors) multicast into both CTAs' stage, so B
 //   costs half the L2 reads of Wide (the wide kernels waited on L2).
 // - A (gathered x rows for gate+up, act rows for down) is loaded by all 256
 //   threads with cp.async as in Wide (cp.async groups + the CTA barrier).
@@ -17,13 +17,14 @@
 //   thread 0 of each CTA, after the CTA barrier of step s (every wgmma up to
 //   s - 2 done), releases step s - 2's stage in both CTAs; before it loads
 //   its half of step s + 2 into that stage it waits for the release of both.
-// - Pairs: per expert ceil(row tiles / 2), their prefix in shared memory
-//   (pair_table); pair p = row pair * n_tiles + column tile, cluster c walks
-//   p = c + j * clusters. Rank r of the cluster takes row tile 2q + r of the
-//   expert's pair q; a rank past the expert's last tile has no rows: it still
-//   loads its half of B, waits and releases, but runs the k-loop without wgmma
-//   (a second loop, chosen outside the k-loop: a branch inside the k-loop made
-//   ptxas serialise the wgmma pipe in the warp-specialised variant).
+// - Pairs: per expert ceil(rows / 256) = ceil(row tiles / 2), their prefix
+//   in shared memory (pair_table); pair p = row pair * n_tiles + column tile,
+//   cluster c walks p = c + j * clusters. The expert's last pair splits its
+//   rows between the CTAs in 64-row units (pair_tile). A warpgroup without
+//   rows (a rank or a half of a tile past the expert's end) still waits,
+//   releases and loads, but runs the k-loop without wgmma: a second loop,
+//   chosen outside the k-loop (a branch inside it made ptxas serialise the
+//   wgmma pipe in the warp-specialised wide variant).
 //
 // Needs K % BK == 0, experts <= MAX_EXPERTS, gate+up: intermediate % 128 ==
 // 0, down: hidden % 256 == 0; the tensor map `wmap` of the weights as rows of
@@ -131,19 +132,26 @@ __device__ __forceinline__ void pair_table(const int* __restrict__ tile_offsets,
     __syncthreads();
 }
 
-// This CTA's tile of pair p (rows 0 for a rank past its expert's last row
-// tile) and the first weight row of its half of B.
+// This CTA's rows of pair p and the first weight row of its half of B. A
+// pair is 256 consecutive rows of an expert (the expert's last pair the rest,
+// rem rows); its rows go to the two CTAs in 64-row units (one warpgroup's
+// wgmma M), rank 0 taking the larger half: a full pair 128 + 128, rem = 100
+// 64 + 36, rem = 30 30 + 0. A warpgroup without rows issues no wgmma, and one
+// warpgroup alone keeps the tensor cores busy, so the last pair's time is
+// its larger CTA's units, not a whole tile on both SMs.
 template <bool GATE_UP>
 __device__ __forceinline__ Tile pair_tile(int p, int n_tiles, const int* table, const int* __restrict__ expert_offsets,
-                                          const int* __restrict__ tile_offsets, int experts, int rank, int n_out,
-                                          int& b_row) {
+                                          int experts, int rank, int n_out, int& b_row) {
     const int pp = p / n_tiles;
     Tile tl;
     tl.nt = p % n_tiles;
     tl.e = expert_of(pp, table, experts);
-    const int rt = 2 * (pp - table[tl.e]) + rank;  // row tile within the expert
-    tl.m0 = expert_offsets[tl.e] + rt * BM;
-    tl.rows = rt < tile_offsets[tl.e + 1] - tile_offsets[tl.e] ? min(BM, expert_offsets[tl.e + 1] - tl.m0) : 0;
+    const int m0 = expert_offsets[tl.e] + (pp - table[tl.e]) * (CLUSTER * BM);
+    const int rem = min(CLUSTER * BM, expert_offsets[tl.e + 1] - m0);
+    const int units = (rem + WG_ROWS - 1) / WG_ROWS;
+    const int rows0 = min(rem, (units + 1) / 2 * WG_ROWS);
+    tl.m0 = rank ? m0 + rows0 : m0;
+    tl.rows = rank ? rem - rows0 : rows0;
     b_row = GATE_UP ? tl.e * 2 * n_out + rank * n_out + tl.nt * GATE_UP_COLS
                     : tl.e * n_out + tl.nt * BN + rank * (BN / 2);
     return tl;
@@ -263,8 +271,8 @@ __device__ __forceinline__ void mc_gemm(const bf16* __restrict__ a_src, const in
     const int ld_row = tid / ROW_CHUNKS, ld_chunk = tid % ROW_CHUNKS;
     ld.dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
     auto next_pair = [&](int j) {
-        const Tile tl = pair_tile<GATE_UP>(cid + j * ncl, n_tiles, table, expert_offsets, tile_offsets, experts,
-                                           (int)rank, n_out, ld.b_row);
+        const Tile tl =
+            pair_tile<GATE_UP>(cid + j * ncl, n_tiles, table, expert_offsets, experts, (int)rank, n_out, ld.b_row);
         ld.point_at(tl, a_src, slot_token, K, ld_row, ld_chunk);
     };
     next_pair(0);
@@ -308,9 +316,11 @@ __device__ __forceinline__ void mc_gemm(const bf16* __restrict__ a_src, const in
 
     for (int c_j = 0; c_j < my_pairs; ++c_j) {
         int b_row_unused;
-        const Tile ct = pair_tile<GATE_UP>(cid + c_j * ncl, n_tiles, table, expert_offsets, tile_offsets, experts,
-                                           (int)rank, n_out, b_row_unused);
-        if (ct.rows > 0) {
+        const Tile ct =
+            pair_tile<GATE_UP>(cid + c_j * ncl, n_tiles, table, expert_offsets, experts, (int)rank, n_out, b_row_unused);
+        // Warpgroup-uniform, outside the k-loops (the loops' CTA barriers
+        // are the same barrier 0 reached from either loop, warp by warp).
+        if (ct.rows > wg * WG_ROWS) {
             for (int kt = 0; kt < k_tiles; ++kt) HEADROOM_MC_K_STEP(true)
             wgmma_wait<0>();
             fence_operands(acc);
