@@ -26,7 +26,8 @@ pub enum GemmImpl {
     /// cp.async ring running across items. mma.sync: any sm_80+ GPU.
     Stream,
     /// `moe_grouped_gemm_mc.cu`: the wide tiles in clusters of two CTAs on
-    /// two row tiles of one expert, each weight tile loaded once by TMA and
+    /// 256 rows of one expert (an expert's last pair split in 64-row units,
+    /// a warpgroup without rows computing nothing), each weight tile loaded once by TMA and
     /// multicast to both (half the L2 reads of B). Falls back per GEMM as
     /// [`GemmImpl::Wide`] does, and to Wide past [`MC_MAX_EXPERTS`] local
     /// experts. Hopper only; not chosen by [`GemmImpl::for_pass`] (yet).
@@ -92,8 +93,8 @@ pub struct GemmKernel {
 impl GemmKernel {
     /// CTAs of a cluster kernel for `row_tiles` row tiles (at most) over
     /// `local` experts and `cols` output columns, `max_clusters` clusters
-    /// resident at once: whole clusters, one per pair of row tiles of an
-    /// expert and column tile (at most min(row_tiles, (row_tiles + local) / 2)
+    /// resident at once: whole clusters, one per pair (256 rows, or an
+    /// expert's rest: ceil(row tiles / 2) an expert) and column tile (at most min(row_tiles, (row_tiles + local) / 2)
     /// pairs), at most the resident ones, at least one.
     pub fn cluster_grid(
         &self,
