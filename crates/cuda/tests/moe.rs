@@ -249,9 +249,14 @@ fn compare(c: &Case, got: &[f32], want: &[f64], nan_tokens: &[usize]) -> f64 {
 }
 
 fn check(dev: &CudaDevice, s: Shape, seed: u64) {
+    check_on(dev, s, seed, &impls(dev));
+}
+
+/// [`check`] on the families `imps` only.
+fn check_on(dev: &CudaDevice, s: Shape, seed: u64, imps: &[Option<GemmImpl>]) {
     let c = Case::random(s, seed);
     let want = reference(&c);
-    for imp in impls(dev) {
+    for &imp in imps {
         let got = run(dev, &c, imp);
         let err = compare(&c, &got, &want, &[]);
         println!(

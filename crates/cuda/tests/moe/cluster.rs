@@ -6,7 +6,7 @@
 //! alone.)
 
 use super::{
-    check, compare, launch, median, reference, run, timed_call, upload, Bench35b, Case, Shape,
+    check_on, compare, launch, median, reference, run, timed_call, upload, Bench35b, Case, Shape,
     QWEN35B, SMALL,
 };
 use headroom_cuda::device::CudaDevice;
@@ -107,18 +107,35 @@ fn cluster_kernels_equal_the_wide_ones_bit_for_bit() {
 #[test]
 #[ignore = "needs an sm_90a GPU: run by the mcgemm GPU script"]
 fn cluster_kernels_match_the_f64_reference_on_small_and_wide_shapes() {
-    // Cluster runs in `check` too; this is its quick subset for the GPU script.
+    // Every f64 case of `moe.rs` runs Cluster among all families; this is
+    // its quick subset for the GPU script, Wide beside it.
     let dev = super::device();
-    for (n, tokens) in [1usize, 7, 100, 333].into_iter().enumerate() {
-        check(&dev, Shape { tokens, ..SMALL }, 950 + n as u64);
+    if dev.arch != "sm_90a" {
+        return;
     }
-    check(
+    let imps = [Some(GemmImpl::Wide), Some(GemmImpl::Cluster)];
+    for (n, tokens) in [1usize, 7, 100, 333, 1500].into_iter().enumerate() {
+        check_on(&dev, Shape { tokens, ..SMALL }, 950 + n as u64, &imps);
+    }
+    // Widths the wide tiles do not divide (one GEMM falls back) and top-1.
+    for (k, h, i) in [(1, 256, 128), (8, 256, 192), (4, 384, 256)] {
+        let s = Shape {
+            tokens: 57,
+            hidden: h,
+            top_k: k,
+            inter: i,
+            ..SMALL
+        };
+        check_on(&dev, s, 955 + k as u64, &imps);
+    }
+    check_on(
         &dev,
         Shape {
             tokens: 512,
             ..QWEN35B
         },
         960,
+        &imps,
     );
 }
 
