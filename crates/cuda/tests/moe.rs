@@ -198,6 +198,8 @@ fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
             GemmImpl::Wide,
             GemmImpl::Stream,
             GemmImpl::Cluster,
+            GemmImpl::ClusterWs,
+            GemmImpl::Ws,
         ]
     } else {
         vec![GemmImpl::MmaSync, GemmImpl::Stream]

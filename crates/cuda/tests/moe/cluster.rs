@@ -1,9 +1,10 @@
-//! The cluster-multicast grouped GEMMs ([`GemmImpl::Cluster`]) beside the
-//! wide ones they derive from: the same results bit for bit (same tiles, same
-//! wgmma order, same epilogues), and the routed block timed side by side at
-//! 2,048 / 8,192 / 32,768 tokens (one pass) on the 35B-A3B shape. (The f64
-//! cases of `moe.rs` run Cluster among every family; a memcheck case runs it
-//! alone.)
+//! The cluster-multicast grouped GEMMs ([`GemmImpl::Cluster`]) and the
+//! warp-specialised ones ([`GemmImpl::ClusterWs`], [`GemmImpl::Ws`]) beside
+//! the wide ones they derive from: the same results bit for bit (same tiles,
+//! same wgmma order, same epilogues), and the routed block timed side by side
+//! at 2,048 / 8,192 / 32,768 tokens (one pass) on the 35B-A3B shape. (The f64
+//! cases of `moe.rs` run them among every family; a memcheck case runs the
+//! warp-specialised ones.)
 
 use super::{
     check_on, compare, launch, median, reference, run, timed_call, upload, Bench35b, Case, Shape,
@@ -11,6 +12,9 @@ use super::{
 };
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts_marked, GemmImpl, MoeLaunch};
+
+/// The families derived from Wide, bit-identical to it.
+const MC_IMPS: [GemmImpl; 3] = [GemmImpl::Cluster, GemmImpl::ClusterWs, GemmImpl::Ws];
 
 /// The device's f32 out of one call on `imp`, as bits.
 fn out_bits(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: GemmImpl) -> Vec<u32> {
@@ -71,37 +75,38 @@ fn cluster_kernels_equal_the_wide_ones_bit_for_bit() {
         let c = Case::random(s, seed);
         let d = upload(&dev, &c);
         let l = launch(&c.s, &d);
-        let (w, m) = (
-            out_bits(&dev, &l, GemmImpl::Wide),
-            out_bits(&dev, &l, GemmImpl::Cluster),
-        );
-        let diffs = first_diffs(&w, &m);
-        println!(
-            "mc bits: tokens={} hidden={} experts={} differing={}",
-            s.tokens,
-            s.hidden,
-            s.experts,
-            diffs.len()
-        );
-        assert!(diffs.is_empty(), "{s:?}: first differences at {diffs:?}");
+        let w = out_bits(&dev, &l, GemmImpl::Wide);
+        for imp in MC_IMPS {
+            let diffs = first_diffs(&w, &out_bits(&dev, &l, imp));
+            println!(
+                "mc bits: imp={imp:?} tokens={} hidden={} experts={} differing={}",
+                s.tokens,
+                s.hidden,
+                s.experts,
+                diffs.len()
+            );
+            assert!(
+                diffs.is_empty(),
+                "{imp:?} {s:?}: first differences at {diffs:?}"
+            );
+        }
     }
     // The bench shape at 8,192 tokens (2-3 row tiles an expert).
     let w35 = Bench35b::new(&dev);
     let (inputs, _) = Bench35b::inputs(&dev, 8192, 4);
     let l = w35.launch(&inputs);
-    let (w, m) = (
-        out_bits(&dev, &l, GemmImpl::Wide),
-        out_bits(&dev, &l, GemmImpl::Cluster),
-    );
-    let diffs = first_diffs(&w, &m);
-    println!(
-        "mc bits: tokens=8192 hidden=2048 experts=256 differing={}",
-        diffs.len()
-    );
-    assert!(
-        diffs.is_empty(),
-        "8,192 tokens: first differences at {diffs:?}"
-    );
+    let w = out_bits(&dev, &l, GemmImpl::Wide);
+    for imp in MC_IMPS {
+        let diffs = first_diffs(&w, &out_bits(&dev, &l, imp));
+        println!(
+            "mc bits: imp={imp:?} tokens=8192 hidden=2048 experts=256 differing={}",
+            diffs.len()
+        );
+        assert!(
+            diffs.is_empty(),
+            "{imp:?} 8,192 tokens: first differences at {diffs:?}"
+        );
+    }
 }
 
 #[test]
@@ -113,7 +118,12 @@ fn cluster_kernels_match_the_f64_reference_on_small_and_wide_shapes() {
     if dev.arch != "sm_90a" {
         return;
     }
-    let imps = [Some(GemmImpl::Wide), Some(GemmImpl::Cluster)];
+    let imps = [
+        Some(GemmImpl::Wide),
+        Some(GemmImpl::Cluster),
+        Some(GemmImpl::ClusterWs),
+        Some(GemmImpl::Ws),
+    ];
     for (n, tokens) in [1usize, 7, 100, 333, 1500].into_iter().enumerate() {
         check_on(&dev, Shape { tokens, ..SMALL }, 950 + n as u64, &imps);
     }
@@ -142,9 +152,10 @@ fn cluster_kernels_match_the_f64_reference_on_small_and_wide_shapes() {
 #[test]
 #[ignore = "needs an sm_90a GPU: run by the mcgemm GPU script"]
 fn cluster_sanitizer_case() {
-    // Small enough for compute-sanitizer, on Cluster alone: 600 tokens of
-    // top-2 over 8 experts (~150 rows an expert: 128 + 22), 40 tokens (~10
-    // rows: rank 1 idle), one NaN row.
+    // Small enough for compute-sanitizer, on the warp-specialised families
+    // (Cluster ran clean before them): 600 tokens of top-2 over 8 experts
+    // (~150 rows an expert: 128 + 22), 40 tokens (~10 rows: rank 1 idle),
+    // one NaN row.
     let dev = super::device();
     if dev.arch != "sm_90a" {
         return;
@@ -153,10 +164,12 @@ fn cluster_sanitizer_case() {
         let mut c = Case::random(Shape { tokens, ..SMALL }, seed);
         c.logits[3 * SMALL.experts] = f32::NAN;
         let want = reference(&c);
-        let got = run(&dev, &c, Some(GemmImpl::Cluster));
-        let err = compare(&c, &got, &want, &[3]);
-        println!("mc sanitizer case: tokens={tokens} rel err {err:.2e}");
-        assert!(err <= 2e-2);
+        for imp in [GemmImpl::ClusterWs, GemmImpl::Ws] {
+            let got = run(&dev, &c, Some(imp));
+            let err = compare(&c, &got, &want, &[3]);
+            println!("mc sanitizer case: imp={imp:?} tokens={tokens} rel err {err:.2e}");
+            assert!(err <= 2e-2);
+        }
     }
 }
 
@@ -169,7 +182,12 @@ fn timing_cluster_vs_wide_routed_block() {
     for tokens in [2048usize, 8192, 32768] {
         let (inputs, _) = Bench35b::inputs(&dev, tokens, 4);
         let l = w.launch(&inputs);
-        for imp in [GemmImpl::Wide, GemmImpl::Cluster] {
+        for imp in [
+            GemmImpl::Wide,
+            GemmImpl::Cluster,
+            GemmImpl::ClusterWs,
+            GemmImpl::Ws,
+        ] {
             for _ in 0..3 {
                 routed_experts_marked(&dev, &l, Some(imp), &mut |_| Ok(())).unwrap();
             }

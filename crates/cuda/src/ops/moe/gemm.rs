@@ -32,6 +32,16 @@ pub enum GemmImpl {
     /// [`GemmImpl::Wide`] does, and to Wide past [`MC_MAX_EXPERTS`] local
     /// experts. Hopper only; not chosen by [`GemmImpl::for_pass`] (yet).
     Cluster,
+    /// `moe_grouped_gemm_ws.cu` (`_mcws`): [`GemmImpl::Cluster`]'s pairs and
+    /// multicast, warp-specialised: a producer warpgroup gathers A (cp.async) and
+    /// issues B's TMA on full/empty mbarriers, the two MMA warpgroups wait on
+    /// the full ones only (no CTA barrier in the k-loop). Falls back as
+    /// Cluster does; not chosen by [`GemmImpl::for_pass`].
+    ClusterWs,
+    /// `moe_grouped_gemm_ws.cu` (`_ws`): the same warp-specialised pipeline
+    /// without clusters (one CTA a 128-row tile, B by plain TMA). Falls back
+    /// as Cluster does; not chosen by [`GemmImpl::for_pass`].
+    Ws,
 }
 
 /// Pairs per pass from which [`GemmImpl::for_pass`] runs the wide tiles
@@ -69,6 +79,10 @@ pub const MC_SMEM_GATE_UP: usize =
 /// Dynamic shared memory of a cluster down CTA (`SMEM_DOWN`: the gate+up
 /// layout and two 16 KiB epilogue buffers).
 pub const MC_SMEM_DOWN: usize = MC_SMEM_GATE_UP + 2 * 64 * 128 * 2;
+/// Threads of a warp-specialised CTA (`THREADS` in `moe_grouped_gemm_ws.cu`:
+/// two MMA warpgroups and the producer warpgroup); its shared memory is the
+/// cluster kernels' ([`MC_SMEM_GATE_UP`], [`MC_SMEM_DOWN`]).
+pub const WS_THREADS: usize = 3 * 128;
 
 /// One grouped GEMM's kernel for a call: entry point, dynamic shared memory,
 /// output columns per tile and whether the grid is persistent.
@@ -88,6 +102,9 @@ pub struct GemmKernel {
     /// takes the weights' tensor map as its last parameter and its grid from
     /// [`GemmKernel::cluster_grid`].
     pub cluster: usize,
+    /// Whether the kernel takes the weights' tensor map (rows of K, boxes of
+    /// 128 rows, SW128) as its last parameter instead of the weights' pointer.
+    pub tma_map: bool,
 }
 
 impl GemmKernel {
@@ -103,7 +120,11 @@ impl GemmKernel {
         cols: usize,
         max_clusters: usize,
     ) -> usize {
-        let pairs = row_tiles.min((row_tiles + local) / 2);
+        let pairs = if self.cluster == 1 {
+            row_tiles
+        } else {
+            row_tiles.min((row_tiles + local) / 2)
+        };
         let tiles = pairs * (cols / self.tile_cols);
         self.cluster * tiles.min(max_clusters).max(1)
     }
@@ -139,16 +160,25 @@ impl GemmImpl {
 
     /// Whether the kernels need `sm_90a`.
     pub fn hopper_only(self) -> bool {
-        matches!(self, GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::Cluster)
+        matches!(
+            self,
+            GemmImpl::Wgmma
+                | GemmImpl::Wide
+                | GemmImpl::Cluster
+                | GemmImpl::ClusterWs
+                | GemmImpl::Ws
+        )
     }
 
     /// Entry points of the 128 x 128 kernels (gate+up, down).
     pub fn entries(self) -> (&'static str, &'static str) {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
-            GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::Cluster => {
-                ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16")
-            }
+            GemmImpl::Wgmma
+            | GemmImpl::Wide
+            | GemmImpl::Cluster
+            | GemmImpl::ClusterWs
+            | GemmImpl::Ws => ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16"),
         }
     }
 
@@ -158,7 +188,11 @@ impl GemmImpl {
     pub fn smem_bytes(self) -> usize {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => GEMM_SMEM_BYTES,
-            GemmImpl::Wgmma | GemmImpl::Wide | GemmImpl::Cluster => GEMM_SMEM_BYTES + 1024,
+            GemmImpl::Wgmma
+            | GemmImpl::Wide
+            | GemmImpl::Cluster
+            | GemmImpl::ClusterWs
+            | GemmImpl::Ws => GEMM_SMEM_BYTES + 1024,
         }
     }
 
@@ -171,6 +205,7 @@ impl GemmImpl {
             persistent: false,
             ctas_per_sm: 1,
             cluster: 1,
+            tma_map: false,
         }
     }
 
@@ -183,6 +218,7 @@ impl GemmImpl {
             persistent: true,
             ctas_per_sm: 1,
             cluster: 1,
+            tma_map: false,
         }
     }
 
@@ -195,13 +231,35 @@ impl GemmImpl {
             persistent: true,
             ctas_per_sm: 1,
             cluster: MC_CLUSTER,
+            tma_map: true,
+        }
+    }
+
+    fn warp_specialized(
+        entry: &'static str,
+        smem: usize,
+        tile_cols: usize,
+        cluster: usize,
+    ) -> GemmKernel {
+        GemmKernel {
+            entry,
+            smem,
+            threads: WS_THREADS,
+            tile_cols,
+            persistent: true,
+            ctas_per_sm: 1,
+            cluster,
+            tma_map: true,
         }
     }
 
     /// The family a pass over `local` experts runs: [`GemmImpl::Wide`] for
-    /// [`GemmImpl::Cluster`] past [`MC_MAX_EXPERTS`], else `self`.
+    /// [`GemmImpl::Cluster`], [`GemmImpl::ClusterWs`] and [`GemmImpl::Ws`]
+    /// past [`MC_MAX_EXPERTS`], else `self`.
     pub fn for_experts(self, local: usize) -> GemmImpl {
-        if self == GemmImpl::Cluster && local > MC_MAX_EXPERTS {
+        if matches!(self, GemmImpl::Cluster | GemmImpl::ClusterWs | GemmImpl::Ws)
+            && local > MC_MAX_EXPERTS
+        {
             GemmImpl::Wide
         } else {
             self
@@ -224,6 +282,7 @@ impl GemmImpl {
             persistent: true,
             ctas_per_sm: 2,
             cluster: 1,
+            tma_map: false,
         })
     }
 
@@ -236,6 +295,15 @@ impl GemmImpl {
             Self::wide("moe_gemm_gate_up_wide_bf16", WIDE_BN / 2)
         } else if self == GemmImpl::Cluster && intermediate.is_multiple_of(WIDE_BN / 2) {
             Self::multicast("moe_gemm_gate_up_mc_bf16", MC_SMEM_GATE_UP, WIDE_BN / 2)
+        } else if self == GemmImpl::ClusterWs && intermediate.is_multiple_of(WIDE_BN / 2) {
+            Self::warp_specialized(
+                "moe_gemm_gate_up_mcws_bf16",
+                MC_SMEM_GATE_UP,
+                WIDE_BN / 2,
+                MC_CLUSTER,
+            )
+        } else if self == GemmImpl::Ws && intermediate.is_multiple_of(WIDE_BN / 2) {
+            Self::warp_specialized("moe_gemm_gate_up_ws_bf16", MC_SMEM_GATE_UP, WIDE_BN / 2, 1)
         } else {
             self.narrow(self.entries().0, GEMM_BN / 2)
         }
@@ -249,6 +317,10 @@ impl GemmImpl {
             Self::wide("moe_gemm_down_wide_bf16", WIDE_BN)
         } else if self == GemmImpl::Cluster && hidden.is_multiple_of(WIDE_BN) {
             Self::multicast("moe_gemm_down_mc_bf16", MC_SMEM_DOWN, WIDE_BN)
+        } else if self == GemmImpl::ClusterWs && hidden.is_multiple_of(WIDE_BN) {
+            Self::warp_specialized("moe_gemm_down_mcws_bf16", MC_SMEM_DOWN, WIDE_BN, MC_CLUSTER)
+        } else if self == GemmImpl::Ws && hidden.is_multiple_of(WIDE_BN) {
+            Self::warp_specialized("moe_gemm_down_ws_bf16", MC_SMEM_DOWN, WIDE_BN, 1)
         } else {
             self.narrow(self.entries().1, GEMM_BN)
         }

@@ -374,7 +374,7 @@ fn grouped_gemms(
     let (gate_up, down) = (imp.gate_up(i), imp.down(h));
 
     mark(MoeStage::GateUp)?;
-    let params = if gate_up.cluster > 1 {
+    let params = if gate_up.tma_map {
         // Local experts' gate and up rows of hidden, in boxes of 128 rows.
         let w = Sw128Map {
             rows: local * 2 * i,
@@ -398,7 +398,7 @@ fn grouped_gemms(
     launch_gemm(dev, gate_up, max_row_tiles, local, i, params)?;
 
     mark(MoeStage::Down)?;
-    let params = if down.cluster > 1 {
+    let params = if down.tma_map {
         let w = Sw128Map {
             rows: local * h,
             cols: i,

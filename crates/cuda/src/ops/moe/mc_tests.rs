@@ -98,3 +98,64 @@ fn cluster_grids_are_whole_clusters_of_pairs_up_to_the_resident_ones() {
         assert!(crate::device::check_cluster_grid(ctas, MC_CLUSTER).is_ok());
     }
 }
+
+#[test]
+fn warp_specialized_kernels_match_their_source_and_run_where_cluster_would() {
+    use super::gemm::WS_THREADS;
+    use super::sources::MOE_GROUPED_GEMM_WS;
+    let src = MOE_GROUPED_GEMM_WS.source;
+    assert_eq!(constant(src, "BM"), GEMM_BM);
+    assert_eq!(constant(src, "BN"), WIDE_BN);
+    assert_eq!(constant(src, "BK"), GEMM_BK);
+    assert_eq!(constant(src, "STAGES"), 4);
+    assert_eq!(constant(src, "MAX_EXPERTS"), MC_MAX_EXPERTS);
+    assert!(src.contains("THREADS = MMA_THREADS + PRODUCER_THREADS;"));
+    assert_eq!(constant(src, "PRODUCER_THREADS"), 128);
+    assert_eq!(constant(src, "WARPGROUPS") * 128 + 128, WS_THREADS);
+    // The same shared-memory layout as the cluster kernels.
+    assert!(src.contains("SMEM_GATE_UP = STAGES * STAGE_BYTES + BAR_BYTES + TABLE_BYTES + 1024;"));
+    assert!(src.contains("SMEM_DOWN = SMEM_GATE_UP + WARPGROUPS * EPI_BYTES;"));
+    assert!(src.contains("BAR_BYTES = 2 * STAGES * 8;"));
+    assert!(src.contains("TABLE_BYTES = (MAX_EXPERTS + 1) * 4;"));
+    let (cw, ws) = (GemmImpl::ClusterWs, GemmImpl::Ws);
+    assert_eq!(
+        MOE_GROUPED_GEMM_WS.entry_points,
+        [
+            cw.gate_up(512).entry,
+            cw.down(2048).entry,
+            ws.gate_up(512).entry,
+            ws.down(2048).entry
+        ]
+    );
+    assert_eq!(MOE_GROUPED_GEMM_WS.required_arch(), Some("sm_90a"));
+    for (imp, cluster) in [(cw, MC_CLUSTER), (ws, 1)] {
+        let (g, d) = (imp.gate_up(512), imp.down(2048));
+        assert_eq!(
+            (
+                g.tile_cols,
+                g.smem,
+                g.threads,
+                g.persistent,
+                g.cluster,
+                g.tma_map
+            ),
+            (128, MC_SMEM_GATE_UP, WS_THREADS, true, cluster, true)
+        );
+        assert_eq!(
+            (d.tile_cols, d.smem, d.cluster),
+            (256, MC_SMEM_DOWN, cluster)
+        );
+        assert_eq!(imp.gate_up(192), GemmImpl::Wgmma.gate_up(192));
+        assert_eq!(imp.down(384), GemmImpl::Wgmma.down(384));
+        assert_eq!(imp.for_experts(MC_MAX_EXPERTS), imp);
+        assert_eq!(imp.for_experts(MC_MAX_EXPERTS + 1), GemmImpl::Wide);
+        assert!(imp.hopper_only());
+        for pairs in [1, 4096, WIDE_PAIRS, 32_768 * 8] {
+            assert_ne!(GemmImpl::for_pass("sm_90a", pairs, 256), imp);
+        }
+    }
+    // Ws: one CTA per SM walking the tiles (no clusters).
+    let rt = max_row_tiles(8192 * 8, 256);
+    assert_eq!(ws.gate_up(512).grid(rt, 512, 132), 132);
+    assert_eq!(ws.down(2048).grid(3, 2048, 132), 24);
+}

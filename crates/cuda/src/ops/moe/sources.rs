@@ -87,6 +87,30 @@ pub const MOE_GROUPED_GEMM_MC: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_mc_bf16", "moe_gemm_down_mc_bf16"],
 };
 
+/// The wide tiles' grouped GEMMs warp-specialised (a producer warpgroup loading,
+/// two MMA warpgroups on mbarriers, no CTA barrier in the k-loop), in 2-CTA
+/// clusters with the weight tile multicast (`_mcws`) or alone (`_ws`;
+/// sm_90a only).
+pub const MOE_GROUPED_GEMM_WS: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_ws",
+    file: "moe_grouped_gemm_ws.cu",
+    source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("../../kernels/tma_cluster.cuh"),
+        include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
+        include_str!("moe_wgmma_common.cuh"),
+        include_str!("moe_grouped_gemm_ws.cu")
+    ),
+    entry_points: &[
+        "moe_gemm_gate_up_mcws_bf16",
+        "moe_gemm_down_mcws_bf16",
+        "moe_gemm_gate_up_ws_bf16",
+        "moe_gemm_down_ws_bf16",
+    ],
+};
+
 /// The routed experts' grouped GEMMs for a few rows per expert: weights
 /// streamed through a persistent cp.async ring, mma.sync (any sm_80+ GPU).
 pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
@@ -133,21 +157,22 @@ mod tests {
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn every_entry_compiles_for_sm_90a_without_spills() {
         let include = crate::CudaOptions::from_env().include_dir().unwrap();
-        let k = super::MOE_GROUPED_GEMM_MC;
-        let c = crate::nvrtc::compile(k.name, k.source, "sm_90a", &include).unwrap();
-        println!("{}", c.log);
-        assert!(
-            !c.log.contains("Potential Performance Loss"),
-            "ptxas serialised the wgmma pipe:\n{}",
-            c.log
-        );
-        for e in k.entry_points {
-            assert_eq!(
-                crate::nvrtc::spill_store_bytes(&c.log, e),
-                Some(0),
-                "{e}:\n{}",
+        for k in [super::MOE_GROUPED_GEMM_MC, super::MOE_GROUPED_GEMM_WS] {
+            let c = crate::nvrtc::compile(k.name, k.source, "sm_90a", &include).unwrap();
+            println!("{}", c.log);
+            assert!(
+                !c.log.contains("Potential Performance Loss"),
+                "ptxas serialised the wgmma pipe:\n{}",
                 c.log
             );
+            for e in k.entry_points {
+                assert_eq!(
+                    crate::nvrtc::spill_store_bytes(&c.log, e),
+                    Some(0),
+                    "{e}:\n{}",
+                    c.log
+                );
+            }
         }
     }
 }
