@@ -5,12 +5,10 @@
 //! handle.
 
 mod bind;
-mod cluster;
 mod functions;
 mod tables;
 
 pub use bind::forget as forget_bound_context;
-pub use cluster::check_cluster_grid;
 pub use functions::Function;
 
 use crate::alloc::{Allocator, DeviceBuffer, RawMemory};

@@ -195,10 +195,7 @@ fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
         vec![
             GemmImpl::MmaSync,
             GemmImpl::Wgmma,
-            GemmImpl::Wide,
             GemmImpl::Stream,
-            GemmImpl::Cluster,
-            GemmImpl::ClusterWs,
             GemmImpl::Ws,
         ]
     } else {
@@ -250,15 +247,11 @@ fn compare(c: &Case, got: &[f32], want: &[f64], nan_tokens: &[usize]) -> f64 {
     (num / den).sqrt()
 }
 
+/// The f64 check of a random case of `s` on every family of [`impls`].
 fn check(dev: &CudaDevice, s: Shape, seed: u64) {
-    check_on(dev, s, seed, &impls(dev));
-}
-
-/// [`check`] on the families `imps` only.
-fn check_on(dev: &CudaDevice, s: Shape, seed: u64, imps: &[Option<GemmImpl>]) {
     let c = Case::random(s, seed);
     let want = reference(&c);
-    for &imp in imps {
+    for imp in impls(dev) {
         let got = run(dev, &c, imp);
         let err = compare(&c, &got, &want, &[]);
         println!(
@@ -469,8 +462,8 @@ fn bench_the_35b_shape() {
 
 #[path = "moe/block.rs"]
 mod block;
-#[path = "moe/cluster.rs"]
-mod cluster;
 #[path = "moe/common.rs"]
 mod common;
+#[path = "moe/ws.rs"]
+mod ws;
 use common::{device, median, random_bf16, timed_call, Bench35b, E, H, I, K};

@@ -8,7 +8,7 @@
 
 use super::{
     max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
-    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WIDE_BN,
+    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WS_BN,
 };
 
 use crate::alloc::DeviceBuffer;
@@ -379,7 +379,7 @@ fn grouped_gemms(
         let w = Sw128Map {
             rows: local * 2 * i,
             cols: h,
-            box_rows: WIDE_BN / 2,
+            box_rows: WS_BN / 2,
         };
         Params::new()
             .ptr(x)
@@ -395,14 +395,14 @@ fn grouped_gemms(
             .ptr(ws.act.ptr())
             .tile_list(&ws.r, local, h, i)
     };
-    launch_gemm(dev, gate_up, max_row_tiles, local, i, params)?;
+    launch_gemm(dev, gate_up, max_row_tiles, i, params)?;
 
     mark(MoeStage::Down)?;
     let params = if down.tma_map {
         let w = Sw128Map {
             rows: local * h,
             cols: i,
-            box_rows: WIDE_BN / 2,
+            box_rows: WS_BN / 2,
         };
         Params::new()
             .ptr(ws.act.ptr())
@@ -416,39 +416,20 @@ fn grouped_gemms(
             .ptr(ws.y.ptr())
             .tile_list(&ws.r, local, i, h)
     };
-    launch_gemm(dev, down, max_row_tiles, local, h, params)
+    launch_gemm(dev, down, max_row_tiles, h, params)
 }
 
-/// `k`'s launch over `row_tiles` row tiles (at most) of `local` experts and
-/// `cols` output columns: a cluster kernel on at most the clusters resident
-/// at once.
+/// `k`'s launch over `row_tiles` row tiles (at most) of `cols` output
+/// columns: one CTA a tile, or a persistent grid.
 fn launch_gemm(
     dev: &CudaDevice,
     k: GemmKernel,
     row_tiles: usize,
-    local: usize,
     cols: usize,
-    mut params: Params,
+    params: Params,
 ) -> Result<(), CudaError> {
-    if k.cluster <= 1 {
-        let grid = k.grid(row_tiles, cols, dev.sm_count);
-        return launch(dev, k.entry, grid, k.threads as u32, k.smem, params);
-    }
-    let f = dev.function(k.entry)?;
-    dev.set_dynamic_smem(f, k.smem)?;
-    let resident = dev.max_active_clusters(f, k.threads as u32, k.smem, k.cluster)?;
-    if resident == 0 {
-        return Err(CudaError::InvalidLaunch(format!(
-            "{}: no cluster of {} CTAs with {} bytes of shared memory fits",
-            k.entry, k.cluster, k.smem
-        )));
-    }
-    let grid = k.cluster_grid(row_tiles, local, cols, resident);
-    let mut raw = params.raw();
-    // SAFETY: as `launch`: the parameters follow the cluster kernels'
-    // signatures (the tensor map last, boxed in `params`, which outlives the
-    // call) over buffers `validate` checked.
-    unsafe { dev.launch_cluster(f, grid, k.threads as u32, k.smem, k.cluster, &mut raw) }
+    let grid = k.grid(row_tiles, cols, dev.sm_count);
+    launch(dev, k.entry, grid, k.threads as u32, k.smem, params)
 }
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or

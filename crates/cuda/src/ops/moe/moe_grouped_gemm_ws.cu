@@ -1,9 +1,9 @@
 // Warp-specialised grouped GEMMs of the sparse MoE's routed experts on
-// Hopper warpgroup MMA (sm_90a only), with and without 2-CTA clusters. Same
-// contract, tiles and results as moe_grouped_gemm_wide.cu and _mc.cu (128 x
-// 256 x 64 tiles, wgmma m64n256k16 in the same order, the same epilogues:
-// bit-identical to Wide); what differs is who loads and how the stages are
-// handed over, so that the MMA warpgroups' k-loop has no CTA barrier:
+// Hopper warpgroup MMA (sm_90a only; GemmImpl::Ws, the default from 16,384
+// (token, k) pairs a pass). Same contract as moe_grouped_gemm_wgmma.cu, on
+// 128 x 256 x 64 tiles (wgmma m64n256k16) over a persistent grid (one CTA an
+// SM walking the tiles), the loads handed over on mbarriers so that the MMA
+// warpgroups' k-loop has no CTA barrier:
 //
 // - 384 threads: warpgroups 0 and 1 do the MMA (64 rows each), warpgroup 2
 //   is the producer; the producer drops to 40 registers (setmaxnreg.dec),
@@ -11,31 +11,30 @@
 //   down epilogue fit without spills, which the 224 registers a thread of a
 //   288-thread CTA with a one-warp producer did not). The producer walks
 //   the same tiles and k-steps, up to STAGES (4) steps ahead, across tile
-//   boundaries (persistent grid): per step it waits for the stage's empty
-//   mbarrier, its thread 0 arms the full mbarrier with the 32 KiB of B
-//   (mbarrier.arrive.expect_tx) and issues B's TMA, and its 128 threads
-//   gather A's 128 rows (8 rows x one 16-byte chunk a thread, cp.async, 16
-//   rows of 128 bytes an instruction) and arrive on the full mbarrier when
-//   their copies land (cp.async.mbarrier.arrive.noinc). Full: 129 arrivals
-//   a phase (the expect_tx arrive + 128 noinc arrives).
+//   boundaries: per step it waits for the stage's empty mbarrier, its
+//   thread 0 arms the full mbarrier with the 32 KiB of B
+//   (mbarrier.arrive.expect_tx) and issues B's two TMA boxes (128 weight
+//   rows of 64 each), and its 128 threads gather A's 128 rows (8 rows x one
+//   16-byte chunk a thread, cp.async, 16 rows of 128 bytes an instruction)
+//   and arrive on the full mbarrier when their copies land
+//   (cp.async.mbarrier.arrive.noinc). Full: 129 arrivals a phase (the
+//   expect_tx arrive + 128 noinc arrives).
 // - The MMA warpgroups wait on the full mbarrier only, fence the cp.async
 //   writes to the async proxy, issue their 4 wgmmas, and after wgmma
 //   wait_group 1 (one group in flight) release the PREVIOUS step's stage: one
-//   thread a warpgroup arrives on its empty mbarrier, in this CTA and (CL =
-//   2) the peer's. Empty: 2 x CL arrivals a phase.
-// - CL = 2 ("ClusterWs"): clusters of two CTAs on 256 rows of one expert as
-//   in _mc.cu (pairs, the last pair split in 64-row units); each CTA's
-//   producer loads its 128-row half of B multicast into both CTAs' stage, so
-//   a stage may be refilled only when both CTAs' consumers released it (its
-//   empty mbarrier counts both CTAs' releases). CL = 1 ("Ws"): one CTA a
-//   tile (a "pair" is one 128-row tile), both halves of B by plain TMA.
-// - A warpgroup without rows (a rank, or a half, of a tile past the expert's
-//   end) still waits on every step's full mbarrier and releases it, in a
-//   second k-loop chosen outside the loop (no branch around the wgmmas).
+//   thread a warpgroup arrives on its empty mbarrier. Empty: 2 arrivals a
+//   phase.
+// - A warpgroup without rows (the second half of an expert's last tile of
+//   at most 64 rows) still waits on every step's full mbarrier and releases
+//   it, in a second k-loop chosen outside the loop (no branch around the
+//   wgmmas).
+// - Epilogues: gate+up SiLU(gate)·up to act from the fragments (store_act);
+//   down y staged through shared memory per warpgroup, 16-byte stores
+//   (stage_y, copy_y).
 //
-// Needs K % BK == 0, experts <= MAX_EXPERTS, gate+up: intermediate % 128 ==
-// 0, down: hidden % 256 == 0, the weights' tensor map `wmap` as in _mc.cu
-// (rows of K, 64 x 128 boxes, SW128).
+// Needs K % BK == 0, experts <= MAX_EXPERTS (the tile table in shared
+// memory), gate+up: intermediate % 128 == 0, down: hidden % 256 == 0, the
+// weights' tensor map `wmap` (rows of K, 64 x 128 boxes, SW128).
 
 #include <cuda_bf16.h>
 
@@ -87,16 +86,12 @@ using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
 using headroom_tma::TmaDesc;
-using headroom_tma::cluster_rank;
-using headroom_tma::cluster_id;
-using headroom_tma::clusters;
-using headroom_tma::cluster_sync;
 using headroom_tma::mbar_init;
 using headroom_tma::mbar_init_fence;
 using headroom_tma::mbar_expect_tx;
+using headroom_tma::mbar_arrive;
 using headroom_tma::mbar_wait;
-using headroom_tma::mbar_arrive_cluster;
-using headroom_tma::tma_load_2d_multicast;
+using headroom_tma::tma_load_2d;
 using headroom_moe_tiles::Tile;
 using headroom_moe_tiles::expert_of;
 using headroom_moe_common::source_row;
@@ -108,25 +103,12 @@ using headroom_moe_wgmma_common::copy_y;
 
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
 
-// One arrival on this CTA's mbarrier.
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
 // One arrival on bar when this thread's cp.asyncs so far have landed (the
 // arrival is one of the count set at init: .noinc).
 __device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// The box at (c0 inner, c1 outer) of desc to dst, its bytes to bar (this CTA).
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaDesc* desc, int c0, int c1, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-        "l"(reinterpret_cast<unsigned long long>(desc)), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
-
-// d = A·B + (accumulate ? d : 0), as in moe_grouped_gemm_wide.cu.
+// d = A·B + (accumulate ? d : 0): A and B K-major SW128 descriptors.
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long da, unsigned long long db,
                                                  int accumulate) {
     asm volatile(
@@ -140,14 +122,12 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
-// table[e] = work units of the experts before e (units of expert f: its
-// row tiles rounded up to a multiple of CL, divided by CL); every thread.
-template <int CL>
-__device__ __forceinline__ void pair_table(const int* __restrict__ tile_offsets, int experts, int* table, int tid) {
+// table[e] = row tiles of the experts before e; every thread.
+__device__ __forceinline__ void tile_table(const int* __restrict__ tile_offsets, int experts, int* table, int tid) {
     __shared__ int warp_sums[THREADS / 32];
     const int lane = tid % 32, warp = tid / 32;
     int v = 0;
-    if (tid < experts) v = (tile_offsets[tid + 1] - tile_offsets[tid] + CL - 1) / CL;
+    if (tid < experts) v = tile_offsets[tid + 1] - tile_offsets[tid];
 #pragma unroll
     for (int d = 1; d < 32; d *= 2) {
         const int n = __shfl_up_sync(0xffffffffu, v, d);
@@ -161,22 +141,16 @@ __device__ __forceinline__ void pair_table(const int* __restrict__ tile_offsets,
     __syncthreads();
 }
 
-// This CTA's rows of unit p (CL x 128 consecutive rows of an expert, its
-// last unit the rest; CL = 2: split in 64-row units, rank 0 the larger half,
-// as _mc.cu's pair_tile).
-template <int CL>
+// The rows and column tile of work unit p (a 128-row tile of an expert, its
+// last tile the rest, and one of n_tiles column tiles).
 __device__ __forceinline__ Tile unit_tile(int p, int n_tiles, const int* table, const int* __restrict__ expert_offsets,
-                                          int experts, int rank) {
+                                          int experts) {
     const int pp = p / n_tiles;
     Tile tl;
     tl.nt = p % n_tiles;
     tl.e = expert_of(pp, table, experts);
-    const int m0 = expert_offsets[tl.e] + (pp - table[tl.e]) * (CL * BM);
-    const int rem = min(CL * BM, expert_offsets[tl.e + 1] - m0);
-    const int units = (rem + WG_ROWS - 1) / WG_ROWS;
-    const int rows0 = CL == 1 ? rem : min(rem, (units + 1) / 2 * WG_ROWS);
-    tl.m0 = rank ? m0 + rows0 : m0;
-    tl.rows = rank ? rem - rows0 : rows0;
+    tl.m0 = expert_offsets[tl.e] + (pp - table[tl.e]) * BM;
+    tl.rows = min(BM, expert_offsets[tl.e + 1] - tl.m0);
     return tl;
 }
 
@@ -188,18 +162,17 @@ __device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
 
 // The producer warpgroup: every k-step of this CTA's units into the stage ring
 // (pt: the thread's index in the warpgroup).
-template <bool GATE_UP, int CL>
+template <bool GATE_UP>
 __device__ __forceinline__ void produce(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                         const int* __restrict__ expert_offsets, const int* table, int experts,
                                         int K, int n_out, int n_tiles, int cid, int ncl, int my_units,
-                                        unsigned rank, unsigned smem0, unsigned bars, const TmaDesc* wmap,
-                                        int pt) {
+                                        unsigned smem0, unsigned bars, const TmaDesc* wmap, int pt) {
     const int sub = pt / ROW_CHUNKS, chunk = pt % ROW_CHUNKS;  // rows sub + 16 i, i < 8
     const unsigned dst0 = (unsigned)swizzle16<128>(sub, chunk);
     const int k_tiles = K / BK;
     int s = 0;
     for (int j = 0; j < my_units; ++j) {
-        const Tile tl = unit_tile<CL>(cid + j * ncl, n_tiles, table, expert_offsets, experts, (int)rank);
+        const Tile tl = unit_tile(cid + j * ncl, n_tiles, table, expert_offsets, experts);
         const bf16* a_ptr[A_ROWS_THREAD];
         bool a_ok[A_ROWS_THREAD];
 #pragma unroll
@@ -208,22 +181,18 @@ __device__ __forceinline__ void produce(const bf16* __restrict__ a_src, const in
             a_ok[i] = r < tl.rows;
             a_ptr[i] = a_src + source_row<GATE_UP>(slot_token, tl.m0 + r, a_ok[i]) * K + chunk * CHUNK;
         }
-        const int b0 = b_row<GATE_UP>(tl, CL == 1 ? 0 : (int)rank, n_out), b1 = b_row<GATE_UP>(tl, 1, n_out);
+        const int b0 = b_row<GATE_UP>(tl, 0, n_out), b1 = b_row<GATE_UP>(tl, 1, n_out);
         for (int kt = 0; kt < k_tiles; ++kt, ++s) {
             const int st = s % STAGES;
             const unsigned full = bars + st * 8, empty = bars + (STAGES + st) * 8;
             const unsigned base = smem0 + (unsigned)(st * STAGE_BYTES);
             const int k0 = kt * BK;
-            // Every consumer (both CTAs' with CL = 2) released step s - STAGES.
+            // Both MMA warpgroups released step s - STAGES.
             if (s >= STAGES) mbar_wait(empty, (unsigned)(s / STAGES - 1) & 1u);
             if (pt == 0) {
                 mbar_expect_tx(full, B_BYTES);
-                if (CL == 2) {
-                    tma_load_2d_multicast(base + A_BYTES + rank * B_HALF, wmap, k0, b0, full, 3);
-                } else {
-                    tma_load_2d(base + A_BYTES, wmap, k0, b0, full);
-                    tma_load_2d(base + A_BYTES + B_HALF, wmap, k0, b1, full);
-                }
+                tma_load_2d(base + A_BYTES, wmap, k0, b0, full);
+                tma_load_2d(base + A_BYTES + B_HALF, wmap, k0, b1, full);
             }
 #pragma unroll
             for (int i = 0; i < A_ROWS_THREAD; ++i)
@@ -241,20 +210,11 @@ __device__ __forceinline__ void wait_full(unsigned bars, int s) {
 }
 
 // This warpgroup is done reading step s's stage (one thread a warpgroup).
-template <int CL>
 __device__ __forceinline__ void release(unsigned bars, int s, bool leader) {
-    if (leader) {
-        const unsigned empty = bars + (STAGES + s % STAGES) * 8;
-        if (CL == 2) {
-            mbar_arrive_cluster(empty, 0);
-            mbar_arrive_cluster(empty, 1);
-        } else {
-            mbar_arrive(empty);
-        }
-    }
+    if (leader) mbar_arrive(bars + (STAGES + s % STAGES) * 8);
 }
 
-// One k-step of one warpgroup, as Wide's mma_step.
+// One k-step of one warpgroup: its 64 rows of A against the stage's 256 rows of B.
 __device__ __forceinline__ void mma_step(float (&acc)[ACC], unsigned stage_base, int wg, int kt) {
     constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
     const unsigned sa = stage_base + wg * WG_ROWS * 128;
@@ -269,7 +229,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[ACC], unsigned stage_base,
     wgmma_commit();
 }
 
-// The down epilogue through this warpgroup's EPI_BYTES, as Wide's store_y.
+// The down epilogue through this warpgroup's EPI_BYTES, 128 columns at a time.
 __device__ __forceinline__ void store_y(const float (&acc)[ACC], bf16* __restrict__ out, const Tile& tl, int n_out,
                                         int wg, int wq, int lane, unsigned char* buf) {
     const int t = threadIdx.x % 128;
@@ -282,8 +242,9 @@ __device__ __forceinline__ void store_y(const float (&acc)[ACC], bf16* __restric
     }
 }
 
-// The kernel body (out, w as _mc.cu's mc_gemm).
-template <bool GATE_UP, int CL>
+// The kernel body: a_src (x gathered through slot_token, or act) against
+// the weights of wmap to out (act or y), K and n_out its GEMM's.
+template <bool GATE_UP>
 __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                         bf16* __restrict__ out, const int* __restrict__ expert_offsets,
                                         const int* __restrict__ tile_offsets, int experts, int K, int n_out,
@@ -296,34 +257,29 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
     const unsigned bars = smem0 + STAGES * STAGE_BYTES + EPI;  // full[st] at + 8 st, empty[st] at + 8 (STAGES + st)
     int* table = reinterpret_cast<int*>(smem + STAGES * STAGE_BYTES + EPI + BAR_BYTES);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const unsigned rank = CL == 1 ? 0u : cluster_rank();
 
-    pair_table<CL>(tile_offsets, experts, table, tid);
+    tile_table(tile_offsets, experts, table, tid);
     if (tid == 0) {
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(bars + st * 8, FULL_ARRIVALS);
-            mbar_init(bars + (STAGES + st) * 8, WARPGROUPS * CL);
+            mbar_init(bars + (STAGES + st) * 8, WARPGROUPS);
         }
         mbar_init_fence();
     }
-    if (CL == 1) {
-        __syncthreads();
-    } else {
-        cluster_sync();  // the peer's barriers exist before any multicast or remote arrival
-    }
+    __syncthreads();
 
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int total = table[experts] * n_tiles;
-    const int cid = CL == 1 ? (int)blockIdx.x : (int)cluster_id();
-    const int ncl = CL == 1 ? (int)gridDim.x : (int)clusters();
-    if (cid >= total) return;  // every CTA of the cluster (same units)
+    const int cid = (int)blockIdx.x;
+    const int ncl = (int)gridDim.x;
+    if (cid >= total) return;
     const int my_units = (total - cid + ncl - 1) / ncl;
     const int k_tiles = K / BK;
 
     if (tid >= MMA_THREADS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        produce<GATE_UP, CL>(a_src, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, cid, ncl,
-                             my_units, rank, smem0, bars, wmap, tid - MMA_THREADS);
+        produce<GATE_UP>(a_src, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, cid, ncl, my_units,
+                         smem0, bars, wmap, tid - MMA_THREADS);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(MMA_REGS));
         const int wg = warp / 4, wq = warp % 4;
@@ -334,7 +290,7 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
         for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
         int s = 0;
         for (int j = 0; j < my_units; ++j) {
-            const Tile ct = unit_tile<CL>(cid + j * ncl, n_tiles, table, expert_offsets, experts, (int)rank);
+            const Tile ct = unit_tile(cid + j * ncl, n_tiles, table, expert_offsets, experts);
             if (ct.rows > wg * WG_ROWS) {
                 // Step 0 alone (nothing of this tile to release yet), then
                 // each step releases the one before once its wgmmas are done.
@@ -346,11 +302,11 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
                     mma_step(acc, smem0 + (unsigned)((s % STAGES) * STAGE_BYTES), wg, kt);
                     wgmma_wait<1>();
                     fence_operands(acc);
-                    release<CL>(bars, s - 1, leader);
+                    release(bars, s - 1, leader);
                 }
                 wgmma_wait<0>();
                 fence_operands(acc);
-                release<CL>(bars, s - 1, leader);
+                release(bars, s - 1, leader);
                 if (GATE_UP) {
                     store_act(acc, out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16, ct.nt * GATE_UP_COLS, n_out, lane);
                 } else {
@@ -359,39 +315,26 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
             } else {
                 for (int kt = 0; kt < k_tiles; ++kt, ++s) {
                     wait_full(bars, s);
-                    release<CL>(bars, s, leader);
+                    release(bars, s, leader);
                 }
             }
         }
     }
-    if (CL == 2) cluster_sync();  // the peer's last multicasts and remote arrivals landed before this CTA leaves
 }
 
-// The launcher's signatures: _mc.cu's (Wide's, then the weights' tensor map
-// by value); _mcws: clusters of 2 CTAs, _ws: no clusters.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-moe_gemm_gate_up_mcws_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token, bf16* __restrict__ act,
-                           const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets, int experts,
-                           int hidden, int inter, const __grid_constant__ TmaDesc gate_up) {
-    ws_gemm<true, 2>(x, slot_token, act, expert_offsets, tile_offsets, experts, hidden, inter, &gate_up);
-}
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-moe_gemm_down_mcws_bf16(const bf16* __restrict__ act, bf16* __restrict__ y, const int* __restrict__ expert_offsets,
-                        const int* __restrict__ tile_offsets, int experts, int inter, int hidden,
-                        const __grid_constant__ TmaDesc down) {
-    ws_gemm<false, 2>(act, nullptr, y, expert_offsets, tile_offsets, experts, inter, hidden, &down);
-}
+// The launcher's signatures: moe_grouped_gemm_wgmma.cu's without the
+// weights' pointer, then the weights' tensor map by value.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 moe_gemm_gate_up_ws_bf16(const bf16* __restrict__ x, const int* __restrict__ slot_token, bf16* __restrict__ act,
                          const int* __restrict__ expert_offsets, const int* __restrict__ tile_offsets, int experts,
                          int hidden, int inter, const __grid_constant__ TmaDesc gate_up) {
-    ws_gemm<true, 1>(x, slot_token, act, expert_offsets, tile_offsets, experts, hidden, inter, &gate_up);
+    ws_gemm<true>(x, slot_token, act, expert_offsets, tile_offsets, experts, hidden, inter, &gate_up);
 }
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 moe_gemm_down_ws_bf16(const bf16* __restrict__ act, bf16* __restrict__ y, const int* __restrict__ expert_offsets,
                       const int* __restrict__ tile_offsets, int experts, int inter, int hidden,
                       const __grid_constant__ TmaDesc down) {
-    ws_gemm<false, 1>(act, nullptr, y, expert_offsets, tile_offsets, experts, inter, hidden, &down);
+    ws_gemm<false>(act, nullptr, y, expert_offsets, tile_offsets, experts, inter, hidden, &down);
 }
 
 }  // namespace headroom_moe_ws
