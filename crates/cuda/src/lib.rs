@@ -35,6 +35,7 @@ pub mod nvrtc;
 pub mod ops;
 pub(crate) mod profile_window;
 pub mod tensor;
+pub mod tensor_map;
 pub mod timing;
 pub(crate) mod validate;
 

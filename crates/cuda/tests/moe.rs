@@ -195,8 +195,8 @@ fn impls(dev: &CudaDevice) -> Vec<Option<GemmImpl>> {
         vec![
             GemmImpl::MmaSync,
             GemmImpl::Wgmma,
-            GemmImpl::Wide,
             GemmImpl::Stream,
+            GemmImpl::Ws,
         ]
     } else {
         vec![GemmImpl::MmaSync, GemmImpl::Stream]
@@ -247,6 +247,7 @@ fn compare(c: &Case, got: &[f32], want: &[f64], nan_tokens: &[usize]) -> f64 {
     (num / den).sqrt()
 }
 
+/// The f64 check of a random case of `s` on every family of [`impls`].
 fn check(dev: &CudaDevice, s: Shape, seed: u64) {
     let c = Case::random(s, seed);
     let want = reference(&c);
@@ -463,4 +464,6 @@ fn bench_the_35b_shape() {
 mod block;
 #[path = "moe/common.rs"]
 mod common;
+#[path = "moe/ws.rs"]
+mod ws;
 use common::{device, median, random_bf16, timed_call, Bench35b, E, H, I, K};

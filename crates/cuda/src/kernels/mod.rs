@@ -24,7 +24,7 @@ use crate::ops::gemv::sources::GEMV;
 use crate::ops::kv::sources::OPS_KV;
 use crate::ops::moe::sources::{
     MOE_DECODE, MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_FP8, MOE_GROUPED_GEMM_STREAM,
-    MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WIDE, MOE_ROUTE,
+    MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WS, MOE_ROUTE,
 };
 use crate::ops::norm::sources::OPS_NORM;
 use crate::ops::pointwise::sources::OPS_POINTWISE;
@@ -60,7 +60,7 @@ pub const SOURCES: &[KernelSource] = &[
     MOE_ROUTE,
     MOE_GROUPED_GEMM,
     MOE_GROUPED_GEMM_WGMMA,
-    MOE_GROUPED_GEMM_WIDE,
+    MOE_GROUPED_GEMM_WS,
     MOE_GROUPED_GEMM_STREAM,
     MOE_GROUPED_GEMM_FP8,
     OPS_FALLBACK,

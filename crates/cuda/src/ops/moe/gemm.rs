@@ -14,22 +14,29 @@ pub enum GemmImpl {
     /// down GEMM's epilogue staged through shared memory (16-byte stores of
     /// y). Hopper (`sm_90a`) only.
     Wgmma,
-    /// `moe_grouped_gemm_wide.cu`: 128 x 256 tiles (wgmma m64n256k16) on a
-    /// persistent grid (one CTA per SM walking the tiles, the loads running
-    /// on across tile boundaries). A GEMM whose shape the wide tiles do not
-    /// divide runs on [`GemmImpl::Wgmma`]. Hopper only.
-    Wide,
     /// `moe_grouped_gemm_stream.cu`: the few-rows-per-expert regime, where
     /// the expert weights dominate the bytes: weights on the MMA's M side
     /// (128 weight rows per item), the expert's rows on N in n8 blocks (up to
     /// 32 a pass), a persistent grid of two CTAs per SM with one 5-stage
     /// cp.async ring running across items. mma.sync: any sm_80+ GPU.
     Stream,
+    /// `moe_grouped_gemm_ws.cu`: 128 x 256 tiles (wgmma m64n256k16) on a
+    /// persistent grid (one CTA per SM walking the tiles), warp-specialised:
+    /// a producer warpgroup gathers A (cp.async) and loads B by TMA on
+    /// full/empty mbarriers, the two MMA warpgroups wait on the full ones
+    /// only (no CTA barrier in the k-loop). A GEMM whose shape the 128 x 256
+    /// tiles do not divide runs on [`GemmImpl::Wgmma`], and so does a pass
+    /// over more than [`WS_MAX_EXPERTS`] local experts. Hopper only.
+    Ws,
 }
 
-/// Pairs per pass from which [`GemmImpl::for_pass`] runs the wide tiles
-/// (8,192 tokens of top-8).
-pub const WIDE_PAIRS: usize = 65_536;
+/// Pairs per pass from which [`GemmImpl::for_pass`] runs [`GemmImpl::Ws`]
+/// (2,048 tokens of top-8): on the H200 the warp-specialised kernels beat the
+/// 128 x 128 wgmma ones and every other 128 x 256 form at 2,048, 8,192 and
+/// 32,768 tokens of the 35B-A3B shape (docs/perf/cuda-moe.md, session 12:
+/// both GEMMs 0.437 / 0.858 / 3.018 ms, the 128 x 128 tiles ≈ 0.488 ms at
+/// 2,048 in moe5).
+pub const WS_PAIRS: usize = 16_384;
 
 /// Average (token, k) pairs per expert up to which [`GemmImpl::for_pass`]
 /// runs the streaming kernels on Hopper (512 tokens of top-8 over 256 experts).
@@ -44,11 +51,22 @@ pub const STREAM_SMEM_BYTES: usize = 5 * (128 + 32) * 64 * 2 + 2 * (MAX_EXPERTS 
 /// Architecture of the wgmma kernels.
 const HOPPER: &str = "sm_90a";
 
-/// Weight rows per wide tile (`BN` in `moe_grouped_gemm_wide.cu`).
-pub const WIDE_BN: usize = 256;
-/// Dynamic shared memory of a wide CTA (`SMEM_BYTES` there: 4 stages of
-/// 128 x 64 A and 256 x 64 B, two 16 KiB epilogue buffers, alignment slack).
-pub const WIDE_SMEM_BYTES: usize = 4 * (128 + WIDE_BN) * 64 * 2 + 2 * 64 * 128 * 2 + 1024;
+/// Weight rows per warp-specialised tile (`BN` in `moe_grouped_gemm_ws.cu`).
+pub const WS_BN: usize = 256;
+/// Most local experts of the warp-specialised kernels (`MAX_EXPERTS` there:
+/// their tile table in shared memory).
+pub const WS_MAX_EXPERTS: usize = 256;
+/// Dynamic shared memory of a warp-specialised gate+up CTA (`SMEM_GATE_UP`:
+/// 4 stages of 128 x 64 A and 256 x 64 B, 8 mbarriers, the tile table,
+/// alignment slack).
+pub const WS_SMEM_GATE_UP: usize =
+    4 * (128 + WS_BN) * 64 * 2 + 2 * 4 * 8 + (WS_MAX_EXPERTS + 1) * 4 + 1024;
+/// Dynamic shared memory of a warp-specialised down CTA (`SMEM_DOWN`: the
+/// gate+up layout and two 16 KiB epilogue buffers).
+pub const WS_SMEM_DOWN: usize = WS_SMEM_GATE_UP + 2 * 64 * 128 * 2;
+/// Threads of a warp-specialised CTA (`THREADS` in `moe_grouped_gemm_ws.cu`:
+/// two MMA warpgroups and the producer warpgroup).
+pub const WS_THREADS: usize = 3 * 128;
 
 /// One grouped GEMM's kernel for a call: entry point, dynamic shared memory,
 /// output columns per tile and whether the grid is persistent.
@@ -64,6 +82,9 @@ pub struct GemmKernel {
     pub persistent: bool,
     /// CTAs per SM of a persistent grid.
     pub ctas_per_sm: usize,
+    /// Whether the kernel takes the weights' tensor map (rows of K, boxes of
+    /// 128 rows, SW128) as its last parameter instead of the weights' pointer.
+    pub tma_map: bool,
 }
 
 impl GemmKernel {
@@ -81,16 +102,16 @@ impl GemmKernel {
 impl GemmImpl {
     /// The kernels a pass of `pairs` (token, k) pairs routed over `experts`
     /// experts runs on `arch`: on `sm_90a` the streaming kernels up to
-    /// [`STREAM_ROWS_PER_EXPERT`] pairs per expert on average, the wide tiles
-    /// from [`WIDE_PAIRS`] pairs up and the 128 x 128 wgmma tiles between;
-    /// mma.sync elsewhere.
+    /// [`STREAM_ROWS_PER_EXPERT`] pairs per expert on average, the
+    /// warp-specialised 128 x 256 tiles from [`WS_PAIRS`] pairs up and the
+    /// 128 x 128 wgmma tiles between; mma.sync elsewhere.
     pub fn for_pass(arch: &str, pairs: usize, experts: usize) -> GemmImpl {
         if arch != HOPPER {
             GemmImpl::MmaSync
         } else if pairs <= STREAM_ROWS_PER_EXPERT.saturating_mul(experts) {
             GemmImpl::Stream
-        } else if pairs >= WIDE_PAIRS {
-            GemmImpl::Wide
+        } else if pairs >= WS_PAIRS {
+            GemmImpl::Ws
         } else {
             GemmImpl::Wgmma
         }
@@ -98,14 +119,14 @@ impl GemmImpl {
 
     /// Whether the kernels need `sm_90a`.
     pub fn hopper_only(self) -> bool {
-        matches!(self, GemmImpl::Wgmma | GemmImpl::Wide)
+        matches!(self, GemmImpl::Wgmma | GemmImpl::Ws)
     }
 
     /// Entry points of the 128 x 128 kernels (gate+up, down).
     pub fn entries(self) -> (&'static str, &'static str) {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16"),
-            GemmImpl::Wgmma | GemmImpl::Wide => {
+            GemmImpl::Wgmma | GemmImpl::Ws => {
                 ("moe_gemm_gate_up_wgmma_bf16", "moe_gemm_down_wgmma_s_bf16")
             }
         }
@@ -117,7 +138,7 @@ impl GemmImpl {
     pub fn smem_bytes(self) -> usize {
         match self {
             GemmImpl::MmaSync | GemmImpl::Stream => GEMM_SMEM_BYTES,
-            GemmImpl::Wgmma | GemmImpl::Wide => GEMM_SMEM_BYTES + 1024,
+            GemmImpl::Wgmma | GemmImpl::Ws => GEMM_SMEM_BYTES + 1024,
         }
     }
 
@@ -129,17 +150,29 @@ impl GemmImpl {
             tile_cols,
             persistent: false,
             ctas_per_sm: 1,
+            tma_map: false,
         }
     }
 
-    fn wide(entry: &'static str, tile_cols: usize) -> GemmKernel {
+    fn warp_specialized(entry: &'static str, smem: usize, tile_cols: usize) -> GemmKernel {
         GemmKernel {
             entry,
-            smem: WIDE_SMEM_BYTES,
-            threads: GEMM_THREADS,
+            smem,
+            threads: WS_THREADS,
             tile_cols,
             persistent: true,
             ctas_per_sm: 1,
+            tma_map: true,
+        }
+    }
+
+    /// The family a pass over `local` experts runs: [`GemmImpl::Wgmma`] for
+    /// [`GemmImpl::Ws`] past [`WS_MAX_EXPERTS`], else `self`.
+    pub fn for_experts(self, local: usize) -> GemmImpl {
+        if self == GemmImpl::Ws && local > WS_MAX_EXPERTS {
+            GemmImpl::Wgmma
+        } else {
+            self
         }
     }
 
@@ -158,27 +191,29 @@ impl GemmImpl {
             tile_cols,
             persistent: true,
             ctas_per_sm: 2,
+            tma_map: false,
         })
     }
 
-    /// The gate+up kernel for `intermediate` columns of act (wide tiles need
-    /// a multiple of 128).
+    /// The gate+up kernel for `intermediate` columns of act (the 128 x 256
+    /// tiles need a multiple of 128).
     pub fn gate_up(self, intermediate: usize) -> GemmKernel {
         if let Some(k) = self.stream(true, GEMM_BN / 2) {
             k
-        } else if self == GemmImpl::Wide && intermediate.is_multiple_of(WIDE_BN / 2) {
-            Self::wide("moe_gemm_gate_up_wide_bf16", WIDE_BN / 2)
+        } else if self == GemmImpl::Ws && intermediate.is_multiple_of(WS_BN / 2) {
+            Self::warp_specialized("moe_gemm_gate_up_ws_bf16", WS_SMEM_GATE_UP, WS_BN / 2)
         } else {
             self.narrow(self.entries().0, GEMM_BN / 2)
         }
     }
 
-    /// The down kernel for `hidden` columns of y (wide tiles need a multiple of 256).
+    /// The down kernel for `hidden` columns of y (the 128 x 256 tiles need a
+    /// multiple of 256).
     pub fn down(self, hidden: usize) -> GemmKernel {
         if let Some(k) = self.stream(false, GEMM_BN) {
             k
-        } else if self == GemmImpl::Wide && hidden.is_multiple_of(WIDE_BN) {
-            Self::wide("moe_gemm_down_wide_bf16", WIDE_BN)
+        } else if self == GemmImpl::Ws && hidden.is_multiple_of(WS_BN) {
+            Self::warp_specialized("moe_gemm_down_ws_bf16", WS_SMEM_DOWN, WS_BN)
         } else {
             self.narrow(self.entries().1, GEMM_BN)
         }

@@ -8,11 +8,12 @@
 
 use super::{
     max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
-    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS,
+    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WS_BN,
 };
 
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
+use crate::tensor_map::{Sw128Map, TensorMap};
 use crate::CudaError;
 use std::ffi::c_void;
 
@@ -36,6 +37,9 @@ pub enum MoeStage {
 pub(super) enum Param {
     Ptr(u64),
     Int(i32),
+    /// A TMA tensor map (`const __grid_constant__`), boxed: the driver
+    /// copies its 128 bytes from this address at the launch.
+    Map(Box<TensorMap>),
 }
 
 /// A kernel's parameters in signature order.
@@ -52,6 +56,10 @@ impl Params {
     pub(super) fn int(mut self, v: usize) -> Self {
         // Every value is bounded to the int range by `validate`.
         self.0.push(Param::Int(v as i32));
+        self
+    }
+    pub(super) fn map(mut self, m: TensorMap) -> Self {
+        self.0.push(Param::Map(Box::new(m)));
         self
     }
     /// The tail every grouped GEMM's signature shares: the routing's
@@ -71,6 +79,7 @@ impl Params {
             .map(|p| match p {
                 Param::Ptr(v) => v as *mut u64 as *mut c_void,
                 Param::Int(v) => v as *mut i32 as *mut c_void,
+                Param::Map(m) => &mut **m as *mut TensorMap as *mut c_void,
             })
             .collect()
     }
@@ -276,7 +285,9 @@ pub(super) fn routed_experts_range(
         |e| e,
         |pass, mark| {
             let pairs = pass.pairs(l.top_k);
-            let pass_imp = imp.unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts));
+            let pass_imp = imp
+                .unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts))
+                .for_experts(local);
             grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)
         },
     )
@@ -363,24 +374,53 @@ fn grouped_gemms(
     let (gate_up, down) = (imp.gate_up(i), imp.down(h));
 
     mark(MoeStage::GateUp)?;
-    let params = Params::new()
-        .ptr(x)
-        .ptr(ws.r.slot_token.ptr())
-        .ptr(l.gate_up.ptr())
-        .ptr(ws.act.ptr())
-        .tile_list(&ws.r, local, h, i);
+    let params = if gate_up.tma_map {
+        // Local experts' gate and up rows of hidden, in boxes of 128 rows.
+        let w = Sw128Map {
+            rows: local * 2 * i,
+            cols: h,
+            box_rows: WS_BN / 2,
+        };
+        Params::new()
+            .ptr(x)
+            .ptr(ws.r.slot_token.ptr())
+            .ptr(ws.act.ptr())
+            .tile_list(&ws.r, local, h, i)
+            .map(w.encode(l.gate_up.ptr())?)
+    } else {
+        Params::new()
+            .ptr(x)
+            .ptr(ws.r.slot_token.ptr())
+            .ptr(l.gate_up.ptr())
+            .ptr(ws.act.ptr())
+            .tile_list(&ws.r, local, h, i)
+    };
     launch_gemm(dev, gate_up, max_row_tiles, i, params)?;
 
     mark(MoeStage::Down)?;
-    let params = Params::new()
-        .ptr(ws.act.ptr())
-        .ptr(l.down.ptr())
-        .ptr(ws.y.ptr())
-        .tile_list(&ws.r, local, i, h);
+    let params = if down.tma_map {
+        let w = Sw128Map {
+            rows: local * h,
+            cols: i,
+            box_rows: WS_BN / 2,
+        };
+        Params::new()
+            .ptr(ws.act.ptr())
+            .ptr(ws.y.ptr())
+            .tile_list(&ws.r, local, i, h)
+            .map(w.encode(l.down.ptr())?)
+    } else {
+        Params::new()
+            .ptr(ws.act.ptr())
+            .ptr(l.down.ptr())
+            .ptr(ws.y.ptr())
+            .tile_list(&ws.r, local, i, h)
+    };
     launch_gemm(dev, down, max_row_tiles, h, params)
 }
 
-/// `k`'s launch over `row_tiles` row tiles of `cols` output columns.
+/// `k`'s launch over `row_tiles` row tiles (at most) of `cols` output
+/// columns: one CTA a tile, or a persistent grid.
 fn launch_gemm(
     dev: &CudaDevice,
     k: GemmKernel,

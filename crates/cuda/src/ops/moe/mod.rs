@@ -20,8 +20,8 @@ pub mod sources;
 mod weights;
 
 pub use gemm::{
-    GemmImpl, GemmKernel, STREAM_ROWS_PER_EXPERT, STREAM_SMEM_BYTES, WIDE_BN, WIDE_PAIRS,
-    WIDE_SMEM_BYTES,
+    GemmImpl, GemmKernel, STREAM_ROWS_PER_EXPERT, STREAM_SMEM_BYTES, WS_BN, WS_MAX_EXPERTS,
+    WS_PAIRS, WS_SMEM_DOWN, WS_SMEM_GATE_UP, WS_THREADS,
 };
 
 pub use launch::{routed_experts_marked, routed_experts_shared_marked, MoeStage};
@@ -316,3 +316,5 @@ pub fn grouped_gemm_flops(tokens: usize, hidden: usize, top_k: usize, intermedia
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod ws_tests;

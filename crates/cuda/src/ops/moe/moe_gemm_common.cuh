@@ -1,11 +1,11 @@
 // moe_gemm_common.cuh: the pieces the grouped GEMMs of the sparse MoE's
 // routed experts share, on any sm_80+ GPU: the source row a sorted row reads
 // (the gate+up gather through slot_token), the operand pointers (tile_sources
-// for the 128 x 128 kernels, weight_halves for the wide and FP8 ones), the
+// for the 128 x 128 kernels, weight_halves for the FP8 ones), the
 // 16-byte-chunk swizzle of the shared-memory tiles, SiLU(gate)·up, the bf16
 // pair store of the epilogues, the mma.sync m16n8k16 wrappers and the bf16
 // kernels' two entry points (macros). Compiled in front of moe_grouped_gemm.cu
-// and its _wgmma, _fp8, _wide and _stream variants (after moe_tile_list.cuh,
+// and its _wgmma, _fp8, _ws and _stream variants (after moe_tile_list.cuh,
 // where a source takes both); each brings the names it uses into its namespace
 // with using-declarations. No warpgroup-MMA text here: the sm_80 sources
 // include it (the sm_90a pieces are in moe_wgmma_common.cuh). The helpers keep
@@ -66,7 +66,7 @@ __device__ __forceinline__ TileSources<LOADS> tile_sources(const __nv_bfloat16* 
 // The sources of a thread's first B chunk in each half of a tile of BN weight
 // rows of expert e (tile row `row`, `off` elements into the row): gate+up,
 // gate row nt * BN / 2 + row (lo) and the up row of the same column (hi);
-// down, rows nt * BN + row and BN / 2 below (the wide and FP8 kernels).
+// down, rows nt * BN + row and BN / 2 below (the FP8 kernels).
 template <bool GATE_UP, int BN, typename T>
 __device__ __forceinline__ void weight_halves(const T* __restrict__ w, int e, int nt, int row, int K, int n_out,
                                               int off, const T*& lo, const T*& hi) {
@@ -111,7 +111,7 @@ __device__ __forceinline__ void mma_bf16(float* c, const unsigned* a, unsigned b
 
 }  // namespace headroom_moe_common
 
-// The two bf16 entry points of moe_grouped_gemm.cu and its _wgmma, _wide and
+// The two bf16 entry points of moe_grouped_gemm.cu and its _wgmma and
 // _stream variants, one signature for all (the launcher's): gate+up reads x
 // through slot_token and writes act [rows][inter] (BODY<true>), down reads
 // act and writes y [rows][hidden] (BODY<false>). THREADS is the source's block

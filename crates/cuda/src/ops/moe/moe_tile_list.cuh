@@ -2,7 +2,7 @@
 // header describes it) as the kernels read it: the expert of a row tile (the
 // binary search over tile_offsets), a row tile's rows, and tile t of the list
 // for the kernels that walk it by index. Compiled in front of the grouped-GEMM
-// sources moe_grouped_gemm_{wgmma,fp8,wide,stream}.cu (no warpgroup-MMA text
+// sources moe_grouped_gemm_{wgmma,fp8,ws,stream}.cu (no warpgroup-MMA text
 // here: the sm_80 stream source includes it). moe_grouped_gemm.cu keeps its
 // own copy of the search: calling expert_of there changes its cubins (the
 // loop's registers are numbered the other way round).

@@ -1,9 +1,9 @@
 // moe_wgmma_common.cuh: what the sparse MoE's warpgroup-MMA grouped GEMMs
 // share (sm_90a only): the SW128 shared-memory matrix descriptor and the
 // epilogues that read a wgmma m64nN accumulator's fragments: SiLU(gate)·up to
-// act (store_act: moe_grouped_gemm_fp8.cu, moe_grouped_gemm_wide.cu), and y
+// act (store_act: moe_grouped_gemm_fp8.cu, moe_grouped_gemm_ws.cu), and y
 // staged in shared memory as bf16 rows of 256 bytes, then stored 16 bytes a
-// thread (stage_y, copy_y: moe_grouped_gemm_wgmma.cu, moe_grouped_gemm_wide.cu).
+// thread (stage_y, copy_y: moe_grouped_gemm_wgmma.cu, moe_grouped_gemm_ws.cu).
 // Compiled in front of those three sources, after moe_gemm_common.cuh (whose
 // names it uses); each brings the names into its namespace with
 // using-declarations.

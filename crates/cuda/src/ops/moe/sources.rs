@@ -62,12 +62,22 @@ pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
     entry_points: &["moe_gemm_gate_up_fp8", "moe_gemm_down_fp8"],
 };
 
-/// The routed experts' grouped GEMMs on 128 x 256 wgmma tiles (sm_90a only).
-pub const MOE_GROUPED_GEMM_WIDE: KernelSource = KernelSource {
-    name: "moe_grouped_gemm_wide",
-    file: "moe_grouped_gemm_wide.cu",
-    source: wgmma_gemm_source!("moe_grouped_gemm_wide.cu"),
-    entry_points: &["moe_gemm_gate_up_wide_bf16", "moe_gemm_down_wide_bf16"],
+/// The routed experts' grouped GEMMs warp-specialised on 128 x 256 wgmma
+/// tiles: a producer warpgroup loading (A by cp.async, B by TMA), two MMA
+/// warpgroups on mbarriers, no CTA barrier in the k-loop (sm_90a only).
+pub const MOE_GROUPED_GEMM_WS: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_ws",
+    file: "moe_grouped_gemm_ws.cu",
+    source: concat!(
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("../../kernels/tma.cuh"),
+        include_str!("moe_tile_list.cuh"),
+        include_str!("moe_gemm_common.cuh"),
+        include_str!("moe_wgmma_common.cuh"),
+        include_str!("moe_grouped_gemm_ws.cu")
+    ),
+    entry_points: &["moe_gemm_gate_up_ws_bf16", "moe_gemm_down_ws_bf16"],
 };
 
 /// The routed experts' grouped GEMMs for a few rows per expert: weights
@@ -106,3 +116,32 @@ pub const MOE_DECODE: KernelSource = KernelSource {
         "moe_decode_down_fp8_sbf16",
     ],
 };
+
+#[cfg(test)]
+mod tests {
+    // The warp-specialised kernels compile without spills and without ptxas
+    // serialising their wgmma (the other grouped GEMMs' checks are the
+    // kernel gate's `headroom kernels build`).
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn every_entry_compiles_for_sm_90a_without_spills() {
+        let include = crate::CudaOptions::from_env().include_dir().unwrap();
+        for k in [super::MOE_GROUPED_GEMM_WS] {
+            let c = crate::nvrtc::compile(k.name, k.source, "sm_90a", &include).unwrap();
+            println!("{}", c.log);
+            assert!(
+                !c.log.contains("Potential Performance Loss"),
+                "ptxas serialised the wgmma pipe:\n{}",
+                c.log
+            );
+            for e in k.entry_points {
+                assert_eq!(
+                    crate::nvrtc::spill_store_bytes(&c.log, e),
+                    Some(0),
+                    "{e}:\n{}",
+                    c.log
+                );
+            }
+        }
+    }
+}

@@ -159,40 +159,7 @@ fn launch_constants_match_the_kernel_sources() {
 }
 
 #[test]
-fn wide_launch_constants_match_their_kernel_source() {
-    use super::sources::MOE_GROUPED_GEMM_WIDE;
-    let src = MOE_GROUPED_GEMM_WIDE.source;
-    assert_eq!(constant(src, "BM"), GEMM_BM);
-    assert_eq!(constant(src, "BN"), WIDE_BN);
-    assert_eq!(constant(src, "BK"), GEMM_BK);
-    assert_eq!(constant(src, "WARPGROUPS") * 128, GEMM_THREADS);
-    assert_eq!(constant(src, "EPI_COLS"), 128);
-    let stages = constant(src, "STAGES");
-    let epi = constant(src, "WARPGROUPS") * (GEMM_BM / 2) * 128 * 2;
-    assert_eq!(
-        stages * (GEMM_BM + WIDE_BN) * GEMM_BK * 2 + epi + 1024,
-        WIDE_SMEM_BYTES
-    );
-    assert!(src.contains("SMEM_BYTES = STAGES * STAGE_BYTES + WARPGROUPS * EPI_BYTES + 1024;"));
-    const { assert!(WIDE_SMEM_BYTES <= 227 * 1024) };
-}
-
-#[test]
-fn wide_kernels_run_where_the_shape_divides_their_tiles_and_fall_back_otherwise() {
-    let wide = GemmImpl::Wide;
-    let g = wide.gate_up(512);
-    assert_eq!(g.entry, "moe_gemm_gate_up_wide_bf16");
-    assert_eq!(
-        (g.tile_cols, g.smem, g.threads, g.persistent),
-        (128, WIDE_SMEM_BYTES, 256, true)
-    );
-    let d = wide.down(2048);
-    assert_eq!(d.entry, "moe_gemm_down_wide_bf16");
-    assert_eq!((d.tile_cols, d.persistent), (256, true));
-    // Intermediate 192 and hidden 384 are not whole wide tiles.
-    assert_eq!(wide.gate_up(192), GemmImpl::Wgmma.gate_up(192));
-    assert_eq!(wide.down(384), GemmImpl::Wgmma.down(384));
-    assert!(!wide.gate_up(192).persistent);
+fn narrow_kernels_run_one_cta_a_tile() {
     let s = GemmImpl::Wgmma.down(2048);
     assert_eq!(s.entry, "moe_gemm_down_wgmma_s_bf16");
     assert_eq!((s.tile_cols, s.smem), (128, GEMM_SMEM_BYTES + 1024));
@@ -200,31 +167,14 @@ fn wide_kernels_run_where_the_shape_divides_their_tiles_and_fall_back_otherwise(
         GemmImpl::Wgmma.gate_up(512).entry,
         "moe_gemm_gate_up_wgmma_bf16"
     );
+    assert!(!s.persistent && !s.tma_map);
     let m = GemmImpl::MmaSync;
     assert_eq!(
         (m.gate_up(512).entry, m.down(2048).entry),
         ("moe_gemm_gate_up_bf16", "moe_gemm_down_bf16")
     );
-    // Grids: one CTA per tile, or at most one per SM when persistent.
-    assert_eq!(d.grid(100, 2048, 132), 132);
-    assert_eq!(d.grid(3, 2048, 132), 24);
+    // One CTA per tile.
     assert_eq!(s.grid(100, 2048, 132), 1600);
-}
-
-#[test]
-fn hopper_runs_the_wide_tiles_on_large_passes_only_and_mma_sync_runs_elsewhere() {
-    let e = 256;
-    assert_eq!(GemmImpl::for_pass("sm_90a", WIDE_PAIRS, e), GemmImpl::Wide);
-    assert_eq!(GemmImpl::for_pass("sm_90a", 16_384 * 8, e), GemmImpl::Wide);
-    assert_eq!(
-        GemmImpl::for_pass("sm_90a", WIDE_PAIRS - 1, e),
-        GemmImpl::Wgmma
-    );
-    assert_eq!(GemmImpl::for_pass("sm_90a", 2048 * 8, e), GemmImpl::Wgmma);
-    for arch in ["sm_80", "sm_89", "sm_90"] {
-        assert_eq!(GemmImpl::for_pass(arch, 1, e), GemmImpl::MmaSync);
-        assert_eq!(GemmImpl::for_pass(arch, 1 << 20, e), GemmImpl::MmaSync);
-    }
 }
 
 #[test]
@@ -310,7 +260,7 @@ fn local_expert_ranges_size_the_weights_and_must_lie_inside() {
 
 #[test]
 fn only_the_mma_sync_kernels_run_off_hopper() {
-    assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::Wide.hopper_only());
+    assert!(GemmImpl::Wgmma.hopper_only() && GemmImpl::Ws.hopper_only());
     assert!(!GemmImpl::MmaSync.hopper_only());
     assert!(!GemmImpl::Stream.hopper_only());
 }
