@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{headroom, headroom_command, TempDir};
+use common::{headroom, TempDir};
 use std::process::Stdio;
 
 /// Rust debug formatting that must not reach a user.
@@ -206,16 +206,7 @@ fn bench_and_qualify_commands_print_words() {
 
 #[test]
 fn serve_starts_with_one_line_of_what_runs() {
-    let mut child = headroom_command()
-        .args([
-            "serve",
-            "--synthetic",
-            "tiny-d64",
-            "--port",
-            "0",
-            "--max-context",
-            "256",
-        ])
+    let mut child = common::tiny_serve_command()
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

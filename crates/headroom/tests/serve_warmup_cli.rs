@@ -12,18 +12,8 @@ use std::net::SocketAddr;
 use std::process::{Child, Stdio};
 
 fn start(extra: &[&str]) -> (Child, SocketAddr) {
-    let mut child = common::headroom_command()
-        .args([
-            "serve",
-            "--synthetic",
-            "tiny-d64",
-            "--port",
-            "0",
-            "--max-context",
-            "256",
-            "--max-running",
-            "16",
-        ])
+    let mut child = common::tiny_serve_command()
+        .args(["--max-running", "16"])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

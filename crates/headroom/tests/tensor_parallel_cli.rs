@@ -139,16 +139,7 @@ fn bad_tensor_parallel_is_an_error() {
 }
 
 fn start(tp: &[&str]) -> (Child, SocketAddr) {
-    let mut child = common::headroom_command()
-        .args([
-            "serve",
-            "--synthetic",
-            "tiny-d64",
-            "--port",
-            "0",
-            "--max-context",
-            "256",
-        ])
+    let mut child = common::tiny_serve_command()
         .args(tp)
         .env_remove("HEADROOM_TP")
         .stdout(Stdio::piped())

@@ -55,6 +55,23 @@ pub fn headroom_command() -> Command {
     cmd
 }
 
+/// `headroom serve` of the tiny synthetic model on an ephemeral loopback
+/// port with a 256-token context: the server the CLI tests start (add flags,
+/// pipes and `spawn`, then [`listening_addr`]).
+pub fn tiny_serve_command() -> Command {
+    let mut cmd = headroom_command();
+    cmd.args([
+        "serve",
+        "--synthetic",
+        "tiny-d64",
+        "--port",
+        "0",
+        "--max-context",
+        "256",
+    ]);
+    cmd
+}
+
 /// Runs the built `headroom` binary with `args` and checks that it succeeded.
 pub fn headroom(args: &[&str]) -> Output {
     let out = headroom_command().args(args).output().unwrap();
