@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Session 13 call 2: gather_rows_v16 test (main c630211), the gdnlite pair
-# (tests, memcheck, bench), then TTFT of main vs the lite default, then W1 on
-# the lite default if time allows. Everything to $OUT.
+# Session 13's planned GPU call (not run: the session's device time ended).
+# Build on the build machine first, into .devbin/c2/bins.tar.xz (carry ".devbin/c2"):
+#   gdn           the gdn test binary of branch gdnfused (it holds gdnlite too):
+#                 cargo test --release -p headroom-cuda --test gdn --no-run
+#   backend_ops   the backend_ops test binary of branch gatherv16
+#   headroom-main main's release binary (or gatherv16's)
+#   headroom-lite branch gdnlite-on's release binary (gdnlite merged with main, the lite
+#                 pair as the default), or a branch with the winning form as the default
+#   tar -cJf .devbin/c2/bins.tar.xz -C DIR gdn backend_ops headroom-main headroom-lite
+# Then: W1_BEFORE=140 bash .devbin/c2/run.sh (copy this file there). A run returns at
+# most 8 files: everything else is tarred into all.tgz at the end.
 set -u
 cd "$(dirname "$0")/../.."
 O=${OUT:-/tmp/out}; mkdir -p "$O"
@@ -11,21 +19,20 @@ export HEADROOM_KERNEL_CACHE=/tmp/kcache
 mkdir -p /tmp/c2 && tar -xJf .devbin/c2/bins.tar.xz -C /tmp/c2 && ls /tmp/c2
 R=$O/log.txt
 {
-echo "=== gather (main) t=$(el)"
+echo "=== gather (gatherv16) t=$(el)"
 /tmp/c2/backend_ops --ignored --test-threads 1 gather 2>&1 | grep -E "^test |test result|panicked"
-echo "=== gdn tests (both pairs) t=$(el)"
-timeout 150 /tmp/c2/gdn --ignored --test-threads 1 --skip bench_ 2>&1 | grep -E "^test |test result|panicked|rel|err" | head -80
+echo "=== gdn tests (wu, lite, fused, fusedwgmma) t=$(el)"
+timeout 240 /tmp/c2/gdn --ignored --test-threads 1 --skip bench_ 2>&1 | grep -E "^test |test result|panicked|rel|err" | head -120
 echo "gdn tests rc ${PIPESTATUS[0]}"
-echo "=== gdn memcheck (lite) t=$(el)"
-GDN_CHECK_FORMS=lite timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/c2/gdn --ignored --test-threads 1 \
-    varlen_batch_with_slots_gqa_and_initial_state decode_batch_runs_every_sequence_in_one_call 2>&1 | tail -4
+echo "=== gdn memcheck (lite, fused, fusedwgmma) t=$(el)"
+GDN_CHECK_FORMS=lite,fused,fusedwgmma timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 /tmp/c2/gdn --ignored \
+    --test-threads 1 varlen_batch_with_slots_gqa_and_initial_state decode_batch_runs_every_sequence_in_one_call 2>&1 | tail -4
 echo "=== gdn bench t=$(el)"
-GDN_BENCH_T=2048,8192,32768 GDN_BENCH_VARIANTS=prep-alone,prep-alone-lite,scan-Narrow,scan-Narrow-lite,scan-Wide-8seq,scan-Wide-8seq-lite \
-    timeout 90 /tmp/c2/gdn --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | grep -E "gdn_bench|gdn_split|panicked"
+GDN_BENCH_T=2048,8192,32768 GDN_BENCH_VARIANTS=prep-alone,prep-alone-lite,scan-Narrow,scan-Narrow-lite,scan-Wide-8seq,scan-Wide-8seq-lite,scan-Full-fused,scan-Full-8seq-fused,scan-Full-fusedwgmma,scan-Full-8seq-fusedwgmma \
+    timeout 120 /tmp/c2/gdn --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | grep -E "gdn_bench|gdn_split|panicked"
 } > "$R" 2>&1
 cat "$R"
-ok=$(grep -c "test result: ok" "$R")
-echo "ok results: $ok  t=$(el)"
+echo "t=$(el)"
 if grep -q "gdn tests rc 0" "$R"; then
   for b in main lite; do
     echo "=== ttft $b t=$(el)"
