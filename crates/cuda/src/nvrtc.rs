@@ -105,6 +105,20 @@ pub fn spill_store_bytes(log: &str, entry: &str) -> Option<u64> {
     before.rsplit(',').next()?.trim().parse().ok()
 }
 
+/// Compiles `k` for `sm_90a` with the CUDA headers the options find and
+/// asserts ptxas spilled nothing in any of its entry points; the compiled
+/// program, for further checks of its log or cubin (the kernel gate's
+/// `--include-ignored` tests of each kernel source).
+#[cfg(test)]
+pub(crate) fn compile_sm90a_without_spills(k: &crate::kernels::source::KernelSource) -> Compiled {
+    let include = crate::CudaOptions::from_env().include_dir().unwrap();
+    let c = compile(k.name, k.source, "sm_90a", &include).unwrap();
+    for e in k.entry_points {
+        assert_eq!(spill_store_bytes(&c.log, e), Some(0), "{e}:\n{}", c.log);
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

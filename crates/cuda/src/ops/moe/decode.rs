@@ -358,17 +358,7 @@ mod nvrtc {
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn every_entry_compiles_for_sm_90a_without_spills() {
-        let include = crate::CudaOptions::from_env().include_dir().unwrap();
-        let c =
-            crate::nvrtc::compile(MOE_DECODE.name, MOE_DECODE.source, "sm_90a", &include).unwrap();
-        for e in MOE_DECODE.entry_points {
-            assert_eq!(
-                crate::nvrtc::spill_store_bytes(&c.log, e),
-                Some(0),
-                "{e}:\n{}",
-                c.log
-            );
-        }
+        crate::nvrtc::compile_sm90a_without_spills(&MOE_DECODE);
     }
 
     /// SHA-256 of each `.text.<entry>` section (the entry's SASS) of a cubin.
