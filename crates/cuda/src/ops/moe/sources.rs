@@ -4,13 +4,15 @@
 use crate::kernels::source::KernelSource;
 
 /// A warpgroup-MMA grouped-GEMM source (sm_90a) with the headers compiled in
-/// front of it: the cp.async and wgmma wrappers, the tile list and the grouped
+/// front of it: the cp.async and wgmma wrappers, any further headers named
+/// after the file (e.g. the TMA helpers), the tile list and the grouped
 /// GEMMs' shared pieces (`moe_gemm_common.cuh`, `moe_wgmma_common.cuh`).
 macro_rules! wgmma_gemm_source {
-    ($file:literal) => {
+    ($file:literal $(, $header:literal)*) => {
         concat!(
             include_str!("../../kernels/async_copy.cuh"),
             include_str!("../../kernels/wgmma_sync.cuh"),
+            $(include_str!($header),)*
             include_str!("moe_tile_list.cuh"),
             include_str!("moe_gemm_common.cuh"),
             include_str!("moe_wgmma_common.cuh"),
@@ -68,15 +70,7 @@ pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_WS: KernelSource = KernelSource {
     name: "moe_grouped_gemm_ws",
     file: "moe_grouped_gemm_ws.cu",
-    source: concat!(
-        include_str!("../../kernels/async_copy.cuh"),
-        include_str!("../../kernels/wgmma_sync.cuh"),
-        include_str!("../../kernels/tma.cuh"),
-        include_str!("moe_tile_list.cuh"),
-        include_str!("moe_gemm_common.cuh"),
-        include_str!("moe_wgmma_common.cuh"),
-        include_str!("moe_grouped_gemm_ws.cu")
-    ),
+    source: wgmma_gemm_source!("moe_grouped_gemm_ws.cu", "../../kernels/tma.cuh"),
     entry_points: &["moe_gemm_gate_up_ws_bf16", "moe_gemm_down_ws_bf16"],
 };
 
