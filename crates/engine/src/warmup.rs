@@ -23,7 +23,6 @@ use crate::config::Limits;
 use crate::handle::EngineHandle;
 use crate::kv::KV_BLOCK_ROWS;
 use crate::EngineError;
-use headroom_core::ops::SamplingParams;
 use std::time::Instant;
 
 /// Decode batch sizes a warm-up runs (each capped by the state slots): one
@@ -236,15 +235,14 @@ pub fn run(handle: &EngineHandle, phases: &[WarmupPhase]) -> Result<WarmupReport
         let requests = phase
             .prompts
             .iter()
-            .map(|&n| GenerateRequest {
-                prompt_ids: (0..n)
+            .map(|&n| {
+                let ids = (0..n)
                     .map(|_| (splitmix(&mut rng) % vocab) as u32)
-                    .collect(),
-                sampling: SamplingParams::default(),
-                max_tokens: phase.max_tokens,
-                stop_token_ids: Vec::new(),
-                ignore_eos: true,
-                extras: Default::default(),
+                    .collect();
+                GenerateRequest {
+                    ignore_eos: true,
+                    ..GenerateRequest::greedy(ids, phase.max_tokens)
+                }
             })
             .collect();
         let streams = handle
