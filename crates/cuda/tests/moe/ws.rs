@@ -14,6 +14,14 @@ use headroom_cuda::ops::moe::{
     grouped_gemm_flops, routed_experts, routed_experts_marked, GemmImpl, MoeLaunch, WS_PAIRS,
 };
 
+/// The device, which must be sm_90a (Ws is Hopper-only): on another GPU the
+/// test fails instead of passing without having run.
+fn hopper() -> CudaDevice {
+    let dev = super::device();
+    assert_eq!(dev.arch, "sm_90a", "the Ws kernels need an sm_90a GPU");
+    dev
+}
+
 /// The device's f32 out of one call on `imp` (`None`: the default), as bits.
 fn out_bits(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: Option<GemmImpl>) -> Vec<u32> {
     dev.fill_bytes(l.out, 0xFF).unwrap();
@@ -34,10 +42,7 @@ fn first_diffs(a: &[u32], b: &[u32]) -> Vec<usize> {
 #[test]
 #[ignore = "needs an sm_90a GPU: run by bench/gpu/check_moe.sh"]
 fn ws_is_bitwise_reproducible_across_runs_and_pass_sizes() {
-    let dev = super::device();
-    if dev.arch != "sm_90a" {
-        return;
-    }
+    let dev = hopper();
     // 9,000 tokens of top-2 over 8 experts: 18,000 pairs, past WS_PAIRS (the
     // default runs Ws), ~2,250 rows an expert (17-18 row tiles, a partial
     // last one); then its first 1,500 tokens alone (3,000 pairs: the
@@ -86,10 +91,7 @@ fn ws_sanitizer_case() {
     // Small enough for compute-sanitizer: 600 tokens of top-2 over 8 experts
     // (~150 rows an expert: 128 + 22, the second MMA warpgroup idle on the
     // last tile), 40 tokens (~10 rows), one NaN row.
-    let dev = super::device();
-    if dev.arch != "sm_90a" {
-        return;
-    }
+    let dev = hopper();
     for (tokens, seed) in [(600, 970), (40, 971)] {
         let mut c = Case::random(Shape { tokens, ..SMALL }, seed);
         c.logits[3 * SMALL.experts] = f32::NAN;
@@ -104,10 +106,7 @@ fn ws_sanitizer_case() {
 #[test]
 #[ignore = "needs an sm_90a GPU: run by bench/gpu/check_moe.sh"]
 fn timing_wgmma_vs_ws_routed_block() {
-    let dev = super::device();
-    if dev.arch != "sm_90a" {
-        return;
-    }
+    let dev = hopper();
     let s = QWEN35B;
     let w = Bench35b::new(&dev);
     for tokens in [2048usize, 8192, 32768] {
