@@ -10,6 +10,9 @@
 # and ncu sections of the chunked kernels at t = 32768 (GDN_NCU_VARIANTS
 # picks the bench cases; GDN_NCU=0 skips them).
 # Results go to $OUT (or ./gpu-out).
+# Every check and timing runs the production prep + scan pair and the lite
+# pair (`ChunkForm::Lite`, bench names `...-lite`); GDN_CHECK_FORMS=wu or lite
+# limits the correctness tests to one.
 # Usage: bench/gpu/check_gdn.sh [path/to/the gdn test binary]
 #   (build it with `cargo test --release -p headroom-cuda --test gdn --no-run`)
 set -uo pipefail
@@ -46,12 +49,12 @@ if [ -n "${GDN_RACECHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
     echo "racecheck rc ${PIPESTATUS[0]}"
 fi
 
-echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-alone,scan-Narrow,scan-Wide}) ==="
+echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-alone,prep-alone-lite,scan-Narrow,scan-Narrow-lite,scan-Wide,scan-Wide-lite}) ==="
 if [ "${GDN_NCU:-1}" = 0 ]; then
     echo "skipped (GDN_NCU=0)"
 elif command -v ncu >/dev/null; then
     GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-70}" ncu \
-        --clock-control none --kernel-name regex:gdn_chunk --launch-skip "${GDN_NCU_SKIP:-2}" --launch-count 16 \
+        --clock-control none --kernel-name regex:gdn_chunk --launch-skip "${GDN_NCU_SKIP:-2}" --launch-count "${GDN_NCU_COUNT:-24}" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture \
         > "$OUT/gdn-ncu.txt" 2>&1

@@ -27,6 +27,36 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     entry_points: &["gdn_chunk_scan_narrow_bf16", "gdn_chunk_scan_wide_bf16"],
 };
 
+/// Gated delta rule, chunked prefill form, the lite prep (docs/perf/cuda-gdn.md,
+/// "Session 13, branch gdnlite"): writes `Tβ = T·diag(β)`, P and factors
+/// instead of W, U, P and factors.
+pub const GDN_CHUNK_PREP_LITE: KernelSource = KernelSource {
+    name: "gdn_chunk_prep_lite",
+    file: "gdn_chunk_prep_lite.cu",
+    source: concat!(
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_prep_tf32.cuh"),
+        include_str!("gdn_chunk_prep_lite.cu")
+    ),
+    entry_points: &["gdn_chunk_prep_lite_bf16"],
+};
+
+/// Gated delta rule, chunked prefill form, the lite scans over the lite
+/// prep's output: `δ = Tβ·(V − diag(e^G/|k|)·K·S0)`, 32 or 64 value columns
+/// per CTA.
+pub const GDN_CHUNKED_LITE: KernelSource = KernelSource {
+    name: "gdn_chunked_lite",
+    file: "gdn_chunked_lite.cu",
+    source: concat!(
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_chunked_lite.cu")
+    ),
+    entry_points: &[
+        "gdn_chunk_scan_lite_narrow_bf16",
+        "gdn_chunk_scan_lite_wide_bf16",
+    ],
+};
+
 /// Gated delta rule, recurrent decode step.
 pub const GDN_RECURRENT: KernelSource = KernelSource {
     name: "gdn_recurrent",
