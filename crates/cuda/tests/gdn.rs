@@ -8,8 +8,7 @@ use half::bf16;
 use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
-    gated_delta_rule, gated_delta_rule_tuned, gated_delta_rule_with, validate, ChunkForm,
-    GdnLaunch, ScanWidth, Tuning,
+    gated_delta_rule, gated_delta_rule_tuned, validate, ChunkForm, GdnLaunch, ScanWidth, Tuning,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -183,15 +182,6 @@ impl OnDevice {
     /// The default path: the scan width chosen by `scan_width_for`.
     fn run(&self, dev: &CudaDevice, d: Dims, seqs: &[Seq]) -> Result<(), CudaError> {
         gated_delta_rule(dev, &self.launch(d, seqs))
-    }
-    fn run_with(
-        &self,
-        dev: &CudaDevice,
-        d: Dims,
-        seqs: &[Seq],
-        w: ScanWidth,
-    ) -> Result<(), CudaError> {
-        gated_delta_rule_with(dev, &self.launch(d, seqs), w)
     }
     fn launch<'a>(&'a self, d: Dims, seqs: &'a [Seq]) -> GdnLaunch<'a> {
         GdnLaunch {
