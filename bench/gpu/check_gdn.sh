@@ -29,7 +29,7 @@ timeout "${GDN_TEST_TIMEOUT:-150}" "$BIN" --ignored --test-threads 1 --skip benc
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "tests FAILED"; status=1; }
 
 echo "=== timing: Qwen3.6-35B-A3B GDN layer (hk 16, hv 32, d 128) ==="
-timeout "${GDN_BENCH_TIMEOUT:-90}" "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
+timeout "${GDN_BENCH_TIMEOUT:-150}" "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench FAILED"; status=1; }
 
 echo "=== compute-sanitizer memcheck (small cases) ==="
@@ -53,7 +53,7 @@ echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-alone,prep-alone-lit
 if [ "${GDN_NCU:-1}" = 0 ]; then
     echo "skipped (GDN_NCU=0)"
 elif command -v ncu >/dev/null; then
-    GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-70}" ncu \
+    GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-120}" ncu \
         --clock-control none --kernel-name regex:gdn_chunk --launch-skip "${GDN_NCU_SKIP:-2}" --launch-count "${GDN_NCU_COUNT:-24}" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture \
