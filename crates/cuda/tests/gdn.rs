@@ -17,8 +17,18 @@ use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
-/// The production prep + scan pair and the lite pair (`ChunkForm`).
-const FORMS: [ChunkForm; 2] = [ChunkForm::Wu, ChunkForm::Lite];
+/// The production prep + scan pair, the lite pair and the lite prep with the
+/// fused full-width scan (`ChunkForm`).
+const FORMS: [ChunkForm; 3] = [ChunkForm::Wu, ChunkForm::Lite, ChunkForm::Fused];
+
+/// The scan widths a form runs at: the fused scan has none (it ignores
+/// `Tuning::width`; `Wide` stands for it, so width filters below keep it).
+fn widths_of(form: ChunkForm) -> &'static [ScanWidth] {
+    match form {
+        ChunkForm::Fused => &[ScanWidth::Wide],
+        _ => &WIDTHS,
+    }
+}
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -261,8 +271,9 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
 }
 
 /// The kernel variants every GPU check runs: each prep + scan pair (the
-/// production one and the lite one) with the scan at both widths.
-/// GDN_CHECK_FORMS=lite (or wu) runs one pair only.
+/// production one and the lite one) with the scan at both widths, and the
+/// fused scan once. GDN_CHECK_FORMS=lite (or wu, fused, or a comma list)
+/// runs those forms only.
 fn variants() -> Vec<Tuning> {
     let only = std::env::var("GDN_CHECK_FORMS").ok();
     FORMS
@@ -274,7 +285,7 @@ fn variants() -> Vec<Tuning> {
             })
         })
         .flat_map(|form| {
-            WIDTHS.into_iter().map(move |w| Tuning {
+            widths_of(form).iter().map(move |&w| Tuning {
                 width: Some(w),
                 form,
                 ..Tuning::default()
@@ -428,7 +439,7 @@ fn lite_pair_matches_the_wu_pair_on_35b_dims() {
     let want_out = reference(&x, &seqs, &mut want);
     for w in WIDTHS {
         let mut got = Vec::new();
-        for form in FORMS {
+        for form in [ChunkForm::Wu, ChunkForm::Lite] {
             eprintln!(" {form:?} {w:?}");
             let bufs = OnDevice::upload(&dev, &x);
             let v = Tuning {
@@ -454,6 +465,74 @@ fn lite_pair_matches_the_wu_pair_on_35b_dims() {
             assert!(
                 e <= TOL && es <= TOL,
                 "lite vs wu: out {e:.3e} state {es:.3e}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn fused_scan_matches_the_lite_pair_on_35b_dims() {
+    // The 35B-A3B shape, one call of eight sequences of different lengths
+    // whose tails are not multiples of 64 (tails 44, 1, 37, 58, 1, 63, 2,
+    // 36; a 2-row sequence: one chunk of mostly padding), slots permuted
+    // with an initial state in each and two slots untouched. The fused scan
+    // within TOL of the f64 reference and of the lite pair at both widths
+    // (same prep, same algebra and rounding points: their difference is
+    // summation order only), and two fused runs bitwise equal (no atomics:
+    // a difference means a race).
+    let d = QWEN36_35B;
+    let lens = [300usize, 129, 37, 250, 65, 191, 2, 100];
+    let slots = [3usize, 0, 7, 1, 9, 4, 6, 2];
+    let mut seqs: Vec<Seq> = Vec::new();
+    let mut first = 0;
+    for (&rows, &slot) in lens.iter().zip(&slots) {
+        seqs.push((slot, first, rows));
+        first += rows;
+    }
+    let t = first + 5;
+    let dev = device();
+    let x = Inputs::random(d, t, 10, fresh_seed());
+    let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
+    let want_out = reference(&x, &seqs, &mut want);
+    let run = |v: Tuning| {
+        eprintln!(" {:?} {:?}", v.form, v.width);
+        let bufs = OnDevice::upload(&dev, &x);
+        gated_delta_rule_tuned(&dev, &bufs.launch(d, &seqs), &v).unwrap();
+        let (out, state) = bufs.read(&dev, &x);
+        check(&x, &seqs, &out, &state, &want_out, &want);
+        (out, state)
+    };
+    let tuning = |form, w| Tuning {
+        width: Some(w),
+        form,
+        ..Tuning::default()
+    };
+    let (of, sf) = run(tuning(ChunkForm::Fused, ScanWidth::Wide));
+    let (of2, sf2) = run(tuning(ChunkForm::Fused, ScanWidth::Narrow));
+    let same_bits = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    };
+    assert!(
+        same_bits(&of, &of2) && same_bits(&sf, &sf2),
+        "two fused runs on identical inputs differ (a race?)"
+    );
+    let rw = d.hv * d.dv;
+    let ss = d.slot_state();
+    for w in WIDTHS {
+        let (ol, sl) = run(tuning(ChunkForm::Lite, w));
+        for &(slot, first, rows) in &seqs {
+            let o = &f64s(&ol[first * rw..][..rows * rw]);
+            let e = rel_err(&of[first * rw..][..rows * rw], o);
+            let es = rel_err(&sf[slot * ss..][..ss], &f64s(&sl[slot * ss..][..ss]));
+            eprintln!(
+                "  fused vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
+            );
+            assert!(
+                e <= TOL && es <= TOL,
+                "fused vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.3e} state {es:.3e}"
             );
         }
     }

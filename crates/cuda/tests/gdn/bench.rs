@@ -2,7 +2,9 @@
 //! (a module of `tests/gdn.rs`, run by `bench/gpu/check_gdn.sh`): the scan at
 //! both widths at t = 2048, 8192, 32768, prep alone and the scan as the
 //! difference, 8-sequence splits, the scan ablations, decode batches; each
-//! for the production pair and, beside it, the lite pair (names `…-lite`).
+//! for the production pair and, beside it, the lite pair (names `…-lite`);
+//! and the lite prep with the fused full-width scan (no width: names
+//! `scan-Full…-fused`, its prep/scan split from `prep-alone-lite`).
 
 use super::*;
 
@@ -42,6 +44,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
     let suffix = |form: ChunkForm| match form {
         ChunkForm::Wu => "",
         ChunkForm::Lite => "-lite",
+        ChunkForm::Fused => "-fused",
     };
     let mut not_finite: Vec<String> = Vec::new();
     for &t in &lengths {
@@ -52,29 +55,46 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
         let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
         // Each case for the production pair, then the same for the lite one.
-        let mut add = |name: String, w: ScanWidth, ablation: u32, seqs| {
-            for form in FORMS {
+        let mut add = |name: String, w: ScanWidth, ablation: u32, seqs, forms: &[ChunkForm]| {
+            for &form in forms {
                 let n = format!("{name}{}", suffix(form));
                 cases.push((n, tuned(w, ablation, form), seqs));
             }
         };
+        let paired = [ChunkForm::Wu, ChunkForm::Lite];
         // Prep alone (no scan launched): the scan's time is the difference.
-        add("prep-alone".into(), ScanWidth::Narrow, 4, &one);
+        add("prep-alone".into(), ScanWidth::Narrow, 4, &one, &paired);
         for w in WIDTHS {
             let n = format!("scan-{w:?}");
-            add(n.clone(), w, 0, &one);
+            add(n.clone(), w, 0, &one, &paired);
             if t >= 8192 {
-                add(format!("{n}-8seq"), w, 0, &eight);
+                add(format!("{n}-8seq"), w, 0, &eight, &paired);
             }
             if t >= 32768 && w == ScanWidth::Narrow {
                 // Timing ablations (wrong results by design): the scan without
                 // its tile loads after the first chunk, without arithmetic.
-                add(format!("{n}-noload"), w, 1, &one);
-                add(format!("{n}-nomath"), w, 2, &one);
+                add(format!("{n}-noload"), w, 1, &one, &paired);
+                add(format!("{n}-nomath"), w, 2, &one, &paired);
             }
         }
-        // Prep alone per form (index: the form's position in FORMS).
-        let mut prep_ms: [Option<f64>; 2] = [None, None];
+        // The fused full-width scan (one CTA per head and sequence; the
+        // width is ignored), after the lite prep (`prep-alone-lite`).
+        let fused = [ChunkForm::Fused];
+        add("scan-Full".into(), ScanWidth::Wide, 0, &one, &fused);
+        if t >= 8192 {
+            add("scan-Full-8seq".into(), ScanWidth::Wide, 0, &eight, &fused);
+        }
+        if t >= 32768 {
+            add("scan-Full-noload".into(), ScanWidth::Wide, 1, &one, &fused);
+            add("scan-Full-nomath".into(), ScanWidth::Wide, 2, &one, &fused);
+        }
+        // Prep alone per form (index: the form's position in FORMS; the
+        // fused form runs the lite prep).
+        let mut prep_ms: [Option<f64>; 3] = [None, None, None];
+        let prep_form = |f: ChunkForm| match f {
+            ChunkForm::Fused => ChunkForm::Lite,
+            f => f,
+        };
         for (name, tuning, seqs) in cases {
             if pick.as_ref().is_some_and(|p| !p.contains(&name)) {
                 continue;
@@ -90,7 +110,10 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                 }
             }
             let median = ms[ms.len() / 2];
-            let fi = FORMS.iter().position(|&f| f == tuning.form).unwrap();
+            let fi = FORMS
+                .iter()
+                .position(|&f| f == prep_form(tuning.form))
+                .unwrap();
             if tuning.scan_ablation == 4 {
                 prep_ms[fi] = Some(median);
             }

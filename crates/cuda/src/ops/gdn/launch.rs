@@ -68,20 +68,28 @@ impl ScanWidth {
 
 /// Which chunked pair runs (`Tuning::form`): the production prep and scan
 /// (`Wu`: prep writes W = T·(βe^G K̂) and U = T·βV, the scan forms
-/// δ = U − W·S0) or the lite pair (`Lite`: prep writes Tβ = T·diag(β), the
+/// δ = U − W·S0), the lite pair (`Lite`: prep writes Tβ = T·diag(β), the
 /// scan forms δ = Tβ·(V − diag(e^G/|k|)·K·S0); docs/perf/cuda-gdn.md,
-/// "Session 13, branch gdnlite").
+/// "Session 13, branch gdnlite"), or the lite prep with the fused
+/// full-width scan (`Fused`: the lite scan's algebra, one CTA per (value
+/// head, sequence) owning the whole 128 × 128 state; the scan width is
+/// ignored; "Session 13, branch gdnfused").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChunkForm {
     #[default]
     Wu,
     Lite,
+    Fused,
 }
 
 /// The prep kernel (`gdn_chunk_prep.cu`).
 const PREP_ENTRY: &str = "gdn_chunk_prep_bf16";
 /// The lite prep kernel (`gdn_chunk_prep_lite.cu`).
 const PREP_LITE_ENTRY: &str = "gdn_chunk_prep_lite_bf16";
+/// The fused full-width scan (`gdn_chunked_fused.cu`).
+const SCAN_FUSED_ENTRY: &str = "gdn_chunk_scan_fused_bf16";
+/// Threads of the fused scan (`FUSED_WARPS` = 16 warps).
+pub const SCAN_FUSED_THREADS: usize = 512;
 
 /// Threads of the prep kernel (eight warps).
 pub const PREP_THREADS: usize = 256;
@@ -110,6 +118,13 @@ pub const PREP_SMEM: usize = 2 * CHUNK * LD128 * 2 + 2 * CHUNK * LD128 * 2 + 3 *
 /// Dynamic shared memory of the lite prep (`PREPL_SMEM`): the K/Q region and
 /// the g/β vectors.
 pub const PREP_LITE_SMEM: usize = 2 * CHUNK * LD128 * 2 + 3 * CHUNK * 4;
+/// Dynamic shared memory of the fused scan (`FUSED_SMEM`): two stages of
+/// Q, K, V `[64][136]`, P, Tβ `[64][72]` and the lite factors; then Sᵀ
+/// `[128][136]`, δᵀ and (kf·δ)ᵀ `[128][72]`.
+pub const SCAN_FUSED_SMEM: usize = 2
+    * (3 * CHUNK * LD128 * 2 + 2 * CHUNK * LD64 * 2 + FAC_LITE * 4)
+    + DIM * LD128 * 2
+    + 2 * DIM * LD64 * 2;
 
 #[repr(C)]
 struct SeqTable {
@@ -186,7 +201,7 @@ pub(super) fn chunked(
     let tiles = chunks
         .checked_mul(l.v_heads)
         .ok_or_else(|| CudaError::InvalidLaunch("scratch size overflows".into()))?;
-    if tuning.form == ChunkForm::Lite {
+    if tuning.form != ChunkForm::Wu {
         return chunked_lite(dev, l, group.len(), tab, chunks, tiles, width, tuning);
     }
     let bytes = |per: usize| {
@@ -261,9 +276,62 @@ pub(super) fn chunked(
     unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params) }
 }
 
-/// The lite pair over the sequences of `tab` (`seqs` of them, `chunks`
-/// chunks, `tiles` = chunks × v_heads): prep writes Tβ, P and factors
-/// (16.75 KiB per tile instead of 40.5), the scan streams V from qkv.
+/// The scan that `form` (`Lite` or `Fused`) runs after the lite prep:
+/// entry, grid, threads and dynamic shared memory, or why it cannot run.
+fn lite_scan_launch(
+    dev: &CudaDevice,
+    l: &GdnLaunch<'_>,
+    seqs: usize,
+    width: ScanWidth,
+    form: ChunkForm,
+) -> Result<(&'static str, (u32, u32, u32), u32, usize), CudaError> {
+    match form {
+        ChunkForm::Fused => {
+            // The kernel is written for 128-wide heads and 64-row chunks
+            // (checked against the source by the tests below) and needs
+            // Hopper's shared memory (stmatrix, 214,560 B per CTA).
+            if l.k_dim != DIM || l.v_dim != DIM {
+                return Err(CudaError::Shape {
+                    op: "gdn fused scan",
+                    detail: format!(
+                        "head dims {}/{}: the fused scan supports {DIM} only",
+                        l.k_dim, l.v_dim
+                    ),
+                });
+            }
+            if !dev.arch.starts_with("sm_90") {
+                return Err(CudaError::Shape {
+                    op: "gdn fused scan",
+                    detail: format!("needs sm_90 (214,560 B of shared memory), not {}", dev.arch),
+                });
+            }
+            let heads = u32::try_from(l.v_heads)
+                .map_err(|_| CudaError::InvalidLaunch("v_heads exceeds u32".into()))?;
+            Ok((
+                SCAN_FUSED_ENTRY,
+                (heads, seqs as u32, 1),
+                SCAN_FUSED_THREADS as u32,
+                SCAN_FUSED_SMEM,
+            ))
+        }
+        _ => Ok((
+            width.lite_entry(),
+            (
+                (DIM / width.columns()) as u32,
+                l.v_heads as u32,
+                seqs as u32,
+            ),
+            SCAN_THREADS as u32,
+            width.lite_smem_bytes(),
+        )),
+    }
+}
+
+/// The lite prep and the scan of `tuning.form` (`Lite`: the lite scan of
+/// `width`; `Fused`: the fused full-width scan) over the sequences of `tab`
+/// (`seqs` of them, `chunks` chunks, `tiles` = chunks × v_heads): prep
+/// writes Tβ, P and factors (16.75 KiB per tile instead of 40.5), the scan
+/// streams V from qkv.
 #[allow(clippy::too_many_arguments)]
 fn chunked_lite(
     dev: &CudaDevice,
@@ -275,6 +343,9 @@ fn chunked_lite(
     width: ScanWidth,
     tuning: &Tuning,
 ) -> Result<(), CudaError> {
+    // Refuse what the scan cannot run before anything is launched.
+    let (scan_entry, scan_grid, scan_threads, smem) =
+        lite_scan_launch(dev, l, seqs, width, tuning.form)?;
     let bytes = |per: usize| {
         tiles
             .checked_mul(per)
@@ -318,8 +389,7 @@ fn chunked_lite(
         return Ok(());
     }
     let mut opts = (tuning.scan_ablation & 3) as i32;
-    let scan = dev.function(width.lite_entry())?;
-    let smem = width.lite_smem_bytes();
+    let scan = dev.function(scan_entry)?;
     dev.set_dynamic_smem(scan, smem)?;
     let mut params = [
         param(&mut qkv),
@@ -333,14 +403,10 @@ fn chunked_lite(
         param(&mut tab),
         param(&mut opts),
     ];
-    let grid = (
-        (DIM / width.columns()) as u32,
-        l.v_heads as u32,
-        seqs as u32,
-    );
-    // SAFETY: as above; the scratch buffers are freed to the stream-ordered
-    // pool only after this launch is queued on the same stream.
-    unsafe { dev.launch(scan, grid, (SCAN_THREADS as u32, 1, 1), smem, &mut params) }
+    // SAFETY: as above (the fused scan takes the lite scans' parameters); the
+    // scratch buffers are freed to the stream-ordered pool only after this
+    // launch is queued on the same stream.
+    unsafe { dev.launch(scan, scan_grid, (scan_threads, 1, 1), smem, &mut params) }
 }
 
 /// The recurrent step over up to [`MAX_DECODE_SEQS`] one-row sequences.
@@ -383,7 +449,8 @@ pub(super) fn recurrent(
 mod tests {
     use super::*;
     use crate::ops::gdn::sources::{
-        GDN_CHUNKED, GDN_CHUNKED_LITE, GDN_CHUNK_PREP, GDN_CHUNK_PREP_LITE, GDN_RECURRENT,
+        GDN_CHUNKED, GDN_CHUNKED_FUSED, GDN_CHUNKED_LITE, GDN_CHUNK_PREP, GDN_CHUNK_PREP_LITE,
+        GDN_RECURRENT,
     };
 
     use crate::kernels::source_constant as constant;
@@ -403,6 +470,7 @@ mod tests {
             GDN_CHUNKED.source,
             GDN_CHUNK_PREP_LITE.source,
             GDN_CHUNKED_LITE.source,
+            GDN_CHUNKED_FUSED.source,
         ] {
             assert_eq!(constant(c, "DK"), DIM);
             assert_eq!(constant(c, "DV"), DIM);
@@ -418,9 +486,20 @@ mod tests {
             constant(GDN_CHUNK_PREP.source, "PREP_THREADS"),
             PREP_THREADS
         );
-        for c in [GDN_CHUNK_PREP_LITE.source, GDN_CHUNKED_LITE.source] {
+        for c in [
+            GDN_CHUNK_PREP_LITE.source,
+            GDN_CHUNKED_LITE.source,
+            GDN_CHUNKED_FUSED.source,
+        ] {
             assert_eq!(constant(c, "FACL"), FAC_LITE);
         }
+        let c = GDN_CHUNKED_FUSED.source;
+        assert_eq!(constant(c, "FUSED_WARPS") * 32, SCAN_FUSED_THREADS);
+        assert_eq!(constant(c, "FUSED_STAGES"), 2);
+        assert_eq!(GDN_CHUNKED_FUSED.entry_points, [SCAN_FUSED_ENTRY]);
+        assert!(c.contains(&format!(
+            "void __launch_bounds__(FUSED_THREADS, 1) {SCAN_FUSED_ENTRY}("
+        )));
         let c = GDN_CHUNKED_LITE.source;
         assert_eq!(constant(c, "BVL_NARROW"), ScanWidth::Narrow.columns());
         assert_eq!(constant(c, "BVL_WIDE"), ScanWidth::Wide.columns());
@@ -441,7 +520,11 @@ mod tests {
     fn prep_and_scan_share_the_sequence_table_and_fragment_helpers() {
         let shared = |src| block(src, "struct SeqTable {", "void cp_async_wait_all()");
         assert_eq!(shared(GDN_CHUNK_PREP.source), shared(GDN_CHUNKED.source));
-        for c in [GDN_CHUNK_PREP_LITE.source, GDN_CHUNKED_LITE.source] {
+        for c in [
+            GDN_CHUNK_PREP_LITE.source,
+            GDN_CHUNKED_LITE.source,
+            GDN_CHUNKED_FUSED.source,
+        ] {
             assert_eq!(shared(c), shared(GDN_CHUNKED.source));
         }
         assert!(shared(GDN_CHUNKED.source).contains("void frag_a("));
@@ -509,6 +592,25 @@ mod tests {
             "constexpr int PREPL_SMEM = PREPL_G + 3 * BT * 4;",
         ] {
             assert!(GDN_CHUNK_PREP_LITE.source.contains(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn fused_shared_memory_matches_the_kernel_source() {
+        // Two stages of 3 x [64][136] + 2 x [64][72] bf16 + 196 f32
+        // (71,440 B each), S^T [128][136], delta^T and (kf delta)^T
+        // [128][72] bf16, as computed by hand and static_assert-ed in
+        // gdn_chunked_fused.cu.
+        assert_eq!(SCAN_FUSED_SMEM, 214_560);
+        assert!(SCAN_FUSED_SMEM <= 227 * 1024);
+        let src = GDN_CHUNKED_FUSED.source;
+        for line in [
+            "constexpr int FS_STAGE = FS_F + FACL * 4;",
+            "constexpr int FS_HT = FUSED_STAGES * FS_STAGE;",
+            "constexpr int FUSED_SMEM = FS_VK + DV * LD64 * 2;",
+            "static_assert(FUSED_SMEM == 214560, \"launch.rs FUSED_SMEM\");",
+        ] {
+            assert!(src.contains(line), "{line}");
         }
     }
 }

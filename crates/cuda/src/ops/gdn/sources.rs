@@ -57,6 +57,20 @@ pub const GDN_CHUNKED_LITE: KernelSource = KernelSource {
     ],
 };
 
+/// Gated delta rule, chunked prefill form, the fused full-width scan over the
+/// lite prep's output (docs/perf/cuda-gdn.md, "Session 13, branch gdnfused"):
+/// one CTA per (value head, sequence) owning the whole 128 × 128 state,
+/// each chunk's tiles read once per head.
+pub const GDN_CHUNKED_FUSED: KernelSource = KernelSource {
+    name: "gdn_chunked_fused",
+    file: "gdn_chunked_fused.cu",
+    source: concat!(
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_chunked_fused.cu")
+    ),
+    entry_points: &["gdn_chunk_scan_fused_bf16"],
+};
+
 /// Gated delta rule, recurrent decode step.
 pub const GDN_RECURRENT: KernelSource = KernelSource {
     name: "gdn_recurrent",
