@@ -95,12 +95,13 @@ __device__ __forceinline__ void frag_a_trans(unsigned* a, const bf16* s, int ld,
                  : "r"(smem_addr(p)));
 }
 
-// B fragment (16 x 8) of a tile stored [k][n] (n contiguous) with row stride
-// ld: element (k, n) of the fragment is s[k][n] (ldmatrix.trans). Lanes 0-7
-// address k rows k0.. (b[0]), lanes 8-15 k rows k0 + 8.. (b[1]), 8 columns
-// from n0 each; lanes 16-31 repeat them (ignored by .x2).
-__device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld, int n0, int k0, int lane) {
-    const bf16* p = s + (k0 + (lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0;
+// B fragment (16 x 8) of a row-major [k][n] tile with row stride ld
+// (ldmatrix.trans; rows 16-byte aligned): lanes 0-15 address rows k0.. at
+// n0 (lanes 0-7: b[0], k rows k0..k0+7; lanes 8-15: b[1]); lanes 16-31's
+// addresses are ignored by .x2. The same helper as gdn_chunk_prep.cu's
+// (verified there), argument order (k0, n0) as there.
+__device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld, int k0, int n0, int lane) {
+    const bf16* p = s + (k0 + (lane & 15)) * ld + n0;
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                  : "=r"(b[0]), "=r"(b[1])
                  : "r"(smem_addr(p)));
@@ -283,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
 #pragma unroll
                     for (int nt = 0; nt < FNT; ++nt) {
                         unsigned b[2];
-                        frag_b_trans(b, Ys, LD128, 8 * (n0 + nt), 16 * ks, lane);
+                        frag_b_trans(b, Ys, LD128, 16 * ks, 8 * (n0 + nt), lane);
                         mma16816(ad[nt], a, b);
                     }
                 }
