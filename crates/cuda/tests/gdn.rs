@@ -18,14 +18,21 @@ use rayon::prelude::*;
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
 /// The production prep + scan pair, the lite pair and the lite prep with the
-/// fused full-width scan (`ChunkForm`).
-const FORMS: [ChunkForm; 3] = [ChunkForm::Wu, ChunkForm::Lite, ChunkForm::Fused];
+/// fused full-width scan, mma.sync and wgmma (`ChunkForm`).
+const FORMS: [ChunkForm; 4] = [
+    ChunkForm::Wu,
+    ChunkForm::Lite,
+    ChunkForm::Fused,
+    ChunkForm::FusedWgmma,
+];
+/// The fused scans (after the lite prep).
+const FUSED_FORMS: [ChunkForm; 2] = [ChunkForm::Fused, ChunkForm::FusedWgmma];
 
-/// The scan widths a form runs at: the fused scan has none (it ignores
-/// `Tuning::width`; `Wide` stands for it, so width filters below keep it).
+/// The scan widths a form runs at: the fused scans have none (they ignore
+/// `Tuning::width`; `Wide` stands for it, so width filters below keep them).
 fn widths_of(form: ChunkForm) -> &'static [ScanWidth] {
     match form {
-        ChunkForm::Fused => &[ScanWidth::Wide],
+        ChunkForm::Fused | ChunkForm::FusedWgmma => &[ScanWidth::Wide],
         _ => &WIDTHS,
     }
 }
@@ -271,9 +278,9 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
 }
 
 /// The kernel variants every GPU check runs: each prep + scan pair (the
-/// production one and the lite one) with the scan at both widths, and the
-/// fused scan once. GDN_CHECK_FORMS=lite (or wu, fused, or a comma list)
-/// runs those forms only.
+/// production one and the lite one) with the scan at both widths, and each
+/// fused scan once. GDN_CHECK_FORMS=lite (or wu, fused, fusedwgmma, or a
+/// comma list) runs those forms only.
 fn variants() -> Vec<Tuning> {
     let only = std::env::var("GDN_CHECK_FORMS").ok();
     FORMS
@@ -476,11 +483,11 @@ fn fused_scan_matches_the_lite_pair_on_35b_dims() {
     // The 35B-A3B shape, one call of eight sequences of different lengths
     // whose tails are not multiples of 64 (tails 44, 1, 37, 58, 1, 63, 2,
     // 36; a 2-row sequence: one chunk of mostly padding), slots permuted
-    // with an initial state in each and two slots untouched. The fused scan
-    // within TOL of the f64 reference and of the lite pair at both widths
-    // (same prep, same algebra and rounding points: their difference is
-    // summation order only), and two fused runs bitwise equal (no atomics:
-    // a difference means a race).
+    // with an initial state in each and two slots untouched. Each fused scan
+    // (mma.sync, wgmma) within TOL of the f64 reference and of the lite pair
+    // at both widths (same prep, same algebra and rounding points: their
+    // difference is summation order only), and two runs of each bitwise
+    // equal (no atomics: a difference means a race).
     let d = QWEN36_35B;
     let lens = [300usize, 129, 37, 250, 65, 191, 2, 100];
     let slots = [3usize, 0, 7, 1, 9, 4, 6, 2];
@@ -508,32 +515,37 @@ fn fused_scan_matches_the_lite_pair_on_35b_dims() {
         form,
         ..Tuning::default()
     };
-    let (of, sf) = run(tuning(ChunkForm::Fused, ScanWidth::Wide));
-    let (of2, sf2) = run(tuning(ChunkForm::Fused, ScanWidth::Narrow));
     let same_bits = |a: &[f32], b: &[f32]| {
         a.iter()
             .zip(b)
             .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
     };
-    assert!(
-        same_bits(&of, &of2) && same_bits(&sf, &sf2),
-        "two fused runs on identical inputs differ (a race?)"
-    );
+    let lite: Vec<_> = WIDTHS
+        .iter()
+        .map(|&w| (w, run(tuning(ChunkForm::Lite, w))))
+        .collect();
     let rw = d.hv * d.dv;
     let ss = d.slot_state();
-    for w in WIDTHS {
-        let (ol, sl) = run(tuning(ChunkForm::Lite, w));
-        for &(slot, first, rows) in &seqs {
-            let o = &f64s(&ol[first * rw..][..rows * rw]);
-            let e = rel_err(&of[first * rw..][..rows * rw], o);
-            let es = rel_err(&sf[slot * ss..][..ss], &f64s(&sl[slot * ss..][..ss]));
-            eprintln!(
-                "  fused vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
-            );
-            assert!(
-                e <= TOL && es <= TOL,
-                "fused vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.3e} state {es:.3e}"
-            );
+    for form in FUSED_FORMS {
+        let (of, sf) = run(tuning(form, ScanWidth::Wide));
+        let (of2, sf2) = run(tuning(form, ScanWidth::Narrow));
+        assert!(
+            same_bits(&of, &of2) && same_bits(&sf, &sf2),
+            "{form:?}: two runs on identical inputs differ (a race?)"
+        );
+        for (w, (ol, sl)) in &lite {
+            for &(slot, first, rows) in &seqs {
+                let o = &f64s(&ol[first * rw..][..rows * rw]);
+                let e = rel_err(&of[first * rw..][..rows * rw], o);
+                let es = rel_err(&sf[slot * ss..][..ss], &f64s(&sl[slot * ss..][..ss]));
+                eprintln!(
+                    "  {form:?} vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
+                );
+                assert!(
+                    e <= TOL && es <= TOL,
+                    "{form:?} vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.3e} state {es:.3e}"
+                );
+            }
         }
     }
 }

@@ -3,8 +3,9 @@
 //! both widths at t = 2048, 8192, 32768, prep alone and the scan as the
 //! difference, 8-sequence splits, the scan ablations, decode batches; each
 //! for the production pair and, beside it, the lite pair (names `…-lite`);
-//! and the lite prep with the fused full-width scan (no width: names
-//! `scan-Full…-fused`, its prep/scan split from `prep-alone-lite`).
+//! and the lite prep with the fused full-width scans (no width: names
+//! `scan-Full…-fused` (mma.sync) and `scan-Full…-fusedwgmma`, their
+//! prep/scan split from `prep-alone-lite`).
 
 use super::*;
 
@@ -45,6 +46,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         ChunkForm::Wu => "",
         ChunkForm::Lite => "-lite",
         ChunkForm::Fused => "-fused",
+        ChunkForm::FusedWgmma => "-fusedwgmma",
     };
     let mut not_finite: Vec<String> = Vec::new();
     for &t in &lengths {
@@ -77,9 +79,9 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                 add(format!("{n}-nomath"), w, 2, &one, &paired);
             }
         }
-        // The fused full-width scan (one CTA per head and sequence; the
+        // The fused full-width scans (one CTA per head and sequence; the
         // width is ignored), after the lite prep (`prep-alone-lite`).
-        let fused = [ChunkForm::Fused];
+        let fused = FUSED_FORMS;
         add("scan-Full".into(), ScanWidth::Wide, 0, &one, &fused);
         if t >= 8192 {
             add("scan-Full-8seq".into(), ScanWidth::Wide, 0, &eight, &fused);
@@ -89,10 +91,10 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             add("scan-Full-nomath".into(), ScanWidth::Wide, 2, &one, &fused);
         }
         // Prep alone per form (index: the form's position in FORMS; the
-        // fused form runs the lite prep).
-        let mut prep_ms: [Option<f64>; 3] = [None, None, None];
+        // fused forms run the lite prep).
+        let mut prep_ms: [Option<f64>; FORMS.len()] = [None; FORMS.len()];
         let prep_form = |f: ChunkForm| match f {
-            ChunkForm::Fused => ChunkForm::Lite,
+            ChunkForm::Fused | ChunkForm::FusedWgmma => ChunkForm::Lite,
             f => f,
         };
         for (name, tuning, seqs) in cases {

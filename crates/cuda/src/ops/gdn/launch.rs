@@ -73,13 +73,15 @@ impl ScanWidth {
 /// "Session 13, branch gdnlite"), or the lite prep with the fused
 /// full-width scan (`Fused`: the lite scan's algebra, one CTA per (value
 /// head, sequence) owning the whole 128 × 128 state; the scan width is
-/// ignored; "Session 13, branch gdnfused").
+/// ignored; "Session 13, branch gdnfused"), or the same with its K·S0 / Q·S0
+/// products on warpgroup MMA (`FusedWgmma`, sm_90a only).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ChunkForm {
     #[default]
     Wu,
     Lite,
     Fused,
+    FusedWgmma,
 }
 
 /// The prep kernel (`gdn_chunk_prep.cu`).
@@ -88,7 +90,9 @@ const PREP_ENTRY: &str = "gdn_chunk_prep_bf16";
 const PREP_LITE_ENTRY: &str = "gdn_chunk_prep_lite_bf16";
 /// The fused full-width scan (`gdn_chunked_fused.cu`).
 const SCAN_FUSED_ENTRY: &str = "gdn_chunk_scan_fused_bf16";
-/// Threads of the fused scan (`FUSED_WARPS` = 16 warps).
+/// The fused scan with phase 1 on wgmma (`gdn_chunked_fused_wgmma.cu`).
+const SCAN_FUSED_WGMMA_ENTRY: &str = "gdn_chunk_scan_fused_wgmma_bf16";
+/// Threads of the fused scans (`FUSED_WARPS` = 16 warps).
 pub const SCAN_FUSED_THREADS: usize = 512;
 
 /// Threads of the prep kernel (eight warps).
@@ -125,6 +129,16 @@ pub const SCAN_FUSED_SMEM: usize = 2
     * (3 * CHUNK * LD128 * 2 + 2 * CHUNK * LD64 * 2 + FAC_LITE * 4)
     + DIM * LD128 * 2
     + 2 * DIM * LD64 * 2;
+/// One stage of the wgmma fused scan (`FW_STAGE`): Q and K unpadded
+/// (SW128), P, Tβ, V, factors, rounded up to 1 KiB.
+const FUSED_WGMMA_STAGE: usize =
+    (2 * CHUNK * DIM * 2 + 2 * CHUNK * LD64 * 2 + CHUNK * LD128 * 2 + FAC_LITE * 4).div_ceil(1024)
+        * 1024;
+/// Dynamic shared memory of the wgmma fused scan (`FUSED_WG_SMEM`): two
+/// stages, Sᵀ `[128][128]` (SW128), δᵀ and (kf·δ)ᵀ `[128][72]`, and 1 KiB
+/// of slack to align the tiles to 1 KiB.
+pub const SCAN_FUSED_WGMMA_SMEM: usize =
+    2 * FUSED_WGMMA_STAGE + DIM * DIM * 2 + 2 * DIM * LD64 * 2 + 1024;
 
 #[repr(C)]
 struct SeqTable {
@@ -151,6 +165,7 @@ const _: () = assert!(std::mem::size_of::<DecodeTable>() + 8 * 8 <= 4096);
 const _: () = assert!(3 * (PREP_SMEM + 1024) <= 228 * 1024);
 // One fused scan CTA per SM (227 KiB of opt-in shared memory per block).
 const _: () = assert!(SCAN_FUSED_SMEM <= 227 * 1024);
+const _: () = assert!(SCAN_FUSED_WGMMA_SMEM <= 227 * 1024);
 
 /// Launch choices of benches; production runs `Tuning::default()` (scan
 /// width from `scan_width_for`, the `Wu` pair, no ablation).
@@ -296,7 +311,7 @@ fn lite_scan_launch(
     form: ChunkForm,
 ) -> Result<ScanLaunch, CudaError> {
     match form {
-        ChunkForm::Fused => {
+        ChunkForm::Fused | ChunkForm::FusedWgmma => {
             // The kernel is written for 128-wide heads and 64-row chunks
             // (checked against the source by the tests below) and needs
             // Hopper's shared memory (stmatrix, 214,560 B per CTA).
@@ -309,19 +324,36 @@ fn lite_scan_launch(
                     ),
                 });
             }
-            if !dev.arch.starts_with("sm_90") {
+            // wgmma exists on sm_90a alone (that source builds for it only).
+            let (entry, smem, arch_ok) = if form == ChunkForm::Fused {
+                (
+                    SCAN_FUSED_ENTRY,
+                    SCAN_FUSED_SMEM,
+                    dev.arch.starts_with("sm_90"),
+                )
+            } else {
+                (
+                    SCAN_FUSED_WGMMA_ENTRY,
+                    SCAN_FUSED_WGMMA_SMEM,
+                    dev.arch == "sm_90a",
+                )
+            };
+            if !arch_ok {
                 return Err(CudaError::Shape {
                     op: "gdn fused scan",
-                    detail: format!("needs sm_90 (214,560 B of shared memory), not {}", dev.arch),
+                    detail: format!(
+                        "{entry} needs sm_90a ({smem} B of shared memory, stmatrix, wgmma), not {}",
+                        dev.arch
+                    ),
                 });
             }
             let heads = u32::try_from(l.v_heads)
                 .map_err(|_| CudaError::InvalidLaunch("v_heads exceeds u32".into()))?;
             Ok(ScanLaunch {
-                entry: SCAN_FUSED_ENTRY,
+                entry,
                 grid: (heads, seqs as u32, 1),
                 threads: SCAN_FUSED_THREADS as u32,
-                smem: SCAN_FUSED_SMEM,
+                smem,
             })
         }
         _ => Ok(ScanLaunch {
@@ -458,8 +490,8 @@ pub(super) fn recurrent(
 mod tests {
     use super::*;
     use crate::ops::gdn::sources::{
-        GDN_CHUNKED, GDN_CHUNKED_FUSED, GDN_CHUNKED_LITE, GDN_CHUNK_PREP, GDN_CHUNK_PREP_LITE,
-        GDN_RECURRENT,
+        GDN_CHUNKED, GDN_CHUNKED_FUSED, GDN_CHUNKED_FUSED_WGMMA, GDN_CHUNKED_LITE, GDN_CHUNK_PREP,
+        GDN_CHUNK_PREP_LITE, GDN_RECURRENT,
     };
 
     use crate::kernels::source_constant as constant;
@@ -480,6 +512,7 @@ mod tests {
             GDN_CHUNK_PREP_LITE.source,
             GDN_CHUNKED_LITE.source,
             GDN_CHUNKED_FUSED.source,
+            GDN_CHUNKED_FUSED_WGMMA.source,
         ] {
             assert_eq!(constant(c, "DK"), DIM);
             assert_eq!(constant(c, "DV"), DIM);
@@ -499,16 +532,25 @@ mod tests {
             GDN_CHUNK_PREP_LITE.source,
             GDN_CHUNKED_LITE.source,
             GDN_CHUNKED_FUSED.source,
+            GDN_CHUNKED_FUSED_WGMMA.source,
         ] {
             assert_eq!(constant(c, "FACL"), FAC_LITE);
         }
-        let c = GDN_CHUNKED_FUSED.source;
-        assert_eq!(constant(c, "FUSED_WARPS") * 32, SCAN_FUSED_THREADS);
-        assert_eq!(constant(c, "FUSED_STAGES"), 2);
-        assert_eq!(GDN_CHUNKED_FUSED.entry_points, [SCAN_FUSED_ENTRY]);
-        assert!(c.contains(&format!(
-            "void __launch_bounds__(FUSED_THREADS, 1) {SCAN_FUSED_ENTRY}("
-        )));
+        for (src, entry) in [
+            (GDN_CHUNKED_FUSED, SCAN_FUSED_ENTRY),
+            (GDN_CHUNKED_FUSED_WGMMA, SCAN_FUSED_WGMMA_ENTRY),
+        ] {
+            let c = src.source;
+            assert_eq!(constant(c, "FUSED_WARPS") * 32, SCAN_FUSED_THREADS);
+            assert_eq!(constant(c, "FUSED_STAGES"), 2);
+            assert_eq!(src.entry_points, [entry]);
+            assert!(c.contains(&format!(
+                "void __launch_bounds__(FUSED_THREADS, 1) {entry}("
+            )));
+        }
+        // The wgmma source builds for sm_90a alone; the mma.sync one anywhere.
+        assert_eq!(GDN_CHUNKED_FUSED_WGMMA.required_arch(), Some("sm_90a"));
+        assert_eq!(GDN_CHUNKED_FUSED.required_arch(), None);
         let c = GDN_CHUNKED_LITE.source;
         assert_eq!(constant(c, "BVL_NARROW"), ScanWidth::Narrow.columns());
         assert_eq!(constant(c, "BVL_WIDE"), ScanWidth::Wide.columns());
@@ -533,6 +575,7 @@ mod tests {
             GDN_CHUNK_PREP_LITE.source,
             GDN_CHUNKED_LITE.source,
             GDN_CHUNKED_FUSED.source,
+            GDN_CHUNKED_FUSED_WGMMA.source,
         ] {
             assert_eq!(shared(c), shared(GDN_CHUNKED.source));
         }
@@ -617,6 +660,24 @@ mod tests {
             "constexpr int FS_HT = FUSED_STAGES * FS_STAGE;",
             "constexpr int FUSED_SMEM = FS_VK + DV * LD64 * 2;",
             "static_assert(FUSED_SMEM == 214560, \"launch.rs FUSED_SMEM\");",
+        ] {
+            assert!(src.contains(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn fused_wgmma_shared_memory_matches_the_kernel_source() {
+        // Stage: Q, K SW128 [2][64][128 B] (16,384 B each), P, Tβ [64][72],
+        // V [64][136], 196 f32 = 69,392 B, rounded up to 69,632; S^T SW128
+        // 32,768; delta^T, (kf delta)^T [128][72] bf16; 1,024 B of slack.
+        assert_eq!(FUSED_WGMMA_STAGE, 69_632);
+        assert_eq!(SCAN_FUSED_WGMMA_SMEM, 209_920);
+        let src = GDN_CHUNKED_FUSED_WGMMA.source;
+        for line in [
+            "constexpr int FW_STAGE = (FW_F + FACL * 4 + 1023) / 1024 * 1024;",
+            "constexpr int FW_HT = FUSED_STAGES * FW_STAGE;",
+            "constexpr int FUSED_WG_SMEM = FW_END + 1024;",
+            "static_assert(FW_STAGE == 69632 && FUSED_WG_SMEM == 209920, \"launch.rs SCAN_FUSED_WGMMA_SMEM\");",
         ] {
             assert!(src.contains(line), "{line}");
         }

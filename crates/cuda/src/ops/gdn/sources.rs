@@ -71,6 +71,20 @@ pub const GDN_CHUNKED_FUSED: KernelSource = KernelSource {
     entry_points: &["gdn_chunk_scan_fused_bf16"],
 };
 
+/// The fused full-width scan with phase 1 (K·S0, Q·S0) on warpgroup MMA
+/// (sm_90a only): `gdn_chunked_fused.cu` with Q, K and Sᵀ in the SW128
+/// layout and one wgmma m64n32k16 chain per column group.
+pub const GDN_CHUNKED_FUSED_WGMMA: KernelSource = KernelSource {
+    name: "gdn_chunked_fused_wgmma",
+    file: "gdn_chunked_fused_wgmma.cu",
+    source: concat!(
+        include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("gdn_common.cuh"),
+        include_str!("gdn_chunked_fused_wgmma.cu")
+    ),
+    entry_points: &["gdn_chunk_scan_fused_wgmma_bf16"],
+};
+
 /// Gated delta rule, recurrent decode step.
 pub const GDN_RECURRENT: KernelSource = KernelSource {
     name: "gdn_recurrent",
