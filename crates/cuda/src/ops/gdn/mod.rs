@@ -2,8 +2,8 @@
 //! for prefill rows and the recurrent step for decode rows
 //! (`gdn_chunk_prep.cu` + `gdn_chunked.cu`, `gdn_recurrent.cu`; the lite
 //! pair `gdn_chunk_prep_lite.cu` + `gdn_chunked_lite.cu` and the fused
-//! full-width scan `gdn_chunked_fused.cu` beside them, [`ChunkForm`], not
-//! the default), and the
+//! full-width scans `gdn_chunked_fused.cu` / `gdn_chunked_fused_wgmma.cu`
+//! beside them, [`ChunkForm`], not the default), and the
 //! fused decode core of the GDN layer ([`decode`], `gdn_decode.cu`). The
 //! kernel sources are declared in `sources.rs`.
 //!
