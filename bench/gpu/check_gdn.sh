@@ -10,6 +10,11 @@
 # and ncu sections of the chunked kernels at t = 32768 (GDN_NCU_VARIANTS
 # picks the bench cases; GDN_NCU=0 skips them).
 # Results go to $OUT (or ./gpu-out).
+# Every check and timing runs the production prep + scan pair, the lite
+# pair (`ChunkForm::Lite`, bench names `...-lite`) and the lite prep with the
+# fused full-width scans (`ChunkForm::Fused`, bench names `scan-Full...-fused`;
+# `ChunkForm::FusedWgmma`, `scan-Full...-fusedwgmma`); GDN_CHECK_FORMS=wu,
+# lite, fused, fusedwgmma or a comma list limits the correctness tests to those.
 # Usage: bench/gpu/check_gdn.sh [path/to/the gdn test binary]
 #   (build it with `cargo test --release -p headroom-cuda --test gdn --no-run`)
 set -uo pipefail
@@ -22,11 +27,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 status=0
 
 echo "=== correctness (f64 reference; both scan widths) ==="
-timeout "${GDN_TEST_TIMEOUT:-150}" "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 | tee "$OUT/gdn-tests.txt"
+timeout "${GDN_TEST_TIMEOUT:-240}" "$BIN" --ignored --test-threads 1 --skip bench_ 2>&1 | tee "$OUT/gdn-tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "tests FAILED"; status=1; }
 
 echo "=== timing: Qwen3.6-35B-A3B GDN layer (hk 16, hv 32, d 128) ==="
-timeout "${GDN_BENCH_TIMEOUT:-90}" "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
+timeout "${GDN_BENCH_TIMEOUT:-150}" "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 | tee "$OUT/gdn-bench.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench FAILED"; status=1; }
 
 echo "=== compute-sanitizer memcheck (small cases) ==="
@@ -46,12 +51,12 @@ if [ -n "${GDN_RACECHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
     echo "racecheck rc ${PIPESTATUS[0]}"
 fi
 
-echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-alone,scan-Narrow,scan-Wide}) ==="
+echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-alone,prep-alone-lite,scan-Narrow,scan-Narrow-lite,scan-Wide,scan-Wide-lite,scan-Full-fused,scan-Full-8seq-fused,scan-Full-fusedwgmma,scan-Full-8seq-fusedwgmma}) ==="
 if [ "${GDN_NCU:-1}" = 0 ]; then
     echo "skipped (GDN_NCU=0)"
 elif command -v ncu >/dev/null; then
-    GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-70}" ncu \
-        --clock-control none --kernel-name regex:gdn_chunk --launch-skip "${GDN_NCU_SKIP:-2}" --launch-count 16 \
+    GDN_BENCH_T=32768 GDN_BENCH_REPS=1 GDN_BENCH_VARIANTS=$GDN_NCU_VARIANTS timeout "${GDN_NCU_TIMEOUT:-120}" ncu \
+        --clock-control none --kernel-name regex:gdn_chunk --launch-skip "${GDN_NCU_SKIP:-2}" --launch-count "${GDN_NCU_COUNT:-40}" \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
         --section LaunchStats "$BIN" --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture \
         > "$OUT/gdn-ncu.txt" 2>&1

@@ -8,8 +8,7 @@ use half::bf16;
 use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
-    gated_delta_rule, gated_delta_rule_tuned, gated_delta_rule_with, validate, GdnLaunch,
-    ScanWidth, Tuning,
+    gated_delta_rule, gated_delta_rule_tuned, validate, ChunkForm, GdnLaunch, ScanWidth, Tuning,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -18,6 +17,25 @@ use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
 const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
+/// The production prep + scan pair, the lite pair and the lite prep with the
+/// fused full-width scan, mma.sync and wgmma (`ChunkForm`).
+const FORMS: [ChunkForm; 4] = [
+    ChunkForm::Wu,
+    ChunkForm::Lite,
+    ChunkForm::Fused,
+    ChunkForm::FusedWgmma,
+];
+/// The fused scans (after the lite prep).
+const FUSED_FORMS: [ChunkForm; 2] = [ChunkForm::Fused, ChunkForm::FusedWgmma];
+
+/// The scan widths a form runs at: the fused scans have none (they ignore
+/// `Tuning::width`; `Wide` stands for it, so width filters below keep them).
+fn widths_of(form: ChunkForm) -> &'static [ScanWidth] {
+    match form {
+        ChunkForm::Fused | ChunkForm::FusedWgmma => &[ScanWidth::Wide],
+        _ => &WIDTHS,
+    }
+}
 type Seq = (usize, usize, usize);
 
 #[derive(Clone, Copy)]
@@ -182,15 +200,6 @@ impl OnDevice {
     fn run(&self, dev: &CudaDevice, d: Dims, seqs: &[Seq]) -> Result<(), CudaError> {
         gated_delta_rule(dev, &self.launch(d, seqs))
     }
-    fn run_with(
-        &self,
-        dev: &CudaDevice,
-        d: Dims,
-        seqs: &[Seq],
-        w: ScanWidth,
-    ) -> Result<(), CudaError> {
-        gated_delta_rule_with(dev, &self.launch(d, seqs), w)
-    }
     fn launch<'a>(&'a self, d: Dims, seqs: &'a [Seq]) -> GdnLaunch<'a> {
         GdnLaunch {
             qkv: &self.qkv,
@@ -240,15 +249,15 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
             "slot {slot} rows {first}+{rows}: output rel err {e:.3e}"
         );
         let ss = d.slot_state();
-        let e = rel_err(&state[slot * ss..][..ss], &want[slot * ss..][..ss]);
+        let es = rel_err(&state[slot * ss..][..ss], &want[slot * ss..][..ss]);
         assert!(
-            e <= TOL,
-            "slot {slot} rows {first}+{rows}: state rel err {e:.3e}"
+            es <= TOL,
+            "slot {slot} rows {first}+{rows}: state rel err {es:.3e}"
         );
         covered[first..first + rows]
             .iter_mut()
             .for_each(|c| *c = true);
-        eprintln!("  slot {slot} rows {first}+{rows}: ok");
+        eprintln!("  slot {slot} rows {first}+{rows}: ok (out {e:.2e}, state {es:.2e})");
     }
     for (r, _) in covered.iter().enumerate().filter(|(_, c)| !**c) {
         assert!(
@@ -268,14 +277,26 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
-/// The kernel variants every GPU check runs: the prep with the scan at
-/// both widths.
+/// The kernel variants every GPU check runs: each prep + scan pair (the
+/// production one and the lite one) with the scan at both widths, and each
+/// fused scan once. GDN_CHECK_FORMS=lite (or wu, fused, fusedwgmma, or a
+/// comma list) runs those forms only.
 fn variants() -> Vec<Tuning> {
-    WIDTHS
+    let only = std::env::var("GDN_CHECK_FORMS").ok();
+    FORMS
         .into_iter()
-        .map(|w| Tuning {
-            width: Some(w),
-            ..Tuning::default()
+        .filter(|f| {
+            only.as_ref().is_none_or(|o| {
+                o.split(',')
+                    .any(|n| n.trim().eq_ignore_ascii_case(&format!("{f:?}")))
+            })
+        })
+        .flat_map(|form| {
+            widths_of(form).iter().map(move |&w| Tuning {
+                width: Some(w),
+                form,
+                ..Tuning::default()
+            })
         })
         .collect()
 }
@@ -363,24 +384,170 @@ fn chunk_split_300_as_64_37_199_carries_the_state() {
         &[vec![(1, 0, 64)], vec![(1, 64, 37)], vec![(1, 101, 199)]],
     );
     // And the two on identical inputs agree with each other (wide scan for
-    // the one call, narrow for the three: the widths agree too).
+    // the one call, narrow for the three: the widths agree too), for each
+    // prep + scan pair.
     let dev = device();
     let x = Inputs::random(SMALL, 300, 2, fresh_seed());
-    let one = OnDevice::upload(&dev, &x);
-    one.run_with(&dev, SMALL, &[(1, 0, 300)], ScanWidth::Wide)
+    for v in variants()
+        .into_iter()
+        .filter(|v| v.width == Some(ScanWidth::Wide))
+    {
+        let with = |w| Tuning {
+            width: Some(w),
+            ..v
+        };
+        let one = OnDevice::upload(&dev, &x);
+        gated_delta_rule_tuned(
+            &dev,
+            &one.launch(SMALL, &[(1, 0, 300)]),
+            &with(ScanWidth::Wide),
+        )
         .unwrap();
-    let three = OnDevice::upload(&dev, &x);
-    for s in [(1, 0, 64), (1, 64, 37), (1, 101, 199)] {
-        three
-            .run_with(&dev, SMALL, &[s], ScanWidth::Narrow)
-            .unwrap();
+        let three = OnDevice::upload(&dev, &x);
+        for s in [(1, 0, 64), (1, 64, 37), (1, 101, 199)] {
+            gated_delta_rule_tuned(&dev, &three.launch(SMALL, &[s]), &with(ScanWidth::Narrow))
+                .unwrap();
+        }
+        let (o1, s1) = one.read(&dev, &x);
+        let (o3, s3) = three.read(&dev, &x);
+        let (e_out, e_state) = (rel_err(&o3, &f64s(&o1)), rel_err(&s3, &f64s(&s1)));
+        eprintln!(
+            "{:?}: split vs one call: out {e_out:.3e} state {e_state:.3e}",
+            v.form
+        );
+        assert!(e_out <= TOL && e_state <= TOL);
     }
-    let (o1, s1) = one.read(&dev, &x);
-    let (o3, s3) = three.read(&dev, &x);
-    let f64s = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<_>>();
-    let (e_out, e_state) = (rel_err(&o3, &f64s(&o1)), rel_err(&s3, &f64s(&s1)));
-    eprintln!("split vs one call: out {e_out:.3e} state {e_state:.3e}");
-    assert!(e_out <= TOL && e_state <= TOL);
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&a| a as f64).collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn lite_pair_matches_the_wu_pair_on_35b_dims() {
+    // The 35B-A3B shape, one call of five sequences: chunk tails (300 =
+    // 4 x 64 + 44, 129, 37), a 1-row sequence mixed in (the recurrent step),
+    // a full chunk, an initial state in every slot, two slots untouched.
+    // Both pairs at both widths on identical inputs: each within TOL of the
+    // f64 reference and of the other pair.
+    let d = QWEN36_35B;
+    let seqs = vec![
+        (2, 0, 300),
+        (0, 300, 1),
+        (5, 301, 129),
+        (1, 430, 64),
+        (4, 494, 37),
+    ];
+    let t = 540;
+    let dev = device();
+    let x = Inputs::random(d, t, 7, fresh_seed());
+    let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
+    let want_out = reference(&x, &seqs, &mut want);
+    for w in WIDTHS {
+        let mut got = Vec::new();
+        for form in [ChunkForm::Wu, ChunkForm::Lite] {
+            eprintln!(" {form:?} {w:?}");
+            let bufs = OnDevice::upload(&dev, &x);
+            let v = Tuning {
+                width: Some(w),
+                form,
+                ..Tuning::default()
+            };
+            gated_delta_rule_tuned(&dev, &bufs.launch(d, &seqs), &v).unwrap();
+            let (out, state) = bufs.read(&dev, &x);
+            check(&x, &seqs, &out, &state, &want_out, &want);
+            got.push((out, state));
+        }
+        let ((ow, sw), (ol, sl)) = (&got[0], &got[1]);
+        let rw = d.hv * d.dv;
+        for &(slot, first, rows) in &seqs {
+            let o = &f64s(&ow[first * rw..][..rows * rw]);
+            let e = rel_err(&ol[first * rw..][..rows * rw], o);
+            let ss = d.slot_state();
+            let es = rel_err(&sl[slot * ss..][..ss], &f64s(&sw[slot * ss..][..ss]));
+            eprintln!(
+                "  {w:?} lite vs wu, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
+            );
+            assert!(
+                e <= TOL && es <= TOL,
+                "lite vs wu: out {e:.3e} state {es:.3e}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn fused_scan_matches_the_lite_pair_on_35b_dims() {
+    // The 35B-A3B shape, one call of eight sequences of different lengths
+    // whose tails are not multiples of 64 (tails 44, 1, 37, 58, 1, 63, 2,
+    // 36; a 2-row sequence: one chunk of mostly padding), slots permuted
+    // with an initial state in each and two slots untouched. Each fused scan
+    // (mma.sync, wgmma) within TOL of the f64 reference and of the lite pair
+    // at both widths (same prep, same algebra and rounding points: their
+    // difference is summation order only), and two runs of each bitwise
+    // equal (no atomics: a difference means a race).
+    let d = QWEN36_35B;
+    let lens = [300usize, 129, 37, 250, 65, 191, 2, 100];
+    let slots = [3usize, 0, 7, 1, 9, 4, 6, 2];
+    let mut seqs: Vec<Seq> = Vec::new();
+    let mut first = 0;
+    for (&rows, &slot) in lens.iter().zip(&slots) {
+        seqs.push((slot, first, rows));
+        first += rows;
+    }
+    let t = first + 5;
+    let dev = device();
+    let x = Inputs::random(d, t, 10, fresh_seed());
+    let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
+    let want_out = reference(&x, &seqs, &mut want);
+    let run = |v: Tuning| {
+        eprintln!(" {:?} {:?}", v.form, v.width);
+        let bufs = OnDevice::upload(&dev, &x);
+        gated_delta_rule_tuned(&dev, &bufs.launch(d, &seqs), &v).unwrap();
+        let (out, state) = bufs.read(&dev, &x);
+        check(&x, &seqs, &out, &state, &want_out, &want);
+        (out, state)
+    };
+    let tuning = |form, w| Tuning {
+        width: Some(w),
+        form,
+        ..Tuning::default()
+    };
+    let same_bits = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    };
+    let lite: Vec<_> = WIDTHS
+        .iter()
+        .map(|&w| (w, run(tuning(ChunkForm::Lite, w))))
+        .collect();
+    let rw = d.hv * d.dv;
+    let ss = d.slot_state();
+    for form in FUSED_FORMS {
+        let (of, sf) = run(tuning(form, ScanWidth::Wide));
+        let (of2, sf2) = run(tuning(form, ScanWidth::Narrow));
+        assert!(
+            same_bits(&of, &of2) && same_bits(&sf, &sf2),
+            "{form:?}: two runs on identical inputs differ (a race?)"
+        );
+        for (w, (ol, sl)) in &lite {
+            for &(slot, first, rows) in &seqs {
+                let o = &f64s(&ol[first * rw..][..rows * rw]);
+                let e = rel_err(&of[first * rw..][..rows * rw], o);
+                let es = rel_err(&sf[slot * ss..][..ss], &f64s(&sl[slot * ss..][..ss]));
+                eprintln!(
+                    "  {form:?} vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
+                );
+                assert!(
+                    e <= TOL && es <= TOL,
+                    "{form:?} vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.3e} state {es:.3e}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -1,7 +1,11 @@
 //! The timing bench of the gated delta rule at the Qwen3.6-35B-A3B shape
 //! (a module of `tests/gdn.rs`, run by `bench/gpu/check_gdn.sh`): the scan at
 //! both widths at t = 2048, 8192, 32768, prep alone and the scan as the
-//! difference, 8-sequence splits, the scan ablations, decode batches.
+//! difference, 8-sequence splits, the scan ablations, decode batches; each
+//! for the production pair and, beside it, the lite pair (names `…-lite`);
+//! and the lite prep with the fused full-width scans (no width: names
+//! `scan-Full…-fused` (mma.sync) and `scan-Full…-fusedwgmma`, their
+//! prep/scan split from `prep-alone-lite`).
 
 use super::*;
 
@@ -33,9 +37,16 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
-    let tuned = |w: ScanWidth, ablation: u32| Tuning {
+    let tuned = |w: ScanWidth, ablation: u32, form: ChunkForm| Tuning {
         width: Some(w),
+        form,
         scan_ablation: ablation,
+    };
+    let suffix = |form: ChunkForm| match form {
+        ChunkForm::Wu => "",
+        ChunkForm::Lite => "-lite",
+        ChunkForm::Fused => "-fused",
+        ChunkForm::FusedWgmma => "-fusedwgmma",
     };
     let mut not_finite: Vec<String> = Vec::new();
     for &t in &lengths {
@@ -45,22 +56,47 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
         let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
+        // Each case for the production pair, then the same for the lite one.
+        let mut add = |name: String, w: ScanWidth, ablation: u32, seqs, forms: &[ChunkForm]| {
+            for &form in forms {
+                let n = format!("{name}{}", suffix(form));
+                cases.push((n, tuned(w, ablation, form), seqs));
+            }
+        };
+        let paired = [ChunkForm::Wu, ChunkForm::Lite];
         // Prep alone (no scan launched): the scan's time is the difference.
-        cases.push(("prep-alone".into(), tuned(ScanWidth::Narrow, 4), &one));
+        add("prep-alone".into(), ScanWidth::Narrow, 4, &one, &paired);
         for w in WIDTHS {
             let n = format!("scan-{w:?}");
-            cases.push((n.clone(), tuned(w, 0), &one));
+            add(n.clone(), w, 0, &one, &paired);
             if t >= 8192 {
-                cases.push((format!("{n}-8seq"), tuned(w, 0), &eight));
+                add(format!("{n}-8seq"), w, 0, &eight, &paired);
             }
             if t >= 32768 && w == ScanWidth::Narrow {
                 // Timing ablations (wrong results by design): the scan without
                 // its tile loads after the first chunk, without arithmetic.
-                cases.push((format!("{n}-noload"), tuned(w, 1), &one));
-                cases.push((format!("{n}-nomath"), tuned(w, 2), &one));
+                add(format!("{n}-noload"), w, 1, &one, &paired);
+                add(format!("{n}-nomath"), w, 2, &one, &paired);
             }
         }
-        let mut prep_ms = None;
+        // The fused full-width scans (one CTA per head and sequence; the
+        // width is ignored), after the lite prep (`prep-alone-lite`).
+        let fused = FUSED_FORMS;
+        add("scan-Full".into(), ScanWidth::Wide, 0, &one, &fused);
+        if t >= 8192 {
+            add("scan-Full-8seq".into(), ScanWidth::Wide, 0, &eight, &fused);
+        }
+        if t >= 32768 {
+            add("scan-Full-noload".into(), ScanWidth::Wide, 1, &one, &fused);
+            add("scan-Full-nomath".into(), ScanWidth::Wide, 2, &one, &fused);
+        }
+        // Prep alone per form (index: the form's position in FORMS; the
+        // fused forms run the lite prep).
+        let mut prep_ms: [Option<f64>; FORMS.len()] = [None; FORMS.len()];
+        let prep_form = |f: ChunkForm| match f {
+            ChunkForm::Fused | ChunkForm::FusedWgmma => ChunkForm::Lite,
+            f => f,
+        };
         for (name, tuning, seqs) in cases {
             if pick.as_ref().is_some_and(|p| !p.contains(&name)) {
                 continue;
@@ -76,11 +112,17 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                 }
             }
             let median = ms[ms.len() / 2];
+            let fi = FORMS
+                .iter()
+                .position(|&f| f == prep_form(tuning.form))
+                .unwrap();
             if tuning.scan_ablation == 4 {
-                prep_ms = Some(median);
+                prep_ms[fi] = Some(median);
             }
             report(format!("t={t} 35B-A3B {name}"), ms);
-            if let (Some(p), 0, 1) = (prep_ms, tuning.scan_ablation, seqs.len()) {
+            // The 8-sequence rows have as many chunks as the one sequence
+            // (t / 8 is a multiple of 64): the same prep-alone time applies.
+            if let (Some(p), 0) = (prep_ms[fi], tuning.scan_ablation) {
                 println!(
                     "gdn_split t={t} {name}: prep {p:.3} + scan {:.3} ms/layer",
                     median - p

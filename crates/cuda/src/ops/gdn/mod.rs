@@ -1,6 +1,9 @@
 //! The gated delta rule on the device: the chunked (WY / UT-transform) form
 //! for prefill rows and the recurrent step for decode rows
-//! (`gdn_chunk_prep.cu` + `gdn_chunked.cu`, `gdn_recurrent.cu`), and the
+//! (`gdn_chunk_prep.cu` + `gdn_chunked.cu`, `gdn_recurrent.cu`; the lite
+//! pair `gdn_chunk_prep_lite.cu` + `gdn_chunked_lite.cu` and the fused
+//! full-width scans `gdn_chunked_fused.cu` / `gdn_chunked_fused_wgmma.cu`
+//! beside them, [`ChunkForm`], not the default), and the
 //! fused decode core of the GDN layer ([`decode`], `gdn_decode.cu`). The
 //! kernel sources are declared in `sources.rs`.
 //!
@@ -23,7 +26,7 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 
-pub use launch::{ScanWidth, Tuning};
+pub use launch::{ChunkForm, ScanWidth, Tuning};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
 
 /// One gated-delta-rule call over a varlen batch.
