@@ -62,6 +62,39 @@ fn embed_and_gather_rows_copy_exact_rows() {
     assert!(be.gather_rows(&e, &[5]).is_err());
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn gather_rows_copies_exact_rows_by_16_bytes_and_by_element() {
+    let be = backend();
+    // bf16 rows of 1,024 (the 16-byte kernel) and 1,004 columns (2,008
+    // bytes: by element); f32 rows (the residual stream, from `embed`) of
+    // 128 (16-byte kernel) and 130 columns.
+    let rows = 9;
+    let pick = [8usize, 0, 3, 3, 7];
+    for (cols, f32_rows) in [(1024, false), (1004, false), (128, true), (130, true)] {
+        let vals = uniform(11 + cols as u64, rows * cols, 3.0);
+        let x = if f32_rows {
+            let ids: Vec<u32> = (0..rows as u32).collect();
+            be.embed(&matrix(&be, rows, cols, &vals), &ids).unwrap()
+        } else {
+            act(&be, rows, cols, &vals)
+        };
+        poison_pool(&be, pick.len() * cols * 4);
+        let g = be.gather_rows(&x, &pick).unwrap();
+        assert_eq!((g.rows, g.cols, g.dtype), (pick.len(), cols, x.dtype));
+        let want = be.act_to_f32(&x).unwrap();
+        let got = be.act_to_f32(&g).unwrap();
+        for (i, &r) in pick.iter().enumerate() {
+            assert_eq!(
+                &got[i * cols..(i + 1) * cols],
+                &want[r * cols..(r + 1) * cols],
+                "{cols} columns of {:?}, output row {i}",
+                x.dtype
+            );
+        }
+    }
+}
+
 /// Zero-centred RMSNorm of each group of `w.len()` in f64 (`gate`: the gated form).
 fn norm_ref(x: &[f32], w: &[f32], gate: Option<&[f32]>, eps: f64) -> Vec<f64> {
     let d = w.len();

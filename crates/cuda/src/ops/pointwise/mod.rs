@@ -51,20 +51,33 @@ pub(crate) fn gather_rows(dev: &CudaDevice, x: &CudaAct, rows: &[usize]) -> OpRe
     }
     let idx: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
     let idx_dev = upload(dev, &idx)?;
-    let entry = match x.dtype.size_bytes() {
-        2 => "gather_rows_b16",
-        _ => "gather_rows_b32",
-    };
-    let cols = int("gather_rows", "columns", x.cols)?;
+    let aligned = x.ptr().is_multiple_of(16) && out.ptr().is_multiple_of(16);
+    let (entry, units) = gather_entry(x.cols, x.dtype.size_bytes(), aligned);
+    let units = int("gather_rows", "columns", units)?;
     let args = Args::new()
         .ptr(x.ptr())
         .ptr(idx_dev.ptr())
         .ptr(out.ptr())
-        .i32(cols);
+        .i32(units);
     let grid = (grid_dim("gather_rows", rows.len(), GRID_X)?, 1, 1);
     // SAFETY: every index < x.rows (checked); out holds rows.len() rows.
     unsafe { launch(dev, entry, grid, 256, args)? };
     Ok(out)
+}
+
+/// The gather kernel for rows of `cols` elements of `size` bytes and its
+/// row length in the kernel's units: 16-byte units when both buffers start
+/// 16-byte aligned (driver allocations are) and a row is a multiple of 16
+/// bytes (so every row starts aligned), else elements.
+fn gather_entry(cols: usize, size: usize, aligned: bool) -> (&'static str, usize) {
+    let bytes = cols * size;
+    if aligned && bytes.is_multiple_of(16) {
+        ("gather_rows_v16", bytes / 16)
+    } else if size == 2 {
+        ("gather_rows_b16", cols)
+    } else {
+        ("gather_rows_b32", cols)
+    }
 }
 
 /// In place `x *= sigmoid(gate)`.
@@ -147,4 +160,20 @@ pub(crate) fn gdn_gating(
         unsafe { launch(dev, "gdn_gating_bf16", stride_grid(n, 256), 256, args)? };
     }
     Ok((g, beta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gather_entry;
+
+    #[test]
+    fn rows_of_whole_16_byte_units_gather_by_16_bytes_and_others_by_element() {
+        // A bf16 row of the vocabulary (248,320 columns) and the hidden rows.
+        assert_eq!(gather_entry(248_320, 2, true), ("gather_rows_v16", 31_040));
+        assert_eq!(gather_entry(2048, 4, true), ("gather_rows_v16", 512));
+        assert_eq!(gather_entry(1004, 2, true), ("gather_rows_b16", 1004));
+        assert_eq!(gather_entry(130, 4, true), ("gather_rows_b32", 130));
+        assert_eq!(gather_entry(2048, 2, false), ("gather_rows_b16", 2048));
+        assert_eq!(gather_entry(2048, 4, false), ("gather_rows_b32", 2048));
+    }
 }

@@ -12,6 +12,7 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
         "embed_bf16_to_f32",
         "gather_rows_b16",
         "gather_rows_b32",
+        "gather_rows_v16",
         "mul_sigmoid_bf16",
         "swiglu_bf16",
         "gdn_gating_bf16",
