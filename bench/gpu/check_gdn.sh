@@ -10,11 +10,11 @@
 # and ncu sections of the chunked kernels at t = 32768 (GDN_NCU_VARIANTS
 # picks the bench cases; GDN_NCU=0 skips them).
 # Results go to $OUT (or ./gpu-out).
-# Every check and timing runs the production prep + scan pair, the lite
-# pair (`ChunkForm::Lite`, bench names `...-lite`) and the lite prep with the
-# fused full-width scans (`ChunkForm::Fused`, bench names `scan-Full...-fused`;
-# `ChunkForm::FusedWgmma`, `scan-Full...-fusedwgmma`); GDN_CHECK_FORMS=wu,
-# lite, fused, fusedwgmma or a comma list limits the correctness tests to those.
+# Every check and timing runs the prep with each scan width (`ScanWidth`:
+# Narrow, Wide, and Full on sm_90a); GDN_CHECK_WIDTHS=narrow, wide, full or a
+# comma list limits the correctness tests to those. The bench ends with the
+# widths' crossover over batches of equal sequences (GDN_BENCH_CROSS), which
+# `scan_width_for` follows.
 # Usage: bench/gpu/check_gdn.sh [path/to/the gdn test binary]
 #   (build it with `cargo test --release -p headroom-cuda --test gdn --no-run`)
 set -uo pipefail
@@ -51,7 +51,7 @@ if [ -n "${GDN_RACECHECK:-}" ] && command -v compute-sanitizer >/dev/null; then
     echo "racecheck rc ${PIPESTATUS[0]}"
 fi
 
-echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-alone,prep-alone-lite,scan-Narrow,scan-Narrow-lite,scan-Wide,scan-Wide-lite,scan-Full-fused,scan-Full-8seq-fused,scan-Full-fusedwgmma,scan-Full-8seq-fusedwgmma}) ==="
+echo "=== ncu sections at t=32768 (${GDN_NCU_VARIANTS:=prep-alone,scan-Narrow,scan-Wide,scan-Full,scan-Wide-8seq,scan-Full-8seq}) ==="
 if [ "${GDN_NCU:-1}" = 0 ]; then
     echo "skipped (GDN_NCU=0)"
 elif command -v ncu >/dev/null; then

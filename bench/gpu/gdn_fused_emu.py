@@ -1,5 +1,6 @@
-# Emulates gdn_chunk_scan_fused_bf16's per-warp index math (m0, n0, hrow0,
-# hcol0, k-step skips) and rounding points on top of the lite prep's outputs
+# Emulates the full-width scan's (gdn_chunk_scan_full_bf16, gdn_chunked_full.cu)
+# per-warp index math (m0, n0, hrow0, hcol0, k-step skips) and rounding
+# points, as first written on mma.sync in session 13, on top of the prep's outputs
 # (computed here in f64/f32 as the prep defines them), against the f64
 # recurrent rule. Lane-level fragment helpers are not emulated (copies of
 # verified ones); each warp's 16 x 8 n8 tiles are computed as numpy blocks.

@@ -8,7 +8,8 @@ use half::bf16;
 use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
-    gated_delta_rule, gated_delta_rule_tuned, validate, ChunkForm, GdnLaunch, ScanWidth, Tuning,
+    gated_delta_rule, gated_delta_rule_tuned, validate, GdnLaunch, ScanWidth, Tuning,
+    SCAN_FULL_ARCH,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -16,25 +17,17 @@ use rand_distr::StandardNormal;
 use rayon::prelude::*;
 
 const TOL: f64 = 2e-2;
-const WIDTHS: [ScanWidth; 2] = [ScanWidth::Narrow, ScanWidth::Wide];
-/// The production prep + scan pair, the lite pair and the lite prep with the
-/// fused full-width scan, mma.sync and wgmma (`ChunkForm`).
-const FORMS: [ChunkForm; 4] = [
-    ChunkForm::Wu,
-    ChunkForm::Lite,
-    ChunkForm::Fused,
-    ChunkForm::FusedWgmma,
-];
-/// The fused scans (after the lite prep).
-const FUSED_FORMS: [ChunkForm; 2] = [ChunkForm::Fused, ChunkForm::FusedWgmma];
+/// Every scan width; `Full` runs on sm_90a only (see [`widths`]).
+const WIDTHS: [ScanWidth; 3] = [ScanWidth::Narrow, ScanWidth::Wide, ScanWidth::Full];
 
-/// The scan widths a form runs at: the fused scans have none (they ignore
-/// `Tuning::width`; `Wide` stands for it, so width filters below keep them).
-fn widths_of(form: ChunkForm) -> &'static [ScanWidth] {
-    match form {
-        ChunkForm::Fused | ChunkForm::FusedWgmma => &[ScanWidth::Wide],
-        _ => &WIDTHS,
-    }
+/// The scan widths that run on `dev`: all three on sm_90a, else the narrow
+/// and wide scans (the full-width scan is built for sm_90a alone; a launch
+/// elsewhere is refused: launch.rs's `the_full_width_scan_is_refused_off_sm_90a`).
+fn widths(dev: &CudaDevice) -> Vec<ScanWidth> {
+    WIDTHS
+        .into_iter()
+        .filter(|&w| w != ScanWidth::Full || dev.arch == SCAN_FULL_ARCH)
+        .collect()
 }
 type Seq = (usize, usize, usize);
 
@@ -277,26 +270,22 @@ fn check(x: &Inputs, seqs: &[Seq], out: &[f32], state: &[f32], want_out: &[f64],
     }
 }
 
-/// The kernel variants every GPU check runs: each prep + scan pair (the
-/// production one and the lite one) with the scan at both widths, and each
-/// fused scan once. GDN_CHECK_FORMS=lite (or wu, fused, fusedwgmma, or a
-/// comma list) runs those forms only.
+/// The kernel variants every GPU check runs: the prep with each scan width
+/// that runs on this GPU. GDN_CHECK_WIDTHS=full (or narrow, wide, or a comma
+/// list) runs those widths only.
 fn variants() -> Vec<Tuning> {
-    let only = std::env::var("GDN_CHECK_FORMS").ok();
-    FORMS
+    let only = std::env::var("GDN_CHECK_WIDTHS").ok();
+    widths(&device())
         .into_iter()
-        .filter(|f| {
+        .filter(|w| {
             only.as_ref().is_none_or(|o| {
                 o.split(',')
-                    .any(|n| n.trim().eq_ignore_ascii_case(&format!("{f:?}")))
+                    .any(|n| n.trim().eq_ignore_ascii_case(&format!("{w:?}")))
             })
         })
-        .flat_map(|form| {
-            widths_of(form).iter().map(move |&w| Tuning {
-                width: Some(w),
-                form,
-                ..Tuning::default()
-            })
+        .map(|w| Tuning {
+            width: Some(w),
+            ..Tuning::default()
         })
         .collect()
 }
@@ -383,37 +372,31 @@ fn chunk_split_300_as_64_37_199_carries_the_state() {
         2,
         &[vec![(1, 0, 64)], vec![(1, 64, 37)], vec![(1, 101, 199)]],
     );
-    // And the two on identical inputs agree with each other (wide scan for
-    // the one call, narrow for the three: the widths agree too), for each
-    // prep + scan pair.
+    // And the two on identical inputs agree with each other: the one call at
+    // each width but the narrow one, the three calls narrow (the widths agree
+    // too).
     let dev = device();
     let x = Inputs::random(SMALL, 300, 2, fresh_seed());
+    let narrow = Tuning {
+        width: Some(ScanWidth::Narrow),
+        ..Tuning::default()
+    };
     for v in variants()
         .into_iter()
-        .filter(|v| v.width == Some(ScanWidth::Wide))
+        .filter(|v| v.width != Some(ScanWidth::Narrow))
     {
-        let with = |w| Tuning {
-            width: Some(w),
-            ..v
-        };
         let one = OnDevice::upload(&dev, &x);
-        gated_delta_rule_tuned(
-            &dev,
-            &one.launch(SMALL, &[(1, 0, 300)]),
-            &with(ScanWidth::Wide),
-        )
-        .unwrap();
+        gated_delta_rule_tuned(&dev, &one.launch(SMALL, &[(1, 0, 300)]), &v).unwrap();
         let three = OnDevice::upload(&dev, &x);
         for s in [(1, 0, 64), (1, 64, 37), (1, 101, 199)] {
-            gated_delta_rule_tuned(&dev, &three.launch(SMALL, &[s]), &with(ScanWidth::Narrow))
-                .unwrap();
+            gated_delta_rule_tuned(&dev, &three.launch(SMALL, &[s]), &narrow).unwrap();
         }
         let (o1, s1) = one.read(&dev, &x);
         let (o3, s3) = three.read(&dev, &x);
         let (e_out, e_state) = (rel_err(&o3, &f64s(&o1)), rel_err(&s3, &f64s(&s1)));
         eprintln!(
-            "{:?}: split vs one call: out {e_out:.3e} state {e_state:.3e}",
-            v.form
+            "{:?} one call vs narrow split: out {e_out:.3e} state {e_state:.3e}",
+            v.width
         );
         assert!(e_out <= TOL && e_state <= TOL);
     }
@@ -425,69 +408,15 @@ fn f64s(v: &[f32]) -> Vec<f64> {
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
-fn lite_pair_matches_the_wu_pair_on_35b_dims() {
-    // The 35B-A3B shape, one call of five sequences: chunk tails (300 =
-    // 4 x 64 + 44, 129, 37), a 1-row sequence mixed in (the recurrent step),
-    // a full chunk, an initial state in every slot, two slots untouched.
-    // Both pairs at both widths on identical inputs: each within TOL of the
-    // f64 reference and of the other pair.
-    let d = QWEN36_35B;
-    let seqs = vec![
-        (2, 0, 300),
-        (0, 300, 1),
-        (5, 301, 129),
-        (1, 430, 64),
-        (4, 494, 37),
-    ];
-    let t = 540;
-    let dev = device();
-    let x = Inputs::random(d, t, 7, fresh_seed());
-    let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
-    let want_out = reference(&x, &seqs, &mut want);
-    for w in WIDTHS {
-        let mut got = Vec::new();
-        for form in [ChunkForm::Wu, ChunkForm::Lite] {
-            eprintln!(" {form:?} {w:?}");
-            let bufs = OnDevice::upload(&dev, &x);
-            let v = Tuning {
-                width: Some(w),
-                form,
-                ..Tuning::default()
-            };
-            gated_delta_rule_tuned(&dev, &bufs.launch(d, &seqs), &v).unwrap();
-            let (out, state) = bufs.read(&dev, &x);
-            check(&x, &seqs, &out, &state, &want_out, &want);
-            got.push((out, state));
-        }
-        let ((ow, sw), (ol, sl)) = (&got[0], &got[1]);
-        let rw = d.hv * d.dv;
-        for &(slot, first, rows) in &seqs {
-            let o = &f64s(&ow[first * rw..][..rows * rw]);
-            let e = rel_err(&ol[first * rw..][..rows * rw], o);
-            let ss = d.slot_state();
-            let es = rel_err(&sl[slot * ss..][..ss], &f64s(&sw[slot * ss..][..ss]));
-            eprintln!(
-                "  {w:?} lite vs wu, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
-            );
-            assert!(
-                e <= TOL && es <= TOL,
-                "lite vs wu: out {e:.3e} state {es:.3e}"
-            );
-        }
-    }
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
-fn fused_scan_matches_the_lite_pair_on_35b_dims() {
+fn every_width_matches_the_others_on_35b_dims() {
     // The 35B-A3B shape, one call of eight sequences of different lengths
     // whose tails are not multiples of 64 (tails 44, 1, 37, 58, 1, 63, 2,
     // 36; a 2-row sequence: one chunk of mostly padding), slots permuted
-    // with an initial state in each and two slots untouched. Each fused scan
-    // (mma.sync, wgmma) within TOL of the f64 reference and of the lite pair
-    // at both widths (same prep, same algebra and rounding points: their
-    // difference is summation order only), and two runs of each bitwise
-    // equal (no atomics: a difference means a race).
+    // with an initial state in each and two slots untouched. Each width
+    // within TOL of the f64 reference and of the narrow scan (same prep,
+    // same algebra and rounding points: their difference is summation order
+    // only), and two runs of each bitwise equal (no atomics: a difference
+    // means a race).
     let d = QWEN36_35B;
     let lens = [300usize, 129, 37, 250, 65, 191, 2, 100];
     let slots = [3usize, 0, 7, 1, 9, 4, 6, 2];
@@ -502,50 +431,47 @@ fn fused_scan_matches_the_lite_pair_on_35b_dims() {
     let x = Inputs::random(d, t, 10, fresh_seed());
     let mut want: Vec<f64> = x.state.iter().map(|&v| v as f64).collect();
     let want_out = reference(&x, &seqs, &mut want);
-    let run = |v: Tuning| {
-        eprintln!(" {:?} {:?}", v.form, v.width);
+    let run = |w: ScanWidth| {
+        eprintln!(" {w:?}");
         let bufs = OnDevice::upload(&dev, &x);
+        let v = Tuning {
+            width: Some(w),
+            ..Tuning::default()
+        };
         gated_delta_rule_tuned(&dev, &bufs.launch(d, &seqs), &v).unwrap();
         let (out, state) = bufs.read(&dev, &x);
         check(&x, &seqs, &out, &state, &want_out, &want);
         (out, state)
-    };
-    let tuning = |form, w| Tuning {
-        width: Some(w),
-        form,
-        ..Tuning::default()
     };
     let same_bits = |a: &[f32], b: &[f32]| {
         a.iter()
             .zip(b)
             .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
     };
-    let lite: Vec<_> = WIDTHS
-        .iter()
-        .map(|&w| (w, run(tuning(ChunkForm::Lite, w))))
-        .collect();
+    let (on, sn) = run(ScanWidth::Narrow);
     let rw = d.hv * d.dv;
     let ss = d.slot_state();
-    for form in FUSED_FORMS {
-        let (of, sf) = run(tuning(form, ScanWidth::Wide));
-        let (of2, sf2) = run(tuning(form, ScanWidth::Narrow));
+    for w in widths(&dev) {
+        let (o, s) = run(w);
+        let (o2, s2) = run(w);
         assert!(
-            same_bits(&of, &of2) && same_bits(&sf, &sf2),
-            "{form:?}: two runs on identical inputs differ (a race?)"
+            same_bits(&o, &o2) && same_bits(&s, &s2),
+            "{w:?}: two runs on identical inputs differ (a race?)"
         );
-        for (w, (ol, sl)) in &lite {
-            for &(slot, first, rows) in &seqs {
-                let o = &f64s(&ol[first * rw..][..rows * rw]);
-                let e = rel_err(&of[first * rw..][..rows * rw], o);
-                let es = rel_err(&sf[slot * ss..][..ss], &f64s(&sl[slot * ss..][..ss]));
-                eprintln!(
-                    "  {form:?} vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
-                );
-                assert!(
-                    e <= TOL && es <= TOL,
-                    "{form:?} vs lite {w:?}, slot {slot} rows {first}+{rows}: out {e:.3e} state {es:.3e}"
-                );
-            }
+        if w == ScanWidth::Narrow {
+            continue;
+        }
+        for &(slot, first, rows) in &seqs {
+            let want_o = &f64s(&on[first * rw..][..rows * rw]);
+            let e = rel_err(&o[first * rw..][..rows * rw], want_o);
+            let es = rel_err(&s[slot * ss..][..ss], &f64s(&sn[slot * ss..][..ss]));
+            eprintln!(
+                "  {w:?} vs narrow, slot {slot} rows {first}+{rows}: out {e:.2e} state {es:.2e}"
+            );
+            assert!(
+                e <= TOL && es <= TOL,
+                "{w:?} vs narrow, slot {slot} rows {first}+{rows}: out {e:.3e} state {es:.3e}"
+            );
         }
     }
 }

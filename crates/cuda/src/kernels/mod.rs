@@ -20,8 +20,7 @@ use crate::ops::conv::sources::OPS_CONV1D;
 use crate::ops::fallback::sources::OPS_FALLBACK;
 use crate::ops::fp8::sources::{FP8_GEMV, FP8_MOE, FP8_QUANT};
 use crate::ops::gdn::sources::{
-    GDN_CHUNKED, GDN_CHUNKED_FUSED, GDN_CHUNKED_FUSED_WGMMA, GDN_CHUNKED_LITE, GDN_CHUNK_PREP,
-    GDN_CHUNK_PREP_LITE, GDN_DECODE, GDN_RECURRENT,
+    GDN_CHUNKED, GDN_CHUNKED_FULL, GDN_CHUNK_PREP, GDN_DECODE, GDN_RECURRENT,
 };
 use crate::ops::gemv::sources::GEMV;
 use crate::ops::kv::sources::OPS_KV;
@@ -52,10 +51,7 @@ pub const SOURCES: &[KernelSource] = &[
     MASKED_SOFTMAX,
     GDN_CHUNK_PREP,
     GDN_CHUNKED,
-    GDN_CHUNK_PREP_LITE,
-    GDN_CHUNKED_LITE,
-    GDN_CHUNKED_FUSED,
-    GDN_CHUNKED_FUSED_WGMMA,
+    GDN_CHUNKED_FULL,
     GDN_RECURRENT,
     OPS_INIT,
     OPS_POINTWISE,

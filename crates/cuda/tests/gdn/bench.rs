@@ -1,11 +1,9 @@
 //! The timing bench of the gated delta rule at the Qwen3.6-35B-A3B shape
 //! (a module of `tests/gdn.rs`, run by `bench/gpu/check_gdn.sh`): the scan at
-//! both widths at t = 2048, 8192, 32768, prep alone and the scan as the
-//! difference, 8-sequence splits, the scan ablations, decode batches; each
-//! for the production pair and, beside it, the lite pair (names `…-lite`);
-//! and the lite prep with the fused full-width scans (no width: names
-//! `scan-Full…-fused` (mma.sync) and `scan-Full…-fusedwgmma`, their
-//! prep/scan split from `prep-alone-lite`).
+//! each width at t = 2048, 8192, 32768, prep alone and the scan as the
+//! difference, 8-sequence splits, the scan ablations, decode batches; and
+//! the crossover of the widths over batches of equal sequences
+//! (`GDN_BENCH_CROSS`), which `scan_width_for` follows.
 
 use super::*;
 
@@ -37,16 +35,10 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(7);
-    let tuned = |w: ScanWidth, ablation: u32, form: ChunkForm| Tuning {
+    let dev_widths = widths(&dev);
+    let tuned = |w: ScanWidth, ablation: u32| Tuning {
         width: Some(w),
-        form,
         scan_ablation: ablation,
-    };
-    let suffix = |form: ChunkForm| match form {
-        ChunkForm::Wu => "",
-        ChunkForm::Lite => "-lite",
-        ChunkForm::Fused => "-fused",
-        ChunkForm::FusedWgmma => "-fusedwgmma",
     };
     let mut not_finite: Vec<String> = Vec::new();
     for &t in &lengths {
@@ -56,47 +48,22 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
         // The same rows as 8 sequences (8x the scan CTAs): how latency-bound the scan is.
         let eight: Vec<Seq> = (0..8).map(|i| (i, i * t / 8, t / 8)).collect();
         let mut cases: Vec<(String, Tuning, &Vec<Seq>)> = Vec::new();
-        // Each case for the production pair, then the same for the lite one.
-        let mut add = |name: String, w: ScanWidth, ablation: u32, seqs, forms: &[ChunkForm]| {
-            for &form in forms {
-                let n = format!("{name}{}", suffix(form));
-                cases.push((n, tuned(w, ablation, form), seqs));
-            }
-        };
-        let paired = [ChunkForm::Wu, ChunkForm::Lite];
         // Prep alone (no scan launched): the scan's time is the difference.
-        add("prep-alone".into(), ScanWidth::Narrow, 4, &one, &paired);
-        for w in WIDTHS {
+        cases.push(("prep-alone".into(), tuned(ScanWidth::Narrow, 4), &one));
+        for &w in &dev_widths {
             let n = format!("scan-{w:?}");
-            add(n.clone(), w, 0, &one, &paired);
+            cases.push((n.clone(), tuned(w, 0), &one));
             if t >= 8192 {
-                add(format!("{n}-8seq"), w, 0, &eight, &paired);
+                cases.push((format!("{n}-8seq"), tuned(w, 0), &eight));
             }
-            if t >= 32768 && w == ScanWidth::Narrow {
+            if t >= 32768 && w != ScanWidth::Wide {
                 // Timing ablations (wrong results by design): the scan without
                 // its tile loads after the first chunk, without arithmetic.
-                add(format!("{n}-noload"), w, 1, &one, &paired);
-                add(format!("{n}-nomath"), w, 2, &one, &paired);
+                cases.push((format!("{n}-noload"), tuned(w, 1), &one));
+                cases.push((format!("{n}-nomath"), tuned(w, 2), &one));
             }
         }
-        // The fused full-width scans (one CTA per head and sequence; the
-        // width is ignored), after the lite prep (`prep-alone-lite`).
-        let fused = FUSED_FORMS;
-        add("scan-Full".into(), ScanWidth::Wide, 0, &one, &fused);
-        if t >= 8192 {
-            add("scan-Full-8seq".into(), ScanWidth::Wide, 0, &eight, &fused);
-        }
-        if t >= 32768 {
-            add("scan-Full-noload".into(), ScanWidth::Wide, 1, &one, &fused);
-            add("scan-Full-nomath".into(), ScanWidth::Wide, 2, &one, &fused);
-        }
-        // Prep alone per form (index: the form's position in FORMS; the
-        // fused forms run the lite prep).
-        let mut prep_ms: [Option<f64>; FORMS.len()] = [None; FORMS.len()];
-        let prep_form = |f: ChunkForm| match f {
-            ChunkForm::Fused | ChunkForm::FusedWgmma => ChunkForm::Lite,
-            f => f,
-        };
+        let mut prep_ms: Option<f64> = None;
         for (name, tuning, seqs) in cases {
             if pick.as_ref().is_some_and(|p| !p.contains(&name)) {
                 continue;
@@ -112,17 +79,13 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
                 }
             }
             let median = ms[ms.len() / 2];
-            let fi = FORMS
-                .iter()
-                .position(|&f| f == prep_form(tuning.form))
-                .unwrap();
             if tuning.scan_ablation == 4 {
-                prep_ms[fi] = Some(median);
+                prep_ms = Some(median);
             }
             report(format!("t={t} 35B-A3B {name}"), ms);
             // The 8-sequence rows have as many chunks as the one sequence
             // (t / 8 is a multiple of 64): the same prep-alone time applies.
-            if let (Some(p), 0) = (prep_ms[fi], tuning.scan_ablation) {
+            if let (Some(p), 0) = (prep_ms, tuning.scan_ablation) {
                 println!(
                     "gdn_split t={t} {name}: prep {p:.3} + scan {:.3} ms/layer",
                     median - p
@@ -130,6 +93,7 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             }
         }
     }
+    crossover(&dev, &dev_widths, reps, &mut not_finite);
     assert!(not_finite.is_empty(), "non-finite outputs: {not_finite:?}");
     // Decode: one recurrent step for a batch of sequences.
     if std::env::var("GDN_BENCH_T").is_err() {
@@ -142,6 +106,56 @@ fn bench_qwen36_35b_prefill_ms_per_layer() {
             assert!(out.iter().all(|v| v.is_finite()));
             report(format!("decode batch {batch}"), ms);
         }
+    }
+}
+
+/// The widths side by side over batches of equal sequences, `NxL` = N
+/// sequences of L rows (GDN_BENCH_CROSS, default 1x1024 .. 16x1024 and a few
+/// longer ones): where the full-width scan overtakes the others, which
+/// `scan_width_for` follows. Prints `gdn_cross NxL width: median ms` and the
+/// width `scan_width_for` picks here.
+fn crossover(dev: &CudaDevice, widths: &[ScanWidth], reps: usize, not_finite: &mut Vec<String>) {
+    let d = QWEN36_35B;
+    let spec = std::env::var("GDN_BENCH_CROSS").unwrap_or_else(|_| {
+        "1x1024,2x1024,3x1024,4x1024,5x1024,6x1024,8x1024,12x1024,16x1024,2x4096,4x4096,5x4096,8x4096".into()
+    });
+    for case in spec.split(',').filter(|c| !c.is_empty()) {
+        let Some((n, len)) = case
+            .trim()
+            .split_once('x')
+            .and_then(|(n, l)| Some((n.parse::<usize>().ok()?, l.parse::<usize>().ok()?)))
+        else {
+            panic!("GDN_BENCH_CROSS: {case:?} is not NxL");
+        };
+        let x = Inputs::random(d, n * len, n, 11);
+        let bufs = OnDevice::upload(dev, &x);
+        let seqs: Vec<Seq> = (0..n).map(|i| (i, i * len, len)).collect();
+        let full = dev.arch == headroom_cuda::ops::gdn::SCAN_FULL_ARCH;
+        let pick = headroom_cuda::ops::gdn::scan_width_for(d.hv, n, dev.sm_count, full);
+        let mut best = (f64::INFINITY, ScanWidth::Narrow);
+        for &w in widths {
+            let tuning = Tuning {
+                width: Some(w),
+                ..Tuning::default()
+            };
+            let ms = time_ms(dev, reps, || {
+                gated_delta_rule_tuned(dev, &bufs.launch(d, &seqs), &tuning).unwrap()
+            });
+            let (out, _) = bufs.read(dev, &x);
+            if !out.iter().all(|v| v.is_finite()) {
+                println!("gdn_cross {case} {w:?}: OUTPUT NOT FINITE");
+                not_finite.push(format!("{case} {w:?}"));
+            }
+            let median = ms[ms.len() / 2];
+            println!("gdn_cross {case} {w:?}: median {median:.3} ms/layer");
+            if median < best.0 {
+                best = (median, w);
+            }
+        }
+        println!(
+            "gdn_cross {case}: fastest {:?}, scan_width_for picks {pick:?}",
+            best.1
+        );
     }
 }
 

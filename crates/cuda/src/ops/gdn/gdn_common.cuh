@@ -1,8 +1,9 @@
 // Gated delta rule, chunked form: what the prep kernel (gdn_chunk_prep.cu)
-// and the scan (gdn_chunked.cu) share — the tile constants, the sequence
-// table and the fragment / cp.async helpers. sources.rs prepends this text
-// to both sources (NVRTC compiles each as one unit), so one copy serves both;
-// it opens `namespace gdn`, which each file closes.
+// and the scans (gdn_chunked.cu, gdn_chunked_full.cu) share — the tile
+// constants, the sequence table and the fragment / cp.async helpers.
+// sources.rs prepends this text to each source (NVRTC compiles each as one
+// unit), so one copy serves all; it opens `namespace gdn`, which each file
+// closes.
 
 #include <cuda_bf16.h>
 

@@ -1,11 +1,10 @@
-//! The gated delta rule on the device: the chunked (WY / UT-transform) form
-//! for prefill rows and the recurrent step for decode rows
-//! (`gdn_chunk_prep.cu` + `gdn_chunked.cu`, `gdn_recurrent.cu`; the lite
-//! pair `gdn_chunk_prep_lite.cu` + `gdn_chunked_lite.cu` and the fused
-//! full-width scans `gdn_chunked_fused.cu` / `gdn_chunked_fused_wgmma.cu`
-//! beside them, [`ChunkForm`], not the default), and the
-//! fused decode core of the GDN layer ([`decode`], `gdn_decode.cu`). The
-//! kernel sources are declared in `sources.rs`.
+//! The gated delta rule on the device: the chunked form for prefill rows
+//! (the prep `gdn_chunk_prep.cu`, then a scan of [`ScanWidth`]: the narrow
+//! and wide scans of `gdn_chunked.cu` or the full-width one of
+//! `gdn_chunked_full.cu`, chosen by [`scan_width_for`]), the recurrent step
+//! for decode rows (`gdn_recurrent.cu`), and the fused decode core of the
+//! GDN layer ([`decode`], `gdn_decode.cu`). The kernel sources are declared
+//! in `sources.rs`.
 //!
 //! Semantics are transformers' `torch_recurrent_gated_delta_rule` with
 //! `use_qk_l2norm_in_kernel=True` (see `headroom_model::ops::gated_delta`):
@@ -26,7 +25,7 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 
-pub use launch::{ChunkForm, ScanWidth, Tuning};
+pub use launch::{ScanWidth, Tuning, SCAN_FULL_ARCH};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
 
 /// One gated-delta-rule call over a varlen batch.
@@ -50,11 +49,20 @@ pub struct GdnLaunch<'a> {
 }
 
 /// The prefill scan width for `sequences` sequences of `v_heads` heads on
-/// `sm_count` SMs: 64 columns (half the tile traffic from L2, which bounds
-/// the scan once every SM is busy) when those CTAs fill the GPU, else 32
-/// (twice the CTAs); measured in docs/perf/cuda-gdn.md (gdn3 run 2, gdn5
-/// run 2).
-pub fn scan_width_for(v_heads: usize, sequences: usize, sm_count: usize) -> ScanWidth {
+/// `sm_count` SMs (`full_scan`: the full-width scan can run here, sm_90a).
+/// The full-width scan (one CTA per head and sequence, each chunk's tiles
+/// read once) once its CTAs fill the GPU; below that, 64 columns (half the
+/// tile traffic from L2) when those CTAs fill it, else 32 (twice the CTAs).
+/// Measured in docs/perf/cuda-gdn.md (gdn3 run 2, gdn5 run 2; session 14).
+pub fn scan_width_for(
+    v_heads: usize,
+    sequences: usize,
+    sm_count: usize,
+    full_scan: bool,
+) -> ScanWidth {
+    if full_scan && v_heads.saturating_mul(sequences) >= sm_count {
+        return ScanWidth::Full;
+    }
     let wide_ctas = v_heads
         .saturating_mul(SUPPORTED_DIM / ScanWidth::Wide.columns())
         .saturating_mul(sequences);
@@ -105,9 +113,10 @@ fn run(dev: &CudaDevice, l: &GdnLaunch<'_>, tuning: &Tuning) -> Result<(), CudaE
         launch::recurrent(dev, l, group)?;
     }
     for group in prefill.chunks(launch::MAX_SCAN_SEQS) {
-        let w = tuning
-            .width
-            .unwrap_or_else(|| scan_width_for(l.v_heads, group.len(), dev.sm_count));
+        let w = tuning.width.unwrap_or_else(|| {
+            let full = dev.arch == SCAN_FULL_ARCH;
+            scan_width_for(l.v_heads, group.len(), dev.sm_count, full)
+        });
         launch::chunked(dev, l, group, w, tuning)?;
     }
     Ok(())
@@ -119,11 +128,22 @@ mod tests {
 
     #[test]
     fn the_wide_scan_runs_once_its_ctas_fill_the_gpu() {
-        // 35B-A3B (32 value heads) on an H200 (132 SMs).
-        assert_eq!(scan_width_for(32, 1, 132), ScanWidth::Narrow);
-        assert_eq!(scan_width_for(32, 2, 132), ScanWidth::Narrow);
-        assert_eq!(scan_width_for(32, 3, 132), ScanWidth::Wide);
-        assert_eq!(scan_width_for(32, 8, 132), ScanWidth::Wide);
-        assert_eq!(scan_width_for(usize::MAX, 8, 132), ScanWidth::Wide);
+        // 35B-A3B (32 value heads) on an H200 (132 SMs), without the full-width scan.
+        assert_eq!(scan_width_for(32, 1, 132, false), ScanWidth::Narrow);
+        assert_eq!(scan_width_for(32, 2, 132, false), ScanWidth::Narrow);
+        assert_eq!(scan_width_for(32, 3, 132, false), ScanWidth::Wide);
+        assert_eq!(scan_width_for(32, 8, 132, false), ScanWidth::Wide);
+        assert_eq!(scan_width_for(usize::MAX, 8, 132, false), ScanWidth::Wide);
+    }
+
+    #[test]
+    fn the_full_width_scan_runs_once_its_ctas_fill_the_gpu() {
+        // 35B-A3B (32 value heads) on an H200 (132 SMs): one CTA per head and sequence.
+        assert_eq!(scan_width_for(32, 1, 132, true), ScanWidth::Narrow);
+        assert_eq!(scan_width_for(32, 3, 132, true), ScanWidth::Wide);
+        assert_eq!(scan_width_for(32, 4, 132, true), ScanWidth::Wide);
+        assert_eq!(scan_width_for(32, 5, 132, true), ScanWidth::Full);
+        assert_eq!(scan_width_for(32, 8, 132, true), ScanWidth::Full);
+        assert_eq!(scan_width_for(usize::MAX, 8, 132, true), ScanWidth::Full);
     }
 }

@@ -3,7 +3,9 @@
 
 use crate::kernels::source::KernelSource;
 
-/// Gated delta rule, chunked prefill form: the per-chunk prep.
+/// Gated delta rule, chunked prefill form: the per-chunk prep (writes
+/// `Tβ = T·diag(β)`, P and the factors; docs/perf/cuda-gdn.md, "Session 13,
+/// branch gdnlite").
 pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     name: "gdn_chunk_prep",
     file: "gdn_chunk_prep.cu",
@@ -15,8 +17,8 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     entry_points: &["gdn_chunk_prep_bf16"],
 };
 
-/// Gated delta rule, chunked prefill form: the scan over chunks, 32 or 64
-/// value columns per CTA.
+/// Gated delta rule, chunked prefill form: the scans over the prep's output,
+/// `δ = Tβ·(V − diag(e^G/|k|)·K·S0)`, 32 or 64 value columns per CTA.
 pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
@@ -27,62 +29,19 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     entry_points: &["gdn_chunk_scan_narrow_bf16", "gdn_chunk_scan_wide_bf16"],
 };
 
-/// Gated delta rule, chunked prefill form, the lite prep (docs/perf/cuda-gdn.md,
-/// "Session 13, branch gdnlite"): writes `Tβ = T·diag(β)`, P and factors
-/// instead of W, U, P and factors.
-pub const GDN_CHUNK_PREP_LITE: KernelSource = KernelSource {
-    name: "gdn_chunk_prep_lite",
-    file: "gdn_chunk_prep_lite.cu",
-    source: concat!(
-        include_str!("gdn_common.cuh"),
-        include_str!("gdn_prep_tf32.cuh"),
-        include_str!("gdn_chunk_prep_lite.cu")
-    ),
-    entry_points: &["gdn_chunk_prep_lite_bf16"],
-};
-
-/// Gated delta rule, chunked prefill form, the lite scans over the lite
-/// prep's output: `δ = Tβ·(V − diag(e^G/|k|)·K·S0)`, 32 or 64 value columns
-/// per CTA.
-pub const GDN_CHUNKED_LITE: KernelSource = KernelSource {
-    name: "gdn_chunked_lite",
-    file: "gdn_chunked_lite.cu",
-    source: concat!(
-        include_str!("gdn_common.cuh"),
-        include_str!("gdn_chunked_lite.cu")
-    ),
-    entry_points: &[
-        "gdn_chunk_scan_lite_narrow_bf16",
-        "gdn_chunk_scan_lite_wide_bf16",
-    ],
-};
-
-/// Gated delta rule, chunked prefill form, the fused full-width scan over the
-/// lite prep's output (docs/perf/cuda-gdn.md, "Session 13, branch gdnfused"):
-/// one CTA per (value head, sequence) owning the whole 128 × 128 state,
-/// each chunk's tiles read once per head.
-pub const GDN_CHUNKED_FUSED: KernelSource = KernelSource {
-    name: "gdn_chunked_fused",
-    file: "gdn_chunked_fused.cu",
-    source: concat!(
-        include_str!("gdn_common.cuh"),
-        include_str!("gdn_chunked_fused.cu")
-    ),
-    entry_points: &["gdn_chunk_scan_fused_bf16"],
-};
-
-/// The fused full-width scan with phase 1 (K·S0, Q·S0) on warpgroup MMA
-/// (sm_90a only): `gdn_chunked_fused.cu` with Q, K and Sᵀ in the SW128
-/// layout and one wgmma m64n32k16 chain per column group.
-pub const GDN_CHUNKED_FUSED_WGMMA: KernelSource = KernelSource {
-    name: "gdn_chunked_fused_wgmma",
-    file: "gdn_chunked_fused_wgmma.cu",
+/// Gated delta rule, chunked prefill form: the full-width scan (sm_90a
+/// only; docs/perf/cuda-gdn.md, "Session 13, branch gdnfused"): one CTA per
+/// (value head, sequence) owning the whole 128 × 128 state, each chunk's
+/// tiles read once per head, phase 1 (K·S0, Q·S0) on wgmma m64n32k16.
+pub const GDN_CHUNKED_FULL: KernelSource = KernelSource {
+    name: "gdn_chunked_full",
+    file: "gdn_chunked_full.cu",
     source: concat!(
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("gdn_common.cuh"),
-        include_str!("gdn_chunked_fused_wgmma.cu")
+        include_str!("gdn_chunked_full.cu")
     ),
-    entry_points: &["gdn_chunk_scan_fused_wgmma_bf16"],
+    entry_points: &["gdn_chunk_scan_full_bf16"],
 };
 
 /// Gated delta rule, recurrent decode step.

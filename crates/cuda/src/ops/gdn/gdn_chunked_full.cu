@@ -1,14 +1,13 @@
-// Gated delta rule, chunked form: the FUSED FULL-WIDTH scan
-// (gdn_chunk_scan_fused_bf16) over the lite prep's output
-// (gdn_chunk_prep_lite.cu: Tb = T diag(beta), P, factors). Step 1 of the
-// session-13 plan, first (simple) version; docs/perf/cuda-gdn.md,
-// "Session 13, branch gdnfused".
+// Gated delta rule, chunked form: the full-width scan
+// (gdn_chunk_scan_full_bf16, sm_90a only; ScanWidth::Full) over the prep's
+// output (gdn_chunk_prep.cu: Tb = T diag(beta), P, factors);
+// docs/perf/cuda-gdn.md, "Session 13, branch gdnfused" and "Session 14".
 //
 // One CTA per (value head, sequence) owns the whole 128 x 128 f32 state of
-// that head across all of the sequence's chunks (the lite scans split it
-// into 4 or 2 column-block CTAs that each re-read the chunk's Q, K, P, Tb):
-// every chunk's tiles are read once per head. Per chunk exactly the lite
-// scans' algebra (gdn_chunked_lite.cu states it):
+// that head across all of the sequence's chunks (the narrow and wide scans
+// of gdn_chunked.cu split it into 4 or 2 column-block CTAs that each re-read
+// the chunk's Q, K, P, Tb): every chunk's tiles are read once per head. Per chunk exactly their
+// algebra (gdn_chunked.cu's header states it):
 //   KS = K S0 and QS = Q S0                     (phase 1)
 //   Y  = V - diag(ef) KS                        (epilogue 1; Y in place of V)
 //   delta = Tb Y                                (phase 1b)
@@ -17,10 +16,11 @@
 // with K, Q, V the raw bf16 input rows (zeros past the sequence) and
 // qf, kf, ef, e^{G_L} from the prep's factors.
 //
-// This first version is NOT warp-specialised: 16 warps (512 threads), all of
-// them loading (cp.async, two stages: chunk c + 1's tiles stream in while
-// chunk c computes) and all of them computing on mma.sync m16n8k16 (bf16 in,
-// f32 accumulate), fragments by ldmatrix. Warp w:
+// Not warp-specialised: 16 warps (512 threads), all of them loading
+// (cp.async, two stages: chunk c + 1's tiles stream in while chunk c
+// computes) and all of them computing: phase 1 on wgmma (below), phases 1b
+// and 2 and the state update on mma.sync m16n8k16 (bf16 in, f32
+// accumulate), fragments by ldmatrix. Warp w:
 //   phases 1, 1b, 2 (64 x 128 tiles): rows 16 (w % 4).., columns 32 (w / 4)..
 //     (4 n8 tiles); the four warps of a column group are one warpgroup;
 //   the state: key rows 16 (w % 8).., value columns 64 (w / 8).. (8 n8 tiles,
@@ -31,13 +31,8 @@
 // reads it), one __syncthreads (delta^T and (kf delta)^T complete, every
 // read of S^T done before the state update overwrites it).
 //
-// Shared memory (bytes): two stages of [Q 64 x 136 | K 64 x 136 | P 64 x 72 |
-// Tb 64 x 72 | V (then Y) 64 x 136 | factors 196 f32] = 2 x 71,440; S^T bf16
-// 128 x 136 (34,816); delta^T, (kf delta)^T 128 x 72 each (2 x 18,432):
-// 214,560 in all, one CTA per SM.
-//
-// Rounding points: those of the lite scans (S0 -> bf16 for the S^T tile;
-// KS, QS f32; Y = V - ef KS in f32 rounded once to bf16; Tb bf16 from the
+// Rounding points: those of the narrow and wide scans (S0 -> bf16 for the
+// S^T tile; KS, QS f32; Y = V - ef KS in f32 rounded once to bf16; Tb bf16 from the
 // prep; delta = Tb Y f32, rounded to bf16 as delta and as kf delta; o f32,
 // bf16 on store; S1 f32). The only differences: Y is stored row-major and
 // read by ldmatrix.trans (same values), and the products over the zero
@@ -47,30 +42,90 @@
 // opts as in gdn_chunked.cu (1 = no tile loads after the first chunk,
 // 2 = no arithmetic; timing only, wrong results).
 //
-// gdn_common.cuh is prepended to this source (sources.rs), inside
-// `namespace gdn`.
+// Phase 1 (KS = K S0 and QS = Q S0, 55 % of the chunk's MACs) runs on
+// Hopper warpgroup MMA: warpgroup cg issues 8 k-steps x 2 wgmma m64n32k16
+// (A = the K or Q rows, B = S^T rows 32 cg.., both read by the tensor cores
+// from shared memory, K-major, 128-byte swizzle), then waits for them. Its
+// accumulator fragment is the mma.sync one (warp w % 4 of the warpgroup
+// holds rows 16 (w % 4).., register 4 nt + e = m16n8 C fragment element e of
+// n8 tile nt), so the epilogues are mma.sync code. Q, K and S^T live in
+// shared memory as [2 column blocks][rows][128 B] with the 16-byte chunks
+// XOR-swizzled by (row mod 8) (the SW128 layout of the descriptors, as in
+// attention_fused_wgmma.cu), at 1024-byte aligned offsets from a 1024-byte
+// aligned base; the cp.async loads, the stmatrix.trans stores of S^T and the
+// ldmatrix.trans reads of K^T (state update) address that layout.
+// Generic-proxy writes that a wgmma reads (cp.async of Q/K, stmatrix of
+// S^T) are followed by fence.proxy.async before the loop-head barrier.
+// (Session 13 wrote the same kernel with phase 1 on mma.sync too; it was
+// 4-6 % slower and was not kept.)
+//
+// Shared memory: two stages of [Q 16 KiB | K 16 KiB | P, Tb 64 x 72 | V (then
+// Y) 64 x 136 | factors] padded to 69,632 B; S^T 32 KiB; delta^T, (kf delta)^T
+// 128 x 72: 208,896 B + 1,024 B of alignment slack = 209,920 B.
+//
+// kernels/wgmma_sync.cuh and gdn_common.cuh are prepended to this source
+// (sources.rs), the second inside `namespace gdn`.
+
+using headroom_async::desc_sw128;
+using headroom_async::fence_proxy_async;
+using headroom_async::wgmma_commit;
+using headroom_async::wgmma_fence;
+using headroom_async::wgmma_wait;
 
 constexpr int FUSED_WARPS = 16;
 constexpr int FUSED_THREADS = FUSED_WARPS * 32;
-constexpr int FACL = 196;        // floats per (chunk, head) of the lite factors (gdn_chunk_prep_lite.cu)
-static_assert(FACL == FAC + BT && FACL % 4 == 0, "lite factors: FAC, then ef");
+constexpr int FACL = 196;        // floats per (chunk, head) of the prep's factors (gdn_chunk_prep.cu)
+static_assert(FACL == FAC + BT && FACL % 4 == 0, "factors: FAC, then ef");
 
-// Shared-memory layout (bytes). One stage:
-constexpr int FS_Q = 0;                           // Q rows [BT][LD128]
-constexpr int FS_K = FS_Q + BT * LD128 * 2;       // K rows [BT][LD128]
-constexpr int FS_P = FS_K + BT * LD128 * 2;       // P [BT][LD64]
-constexpr int FS_T = FS_P + BT * LD64 * 2;        // Tb [BT][LD64] (blocks at and below the diagonal)
-constexpr int FS_V = FS_T + BT * LD64 * 2;        // V rows [BT][LD128], overwritten by Y
-constexpr int FS_F = FS_V + BT * LD128 * 2;       // factors [FACL] f32
-constexpr int FS_STAGE = FS_F + FACL * 4;
+// Shared-memory layout (bytes from the 1024-byte aligned base). One stage:
+constexpr int FW_Q = 0;                           // Q rows, SW128 [2][BT][128 B]
+constexpr int FW_K = FW_Q + BT * DK * 2;          // K rows, SW128 [2][BT][128 B]
+constexpr int FW_P = FW_K + BT * DK * 2;          // P [BT][LD64]
+constexpr int FW_T = FW_P + BT * LD64 * 2;        // Tb [BT][LD64] (blocks at and below the diagonal)
+constexpr int FW_V = FW_T + BT * LD64 * 2;        // V rows [BT][LD128], overwritten by Y
+constexpr int FW_F = FW_V + BT * LD128 * 2;       // factors [FACL] f32
+constexpr int FW_STAGE = (FW_F + FACL * 4 + 1023) / 1024 * 1024;
 constexpr int FUSED_STAGES = 2;
-constexpr int FS_HT = FUSED_STAGES * FS_STAGE;    // S^T bf16 [DV][LD128]
-constexpr int FS_VN = FS_HT + DV * LD128 * 2;     // delta^T bf16 [DV][LD64]
-constexpr int FS_VK = FS_VN + DV * LD64 * 2;      // (kf delta)^T bf16 [DV][LD64]
-constexpr int FUSED_SMEM = FS_VK + DV * LD64 * 2;
-static_assert(FS_STAGE % 16 == 0 && FS_F % 16 == 0 && FS_HT % 16 == 0, "tiles stay 16-byte aligned");
-static_assert(FUSED_SMEM == 214560, "launch.rs FUSED_SMEM");
-static_assert(FUSED_SMEM <= 227 * 1024, "one CTA fits an SM");
+constexpr int FW_HT = FUSED_STAGES * FW_STAGE;    // S^T bf16, SW128 [2][DV][128 B] (rows: value columns)
+constexpr int FW_VN = FW_HT + DV * DK * 2;        // delta^T bf16 [DV][LD64]
+constexpr int FW_VK = FW_VN + DV * LD64 * 2;      // (kf delta)^T bf16 [DV][LD64]
+constexpr int FW_END = FW_VK + DV * LD64 * 2;
+constexpr int FUSED_WG_SMEM = FW_END + 1024;      // + slack to align the base to 1024 bytes
+static_assert(FW_STAGE % 1024 == 0 && FW_K % 1024 == 0 && FW_HT % 1024 == 0, "SW128 tiles 1024-byte aligned");
+static_assert(FW_P % 16 == 0 && FW_T % 16 == 0 && FW_V % 16 == 0 && FW_F % 16 == 0, "16-byte aligned tiles");
+static_assert(FW_STAGE == 69632 && FUSED_WG_SMEM == 209920, "launch.rs SCAN_FULL_SMEM");
+static_assert(FUSED_WG_SMEM <= 227 * 1024, "one CTA fits an SM");
+
+// Byte offset of 16-byte chunk c (0..15) of row r in a [2][ROWS][128 B]
+// SW128 tile (columns 0-63, then 64-127; chunk c % 8 of a 128-byte row
+// stored at position (c % 8) ^ (r % 8)).
+template <int ROWS>
+__device__ __forceinline__ unsigned sw128(int r, int c) {
+    return (unsigned)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// d += A B on one wgmma m64n32k16 (bf16 in, f32 accumulate), A (64 x 16)
+// and B (16 x 32) from shared memory by descriptor, both K-major.
+// d[nt][e]: accumulator register 4 nt + e.
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[4][4], unsigned long long da, unsigned long long db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+          "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "l"(da), "l"(db), "r"(1));
+}
+// Pins accumulator registers here: no read or write of them moves across
+// (after wgmma_wait).
+__device__ __forceinline__ void fence_acc(float (&d)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
 
 constexpr int FNT = 4;           // n8 tiles per warp in phases 1, 1b, 2 (32 columns)
 constexpr int FSNT = 8;          // n8 state tiles per warp (64 columns)
@@ -84,15 +139,17 @@ __device__ __forceinline__ void bar_sync_128(int id) {
     asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
 }
 
-// A fragment (16 x 16) of the transpose of a row-major [k][m] tile with row
-// stride ld: element (m, k) of the fragment is s[k][m] (ldmatrix.trans; rows
-// 16-byte aligned). Lanes 8i..8i+7 address matrix i: k rows k0 + 8(i >> 1)..,
-// columns m0 + 8(i & 1)... (As in gdn_chunked.cu.)
-__device__ __forceinline__ void frag_a_trans(unsigned* a, const bf16* s, int ld, int m0, int k0, int lane) {
-    const bf16* p = s + (k0 + (lane & 7) + ((lane >> 4) & 1) * 8) * ld + m0 + ((lane >> 3) & 1) * 8;
+// A fragment (16 x 16) of the transpose of a [k][m] tile of BT rows in the
+// SW128 layout at shared address s: element (m, k) of the fragment is
+// tile[k][m] (ldmatrix.trans). Lanes 8i..8i+7 address matrix i: k rows
+// k0 + 8(i >> 1).., columns m0 + 8(i & 1).. (gdn_chunked.cu's frag_a_trans
+// with the row addresses of the swizzled layout; m0 a multiple of 8).
+__device__ __forceinline__ void frag_a_trans_sw(unsigned* a, unsigned s, int m0, int k0, int lane) {
+    const int r = k0 + (lane & 7) + ((lane >> 4) & 1) * 8;
+    const int c = (m0 >> 3) + ((lane >> 3) & 1);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                 : "r"(smem_addr(p)));
+                 : "r"(s + sw128<BT>(r, c)));
 }
 
 // B fragment (16 x 8) of a row-major [k][n] tile with row stride ld
@@ -115,16 +172,24 @@ __device__ __forceinline__ void stsm_x4_trans(bf16* p, unsigned r0, unsigned r1,
                  "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
 }
+// The same at a shared address (the lane's 16-byte row).
+__device__ __forceinline__ void stsm_x4_trans_at(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
+                                                 unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
 __device__ __forceinline__ unsigned pack_bf16(float a, float b) {
     bf162 v = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<unsigned*>(&v);
 }
 
-extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fused_bf16(
+extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_full_bf16(
     const bf16* __restrict__ qkv, const bf16* __restrict__ tb_in, const bf16* __restrict__ p_in,
     const float* __restrict__ fac_in, float* __restrict__ state, bf16* __restrict__ out, int hk, int hv,
     SeqTable tab, int opts) {
-    unsigned char* smem = dyn_smem;
+    // The tiles start at the first 1024-byte boundary (the SW128 period).
+    unsigned char* smem = dyn_smem + ((1024u - (smem_addr(dyn_smem) & 1023u)) & 1023u);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
     const int h = blockIdx.x, s = blockIdx.y;
@@ -134,28 +199,28 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
     const long long ld_qkv = 2LL * hk * DK + (long long)hv * DV;
     const long long ld_out = (long long)hv * DV;
     const long long v_col = 2LL * hk * DK + (long long)h * DV;  // this head's V in a qkv row
-    bf16* HT = reinterpret_cast<bf16*>(smem + FS_HT);
-    bf16* VN = reinterpret_cast<bf16*>(smem + FS_VN);
-    bf16* VK = reinterpret_cast<bf16*>(smem + FS_VK);
+    const unsigned sHT = smem_addr(smem + FW_HT);
+    bf16* VN = reinterpret_cast<bf16*>(smem + FW_VN);
+    bf16* VK = reinterpret_cast<bf16*>(smem + FW_VK);
 
     // Chunk lc's tiles into stage st (one cp.async group).
     auto load_stage = [&](int st, int lc) {
-        unsigned char* base = smem + st * FS_STAGE;
+        unsigned char* base = smem + st * FW_STAGE;
         const size_t tile = (size_t)(tab.chunk0[s] + lc) * hv + h;
         const long long row0 = (long long)tab.first[s] + (long long)lc * BT;
         const int nrows = min(BT, rows - lc * BT);
-        bf16* Qs = reinterpret_cast<bf16*>(base + FS_Q);
-        bf16* Ks = reinterpret_cast<bf16*>(base + FS_K);
-        bf16* Ps = reinterpret_cast<bf16*>(base + FS_P);
-        bf16* Ts = reinterpret_cast<bf16*>(base + FS_T);
-        bf16* Vs = reinterpret_cast<bf16*>(base + FS_V);
-        float* Fs = reinterpret_cast<float*>(base + FS_F);
+        unsigned char* Qs = base + FW_Q;  // SW128
+        unsigned char* Ks = base + FW_K;  // SW128
+        bf16* Ps = reinterpret_cast<bf16*>(base + FW_P);
+        bf16* Ts = reinterpret_cast<bf16*>(base + FW_T);
+        bf16* Vs = reinterpret_cast<bf16*>(base + FW_V);
+        float* Fs = reinterpret_cast<float*>(base + FW_F);
         for (int e = tid; e < BT * 16; e += FUSED_THREADS) {  // Q, K, V rows (zeros past the sequence)
-            const int r = e >> 4, ch = (e & 15) * 8;
+            const int r = e >> 4, c = e & 15, ch = c * 8;
             const bool ok = r < nrows;
             const bf16* src = qkv + (row0 + r) * ld_qkv;
-            cp_async_16(Qs + r * LD128 + ch, ok ? src + kh * DK + ch : qkv, ok);
-            cp_async_16(Ks + r * LD128 + ch, ok ? src + (long long)(hk + kh) * DK + ch : qkv, ok);
+            cp_async_16(Qs + sw128<BT>(r, c), ok ? src + kh * DK + ch : qkv, ok);
+            cp_async_16(Ks + sw128<BT>(r, c), ok ? src + (long long)(hk + kh) * DK + ch : qkv, ok);
             cp_async_16(Vs + r * LD128 + ch, ok ? src + v_col + ch : qkv, ok);
         }
         for (int e = tid; e < BT * 8; e += FUSED_THREADS) {  // P; Tb at and below its diagonal blocks
@@ -181,16 +246,18 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
             acc_h[nt][2 * hf] = v.x;
             acc_h[nt][2 * hf + 1] = v.y;
         }
-    // S^T in bf16 (HT[col][row]) for the next chunk's phase 1.
+    // S^T in bf16 (HT[col][row], SW128 with DV rows) for the next chunk's
+    // phase 1: lane 8i + j addresses row (value column) hcol0 + 8 (np + i/2) + j,
+    // 16-byte chunk (hrow0 + 8 (i % 2)) / 8 (key rows).
     auto store_ht = [&]() {
         const int i = lane >> 3, j = lane & 7;
 #pragma unroll
         for (int np = 0; np < FSNT; np += 2) {
             const float* a0 = acc_h[np];
             const float* a1 = acc_h[np + 1];
-            stsm_x4_trans(HT + (hcol0 + 8 * (np + (i >> 1)) + j) * LD128 + hrow0 + 8 * (i & 1),
-                          pack_bf16(a0[0], a0[1]), pack_bf16(a0[2], a0[3]), pack_bf16(a1[0], a1[1]),
-                          pack_bf16(a1[2], a1[3]));
+            stsm_x4_trans_at(sHT + sw128<DV>(hcol0 + 8 * (np + (i >> 1)) + j, (hrow0 >> 3) + (i & 1)),
+                             pack_bf16(a0[0], a0[1]), pack_bf16(a0[2], a0[3]), pack_bf16(a1[0], a1[1]),
+                             pack_bf16(a1[2], a1[3]));
         }
     };
     // A 64 x 128 tile's C fragments of this warp (rows m0.., FNT n8 tiles
@@ -216,37 +283,46 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
         // Stage lc % 2 landed (the only group in flight); the barrier also
         // frees the other stage (read by chunk lc - 1) and publishes S^T.
         cp_async_wait_all();
+        fence_proxy_async();  // this thread's cp.async (Q, K) and stmatrix (S^T) writes -> wgmma reads
         __syncthreads();
         const int st = (opts & 1) ? 0 : st_next ^ 1;
         if (lc + 1 < nch && !(opts & 1)) load_stage(st_next, lc + 1);
         st_next ^= 1;
         if (opts & 2) continue;
-        unsigned char* base = smem + st * FS_STAGE;
-        const bf16* Qs = reinterpret_cast<const bf16*>(base + FS_Q);
-        const bf16* Ks = reinterpret_cast<const bf16*>(base + FS_K);
-        const bf16* Ps = reinterpret_cast<const bf16*>(base + FS_P);
-        const bf16* Ts = reinterpret_cast<const bf16*>(base + FS_T);
-        bf16* Ys = reinterpret_cast<bf16*>(base + FS_V);  // V, then Y in place
-        const float* Fs = reinterpret_cast<const float*>(base + FS_F);
+        unsigned char* base = smem + st * FW_STAGE;
+        const unsigned sQ = smem_addr(base + FW_Q);
+        const unsigned sK = smem_addr(base + FW_K);
+        const bf16* Ps = reinterpret_cast<const bf16*>(base + FW_P);
+        const bf16* Ts = reinterpret_cast<const bf16*>(base + FW_T);
+        bf16* Ys = reinterpret_cast<bf16*>(base + FW_V);  // V, then Y in place
+        const float* Fs = reinterpret_cast<const float*>(base + FW_F);
 
-        // Phase 1: KS = K S0 and QS = Q S0 (rows m0.., FNT n8 tiles from n0).
+        // Phase 1: KS = K S0 and QS = Q S0 on wgmma: this warpgroup (column
+        // group cg) computes all 64 rows x columns 32 cg..; this warp's
+        // accumulators are rows m0.., FNT n8 tiles from n0, as in the
+        // mma.sync fragments. k-step ks: column block ks / 4 of the SW128 tiles,
+        // 32 bytes (16 elements) further per step inside its 128-byte rows.
         float ak[FNT][4], ao[FNT][4];
 #pragma unroll
         for (int nt = 0; nt < FNT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) ak[nt][e] = ao[nt][e] = 0.f;
+        {
+            constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
+            const unsigned sB = sHT + (unsigned)(32 * cg * 128);  // S^T rows 32 cg..
+            wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < DK / 16; ++ks) {
-            unsigned fk[4], fq[4];
-            frag_a(fk, Ks, LD128, m0, 16 * ks, lane);
-            frag_a(fq, Qs, LD128, m0, 16 * ks, lane);
-#pragma unroll
-            for (int nt = 0; nt < FNT; ++nt) {
-                unsigned b[2];
-                frag_b(b, HT, LD128, 8 * (n0 + nt), 16 * ks, lane);
-                mma16816(ak[nt], fk, b);
-                mma16816(ao[nt], fq, b);
+            for (int ks = 0; ks < DK / 16; ++ks) {
+                const unsigned col = (unsigned)((ks & 3) * 32);
+                const unsigned a_off = (unsigned)((ks >> 2) * (BT * 128)) + col;
+                const unsigned long long db = desc_sw128(sB + (unsigned)((ks >> 2) * (DV * 128)) + col, 16, SBO);
+                wgmma_m64n32k16_ss(ak, desc_sw128(sK + a_off, 16, SBO), db);
+                wgmma_m64n32k16_ss(ao, desc_sw128(sQ + a_off, 16, SBO), db);
             }
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_acc(ak);
+            fence_acc(ao);
         }
         // Epilogue 1: Y = V - ef KS (f32, rounded once to bf16), written over
         // V element by element (each element read and written by one thread);
@@ -345,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
 #pragma unroll
             for (int ks = 0; ks < BT / 16; ++ks) {
                 unsigned a[4];
-                frag_a_trans(a, Ks, LD128, hrow0, 16 * ks, lane);
+                frag_a_trans_sw(a, sK, hrow0, 16 * ks, lane);
 #pragma unroll
                 for (int nt = 0; nt < FSNT; ++nt) {
                     unsigned b[2];
