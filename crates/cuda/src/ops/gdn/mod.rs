@@ -49,24 +49,28 @@ pub struct GdnLaunch<'a> {
 }
 
 /// The prefill scan width for `sequences` sequences of `v_heads` heads on
-/// `sm_count` SMs (`full_scan`: the full-width scan can run here, sm_90a).
-/// The full-width scan (one CTA per head and sequence, each chunk's tiles
-/// read once) once its CTAs fill the GPU; below that, 64 columns (half the
-/// tile traffic from L2) when those CTAs fill it, else 32 (twice the CTAs).
-/// Measured in docs/perf/cuda-gdn.md (gdn3 run 2, gdn5 run 2; session 14).
+/// `sm_count` SMs (`full_scan`: the full-width scan can run here, sm_90a):
+/// the widest scan (fewest CTAs, least tile traffic per head) whose CTAs
+/// still cover at least half the SMs, else the narrow one (most CTAs). On
+/// the H200 (132 SMs, 32 value heads) that is narrow for one sequence, wide
+/// for two, full-width from three: the crossover measured in
+/// docs/perf/cuda-gdn.md, "Session 14" (`gdn_cross`: the pick was the
+/// fastest width at each of 1–16 × 1,024 and 2–8 × 4,096 rows).
 pub fn scan_width_for(
     v_heads: usize,
     sequences: usize,
     sm_count: usize,
     full_scan: bool,
 ) -> ScanWidth {
-    if full_scan && v_heads.saturating_mul(sequences) >= sm_count {
-        return ScanWidth::Full;
-    }
-    let wide_ctas = v_heads
-        .saturating_mul(SUPPORTED_DIM / ScanWidth::Wide.columns())
-        .saturating_mul(sequences);
-    if wide_ctas >= sm_count {
+    let covers_half = |w: ScanWidth| {
+        let ctas = v_heads
+            .saturating_mul(SUPPORTED_DIM / w.columns())
+            .saturating_mul(sequences);
+        ctas.saturating_mul(2) >= sm_count
+    };
+    if full_scan && covers_half(ScanWidth::Full) {
+        ScanWidth::Full
+    } else if covers_half(ScanWidth::Wide) {
         ScanWidth::Wide
     } else {
         ScanWidth::Narrow
@@ -127,23 +131,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_wide_scan_runs_once_its_ctas_fill_the_gpu() {
-        // 35B-A3B (32 value heads) on an H200 (132 SMs), without the full-width scan.
-        assert_eq!(scan_width_for(32, 1, 132, false), ScanWidth::Narrow);
-        assert_eq!(scan_width_for(32, 2, 132, false), ScanWidth::Narrow);
-        assert_eq!(scan_width_for(32, 3, 132, false), ScanWidth::Wide);
-        assert_eq!(scan_width_for(32, 8, 132, false), ScanWidth::Wide);
-        assert_eq!(scan_width_for(usize::MAX, 8, 132, false), ScanWidth::Wide);
-    }
-
-    #[test]
-    fn the_full_width_scan_runs_once_its_ctas_fill_the_gpu() {
-        // 35B-A3B (32 value heads) on an H200 (132 SMs): one CTA per head and sequence.
+    fn the_widest_scan_whose_ctas_cover_half_the_gpu_runs() {
+        // 35B-A3B (32 value heads) on an H200 (132 SMs): the measured
+        // crossover (session 14) — narrow for 1 sequence, wide for 2,
+        // full-width from 3.
         assert_eq!(scan_width_for(32, 1, 132, true), ScanWidth::Narrow);
-        assert_eq!(scan_width_for(32, 3, 132, true), ScanWidth::Wide);
-        assert_eq!(scan_width_for(32, 4, 132, true), ScanWidth::Wide);
-        assert_eq!(scan_width_for(32, 5, 132, true), ScanWidth::Full);
+        assert_eq!(scan_width_for(32, 2, 132, true), ScanWidth::Wide);
+        assert_eq!(scan_width_for(32, 3, 132, true), ScanWidth::Full);
         assert_eq!(scan_width_for(32, 8, 132, true), ScanWidth::Full);
         assert_eq!(scan_width_for(usize::MAX, 8, 132, true), ScanWidth::Full);
+        // Without the full-width scan (not sm_90a): wide from 2 sequences.
+        assert_eq!(scan_width_for(32, 1, 132, false), ScanWidth::Narrow);
+        assert_eq!(scan_width_for(32, 2, 132, false), ScanWidth::Wide);
+        assert_eq!(scan_width_for(32, 8, 132, false), ScanWidth::Wide);
+        // Other head counts: one sequence of 64 heads is wide (128 CTAs);
+        // 16 heads need 5 sequences for the full-width scan (80 CTAs).
+        assert_eq!(scan_width_for(64, 1, 132, true), ScanWidth::Wide);
+        assert_eq!(scan_width_for(16, 4, 132, true), ScanWidth::Wide);
+        assert_eq!(scan_width_for(16, 5, 132, true), ScanWidth::Full);
     }
 }
