@@ -10,7 +10,7 @@
 //! [`native_takes`] says which calls run here; the others keep the
 //! dequantize + bf16 grouped GEMMs fallback (`crate::backend::moe`).
 
-use super::launch::{launch, run_passes, Params, Workspace};
+use super::launch::{Gemm, GemmWeights, Passes};
 use super::{
     check_len_of, validate_inner, GemmKernel, MoeLaunch, MoePlan, MoeStage, SharedEpilogue, GEMM_BM,
 };
@@ -179,52 +179,28 @@ pub fn routed_experts_fp8(
         });
     }
     let (h, i) = (l.hidden, l.intermediate);
-    let ws = Workspace::alloc(dev, l, &plan, local).map_err(dev_err)?;
+    let passes = Passes::new(dev, l, (first, local), plan, shared).map_err(dev_err)?;
     let xq = Quantized::alloc(dev, plan.chunk_tokens, h).map_err(dev_err)?;
     let aq = Quantized::alloc(dev, plan.chunk_pairs, i).map_err(dev_err)?;
-    run_passes(
-        dev,
-        l,
-        (first, local),
-        &plan,
-        shared,
-        &ws,
-        mark,
-        dev_err,
-        |pass, mark| {
-            let pairs = pass.pairs(l.top_k);
-            let (gate_up_grid, down_grid) = fp8_grids(pass.max_row_tiles(l.top_k, local), h, i);
-            let x = l.x.ptr() + (pass.t0 * h * 2) as u64;
-            quantize_rows(dev, x, pass.tokens, h, &xq)?;
+    let ws = &passes.ws;
+    passes.run(mark, dev_err, |pass, mark| {
+        quantize_rows(dev, pass.x(l), pass.tokens, h, &xq)?;
 
-            mark(MoeStage::GateUp).map_err(dev_err)?;
-            let params = Params::new()
-                .ptr(xq.q.ptr())
-                .ptr(xq.s.ptr())
-                .ptr(ws.r.slot_token.ptr())
-                .ptr(l.gate_up.ptr())
-                .ptr(s.gate_up.ptr())
-                .ptr(ws.act.ptr())
-                .tile_list(&ws.r, local, h, i);
-            launch_fp8(dev, FP8_GATE_UP, gate_up_grid, params)?;
+        mark(MoeStage::GateUp).map_err(dev_err)?;
+        let a = [xq.q.ptr(), xq.s.ptr(), ws.r.slot_token.ptr()];
+        let w = GemmWeights::Fp8(l.gate_up.ptr(), s.gate_up.ptr());
+        passes
+            .launch_gemm(FP8_GATE_UP, pass, Gemm::GateUp, &a, w)
+            .map_err(dev_err)?;
 
-            mark(MoeStage::Down).map_err(dev_err)?;
-            quantize_rows(dev, ws.act.ptr(), pairs, i, &aq)?;
-            let params = Params::new()
-                .ptr(aq.q.ptr())
-                .ptr(aq.s.ptr())
-                .ptr(l.down.ptr())
-                .ptr(s.down.ptr())
-                .ptr(ws.y.ptr())
-                .tile_list(&ws.r, local, i, h);
-            launch_fp8(dev, FP8_DOWN, down_grid, params)
-        },
-    )
-}
-
-/// One FP8 grouped GEMM's launch on kernel `k` of `grid` CTAs.
-fn launch_fp8(dev: &CudaDevice, k: GemmKernel, grid: usize, params: Params) -> OpResult<()> {
-    launch(dev, k.entry, grid, k.threads as u32, k.smem, params).map_err(dev_err)
+        mark(MoeStage::Down).map_err(dev_err)?;
+        quantize_rows(dev, ws.act.ptr(), pass.pairs(l.top_k), i, &aq)?;
+        let a = [aq.q.ptr(), aq.s.ptr()];
+        let w = GemmWeights::Fp8(l.down.ptr(), s.down.ptr());
+        passes
+            .launch_gemm(FP8_DOWN, pass, Gemm::Down, &a, w)
+            .map_err(dev_err)
+    })
 }
 
 #[cfg(test)]
