@@ -7,6 +7,7 @@
 //! launch ([`GroupedGemm`], [`Passes::launch_gemm`]) are the FP8 path's too,
 //! with its own kernels and operands.
 
+use super::weights::weight_map;
 use super::{
     max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
     SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WS_BN,
@@ -499,7 +500,8 @@ fn grouped_gemms(
 }
 
 /// The bf16 weights `w` of `rows` rows of `cols` (K) as `kernel` takes them:
-/// their tensor map (boxes of `WS_BN / 2` rows), or their address.
+/// their tensor map (boxes of `WS_BN / 2` rows; encoded on the buffer's first
+/// use, [`weight_map`]), or their address.
 fn bf16_weights(
     kernel: GemmKernel,
     w: &DeviceBuffer,
@@ -514,7 +516,7 @@ fn bf16_weights(
         cols,
         box_rows: WS_BN / 2,
     };
-    Ok(GemmWeights::Map(m.encode(w.ptr())?))
+    Ok(GemmWeights::Map(weight_map(w, m)?))
 }
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or
@@ -562,7 +564,7 @@ pub(super) fn combine(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{bufs, fake_memory, launch as moe_launch};
+    use super::super::tests::{bufs, fake_map as map, fake_memory, launch as moe_launch};
     use super::*;
 
     /// The parameters as comparable values (a map by its first word).
@@ -619,12 +621,6 @@ mod tests {
         );
 
         // Warp-specialised: no weights' address, their map last.
-        let map = |tag| {
-            // SAFETY: a tensor map is plain words; all zero is a valid value.
-            let mut m: TensorMap = unsafe { std::mem::zeroed() };
-            m.0.opaque[0] = tag;
-            m
-        };
         assert_eq!(
             gate_up(&[x, st], GemmWeights::Map(map(7))),
             values(&tiles(p().ptr(x).ptr(st).ptr(a), h, i).map(map(7)))

@@ -28,6 +28,14 @@ pub(super) fn fake_memory() -> Arc<Allocator> {
     Allocator::new(Box::new(Fake::default()))
 }
 
+/// A fake tensor map told apart by its first word (never given to a kernel).
+pub(super) fn fake_map(tag: u64) -> crate::tensor_map::TensorMap {
+    // SAFETY: a tensor map is plain words; all zero is a valid value.
+    let mut m: crate::tensor_map::TensorMap = unsafe { std::mem::zeroed() };
+    m.0.opaque[0] = tag;
+    m
+}
+
 /// The buffers of a launch of `t` tokens, `h` hidden, `e` experts of `i`.
 pub(super) fn bufs(t: usize, h: usize, e: usize, i: usize) -> Bufs {
     let a = fake_memory();
