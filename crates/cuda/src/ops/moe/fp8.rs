@@ -10,8 +10,10 @@
 //! [`native_takes`] says which calls run here; the others keep the
 //! dequantize + bf16 grouped GEMMs fallback (`crate::backend::moe`).
 
-use super::launch::{launch, run_passes, Params, Workspace};
-use super::{check_len_of, validate_inner, MoeLaunch, MoePlan, MoeStage, SharedEpilogue};
+use super::launch::{Gemm, GemmWeights, Passes};
+use super::{
+    check_len_of, validate_inner, GemmKernel, MoeLaunch, MoePlan, MoeStage, SharedEpilogue, GEMM_BM,
+};
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::launch::dev_err;
@@ -29,6 +31,18 @@ pub const FP8_THREADS: usize = 128;
 /// Dynamic shared memory of one CTA (`SMEM_BYTES`: 3 stages of 64 A and 128
 /// B rows of 128 bytes, on a 1024-byte aligned base).
 pub const FP8_SMEM_BYTES: usize = 3 * (FP8_HM + FP8_BN) * 128 + 1024;
+
+/// An FP8 grouped GEMM's kernel `entry` of `tile_cols` output columns a
+/// CTA: one warpgroup, [`FP8_HM`] rows (two CTAs a routing row tile), one
+/// CTA per tile.
+const fn fp8_kernel(entry: &'static str, tile_cols: usize) -> GemmKernel {
+    GemmKernel::new(entry, FP8_SMEM_BYTES, FP8_THREADS, tile_cols).with_row_ctas(GEMM_BM / FP8_HM)
+}
+
+/// The gate+up kernel: `FP8_BN / 2` columns of act a CTA.
+const FP8_GATE_UP: GemmKernel = fp8_kernel("moe_gemm_gate_up_fp8", FP8_BN / 2);
+/// The down kernel: `FP8_BN` columns of y a CTA.
+const FP8_DOWN: GemmKernel = fp8_kernel("moe_gemm_down_fp8", FP8_BN);
 
 /// The f32 `scale_inv` tables of FP8 experts whose e4m3 codes are the
 /// launch's `gate_up` and `down`.
@@ -95,11 +109,12 @@ pub fn validate_fp8(
 
 /// CTAs of the gate+up and down launches over `row_tiles` row tiles of a
 /// call of `hidden` columns and `intermediate` per expert: two per row tile
-/// and column tile (`FP8_BN / 2` columns of act, `FP8_BN` of y).
+/// and column tile (`FP8_BN / 2` columns of act, `FP8_BN` of y; not
+/// persistent, so whatever the SMs).
 fn fp8_grids(row_tiles: usize, hidden: usize, intermediate: usize) -> (usize, usize) {
     (
-        row_tiles * 2 * (intermediate / (FP8_BN / 2)),
-        row_tiles * 2 * (hidden / FP8_BN),
+        FP8_GATE_UP.grid(row_tiles, intermediate, 1),
+        FP8_DOWN.grid(row_tiles, hidden, 1),
     )
 }
 
@@ -164,59 +179,33 @@ pub fn routed_experts_fp8(
         });
     }
     let (h, i) = (l.hidden, l.intermediate);
-    let ws = Workspace::alloc(dev, l, &plan, local).map_err(dev_err)?;
+    let passes = Passes::new(dev, l, (first, local), plan, shared).map_err(dev_err)?;
     let xq = Quantized::alloc(dev, plan.chunk_tokens, h).map_err(dev_err)?;
     let aq = Quantized::alloc(dev, plan.chunk_pairs, i).map_err(dev_err)?;
-    run_passes(
-        dev,
-        l,
-        (first, local),
-        &plan,
-        shared,
-        &ws,
-        mark,
-        dev_err,
-        |pass, mark| {
-            let pairs = pass.pairs(l.top_k);
-            let (gate_up_grid, down_grid) = fp8_grids(pass.max_row_tiles(l.top_k, local), h, i);
-            let x = l.x.ptr() + (pass.t0 * h * 2) as u64;
-            quantize_rows(dev, x, pass.tokens, h, &xq)?;
+    let ws = &passes.ws;
+    passes.run(mark, dev_err, |pass, mark| {
+        quantize_rows(dev, pass.x(l), pass.tokens, h, &xq)?;
 
-            mark(MoeStage::GateUp).map_err(dev_err)?;
-            let params = Params::new()
-                .ptr(xq.q.ptr())
-                .ptr(xq.s.ptr())
-                .ptr(ws.r.slot_token.ptr())
-                .ptr(l.gate_up.ptr())
-                .ptr(s.gate_up.ptr())
-                .ptr(ws.act.ptr())
-                .tile_list(&ws.r, local, h, i);
-            launch_fp8(dev, "moe_gemm_gate_up_fp8", gate_up_grid, params)?;
+        mark(MoeStage::GateUp).map_err(dev_err)?;
+        let a = [xq.q.ptr(), xq.s.ptr(), ws.r.slot_token.ptr()];
+        let w = GemmWeights::Fp8(l.gate_up.ptr(), s.gate_up.ptr());
+        passes
+            .launch_gemm(FP8_GATE_UP, pass, Gemm::GateUp, &a, w)
+            .map_err(dev_err)?;
 
-            mark(MoeStage::Down).map_err(dev_err)?;
-            quantize_rows(dev, ws.act.ptr(), pairs, i, &aq)?;
-            let params = Params::new()
-                .ptr(aq.q.ptr())
-                .ptr(aq.s.ptr())
-                .ptr(l.down.ptr())
-                .ptr(s.down.ptr())
-                .ptr(ws.y.ptr())
-                .tile_list(&ws.r, local, i, h);
-            launch_fp8(dev, "moe_gemm_down_fp8", down_grid, params)
-        },
-    )
-}
-
-/// One FP8 grouped GEMM's launch (`entry`, one warpgroup a CTA, the
-/// kernels' dynamic shared memory) of `grid` CTAs.
-fn launch_fp8(dev: &CudaDevice, entry: &'static str, grid: usize, params: Params) -> OpResult<()> {
-    launch(dev, entry, grid, FP8_THREADS as u32, FP8_SMEM_BYTES, params).map_err(dev_err)
+        mark(MoeStage::Down).map_err(dev_err)?;
+        quantize_rows(dev, ws.act.ptr(), pass.pairs(l.top_k), i, &aq)?;
+        let a = [aq.q.ptr(), aq.s.ptr()];
+        let w = GemmWeights::Fp8(l.down.ptr(), s.down.ptr());
+        passes
+            .launch_gemm(FP8_DOWN, pass, Gemm::Down, &a, w)
+            .map_err(dev_err)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::sources::MOE_GROUPED_GEMM_FP8;
-    use super::super::GEMM_BM;
     use super::*;
     use crate::kernels::source_constant;
 
@@ -230,6 +219,19 @@ mod tests {
         assert_eq!(source_constant(src, "THREADS"), FP8_THREADS);
         assert_eq!(source_constant(src, "STAGES"), 3);
         assert_eq!(source_constant(src, "BK"), 128);
+    }
+
+    #[test]
+    fn the_kernels_run_one_warpgroup_a_cta_one_cta_a_tile() {
+        let kernels = [FP8_GATE_UP, FP8_DOWN];
+        assert_eq!(MOE_GROUPED_GEMM_FP8.entry_points, kernels.map(|k| k.entry));
+        for k in kernels {
+            assert_eq!(
+                (k.threads, k.smem, k.persistent, k.tma_map, k.row_ctas),
+                (FP8_THREADS, FP8_SMEM_BYTES, false, false, 2)
+            );
+        }
+        assert_eq!((FP8_GATE_UP.tile_cols, FP8_DOWN.tile_cols), (64, 128));
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub const WS_SMEM_DOWN: usize = WS_SMEM_GATE_UP + 2 * 64 * 128 * 2;
 pub const WS_THREADS: usize = 3 * 128;
 
 /// One grouped GEMM's kernel for a call: entry point, dynamic shared memory,
-/// output columns per tile and whether the grid is persistent.
+/// output columns per tile, CTAs per row tile and whether the grid is
+/// persistent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmKernel {
     pub entry: &'static str,
@@ -85,12 +86,58 @@ pub struct GemmKernel {
     /// Whether the kernel takes the weights' tensor map (rows of K, boxes of
     /// 128 rows, SW128) as its last parameter instead of the weights' pointer.
     pub tma_map: bool,
+    /// CTAs per routing row tile of [`GEMM_BM`](super::GEMM_BM) rows (one
+    /// tile's rows, or a share of them each).
+    pub row_ctas: usize,
 }
 
 impl GemmKernel {
+    /// `entry`'s kernel of `threads` threads and `smem` bytes of dynamic
+    /// shared memory, `tile_cols` output columns a tile: one CTA a tile,
+    /// the weights by pointer.
+    pub(super) const fn new(
+        entry: &'static str,
+        smem: usize,
+        threads: usize,
+        tile_cols: usize,
+    ) -> GemmKernel {
+        GemmKernel {
+            entry,
+            smem,
+            threads,
+            tile_cols,
+            persistent: false,
+            ctas_per_sm: 1,
+            tma_map: false,
+            row_ctas: 1,
+        }
+    }
+
+    /// The kernel on a persistent grid of `ctas_per_sm` CTAs per SM.
+    const fn persistent_grid(self, ctas_per_sm: usize) -> GemmKernel {
+        GemmKernel {
+            persistent: true,
+            ctas_per_sm,
+            ..self
+        }
+    }
+
+    /// The kernel taking the weights' tensor map instead of their pointer.
+    const fn with_tma_map(self) -> GemmKernel {
+        GemmKernel {
+            tma_map: true,
+            ..self
+        }
+    }
+
+    /// The kernel with `row_ctas` CTAs a routing row tile.
+    pub(super) const fn with_row_ctas(self, row_ctas: usize) -> GemmKernel {
+        GemmKernel { row_ctas, ..self }
+    }
+
     /// CTAs for `row_tiles` row tiles of `cols` output columns on `sms` SMs.
     pub fn grid(&self, row_tiles: usize, cols: usize, sms: usize) -> usize {
-        let tiles = row_tiles * (cols / self.tile_cols);
+        let tiles = row_tiles * self.row_ctas * (cols / self.tile_cols);
         if self.persistent {
             tiles.min(sms.max(1) * self.ctas_per_sm)
         } else {
@@ -143,27 +190,13 @@ impl GemmImpl {
     }
 
     fn narrow(self, entry: &'static str, tile_cols: usize) -> GemmKernel {
-        GemmKernel {
-            entry,
-            smem: self.smem_bytes(),
-            threads: GEMM_THREADS,
-            tile_cols,
-            persistent: false,
-            ctas_per_sm: 1,
-            tma_map: false,
-        }
+        GemmKernel::new(entry, self.smem_bytes(), GEMM_THREADS, tile_cols)
     }
 
     fn warp_specialized(entry: &'static str, smem: usize, tile_cols: usize) -> GemmKernel {
-        GemmKernel {
-            entry,
-            smem,
-            threads: WS_THREADS,
-            tile_cols,
-            persistent: true,
-            ctas_per_sm: 1,
-            tma_map: true,
-        }
+        GemmKernel::new(entry, smem, WS_THREADS, tile_cols)
+            .persistent_grid(1)
+            .with_tma_map()
     }
 
     /// The family a pass over `local` experts runs: [`GemmImpl::Wgmma`] for
@@ -184,15 +217,7 @@ impl GemmImpl {
             (GemmImpl::Stream, false) => "moe_gemm_down_stream_bf16",
             _ => return None,
         };
-        Some(GemmKernel {
-            entry,
-            smem: STREAM_SMEM_BYTES,
-            threads: GEMM_THREADS,
-            tile_cols,
-            persistent: true,
-            ctas_per_sm: 2,
-            tma_map: false,
-        })
+        Some(GemmKernel::new(entry, STREAM_SMEM_BYTES, GEMM_THREADS, tile_cols).persistent_grid(2))
     }
 
     /// The gate+up kernel for `intermediate` columns of act (the 128 x 256

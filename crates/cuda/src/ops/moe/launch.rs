@@ -3,9 +3,11 @@
 //! the scatter of a small pass), scatter,
 //! gate+up GEMM, down GEMM, combine. Grids are sized from the plan, never
 //! from the routing, so nothing waits for the device. The pass loop
-//! ([`MoePlan::passes`], [`run_passes`]) is the FP8 path's too, with its own
-//! grouped GEMMs.
+//! ([`MoePlan::passes`], [`Passes`]) and the grouped GEMMs' parameters and
+//! launch ([`GroupedGemm`], [`Passes::launch_gemm`]) are the FP8 path's too,
+//! with its own kernels and operands.
 
+use super::weights::weight_map;
 use super::{
     max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
     SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WS_BN,
@@ -62,16 +64,6 @@ impl Params {
         self.0.push(Param::Map(Box::new(m)));
         self
     }
-    /// The tail every grouped GEMM's signature shares: the routing's
-    /// `expert_offsets` and `tile_offsets` of `r`, the `local` experts and
-    /// the GEMM's K and N (hidden and intermediate, or the reverse).
-    pub(super) fn tile_list(self, r: &RouteBuffers, local: usize, k: usize, n: usize) -> Self {
-        self.ptr(r.expert_offsets.ptr())
-            .ptr(r.tile_offsets.ptr())
-            .int(local)
-            .int(k)
-            .int(n)
-    }
     /// Pointers to each value, as the driver takes them (valid while `self` is).
     fn raw(&mut self) -> Vec<*mut c_void> {
         self.0
@@ -82,6 +74,83 @@ impl Params {
                 Param::Map(m) => &mut **m as *mut TensorMap as *mut c_void,
             })
             .collect()
+    }
+}
+
+/// A grouped GEMM's weights, as its kernel takes them.
+#[derive(Clone, Copy)]
+pub(super) enum GemmWeights {
+    /// bf16 `[rows][K]` at this address, right after the A side.
+    Bf16(u64),
+    /// The addresses of e4m3 codes `[rows][K]` and of their f32 block
+    /// scales, right after the A side.
+    Fp8(u64, u64),
+    /// The bf16 weights' TMA tensor map, the last parameter.
+    Map(TensorMap),
+}
+
+/// A pass's two grouped GEMMs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gemm {
+    /// The gathered rows of x by gate and up, SwiGLU into act: K hidden, N
+    /// intermediate.
+    GateUp,
+    /// act by down into y: K intermediate, N hidden.
+    Down,
+}
+
+/// One grouped GEMM of a pass, as every family's kernels take it: the A
+/// side's pointers, the weights (unless a map), the output, then the tile
+/// list (the routing's `expert_offsets` and `tile_offsets`, the local
+/// experts, K and N), then the weights' map if any.
+pub(super) struct GroupedGemm<'a> {
+    /// The A side: the pass's rows of x and the slots' tokens (gate+up), or
+    /// act (down); e4m3 codes with their scales on the FP8 path.
+    a: &'a [u64],
+    w: GemmWeights,
+    /// act (gate+up) or y (down).
+    out: u64,
+    /// K and N: hidden and intermediate for gate+up, the reverse for down.
+    k: usize,
+    n: usize,
+}
+
+impl<'a> GroupedGemm<'a> {
+    /// `l`'s GEMM `gemm` of a pass on the A side `a` and the weights `w`,
+    /// into `ws`.
+    fn new(
+        gemm: Gemm,
+        l: &MoeLaunch<'_>,
+        ws: &Workspace,
+        a: &'a [u64],
+        w: GemmWeights,
+    ) -> GroupedGemm<'a> {
+        let (k, n, out) = match gemm {
+            Gemm::GateUp => (l.hidden, l.intermediate, ws.act.ptr()),
+            Gemm::Down => (l.intermediate, l.hidden, ws.y.ptr()),
+        };
+        GroupedGemm { a, w, out, k, n }
+    }
+
+    /// The kernel's parameters over the tile list of `r` and `local` experts.
+    fn params(&self, r: &RouteBuffers, local: usize) -> Params {
+        let mut p = self.a.iter().fold(Params::new(), |p, &a| p.ptr(a));
+        p = match self.w {
+            GemmWeights::Bf16(w) => p.ptr(w),
+            GemmWeights::Fp8(codes, scales) => p.ptr(codes).ptr(scales),
+            GemmWeights::Map(_) => p,
+        };
+        p = p
+            .ptr(self.out)
+            .ptr(r.expert_offsets.ptr())
+            .ptr(r.tile_offsets.ptr())
+            .int(local)
+            .int(self.k)
+            .int(self.n);
+        match self.w {
+            GemmWeights::Map(m) => p.map(m),
+            _ => p,
+        }
     }
 }
 
@@ -203,6 +272,11 @@ impl Pass {
         self.tokens * top_k
     }
 
+    /// The device address of the pass's first row of `l.x`.
+    pub(super) fn x(self, l: &MoeLaunch<'_>) -> u64 {
+        l.x.ptr() + (self.t0 * l.hidden * 2) as u64
+    }
+
     /// Upper bound of the pass's row tiles over `local` experts (its grids
     /// are sized on it): [`max_row_tiles`] of its pairs.
     pub(super) fn max_row_tiles(self, top_k: usize, local: usize) -> usize {
@@ -225,34 +299,84 @@ impl MoePlan {
     }
 }
 
-/// The pass loop of one call on the workspace `ws` (zeroing its routing
-/// counts first): for each of `plan`'s passes, `mark(Route)`, the routing,
-/// `gemms(pass, mark)` (the format's grouped GEMMs, which mark
-/// [`MoeStage::GateUp`] and [`MoeStage::Down`] themselves), `mark(Combine)`,
-/// the combine, `mark(End)`. The device's errors and the marks' become `E`
-/// through `err`; the first error ends the call.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn run_passes<E>(
-    dev: &CudaDevice,
-    l: &MoeLaunch<'_>,
-    (first, local): (usize, usize),
-    plan: &MoePlan,
-    shared: Option<&SharedEpilogue<'_>>,
-    ws: &Workspace,
-    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
-    err: impl Fn(CudaError) -> E,
-    mut gemms: impl FnMut(Pass, &mut dyn FnMut(MoeStage) -> Result<(), CudaError>) -> Result<(), E>,
-) -> Result<(), E> {
-    dev.fill_bytes(&ws.r.counts, 0).map_err(&err)?;
-    for pass in plan.passes(l.tokens) {
-        mark(MoeStage::Route).map_err(&err)?;
-        route(dev, l, (first, local), pass, &ws.r).map_err(&err)?;
-        gemms(pass, mark)?;
-        mark(MoeStage::Combine).map_err(&err)?;
-        combine(dev, l, pass, shared, ws).map_err(&err)?;
-        mark(MoeStage::End).map_err(&err)?;
+/// One call's passes: the launch `l` over its experts `first .. first +
+/// local`, the plan it was validated to, the shared expert's epilogue if
+/// any, and the workspace of its largest pass.
+pub(super) struct Passes<'a> {
+    dev: &'a CudaDevice,
+    l: &'a MoeLaunch<'a>,
+    /// `(first, local)`.
+    experts: (usize, usize),
+    plan: MoePlan,
+    shared: Option<&'a SharedEpilogue<'a>>,
+    pub(super) ws: Workspace,
+}
+
+impl<'a> Passes<'a> {
+    /// The passes of `plan` (validated for `l` over `experts` with `shared`)
+    /// and their workspace.
+    pub(super) fn new(
+        dev: &'a CudaDevice,
+        l: &'a MoeLaunch<'a>,
+        experts: (usize, usize),
+        plan: MoePlan,
+        shared: Option<&'a SharedEpilogue<'a>>,
+    ) -> Result<Self, CudaError> {
+        let ws = Workspace::alloc(dev, l, &plan, experts.1)?;
+        Ok(Passes {
+            dev,
+            l,
+            experts,
+            plan,
+            shared,
+            ws,
+        })
     }
-    Ok(())
+
+    /// The pass loop (zeroing the routing counts first): for each pass,
+    /// `mark(Route)`, the routing, `gemms(pass, mark)` (the format's grouped
+    /// GEMMs, which mark [`MoeStage::GateUp`] and [`MoeStage::Down`]
+    /// themselves), `mark(Combine)`, the combine, `mark(End)`. The device's
+    /// errors and the marks' become `E` through `err`; the first error ends
+    /// the call.
+    pub(super) fn run<E>(
+        &self,
+        mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+        err: impl Fn(CudaError) -> E,
+        mut gemms: impl FnMut(Pass, &mut dyn FnMut(MoeStage) -> Result<(), CudaError>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let (dev, l, ws) = (self.dev, self.l, &self.ws);
+        dev.fill_bytes(&ws.r.counts, 0).map_err(&err)?;
+        for pass in self.plan.passes(l.tokens) {
+            mark(MoeStage::Route).map_err(&err)?;
+            route(dev, l, self.experts, pass, &ws.r).map_err(&err)?;
+            gemms(pass, mark)?;
+            mark(MoeStage::Combine).map_err(&err)?;
+            combine(dev, l, pass, self.shared, ws).map_err(&err)?;
+            mark(MoeStage::End).map_err(&err)?;
+        }
+        Ok(())
+    }
+
+    /// `pass`'s GEMM `gemm` on the A side `a` and the weights `w`, launched
+    /// on `kernel` over (at most) the pass's row tiles of N output columns:
+    /// [`GemmKernel::grid`]'s CTAs.
+    pub(super) fn launch_gemm(
+        &self,
+        kernel: GemmKernel,
+        pass: Pass,
+        gemm: Gemm,
+        a: &[u64],
+        w: GemmWeights,
+    ) -> Result<(), CudaError> {
+        let g = GroupedGemm::new(gemm, self.l, &self.ws, a, w);
+        let local = self.experts.1;
+        let row_tiles = pass.max_row_tiles(self.l.top_k, local);
+        let grid = kernel.grid(row_tiles, g.n, self.dev.sm_count);
+        let params = g.params(&self.ws.r, local);
+        let threads = kernel.threads as u32;
+        launch(self.dev, kernel.entry, grid, threads, kernel.smem, params)
+    }
 }
 
 /// [`routed_experts_marked`] of the experts `first .. first + local` only
@@ -273,14 +397,8 @@ pub(super) fn routed_experts_range(
             detail: format!("the {imp:?} grouped GEMMs need sm_90a, not {}", dev.arch),
         });
     }
-    let ws = Workspace::alloc(dev, l, &plan, local)?;
-    run_passes(
-        dev,
-        l,
-        (first, local),
-        &plan,
-        shared,
-        &ws,
+    let passes = Passes::new(dev, l, (first, local), plan, shared)?;
+    passes.run(
         mark,
         |e| e,
         |pass, mark| {
@@ -288,7 +406,7 @@ pub(super) fn routed_experts_range(
             let pass_imp = imp
                 .unwrap_or_else(|| GemmImpl::for_pass(&dev.arch, pairs, l.experts))
                 .for_experts(local);
-            grouped_gemms(dev, l, local, pass, pass_imp, &ws, mark)
+            grouped_gemms(&passes, pass, pass_imp, mark)
         },
     )
 }
@@ -360,76 +478,45 @@ pub(super) fn route(
 
 /// The gate+up and down grouped GEMMs of one pass on `imp`'s kernels.
 fn grouped_gemms(
-    dev: &CudaDevice,
-    l: &MoeLaunch<'_>,
-    local: usize,
+    p: &Passes<'_>,
     pass: Pass,
     imp: GemmImpl,
-    ws: &Workspace,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
+    let (l, ws, local) = (p.l, &p.ws, p.experts.1);
     let (h, i) = (l.hidden, l.intermediate);
-    let max_row_tiles = pass.max_row_tiles(l.top_k, local);
-    let x = l.x.ptr() + (pass.t0 * h * 2) as u64;
-    let (gate_up, down) = (imp.gate_up(i), imp.down(h));
 
     mark(MoeStage::GateUp)?;
-    let params = if gate_up.tma_map {
-        // Local experts' gate and up rows of hidden, in boxes of 128 rows.
-        let w = Sw128Map {
-            rows: local * 2 * i,
-            cols: h,
-            box_rows: WS_BN / 2,
-        };
-        Params::new()
-            .ptr(x)
-            .ptr(ws.r.slot_token.ptr())
-            .ptr(ws.act.ptr())
-            .tile_list(&ws.r, local, h, i)
-            .map(w.encode(l.gate_up.ptr())?)
-    } else {
-        Params::new()
-            .ptr(x)
-            .ptr(ws.r.slot_token.ptr())
-            .ptr(l.gate_up.ptr())
-            .ptr(ws.act.ptr())
-            .tile_list(&ws.r, local, h, i)
-    };
-    launch_gemm(dev, gate_up, max_row_tiles, i, params)?;
+    let k = imp.gate_up(i);
+    // Local experts' gate and up rows of hidden.
+    let w = bf16_weights(k, l.gate_up, local * 2 * i, h)?;
+    let a = [pass.x(l), ws.r.slot_token.ptr()];
+    p.launch_gemm(k, pass, Gemm::GateUp, &a, w)?;
 
     mark(MoeStage::Down)?;
-    let params = if down.tma_map {
-        let w = Sw128Map {
-            rows: local * h,
-            cols: i,
-            box_rows: WS_BN / 2,
-        };
-        Params::new()
-            .ptr(ws.act.ptr())
-            .ptr(ws.y.ptr())
-            .tile_list(&ws.r, local, i, h)
-            .map(w.encode(l.down.ptr())?)
-    } else {
-        Params::new()
-            .ptr(ws.act.ptr())
-            .ptr(l.down.ptr())
-            .ptr(ws.y.ptr())
-            .tile_list(&ws.r, local, i, h)
-    };
-    launch_gemm(dev, down, max_row_tiles, h, params)
+    let k = imp.down(h);
+    let w = bf16_weights(k, l.down, local * h, i)?;
+    p.launch_gemm(k, pass, Gemm::Down, &[ws.act.ptr()], w)
 }
 
-/// `k`'s launch over `row_tiles` row tiles (at most) of `cols` output
-/// columns: one CTA a tile, or a persistent grid.
-fn launch_gemm(
-    dev: &CudaDevice,
-    k: GemmKernel,
-    row_tiles: usize,
+/// The bf16 weights `w` of `rows` rows of `cols` (K) as `kernel` takes them:
+/// their tensor map (boxes of `WS_BN / 2` rows; encoded on the buffer's first
+/// use, [`weight_map`]), or their address.
+fn bf16_weights(
+    kernel: GemmKernel,
+    w: &DeviceBuffer,
+    rows: usize,
     cols: usize,
-    params: Params,
-) -> Result<(), CudaError> {
-    let grid = k.grid(row_tiles, cols, dev.sm_count);
-    launch(dev, k.entry, grid, k.threads as u32, k.smem, params)
+) -> Result<GemmWeights, CudaError> {
+    if !kernel.tma_map {
+        return Ok(GemmWeights::Bf16(w.ptr()));
+    }
+    let m = Sw128Map {
+        rows,
+        cols,
+        box_rows: WS_BN / 2,
+    };
+    Ok(GemmWeights::Map(weight_map(w, m)?))
 }
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or
@@ -472,5 +559,91 @@ pub(super) fn combine(
                     .ptr(s.out.ptr() + row),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{bufs, fake_map as map, fake_memory, launch as moe_launch};
+    use super::*;
+
+    /// The parameters as comparable values (a map by its first word).
+    fn values(p: &Params) -> Vec<(char, u64)> {
+        p.0.iter()
+            .map(|v| match v {
+                Param::Ptr(v) => ('p', *v),
+                Param::Int(v) => ('i', *v as u64),
+                Param::Map(m) => ('m', m.0.opaque[0]),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_family_takes_its_operands_then_the_tile_list_then_a_map() {
+        let (t, h, e, i) = (64, 256, 8, 128);
+        let b = bufs(t, h, e, i);
+        let l = moe_launch(&b, t, h, e, 2, i);
+        let mem = fake_memory();
+        let buf = || mem.alloc(4).unwrap();
+        let r = RouteBuffers {
+            topk_expert: buf(),
+            topk_weight: buf(),
+            slot_token: buf(),
+            pair_slot: buf(),
+            counts: buf(),
+            expert_offsets: buf(),
+            tile_offsets: buf(),
+        };
+        let (act, y) = (buf(), buf());
+        let (st, a, yp) = (r.slot_token.ptr(), act.ptr(), y.ptr());
+        let (eo, to) = (r.expert_offsets.ptr(), r.tile_offsets.ptr());
+        let ws = Workspace { r, act, y };
+        let local = 6;
+        let pass = Pass { t0: 16, tokens: 32 };
+        let x = pass.x(&l);
+        assert_eq!(x, l.x.ptr() + 16 * 256 * 2);
+        let (gu, dn) = (l.gate_up.ptr(), l.down.ptr());
+        let got = |g: GroupedGemm<'_>| values(&g.params(&ws.r, local));
+        let gate_up = |a: &[u64], w| got(GroupedGemm::new(Gemm::GateUp, &l, &ws, a, w));
+        let down = |a: &[u64], w| got(GroupedGemm::new(Gemm::Down, &l, &ws, a, w));
+        // The kernels' signatures: the operands, then the tile list.
+        let tiles = |p: Params, k: usize, n: usize| p.ptr(eo).ptr(to).int(local).int(k).int(n);
+        let p = Params::new;
+
+        // mma.sync, wgmma and streaming: the weights' address after A.
+        assert_eq!(
+            gate_up(&[x, st], GemmWeights::Bf16(gu)),
+            values(&tiles(p().ptr(x).ptr(st).ptr(gu).ptr(a), h, i))
+        );
+        assert_eq!(
+            down(&[a], GemmWeights::Bf16(dn)),
+            values(&tiles(p().ptr(a).ptr(dn).ptr(yp), i, h))
+        );
+
+        // Warp-specialised: no weights' address, their map last.
+        assert_eq!(
+            gate_up(&[x, st], GemmWeights::Map(map(7))),
+            values(&tiles(p().ptr(x).ptr(st).ptr(a), h, i).map(map(7)))
+        );
+        assert_eq!(
+            down(&[a], GemmWeights::Map(map(9))),
+            values(&tiles(p().ptr(a).ptr(yp), i, h).map(map(9)))
+        );
+
+        // FP8: A's codes and scales, then the weights' codes and scales.
+        let (xq, xs, aq, as_) = (0x10, 0x20, 0x30, 0x40);
+        let (gs, ds) = (0x50, 0x60);
+        assert_eq!(
+            gate_up(&[xq, xs, st], GemmWeights::Fp8(gu, gs)),
+            values(&tiles(
+                p().ptr(xq).ptr(xs).ptr(st).ptr(gu).ptr(gs).ptr(a),
+                h,
+                i
+            ))
+        );
+        assert_eq!(
+            down(&[aq, as_], GemmWeights::Fp8(dn, ds)),
+            values(&tiles(p().ptr(aq).ptr(as_).ptr(dn).ptr(ds).ptr(yp), i, h))
+        );
     }
 }

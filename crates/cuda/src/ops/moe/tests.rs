@@ -15,7 +15,7 @@ impl RawMemory for Fake {
     fn free(&self, _ptr: u64) {}
 }
 
-struct Bufs {
+pub(super) struct Bufs {
     x: DeviceBuffer,
     logits: DeviceBuffer,
     gate_up: DeviceBuffer,
@@ -23,8 +23,22 @@ struct Bufs {
     out: DeviceBuffer,
 }
 
-fn bufs(t: usize, h: usize, e: usize, i: usize) -> Bufs {
-    let a: Arc<Allocator> = Allocator::new(Box::new(Fake::default()));
+/// An allocator of fake memory (addresses from 0x1000 up, never freed).
+pub(super) fn fake_memory() -> Arc<Allocator> {
+    Allocator::new(Box::new(Fake::default()))
+}
+
+/// A fake tensor map told apart by its first word (never given to a kernel).
+pub(super) fn fake_map(tag: u64) -> crate::tensor_map::TensorMap {
+    // SAFETY: a tensor map is plain words; all zero is a valid value.
+    let mut m: crate::tensor_map::TensorMap = unsafe { std::mem::zeroed() };
+    m.0.opaque[0] = tag;
+    m
+}
+
+/// The buffers of a launch of `t` tokens, `h` hidden, `e` experts of `i`.
+pub(super) fn bufs(t: usize, h: usize, e: usize, i: usize) -> Bufs {
+    let a = fake_memory();
     Bufs {
         x: a.alloc(t * h * 2).unwrap(),
         logits: a.alloc(t * e * 4).unwrap(),
@@ -34,7 +48,8 @@ fn bufs(t: usize, h: usize, e: usize, i: usize) -> Bufs {
     }
 }
 
-fn launch(b: &Bufs, t: usize, h: usize, e: usize, k: usize, i: usize) -> MoeLaunch<'_> {
+/// The launch of `b` with top-`k` routing.
+pub(super) fn launch(b: &Bufs, t: usize, h: usize, e: usize, k: usize, i: usize) -> MoeLaunch<'_> {
     MoeLaunch {
         x: &b.x,
         router_logits: &b.logits,
@@ -268,7 +283,7 @@ fn only_the_mma_sync_kernels_run_off_hopper() {
 #[test]
 fn the_shared_epilogue_is_checked_and_the_f32_out_is_not_needed() {
     let (t, h, e, i) = (16, 256, 8, 128);
-    let a: Arc<Allocator> = Allocator::new(Box::new(Fake::default()));
+    let a = fake_memory();
     let b = bufs(t, h, e, i);
     let mut l = launch(&b, t, h, e, 2, i);
     let small = a.alloc(4).unwrap();
