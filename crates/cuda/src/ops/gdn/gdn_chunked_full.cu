@@ -164,24 +164,12 @@ __device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld,
                  : "r"(smem_addr(p)));
 }
 
-// Transposed store of four 8x8 bf16 matrices from mma C-fragment halves
-// (packed bf16 pairs): lanes 8i..8i+7 address rows 0..7 of matrix i, which
-// receive its columns (stmatrix.trans, sm_90; rows 16-byte aligned).
-__device__ __forceinline__ void stsm_x4_trans(bf16* p, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(p)),
-                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-                 : "memory");
-}
-// The same at a shared address (the lane's 16-byte row).
+// stsm_x4_trans (gdn_common.cuh) at a shared address (the lane's 16-byte row).
 __device__ __forceinline__ void stsm_x4_trans_at(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
                                                  unsigned r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0),
                  "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
-}
-__device__ __forceinline__ unsigned pack_bf16(float a, float b) {
-    bf162 v = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<unsigned*>(&v);
 }
 
 extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_full_bf16(
