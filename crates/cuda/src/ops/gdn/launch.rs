@@ -14,9 +14,9 @@ pub const CHUNK: usize = 64;
 
 /// Value columns per scan CTA: 32 (`Narrow`, 4 CTAs per head and sequence),
 /// 64 (`Wide`, 2 CTAs, half the tile traffic) — the scans of
-/// `gdn_chunked_lite.cu` — or all 128 (`Full`, one CTA per head and
+/// `gdn_chunked.cu` — or all 128 (`Full`, one CTA per head and
 /// sequence owning the whole state, every chunk's tiles read once; the
-/// fused scan of `gdn_chunked_fused_wgmma.cu`, sm_90a only).
+/// fused scan of `gdn_chunked_full.cu`, sm_90a only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScanWidth {
     Narrow,
@@ -71,7 +71,7 @@ impl ScanWidth {
     }
 }
 
-/// The lite prep kernel (`gdn_chunk_prep_lite.cu`).
+/// The prep kernel (`gdn_chunk_prep.cu`).
 const PREP_ENTRY: &str = "gdn_chunk_prep_bf16";
 /// The full-width scan (`gdn_chunked_fused_wgmma.cu`).
 const SCAN_FULL_ENTRY: &str = "gdn_chunk_scan_full_bf16";
@@ -88,7 +88,7 @@ pub const SCAN_THREADS: usize = 256;
 pub const MAX_SCAN_SEQS: usize = 128;
 /// Sequences per decode launch (`gdn_rec::MAX_SEQS`).
 pub const MAX_DECODE_SEQS: usize = 384;
-/// f32 factors per (chunk, head) before the lite prep's `ef` (`FAC`):
+/// f32 factors per (chunk, head) before the prep's `ef` (`FAC`):
 /// qf, kf, e^{G_L} and padding.
 pub const FAC: usize = 132;
 /// f32 factors per (chunk, head) the prep writes (`FACL`): `FAC`, then
@@ -397,7 +397,7 @@ mod tests {
             assert!(w.smem_bytes() <= 227 * 1024, "{w:?}");
         }
         // LiteCfg<32, 3> and LiteCfg<64, 2>, as computed by hand (and
-        // static_assert-ed in gdn_chunked_lite.cu).
+        // static_assert-ed in gdn_chunked.cu).
         assert_eq!(ScanWidth::Narrow.smem_bytes(), 199_984);
         assert_eq!(ScanWidth::Wide.smem_bytes(), 171_552);
         let src = GDN_CHUNKED.source;
