@@ -452,4 +452,12 @@ mod tests {
             assert!(err.contains("sm_90a") && err.contains(arch), "{err}");
         }
     }
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn every_entry_compiles_for_sm_90a_without_spills() {
+        for k in [GDN_CHUNK_PREP, GDN_CHUNKED, GDN_CHUNKED_FULL, GDN_RECURRENT] {
+            crate::nvrtc::compile_sm90a_without_spills(&k);
+        }
+    }
 }
