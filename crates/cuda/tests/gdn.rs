@@ -9,7 +9,6 @@ use headroom_cuda::alloc::{Allocator, DeviceBuffer, RawMemory};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::gdn::{
     gated_delta_rule, gated_delta_rule_tuned, validate, GdnLaunch, ScanWidth, Tuning,
-    SCAN_FULL_ARCH,
 };
 use headroom_cuda::CudaError;
 use rand::{Rng, SeedableRng};
@@ -26,7 +25,7 @@ const WIDTHS: [ScanWidth; 3] = [ScanWidth::Narrow, ScanWidth::Wide, ScanWidth::F
 fn widths(dev: &CudaDevice) -> Vec<ScanWidth> {
     WIDTHS
         .into_iter()
-        .filter(|&w| w != ScanWidth::Full || dev.arch == SCAN_FULL_ARCH)
+        .filter(|&w| w.runs_on(&dev.arch))
         .collect()
 }
 type Seq = (usize, usize, usize);

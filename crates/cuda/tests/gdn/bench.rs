@@ -130,8 +130,7 @@ fn crossover(dev: &CudaDevice, widths: &[ScanWidth], reps: usize, not_finite: &m
         let x = Inputs::random(d, n * len, n, 11);
         let bufs = OnDevice::upload(dev, &x);
         let seqs: Vec<Seq> = (0..n).map(|i| (i, i * len, len)).collect();
-        let full = dev.arch == headroom_cuda::ops::gdn::SCAN_FULL_ARCH;
-        let pick = headroom_cuda::ops::gdn::scan_width_for(d.hv, n, dev.sm_count, full);
+        let pick = headroom_cuda::ops::gdn::scan_width_on(dev, d.hv, n);
         let mut best = (f64::INFINITY, ScanWidth::Narrow);
         for &w in widths {
             let tuning = Tuning {

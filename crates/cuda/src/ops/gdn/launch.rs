@@ -49,6 +49,11 @@ impl ScanWidth {
             ScanWidth::Wide | ScanWidth::Full => 2,
         }
     }
+    /// Whether this width's scan is built for `arch`: every width but `Full`
+    /// runs anywhere, `Full` on [`SCAN_FULL_ARCH`] alone (wgmma).
+    pub fn runs_on(self, arch: &str) -> bool {
+        self != ScanWidth::Full || arch == SCAN_FULL_ARCH
+    }
     /// Threads of the scan kernel (eight warps; sixteen for `Full`).
     pub fn threads(self) -> usize {
         match self {
@@ -165,10 +170,10 @@ fn u32_of(v: usize, what: &str) -> Result<u32, CudaError> {
     u32::try_from(v).map_err(|_| CudaError::InvalidLaunch(format!("{what} {v} exceeds u32")))
 }
 
-/// Refuses `width` on a GPU of `arch` where its scan cannot run: the
-/// full-width scan exists for sm_90a alone (wgmma).
+/// Refuses `width` on a GPU of `arch` where its scan cannot run
+/// ([`ScanWidth::runs_on`]).
 fn check_width(arch: &str, width: ScanWidth) -> Result<(), CudaError> {
-    if width == ScanWidth::Full && arch != SCAN_FULL_ARCH {
+    if !width.runs_on(arch) {
         return Err(CudaError::Shape {
             op: "gdn full-width scan",
             detail: format!(

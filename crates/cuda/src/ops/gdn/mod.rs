@@ -25,7 +25,7 @@ use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::CudaError;
 
-pub use launch::{ScanWidth, Tuning, SCAN_FULL_ARCH};
+pub use launch::{ScanWidth, Tuning};
 pub use plan::{validate, Plan, SeqRun, SUPPORTED_DIM};
 
 /// One gated-delta-rule call over a varlen batch.
@@ -77,6 +77,13 @@ pub fn scan_width_for(
     }
 }
 
+/// [`scan_width_for`] on `dev`: its SM count, and the full-width scan where
+/// it runs ([`ScanWidth::runs_on`]).
+pub fn scan_width_on(dev: &CudaDevice, v_heads: usize, sequences: usize) -> ScanWidth {
+    let full = ScanWidth::Full.runs_on(&dev.arch);
+    scan_width_for(v_heads, sequences, dev.sm_count, full)
+}
+
 /// Runs the gated delta rule: sequences of one row through the recurrent
 /// step (one launch per [`launch::MAX_DECODE_SEQS`] of them), longer ones
 /// through the chunked form (prep + scan per [`launch::MAX_SCAN_SEQS`]),
@@ -117,10 +124,9 @@ fn run(dev: &CudaDevice, l: &GdnLaunch<'_>, tuning: &Tuning) -> Result<(), CudaE
         launch::recurrent(dev, l, group)?;
     }
     for group in prefill.chunks(launch::MAX_SCAN_SEQS) {
-        let w = tuning.width.unwrap_or_else(|| {
-            let full = dev.arch == SCAN_FULL_ARCH;
-            scan_width_for(l.v_heads, group.len(), dev.sm_count, full)
-        });
+        let w = tuning
+            .width
+            .unwrap_or_else(|| scan_width_on(dev, l.v_heads, group.len()));
         launch::chunked(dev, l, group, w, tuning)?;
     }
     Ok(())
