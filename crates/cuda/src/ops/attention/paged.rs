@@ -84,8 +84,56 @@ pub struct WorkItem {
     pub first_head: usize,
     pub heads: usize,
     pub m0: usize,
+    /// Valid virtual rows of the tile (64 but for a sequence's last tile).
+    pub rows: usize,
     /// Key tiles the tile's rows see (its causal limit).
     pub key_tiles: usize,
+}
+
+/// The order of a launch's work items (CTAs start in grid order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ItemOrder {
+    /// Longest first (key tiles seen), so the short items fill the tail.
+    #[default]
+    LongestFirst,
+    /// Longest first within each kind, the thin items (at most a quarter of
+    /// the tile's rows valid: packed decode rows, whose CTAs wait on K/V
+    /// loads) spread evenly over the first three quarters of the full ones,
+    /// so an SM's two CTAs are more often one of each kind.
+    Mixed,
+}
+
+/// Whether an item of `rows` valid rows counts as thin for [`ItemOrder::Mixed`].
+fn is_thin(rows: usize) -> bool {
+    rows * 4 <= WGMMA_BLOCK_M
+}
+
+/// `items` (longest first) reordered as `order` says.
+fn order_items(items: Vec<WorkItem>, order: ItemOrder) -> Vec<WorkItem> {
+    if order == ItemOrder::LongestFirst {
+        return items;
+    }
+    let (thin, full): (Vec<WorkItem>, Vec<WorkItem>) =
+        items.into_iter().partition(|i| is_thin(i.rows));
+    if thin.is_empty() || full.is_empty() {
+        return if thin.is_empty() { full } else { thin };
+    }
+    // Before full item f, thin items up to ceil((f + 1) · T / span).
+    let span = (full.len() * 3 / 4).max(1);
+    let mut out = Vec::with_capacity(thin.len() + full.len());
+    let mut thin = thin.into_iter().peekable();
+    let total = thin.len();
+    let mut emitted = 0;
+    for (f, item) in full.into_iter().enumerate() {
+        let target = ((f + 1) * total).div_ceil(span).min(total);
+        while emitted < target {
+            out.extend(thin.next());
+            emitted += 1;
+        }
+        out.push(item);
+    }
+    out.extend(thin);
+    out
 }
 
 /// What one launch runs: its work items (longest first) and key splits.
@@ -123,6 +171,27 @@ pub fn paged_plan(
     sm_count: usize,
     forced: Option<usize>,
 ) -> PagedPlan {
+    paged_plan_ordered(
+        q_lens,
+        kv_lens,
+        q_heads,
+        kv_heads,
+        sm_count,
+        forced,
+        ItemOrder::default(),
+    )
+}
+
+/// [`paged_plan`] with the items in `order`.
+pub fn paged_plan_ordered(
+    q_lens: &[usize],
+    kv_lens: &[usize],
+    q_heads: usize,
+    kv_heads: usize,
+    sm_count: usize,
+    forced: Option<usize>,
+    order: ItemOrder,
+) -> PagedPlan {
     let group = (q_heads / kv_heads.max(1)).max(1);
     let mut items = Vec::new();
     for (seq, (&t, &kv)) in q_lens.iter().zip(kv_lens).enumerate() {
@@ -139,6 +208,7 @@ pub fn paged_plan(
                     first_head,
                     heads,
                     m0,
+                    rows: (vrows - m0).min(WGMMA_BLOCK_M),
                     key_tiles: key_tiles(m0, vrows, t, kv),
                 });
             }
@@ -146,6 +216,7 @@ pub fn paged_plan(
     }
     items.sort_by_key(|i| std::cmp::Reverse(i.key_tiles));
     let longest = items.first().map_or(0, |i| i.key_tiles);
+    let items = order_items(items, order);
     let splits = match forced {
         Some(s) => s.clamp(1, MAX_SPLITS),
         None => splits_for(
@@ -270,19 +341,47 @@ pub unsafe fn paged_raw_with(
     splits: Option<usize>,
     combine: Option<CombineForm>,
 ) -> OpResult<PagedRun> {
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        paged_raw_ordered(
+            dev,
+            dtype,
+            shape,
+            bufs,
+            splits,
+            combine,
+            ItemOrder::default(),
+        )
+    }
+}
+
+/// [`paged_raw_with`] with the work items in `order`.
+///
+/// # Safety
+/// As [`paged_raw`].
+pub unsafe fn paged_raw_ordered(
+    dev: &CudaDevice,
+    dtype: Dtype,
+    shape: &PagedShape<'_>,
+    bufs: &PagedBuffers,
+    splits: Option<usize>,
+    combine: Option<CombineForm>,
+    order: ItemOrder,
+) -> OpResult<PagedRun> {
     let op = "attention";
     let n = shape.check(dtype)?;
     let Some(entry) = paged_entry(shape.head_dim, dtype) else {
         return Err(OpError::shape(op, "no paged kernel"));
     };
     let q_lens: Vec<usize> = shape.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
-    let plan = paged_plan(
+    let plan = paged_plan_ordered(
         &q_lens,
         shape.kv_lens,
         shape.q_heads,
         shape.kv_heads,
         dev.sm_count,
         splits,
+        order,
     );
     if plan.items.is_empty() {
         return Err(OpError::Batch("no query rows".into()));
@@ -513,6 +612,61 @@ mod tests {
         assert_eq!(first.key_tiles, 1064usize.div_ceil(64));
         let second = p.items.iter().find(|i| i.seq == 2 && i.m0 == 64).unwrap();
         assert_eq!(second.key_tiles, 1100usize.div_ceil(64));
+    }
+
+    #[test]
+    fn the_mixed_order_spreads_decode_items_over_the_first_three_quarters() {
+        // W1's mixed step: 8 fresh prompts of 1,024 and 40 decode rows after ~1.1k.
+        let mut q = vec![1024; 8];
+        let mut kv = vec![1024; 8];
+        q.extend([1; 40]);
+        kv.extend((0..40).map(|i| 1025 + 3 * i));
+        let longest = paged_plan(&q, &kv, 16, 2, 132, None);
+        let mixed = paged_plan_ordered(&q, &kv, 16, 2, 132, None, ItemOrder::Mixed);
+        assert_eq!(longest.splits, mixed.splits);
+        // The same items, a permutation.
+        let key = |i: &WorkItem| (i.seq, i.first_head, i.m0);
+        let mut a: Vec<_> = longest.items.iter().map(key).collect();
+        let mut b: Vec<_> = mixed.items.iter().map(key).collect();
+        assert_ne!(a, b);
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b);
+        // Decode items are thin (8 of 64 rows), prompt tiles full.
+        let thin: Vec<usize> = (0..mixed.items.len())
+            .filter(|&p| is_thin(mixed.items[p].rows))
+            .collect();
+        assert_eq!(thin.len(), 40);
+        assert!(mixed.items.iter().all(|i| is_thin(i.rows) == (i.seq >= 8)));
+        // A thin item first; 1,024 full items → one thin every ≈ 19; the last
+        // thin one before three quarters of the full ones have started.
+        assert_eq!(thin[0], 0);
+        assert!(thin.windows(2).all(|w| (17..=21).contains(&(w[1] - w[0]))));
+        assert!(*thin.last().unwrap() <= 1024 * 3 / 4 + 40);
+        // Each kind stays longest first.
+        for kind in [true, false] {
+            let tiles: Vec<usize> = mixed
+                .items
+                .iter()
+                .filter(|i| is_thin(i.rows) == kind)
+                .map(|i| i.key_tiles)
+                .collect();
+            assert!(tiles.windows(2).all(|w| w[0] >= w[1]));
+        }
+        // One kind alone keeps its longest-first order.
+        let decode_only = paged_plan_ordered(
+            &[1; 5],
+            &[100, 900, 300, 2000, 64],
+            16,
+            2,
+            132,
+            Some(1),
+            ItemOrder::Mixed,
+        );
+        assert_eq!(
+            decode_only,
+            paged_plan(&[1; 5], &[100, 900, 300, 2000, 64], 16, 2, 132, Some(1))
+        );
     }
 
     #[test]

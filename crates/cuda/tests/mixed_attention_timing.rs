@@ -1,0 +1,177 @@
+//! The paged attention of one W1 mixed step (issue #22: 8 fresh prompts of
+//! 1,024 rows and 345 decode rows after ≈ 1.1k keys, 16 q / 2 kv heads,
+//! d 256, gated), timed on the GPU with CUDA events: the whole launch with
+//! its items longest first and mixed (`ItemOrder`), and the prompts and the
+//! decode rows alone, interleaved sample by sample. Each sample queues
+//! `CALLS` launches back to back (the host's planning of one overlaps the
+//! previous kernel) and reports the median per launch. Inputs are
+//! device-filled constants: speed only (`paged_attention.rs` checks the
+//! numbers, and the order changes only which CTA runs an item: the outputs
+//! are compared bit for bit here).
+//! GPU only, ignored here; run with
+//! `cargo test --release -p headroom-cuda --test mixed_attention_timing -- --ignored --nocapture`.
+
+use headroom_core::ops::BlockTables;
+use headroom_core::Dtype;
+use headroom_cuda::alloc::DeviceBuffer;
+use headroom_cuda::attention::{paged_raw_ordered, ItemOrder, PagedBuffers, PagedShape};
+use headroom_cuda::device::CudaDevice;
+use headroom_cuda::timing::StreamEvent as Event;
+use rand::{Rng, SeedableRng};
+
+const SAMPLES: usize = 7;
+const CALLS: usize = 10;
+const KV_ROWS: usize = 64;
+const Q_HEADS: usize = 16;
+const KV_HEADS: usize = 2;
+const D: usize = 256;
+const PROMPTS: usize = 8;
+const PROMPT_LEN: usize = 1024;
+const DECODE_ROWS: usize = 345;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn filled(dev: &CudaDevice, elems: usize, b: u8) -> DeviceBuffer {
+    let buf = dev.alloc(elems * 2).unwrap();
+    dev.fill_bytes(&buf, b).unwrap();
+    buf
+}
+
+/// Sequences `(q_len, kv_len)` on their own blocks of one pool.
+struct Batch {
+    cu: Vec<usize>,
+    kv_lens: Vec<usize>,
+    tables: BlockTables,
+    q: DeviceBuffer,
+    gate: DeviceBuffer,
+    out: DeviceBuffer,
+    k: DeviceBuffer,
+    v: DeviceBuffer,
+}
+
+impl Batch {
+    fn new(dev: &CudaDevice, seqs: &[(usize, usize)]) -> Batch {
+        let mut cu = vec![0];
+        let mut tables = Vec::new();
+        let mut next = 0u32;
+        for &(q, kv) in seqs {
+            cu.push(cu.last().unwrap() + q);
+            let blocks = kv.div_ceil(KV_ROWS) as u32;
+            tables.push((next..next + blocks).collect::<Vec<u32>>());
+            next += blocks;
+        }
+        let rows = *cu.last().unwrap();
+        let pool = next as usize * KV_HEADS * KV_ROWS * D;
+        Batch {
+            cu,
+            kv_lens: seqs.iter().map(|s| s.1).collect(),
+            tables: BlockTables::from_tables(&tables),
+            q: filled(dev, rows * Q_HEADS * D, 0x3C),
+            gate: filled(dev, rows * Q_HEADS * D, 0x3F),
+            out: filled(dev, rows * Q_HEADS * D, 0xFF),
+            k: filled(dev, pool, 0x3C),
+            v: filled(dev, pool, 0x3D),
+        }
+    }
+
+    fn run(&self, dev: &CudaDevice, order: ItemOrder) -> usize {
+        let shape = PagedShape {
+            cu_seqlens: &self.cu,
+            kv_lens: &self.kv_lens,
+            tables: &self.tables,
+            q_heads: Q_HEADS,
+            kv_heads: KV_HEADS,
+            head_dim: D,
+        };
+        let bufs = PagedBuffers {
+            q: self.q.ptr(),
+            k: self.k.ptr(),
+            v: self.v.ptr(),
+            out: self.out.ptr(),
+            gate: Some(self.gate.ptr()),
+        };
+        // SAFETY: q, gate and out hold rows × 16 × 256 elements; the pool
+        // holds every block of the tables.
+        let run = unsafe { paged_raw_ordered(dev, Dtype::Bf16, &shape, &bufs, None, None, order) }
+            .unwrap();
+        run.splits
+    }
+
+    /// Microseconds a launch, over `CALLS` back to back.
+    fn sample(&self, dev: &CudaDevice, order: ItemOrder) -> f64 {
+        let a = Event::record(dev).unwrap();
+        for _ in 0..CALLS {
+            self.run(dev, order);
+        }
+        let b = Event::record(dev).unwrap();
+        b.ms_since(&a).unwrap() * 1e3 / CALLS as f64
+    }
+
+    fn output(&self, dev: &CudaDevice) -> Vec<u8> {
+        let mut host = vec![0u8; self.out.len_bytes()];
+        dev.read(&self.out, &mut host).unwrap();
+        host
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_w1_mixed_step_attention_by_item_order() {
+    let dev = CudaDevice::open(0).expect("a CUDA device");
+    assert_eq!(dev.arch, "sm_90a", "the paged kernel is Hopper's");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(22);
+    let prompts: Vec<(usize, usize)> = vec![(PROMPT_LEN, PROMPT_LEN); PROMPTS];
+    let decode: Vec<(usize, usize)> = (0..DECODE_ROWS)
+        .map(|_| (1, rng.gen_range(1025..=1152)))
+        .collect();
+    let mixed = Batch::new(&dev, &[prompts.clone(), decode.clone()].concat());
+    let prompts_only = Batch::new(&dev, &prompts);
+    let decode_only = Batch::new(&dev, &decode);
+
+    // The order moves items between CTAs, not arithmetic: the same bits.
+    assert_eq!(mixed.run(&dev, ItemOrder::LongestFirst), 1, "no key splits");
+    let longest_out = mixed.output(&dev);
+    mixed.run(&dev, ItemOrder::Mixed);
+    assert!(
+        longest_out == mixed.output(&dev),
+        "the two orders' outputs differ"
+    );
+    assert!(
+        !longest_out.iter().all(|&b| b == 0xFF),
+        "the launch wrote nothing"
+    );
+
+    let (mut lf, mut mx, mut pr, mut de) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..SAMPLES {
+        lf.push(mixed.sample(&dev, ItemOrder::LongestFirst));
+        mx.push(mixed.sample(&dev, ItemOrder::Mixed));
+        pr.push(prompts_only.sample(&dev, ItemOrder::LongestFirst));
+        de.push(decode_only.sample(&dev, ItemOrder::LongestFirst));
+    }
+    let (lf, mx, pr, de) = (median(lf), median(mx), median(pr), median(de));
+    let flop = 4.0
+        * Q_HEADS as f64
+        * D as f64
+        * PROMPTS as f64
+        * (PROMPT_LEN * (PROMPT_LEN + 1) / 2) as f64;
+    let kv_bytes: usize = decode.iter().map(|s| s.1 * KV_HEADS * D * 2 * 2).sum();
+    println!("## W1 mixed step attention ({PROMPTS} x {PROMPT_LEN} fresh + {DECODE_ROWS} decode rows, 16/2 heads, d 256, gated), us a launch, median of {SAMPLES} x {CALLS}");
+    println!("mixed_attn longest-first {lf:.1} us");
+    println!("mixed_attn mixed-order {mx:.1} us ({:.3}x)", mx / lf);
+    println!(
+        "mixed_attn prompts-only {pr:.1} us ({:.0} TFLOP/s causal)",
+        flop / pr / 1e6
+    );
+    println!(
+        "mixed_attn decode-only {de:.1} us ({:.2} TB/s of K/V)",
+        kv_bytes as f64 / de / 1e6
+    );
+    println!(
+        "mixed_attn sum of the parts {:.1} us; longest-first is {:.2}x the sum",
+        pr + de,
+        lf / (pr + de)
+    );
+}
