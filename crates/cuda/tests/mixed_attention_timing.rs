@@ -125,7 +125,7 @@ fn time_w1_mixed_step_attention_by_item_order() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(22);
     let prompts: Vec<(usize, usize)> = vec![(PROMPT_LEN, PROMPT_LEN); PROMPTS];
     let decode: Vec<(usize, usize)> = (0..DECODE_ROWS)
-        .map(|_| (1, rng.gen_range(1025..=1152)))
+        .map(|_| (1, rng.random_range(1025..=1152)))
         .collect();
     let mixed = Batch::new(&dev, &[prompts.clone(), decode.clone()].concat());
     let prompts_only = Batch::new(&dev, &prompts);
