@@ -21,6 +21,16 @@ use rand::{Rng, SeedableRng};
 
 const SAMPLES: usize = 7;
 const CALLS: usize = 10;
+
+/// `(samples, calls a sample)`: `MIXT_ONCE` set (a profiler pass) times one
+/// launch after the warm-up.
+fn reps() -> (usize, usize) {
+    if std::env::var_os("MIXT_ONCE").is_some() {
+        (1, 1)
+    } else {
+        (SAMPLES, CALLS)
+    }
+}
 const KV_ROWS: usize = 64;
 const Q_HEADS: usize = 16;
 const KV_HEADS: usize = 2;
@@ -102,12 +112,13 @@ impl Batch {
 
     /// Microseconds a launch, over `CALLS` back to back.
     fn sample(&self, dev: &CudaDevice, order: ItemOrder) -> f64 {
+        let calls = reps().1;
         let a = Event::record(dev).unwrap();
-        for _ in 0..CALLS {
+        for _ in 0..calls {
             self.run(dev, order);
         }
         let b = Event::record(dev).unwrap();
-        b.ms_since(&a).unwrap() * 1e3 / CALLS as f64
+        b.ms_since(&a).unwrap() * 1e3 / calls as f64
     }
 
     fn output(&self, dev: &CudaDevice) -> Vec<u8> {
@@ -145,7 +156,7 @@ fn time_w1_mixed_step_attention_by_item_order() {
     );
 
     let (mut lf, mut mx, mut pr, mut de) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..SAMPLES {
+    for _ in 0..reps().0 {
         lf.push(mixed.sample(&dev, ItemOrder::LongestFirst));
         mx.push(mixed.sample(&dev, ItemOrder::Mixed));
         pr.push(prompts_only.sample(&dev, ItemOrder::LongestFirst));
@@ -158,7 +169,7 @@ fn time_w1_mixed_step_attention_by_item_order() {
         * PROMPTS as f64
         * (PROMPT_LEN * (PROMPT_LEN + 1) / 2) as f64;
     let kv_bytes: usize = decode.iter().map(|s| s.1 * KV_HEADS * D * 2 * 2).sum();
-    println!("## W1 mixed step attention ({PROMPTS} x {PROMPT_LEN} fresh + {DECODE_ROWS} decode rows, 16/2 heads, d 256, gated), us a launch, median of {SAMPLES} x {CALLS}");
+    println!("## W1 mixed step attention ({PROMPTS} x {PROMPT_LEN} fresh + {DECODE_ROWS} decode rows, 16/2 heads, d 256, gated), us a launch, median of {:?} (samples, calls)", reps());
     println!("mixed_attn longest-first {lf:.1} us");
     println!("mixed_attn mixed-order {mx:.1} us ({:.3}x)", mx / lf);
     println!(
@@ -174,4 +185,40 @@ fn time_w1_mixed_step_attention_by_item_order() {
         pr + de,
         lf / (pr + de)
     );
+}
+
+/// Causal FLOPs of `seqs` fresh prompts of `len` rows (16 q heads, d 256).
+fn prompt_flop(seqs: usize, len: usize) -> f64 {
+    4.0 * Q_HEADS as f64 * D as f64 * seqs as f64 * (len * (len + 1) / 2) as f64
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
+fn time_prompt_attention_by_length() {
+    // The same 8,192 rows as 8 × 1,024 (W1's mixed step), 2 × 4,096 and one
+    // 8,192 prompt: how the kernel's rate falls with the keys a tile sees.
+    let dev = CudaDevice::open(0).expect("a CUDA device");
+    assert_eq!(dev.arch, "sm_90a", "the paged kernel is Hopper's");
+    let shapes = [(8, 1024), (2, 4096), (1, 8192)];
+    let batches: Vec<Batch> = shapes
+        .iter()
+        .map(|&(n, len)| Batch::new(&dev, &vec![(len, len); n]))
+        .collect();
+    for b in &batches {
+        b.run(&dev, ItemOrder::default());
+    }
+    let mut us = vec![Vec::new(); shapes.len()];
+    for _ in 0..reps().0 {
+        for (i, b) in batches.iter().enumerate() {
+            us[i].push(b.sample(&dev, ItemOrder::default()));
+        }
+    }
+    println!("## fresh prompts, 8,192 rows in all, 16/2 heads, d 256, gated: us a launch, median of {:?} (samples, calls)", reps());
+    for (&(n, len), t) in shapes.iter().zip(us) {
+        let t = median(t);
+        println!(
+            "prompt_attn {n} x {len}: {t:.1} us, {:.0} TFLOP/s causal",
+            prompt_flop(n, len) / t / 1e6
+        );
+    }
 }

@@ -19,7 +19,7 @@
 // stacked, each q_len rows (heads == group packs a short chunk's GQA group
 // into one tile; heads == 1 is one query head), starting at query head
 // kv_head * group + first head. Virtual row v is token row v % q_len of
-// query head first + v / q_len. The host lists the items longest first.
+// query head first + v / q_len. The host orders the items (paged.rs, ItemOrder).
 // seq: [cu (n + 1)][kv_len (n)]; bt: [starts (n + 1)][block ids].
 // With splits > 1 each CTA writes its partial of output row o (o = token row
 // * q_heads + query head) at part_o[(split * R + o) * D], part_lse[split * R +
@@ -51,6 +51,78 @@ __device__ __forceinline__ void load_q_rows(unsigned dst, const T* q, int m0, in
 }
 
 __device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The output tile goes out through shared memory (the Q/K/V tiles' space,
+// free after the key loop): each thread writes its fragment rows' normalised
+// f32 O (row pitch D + STAGE_PAD floats), then consecutive threads take
+// consecutive 16-byte chunks of a row, load the gate's matching 16 bytes
+// (a batch of loads in flight a thread) and store 16 bytes of output. The
+// arithmetic is the fragment epilogue's — O · (1 / row sum), times
+// sigmoid(gate) in f32, one rounding to T — on coalesced rows; the fragment
+// epilogue's 2-byte gate loads and 4-byte stores, a round trip per few
+// loads, were most of a short prompt's time (ncu, session 15).
+constexpr int STAGE_PAD = 8;
+template <int D>
+struct Stage {
+    static constexpr int PITCH = D + STAGE_PAD;  // floats a staged row
+    static constexpr int BYTES = BLOCK_M * PITCH * 4;
+};
+static_assert(Stage<256>::BYTES <= Smem<256>::Q_BYTES + 2 * Smem<256>::KV_BYTES, "stage fits the tiles");
+static_assert(Stage<128>::BYTES <= Smem<128>::Q_BYTES + 2 * Smem<128>::KV_BYTES, "stage fits the tiles");
+static_assert(Stage<64>::BYTES <= Smem<64>::Q_BYTES + 2 * Smem<64>::KV_BYTES, "stage fits the tiles");
+
+template <int D, typename T, typename OutRow>
+__device__ __forceinline__ void store_out_staged(const float (&acc_o)[D / 2], float inv0, float inv1,
+                                                 float* stage, int warp_row0, int g, int t4, int rows,
+                                                 OutRow out_row, T* __restrict__ out,
+                                                 const T* __restrict__ gate, int tid) {
+    constexpr int PITCH = Stage<D>::PITCH;
+    constexpr int CPR = D / CHUNK;                // 16-byte chunks a row
+    constexpr int PER = BLOCK_M * CPR / THREADS;  // chunks a thread: 16 / 8 / 4
+    constexpr int BATCH = PER < 8 ? PER : 8;      // gate loads in flight a thread
+    static_assert(PER % BATCH == 0, "whole batches");
+    __syncthreads();  // every warp's last P.V has read the V tile
+    float* r0 = stage + (warp_row0 + g) * PITCH + t4 * 2;
+    float* r1 = r0 + 8 * PITCH;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+        *reinterpret_cast<float2*>(r0 + dt * 8) = make_float2(acc_o[dt * 4 + 0] * inv0, acc_o[dt * 4 + 1] * inv0);
+        *reinterpret_cast<float2*>(r1 + dt * 8) = make_float2(acc_o[dt * 4 + 2] * inv1, acc_o[dt * 4 + 3] * inv1);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int b0 = 0; b0 < PER; b0 += BATCH) {
+        uint4 gv[BATCH];
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int c = (b0 + j) * THREADS + tid;
+            const int r = c / CPR;
+            gv[j] = make_uint4(0, 0, 0, 0);
+            if (gate && r < rows) gv[j] = *reinterpret_cast<const uint4*>(gate + out_row(r) * D + (c % CPR) * CHUNK);
+        }
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+            const int c = (b0 + j) * THREADS + tid;
+            const int r = c / CPR;
+            if (r >= rows) continue;
+            const int col = (c % CPR) * CHUNK;
+            const float4 lo = *reinterpret_cast<const float4*>(stage + r * PITCH + col);
+            const float4 hi = *reinterpret_cast<const float4*>(stage + r * PITCH + col + 4);
+            float v[CHUNK] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+            if (gate) {
+                const T* gt = reinterpret_cast<const T*>(&gv[j]);
+#pragma unroll
+                for (int k = 0; k < CHUNK; ++k) v[k] *= sigmoid_(static_cast<float>(gt[k]));
+            }
+            uint4 o;
+            o.x = Ops<T>::pack(v[0], v[1]);
+            o.y = Ops<T>::pack(v[2], v[3]);
+            o.z = Ops<T>::pack(v[4], v[5]);
+            o.w = Ops<T>::pack(v[6], v[7]);
+            *reinterpret_cast<uint4*>(out + out_row(r) * D + col) = o;
+        }
+    }
+}
 
 template <int D, typename T>
 __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __restrict__ kc,
@@ -132,26 +204,9 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
     }
     const float inv0 = 1.f / row_sum[0];
     const float inv1 = 1.f / row_sum[1];
-#pragma unroll
-    for (int dt = 0; dt < D_TILES; ++dt) {
-        const int col = dt * 8 + t4 * 2;
-        if (ok0) {
-            float a = acc_o[dt * 4 + 0] * inv0, b = acc_o[dt * 4 + 1] * inv0;
-            if (gate) {
-                a *= sigmoid_(static_cast<float>(gate[o0 * D + col]));
-                b *= sigmoid_(static_cast<float>(gate[o0 * D + col + 1]));
-            }
-            *reinterpret_cast<unsigned*>(out + o0 * D + col) = Ops<T>::pack(a, b);
-        }
-        if (ok1) {
-            float a = acc_o[dt * 4 + 2] * inv1, b = acc_o[dt * 4 + 3] * inv1;
-            if (gate) {
-                a *= sigmoid_(static_cast<float>(gate[o1 * D + col]));
-                b *= sigmoid_(static_cast<float>(gate[o1 * D + col + 1]));
-            }
-            *reinterpret_cast<unsigned*>(out + o1 * D + col) = Ops<T>::pack(a, b);
-        }
-    }
+    store_out_staged<D, T>(acc_o, inv0, inv1, reinterpret_cast<float*>(smem_raw + (sQ - smem_u32(smem_raw))),
+                           warp_row0, g, t4, last_row - m0 + 1, [&](int r) { return out_row(m0 + r); }, out,
+                           gate, tid);
 }
 
 // The split combine for many rows and few splits (what a chunk of query rows

@@ -2,7 +2,8 @@
 //! launch on Hopper (`attention_paged.cu`), plus one split combine when the
 //! keys are split. The host lists the work items (one per 64-row tile of a
 //! sequence's query rows and query head, or of its whole GQA group when the
-//! chunk is shorter than a tile), longest first, and picks one split count
+//! chunk is shorter than a tile), longest first with the thin decode tiles
+//! spread among the full ones ([`ItemOrder`]), and picks one split count
 //! for the launch ([`paged_plan`]); the kernel reads Q and writes O
 //! token-major, reads K/V tiles through the block tables, and applies the
 //! gate in its epilogue (or the combine's). No host loop over sequences
@@ -136,7 +137,7 @@ fn order_items(items: Vec<WorkItem>, order: ItemOrder) -> Vec<WorkItem> {
     out
 }
 
-/// What one launch runs: its work items (longest first) and key splits.
+/// What one launch runs: its work items (in [`ItemOrder::default`]) and key splits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PagedPlan {
     pub items: Vec<WorkItem>,
@@ -161,7 +162,7 @@ fn key_tiles(m0: usize, vrows: usize, q_len: usize, kv_len: usize) -> usize {
 /// (history + new rows) with `q_heads` over `kv_heads`, on a GPU of
 /// `sm_count` SMs: a chunk shorter than a tile packs its GQA group into the
 /// tile's rows, longer ones get one item per query head and tile; items run
-/// longest first; the splits fill one wave as [`splits_for`] decides for the
+/// in the default order; the splits fill one wave as [`splits_for`] decides for the
 /// longest item (`forced`: that many, clamped to `1..=MAX_SPLITS`).
 pub fn paged_plan(
     q_lens: &[usize],
@@ -373,6 +374,13 @@ pub unsafe fn paged_raw_ordered(
     let Some(entry) = paged_entry(shape.head_dim, dtype) else {
         return Err(OpError::shape(op, "no paged kernel"));
     };
+    // The epilogue stores 16-byte chunks of out and loads the gate's.
+    if bufs.out % 16 != 0 || bufs.gate.is_some_and(|g| g % 16 != 0) {
+        return Err(OpError::shape(
+            op,
+            "the output and gate must start on 16-byte boundaries",
+        ));
+    }
     let q_lens: Vec<usize> = shape.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
     let plan = paged_plan_ordered(
         &q_lens,
@@ -661,7 +669,7 @@ mod tests {
             2,
             132,
             Some(1),
-            ItemOrder::Mixed,
+            ItemOrder::LongestFirst,
         );
         assert_eq!(
             decode_only,

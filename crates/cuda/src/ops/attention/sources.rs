@@ -98,3 +98,16 @@ pub const ATTENTION_PREP: KernelSource = KernelSource {
     ),
     entry_points: &["attention_prep_decode_bf16"],
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn the_paged_and_fused_wgmma_kernels_compile_for_sm_90a_without_spills() {
+        for k in [ATTENTION_PAGED, ATTENTION_FUSED_WGMMA] {
+            crate::nvrtc::compile_sm90a_without_spills(&k);
+        }
+    }
+}
