@@ -7,7 +7,9 @@
 //! previous kernel) and reports the median per launch. Inputs are
 //! device-filled constants: speed only (`paged_attention.rs` checks the
 //! numbers, and the order changes only which CTA runs an item: the outputs
-//! are compared bit for bit here).
+//! are compared bit for bit here). `print_the_output_fingerprint_of_a_random_mixed_batch`
+//! prints a hash of one random batch's output bits, to compare two builds'
+//! kernels (session 15: the staged epilogue gives main's bits).
 //! GPU only, ignored here; run with
 //! `cargo test --release -p headroom-cuda --test mixed_attention_timing -- --ignored --nocapture`.
 
@@ -221,4 +223,46 @@ fn time_prompt_attention_by_length() {
             prompt_flop(n, len) / t / 1e6
         );
     }
+}
+
+/// FNV-1a of bytes: a fingerprint to compare two builds' outputs.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): prints a fingerprint of the output bits"]
+fn print_the_output_fingerprint_of_a_random_mixed_batch() {
+    // Two builds (before / after a kernel change) print the same fingerprint
+    // when their paged kernels give the same bits. Random bf16 in [-2, 2)
+    // (gate, q, k, v from one seed): prompts, decode rows, a packed chunk,
+    // a chunk after history and a 63-row prompt.
+    let dev = CudaDevice::open(0).expect("a CUDA device");
+    let seqs = [
+        vec![(1024, 1024); 2],
+        vec![(1, 1100); 20],
+        vec![(5, 305), (100, 1100), (63, 63)],
+    ]
+    .concat();
+    let b = Batch::new(&dev, &seqs);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(15);
+    for buf in [&b.q, &b.gate, &b.k, &b.v] {
+        let host: Vec<u16> = (0..buf.len_bytes() / 2)
+            .map(|_| {
+                let x: f32 = rng.random_range(-2.0..2.0);
+                (x.to_bits() >> 16) as u16
+            })
+            .collect();
+        dev.write(buf, &host).unwrap();
+    }
+    b.run(&dev, ItemOrder::default());
+    let out = b.output(&dev);
+    assert!(!out.iter().all(|&x| x == 0xFF), "the launch wrote nothing");
+    println!(
+        "paged output fingerprint {:016x} ({} bytes)",
+        fnv1a(&out),
+        out.len()
+    );
 }
