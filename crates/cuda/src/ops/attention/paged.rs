@@ -375,7 +375,7 @@ pub unsafe fn paged_raw_ordered(
         return Err(OpError::shape(op, "no paged kernel"));
     };
     // The epilogue stores 16-byte chunks of out and loads the gate's.
-    if bufs.out % 16 != 0 || bufs.gate.is_some_and(|g| g % 16 != 0) {
+    if !bufs.out.is_multiple_of(16) || bufs.gate.is_some_and(|g| !g.is_multiple_of(16)) {
         return Err(OpError::shape(
             op,
             "the output and gate must start on 16-byte boundaries",
