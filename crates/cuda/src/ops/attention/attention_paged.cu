@@ -50,7 +50,10 @@ __device__ __forceinline__ void load_q_rows(unsigned dst, const T* q, int m0, in
     }
 }
 
-__device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(-x)); }
+// 1 / (1 + e^-x) with the reciprocal as rcp.rn: correctly rounded, so the same
+// bits as the IEEE division `1.0f / y`, without the general division's
+// sequence and slow-path branch (y >= 1 or inf or NaN here).
+__device__ __forceinline__ float sigmoid_(float x) { return __frcp_rn(1.0f + expf(-x)); }
 
 // The output tile goes out through shared memory (the Q/K/V tiles' space,
 // free after the key loop): each thread writes its fragment rows' normalised
@@ -60,16 +63,20 @@ __device__ __forceinline__ float sigmoid_(float x) { return 1.0f / (1.0f + expf(
 // arithmetic is the fragment epilogue's — O · (1 / row sum), times
 // sigmoid(gate) in f32, one rounding to T — on coalesced rows; the fragment
 // epilogue's 2-byte gate loads and 4-byte stores, a round trip per few
-// loads, were most of a short prompt's time (ncu, session 15).
+// loads, were most of a short prompt's time (ncu, session 15). Each row's
+// output offset (two integer divisions by q_len) is computed once, by one
+// thread, into shared memory.
 constexpr int STAGE_PAD = 8;
 template <int D>
 struct Stage {
     static constexpr int PITCH = D + STAGE_PAD;  // floats a staged row
     static constexpr int BYTES = BLOCK_M * PITCH * 4;
+    // + each row's output offset (out_row · D), computed once a row.
+    static constexpr int WITH_ROWS = BYTES + BLOCK_M * 8;
 };
-static_assert(Stage<256>::BYTES <= Smem<256>::Q_BYTES + 2 * Smem<256>::KV_BYTES, "stage fits the tiles");
-static_assert(Stage<128>::BYTES <= Smem<128>::Q_BYTES + 2 * Smem<128>::KV_BYTES, "stage fits the tiles");
-static_assert(Stage<64>::BYTES <= Smem<64>::Q_BYTES + 2 * Smem<64>::KV_BYTES, "stage fits the tiles");
+static_assert(Stage<256>::WITH_ROWS <= Smem<256>::Q_BYTES + 2 * Smem<256>::KV_BYTES, "stage fits the tiles");
+static_assert(Stage<128>::WITH_ROWS <= Smem<128>::Q_BYTES + 2 * Smem<128>::KV_BYTES, "stage fits the tiles");
+static_assert(Stage<64>::WITH_ROWS <= Smem<64>::Q_BYTES + 2 * Smem<64>::KV_BYTES, "stage fits the tiles");
 
 template <int D, typename T, typename OutRow>
 __device__ __forceinline__ void store_out_staged(const float (&acc_o)[D / 2], float inv0, float inv1,
@@ -82,6 +89,8 @@ __device__ __forceinline__ void store_out_staged(const float (&acc_o)[D / 2], fl
     constexpr int BATCH = PER < 8 ? PER : 8;      // gate loads in flight a thread
     static_assert(PER % BATCH == 0, "whole batches");
     __syncthreads();  // every warp's last P.V has read the V tile
+    long long* row_off = reinterpret_cast<long long*>(stage + BLOCK_M * PITCH);
+    if (tid < rows) row_off[tid] = (long long)out_row(tid) * D;
     float* r0 = stage + (warp_row0 + g) * PITCH + t4 * 2;
     float* r1 = r0 + 8 * PITCH;
 #pragma unroll
@@ -98,7 +107,7 @@ __device__ __forceinline__ void store_out_staged(const float (&acc_o)[D / 2], fl
             const int c = (b0 + j) * THREADS + tid;
             const int r = c / CPR;
             gv[j] = make_uint4(0, 0, 0, 0);
-            if (gate && r < rows) gv[j] = *reinterpret_cast<const uint4*>(gate + out_row(r) * D + (c % CPR) * CHUNK);
+            if (gate && r < rows) gv[j] = *reinterpret_cast<const uint4*>(gate + row_off[r] + (c % CPR) * CHUNK);
         }
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {
@@ -119,7 +128,7 @@ __device__ __forceinline__ void store_out_staged(const float (&acc_o)[D / 2], fl
             o.y = Ops<T>::pack(v[2], v[3]);
             o.z = Ops<T>::pack(v[4], v[5]);
             o.w = Ops<T>::pack(v[6], v[7]);
-            *reinterpret_cast<uint4*>(out + out_row(r) * D + col) = o;
+            *reinterpret_cast<uint4*>(out + row_off[r] + col) = o;
         }
     }
 }

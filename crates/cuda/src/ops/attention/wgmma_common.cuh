@@ -290,7 +290,7 @@ __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
                       bad ? inv_nan : t.w / dn};
         if (gate) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) r[j] *= 1.0f / (1.0f + expf(-static_cast<float>(gate[at + j])));
+            for (int j = 0; j < 4; ++j) r[j] *= __frcp_rn(1.0f + expf(-static_cast<float>(gate[at + j])));
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) out[at + j] = static_cast<T>(r[j]);
