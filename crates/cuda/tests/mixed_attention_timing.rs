@@ -13,13 +13,15 @@
 //! GPU only, ignored here; run with
 //! `cargo test --release -p headroom-cuda --test mixed_attention_timing -- --ignored --nocapture`.
 
-use headroom_core::ops::BlockTables;
 use headroom_core::Dtype;
-use headroom_cuda::alloc::DeviceBuffer;
-use headroom_cuda::attention::{paged_raw_ordered, ItemOrder, PagedBuffers, PagedShape};
+use headroom_cuda::attention::{paged_raw_ordered, ItemOrder};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
+
+#[path = "support/paged_batch.rs"]
+mod paged_batch;
+use paged_batch::{median, PagedBatch as Batch, D, KV_HEADS, Q_HEADS};
 
 const SAMPLES: usize = 7;
 const CALLS: usize = 10;
@@ -33,78 +35,14 @@ fn reps() -> (usize, usize) {
         (SAMPLES, CALLS)
     }
 }
-const KV_ROWS: usize = 64;
-const Q_HEADS: usize = 16;
-const KV_HEADS: usize = 2;
-const D: usize = 256;
+
 const PROMPTS: usize = 8;
 const PROMPT_LEN: usize = 1024;
 const DECODE_ROWS: usize = 345;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn filled(dev: &CudaDevice, elems: usize, b: u8) -> DeviceBuffer {
-    let buf = dev.alloc(elems * 2).unwrap();
-    dev.fill_bytes(&buf, b).unwrap();
-    buf
-}
-
-/// Sequences `(q_len, kv_len)` on their own blocks of one pool.
-struct Batch {
-    cu: Vec<usize>,
-    kv_lens: Vec<usize>,
-    tables: BlockTables,
-    q: DeviceBuffer,
-    gate: DeviceBuffer,
-    out: DeviceBuffer,
-    k: DeviceBuffer,
-    v: DeviceBuffer,
-}
-
 impl Batch {
-    fn new(dev: &CudaDevice, seqs: &[(usize, usize)]) -> Batch {
-        let mut cu = vec![0];
-        let mut tables = Vec::new();
-        let mut next = 0u32;
-        for &(q, kv) in seqs {
-            cu.push(cu.last().unwrap() + q);
-            let blocks = kv.div_ceil(KV_ROWS) as u32;
-            tables.push((next..next + blocks).collect::<Vec<u32>>());
-            next += blocks;
-        }
-        let rows = *cu.last().unwrap();
-        let pool = next as usize * KV_HEADS * KV_ROWS * D;
-        Batch {
-            cu,
-            kv_lens: seqs.iter().map(|s| s.1).collect(),
-            tables: BlockTables::from_tables(&tables),
-            q: filled(dev, rows * Q_HEADS * D, 0x3C),
-            gate: filled(dev, rows * Q_HEADS * D, 0x3F),
-            out: filled(dev, rows * Q_HEADS * D, 0xFF),
-            k: filled(dev, pool, 0x3C),
-            v: filled(dev, pool, 0x3D),
-        }
-    }
-
     fn run(&self, dev: &CudaDevice, order: ItemOrder) -> usize {
-        let shape = PagedShape {
-            cu_seqlens: &self.cu,
-            kv_lens: &self.kv_lens,
-            tables: &self.tables,
-            q_heads: Q_HEADS,
-            kv_heads: KV_HEADS,
-            head_dim: D,
-        };
-        let bufs = PagedBuffers {
-            q: self.q.ptr(),
-            k: self.k.ptr(),
-            v: self.v.ptr(),
-            out: self.out.ptr(),
-            gate: Some(self.gate.ptr()),
-        };
+        let (shape, bufs) = (self.shape(), self.buffers());
         // SAFETY: q, gate and out hold rows × 16 × 256 elements; the pool
         // holds every block of the tables.
         let run = unsafe { paged_raw_ordered(dev, Dtype::Bf16, &shape, &bufs, None, None, order) }

@@ -18,13 +18,11 @@
 //! GPU only, ignored here; run with
 //! `cargo test --release -p headroom-cuda --test step256_timing -- --ignored --nocapture`.
 
-use headroom_core::ops::{Backend, Batch, BlockTables, GdnSpec};
+use headroom_core::ops::{Backend, Batch, GdnSpec};
 use headroom_core::Dtype;
 use headroom_core::Tensor;
 use headroom_cuda::alloc::DeviceBuffer;
-use headroom_cuda::attention::{
-    combine_form, paged_raw_with, CombineForm, PagedBuffers, PagedRun, PagedShape,
-};
+use headroom_cuda::attention::{combine_form, paged_raw_with, CombineForm, PagedRun};
 use headroom_cuda::backend::CudaBackend;
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::conv::{conv8_strip, CONV8_STRIP, THREADS as CONV_THREADS};
@@ -37,10 +35,9 @@ use rand::{Rng, SeedableRng};
 use std::ffi::c_void;
 
 const SAMPLES: usize = 9;
-const KV_ROWS: usize = 64;
-const Q_HEADS: usize = 16;
-const KV_HEADS: usize = 2;
-const D: usize = 256;
+#[path = "support/paged_batch.rs"]
+mod paged_batch;
+use paged_batch::{filled, median, PagedBatch as Paged, KV_ROWS};
 
 fn device() -> CudaDevice {
     let dev = CudaDevice::open(0).expect("a CUDA device");
@@ -48,50 +45,10 @@ fn device() -> CudaDevice {
     dev
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// A bf16 buffer of `elems` filled with the bytes `b` (0x3C: 0.0115 a value).
-fn filled(dev: &CudaDevice, elems: usize, b: u8) -> DeviceBuffer {
-    let buf = dev.alloc(elems * 2).unwrap();
-    dev.fill_bytes(&buf, b).unwrap();
-    buf
-}
-
-/// A paged batch: `seqs` sequences of `q_len` new rows after `history` keys,
-/// each on its own blocks of one pool.
-struct Paged {
-    cu: Vec<usize>,
-    kv_lens: Vec<usize>,
-    tables: BlockTables,
-    q: DeviceBuffer,
-    gate: DeviceBuffer,
-    out: DeviceBuffer,
-    k: DeviceBuffer,
-    v: DeviceBuffer,
-}
-
 impl Paged {
-    fn new(dev: &CudaDevice, seqs: usize, q_len: usize, history: usize) -> Paged {
-        let kv = history + q_len;
-        let per = kv.div_ceil(KV_ROWS);
-        let tables: Vec<Vec<u32>> = (0..seqs)
-            .map(|s| ((s * per) as u32..((s + 1) * per) as u32).collect())
-            .collect();
-        let rows = seqs * q_len;
-        let pool = seqs * per * KV_HEADS * KV_ROWS * D;
-        Paged {
-            cu: (0..=seqs).map(|s| s * q_len).collect(),
-            kv_lens: vec![kv; seqs],
-            tables: BlockTables::from_tables(&tables),
-            q: filled(dev, rows * Q_HEADS * D, 0x3C),
-            gate: filled(dev, rows * Q_HEADS * D, 0x3F),
-            out: filled(dev, rows * Q_HEADS * D, 0xFF),
-            k: filled(dev, pool, 0x3C),
-            v: filled(dev, pool, 0x3D),
-        }
+    /// `seqs` sequences of `q_len` new rows after `history` keys.
+    fn uniform(dev: &CudaDevice, seqs: usize, q_len: usize, history: usize) -> Paged {
+        Paged::new(dev, &vec![(q_len, history + q_len); seqs])
     }
 
     /// One call (gated) with `splits` / `combine` forced where given.
@@ -101,21 +58,7 @@ impl Paged {
         splits: Option<usize>,
         combine: Option<CombineForm>,
     ) -> PagedRun {
-        let shape = PagedShape {
-            cu_seqlens: &self.cu,
-            kv_lens: &self.kv_lens,
-            tables: &self.tables,
-            q_heads: Q_HEADS,
-            kv_heads: KV_HEADS,
-            head_dim: D,
-        };
-        let bufs = PagedBuffers {
-            q: self.q.ptr(),
-            k: self.k.ptr(),
-            v: self.v.ptr(),
-            out: self.out.ptr(),
-            gate: Some(self.gate.ptr()),
-        };
+        let (shape, bufs) = (self.shape(), self.buffers());
         // SAFETY: q, gate and out hold rows × 16 × 256 elements; the pools
         // hold every block of the tables.
         unsafe { paged_raw_with(dev, Dtype::Bf16, &shape, &bufs, splits, combine) }.unwrap()
@@ -150,7 +93,7 @@ fn form(run: &PagedRun) -> String {
 #[ignore = "needs a CUDA GPU (sm_90a): prints the timings"]
 fn time_the_follow_up_attention_by_split_count_and_combine() {
     let dev = device();
-    let p = Paged::new(&dev, 1, 256, 32_768);
+    let p = Paged::uniform(&dev, 1, 256, 32_768);
     println!(
         "## attention: 256 rows after 32,768 keys, 16/2 heads, d 256, gated (x10 layers a step)"
     );
@@ -205,7 +148,7 @@ fn time_decode_attention_of_many_sequences() {
         (256, 4096),
         (256, 32_768),
     ] {
-        let p = Paged::new(&dev, seqs, 1, history);
+        let p = Paged::uniform(&dev, seqs, 1, history);
         let (us, run) = p.time(&dev, None, None);
         // The same launch with the other combine.
         let other = match run.combine {
@@ -244,7 +187,7 @@ fn time_batch_one_decode_attention_by_split_count() {
     println!("| history | splits | combine | us |");
     println!("|---:|---:|---|---:|");
     for history in [2048, 8192, 32_768] {
-        let p = Paged::new(&dev, 1, 1, history);
+        let p = Paged::uniform(&dev, 1, 1, history);
         let plan = p.run(&dev, None, None);
         let us = per_call_us(&dev, &scratch, || {
             p.run(&dev, None, None);
