@@ -24,9 +24,9 @@ pub use fused::{
     BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS, WGMMA_BLOCK_M,
 };
 pub use paged::{
-    combine_form, paged_entry, paged_plan, paged_plan_ordered, paged_raw, paged_raw_ordered,
-    paged_raw_with, CombineForm, ItemOrder, PagedBuffers, PagedPlan, PagedRun, PagedShape,
-    WorkItem, ROWS_COMBINE_MAX_SPLITS,
+    combine_form, paged_entry, paged_plan, paged_raw, paged_raw_ordered, paged_raw_with,
+    CombineForm, ItemOrder, PagedBuffers, PagedPlan, PagedRun, PagedShape, WorkItem,
+    ROWS_COMBINE_MAX_SPLITS,
 };
 
 use crate::alloc::DeviceBuffer;

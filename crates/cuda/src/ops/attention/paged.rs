@@ -94,13 +94,16 @@ pub struct WorkItem {
 /// The order of a launch's work items (CTAs start in grid order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ItemOrder {
-    /// Longest first (key tiles seen), so the short items fill the tail.
-    #[default]
+    /// Longest first (key tiles seen), so the short items fill the tail
+    /// (the baseline the timing test compares with).
     LongestFirst,
     /// Longest first within each kind, the thin items (at most a quarter of
     /// the tile's rows valid: packed decode rows, whose CTAs wait on K/V
     /// loads) spread evenly over the first three quarters of the full ones,
-    /// so an SM's two CTAs are more often one of each kind.
+    /// so an SM's two CTAs are more often one of each kind:
+    /// W1's mixed step (8 × 1,024 prompt rows + 345 decode rows) 449.4 →
+    /// 413.6 µs a layer (docs/perf/cuda-paged-attention.md, session 15).
+    #[default]
     Mixed,
 }
 
@@ -162,29 +165,9 @@ fn key_tiles(m0: usize, vrows: usize, q_len: usize, kv_len: usize) -> usize {
 /// (history + new rows) with `q_heads` over `kv_heads`, on a GPU of
 /// `sm_count` SMs: a chunk shorter than a tile packs its GQA group into the
 /// tile's rows, longer ones get one item per query head and tile; items run
-/// in the default order; the splits fill one wave as [`splits_for`] decides for the
+/// in `order`; the splits fill one wave as [`splits_for`] decides for the
 /// longest item (`forced`: that many, clamped to `1..=MAX_SPLITS`).
 pub fn paged_plan(
-    q_lens: &[usize],
-    kv_lens: &[usize],
-    q_heads: usize,
-    kv_heads: usize,
-    sm_count: usize,
-    forced: Option<usize>,
-) -> PagedPlan {
-    paged_plan_ordered(
-        q_lens,
-        kv_lens,
-        q_heads,
-        kv_heads,
-        sm_count,
-        forced,
-        ItemOrder::default(),
-    )
-}
-
-/// [`paged_plan`] with the items in `order`.
-pub fn paged_plan_ordered(
     q_lens: &[usize],
     kv_lens: &[usize],
     q_heads: usize,
@@ -382,7 +365,7 @@ pub unsafe fn paged_raw_ordered(
         ));
     }
     let q_lens: Vec<usize> = shape.cu_seqlens.windows(2).map(|w| w[1] - w[0]).collect();
-    let plan = paged_plan_ordered(
+    let plan = paged_plan(
         &q_lens,
         shape.kv_lens,
         shape.q_heads,
@@ -595,7 +578,7 @@ mod tests {
         assert_eq!(combine_entry(CombineForm::Rows, 96, Dtype::Bf16), None);
         assert_eq!(combine_entry(CombineForm::Quads, 256, Dtype::F32), None);
         // The 256-row follow-up over 32k of history: 4 splits, combined by rows.
-        let p = paged_plan(&[256], &[33_024], 16, 2, 132, None);
+        let p = paged_plan(&[256], &[33_024], 16, 2, 132, None, ItemOrder::default());
         assert_eq!((p.items.len(), p.splits), (32, 4));
         assert_eq!(combine_form(p.splits), CombineForm::Rows);
     }
@@ -603,7 +586,15 @@ mod tests {
     #[test]
     fn decode_rows_pack_their_group_and_chunks_get_an_item_per_head_and_tile() {
         // GQA 16/2: two decode rows, a 100-row chunk after 1,000, a fresh 64-row prompt.
-        let p = paged_plan(&[1, 1, 100, 64], &[4097, 10, 1100, 64], 16, 2, 132, None);
+        let p = paged_plan(
+            &[1, 1, 100, 64],
+            &[4097, 10, 1100, 64],
+            16,
+            2,
+            132,
+            None,
+            ItemOrder::LongestFirst,
+        );
         let per_seq = |s| p.items.iter().filter(|i| i.seq == s).count();
         assert_eq!((per_seq(0), per_seq(1)), (1, 1), "decode: one packed tile");
         let d = p.items.iter().find(|i| i.seq == 0).unwrap();
@@ -629,8 +620,8 @@ mod tests {
         let mut kv = vec![1024; 8];
         q.extend([1; 40]);
         kv.extend((0..40).map(|i| 1025 + 3 * i));
-        let longest = paged_plan(&q, &kv, 16, 2, 132, None);
-        let mixed = paged_plan_ordered(&q, &kv, 16, 2, 132, None, ItemOrder::Mixed);
+        let longest = paged_plan(&q, &kv, 16, 2, 132, None, ItemOrder::LongestFirst);
+        let mixed = paged_plan(&q, &kv, 16, 2, 132, None, ItemOrder::Mixed);
         assert_eq!(longest.splits, mixed.splits);
         // The same items, a permutation.
         let key = |i: &WorkItem| (i.seq, i.first_head, i.m0);
@@ -662,7 +653,7 @@ mod tests {
             assert!(tiles.windows(2).all(|w| w[0] >= w[1]));
         }
         // One kind alone keeps its longest-first order.
-        let decode_only = paged_plan_ordered(
+        let decode_only = paged_plan(
             &[1; 5],
             &[100, 900, 300, 2000, 64],
             16,
@@ -673,14 +664,22 @@ mod tests {
         );
         assert_eq!(
             decode_only,
-            paged_plan(&[1; 5], &[100, 900, 300, 2000, 64], 16, 2, 132, Some(1))
+            paged_plan(
+                &[1; 5],
+                &[100, 900, 300, 2000, 64],
+                16,
+                2,
+                132,
+                Some(1),
+                ItemOrder::default()
+            )
         );
     }
 
     #[test]
     fn a_packed_tile_that_wraps_sees_the_last_rows_keys() {
         // 40 rows × group 4 = 160 virtual rows; tile 64..128 covers rows 24..39 and 0..23.
-        let p = paged_plan(&[40], &[540], 4, 1, 132, Some(1));
+        let p = paged_plan(&[40], &[540], 4, 1, 132, Some(1), ItemOrder::default());
         let wrap = p.items.iter().find(|i| i.m0 == 64).unwrap();
         assert_eq!(wrap.key_tiles, 540usize.div_ceil(64));
         assert_eq!(p.items.len(), 3);
@@ -689,19 +688,33 @@ mod tests {
     #[test]
     fn splits_fill_one_wave_for_few_long_sequences_and_none_for_many() {
         // One decode sequence over 32k: 2 CTAs of 264 slots → the most splits.
-        let one = paged_plan(&[1], &[32_768], 16, 2, 132, None);
+        let one = paged_plan(&[1], &[32_768], 16, 2, 132, None, ItemOrder::default());
         assert_eq!(one.splits, MAX_SPLITS);
         // 2k keys: each split keeps at least MIN_SPLIT_TILES tiles.
-        let short = paged_plan(&[1], &[2048], 16, 2, 132, None);
+        let short = paged_plan(&[1], &[2048], 16, 2, 132, None, ItemOrder::default());
         assert_eq!(short.splits, 32 / super::super::fused::MIN_SPLIT_TILES);
         // 256 decode sequences already fill the GPU.
-        let many = paged_plan(&[1; 256], &[4096; 256], 16, 2, 132, None);
+        let many = paged_plan(
+            &[1; 256],
+            &[4096; 256],
+            16,
+            2,
+            132,
+            None,
+            ItemOrder::default(),
+        );
         assert_eq!((many.items.len(), many.splits), (256, 1));
         // Short keys are never split; forced splits are clamped.
-        assert_eq!(paged_plan(&[1], &[300], 16, 2, 132, None).splits, 1);
-        assert_eq!(paged_plan(&[1], &[300], 16, 2, 132, Some(0)).splits, 1);
         assert_eq!(
-            paged_plan(&[1], &[300], 16, 2, 132, Some(9999)).splits,
+            paged_plan(&[1], &[300], 16, 2, 132, None, ItemOrder::default()).splits,
+            1
+        );
+        assert_eq!(
+            paged_plan(&[1], &[300], 16, 2, 132, Some(0), ItemOrder::default()).splits,
+            1
+        );
+        assert_eq!(
+            paged_plan(&[1], &[300], 16, 2, 132, Some(9999), ItemOrder::default()).splits,
             MAX_SPLITS
         );
     }
