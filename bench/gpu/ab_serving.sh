@@ -52,6 +52,7 @@ if [ "${AB_W1:-1}" != 0 ]; then
             port=$((port + 1))
             tag=$side-$run
             echo "=== W1 $tag ($MODEL) ==="
+            : > "$OUT/ab-serve-$tag.log"  # exists before the first grep below
             env $(env_of $side) "$(bin_of $side)" serve --backend cuda --synthetic "$MODEL" --port $port \
                 > "$OUT/ab-serve-$tag.log" 2>&1 &
             sp=$!
