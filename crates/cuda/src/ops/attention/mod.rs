@@ -12,6 +12,7 @@ mod composed;
 mod fused;
 mod gathered;
 mod paged;
+mod paged_plan;
 pub(crate) mod prep;
 pub mod sources;
 #[cfg(test)]
@@ -24,10 +25,10 @@ pub use fused::{
     BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS, WGMMA_BLOCK_M,
 };
 pub use paged::{
-    combine_form, paged_entry, paged_plan, paged_raw, paged_raw_ordered, paged_raw_with,
-    CombineForm, ItemOrder, PagedBuffers, PagedPlan, PagedRun, PagedShape, WorkItem,
-    ROWS_COMBINE_MAX_SPLITS,
+    combine_form, paged_entry, paged_raw, paged_raw_ordered, paged_raw_with, CombineForm,
+    PagedBuffers, PagedRun, PagedShape, ROWS_COMBINE_MAX_SPLITS,
 };
+pub use paged_plan::{paged_plan, ItemOrder, PagedPlan, WorkItem};
 
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
