@@ -1,7 +1,8 @@
 //! Cancellation frees KV blocks and the GDN slot (mid-prefill and
 //! mid-decode, by counts); paged and contiguous KV give the same logits and
 //! differ only in when blocks are taken; the threaded handle streams tokens,
-//! refuses what it must, and shuts down cleanly.
+//! refuses what it must, and shuts down cleanly; `submit_each` queues an
+//! offline batch in one command and refuses in place.
 
 mod common;
 
@@ -225,5 +226,54 @@ fn the_handle_streams_refuses_and_shuts_down() {
     assert_eq!(
         h2.submit(GenerateRequest::greedy(vec![1], 1)).unwrap_err(),
         SubmitError::ShuttingDown
+    );
+}
+
+#[test]
+fn submit_each_plans_the_batch_from_one_step_and_refuses_in_place() {
+    let h = spawn(tiny("tiny-d64"), small_chunks()).unwrap();
+    // Three prompts of 30 tokens fit one step (128 tokens, chunks of 64);
+    // the second request is too long for the 1,024-token context.
+    let rs = vec![
+        GenerateRequest::greedy(ids(30, 512, 1), 3),
+        GenerateRequest::greedy(ids(1000, 512, 2), 100),
+        GenerateRequest::greedy(ids(30, 512, 3), 3),
+        GenerateRequest::greedy(ids(30, 512, 4), 3),
+    ];
+    let mut out = h.submit_each(rs);
+    assert_eq!(out.len(), 4);
+    assert_eq!(
+        out[1].as_ref().map(|_| ()).unwrap_err(),
+        &SubmitError::TooLong {
+            tokens: 1100,
+            limit: 1024
+        }
+    );
+    for (i, s) in out.iter_mut().enumerate().filter(|(i, _)| *i != 1) {
+        let s = s.as_mut().unwrap();
+        let mut tokens = 0;
+        loop {
+            match s.blocking_next() {
+                Some(StreamEvent::Token(_)) => tokens += 1,
+                Some(StreamEvent::Finished { reason, .. }) => {
+                    assert_eq!(reason, FinishReason::Length);
+                    break;
+                }
+                other => panic!("request {i}: {other:?}"),
+            }
+        }
+        assert_eq!(tokens, 3, "request {i}");
+    }
+    // One command: the first step prefilled all three (a prefill step gives
+    // each its first token, then two decode steps); queued one by one, the
+    // engine could start stepping on the first alone.
+    let st = h.current_stats().unwrap();
+    assert_eq!((st.finished, st.steps), (3, 3));
+    assert_eq!(h.stats().refused, 1, "the refusal is counted once");
+    h.shutdown();
+    let after = h.submit_each(vec![GenerateRequest::greedy(vec![1], 1)]);
+    assert_eq!(
+        after[0].as_ref().map(|_| ()).unwrap_err(),
+        &SubmitError::ShuttingDown
     );
 }

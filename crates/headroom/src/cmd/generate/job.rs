@@ -117,7 +117,9 @@ impl GenerateJob {
         Ok(())
     }
 
-    /// Submits every request; a refusal fails a single request and is
+    /// Submits every request in one command (`submit_each`), so the engine
+    /// plans them from its first step and the run's schedule, and tokens,
+    /// are the same run to run; a refusal fails a single request and is
     /// recorded as that request's error among many.
     #[allow(clippy::type_complexity)]
     fn submit_all(
@@ -126,8 +128,8 @@ impl GenerateJob {
     ) -> anyhow::Result<(Vec<Option<RequestStream>>, Vec<Outcome>)> {
         let mut streams = Vec::new();
         let mut outcomes = Vec::new();
-        for r in &self.requests {
-            match handle.submit(r.clone()) {
+        for submitted in handle.submit_each(self.requests.clone()) {
+            match submitted {
                 Ok(s) => {
                     streams.push(Some(s));
                     outcomes.push(Outcome::default());
