@@ -14,7 +14,7 @@
 //! `cargo test --release -p headroom-cuda --test mixed_attention_timing -- --ignored --nocapture`.
 
 use headroom_core::Dtype;
-use headroom_cuda::attention::{paged_raw_ordered, ItemOrder};
+use headroom_cuda::attention::{paged_raw_with, ItemOrder, PagedOptions};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
@@ -45,8 +45,11 @@ impl Batch {
         let (shape, bufs) = (self.shape(), self.buffers());
         // SAFETY: q, gate and out hold rows × 16 × 256 elements; the pool
         // holds every block of the tables.
-        let run = unsafe { paged_raw_ordered(dev, Dtype::Bf16, &shape, &bufs, None, None, order) }
-            .unwrap();
+        let opts = PagedOptions {
+            order,
+            ..PagedOptions::default()
+        };
+        let run = unsafe { paged_raw_with(dev, Dtype::Bf16, &shape, &bufs, opts) }.unwrap();
         run.splits
     }
 

@@ -13,7 +13,7 @@ use half::{bf16, f16};
 use headroom_core::ops::{Backend, Batch, BlockTables, KvSpec};
 use headroom_core::{Dtype, RouteRequest};
 use headroom_cuda::attention::{
-    combine_form, paged_raw, paged_raw_with, CombineForm, PagedBuffers, PagedShape,
+    combine_form, paged_raw, paged_raw_with, CombineForm, PagedBuffers, PagedOptions, PagedShape,
 };
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaKvCache};
 use headroom_cuda::device::CudaDevice;
@@ -235,7 +235,14 @@ fn run_raw(
     // hold every block of the tables.
     let run = match combine {
         None => unsafe { paged_raw(dev, dtype, &shape, &bufs, splits) },
-        Some(_) => unsafe { paged_raw_with(dev, dtype, &shape, &bufs, splits, combine) },
+        Some(_) => {
+            let opts = PagedOptions {
+                splits,
+                combine,
+                ..PagedOptions::default()
+            };
+            unsafe { paged_raw_with(dev, dtype, &shape, &bufs, opts) }
+        }
     }
     .unwrap();
     let mut raw = vec![0u16; h.q.len()];

@@ -22,7 +22,7 @@ use headroom_core::ops::{Backend, Batch, GdnSpec};
 use headroom_core::Dtype;
 use headroom_core::Tensor;
 use headroom_cuda::alloc::DeviceBuffer;
-use headroom_cuda::attention::{combine_form, paged_raw_with, CombineForm, PagedRun};
+use headroom_cuda::attention::{combine_form, paged_raw_with, CombineForm, PagedOptions, PagedRun};
 use headroom_cuda::backend::CudaBackend;
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::conv::{conv8_strip, CONV8_STRIP, THREADS as CONV_THREADS};
@@ -61,7 +61,12 @@ impl Paged {
         let (shape, bufs) = (self.shape(), self.buffers());
         // SAFETY: q, gate and out hold rows × 16 × 256 elements; the pools
         // hold every block of the tables.
-        unsafe { paged_raw_with(dev, Dtype::Bf16, &shape, &bufs, splits, combine) }.unwrap()
+        let opts = PagedOptions {
+            splits,
+            combine,
+            ..PagedOptions::default()
+        };
+        unsafe { paged_raw_with(dev, Dtype::Bf16, &shape, &bufs, opts) }.unwrap()
     }
 
     /// Median microseconds of a call (after a warm-up) and what it ran.

@@ -25,8 +25,8 @@ pub use fused::{
     BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS, WGMMA_BLOCK_M,
 };
 pub use paged::{
-    combine_form, paged_entry, paged_raw, paged_raw_ordered, paged_raw_with, CombineForm,
-    PagedBuffers, PagedRun, PagedShape, ROWS_COMBINE_MAX_SPLITS,
+    combine_form, paged_entry, paged_raw, paged_raw_with, CombineForm, PagedBuffers, PagedOptions,
+    PagedRun, PagedShape, ROWS_COMBINE_MAX_SPLITS,
 };
 pub use paged_plan::{paged_plan, ItemOrder, PagedPlan, WorkItem};
 

@@ -170,11 +170,25 @@ pub unsafe fn paged_raw(
     bufs: &PagedBuffers,
     splits: Option<usize>,
 ) -> OpResult<PagedRun> {
+    let opts = PagedOptions {
+        splits,
+        ..PagedOptions::default()
+    };
     // SAFETY: the caller's promise, passed on.
-    unsafe { paged_raw_with(dev, dtype, shape, bufs, splits, None) }
+    unsafe { paged_raw_with(dev, dtype, shape, bufs, opts) }
 }
 
-/// [`paged_raw`] with the combine of a split launch forced (`None`: [`combine_form`]).
+/// What a caller may force on a paged launch (tests and benches; the
+/// engine forces nothing): the key splits (`None`: the plan's), the combine
+/// of a split launch (`None`: [`combine_form`]) and the items' order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PagedOptions {
+    pub splits: Option<usize>,
+    pub combine: Option<CombineForm>,
+    pub order: ItemOrder,
+}
+
+/// [`paged_raw`] with `opts`.
 ///
 /// # Safety
 /// As [`paged_raw`].
@@ -183,35 +197,7 @@ pub unsafe fn paged_raw_with(
     dtype: Dtype,
     shape: &PagedShape<'_>,
     bufs: &PagedBuffers,
-    splits: Option<usize>,
-    combine: Option<CombineForm>,
-) -> OpResult<PagedRun> {
-    // SAFETY: the caller's promise, passed on.
-    unsafe {
-        paged_raw_ordered(
-            dev,
-            dtype,
-            shape,
-            bufs,
-            splits,
-            combine,
-            ItemOrder::default(),
-        )
-    }
-}
-
-/// [`paged_raw_with`] with the work items in `order`.
-///
-/// # Safety
-/// As [`paged_raw`].
-pub unsafe fn paged_raw_ordered(
-    dev: &CudaDevice,
-    dtype: Dtype,
-    shape: &PagedShape<'_>,
-    bufs: &PagedBuffers,
-    splits: Option<usize>,
-    combine: Option<CombineForm>,
-    order: ItemOrder,
+    opts: PagedOptions,
 ) -> OpResult<PagedRun> {
     let op = "attention";
     let n = shape.check(dtype)?;
@@ -232,13 +218,13 @@ pub unsafe fn paged_raw_ordered(
         shape.q_heads,
         shape.kv_heads,
         dev.sm_count,
-        splits,
-        order,
+        opts.splits,
+        opts.order,
     );
     if plan.items.is_empty() {
         return Err(OpError::Batch("no query rows".into()));
     }
-    let form = (plan.splits > 1).then(|| combine.unwrap_or(combine_form(plan.splits)));
+    let form = (plan.splits > 1).then(|| opts.combine.unwrap_or(combine_form(plan.splits)));
     let combine_fn = match form {
         None => None,
         Some(f) => match combine_entry(f, shape.head_dim, dtype) {
