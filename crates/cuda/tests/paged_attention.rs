@@ -1,6 +1,6 @@
 //! Attention over the paged KV block pool on the GPU, against an f64
 //! reference on fresh random inputs, outputs NaN-poisoned before the kernels
-//! write them: the one-launch paged kernel (`attention::paged_raw`) over
+//! write them: the one-launch paged kernel (`attention::paged_raw_with`) over
 //! shuffled, non-contiguous block tables with unused pool rows NaN, mixed
 //! batches (decode rows, a chunk with history, a fresh prompt), GQA 8 and 1,
 //! head dims 64/128/256, bf16 and f16, tails, forced key splits and both split combines, the output
@@ -13,7 +13,7 @@ use half::{bf16, f16};
 use headroom_core::ops::{Backend, Batch, BlockTables, KvSpec};
 use headroom_core::{Dtype, RouteRequest};
 use headroom_cuda::attention::{
-    combine_form, paged_raw, paged_raw_with, CombineForm, PagedBuffers, PagedOptions, PagedShape,
+    combine_form, paged_raw_with, CombineForm, PagedBuffers, PagedOptions, PagedShape,
 };
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaKvCache};
 use headroom_cuda::device::CudaDevice;
@@ -231,20 +231,14 @@ fn run_raw(
         out: out.ptr(),
         gate: gated.then(|| gate.ptr()),
     };
+    let opts = PagedOptions {
+        splits,
+        combine,
+        ..PagedOptions::default()
+    };
     // SAFETY: q, out and the gate hold rows × q_heads × d elements; the pools
     // hold every block of the tables.
-    let run = match combine {
-        None => unsafe { paged_raw(dev, dtype, &shape, &bufs, splits) },
-        Some(_) => {
-            let opts = PagedOptions {
-                splits,
-                combine,
-                ..PagedOptions::default()
-            };
-            unsafe { paged_raw_with(dev, dtype, &shape, &bufs, opts) }
-        }
-    }
-    .unwrap();
+    let run = unsafe { paged_raw_with(dev, dtype, &shape, &bufs, opts) }.unwrap();
     let mut raw = vec![0u16; h.q.len()];
     dev.read(&out, &mut raw).unwrap();
     (

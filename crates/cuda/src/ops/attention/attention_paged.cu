@@ -50,11 +50,6 @@ __device__ __forceinline__ void load_q_rows(unsigned dst, const T* q, int m0, in
     }
 }
 
-// 1 / (1 + e^-x) with the reciprocal as rcp.rn: correctly rounded, so the same
-// bits as the IEEE division `1.0f / y`, without the general division's
-// sequence and slow-path branch (y >= 1 or inf or NaN here).
-__device__ __forceinline__ float sigmoid_(float x) { return __frcp_rn(1.0f + expf(-x)); }
-
 // The output tile goes out through shared memory (the Q/K/V tiles' space,
 // free after the key loop): each thread writes its fragment rows' normalised
 // f32 O (row pitch D + STAGE_PAD floats), then consecutive threads take
@@ -141,7 +136,6 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
                                            int q_heads, int kv_heads, float scale_log2, int splits,
                                            float* __restrict__ part_o, float* __restrict__ part_lse) {
     static_assert(D == 64 || D == 128 || D == 256, "wgmma N is the head dim");
-    constexpr int D_TILES = D / 8;
 
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -202,11 +196,11 @@ __device__ __forceinline__ void attn_paged(const T* __restrict__ q, const T* __r
                            n_lo, n_blocks, n_unmasked, kv_len, pos0, pos1, scale_log2, acc_o, row_max,
                            row_sum);
 
-    const int v0 = m0 + warp_row0 + g;
-    const int v1 = v0 + 8;
-    const bool ok0 = v0 < vrows, ok1 = v1 < vrows;
-    const size_t o0 = ok0 ? out_row(v0) : 0, o1 = ok1 ? out_row(v1) : 0;
     if (splits > 1) {
+        const int v0 = m0 + warp_row0 + g;
+        const int v1 = v0 + 8;
+        const bool ok0 = v0 < vrows, ok1 = v1 < vrows;
+        const size_t o0 = ok0 ? out_row(v0) : 0, o1 = ok1 ? out_row(v1) : 0;
         store_split_partial<D>(acc_o, row_max, row_sum, scale_log2, ok0, ok1, (size_t)split * R + o0,
                                (size_t)split * R + o1, part_o, part_lse);
         return;

@@ -52,21 +52,16 @@ fn order_items(items: Vec<WorkItem>, order: ItemOrder) -> Vec<WorkItem> {
     }
     let (thin, full): (Vec<WorkItem>, Vec<WorkItem>) =
         items.into_iter().partition(|i| is_thin(i.rows));
-    if thin.is_empty() || full.is_empty() {
-        return if thin.is_empty() { full } else { thin };
-    }
-    // Before full item f, thin items up to ceil((f + 1) · T / span).
-    let span = (full.len() * 3 / 4).max(1);
-    let mut out = Vec::with_capacity(thin.len() + full.len());
-    let mut thin = thin.into_iter().peekable();
-    let total = thin.len();
+    // Before full item f, the thin items up to ceil((f + 1) · T / span); one
+    // kind alone comes out as it went in.
+    let (total, span) = (thin.len(), (full.len() * 3 / 4).max(1));
+    let mut out = Vec::with_capacity(total + full.len());
+    let mut thin = thin.into_iter();
     let mut emitted = 0;
     for (f, item) in full.into_iter().enumerate() {
         let target = ((f + 1) * total).div_ceil(span).min(total);
-        while emitted < target {
-            out.extend(thin.next());
-            emitted += 1;
-        }
+        out.extend(thin.by_ref().take(target - emitted));
+        emitted = target;
         out.push(item);
     }
     out.extend(thin);

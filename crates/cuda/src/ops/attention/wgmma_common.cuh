@@ -184,6 +184,12 @@ __device__ __forceinline__ void qk_tile(float (&acc_s)[32], unsigned q_wg, unsig
 }
 
 
+// The output gate's sigmoid, 1 / (1 + e^-x), with the reciprocal as rcp.rn:
+// correctly rounded, so the same bits as the IEEE division `1.0f / y`,
+// without the general division's sequence and slow-path branch (y >= 1 or
+// inf or NaN here). The paged kernel's epilogue and both split combines.
+__device__ __forceinline__ float sigmoid_(float x) { return __frcp_rn(1.0f + expf(-x)); }
+
 // Combines the splits' partials of one output row (blockIdx.x over the rows):
 // out = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M), M = max_s lse_s, times
 // sigmoid(gate) at the same element when gate is not null.
@@ -290,7 +296,7 @@ __device__ __forceinline__ void split_combine(const float* __restrict__ part_o,
                       bad ? inv_nan : t.w / dn};
         if (gate) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) r[j] *= __frcp_rn(1.0f + expf(-static_cast<float>(gate[at + j])));
+            for (int j = 0; j < 4; ++j) r[j] *= sigmoid_(static_cast<float>(gate[at + j]));
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) out[at + j] = static_cast<T>(r[j]);
