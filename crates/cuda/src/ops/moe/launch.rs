@@ -102,7 +102,7 @@ pub(super) enum Gemm {
 /// One grouped GEMM of a pass, as every family's kernels take it: the A
 /// side's pointers, the weights (unless a map), the output, then the tile
 /// list (the routing's `expert_offsets` and `tile_offsets`, the local
-/// experts, K and N), then the weights' map if any.
+/// experts, K and N), then, with a map, the unit counters and the map.
 pub(super) struct GroupedGemm<'a> {
     /// The A side: the pass's rows of x and the slots' tokens (gate+up), or
     /// act (down); e4m3 codes with their scales on the FP8 path.
@@ -113,6 +113,7 @@ pub(super) struct GroupedGemm<'a> {
     /// K and N: hidden and intermediate for gate+up, the reverse for down.
     k: usize,
     n: usize,
+    gemm: Gemm,
 }
 
 impl<'a> GroupedGemm<'a> {
@@ -129,7 +130,14 @@ impl<'a> GroupedGemm<'a> {
             Gemm::GateUp => (l.hidden, l.intermediate, ws.act.ptr()),
             Gemm::Down => (l.intermediate, l.hidden, ws.y.ptr()),
         };
-        GroupedGemm { a, w, out, k, n }
+        GroupedGemm {
+            a,
+            w,
+            out,
+            k,
+            n,
+            gemm,
+        }
     }
 
     /// The kernel's parameters over the tile list of `r` and `local` experts.
@@ -148,7 +156,7 @@ impl<'a> GroupedGemm<'a> {
             .int(self.k)
             .int(self.n);
         match self.w {
-            GemmWeights::Map(m) => p.map(m),
+            GemmWeights::Map(m) => p.ptr(r.sched(self.gemm)).map(m),
             _ => p,
         }
     }
@@ -210,26 +218,47 @@ pub(super) struct RouteBuffers {
     pub(super) slot_token: DeviceBuffer,
     /// i32 `[pairs]`: the slot of each pair, -1 for another rank's.
     pair_slot: DeviceBuffer,
-    /// i32 `[experts + 1]`: per expert, then the routing's finished blocks;
-    /// zero between passes.
+    /// i32 `[experts + 1 + SCHED_INTS]`: per expert, then the routing's
+    /// finished blocks (zero between passes), then the warp-specialised
+    /// GEMMs' unit counters ([`RouteBuffers::sched`]; zero between launches).
+    /// Zeroed once a call.
     counts: DeviceBuffer,
+    /// Where the unit counters start in `counts`.
+    sched: u64,
     /// i32 `[experts + 1]`: row offsets of each expert in expert order.
     expert_offsets: DeviceBuffer,
     /// i32 `[experts + 1]`: row-tile offsets of each expert.
     tile_offsets: DeviceBuffer,
 }
 
+/// The ints after the routing's counts: two unit counters for each of the
+/// two warp-specialised GEMMs.
+pub(super) const SCHED_INTS: usize = 4;
+
 impl RouteBuffers {
     fn alloc(dev: &CudaDevice, pairs: usize, experts: usize) -> Result<Self, CudaError> {
+        let counts = dev.alloc((experts + 1 + SCHED_INTS) * 4)?;
         Ok(RouteBuffers {
             topk_expert: dev.alloc(pairs * 4)?,
             topk_weight: dev.alloc(pairs * 4)?,
             slot_token: dev.alloc(pairs * 4)?,
             pair_slot: dev.alloc(pairs * 4)?,
-            counts: dev.alloc((experts + 1) * 4)?,
+            sched: counts.ptr() + ((experts + 1) * 4) as u64,
+            counts,
             expert_offsets: dev.alloc((experts + 1) * 4)?,
             tile_offsets: dev.alloc((experts + 1) * 4)?,
         })
+    }
+
+    /// The two unit counters of `gemm`'s warp-specialised kernel (the next
+    /// unit, the CTAs ended; moe_grouped_gemm_ws.cu): zero when it starts,
+    /// and zero again when it ends.
+    fn sched(&self, gemm: Gemm) -> u64 {
+        self.sched
+            + match gemm {
+                Gemm::GateUp => 0,
+                Gemm::Down => 8,
+            }
     }
 }
 
@@ -585,12 +614,15 @@ mod tests {
         let l = moe_launch(&b, t, h, e, 2, i);
         let mem = fake_memory();
         let buf = || mem.alloc(4).unwrap();
+        let counts = buf();
+        let sched = counts.ptr() + 0x100;
         let r = RouteBuffers {
             topk_expert: buf(),
             topk_weight: buf(),
             slot_token: buf(),
             pair_slot: buf(),
-            counts: buf(),
+            counts,
+            sched,
             expert_offsets: buf(),
             tile_offsets: buf(),
         };
@@ -620,14 +652,19 @@ mod tests {
             values(&tiles(p().ptr(a).ptr(dn).ptr(yp), i, h))
         );
 
-        // Warp-specialised: no weights' address, their map last.
+        // Warp-specialised: no weights' address; each GEMM's own two unit
+        // counters, then the map.
         assert_eq!(
             gate_up(&[x, st], GemmWeights::Map(map(7))),
-            values(&tiles(p().ptr(x).ptr(st).ptr(a), h, i).map(map(7)))
+            values(
+                &tiles(p().ptr(x).ptr(st).ptr(a), h, i)
+                    .ptr(sched)
+                    .map(map(7))
+            )
         );
         assert_eq!(
             down(&[a], GemmWeights::Map(map(9))),
-            values(&tiles(p().ptr(a).ptr(yp), i, h).map(map(9)))
+            values(&tiles(p().ptr(a).ptr(yp), i, h).ptr(sched + 8).map(map(9)))
         );
 
         // FP8: A's codes and scales, then the weights' codes and scales.

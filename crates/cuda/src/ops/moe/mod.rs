@@ -276,8 +276,11 @@ fn validate_inner(
         return Err(shape_err("the grid exceeds the kernels' int range".into()));
     }
     // topk_expert, topk_weight, slot_token, pair_slot: 4 bytes per pair each;
-    // counts and two offset arrays: experts + 1 ints each.
-    let small = product(&[chunk_pairs, 16], "index arrays")? + 3 * 4 * (l.experts + 1);
+    // counts and two offset arrays: experts + 1 ints each; the GEMMs' unit
+    // counters after the counts.
+    let small = product(&[chunk_pairs, 16], "index arrays")?
+        + 3 * 4 * (l.experts + 1)
+        + 4 * launch::SCHED_INTS;
     let workspace_bytes = small
         .checked_add(act)
         .and_then(|b| b.checked_add(y))
