@@ -28,10 +28,11 @@
 //   at most 64 rows) still waits on every step's full mbarrier and releases
 //   it, in a second k-loop chosen outside the loop (no branch around the
 //   wgmmas).
-// - Units are handed out in order at run time (the producer's thread 0 takes
-//   the next from sched[0] with an atomic and writes it beside the unit's
-//   first stage, where the MMA warpgroups read it after their full wait; a
-//   unit index past the last is the end). A fixed round robin let the CTAs
+// - Units are handed out in order at run time: the producer's thread 0 takes
+//   the next from sched[0] with an atomic and writes its tile (expert, rows,
+//   column tile) beside the unit's first stage, where the MMA warpgroups read
+//   it after their full wait (no global load of theirs between two units; a
+//   tile of expert -1 is the end). A fixed round robin let the CTAs
 //   drift apart (an expert's last tile is cheaper than a full one), so the
 //   row tiles of one expert, which read the same weights, ran far apart in
 //   time and read them from DRAM again (ncu, 8,192 tokens: gate+up 1.98 GB
@@ -185,11 +186,30 @@ __device__ __forceinline__ int take_unit(int* __restrict__ sched, volatile int* 
     return u;
 }
 
+// The tile of the unit whose first step is in stage st (the producer's
+// thread 0 writes it before the arrive that completes the stage).
+__device__ __forceinline__ void put_tile(volatile int* stage_tile, int st, const Tile& tl) {
+    volatile int* t = stage_tile + st * 4;
+    t[0] = tl.e;
+    t[1] = tl.m0;
+    t[2] = tl.rows;
+    t[3] = tl.nt;
+}
+__device__ __forceinline__ Tile get_tile(const volatile int* stage_tile, int st) {
+    const volatile int* t = stage_tile + st * 4;
+    Tile tl;
+    tl.e = t[0];
+    tl.m0 = t[1];
+    tl.rows = t[2];
+    tl.nt = t[3];
+    return tl;
+}
+
 template <bool GATE_UP>
 __device__ __forceinline__ void produce(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                         const int* __restrict__ expert_offsets, const int* table, int experts,
                                         int K, int n_out, int n_tiles, int total, int* __restrict__ sched,
-                                        volatile int* next_unit, volatile int* stage_unit, unsigned smem0,
+                                        volatile int* next_unit, volatile int* stage_tile, unsigned smem0,
                                         unsigned bars, const TmaDesc* wmap, int pt) {
     const int sub = pt / ROW_CHUNKS, chunk = pt % ROW_CHUNKS;  // rows sub + 16 i, i < 8
     const unsigned dst0 = (unsigned)swizzle16<128>(sub, chunk);
@@ -214,7 +234,7 @@ __device__ __forceinline__ void produce(const bf16* __restrict__ a_src, const in
             // Both MMA warpgroups released step s - STAGES.
             if (s >= STAGES) mbar_wait(empty, (unsigned)(s / STAGES - 1) & 1u);
             if (pt == 0) {
-                if (kt == 0) stage_unit[st] = u;  // before the arrive that releases it
+                if (kt == 0) put_tile(stage_tile, st, tl);  // before the arrive that completes the stage
                 mbar_expect_tx(full, B_BYTES);
                 tma_load_2d(base + A_BYTES, wmap, k0, b0, full);
                 tma_load_2d(base + A_BYTES + B_HALF, wmap, k0, b1, full);
@@ -225,12 +245,15 @@ __device__ __forceinline__ void produce(const bf16* __restrict__ a_src, const in
             cp_async_arrive_noinc(full);
         }
     }
-    // The end: a stage whose unit is past the last (no data, all 129 arrivals).
+    // The end: a stage whose tile has expert -1 (no data, all 129 arrivals).
     const int st = s % STAGES;
     const unsigned full = bars + st * 8, empty = bars + (STAGES + st) * 8;
     if (s >= STAGES) mbar_wait(empty, (unsigned)(s / STAGES - 1) & 1u);
     if (pt == 0) {
-        stage_unit[st] = total;
+        Tile end;
+        end.e = -1;
+        end.m0 = end.rows = end.nt = 0;
+        put_tile(stage_tile, st, end);
         mbar_arrive(full);
     }
     cp_async_arrive_noinc(full);
@@ -290,7 +313,7 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
                                         const int* __restrict__ tile_offsets, int experts, int K, int n_out,
                                         int* __restrict__ sched, const TmaDesc* wmap) {
     extern __shared__ unsigned char smem_raw[];
-    __shared__ int stage_unit[STAGES];  // the unit of the step in each stage, set at its first step
+    __shared__ int stage_tile[STAGES * 4];  // the tile of a unit's first step in each stage
     __shared__ int next_unit;
     constexpr int EPI = GATE_UP ? 0 : WARPGROUPS * EPI_BYTES;
     const unsigned raw0 = smem_u32(smem_raw);
@@ -317,7 +340,7 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
     if (tid >= MMA_THREADS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         produce<GATE_UP>(a_src, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, total, sched,
-                         &next_unit, stage_unit, smem0, bars, wmap, tid - MMA_THREADS);
+                         &next_unit, stage_tile, smem0, bars, wmap, tid - MMA_THREADS);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(MMA_REGS));
         const int wg = warp / 4, wq = warp % 4;
@@ -327,11 +350,10 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
 #pragma unroll
         for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
         for (int s = 0;;) {
-            // The unit's first step has landed with the unit's index beside it.
+            // The unit's first step has landed with its tile beside it.
             wait_full(bars, s);
-            const int u = ((volatile int*)stage_unit)[s % STAGES];
-            if (u >= total) break;
-            const Tile ct = unit_tile(u, n_tiles, table, expert_offsets, experts);
+            const Tile ct = get_tile(stage_tile, s % STAGES);
+            if (ct.e < 0) break;
             if (ct.rows > wg * WG_ROWS) {
                 // Step 0 alone (nothing of this tile to release yet), then
                 // each step releases the one before once its wgmmas are done.
