@@ -4,9 +4,12 @@
 //! with decode gives the one-request result; a request among 255 others
 //! (paged with a roomy pool, paged under preemption, contiguous; and paged
 //! on the dense and next fixtures, whose routers are not near-tied) gives its
-//! alone first token and logits to <= 2e-2 (issue 22 asks 1e-2: the H200
-//! measured 1.10e-2 on the MoE fixture, whose bf16 GEMMs round differently
-//! with the batch's row count; `docs/perf/serving.md`). Needs a GPU.
+//! alone first token and logits to <= 2e-2. By default a step of few rows
+//! runs the MoE decode kernels, which round differently from the grouped
+//! GEMMs of a larger step (the H200 measured 1.48e-2 on the MoE fixture,
+//! whose routers are near-tied); with `CudaBackend::with_batch_invariant`
+//! every row count takes the grouped GEMMs and both tests hold issue 22's
+//! 1e-2 (`docs/perf/serving.md`, session 16). Needs a GPU.
 
 mod common;
 
@@ -18,23 +21,32 @@ use headroom_engine::{
 };
 use headroom_model::{AttentionPlan, ModelConfig, Qwen35Model, Weights};
 
-fn model(name: &str) -> Qwen35Model<CudaBackend> {
+/// The fixture `name` on device 0, batch-invariant or not.
+fn model(name: &str, invariant: bool) -> Qwen35Model<CudaBackend> {
     let dir = fixture_dir(name);
     let cfg = ModelConfig::from_dir(&dir).unwrap();
     let w = Weights::load(&dir, &cfg).unwrap();
-    Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
+    let be = CudaBackend::open(0)
+        .unwrap()
+        .with_batch_invariant(invariant);
+    Qwen35Model::load(be, &cfg, w).unwrap()
 }
 
 type Run = Vec<(Vec<u32>, Vec<Vec<f32>>)>;
 
-fn run(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> Run {
-    run_counting(name, cfg, reqs).0
+fn run(name: &str, invariant: bool, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> Run {
+    run_counting(name, invariant, cfg, reqs).0
 }
 
 /// [`run`], and the preemptions the engine made.
-fn run_counting(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> (Run, u64) {
+fn run_counting(
+    name: &str,
+    invariant: bool,
+    cfg: &EngineConfig,
+    reqs: &[GenerateRequest],
+) -> (Run, u64) {
     let mut core = EngineCore::new(
-        model(name),
+        model(name, invariant),
         EngineConfig {
             capture_logits: true,
             ..cfg.clone()
@@ -59,6 +71,26 @@ fn run_counting(name: &str, cfg: &EngineConfig, reqs: &[GenerateRequest]) -> (Ru
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
 fn cuda_batch_and_chunk_invariance_bf16() {
+    batch_and_chunk(false, 2e-2);
+}
+
+/// The same with batch invariance on: within issue 22's 1e-2, every greedy
+/// token the same.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_batch_and_chunk_invariance_bf16_batch_invariant() {
+    let agreeing = batch_and_chunk(true, 1e-2);
+    assert!(
+        agreeing.iter().all(|&a| a == 48),
+        "greedy tokens agreeing: {agreeing:?}"
+    );
+}
+
+/// 8 requests together against each alone, chunked by 37 with decode rows
+/// in the same steps, on the two MoE fixtures: every step's logits within
+/// `bar` while the tokens agree; returns each fixture's agreeing tokens (of 48).
+fn batch_and_chunk(invariant: bool, bar: f64) -> Vec<usize> {
+    let mut agreeing_per_fixture = Vec::new();
     for (name, route) in [
         ("moe_d64", RouteRequest::Composed { query_block: 64 }),
         ("moe_d256", RouteRequest::Fused),
@@ -84,11 +116,11 @@ fn cuda_batch_and_chunk_invariance_bf16() {
             .enumerate()
             .map(|(i, &n)| GenerateRequest::greedy(ids(n, vocab, i as u32 + 1), 6))
             .collect();
-        let together = run(name, &cfg, &reqs);
+        let together = run(name, invariant, &cfg, &reqs);
         let mut worst = 0f64;
         let mut agreeing = 0;
         for (i, r) in reqs.iter().enumerate() {
-            let alone = run(name, &cfg, std::slice::from_ref(r)).remove(0);
+            let alone = run(name, invariant, &cfg, std::slice::from_ref(r)).remove(0);
             assert_eq!(
                 together[i].0[0], alone.0[0],
                 "{name} request {i}: first token"
@@ -96,7 +128,7 @@ fn cuda_batch_and_chunk_invariance_bf16() {
             for s in 0..alone.0.len() {
                 let e = rel_err(&together[i].1[s], &alone.1[s]);
                 worst = worst.max(e);
-                assert!(e <= 2e-2, "{name} {route} request {i} step {s}: {e:.2e}");
+                assert!(e <= bar, "{name} {route} request {i} step {s}: {e:.2e}");
                 if together[i].0[s] != alone.0[s] {
                     break;
                 }
@@ -106,7 +138,9 @@ fn cuda_batch_and_chunk_invariance_bf16() {
         println!(
             "{name} {route}: worst logits rel err {worst:.2e}; {agreeing}/48 greedy tokens agree"
         );
+        agreeing_per_fixture.push(agreeing);
     }
+    agreeing_per_fixture
 }
 
 #[test]
@@ -117,11 +151,36 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
         ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
         ("contiguous", KvBackendKind::Contiguous, None),
     ];
-    for (arm, worst) in among_255_others("moe_d256", &arms) {
+    for (arm, worst) in among_255_others("moe_d256", false, &arms) {
         assert!(
             worst <= 2e-2,
             "{arm}: worst probe logits rel err {worst:.2e}"
         );
+    }
+}
+
+/// Issue 22's bar with batch invariance on: each arm on the MoE fixture,
+/// and the dense and next fixtures paged, within 1e-2.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_request_among_255_others_batch_invariant() {
+    let arms = [
+        ("paged", KvBackendKind::Paged, None),
+        ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
+        ("contiguous", KvBackendKind::Contiguous, None),
+    ];
+    for name in ["moe_d256", "next_d128", "dense_d64"] {
+        let arms = if name == "moe_d256" {
+            &arms[..]
+        } else {
+            &arms[..1]
+        };
+        for (arm, worst) in among_255_others(name, true, arms) {
+            assert!(
+                worst <= 1e-2,
+                "{name} {arm} (batch-invariant): worst probe logits rel err {worst:.2e}"
+            );
+        }
     }
 }
 
@@ -133,7 +192,7 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
 fn cuda_request_among_255_others_on_the_dense_and_next_fixtures() {
     let arms = [("paged", KvBackendKind::Paged, None)];
     for name in ["dense_d64", "next_d128"] {
-        for (arm, worst) in among_255_others(name, &arms) {
+        for (arm, worst) in among_255_others(name, false, &arms) {
             assert!(
                 worst <= 2e-2,
                 "{name} {arm}: worst probe logits rel err {worst:.2e}"
@@ -149,6 +208,7 @@ fn cuda_request_among_255_others_on_the_dense_and_next_fixtures() {
 /// tokens still agree (printed).
 fn among_255_others(
     name: &str,
+    invariant: bool,
     arms: &[(&'static str, KvBackendKind, Option<usize>)],
 ) -> Vec<(&'static str, f64)> {
     let vocab = ModelConfig::from_dir(&fixture_dir(name))
@@ -167,7 +227,7 @@ fn among_255_others(
     let mut worsts = Vec::new();
     let alone: Vec<_> = probes
         .iter()
-        .map(|&i| run(name, &base, std::slice::from_ref(&reqs[i])).remove(0))
+        .map(|&i| run(name, invariant, &base, std::slice::from_ref(&reqs[i])).remove(0))
         .collect();
     for &(arm, kv, blocks) in arms {
         let cfg = EngineConfig {
@@ -175,7 +235,7 @@ fn among_255_others(
             kv_pool_blocks: blocks,
             ..base.clone()
         };
-        let (all, preempted) = run_counting(name, &cfg, &reqs);
+        let (all, preempted) = run_counting(name, invariant, &cfg, &reqs);
         assert!(
             all.iter().all(|r| r.0.len() == 4),
             "{name} {arm}: every request finished"

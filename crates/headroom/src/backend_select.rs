@@ -32,6 +32,16 @@ pub enum WeightsInit {
     Device,
 }
 
+/// How the backend computes, besides the model and its weights.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackendSettings {
+    /// A row's arithmetic the same whatever else is in its step
+    /// (`--batch-invariant`; docs/configuration.md). The CPU backend is
+    /// batch-invariant anyway; on CUDA it takes the MoE decode kernels out
+    /// (`CudaBackend::with_batch_invariant`).
+    pub batch_invariant: bool,
+}
+
 /// Work to run on a model, whatever backend it was built on.
 pub trait ModelJob {
     type Output;
@@ -70,6 +80,7 @@ pub fn load_config(source: &ModelSource) -> anyhow::Result<ModelConfig> {
 /// Builds the model `source` names on `backend` and runs `job` on it.
 pub fn run_on_backend<J: ModelJob>(
     backend: BackendKind,
+    settings: BackendSettings,
     source: &ModelSource,
     cfg: &ModelConfig,
     seed: u64,
@@ -84,8 +95,14 @@ pub fn run_on_backend<J: ModelJob>(
         BackendKind::Cuda => {
             let opening = Instant::now();
             let be = CudaBackend::open(0)
-                .map_err(|e| anyhow::anyhow!("the cuda backend is unavailable: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("the cuda backend is unavailable: {e}"))?
+                .with_batch_invariant(settings.batch_invariant);
             let open_seconds = opening.elapsed().as_secs_f64();
+            if settings.batch_invariant {
+                tracing::info!(
+                    "batch-invariant: the MoE block of small steps on the grouped GEMMs"
+                );
+            }
             let init = init.unwrap_or(WeightsInit::Device);
             build_and_run(be, open_seconds, source, cfg, seed, init, job)
         }

@@ -42,9 +42,22 @@ pub struct EngineArgs {
     /// prompt branches off a cached prefix).
     #[arg(long, value_name = "N")]
     pub prefix_cache_interval: Option<usize>,
+    /// Give every request the same logits alone as among any others in a
+    /// step (on CUDA the MoE block of small steps runs the grouped GEMMs
+    /// instead of the faster decode kernels: batch-1 decode is slower; the CPU
+    /// is batch-invariant anyway).
+    #[arg(long)]
+    pub batch_invariant: bool,
 }
 
 impl EngineArgs {
+    /// The backend settings these flags select.
+    pub fn backend(&self) -> crate::backend_select::BackendSettings {
+        crate::backend_select::BackendSettings {
+            batch_invariant: self.batch_invariant,
+        }
+    }
+
     /// The scheduler settings these flags select; `chunk` (a command's
     /// `--chunk`) sets both the prefill chunk and the solo stripe first.
     pub fn scheduler(&self, chunk: Option<usize>) -> anyhow::Result<SchedulerSettings> {

@@ -67,6 +67,7 @@ fn writes_ttft_json_through_the_engine_with_the_routes_that_ran() {
         let v = ttft_json(&dir, "t.json", &args);
         assert_eq!(v["schema"], "headroom.bench.ttft/2");
         assert_eq!(v["path"], "engine");
+        assert_eq!(v["batch_invariant"], false, "off unless asked");
         let e = &v["engine"];
         assert_eq!(e["path"], "engine");
         assert_eq!(e["solo_stripe"]["requested"], "auto");
@@ -221,4 +222,24 @@ fn bad_arguments_exit_1_naming_the_flag() {
         "1000000",
     ]);
     assert!(err.contains("--decode"), "{err}");
+}
+
+#[test]
+fn batch_invariant_is_recorded_in_the_json() {
+    let dir = TempDir::new("ttft-inv");
+    let args = [
+        "bench",
+        "ttft",
+        "--synthetic",
+        "tiny-d64",
+        "--lengths",
+        "40",
+        "--iterations",
+        "1",
+        "--warmup",
+        "0",
+        "--batch-invariant",
+    ];
+    let v = ttft_json(&dir, "t.json", &args);
+    assert_eq!(v["batch_invariant"], true);
 }

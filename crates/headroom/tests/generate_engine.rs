@@ -204,3 +204,32 @@ fn scheduler_flags_apply_retired_env_is_ignored_and_bad_prompt_lines_fail() {
     ]);
     assert!(err.contains("step_tokens"), "{err}");
 }
+
+/// `--batch-invariant` is reported in the summary (off by default) and, the
+/// CPU being batch-invariant anyway, changes no token there.
+#[test]
+fn batch_invariant_is_reported_and_keeps_the_cpu_tokens() {
+    let tmp = TempDir::new("gen-invariant");
+    let run = |extra: &[&str], tag: &str| {
+        let out = tmp.0.join(format!("{tag}.jsonl"));
+        let mut args = vec![
+            "generate",
+            "--synthetic",
+            "tiny-d64",
+            "--prompt",
+            "Hello, Headroom",
+            "--max-tokens",
+            "5",
+            "--json",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        headroom(&args);
+        json_lines(&out)
+    };
+    let plain = run(&[], "plain");
+    let invariant = run(&["--batch-invariant"], "inv");
+    assert_eq!(plain[1]["summary"]["batch_invariant"], false);
+    assert_eq!(invariant[1]["summary"]["batch_invariant"], true);
+    assert_eq!(plain[0]["ids"], invariant[0]["ids"]);
+}

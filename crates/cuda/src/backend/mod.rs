@@ -55,6 +55,9 @@ pub struct CudaBackend {
     /// Peak bytes seen before the last call that restarted the allocator's own
     /// high-water mark (attention reports its transient bytes that way).
     earlier_peak: AtomicU64,
+    /// One arithmetic for a row whatever else is in its step
+    /// ([`Self::with_batch_invariant`]).
+    batch_invariant: bool,
 }
 
 impl CudaBackend {
@@ -84,7 +87,27 @@ impl CudaBackend {
             dev,
             earlier_peak: AtomicU64::new(0),
             comm: None,
+            batch_invariant: false,
         })
+    }
+
+    /// The backend with batch invariance on or off (off by default). On: the
+    /// MoE block of a step with few rows runs the grouped-GEMM path instead of
+    /// the decode kernels (which keep f32 where the grouped path rounds to
+    /// bf16, and sum in another order), so a row's logits are the same bits
+    /// alone and among any others — every grouped-GEMM family gives the same
+    /// bits per row (docs/perf/serving.md, session 16, call 5). The price is
+    /// the decode kernels' speed at 1–8 rows (bf16) and 1–32 rows (FP8).
+    pub fn with_batch_invariant(self, on: bool) -> CudaBackend {
+        CudaBackend {
+            batch_invariant: on,
+            ..self
+        }
+    }
+
+    /// Whether [`Self::with_batch_invariant`] is on.
+    pub fn batch_invariant(&self) -> bool {
+        self.batch_invariant
     }
 
     /// The backend on `dev` as a rank of an NCCL group ([`open_group`]).
@@ -438,7 +461,7 @@ impl Backend for CudaBackend {
     }
 
     fn moe(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> OpResult<CudaAct> {
-        moe::moe(&self.dev, x, w, spec)
+        moe::moe(&self.dev, x, w, spec, self.batch_invariant)
     }
 
     fn world_size(&self) -> usize {
@@ -459,7 +482,7 @@ impl Backend for CudaBackend {
     ) -> OpResult<CudaAct> {
         match self.comm {
             Some(_) => moe_partial::moe_f32(&self.dev, x, w, spec),
-            None => moe::moe(&self.dev, x, w, spec),
+            None => moe::moe(&self.dev, x, w, spec, self.batch_invariant),
         }
     }
 

@@ -42,19 +42,25 @@ pub(crate) fn shared_expert(
     linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)
 }
 
+/// The MoE block of `x`: few rows on the decode kernels unless
+/// `batch_invariant` (then every row count on the grouped GEMMs, whose
+/// families all give a row the same bits: `CudaBackend::with_batch_invariant`).
 pub(crate) fn moe(
     dev: &CudaDevice,
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
+    batch_invariant: bool,
 ) -> OpResult<CudaAct> {
-    // Few rows (decode): three GEMV launches (`crate::ops::moe::decode`),
-    // bf16 or FP8 experts.
-    if decode::takes(x, w, spec) {
-        return decode::moe_decode(dev, x, w, spec);
-    }
-    if spec.shared_expert && crate::ops::fp8::moe::takes(x, w, spec) {
-        return moe_fp8_decode(dev, x, w, spec);
+    if !batch_invariant {
+        // Few rows (decode): three GEMV launches (`crate::ops::moe::decode`),
+        // bf16 or FP8 experts.
+        if decode::takes(x, w, spec) {
+            return decode::moe_decode(dev, x, w, spec);
+        }
+        if spec.shared_expert && crate::ops::fp8::moe::takes(x, w, spec) {
+            return moe_fp8_decode(dev, x, w, spec);
+        }
     }
     moe_marked(dev, x, w, spec, None, &mut |_| {})
 }

@@ -3,7 +3,8 @@
 //! and across the other rows of a pass, and the default where it should be;
 //! a small case for compute-sanitizer; the routed block timed beside the
 //! 128 x 128 wgmma tiles at 2,048 / 8,192 / 32,768 tokens (one pass) on the
-//! 35B-A3B shape. (The f64 cases of `moe.rs` run Ws among every family.)
+//! 35B-A3B shape; every family giving a row the same bits (what batch
+//! invariance rests on). (The f64 cases of `moe.rs` run Ws among every family.)
 
 use super::{
     compare, launch, median, reference, run, timed_call, upload, Bench35b, Case, Shape, QWEN35B,
@@ -131,6 +132,41 @@ fn timing_wgmma_vs_ws_routed_block() {
                 gu + dn,
                 median(&mut total),
                 flops / ((gu + dn) * 1e-3) / 1e12
+            );
+        }
+    }
+}
+
+/// Every grouped-GEMM family gives a row the same bits whatever the pass
+/// (the 35B-A3B shape, 1 … 2,048 tokens, each family forced): what makes
+/// `CudaBackend::with_batch_invariant` batch-invariant, since a step of any
+/// row count then runs one of them (H200, session 16 call 5: 0 differing
+/// elements in every case).
+#[test]
+#[ignore = "needs an sm_90a GPU: run by bench/gpu/check_moe.sh"]
+fn every_grouped_family_gives_a_row_the_same_bits() {
+    let dev = hopper();
+    let w = Bench35b::new(&dev);
+    for tokens in [1usize, 8, 64, 600, 2048] {
+        let (inputs, _) = Bench35b::inputs(&dev, tokens, 7);
+        let l = w.launch(&inputs);
+        let base = out_bits(&dev, &l, Some(GemmImpl::MmaSync));
+        assert!(
+            base.iter().all(|&b| f32::from_bits(b).is_finite()),
+            "tokens={tokens}: every output written"
+        );
+        for imp in [GemmImpl::Stream, GemmImpl::Wgmma, GemmImpl::Ws] {
+            let b = out_bits(&dev, &l, Some(imp));
+            let differ = base.iter().zip(&b).filter(|(x, y)| x != y).count();
+            println!(
+                "families: tokens={tokens} MmaSync vs {imp:?}: {differ} of {} differ",
+                b.len()
+            );
+            assert_eq!(
+                differ,
+                0,
+                "tokens={tokens} {imp:?}: first {:?}",
+                first_diffs(&base, &b)
             );
         }
     }

@@ -11,7 +11,9 @@
 
 mod driver;
 
-use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
+use crate::backend_select::{
+    load_config, run_on_backend, BackendSettings, LoadInfo, ModelJob, WeightsInit,
+};
 use crate::cmd::logits::attention_plan;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
@@ -66,6 +68,10 @@ pub struct TtftArgs {
     /// (and, with --decode, of a few profiled decode steps, per token).
     #[arg(long)]
     pub breakdown: bool,
+    /// Batch-invariant arithmetic (as `serve --batch-invariant`), to measure
+    /// what it costs.
+    #[arg(long)]
+    pub batch_invariant: bool,
     /// Write the headroom.bench.ttft/2 JSON here (headroom.bench.ttft.tp/2 with --tensor-parallel).
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,
@@ -108,6 +114,8 @@ struct Report {
     load_seconds: f64,
     weight_bytes: usize,
     chunk: Option<usize>,
+    /// `--batch-invariant`: the arithmetic every row gets whatever its step holds.
+    batch_invariant: bool,
     /// The engine as run: scheduler settings, the solo stripe resolved and why.
     engine: EngineRecord,
     results: Vec<LengthResult>,
@@ -164,6 +172,9 @@ pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
     };
     run_on_backend(
         a.backend,
+        BackendSettings {
+            batch_invariant: a.batch_invariant,
+        },
         &a.source,
         &cfg,
         a.weights_seed,
@@ -289,6 +300,7 @@ impl ModelJob for TtftJob<'_> {
             load_seconds: info.load_seconds,
             weight_bytes: info.weight_bytes,
             chunk: a.chunk,
+            batch_invariant: a.batch_invariant,
             engine: EngineRecord::of(&core),
             results,
         };

@@ -199,6 +199,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         codec,
         json: a.json.clone(),
         single: a.prompts.is_none(),
+        batch_invariant: a.engine.batch_invariant,
     };
     if a.forward.tp.active() {
         return crate::tp::run_on_group(
@@ -213,6 +214,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     run_on_backend(
         a.forward.backend,
+        a.engine.backend(),
         source,
         &cfg,
         a.forward.weights_seed,

@@ -3,7 +3,9 @@
 //! the model loading and attention planning that `generate` shares.
 
 use crate::attention_setup::AttentionSetup;
-use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
+use crate::backend_select::{
+    load_config, run_on_backend, BackendSettings, LoadInfo, ModelJob, WeightsInit,
+};
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
@@ -183,6 +185,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     };
     run_on_backend(
         a.forward.backend,
+        BackendSettings::default(),
         source,
         &cfg,
         a.forward.weights_seed,

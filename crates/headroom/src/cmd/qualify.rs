@@ -8,7 +8,9 @@
 //! registry loader and resolved on this machine: the command fails unless
 //! the policy picks each new entry.
 
-use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
+use crate::backend_select::{
+    load_config, run_on_backend, BackendSettings, LoadInfo, ModelJob, WeightsInit,
+};
 use crate::cmd::bench_prefill::source_label;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
@@ -347,7 +349,15 @@ pub fn run(a: Args, _g: &GlobalArgs) -> anyhow::Result<()> {
         job.a.weights_seed,
         job.a.weights_init,
     );
-    let ids = run_on_backend(backend, &source, &cfg, seed, init, job)?;
+    let ids = run_on_backend(
+        backend,
+        BackendSettings::default(),
+        &source,
+        &cfg,
+        seed,
+        init,
+        job,
+    )?;
     eprintln!("qualified: {}", ids.join(", "));
     Ok(())
 }

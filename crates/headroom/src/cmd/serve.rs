@@ -290,6 +290,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     }
     run_on_backend(
         a.backend,
+        a.engine.backend(),
         &a.source,
         &cfg,
         a.weights_seed,

@@ -30,6 +30,8 @@ pub(super) struct GenerateJob {
     /// What ran, for the "ran" line: the model and its layers' attention in words.
     pub model: String,
     pub attention: String,
+    /// `--batch-invariant` (reported in the summary).
+    pub batch_invariant: bool,
 }
 
 impl ModelJob for GenerateJob {
@@ -45,6 +47,7 @@ impl ModelJob for GenerateJob {
             open_seconds: Some(info.open_seconds),
             load_seconds: info.load_seconds,
             weight_bytes: vec![info.weight_bytes],
+            batch_invariant: self.batch_invariant,
         };
         self.run_engine(model, &info)
     }
@@ -59,6 +62,7 @@ impl GroupJob for GenerateJob {
             open_seconds: None,
             load_seconds: info.load_seconds,
             weight_bytes: info.weight_bytes.clone(),
+            batch_invariant: self.batch_invariant,
         };
         self.run_engine(group, &info)
     }

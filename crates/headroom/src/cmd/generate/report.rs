@@ -28,6 +28,8 @@ pub(super) struct RunInfo {
     pub load_seconds: f64,
     /// Backend bytes each rank holds after loading (one entry without a group).
     pub weight_bytes: Vec<usize>,
+    /// `--batch-invariant`.
+    pub batch_invariant: bool,
 }
 
 /// Time spent after loading.
@@ -162,6 +164,7 @@ pub(super) fn summary(
         "weight_bytes": info.weight_bytes.iter().sum::<usize>(),
         "weight_bytes_per_rank": info.weight_bytes,
         "peak_device_bytes_per_rank": st.device_memory.iter().map(|m| m.peak_bytes).collect::<Vec<_>>(),
+        "batch_invariant": info.batch_invariant,
         "scheduler": st.settings,
         "kv": st.kv,
         "memory_budget_bytes": st.memory_budget_bytes,
