@@ -109,21 +109,24 @@ fn writes_ttft_json_through_the_engine_with_the_routes_that_ran() {
     }
 }
 
+/// One unwarmed run of a 40-token prompt on the tiny model.
+const ONE_SHORT_RUN: [&str; 10] = [
+    "bench",
+    "ttft",
+    "--synthetic",
+    "tiny-d64",
+    "--lengths",
+    "40",
+    "--iterations",
+    "1",
+    "--warmup",
+    "0",
+];
+
 #[test]
 fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
     let dir = TempDir::new("ttft-chunk");
-    let base = [
-        "bench",
-        "ttft",
-        "--synthetic",
-        "tiny-d64",
-        "--lengths",
-        "40",
-        "--iterations",
-        "1",
-        "--warmup",
-        "0",
-    ];
+    let base = ONE_SHORT_RUN;
     let mut args = base.to_vec();
     args.extend(["--chunk", "16"]);
     let v = ttft_json(&dir, "chunk.json", &args);
@@ -227,19 +230,8 @@ fn bad_arguments_exit_1_naming_the_flag() {
 #[test]
 fn batch_invariant_is_recorded_in_the_json() {
     let dir = TempDir::new("ttft-inv");
-    let args = [
-        "bench",
-        "ttft",
-        "--synthetic",
-        "tiny-d64",
-        "--lengths",
-        "40",
-        "--iterations",
-        "1",
-        "--warmup",
-        "0",
-        "--batch-invariant",
-    ];
+    let mut args = ONE_SHORT_RUN.to_vec();
+    args.push("--batch-invariant");
     let v = ttft_json(&dir, "t.json", &args);
     assert_eq!(v["batch_invariant"], true);
 }
