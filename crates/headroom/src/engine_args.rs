@@ -42,10 +42,10 @@ pub struct EngineArgs {
     /// prompt branches off a cached prefix).
     #[arg(long, value_name = "N")]
     pub prefix_cache_interval: Option<usize>,
-    /// Give every request the same logits alone as among any others in a
-    /// step (on CUDA the MoE block of small steps runs the grouped GEMMs
-    /// instead of the faster decode kernels: batch-1 decode is slower; the CPU
-    /// is batch-invariant anyway).
+    /// Batch-invariant arithmetic: a request's logits alone and among any
+    /// others in a step agree (on CUDA the MoE block of small steps runs the
+    /// grouped GEMMs instead of the faster decode kernels, so batch-1 decode
+    /// is slower; the CPU is batch-invariant anyway).
     #[arg(long)]
     pub batch_invariant: bool,
 }
