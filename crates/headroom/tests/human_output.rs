@@ -226,6 +226,27 @@ fn serve_starts_with_one_line_of_what_runs() {
     );
     // No warm-up line: `--warmup auto` runs none on the CPU.
     assert!(!stderr.contains("warm-up"), "{stderr}");
+    assert!(
+        !banner.contains("batch-invariant"),
+        "off by default: {banner}"
+    );
+}
+
+#[test]
+fn serve_names_batch_invariance_on_its_start_up_line() {
+    let mut child = common::tiny_serve_command()
+        .arg("--batch-invariant")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    common::listening_addr(&mut child);
+    let stderr = common::stop_server(child);
+    let banner = stderr.lines().next().unwrap_or_default();
+    assert!(
+        banner.starts_with("serve on cpu: ") && banner.ends_with("; batch-invariant"),
+        "{stderr}"
+    );
 }
 
 #[test]

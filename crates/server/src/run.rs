@@ -20,31 +20,42 @@ pub fn serve_until_signal(
         .enable_all()
         .build()?;
     rt.block_on(async move {
+        // The handlers are installed before anyone is told the address: a
+        // SIGTERM right after "listening on" shuts down cleanly instead of
+        // killing the process (it did, when they were installed on the
+        // shutdown future's first poll).
+        let shutdown = signal();
         let listener = tokio::net::TcpListener::bind((host, port)).await?;
         on_listening(listener.local_addr()?);
-        crate::serve(listener, state, signal(), grace).await
+        crate::serve(listener, state, shutdown, grace).await
     })
 }
 
-/// Resolves on the first SIGINT or SIGTERM.
-async fn signal() {
+/// Installs the SIGINT and SIGTERM handlers now (inside a runtime) and
+/// returns a future that resolves on the first of them.
+fn signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut int), Ok(mut term)) = (
+        let handlers = (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
-        ) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = int.recv() => tracing::info!("SIGINT"),
-            _ = term.recv() => tracing::info!("SIGTERM"),
+        );
+        async move {
+            let (Ok(mut int), Ok(mut term)) = handlers else {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            };
+            tokio::select! {
+                _ = int.recv() => tracing::info!("SIGINT"),
+                _ = term.recv() => tracing::info!("SIGTERM"),
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

@@ -276,6 +276,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         port: a.port,
         grace,
         warmup: a.warmup,
+        batch_invariant: a.engine.batch_invariant,
     };
     if a.tp.active() {
         return crate::tp::run_on_group(
@@ -366,6 +367,8 @@ struct ServeJob {
     grace: Duration,
     /// Whether the engine's warm-up runs before listening.
     warmup: WarmupMode,
+    /// `--batch-invariant` (named on the start-up line when on).
+    batch_invariant: bool,
 }
 
 impl ModelJob for ServeJob {
@@ -411,7 +414,7 @@ impl ServeJob {
         let st = handle.stats();
         eprintln!(
             "serve on {backend}{ranks}: {}; {}; {}; scheduler {}; up to {} running, \
-             context {} tokens; {}; {}",
+             context {} tokens; {}; {}{}",
             self.model,
             self.attention,
             crate::describe::kv(&st.kv),
@@ -420,6 +423,11 @@ impl ServeJob {
             handle.max_context(),
             crate::describe::budget(st.memory_budget_bytes),
             st.pool,
+            if self.batch_invariant {
+                "; batch-invariant"
+            } else {
+                ""
+            },
         );
         if self.warmup.runs_on(backend) {
             match headroom_engine::warmup::warm_up(&handle) {
