@@ -171,8 +171,6 @@ __device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
     return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * (BN / 2);
 }
 
-// The producer warpgroup: every k-step of this CTA's units into the stage ring
-// (pt: the thread's index in the warpgroup).
 // The producer warpgroup's own barrier (ids 1 and 2 are the MMA warpgroups').
 __device__ __forceinline__ void producer_barrier() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
 
@@ -205,6 +203,8 @@ __device__ __forceinline__ Tile get_tile(const volatile int* stage_tile, int st)
     return tl;
 }
 
+// The producer warpgroup: every k-step of the units this CTA takes into the
+// stage ring, then the end stage (pt: the thread's index in the warpgroup).
 template <bool GATE_UP>
 __device__ __forceinline__ void produce(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
                                         const int* __restrict__ expert_offsets, const int* table, int experts,
