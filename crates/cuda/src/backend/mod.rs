@@ -106,11 +106,6 @@ impl CudaBackend {
         }
     }
 
-    /// Whether [`Self::with_batch_invariant`] is on.
-    pub fn batch_invariant(&self) -> bool {
-        self.batch_invariant
-    }
-
     /// The backend on `dev` as a rank of an NCCL group ([`open_group`]).
     pub fn in_group(
         dev: CudaDevice,
