@@ -167,27 +167,9 @@ fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
 #[test]
 fn tensor_parallel_runs_the_same_loop_on_a_group() {
     let dir = TempDir::new("ttft-tp");
-    let v = ttft_json(
-        &dir,
-        "tp.json",
-        &[
-            "bench",
-            "ttft",
-            "--synthetic",
-            "tiny-d64",
-            "--lengths",
-            "40",
-            "--iterations",
-            "1",
-            "--warmup",
-            "0",
-            "--decode",
-            "3",
-            "--breakdown",
-            "--tensor-parallel",
-            "2",
-        ],
-    );
+    let mut args = ONE_SHORT_RUN.to_vec();
+    args.extend(["--decode", "3", "--breakdown", "--tensor-parallel", "2"]);
+    let v = ttft_json(&dir, "tp.json", &args);
     assert_eq!(v["schema"], "headroom.bench.ttft.tp/2");
     assert_eq!(v["path"], "engine");
     assert_eq!(v["tensor_parallel"], 2);
