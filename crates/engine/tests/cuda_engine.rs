@@ -143,15 +143,18 @@ fn batch_and_chunk(invariant: bool, bar: f64) -> Vec<usize> {
     agreeing_per_fixture
 }
 
+/// The 255-others arms on the MoE fixture: paged with a roomy pool, paged
+/// with a pool small enough to preempt, contiguous.
+const ALL_ARMS: [(&str, KvBackendKind, Option<usize>); 3] = [
+    ("paged", KvBackendKind::Paged, None),
+    ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
+    ("contiguous", KvBackendKind::Contiguous, None),
+];
+
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
 fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
-    let arms = [
-        ("paged", KvBackendKind::Paged, None),
-        ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
-        ("contiguous", KvBackendKind::Contiguous, None),
-    ];
-    for (arm, worst) in among_255_others("moe_d256", false, &arms) {
+    for (arm, worst) in among_255_others("moe_d256", false, &ALL_ARMS) {
         assert!(
             worst <= 2e-2,
             "{arm}: worst probe logits rel err {worst:.2e}"
@@ -164,16 +167,11 @@ fn cuda_request_among_255_others_paged_preempted_and_contiguous() {
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
 fn cuda_request_among_255_others_batch_invariant() {
-    let arms = [
-        ("paged", KvBackendKind::Paged, None),
-        ("paged, 96 blocks", KvBackendKind::Paged, Some(96)),
-        ("contiguous", KvBackendKind::Contiguous, None),
-    ];
     for name in ["moe_d256", "next_d128", "dense_d64"] {
         let arms = if name == "moe_d256" {
-            &arms[..]
+            &ALL_ARMS[..]
         } else {
-            &arms[..1]
+            &ALL_ARMS[..1]
         };
         for (arm, worst) in among_255_others(name, true, arms) {
             assert!(
