@@ -135,17 +135,62 @@ fn greedy_batches_split_the_argmax_and_follow_the_cpu_rule() {
     assert!(be
         .sample(&act(&be, 2, 9000, &dead), &greedy(2), &[0, 0])
         .is_err());
-    // Random rows rounded to bf16 (ties common), 40 rows of 100,003.
-    let (n, v) = (40, 100_003);
-    let lg = uniform(72, n * v, 3.0);
-    let l = act(&be, n, v, &lg);
-    // The reference sees the same bf16 values the kernel reads.
-    let bf = be.act_to_f32(&l).unwrap();
-    let got = be.sample(&l, &greedy(n), &vec![0; n]).unwrap();
-    for i in 0..n {
-        let want = sample_ref(&bf[i * v..(i + 1) * v], &params(0.0, 1.0, 0, 0), 0);
-        assert_eq!(Some(got[i]), want, "row {i}");
+    // Random rows rounded to bf16 (ties common): 40 rows of 100,003 (the
+    // scalar slices) and 40 of 100,000 (a multiple of 8: 16-byte loads).
+    for (seed, v) in [(72, 100_003), (73, 100_000)] {
+        let n = 40;
+        let lg = uniform(seed, n * v, 3.0);
+        let l = act(&be, n, v, &lg);
+        // The reference sees the same bf16 values the kernel reads.
+        let bf = be.act_to_f32(&l).unwrap();
+        let got = be.sample(&l, &greedy(n), &vec![0; n]).unwrap();
+        for i in 0..n {
+            let want = sample_ref(&bf[i * v..(i + 1) * v], &params(0.0, 1.0, 0, 0), 0);
+            assert_eq!(Some(got[i]), want, "vocab {v} row {i}");
+        }
     }
+}
+
+/// The 16-byte argmax slices (bf16 rows of a multiple of 8 logits) keep the
+/// rule at the edges of a load and of a slice: ties inside one 8-logit load
+/// and across slices go to the lowest index, NaN and ±inf beside the maximum
+/// are never picked, a slice tail of one load, and a row without a finite
+/// logit is an error.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn greedy_rows_of_eights_take_16_byte_loads_and_the_same_rule() {
+    let be = backend();
+    let greedy = |n: usize| vec![params(0.0, 1.0, 0, 0); n];
+    // 3 slices: 8192 + 8192 + 8 (the tail is one load).
+    let vocab = 16_392;
+    let mut rows = uniform(74, 4 * vocab, 4.0);
+    // Row 0: equal maxima at 8,195 and 8,193 (one load) and 16,390 (the tail).
+    rows[8_195] = 8.0;
+    rows[8_193] = 8.0;
+    rows[16_390] = 8.0;
+    // Row 1: NaN, +inf and -inf in the maximum's load; the maximum last of it.
+    rows[vocab + 40] = f32::NAN;
+    rows[vocab + 41] = f32::INFINITY;
+    rows[vocab + 42] = f32::NEG_INFINITY;
+    rows[vocab + 47] = 7.5;
+    // Row 2: the maximum in the tail's last logit; row 3: at index 0.
+    rows[3 * vocab - 1] = 9.0;
+    rows[3 * vocab] = 9.0;
+    let l = act(&be, 4, vocab, &rows);
+    let bf = be.act_to_f32(&l).unwrap();
+    let got = be.sample(&l, &greedy(4), &[0, 1, 2, 3]).unwrap();
+    assert_eq!(got, vec![8_193, 47, vocab as u32 - 1, 0]);
+    for (i, &t) in got.iter().enumerate() {
+        let want = sample_ref(&bf[i * vocab..(i + 1) * vocab], &params(0.0, 1.0, 0, 0), 0);
+        assert_eq!(Some(t), want, "row {i}");
+    }
+    let mut dead = vec![f32::NAN; 2 * 8192];
+    dead[8192..].copy_from_slice(&uniform(75, 8192, 1.0));
+    dead[9] = f32::NEG_INFINITY;
+    dead[10] = f32::INFINITY;
+    assert!(be
+        .sample(&act(&be, 2, 8192, &dead), &greedy(2), &[0, 0])
+        .is_err());
 }
 
 /// A small case of every kernel, for compute-sanitizer (memcheck) runs.

@@ -95,10 +95,7 @@ fn greedy(dev: &CudaDevice, logits: &CudaAct, vocab: i32, out: &DeviceBuffer) ->
         .checked_mul(logits.rows)
         .ok_or_else(|| OpError::shape(op, "slices × rows overflows"))?;
     let (part_v, part_i) = (alloc(dev, 4 * parts)?, alloc(dev, 4 * parts)?);
-    let entry = match logits.dtype {
-        Dtype::Bf16 => "argmax_slices_bf16",
-        _ => "argmax_slices_f32",
-    };
+    let entry = argmax_entry(logits.dtype, logits.cols, logits.ptr());
     let args = Args::new()
         .ptr(logits.ptr())
         .i32(vocab)
@@ -121,6 +118,17 @@ fn greedy(dev: &CudaDevice, logits: &CudaAct, vocab: i32, out: &DeviceBuffer) ->
     unsafe { launch(dev, "argmax_finish", grid, ARGMAX_THREADS, args) }
 }
 
+/// The slice kernel for `cols` logits a row of `dtype` at device address
+/// `ptr`: bf16 rows of a multiple of 8 logits from a 16-byte aligned buffer
+/// take the 16-byte loads (every row then starts aligned).
+fn argmax_entry(dtype: Dtype, cols: usize, ptr: u64) -> &'static str {
+    match dtype {
+        Dtype::Bf16 if cols.is_multiple_of(8) && ptr.is_multiple_of(16) => "argmax_slices_v8_bf16",
+        Dtype::Bf16 => "argmax_slices_bf16",
+        _ => "argmax_slices_f32",
+    }
+}
+
 /// Reads the sampled tokens back (the step's one synchronisation); a row
 /// without a finite logit is an error.
 fn read_tokens(dev: &CudaDevice, out: &DeviceBuffer, rows: usize) -> OpResult<Vec<u32>> {
@@ -141,8 +149,31 @@ fn read_tokens(dev: &CudaDevice, out: &DeviceBuffer, rows: usize) -> OpResult<Ve
 #[cfg(test)]
 mod tests {
     use super::sources::OPS_SAMPLE;
-    use super::{ARGMAX_SLICE, ARGMAX_THREADS, SAMPLE_THREADS};
+    use super::{argmax_entry, ARGMAX_SLICE, ARGMAX_THREADS, SAMPLE_THREADS};
     use crate::kernels::source_constant;
+    use headroom_core::Dtype;
+
+    #[test]
+    fn argmax_takes_16_byte_loads_only_for_aligned_bf16_rows_of_eights() {
+        assert_eq!(
+            argmax_entry(Dtype::Bf16, 248_320, 0x1000),
+            "argmax_slices_v8_bf16"
+        );
+        assert_eq!(
+            argmax_entry(Dtype::Bf16, 248_321, 0x1000),
+            "argmax_slices_bf16"
+        );
+        assert_eq!(
+            argmax_entry(Dtype::Bf16, 248_320, 0x1008),
+            "argmax_slices_bf16"
+        );
+        assert_eq!(
+            argmax_entry(Dtype::F32, 248_320, 0x1000),
+            "argmax_slices_f32"
+        );
+        // ARGMAX_SLICE is whole 16-byte loads of every thread.
+        assert_eq!(ARGMAX_SLICE % (8 * ARGMAX_THREADS as usize), 0);
+    }
 
     #[test]
     fn launch_constants_equal_the_kernels() {

@@ -11,6 +11,7 @@ pub const OPS_SAMPLE: KernelSource = KernelSource {
         "sample_bf16",
         "sample_f32",
         "argmax_slices_bf16",
+        "argmax_slices_v8_bf16",
         "argmax_slices_f32",
         "argmax_finish",
     ],
