@@ -175,15 +175,15 @@ fn conv_k4x8(
         .ptr(state.conv.ptr())
         .ptr(cu)
         .ptr(slots)
-        .i32(ci)
-        .i32(4);
+        .i32(ci);
     let grid = (
-        grid_dim(op, c.div_ceil(THREADS as usize), GRID_YZ)?,
+        grid_dim(op, (c / 8).div_ceil(THREADS as usize), GRID_YZ)?,
         grid_dim(op, n, GRID_YZ)?,
         1,
     );
-    // SAFETY: as above; each sequence's rows lie in x, its slot in the state.
-    unsafe { launch(dev, "conv_state_advance_cu_bf16", grid, THREADS, args) }
+    // SAFETY: as above (C % 8 == 0: 16-byte rows); each sequence's rows lie
+    // in x, its slot in the state.
+    unsafe { launch(dev, "conv_state_advance_cu_k4x8_bf16", grid, THREADS, args) }
 }
 
 #[cfg(test)]

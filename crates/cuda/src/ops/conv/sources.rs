@@ -13,6 +13,6 @@ pub const OPS_CONV1D: KernelSource = KernelSource {
         "conv1d_silu_bf16w",
         "conv_state_advance_bf16",
         "conv1d_silu_k4x8_f32w",
-        "conv_state_advance_cu_bf16",
+        "conv_state_advance_cu_k4x8_bf16",
     ],
 };
