@@ -119,8 +119,25 @@ pub(crate) fn swiglu(dev: &CudaDevice, gate: &CudaAct, up: &CudaAct) -> OpResult
             .ptr(up.ptr())
             .ptr(out.ptr())
             .i64(n as i64);
-        // SAFETY: all three hold n bf16 elements.
-        unsafe { launch(dev, "swiglu_bf16", stride_grid(n, 256), 256, args)? };
+        if ![gate.ptr(), up.ptr(), out.ptr()]
+            .iter()
+            .all(|p| p.is_multiple_of(16))
+        {
+            return Err(OpError::shape(
+                "swiglu",
+                "gate, up and out must start 16-byte aligned (the kernel loads 8 elements at once)",
+            ));
+        }
+        // SAFETY: all three hold n bf16 elements and start 16-byte aligned.
+        unsafe {
+            launch(
+                dev,
+                "swiglu_v8_bf16",
+                stride_grid(n.div_ceil(8), 256),
+                256,
+                args,
+            )?
+        };
     }
     Ok(out)
 }

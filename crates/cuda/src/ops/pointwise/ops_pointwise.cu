@@ -60,10 +60,31 @@ extern "C" __global__ void mul_sigmoid_bf16(bf16* x, const bf16* gate, i64 n) {
         x[i] = __float2bfloat16(__bfloat162float(x[i]) * sigmoidf_(__bfloat162float(gate[i])));
 }
 
-// out[i] = bf16(silu(gate[i]) * up[i]).
-extern "C" __global__ void swiglu_bf16(const bf16* gate, const bf16* up, bf16* out, i64 n) {
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16(siluf_(__bfloat162float(gate[i])) * __bfloat162float(up[i]));
+// out[i] = bf16(silu(gate[i]) * up[i]), 8 elements a thread with 16-byte
+// loads and stores (all three buffers 16-byte aligned), the n % 8 last ones
+// one a thread. Each element's math is the scalar expression's. A 2-byte
+// form moved 1.5 TB/s over the shared expert's 8,537 x 512 (ncu, session 17).
+extern "C" __global__ void swiglu_v8_bf16(const bf16* gate, const bf16* up, bf16* out, i64 n) {
+    const i64 chunks = n / 8, stride = (i64)gridDim.x * blockDim.x;
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const uint4* g4 = reinterpret_cast<const uint4*>(gate);
+    const uint4* u4 = reinterpret_cast<const uint4*>(up);
+    uint4* o4 = reinterpret_cast<uint4*>(out);
+    for (i64 c = t; c < chunks; c += stride) {
+        const uint4 gv = g4[c], uv = u4[c];
+        const __nv_bfloat162* gb = reinterpret_cast<const __nv_bfloat162*>(&gv);
+        const __nv_bfloat162* ub = reinterpret_cast<const __nv_bfloat162*>(&uv);
+        uint4 ov;
+        __nv_bfloat162* ob = reinterpret_cast<__nv_bfloat162*>(&ov);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 g = __bfloat1622float2(gb[j]), u = __bfloat1622float2(ub[j]);
+            ob[j] = __floats2bfloat162_rn(siluf_(g.x) * u.x, siluf_(g.y) * u.y);
+        }
+        o4[c] = ov;
+    }
+    const i64 i = chunks * 8 + t;
+    if (i < n) out[i] = __float2bfloat16(siluf_(__bfloat162float(gate[i])) * __bfloat162float(up[i]));
 }
 
 // g = -exp(A_log[h]) * softplus(a + dt_bias[h]), beta = sigmoid(b), f32 [rows][heads].

@@ -14,7 +14,7 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
         "gather_rows_b32",
         "gather_rows_v16",
         "mul_sigmoid_bf16",
-        "swiglu_bf16",
+        "swiglu_v8_bf16",
         "gdn_gating_bf16",
         "moe_combine_bf16",
     ],
