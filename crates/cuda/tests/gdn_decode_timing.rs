@@ -5,7 +5,10 @@
 //!   single   the median over 30 launches each between its own two events;
 //!   stream   the mean over 200 launches queued back to back while a host
 //!            function holds the stream (no launch gaps; programmatic
-//!            launches overlap each other's start as in a decode step);
+//!            launches overlap each other's start as in a decode step;
+//!            each launch reads the state before it waits for the previous
+//!            one, which writes it: in a model step the previous kernel is
+//!            the input projection, here the values are not looked at);
 //! and the bytes the launch moves over each (the state read and written,
 //! the conv state, inputs and output). Nothing is asserted about the times.
 //! Run by the lead on the GPU machine:

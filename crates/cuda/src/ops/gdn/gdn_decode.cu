@@ -110,7 +110,6 @@ __device__ __forceinline__ void step(
     __shared__ float gate[2];            // exp(g), beta
     __shared__ float qk[3];              // q scale, k scale (inverse norms), raw q . k
     __shared__ bf16 keep[3][2 * DK];     // the q/k channels' new conv state rows
-    wait_prior_then_release_next();
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int h = blockIdx.x;
@@ -121,14 +120,30 @@ __device__ __forceinline__ void step(
     const i64 C = 2LL * hk * DK + (i64)hv * DV;
 
     // 0. Every global input is loaded up front, so the CTA waits for memory
-    // once: this thread's R x 4 state values, its conv channel, the gating
-    // inputs, and (the norm warp) z of 4 columns.
+    // once. Before the wait for the previous kernel: what no kernel of this
+    // step writes — this thread's R x 4 state values and its conv channel's
+    // old rows (a decode row's slot was last written by this layer in the
+    // previous step, which ended with the host's read-back of its tokens;
+    // launches of one call take distinct slots) — so
+    // the state's 64 KiB stream overlaps the previous kernel's tail. After
+    // it: the rows the previous kernels wrote (mixed, z, a, b).
     const int cg = lane % CG, rg = warp * WARP_RG + lane / CG;
     float4* S = reinterpret_cast<float4*>(
         state + (((i64)slot * hv + h) * DK + (i64)rg * R) * DV + cg * 4);
     float4 sreg[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) sreg[r] = __ldcs(S + (i64)r * (DV / 4));
+    bf16* st = conv_state + (i64)slot * 3 * C;
+    const i64 ch = tid < DK       ? (i64)kh * DK + tid
+                   : tid < 2 * DK ? (i64)hk * DK + (i64)kh * DK + (tid - DK)
+                                  : 2LL * hk * DK + (i64)h * DV + (tid - 2 * DK);
+    bf16 r0, r1, r2;
+    if (tid < NCH) {
+        r0 = st[ch];
+        r1 = st[C + ch];
+        r2 = st[2 * C + ch];
+    }
+    wait_prior_then_release_next();
     const bool norm_lane = warp == NORM_WARP && lane < CW / 4;
     const int oc = lane * 4;  // the norm lane's first column in the head
     uint2 zu = make_uint2(0u, 0u);
@@ -136,12 +151,7 @@ __device__ __forceinline__ void step(
 
     // 1. Conv + SiLU: thread t < NCH owns one channel; its new state rows
     // are the old rows 1, 2 and the input.
-    bf16* st = conv_state + (i64)slot * 3 * C;
     if (tid < NCH) {
-        const i64 ch = tid < DK       ? (i64)kh * DK + tid
-           : tid < 2 * DK   ? (i64)hk * DK + (i64)kh * DK + (tid - DK)
-                            : 2LL * hk * DK + (i64)h * DV + (tid - 2 * DK);
-        const bf16 r0 = st[ch], r1 = st[C + ch], r2 = st[2 * C + ch];
         const bf16 xin = mixed[row * C + ch];
         const float4 w = reinterpret_cast<const float4*>(conv_w)[ch];
         const float a = __bfloat162float(r0), b = __bfloat162float(r1),

@@ -330,7 +330,9 @@ pub(super) fn recurrent(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::gdn::sources::{GDN_CHUNKED, GDN_CHUNKED_FULL, GDN_CHUNK_PREP, GDN_RECURRENT};
+    use crate::ops::gdn::sources::{
+        GDN_CHUNKED, GDN_CHUNKED_FULL, GDN_CHUNK_PREP, GDN_DECODE, GDN_RECURRENT,
+    };
 
     use crate::kernels::source_constant as constant;
 
@@ -461,7 +463,13 @@ mod tests {
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn every_entry_compiles_for_sm_90a_without_spills() {
-        for k in [GDN_CHUNK_PREP, GDN_CHUNKED, GDN_CHUNKED_FULL, GDN_RECURRENT] {
+        for k in [
+            GDN_CHUNK_PREP,
+            GDN_CHUNKED,
+            GDN_CHUNKED_FULL,
+            GDN_RECURRENT,
+            GDN_DECODE,
+        ] {
             crate::nvrtc::compile_sm90a_without_spills(&k);
         }
     }
