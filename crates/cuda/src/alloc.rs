@@ -1,11 +1,15 @@
 //! Caching device allocator: freed blocks go back to a pool keyed by their
-//! rounded size and are handed out again without a driver call. It counts
+//! rounded size and are handed out again without a driver call, the lowest
+//! address of the size first, so that the same sequence of allocations gets
+//! the same blocks whatever order the previous ones were freed in (a
+//! last-freed-first pool swapped equal-sized buffers between every other
+//! run of the same step). It counts
 //! the bytes held by live buffers (`active`) and their high-water mark since
 //! the last [`Allocator::reset_peak`] (`peak`): a bench's transient figure is
 //! the peak during a call minus what was active before it.
 
 use crate::CudaError;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 /// Where the pool gets memory from: the driver on a GPU, a fake in tests.
@@ -39,7 +43,7 @@ fn rounded(bytes: usize) -> usize {
 
 #[derive(Default)]
 struct Pool {
-    free: HashMap<usize, Vec<u64>>,
+    free: HashMap<usize, BTreeSet<u64>>,
     stats: AllocStats,
 }
 
@@ -94,7 +98,7 @@ impl Allocator {
     /// A buffer of at least `bytes` bytes (contents undefined).
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
         let size = rounded(bytes);
-        let cached = self.lock().free.get_mut(&size).and_then(|v| v.pop());
+        let cached = self.lock().free.get_mut(&size).and_then(|v| v.pop_first());
         let ptr = match cached {
             Some(p) => p,
             None => {
@@ -124,7 +128,7 @@ impl Allocator {
     fn give_back(&self, ptr: u64, size: usize) {
         let mut pool = self.lock();
         pool.stats.active -= size as u64;
-        pool.free.entry(size).or_default().push(ptr);
+        pool.free.entry(size).or_default().insert(ptr);
     }
 
     pub fn stats(&self) -> AllocStats {
@@ -200,6 +204,38 @@ mod tests {
         assert_eq!(mallocs.load(Ordering::SeqCst), 1);
         let _other = a.alloc(5000).unwrap();
         assert_eq!(mallocs.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn hands_out_the_lowest_free_address_whatever_the_free_order() {
+        let (a, mallocs, _) = fake();
+        let run = |a: &Arc<Allocator>, free_first: bool| -> Vec<u64> {
+            let bufs: Vec<DeviceBuffer> = (0..4).map(|_| a.alloc(3 << 20).unwrap()).collect();
+            let ptrs = bufs.iter().map(|b| b.ptr()).collect();
+            // Free in allocation order, or in reverse: the next run's blocks
+            // must not depend on it.
+            let mut bufs = bufs;
+            if !free_first {
+                bufs.reverse();
+            }
+            for b in bufs {
+                drop(b);
+            }
+            ptrs
+        };
+        let first = run(&a, true);
+        assert!(first.windows(2).all(|w| w[0] < w[1]), "fresh blocks ascend");
+        assert_eq!(run(&a, false), first);
+        assert_eq!(run(&a, true), first);
+        assert_eq!(run(&a, false), first);
+        assert_eq!(mallocs.load(Ordering::SeqCst), 4, "every later run reuses");
+        // Blocks 1 and 3 freed (3 last): block 1, the lower, goes first.
+        let mut bufs: Vec<Option<DeviceBuffer>> =
+            (0..4).map(|_| Some(a.alloc(3 << 20).unwrap())).collect();
+        let low = first[1];
+        bufs[1] = None;
+        bufs[3] = None;
+        assert_eq!(a.alloc(3 << 20).unwrap().ptr(), low);
     }
 
     #[test]
