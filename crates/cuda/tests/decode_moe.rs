@@ -465,6 +465,90 @@ fn nan_row_stays_in_its_row_and_repeated_calls_agree() {
     assert!(same, "the same input gives the same bits");
 }
 
+/// The post-attention norm folded into the router
+/// (`Backend::add_rms_norm_moe_partial` on the decode kernels:
+/// `moe_decode_route_norm`) gives the bits of the two calls it replaces
+/// (`add_rms_norm` then `moe`) — the new residual and the block's output —
+/// at 1, 3 and 8 rows of the 35B-A3B shape and at hidden 4096 (4 rows: the
+/// router's staging), with a NaN in one row's delta kept to that row; and a
+/// bf16 residual (not the model's) takes the two calls.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn the_router_with_the_norm_folded_in_gives_the_two_launches_bits() {
+    let be = backend();
+    let wide = Shape {
+        hidden: 4096,
+        experts: 64,
+        top_k: 4,
+        inter: 256,
+        shared: 384,
+        ..QWEN35B
+    };
+    for (n, (s, rows_list)) in [(QWEN35B, vec![1, 3, 8]), (wide, vec![4])]
+        .into_iter()
+        .enumerate()
+    {
+        let w = weights(&be, s, 900 + 10 * n as u64);
+        let norm_w = uniform(901 + n as u64, s.hidden, 0.5);
+        let norm = be
+            .upload_vector(Tensor::from_f32(vec![s.hidden], norm_w))
+            .unwrap();
+        for rows in rows_list {
+            let h = s.hidden;
+            let res = uniform(910 + rows as u64, rows * h, 2.0);
+            let mut delta = uniform(920 + rows as u64, rows * h, 1.0);
+            if rows == 3 {
+                delta[h + 17] = f32::NAN;
+            }
+            let d = be.act_from_f32(rows, h, &delta).unwrap();
+            let mut r_two = be.act_from_f32_wide(rows, h, &res).unwrap();
+            let mut r_one = be.act_from_f32_wide(rows, h, &res).unwrap();
+            poison_pool(&be, &[rows * h * 2, rows * h * 4, workspace_bytes(s, rows)]);
+            let normed = be.add_rms_norm(&mut r_two, Some(&d), &norm, 1e-6).unwrap();
+            let two = be.moe(&normed, &w.dev, &spec(s)).unwrap();
+            poison_pool(&be, &[rows * h * 2, rows * h * 4, workspace_bytes(s, rows)]);
+            let one = be
+                .add_rms_norm_moe_partial(&mut r_one, &d, &norm, 1e-6, &w.dev, &spec(s))
+                .unwrap();
+            let bits = |a: &CudaAct| -> Vec<u32> {
+                be.act_to_f32(a)
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect()
+            };
+            assert_eq!(bits(&r_one), bits(&r_two), "{s:?} {rows} rows: residual");
+            let (o1, o2) = (bits(&one), bits(&two));
+            assert_eq!(o1, o2, "{s:?} {rows} rows: output");
+            let out = be.act_to_f32(&one).unwrap();
+            for (r, row) in out.chunks(h).enumerate() {
+                let nan = row.iter().filter(|v| v.is_nan()).count();
+                if rows == 3 && r == 1 {
+                    assert!(nan > 0, "the NaN row");
+                } else {
+                    assert_eq!(nan, 0, "{s:?} {rows} rows: row {r} is finite");
+                }
+            }
+        }
+    }
+    // A bf16 residual: not the fused form's; the two calls, the same values.
+    let w = weights(&be, QWEN35B, 990);
+    let norm = be
+        .upload_vector(Tensor::from_f32(vec![2048], uniform(991, 2048, 0.5)))
+        .unwrap();
+    let res = uniform(992, 2048, 2.0);
+    let d = be.act_from_f32(1, 2048, &uniform(993, 2048, 1.0)).unwrap();
+    let mut r1 = be.act_from_f32(1, 2048, &res).unwrap();
+    let mut r2 = be.act_from_f32(1, 2048, &res).unwrap();
+    let one = be
+        .add_rms_norm_moe_partial(&mut r1, &d, &norm, 1e-6, &w.dev, &spec(QWEN35B))
+        .unwrap();
+    let normed = be.add_rms_norm(&mut r2, Some(&d), &norm, 1e-6).unwrap();
+    let two = be.moe(&normed, &w.dev, &spec(QWEN35B)).unwrap();
+    assert_eq!(be.act_to_f32(&one).unwrap(), be.act_to_f32(&two).unwrap());
+    assert_eq!(be.act_to_f32(&r1).unwrap(), be.act_to_f32(&r2).unwrap());
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
 fn refuses_what_it_does_not_take() {

@@ -533,12 +533,9 @@ impl<B: Backend> Qwen35Model<B> {
                 ))
             }
         };
-        let normed = prof
-            .time(be, Part::Norm, || {
-                be.add_rms_norm(x, Some(&mixed), &dec.post_norm, eps)
-            })
-            .map_err(op(Some(l)))?;
-        dec.mlp.forward(be, &normed, prof).map_err(op(Some(l)))
+        dec.mlp
+            .forward_after_norm(be, x, &mixed, &dec.post_norm, eps, prof)
+            .map_err(op(Some(l)))
     }
 
     /// The final norm and the LM head over the rows `rows` selects (after

@@ -369,6 +369,24 @@ pub trait Backend: Send + Sync {
         self.moe(x, weights, spec)
     }
 
+    /// `residual += delta`, then [`Backend::moe_partial`] of the new
+    /// residual's zero-centred RMSNorm ([`Backend::add_rms_norm`] with `norm`
+    /// and `eps`): a decoder layer's post-attention norm and its MoE block in
+    /// one call, so that a backend may fold the norm into the block's first
+    /// kernel (CUDA's decode path does). The same values as the two calls.
+    fn add_rms_norm_moe_partial(
+        &self,
+        residual: &mut Self::Act,
+        delta: &Self::Act,
+        norm: &Self::Weight,
+        eps: f32,
+        weights: &MoeWeights<Self::Weight>,
+        spec: &MoeSpec,
+    ) -> OpResult<Self::Act> {
+        let normed = self.add_rms_norm(residual, Some(delta), norm, eps)?;
+        self.moe_partial(&normed, weights, spec)
+    }
+
     /// In place, the element-wise sum of `x` over every rank of the group
     /// (each rank passes its partial `[rows][cols]`; all get the total). A
     /// partial from [`Backend::linear_partial`] / [`Backend::moe_partial`]

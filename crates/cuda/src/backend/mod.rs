@@ -482,6 +482,29 @@ impl Backend for CudaBackend {
         }
     }
 
+    fn add_rms_norm_moe_partial(
+        &self,
+        residual: &mut CudaAct,
+        delta: &CudaAct,
+        norm: &CudaWeight,
+        eps: f32,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> OpResult<CudaAct> {
+        // Few rows on one device: the router computes the norm itself (one
+        // launch fewer on the decode chain, the same bits).
+        if self.comm.is_none()
+            && !self.batch_invariant
+            && crate::ops::moe::decode::takes_after_norm(residual, delta, norm, w, spec)
+        {
+            return crate::ops::moe::decode::moe_decode_after_norm(
+                &self.dev, residual, delta, norm, eps, w, spec,
+            );
+        }
+        let normed = self.add_rms_norm(residual, Some(delta), norm, eps)?;
+        self.moe_partial(&normed, w, spec)
+    }
+
     fn all_reduce_sum(&self, x: &mut CudaAct) -> OpResult<()> {
         comm::all_reduce_sum(&self.dev, self.comm.as_ref(), x)
     }

@@ -19,6 +19,35 @@ pub enum Mlp<B: Backend> {
 }
 
 impl<B: Backend> Mlp<B> {
+    /// `x += delta` and the zero-centred RMSNorm of the new `x` (`norm`,
+    /// `eps`), then [`Self::forward`] of the normed rows; a MoE block takes
+    /// both in one backend call (`add_rms_norm_moe_partial`: the norm's time
+    /// is then counted in the MoE part).
+    pub fn forward_after_norm(
+        &self,
+        be: &B,
+        x: &mut B::Act,
+        delta: &B::Act,
+        norm: &B::Weight,
+        eps: f32,
+        prof: &Profiler,
+    ) -> OpResult<B::Act> {
+        match self {
+            Mlp::Dense { .. } => {
+                let normed = prof.time(be, Part::Norm, || {
+                    be.add_rms_norm(x, Some(delta), norm, eps)
+                })?;
+                self.forward(be, &normed, prof)
+            }
+            Mlp::Moe { weights, spec } => {
+                let out = prof.time(be, Part::Moe, || {
+                    be.add_rms_norm_moe_partial(x, delta, norm, eps, weights, spec)
+                })?;
+                super::reduce(be, out, prof)
+            }
+        }
+    }
+
     /// `x`: `[t][hidden]` → `[t][hidden]`.
     pub fn forward(&self, be: &B, x: &B::Act, prof: &Profiler) -> OpResult<B::Act> {
         let out = match self {

@@ -32,6 +32,8 @@ const MAX_EXPERTS: usize = 1024;
 const MAX_TOP_K: usize = 32;
 const MAX_HIDDEN: usize = 8192;
 const MAX_ACT: usize = 11264;
+/// Elements of x the router stages in shared memory at once (`ROUTE_XS`).
+const ROUTE_XS: usize = 16384;
 /// Threads per CTA (`THREADS`); each warp computes one row (route) or
 /// column (down), or [`GATE_UP_COLS`] columns (gate_up).
 const THREADS: u32 = 256;
@@ -105,12 +107,23 @@ pub(crate) fn formats<'a>(w: &'a MoeWeights<CudaWeight>, spec: &MoeSpec) -> Opti
 /// The shapes the kernels handle for weight chunks of `chunk` elements (the
 /// weights themselves are checked by `check_weights` before any launch).
 fn supports(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec, chunk: usize) -> bool {
+    supports_shape(x.rows, x.cols, w, spec, chunk)
+}
+
+/// [`supports`] for `rows` rows of `hidden`.
+fn supports_shape(
+    rows: usize,
+    hidden: usize,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+    chunk: usize,
+) -> bool {
     let si = w.shared_gate_proj.rows;
     let dims_ok = |n: usize| n > 0 && n.is_multiple_of(chunk);
     spec.shared_expert
-        && (1..=MAX_ROWS).contains(&x.rows)
-        && dims_ok(x.cols)
-        && x.cols <= MAX_HIDDEN
+        && (1..=MAX_ROWS).contains(&rows)
+        && dims_ok(hidden)
+        && hidden <= MAX_HIDDEN
         && dims_ok(spec.intermediate)
         && dims_ok(si)
         && (1..=MAX_TOP_K).contains(&spec.top_k)
@@ -229,6 +242,103 @@ pub(crate) fn moe_decode_marked(
     spec: &MoeSpec,
     mark: &mut dyn FnMut(&'static str),
 ) -> OpResult<CudaAct> {
+    run(dev, x, None, w, spec, mark)
+}
+
+/// Column quads a thread of the norm the router folds in takes
+/// (`NORM_ROW_QUADS` in `norm_row.cuh`; `add_rms_norm_quad_f32res`'s, whose
+/// 256-thread block the router's shares, hence the same sums).
+const NORM_QUADS: usize = 4;
+
+/// The post-attention norm folded into the router
+/// ([`moe_decode_after_norm`]): the f32 residual stream, the delta added to
+/// it, the norm's weight and eps.
+struct FoldedNorm<'a> {
+    residual: &'a CudaAct,
+    delta: &'a CudaAct,
+    weight: &'a CudaWeight,
+    eps: f32,
+    residual_out: &'a CudaAct,
+}
+
+/// Whether [`moe_decode_after_norm`] takes this call: the decode kernels take
+/// the block at these rows, the residual is f32 and the delta bf16 of its
+/// shape, the norm an f32 vector of hidden, and the rows fit the norm's
+/// 16-byte quads (hidden % 4 == 0, hidden <= 4 · 4 · 256, as the norm kernel
+/// it replaces) and the router's staging (rows · hidden <= 16,384).
+pub(crate) fn takes_after_norm(
+    residual: &CudaAct,
+    delta: &CudaAct,
+    norm: &CudaWeight,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+) -> bool {
+    let (rows, hidden) = (residual.rows, residual.cols);
+    residual.dtype == Dtype::F32
+        && delta.dtype == Dtype::Bf16
+        && (delta.rows, delta.cols) == (rows, hidden)
+        && norm.dtype == Dtype::F32
+        && norm.elems() == hidden
+        && hidden.is_multiple_of(4)
+        && hidden <= 4 * NORM_QUADS * THREADS as usize
+        && rows * hidden <= ROUTE_XS
+        && formats(w, spec).is_some_and(|f| supports_shape(rows, hidden, w, spec, f.chunk()))
+}
+
+/// `residual += delta`, then the MoE block of the residual's zero-centred
+/// RMSNorm (`Backend::add_rms_norm` then the decode kernels), in the same
+/// three launches as [`moe_decode`]: the router computes the norm itself
+/// (`moe_decode_route_norm`) and writes the new residual (a fresh buffer
+/// that replaces `residual`'s: the router's other CTAs read the old one) and
+/// the normed rows the expert kernels read. The same bits as the two calls.
+/// `Err` (nothing launched) unless [`takes_after_norm`].
+pub(crate) fn moe_decode_after_norm(
+    dev: &CudaDevice,
+    residual: &mut CudaAct,
+    delta: &CudaAct,
+    norm: &CudaWeight,
+    eps: f32,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+) -> OpResult<CudaAct> {
+    let op = "moe decode";
+    if !takes_after_norm(residual, delta, norm, w, spec) {
+        return Err(OpError::Unsupported {
+            op,
+            reason: format!(
+                "the router folds the norm in for an f32 residual, a bf16 delta of its shape, an \
+                 f32 norm of hidden, hidden % 4 == 0 and <= {}, rows x hidden <= {ROUTE_XS}, and \
+                 a block the decode kernels take (here {} x {})",
+                4 * NORM_QUADS * THREADS as usize,
+                residual.rows,
+                residual.cols
+            ),
+        });
+    }
+    let x = new_act(dev, op, residual.rows, residual.cols, Dtype::Bf16)?;
+    let residual_out = new_act(dev, op, residual.rows, residual.cols, Dtype::F32)?;
+    let folded = FoldedNorm {
+        residual,
+        delta,
+        weight: norm,
+        eps,
+        residual_out: &residual_out,
+    };
+    let out = run(dev, &x, Some(folded), w, spec, &mut |_| {})?;
+    *residual = residual_out;
+    Ok(out)
+}
+
+/// The three launches: the router reads `x`, or (`norm`) computes it into
+/// `x` from the residual stream.
+fn run(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    norm: Option<FoldedNorm<'_>>,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+    mark: &mut dyn FnMut(&'static str),
+) -> OpResult<CudaAct> {
     let op = "moe decode";
     bf16(op, x)?;
     check_weights(w, spec, x.cols)?;
@@ -280,8 +390,20 @@ pub(crate) fn moe_decode_marked(
 
     // One warp a router row (the shared gate's last), every row.
     let route_grid = grid_dim(op, (e + 1).div_ceil(WARPS), GRID_X)?;
-    let args = Args::new()
-        .ptr(x.ptr())
+    let (route_entry, args) = match &norm {
+        None => ("moe_decode_route", Args::new().ptr(x.ptr())),
+        Some(n) => (
+            "moe_decode_route_norm",
+            Args::new()
+                .ptr(n.residual.ptr())
+                .ptr(n.delta.ptr())
+                .ptr(n.weight.ptr())
+                .f32(n.eps)
+                .ptr(n.residual_out.ptr())
+                .ptr(x.ptr()),
+        ),
+    };
+    let args = args
         .ptr(w.router.ptr())
         .ptr(w.shared_gate.ptr())
         .i32(int(op, "rows", rows)?)
@@ -292,8 +414,11 @@ pub(crate) fn moe_decode_marked(
     // Each kernel launches programmatically (it may start while the previous
     // kernel finishes) and reads only weights before its griddepcontrol.wait.
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
-    // (check_weights); the workspace holds rows·(e+1) logits.
-    unsafe { launch_programmatic(dev, "moe_decode_route", (route_grid, 1, 1), THREADS, args)? };
+    // (check_weights); the workspace holds rows·(e+1) logits. With the norm
+    // folded in (takes_after_norm): residual and residual_out f32 and delta
+    // bf16 [rows][hidden], the norm f32 [hidden], hidden % 4 == 0 within the
+    // kernel's quads, rows·hidden within its staging; x is written, not read.
+    unsafe { launch_programmatic(dev, route_entry, (route_grid, 1, 1), THREADS, args)? };
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;

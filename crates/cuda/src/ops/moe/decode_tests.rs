@@ -15,6 +15,11 @@ fn launch_constants_match_the_kernel() {
     assert_eq!(source_constant(src, "MAX_HIDDEN"), MAX_HIDDEN);
     assert_eq!(source_constant(src, "MAX_ACT"), MAX_ACT);
     assert!(source_constant(src, "ROUTE_XS") >= MAX_HIDDEN);
+    assert_eq!(source_constant(src, "ROUTE_XS"), ROUTE_XS);
+    assert_eq!(source_constant(src, "NORM_ROW_QUADS"), NORM_QUADS);
+    // The norm the router folds in is the norm kernel's: its quads and block.
+    let norm = crate::ops::norm::sources::OPS_NORM.source;
+    assert!(norm.contains("#define RES_QUADS 4") && NORM_QUADS == 4);
     assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
     assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
     assert_eq!(THREADS as usize / 32, WARPS);
@@ -189,4 +194,55 @@ fn fp8_experts_need_dot_lengths_in_chunks_of_16_and_bf16_of_8() {
         assert!(!takes_with(1, h, i, si, true), "fp8 {h} {i} {si}");
     }
     assert_eq!(Formats::Bf16.chunk(), 8);
+}
+
+/// An activation `[rows][cols]` of `dtype` on fake memory.
+fn act_of(rows: usize, cols: usize, dtype: Dtype) -> CudaAct {
+    let a = crate::alloc::Allocator::new(Box::new(Fake::default()));
+    CudaAct {
+        buf: a.alloc(rows * cols * dtype.size_bytes()).unwrap(),
+        rows,
+        cols,
+        dtype,
+    }
+}
+
+/// An f32 vector of `n` on fake memory.
+fn f32_vector(n: usize) -> CudaWeight {
+    let a = crate::alloc::Allocator::new(Box::new(Fake::default()));
+    CudaWeight {
+        buf: a.alloc(n * 4).unwrap(),
+        rows: 1,
+        cols: n,
+        dtype: Dtype::F32,
+        fp8: None,
+    }
+}
+
+#[test]
+fn the_router_folds_the_norm_in_only_where_the_norm_kernel_would_run() {
+    let spec = MoeSpec::all_experts(8, 2, 256, true);
+    let takes = |rows: usize, h: usize, res: Dtype, delta: Dtype, norm: usize| {
+        let w = block(h, 256, 96, 8, false, [false; 3]);
+        takes_after_norm(
+            &act_of(rows, h, res),
+            &act_of(rows, h, delta),
+            &f32_vector(norm),
+            &w,
+            &spec,
+        )
+    };
+    // The model's: an f32 residual, a bf16 delta, up to 8 rows of 2048.
+    assert!(takes(1, 2048, Dtype::F32, Dtype::Bf16, 2048));
+    assert!(takes(8, 2048, Dtype::F32, Dtype::Bf16, 2048));
+    // 4096 wide: 4 rows fill the router's staging, 5 do not fit it.
+    assert!(takes(4, 4096, Dtype::F32, Dtype::Bf16, 4096));
+    assert!(!takes(5, 4096, Dtype::F32, Dtype::Bf16, 4096));
+    // Wider than the norm kernel's quads; a bf16 residual; an f32 delta; a
+    // norm of another length; more rows than the decode kernels take.
+    assert!(!takes(1, 4104, Dtype::F32, Dtype::Bf16, 4104));
+    assert!(!takes(1, 2048, Dtype::Bf16, Dtype::Bf16, 2048));
+    assert!(!takes(1, 2048, Dtype::F32, Dtype::F32, 2048));
+    assert!(!takes(1, 2048, Dtype::F32, Dtype::Bf16, 2047));
+    assert!(!takes(9, 1024, Dtype::F32, Dtype::Bf16, 1024));
 }

@@ -95,6 +95,76 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
     }
 }
 
+// moe_decode_route with the post-attention norm folded in (one launch fewer
+// on the decode chain, whose kernels each wait for the one before): instead
+// of reading x, every CTA computes each row's r = residual + delta and x =
+// the zero-centred RMSNorm of r (norm_row.cuh: the same bits as
+// add_rms_norm_quad_f32res) straight into its staging, and CTA 0 writes r to
+// residual_out and x to x_out (the expert kernels' input). residual_out is not
+// residual: the other CTAs still read it. The norm weight loads before the
+// wait, beside the router row. Needs hidden % 4 == 0, hidden <= 4 *
+// NORM_ROW_QUADS * THREADS and rows * hidden <= ROUTE_XS (every row staged at
+// once); the launcher checks.
+extern "C" __global__ void __launch_bounds__(THREADS)
+moe_decode_route_norm(const float* __restrict__ residual, const bf16* __restrict__ delta,
+                      const float* __restrict__ norm_w, float eps, float* __restrict__ residual_out,
+                      bf16* __restrict__ x_out, const bf16* __restrict__ router,
+                      const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
+                      float* __restrict__ logits) {
+    using headroom_norm_row::NORM_ROW_QUADS;
+    using headroom_norm_row::add_row;
+    using headroom_norm_row::load_weights;
+    using headroom_norm_row::normed_quads;
+    __shared__ __align__(16) bf16 xs[ROUTE_XS];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint4 av[KCH];
+    float4 ww[NORM_ROW_QUADS];
+    launch_next();  // the gate_up CTAs take the SMs this grid leaves free
+    const int j = blockIdx.x * WARPS + warp;
+    const bf16* w = j < experts ? router + (long long)j * hidden : shared_gate;
+    const unsigned long long pol = weight_policy();
+    load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
+    load_weights(norm_w, hidden, ww);
+    wait_prior();
+    const bool first = blockIdx.x == 0;
+    for (int r = 0; r < rows; ++r) {
+        const long long off = (long long)r * hidden;
+        float4 v[NORM_ROW_QUADS];
+        const float inv = add_row(residual + off, delta + off, first ? residual_out + off : nullptr, hidden, eps, v);
+        uint2 o[NORM_ROW_QUADS];
+        normed_quads(v, ww, inv, hidden, o);
+        uint2* xr = reinterpret_cast<uint2*>(xs + off);
+        uint2* xo = reinterpret_cast<uint2*>(x_out + off);
+#pragma unroll
+        for (int k = 0; k < NORM_ROW_QUADS; ++k) {
+            const int p = threadIdx.x + k * THREADS;
+            if (p < (hidden >> 2)) {
+                xr[p] = o[k];
+                if (first) xo[p] = o[k];
+            }
+        }
+    }
+    __syncthreads();
+    // The dots of moe_decode_route's one staging round (all rows staged).
+    float acc[MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
+    for (int base = 0; base < hidden; base += KSPAN) {
+        if (base > 0) load_pass(w, base, hidden, lane, pol, av);
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r) {
+            if (r < rows) acc[r] += dot_pass(av, xs + r * hidden, base, hidden, lane);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) {
+        if (r < rows) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0 && j <= experts) logits[(long long)r * (experts + 1) + j] = s;
+        }
+    }
+}
+
 // gate+up of the routed experts and of the shared expert.
 // grid: (ceil(max(inter, shared_inter) / (WARPS * GATE_UP_COLS)), rows + rows * top_k):
 // blockIdx.y < rows is the shared expert of row blockIdx.y (dispatched first:

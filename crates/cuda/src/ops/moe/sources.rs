@@ -95,6 +95,7 @@ pub const MOE_DECODE: KernelSource = KernelSource {
     file: "moe_decode.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        include_str!("../norm/norm_row.cuh"),
         include_str!("moe_decode_common.cuh"),
         include_str!("../../kernels/e4m3.cuh"),
         include_str!("moe_decode_fp8.cuh"),
@@ -102,6 +103,7 @@ pub const MOE_DECODE: KernelSource = KernelSource {
     ),
     entry_points: &[
         "moe_decode_route",
+        "moe_decode_route_norm",
         "moe_decode_gate_up",
         "moe_decode_down",
         "moe_decode_gate_up_fp8",
