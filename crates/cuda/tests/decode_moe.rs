@@ -482,7 +482,9 @@ fn the_router_with_the_norm_folded_in_gives_the_two_launches_bits() {
         top_k: 4,
         inter: 256,
         shared: 384,
-        ..QWEN35B
+        renormalise: true,
+        first: 0,
+        local: 64,
     };
     for (n, (s, rows_list)) in [(QWEN35B, vec![1, 3, 8]), (wide, vec![4])]
         .into_iter()
