@@ -6,8 +6,9 @@
 // moe_decode_route_norm (the MoE block's router with the post-attention norm
 // folded in). The GPU test `the_router_with_the_norm_folded_in_gives_the_
 // two_launches_bits` asserts the same bits as the norm kernel. (The norm
-// kernel keeps its own copy: compiled through these functions its code
-// changed, 7,552 -> 8,832 bytes, and no GPU run has checked that form.) A CTA
+// kernel keeps its own copy: compiled through these functions, as tried, its
+// code changed from 7,552 to 8,832 bytes, and no GPU run has checked that
+// form.) A CTA
 // of blockDim.x <= 512 threads takes a row of cols % 4 == 0, cols <= 4 *
 // NORM_ROW_QUADS * blockDim.x; every thread of the CTA calls each function
 // (block-wide sums).
