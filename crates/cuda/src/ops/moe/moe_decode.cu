@@ -52,6 +52,31 @@ namespace headroom_moe_decode {
 // Warp j reads its router row once: its first pass before the wait, held
 // across every row when hidden fits one pass; the rows of x are staged in
 // shared memory ROUTE_XS elements at a time.
+// The router's dots of warp j over the nr rows staged in xs (rows r0 .. r0 +
+// nr of the call): logit j of each row, written to logits. The first pass of
+// the weight row is in av unless `reload_first`.
+__device__ __forceinline__ void route_dots(const bf16* w, uint4 (&av)[KCH], const bf16* xs, int r0, int nr,
+                                           int hidden, int lane, unsigned long long pol, bool reload_first, int j,
+                                           int experts, float* __restrict__ logits) {
+    float acc[MAX_ROWS];
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
+    for (int base = 0; base < hidden; base += KSPAN) {
+        if (base > 0 || reload_first) load_pass(w, base, hidden, lane, pol, av);
+#pragma unroll
+        for (int r = 0; r < MAX_ROWS; ++r) {
+            if (r < nr) acc[r] += dot_pass(av, xs + r * hidden, base, hidden, lane);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < MAX_ROWS; ++r) {
+        if (r < nr) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0 && j <= experts) logits[(long long)(r0 + r) * (experts + 1) + j] = s;
+        }
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
                  const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
@@ -74,24 +99,8 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
         stage_async(x + (long long)r0 * hidden, xs, nr * hidden);
         cp_async_wait();
         __syncthreads();
-        float acc[MAX_ROWS];
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
-        for (int base = 0; base < hidden; base += KSPAN) {
-            // The first pass is in av unless a later round of rows needs it again.
-            if (base > 0 || (r0 > 0 && hidden > KSPAN)) load_pass(w, base, hidden, lane, pol, av);
-#pragma unroll
-            for (int r = 0; r < MAX_ROWS; ++r) {
-                if (r < nr) acc[r] += dot_pass(av, xs + r * hidden, base, hidden, lane);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) {
-            if (r < nr) {
-                const float s = warp_sum(acc[r]);
-                if (lane == 0 && j <= experts) logits[(long long)(r0 + r) * (experts + 1) + j] = s;
-            }
-        }
+        // The first pass is in av unless a later round of rows needs it again.
+        route_dots(w, av, xs, r0, nr, hidden, lane, pol, r0 > 0 && hidden > KSPAN, j, experts, logits);
     }
 }
 
@@ -145,24 +154,8 @@ moe_decode_route_norm(const float* __restrict__ residual, const bf16* __restrict
         }
     }
     __syncthreads();
-    // The dots of moe_decode_route's one staging round (all rows staged).
-    float acc[MAX_ROWS];
-#pragma unroll
-    for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
-    for (int base = 0; base < hidden; base += KSPAN) {
-        if (base > 0) load_pass(w, base, hidden, lane, pol, av);
-#pragma unroll
-        for (int r = 0; r < MAX_ROWS; ++r) {
-            if (r < rows) acc[r] += dot_pass(av, xs + r * hidden, base, hidden, lane);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < MAX_ROWS; ++r) {
-        if (r < rows) {
-            const float s = warp_sum(acc[r]);
-            if (lane == 0 && j <= experts) logits[(long long)r * (experts + 1) + j] = s;
-        }
-    }
+    // moe_decode_route's dots, its one staging round (every row staged).
+    route_dots(w, av, xs, 0, rows, hidden, lane, pol, false, j, experts, logits);
 }
 
 // gate+up of the routed experts and of the shared expert.
