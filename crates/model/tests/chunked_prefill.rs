@@ -8,6 +8,7 @@ use common::rel_err;
 use headroom_core::ops::Backend;
 use headroom_core::{Dtype, Route, RouteRequest};
 use headroom_cpu::CpuBackend;
+use headroom_model::profile::Part;
 use headroom_model::{
     AttentionPlan, ForwardOptions, LogitsRows, ModelConfig, ModelError, Qwen35Model, Weights,
     WeightsError,
@@ -228,4 +229,27 @@ fn missing_or_misshapen_weights_are_errors_naming_the_tensor() {
         err,
         ModelError::Weights(WeightsError::Shape { .. })
     ));
+}
+
+/// The MoE layers take their post-attention norm with the MoE block in one
+/// backend call (`Backend::add_rms_norm_moe_partial`, which CUDA's decode path
+/// folds into the router): the profiler counts one norm a layer (the input
+/// norm; the final norm is the LM head's part) and one MoE call a layer — two
+/// norms a layer would mean the model went back to calling the norm on its own.
+#[test]
+fn moe_layers_take_the_post_attention_norm_with_the_block() {
+    let (cfg, w) = model_parts("tiny-d256", Dtype::F32);
+    assert!(cfg.moe().is_some(), "tiny-d256 is a MoE model");
+    let model = Qwen35Model::load(CpuBackend::new(), &cfg, w).unwrap();
+    let prompt = ids(20, cfg.vocab_size, 5);
+    let route = RouteRequest::Composed { query_block: 16 };
+    let plain = model.forward_logits(&prompt, &opts(route, None)).unwrap();
+    model.set_profiling(true);
+    let timed = model.forward_logits(&prompt, &opts(route, None)).unwrap();
+    let parts = model.take_profile();
+    assert_eq!(timed, plain, "profiling changes no value");
+    let calls = |p: Part| parts.iter().find(|t| t.part == p).map_or(0, |t| t.calls);
+    let layers = cfg.num_hidden_layers as u64;
+    assert_eq!(calls(Part::Norm), layers, "{parts:?}");
+    assert_eq!(calls(Part::Moe), layers, "{parts:?}");
 }
