@@ -17,7 +17,9 @@ use std::time::Instant;
 #[serde(rename_all = "snake_case")]
 pub enum Part {
     Embed,
-    /// Residual add + RMSNorm (input, post-attention, final).
+    /// Residual add + RMSNorm: every layer's input norm, and the
+    /// post-attention norm of layers with a dense MLP (a MoE layer's is in
+    /// [`Part::Moe`]; the final norm, before the LM head, is not timed).
     Norm,
     /// q/k/v/gate/o projections of full-attention layers.
     AttentionProjections,
@@ -35,7 +37,9 @@ pub enum Part {
     /// core (`Backend::gdn_core`: conv, gating, rule and gated norm).
     GdnRule,
     GatedNorm,
-    /// The sparse MoE block: router, routed experts, shared expert.
+    /// The sparse MoE block with its post-attention norm
+    /// (`Backend::add_rms_norm_moe_partial`): norm, router, routed experts,
+    /// shared expert.
     Moe,
     DenseMlp,
     LmHead,

@@ -234,7 +234,7 @@ fn missing_or_misshapen_weights_are_errors_naming_the_tensor() {
 /// The MoE layers take their post-attention norm with the MoE block in one
 /// backend call (`Backend::add_rms_norm_moe_partial`, which CUDA's decode path
 /// folds into the router): the profiler counts one norm a layer (the input
-/// norm; the final norm is the LM head's part) and one MoE call a layer — two
+/// norm; the final norm is not timed) and one MoE call a layer — two
 /// norms a layer would mean the model went back to calling the norm on its own.
 #[test]
 fn moe_layers_take_the_post_attention_norm_with_the_block() {
