@@ -245,11 +245,6 @@ pub(crate) fn moe_decode_marked(
     run(dev, x, None, w, spec, mark)
 }
 
-/// Column quads a thread of the norm the router folds in takes
-/// (`NORM_ROW_QUADS` in `norm_row.cuh`; `add_rms_norm_quad_f32res`'s, whose
-/// 256-thread block the router's shares, hence the same sums).
-const NORM_QUADS: usize = 4;
-
 /// The post-attention norm folded into the router
 /// ([`moe_decode_after_norm`]): the f32 residual stream, the delta added to
 /// it, the norm's weight and eps.
@@ -263,9 +258,9 @@ struct FoldedNorm<'a> {
 
 /// Whether [`moe_decode_after_norm`] takes this call: the decode kernels take
 /// the block at these rows, the residual is f32 and the delta bf16 of its
-/// shape, the norm an f32 vector of hidden, and the rows fit the norm's
-/// 16-byte quads (hidden % 4 == 0, hidden <= 4 · 4 · 256, as the norm kernel
-/// it replaces) and the router's staging (rows · hidden <= 16,384).
+/// shape, the norm an f32 vector of hidden, the rows are the 16-byte norm
+/// kernel's (`norm::quad_takes`: the kernel it replaces, whose block the
+/// router's matches) and fit the router's staging (rows · hidden <= 16,384).
 pub(crate) fn takes_after_norm(
     residual: &CudaAct,
     delta: &CudaAct,
@@ -279,8 +274,7 @@ pub(crate) fn takes_after_norm(
         && (delta.rows, delta.cols) == (rows, hidden)
         && norm.dtype == Dtype::F32
         && norm.elems() == hidden
-        && hidden.is_multiple_of(4)
-        && hidden <= 4 * NORM_QUADS * THREADS as usize
+        && crate::ops::norm::quad_takes(hidden)
         && rows * hidden <= ROUTE_XS
         && formats(w, spec).is_some_and(|f| supports_shape(rows, hidden, w, spec, f.chunk()))
 }
@@ -309,7 +303,7 @@ pub(crate) fn moe_decode_after_norm(
                 "the router folds the norm in for an f32 residual, a bf16 delta of its shape, an \
                  f32 norm of hidden, hidden % 4 == 0 and <= {}, rows x hidden <= {ROUTE_XS}, and \
                  a block the decode kernels take (here {} x {})",
-                4 * NORM_QUADS * THREADS as usize,
+                crate::ops::norm::QUAD_MAX_COLS,
                 residual.rows,
                 residual.cols
             ),

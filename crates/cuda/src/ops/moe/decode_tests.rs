@@ -16,10 +16,18 @@ fn launch_constants_match_the_kernel() {
     assert_eq!(source_constant(src, "MAX_ACT"), MAX_ACT);
     assert!(source_constant(src, "ROUTE_XS") >= MAX_HIDDEN);
     assert_eq!(source_constant(src, "ROUTE_XS"), ROUTE_XS);
-    assert_eq!(source_constant(src, "NORM_ROW_QUADS"), NORM_QUADS);
+    assert_eq!(
+        source_constant(src, "NORM_ROW_QUADS"),
+        crate::ops::norm::RES_QUADS
+    );
+    assert_eq!(
+        THREADS,
+        crate::ops::norm::QUAD_THREADS,
+        "the folded norm's block"
+    );
     // The norm the router folds in is the norm kernel's: its quads and block.
     let norm = crate::ops::norm::sources::OPS_NORM.source;
-    assert!(norm.contains("#define RES_QUADS 4") && NORM_QUADS == 4);
+    assert!(norm.contains("#define RES_QUADS 4") && crate::ops::norm::RES_QUADS == 4);
     assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
     assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
     assert_eq!(THREADS as usize / 32, WARPS);

@@ -47,11 +47,6 @@
 
 namespace headroom_moe_decode {
 
-// logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
-// block: THREADS; grid: ceil((experts + 1) / WARPS).
-// Warp j reads its router row once: its first pass before the wait, held
-// across every row when hidden fits one pass; the rows of x are staged in
-// shared memory ROUTE_XS elements at a time.
 // The router's dots of warp j over the nr rows staged in xs (rows r0 .. r0 +
 // nr of the call): logit j of each row, written to logits. The first pass of
 // the weight row is in av unless `reload_first`.
@@ -77,6 +72,11 @@ __device__ __forceinline__ void route_dots(const bf16* w, uint4 (&av)[KCH], cons
     }
 }
 
+// logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
+// block: THREADS; grid: ceil((experts + 1) / WARPS).
+// Warp j reads its router row once: its first pass before the wait, held
+// across every row when hidden fits one pass; the rows of x are staged in
+// shared memory ROUTE_XS elements at a time.
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
                  const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,

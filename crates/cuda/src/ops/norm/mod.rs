@@ -20,8 +20,20 @@ pub(crate) const NORM_THREADS: u32 = 512;
 /// (`CACHED_PAIRS` in the kernel).
 const CACHED_THREADS: u32 = 256;
 const CACHED_PAIRS: usize = 8;
-/// Column quads per thread of the 16-byte f32-residual kernel (`RES_QUADS`).
-const RES_QUADS: usize = 4;
+/// Column quads per thread of the 16-byte f32-residual kernel (`RES_QUADS`;
+/// `NORM_ROW_QUADS` in `norm_row.cuh`, the MoE decode router's copy).
+pub(crate) const RES_QUADS: usize = 4;
+/// Threads of the 16-byte f32-residual kernel's block (a row's sums depend
+/// on it: the MoE decode router that folds this norm in has as many).
+pub(crate) const QUAD_THREADS: u32 = CACHED_THREADS;
+/// Widest row of the 16-byte f32-residual kernel.
+pub(crate) const QUAD_MAX_COLS: usize = 4 * RES_QUADS * QUAD_THREADS as usize;
+
+/// Whether an f32 residual of `cols` columns takes the 16-byte kernel
+/// (`add_rms_norm_quad_f32res`).
+pub(crate) fn quad_takes(cols: usize) -> bool {
+    cols.is_multiple_of(4) && cols <= QUAD_MAX_COLS
+}
 /// Groups (one warp each) per CTA of the group norms.
 const GROUPS_PER_CTA: usize = 8;
 /// Largest group of the 4-values-per-lane group norms (`128 · GROUP_CHUNKS`).
@@ -112,10 +124,8 @@ pub(crate) fn add_rms_norm(
     let grid = (grid_dim("add_rms_norm", residual.rows, GRID_X)?, 1, 1);
     let cached = residual.cols.is_multiple_of(2)
         && residual.cols <= 2 * CACHED_PAIRS * CACHED_THREADS as usize;
-    let quad =
-        residual.cols.is_multiple_of(4) && residual.cols <= 4 * RES_QUADS * CACHED_THREADS as usize;
     let (entry, threads) = match (f32_residual, cached) {
-        (true, true) if quad => ("add_rms_norm_quad_f32res", CACHED_THREADS),
+        (true, true) if quad_takes(residual.cols) => ("add_rms_norm_quad_f32res", QUAD_THREADS),
         (true, true) => ("add_rms_norm_cached_f32res", CACHED_THREADS),
         (true, false) => ("add_rms_norm_f32res", NORM_THREADS),
         (false, true) => ("add_rms_norm_cached_bf16", CACHED_THREADS),
