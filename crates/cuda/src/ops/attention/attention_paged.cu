@@ -278,6 +278,9 @@ __device__ __forceinline__ void split_combine_rows(const float* __restrict__ par
 
 }  // namespace headroom_wg
 
+// Every entry below is launched programmatically (paged.rs) and waits for
+// the previous kernel before anything else, then lets the next kernel's CTAs
+// start (their weights load while this grid runs).
 // Entry points: attn_paged_wgmma_d{64,128,256}_{f16,bf16}. Launch: grid
 // (work items, kv_heads, splits), block THREADS, dynamic shared memory
 // (BLOCK_M + 2 * BLOCK_N) * D * 2 + 1024 bytes.
@@ -287,6 +290,7 @@ __device__ __forceinline__ void split_combine_rows(const float* __restrict__ par
                                    const int* items, const int* seq, const int* bt, int n,         \
                                    int q_heads, int kv_heads, float scale_log2, int splits,        \
                                    float* part_o, float* part_lse) {                               \
+        wait_prior_then_release_next();                                                           \
         headroom_wg::attn_paged<D, T>(q, kc, vc, out, gate, items, seq, bt, n, q_heads, kv_heads,  \
                                       scale_log2, splits, part_o, part_lse);                       \
     }
@@ -297,10 +301,12 @@ __device__ __forceinline__ void split_combine_rows(const float* __restrict__ par
 extern "C" __global__ void attn_paged_combine_bf16(const float* part_o, const float* part_lse,
                                                    __nv_bfloat16* out, const __nv_bfloat16* gate,
                                                    int rows, int d, int splits) {
+    wait_prior_then_release_next();
     headroom_wg::split_combine<__nv_bfloat16>(part_o, part_lse, out, gate, rows, d, splits);
 }
 extern "C" __global__ void attn_paged_combine_f16(const float* part_o, const float* part_lse, __half* out,
                                                   const __half* gate, int rows, int d, int splits) {
+    wait_prior_then_release_next();
     headroom_wg::split_combine<__half>(part_o, part_lse, out, gate, rows, d, splits);
 }
 
@@ -309,6 +315,7 @@ extern "C" __global__ void attn_paged_combine_f16(const float* part_o, const flo
     extern "C" __global__ void __launch_bounds__(headroom_wg::COMBINE_ROW_WARPS * 32)              \
     attn_paged_combine_rows_d##D##_##NAME(const float* part_o, const float* part_lse, T* out,      \
                                           const T* gate, int rows, int splits) {                   \
+        wait_prior_then_release_next();                                                           \
         headroom_wg::split_combine_rows<D, T>(part_o, part_lse, out, gate, rows, splits);          \
     }
 COMBINE_ROWS_ENTRY(256, bf16, __nv_bfloat16)

@@ -302,8 +302,10 @@ pub unsafe fn paged_raw_with(
     );
     // SAFETY: the caller promises the buffers; the tables were checked to
     // cover every sequence's keys; the partials hold splits × rows × q_heads
-    // rows; params match the kernel signature.
-    unsafe { dev.launch(f, grid, (WGMMA_THREADS, 1, 1), smem, &mut params) }.map_err(dev_err)?;
+    // rows; params match the kernel signature; the kernel waits for the
+    // previous one before it reads or writes anything (programmatic launch).
+    unsafe { dev.launch_programmatic(f, grid, (WGMMA_THREADS, 1, 1), smem, &mut params) }
+        .map_err(dev_err)?;
     if let (Some((part_o, part_lse)), Some((form, centry))) = (&parts, combine_fn) {
         combine_launch(
             dev,
@@ -363,8 +365,9 @@ fn combine_launch(
                 1,
             );
             // SAFETY: the partials hold splits × rows rows of d; out and the
-            // gate rows × d; d / 64 column blocks cover d (d ∈ {64, 128, 256}).
-            unsafe { dev.launch(cf, grid, (COMBINE_THREADS, 1, 1), 0, &mut params) }
+            // gate rows × d; d / 64 column blocks cover d (d ∈ {64, 128, 256});
+            // the kernel waits for the previous one first (programmatic launch).
+            unsafe { dev.launch_programmatic(cf, grid, (COMBINE_THREADS, 1, 1), 0, &mut params) }
                 .map_err(dev_err)
         }
         CombineForm::Rows => {
@@ -384,7 +387,8 @@ fn combine_launch(
             let threads = (COMBINE_ROW_WARPS * 32) as u32;
             // SAFETY: as above; the entry's head dim is d, a warp per row
             // (rows past `rows` return at once).
-            unsafe { dev.launch(cf, grid, (threads, 1, 1), 0, &mut params) }.map_err(dev_err)
+            unsafe { dev.launch_programmatic(cf, grid, (threads, 1, 1), 0, &mut params) }
+                .map_err(dev_err)
         }
     }
 }

@@ -53,6 +53,7 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
     name: "attention_paged",
     file: "attention_paged.cu",
     source: concat!(
+        include_str!("../../kernels/pdl.cuh"),
         include_str!("../../kernels/async_copy.cuh"),
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("wgmma_common.cuh"),
