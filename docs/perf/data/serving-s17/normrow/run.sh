@@ -22,6 +22,6 @@ for side in A B; do
   timeout 200 $d/headroom generate --backend cuda --synthetic qwen3.6-35b-a3b --prompt "the same prompt for both" \
     --max-tokens 64 --json "$O/gen-$side.json" > /dev/null 2>&1
 done
-python3 -c "import json,sys; a,b=(json.load(open(f)) for f in sys.argv[1:]); print('same tokens' if a.get('tokens')==b.get('tokens') else 'TOKENS DIFFER')" "$O/gen-A.json" "$O/gen-B.json"
+python3 -c "import json,sys; a,b=(json.loads(open(f).readline())['ids'] for f in sys.argv[1:]); print('same tokens' if a==b else 'TOKENS DIFFER', a[:8], b[:8])" "$O/gen-A.json" "$O/gen-B.json"
 } > "$O/log.txt" 2>&1
 cat "$O/log.txt"
