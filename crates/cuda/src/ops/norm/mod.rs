@@ -20,8 +20,8 @@ pub(crate) const NORM_THREADS: u32 = 512;
 /// (`CACHED_PAIRS` in the kernel).
 const CACHED_THREADS: u32 = 256;
 const CACHED_PAIRS: usize = 8;
-/// Column quads per thread of the 16-byte f32-residual kernel (`RES_QUADS`;
-/// `NORM_ROW_QUADS` in `norm_row.cuh`, the MoE decode router's copy).
+/// Column quads per thread of the 16-byte f32-residual kernel (`NORM_ROW_QUADS`
+/// in `norm_row.cuh`, the header the MoE decode router shares).
 pub(crate) const RES_QUADS: usize = 4;
 /// Threads of the 16-byte f32-residual kernel's block (a row's sums depend
 /// on it: the MoE decode router that folds this norm in has as many).
@@ -215,4 +215,18 @@ pub(crate) fn gated_rms_norm(
     )?;
     // SAFETY: x, z hold groups·d bf16; w d f32 (alignment as above).
     unsafe { launch(dev, entry, grid, threads, args) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sources::OPS_NORM;
+    use crate::kernels::source_constant;
+
+    #[test]
+    fn the_quad_kernels_constant_is_the_headers() {
+        assert_eq!(
+            source_constant(OPS_NORM.source, "NORM_ROW_QUADS"),
+            super::RES_QUADS
+        );
+    }
 }

@@ -1,17 +1,12 @@
 // norm_row.cuh: one row of Qwen3.5's residual add + zero-centred RMSNorm over
 // an f32 residual stream, 4 columns a thread access (16-byte residual, 8-byte
 // delta and output): r = residual + delta (f32, unrounded), out = bf16(r *
-// inv * (1 + w)) with inv = rsqrt(mean(r^2) + eps) — ops_norm.cu's
-// add_rms_norm_quad_f32res, expression for expression, for moe_decode.cu's
-// moe_decode_route_norm (the MoE block's router with the post-attention norm
-// folded in). The GPU test `the_router_with_the_norm_folded_in_gives_the_
-// two_launches_bits` asserts the same bits as the norm kernel. (The norm
-// kernel keeps its own copy: compiled through these functions, as tried, its
-// code changed from 7,552 to 8,832 bytes, and no GPU run has checked that
-// form.) A CTA
-// of blockDim.x <= 512 threads takes a row of cols % 4 == 0, cols <= 4 *
-// NORM_ROW_QUADS * blockDim.x; every thread of the CTA calls each function
-// (block-wide sums).
+// inv * (1 + w)) with inv = rsqrt(mean(r^2) + eps). Used by ops_norm.cu's
+// add_rms_norm_quad_f32res and by moe_decode.cu's moe_decode_route_norm (the
+// MoE block's router with the post-attention norm folded in): one source for
+// both, so both give the same bits. A CTA of blockDim.x <= 512 threads takes
+// a row of cols % 4 == 0, cols <= 4 * NORM_ROW_QUADS * blockDim.x; every
+// thread of the CTA calls each function (block-wide sums).
 
 #ifndef HEADROOM_NORM_ROW_CUH
 #define HEADROOM_NORM_ROW_CUH

@@ -356,61 +356,29 @@ extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, con
 
 // add_rms_norm_cached_f32res with 4 columns per access (16-byte residual,
 // 8-byte delta and out accesses; the kernel above moves 8 and 4 bytes): for
-// cols % 4 == 0 up to 4 * RES_QUADS * blockDim.x; one CTA per row; same sums
-// (f32, stored unrounded) and the same normed values. The norm weight is
-// constant: it is loaded before the kernel waits for the previous one, so
-// under programmatic launch its latency hides behind that kernel's tail.
-#define RES_QUADS 4
+// cols % 4 == 0 up to 4 * NORM_ROW_QUADS * blockDim.x; one CTA per row; same
+// sums (f32, stored unrounded) and the same normed values. The row's math is
+// norm_row.cuh's, shared with the MoE decode router that folds this norm in.
+// The norm weight is constant: it is loaded before the kernel waits for the
+// previous one, so under programmatic launch its latency hides behind that
+// kernel's tail.
 extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
                                                     const float* w, bf16* out, int cols,
                                                     float eps) {
-    const int quads = cols >> 2;
-    const float4* w4 = reinterpret_cast<const float4*>(w);
-    float4 ww[RES_QUADS];
-#pragma unroll
-    for (int k = 0; k < RES_QUADS; ++k) {
-        const int p = threadIdx.x + k * blockDim.x;
-        ww[k] = p < quads ? __ldg(w4 + p) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    using headroom_norm_row::NORM_ROW_QUADS;
+    float4 ww[NORM_ROW_QUADS];
+    headroom_norm_row::load_weights(w, cols, ww);
     wait_prior_then_release_next();
-    float4* res = reinterpret_cast<float4*>(residual + (i64)blockIdx.x * cols);
-    const uint2* del =
-        delta ? reinterpret_cast<const uint2*>(delta + (i64)blockIdx.x * cols) : nullptr;
-    uint2* o = reinterpret_cast<uint2*>(out + (i64)blockIdx.x * cols);
-    float4 v[RES_QUADS];
-    float ss = 0.0f;
+    float* res = residual + (i64)blockIdx.x * cols;
+    float4 v[NORM_ROW_QUADS];
+    const float inv =
+        headroom_norm_row::add_row(res, delta ? delta + (i64)blockIdx.x * cols : nullptr, res, cols, eps, v);
+    uint2 o[NORM_ROW_QUADS];
+    headroom_norm_row::normed_quads(v, ww, inv, cols, o);
+    uint2* op = reinterpret_cast<uint2*>(out + (i64)blockIdx.x * cols);
 #pragma unroll
-    for (int k = 0; k < RES_QUADS; ++k) {
+    for (int k = 0; k < NORM_ROW_QUADS; ++k) {
         const int p = threadIdx.x + k * blockDim.x;
-        if (p < quads) {
-            float4 r = res[p];
-            if (del) {
-                const uint2 u = del[p];
-                const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-                r.x += a.x;
-                r.y += a.y;
-                r.z += b.x;
-                r.w += b.y;
-                res[p] = r;
-            }
-            v[k] = r;
-            ss += r.x * r.x + r.y * r.y + r.z * r.z + r.w * r.w;
-        }
-    }
-    const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
-#pragma unroll
-    for (int k = 0; k < RES_QUADS; ++k) {
-        const int p = threadIdx.x + k * blockDim.x;
-        if (p < quads) {
-            const __nv_bfloat162 a = __floats2bfloat162_rn(v[k].x * inv * (1.0f + ww[k].x),
-                                                           v[k].y * inv * (1.0f + ww[k].y));
-            const __nv_bfloat162 b = __floats2bfloat162_rn(v[k].z * inv * (1.0f + ww[k].z),
-                                                           v[k].w * inv * (1.0f + ww[k].w));
-            uint2 u;
-            u.x = *reinterpret_cast<const unsigned*>(&a);
-            u.y = *reinterpret_cast<const unsigned*>(&b);
-            o[p] = u;
-        }
+        if (p < (cols >> 2)) op[p] = o[k];
     }
 }

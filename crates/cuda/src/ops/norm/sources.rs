@@ -10,6 +10,7 @@ pub const OPS_NORM: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
         include_str!("bf16x8.cuh"),
+        include_str!("norm_row.cuh"),
         include_str!("ops_norm.cu")
     ),
     entry_points: &[
