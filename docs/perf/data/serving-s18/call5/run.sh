@@ -22,8 +22,8 @@ timeout 200 $B/cuda_fp8 --ignored --nocapture --test-threads 1 2>&1 | grep -E "l
 echo "=== kernel timing A B A B"
 for run in 1 2; do for side in A B; do
   d=$([ $side = A ] && echo $A || echo $B)
-  timeout 100 $d/fp8_ops --ignored --nocapture --exact timing::timing_fp8_gemv_vs_bf16_gemv_at_one_row 2>&1 | grep -E "^timing|us" | sed -E "s/^/$side$run /" | head -12
-  timeout 100 $d/fp8_backend --ignored --nocapture --exact fp8_moe_timing 2>&1 | grep -E "timing|us" | sed -E "s/^/$side$run /" | head -8
+  timeout 100 $d/fp8_ops --ignored --nocapture --exact timing::timing_fp8_gemv_vs_bf16_gemv_at_one_row 2>&1 | grep -E "fp8_timing" | sed -E "s/^/$side$run /" | head -12
+  timeout 100 $d/fp8_backend --ignored --nocapture --exact fp8_moe_timing 2>&1 | grep -E "fp8_moe_timing" | sed -E "s/^/$side$run /" | head -8
 done; done
 echo "=== bench ttft FP8 A B A B (and bf16 once each)"
 for run in 1 2; do for side in A B; do
