@@ -3,14 +3,14 @@
 # also on its own branch with its own run script, data/serving-s18/{fp8xf32,gemvxf32}/run.sh),
 # both "one conversion of x a CTA instead of one per weight" on decode kernels that session 18
 # found issue-sensitive (the e4m3 conversion instruction: FP8 decode +3.7 % / +5.5 %):
-#   fp8xf32   moe_decode_gate_up_fp8 reads x as f32 from shared memory (widen_row);
+#   fp8xf32   moe_decode_gate_up and moe_decode_gate_up_fp8 read x as f32 from shared memory (widen_row);
 #   gemvxf32  gemv_c1_r1 and fp8_gemv_c1_r1 stage x as f32 in shared memory (stage_x).
 # Both keep every product and its order, so the bits: the greedy tokens of both presets must
 # equal main's, and the engine's invariance figures must not move.
 # Build (on the build machine, release, stripped) into .devbin/s19a/bins.tar.xz:
 #   A/headroom from main; B/headroom from s19a and B's test binaries gemv, fp8_ops, decode_moe,
 #   fp8_backend (headroom-cuda), cuda_engine, cuda_fp8 (headroom-engine).
-# Prediction: bf16 decode after 2k +1-3 %, FP8 +3-4 %; TTFT and W1 unchanged.
+# Prediction: bf16 decode after 2k +2-4 %, FP8 +3-4 %; TTFT and W1 unchanged.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 T=/tmp/s19a; mkdir -p $T && tar -xJf .devbin/s19a/bins.tar.xz -C $T
