@@ -4,7 +4,7 @@
 //! budget (growing each planned sequence's KV blocks first, preempting when
 //! the pool is short: [`admit`]), admits waiting requests, runs the batch
 //! through `Qwen35Model::step` with every sequence's block table, draws
-//! tokens and streams them ([`run`]); with prefix caching ([`cache`]) an admitted
+//! tokens and streams them (`core/run.rs`); with prefix caching ([`cache`]) an admitted
 //! request resumes from a cached prefix and prefill chunks stop at snapshot
 //! points. The loop thread ([`crate::handle`]) drives it;
 //! tests and benchmarks may drive it by hand.
