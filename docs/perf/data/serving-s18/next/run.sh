@@ -10,6 +10,8 @@
 # Build (on the build machine, release, stripped) into .devbin/s19a/bins.tar.xz:
 #   A/headroom from main; B/headroom from s19a and B's test binaries gemv, fp8_ops, decode_moe,
 #   fp8_backend (headroom-cuda), cuda_engine, cuda_fp8 (headroom-engine).
+# (Built at the end of session 18 from main e04c84b and s19a 286e06a into .devbin/s19a, an
+# ignored folder: rebuild if it is gone or either branch moved.)
 # Prediction: bf16 decode after 2k +2-4 %, FP8 +3-4 %; TTFT and W1 unchanged.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p "$O"
