@@ -19,26 +19,11 @@ typedef long long i64;
 
 constexpr int NORM_THREADS = 512;
 
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-__device__ __forceinline__ float block_sum(float x) {
-    __shared__ float partial[NORM_THREADS / 32];
-    __shared__ float total;
-    x = warp_sum(x);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = x;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float y = threadIdx.x < (blockDim.x >> 5) ? partial[threadIdx.x] : 0.0f;
-        y = warp_sum(y);
-        if (threadIdx.x == 0) total = y;
-    }
-    __syncthreads();
-    return total;
-}
+// The warp and block sums are norm_row.cuh's (prepended to this program):
+// one copy for every norm kernel and the MoE router's folded norm.
+using headroom_norm_row::block_sum;
+using headroom_norm_row::warp_sum;
+static_assert(NORM_THREADS / 32 <= 16, "block_sum's partials hold 16 warps");
 
 // r = residual[c] (+ delta[c], stored back): a bf16 residual is rounded to
 // bf16 before it is stored and used, an f32 one is kept unrounded.
