@@ -4,8 +4,10 @@
 //! 1..=8, tied router rows (the lower expert index wins), a NaN router row
 //! (every probability NaN: the output NaN in every row, written over a finite
 //! fill), hidden / intermediate / shared sizes just past and short of 1024
-//! and 512 with a rank's slice of the experts, and 8 rows of hidden 4096 (the
-//! router stages x in rounds of 4 rows).
+//! and 512 with a rank's slice of the experts, 8 rows of hidden 4096 (the
+//! router stages x in rounds of 4 rows), and calls queued back to back whose
+//! routings differ (the down kernel reads each row's experts before its
+//! griddepcontrol.wait, as gate_up publishes them).
 
 use super::*;
 
@@ -192,4 +194,66 @@ fn eight_rows_of_hidden_4096_match_f64() {
         local: 8,
     };
     check_cases(&be, &[s], &[8], 1700);
+}
+
+/// The experts of each row's top-k on the host (f64 logits, ties to the
+/// lower index), sorted.
+fn top_k_sets(x: &[f32], router: &[f32], s: Shape) -> Vec<Vec<usize>> {
+    x.chunks(s.hidden)
+        .map(|xr| {
+            let l: Vec<f64> = router.chunks(s.hidden).map(|r| dot(xr, r)).collect();
+            let mut order: Vec<usize> = (0..s.experts).collect();
+            order.sort_by(|&a, &b| l[b].total_cmp(&l[a]).then(a.cmp(&b)));
+            let mut top = order[..s.top_k].to_vec();
+            top.sort_unstable();
+            top
+        })
+        .collect()
+}
+
+/// The down kernel loads its routed rows before its griddepcontrol.wait,
+/// once gate_up's CTA has published the row's experts (the route kernel
+/// marks them unwritten first): 16 calls queued on the stream with no host
+/// synchronisation between them, two inputs whose routings differ taken in
+/// turn, each call's workspace the memory the one before freed (first filled
+/// with zeros: expert 0 everywhere, a plausible stale routing), give each
+/// input's bits from a call alone, at 1 and 3 rows of the 35B-A3B shape.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn calls_back_to_back_each_read_their_own_routing() {
+    let be = backend();
+    let s = QWEN35B;
+    let w = weights(&be, s, 23);
+    for rows in [1usize, 3] {
+        let xs: Vec<Vec<f32>> = (0..2)
+            .map(|i| inputs(&w, s, rows, 40 + i + 10 * rows as u64))
+            .collect();
+        let sets: Vec<_> = xs.iter().map(|x| top_k_sets(x, &w.router, s)).collect();
+        assert!(
+            (0..rows).all(|r| sets[0][r] != sets[1][r]),
+            "{rows} rows: the two inputs route every row differently"
+        );
+        let acts: Vec<CudaAct> = xs
+            .iter()
+            .map(|x| be.act_from_f32(rows, s.hidden, x).unwrap())
+            .collect();
+        let alone: Vec<Vec<f32>> = acts
+            .iter()
+            .map(|a| run_decode(&be, &w, s, rows, a))
+            .collect();
+        for (i, x) in xs.iter().enumerate() {
+            let e = rel_err(&alone[i], &reference(x, &w, s));
+            assert!(e < 1e-2, "{rows} rows, input {i} alone: rel err {e}");
+        }
+        fill_pool(&be, &[workspace_bytes(s, rows)], 0x00);
+        let outs: Vec<CudaAct> = (0..16)
+            .map(|c| be.moe_decode(&acts[c % 2], &w.dev, &spec(s)).unwrap())
+            .collect();
+        for (c, o) in outs.iter().enumerate() {
+            let got = be.act_to_f32(o).unwrap();
+            let want = &alone[c % 2];
+            let same = got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{rows} rows, call {c}: not the bits of its input alone");
+        }
+    }
 }

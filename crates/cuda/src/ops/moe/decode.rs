@@ -403,15 +403,19 @@ fn run(
         .i32(int(op, "rows", rows)?)
         .i32(h32)
         .i32(e32)
-        .ptr(at(ws.logits));
+        .ptr(at(ws.logits))
+        .i32(k32)
+        .ptr(at(ws.topk_expert));
     mark("route");
     // Each kernel launches programmatically (it may start while the previous
-    // kernel finishes) and reads only weights before its griddepcontrol.wait.
+    // kernel finishes) and reads only weights before its griddepcontrol.wait
+    // (the down kernel also the experts gate_up publishes: moe_decode.cu).
     // SAFETY: x is [rows][hidden], router [e][hidden], shared_gate [1][hidden]
     // (check_weights); the workspace holds rows·(e+1) logits. With the norm
     // folded in (takes_after_norm): residual and residual_out f32 and delta
     // bf16 [rows][hidden], the norm f32 [hidden], hidden % 4 == 0 within the
     // kernel's quads, rows·hidden within its staging; x is written, not read.
+    // topk_expert holds rows·k entries (marked unwritten for the down kernel).
     unsafe { launch_programmatic(dev, route_entry, (route_grid, 1, 1), THREADS, args)? };
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
@@ -503,23 +507,27 @@ mod nvrtc {
 
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
-    fn the_bf16_entries_compile_to_the_sass_of_the_build_before_the_fp8_instantiation() {
+    fn the_bf16_entries_compile_to_their_recorded_sass() {
         // SHA-256 of each bf16 entry's SASS from NVRTC 13.0 (the gate's pinned
-        // wheels) for sm_90a, built from moe_decode.cu before it was templated
-        // on the weight format (commit 178633b): the bf16 path's code, and so
-        // its results, unchanged.
+        // wheels) for sm_90a: a change to the bf16 path's code shows here and
+        // must be one that ran on the H200. First recorded from moe_decode.cu
+        // before it was templated on the weight format (commit 178633b);
+        // re-recorded when the down kernel came to wait for gate_up's published
+        // experts before its griddepcontrol.wait (the route kernel marks them,
+        // gate_up publishes them: the same products in the same order, session
+        // 19, docs/perf/cuda-decode.md).
         const BEFORE: [(&str, &str); 3] = [
             (
                 "moe_decode_route",
-                "274650213b8bca797ca2eec34e101c15899290758140713f94b098c0a9ea7871",
+                "55ea2d5751a8b4bddc3926e9ef87b112f7653867b3f57018b40cbbd83b3b8f27",
             ),
             (
                 "moe_decode_gate_up",
-                "1714f71c91dcff06b841d9e7b55852a2f83f94af95856b968760f1063a8cac0c",
+                "f7eccdb3b2b3e830ab2934f60f0d17ebda42648f345ce02b88aa4f94f070b12e",
             ),
             (
                 "moe_decode_down",
-                "7f7159ee234de7582051e5675a1203ce5159e6cb94d5cb523b4eb410260c3476",
+                "c855ae82f3fd600a31bc36285f25c1ef4d8dfc759c89977ab6d860ce92db287c",
             ),
         ];
         let version = crate::nvrtc::version().unwrap();

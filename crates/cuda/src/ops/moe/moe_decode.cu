@@ -21,11 +21,16 @@
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
-//    the shared expert's rows load before the wait, the routing (gate_up's)
-//    is read after it.
+//    the shared expert's rows load before the wait, and so do the routed
+//    experts' rows: the CTA waits for its row's experts as gate_up's CTA
+//    (0, slot 0) publishes them (moe_decode_common.cuh, await_routed; the
+//    route kernel marks them unwritten first), so the weight bytes stream
+//    while gate_up runs; the routing weights and activations are read after
+//    the wait.
 //
 // The three launch with programmatic dependent launch (compute capability
-// 9.0+): each reads only weights before wait_prior(), and the first two let
+// 9.0+): each reads only weights before wait_prior() (the down kernel also
+// the experts gate_up publishes, above), and the first two let
 // the next kernel's CTAs start early (launch_next(), gate_up's after its
 // wait), so those load their weights while the previous kernel runs. Every
 // weight load is marked evict-first in L2.
@@ -72,7 +77,9 @@ __device__ __forceinline__ void route_dots(const bf16* w, uint4 (&av)[KCH], cons
     }
 }
 
-// logits: [rows][experts + 1] f32 (the shared expert's gate logit last).
+// logits: [rows][experts + 1] f32 (the shared expert's gate logit last);
+// topk_expert: [rows][top_k], marked UNROUTED by CTA 0 after the wait (for
+// the down kernel's await_routed).
 // block: THREADS; grid: ceil((experts + 1) / WARPS).
 // Warp j reads its router row once: its first pass before the wait, held
 // across every row when hidden fits one pass; the rows of x are staged in
@@ -80,7 +87,7 @@ __device__ __forceinline__ void route_dots(const bf16* w, uint4 (&av)[KCH], cons
 extern "C" __global__ void __launch_bounds__(THREADS)
 moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
                  const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
-                 float* __restrict__ logits) {
+                 float* __restrict__ logits, int top_k, int* __restrict__ topk_expert) {
     __shared__ __align__(16) bf16 xs[ROUTE_XS];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     uint4 av[KCH];
@@ -92,6 +99,7 @@ moe_decode_route(const bf16* __restrict__ x, const bf16* __restrict__ router,
     const unsigned long long pol = weight_policy();
     load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
     wait_prior();
+    mark_unrouted(topk_expert, rows, top_k);
     const int per = min(rows, ROUTE_XS / hidden);  // rows staged at once (>= 1: hidden <= MAX_HIDDEN)
     for (int r0 = 0; r0 < rows; r0 += per) {
         const int nr = min(per, rows - r0);
@@ -119,7 +127,7 @@ moe_decode_route_norm(const float* __restrict__ residual, const bf16* __restrict
                       const float* __restrict__ norm_w, float eps, float* __restrict__ residual_out,
                       bf16* __restrict__ x_out, const bf16* __restrict__ router,
                       const bf16* __restrict__ shared_gate, int rows, int hidden, int experts,
-                      float* __restrict__ logits) {
+                      float* __restrict__ logits, int top_k, int* __restrict__ topk_expert) {
     using headroom_norm_row::NORM_ROW_QUADS;
     using headroom_norm_row::add_row;
     using headroom_norm_row::load_weights;
@@ -135,6 +143,7 @@ moe_decode_route_norm(const float* __restrict__ residual, const bf16* __restrict
     load_pass(w, 0, hidden, lane, pol, av);  // weights: before the wait
     load_weights(norm_w, hidden, ww);
     wait_prior();
+    mark_unrouted(topk_expert, rows, top_k);
     const bool first = blockIdx.x == 0;
     for (int r = 0; r < rows; ++r) {
         const long long off = (long long)r * hidden;
@@ -231,8 +240,8 @@ __device__ __forceinline__ void gate_up_body(
     __syncthreads();
     if (blockIdx.x == 0 && slot == 0 && (int)threadIdx.x < top_k) {
         const int t = threadIdx.x;
-        topk_expert[r * top_k + t] = local_expert(sm, t, first, local);
         topk_weight[r * top_k + t] = slot_weight(sm, t, top_k, renormalise);
+        publish_routed(topk_expert + r * top_k + t, local_expert(sm, t, first, local));
     }
     const int e = sm.sel_e[slot] - first;
     if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
@@ -345,15 +354,14 @@ __device__ __forceinline__ void down_fp8(const float* __restrict__ act, const un
     load_shared_f<FS>(sd_row, 0, shared_inter, lane, pol, sv);  // weights: before the wait
     Fp8W::DPass wv[DSLOTS];
     const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
-    wait_prior();
-    for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+    // The row's experts as gate_up publishes them (await_routed): the routed
+    // weights load before the wait too.
     if (t < top_k) {
-        const int e = topk_expert[r * top_k + t];
+        const int e = await_routed(topk_expert + r * top_k + t);
         base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
         sbase_s[t] = e >= 0 ? down_s + e * per_expert : down_s;
-        scale_s[t] = topk_weight[r * top_k + t];
-    } else if (t == top_k) {
-        scale_s[t] = 1.f / (1.f + expf(-logit_row[experts]));
+    } else if (t == top_k) {  // the route kernel's logit: complete before this grid started
+        scale_s[t] = 1.f / (1.f + expf(-__ldcg(logit_row + experts)));
     }
     __syncthreads();
     // Slots s0 .. s0 + DSLOTS of row nn, chunks from cb (dead slots read expert 0's first chunk).
@@ -368,6 +376,9 @@ __device__ __forceinline__ void down_fp8(const float* __restrict__ act, const un
         }
     };
     load_group(0, 0);
+    wait_prior();
+    for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+    if (t < top_k) scale_s[t] = topk_weight[r * top_k + t];
     cp_async_wait();
     __syncthreads();
     const int longest = max(inter, shared_inter);
@@ -392,10 +403,12 @@ __device__ __forceinline__ void down_fp8(const float* __restrict__ act, const un
 
 // out = bf16(sum over the k routed slots of w_s * (down_s[n] . act_s) +
 // sigmoid(gate logit) * (shared_down[n] . act_k)). Each warp one column n of
-// row blockIdx.y; the shared expert's rows load before griddepcontrol.wait,
-// the routing (topk_expert / topk_weight, gate_up's) and the shared gate's
-// logit (the route kernel's, finished before gate_up's CTAs passed their
-// wait) are read after it.
+// row blockIdx.y; the shared expert's rows and, once gate_up has published
+// the row's experts (await_routed), the routed rows load before
+// griddepcontrol.wait, and so does the shared gate's logit (the route
+// kernel's, finished before gate_up's CTAs passed their wait, so before this
+// grid started); the routing weights (topk_weight, gate_up's) and the
+// activations are read after it.
 // grid: (ceil(hidden / WARPS), rows). act_stride % 4 == 0, (top_k + 1) * act_stride <= MAX_ACT.
 // FR / FS: the routed experts' / the shared expert's weight format; the
 // scales (*_s) are read only for FP8 (down_s: [local][ceil(hidden /
@@ -431,19 +444,21 @@ __device__ __forceinline__ void down_body(const float* __restrict__ act, const t
         load_shared(sd_row, 0, shared_inter, lane, pol, sv);  // weights: before the wait
         uint4 wv[DSLOTS][DCH];
         const float4* act_r = reinterpret_cast<const float4*>(act + (long long)r * slots * act_stride);
-        wait_prior();
-        // The row's activations into shared memory (asynchronous: they land
-        // while the routing is read and the weights load).
-        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+        // The row's experts as gate_up publishes them (await_routed): the
+        // routed weights load before the wait too.
         if (t < top_k) {
-            const int e = topk_expert[r * top_k + t];
+            const int e = await_routed(topk_expert + r * top_k + t);
             base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
-            scale_s[t] = topk_weight[r * top_k + t];
-        } else if (t == top_k) {
-            scale_s[t] = 1.f / (1.f + expf(-logit_row[experts]));
+        } else if (t == top_k) {  // the route kernel's logit: complete before this grid started
+            scale_s[t] = 1.f / (1.f + expf(-__ldcg(logit_row + experts)));
         }
         __syncthreads();
         load_group(base_s, top_k, 0, 0, nn, inter, lane, pol, sd_row, wv);
+        wait_prior();
+        // The row's activations into shared memory (asynchronous: they land
+        // while the slot weights are read).
+        for (int i = t; i < slots * act_stride / 4; i += THREADS) cp_async16(act_s + 4 * i, act_r + i);
+        if (t < top_k) scale_s[t] = topk_weight[r * top_k + t];
         cp_async_wait();
         __syncthreads();
         const int longest = max(inter, shared_inter);

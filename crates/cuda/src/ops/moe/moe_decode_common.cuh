@@ -229,6 +229,36 @@ __device__ __forceinline__ void stage_async(const bf16* __restrict__ src, bf16* 
     for (int c = threadIdx.x; c < n / 8; c += blockDim.x) cp_async16(dst + 8 * c, src + 8 * c);
 }
 
+// The routing's early handoff to the down kernel. The route kernel marks
+// every (row, slot) of topk_expert UNROUTED after its wait; gate_up's CTA
+// (x 0, slot 0) of a row writes the row's experts with strong stores
+// (publish_routed); the down kernel's CTAs wait for them with strong loads
+// (await_routed) *before* their own griddepcontrol.wait, so they load their
+// routed weights while gate_up still runs. Safe: the down grid launches only
+// once every gate_up CTA has passed its wait (route complete, its marks in
+// L2) and called launch_next, so the CTA that writes a row is already
+// running; an expert index is never UNROUTED (-1 is another rank's).
+constexpr int UNROUTED = -2147483647 - 1;
+
+__device__ __forceinline__ void publish_routed(int* p, int v) {
+    asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ int await_routed(const int* p) {
+    int v;
+    for (;;) {
+        asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+        if (v != UNROUTED) return v;
+        __nanosleep(32);
+    }
+}
+
+// The route kernel's marks: every slot of every row UNROUTED (CTA 0, after the wait).
+__device__ __forceinline__ void mark_unrouted(int* __restrict__ topk_expert, int rows, int top_k) {
+    if (blockIdx.x != 0) return;
+    for (int i = threadIdx.x; i < rows * top_k; i += blockDim.x) topk_expert[i] = UNROUTED;
+}
+
 // The local index of the expert of rank t (route_row's), or -1: another rank's.
 __device__ __forceinline__ int local_expert(const RouteSmem& sm, int t, int first, int local) {
     const int le = sm.sel_e[t] - first;
