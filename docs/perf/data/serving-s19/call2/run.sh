@@ -21,9 +21,8 @@ timeout 150 $B/fp8_backend --ignored --test-threads 1 --skip timing 2>&1 | grep 
 timeout 100 $B/cuda_fp8 --ignored --test-threads 1 2>&1 | grep -E "test result|panicked"
 timeout 150 $B/cuda_engine --ignored --nocapture --test-threads 1 cuda_request_among_255_others 2>&1 | grep -E "worst|test result"
 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 6 $B/decode_moe --ignored --exact nan_row_stays_in_its_row_and_repeated_calls_agree 2>&1 | grep -E "ERROR SUMMARY|test result"
-timeout 200 compute-sanitizer --tool synccheck --error-exitcode 9 --print-limit 6 $B/decode_moe --ignored --exact nan_row_stays_in_its_row_and_repeated_calls_agree 2>&1 | grep -E "ERROR SUMMARY|test result"
-echo "=== decode_moe timing A B A B"
-for run in 1 2; do for side in A B; do
+echo "=== decode_moe timing A B"
+for run in 1; do for side in A B; do
   d=$([ $side = A ] && echo $A || echo $B)
   timeout 120 $d/decode_moe --ignored --nocapture --test-threads 1 moe_decode_timing 2>&1 | grep -vE "^running|^$|test result|^test " | sed "s/^/$side$run /"
 done; done
