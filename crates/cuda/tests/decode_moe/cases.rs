@@ -252,8 +252,14 @@ fn calls_back_to_back_each_read_their_own_routing() {
         for (c, o) in outs.iter().enumerate() {
             let got = be.act_to_f32(o).unwrap();
             let want = &alone[c % 2];
-            let same = got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{rows} rows, call {c}: not the bits of its input alone");
+            let same = got
+                .iter()
+                .zip(want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{rows} rows, call {c}: not the bits of its input alone"
+            );
         }
     }
 }
