@@ -38,9 +38,25 @@ const ROUTE_XS: usize = 16384;
 /// column (down), or [`GATE_UP_COLS`] columns (gate_up).
 const THREADS: u32 = 256;
 const WARPS: usize = 8;
-/// Columns a gate_up warp computes one after the other (`GATE_UP_COLS`):
-/// the grid is `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
+/// Columns a gate_up warp computes one after the other: `GATE_UP_COLS` at
+/// one row, `GATE_UP_COLS_ROWS` from two (the `*_rows` entries); the grid is
+/// `ceil(max(inter, shared) / (8 · cols))` × (rows · (1 + k)).
 const GATE_UP_COLS: usize = 3;
+const GATE_UP_COLS_ROWS: usize = 5;
+
+/// The gate_up entry and its columns a warp for `rows` rows: one row takes
+/// `base`, more rows its `_rows` twin.
+fn gate_up_for(base: &'static str, rows: usize) -> (&'static str, usize) {
+    if rows == 1 {
+        return (base, GATE_UP_COLS);
+    }
+    let wide = match base {
+        "moe_decode_gate_up" => "moe_decode_gate_up_rows",
+        "moe_decode_gate_up_fp8" => "moe_decode_gate_up_fp8_rows",
+        _ => "moe_decode_gate_up_fp8_sbf16_rows",
+    };
+    (wide, GATE_UP_COLS_ROWS)
+}
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,
 /// weight formats they read: [`formats`]).
@@ -420,7 +436,8 @@ fn run(
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * GATE_UP_COLS), GRID_X)?;
+    let (gate_up_entry, cols) = gate_up_for(gate_up_entry, rows);
+    let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
     let args = with(Args::new().ptr(x.ptr()), &w.gate_up, gu_s);
     let args = with(args, &w.shared_gate_proj, sg_s);
     let args = with(args, &w.shared_up_proj, su_s)

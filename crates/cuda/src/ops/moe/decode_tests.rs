@@ -33,6 +33,7 @@ fn launch_constants_match_the_kernel() {
     );
     assert_eq!(source_constant(src, "THREADS") as u32, THREADS);
     assert_eq!(source_constant(src, "GATE_UP_COLS"), GATE_UP_COLS);
+    assert_eq!(source_constant(src, "GATE_UP_COLS_ROWS"), GATE_UP_COLS_ROWS);
     assert_eq!(THREADS as usize / 32, WARPS);
 }
 
@@ -256,4 +257,22 @@ fn the_router_folds_the_norm_in_only_where_the_norm_kernel_would_run() {
     assert!(!takes(1, 2048, Dtype::F32, Dtype::F32, 2048));
     assert!(!takes(1, 2048, Dtype::F32, Dtype::Bf16, 2047));
     assert!(!takes(9, 1024, Dtype::F32, Dtype::Bf16, 1024));
+}
+
+#[test]
+fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
+    let entries = crate::ops::moe::sources::MOE_DECODE.entry_points;
+    for base in [
+        "moe_decode_gate_up",
+        "moe_decode_gate_up_fp8",
+        "moe_decode_gate_up_fp8_sbf16",
+    ] {
+        assert_eq!(gate_up_for(base, 1), (base, GATE_UP_COLS));
+        for rows in 2..=MAX_ROWS {
+            let (entry, cols) = gate_up_for(base, rows);
+            assert_eq!(entry, format!("{base}_rows"), "{rows} rows");
+            assert_eq!(cols, GATE_UP_COLS_ROWS);
+            assert!(entries.contains(&entry), "{entry} is compiled");
+        }
+    }
 }

@@ -16,7 +16,8 @@
 //    themselves; ties -> lower index, NaN last, as moe_route), so no CTA waits
 //    for a last CTA and no counter is shared between launches. The CTA at
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
-//    Each warp computes GATE_UP_COLS columns c:
+//    Each warp computes COLS columns c (GATE_UP_COLS at one row,
+//    GATE_UP_COLS_ROWS from two: the *_rows entries):
 //    act = silu(x . gate[c]) * (x . up[c]).
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
@@ -168,11 +169,11 @@ moe_decode_route_norm(const float* __restrict__ residual, const bf16* __restrict
 }
 
 // gate+up of the routed experts and of the shared expert.
-// grid: (ceil(max(inter, shared_inter) / (WARPS * GATE_UP_COLS)), rows + rows * top_k):
+// grid: (ceil(max(inter, shared_inter) / (WARPS * COLS)), rows + rows * top_k):
 // blockIdx.y < rows is the shared expert of row blockIdx.y (dispatched first:
 // when CTAs start before the router finishes, those have work), the rest
 // (row, slot) = pair blockIdx.y - rows of a routed expert. Warp w of CTA x
-// computes columns (x * GATE_UP_COLS + i) * WARPS + w, i < GATE_UP_COLS.
+// computes columns (x * COLS + i) * WARPS + w, i < COLS.
 // Routed CTAs: each first computes its row's softmax and top-k from the
 // logits (route_row). topk_expert / topk_weight: [rows][top_k], local expert
 // index (or -1: another rank's) and its weight, written by the CTA at
@@ -183,7 +184,7 @@ moe_decode_route_norm(const float* __restrict__ residual, const bf16* __restrict
 // scales (*_s) are read only for FP8 (gate_up_s: [local][ceil(2 inter /
 // 128)][ceil(hidden / 128)], the shared projections' [ceil(shared_inter /
 // 128)][ceil(hidden / 128)]).
-template <class FR, class FS>
+template <class FR, class FS, int COLS>
 __device__ __forceinline__ void gate_up_body(
     const bf16* __restrict__ x, const typename FR::T* __restrict__ gate_up, const float* __restrict__ gate_up_s,
     const typename FS::T* __restrict__ shared_gate_proj, const float* __restrict__ shared_gate_s,
@@ -195,7 +196,7 @@ __device__ __forceinline__ void gate_up_body(
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int y = blockIdx.y;
-    const int col0 = blockIdx.x * GATE_UP_COLS * WARPS + warp;
+    const int col0 = blockIdx.x * COLS * WARPS + warp;
     const unsigned long long pol = weight_policy();
     typename FS::Pass av, bv;
     if (y < rows) {
@@ -214,11 +215,11 @@ __device__ __forceinline__ void gate_up_body(
         __syncthreads();
         float* act_r = act + ((long long)r * (top_k + 1) + top_k) * act_stride;
         if constexpr (FS::FP8) {
-            swiglu_cols_fp8(shared_gate_proj, shared_gate_s, 0, shared_up_proj, shared_up_s, 0, shared_inter,
+            swiglu_cols_fp8<COLS>(shared_gate_proj, shared_gate_s, 0, shared_up_proj, shared_up_s, 0, shared_inter,
                             col0, xs, hidden, lane, pol, act_r, av, bv);
         } else {
 #pragma unroll 1
-            for (int i = 0; i < GATE_UP_COLS; ++i) {
+            for (int i = 0; i < COLS; ++i) {
                 const int c = col0 + i * WARPS;
                 if (c >= shared_inter) break;  // warp-uniform; no barrier below
                 const bf16* gr = shared_gate_proj + (long long)c * hidden;
@@ -254,11 +255,11 @@ __device__ __forceinline__ void gate_up_body(
             fp8_load_pass(row_of<Fp8W>(em, es, col0, hidden), 0, hidden, lane, pol, ag);
             fp8_load_pass(row_of<Fp8W>(em, es, inter + col0, hidden), 0, hidden, lane, pol, au);
         }
-        swiglu_cols_fp8(em, es, 0, em, es, inter, inter, col0, xs, hidden, lane, pol, act_r, ag, au);
+        swiglu_cols_fp8<COLS>(em, es, 0, em, es, inter, inter, col0, xs, hidden, lane, pol, act_r, ag, au);
     } else {
         static_assert(!FS::FP8, "bf16 routed experts take a bf16 shared expert");
 #pragma unroll 1
-        for (int i = 0; i < GATE_UP_COLS; ++i) {
+        for (int i = 0; i < COLS; ++i) {
             const int c = col0 + i * WARPS;
             if (c >= inter) break;  // warp-uniform; no barrier below
             const bf16* g_row = gate_up + ((long long)e * 2 * inter + c) * hidden;
@@ -290,23 +291,25 @@ __device__ __forceinline__ void gate_up_body(
     logits, rows, hidden, experts, top_k, renormalise, first, local, inter, shared_inter, act_stride,      \
         topk_expert, topk_weight, act
 
-extern "C" __global__ void __launch_bounds__(THREADS, 2)  // <= 128 registers: 2 CTAs an SM
-moe_decode_gate_up(GATE_UP_PARAMS(bf16, bf16)) {
-    gate_up_body<Bf16W, Bf16W>(x, gate_up, nullptr, shared_gate_proj, nullptr, shared_up_proj, nullptr,
-                               GATE_UP_TAIL);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_decode_gate_up_fp8(GATE_UP_SCALED_PARAMS(unsigned char, unsigned char)) {
-    gate_up_body<Fp8W, Fp8W>(x, gate_up, gate_up_s, shared_gate_proj, shared_gate_s, shared_up_proj,
-                             shared_up_s, GATE_UP_TAIL);
-}
-
-extern "C" __global__ void __launch_bounds__(THREADS, 2)
-moe_decode_gate_up_fp8_sbf16(GATE_UP_SCALED_PARAMS(unsigned char, bf16)) {
-    gate_up_body<Fp8W, Bf16W>(x, gate_up, gate_up_s, shared_gate_proj, shared_gate_s, shared_up_proj,
-                              shared_up_s, GATE_UP_TAIL);
-}
+// Each twice: COLS = GATE_UP_COLS (one row) and GATE_UP_COLS_ROWS (*_rows).
+#define GATE_UP_ENTRY(NAME, COLS)                                                                            \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2) /* <= 128 registers: 2 CTAs an SM */          \
+    NAME(GATE_UP_PARAMS(bf16, bf16)) {                                                                       \
+        gate_up_body<Bf16W, Bf16W, COLS>(x, gate_up, nullptr, shared_gate_proj, nullptr, shared_up_proj,   \
+                                         nullptr, GATE_UP_TAIL);                                            \
+    }
+#define GATE_UP_FP8_ENTRY(NAME, TS, FS, COLS)                                                                \
+    extern "C" __global__ void __launch_bounds__(THREADS, 2)                                                 \
+    NAME(GATE_UP_SCALED_PARAMS(unsigned char, TS)) {                                                         \
+        gate_up_body<Fp8W, FS, COLS>(x, gate_up, gate_up_s, shared_gate_proj, shared_gate_s,               \
+                                     shared_up_proj, shared_up_s, GATE_UP_TAIL);                            \
+    }
+GATE_UP_ENTRY(moe_decode_gate_up, GATE_UP_COLS)
+GATE_UP_ENTRY(moe_decode_gate_up_rows, GATE_UP_COLS_ROWS)
+GATE_UP_FP8_ENTRY(moe_decode_gate_up_fp8, unsigned char, Fp8W, GATE_UP_COLS)
+GATE_UP_FP8_ENTRY(moe_decode_gate_up_fp8_rows, unsigned char, Fp8W, GATE_UP_COLS_ROWS)
+GATE_UP_FP8_ENTRY(moe_decode_gate_up_fp8_sbf16, bf16, Bf16W, GATE_UP_COLS)
+GATE_UP_FP8_ENTRY(moe_decode_gate_up_fp8_sbf16_rows, bf16, Bf16W, GATE_UP_COLS_ROWS)
 
 // One group of the down kernel: DSLOTS routed slots from s0, DCH chunks per
 // lane from cb, of output row n.

@@ -29,8 +29,11 @@ constexpr int KSPAN = KCH * 32 * 8;
 constexpr int DSLOTS = 8;
 constexpr int DCH = 2;
 constexpr int DSPAN = DCH * 32 * 8;
-// Columns each gate_up warp computes one after the other.
+// Columns each gate_up warp computes one after the other: at one row 3 (198
+// CTAs at the 35B shape), from two rows 5 (fewer, longer CTAs: measured
+// faster at 2-8 rows and slower at one, docs/perf/cuda-decode.md session 19).
 constexpr int GATE_UP_COLS = 3;
+constexpr int GATE_UP_COLS_ROWS = 5;
 // Largest hidden (x staged in shared memory) and (top_k + 1) * act_stride (a
 // row's activations staged in shared memory by the down kernel).
 constexpr int MAX_HIDDEN = 8192;

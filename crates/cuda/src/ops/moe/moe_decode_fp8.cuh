@@ -240,23 +240,24 @@ __device__ __forceinline__ float swiglu_col(const typename F::Row& g_row, const 
     return g / (1.f + expf(-g)) * u;
 }
 
-// FP8 gate_up columns col0 + i * WARPS (i < GATE_UP_COLS, < n) of the gate
+// FP8 gate_up columns col0 + i * WARPS (i < COLS, < n) of the gate
 // rows g_off + c of gm and the up rows u_off + c of um, into act_r[c]; av /
 // bv hold column col0's first pass. Each column's first pass loads before
 // the previous column's dots (an FP8 row is half a bf16 row's bytes: two in
 // flight per warp keep as many bytes loading as the bf16 loop's one).
+template <int COLS>
 __device__ __forceinline__ void swiglu_cols_fp8(const unsigned char* gm, const float* gs, int g_off,
                                                 const unsigned char* um, const float* us, int u_off, int n,
                                                 int col0, const bf16* xs, int hidden, int lane,
                                                 unsigned long long pol, float* act_r, Fp8W::Pass& av,
                                                 Fp8W::Pass& bv) {
 #pragma unroll 1
-    for (int i = 0; i < GATE_UP_COLS; ++i) {
+    for (int i = 0; i < COLS; ++i) {
         const int c = col0 + i * WARPS;
         if (c >= n) break;  // warp-uniform; no barrier below
         const int cn = c + WARPS;
         Fp8W::Pass an, bn;
-        if (i + 1 < GATE_UP_COLS && cn < n) {
+        if (i + 1 < COLS && cn < n) {
             fp8_load_pass(row_of<Fp8W>(gm, gs, g_off + cn, hidden), 0, hidden, lane, pol, an);
             fp8_load_pass(row_of<Fp8W>(um, us, u_off + cn, hidden), 0, hidden, lane, pol, bn);
         }

@@ -110,6 +110,9 @@ pub const MOE_DECODE: KernelSource = KernelSource {
         "moe_decode_down_fp8",
         "moe_decode_gate_up_fp8_sbf16",
         "moe_decode_down_fp8_sbf16",
+        "moe_decode_gate_up_rows",
+        "moe_decode_gate_up_fp8_rows",
+        "moe_decode_gate_up_fp8_sbf16_rows",
     ],
 };
 
