@@ -479,7 +479,12 @@ fn run(
     mark("down");
     // SAFETY: down is [local·hidden][inter], shared_down [hidden][si]; the
     // routing and activations as written above, (k+1)·stride <= MAX_ACT
-    // (supports); out is [rows][hidden] bf16.
+    // (supports); out is [rows][hidden] bf16. The one read before its
+    // griddepcontrol.wait of what an earlier kernel wrote, topk_expert, goes
+    // through the mark / publish / await protocol of moe_decode_common.cuh
+    // (the route kernel's marks complete before this grid launches; gate_up's
+    // publishing CTAs running by then: PDL launches it only after every
+    // gate_up CTA has called launch_next, after its own wait).
     unsafe { launch_programmatic(dev, down_entry, (down_grid, rows_grid, 1), THREADS, args)? };
     mark("end");
     Ok(out)
