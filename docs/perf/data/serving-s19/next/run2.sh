@@ -8,7 +8,8 @@
 # 128-column block scaled in f32 (docs/perf/cuda-fp8.md, session 19). The
 # lane / column mapping was emulated against the PTX fragment layout on the
 # CPU (crates/cuda/src/ops/fp8/gemv.rs tests); no GPU has run it.
-# Binaries in .devbin/s20b/bins.tar.xz (built at the end of session 19):
+# Binaries in .devbin/s20b/bins.tar.xz (built at the end of session 19 from main
+# ece6be5 and fp8mma 8e77047; rebuild if either moved):
 # A/headroom, A/fp8_ops; D/headroom, D/fp8_ops, D/fp8_backend, D/cuda_fp8.
 # Prediction: correct (fp8_ops' new mma tests vs f64 at 1e-4 of sum|x.w|,
 # the others unchanged); the 12288 x 2048 GEMV at one row 9.3 -> 6.5-7.5 us;
