@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Planned first GPU call of session 20 (not run). Two branches of session 19,
-# each on main 7977fe7 (A), each compiled and NVRTC-checked (no spills), never run:
+# Planned first GPU call of session 20 (not run). Two branches of session 19
+# against main (A), each compiled and NVRTC-checked (no spills), never run:
 #  B = gucp: the bf16 MoE decode gate_up streams two columns a warp (even
 #      columns in registers as before, odd ones through a per-warp 8 KiB shared
 #      stage filled by cp.async with the same L2 evict-first policy; 64 KiB of
@@ -15,8 +15,9 @@
 #      unchanged.
 # Both keep every sum and its order: the same bits (greedy ids, the printed
 # f64 figures, the engine's invariance figures must equal A's).
-# Binaries in .devbin/s20a/bins.tar.xz (built at the end of session 19; rebuild
-# if the branches moved): A/headroom, A/decode_moe; B/headroom, B/decode_moe,
+# Binaries in .devbin/s20a/bins.tar.xz (built at the end of session 19: A from
+# main 1208c03, B from gucp 8c1b38e, C from kvearly 748c1dc; main's later
+# commits change docs and a comment only; rebuild if a branch moved): A/headroom, A/decode_moe; B/headroom, B/decode_moe,
 # B/cuda_engine; C/headroom, C/paged_attention, C/attention_split, C/cuda_engine.
 # Prediction: B: gate_up alone at one row 18.4 -> 16.5-17.5 us, the block
 # 27.0 -> 25.5-26.5, bf16 decode after 2k / 32k +1.5-3 %. C: decode +0.5-1 %
