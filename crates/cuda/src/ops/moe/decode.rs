@@ -44,18 +44,37 @@ const WARPS: usize = 8;
 const GATE_UP_COLS: usize = 3;
 const GATE_UP_COLS_ROWS: usize = 5;
 
-/// The gate_up entry and its columns a warp for `rows` rows: one row takes
-/// `base`, more rows its `_rows` twin.
-fn gate_up_for(base: &'static str, rows: usize) -> (&'static str, usize) {
-    if rows == 1 {
-        return (base, GATE_UP_COLS);
+/// A weight format's entries, by their suffix ("" bf16, "_fp8", "_fp8_sbf16"):
+/// gate_up at one row, gate_up from two rows (its `_rows` twin), and down.
+fn entries(suffix: &str) -> [&'static str; 3] {
+    match suffix {
+        "" => [
+            "moe_decode_gate_up",
+            "moe_decode_gate_up_rows",
+            "moe_decode_down",
+        ],
+        "_fp8" => [
+            "moe_decode_gate_up_fp8",
+            "moe_decode_gate_up_fp8_rows",
+            "moe_decode_down_fp8",
+        ],
+        _ => [
+            "moe_decode_gate_up_fp8_sbf16",
+            "moe_decode_gate_up_fp8_sbf16_rows",
+            "moe_decode_down_fp8_sbf16",
+        ],
     }
-    let wide = match base {
-        "moe_decode_gate_up" => "moe_decode_gate_up_rows",
-        "moe_decode_gate_up_fp8" => "moe_decode_gate_up_fp8_rows",
-        _ => "moe_decode_gate_up_fp8_sbf16_rows",
-    };
-    (wide, GATE_UP_COLS_ROWS)
+}
+
+/// The gate_up entry of the format `suffix` for `rows` rows and its columns
+/// a warp.
+fn gate_up_for(suffix: &str, rows: usize) -> (&'static str, usize) {
+    let [one, wide, _] = entries(suffix);
+    if rows == 1 {
+        (one, GATE_UP_COLS)
+    } else {
+        (wide, GATE_UP_COLS_ROWS)
+    }
 }
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,
@@ -375,11 +394,7 @@ fn run(
             (suffix, [routed(gate_up), s(g), s(u), s(d), routed(down)])
         }
     };
-    let (gate_up_entry, down_entry) = match suffix {
-        "" => ("moe_decode_gate_up", "moe_decode_down"),
-        "_fp8" => ("moe_decode_gate_up_fp8", "moe_decode_down_fp8"),
-        _ => ("moe_decode_gate_up_fp8_sbf16", "moe_decode_down_fp8_sbf16"),
-    };
+    let [_, _, down_entry] = entries(suffix);
     // A weight's pointer, then its scales' where the entry takes them.
     let with = |a: Args, m: &CudaWeight, scales: Option<u64>| match scales {
         Some(p) => a.ptr(m.ptr()).ptr(p),
@@ -436,7 +451,7 @@ fn run(
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let (gate_up_entry, cols) = gate_up_for(gate_up_entry, rows);
+    let (gate_up_entry, cols) = gate_up_for(suffix, rows);
     let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
     let args = with(Args::new().ptr(x.ptr()), &w.gate_up, gu_s);
     let args = with(args, &w.shared_gate_proj, sg_s);

@@ -261,18 +261,20 @@ fn the_router_folds_the_norm_in_only_where_the_norm_kernel_would_run() {
 
 #[test]
 fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
-    let entries = crate::ops::moe::sources::MOE_DECODE.entry_points;
-    for base in [
-        "moe_decode_gate_up",
-        "moe_decode_gate_up_fp8",
-        "moe_decode_gate_up_fp8_sbf16",
-    ] {
-        assert_eq!(gate_up_for(base, 1), (base, GATE_UP_COLS));
+    let compiled = crate::ops::moe::sources::MOE_DECODE.entry_points;
+    for suffix in ["", "_fp8", "_fp8_sbf16"] {
+        let [one, wide, down] = entries(suffix);
+        assert_eq!(one, format!("moe_decode_gate_up{suffix}"));
+        assert_eq!(wide, format!("moe_decode_gate_up{suffix}_rows"));
+        assert_eq!(down, format!("moe_decode_down{suffix}"));
+        assert!([one, wide, down].iter().all(|e| compiled.contains(e)));
+        assert_eq!(gate_up_for(suffix, 1), (one, GATE_UP_COLS));
         for rows in 2..=MAX_ROWS {
-            let (entry, cols) = gate_up_for(base, rows);
-            assert_eq!(entry, format!("{base}_rows"), "{rows} rows");
-            assert_eq!(cols, GATE_UP_COLS_ROWS);
-            assert!(entries.contains(&entry), "{entry} is compiled");
+            assert_eq!(
+                gate_up_for(suffix, rows),
+                (wide, GATE_UP_COLS_ROWS),
+                "{rows} rows"
+            );
         }
     }
 }
