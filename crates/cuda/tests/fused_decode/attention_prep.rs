@@ -76,8 +76,9 @@ pub(crate) fn prep_data(
     ]
 }
 
-/// Prompts into scattered slots (composed prep), then 8 decode steps:
-/// fused vs composed GPU vs CPU on q, k and the attention over each cache.
+/// Prompts of 7, 3 and 12 tokens into scattered slots (composed prep), then
+/// 8 decode steps: fused vs composed GPU vs CPU on q, k and the attention
+/// over each cache.
 pub(crate) fn attention_prep_case(
     heads: usize,
     kv_heads: usize,
@@ -85,18 +86,30 @@ pub(crate) fn attention_prep_case(
     rotary: usize,
     seed: u64,
 ) {
+    attention_prep_case_after(heads, kv_heads, d, rotary, seed, [7, 3, 12]);
+}
+
+/// [`attention_prep_case`] after prompts of `prompts` tokens.
+fn attention_prep_case_after(
+    heads: usize,
+    kv_heads: usize,
+    d: usize,
+    rotary: usize,
+    seed: u64,
+    prompts: [usize; 3],
+) {
     let (be, cpu) = (backend(), CpuBackend::new());
     let rope = RopeSpec {
         rotary_dim: rotary,
         theta: 10_000_000.0,
     };
     let shape = (heads, kv_heads, d, &rope);
-    let spec = KvSpec::contiguous(4, kv_heads, d, 40);
+    let spec = KvSpec::contiguous(4, kv_heads, d, prompts.iter().max().unwrap() + 28);
     let (wg, wc) = (prep_weights(&be, d, seed), prep_weights(&cpu, d, seed));
     let mut c_f = be.new_kv_cache(&spec).unwrap();
     let mut c_g = be.new_kv_cache(&spec).unwrap();
     let mut c_c = cpu.new_kv_cache(&spec).unwrap();
-    let prompt = Batch::packed(&[(2, 0, 7), (0, 0, 3), (3, 0, 12)]);
+    let prompt = Batch::packed(&[(2, 0, prompts[0]), (0, 0, prompts[1]), (3, 0, prompts[2])]);
     let data = prep_data(prompt.rows(), heads, kv_heads, d, seed + 5);
     let composed =
         |q: &mut CudaAct,
@@ -119,7 +132,7 @@ pub(crate) fn attention_prep_case(
     for i in 0..3 {
         assert!(rel_err(&g[i], &c[i], "prompt") < 2e-2);
     }
-    let mut hist = [7usize, 3, 12];
+    let mut hist = prompts;
     let label = format!("{heads}/{kv_heads} heads d{d} rotary {rotary}");
     for step in 0..8u64 {
         let batch = Batch::packed(&[(2, hist[0], 1), (0, hist[1], 1), (3, hist[2], 1)]);
@@ -181,4 +194,17 @@ fn attention_prep_fused_35b_a3b_shape_and_others() {
     attention_prep_case(16, 2, 256, 64, 11); // GQA 8, partial rotary (the model)
     attention_prep_case(8, 4, 128, 128, 12); // GQA 2, full rotary
     attention_prep_case(4, 4, 64, 16, 13); // GQA 1
+}
+
+/// The paged kernel right after the fused prep over long histories: decode
+/// rows whose keys split over many CTAs, the prep (which lets the attention
+/// grid start early) writing this step's rows into the cache whose unwritten
+/// rows hold whatever its memory held. Histories at, one short of and past a
+/// multiple of the 64-row key tile (session 20 ran it on a branch that loads
+/// history-only tiles before the wait, too).
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn_decode.sh"]
+fn attention_prep_fused_then_attention_over_long_histories() {
+    attention_prep_case_after(16, 2, 256, 64, 21, [640, 1023, 1500]);
+    attention_prep_case_after(8, 4, 128, 128, 22, [2048, 130, 1216]);
 }
