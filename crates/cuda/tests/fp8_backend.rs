@@ -441,6 +441,23 @@ fn the_moe_block_on_fp8_experts_matches_f64_on_decode_and_prefill_rows() {
             ..fixture
         },
         QWEN35B,
+        // The tensor-core down kernel (whole 64-column rounds): with
+        // another rank's experts among a row's slots, and with more slots
+        // (12 + the shared one) than its 9 warps.
+        Shape {
+            first: 64,
+            local: 96,
+            ..QWEN35B
+        },
+        Shape {
+            hidden: 64,
+            experts: 16,
+            top_k: 12,
+            inter: 128,
+            shared: 64,
+            first: 0,
+            local: 16,
+        },
     ];
     for (c, &s) in cases.iter().enumerate() {
         let w = weights(&be, s, 50 + 10 * c as u64);

@@ -77,6 +77,21 @@ fn gate_up_for(suffix: &str, rows: usize) -> (&'static str, usize) {
     }
 }
 
+/// Output columns a CTA of the tensor-core FP8 down kernel computes
+/// (`DOWN_MMA_TILE`), its threads (`DOWN_MMA_THREADS`) and the longest
+/// intermediate it takes (`64 · DOWN_MMA_ROUNDS`).
+const DOWN_MMA_TILE: usize = 16;
+const DOWN_MMA_THREADS: u32 = 9 * 32;
+const DOWN_MMA_MAX_INTER: usize = 512;
+
+/// Whether the FP8 down kernel runs on the tensor cores
+/// (`moe_decode_down_fp8_mma`): whole 16-column output tiles and both
+/// intermediates whole 64-column rounds up to [`DOWN_MMA_MAX_INTER`].
+fn down_mma_takes(hidden: usize, inter: usize, shared_inter: usize) -> bool {
+    let rounds = |n: usize| n > 0 && n.is_multiple_of(64) && n <= DOWN_MMA_MAX_INTER;
+    hidden.is_multiple_of(DOWN_MMA_TILE) && rounds(inter) && rounds(shared_inter)
+}
+
 /// Whether the decode kernels take this call (few rows, shapes they handle,
 /// weight formats they read: [`formats`]).
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
@@ -477,7 +492,18 @@ fn run(
     // rows·k entries, act rows·(k+1)·stride with stride ≥ max(inter, si).
     unsafe { launch_programmatic(dev, gate_up_entry, (gu_grid, pairs, 1), THREADS, args)? };
 
-    let down_grid = grid_dim(op, hidden.div_ceil(WARPS), GRID_X)?;
+    // FP8 routed and shared experts of whole 64-column rounds: the tensor-core down.
+    let mma = suffix == "_fp8" && down_mma_takes(hidden, inter, si);
+    let (down_entry, down_grid, down_threads) = if mma {
+        let grid = grid_dim(op, hidden / DOWN_MMA_TILE, GRID_X)?;
+        ("moe_decode_down_fp8_mma", grid, DOWN_MMA_THREADS)
+    } else {
+        (
+            down_entry,
+            grid_dim(op, hidden.div_ceil(WARPS), GRID_X)?,
+            THREADS,
+        )
+    };
     let args = with(Args::new().ptr(at(ws.act)), &w.down, d_s);
     let args = with(args, &w.shared_down_proj, sd_s)
         .ptr(at(ws.topk_expert))
@@ -500,7 +526,15 @@ fn run(
     // (the route kernel's marks complete before this grid launches; gate_up's
     // publishing CTAs running by then: PDL launches it only after every
     // gate_up CTA has called launch_next, after its own wait).
-    unsafe { launch_programmatic(dev, down_entry, (down_grid, rows_grid, 1), THREADS, args)? };
+    unsafe {
+        launch_programmatic(
+            dev,
+            down_entry,
+            (down_grid, rows_grid, 1),
+            down_threads,
+            args,
+        )?
+    };
     mark("end");
     Ok(out)
 }

@@ -278,3 +278,25 @@ fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
         }
     }
 }
+
+#[test]
+fn the_fp8_down_takes_the_tensor_cores_for_whole_tiles_and_rounds() {
+    let src = crate::ops::moe::sources::MOE_DECODE.source;
+    assert_eq!(source_constant(src, "DOWN_MMA_TILE"), DOWN_MMA_TILE);
+    assert_eq!(
+        source_constant(src, "DOWN_MMA_WARPS") * 32,
+        DOWN_MMA_THREADS as usize
+    );
+    assert_eq!(
+        source_constant(src, "DOWN_MMA_ROUNDS") * 64,
+        DOWN_MMA_MAX_INTER
+    );
+    // The 35B-A3B FP8 preset: hidden 2048, 512 and 512.
+    assert!(down_mma_takes(2048, 512, 512));
+    assert!(down_mma_takes(16, 64, 64));
+    // A tail in hidden, rounds not whole, past the limit, empty.
+    assert!(!down_mma_takes(2056, 512, 512));
+    assert!(!down_mma_takes(2048, 520, 512));
+    assert!(!down_mma_takes(2048, 512, 1024));
+    assert!(!down_mma_takes(2048, 0, 512));
+}

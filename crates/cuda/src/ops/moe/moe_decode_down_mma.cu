@@ -1,0 +1,193 @@
+// The MoE decode's down kernel on FP8 experts (routed and shared) on the
+// tensor cores (crates/cuda/src/ops/moe/decode.rs, `down_mma_takes`): the
+// same result as moe_decode_down_fp8 up to rounding, for the shapes where
+// each slot's row is whole 64-column rounds, at most DOWN_MMA_ROUNDS of
+// them. moe_decode_down_fp8 runs one output column a warp and multiplies
+// its 16 weights a chunk one by one against the slot's f32 activations in
+// shared memory (docs/perf/cuda-fp8.md, session 20: 254 warp instructions
+// a KB, stalled on shared memory); here a warp multiplies a 16-column tile
+// of one slot's down matrix with mma.sync m16n8k16 (e4m3 -> f16 A by
+// cvt.rn.f16x2.e4m3x2, exact), the slot's activations as every column of B
+// (f16 times 2^e, the slot's largest |act| in [2^14, 2^15), as
+// fp8_gemv_mma.cu: each of D's columns is the same dot).
+//
+// CTA (x, r): output columns 16 x .. 16 x + 15 of row r. Warp w takes slots
+// w, w + DOWN_MMA_WARPS, ... of the row's top_k routed experts and its
+// shared expert (slot top_k); for each, lane (g, t) loads the 16 bytes at
+// column 64 j + 16 t of tile rows g and g + 8 for every round j, and the
+// four mma of a round take bytes 4m .. 4m + 3 of them (A's columns 2t, 2t+1
+// and 2t+8, 2t+9), B the activations at those columns (lane (n, t) the
+// 16 at 64 j + 16 t, from lane 4 j + t by shuffles). A round's sum times
+// its 128 x 128 block's scale is added to the lane's sums; a slot's sums
+// times 2^-e and its weight (the routing weight, sigmoid of the shared
+// gate's logit for the shared expert) to the warp's; the warps' sums are
+// added in warp order in shared memory and rounded to bf16 once.
+//
+// As moe_decode_down: the shared expert's tile and, once gate_up has
+// published the row's experts (await_routed), the routed tiles load before
+// griddepcontrol.wait; the routing weights and activations after it. A
+// slot of another rank's expert adds nothing.
+
+#include <cuda_fp16.h>
+
+namespace headroom_moe_decode {
+
+constexpr int DOWN_MMA_WARPS = 9;  // the 35B-A3B's 8 routed slots and the shared one, a warp each
+constexpr int DOWN_MMA_THREADS = DOWN_MMA_WARPS * 32;
+constexpr int DOWN_MMA_ROUNDS = 8;  // 64-column rounds of a slot's row: intermediates <= 512
+constexpr int DOWN_MMA_TILE = 16;   // output columns a CTA
+
+__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short pair) {
+    unsigned h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+    return h2;
+}
+
+__device__ __forceinline__ void mma_f16_f32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
+                                            unsigned b0, unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One slot's tile: rows n0 + g and n0 + g + 8 of w ([..][len] e4m3), this
+// lane's 16 bytes of each round (zeros past len; nothing when w is null).
+__device__ __forceinline__ void down_mma_load(const unsigned char* w, long long n0, int len, int lane,
+                                              unsigned long long pol, uint4 (&v)[DOWN_MMA_ROUNDS][2]) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < DOWN_MMA_ROUNDS; ++j) {
+        const int col = 64 * j + 16 * t;
+        const bool ok = w != nullptr && 64 * j < len;
+        const unsigned char* p0 = ok ? w + (n0 + g) * len + col : nullptr;
+        v[j][0] = ok ? load16w_fp8(p0, p0, true, pol) : make_uint4(0u, 0u, 0u, 0u);
+        v[j][1] = ok ? load16w_fp8(p0 + 8LL * len, p0, true, pol) : make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+// The slot's dot for rows g and g + 8 (acc0 / acc1, unscaled by the slot's
+// weight): its activations a (len f32, from L2) as f16 times 2^e, each
+// round's products times its block scale (sr: the tile's block row of
+// scales), the sum times 2^-e.
+__device__ __forceinline__ void down_mma_slot(const uint4 (&v)[DOWN_MMA_ROUNDS][2], const float* a, int len,
+                                              const float* sr, int lane, float& acc0, float& acc1) {
+    const int t = lane & 3;
+    // Lane l holds a[16 l .. 16 l + 15] (zeros past len) as 8 f16 pairs.
+    float f[16];
+    const bool in = 16 * lane < len;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const float4 x = in ? __ldcg(reinterpret_cast<const float4*>(a + 16 * lane) + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        f[4 * q] = x.x;
+        f[4 * q + 1] = x.y;
+        f[4 * q + 2] = x.z;
+        f[4 * q + 3] = x.w;
+    }
+    // The slot's largest |a| as f32 bits (NaN above inf), then e.
+    unsigned mx = 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) mx = max(mx, __float_as_uint(f[i]) & 0x7fffffffu);
+    mx = __reduce_max_sync(0xffffffffu, mx);
+    int e = 0;
+    if (mx != 0 && mx < 0x7f800000u) e = min(120, max(-120, 14 - ((int)(mx >> 23) - 127)));
+    const float up = __int_as_float((127 + e) << 23);
+    unsigned h[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        const __half2 p = __floats2half2_rn(f[2 * q] * up, f[2 * q + 1] * up);
+        h[q] = *reinterpret_cast<const unsigned*>(&p);
+    }
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < DOWN_MMA_ROUNDS; ++j) {
+        if (64 * j >= len) break;  // warp-uniform
+        unsigned b[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) b[q] = __shfl_sync(0xffffffffu, h[q], 4 * j + t);
+        const unsigned w0[4] = {v[j][0].x, v[j][0].y, v[j][0].z, v[j][0].w};
+        const unsigned w1[4] = {v[j][1].x, v[j][1].y, v[j][1].z, v[j][1].w};
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+            mma_f16_f32(d, e4m3x2_f16x2(static_cast<unsigned short>(w0[m])),
+                        e4m3x2_f16x2(static_cast<unsigned short>(w1[m])),
+                        e4m3x2_f16x2(static_cast<unsigned short>(w0[m] >> 16)),
+                        e4m3x2_f16x2(static_cast<unsigned short>(w1[m] >> 16)), b[2 * m], b[2 * m + 1]);
+        }
+        const float sc = __ldg(sr + j / 2);
+        s0 = fmaf(d[0], sc, s0);
+        s1 = fmaf(d[2], sc, s1);
+    }
+    const float down = __int_as_float((127 - e) << 23);
+    acc0 = s0 * down;
+    acc1 = s1 * down;
+}
+
+}  // namespace headroom_moe_decode
+
+// moe_decode_down_fp8_mma: the parameters of moe_decode_down_fp8. grid
+// (hidden / DOWN_MMA_TILE, rows), block DOWN_MMA_THREADS. Needs hidden % 16
+// == 0 and inter, shared_inter multiples of 64 up to 64 * DOWN_MMA_ROUNDS
+// (decode.rs checks).
+// One CTA an SM at least (a slot's tile is 64 registers a lane; at the
+// 112 registers of two CTAs an SM the kernel spills).
+extern "C" __global__ void __launch_bounds__(headroom_moe_decode::DOWN_MMA_THREADS, 1)
+    moe_decode_down_fp8_mma(const float* __restrict__ act, const unsigned char* __restrict__ down,
+                            const float* __restrict__ down_s, const unsigned char* __restrict__ shared_down,
+                            const float* __restrict__ shared_down_s, const int* __restrict__ topk_expert,
+                            const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
+                            int experts, int top_k, int inter, int shared_inter, int act_stride,
+                            __nv_bfloat16* __restrict__ out) {
+    using namespace headroom_moe_decode;
+    __shared__ const unsigned char* base_s[MAX_TOP_K];
+    __shared__ int expert_s[MAX_TOP_K];
+    __shared__ float part[DOWN_MMA_WARPS][DOWN_MMA_TILE];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = threadIdx.x;
+    const int r = blockIdx.y;
+    const long long n0 = (long long)blockIdx.x * DOWN_MMA_TILE;
+    const unsigned long long pol = weight_policy();
+    const int slots = top_k + 1;
+    const int kib = (inter + 127) >> 7, sib = (shared_inter + 127) >> 7;
+    // The row's experts as gate_up publishes them (before the wait, as
+    // moe_decode_down): the routed tiles load before the wait too.
+    if (t < top_k) {
+        const int e = await_routed(topk_expert + r * top_k + t);
+        expert_s[t] = e;
+        base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+    }
+    __syncthreads();
+    // This warp's slots: w, w + DOWN_MMA_WARPS, ... (the first loaded here).
+    uint4 v[DOWN_MMA_ROUNDS][2];
+    auto tile_of = [&](int s) -> const unsigned char* { return s == top_k ? shared_down : base_s[s]; };
+    auto len_of = [&](int s) { return s == top_k ? shared_inter : inter; };
+    if (warp < slots) down_mma_load(tile_of(warp), n0, len_of(warp), lane, pol, v);
+    wait_prior();
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll 1
+    for (int s = warp; s < slots; s += DOWN_MMA_WARPS) {
+        if (s != warp) down_mma_load(tile_of(s), n0, len_of(s), lane, pol, v);
+        if (tile_of(s) == nullptr) continue;  // another rank's expert (warp-uniform)
+        const float* a = act + ((long long)r * slots + s) * act_stride;
+        const float* sr = s == top_k ? shared_down_s + (n0 >> 7) * sib
+                                     : down_s + (long long)expert_s[s] * ((hidden + 127) >> 7) * kib + (n0 >> 7) * kib;
+        float acc0, acc1;
+        down_mma_slot(v, a, len_of(s), sr, lane, acc0, acc1);
+        const float w = s == top_k ? 1.f / (1.f + expf(-__ldcg(logits + (long long)r * (experts + 1) + experts)))
+                                   : topk_weight[r * top_k + s];
+        sum0 = fmaf(w, acc0, sum0);
+        sum1 = fmaf(w, acc1, sum1);
+    }
+    if ((lane & 3) == 0) {
+        part[warp][lane >> 2] = sum0;
+        part[warp][(lane >> 2) + 8] = sum1;
+    }
+    __syncthreads();
+    if (t < DOWN_MMA_TILE) {
+        float o = 0.f;
+#pragma unroll
+        for (int w = 0; w < DOWN_MMA_WARPS; ++w) o += part[w][t];
+        out[(long long)r * hidden + n0 + t] = __float2bfloat16_rn(o);
+    }
+}
