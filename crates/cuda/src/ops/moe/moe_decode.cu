@@ -27,7 +27,9 @@
 //    (0, slot 0) publishes them (moe_decode_common.cuh, await_routed; the
 //    route kernel marks them unwritten first), so the weight bytes stream
 //    while gate_up runs; the routing weights and activations are read after
-//    the wait.
+//    the wait. On FP8 routed and shared experts whose rows are whole
+//    64-column rounds (up to 512) the down kernel is the tensor-core one of
+//    moe_decode_down_mma.cu (16 output columns a CTA, a slot a warp).
 //
 // The three launch with programmatic dependent launch (compute capability
 // 9.0+): each reads only weights before wait_prior() (the down kernel also
