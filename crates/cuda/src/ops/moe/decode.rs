@@ -94,6 +94,13 @@ fn down_mma_takes(hidden: usize, inter: usize, shared_inter: usize) -> bool {
     hidden.is_multiple_of(DOWN_MMA_TILE) && rounds(inter) && rounds(shared_inter)
 }
 
+/// Whether the FP8 gate_up runs on the tensor cores
+/// (`moe_decode_gate_up_fp8_mma`, 24 columns a CTA at every row count):
+/// hidden whole 64-column rounds, at most 4 a warp of 8.
+fn gate_up_mma_takes(hidden: usize) -> bool {
+    hidden > 0 && hidden.is_multiple_of(64) && hidden <= 4 * 64 * WARPS
+}
+
 /// Whether the decode kernels take this call (few rows, shapes they handle,
 /// weight formats they read: [`formats`]).
 pub(crate) fn takes(x: &CudaAct, w: &MoeWeights<CudaWeight>, spec: &MoeSpec) -> bool {
@@ -468,7 +475,11 @@ fn run(
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let (gate_up_entry, cols) = gate_up_for(suffix, rows);
+    let (gate_up_entry, cols) = if suffix == "_fp8" && gate_up_mma_takes(hidden) {
+        ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)
+    } else {
+        gate_up_for(suffix, rows)
+    };
     let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
     let args = with(Args::new().ptr(x.ptr()), &w.gate_up, gu_s);
     let args = with(args, &w.shared_gate_proj, sg_s);

@@ -300,3 +300,21 @@ fn the_fp8_down_takes_the_tensor_cores_for_whole_tiles_and_rounds() {
     assert!(!down_mma_takes(2048, 512, 1024));
     assert!(!down_mma_takes(2048, 0, 512));
 }
+
+#[test]
+fn the_fp8_gate_up_takes_the_tensor_cores_for_whole_rounds_up_to_2048() {
+    let src = crate::ops::moe::sources::MOE_DECODE.source;
+    // A CTA's columns: GU_MMA_TILES tiles of 8, as GATE_UP_COLS columns of
+    // WARPS warps (the launcher's grid).
+    assert_eq!(
+        source_constant(src, "GU_MMA_TILES") * 8,
+        WARPS * GATE_UP_COLS
+    );
+    assert_eq!(source_constant(src, "GU_MMA_ROUNDS") * 64 * WARPS, 2048);
+    assert!(gate_up_mma_takes(2048));
+    assert!(gate_up_mma_takes(64));
+    assert!(!gate_up_mma_takes(2112));
+    assert!(!gate_up_mma_takes(4096));
+    assert!(!gate_up_mma_takes(2000));
+    assert!(!gate_up_mma_takes(0));
+}

@@ -100,7 +100,8 @@ pub const MOE_DECODE: KernelSource = KernelSource {
         include_str!("../../kernels/e4m3.cuh"),
         include_str!("moe_decode_fp8.cuh"),
         include_str!("moe_decode.cu"),
-        include_str!("moe_decode_down_mma.cu")
+        include_str!("moe_decode_down_mma.cu"),
+        include_str!("moe_decode_gate_up_mma.cu")
     ),
     entry_points: &[
         "moe_decode_route",
@@ -115,6 +116,7 @@ pub const MOE_DECODE: KernelSource = KernelSource {
         "moe_decode_gate_up_fp8_rows",
         "moe_decode_gate_up_fp8_sbf16_rows",
         "moe_decode_down_fp8_mma",
+        "moe_decode_gate_up_fp8_mma",
     ],
 };
 
