@@ -6,9 +6,9 @@
 //! weight loads marked evict-first). The routed experts may be block-scaled
 //! FP8 (`crate::ops::fp8`; the router and the shared gate bf16, as Qwen's
 //! FP8 checkpoints keep them, the shared expert FP8 or bf16): the same
-//! kernels instantiated for e4m3 chunks with their block scales (the down
-//! kernel on the tensor cores where every slot's row is whole 64-column
-//! rounds: `down_mma_takes`). The
+//! kernels instantiated for e4m3 chunks with their block scales (gate_up and
+//! down on the tensor cores where the rows are whole 64-column rounds:
+//! `gate_up_mma_takes`, `down_mma_takes`). The
 //! grouped-GEMM path
 //! ([`super::routed_experts`]) takes ~14 launches and 128-row tiles that hold
 //! one valid row each at decode.

@@ -18,7 +18,9 @@
 //    (x 0, slot 0) writes the row's experts and weights for the down kernel.
 //    Each warp computes COLS columns c (GATE_UP_COLS at one row,
 //    GATE_UP_COLS_ROWS from two: the *_rows entries):
-//    act = silu(x . gate[c]) * (x . up[c]).
+//    act = silu(x . gate[c]) * (x . up[c]). On FP8 routed and shared
+//    experts with hidden whole 64-column rounds up to 2048 the gate_up is the
+//    tensor-core one of moe_decode_gate_up_mma.cu (the same grid and routing).
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
