@@ -172,6 +172,29 @@ moe_decode_route_norm(const float* __restrict__ residual, const bf16* __restrict
     route_dots(w, av, xs, 0, rows, hidden, lane, pol, false, j, experts, logits);
 }
 
+// A routed gate_up CTA's start (row r, slot `slot`): wait, let the down
+// grid launch (its CTAs load their shared rows while this grid runs), stage
+// row r of x into xs (cp.async) while ranking the row's experts into sm
+// (route_row); the row's CTA (x 0, slot 0) then publishes the experts and
+// their weights for the down kernel.
+__device__ __forceinline__ void routed_cta_start(const bf16* __restrict__ x, const float* __restrict__ logits,
+                                                 int r, int slot, int hidden, int experts, int top_k,
+                                                 int renormalise, int first, int local,
+                                                 int* __restrict__ topk_expert, float* __restrict__ topk_weight,
+                                                 bf16* xs, RouteSmem& sm) {
+    wait_prior();
+    launch_next();
+    stage_async(x + (long long)r * hidden, xs, hidden);
+    route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
+    cp_async_wait();
+    __syncthreads();
+    if (blockIdx.x == 0 && slot == 0 && (int)threadIdx.x < top_k) {
+        const int t = threadIdx.x;
+        topk_weight[r * top_k + t] = slot_weight(sm, t, top_k, renormalise);
+        publish_routed(topk_expert + r * top_k + t, local_expert(sm, t, first, local));
+    }
+}
+
 // gate+up of the routed experts and of the shared expert.
 // grid: (ceil(max(inter, shared_inter) / (WARPS * COLS)), rows + rows * top_k):
 // blockIdx.y < rows is the shared expert of row blockIdx.y (dispatched first:
@@ -236,18 +259,8 @@ __device__ __forceinline__ void gate_up_body(
     }
     const int pair = y - rows;
     const int r = pair / top_k, slot = pair - r * top_k;
-    wait_prior();
-    launch_next();  // the down CTAs load their shared rows while this grid runs
-    // x's row lands in shared memory (cp.async) while the routing runs.
-    stage_async(x + (long long)r * hidden, xs, hidden);
-    route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
-    cp_async_wait();
-    __syncthreads();
-    if (blockIdx.x == 0 && slot == 0 && (int)threadIdx.x < top_k) {
-        const int t = threadIdx.x;
-        topk_weight[r * top_k + t] = slot_weight(sm, t, top_k, renormalise);
-        publish_routed(topk_expert + r * top_k + t, local_expert(sm, t, first, local));
-    }
+    routed_cta_start(x, logits, r, slot, hidden, experts, top_k, renormalise, first, local, topk_expert,
+                     topk_weight, xs, sm);
     const int e = sm.sel_e[slot] - first;
     if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
     float* act_r = act + ((long long)r * (top_k + 1) + slot) * act_stride;

@@ -52,6 +52,29 @@ __device__ __forceinline__ void mma_f16_f32(float (&d)[4], unsigned a0, unsigned
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// One 64-column round of a 16-row tile on the tensor cores: d = the round's
+// products of rows g and g + 8 (this lane's 16 bytes of each in w0 / w1, at
+// column 16 t of the round) with the vector whose f16 pairs for the round sit
+// in lane `src` (h: 16 values, the lane's own), in d[0] / d[2] of lane (g, 0).
+// The four mma take bytes 4m .. 4m + 3 of each chunk (A's columns 2t, 2t + 1
+// and 2t + 8, 2t + 9) and the vector at those columns in every B column.
+__device__ __forceinline__ void mma_round(const uint4& w0, const uint4& w1, const unsigned (&h)[8], int src,
+                                          float (&d)[4]) {
+    unsigned b[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) b[q] = __shfl_sync(0xffffffffu, h[q], src);
+    const unsigned a0[4] = {w0.x, w0.y, w0.z, w0.w};
+    const unsigned a1[4] = {w1.x, w1.y, w1.z, w1.w};
+    d[0] = d[1] = d[2] = d[3] = 0.f;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        mma_f16_f32(d, e4m3x2_f16x2(static_cast<unsigned short>(a0[m])),
+                    e4m3x2_f16x2(static_cast<unsigned short>(a1[m])),
+                    e4m3x2_f16x2(static_cast<unsigned short>(a0[m] >> 16)),
+                    e4m3x2_f16x2(static_cast<unsigned short>(a1[m] >> 16)), b[2 * m], b[2 * m + 1]);
+    }
+}
+
 // One slot's tile: rows n0 + g and n0 + g + 8 of w ([..][len] e4m3), this
 // lane's 16 bytes of each round (zeros past len; nothing when w is null).
 __device__ __forceinline__ void down_mma_load(const unsigned char* w, long long n0, int len, int lane,
@@ -103,19 +126,8 @@ __device__ __forceinline__ void down_mma_slot(const uint4 (&v)[DOWN_MMA_ROUNDS][
 #pragma unroll
     for (int j = 0; j < DOWN_MMA_ROUNDS; ++j) {
         if (64 * j >= len) break;  // warp-uniform
-        unsigned b[8];
-#pragma unroll
-        for (int q = 0; q < 8; ++q) b[q] = __shfl_sync(0xffffffffu, h[q], 4 * j + t);
-        const unsigned w0[4] = {v[j][0].x, v[j][0].y, v[j][0].z, v[j][0].w};
-        const unsigned w1[4] = {v[j][1].x, v[j][1].y, v[j][1].z, v[j][1].w};
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            mma_f16_f32(d, e4m3x2_f16x2(static_cast<unsigned short>(w0[m])),
-                        e4m3x2_f16x2(static_cast<unsigned short>(w1[m])),
-                        e4m3x2_f16x2(static_cast<unsigned short>(w0[m] >> 16)),
-                        e4m3x2_f16x2(static_cast<unsigned short>(w1[m] >> 16)), b[2 * m], b[2 * m + 1]);
-        }
+        float d[4];
+        mma_round(v[j][0], v[j][1], h, 4 * j + t, d);
         const float sc = __ldg(sr + j / 2);
         s0 = fmaf(d[0], sc, s0);
         s1 = fmaf(d[2], sc, s1);

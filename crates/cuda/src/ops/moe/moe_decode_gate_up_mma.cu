@@ -4,7 +4,7 @@
 // (gate_up_body in moe_decode.cu), the dots of mma.sync m16n8k16 instead of
 // one FMA a weight (docs/perf/cuda-fp8.md, session 20: the FMA kernel ran
 // 292 warp instructions a KB at 25 % of DRAM). Follows
-// moe_decode_down_mma.cu in the program (its mma and e4m3 helpers).
+// moe_decode_down_mma.cu in the program (its mma_round).
 //
 // A CTA's 24 columns are GU_MMA_TILES tiles of 8: a tile is A rows 0-7 the
 // gate rows of its columns and rows 8-15 their up rows, so lane (g, 0) ends
@@ -76,19 +76,8 @@ __device__ __forceinline__ void gu_mma_tile(const uint4 (&v)[GU_MMA_ROUNDS][2], 
     for (int j = 0; j < GU_MMA_ROUNDS; ++j) {
         if (r0 + j >= r1) break;  // warp-uniform
         // x at 64 (r0 + j) + 16 t .. + 16: lane 4 j + t's pairs.
-        unsigned b[8];
-#pragma unroll
-        for (int q = 0; q < 8; ++q) b[q] = __shfl_sync(0xffffffffu, h[q], 4 * j + t);
-        const unsigned w0[4] = {v[j][0].x, v[j][0].y, v[j][0].z, v[j][0].w};
-        const unsigned w1[4] = {v[j][1].x, v[j][1].y, v[j][1].z, v[j][1].w};
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-            mma_f16_f32(d, e4m3x2_f16x2(static_cast<unsigned short>(w0[m])),
-                        e4m3x2_f16x2(static_cast<unsigned short>(w1[m])),
-                        e4m3x2_f16x2(static_cast<unsigned short>(w0[m] >> 16)),
-                        e4m3x2_f16x2(static_cast<unsigned short>(w1[m] >> 16)), b[2 * m], b[2 * m + 1]);
-        }
+        float d[4];
+        mma_round(v[j][0], v[j][1], h, 4 * j + t, d);
         const int kb = (r0 + j) >> 1;  // the round's 128-column block
         sg = fmaf(d[0], __ldg(gs + kb), sg);
         su = fmaf(d[2], __ldg(us + kb), su);
@@ -167,18 +156,8 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
         const int pair = y - rows;
         r = pair / top_k;
         const int slot = pair - r * top_k;
-        wait_prior();
-        launch_next();  // the down CTAs load their shared tiles while this grid runs
-        // x's row lands in shared memory (cp.async) while the routing runs.
-        stage_async(x + (long long)r * hidden, xs, hidden);
-        route_row(logits + (long long)r * (experts + 1), experts, top_k, sm);
-        cp_async_wait();
-        __syncthreads();
-        if (blockIdx.x == 0 && slot == 0 && (int)threadIdx.x < top_k) {
-            const int t = threadIdx.x;
-            topk_weight[r * top_k + t] = slot_weight(sm, t, top_k, renormalise);
-            publish_routed(topk_expert + r * top_k + t, local_expert(sm, t, first, local));
-        }
+        routed_cta_start(x, logits, r, slot, hidden, experts, top_k, renormalise, first, local, topk_expert,
+                         topk_weight, xs, sm);
         const int e = sm.sel_e[slot] - first;
         if (e < 0 || e >= local || c0 >= inter) return;  // another rank's expert: the down kernel skips it
         g_m = u_m = gate_up + (long long)e * 2 * inter * hidden;
