@@ -19,7 +19,8 @@
 // f32 subnormal grid, an absolute 2^-30 of the true (code x activation)
 // units per addition.
 //   e4m3_scaled<J>(u)   byte J (0 = lowest) of u, times 1 / E4M3_UNSCALE;
-//   E4M3_UNSCALE        1 (sm_89+) or 2^120.
+//   E4M3_UNSCALE        1 (sm_89+) or 2^120;
+//   e4m3x2_f16x2(pair)  (sm_89+, HEADROOM_E4M3_CVT defined) two e4m3 as f16.
 // A caller converting all four bytes of a word gets two conversions on
 // sm_89+ (the two pairs' instructions are the same expression, merged).
 #ifndef HEADROOM_E4M3_CUH
@@ -29,14 +30,23 @@ namespace headroom_e4m3 {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 
+// The conversion instruction is there (the tensor-core FP8 kernels, which
+// take e4m3x2_f16x2 as mma operands, are compiled only where it is defined).
+#define HEADROOM_E4M3_CVT 1
+
 constexpr float E4M3_UNSCALE = 1.0f;
+
+// Two e4m3 (the low byte first) as an f16 pair, exactly.
+__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short pair) {
+    unsigned h2;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+    return h2;
+}
 
 // Bytes 2H and 2H + 1 of u as f32 (low byte first).
 template <int H>
 __device__ __forceinline__ float2 e4m3x2_f32(unsigned u) {
-    const unsigned short pair = static_cast<unsigned short>(u >> (16 * H));
-    unsigned h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
+    const unsigned h2 = e4m3x2_f16x2(static_cast<unsigned short>(u >> (16 * H)));
     float lo, hi;
     asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}"
         : "=f"(lo), "=f"(hi)

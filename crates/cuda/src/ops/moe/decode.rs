@@ -86,19 +86,37 @@ const DOWN_MMA_TILE: usize = 16;
 const DOWN_MMA_THREADS: u32 = 9 * 32;
 const DOWN_MMA_MAX_INTER: usize = 512;
 
+/// The first compute capability with the e4m3 conversion instruction the
+/// tensor-core FP8 kernels take their operands from (`HEADROOM_E4M3_CVT` in
+/// `e4m3.cuh`; below it those entries are compiled to a trap).
+const E4M3_CVT_FROM: (i32, i32) = (8, 9);
+
 /// Whether the FP8 down kernel runs on the tensor cores
-/// (`moe_decode_down_fp8_mma`): whole 16-column output tiles and both
-/// intermediates whole 64-column rounds up to [`DOWN_MMA_MAX_INTER`].
-fn down_mma_takes(hidden: usize, inter: usize, shared_inter: usize) -> bool {
+/// (`moe_decode_down_fp8_mma`) on a device of `capability`: sm_89+, whole
+/// 16-column output tiles and both intermediates whole 64-column rounds up
+/// to [`DOWN_MMA_MAX_INTER`].
+fn down_mma_takes(
+    capability: (i32, i32),
+    hidden: usize,
+    inter: usize,
+    shared_inter: usize,
+) -> bool {
     let rounds = |n: usize| n > 0 && n.is_multiple_of(64) && n <= DOWN_MMA_MAX_INTER;
-    hidden.is_multiple_of(DOWN_MMA_TILE) && rounds(inter) && rounds(shared_inter)
+    capability >= E4M3_CVT_FROM
+        && hidden.is_multiple_of(DOWN_MMA_TILE)
+        && rounds(inter)
+        && rounds(shared_inter)
 }
 
 /// Whether the FP8 gate_up runs on the tensor cores
-/// (`moe_decode_gate_up_fp8_mma`, 24 columns a CTA at every row count):
-/// hidden whole 64-column rounds, at most 4 a warp of 8.
-fn gate_up_mma_takes(hidden: usize) -> bool {
-    hidden > 0 && hidden.is_multiple_of(64) && hidden <= 4 * 64 * WARPS
+/// (`moe_decode_gate_up_fp8_mma`, 24 columns a CTA at every row count) on a
+/// device of `capability`: sm_89+, hidden whole 64-column rounds, at most 4
+/// a warp of 8.
+fn gate_up_mma_takes(capability: (i32, i32), hidden: usize) -> bool {
+    capability >= E4M3_CVT_FROM
+        && hidden > 0
+        && hidden.is_multiple_of(64)
+        && hidden <= 4 * 64 * WARPS
 }
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,
@@ -475,7 +493,7 @@ fn run(
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let (gate_up_entry, cols) = if suffix == "_fp8" && gate_up_mma_takes(hidden) {
+    let (gate_up_entry, cols) = if suffix == "_fp8" && gate_up_mma_takes(dev.capability, hidden) {
         ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)
     } else {
         gate_up_for(suffix, rows)
@@ -506,7 +524,7 @@ fn run(
     unsafe { launch_programmatic(dev, gate_up_entry, (gu_grid, pairs, 1), THREADS, args)? };
 
     // FP8 routed and shared experts of whole 64-column rounds: the tensor-core down.
-    let mma = suffix == "_fp8" && down_mma_takes(hidden, inter, si);
+    let mma = suffix == "_fp8" && down_mma_takes(dev.capability, hidden, inter, si);
     let (down_entry, down_grid, down_threads) = if mma {
         let grid = grid_dim(op, hidden / DOWN_MMA_TILE, GRID_X)?;
         ("moe_decode_down_fp8_mma", grid, DOWN_MMA_THREADS)

@@ -77,3 +77,15 @@ fn the_bf16_entries_compile_to_their_recorded_sass() {
     let fp8 = text_sha256(&c.cubin, "moe_decode_gate_up_fp8").unwrap();
     assert_ne!(fp8, BEFORE[1].1);
 }
+
+#[test]
+#[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+fn the_program_compiles_for_ampere_and_ada_too() {
+    // The decode kernels run on any sm_80+ GPU; the tensor-core FP8 ones
+    // need sm_89's e4m3 conversion and are compiled out below it.
+    let include = crate::CudaOptions::from_env().include_dir().unwrap();
+    for arch in ["sm_80", "sm_86", "sm_89"] {
+        crate::nvrtc::compile(MOE_DECODE.name, MOE_DECODE.source, arch, &include)
+            .unwrap_or_else(|e| panic!("{arch}: {e}"));
+    }
+}

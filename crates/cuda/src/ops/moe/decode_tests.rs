@@ -291,14 +291,19 @@ fn the_fp8_down_takes_the_tensor_cores_for_whole_tiles_and_rounds() {
         source_constant(src, "DOWN_MMA_ROUNDS") * 64,
         DOWN_MMA_MAX_INTER
     );
+    let h100 = (9, 0);
     // The 35B-A3B FP8 preset: hidden 2048, 512 and 512.
-    assert!(down_mma_takes(2048, 512, 512));
-    assert!(down_mma_takes(16, 64, 64));
+    assert!(down_mma_takes(h100, 2048, 512, 512));
+    assert!(down_mma_takes(h100, 16, 64, 64));
     // A tail in hidden, rounds not whole, past the limit, empty.
-    assert!(!down_mma_takes(2056, 512, 512));
-    assert!(!down_mma_takes(2048, 520, 512));
-    assert!(!down_mma_takes(2048, 512, 1024));
-    assert!(!down_mma_takes(2048, 0, 512));
+    assert!(!down_mma_takes(h100, 2056, 512, 512));
+    assert!(!down_mma_takes(h100, 2048, 520, 512));
+    assert!(!down_mma_takes(h100, 2048, 512, 1024));
+    assert!(!down_mma_takes(h100, 2048, 0, 512));
+    // The e4m3 conversion from sm_89 (Ada) on; Ampere keeps the FMA kernel.
+    assert!(down_mma_takes((8, 9), 2048, 512, 512));
+    assert!(!down_mma_takes((8, 6), 2048, 512, 512));
+    assert!(!down_mma_takes((8, 0), 2048, 512, 512));
 }
 
 #[test]
@@ -311,10 +316,13 @@ fn the_fp8_gate_up_takes_the_tensor_cores_for_whole_rounds_up_to_2048() {
         WARPS * GATE_UP_COLS
     );
     assert_eq!(source_constant(src, "GU_MMA_ROUNDS") * 64 * WARPS, 2048);
-    assert!(gate_up_mma_takes(2048));
-    assert!(gate_up_mma_takes(64));
-    assert!(!gate_up_mma_takes(2112));
-    assert!(!gate_up_mma_takes(4096));
-    assert!(!gate_up_mma_takes(2000));
-    assert!(!gate_up_mma_takes(0));
+    let h100 = (9, 0);
+    assert!(gate_up_mma_takes(h100, 2048));
+    assert!(gate_up_mma_takes(h100, 64));
+    assert!(!gate_up_mma_takes(h100, 2112));
+    assert!(!gate_up_mma_takes(h100, 4096));
+    assert!(!gate_up_mma_takes(h100, 2000));
+    assert!(!gate_up_mma_takes(h100, 0));
+    assert!(gate_up_mma_takes((8, 9), 2048));
+    assert!(!gate_up_mma_takes((8, 0), 2048));
 }

@@ -37,11 +37,8 @@ constexpr int DOWN_MMA_THREADS = DOWN_MMA_WARPS * 32;
 constexpr int DOWN_MMA_ROUNDS = 8;  // 64-column rounds of a slot's row: intermediates <= 512
 constexpr int DOWN_MMA_TILE = 16;   // output columns a CTA
 
-__device__ __forceinline__ unsigned e4m3x2_f16x2(unsigned short pair) {
-    unsigned h2;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
-    return h2;
-}
+#ifdef HEADROOM_E4M3_CVT  // sm_89+ (e4m3.cuh): below it the entry traps and decode.rs never takes it
+using headroom_e4m3::e4m3x2_f16x2;
 
 __device__ __forceinline__ void mma_f16_f32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
                                             unsigned b0, unsigned b1) {
@@ -137,6 +134,8 @@ __device__ __forceinline__ void down_mma_slot(const uint4 (&v)[DOWN_MMA_ROUNDS][
     acc1 = s1 * down;
 }
 
+#endif  // HEADROOM_E4M3_CVT
+
 }  // namespace headroom_moe_decode
 
 // moe_decode_down_fp8_mma: the parameters of moe_decode_down_fp8. grid
@@ -152,6 +151,9 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::DOWN_MMA_THREA
                             const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
                             int experts, int top_k, int inter, int shared_inter, int act_stride,
                             __nv_bfloat16* __restrict__ out) {
+#ifndef HEADROOM_E4M3_CVT
+    __trap();  // no e4m3 conversion instruction below sm_89: decode.rs never takes this entry there
+#else
     using namespace headroom_moe_decode;
     __shared__ const unsigned char* base_s[MAX_TOP_K];
     __shared__ int expert_s[MAX_TOP_K];
@@ -202,4 +204,5 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::DOWN_MMA_THREA
         for (int w = 0; w < DOWN_MMA_WARPS; ++w) o += part[w][t];
         out[(long long)r * hidden + n0 + t] = __float2bfloat16_rn(o);
     }
+#endif
 }

@@ -25,6 +25,8 @@ namespace headroom_moe_decode {
 constexpr int GU_MMA_TILES = 3;   // tiles of 8 columns a CTA (24 columns, as GATE_UP_COLS warps of 8)
 constexpr int GU_MMA_ROUNDS = 4;  // rounds of 64 columns a warp: hidden <= 2048
 
+#ifdef HEADROOM_E4M3_CVT  // sm_89+ (e4m3.cuh, mma_round): below it the entry traps and decode.rs never takes it
+
 // A tile's gate row g and up row g (this lane's 16 bytes of each of rounds
 // [r0, r1), zeros past r1).
 __device__ __forceinline__ void gu_mma_load(const unsigned char* g_row, const unsigned char* u_row, int r0, int r1,
@@ -84,6 +86,8 @@ __device__ __forceinline__ void gu_mma_tile(const uint4 (&v)[GU_MMA_ROUNDS][2], 
     }
 }
 
+#endif  // HEADROOM_E4M3_CVT
+
 }  // namespace headroom_moe_decode
 
 // moe_decode_gate_up_fp8_mma: moe_decode_gate_up_fp8's parameters and grid
@@ -98,6 +102,9 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
                                int hidden, int experts, int top_k, int renormalise, int first, int local, int inter,
                                int shared_inter, int act_stride, int* __restrict__ topk_expert,
                                float* __restrict__ topk_weight, float* __restrict__ act) {
+#ifndef HEADROOM_E4M3_CVT
+    __trap();  // no e4m3 conversion instruction below sm_89: decode.rs never takes this entry there
+#else
     using namespace headroom_moe_decode;
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
@@ -213,4 +220,5 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
             act_r[c] = gsum / (1.f + expf(-gsum)) * usum;
         }
     }
+#endif
 }
