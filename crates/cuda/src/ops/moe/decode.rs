@@ -68,15 +68,42 @@ fn entries(suffix: &str) -> [&'static str; 3] {
     }
 }
 
-/// The gate_up entry of the format `suffix` for `rows` rows and its columns
-/// a warp.
-fn gate_up_for(suffix: &str, rows: usize) -> (&'static str, usize) {
+/// The gate_up entry of the format `suffix` for `rows` rows of `hidden` on a
+/// device of `capability`, and its columns a warp (a CTA covers `8 · cols`):
+/// FP8 experts on the tensor cores where [`gate_up_mma_takes`], else the
+/// format's one-row entry or its `_rows` twin.
+fn gate_up_for(
+    suffix: &str,
+    rows: usize,
+    capability: (i32, i32),
+    hidden: usize,
+) -> (&'static str, usize) {
+    if suffix == "_fp8" && gate_up_mma_takes(capability, hidden) {
+        return ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS);
+    }
     let [one, wide, _] = entries(suffix);
     if rows == 1 {
         (one, GATE_UP_COLS)
     } else {
         (wide, GATE_UP_COLS_ROWS)
     }
+}
+
+/// The down entry of the format `suffix` for `hidden`, `inter` and the
+/// shared `shared_inter` on a device of `capability`, its output columns a
+/// CTA and its threads: FP8 experts on the tensor cores where
+/// [`down_mma_takes`], else the format's entry (a warp a column).
+fn down_for(
+    suffix: &str,
+    capability: (i32, i32),
+    hidden: usize,
+    inter: usize,
+    shared_inter: usize,
+) -> (&'static str, usize, u32) {
+    if suffix == "_fp8" && down_mma_takes(capability, hidden, inter, shared_inter) {
+        return ("moe_decode_down_fp8_mma", DOWN_MMA_TILE, DOWN_MMA_THREADS);
+    }
+    (entries(suffix)[2], WARPS, THREADS)
 }
 
 /// Output columns a CTA of the tensor-core FP8 down kernel computes
@@ -436,7 +463,6 @@ fn run(
             (suffix, [routed(gate_up), s(g), s(u), s(d), routed(down)])
         }
     };
-    let [_, _, down_entry] = entries(suffix);
     // A weight's pointer, then its scales' where the entry takes them.
     let with = |a: Args, m: &CudaWeight, scales: Option<u64>| match scales {
         Some(p) => a.ptr(m.ptr()).ptr(p),
@@ -493,11 +519,7 @@ fn run(
 
     // Each row's shared expert, then the (row, slot) pairs of the routed experts.
     let pairs = grid_dim(op, rows * (k + 1), GRID_YZ)?;
-    let (gate_up_entry, cols) = if suffix == "_fp8" && gate_up_mma_takes(dev.capability, hidden) {
-        ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)
-    } else {
-        gate_up_for(suffix, rows)
-    };
+    let (gate_up_entry, cols) = gate_up_for(suffix, rows, dev.capability, hidden);
     let gu_grid = grid_dim(op, inter.max(si).div_ceil(WARPS * cols), GRID_X)?;
     let args = with(Args::new().ptr(x.ptr()), &w.gate_up, gu_s);
     let args = with(args, &w.shared_gate_proj, sg_s);
@@ -523,18 +545,8 @@ fn run(
     // rows·k entries, act rows·(k+1)·stride with stride ≥ max(inter, si).
     unsafe { launch_programmatic(dev, gate_up_entry, (gu_grid, pairs, 1), THREADS, args)? };
 
-    // FP8 routed and shared experts of whole 64-column rounds: the tensor-core down.
-    let mma = suffix == "_fp8" && down_mma_takes(dev.capability, hidden, inter, si);
-    let (down_entry, down_grid, down_threads) = if mma {
-        let grid = grid_dim(op, hidden / DOWN_MMA_TILE, GRID_X)?;
-        ("moe_decode_down_fp8_mma", grid, DOWN_MMA_THREADS)
-    } else {
-        (
-            down_entry,
-            grid_dim(op, hidden.div_ceil(WARPS), GRID_X)?,
-            THREADS,
-        )
-    };
+    let (down_entry, down_cols, down_threads) = down_for(suffix, dev.capability, hidden, inter, si);
+    let down_grid = grid_dim(op, hidden.div_ceil(down_cols), GRID_X)?;
     let args = with(Args::new().ptr(at(ws.act)), &w.down, d_s);
     let args = with(args, &w.shared_down_proj, sd_s)
         .ptr(at(ws.topk_expert))

@@ -268,14 +268,52 @@ fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
         assert_eq!(wide, format!("moe_decode_gate_up{suffix}_rows"));
         assert_eq!(down, format!("moe_decode_down{suffix}"));
         assert!([one, wide, down].iter().all(|e| compiled.contains(e)));
-        assert_eq!(gate_up_for(suffix, 1), (one, GATE_UP_COLS));
+        // A hidden the tensor-core FP8 gate_up does not take (past 2,048).
+        let h100 = (9, 0);
+        assert_eq!(gate_up_for(suffix, 1, h100, 4096), (one, GATE_UP_COLS));
         for rows in 2..=MAX_ROWS {
             assert_eq!(
-                gate_up_for(suffix, rows),
+                gate_up_for(suffix, rows, h100, 4096),
                 (wide, GATE_UP_COLS_ROWS),
                 "{rows} rows"
             );
         }
+        // An intermediate the tensor-core FP8 down does not take (past 512).
+        assert_eq!(
+            down_for(suffix, h100, 2048, 1024, 512),
+            (down, WARPS, THREADS)
+        );
+        // Where the tensor-core kernels take the shape: FP8 routed and
+        // shared experts only, from sm_89, at every row count.
+        for rows in 1..=MAX_ROWS {
+            let (gu, cols) = gate_up_for(suffix, rows, h100, 2048);
+            let want = if suffix == "_fp8" {
+                ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)
+            } else {
+                gate_up_for(suffix, rows, h100, 4096)
+            };
+            assert_eq!((gu, cols), want, "{suffix} {rows} rows");
+            assert!(compiled.contains(&gu));
+            assert_eq!(
+                gate_up_for(suffix, rows, (8, 0), 2048),
+                gate_up_for(suffix, rows, h100, 4096),
+                "{suffix} {rows} rows on sm_80"
+            );
+        }
+        let (d, cols, threads) = down_for(suffix, h100, 2048, 512, 512);
+        if suffix == "_fp8" {
+            assert_eq!(
+                (d, cols, threads),
+                ("moe_decode_down_fp8_mma", DOWN_MMA_TILE, DOWN_MMA_THREADS)
+            );
+        } else {
+            assert_eq!((d, cols, threads), (down, WARPS, THREADS));
+        }
+        assert!(compiled.contains(&d));
+        assert_eq!(
+            down_for(suffix, (8, 0), 2048, 512, 512),
+            (down, WARPS, THREADS)
+        );
     }
 }
 
