@@ -329,6 +329,81 @@ fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
     check_cases(&be, &cases, &[1, 2, 5, 8], 100);
 }
 
+/// Shapes the tensor-core kernels take (`moe_decode_gate_up_mma` at one row:
+/// hidden whole 32-column rounds up to 2,048; `moe_decode_down_mma`: both
+/// intermediates whole 64-column rounds up to 512) with their edges: hidden
+/// 96 (most warps without a round), 1,056 (a warp's second stage of one
+/// round, the last warps without rounds) and 1,024 (one stage a tile); tiles
+/// of 8 columns cut short (intermediate 64 and 192 against 24 columns a
+/// CTA); a shared intermediate longer and shorter than the routed one; 11
+/// slots over the down kernel's 9 warps (warps with two slots); a rank's
+/// slice of the experts. 1, 2, 5 and 8 rows; then a NaN in one row of the
+/// 35B shape stays in that row.
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_decode.sh"]
+fn tensor_core_shapes_with_tails_match_f64() {
+    let be = backend();
+    let base = Shape {
+        hidden: 96,
+        experts: 12,
+        top_k: 3,
+        inter: 64,
+        shared: 192,
+        renormalise: true,
+        first: 0,
+        local: 12,
+    };
+    let cases = [
+        base,
+        Shape {
+            first: 4,
+            local: 5,
+            ..base
+        },
+        Shape {
+            hidden: 1056,
+            experts: 40,
+            top_k: 8,
+            inter: 192,
+            shared: 64,
+            ..base
+        },
+        Shape {
+            hidden: 1024,
+            experts: 64,
+            top_k: 10,
+            inter: 128,
+            shared: 512,
+            renormalise: false,
+            ..base
+        },
+        Shape {
+            hidden: 2048,
+            experts: 64,
+            top_k: 10,
+            inter: 512,
+            shared: 128,
+            ..base
+        },
+    ];
+    check_cases(&be, &cases, &[1, 2, 5, 8], 1100);
+    let s = QWEN35B;
+    let w = weights(&be, s, 12);
+    let (rows, h) = (3, s.hidden);
+    let mut x = inputs(&w, s, rows, 5);
+    x[h + 1000] = f32::NAN;
+    let mut clean = x.clone();
+    clean[h..2 * h].fill(0.0);
+    let want = reference(&clean, &w, s);
+    let xa = be.act_from_f32(rows, h, &x).unwrap();
+    let got = run_decode(&be, &w, s, rows, &xa);
+    assert!(got[h..2 * h].iter().all(|v| v.is_nan()), "row 1 is NaN");
+    for r in [0, 2] {
+        let e = rel_err(&got[r * h..(r + 1) * h], &want[r * h..(r + 1) * h]);
+        assert!(e < 1e-2, "row {r}: rel err {e}");
+    }
+}
+
 /// The MoE blocks of the model fixtures (crates/model/tests/fixtures):
 /// moe_d256 (hidden 64, top-2 of 8 experts, intermediate 16, shared 24: its
 /// one-token-per-step decode hit an illegal address in the whole model) and

@@ -6,9 +6,9 @@
 //! weight loads marked evict-first). The routed experts may be block-scaled
 //! FP8 (`crate::ops::fp8`; the router and the shared gate bf16, as Qwen's
 //! FP8 checkpoints keep them, the shared expert FP8 or bf16): the same
-//! kernels instantiated for e4m3 chunks with their block scales (gate_up and
-//! down on the tensor cores where the rows are whole 64-column rounds:
-//! `gate_up_mma_takes`, `down_mma_takes`). The
+//! kernels instantiated for e4m3 chunks with their block scales. gate_up and
+//! down run on the tensor cores (bf16 or e4m3 weights as mma.sync's A) where
+//! the rows are whole rounds: `gate_up_mma_takes`, `down_mma_takes`. The
 //! grouped-GEMM path
 //! ([`super::routed_experts`]) takes ~14 launches and 128-row tiles that hold
 //! one valid row each at decode.
@@ -70,16 +70,24 @@ fn entries(suffix: &str) -> [&'static str; 3] {
 
 /// The gate_up entry of the format `suffix` for `rows` rows of `hidden` on a
 /// device of `capability`, and its columns a warp (a CTA covers `8 · cols`):
-/// FP8 experts on the tensor cores where [`gate_up_mma_takes`], else the
-/// format's one-row entry or its `_rows` twin.
+/// the tensor-core entry of FP8 experts where [`gate_up_mma_takes`], of bf16
+/// ones there at one row (from two rows the FMA `_rows` entry's 40 columns a
+/// CTA were faster: docs/perf/cuda-decode.md, session 21), else the format's
+/// one-row entry or its `_rows` twin.
 fn gate_up_for(
     suffix: &str,
     rows: usize,
     capability: (i32, i32),
     hidden: usize,
 ) -> (&'static str, usize) {
-    if suffix == "_fp8" && gate_up_mma_takes(capability, hidden) {
-        return ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS);
+    match suffix {
+        "" if rows == 1 && gate_up_mma_takes(Mma::Bf16, capability, hidden) => {
+            return ("moe_decode_gate_up_mma", GATE_UP_COLS);
+        }
+        "_fp8" if gate_up_mma_takes(Mma::Fp8, capability, hidden) => {
+            return ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS);
+        }
+        _ => {}
     }
     let [one, wide, _] = entries(suffix);
     if rows == 1 {
@@ -91,7 +99,7 @@ fn gate_up_for(
 
 /// The down entry of the format `suffix` for `hidden`, `inter` and the
 /// shared `shared_inter` on a device of `capability`, its output columns a
-/// CTA and its threads: FP8 experts on the tensor cores where
+/// CTA and its threads: the tensor-core entry of bf16 or FP8 experts where
 /// [`down_mma_takes`], else the format's entry (a warp a column).
 fn down_for(
     suffix: &str,
@@ -100,16 +108,51 @@ fn down_for(
     inter: usize,
     shared_inter: usize,
 ) -> (&'static str, usize, u32) {
-    if suffix == "_fp8" && down_mma_takes(capability, hidden, inter, shared_inter) {
-        return ("moe_decode_down_fp8_mma", DOWN_MMA_TILE, DOWN_MMA_THREADS);
+    match suffix {
+        "" if down_mma_takes(Mma::Bf16, capability, hidden, inter, shared_inter) => {
+            ("moe_decode_down_mma", DOWN_MMA_TILE_BF16, DOWN_MMA_THREADS)
+        }
+        "_fp8" if down_mma_takes(Mma::Fp8, capability, hidden, inter, shared_inter) => {
+            ("moe_decode_down_fp8_mma", DOWN_MMA_TILE, DOWN_MMA_THREADS)
+        }
+        _ => (entries(suffix)[2], WARPS, THREADS),
     }
-    (entries(suffix)[2], WARPS, THREADS)
 }
 
-/// Output columns a CTA of the tensor-core FP8 down kernel computes
-/// (`DOWN_MMA_TILE`), its threads (`DOWN_MMA_THREADS`) and the longest
-/// intermediate it takes (`64 · DOWN_MMA_ROUNDS`).
+/// The weight format of a tensor-core decode kernel: bf16 weights are its A
+/// operand as they are (mma.sync on bf16: sm_80+), e4m3 ones go through
+/// sm_89's conversion instruction ([`E4M3_CVT_FROM`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mma {
+    Bf16,
+    Fp8,
+}
+
+impl Mma {
+    /// The first compute capability that runs the format's entries.
+    fn first_capability(self) -> (i32, i32) {
+        match self {
+            Mma::Bf16 => (8, 0),
+            Mma::Fp8 => E4M3_CVT_FROM,
+        }
+    }
+
+    /// Columns of hidden in one round of a warp (a lane's 16-byte chunk
+    /// times the 4 lanes of a quad).
+    fn round(self) -> usize {
+        match self {
+            Mma::Bf16 => 32,
+            Mma::Fp8 => 64,
+        }
+    }
+}
+
+/// Output columns a CTA of the tensor-core down kernels computes (FP8
+/// `DOWN_MMA_TILE`, bf16 `DOWN_BF_TILE`), their threads (`DOWN_MMA_THREADS`)
+/// and the longest intermediate they take (`64 · DOWN_MMA_ROUNDS`, `64 ·
+/// DOWN_BF_ROUNDS`).
 const DOWN_MMA_TILE: usize = 16;
+const DOWN_MMA_TILE_BF16: usize = 8;
 const DOWN_MMA_THREADS: u32 = 9 * 32;
 const DOWN_MMA_MAX_INTER: usize = 512;
 
@@ -118,32 +161,43 @@ const DOWN_MMA_MAX_INTER: usize = 512;
 /// `e4m3.cuh`; below it those entries are compiled to a trap).
 const E4M3_CVT_FROM: (i32, i32) = (8, 9);
 
-/// Whether the FP8 down kernel runs on the tensor cores
-/// (`moe_decode_down_fp8_mma`) on a device of `capability`: sm_89+, whole
-/// 16-column output tiles and both intermediates whole 64-column rounds up
-/// to [`DOWN_MMA_MAX_INTER`].
+/// Whether the down kernel of `format` runs on the tensor cores
+/// (`moe_decode_down_mma`, `moe_decode_down_fp8_mma`) on a device of
+/// `capability`: whole output tiles and both intermediates whole 64-column
+/// rounds (bf16: two halves of whole 32-column rounds) up to
+/// [`DOWN_MMA_MAX_INTER`].
 fn down_mma_takes(
+    format: Mma,
     capability: (i32, i32),
     hidden: usize,
     inter: usize,
     shared_inter: usize,
 ) -> bool {
+    let tile = match format {
+        Mma::Bf16 => DOWN_MMA_TILE_BF16,
+        Mma::Fp8 => DOWN_MMA_TILE,
+    };
     let rounds = |n: usize| n > 0 && n.is_multiple_of(64) && n <= DOWN_MMA_MAX_INTER;
-    capability >= E4M3_CVT_FROM
-        && hidden.is_multiple_of(DOWN_MMA_TILE)
+    capability >= format.first_capability()
+        && hidden.is_multiple_of(tile)
         && rounds(inter)
         && rounds(shared_inter)
 }
 
-/// Whether the FP8 gate_up runs on the tensor cores
-/// (`moe_decode_gate_up_fp8_mma`, 24 columns a CTA at every row count) on a
-/// device of `capability`: sm_89+, hidden whole 64-column rounds, at most 4
-/// a warp of 8.
-fn gate_up_mma_takes(capability: (i32, i32), hidden: usize) -> bool {
-    capability >= E4M3_CVT_FROM
+/// Whether the gate_up of `format` runs on the tensor cores
+/// (`moe_decode_gate_up_mma`, `moe_decode_gate_up_fp8_mma`; 24 columns a
+/// CTA) on a device of `capability`: hidden whole rounds
+/// ([`Mma::round`]), at most 8 a warp of 8 for bf16 (two stages of
+/// `GU_BF_STAGE`), 4 for FP8 (`GU_MMA_ROUNDS`).
+fn gate_up_mma_takes(format: Mma, capability: (i32, i32), hidden: usize) -> bool {
+    let most = match format {
+        Mma::Bf16 => 8,
+        Mma::Fp8 => 4,
+    };
+    capability >= format.first_capability()
         && hidden > 0
-        && hidden.is_multiple_of(64)
-        && hidden <= 4 * 64 * WARPS
+        && hidden.is_multiple_of(format.round())
+        && hidden <= most * format.round() * WARPS
 }
 
 /// Whether the decode kernels take this call (few rows, shapes they handle,

@@ -268,7 +268,7 @@ fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
         assert_eq!(wide, format!("moe_decode_gate_up{suffix}_rows"));
         assert_eq!(down, format!("moe_decode_down{suffix}"));
         assert!([one, wide, down].iter().all(|e| compiled.contains(e)));
-        // A hidden the tensor-core FP8 gate_up does not take (past 2,048).
+        // A hidden no tensor-core gate_up takes (past 2,048).
         let h100 = (9, 0);
         assert_eq!(gate_up_for(suffix, 1, h100, 4096), (one, GATE_UP_COLS));
         for rows in 2..=MAX_ROWS {
@@ -278,49 +278,55 @@ fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
                 "{rows} rows"
             );
         }
-        // An intermediate the tensor-core FP8 down does not take (past 512).
+        // An intermediate no tensor-core down takes (past 512).
         assert_eq!(
             down_for(suffix, h100, 2048, 1024, 512),
             (down, WARPS, THREADS)
         );
-        // Where the tensor-core kernels take the shape: FP8 routed and
-        // shared experts only, from sm_89, at every row count.
+        // Where the tensor-core kernels take the shape: bf16 experts from
+        // sm_80 (gate_up at one row, down at every row count), FP8 routed
+        // and shared experts from sm_89 at every row count (not FP8 routed
+        // experts beside a bf16 shared expert).
         for rows in 1..=MAX_ROWS {
-            let (gu, cols) = gate_up_for(suffix, rows, h100, 2048);
-            let want = if suffix == "_fp8" {
-                ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)
-            } else {
-                gate_up_for(suffix, rows, h100, 4096)
+            let mma_gate_up = match suffix {
+                "" if rows == 1 => Some("moe_decode_gate_up_mma"),
+                "_fp8" => Some("moe_decode_gate_up_fp8_mma"),
+                _ => None,
             };
+            let (gu, cols) = gate_up_for(suffix, rows, h100, 2048);
+            let plain = gate_up_for(suffix, rows, h100, 4096);
+            let want = mma_gate_up.map_or(plain, |e| (e, GATE_UP_COLS));
             assert_eq!((gu, cols), want, "{suffix} {rows} rows");
             assert!(compiled.contains(&gu));
+            let on_ampere = if suffix.is_empty() { want } else { plain };
             assert_eq!(
                 gate_up_for(suffix, rows, (8, 0), 2048),
-                gate_up_for(suffix, rows, h100, 4096),
+                on_ampere,
                 "{suffix} {rows} rows on sm_80"
             );
+            assert_eq!(gate_up_for(suffix, rows, (7, 5), 2048), plain);
         }
-        let (d, cols, threads) = down_for(suffix, h100, 2048, 512, 512);
-        if suffix == "_fp8" {
-            assert_eq!(
-                (d, cols, threads),
-                ("moe_decode_down_fp8_mma", DOWN_MMA_TILE, DOWN_MMA_THREADS)
-            );
+        let want = match suffix {
+            "" => ("moe_decode_down_mma", DOWN_MMA_TILE_BF16, DOWN_MMA_THREADS),
+            "_fp8" => ("moe_decode_down_fp8_mma", DOWN_MMA_TILE, DOWN_MMA_THREADS),
+            _ => (down, WARPS, THREADS),
+        };
+        assert_eq!(down_for(suffix, h100, 2048, 512, 512), want);
+        assert!(compiled.contains(&want.0));
+        let on_ampere = if suffix.is_empty() {
+            want
         } else {
-            assert_eq!((d, cols, threads), (down, WARPS, THREADS));
-        }
-        assert!(compiled.contains(&d));
-        assert_eq!(
-            down_for(suffix, (8, 0), 2048, 512, 512),
             (down, WARPS, THREADS)
-        );
+        };
+        assert_eq!(down_for(suffix, (8, 0), 2048, 512, 512), on_ampere);
     }
 }
 
 #[test]
-fn the_fp8_down_takes_the_tensor_cores_for_whole_tiles_and_rounds() {
+fn the_down_takes_the_tensor_cores_for_whole_tiles_and_rounds() {
     let src = crate::ops::moe::sources::MOE_DECODE.source;
     assert_eq!(source_constant(src, "DOWN_MMA_TILE"), DOWN_MMA_TILE);
+    assert_eq!(source_constant(src, "DOWN_BF_TILE"), DOWN_MMA_TILE_BF16);
     assert_eq!(
         source_constant(src, "DOWN_MMA_WARPS") * 32,
         DOWN_MMA_THREADS as usize
@@ -329,23 +335,36 @@ fn the_fp8_down_takes_the_tensor_cores_for_whole_tiles_and_rounds() {
         source_constant(src, "DOWN_MMA_ROUNDS") * 64,
         DOWN_MMA_MAX_INTER
     );
+    assert_eq!(
+        source_constant(src, "DOWN_BF_ROUNDS") * 64,
+        DOWN_MMA_MAX_INTER
+    );
     let h100 = (9, 0);
-    // The 35B-A3B FP8 preset: hidden 2048, 512 and 512.
-    assert!(down_mma_takes(h100, 2048, 512, 512));
-    assert!(down_mma_takes(h100, 16, 64, 64));
-    // A tail in hidden, rounds not whole, past the limit, empty.
-    assert!(!down_mma_takes(h100, 2056, 512, 512));
-    assert!(!down_mma_takes(h100, 2048, 520, 512));
-    assert!(!down_mma_takes(h100, 2048, 512, 1024));
-    assert!(!down_mma_takes(h100, 2048, 0, 512));
-    // The e4m3 conversion from sm_89 (Ada) on; Ampere keeps the FMA kernel.
-    assert!(down_mma_takes((8, 9), 2048, 512, 512));
-    assert!(!down_mma_takes((8, 6), 2048, 512, 512));
-    assert!(!down_mma_takes((8, 0), 2048, 512, 512));
+    for f in [Mma::Bf16, Mma::Fp8] {
+        // The 35B-A3B shape: hidden 2048, 512 and 512.
+        assert!(down_mma_takes(f, h100, 2048, 512, 512));
+        assert!(down_mma_takes(f, h100, 16, 64, 64));
+        // A tail in hidden, rounds not whole, past the limit, empty.
+        assert!(!down_mma_takes(f, h100, 2052, 512, 512));
+        assert!(!down_mma_takes(f, h100, 2048, 520, 512));
+        assert!(!down_mma_takes(f, h100, 2048, 512, 1024));
+        assert!(!down_mma_takes(f, h100, 2048, 0, 512));
+        assert!(!down_mma_takes(f, h100, 2048, 512, 96));
+    }
+    // bf16 tiles of 8 output columns, FP8 ones of 16.
+    assert!(down_mma_takes(Mma::Bf16, h100, 2056, 512, 512));
+    assert!(!down_mma_takes(Mma::Fp8, h100, 2056, 512, 512));
+    // bf16 on the tensor cores from sm_80 (Ampere); the e4m3 conversion
+    // from sm_89 (Ada) on, so Ampere keeps the FP8 FMA kernel.
+    assert!(down_mma_takes(Mma::Bf16, (8, 0), 2048, 512, 512));
+    assert!(!down_mma_takes(Mma::Bf16, (7, 5), 2048, 512, 512));
+    assert!(down_mma_takes(Mma::Fp8, (8, 9), 2048, 512, 512));
+    assert!(!down_mma_takes(Mma::Fp8, (8, 6), 2048, 512, 512));
+    assert!(!down_mma_takes(Mma::Fp8, (8, 0), 2048, 512, 512));
 }
 
 #[test]
-fn the_fp8_gate_up_takes_the_tensor_cores_for_whole_rounds_up_to_2048() {
+fn the_gate_up_takes_the_tensor_cores_for_whole_rounds_up_to_2048() {
     let src = crate::ops::moe::sources::MOE_DECODE.source;
     // A CTA's columns: GU_MMA_TILES tiles of 8, as GATE_UP_COLS columns of
     // WARPS warps (the launcher's grid).
@@ -354,13 +373,21 @@ fn the_fp8_gate_up_takes_the_tensor_cores_for_whole_rounds_up_to_2048() {
         WARPS * GATE_UP_COLS
     );
     assert_eq!(source_constant(src, "GU_MMA_ROUNDS") * 64 * WARPS, 2048);
+    assert_eq!(source_constant(src, "GU_BF_STAGE") * 2 * 32 * WARPS, 2048);
     let h100 = (9, 0);
-    assert!(gate_up_mma_takes(h100, 2048));
-    assert!(gate_up_mma_takes(h100, 64));
-    assert!(!gate_up_mma_takes(h100, 2112));
-    assert!(!gate_up_mma_takes(h100, 4096));
-    assert!(!gate_up_mma_takes(h100, 2000));
-    assert!(!gate_up_mma_takes(h100, 0));
-    assert!(gate_up_mma_takes((8, 9), 2048));
-    assert!(!gate_up_mma_takes((8, 0), 2048));
+    for f in [Mma::Bf16, Mma::Fp8] {
+        assert!(gate_up_mma_takes(f, h100, 2048));
+        assert!(gate_up_mma_takes(f, h100, 64));
+        assert!(!gate_up_mma_takes(f, h100, 2112));
+        assert!(!gate_up_mma_takes(f, h100, 4096));
+        assert!(!gate_up_mma_takes(f, h100, 2000));
+        assert!(!gate_up_mma_takes(f, h100, 0));
+    }
+    // bf16 rounds are 32 columns, FP8 ones 64.
+    assert!(gate_up_mma_takes(Mma::Bf16, h100, 96));
+    assert!(!gate_up_mma_takes(Mma::Fp8, h100, 96));
+    assert!(gate_up_mma_takes(Mma::Bf16, (8, 0), 2048));
+    assert!(!gate_up_mma_takes(Mma::Bf16, (7, 5), 2048));
+    assert!(gate_up_mma_takes(Mma::Fp8, (8, 9), 2048));
+    assert!(!gate_up_mma_takes(Mma::Fp8, (8, 0), 2048));
 }

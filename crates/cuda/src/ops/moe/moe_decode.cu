@@ -19,8 +19,10 @@
 //    Each warp computes COLS columns c (GATE_UP_COLS at one row,
 //    GATE_UP_COLS_ROWS from two: the *_rows entries):
 //    act = silu(x . gate[c]) * (x . up[c]). On FP8 routed and shared
-//    experts with hidden whole 64-column rounds up to 2048 the gate_up is the
-//    tensor-core one of moe_decode_gate_up_mma.cu (the same grid and routing).
+//    experts with hidden whole 64-column rounds up to 2048, and on bf16
+//    experts at one row with hidden whole 32-column rounds up to 2048, the
+//    gate_up is a tensor-core one of moe_decode_gate_up_mma.cu (the same grid
+//    and routing).
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);
@@ -29,9 +31,10 @@
 //    (0, slot 0) publishes them (moe_decode_common.cuh, await_routed; the
 //    route kernel marks them unwritten first), so the weight bytes stream
 //    while gate_up runs; the routing weights and activations are read after
-//    the wait. On FP8 routed and shared experts whose rows are whole
-//    64-column rounds (up to 512) the down kernel is the tensor-core one of
-//    moe_decode_down_mma.cu (16 output columns a CTA, a slot a warp).
+//    the wait. On bf16 experts, and FP8 routed and shared ones, whose rows
+//    are whole 64-column rounds (up to 512) the down kernel is a tensor-core
+//    one of moe_decode_down_mma.cu (8 / 16 output columns a CTA, a slot a
+//    warp).
 //
 // The three launch with programmatic dependent launch (compute capability
 // 9.0+): each reads only weights before wait_prior() (the down kernel also

@@ -1,5 +1,6 @@
-// The MoE decode's down kernel on FP8 experts (routed and shared) on the
-// tensor cores (crates/cuda/src/ops/moe/decode.rs, `down_mma_takes`): the
+// The MoE decode's down kernel on the tensor cores: FP8 experts (routed and
+// shared) first, bf16 ones at the end of the file (moe_decode_down_mma).
+// FP8 (crates/cuda/src/ops/moe/decode.rs, `down_mma_takes`): the
 // same result as moe_decode_down_fp8 up to rounding, for the shapes where
 // each slot's row is whole 64-column rounds, at most DOWN_MMA_ROUNDS of
 // them. moe_decode_down_fp8 runs one output column a warp and multiplies
@@ -205,4 +206,145 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::DOWN_MMA_THREA
         out[(long long)r * hidden + n0 + t] = __float2bfloat16_rn(o);
     }
 #endif
+}
+
+// The bf16 down kernel on the tensor cores (decode.rs, `down_mma_takes`):
+// moe_decode_down's result up to rounding, for slots whose rows are whole
+// 64-column rounds, at most 2 * 32 * DOWN_BF_ROUNDS columns. CTA (x, r):
+// output columns 8 x .. 8 x + 7 of row r; warp w takes slots w, w +
+// DOWN_MMA_WARPS, ... as moe_decode_down_fp8_mma. A slot's 8 x len tile
+// is one m16 A: rows 0-7 its 8 rows' first halves (columns [0, len / 2)),
+// rows 8-15 their second halves, so a lane (g, t) loads the 16 bytes at
+// column 32 j + 8 t of each half of row g for each round j. The f32
+// activations go to B as two bf16 terms, hi = bf16(a) and lo = bf16(a -
+// hi) (a to 16 bits), in four B columns: 0 hi of the first half, 1 hi of
+// the second, 2 lo of the first, 3 lo of the second (4-7 zero), so that D's
+// [g][0] + [g + 8][1] + [g][2] + [g + 8][3] is row g's whole dot: lane (g,
+// 0) holds the first two (d[0], d[3]), lane (g, 1) the other two. Each warp
+// splits its slot's activations (L2) into hi and lo in shared memory first.
+// The weight products are exact, the sums the tensor cores' f32; a slot's
+// sum times its weight is added to the warp's, the warps' in warp order in
+// shared memory, rounded to bf16 once.
+
+namespace headroom_moe_decode {
+
+constexpr int DOWN_BF_TILE = 8;     // output columns a CTA
+constexpr int DOWN_BF_ROUNDS = 8;   // 32-column rounds of a half row: intermediates <= 512
+constexpr int DOWN_BF_LEN = 64 * DOWN_BF_ROUNDS;
+
+// One slot's tile: each half of row n0 + g of w ([..][len] bf16), this
+// lane's chunks of every round (zeros past len / 2; nothing when w is null).
+__device__ __forceinline__ void down_bf_load(const bf16* w, long long n0, int len, int lane,
+                                             unsigned long long pol, uint4 (&v)[DOWN_BF_ROUNDS][2]) {
+    const int g = lane >> 2, t = lane & 3, half = len >> 1;
+#pragma unroll
+    for (int j = 0; j < DOWN_BF_ROUNDS; ++j) {
+        const bool ok = w != nullptr && 32 * j < half;
+        const bf16* p = ok ? w + (n0 + g) * len + 32 * j + 8 * t : nullptr;
+        v[j][0] = ok ? load8w(p, p, true, pol) : zero4();
+        v[j][1] = ok ? load8w(p + half, p, true, pol) : zero4();
+    }
+}
+
+__device__ __forceinline__ bool finite(float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
+
+// The slot's activations a (len f32, from L2) as hi / lo bf16 in this warp's
+// hl[0] / hl[1] (len each; lo 0 where hi is not finite, so that an inf stays
+// inf and a NaN NaN).
+__device__ __forceinline__ void down_bf_split(const float* a, int len, int lane, bf16 (*hl)[DOWN_BF_LEN]) {
+#pragma unroll
+    for (int q = 0; q < DOWN_BF_LEN / 128; ++q) {
+        const int i = 128 * q + 4 * lane;
+        if (i < len) {
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(a + i));
+            const float f[4] = {x.x, x.y, x.z, x.w};
+            unsigned hi[2], lo[2];
+#pragma unroll
+            for (int p = 0; p < 2; ++p) {
+                const __nv_bfloat162 h = __floats2bfloat162_rn(f[2 * p], f[2 * p + 1]);
+                const float2 hf = __bfloat1622float2(h);
+                const float l0 = finite(hf.x) ? f[2 * p] - hf.x : 0.f;
+                const float l1 = finite(hf.y) ? f[2 * p + 1] - hf.y : 0.f;
+                const __nv_bfloat162 l = __floats2bfloat162_rn(l0, l1);
+                hi[p] = *reinterpret_cast<const unsigned*>(&h);
+                lo[p] = *reinterpret_cast<const unsigned*>(&l);
+            }
+            *reinterpret_cast<uint2*>(&hl[0][i]) = make_uint2(hi[0], hi[1]);
+            *reinterpret_cast<uint2*>(&hl[1][i]) = make_uint2(lo[0], lo[1]);
+        }
+    }
+    __syncwarp();
+}
+
+// The slot's dot for row g (in lane (g, 0)), unscaled by its weight.
+__device__ __forceinline__ float down_bf_slot(const uint4 (&v)[DOWN_BF_ROUNDS][2], const bf16 (*hl)[DOWN_BF_LEN],
+                                              int len, int lane) {
+    const int g = lane >> 2, t = lane & 3, half = len >> 1;
+    // B column g < 4: hl[g / 2] from half g % 2; columns 4-7 zero.
+    const bf16* b = g < 4 ? &hl[g >> 1][(g & 1) * half + 8 * t] : nullptr;
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < DOWN_BF_ROUNDS; ++j) {
+        if (32 * j >= half) break;  // warp-uniform
+        const uint4 bv = b != nullptr ? *reinterpret_cast<const uint4*>(b + 32 * j) : zero4();
+        mma_bf16_f32(d, v[j][0].x, v[j][1].x, v[j][0].y, v[j][1].y, bv.x, bv.y);
+        mma_bf16_f32(d, v[j][0].z, v[j][1].z, v[j][0].w, v[j][1].w, bv.z, bv.w);
+    }
+    const float s = d[0] + d[3];                              // lane (g, 0): hi; lane (g, 1): lo
+    return s + __shfl_xor_sync(0xffffffffu, s, 1);
+}
+
+}  // namespace headroom_moe_decode
+
+// moe_decode_down_mma: the parameters of moe_decode_down. grid (hidden /
+// DOWN_BF_TILE, rows), block DOWN_MMA_THREADS. Needs hidden % 8 == 0 and
+// inter, shared_inter multiples of 64 up to DOWN_BF_LEN (decode.rs checks),
+// mma.sync on bf16 (sm_80+).
+extern "C" __global__ void __launch_bounds__(headroom_moe_decode::DOWN_MMA_THREADS, 2)
+    moe_decode_down_mma(const float* __restrict__ act, const __nv_bfloat16* __restrict__ down,
+                        const __nv_bfloat16* __restrict__ shared_down, const int* __restrict__ topk_expert,
+                        const float* __restrict__ topk_weight, const float* __restrict__ logits, int hidden,
+                        int experts, int top_k, int inter, int shared_inter, int act_stride,
+                        __nv_bfloat16* __restrict__ out) {
+    using namespace headroom_moe_decode;
+    __shared__ const bf16* base_s[MAX_TOP_K];
+    __shared__ float part[DOWN_MMA_WARPS][DOWN_BF_TILE];
+    __shared__ __align__(16) bf16 hl_s[DOWN_MMA_WARPS][2][DOWN_BF_LEN];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = threadIdx.x;
+    const int r = blockIdx.y;
+    const long long n0 = (long long)blockIdx.x * DOWN_BF_TILE;
+    const unsigned long long pol = weight_policy();
+    const int slots = top_k + 1;
+    // The row's experts as gate_up publishes them (before the wait, as
+    // moe_decode_down): the routed tiles load before the wait too.
+    if (t < top_k) {
+        const int e = await_routed(topk_expert + r * top_k + t);
+        base_s[t] = e >= 0 ? down + (long long)e * hidden * inter : nullptr;
+    }
+    __syncthreads();
+    uint4 v[DOWN_BF_ROUNDS][2];
+    auto tile_of = [&](int s) -> const bf16* { return s == top_k ? shared_down : base_s[s]; };
+    auto len_of = [&](int s) { return s == top_k ? shared_inter : inter; };
+    if (warp < slots) down_bf_load(tile_of(warp), n0, len_of(warp), lane, pol, v);
+    wait_prior();
+    float sum = 0.f;
+#pragma unroll 1
+    for (int s = warp; s < slots; s += DOWN_MMA_WARPS) {
+        if (s != warp) down_bf_load(tile_of(s), n0, len_of(s), lane, pol, v);
+        if (tile_of(s) == nullptr) continue;  // another rank's expert (warp-uniform)
+        if (s != warp) __syncwarp();          // the previous slot's reads of hl_s are done
+        down_bf_split(act + ((long long)r * slots + s) * act_stride, len_of(s), lane, hl_s[warp]);
+        const float acc = down_bf_slot(v, hl_s[warp], len_of(s), lane);
+        const float w = s == top_k ? 1.f / (1.f + expf(-__ldcg(logits + (long long)r * (experts + 1) + experts)))
+                                   : topk_weight[r * top_k + s];
+        sum = fmaf(w, acc, sum);
+    }
+    if ((lane & 3) == 0) part[warp][lane >> 2] = sum;
+    __syncthreads();
+    if (t < DOWN_BF_TILE) {
+        float o = 0.f;
+#pragma unroll
+        for (int w = 0; w < DOWN_MMA_WARPS; ++w) o += part[w][t];
+        out[(long long)r * hidden + n0 + t] = __float2bfloat16_rn(o);
+    }
 }

@@ -1,5 +1,6 @@
-// The MoE decode's gate+up on FP8 experts (routed and shared) on the tensor
-// cores (crates/cuda/src/ops/moe/decode.rs, `gate_up_mma_takes`): the grid,
+// The MoE decode's gate+up on the tensor cores: FP8 experts (routed and
+// shared) first, bf16 ones at the end of the file (moe_decode_gate_up_mma).
+// FP8 (crates/cuda/src/ops/moe/decode.rs, `gate_up_mma_takes`): the grid,
 // the routing and the handoff to the down kernel of moe_decode_gate_up_fp8
 // (gate_up_body in moe_decode.cu), the dots of mma.sync m16n8k16 instead of
 // one FMA a weight (docs/perf/cuda-fp8.md, session 20: the FMA kernel ran
@@ -221,4 +222,158 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
         }
     }
 #endif
+}
+
+// The bf16 gate_up on the tensor cores (decode.rs, `gate_up_mma_takes`):
+// moe_decode_gate_up's grid, routing and handoff, a CTA's 24 columns as
+// GU_MMA_TILES tiles of 8 gate rows (A rows 0-7) and their 8 up rows (A rows
+// 8-15), as moe_decode_gate_up_fp8_mma. A bf16 chunk is 8 weights, so a
+// round is 32 columns of hidden: lane (g, t) loads the 16 bytes at column
+// 32 j + 8 t of its gate and up rows, the two mma of a round take the
+// chunk's words 2m and 2m + 1 (A's columns 2t, 2t + 1 and 2t + 8, 2t + 9)
+// and B the x words at the same columns (from shared memory, the same in
+// every B column). Warp w takes the rounds [w per, (w + 1) per) of hidden
+// (per = ceil(hidden / 32 / WARPS) <= 2 * GU_BF_STAGE), loaded a stage of
+// GU_BF_STAGE rounds at a time, the next stage's loads issued before the
+// current stage's mma (a tile is one or two stages). The products are exact
+// in f32 (bf16 times bf16), summed by the tensor cores in f32: the FMA
+// kernel's products in another order. The warps' sums meet in shared memory
+// (warp order) and one thread a column writes SiLU(g) * u.
+
+namespace headroom_moe_decode {
+
+constexpr int GU_BF_STAGE = 4;  // 32-column rounds a stage: a lane's 4 gate and 4 up chunks
+
+// A stage of a tile: this lane's chunks of its gate row gr and up row ur for
+// rounds [q0, q0 + GU_BF_STAGE), none past r1 (zeros there).
+__device__ __forceinline__ void gu_bf_load(const bf16* gr, const bf16* ur, int q0, int r1, int lane,
+                                           unsigned long long pol, uint4 (&v)[GU_BF_STAGE][2]) {
+    const int t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < GU_BF_STAGE; ++j) {
+        const int col = 32 * (q0 + j) + 8 * t;
+        const bool ok = q0 + j < r1;
+        v[j][0] = ok ? load8w(gr + col, gr, true, pol) : zero4();
+        v[j][1] = ok ? load8w(ur + col, ur, true, pol) : zero4();
+    }
+}
+
+// The stage's products added to d (lane (g, t): d[0] column g's gate sum,
+// d[2] its up sum), x from shared memory.
+__device__ __forceinline__ void gu_bf_stage(const uint4 (&v)[GU_BF_STAGE][2], const bf16* xs, int q0, int r1,
+                                            int lane, float (&d)[4]) {
+    const int t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < GU_BF_STAGE; ++j) {
+        if (q0 + j >= r1) break;  // warp-uniform
+        const uint4 xv = *reinterpret_cast<const uint4*>(xs + 32 * (q0 + j) + 8 * t);
+        mma_bf16_f32(d, v[j][0].x, v[j][1].x, v[j][0].y, v[j][1].y, xv.x, xv.y);
+        mma_bf16_f32(d, v[j][0].z, v[j][1].z, v[j][0].w, v[j][1].w, xv.z, xv.w);
+    }
+}
+
+}  // namespace headroom_moe_decode
+
+// moe_decode_gate_up_mma: moe_decode_gate_up's parameters and its grid at 24
+// columns a CTA (ceil(max(inter, shared_inter) / 24), rows + rows * top_k),
+// block THREADS. Needs hidden a multiple of 32 up to 32 * 2 * GU_BF_STAGE *
+// WARPS (decode.rs checks) and mma.sync on bf16 (sm_80+).
+extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
+    moe_decode_gate_up_mma(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate_up,
+                           const __nv_bfloat16* __restrict__ shared_gate_proj,
+                           const __nv_bfloat16* __restrict__ shared_up_proj, const float* __restrict__ logits,
+                           int rows, int hidden, int experts, int top_k, int renormalise, int first, int local,
+                           int inter, int shared_inter, int act_stride, int* __restrict__ topk_expert,
+                           float* __restrict__ topk_weight, float* __restrict__ act) {
+    using namespace headroom_moe_decode;
+    __shared__ RouteSmem sm;
+    __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
+    __shared__ float part[GU_MMA_TILES][WARPS][16];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
+    const int y = blockIdx.y;
+    const int c0 = blockIdx.x * GU_MMA_TILES * 8;  // the CTA's first column
+    const int rounds = hidden >> 5;
+    const int per = (rounds + WARPS - 1) / WARPS;
+    const int r0 = min(rounds, warp * per), r1 = min(rounds, r0 + per);
+    const int stages = per > GU_BF_STAGE ? 2 : 1;  // a tile's (CTA-uniform)
+    const unsigned long long pol = weight_policy();
+    // The CTA's expert: gate row c at g_m + c * hidden, up row c at u_m +
+    // (u_off + c) * hidden, n columns, its act row.
+    const bf16 *g_m, *u_m;
+    int n, u_off;
+    float* act_r;
+    if (y < rows) {
+        g_m = shared_gate_proj;
+        u_m = shared_up_proj;
+        n = shared_inter;
+        u_off = 0;
+        act_r = act + ((long long)y * (top_k + 1) + top_k) * act_stride;
+    } else {
+        const int pair = y - rows;
+        const int r = pair / top_k, slot = pair - r * top_k;
+        routed_cta_start(x, logits, r, slot, hidden, experts, top_k, renormalise, first, local, topk_expert,
+                         topk_weight, xs, sm);
+        const int e = sm.sel_e[slot] - first;
+        if (e < 0 || e >= local) return;  // another rank's expert: the down kernel skips it
+        g_m = u_m = gate_up + (long long)e * 2 * inter * hidden;
+        n = inter;
+        u_off = inter;
+        act_r = act + ((long long)r * (top_k + 1) + slot) * act_stride;
+    }
+    // Tiles with a column (CTA-uniform), each `stages` stages: stage s is
+    // tile s / stages, rounds from r0 + GU_BF_STAGE * (s % stages).
+    const int tiles = c0 < n ? min(GU_MMA_TILES, (n - c0 + 7) / 8) : 0;
+    const int units = tiles * stages;
+    auto load_stage = [&](int s, uint4(&v)[GU_BF_STAGE][2]) {
+        const int c = min(c0 + 8 * (s / stages) + g, n - 1);
+        gu_bf_load(g_m + (long long)c * hidden, u_m + (long long)(u_off + c) * hidden,
+                   r0 + GU_BF_STAGE * (s % stages), r1, lane, pol, v);
+    };
+    uint4 va[GU_BF_STAGE][2], vb[GU_BF_STAGE][2];
+    if (units > 0) load_stage(0, va);  // the shared expert's: before the wait
+    if (y < rows) {
+        wait_prior();
+        launch_next();  // the down CTAs load their tiles while this grid runs
+        if (units == 0) return;
+        stage_async(x + (long long)y * hidden, xs, hidden);
+        cp_async_wait();
+        __syncthreads();
+    } else if (units == 0) {
+        return;
+    }
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    // Stage s's products, then its tile's sums to shared memory once its last stage is in.
+    auto run_stage = [&](int s, const uint4(&v)[GU_BF_STAGE][2]) {
+        gu_bf_stage(v, xs, r0 + GU_BF_STAGE * (s % stages), r1, lane, d);
+        if (s % stages == stages - 1) {
+            if ((lane & 3) == 0) {
+                part[s / stages][warp][g] = d[0];
+                part[s / stages][warp][g + 8] = d[2];
+            }
+            d[0] = d[1] = d[2] = d[3] = 0.f;
+        }
+    };
+#pragma unroll 1
+    for (int s = 0; s < units; s += 2) {
+        if (s + 1 < units) load_stage(s + 1, vb);
+        run_stage(s, va);
+        if (s + 1 < units) {
+            if (s + 2 < units) load_stage(s + 2, va);
+            run_stage(s + 1, vb);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < tiles * 8) {
+        const int i = threadIdx.x / 8, cg = threadIdx.x % 8;
+        const int c = c0 + threadIdx.x;
+        if (c < n) {
+            float gsum = 0.f, usum = 0.f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                gsum += part[i][w][cg];
+                usum += part[i][w][cg + 8];
+            }
+            act_r[c] = gsum / (1.f + expf(-gsum)) * usum;
+        }
+    }
 }

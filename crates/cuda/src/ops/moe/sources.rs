@@ -117,6 +117,8 @@ pub const MOE_DECODE: KernelSource = KernelSource {
         "moe_decode_gate_up_fp8_sbf16_rows",
         "moe_decode_down_fp8_mma",
         "moe_decode_gate_up_fp8_mma",
+        "moe_decode_down_mma",
+        "moe_decode_gate_up_mma",
     ],
 };
 
