@@ -38,6 +38,21 @@ constexpr int DOWN_MMA_THREADS = DOWN_MMA_WARPS * 32;
 constexpr int DOWN_MMA_ROUNDS = 8;  // 64-column rounds of a slot's row: intermediates <= 512
 constexpr int DOWN_MMA_TILE = 16;   // output columns a CTA
 
+// The CTA's outputs once every warp's sums are in part (warp, output
+// column): thread c < TILE sums column n0 + c over the warps in order and
+// writes it, rounded to bf16 once, to row r of out.
+template <int TILE>
+__device__ __forceinline__ void down_mma_write(const float (*part)[TILE], int r, int hidden, long long n0,
+                                               bf16* out) {
+    const int t = threadIdx.x;
+    if (t < TILE) {
+        float o = 0.f;
+#pragma unroll
+        for (int w = 0; w < DOWN_MMA_WARPS; ++w) o += part[w][t];
+        out[(long long)r * hidden + n0 + t] = __float2bfloat16_rn(o);
+    }
+}
+
 #ifdef HEADROOM_E4M3_CVT  // sm_89+ (e4m3.cuh): below it the entry traps and decode.rs never takes it
 using headroom_e4m3::e4m3x2_f16x2;
 
@@ -199,12 +214,7 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::DOWN_MMA_THREA
         part[warp][(lane >> 2) + 8] = sum1;
     }
     __syncthreads();
-    if (t < DOWN_MMA_TILE) {
-        float o = 0.f;
-#pragma unroll
-        for (int w = 0; w < DOWN_MMA_WARPS; ++w) o += part[w][t];
-        out[(long long)r * hidden + n0 + t] = __float2bfloat16_rn(o);
-    }
+    down_mma_write(part, r, hidden, n0, out);
 #endif
 }
 
@@ -341,10 +351,5 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::DOWN_MMA_THREA
     }
     if ((lane & 3) == 0) part[warp][lane >> 2] = sum;
     __syncthreads();
-    if (t < DOWN_BF_TILE) {
-        float o = 0.f;
-#pragma unroll
-        for (int w = 0; w < DOWN_MMA_WARPS; ++w) o += part[w][t];
-        out[(long long)r * hidden + n0 + t] = __float2bfloat16_rn(o);
-    }
+    down_mma_write(part, r, hidden, n0, out);
 }

@@ -26,6 +26,27 @@ namespace headroom_moe_decode {
 constexpr int GU_MMA_TILES = 3;   // tiles of 8 columns a CTA (24 columns, as GATE_UP_COLS warps of 8)
 constexpr int GU_MMA_ROUNDS = 4;  // rounds of 64 columns a warp: hidden <= 2048
 
+// The CTA's activations once every warp's tile sums are in part (tile,
+// warp, gate rows 0-7 then up rows 8-15): thread c < cols (the CTA's live
+// tiles' columns) sums column c0 + c's over the warps in order and writes
+// SiLU(g) * u (columns past n: nothing).
+__device__ __forceinline__ void gu_mma_write(const float (*part)[WARPS][16], int cols, int c0, int n,
+                                             float* act_r) {
+    if (threadIdx.x < cols) {
+        const int i = threadIdx.x / 8, cg = threadIdx.x % 8;
+        const int c = c0 + threadIdx.x;
+        if (c < n) {
+            float gsum = 0.f, usum = 0.f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                gsum += part[i][w][cg];
+                usum += part[i][w][cg + 8];
+            }
+            act_r[c] = gsum / (1.f + expf(-gsum)) * usum;
+        }
+    }
+}
+
 #ifdef HEADROOM_E4M3_CVT  // sm_89+ (e4m3.cuh, mma_round): below it the entry traps and decode.rs never takes it
 
 // A tile's gate row g and up row g (this lane's 16 bytes of each of rounds
@@ -208,19 +229,7 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
         }
     }
     __syncthreads();
-    if (threadIdx.x < GU_MMA_TILES * 8) {
-        const int i = threadIdx.x / 8, cg = threadIdx.x % 8;
-        const int c = c0 + threadIdx.x;
-        if (c < n) {
-            float gsum = 0.f, usum = 0.f;
-#pragma unroll
-            for (int w = 0; w < WARPS; ++w) {
-                gsum += part[i][w][cg];
-                usum += part[i][w][cg + 8];
-            }
-            act_r[c] = gsum / (1.f + expf(-gsum)) * usum;
-        }
-    }
+    gu_mma_write(part, GU_MMA_TILES * 8, c0, n, act_r);
 #endif
 }
 
@@ -363,17 +372,5 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
         }
     }
     __syncthreads();
-    if (threadIdx.x < tiles * 8) {
-        const int i = threadIdx.x / 8, cg = threadIdx.x % 8;
-        const int c = c0 + threadIdx.x;
-        if (c < n) {
-            float gsum = 0.f, usum = 0.f;
-#pragma unroll
-            for (int w = 0; w < WARPS; ++w) {
-                gsum += part[i][w][cg];
-                usum += part[i][w][cg + 8];
-            }
-            act_r[c] = gsum / (1.f + expf(-gsum)) * usum;
-        }
-    }
+    gu_mma_write(part, tiles * 8, c0, n, act_r);
 }
