@@ -80,14 +80,22 @@ fn gate_up_for(
     capability: (i32, i32),
     hidden: usize,
 ) -> (&'static str, usize) {
-    match suffix {
-        "" if rows == 1 && gate_up_mma_takes(Mma::Bf16, capability, hidden) => {
-            return ("moe_decode_gate_up_mma", GATE_UP_COLS);
+    let mma = match suffix {
+        "" if gate_up_mma_takes(Mma::Bf16, capability, hidden) => {
+            Some(["moe_decode_gate_up_mma", "moe_decode_gate_up_mma_rows"])
         }
-        "_fp8" if gate_up_mma_takes(Mma::Fp8, capability, hidden) => {
-            return ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS);
-        }
-        _ => {}
+        "_fp8" if gate_up_mma_takes(Mma::Fp8, capability, hidden) => Some([
+            "moe_decode_gate_up_fp8_mma",
+            "moe_decode_gate_up_fp8_mma_rows",
+        ]),
+        _ => None,
+    };
+    if let Some([one, wide]) = mma {
+        return if rows == 1 {
+            (one, GATE_UP_COLS)
+        } else {
+            (wide, GATE_UP_COLS_ROWS)
+        };
     }
     let [one, wide, _] = entries(suffix);
     if rows == 1 {

@@ -288,14 +288,16 @@ fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
         // and shared experts from sm_89 at every row count (not FP8 routed
         // experts beside a bf16 shared expert).
         for rows in 1..=MAX_ROWS {
-            let mma_gate_up = match suffix {
-                "" if rows == 1 => Some("moe_decode_gate_up_mma"),
-                "_fp8" => Some("moe_decode_gate_up_fp8_mma"),
+            let mma_gate_up = match (suffix, rows) {
+                ("", 1) => Some(("moe_decode_gate_up_mma", GATE_UP_COLS)),
+                ("", _) => Some(("moe_decode_gate_up_mma_rows", GATE_UP_COLS_ROWS)),
+                ("_fp8", 1) => Some(("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)),
+                ("_fp8", _) => Some(("moe_decode_gate_up_fp8_mma_rows", GATE_UP_COLS_ROWS)),
                 _ => None,
             };
             let (gu, cols) = gate_up_for(suffix, rows, h100, 2048);
             let plain = gate_up_for(suffix, rows, h100, 4096);
-            let want = mma_gate_up.map_or(plain, |e| (e, GATE_UP_COLS));
+            let want = mma_gate_up.unwrap_or(plain);
             assert_eq!((gu, cols), want, "{suffix} {rows} rows");
             assert!(compiled.contains(&gu));
             let on_ampere = if suffix.is_empty() { want } else { plain };
@@ -371,6 +373,10 @@ fn the_gate_up_takes_the_tensor_cores_for_whole_rounds_up_to_2048() {
     assert_eq!(
         source_constant(src, "GU_MMA_TILES") * 8,
         WARPS * GATE_UP_COLS
+    );
+    assert_eq!(
+        source_constant(src, "GU_MMA_TILES_ROWS") * 8,
+        WARPS * GATE_UP_COLS_ROWS
     );
     assert_eq!(source_constant(src, "GU_MMA_ROUNDS") * 64 * WARPS, 2048);
     assert_eq!(source_constant(src, "GU_BF_STAGE") * 2 * 32 * WARPS, 2048);

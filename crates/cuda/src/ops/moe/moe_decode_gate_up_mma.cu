@@ -24,6 +24,7 @@
 namespace headroom_moe_decode {
 
 constexpr int GU_MMA_TILES = 3;   // tiles of 8 columns a CTA (24 columns, as GATE_UP_COLS warps of 8)
+constexpr int GU_MMA_TILES_ROWS = 5;  // from two rows (the *_rows entries: as GATE_UP_COLS_ROWS)
 constexpr int GU_MMA_ROUNDS = 4;  // rounds of 64 columns a warp: hidden <= 2048
 
 // The CTA's activations once every warp's tile sums are in part (tile,
@@ -116,24 +117,24 @@ __device__ __forceinline__ void gu_mma_tile(const uint4 (&v)[GU_MMA_ROUNDS][2], 
 // (ceil(max(inter, shared_inter) / 24), rows + rows * top_k), block THREADS.
 // Needs hidden a multiple of 64 up to 64 * GU_MMA_ROUNDS * WARPS and the
 // intermediates multiples of 8 (decode.rs checks).
-extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
-    moe_decode_gate_up_fp8_mma(const __nv_bfloat16* __restrict__ x, const unsigned char* __restrict__ gate_up,
-                               const float* __restrict__ gate_up_s, const unsigned char* __restrict__ shared_gate_proj,
-                               const float* __restrict__ shared_gate_s, const unsigned char* __restrict__ shared_up_proj,
-                               const float* __restrict__ shared_up_s, const float* __restrict__ logits, int rows,
-                               int hidden, int experts, int top_k, int renormalise, int first, int local, int inter,
-                               int shared_inter, int act_stride, int* __restrict__ topk_expert,
-                               float* __restrict__ topk_weight, float* __restrict__ act) {
+template <int TILES>
+__device__ __forceinline__ void gate_up_fp8_mma_body(
+    const __nv_bfloat16* __restrict__ x, const unsigned char* __restrict__ gate_up,
+    const float* __restrict__ gate_up_s, const unsigned char* __restrict__ shared_gate_proj,
+    const float* __restrict__ shared_gate_s, const unsigned char* __restrict__ shared_up_proj,
+    const float* __restrict__ shared_up_s, const float* __restrict__ logits, int rows, int hidden, int experts,
+    int top_k, int renormalise, int first, int local, int inter, int shared_inter, int act_stride,
+    int* __restrict__ topk_expert, float* __restrict__ topk_weight, float* __restrict__ act) {
 #ifndef HEADROOM_E4M3_CVT
     __trap();  // no e4m3 conversion instruction below sm_89: decode.rs never takes this entry there
 #else
     using namespace headroom_moe_decode;
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
-    __shared__ float part[GU_MMA_TILES][WARPS][16];
+    __shared__ float part[TILES][WARPS][16];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
     const int y = blockIdx.y;
-    const int c0 = blockIdx.x * GU_MMA_TILES * 8;  // the CTA's first column
+    const int c0 = blockIdx.x * TILES * 8;  // the CTA's first column
     const int rounds = hidden >> 6;
     const int per = (rounds + WARPS - 1) / WARPS;
     const int r0 = min(rounds, warp * per), r1 = min(rounds, r0 + per);
@@ -200,14 +201,14 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
     unsigned h[8];
     const float down = gu_mma_x(xs, r0, r1, lane, h);
 #pragma unroll 1
-    for (int i = 0; i < GU_MMA_TILES; ++i) {
+    for (int i = 0; i < TILES; ++i) {
         const bool live = c0 + 8 * i < n;  // CTA-uniform
         float sg = 0.f, su = 0.f;
         if (live) {
             uint4 nv[GU_MMA_ROUNDS][2];
             const unsigned char *gn = nullptr, *un = nullptr;
             const float *gsn = nullptr, *usn = nullptr;
-            const bool more = i + 1 < GU_MMA_TILES && c0 + 8 * (i + 1) < n;
+            const bool more = i + 1 < TILES && c0 + 8 * (i + 1) < n;
             if (more) {
                 rows_of(i + 1, gn, un, gsn, usn);
                 gu_mma_load(gn, un, r0, r1, lane, pol, nv);
@@ -229,8 +230,31 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
         }
     }
     __syncthreads();
-    gu_mma_write(part, GU_MMA_TILES * 8, c0, n, act_r);
+    gu_mma_write(part, TILES * 8, c0, n, act_r);
 #endif
+}
+
+#define GATE_UP_FP8_MMA_PARAMS                                                                                     \
+    const __nv_bfloat16 *__restrict__ x, const unsigned char *__restrict__ gate_up,                              \
+        const float *__restrict__ gate_up_s, const unsigned char *__restrict__ shared_gate_proj,                 \
+        const float *__restrict__ shared_gate_s, const unsigned char *__restrict__ shared_up_proj,               \
+        const float *__restrict__ shared_up_s, const float *__restrict__ logits, int rows, int hidden,           \
+        int experts, int top_k, int renormalise, int first, int local, int inter, int shared_inter,              \
+        int act_stride, int *__restrict__ topk_expert, float *__restrict__ topk_weight, float *__restrict__ act
+#define GATE_UP_FP8_MMA_ARGS                                                                                       \
+    x, gate_up, gate_up_s, shared_gate_proj, shared_gate_s, shared_up_proj, shared_up_s, logits, rows, hidden,   \
+        experts, top_k, renormalise, first, local, inter, shared_inter, act_stride, topk_expert, topk_weight, act
+
+extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
+    moe_decode_gate_up_fp8_mma(GATE_UP_FP8_MMA_PARAMS) {
+    gate_up_fp8_mma_body<headroom_moe_decode::GU_MMA_TILES>(GATE_UP_FP8_MMA_ARGS);
+}
+
+// The same from two rows: GU_MMA_TILES_ROWS tiles a CTA (40 columns, as
+// moe_decode_gate_up_fp8_rows: fewer CTAs, each routing once for more columns).
+extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
+    moe_decode_gate_up_fp8_mma_rows(GATE_UP_FP8_MMA_PARAMS) {
+    gate_up_fp8_mma_body<headroom_moe_decode::GU_MMA_TILES_ROWS>(GATE_UP_FP8_MMA_ARGS);
 }
 
 // The bf16 gate_up on the tensor cores (decode.rs, `gate_up_mma_takes`):
@@ -287,20 +311,20 @@ __device__ __forceinline__ void gu_bf_stage(const uint4 (&v)[GU_BF_STAGE][2], co
 // columns a CTA (ceil(max(inter, shared_inter) / 24), rows + rows * top_k),
 // block THREADS. Needs hidden a multiple of 32 up to 32 * 2 * GU_BF_STAGE *
 // WARPS (decode.rs checks) and mma.sync on bf16 (sm_80+).
-extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
-    moe_decode_gate_up_mma(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate_up,
-                           const __nv_bfloat16* __restrict__ shared_gate_proj,
-                           const __nv_bfloat16* __restrict__ shared_up_proj, const float* __restrict__ logits,
-                           int rows, int hidden, int experts, int top_k, int renormalise, int first, int local,
-                           int inter, int shared_inter, int act_stride, int* __restrict__ topk_expert,
-                           float* __restrict__ topk_weight, float* __restrict__ act) {
+template <int TILES>
+__device__ __forceinline__ void gate_up_bf16_mma_body(
+    const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate_up,
+    const __nv_bfloat16* __restrict__ shared_gate_proj, const __nv_bfloat16* __restrict__ shared_up_proj,
+    const float* __restrict__ logits, int rows, int hidden, int experts, int top_k, int renormalise, int first,
+    int local, int inter, int shared_inter, int act_stride, int* __restrict__ topk_expert,
+    float* __restrict__ topk_weight, float* __restrict__ act) {
     using namespace headroom_moe_decode;
     __shared__ RouteSmem sm;
     __shared__ __align__(16) bf16 xs[MAX_HIDDEN];
-    __shared__ float part[GU_MMA_TILES][WARPS][16];
+    __shared__ float part[TILES][WARPS][16];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2;
     const int y = blockIdx.y;
-    const int c0 = blockIdx.x * GU_MMA_TILES * 8;  // the CTA's first column
+    const int c0 = blockIdx.x * TILES * 8;  // the CTA's first column
     const int rounds = hidden >> 5;
     const int per = (rounds + WARPS - 1) / WARPS;
     const int r0 = min(rounds, warp * per), r1 = min(rounds, r0 + per);
@@ -331,7 +355,7 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
     }
     // Tiles with a column (CTA-uniform), each `stages` stages: stage s is
     // tile s / stages, rounds from r0 + GU_BF_STAGE * (s % stages).
-    const int tiles = c0 < n ? min(GU_MMA_TILES, (n - c0 + 7) / 8) : 0;
+    const int tiles = c0 < n ? min(TILES, (n - c0 + 7) / 8) : 0;
     const int units = tiles * stages;
     auto load_stage = [&](int s, uint4(&v)[GU_BF_STAGE][2]) {
         const int c = min(c0 + 8 * (s / stages) + g, n - 1);
@@ -373,4 +397,25 @@ extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
     }
     __syncthreads();
     gu_mma_write(part, tiles * 8, c0, n, act_r);
+}
+
+#define GATE_UP_MMA_PARAMS                                                                                         \
+    const __nv_bfloat16 *__restrict__ x, const __nv_bfloat16 *__restrict__ gate_up,                              \
+        const __nv_bfloat16 *__restrict__ shared_gate_proj, const __nv_bfloat16 *__restrict__ shared_up_proj,    \
+        const float *__restrict__ logits, int rows, int hidden, int experts, int top_k, int renormalise,         \
+        int first, int local, int inter, int shared_inter, int act_stride, int *__restrict__ topk_expert,        \
+        float *__restrict__ topk_weight, float *__restrict__ act
+#define GATE_UP_MMA_ARGS                                                                                           \
+    x, gate_up, shared_gate_proj, shared_up_proj, logits, rows, hidden, experts, top_k, renormalise, first,      \
+        local, inter, shared_inter, act_stride, topk_expert, topk_weight, act
+
+extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
+    moe_decode_gate_up_mma(GATE_UP_MMA_PARAMS) {
+    gate_up_bf16_mma_body<headroom_moe_decode::GU_MMA_TILES>(GATE_UP_MMA_ARGS);
+}
+
+// The same from two rows at GU_MMA_TILES_ROWS tiles a CTA (40 columns).
+extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
+    moe_decode_gate_up_mma_rows(GATE_UP_MMA_PARAMS) {
+    gate_up_bf16_mma_body<headroom_moe_decode::GU_MMA_TILES_ROWS>(GATE_UP_MMA_ARGS);
 }

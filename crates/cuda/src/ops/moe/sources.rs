@@ -119,6 +119,8 @@ pub const MOE_DECODE: KernelSource = KernelSource {
         "moe_decode_gate_up_fp8_mma",
         "moe_decode_down_mma",
         "moe_decode_gate_up_mma",
+        "moe_decode_gate_up_fp8_mma_rows",
+        "moe_decode_gate_up_mma_rows",
     ],
 };
 
