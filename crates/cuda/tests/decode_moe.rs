@@ -329,8 +329,9 @@ fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
     check_cases(&be, &cases, &[1, 2, 5, 8], 100);
 }
 
-/// Shapes the tensor-core kernels take (`moe_decode_gate_up_mma` at one row:
-/// hidden whole 32-column rounds up to 2,048; `moe_decode_down_mma`: both
+/// Shapes the tensor-core kernels take (`moe_decode_gate_up_mma` at one row
+/// and its `_rows` twin from four: hidden whole 32-column rounds up to
+/// 2,048; `moe_decode_down_mma`: both
 /// intermediates whole 64-column rounds up to 512) with their edges: hidden
 /// 96 (most warps without a round), 1,056 (a warp's second stage of one
 /// round, the last warps without rounds) and 1,024 (one stage a tile); tiles

@@ -70,32 +70,35 @@ fn entries(suffix: &str) -> [&'static str; 3] {
 
 /// The gate_up entry of the format `suffix` for `rows` rows of `hidden` on a
 /// device of `capability`, and its columns a warp (a CTA covers `8 · cols`):
-/// the tensor-core entry of FP8 experts where [`gate_up_mma_takes`], of bf16
-/// ones there at one row (from two rows the FMA `_rows` entry's 40 columns a
-/// CTA were faster: docs/perf/cuda-decode.md, session 21), else the format's
-/// one-row entry or its `_rows` twin.
+/// where [`gate_up_mma_takes`], the tensor-core entry (24 columns a CTA at
+/// one row, its `_rows` twin's 40 from two) of FP8 experts at every row
+/// count and of bf16 ones at one row and from four rows (at two and three
+/// the FMA `_rows` entry); else the format's one-row entry or its `_rows`
+/// twin.
 fn gate_up_for(
     suffix: &str,
     rows: usize,
     capability: (i32, i32),
     hidden: usize,
 ) -> (&'static str, usize) {
+    // The tensor-core entries where they take the shape and were measured
+    // faster (docs/perf/cuda-decode.md, session 21: bf16 at 2 rows the FMA
+    // `_rows` entry keeps the lead).
     let mma = match suffix {
-        "" if gate_up_mma_takes(Mma::Bf16, capability, hidden) => {
-            Some(["moe_decode_gate_up_mma", "moe_decode_gate_up_mma_rows"])
-        }
-        "_fp8" if gate_up_mma_takes(Mma::Fp8, capability, hidden) => Some([
-            "moe_decode_gate_up_fp8_mma",
-            "moe_decode_gate_up_fp8_mma_rows",
-        ]),
+        "" if gate_up_mma_takes(Mma::Bf16, capability, hidden) => match rows {
+            1 => Some(("moe_decode_gate_up_mma", GATE_UP_COLS)),
+            2 | 3 => None,
+            _ => Some(("moe_decode_gate_up_mma_rows", GATE_UP_COLS_ROWS)),
+        },
+        "_fp8" if gate_up_mma_takes(Mma::Fp8, capability, hidden) => Some(if rows == 1 {
+            ("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)
+        } else {
+            ("moe_decode_gate_up_fp8_mma_rows", GATE_UP_COLS_ROWS)
+        }),
         _ => None,
     };
-    if let Some([one, wide]) = mma {
-        return if rows == 1 {
-            (one, GATE_UP_COLS)
-        } else {
-            (wide, GATE_UP_COLS_ROWS)
-        };
+    if let Some(entry) = mma {
+        return entry;
     }
     let [one, wide, _] = entries(suffix);
     if rows == 1 {
@@ -193,8 +196,8 @@ fn down_mma_takes(
 }
 
 /// Whether the gate_up of `format` runs on the tensor cores
-/// (`moe_decode_gate_up_mma`, `moe_decode_gate_up_fp8_mma`; 24 columns a
-/// CTA) on a device of `capability`: hidden whole rounds
+/// (`moe_decode_gate_up_mma`, `moe_decode_gate_up_fp8_mma` and their
+/// `_rows` twins) on a device of `capability`: hidden whole rounds
 /// ([`Mma::round`]), at most 8 a warp of 8 for bf16 (two stages of
 /// `GU_BF_STAGE`), 4 for FP8 (`GU_MMA_ROUNDS`).
 fn gate_up_mma_takes(format: Mma, capability: (i32, i32), hidden: usize) -> bool {

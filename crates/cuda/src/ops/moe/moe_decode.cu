@@ -20,9 +20,10 @@
 //    GATE_UP_COLS_ROWS from two: the *_rows entries):
 //    act = silu(x . gate[c]) * (x . up[c]). On FP8 routed and shared
 //    experts with hidden whole 64-column rounds up to 2048, and on bf16
-//    experts at one row with hidden whole 32-column rounds up to 2048, the
-//    gate_up is a tensor-core one of moe_decode_gate_up_mma.cu (the same grid
-//    and routing).
+//    experts at one row and from four rows with hidden whole 32-column
+//    rounds up to 2048, the gate_up is a tensor-core one of
+//    moe_decode_gate_up_mma.cu (the same grid and routing; 24 columns a CTA
+//    at one row, 40 from two: the *_mma_rows entries).
 // 3. moe_decode_down: each warp one output column n of one row:
 //    out = bf16(sum over slots s (k experts, then the shared expert) of
 //    w_s * (down_s[n] . act_s)), w of the shared expert sigmoid(gate logit);

@@ -7,7 +7,8 @@
 // 292 warp instructions a KB at 25 % of DRAM). Follows
 // moe_decode_down_mma.cu in the program (its mma_round).
 //
-// A CTA's 24 columns are GU_MMA_TILES tiles of 8: a tile is A rows 0-7 the
+// A CTA's 24 columns (40 from two rows: the *_rows entries, GU_MMA_TILES_ROWS)
+// are GU_MMA_TILES tiles of 8: a tile is A rows 0-7 the
 // gate rows of its columns and rows 8-15 their up rows, so lane (g, 0) ends
 // with column g's gate dot (D[g][0]) and up dot (D[g + 8][0]). The warps
 // split hidden: warp w takes the 64-column rounds [w per, (w + 1) per), per
