@@ -235,28 +235,26 @@ __device__ __forceinline__ void gate_up_fp8_mma_body(
 #endif
 }
 
-#define GATE_UP_FP8_MMA_PARAMS                                                                                     \
-    const __nv_bfloat16 *__restrict__ x, const unsigned char *__restrict__ gate_up,                              \
-        const float *__restrict__ gate_up_s, const unsigned char *__restrict__ shared_gate_proj,                 \
-        const float *__restrict__ shared_gate_s, const unsigned char *__restrict__ shared_up_proj,               \
-        const float *__restrict__ shared_up_s, const float *__restrict__ logits, int rows, int hidden,           \
-        int experts, int top_k, int renormalise, int first, int local, int inter, int shared_inter,              \
-        int act_stride, int *__restrict__ topk_expert, float *__restrict__ topk_weight, float *__restrict__ act
-#define GATE_UP_FP8_MMA_ARGS                                                                                       \
-    x, gate_up, gate_up_s, shared_gate_proj, shared_gate_s, shared_up_proj, shared_up_s, logits, rows, hidden,   \
-        experts, top_k, renormalise, first, local, inter, shared_inter, act_stride, topk_expert, topk_weight, act
+// The entries' parameters are moe_decode_gate_up's (GATE_UP_*PARAMS and
+// GATE_UP_TAIL of moe_decode.cu, which precedes this file in the program),
+// declared in its namespace as its entries are.
+namespace headroom_moe_decode {
 
-extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
-    moe_decode_gate_up_fp8_mma(GATE_UP_FP8_MMA_PARAMS) {
-    gate_up_fp8_mma_body<headroom_moe_decode::GU_MMA_TILES>(GATE_UP_FP8_MMA_ARGS);
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    moe_decode_gate_up_fp8_mma(GATE_UP_SCALED_PARAMS(unsigned char, unsigned char)) {
+    gate_up_fp8_mma_body<GU_MMA_TILES>(x, gate_up, gate_up_s, shared_gate_proj, shared_gate_s, shared_up_proj,
+                                       shared_up_s, GATE_UP_TAIL);
 }
 
 // The same from two rows: GU_MMA_TILES_ROWS tiles a CTA (40 columns, as
 // moe_decode_gate_up_fp8_rows: fewer CTAs, each routing once for more columns).
-extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
-    moe_decode_gate_up_fp8_mma_rows(GATE_UP_FP8_MMA_PARAMS) {
-    gate_up_fp8_mma_body<headroom_moe_decode::GU_MMA_TILES_ROWS>(GATE_UP_FP8_MMA_ARGS);
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    moe_decode_gate_up_fp8_mma_rows(GATE_UP_SCALED_PARAMS(unsigned char, unsigned char)) {
+    gate_up_fp8_mma_body<GU_MMA_TILES_ROWS>(x, gate_up, gate_up_s, shared_gate_proj, shared_gate_s,
+                                            shared_up_proj, shared_up_s, GATE_UP_TAIL);
 }
+
+}  // namespace headroom_moe_decode
 
 // The bf16 gate_up on the tensor cores (decode.rs, `gate_up_mma_takes`):
 // moe_decode_gate_up's grid, routing and handoff, a CTA's 24 columns as
@@ -400,23 +398,17 @@ __device__ __forceinline__ void gate_up_bf16_mma_body(
     gu_mma_write(part, tiles * 8, c0, n, act_r);
 }
 
-#define GATE_UP_MMA_PARAMS                                                                                         \
-    const __nv_bfloat16 *__restrict__ x, const __nv_bfloat16 *__restrict__ gate_up,                              \
-        const __nv_bfloat16 *__restrict__ shared_gate_proj, const __nv_bfloat16 *__restrict__ shared_up_proj,    \
-        const float *__restrict__ logits, int rows, int hidden, int experts, int top_k, int renormalise,         \
-        int first, int local, int inter, int shared_inter, int act_stride, int *__restrict__ topk_expert,        \
-        float *__restrict__ topk_weight, float *__restrict__ act
-#define GATE_UP_MMA_ARGS                                                                                           \
-    x, gate_up, shared_gate_proj, shared_up_proj, logits, rows, hidden, experts, top_k, renormalise, first,      \
-        local, inter, shared_inter, act_stride, topk_expert, topk_weight, act
+namespace headroom_moe_decode {
 
-extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
-    moe_decode_gate_up_mma(GATE_UP_MMA_PARAMS) {
-    gate_up_bf16_mma_body<headroom_moe_decode::GU_MMA_TILES>(GATE_UP_MMA_ARGS);
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    moe_decode_gate_up_mma(GATE_UP_PARAMS(bf16, bf16)) {
+    gate_up_bf16_mma_body<GU_MMA_TILES>(x, gate_up, shared_gate_proj, shared_up_proj, GATE_UP_TAIL);
 }
 
 // The same from two rows at GU_MMA_TILES_ROWS tiles a CTA (40 columns).
-extern "C" __global__ void __launch_bounds__(headroom_moe_decode::THREADS, 2)
-    moe_decode_gate_up_mma_rows(GATE_UP_MMA_PARAMS) {
-    gate_up_bf16_mma_body<headroom_moe_decode::GU_MMA_TILES_ROWS>(GATE_UP_MMA_ARGS);
+extern "C" __global__ void __launch_bounds__(THREADS, 2)
+    moe_decode_gate_up_mma_rows(GATE_UP_PARAMS(bf16, bf16)) {
+    gate_up_bf16_mma_body<GU_MMA_TILES_ROWS>(x, gate_up, shared_gate_proj, shared_up_proj, GATE_UP_TAIL);
 }
+
+}  // namespace headroom_moe_decode
