@@ -330,7 +330,7 @@ fn small_shapes_with_tails_and_expert_parallel_slices_match_f64() {
 }
 
 /// Shapes the tensor-core kernels take (`moe_decode_gate_up_mma` at one row
-/// and its `_rows` twin from four: hidden whole 32-column rounds up to
+/// and its `_rows` twin from three: hidden whole 32-column rounds up to
 /// 2,048; `moe_decode_down_mma`: both
 /// intermediates whole 64-column rounds up to 512) with their edges: hidden
 /// 96 (most warps without a round), 1,056 (a warp's second stage of one

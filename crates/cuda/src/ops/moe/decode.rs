@@ -72,9 +72,8 @@ fn entries(suffix: &str) -> [&'static str; 3] {
 /// device of `capability`, and its columns a warp (a CTA covers `8 · cols`):
 /// where [`gate_up_mma_takes`], the tensor-core entry (24 columns a CTA at
 /// one row, its `_rows` twin's 40 from two) of FP8 experts at every row
-/// count and of bf16 ones at one row and from four rows (at two and three
-/// the FMA `_rows` entry); else the format's one-row entry or its `_rows`
-/// twin.
+/// count and of bf16 ones at one row and from three rows (at two the FMA
+/// `_rows` entry); else the format's one-row entry or its `_rows` twin.
 fn gate_up_for(
     suffix: &str,
     rows: usize,
@@ -87,7 +86,7 @@ fn gate_up_for(
     let mma = match suffix {
         "" if gate_up_mma_takes(Mma::Bf16, capability, hidden) => match rows {
             1 => Some(("moe_decode_gate_up_mma", GATE_UP_COLS)),
-            2 | 3 => None,
+            2 => None,
             _ => Some(("moe_decode_gate_up_mma_rows", GATE_UP_COLS_ROWS)),
         },
         "_fp8" if gate_up_mma_takes(Mma::Fp8, capability, hidden) => Some(if rows == 1 {

@@ -284,13 +284,13 @@ fn one_row_takes_the_narrow_gate_up_and_more_rows_its_rows_twin() {
             (down, WARPS, THREADS)
         );
         // Where the tensor-core kernels take the shape: bf16 experts from
-        // sm_80 (gate_up at one row and from four rows, down at every row
+        // sm_80 (gate_up at one row and from three rows, down at every row
         // count), FP8 routed and shared experts from sm_89 at every row
         // count (not FP8 routed experts beside a bf16 shared expert).
         for rows in 1..=MAX_ROWS {
             let mma_gate_up = match (suffix, rows) {
                 ("", 1) => Some(("moe_decode_gate_up_mma", GATE_UP_COLS)),
-                ("", 2 | 3) => None,
+                ("", 2) => None,
                 ("", _) => Some(("moe_decode_gate_up_mma_rows", GATE_UP_COLS_ROWS)),
                 ("_fp8", 1) => Some(("moe_decode_gate_up_fp8_mma", GATE_UP_COLS)),
                 ("_fp8", _) => Some(("moe_decode_gate_up_fp8_mma_rows", GATE_UP_COLS_ROWS)),

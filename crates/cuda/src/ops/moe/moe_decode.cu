@@ -20,7 +20,7 @@
 //    GATE_UP_COLS_ROWS from two: the *_rows entries):
 //    act = silu(x . gate[c]) * (x . up[c]). On FP8 routed and shared
 //    experts with hidden whole 64-column rounds up to 2048, and on bf16
-//    experts at one row and from four rows with hidden whole 32-column
+//    experts at one row and from three rows with hidden whole 32-column
 //    rounds up to 2048, the gate_up is a tensor-core one of
 //    moe_decode_gate_up_mma.cu (the same grid and routing; 24 columns a CTA
 //    at one row, 40 from two: the *_mma_rows entries).
