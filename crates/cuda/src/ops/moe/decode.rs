@@ -118,12 +118,14 @@ fn down_for(
     inter: usize,
     shared_inter: usize,
 ) -> (&'static str, usize, u32) {
-    match suffix {
-        "" if down_mma_takes(Mma::Bf16, capability, hidden, inter, shared_inter) => {
-            ("moe_decode_down_mma", DOWN_MMA_TILE_BF16, DOWN_MMA_THREADS)
-        }
-        "_fp8" if down_mma_takes(Mma::Fp8, capability, hidden, inter, shared_inter) => {
-            ("moe_decode_down_fp8_mma", DOWN_MMA_TILE, DOWN_MMA_THREADS)
+    let mma = match suffix {
+        "" => Some((Mma::Bf16, "moe_decode_down_mma")),
+        "_fp8" => Some((Mma::Fp8, "moe_decode_down_fp8_mma")),
+        _ => None,
+    };
+    match mma {
+        Some((f, entry)) if down_mma_takes(f, capability, hidden, inter, shared_inter) => {
+            (entry, f.down_tile(), DOWN_MMA_THREADS)
         }
         _ => (entries(suffix)[2], WARPS, THREADS),
     }
@@ -144,6 +146,14 @@ impl Mma {
         match self {
             Mma::Bf16 => (8, 0),
             Mma::Fp8 => E4M3_CVT_FROM,
+        }
+    }
+
+    /// Output columns a CTA of the format's tensor-core down kernel computes.
+    fn down_tile(self) -> usize {
+        match self {
+            Mma::Bf16 => DOWN_MMA_TILE_BF16,
+            Mma::Fp8 => DOWN_MMA_TILE,
         }
     }
 
@@ -183,13 +193,9 @@ fn down_mma_takes(
     inter: usize,
     shared_inter: usize,
 ) -> bool {
-    let tile = match format {
-        Mma::Bf16 => DOWN_MMA_TILE_BF16,
-        Mma::Fp8 => DOWN_MMA_TILE,
-    };
     let rounds = |n: usize| n > 0 && n.is_multiple_of(64) && n <= DOWN_MMA_MAX_INTER;
     capability >= format.first_capability()
-        && hidden.is_multiple_of(tile)
+        && hidden.is_multiple_of(format.down_tile())
         && rounds(inter)
         && rounds(shared_inter)
 }

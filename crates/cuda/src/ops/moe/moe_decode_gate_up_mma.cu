@@ -306,9 +306,9 @@ __device__ __forceinline__ void gu_bf_stage(const uint4 (&v)[GU_BF_STAGE][2], co
 
 }  // namespace headroom_moe_decode
 
-// moe_decode_gate_up_mma: moe_decode_gate_up's parameters and its grid at 24
-// columns a CTA (ceil(max(inter, shared_inter) / 24), rows + rows * top_k),
-// block THREADS. Needs hidden a multiple of 32 up to 32 * 2 * GU_BF_STAGE *
+// moe_decode_gate_up_mma(_rows): moe_decode_gate_up's parameters and its
+// grid at 8 * TILES columns a CTA (ceil(max(inter, shared_inter) / (8 *
+// TILES)), rows + rows * top_k), block THREADS. Needs hidden a multiple of 32 up to 32 * 2 * GU_BF_STAGE *
 // WARPS (decode.rs checks) and mma.sync on bf16 (sm_80+).
 template <int TILES>
 __device__ __forceinline__ void gate_up_bf16_mma_body(
