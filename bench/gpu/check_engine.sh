@@ -2,15 +2,19 @@
 # On the GPU machine: the engine on the CUDA backend (bf16) — 8 requests of
 # mixed lengths concurrently vs each alone, chunks of 37 mixed with decode,
 # on the transformers fixtures (composed and fused routes); bar: logits
-# <= 2e-2 relative, the same first greedy token. Then `headroom generate
-# --backend cuda --prompts` end to end with its --json summary.
+# <= 2e-2 relative, the same first greedy token. Then the step overlap
+# (the same tokens with it on and off), then `headroom generate --backend
+# cuda --prompts` end to end with its --json summary.
 # Usage: bench/gpu/check_engine.sh [cuda_engine test binary] [headroom binary]
-#   (build: cargo test --release -p headroom-engine --test cuda_engine --no-run;
-#    cargo build --release -p headroom). Results in $OUT (or ./gpu-out).
+#          [cuda_overlap test binary]
+#   (build: cargo test --release -p headroom-engine --test cuda_engine
+#    --test cuda_overlap --no-run; cargo build --release -p headroom).
+#   Results in $OUT (or ./gpu-out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 TEST=${1:-$(ls -t target/release/deps/cuda_engine-* 2>/dev/null | grep -v '\.d$' | head -n1)}
 BIN=${2:-target/release/headroom}
+OVERLAP=${3:-$(ls -t target/release/deps/cuda_overlap-* 2>/dev/null | grep -v '\.d$' | head -n1)}
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source bench/gpu/env.sh
@@ -19,6 +23,14 @@ status=0
 echo "=== engine batch/chunk invariance on CUDA ==="
 timeout 200 "$TEST" --ignored --nocapture --test-threads 1 2>&1 | tee "$OUT/engine-cuda-tests.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "engine tests FAILED"; status=1; }
+
+echo "=== the step overlap on CUDA ==="
+if [ -x "$OVERLAP" ]; then
+  timeout 200 "$OVERLAP" --ignored --nocapture --test-threads 1 2>&1 | tee "$OUT/engine-overlap-tests.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "overlap tests FAILED"; status=1; }
+else
+  echo "overlap tests FAILED: no cuda_overlap test binary"; status=1
+fi
 
 echo "=== headroom generate --backend cuda --prompts ==="
 P="$OUT/prompts.jsonl"

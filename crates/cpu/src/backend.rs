@@ -148,6 +148,8 @@ impl Backend for CpuBackend {
     type Weight = CpuWeight;
     type KvCache = CpuKvCache;
     type GdnState = CpuGdnState;
+    /// Drawn at once: the tokens themselves.
+    type Drawn = Vec<u32>;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
@@ -596,5 +598,28 @@ impl Backend for CpuBackend {
         steps: &[u64],
     ) -> OpResult<Vec<u32>> {
         crate::sample::sample_rows(logits, params, steps)
+    }
+
+    fn sample_later(
+        &self,
+        logits: &CpuAct,
+        params: &[SamplingParams],
+        steps: &[u64],
+    ) -> OpResult<Vec<u32>> {
+        self.sample(logits, params, steps)
+    }
+
+    fn read_drawn(&self, drawn: &Vec<u32>) -> OpResult<Vec<u32>> {
+        Ok(drawn.clone())
+    }
+
+    fn embed_drawn(
+        &self,
+        table: &CpuWeight,
+        ids: &[u32],
+        holes: &[(usize, usize)],
+        drawn: &Vec<u32>,
+    ) -> OpResult<CpuAct> {
+        self.embed(table, &headroom_core::ops::fill_holes(ids, holes, drawn)?)
     }
 }

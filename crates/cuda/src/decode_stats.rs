@@ -2,7 +2,13 @@
 //! where a step's wall time goes, measured at the
 //! one host synchronisation of a step (the sampled tokens' read-back). Each
 //! step's wall time (sample to sample) splits into the host's time to queue
-//! the step and the wait for the GPU to finish it: a wait near zero means the
+//! the step and the wait for the GPU to finish it; and, on the device's own
+//! clock (two CUDA events a step: one at the step's first launch, one after
+//! its last kernel, before the read-back), into the GPU's span from the
+//! step's first launch to its end and the GPU's idle time between the end of
+//! one step and the first launch of the next (what the host spends between
+//! the read-back and its next launch: bookkeeping, scheduling, uploads). A
+//! wait near zero means the
 //! host is the bound (launch overhead), a long wait means the GPU is. Of the
 //! host's time, every kernel launch of the device is counted and its driver
 //! call timed (`CudaDevice::launch`); the launches of `launch.rs` are also
@@ -14,7 +20,9 @@
 //! step) is read from the engine itself. Launches are counted and timed
 //! only with the statistics on.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::device::CudaDevice;
+use crate::timing::StreamEvent;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -30,6 +38,75 @@ pub(crate) static OP_LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
 /// Host nanoseconds inside cuBLAS calls, and their number.
 pub(crate) static BLAS_NS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static BLAS_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// Set at a step's read-back: the next launch records the next step's
+/// start event.
+static WANT_START: AtomicBool = AtomicBool::new(false);
+/// Host nanoseconds from a step's read-back to the next step's first
+/// launch, summed, and the steps summed.
+static HOST_GAP_NS: AtomicU64 = AtomicU64::new(0);
+static HOST_GAPS: AtomicU64 = AtomicU64::new(0);
+static READ_AT: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// The device-clock events of the step in flight and the last one's end.
+struct Probe {
+    /// The previous step's end (its argmax done).
+    prev_end: Option<StreamEvent>,
+    /// This step's first launch.
+    start: Option<StreamEvent>,
+    /// This step's end, recorded before its read-back.
+    end: Option<StreamEvent>,
+}
+
+// SAFETY: the events are only touched under the mutex, by the thread that
+// drives the device; CUevent handles are context objects, not thread-bound.
+unsafe impl Send for Probe {}
+
+static PROBE: Mutex<Probe> = Mutex::new(Probe {
+    prev_end: None,
+    start: None,
+    end: None,
+});
+
+/// Before a launch on `dev` (stats `on`): the first launch after a step's
+/// read-back records the next step's start event on the stream first (the
+/// stream is idle then, so the event's time is the launch's).
+pub(crate) fn before_launch(on: bool, dev: &CudaDevice) {
+    if on && WANT_START.swap(false, Ordering::Relaxed) {
+        if let Some(t) = READ_AT.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            HOST_GAP_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            HOST_GAPS.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
+        p.start = StreamEvent::record(dev).ok();
+    }
+}
+
+/// Before a step's read-back (stats `on`): the step's end event.
+pub(crate) fn before_readback(on: bool, dev: &CudaDevice) {
+    if on {
+        let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
+        p.end = StreamEvent::record(dev).ok();
+    }
+}
+
+/// After the read-back: (GPU span of the step, GPU idle before it) in µs
+/// where both events of each were recorded; the end becomes the next
+/// step's `prev_end`.
+fn probe_step() -> (Option<f64>, Option<f64>) {
+    let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
+    let (start, end) = (p.start.take(), p.end.take());
+    let ms = |a: &Option<StreamEvent>, b: &Option<StreamEvent>| match (a, b) {
+        (Some(a), Some(b)) => b.ms_since(a).ok().map(|ms| ms * 1e3),
+        _ => None,
+    };
+    let span = ms(&start, &end);
+    let idle = ms(&p.prev_end, &start);
+    p.prev_end = end;
+    *READ_AT.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    WANT_START.store(true, Ordering::Relaxed);
+    (span, idle)
+}
 
 /// Steps per reported window.
 const WINDOW_STEPS: u32 = 16;
@@ -69,6 +146,8 @@ struct Counters {
     op_launch_ns: u64,
     blas_ns: u64,
     blas_calls: u64,
+    host_gap_ns: u64,
+    host_gaps: u64,
 }
 
 impl Counters {
@@ -79,6 +158,8 @@ impl Counters {
         op_launch_ns: 0,
         blas_ns: 0,
         blas_calls: 0,
+        host_gap_ns: 0,
+        host_gaps: 0,
     };
     fn now() -> Counters {
         Counters {
@@ -88,6 +169,8 @@ impl Counters {
             op_launch_ns: OP_LAUNCH_NS.load(Ordering::Relaxed),
             blas_ns: BLAS_NS.load(Ordering::Relaxed),
             blas_calls: BLAS_CALLS.load(Ordering::Relaxed),
+            host_gap_ns: HOST_GAP_NS.load(Ordering::Relaxed),
+            host_gaps: HOST_GAPS.load(Ordering::Relaxed),
         }
     }
 }
@@ -98,6 +181,11 @@ struct Window {
     steps: u32,
     wall_us: f64,
     wait_us: f64,
+    /// GPU span and idle time of the window's steps that had both events
+    /// (`probed` of them).
+    span_us: f64,
+    idle_us: f64,
+    probed: u32,
     /// Rows sampled in the window's steps.
     rows: u64,
 }
@@ -108,6 +196,9 @@ static WINDOW: Mutex<Window> = Mutex::new(Window {
     steps: 0,
     wall_us: 0.0,
     wait_us: 0.0,
+    span_us: 0.0,
+    idle_us: 0.0,
+    probed: 0,
     rows: 0,
 });
 
@@ -118,6 +209,7 @@ pub(crate) fn step_done(on: bool, queued: Instant, rows: usize) {
         return;
     }
     let now = Instant::now();
+    let (span, idle) = probe_step();
     let mut w = WINDOW.lock().unwrap_or_else(|p| p.into_inner());
     let counters = Counters::now();
     let wall = w.last.map(|l| (now - l).as_secs_f64() * 1e6);
@@ -131,6 +223,11 @@ pub(crate) fn step_done(on: bool, queued: Instant, rows: usize) {
             w.wall_us += us;
             w.wait_us += (now - queued).as_secs_f64() * 1e6;
             w.rows += rows as u64;
+            if let (Some(span), Some(idle)) = (span, idle) {
+                w.span_us += span;
+                w.idle_us += idle;
+                w.probed += 1;
+            }
             if w.steps < WINDOW_STEPS {
                 return;
             }
@@ -142,6 +239,9 @@ pub(crate) fn step_done(on: bool, queued: Instant, rows: usize) {
     w.steps = 0;
     w.wall_us = 0.0;
     w.wait_us = 0.0;
+    w.span_us = 0.0;
+    w.idle_us = 0.0;
+    w.probed = 0;
     w.rows = 0;
     w.start = counters;
 }
@@ -155,8 +255,11 @@ fn line(w: &Window, now: &Counters) -> String {
     let op_launches = d(now.op_launches, w.start.op_launches);
     let host_us = (w.wall_us - w.wait_us) / steps;
     let seqs = w.rows as f64 / steps;
+    let probed = f64::from(w.probed.max(1));
     format!(
         "decode stats: step {:.1} us = host queue {:.1} us + wait for the GPU {:.1} us; \
+         on the GPU's clock ({} steps) {:.1} us from the step's first launch to its end \
+         + {:.1} us idle before it, of which {:.1} us on the host from the read-back to the first launch; \
          {:.1} sequences/step, host {:.2} us per sequence; \
          {:.0} launches/step at {:.2} us each in the driver, \
          {:.0} of them through launch.rs at {:.2} us each on its whole path; \
@@ -164,6 +267,13 @@ fn line(w: &Window, now: &Counters) -> String {
         w.wall_us / steps,
         host_us,
         w.wait_us / steps,
+        w.probed,
+        w.span_us / probed,
+        w.idle_us / probed,
+        per_us(
+            d(now.host_gap_ns, w.start.host_gap_ns),
+            d(now.host_gaps, w.start.host_gaps)
+        ),
         seqs,
         if seqs > 0.0 { host_us / seqs } else { 0.0 },
         launches / steps,
@@ -190,10 +300,15 @@ mod tests {
                 op_launch_ns: 1_000,
                 blas_ns: 0,
                 blas_calls: 0,
+                host_gap_ns: 0,
+                host_gaps: 0,
             },
             steps: 16,
             wall_us: 16.0 * 1000.0,
             wait_us: 16.0 * 600.0,
+            span_us: 15.0 * 950.0,
+            idle_us: 15.0 * 50.0,
+            probed: 15,
             rows: 16 * 8,
         };
         let now = Counters {
@@ -203,10 +318,13 @@ mod tests {
             op_launch_ns: 1_000 + 16 * 50 * 3_000,
             blas_ns: 16 * 4_000,
             blas_calls: 16 * 2,
+            host_gap_ns: 16 * 20_000,
+            host_gaps: 16,
         };
         let l = line(&w, &now);
         for part in [
             "step 1000.0 us = host queue 400.0 us + wait for the GPU 600.0 us",
+            "on the GPU's clock (15 steps) 950.0 us from the step's first launch to its end + 50.0 us idle before it, of which 20.0 us on the host from the read-back to the first launch",
             "8.0 sequences/step, host 50.00 us per sequence",
             "60 launches/step at 2.00 us each in the driver",
             "50 of them through launch.rs at 3.00 us each on its whole path",
@@ -224,6 +342,9 @@ mod tests {
             steps: 0,
             wall_us: 0.0,
             wait_us: 0.0,
+            span_us: 0.0,
+            idle_us: 0.0,
+            probed: 0,
             rows: 0,
         };
         let l = line(&w, &Counters::ZERO);

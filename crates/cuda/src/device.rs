@@ -6,6 +6,7 @@
 
 mod bind;
 mod functions;
+pub mod pinned;
 mod tables;
 
 pub use bind::forget as forget_bound_context;
@@ -87,6 +88,9 @@ pub struct CudaDevice {
     tables: TableCache<Vec<u8>>,
     /// Batches' sequence tables by batch ([`CudaDevice::seq_table_with`]).
     seq_tables: TableCache<BatchKey>,
+    /// Page-locked buffers of the sampled tokens read after the next step
+    /// is queued ([`CudaDevice::pinned`]).
+    pinned: Arc<pinned::PinnedPool>,
     options: CudaOptions,
 }
 
@@ -155,6 +159,7 @@ impl CudaDevice {
             tickets: OnceLock::new(),
             tables: TableCache::new(TABLES_KEPT),
             seq_tables: TableCache::new(SEQ_TABLES_KEPT),
+            pinned: Arc::default(),
             options,
         })
     }
@@ -303,6 +308,7 @@ impl CudaDevice {
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
         self.bind()?;
+        crate::decode_stats::before_launch(self.options.decode_stats, self);
         counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
             result::launch_kernel(f.raw, grid, block, smem as u32, self.stream.0, params)
         })?;
@@ -344,6 +350,7 @@ impl CudaDevice {
             attrs: &mut attr,
             numAttrs: 1,
         };
+        crate::decode_stats::before_launch(self.options.decode_stats, self);
         counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
             sys::cuLaunchKernelEx(&config, f.raw, params.as_mut_ptr(), std::ptr::null_mut())
                 .result()
@@ -453,6 +460,32 @@ impl CudaDevice {
         self.synchronize()?;
         // SAFETY: the buffer holds at least `out`'s bytes (checked above).
         unsafe { result::memcpy_dtoh_sync(out, buf.ptr())? };
+        Ok(())
+    }
+
+    /// A page-locked host buffer of at least `bytes` (kept buffers reused).
+    pub fn pinned(&self, bytes: usize) -> Result<pinned::Pinned, CudaError> {
+        self.bind()?;
+        Ok(self.pinned.take(bytes)?)
+    }
+
+    /// Queues a copy of `bytes` bytes of `buf` into `host` on the stream
+    /// (asynchronous: `host` must stay alive, and unread, until an event
+    /// recorded after it completes).
+    pub fn copy_to_pinned(
+        &self,
+        buf: &DeviceBuffer,
+        host: &pinned::Pinned,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
+        assert!(
+            bytes <= buf.len_bytes() && bytes <= host.len_bytes(),
+            "copy past a buffer"
+        );
+        self.bind()?;
+        // SAFETY: both ranges hold `bytes` (checked above); the caller keeps
+        // `host` until the copy's event.
+        unsafe { sys::cuMemcpyDtoHAsync_v2(host.ptr(), buf.ptr(), bytes, self.stream.0).result()? };
         Ok(())
     }
 

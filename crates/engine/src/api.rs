@@ -240,6 +240,10 @@ pub struct EngineStats {
     pub memory_committed_bytes: u64,
     /// Model steps run.
     pub steps: u64,
+    /// Of those, steps queued while the step before was in flight (the step
+    /// overlap, `crate::overlap`): the host's work between the two ran
+    /// while the device computed.
+    pub steps_queued_ahead: u64,
     /// Prompt tokens looked up in the prefix cache at admission.
     pub prefix_cache_queried_tokens: u64,
     /// Of those, tokens the cache supplied (not computed).

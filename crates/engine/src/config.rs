@@ -6,6 +6,7 @@
 use crate::api::{GenerateRequest, SubmitError};
 use crate::kv::KvBackendKind;
 use crate::memory::{MemoryModel, Prediction};
+use crate::overlap::StepOverlap;
 use crate::settings::{PrefixCacheSettings, SchedulerSettings};
 use headroom_core::RouteRequest;
 use headroom_model::AttentionPlan;
@@ -41,6 +42,9 @@ pub struct EngineConfig {
     pub capture_logits: bool,
     /// Prefix caching: on by default (paged KV), with its snapshot slots.
     pub prefix_cache: PrefixCacheSettings,
+    /// Whether a step is queued before the last one's tokens are read
+    /// ([`crate::overlap`]).
+    pub step_overlap: StepOverlap,
 }
 
 impl Default for EngineConfig {
@@ -59,6 +63,7 @@ impl Default for EngineConfig {
             eos_token_ids: Vec::new(),
             capture_logits: false,
             prefix_cache: PrefixCacheSettings::default(),
+            step_overlap: StepOverlap::default(),
         }
     }
 }

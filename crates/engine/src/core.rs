@@ -13,6 +13,7 @@ mod admit;
 mod cache;
 mod forget;
 mod hold;
+mod overlap;
 mod run;
 
 use crate::api::{
@@ -21,6 +22,7 @@ use crate::api::{
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
 use crate::kv::{resolve_kv, KvBackendKind, KvResolution};
 pub use crate::memory::memory_model;
+use crate::overlap::OverlapResolution;
 use crate::pool::{plan_pool, PoolPlan};
 use crate::prefix::BlockPool;
 pub use crate::report::{SampledRow, StepReport};
@@ -84,6 +86,12 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     stats: EngineStats,
     /// The solo stripe this engine runs, with why.
     solo: SoloStripeResolution,
+    /// Whether steps overlap ([`crate::overlap`]), with why.
+    overlap: OverlapResolution,
+    /// The step queued and not yet read (the overlap only).
+    inflight: Option<overlap::InFlight<B::Drawn>>,
+    /// Steps queued so far (numbers the in-flight step's draws).
+    launched: u64,
 }
 
 impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
@@ -174,6 +182,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             memory_budget_bytes: cfg.memory_budget_bytes,
             memory_committed_bytes: 0,
             steps: 0,
+            steps_queued_ahead: 0,
             prefix_cache_queried_tokens: 0,
             prefix_cache_hit_tokens: 0,
             kv_blocks_cached: 0,
@@ -186,7 +195,13 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 .collect(),
         };
         let salt = cache::model_salt(model.lead());
+        let overlap =
+            OverlapResolution::resolve(cfg.step_overlap, model.world(), cfg.capture_logits);
+        tracing::info!("{overlap}");
         Ok(EngineCore {
+            overlap,
+            inflight: None,
+            launched: 0,
             snapshots: SnapshotPool::new(pool.slots, pool.snapshot_slots),
             prefix_on: paged && cfg.prefix_cache.enabled,
             salt,
@@ -236,6 +251,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         &self.solo
     }
 
+    /// Whether this engine's steps overlap, with why.
+    pub fn step_overlap(&self) -> &OverlapResolution {
+        &self.overlap
+    }
+
     /// `(active, peak)` backend bytes of every rank.
     pub fn rank_memory(&self) -> Vec<(usize, usize)> {
         self.model.rank_memory()
@@ -274,9 +294,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         Ok(())
     }
 
-    /// True when no request is waiting or running.
+    /// True when no request is waiting or running and no step is in flight.
     pub fn is_idle(&self) -> bool {
-        self.waiting.is_empty() && self.running.is_empty()
+        self.waiting.is_empty() && self.running.is_empty() && self.inflight.is_none()
     }
 
     /// Checks and queues a request (the hand-driven form of `EngineHandle::submit`).
@@ -325,6 +345,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// Ends every request with `event` (shutdown).
     pub fn abort_all(&mut self, why: &str) {
         self.clear_holds();
+        // Its tokens are dropped with their requests.
+        self.inflight = None;
         for mut s in self.waiting.drain(..).chain(self.running.drain(..)) {
             s.sink.send(StreamEvent::Error(why.to_string()));
             self.blocks.release(&mut s.blocks);
@@ -369,28 +391,39 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     /// One engine step: reap cancellations, plan (decode rows first, then
     /// prefill chunks, admitting waiting requests while rows are left), run
-    /// the packed batch, draw and stream tokens. `Ok(None)` when idle.
+    /// the packed batch, draw and stream tokens. `Ok(None)` when idle. With
+    /// the step overlap on, the step planned is queued before the last
+    /// one's tokens are read, and the report is of the step whose tokens
+    /// this call read (`core/overlap.rs`).
     pub fn step(&mut self) -> Result<Option<StepReport>, EngineError> {
         let started = Instant::now();
         self.reap_cancelled();
-        let solo = self.running.len() + self.waiting.len() == 1;
-        let mut budget = match self.head_of_line() {
-            Some(rem) if !solo => {
-                StepBudget::head_of_line(&self.cfg.scheduler, rem, self.solo.tokens)
-            }
-            _ => StepBudget::new(&self.cfg.scheduler, solo, self.solo.tokens),
+        if self.overlap.on {
+            let report = self.step_overlapped(started);
+            self.refresh_stats();
+            return report;
+        }
+        let Some(plan) = self.plan_step()? else {
+            self.refresh_stats();
+            return Ok(None);
         };
+        let report = self.run_plan(&plan, started);
+        self.refresh_stats();
+        report.map(Some)
+    }
+
+    /// The next step's `(index in running, rows)`: decode rows first, then
+    /// prefill chunks, each sequence's blocks grown before it is planned,
+    /// then waiting requests admitted while rows are left. `None` when
+    /// there is nothing to run.
+    fn plan_step(&mut self) -> Result<Option<Vec<(usize, usize)>>, EngineError> {
+        let mut budget = self.step_budget();
         let preemptions = self.stats.preemptions;
-        // (index in running, rows): decode rows first, then prefill chunks,
-        // each sequence's blocks grown before it is planned.
         let mut plan: Vec<(usize, usize)> = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget.left() > 0 {
-            let (rem, processed) = (
-                self.running[i].remaining_prompt(),
-                self.running[i].processed,
-            );
-            if rem == 0 {
+            let processed = self.running[i].processed;
+            if self.running[i].decodes_next() {
                 if !self.grow(i, processed + 1, &mut plan) {
                     break;
                 }
@@ -432,13 +465,18 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             budget.prefill(n);
             plan.push((i, n));
         }
-        if plan.is_empty() {
-            self.refresh_stats();
-            return Ok(None);
+        Ok((!plan.is_empty()).then_some(plan))
+    }
+
+    /// The budget of the step to plan now.
+    fn step_budget(&self) -> StepBudget {
+        let solo = self.running.len() + self.waiting.len() == 1;
+        match self.head_of_line() {
+            Some(rem) if !solo => {
+                StepBudget::head_of_line(&self.cfg.scheduler, rem, self.solo.tokens)
+            }
+            _ => StepBudget::new(&self.cfg.scheduler, solo, self.solo.tokens),
         }
-        let report = self.run_plan(&plan, started);
-        self.refresh_stats();
-        report.map(Some)
     }
 
     /// The remaining prompt of the oldest prefill when no running sequence

@@ -23,6 +23,8 @@
 //! * [`sampling`] — the host path of rows that ask for penalties or log
 //!   probabilities;
 //! * [`api`] / [`stream`] — requests, stream events, errors, stats;
+//! * [`overlap`] — the step overlap: step k + 1 queued before step k's
+//!   tokens are read (its mechanics in `core/overlap.rs`);
 //! * [`warmup`] — the start-up warm-up: a full prefill step and decode
 //!   steps at several batch sizes, then the engine forgets them.
 //!
@@ -38,6 +40,7 @@ pub mod handle;
 pub mod kv;
 mod lru;
 pub mod memory;
+pub mod overlap;
 pub mod pool;
 pub mod prefix;
 mod report;
@@ -60,6 +63,7 @@ pub use core::{EngineCore, SampledRow, StepReport};
 pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
 pub use memory::{MemoryModel, Prediction};
+pub use overlap::{OverlapResolution, StepOverlap};
 pub use pool::{PoolError, PoolPlan, DEFAULT_MEMORY_FRACTION};
 pub use settings::{PrefixCacheSettings, SchedulerSettings, SoloStripe};
 pub use stream::RequestStream;

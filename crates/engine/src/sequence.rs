@@ -53,6 +53,10 @@ pub(crate) struct Sequence {
     pub sink: StreamSink,
     /// Whether its wait for memory was logged.
     pub waited_for_memory: bool,
+    /// The token it drew in a step still in flight (the engine's step
+    /// overlap): that step's number and the token's row among its draws.
+    /// Its next decode row takes the token from there (`StepIds`).
+    pub feed: Option<(u64, usize)>,
 }
 
 impl Sequence {
@@ -90,6 +94,7 @@ impl Sequence {
             attention: Vec::new(),
             sink,
             waited_for_memory: false,
+            feed: None,
         }
     }
 
@@ -110,6 +115,17 @@ impl Sequence {
             let last = self.generated.len().saturating_sub(1);
             out.extend_from_slice(&self.generated[last..]);
         }
+    }
+
+    /// Tokens drawn and not yet read (the step overlap: 0 or 1).
+    pub(crate) fn unread(&self) -> usize {
+        usize::from(self.feed.is_some())
+    }
+
+    /// Whether its next row is a decode row: its prompt is in, and the
+    /// token it waits for (if any) will not end it by `max_tokens`.
+    pub(crate) fn decodes_next(&self) -> bool {
+        self.remaining_prompt() == 0 && self.generated.len() + self.unread() < self.max_tokens
     }
 
     /// Whether a step feeding it `n` rows ends with a token drawn.

@@ -3,10 +3,13 @@
 //! [`SchedulerSettings`]: the defaults, then `--chunk`, then the specific
 //! flags, then checked (the engine reads no environment).
 
-use headroom_engine::{KvBackendKind, PrefixCacheSettings, SchedulerSettings, SoloStripe};
+use headroom_engine::{
+    KvBackendKind, PrefixCacheSettings, SchedulerSettings, SoloStripe, StepOverlap,
+};
 
 /// `--prefill-chunk --step-tokens --solo-stripe --kv --no-prefix-cache
-/// --prefix-cache-state-slots --prefix-cache-interval`.
+/// --prefix-cache-state-slots --prefix-cache-interval --batch-invariant
+/// --step-overlap`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Prompt tokens per sequence per step when several share the engine
@@ -48,6 +51,11 @@ pub struct EngineArgs {
     /// is slower; the CPU is batch-invariant anyway).
     #[arg(long)]
     pub batch_invariant: bool,
+    /// Queue each engine step before the last one's tokens are read, so the
+    /// host's work between steps runs while the device computes: on, off, or
+    /// auto (default: off until measured to pay; docs/configuration.md).
+    #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+    pub step_overlap: StepOverlap,
 }
 
 impl EngineArgs {

@@ -22,5 +22,5 @@ pub use qwen3_5::{
     AttentionPlan, ForwardOptions, ForwardOutput, LayerState, LogitsRows, ModelError, ModelState,
     Qwen35Model, Session, StepOutput,
 };
-pub use step_model::StepModel;
+pub use step_model::{StepIds, StepModel};
 pub use weights::{Weights, WeightsError};

@@ -23,6 +23,7 @@ use crate::config::ModelConfig;
 use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
 use crate::parallel::RankShard;
 use crate::profile::{Part, PartTime, Profiler};
+use crate::step_model::StepIds;
 use crate::Weights;
 use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey};
 use headroom_core::{progress, AttentionKind, LayerKind, OpError, RouteRequest};
@@ -413,11 +414,28 @@ impl<B: Backend> Qwen35Model<B> {
         routes: &[Option<RouteRequest>],
         rows: LogitsRows,
     ) -> Result<StepOutput<B>, ModelError> {
-        self.check_step(state, ids, batch, routes)?;
+        self.step_drawn(state, StepIds::known(ids), batch, routes, rows)
+    }
+
+    /// [`Self::step`] whose inputs may take tokens a previous step drew on
+    /// the backend and the host has not read yet ([`StepIds`]): the
+    /// embedding reads them where they were drawn (`Backend::embed_drawn`).
+    pub fn step_drawn(
+        &self,
+        state: &mut ModelState<B>,
+        ids: StepIds<'_, B::Drawn>,
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        rows: LogitsRows,
+    ) -> Result<StepOutput<B>, ModelError> {
+        self.check_step(state, ids.ids, batch, routes)?;
         let be = &self.backend;
         let mut x = self
             .profiler
-            .time(be, Part::Embed, || be.embed(&self.embed, ids))
+            .time(be, Part::Embed, || match ids.drawn {
+                Some((holes, drawn)) => be.embed_drawn(&self.embed, ids.ids, holes, drawn),
+                None => be.embed(&self.embed, ids.ids),
+            })
             .map_err(op(None))?;
         let mut reports = Vec::new();
         let mut pending: Option<B::Act> = None;

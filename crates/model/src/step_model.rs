@@ -66,6 +66,51 @@ pub trait StepModel<B: Backend>: Send {
         routes: &[Option<RouteRequest>],
         rows: LogitsRows,
     ) -> Result<StepOutput<B>, ModelError>;
+
+    /// [`StepModel::step`] whose inputs may take tokens a previous step drew
+    /// and the host has not read ([`StepIds`]). By default the drawn tokens
+    /// are read on rank 0 first (a wait); a single model feeds them from
+    /// where they were drawn ([`Qwen35Model::step_drawn`]).
+    fn step_drawn(
+        &self,
+        state: &mut Self::State,
+        ids: StepIds<'_, B::Drawn>,
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        rows: LogitsRows,
+    ) -> Result<StepOutput<B>, ModelError> {
+        let filled = ids.on_host(self.lead().backend())?;
+        self.step(state, &filled, batch, routes, rows)
+    }
+}
+
+/// A step's input tokens: `ids`, except the entries `holes[j].0`, which are
+/// row `holes[j].1` of the tokens a previous step drew
+/// (`Backend::sample_later`) and the host has not read yet — the engine's
+/// step overlap queues a step before the last one's tokens are read.
+pub struct StepIds<'a, D> {
+    pub ids: &'a [u32],
+    /// `(holes, drawn)`: none when every id is known.
+    pub drawn: Option<(&'a [(usize, usize)], &'a D)>,
+}
+
+impl<'a, D> StepIds<'a, D> {
+    /// Ids all known on the host.
+    pub fn known(ids: &'a [u32]) -> Self {
+        StepIds { ids, drawn: None }
+    }
+
+    /// The ids with the holes filled from the drawn tokens, read on `be`
+    /// (which waits for them).
+    pub fn on_host<B: Backend<Drawn = D>>(&self, be: &B) -> Result<Vec<u32>, ModelError> {
+        match self.drawn {
+            None => Ok(self.ids.to_vec()),
+            Some((holes, drawn)) => {
+                let tokens = be.read_drawn(drawn).map_err(ModelError::op)?;
+                headroom_core::ops::fill_holes(self.ids, holes, &tokens).map_err(ModelError::op)
+            }
+        }
+    }
 }
 
 impl<B: Backend> StepModel<B> for Qwen35Model<B>
@@ -122,6 +167,17 @@ where
         rows: LogitsRows,
     ) -> Result<StepOutput<B>, ModelError> {
         Qwen35Model::step(self, state, ids, batch, routes, rows)
+    }
+
+    fn step_drawn(
+        &self,
+        state: &mut Self::State,
+        ids: StepIds<'_, B::Drawn>,
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        rows: LogitsRows,
+    ) -> Result<StepOutput<B>, ModelError> {
+        Qwen35Model::step_drawn(self, state, ids, batch, routes, rows)
     }
 }
 
@@ -262,6 +318,18 @@ impl<B: Backend, M: StepModel<B>, H: StepHook> StepModel<B> for ForwardingStepMo
     ) -> Result<StepOutput<B>, ModelError> {
         self.hook.before_step()?;
         self.inner.step(state, ids, batch, routes, rows)
+    }
+
+    fn step_drawn(
+        &self,
+        state: &mut Self::State,
+        ids: StepIds<'_, B::Drawn>,
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        rows: LogitsRows,
+    ) -> Result<StepOutput<B>, ModelError> {
+        self.hook.before_step()?;
+        self.inner.step_drawn(state, ids, batch, routes, rows)
     }
 }
 

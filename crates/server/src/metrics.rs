@@ -138,7 +138,7 @@ impl Metrics {
                 "Seconds between consecutive generated tokens of a request.",
             );
         });
-        let gauges: [(&str, &str, &str, f64); 18] = [
+        let gauges: [(&str, &str, &str, f64); 19] = [
             (
                 "headroom_requests_running",
                 "gauge",
@@ -180,6 +180,12 @@ impl Metrics {
                 "gauge",
                 "Idle KV blocks kept by the prefix cache for their content (counted as free).",
                 stats.kv_blocks_cached as f64,
+            ),
+            (
+                "headroom_steps_queued_ahead_total",
+                "counter",
+                "Engine steps queued while the step before was in flight (the step overlap).",
+                stats.steps_queued_ahead as f64,
             ),
             (
                 "headroom_prefix_cache_queried_tokens_total",
@@ -279,6 +285,7 @@ mod tests {
             prefix_cache_queried_tokens: 640,
             prefix_cache_hit_tokens: 512,
             prefix_snapshot_slots_used: 2,
+            steps_queued_ahead: 9,
             ..EngineStats::default()
         });
         assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
@@ -292,6 +299,7 @@ mod tests {
         assert!(text.contains("headroom_prefix_cache_hit_tokens_total 512\n"));
         assert!(text.contains("headroom_prefix_cache_snapshot_slots_used 2\n"));
         assert!(text.contains("headroom_state_slots_used 3\n"));
+        assert!(text.contains("headroom_steps_queued_ahead_total 9\n"));
         assert!(text.contains("headroom_state_slots_free 5\n"));
         assert!(text.contains(
             "# TYPE headroom_preemptions_total counter\nheadroom_preemptions_total 11\n"

@@ -88,6 +88,9 @@ pub trait Backend: Send + Sync {
     type KvCache: Send + Sync;
     /// One Gated DeltaNet layer's conv and recurrent state for every slot.
     type GdnState: Send + Sync;
+    /// The tokens one [`Backend::sample_later`] drew, where it drew them
+    /// (on a GPU: a device buffer and the read-back queued behind it).
+    type Drawn: Send;
 
     fn kind(&self) -> BackendKind;
 
@@ -412,4 +415,69 @@ pub trait Backend: Send + Sync {
         params: &[SamplingParams],
         steps: &[u64],
     ) -> OpResult<Vec<u32>>;
+
+    // ---- a step queued before the last one's tokens are read ---------------
+
+    /// [`Backend::sample`] without waiting for the tokens: the same tokens,
+    /// read by [`Backend::read_drawn`] and fed to a next step by
+    /// [`Backend::embed_drawn`] before they are read.
+    fn sample_later(
+        &self,
+        logits: &Self::Act,
+        params: &[SamplingParams],
+        steps: &[u64],
+    ) -> OpResult<Self::Drawn>;
+
+    /// The tokens of `drawn`, one per row (waits for them, not for work
+    /// queued after them); an error when a row had no finite logit.
+    fn read_drawn(&self, drawn: &Self::Drawn) -> OpResult<Vec<u32>>;
+
+    /// [`Backend::embed`] of `ids` whose entries `holes[j].0` are row
+    /// `holes[j].1` of `drawn` (their values in `ids` are ignored).
+    fn embed_drawn(
+        &self,
+        table: &Self::Weight,
+        ids: &[u32],
+        holes: &[(usize, usize)],
+        drawn: &Self::Drawn,
+    ) -> OpResult<Self::Act>;
+}
+
+/// `ids` with `holes[j].0` set to `tokens[holes[j].1]`: the host form of
+/// [`Backend::embed_drawn`] (a hole or a row out of range is an error).
+pub fn fill_holes(ids: &[u32], holes: &[(usize, usize)], tokens: &[u32]) -> OpResult<Vec<u32>> {
+    let mut out = ids.to_vec();
+    for &(at, row) in holes {
+        let (Some(slot), Some(&t)) = (out.get_mut(at), tokens.get(row)) else {
+            return Err(OpError::shape(
+                "embed_drawn",
+                format!(
+                    "hole ({at}, {row}) outside {} ids and {} drawn tokens",
+                    ids.len(),
+                    tokens.len()
+                ),
+            ));
+        };
+        *slot = t;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fill_holes;
+
+    #[test]
+    fn holes_take_their_drawn_rows_and_the_rest_stays() {
+        let ids = [7, 0, 9, 0];
+        let out = fill_holes(&ids, &[(3, 0), (1, 2)], &[40, 41, 42]).unwrap();
+        assert_eq!(out, vec![7, 42, 9, 40]);
+        assert_eq!(fill_holes(&ids, &[], &[]).unwrap(), ids.to_vec());
+    }
+
+    #[test]
+    fn a_hole_outside_the_ids_or_the_drawn_rows_is_refused() {
+        assert!(fill_holes(&[1, 2], &[(2, 0)], &[5]).is_err());
+        assert!(fill_holes(&[1, 2], &[(0, 1)], &[5]).is_err());
+    }
 }

@@ -207,6 +207,8 @@ impl Backend for CudaBackend {
     type Weight = CudaWeight;
     type KvCache = CudaKvCache;
     type GdnState = CudaGdnState;
+    /// Drawn on the device, read after the next step is queued.
+    type Drawn = sample::Drawn;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cuda
@@ -524,5 +526,28 @@ impl Backend for CudaBackend {
         steps: &[u64],
     ) -> OpResult<Vec<u32>> {
         sample::sample(&self.dev, logits, params, steps)
+    }
+
+    fn sample_later(
+        &self,
+        logits: &CudaAct,
+        params: &[SamplingParams],
+        steps: &[u64],
+    ) -> OpResult<sample::Drawn> {
+        sample::sample_later(&self.dev, logits, params, steps)
+    }
+
+    fn read_drawn(&self, drawn: &sample::Drawn) -> OpResult<Vec<u32>> {
+        drawn.read(&self.dev)
+    }
+
+    fn embed_drawn(
+        &self,
+        table: &CudaWeight,
+        ids: &[u32],
+        holes: &[(usize, usize)],
+        drawn: &sample::Drawn,
+    ) -> OpResult<CudaAct> {
+        pointwise::embed_drawn(&self.dev, table, ids, holes, drawn)
     }
 }

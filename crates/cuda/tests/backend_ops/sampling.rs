@@ -286,3 +286,64 @@ fn small_every_kernel_once() {
     assert!(t.iter().all(|&v| v < 70));
     be.synchronize().unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn tokens_drawn_for_later_are_the_sampled_ones_and_feed_the_next_embedding() {
+    let be = backend();
+    // 37 rows of 5,000 random logits (greedy and seeded ones), drawn now and
+    // drawn for later: the same tokens, read after more work was queued.
+    let (rows, vocab) = (37, 5000);
+    let logits = uniform(41, rows * vocab, 4.0);
+    let l = act(&be, rows, vocab, &logits);
+    let ps: Vec<SamplingParams> = (0..rows)
+        .map(|r| match r % 3 {
+            0 => params(0.0, 1.0, 0, 0),
+            1 => params(0.9, 0.95, 0, 17 + r as u64),
+            _ => params(1.2, 1.0, 40, 5),
+        })
+        .collect();
+    let steps: Vec<u64> = (0..rows as u64).map(|r| r * 3).collect();
+    let now = be.sample(&l, &ps, &steps).unwrap();
+    let later = be.sample_later(&l, &ps, &steps).unwrap();
+    // The next step's embedding queued before the tokens are read: holes in
+    // reverse order beside known ids, and a table whose rows are their ids.
+    let (h, n) = (70, 6);
+    let table: Vec<f32> = (0..vocab * h)
+        .map(|i| (i / h) as f32 + (i % h) as f32 / 128.0)
+        .collect();
+    let t = matrix(&be, vocab, h, &table);
+    poison_pool(&be, n * h * 4);
+    let ids = [4, 0, 4999, 0, 0, 17];
+    let holes = [(1, 36), (3, 0), (4, 20)];
+    let e = be.embed_drawn(&t, &ids, &holes, &later).unwrap();
+    assert_eq!(be.read_drawn(&later).unwrap(), now, "the same tokens");
+    let want = headroom_core::ops::fill_holes(&ids, &holes, &now).unwrap();
+    let got = be.act_to_f32(&e).unwrap();
+    for (r, &id) in want.iter().enumerate() {
+        assert_eq!(
+            got[r * h..(r + 1) * h],
+            table[id as usize * h..(id as usize + 1) * h],
+            "row {r}: id {id}"
+        );
+    }
+    // Bad holes and host ids are refused before anything is queued.
+    assert!(be.embed_drawn(&t, &ids, &[(6, 0)], &later).is_err());
+    assert!(be.embed_drawn(&t, &ids, &[(0, 37)], &later).is_err());
+    assert!(be.embed_drawn(&t, &[5000, 0], &[(1, 0)], &later).is_err());
+    // A row without a finite logit: its embedding row is NaN, and reading
+    // the draw is the error `sample` gives.
+    let dead = act(&be, 2, 3, &[0.0, 1.0, 0.5, f32::NAN, f32::NAN, f32::NAN]);
+    let greedy = [params(0.0, 1.0, 0, 0), params(0.0, 1.0, 0, 0)];
+    let d = be.sample_later(&dead, &greedy, &[0, 0]).unwrap();
+    let e = be.embed_drawn(&t, &[0, 0], &[(0, 0), (1, 1)], &d).unwrap();
+    let got = be.act_to_f32(&e).unwrap();
+    assert_eq!(got[..h], table[h..2 * h], "row 0 drew token 1");
+    assert!(
+        got[h..].iter().all(|v| v.is_nan()),
+        "row 1 drew nothing: NaN"
+    );
+    let err = be.read_drawn(&d).unwrap_err().to_string();
+    assert!(err.contains("row 1 has no finite logit"), "{err}");
+    assert!(be.sample(&dead, &greedy, &[0, 0]).is_err());
+}

@@ -214,7 +214,14 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// Removes running sequence `i`, freeing its slot and blocks (its
     /// state snapshotted first when it ends a full block).
     pub(super) fn retire(&mut self, i: usize, reason: FinishReason) {
-        if let Err(e) = self.snapshot(i) {
+        self.retire_with(i, reason, true);
+    }
+
+    /// [`Self::retire`], taking the end snapshot only when `snapshot` (a
+    /// sequence with a row in a step in flight has no state to snapshot at
+    /// its end: `core/overlap.rs`).
+    pub(super) fn retire_with(&mut self, i: usize, reason: FinishReason, snapshot: bool) {
+        if let Err(e) = if snapshot { self.snapshot(i) } else { Ok(()) } {
             tracing::warn!(
                 "request {}: no prefix-cache snapshot at its end: {e}",
                 self.running[i].id

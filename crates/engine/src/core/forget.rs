@@ -36,6 +36,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             st.preemptions,
             st.steps,
         ) = (0, 0, 0, 0);
+        st.steps_queued_ahead = 0;
         st.prefix_cache_queried_tokens = 0;
         st.prefix_cache_hit_tokens = 0;
         self.refresh_stats();

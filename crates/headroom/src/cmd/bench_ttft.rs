@@ -72,6 +72,10 @@ pub struct TtftArgs {
     /// what it costs.
     #[arg(long)]
     pub batch_invariant: bool,
+    /// The engine's step overlap (as `serve --step-overlap`): each decode
+    /// step queued before the last one's token is read.
+    #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+    pub step_overlap: headroom_engine::StepOverlap,
     /// Write the headroom.bench.ttft/2 JSON here (headroom.bench.ttft.tp/2 with --tensor-parallel).
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,

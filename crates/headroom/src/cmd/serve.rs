@@ -239,6 +239,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         eos_token_ids: eos,
         capture_logits: false,
         prefix_cache: a.engine.prefix_cache(),
+        step_overlap: a.engine.step_overlap,
     };
     let name = a
         .served_model_name

@@ -37,6 +37,92 @@ pub(crate) fn embed(dev: &CudaDevice, table: &CudaWeight, ids: &[u32]) -> OpResu
     Ok(out)
 }
 
+/// The bit of an uploaded id of [`embed_drawn`] that names a drawn row.
+const DRAWN_BIT: u32 = 1 << 31;
+
+/// [`embed`] of `ids` whose entries `holes[j].0` are row `holes[j].1` of
+/// `drawn`, read from the device (`embed_drawn_bf16_to_f32`): the host ids
+/// and the holes are checked here, the drawn tokens by the kernel (a row
+/// with no finite logit gives a NaN row).
+pub(crate) fn embed_drawn(
+    dev: &CudaDevice,
+    table: &CudaWeight,
+    ids: &[u32],
+    holes: &[(usize, usize)],
+    drawn: &crate::ops::sample::Drawn,
+) -> OpResult<CudaAct> {
+    let op = "embed_drawn";
+    let Some(tokens) = drawn.device().filter(|_| !holes.is_empty()) else {
+        return embed(
+            dev,
+            table,
+            &headroom_core::ops::fill_holes(ids, holes, &[])?,
+        );
+    };
+    let table = table.matrix(op)?;
+    let coded = code_holes(ids, holes, drawn.rows(), table.rows)?;
+    let out = new_act(dev, op, ids.len(), table.cols, Dtype::F32)?;
+    let ids_dev = upload(dev, &coded)?;
+    let args = Args::new()
+        .ptr(table.ptr())
+        .ptr(ids_dev.ptr())
+        .ptr(tokens.ptr())
+        .ptr(out.ptr())
+        .i32(int(op, "hidden", table.cols)?)
+        .i32(int(op, "vocab", table.rows)?);
+    let grid = (grid_dim(op, ids.len(), GRID_X)?, 1, 1);
+    // SAFETY: host ids < rows and hole rows < drawn rows (checked in
+    // code_holes); the kernel checks the drawn tokens against `vocab`; out
+    // holds ids.len() f32 rows of `cols`.
+    unsafe { launch(dev, "embed_drawn_bf16_to_f32", grid, 256, args)? };
+    Ok(out)
+}
+
+/// `ids` as `embed_drawn_bf16_to_f32` reads them: hole `j` replaced by
+/// [`DRAWN_BIT`] | its drawn row. Errors: a host id ≥ `vocab` (not a
+/// hole), a hole outside `ids` or past `drawn_rows`, a vocabulary or a
+/// drawn row that does not fit below the bit.
+fn code_holes(
+    ids: &[u32],
+    holes: &[(usize, usize)],
+    drawn_rows: usize,
+    vocab: usize,
+) -> OpResult<Vec<u32>> {
+    let op = "embed_drawn";
+    if vocab > DRAWN_BIT as usize || drawn_rows > DRAWN_BIT as usize {
+        return Err(OpError::shape(
+            op,
+            format!("vocab {vocab} or {drawn_rows} drawn rows ≥ 2^31"),
+        ));
+    }
+    let mut coded = ids.to_vec();
+    let mut is_hole = vec![false; ids.len()];
+    for &(at, row) in holes {
+        if at >= ids.len() || row >= drawn_rows {
+            return Err(OpError::shape(
+                op,
+                format!(
+                    "hole ({at}, {row}) outside {} ids and {drawn_rows} drawn rows",
+                    ids.len()
+                ),
+            ));
+        }
+        coded[at] = DRAWN_BIT | row as u32;
+        is_hole[at] = true;
+    }
+    if let Some((_, &bad)) = ids
+        .iter()
+        .enumerate()
+        .find(|&(i, &id)| !is_hole[i] && id as usize >= vocab)
+    {
+        return Err(OpError::shape(
+            op,
+            format!("token id {bad} >= vocab {vocab}"),
+        ));
+    }
+    Ok(coded)
+}
+
 /// `out[i] = x[rows[i]]` (bf16 or f32 activations).
 pub(crate) fn gather_rows(dev: &CudaDevice, x: &CudaAct, rows: &[usize]) -> OpResult<CudaAct> {
     if let Some(&bad) = rows.iter().find(|&&r| r >= x.rows) {
@@ -181,7 +267,37 @@ pub(crate) fn gdn_gating(
 
 #[cfg(test)]
 mod tests {
-    use super::gather_entry;
+    use super::{code_holes, gather_entry, DRAWN_BIT};
+
+    #[test]
+    fn holes_are_coded_with_the_drawn_bit_and_host_ids_stay() {
+        let coded = code_holes(&[5, 0, 7, 0], &[(1, 2), (3, 0)], 3, 10).unwrap();
+        assert_eq!(coded, vec![5, DRAWN_BIT | 2, 7, DRAWN_BIT]);
+    }
+
+    #[test]
+    fn bad_holes_and_host_ids_are_refused_but_a_hole_may_hold_anything() {
+        assert!(
+            code_holes(&[5, 0], &[(2, 0)], 1, 10).is_err(),
+            "hole past the ids"
+        );
+        assert!(
+            code_holes(&[5, 0], &[(1, 1)], 1, 10).is_err(),
+            "row past the drawn"
+        );
+        assert!(
+            code_holes(&[10, 0], &[(1, 0)], 1, 10).is_err(),
+            "host id past vocab"
+        );
+        assert!(
+            code_holes(&[5, u32::MAX], &[(1, 0)], 1, 10).is_ok(),
+            "a hole's own value is ignored"
+        );
+        assert!(
+            code_holes(&[5], &[], 1, (1usize << 31) + 1).is_err(),
+            "vocab past the bit"
+        );
+    }
 
     #[test]
     fn rows_of_whole_16_byte_units_gather_by_16_bytes_and_others_by_element() {

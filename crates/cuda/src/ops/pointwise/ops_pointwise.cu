@@ -24,6 +24,27 @@ extern "C" __global__ void embed_bf16_to_f32(const bf16* table, const unsigned* 
     for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = __bfloat162float(src[c]);
 }
 
+// embed_bf16_to_f32 where an id with the top bit set names a row of `drawn`:
+// the token the previous step drew on the device and the host has not read
+// yet (the engine's step overlap, ops/pointwise/mod.rs `embed_drawn`). A
+// drawn token outside the vocabulary (u32::MAX: its row had no finite
+// logit) gives a NaN row; the host reports that draw's error when it reads
+// it. Host ids are checked on the host.
+extern "C" __global__ void embed_drawn_bf16_to_f32(const bf16* table, const unsigned* ids,
+                                                   const unsigned* drawn, float* out, int cols,
+                                                   int vocab) {
+    const i64 r = blockIdx.x;
+    unsigned id = ids[r];
+    if (id & 0x80000000u) id = drawn[id & 0x7fffffffu];
+    float* dst = out + r * cols;
+    if (id >= (unsigned)vocab) {
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const bf16* src = table + (i64)id * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = __bfloat162float(src[c]);
+}
+
 // out[i] = x[rows[i]] for 2-byte elements; one CTA per output row.
 extern "C" __global__ void gather_rows_b16(const unsigned short* x, const long long* rows,
                                            unsigned short* out, int cols) {

@@ -10,6 +10,7 @@ pub const OPS_POINTWISE: KernelSource = KernelSource {
     source: include_str!("ops_pointwise.cu"),
     entry_points: &[
         "embed_bf16_to_f32",
+        "embed_drawn_bf16_to_f32",
         "gather_rows_b16",
         "gather_rows_b32",
         "gather_rows_v16",

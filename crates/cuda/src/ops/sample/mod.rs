@@ -3,7 +3,10 @@
 //! `rng::uniform(seed, step)` of each row, computed on the host (it is a pure
 //! function of `(seed, step)`).
 
+mod drawn;
 pub mod sources;
+
+pub use drawn::Drawn;
 
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
@@ -22,6 +25,34 @@ pub(crate) fn sample(
     params: &[SamplingParams],
     steps: &[u64],
 ) -> OpResult<Vec<u32>> {
+    match draw(dev, logits, params, steps)? {
+        Some(out) => read_tokens(dev, &out, logits.rows),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// [`sample`] whose tokens are read later ([`Drawn::read`]): the draw and
+/// the tokens' copy to the host are queued, nothing is waited for.
+pub(crate) fn sample_later(
+    dev: &CudaDevice,
+    logits: &CudaAct,
+    params: &[SamplingParams],
+    steps: &[u64],
+) -> OpResult<Drawn> {
+    match draw(dev, logits, params, steps)? {
+        Some(out) => Drawn::queue(dev, out, logits.rows),
+        None => Ok(Drawn::empty()),
+    }
+}
+
+/// Queues the draw of one token per row of `logits` into a fresh buffer
+/// (u32 per row); `None` for zero rows.
+fn draw(
+    dev: &CudaDevice,
+    logits: &CudaAct,
+    params: &[SamplingParams],
+    steps: &[u64],
+) -> OpResult<Option<DeviceBuffer>> {
     let op = "sample";
     if params.len() != logits.rows || steps.len() != logits.rows {
         return Err(OpError::shape(
@@ -35,7 +66,7 @@ pub(crate) fn sample(
         ));
     }
     if logits.rows == 0 {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     if logits.cols == 0 {
         return Err(OpError::shape(op, "empty vocabulary"));
@@ -55,7 +86,7 @@ pub(crate) fn sample(
     let out = alloc(dev, 4 * logits.rows)?;
     if params.iter().all(|p| p.temperature <= 0.0) {
         greedy(dev, logits, vocab, &out)?;
-        return read_tokens(dev, &out, logits.rows);
+        return Ok(Some(out));
     }
     let table: Vec<f64> = params
         .iter()
@@ -78,7 +109,7 @@ pub(crate) fn sample(
     let grid = (grid_dim(op, logits.rows, GRID_X)?, 1, 1);
     // SAFETY: logits is [rows][vocab]; 4 parameters and one output per row.
     unsafe { launch(dev, entry, grid, SAMPLE_THREADS, args)? };
-    read_tokens(dev, &out, logits.rows)
+    Ok(Some(out))
 }
 
 /// Threads of the split argmax kernels (`ARGMAX_THREADS` in the kernel).
@@ -133,17 +164,25 @@ fn argmax_entry(dtype: Dtype, cols: usize, ptr: u64) -> &'static str {
 /// without a finite logit is an error.
 fn read_tokens(dev: &CudaDevice, out: &DeviceBuffer, rows: usize) -> OpResult<Vec<u32>> {
     let mut tokens = vec![0u32; rows];
+    crate::decode_stats::before_readback(dev.options().decode_stats, dev);
     let queued = Instant::now();
     dev.read(out, &mut tokens).map_err(dev_err)?;
     crate::decode_stats::step_done(dev.options().decode_stats, queued, rows);
     crate::profile_window::step_done(dev.options().profile_step);
-    if let Some(row) = tokens.iter().position(|&t| t == u32::MAX) {
-        return Err(OpError::shape(
+    check_finite(&tokens)?;
+    Ok(tokens)
+}
+
+/// An error naming the first row whose draw found no finite logit (the
+/// kernels write `u32::MAX` there).
+fn check_finite(tokens: &[u32]) -> OpResult<()> {
+    match tokens.iter().position(|&t| t == u32::MAX) {
+        Some(row) => Err(OpError::shape(
             "sample",
             format!("row {row} has no finite logit"),
-        ));
+        )),
+        None => Ok(()),
     }
-    Ok(tokens)
 }
 
 #[cfg(test)]

@@ -82,6 +82,8 @@ pub struct EngineRecord {
     pub solo_stripe: SoloStripeResolution,
     pub max_context: usize,
     pub kv_backend: String,
+    /// The step overlap asked for, whether it ran and why.
+    pub step_overlap: headroom_engine::OverlapResolution,
 }
 
 impl EngineRecord {
@@ -93,6 +95,7 @@ impl EngineRecord {
             solo_stripe: st.solo_stripe,
             max_context: core.config().max_context,
             kv_backend: core.kv().resolved.to_string(),
+            step_overlap: core.step_overlap().clone(),
         }
     }
 }
@@ -134,6 +137,7 @@ pub fn engine_config(
         max_running: 1,
         max_context: max_context(a),
         max_waiting: 1,
+        step_overlap: a.step_overlap,
         ..EngineConfig::default()
     }
 }

@@ -1,0 +1,389 @@
+//! The step overlap's mechanics ([`crate::overlap`]): a step queued and not
+//! yet read ([`InFlight`]); [`EngineCore::step_overlapped`] plans and
+//! queues the next step while one is in flight — its decode rows take the
+//! in-flight step's tokens where they were drawn — and only then reads the
+//! in-flight step's tokens and streams them.
+//!
+//! Order of the host's work, so that the device sees the same sequence of
+//! state updates as without the overlap:
+//! * a step's progress (block names, prefix-cache snapshots: `note_progress`)
+//!   is noted before the next step is queued: at once for rows whose input
+//!   tokens were known, after the read of the step before for decode rows
+//!   fed one of its tokens (snapshots are taken at prefill points only);
+//! * a planning that could preempt (fewer free KV blocks than the step
+//!   could take) or that needs tokens on the host (penalties, log probabilities)
+//!   reads the in-flight step first: no sequence leaves the running set
+//!   with a token in flight;
+//! * a sequence that ends at step k by a stop token has one more row in
+//!   step k + 1 (its output dropped): it retires without an end snapshot,
+//!   since that row updates its state first. A `max_tokens` end is known
+//!   when planning and takes no row.
+
+use super::EngineCore;
+use crate::api::StreamEvent;
+use crate::kv::{KvBackendKind, KV_BLOCK_ROWS};
+use crate::report::{SampledRow, StepReport};
+use crate::EngineError;
+use headroom_core::ops::{Backend, Batch, BlockTables};
+use headroom_model::{LogitsRows, StepIds, StepModel};
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// A step queued whose tokens were not read yet.
+pub(crate) struct InFlight<D> {
+    /// Its number (`EngineCore::launched` when it was queued).
+    number: u64,
+    /// `(sequence id, rows)` of its batch, in batch order.
+    rows: Vec<(u64, usize)>,
+    /// The sequence of each drawn row, in the order of the draw.
+    draws: Vec<u64>,
+    /// Where its tokens were drawn (none when no row draws).
+    drawn: Option<D>,
+    /// Sequences whose decode row took a token of the step before it, with
+    /// their rows before this step: their progress is noted once that
+    /// token is read.
+    fed: Vec<(u64, usize)>,
+    report: StepReport,
+    started: Instant,
+    queued: Instant,
+}
+
+/// What queueing a step gave.
+enum Launched<D> {
+    Flying(InFlight<D>),
+    /// The forward or the draw failed; the step's sequences were failed.
+    Failed(StepReport),
+}
+
+impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
+    /// One call of [`EngineCore::step`] with the overlap on.
+    pub(super) fn step_overlapped(
+        &mut self,
+        started: Instant,
+    ) -> Result<Option<StepReport>, EngineError> {
+        if self.needs_host_draws() {
+            // Its rows draw on the host: the step before is read first and
+            // this one runs without the overlap.
+            if let Some(prev) = self.inflight.take() {
+                return self.land(prev).map(Some);
+            }
+            let Some(plan) = self.plan_step()? else {
+                return Ok(None);
+            };
+            return self.run_plan(&plan, started).map(Some);
+        }
+        if self.inflight.is_none() {
+            let Some(plan) = self.plan_step()? else {
+                return Ok(None);
+            };
+            match self.launch(&plan, started)? {
+                Launched::Flying(f) => self.inflight = Some(f),
+                Launched::Failed(report) => return Ok(Some(report)),
+            }
+        }
+        let next = match self.may_plan_ahead() {
+            true => match self.plan_step()? {
+                Some(plan) => match self.launch(&plan, Instant::now())? {
+                    Launched::Flying(f) => {
+                        self.stats.steps_queued_ahead += 1;
+                        Some(f)
+                    }
+                    Launched::Failed(_) => None,
+                },
+                None => None,
+            },
+            false => None,
+        };
+        let prev = std::mem::replace(&mut self.inflight, next)
+            .ok_or_else(|| EngineError::Internal("no step in flight to read".into()))?;
+        let report = self.land(prev)?;
+        self.note_fed()?;
+        Ok(Some(report))
+    }
+
+    /// Whether a running or waiting sequence draws its tokens on the host.
+    fn needs_host_draws(&self) -> bool {
+        self.running
+            .iter()
+            .chain(self.waiting.iter())
+            .any(|s| s.extras.on_host())
+    }
+
+    /// Whether the next step may be planned with a step in flight: its
+    /// planning cannot preempt. Only the growth of running sequences can
+    /// (an admission takes blocks counted free): a sequence given n rows
+    /// takes at most n / 64 + 1 new blocks, and the running sequences' rows
+    /// are their decode rows and at most the step's budget of their
+    /// remaining prompts (paged KV; contiguous KV never preempts).
+    fn may_plan_ahead(&self) -> bool {
+        if self.kv.resolved != KvBackendKind::Paged {
+            return true;
+        }
+        let prompts = self
+            .running
+            .iter()
+            .map(|s| s.remaining_prompt())
+            .fold(0usize, usize::saturating_add);
+        let bound = prompts
+            .min(self.step_budget().left())
+            .div_ceil(KV_BLOCK_ROWS)
+            .saturating_add(self.running.len());
+        self.blocks.free() >= bound
+    }
+
+    /// Queues `plan` (forward and draw, nothing read): decode rows of
+    /// sequences whose last token is in flight take it from there.
+    fn launch(
+        &mut self,
+        plan: &[(usize, usize)],
+        started: Instant,
+    ) -> Result<Launched<B::Drawn>, EngineError> {
+        let number = self.launched + 1;
+        let flying = self.inflight.as_ref().map(|f| f.number);
+        let mut ids = Vec::new();
+        let mut holes = Vec::new();
+        let mut fed = Vec::new();
+        let mut is_fed = vec![false; plan.len()];
+        let mut seqs = Vec::with_capacity(plan.len());
+        let mut report = StepReport::default();
+        for (k, &(i, n)) in plan.iter().enumerate() {
+            let s = &self.running[i];
+            match s.feed {
+                Some((step, row)) if s.remaining_prompt() == 0 => {
+                    if Some(step) != flying || n != 1 {
+                        return Err(EngineError::Internal(format!(
+                            "request {}: {n} rows fed from step {step}, in flight {flying:?}",
+                            s.id
+                        )));
+                    }
+                    holes.push((ids.len(), row));
+                    ids.push(0);
+                    fed.push((s.id, s.processed));
+                    is_fed[k] = true;
+                }
+                _ => s.push_inputs(n, &mut ids),
+            }
+            seqs.push((s.slot, s.processed, n));
+            report.sequences.push((s.id, n));
+            if s.remaining_prompt() == 0 {
+                report.decode_rows += n;
+            } else {
+                report.prefill_rows += n;
+            }
+        }
+        let mut batch = Batch::packed(&seqs);
+        if self.kv.resolved == KvBackendKind::Paged {
+            let tables: Vec<&[u32]> = plan
+                .iter()
+                .map(|&(i, _)| &self.running[i].blocks[..])
+                .collect();
+            batch = batch.with_blocks(BlockTables::from_tables(&tables));
+        }
+        let draws: Vec<usize> = plan
+            .iter()
+            .enumerate()
+            .filter(|(_, &(i, n))| self.running[i].draws_after(n))
+            .map(|(k, _)| k)
+            .collect();
+        let queued = Instant::now();
+        let drawn = match self.queue_forward(plan, &ids, &holes, &batch, &draws, &mut report) {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail_plan(plan, &e.to_string());
+                report.total_s = started.elapsed().as_secs_f64();
+                return Ok(Launched::Failed(report));
+            }
+        };
+        self.launched = number;
+        let draw_ids: Vec<u64> = draws.iter().map(|&k| self.running[plan[k].0].id).collect();
+        for (row, &k) in draws.iter().enumerate() {
+            self.running[plan[k].0].feed = Some((number, row));
+        }
+        for (&(i, n), fed) in plan.iter().zip(is_fed) {
+            let before = self.running[i].processed;
+            self.running[i].processed += n;
+            if !fed {
+                self.note_progress(i, before)?;
+            }
+        }
+        Ok(Launched::Flying(InFlight {
+            number,
+            rows: report.sequences.clone(),
+            draws: draw_ids,
+            drawn,
+            fed,
+            report,
+            started,
+            queued,
+        }))
+    }
+
+    /// The forward of `batch` and the draw of rows `draws` (of `plan`),
+    /// queued; the attention reports noted.
+    fn queue_forward(
+        &mut self,
+        plan: &[(usize, usize)],
+        ids: &[u32],
+        holes: &[(usize, usize)],
+        batch: &Batch,
+        draws: &[usize],
+        report: &mut StepReport,
+    ) -> Result<Option<B::Drawn>, EngineError> {
+        let queue_started = Instant::now();
+        let drawn_before = self.inflight.as_ref().and_then(|f| f.drawn.as_ref());
+        let step_ids = match (holes.is_empty(), drawn_before) {
+            (true, _) => StepIds::known(ids),
+            (false, Some(d)) => StepIds {
+                ids,
+                drawn: Some((holes, d)),
+            },
+            (false, None) => {
+                return Err(EngineError::Internal(
+                    "a decode row waits for a token that no step in flight drew".into(),
+                ))
+            }
+        };
+        let out = self.model.step_drawn(
+            &mut self.state,
+            step_ids,
+            batch,
+            &self.routes,
+            LogitsRows::Last,
+        )?;
+        report.queue_s = queue_started.elapsed().as_secs_f64();
+        let nseq = plan.len();
+        for (r, rep) in out.attention.iter().enumerate() {
+            report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);
+            self.running[plan[r % nseq].0].note_attention(rep);
+        }
+        if draws.is_empty() {
+            return Ok(None);
+        }
+        let be = self.model.lead().backend();
+        let logits = out
+            .logits
+            .ok_or_else(|| EngineError::Internal("a step asked for logits returned none".into()))?;
+        let rows = if draws.len() == nseq {
+            logits
+        } else {
+            be.gather_rows(&logits, draws)?
+        };
+        let params: Vec<_> = draws
+            .iter()
+            .map(|&k| self.running[plan[k].0].sampling)
+            .collect();
+        let steps: Vec<u64> = draws
+            .iter()
+            .map(|&k| {
+                let s = &self.running[plan[k].0];
+                (s.generated.len() + s.unread()) as u64
+            })
+            .collect();
+        Ok(Some(be.sample_later(&rows, &params, &steps)?))
+    }
+
+    /// Fails every sequence of `plan` with `msg` (a failed forward).
+    fn fail_plan(&mut self, plan: &[(usize, usize)], msg: &str) {
+        let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
+        idx.sort_unstable_by(|a, b| b.cmp(a));
+        idx.dedup();
+        for i in idx {
+            let mut s = self.running.remove(i);
+            s.sink.send(StreamEvent::Error(msg.to_string()));
+            self.blocks.release(&mut s.blocks);
+            self.slots.give(s.slot);
+        }
+        tracing::warn!("engine step failed: {msg}");
+    }
+
+    /// Reads step `f`'s tokens, streams them and retires the sequences they
+    /// end; its report.
+    fn land(&mut self, f: InFlight<B::Drawn>) -> Result<StepReport, EngineError> {
+        let mut report = f.report;
+        let tokens = match &f.drawn {
+            Some(d) => self.model.lead().backend().read_drawn(d),
+            None => Ok(Vec::new()),
+        };
+        report.forward_s = f.queued.elapsed().as_secs_f64();
+        self.stats.steps += 1;
+        let tokens = match tokens {
+            Ok(t) if t.len() == f.draws.len() => t,
+            Ok(t) => {
+                return Err(EngineError::Internal(format!(
+                    "{} tokens read for {} drawn rows",
+                    t.len(),
+                    f.draws.len()
+                )))
+            }
+            Err(e) => {
+                let plan: Vec<(usize, usize)> = f
+                    .rows
+                    .iter()
+                    .filter_map(|&(id, n)| {
+                        self.running.iter().position(|s| s.id == id).map(|i| (i, n))
+                    })
+                    .collect();
+                self.fail_plan(&plan, &e.to_string());
+                report.total_s = f.started.elapsed().as_secs_f64();
+                return Ok(report);
+            }
+        };
+        let index = self.running_index();
+        let mut finished = Vec::new();
+        for (&id, token) in f.draws.iter().zip(tokens) {
+            // A sequence failed or cancelled since has no row here.
+            let Some(&i) = index.get(&id) else {
+                continue;
+            };
+            let s = &mut self.running[i];
+            if s.feed.is_some_and(|(n, _)| n == f.number) {
+                s.feed = None;
+            }
+            self.stats.generated_tokens += 1;
+            report.sampled.push(SampledRow {
+                id,
+                token,
+                logits: None,
+            });
+            if let Some(reason) = s.push_token(token, None) {
+                finished.push((i, reason));
+            }
+        }
+        finished.sort_unstable_by_key(|f| std::cmp::Reverse(f.0));
+        for (i, reason) in finished {
+            let id = self.running[i].id;
+            let has_row_in_flight = self
+                .inflight
+                .as_ref()
+                .is_some_and(|g| g.rows.iter().any(|r| r.0 == id));
+            self.retire_with(i, reason, !has_row_in_flight);
+        }
+        report.total_s = f.started.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    /// Notes the progress of the in-flight step's decode rows that took a
+    /// token of the step just read (their inputs are known now).
+    fn note_fed(&mut self) -> Result<(), EngineError> {
+        let fed = match &self.inflight {
+            Some(f) if !f.fed.is_empty() && self.caching() => f.fed.clone(),
+            _ => return Ok(()),
+        };
+        let index = self.running_index();
+        for (id, before) in fed {
+            if let Some(&i) = index.get(&id) {
+                self.note_progress(i, before)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Running sequences by id.
+    fn running_index(&self) -> HashMap<u64, usize> {
+        self.running
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id, i))
+            .collect()
+    }
+}

@@ -1,0 +1,139 @@
+//! The step overlap on the CUDA backend (`crates/engine/src/overlap.rs`):
+//! each decode step queued before the last one's tokens are read, its
+//! embedding taking them where the device drew them
+//! (`ops::pointwise::embed_drawn`). A step's kernels are the same with the
+//! overlap on or off, so requests that end by `max_tokens` (no extra row in
+//! any step) get the same tokens to the bit of the logits behind them, on
+//! the MoE fixture (near-tied routers: any difference in a step shows) and
+//! the next fixture, greedy and seeded; a request alone that ends at a stop
+//! token too. Every block and slot comes back. Needs a GPU: the binary is
+//! run with `--ignored` by `bench/gpu/check_engine.sh` (build: `cargo test
+//! --release -p headroom-engine --test cuda_overlap --no-run`).
+
+mod common;
+
+use common::{fixture_dir, ids};
+use headroom_core::ops::SamplingParams;
+use headroom_cuda::backend::CudaBackend;
+use headroom_engine::{
+    EngineConfig, EngineCore, FinishReason, GenerateRequest, KvBackendKind, SchedulerSettings,
+    SoloStripe, StepOverlap, StreamEvent,
+};
+use headroom_model::{ModelConfig, Qwen35Model, Weights};
+
+fn model(name: &str) -> Qwen35Model<CudaBackend> {
+    let dir = fixture_dir(name);
+    let cfg = ModelConfig::from_dir(&dir).unwrap();
+    let w = Weights::load(&dir, &cfg).unwrap();
+    Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
+}
+
+fn vocab(name: &str) -> usize {
+    ModelConfig::from_dir(&fixture_dir(name))
+        .unwrap()
+        .vocab_size
+}
+
+/// Each request's streamed tokens and finish reason, and the engine's
+/// steps queued ahead of the one in flight.
+fn run(
+    name: &str,
+    overlap: StepOverlap,
+    reqs: &[GenerateRequest],
+) -> (Vec<(Vec<u32>, FinishReason)>, u64) {
+    let cfg = EngineConfig {
+        scheduler: SchedulerSettings {
+            prefill_chunk: 37,
+            step_tokens: 200,
+            solo_stripe: SoloStripe::Tokens(2048),
+            ..SchedulerSettings::default()
+        },
+        kv_backend: KvBackendKind::Paged,
+        max_running: 16,
+        max_context: 1024,
+        step_overlap: overlap,
+        ..EngineConfig::default()
+    };
+    let mut core = EngineCore::new(model(name), cfg).unwrap();
+    assert_eq!(core.step_overlap().on, overlap == StepOverlap::On);
+    let mut streams: Vec<_> = reqs
+        .iter()
+        .map(|r| core.submit(r.clone()).unwrap())
+        .collect();
+    while core.step().unwrap().is_some() {}
+    let st = core.stats();
+    assert_eq!(
+        (st.running, st.kv_blocks_used, st.gdn_slots_used),
+        (0, 0, 0)
+    );
+    let out = streams
+        .iter_mut()
+        .map(|s| {
+            let (mut tokens, mut reason) = (Vec::new(), None);
+            while let Some(e) = s.try_next() {
+                match e {
+                    StreamEvent::Token(t) => tokens.push(t),
+                    StreamEvent::Finished { reason: r, .. } => reason = Some(r),
+                    StreamEvent::Error(e) => panic!("request failed: {e}"),
+                    StreamEvent::Logprobs(_) => {}
+                }
+            }
+            (tokens, reason.expect("finished"))
+        })
+        .collect();
+    (out, st.steps_queued_ahead)
+}
+
+fn requests(name: &str) -> Vec<GenerateRequest> {
+    let v = vocab(name);
+    [(3, 20), (40, 12), (300, 9), (90, 30), (17, 25), (150, 16)]
+        .into_iter()
+        .enumerate()
+        .map(|(k, (len, max))| {
+            let mut r = GenerateRequest::greedy(ids(len, v, k as u32 + 3), max);
+            r.ignore_eos = true;
+            if k % 2 == 1 {
+                r.sampling = SamplingParams {
+                    temperature: 0.9,
+                    top_p: 0.95,
+                    top_k: 0,
+                    seed: 40 + k as u64,
+                };
+            }
+            r
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_overlapped_steps_give_the_same_tokens() {
+    for name in ["moe_d256", "next_d128"] {
+        let reqs = requests(name);
+        let (plain, ahead_off) = run(name, StepOverlap::Off, &reqs);
+        let (over, ahead_on) = run(name, StepOverlap::On, &reqs);
+        println!("{name}: steps queued ahead {ahead_off} off, {ahead_on} on");
+        assert_eq!(ahead_off, 0);
+        assert!(ahead_on > 20, "{name}: {ahead_on} steps ahead");
+        for (k, ((a, ra), (b, rb))) in plain.iter().zip(&over).enumerate() {
+            assert_eq!((ra, rb), (&FinishReason::Length, &FinishReason::Length));
+            assert_eq!(a.len(), reqs[k].max_tokens);
+            assert_eq!(a, b, "{name} request {k}: tokens with the overlap");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_a_stop_token_ends_an_overlapped_request_where_it_ends_a_plain_one() {
+    let name = "next_d128";
+    let mut r = GenerateRequest::greedy(ids(60, vocab(name), 9), 40);
+    r.ignore_eos = true;
+    let (free, _) = run(name, StepOverlap::Off, std::slice::from_ref(&r));
+    r.stop_token_ids = vec![free[0].0[7]];
+    let (plain, _) = run(name, StepOverlap::Off, std::slice::from_ref(&r));
+    let (over, _) = run(name, StepOverlap::On, std::slice::from_ref(&r));
+    assert_eq!(plain[0].1, FinishReason::Stop);
+    assert!(plain[0].0.len() <= 7, "stopped early: {:?}", plain[0].0);
+    assert_eq!(over, plain);
+}
