@@ -194,8 +194,8 @@ __device__ __forceinline__ void prep_lite_body(
                 if (c0 + 8 * nt > m0 + 15) continue;  // n8 pieces above the diagonal
                 unsigned b[2];
                 frag_b(b, Ks, LD128, c0 + 8 * nt, 16 * ks, lane);
-                mma16816(acc_a[nt], ak, b);
-                mma16816(acc_p[nt], aq, b);
+                mma_bf16_16816(acc_a[nt], ak, b);
+                mma_bf16_16816(acc_p[nt], aq, b);
             }
         }
     }

@@ -300,8 +300,8 @@ __device__ __forceinline__ void scan_lite_body(
                 unsigned b[2];
                 frag_b(b, HT, LD128, 8 * (n0 + nt), 16 * ks, lane);
                 const bool odd = PIPELINED && (ks & 1);
-                mma16816(odd ? ak2[nt] : ak[nt], fk, b);
-                mma16816(odd ? ao2[nt] : ao[nt], fq, b);
+                mma_bf16_16816(odd ? ak2[nt] : ak[nt], fk, b);
+                mma_bf16_16816(odd ? ao2[nt] : ao[nt], fq, b);
             }
         }
         if constexpr (PIPELINED) issue_next();
@@ -347,7 +347,7 @@ __device__ __forceinline__ void scan_lite_body(
                         unsigned b[2];
                         frag_b(b, YT, LD64, 8 * (n0 + nt), 16 * ks, lane);
                         const bool odd = PIPELINED && (ks & 1);
-                        mma16816(odd ? ad2[nt] : ad[nt], a, b);
+                        mma_bf16_16816(odd ? ad2[nt] : ad[nt], a, b);
                     }
                 }
             }
@@ -377,7 +377,7 @@ __device__ __forceinline__ void scan_lite_body(
             for (int nt = 0; nt < C::NT; ++nt) {
                 unsigned b[2];
                 frag_b(b, VN, LD64, 8 * (n0 + nt), 16 * ks, lane);
-                mma16816(ao[nt], a, b);
+                mma_bf16_16816(ao[nt], a, b);
             }
         };
         // Store the valid output rows.
@@ -404,7 +404,7 @@ __device__ __forceinline__ void scan_lite_body(
                 for (int nt = 0; nt < C::SNT; ++nt) {
                     unsigned b[2];
                     frag_b(b, VK, LD64, hcol0 + 8 * nt, 16 * ks, lane);
-                    mma16816(acc_h[mt][nt], a, b);
+                    mma_bf16_16816(acc_h[mt][nt], a, b);
                 }
             }
         };

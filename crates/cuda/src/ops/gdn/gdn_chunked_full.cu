@@ -349,7 +349,7 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
                     for (int nt = 0; nt < FNT; ++nt) {
                         unsigned b[2];
                         frag_b_trans(b, Ys, LD128, 16 * ks, 8 * (n0 + nt), lane);
-                        mma16816(ad[nt], a, b);
+                        mma_bf16_16816(ad[nt], a, b);
                     }
                 }
             }
@@ -381,7 +381,7 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
                 for (int nt = 0; nt < FNT; ++nt) {
                     unsigned b[2];
                     frag_b(b, VN, LD64, 8 * (n0 + nt), 16 * ks, lane);
-                    mma16816(ao[nt], a, b);
+                    mma_bf16_16816(ao[nt], a, b);
                 }
             }
         }
@@ -414,7 +414,7 @@ extern "C" __global__ void __launch_bounds__(FUSED_THREADS, 1) gdn_chunk_scan_fu
                 for (int nt = 0; nt < FSNT; ++nt) {
                     unsigned b[2];
                     frag_b(b, VK, LD64, hcol0 + 8 * nt, 16 * ks, lane);
-                    mma16816(acc_h[nt], a, b);
+                    mma_bf16_16816(acc_h[nt], a, b);
                 }
             }
         }

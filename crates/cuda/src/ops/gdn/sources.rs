@@ -10,6 +10,7 @@ pub const GDN_CHUNK_PREP: KernelSource = KernelSource {
     name: "gdn_chunk_prep",
     file: "gdn_chunk_prep.cu",
     source: concat!(
+        include_str!("../../kernels/mma_sync.cuh"),
         include_str!("gdn_common.cuh"),
         include_str!("gdn_prep_tf32.cuh"),
         include_str!("gdn_chunk_prep.cu")
@@ -23,6 +24,7 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     name: "gdn_chunked",
     file: "gdn_chunked.cu",
     source: concat!(
+        include_str!("../../kernels/mma_sync.cuh"),
         include_str!("gdn_common.cuh"),
         include_str!("gdn_chunked.cu")
     ),
@@ -38,6 +40,7 @@ pub const GDN_CHUNKED_FULL: KernelSource = KernelSource {
     file: "gdn_chunked_full.cu",
     source: concat!(
         include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("../../kernels/mma_sync.cuh"),
         include_str!("gdn_common.cuh"),
         include_str!("gdn_chunked_full.cu")
     ),

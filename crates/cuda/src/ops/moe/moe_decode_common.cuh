@@ -94,17 +94,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
 
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
-// d += A B on the tensor cores: mma.sync m16n8k16, bf16 A (a0..a3) and B
-// (b0, b1) in their fragment layouts, f32 D (sm_80+).
-__device__ __forceinline__ void mma_bf16_f32(float (&d)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                             unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // The chunk of 8 bf16 weights at p when ok, else zeros, read with the L2
 // policy `pol` (weight_policy); the load itself always goes out (to `safe`
 // when not ok: an in-bounds chunk), so that the compiler issues every load of

@@ -297,8 +297,8 @@ __device__ __forceinline__ float down_bf_slot(const uint4 (&v)[DOWN_BF_ROUNDS][2
     for (int j = 0; j < DOWN_BF_ROUNDS; ++j) {
         if (32 * j >= half) break;  // warp-uniform
         const uint4 bv = b != nullptr ? *reinterpret_cast<const uint4*>(b + 32 * j) : zero4();
-        mma_bf16_f32(d, v[j][0].x, v[j][1].x, v[j][0].y, v[j][1].y, bv.x, bv.y);
-        mma_bf16_f32(d, v[j][0].z, v[j][1].z, v[j][0].w, v[j][1].w, bv.z, bv.w);
+        mma_bf16_16816(d, v[j][0].x, v[j][1].x, v[j][0].y, v[j][1].y, bv.x, bv.y);
+        mma_bf16_16816(d, v[j][0].z, v[j][1].z, v[j][0].w, v[j][1].w, bv.z, bv.w);
     }
     const float s = d[0] + d[3];                              // lane (g, 0): hi; lane (g, 1): lo
     return s + __shfl_xor_sync(0xffffffffu, s, 1);

@@ -299,8 +299,8 @@ __device__ __forceinline__ void gu_bf_stage(const uint4 (&v)[GU_BF_STAGE][2], co
     for (int j = 0; j < GU_BF_STAGE; ++j) {
         if (q0 + j >= r1) break;  // warp-uniform
         const uint4 xv = *reinterpret_cast<const uint4*>(xs + 32 * (q0 + j) + 8 * t);
-        mma_bf16_f32(d, v[j][0].x, v[j][1].x, v[j][0].y, v[j][1].y, xv.x, xv.y);
-        mma_bf16_f32(d, v[j][0].z, v[j][1].z, v[j][0].w, v[j][1].w, xv.z, xv.w);
+        mma_bf16_16816(d, v[j][0].x, v[j][1].x, v[j][0].y, v[j][1].y, xv.x, xv.y);
+        mma_bf16_16816(d, v[j][0].z, v[j][1].z, v[j][0].w, v[j][1].w, xv.z, xv.w);
     }
 }
 

@@ -64,7 +64,6 @@ using headroom_moe_common::tile_sources;
 using headroom_moe_common::silu_mul;
 using headroom_moe_common::store_bf16x2;
 using headroom_moe_common::ldmatrix_x4;
-using headroom_moe_common::mma_bf16;
 
 // First tile row of the warp's n8 block j. Gate_up: blocks 0..NI/2-1 are gate
 // rows, NI/2.. the up rows of the same columns.
@@ -162,7 +161,7 @@ __device__ __forceinline__ void grouped_gemm(const bf16* __restrict__ a_src, con
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
-                for (int j = 0; j < NI; ++j) mma_bf16(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
+                for (int j = 0; j < NI; ++j) mma_bf16_16816(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
         }
     }
     cp_async_wait<0>();

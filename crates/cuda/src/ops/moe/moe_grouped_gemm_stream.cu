@@ -77,7 +77,6 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
 using headroom_moe_common::source_row;
 using headroom_moe_common::silu_mul;
 using headroom_moe_common::ldmatrix_x4;
-using headroom_moe_common::mma_bf16;
 
 // Byte offset of 16-byte chunk c of row r in a BK-wide tile (128-byte rows),
 // XOR-swizzled by row mod 8: the 8 rows an ldmatrix reads in 8 bank groups.
@@ -98,8 +97,8 @@ __device__ __forceinline__ void mma_stage(float (&acc)[ACC], unsigned sw, unsign
             if (b * 8 >= n_rows) break;
             unsigned t[4];
             ldmatrix_x4(t, st + swz(b * 8 + (lane % 8) + (lane / 16) * 8, ks * 2 + (lane / 8) % 2));
-            mma_bf16(acc + 4 * b, af, t[0], t[1]);
-            if ((b + 1) * 8 < n_rows) mma_bf16(acc + 4 * (b + 1), af, t[2], t[3]);
+            mma_bf16_16816(acc + 4 * b, af, t[0], t[1]);
+            if ((b + 1) * 8 < n_rows) mma_bf16_16816(acc + 4 * (b + 1), af, t[2], t[3]);
         }
     }
 }

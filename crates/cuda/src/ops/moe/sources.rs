@@ -12,6 +12,7 @@ macro_rules! wgmma_gemm_source {
         concat!(
             include_str!("../../kernels/async_copy.cuh"),
             include_str!("../../kernels/wgmma_sync.cuh"),
+            include_str!("../../kernels/mma_sync.cuh"),
             $(include_str!($header),)*
             include_str!("moe_tile_list.cuh"),
             include_str!("moe_gemm_common.cuh"),
@@ -41,6 +42,7 @@ pub const MOE_GROUPED_GEMM: KernelSource = KernelSource {
     file: "moe_grouped_gemm.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/mma_sync.cuh"),
         include_str!("moe_gemm_common.cuh"),
         include_str!("moe_grouped_gemm.cu")
     ),
@@ -81,6 +83,7 @@ pub const MOE_GROUPED_GEMM_STREAM: KernelSource = KernelSource {
     file: "moe_grouped_gemm_stream.cu",
     source: concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/mma_sync.cuh"),
         include_str!("moe_tile_list.cuh"),
         include_str!("moe_gemm_common.cuh"),
         include_str!("moe_grouped_gemm_stream.cu")
@@ -95,6 +98,7 @@ pub const MOE_DECODE: KernelSource = KernelSource {
     file: "moe_decode.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        include_str!("../../kernels/mma_sync.cuh"),
         include_str!("../norm/norm_row.cuh"),
         include_str!("moe_decode_common.cuh"),
         include_str!("../../kernels/e4m3.cuh"),

@@ -228,6 +228,7 @@ fn streaming_kernels_are_persistent_with_their_shared_memory_and_ctas_per_sm() {
     assert!(src.contains("SMEM_BYTES = STAGES * STAGE_BYTES + TABLE_BYTES + 1024;"));
     assert!(src.starts_with(concat!(
         include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/mma_sync.cuh"),
         include_str!("moe_tile_list.cuh")
     )));
     // Any sm_80+ GPU: no warpgroup MMA in the source.
