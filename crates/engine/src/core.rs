@@ -276,6 +276,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// running sequence keeps the routes it was admitted under. The memory
     /// model follows the new routes.
     pub fn set_attention(&mut self, plan: AttentionPlan) -> Result<(), EngineError> {
+        self.drain_finished()?;
         if !self.is_idle() {
             return Err(EngineError::Config(format!(
                 "the attention routes change only while the engine is idle ({} running, {} waiting)",

@@ -294,3 +294,29 @@ fn auto_is_off_until_measured_and_off_is_off() {
         assert!(!c.step_overlap().on, "{}", c.step_overlap());
     }
 }
+
+#[test]
+fn a_stop_token_leaves_a_step_in_flight_that_forgetting_reads_first() {
+    let mut r = GenerateRequest::greedy(ids(20, 512, 4), 30);
+    let mut plain = engine(StepOverlap::Off, None);
+    let s = plain.submit(r.clone()).unwrap();
+    let free = run(&mut plain, vec![s], &mut |_, _| {}).remove(0);
+    r.stop_token_ids = vec![free.streamed[4]];
+    let mut over = engine(StepOverlap::On, None);
+    let mut s = over.submit(r).unwrap();
+    let mut out = Outcome::default();
+    while out.reason.is_none() {
+        over.step().unwrap().expect("a step read");
+        collect_events(&mut s, &mut out);
+    }
+    assert_eq!(out.reason, Some(FinishReason::Stop));
+    assert!(
+        !over.is_idle(),
+        "the stopped request's next row is still in flight"
+    );
+    assert_eq!(over.stats().running, 0);
+    over.forget_history().unwrap();
+    assert!(over.is_idle());
+    assert_eq!(over.stats().steps, 0, "forgotten");
+    all_returned(&over);
+}

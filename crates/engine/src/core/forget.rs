@@ -16,6 +16,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// engine looks as it did when built (a warm-up leaves no trace).
     /// Returns the counters as they were; an error when not idle.
     pub fn forget_history(&mut self) -> Result<EngineStats, EngineError> {
+        self.drain_finished()?;
         if !self.is_idle() {
             return Err(EngineError::Config(format!(
                 "the engine forgets its history only while idle ({} running, {} waiting)",

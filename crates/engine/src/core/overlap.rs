@@ -17,7 +17,8 @@
 //! * a sequence that ends at step k by a stop token has one more row in
 //!   step k + 1 (its output dropped): it retires without an end snapshot,
 //!   since that row updates its state first. A `max_tokens` end is known
-//!   when planning and takes no row.
+//!   when planning and takes no row. With no request left, forgetting or
+//!   re-routing reads that last step first (`drain_finished`).
 
 use super::EngineCore;
 use crate::api::StreamEvent;
@@ -373,6 +374,18 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         for (id, before) in fed {
             if let Some(&i) = index.get(&id) {
                 self.note_progress(i, before)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With no request left, reads the step still in flight (the rows of
+    /// sequences that ended before it: a stop token): the engine is idle
+    /// after it. Nothing otherwise.
+    pub(super) fn drain_finished(&mut self) -> Result<(), EngineError> {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            if let Some(f) = self.inflight.take() {
+                self.land(f)?;
             }
         }
         Ok(())
