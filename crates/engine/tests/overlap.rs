@@ -14,7 +14,7 @@ use headroom_core::ops::SamplingParams;
 use headroom_cpu::CpuBackend;
 use headroom_engine::{
     EngineConfig, EngineCore, FinishReason, GenerateRequest, KvBackendKind, RequestStream,
-    SamplingExtras, SchedulerSettings, SoloStripe, StepOverlap,
+    SamplingExtras, SchedulerSettings, SoloStripe, StepOverlap, StreamEvent,
 };
 use std::collections::HashMap;
 
@@ -319,4 +319,45 @@ fn a_stop_token_leaves_a_step_in_flight_that_forgetting_reads_first() {
     assert!(over.is_idle());
     assert_eq!(over.stats().steps, 0, "forgotten");
     all_returned(&over);
+}
+
+#[test]
+fn the_loop_thread_serves_overlapped_steps_and_forgets_after_a_stop() {
+    let h = headroom_engine::spawn(tiny("tiny-d64"), cfg(StepOverlap::On, None)).unwrap();
+    let mut plain = engine(StepOverlap::Off, None);
+    let rs = requests(None);
+    let streams = submit_all(&mut plain, &rs);
+    let want = run(&mut plain, streams, &mut |_, _| {});
+    let mut rs = requests(None);
+    // Request 0 stops at its 4th token: its next row is still in flight
+    // when its stream ends.
+    rs[0].stop_token_ids = vec![want[0].streamed[3]];
+    let mut got = Vec::new();
+    for r in rs {
+        let mut s = h.submit(r).unwrap();
+        let mut o = Outcome::default();
+        loop {
+            match s.blocking_next() {
+                Some(StreamEvent::Token(t)) => o.streamed.push(t),
+                Some(StreamEvent::Finished { reason, .. }) => {
+                    o.reason = Some(reason);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        got.push(o);
+        // Forgetting right after a stream ends reads any step left in flight.
+        h.forget_history().unwrap();
+    }
+    assert_eq!(got[0].reason, Some(FinishReason::Stop));
+    assert!(got[0].streamed.len() <= 3);
+    assert_eq!(
+        got[0].streamed[..],
+        want[0].streamed[..got[0].streamed.len()]
+    );
+    for k in 1..got.len() {
+        assert_eq!(got[k].streamed, want[k].streamed, "request {k}");
+    }
+    h.shutdown();
 }
