@@ -20,12 +20,13 @@
 //!   when planning and takes no row. With no request left, forgetting or
 //!   re-routing reads that last step first (`drain_finished`).
 
+use super::run::Packed;
 use super::EngineCore;
 use crate::api::StreamEvent;
 use crate::kv::{KvBackendKind, KV_BLOCK_ROWS};
 use crate::report::{SampledRow, StepReport};
 use crate::EngineError;
-use headroom_core::ops::{Backend, Batch, BlockTables};
+use headroom_core::ops::{Backend, Batch};
 use headroom_model::{LogitsRows, StepIds, StepModel};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -145,47 +146,29 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let mut holes = Vec::new();
         let mut fed = Vec::new();
         let mut is_fed = vec![false; plan.len()];
-        let mut seqs = Vec::with_capacity(plan.len());
-        let mut report = StepReport::default();
-        for (k, &(i, n)) in plan.iter().enumerate() {
-            let s = &self.running[i];
-            match s.feed {
-                Some((step, row)) if s.remaining_prompt() == 0 => {
-                    if Some(step) != flying || n != 1 {
-                        return Err(EngineError::Internal(format!(
-                            "request {}: {n} rows fed from step {step}, in flight {flying:?}",
-                            s.id
-                        )));
-                    }
-                    holes.push((ids.len(), row));
-                    ids.push(0);
-                    fed.push((s.id, s.processed));
-                    is_fed[k] = true;
+        let mut bad = None;
+        let Packed {
+            batch,
+            draws,
+            mut report,
+        } = self.pack(plan, &mut ids, |k, s, n, ids| match s.feed {
+            Some((step, row)) if s.remaining_prompt() == 0 => {
+                if Some(step) != flying || n != 1 {
+                    bad = Some(format!(
+                        "request {}: {n} rows fed from step {step}, in flight {flying:?}",
+                        s.id
+                    ));
                 }
-                _ => s.push_inputs(n, &mut ids),
+                holes.push((ids.len(), row));
+                ids.push(0);
+                fed.push((s.id, s.processed));
+                is_fed[k] = true;
             }
-            seqs.push((s.slot, s.processed, n));
-            report.sequences.push((s.id, n));
-            if s.remaining_prompt() == 0 {
-                report.decode_rows += n;
-            } else {
-                report.prefill_rows += n;
-            }
+            _ => s.push_inputs(n, ids),
+        });
+        if let Some(why) = bad {
+            return Err(EngineError::Internal(why));
         }
-        let mut batch = Batch::packed(&seqs);
-        if self.kv.resolved == KvBackendKind::Paged {
-            let tables: Vec<&[u32]> = plan
-                .iter()
-                .map(|&(i, _)| &self.running[i].blocks[..])
-                .collect();
-            batch = batch.with_blocks(BlockTables::from_tables(&tables));
-        }
-        let draws: Vec<usize> = plan
-            .iter()
-            .enumerate()
-            .filter(|(_, &(i, n))| self.running[i].draws_after(n))
-            .map(|(k, _)| k)
-            .collect();
         let queued = Instant::now();
         let drawn = match self.queue_forward(plan, &ids, &holes, &batch, &draws, &mut report) {
             Ok(d) => d,
@@ -252,34 +235,15 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             LogitsRows::Last,
         )?;
         report.queue_s = queue_started.elapsed().as_secs_f64();
-        let nseq = plan.len();
-        for (r, rep) in out.attention.iter().enumerate() {
-            report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);
-            self.running[plan[r % nseq].0].note_attention(rep);
-        }
+        self.note_attention_reports(plan, &out.attention, report);
         if draws.is_empty() {
             return Ok(None);
         }
-        let be = self.model.lead().backend();
         let logits = out
             .logits
             .ok_or_else(|| EngineError::Internal("a step asked for logits returned none".into()))?;
-        let rows = if draws.len() == nseq {
-            logits
-        } else {
-            be.gather_rows(&logits, draws)?
-        };
-        let params: Vec<_> = draws
-            .iter()
-            .map(|&k| self.running[plan[k].0].sampling)
-            .collect();
-        let steps: Vec<u64> = draws
-            .iter()
-            .map(|&k| {
-                let s = &self.running[plan[k].0];
-                (s.generated.len() + s.unread()) as u64
-            })
-            .collect();
+        let (rows, params, steps) = self.draw_inputs(plan, draws, logits)?;
+        let be = self.model.lead().backend();
         Ok(Some(be.sample_later(&rows, &params, &steps)?))
     }
 

@@ -9,23 +9,42 @@ use crate::api::{FinishReason, StreamEvent};
 use crate::kv::KvBackendKind;
 use crate::report::{Drawn, SampledRow, StepReport};
 use crate::sampling::{draw_host_rows, HostRow};
+use crate::sequence::Sequence;
 use crate::EngineError;
+use headroom_core::ops::SamplingParams;
 use headroom_core::ops::{Backend, Batch, BlockTables};
+use headroom_model::qwen3_5::LayerAttentionReport;
 use headroom_model::{LogitsRows, StepModel};
 use std::time::Instant;
 
+/// A planned step packed for the model.
+pub(super) struct Packed {
+    /// Its sequences' rows with their slots, histories and block tables.
+    pub batch: Batch,
+    /// Rows (in batch order) whose sequence draws a token after the step.
+    pub draws: Vec<usize>,
+    /// Its report's sequences and rows.
+    pub report: StepReport,
+}
+
+/// The logits rows to draw from, each row's sampling parameters and its
+/// random-stream step.
+pub(super) type DrawInputs<A> = (A, Vec<SamplingParams>, Vec<u64>);
+
 impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
-    pub(super) fn run_plan(
-        &mut self,
+    /// Packs `plan`: `push(k, sequence, rows, ids)` appends plan entry
+    /// `k`'s input ids to `ids`.
+    pub(super) fn pack(
+        &self,
         plan: &[(usize, usize)],
-        started: Instant,
-    ) -> Result<StepReport, EngineError> {
-        let mut ids = Vec::new();
+        ids: &mut Vec<u32>,
+        mut push: impl FnMut(usize, &Sequence, usize, &mut Vec<u32>),
+    ) -> Packed {
         let mut seqs = Vec::with_capacity(plan.len());
         let mut report = StepReport::default();
-        for &(i, n) in plan {
+        for (k, &(i, n)) in plan.iter().enumerate() {
             let s = &self.running[i];
-            s.push_inputs(n, &mut ids);
+            push(k, s, n, ids);
             seqs.push((s.slot, s.processed, n));
             report.sequences.push((s.id, n));
             if s.remaining_prompt() == 0 {
@@ -42,13 +61,68 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 .collect();
             batch = batch.with_blocks(BlockTables::from_tables(&tables));
         }
-        // Rows (in batch order) whose sequence draws a token after this step.
-        let draws: Vec<usize> = plan
+        let draws = plan
             .iter()
             .enumerate()
             .filter(|(_, &(i, n))| self.running[i].draws_after(n))
             .map(|(k, _)| k)
             .collect();
+        Packed {
+            batch,
+            draws,
+            report,
+        }
+    }
+
+    /// Notes each layer's attention reports on the sequences of `plan`
+    /// (and the step's largest transient in `report`).
+    pub(super) fn note_attention_reports(
+        &mut self,
+        plan: &[(usize, usize)],
+        reps: &[LayerAttentionReport],
+        report: &mut StepReport,
+    ) {
+        let nseq = plan.len();
+        for (r, rep) in reps.iter().enumerate() {
+            report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);
+            self.running[plan[r % nseq].0].note_attention(rep);
+        }
+    }
+
+    /// The logits rows `draws` of a step's `logits` (all of them as they
+    /// are), with each row's sampling parameters and random-stream step (its
+    /// tokens drawn so far, read or not).
+    pub(super) fn draw_inputs(
+        &self,
+        plan: &[(usize, usize)],
+        draws: &[usize],
+        logits: B::Act,
+    ) -> Result<DrawInputs<B::Act>, EngineError> {
+        let rows = if draws.len() == plan.len() {
+            logits
+        } else {
+            self.model.lead().backend().gather_rows(&logits, draws)?
+        };
+        let seq = |k: usize| &self.running[plan[k].0];
+        let params = draws.iter().map(|&k| seq(k).sampling).collect();
+        let steps = draws
+            .iter()
+            .map(|&k| (seq(k).generated.len() + seq(k).unread()) as u64)
+            .collect();
+        Ok((rows, params, steps))
+    }
+
+    pub(super) fn run_plan(
+        &mut self,
+        plan: &[(usize, usize)],
+        started: Instant,
+    ) -> Result<StepReport, EngineError> {
+        let mut ids = Vec::new();
+        let Packed {
+            batch,
+            draws,
+            mut report,
+        } = self.pack(plan, &mut ids, |_, s, n, ids| s.push_inputs(n, ids));
         let forward_started = Instant::now();
         let drawn = self.forward(&ids, &batch, plan, &draws, &mut report);
         report.forward_s = forward_started.elapsed().as_secs_f64();
@@ -120,32 +194,15 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             .model
             .step(&mut self.state, ids, batch, &self.routes, LogitsRows::Last)?;
         report.queue_s = queue_started.elapsed().as_secs_f64();
-        let nseq = plan.len();
-        for (r, rep) in out.attention.iter().enumerate() {
-            report.transient_bytes = report.transient_bytes.max(rep.report.transient_bytes);
-            let i = plan[r % nseq].0;
-            self.running[i].note_attention(rep);
-        }
+        self.note_attention_reports(plan, &out.attention, report);
         if draws.is_empty() {
             return Ok(Vec::new());
         }
-        let be = self.model.lead().backend();
         let logits = out
             .logits
             .ok_or_else(|| EngineError::Internal("a step asked for logits returned none".into()))?;
-        let rows = if draws.len() == nseq {
-            logits
-        } else {
-            be.gather_rows(&logits, draws)?
-        };
-        let params: Vec<_> = draws
-            .iter()
-            .map(|&k| self.running[plan[k].0].sampling)
-            .collect();
-        let steps: Vec<u64> = draws
-            .iter()
-            .map(|&k| self.running[plan[k].0].generated.len() as u64)
-            .collect();
+        let (rows, params, steps) = self.draw_inputs(plan, draws, logits)?;
+        let be = self.model.lead().backend();
         let mut tokens = be.sample(&rows, &params, &steps)?;
         let vocab = self.model.lead().vocab_size();
         let host: Vec<HostRow<'_>> = draws
