@@ -411,11 +411,16 @@ impl ServeJob {
             engine.memory_budget_bytes = crate::cmd::logits::available_memory_bytes()
                 .map(|b| b / 10 * 9 / world.max(1) as u64);
         }
+        let overlap = headroom_engine::OverlapResolution::resolve(
+            engine.step_overlap,
+            world,
+            engine.capture_logits,
+        );
         let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
             "serve on {backend}{ranks}: {}; {}; {}; scheduler {}; up to {} running, \
-             context {} tokens; {}; {}{}",
+             context {} tokens; {}; {}{}{}",
             self.model,
             self.attention,
             crate::describe::kv(&st.kv),
@@ -429,6 +434,7 @@ impl ServeJob {
             } else {
                 ""
             },
+            if overlap.on { "; step overlap on" } else { "" },
         );
         if self.warmup.runs_on(backend) {
             match headroom_engine::warmup::warm_up(&handle) {
