@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Session 22's prepared H200 call (never run in session 22: no device was
-# lent after its second call). Build first: bash docs/perf/data/serving-s22/next/build.sh
+# Session 22's prepared H200 calls (never run in session 22: no device was
+# lent after its first call). Build first: bash docs/perf/data/serving-s22/next/build.sh
 # (binaries in .devbin/s22next/bins.tar.xz: h/headroom, h/backend_ops-*, h/cuda_overlap-*).
+# Usage: run.sh tests|ttft|serve (one device call each, each well under 600 s;
+# `run.sh all` for the three in one call when the limit allows).
 # 1. the CUDA pieces of the step overlap: sample_later / read_drawn /
 #    embed_drawn against sample and embed (backend_ops), and the engine's
 #    tokens with the overlap on and off (cuda_overlap), memcheck of the first;
@@ -24,21 +26,25 @@ export HEADROOM_KERNEL_CACHE=/tmp/kcache
 source bench/gpu/env.sh
 M=qwen3.6-35b-a3b
 SECONDS=0
-{
-echo "=== backend_ops: tokens drawn for later"
-timeout 120 $OPS --ignored --nocapture tokens_drawn_for_later 2>&1 | grep -E "^test |test result|panicked" | head
+PART=${1:-all}
+tests() {
+echo "=== backend_ops (every op; the sampling ones cover the sample / sample_later split)"
+timeout 300 $OPS --ignored --test-threads 1 2>&1 | grep -E "^test |test result|panicked" | tail -40
 timeout 200 compute-sanitizer --tool memcheck $OPS --ignored tokens_drawn_for_later 2>&1 | tail -3
 echo "=== cuda_overlap"
 timeout 200 $OVL --ignored --nocapture --test-threads 1 2>&1 | grep -E "^test |test result|panicked|steps queued" | head
 echo "t=$SECONDS"
+}
 ttft() { # MODEL OVERLAP LENGTHS STATS
   HEADROOM_DECODE_STATS=$4 timeout 200 $B bench ttft --backend cuda --synthetic $1 --lengths $3 \
     --iterations 1 --warmup 1 --decode 64 --step-overlap $2 2>&1 | grep -E "tokens  TTFT|decode stats" | tail -3 | cut -c1-300
 }
+decode() {
 for s in off on off on; do echo "--- bf16 $s"; ttft $M $s 2048,32768 0; done
 for s in off on; do echo "--- bf16 $s stats"; ttft $M $s 2048 1; done
 for s in off on; do echo "--- fp8 $s"; ttft $M-fp8 $s 2048 0; done
 echo "t=$SECONDS"
+}
 serve_run() { # NAME OVERLAP ARGS...
   local name=$1 ov=$2; shift 2
   $B serve --backend cuda --synthetic $M --port 8920 --step-overlap $ov > "$O/serve-$name.log" 2>&1 &
@@ -51,9 +57,19 @@ serve_run() { # NAME OVERLAP ARGS...
   kill -TERM $sp; wait $sp
   echo "t=$SECONDS"
 }
+serving() {
 serve_run w1-off off --concurrency 512 --requests 1000 --prompt-len 1024 --max-tokens 128
 serve_run w1-on on --concurrency 512 --requests 1000 --prompt-len 1024 --max-tokens 128
 serve_run c256-off off --concurrency 256 --requests 256 --prompt-len 1024 --max-tokens 160
 serve_run c256-on on --concurrency 256 --requests 256 --prompt-len 1024 --max-tokens 160
-} > "$O/log.txt" 2>&1
-cat "$O/log.txt"
+}
+{
+case $PART in
+  tests) tests ;;
+  ttft) decode ;;
+  serve) serving ;;
+  all) tests; decode; serving ;;
+  *) echo "run.sh: unknown part $PART (tests|ttft|serve|all)"; exit 1 ;;
+esac
+} > "$O/log-$PART.txt" 2>&1
+cat "$O/log-$PART.txt"
