@@ -217,3 +217,16 @@ fn batch_invariant_is_recorded_in_the_json() {
     let v = ttft_json(&dir, "t.json", &args);
     assert_eq!(v["batch_invariant"], true);
 }
+
+#[test]
+fn the_step_overlap_is_recorded_in_the_json_with_why() {
+    let dir = TempDir::new("ttft-overlap");
+    let v = ttft_json(&dir, "auto.json", &ONE_SHORT_RUN);
+    assert_eq!(v["engine"]["step_overlap"]["requested"], "auto");
+    assert_eq!(v["engine"]["step_overlap"]["on"], false);
+    let mut args = ONE_SHORT_RUN.to_vec();
+    args.extend_from_slice(&["--step-overlap", "on"]);
+    let v = ttft_json(&dir, "on.json", &args);
+    assert_eq!(v["engine"]["step_overlap"]["on"], true);
+    assert_eq!(v["engine"]["step_overlap"]["why"], "on as asked");
+}

@@ -233,3 +233,33 @@ fn batch_invariant_is_reported_and_keeps_the_cpu_tokens() {
     assert_eq!(invariant[1]["summary"]["batch_invariant"], true);
     assert_eq!(plain[0]["ids"], invariant[0]["ids"]);
 }
+
+/// `--step-overlap on` queues most steps ahead (counted in the summary,
+/// none with it off) and draws the same tokens.
+#[test]
+fn step_overlap_is_counted_and_keeps_the_tokens() {
+    let tmp = TempDir::new("gen-overlap");
+    let run = |mode: &str| {
+        let out = tmp.0.join(format!("{mode}.jsonl"));
+        headroom(&[
+            "generate",
+            "--synthetic",
+            "tiny-d64",
+            "--prompt",
+            "Hello, Headroom",
+            "--max-tokens",
+            "12",
+            "--step-overlap",
+            mode,
+            "--json",
+            out.to_str().unwrap(),
+        ]);
+        json_lines(&out)
+    };
+    let (off, on) = (run("off"), run("on"));
+    assert_eq!(off[0]["ids"], on[0]["ids"]);
+    assert_eq!(off[1]["summary"]["steps_queued_ahead"], 0);
+    let ahead = on[1]["summary"]["steps_queued_ahead"].as_u64().unwrap();
+    let steps = on[1]["summary"]["steps"].as_u64().unwrap();
+    assert!(ahead > 0 && ahead < steps, "{ahead} of {steps} steps ahead");
+}

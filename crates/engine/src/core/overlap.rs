@@ -23,7 +23,7 @@
 use super::run::Packed;
 use super::EngineCore;
 use crate::api::StreamEvent;
-use crate::kv::{KvBackendKind, KV_BLOCK_ROWS};
+use crate::kv::{blocks_for, KvBackendKind, KV_BLOCK_ROWS};
 use crate::report::{SampledRow, StepReport};
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch};
@@ -113,23 +113,31 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     /// Whether the next step may be planned with a step in flight: its
     /// planning cannot preempt. Only the growth of running sequences can
-    /// (an admission takes blocks counted free): a sequence given n rows
-    /// takes at most n / 64 + 1 new blocks, and the running sequences' rows
-    /// are their decode rows and at most the step's budget of their
-    /// remaining prompts (paged KV; contiguous KV never preempts).
+    /// (an admission takes blocks counted free): a decode row takes a new
+    /// block where its sequence's blocks are full, and a sequence given n
+    /// prefill rows at most n / 64 + 1, n summing to at most the step's
+    /// budget of the running sequences' remaining prompts (paged KV;
+    /// contiguous KV never preempts).
     fn may_plan_ahead(&self) -> bool {
         if self.kv.resolved != KvBackendKind::Paged {
             return true;
         }
-        let prompts = self
-            .running
-            .iter()
-            .map(|s| s.remaining_prompt())
-            .fold(0usize, usize::saturating_add);
+        let (mut decode_blocks, mut prompts, mut prefilling) = (0usize, 0usize, 0usize);
+        for s in &self.running {
+            if s.decodes_next() {
+                decode_blocks += blocks_for(s.processed + 1).saturating_sub(s.blocks.len());
+            }
+            let rem = s.remaining_prompt();
+            if rem > 0 {
+                prompts = prompts.saturating_add(rem);
+                prefilling += 1;
+            }
+        }
         let bound = prompts
             .min(self.step_budget().left())
             .div_ceil(KV_BLOCK_ROWS)
-            .saturating_add(self.running.len());
+            .saturating_add(prefilling)
+            .saturating_add(decode_blocks);
         self.blocks.free() >= bound
     }
 

@@ -169,6 +169,7 @@ pub(super) fn summary(
         "kv": st.kv,
         "memory_budget_bytes": st.memory_budget_bytes,
         "steps": st.steps,
+        "steps_queued_ahead": st.steps_queued_ahead,
         "refused": st.refused,
         "cancelled": st.cancelled,
     }})
