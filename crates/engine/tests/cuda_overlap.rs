@@ -12,27 +12,14 @@
 
 mod common;
 
-use common::{fixture_dir, ids};
+use common::ids;
 use headroom_core::ops::SamplingParams;
-use headroom_cuda::backend::CudaBackend;
 use headroom_engine::{
     EngineConfig, EngineCore, FinishReason, GenerateRequest, KvBackendKind, SchedulerSettings,
     SoloStripe, StepOverlap, StreamEvent,
 };
-use headroom_model::{ModelConfig, Qwen35Model, Weights};
 
-fn model(name: &str) -> Qwen35Model<CudaBackend> {
-    let dir = fixture_dir(name);
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let w = Weights::load(&dir, &cfg).unwrap();
-    Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
-}
-
-fn vocab(name: &str) -> usize {
-    ModelConfig::from_dir(&fixture_dir(name))
-        .unwrap()
-        .vocab_size
-}
+use common::{cuda_fixture as model, fixture_vocab as vocab};
 
 /// Each request's streamed tokens and finish reason, and the engine's
 /// steps queued ahead of the one in flight.

@@ -15,14 +15,14 @@
 
 mod common;
 
-use common::{fixture, fixture_dir, ids};
+use common::{fixture, ids};
 use headroom_core::ops::SamplingParams;
 use headroom_core::Backend;
 use headroom_cuda::backend::CudaBackend;
 use headroom_engine::{
     EngineConfig, EngineCore, GenerateRequest, SamplingExtras, StreamEvent, TokenLogprobs,
 };
-use headroom_model::{ModelConfig, Qwen35Model, Weights};
+use headroom_model::Qwen35Model;
 use std::collections::HashMap;
 
 /// The fixtures, each with its sanity bar on the logits.
@@ -46,16 +46,11 @@ const MARGIN: f32 = 5e-2;
 const F32_SLACK: f32 = 1e-4;
 
 fn cuda_model(name: &str) -> Qwen35Model<CudaBackend> {
-    let dir = fixture_dir(name);
-    let cfg = ModelConfig::from_dir(&dir).unwrap();
-    let w = Weights::load(&dir, &cfg).unwrap();
-    Qwen35Model::load(CudaBackend::open(0).unwrap(), &cfg, w).unwrap()
+    common::cuda_fixture(name)
 }
 
 fn vocab(name: &str) -> usize {
-    ModelConfig::from_dir(&fixture_dir(name))
-        .unwrap()
-        .vocab_size
+    common::fixture_vocab(name)
 }
 
 fn cfg() -> EngineConfig {

@@ -9,14 +9,13 @@
 
 mod common;
 
-use common::{collect_events, ids, tiny, Outcome};
+use common::{collect_events, drive_hooked, ids, tiny, BeforeStep, Outcome};
 use headroom_core::ops::SamplingParams;
 use headroom_cpu::CpuBackend;
 use headroom_engine::{
     EngineConfig, EngineCore, FinishReason, GenerateRequest, KvBackendKind, RequestStream,
     SamplingExtras, SchedulerSettings, SoloStripe, StepOverlap, StreamEvent,
 };
-use std::collections::HashMap;
 
 fn cfg(overlap: StepOverlap, pool_blocks: Option<usize>) -> EngineConfig {
     EngineConfig {
@@ -46,39 +45,16 @@ fn engine(overlap: StepOverlap, pool_blocks: Option<usize>) -> EngineCore<CpuBac
     c
 }
 
-/// Runs before each step with the step's number and the streams.
-type BeforeStep<'a> = &'a mut dyn FnMut(usize, &mut Vec<RequestStream>);
-
-/// Steps `core` until idle, `before_step` first each time; every stream's
-/// outcome (the tokens of the steps' reports beside the streamed ones), in
-/// order.
+/// Steps `core` until idle (it must then be idle), `before_step` first
+/// each time; every stream's outcome, in order.
 fn run(
     core: &mut EngineCore<CpuBackend>,
-    mut streams: Vec<RequestStream>,
+    streams: Vec<RequestStream>,
     before_step: BeforeStep<'_>,
 ) -> Vec<Outcome> {
-    let mut by_id: HashMap<u64, Outcome> = HashMap::new();
-    let mut step = 0;
-    loop {
-        before_step(step, &mut streams);
-        let Some(rep) = core.step().unwrap() else {
-            break;
-        };
-        for s in rep.sampled {
-            by_id.entry(s.id).or_default().tokens.push(s.token);
-        }
-        step += 1;
-        assert!(step < 100_000, "the engine never went idle");
-    }
+    let out = drive_hooked(core, streams, before_step, &mut |_| {});
     assert!(core.is_idle());
-    streams
-        .iter_mut()
-        .map(|st| {
-            let mut o = by_id.remove(&st.id).unwrap_or_default();
-            collect_events(st, &mut o);
-            o
-        })
-        .collect()
+    out
 }
 
 fn same(a: &[Outcome], b: &[Outcome]) {

@@ -23,6 +23,26 @@ pub fn fixture_dir(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The transformers fixture `name` on CUDA device 0 (the GPU tests).
+pub fn cuda_fixture(name: &str) -> Qwen35Model<headroom_cuda::backend::CudaBackend> {
+    let dir = fixture_dir(name);
+    let cfg = ModelConfig::from_dir(&dir).unwrap();
+    let w = Weights::load(&dir, &cfg).unwrap();
+    Qwen35Model::load(
+        headroom_cuda::backend::CudaBackend::open(0).unwrap(),
+        &cfg,
+        w,
+    )
+    .unwrap()
+}
+
+/// The vocabulary of fixture `name`.
+pub fn fixture_vocab(name: &str) -> usize {
+    ModelConfig::from_dir(&fixture_dir(name))
+        .unwrap()
+        .vocab_size
+}
+
 pub fn fixture(name: &str) -> Qwen35Model<CpuBackend> {
     let dir = fixture_dir(name);
     let cfg = ModelConfig::from_dir(&dir).unwrap();
@@ -61,12 +81,29 @@ pub fn drive(core: &mut EngineCore<CpuBackend>, streams: Vec<RequestStream>) -> 
 /// As [`drive`], showing every step's report to `on_step`.
 pub fn drive_with(
     core: &mut EngineCore<CpuBackend>,
+    streams: Vec<RequestStream>,
+    on_step: &mut dyn FnMut(&headroom_engine::StepReport),
+) -> Vec<Outcome> {
+    drive_hooked(core, streams, &mut |_, _| {}, on_step)
+}
+
+/// Runs before each step with the step's number and the streams.
+pub type BeforeStep<'a> = &'a mut dyn FnMut(usize, &mut Vec<RequestStream>);
+
+/// As [`drive_with`], calling `before_step` before each step.
+pub fn drive_hooked(
+    core: &mut EngineCore<CpuBackend>,
     mut streams: Vec<RequestStream>,
+    before_step: BeforeStep<'_>,
     on_step: &mut dyn FnMut(&headroom_engine::StepReport),
 ) -> Vec<Outcome> {
     let mut by_id: HashMap<u64, Outcome> = HashMap::new();
     let mut steps = 0;
-    while let Some(rep) = core.step().unwrap() {
+    loop {
+        before_step(steps, &mut streams);
+        let Some(rep) = core.step().unwrap() else {
+            break;
+        };
         on_step(&rep);
         for s in rep.sampled {
             let o = by_id.entry(s.id).or_default();
