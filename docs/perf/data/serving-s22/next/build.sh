@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 22's prepared H200 call (run.sh beside this), step 1 on the build
-# machine: the release headroom binary and the two GPU test binaries of the
-# step overlap, stripped and packed into .devbin/s22next/bins.tar.xz (pass
+# machine: the release headroom binary, the two GPU test binaries of the
+# step overlap and the engine's GPU tests, stripped and packed into .devbin/s22next/bins.tar.xz (pass
 # `carry: [".devbin/s22next"]` to the device call).
 set -euo pipefail
 cd "$(dirname "$0")/../../../../.."
@@ -15,7 +15,8 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==sys.argv[1]: print(m["executable"])' "$2" | tail -n1
 }
 P=$(mktemp -d); mkdir -p "$P/h"
-cp "$T/release/headroom" "$(pick headroom-cuda backend_ops)" "$(pick headroom-engine cuda_overlap)" "$P/h/"
+cp "$T/release/headroom" "$(pick headroom-cuda backend_ops)" "$(pick headroom-engine cuda_overlap)" \
+  "$(pick headroom-engine cuda_engine)" "$P/h/"
 for f in "$P"/h/*; do strip "$f"; done
 mkdir -p .devbin/s22next
 tar -C "$P" -cJf .devbin/s22next/bins.tar.xz h

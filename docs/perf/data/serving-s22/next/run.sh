@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Session 22's prepared H200 calls (never run in session 22: no device was
 # lent after its first call). Build first: bash docs/perf/data/serving-s22/next/build.sh
-# (binaries in .devbin/s22next/bins.tar.xz: h/headroom, h/backend_ops-*, h/cuda_overlap-*).
-# Usage: run.sh tests|ttft|serve (one device call each, each well under 600 s;
-# `run.sh all` for the three in one call when the limit allows).
+# (binaries in .devbin/s22next/bins.tar.xz: h/headroom, h/backend_ops-*, h/cuda_overlap-*,
+# h/cuda_engine-*).
+# Usage: run.sh tests|engine|ttft|serve (one device call each, each under 600 s;
+# `run.sh all` for the four in one call when the limit allows). `engine`
+# is bench/gpu/check_engine.sh: the engine's GPU tests (the plain step was
+# refactored this session), the overlap's and `generate` end to end.
 # 1. the CUDA pieces of the step overlap: sample_later / read_drawn /
 #    embed_drawn against sample and embed (backend_ops), and the engine's
 #    tokens with the overlap on and off (cuda_overlap), memcheck of the first;
@@ -22,6 +25,7 @@ O=${OUT:-/tmp/out}; mkdir -p "$O"
 T=/tmp/s22next; mkdir -p $T && tar -xJf .devbin/s22next/bins.tar.xz -C $T
 B=$T/h/headroom
 OPS=$(ls $T/h/backend_ops-* | head -n1); OVL=$(ls $T/h/cuda_overlap-* | head -n1)
+ENG=$(ls $T/h/cuda_engine-* | head -n1)
 export HEADROOM_KERNEL_CACHE=/tmp/kcache
 source bench/gpu/env.sh
 M=qwen3.6-35b-a3b
@@ -66,10 +70,11 @@ serve_run c256-on on --concurrency 256 --requests 256 --prompt-len 1024 --max-to
 {
 case $PART in
   tests) tests ;;
+  engine) OUT="$O" bash bench/gpu/check_engine.sh "$ENG" "$B" "$OVL" ;;
   ttft) decode ;;
   serve) serving ;;
-  all) tests; decode; serving ;;
-  *) echo "run.sh: unknown part $PART (tests|ttft|serve|all)"; exit 1 ;;
+  all) tests; OUT="$O" bash bench/gpu/check_engine.sh "$ENG" "$B" "$OVL"; decode; serving ;;
+  *) echo "run.sh: unknown part $PART (tests|engine|ttft|serve|all)"; exit 1 ;;
 esac
 } > "$O/log-$PART.txt" 2>&1
 cat "$O/log-$PART.txt"
