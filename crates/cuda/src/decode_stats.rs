@@ -46,7 +46,6 @@ static WANT_START: AtomicBool = AtomicBool::new(false);
 /// launch, summed, and the steps summed.
 static HOST_GAP_NS: AtomicU64 = AtomicU64::new(0);
 static HOST_GAPS: AtomicU64 = AtomicU64::new(0);
-static READ_AT: Mutex<Option<Instant>> = Mutex::new(None);
 
 /// The device-clock events of the step in flight and the last one's end.
 struct Probe {
@@ -56,16 +55,15 @@ struct Probe {
     start: Option<StreamEvent>,
     /// This step's end, recorded before its read-back.
     end: Option<StreamEvent>,
+    /// When the last read-back returned (host clock).
+    read_at: Option<Instant>,
 }
-
-// SAFETY: the events are only touched under the mutex, by the thread that
-// drives the device; CUevent handles are context objects, not thread-bound.
-unsafe impl Send for Probe {}
 
 static PROBE: Mutex<Probe> = Mutex::new(Probe {
     prev_end: None,
     start: None,
     end: None,
+    read_at: None,
 });
 
 /// Before a launch on `dev` (stats `on`): the first launch after a step's
@@ -73,11 +71,11 @@ static PROBE: Mutex<Probe> = Mutex::new(Probe {
 /// stream is idle then, so the event's time is the launch's).
 pub(crate) fn before_launch(on: bool, dev: &CudaDevice) {
     if on && WANT_START.swap(false, Ordering::Relaxed) {
-        if let Some(t) = READ_AT.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = p.read_at.take() {
             HOST_GAP_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             HOST_GAPS.fetch_add(1, Ordering::Relaxed);
         }
-        let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
         p.start = StreamEvent::record(dev).ok();
     }
 }
@@ -103,7 +101,7 @@ fn probe_step() -> (Option<f64>, Option<f64>) {
     let span = ms(&start, &end);
     let idle = ms(&p.prev_end, &start);
     p.prev_end = end;
-    *READ_AT.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    p.read_at = Some(Instant::now());
     WANT_START.store(true, Ordering::Relaxed);
     (span, idle)
 }

@@ -52,15 +52,16 @@ pub(crate) fn embed_drawn(
     drawn: &crate::ops::sample::Drawn,
 ) -> OpResult<CudaAct> {
     let op = "embed_drawn";
-    let Some(tokens) = drawn.device().filter(|_| !holes.is_empty()) else {
-        return embed(
-            dev,
-            table,
-            &headroom_core::ops::fill_holes(ids, holes, &[])?,
-        );
-    };
+    if holes.is_empty() {
+        return embed(dev, table, ids);
+    }
     let table = table.matrix(op)?;
+    // A draw of no rows has no device buffer, and code_holes refuses any
+    // hole of it.
     let coded = code_holes(ids, holes, drawn.rows(), table.rows)?;
+    let tokens = drawn
+        .device()
+        .ok_or_else(|| OpError::shape(op, "holes in a draw of no rows"))?;
     let out = new_act(dev, op, ids.len(), table.cols, Dtype::F32)?;
     let ids_dev = upload(dev, &coded)?;
     let args = Args::new()

@@ -10,40 +10,9 @@ use crate::alloc::DeviceBuffer;
 use crate::device::pinned::Pinned;
 use crate::device::CudaDevice;
 use crate::launch::dev_err;
-use cudarc::driver::{result, sys};
-use headroom_core::ops::{OpError, OpResult};
+use crate::timing::StreamEvent;
+use headroom_core::ops::OpResult;
 use std::time::Instant;
-
-/// An event recorded on the device's stream (no timing), destroyed on drop.
-struct Done(sys::CUevent);
-
-// SAFETY: an event handle of the device's context, used by one owner.
-unsafe impl Send for Done {}
-
-impl Done {
-    fn record(dev: &CudaDevice) -> OpResult<Done> {
-        dev.bind().map_err(dev_err)?;
-        let e = result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-            .map_err(|e| OpError::Device(e.to_string()))?;
-        let done = Done(e);
-        // SAFETY: the event and the stream are live in the bound context.
-        unsafe { result::event::record(done.0, dev.stream_raw()) }
-            .map_err(|e| OpError::Device(e.to_string()))?;
-        Ok(done)
-    }
-
-    fn wait(&self) -> OpResult<()> {
-        // SAFETY: recorded in `record`.
-        unsafe { result::event::synchronize(self.0) }.map_err(|e| OpError::Device(e.to_string()))
-    }
-}
-
-impl Drop for Done {
-    fn drop(&mut self) {
-        // SAFETY: created in `record`, destroyed once.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
-}
 
 /// One step's drawn tokens: on the device, and (after `done`) in `host`.
 pub struct Drawn {
@@ -51,7 +20,7 @@ pub struct Drawn {
     tokens: Option<DeviceBuffer>,
     rows: usize,
     host: Option<Pinned>,
-    done: Option<Done>,
+    done: Option<StreamEvent>,
 }
 
 impl Drawn {
@@ -61,7 +30,7 @@ impl Drawn {
         let host = dev.pinned(bytes).map_err(dev_err)?;
         dev.copy_to_pinned(&tokens, &host, bytes).map_err(dev_err)?;
         crate::decode_stats::before_readback(dev.options().decode_stats, dev);
-        let done = Done::record(dev)?;
+        let done = StreamEvent::marker(dev).map_err(dev_err)?;
         Ok(Drawn {
             tokens: Some(tokens),
             rows,
@@ -97,16 +66,13 @@ impl Drawn {
             return Ok(Vec::new());
         };
         let queued = Instant::now();
-        done.wait()?;
+        done.wait().map_err(dev_err)?;
         let mut tokens = vec![0u32; self.rows];
         // SAFETY: the copy of `rows` u32 into `host` completed (its event).
         unsafe {
             std::ptr::copy_nonoverlapping(host.ptr() as *const u32, tokens.as_mut_ptr(), self.rows)
         };
-        crate::decode_stats::step_done(dev.options().decode_stats, queued, self.rows);
-        crate::profile_window::step_done(dev.options().profile_step);
-        super::check_finite(&tokens)?;
-        Ok(tokens)
+        super::tokens_read(dev, queued, tokens)
     }
 }
 

@@ -167,21 +167,22 @@ fn read_tokens(dev: &CudaDevice, out: &DeviceBuffer, rows: usize) -> OpResult<Ve
     crate::decode_stats::before_readback(dev.options().decode_stats, dev);
     let queued = Instant::now();
     dev.read(out, &mut tokens).map_err(dev_err)?;
-    crate::decode_stats::step_done(dev.options().decode_stats, queued, rows);
-    crate::profile_window::step_done(dev.options().profile_step);
-    check_finite(&tokens)?;
-    Ok(tokens)
+    tokens_read(dev, queued, tokens)
 }
 
-/// An error naming the first row whose draw found no finite logit (the
-/// kernels write `u32::MAX` there).
-fn check_finite(tokens: &[u32]) -> OpResult<()> {
+/// A step's tokens just read back (its wait began at `queued`): the decode
+/// statistics and the profile window see the step end; an error names the
+/// first row whose draw found no finite logit (the kernels write `u32::MAX`
+/// there).
+fn tokens_read(dev: &CudaDevice, queued: Instant, tokens: Vec<u32>) -> OpResult<Vec<u32>> {
+    crate::decode_stats::step_done(dev.options().decode_stats, queued, tokens.len());
+    crate::profile_window::step_done(dev.options().profile_step);
     match tokens.iter().position(|&t| t == u32::MAX) {
         Some(row) => Err(OpError::shape(
             "sample",
             format!("row {row} has no finite logit"),
         )),
-        None => Ok(()),
+        None => Ok(tokens),
     }
 }
 
