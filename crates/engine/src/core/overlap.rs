@@ -22,9 +22,8 @@
 
 use super::run::Packed;
 use super::EngineCore;
-use crate::api::StreamEvent;
 use crate::kv::{blocks_for, KvBackendKind, KV_BLOCK_ROWS};
-use crate::report::{SampledRow, StepReport};
+use crate::report::StepReport;
 use crate::EngineError;
 use headroom_core::ops::{Backend, Batch};
 use headroom_model::{LogitsRows, StepIds, StepModel};
@@ -35,8 +34,6 @@ use std::time::Instant;
 pub(crate) struct InFlight<D> {
     /// Its number (`EngineCore::launched` when it was queued).
     number: u64,
-    /// `(sequence id, rows)` of its batch, in batch order.
-    rows: Vec<(u64, usize)>,
     /// The sequence of each drawn row, in the order of the draw.
     draws: Vec<u64>,
     /// Where its tokens were drawn (none when no row draws).
@@ -200,7 +197,6 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         }
         Ok(Launched::Flying(InFlight {
             number,
-            rows: report.sequences.clone(),
             draws: draw_ids,
             drawn,
             fed,
@@ -255,20 +251,6 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         Ok(Some(be.sample_later(&rows, &params, &steps)?))
     }
 
-    /// Fails every sequence of `plan` with `msg` (a failed forward).
-    fn fail_plan(&mut self, plan: &[(usize, usize)], msg: &str) {
-        let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
-        idx.sort_unstable_by(|a, b| b.cmp(a));
-        idx.dedup();
-        for i in idx {
-            let mut s = self.running.remove(i);
-            s.sink.send(StreamEvent::Error(msg.to_string()));
-            self.blocks.release(&mut s.blocks);
-            self.slots.give(s.slot);
-        }
-        tracing::warn!("engine step failed: {msg}");
-    }
-
     /// Reads step `f`'s tokens, streams them and retires the sequences they
     /// end; its report.
     fn land(&mut self, f: InFlight<B::Drawn>) -> Result<StepReport, EngineError> {
@@ -279,6 +261,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         };
         report.forward_s = f.queued.elapsed().as_secs_f64();
         self.stats.steps += 1;
+        let index = self.running_index();
         let tokens = match tokens {
             Ok(t) if t.len() == f.draws.len() => t,
             Ok(t) => {
@@ -289,19 +272,17 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 )))
             }
             Err(e) => {
-                let plan: Vec<(usize, usize)> = f
-                    .rows
+                // Its sequences still running fail, as after a failed forward.
+                let plan: Vec<(usize, usize)> = report
+                    .sequences
                     .iter()
-                    .filter_map(|&(id, n)| {
-                        self.running.iter().position(|s| s.id == id).map(|i| (i, n))
-                    })
+                    .filter_map(|&(id, n)| index.get(&id).map(|&i| (i, n)))
                     .collect();
                 self.fail_plan(&plan, &e.to_string());
                 report.total_s = f.started.elapsed().as_secs_f64();
                 return Ok(report);
             }
         };
-        let index = self.running_index();
         let mut finished = Vec::new();
         for (&id, token) in f.draws.iter().zip(tokens) {
             // A sequence failed or cancelled since has no row here.
@@ -312,13 +293,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             if s.feed.is_some_and(|(n, _)| n == f.number) {
                 s.feed = None;
             }
-            self.stats.generated_tokens += 1;
-            report.sampled.push(SampledRow {
-                id,
-                token,
-                logits: None,
-            });
-            if let Some(reason) = s.push_token(token, None) {
+            if let Some(reason) = self.accept_token(i, (token, None, None), &mut report) {
                 finished.push((i, reason));
             }
         }
@@ -328,7 +303,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             let has_row_in_flight = self
                 .inflight
                 .as_ref()
-                .is_some_and(|g| g.rows.iter().any(|r| r.0 == id));
+                .is_some_and(|g| g.report.sequences.iter().any(|r| r.0 == id));
             self.retire_with(i, reason, !has_row_in_flight);
         }
         report.total_s = f.started.elapsed().as_secs_f64();

@@ -137,16 +137,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             Ok(d) => d,
             Err(e) => {
                 // Fail every sequence of the batch; the others are untouched.
-                let msg = e.to_string();
-                let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
-                idx.sort_unstable_by(|a, b| b.cmp(a));
-                for i in idx {
-                    let mut s = self.running.remove(i);
-                    s.sink.send(StreamEvent::Error(msg.clone()));
-                    self.blocks.release(&mut s.blocks);
-                    self.slots.give(s.slot);
-                }
-                tracing::warn!("engine step failed: {msg}");
+                self.fail_plan(plan, &e.to_string());
                 report.total_s = started.elapsed().as_secs_f64();
                 return Ok(report);
             }
@@ -159,14 +150,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let mut finished: Vec<(usize, FinishReason)> = Vec::new();
         for (k, (token, logits, logprobs)) in draws.iter().zip(drawn) {
             let i = plan[*k].0;
-            let s = &mut self.running[i];
-            self.stats.generated_tokens += 1;
-            report.sampled.push(SampledRow {
-                id: s.id,
-                token,
-                logits,
-            });
-            if let Some(reason) = s.push_token(token, logprobs) {
+            if let Some(reason) = self.accept_token(i, (token, logits, logprobs), &mut report) {
                 finished.push((i, reason));
             }
         }
@@ -177,6 +161,39 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         self.stats.steps += 1;
         report.total_s = started.elapsed().as_secs_f64();
         Ok(report)
+    }
+
+    /// Running sequence `i`'s drawn token: counted, reported in `report`
+    /// and streamed; its finish reason when it ends the sequence.
+    pub(super) fn accept_token(
+        &mut self,
+        i: usize,
+        (token, logits, logprobs): Drawn,
+        report: &mut StepReport,
+    ) -> Option<FinishReason> {
+        let s = &mut self.running[i];
+        self.stats.generated_tokens += 1;
+        report.sampled.push(SampledRow {
+            id: s.id,
+            token,
+            logits,
+        });
+        s.push_token(token, logprobs)
+    }
+
+    /// Fails every sequence of `plan` with `msg` (a failed forward or
+    /// draw), giving back their blocks and slots.
+    pub(super) fn fail_plan(&mut self, plan: &[(usize, usize)], msg: &str) {
+        let mut idx: Vec<usize> = plan.iter().map(|p| p.0).collect();
+        idx.sort_unstable_by(|a, b| b.cmp(a));
+        idx.dedup();
+        for i in idx {
+            let mut s = self.running.remove(i);
+            s.sink.send(StreamEvent::Error(msg.to_string()));
+            self.blocks.release(&mut s.blocks);
+            self.slots.give(s.slot);
+        }
+        tracing::warn!("engine step failed: {msg}");
     }
 
     /// Runs the batch and draws a token for each row in `draws` (with its
