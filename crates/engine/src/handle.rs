@@ -311,8 +311,16 @@ impl EngineHandle {
     }
 
     /// The counters as of now: asked of the loop, so every request whose
-    /// stream has ended is counted (`stats` may lag one step).
+    /// stream has ended is counted (`stats` may lag one step); with the
+    /// requests `submit` refused, as [`Self::stats`].
     pub fn current_stats(&self) -> Result<EngineStats, EngineError> {
+        let mut s = self.loop_stats()?;
+        s.refused += self.shared.refused.load(Ordering::Relaxed);
+        Ok(s)
+    }
+
+    /// The loop's own counters (without the refusals only the handle saw).
+    fn loop_stats(&self) -> Result<EngineStats, EngineError> {
         let (tx, rx) = channel();
         self.tx.send(Command::Stats(tx)).map_err(|_| stopped())?;
         rx.recv().map_err(|_| stopped())
@@ -331,7 +339,7 @@ impl EngineHandle {
             .map_err(EngineError::Config)?;
         self.shared.next_id.store(1, Ordering::Relaxed);
         before.refused += self.shared.refused.swap(0, Ordering::Relaxed);
-        let now = self.current_stats()?;
+        let now = self.loop_stats()?;
         if let Ok(mut s) = self.shared.stats.lock() {
             *s = now;
         }

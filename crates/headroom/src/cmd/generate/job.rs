@@ -104,7 +104,11 @@ impl GenerateJob {
             collect_all(&mut streams, &mut outcomes, &self.codec)?;
         }
         let wall = started.elapsed().as_secs_f64();
-        let stats = handle.stats();
+        // Asked of the loop (answered between steps), not the copy it leaves
+        // after each step: a stream can end inside a step, before that copy.
+        let stats = handle
+            .current_stats()
+            .context("reading the engine's counters after the run")?;
         handle.shutdown_and_wait();
         let timings = Timings {
             warmup_seconds,
