@@ -234,3 +234,32 @@ fn sampling_checks_rows_and_draws_per_row_streams() {
     let nan = be.act_from_f32(1, 2, &[f32::NAN, f32::NAN]).unwrap();
     assert!(be.sample(&nan, &[greedy], &[0]).is_err());
 }
+
+/// The CPU records nothing: it says why, a request to record changes
+/// nothing, and a step is queued once as it is with its own result.
+#[test]
+fn the_cpu_queues_a_step_as_it_is_and_says_why_it_records_none() {
+    use headroom_core::ops::StepKey;
+    let be = CpuBackend::new();
+    let why = be.step_recording().unwrap_err();
+    assert!(why.contains("cpu backend launches no kernels"), "{why}");
+    be.set_step_recording(true);
+    let key = StepKey {
+        rows: 2,
+        sequences: 2,
+        drawn_ids: false,
+    };
+    let mut calls = 0;
+    let out = be.queue_step(key, || {
+        calls += 1;
+        Ok::<_, String>(7)
+    });
+    assert_eq!(out.unwrap(), Ok(7));
+    assert_eq!(calls, 1);
+    let failed = be.queue_step(key, || Err::<u8, _>("no".to_string()));
+    assert_eq!(
+        failed.unwrap(),
+        Err("no".to_string()),
+        "the step's own error"
+    );
+}

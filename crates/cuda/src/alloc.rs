@@ -10,6 +10,7 @@
 
 use crate::CudaError;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Where the pool gets memory from: the driver on a GPU, a fake in tests.
@@ -50,6 +51,10 @@ struct Pool {
 pub struct Allocator {
     raw: Box<dyn RawMemory>,
     pool: Mutex<Pool>,
+    /// Set while a step is recorded (`crate::graph`): the cached blocks may
+    /// be named by recorded kernels not launched yet, so an allocation the
+    /// driver refuses fails instead of releasing them.
+    keep_cached: AtomicBool,
 }
 
 /// A device allocation; dropping it returns the block to the pool.
@@ -88,6 +93,7 @@ impl Allocator {
         Arc::new(Allocator {
             raw,
             pool: Mutex::new(Pool::default()),
+            keep_cached: AtomicBool::new(false),
         })
     }
 
@@ -104,6 +110,7 @@ impl Allocator {
             None => {
                 let fresh = match self.raw.malloc(size) {
                     Ok(p) => p,
+                    Err(e) if self.keep_cached.load(Ordering::Acquire) => return Err(e),
                     Err(_) => {
                         // Out of memory with blocks cached: release them and try once more.
                         self.empty_cache();
@@ -139,6 +146,12 @@ impl Allocator {
     pub fn reset_peak(&self) {
         let mut pool = self.lock();
         pool.stats.peak = pool.stats.active;
+    }
+
+    /// While `on`, an allocation the driver refuses fails at once instead
+    /// of releasing the cached blocks first (see `keep_cached`).
+    pub(crate) fn keep_cached(&self, on: bool) {
+        self.keep_cached.store(on, Ordering::Release);
     }
 
     /// Returns every cached (free) block to the driver.
@@ -262,5 +275,47 @@ mod tests {
         a.empty_cache();
         assert_eq!(frees.load(Ordering::SeqCst), 3);
         assert_eq!(a.stats().reserved, 0);
+    }
+
+    /// Refuses any allocation that would take more than `limit` bytes in all.
+    struct Limited {
+        limit: u64,
+        /// Live blocks by address: their sizes.
+        used: Mutex<HashMap<u64, u64>>,
+        frees: Arc<AtomicU64>,
+    }
+    impl RawMemory for Limited {
+        fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+            let mut used = self.used.lock().unwrap();
+            let total: u64 = used.values().sum();
+            if total + bytes as u64 > self.limit {
+                return Err(CudaError::Driver("out of memory".into()));
+            }
+            let ptr = 0x1000 + used.keys().max().map_or(0, |p| p + (8 << 20));
+            used.insert(ptr, bytes as u64);
+            Ok(ptr)
+        }
+        fn free(&self, ptr: u64) {
+            self.used.lock().unwrap().remove(&ptr);
+            self.frees.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn while_keeping_the_cache_a_refused_allocation_fails_and_releases_nothing() {
+        let frees = Arc::new(AtomicU64::new(0));
+        let a = Allocator::new(Box::new(Limited {
+            limit: 4 << 20,
+            used: Mutex::new(HashMap::new()),
+            frees: Arc::clone(&frees),
+        }));
+        drop(a.alloc(3 << 20).unwrap()); // 4 MiB cached, the limit reached
+        a.keep_cached(true);
+        assert!(a.alloc(1 << 20).is_err(), "no room and nothing released");
+        assert_eq!(frees.load(Ordering::SeqCst), 0);
+        assert_eq!(a.stats().reserved, 4 << 20);
+        a.keep_cached(false);
+        assert!(a.alloc(1 << 20).is_ok(), "released, then allocated");
+        assert_eq!(frees.load(Ordering::SeqCst), 1);
     }
 }

@@ -17,8 +17,11 @@
 //! line goes to stderr with the means per step, per launch and per sequence
 //! of the step (the rows sampled: an all-decode step samples one row per
 //! running sequence), so issue 23's bar (host work per running sequence per
-//! step) is read from the engine itself. Launches are counted and timed
-//! only with the statistics on.
+//! step) is read from the engine itself. With CUDA graphs on (`crate::graph`)
+//! a step's launches are captured into its graph (counted and timed the same
+//! way: the host's cost of a captured launch) and the graph's launch is
+//! counted and timed apart. Launches are counted and timed only with the
+//! statistics on.
 
 use crate::device::CudaDevice;
 use crate::timing::StreamEvent;
@@ -38,6 +41,10 @@ pub(crate) static OP_LAUNCH_NS: AtomicU64 = AtomicU64::new(0);
 /// Host nanoseconds inside cuBLAS calls, and their number.
 pub(crate) static BLAS_NS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static BLAS_CALLS: AtomicU64 = AtomicU64::new(0);
+/// Steps launched as CUDA graphs (`crate::graph`), and the host
+/// nanoseconds of their `cuGraphLaunch` calls.
+pub(crate) static GRAPH_LAUNCHES: AtomicU64 = AtomicU64::new(0);
+pub(crate) static GRAPH_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Set at a step's read-back: the next launch records the next step's
 /// start event.
@@ -146,6 +153,8 @@ struct Counters {
     blas_calls: u64,
     host_gap_ns: u64,
     host_gaps: u64,
+    graph_launches: u64,
+    graph_ns: u64,
 }
 
 impl Counters {
@@ -158,6 +167,8 @@ impl Counters {
         blas_calls: 0,
         host_gap_ns: 0,
         host_gaps: 0,
+        graph_launches: 0,
+        graph_ns: 0,
     };
     fn now() -> Counters {
         Counters {
@@ -169,6 +180,8 @@ impl Counters {
             blas_calls: BLAS_CALLS.load(Ordering::Relaxed),
             host_gap_ns: HOST_GAP_NS.load(Ordering::Relaxed),
             host_gaps: HOST_GAPS.load(Ordering::Relaxed),
+            graph_launches: GRAPH_LAUNCHES.load(Ordering::Relaxed),
+            graph_ns: GRAPH_NS.load(Ordering::Relaxed),
         }
     }
 }
@@ -261,7 +274,8 @@ fn line(w: &Window, now: &Counters) -> String {
          {:.1} sequences/step, host {:.2} us per sequence; \
          {:.0} launches/step at {:.2} us each in the driver, \
          {:.0} of them through launch.rs at {:.2} us each on its whole path; \
-         {:.0} cuBLAS calls/step taking {:.1} us",
+         {:.0} cuBLAS calls/step taking {:.1} us; \
+         {:.2} CUDA graph launches/step at {:.1} us each",
         w.wall_us / steps,
         host_us,
         w.wait_us / steps,
@@ -280,6 +294,11 @@ fn line(w: &Window, now: &Counters) -> String {
         per_us(d(now.op_launch_ns, w.start.op_launch_ns), op_launches),
         d(now.blas_calls, w.start.blas_calls) / steps,
         d(now.blas_ns, w.start.blas_ns) / steps / 1e3,
+        d(now.graph_launches, w.start.graph_launches) / steps,
+        per_us(
+            d(now.graph_ns, w.start.graph_ns),
+            d(now.graph_launches, w.start.graph_launches)
+        ),
     )
 }
 
@@ -300,6 +319,8 @@ mod tests {
                 blas_calls: 0,
                 host_gap_ns: 0,
                 host_gaps: 0,
+                graph_launches: 4,
+                graph_ns: 0,
             },
             steps: 16,
             wall_us: 16.0 * 1000.0,
@@ -318,6 +339,8 @@ mod tests {
             blas_calls: 16 * 2,
             host_gap_ns: 16 * 20_000,
             host_gaps: 16,
+            graph_launches: 4 + 8,
+            graph_ns: 8 * 12_500,
         };
         let l = line(&w, &now);
         for part in [
@@ -327,6 +350,7 @@ mod tests {
             "60 launches/step at 2.00 us each in the driver",
             "50 of them through launch.rs at 3.00 us each on its whole path",
             "2 cuBLAS calls/step taking 4.0 us",
+            "0.50 CUDA graph launches/step at 12.5 us each",
         ] {
             assert!(l.contains(part), "{part:?} not in {l:?}");
         }

@@ -5,6 +5,7 @@
 //! handle.
 
 mod bind;
+pub(crate) mod capture;
 mod functions;
 pub mod pinned;
 mod tables;
@@ -91,6 +92,8 @@ pub struct CudaDevice {
     /// Page-locked buffers of the sampled tokens read after the next step
     /// is queued ([`CudaDevice::pinned`]).
     pinned: Arc<pinned::PinnedPool>,
+    /// A step being recorded as a graph ([`capture`], `crate::graph`).
+    capture: capture::Capture,
     options: CudaOptions,
 }
 
@@ -160,6 +163,7 @@ impl CudaDevice {
             tables: TableCache::new(TABLES_KEPT),
             seq_tables: TableCache::new(SEQ_TABLES_KEPT),
             pinned: Arc::default(),
+            capture: capture::Capture::default(),
             options,
         })
     }
@@ -308,7 +312,7 @@ impl CudaDevice {
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
         self.bind()?;
-        crate::decode_stats::before_launch(self.options.decode_stats, self);
+        self.before_launch();
         counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
             result::launch_kernel(f.raw, grid, block, smem as u32, self.stream.0, params)
         })?;
@@ -350,11 +354,36 @@ impl CudaDevice {
             attrs: &mut attr,
             numAttrs: 1,
         };
-        crate::decode_stats::before_launch(self.options.decode_stats, self);
+        self.before_launch();
         counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
             sys::cuLaunchKernelEx(&config, f.raw, params.as_mut_ptr(), std::ptr::null_mut())
                 .result()
         })?;
+        Ok(())
+    }
+
+    /// The decode statistics' probe before a launch (`crate::decode_stats`);
+    /// none while a step is recorded (its graph's launch is probed instead).
+    pub(crate) fn before_launch(&self) {
+        if !self.capture.active() {
+            crate::decode_stats::before_launch(self.options.decode_stats, self);
+        }
+    }
+
+    /// The device's capture state (`crate::graph` starts and ends it).
+    pub(crate) fn capture(&self) -> &capture::Capture {
+        &self.capture
+    }
+
+    /// Refuses `what` while a step is recorded: it waits for the device,
+    /// which would end the capture.
+    fn refuse_while_capturing(&self, what: &str) -> Result<(), CudaError> {
+        if self.capture.active() {
+            return Err(CudaError::InvalidLaunch(format!(
+                "{what} waits for the device, which a step being recorded as a CUDA graph cannot \
+                 do (run with --cuda-graphs off)"
+            )));
+        }
         Ok(())
     }
 
@@ -377,6 +406,7 @@ impl CudaDevice {
             std::mem::size_of_val(data) <= buf.len_bytes(),
             "write past the buffer"
         );
+        self.refuse_while_capturing("a synchronous copy to the device")?;
         self.synchronize()?;
         // SAFETY: the buffer holds at least `data`'s bytes (checked above).
         unsafe { result::memcpy_htod_sync(buf.ptr(), data)? };
@@ -388,11 +418,12 @@ impl CudaDevice {
     /// memory before returning, so `data` may be dropped right after, and the
     /// copy runs after every kernel queued before it — a buffer the caching
     /// allocator recycled from an earlier kernel is not overwritten early.
-    pub fn upload_async<T: Copy>(&self, data: &[T]) -> Result<DeviceBuffer, CudaError> {
-        let buf = self.alloc(std::mem::size_of_val(data).max(1))?;
+    /// While a step is recorded the copy is held until its capture ends
+    /// ([`capture`]).
+    pub fn upload_async<T: Copy>(&self, data: &[T]) -> Result<Arc<DeviceBuffer>, CudaError> {
+        let buf = Arc::new(self.alloc(std::mem::size_of_val(data).max(1))?);
         if !data.is_empty() {
-            // SAFETY: the buffer holds at least `data`'s bytes; the stream is live.
-            unsafe { result::memcpy_htod_async(buf.ptr(), data, self.stream.0)? };
+            TableSink::write(self, &buf, tables::bytes_of(data))?;
         }
         Ok(buf)
     }
@@ -407,7 +438,7 @@ impl CudaDevice {
     pub fn upload_table<T: Copy>(&self, data: &[T]) -> Result<Arc<DeviceBuffer>, CudaError> {
         let raw = tables::bytes_of(data);
         if raw.len() > TABLE_BYTES {
-            return Ok(Arc::new(self.upload_async(data)?));
+            return self.upload_async(data);
         }
         self.tables.get(
             self,
@@ -457,6 +488,7 @@ impl CudaDevice {
             std::mem::size_of_val(out) <= buf.len_bytes(),
             "read past the buffer"
         );
+        self.refuse_while_capturing("a read of device memory")?;
         self.synchronize()?;
         // SAFETY: the buffer holds at least `out`'s bytes (checked above).
         unsafe { result::memcpy_dtoh_sync(out, buf.ptr())? };
@@ -499,6 +531,7 @@ impl CudaDevice {
 
     /// Waits for all work on this device's stream.
     pub fn synchronize(&self) -> Result<(), CudaError> {
+        self.refuse_while_capturing("a device synchronisation")?;
         self.bind()?;
         // SAFETY: the stream is live.
         unsafe { result::stream::synchronize(self.stream.0)? };
@@ -511,13 +544,17 @@ impl TableSink for CudaDevice {
         CudaDevice::alloc(self, bytes)
     }
 
-    fn write(&self, buf: &DeviceBuffer, data: &[u8]) -> Result<(), CudaError> {
+    fn write(&self, buf: &Arc<DeviceBuffer>, data: &[u8]) -> Result<(), CudaError> {
         if data.len() > buf.len_bytes() {
             return Err(CudaError::InvalidLaunch(format!(
                 "a {}-byte table in a {}-byte buffer",
                 data.len(),
                 buf.len_bytes()
             )));
+        }
+        if self.capture.active() {
+            self.capture.hold(buf, data);
+            return Ok(());
         }
         self.bind()?;
         // SAFETY: the buffer holds `data` (checked above); the stream is live.

@@ -4,6 +4,7 @@
 //! sampling parameters.
 
 use crate::api::{GenerateRequest, SubmitError};
+use crate::graphs::CudaGraphs;
 use crate::kv::KvBackendKind;
 use crate::memory::{MemoryModel, Prediction};
 use crate::overlap::StepOverlap;
@@ -45,6 +46,9 @@ pub struct EngineConfig {
     /// Whether a step is queued before the last one's tokens are read
     /// ([`crate::overlap`]).
     pub step_overlap: StepOverlap,
+    /// Whether decode steps are recorded and launched as CUDA graphs
+    /// ([`crate::graphs`]).
+    pub cuda_graphs: CudaGraphs,
 }
 
 impl Default for EngineConfig {
@@ -64,6 +68,7 @@ impl Default for EngineConfig {
             capture_logits: false,
             prefix_cache: PrefixCacheSettings::default(),
             step_overlap: StepOverlap::default(),
+            cuda_graphs: CudaGraphs::default(),
         }
     }
 }

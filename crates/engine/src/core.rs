@@ -20,6 +20,7 @@ use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
 use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
+use crate::graphs::GraphsResolution;
 use crate::kv::{resolve_kv, KvBackendKind, KvResolution};
 pub use crate::memory::memory_model;
 use crate::overlap::OverlapResolution;
@@ -88,6 +89,8 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     solo: SoloStripeResolution,
     /// Whether steps overlap ([`crate::overlap`]), with why.
     overlap: OverlapResolution,
+    /// Whether decode steps run as CUDA graphs ([`crate::graphs`]), with why.
+    graphs: GraphsResolution,
     /// The step queued and not yet read (the overlap only).
     inflight: Option<overlap::InFlight<B::Drawn>>,
     /// Steps queued so far (numbers the in-flight step's draws).
@@ -198,8 +201,18 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let overlap =
             OverlapResolution::resolve(cfg.step_overlap, model.world(), cfg.capture_logits);
         tracing::info!("{overlap}");
+        let backend = model.lead().backend();
+        let graphs = GraphsResolution::resolve(
+            cfg.cuda_graphs,
+            model.world(),
+            backend.step_recording(),
+            overlap.on,
+        );
+        backend.set_step_recording(graphs.on);
+        tracing::info!("{graphs}");
         Ok(EngineCore {
             overlap,
+            graphs,
             inflight: None,
             launched: 0,
             snapshots: SnapshotPool::new(pool.slots, pool.snapshot_slots),
@@ -254,6 +267,11 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// Whether this engine's steps overlap, with why.
     pub fn step_overlap(&self) -> &OverlapResolution {
         &self.overlap
+    }
+
+    /// Whether this engine's decode steps run as CUDA graphs, with why.
+    pub fn cuda_graphs(&self) -> &GraphsResolution {
+        &self.graphs
     }
 
     /// `(active, peak)` backend bytes of every rank.

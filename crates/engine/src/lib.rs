@@ -36,6 +36,7 @@
 pub mod api;
 pub mod config;
 pub mod core;
+pub mod graphs;
 pub mod handle;
 pub mod kv;
 mod lru;
@@ -60,6 +61,7 @@ pub use api::{
 };
 pub use config::{EngineConfig, Limits};
 pub use core::{EngineCore, SampledRow, StepReport};
+pub use graphs::{CudaGraphs, GraphsResolution};
 pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
 pub use memory::{MemoryModel, Prediction};

@@ -4,12 +4,12 @@
 //! flags, then checked (the engine reads no environment).
 
 use headroom_engine::{
-    KvBackendKind, PrefixCacheSettings, SchedulerSettings, SoloStripe, StepOverlap,
+    CudaGraphs, KvBackendKind, PrefixCacheSettings, SchedulerSettings, SoloStripe, StepOverlap,
 };
 
 /// `--prefill-chunk --step-tokens --solo-stripe --kv --no-prefix-cache
 /// --prefix-cache-state-slots --prefix-cache-interval --batch-invariant
-/// --step-overlap`.
+/// --step-overlap --cuda-graphs --no-cuda-graphs`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Prompt tokens per sequence per step when several share the engine
@@ -56,9 +56,27 @@ pub struct EngineArgs {
     /// auto (default: off until measured to pay; docs/configuration.md).
     #[arg(long, default_value = "auto", value_name = "auto|on|off")]
     pub step_overlap: StepOverlap,
+    /// Record each decode step as a CUDA graph and launch it as one unit
+    /// (the same kernels and bits, one driver submission instead of ~300):
+    /// on, off, or auto (default: off until measured to pay;
+    /// docs/configuration.md). Pairs with --step-overlap on.
+    #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+    pub cuda_graphs: CudaGraphs,
+    /// The same as --cuda-graphs off (for A/B runs).
+    #[arg(long, conflicts_with = "cuda_graphs")]
+    pub no_cuda_graphs: bool,
 }
 
 impl EngineArgs {
+    /// `--cuda-graphs`, or off with `--no-cuda-graphs`.
+    pub fn cuda_graphs(&self) -> CudaGraphs {
+        if self.no_cuda_graphs {
+            CudaGraphs::Off
+        } else {
+            self.cuda_graphs
+        }
+    }
+
     /// The backend settings these flags select.
     pub fn backend(&self) -> crate::backend_select::BackendSettings {
         crate::backend_select::BackendSettings {

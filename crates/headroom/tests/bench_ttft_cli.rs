@@ -219,6 +219,35 @@ fn batch_invariant_is_recorded_in_the_json() {
 }
 
 #[test]
+fn cuda_graphs_are_recorded_in_the_json_with_why_and_the_cpu_says_why_not() {
+    let dir = TempDir::new("ttft-graphs");
+    let v = ttft_json(&dir, "auto.json", &ONE_SHORT_RUN);
+    assert_eq!(v["engine"]["cuda_graphs"]["requested"], "auto");
+    assert_eq!(v["engine"]["cuda_graphs"]["on"], false);
+    let mut args = ONE_SHORT_RUN.to_vec();
+    args.extend_from_slice(&["--cuda-graphs", "on"]);
+    let v = ttft_json(&dir, "on.json", &args);
+    assert_eq!(v["engine"]["cuda_graphs"]["requested"], "on");
+    assert_eq!(v["engine"]["cuda_graphs"]["on"], false);
+    let why = v["engine"]["cuda_graphs"]["why"].as_str().unwrap();
+    assert!(why.contains("cpu backend launches no kernels"), "{why}");
+    let out = common::headroom_command()
+        .args([
+            "bench",
+            "ttft",
+            "--synthetic",
+            "tiny-d64",
+            "--cuda-graphs",
+            "always",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
+    assert!(err.contains("auto, on or off"), "{err}");
+}
+
+#[test]
 fn the_step_overlap_is_recorded_in_the_json_with_why() {
     let dir = TempDir::new("ttft-overlap");
     let v = ttft_json(&dir, "auto.json", &ONE_SHORT_RUN);

@@ -234,6 +234,51 @@ fn batch_invariant_is_reported_and_keeps_the_cpu_tokens() {
     assert_eq!(plain[0]["ids"], invariant[0]["ids"]);
 }
 
+/// `--no-cuda-graphs` is `--cuda-graphs off`, and the two together are a
+/// usage error; on the CPU either way the same tokens come out.
+#[test]
+fn no_cuda_graphs_is_cuda_graphs_off_and_conflicts_with_it() {
+    let tmp = TempDir::new("gen-graphs");
+    let run = |flags: &[&str]| {
+        let out = tmp.0.join(format!("{}.jsonl", flags.join("_")));
+        let mut args = vec![
+            "generate",
+            "--synthetic",
+            "tiny-d64",
+            "--prompt",
+            "Hello",
+            "--max-tokens",
+            "4",
+            "--json",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(flags);
+        headroom(&args);
+        json_lines(&out)
+    };
+    let (plain, none) = (run(&["--cuda-graphs", "on"]), run(&["--no-cuda-graphs"]));
+    assert_eq!(plain[0]["ids"], none[0]["ids"]);
+    let out = common::headroom_command()
+        .args([
+            "generate",
+            "--synthetic",
+            "tiny-d64",
+            "--prompt",
+            "Hello",
+            "--no-cuda-graphs",
+            "--cuda-graphs",
+            "on",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--no-cuda-graphs") && err.contains("--cuda-graphs"),
+        "{err}"
+    );
+}
+
 /// `--step-overlap on` queues most steps ahead (counted in the summary,
 /// none with it off) and draws the same tokens.
 #[test]

@@ -25,7 +25,7 @@ use crate::parallel::RankShard;
 use crate::profile::{Part, PartTime, Profiler};
 use crate::step_model::StepIds;
 use crate::Weights;
-use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey};
+use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey, StepKey};
 use headroom_core::{progress, AttentionKind, LayerKind, OpError, RouteRequest};
 use sources::{HostSource, InitSource, Store, WeightSource};
 use std::time::Instant;
@@ -429,6 +429,33 @@ impl<B: Backend> Qwen35Model<B> {
         rows: LogitsRows,
     ) -> Result<StepOutput<B>, ModelError> {
         self.check_step(state, ids.ids, batch, routes)?;
+        // A decode step (one row a sequence) may be recorded and launched as
+        // one unit (`Backend::queue_step`: a CUDA graph); a prefill's shapes
+        // differ every step, and the profiler waits for the device between parts.
+        if batch.rows() == batch.sequences() && !self.profiler.enabled() {
+            let key = StepKey {
+                rows: batch.rows(),
+                sequences: batch.sequences(),
+                drawn_ids: ids.drawn.is_some(),
+            };
+            return self
+                .backend
+                .queue_step(key, || self.queue_step(state, ids, batch, routes, rows))
+                .map_err(op(None))?;
+        }
+        self.queue_step(state, ids, batch, routes, rows)
+    }
+
+    /// The work of [`Self::step_drawn`] after its checks: every launch of
+    /// the step, queued in order.
+    fn queue_step(
+        &self,
+        state: &mut ModelState<B>,
+        ids: StepIds<'_, B::Drawn>,
+        batch: &Batch,
+        routes: &[Option<RouteRequest>],
+        rows: LogitsRows,
+    ) -> Result<StepOutput<B>, ModelError> {
         let be = &self.backend;
         let mut x = self
             .profiler

@@ -28,6 +28,7 @@
 mod batch;
 mod blocks;
 mod fused;
+mod record;
 pub mod rng;
 mod sample;
 mod specs;
@@ -39,6 +40,7 @@ pub use fused::{
     attention_prep_composed, gdn_core_composed, gdn_core_steps, AttentionPrepWeights,
     GdnCoreInputs, GdnCoreWeights, GdnStep, GdnStepTimer, Untimed,
 };
+pub use record::StepKey;
 pub use sample::sample_row;
 pub use specs::{
     GdnSpec, InitWindow, KvSpec, MoeSpec, MoeWeights, OpKey, RopeSpec, SamplingParams, WeightInit,
@@ -46,6 +48,7 @@ pub use specs::{
 pub use workspace::{AttentionCall, WorkspaceModel};
 
 use crate::{AttentionError, AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
+use std::fmt;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -124,6 +127,35 @@ pub trait Backend: Send + Sync {
     fn reset_peak_memory(&self);
     /// Waits for queued work (a no-op on synchronous backends).
     fn synchronize(&self) -> OpResult<()>;
+
+    // ---- recorded steps --------------------------------------------------
+
+    /// `Ok(())` where this backend can record steps for replay
+    /// ([`Backend::queue_step`]), else why it cannot.
+    fn step_recording(&self) -> Result<(), String> {
+        Err(format!(
+            "the {} backend launches no kernels to record",
+            self.kind()
+        ))
+    }
+
+    /// Turns the recording of [`Backend::queue_step`]'s steps on or off
+    /// (nothing where [`Backend::step_recording`] says it cannot).
+    fn set_step_recording(&self, _on: bool) {}
+
+    /// Queues one step's device work, which `queue` queues: as is by
+    /// default; where the recording is on, recorded under `key` and
+    /// launched as one unit (a CUDA graph), bit for bit the same work.
+    /// The inner result is `queue`'s own. The outer error says the
+    /// recording failed after `queue` ran: its work was not launched, and
+    /// the step must be failed as one whose kernels failed.
+    fn queue_step<T, E: fmt::Display>(
+        &self,
+        _key: StepKey,
+        queue: impl FnOnce() -> Result<T, E>,
+    ) -> OpResult<Result<T, E>> {
+        Ok(queue())
+    }
     /// This backend's account of the workspace its ops allocate (memory
     /// predictions ask it; see [`WorkspaceModel`]).
     fn workspace_model(&self) -> Arc<dyn WorkspaceModel>;

@@ -34,13 +34,14 @@ mod dense {
 
 use crate::config::CudaOptions;
 use crate::device::CudaDevice;
+use crate::graph::{DeviceGraphs, Exec, GraphStats, StepGraphs};
 use crate::kernels::SOURCES;
 use crate::ops::attention::{cache as attention, prep as attention_prep};
 use crate::ops::{kv, linear, norm, pointwise, rope, sample};
 use crate::CudaError;
 use headroom_core::ops::{
     AttentionPrepWeights, Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, KvSpec, MoeSpec,
-    MoeWeights, OpError, OpKey, OpResult, RopeSpec, SamplingParams, WeightInit,
+    MoeWeights, OpError, OpKey, OpResult, RopeSpec, SamplingParams, StepKey, WeightInit,
 };
 use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +52,10 @@ pub struct CudaBackend {
     /// Declared first so it is destroyed first (fields drop in order), while
     /// the device's context, stream and cuBLAS handle still exist.
     comm: Option<crate::nccl::NcclComm>,
+    /// Decode steps recorded as CUDA graphs (`crate::graph`; off until
+    /// `Backend::set_step_recording`). Before the device: the executable
+    /// graphs go before its stream.
+    graphs: StepGraphs<Exec>,
     dev: CudaDevice,
     /// Peak bytes seen before the last call that restarted the allocator's own
     /// high-water mark (attention reports its transient bytes that way).
@@ -87,6 +92,7 @@ impl CudaBackend {
             dev,
             earlier_peak: AtomicU64::new(0),
             comm: None,
+            graphs: StepGraphs::default(),
             batch_invariant: false,
         })
     }
@@ -119,6 +125,11 @@ impl CudaBackend {
 
     pub fn device(&self) -> &CudaDevice {
         &self.dev
+    }
+
+    /// What the recording of decode steps as CUDA graphs did so far.
+    pub fn graph_stats(&self) -> GraphStats {
+        self.graphs.stats()
     }
 
     /// The shared expert of an MoE block before its gate (`[t][hidden]`).
@@ -259,6 +270,29 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self) -> OpResult<()> {
         self.dev.synchronize().map_err(launch::dev_err)
+    }
+
+    fn step_recording(&self) -> Result<(), String> {
+        if self.comm.is_some() {
+            return Err(
+                "a tensor-parallel rank's steps hold NCCL calls, which are not recorded".into(),
+            );
+        }
+        Ok(())
+    }
+
+    fn set_step_recording(&self, on: bool) {
+        if self.step_recording().is_ok() {
+            self.graphs.set_on(on);
+        }
+    }
+
+    fn queue_step<T, E: std::fmt::Display>(
+        &self,
+        key: StepKey,
+        queue: impl FnOnce() -> Result<T, E>,
+    ) -> OpResult<Result<T, E>> {
+        self.graphs.queue(&DeviceGraphs(&self.dev), key, queue)
     }
 
     fn workspace_model(&self) -> std::sync::Arc<dyn headroom_core::ops::WorkspaceModel> {

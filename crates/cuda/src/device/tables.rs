@@ -18,8 +18,10 @@ use std::sync::{Arc, Mutex};
 pub(crate) trait TableSink {
     /// A buffer of at least `bytes` bytes.
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError>;
-    /// Copies `data` to the start of `buf`, ordered after the work queued so far.
-    fn write(&self, buf: &DeviceBuffer, data: &[u8]) -> Result<(), CudaError>;
+    /// Copies `data` to the start of `buf`, ordered after the work queued
+    /// so far (while a step is recorded: held until its capture ends,
+    /// `super::capture`, keeping `buf`).
+    fn write(&self, buf: &Arc<DeviceBuffer>, data: &[u8]) -> Result<(), CudaError>;
 }
 
 /// Smallest buffer a table gets (bytes).
@@ -165,7 +167,7 @@ mod tests {
         fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
             self.alloc.alloc(bytes)
         }
-        fn write(&self, buf: &DeviceBuffer, data: &[u8]) -> Result<(), CudaError> {
+        fn write(&self, buf: &Arc<DeviceBuffer>, data: &[u8]) -> Result<(), CudaError> {
             assert!(data.len() <= buf.len_bytes(), "write past the buffer");
             self.writes.fetch_add(1, Ordering::SeqCst);
             let mut m = self.memory.lock().unwrap();
@@ -212,6 +214,47 @@ mod tests {
         assert_ne!(third.ptr(), second.ptr());
         assert_eq!(sink.at(&second, 10), [8; 10]);
         assert_eq!(sink.at(&third, 10), [9; 10]);
+    }
+
+    /// A sink that holds every buffer it writes, as a step being recorded
+    /// does until its capture ends (`super::super::capture`).
+    struct Holding {
+        fake: Fake,
+        held: Mutex<Vec<Arc<DeviceBuffer>>>,
+    }
+    impl TableSink for Holding {
+        fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+            self.fake.alloc(bytes)
+        }
+        fn write(&self, buf: &Arc<DeviceBuffer>, data: &[u8]) -> Result<(), CudaError> {
+            self.held.lock().unwrap().push(Arc::clone(buf));
+            self.fake.write(buf, data)
+        }
+    }
+
+    #[test]
+    fn a_table_written_while_recording_is_not_rewritten_before_the_capture_ends() {
+        let c = TableCache::<Vec<u8>>::new(1);
+        let sink = Holding {
+            fake: Fake::new(),
+            held: Mutex::new(Vec::new()),
+        };
+        let get = |data: &[u8]| {
+            c.get(
+                &sink,
+                |k| k.as_slice() == data,
+                || Ok::<_, CudaError>((data.to_vec(), data.to_vec())),
+                |e| e,
+            )
+            .unwrap()
+            .ptr()
+        };
+        let first = get(&[1; 16]);
+        let second = get(&[2; 16]);
+        assert_ne!(second, first, "the first table's copy is still held");
+        sink.held.lock().unwrap().clear(); // the capture ended: copies queued
+        let third = get(&[3; 16]);
+        assert_eq!(third, second, "rewritten in place once nothing holds it");
     }
 
     #[test]

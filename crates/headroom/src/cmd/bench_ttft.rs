@@ -76,6 +76,9 @@ pub struct TtftArgs {
     /// step queued before the last one's token is read.
     #[arg(long, default_value = "auto", value_name = "auto|on|off")]
     pub step_overlap: headroom_engine::StepOverlap,
+    /// Decode steps as CUDA graphs (as `serve --cuda-graphs`).
+    #[arg(long, default_value = "auto", value_name = "auto|on|off")]
+    pub cuda_graphs: headroom_engine::CudaGraphs,
     /// Write the headroom.bench.ttft/2 JSON here (headroom.bench.ttft.tp/2 with --tensor-parallel).
     #[arg(long, value_name = "OUT")]
     pub json: Option<PathBuf>,

@@ -188,6 +188,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         capture_logits: false,
         prefix_cache: a.engine.prefix_cache(),
         step_overlap: a.engine.step_overlap,
+        cuda_graphs: a.engine.cuda_graphs(),
     };
     let job = GenerateJob {
         model: source.label(),

@@ -240,6 +240,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         capture_logits: false,
         prefix_cache: a.engine.prefix_cache(),
         step_overlap: a.engine.step_overlap,
+        cuda_graphs: a.engine.cuda_graphs(),
     };
     let name = a
         .served_model_name
@@ -416,11 +417,17 @@ impl ServeJob {
             world,
             engine.capture_logits,
         );
+        let graphs = headroom_engine::GraphsResolution::resolve(
+            engine.cuda_graphs,
+            world,
+            model.lead().backend().step_recording(),
+            overlap.on,
+        );
         let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
             "serve on {backend}{ranks}: {}; {}; {}; scheduler {}; up to {} running, \
-             context {} tokens; {}; {}{}{}",
+             context {} tokens; {}; {}{}{}{}",
             self.model,
             self.attention,
             crate::describe::kv(&st.kv),
@@ -435,6 +442,7 @@ impl ServeJob {
                 ""
             },
             if overlap.on { "; step overlap on" } else { "" },
+            if graphs.on { "; CUDA graphs on" } else { "" },
         );
         if self.warmup.runs_on(backend) {
             match headroom_engine::warmup::warm_up(&handle) {

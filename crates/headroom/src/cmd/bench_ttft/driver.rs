@@ -84,6 +84,8 @@ pub struct EngineRecord {
     pub kv_backend: String,
     /// The step overlap asked for, whether it ran and why.
     pub step_overlap: headroom_engine::OverlapResolution,
+    /// CUDA graphs asked for, whether they ran and why.
+    pub cuda_graphs: headroom_engine::GraphsResolution,
 }
 
 impl EngineRecord {
@@ -96,6 +98,7 @@ impl EngineRecord {
             max_context: core.config().max_context,
             kv_backend: core.kv().resolved.to_string(),
             step_overlap: core.step_overlap().clone(),
+            cuda_graphs: core.cuda_graphs().clone(),
         }
     }
 }
@@ -138,6 +141,7 @@ pub fn engine_config(
         max_context: max_context(a),
         max_waiting: 1,
         step_overlap: a.step_overlap,
+        cuda_graphs: a.cuda_graphs,
         ..EngineConfig::default()
     }
 }

@@ -1,0 +1,108 @@
+//! The device's side of a step being recorded as a CUDA graph
+//! (`crate::graph`). While the stream captures, nothing runs: kernels and
+//! cuBLAS calls become the graph's nodes. A table the ops copy to the
+//! device (`CudaDevice::upload_table`, the sequence tables) cannot be a
+//! node (its host bytes are gone by the time the graph runs), so its copy
+//! is held here and queued on the stream after the capture ends, ahead of
+//! the graph's launch: the graph's kernels read it as they would have read
+//! the copy queued among them. A held copy keeps its buffer, so no later
+//! table of the same step is written into it (the table cache rewrites
+//! only buffers nobody else holds), and no allocation of the step gets it.
+//! The calls that wait for the device (`read`, `write`, `synchronize`)
+//! are refused while capturing: they would end the capture.
+
+use crate::alloc::DeviceBuffer;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One table copy held back until the capture ends.
+pub(crate) struct Held {
+    pub buf: Arc<DeviceBuffer>,
+    pub bytes: Vec<u8>,
+}
+
+/// Whether the stream is capturing, and the copies held meanwhile.
+#[derive(Default)]
+pub(crate) struct Capture {
+    active: AtomicBool,
+    held: Mutex<Vec<Held>>,
+}
+
+impl Capture {
+    /// Whether a capture is under way.
+    pub(crate) fn active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Marks a capture as started.
+    pub(crate) fn start(&self) {
+        self.active.store(true, Ordering::Release);
+    }
+
+    /// Holds a copy of `data` into the start of `buf` until [`Self::finish`].
+    pub(crate) fn hold(&self, buf: &Arc<DeviceBuffer>, data: &[u8]) {
+        self.lock().push(Held {
+            buf: Arc::clone(buf),
+            bytes: data.to_vec(),
+        });
+    }
+
+    /// Marks the capture as ended and gives the held copies, in the order
+    /// they were made (a later copy into the same buffer lands last).
+    pub(crate) fn finish(&self) -> Vec<Held> {
+        self.active.store(false, Ordering::Release);
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Held>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::alloc::{Allocator, RawMemory};
+    use crate::CudaError;
+    use std::sync::atomic::AtomicU64;
+
+    struct Addresses(AtomicU64);
+    impl RawMemory for Addresses {
+        fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+            Ok(0x1000 + self.0.fetch_add(bytes as u64, Ordering::SeqCst))
+        }
+        fn free(&self, _: u64) {}
+    }
+
+    #[test]
+    fn held_copies_keep_their_buffers_and_come_back_in_order_once() {
+        let alloc = Allocator::new(Box::new(Addresses(AtomicU64::new(0))));
+        let c = Capture::default();
+        assert!(!c.active());
+        c.start();
+        assert!(c.active());
+        let a = Arc::new(alloc.alloc(64).unwrap());
+        let b = Arc::new(alloc.alloc(64).unwrap());
+        c.hold(&a, &[1, 2]);
+        c.hold(&b, &[3]);
+        c.hold(&a, &[4]);
+        assert_eq!(Arc::strong_count(&a), 3, "held twice besides the caller");
+        let held = c.finish();
+        assert!(!c.active());
+        let got: Vec<(u64, Vec<u8>)> = held
+            .iter()
+            .map(|h| (h.buf.ptr(), h.bytes.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (a.ptr(), vec![1, 2]),
+                (b.ptr(), vec![3]),
+                (a.ptr(), vec![4])
+            ]
+        );
+        drop(held);
+        assert_eq!(Arc::strong_count(&a), 1, "released with the copies");
+        assert!(c.finish().is_empty(), "given once");
+    }
+}

@@ -1,0 +1,359 @@
+//! CUDA graphs of decode steps (issue 23 item 2; `--cuda-graphs`,
+//! `Backend::queue_step`). A decode step queues ≈ 300 launches, ≈ 4.4 µs
+//! each in the driver (`docs/perf/cuda-graphs.md`); recorded as a graph it
+//! is one launch. Each step is captured from the stream as it is queued
+//! today (the same ops, kernels and arguments: the same bits), and the
+//! executable graph kept for the step's [`StepKey`] is updated in place to
+//! the new capture (`cuGraphExecUpdate`: the arguments change from step to
+//! step, the launches do not) and launched; a key seen for the first time,
+//! or whose capture no longer matches its graph, instantiates a new one
+//! (the last [`KEPT`] keys are kept). This is the llama.cpp scheme: the
+//! capture still walks the ops on the host, but a captured launch is a
+//! node appended to a graph, not a driver submission, and the device
+//! receives the whole step at once.
+//!
+//! What a capture cannot contain is kept out of it (`device::capture`):
+//! table copies are held and queued after the capture, ahead of the
+//! graph; a call that waits for the device fails the step's queueing, and
+//! the step's key then runs without a graph from there on (its failed step
+//! is reported like a failed kernel); the allocator keeps its cached
+//! blocks while capturing (recorded kernels name them). A capture, an
+//! update, an instantiation or a launch that fails in the driver turns the
+//! recording off for the process and fails the step, with the reason.
+
+use crate::device::capture::Held;
+use crate::device::CudaDevice;
+use crate::CudaError;
+use cudarc::driver::{result, sys};
+use headroom_core::ops::{OpError, OpResult, StepKey};
+use std::fmt::Display;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Executable graphs kept, one per key, most recently launched first.
+pub(crate) const KEPT: usize = 8;
+
+/// What the recording did since the device opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// Steps launched as a graph.
+    pub launched: u64,
+    /// Of them, launched from a kept graph updated to the step.
+    pub updated: u64,
+    /// Graphs instantiated (a new key, or a capture its kept graph could
+    /// not be updated to).
+    pub instantiated: u64,
+    /// Steps queued without a graph because their key's capture failed before.
+    pub eager: u64,
+    /// Keys whose capture failed (their steps run without a graph).
+    pub refused_keys: u64,
+}
+
+/// The driver calls of a recording (the device's, a fake in tests).
+pub(crate) trait GraphDriver {
+    type Graph;
+    type Exec;
+    /// What [`GraphDriver::flush`] queued, kept until the graph is launched.
+    type Flushed;
+    /// Starts capturing the stream (nothing started on an error).
+    fn begin(&self) -> Result<(), CudaError>;
+    /// Ends the capture: its graph, or why the capture failed.
+    fn end(&self) -> Result<Self::Graph, CudaError>;
+    /// Queues the copies held during the capture (called after every
+    /// [`GraphDriver::end`], whatever it returned).
+    fn flush(&self) -> Result<Self::Flushed, CudaError>;
+    /// Updates `exec` to `graph`'s launches: `false` where they differ in
+    /// more than their arguments (then `exec` is not to be launched).
+    fn update(&self, exec: &mut Self::Exec, graph: &Self::Graph) -> Result<bool, CudaError>;
+    fn instantiate(&self, graph: &Self::Graph) -> Result<Self::Exec, CudaError>;
+    fn launch(&self, exec: &Self::Exec) -> Result<(), CudaError>;
+}
+
+struct Kept<X> {
+    execs: Vec<(StepKey, X)>,
+    refused: Vec<StepKey>,
+    stats: GraphStats,
+}
+
+/// The recording's switch, the kept graphs and the keys refused.
+pub(crate) struct StepGraphs<X> {
+    on: AtomicBool,
+    kept: Mutex<Kept<X>>,
+}
+
+impl<X> Default for StepGraphs<X> {
+    fn default() -> Self {
+        StepGraphs {
+            on: AtomicBool::new(false),
+            kept: Mutex::new(Kept {
+                execs: Vec::new(),
+                refused: Vec::new(),
+                stats: GraphStats::default(),
+            }),
+        }
+    }
+}
+
+impl<X> StepGraphs<X> {
+    pub(crate) fn set_on(&self, on: bool) {
+        self.on.store(on, Ordering::Release);
+        if !on {
+            self.lock().execs.clear();
+        }
+    }
+
+    pub(crate) fn on(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn stats(&self) -> GraphStats {
+        self.lock().stats
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept<X>> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues one step (`queue`) under `key`: as is while the recording is
+    /// off or `key` was refused; else captured, launched as a graph (see
+    /// the module comment) and `queue`'s result returned.
+    pub(crate) fn queue<D, T, E>(
+        &self,
+        d: &D,
+        key: StepKey,
+        queue: impl FnOnce() -> Result<T, E>,
+    ) -> OpResult<Result<T, E>>
+    where
+        D: GraphDriver<Exec = X>,
+        E: Display,
+    {
+        if !self.on() {
+            return Ok(queue());
+        }
+        if self.lock().refused.contains(&key) {
+            self.lock().stats.eager += 1;
+            return Ok(queue());
+        }
+        if let Err(e) = d.begin() {
+            return Err(self.broken("start a capture", e));
+        }
+        let mut unwinding = EndOnUnwind { d, armed: true };
+        let out = queue();
+        unwinding.armed = false;
+        let graph = d.end();
+        let flushed = d.flush();
+        let value = match out {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(
+                    "a decode step of {key} could not be recorded as a CUDA graph ({e}); \
+                     steps of its shape run without one"
+                );
+                let mut kept = self.lock();
+                kept.refused.push(key);
+                kept.stats.refused_keys += 1;
+                drop(kept);
+                if let Err(fe) = flushed {
+                    return Err(self.broken("queue the step's tables", fe));
+                }
+                return Ok(Err(e));
+            }
+        };
+        let graph = graph.map_err(|e| self.broken("end the capture", e))?;
+        let flushed = flushed.map_err(|e| self.broken("queue the step's tables", e))?;
+        self.launch(d, key, &graph)?;
+        drop(flushed);
+        Ok(Ok(value))
+    }
+
+    /// Launches `graph` through `key`'s kept graph, updated, or a new one.
+    fn launch<D: GraphDriver<Exec = X>>(
+        &self,
+        d: &D,
+        key: StepKey,
+        graph: &D::Graph,
+    ) -> OpResult<()> {
+        let mut kept = self.lock();
+        let old = kept
+            .execs
+            .iter()
+            .position(|(k, _)| *k == key)
+            .map(|i| kept.execs.remove(i).1);
+        let exec = match old {
+            Some(mut x) => match d.update(&mut x, graph) {
+                Ok(true) => {
+                    kept.stats.updated += 1;
+                    Ok(x)
+                }
+                Ok(false) => {
+                    drop(x);
+                    kept.stats.instantiated += 1;
+                    d.instantiate(graph)
+                }
+                Err(e) => Err(e),
+            },
+            None => {
+                kept.stats.instantiated += 1;
+                d.instantiate(graph)
+            }
+        };
+        let exec = match exec {
+            Ok(x) => x,
+            Err(e) => {
+                drop(kept);
+                return Err(self.broken("make the step's executable graph", e));
+            }
+        };
+        if let Err(e) = d.launch(&exec) {
+            drop(kept);
+            return Err(self.broken("launch the step's graph", e));
+        }
+        kept.stats.launched += 1;
+        kept.execs.insert(0, (key, exec));
+        kept.execs.truncate(KEPT);
+        Ok(())
+    }
+
+    /// Turns the recording off after the driver failed to `what`; the
+    /// step's error.
+    fn broken(&self, what: &str, e: CudaError) -> OpError {
+        self.set_on(false);
+        tracing::error!("CUDA graphs: could not {what} ({e}); recording turned off");
+        OpError::Device(format!(
+            "CUDA graphs: could not {what} ({e}); the recording is off from here on \
+             (--cuda-graphs off avoids it)"
+        ))
+    }
+}
+
+/// Ends a capture whose step panicked (the stream would stay capturing and
+/// refuse all later work) and queues its held copies.
+struct EndOnUnwind<'a, D: GraphDriver> {
+    d: &'a D,
+    armed: bool,
+}
+
+impl<D: GraphDriver> Drop for EndOnUnwind<'_, D> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.d.end();
+            let _ = self.d.flush();
+        }
+    }
+}
+
+/// A captured graph (destroyed on drop).
+pub(crate) struct Graph(sys::CUgraph);
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: made by cuStreamEndCapture, destroyed once.
+        unsafe {
+            let _ = sys::cuGraphDestroy(self.0);
+        }
+    }
+}
+
+/// An executable graph (destroyed on drop: the driver frees it after any
+/// launch of it still in flight completes).
+pub(crate) struct Exec(sys::CUgraphExec);
+
+// SAFETY: graph handles may be used from any thread of their context; the
+// kept graphs are used under `StepGraphs`' lock.
+unsafe impl Send for Exec {}
+unsafe impl Send for Graph {}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        // SAFETY: made by cuGraphInstantiateWithFlags, destroyed once.
+        unsafe {
+            let _ = sys::cuGraphExecDestroy(self.0);
+        }
+    }
+}
+
+/// The recording on a device's stream.
+pub(crate) struct DeviceGraphs<'a>(pub &'a CudaDevice);
+
+impl GraphDriver for DeviceGraphs<'_> {
+    type Graph = Graph;
+    type Exec = Exec;
+    type Flushed = Vec<Held>;
+
+    fn begin(&self) -> Result<(), CudaError> {
+        let dev = self.0;
+        dev.bind()?;
+        dev.capture().start();
+        dev.allocator().keep_cached(true);
+        // SAFETY: the stream is live. Relaxed: this thread's allocations
+        // (cuMemAlloc of the caching allocator) stay allowed while capturing.
+        let begun = unsafe {
+            result::stream::begin_capture(
+                dev.stream_raw(),
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
+        };
+        if let Err(e) = begun {
+            let _ = dev.capture().finish();
+            dev.allocator().keep_cached(false);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    fn end(&self) -> Result<Graph, CudaError> {
+        // SAFETY: the stream is capturing (`begin`).
+        let g = unsafe { result::stream::end_capture(self.0.stream_raw()) }?;
+        if g.is_null() {
+            return Err(CudaError::Driver("the capture gave no graph".into()));
+        }
+        Ok(Graph(g))
+    }
+
+    fn flush(&self) -> Result<Vec<Held>, CudaError> {
+        let dev = self.0;
+        let held = dev.capture().finish();
+        dev.allocator().keep_cached(false);
+        for h in &held {
+            // SAFETY: `h.buf` holds `h.bytes` (checked when held); pageable
+            // memory is staged before the call returns.
+            unsafe { result::memcpy_htod_async(h.buf.ptr(), &h.bytes[..], dev.stream_raw())? };
+        }
+        Ok(held)
+    }
+
+    fn update(&self, exec: &mut Exec, graph: &Graph) -> Result<bool, CudaError> {
+        let mut info = std::mem::MaybeUninit::<sys::CUgraphExecUpdateResultInfo>::zeroed();
+        // SAFETY: both handles are live; `info` is written by the call.
+        let r = unsafe { sys::cuGraphExecUpdate_v2(exec.0, graph.0, info.as_mut_ptr()) };
+        match r {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => Ok(false),
+            other => Err(CudaError::Driver(format!("cuGraphExecUpdate: {other:?}"))),
+        }
+    }
+
+    fn instantiate(&self, graph: &Graph) -> Result<Exec, CudaError> {
+        let mut exec = std::ptr::null_mut();
+        // SAFETY: the graph is live; `exec` is written by the call.
+        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }.result()?;
+        Ok(Exec(exec))
+    }
+
+    fn launch(&self, exec: &Exec) -> Result<(), CudaError> {
+        let dev = self.0;
+        crate::decode_stats::before_launch(dev.options().decode_stats, dev);
+        crate::decode_stats::counted(
+            dev.options().decode_stats,
+            &crate::decode_stats::GRAPH_LAUNCHES,
+            &crate::decode_stats::GRAPH_NS,
+            // SAFETY: the executable graph and the stream are live.
+            || unsafe { sys::cuGraphLaunch(exec.0, dev.stream_raw()) }.result(),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "graph_tests.rs"]
+mod tests;

@@ -1,0 +1,268 @@
+//! The recording's bookkeeping against a scripted driver: which steps are
+//! captured, updated, instantiated, launched or queued as they are, and
+//! what a failure at each stage does.
+
+use super::*;
+use std::cell::{Cell, RefCell};
+
+/// A fake driver: graphs are the number of launches their capture saw,
+/// an executable graph remembers the launch count it was made for (an
+/// update to another count fails, as a topology change does).
+#[derive(Default)]
+struct Script {
+    log: RefCell<Vec<String>>,
+    capturing: Cell<bool>,
+    /// Launches queued in the current capture.
+    nodes: Cell<usize>,
+    next_exec: Cell<u32>,
+    fail_begin: Cell<bool>,
+    fail_end: Cell<bool>,
+    fail_launch: Cell<bool>,
+}
+
+#[derive(Debug)]
+struct FakeExec {
+    id: u32,
+    nodes: usize,
+}
+
+impl Script {
+    fn log(&self, s: impl Into<String>) {
+        self.log.borrow_mut().push(s.into());
+    }
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.borrow_mut())
+    }
+    /// What a step's op does: a launch (recorded or run).
+    fn kernel(&self) {
+        if self.capturing.get() {
+            self.nodes.set(self.nodes.get() + 1);
+        } else {
+            self.log("run");
+        }
+    }
+}
+
+impl GraphDriver for Script {
+    type Graph = usize;
+    type Exec = FakeExec;
+    type Flushed = ();
+
+    fn begin(&self) -> Result<(), CudaError> {
+        if self.fail_begin.get() {
+            return Err(CudaError::Driver("no capture".into()));
+        }
+        self.capturing.set(true);
+        self.nodes.set(0);
+        self.log("begin");
+        Ok(())
+    }
+    fn end(&self) -> Result<usize, CudaError> {
+        self.capturing.set(false);
+        self.log("end");
+        if self.fail_end.get() {
+            return Err(CudaError::Driver("capture invalidated".into()));
+        }
+        Ok(self.nodes.get())
+    }
+    fn flush(&self) -> Result<(), CudaError> {
+        self.log("flush");
+        Ok(())
+    }
+    fn update(&self, exec: &mut FakeExec, graph: &usize) -> Result<bool, CudaError> {
+        let ok = exec.nodes == *graph;
+        self.log(format!(
+            "update {} {}",
+            exec.id,
+            if ok { "ok" } else { "fails" }
+        ));
+        Ok(ok)
+    }
+    fn instantiate(&self, graph: &usize) -> Result<FakeExec, CudaError> {
+        let id = self.next_exec.get();
+        self.next_exec.set(id + 1);
+        self.log(format!("instantiate {id}"));
+        Ok(FakeExec { id, nodes: *graph })
+    }
+    fn launch(&self, exec: &FakeExec) -> Result<(), CudaError> {
+        if self.fail_launch.get() {
+            return Err(CudaError::Driver("launch failed".into()));
+        }
+        self.log(format!("launch {} ({} nodes)", exec.id, exec.nodes));
+        Ok(())
+    }
+}
+
+fn key(rows: usize) -> StepKey {
+    StepKey {
+        rows,
+        sequences: rows,
+        drawn_ids: false,
+    }
+}
+
+/// A step of `kernels` launches returning `rows`.
+fn step(
+    g: &StepGraphs<FakeExec>,
+    d: &Script,
+    rows: usize,
+    kernels: usize,
+) -> OpResult<Result<usize, String>> {
+    g.queue(d, key(rows), || {
+        for _ in 0..kernels {
+            d.kernel();
+        }
+        Ok::<_, String>(rows)
+    })
+}
+
+#[test]
+fn off_queues_the_step_as_it_is() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    assert_eq!(step(&g, &d, 1, 2).unwrap(), Ok(1));
+    assert_eq!(d.take(), ["run", "run"]);
+    assert_eq!(g.stats(), GraphStats::default());
+}
+
+#[test]
+fn a_key_instantiates_once_then_updates_and_relaunches_its_graph() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    assert_eq!(step(&g, &d, 1, 3).unwrap(), Ok(1));
+    assert_eq!(
+        d.take(),
+        [
+            "begin",
+            "end",
+            "flush",
+            "instantiate 0",
+            "launch 0 (3 nodes)"
+        ]
+    );
+    assert_eq!(step(&g, &d, 1, 3).unwrap(), Ok(1));
+    assert_eq!(
+        d.take(),
+        ["begin", "end", "flush", "update 0 ok", "launch 0 (3 nodes)"]
+    );
+    // Another key gets its own graph; the first is still kept.
+    step(&g, &d, 2, 5).unwrap().unwrap();
+    assert_eq!(d.take()[3..], ["instantiate 1", "launch 1 (5 nodes)"]);
+    step(&g, &d, 1, 3).unwrap().unwrap();
+    assert_eq!(d.take()[3..], ["update 0 ok", "launch 0 (3 nodes)"]);
+    let s = g.stats();
+    assert_eq!((s.launched, s.updated, s.instantiated), (4, 2, 2));
+}
+
+#[test]
+fn a_capture_its_graph_cannot_take_instantiates_a_new_one() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    step(&g, &d, 4, 3).unwrap().unwrap();
+    d.take();
+    step(&g, &d, 4, 4).unwrap().unwrap();
+    assert_eq!(
+        d.take()[3..],
+        ["update 0 fails", "instantiate 1", "launch 1 (4 nodes)"]
+    );
+    step(&g, &d, 4, 4).unwrap().unwrap();
+    assert_eq!(d.take()[3..], ["update 1 ok", "launch 1 (4 nodes)"]);
+}
+
+#[test]
+fn only_the_last_kept_keys_keep_their_graphs() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    for rows in 1..=KEPT + 1 {
+        step(&g, &d, rows, 1).unwrap().unwrap();
+    }
+    d.take();
+    step(&g, &d, 1, 1).unwrap().unwrap();
+    assert!(
+        d.take().iter().any(|l| l.starts_with("instantiate")),
+        "the oldest key's graph was dropped"
+    );
+    step(&g, &d, KEPT + 1, 1).unwrap().unwrap();
+    assert!(d.take().iter().any(|l| l.starts_with("update")));
+}
+
+#[test]
+fn a_step_that_fails_while_captured_is_returned_and_its_key_runs_eagerly_after() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    let out = g
+        .queue(&d, key(3), || {
+            d.kernel();
+            Err::<usize, _>("a read of device memory waits for the device")
+        })
+        .unwrap();
+    assert_eq!(out, Err("a read of device memory waits for the device"));
+    assert_eq!(d.take(), ["begin", "end", "flush"], "nothing launched");
+    assert_eq!(step(&g, &d, 3, 2).unwrap(), Ok(3));
+    assert_eq!(d.take(), ["run", "run"], "the key runs without a graph");
+    // Other keys still record.
+    step(&g, &d, 5, 1).unwrap().unwrap();
+    assert!(d.take().contains(&"launch 0 (1 nodes)".to_string()));
+    let s = g.stats();
+    assert_eq!((s.refused_keys, s.eager, s.launched), (1, 1, 1));
+    assert!(g.on());
+}
+
+#[test]
+fn a_driver_failure_fails_the_step_and_turns_the_recording_off() {
+    for stage in ["begin", "end", "launch"] {
+        let (g, d) = (StepGraphs::default(), Script::default());
+        g.set_on(true);
+        d.fail_begin.set(stage == "begin");
+        d.fail_end.set(stage == "end");
+        d.fail_launch.set(stage == "launch");
+        let err = step(&g, &d, 1, 2).unwrap_err().to_string();
+        assert!(
+            err.contains("CUDA graphs") && err.contains("--cuda-graphs off"),
+            "{stage}: {err}"
+        );
+        assert!(!g.on(), "{stage}: off after the failure");
+        if stage != "begin" {
+            assert!(
+                d.take().contains(&"flush".to_string()),
+                "{stage}: tables still queued"
+            );
+        }
+        d.fail_begin.set(false);
+        d.fail_end.set(false);
+        d.fail_launch.set(false);
+        d.take();
+        assert_eq!(step(&g, &d, 1, 2).unwrap(), Ok(1));
+        assert_eq!(
+            d.take(),
+            ["run", "run"],
+            "{stage}: later steps run as they are"
+        );
+    }
+}
+
+#[test]
+fn turning_the_recording_off_drops_the_kept_graphs() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    step(&g, &d, 1, 1).unwrap().unwrap();
+    g.set_on(false);
+    g.set_on(true);
+    d.take();
+    step(&g, &d, 1, 1).unwrap().unwrap();
+    assert!(d.take().contains(&"instantiate 1".to_string()));
+}
+
+#[test]
+fn a_step_that_panics_while_captured_ends_the_capture() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        g.queue(&d, key(1), || -> Result<usize, String> {
+            d.kernel();
+            panic!("an op panicked")
+        })
+    }));
+    assert!(caught.is_err());
+    assert_eq!(d.take(), ["begin", "end", "flush"]);
+    assert!(!d.capturing.get(), "the stream is not left capturing");
+}

@@ -1,0 +1,160 @@
+//! Decode steps recorded as CUDA graphs (`--cuda-graphs`,
+//! `crates/cuda/src/graph.rs`): a recorded step launches the same kernels
+//! with the same arguments as a step queued launch by launch, so the
+//! logits of every sampled row are the same to the bit with the graphs on
+//! and off — on the MoE fixture (near-tied routers: any difference shows)
+//! and the next fixture, with prompts that finish prefill at different
+//! steps (the decode batch grows and shrinks: several keys, updates and
+//! new graphs) — and with the step overlap on too (its embedding reads the
+//! drawn tokens: another key). A lone request's decode is one graph
+//! updated step after step. Needs a GPU: the binary is run with
+//! `--ignored` by `bench/gpu/check_engine.sh` (build: `cargo test
+//! --release -p headroom-engine --test cuda_graphs --no-run`).
+
+mod common;
+
+use common::{cuda_fixture as model, fixture_vocab as vocab, ids};
+use headroom_core::ops::SamplingParams;
+use headroom_cuda::graph::GraphStats;
+use headroom_engine::{
+    CudaGraphs, EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings,
+    SoloStripe, StepOverlap,
+};
+
+/// Each request's tokens and the logits behind them (none with the
+/// overlap on: captured logits turn it off), and what the graphs did.
+type Run = (Vec<(Vec<u32>, Vec<Vec<f32>>)>, GraphStats);
+
+fn run(name: &str, graphs: CudaGraphs, overlap: StepOverlap, reqs: &[GenerateRequest]) -> Run {
+    let cfg = EngineConfig {
+        scheduler: SchedulerSettings {
+            prefill_chunk: 37,
+            step_tokens: 200,
+            solo_stripe: SoloStripe::Tokens(2048),
+            ..SchedulerSettings::default()
+        },
+        kv_backend: KvBackendKind::Paged,
+        max_running: 16,
+        max_context: 1024,
+        capture_logits: overlap == StepOverlap::Off,
+        step_overlap: overlap,
+        cuda_graphs: graphs,
+        ..EngineConfig::default()
+    };
+    let mut core = EngineCore::new(model(name), cfg).unwrap();
+    assert_eq!(
+        core.cuda_graphs().on,
+        graphs == CudaGraphs::On,
+        "{}",
+        core.cuda_graphs()
+    );
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|r| core.submit(r.clone()).unwrap())
+        .collect();
+    let mut out = vec![(Vec::new(), Vec::new()); reqs.len()];
+    while let Some(rep) = core.step().unwrap() {
+        for s in rep.sampled {
+            let i = streams.iter().position(|st| st.id == s.id).unwrap();
+            out[i].0.push(s.token);
+            if let Some(l) = s.logits {
+                out[i].1.push(l);
+            }
+        }
+    }
+    let st = core.stats();
+    assert_eq!((st.running, st.kv_blocks_used), (0, 0));
+    (out, core.model().backend().graph_stats())
+}
+
+fn requests(name: &str) -> Vec<GenerateRequest> {
+    let v = vocab(name);
+    [(3, 20), (40, 12), (300, 9), (90, 30), (17, 25), (150, 16)]
+        .into_iter()
+        .enumerate()
+        .map(|(k, (len, max))| {
+            let mut r = GenerateRequest::greedy(ids(len, v, k as u32 + 5), max);
+            r.ignore_eos = true;
+            if k % 2 == 1 {
+                r.sampling = SamplingParams {
+                    temperature: 0.9,
+                    top_p: 0.95,
+                    top_k: 0,
+                    seed: 60 + k as u64,
+                };
+            }
+            r
+        })
+        .collect()
+}
+
+fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    rows.iter()
+        .map(|r| r.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_graph_steps_give_the_same_logits_to_the_bit() {
+    for name in ["moe_d256", "next_d128"] {
+        let reqs = requests(name);
+        let (plain, none) = run(name, CudaGraphs::Off, StepOverlap::Off, &reqs);
+        let (graphed, st) = run(name, CudaGraphs::On, StepOverlap::Off, &reqs);
+        println!("{name}: {st:?}");
+        assert_eq!(
+            none,
+            GraphStats::default(),
+            "{name}: nothing recorded when off"
+        );
+        assert!(st.launched > 20 && st.updated > 0, "{name}: {st:?}");
+        assert_eq!((st.eager, st.refused_keys), (0, 0), "{name}: {st:?}");
+        for (k, ((ta, la), (tb, lb))) in plain.iter().zip(&graphed).enumerate() {
+            assert_eq!(ta.len(), reqs[k].max_tokens);
+            assert_eq!(ta, tb, "{name} request {k}: tokens with graphs");
+            assert_eq!(bits(la), bits(lb), "{name} request {k}: logits with graphs");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_graph_steps_with_the_overlap_give_the_same_tokens() {
+    let name = "moe_d256";
+    let reqs = requests(name);
+    let (plain, _) = run(name, CudaGraphs::Off, StepOverlap::Off, &reqs);
+    let (both, st) = run(name, CudaGraphs::On, StepOverlap::On, &reqs);
+    println!("{name} with the overlap: {st:?}");
+    assert!(st.launched > 20 && st.updated > 0, "{st:?}");
+    for (k, (a, b)) in plain.iter().zip(&both).enumerate() {
+        assert_eq!(a.0, b.0, "request {k}: tokens with graphs and the overlap");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh (and under compute-sanitizer)"]
+fn cuda_a_lone_decode_updates_one_graph_step_after_step() {
+    let name = "next_d128";
+    let mut r = GenerateRequest::greedy(ids(70, vocab(name), 11), 48);
+    r.ignore_eos = true;
+    let (plain, _) = run(
+        name,
+        CudaGraphs::Off,
+        StepOverlap::Off,
+        std::slice::from_ref(&r),
+    );
+    let (graphed, st) = run(
+        name,
+        CudaGraphs::On,
+        StepOverlap::Off,
+        std::slice::from_ref(&r),
+    );
+    println!("lone decode: {st:?}");
+    assert_eq!(bits(&plain[0].1), bits(&graphed[0].1));
+    assert_eq!(st.instantiated, 1, "{st:?}");
+    assert_eq!(
+        st.launched, 47,
+        "every decode step after the first token: {st:?}"
+    );
+    assert_eq!(st.updated, 46, "{st:?}");
+}
