@@ -2,12 +2,13 @@
 //! `Backend::queue_step`). A decode step queues ≈ 300 launches, ≈ 4.4 µs
 //! each in the driver (`docs/perf/cuda-graphs.md`); recorded as a graph it
 //! is one launch. Each step is captured from the stream as it is queued
-//! today (the same ops, kernels and arguments: the same bits), and the
-//! executable graph kept for the step's [`StepKey`] is updated in place to
-//! the new capture (`cuGraphExecUpdate`: the arguments change from step to
-//! step, the launches do not) and launched; a key seen for the first time,
-//! or whose capture no longer matches its graph, instantiates a new one
-//! (the last [`KEPT`] keys are kept). This is the llama.cpp scheme: the
+//! today (the same ops, kernels and arguments: the same bits), and a kept
+//! executable graph of as many nodes is updated in place to the new
+//! capture (`cuGraphExecUpdate`: from step to step the arguments and grids
+//! change, the launches do not — also when a decode batch gains or loses
+//! a sequence) and launched; a capture no kept graph can take instantiates
+//! a new one (the last [`KEPT`] are kept, one per node count). A step's
+//! [`StepKey`] names it in the logs and refusals. This is the llama.cpp scheme: the
 //! capture still walks the ops on the host, but a captured launch is a
 //! node appended to a graph, not a driver submission, and the device
 //! receives the whole step at once.
@@ -30,7 +31,7 @@ use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Executable graphs kept, one per key, most recently launched first.
+/// Executable graphs kept, one per node count, most recently launched first.
 pub(crate) const KEPT: usize = 8;
 
 /// What the recording did since the device opened.
@@ -40,8 +41,7 @@ pub struct GraphStats {
     pub launched: u64,
     /// Of them, launched from a kept graph updated to the step.
     pub updated: u64,
-    /// Graphs instantiated (a new key, or a capture its kept graph could
-    /// not be updated to).
+    /// Graphs instantiated (a capture no kept graph could be updated to).
     pub instantiated: u64,
     /// Steps queued without a graph because their key's capture failed before.
     pub eager: u64,
@@ -59,6 +59,8 @@ pub(crate) trait GraphDriver {
     fn begin(&self) -> Result<(), CudaError>;
     /// Ends the capture: its graph, or why the capture failed.
     fn end(&self) -> Result<Self::Graph, CudaError>;
+    /// Nodes of `graph`.
+    fn nodes(&self, graph: &Self::Graph) -> Result<usize, CudaError>;
     /// Queues the copies held during the capture (called after every
     /// [`GraphDriver::end`], whatever it returned).
     fn flush(&self) -> Result<Self::Flushed, CudaError>;
@@ -70,7 +72,8 @@ pub(crate) trait GraphDriver {
 }
 
 struct Kept<X> {
-    execs: Vec<(StepKey, X)>,
+    /// Executable graphs by their node count.
+    execs: Vec<(usize, X)>,
     refused: Vec<StepKey>,
     stats: GraphStats,
 }
@@ -161,23 +164,22 @@ impl<X> StepGraphs<X> {
         };
         let graph = graph.map_err(|e| self.broken("end the capture", e))?;
         let flushed = flushed.map_err(|e| self.broken("queue the step's tables", e))?;
-        self.launch(d, key, &graph)?;
+        self.launch(d, &graph)?;
         drop(flushed);
         Ok(Ok(value))
     }
 
-    /// Launches `graph` through `key`'s kept graph, updated, or a new one.
-    fn launch<D: GraphDriver<Exec = X>>(
-        &self,
-        d: &D,
-        key: StepKey,
-        graph: &D::Graph,
-    ) -> OpResult<()> {
+    /// Launches `graph` through the kept graph of as many nodes, updated,
+    /// or a new one.
+    fn launch<D: GraphDriver<Exec = X>>(&self, d: &D, graph: &D::Graph) -> OpResult<()> {
+        let nodes = d
+            .nodes(graph)
+            .map_err(|e| self.broken("count the step's nodes", e))?;
         let mut kept = self.lock();
         let old = kept
             .execs
             .iter()
-            .position(|(k, _)| *k == key)
+            .position(|(n, _)| *n == nodes)
             .map(|i| kept.execs.remove(i).1);
         let exec = match old {
             Some(mut x) => match d.update(&mut x, graph) {
@@ -209,7 +211,7 @@ impl<X> StepGraphs<X> {
             return Err(self.broken("launch the step's graph", e));
         }
         kept.stats.launched += 1;
-        kept.execs.insert(0, (key, exec));
+        kept.execs.insert(0, (nodes, exec));
         kept.execs.truncate(KEPT);
         Ok(())
     }
@@ -320,6 +322,13 @@ impl GraphDriver for DeviceGraphs<'_> {
             unsafe { result::memcpy_htod_async(h.buf.ptr(), &h.bytes[..], dev.stream_raw())? };
         }
         Ok(held)
+    }
+
+    fn nodes(&self, graph: &Graph) -> Result<usize, CudaError> {
+        let mut n = 0usize;
+        // SAFETY: the graph is live; a null array asks for the count only.
+        unsafe { sys::cuGraphGetNodes(graph.0, std::ptr::null_mut(), &mut n) }.result()?;
+        Ok(n)
     }
 
     fn update(&self, exec: &mut Exec, graph: &Graph) -> Result<bool, CudaError> {

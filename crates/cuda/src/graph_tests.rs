@@ -17,6 +17,8 @@ struct Script {
     next_exec: Cell<u32>,
     fail_begin: Cell<bool>,
     fail_end: Cell<bool>,
+    /// Updates fail whatever the node counts (another topology).
+    fail_update: Cell<bool>,
     fail_launch: Cell<bool>,
 }
 
@@ -65,12 +67,15 @@ impl GraphDriver for Script {
         }
         Ok(self.nodes.get())
     }
+    fn nodes(&self, graph: &usize) -> Result<usize, CudaError> {
+        Ok(*graph)
+    }
     fn flush(&self) -> Result<(), CudaError> {
         self.log("flush");
         Ok(())
     }
     fn update(&self, exec: &mut FakeExec, graph: &usize) -> Result<bool, CudaError> {
-        let ok = exec.nodes == *graph;
+        let ok = exec.nodes == *graph && !self.fail_update.get();
         self.log(format!(
             "update {} {}",
             exec.id,
@@ -144,7 +149,7 @@ fn a_key_instantiates_once_then_updates_and_relaunches_its_graph() {
         d.take(),
         ["begin", "end", "flush", "update 0 ok", "launch 0 (3 nodes)"]
     );
-    // Another key gets its own graph; the first is still kept.
+    // Another shape gets its own graph; the first is still kept.
     step(&g, &d, 2, 5).unwrap().unwrap();
     assert_eq!(d.take()[3..], ["instantiate 1", "launch 1 (5 nodes)"]);
     step(&g, &d, 1, 3).unwrap().unwrap();
@@ -154,34 +159,57 @@ fn a_key_instantiates_once_then_updates_and_relaunches_its_graph() {
 }
 
 #[test]
+fn steps_of_other_keys_but_as_many_nodes_update_one_graph() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    // A decode batch that gains and loses sequences: other keys, the same launches.
+    for rows in [3, 4, 3, 2] {
+        step(&g, &d, rows, 6).unwrap().unwrap();
+    }
+    let log = d.take();
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("instantiate")).count(),
+        1
+    );
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("update 0 ok")).count(),
+        3
+    );
+}
+
+#[test]
 fn a_capture_its_graph_cannot_take_instantiates_a_new_one() {
     let (g, d) = (StepGraphs::default(), Script::default());
     g.set_on(true);
     step(&g, &d, 4, 3).unwrap().unwrap();
     d.take();
-    step(&g, &d, 4, 4).unwrap().unwrap();
+    d.fail_update.set(true);
+    step(&g, &d, 4, 3).unwrap().unwrap();
     assert_eq!(
         d.take()[3..],
-        ["update 0 fails", "instantiate 1", "launch 1 (4 nodes)"]
+        ["update 0 fails", "instantiate 1", "launch 1 (3 nodes)"]
     );
-    step(&g, &d, 4, 4).unwrap().unwrap();
-    assert_eq!(d.take()[3..], ["update 1 ok", "launch 1 (4 nodes)"]);
+    d.fail_update.set(false);
+    step(&g, &d, 4, 3).unwrap().unwrap();
+    assert_eq!(d.take()[3..], ["update 1 ok", "launch 1 (3 nodes)"]);
+    let s = g.stats();
+    assert_eq!((s.instantiated, s.updated), (2, 1));
 }
 
 #[test]
-fn only_the_last_kept_keys_keep_their_graphs() {
+fn only_the_last_kept_shapes_keep_their_graphs() {
     let (g, d) = (StepGraphs::default(), Script::default());
     g.set_on(true);
-    for rows in 1..=KEPT + 1 {
-        step(&g, &d, rows, 1).unwrap().unwrap();
+    for nodes in 1..=KEPT + 1 {
+        step(&g, &d, 1, nodes).unwrap().unwrap();
     }
     d.take();
     step(&g, &d, 1, 1).unwrap().unwrap();
     assert!(
         d.take().iter().any(|l| l.starts_with("instantiate")),
-        "the oldest key's graph was dropped"
+        "the oldest shape's graph was dropped"
     );
-    step(&g, &d, KEPT + 1, 1).unwrap().unwrap();
+    step(&g, &d, 1, KEPT + 1).unwrap().unwrap();
     assert!(d.take().iter().any(|l| l.starts_with("update")));
 }
 
