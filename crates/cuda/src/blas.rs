@@ -142,7 +142,40 @@ pub struct Linear {
     pub accumulate: bool,
 }
 
+/// What decides the kernels cuBLAS runs for a GEMM (`tag` names the call's
+/// kind), for a recorded step's signature (`crate::device::capture`): the
+/// row count's plan bucket (within one the plan, so the kernels, are the
+/// same and only the grid grows), the other sizes and the dtypes.
+pub(crate) fn call_class(
+    tag: u64,
+    rows: usize,
+    n: usize,
+    k: usize,
+    dtypes: [Dtype; 3],
+) -> [u64; 7] {
+    [
+        tag,
+        lt::row_bucket(rows) as u64,
+        n as u64,
+        k as u64,
+        dtypes[0] as u64,
+        dtypes[1] as u64,
+        dtypes[2] as u64,
+    ]
+}
+
 impl Linear {
+    /// This GEMM's [`call_class`].
+    pub(crate) fn call_class(&self) -> [u64; 7] {
+        call_class(
+            1,
+            self.rows,
+            self.out_features,
+            self.in_features,
+            [self.x_dtype, self.w_dtype, self.y_dtype],
+        )
+    }
+
     /// The column-major GEMM `yᵀ = W · xᵀ` of this product: `(m, n, k)` =
     /// (out features, rows, in features), each within i32.
     fn dims(&self) -> Result<(i32, i32, i32), CudaError> {

@@ -312,7 +312,7 @@ impl CudaDevice {
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
         self.bind()?;
-        self.before_launch();
+        self.before_launch(f);
         counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
             result::launch_kernel(f.raw, grid, block, smem as u32, self.stream.0, params)
         })?;
@@ -354,7 +354,7 @@ impl CudaDevice {
             attrs: &mut attr,
             numAttrs: 1,
         };
-        self.before_launch();
+        self.before_launch(f);
         counted(self.options.decode_stats, &LAUNCHES, &LAUNCH_NS, || {
             sys::cuLaunchKernelEx(&config, f.raw, params.as_mut_ptr(), std::ptr::null_mut())
                 .result()
@@ -362,10 +362,13 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// The decode statistics' probe before a launch (`crate::decode_stats`);
-    /// none while a step is recorded (its graph's launch is probed instead).
-    pub(crate) fn before_launch(&self) {
-        if !self.capture.active() {
+    /// Before launching `f`: the decode statistics' probe
+    /// (`crate::decode_stats`), or while a step is recorded `f` in the
+    /// capture's signature (the graph's launch is probed instead).
+    fn before_launch(&self, f: Function) {
+        if self.capture.active() {
+            self.capture.mix(&[f.raw as u64]);
+        } else {
             crate::decode_stats::before_launch(self.options.decode_stats, self);
         }
     }

@@ -7,7 +7,9 @@
 //! capture (`cuGraphExecUpdate`: from step to step the arguments and grids
 //! change, the launches do not — also when a decode batch gains or loses
 //! a sequence) and launched; a capture no kept graph can take instantiates
-//! a new one (the last [`KEPT`] are kept, one per node count). A step's
+//! a new one. Graphs are kept by their shape (node count and the capture's
+//! signature: the kernels launched and the library calls' shape classes,
+//! `device::capture`), the last [`KEPT`] shapes. A step's
 //! [`StepKey`] names it in the logs and refusals. This is the llama.cpp scheme: the
 //! capture still walks the ops on the host, but a captured launch is a
 //! node appended to a graph, not a driver submission, and the device
@@ -31,7 +33,7 @@ use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Executable graphs kept, one per node count, most recently launched first.
+/// Executable graphs kept, one per shape, most recently launched first.
 pub(crate) const KEPT: usize = 8;
 
 /// What the recording did since the device opened.
@@ -61,6 +63,8 @@ pub(crate) trait GraphDriver {
     fn end(&self) -> Result<Self::Graph, CudaError>;
     /// Nodes of `graph`.
     fn nodes(&self, graph: &Self::Graph) -> Result<usize, CudaError>;
+    /// The signature of the capture last ended (`device::capture`).
+    fn signature(&self) -> u64;
     /// Queues the copies held during the capture (called after every
     /// [`GraphDriver::end`], whatever it returned).
     fn flush(&self) -> Result<Self::Flushed, CudaError>;
@@ -71,9 +75,16 @@ pub(crate) trait GraphDriver {
     fn launch(&self, exec: &Self::Exec) -> Result<(), CudaError>;
 }
 
+/// What a kept graph is found by: its node count and its capture's signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    nodes: usize,
+    signature: u64,
+}
+
 struct Kept<X> {
-    /// Executable graphs by their node count.
-    execs: Vec<(usize, X)>,
+    /// Executable graphs by their shape.
+    execs: Vec<(Shape, X)>,
     refused: Vec<StepKey>,
     stats: GraphStats,
 }
@@ -169,17 +180,20 @@ impl<X> StepGraphs<X> {
         Ok(Ok(value))
     }
 
-    /// Launches `graph` through the kept graph of as many nodes, updated,
-    /// or a new one.
+    /// Launches `graph` through the kept graph of its shape, updated, or a
+    /// new one.
     fn launch<D: GraphDriver<Exec = X>>(&self, d: &D, graph: &D::Graph) -> OpResult<()> {
-        let nodes = d
-            .nodes(graph)
-            .map_err(|e| self.broken("count the step's nodes", e))?;
+        let shape = Shape {
+            nodes: d
+                .nodes(graph)
+                .map_err(|e| self.broken("count the step's nodes", e))?,
+            signature: d.signature(),
+        };
         let mut kept = self.lock();
         let old = kept
             .execs
             .iter()
-            .position(|(n, _)| *n == nodes)
+            .position(|(s, _)| *s == shape)
             .map(|i| kept.execs.remove(i).1);
         let exec = match old {
             Some(mut x) => match d.update(&mut x, graph) {
@@ -211,7 +225,7 @@ impl<X> StepGraphs<X> {
             return Err(self.broken("launch the step's graph", e));
         }
         kept.stats.launched += 1;
-        kept.execs.insert(0, (nodes, exec));
+        kept.execs.insert(0, (shape, exec));
         kept.execs.truncate(KEPT);
         Ok(())
     }
@@ -329,6 +343,10 @@ impl GraphDriver for DeviceGraphs<'_> {
         // SAFETY: the graph is live; a null array asks for the count only.
         unsafe { sys::cuGraphGetNodes(graph.0, std::ptr::null_mut(), &mut n) }.result()?;
         Ok(n)
+    }
+
+    fn signature(&self) -> u64 {
+        self.0.capture().signature()
     }
 
     fn update(&self, exec: &mut Exec, graph: &Graph) -> Result<bool, CudaError> {

@@ -19,6 +19,8 @@ struct Script {
     fail_end: Cell<bool>,
     /// Updates fail whatever the node counts (another topology).
     fail_update: Cell<bool>,
+    /// The signature of the captures (the kernels they launch).
+    signature: Cell<u64>,
     fail_launch: Cell<bool>,
 }
 
@@ -69,6 +71,9 @@ impl GraphDriver for Script {
     }
     fn nodes(&self, graph: &usize) -> Result<usize, CudaError> {
         Ok(*graph)
+    }
+    fn signature(&self) -> u64 {
+        self.signature.get()
     }
     fn flush(&self) -> Result<(), CudaError> {
         self.log("flush");
@@ -174,6 +179,29 @@ fn steps_of_other_keys_but_as_many_nodes_update_one_graph() {
     assert_eq!(
         log.iter().filter(|l| l.starts_with("update 0 ok")).count(),
         3
+    );
+}
+
+#[test]
+fn captures_of_other_kernels_keep_their_own_graphs() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    for sig in [1, 2, 1, 2] {
+        d.signature.set(sig);
+        step(&g, &d, 4, 6).unwrap().unwrap();
+    }
+    assert_eq!(
+        d.take()
+            .into_iter()
+            .filter(|l| l.starts_with("instantiate") || l.starts_with("update"))
+            .collect::<Vec<_>>(),
+        [
+            "instantiate 0",
+            "instantiate 1",
+            "update 0 ok",
+            "update 1 ok"
+        ],
+        "no update across signatures, both graphs kept"
     );
 }
 

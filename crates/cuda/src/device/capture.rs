@@ -9,11 +9,17 @@
 //! table of the same step is written into it (the table cache rewrites
 //! only buffers nobody else holds), and no allocation of the step gets it.
 //! The calls that wait for the device (`read`, `write`, `synchronize`)
-//! are refused while capturing: they would end the capture.
+//! are refused while capturing: they would end the capture. A capture's
+//! signature hashes what decides its nodes' kernels — each launch's
+//! function and each library call's shape class, in order — so graphs of
+//! other kernels are not updated into each other (`crate::graph`).
 
 use crate::alloc::DeviceBuffer;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// A capture's signature before anything is mixed in.
+const SIGNATURE_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// One table copy held back until the capture ends.
 pub(crate) struct Held {
@@ -26,6 +32,7 @@ pub(crate) struct Held {
 pub(crate) struct Capture {
     active: AtomicBool,
     held: Mutex<Vec<Held>>,
+    signature: AtomicU64,
 }
 
 impl Capture {
@@ -34,9 +41,28 @@ impl Capture {
         self.active.load(Ordering::Acquire)
     }
 
-    /// Marks a capture as started.
+    /// Marks a capture as started (its signature empty).
     pub(crate) fn start(&self) {
+        self.signature.store(SIGNATURE_SEED, Ordering::Relaxed);
         self.active.store(true, Ordering::Release);
+    }
+
+    /// Adds `words` (a launch's function, a library call's shape class) to
+    /// the capture's signature; nothing outside a capture.
+    pub(crate) fn mix(&self, words: &[u64]) {
+        if !self.active() {
+            return;
+        }
+        let mut h = self.signature.load(Ordering::Relaxed);
+        for &w in words {
+            h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+        }
+        self.signature.store(h, Ordering::Relaxed);
+    }
+
+    /// The signature of the capture under way or last ended.
+    pub(crate) fn signature(&self) -> u64 {
+        self.signature.load(Ordering::Relaxed)
     }
 
     /// Holds a copy of `data` into the start of `buf` until [`Self::finish`].
@@ -104,5 +130,24 @@ mod tests {
         drop(held);
         assert_eq!(Arc::strong_count(&a), 1, "released with the copies");
         assert!(c.finish().is_empty(), "given once");
+    }
+
+    #[test]
+    fn the_signature_follows_what_is_mixed_in_order_and_only_while_capturing() {
+        let sig = |calls: &[&[u64]]| {
+            let c = Capture::default();
+            c.mix(&[99]); // before the capture: ignored
+            c.start();
+            for w in calls {
+                c.mix(w);
+            }
+            let _ = c.finish();
+            c.mix(&[7]); // after: ignored
+            c.signature()
+        };
+        assert_eq!(sig(&[&[1], &[2, 3]]), sig(&[&[1], &[2, 3]]));
+        assert_ne!(sig(&[&[1], &[2, 3]]), sig(&[&[2, 3], &[1]]), "order counts");
+        assert_ne!(sig(&[&[1]]), sig(&[&[1], &[1]]), "count counts");
+        assert_ne!(sig(&[]), sig(&[&[0]]));
     }
 }
