@@ -10,6 +10,7 @@
 //! prefilled in chunks gives the same logits as one pass.
 
 mod build;
+mod checks;
 mod options;
 mod sources;
 mod state;
@@ -389,18 +390,6 @@ impl<B: Backend> Qwen35Model<B> {
         Ok(self.prefill(session, &[id], &opts)?.logits)
     }
 
-    fn check_ids(&self, ids: &[u32], position: usize) -> Result<(), ModelError> {
-        let vocab = self.cfg.vocab_size;
-        if let Some(pos) = ids.iter().position(|&id| id as usize >= vocab) {
-            return Err(ModelError::TokenOutOfRange {
-                id: ids[pos],
-                position: position + pos,
-                vocab,
-            });
-        }
-        Ok(())
-    }
-
     /// Runs one packed batch (`ids` are the batch's rows) through every
     /// layer against `state`, with `routes` from [`Qwen35Model::routes`];
     /// returns the logits of the selected rows on the device. A batch whose
@@ -491,43 +480,6 @@ impl<B: Backend> Qwen35Model<B> {
             logits,
             attention: reports,
         })
-    }
-
-    /// Refuses a step whose batch disagrees with `state` (slots, capacity),
-    /// with `ids` or with the layers (one route each), before any layer runs.
-    fn check_step(
-        &self,
-        state: &ModelState<B>,
-        ids: &[u32],
-        batch: &Batch,
-        routes: &[Option<RouteRequest>],
-    ) -> Result<(), ModelError> {
-        batch.validate(state.slots).map_err(op(None))?;
-        if batch.rows() != ids.len() {
-            return Err(ModelError::op(OpError::Batch(format!(
-                "{} ids for {} rows",
-                ids.len(),
-                batch.rows()
-            ))));
-        }
-        if routes.len() != self.layers.len() {
-            return Err(ModelError::Unsupported(format!(
-                "{} routes for {} layers",
-                routes.len(),
-                self.layers.len()
-            )));
-        }
-        self.check_ids(ids, 0)?;
-        for i in 0..batch.sequences() {
-            if batch.history[i] + batch.seq_len(i) > state.capacity {
-                return Err(ModelError::ContextFull {
-                    have: batch.history[i],
-                    adding: batch.seq_len(i),
-                    capacity: state.capacity,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Decoder layer `l` over the residual stream `x` (first adding the
