@@ -198,11 +198,10 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 .collect(),
         };
         let salt = cache::model_salt(model.lead());
-        let overlap =
-            OverlapResolution::resolve(cfg.step_overlap, model.world(), cfg.capture_logits);
+        let overlap = crate::overlap::resolve(cfg.step_overlap, model.world(), cfg.capture_logits);
         tracing::info!("{overlap}");
         let backend = model.lead().backend();
-        let graphs = GraphsResolution::resolve(
+        let graphs = crate::graphs::resolve(
             cfg.cuda_graphs,
             model.world(),
             backend.step_recording(),

@@ -5,92 +5,47 @@
 //! same kernels with the same arguments, so the same bits, but one driver
 //! submission instead of ≈ 300. Prefill steps run as they are.
 
-use serde::{Deserialize, Serialize};
+use crate::switch::{AutoSwitch, Resolution};
 
-/// Whether decode steps are recorded and launched as CUDA graphs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CudaGraphs {
-    /// On where it was measured to pay: nowhere yet (the H200 measurement
-    /// is pending, `docs/perf/cuda-graphs.md`), so off.
-    #[default]
-    Auto,
-    On,
-    Off,
-}
-
-impl std::fmt::Display for CudaGraphs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            CudaGraphs::Auto => "auto",
-            CudaGraphs::On => "on",
-            CudaGraphs::Off => "off",
-        })
-    }
-}
-
-impl std::str::FromStr for CudaGraphs {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "auto" => Ok(CudaGraphs::Auto),
-            "on" => Ok(CudaGraphs::On),
-            "off" => Ok(CudaGraphs::Off),
-            other => Err(format!("CUDA graphs {other:?}: expected auto, on or off")),
-        }
-    }
-}
+/// Whether decode steps are recorded and launched as CUDA graphs. `auto`:
+/// on where it was measured to pay — nowhere yet (the H200 measurement is
+/// pending, `docs/perf/cuda-graphs.md`), so off.
+pub type CudaGraphs = AutoSwitch;
 
 /// What the setting resolved to on an engine, with why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GraphsResolution {
-    pub requested: CudaGraphs,
-    pub on: bool,
-    pub why: String,
-}
+pub type GraphsResolution = Resolution;
 
-impl GraphsResolution {
-    /// `requested` on an engine of `world` ranks whose backend can record
-    /// steps or says why not (`Backend::step_recording`), with the step
-    /// overlap on or off.
-    pub fn resolve(
-        requested: CudaGraphs,
-        world: usize,
-        backend: Result<(), String>,
-        overlap_on: bool,
-    ) -> Self {
-        let (on, why) = match (requested, backend) {
-            (CudaGraphs::Off, _) => (false, "off as asked".to_string()),
-            (_, Err(why)) => (false, why),
-            _ if world > 1 => (
-                false,
-                "a tensor-parallel group's steps hold NCCL calls, which are not recorded".into(),
-            ),
-            (CudaGraphs::Auto, Ok(())) => (
-                false,
-                "not yet measured to pay (docs/perf/cuda-graphs.md)".into(),
-            ),
-            (CudaGraphs::On, Ok(())) if !overlap_on => (
-                true,
-                "on as asked; without the step overlap the device waits for each step's capture"
-                    .into(),
-            ),
-            (CudaGraphs::On, Ok(())) => (true, "on as asked".into()),
-        };
-        GraphsResolution { requested, on, why }
-    }
-}
-
-impl std::fmt::Display for GraphsResolution {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "CUDA graphs {} ({}: {})",
-            if self.on { "on" } else { "off" },
-            self.requested,
-            self.why
-        )
+/// `requested` on an engine of `world` ranks whose backend can record
+/// steps or says why not (`Backend::step_recording`), with the step
+/// overlap on or off.
+pub fn resolve(
+    requested: CudaGraphs,
+    world: usize,
+    backend: Result<(), String>,
+    overlap_on: bool,
+) -> GraphsResolution {
+    let (on, why) = match (requested, backend) {
+        (AutoSwitch::Off, _) => (false, "off as asked".to_string()),
+        (_, Err(why)) => (false, why),
+        _ if world > 1 => (
+            false,
+            "a tensor-parallel group's steps hold NCCL calls, which are not recorded".into(),
+        ),
+        (AutoSwitch::Auto, Ok(())) => (
+            false,
+            "not yet measured to pay (docs/perf/cuda-graphs.md)".into(),
+        ),
+        (AutoSwitch::On, Ok(())) if !overlap_on => (
+            true,
+            "on as asked; without the step overlap the device waits for each step's capture".into(),
+        ),
+        (AutoSwitch::On, Ok(())) => (true, "on as asked".into()),
+    };
+    Resolution {
+        setting: "CUDA graphs",
+        requested,
+        on,
+        why,
     }
 }
 
@@ -99,21 +54,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_setting_parses_and_prints_its_three_values() {
-        for v in [CudaGraphs::Auto, CudaGraphs::On, CudaGraphs::Off] {
-            assert_eq!(v.to_string().parse::<CudaGraphs>(), Ok(v));
-        }
-        let err = "yes".parse::<CudaGraphs>().unwrap_err();
-        assert!(
-            err.contains("\"yes\"") && err.contains("auto, on or off"),
-            "{err}"
-        );
-    }
-
-    #[test]
     fn only_on_turns_them_on_and_only_where_the_backend_records() {
         let r = |req, world, be: Result<(), &str>, overlap| {
-            GraphsResolution::resolve(req, world, be.map_err(String::from), overlap)
+            resolve(req, world, be.map_err(String::from), overlap)
         };
         assert!(r(CudaGraphs::On, 1, Ok(()), true).on);
         assert_eq!(r(CudaGraphs::On, 1, Ok(()), true).why, "on as asked");

@@ -53,6 +53,7 @@ pub mod slots;
 pub mod snapshots;
 pub mod stream;
 pub mod stripe;
+pub mod switch;
 pub mod warmup;
 
 pub use api::{
@@ -70,6 +71,7 @@ pub use pool::{PoolError, PoolPlan, DEFAULT_MEMORY_FRACTION};
 pub use settings::{PrefixCacheSettings, SchedulerSettings, SoloStripe};
 pub use stream::RequestStream;
 pub use stripe::{SoloStripeResolution, StripeBound};
+pub use switch::{AutoSwitch, Resolution};
 
 /// Why an engine could not be built or stepped.
 #[derive(Debug, thiserror::Error)]

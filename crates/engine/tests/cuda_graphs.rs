@@ -14,7 +14,6 @@
 mod common;
 
 use common::{cuda_fixture as model, fixture_vocab as vocab, ids};
-use headroom_core::ops::SamplingParams;
 use headroom_cuda::graph::GraphStats;
 use headroom_engine::{
     CudaGraphs, EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings,
@@ -68,24 +67,7 @@ fn run(name: &str, graphs: CudaGraphs, overlap: StepOverlap, reqs: &[GenerateReq
 }
 
 fn requests(name: &str) -> Vec<GenerateRequest> {
-    let v = vocab(name);
-    [(3, 20), (40, 12), (300, 9), (90, 30), (17, 25), (150, 16)]
-        .into_iter()
-        .enumerate()
-        .map(|(k, (len, max))| {
-            let mut r = GenerateRequest::greedy(ids(len, v, k as u32 + 5), max);
-            r.ignore_eos = true;
-            if k % 2 == 1 {
-                r.sampling = SamplingParams {
-                    temperature: 0.9,
-                    top_p: 0.95,
-                    top_k: 0,
-                    seed: 60 + k as u64,
-                };
-            }
-            r
-        })
-        .collect()
+    common::mixed_requests(vocab(name), 5, 60)
 }
 
 fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {

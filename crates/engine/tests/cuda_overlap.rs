@@ -13,7 +13,6 @@
 mod common;
 
 use common::ids;
-use headroom_core::ops::SamplingParams;
 use headroom_engine::{
     EngineConfig, EngineCore, FinishReason, GenerateRequest, KvBackendKind, SchedulerSettings,
     SoloStripe, StepOverlap, StreamEvent,
@@ -72,24 +71,7 @@ fn run(
 }
 
 fn requests(name: &str) -> Vec<GenerateRequest> {
-    let v = vocab(name);
-    [(3, 20), (40, 12), (300, 9), (90, 30), (17, 25), (150, 16)]
-        .into_iter()
-        .enumerate()
-        .map(|(k, (len, max))| {
-            let mut r = GenerateRequest::greedy(ids(len, v, k as u32 + 3), max);
-            r.ignore_eos = true;
-            if k % 2 == 1 {
-                r.sampling = SamplingParams {
-                    temperature: 0.9,
-                    top_p: 0.95,
-                    top_k: 0,
-                    seed: 40 + k as u64,
-                };
-            }
-            r
-        })
-        .collect()
+    common::mixed_requests(vocab(name), 3, 40)
 }
 
 #[test]

@@ -62,6 +62,30 @@ pub fn ids(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Six requests of mixed prompt lengths (3 to 300) and `max_tokens`, EOS
+/// ignored, every other one sampled with a seed from `seed_base` (the rest
+/// greedy); prompt ids from `ids(len, vocab, k + id_salt)`. The GPU tests
+/// of the step overlap and the CUDA graphs run them on and off.
+pub fn mixed_requests(vocab: usize, id_salt: u32, seed_base: u64) -> Vec<GenerateRequest> {
+    [(3, 20), (40, 12), (300, 9), (90, 30), (17, 25), (150, 16)]
+        .into_iter()
+        .enumerate()
+        .map(|(k, (len, max))| {
+            let mut r = GenerateRequest::greedy(ids(len, vocab, k as u32 + id_salt), max);
+            r.ignore_eos = true;
+            if k % 2 == 1 {
+                r.sampling = headroom_core::ops::SamplingParams {
+                    temperature: 0.9,
+                    top_p: 0.95,
+                    top_k: 0,
+                    seed: seed_base + k as u64,
+                };
+            }
+            r
+        })
+        .collect()
+}
+
 /// Everything one request produced.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
