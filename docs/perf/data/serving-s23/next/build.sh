@@ -16,7 +16,8 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==sys.argv[1]: print(m["executable"])' "$2" | tail -n1
 }
 P=$(mktemp -d); mkdir -p "$P/h"
-cp "$T/release/headroom" "$(pick headroom-cuda backend_ops)" "$(pick headroom-engine cuda_overlap)" \
+cp "$T/release/headroom" "$(pick headroom-cuda backend_ops)" "$(pick headroom-cuda graphs)" \
+  "$(pick headroom-engine cuda_overlap)" \
   "$(pick headroom-engine cuda_graphs)" "$(pick headroom-engine cuda_engine)" "$P/h/"
 for f in "$P"/h/*; do strip "$f"; done
 mkdir -p .devbin/s23next

@@ -3,13 +3,16 @@
 # graphs of decode steps (session 23), both built and CPU-tested, neither
 # yet run on a GPU. Build first: bash docs/perf/data/serving-s23/next/build.sh
 # (binaries in .devbin/s23next/bins.tar.xz: h/headroom, h/backend_ops-*,
-# h/cuda_overlap-*, h/cuda_graphs-*, h/cuda_engine-*).
+# h/graphs-*, h/cuda_overlap-*, h/cuda_graphs-*, h/cuda_engine-*).
 # Usage: run.sh tests|engine|ttft|serve (one device call each, each under
 # 600 s). `engine` is bench/gpu/check_engine.sh (the engine's GPU tests,
 # the overlap's, the graphs' with a memcheck of a replay, `generate`).
 # 1. tests: sample_later / read_drawn / embed_drawn against sample and
-#    embed (backend_ops, memcheck of the first); the engine's tokens with
-#    the overlap on and off; logits with graphs on and off, to the bit;
+#    embed (backend_ops, memcheck of the first); recorded steps below the
+#    engine (graphs: the eager bits, a refused read, and the host's cost
+#    of a recorded 300-launch step against eager launches, printed); the
+#    engine's tokens with the overlap on and off; logits with graphs on
+#    and off, to the bit;
 # 2. ttft: batch-1 decode, bf16 after 2k and 32k, in four arms alternated
 #    twice: overlap off / on x graphs off / on; one run each arm with
 #    HEADROOM_DECODE_STATS=1 (host queue per step, graph launches); FP8
@@ -31,6 +34,7 @@ T=/tmp/s23next; mkdir -p $T && tar -xJf .devbin/s23next/bins.tar.xz -C $T
 B=$T/h/headroom
 OPS=$(ls $T/h/backend_ops-* | head -n1); OVL=$(ls $T/h/cuda_overlap-* | head -n1)
 GRA=$(ls $T/h/cuda_graphs-* | head -n1); ENG=$(ls $T/h/cuda_engine-* | head -n1)
+REC=$(ls $T/h/graphs-* | head -n1)
 export HEADROOM_KERNEL_CACHE=/tmp/kcache
 source bench/gpu/env.sh
 M=qwen3.6-35b-a3b
@@ -40,6 +44,9 @@ tests() {
 echo "=== backend_ops (every op; the sampling ones cover the sample / sample_later split)"
 timeout 300 $OPS --ignored --test-threads 1 2>&1 | grep -E "^test |test result|panicked" | tail -40
 timeout 200 compute-sanitizer --tool memcheck $OPS --ignored tokens_drawn_for_later 2>&1 | tail -3
+echo "=== graphs (recorded steps below the engine)"
+timeout 200 $REC --ignored --nocapture --test-threads 1 2>&1 | grep -E "^test |test result|panicked|round|Graph" | head -20
+timeout 200 compute-sanitizer --tool memcheck $REC --ignored --exact recorded_embeddings_give_the_eager_bits_capture_after_capture 2>&1 | tail -3
 echo "=== cuda_overlap"
 timeout 200 $OVL --ignored --nocapture --test-threads 1 2>&1 | grep -E "^test |test result|panicked|steps queued" | head
 echo "=== cuda_graphs"

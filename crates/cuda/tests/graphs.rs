@@ -1,0 +1,152 @@
+//! Steps recorded as CUDA graphs on the device itself
+//! (`crates/cuda/src/graph.rs`, `Backend::queue_step`), below the engine:
+//! an op whose table copy is held during the capture gives the bits it
+//! gives queued as it is, capture after capture (the kept graph updated);
+//! a read of device memory inside a capture fails that step, refuses its
+//! key and leaves the stream usable; and what the host spends on a
+//! recorded step of 300 launches against the same launches queued one by
+//! one (printed: the figure the prepared H200 call is after). Needs a GPU:
+//! `cargo test --release -p headroom-cuda --test graphs -- --ignored
+//! --test-threads=1 --nocapture` (in `bench/gpu/check_backend_ops.sh`).
+
+use headroom_core::ops::{Backend, StepKey, WeightInit};
+use headroom_cuda::backend::CudaBackend;
+use std::time::Instant;
+
+fn backend() -> CudaBackend {
+    let be = CudaBackend::open(0).expect("a CUDA device");
+    assert!(be.step_recording().is_ok());
+    be.set_step_recording(true);
+    be
+}
+
+fn key(rows: usize) -> StepKey {
+    StepKey {
+        rows,
+        sequences: rows,
+        drawn_ids: false,
+    }
+}
+
+fn bits(be: &CudaBackend, x: &<CudaBackend as Backend>::Act) -> Vec<u32> {
+    be.act_to_f32(x)
+        .unwrap()
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn recorded_embeddings_give_the_eager_bits_capture_after_capture() {
+    let be = backend();
+    let (vocab, hidden) = (1000, 256);
+    let table = be
+        .init_matrix(vocab, hidden, WeightInit::new(7, 0.0, 0.5))
+        .unwrap();
+    let mut steps = 0;
+    for (i, rows) in [1usize, 1, 1, 3, 1, 3, 1, 1, 5, 1].into_iter().enumerate() {
+        // Fresh ids each time: the ids table is a new copy, held during the
+        // capture and queued before the graph.
+        let ids: Vec<u32> = (0..rows as u32)
+            .map(|r| (r * 131 + i as u32 * 37 + 11) % vocab as u32)
+            .collect();
+        let recorded = be
+            .queue_step(key(rows), || be.embed(&table, &ids))
+            .unwrap()
+            .unwrap();
+        steps += 1;
+        let eager = be.embed(&table, &ids).unwrap();
+        assert_eq!(
+            bits(&be, &recorded),
+            bits(&be, &eager),
+            "step {i}: {rows} rows"
+        );
+    }
+    let st = be.graph_stats();
+    println!("{st:?}");
+    assert_eq!(st.launched, steps);
+    assert!(st.updated >= 6, "one graph a shape, updated after: {st:?}");
+    assert_eq!((st.eager, st.refused_keys), (0, 0));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn a_read_inside_a_capture_fails_its_step_refuses_its_key_and_leaves_the_stream_usable() {
+    let be = backend();
+    let x = be
+        .act_from_f32(2, 3, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        .unwrap();
+    let out = be.queue_step(key(2), || be.act_to_f32(&x)).unwrap();
+    let err = out.unwrap_err().to_string();
+    assert!(
+        err.contains("waits for the device") && err.contains("--cuda-graphs off"),
+        "{err}"
+    );
+    assert_eq!(be.graph_stats().refused_keys, 1);
+    // The key now runs as it is, reads included, and nothing is left capturing.
+    let again = be
+        .queue_step(key(2), || be.act_to_f32(&x))
+        .unwrap()
+        .unwrap();
+    assert_eq!(again, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(be.graph_stats().eager, 1);
+    be.synchronize().unwrap();
+    let table = be.init_matrix(10, 8, WeightInit::new(1, 0.0, 1.0)).unwrap();
+    let other = be
+        .queue_step(key(1), || be.embed(&table, &[3]))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        bits(&be, &other),
+        bits(&be, &be.embed(&table, &[3]).unwrap())
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: prints the host's cost of a recorded step against eager launches"]
+fn host_cost_of_a_recorded_step_of_300_launches() {
+    let be = backend();
+    let dev = be.device();
+    const LAUNCHES: usize = 300;
+    const STEPS: usize = 200;
+    let recorded = || {
+        be.queue_step(key(1), || dev.launch_empty(LAUNCHES))
+            .unwrap()
+            .unwrap()
+    };
+    for _ in 0..10 {
+        dev.launch_empty(LAUNCHES).unwrap();
+        recorded();
+    }
+    be.synchronize().unwrap();
+    let mut report = Vec::new();
+    for round in 0..2 {
+        let t = Instant::now();
+        for _ in 0..STEPS {
+            dev.launch_empty(LAUNCHES).unwrap();
+        }
+        let eager_host = t.elapsed().as_secs_f64() * 1e6 / STEPS as f64;
+        be.synchronize().unwrap();
+        let eager_all = t.elapsed().as_secs_f64() * 1e6 / STEPS as f64;
+        let t = Instant::now();
+        for _ in 0..STEPS {
+            recorded();
+        }
+        let graph_host = t.elapsed().as_secs_f64() * 1e6 / STEPS as f64;
+        be.synchronize().unwrap();
+        let graph_all = t.elapsed().as_secs_f64() * 1e6 / STEPS as f64;
+        report.push(format!(
+            "round {round}: a step of {LAUNCHES} empty launches: eager host {eager_host:.1} us \
+             (until the GPU is done {eager_all:.1}), recorded host {graph_host:.1} us \
+             (until done {graph_all:.1}): captured launch + update + graph launch"
+        ));
+    }
+    for r in &report {
+        println!("{r}");
+    }
+    let st = be.graph_stats();
+    println!("{st:?}");
+    assert_eq!(st.instantiated, 1, "one shape: {st:?}");
+    assert_eq!(st.launched as usize, 10 + 2 * STEPS);
+}
