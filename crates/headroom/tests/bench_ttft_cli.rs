@@ -237,6 +237,30 @@ fn cuda_graphs_are_recorded_in_the_json_with_why_and_the_cpu_says_why_not() {
             "ttft",
             "--synthetic",
             "tiny-d64",
+            "--lengths",
+            "16",
+            "--iterations",
+            "1",
+            "--warmup",
+            "0",
+            "--cuda-graphs",
+            "on",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("step overlap off (auto: ")
+            && text.contains("CUDA graphs off (on: the cpu backend launches no kernels"),
+        "the engine line says how both resolved: {text}"
+    );
+    let out = common::headroom_command()
+        .args([
+            "bench",
+            "ttft",
+            "--synthetic",
+            "tiny-d64",
             "--cuda-graphs",
             "always",
         ])

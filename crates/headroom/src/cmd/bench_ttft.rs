@@ -215,8 +215,13 @@ pub(crate) fn build_engine<B: Backend, M: BenchModel<B>>(
         .context("building the engine")?;
     let st = core.stats();
     println!(
-        "engine: {}; solo stripe {} ({}: {})",
-        st.settings, st.solo_stripe.tokens, st.solo_stripe.requested, st.solo_stripe.reason
+        "engine: {}; solo stripe {} ({}: {}); {}; {}",
+        st.settings,
+        st.solo_stripe.tokens,
+        st.solo_stripe.requested,
+        st.solo_stripe.reason,
+        core.step_overlap(),
+        core.cuda_graphs()
     );
     Ok(core)
 }
