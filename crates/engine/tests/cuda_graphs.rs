@@ -15,10 +15,7 @@ mod common;
 
 use common::{cuda_fixture as model, fixture_vocab as vocab, ids};
 use headroom_cuda::graph::GraphStats;
-use headroom_engine::{
-    CudaGraphs, EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings,
-    SoloStripe, StepOverlap,
-};
+use headroom_engine::{CudaGraphs, EngineConfig, EngineCore, GenerateRequest, StepOverlap};
 
 /// Each request's tokens and the logits behind them (none with the
 /// overlap on: captured logits turn it off), and what the graphs did.
@@ -26,19 +23,10 @@ type Run = (Vec<(Vec<u32>, Vec<Vec<f32>>)>, GraphStats);
 
 fn run(name: &str, graphs: CudaGraphs, overlap: StepOverlap, reqs: &[GenerateRequest]) -> Run {
     let cfg = EngineConfig {
-        scheduler: SchedulerSettings {
-            prefill_chunk: 37,
-            step_tokens: 200,
-            solo_stripe: SoloStripe::Tokens(2048),
-            ..SchedulerSettings::default()
-        },
-        kv_backend: KvBackendKind::Paged,
-        max_running: 16,
-        max_context: 1024,
         capture_logits: overlap == StepOverlap::Off,
         step_overlap: overlap,
         cuda_graphs: graphs,
-        ..EngineConfig::default()
+        ..common::mixed_config()
     };
     let mut core = EngineCore::new(model(name), cfg).unwrap();
     assert_eq!(

@@ -14,8 +14,7 @@ mod common;
 
 use common::ids;
 use headroom_engine::{
-    EngineConfig, EngineCore, FinishReason, GenerateRequest, KvBackendKind, SchedulerSettings,
-    SoloStripe, StepOverlap, StreamEvent,
+    EngineConfig, EngineCore, FinishReason, GenerateRequest, StepOverlap, StreamEvent,
 };
 
 use common::{cuda_fixture as model, fixture_vocab as vocab};
@@ -28,17 +27,8 @@ fn run(
     reqs: &[GenerateRequest],
 ) -> (Vec<(Vec<u32>, FinishReason)>, u64) {
     let cfg = EngineConfig {
-        scheduler: SchedulerSettings {
-            prefill_chunk: 37,
-            step_tokens: 200,
-            solo_stripe: SoloStripe::Tokens(2048),
-            ..SchedulerSettings::default()
-        },
-        kv_backend: KvBackendKind::Paged,
-        max_running: 16,
-        max_context: 1024,
         step_overlap: overlap,
-        ..EngineConfig::default()
+        ..common::mixed_config()
     };
     let mut core = EngineCore::new(model(name), cfg).unwrap();
     assert_eq!(core.step_overlap().on, overlap == StepOverlap::On);

@@ -11,6 +11,19 @@ mod common;
 
 use common::{headroom_fails, TempDir};
 
+/// `bench ttft --synthetic tiny-d64` with `flags`: exit 2 (a usage error)
+/// and its stderr.
+fn usage_error(flags: &[&str]) -> String {
+    let out = common::headroom_command()
+        .args(["bench", "ttft", "--synthetic", "tiny-d64"])
+        .args(flags)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
+    err
+}
+
 fn ttft_json(dir: &TempDir, name: &str, args: &[&str]) -> serde_json::Value {
     let json = dir.0.join(name);
     let mut all: Vec<&str> = args.to_vec();
@@ -145,19 +158,7 @@ fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
     assert_eq!(v["engine"]["scheduler"]["prefill_chunk"], 16);
     assert_eq!(v["engine"]["scheduler"]["solo_stripe"], 32);
     assert_eq!(v["results"][0]["steps_to_first_token"], 2, "40 = 32 + 8");
-    let out = common::headroom_command()
-        .args([
-            "bench",
-            "ttft",
-            "--synthetic",
-            "tiny-d64",
-            "--solo-stripe",
-            "lots",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
+    let err = usage_error(&["--solo-stripe", "lots"]);
     assert!(
         err.contains("--solo-stripe") && err.contains("auto"),
         "{err}"
@@ -255,19 +256,7 @@ fn cuda_graphs_are_recorded_in_the_json_with_why_and_the_cpu_says_why_not() {
             && text.contains("CUDA graphs off (on: the cpu backend launches no kernels"),
         "the engine line says how both resolved: {text}"
     );
-    let out = common::headroom_command()
-        .args([
-            "bench",
-            "ttft",
-            "--synthetic",
-            "tiny-d64",
-            "--cuda-graphs",
-            "always",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
+    let err = usage_error(&["--cuda-graphs", "always"]);
     assert!(err.contains("auto, on or off"), "{err}");
 }
 

@@ -62,6 +62,24 @@ pub fn ids(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
         .collect()
 }
 
+/// The engine the GPU tests of the step overlap and the CUDA graphs run
+/// [`mixed_requests`] on: chunks of 37 rows mixed with decode in steps of
+/// 200, paged KV, up to 16 running, 1,024 tokens of context.
+pub fn mixed_config() -> EngineConfig {
+    EngineConfig {
+        scheduler: headroom_engine::SchedulerSettings {
+            prefill_chunk: 37,
+            step_tokens: 200,
+            solo_stripe: headroom_engine::SoloStripe::Tokens(2048),
+            ..Default::default()
+        },
+        kv_backend: headroom_engine::KvBackendKind::Paged,
+        max_running: 16,
+        max_context: 1024,
+        ..EngineConfig::default()
+    }
+}
+
 /// Six requests of mixed prompt lengths (3 to 300) and `max_tokens`, EOS
 /// ignored, every other one sampled with a seed from `seed_base` (the rest
 /// greedy); prompt ids from `ids(len, vocab, k + id_salt)`. The GPU tests
