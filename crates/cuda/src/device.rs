@@ -379,8 +379,10 @@ impl CudaDevice {
     }
 
     /// Refuses `what` while a step is recorded: it waits for the device,
-    /// which would end the capture.
+    /// which would end the capture. Counts it otherwise
+    /// ([`capture::Capture::waits`]).
     fn refuse_while_capturing(&self, what: &str) -> Result<(), CudaError> {
+        self.capture.count_wait();
         if self.capture.active() {
             return Err(CudaError::InvalidLaunch(format!(
                 "{what} waits for the device, which a step being recorded as a CUDA graph cannot \

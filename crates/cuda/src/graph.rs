@@ -17,9 +17,12 @@
 //!
 //! What a capture cannot contain is kept out of it (`device::capture`):
 //! table copies are held and queued after the capture, ahead of the
-//! graph; a call that waits for the device fails the step's queueing, and
-//! the step's key then runs without a graph from there on (its failed step
-//! is reported like a failed kernel); the allocator keeps its cached
+//! graph; a call that waits for the device cannot be recorded, so the
+//! first step of each key is queued as it is and the key is recorded from
+//! its next step only if that first step waited for nothing (else it runs
+//! without a graph from there on); a wait met inside a capture after all
+//! fails that step's queueing (reported like a failed kernel) and refuses
+//! its key; the allocator keeps its cached
 //! blocks while capturing (recorded kernels name them). A capture, an
 //! update, an instantiation or a launch that fails in the driver turns the
 //! recording off for the process and fails the step, with the reason.
@@ -29,12 +32,15 @@ use crate::device::CudaDevice;
 use crate::CudaError;
 use cudarc::driver::{result, sys};
 use headroom_core::ops::{OpError, OpResult, StepKey};
+use std::collections::HashSet;
 use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// Executable graphs kept, one per shape, most recently launched first.
 pub(crate) const KEPT: usize = 8;
+/// Keys remembered as recordable (beyond, a key's steps keep being probed).
+const KEYS_KEPT: usize = 4096;
 
 /// What the recording did since the device opened.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -45,9 +51,13 @@ pub struct GraphStats {
     pub updated: u64,
     /// Graphs instantiated (a capture no kept graph could be updated to).
     pub instantiated: u64,
-    /// Steps queued without a graph because their key's capture failed before.
+    /// Steps queued without a graph because their key was refused.
     pub eager: u64,
-    /// Keys whose capture failed (their steps run without a graph).
+    /// First steps of a key, queued as they are to see whether they wait
+    /// for the device.
+    pub probed: u64,
+    /// Keys refused (their steps run without a graph): their first step
+    /// waited for the device, or a capture met a wait.
     pub refused_keys: u64,
 }
 
@@ -57,6 +67,8 @@ pub(crate) trait GraphDriver {
     type Exec;
     /// What [`GraphDriver::flush`] queued, kept until the graph is launched.
     type Flushed;
+    /// Calls that waited for the device so far (`device::capture`).
+    fn waits(&self) -> u64;
     /// Starts capturing the stream (nothing started on an error).
     fn begin(&self) -> Result<(), CudaError>;
     /// Ends the capture: its graph, or why the capture failed.
@@ -85,7 +97,9 @@ struct Shape {
 struct Kept<X> {
     /// Executable graphs by their shape.
     execs: Vec<(Shape, X)>,
-    refused: Vec<StepKey>,
+    /// Keys whose first step waited for nothing.
+    clean: HashSet<StepKey>,
+    refused: HashSet<StepKey>,
     stats: GraphStats,
 }
 
@@ -101,7 +115,8 @@ impl<X> Default for StepGraphs<X> {
             on: AtomicBool::new(false),
             kept: Mutex::new(Kept {
                 execs: Vec::new(),
-                refused: Vec::new(),
+                clean: HashSet::new(),
+                refused: HashSet::new(),
                 stats: GraphStats::default(),
             }),
         }
@@ -129,8 +144,9 @@ impl<X> StepGraphs<X> {
     }
 
     /// Queues one step (`queue`) under `key`: as is while the recording is
-    /// off or `key` was refused; else captured, launched as a graph (see
-    /// the module comment) and `queue`'s result returned.
+    /// off, for `key`'s first step (counting its waits) or when `key` was
+    /// refused; else captured, launched as a graph (see the module comment)
+    /// and `queue`'s result returned.
     pub(crate) fn queue<D, T, E>(
         &self,
         d: &D,
@@ -144,9 +160,31 @@ impl<X> StepGraphs<X> {
         if !self.on() {
             return Ok(queue());
         }
-        if self.lock().refused.contains(&key) {
-            self.lock().stats.eager += 1;
-            return Ok(queue());
+        {
+            let mut kept = self.lock();
+            if kept.refused.contains(&key) {
+                kept.stats.eager += 1;
+                drop(kept);
+                return Ok(queue());
+            }
+            if !kept.clean.contains(&key) {
+                kept.stats.probed += 1;
+                drop(kept);
+                let before = d.waits();
+                let out = queue();
+                let waited = d.waits() != before;
+                let mut kept = self.lock();
+                if waited {
+                    tracing::info!(
+                        "decode steps of {key} wait for the device: they run without a CUDA graph"
+                    );
+                    kept.refused.insert(key);
+                    kept.stats.refused_keys += 1;
+                } else if kept.clean.len() < KEYS_KEPT {
+                    kept.clean.insert(key);
+                }
+                return Ok(out);
+            }
         }
         if let Err(e) = d.begin() {
             return Err(self.broken("start a capture", e));
@@ -164,7 +202,8 @@ impl<X> StepGraphs<X> {
                      steps of its shape run without one"
                 );
                 let mut kept = self.lock();
-                kept.refused.push(key);
+                kept.clean.remove(&key);
+                kept.refused.insert(key);
                 kept.stats.refused_keys += 1;
                 drop(kept);
                 if let Err(fe) = flushed {
@@ -295,6 +334,10 @@ impl GraphDriver for DeviceGraphs<'_> {
     type Graph = Graph;
     type Exec = Exec;
     type Flushed = Vec<Held>;
+
+    fn waits(&self) -> u64 {
+        self.0.capture().waits()
+    }
 
     fn begin(&self) -> Result<(), CudaError> {
         let dev = self.0;

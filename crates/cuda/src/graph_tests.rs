@@ -1,6 +1,6 @@
 //! The recording's bookkeeping against a scripted driver: which steps are
-//! captured, updated, instantiated, launched or queued as they are, and
-//! what a failure at each stage does.
+//! probed, captured, updated, instantiated, launched or queued as they
+//! are, and what a failure at each stage does.
 
 use super::*;
 use std::cell::{Cell, RefCell};
@@ -21,6 +21,8 @@ struct Script {
     fail_update: Cell<bool>,
     /// The signature of the captures (the kernels they launch).
     signature: Cell<u64>,
+    /// Calls that waited for the device (or were refused).
+    waits: Cell<u64>,
     fail_launch: Cell<bool>,
 }
 
@@ -37,6 +39,15 @@ impl Script {
     fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.log.borrow_mut())
     }
+    /// An op that waits for the device: refused while capturing, counted.
+    fn wait(&self) -> Result<(), String> {
+        self.waits.set(self.waits.get() + 1);
+        if self.capturing.get() {
+            return Err("a read of device memory waits for the device".into());
+        }
+        self.log("wait");
+        Ok(())
+    }
     /// What a step's op does: a launch (recorded or run).
     fn kernel(&self) {
         if self.capturing.get() {
@@ -52,6 +63,9 @@ impl GraphDriver for Script {
     type Exec = FakeExec;
     type Flushed = ();
 
+    fn waits(&self) -> u64 {
+        self.waits.get()
+    }
     fn begin(&self) -> Result<(), CudaError> {
         if self.fail_begin.get() {
             return Err(CudaError::Driver("no capture".into()));
@@ -126,6 +140,25 @@ fn step(
     })
 }
 
+/// Recording on, and the first (probing) step of each key of `rows`
+/// queued and its log cleared.
+fn on_with(rows: &[usize]) -> (StepGraphs<FakeExec>, Script) {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    for &r in rows {
+        step(&g, &d, r, 1).unwrap().unwrap();
+    }
+    d.take();
+    (g, d)
+}
+
+/// The log's lines that start with one of `what`.
+fn only(log: Vec<String>, what: &[&str]) -> Vec<String> {
+    log.into_iter()
+        .filter(|l| what.iter().any(|w| l.starts_with(w)))
+        .collect()
+}
+
 #[test]
 fn off_queues_the_step_as_it_is() {
     let (g, d) = (StepGraphs::default(), Script::default());
@@ -135,9 +168,11 @@ fn off_queues_the_step_as_it_is() {
 }
 
 #[test]
-fn a_key_instantiates_once_then_updates_and_relaunches_its_graph() {
+fn a_key_is_probed_once_then_instantiates_once_then_updates_its_graph() {
     let (g, d) = (StepGraphs::default(), Script::default());
     g.set_on(true);
+    assert_eq!(step(&g, &d, 1, 3).unwrap(), Ok(1));
+    assert_eq!(d.take(), ["run", "run", "run"], "the first step as it is");
     assert_eq!(step(&g, &d, 1, 3).unwrap(), Ok(1));
     assert_eq!(
         d.take(),
@@ -154,47 +189,67 @@ fn a_key_instantiates_once_then_updates_and_relaunches_its_graph() {
         d.take(),
         ["begin", "end", "flush", "update 0 ok", "launch 0 (3 nodes)"]
     );
-    // Another shape gets its own graph; the first is still kept.
+    // Another shape gets its own graph after its probe; the first is kept.
+    step(&g, &d, 2, 5).unwrap().unwrap();
+    assert_eq!(d.take().len(), 5, "probed: five runs");
     step(&g, &d, 2, 5).unwrap().unwrap();
     assert_eq!(d.take()[3..], ["instantiate 1", "launch 1 (5 nodes)"]);
     step(&g, &d, 1, 3).unwrap().unwrap();
     assert_eq!(d.take()[3..], ["update 0 ok", "launch 0 (3 nodes)"]);
     let s = g.stats();
-    assert_eq!((s.launched, s.updated, s.instantiated), (4, 2, 2));
+    assert_eq!(
+        (s.probed, s.launched, s.updated, s.instantiated),
+        (2, 4, 2, 2)
+    );
+}
+
+#[test]
+fn a_key_whose_first_step_waits_is_never_recorded() {
+    let (g, d) = (StepGraphs::default(), Script::default());
+    g.set_on(true);
+    let waiting = |g: &StepGraphs<FakeExec>| {
+        g.queue(&d, key(7), || {
+            d.kernel();
+            d.wait()?;
+            Ok::<_, String>(7)
+        })
+    };
+    assert_eq!(waiting(&g).unwrap(), Ok(7));
+    assert_eq!(waiting(&g).unwrap(), Ok(7));
+    assert_eq!(
+        d.take(),
+        ["run", "wait", "run", "wait"],
+        "both as they are, no capture"
+    );
+    let s = g.stats();
+    assert_eq!(
+        (s.probed, s.refused_keys, s.eager, s.launched),
+        (1, 1, 1, 0)
+    );
 }
 
 #[test]
 fn steps_of_other_keys_but_as_many_nodes_update_one_graph() {
-    let (g, d) = (StepGraphs::default(), Script::default());
-    g.set_on(true);
+    let (g, d) = on_with(&[2, 3, 4]);
     // A decode batch that gains and loses sequences: other keys, the same launches.
     for rows in [3, 4, 3, 2] {
         step(&g, &d, rows, 6).unwrap().unwrap();
     }
-    let log = d.take();
     assert_eq!(
-        log.iter().filter(|l| l.starts_with("instantiate")).count(),
-        1
-    );
-    assert_eq!(
-        log.iter().filter(|l| l.starts_with("update 0 ok")).count(),
-        3
+        only(d.take(), &["instantiate", "update"]),
+        ["instantiate 0", "update 0 ok", "update 0 ok", "update 0 ok"]
     );
 }
 
 #[test]
 fn captures_of_other_kernels_keep_their_own_graphs() {
-    let (g, d) = (StepGraphs::default(), Script::default());
-    g.set_on(true);
+    let (g, d) = on_with(&[4]);
     for sig in [1, 2, 1, 2] {
         d.signature.set(sig);
         step(&g, &d, 4, 6).unwrap().unwrap();
     }
     assert_eq!(
-        d.take()
-            .into_iter()
-            .filter(|l| l.starts_with("instantiate") || l.starts_with("update"))
-            .collect::<Vec<_>>(),
+        only(d.take(), &["instantiate", "update"]),
         [
             "instantiate 0",
             "instantiate 1",
@@ -207,8 +262,7 @@ fn captures_of_other_kernels_keep_their_own_graphs() {
 
 #[test]
 fn a_capture_its_graph_cannot_take_instantiates_a_new_one() {
-    let (g, d) = (StepGraphs::default(), Script::default());
-    g.set_on(true);
+    let (g, d) = on_with(&[4]);
     step(&g, &d, 4, 3).unwrap().unwrap();
     d.take();
     d.fail_update.set(true);
@@ -226,32 +280,35 @@ fn a_capture_its_graph_cannot_take_instantiates_a_new_one() {
 
 #[test]
 fn only_the_last_kept_shapes_keep_their_graphs() {
-    let (g, d) = (StepGraphs::default(), Script::default());
-    g.set_on(true);
+    let (g, d) = on_with(&[1]);
     for nodes in 1..=KEPT + 1 {
         step(&g, &d, 1, nodes).unwrap().unwrap();
     }
     d.take();
     step(&g, &d, 1, 1).unwrap().unwrap();
-    assert!(
-        d.take().iter().any(|l| l.starts_with("instantiate")),
+    assert_eq!(
+        only(d.take(), &["instantiate", "update"]),
+        ["instantiate 9"],
         "the oldest shape's graph was dropped"
     );
     step(&g, &d, 1, KEPT + 1).unwrap().unwrap();
-    assert!(d.take().iter().any(|l| l.starts_with("update")));
+    assert_eq!(only(d.take(), &["instantiate", "update"]), ["update 8 ok"]);
 }
 
 #[test]
-fn a_step_that_fails_while_captured_is_returned_and_its_key_runs_eagerly_after() {
-    let (g, d) = (StepGraphs::default(), Script::default());
-    g.set_on(true);
+fn a_wait_met_inside_a_capture_fails_that_step_and_refuses_its_key() {
+    let (g, d) = on_with(&[3, 5]);
     let out = g
         .queue(&d, key(3), || {
             d.kernel();
-            Err::<usize, _>("a read of device memory waits for the device")
+            d.wait()?;
+            Ok::<usize, String>(3)
         })
         .unwrap();
-    assert_eq!(out, Err("a read of device memory waits for the device"));
+    assert_eq!(
+        out,
+        Err("a read of device memory waits for the device".into())
+    );
     assert_eq!(d.take(), ["begin", "end", "flush"], "nothing launched");
     assert_eq!(step(&g, &d, 3, 2).unwrap(), Ok(3));
     assert_eq!(d.take(), ["run", "run"], "the key runs without a graph");
@@ -266,8 +323,7 @@ fn a_step_that_fails_while_captured_is_returned_and_its_key_runs_eagerly_after()
 #[test]
 fn a_driver_failure_fails_the_step_and_turns_the_recording_off() {
     for stage in ["begin", "end", "launch"] {
-        let (g, d) = (StepGraphs::default(), Script::default());
-        g.set_on(true);
+        let (g, d) = on_with(&[1]);
         d.fail_begin.set(stage == "begin");
         d.fail_end.set(stage == "end");
         d.fail_launch.set(stage == "launch");
@@ -298,20 +354,21 @@ fn a_driver_failure_fails_the_step_and_turns_the_recording_off() {
 
 #[test]
 fn turning_the_recording_off_drops_the_kept_graphs() {
-    let (g, d) = (StepGraphs::default(), Script::default());
-    g.set_on(true);
+    let (g, d) = on_with(&[1]);
     step(&g, &d, 1, 1).unwrap().unwrap();
     g.set_on(false);
     g.set_on(true);
     d.take();
     step(&g, &d, 1, 1).unwrap().unwrap();
-    assert!(d.take().contains(&"instantiate 1".to_string()));
+    assert_eq!(
+        only(d.take(), &["instantiate", "update"]),
+        ["instantiate 1"]
+    );
 }
 
 #[test]
 fn a_step_that_panics_while_captured_ends_the_capture() {
-    let (g, d) = (StepGraphs::default(), Script::default());
-    g.set_on(true);
+    let (g, d) = on_with(&[1]);
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         g.queue(&d, key(1), || -> Result<usize, String> {
             d.kernel();

@@ -9,7 +9,10 @@
 //! table of the same step is written into it (the table cache rewrites
 //! only buffers nobody else holds), and no allocation of the step gets it.
 //! The calls that wait for the device (`read`, `write`, `synchronize`)
-//! are refused while capturing: they would end the capture. A capture's
+//! are refused while capturing: they would end the capture; outside a
+//! capture they are counted, so a step queued as it is shows whether it
+//! waited (`crate::graph` records a key only after a first step that did
+//! not). A capture's
 //! signature hashes what decides its nodes' kernels — each launch's
 //! function and each library call's shape class, in order — so graphs of
 //! other kernels are not updated into each other (`crate::graph`).
@@ -33,12 +36,23 @@ pub(crate) struct Capture {
     active: AtomicBool,
     held: Mutex<Vec<Held>>,
     signature: AtomicU64,
+    waits: AtomicU64,
 }
 
 impl Capture {
     /// Whether a capture is under way.
     pub(crate) fn active(&self) -> bool {
         self.active.load(Ordering::Acquire)
+    }
+
+    /// Counts one call that waits for the device.
+    pub(crate) fn count_wait(&self) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Calls that waited for the device (or were refused) so far.
+    pub(crate) fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     /// Marks a capture as started (its signature empty).
