@@ -330,6 +330,17 @@ impl Drop for Exec {
 /// The recording on a device's stream.
 pub(crate) struct DeviceGraphs<'a>(pub &'a CudaDevice);
 
+impl DeviceGraphs<'_> {
+    /// `f`, its host time added to the decode statistics' graph building.
+    fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
+        crate::decode_stats::timed(
+            self.0.options().decode_stats,
+            &crate::decode_stats::GRAPH_BUILD_NS,
+            f,
+        )
+    }
+}
+
 impl GraphDriver for DeviceGraphs<'_> {
     type Graph = Graph;
     type Exec = Exec;
@@ -362,7 +373,7 @@ impl GraphDriver for DeviceGraphs<'_> {
 
     fn end(&self) -> Result<Graph, CudaError> {
         // SAFETY: the stream is capturing (`begin`).
-        let g = unsafe { result::stream::end_capture(self.0.stream_raw()) }?;
+        let g = self.timed(|| unsafe { result::stream::end_capture(self.0.stream_raw()) })?;
         if g.is_null() {
             return Err(CudaError::Driver("the capture gave no graph".into()));
         }
@@ -373,11 +384,14 @@ impl GraphDriver for DeviceGraphs<'_> {
         let dev = self.0;
         let held = dev.capture().finish();
         dev.allocator().keep_cached(false);
-        for h in &held {
-            // SAFETY: `h.buf` holds `h.bytes` (checked when held); pageable
-            // memory is staged before the call returns.
-            unsafe { result::memcpy_htod_async(h.buf.ptr(), &h.bytes[..], dev.stream_raw())? };
-        }
+        self.timed(|| {
+            for h in &held {
+                // SAFETY: `h.buf` holds `h.bytes` (checked when held); pageable
+                // memory is staged before the call returns.
+                unsafe { result::memcpy_htod_async(h.buf.ptr(), &h.bytes[..], dev.stream_raw())? };
+            }
+            Ok::<_, CudaError>(())
+        })?;
         Ok(held)
     }
 
@@ -395,7 +409,8 @@ impl GraphDriver for DeviceGraphs<'_> {
     fn update(&self, exec: &mut Exec, graph: &Graph) -> Result<bool, CudaError> {
         let mut info = std::mem::MaybeUninit::<sys::CUgraphExecUpdateResultInfo>::zeroed();
         // SAFETY: both handles are live; `info` is written by the call.
-        let r = unsafe { sys::cuGraphExecUpdate_v2(exec.0, graph.0, info.as_mut_ptr()) };
+        let r =
+            self.timed(|| unsafe { sys::cuGraphExecUpdate_v2(exec.0, graph.0, info.as_mut_ptr()) });
         match r {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => Ok(false),
@@ -406,7 +421,8 @@ impl GraphDriver for DeviceGraphs<'_> {
     fn instantiate(&self, graph: &Graph) -> Result<Exec, CudaError> {
         let mut exec = std::ptr::null_mut();
         // SAFETY: the graph is live; `exec` is written by the call.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) }.result()?;
+        self.timed(|| unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph.0, 0) })
+            .result()?;
         Ok(Exec(exec))
     }
 
