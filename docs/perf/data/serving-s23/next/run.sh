@@ -56,7 +56,7 @@ echo "t=$SECONDS"
 ttft() { # MODEL OVERLAP GRAPHS LENGTHS STATS
   HEADROOM_DECODE_STATS=$5 timeout 200 $B bench ttft --backend cuda --synthetic $1 --lengths $4 \
     --iterations 1 --warmup 1 --decode 64 --step-overlap $2 --cuda-graphs $3 2>&1 |
-    grep -E "tokens  TTFT|decode stats|graphs|Error|error" | tail -4 | cut -c1-420
+    grep -E "tokens  TTFT|decode stats|graphs|Error|error" | tail -4 | cut -c1-900
 }
 decode() {
 for round in 1 2; do
