@@ -174,6 +174,20 @@ impl Allocator {
     }
 }
 
+/// An allocator over fake device memory handing out increasing addresses
+/// (tests of what sits on the allocator: tables, held copies).
+#[cfg(test)]
+pub(crate) fn fake_allocator() -> Arc<Allocator> {
+    struct Addresses(std::sync::atomic::AtomicU64);
+    impl RawMemory for Addresses {
+        fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
+            Ok(0x1000 + self.0.fetch_add(bytes as u64, Ordering::SeqCst))
+        }
+        fn free(&self, _: u64) {}
+    }
+    Allocator::new(Box::new(Addresses(Default::default())))
+}
+
 impl Drop for Allocator {
     fn drop(&mut self) {
         self.empty_cache();

@@ -102,21 +102,11 @@ impl Capture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::{Allocator, RawMemory};
-    use crate::CudaError;
-    use std::sync::atomic::AtomicU64;
-
-    struct Addresses(AtomicU64);
-    impl RawMemory for Addresses {
-        fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
-            Ok(0x1000 + self.0.fetch_add(bytes as u64, Ordering::SeqCst))
-        }
-        fn free(&self, _: u64) {}
-    }
+    use crate::alloc::fake_allocator;
 
     #[test]
     fn held_copies_keep_their_buffers_and_come_back_in_order_once() {
-        let alloc = Allocator::new(Box::new(Addresses(AtomicU64::new(0))));
+        let alloc = fake_allocator();
         let c = Capture::default();
         assert!(!c.active());
         c.start();

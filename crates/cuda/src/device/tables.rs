@@ -129,18 +129,9 @@ pub(crate) fn bytes_of<T: Copy>(data: &[T]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::alloc::{Allocator, RawMemory};
+    use crate::alloc::{fake_allocator, Allocator};
     use std::collections::HashMap;
     use std::sync::atomic::{AtomicU64, Ordering};
-
-    /// Fake device memory: increasing addresses.
-    struct Addresses(AtomicU64);
-    impl RawMemory for Addresses {
-        fn malloc(&self, bytes: usize) -> Result<u64, CudaError> {
-            Ok(0x1000 + self.0.fetch_add(bytes as u64, Ordering::SeqCst))
-        }
-        fn free(&self, _: u64) {}
-    }
 
     /// A sink that keeps each address's contents and counts the copies.
     struct Fake {
@@ -151,7 +142,7 @@ mod tests {
     impl Fake {
         fn new() -> Fake {
             Fake {
-                alloc: Allocator::new(Box::new(Addresses(AtomicU64::new(0)))),
+                alloc: fake_allocator(),
                 memory: Mutex::new(HashMap::new()),
                 writes: AtomicU64::new(0),
             }
