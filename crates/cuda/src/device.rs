@@ -545,6 +545,12 @@ impl CudaDevice {
 }
 
 impl TableSink for CudaDevice {
+    fn used(&self, buf: &Arc<DeviceBuffer>) {
+        if self.capture.active() {
+            self.capture.hold(buf, &[]);
+        }
+    }
+
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
         CudaDevice::alloc(self, bytes)
     }

@@ -385,7 +385,7 @@ impl GraphDriver for DeviceGraphs<'_> {
         let held = dev.capture().finish();
         dev.allocator().keep_cached(false);
         self.timed(|| {
-            for h in &held {
+            for h in held.iter().filter(|h| !h.bytes.is_empty()) {
                 // SAFETY: `h.buf` holds `h.bytes` (checked when held); pageable
                 // memory is staged before the call returns.
                 unsafe { result::memcpy_htod_async(h.buf.ptr(), &h.bytes[..], dev.stream_raw())? };

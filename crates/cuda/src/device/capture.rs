@@ -79,7 +79,8 @@ impl Capture {
         self.signature.load(Ordering::Relaxed)
     }
 
-    /// Holds a copy of `data` into the start of `buf` until [`Self::finish`].
+    /// Holds a copy of `data` into the start of `buf` until [`Self::finish`]
+    /// (no bytes: `buf` is only kept, read by the step as it is).
     pub(crate) fn hold(&self, buf: &Arc<DeviceBuffer>, data: &[u8]) {
         self.lock().push(Held {
             buf: Arc::clone(buf),

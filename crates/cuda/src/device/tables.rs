@@ -22,6 +22,11 @@ pub(crate) trait TableSink {
     /// so far (while a step is recorded: held until its capture ends,
     /// `super::capture`, keeping `buf`).
     fn write(&self, buf: &Arc<DeviceBuffer>, data: &[u8]) -> Result<(), CudaError>;
+    /// `buf` was handed out again unchanged: while a step is recorded it
+    /// is kept until the capture ends, so no later table of the step is
+    /// written over what the step's earlier kernels read from it (their
+    /// copies all land before the graph runs).
+    fn used(&self, _buf: &Arc<DeviceBuffer>) {}
 }
 
 /// Smallest buffer a table gets (bytes).
@@ -61,6 +66,7 @@ impl<K> TableCache<K> {
             let e = entries.remove(i);
             let buf = Arc::clone(&e.buf);
             entries.insert(0, e);
+            sink.used(&buf);
             return Ok(buf);
         }
         let (key, data) = build()?;
@@ -148,7 +154,10 @@ mod tests {
             }
         }
         fn at(&self, buf: &DeviceBuffer, len: usize) -> Vec<u8> {
-            self.memory.lock().unwrap()[&buf.ptr()][..len].to_vec()
+            self.at_ptr(buf.ptr(), len)
+        }
+        fn at_ptr(&self, ptr: u64, len: usize) -> Vec<u8> {
+            self.memory.lock().unwrap()[&ptr][..len].to_vec()
         }
         fn writes(&self) -> u64 {
             self.writes.load(Ordering::SeqCst)
@@ -221,6 +230,9 @@ mod tests {
             self.held.lock().unwrap().push(Arc::clone(buf));
             self.fake.write(buf, data)
         }
+        fn used(&self, buf: &Arc<DeviceBuffer>) {
+            self.held.lock().unwrap().push(Arc::clone(buf));
+        }
     }
 
     #[test]
@@ -246,6 +258,33 @@ mod tests {
         sink.held.lock().unwrap().clear(); // the capture ended: copies queued
         let third = get(&[3; 16]);
         assert_eq!(third, second, "rewritten in place once nothing holds it");
+    }
+
+    #[test]
+    fn a_table_read_again_while_recording_is_not_rewritten_before_the_capture_ends() {
+        let c = TableCache::<Vec<u8>>::new(1);
+        let sink = Holding {
+            fake: Fake::new(),
+            held: Mutex::new(Vec::new()),
+        };
+        let get = |data: &[u8]| {
+            c.get(
+                &sink,
+                |k| k.as_slice() == data,
+                || Ok::<_, CudaError>((data.to_vec(), data.to_vec())),
+                |e| e,
+            )
+            .unwrap()
+            .ptr()
+        };
+        let old = get(&[1; 16]);
+        sink.held.lock().unwrap().clear(); // an earlier step's capture ended
+                                           // This step's kernels read the table unchanged (a hit), then the
+                                           // step needs another: the first one's buffer must keep its bytes.
+        assert_eq!(get(&[1; 16]), old);
+        let other = get(&[2; 16]);
+        assert_ne!(other, old, "the hit table is held: not rewritten in place");
+        assert_eq!(sink.fake.at_ptr(old, 16), [1; 16]);
     }
 
     #[test]
