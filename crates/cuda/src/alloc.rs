@@ -9,7 +9,7 @@
 //! the peak during a call minus what was active before it.
 
 use crate::CudaError;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +45,10 @@ fn rounded(bytes: usize) -> usize {
 #[derive(Default)]
 struct Pool {
     free: HashMap<usize, BTreeSet<u64>>,
+    /// Blocks freed while a step is recorded (`keep_cached` on): a recorded
+    /// kernel may still write them when the graph runs, so a table copied
+    /// ahead of the graph must not land in one ([`Allocator::alloc_untouched`]).
+    touched: HashSet<u64>,
     stats: AllocStats,
 }
 
@@ -103,8 +107,38 @@ impl Allocator {
 
     /// A buffer of at least `bytes` bytes (contents undefined).
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        self.alloc_from(bytes, false)
+    }
+
+    /// [`Self::alloc`] of a block not freed since the step being recorded
+    /// began (the target of a copy queued ahead of its graph, `crate::graph`).
+    pub(crate) fn alloc_untouched(
+        self: &Arc<Self>,
+        bytes: usize,
+    ) -> Result<DeviceBuffer, CudaError> {
+        self.alloc_from(bytes, true)
+    }
+
+    fn alloc_from(
+        self: &Arc<Self>,
+        bytes: usize,
+        untouched: bool,
+    ) -> Result<DeviceBuffer, CudaError> {
         let size = rounded(bytes);
-        let cached = self.lock().free.get_mut(&size).and_then(|v| v.pop_first());
+        let cached = {
+            let mut pool = self.lock();
+            let Pool { free, touched, .. } = &mut *pool;
+            free.get_mut(&size).and_then(|v| {
+                let p = if untouched {
+                    v.iter().copied().find(|p| !touched.contains(p))?
+                } else {
+                    *v.first()?
+                };
+                v.remove(&p);
+                touched.remove(&p);
+                Some(p)
+            })
+        };
         let ptr = match cached {
             Some(p) => p,
             None => {
@@ -136,6 +170,9 @@ impl Allocator {
         let mut pool = self.lock();
         pool.stats.active -= size as u64;
         pool.free.entry(size).or_default().insert(ptr);
+        if self.keep_cached.load(Ordering::Acquire) {
+            pool.touched.insert(ptr);
+        }
     }
 
     pub fn stats(&self) -> AllocStats {
@@ -152,6 +189,9 @@ impl Allocator {
     /// of releasing the cached blocks first (see `keep_cached`).
     pub(crate) fn keep_cached(&self, on: bool) {
         self.keep_cached.store(on, Ordering::Release);
+        if !on {
+            self.lock().touched.clear();
+        }
     }
 
     /// Returns every cached (free) block to the driver.
@@ -331,5 +371,30 @@ mod tests {
         a.keep_cached(false);
         assert!(a.alloc(1 << 20).is_ok(), "released, then allocated");
         assert_eq!(frees.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_table_target_while_recording_is_no_block_freed_during_the_recording() {
+        let (a, _, _) = fake();
+        let before = a.alloc(1000).unwrap().ptr(); // freed before the recording
+        a.keep_cached(true);
+        let act = a.alloc(1000).unwrap();
+        assert_eq!(act.ptr(), before, "activations reuse what was freed before");
+        drop(act); // freed while recording: a recorded kernel wrote it
+        let table = a.alloc_untouched(1000).unwrap();
+        assert_ne!(table.ptr(), before, "not a block the recording touched");
+        assert_eq!(
+            a.alloc(1000).unwrap().ptr(),
+            before,
+            "activations still may"
+        );
+        a.keep_cached(false);
+        drop(table);
+        let after = a.alloc_untouched(1000).unwrap();
+        assert_eq!(
+            after.ptr(),
+            before,
+            "the recording over: every free block again"
+        );
     }
 }

@@ -426,7 +426,7 @@ impl CudaDevice {
     /// While a step is recorded the copy is held until its capture ends
     /// ([`capture`]).
     pub fn upload_async<T: Copy>(&self, data: &[T]) -> Result<Arc<DeviceBuffer>, CudaError> {
-        let buf = Arc::new(self.alloc(std::mem::size_of_val(data).max(1))?);
+        let buf = Arc::new(TableSink::alloc(self, std::mem::size_of_val(data).max(1))?);
         if !data.is_empty() {
             TableSink::write(self, &buf, tables::bytes_of(data))?;
         }
@@ -551,7 +551,13 @@ impl TableSink for CudaDevice {
         }
     }
 
+    /// While a step is recorded, a block no kernel of the step touched: the
+    /// table's copy lands before the graph runs ([`capture`]).
     fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        if self.capture.active() {
+            self.bind()?;
+            return self.alloc.alloc_untouched(bytes);
+        }
         CudaDevice::alloc(self, bytes)
     }
 
