@@ -178,7 +178,7 @@ mod tests {
         }
     }
 
-    fn get(c: &TableCache<Vec<u8>>, sink: &Fake, data: &[u8]) -> Arc<DeviceBuffer> {
+    fn get(c: &TableCache<Vec<u8>>, sink: &dyn TableSink, data: &[u8]) -> Arc<DeviceBuffer> {
         c.get(
             sink,
             |k| k.as_slice() == data,
@@ -242,16 +242,7 @@ mod tests {
             fake: Fake::new(),
             held: Mutex::new(Vec::new()),
         };
-        let get = |data: &[u8]| {
-            c.get(
-                &sink,
-                |k| k.as_slice() == data,
-                || Ok::<_, CudaError>((data.to_vec(), data.to_vec())),
-                |e| e,
-            )
-            .unwrap()
-            .ptr()
-        };
+        let get = |data: &[u8]| get(&c, &sink, data).ptr();
         let first = get(&[1; 16]);
         let second = get(&[2; 16]);
         assert_ne!(second, first, "the first table's copy is still held");
@@ -267,20 +258,12 @@ mod tests {
             fake: Fake::new(),
             held: Mutex::new(Vec::new()),
         };
-        let get = |data: &[u8]| {
-            c.get(
-                &sink,
-                |k| k.as_slice() == data,
-                || Ok::<_, CudaError>((data.to_vec(), data.to_vec())),
-                |e| e,
-            )
-            .unwrap()
-            .ptr()
-        };
+        let get = |data: &[u8]| get(&c, &sink, data).ptr();
         let old = get(&[1; 16]);
-        sink.held.lock().unwrap().clear(); // an earlier step's capture ended
-                                           // This step's kernels read the table unchanged (a hit), then the
-                                           // step needs another: the first one's buffer must keep its bytes.
+        // An earlier step's capture ended; this step's kernels read the
+        // table unchanged (a hit), then the step needs another: the first
+        // one's buffer must keep its bytes.
+        sink.held.lock().unwrap().clear();
         assert_eq!(get(&[1; 16]), old);
         let other = get(&[2; 16]);
         assert_ne!(other, old, "the hit table is held: not rewritten in place");
