@@ -57,6 +57,25 @@ impl Blas {
         // SAFETY: handle is fresh; the stream belongs to the current context.
         unsafe { result::set_stream(handle, stream as sys::cudaStream_t)? };
         let lt = Lt::new(stream).ok();
+        if let Some(lt) = &lt {
+            // The classic handle's calls (the composed route's batched GEMMs)
+            // use cuBLASLt's workspace: both run on this one stream, one call
+            // at a time. Without a workspace of its own the handle takes one
+            // from the driver's pool per call, which a step recorded as a CUDA
+            // graph turns into allocation nodes, and cuBLAS's choice then may
+            // differ from the eager call's: the same workspace both ways gives
+            // the same kernels (the cuBLAS guide's reproducibility advice).
+            // SAFETY: the workspace lives as long as `lt`, which this `Blas`
+            // owns with the handle; the handle is destroyed first (`Drop`).
+            unsafe {
+                sys::cublasSetWorkspace_v2(
+                    handle,
+                    lt.workspace as *mut c_void,
+                    lt.workspace_bytes(),
+                )
+            }
+            .result()?;
+        }
         Ok(Blas {
             handle,
             lt,

@@ -37,8 +37,13 @@ use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Executable graphs kept, one per shape, most recently launched first.
+/// Shapes whose executable graphs are kept, most recently launched first.
 pub(crate) const KEPT: usize = 8;
+/// Executable graphs kept per shape: the one launched last may still run
+/// while the next step of its shape is captured, and updating it would wait
+/// for it (the step overlap queues a step while the previous one runs), so
+/// that step updates the shape's other graph.
+pub(crate) const PER_SHAPE: usize = 2;
 /// Keys remembered as recordable (beyond, a key's steps keep being probed).
 const KEYS_KEPT: usize = 4096;
 
@@ -95,7 +100,8 @@ struct Shape {
 }
 
 struct Kept<X> {
-    /// Executable graphs by their shape.
+    /// Executable graphs by their shape, most recently launched first (at
+    /// most [`PER_SHAPE`] a shape, [`KEPT`] shapes).
     execs: Vec<(Shape, X)>,
     /// Keys whose first step waited for nothing.
     clean: HashSet<StepKey>,
@@ -229,10 +235,15 @@ impl<X> StepGraphs<X> {
             signature: d.signature(),
         };
         let mut kept = self.lock();
+        // Not the graph launched last (it may still run): another of the
+        // shape, or a new one.
         let old = kept
             .execs
             .iter()
-            .position(|(s, _)| *s == shape)
+            .enumerate()
+            .skip(1)
+            .find(|(_, (s, _))| *s == shape)
+            .map(|(i, _)| i)
             .map(|i| kept.execs.remove(i).1);
         let exec = match old {
             Some(mut x) => match d.update(&mut x, graph) {
@@ -265,7 +276,7 @@ impl<X> StepGraphs<X> {
         }
         kept.stats.launched += 1;
         kept.execs.insert(0, (shape, exec));
-        kept.execs.truncate(KEPT);
+        keep_last_shapes(&mut kept.execs);
         Ok(())
     }
 
@@ -279,6 +290,26 @@ impl<X> StepGraphs<X> {
              (--cuda-graphs off avoids it)"
         ))
     }
+}
+
+/// Drops the executable graphs past [`PER_SHAPE`] a shape and past the
+/// [`KEPT`] shapes launched last (`execs` most recent first).
+fn keep_last_shapes<X>(execs: &mut Vec<(Shape, X)>) {
+    let mut shapes: Vec<Shape> = Vec::with_capacity(KEPT);
+    let mut per_shape: Vec<usize> = Vec::with_capacity(KEPT);
+    execs.retain(|(s, _)| match shapes.iter().position(|k| k == s) {
+        Some(j) if per_shape[j] < PER_SHAPE => {
+            per_shape[j] += 1;
+            true
+        }
+        Some(_) => false,
+        None if shapes.len() < KEPT => {
+            shapes.push(*s);
+            per_shape.push(1);
+            true
+        }
+        None => false,
+    });
 }
 
 /// Ends a capture whose step panicked (the stream would stay capturing and
@@ -333,11 +364,12 @@ pub(crate) struct DeviceGraphs<'a>(pub &'a CudaDevice);
 impl DeviceGraphs<'_> {
     /// `f`, its host time added to the decode statistics' graph building.
     fn timed<T>(&self, f: impl FnOnce() -> T) -> T {
-        crate::decode_stats::timed(
-            self.0.options().decode_stats,
-            &crate::decode_stats::GRAPH_BUILD_NS,
-            f,
-        )
+        self.timed_in(&crate::decode_stats::GRAPH_BUILD_NS, f)
+    }
+
+    /// `f`, its host time added to `counter` of the decode statistics.
+    fn timed_in<T>(&self, counter: &std::sync::atomic::AtomicU64, f: impl FnOnce() -> T) -> T {
+        crate::decode_stats::timed(self.0.options().decode_stats, counter, f)
     }
 }
 
@@ -409,8 +441,9 @@ impl GraphDriver for DeviceGraphs<'_> {
     fn update(&self, exec: &mut Exec, graph: &Graph) -> Result<bool, CudaError> {
         let mut info = std::mem::MaybeUninit::<sys::CUgraphExecUpdateResultInfo>::zeroed();
         // SAFETY: both handles are live; `info` is written by the call.
-        let r =
-            self.timed(|| unsafe { sys::cuGraphExecUpdate_v2(exec.0, graph.0, info.as_mut_ptr()) });
+        let r = self.timed_in(&crate::decode_stats::GRAPH_UPDATE_NS, || unsafe {
+            sys::cuGraphExecUpdate_v2(exec.0, graph.0, info.as_mut_ptr())
+        });
         match r {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE => Ok(false),

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Session 24's H200 calls (build first: bash docs/perf/data/serving-s24/next/build.sh,
+# carry .devbin/s24next). Usage: run.sh graphs|engine|serve.
+# graphs: whether updating a graph still running waits for it (the graphs
+#   test binary, a_step_never_updates_the_graph_still_running, printed), the
+#   engine's graph tests (logits to the bit: the lone composed-route decode
+#   differed in session 23), and batch-1 decode of the 35B after 2k with the
+#   overlap on, graphs off / on alternated twice, HEADROOM_DECODE_STATS once each.
+# Prediction: with two graphs a shape (never updating the one launched last)
+#   the GPU's ~950 us idle a step with graphs (session 23 call 4) is gone and
+#   graphs + overlap >= overlap alone (about +0-4 %: the GPU's gaps between
+#   kernels inside a graph); the lone decode's logits equal (cuBLAS's classic
+#   handle now has a fixed workspace).
+set -u
+O=${OUT:-/tmp/out}; mkdir -p "$O"
+T=/tmp/s24next; mkdir -p $T && tar -xJf .devbin/s24next/bins.tar.xz -C $T
+B=$T/h/headroom
+OPS=$(ls $T/h/backend_ops-* | head -n1); OVL=$(ls $T/h/cuda_overlap-* | head -n1)
+GRA=$(ls $T/h/cuda_graphs-* | head -n1); ENG=$(ls $T/h/cuda_engine-* | head -n1)
+REC=$(ls $T/h/graphs-* | head -n1)
+export HEADROOM_KERNEL_CACHE=/tmp/kcache
+source bench/gpu/env.sh
+M=qwen3.6-35b-a3b
+SECONDS=0
+PART=${1:-graphs}
+ttft() { # MODEL OVERLAP GRAPHS LENGTHS STATS
+  HEADROOM_DECODE_STATS=$5 timeout 200 $B bench ttft --backend cuda --synthetic $1 --lengths $4 \
+    --iterations 1 --warmup 1 --decode 64 --step-overlap $2 --cuda-graphs $3 2>&1 |
+    grep -E "tokens  TTFT|decode stats|graphs|Error|error" | tail -3 | cut -c1-1200
+}
+graphs() {
+echo "=== graphs (below the engine)"
+timeout 200 $REC --ignored --nocapture --test-threads 1 2>&1 | grep -E "^test |test result|panicked|round|a step of|Graph" | head -20
+echo "=== cuda_graphs (engine)"
+timeout 200 $GRA --ignored --nocapture --test-threads 1 2>&1 | grep -E "^test |test result|panicked|GraphStats|left|right" | head -24
+echo "t=$SECONDS"
+for round in 1 2; do
+  for g in off on; do echo "--- bf16 overlap on, graphs $g (round $round)"; ttft $M on $g 2048 0; done
+done
+for g in off on; do echo "--- bf16 overlap on, graphs $g, stats"; ttft $M on $g 2048 1; done
+echo "t=$SECONDS"
+}
+{
+case $PART in
+  graphs) graphs ;;
+  engine) OUT="$O" bash bench/gpu/check_engine.sh "$ENG" "$B" "$OVL" "$GRA" ;;
+  *) echo "run.sh: unknown part $PART (graphs|engine)"; exit 1 ;;
+esac
+} > "$O/log-$PART.txt" 2>&1
+tail -c 11000 "$O/log-$PART.txt"
