@@ -65,8 +65,12 @@ struct Probe {
     prev_end: Option<StreamEvent>,
     /// This step's first launch.
     start: Option<StreamEvent>,
-    /// This step's end, recorded before its read-back.
+    /// This step's end, recorded when its read-back is queued.
     end: Option<StreamEvent>,
+    /// The events of the step read before, measured at the next read-back:
+    /// with the step overlap the stream holds the next step by a read-back,
+    /// and waiting for the events of the step just queued would stall it.
+    pending: Option<(Option<StreamEvent>, Option<StreamEvent>)>,
     /// When the last read-back returned (host clock).
     read_at: Option<Instant>,
 }
@@ -75,6 +79,7 @@ static PROBE: Mutex<Probe> = Mutex::new(Probe {
     prev_end: None,
     start: None,
     end: None,
+    pending: None,
     read_at: None,
 });
 
@@ -101,12 +106,14 @@ pub(crate) fn before_readback(on: bool, dev: &CudaDevice) {
     }
 }
 
-/// After the read-back: (GPU span of the step, GPU idle before it) in µs
-/// where both events of each were recorded; the end becomes the next
-/// step's `prev_end`.
+/// After a read-back: (GPU span of a step, GPU idle before it) in µs where
+/// both events of each were recorded, for the step of the previous
+/// read-back (its events are done: no wait on the step in flight); its end
+/// becomes the next measured step's `prev_end`.
 fn probe_step() -> (Option<f64>, Option<f64>) {
     let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
-    let (start, end) = (p.start.take(), p.end.take());
+    let queued = (p.start.take(), p.end.take());
+    let (start, end) = p.pending.replace(queued).unwrap_or((None, None));
     let ms = |a: &Option<StreamEvent>, b: &Option<StreamEvent>| match (a, b) {
         (Some(a), Some(b)) => b.ms_since(a).ok().map(|ms| ms * 1e3),
         _ => None,

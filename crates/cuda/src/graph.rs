@@ -6,7 +6,9 @@
 //! executable graph of as many nodes is updated in place to the new
 //! capture (`cuGraphExecUpdate`: from step to step the arguments and grids
 //! change, the launches do not — also when a decode batch gains or loses
-//! a sequence) and launched; a capture no kept graph can take instantiates
+//! a sequence) and launched — also while its previous launch still runs,
+//! which the update does not wait for (H200, session 24:
+//! `tests/graphs.rs`) — ; a capture no kept graph can take instantiates
 //! a new one. Graphs are kept by their shape (node count and the capture's
 //! signature: the kernels launched and the library calls' shape classes,
 //! `device::capture`), the last [`KEPT`] shapes. A step's
@@ -37,13 +39,8 @@ use std::fmt::Display;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-/// Shapes whose executable graphs are kept, most recently launched first.
+/// Executable graphs kept, one per shape, most recently launched first.
 pub(crate) const KEPT: usize = 8;
-/// Executable graphs kept per shape: the one launched last may still run
-/// while the next step of its shape is captured, and updating it would wait
-/// for it (the step overlap queues a step while the previous one runs), so
-/// that step updates the shape's other graph.
-pub(crate) const PER_SHAPE: usize = 2;
 /// Keys remembered as recordable (beyond, a key's steps keep being probed).
 const KEYS_KEPT: usize = 4096;
 
@@ -100,8 +97,7 @@ struct Shape {
 }
 
 struct Kept<X> {
-    /// Executable graphs by their shape, most recently launched first (at
-    /// most [`PER_SHAPE`] a shape, [`KEPT`] shapes).
+    /// Executable graphs by their shape.
     execs: Vec<(Shape, X)>,
     /// Keys whose first step waited for nothing.
     clean: HashSet<StepKey>,
@@ -235,15 +231,10 @@ impl<X> StepGraphs<X> {
             signature: d.signature(),
         };
         let mut kept = self.lock();
-        // Not the graph launched last (it may still run): another of the
-        // shape, or a new one.
         let old = kept
             .execs
             .iter()
-            .enumerate()
-            .skip(1)
-            .find(|(_, (s, _))| *s == shape)
-            .map(|(i, _)| i)
+            .position(|(s, _)| *s == shape)
             .map(|i| kept.execs.remove(i).1);
         let exec = match old {
             Some(mut x) => match d.update(&mut x, graph) {
@@ -276,7 +267,7 @@ impl<X> StepGraphs<X> {
         }
         kept.stats.launched += 1;
         kept.execs.insert(0, (shape, exec));
-        keep_last_shapes(&mut kept.execs);
+        kept.execs.truncate(KEPT);
         Ok(())
     }
 
@@ -290,26 +281,6 @@ impl<X> StepGraphs<X> {
              (--cuda-graphs off avoids it)"
         ))
     }
-}
-
-/// Drops the executable graphs past [`PER_SHAPE`] a shape and past the
-/// [`KEPT`] shapes launched last (`execs` most recent first).
-fn keep_last_shapes<X>(execs: &mut Vec<(Shape, X)>) {
-    let mut shapes: Vec<Shape> = Vec::with_capacity(KEPT);
-    let mut per_shape: Vec<usize> = Vec::with_capacity(KEPT);
-    execs.retain(|(s, _)| match shapes.iter().position(|k| k == s) {
-        Some(j) if per_shape[j] < PER_SHAPE => {
-            per_shape[j] += 1;
-            true
-        }
-        Some(_) => false,
-        None if shapes.len() < KEPT => {
-            shapes.push(*s);
-            per_shape.push(1);
-            true
-        }
-        None => false,
-    });
 }
 
 /// Ends a capture whose step panicked (the stream would stay capturing and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 24's H200 calls (build first: bash docs/perf/data/serving-s24/next/build.sh,
-# carry .devbin/s24next). Usage: run.sh graphs|engine|serve.
+# carry .devbin/s24next). Usage: run.sh graphs|call2|serve.
 # graphs: whether updating a graph still running waits for it (the graphs
 #   test binary, a_step_never_updates_the_graph_still_running, printed), the
 #   engine's graph tests (logits to the bit: the lone composed-route decode
@@ -40,8 +40,27 @@ done
 for g in off on; do echo "--- bf16 overlap on, graphs $g, stats"; ttft $M on $g 2048 1; done
 echo "t=$SECONDS"
 }
+call2() {
+echo "=== graphs (below the engine)"
+timeout 200 $REC --ignored --nocapture --test-threads 1 2>&1 | grep -E "^test |test result|panicked|a step of|Graph" | cut -c1-600 | head -20
+echo "=== initcheck: the lone composed-route decode (graphs off, then on)"
+timeout 300 compute-sanitizer --tool initcheck --error-exitcode 3 $GRA --ignored --nocapture --test-threads 1 \
+  cuda_a_lone_decode_updates_one_graph > "$O/initcheck.txt" 2>&1; echo "initcheck rc=$?"
+grep -E "Uninitialized|ERROR SUMMARY|at 0x|by thread|Host Frame|in .*kernel|^=========     " "$O/initcheck.txt" | head -30 | cut -c1-300
+echo "t=$SECONDS"
+for round in 1 2; do
+  for g in off on; do echo "--- bf16 overlap on, graphs $g (round $round)"; ttft $M on $g 2048,32768 0 | grep -v "^engine"; done
+done
+for g in off on; do echo "--- bf16 overlap on, graphs $g, stats"; ttft $M on $g 2048 1 | grep -v "^engine"; done
+echo "t=$SECONDS"
+echo "=== check_engine.sh"
+OUT="$O/engine" timeout 420 bash bench/gpu/check_engine.sh "$ENG" "$B" "$OVL" "$GRA" > "$O/engine.txt" 2>&1; echo "check_engine rc=$?"
+grep -E "FAILED|passed|failed|test result|lone decode|GraphStats|ERROR SUMMARY" "$O/engine.txt" | cut -c1-300 | head -30
+echo "t=$SECONDS"
+}
 {
 case $PART in
+  call2) call2 ;;
   graphs) graphs ;;
   engine) OUT="$O" bash bench/gpu/check_engine.sh "$ENG" "$B" "$OVL" "$GRA" ;;
   *) echo "run.sh: unknown part $PART (graphs|engine)"; exit 1 ;;
