@@ -215,3 +215,64 @@ fn updating_the_graph_still_running_does_not_wait_for_it() {
     assert_eq!(after.instantiated, 1, "one graph for the shape: {after:?}");
     assert_eq!(after.updated - before.updated, 3, "{after:?}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_backend_ops.sh"]
+fn recorded_composed_decode_attention_gives_the_eager_bits() {
+    use headroom_core::{AttentionShape, Dtype, RouteRequest};
+    use headroom_cuda::attention::{prefill, AttentionBuffers};
+    let be = backend();
+    let dev = be.device();
+    let mut differ = Vec::new();
+    for (q_heads, kv_heads) in [(8usize, 2usize), (16, 2), (4, 4)] {
+        for kv_len in 60..=130usize {
+            let shape = AttentionShape {
+                q_len: 1,
+                kv_len,
+                q_heads,
+                kv_heads,
+                head_dim: 128,
+                scale: None,
+            };
+            let seed = (kv_len * 131 + q_heads) as u32;
+            let bf16_bits = |n: usize, salt: u32| -> Vec<u16> {
+                (0..n as u32)
+                    .map(|i| {
+                        let x =
+                            (i.wrapping_mul(2654435761) ^ seed.wrapping_mul(40503) ^ salt) % 2001;
+                        half::bf16::from_f32(x as f32 / 1000.0 - 1.0).to_bits()
+                    })
+                    .collect()
+            };
+            let q = dev.upload(&bf16_bits(q_heads * 128, 1)).unwrap();
+            let k = dev.upload(&bf16_bits(kv_heads * kv_len * 128, 2)).unwrap();
+            let v = dev.upload(&bf16_bits(kv_heads * kv_len * 128, 3)).unwrap();
+            let nan = vec![0x7fc0u16; q_heads * 128];
+            let (eager, recorded) = (dev.upload(&nan).unwrap(), dev.upload(&nan).unwrap());
+            let route = RouteRequest::Composed { query_block: 0 };
+            let call = |out| {
+                let bufs = AttentionBuffers {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    out,
+                };
+                prefill(dev, &shape, Dtype::Bf16, route, &bufs).map(|_| ())
+            };
+            call(&eager).unwrap();
+            be.queue_step(key(1), || call(&recorded)).unwrap().unwrap();
+            let (mut a, mut b) = (nan.clone(), nan.clone());
+            dev.read(&eager, &mut a).unwrap();
+            dev.read(&recorded, &mut b).unwrap();
+            assert!(a.iter().all(|x| *x != 0x7fc0), "every output written");
+            if a != b {
+                differ.push((q_heads, kv_heads, kv_len));
+            }
+        }
+    }
+    println!("{:?}", be.graph_stats());
+    assert!(
+        differ.is_empty(),
+        "(q heads, kv heads, keys) whose recorded composed decode differs: {differ:?}"
+    );
+}
