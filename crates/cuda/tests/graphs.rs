@@ -223,8 +223,8 @@ fn recorded_composed_decode_attention_gives_the_eager_bits() {
     use headroom_cuda::attention::{prefill, AttentionBuffers};
     let be = backend();
     let dev = be.device();
-    let mut differ = Vec::new();
-    for (q_heads, kv_heads) in [(8usize, 2usize), (16, 2), (4, 4)] {
+    let (mut differ, mut unstable) = (Vec::new(), Vec::new());
+    for (q_heads, kv_heads) in [(2usize, 1usize), (8, 2), (16, 2), (4, 4)] {
         for kv_len in 60..=130usize {
             let shape = AttentionShape {
                 q_len: 1,
@@ -248,7 +248,11 @@ fn recorded_composed_decode_attention_gives_the_eager_bits() {
             let k = dev.upload(&bf16_bits(kv_heads * kv_len * 128, 2)).unwrap();
             let v = dev.upload(&bf16_bits(kv_heads * kv_len * 128, 3)).unwrap();
             let nan = vec![0x7fc0u16; q_heads * 128];
-            let (eager, recorded) = (dev.upload(&nan).unwrap(), dev.upload(&nan).unwrap());
+            let (eager, again, recorded) = (
+                dev.upload(&nan).unwrap(),
+                dev.upload(&nan).unwrap(),
+                dev.upload(&nan).unwrap(),
+            );
             let route = RouteRequest::Composed { query_block: 0 };
             let call = |out| {
                 let bufs = AttentionBuffers {
@@ -260,17 +264,26 @@ fn recorded_composed_decode_attention_gives_the_eager_bits() {
                 prefill(dev, &shape, Dtype::Bf16, route, &bufs).map(|_| ())
             };
             call(&eager).unwrap();
+            call(&again).unwrap();
             be.queue_step(key(1), || call(&recorded)).unwrap().unwrap();
-            let (mut a, mut b) = (nan.clone(), nan.clone());
+            let (mut a, mut b, mut c) = (nan.clone(), nan.clone(), nan.clone());
             dev.read(&eager, &mut a).unwrap();
+            dev.read(&again, &mut c).unwrap();
             dev.read(&recorded, &mut b).unwrap();
             assert!(a.iter().all(|x| *x != 0x7fc0), "every output written");
+            if a != c {
+                unstable.push((q_heads, kv_heads, kv_len));
+            }
             if a != b {
                 differ.push((q_heads, kv_heads, kv_len));
             }
         }
     }
     println!("{:?}", be.graph_stats());
+    assert!(
+        unstable.is_empty(),
+        "(q heads, kv heads, keys) whose eager composed decode differs run to run: {unstable:?}"
+    );
     assert!(
         differ.is_empty(),
         "(q heads, kv heads, keys) whose recorded composed decode differs: {differ:?}"

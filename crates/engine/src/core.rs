@@ -198,9 +198,14 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 .collect(),
         };
         let salt = cache::model_salt(model.lead());
-        let overlap = crate::overlap::resolve(cfg.step_overlap, model.world(), cfg.capture_logits);
-        tracing::info!("{overlap}");
         let backend = model.lead().backend();
+        let overlap = crate::overlap::resolve(
+            cfg.step_overlap,
+            model.world(),
+            cfg.capture_logits,
+            backend.kind(),
+        );
+        tracing::info!("{overlap}");
         let graphs = crate::graphs::resolve(
             cfg.cuda_graphs,
             model.world(),

@@ -412,8 +412,12 @@ impl ServeJob {
             engine.memory_budget_bytes = crate::cmd::logits::available_memory_bytes()
                 .map(|b| b / 10 * 9 / world.max(1) as u64);
         }
-        let overlap =
-            headroom_engine::overlap::resolve(engine.step_overlap, world, engine.capture_logits);
+        let overlap = headroom_engine::overlap::resolve(
+            engine.step_overlap,
+            world,
+            engine.capture_logits,
+            model.lead().backend().kind(),
+        );
         let graphs = headroom_engine::graphs::resolve(
             engine.cuda_graphs,
             world,

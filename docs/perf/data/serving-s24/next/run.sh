@@ -58,8 +58,32 @@ OUT="$O/engine" timeout 420 bash bench/gpu/check_engine.sh "$ENG" "$B" "$OVL" "$
 grep -E "FAILED|passed|failed|test result|lone decode|GraphStats|ERROR SUMMARY" "$O/engine.txt" | cut -c1-300 | head -30
 echo "t=$SECONDS"
 }
+serve_run() { # NAME OVERLAP GRAPHS ARGS...
+  local name=$1 ov=$2 gr=$3; shift 3
+  $B serve --backend cuda --synthetic $M --port 8920 --step-overlap $ov --cuda-graphs $gr \
+    > "$O/serve-$name.log" 2>&1 &
+  local sp=$!
+  for _ in $(seq 1 600); do grep -q "listening on" "$O/serve-$name.log" && break; sleep 0.5; done
+  timeout 150 $B bench serve --url http://127.0.0.1:8920 --json "$O/$name.json" "$@" > "$O/$name.txt" 2>&1
+  echo "$name: $(grep -E 'output tok/s' "$O/$name.txt" | head -1)"
+  grep -E "TTFT|ITL|preempt|completed" "$O/$name.txt" | head -3
+  curl -s http://127.0.0.1:8920/metrics | grep -E "^headroom_steps_queued_ahead_total|^headroom_preemptions_total"
+  grep -iE "graphs|overlap" "$O/serve-$name.log" | head -2 | cut -c1-400
+  kill -TERM $sp; wait $sp
+  echo "t=$SECONDS"
+}
+serving() {
+serve_run c256-overlap auto off --concurrency 256 --requests 256 --prompt-len 1024 --max-tokens 160
+serve_run c256-both auto on --concurrency 256 --requests 256 --prompt-len 1024 --max-tokens 160
+serve_run c16-overlap auto off --concurrency 16 --requests 64 --prompt-len 1024 --max-tokens 256
+serve_run c16-both auto on --concurrency 16 --requests 64 --prompt-len 1024 --max-tokens 256
+serve_run w1-overlap auto off --concurrency 512 --requests 1000 --prompt-len 1024 --max-tokens 128
+serve_run w1-both auto on --concurrency 512 --requests 1000 --prompt-len 1024 --max-tokens 128
+for g in off on; do echo "--- bf16 after 32k, overlap on, graphs $g"; ttft $M on $g 32768 0 | grep -v "^engine"; done
+}
 {
 case $PART in
+  serve) serving ;;
   call2) call2 ;;
   graphs) graphs ;;
   engine) OUT="$O" bash bench/gpu/check_engine.sh "$ENG" "$B" "$OVL" "$GRA" ;;
