@@ -19,8 +19,14 @@ use headroom_core::Dtype;
 use lt::{alignment, Lt, LtShape};
 use std::ffi::c_void;
 
+/// Bytes of the classic handle's workspace (the cuBLAS guide's advice for
+/// Hopper).
+const CLASSIC_WORKSPACE_BYTES: usize = 32 << 20;
+
 pub struct Blas {
     handle: sys::cublasHandle_t,
+    /// The classic handle's device workspace (`cublasSetWorkspace`).
+    workspace: cudarc::driver::sys::CUdeviceptr,
     /// cuBLASLt with its plan cache; `None` where it could not be set up
     /// (the linear then takes `cublasGemmEx`).
     lt: Option<Lt>,
@@ -57,27 +63,48 @@ impl Blas {
         // SAFETY: handle is fresh; the stream belongs to the current context.
         unsafe { result::set_stream(handle, stream as sys::cudaStream_t)? };
         let lt = Lt::new(stream).ok();
-        if let Some(lt) = &lt {
-            // The classic handle's calls (the composed route's batched GEMMs)
-            // use cuBLASLt's workspace: both run on this one stream, one call
-            // at a time. Without a workspace of its own the handle takes one
-            // from the driver's pool per call, which a step recorded as a CUDA
-            // graph turns into allocation nodes, and cuBLAS's choice then may
-            // differ from the eager call's: the same workspace both ways gives
-            // the same kernels (the cuBLAS guide's reproducibility advice).
-            // SAFETY: the workspace lives as long as `lt`, which this `Blas`
-            // owns with the handle; the handle is destroyed first (`Drop`).
+        // The classic handle's calls (the composed route's batched GEMMs)
+        // get a workspace of their own, zeroed once: without one the handle
+        // takes one from the driver's pool per call (allocation nodes in a
+        // step recorded as a CUDA graph), and a workspace shared with
+        // cuBLASLt would hand the classic kernels whatever cuBLASLt left in
+        // it (H200, session 24: compute-sanitizer initcheck saw a classic
+        // batched GEMV read never-written memory).
+        // SAFETY: the context is current; freed in `Drop` after the handle.
+        let workspace =
+            match unsafe { cudarc::driver::result::malloc_sync(CLASSIC_WORKSPACE_BYTES) } {
+                Ok(p) => p,
+                Err(e) => {
+                    // SAFETY: created above, destroyed once.
+                    let _ = unsafe { result::destroy_handle(handle) };
+                    return Err(e.into());
+                }
+            };
+        // SAFETY: `workspace` holds CLASSIC_WORKSPACE_BYTES; the handle is live.
+        let ready = unsafe {
+            cudarc::driver::result::memset_d8_sync(workspace, 0, CLASSIC_WORKSPACE_BYTES)
+                .map_err(CudaError::from)
+                .and_then(|()| {
+                    sys::cublasSetWorkspace_v2(
+                        handle,
+                        workspace as *mut c_void,
+                        CLASSIC_WORKSPACE_BYTES,
+                    )
+                    .result()
+                    .map_err(CudaError::from)
+                })
+        };
+        if let Err(e) = ready {
+            // SAFETY: created and allocated above, released once.
             unsafe {
-                sys::cublasSetWorkspace_v2(
-                    handle,
-                    lt.workspace as *mut c_void,
-                    lt.workspace_bytes(),
-                )
+                let _ = result::destroy_handle(handle);
+                let _ = cudarc::driver::result::free_sync(workspace);
             }
-            .result()?;
+            return Err(e);
         }
         Ok(Blas {
             handle,
+            workspace,
             lt,
             fp8: fp8::Fp8Plans::new(),
         })
@@ -283,7 +310,11 @@ impl Blas {
 
 impl Drop for Blas {
     fn drop(&mut self) {
-        // SAFETY: the handle was created in `new` and is destroyed once.
-        let _ = unsafe { result::destroy_handle(self.handle) };
+        // SAFETY: the handle was created in `new` and is destroyed once,
+        // then the workspace it used.
+        unsafe {
+            let _ = result::destroy_handle(self.handle);
+            let _ = cudarc::driver::result::free_sync(self.workspace);
+        }
     }
 }
