@@ -287,6 +287,19 @@ impl Lt {
                 return Err(e.into());
             }
         };
+        // Zeroed once: the warm-up launches read it (`plan_buckets`), and
+        // compute-sanitizer's initcheck would report a read of memory no
+        // one wrote.
+        // SAFETY: `warm` holds WARM_BYTES.
+        if let Err(e) = unsafe { cudarc::driver::result::memset_d8_sync(warm, 0, WARM_BYTES) } {
+            // SAFETY: allocated and created above, released once.
+            unsafe {
+                let _ = cudarc::driver::result::free_sync(warm);
+                let _ = cudarc::driver::result::free_sync(workspace);
+                let _ = result::destroy_handle(handle);
+            }
+            return Err(e.into());
+        }
         Ok(Lt {
             handle,
             stream: stream as sys::cudaStream_t,
