@@ -108,6 +108,8 @@ struct Kept<X> {
 /// The recording's switch, the kept graphs and the keys refused.
 pub(crate) struct StepGraphs<X> {
     on: AtomicBool,
+    /// Kept graphs are updated to new captures (else each instantiates).
+    updates: AtomicBool,
     kept: Mutex<Kept<X>>,
 }
 
@@ -115,6 +117,7 @@ impl<X> Default for StepGraphs<X> {
     fn default() -> Self {
         StepGraphs {
             on: AtomicBool::new(false),
+            updates: AtomicBool::new(true),
             kept: Mutex::new(Kept {
                 execs: Vec::new(),
                 clean: HashSet::new(),
@@ -131,6 +134,10 @@ impl<X> StepGraphs<X> {
         if !on {
             self.lock().execs.clear();
         }
+    }
+
+    pub(crate) fn set_updates(&self, on: bool) {
+        self.updates.store(on, Ordering::Release);
     }
 
     pub(crate) fn on(&self) -> bool {
@@ -235,7 +242,8 @@ impl<X> StepGraphs<X> {
             .execs
             .iter()
             .position(|(s, _)| *s == shape)
-            .map(|i| kept.execs.remove(i).1);
+            .map(|i| kept.execs.remove(i).1)
+            .filter(|_| self.updates.load(Ordering::Acquire));
         let exec = match old {
             Some(mut x) => match d.update(&mut x, graph) {
                 Ok(true) => {

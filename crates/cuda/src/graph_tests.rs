@@ -379,3 +379,17 @@ fn a_step_that_panics_while_captured_ends_the_capture() {
     assert_eq!(d.take(), ["begin", "end", "flush"]);
     assert!(!d.capturing.get(), "the stream is not left capturing");
 }
+
+#[test]
+fn with_updates_off_every_capture_instantiates_its_own_graph() {
+    let (g, d) = on_with(&[1]);
+    g.set_updates(false);
+    for _ in 0..3 {
+        step(&g, &d, 1, 2).unwrap().unwrap();
+    }
+    assert_eq!(
+        only(d.take(), &["instantiate", "update"]),
+        ["instantiate 0", "instantiate 1", "instantiate 2"]
+    );
+    assert_eq!(g.stats().updated, 0);
+}

@@ -179,6 +179,25 @@ fn lone_decode(
 
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_a_lone_decode_whose_graphs_are_never_updated_gives_the_same_logits() {
+    for name in ["moe_d256", "next_d128"] {
+        let fresh = || {
+            let m = model(name);
+            m.backend().set_graph_updates(false);
+            m
+        };
+        let (differ, st) = lone_decode(fresh, vocab(name), 48);
+        println!("{name} lone decode, no updates: {st:?}; steps differing: {differ:?}");
+        assert_eq!(st.updated, 0, "{st:?}");
+        assert!(
+            differ.is_empty(),
+            "{name}: steps whose logits differ: {differ:?}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
 fn cuda_a_lone_decode_on_the_fused_fixture_gives_the_same_logits() {
     let name = "moe_d256";
     let (differ, st) = lone_decode(|| model(name), vocab(name), 48);

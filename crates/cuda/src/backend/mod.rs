@@ -132,6 +132,13 @@ impl CudaBackend {
         self.graphs.stats()
     }
 
+    /// Whether a kept graph is updated to a new capture of its shape (the
+    /// default) or every capture instantiates its own: the GPU tests
+    /// compare the two (`crates/engine/tests/cuda_graphs.rs`, session 24).
+    pub fn set_graph_updates(&self, on: bool) {
+        self.graphs.set_updates(on);
+    }
+
     /// The shared expert of an MoE block before its gate (`[t][hidden]`).
     pub fn shared_expert(&self, x: &CudaAct, w: &MoeWeights<CudaWeight>) -> OpResult<CudaAct> {
         moe::shared_expert(&self.dev, x, w)
