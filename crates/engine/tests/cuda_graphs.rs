@@ -194,6 +194,18 @@ fn cuda_a_lone_decode_whose_graphs_are_never_updated_gives_the_same_logits() {
             "{name}: steps whose logits differ: {differ:?}"
         );
     }
+    let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
+    let fresh = || {
+        let m = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 7).unwrap();
+        m.backend().set_graph_updates(false);
+        m
+    };
+    let (differ, st) = lone_decode(fresh, cfg.vocab_size, 24);
+    println!("35B preset lone decode, no updates: {st:?}; steps differing: {differ:?}");
+    assert!(
+        differ.is_empty(),
+        "35B preset: steps whose logits differ: {differ:?}"
+    );
 }
 
 #[test]
