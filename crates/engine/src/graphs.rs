@@ -8,8 +8,10 @@
 use crate::switch::{AutoSwitch, Resolution};
 
 /// Whether decode steps are recorded and launched as CUDA graphs. `auto`:
-/// on where it was measured to pay — nowhere yet (the H200 measurement is
-/// pending, `docs/perf/cuda-graphs.md`), so off.
+/// off. They pay on the H200 (batch-1 decode +4 % with the step overlap),
+/// but a graphed decode's logits differ from the eager step's from the
+/// first update of a kept graph on (`docs/perf/cuda-graphs.md`, session
+/// 24), so nothing turns them on unasked.
 pub type CudaGraphs = AutoSwitch;
 
 /// What the setting resolved to on an engine, with why.
@@ -33,7 +35,8 @@ pub fn resolve(
         ),
         (AutoSwitch::Auto, Ok(())) => (
             false,
-            "not yet measured to pay (docs/perf/cuda-graphs.md)".into(),
+            "graphed decode logits do not yet match the eager step's (docs/perf/cuda-graphs.md)"
+                .into(),
         ),
         (AutoSwitch::On, Ok(())) if !overlap_on => (
             true,
@@ -70,7 +73,8 @@ mod tests {
         assert!(!auto.on);
         assert_eq!(
             auto.to_string(),
-            "CUDA graphs off (auto: not yet measured to pay (docs/perf/cuda-graphs.md))"
+            "CUDA graphs off (auto: graphed decode logits do not yet match the eager step's \
+             (docs/perf/cuda-graphs.md))"
         );
         let cpu = r(
             CudaGraphs::On,
