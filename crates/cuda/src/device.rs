@@ -94,6 +94,9 @@ pub struct CudaDevice {
     pinned: Arc<pinned::PinnedPool>,
     /// A step being recorded as a graph ([`capture`], `crate::graph`).
     capture: capture::Capture,
+    /// Whether [`CudaDevice::launch_programmatic`] asks for programmatic
+    /// dependent launch (on by default where the device has it).
+    programmatic: std::sync::atomic::AtomicBool,
     options: CudaOptions,
 }
 
@@ -164,6 +167,7 @@ impl CudaDevice {
             seq_tables: TableCache::new(SEQ_TABLES_KEPT),
             pinned: Arc::default(),
             capture: capture::Capture::default(),
+            programmatic: std::sync::atomic::AtomicBool::new(true),
             options,
         })
     }
@@ -335,7 +339,7 @@ impl CudaDevice {
         smem: usize,
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
-        if self.capability.0 < 9 {
+        if self.capability.0 < 9 || !self.programmatic.load(std::sync::atomic::Ordering::Relaxed) {
             return self.launch(f, grid, block, smem, params);
         }
         self.bind()?;
@@ -374,6 +378,14 @@ impl CudaDevice {
     }
 
     /// The device's capture state (`crate::graph` starts and ends it).
+    /// Turns programmatic dependent launch off (every kernel then starts
+    /// after the one before it has finished) or back on: the GPU tests
+    /// compare the two (`crates/engine/tests/cuda_graphs.rs`).
+    pub fn set_programmatic_launch(&self, on: bool) {
+        self.programmatic
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(crate) fn capture(&self) -> &capture::Capture {
         &self.capture
     }

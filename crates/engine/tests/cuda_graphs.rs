@@ -232,3 +232,23 @@ fn cuda_a_lone_decode_of_the_35b_preset_gives_the_same_logits() {
     assert!(st.launched >= 20, "{st:?}");
     assert!(differ.is_empty(), "steps whose logits differ: {differ:?}");
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh"]
+fn cuda_a_lone_decode_without_programmatic_launch_gives_the_same_logits() {
+    // Both runs without programmatic dependent launch: a kernel that read
+    // its inputs before its wait would race only with it.
+    for name in ["moe_d256", "next_d128"] {
+        let serial = || {
+            let m = model(name);
+            m.backend().device().set_programmatic_launch(false);
+            m
+        };
+        let (differ, st) = lone_decode(serial, vocab(name), 48);
+        println!("{name} lone decode, no PDL: {st:?}; steps differing: {differ:?}");
+        assert!(
+            differ.is_empty(),
+            "{name}: steps whose logits differ: {differ:?}"
+        );
+    }
+}
