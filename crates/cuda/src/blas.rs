@@ -68,7 +68,7 @@ impl Blas {
         // takes a workspace from the driver's pool per call, which a step
         // recorded as a CUDA graph turns into allocation nodes (H200,
         // session 24: the graphed batch-1 decode went from 299.9 tok/s,
-        // slower than eager, to 417 once the handle had its own).
+        // slower than eager, to 417 once the handle had a workspace).
         // SAFETY: the context is current; freed in `Drop` after the handle.
         let workspace =
             match unsafe { cudarc::driver::result::malloc_sync(CLASSIC_WORKSPACE_BYTES) } {
