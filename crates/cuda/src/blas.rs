@@ -23,10 +23,46 @@ use std::ffi::c_void;
 /// Hopper).
 const CLASSIC_WORKSPACE_BYTES: usize = 32 << 20;
 
+/// Device memory of the handles (workspaces, warm-up scratch), allocated in
+/// the caller's current context and freed on drop.
+struct Scratch {
+    ptr: cudarc::driver::sys::CUdeviceptr,
+}
+
+impl Scratch {
+    /// `bytes` of device memory, contents undefined.
+    fn new(bytes: usize) -> Result<Scratch, CudaError> {
+        // SAFETY: the caller's context is current; freed in `Drop`.
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes) }?;
+        Ok(Scratch { ptr })
+    }
+
+    /// `bytes` of device memory, zeroed.
+    fn zeroed(bytes: usize) -> Result<Scratch, CudaError> {
+        let s = Scratch::new(bytes)?;
+        // SAFETY: `s` holds `bytes`.
+        unsafe { cudarc::driver::result::memset_d8_sync(s.ptr, 0, bytes) }?;
+        Ok(s)
+    }
+
+    fn ptr(&self) -> u64 {
+        self.ptr
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // SAFETY: allocated by malloc_sync in `new`, freed once.
+        let _ = unsafe { cudarc::driver::result::free_sync(self.ptr) };
+    }
+}
+
 pub struct Blas {
+    /// Destroyed (`Drop`) before the fields below, the workspace among them.
     handle: sys::cublasHandle_t,
-    /// The classic handle's device workspace (`cublasSetWorkspace`).
-    workspace: cudarc::driver::sys::CUdeviceptr,
+    /// The classic handle's device workspace (`cublasSetWorkspace`), kept
+    /// for as long as the handle.
+    _workspace: Scratch,
     /// cuBLASLt with its plan cache; `None` where it could not be set up
     /// (the linear then takes `cublasGemmEx`).
     lt: Option<Lt>,
@@ -69,41 +105,26 @@ impl Blas {
         // recorded as a CUDA graph turns into allocation nodes (H200,
         // session 24: the graphed batch-1 decode went from 299.9 tok/s,
         // slower than eager, to 417 once the handle had a workspace).
-        // SAFETY: the context is current; freed in `Drop` after the handle.
-        let workspace =
-            match unsafe { cudarc::driver::result::malloc_sync(CLASSIC_WORKSPACE_BYTES) } {
-                Ok(p) => p,
-                Err(e) => {
-                    // SAFETY: created above, destroyed once.
-                    let _ = unsafe { result::destroy_handle(handle) };
-                    return Err(e.into());
-                }
-            };
-        // SAFETY: `workspace` holds CLASSIC_WORKSPACE_BYTES; the handle is live.
-        let ready = unsafe {
-            cudarc::driver::result::memset_d8_sync(workspace, 0, CLASSIC_WORKSPACE_BYTES)
-                .map_err(CudaError::from)
-                .and_then(|()| {
-                    sys::cublasSetWorkspace_v2(
-                        handle,
-                        workspace as *mut c_void,
-                        CLASSIC_WORKSPACE_BYTES,
-                    )
-                    .result()
-                    .map_err(CudaError::from)
-                })
-        };
-        if let Err(e) = ready {
-            // SAFETY: created and allocated above, released once.
+        let workspace = Scratch::zeroed(CLASSIC_WORKSPACE_BYTES).and_then(|w| {
+            // SAFETY: `w` holds CLASSIC_WORKSPACE_BYTES and outlives the
+            // handle (`Drop`); the handle is live.
             unsafe {
-                let _ = result::destroy_handle(handle);
-                let _ = cudarc::driver::result::free_sync(workspace);
+                sys::cublasSetWorkspace_v2(handle, w.ptr() as *mut c_void, CLASSIC_WORKSPACE_BYTES)
             }
-            return Err(e);
-        }
+            .result()?;
+            Ok(w)
+        });
+        let workspace = match workspace {
+            Ok(w) => w,
+            Err(e) => {
+                // SAFETY: created above, destroyed once.
+                let _ = unsafe { result::destroy_handle(handle) };
+                return Err(e);
+            }
+        };
         Ok(Blas {
             handle,
-            workspace,
+            _workspace: workspace,
             lt,
             fp8: fp8::Fp8Plans::new(),
         })
@@ -310,10 +331,7 @@ impl Blas {
 impl Drop for Blas {
     fn drop(&mut self) {
         // SAFETY: the handle was created in `new` and is destroyed once,
-        // then the workspace it used.
-        unsafe {
-            let _ = result::destroy_handle(self.handle);
-            let _ = cudarc::driver::result::free_sync(self.workspace);
-        }
+        // before the workspace it used (a field, dropped after this).
+        let _ = unsafe { result::destroy_handle(self.handle) };
     }
 }

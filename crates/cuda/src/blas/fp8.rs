@@ -173,7 +173,7 @@ impl Blas {
             l.y as *mut c_void,
             plan.c,
             &plan.algo,
-            lt.workspace as *mut c_void,
+            lt.workspace.ptr() as *mut c_void,
             plan.workspace,
             lt.stream,
         )

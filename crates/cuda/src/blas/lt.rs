@@ -15,6 +15,7 @@
 //! the time (prefill chunks, decode batches); each heuristic call on the
 //! hot path was a step's latency spike.
 
+use super::Scratch;
 use crate::CudaError;
 use cudarc::cublaslt::{result, sys};
 use cudarc::driver::sys::CUstream;
@@ -244,9 +245,12 @@ fn data_type(d: Dtype) -> sys::cudaDataType {
 pub(super) struct Lt {
     pub(super) handle: sys::cublasLtHandle_t,
     pub(super) stream: sys::cudaStream_t,
-    pub(super) workspace: u64,
-    /// [`WARM_BYTES`] of scratch for the buckets' first launches.
-    warm: u64,
+    pub(super) workspace: Scratch,
+    /// [`WARM_BYTES`] of scratch for the buckets' first launches, zeroed
+    /// once: the warm-up launches read it (`plan_buckets`), and
+    /// compute-sanitizer's initcheck would report a read of memory no one
+    /// wrote.
+    warm: Scratch,
     plans: Mutex<(Plans, Algos)>,
 }
 
@@ -266,40 +270,16 @@ impl Lt {
             });
         }
         let handle = result::create_handle().map_err(lt_err)?;
-        // SAFETY: the caller's context is current; freed in Drop.
-        let workspace = match unsafe { cudarc::driver::result::malloc_sync(WORKSPACE_BYTES) } {
-            Ok(p) => p,
+        let scratch =
+            Scratch::new(WORKSPACE_BYTES).and_then(|w| Ok((w, Scratch::zeroed(WARM_BYTES)?)));
+        let (workspace, warm) = match scratch {
+            Ok(both) => both,
             Err(e) => {
                 // SAFETY: created above, destroyed once.
                 let _ = unsafe { result::destroy_handle(handle) };
-                return Err(e.into());
+                return Err(e);
             }
         };
-        // SAFETY: as above; freed in Drop.
-        let warm = match unsafe { cudarc::driver::result::malloc_sync(WARM_BYTES) } {
-            Ok(p) => p,
-            Err(e) => {
-                // SAFETY: allocated and created above, released once.
-                unsafe {
-                    let _ = cudarc::driver::result::free_sync(workspace);
-                    let _ = result::destroy_handle(handle);
-                }
-                return Err(e.into());
-            }
-        };
-        // Zeroed once: the warm-up launches read it (`plan_buckets`), and
-        // compute-sanitizer's initcheck would report a read of memory no
-        // one wrote.
-        // SAFETY: `warm` holds WARM_BYTES.
-        if let Err(e) = unsafe { cudarc::driver::result::memset_d8_sync(warm, 0, WARM_BYTES) } {
-            // SAFETY: allocated and created above, released once.
-            unsafe {
-                let _ = cudarc::driver::result::free_sync(warm);
-                let _ = cudarc::driver::result::free_sync(workspace);
-                let _ = result::destroy_handle(handle);
-            }
-            return Err(e.into());
-        }
         Ok(Lt {
             handle,
             stream: stream as sys::cudaStream_t,
@@ -369,7 +349,7 @@ impl Lt {
             y as *mut c_void,
             plan.c,
             &plan.algo,
-            self.workspace as *mut c_void,
+            self.workspace.ptr() as *mut c_void,
             plan.workspace,
             self.stream,
         )
@@ -425,7 +405,15 @@ impl Lt {
             plan.workspace = f.workspace;
             // SAFETY: x and y lie in the scratch (checked above), 256-byte
             // aligned; `w` is the caller's weight of this shape.
-            unsafe { self.launch(&plan, w, self.warm, self.warm + y_at as u64, 0.0)? };
+            unsafe {
+                self.launch(
+                    &plan,
+                    w,
+                    self.warm.ptr(),
+                    self.warm.ptr() + y_at as u64,
+                    0.0,
+                )?
+            };
             launched += 1;
         }
         tracing::debug!(
@@ -555,19 +543,17 @@ impl Drop for Pref {
 
 impl Drop for Lt {
     fn drop(&mut self) {
-        // Plans first (their descriptors), then the workspace and the handle.
+        // Plans first (their descriptors), then the handle, then (as fields)
+        // the workspace and the scratch.
         self.plans
             .get_mut()
             .unwrap_or_else(|e| e.into_inner())
             .0
             .map
             .clear();
-        // SAFETY: allocated and created in `new`, released once.
-        unsafe {
-            let _ = cudarc::driver::result::free_sync(self.warm);
-            let _ = cudarc::driver::result::free_sync(self.workspace);
-            let _ = result::destroy_handle(self.handle);
-        }
+        // SAFETY: created in `new`, destroyed once, before the workspace
+        // and the scratch (fields, dropped after this).
+        let _ = unsafe { result::destroy_handle(self.handle) };
     }
 }
 
