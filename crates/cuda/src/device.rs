@@ -23,6 +23,7 @@ use cudarc::driver::{result, sys};
 use functions::FunctionTable;
 use headroom_core::ops::{Batch, OpResult};
 use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use tables::{BatchKey, TableCache, TableSink};
 
@@ -96,7 +97,7 @@ pub struct CudaDevice {
     capture: capture::Capture,
     /// Whether [`CudaDevice::launch_programmatic`] asks for programmatic
     /// dependent launch (on by default where the device has it).
-    programmatic: std::sync::atomic::AtomicBool,
+    programmatic: AtomicBool,
     options: CudaOptions,
 }
 
@@ -167,7 +168,7 @@ impl CudaDevice {
             seq_tables: TableCache::new(SEQ_TABLES_KEPT),
             pinned: Arc::default(),
             capture: capture::Capture::default(),
-            programmatic: std::sync::atomic::AtomicBool::new(true),
+            programmatic: AtomicBool::new(true),
             options,
         })
     }
@@ -339,7 +340,7 @@ impl CudaDevice {
         smem: usize,
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
-        if self.capability.0 < 9 || !self.programmatic.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.capability.0 < 9 || !self.programmatic.load(Ordering::Relaxed) {
             return self.launch(f, grid, block, smem, params);
         }
         self.bind()?;
@@ -377,15 +378,14 @@ impl CudaDevice {
         }
     }
 
-    /// The device's capture state (`crate::graph` starts and ends it).
     /// Turns programmatic dependent launch off (every kernel then starts
     /// after the one before it has finished) or back on: the GPU tests
     /// compare the two (`crates/engine/tests/cuda_graphs.rs`).
     pub fn set_programmatic_launch(&self, on: bool) {
-        self.programmatic
-            .store(on, std::sync::atomic::Ordering::Relaxed);
+        self.programmatic.store(on, Ordering::Relaxed);
     }
 
+    /// The device's capture state (`crate::graph` starts and ends it).
     pub(crate) fn capture(&self) -> &capture::Capture {
         &self.capture
     }

@@ -222,6 +222,14 @@ mod tests {
         fake: Fake,
         held: Mutex<Vec<Arc<DeviceBuffer>>>,
     }
+    impl Holding {
+        fn new() -> Holding {
+            Holding {
+                fake: Fake::new(),
+                held: Mutex::new(Vec::new()),
+            }
+        }
+    }
     impl TableSink for Holding {
         fn alloc(&self, bytes: usize) -> Result<DeviceBuffer, CudaError> {
             self.fake.alloc(bytes)
@@ -238,10 +246,7 @@ mod tests {
     #[test]
     fn a_table_written_while_recording_is_not_rewritten_before_the_capture_ends() {
         let c = TableCache::<Vec<u8>>::new(1);
-        let sink = Holding {
-            fake: Fake::new(),
-            held: Mutex::new(Vec::new()),
-        };
+        let sink = Holding::new();
         let get = |data: &[u8]| get(&c, &sink, data).ptr();
         let first = get(&[1; 16]);
         let second = get(&[2; 16]);
@@ -254,10 +259,7 @@ mod tests {
     #[test]
     fn a_table_read_again_while_recording_is_not_rewritten_before_the_capture_ends() {
         let c = TableCache::<Vec<u8>>::new(1);
-        let sink = Holding {
-            fake: Fake::new(),
-            held: Mutex::new(Vec::new()),
-        };
+        let sink = Holding::new();
         let get = |data: &[u8]| get(&c, &sink, data).ptr();
         let old = get(&[1; 16]);
         // An earlier step's capture ended; this step's kernels read the
