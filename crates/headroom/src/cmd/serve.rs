@@ -416,7 +416,7 @@ impl ServeJob {
             engine.step_overlap,
             world,
             engine.capture_logits,
-            model.lead().backend().kind(),
+            backend,
         );
         let graphs = headroom_engine::graphs::resolve(
             engine.cuda_graphs,
