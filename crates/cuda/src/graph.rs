@@ -53,6 +53,12 @@ pub struct GraphStats {
     pub updated: u64,
     /// Graphs instantiated (a capture no kept graph could be updated to).
     pub instantiated: u64,
+    /// Of the instantiated, those a kept graph of as many nodes and the
+    /// same capture signature would have taken, but whose kernel nodes run
+    /// other functions or thread-block clusters (a library's own choice:
+    /// `cuGraphExecUpdate` leaves a node's cluster shape stale, so such a
+    /// graph is never updated into the other).
+    pub kernels_changed: u64,
     /// Steps queued without a graph because their key was refused.
     pub eager: u64,
     /// First steps of a key, queued as they are to see whether they wait
@@ -79,6 +85,9 @@ pub(crate) trait GraphDriver {
     fn nodes(&self, graph: &Self::Graph) -> Result<usize, CudaError>;
     /// The signature of the capture last ended (`device::capture`).
     fn signature(&self) -> u64;
+    /// A hash of `graph`'s kernel nodes, in node order: each one's function
+    /// and thread-block cluster shape (what an update must not change).
+    fn kernels(&self, graph: &Self::Graph) -> Result<u64, CudaError>;
     /// Queues the copies held during the capture (called after every
     /// [`GraphDriver::end`], whatever it returned).
     fn flush(&self) -> Result<Self::Flushed, CudaError>;
@@ -89,11 +98,13 @@ pub(crate) trait GraphDriver {
     fn launch(&self, exec: &Self::Exec) -> Result<(), CudaError>;
 }
 
-/// What a kept graph is found by: its node count and its capture's signature.
+/// What a kept graph is found by: its node count, its capture's signature
+/// and its kernel nodes' functions and clusters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shape {
     nodes: usize,
     signature: u64,
+    kernels: u64,
 }
 
 struct Kept<X> {
@@ -236,8 +247,16 @@ impl<X> StepGraphs<X> {
                 .nodes(graph)
                 .map_err(|e| self.broken("count the step's nodes", e))?,
             signature: d.signature(),
+            kernels: d
+                .kernels(graph)
+                .map_err(|e| self.broken("read the step's kernel nodes", e))?,
         };
         let mut kept = self.lock();
+        let kernels_changed = !kept.execs.iter().any(|(s, _)| *s == shape)
+            && kept
+                .execs
+                .iter()
+                .any(|(s, _)| (s.nodes, s.signature) == (shape.nodes, shape.signature));
         let old = kept
             .execs
             .iter()
@@ -259,6 +278,7 @@ impl<X> StepGraphs<X> {
             },
             None => {
                 kept.stats.instantiated += 1;
+                kept.stats.kernels_changed += u64::from(kernels_changed);
                 d.instantiate(graph)
             }
         };
@@ -417,6 +437,10 @@ impl GraphDriver for DeviceGraphs<'_> {
         self.0.capture().signature()
     }
 
+    fn kernels(&self, graph: &Graph) -> Result<u64, CudaError> {
+        self.timed(|| kernel_nodes_hash(graph))
+    }
+
     fn update(&self, exec: &mut Exec, graph: &Graph) -> Result<bool, CudaError> {
         let mut info = std::mem::MaybeUninit::<sys::CUgraphExecUpdateResultInfo>::zeroed();
         // SAFETY: both handles are live; `info` is written by the call.
@@ -450,6 +474,54 @@ impl GraphDriver for DeviceGraphs<'_> {
         )?;
         Ok(())
     }
+}
+
+/// [`GraphDriver::kernels`] of a captured graph: cuBLAS picks its kernels
+/// (and their thread-block clusters) from a call's exact sizes, so two
+/// captures of one step shape may differ in them; `cuGraphExecUpdate`
+/// takes a new function but keeps the old cluster shape (reported for
+/// cuBLASLt's GEMV on Blackwell, mlx issue 2748; on the H200 a lone decode
+/// updated step after step gave other logits than eager, session 24), so
+/// such a capture gets a graph of its own.
+fn kernel_nodes_hash(graph: &Graph) -> Result<u64, CudaError> {
+    let mut n = 0usize;
+    // SAFETY: the graph is live; a null array asks for the count only.
+    unsafe { sys::cuGraphGetNodes(graph.0, std::ptr::null_mut(), &mut n) }.result()?;
+    let mut nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); n];
+    // SAFETY: `nodes` has room for `n` handles; the call writes at most `n`.
+    unsafe { sys::cuGraphGetNodes(graph.0, nodes.as_mut_ptr(), &mut n) }.result()?;
+    nodes.truncate(n);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut mix = |w: u64| h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+    for node in nodes {
+        let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: `node` is one of the live graph's nodes.
+        unsafe { sys::cuGraphNodeGetType(node, &mut ty) }.result()?;
+        if ty != sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+            continue;
+        }
+        let mut p = std::mem::MaybeUninit::<sys::CUDA_KERNEL_NODE_PARAMS>::zeroed();
+        // SAFETY: a kernel node; `p` is written by the call.
+        unsafe { sys::cuGraphKernelNodeGetParams_v2(node, p.as_mut_ptr()) }.result()?;
+        // SAFETY: written by the successful call above.
+        let p = unsafe { p.assume_init() };
+        let mut v = std::mem::MaybeUninit::<sys::CUkernelNodeAttrValue>::zeroed();
+        // SAFETY: a kernel node; `v` is written by the call.
+        unsafe {
+            sys::cuGraphKernelNodeGetAttribute(
+                node,
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                v.as_mut_ptr(),
+            )
+        }
+        .result()?;
+        // SAFETY: the cluster shape is the member the attribute writes.
+        let c = unsafe { v.assume_init().clusterDim };
+        mix(p.func as u64);
+        mix(p.kern as u64);
+        mix(u64::from(c.x) | u64::from(c.y) << 21 | u64::from(c.z) << 42);
+    }
+    Ok(h)
 }
 
 #[cfg(test)]

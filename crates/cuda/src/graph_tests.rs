@@ -21,6 +21,9 @@ struct Script {
     fail_update: Cell<bool>,
     /// The signature of the captures (the kernels they launch).
     signature: Cell<u64>,
+    /// The hash of the captured graphs' kernel nodes (a library's choice
+    /// of functions and clusters).
+    kernels: Cell<u64>,
     /// Calls that waited for the device (or were refused).
     waits: Cell<u64>,
     fail_launch: Cell<bool>,
@@ -88,6 +91,9 @@ impl GraphDriver for Script {
     }
     fn signature(&self) -> u64 {
         self.signature.get()
+    }
+    fn kernels(&self, _graph: &usize) -> Result<u64, CudaError> {
+        Ok(self.kernels.get())
     }
     fn flush(&self) -> Result<(), CudaError> {
         self.log("flush");
@@ -257,6 +263,37 @@ fn captures_of_other_kernels_keep_their_own_graphs() {
             "update 1 ok"
         ],
         "no update across signatures, both graphs kept"
+    );
+}
+
+#[test]
+fn captures_whose_library_kernels_differ_are_never_updated_into_each_other() {
+    let (g, d) = on_with(&[4]);
+    for kernels in [7, 8, 7, 8] {
+        d.kernels.set(kernels);
+        step(&g, &d, 4, 6).unwrap().unwrap();
+    }
+    assert_eq!(
+        only(d.take(), &["instantiate", "update"]),
+        [
+            "instantiate 0",
+            "instantiate 1",
+            "update 0 ok",
+            "update 1 ok"
+        ],
+    );
+    let s = g.stats();
+    assert_eq!(
+        (s.instantiated, s.kernels_changed, s.updated),
+        (2, 1, 2),
+        "the second graph is counted as the kernels' doing: {s:?}"
+    );
+    d.signature.set(3);
+    step(&g, &d, 4, 6).unwrap().unwrap();
+    assert_eq!(
+        g.stats().kernels_changed,
+        1,
+        "another capture signature is not the kernels' doing"
     );
 }
 
