@@ -9,31 +9,36 @@
 //! drawn tokens: another key). A lone request's decode is one graph
 //! updated step after step (after its first decode step, queued as it is
 //! to see that it waits for nothing); lone decodes on the two fixtures and
-//! the 35B preset, also with graph updates off and without programmatic
-//! dependent launch (on the H200, session 24, the plain ones differ from
-//! the first update on: `docs/perf/cuda-graphs.md`; the other two tell
-//! where the fault is). Needs a GPU: the binary is run with
+//! the 35B preset on the composed route, the 35B preset on the fused one,
+//! also with graph updates off and without programmatic dependent launch
+//! (on the H200, session 24, the composed ones differed from the first
+//! update on; since session 25 a capture whose cuBLAS kernels differ is
+//! not updated into another's graph: `docs/perf/cuda-graphs.md`). Needs a
+//! GPU: the binary is run with
 //! `--ignored` by `bench/gpu/check_engine.sh` (build: `cargo test
 //! --release -p headroom-engine --test cuda_graphs --no-run`).
 
 mod common;
 
 use common::{cuda_fixture as model, fixture_vocab as vocab, ids};
+use headroom_core::RouteRequest;
 use headroom_cuda::backend::CudaBackend;
 use headroom_cuda::graph::GraphStats;
 use headroom_engine::{CudaGraphs, EngineConfig, EngineCore, GenerateRequest, StepOverlap};
-use headroom_model::{ModelConfig, Qwen35Model};
+use headroom_model::{AttentionPlan, ModelConfig, Qwen35Model};
 
 /// Each request's tokens and the logits behind them (none with the
 /// overlap on: captured logits turn it off), and what the graphs did.
 type Run = (Vec<(Vec<u32>, Vec<Vec<f32>>)>, GraphStats);
 
 fn run(name: &str, graphs: CudaGraphs, overlap: StepOverlap, reqs: &[GenerateRequest]) -> Run {
-    run_model(model(name), graphs, overlap, reqs)
+    let attention = common::mixed_config().attention;
+    run_model(model(name), &attention, graphs, overlap, reqs)
 }
 
 fn run_model(
     model: Qwen35Model<CudaBackend>,
+    attention: &AttentionPlan,
     graphs: CudaGraphs,
     overlap: StepOverlap,
     reqs: &[GenerateRequest],
@@ -42,6 +47,7 @@ fn run_model(
         capture_logits: overlap == StepOverlap::Off,
         step_overlap: overlap,
         cuda_graphs: graphs,
+        attention: attention.clone(),
         ..common::mixed_config()
     };
     let mut core = EngineCore::new(model, cfg).unwrap();
@@ -123,7 +129,8 @@ fn cuda_graph_steps_with_the_overlap_give_the_same_tokens() {
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_engine.sh (and under compute-sanitizer)"]
 fn cuda_a_lone_decode_updates_one_graph_step_after_step() {
     let name = "next_d128";
-    let (differ, st) = lone_decode(|| model(name), vocab(name), 48);
+    let attention = common::mixed_config().attention;
+    let (differ, st) = lone_decode(|| model(name), &attention, vocab(name), 48);
     println!("lone decode: {st:?}; steps differing: {differ:?}");
     assert!(differ.is_empty(), "steps whose logits differ: {differ:?}");
     assert_eq!(st.probed, 1, "the first decode step as it is: {st:?}");
@@ -144,10 +151,11 @@ fn differing_steps(a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<usize> {
         .collect()
 }
 
-/// A lone greedy decode of `model()` with graphs off and on: the steps
-/// whose logits differ, and what the graphs did.
+/// A lone greedy decode of `model()` on `attention` with graphs off and
+/// on: the steps whose logits differ, and what the graphs did.
 fn lone_decode(
     model: impl Fn() -> Qwen35Model<CudaBackend>,
+    attention: &AttentionPlan,
     vocab: usize,
     steps: usize,
 ) -> (Vec<usize>, GraphStats) {
@@ -155,12 +163,14 @@ fn lone_decode(
     r.ignore_eos = true;
     let (plain, _) = run_model(
         model(),
+        attention,
         CudaGraphs::Off,
         StepOverlap::Off,
         std::slice::from_ref(&r),
     );
     let (graphed, st) = run_model(
         model(),
+        attention,
         CudaGraphs::On,
         StepOverlap::Off,
         std::slice::from_ref(&r),
@@ -168,19 +178,25 @@ fn lone_decode(
     (differing_steps(&plain[0].1, &graphed[0].1), st)
 }
 
-/// A lone-decode model: its name, how to build it, its vocabulary and the
-/// steps to decode.
+/// A lone-decode model: its name, how to build it, its attention plan,
+/// its vocabulary and the steps to decode.
 type LoneModel = (
     String,
     Box<dyn Fn() -> Qwen35Model<CudaBackend>>,
+    AttentionPlan,
     usize,
     usize,
 );
 
-/// The models of the lone-decode tests: the two fixtures (48 steps) and
-/// the 35B preset (24), each built fresh and then set up by `prepare`.
+/// The models of the lone-decode tests, each built fresh and then set up
+/// by `prepare`: the two fixtures (48 steps) and the 35B preset (24) on
+/// the composed route (the engine's default plan: the classic cuBLAS
+/// handle's batched GEMMs, whose kernels follow the key count), and the
+/// 35B preset on the fused route (what `serve` and `bench` run on the
+/// H200: `--attn-execution auto`).
 fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> Vec<LoneModel> {
     let prepare = std::rc::Rc::new(prepare);
+    let composed = common::mixed_config().attention;
     let mut out: Vec<LoneModel> = Vec::new();
     for name in ["moe_d256", "next_d128"] {
         let p = std::rc::Rc::clone(&prepare);
@@ -189,17 +205,32 @@ fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> 
             p(&m);
             m
         };
-        out.push((name.to_string(), Box::new(build), vocab(name), 48));
+        out.push((
+            name.to_string(),
+            Box::new(build),
+            composed.clone(),
+            vocab(name),
+            48,
+        ));
     }
     let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
     let vocab = cfg.vocab_size;
-    let p = std::rc::Rc::clone(&prepare);
-    let build = move || {
-        let m = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 7).unwrap();
-        p(&m);
-        m
-    };
-    out.push(("35B preset".to_string(), Box::new(build), vocab, 24));
+    let fused = AttentionPlan::Uniform(RouteRequest::Fused);
+    for (what, plan) in [("composed", composed), ("fused", fused)] {
+        let (p, cfg) = (std::rc::Rc::clone(&prepare), cfg.clone());
+        let build = move || {
+            let m = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 7).unwrap();
+            p(&m);
+            m
+        };
+        out.push((
+            format!("35B preset, {what}"),
+            Box::new(build),
+            plan,
+            vocab,
+            24,
+        ));
+    }
     out
 }
 
@@ -207,8 +238,8 @@ fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> 
 /// on gives the same logits to the bit; `what` names the setup in the output.
 fn lone_decodes_agree(what: &str, prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) {
     let mut failures = Vec::new();
-    for (name, build, vocab, steps) in lone_decode_models(prepare) {
-        let (differ, st) = lone_decode(&build, vocab, steps);
+    for (name, build, attention, vocab, steps) in lone_decode_models(prepare) {
+        let (differ, st) = lone_decode(&build, &attention, vocab, steps);
         println!("{name} lone decode{what}: {st:?}; steps differing: {differ:?}");
         assert!(st.launched as usize >= steps - 4, "{name}: {st:?}");
         if !differ.is_empty() {
