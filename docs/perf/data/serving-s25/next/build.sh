@@ -2,8 +2,6 @@
 # Session 25's H200 calls, step 1 on the build machine: the release headroom
 # binary and the engine's GPU test binaries (cuda_graphs, cuda_engine),
 # stripped and packed into .devbin/s25a/bins.tar.xz (carry .devbin/s25a).
-# With VARIANT_ENGINE=path, that cuda_engine binary (built from a patched
-# tree) travels too, as cuda_engine_variant.
 set -euo pipefail
 cd "$(dirname "$0")/../../../../.."
 T=${CARGO_TARGET_DIR:-target}
@@ -19,7 +17,6 @@ P=$(mktemp -d); mkdir -p "$P/h"
 cp "$T/release/headroom" "$P/h/"
 cp "$(pick headroom-engine cuda_graphs)" "$P/h/cuda_graphs"
 cp "$(pick headroom-engine cuda_engine)" "$P/h/cuda_engine"
-if [ -n "${VARIANT_ENGINE:-}" ]; then cp "$VARIANT_ENGINE" "$P/h/cuda_engine_variant"; fi
 for f in "$P"/h/*; do strip "$f"; done
 mkdir -p .devbin/s25a
 tar -C "$P" -cJf .devbin/s25a/bins.tar.xz h
