@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# On the build machine: builds the release headroom binary and the named GPU
+# test binaries, strips them and packs them into DIR/bins.tar.xz as h/headroom
+# and h/<test> (pass `carry: ["DIR"]` to the device call; unpack there with
+# `tar -xJf DIR/bins.tar.xz -C /tmp/x`).
+# Usage: bench/gpu/pack_bins.sh DIR [CRATE:TEST ...]
+#   e.g. bench/gpu/pack_bins.sh .devbin/s25a headroom-engine:cuda_graphs
+set -euo pipefail
+[ $# -ge 1 ] || { echo "usage: $0 DIR [CRATE:TEST ...]" >&2; exit 1; }
+DIR=$1; shift
+cd "$(dirname "$0")/../.."
+T=${CARGO_TARGET_DIR:-target}
+cargo build --release -p headroom
+P=$(mktemp -d); mkdir -p "$P/h"
+cp "$T/release/headroom" "$P/h/"
+for spec in "$@"; do
+  crate=${spec%%:*}; test=${spec#*:}
+  [ "$crate" != "$spec" ] || { echo "$spec: not CRATE:TEST" >&2; exit 1; }
+  exe=$(cargo test --release -p "$crate" --test "$test" --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==sys.argv[1]: print(m["executable"])' "$test" | tail -n1)
+  [ -n "$exe" ] || { echo "$spec: no test binary built" >&2; exit 1; }
+  cp "$exe" "$P/h/$test"
+done
+for f in "$P"/h/*; do strip "$f"; done
+mkdir -p "$DIR"
+tar -C "$P" -cJf "$DIR/bins.tar.xz" h
+rm -rf "$P"
+ls -la "$DIR"
