@@ -5,6 +5,8 @@
 # `tar -xJf DIR/bins.tar.xz -C /tmp/x`).
 # Usage: bench/gpu/pack_bins.sh DIR [CRATE:TEST ...]
 #   e.g. bench/gpu/pack_bins.sh .devbin/s25a headroom-engine:cuda_graphs
+# EXTRA_BINS="NAME=PATH ..." packs more binaries (built elsewhere, e.g. from
+# an experiment branch's worktree) as h/NAME.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 DIR [CRATE:TEST ...]" >&2; exit 1; }
 DIR=$1; shift
@@ -23,6 +25,11 @@ for l in sys.stdin:
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==sys.argv[1]: print(m["executable"])' "$test" | tail -n1)
   [ -n "$exe" ] || { echo "$spec: no test binary built" >&2; exit 1; }
   cp "$exe" "$P/h/$test"
+done
+for extra in ${EXTRA_BINS:-}; do
+  name=${extra%%=*}; path=${extra#*=}
+  [ -x "$path" ] && [ "$name" != "$extra" ] || { echo "$extra: not NAME=PATH of a binary" >&2; exit 1; }
+  cp "$path" "$P/h/$name"
 done
 for f in "$P"/h/*; do strip "$f"; done
 mkdir -p "$DIR"

@@ -8,7 +8,7 @@
 //! prefill` and `qualify` run) or the model's own one-pass prefill
 //! ([`crate::prefill_model`], `path = "model.prefill"`). The route and query
 //! block in every sample are read back from the attention reports of the run
-//! ([`AttentionRun`], grouped by [`crate::prefill_reports`]), never copied
+//! ([`crate::prefill_target::AttentionRun`], grouped by [`crate::prefill_reports`]), never copied
 //! from the request; a run whose calls disagree with each other fails. Arms
 //! run round-robin per iteration so drift on a shared machine hits every arm
 //! alike.
@@ -17,9 +17,10 @@ use crate::attention::median;
 use crate::build_info::BuildInfo;
 use crate::prefill_reports::layer_routes_from_reports;
 use crate::prefill_schema::*;
+use crate::prefill_target::{PrefillRun, PrefillTarget};
 use crate::run_counter::RunCounter;
 use anyhow::{ensure, Context};
-use headroom_core::{BackendKind, LayerKind, Route, RouteRequest};
+use headroom_core::{LayerKind, RouteRequest};
 use headroom_hardware::HardwareFingerprint;
 use headroom_policy::{
     resolve, AttentionControl, ControlSource, Controls, QueryBlockControl, Registry,
@@ -88,54 +89,6 @@ impl Arm {
             },
         }
     }
-}
-
-/// Attention calls of one layer as they reported themselves: `calls` calls
-/// reported this route and block (the largest transient of them). A layer
-/// whose calls disagree has several entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttentionRun {
-    pub layer: usize,
-    pub route: Route,
-    pub query_block: Option<usize>,
-    pub transient_bytes: u64,
-    pub calls: usize,
-}
-
-/// What one prefill produced.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PrefillRun {
-    /// Submission to the first sampled token, ms.
-    pub ttft_ms: f64,
-    pub attention: Vec<AttentionRun>,
-    pub backend_before_bytes: u64,
-    pub backend_peak_bytes: u64,
-    /// Filled by the runner: the process peak RSS of this run.
-    pub process_peak_rss_bytes: u64,
-    /// Forwards from submission to the first token (1 for one pass).
-    pub steps: usize,
-}
-
-/// What the bench drives: something that prefills one prompt with a route per layer.
-pub trait PrefillTarget {
-    fn backend(&self) -> BackendKind;
-    /// The kind of every layer, index = layer.
-    fn layer_kinds(&self) -> Vec<LayerKind>;
-    fn vocab_size(&self) -> usize;
-    /// `"model.prefill"` or `"engine"`.
-    fn path(&self) -> &'static str;
-    /// The scheduling settings (`steps_to_first_token` is filled by the
-    /// runner from the runs).
-    fn scheduler(&self) -> SchedulerRecord;
-    /// The KV backend requested and resolved.
-    fn kv(&self) -> KvRecord;
-    /// Prefill `ids` from an empty state with `routes[i]` on full layer `i`
-    /// (set for the whole run); time from submission to the first token.
-    fn prefill(
-        &mut self,
-        ids: &[u32],
-        routes: &[(usize, RouteRequest)],
-    ) -> anyhow::Result<PrefillRun>;
 }
 
 /// One `bench prefill` invocation.

@@ -8,8 +8,8 @@
 //! routes come back from the attention reports the request's calls made
 //! (`StreamEvent::Finished::attention`), never from what was set.
 
-use crate::prefill::{AttentionRun, PrefillRun, PrefillTarget};
 use crate::prefill_schema::{KvRecord, SchedulerRecord};
+use crate::prefill_target::{AttentionRun, PrefillRun, PrefillTarget};
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::{BackendKind, LayerKind, RouteRequest};

@@ -7,8 +7,8 @@
 //! ([`crate::prefill_engine`]). [`scheduler_record`] and [`kv_record`] are
 //! what this path reports (and what the tests' fake target reports as it).
 
-use crate::prefill::{AttentionRun, PrefillRun, PrefillTarget};
 use crate::prefill_schema::{KvRecord, SchedulerRecord};
+use crate::prefill_target::{AttentionRun, PrefillRun, PrefillTarget};
 use anyhow::Context;
 use headroom_core::ops::Backend;
 use headroom_core::{BackendKind, LayerKind, RouteRequest};

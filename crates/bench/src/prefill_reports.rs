@@ -10,8 +10,8 @@
 //! Anything else — two routes, two full-size blocks, several short calls —
 //! fails the run.
 
-use crate::prefill::{AttentionRun, PrefillRun};
 use crate::prefill_schema::{LayerShapeRecord, ReportedRecord, ResolvedRecord};
+use crate::prefill_target::{AttentionRun, PrefillRun};
 use anyhow::{bail, ensure, Context};
 use headroom_core::{AttentionKind, LayerKind, Route};
 use headroom_policy::ResolvedAttention;

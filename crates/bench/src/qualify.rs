@@ -4,7 +4,7 @@
 //! shape, the attention bench times composed qL ∈ {128, 256, 512, 1024,
 //! whole} and fused ([`candidate_routes`]); [`leaders`] picks the arms the
 //! prefill bench confirms; the prefill file is validated; [`decide`] applies
-//! the rule of `docs/qualify.md`; [`write_outputs`] writes the entry TOML
+//! the rule of `docs/qualify.md`; [`crate::qualify_output::write_outputs`] writes the entry TOML
 //! (bound to the evidence by SHA-256), the evidence JSON, the report and its
 //! plots.
 
@@ -13,7 +13,7 @@ use crate::prefill_schema::{PrefillBenchFile, PrefillSample};
 use crate::schema::AttentionBenchFile;
 use headroom_core::{LayerKind, Route, RouteRequest};
 use headroom_hardware::HardwareFingerprint;
-use headroom_policy::{AttentionControl, QualificationEntry, QualifiedResult};
+use headroom_policy::{AttentionControl, QualifiedResult};
 use serde::{Deserialize, Serialize};
 
 pub const EVIDENCE_SCHEMA: &str = "headroom.qualify.evidence/1";
@@ -337,50 +337,6 @@ impl OutputPaths {
             transient_plot: format!("plots/{id}-transient.svg"),
         }
     }
-}
-
-/// Writes the evidence, entry, report and plots under `dir`; returns the entry.
-pub fn write_outputs(
-    dir: &std::path::Path,
-    evidence: &QualifyEvidence,
-    date: &str,
-) -> anyhow::Result<(QualificationEntry, OutputPaths)> {
-    use anyhow::Context;
-    let paths = OutputPaths::for_id(&evidence.id);
-    for sub in ["evidence", "plots"] {
-        std::fs::create_dir_all(dir.join(sub))
-            .with_context(|| format!("creating {}", dir.join(sub).display()))?;
-    }
-    let json = serde_json::to_string_pretty(evidence)? + "\n";
-    let entry = QualificationEntry::new(
-        evidence.id.clone(),
-        date,
-        evidence.prefill.hardware.clone(),
-        evidence.layer,
-        evidence.decision.result(),
-        paths.evidence.clone(),
-        json.as_bytes(),
-    );
-    let toml = entry
-        .to_toml()
-        .map_err(|e| anyhow::anyhow!("entry TOML: {e}"))?;
-    // Everything is rendered before anything is written, and the entry (the
-    // file the registry reads) is written last: a failure leaves no entry
-    // without its evidence, report and plots.
-    let ttft_plot = crate::report_svg::ttft_plot(&evidence.prefill);
-    let transient_plot = crate::report_svg::transient_plot(&evidence.prefill);
-    let report = crate::report::render(evidence, &entry, &paths)?;
-    for (rel, text) in [
-        (&paths.evidence, &json),
-        (&paths.ttft_plot, &ttft_plot),
-        (&paths.transient_plot, &transient_plot),
-        (&paths.report, &report),
-        (&paths.entry, &toml),
-    ] {
-        headroom_model::files::write_bytes(&dir.join(rel), &[], text.as_bytes())
-            .with_context(|| format!("writing {rel}"))?;
-    }
-    Ok((entry, paths))
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@ use headroom_bench::attention::{self, AttentionBenchConfig};
 use headroom_bench::backends::backend_for;
 use headroom_bench::citations::{cite_all, CLAIMS};
 use headroom_bench::qualify::{
-    candidate_routes, decide, entry_id, leaders, write_outputs, QualifyEvidence, EVIDENCE_SCHEMA,
+    candidate_routes, decide, entry_id, leaders, QualifyEvidence, EVIDENCE_SCHEMA,
 };
+use headroom_bench::qualify_output::write_outputs;
 use headroom_core::{BackendKind, Route, RouteRequest};
 use headroom_policy::{
     resolve, AttentionControl, Controls, QualifiedResult, Registry, ResolutionSource,

@@ -3,9 +3,10 @@
 //! validator's verdict on one bench file.
 #![allow(dead_code)]
 
-use headroom_bench::prefill::{self, Arm, AttentionRun, PrefillConfig, PrefillRun, PrefillTarget};
+use headroom_bench::prefill::{self, Arm, PrefillConfig};
 use headroom_bench::prefill_model;
 use headroom_bench::prefill_schema::{KvRecord, PrefillBenchFile, SchedulerRecord};
+use headroom_bench::prefill_target::{AttentionRun, PrefillRun, PrefillTarget};
 use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::{AttentionKind, BackendKind, Dtype, LayerKind, Route, RouteRequest};
 use headroom_policy::Registry;

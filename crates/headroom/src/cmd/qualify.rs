@@ -20,9 +20,9 @@ use headroom_bench::backends::backend_for;
 use headroom_bench::prefill::{self, Arm, PrefillConfig};
 use headroom_bench::prefill_engine::{EngineBenchSettings, EnginePrefill};
 use headroom_bench::qualify::{
-    affordable, candidate_routes, decide, entry_id, leaders, write_outputs, QualifyEvidence,
-    EVIDENCE_SCHEMA,
+    affordable, candidate_routes, decide, entry_id, leaders, QualifyEvidence, EVIDENCE_SCHEMA,
 };
+use headroom_bench::qualify_output::write_outputs;
 use headroom_bench::validate::{validate_files, ValidateOptions};
 use headroom_core::fused_capability::fused_support;
 use headroom_core::ops::Backend;
