@@ -9,10 +9,15 @@
 #    kernels_changed > 0 on the composed route (cuBLAS picks kernels by the
 #    exact key count) and 0 on the fused one.
 # 2. memcheck on a lone decode's graph replay (as bench/gpu/check_engine.sh).
-# 3. Only if 1 passed: bench ttft --decode 64 after 2k and 32k, graphs off /
-#    on alternated (the kernel walk's host cost: predicted hidden by the
-#    overlap, +3-4 % as in session 24), then serve c16 and c256 (1,024 / 160)
-#    overlap alone vs overlap + graphs.
+# 3. bench ttft --decode 64 after 2k and 32k, graphs off / on / on without
+#    updates (headroom-noupd, branch graphs-noupd: every step instantiates
+#    its graph), alternated. Prediction: on +3-4 % as in session 24 (the
+#    kernel walk's host cost hidden by the overlap); without updates within
+#    1 % of on (an instantiation ~0.3-1 ms of host, still under the 2.4 ms
+#    GPU step). This decides the fallback if the plain lone decodes still
+#    differ and the no-update ones agree.
+# 4. Only if 1 passed: serve c16 and c256 (1,024 / 160), the overlap alone
+#    vs the overlap + graphs.
 # (cuda_batch_and_chunk_invariance_bf16's moe_d64 composed 3.37e-2 is not a
 # session 24 regression: it has failed at that number since session 3.)
 set -u
@@ -23,8 +28,8 @@ M=qwen3.6-35b-a3b
 export HEADROOM_KERNEL_CACHE=/tmp/kcache
 source bench/gpu/env.sh
 SECONDS=0
-ttft() { # GRAPHS LENGTHS
-  timeout 200 $B bench ttft --backend cuda --synthetic $M --lengths $2 \
+ttft() { # GRAPHS LENGTHS [BINARY]
+  timeout 200 ${3:-$B} bench ttft --backend cuda --synthetic $M --lengths $2 \
     --iterations 1 --warmup 1 --decode 64 --step-overlap on --cuda-graphs $1 2>&1 |
     grep -E "tokens  TTFT|graphs|Error|error" | grep -v "^engine" | tail -3 | cut -c1-600
 }
@@ -48,9 +53,12 @@ echo "=== memcheck, a lone decode's graph replay"
 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 3 $GRA --ignored --nocapture \
   --test-threads 1 cuda_a_lone_decode_updates_one_graph 2>&1 | tail -n 6 | tee "$O/graphs-memcheck.txt"
 echo "t=$SECONDS"
+for round in 1 2; do
+  for g in off on; do echo "--- graphs $g"; ttft $g 2048,32768; done
+  echo "--- graphs on, no updates"; ttft on 2048,32768 $T/h/headroom-noupd
+done
+echo "t=$SECONDS"
 if [ $rc -eq 0 ]; then
-  for g in off on off on; do echo "--- graphs $g"; ttft $g 2048,32768; done
-  echo "t=$SECONDS"
   for g in off on; do serve_run c16-graphs-$g $g --concurrency 16 --requests 64 --prompt-len 1024 --max-tokens 256; done
   for g in off on; do serve_run c256-graphs-$g $g --concurrency 256 --requests 256 --prompt-len 1024 --max-tokens 160; done
 fi
