@@ -6,5 +6,5 @@
 # built in a worktree of it: NOUPD=<its target dir>/release/headroom.
 set -euo pipefail
 cd "$(dirname "$0")/../../../../.."
-: "${NOUPD:?NOUPD=<path of graphs-noupd's release headroom binary>}"
+: "${NOUPD:?set NOUPD to the release headroom binary of branch graphs-noupd}"
 EXTRA_BINS="headroom-noupd=$NOUPD" exec bash bench/gpu/pack_bins.sh .devbin/s25a headroom-engine:cuda_graphs
