@@ -19,9 +19,10 @@ mod run;
 use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
-use crate::config::{Checked, EngineConfig, Limits, MAX_CONTEXT, MAX_RUNNING};
+use crate::config::{EngineConfig, MAX_CONTEXT, MAX_RUNNING};
 use crate::graphs::GraphsResolution;
 use crate::kv::{resolve_kv, KvBackendKind, KvResolution};
+use crate::limits::{Checked, Limits};
 pub use crate::memory::memory_model;
 use crate::overlap::OverlapResolution;
 use crate::pool::{plan_pool, PoolPlan};

@@ -21,8 +21,9 @@
 //! down a tensor-parallel group (the driver's exit handlers race it).
 
 use crate::api::{EngineStats, GenerateRequest, SubmitError};
-use crate::config::{EngineConfig, Limits};
+use crate::config::EngineConfig;
 use crate::core::{prepare, EngineCore};
+use crate::limits::Limits;
 use crate::sequence::Sequence;
 use crate::stream::{RequestStream, Waker};
 use crate::EngineError;

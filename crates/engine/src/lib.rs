@@ -39,6 +39,7 @@ pub mod core;
 pub mod graphs;
 pub mod handle;
 pub mod kv;
+pub mod limits;
 mod lru;
 pub mod memory;
 pub mod overlap;
@@ -60,14 +61,15 @@ pub use api::{
     AttentionRun, EngineStats, FinishReason, GenerateRequest, RankMemory, SamplingExtras,
     StreamEvent, SubmitError, TokenLogprobs, Usage, MAX_TOP_LOGPROBS,
 };
-pub use config::{EngineConfig, Limits};
+pub use config::{EngineConfig, DEFAULT_MEMORY_FRACTION};
 pub use core::{EngineCore, SampledRow, StepReport};
 pub use graphs::{CudaGraphs, GraphsResolution};
 pub use handle::{spawn, EngineHandle};
 pub use kv::{resolve_kv, KvBackendKind, KvResolution, KvStorage, KV_BLOCK_ROWS};
+pub use limits::Limits;
 pub use memory::{MemoryModel, Prediction};
 pub use overlap::{OverlapResolution, StepOverlap};
-pub use pool::{PoolError, PoolPlan, DEFAULT_MEMORY_FRACTION};
+pub use pool::{PoolError, PoolPlan};
 pub use settings::{PrefixCacheSettings, SchedulerSettings, SoloStripe};
 pub use stream::RequestStream;
 pub use stripe::{SoloStripeResolution, StripeBound};

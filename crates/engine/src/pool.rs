@@ -3,7 +3,7 @@
 //! slot), and the one-line account of the result ([`PoolPlan`]'s `Display`).
 //!
 //! The bytes available to the engine's state and transients are, on CUDA,
-//! `--memory-fraction` (default [`DEFAULT_MEMORY_FRACTION`]) of the device
+//! `--memory-fraction` (default [`crate::config::DEFAULT_MEMORY_FRACTION`]) of the device
 //! total less what the backend holds after the weights (capped by
 //! `--memory-budget-mib` when given), and on the CPU the stated budget. From
 //! them:
@@ -45,9 +45,6 @@ use serde::Serialize;
 /// slots 5,124 (TTFT p50 2.0 s -> 0.55 s), while two thirds still leave
 /// 0.86 M tokens of KV (16 sequences of 32k need 0.53 M).
 pub const GDN_SHARE: (u64, u64) = (2, 3);
-
-/// The share of device memory an engine on CUDA sizes itself to by default.
-pub const DEFAULT_MEMORY_FRACTION: f64 = 0.90;
 
 /// Most state slots `--max-running` resolves to when sized from memory.
 pub const AUTO_RUNNING_CAP: usize = 1024;

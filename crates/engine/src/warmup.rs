@@ -19,9 +19,9 @@
 //! the engine's counters ([`WarmupReport`]).
 
 use crate::api::{GenerateRequest, StreamEvent, SubmitError};
-use crate::config::Limits;
 use crate::handle::EngineHandle;
 use crate::kv::KV_BLOCK_ROWS;
+use crate::limits::Limits;
 use crate::EngineError;
 use std::time::Instant;
 
