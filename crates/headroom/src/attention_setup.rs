@@ -2,12 +2,14 @@
 //! from the global flags and the environment, loads the qualification registry
 //! (built-in + `--qualifications` + `HEADROOM_QUALIFICATIONS`), detects this
 //! machine's fingerprint and resolves every layer through the policy's
-//! production entry point ([`headroom_policy::resolve_for_this_machine`]).
+//! production entry point ([`headroom_policy::resolve_for_this_machine`]);
+//! [`attention_plan`] turns that into the model's per-layer plan.
 
 use crate::global::GlobalArgs;
 use anyhow::Context;
 use headroom_core::{BackendKind, LayerKind, RouteRequest};
 use headroom_hardware::HardwareFingerprint;
+use headroom_model::{AttentionPlan, ModelConfig};
 use headroom_policy::{resolve_for_this_machine, Controls, Registry, ResolvedAttention};
 use serde::Serialize;
 
@@ -103,6 +105,37 @@ pub fn group_layers(kinds: &[LayerKind], resolved: &[ResolvedAttention]) -> Vec<
         }
     }
     groups
+}
+
+/// The attention route of every full-attention layer, resolved by the policy
+/// (global flags, environment, qualification registry) for `backend`.
+pub fn attention_plan(
+    g: &GlobalArgs,
+    backend: BackendKind,
+    cfg: &ModelConfig,
+) -> anyhow::Result<AttentionPlan> {
+    Ok(attention_plan_and_why(g, backend, cfg)?.0)
+}
+
+/// [`attention_plan`] and why, in words ([`crate::describe::attention_why`]).
+pub fn attention_plan_and_why(
+    g: &GlobalArgs,
+    backend: BackendKind,
+    cfg: &ModelConfig,
+) -> anyhow::Result<(AttentionPlan, String)> {
+    let kinds = cfg.layer_kinds();
+    let setup = AttentionSetup::new(g, backend, &kinds)?;
+    setup.log_warnings();
+    let mut plan = Vec::new();
+    for layer in cfg.full_attention_layers() {
+        let route = setup.route_request(layer).with_context(|| {
+            format!("the policy gave no route for full-attention layer {layer}")
+        })?;
+        tracing::info!(layer, route = %route, "attention route");
+        plan.push((layer, route));
+    }
+    let why = crate::describe::attention_why(&setup.controls, &setup.layers);
+    Ok((AttentionPlan::PerLayer(plan), why))
 }
 
 #[cfg(test)]

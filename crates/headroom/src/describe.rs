@@ -151,6 +151,38 @@ pub fn part<T: serde::Serialize>(part: &T) -> String {
     }
 }
 
+/// `layer 3 composed qL=128, layer 7 fused`: what each full layer's attention
+/// calls reported (distinct per layer, in order).
+pub fn routes_that_ran(reports: &[headroom_model::qwen3_5::LayerAttentionReport]) -> String {
+    route_summary(
+        reports
+            .iter()
+            .map(|r| (r.layer, r.report.route.to_string(), r.report.query_block)),
+    )
+}
+
+/// `layer 3 composed qL=128, layer 7 fused` from `(layer, route, query block)`
+/// items, each distinct (layer, route, block) once, in order.
+pub fn route_summary(runs: impl IntoIterator<Item = (usize, String, Option<usize>)>) -> String {
+    let mut seen: Vec<(usize, String)> = Vec::new();
+    for (layer, route, query_block) in runs {
+        let what = match query_block {
+            Some(q) => format!("{route} qL={q}"),
+            None => route,
+        };
+        if !seen.iter().any(|(l, w)| *l == layer && *w == what) {
+            seen.push((layer, what));
+        }
+    }
+    if seen.is_empty() {
+        return "none (no full-attention layer)".into();
+    }
+    seen.iter()
+        .map(|(l, w)| format!("layer {l} {w}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,6 @@ mod output;
 mod progress_view;
 mod shape_args;
 mod tp;
-mod tp_bench;
 mod warmup_mode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

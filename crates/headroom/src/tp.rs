@@ -8,8 +8,9 @@
 //! a rank runs (its share of the heads), never the unsplit shape: a route
 //! qualified for 16/2 heads is not applied to 8/1 unmeasured.
 
+use crate::attention_setup::attention_plan;
 use crate::backend_select::WeightsInit;
-use crate::cmd::logits::{attention_plan, routes_that_ran};
+use crate::describe::routes_that_ran;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::{bail, Context};

@@ -6,15 +6,16 @@
 //! reported, decode tokens/s after the prompt (decode steps through the
 //! engine), and optionally a per-part time breakdown (`--breakdown`, one
 //! extra profiled request: see `headroom_model::profile`). The loop is
-//! [`driver`], shared with `--tensor-parallel` (`crate::tp_bench`). Writes
+//! [`driver`], shared with `--tensor-parallel` ([`tp`]). Writes
 //! the `headroom.bench.ttft/2` JSON with `--json`.
 
 mod driver;
+mod tp;
 
+use crate::attention_setup::attention_plan;
 use crate::backend_select::{
     load_config, run_on_backend, BackendSettings, LoadInfo, ModelJob, WeightsInit,
 };
-use crate::cmd::logits::attention_plan;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
@@ -154,7 +155,7 @@ pub fn run(a: TtftArgs, g: &GlobalArgs) -> anyhow::Result<()> {
         .unwrap_or_default();
     if a.tp.active() {
         let (_, plan) = crate::tp::plan_and_routes(g, a.backend, &cfg, a.tp.world())?;
-        let job = crate::tp_bench::TtftJob {
+        let job = tp::TtftJob {
             args: &a,
             plan,
             model_name,

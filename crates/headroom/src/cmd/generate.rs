@@ -39,7 +39,8 @@ mod job;
 mod prompts;
 mod report;
 
-use super::logits::{attention_plan_and_why, check_memory, ForwardArgs};
+use super::logits::{check_memory, ForwardArgs};
+use crate::attention_setup::attention_plan_and_why;
 use crate::backend_select::{load_config, run_on_backend, WeightsInit};
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;

@@ -1,11 +1,12 @@
 //! `headroom logits`: prefill a token id list and write the logits of every
 //! position (`logits`, f32, `[T, vocab]`) to a safetensors file. Also hosts
-//! the model loading and attention planning that `generate` shares.
+//! the model loading that `generate` shares.
 
-use crate::attention_setup::AttentionSetup;
+use crate::attention_setup::attention_plan;
 use crate::backend_select::{
     load_config, run_on_backend, BackendSettings, LoadInfo, ModelJob, WeightsInit,
 };
+use crate::describe::routes_that_ran;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
 use anyhow::{bail, Context};
@@ -80,37 +81,6 @@ pub(crate) fn available_memory_bytes() -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
-}
-
-/// The attention route of every full-attention layer, resolved by the policy
-/// (global flags, environment, qualification registry) for `backend`.
-pub fn attention_plan(
-    g: &GlobalArgs,
-    backend: BackendKind,
-    cfg: &ModelConfig,
-) -> anyhow::Result<AttentionPlan> {
-    Ok(attention_plan_and_why(g, backend, cfg)?.0)
-}
-
-/// [`attention_plan`] and why, in words ([`crate::describe::attention_why`]).
-pub fn attention_plan_and_why(
-    g: &GlobalArgs,
-    backend: BackendKind,
-    cfg: &ModelConfig,
-) -> anyhow::Result<(AttentionPlan, String)> {
-    let kinds = cfg.layer_kinds();
-    let setup = AttentionSetup::new(g, backend, &kinds)?;
-    setup.log_warnings();
-    let mut plan = Vec::new();
-    for layer in cfg.full_attention_layers() {
-        let route = setup.route_request(layer).with_context(|| {
-            format!("the policy gave no route for full-attention layer {layer}")
-        })?;
-        tracing::info!(layer, route = %route, "attention route");
-        plan.push((layer, route));
-    }
-    let why = crate::describe::attention_why(&setup.controls, &setup.layers);
-    Ok((AttentionPlan::PerLayer(plan), why))
 }
 
 /// Reads a JSON array of token ids and checks each against the vocabulary.
@@ -254,36 +224,4 @@ impl ModelJob for LogitsJob {
         );
         Ok(())
     }
-}
-
-/// `layer 3 composed qL=128, layer 7 fused`: what each full layer's attention
-/// calls reported (distinct per layer, in order).
-pub fn routes_that_ran(reports: &[headroom_model::qwen3_5::LayerAttentionReport]) -> String {
-    route_summary(
-        reports
-            .iter()
-            .map(|r| (r.layer, r.report.route.to_string(), r.report.query_block)),
-    )
-}
-
-/// `layer 3 composed qL=128, layer 7 fused` from `(layer, route, query block)`
-/// items, each distinct (layer, route, block) once, in order.
-pub fn route_summary(runs: impl IntoIterator<Item = (usize, String, Option<usize>)>) -> String {
-    let mut seen: Vec<(usize, String)> = Vec::new();
-    for (layer, route, query_block) in runs {
-        let what = match query_block {
-            Some(q) => format!("{route} qL={q}"),
-            None => route,
-        };
-        if !seen.iter().any(|(l, w)| *l == layer && *w == what) {
-            seen.push((layer, what));
-        }
-    }
-    if seen.is_empty() {
-        return "none (no full-attention layer)".into();
-    }
-    seen.iter()
-        .map(|(l, w)| format!("layer {l} {w}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

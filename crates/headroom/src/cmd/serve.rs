@@ -22,8 +22,8 @@
 //! and how many sequences fit at full context; settings that cannot fit
 //! exit 1 with one line giving the numbers.
 
+use crate::attention_setup::attention_plan_and_why;
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
-use crate::cmd::logits::attention_plan_and_why;
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;

@@ -212,7 +212,7 @@ pub fn run_request<B: Backend, M: BenchModel<B>>(
 
 /// `layer 3 fused, layer 7 composed qL=512` — each (layer, route, block) that ran.
 pub fn routes_ran(runs: &[AttentionRun]) -> String {
-    crate::cmd::logits::route_summary(
+    crate::describe::route_summary(
         runs.iter()
             .map(|r| (r.layer, r.route.to_string(), r.query_block)),
     )

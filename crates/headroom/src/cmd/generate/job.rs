@@ -81,7 +81,14 @@ impl GenerateJob {
             engine.memory_budget_bytes = available_memory_bytes().map(|b| b / 10 * 9 / world);
         }
         let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
-        eprintln!("{}", report::ran_line(&self, &handle.stats(), info));
+        let ran = report::ran_line(
+            &self.model,
+            &self.attention,
+            self.engine.max_context,
+            &handle.stats(),
+            info,
+        );
+        eprintln!("{ran}");
         let warmup = Instant::now();
         // serve's warm-up (`--warmup auto`: on a GPU only): a full prefill
         // step and decode batches, forgotten after.

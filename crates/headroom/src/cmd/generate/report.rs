@@ -3,7 +3,6 @@
 //! one line of timings on stderr, in words; with `--json OUT` one JSON line
 //! per request and a summary line (the machine-readable record) in OUT.
 
-use super::job::GenerateJob;
 use anyhow::Context;
 use headroom_core::BackendKind;
 use headroom_engine::{EngineStats, FinishReason, GenerateRequest, Usage};
@@ -58,8 +57,15 @@ struct RequestLine<'a> {
 /// on layer 3; ...; paged KV cache ...; scheduler prefill_chunk ...; up to 8
 /// running, context 64 tokens; memory budget 1.2 GiB; KV pool 8 blocks of 64
 /// tokens = 512 tokens (0.01 GiB); 8 state slots (...); 8 sequences fit at
-/// full context (64 tokens)`.
-pub(super) fn ran_line(job: &GenerateJob, st: &EngineStats, info: &RunInfo) -> String {
+/// full context (64 tokens)`, of the run of `model` with `attention` (in
+/// words) and a context of `max_context` tokens.
+pub(super) fn ran_line(
+    model: &str,
+    attention: &str,
+    max_context: usize,
+    st: &EngineStats,
+    info: &RunInfo,
+) -> String {
     let world = info.weight_bytes.len();
     let ranks = if world > 1 {
         format!(" x{world} (tensor parallel, budget per rank)")
@@ -70,12 +76,12 @@ pub(super) fn ran_line(job: &GenerateJob, st: &EngineStats, info: &RunInfo) -> S
         "generate on {}{ranks}: {}; {}; {}; scheduler {}; up to {} running, context {} tokens; \
          {}; {}",
         info.backend,
-        job.model,
-        job.attention,
+        model,
+        attention,
         crate::describe::kv(&st.kv),
         st.settings,
         st.pool.slots,
-        job.engine.max_context,
+        max_context,
         crate::describe::budget(st.memory_budget_bytes),
         st.pool,
     )

@@ -1,15 +1,13 @@
 //! `headroom bench ttft --tensor-parallel N`: the TTFT of `bench ttft` on a
 //! tensor-parallel group — the same loop through the engine
-//! (`crate::cmd::bench_ttft`'s driver over the group as the engine's
+//! (the parent `bench ttft`'s driver over the group as the engine's
 //! `StepModel`) — with each rank's peak memory, the greedy tokens decoded
 //! after the prompt (so split and unsplit runs can be compared token for
 //! token), and with `--breakdown` each rank's per-part times including
 //! `comm` (the collectives, waiting for the other ranks included) and its
 //! share of the forward. Writes `headroom.bench.ttft.tp/2` JSON with `--json`.
 
-use crate::cmd::bench_ttft::{
-    build_engine, measure, print_parts, EngineRecord, LengthRun, TtftArgs,
-};
+use super::{build_engine, measure, print_parts, EngineRecord, LengthRun, TtftArgs};
 use crate::tp::{size_list, GroupInfo, GroupJob};
 use headroom_core::ops::Backend;
 use headroom_engine::SchedulerSettings;
