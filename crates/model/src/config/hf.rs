@@ -2,10 +2,11 @@
 //! serde (`#[serde(default)]`, every field optional), then the required ones
 //! are checked, the defaults applied and the result validated.
 
+use super::error::ConfigError;
 use super::quant::WeightFormat;
 use super::types::{
-    interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
-    MoeConfig, RopeConfig,
+    interval_layer_types, Family, LinearAttentionConfig, MlpConfig, ModelConfig, MoeConfig,
+    RopeConfig,
 };
 use super::validate::{check_size, limits};
 use headroom_core::{AttentionKind, Dtype};

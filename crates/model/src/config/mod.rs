@@ -43,17 +43,19 @@
 //! position ids equal) multimodal RoPE is ordinary RoPE on the first
 //! `rotary_dim = head_dim * partial_rotary_factor` dims of each head.
 
+mod error;
 mod hf;
 mod presets;
 pub mod quant;
 pub mod types;
 pub mod validate;
 
+pub use error::ConfigError;
 pub use presets::tail_anchored_layer_types;
 pub use quant::{WeightFormat, FP8_BLOCK};
 pub use types::{
-    interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
-    MoeConfig, RopeConfig,
+    interval_layer_types, Family, LinearAttentionConfig, MlpConfig, ModelConfig, MoeConfig,
+    RopeConfig,
 };
 pub use validate::limits;
 

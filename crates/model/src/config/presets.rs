@@ -8,10 +8,11 @@
 //! N ≥ 1 runs at least one full-attention layer (`layers=2` is linear, full;
 //! for N a multiple of 4 this is the checkpoints' own pattern).
 
+use super::error::ConfigError;
 use super::quant::WeightFormat;
 use super::types::{
-    interval_layer_types, ConfigError, Family, LinearAttentionConfig, MlpConfig, ModelConfig,
-    MoeConfig, RopeConfig,
+    interval_layer_types, Family, LinearAttentionConfig, MlpConfig, ModelConfig, MoeConfig,
+    RopeConfig,
 };
 use super::validate::{check_size, limits};
 use headroom_core::{AttentionKind, Dtype};

@@ -11,7 +11,7 @@
 //! not `layers.3.mlp.gate_proj`); the `model.` / `model.language_model.`
 //! prefixes of the listed names are ignored, as for tensor names.
 
-use super::types::ConfigError;
+use super::error::ConfigError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -2,7 +2,8 @@
 //! sized by a config allocates without a limit), the shapes are consistent,
 //! and the total parameter count is computed with checked arithmetic.
 
-use super::types::{ConfigError, MlpConfig, ModelConfig};
+use super::error::ConfigError;
+use super::types::{MlpConfig, ModelConfig};
 
 /// Upper bounds on the sizes a config may give. They are far above any
 /// model of the family (Qwen3.6-35B-A3B: 40 layers, hidden 2048, vocab
