@@ -5,22 +5,12 @@
 //! reachable from the network without a key ([`exposure_warning`]).
 
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{ApiKey, AppState};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use std::sync::Arc;
-
-/// An API key; its `Debug` form hides it.
-#[derive(Clone, PartialEq)]
-pub struct ApiKey(pub String);
-
-impl std::fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApiKey(<redacted>)")
-    }
-}
 
 /// The route, or 401 when it needs the key and the request lacks it.
 pub async fn require_key(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {

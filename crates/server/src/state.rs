@@ -1,15 +1,25 @@
 //! The state every handler shares ([`AppState`]): the generator, the text
-//! codec and chat template, the server's settings and metrics, and the
-//! draining flag set at shutdown.
+//! codec and chat template, the server's settings (its API key among them,
+//! checked by `crate::auth`) and metrics, and the draining flag set at
+//! shutdown.
 
-use crate::auth::ApiKey;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
-use crate::net::ConnLimits;
+use crate::net::limits::ConnLimits;
 use crate::template::{ChatTemplate, TemplateLimits};
 use headroom_model::tokenizer::TextCodec;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// An API key; its `Debug` form hides it.
+#[derive(Clone, PartialEq)]
+pub struct ApiKey(pub String);
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
 
 /// Settings of one server.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,9 +5,9 @@
 mod common;
 
 use common::*;
-use headroom_server::auth::ApiKey;
 use headroom_server::client::request_with;
 use headroom_server::fake::{FakeConfig, FakeGenerator};
+use headroom_server::state::ApiKey;
 use headroom_server::ServerConfig;
 use serde_json::json;
 use std::sync::Arc;

@@ -254,7 +254,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     if a.limits.api_key.as_deref() == Some("") {
         bail!("--api-key (or HEADROOM_API_KEY) must not be empty");
     }
-    server.api_key = a.limits.api_key.clone().map(headroom_server::auth::ApiKey);
+    server.api_key = a.limits.api_key.clone().map(headroom_server::state::ApiKey);
     server.protect_probes = a.limits.protect_probes;
     if let Some(w) = headroom_server::auth::exposure_warning(&a.host, server.api_key.is_some()) {
         eprintln!("{w}");
