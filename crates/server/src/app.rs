@@ -3,8 +3,9 @@
 //! `GET /v1/models`, `GET /health`, `GET /metrics`; JSON errors for bodies
 //! too large, unknown paths and methods.
 
-use crate::completion::{self, Job};
+use crate::completion;
 use crate::error::ApiError;
+use crate::job::Job;
 use crate::metrics::Outcome;
 use crate::openai::{ChatRequest, CompletionRequest};
 use crate::params::{self, Plan};

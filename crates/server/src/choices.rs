@@ -3,7 +3,7 @@
 //! once); a stream interleaves the choices' chunks as they come, then sends
 //! the usage chunk (when asked) and `[DONE]` once every choice ended.
 
-use crate::completion::Running;
+use crate::choice::{ChoiceEnd, Item, Running};
 use crate::error::ApiError;
 use crate::shapes::{usage, Head};
 use axum::response::sse::{Event as SseEvent, Sse};
@@ -11,22 +11,6 @@ use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::Value;
 use std::convert::Infallible;
-
-/// How one choice ended: its token counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ChoiceEnd {
-    pub prompt: usize,
-    pub completion: usize,
-    pub cached: usize,
-}
-
-/// One item of a choice's stream.
-pub enum Item {
-    /// An SSE `data:` payload (a chunk or an error object).
-    Data(String),
-    /// The choice ended normally.
-    Done(ChoiceEnd),
-}
 
 /// The usage of every choice together: prompt (and cached) tokens once,
 /// completion tokens summed.

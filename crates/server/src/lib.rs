@@ -21,6 +21,7 @@
 pub mod app;
 pub mod auth;
 pub mod body_json;
+pub mod choice;
 pub mod choices;
 pub mod client;
 pub mod completion;
@@ -29,6 +30,7 @@ pub mod error;
 pub mod fake;
 pub mod generator;
 pub mod history;
+pub mod job;
 pub mod logprobs;
 pub mod metrics;
 pub mod net;
