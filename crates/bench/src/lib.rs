@@ -43,8 +43,10 @@ pub mod report;
 pub mod report_svg;
 pub mod run_counter;
 pub mod serve_load;
+pub mod serve_outcome;
 pub mod serve_pool;
 pub mod serve_sweep;
 pub mod serve_turns;
+pub mod serve_workload;
 
 pub mod validate;

@@ -20,8 +20,10 @@
 //! started by then are *not started*; *failed* means an error (HTTP status,
 //! a broken stream, an error event).
 
+use crate::serve_outcome::{Ended, One, Percentiles};
 use crate::serve_pool::{self, PoolSample};
 use crate::serve_turns::{self, TurnReport, TurnTally};
+use crate::serve_workload::LoadConfig;
 use headroom_server::client;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -38,64 +40,6 @@ pub const MAX_CONCURRENCY: usize = 1024;
 pub const MAX_PROMPT_LEN: usize = 1 << 20;
 /// Errors kept in the report.
 const MAX_ERRORS: usize = 20;
-
-#[derive(Debug, Clone)]
-pub struct LoadConfig {
-    pub addr: SocketAddr,
-    pub model: Option<String>,
-    pub concurrency: usize,
-    pub requests: usize,
-    pub prompt_len: usize,
-    /// Leading prompt tokens every request shares (a shared system prompt;
-    /// 0: none), at most `prompt_len`.
-    pub shared_prefix_len: usize,
-    pub max_tokens: usize,
-    /// Ask the server to ignore EOS (`ignore_eos`), so every request generates `max_tokens`.
-    pub ignore_eos: bool,
-    /// Whole-run limit: requests not started by then are skipped, running ones are cut.
-    pub time_limit: Duration,
-    /// Sample the server's pool gauges (`/metrics`) this often; `None`: no samples.
-    pub sample_every: Option<Duration>,
-    /// Turns per conversation (1: single requests; see [`crate::serve_turns`]).
-    pub turns: usize,
-    /// Fresh prompt tokens each later turn adds.
-    pub turn_len: usize,
-}
-
-/// min / p50 / p90 / p99 / mean / max of a sample, in milliseconds (the
-/// min of the TTFTs is the first-served request's: issue 22's W3 bar).
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Percentiles {
-    pub n: usize,
-    pub min: f64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub mean: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    /// Nearest-rank percentiles of `ms`.
-    pub fn of(mut ms: Vec<f64>) -> Percentiles {
-        ms.retain(|x| x.is_finite());
-        if ms.is_empty() {
-            return Percentiles::default();
-        }
-        ms.sort_by(f64::total_cmp);
-        let rank =
-            |p: f64| ms[((p / 100.0 * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
-        Percentiles {
-            n: ms.len(),
-            min: ms[0],
-            p50: rank(50.0),
-            p90: rank(90.0),
-            p99: rank(99.0),
-            mean: ms.iter().sum::<f64>() / ms.len() as f64,
-            max: ms[ms.len() - 1],
-        }
-    }
-}
 
 /// What one run (one concurrency) measured: an entry of `headroom.bench.serve/3`.
 #[derive(Debug, Clone, Serialize)]
@@ -143,30 +87,6 @@ pub struct LoadReport {
     pub preemptions: Option<u64>,
     /// The server's pool gauges when the run ended (`None` without them).
     pub pool_end: Option<PoolSample>,
-}
-
-/// What one request did, as far as it got.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct One {
-    pub ttft: Option<f64>,
-    pub itl: Vec<f64>,
-    pub e2e: f64,
-    /// Usage from the server (completed requests).
-    pub usage: Option<(u64, u64)>,
-    /// Prompt tokens the server reported as cached
-    /// (`usage.prompt_tokens_details.cached_tokens`).
-    pub cached: u64,
-    /// Content chunks received (one per token).
-    pub chunks: u64,
-}
-
-/// How one request ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Ended {
-    Completed(One),
-    /// The time limit ended the run while it streamed.
-    Cut(One),
-    Failed(String),
 }
 
 /// The requests' outcomes, accumulated into a report.
@@ -404,33 +324,6 @@ pub fn check_turn_usage(cfg: &LoadConfig, t: usize, one: &One) -> Result<(), Str
         ));
     }
     Ok(())
-}
-
-/// Exactly `len` printable-ASCII ids (present in any vocabulary of 128 or
-/// more; sent as ids, so no tokenizer changes the count), varied per request:
-/// the first three are `i` in base 94, so no two of the first 830,584
-/// requests share even their first KV block (a server's prefix cache finds
-/// nothing to reuse between them), then a pattern shifted by `i`.
-pub fn prompt_ids(len: usize, i: usize) -> Vec<u32> {
-    let digit = |d: u32| 33 + ((i / 94usize.pow(d)) % 94) as u32;
-    (0..len)
-        .map(|k| match k {
-            0..=2 => digit(k as u32),
-            _ => 33 + ((k * 7 + i * 13) % 94) as u32,
-        })
-        .collect()
-}
-
-/// Request `i`'s prompt: `shared_prefix_len` ids every request shares (a
-/// sequence no request's own part starts with), then its own
-/// [`prompt_ids`] for the rest.
-pub fn workload_prompt(cfg: &LoadConfig, i: usize) -> Vec<u32> {
-    let shared = cfg.shared_prefix_len.min(cfg.prompt_len);
-    let mut ids: Vec<u32> = (0..shared)
-        .map(|k| 33 + ((k * 11 + 5) % 94) as u32)
-        .collect();
-    ids.extend(prompt_ids(cfg.prompt_len - shared, i));
-    ids
 }
 
 /// The JSON body of request `i` (a conversation's first turn).

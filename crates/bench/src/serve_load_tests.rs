@@ -2,6 +2,7 @@
 //! prompts and request bodies, usage checks, the tally and its report.
 
 use super::*;
+use crate::serve_workload::{prompt_ids, workload_prompt};
 
 fn cfg(requests: usize) -> LoadConfig {
     LoadConfig {

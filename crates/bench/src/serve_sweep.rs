@@ -7,7 +7,8 @@
 //! [`serve_load`]: crate::serve_load
 
 use crate::report_svg::{line_plot, LinePlot};
-use crate::serve_load::{self as load, LoadConfig, LoadReport};
+use crate::serve_load::{self as load, LoadReport};
+use crate::serve_workload::LoadConfig;
 use serde::Serialize;
 
 pub const SCHEMA: &str = "headroom.bench.serve/3";

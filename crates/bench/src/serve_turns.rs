@@ -2,7 +2,7 @@
 //! `requests` is a conversation of `turns` requests sent one after another
 //! by one client (the concurrency is over conversations). Turn 1 is the
 //! conversation's prompt of `prompt_len` ids
-//! ([`crate::serve_load::workload_prompt`]); turn `t + 1` resends turn
+//! ([`crate::serve_workload::workload_prompt`]); turn `t + 1` resends turn
 //! `t`'s prompt followed by `turn_len` fresh ids ([`turn_prompt`]). The
 //! completions response carries the generated text, not its token ids, so
 //! the generated tokens are not resent: each turn extends the previous
@@ -11,7 +11,8 @@
 //! Per turn index the report gives the TTFT percentiles, the prompt tokens
 //! and the cached prompt tokens the server reported ([`TurnReport`]).
 
-use crate::serve_load::{workload_prompt, Ended, LoadConfig, Percentiles};
+use crate::serve_outcome::{Ended, Percentiles};
+use crate::serve_workload::{workload_prompt, LoadConfig};
 use serde::Serialize;
 
 /// Most turns of one conversation.
@@ -151,7 +152,7 @@ pub fn table(turns: &[TurnReport]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve_load::One;
+    use crate::serve_outcome::One;
     use std::time::Duration;
 
     fn cfg() -> LoadConfig {

@@ -5,8 +5,9 @@
 //! `ignore_eos` a request that ends short fails; a concurrency sweep has one
 //! entry per level and its plot one point per level.
 
-use headroom_bench::serve_load::{run, table, LoadConfig};
+use headroom_bench::serve_load::{run, table};
 use headroom_bench::serve_sweep;
+use headroom_bench::serve_workload::LoadConfig;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

@@ -6,8 +6,9 @@
 //! prompt plus `turn_len` ids; the report gives per-turn TTFT and cached
 //! tokens, and the preemptions between the reads before and after the run.
 
-use headroom_bench::serve_load::{run, table, LoadConfig};
+use headroom_bench::serve_load::{run, table};
 use headroom_bench::serve_sweep;
+use headroom_bench::serve_workload::LoadConfig;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -12,8 +12,8 @@
 //! limit).
 
 use anyhow::{bail, Context};
-use headroom_bench::serve_load::LoadConfig;
 use headroom_bench::serve_sweep as sweep;
+use headroom_bench::serve_workload::LoadConfig;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
