@@ -42,8 +42,6 @@ pub mod fused;
 mod matmul;
 mod reference;
 mod simd;
-#[cfg(target_arch = "x86_64")]
-mod simd_x86;
 mod tasks;
 mod workspace;
 

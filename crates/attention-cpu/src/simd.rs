@@ -7,6 +7,9 @@
 //! branch-free polynomial (Cephes `expf` coefficients, ~1 ulp on the reduced
 //! range) because libm's `expf` does not vectorize.
 
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
 /// What the running CPU offers the task bodies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Level {
@@ -67,7 +70,7 @@ pub(crate) fn row_max(level: Level, xs: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if level == Level::Avx2 {
         // SAFETY: Level::Avx2 means the CPU has AVX2 and FMA.
-        return unsafe { crate::simd_x86::row_max(xs) };
+        return unsafe { x86::row_max(xs) };
     }
     let _ = level;
     row_max_portable(xs)
@@ -124,7 +127,7 @@ pub(crate) fn exp_sub_sum(level: Level, xs: &mut [f32], m: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if level == Level::Avx2 {
         // SAFETY: Level::Avx2 means the CPU has AVX2 and FMA.
-        return unsafe { crate::simd_x86::exp_sub_sum(xs, m) };
+        return unsafe { x86::exp_sub_sum(xs, m) };
     }
     let _ = level;
     exp_sub_sum_portable(xs, m)

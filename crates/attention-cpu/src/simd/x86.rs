@@ -1,5 +1,5 @@
 //! AVX2+FMA versions of the softmax row kernels (x86-64 only), 8 lanes wide.
-//! Same arithmetic as the portable ones in [`crate::simd`].
+//! Same arithmetic as the portable ones in the parent module.
 
 use std::arch::x86_64::*;
 
@@ -83,7 +83,7 @@ pub(crate) unsafe fn exp_sub_sum(xs: &mut [f32], m: f32) -> f32 {
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
     let mut sum: f32 = lanes.iter().sum();
     for x in chunks.into_remainder() {
-        *x = crate::simd::exp(*x - m);
+        *x = super::exp(*x - m);
         sum += *x;
     }
     sum
