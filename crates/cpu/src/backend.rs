@@ -2,10 +2,17 @@
 //! functions of [`crate::ops`]. Activations are f32 [`CpuAct`]s; weights stay
 //! in their storage dtype ([`CpuWeight`]). A [`Precision`] other than f32
 //! rounds matrices and op outputs to bf16 where the CUDA backend stores bf16
-//! (see [`crate::precision`]).
+//! (see [`crate::precision`]). The larger ops live in the child modules
+//! `attention`, `gdn`, `kv` and `moe`.
 
 pub(crate) use crate::act::{batch_rows, groups_of, same_shape};
 pub use crate::act::{CpuAct, CpuWeight};
+
+mod attention;
+mod gdn;
+mod kv;
+mod moe;
+
 use crate::ops::activation::{sigmoid, swiglu};
 use crate::ops::rms_norm::{rms_norm_gated, rms_norm_offset};
 use crate::ops::rope::Rope;
@@ -271,7 +278,7 @@ impl Backend for CpuBackend {
     }
 
     fn workspace_model(&self) -> Arc<dyn WorkspaceModel> {
-        Arc::new(crate::backend_attention::CpuWorkspace::on_current_pool())
+        Arc::new(attention::CpuWorkspace::on_current_pool())
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CpuKvCache> {
@@ -459,7 +466,7 @@ impl Backend for CpuBackend {
         state: &mut CpuGdnState,
         batch: &Batch,
     ) -> OpResult<CpuAct> {
-        crate::backend_gdn::conv1d_silu(self, x, weight, state, batch)
+        gdn::conv1d_silu(self, x, weight, state, batch)
     }
 
     fn gdn_gating(
@@ -469,7 +476,7 @@ impl Backend for CpuBackend {
         a_log: &CpuWeight,
         dt_bias: &CpuWeight,
     ) -> OpResult<(CpuAct, CpuAct)> {
-        crate::backend_gdn::gdn_gating(a, b, a_log, dt_bias)
+        gdn::gdn_gating(a, b, a_log, dt_bias)
     }
 
     fn gated_delta_rule(
@@ -480,7 +487,7 @@ impl Backend for CpuBackend {
         state: &mut CpuGdnState,
         batch: &Batch,
     ) -> OpResult<CpuAct> {
-        crate::backend_gdn::gated_delta_rule(self, qkv, g, beta, state, batch)
+        gdn::gated_delta_rule(self, qkv, g, beta, state, batch)
     }
 
     fn kv_write(
@@ -490,7 +497,7 @@ impl Backend for CpuBackend {
         v: &CpuAct,
         batch: &Batch,
     ) -> OpResult<()> {
-        crate::backend_kv::kv_write(self, cache, k, v, batch)
+        kv::kv_write(self, cache, k, v, batch)
     }
 
     fn attention(
@@ -500,7 +507,7 @@ impl Backend for CpuBackend {
         batch: &Batch,
         route: RouteRequest,
     ) -> OpResult<(CpuAct, AttentionReport)> {
-        crate::backend_attention::attention(self, q, cache, batch, route)
+        attention::attention(self, q, cache, batch, route)
     }
 
     fn mul_sigmoid(&self, x: &mut CpuAct, gate: &CpuAct) -> OpResult<()> {
@@ -522,7 +529,7 @@ impl Backend for CpuBackend {
 
     fn moe(&self, x: &CpuAct, w: &MoeWeights<CpuWeight>, spec: &MoeSpec) -> OpResult<CpuAct> {
         self.moe_supported(spec)?;
-        crate::backend_moe::moe(self, x, w, spec)
+        moe::moe(self, x, w, spec)
     }
 
     fn world_size(&self) -> usize {
@@ -547,7 +554,7 @@ impl Backend for CpuBackend {
         match self.group {
             Some(_) => {
                 self.moe_supported(spec)?;
-                crate::backend_moe::moe_unrounded(self, x, w, spec)
+                moe::moe_unrounded(self, x, w, spec)
             }
             None => self.moe(x, w, spec),
         }

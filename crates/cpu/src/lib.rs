@@ -16,10 +16,6 @@
 
 mod act;
 pub mod backend;
-mod backend_attention;
-mod backend_gdn;
-mod backend_kv;
-mod backend_moe;
 pub mod comm;
 pub mod group;
 pub mod kv_cache;

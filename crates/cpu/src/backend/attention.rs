@@ -7,7 +7,7 @@
 //! to bf16 before `P · V`, as the CUDA kernels multiply them).
 //! [`CpuWorkspace`] answers what one call allocates, before it runs.
 
-use crate::backend::{batch_rows, groups_of, CpuAct, CpuBackend};
+use super::{batch_rows, groups_of, CpuAct, CpuBackend};
 use crate::precision::ActRounding;
 use crate::state::CpuKvCache;
 use headroom_attention_cpu::{attention_prefill, workspace_bytes};
@@ -25,7 +25,7 @@ pub(crate) fn attention(
     let d = spec.head_dim;
     groups_of("attention", q, d)?;
     batch_rows("attention", q, batch, spec.slots)?;
-    let tables = crate::backend_kv::tables("attention", &spec, batch)?;
+    let tables = super::kv::tables("attention", &spec, batch)?;
     for i in 0..batch.sequences() {
         let (slot, held) = (batch.slots[i], cache.len(batch.slots[i]));
         if held != batch.history[i] + batch.seq_len(i) {

@@ -3,7 +3,7 @@
 //! (or the identity layout when the batch carries none), every check made
 //! before any row is written.
 
-use crate::backend::{batch_rows, same_shape, CpuAct, CpuBackend};
+use super::{batch_rows, same_shape, CpuAct, CpuBackend};
 use crate::state::CpuKvCache;
 use headroom_core::ops::{
     blocks_for, Batch, BlockTables, KvSpec, OpError, OpResult, KV_BLOCK_ROWS,

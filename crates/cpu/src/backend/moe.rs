@@ -11,7 +11,7 @@
 //! ([`ActRounding::MOE_OUT`]); router and shared-gate logits, the down
 //! products and the weighted sum stay f32, as there.
 
-use crate::backend::{CpuAct, CpuBackend, CpuWeight};
+use super::{CpuAct, CpuBackend, CpuWeight};
 use crate::ops::activation::{sigmoid, swiglu};
 use crate::ops::linear_seq;
 use crate::ops::moe::route as route_tokens;

@@ -2,7 +2,7 @@
 //! per-slot conv state, the gating (`g`, `beta`, never rounded: f32 on
 //! CUDA too) and the gated delta rule over each sequence's slot.
 
-use crate::backend::{batch_rows, same_shape, CpuAct, CpuBackend, CpuWeight};
+use super::{batch_rows, same_shape, CpuAct, CpuBackend, CpuWeight};
 use crate::ops::activation::{sigmoid, softplus};
 use crate::ops::conv1d::causal_conv1d_silu;
 use crate::ops::gated_delta::{gated_delta_rule as delta_rule, DeltaDims};
