@@ -36,6 +36,8 @@ pub(crate) struct Capture {
     active: AtomicBool,
     held: Mutex<Vec<Held>>,
     signature: AtomicU64,
+    /// Library calls (cuBLAS) of the capture under way or last ended.
+    library_calls: AtomicU64,
     waits: AtomicU64,
 }
 
@@ -58,6 +60,7 @@ impl Capture {
     /// Marks a capture as started (its signature empty).
     pub(crate) fn start(&self) {
         self.signature.store(SIGNATURE_SEED, Ordering::Relaxed);
+        self.library_calls.store(0, Ordering::Relaxed);
         self.active.store(true, Ordering::Release);
     }
 
@@ -72,6 +75,23 @@ impl Capture {
             h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
         }
         self.signature.store(h, Ordering::Relaxed);
+    }
+
+    /// Mixes a library call's shape class (`words`) into the signature
+    /// and counts the call; nothing outside a capture. The library picks
+    /// its kernels itself (`crate::graph` reads them from the graph when a
+    /// capture has any such call).
+    pub(crate) fn library_call(&self, words: &[u64]) {
+        if !self.active() {
+            return;
+        }
+        self.mix(words);
+        self.library_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Library calls of the capture under way or last ended.
+    pub(crate) fn library_calls(&self) -> u64 {
+        self.library_calls.load(Ordering::Relaxed)
     }
 
     /// The signature of the capture under way or last ended.
@@ -135,6 +155,34 @@ mod tests {
         drop(held);
         assert_eq!(Arc::strong_count(&a), 1, "released with the copies");
         assert!(c.finish().is_empty(), "given once");
+    }
+
+    #[test]
+    fn library_calls_are_counted_per_capture_and_only_while_capturing() {
+        let c = Capture::default();
+        c.library_call(&[1]);
+        c.start();
+        c.library_call(&[1]);
+        c.mix(&[2]);
+        c.library_call(&[3]);
+        let signed = c.signature();
+        let _ = c.finish();
+        c.library_call(&[4]);
+        assert_eq!(c.library_calls(), 2, "kept after the capture ends");
+        assert_eq!(c.signature(), signed, "nothing mixed after it");
+        c.start();
+        assert_eq!(c.library_calls(), 0, "a new capture starts at none");
+        let sig = |f: &dyn Fn(&Capture)| {
+            let c = Capture::default();
+            c.start();
+            f(&c);
+            c.signature()
+        };
+        assert_eq!(
+            sig(&|c| c.library_call(&[5, 6])),
+            sig(&|c| c.mix(&[5, 6])),
+            "a library call's class is in the signature"
+        );
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub(super) fn run(
             let k_head = bufs.k + (kvh * shape.kv_len * d * es) as u64;
             let q_first = bufs.q + ((h0 * shape.q_len + q0) * d * es) as u64;
             dev.capture()
-                .mix(&crate::blas::call_class(3, n_keys, rows, d, [dtype; 3]));
+                .library_call(&crate::blas::call_class(3, n_keys, rows, d, [dtype; 3]));
             // SAFETY: all offsets stay inside the validated buffers and the workspace.
             unsafe {
                 blas.gemm_strided_batched(
@@ -104,7 +104,7 @@ pub(super) fn run(
             let v_head = bufs.v + (kvh * shape.kv_len * d * es) as u64;
             let o_first = bufs.out + ((h0 * shape.q_len + q0) * d * es) as u64;
             dev.capture()
-                .mix(&crate::blas::call_class(4, n_keys, rows, d, [dtype; 3]));
+                .library_call(&crate::blas::call_class(4, n_keys, rows, d, [dtype; 3]));
             // SAFETY: as above.
             unsafe {
                 blas.gemm_strided_batched(

@@ -140,7 +140,7 @@ pub(crate) fn routed_experts(
             accumulate: false,
         };
         // SAFETY: local expert lx's [2i][h] block lies inside gate_up ([local·2i][h]); gu holds t·2i.
-        dev.capture().mix(&gate_up.call_class());
+        dev.capture().library_call(&gate_up.call_class());
         unsafe { blas.linear(&gate_up) }.map_err(dev_err)?;
         let sw = Args::new().ptr(gu.ptr()).ptr(act.ptr()).i64(ti).i32(ii);
         // SAFETY: gu holds t·2i, act t·i bf16.
@@ -158,7 +158,7 @@ pub(crate) fn routed_experts(
             accumulate: false,
         };
         // SAFETY: local expert lx's [h][i] block lies inside down ([local·h][i]); y holds t·h f32.
-        dev.capture().mix(&down.call_class());
+        dev.capture().library_call(&down.call_class());
         unsafe { blas.linear(&down) }.map_err(dev_err)?;
         let acc = Args::new()
             .ptr(c.out.ptr())

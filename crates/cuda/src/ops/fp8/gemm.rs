@@ -237,7 +237,7 @@ fn block_scaled(
     };
     let blas = dev.blas().map_err(dev_err)?;
     dev.capture()
-        .mix(&crate::blas::call_class(2, m, w.n, w.k, [Dtype::Bf16; 3]));
+        .library_call(&crate::blas::call_class(2, m, w.n, w.k, [Dtype::Bf16; 3]));
     // SAFETY: xq holds m · k e4m3, its scales the table of `order`, W n · k
     // e4m3 with its (possibly transposed) block scales, y m · n bf16
     // (checked by the callers); the buffers outlive the queued matmul on
@@ -268,7 +268,7 @@ fn dequant_gemm(
         accumulate: false,
     };
     let blas = dev.blas().map_err(dev_err)?;
-    dev.capture().mix(&l.call_class());
+    dev.capture().library_call(&l.call_class());
     // SAFETY: x holds m · k bf16, the workspace n · k bf16, y m · n bf16
     // (checked); the workspace outlives the queued GEMM in stream order.
     unsafe { blas.linear(&l) }.map_err(dev_err)

@@ -152,7 +152,7 @@ pub(crate) fn linear_blas(
         accumulate: false,
     };
     BLAS_CALLS.fetch_add(1, Ordering::Relaxed);
-    dev.capture().mix(&l.call_class());
+    dev.capture().library_call(&l.call_class());
     let stats = dev.options().decode_stats;
     // SAFETY: the three buffers were sized from the same dims.
     timed(stats, &BLAS_NS, || unsafe { blas.linear(&l) }).map_err(dev_err)?;
