@@ -9,9 +9,10 @@ use crate::switch::{AutoSwitch, Resolution};
 
 /// Whether decode steps are recorded and launched as CUDA graphs. `auto`:
 /// off. They pay on the H200 (batch-1 decode +4 % with the step overlap),
-/// but a graphed decode's logits differ from the eager step's from the
+/// but a graphed decode's logits differed from the eager step's from the
 /// first update of a kept graph on (`docs/perf/cuda-graphs.md`, session
-/// 24), so nothing turns them on unasked.
+/// 24; session 25's change, graphs of other cuBLAS kernels kept apart, is
+/// not yet measured), so nothing turns them on unasked.
 pub type CudaGraphs = AutoSwitch;
 
 /// What the setting resolved to on an engine, with why.
