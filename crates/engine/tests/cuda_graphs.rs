@@ -99,15 +99,20 @@ fn cuda_graph_steps_give_the_same_logits_to_the_bit() {
             GraphStats::default(),
             "{name}: nothing recorded when off"
         );
-        // Most steps mix prefill chunks with decode rows (queued as they
-        // are); the decode-only ones are recorded (H200, session 23: 18).
-        assert!(st.launched > 10 && st.updated > 0, "{name}: {st:?}");
-        assert_eq!((st.eager, st.refused_keys), (0, 0), "{name}: {st:?}");
         for (k, ((ta, la), (tb, lb))) in plain.iter().zip(&graphed).enumerate() {
             assert_eq!(ta.len(), reqs[k].max_tokens);
             assert_eq!(ta, tb, "{name} request {k}: tokens with graphs");
             assert_eq!(bits(la), bits(lb), "{name} request {k}: logits with graphs");
         }
+        // Most steps mix prefill chunks with decode rows (queued as they
+        // are); the decode-only ones are recorded (H200, session 23: 18),
+        // some as updates of a kept graph — or, where cuBLAS picked other
+        // kernels, as graphs of their own (`kernels_changed`, session 25).
+        assert!(
+            st.launched > 10 && st.updated + st.kernels_changed > 0,
+            "{name}: {st:?}"
+        );
+        assert_eq!((st.eager, st.refused_keys), (0, 0), "{name}: {st:?}");
     }
 }
 
@@ -119,10 +124,13 @@ fn cuda_graph_steps_with_the_overlap_give_the_same_tokens() {
     let (plain, _) = run(name, CudaGraphs::Off, StepOverlap::Off, &reqs);
     let (both, st) = run(name, CudaGraphs::On, StepOverlap::On, &reqs);
     println!("{name} with the overlap: {st:?}");
-    assert!(st.launched > 10 && st.updated > 0, "{st:?}");
     for (k, (a, b)) in plain.iter().zip(&both).enumerate() {
         assert_eq!(a.0, b.0, "request {k}: tokens with graphs and the overlap");
     }
+    assert!(
+        st.launched > 10 && st.updated + st.kernels_changed > 0,
+        "{st:?}"
+    );
 }
 
 #[test]
@@ -137,8 +145,10 @@ fn cuda_a_lone_decode_updates_one_graph_step_after_step() {
     assert_eq!(st.launched, 46, "every later decode step: {st:?}");
     // The composed route's cuBLAS calls change their plan bucket as the
     // keys grow (70 → 118: every 16 keys), a new shape each time (H200,
-    // session 23: 4 graphs); every other step updates its graph.
-    assert!(st.instantiated <= 5, "{st:?}");
+    // session 23: 4 graphs); inside a bucket cuBLAS may pick other kernels
+    // as the keys grow, each pick a graph of its own (`kernels_changed`,
+    // session 25); every other step updates its graph.
+    assert!(st.instantiated - st.kernels_changed <= 5, "{st:?}");
     assert_eq!(st.updated + st.instantiated, 46, "{st:?}");
 }
 
