@@ -9,7 +9,7 @@
 //! (`StreamEvent::Finished::attention`), never from what was set.
 
 use crate::prefill_schema::{KvRecord, SchedulerRecord};
-use crate::prefill_target::{AttentionRun, PrefillRun, PrefillTarget};
+use crate::prefill_target::{PrefillRun, PrefillTarget};
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::{BackendKind, LayerKind, RouteRequest};
@@ -172,16 +172,7 @@ impl<B: Backend> PrefillTarget for EnginePrefill<B> {
         }
         Ok(PrefillRun {
             ttft_ms: usage.ttft_ms,
-            attention: attention
-                .iter()
-                .map(|a| AttentionRun {
-                    layer: a.layer,
-                    route: a.route,
-                    query_block: a.query_block,
-                    transient_bytes: a.transient_bytes,
-                    calls: a.calls,
-                })
-                .collect(),
+            attention,
             backend_before_bytes: before,
             backend_peak_bytes: peak,
             process_peak_rss_bytes: 0,

@@ -5,19 +5,12 @@
 //! [`AttentionRun`]).
 
 use crate::prefill_schema::{KvRecord, SchedulerRecord};
-use headroom_core::{BackendKind, LayerKind, Route, RouteRequest};
+use headroom_core::{BackendKind, LayerKind, RouteRequest};
 
-/// Attention calls of one layer as they reported themselves: `calls` calls
-/// reported this route and block (the largest transient of them). A layer
-/// whose calls disagree has several entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttentionRun {
-    pub layer: usize,
-    pub route: Route,
-    pub query_block: Option<usize>,
-    pub transient_bytes: u64,
-    pub calls: usize,
-}
+/// Attention calls of one layer as they reported themselves: the engine's
+/// record (`calls` calls reported this route and block, the largest
+/// transient of them; a layer whose calls disagree has several entries).
+pub use headroom_engine::AttentionRun;
 
 /// What one prefill produced.
 #[derive(Debug, Clone, PartialEq)]
