@@ -29,7 +29,7 @@
 //! update, an instantiation or a launch that fails in the driver turns the
 //! recording off for the process and fails the step, with the reason.
 
-use crate::device::capture::Held;
+use crate::device::capture::{mix_word, Held, SIGNATURE_SEED};
 use crate::device::CudaDevice;
 use crate::CudaError;
 use cudarc::driver::{result, sys};
@@ -252,15 +252,13 @@ impl<X> StepGraphs<X> {
                 .map_err(|e| self.broken("read the step's kernel nodes", e))?,
         };
         let mut kept = self.lock();
-        let kernels_changed = !kept.execs.iter().any(|(s, _)| *s == shape)
+        let at = kept.execs.iter().position(|(s, _)| *s == shape);
+        let kernels_changed = at.is_none()
             && kept
                 .execs
                 .iter()
                 .any(|(s, _)| (s.nodes, s.signature) == (shape.nodes, shape.signature));
-        let old = kept
-            .execs
-            .iter()
-            .position(|(s, _)| *s == shape)
+        let old = at
             .map(|i| kept.execs.remove(i).1)
             .filter(|_| self.updates.load(Ordering::Acquire));
         let exec = match old {
@@ -496,8 +494,7 @@ fn kernel_nodes_hash(graph: &Graph) -> Result<u64, CudaError> {
     // SAFETY: `nodes` has room for `n` handles; the call writes at most `n`.
     unsafe { sys::cuGraphGetNodes(graph.0, nodes.as_mut_ptr(), &mut n) }.result()?;
     nodes.truncate(n);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut mix = |w: u64| h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+    let mut h = SIGNATURE_SEED;
     for node in nodes {
         let mut ty = sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: `node` is one of the live graph's nodes.
@@ -522,9 +519,10 @@ fn kernel_nodes_hash(graph: &Graph) -> Result<u64, CudaError> {
         .result()?;
         // SAFETY: the cluster shape is the member the attribute writes.
         let c = unsafe { v.assume_init().clusterDim };
-        mix(p.func as u64);
-        mix(p.kern as u64);
-        mix(u64::from(c.x) | u64::from(c.y) << 21 | u64::from(c.z) << 42);
+        let cluster = u64::from(c.x) | u64::from(c.y) << 21 | u64::from(c.z) << 42;
+        for w in [p.func as u64, p.kern as u64, cluster] {
+            h = mix_word(h, w);
+        }
     }
     Ok(h)
 }

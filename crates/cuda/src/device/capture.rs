@@ -22,7 +22,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A capture's signature before anything is mixed in.
-const SIGNATURE_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+pub(crate) const SIGNATURE_SEED: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// `h` with the word `w` mixed in (a signature's step; order counts).
+pub(crate) fn mix_word(h: u64, w: u64) -> u64 {
+    (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29)
+}
 
 /// One table copy held back until the capture ends.
 pub(crate) struct Held {
@@ -72,7 +77,7 @@ impl Capture {
         }
         let mut h = self.signature.load(Ordering::Relaxed);
         for &w in words {
-            h = (h ^ w).wrapping_mul(0x0100_0000_01b3).rotate_left(29);
+            h = mix_word(h, w);
         }
         self.signature.store(h, Ordering::Relaxed);
     }
