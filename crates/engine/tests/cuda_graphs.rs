@@ -188,15 +188,15 @@ fn lone_decode(
     (differing_steps(&plain[0].1, &graphed[0].1), st)
 }
 
-/// A lone-decode model: its name, how to build it, its attention plan,
-/// its vocabulary and the steps to decode.
-type LoneModel = (
-    String,
-    Box<dyn Fn() -> Qwen35Model<CudaBackend>>,
-    AttentionPlan,
-    usize,
-    usize,
-);
+/// A model of the lone-decode tests.
+struct LoneModel {
+    name: String,
+    build: Box<dyn Fn() -> Qwen35Model<CudaBackend>>,
+    attention: AttentionPlan,
+    vocab: usize,
+    /// Tokens to decode.
+    steps: usize,
+}
 
 /// The models of the lone-decode tests, each built fresh and then set up
 /// by `prepare`: the two fixtures (48 steps) and the 35B preset (24) on
@@ -215,13 +215,13 @@ fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> 
             p(&m);
             m
         };
-        out.push((
-            name.to_string(),
-            Box::new(build),
-            composed.clone(),
-            vocab(name),
-            48,
-        ));
+        out.push(LoneModel {
+            name: name.to_string(),
+            build: Box::new(build),
+            attention: composed.clone(),
+            vocab: vocab(name),
+            steps: 48,
+        });
     }
     let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
     let vocab = cfg.vocab_size;
@@ -233,13 +233,13 @@ fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> 
             p(&m);
             m
         };
-        out.push((
-            format!("35B preset, {what}"),
-            Box::new(build),
-            plan,
+        out.push(LoneModel {
+            name: format!("35B preset, {what}"),
+            build: Box::new(build),
+            attention: plan,
             vocab,
-            24,
-        ));
+            steps: 24,
+        });
     }
     out
 }
@@ -248,8 +248,9 @@ fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> 
 /// on gives the same logits to the bit; `what` names the setup in the output.
 fn lone_decodes_agree(what: &str, prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) {
     let mut failures = Vec::new();
-    for (name, build, attention, vocab, steps) in lone_decode_models(prepare) {
-        let (differ, st) = lone_decode(&build, &attention, vocab, steps);
+    for m in lone_decode_models(prepare) {
+        let (name, steps) = (&m.name, m.steps);
+        let (differ, st) = lone_decode(&m.build, &m.attention, m.vocab, steps);
         println!("{name} lone decode{what}: {st:?}; steps differing: {differ:?}");
         assert!(st.launched as usize >= steps - 4, "{name}: {st:?}");
         if !differ.is_empty() {
