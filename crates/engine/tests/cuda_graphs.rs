@@ -9,11 +9,13 @@
 //! drawn tokens: another key). A lone request's decode is one graph
 //! updated step after step (after its first decode step, queued as it is
 //! to see that it waits for nothing); lone decodes on the two fixtures and
-//! the 35B preset on the composed route, the 35B preset on the fused one,
-//! also with graph updates off and without programmatic dependent launch
+//! the 35B preset on the composed route, the 35B preset and the FP8 preset
+//! on the fused one, also with graph updates off and without programmatic
+//! dependent launch
 //! (on the H200, session 24, the composed ones differed from the first
 //! update on; since session 25 a capture whose cuBLAS kernels differ is
-//! not updated into another's graph: `docs/perf/cuda-graphs.md`). Needs a
+//! not updated into another's graph, and session 26 measured them all the
+//! same to the bit: `docs/perf/cuda-graphs.md`). Needs a
 //! GPU: the binary is run with
 //! `--ignored` by `bench/gpu/check_engine.sh` (build: `cargo test
 //! --release -p headroom-engine --test cuda_graphs --no-run`).
@@ -202,8 +204,8 @@ struct LoneModel {
 /// by `prepare`: the two fixtures (48 steps) and the 35B preset (24) on
 /// the composed route (the engine's default plan: the classic cuBLAS
 /// handle's batched GEMMs, whose kernels follow the key count), and the
-/// 35B preset on the fused route (what `serve` and `bench` run on the
-/// H200: `--attn-execution auto`).
+/// 35B preset and its FP8 twin on the fused route (what `serve` and
+/// `bench` run on the H200: `--attn-execution auto`).
 fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> Vec<LoneModel> {
     let prepare = std::rc::Rc::new(prepare);
     let composed = common::mixed_config().attention;
@@ -241,6 +243,21 @@ fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> 
             steps: 24,
         });
     }
+    // The FP8 preset's decode kernels (FP8 GEMVs, the tensor-core MoE
+    // experts) on the fused route, as `serve` runs it.
+    let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b-fp8").unwrap();
+    let p = std::rc::Rc::clone(&prepare);
+    out.push(LoneModel {
+        name: "35B FP8 preset, fused".into(),
+        vocab: cfg.vocab_size,
+        build: Box::new(move || {
+            let m = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 7).unwrap();
+            p(&m);
+            m
+        }),
+        attention: AttentionPlan::Uniform(RouteRequest::Fused),
+        steps: 24,
+    });
     out
 }
 

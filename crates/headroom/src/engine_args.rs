@@ -53,13 +53,14 @@ pub struct EngineArgs {
     pub batch_invariant: bool,
     /// Queue each engine step before the last one's tokens are read, so the
     /// host's work between steps runs while the device computes: on, off, or
-    /// auto (default: off until measured to pay; docs/configuration.md).
+    /// auto (default: on for CUDA, off on the CPU, which draws each step's
+    /// tokens at once; docs/configuration.md).
     #[arg(long, default_value = "auto", value_name = "auto|on|off")]
     pub step_overlap: StepOverlap,
     /// Record each decode step as a CUDA graph and launch it as one unit
     /// (the same kernels and bits, one driver submission instead of ~300):
-    /// on, off, or auto (default: off until measured to pay;
-    /// docs/configuration.md). Pairs with --step-overlap on.
+    /// on, off, or auto (default: on for CUDA where the step overlap is on,
+    /// measured on the H200; docs/configuration.md).
     #[arg(long, default_value = "auto", value_name = "auto|on|off")]
     pub cuda_graphs: CudaGraphs,
     /// The same as --cuda-graphs off (for A/B runs).
