@@ -23,8 +23,7 @@
 //! counted and timed apart. Launches are counted and timed only with the
 //! statistics on.
 
-use crate::device::CudaDevice;
-use crate::timing::StreamEvent;
+use crate::event::{EventStream, StreamEvent};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -85,10 +84,11 @@ static PROBE: Mutex<Probe> = Mutex::new(Probe {
 
 /// Before a launch on `dev` (stats `on`): the first launch after a step's
 /// read-back records the next step's start event on the stream first (the
-/// stream is idle then, so the event's time is the launch's). A launch
-/// captured into a graph records nothing: the graph's launch does.
-pub(crate) fn before_launch(on: bool, dev: &CudaDevice) {
-    if on && !dev.capture().active() && WANT_START.swap(false, Ordering::Relaxed) {
+/// stream is idle then, so the event's time is the launch's). Not called
+/// for a launch captured into a graph (`CudaDevice::launch`): the graph's
+/// launch records it.
+pub(crate) fn before_launch(on: bool, dev: &impl EventStream) {
+    if on && WANT_START.swap(false, Ordering::Relaxed) {
         let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = p.read_at.take() {
             HOST_GAP_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
@@ -99,7 +99,7 @@ pub(crate) fn before_launch(on: bool, dev: &CudaDevice) {
 }
 
 /// Before a step's read-back (stats `on`): the step's end event.
-pub(crate) fn before_readback(on: bool, dev: &CudaDevice) {
+pub(crate) fn before_readback(on: bool, dev: &impl EventStream) {
     if on {
         let mut p = PROBE.lock().unwrap_or_else(|p| p.into_inner());
         p.end = StreamEvent::record(dev).ok();

@@ -17,11 +17,12 @@ use crate::alloc::{Allocator, DeviceBuffer, RawMemory};
 use crate::blas::Blas;
 use crate::config::CudaOptions;
 use crate::decode_stats::{counted, LAUNCHES, LAUNCH_NS};
+use crate::event::EventStream;
 use crate::kernels::KernelSource;
 use crate::{cache, kernels, libs, CudaError};
 use cudarc::driver::{result, sys};
 use functions::FunctionTable;
-use headroom_core::ops::{Batch, OpResult};
+use headroom_core::ops::{Batch, OpError, OpResult};
 use std::ffi::{c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -473,30 +474,14 @@ impl CudaDevice {
         &self,
         batch: &Batch,
         build: impl FnOnce() -> OpResult<Vec<i32>>,
+        device_error: impl Fn(CudaError) -> OpError,
     ) -> OpResult<Arc<DeviceBuffer>> {
         self.seq_tables.get(
             self,
             |k| k.matches(batch),
             || Ok((BatchKey::of(batch), tables::bytes_of(&build()?).to_vec())),
-            crate::launch::dev_err,
+            device_error,
         )
-    }
-
-    /// `batch`'s sequence table as the varlen ops read it (i32
-    /// `[cu_seqlens][slots][history]`, shared by every op of a step).
-    pub fn sequence_table(&self, batch: &Batch) -> Result<Arc<DeviceBuffer>, CudaError> {
-        crate::launch::seq_table(self, "sequence_table", batch)
-            .map_err(|e| CudaError::InvalidLaunch(e.to_string()))
-    }
-
-    /// Queues `count` launches of a kernel that touches no memory
-    /// (`init_normal_bf16` over 0 elements) through the ops' launch path:
-    /// the host cost of one launch, for the host-path bench.
-    pub fn launch_empty(&self, count: usize) -> Result<(), CudaError> {
-        for _ in 0..count {
-            crate::launch::empty(self).map_err(|e| CudaError::InvalidLaunch(e.to_string()))?;
-        }
-        Ok(())
     }
 
     /// Copies the start of `buf` into `out` (synchronous).
@@ -553,6 +538,16 @@ impl CudaDevice {
         // SAFETY: the stream is live.
         unsafe { result::stream::synchronize(self.stream.0)? };
         Ok(())
+    }
+}
+
+impl EventStream for CudaDevice {
+    fn bind_context(&self) -> Result<(), CudaError> {
+        self.bind()
+    }
+
+    fn raw_stream(&self) -> sys::CUstream {
+        self.stream_raw()
     }
 }
 

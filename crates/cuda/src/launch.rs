@@ -226,7 +226,7 @@ pub(crate) fn seq_table(
     op: &'static str,
     batch: &headroom_core::ops::Batch,
 ) -> OpResult<Arc<DeviceBuffer>> {
-    dev.seq_table_with(batch, || seq_table_values(op, batch))
+    dev.seq_table_with(batch, || seq_table_values(op, batch), dev_err)
 }
 
 /// The values of [`seq_table`], or a shape error when the batch is
@@ -260,6 +260,30 @@ pub(crate) fn seq_table_values(
         table.push(int(op, "position", h)?);
     }
     Ok(table)
+}
+
+/// What the tests and the host-path bench reach of this module from outside
+/// the crate, as methods of the device.
+impl CudaDevice {
+    /// `batch`'s sequence table as the varlen ops read it (i32
+    /// `[cu_seqlens][slots][history]`, shared by every op of a step).
+    pub fn sequence_table(
+        &self,
+        batch: &headroom_core::ops::Batch,
+    ) -> Result<Arc<DeviceBuffer>, CudaError> {
+        seq_table(self, "sequence_table", batch)
+            .map_err(|e| CudaError::InvalidLaunch(e.to_string()))
+    }
+
+    /// Queues `count` launches of a kernel that touches no memory
+    /// (`init_normal_bf16` over 0 elements) through the ops' launch path:
+    /// the host cost of one launch, for the host-path bench.
+    pub fn launch_empty(&self, count: usize) -> Result<(), CudaError> {
+        for _ in 0..count {
+            empty(self).map_err(|e| CudaError::InvalidLaunch(e.to_string()))?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

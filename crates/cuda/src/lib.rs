@@ -27,6 +27,7 @@ pub(crate) mod decode_stats;
 pub mod device;
 pub mod elf;
 mod error;
+pub mod event;
 pub mod graph;
 pub mod kernels;
 pub(crate) mod launch;

@@ -4,8 +4,8 @@
 use crate::alloc::DeviceBuffer;
 use crate::attention::{prefill, AttentionBuffers};
 use crate::device::CudaDevice;
+use crate::event::StreamEvent;
 use crate::CudaError;
-use cudarc::driver::{result, sys};
 use half::{bf16, f16};
 use headroom_core::{AttentionReport, AttentionShape, Dtype, Element, RouteRequest};
 use rand::{Rng, SeedableRng};
@@ -74,60 +74,6 @@ pub struct Timed {
     pub median_ms: f64,
     /// Causal FLOPs over the median time.
     pub tflops: f64,
-}
-
-/// A CUDA event recorded on a device's stream (destroyed on drop): device
-/// time between two of them, for benches, the GPU tests' timings and the
-/// decode statistics; or, untimed, the point the host waits for (a step's
-/// drawn tokens, `ops::sample::Drawn`).
-pub struct StreamEvent(sys::CUevent);
-
-// SAFETY: an event handle of the device's context (contexts are not bound
-// to a thread), used by its one owner.
-unsafe impl Send for StreamEvent {}
-
-impl StreamEvent {
-    /// A new event recorded on `dev`'s stream now.
-    pub fn record(dev: &CudaDevice) -> Result<Self, CudaError> {
-        Self::record_with(dev, sys::CUevent_flags::CU_EVENT_DEFAULT)
-    }
-
-    /// [`Self::record`] without timing (cheaper to record and wait for; no
-    /// [`Self::ms_since`]).
-    pub fn marker(dev: &CudaDevice) -> Result<Self, CudaError> {
-        Self::record_with(dev, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-    }
-
-    fn record_with(dev: &CudaDevice, flags: sys::CUevent_flags) -> Result<Self, CudaError> {
-        dev.bind()?;
-        let e = StreamEvent(result::event::create(flags)?);
-        // SAFETY: the event and the stream are live in the bound context.
-        unsafe { result::event::record(e.0, dev.stream_raw())? };
-        Ok(e)
-    }
-
-    /// Waits for the work queued before this event (not for later work).
-    pub fn wait(&self) -> Result<(), CudaError> {
-        // SAFETY: recorded in `record_with`.
-        unsafe { result::event::synchronize(self.0)? };
-        Ok(())
-    }
-
-    /// Milliseconds of device time from `start` to this event (waits for this one).
-    pub fn ms_since(&self, start: &StreamEvent) -> Result<f64, CudaError> {
-        // SAFETY: both events were recorded (on the same stream).
-        unsafe {
-            result::event::synchronize(self.0)?;
-            Ok(result::event::elapsed(start.0, self.0)? as f64)
-        }
-    }
-}
-
-impl Drop for StreamEvent {
-    fn drop(&mut self) {
-        // SAFETY: created in `record`, destroyed once.
-        let _ = unsafe { result::event::destroy(self.0) };
-    }
 }
 
 /// Runs one call between two events; returns its device time in ms and its report.

@@ -17,7 +17,7 @@ use half::bf16;
 use headroom_core::ops::{Backend, MoeSpec, MoeWeights, WeightInit};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
-use headroom_cuda::timing::StreamEvent as Event;
+use headroom_cuda::event::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 mod support;

@@ -497,7 +497,7 @@ fn the_moe_block_on_fp8_experts_matches_f64_on_decode_and_prefill_rows() {
 
 /// The device time per call (µs) of `calls` back-to-back calls of `f`.
 fn device_us(be: &CudaBackend, calls: usize, mut f: impl FnMut()) -> f64 {
-    use headroom_cuda::timing::StreamEvent as Event;
+    use headroom_cuda::event::StreamEvent as Event;
     f();
     be.synchronize().unwrap();
     let start = Event::record(be.device()).unwrap();

@@ -18,7 +18,7 @@ use headroom_core::ops::{
 use headroom_core::{RouteRequest, Tensor};
 use headroom_cpu::CpuBackend;
 use headroom_cuda::backend::{CudaAct, CudaBackend};
-use headroom_cuda::timing::StreamEvent as Event;
+use headroom_cuda::event::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 #[path = "fused_decode/attention_prep.rs"]

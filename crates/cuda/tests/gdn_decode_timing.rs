@@ -19,8 +19,8 @@ use half::bf16;
 use headroom_core::ops::{Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec};
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend};
+use headroom_cuda::event::StreamEvent as Event;
 use headroom_cuda::ops::gdn::decode::gdn_decode;
-use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 const SAMPLES: usize = 30;

@@ -12,7 +12,7 @@ use half::bf16;
 use headroom_core::ops::{Backend, WeightInit};
 use headroom_core::{Dtype, Tensor};
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
-use headroom_cuda::timing::StreamEvent as Event;
+use headroom_cuda::event::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 fn backend() -> CudaBackend {

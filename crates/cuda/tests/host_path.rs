@@ -10,7 +10,7 @@ use headroom_core::ops::{
 };
 use headroom_core::Tensor;
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaWeight};
-use headroom_cuda::timing::StreamEvent;
+use headroom_cuda::event::StreamEvent;
 use headroom_cuda::CudaOptions;
 use std::time::Instant;
 

@@ -16,7 +16,7 @@
 use headroom_core::Dtype;
 use headroom_cuda::attention::{paged_raw_with, ItemOrder, PagedOptions};
 use headroom_cuda::device::CudaDevice;
-use headroom_cuda::timing::StreamEvent as Event;
+use headroom_cuda::event::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 
 #[path = "support/paged_batch.rs"]

@@ -5,10 +5,10 @@
 use half::bf16;
 use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::device::CudaDevice;
+use headroom_cuda::event::StreamEvent as Event;
 use headroom_cuda::ops::moe::{
     grouped_gemm_flops, routed_experts, routed_experts_marked, GemmImpl, MoeLaunch, CHUNK_TOKENS,
 };
-use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 

@@ -29,8 +29,8 @@ use headroom_cuda::ops::conv::{conv8_strip, CONV8_STRIP, THREADS as CONV_THREADS
 
 /// The shorter conv strip measured against the kernel's 32 rows.
 const CONV_CANDIDATE_STRIP: usize = 8;
+use headroom_cuda::event::StreamEvent as Event;
 use headroom_cuda::ops::moe::{routed_experts_shared_marked, MoeLaunch, MoeStage, SharedEpilogue};
-use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 use std::ffi::c_void;
 

@@ -10,10 +10,10 @@ use headroom_core::ops::{Backend, WeightInit};
 use headroom_core::Dtype;
 use headroom_cuda::backend::{CudaBackend, CudaWeight};
 use headroom_cuda::blas::Linear;
+use headroom_cuda::event::StreamEvent;
 use headroom_cuda::ops::fp8::gemm::{fp8_gemm, fp8_gemm_with};
 use headroom_cuda::ops::fp8::gemv::{fp8_gemv, Fp8Gemv};
 use headroom_cuda::ops::fp8::quant::{quantize, ScaleLayout};
-use headroom_cuda::timing::StreamEvent;
 
 /// Bytes of weight copies a timing cycles through (past the L2).
 const ROTATE_BYTES: usize = 256 << 20;

@@ -5,8 +5,8 @@
 use half::bf16;
 use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::device::CudaDevice;
+use headroom_cuda::event::StreamEvent as Event;
 use headroom_cuda::ops::moe::{routed_experts_marked, GemmImpl, MoeLaunch, MoeStage};
-use headroom_cuda::timing::StreamEvent as Event;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 

@@ -9,8 +9,8 @@
 use crate::alloc::DeviceBuffer;
 use crate::device::pinned::Pinned;
 use crate::device::CudaDevice;
+use crate::event::StreamEvent;
 use crate::launch::dev_err;
-use crate::timing::StreamEvent;
 use headroom_core::ops::OpResult;
 use std::time::Instant;
 
