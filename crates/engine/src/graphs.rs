@@ -84,35 +84,20 @@ mod tests {
             "CUDA graphs on (auto: measured to pay and to give the eager bits on the H200 \
              (docs/perf/cuda-graphs.md, session 26))"
         );
-        let auto_serial = r(CudaGraphs::Auto, 1, Ok(()), false);
-        assert!(
-            !auto_serial.on && auto_serial.why.contains("without the step overlap"),
-            "{auto_serial}"
-        );
-        let auto_cpu = r(
-            CudaGraphs::Auto,
-            1,
-            Err("the cpu backend launches no kernels"),
-            false,
-        );
-        assert!(
-            !auto_cpu.on && auto_cpu.why.contains("cpu backend"),
-            "{auto_cpu}"
-        );
-        let auto_tp = r(CudaGraphs::Auto, 2, Ok(()), true);
-        assert!(
-            !auto_tp.on && auto_tp.why.contains("tensor-parallel"),
-            "{auto_tp}"
-        );
-        let cpu = r(
-            CudaGraphs::On,
-            1,
-            Err("the cpu backend launches no kernels"),
-            true,
-        );
-        assert!(!cpu.on && cpu.why.contains("cpu backend"), "{cpu}");
-        let tp = r(CudaGraphs::On, 2, Ok(()), true);
-        assert!(!tp.on && tp.why.contains("tensor-parallel"), "{tp}");
+        // Off, with the reason, whether asked on or left to auto.
+        let cpu = Err("the cpu backend launches no kernels");
+        let (auto, on) = (CudaGraphs::Auto, CudaGraphs::On);
+        let off_cases = [
+            (auto, 1, Ok(()), false, "without the step overlap"),
+            (auto, 1, cpu, true, "cpu backend"),
+            (on, 1, cpu, true, "cpu backend"),
+            (auto, 2, Ok(()), true, "tensor-parallel"),
+            (on, 2, Ok(()), true, "tensor-parallel"),
+        ];
+        for (req, world, be, overlap, why) in off_cases {
+            let res = r(req, world, be, overlap);
+            assert!(!res.on && res.why.contains(why), "{req:?}: {res}");
+        }
         assert_eq!(r(CudaGraphs::Off, 1, Err("x"), true).why, "off as asked");
     }
 }
