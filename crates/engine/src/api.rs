@@ -244,6 +244,10 @@ pub struct EngineStats {
     /// overlap, `crate::overlap`): the host's work between the two ran
     /// while the device computed.
     pub steps_queued_ahead: u64,
+    /// The step overlap as resolved on this engine, with why.
+    pub step_overlap: crate::overlap::OverlapResolution,
+    /// CUDA graphs of decode steps as resolved on this engine, with why.
+    pub cuda_graphs: crate::graphs::GraphsResolution,
     /// Prompt tokens looked up in the prefix cache at admission.
     pub prefix_cache_queried_tokens: u64,
     /// Of those, tokens the cache supplied (not computed).

@@ -165,6 +165,22 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             vocab: model.lead().vocab_size(),
             eos: cfg.eos_token_ids.clone(),
         };
+        let backend = model.lead().backend();
+        let overlap = crate::overlap::resolve(
+            cfg.step_overlap,
+            model.world(),
+            cfg.capture_logits,
+            backend.kind(),
+        );
+        tracing::info!("{overlap}");
+        let graphs = crate::graphs::resolve(
+            cfg.cuda_graphs,
+            model.world(),
+            backend.step_recording(),
+            overlap.on,
+        );
+        backend.set_step_recording(graphs.on);
+        tracing::info!("{graphs}");
         let stats = EngineStats {
             running: 0,
             waiting: 0,
@@ -187,6 +203,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             memory_committed_bytes: 0,
             steps: 0,
             steps_queued_ahead: 0,
+            step_overlap: overlap.clone(),
+            cuda_graphs: graphs.clone(),
             prefix_cache_queried_tokens: 0,
             prefix_cache_hit_tokens: 0,
             kv_blocks_cached: 0,
@@ -199,22 +217,6 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 .collect(),
         };
         let salt = cache::model_salt(model.lead());
-        let backend = model.lead().backend();
-        let overlap = crate::overlap::resolve(
-            cfg.step_overlap,
-            model.world(),
-            cfg.capture_logits,
-            backend.kind(),
-        );
-        tracing::info!("{overlap}");
-        let graphs = crate::graphs::resolve(
-            cfg.cuda_graphs,
-            model.world(),
-            backend.step_recording(),
-            overlap.on,
-        );
-        backend.set_step_recording(graphs.on);
-        tracing::info!("{graphs}");
         Ok(EngineCore {
             overlap,
             graphs,

@@ -39,8 +39,9 @@ impl std::str::FromStr for AutoSwitch {
     }
 }
 
-/// What a setting resolved to on an engine, with why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What a setting resolved to on an engine, with why (the default: an
+/// unnamed `auto` that is off, for stand-in statistics before an engine).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct Resolution {
     /// The setting's name in messages ("step overlap", "CUDA graphs").
     #[serde(skip)]

@@ -264,11 +264,30 @@ fn a_step_is_in_flight_between_calls_and_the_engine_is_idle_only_after_it() {
 }
 
 #[test]
-fn auto_is_off_until_measured_and_off_is_off() {
-    for o in [StepOverlap::Auto, StepOverlap::Off] {
+fn auto_is_off_on_the_cpu_off_is_off_and_the_stats_carry_what_ran() {
+    for (o, on) in [
+        (StepOverlap::Auto, false),
+        (StepOverlap::Off, false),
+        (StepOverlap::On, true),
+    ] {
         let c = engine(o, None);
-        assert!(!c.step_overlap().on, "{}", c.step_overlap());
+        assert_eq!(c.step_overlap().on, on, "{}", c.step_overlap());
+        // What `serve` prints at start-up and a stats reader sees.
+        let st = c.stats();
+        assert_eq!(&st.step_overlap, c.step_overlap());
+        assert_eq!(&st.cuda_graphs, c.cuda_graphs());
+        assert!(
+            !st.cuda_graphs.on && st.cuda_graphs.why.contains("cpu"),
+            "{}",
+            st.cuda_graphs
+        );
     }
+    let auto = engine(StepOverlap::Auto, None);
+    assert!(
+        auto.step_overlap().why.contains("cpu backend"),
+        "{}",
+        auto.step_overlap()
+    );
 }
 
 #[test]

@@ -412,18 +412,6 @@ impl ServeJob {
             engine.memory_budget_bytes = crate::cmd::logits::available_memory_bytes()
                 .map(|b| b / 10 * 9 / world.max(1) as u64);
         }
-        let overlap = headroom_engine::overlap::resolve(
-            engine.step_overlap,
-            world,
-            engine.capture_logits,
-            backend,
-        );
-        let graphs = headroom_engine::graphs::resolve(
-            engine.cuda_graphs,
-            world,
-            model.lead().backend().step_recording(),
-            overlap.on,
-        );
         let handle = headroom_engine::spawn(model, engine).context("starting the engine")?;
         let st = handle.stats();
         eprintln!(
@@ -442,8 +430,16 @@ impl ServeJob {
             } else {
                 ""
             },
-            if overlap.on { "; step overlap on" } else { "" },
-            if graphs.on { "; CUDA graphs on" } else { "" },
+            if st.step_overlap.on {
+                "; step overlap on"
+            } else {
+                ""
+            },
+            if st.cuda_graphs.on {
+                "; CUDA graphs on"
+            } else {
+                ""
+            },
         );
         if self.warmup.runs_on(backend) {
             match headroom_engine::warmup::warm_up(&handle) {
