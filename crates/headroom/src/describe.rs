@@ -6,7 +6,7 @@
 use headroom_core::{AttentionKind, LayerKind, RouteRequest};
 use headroom_engine::KvResolution;
 use headroom_model::AttentionPlan;
-use headroom_policy::{ControlSource, Controls, ResolvedAttention};
+use headroom_policy::{AttentionControl, ControlSource, Controls, ResolvedAttention};
 
 /// `[0, 1, 2, 4, 7, 8]` → `0-2, 4, 7-8`.
 pub fn fmt_indices(indices: &[usize]) -> String {
@@ -91,7 +91,13 @@ pub fn attention_why(controls: &Controls, layers: &[ResolvedAttention]) -> Strin
     ids.sort_unstable();
     ids.dedup();
     let control = format!("control {} ({source})", controls.execution);
-    if ids.is_empty() {
+    if ids.is_empty() && controls.execution == AttentionControl::Auto {
+        // Where auto found no measurement, say how to make one.
+        format!(
+            "{control}, no qualification entry applies: the composed route until \
+             `headroom qualify` measures this machine (docs/qualify.md)"
+        )
+    } else if ids.is_empty() {
         format!("{control}, no qualification entry applies")
     } else {
         format!("{control}, qualified by {}", ids.join(", "))
@@ -226,7 +232,7 @@ mod tests {
     #[test]
     fn why_names_the_control_its_source_and_the_deciding_entries() {
         use headroom_core::Route;
-        use headroom_policy::{AttentionControl, ResolutionSource};
+        use headroom_policy::ResolutionSource;
         let resolved = |id: Option<&str>| ResolvedAttention {
             control_requested: AttentionControl::Auto,
             control_source: ControlSource::Default,
@@ -261,6 +267,11 @@ mod tests {
         assert_eq!(
             attention_why(&flag, &layers[..1]),
             "control fallback (flag), no qualification entry applies"
+        );
+        assert_eq!(
+            attention_why(&Controls::default(), &layers[..1]),
+            "control auto (default), no qualification entry applies: the composed route until \
+             `headroom qualify` measures this machine (docs/qualify.md)"
         );
     }
 
