@@ -138,7 +138,7 @@ impl Metrics {
                 "Seconds between consecutive generated tokens of a request.",
             );
         });
-        let gauges: [(&str, &str, &str, f64); 19] = [
+        let gauges: [(&str, &str, &str, f64); 21] = [
             (
                 "headroom_requests_running",
                 "gauge",
@@ -186,6 +186,18 @@ impl Metrics {
                 "counter",
                 "Engine steps queued while the step before was in flight (the step overlap).",
                 stats.steps_queued_ahead as f64,
+            ),
+            (
+                "headroom_step_overlap_enabled",
+                "gauge",
+                "1 when the engine queues each step before the last one's tokens are read.",
+                f64::from(u8::from(stats.step_overlap.on)),
+            ),
+            (
+                "headroom_cuda_graphs_enabled",
+                "gauge",
+                "1 when decode steps are recorded and launched as CUDA graphs.",
+                f64::from(u8::from(stats.cuda_graphs.on)),
             ),
             (
                 "headroom_prefix_cache_queried_tokens_total",
@@ -286,6 +298,10 @@ mod tests {
             prefix_cache_hit_tokens: 512,
             prefix_snapshot_slots_used: 2,
             steps_queued_ahead: 9,
+            cuda_graphs: headroom_engine::GraphsResolution {
+                on: true,
+                ..Default::default()
+            },
             ..EngineStats::default()
         });
         assert!(text.contains("headroom_time_to_first_token_seconds_bucket{le=\"0.0025\"} 0\n"));
@@ -300,9 +316,38 @@ mod tests {
         assert!(text.contains("headroom_prefix_cache_snapshot_slots_used 2\n"));
         assert!(text.contains("headroom_state_slots_used 3\n"));
         assert!(text.contains("headroom_steps_queued_ahead_total 9\n"));
+        assert!(text.contains("headroom_cuda_graphs_enabled 1\n"));
+        assert!(text.contains("headroom_step_overlap_enabled 0\n"));
         assert!(text.contains("headroom_state_slots_free 5\n"));
         assert!(text.contains(
             "# TYPE headroom_preemptions_total counter\nheadroom_preemptions_total 11\n"
         ));
+    }
+
+    /// Every metric the exposition has is in the table of `docs/server.md`
+    /// (an operator's list of what to scrape).
+    #[test]
+    fn every_metric_is_documented() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/server.md"),
+        )
+        .expect("docs/server.md");
+        let from = doc
+            .find("## Metrics (`GET /metrics`)")
+            .expect("the metrics section");
+        let section = &doc[from + 3..];
+        let table = &section[..section.find("\n## ").unwrap_or(section.len())];
+        let text = Metrics::default().render(&EngineStats::default());
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        assert!(names.len() > 20, "{names:?}");
+        let missing: Vec<&&str> = names
+            .iter()
+            .filter(|n| !table.contains(&format!("`{n}")))
+            .collect();
+        assert!(missing.is_empty(), "not in docs/server.md: {missing:?}");
     }
 }
