@@ -35,6 +35,7 @@
 
 pub mod api;
 pub mod config;
+pub mod context_fit;
 pub mod core;
 pub mod graphs;
 pub mod handle;

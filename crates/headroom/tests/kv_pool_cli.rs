@@ -65,3 +65,53 @@ fn settings_that_cannot_fit_exit_1_with_one_line_of_numbers() {
         );
     }
 }
+
+#[test]
+fn a_context_that_cannot_fit_names_the_largest_that_does_and_that_one_runs() {
+    let run = |context: &str| {
+        vec![
+            "generate".to_string(),
+            "--synthetic".into(),
+            "tiny-d256".into(),
+            "--prompt".into(),
+            "hello".into(),
+            "--max-tokens".into(),
+            "2".into(),
+            "--max-running".into(),
+            "1".into(),
+            "--memory-budget-mib".into(),
+            "200".into(),
+            "--max-context".into(),
+            context.to_string(),
+        ]
+    };
+    let args = run("32768");
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = common::headroom_fails(&args);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line: {err}"));
+    let fits: usize = line
+        .split("the largest --max-context that fits is ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fitting context named: {line}"));
+    assert!(
+        fits > 0 && fits < 32768 && fits.is_multiple_of(64),
+        "{line}"
+    );
+    // That context starts; one block more does not.
+    let ok = run(&fits.to_string());
+    let ok: Vec<&str> = ok.iter().map(String::as_str).collect();
+    let out = common::headroom(&ok);
+    let started = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        started.contains(&format!("1 sequences fit at full context ({fits} tokens)")),
+        "{started}"
+    );
+    let more = run(&(fits + 64).to_string());
+    let more: Vec<&str> = more.iter().map(String::as_str).collect();
+    common::headroom_fails(&more);
+}
