@@ -20,12 +20,13 @@ use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
 use crate::config::{EngineConfig, MAX_CONTEXT, MAX_RUNNING};
+use crate::context_fit::plan_pool_naming_fit;
 use crate::graphs::GraphsResolution;
 use crate::kv::{resolve_kv, KvBackendKind, KvResolution};
 use crate::limits::{Checked, Limits};
 pub use crate::memory::memory_model;
 use crate::overlap::OverlapResolution;
-use crate::pool::{plan_pool, PoolPlan};
+use crate::pool::PoolPlan;
 use crate::prefix::BlockPool;
 pub use crate::report::{SampledRow, StepReport};
 use crate::scheduler::StepBudget;
@@ -125,8 +126,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let memory = memory_model(model.lead(), &routes);
         let kv = resolve_kv(cfg.kv_backend);
         let paged = kv.resolved == KvBackendKind::Paged;
-        let pool =
-            plan_pool(&model, &cfg, &memory).map_err(|e| EngineError::Config(e.to_string()))?;
+        let pool = plan_pool_naming_fit(&model, &cfg, &memory)
+            .map_err(|e| EngineError::Config(e.to_string()))?;
         if pool.slots == 0 || pool.slots > MAX_RUNNING {
             return Err(EngineError::Config(format!(
                 "{} state slots must be in 1..={MAX_RUNNING}",

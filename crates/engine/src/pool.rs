@@ -21,7 +21,7 @@
 //! A configuration in which not even one sequence fits at full context (or
 //! the transient or the GDN slots alone exceed the memory) is an error with
 //! the numbers and, where a shorter context fits the same settings, the
-//! largest such `--max-context` ([`crate::context_fit`]). Without a budget (a CPU engine given none) every slot gets
+//! largest such `--max-context` (`context_fit.rs`, around [`plan_pool`]). Without a budget (a CPU engine given none) every slot gets
 //! its full context.
 //!
 //! [`plan_pool`] gathers the inputs for one engine (the device total, what
@@ -190,7 +190,7 @@ pub enum PoolError {
     ContextTooLong {
         /// Why the asked context does not fit.
         cause: Box<PoolError>,
-        /// The largest context that does ([`crate::context_fit`]).
+        /// The largest context that does (found by `context_fit.rs`).
         fits: usize,
     },
 }
@@ -321,24 +321,7 @@ pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
             .snapshot_slots(cfg.kv_backend == KvBackendKind::Paged),
     };
     match (cfg.kv_backend, cfg.kv_pool_blocks) {
-        (KvBackendKind::Paged, None) => size_pool(&inputs).map_err(|cause| {
-            // Name the context that would fit, with its own largest step.
-            let at = |context: usize| PoolInputs {
-                max_context: context,
-                step_transient_bytes: memory.solo_step_transient(
-                    largest_step_rows(&cfg.scheduler, backend, context),
-                    context,
-                ),
-                ..inputs
-            };
-            match crate::context_fit::largest_fitting_context(cfg.max_context, at) {
-                Some(fits) => PoolError::ContextTooLong {
-                    cause: Box::new(cause),
-                    fits,
-                },
-                None => cause,
-            }
-        }),
+        (KvBackendKind::Paged, None) => size_pool(&inputs),
         (KvBackendKind::Paged, Some(blocks)) => {
             let mut plan = size_pool(&PoolInputs {
                 available_bytes: None,
