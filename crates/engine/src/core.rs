@@ -89,10 +89,6 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     stats: EngineStats,
     /// The solo stripe this engine runs, with why.
     solo: SoloStripeResolution,
-    /// Whether steps overlap ([`crate::overlap`]), with why.
-    overlap: OverlapResolution,
-    /// Whether decode steps run as CUDA graphs ([`crate::graphs`]), with why.
-    graphs: GraphsResolution,
     /// The step queued and not yet read (the overlap only).
     inflight: Option<overlap::InFlight<B::Drawn>>,
     /// Steps queued so far (numbers the in-flight step's draws).
@@ -204,8 +200,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             memory_committed_bytes: 0,
             steps: 0,
             steps_queued_ahead: 0,
-            step_overlap: overlap.clone(),
-            cuda_graphs: graphs.clone(),
+            step_overlap: overlap,
+            cuda_graphs: graphs,
             prefix_cache_queried_tokens: 0,
             prefix_cache_hit_tokens: 0,
             kv_blocks_cached: 0,
@@ -219,8 +215,6 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         };
         let salt = cache::model_salt(model.lead());
         Ok(EngineCore {
-            overlap,
-            graphs,
             inflight: None,
             launched: 0,
             snapshots: SnapshotPool::new(pool.slots, pool.snapshot_slots),
@@ -272,14 +266,16 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         &self.solo
     }
 
-    /// Whether this engine's steps overlap, with why.
+    /// Whether this engine's steps overlap ([`crate::overlap`]), with why
+    /// (kept in the stats, which report it).
     pub fn step_overlap(&self) -> &OverlapResolution {
-        &self.overlap
+        &self.stats.step_overlap
     }
 
-    /// Whether this engine's decode steps run as CUDA graphs, with why.
+    /// Whether this engine's decode steps run as CUDA graphs
+    /// ([`crate::graphs`]), with why (kept in the stats).
     pub fn cuda_graphs(&self) -> &GraphsResolution {
-        &self.graphs
+        &self.stats.cuda_graphs
     }
 
     /// `(active, peak)` backend bytes of every rank.
@@ -425,7 +421,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     pub fn step(&mut self) -> Result<Option<StepReport>, EngineError> {
         let started = Instant::now();
         self.reap_cancelled();
-        if self.overlap.on {
+        if self.stats.step_overlap.on {
             let report = self.step_overlapped(started);
             self.refresh_stats();
             return report;

@@ -21,8 +21,9 @@
 //! A configuration in which not even one sequence fits at full context (or
 //! the transient or the GDN slots alone exceed the memory) is an error with
 //! the numbers and, where a shorter context fits the same settings, the
-//! largest such `--max-context` (`context_fit.rs`, around [`plan_pool`]). Without a budget (a CPU engine given none) every slot gets
-//! its full context.
+//! largest such `--max-context` (`context_fit.rs`, around [`plan_pool`]).
+//! Without a budget (a CPU engine given none) every slot gets its full
+//! context.
 //!
 //! [`plan_pool`] gathers the inputs for one engine (the device total, what
 //! the backend holds, the memory model's sizes and step prediction);
