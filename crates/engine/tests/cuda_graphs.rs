@@ -225,39 +225,28 @@ fn lone_decode_models(prepare: impl Fn(&Qwen35Model<CudaBackend>) + 'static) -> 
             steps: 48,
         });
     }
-    let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b").unwrap();
-    let vocab = cfg.vocab_size;
+    // The 35B preset on both routes; the FP8 preset's decode kernels (FP8
+    // GEMVs, the tensor-core MoE experts) on the fused one, as `serve` runs it.
     let fused = AttentionPlan::Uniform(RouteRequest::Fused);
-    for (what, plan) in [("composed", composed), ("fused", fused)] {
-        let (p, cfg) = (std::rc::Rc::clone(&prepare), cfg.clone());
-        let build = move || {
-            let m = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 7).unwrap();
-            p(&m);
-            m
-        };
+    for (name, preset, plan) in [
+        ("35B preset, composed", "qwen3.6-35b-a3b", composed),
+        ("35B preset, fused", "qwen3.6-35b-a3b", fused.clone()),
+        ("35B FP8 preset, fused", "qwen3.6-35b-a3b-fp8", fused),
+    ] {
+        let cfg = ModelConfig::synthetic(preset).unwrap();
+        let p = std::rc::Rc::clone(&prepare);
         out.push(LoneModel {
-            name: format!("35B preset, {what}"),
-            build: Box::new(build),
+            name: name.to_string(),
+            vocab: cfg.vocab_size,
+            build: Box::new(move || {
+                let m = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 7).unwrap();
+                p(&m);
+                m
+            }),
             attention: plan,
-            vocab,
             steps: 24,
         });
     }
-    // The FP8 preset's decode kernels (FP8 GEMVs, the tensor-core MoE
-    // experts) on the fused route, as `serve` runs it.
-    let cfg = ModelConfig::synthetic("qwen3.6-35b-a3b-fp8").unwrap();
-    let p = std::rc::Rc::clone(&prepare);
-    out.push(LoneModel {
-        name: "35B FP8 preset, fused".into(),
-        vocab: cfg.vocab_size,
-        build: Box::new(move || {
-            let m = Qwen35Model::synthetic(CudaBackend::open(0).unwrap(), &cfg, 7).unwrap();
-            p(&m);
-            m
-        }),
-        attention: AttentionPlan::Uniform(RouteRequest::Fused),
-        steps: 24,
-    });
     out
 }
 
