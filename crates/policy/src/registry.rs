@@ -503,7 +503,7 @@ mod tests {
             assert!(e.entry.is_ok(), "{}: {:?}", e.file, e.entry);
         }
         assert!(r.builtin_loaded());
-        // The committed entries (qualifications/h200, qualifications/cpu-*) are all embedded.
+        // The committed entries (qualifications/h200, qualifications/h100, qualifications/cpu-*) are all embedded.
         assert_eq!(r.entries().len(), collect_count(&EMBEDDED));
         assert!(r.entries().len() >= 2, "{:?}", r.entries());
     }
