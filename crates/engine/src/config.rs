@@ -31,8 +31,11 @@ pub struct EngineConfig {
     pub max_running_from_memory: bool,
     /// KV blocks of the paged pool (`None`: sized from memory, [`crate::pool`]).
     pub kv_pool_blocks: Option<usize>,
-    /// Most tokens (prompt + generated) of one sequence.
+    /// Most tokens (prompt + generated) of one sequence; with
+    /// `context_fit` [`ContextFit::AtMost`] a ceiling the engine may lower.
     pub max_context: usize,
+    /// Whether `max_context` is exact or a ceiling lowered to what memory fits.
+    pub context_fit: ContextFit,
     /// Most requests waiting for admission.
     pub max_waiting: usize,
     /// End-of-sequence ids added to every request's stop tokens.
@@ -61,6 +64,7 @@ impl Default for EngineConfig {
             max_running_from_memory: false,
             kv_pool_blocks: None,
             max_context: 4096,
+            context_fit: ContextFit::Exact,
             max_waiting: 1024,
             eos_token_ids: Vec::new(),
             capture_logits: false,
@@ -69,6 +73,22 @@ impl Default for EngineConfig {
             cuda_graphs: CudaGraphs::default(),
         }
     }
+}
+
+/// How an engine takes [`EngineConfig::max_context`] when one sequence of
+/// it does not fit the memory with the other settings (`crate::context_fit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContextFit {
+    /// The context is what was asked: where it does not fit, the engine does
+    /// not start, and its error names the largest context that would (a
+    /// caller that chose the context: `--max-context N`).
+    #[default]
+    Exact,
+    /// The context is a ceiling: where it does not fit, the engine runs the
+    /// largest that does (a whole number of KV blocks) and says so with a
+    /// warning and in its pool plan (a caller that took the model's own
+    /// context as a default).
+    AtMost,
 }
 
 /// The share of device memory an engine on CUDA sizes itself to by default.

@@ -1,9 +1,12 @@
 //! The largest `--max-context` a configuration fits ([`largest_fitting_context`]):
 //! when not even one sequence of the asked context fits (a 262,144-token
 //! model on a card whose weights leave a few GiB, say), the start-up error
-//! names the context that would, as a number the user can pass back.
+//! names the context that would, as a number the user can pass back — or,
+//! where the configuration takes its context as a ceiling
+//! ([`ContextFit::AtMost`]: `serve` without `--max-context`), the engine
+//! runs that context and says so ([`plan_pool_fitting_context`]).
 
-use crate::config::EngineConfig;
+use crate::config::{ContextFit, EngineConfig};
 use crate::kv::{blocks_for, KV_BLOCK_ROWS};
 use crate::memory::MemoryModel;
 use crate::pool::{plan_pool, PoolError, PoolPlan};
@@ -32,6 +35,32 @@ pub(crate) fn plan_pool_naming_fit<B: Backend, M: StepModel<B>>(
             None => cause,
         }
     })
+}
+
+/// The pools of `cfg` under its [`ContextFit`]: [`plan_pool_naming_fit`];
+/// with [`ContextFit::AtMost`], a context that does not fit is lowered to
+/// the largest that does — `cfg.max_context` set to it (so everything the
+/// engine sizes from `cfg` after the plan runs it) and the plan's
+/// `lowered_from` the asked one — with a warning naming both.
+pub(crate) fn plan_pool_fitting_context<B: Backend, M: StepModel<B>>(
+    model: &M,
+    cfg: &mut EngineConfig,
+    memory: &MemoryModel,
+) -> Result<PoolPlan, PoolError> {
+    match plan_pool_naming_fit(model, cfg, memory) {
+        Err(PoolError::ContextTooLong { cause, fits }) if cfg.context_fit == ContextFit::AtMost => {
+            let asked = cfg.max_context;
+            cfg.max_context = fits;
+            let mut plan = plan_pool(model, cfg, memory)?;
+            plan.lowered_from = Some(asked);
+            tracing::warn!(
+                "max_context lowered from {asked} to {fits} tokens, the largest that fits the \
+                 memory with these settings (at {asked}: {cause}); pass --max-context to choose"
+            );
+            Ok(plan)
+        }
+        planned => planned,
+    }
 }
 
 /// The largest context below `asked` tokens, a whole number of KV blocks,
@@ -108,5 +137,99 @@ mod tests {
         // caller asks only after the asked context failed).
         let fit = largest_fitting_context(4096, |c| size_pool(&at(1 << 40)(c)).is_ok()).unwrap();
         assert_eq!(fit, 4096 - KV_BLOCK_ROWS);
+    }
+}
+
+/// [`plan_pool_fitting_context`] through [`crate::EngineCore::new`] on the CPU.
+#[cfg(test)]
+mod engine_tests {
+    use crate::config::{ContextFit, EngineConfig};
+    use crate::{EngineCore, EngineError, GenerateRequest, SubmitError};
+    use headroom_cpu::CpuBackend;
+    use headroom_model::{ModelConfig, Qwen35Model, Weights};
+
+    /// tiny-d256 (a 32,768-token model) with one state slot in 200 MiB:
+    /// the largest step's transients at its full context do not fit.
+    fn engine(context_fit: ContextFit) -> Result<EngineCore<CpuBackend>, EngineError> {
+        let cfg = ModelConfig::synthetic("tiny-d256").unwrap();
+        let model =
+            Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap();
+        EngineCore::new(
+            model,
+            EngineConfig {
+                memory_budget_bytes: Some(200 << 20),
+                max_running: 1,
+                max_context: cfg.max_position_embeddings,
+                context_fit,
+                ..EngineConfig::default()
+            },
+        )
+    }
+
+    /// The context the exact mode's error names as the largest that fits.
+    fn named_fit() -> usize {
+        let Err(EngineError::Config(e)) = engine(ContextFit::Exact) else {
+            panic!("an exact 32,768-token context fits 200 MiB");
+        };
+        e.split("the largest --max-context that fits is ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no fitting context named: {e}"))
+    }
+
+    #[test]
+    fn a_ceiling_that_does_not_fit_runs_the_largest_context_that_does() {
+        let fits = named_fit();
+        assert!(fits > 0 && fits < 32_768, "{fits}");
+        let mut core = engine(ContextFit::AtMost).unwrap();
+        // One value everywhere the engine sizes or reports its context.
+        assert_eq!(core.config().max_context, fits);
+        assert_eq!(core.limits().max_context, fits);
+        assert_eq!(core.pool().max_context, fits);
+        assert_eq!(core.pool().lowered_from, Some(32_768));
+        assert_eq!(core.stats().pool, *core.pool());
+        let plan = core.pool().to_string();
+        assert!(
+            plan.contains(&format!("({fits} tokens, lowered from 32768 to fit)")),
+            "{plan}"
+        );
+        // A request of the lowered context is taken; one token more is refused, naming it.
+        assert!(core
+            .submit(GenerateRequest::greedy(vec![1; fits - 1], 1))
+            .is_ok());
+        let Err(e) = core.submit(GenerateRequest::greedy(vec![1; fits], 1)) else {
+            panic!("a request past the lowered context was taken");
+        };
+        assert_eq!(
+            e,
+            SubmitError::TooLong {
+                tokens: fits + 1,
+                limit: fits
+            }
+        );
+        assert!(e.to_string().contains(&fits.to_string()), "{e}");
+    }
+
+    #[test]
+    fn an_exact_context_still_fails_and_a_ceiling_that_fits_is_kept() {
+        assert!(named_fit() < 32_768);
+        let cfg = ModelConfig::synthetic("tiny-d256").unwrap();
+        let model =
+            Qwen35Model::load(CpuBackend::new(), &cfg, Weights::synthetic(&cfg, 7)).unwrap();
+        let core = EngineCore::new(
+            model,
+            EngineConfig {
+                memory_budget_bytes: Some(200 << 20),
+                max_running: 1,
+                max_context: 1024,
+                context_fit: ContextFit::AtMost,
+                ..EngineConfig::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(core.limits().max_context, 1024);
+        assert_eq!(core.pool().lowered_from, None);
+        assert!(!core.pool().to_string().contains("lowered"));
     }
 }

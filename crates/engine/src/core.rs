@@ -20,7 +20,7 @@ use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
 use crate::config::{EngineConfig, MAX_CONTEXT, MAX_RUNNING};
-use crate::context_fit::plan_pool_naming_fit;
+use crate::context_fit::plan_pool_fitting_context;
 use crate::graphs::GraphsResolution;
 use crate::kv::{resolve_kv, KvBackendKind, KvResolution};
 use crate::limits::{Checked, Limits};
@@ -97,8 +97,12 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
 
 impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
     /// Checks the configuration, resolves the routes and the KV backend,
-    /// and allocates the state pools.
-    pub fn new(model: M, cfg: EngineConfig) -> Result<Self, EngineError> {
+    /// and allocates the state pools. Under [`crate::config::ContextFit::AtMost`]
+    /// a `max_context` that does not fit is lowered to the largest that does
+    /// before anything is sized from it: [`Self::config`], the limits, the
+    /// state and the stats all carry the context the engine runs, and the
+    /// pool plan's `lowered_from` the one asked.
+    pub fn new(model: M, mut cfg: EngineConfig) -> Result<Self, EngineError> {
         cfg.scheduler.validate().map_err(EngineError::Config)?;
         if cfg.max_running == 0 || cfg.max_running > MAX_RUNNING {
             return Err(EngineError::Config(format!(
@@ -122,7 +126,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         let memory = memory_model(model.lead(), &routes);
         let kv = resolve_kv(cfg.kv_backend);
         let paged = kv.resolved == KvBackendKind::Paged;
-        let pool = plan_pool_naming_fit(&model, &cfg, &memory)
+        let pool = plan_pool_fitting_context(&model, &mut cfg, &memory)
             .map_err(|e| EngineError::Config(e.to_string()))?;
         if pool.slots == 0 || pool.slots > MAX_RUNNING {
             return Err(EngineError::Config(format!(

@@ -21,7 +21,9 @@
 //! A configuration in which not even one sequence fits at full context (or
 //! the transient or the GDN slots alone exceed the memory) is an error with
 //! the numbers and, where a shorter context fits the same settings, the
-//! largest such `--max-context` (`context_fit.rs`, around [`plan_pool`]).
+//! largest such `--max-context` (`context_fit.rs`, around [`plan_pool`]) —
+//! or, where the configuration takes its context as a ceiling
+//! ([`crate::config::ContextFit::AtMost`]), the plan at that context.
 //! Without a budget (a CPU engine given none) every slot gets its full
 //! context.
 //!
@@ -94,7 +96,12 @@ pub struct PoolPlan {
     pub step_transient_bytes: u64,
     /// The bytes the plan was sized from (`None`: unbounded).
     pub available_bytes: Option<u64>,
+    /// Most tokens of one sequence: the context the engine runs.
     pub max_context: usize,
+    /// The context asked for, where it did not fit and the engine runs the
+    /// largest that does instead (`max_context`, under
+    /// [`crate::config::ContextFit::AtMost`]); `None`: it runs the asked one.
+    pub lowered_from: Option<usize>,
 }
 
 impl PoolPlan {
@@ -132,7 +139,7 @@ impl std::fmt::Display for PoolPlan {
             f,
             "KV pool {} blocks of {KV_BLOCK_ROWS} tokens = {} tokens ({:.2} GiB); {} state slots \
              ({:.2} GiB GDN state); {} prefix-cache snapshot slots ({:.2} GiB); {} sequences fit \
-             at full context ({} tokens)",
+             at full context ({} tokens{})",
             self.blocks,
             self.tokens(),
             gib(self.kv_bytes()),
@@ -142,6 +149,10 @@ impl std::fmt::Display for PoolPlan {
             gib(self.snapshot_bytes()),
             self.full_context_sequences(),
             self.max_context,
+            match self.lowered_from {
+                Some(asked) => format!(", lowered from {asked} to fit"),
+                None => String::new(),
+            },
         )
     }
 }
@@ -208,6 +219,7 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
         step_transient_bytes: i.step_transient_bytes,
         available_bytes: i.available_bytes,
         max_context: i.max_context,
+        lowered_from: None,
     };
     let Some(available) = i.available_bytes else {
         let slots = match i.running {
@@ -362,6 +374,7 @@ pub fn contiguous_pool(i: &PoolInputs) -> PoolPlan {
         step_transient_bytes: i.step_transient_bytes,
         available_bytes: i.available_bytes,
         max_context: i.max_context,
+        lowered_from: None,
     }
 }
 

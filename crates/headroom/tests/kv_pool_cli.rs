@@ -1,9 +1,12 @@
 //! The paged KV pool at start-up, as a process: `generate` prints the pool
 //! (blocks, tokens, GiB), the state slots and how many sequences fit at full
 //! context; `serve` and `generate` settings that cannot fit the memory
-//! budget exit 1 with one line giving the numbers.
+//! budget exit 1 with one line giving the numbers; `serve` without
+//! `--max-context` lowers the model's context to the largest that fits.
 
 mod common;
+
+use std::process::Stdio;
 
 #[test]
 fn generate_prints_the_pool_slots_and_full_context_sequences() {
@@ -114,4 +117,97 @@ fn a_context_that_cannot_fit_names_the_largest_that_does_and_that_one_runs() {
     let more = run(&(fits + 64).to_string());
     let more: Vec<&str> = more.iter().map(String::as_str).collect();
     common::headroom_fails(&more);
+}
+
+/// The number after `the largest --max-context that fits is ` in `err`.
+fn named_fit(err: &str) -> usize {
+    err.lines()
+        .find(|l| l.starts_with("error:"))
+        .and_then(|l| l.split("the largest --max-context that fits is ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fitting context named: {err}"))
+}
+
+/// tiny-d256's own context (32,768) does not fit one slot in 200 MiB:
+/// asked for with `--max-context`, `serve` exits 1 naming the largest that
+/// fits; not asked for, it starts with that context, says so on stderr,
+/// reports it on `/v1/models` and refuses a request past it, naming it.
+#[test]
+fn serve_without_max_context_lowers_the_models_context_to_fit_and_with_it_exits_1() {
+    let base = [
+        "serve",
+        "--synthetic",
+        "tiny-d256",
+        "--port",
+        "0",
+        "--max-running",
+        "1",
+        "--memory-budget-mib",
+        "200",
+    ];
+    let mut exact = base.to_vec();
+    exact.extend(["--max-context", "32768"]);
+    let fits = named_fit(&common::headroom_fails(&exact));
+    assert!(
+        fits > 0 && fits < 32768 && fits.is_multiple_of(64),
+        "{fits}"
+    );
+
+    let mut child = common::headroom_command()
+        .args(base)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening_addr(&mut child);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (models, long) = rt.block_on(async {
+        use headroom_server::client;
+        let models = client::request(addr, "GET", "/v1/models", None)
+            .await
+            .unwrap();
+        let body = serde_json::json!({
+            "prompt": "a".repeat(fits - 8),
+            "max_tokens": 16,
+            "temperature": 0,
+        });
+        let long = client::post_json(addr, "/v1/completions", &body)
+            .await
+            .unwrap();
+        (models, long)
+    });
+    let stderr = common::stop_server(child);
+    assert_eq!(
+        models.json().unwrap()["data"][0]["max_model_len"],
+        fits,
+        "{stderr}"
+    );
+    assert_eq!(long.status, 400, "{}", long.text());
+    assert!(
+        long.text()
+            .contains(&format!("model's context of {fits} tokens")),
+        "{}",
+        long.text()
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(&format!("max_context lowered from 32768 to {fits} tokens"))),
+        "{stderr}"
+    );
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("serve on cpu"))
+        .unwrap_or_else(|| panic!("no start-up line: {stderr}"));
+    for want in [
+        format!("context {fits} tokens"),
+        format!("1 sequences fit at full context ({fits} tokens, lowered from 32768 to fit)"),
+    ] {
+        assert!(line.contains(&want), "{want}: {line}");
+    }
+    assert!(!stderr.contains('\u{1b}'), "{stderr}");
 }

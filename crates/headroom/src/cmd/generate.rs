@@ -46,6 +46,7 @@ use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use anyhow::bail;
 use headroom_core::BackendKind;
+use headroom_engine::config::ContextFit;
 use headroom_engine::EngineConfig;
 use headroom_model::tokenizer::{TextCodec, Tokenizer};
 use job::GenerateJob;
@@ -184,6 +185,8 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         max_running_from_memory: a.max_running.is_none(),
         kv_pool_blocks: None,
         max_context,
+        // The longest request's context (or --max-context): never lowered.
+        context_fit: ContextFit::Exact,
         max_waiting: requests.len().max(1024),
         eos_token_ids: eos,
         capture_logits: false,

@@ -20,7 +20,11 @@
 //! `--memory-budget-mib` (default 90 % of the available memory) on the CPU.
 //! The start-up line gives the pool (blocks, tokens, GiB), the state slots
 //! and how many sequences fit at full context; settings that cannot fit
-//! exit 1 with one line giving the numbers.
+//! exit 1 with one line giving the numbers. Without `--max-context` the
+//! model's context is a ceiling (`ContextFit::AtMost`): where it does not
+//! fit, the engine runs the largest context that does, with a warning, and
+//! the start-up line says `lowered from N to fit`; a `--max-context` given
+//! is exact (too long: exit 1 naming the largest that fits).
 
 use crate::attention_setup::attention_plan_and_why;
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
@@ -32,6 +36,7 @@ use crate::warmup_mode::WarmupMode;
 use anyhow::{bail, Context};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
+use headroom_engine::config::ContextFit;
 use headroom_engine::EngineConfig;
 use headroom_model::tokenizer::{TextCodec, Tokenizer};
 use headroom_model::{Qwen35Model, StepModel, TpGroup};
@@ -64,7 +69,9 @@ pub struct Args {
     #[arg(long, value_name = "host|device")]
     pub weights_init: Option<WeightsInit>,
     /// Most tokens (prompt + generated) of one request (default: the model's
-    /// `max_position_embeddings`; never above it).
+    /// `max_position_embeddings`, lowered to the largest context that fits
+    /// memory, with a warning; never above it). Given, it is exact: a
+    /// context that does not fit exits 1 naming the largest that does.
     #[arg(long, value_name = "N")]
     pub max_context: Option<usize>,
     /// Most requests running at once (state slots; default: what memory
@@ -235,6 +242,12 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         max_running_from_memory: a.max_running.is_none(),
         kv_pool_blocks: None,
         max_context,
+        // The model's own context is a default, not a choice: lowered to fit.
+        context_fit: if a.max_context.is_some() {
+            ContextFit::Exact
+        } else {
+            ContextFit::AtMost
+        },
         max_waiting: a.max_waiting,
         eos_token_ids: eos,
         capture_logits: false,
@@ -481,7 +494,8 @@ impl ServeJob {
 
 /// The context a served request may use: `--max-context` when given (never
 /// above the model's `max_position_embeddings`: refused with both numbers),
-/// else the model's limit (paged KV takes blocks only as a sequence grows).
+/// else the model's limit (paged KV takes blocks only as a sequence grows;
+/// the engine lowers it to what memory fits, `ContextFit::AtMost`).
 pub(crate) fn serve_max_context(flag: Option<usize>, model_limit: usize) -> anyhow::Result<usize> {
     match flag {
         Some(n) if n > model_limit => bail!(
