@@ -3,6 +3,7 @@
 mod arg_checks;
 mod attention_setup;
 mod backend_select;
+mod capacity_args;
 mod cmd;
 mod describe;
 mod engine_args;

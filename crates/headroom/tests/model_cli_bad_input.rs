@@ -214,3 +214,27 @@ fn a_model_larger_than_memory_is_refused_up_front() {
         "{err}"
     );
 }
+
+/// `serve` and `generate` check their capacity flags alike (one home:
+/// `capacity_args.rs`), before loading a model: exit 1 naming the flag.
+#[test]
+fn serve_and_generate_refuse_bad_capacity_flags_by_name() {
+    let huge = u64::MAX.to_string();
+    for (flag, value) in [
+        ("--max-running", "0"),
+        ("--memory-fraction", "0"),
+        ("--memory-fraction", "1.5"),
+        ("--memory-budget-mib", "0"),
+        ("--memory-budget-mib", huge.as_str()),
+    ] {
+        for command in [
+            vec!["serve", "--synthetic", "tiny-d64", "--port", "0"],
+            vec!["generate", "--synthetic", "tiny-d64", "--prompt", "hi"],
+        ] {
+            let mut args = command.clone();
+            args.extend([flag, value]);
+            let err = headroom_fails(&args);
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+    }
+}

@@ -42,6 +42,7 @@ mod report;
 use super::logits::{check_memory, ForwardArgs};
 use crate::attention_setup::attention_plan_and_why;
 use crate::backend_select::{load_config, run_on_backend, WeightsInit};
+use crate::capacity_args::{CapacityArgs, AUTO_RUNNING_CAP};
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use anyhow::bail;
@@ -96,18 +97,8 @@ pub struct Args {
     pub seed: u64,
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Memory budget of the engine's KV, GDN state and attention transients, MiB
-    /// (default: 90% of available memory on cpu; unbounded on cuda).
-    #[arg(long, value_name = "MIB")]
-    pub memory_budget_mib: Option<u64>,
-    /// Most sequences running at once (state slots; default: what memory
-    /// allows, at most the number of requests and 1024).
-    #[arg(long, value_name = "N")]
-    pub max_running: Option<usize>,
-    /// Share of the device's memory (weights included) the engine sizes its
-    /// KV pool and state slots to, on cuda.
-    #[arg(long, default_value_t = headroom_engine::DEFAULT_MEMORY_FRACTION, value_name = "F")]
-    pub memory_fraction: f64,
+    #[command(flatten)]
+    pub capacity: CapacityArgs,
     /// Most tokens of one sequence (default: the longest request, rounded up to 64).
     #[arg(long, value_name = "N")]
     pub max_context: Option<usize>,
@@ -124,10 +115,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         crate::output::check_output_path("--json", json, &inputs)?;
     }
     prompts::check_sampling(a.temperature, a.top_p, "--")?;
-    super::serve::check_memory_fraction(a.memory_fraction)?;
-    if a.max_running == Some(0) {
-        bail!("--max-running must be at least 1");
-    }
+    let capacity = a.capacity.capacity()?;
     if a.forward.chunk == Some(0) {
         bail!("--chunk must be at least 1");
     }
@@ -177,12 +165,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         scheduler: settings,
         attention,
         kv_backend: a.engine.kv,
-        memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
-        memory_fraction: a.memory_fraction,
-        max_running: a
-            .max_running
-            .unwrap_or(requests.len().clamp(1, super::serve::AUTO_RUNNING_CAP)),
-        max_running_from_memory: a.max_running.is_none(),
+        memory_budget_bytes: capacity.memory_budget_bytes,
+        memory_fraction: capacity.memory_fraction,
+        max_running: capacity.max_running_or(requests.len().clamp(1, AUTO_RUNNING_CAP)),
+        max_running_from_memory: capacity.max_running_from_memory(),
         kv_pool_blocks: None,
         max_context,
         // The longest request's context (or --max-context): never lowered.

@@ -28,6 +28,7 @@
 
 use crate::attention_setup::attention_plan_and_why;
 use crate::backend_select::{load_config, run_on_backend, LoadInfo, ModelJob, WeightsInit};
+use crate::capacity_args::{CapacityArgs, AUTO_RUNNING_CAP};
 use crate::engine_args::EngineArgs;
 use crate::global::GlobalArgs;
 use crate::model_source::ModelSource;
@@ -74,22 +75,11 @@ pub struct Args {
     /// context that does not fit exits 1 naming the largest that does.
     #[arg(long, value_name = "N")]
     pub max_context: Option<usize>,
-    /// Most requests running at once (state slots; default: what memory
-    /// allows, at most 1024).
-    #[arg(long, value_name = "N")]
-    pub max_running: Option<usize>,
-    /// Share of the device's memory (weights included) the engine sizes its
-    /// KV pool and state slots to, on cuda.
-    #[arg(long, default_value_t = headroom_engine::DEFAULT_MEMORY_FRACTION, value_name = "F")]
-    pub memory_fraction: f64,
+    #[command(flatten)]
+    pub capacity: CapacityArgs,
     /// Most requests waiting for admission; beyond it requests are answered 429.
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub max_waiting: usize,
-    /// Memory budget of the engine's KV, GDN state and transients, MiB
-    /// (default: 90% of the available memory on cpu; on cuda
-    /// `--memory-fraction` of the device, this caps it when given).
-    #[arg(long, value_name = "MIB")]
-    pub memory_budget_mib: Option<u64>,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// `max_tokens` of a request that gives none (cut to the context left).
@@ -193,14 +183,14 @@ impl ServeLimitArgs {
 }
 
 pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
-    if a.max_context == Some(0) || a.max_running == Some(0) || a.default_max_tokens == 0 {
-        bail!("--max-context, --max-running and --default-max-tokens must be at least 1");
+    if a.max_context == Some(0) || a.default_max_tokens == 0 {
+        bail!("--max-context and --default-max-tokens must be at least 1");
     }
+    let capacity = a.capacity.capacity()?;
     // A request always waits in the queue before it runs, and every request has a body:
     // 0 would refuse every request.
     crate::arg_checks::at_least_one("--max-waiting", a.max_waiting)?;
     crate::arg_checks::at_least_one("--max-body-bytes", a.max_body_bytes)?;
-    check_memory_fraction(a.memory_fraction)?;
     let Ok(grace) = Duration::try_from_secs_f64(a.shutdown_grace_s) else {
         bail!(
             "--shutdown-grace-s must be a number of seconds >= 0 (got {:?})",
@@ -236,10 +226,10 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         scheduler,
         attention,
         kv_backend: a.engine.kv,
-        memory_budget_bytes: a.memory_budget_mib.map(|m| m.saturating_mul(1 << 20)),
-        memory_fraction: a.memory_fraction,
-        max_running: a.max_running.unwrap_or(AUTO_RUNNING_CAP),
-        max_running_from_memory: a.max_running.is_none(),
+        memory_budget_bytes: capacity.memory_budget_bytes,
+        memory_fraction: capacity.memory_fraction,
+        max_running: capacity.max_running_or(AUTO_RUNNING_CAP),
+        max_running_from_memory: capacity.max_running_from_memory(),
         kv_pool_blocks: None,
         max_context,
         // The model's own context is a default, not a choice: lowered to fit.
@@ -507,16 +497,6 @@ pub(crate) fn serve_max_context(flag: Option<usize>, model_limit: usize) -> anyh
     }
 }
 
-/// Most state slots `--max-running` resolves to when sized from memory.
-pub(crate) const AUTO_RUNNING_CAP: usize = headroom_engine::pool::AUTO_RUNNING_CAP;
-
-/// `--memory-fraction` must be in (0, 1].
-pub(crate) fn check_memory_fraction(f: f64) -> anyhow::Result<()> {
-    if !(f > 0.0 && f <= 1.0) {
-        bail!("--memory-fraction {f} must be in (0, 1]");
-    }
-    Ok(())
-}
 #[cfg(test)]
 mod max_context_tests {
     use super::serve_max_context;
@@ -529,17 +509,6 @@ mod max_context_tests {
         assert_eq!(serve_max_context(Some(64), 64).unwrap(), 64);
         let err = serve_max_context(Some(4096), 64).unwrap_err().to_string();
         assert!(err.contains("4096") && err.contains("64"), "{err}");
-    }
-
-    #[test]
-    fn the_memory_fraction_is_a_share_of_the_device() {
-        for ok in [0.5, 0.9, 1.0] {
-            super::check_memory_fraction(ok).unwrap();
-        }
-        for bad in [0.0, -0.1, 1.01, f64::NAN] {
-            let e = super::check_memory_fraction(bad).unwrap_err().to_string();
-            assert!(e.contains("--memory-fraction"), "{e}");
-        }
     }
 }
 
