@@ -3,7 +3,8 @@
 //! in their storage dtype ([`CpuWeight`]). A [`Precision`] other than f32
 //! rounds matrices and op outputs to bf16 where the CUDA backend stores bf16
 //! (see [`crate::precision`]). The larger ops live in the child modules
-//! `attention`, `gdn`, `kv` and `moe`.
+//! `attention`, `gdn`, `kv`, `moe` and `norm`; uploads, state pools and the
+//! byte counters in `memory`.
 
 pub(crate) use crate::act::{batch_rows, groups_of, same_shape};
 pub use crate::act::{CpuAct, CpuWeight};
@@ -11,22 +12,21 @@ pub use crate::act::{CpuAct, CpuWeight};
 mod attention;
 mod gdn;
 mod kv;
+mod memory;
 mod moe;
+mod norm;
 
 use crate::ops::activation::{sigmoid, swiglu};
-use crate::ops::rms_norm::{rms_norm_gated, rms_norm_offset};
 use crate::ops::rope::Rope;
 use crate::ops::{linear, WeightView};
 use crate::precision::{ActRounding, Precision};
 use crate::state::{CpuGdnState, CpuKvCache};
-use half::bf16;
 use headroom_core::fused_capability::fused_support;
 use headroom_core::ops::{
-    rng, Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, OpKey, OpResult, RopeSpec,
+    Backend, Batch, GdnSpec, KvSpec, MoeSpec, MoeWeights, OpError, OpKey, OpResult, RopeSpec,
     SamplingParams, WeightInit, WorkspaceModel,
 };
-use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor, TensorData};
-use rayon::prelude::*;
+use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -95,24 +95,6 @@ impl CpuBackend {
         self.precision.act.apply(site, x);
     }
 
-    /// The router's input: `x`, or under the emulation without the
-    /// `ROUTER_INPUT` site the un-rounded normed rows `x` was rounded from.
-    pub(crate) fn router_input(&self, x: &CpuAct) -> CpuAct {
-        let stash = self.unrounded_norm.lock().ok().and_then(|mut s| s.take());
-        match stash {
-            Some(rows)
-                if rows.len() == x.data.len()
-                    && rows
-                        .iter()
-                        .zip(&x.data)
-                        .all(|(a, b)| bf16::from_f32(*a).to_f32().to_bits() == b.to_bits()) =>
-            {
-                CpuAct::new(x.rows, x.cols, rows)
-            }
-            _ => x.clone(),
-        }
-    }
-
     /// `x · Wᵀ` in f32, never rounded (router and gate logits stay f32 on CUDA).
     pub(crate) fn linear_f32(&self, x: &CpuAct, w: &CpuWeight) -> OpResult<CpuAct> {
         let w = w.view("linear")?;
@@ -128,25 +110,6 @@ impl CpuBackend {
         let mut out = CpuAct::zeros(x.rows, w.rows);
         linear(&x.data, x.rows, w, &mut out.data);
         Ok(out)
-    }
-
-    pub(crate) fn note_transient(&self, bytes: usize) {
-        let now = self.active.load(Ordering::Relaxed) + bytes;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-    }
-
-    pub(crate) fn add_active(&self, bytes: usize) {
-        let now = self.active.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.peak.fetch_max(now, Ordering::Relaxed);
-    }
-
-    /// Takes `bytes` freed off the active count (never below zero).
-    fn sub_active(&self, bytes: usize) {
-        let _ = self
-            .active
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
-                Some(a.saturating_sub(bytes))
-            });
     }
 }
 
@@ -199,48 +162,15 @@ impl Backend for CpuBackend {
     }
 
     fn upload_matrix(&self, t: Tensor) -> OpResult<CpuWeight> {
-        if t.shape.is_empty() || t.numel() != t.shape.iter().product::<usize>() {
-            return Err(OpError::shape(
-                "upload_matrix",
-                format!("bad shape {:?}", t.shape),
-            ));
-        }
-        // The matrix is held as stored (or as bf16) and counted in `memory()`;
-        // FP8 is dequantized to f32 here, so every CPU op reads plain data.
-        let t = t.dequantized();
-        if self.precision.bf16_matrices && t.dtype() != Dtype::Bf16 {
-            let data = t.to_f32_vec().into_iter().map(bf16::from_f32).collect();
-            self.add_active(t.numel() * 2);
-            return Ok(CpuWeight::Matrix(Tensor::new(
-                t.shape,
-                TensorData::Bf16(data),
-            )));
-        }
-        self.add_active(t.numel() * t.dtype().size_bytes());
-        Ok(CpuWeight::Matrix(t))
+        memory::upload_matrix(self, t)
     }
 
     fn upload_vector(&self, t: Tensor) -> OpResult<CpuWeight> {
-        self.add_active(t.numel() * 4);
-        Ok(CpuWeight::Vector(t.to_f32_vec()))
+        memory::upload_vector(self, t)
     }
 
     fn init_matrix(&self, rows: usize, cols: usize, init: WeightInit) -> OpResult<CpuWeight> {
-        let n = rows
-            .checked_mul(cols)
-            .ok_or_else(|| OpError::shape("init_matrix", "rows × cols overflows"))?;
-        let data: Vec<bf16> = (0..n as u64)
-            .into_par_iter()
-            .map(|i| {
-                let c = init.counter(i, cols as u64);
-                bf16::from_f32(init.mean + init.std * rng::normal(init.seed, c))
-            })
-            .collect();
-        self.add_active(n * 2);
-        Ok(CpuWeight::Matrix(Tensor::new(
-            vec![rows, cols],
-            TensorData::Bf16(data),
-        )))
+        memory::init_matrix(self, rows, cols, init)
     }
 
     fn act_from_f32(&self, rows: usize, cols: usize, data: &[f32]) -> OpResult<CpuAct> {
@@ -282,63 +212,27 @@ impl Backend for CpuBackend {
     }
 
     fn new_kv_cache(&self, spec: &KvSpec) -> OpResult<CpuKvCache> {
-        if spec.kv_heads == 0 || spec.head_dim == 0 {
-            return Err(OpError::shape("new_kv_cache", format!("{spec:?}")));
-        }
-        // Blocks are allocated (and counted) as kv_write fills them.
-        CpuKvCache::new(*spec)
+        memory::new_kv_cache(spec)
     }
 
     fn new_gdn_state(&self, spec: &GdnSpec) -> OpResult<CpuGdnState> {
-        if spec.kernel == 0
-            || spec.k_heads == 0
-            || !spec.v_heads.is_multiple_of(spec.k_heads)
-            || spec.k_dim == 0
-            || spec.v_dim == 0
-        {
-            return Err(OpError::shape("new_gdn_state", format!("{spec:?}")));
-        }
-        let st = CpuGdnState::new(*spec);
-        self.add_active(st.bytes());
-        Ok(st)
+        memory::new_gdn_state(self, spec)
     }
 
     fn reset_kv_slot(&self, cache: &mut CpuKvCache, slot: usize) -> OpResult<()> {
-        let freed = cache.reset(slot).ok_or(OpError::State {
-            slot,
-            detail: "no such slot".into(),
-        })?;
-        // kv_write counted each block it allocated.
-        self.sub_active(freed);
-        Ok(())
+        memory::reset_kv_slot(self, cache, slot)
     }
 
     fn reset_gdn_slot(&self, state: &mut CpuGdnState, slot: usize) -> OpResult<()> {
-        if slot >= state.spec.slots {
-            return Err(OpError::State {
-                slot,
-                detail: "no such slot".into(),
-            });
-        }
-        state.conv[slot].fill(0.0);
-        state.recurrent[slot].fill(0.0);
-        Ok(())
+        memory::reset_gdn_slot(state, slot)
     }
 
     fn copy_kv_slot(&self, cache: &mut CpuKvCache, from: usize, to: usize) -> OpResult<()> {
-        let freed = cache.copy_slot(from, to).ok_or(OpError::State {
-            slot: from.max(to),
-            detail: "no such slot".into(),
-        })?;
-        self.sub_active(freed);
-        Ok(())
+        memory::copy_kv_slot(self, cache, from, to)
     }
 
     fn copy_gdn_slot(&self, state: &mut CpuGdnState, from: usize, to: usize) -> OpResult<()> {
-        state.copy_slot(from, to).ok_or(OpError::State {
-            slot: from.max(to),
-            detail: "no such slot".into(),
-        })
+        memory::copy_gdn_slot(state, from, to)
     }
 
     fn kv_len(&self, cache: &CpuKvCache, slot: usize) -> usize {
@@ -377,35 +271,11 @@ impl Backend for CpuBackend {
         weight: &CpuWeight,
         eps: f32,
     ) -> OpResult<CpuAct> {
-        let w = weight.vector("add_rms_norm")?;
-        if w.len() != residual.cols {
-            return Err(OpError::shape("add_rms_norm", "weight length != columns"));
-        }
-        if let Some(d) = delta {
-            same_shape("add_rms_norm", residual, d)?;
-            for (a, b) in residual.data.iter_mut().zip(&d.data) {
-                *a += b;
-            }
-            self.round(ActRounding::RESIDUAL, &mut residual.data);
-        }
-        let mut out = residual.clone();
-        rms_norm_offset(&mut out.data, w, eps);
-        let act = self.precision.act;
-        if act.contains(ActRounding::NORM) && !act.contains(ActRounding::ROUTER_INPUT) {
-            if let Ok(mut s) = self.unrounded_norm.lock() {
-                *s = Some(out.data.clone());
-            }
-        }
-        self.round(ActRounding::NORM, &mut out.data);
-        Ok(out)
+        norm::add_rms_norm(self, residual, delta, weight, eps)
     }
 
     fn rms_norm_groups(&self, x: &mut CpuAct, weight: &CpuWeight, eps: f32) -> OpResult<()> {
-        let w = weight.vector("rms_norm")?;
-        groups_of("rms_norm", x, w.len())?;
-        rms_norm_offset(&mut x.data, w, eps);
-        self.round(ActRounding::ATTENTION, &mut x.data);
-        Ok(())
+        norm::rms_norm_groups(self, x, weight, eps)
     }
 
     fn gated_rms_norm(
@@ -415,12 +285,7 @@ impl Backend for CpuBackend {
         weight: &CpuWeight,
         eps: f32,
     ) -> OpResult<()> {
-        let w = weight.vector("gated_rms_norm")?;
-        same_shape("gated_rms_norm", x, z)?;
-        groups_of("gated_rms_norm", x, w.len())?;
-        rms_norm_gated(&mut x.data, &z.data, w, eps);
-        self.round(ActRounding::GDN, &mut x.data);
-        Ok(())
+        norm::gated_rms_norm(self, x, z, weight, eps)
     }
 
     fn rope(
