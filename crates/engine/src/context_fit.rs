@@ -89,7 +89,7 @@ pub fn largest_fitting_context(asked: usize, fits: impl Fn(usize) -> bool) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::{size_pool, PoolInputs, RunningSlots};
+    use crate::pool::{size_pool, PoolInputs, RunningSlots, SnapshotSlots};
 
     const MIB: u64 = 1 << 20;
 
@@ -103,7 +103,7 @@ mod tests {
             step_transient_bytes: blocks_for(context) as u64 * MIB,
             running: RunningSlots::Fixed(8),
             max_context: context,
-            snapshot_slots: 0,
+            snapshots: SnapshotSlots::Fixed(0),
         }
     }
 

@@ -10,7 +10,11 @@
 //!
 //! 1. the largest step's transient peak (the memory model's prediction for
 //!    the scheduler's largest step) and the prefix cache's snapshot slots
-//!    (each one sequence's GDN state) are set aside;
+//!    (each one sequence's GDN state) are set aside — by default at most
+//!    [`SNAPSHOT_SHARE`] of what is left after the transient (at least one,
+//!    at most `--prefix-cache-state-slots`' default), so that on a
+//!    memory-starved card the snapshots do not take the running sequences'
+//!    room; an explicit `--prefix-cache-state-slots` is taken as given;
 //! 2. the GDN state slots (one per running sequence): `--max-running` when
 //!    given, else what memory allows — at most [`GDN_SHARE`] (two thirds)
 //!    of what is left after step 1 goes to GDN state, and every slot keeps
@@ -50,6 +54,16 @@ use serde::Serialize;
 /// 0.86 M tokens of KV (16 sequences of 32k need 0.53 M).
 pub const GDN_SHARE: (u64, u64) = (2, 3);
 
+/// The most of the memory left after the step's transient that the prefix
+/// cache's snapshot slots take when `--prefix-cache-state-slots` is not
+/// given, as a fraction (numerator, denominator). On an H200 serving the
+/// 35B-A3B in bf16 (~56 GiB left) it allows far more than the default 16
+/// slots (~1 GiB), so nothing changes there; on an 80 GB H100 (~3 GiB left at
+/// a lowered context) it keeps 3 instead of 16, and the ~0.8 GiB goes to
+/// running sequences (docs/perf/serving.md, session 28: a prediction, to be
+/// measured).
+pub const SNAPSHOT_SHARE: (u64, u64) = (1, 16);
+
 /// Most state slots `--max-running` resolves to when sized from memory.
 pub const AUTO_RUNNING_CAP: usize = 1024;
 
@@ -60,6 +74,38 @@ pub enum RunningSlots {
     Fixed(usize),
     /// What memory allows, at most this many.
     FromMemory { cap: usize },
+}
+
+/// How many prefix-cache snapshot slots to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotSlots {
+    /// Exactly this many (`--prefix-cache-state-slots N`, or none when the
+    /// prefix cache is off or the KV is contiguous).
+    Fixed(usize),
+    /// At most [`SNAPSHOT_SHARE`] of the memory left after the step's
+    /// transient, at least one, at most `most`.
+    FromMemory { most: usize },
+}
+
+impl SnapshotSlots {
+    /// The slot count with `after_transient` bytes left (`None`: unbounded)
+    /// and `slot_bytes` a slot.
+    pub fn resolve(self, after_transient: Option<u64>, slot_bytes: u64) -> usize {
+        match (self, after_transient) {
+            (SnapshotSlots::Fixed(n), _) => n,
+            (SnapshotSlots::FromMemory { most }, None) => most,
+            (SnapshotSlots::FromMemory { most }, Some(left)) => {
+                let by_share = (left / SNAPSHOT_SHARE.1)
+                    .saturating_mul(SNAPSHOT_SHARE.0)
+                    .checked_div(slot_bytes)
+                    .unwrap_or(u64::MAX);
+                usize::try_from(by_share)
+                    .unwrap_or(usize::MAX)
+                    .max(1)
+                    .min(most)
+            }
+        }
+    }
 }
 
 /// What [`size_pool`] reads.
@@ -78,7 +124,7 @@ pub struct PoolInputs {
     pub max_context: usize,
     /// Spare state slots of the prefix cache's GDN snapshots (set aside
     /// before the running slots and the KV blocks).
-    pub snapshot_slots: usize,
+    pub snapshots: SnapshotSlots,
 }
 
 /// The pools an engine makes.
@@ -210,10 +256,14 @@ pub enum PoolError {
 /// The pools for `i` (see the module doc), or why none fits.
 pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
     let per_seq = blocks_for(i.max_context).max(1);
+    let after_transient = i
+        .available_bytes
+        .map(|a| a.saturating_sub(i.step_transient_bytes));
+    let snapshot_slots = i.snapshots.resolve(after_transient, i.gdn_bytes_per_slot);
     let plan = |slots: usize, blocks: usize| PoolPlan {
         blocks,
         slots,
-        snapshot_slots: i.snapshot_slots,
+        snapshot_slots,
         block_bytes: i.block_bytes,
         gdn_bytes_per_slot: i.gdn_bytes_per_slot,
         step_transient_bytes: i.step_transient_bytes,
@@ -228,7 +278,7 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
         };
         return Ok(plan(slots, slots.saturating_mul(per_seq)));
     };
-    let snapshot_bytes = (i.snapshot_slots as u64).saturating_mul(i.gdn_bytes_per_slot);
+    let snapshot_bytes = (snapshot_slots as u64).saturating_mul(i.gdn_bytes_per_slot);
     let left = available
         .checked_sub(i.step_transient_bytes)
         .ok_or(PoolError::Transient {
@@ -237,7 +287,7 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
         })?
         .checked_sub(snapshot_bytes)
         .ok_or(PoolError::Snapshots {
-            snapshot_slots: i.snapshot_slots,
+            snapshot_slots,
             snapshot_bytes,
             available_bytes: available,
         })?;
@@ -329,7 +379,7 @@ pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
             RunningSlots::Fixed(cfg.max_running)
         },
         max_context: cfg.max_context,
-        snapshot_slots: cfg
+        snapshots: cfg
             .prefix_cache
             .snapshot_slots(cfg.kv_backend == KvBackendKind::Paged),
     };
@@ -392,7 +442,7 @@ mod tests {
             step_transient_bytes: 100 * MIB,
             running,
             max_context: 640,
-            snapshot_slots: 0,
+            snapshots: SnapshotSlots::Fixed(0),
         }
     }
 
@@ -478,7 +528,7 @@ mod tests {
     fn snapshot_slots_are_set_aside_before_the_kv_blocks() {
         // 175 - 100 transient - 2 x 10 snapshots - 4 x 10 GDN = 15 blocks.
         let mut i = inputs(Some(175 * MIB), RunningSlots::Fixed(4));
-        i.snapshot_slots = 2;
+        i.snapshots = SnapshotSlots::Fixed(2);
         let p = size_pool(&i).unwrap();
         assert_eq!(
             (p.blocks, p.snapshot_slots, p.snapshot_bytes()),
@@ -488,7 +538,7 @@ mod tests {
             p.to_string().contains("2 prefix-cache snapshot slots"),
             "{p}"
         );
-        i.snapshot_slots = 8;
+        i.snapshots = SnapshotSlots::Fixed(8);
         let e = size_pool(&i).unwrap_err();
         assert!(
             matches!(
@@ -500,6 +550,39 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn snapshot_slots_from_memory_take_at_most_a_sixteenth_of_what_the_step_leaves() {
+        // 1,700 MiB - 100 MiB transient = 1,600 MiB; a sixteenth is 100 MiB =
+        // 10 slots of 10 MiB, under the ceiling of 16.
+        let mut i = inputs(Some(1700 * MIB), RunningSlots::FromMemory { cap: 1024 });
+        i.snapshots = SnapshotSlots::FromMemory { most: 16 };
+        let p = size_pool(&i).unwrap();
+        assert_eq!((p.snapshot_slots, p.snapshot_bytes()), (10, 100 * MIB));
+        // The running slots are sized from what the snapshots leave: two
+        // thirds of 1,500 MiB = 100 slots.
+        assert_eq!(p.slots, 100);
+        // With room for more than the ceiling, the ceiling.
+        i.available_bytes = Some(100_000 * MIB);
+        assert_eq!(size_pool(&i).unwrap().snapshot_slots, 16);
+        // A card too tight for a sixteenth to hold one slot still gets one.
+        i.available_bytes = Some(200 * MIB);
+        i.running = RunningSlots::Fixed(2);
+        let p = size_pool(&i).unwrap();
+        assert_eq!((p.snapshot_slots, p.slots, p.blocks), (1, 2, 20));
+        // Unbounded (a CPU engine without a budget): the ceiling.
+        i.available_bytes = None;
+        assert_eq!(size_pool(&i).unwrap().snapshot_slots, 16);
+        // A ceiling of 0 (prefix cache without snapshots) stays 0.
+        assert_eq!(
+            SnapshotSlots::FromMemory { most: 0 }.resolve(Some(u64::MAX), 1),
+            0
+        );
+        // A given count is taken as given, even where it is more than the share.
+        i.available_bytes = Some(1700 * MIB);
+        i.snapshots = SnapshotSlots::Fixed(16);
+        assert_eq!(size_pool(&i).unwrap().snapshot_slots, 16);
     }
 
     #[test]

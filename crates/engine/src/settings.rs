@@ -231,8 +231,13 @@ pub const DEFAULT_PREFIX_INTERVAL: usize = 0;
 #[serde(default)]
 pub struct PrefixCacheSettings {
     pub enabled: bool,
-    /// Spare state slots holding snapshots (`--prefix-cache-state-slots`).
+    /// Spare state slots holding snapshots (`--prefix-cache-state-slots`):
+    /// exactly this many, or with `state_slots_from_memory` at most this
+    /// many within the memory share of [`crate::pool::SNAPSHOT_SHARE`].
     pub state_slots: usize,
+    /// Whether `state_slots` is a ceiling sized from memory (the default)
+    /// rather than a count given by the operator.
+    pub state_slots_from_memory: bool,
     /// A snapshot every this many tokens of a sequence (rounded down to
     /// whole KV blocks; 0: only at prompt ends and finishes).
     pub interval_tokens: usize,
@@ -243,6 +248,7 @@ impl Default for PrefixCacheSettings {
         PrefixCacheSettings {
             enabled: true,
             state_slots: DEFAULT_PREFIX_STATE_SLOTS,
+            state_slots_from_memory: true,
             interval_tokens: DEFAULT_PREFIX_INTERVAL,
         }
     }
@@ -254,6 +260,7 @@ impl PrefixCacheSettings {
         PrefixCacheSettings {
             enabled: false,
             state_slots: 0,
+            state_slots_from_memory: false,
             interval_tokens: 0,
         }
     }
@@ -265,11 +272,14 @@ impl PrefixCacheSettings {
     }
 
     /// Snapshot slots an engine makes: none when off or without paged KV.
-    pub fn snapshot_slots(&self, paged: bool) -> usize {
-        if self.enabled && paged {
-            self.state_slots
-        } else {
-            0
+    pub fn snapshot_slots(&self, paged: bool) -> crate::pool::SnapshotSlots {
+        use crate::pool::SnapshotSlots;
+        match (self.enabled && paged, self.state_slots_from_memory) {
+            (false, _) => SnapshotSlots::Fixed(0),
+            (true, true) => SnapshotSlots::FromMemory {
+                most: self.state_slots,
+            },
+            (true, false) => SnapshotSlots::Fixed(self.state_slots),
         }
     }
 }
@@ -366,5 +376,28 @@ mod tests {
         assert!(budget
             .to_string()
             .ends_with("solo_stripe auto (budget 3072 MiB)"));
+    }
+
+    #[test]
+    fn snapshot_slots_are_a_memory_ceiling_by_default_and_exact_when_given() {
+        use crate::pool::SnapshotSlots;
+        let d = PrefixCacheSettings::default();
+        assert_eq!(
+            d.snapshot_slots(true),
+            SnapshotSlots::FromMemory {
+                most: DEFAULT_PREFIX_STATE_SLOTS
+            }
+        );
+        assert_eq!(d.snapshot_slots(false), SnapshotSlots::Fixed(0));
+        let given = PrefixCacheSettings {
+            state_slots: 5,
+            state_slots_from_memory: false,
+            ..d
+        };
+        assert_eq!(given.snapshot_slots(true), SnapshotSlots::Fixed(5));
+        assert_eq!(
+            PrefixCacheSettings::off().snapshot_slots(true),
+            SnapshotSlots::Fixed(0)
+        );
     }
 }

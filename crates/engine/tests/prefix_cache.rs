@@ -36,6 +36,7 @@ fn on(interval_tokens: usize) -> PrefixCacheSettings {
     PrefixCacheSettings {
         enabled: true,
         state_slots: 4,
+        state_slots_from_memory: false,
         interval_tokens,
     }
 }

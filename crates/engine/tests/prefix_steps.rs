@@ -32,6 +32,7 @@ fn on() -> PrefixCacheSettings {
     PrefixCacheSettings {
         enabled: true,
         state_slots: 4,
+        state_slots_from_memory: false,
         interval_tokens: 0,
     }
 }

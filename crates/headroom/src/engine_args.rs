@@ -37,7 +37,9 @@ pub struct EngineArgs {
     #[arg(long)]
     pub no_prefix_cache: bool,
     /// Spare state slots holding the prefix cache's GDN state snapshots
-    /// (each one sequence's GDN state; default 16).
+    /// (each one sequence's GDN state; default: 16, or fewer where they
+    /// would take more than 1/16 of the memory left after the largest step,
+    /// at least 1).
     #[arg(long, value_name = "N")]
     pub prefix_cache_state_slots: Option<usize>,
     /// Tokens between the prefix cache's snapshots inside a long prompt
@@ -105,6 +107,7 @@ impl EngineArgs {
         let d = PrefixCacheSettings::default();
         PrefixCacheSettings {
             state_slots: self.prefix_cache_state_slots.unwrap_or(d.state_slots),
+            state_slots_from_memory: self.prefix_cache_state_slots.is_none(),
             interval_tokens: self.prefix_cache_interval.unwrap_or(d.interval_tokens),
             ..d
         }

@@ -3,6 +3,7 @@
 //! context; `serve` and `generate` settings that cannot fit the memory
 //! budget exit 1 with one line giving the numbers; `serve` without
 //! `--max-context` lowers the model's context to the largest that fits.
+//! The default prefix-cache snapshot slots shrink on a tight budget.
 
 mod common;
 
@@ -210,4 +211,51 @@ fn serve_without_max_context_lowers_the_models_context_to_fit_and_with_it_exits_
         assert!(line.contains(&want), "{want}: {line}");
     }
     assert!(!stderr.contains('\u{1b}'), "{stderr}");
+}
+
+/// The snapshot count on `generate`'s start-up line with `extra` flags.
+fn snapshot_slots_at_190_mib(extra: &[&str]) -> usize {
+    let mut args = vec![
+        "generate",
+        "--synthetic",
+        "tiny-d256",
+        "--prompt",
+        "hello",
+        "--max-tokens",
+        "2",
+        "--max-context",
+        "640",
+        "--max-running",
+        "2",
+        "--memory-budget-mib",
+        "190",
+    ];
+    args.extend_from_slice(extra);
+    let out = common::headroom(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("generate on cpu"))
+        .unwrap_or_else(|| panic!("no start-up line: {err}"));
+    let before = line
+        .split(" prefix-cache snapshot slots")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no snapshot slots: {line}"));
+    before
+        .parse()
+        .unwrap_or_else(|_| panic!("{before}: {line}"))
+}
+
+#[test]
+fn on_a_tight_budget_the_default_snapshot_slots_shrink_and_a_given_count_stays() {
+    // 190 MiB leaves ~16 MiB after tiny-d256's largest step: a sixteenth of
+    // it holds fewer than the default ceiling of 16 snapshots.
+    let auto = snapshot_slots_at_190_mib(&[]);
+    assert!((1..16).contains(&auto), "{auto}");
+    assert_eq!(
+        snapshot_slots_at_190_mib(&["--prefix-cache-state-slots", "16"]),
+        16
+    );
 }
