@@ -89,7 +89,8 @@ pub fn largest_fitting_context(asked: usize, fits: impl Fn(usize) -> bool) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::{size_pool, PoolInputs, RunningSlots, SnapshotSlots};
+    use crate::pool::{size_pool, PoolInputs, RunningSlots};
+    use crate::settings::SnapshotSlots;
 
     const MIB: u64 = 1 << 20;
 

@@ -11,7 +11,7 @@
 //! 1. the largest step's transient peak (the memory model's prediction for
 //!    the scheduler's largest step) and the prefix cache's snapshot slots
 //!    (each one sequence's GDN state) are set aside — by default at most
-//!    [`SNAPSHOT_SHARE`] of what is left after the transient (at least one,
+//!    [`crate::settings::SNAPSHOT_SHARE`] of what is left after the transient (at least one,
 //!    at most `--prefix-cache-state-slots`' default), so that on a
 //!    memory-starved card the snapshots do not take the running sequences'
 //!    room; an explicit `--prefix-cache-state-slots` is taken as given;
@@ -39,7 +39,9 @@
 use crate::config::EngineConfig;
 use crate::kv::{blocks_for, KvBackendKind, KV_BLOCK_ROWS};
 use crate::memory::MemoryModel;
-use crate::settings::{SchedulerSettings, SoloStripe, FIXED_SOLO_STRIPE, SOLO_STRIPE_CAP};
+use crate::settings::{
+    SchedulerSettings, SnapshotSlots, SoloStripe, FIXED_SOLO_STRIPE, SOLO_STRIPE_CAP,
+};
 use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
 use headroom_model::StepModel;
@@ -54,16 +56,6 @@ use serde::Serialize;
 /// 0.86 M tokens of KV (16 sequences of 32k need 0.53 M).
 pub const GDN_SHARE: (u64, u64) = (2, 3);
 
-/// The most of the memory left after the step's transient that the prefix
-/// cache's snapshot slots take when `--prefix-cache-state-slots` is not
-/// given, as a fraction (numerator, denominator). On an H200 serving the
-/// 35B-A3B in bf16 (~56 GiB left) it allows far more than the default 16
-/// slots (~1 GiB), so nothing changes there; on an 80 GB H100 (~3 GiB left at
-/// a lowered context) it keeps 3 instead of 16, and the ~0.8 GiB goes to
-/// running sequences (docs/perf/serving.md, session 28: a prediction, to be
-/// measured).
-pub const SNAPSHOT_SHARE: (u64, u64) = (1, 16);
-
 /// Most state slots `--max-running` resolves to when sized from memory.
 pub const AUTO_RUNNING_CAP: usize = 1024;
 
@@ -74,38 +66,6 @@ pub enum RunningSlots {
     Fixed(usize),
     /// What memory allows, at most this many.
     FromMemory { cap: usize },
-}
-
-/// How many prefix-cache snapshot slots to make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SnapshotSlots {
-    /// Exactly this many (`--prefix-cache-state-slots N`, or none when the
-    /// prefix cache is off or the KV is contiguous).
-    Fixed(usize),
-    /// At most [`SNAPSHOT_SHARE`] of the memory left after the step's
-    /// transient, at least one, at most `most`.
-    FromMemory { most: usize },
-}
-
-impl SnapshotSlots {
-    /// The slot count with `after_transient` bytes left (`None`: unbounded)
-    /// and `slot_bytes` a slot.
-    pub fn resolve(self, after_transient: Option<u64>, slot_bytes: u64) -> usize {
-        match (self, after_transient) {
-            (SnapshotSlots::Fixed(n), _) => n,
-            (SnapshotSlots::FromMemory { most }, None) => most,
-            (SnapshotSlots::FromMemory { most }, Some(left)) => {
-                let by_share = (left / SNAPSHOT_SHARE.1)
-                    .saturating_mul(SNAPSHOT_SHARE.0)
-                    .checked_div(slot_bytes)
-                    .unwrap_or(u64::MAX);
-                usize::try_from(by_share)
-                    .unwrap_or(usize::MAX)
-                    .max(1)
-                    .min(most)
-            }
-        }
-    }
 }
 
 /// What [`size_pool`] reads.

@@ -224,6 +224,48 @@ pub const DEFAULT_PREFIX_STATE_SLOTS: usize = 16;
 /// branches off a cached prefix): none, as each one ends a prefill chunk.
 pub const DEFAULT_PREFIX_INTERVAL: usize = 0;
 
+/// The most of the memory left after the step's transient that the prefix
+/// cache's snapshot slots take when `--prefix-cache-state-slots` is not
+/// given, as a fraction (numerator, denominator). On an H200 serving the
+/// 35B-A3B in bf16 (~56 GiB left) it allows far more than the default 16
+/// slots (~1 GiB), so nothing changes there; on an 80 GB H100 (~3 GiB left at
+/// a lowered context) it keeps 3 instead of 16, and the ~0.8 GiB goes to
+/// running sequences (docs/perf/serving.md, session 28: a prediction, to be
+/// measured).
+pub const SNAPSHOT_SHARE: (u64, u64) = (1, 16);
+
+/// How many prefix-cache snapshot slots to make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotSlots {
+    /// Exactly this many (`--prefix-cache-state-slots N`, or none when the
+    /// prefix cache is off or the KV is contiguous).
+    Fixed(usize),
+    /// At most [`SNAPSHOT_SHARE`] of the memory left after the step's
+    /// transient, at least one, at most `most`.
+    FromMemory { most: usize },
+}
+
+impl SnapshotSlots {
+    /// The slot count with `after_transient` bytes left (`None`: unbounded)
+    /// and `slot_bytes` a slot.
+    pub fn resolve(self, after_transient: Option<u64>, slot_bytes: u64) -> usize {
+        match (self, after_transient) {
+            (SnapshotSlots::Fixed(n), _) => n,
+            (SnapshotSlots::FromMemory { most }, None) => most,
+            (SnapshotSlots::FromMemory { most }, Some(left)) => {
+                let by_share = (left / SNAPSHOT_SHARE.1)
+                    .saturating_mul(SNAPSHOT_SHARE.0)
+                    .checked_div(slot_bytes)
+                    .unwrap_or(u64::MAX);
+                usize::try_from(by_share)
+                    .unwrap_or(usize::MAX)
+                    .max(1)
+                    .min(most)
+            }
+        }
+    }
+}
+
 /// Prefix caching (paged KV only; `crate::prefix`, `crate::snapshots`):
 /// whether it runs, how many GDN state snapshots it keeps and how far apart
 /// it takes them inside a sequence.
@@ -233,7 +275,7 @@ pub struct PrefixCacheSettings {
     pub enabled: bool,
     /// Spare state slots holding snapshots (`--prefix-cache-state-slots`):
     /// exactly this many, or with `state_slots_from_memory` at most this
-    /// many within the memory share of [`crate::pool::SNAPSHOT_SHARE`].
+    /// many within the memory share of [`SNAPSHOT_SHARE`].
     pub state_slots: usize,
     /// Whether `state_slots` is a ceiling sized from memory (the default)
     /// rather than a count given by the operator.
@@ -272,8 +314,7 @@ impl PrefixCacheSettings {
     }
 
     /// Snapshot slots an engine makes: none when off or without paged KV.
-    pub fn snapshot_slots(&self, paged: bool) -> crate::pool::SnapshotSlots {
-        use crate::pool::SnapshotSlots;
+    pub fn snapshot_slots(&self, paged: bool) -> SnapshotSlots {
         match (self.enabled && paged, self.state_slots_from_memory) {
             (false, _) => SnapshotSlots::Fixed(0),
             (true, true) => SnapshotSlots::FromMemory {
@@ -380,7 +421,6 @@ mod tests {
 
     #[test]
     fn snapshot_slots_are_a_memory_ceiling_by_default_and_exact_when_given() {
-        use crate::pool::SnapshotSlots;
         let d = PrefixCacheSettings::default();
         assert_eq!(
             d.snapshot_slots(true),
