@@ -11,10 +11,11 @@
 //! 1. the largest step's transient peak (the memory model's prediction for
 //!    the scheduler's largest step) and the prefix cache's snapshot slots
 //!    (each one sequence's GDN state) are set aside — by default at most
-//!    [`crate::settings::SNAPSHOT_SHARE`] of what is left after the transient (at least one,
-//!    at most `--prefix-cache-state-slots`' default), so that on a
-//!    memory-starved card the snapshots do not take the running sequences'
-//!    room; an explicit `--prefix-cache-state-slots` is taken as given;
+//!    [`crate::settings::SNAPSHOT_SHARE`] of what is left after the
+//!    transient (at least two, at most `--prefix-cache-state-slots`'
+//!    default), so that on a memory-starved card the snapshots do not take
+//!    the running sequences' room; a given `--prefix-cache-state-slots` is
+//!    taken as given;
 //! 2. the GDN state slots (one per running sequence): `--max-running` when
 //!    given, else what memory allows — at most [`GDN_SHARE`] (two thirds)
 //!    of what is left after step 1 goes to GDN state, and every slot keeps
@@ -526,11 +527,14 @@ mod tests {
         // With room for more than the ceiling, the ceiling.
         i.available_bytes = Some(100_000 * MIB);
         assert_eq!(size_pool(&i).unwrap().snapshot_slots, 16);
-        // A card too tight for a sixteenth to hold one slot still gets one.
+        // A card too tight for a sixteenth to hold one slot still gets two
+        // (a hold-back pins one and needs another free).
         i.available_bytes = Some(200 * MIB);
         i.running = RunningSlots::Fixed(2);
         let p = size_pool(&i).unwrap();
-        assert_eq!((p.snapshot_slots, p.slots, p.blocks), (1, 2, 20));
+        assert_eq!((p.snapshot_slots, p.slots, p.blocks), (2, 2, 20));
+        // ... unless the ceiling is lower.
+        assert_eq!(SnapshotSlots::FromMemory { most: 1 }.resolve(Some(0), 1), 1);
         // Unbounded (a CPU engine without a budget): the ceiling.
         i.available_bytes = None;
         assert_eq!(size_pool(&i).unwrap().snapshot_slots, 16);

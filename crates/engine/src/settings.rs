@@ -234,6 +234,12 @@ pub const DEFAULT_PREFIX_INTERVAL: usize = 0;
 /// measured).
 pub const SNAPSHOT_SHARE: (u64, u64) = (1, 16);
 
+/// The fewest snapshot slots sized from memory (when the ceiling allows):
+/// a hold-back (`crate::core::hold`) pins one snapshot and is made only while
+/// another slot stays unpinned, so with one slot a burst sharing a prefix
+/// would compute it once per request.
+pub const SNAPSHOT_MIN: usize = 2;
+
 /// How many prefix-cache snapshot slots to make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnapshotSlots {
@@ -241,7 +247,7 @@ pub enum SnapshotSlots {
     /// prefix cache is off or the KV is contiguous).
     Fixed(usize),
     /// At most [`SNAPSHOT_SHARE`] of the memory left after the step's
-    /// transient, at least one, at most `most`.
+    /// transient, at least [`SNAPSHOT_MIN`], at most `most`.
     FromMemory { most: usize },
 }
 
@@ -259,7 +265,7 @@ impl SnapshotSlots {
                     .unwrap_or(u64::MAX);
                 usize::try_from(by_share)
                     .unwrap_or(usize::MAX)
-                    .max(1)
+                    .max(SNAPSHOT_MIN)
                     .min(most)
             }
         }

@@ -39,7 +39,7 @@ pub struct EngineArgs {
     /// Spare state slots holding the prefix cache's GDN state snapshots
     /// (each one sequence's GDN state; default: 16, or fewer where they
     /// would take more than 1/16 of the memory left after the largest step,
-    /// at least 1).
+    /// at least 2).
     #[arg(long, value_name = "N")]
     pub prefix_cache_state_slots: Option<usize>,
     /// Tokens between the prefix cache's snapshots inside a long prompt
