@@ -71,7 +71,7 @@ pub use limits::Limits;
 pub use memory::{MemoryModel, Prediction};
 pub use overlap::{OverlapResolution, StepOverlap};
 pub use pool::{PoolError, PoolPlan};
-pub use settings::{PrefixCacheSettings, SchedulerSettings, SoloStripe};
+pub use settings::{PrefixCacheSettings, SchedulerSettings, SoloStripe, SNAPSHOT_MIN};
 pub use stream::RequestStream;
 pub use stripe::{SoloStripeResolution, StripeBound};
 pub use switch::{AutoSwitch, Resolution};

@@ -11,7 +11,8 @@ mod common;
 
 use common::{alone, core, drive, drive_with, ids, rel_err, tiny, Outcome};
 use headroom_engine::{
-    EngineConfig, FinishReason, GenerateRequest, PrefixCacheSettings, SchedulerSettings, SoloStripe,
+    EngineConfig, FinishReason, GenerateRequest, PrefixCacheSettings, SchedulerSettings,
+    SoloStripe, SNAPSHOT_MIN,
 };
 
 fn cfg(prefix: PrefixCacheSettings) -> EngineConfig {
@@ -68,10 +69,16 @@ fn burst(prefix: &[u32], n: usize, seed: u32) -> Vec<GenerateRequest> {
 
 #[test]
 fn a_burst_sharing_a_prefix_computes_it_once() {
-    for blocks in [2usize, 3] {
+    // Also with the fewest snapshot slots memory sizing leaves (one pinned
+    // by the hold, one free).
+    for (blocks, slots) in [(2usize, 4usize), (3, 4), (2, SNAPSHOT_MIN)] {
         let prefix = ids(64 * blocks, 512, 40 + blocks as u32);
         let reqs = burst(&prefix, 5, 50);
-        let mut c = core(tiny("tiny-d64"), cfg(on()));
+        let prefix_cache = PrefixCacheSettings {
+            state_slots: slots,
+            ..on()
+        };
+        let mut c = core(tiny("tiny-d64"), cfg(prefix_cache));
         let streams: Vec<_> = reqs.iter().map(|r| c.submit(r.clone()).unwrap()).collect();
         c.step().unwrap().unwrap();
         let st = c.stats();
