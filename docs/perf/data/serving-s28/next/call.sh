@@ -5,7 +5,8 @@
 #   bash bench/gpu/pack_bins.sh .devbin/next     # the release headroom
 # carry [".devbin/all", ".devbin/next"]; two calls, each under 600 s:
 #   bash docs/perf/data/serving-s28/next/call.sh check   (check_all, 480 s)
-#   bash docs/perf/data/serving-s28/next/call.sh serve   (the runs below)
+#   bash docs/perf/data/serving-s28/next/call.sh serve   (runs A-C below)
+#   bash docs/perf/data/serving-s28/next/call.sh fraction (runs D-E below)
 # check: the first whole GPU suite on this card (bench/gpu/check_all.sh);
 #   known to fail: cuda_engine's cuda_batch_and_chunk_invariance_bf16
 #   (default mode is not batch-invariant; docs/perf/serving.md session 16).
@@ -18,6 +19,15 @@
 #   Prediction (serving.md session 28): A 2 snapshot slots, ≈ 26 running,
 #   1,400-1,600 output tok/s; B 16 slots, 17 running, ≈ 1,081 (session 27);
 #   C ≥ 95 % of the shared tokens cached (one snapshot serves them all).
+# fraction: on an 80 GB card the default --memory-fraction 0.90 holds back
+#   ≈ 7.9 GiB, more than the ≈ 6.5 GiB the bf16 35B-A3B gets for its pools
+#   and transients. Is 0.95 safe (no driver OOM under load, `nvidia-smi`'s
+#   peak under the card) and what does it buy?
+#   D  --memory-fraction 0.95, 1,024 / 256 at c = 64 (as A);
+#   E  --memory-fraction 0.95, W1-like 512 x 1,024 / 128 at c = 256.
+#   Prediction: ≈ +4 GiB for the pools: ≈ 50 running, c64 ≈ 2,000 output
+#   tok/s; no OOM (the memory model predicts the transients; the
+#   device's own use outside the pools is < 2 GiB).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 source bench/gpu/env.sh
@@ -55,5 +65,34 @@ serve)
   } 2>&1 | tee "$O/serve-log.txt"
   tar -C $S -czf "$O/serve.tar.gz" .
   ;;
-*) echo "usage: $0 check|serve" >&2; exit 1 ;;
+fraction)
+  T=/tmp/next; mkdir -p $T; [ -x $T/h/headroom ] || tar -xJf .devbin/next/bins.tar.xz -C $T
+  B=$T/h/headroom
+  S=/tmp/next-f; mkdir -p $S
+  SECONDS=0
+  ( while sleep 1; do nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader; done \
+      > "$S/smi.csv" ) &
+  smi=$!
+  run() { # NAME "SERVE FLAGS" BENCH ARGS...
+    local name=$1 flags=$2; shift 2
+    # shellcheck disable=SC2086
+    $B serve --backend cuda --synthetic qwen3.6-35b-a3b --port 8920 $flags > "$S/serve-$name.log" 2>&1 &
+    local sp=$!
+    for _ in $(seq 1 600); do grep -q "listening on" "$S/serve-$name.log" && break; sleep 0.5; done
+    grep -E "serve on cuda|lowered" "$S/serve-$name.log" | cut -c1-900
+    timeout 170 $B bench serve --url http://127.0.0.1:8920 --json "$S/$name.json" "$@" > "$S/$name.txt" 2>&1
+    echo "$name: $(grep -E 'output tok/s' "$S/$name.txt" | head -1)"
+    grep -iE "out of memory|error" "$S/serve-$name.log" | head -3
+    kill -TERM $sp; wait $sp; echo "exit $? t=$SECONDS"
+  }
+  {
+  echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  run D "--memory-fraction 0.95" --concurrency 64 --requests 64 --prompt-len 1024 --max-tokens 256
+  run E "--memory-fraction 0.95" --concurrency 256 --requests 512 --prompt-len 1024 --max-tokens 128
+  kill $smi
+  echo "nvidia-smi peak used: $(sort -n "$S/smi.csv" | tail -1)"
+  } 2>&1 | tee "$O/fraction-log.txt"
+  tar -C $S -czf "$O/fraction.tar.gz" .
+  ;;
+*) echo "usage: $0 check|serve|fraction" >&2; exit 1 ;;
 esac
