@@ -6,6 +6,7 @@
 //! rendered in the text exposition format.
 
 use crate::generator::EngineStats;
+use headroom_engine::RankMemory;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::sync::Mutex;
@@ -272,7 +273,34 @@ impl Metrics {
                 "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
             );
         }
+        render_device_memory(&mut out, &stats.device_memory);
         out
+    }
+}
+
+/// Each rank's backend memory (one rank unless the model is a
+/// tensor-parallel group), as of the engine's last step: bytes held now and
+/// the most held at once since start-up (the start-up line's plan is what
+/// it was sized to).
+fn render_device_memory(out: &mut String, ranks: &[RankMemory]) {
+    type Field = fn(&RankMemory) -> usize;
+    let families: [(&str, &str, Field); 2] = [
+        (
+            "headroom_device_memory_bytes",
+            "Backend memory held now (weights, KV pool, GDN state, transients), per rank.",
+            |m| m.active_bytes,
+        ),
+        (
+            "headroom_device_memory_peak_bytes",
+            "Most backend memory held at once since start-up, per rank.",
+            |m| m.peak_bytes,
+        ),
+    ];
+    for (name, help, field) in families {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+        for (rank, m) in ranks.iter().enumerate() {
+            let _ = writeln!(out, "{name}{{rank=\"{rank}\"}} {}", field(m));
+        }
     }
 }
 
@@ -298,6 +326,16 @@ mod tests {
             prefix_cache_hit_tokens: 512,
             prefix_snapshot_slots_used: 2,
             steps_queued_ahead: 9,
+            device_memory: vec![
+                RankMemory {
+                    active_bytes: 1000,
+                    peak_bytes: 3000,
+                },
+                RankMemory {
+                    active_bytes: 900,
+                    peak_bytes: 2900,
+                },
+            ],
             cuda_graphs: headroom_engine::GraphsResolution {
                 on: true,
                 ..Default::default()
@@ -316,6 +354,15 @@ mod tests {
         assert!(text.contains("headroom_prefix_cache_snapshot_slots_used 2\n"));
         assert!(text.contains("headroom_state_slots_used 3\n"));
         assert!(text.contains("headroom_steps_queued_ahead_total 9\n"));
+        for line in [
+            "# TYPE headroom_device_memory_bytes gauge\n",
+            "headroom_device_memory_bytes{rank=\"0\"} 1000\n",
+            "headroom_device_memory_bytes{rank=\"1\"} 900\n",
+            "headroom_device_memory_peak_bytes{rank=\"0\"} 3000\n",
+            "headroom_device_memory_peak_bytes{rank=\"1\"} 2900\n",
+        ] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
         assert!(text.contains("headroom_cuda_graphs_enabled 1\n"));
         assert!(text.contains("headroom_step_overlap_enabled 0\n"));
         assert!(text.contains("headroom_state_slots_free 5\n"));

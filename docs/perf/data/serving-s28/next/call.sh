@@ -54,6 +54,8 @@ serve)
     echo "$name: $(grep -E 'output tok/s' "$S/$name.txt" | head -1)"
     grep -E "^ttft|^itl|cached" "$S/$name.txt" | head -4
     grep "decode stats" "$S/serve-$name.log" | tail -2 | cut -c1-400
+    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8920/metrics').read().decode())" \
+      | grep -E "^headroom_device_memory|^headroom_requests_running|^headroom_preemptions" || true
     kill -TERM $sp; wait $sp
     echo "t=$SECONDS"
   }
@@ -83,6 +85,8 @@ fraction)
     timeout 170 $B bench serve --url http://127.0.0.1:8920 --json "$S/$name.json" "$@" > "$S/$name.txt" 2>&1
     echo "$name: $(grep -E 'output tok/s' "$S/$name.txt" | head -1)"
     grep -iE "out of memory|error" "$S/serve-$name.log" | head -3
+    python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8920/metrics').read().decode())" \
+      | grep -E "^headroom_device_memory|^headroom_requests_running|^headroom_preemptions" || true
     kill -TERM $sp; wait $sp; echo "exit $? t=$SECONDS"
   }
   {
