@@ -7,6 +7,9 @@
 #   bash docs/perf/data/serving-s28/next/call.sh check   (check_all, 480 s)
 #   bash docs/perf/data/serving-s28/next/call.sh serve   (runs A-C below)
 #   bash docs/perf/data/serving-s28/next/call.sh fraction (runs D-E below)
+#   bash docs/perf/data/serving-s28/next/call.sh stripe   (run F below)
+# In order of value if the device time runs short: serve, check, stripe,
+# fraction.
 # check: the first whole GPU suite on this card (bench/gpu/check_all.sh);
 #   known to fail: cuda_engine's cuda_batch_and_chunk_invariance_bf16
 #   (default mode is not batch-invariant; docs/perf/serving.md session 16).
@@ -28,6 +31,13 @@
 #   Prediction: ≈ +4 GiB for the pools: ≈ 50 running, c64 ≈ 2,000 output
 #   tok/s; no OOM (the memory model predicts the transients; the
 #   device's own use outside the pools is < 2 GiB).
+# stripe: the H100 plan of session 27 set aside ≈ 4 GiB of transients for a
+#   28,352-row solo stripe (auto: the whole prompt), more than the KV pool
+#   and the GDN slots together (2.5 GiB). F: `--solo-stripe 8192` (the
+#   transient of an 8,192-row step), 1,024 / 256 at c = 64, and the TTFT of
+#   one 16k prompt alone after it. Prediction: ≈ +2.5 GiB for the pools, a
+#   higher lowered context, ≈ 40 running, c64 ≈ 1,800 output tok/s; the 16k
+#   prompt's TTFT a few % slower than a whole-prompt stripe.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 source bench/gpu/env.sh
@@ -98,5 +108,32 @@ fraction)
   } 2>&1 | tee "$O/fraction-log.txt"
   tar -C $S -czf "$O/fraction.tar.gz" .
   ;;
-*) echo "usage: $0 check|serve|fraction" >&2; exit 1 ;;
+stripe)
+  T=/tmp/next; mkdir -p $T; [ -x $T/h/headroom ] || tar -xJf .devbin/next/bins.tar.xz -C $T
+  B=$T/h/headroom
+  S=/tmp/next-st; mkdir -p $S
+  SECONDS=0
+  {
+  echo "card: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+  for flags in "--solo-stripe 8192" ""; do
+    name=F${flags:+-8192}
+    # shellcheck disable=SC2086
+    $B serve --backend cuda --synthetic qwen3.6-35b-a3b --port 8920 $flags > "$S/serve-$name.log" 2>&1 &
+    sp=$!
+    for _ in $(seq 1 600); do grep -q "listening on" "$S/serve-$name.log" && break; sleep 0.5; done
+    grep -E "serve on cuda|lowered" "$S/serve-$name.log" | cut -c1-900
+    if [ -n "$flags" ]; then
+      timeout 150 $B bench serve --url http://127.0.0.1:8920 --json "$S/$name-c64.json" --concurrency 64 \
+        --requests 64 --prompt-len 1024 --max-tokens 256 > "$S/$name-c64.txt" 2>&1
+      echo "$name c64: $(grep -E 'output tok/s' "$S/$name-c64.txt" | head -1)"
+    fi
+    timeout 60 $B bench serve --url http://127.0.0.1:8920 --json "$S/$name-16k.json" --concurrency 1 \
+      --requests 2 --prompt-len 16384 --max-tokens 1 > "$S/$name-16k.txt" 2>&1
+    echo "$name 16k alone: $(grep -E '^ttft' "$S/$name-16k.txt" | head -1)"
+    kill -TERM $sp; wait $sp; echo "t=$SECONDS"
+  done
+  } 2>&1 | tee "$O/stripe-log.txt"
+  tar -C $S -czf "$O/stripe.tar.gz" .
+  ;;
+*) echo "usage: $0 check|serve|fraction|stripe" >&2; exit 1 ;;
 esac
