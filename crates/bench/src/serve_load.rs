@@ -87,6 +87,10 @@ pub struct LoadReport {
     pub preemptions: Option<u64>,
     /// The server's pool gauges when the run ended (`None` without them).
     pub pool_end: Option<PoolSample>,
+    /// The server's device memory peak per rank since it started, read
+    /// when the run ended (`headroom_device_memory_peak_bytes`; empty
+    /// without it).
+    pub device_memory_peak_bytes: Vec<u64>,
 }
 
 /// The requests' outcomes, accumulated into a report.
@@ -178,6 +182,7 @@ impl Tally {
             per_turn: self.turns.report(cfg.turns.max(1)),
             preemptions: None,
             pool_end: None,
+            device_memory_peak_bytes: Vec::new(),
         }
     }
 }
@@ -282,6 +287,10 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
     Ok(LoadReport {
         pool,
         preemptions: serve_pool::preemptions_between(before.as_ref(), after.as_ref()),
+        device_memory_peak_bytes: after
+            .as_ref()
+            .map(|a| a.device_memory_peak_bytes.clone())
+            .unwrap_or_default(),
         pool_end: after.and_then(|a| a.pool),
         ..t.report(&cfg, secs)
     })
@@ -434,7 +443,11 @@ pub fn table(r: &LoadReport) -> String {
         ));
     }
     out.push_str(&serve_turns::table(&r.per_turn));
-    out.push_str(&serve_pool::summary(r.preemptions, r.pool_end.as_ref()));
+    out.push_str(&serve_pool::summary(
+        r.preemptions,
+        r.pool_end.as_ref(),
+        &r.device_memory_peak_bytes,
+    ));
     out
 }
 

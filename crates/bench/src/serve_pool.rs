@@ -4,7 +4,8 @@
 //! does not answer with those gauges is skipped (a server without
 //! `/metrics` gives an empty series, not an error). Before and after a run
 //! the preemption counter and the gauges are read once ([`counters`]): the
-//! report gives the preemptions during the run and the pool at its end.
+//! report gives the preemptions during the run, the pool at its end and the
+//! server's device memory peak per rank (since the server started).
 
 use headroom_server::client;
 use serde::Serialize;
@@ -39,6 +40,14 @@ fn metric(text: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// The values of the metric `name` labelled `{rank="r"}` for ranks 0, 1, …
+/// in order, up to the first rank missing (empty without that metric).
+fn per_rank(text: &str, name: &str) -> Vec<u64> {
+    (0..)
+        .map_while(|r| metric(text, &format!("{name}{{rank=\"{r}\"}}")))
+        .collect()
+}
+
 /// The four gauges of a Prometheus text, at `t_s`; `None` when one is missing.
 pub fn parse(text: &str, t_s: f64) -> Option<PoolSample> {
     let gauge = |name: &str| metric(text, name);
@@ -58,6 +67,8 @@ pub struct Counters {
     pub preemptions: Option<u64>,
     /// The pool gauges, when the server has them (`t_s` is 0).
     pub pool: Option<PoolSample>,
+    /// `headroom_device_memory_peak_bytes` of each rank (empty without it).
+    pub device_memory_peak_bytes: Vec<u64>,
 }
 
 /// The counters of a Prometheus text.
@@ -65,6 +76,7 @@ pub fn parse_counters(text: &str) -> Counters {
     Counters {
         preemptions: metric(text, "headroom_preemptions_total"),
         pool: parse(text, 0.0),
+        device_memory_peak_bytes: per_rank(text, "headroom_device_memory_peak_bytes"),
     }
 }
 
@@ -88,9 +100,13 @@ pub fn preemptions_between(before: Option<&Counters>, after: Option<&Counters>) 
     a.checked_sub(b)
 }
 
-/// The text summary's line of preemptions and pool use at the end (empty
-/// when the server reported neither).
-pub fn summary(preemptions: Option<u64>, pool_end: Option<&PoolSample>) -> String {
+/// The text summary's line of preemptions, pool use at the end and the
+/// device memory peak per rank (empty when the server reported none).
+pub fn summary(
+    preemptions: Option<u64>,
+    pool_end: Option<&PoolSample>,
+    device_memory_peak_bytes: &[u64],
+) -> String {
     let mut parts = Vec::new();
     if let Some(p) = preemptions {
         parts.push(format!("{p} preemptions during the run"));
@@ -99,6 +115,16 @@ pub fn summary(preemptions: Option<u64>, pool_end: Option<&PoolSample>) -> Strin
         parts.push(format!(
             "pool at the end: {} running, {} waiting, {} KV blocks used, {} free",
             s.running, s.waiting, s.kv_blocks_used, s.kv_blocks_free
+        ));
+    }
+    if !device_memory_peak_bytes.is_empty() {
+        let gib: Vec<String> = device_memory_peak_bytes
+            .iter()
+            .map(|&b| format!("{:.2}", b as f64 / (1u64 << 30) as f64))
+            .collect();
+        parts.push(format!(
+            "device memory peak since start-up {} GiB (per rank)",
+            gib.join(" / ")
         ));
     }
     if parts.is_empty() {
@@ -176,7 +202,7 @@ mod tests {
         assert_eq!(preemptions_between(None, Some(&at(2))), None);
         let none = parse_counters("other 1\n");
         assert_eq!(preemptions_between(Some(&none), Some(&at(2))), None);
-        assert_eq!(summary(None, None), "");
+        assert_eq!(summary(None, None, &[]), "");
         let pool = PoolSample {
             t_s: 0.0,
             running: 2,
@@ -184,10 +210,32 @@ mod tests {
             kv_blocks_used: 10,
             kv_blocks_free: 90,
         };
-        let line = summary(Some(3), Some(&pool));
+        let line = summary(Some(3), Some(&pool), &[]);
         assert!(
             line.contains("3 preemptions") && line.contains("10 KV blocks used"),
             "{line}"
         );
+        assert!(!line.contains("device memory"), "{line}");
+    }
+
+    #[test]
+    fn the_device_memory_peak_is_read_per_rank_in_rank_order() {
+        let text = "# TYPE headroom_device_memory_peak_bytes gauge\n\
+                    headroom_device_memory_peak_bytes{rank=\"1\"} 2147483648\n\
+                    headroom_device_memory_peak_bytes{rank=\"0\"} 3221225472\n\
+                    headroom_device_memory_bytes{rank=\"0\"} 5\n";
+        let c = parse_counters(text);
+        assert_eq!(c.device_memory_peak_bytes, [3 << 30, 2 << 30]);
+        let line = summary(None, None, &c.device_memory_peak_bytes);
+        assert!(
+            line.contains("device memory peak since start-up 3.00 / 2.00 GiB"),
+            "{line}"
+        );
+        // A gap in the ranks ends the list; no metric, no entries.
+        let gap = "headroom_device_memory_peak_bytes{rank=\"1\"} 7\n";
+        assert!(parse_counters(gap).device_memory_peak_bytes.is_empty());
+        assert!(parse_counters("other 1\n")
+            .device_memory_peak_bytes
+            .is_empty());
     }
 }

@@ -163,7 +163,14 @@ fn bench_serve_loads_a_server_and_writes_json() {
         assert_eq!(r["completion_tokens"], 8 * 4);
         assert_eq!(r["ttft_ms"]["n"], 8);
         assert!(r["pool"].is_array(), "{r}");
+        // The server's memory peak (one rank), read from its /metrics.
+        let peak = r["device_memory_peak_bytes"].as_array().unwrap();
+        assert!(peak.len() == 1 && peak[0].as_u64() > Some(0), "{r}");
     }
+    assert!(
+        table.contains("device memory peak since start-up"),
+        "{table}"
+    );
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert_eq!(svg.matches("<circle").count(), 2, "{svg}");
     assert!(wait_exit(&mut child, Duration::from_secs(30)).success());
