@@ -228,10 +228,10 @@ pub const DEFAULT_PREFIX_INTERVAL: usize = 0;
 /// cache's snapshot slots take when `--prefix-cache-state-slots` is not
 /// given, as a fraction (numerator, denominator). On an H200 serving the
 /// 35B-A3B in bf16 (~56 GiB left) it allows far more than the default 16
-/// slots (~1 GiB), so nothing changes there; on an 80 GB H100 (~3 GiB left at
-/// a lowered context) it keeps 3 instead of 16, and the ~0.8 GiB goes to
-/// running sequences (docs/perf/serving.md, session 28: a prediction, to be
-/// measured).
+/// slots (~1 GiB), so nothing changes there; on an 80 GB H100 (~2.5 GiB left
+/// at a lowered context, 60 MiB a slot) it keeps 2 instead of 16, and the
+/// ~0.8 GiB goes to running sequences (docs/perf/serving.md, session 28: a
+/// prediction, to be measured).
 pub const SNAPSHOT_SHARE: (u64, u64) = (1, 16);
 
 /// The fewest snapshot slots sized from memory (when the ceiling allows):
