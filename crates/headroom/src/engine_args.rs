@@ -39,13 +39,14 @@ pub struct EngineArgs {
     /// Spare state slots holding the prefix cache's GDN state snapshots
     /// (each one sequence's GDN state; default: 16, or fewer where they
     /// would take more than 1/16 of the memory left after the largest step,
-    /// at least 2).
-    #[arg(long, value_name = "N")]
+    /// at least 2). A hit resumes from a snapshot, so 0 is refused (use
+    /// --no-prefix-cache); 1 keeps hits but cannot hold a burst back.
+    #[arg(long, value_name = "N", conflicts_with = "no_prefix_cache")]
     pub prefix_cache_state_slots: Option<usize>,
     /// Tokens between the prefix cache's snapshots inside a long prompt
     /// (whole blocks of 64; default 0: only at prompt ends and where a
     /// prompt branches off a cached prefix).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "no_prefix_cache")]
     pub prefix_cache_interval: Option<usize>,
     /// Batch-invariant arithmetic: a request's logits alone and among any
     /// others in a step agree (on CUDA the MoE block of small steps runs the
@@ -99,18 +100,27 @@ impl EngineArgs {
         })
     }
 
-    /// The prefix-cache settings these flags select.
-    pub fn prefix_cache(&self) -> PrefixCacheSettings {
+    /// The prefix-cache settings these flags select; `--prefix-cache-state-slots
+    /// 0` with caching on is refused (a hit resumes from a GDN state
+    /// snapshot: with none the cache would never hit).
+    pub fn prefix_cache(&self) -> anyhow::Result<PrefixCacheSettings> {
         if self.no_prefix_cache {
-            return PrefixCacheSettings::off();
+            return Ok(PrefixCacheSettings::off());
+        }
+        if self.prefix_cache_state_slots == Some(0) {
+            anyhow::bail!(
+                "--prefix-cache-state-slots 0: a prefix-cache hit resumes from a GDN state \
+                 snapshot, so with no snapshot slots the cache would never hit; pass at least 1 \
+                 (2 to hold back a burst sharing a prefix) or --no-prefix-cache"
+            );
         }
         let d = PrefixCacheSettings::default();
-        PrefixCacheSettings {
+        Ok(PrefixCacheSettings {
             state_slots: self.prefix_cache_state_slots.unwrap_or(d.state_slots),
             state_slots_from_memory: self.prefix_cache_state_slots.is_none(),
             interval_tokens: self.prefix_cache_interval.unwrap_or(d.interval_tokens),
             ..d
-        }
+        })
     }
 }
 

@@ -238,3 +238,31 @@ fn serve_and_generate_refuse_bad_capacity_flags_by_name() {
         }
     }
 }
+
+/// `--prefix-cache-state-slots 0` with caching on would leave the cache
+/// nothing to resume a hit from: refused by name (exit 1) before the model
+/// loads; with `--no-prefix-cache` the prefix-cache flags are a usage error.
+#[test]
+fn serve_and_generate_refuse_a_prefix_cache_without_snapshot_slots() {
+    for command in [
+        vec!["serve", "--synthetic", "tiny-d64", "--port", "0"],
+        vec!["generate", "--synthetic", "tiny-d64", "--prompt", "hi"],
+    ] {
+        let mut args = command.clone();
+        args.extend(["--prefix-cache-state-slots", "0"]);
+        let err = headroom_fails(&args);
+        assert!(
+            err.contains("--prefix-cache-state-slots 0") && err.contains("--no-prefix-cache"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        for flag in ["--prefix-cache-state-slots", "--prefix-cache-interval"] {
+            let mut args = command.clone();
+            args.extend([flag, "4", "--no-prefix-cache"]);
+            let out = common::headroom_command().args(&args).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("cannot be used with"), "{args:?}: {err}");
+        }
+    }
+}

@@ -145,6 +145,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     let mut requests = prompts::build_requests(&a, &codec, cfg.vocab_size)?;
     prompts::fit_context(&mut requests, &cfg)?;
     let settings = a.engine.scheduler(a.forward.chunk)?;
+    let prefix_cache = a.engine.prefix_cache()?;
     let longest = requests
         .iter()
         .map(|r| r.prompt_ids.len() + r.max_tokens)
@@ -176,7 +177,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         max_waiting: requests.len().max(1024),
         eos_token_ids: eos,
         capture_logits: false,
-        prefix_cache: a.engine.prefix_cache(),
+        prefix_cache,
         step_overlap: a.engine.step_overlap,
         cuda_graphs: a.engine.cuda_graphs(),
     };

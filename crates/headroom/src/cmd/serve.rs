@@ -213,6 +213,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
     };
     eos.extend(&cfg.eos_token_ids);
     let scheduler = a.engine.scheduler(None)?;
+    let prefix_cache = a.engine.prefix_cache()?;
     let (attention, why) = if a.tp.active() {
         (
             crate::tp::plan_and_routes(g, a.backend, &cfg, a.tp.world())?.1,
@@ -241,7 +242,7 @@ pub fn run(a: Args, g: &GlobalArgs) -> anyhow::Result<()> {
         max_waiting: a.max_waiting,
         eos_token_ids: eos,
         capture_logits: false,
-        prefix_cache: a.engine.prefix_cache(),
+        prefix_cache,
         step_overlap: a.engine.step_overlap,
         cuda_graphs: a.engine.cuda_graphs(),
     };
