@@ -217,11 +217,7 @@ pub enum PoolError {
 /// The pools for `i` (see the module doc), or why none fits.
 pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
     let per_seq = blocks_for(i.max_context).max(1);
-    let after_transient = i
-        .available_bytes
-        .map(|a| a.saturating_sub(i.step_transient_bytes));
-    let snapshot_slots = i.snapshots.resolve(after_transient, i.gdn_bytes_per_slot);
-    let plan = |slots: usize, blocks: usize| PoolPlan {
+    let plan = |snapshot_slots: usize, slots: usize, blocks: usize| PoolPlan {
         blocks,
         slots,
         snapshot_slots,
@@ -237,15 +233,21 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
             RunningSlots::Fixed(n) => n,
             RunningSlots::FromMemory { cap } => cap,
         };
-        return Ok(plan(slots, slots.saturating_mul(per_seq)));
+        let snapshot_slots = i.snapshots.resolve(None, i.gdn_bytes_per_slot);
+        return Ok(plan(snapshot_slots, slots, slots.saturating_mul(per_seq)));
     };
+    let after_transient =
+        available
+            .checked_sub(i.step_transient_bytes)
+            .ok_or(PoolError::Transient {
+                step_transient_bytes: i.step_transient_bytes,
+                available_bytes: available,
+            })?;
+    let snapshot_slots = i
+        .snapshots
+        .resolve(Some(after_transient), i.gdn_bytes_per_slot);
     let snapshot_bytes = (snapshot_slots as u64).saturating_mul(i.gdn_bytes_per_slot);
-    let left = available
-        .checked_sub(i.step_transient_bytes)
-        .ok_or(PoolError::Transient {
-            step_transient_bytes: i.step_transient_bytes,
-            available_bytes: available,
-        })?
+    let left = after_transient
         .checked_sub(snapshot_bytes)
         .ok_or(PoolError::Snapshots {
             snapshot_slots,
@@ -287,7 +289,7 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
     if blocks < per_seq {
         return Err(no_fit());
     }
-    Ok(plan(slots, blocks))
+    Ok(plan(snapshot_slots, slots, blocks))
 }
 
 /// Rows of the scheduler's largest step: a shared step, or a solo step of

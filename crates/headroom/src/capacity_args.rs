@@ -25,7 +25,7 @@ pub struct CapacityArgs {
 }
 
 /// Most state slots `--max-running` resolves to when sized from memory.
-pub const AUTO_RUNNING_CAP: usize = headroom_engine::pool::AUTO_RUNNING_CAP;
+pub use headroom_engine::pool::AUTO_RUNNING_CAP;
 
 /// The checked capacity: what `EngineConfig` takes.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -9,9 +9,10 @@ mod common;
 
 use std::process::Stdio;
 
-#[test]
-fn generate_prints_the_pool_slots_and_full_context_sequences() {
-    let out = common::headroom(&[
+/// `generate`'s start-up line on tiny-d256 with a 640-token context, 2
+/// running and a budget of `budget_mib`, plus `extra` flags.
+fn generate_start_line(budget_mib: &str, extra: &[&str]) -> String {
+    let mut args = vec![
         "generate",
         "--synthetic",
         "tiny-d256",
@@ -24,13 +25,20 @@ fn generate_prints_the_pool_slots_and_full_context_sequences() {
         "--max-running",
         "2",
         "--memory-budget-mib",
-        "4096",
-    ]);
+        budget_mib,
+    ];
+    args.extend_from_slice(extra);
+    let out = common::headroom(&args);
     let err = String::from_utf8_lossy(&out.stderr);
-    let line = err
-        .lines()
+    err.lines()
         .find(|l| l.starts_with("generate on cpu"))
-        .unwrap_or_else(|| panic!("no start-up line: {err}"));
+        .unwrap_or_else(|| panic!("no start-up line: {err}"))
+        .to_string()
+}
+
+#[test]
+fn generate_prints_the_pool_slots_and_full_context_sequences() {
+    let line = generate_start_line("4096", &[]);
     // 2 slots at 640 tokens: 2 x 10 blocks (the budget holds more).
     for want in [
         "paged KV cache",
@@ -213,31 +221,9 @@ fn serve_without_max_context_lowers_the_models_context_to_fit_and_with_it_exits_
     assert!(!stderr.contains('\u{1b}'), "{stderr}");
 }
 
-/// The snapshot count on `generate`'s start-up line with `extra` flags.
+/// The snapshot count on `generate`'s start-up line at 190 MiB with `extra` flags.
 fn snapshot_slots_at_190_mib(extra: &[&str]) -> usize {
-    let mut args = vec![
-        "generate",
-        "--synthetic",
-        "tiny-d256",
-        "--prompt",
-        "hello",
-        "--max-tokens",
-        "2",
-        "--max-context",
-        "640",
-        "--max-running",
-        "2",
-        "--memory-budget-mib",
-        "190",
-    ];
-    args.extend_from_slice(extra);
-    let out = common::headroom(&args);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("generate on cpu"))
-        .unwrap_or_else(|| panic!("no start-up line: {err}"));
+    let line = generate_start_line("190", extra);
     let before = line
         .split(" prefix-cache snapshot slots")
         .next()
