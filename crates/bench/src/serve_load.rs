@@ -284,14 +284,14 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
     };
     let after = serve_pool::counters(cfg.addr).await;
     let t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
+    let preemptions = serve_pool::preemptions_between(before.as_ref(), after.as_ref());
+    let (pool_end, device_memory_peak_bytes) =
+        after.map_or((None, Vec::new()), |a| (a.pool, a.device_memory_peak_bytes));
     Ok(LoadReport {
         pool,
-        preemptions: serve_pool::preemptions_between(before.as_ref(), after.as_ref()),
-        device_memory_peak_bytes: after
-            .as_ref()
-            .map(|a| a.device_memory_peak_bytes.clone())
-            .unwrap_or_default(),
-        pool_end: after.and_then(|a| a.pool),
+        preemptions,
+        pool_end,
+        device_memory_peak_bytes,
         ..t.report(&cfg, secs)
     })
 }
