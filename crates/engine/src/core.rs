@@ -150,8 +150,10 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                     crate::memory::state_pool_error(pool.slots, cfg.max_context, &memory, e)
                 }
             })?;
-        let solo = solo_stripe(&model, &cfg, &memory);
+        let transient_room_bytes = pool.transient_room_bytes();
+        let solo = solo_stripe(&model, &cfg, &memory, transient_room_bytes);
         let limits = Limits {
+            transient_room_bytes,
             block_bytes: pool.block_bytes,
             memory,
             settings: cfg.scheduler,
@@ -312,7 +314,12 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         }
         let routes = self.model.routes(&plan)?;
         self.limits.memory = memory_model(self.model.lead(), &routes);
-        self.solo = solo_stripe(&self.model, &self.cfg, &self.limits.memory);
+        self.solo = solo_stripe(
+            &self.model,
+            &self.cfg,
+            &self.limits.memory,
+            self.limits.transient_room_bytes,
+        );
         self.limits.solo_tokens = self.solo.tokens;
         self.stats.settings = run_settings(&self.cfg, &self.solo);
         self.stats.solo_stripe = self.solo.clone();

@@ -14,6 +14,10 @@ pub struct Limits {
     pub settings: SchedulerSettings,
     /// The resolved solo stripe ([`crate::stripe`]): a request's largest prefill chunk.
     pub solo_tokens: usize,
+    /// Bytes the pool plan left for a step's transients
+    /// ([`crate::pool::PoolPlan::transient_room_bytes`]; `None`: unbounded):
+    /// the bound an `auto` solo stripe on CUDA resolves within.
+    pub transient_room_bytes: Option<u64>,
     /// The memory budget a request's prediction must fit (contiguous KV).
     pub budget: Option<u64>,
     /// The paged KV pool's blocks a request's prompt + max tokens must fit.

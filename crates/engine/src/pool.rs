@@ -130,6 +130,19 @@ impl PoolPlan {
         (self.snapshot_slots as u64).saturating_mul(self.gdn_bytes_per_slot)
     }
 
+    /// Bytes the plan leaves for a step's transients: what it was sized from
+    /// less the KV blocks, the state slots and the snapshot slots (`None`:
+    /// unbounded). The solo stripe an `auto` engine resolves on CUDA stays
+    /// within it, so `--memory-fraction` and `--memory-budget-mib` bound the
+    /// engine's peak, not only its pools ([`crate::stripe`]).
+    pub fn transient_room_bytes(&self) -> Option<u64> {
+        self.available_bytes.map(|a| {
+            a.saturating_sub(self.kv_bytes())
+                .saturating_sub(self.gdn_bytes())
+                .saturating_sub(self.snapshot_bytes())
+        })
+    }
+
     /// Sequences that fit at once at full context (by blocks and by slots).
     pub fn full_context_sequences(&self) -> usize {
         (self.blocks / blocks_for(self.max_context).max(1)).min(self.slots)

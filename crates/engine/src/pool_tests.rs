@@ -95,6 +95,22 @@ fn what_cannot_fit_is_an_error_with_the_numbers() {
 }
 
 #[test]
+fn the_room_left_for_transients_is_what_the_pools_do_not_take() {
+    // 175 - 2 x 10 snapshots - 4 x 10 GDN - 15 blocks = 100 MiB, the step's
+    // transient set aside (the solo stripe resolves within it).
+    let mut i = inputs(Some(175 * MIB), RunningSlots::Fixed(4));
+    i.snapshots = SnapshotSlots::Fixed(2);
+    let p = size_pool(&i).unwrap();
+    assert_eq!(p.transient_room_bytes(), Some(100 * MIB));
+    // Blocks capped at every slot's full context leave more room.
+    let p = size_pool(&inputs(Some(1100 * MIB), RunningSlots::Fixed(4))).unwrap();
+    assert_eq!(p.transient_room_bytes(), Some((1100 - 40 - 40) * MIB));
+    // Unbounded: no room to keep to.
+    let p = size_pool(&inputs(None, RunningSlots::Fixed(4))).unwrap();
+    assert_eq!(p.transient_room_bytes(), None);
+}
+
+#[test]
 fn snapshot_slots_are_set_aside_before_the_kv_blocks() {
     // 175 - 100 transient - 2 x 10 snapshots - 4 x 10 GDN = 15 blocks.
     let mut i = inputs(Some(175 * MIB), RunningSlots::Fixed(4));

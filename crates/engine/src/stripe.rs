@@ -10,7 +10,10 @@
 //!   up to `min(SOLO_STRIPE_CAP, max_context)` whose predicted step transient
 //!   ([`MemoryModel::solo_step_transient`] at `max_context` keys) fits the
 //!   budget — `solo_stripe_budget_bytes`, else the free device memory after
-//!   weights and state ([`free_device_bytes`]). On the H200 a 2,048-token
+//!   weights and state ([`free_device_bytes`]) or, where smaller, what the
+//!   pool plan left for transients of the `--memory-fraction` /
+//!   `--memory-budget-mib` share ([`ROOM_SOURCE`]): an operator who gives the
+//!   engine a share of the card gets a peak within it. On the H200 a 2,048-token
 //!   stripe cost +31 % at 32k against one step (`docs/perf/cuda-model.md`
 //!   run 5): each small step runs the MoE grouped GEMMs and the other kernels
 //!   at a fraction of their efficiency.
@@ -28,6 +31,10 @@ use headroom_core::ops::Backend;
 use headroom_core::BackendKind;
 use headroom_model::StepModel;
 use serde::Serialize;
+
+/// The budget source named when the pool plan's room for transients
+/// ([`crate::pool::PoolPlan::transient_room_bytes`]) bounds the stripe.
+pub const ROOM_SOURCE: &str = "the memory fraction / budget left after the pools";
 
 /// Rows a memory-bound stripe is rounded down to (the KV block).
 const STRIPE_ROUNDING: usize = crate::kv::KV_BLOCK_ROWS;
@@ -80,6 +87,8 @@ pub struct StripeInputs<'a> {
     pub max_context: usize,
     /// Free device bytes after weights and state (`None`: unknown).
     pub free_bytes: Option<u64>,
+    /// Bytes the pool plan left for transients (`None`: unbounded).
+    pub room_bytes: Option<u64>,
 }
 
 /// Device bytes left for transients: `total` minus what the backend holds
@@ -131,10 +140,12 @@ pub fn resolve_solo_stripe(i: &StripeInputs<'_>) -> SoloStripeResolution {
         StripeBound::Context => format!("the engine's context {}", i.max_context),
         _ => format!("the cap {cap}"),
     };
-    let budget = match (s.solo_stripe_budget_bytes, i.free_bytes) {
-        (Some(b), _) => Some((b, "solo_stripe_budget")),
-        (None, Some(f)) => Some((f, "free device memory")),
-        (None, None) => None,
+    let budget = match (s.solo_stripe_budget_bytes, i.free_bytes, i.room_bytes) {
+        (Some(b), _, _) => Some((b, "solo_stripe_budget")),
+        (None, Some(f), Some(r)) if r < f => Some((r, ROOM_SOURCE)),
+        (None, Some(f), _) => Some((f, "free device memory")),
+        (None, None, Some(r)) => Some((r, ROOM_SOURCE)),
+        (None, None, None) => None,
     };
     let Some((bytes, source)) = budget else {
         return done(
@@ -195,11 +206,13 @@ pub fn resolve_solo_stripe(i: &StripeInputs<'_>) -> SoloStripeResolution {
 
 /// The solo stripe of an engine over `model` (its state allocated): on
 /// CUDA the free device memory is the device's total (device 0's, as the
-/// driver reports it) less what the fullest rank holds, less a reserve.
+/// driver reports it) less what the fullest rank holds, less a reserve;
+/// `room_bytes` is what the pool plan left for transients.
 pub(crate) fn solo_stripe<B: Backend, M: StepModel<B>>(
     model: &M,
     cfg: &crate::EngineConfig,
     memory: &crate::memory::MemoryModel,
+    room_bytes: Option<u64>,
 ) -> SoloStripeResolution {
     let backend = model.lead().backend().kind();
     let free_bytes = match backend {
@@ -215,6 +228,7 @@ pub(crate) fn solo_stripe<B: Backend, M: StepModel<B>>(
         memory,
         max_context: cfg.max_context,
         free_bytes,
+        room_bytes,
     });
     tracing::info!(
         "solo stripe {} ({:?}): {}",
@@ -298,6 +312,7 @@ mod tests {
             memory: &m,
             max_context,
             free_bytes: free,
+            room_bytes: None,
         })
     }
 
@@ -397,6 +412,58 @@ mod tests {
         assert!(r.reason.contains("not even"), "{}", r.reason);
     }
 
+    /// [`resolve`] with the pool plan's room for transients as well.
+    fn resolve_in_room(
+        budget: Option<u64>,
+        free: Option<u64>,
+        room: Option<u64>,
+    ) -> SoloStripeResolution {
+        let settings = SchedulerSettings {
+            solo_stripe_budget_bytes: budget,
+            ..SchedulerSettings::default()
+        };
+        let m = memory(100_000);
+        resolve_solo_stripe(&StripeInputs {
+            settings: &settings,
+            backend: BackendKind::Cuda,
+            memory: &m,
+            max_context: 1 << 20,
+            free_bytes: free,
+            room_bytes: room,
+        })
+    }
+
+    #[test]
+    fn auto_on_a_gpu_stays_within_what_the_memory_share_left_after_the_pools() {
+        // 100 kB a row. The card has 60 GB free, but --memory-fraction (or
+        // --memory-budget-mib) left the pools' plan 500 MB for transients:
+        // the stripe takes what fits those, not the card's free memory.
+        let r = resolve_in_room(None, Some(60_000_000_000), Some(500_000_000));
+        assert_eq!((r.tokens, r.bound), (4992, StripeBound::Memory));
+        assert_eq!(r.budget_bytes, Some(500_000_000));
+        assert_eq!(r.budget_source.as_deref(), Some(ROOM_SOURCE));
+        assert!(r.reason.contains(ROOM_SOURCE), "{}", r.reason);
+        // Where the free memory is the smaller, it decides (the default
+        // fraction's room and the free memory are the same share).
+        let r = resolve_in_room(None, Some(500_000_000), Some(60_000_000_000));
+        assert_eq!(
+            (r.tokens, r.budget_source.as_deref()),
+            (4992, Some("free device memory"))
+        );
+        // The free memory unknown: the room alone.
+        let r = resolve_in_room(None, None, Some(1_000_000_000));
+        assert_eq!(
+            (r.tokens, r.budget_source.as_deref()),
+            (9984, Some(ROOM_SOURCE))
+        );
+        // An explicit --solo-stripe-budget-mib is taken as given.
+        let r = resolve_in_room(Some(1_000_000_000), Some(60_000_000_000), Some(500_000_000));
+        assert_eq!(
+            (r.tokens, r.budget_source.as_deref()),
+            (9984, Some("solo_stripe_budget"))
+        );
+    }
+
     #[test]
     fn composed_attention_counts_against_the_budget() {
         let settings = SchedulerSettings::default();
@@ -413,6 +480,7 @@ mod tests {
             memory: &m,
             max_context: 65_536,
             free_bytes: None,
+            room_bytes: None,
         });
         assert_eq!((r.tokens, r.bound), (4096, StripeBound::Memory));
     }
