@@ -9,7 +9,10 @@
 //! them:
 //!
 //! 1. the largest step's transient peak (the memory model's prediction for
-//!    the scheduler's largest step) and the prefix cache's snapshot slots
+//!    the scheduler's largest step; an `auto` solo stripe on CUDA is planned
+//!    at the whole prompt only where that takes at most
+//!    [`STRIPE_PLAN_SHARE`] of the memory, [`planned_step_rows`]) and the
+//!    prefix cache's snapshot slots
 //!    (each one sequence's GDN state) are set aside — by default at most
 //!    [`crate::settings::SNAPSHOT_SHARE`] of what is left after the
 //!    transient (at least two, at most `--prefix-cache-state-slots`'
@@ -305,6 +308,48 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
     Ok(plan(snapshot_slots, slots, blocks))
 }
 
+/// The most of the memory available that a plan sets aside for an `auto`
+/// solo stripe's transients on CUDA, as (numerator, denominator). Where the
+/// whole prompt's step (up to the cap or the context) needs more, the plan
+/// is made for the largest stripe whose transient fits this share (at least
+/// the fixed stripe, and never below the shared step); at run time the
+/// stripe resolves within what the pools left. On an H200 (≈ 60 GiB after
+/// the bf16 35B-A3B's weights) and an 80 GB H100 serving its FP8 form
+/// (≈ 37 GiB) the whole 65,536-row step (≈ 9.1 GiB) fits a third; on an
+/// 80 GB H100 serving the bf16 form (≈ 6.5 GiB) it does not, and the whole
+/// prompt's stripe would take the room of the running sequences.
+pub const STRIPE_PLAN_SHARE: (u64, u64) = (1, 3);
+
+/// Rows of the largest step a plan sets aside transients for:
+/// [`largest_step_rows`], except that an `auto` stripe on CUDA whose
+/// whole-prompt step needs more than [`STRIPE_PLAN_SHARE`] of `available`
+/// is planned at the largest stripe that fits that share.
+pub fn planned_step_rows(
+    s: &SchedulerSettings,
+    backend: BackendKind,
+    max_context: usize,
+    memory: &MemoryModel,
+    available: Option<u64>,
+) -> usize {
+    let whole = largest_step_rows(s, backend, max_context);
+    let (Some(available), SoloStripe::Auto, BackendKind::Cuda) =
+        (available, s.solo_stripe, backend)
+    else {
+        return whole;
+    };
+    let share = available / STRIPE_PLAN_SHARE.1 * STRIPE_PLAN_SHARE.0;
+    let solo = crate::stripe::resolve_solo_stripe(&crate::stripe::StripeInputs {
+        settings: s,
+        backend,
+        memory,
+        max_context,
+        free_bytes: Some(share),
+        room_bytes: None,
+    })
+    .tokens;
+    s.step_rows(true, solo).max(s.step_rows(false, solo))
+}
+
 /// Rows of the scheduler's largest step: a shared step, or a solo step of
 /// the largest stripe `auto` may resolve to on `backend` (the cap or the
 /// context on a GPU, the fixed stripe on the CPU).
@@ -327,7 +372,6 @@ pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
     memory: &MemoryModel,
 ) -> Result<PoolPlan, PoolError> {
     let backend = model.lead().backend().kind();
-    let rows = largest_step_rows(&cfg.scheduler, backend, cfg.max_context);
     let available = match backend {
         BackendKind::Cuda => headroom_hardware::cuda_availability()
             .ok()
@@ -340,6 +384,7 @@ pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
             .or(cfg.memory_budget_bytes),
         BackendKind::Cpu => cfg.memory_budget_bytes,
     };
+    let rows = planned_step_rows(&cfg.scheduler, backend, cfg.max_context, memory, available);
     let inputs = PoolInputs {
         available_bytes: available,
         block_bytes: memory

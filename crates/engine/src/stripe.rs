@@ -251,7 +251,7 @@ pub(crate) fn run_settings(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::memory::AttentionLayer;
     use headroom_core::ops::{AttentionCall, WorkspaceModel};
@@ -271,7 +271,9 @@ mod tests {
         }
     }
 
-    fn memory(per_row: u64) -> MemoryModel {
+    /// A memory model of `per_row` activation bytes a row, one fused
+    /// attention layer and no fixed bytes (the pool's tests use it too).
+    pub(crate) fn memory(per_row: u64) -> MemoryModel {
         MemoryModel {
             kv_bytes_per_token: 1024,
             gdn_bytes_per_slot: 1 << 20,
