@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Session 29, call 6 (run inline on the warm H100; written out here as run):
+# branch stripeplan's binary (h/headroom-sp) with default flags and with
+# --memory-fraction 0.95: c = 64 (64 x 1,024 / 256), c = 256 (512 x 1,024 /
+# 128), a 16k prompt alone (twice); nvidia-smi's memory.used each second.
+# carry [".devbin/next"] (pack_bins.sh with EXTRA_BINS="headroom-sp=...").
+T=/tmp/x; mkdir -p $T; tar -xJf .devbin/next/bins.tar.xz -C $T; source bench/gpu/env.sh >/dev/null; export HEADROOM_KERNEL_CACHE=/tmp/kcache; (while sleep 1; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done > $OUT/smi.txt) & for f in "" "--memory-fraction 0.95"; do $T/h/headroom-sp serve --backend cuda --synthetic qwen3.6-35b-a3b --port 8930 $f > $OUT/sp.log 2>&1 & sp=$!; for _ in $(seq 1 300); do grep -q "listening on" $OUT/sp.log && break; sleep 0.5; done; echo "--- sp $f"; grep -E "serve on cuda" $OUT/sp.log | grep -oE "solo_stripe [0-9]+; up to [0-9]+ running, context [0-9]+|KV pool.*snapshot slots \([0-9.]+ GiB\)"; for L in "--concurrency 64 --requests 64 --prompt-len 1024 --max-tokens 256" "--concurrency 256 --requests 512 --prompt-len 1024 --max-tokens 128" "--concurrency 1 --requests 2 --prompt-len 16384 --max-tokens 1"; do timeout 100 $T/h/headroom bench serve --url http://127.0.0.1:8930 $L > $OUT/b.txt 2>&1; grep -E "output tok/s" $OUT/b.txt | head -1 | cut -c1-120; grep -E "^ttft|^server" $OUT/b.txt | cut -c1-200; done; kill -TERM $sp; wait $sp; done; echo "smi peak MiB: $(sort -n $OUT/smi.txt | tail -1)"

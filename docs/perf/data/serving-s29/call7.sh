@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Session 29, call 7 (run inline on the warm H100; written out here as run):
+# main b34990d (h/headroom) and branch stripeplan (h/headroom-sp), default
+# flags: main at c = 256 (512 x 1,024 / 128), then three 32,000-token prompts
+# alone on each (what the whole-prompt stripe buys a long prompt).
+T=/tmp/x; mkdir -p $T; tar -xJf .devbin/next/bins.tar.xz -C $T; source bench/gpu/env.sh >/dev/null; export HEADROOM_KERNEL_CACHE=/tmp/kcache; for b in headroom headroom-sp; do $T/h/$b serve --backend cuda --synthetic qwen3.6-35b-a3b --port 8931 > $OUT/$b.log 2>&1 & sp=$!; for _ in $(seq 1 300); do grep -q "listening on" $OUT/$b.log && break; sleep 0.5; done; echo "--- $b"; grep -E "serve on cuda" $OUT/$b.log | grep -oE "solo_stripe [0-9]+; up to [0-9]+ running, context [0-9]+"; L32="--concurrency 1 --requests 3 --prompt-len 32000 --max-tokens 1"; LE="--concurrency 256 --requests 512 --prompt-len 1024 --max-tokens 128"; if [ $b = headroom ]; then LS=("$LE" "$L32"); else LS=("$L32"); fi; for L in "${LS[@]}"; do timeout 100 $T/h/headroom bench serve --url http://127.0.0.1:8931 $L > $OUT/b.txt 2>&1; grep -E "output tok/s" $OUT/b.txt | head -1 | cut -c1-110; grep -E "^ttft" $OUT/b.txt; done; kill -TERM $sp; wait $sp; done
