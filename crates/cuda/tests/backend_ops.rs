@@ -106,3 +106,30 @@ mod fused;
 mod sampling;
 #[path = "backend_ops/sequence.rs"]
 mod sequence;
+
+#[test]
+#[ignore = "needs a CUDA GPU: run this test binary with --include-ignored on the GPU machine"]
+fn freed_buffers_stay_reserved_until_the_cache_is_released() {
+    let be = backend();
+    let dev = be.device();
+    be.release_cached_memory();
+    let (active, _) = be.memory();
+    assert_eq!(
+        be.memory_reserved(),
+        active,
+        "nothing cached after a release"
+    );
+    let held = dev.alloc(64 << 20).unwrap();
+    let freed = dev.alloc(96 << 20).unwrap();
+    drop(freed);
+    let (now, _) = be.memory();
+    assert_eq!(now, active + (64 << 20), "the freed buffer is not held");
+    assert_eq!(
+        be.memory_reserved(),
+        now + (96 << 20),
+        "the freed buffer stays cached for reuse"
+    );
+    be.release_cached_memory();
+    assert_eq!(be.memory_reserved(), now, "released to the device");
+    drop(held);
+}

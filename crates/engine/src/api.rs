@@ -265,16 +265,29 @@ pub struct EngineStats {
 /// One rank's backend memory (weights, state and transients together).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub struct RankMemory {
+    /// Held by live buffers now.
     pub active_bytes: usize,
+    /// The most held at once since start-up.
     pub peak_bytes: usize,
+    /// Obtained from the device: held, plus what the allocator keeps cached
+    /// for reuse (CUDA's caching allocator; the active bytes elsewhere).
+    pub reserved_bytes: usize,
 }
 
 impl RankMemory {
-    /// From a backend's `(active, peak)` pair.
-    pub fn from_pair((active_bytes, peak_bytes): (usize, usize)) -> RankMemory {
-        RankMemory {
-            active_bytes,
-            peak_bytes,
-        }
+    /// Every rank's memory of `model`.
+    pub fn of<B: headroom_core::ops::Backend, M: headroom_model::StepModel<B>>(
+        model: &M,
+    ) -> Vec<RankMemory> {
+        model
+            .rank_memory()
+            .into_iter()
+            .zip(model.rank_memory_reserved())
+            .map(|((active_bytes, peak_bytes), reserved_bytes)| RankMemory {
+                active_bytes,
+                peak_bytes,
+                reserved_bytes,
+            })
+            .collect()
     }
 }

@@ -122,6 +122,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
                 cfg.memory_fraction
             )));
         }
+        // What loading the weights left cached is given back before the
+        // pools are sized from what the backend holds.
+        model.release_cached_memory();
         let routes = model.routes(&cfg.attention)?;
         let memory = memory_model(model.lead(), &routes);
         let kv = resolve_kv(cfg.kv_backend);
@@ -213,11 +216,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             kv_blocks_cached: 0,
             prefix_snapshot_slots_used: 0,
             prefix_snapshot_slots: pool.snapshot_slots,
-            device_memory: model
-                .rank_memory()
-                .into_iter()
-                .map(RankMemory::from_pair)
-                .collect(),
+            device_memory: RankMemory::of(&model),
         };
         let salt = cache::model_salt(model.lead());
         Ok(EngineCore {
@@ -415,12 +414,7 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         st.gdn_slots_free = self.slots.free();
         st.gdn_slots_used = self.slots.total() - self.slots.free();
         st.memory_committed_bytes = committed;
-        st.device_memory = self
-            .model
-            .rank_memory()
-            .into_iter()
-            .map(RankMemory::from_pair)
-            .collect();
+        st.device_memory = RankMemory::of(&self.model);
     }
 
     /// One engine step: reap cancellations, plan (decode rows first, then

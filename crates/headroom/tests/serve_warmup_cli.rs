@@ -74,11 +74,14 @@ fn a_warmed_up_server_starts_from_zero_and_answers_as_a_cold_one() {
     ] {
         assert_eq!(sample(&w.0, name), 0.0, "{name} after warm-up");
     }
-    // The backend's memory, per rank: the weights and pools at least, and
-    // a peak no lower than what is held.
+    // The backend's memory, per rank: the weights and pools at least, a
+    // peak no lower than what is held, and (the CPU keeps no cache) exactly
+    // what is held obtained.
     let held = sample(&w.0, "headroom_device_memory_bytes{rank=\"0\"}");
     let peak = sample(&w.0, "headroom_device_memory_peak_bytes{rank=\"0\"}");
+    let reserved = sample(&w.0, "headroom_device_memory_reserved_bytes{rank=\"0\"}");
     assert!(held > 0.0 && peak >= held, "held {held}, peak {peak}");
+    assert_eq!(reserved, held, "the CPU backend obtains what it holds");
     assert_eq!(w.1, c.1, "same greedy text");
     assert_eq!(w.2, c.2, "same usage (nothing from a warm-up's cache)");
     let warm_err = common::stop_server(warm);

@@ -28,6 +28,14 @@ pub trait StepModel<B: Backend>: Send {
     /// `(active, peak)` backend bytes of every rank.
     fn rank_memory(&self) -> Vec<(usize, usize)>;
 
+    /// Device bytes every rank's backend has obtained: held and cached
+    /// ([`Backend::memory_reserved`]).
+    fn rank_memory_reserved(&self) -> Vec<usize>;
+
+    /// Returns every rank's cached memory to its device
+    /// ([`Backend::release_cached_memory`]).
+    fn release_cached_memory(&self);
+
     /// Each full-attention layer's route for `plan` (the same on every rank).
     fn routes(&self, plan: &AttentionPlan) -> Result<Vec<Option<RouteRequest>>, ModelError> {
         self.lead().routes(plan)
@@ -132,6 +140,14 @@ where
         vec![self.backend().memory()]
     }
 
+    fn rank_memory_reserved(&self) -> Vec<usize> {
+        vec![self.backend().memory_reserved()]
+    }
+
+    fn release_cached_memory(&self) {
+        self.backend().release_cached_memory()
+    }
+
     fn new_state(
         &self,
         slots: usize,
@@ -218,6 +234,14 @@ where
         self.memory()
     }
 
+    fn rank_memory_reserved(&self) -> Vec<usize> {
+        self.memory_reserved()
+    }
+
+    fn release_cached_memory(&self) {
+        TpGroup::release_cached_memory(self)
+    }
+
     fn new_state(
         &self,
         slots: usize,
@@ -280,6 +304,14 @@ impl<B: Backend, M: StepModel<B>, H: StepHook> StepModel<B> for ForwardingStepMo
 
     fn rank_memory(&self) -> Vec<(usize, usize)> {
         self.inner.rank_memory()
+    }
+
+    fn rank_memory_reserved(&self) -> Vec<usize> {
+        self.inner.rank_memory_reserved()
+    }
+
+    fn release_cached_memory(&self) {
+        self.inner.release_cached_memory()
     }
 
     fn routes(&self, plan: &AttentionPlan) -> Result<Vec<Option<RouteRequest>>, ModelError> {

@@ -284,7 +284,7 @@ impl Metrics {
 /// it was sized to).
 fn render_device_memory(out: &mut String, ranks: &[RankMemory]) {
     type Field = fn(&RankMemory) -> usize;
-    let families: [(&str, &str, Field); 2] = [
+    let families: [(&str, &str, Field); 3] = [
         (
             "headroom_device_memory_bytes",
             "Backend memory held now (weights, KV pool, GDN state, transients), per rank.",
@@ -294,6 +294,11 @@ fn render_device_memory(out: &mut String, ranks: &[RankMemory]) {
             "headroom_device_memory_peak_bytes",
             "Most backend memory held at once since start-up, per rank.",
             |m| m.peak_bytes,
+        ),
+        (
+            "headroom_device_memory_reserved_bytes",
+            "Device memory the backend has obtained now: held plus what its allocator keeps cached for reuse, per rank.",
+            |m| m.reserved_bytes,
         ),
     ];
     for (name, help, field) in families {
@@ -330,10 +335,12 @@ mod tests {
                 RankMemory {
                     active_bytes: 1000,
                     peak_bytes: 3000,
+                    reserved_bytes: 4000,
                 },
                 RankMemory {
                     active_bytes: 900,
                     peak_bytes: 2900,
+                    reserved_bytes: 3900,
                 },
             ],
             cuda_graphs: headroom_engine::GraphsResolution {
@@ -360,6 +367,8 @@ mod tests {
             "headroom_device_memory_bytes{rank=\"1\"} 900\n",
             "headroom_device_memory_peak_bytes{rank=\"0\"} 3000\n",
             "headroom_device_memory_peak_bytes{rank=\"1\"} 2900\n",
+            "headroom_device_memory_reserved_bytes{rank=\"0\"} 4000\n",
+            "headroom_device_memory_reserved_bytes{rank=\"1\"} 3900\n",
         ] {
             assert!(text.contains(line), "{line}: {text}");
         }

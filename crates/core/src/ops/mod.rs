@@ -124,6 +124,17 @@ pub trait Backend: Send + Sync {
     /// Bytes of device (or host) memory this backend holds now and at its peak
     /// since [`Backend::reset_peak_memory`]: `(active, peak)`.
     fn memory(&self) -> (usize, usize);
+    /// Bytes this backend has obtained from the device: what it holds and
+    /// what its allocator keeps cached for reuse (at least `memory().0`). A
+    /// backend without a cache holds exactly its active bytes.
+    fn memory_reserved(&self) -> usize {
+        self.memory().0
+    }
+    /// Returns what the allocator keeps cached to the device (a no-op
+    /// without a cache): the engine calls it once the weights are loaded, so
+    /// that loading's temporaries neither hide in the device's use nor in
+    /// the memory its pools are sized from.
+    fn release_cached_memory(&self) {}
     fn reset_peak_memory(&self);
     /// Waits for queued work (a no-op on synchronous backends).
     fn synchronize(&self) -> OpResult<()>;

@@ -270,6 +270,14 @@ impl Backend for CudaBackend {
         (s.active as usize, peak as usize)
     }
 
+    fn memory_reserved(&self) -> usize {
+        self.dev.allocator().stats().reserved as usize
+    }
+
+    fn release_cached_memory(&self) {
+        self.dev.allocator().empty_cache();
+    }
+
     fn reset_peak_memory(&self) {
         self.dev.allocator().reset_peak();
         self.earlier_peak.store(0, Ordering::Relaxed);

@@ -111,6 +111,21 @@ impl<B: Backend> TpGroup<B> {
         self.ranks.iter().map(|m| m.backend().memory()).collect()
     }
 
+    /// Device bytes every rank's backend has obtained (held and cached).
+    pub fn memory_reserved(&self) -> Vec<usize> {
+        self.ranks
+            .iter()
+            .map(|m| m.backend().memory_reserved())
+            .collect()
+    }
+
+    /// Returns every rank's cached memory to its device.
+    pub fn release_cached_memory(&self) {
+        self.ranks
+            .iter()
+            .for_each(|m| m.backend().release_cached_memory());
+    }
+
     pub fn reset_peak_memory(&self) {
         self.ranks
             .iter()
