@@ -91,6 +91,10 @@ pub struct LoadReport {
     /// when the run ended (`headroom_device_memory_peak_bytes`; empty
     /// without it).
     pub device_memory_peak_bytes: Vec<u64>,
+    /// What each rank had obtained from the device when the run ended, the
+    /// allocator's cache included (`headroom_device_memory_reserved_bytes`;
+    /// empty without it).
+    pub device_memory_reserved_bytes: Vec<u64>,
 }
 
 /// The requests' outcomes, accumulated into a report.
@@ -183,6 +187,7 @@ impl Tally {
             preemptions: None,
             pool_end: None,
             device_memory_peak_bytes: Vec::new(),
+            device_memory_reserved_bytes: Vec::new(),
         }
     }
 }
@@ -285,13 +290,20 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
     let after = serve_pool::counters(cfg.addr).await;
     let t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
     let preemptions = serve_pool::preemptions_between(before.as_ref(), after.as_ref());
-    let (pool_end, device_memory_peak_bytes) =
-        after.map_or((None, Vec::new()), |a| (a.pool, a.device_memory_peak_bytes));
+    let (pool_end, device_memory_peak_bytes, device_memory_reserved_bytes) =
+        after.map_or((None, Vec::new(), Vec::new()), |a| {
+            (
+                a.pool,
+                a.device_memory_peak_bytes,
+                a.device_memory_reserved_bytes,
+            )
+        });
     Ok(LoadReport {
         pool,
         preemptions,
         pool_end,
         device_memory_peak_bytes,
+        device_memory_reserved_bytes,
         ..t.report(&cfg, secs)
     })
 }
@@ -447,6 +459,7 @@ pub fn table(r: &LoadReport) -> String {
         r.preemptions,
         r.pool_end.as_ref(),
         &r.device_memory_peak_bytes,
+        &r.device_memory_reserved_bytes,
     ));
     out
 }

@@ -69,6 +69,9 @@ pub struct Counters {
     pub pool: Option<PoolSample>,
     /// `headroom_device_memory_peak_bytes` of each rank (empty without it).
     pub device_memory_peak_bytes: Vec<u64>,
+    /// `headroom_device_memory_reserved_bytes` of each rank: held plus the
+    /// allocator's cache (empty without it).
+    pub device_memory_reserved_bytes: Vec<u64>,
 }
 
 /// The counters of a Prometheus text.
@@ -77,6 +80,7 @@ pub fn parse_counters(text: &str) -> Counters {
         preemptions: metric(text, "headroom_preemptions_total"),
         pool: parse(text, 0.0),
         device_memory_peak_bytes: per_rank(text, "headroom_device_memory_peak_bytes"),
+        device_memory_reserved_bytes: per_rank(text, "headroom_device_memory_reserved_bytes"),
     }
 }
 
@@ -100,13 +104,22 @@ pub fn preemptions_between(before: Option<&Counters>, after: Option<&Counters>) 
     a.checked_sub(b)
 }
 
-/// The text summary's line of preemptions, pool use at the end and the
-/// device memory peak per rank (empty when the server reported none).
+/// The text summary's line of preemptions, pool use at the end, the device
+/// memory peak per rank and what each rank had obtained at the end (empty
+/// when the server reported none).
 pub fn summary(
     preemptions: Option<u64>,
     pool_end: Option<&PoolSample>,
     device_memory_peak_bytes: &[u64],
+    device_memory_reserved_bytes: &[u64],
 ) -> String {
+    let gib = |bytes: &[u64]| {
+        bytes
+            .iter()
+            .map(|&b| format!("{:.2}", b as f64 / (1u64 << 30) as f64))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
     let mut parts = Vec::new();
     if let Some(p) = preemptions {
         parts.push(format!("{p} preemptions during the run"));
@@ -118,13 +131,15 @@ pub fn summary(
         ));
     }
     if !device_memory_peak_bytes.is_empty() {
-        let gib: Vec<String> = device_memory_peak_bytes
-            .iter()
-            .map(|&b| format!("{:.2}", b as f64 / (1u64 << 30) as f64))
-            .collect();
         parts.push(format!(
             "device memory peak since start-up {} GiB (per rank)",
-            gib.join(" / ")
+            gib(device_memory_peak_bytes)
+        ));
+    }
+    if !device_memory_reserved_bytes.is_empty() {
+        parts.push(format!(
+            "obtained from the device at the end, the allocator's cache included, {} GiB (per rank)",
+            gib(device_memory_reserved_bytes)
         ));
     }
     if parts.is_empty() {
@@ -202,7 +217,7 @@ mod tests {
         assert_eq!(preemptions_between(None, Some(&at(2))), None);
         let none = parse_counters("other 1\n");
         assert_eq!(preemptions_between(Some(&none), Some(&at(2))), None);
-        assert_eq!(summary(None, None, &[]), "");
+        assert_eq!(summary(None, None, &[], &[]), "");
         let pool = PoolSample {
             t_s: 0.0,
             running: 2,
@@ -210,7 +225,7 @@ mod tests {
             kv_blocks_used: 10,
             kv_blocks_free: 90,
         };
-        let line = summary(Some(3), Some(&pool), &[]);
+        let line = summary(Some(3), Some(&pool), &[], &[]);
         assert!(
             line.contains("3 preemptions") && line.contains("10 KV blocks used"),
             "{line}"
@@ -219,16 +234,25 @@ mod tests {
     }
 
     #[test]
-    fn the_device_memory_peak_is_read_per_rank_in_rank_order() {
+    fn the_device_memory_peak_and_reserve_are_read_per_rank_in_rank_order() {
         let text = "# TYPE headroom_device_memory_peak_bytes gauge\n\
                     headroom_device_memory_peak_bytes{rank=\"1\"} 2147483648\n\
                     headroom_device_memory_peak_bytes{rank=\"0\"} 3221225472\n\
+                    headroom_device_memory_reserved_bytes{rank=\"0\"} 4294967296\n\
+                    headroom_device_memory_reserved_bytes{rank=\"1\"} 3758096384\n\
                     headroom_device_memory_bytes{rank=\"0\"} 5\n";
         let c = parse_counters(text);
         assert_eq!(c.device_memory_peak_bytes, [3 << 30, 2 << 30]);
-        let line = summary(None, None, &c.device_memory_peak_bytes);
+        assert_eq!(c.device_memory_reserved_bytes, [4 << 30, 3584 << 20]);
+        let line = summary(
+            None,
+            None,
+            &c.device_memory_peak_bytes,
+            &c.device_memory_reserved_bytes,
+        );
         assert!(
-            line.contains("device memory peak since start-up 3.00 / 2.00 GiB"),
+            line.contains("device memory peak since start-up 3.00 / 2.00 GiB")
+                && line.contains("cache included, 4.00 / 3.50 GiB"),
             "{line}"
         );
         // A gap in the ranks ends the list; no metric, no entries.

@@ -166,9 +166,19 @@ fn bench_serve_loads_a_server_and_writes_json() {
         // The server's memory peak (one rank), read from its /metrics.
         let peak = r["device_memory_peak_bytes"].as_array().unwrap();
         assert!(peak.len() == 1 && peak[0].as_u64() > Some(0), "{r}");
+        // What it had obtained at the end: at least what it holds (the CPU
+        // keeps no cache), at most its peak.
+        let reserved = r["device_memory_reserved_bytes"].as_array().unwrap();
+        assert!(
+            reserved.len() == 1
+                && reserved[0].as_u64() > Some(0)
+                && reserved[0].as_u64() <= peak[0].as_u64(),
+            "{r}"
+        );
     }
     assert!(
-        table.contains("device memory peak since start-up"),
+        table.contains("device memory peak since start-up")
+            && table.contains("the allocator's cache included"),
         "{table}"
     );
     let svg = std::fs::read_to_string(&plot).unwrap();
