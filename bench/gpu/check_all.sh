@@ -11,6 +11,9 @@
 #
 # Build on the build machine: bench/gpu/pack_tests.sh DIR; carry DIR; here:
 #   bash bench/gpu/check_all.sh DIR [SECONDS]
+# ONLY="name ..." runs just those binaries (e.g. the ones a cut-off run left:
+# `ONLY="linear_host moe paged_attention state_copy"`), the others are
+# counted as skipped.
 # Stops starting binaries after SECONDS (default 500) and names those not run;
 # a binary still running at SECONDS is stopped there and counted as skipped
 # (cut off), not failed, so the whole run fits a device call.
@@ -43,7 +46,8 @@ first=1
 for exe in "$X"/t/*; do
   name=$(basename "$exe")
   why=""
-  case "$name" in
+  if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then why="not in ONLY"; fi
+  [ -n "$why" ] || case "$name" in
     *_timing) why="timing binary" ;;
     lib_headroom_cuda) why="NVRTC tests, no GPU: CI's kernel gate runs them with its pinned NVRTC" ;;
     nccl|tp_split) [ "$GPUS" -ge 2 ] || why="needs 2 GPUs" ;;
