@@ -347,7 +347,7 @@ pub fn planned_step_rows(
         room_bytes: None,
     })
     .tokens;
-    s.step_rows(true, solo).max(s.step_rows(false, solo))
+    s.largest_step_rows(solo)
 }
 
 /// Rows of the scheduler's largest step: a shared step, or a solo step of
@@ -361,7 +361,7 @@ pub fn largest_step_rows(s: &SchedulerSettings, backend: BackendKind, max_contex
             BackendKind::Cpu => FIXED_SOLO_STRIPE,
         },
     };
-    s.step_rows(true, solo).max(s.step_rows(false, solo))
+    s.largest_step_rows(solo)
 }
 
 /// The pools of an engine over `model` (its weights loaded, no state yet)

@@ -184,6 +184,12 @@ impl SchedulerSettings {
             self.step_tokens
         }
     }
+
+    /// The rows of the larger of a solo step (at `solo_tokens`) and a shared step.
+    pub fn largest_step_rows(&self, solo_tokens: usize) -> usize {
+        self.step_rows(true, solo_tokens)
+            .max(self.step_rows(false, solo_tokens))
+    }
 }
 
 /// Largest budget of an `auto` solo stripe, in MiB (16 TiB).
