@@ -244,8 +244,13 @@ impl Allocator {
 
     /// Returns every cached (free) block to the driver.
     pub fn empty_cache(&self) {
+        let recording = self.keep_cached.load(Ordering::Acquire);
         let blocks: Vec<(usize, u64)> = {
             let mut pool = self.lock();
+            if !recording {
+                // Pieces freed while a step was recorded did not merge.
+                pool.large.merge_all();
+            }
             let mut drained: Vec<(usize, u64)> = pool
                 .free
                 .drain()
@@ -501,6 +506,22 @@ mod tests {
         assert_eq!(a.stats().active, (4 + 16) << 20);
         drop(y);
         drop(x);
+    }
+
+    #[test]
+    fn emptying_the_cache_merges_what_a_recording_left_apart_and_frees_it() {
+        let (a, _, frees) = fake();
+        let x = a.alloc(8 * MIB).unwrap();
+        drop(x);
+        a.keep_cached(true);
+        let p = a.alloc(2 * MIB).unwrap();
+        let q = a.alloc(2 * MIB).unwrap();
+        drop(p);
+        drop(q); // freed while recording: three free pieces of one segment
+        a.keep_cached.store(false, Ordering::Release); // as a recording that ended without its pass
+        a.empty_cache();
+        assert_eq!(frees.load(Ordering::SeqCst), 1);
+        assert_eq!(a.stats().reserved, 0);
     }
 
     #[test]
