@@ -81,7 +81,12 @@ pub struct PoolInputs {
     pub block_bytes: u64,
     /// Bytes of one sequence's GDN state over every linear-attention layer.
     pub gdn_bytes_per_slot: u64,
-    /// Predicted transient peak of the scheduler's largest step.
+    /// Bytes a running sequence adds to a step's transients beyond its
+    /// rows' activations: the logits of the row it samples (a step samples
+    /// at most one row a running sequence), set aside with its state slot.
+    pub sampled_bytes_per_slot: u64,
+    /// Predicted transient peak of the scheduler's largest step (one sampled
+    /// row; the others are counted a slot, `sampled_bytes_per_slot`).
     pub step_transient_bytes: u64,
     pub running: RunningSlots,
     /// Most tokens of one sequence.
@@ -270,15 +275,18 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
             snapshot_bytes,
             available_bytes: available,
         })?;
+    let slot_bytes = i
+        .gdn_bytes_per_slot
+        .saturating_add(i.sampled_bytes_per_slot);
     let slots = match i.running {
         RunningSlots::Fixed(n) => n,
         RunningSlots::FromMemory { cap } => {
             let by_share = (left / GDN_SHARE.1)
                 .saturating_mul(GDN_SHARE.0)
-                .checked_div(i.gdn_bytes_per_slot)
+                .checked_div(slot_bytes)
                 .unwrap_or(u64::MAX);
             let by_block = left
-                .checked_div(i.gdn_bytes_per_slot.saturating_add(i.block_bytes))
+                .checked_div(slot_bytes.saturating_add(i.block_bytes))
                 .unwrap_or(u64::MAX);
             usize::try_from(by_share.min(by_block))
                 .unwrap_or(usize::MAX)
@@ -296,7 +304,7 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
         available_bytes: available,
     };
     let kv_left = left
-        .checked_sub((slots as u64).saturating_mul(i.gdn_bytes_per_slot))
+        .checked_sub((slots as u64).saturating_mul(slot_bytes))
         .ok_or_else(no_fit)?;
     let blocks = usize::try_from(kv_left.checked_div(i.block_bytes).unwrap_or(u64::MAX))
         .unwrap_or(usize::MAX)
@@ -391,6 +399,7 @@ pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
             .kv_bytes_per_token
             .saturating_mul(KV_BLOCK_ROWS as u64),
         gdn_bytes_per_slot: memory.gdn_bytes_per_slot,
+        sampled_bytes_per_slot: memory.logits_bytes_per_row,
         step_transient_bytes: memory.solo_step_transient(rows, cfg.max_context),
         running: if cfg.max_running_from_memory {
             RunningSlots::FromMemory {

@@ -9,6 +9,7 @@ fn inputs(available: Option<u64>, running: RunningSlots) -> PoolInputs {
         available_bytes: available,
         block_bytes: MIB,
         gdn_bytes_per_slot: 10 * MIB,
+        sampled_bytes_per_slot: 0,
         step_transient_bytes: 100 * MIB,
         running,
         max_context: 640,
@@ -57,6 +58,23 @@ fn slots_from_memory_take_at_most_two_thirds_and_the_cap() {
     let mut none = inputs(Some(1100 * MIB), RunningSlots::FromMemory { cap: 16 });
     none.gdn_bytes_per_slot = 0;
     assert_eq!(size_pool(&none).unwrap().slots, 16);
+}
+
+#[test]
+fn each_running_slot_keeps_room_for_its_sampled_rows_logits() {
+    // 10 MiB of state + 10 MiB of logits a slot: two thirds of the 1000 MiB
+    // left / 20 MiB = 33 slots; 1000 - 33 x 20 = 340 MiB, of which every
+    // slot's full context takes 33 x 10 blocks.
+    let mut i = inputs(Some(1100 * MIB), RunningSlots::FromMemory { cap: 1024 });
+    i.sampled_bytes_per_slot = 10 * MIB;
+    let p = size_pool(&i).unwrap();
+    assert_eq!((p.slots, p.blocks), (33, 330));
+    // A fixed count: 4 x 20 MiB before the blocks (1100 - 100 - 80 = 920,
+    // capped at 4 x 10 blocks; 175 - 100 - 80 does not hold one sequence).
+    i.running = RunningSlots::Fixed(4);
+    assert_eq!(size_pool(&i).unwrap().blocks, 40);
+    i.available_bytes = Some(175 * MIB);
+    assert!(matches!(size_pool(&i), Err(PoolError::NoFit { .. })));
 }
 
 #[test]
