@@ -119,19 +119,24 @@ impl MemoryModel {
     /// request alone, its KV up to `kv_len` rows: the step's activations plus
     /// the largest attention call's transient plus the step's fixed bytes.
     pub fn solo_step_transient(&self, rows: usize, kv_len: usize) -> u64 {
-        self.step_transient(rows, 1, kv_len)
+        self.step_transient(rows, 1, 1, kv_len)
     }
 
-    /// Predicted transient bytes of one step of `rows` rows of which
-    /// `sampled` give logits, its attention calls over up to `kv_len` keys
-    /// (the largest call: all rows over `kv_len`, an upper bound for a
-    /// packed step): the step's activations, the sampled rows' logits, the
-    /// largest attention call's transient and the step's fixed bytes.
-    pub fn step_transient(&self, rows: usize, sampled: usize, kv_len: usize) -> u64 {
+    /// Predicted transient bytes of one step of `rows` rows in up to
+    /// `sequences` sequences, of which `sampled` rows give logits, each
+    /// sequence's attention over up to `kv_len` keys: the step's
+    /// activations, the sampled rows' logits, the largest attention call's
+    /// transient (all rows, `sequences` × `kv_len` keys together: a bound
+    /// for a packed step) and the step's fixed bytes.
+    pub fn step_transient(
+        &self,
+        rows: usize,
+        sequences: usize,
+        sampled: usize,
+        kv_len: usize,
+    ) -> u64 {
         let kv = kv_len.max(rows).max(1);
-        // Every row may be a sequence of `kv` keys (an upper bound of a
-        // packed step's keys together).
-        let total = kv.saturating_mul(rows.max(1));
+        let total = kv.saturating_mul(sequences.clamp(1, rows.max(1)));
         let attention = self
             .attention
             .iter()

@@ -231,20 +231,23 @@ fn the_largest_step_is_the_solo_stripe_or_the_shared_budget() {
 }
 
 #[test]
-fn an_auto_stripe_is_planned_whole_only_within_a_third_of_the_memory() {
+fn an_auto_stripe_is_planned_whole_only_within_a_sixth_of_the_memory() {
     let s = SchedulerSettings::default();
     let m = crate::stripe::tests::memory(100_000); // 100 kB a row
     let ctx = 1 << 20;
     let whole = largest_step_rows(&s, BackendKind::Cuda, ctx);
     assert_eq!(whole, SOLO_STRIPE_CAP);
-    // The whole 65,536-row step (6.55 GB) within a third of 30 GB: planned whole.
-    let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(30_000_000_000));
+    // The whole 65,536-row step (6.55 GB) within a sixth of 60 GB: planned
+    // whole; not within a sixth of 30 GB.
+    let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(60_000_000_000));
     assert_eq!(rows, whole);
-    // A third of 6 GB is 2 GB: 20,000 rows fit, rounded down to 64.
+    let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(30_000_000_000));
+    assert_eq!(rows, 49_984);
+    // A sixth of 6 GB is 1 GB: 10,000 rows fit, rounded down to 64.
     let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(6_000_000_000));
-    assert_eq!(rows, 19_968);
-    assert!(m.solo_step_transient(rows, ctx) <= 2_000_000_000);
-    // Never below the shared step: a third of 600 MB fits 2,000 rows, the
+    assert_eq!(rows, 9_984);
+    assert!(m.solo_step_transient(rows, ctx) <= 1_000_000_000);
+    // Never below the shared step: a sixth of 600 MB fits 1,000 rows, the
     // shared step is 8,192.
     let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(600_000_000));
     assert_eq!(rows, s.step_tokens);

@@ -9,8 +9,10 @@
 //! and a mixed step of eight 1,024-token prompts with 248 decode rows. The
 //! prediction must bound every step (the pools are sized from it: a step it
 //! under-counts can fail with the device out of memory) and stay within
-//! 1.5× the measured bytes plus 64 MiB (what it over-counts is memory the
-//! pools and the solo stripe never get). Needs a GPU: run by
+//! 1.5× the measured bytes plus 64 MiB on the fused route (2× on the
+//! composed one, whose gathered K/V and the step's activations peak at
+//! different times; the sum counts both), since what it over-counts is
+//! memory the pools and the solo stripe never get. Needs a GPU: run by
 //! bench/gpu/check_all.sh (`cuda_memory`).
 
 use headroom_core::ops::{Backend, Batch};
@@ -121,7 +123,7 @@ fn cases_of(preset: &'static str, out: &mut Vec<Case>) {
             let sampled = seqs.len();
             let capacity = seqs.iter().map(|s| s.0 + s.1).max().unwrap_or(1);
             let measured = measure(&model, &seqs, capacity, &routes);
-            let predicted = memory.step_transient(rows, sampled, kv_len);
+            let predicted = memory.step_transient(rows, sampled, sampled, kv_len);
             out.push(Case {
                 preset,
                 route: route_name,
@@ -162,13 +164,16 @@ fn the_step_transient_bounds_what_a_cuda_step_holds() {
             mib(c.predicted),
             c.predicted as f64 / c.measured.max(1) as f64
         );
-        let loose = c.predicted as f64 > 1.5 * c.measured as f64 + (64u64 << 20) as f64;
+        // The gathered route's K/V workspace and the step's activations
+        // peak at different times, which the sum counts together.
+        let factor = if c.route == "fused" { 1.5 } else { 2.0 };
+        let loose = c.predicted as f64 > factor * c.measured as f64 + (64u64 << 20) as f64;
         if c.predicted < c.measured || loose {
             bad.push(format!("{} {} {}", c.preset, c.route, c.shape));
         }
     }
     assert!(
         bad.is_empty(),
-        "the prediction under-counts or over-counts by more than 1.5x + 64 MiB: {bad:?}"
+        "the prediction under-counts or over-counts (past 1.5x fused, 2x composed, + 64 MiB): {bad:?}"
     );
 }
