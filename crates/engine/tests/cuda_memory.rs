@@ -22,6 +22,10 @@ use headroom_engine::calibrate::calibrate;
 use headroom_engine::memory::memory_model;
 use headroom_model::{AttentionPlan, LogitsRows, ModelConfig, Qwen35Model};
 
+/// A step's shape: its name, each sequence's `(rows, history)`, and the
+/// most keys one of them attends to.
+type Shape = (String, Vec<(usize, usize)>, usize);
+
 /// One measured step.
 struct Case {
     preset: &'static str,
@@ -110,7 +114,7 @@ fn cases_of(preset: &'static str, out: &mut Vec<Case>) {
         let c = calibrate(&model, &routes, &memory, 1 << 18).unwrap();
         println!("{preset} {route_name}: {c}");
         memory.activation_bytes_per_row = c.applied_bytes_per_row;
-        let mut shapes: Vec<(String, Vec<(usize, usize)>, usize)> = [512, 4096, 16384]
+        let mut shapes: Vec<Shape> = [512, 4096, 16384]
             .into_iter()
             .map(|n| (format!("one prompt of {n}"), vec![(n, 0)], n))
             .collect();
