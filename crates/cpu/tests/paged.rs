@@ -379,6 +379,7 @@ fn the_workspace_model_predicts_what_paged_attention_allocates() {
                     route,
                     q_len: n,
                     kv_len: h + n,
+                    total_kv_len: h + n,
                 })
             })
             .max()

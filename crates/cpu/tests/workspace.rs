@@ -50,6 +50,7 @@ fn run(
         route,
         q_len: rows,
         kv_len: history + rows,
+        total_kv_len: history + rows,
     });
     (report.transient_bytes, predicted)
 }
@@ -85,6 +86,7 @@ fn composed_grows_with_the_keys_and_fused_only_by_the_gathered_rows() {
             route,
             q_len: 512,
             kv_len,
+            total_kv_len: kv_len,
         })
     };
     let composed = RouteRequest::Composed { query_block: 128 };

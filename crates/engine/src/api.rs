@@ -260,6 +260,9 @@ pub struct EngineStats {
     /// Each rank's backend memory as of the last step (one entry unless the
     /// model is a tensor-parallel group): bytes held now and the peak.
     pub device_memory: Vec<RankMemory>,
+    /// The step activations a row measured at start-up, which the memory
+    /// plan counts (a GPU's engine; `None`: the shape's estimate).
+    pub step_activations: Option<crate::calibrate::Calibration>,
 }
 
 /// One rank's backend memory (weights, state and transients together).

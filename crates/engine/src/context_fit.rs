@@ -101,6 +101,7 @@ mod tests {
             available_bytes: Some(available),
             block_bytes: MIB,
             gdn_bytes_per_slot: 10 * MIB,
+            sampled_bytes_per_slot: 0,
             step_transient_bytes: blocks_for(context) as u64 * MIB,
             running: RunningSlots::Fixed(8),
             max_context: context,

@@ -19,6 +19,7 @@ mod run;
 use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
+use crate::calibrate::Calibration;
 use crate::config::{EngineConfig, MAX_CONTEXT, MAX_RUNNING};
 use crate::context_fit::plan_pool_fitting_context;
 use crate::graphs::GraphsResolution;
@@ -93,6 +94,9 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     inflight: Option<overlap::InFlight<B::Drawn>>,
     /// Steps queued so far (numbers the in-flight step's draws).
     launched: u64,
+    /// The step activations measured at start-up (a GPU's engine), which
+    /// the memory model counts instead of the shape's estimate.
+    calibration: Option<Calibration>,
 }
 
 impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
@@ -126,7 +130,8 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         // pools are sized from what the backend holds.
         model.release_cached_memory();
         let routes = model.routes(&cfg.attention)?;
-        let memory = memory_model(model.lead(), &routes);
+        let mut memory = memory_model(model.lead(), &routes);
+        let calibration = crate::calibrate::on_gpu(&model, &routes, &mut memory, cfg.max_context);
         let kv = resolve_kv(cfg.kv_backend);
         let paged = kv.resolved == KvBackendKind::Paged;
         let pool = plan_pool_fitting_context(&model, &mut cfg, &memory)
@@ -217,11 +222,13 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
             prefix_snapshot_slots_used: 0,
             prefix_snapshot_slots: pool.snapshot_slots,
             device_memory: RankMemory::of(&model),
+            step_activations: calibration,
         };
         let salt = cache::model_salt(model.lead());
         Ok(EngineCore {
             inflight: None,
             launched: 0,
+            calibration,
             snapshots: SnapshotPool::new(pool.slots, pool.snapshot_slots),
             prefix_on: paged && cfg.prefix_cache.enabled,
             salt,
@@ -245,6 +252,12 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The step activations measured at start-up, where they were (a GPU's
+    /// engine; [`crate::calibrate`]).
+    pub fn calibration(&self) -> Option<Calibration> {
+        self.calibration
     }
 
     pub fn kv(&self) -> &KvResolution {
@@ -313,6 +326,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         }
         let routes = self.model.routes(&plan)?;
         self.limits.memory = memory_model(self.model.lead(), &routes);
+        if let Some(c) = self.calibration {
+            self.limits.memory.activation_bytes_per_row = c.applied_bytes_per_row;
+        }
         self.solo = solo_stripe(
             &self.model,
             &self.cfg,

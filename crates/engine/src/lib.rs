@@ -34,6 +34,7 @@
 //! the CPU backend to ≤ 1e-5 relative.
 
 pub mod api;
+pub mod calibrate;
 pub mod config;
 pub mod context_fit;
 pub mod core;

@@ -72,6 +72,10 @@ pub struct MemoryModel {
     /// Estimated activation bytes one row of a step holds at its peak
     /// (see the module doc).
     pub activation_bytes_per_row: u64,
+    /// Bytes of the logits of one sampled row (the LM head's output, the
+    /// whole vocabulary in the activation dtype; twice that where a rank's
+    /// vocabulary part is gathered).
+    pub logits_bytes_per_row: u64,
     /// Bytes a step holds whatever its rows: FP8 experts kept FP8 on a CUDA
     /// device whose shape the native FP8 grouped GEMMs refuse are
     /// dequantized into bf16 scratch for the grouped GEMMs of more than 32
@@ -98,8 +102,8 @@ impl MemoryModel {
             .attention
             .iter()
             .map(|a| {
-                let prefill = self.attention_transient(a, q, prompt.max(1));
-                let decode = self.attention_transient(a, 1, last_kv.max(1));
+                let prefill = self.attention_transient(a, q, prompt.max(1), prompt.max(1));
+                let decode = self.attention_transient(a, 1, last_kv.max(1), last_kv.max(1));
                 prefill.max(decode)
             })
             .max()
@@ -115,27 +119,53 @@ impl MemoryModel {
     /// request alone, its KV up to `kv_len` rows: the step's activations plus
     /// the largest attention call's transient plus the step's fixed bytes.
     pub fn solo_step_transient(&self, rows: usize, kv_len: usize) -> u64 {
+        self.step_transient(rows, 1, 1, kv_len)
+    }
+
+    /// Predicted transient bytes of one step of `rows` rows in up to
+    /// `sequences` sequences, of which `sampled` rows give logits, each
+    /// sequence's attention over up to `kv_len` keys: the step's
+    /// activations, the sampled rows' logits, the largest attention call's
+    /// transient (all rows, `sequences` × `kv_len` keys together: a bound
+    /// for a packed step) and the step's fixed bytes.
+    pub fn step_transient(
+        &self,
+        rows: usize,
+        sequences: usize,
+        sampled: usize,
+        kv_len: usize,
+    ) -> u64 {
         let kv = kv_len.max(rows).max(1);
+        let total = kv.saturating_mul(sequences.clamp(1, rows.max(1)));
         let attention = self
             .attention
             .iter()
-            .map(|a| self.attention_transient(a, rows.max(1), kv))
+            .map(|a| self.attention_transient(a, rows.max(1), kv, total))
             .max()
             .unwrap_or(0);
         self.activation_bytes_per_row
             .saturating_mul(rows as u64)
+            .saturating_add(self.logits_bytes_per_row.saturating_mul(sampled as u64))
             .saturating_add(attention)
             .saturating_add(self.step_fixed_bytes)
     }
 
     /// Transient bytes of one attention call of `q_len` rows over `kv_len`
-    /// keys: the backend's answer.
-    pub fn attention_transient(&self, a: &AttentionLayer, q_len: usize, kv_len: usize) -> u64 {
+    /// keys (the longest sequence's; `total_kv_len` all the call's
+    /// sequences' together): the backend's answer.
+    pub fn attention_transient(
+        &self,
+        a: &AttentionLayer,
+        q_len: usize,
+        kv_len: usize,
+        total_kv_len: usize,
+    ) -> u64 {
         self.workspace.attention_bytes(&AttentionCall {
             layer: a.kind,
             route: a.route,
             q_len,
             kv_len,
+            total_kv_len,
         })
     }
 }
@@ -182,12 +212,22 @@ pub fn memory_model<B: Backend>(
     let recurrent = (value_heads * lin.key_head_dim * lin.value_head_dim) as u64 * 4;
     MemoryModel {
         activation_bytes_per_row: activation_bytes_per_row(cfg, act),
+        logits_bytes_per_row: logits_bytes_per_row(model, act),
         step_fixed_bytes: fp8_expert_scratch_bytes(model),
         kv_bytes_per_token,
         gdn_bytes_per_slot: linear_layers * (conv + recurrent),
         attention,
         workspace: be.workspace_model(),
     }
+}
+
+/// Bytes of one sampled row's logits on a rank of `model`: the whole
+/// vocabulary in `act` bytes, plus the rank's own part where the vocabulary
+/// is split and gathered.
+fn logits_bytes_per_row<B: Backend>(model: &Qwen35Model<B>, act: u64) -> u64 {
+    let vocab = model.config().vocab_size as u64;
+    let gathered = if model.shard().vocab.is_some() { 2 } else { 1 };
+    vocab.saturating_mul(act).saturating_mul(gathered)
 }
 
 /// The bf16 scratch of one MoE layer's FP8 experts, as the backend
@@ -280,6 +320,7 @@ mod tests {
             ],
             workspace: ws,
             activation_bytes_per_row: per_row,
+            logits_bytes_per_row: 0,
             step_fixed_bytes: 0,
         }
     }

@@ -81,7 +81,12 @@ pub struct PoolInputs {
     pub block_bytes: u64,
     /// Bytes of one sequence's GDN state over every linear-attention layer.
     pub gdn_bytes_per_slot: u64,
-    /// Predicted transient peak of the scheduler's largest step.
+    /// Bytes a running sequence adds to a step's transients beyond its
+    /// rows' activations: the logits of the row it samples (a step samples
+    /// at most one row a running sequence), set aside with its state slot.
+    pub sampled_bytes_per_slot: u64,
+    /// Predicted transient peak of the scheduler's largest step (one sampled
+    /// row; the others are counted a slot, `sampled_bytes_per_slot`).
     pub step_transient_bytes: u64,
     pub running: RunningSlots,
     /// Most tokens of one sequence.
@@ -270,15 +275,18 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
             snapshot_bytes,
             available_bytes: available,
         })?;
+    let slot_bytes = i
+        .gdn_bytes_per_slot
+        .saturating_add(i.sampled_bytes_per_slot);
     let slots = match i.running {
         RunningSlots::Fixed(n) => n,
         RunningSlots::FromMemory { cap } => {
             let by_share = (left / GDN_SHARE.1)
                 .saturating_mul(GDN_SHARE.0)
-                .checked_div(i.gdn_bytes_per_slot)
+                .checked_div(slot_bytes)
                 .unwrap_or(u64::MAX);
             let by_block = left
-                .checked_div(i.gdn_bytes_per_slot.saturating_add(i.block_bytes))
+                .checked_div(slot_bytes.saturating_add(i.block_bytes))
                 .unwrap_or(u64::MAX);
             usize::try_from(by_share.min(by_block))
                 .unwrap_or(usize::MAX)
@@ -296,7 +304,7 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
         available_bytes: available,
     };
     let kv_left = left
-        .checked_sub((slots as u64).saturating_mul(i.gdn_bytes_per_slot))
+        .checked_sub((slots as u64).saturating_mul(slot_bytes))
         .ok_or_else(no_fit)?;
     let blocks = usize::try_from(kv_left.checked_div(i.block_bytes).unwrap_or(u64::MAX))
         .unwrap_or(usize::MAX)
@@ -313,12 +321,17 @@ pub fn size_pool(i: &PoolInputs) -> Result<PoolPlan, PoolError> {
 /// whole prompt's step (up to the cap or the context) needs more, the plan
 /// is made for the largest stripe whose transient fits this share (at least
 /// the fixed stripe, and never below the shared step); at run time the
-/// stripe resolves within what the pools left. On an H200 (≈ 60 GiB after
-/// the bf16 35B-A3B's weights) and an 80 GB H100 serving its FP8 form
-/// (≈ 37 GiB) the whole 65,536-row step (≈ 9.1 GiB) fits a third; on an
-/// 80 GB H100 serving the bf16 form (≈ 6.5 GiB) it does not, and the whole
-/// prompt's stripe would take the room of the running sequences.
-pub const STRIPE_PLAN_SHARE: (u64, u64) = (1, 3);
+/// stripe resolves within what the pools left. With the step activations
+/// measured at start-up (`crate::calibrate`: 79,433 bytes a row counted for
+/// the bf16 35B-A3B, 86,165 for its FP8 form) the whole 65,536-row step
+/// takes ≈ 5.2 / 5.7 GB: within a sixth of an H200's ≈ 60 GiB after the bf16
+/// weights and of an 80 GB H100's ≈ 37 GiB after the FP8 ones; on an 80 GB
+/// H100 serving the bf16 form (≈ 6.5 GiB) a sixth plans a stripe of ≈ 15k
+/// rows (a 32k prompt in three steps) and leaves the rest to running
+/// sequences. A third (session 29, with the shape's estimate of twice the
+/// bytes a row) planned the same stripe; measured against a third once the
+/// rows were measured: docs/perf/serving.md, session 30.
+pub const STRIPE_PLAN_SHARE: (u64, u64) = (1, 6);
 
 /// Rows of the largest step a plan sets aside transients for:
 /// [`largest_step_rows`], except that an `auto` stripe on CUDA whose
@@ -348,6 +361,23 @@ pub fn planned_step_rows(
     })
     .tokens;
     s.largest_step_rows(solo)
+}
+
+/// The transient a plan sets aside for its largest step: a lone request's
+/// step of `rows` rows (one sampled), or a shared step of the step budget's
+/// rows, each row possibly a sequence of up to `max_context` keys (what a
+/// route that gathers the sequences' K/V holds), its sampled rows' logits
+/// counted a running slot ([`PoolInputs::sampled_bytes_per_slot`]).
+pub fn planned_step_transient(
+    s: &SchedulerSettings,
+    rows: usize,
+    max_context: usize,
+    memory: &MemoryModel,
+) -> u64 {
+    let shared = s.step_rows(false, 0).min(rows);
+    memory
+        .solo_step_transient(rows, max_context)
+        .max(memory.step_transient(shared, shared, 0, max_context))
 }
 
 /// Rows of the scheduler's largest step: a shared step, or a solo step of
@@ -391,7 +421,8 @@ pub(crate) fn plan_pool<B: Backend, M: StepModel<B>>(
             .kv_bytes_per_token
             .saturating_mul(KV_BLOCK_ROWS as u64),
         gdn_bytes_per_slot: memory.gdn_bytes_per_slot,
-        step_transient_bytes: memory.solo_step_transient(rows, cfg.max_context),
+        sampled_bytes_per_slot: memory.logits_bytes_per_row,
+        step_transient_bytes: planned_step_transient(&cfg.scheduler, rows, cfg.max_context, memory),
         running: if cfg.max_running_from_memory {
             RunningSlots::FromMemory {
                 cap: cfg.max_running,

@@ -9,6 +9,7 @@ fn inputs(available: Option<u64>, running: RunningSlots) -> PoolInputs {
         available_bytes: available,
         block_bytes: MIB,
         gdn_bytes_per_slot: 10 * MIB,
+        sampled_bytes_per_slot: 0,
         step_transient_bytes: 100 * MIB,
         running,
         max_context: 640,
@@ -57,6 +58,23 @@ fn slots_from_memory_take_at_most_two_thirds_and_the_cap() {
     let mut none = inputs(Some(1100 * MIB), RunningSlots::FromMemory { cap: 16 });
     none.gdn_bytes_per_slot = 0;
     assert_eq!(size_pool(&none).unwrap().slots, 16);
+}
+
+#[test]
+fn each_running_slot_keeps_room_for_its_sampled_rows_logits() {
+    // 10 MiB of state + 10 MiB of logits a slot: two thirds of the 1000 MiB
+    // left / 20 MiB = 33 slots; 1000 - 33 x 20 = 340 MiB, of which every
+    // slot's full context takes 33 x 10 blocks.
+    let mut i = inputs(Some(1100 * MIB), RunningSlots::FromMemory { cap: 1024 });
+    i.sampled_bytes_per_slot = 10 * MIB;
+    let p = size_pool(&i).unwrap();
+    assert_eq!((p.slots, p.blocks), (33, 330));
+    // A fixed count: 4 x 20 MiB before the blocks (1100 - 100 - 80 = 920,
+    // capped at 4 x 10 blocks; 175 - 100 - 80 does not hold one sequence).
+    i.running = RunningSlots::Fixed(4);
+    assert_eq!(size_pool(&i).unwrap().blocks, 40);
+    i.available_bytes = Some(175 * MIB);
+    assert!(matches!(size_pool(&i), Err(PoolError::NoFit { .. })));
 }
 
 #[test]
@@ -213,20 +231,23 @@ fn the_largest_step_is_the_solo_stripe_or_the_shared_budget() {
 }
 
 #[test]
-fn an_auto_stripe_is_planned_whole_only_within_a_third_of_the_memory() {
+fn an_auto_stripe_is_planned_whole_only_within_a_sixth_of_the_memory() {
     let s = SchedulerSettings::default();
     let m = crate::stripe::tests::memory(100_000); // 100 kB a row
     let ctx = 1 << 20;
     let whole = largest_step_rows(&s, BackendKind::Cuda, ctx);
     assert_eq!(whole, SOLO_STRIPE_CAP);
-    // The whole 65,536-row step (6.55 GB) within a third of 30 GB: planned whole.
-    let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(30_000_000_000));
+    // The whole 65,536-row step (6.55 GB) within a sixth of 60 GB: planned
+    // whole; not within a sixth of 30 GB.
+    let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(60_000_000_000));
     assert_eq!(rows, whole);
-    // A third of 6 GB is 2 GB: 20,000 rows fit, rounded down to 64.
+    let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(30_000_000_000));
+    assert_eq!(rows, 49_984);
+    // A sixth of 6 GB is 1 GB: 10,000 rows fit, rounded down to 64.
     let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(6_000_000_000));
-    assert_eq!(rows, 19_968);
-    assert!(m.solo_step_transient(rows, ctx) <= 2_000_000_000);
-    // Never below the shared step: a third of 600 MB fits 2,000 rows, the
+    assert_eq!(rows, 9_984);
+    assert!(m.solo_step_transient(rows, ctx) <= 1_000_000_000);
+    // Never below the shared step: a sixth of 600 MB fits 1,000 rows, the
     // shared step is 8,192.
     let rows = planned_step_rows(&s, BackendKind::Cuda, ctx, &m, Some(600_000_000));
     assert_eq!(rows, s.step_tokens);

@@ -290,6 +290,7 @@ pub(crate) mod tests {
             }],
             workspace: std::sync::Arc::new(ScoreBlock),
             activation_bytes_per_row: per_row,
+            logits_bytes_per_row: 0,
             step_fixed_bytes: 0,
         }
     }

@@ -200,6 +200,7 @@ fn the_predicted_transient_is_the_backends_answer() {
                         route,
                         q_len,
                         kv_len,
+                        total_kv_len: kv_len,
                     })
                 })
             })

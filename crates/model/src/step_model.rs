@@ -36,6 +36,10 @@ pub trait StepModel<B: Backend>: Send {
     /// ([`Backend::release_cached_memory`]).
     fn release_cached_memory(&self);
 
+    /// Starts every rank's peak ([`Self::rank_memory`]'s second figure)
+    /// again from what it holds now ([`Backend::reset_peak_memory`]).
+    fn reset_peak_memory(&self);
+
     /// Each full-attention layer's route for `plan` (the same on every rank).
     fn routes(&self, plan: &AttentionPlan) -> Result<Vec<Option<RouteRequest>>, ModelError> {
         self.lead().routes(plan)
@@ -148,6 +152,10 @@ where
         self.backend().release_cached_memory()
     }
 
+    fn reset_peak_memory(&self) {
+        self.backend().reset_peak_memory()
+    }
+
     fn new_state(
         &self,
         slots: usize,
@@ -242,6 +250,10 @@ where
         TpGroup::release_cached_memory(self)
     }
 
+    fn reset_peak_memory(&self) {
+        TpGroup::reset_peak_memory(self)
+    }
+
     fn new_state(
         &self,
         slots: usize,
@@ -312,6 +324,10 @@ impl<B: Backend, M: StepModel<B>, H: StepHook> StepModel<B> for ForwardingStepMo
 
     fn release_cached_memory(&self) {
         self.inner.release_cached_memory()
+    }
+
+    fn reset_peak_memory(&self) {
+        self.inner.reset_peak_memory()
     }
 
     fn routes(&self, plan: &AttentionPlan) -> Result<Vec<Option<RouteRequest>>, ModelError> {

@@ -6,15 +6,19 @@
 
 use crate::{LayerKind, RouteRequest};
 
-/// One attention call as a memory prediction sees it: one sequence of
-/// `q_len` query rows, the last rows of `kv_len` cached keys, of a layer of
-/// shape `layer` (its heads and head dim), running `route`.
+/// One attention call as a memory prediction sees it: `q_len` query rows
+/// (one sequence's, or a packed step's), the last rows of `kv_len` cached
+/// keys (the longest sequence's), of a layer of shape `layer` (its heads and
+/// head dim), running `route`; `total_kv_len` counts the keys of every
+/// sequence of the call together (`kv_len` for one sequence): a backend
+/// that gathers the sequences' K/V into a workspace holds up to that many.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionCall {
     pub layer: LayerKind,
     pub route: RouteRequest,
     pub q_len: usize,
     pub kv_len: usize,
+    pub total_kv_len: usize,
 }
 
 /// A backend's account of its ops' transient memory.

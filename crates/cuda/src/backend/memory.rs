@@ -272,9 +272,17 @@ impl WorkspaceModel for CudaWorkspace {
                 .min(PARTIAL_ROWS_BOUND);
             return (rows * (l.head_dim + 1) * 4) as u64;
         }
-        let gather = crate::ops::kv::gather_bytes(l.kv_heads, l.head_dim, c.kv_len) as u64;
+        // The gathered route: the sequences' K/V gathered into a workspace
+        // of at most `GATHER_LIMIT_BYTES`, or the longest sequence alone
+        // where that is larger, and q and the output head-major (the longest
+        // sequence's rows, at most the call's).
+        let gather_of = |keys: usize| crate::ops::kv::gather_bytes(l.kv_heads, l.head_dim, keys);
+        let gather = gather_of(c.kv_len).max(
+            gather_of(c.total_kv_len.max(c.kv_len)).min(crate::ops::attention::GATHER_LIMIT_BYTES),
+        ) as u64;
+        let head_major = 2 * (q * l.q_heads * l.head_dim * 2) as u64;
         match c.route {
-            RouteRequest::Fused => gather,
+            RouteRequest::Fused => gather + head_major,
             RouteRequest::Composed { query_block } => {
                 let qb = if query_block == 0 {
                     q
@@ -289,7 +297,9 @@ impl WorkspaceModel for CudaWorkspace {
                     head_dim: l.head_dim,
                     scale: None,
                 };
-                gather + crate::attention::composed_workspace_bytes(&head, Dtype::Bf16, qb) as u64
+                gather
+                    + head_major
+                    + crate::attention::composed_workspace_bytes(&head, Dtype::Bf16, qb) as u64
             }
         }
     }
@@ -332,7 +342,7 @@ mod tests {
 
     #[test]
     fn the_gathered_routes_count_the_gather_and_the_paged_kernel_its_partials() {
-        let call = |route, q_len| AttentionCall {
+        let call = |route, q_len, total_kv_len| AttentionCall {
             layer: LayerKind {
                 attention: AttentionKind::Full,
                 head_dim: 256,
@@ -343,6 +353,7 @@ mod tests {
             route,
             q_len,
             kv_len: 300,
+            total_kv_len,
         };
         let gathered = CudaWorkspace {
             paged: false,
@@ -350,20 +361,33 @@ mod tests {
         };
         // K and V of 300 rows × 2 heads × 256, bf16.
         let gather = 300 * 2 * 256 * 2 * 2;
+        // q and the output head-major: 100 rows × 16 heads × 256, bf16.
+        let head_major = 2 * 100 * 16 * 256 * 2;
         // group 8, qb = q_len = 100: f32 scores + bf16 probabilities.
         let composed = RouteRequest::Composed { query_block: 0 };
         assert_eq!(
-            gathered.attention_bytes(&call(composed, 100)),
-            gather + 8 * 100 * 300 * 6
+            gathered.attention_bytes(&call(composed, 100, 300)),
+            gather + head_major + 8 * 100 * 300 * 6
         );
         let blocked = RouteRequest::Composed { query_block: 64 };
         assert_eq!(
-            gathered.attention_bytes(&call(blocked, 100)),
-            gather + 8 * 64 * 300 * 6
+            gathered.attention_bytes(&call(blocked, 100, 300)),
+            gather + head_major + 8 * 64 * 300 * 6
         );
         assert_eq!(
-            gathered.attention_bytes(&call(RouteRequest::Fused, 100)),
-            gather
+            gathered.attention_bytes(&call(RouteRequest::Fused, 100, 300)),
+            gather + head_major
+        );
+        // Many sequences: every one's K/V gathered, up to the workspace's
+        // limit (256 sequences of 300 keys fit; a million keys do not).
+        assert_eq!(
+            gathered.attention_bytes(&call(RouteRequest::Fused, 100, 256 * 300)),
+            256 * gather + head_major
+        );
+        let limit = crate::ops::attention::GATHER_LIMIT_BYTES as u64;
+        assert_eq!(
+            gathered.attention_bytes(&call(RouteRequest::Fused, 100, 1 << 20)),
+            limit + head_major
         );
         let paged = CudaWorkspace {
             paged: true,
@@ -371,17 +395,20 @@ mod tests {
         };
         // One decode row: 16 heads × up to MAX_SPLITS partial rows of 257 f32.
         let decode = 16 * crate::attention::MAX_SPLITS as u64 * 257 * 4;
-        assert_eq!(paged.attention_bytes(&call(RouteRequest::Fused, 1)), decode);
+        assert_eq!(
+            paged.attention_bytes(&call(RouteRequest::Fused, 1, 1 << 20)),
+            decode
+        );
         // A long chunk is bounded by the GPU's slots, not by its rows.
         let bound = (PARTIAL_ROWS_BOUND * 257 * 4) as u64;
         assert_eq!(
-            paged.attention_bytes(&call(RouteRequest::Fused, 4096)),
+            paged.attention_bytes(&call(RouteRequest::Fused, 4096, 4096)),
             bound
         );
         // The composed route gathers even where the fused one would not.
         assert_eq!(
-            paged.attention_bytes(&call(composed, 100)),
-            gathered.attention_bytes(&call(composed, 100))
+            paged.attention_bytes(&call(composed, 100, 300)),
+            gathered.attention_bytes(&call(composed, 100, 300))
         );
     }
 

@@ -420,7 +420,7 @@ impl ServeJob {
         let st = handle.stats();
         eprintln!(
             "serve on {backend}{ranks}: {}; {}; {}; scheduler {}; up to {} running, \
-             context {} tokens; {}; {}{}{}{}",
+             context {} tokens; {}; {}{}{}{}{}",
             self.model,
             self.attention,
             crate::describe::kv(&st.kv),
@@ -444,6 +444,12 @@ impl ServeJob {
             } else {
                 ""
             },
+            st.step_activations
+                .map(|c| format!(
+                    "; step activations {} bytes a row (measured {})",
+                    c.applied_bytes_per_row, c.measured_bytes_per_row
+                ))
+                .unwrap_or_default(),
         );
         if self.warmup.runs_on(backend) {
             match headroom_engine::warmup::warm_up(&handle) {

@@ -24,6 +24,7 @@ pub use fused::{
     split_plan_for, splits_for, FusedImpl, SplitPlan, BLOCK_M as FUSED_BLOCK_M,
     BLOCK_N_MAX as FUSED_BLOCK_N_MAX, MAX_SPLITS, WGMMA_BLOCK_M,
 };
+pub(crate) use gathered::GATHER_LIMIT_BYTES;
 pub use paged::{
     combine_form, paged_entry, paged_raw, paged_raw_with, CombineForm, PagedBuffers, PagedOptions,
     PagedRun, PagedShape, ROWS_COMBINE_MAX_SPLITS,

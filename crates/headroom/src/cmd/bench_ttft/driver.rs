@@ -30,7 +30,6 @@ pub const PROFILED_DECODE_STEPS: usize = 8;
 /// A model the bench drives through the engine: the hooks beyond stepping.
 pub trait BenchModel<B: Backend>: StepModel<B> {
     fn synchronize(&self) -> anyhow::Result<()>;
-    fn reset_peak_memory(&self);
     fn set_profiling(&self, on: bool);
     /// Each rank's part times since the last call (and clears them).
     fn take_profile(&self) -> Vec<Vec<PartTime>>;
@@ -42,9 +41,6 @@ where
 {
     fn synchronize(&self) -> anyhow::Result<()> {
         self.backend().synchronize().context("synchronize")
-    }
-    fn reset_peak_memory(&self) {
-        self.backend().reset_peak_memory()
     }
     fn set_profiling(&self, on: bool) {
         Qwen35Model::set_profiling(self, on)
@@ -60,9 +56,6 @@ where
 {
     fn synchronize(&self) -> anyhow::Result<()> {
         TpGroup::synchronize(self).context("synchronize")
-    }
-    fn reset_peak_memory(&self) {
-        TpGroup::reset_peak_memory(self)
     }
     fn set_profiling(&self, on: bool) {
         TpGroup::set_profiling(self, on)
