@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Session 30, call 5: branch `calib` (step activations measured at start-up)
-# against main + splitalloc (`headroom-base`), one H100.
+# against main + splitalloc (`headroom-base`), one H100. Call 6 ran it again
+# as `call5.sh headroom-third call6` (call6.sh): the baseline binary and the
+# log's name are its two arguments.
 #  1. the GPU test cuda_memory (every case printed: measured, predicted);
 #  2. fresh servers, default flags, bf16 35B: start-up line; 512 x 1,024 /
 #     128 at c = 256; 128 x 1,024 / 256 at c = 64; two 32,000-token prompts
@@ -15,12 +17,14 @@ O=${OUT:-/tmp/out}; mkdir -p "$O"
 source bench/gpu/env.sh >/dev/null
 export HEADROOM_KERNEL_CACHE=/tmp/kcache
 B=.devbin/calib
+BASE=${1:-headroom-base}
+LOG=${2:-call5}
 SECONDS=0
 {
 echo "card: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader)"
 timeout 200 $B/cuda_memory --ignored --nocapture --test-threads 1 2>&1 | grep -vE "^\s*$|^note:|backtrace"
 echo "rc ${PIPESTATUS[0]} t=$SECONDS"
-for b in headroom headroom-base; do
+for b in headroom $BASE; do
   $B/$b serve --backend cuda --synthetic qwen3.6-35b-a3b --port 8950 > "$O/serve-$b.log" 2>&1 &
   sp=$!
   for _ in $(seq 1 300); do grep -q "listening on" "$O/serve-$b.log" && break; sleep 0.5; done
@@ -48,4 +52,4 @@ for _ in $(seq 1 300); do grep -q "listening on" "$O/serve-fp8.log" && break; sl
 grep -E "^serve on cuda" "$O/serve-fp8.log" | grep -oE "solo_stripe [0-9]+; up to [0-9]+ running, context [0-9]+|step activations.*"
 kill -TERM $sp; wait $sp
 echo "t=$SECONDS"
-} 2>&1 | tee "$O/call5-log.txt"
+} 2>&1 | tee "$O/$LOG-log.txt"
