@@ -59,6 +59,13 @@ impl std::fmt::Display for Calibration {
     }
 }
 
+impl Calibration {
+    /// Makes `memory` count the applied bytes a row.
+    pub fn apply_to(&self, memory: &mut MemoryModel) {
+        memory.activation_bytes_per_row = self.applied_bytes_per_row;
+    }
+}
+
 /// The bytes a row with [`MARGIN`].
 pub fn with_margin(measured: u64) -> u64 {
     measured
@@ -126,7 +133,7 @@ pub(crate) fn on_gpu<B: Backend, M: StepModel<B>>(
     match measured {
         Ok(c) => {
             tracing::info!("{c}");
-            memory.activation_bytes_per_row = c.applied_bytes_per_row;
+            c.apply_to(memory);
             Some(c)
         }
         Err(e) => {

@@ -19,7 +19,6 @@ mod run;
 use crate::api::{
     EngineStats, FinishReason, GenerateRequest, RankMemory, StreamEvent, SubmitError,
 };
-use crate::calibrate::Calibration;
 use crate::config::{EngineConfig, MAX_CONTEXT, MAX_RUNNING};
 use crate::context_fit::plan_pool_fitting_context;
 use crate::graphs::GraphsResolution;
@@ -94,9 +93,6 @@ pub struct EngineCore<B: Backend, M: StepModel<B> = Qwen35Model<B>> {
     inflight: Option<overlap::InFlight<B::Drawn>>,
     /// Steps queued so far (numbers the in-flight step's draws).
     launched: u64,
-    /// The step activations measured at start-up (a GPU's engine), which
-    /// the memory model counts instead of the shape's estimate.
-    calibration: Option<Calibration>,
 }
 
 impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
@@ -228,7 +224,6 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         Ok(EngineCore {
             inflight: None,
             launched: 0,
-            calibration,
             snapshots: SnapshotPool::new(pool.slots, pool.snapshot_slots),
             prefix_on: paged && cfg.prefix_cache.enabled,
             salt,
@@ -252,12 +247,6 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
-    }
-
-    /// The step activations measured at start-up, where they were (a GPU's
-    /// engine; [`crate::calibrate`]).
-    pub fn calibration(&self) -> Option<Calibration> {
-        self.calibration
     }
 
     pub fn kv(&self) -> &KvResolution {
@@ -326,8 +315,9 @@ impl<B: Backend, M: StepModel<B>> EngineCore<B, M> {
         }
         let routes = self.model.routes(&plan)?;
         self.limits.memory = memory_model(self.model.lead(), &routes);
-        if let Some(c) = self.calibration {
-            self.limits.memory.activation_bytes_per_row = c.applied_bytes_per_row;
+        // The activations measured at start-up (`EngineStats::step_activations`).
+        if let Some(c) = self.stats.step_activations {
+            c.apply_to(&mut self.limits.memory);
         }
         self.solo = solo_stripe(
             &self.model,
