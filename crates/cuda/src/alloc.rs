@@ -244,32 +244,27 @@ impl Allocator {
 
     /// Returns every cached (free) block to the driver.
     pub fn empty_cache(&self) {
-        let recording = self.keep_cached.load(Ordering::Acquire);
-        let blocks: Vec<(usize, u64)> = {
+        let small: Vec<u64> = {
             let mut pool = self.lock();
-            if !recording {
+            if !self.keep_cached.load(Ordering::Acquire) {
                 // Pieces freed while a step was recorded did not merge.
                 pool.large.merge_all();
             }
-            let mut drained: Vec<(usize, u64)> = pool
+            let drained: Vec<(usize, u64)> = pool
                 .free
                 .drain()
                 .flat_map(|(s, v)| v.into_iter().map(move |p| (s, p)))
                 .collect();
-            drained.extend(
-                pool.large
-                    .drain_free_segments(usize::MAX)
-                    .into_iter()
-                    .map(|(p, s)| (s, p)),
-            );
             for (s, _) in &drained {
                 pool.stats.reserved -= *s as u64;
             }
-            drained
+            drained.into_iter().map(|(_, p)| p).collect()
         };
-        for (_, p) in blocks {
+        for p in small {
             self.raw.free(p);
         }
+        // Every large segment that is one free block.
+        self.release_segments_below(usize::MAX);
     }
 }
 
