@@ -234,11 +234,11 @@ pub const DEFAULT_PREFIX_INTERVAL: usize = 0;
 /// cache's snapshot slots take when `--prefix-cache-state-slots` is not
 /// given, as a fraction (numerator, denominator). On an H200 serving the
 /// 35B-A3B in bf16 (~56 GiB left) it allows far more than the default 16
-/// slots (~1 GiB), so nothing changes there; on an 80 GB H100 (~4.3 GiB left
-/// after the stripe's third, 60 MiB a slot) it keeps 4 instead of 16, and
-/// the rest goes to running sequences and KV (docs/perf/serving.md, session
-/// 29, measured: 45 running; 2 snapshots still cached 98 % of a 4,096-token
-/// prefix shared by 256 requests).
+/// slots (~1 GiB), so nothing changes there; on an 80 GB H100 serving the
+/// bf16 form (a few GiB left after the stripe's share, 60 MiB a slot) it
+/// keeps a few instead of 16 (4 in session 29), and the rest goes to running
+/// sequences and KV (docs/perf/serving.md, session 29, measured: 2 snapshots
+/// still cached 98 % of a 4,096-token prefix shared by 256 requests).
 pub const SNAPSHOT_SHARE: (u64, u64) = (1, 16);
 
 /// The fewest snapshot slots sized from memory (when the ceiling allows):
