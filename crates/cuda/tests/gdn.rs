@@ -481,6 +481,46 @@ fn qwen36_35b_dims_at_2048_rows() {
     run_and_check(QWEN36_35B, 2048, 2, &[vec![(1, 0, 2048)]]);
 }
 
+/// FNV-1a over the bits of `words`.
+fn fnv(words: &[f32]) -> u64 {
+    words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+        (h ^ w.to_bits() as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
+fn fixed_inputs_give_the_same_bits_run_after_run() {
+    // The 35B-A3B shape at fixed inputs (seed 31): W1's eight 1,024-row
+    // prompts (the full-width scan on sm_90a) and one 2,048-row prompt (the
+    // narrow scan), each twice: the runs bitwise equal, every output finite,
+    // and a fingerprint of outputs and states printed (`gdn_fingerprint`),
+    // which a change meant to keep the kernels' bits compares across
+    // binaries (docs/perf/cuda-gdn.md, session 31).
+    let dev = device();
+    let d = QWEN36_35B;
+    for (name, n, len) in [("8x1024", 8usize, 1024usize), ("1x2048", 1, 2048)] {
+        let x = Inputs::random(d, n * len, n, 31);
+        let seqs: Vec<Seq> = (0..n).map(|i| (i, i * len, len)).collect();
+        let mut prints = Vec::new();
+        for _ in 0..2 {
+            let bufs = OnDevice::upload(&dev, &x);
+            bufs.run(&dev, d, &seqs).unwrap();
+            let (out, state) = bufs.read(&dev, &x);
+            assert!(
+                out.iter().chain(&state).all(|v| v.is_finite()),
+                "{name}: a non-finite output"
+            );
+            prints.push((fnv(&out), fnv(&state)));
+        }
+        assert_eq!(prints[0], prints[1], "{name}: two runs differ (a race?)");
+        println!(
+            "gdn_fingerprint {name}: out {:016x} state {:016x}",
+            prints[0].0, prints[0].1
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: run by bench/gpu/check_gdn.sh"]
 fn nan_in_one_row_stays_in_its_sequence() {

@@ -60,6 +60,28 @@ static_assert(FACL == FAC + BT && FACL % 4 == 0, "lite factors: FAC, then ef, 16
 static_assert(2 * BT * PREPL_LDF * 4 <= PREPL_R1, "Af and Tf fit in the K/Q region");
 static_assert(PREPL_MIN_CTAS * (PREPL_SMEM + 1024) <= 228 * 1024, "the asked CTAs fit by shared memory");
 
+// The Grams' n8 pieces on or below the diagonal 16x16 blocks, per warp:
+// row block rb, pieces [first, first + count). Row block rb has 2 rb + 2
+// pieces (columns 0 .. 16 rb + 15), 20 in all; dealt (0,0,2) (1,0,2)
+// (1,2,2) (2,0,3) (2,3,3) (3,0,3) (3,3,3) (3,6,2) to warps 0-7, at most
+// MAX_PIECES a warp.
+constexpr int MAX_PIECES = 3;
+__device__ __forceinline__ void piece_split(int w, int& rb, int& first, int& count) {
+    rb = w == 0 ? 0 : w < 3 ? 1 : w < 5 ? 2 : 3;
+    first = w == 0 ? 0 : w < 3 ? 2 * (w - 1) : w < 5 ? 3 * (w - 3) : 3 * (w - 5);
+    count = w >= 3 && w <= 6 ? 3 : 2;
+}
+// The 8-column chunks right of the diagonal blocks (zero in P and A): row
+// block rb has 6 - 2 rb of them a row, 48 rows in all (row blocks 0-2).
+constexpr int UPPER_CHUNKS = 16 * (6 + 4 + 2);
+// Chunk e (0 .. UPPER_CHUNKS): its row, and which chunk from the right.
+__device__ __forceinline__ int upper_row(int e) {
+    return e < 96 ? e / 6 : e < 160 ? 16 + (e - 96) / 4 : 32 + (e - 160) / 2;
+}
+__device__ __forceinline__ int upper_rest(int e) {
+    return e < 96 ? e % 6 : e < 160 ? (e - 96) % 4 : (e - 160) % 2;
+}
+
 __device__ __forceinline__ void prep_lite_body(
     const bf16* __restrict__ qkv, const float* __restrict__ gdec, const float* __restrict__ beta,
     bf16* __restrict__ tb_out, bf16* __restrict__ p_out, float* __restrict__ fac_out, int hk, int hv,
@@ -175,52 +197,81 @@ __device__ __forceinline__ void prep_lite_body(
     }
     __syncthreads();
 
-    // K K^T and Q K^T: warp w owns rows 16(w%4).., columns 32(w/4)..+31;
-    // a piece wholly above the diagonal is zero and skips the products.
-    const int m0 = 16 * (warp & 3), c0 = 32 * (warp >> 2);
-    float acc_a[4][4], acc_p[4][4];
+    // K K^T and Q K^T on the 20 n8 pieces on or below the diagonal blocks
+    // (row block rb has 2 rb + 2 of them), dealt so that no warp has more
+    // than 3 (the critical path of the Grams, P and A): warp w takes
+    // pieces [first, first + count) of row block rb (piece_split).
+    int rb, first, count;
+    piece_split(warp, rb, first, count);
+    const int m0 = 16 * rb;
+    float acc_a[MAX_PIECES][4], acc_p[MAX_PIECES][4];
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < MAX_PIECES; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_a[nt][e] = acc_p[nt][e] = 0.f;
-    if (c0 <= m0 + 15) {
 #pragma unroll
-        for (int ks = 0; ks < DK / 16; ++ks) {
-            unsigned ak[4], aq[4];
-            frag_a(ak, Ks, LD128, m0, 16 * ks, lane);
-            frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
+    for (int ks = 0; ks < DK / 16; ++ks) {
+        unsigned ak[4], aq[4];
+        frag_a(ak, Ks, LD128, m0, 16 * ks, lane);
+        frag_a(aq, Qs, LD128, m0, 16 * ks, lane);
 #pragma unroll
-            for (int nt = 0; nt < 4; ++nt) {
-                if (c0 + 8 * nt > m0 + 15) continue;  // n8 pieces above the diagonal
-                unsigned b[2];
-                frag_b(b, Ks, LD128, c0 + 8 * nt, 16 * ks, lane);
-                mma_bf16_16816(acc_a[nt], ak, b);
-                mma_bf16_16816(acc_p[nt], aq, b);
-            }
+        for (int nt = 0; nt < MAX_PIECES; ++nt) {
+            if (nt >= count) continue;  // uniform in the warp
+            unsigned b[2];
+            frag_b(b, Ks, LD128, 8 * (first + nt), 16 * ks, lane);
+            mma_bf16_16816(acc_a[nt], ak, b);
+            mma_bf16_16816(acc_p[nt], aq, b);
         }
     }
-    // P (masked j <= i, decayed) straight out.
+    // The pieces' decays e^{G_i - G_j}, each computed once for P and A
+    // (past the diagonal they may overflow: those elements are selected
+    // away, never multiplied in).
+    float dec[MAX_PIECES][4];
+#pragma unroll
+    for (int nt = 0; nt < MAX_PIECES; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            if (nt >= count) continue;
+            const int i = m0 + g8 + 8 * hf, j = 8 * (first + nt) + 2 * t4;
+            dec[nt][2 * hf] = __expf(Gc[i] - Gc[j]);
+            dec[nt][2 * hf + 1] = __expf(Gc[i] - Gc[j + 1]);
+        }
+    // P (masked j <= i, decayed) straight out; the pieces right of the
+    // diagonal blocks are zero, written by all threads with 16-byte stores.
     bf16* Pst = p_out + tile * (BT * BT);
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < MAX_PIECES; ++nt) {
+        if (nt >= count) continue;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-            const int i = m0 + g8 + 8 * hf, j = c0 + 8 * nt + 2 * t4;
-            const float p0 = j <= i ? acc_p[nt][2 * hf] * __expf(Gc[i] - Gc[j]) : 0.f;
-            const float p1 = j + 1 <= i ? acc_p[nt][2 * hf + 1] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
+            const int i = m0 + g8 + 8 * hf, j = 8 * (first + nt) + 2 * t4;
+            const float p0 = j <= i ? acc_p[nt][2 * hf] * dec[nt][2 * hf] : 0.f;
+            const float p1 = j + 1 <= i ? acc_p[nt][2 * hf + 1] * dec[nt][2 * hf + 1] : 0.f;
             *reinterpret_cast<bf162*>(Pst + i * BT + j) = __floats2bfloat162_rn(p0, p1);
         }
+    }
+    for (int e = tid; e < UPPER_CHUNKS; e += PREPL_THREADS) {
+        const int i = upper_row(e), j = BT - 8 * (upper_rest(e) + 1);
+        *reinterpret_cast<uint4*>(Pst + i * BT + j) = make_uint4(0u, 0u, 0u, 0u);
+    }
     __syncthreads();  // Ks/Qs no longer read: the region becomes Af | Tf
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < MAX_PIECES; ++nt) {
+        if (nt >= count) continue;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-            const int i = m0 + g8 + 8 * hf, j = c0 + 8 * nt + 2 * t4;
+            const int i = m0 + g8 + 8 * hf, j = 8 * (first + nt) + 2 * t4;
             float2 a;
-            a.x = j < i ? acc_a[nt][2 * hf] * Bs[i] * __expf(Gc[i] - Gc[j]) : 0.f;
-            a.y = j + 1 < i ? acc_a[nt][2 * hf + 1] * Bs[i] * __expf(Gc[i] - Gc[j + 1]) : 0.f;
+            a.x = j < i ? acc_a[nt][2 * hf] * Bs[i] * dec[nt][2 * hf] : 0.f;
+            a.y = j + 1 < i ? acc_a[nt][2 * hf + 1] * Bs[i] * dec[nt][2 * hf + 1] : 0.f;
             *reinterpret_cast<float2*>(Af + i * LDF + j) = a;
         }
+    }
+    for (int e = tid; e < UPPER_CHUNKS; e += PREPL_THREADS) {
+        const int i = upper_row(e), j = BT - 8 * (upper_rest(e) + 1);
+        float4* z = reinterpret_cast<float4*>(Af + i * LDF + j);
+        z[0] = z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
     __syncthreads();
 
     // T = (I + A)^-1. Diagonal 16x16 blocks: one thread per block column,
