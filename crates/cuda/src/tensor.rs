@@ -183,7 +183,21 @@ pub(crate) fn new_act(
     cols: usize,
     dtype: Dtype,
 ) -> OpResult<CudaAct> {
-    let bytes = mul(op, mul(op, rows, cols)?, dtype.size_bytes())?;
+    new_act_with_room(dev, op, rows, rows, cols, dtype)
+}
+
+/// [`new_act`] whose buffer holds `room` rows (at least `rows`): for a
+/// kernel that writes padding rows past the act's own (the FP8 GEMM's
+/// cuBLASLt rows, `ops::fp8::gemm::lt_rows`); readers see `rows`.
+pub(crate) fn new_act_with_room(
+    dev: &CudaDevice,
+    op: &'static str,
+    rows: usize,
+    room: usize,
+    cols: usize,
+    dtype: Dtype,
+) -> OpResult<CudaAct> {
+    let bytes = mul(op, mul(op, rows.max(room), cols)?, dtype.size_bytes())?;
     Ok(CudaAct {
         buf: alloc(dev, bytes)?,
         rows,

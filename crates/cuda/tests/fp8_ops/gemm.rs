@@ -107,6 +107,46 @@ fn the_gemm_matches_f64_on_every_path_with_tails() {
     assert_eq!(path, Fp8GemmPath::Empty);
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_fp8.sh"]
+fn row_counts_off_the_multiple_of_four_run_cublaslt_padded_where_y_has_room() {
+    // A serving step's row count is arbitrary; cuBLASLt has a block-scaled
+    // algorithm only for multiples of LT_ROW_MULTIPLE. With room in y for
+    // lt_rows(m) rows the GEMM runs there (the padding rows' outputs land
+    // in the room); the m rows match f64 on the activations it multiplies,
+    // every one written (y NaN-poisoned first). Without the room: the
+    // fallback, as before.
+    let dev = device();
+    let (k, n) = (2048, 384);
+    for m in [9usize, 37, 130, 662] {
+        let x = varied_activations(40 + m as u64, m, k);
+        let h = HostFp8::random(41 + m as u64, n, k);
+        let d = DevFp8::upload(&dev, &h);
+        let xd = dev.upload(&bf16_bits(&x)).unwrap();
+        let rows = lt_rows(m);
+        assert!(rows > m && rows.is_multiple_of(LT_ROW_MULTIPLE));
+        let y = poisoned(&dev, rows * n * 2);
+        let path = fp8_gemm(&dev, &xd, m, d.matrix(), &y).unwrap();
+        println!("fp8_gemm padded: m {m} -> {rows} rows: {path:?}");
+        assert_eq!(
+            path,
+            Fp8GemmPath::BlockScaled,
+            "m {m} with room for {rows} rows"
+        );
+        let got = read_bf16(&dev, &y, m * n);
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "m {m}: a row left unwritten"
+        );
+        let (hq, hs) = host::quantize(&x, m, k);
+        let (want, l1) = reference(&dequant_act(&hq, &hs, m, k), &h.dequant_f64(), m, n, k);
+        assert_close(&format!("padded m {m}"), &got, &want, &l1, BF16_OUT, LT_SUM);
+        let exact = poisoned(&dev, m * n * 2);
+        let path = fp8_gemm(&dev, &xd, m, d.matrix(), &exact).unwrap();
+        assert_eq!(path, Fp8GemmPath::DequantBf16, "m {m} without room");
+    }
+}
+
 /// Runs cuBLASLt (any shape) on the device's quantization of fresh inputs
 /// in each of `orders`; returns whether it ran any and the orders that
 /// matched f64 (printed).

@@ -4,9 +4,11 @@
 //! ([`super::quant::quantize`]) and runs cuBLASLt's block-scaled FP8 matmul
 //! ([`crate::blas::Blas::fp8_block_linear`], f32 accumulation) on the
 //! shapes it computes right ([`lt_takes`]: on the H200, cuBLASLt 13 ran
-//! k = 2,112, n = 320 and k = 128 ..= 384 and returned wrong sums). Elsewhere, or where
-//! cuBLASLt has no algorithm (it has none at m = 1 or 37), it dequantizes
-//! `W` to a bf16 workspace and runs the bf16 GEMM on the unquantized `x`.
+//! k = 2,112, n = 320 and k = 128 ..= 384 and returned wrong sums), on
+//! rows padded to a multiple of 4 ([`lt_rows`]: it has no algorithm for
+//! other row counts) where `y` has room for them. Elsewhere, or where
+//! cuBLASLt has no algorithm, it dequantizes `W` to a bf16 workspace and
+//! runs the bf16 GEMM on the unquantized `x`.
 //! Up to [`super::gemv::MAX_ROWS`] rows run on the FP8 GEMV instead (bf16
 //! x, no activation quantization, one pass over the weight). The caller
 //! learns which ran ([`Fp8GemmPath`]).
@@ -117,6 +119,19 @@ pub fn lt_takes(m: usize, n: usize, k: usize) -> bool {
 /// multiples of this (see [`lt_takes`]).
 pub const LT_MIN_K: usize = 512;
 
+/// cuBLASLt has a block-scaled algorithm only for row counts that are
+/// multiples of this (its rows-contiguous activation-scale table: 36, 512
+/// and 520 rows ran, 9 and 37 had no algorithm, `docs/perf/cuda-fp8.md`
+/// run 1 and session 31); other row counts run padded to [`lt_rows`].
+pub const LT_ROW_MULTIPLE: usize = 4;
+
+/// The rows cuBLASLt's block-scaled matmul runs for `m` rows: `m` rounded
+/// up to [`LT_ROW_MULTIPLE`]. A caller gives `y` room for them to keep a
+/// serving step's arbitrary row count on the FP8 matmul.
+pub fn lt_rows(m: usize) -> usize {
+    m.next_multiple_of(LT_ROW_MULTIPLE)
+}
+
 /// Checks x `[m][k]` bf16 and y `[m][n]` bf16 against `w`.
 fn check(x: &DeviceBuffer, m: usize, w: &Fp8Matrix, y: &DeviceBuffer) -> OpResult<()> {
     w.check(OP)?;
@@ -155,14 +170,20 @@ pub fn fp8_gemm_with(
         fp8_gemv(dev, x, m, w.k, &[one], Dtype::Bf16)?;
         return Ok(Fp8GemmPath::Gemv);
     }
-    if let Some(order) = lt.filter(|_| lt_takes(m, w.n, w.k)) {
+    // cuBLASLt runs `lt_rows(m)` rows into the room `y` has past its m rows
+    // (a `y` without that room takes the fallback). The padding rows' codes
+    // and scales are left unset: an output row depends on its own input row
+    // only, so they change no real row, and the room is never read.
+    let rows = lt_rows(m);
+    let room = mul(OP, mul(OP, rows, w.n)?, 2)? <= y.len_bytes();
+    if let Some(order) = lt.filter(|_| lt_takes(m, w.n, w.k) && room) {
         let kb = w.k.div_ceil(super::BLOCK);
-        let layout = order.x_layout(m);
-        let (_, _, span) = layout.strides(m, kb)?;
-        let q = alloc(dev, mul(OP, m, w.k)?)?;
+        let layout = order.x_layout(rows);
+        let (_, _, span) = layout.strides(rows, kb)?;
+        let q = alloc(dev, mul(OP, rows, w.k)?)?;
         let s = alloc(dev, mul(OP, span, 4)?)?;
         quantize(dev, x, m, w.k, &q, &s, layout)?;
-        if block_scaled(dev, &q, &s, m, &w, y, order)? {
+        if block_scaled(dev, &q, &s, rows, &w, y, order)? {
             return Ok(Fp8GemmPath::BlockScaled);
         }
     }
@@ -289,6 +310,20 @@ mod tests {
         // Small k: wrong sums on the H200 (run 1 of docs/perf/cuda-fp8.md).
         for k in [128, 256, 384, 640] {
             assert!(!lt_takes(40, 256, k), "k {k}");
+        }
+    }
+
+    #[test]
+    fn cublaslt_rows_are_the_next_multiple_of_four() {
+        assert_eq!(lt_rows(0), 0);
+        assert_eq!(lt_rows(9), 12);
+        assert_eq!(lt_rows(36), 36);
+        assert_eq!(lt_rows(37), 40);
+        assert_eq!(lt_rows(662), 664);
+        assert_eq!(lt_rows(8193), 8196);
+        for m in 1..200 {
+            let r = lt_rows(m);
+            assert!(r >= m && r < m + LT_ROW_MULTIPLE && r.is_multiple_of(LT_ROW_MULTIPLE));
         }
     }
 

@@ -3,16 +3,17 @@
 //! ([`crate::ops::fp8::gemv`], up to six matrices of one input a launch),
 //! the block-scaled FP8 GEMM for more rows with a bf16 output
 //! ([`crate::ops::fp8::gemm`]: activations quantized per 128-column group,
-//! cuBLASLt, or its dequantizing fallback), and the weight dequantized to
+//! cuBLASLt on rows padded to a multiple of 4 — the outputs are allocated
+//! with room for them — or its dequantizing fallback), and the weight dequantized to
 //! bf16 scratch for what neither takes (f32 outputs of many rows, weights
 //! whose block grid restarts off the block boundary).
 
 use super::linear_blas;
 use crate::device::CudaDevice;
-use crate::ops::fp8::gemm::fp8_gemm;
+use crate::ops::fp8::gemm::{fp8_gemm, lt_rows};
 use crate::ops::fp8::gemv::{fp8_gemv, Fp8Gemv, MAX_MATS, MAX_ROWS};
 use crate::ops::fp8::weight::{dequantize_weight, matrix_of};
-use crate::tensor::{new_act, CudaAct, CudaWeight};
+use crate::tensor::{new_act, new_act_with_room, CudaAct, CudaWeight};
 use crate::validate::bf16;
 use headroom_core::ops::{OpError, OpResult};
 use headroom_core::Dtype;
@@ -57,10 +58,17 @@ pub(crate) fn linear_fp8(
     // blocks) on cuBLAS from their bf16 copy.
     let mut outs: Vec<Option<CudaAct>> = (0..ws.len()).map(|_| None).collect();
     let mut direct = Vec::with_capacity(ws.len());
+    // The block-scaled GEMM writes `lt_rows` rows: its outputs get the room.
+    let room = if x.rows <= MAX_ROWS {
+        x.rows
+    } else {
+        lt_rows(x.rows)
+    };
     for (i, w) in ws.iter().enumerate() {
         match matrix_of(w) {
             Some(m) if x.rows <= MAX_ROWS || out == Dtype::Bf16 => {
-                direct.push((i, m, new_act(dev, "linear", x.rows, w.rows, out)?));
+                let y = new_act_with_room(dev, "linear", x.rows, room, w.rows, out)?;
+                direct.push((i, m, y));
             }
             _ => outs[i] = Some(linear_blas(dev, x, &dequantize_weight(dev, w)?, out)?),
         }
