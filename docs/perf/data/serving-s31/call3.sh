@@ -25,7 +25,7 @@ run() { # NAME MODEL PORT
   pkill -TERM -x headroom; wait $sp  # the server, not ncu: ncu writes its log as its target exits
   echo "$1: $((SECONDS - t0)) s"
   grep "engine step" "$O/serve-$1.log" | sed -n 45,48p | cut -c1-300
-  python3 docs/perf/data/serving-s31/ncu_sum.py "$O/ncu-$1.csv" > "$O/sum-$1.txt" 2>&1
+  python3 docs/perf/data/serving-s13/call1/ncu_sum.py "$O/ncu-$1.csv" > "$O/sum-$1.txt" 2>&1
   head -45 "$O/sum-$1.txt"
   gzip -f "$O/ncu-$1.csv"
 }
