@@ -147,6 +147,50 @@ fn row_counts_off_the_multiple_of_four_run_cublaslt_padded_where_y_has_room() {
     }
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_fp8.sh"]
+fn a_set_quantizes_its_input_once_and_gives_each_calls_bits() {
+    // Three matrices on one x (n 256 and 512 on cuBLASLt, 320 on the
+    // fallback: n not a multiple of 128), at a padded row count and an
+    // aligned one: fp8_gemm_set's outputs bit for bit those of one
+    // fp8_gemm call each, and the same paths.
+    let dev = device();
+    let k = 2048;
+    for m in [37usize, 512] {
+        let x = varied_activations(60 + m as u64, m, k);
+        let xd = dev.upload(&bf16_bits(&x)).unwrap();
+        let rows = lt_rows(m);
+        let mats: Vec<DevFp8> = [256usize, 320, 512]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| DevFp8::upload(&dev, &HostFp8::random(70 + i as u64, n, k)))
+            .collect();
+        let ns = [256usize, 320, 512];
+        let ys: Vec<DeviceBuffer> = ns.iter().map(|n| poisoned(&dev, rows * n * 2)).collect();
+        let set: Vec<_> = mats.iter().zip(&ys).map(|(d, y)| (d.matrix(), y)).collect();
+        let paths = fp8_gemm_set(&dev, &xd, m, &set, Some(LT_SCALE_ORDER)).unwrap();
+        assert_eq!(
+            paths,
+            [
+                Fp8GemmPath::BlockScaled,
+                Fp8GemmPath::DequantBf16,
+                Fp8GemmPath::BlockScaled
+            ],
+            "m {m}"
+        );
+        for ((d, y), &n) in mats.iter().zip(&ys).zip(&ns) {
+            let alone = poisoned(&dev, rows * n * 2);
+            fp8_gemm(&dev, &xd, m, d.matrix(), &alone).unwrap();
+            let (a, b) = (read_bf16(&dev, y, m * n), read_bf16(&dev, &alone, m * n));
+            assert!(
+                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                "m {m} n {n}: the set's output differs from the call's"
+            );
+            assert!(a.iter().all(|v| v.is_finite()), "m {m} n {n}: unwritten");
+        }
+    }
+}
+
 /// Runs cuBLASLt (any shape) on the device's quantization of fresh inputs
 /// in each of `orders`; returns whether it ran any and the orders that
 /// matched f64 (printed).

@@ -161,34 +161,68 @@ pub fn fp8_gemm_with(
     y: &DeviceBuffer,
     lt: Option<LtScaleOrder>,
 ) -> OpResult<Fp8GemmPath> {
-    check(x, m, &w, y)?;
+    let paths = fp8_gemm_set(dev, x, m, &[(w, y)], lt)?;
+    Ok(paths[0])
+}
+
+/// [`fp8_gemm_with`] for every `(W, y)` of `set` on the same `x`: the
+/// activations are quantized once for all the matrices cuBLASLt takes (a
+/// GDN layer's qkv and z, an attention layer's q, k and v), the same codes
+/// and scales each separate call would make. The paths in `set`'s order.
+pub fn fp8_gemm_set(
+    dev: &CudaDevice,
+    x: &DeviceBuffer,
+    m: usize,
+    set: &[(Fp8Matrix, &DeviceBuffer)],
+    lt: Option<LtScaleOrder>,
+) -> OpResult<Vec<Fp8GemmPath>> {
+    for (w, y) in set {
+        check(x, m, w, y)?;
+    }
     if m == 0 {
-        return Ok(Fp8GemmPath::Empty);
+        return Ok(vec![Fp8GemmPath::Empty; set.len()]);
     }
     if lt.is_some() && m <= MAX_ROWS {
-        let one = Fp8Gemv { w, y };
-        fp8_gemv(dev, x, m, w.k, &[one], Dtype::Bf16)?;
-        return Ok(Fp8GemmPath::Gemv);
+        for (w, y) in set {
+            let one = Fp8Gemv { w: *w, y };
+            fp8_gemv(dev, x, m, w.k, &[one], Dtype::Bf16)?;
+        }
+        return Ok(vec![Fp8GemmPath::Gemv; set.len()]);
     }
     // cuBLASLt runs `lt_rows(m)` rows into the room `y` has past its m rows
     // (a `y` without that room takes the fallback). The padding rows' codes
     // and scales are left unset: an output row depends on its own input row
     // only, so they change no real row, and the room is never read.
     let rows = lt_rows(m);
-    let room = mul(OP, mul(OP, rows, w.n)?, 2)? <= y.len_bytes();
-    if let Some(order) = lt.filter(|_| lt_takes(m, w.n, w.k) && room) {
-        let kb = w.k.div_ceil(super::BLOCK);
-        let layout = order.x_layout(rows);
-        let (_, _, span) = layout.strides(rows, kb)?;
-        let q = alloc(dev, mul(OP, rows, w.k)?)?;
-        let s = alloc(dev, mul(OP, span, 4)?)?;
-        quantize(dev, x, m, w.k, &q, &s, layout)?;
-        if block_scaled(dev, &q, &s, rows, &w, y, order)? {
-            return Ok(Fp8GemmPath::BlockScaled);
+    let mut quantized: Option<(usize, DeviceBuffer, DeviceBuffer)> = None;
+    let mut paths = Vec::with_capacity(set.len());
+    for (w, y) in set {
+        let room = mul(OP, mul(OP, rows, w.n)?, 2)? <= y.len_bytes();
+        let mut ran = false;
+        if let Some(order) = lt.filter(|_| lt_takes(m, w.n, w.k) && room) {
+            let layout = order.x_layout(rows);
+            if quantized.as_ref().is_none_or(|(k, _, _)| *k != w.k) {
+                let kb = w.k.div_ceil(super::BLOCK);
+                let (_, _, span) = layout.strides(rows, kb)?;
+                let q = alloc(dev, mul(OP, rows, w.k)?)?;
+                let s = alloc(dev, mul(OP, span, 4)?)?;
+                quantize(dev, x, m, w.k, &q, &s, layout)?;
+                quantized = Some((w.k, q, s));
+            }
+            if let Some((_, q, s)) = &quantized {
+                ran = block_scaled(dev, q, s, rows, w, y, order)?;
+            }
         }
+        if !ran {
+            dequant_gemm(dev, x, m, w, y)?;
+        }
+        paths.push(if ran {
+            Fp8GemmPath::BlockScaled
+        } else {
+            Fp8GemmPath::DequantBf16
+        });
     }
-    dequant_gemm(dev, x, m, &w, y)?;
-    Ok(Fp8GemmPath::DequantBf16)
+    Ok(paths)
 }
 
 /// The block-scaled matmul on e4m3 `xq` `[m][k]` whose scales `xs` are

@@ -4,13 +4,14 @@
 //! the block-scaled FP8 GEMM for more rows with a bf16 output
 //! ([`crate::ops::fp8::gemm`]: activations quantized per 128-column group,
 //! cuBLASLt on rows padded to a multiple of 4 — the outputs are allocated
-//! with room for them — or its dequantizing fallback), and the weight dequantized to
+//! with room for them — the activations quantized once for the set, or its
+//! dequantizing fallback), and the weight dequantized to
 //! bf16 scratch for what neither takes (f32 outputs of many rows, weights
 //! whose block grid restarts off the block boundary).
 
 use super::linear_blas;
 use crate::device::CudaDevice;
-use crate::ops::fp8::gemm::{fp8_gemm, lt_rows};
+use crate::ops::fp8::gemm::{fp8_gemm_set, lt_rows, LT_SCALE_ORDER};
 use crate::ops::fp8::gemv::{fp8_gemv, Fp8Gemv, MAX_MATS, MAX_ROWS};
 use crate::ops::fp8::weight::{dequantize_weight, matrix_of};
 use crate::tensor::{new_act, new_act_with_room, CudaAct, CudaWeight};
@@ -85,9 +86,8 @@ pub(crate) fn linear_fp8(
             fp8_gemv(dev, x.buffer(), x.rows, x.cols, &launch, out)?;
         }
     } else {
-        for (_, w, y) in &direct {
-            fp8_gemm(dev, x.buffer(), x.rows, *w, y.buffer())?;
-        }
+        let set: Vec<_> = direct.iter().map(|(_, w, y)| (*w, y.buffer())).collect();
+        fp8_gemm_set(dev, x.buffer(), x.rows, &set, Some(LT_SCALE_ORDER))?;
     }
     for (i, _, y) in direct {
         outs[i] = Some(y);
