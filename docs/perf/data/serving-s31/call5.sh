@@ -19,15 +19,7 @@ nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
 SECONDS=0
 timeout 100 /tmp/s31s/h/fp8_ops --ignored --test-threads 1 gemm:: > "$O/fp8_ops.txt" 2>&1
 echo "fp8_ops gemm rc $? (t=$SECONDS)"; grep -E "^test |test result" "$O/fp8_ops.txt" | tail -6
-w1() { # ARM BIN MODEL PORT
-  $2 serve --backend cuda --synthetic $3 --port $4 > "$O/serve-$1.log" 2>&1 &
-  local sp=$!
-  for _ in $(seq 1 400); do grep -q "listening on" "$O/serve-$1.log" && break; sleep 0.5; done
-  timeout 120 $2 bench serve --url http://127.0.0.1:$4 --json "$O/w1-$1.json" --concurrency 512 \
-    --requests 1000 --prompt-len 1024 --max-tokens 128 > "$O/w1-$1.txt" 2>&1
-  echo "$1: $(grep -E 'output tok/s' "$O/w1-$1.txt" | head -1 | sed 's/.*flowed: //') | $(grep -E '^ttft' "$O/w1-$1.txt" | awk '{print "ttft p50", $4}') | $(grep -E '^itl' "$O/w1-$1.txt" | awk '{print "itl p50", $4}') (t=$SECONDS)"
-  kill -TERM $sp; wait $sp
-}
+source docs/perf/data/serving-s31/w1_arm.sh  # w1 ARM BIN MODEL PORT
 F=qwen3.6-35b-a3b-fp8; M=qwen3.6-35b-a3b
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   w1 fp8-m1 /tmp/s31m/h/headroom $F 8961

@@ -24,15 +24,7 @@ export HEADROOM_KERNEL_CACHE=/tmp/kcache
 for v in s31start next; do mkdir -p /tmp/$v && tar -xJf .devbin/$v/bins.tar.xz -C /tmp/$v; done
 nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
 SECONDS=0
-w1() { # ARM BIN MODEL PORT
-  $2 serve --backend cuda --synthetic $3 --port $4 > "$O/serve-$1.log" 2>&1 &
-  local sp=$!
-  for _ in $(seq 1 400); do grep -q "listening on" "$O/serve-$1.log" && break; sleep 0.5; done
-  timeout 120 $2 bench serve --url http://127.0.0.1:$4 --json "$O/w1-$1.json" --concurrency 512 \
-    --requests 1000 --prompt-len 1024 --max-tokens 128 > "$O/w1-$1.txt" 2>&1
-  echo "$1: $(grep -E 'output tok/s' "$O/w1-$1.txt" | head -1 | sed 's/.*flowed: //' | cut -c1-40) | $(grep -E '^ttft' "$O/w1-$1.txt" | awk '{print "ttft p50", $4}') | $(grep -E '^itl' "$O/w1-$1.txt" | awk '{print "itl p50", $4}') (t=$SECONDS)"
-  kill -TERM $sp; wait $sp
-}
+source docs/perf/data/serving-s31/w1_arm.sh  # w1 ARM BIN MODEL PORT
 F=qwen3.6-35b-a3b-fp8; M=qwen3.6-35b-a3b
 w1 fp8-a /tmp/s31start/h/headroom $F 8971
 w1 fp8-b /tmp/next/h/headroom $F 8972
