@@ -160,12 +160,12 @@ fn a_set_quantizes_its_input_once_and_gives_each_calls_bits() {
         let x = varied_activations(60 + m as u64, m, k);
         let xd = dev.upload(&bf16_bits(&x)).unwrap();
         let rows = lt_rows(m);
-        let mats: Vec<DevFp8> = [256usize, 320, 512]
+        let ns = [256usize, 320, 512];
+        let mats: Vec<DevFp8> = ns
             .iter()
             .enumerate()
             .map(|(i, &n)| DevFp8::upload(&dev, &HostFp8::random(70 + i as u64, n, k)))
             .collect();
-        let ns = [256usize, 320, 512];
         let ys: Vec<DeviceBuffer> = ns.iter().map(|n| poisoned(&dev, rows * n * 2)).collect();
         let set: Vec<_> = mats.iter().zip(&ys).map(|(d, y)| (d.matrix(), y)).collect();
         let paths = fp8_gemm_set(&dev, &xd, m, &set, Some(LT_SCALE_ORDER)).unwrap();
