@@ -24,8 +24,9 @@ use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::backend::{CudaBackend, CudaWeight};
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::event::StreamEvent;
+use headroom_cuda::ops::fp8::gemm::QuantizedX;
 use headroom_cuda::ops::fp8::quant::dequantize_stacked;
-use headroom_cuda::ops::moe::fp8::{routed_experts_fp8, Fp8ExpertScales};
+use headroom_cuda::ops::moe::fp8::{routed_experts_fp8, routed_experts_fp8_from, Fp8ExpertScales};
 use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts, MoeLaunch, CHUNK_TOKENS};
 use host::{dequant_act, quantize, uniform_bf16, HostFp8, BLOCK};
 use rand::{Rng, SeedableRng};
@@ -208,6 +209,44 @@ fn check(dev: &CudaDevice, c: Case, tokens: usize, seed: u64) {
     routed_experts_fp8(dev, &l, (0, c.experts), w.scales(), None, &mut |_| Ok(())).unwrap();
     let mut got = vec![0f32; tokens * h];
     dev.read(&out, &mut got).unwrap();
+    // x quantized beforehand (as the MoE block shares it with its shared
+    // expert): every pass reads its rows of it, the same bits.
+    let pre = QuantizedX::new(dev, &xd, tokens, h).unwrap();
+    dev.fill_bytes(&out, 0xFF).unwrap();
+    let mut none = |_| Ok(());
+    routed_experts_fp8_from(
+        dev,
+        &l,
+        (0, c.experts),
+        w.scales(),
+        None,
+        Some(&pre),
+        &mut none,
+    )
+    .unwrap();
+    let mut from_pre = vec![0f32; tokens * h];
+    dev.read(&out, &mut from_pre).unwrap();
+    assert!(
+        got.iter()
+            .zip(&from_pre)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "{c:?} tokens {tokens}: the routed experts on a quantized x differ"
+    );
+    let short = QuantizedX::new(dev, &xd, tokens - 1, h).unwrap();
+    let mut none = |_| Ok(());
+    let refused = routed_experts_fp8_from(
+        dev,
+        &l,
+        (0, c.experts),
+        w.scales(),
+        None,
+        Some(&short),
+        &mut none,
+    );
+    assert!(
+        refused.is_err(),
+        "{c:?} tokens {tokens}: a shorter quantized x was taken"
+    );
     let (want_q, want_u) = reference(&x, &lg, &w, c, tokens);
     let err_q = support::rel_err(&got, &want_q);
     let err_u = support::rel_err(&got, &want_u);

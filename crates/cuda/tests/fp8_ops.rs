@@ -28,8 +28,8 @@ use headroom_cuda::alloc::DeviceBuffer;
 use headroom_cuda::device::CudaDevice;
 use headroom_cuda::ops::fp8::experts::{fp8_gemv_experts, ExpertsShape, Fp8Experts};
 use headroom_cuda::ops::fp8::gemm::{
-    fp8_gemm, fp8_gemm_quantized, fp8_gemm_set, fp8_gemm_with, lt_rows, lt_takes, Fp8GemmPath,
-    LtScaleOrder, LT_ROW_MULTIPLE, LT_SCALE_ORDER,
+    fp8_gemm, fp8_gemm_quantized, fp8_gemm_set, fp8_gemm_set_from, fp8_gemm_with, lt_rows,
+    lt_takes, Fp8GemmPath, LtScaleOrder, QuantizedX, LT_ROW_MULTIPLE, LT_SCALE_ORDER,
 };
 use headroom_cuda::ops::fp8::gemv::{fp8_gemv, Fp8Gemv};
 use headroom_cuda::ops::fp8::quant::{dequantize, quantize, transpose_f32, ScaleLayout};

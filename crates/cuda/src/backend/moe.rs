@@ -21,10 +21,11 @@ use super::types::{CudaAct, CudaWeight};
 use super::validate::bf16;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
+use crate::ops::fp8::gemm::QuantizedX;
 use crate::ops::fp8::moe::{moe_decode_fp8, SharedPart};
 use crate::ops::fp8::weight::{as_bf16, experts_of};
-use crate::ops::linear::{linear_many, linear_with};
-use crate::ops::moe::fp8::{native_takes, routed_experts_fp8, Fp8ExpertScales};
+use crate::ops::linear::{linear_fp8_from, linear_many, linear_with};
+use crate::ops::moe::fp8::{native_takes, routed_experts_fp8_from, Fp8ExpertScales};
 use crate::ops::moe::{
     check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
 };
@@ -37,8 +38,34 @@ pub(crate) fn shared_expert(
     x: &CudaAct,
     w: &MoeWeights<CudaWeight>,
 ) -> OpResult<CudaAct> {
-    let g = linear(dev, x, &w.shared_gate_proj, Dtype::Bf16)?;
-    let u = linear(dev, x, &w.shared_up_proj, Dtype::Bf16)?;
+    shared_expert_from(dev, x, w, None)
+}
+
+/// [`shared_expert`] with FP8 gate and up as one set on `pre`'s codes of
+/// `x` (quantized once for the routed experts too) where given.
+fn shared_expert_from(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    pre: Option<&QuantizedX>,
+) -> OpResult<CudaAct> {
+    let (gate, up) = (&w.shared_gate_proj, &w.shared_up_proj);
+    let (g, u) = match pre {
+        Some(pre) if gate.is_fp8() && up.is_fp8() => {
+            let mut gu = linear_fp8_from(dev, x, &[gate, up], Dtype::Bf16, Some(pre))?;
+            let (u, g) = (gu.pop(), gu.pop());
+            let (Some(g), Some(u)) = (g, u) else {
+                return Err(OpError::Device(
+                    "moe: the shared expert returned no gate/up".into(),
+                ));
+            };
+            (g, u)
+        }
+        _ => (
+            linear(dev, x, gate, Dtype::Bf16)?,
+            linear(dev, x, up, Dtype::Bf16)?,
+        ),
+    };
     linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)
 }
 
@@ -234,7 +261,13 @@ fn moe_marked(
         // The shared expert first: the routed combine adds it, gated, and
         // writes the bf16 output (`out` of the call is not touched).
         mark("shared");
-        let shared = shared_expert(dev, x, w)?;
+        // FP8 experts: x quantized once, for the shared expert's gate and
+        // up and the routed experts alike.
+        let pre = match native {
+            Some(_) => Some(QuantizedX::new(dev, &x.buf, x.rows, hidden)?),
+            None => None,
+        };
+        let shared = shared_expert_from(dev, x, w, pre.as_ref())?;
         let shared_gate = as_bf16(dev, &w.shared_gate)?;
         let epilogue = SharedEpilogue {
             shared_gate: &shared_gate.buf,
@@ -247,9 +280,15 @@ fn moe_marked(
             Ok(())
         };
         match native {
-            Some(scales) => {
-                routed_experts_fp8(dev, &l, local, scales, Some(&epilogue), &mut stage)?
-            }
+            Some(scales) => routed_experts_fp8_from(
+                dev,
+                &l,
+                local,
+                scales,
+                Some(&epilogue),
+                pre.as_ref(),
+                &mut stage,
+            )?,
             None => routed_experts_shared_marked(dev, &l, local, imp, &epilogue, &mut stage)
                 .map_err(dev_err)?,
         }

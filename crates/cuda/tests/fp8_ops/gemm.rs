@@ -178,15 +178,35 @@ fn a_set_quantizes_its_input_once_and_gives_each_calls_bits() {
             ],
             "m {m}"
         );
-        for ((d, y), &n) in mats.iter().zip(&ys).zip(&ns) {
+        // The same set on x quantized beforehand (QuantizedX, as the MoE
+        // block shares it with the routed experts), and with a `pre` of
+        // another row count, which the set must not read.
+        let pre = QuantizedX::new(&dev, &xd, m, k).unwrap();
+        let other = QuantizedX::new(&dev, &xd, m - 1, k).unwrap();
+        let from = |pre: &QuantizedX| {
+            let ys: Vec<DeviceBuffer> = ns.iter().map(|n| poisoned(&dev, rows * n * 2)).collect();
+            let set: Vec<_> = mats.iter().zip(&ys).map(|(d, y)| (d.matrix(), y)).collect();
+            let p = fp8_gemm_set_from(&dev, &xd, m, &set, Some(LT_SCALE_ORDER), Some(pre));
+            assert_eq!(p.unwrap(), paths, "m {m}: the paths with a quantized x");
+            ys
+        };
+        let (ys_pre, ys_other) = (from(&pre), from(&other));
+        for (i, ((d, y), &n)) in mats.iter().zip(&ys).zip(&ns).enumerate() {
             let alone = poisoned(&dev, rows * n * 2);
             fp8_gemm(&dev, &xd, m, d.matrix(), &alone).unwrap();
-            let (a, b) = (read_bf16(&dev, y, m * n), read_bf16(&dev, &alone, m * n));
-            assert!(
-                a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
-                "m {m} n {n}: the set's output differs from the call's"
-            );
-            assert!(a.iter().all(|v| v.is_finite()), "m {m} n {n}: unwritten");
+            let b = read_bf16(&dev, &alone, m * n);
+            for (what, y) in [
+                ("set", y),
+                ("set on pre", &ys_pre[i]),
+                ("set beside another pre", &ys_other[i]),
+            ] {
+                let a = read_bf16(&dev, y, m * n);
+                assert!(
+                    a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()),
+                    "m {m} n {n}: the {what}'s output differs from the call's"
+                );
+            }
+            assert!(b.iter().all(|v| v.is_finite()), "m {m} n {n}: unwritten");
         }
     }
 }

@@ -176,6 +176,62 @@ pub fn fp8_gemm_set(
     set: &[(Fp8Matrix, &DeviceBuffer)],
     lt: Option<LtScaleOrder>,
 ) -> OpResult<Vec<Fp8GemmPath>> {
+    fp8_gemm_set_from(dev, x, m, set, lt, None)
+}
+
+/// bf16 activations `[m][k]` quantized once for every FP8 product that
+/// reads them (the MoE block's shared expert and routed experts): e4m3
+/// codes `[m][k]` in a buffer with room for [`lt_rows`]`(m)` rows (cuBLASLt
+/// runs them; the padding rows are left unset, as [`fp8_gemm_set`] leaves
+/// them) and f32 scales row-major `[m][ceil(k / 128)]` — the routed experts
+/// read them as they are, cuBLASLt after a transpose into its order. The
+/// codes and scales [`quantize`] makes in any layout.
+pub struct QuantizedX {
+    pub q: DeviceBuffer,
+    pub s: DeviceBuffer,
+    pub m: usize,
+    pub k: usize,
+}
+
+impl QuantizedX {
+    /// Quantizes bf16 `x` `[m][k]`.
+    pub fn new(dev: &CudaDevice, x: &DeviceBuffer, m: usize, k: usize) -> OpResult<QuantizedX> {
+        let kb = k.div_ceil(super::BLOCK);
+        let q = alloc(dev, mul(OP, lt_rows(m), k)?)?;
+        let s = alloc(dev, mul(OP, mul(OP, m, kb)?, 4)?)?;
+        quantize(dev, x, m, k, &q, &s, ScaleLayout::RowMajor)?;
+        Ok(QuantizedX { q, s, m, k })
+    }
+}
+
+/// A device table a set's products read (codes or scales): made for the
+/// set, or a caller's.
+enum Codes<'a> {
+    Own(DeviceBuffer),
+    Given(&'a DeviceBuffer),
+}
+
+impl Codes<'_> {
+    fn buf(&self) -> &DeviceBuffer {
+        match self {
+            Codes::Own(b) => b,
+            Codes::Given(b) => b,
+        }
+    }
+}
+
+/// [`fp8_gemm_set`] reading the codes of `pre` (the same `x` quantized
+/// already: its scales are transposed into cuBLASLt's order, the codes
+/// read as they are) where it matches `m` and a matrix's `k`; the same
+/// bits as quantizing here.
+pub fn fp8_gemm_set_from(
+    dev: &CudaDevice,
+    x: &DeviceBuffer,
+    m: usize,
+    set: &[(Fp8Matrix, &DeviceBuffer)],
+    lt: Option<LtScaleOrder>,
+    pre: Option<&QuantizedX>,
+) -> OpResult<Vec<Fp8GemmPath>> {
     for (w, y) in set {
         check(x, m, w, y)?;
     }
@@ -194,7 +250,7 @@ pub fn fp8_gemm_set(
     // and scales are left unset: an output row depends on its own input row
     // only, so they change no real row, and the room is never read.
     let rows = lt_rows(m);
-    let mut quantized: Option<(usize, DeviceBuffer, DeviceBuffer)> = None;
+    let mut quantized: Option<(usize, Codes, Codes)> = None;
     let mut paths = Vec::with_capacity(set.len());
     for (w, y) in set {
         let room = mul(OP, mul(OP, rows, w.n)?, 2)? <= y.len_bytes();
@@ -204,13 +260,26 @@ pub fn fp8_gemm_set(
             if quantized.as_ref().is_none_or(|(k, _, _)| *k != w.k) {
                 let kb = w.k.div_ceil(super::BLOCK);
                 let (_, _, span) = layout.strides(rows, kb)?;
-                let q = alloc(dev, mul(OP, rows, w.k)?)?;
-                let s = alloc(dev, mul(OP, span, 4)?)?;
-                quantize(dev, x, m, w.k, &q, &s, layout)?;
-                quantized = Some((w.k, q, s));
+                let given = pre.filter(|p| (p.m, p.k) == (m, w.k));
+                quantized = Some(match (given, layout) {
+                    (Some(p), ScaleLayout::RowMajor) => {
+                        (w.k, Codes::Given(&p.q), Codes::Given(&p.s))
+                    }
+                    (Some(p), ScaleLayout::ColMajor { ld }) => {
+                        let s = alloc(dev, mul(OP, span, 4)?)?;
+                        transpose_f32(dev, &p.s, m, kb, &s, ld)?;
+                        (w.k, Codes::Given(&p.q), Codes::Own(s))
+                    }
+                    (None, _) => {
+                        let q = alloc(dev, mul(OP, rows, w.k)?)?;
+                        let s = alloc(dev, mul(OP, span, 4)?)?;
+                        quantize(dev, x, m, w.k, &q, &s, layout)?;
+                        (w.k, Codes::Own(q), Codes::Own(s))
+                    }
+                });
             }
             if let Some((_, q, s)) = &quantized {
-                ran = block_scaled(dev, q, s, rows, w, y, order)?;
+                ran = block_scaled(dev, q.buf(), s.buf(), rows, w, y, order)?;
             }
         }
         if !ran {

@@ -11,7 +11,7 @@
 
 use super::linear_blas;
 use crate::device::CudaDevice;
-use crate::ops::fp8::gemm::{fp8_gemm_set, lt_rows, LT_SCALE_ORDER};
+use crate::ops::fp8::gemm::{fp8_gemm_set_from, lt_rows, QuantizedX, LT_SCALE_ORDER};
 use crate::ops::fp8::gemv::{fp8_gemv, Fp8Gemv, MAX_MATS, MAX_ROWS};
 use crate::ops::fp8::weight::{dequantize_weight, matrix_of};
 use crate::tensor::{new_act, new_act_with_room, CudaAct, CudaWeight};
@@ -26,6 +26,18 @@ pub(crate) fn linear_fp8(
     x: &CudaAct,
     ws: &[&CudaWeight],
     out: Dtype,
+) -> OpResult<Vec<CudaAct>> {
+    linear_fp8_from(dev, x, ws, out, None)
+}
+
+/// [`linear_fp8`] reading `pre`'s codes of `x` (quantized once for the
+/// MoE block's shared and routed experts) where the block-scaled GEMM runs.
+pub(crate) fn linear_fp8_from(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    ws: &[&CudaWeight],
+    out: Dtype,
+    pre: Option<&QuantizedX>,
 ) -> OpResult<Vec<CudaAct>> {
     bf16("linear", x)?;
     if !matches!(out, Dtype::Bf16 | Dtype::F32) {
@@ -87,7 +99,7 @@ pub(crate) fn linear_fp8(
         }
     } else {
         let set: Vec<_> = direct.iter().map(|(_, w, y)| (*w, y.buffer())).collect();
-        fp8_gemm_set(dev, x.buffer(), x.rows, &set, Some(LT_SCALE_ORDER))?;
+        fp8_gemm_set_from(dev, x.buffer(), x.rows, &set, Some(LT_SCALE_ORDER), pre)?;
     }
     for (i, _, y) in direct {
         outs[i] = Some(y);

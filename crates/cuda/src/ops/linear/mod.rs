@@ -4,6 +4,8 @@
 
 mod fp8;
 
+pub(crate) use fp8::linear_fp8_from;
+
 use crate::blas::Linear;
 use crate::decode_stats::{timed, BLAS_CALLS, BLAS_NS};
 use crate::device::CudaDevice;

@@ -5,7 +5,9 @@
 //! grouped GEMM on e4m3 × e4m3 wgmma with per-128-K promotion and the
 //! SwiGLU epilogue (bf16 act);
 //! act quantized per (sorted row, 128 columns); the down grouped GEMM (bf16
-//! y); the combine of [`super::launch`]. No bf16 copy of the experts.
+//! y); the combine of [`super::launch`]. No bf16 copy of the experts. A
+//! caller that quantized x already (the MoE block, once for its shared
+//! expert too) passes its codes ([`routed_experts_fp8_from`]).
 //!
 //! [`native_takes`] says which calls run here; the others keep the
 //! dequantize + bf16 grouped GEMMs fallback (`crate::backend::moe`).
@@ -17,6 +19,7 @@ use super::{
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::launch::dev_err;
+use crate::ops::fp8::gemm::QuantizedX;
 use crate::ops::fp8::quant::launch_quantize;
 use crate::ops::fp8::BLOCK;
 use crate::CudaError;
@@ -147,6 +150,13 @@ impl Quantized {
     }
 }
 
+/// Where a pass's x codes come from: quantized into this buffer pass by
+/// pass, or the caller's codes of the whole x.
+enum XCodes<'a> {
+    Pass(Quantized),
+    Given(&'a QuantizedX),
+}
+
 /// The e4m3 codes and row-major scales `[m][k / 128]` of bf16 `[m][k]` at
 /// device address `x` into `out` (`crate::ops::fp8::quant`'s kernels), `k`
 /// a multiple of 128.
@@ -166,12 +176,36 @@ fn quantize_rows(dev: &CudaDevice, x: u64, m: usize, k: usize, out: &Quantized) 
 pub fn routed_experts_fp8(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
-    (first, local): (usize, usize),
+    local: (usize, usize),
     s: Fp8ExpertScales<'_>,
     shared: Option<&SharedEpilogue<'_>>,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> OpResult<()> {
+    routed_experts_fp8_from(dev, l, local, s, shared, None, mark)
+}
+
+/// [`routed_experts_fp8`] on `pre`, `l.x` quantized already (the MoE
+/// block quantizes it once for its shared expert too): each pass reads its
+/// rows of `pre`'s codes and row-major scales instead of quantizing them.
+/// The same bits; a `pre` of another shape than `l.x` is an error.
+pub fn routed_experts_fp8_from(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    (first, local): (usize, usize),
+    s: Fp8ExpertScales<'_>,
+    shared: Option<&SharedEpilogue<'_>>,
+    pre: Option<&QuantizedX>,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+) -> OpResult<()> {
     let plan = validate_fp8(l, (first, local), s, shared).map_err(dev_err)?;
+    if let Some(p) = pre {
+        if (p.m, p.k) != (l.tokens, l.hidden) {
+            return Err(dev_err(shape_err(format!(
+                "x quantized as [{}][{}], the call's x is [{}][{}]",
+                p.m, p.k, l.tokens, l.hidden
+            ))));
+        }
+    }
     if dev.arch != "sm_90a" {
         return Err(OpError::Unsupported {
             op: FP8_OP,
@@ -180,14 +214,27 @@ pub fn routed_experts_fp8(
     }
     let (h, i) = (l.hidden, l.intermediate);
     let passes = Passes::new(dev, l, (first, local), plan, shared).map_err(dev_err)?;
-    let xq = Quantized::alloc(dev, plan.chunk_tokens, h).map_err(dev_err)?;
+    let xq = match pre {
+        Some(p) => XCodes::Given(p),
+        None => XCodes::Pass(Quantized::alloc(dev, plan.chunk_tokens, h).map_err(dev_err)?),
+    };
     let aq = Quantized::alloc(dev, plan.chunk_pairs, i).map_err(dev_err)?;
     let ws = &passes.ws;
     passes.run(mark, dev_err, |pass, mark| {
-        quantize_rows(dev, pass.x(l), pass.tokens, h, &xq)?;
+        // The pass's rows: quantized here, or those of `pre` from its first.
+        let (q, s_x) = match &xq {
+            XCodes::Pass(xq) => {
+                quantize_rows(dev, pass.x(l), pass.tokens, h, xq)?;
+                (xq.q.ptr(), xq.s.ptr())
+            }
+            XCodes::Given(p) => (
+                p.q.ptr() + (pass.t0 * h) as u64,
+                p.s.ptr() + (pass.t0 * (h / BLOCK) * 4) as u64,
+            ),
+        };
 
         mark(MoeStage::GateUp).map_err(dev_err)?;
-        let a = [xq.q.ptr(), xq.s.ptr(), ws.r.slot_token.ptr()];
+        let a = [q, s_x, ws.r.slot_token.ptr()];
         let w = GemmWeights::Fp8(l.gate_up.ptr(), s.gate_up.ptr());
         passes
             .launch_gemm(FP8_GATE_UP, pass, Gemm::GateUp, &a, w)
