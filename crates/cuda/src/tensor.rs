@@ -4,6 +4,7 @@
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::launch::{alloc, mul};
+use crate::ops::fp8::gemm::QuantizedX;
 use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult};
 use headroom_core::Dtype;
 
@@ -15,9 +16,21 @@ pub struct CudaAct {
     pub rows: usize,
     pub cols: usize,
     pub dtype: Dtype,
+    /// The same rows as e4m3 codes and scales, where the op that wrote the
+    /// act made them too (the add + RMSNorm of a backend with FP8 weights,
+    /// `crate::ops::norm::add_rms_norm`): the FP8 GEMMs that read the act
+    /// take them instead of quantizing it again. Only ops that write a
+    /// fresh act attach them; none writes into such an act afterwards.
+    pub(crate) fp8: Option<Box<QuantizedX>>,
 }
 
 impl CudaAct {
+    /// The act's e4m3 codes and scales, where the op that wrote it made
+    /// them (tests compare them with the quantization of the act).
+    pub fn quantized(&self) -> Option<&QuantizedX> {
+        self.fp8.as_deref()
+    }
+
     pub fn ptr(&self) -> u64 {
         self.buf.ptr()
     }
@@ -203,5 +216,6 @@ pub(crate) fn new_act_with_room(
         rows,
         cols,
         dtype,
+        fp8: None,
     })
 }

@@ -565,3 +565,6 @@ fn fp8_moe_timing() {
 
 #[path = "fp8_backend/fused.rs"]
 mod fused;
+
+#[path = "fp8_backend/norm_codes.rs"]
+mod norm_codes;

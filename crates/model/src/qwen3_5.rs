@@ -509,7 +509,7 @@ impl<B: Backend> Qwen35Model<B> {
             (Mixer::Full(att), LayerState::Full(cache)) => {
                 let route = routes[l].ok_or(ModelError::NoRoute { layer: l })?;
                 let (y, report) = att
-                    .forward(be, &normed, cache, batch, route, prof)
+                    .forward(be, normed, cache, batch, route, prof)
                     .map_err(op(Some(l)))?;
                 for i in 0..batch.sequences() {
                     reports.push(LayerAttentionReport {
@@ -522,7 +522,7 @@ impl<B: Backend> Qwen35Model<B> {
                 y
             }
             (Mixer::Linear(gdn), LayerState::Linear(st)) => gdn
-                .forward(be, &normed, st, batch, prof)
+                .forward(be, normed, st, batch, prof)
                 .map_err(op(Some(l)))?,
             _ => {
                 return Err(ModelError::Unsupported(

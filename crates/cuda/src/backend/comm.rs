@@ -179,6 +179,7 @@ impl super::CudaBackend {
             rows,
             cols,
             dtype: Dtype::F32,
+            fp8: None,
         })
     }
 }

@@ -44,7 +44,7 @@ use headroom_core::ops::{
     MoeWeights, OpError, OpKey, OpResult, RopeSpec, SamplingParams, StepKey, WeightInit,
 };
 use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The op set on one CUDA device.
 pub struct CudaBackend {
@@ -63,6 +63,10 @@ pub struct CudaBackend {
     /// One arithmetic for a row whatever else is in its step
     /// ([`Self::with_batch_invariant`]).
     batch_invariant: bool,
+    /// An FP8 matrix was uploaded: the add + RMSNorm then writes its rows'
+    /// e4m3 codes too (more rows than the FP8 GEMV takes), which the FP8
+    /// projections and experts that read them take instead of quantizing.
+    fp8_weights: AtomicBool,
 }
 
 impl CudaBackend {
@@ -94,6 +98,7 @@ impl CudaBackend {
             comm: None,
             graphs: StepGraphs::default(),
             batch_invariant: false,
+            fp8_weights: AtomicBool::new(false),
         })
     }
 
@@ -241,7 +246,11 @@ impl Backend for CudaBackend {
     }
 
     fn upload_matrix(&self, t: Tensor) -> OpResult<CudaWeight> {
-        memory::upload_matrix(&self.dev, t)
+        let w = memory::upload_matrix(&self.dev, t)?;
+        if w.is_fp8() {
+            self.fp8_weights.store(true, Ordering::Relaxed);
+        }
+        Ok(w)
     }
 
     fn upload_vector(&self, t: Tensor) -> OpResult<CudaWeight> {
@@ -375,7 +384,9 @@ impl Backend for CudaBackend {
         weight: &CudaWeight,
         eps: f32,
     ) -> OpResult<CudaAct> {
-        norm::add_rms_norm(&self.dev, residual, delta, weight, eps)
+        let codes = self.fp8_weights.load(Ordering::Relaxed)
+            && residual.rows > crate::ops::fp8::gemv::MAX_ROWS;
+        norm::add_rms_norm(&self.dev, residual, delta, weight, eps, codes)
     }
 
     fn rms_norm_groups(&self, x: &mut CudaAct, weight: &CudaWeight, eps: f32) -> OpResult<()> {

@@ -261,13 +261,18 @@ fn moe_marked(
         // The shared expert first: the routed combine adds it, gated, and
         // writes the bf16 output (`out` of the call is not touched).
         mark("shared");
-        // FP8 experts: x quantized once, for the shared expert's gate and
-        // up and the routed experts alike.
-        let pre = match native {
-            Some(_) => Some(QuantizedX::new(dev, &x.buf, x.rows, hidden)?),
-            None => None,
+        // FP8 experts: x quantized once (by its norm, or here), for the
+        // shared expert's gate and up and the routed experts alike.
+        let own;
+        let pre = match (native, x.quantized()) {
+            (Some(_), Some(q)) => Some(q),
+            (Some(_), None) => {
+                own = QuantizedX::new(dev, &x.buf, x.rows, hidden)?;
+                Some(&own)
+            }
+            (None, _) => None,
         };
-        let shared = shared_expert_from(dev, x, w, pre.as_ref())?;
+        let shared = shared_expert_from(dev, x, w, pre)?;
         let shared_gate = as_bf16(dev, &w.shared_gate)?;
         let epilogue = SharedEpilogue {
             shared_gate: &shared_gate.buf,
@@ -280,15 +285,9 @@ fn moe_marked(
             Ok(())
         };
         match native {
-            Some(scales) => routed_experts_fp8_from(
-                dev,
-                &l,
-                local,
-                scales,
-                Some(&epilogue),
-                pre.as_ref(),
-                &mut stage,
-            )?,
+            Some(scales) => {
+                routed_experts_fp8_from(dev, &l, local, scales, Some(&epilogue), pre, &mut stage)?
+            }
             None => routed_experts_shared_marked(dev, &l, local, imp, &epilogue, &mut stage)
                 .map_err(dev_err)?,
         }

@@ -32,10 +32,12 @@ pub struct FullAttention<B: Backend> {
 impl<B: Backend> FullAttention<B> {
     /// Runs the batch's rows `x` (`[t][hidden]`), appending their keys and
     /// values to `cache`; returns `[t][hidden]` and the attention report.
+    /// `x` (the normed rows, and any FP8 codes a backend attached to them)
+    /// is freed once projected, before the attention.
     pub fn forward(
         &self,
         be: &B,
-        x: &B::Act,
+        x: B::Act,
         cache: &mut B::KvCache,
         batch: &Batch,
         route: RouteRequest,
@@ -47,7 +49,7 @@ impl<B: Backend> FullAttention<B> {
             let mut ws = vec![&self.q_proj, &self.k_proj, &self.v_proj];
             ws.extend(self.gate_proj.as_ref());
             let n = ws.len();
-            let mut ys = be.linear_many(x, &ws)?.into_iter();
+            let mut ys = be.linear_many(&x, &ws)?.into_iter();
             let mut next = || {
                 ys.next()
                     .ok_or_else(|| OpError::shape("linear_many", format!("fewer outputs than {n}")))
@@ -59,6 +61,7 @@ impl<B: Backend> FullAttention<B> {
             };
             OpResult::Ok((q, k, v, gate))
         })?;
+        drop(x);
         let prep = AttentionPrepWeights {
             q_norm: &self.q_norm,
             k_norm: &self.k_norm,

@@ -32,11 +32,12 @@ pub struct GatedDeltaNet<B: Backend> {
 
 impl<B: Backend> GatedDeltaNet<B> {
     /// Runs the batch's rows `x` (`[t][hidden]`), advancing each slot's state;
-    /// returns `[t][hidden]`.
+    /// returns `[t][hidden]`. `x` (the normed rows, and any FP8 codes a
+    /// backend attached to them) is freed once projected, before the core.
     pub fn forward(
         &self,
         be: &B,
-        x: &B::Act,
+        x: B::Act,
         state: &mut B::GdnState,
         batch: &Batch,
         prof: &Profiler,
@@ -49,11 +50,12 @@ impl<B: Backend> GatedDeltaNet<B> {
                 &self.in_proj_a,
             ];
             let [mixed, z, b, a] =
-                <[B::Act; 4]>::try_from(be.linear_many(x, &ws)?).map_err(|ys| {
+                <[B::Act; 4]>::try_from(be.linear_many(&x, &ws)?).map_err(|ys| {
                     OpError::shape("linear_many", format!("{} outputs for 4", ys.len()))
                 })?;
             OpResult::Ok((mixed, z, b, a))
         })?;
+        drop(x);
         let weights = GdnCoreWeights {
             conv: &self.conv_weight,
             a_log: &self.a_log,

@@ -186,6 +186,7 @@ pub fn fp8_gemm_set(
 /// them) and f32 scales row-major `[m][ceil(k / 128)]` — the routed experts
 /// read them as they are, cuBLASLt after a transpose into its order. The
 /// codes and scales [`quantize`] makes in any layout.
+#[derive(Debug)]
 pub struct QuantizedX {
     pub q: DeviceBuffer,
     pub s: DeviceBuffer,
@@ -196,10 +197,17 @@ pub struct QuantizedX {
 impl QuantizedX {
     /// Quantizes bf16 `x` `[m][k]`.
     pub fn new(dev: &CudaDevice, x: &DeviceBuffer, m: usize, k: usize) -> OpResult<QuantizedX> {
+        let out = QuantizedX::alloc(dev, m, k)?;
+        quantize(dev, x, m, k, &out.q, &out.s, ScaleLayout::RowMajor)?;
+        Ok(out)
+    }
+
+    /// Room for the codes and scales of `[m][k]`, unwritten (for a kernel
+    /// that writes them beside its own output: the add + RMSNorm).
+    pub(crate) fn alloc(dev: &CudaDevice, m: usize, k: usize) -> OpResult<QuantizedX> {
         let kb = k.div_ceil(super::BLOCK);
         let q = alloc(dev, mul(OP, lt_rows(m), k)?)?;
         let s = alloc(dev, mul(OP, mul(OP, m, kb)?, 4)?)?;
-        quantize(dev, x, m, k, &q, &s, ScaleLayout::RowMajor)?;
         Ok(QuantizedX { q, s, m, k })
     }
 }

@@ -31,7 +31,8 @@ pub(crate) fn linear_fp8(
 }
 
 /// [`linear_fp8`] reading `pre`'s codes of `x` (quantized once for the
-/// MoE block's shared and routed experts) where the block-scaled GEMM runs.
+/// MoE block's shared and routed experts), else those `x` carries (its
+/// add + RMSNorm wrote them), where the block-scaled GEMM runs.
 pub(crate) fn linear_fp8_from(
     dev: &CudaDevice,
     x: &CudaAct,
@@ -99,6 +100,7 @@ pub(crate) fn linear_fp8_from(
         }
     } else {
         let set: Vec<_> = direct.iter().map(|(_, w, y)| (*w, y.buffer())).collect();
+        let pre = pre.or(x.quantized());
         fp8_gemm_set_from(dev, x.buffer(), x.rows, &set, Some(LT_SCALE_ORDER), pre)?;
     }
     for (i, _, y) in direct {

@@ -135,6 +135,7 @@ fn act(rows: usize, cols: usize) -> CudaAct {
         rows,
         cols,
         dtype: Dtype::Bf16,
+        fp8: None,
     }
 }
 
@@ -216,6 +217,7 @@ fn act_of(rows: usize, cols: usize, dtype: Dtype) -> CudaAct {
         rows,
         cols,
         dtype,
+        fp8: None,
     }
 }
 

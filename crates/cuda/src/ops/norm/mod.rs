@@ -9,6 +9,7 @@ pub mod sources;
 
 use crate::device::CudaDevice;
 use crate::launch::{grid_dim, int, launch, launch_programmatic, Args, GRID_X};
+use crate::ops::fp8::gemm::QuantizedX;
 use crate::tensor::{new_act, CudaAct, CudaWeight};
 use crate::validate::{bf16, groups_of, same_shape};
 use headroom_core::ops::{OpError, OpResult};
@@ -71,12 +72,18 @@ fn group_launch(
     Ok((entry, grid, 32 * GROUPS_PER_CTA as u32))
 }
 
+/// `residual += delta` (f32 or bf16 residual), then the bf16 normed rows;
+/// with `fp8_codes`, on the f32-residual 16-byte kernel and rows of whole
+/// 128-column groups, the normed rows' e4m3 codes and scales too, attached
+/// to the output ([`CudaAct::quantized`]: the FP8 GEMMs that read it take
+/// them, the same codes their quantization makes).
 pub(crate) fn add_rms_norm(
     dev: &CudaDevice,
     residual: &mut CudaAct,
     delta: Option<&CudaAct>,
     weight: &CudaWeight,
     eps: f32,
+    fp8_codes: bool,
 ) -> OpResult<CudaAct> {
     let w = weight.vector("add_rms_norm")?;
     if w.elems() != residual.cols {
@@ -104,7 +111,7 @@ pub(crate) fn add_rms_norm(
             ));
         }
     }
-    let out = new_act(
+    let mut out = new_act(
         dev,
         "add_rms_norm",
         residual.rows,
@@ -114,6 +121,35 @@ pub(crate) fn add_rms_norm(
     if residual.elems() == 0 {
         return Ok(out);
     }
+    let grid = (grid_dim("add_rms_norm", residual.rows, GRID_X)?, 1, 1);
+    let cached = residual.cols.is_multiple_of(2)
+        && residual.cols <= 2 * CACHED_PAIRS * CACHED_THREADS as usize;
+    let quad = f32_residual && cached && quad_takes(residual.cols);
+    if fp8_codes && quad && residual.cols.is_multiple_of(crate::ops::fp8::BLOCK) {
+        let codes = QuantizedX::alloc(dev, residual.rows, residual.cols)?;
+        let args = Args::new()
+            .ptr(residual.ptr())
+            .ptr(delta.map_or(0, |d| d.ptr()))
+            .ptr(w.ptr())
+            .ptr(out.ptr())
+            .ptr(codes.q.ptr())
+            .ptr(codes.s.ptr())
+            .i32(int("add_rms_norm", "columns", residual.cols)?)
+            .f32(eps);
+        // SAFETY: as the quad kernel below, and q holds rows · cols codes,
+        // s rows · cols / 128 scales (QuantizedX::alloc); cols % 128 == 0.
+        unsafe {
+            launch_programmatic(
+                dev,
+                "add_rms_norm_quad_f32res_fp8",
+                grid,
+                QUAD_THREADS,
+                args,
+            )?
+        };
+        out.fp8 = Some(Box::new(codes));
+        return Ok(out);
+    }
     let args = Args::new()
         .ptr(residual.ptr())
         .ptr(delta.map_or(0, |d| d.ptr()))
@@ -121,11 +157,8 @@ pub(crate) fn add_rms_norm(
         .ptr(out.ptr())
         .i32(int("add_rms_norm", "columns", residual.cols)?)
         .f32(eps);
-    let grid = (grid_dim("add_rms_norm", residual.rows, GRID_X)?, 1, 1);
-    let cached = residual.cols.is_multiple_of(2)
-        && residual.cols <= 2 * CACHED_PAIRS * CACHED_THREADS as usize;
     let (entry, threads) = match (f32_residual, cached) {
-        (true, true) if quad_takes(residual.cols) => ("add_rms_norm_quad_f32res", QUAD_THREADS),
+        (true, true) if quad => ("add_rms_norm_quad_f32res", QUAD_THREADS),
         (true, true) => ("add_rms_norm_cached_f32res", CACHED_THREADS),
         (true, false) => ("add_rms_norm_f32res", NORM_THREADS),
         (false, true) => ("add_rms_norm_cached_bf16", CACHED_THREADS),

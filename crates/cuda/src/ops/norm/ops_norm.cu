@@ -13,6 +13,7 @@
 // be scheduled.
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 typedef __nv_bfloat16 bf16;
 typedef long long i64;
@@ -365,5 +366,54 @@ extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16*
     for (int k = 0; k < NORM_ROW_QUADS; ++k) {
         const int p = threadIdx.x + k * blockDim.x;
         if (p < (cols >> 2)) op[p] = o[k];
+    }
+}
+
+// add_rms_norm_quad_f32res that also writes the normed row's e4m3 codes
+// q [rows][cols] and f32 scales s [rows][cols / 128] (row-major) for the FP8
+// GEMMs that read it: each 128-column group of the bf16 row quantized as
+// fp8_quant_bf16 does (ops/fp8/fp8_quant.cu): scale = amax / 448 (1 for an
+// all-zero group; a NaN does not count in amax), q = e4m3(v / scale) rounded
+// to nearest, saturating — the same codes and scales from the same bf16
+// values. cols % 128 == 0: a warp's 32 quads at each k are one group (the
+// block is a whole number of warps), so the warp's max is the group's.
+extern "C" __global__ void add_rms_norm_quad_f32res_fp8(float* residual, const bf16* delta,
+                                                        const float* w, bf16* out,
+                                                        unsigned char* q, float* s, int cols,
+                                                        float eps) {
+    using headroom_norm_row::NORM_ROW_QUADS;
+    float4 ww[NORM_ROW_QUADS];
+    headroom_norm_row::load_weights(w, cols, ww);
+    wait_prior_then_release_next();
+    const i64 row = blockIdx.x;
+    float* res = residual + row * cols;
+    float4 v[NORM_ROW_QUADS];
+    const float inv =
+        headroom_norm_row::add_row(res, delta ? delta + row * cols : nullptr, res, cols, eps, v);
+    uint2 o[NORM_ROW_QUADS];
+    headroom_norm_row::normed_quads(v, ww, inv, cols, o);
+    uint2* op = reinterpret_cast<uint2*>(out + row * cols);
+    unsigned* qp = reinterpret_cast<unsigned*>(q + row * cols);
+    const int quads = cols >> 2;
+#pragma unroll
+    for (int k = 0; k < NORM_ROW_QUADS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        // Warp-uniform: quads and blockDim.x are multiples of 32.
+        if (p >= quads) continue;
+        op[p] = o[k];
+        const float e[4] = {__uint_as_float(o[k].x << 16), __uint_as_float(o[k].x & 0xffff0000u),
+                            __uint_as_float(o[k].y << 16), __uint_as_float(o[k].y & 0xffff0000u)};
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(e[j]));
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+        const unsigned lo = __nv_cvt_float2_to_fp8x2(
+            make_float2(__fdiv_rn(e[0], scale), __fdiv_rn(e[1], scale)), __NV_SATFINITE, __NV_E4M3);
+        const unsigned hi = __nv_cvt_float2_to_fp8x2(
+            make_float2(__fdiv_rn(e[2], scale), __fdiv_rn(e[3], scale)), __NV_SATFINITE, __NV_E4M3);
+        qp[p] = lo | (hi << 16);
+        if ((threadIdx.x & 31) == 0) s[row * (cols >> 7) + (p >> 5)] = scale;
     }
 }
