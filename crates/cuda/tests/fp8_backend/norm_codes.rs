@@ -1,5 +1,7 @@
 //! The add + RMSNorm of a backend with FP8 weights writes its rows' e4m3
-//! codes beside them (`ops/norm/ops_norm.cu` `add_rms_norm_quad_f32res_fp8`):
+//! codes beside them (`ops/norm/ops_norm.cu` `add_rms_norm_quad_f32res_fp8`;
+//! the GDN's gated norm likewise, `gated_rms_norm_g16x1_fp8`, per value head
+//! of 128):
 //! the normed rows and the residual bit for bit those of the plain norm (the
 //! same backend before its first FP8 upload), the codes and scales those the
 //! quantization kernel makes from the normed rows, NaN rows and all-zero
@@ -166,4 +168,107 @@ fn the_moe_block_on_a_normed_act_with_codes_gives_the_bits_it_gives_without() {
             "{t} rows: all zero"
         );
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_fp8wire.sh"]
+fn the_gated_norm_of_an_fp8_backend_writes_the_codes_its_gemm_would_make() {
+    let be = backend();
+    // (rows, value heads, group): the 35B's 32 heads of 128 at 9, 37 and 662
+    // rows, 3 heads at 11 rows; no codes at 8 rows or for groups of 64.
+    let cases = [
+        (9, 32, 128),
+        (37, 32, 128),
+        (662, 32, 128),
+        (11, 3, 128),
+        (8, 32, 128),
+        (20, 4, 64),
+    ];
+    let input = |i: usize, t: usize, n: usize| {
+        let mut x = uniform(700 + i as u64, t * n, 1.5);
+        for v in &mut x[n..2 * n] {
+            *v = 0.0; // row 1 all zero: every group's scale 1
+        }
+        x[2 * n + 5] = f32::NAN; // row 2's first group NaN
+        (x, uniform(710 + i as u64, t * n, 3.0))
+    };
+    let run = |i: usize, t: usize, n: usize, d: usize| {
+        let (x, z) = input(i, t, n);
+        let mut a = be.act_from_f32(t, n, &x).unwrap();
+        let zd = be.act_from_f32(t, n, &z).unwrap();
+        let w = be
+            .upload_vector(Tensor::from_f32(vec![d], uniform(720 + d as u64, d, 0.5)))
+            .unwrap();
+        poison_pool(&be, &[t * n, t * n / d * 4]);
+        be.gated_rms_norm(&mut a, &zd, &w, 1e-6).unwrap();
+        a
+    };
+    let plain: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, &(t, h, d))| {
+            let a = run(i, t, h * d, d);
+            assert!(
+                a.quantized().is_none(),
+                "[{t}][{h} x {d}]: codes before any FP8 weight"
+            );
+            bits(&be, &a)
+        })
+        .collect();
+    let (wq, _) = fp8(&be, 256, 4096, 256, &uniform(991, 256 * 4096, 0.05));
+    for (i, &(t, h, d)) in cases.iter().enumerate() {
+        let n = h * d;
+        let a = run(i, t, n, d);
+        assert_eq!(
+            bits(&be, &a),
+            plain[i],
+            "[{t}][{h} x {d}]: the norm's bits changed"
+        );
+        let takes = t > 8 && d == 128;
+        let Some(q) = a.quantized() else {
+            assert!(!takes, "[{t}][{h} x {d}]: no codes");
+            continue;
+        };
+        assert!(
+            takes,
+            "[{t}][{h} x {d}]: codes where no FP8 GEMM reads them"
+        );
+        assert_eq!((q.m, q.k), (t, n));
+        let want = QuantizedX::new(be.device(), a.buffer(), t, n).unwrap();
+        let (got_c, got_s) = read_codes(&be, q);
+        let (want_c, want_s) = read_codes(&be, &want);
+        assert_eq!(got_s, want_s, "[{t}][{h} x {d}]: scales");
+        assert_eq!(got_c, want_c, "[{t}][{h} x {d}]: codes");
+        assert!(
+            got_s[h..2 * h].iter().all(|&s| s == 1f32.to_bits()),
+            "the zero row's scales"
+        );
+        if n == 4096 {
+            let copy = be.act_from_f32(t, n, &be.act_to_f32(&a).unwrap()).unwrap();
+            let (y, y0) = (be.linear(&a, &wq).unwrap(), be.linear(&copy, &wq).unwrap());
+            assert_eq!(
+                bits(&be, &y),
+                bits(&be, &y0),
+                "[{t}][{h} x {d}]: the GEMM on the codes"
+            );
+        }
+    }
+    // Codes an act carried are dropped when the gated norm rewrites it.
+    let (t, n) = (20, 256);
+    let (res, del, nw) = inputs(t, n, 730);
+    let mut r = residual(&be, t, n, &res);
+    let (wv, dd) = (
+        be.upload_vector(Tensor::from_f32(vec![n], nw)).unwrap(),
+        be.act_from_f32(t, n, &del).unwrap(),
+    );
+    let mut y = be.add_rms_norm(&mut r, Some(&dd), &wv, 1e-6).unwrap();
+    assert!(y.quantized().is_some());
+    let w64 = be
+        .upload_vector(Tensor::from_f32(vec![64], uniform(731, 64, 0.5)))
+        .unwrap();
+    be.gated_rms_norm(&mut y, &dd, &w64, 1e-6).unwrap();
+    assert!(
+        y.quantized().is_none(),
+        "stale codes kept after the gated norm"
+    );
 }
