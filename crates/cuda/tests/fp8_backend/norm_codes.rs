@@ -41,6 +41,29 @@ fn read_codes(be: &CudaBackend, q: &QuantizedX) -> (Vec<u8>, Vec<u32>) {
     (c, s.iter().map(|v| v.to_bits()).collect())
 }
 
+/// Asserts that the codes `a` carries are those the quantization kernel
+/// makes from `a`'s rows; returns the scales' bits.
+fn check_codes(be: &CudaBackend, a: &CudaAct, q: &QuantizedX, what: &str) -> Vec<u32> {
+    assert_eq!((q.m, q.k), (a.rows, a.cols), "{what}: the codes' shape");
+    let want = QuantizedX::new(be.device(), a.buffer(), a.rows, a.cols).unwrap();
+    let (got_c, got_s) = read_codes(be, q);
+    let (want_c, want_s) = read_codes(be, &want);
+    assert_eq!(got_s, want_s, "{what}: scales");
+    assert_eq!(got_c, want_c, "{what}: codes");
+    got_s
+}
+
+/// Asserts that the FP8 GEMM by `w` gives the same bits on `a` (with its
+/// codes) and on a copy of its rows without them.
+fn check_gemm_on_codes(be: &CudaBackend, a: &CudaAct, w: &CudaWeight, what: &str) {
+    let copy = be
+        .act_from_f32(a.rows, a.cols, &be.act_to_f32(a).unwrap())
+        .unwrap();
+    assert!(copy.quantized().is_none());
+    let (y, y0) = (be.linear(a, w).unwrap(), be.linear(&copy, w).unwrap());
+    assert_eq!(bits(be, &y), bits(be, &y0), "{what}: the GEMM on the codes");
+}
+
 /// Rows `(t, h)`, each case's residual, delta and weight; row 1 all zero
 /// (scale 1, zero codes), row 3's delta with a NaN (its row NaN).
 fn inputs(t: usize, h: usize, seed: u64) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
@@ -104,27 +127,15 @@ fn the_norm_of_an_fp8_backend_writes_the_codes_its_gemms_would_make() {
             continue;
         };
         assert!(takes, "[{t}][{h}]: codes where no FP8 GEMM reads them");
-        assert_eq!((q.m, q.k), (t, h));
-        let want = QuantizedX::new(be.device(), y.buffer(), t, h).unwrap();
-        let (got_c, got_s) = read_codes(&be, q);
-        let (want_c, want_s) = read_codes(&be, &want);
-        assert_eq!(got_s, want_s, "[{t}][{h}]: scales");
-        assert_eq!(got_c, want_c, "[{t}][{h}]: codes");
+        let what = format!("[{t}][{h}]");
+        let scales = check_codes(&be, &y, q, &what);
         assert_eq!(
-            got_s[h / 128],
+            scales[h / 128],
             1f32.to_bits(),
-            "[{t}][{h}]: the zero row's scale"
+            "{what}: the zero row's scale"
         );
-        // The FP8 GEMM on the act with its codes and on a copy without.
         if h == 2048 {
-            let copy = be.act_from_f32(t, h, &be.act_to_f32(&y).unwrap()).unwrap();
-            assert!(copy.quantized().is_none());
-            let (a, b) = (be.linear(&y, &wq).unwrap(), be.linear(&copy, &wq).unwrap());
-            assert_eq!(
-                bits(&be, &a),
-                bits(&be, &b),
-                "[{t}][{h}]: the GEMM on the norm's codes"
-            );
+            check_gemm_on_codes(&be, &y, &wq, &what);
         }
     }
 }
@@ -233,24 +244,14 @@ fn the_gated_norm_of_an_fp8_backend_writes_the_codes_its_gemm_would_make() {
             takes,
             "[{t}][{h} x {d}]: codes where no FP8 GEMM reads them"
         );
-        assert_eq!((q.m, q.k), (t, n));
-        let want = QuantizedX::new(be.device(), a.buffer(), t, n).unwrap();
-        let (got_c, got_s) = read_codes(&be, q);
-        let (want_c, want_s) = read_codes(&be, &want);
-        assert_eq!(got_s, want_s, "[{t}][{h} x {d}]: scales");
-        assert_eq!(got_c, want_c, "[{t}][{h} x {d}]: codes");
+        let what = format!("[{t}][{h} x {d}]");
+        let scales = check_codes(&be, &a, q, &what);
         assert!(
-            got_s[h..2 * h].iter().all(|&s| s == 1f32.to_bits()),
-            "the zero row's scales"
+            scales[h..2 * h].iter().all(|&s| s == 1f32.to_bits()),
+            "{what}: the zero row's scales"
         );
         if n == 4096 {
-            let copy = be.act_from_f32(t, n, &be.act_to_f32(&a).unwrap()).unwrap();
-            let (y, y0) = (be.linear(&a, &wq).unwrap(), be.linear(&copy, &wq).unwrap());
-            assert_eq!(
-                bits(&be, &y),
-                bits(&be, &y0),
-                "[{t}][{h} x {d}]: the GEMM on the codes"
-            );
+            check_gemm_on_codes(&be, &a, &wq, &what);
         }
     }
     // Codes an act carried are dropped when the gated norm rewrites it.

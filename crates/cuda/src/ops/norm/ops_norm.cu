@@ -394,25 +394,54 @@ extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, con
 // The norm weight is constant: it is loaded before the kernel waits for the
 // previous one, so under programmatic launch its latency hides behind that
 // kernel's tail.
-extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
-                                                    const float* w, bf16* out, int cols,
-                                                    float eps) {
+// The body of add_rms_norm_quad_f32res and of its _fp8 form below: with
+// CODES, also each 128-column group's e4m3 codes into q [rows][cols] and
+// its f32 scale into s [rows][cols / 128].
+template <bool CODES>
+__device__ __forceinline__ void add_rms_norm_quad(float* residual, const bf16* delta, const float* w,
+                                                  bf16* out, unsigned char* q, float* s, int cols,
+                                                  float eps) {
     using headroom_norm_row::NORM_ROW_QUADS;
     float4 ww[NORM_ROW_QUADS];
     headroom_norm_row::load_weights(w, cols, ww);
     wait_prior_then_release_next();
-    float* res = residual + (i64)blockIdx.x * cols;
+    const i64 row = blockIdx.x;
+    float* res = residual + row * cols;
     float4 v[NORM_ROW_QUADS];
     const float inv =
-        headroom_norm_row::add_row(res, delta ? delta + (i64)blockIdx.x * cols : nullptr, res, cols, eps, v);
+        headroom_norm_row::add_row(res, delta ? delta + row * cols : nullptr, res, cols, eps, v);
     uint2 o[NORM_ROW_QUADS];
     headroom_norm_row::normed_quads(v, ww, inv, cols, o);
-    uint2* op = reinterpret_cast<uint2*>(out + (i64)blockIdx.x * cols);
+    uint2* op = reinterpret_cast<uint2*>(out + row * cols);
+    const int quads = cols >> 2;
 #pragma unroll
     for (int k = 0; k < NORM_ROW_QUADS; ++k) {
         const int p = threadIdx.x + k * blockDim.x;
-        if (p < (cols >> 2)) op[p] = o[k];
+        // Warp-uniform where CODES: quads and blockDim.x are multiples of 32.
+        if (p >= quads) continue;
+        op[p] = o[k];
+        if (!CODES) continue;
+        const float e[4] = {__uint_as_float(o[k].x << 16), __uint_as_float(o[k].x & 0xffff0000u),
+                            __uint_as_float(o[k].y << 16), __uint_as_float(o[k].y & 0xffff0000u)};
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(e[j]));
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+        const unsigned lo = __nv_cvt_float2_to_fp8x2(
+            make_float2(__fdiv_rn(e[0], scale), __fdiv_rn(e[1], scale)), __NV_SATFINITE, __NV_E4M3);
+        const unsigned hi = __nv_cvt_float2_to_fp8x2(
+            make_float2(__fdiv_rn(e[2], scale), __fdiv_rn(e[3], scale)), __NV_SATFINITE, __NV_E4M3);
+        reinterpret_cast<unsigned*>(q + row * cols)[p] = lo | (hi << 16);
+        if ((threadIdx.x & 31) == 0) s[row * (cols >> 7) + (p >> 5)] = scale;
     }
+}
+
+extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
+                                                    const float* w, bf16* out, int cols,
+                                                    float eps) {
+    add_rms_norm_quad<false>(residual, delta, w, out, nullptr, nullptr, cols, eps);
 }
 
 // add_rms_norm_quad_f32res that also writes the normed row's e4m3 codes
@@ -427,39 +456,5 @@ extern "C" __global__ void add_rms_norm_quad_f32res_fp8(float* residual, const b
                                                         const float* w, bf16* out,
                                                         unsigned char* q, float* s, int cols,
                                                         float eps) {
-    using headroom_norm_row::NORM_ROW_QUADS;
-    float4 ww[NORM_ROW_QUADS];
-    headroom_norm_row::load_weights(w, cols, ww);
-    wait_prior_then_release_next();
-    const i64 row = blockIdx.x;
-    float* res = residual + row * cols;
-    float4 v[NORM_ROW_QUADS];
-    const float inv =
-        headroom_norm_row::add_row(res, delta ? delta + row * cols : nullptr, res, cols, eps, v);
-    uint2 o[NORM_ROW_QUADS];
-    headroom_norm_row::normed_quads(v, ww, inv, cols, o);
-    uint2* op = reinterpret_cast<uint2*>(out + row * cols);
-    unsigned* qp = reinterpret_cast<unsigned*>(q + row * cols);
-    const int quads = cols >> 2;
-#pragma unroll
-    for (int k = 0; k < NORM_ROW_QUADS; ++k) {
-        const int p = threadIdx.x + k * blockDim.x;
-        // Warp-uniform: quads and blockDim.x are multiples of 32.
-        if (p >= quads) continue;
-        op[p] = o[k];
-        const float e[4] = {__uint_as_float(o[k].x << 16), __uint_as_float(o[k].x & 0xffff0000u),
-                            __uint_as_float(o[k].y << 16), __uint_as_float(o[k].y & 0xffff0000u)};
-        float amax = 0.f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(e[j]));
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
-        const unsigned lo = __nv_cvt_float2_to_fp8x2(
-            make_float2(__fdiv_rn(e[0], scale), __fdiv_rn(e[1], scale)), __NV_SATFINITE, __NV_E4M3);
-        const unsigned hi = __nv_cvt_float2_to_fp8x2(
-            make_float2(__fdiv_rn(e[2], scale), __fdiv_rn(e[3], scale)), __NV_SATFINITE, __NV_E4M3);
-        qp[p] = lo | (hi << 16);
-        if ((threadIdx.x & 31) == 0) s[row * (cols >> 7) + (p >> 5)] = scale;
-    }
+    add_rms_norm_quad<true>(residual, delta, w, out, q, s, cols, eps);
 }
