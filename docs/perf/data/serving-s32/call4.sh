@@ -2,7 +2,8 @@
 # Session 32, call 4 (its first form, s31start vs main only, was refused an H200). Binaries: s31start = main 378b2bc (before session 31),
 # s32c = main 129599d's code (sessions 31-32 merged), s32d = branch
 # gatedcodes (+ the GDN's gated norm writes the out projection's FP8 codes).
-# 1. s32d's fp8_backend tests (the gated norm's codes equal the quantization
+# 1. s32d's fp8_backend tests and backend_ops' f32-residual norm test (the
+#    16-byte norm's body now shared with its FP8 form) (the gated norm's codes equal the quantization
 #    kernel's, the norm's bits unchanged, the GEMM on them bit for bit; the
 #    add + RMSNorm's as in call 2) and greedy tokens on the FP8 35B.
 # 2. H200 (the bars' card): W1 FP8 s31start, s32c, s32d; W1 bf16 s31start,
@@ -18,6 +19,8 @@ nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
 SECONDS=0
 timeout 120 /tmp/s32d/h/fp8_backend --ignored --test-threads 1 --skip timing > "$O/fp8_backend.txt" 2>&1
 echo "fp8_backend rc $? (t=$SECONDS)"; grep -E "^test |test result|panicked" "$O/fp8_backend.txt" | grep -E "norm_codes|result|panicked"
+timeout 60 /tmp/s32d/h/backend_ops --ignored --test-threads 1 f32_residual > "$O/backend_ops.txt" 2>&1
+echo "backend_ops f32_residual rc $? (t=$SECONDS)"; grep -E "test result|panicked" "$O/backend_ops.txt"
 timeout 120 /tmp/s32d/h/headroom generate --backend cuda --synthetic qwen3.6-35b-a3b-fp8 \
   --prompts docs/perf/data/serving-s32/fingerprint-prompts.jsonl --json "$O/fp-s32d.jsonl" > /dev/null 2>&1
 echo "fingerprint s32d rc $? (t=$SECONDS): $(python3 -c 'import json,sys; print([json.loads(l).get("ids") for l in open(sys.argv[1]) if "ids" in l])' "$O/fp-s32d.jsonl")"
