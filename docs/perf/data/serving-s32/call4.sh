@@ -9,7 +9,8 @@
 # 2. H200 (the bars' card): W1 FP8 s31start, s32c, s32d; W1 bf16 s31start,
 #    s32c; bench ttft 2k/32k --decode 64 on s32c, bf16 and FP8. Predictions:
 #    FP8 s31start -> s32c +7-9 %, s32c -> s32d +0.3-0.6 %; bf16 +0.5-1.5 %.
-#    H100: W1 FP8 s32c, s32d, s32c, s32d.
+#    H100: W1 FP8 s32c, s32d (one pair: the budget left after four refused
+#    H200 starts).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 source bench/gpu/env.sh >/dev/null
@@ -28,7 +29,7 @@ cap() { grep -o "up to [0-9]* running\|measured [0-9]*)" "$1" | tr '\n' ' '; }
 source docs/perf/data/serving-s31/w1_arm.sh  # w1 ARM BIN MODEL PORT
 F=qwen3.6-35b-a3b-fp8; M=qwen3.6-35b-a3b
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  for v in s32c s32d s32c s32d; do w1 fp8-$v /tmp/$v/h/headroom $F 8971; done
+  for v in s32c s32d; do w1 fp8-$v /tmp/$v/h/headroom $F 8971; echo "  $(cap "$O/serve-fp8-$v.log")"; done
   exit 0
 fi
 for v in s31start s32c s32d; do w1 fp8-$v /tmp/$v/h/headroom $F 8971; echo "  $(cap "$O/serve-fp8-$v.log")"; done
