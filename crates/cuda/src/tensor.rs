@@ -17,10 +17,11 @@ pub struct CudaAct {
     pub cols: usize,
     pub dtype: Dtype,
     /// The same rows as e4m3 codes and scales, where the op that wrote the
-    /// act made them too (the add + RMSNorm of a backend with FP8 weights,
-    /// `crate::ops::norm::add_rms_norm`): the FP8 GEMMs that read the act
-    /// take them instead of quantizing it again. Only ops that write a
-    /// fresh act attach them; none writes into such an act afterwards.
+    /// act made them too (on a backend with FP8 weights: the add + RMSNorm,
+    /// `crate::ops::norm::add_rms_norm`, and the GDN's gated norm,
+    /// `crate::ops::norm::gated_rms_norm`, which drops codes it finds): the
+    /// FP8 GEMMs that read the act take them instead of quantizing it
+    /// again. No op writes into such an act after the one that made them.
     pub(crate) fp8: Option<Box<QuantizedX>>,
 }
 

@@ -400,7 +400,9 @@ impl Backend for CudaBackend {
         weight: &CudaWeight,
         eps: f32,
     ) -> OpResult<()> {
-        norm::gated_rms_norm(&self.dev, x, z, weight, eps)
+        let codes =
+            self.fp8_weights.load(Ordering::Relaxed) && x.rows > crate::ops::fp8::gemv::MAX_ROWS;
+        norm::gated_rms_norm(&self.dev, x, z, weight, eps, codes)
     }
 
     fn rope(

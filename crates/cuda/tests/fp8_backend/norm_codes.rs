@@ -1,5 +1,7 @@
 //! The add + RMSNorm of a backend with FP8 weights writes its rows' e4m3
-//! codes beside them (`ops/norm/ops_norm.cu` `add_rms_norm_quad_f32res_fp8`):
+//! codes beside them (`ops/norm/ops_norm.cu` `add_rms_norm_quad_f32res_fp8`;
+//! the GDN's gated norm likewise, `gated_rms_norm_g16x1_fp8`, per value head
+//! of 128):
 //! the normed rows and the residual bit for bit those of the plain norm (the
 //! same backend before its first FP8 upload), the codes and scales those the
 //! quantization kernel makes from the normed rows, NaN rows and all-zero
@@ -37,6 +39,29 @@ fn read_codes(be: &CudaBackend, q: &QuantizedX) -> (Vec<u8>, Vec<u32>) {
     let mut s = vec![0f32; q.m * q.k / 128];
     dev.read(&q.s, &mut s).unwrap();
     (c, s.iter().map(|v| v.to_bits()).collect())
+}
+
+/// Asserts that the codes `a` carries are those the quantization kernel
+/// makes from `a`'s rows; returns the scales' bits.
+fn check_codes(be: &CudaBackend, a: &CudaAct, q: &QuantizedX, what: &str) -> Vec<u32> {
+    assert_eq!((q.m, q.k), (a.rows, a.cols), "{what}: the codes' shape");
+    let want = QuantizedX::new(be.device(), a.buffer(), a.rows, a.cols).unwrap();
+    let (got_c, got_s) = read_codes(be, q);
+    let (want_c, want_s) = read_codes(be, &want);
+    assert_eq!(got_s, want_s, "{what}: scales");
+    assert_eq!(got_c, want_c, "{what}: codes");
+    got_s
+}
+
+/// Asserts that the FP8 GEMM by `w` gives the same bits on `a` (with its
+/// codes) and on a copy of its rows without them.
+fn check_gemm_on_codes(be: &CudaBackend, a: &CudaAct, w: &CudaWeight, what: &str) {
+    let copy = be
+        .act_from_f32(a.rows, a.cols, &be.act_to_f32(a).unwrap())
+        .unwrap();
+    assert!(copy.quantized().is_none());
+    let (y, y0) = (be.linear(a, w).unwrap(), be.linear(&copy, w).unwrap());
+    assert_eq!(bits(be, &y), bits(be, &y0), "{what}: the GEMM on the codes");
 }
 
 /// Rows `(t, h)`, each case's residual, delta and weight; row 1 all zero
@@ -102,27 +127,15 @@ fn the_norm_of_an_fp8_backend_writes_the_codes_its_gemms_would_make() {
             continue;
         };
         assert!(takes, "[{t}][{h}]: codes where no FP8 GEMM reads them");
-        assert_eq!((q.m, q.k), (t, h));
-        let want = QuantizedX::new(be.device(), y.buffer(), t, h).unwrap();
-        let (got_c, got_s) = read_codes(&be, q);
-        let (want_c, want_s) = read_codes(&be, &want);
-        assert_eq!(got_s, want_s, "[{t}][{h}]: scales");
-        assert_eq!(got_c, want_c, "[{t}][{h}]: codes");
+        let what = format!("[{t}][{h}]");
+        let scales = check_codes(&be, &y, q, &what);
         assert_eq!(
-            got_s[h / 128],
+            scales[h / 128],
             1f32.to_bits(),
-            "[{t}][{h}]: the zero row's scale"
+            "{what}: the zero row's scale"
         );
-        // The FP8 GEMM on the act with its codes and on a copy without.
         if h == 2048 {
-            let copy = be.act_from_f32(t, h, &be.act_to_f32(&y).unwrap()).unwrap();
-            assert!(copy.quantized().is_none());
-            let (a, b) = (be.linear(&y, &wq).unwrap(), be.linear(&copy, &wq).unwrap());
-            assert_eq!(
-                bits(&be, &a),
-                bits(&be, &b),
-                "[{t}][{h}]: the GEMM on the norm's codes"
-            );
+            check_gemm_on_codes(&be, &y, &wq, &what);
         }
     }
 }
@@ -166,4 +179,97 @@ fn the_moe_block_on_a_normed_act_with_codes_gives_the_bits_it_gives_without() {
             "{t} rows: all zero"
         );
     }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run by bench/gpu/check_fp8wire.sh"]
+fn the_gated_norm_of_an_fp8_backend_writes_the_codes_its_gemm_would_make() {
+    let be = backend();
+    // (rows, value heads, group): the 35B's 32 heads of 128 at 9, 37 and 662
+    // rows, 3 heads at 11 rows; no codes at 8 rows or for groups of 64.
+    let cases = [
+        (9, 32, 128),
+        (37, 32, 128),
+        (662, 32, 128),
+        (11, 3, 128),
+        (8, 32, 128),
+        (20, 4, 64),
+    ];
+    let input = |i: usize, t: usize, n: usize| {
+        let mut x = uniform(700 + i as u64, t * n, 1.5);
+        for v in &mut x[n..2 * n] {
+            *v = 0.0; // row 1 all zero: every group's scale 1
+        }
+        x[2 * n + 5] = f32::NAN; // row 2's first group NaN
+        (x, uniform(710 + i as u64, t * n, 3.0))
+    };
+    let run = |i: usize, t: usize, n: usize, d: usize| {
+        let (x, z) = input(i, t, n);
+        let mut a = be.act_from_f32(t, n, &x).unwrap();
+        let zd = be.act_from_f32(t, n, &z).unwrap();
+        let w = be
+            .upload_vector(Tensor::from_f32(vec![d], uniform(720 + d as u64, d, 0.5)))
+            .unwrap();
+        poison_pool(&be, &[t * n, t * n / d * 4]);
+        be.gated_rms_norm(&mut a, &zd, &w, 1e-6).unwrap();
+        a
+    };
+    let plain: Vec<_> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, &(t, h, d))| {
+            let a = run(i, t, h * d, d);
+            assert!(
+                a.quantized().is_none(),
+                "[{t}][{h} x {d}]: codes before any FP8 weight"
+            );
+            bits(&be, &a)
+        })
+        .collect();
+    let (wq, _) = fp8(&be, 256, 4096, 256, &uniform(991, 256 * 4096, 0.05));
+    for (i, &(t, h, d)) in cases.iter().enumerate() {
+        let n = h * d;
+        let a = run(i, t, n, d);
+        assert_eq!(
+            bits(&be, &a),
+            plain[i],
+            "[{t}][{h} x {d}]: the norm's bits changed"
+        );
+        let takes = t > 8 && d == 128;
+        let Some(q) = a.quantized() else {
+            assert!(!takes, "[{t}][{h} x {d}]: no codes");
+            continue;
+        };
+        assert!(
+            takes,
+            "[{t}][{h} x {d}]: codes where no FP8 GEMM reads them"
+        );
+        let what = format!("[{t}][{h} x {d}]");
+        let scales = check_codes(&be, &a, q, &what);
+        assert!(
+            scales[h..2 * h].iter().all(|&s| s == 1f32.to_bits()),
+            "{what}: the zero row's scales"
+        );
+        if n == 4096 {
+            check_gemm_on_codes(&be, &a, &wq, &what);
+        }
+    }
+    // Codes an act carried are dropped when the gated norm rewrites it.
+    let (t, n) = (20, 256);
+    let (res, del, nw) = inputs(t, n, 730);
+    let mut r = residual(&be, t, n, &res);
+    let (wv, dd) = (
+        be.upload_vector(Tensor::from_f32(vec![n], nw)).unwrap(),
+        be.act_from_f32(t, n, &del).unwrap(),
+    );
+    let mut y = be.add_rms_norm(&mut r, Some(&dd), &wv, 1e-6).unwrap();
+    assert!(y.quantized().is_some());
+    let w64 = be
+        .upload_vector(Tensor::from_f32(vec![64], uniform(731, 64, 0.5)))
+        .unwrap();
+    be.gated_rms_norm(&mut y, &dd, &w64, 1e-6).unwrap();
+    assert!(
+        y.quantized().is_none(),
+        "stale codes kept after the gated norm"
+    );
 }

@@ -213,19 +213,49 @@ pub(crate) fn rms_norm_groups(
     unsafe { launch(dev, entry, grid, threads, args) }
 }
 
+/// The gated norm of `x` in place, per group of the weight's length; with
+/// `fp8_codes` and groups of 128 (the GDN's value heads), each group's e4m3
+/// codes and scale too, attached to `x` ([`CudaAct::quantized`]: the out
+/// projection's FP8 GEMM takes them, the codes its quantization makes).
+/// Codes `x` carried before are dropped: they no longer describe it.
 pub(crate) fn gated_rms_norm(
     dev: &CudaDevice,
     x: &mut CudaAct,
     z: &CudaAct,
     weight: &CudaWeight,
     eps: f32,
+    fp8_codes: bool,
 ) -> OpResult<()> {
+    x.fp8 = None;
     bf16("gated_rms_norm", x)?;
     let w = weight.vector("gated_rms_norm")?;
     same_shape("gated_rms_norm", x, z)?;
     groups_of("gated_rms_norm", x, w.elems())?;
     let groups = x.elems() / w.elems();
     if groups == 0 {
+        return Ok(());
+    }
+    if fp8_codes && w.elems() == crate::ops::fp8::BLOCK {
+        let codes = QuantizedX::alloc(dev, x.rows, x.cols)?;
+        let args = Args::new()
+            .ptr(x.ptr())
+            .ptr(z.ptr())
+            .ptr(w.ptr())
+            .ptr(codes.q.ptr())
+            .ptr(codes.s.ptr())
+            .i64(groups as i64)
+            .i32(int("gated_rms_norm", "group", w.elems())?)
+            .f32(eps);
+        let per_cta = 256 / G16_LANES;
+        let grid = (
+            grid_dim("gated_rms_norm", groups.div_ceil(per_cta), GRID_X)?,
+            1,
+            1,
+        );
+        // SAFETY: x, z hold groups · 128 bf16, w 128 f32, q groups · 128
+        // codes and s one scale a group (rows · cols / 128: QuantizedX).
+        unsafe { launch(dev, "gated_rms_norm_g16x1_fp8", grid, 256, args)? };
+        x.fp8 = Some(Box::new(codes));
         return Ok(());
     }
     let args = Args::new()

@@ -280,15 +280,47 @@ extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const 
     group_norm4<true>(x, z, w, groups, d, eps);
 }
 
+// The e4m3 codes and scale of one 128-wide group from its half-warp's 8
+// values a lane (lane l holds columns 8l .. 8l + 7), rounded to bf16 first as
+// store8 stores them: fp8_quant_bf16's arithmetic (ops/fp8/fp8_quant.cu),
+// so the same codes and scale its quantization of the stored row makes.
+__device__ __forceinline__ void group_codes16(const float* o, unsigned char* q, float* s, i64 grp,
+                                              int l, bool ok) {
+    float e[8];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; i += 2) {
+        const float2 r = __bfloat1622float2(__floats2bfloat162_rn(o[i], o[i + 1]));
+        e[i] = r.x;
+        e[i + 1] = r.y;
+        amax = fmaxf(amax, fmaxf(fabsf(r.x), fabsf(r.y)));
+    }
+#pragma unroll
+    for (int m = 8; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+    const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+    unsigned c[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        c[j] = __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(e[2 * j], scale), __fdiv_rn(e[2 * j + 1], scale)),
+                                        __NV_SATFINITE, __NV_E4M3);
+    if (!ok) return;
+    *reinterpret_cast<uint2*>(q + grp * 128 + 8 * l) = make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
+    if (l == 0) s[grp] = scale;
+}
+
 // The group norms with 16 lanes per group and 8 values (16 bytes) per lane
 // access, CH accesses per lane: d % 8 == 0 and d <= 128 * CH (CH = 1: the GDN
 // gated norm's 128, CH = 2: the q/k norm's 256). Two groups per warp, few
 // registers (the 4-wide kernels above keep 64 values per lane whatever d is).
 // Same math.
 // grid (ceil(groups * 16 / blockDim.x)). load8 / store8: bf16x8.cuh.
+// With q (CH = 1, d = 128: a group is one 128-column block of the FP8
+// GEMMs' activations), each group's codes into q [groups][128] and its
+// scale into s [groups] as well.
 template <int CH, bool GATED>
 __device__ __forceinline__ void group_norm16(bf16* x, const bf16* z, const float* w, i64 groups,
-                                             int d, float eps) {
+                                             int d, float eps, unsigned char* q = nullptr,
+                                             float* s = nullptr) {
     const i64 grp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
     const int l = threadIdx.x & 15;
     const bool ok = grp < groups;  // no early return: the half-warp shuffles below
@@ -309,6 +341,7 @@ __device__ __forceinline__ void group_norm16(bf16* x, const bf16* z, const float
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = rsqrtf(ss / (float)d + eps);
+    float out0[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};  // the codes' values (CH = 1)
 #pragma unroll
     for (int k = 0; k < CH; ++k) {
         const int c = (l + 16 * k) * 8;
@@ -319,8 +352,13 @@ __device__ __forceinline__ void group_norm16(bf16* x, const bf16* z, const float
             float o[8];
             group_normed<8, GATED>(v[k], zv[k], wv, inv, o);
             store8(row + c, o);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) out0[i] = o[i];
         }
     }
+    // Every lane reaches the codes' shuffles (one call site); a lane past
+    // the groups takes part with zeros and writes nothing.
+    if (CH == 1 && q) group_codes16(out0, q, s, grp, l, ok);
 }
 
 extern "C" __global__ void rms_norm_groups_g16x1_bf16(bf16* x, const float* w, i64 groups, int d,
@@ -335,6 +373,14 @@ extern "C" __global__ void gated_rms_norm_g16x1_bf16(bf16* x, const bf16* z, con
                                                      i64 groups, int d, float eps) {
     group_norm16<1, true>(x, z, w, groups, d, eps);
 }
+// gated_rms_norm_g16x1_bf16 with groups of d = 128 that also writes each
+// group's e4m3 codes q [groups][128] and f32 scale s [groups] (the GDN's
+// value heads of 128: the out projection's FP8 activations).
+extern "C" __global__ void gated_rms_norm_g16x1_fp8(bf16* x, const bf16* z, const float* w,
+                                                    unsigned char* q, float* s, i64 groups, int d,
+                                                    float eps) {
+    group_norm16<1, true>(x, z, w, groups, d, eps, q, s);
+}
 extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, const float* w,
                                                      i64 groups, int d, float eps) {
     group_norm16<2, true>(x, z, w, groups, d, eps);
@@ -348,25 +394,54 @@ extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, con
 // The norm weight is constant: it is loaded before the kernel waits for the
 // previous one, so under programmatic launch its latency hides behind that
 // kernel's tail.
-extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
-                                                    const float* w, bf16* out, int cols,
-                                                    float eps) {
+// The body of add_rms_norm_quad_f32res and of its _fp8 form below: with
+// CODES, also each 128-column group's e4m3 codes into q [rows][cols] and
+// its f32 scale into s [rows][cols / 128].
+template <bool CODES>
+__device__ __forceinline__ void add_rms_norm_quad(float* residual, const bf16* delta, const float* w,
+                                                  bf16* out, unsigned char* q, float* s, int cols,
+                                                  float eps) {
     using headroom_norm_row::NORM_ROW_QUADS;
     float4 ww[NORM_ROW_QUADS];
     headroom_norm_row::load_weights(w, cols, ww);
     wait_prior_then_release_next();
-    float* res = residual + (i64)blockIdx.x * cols;
+    const i64 row = blockIdx.x;
+    float* res = residual + row * cols;
     float4 v[NORM_ROW_QUADS];
     const float inv =
-        headroom_norm_row::add_row(res, delta ? delta + (i64)blockIdx.x * cols : nullptr, res, cols, eps, v);
+        headroom_norm_row::add_row(res, delta ? delta + row * cols : nullptr, res, cols, eps, v);
     uint2 o[NORM_ROW_QUADS];
     headroom_norm_row::normed_quads(v, ww, inv, cols, o);
-    uint2* op = reinterpret_cast<uint2*>(out + (i64)blockIdx.x * cols);
+    uint2* op = reinterpret_cast<uint2*>(out + row * cols);
+    const int quads = cols >> 2;
 #pragma unroll
     for (int k = 0; k < NORM_ROW_QUADS; ++k) {
         const int p = threadIdx.x + k * blockDim.x;
-        if (p < (cols >> 2)) op[p] = o[k];
+        // Warp-uniform where CODES: quads and blockDim.x are multiples of 32.
+        if (p >= quads) continue;
+        op[p] = o[k];
+        if (!CODES) continue;
+        const float e[4] = {__uint_as_float(o[k].x << 16), __uint_as_float(o[k].x & 0xffff0000u),
+                            __uint_as_float(o[k].y << 16), __uint_as_float(o[k].y & 0xffff0000u)};
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(e[j]));
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+        const unsigned lo = __nv_cvt_float2_to_fp8x2(
+            make_float2(__fdiv_rn(e[0], scale), __fdiv_rn(e[1], scale)), __NV_SATFINITE, __NV_E4M3);
+        const unsigned hi = __nv_cvt_float2_to_fp8x2(
+            make_float2(__fdiv_rn(e[2], scale), __fdiv_rn(e[3], scale)), __NV_SATFINITE, __NV_E4M3);
+        reinterpret_cast<unsigned*>(q + row * cols)[p] = lo | (hi << 16);
+        if ((threadIdx.x & 31) == 0) s[row * (cols >> 7) + (p >> 5)] = scale;
     }
+}
+
+extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,
+                                                    const float* w, bf16* out, int cols,
+                                                    float eps) {
+    add_rms_norm_quad<false>(residual, delta, w, out, nullptr, nullptr, cols, eps);
 }
 
 // add_rms_norm_quad_f32res that also writes the normed row's e4m3 codes
@@ -381,39 +456,5 @@ extern "C" __global__ void add_rms_norm_quad_f32res_fp8(float* residual, const b
                                                         const float* w, bf16* out,
                                                         unsigned char* q, float* s, int cols,
                                                         float eps) {
-    using headroom_norm_row::NORM_ROW_QUADS;
-    float4 ww[NORM_ROW_QUADS];
-    headroom_norm_row::load_weights(w, cols, ww);
-    wait_prior_then_release_next();
-    const i64 row = blockIdx.x;
-    float* res = residual + row * cols;
-    float4 v[NORM_ROW_QUADS];
-    const float inv =
-        headroom_norm_row::add_row(res, delta ? delta + row * cols : nullptr, res, cols, eps, v);
-    uint2 o[NORM_ROW_QUADS];
-    headroom_norm_row::normed_quads(v, ww, inv, cols, o);
-    uint2* op = reinterpret_cast<uint2*>(out + row * cols);
-    unsigned* qp = reinterpret_cast<unsigned*>(q + row * cols);
-    const int quads = cols >> 2;
-#pragma unroll
-    for (int k = 0; k < NORM_ROW_QUADS; ++k) {
-        const int p = threadIdx.x + k * blockDim.x;
-        // Warp-uniform: quads and blockDim.x are multiples of 32.
-        if (p >= quads) continue;
-        op[p] = o[k];
-        const float e[4] = {__uint_as_float(o[k].x << 16), __uint_as_float(o[k].x & 0xffff0000u),
-                            __uint_as_float(o[k].y << 16), __uint_as_float(o[k].y & 0xffff0000u)};
-        float amax = 0.f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(e[j]));
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
-        const unsigned lo = __nv_cvt_float2_to_fp8x2(
-            make_float2(__fdiv_rn(e[0], scale), __fdiv_rn(e[1], scale)), __NV_SATFINITE, __NV_E4M3);
-        const unsigned hi = __nv_cvt_float2_to_fp8x2(
-            make_float2(__fdiv_rn(e[2], scale), __fdiv_rn(e[3], scale)), __NV_SATFINITE, __NV_E4M3);
-        qp[p] = lo | (hi << 16);
-        if ((threadIdx.x & 31) == 0) s[row * (cols >> 7) + (p >> 5)] = scale;
-    }
+    add_rms_norm_quad<true>(residual, delta, w, out, q, s, cols, eps);
 }

@@ -28,5 +28,6 @@ pub const OPS_NORM: KernelSource = KernelSource {
         "gated_rms_norm_g16x2_bf16",
         "add_rms_norm_quad_f32res",
         "add_rms_norm_quad_f32res_fp8",
+        "gated_rms_norm_g16x1_fp8",
     ],
 };
