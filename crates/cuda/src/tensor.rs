@@ -4,7 +4,6 @@
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::launch::{alloc, mul};
-use crate::ops::fp8::gemm::QuantizedX;
 use headroom_core::ops::{GdnSpec, KvSpec, OpError, OpResult};
 use headroom_core::Dtype;
 
@@ -41,6 +40,21 @@ impl CudaAct {
     pub fn elems(&self) -> usize {
         self.rows * self.cols
     }
+}
+
+/// bf16 activations `[m][k]` as e4m3 codes and scales, made once for every
+/// FP8 product that reads them (by `crate::ops::fp8::gemm`'s
+/// `QuantizedX::new`, or beside a norm's output): codes `[m][k]` in a
+/// buffer with room for `lt_rows(m)` rows (cuBLASLt runs them; the padding
+/// rows are left unset) and f32 scales row-major `[m][ceil(k / 128)]` — the
+/// routed experts read them as they are, cuBLASLt after a transpose into its
+/// order. The codes and scales `crate::ops::fp8::quant::quantize` makes.
+#[derive(Debug)]
+pub struct QuantizedX {
+    pub q: DeviceBuffer,
+    pub s: DeviceBuffer,
+    pub m: usize,
+    pub k: usize,
 }
 
 /// An uploaded weight: a matrix `[rows][cols]` in bf16, a vector (`rows ==

@@ -179,20 +179,7 @@ pub fn fp8_gemm_set(
     fp8_gemm_set_from(dev, x, m, set, lt, None)
 }
 
-/// bf16 activations `[m][k]` quantized once for every FP8 product that
-/// reads them (the MoE block's shared expert and routed experts): e4m3
-/// codes `[m][k]` in a buffer with room for [`lt_rows`]`(m)` rows (cuBLASLt
-/// runs them; the padding rows are left unset, as [`fp8_gemm_set`] leaves
-/// them) and f32 scales row-major `[m][ceil(k / 128)]` — the routed experts
-/// read them as they are, cuBLASLt after a transpose into its order. The
-/// codes and scales [`quantize`] makes in any layout.
-#[derive(Debug)]
-pub struct QuantizedX {
-    pub q: DeviceBuffer,
-    pub s: DeviceBuffer,
-    pub m: usize,
-    pub k: usize,
-}
+pub use crate::tensor::QuantizedX;
 
 impl QuantizedX {
     /// Quantizes bf16 `x` `[m][k]`.
