@@ -90,24 +90,8 @@ fn the_norm_of_an_fp8_backend_writes_the_codes_its_gemms_would_make() {
         (8, 2048),
         (20, 1000),
     ];
-    // Before any FP8 upload: the plain norm.
-    let mut plain = Vec::new();
-    for (i, &(t, h)) in cases.iter().enumerate() {
-        let (res, del, w) = inputs(t, h, 900 + i as u64);
-        let mut r = residual(&be, t, h, &res);
-        let (wv, d) = (
-            be.upload_vector(Tensor::from_f32(vec![h], w)).unwrap(),
-            be.act_from_f32(t, h, &del).unwrap(),
-        );
-        let y = be.add_rms_norm(&mut r, Some(&d), &wv, 1e-6).unwrap();
-        assert!(
-            y.quantized().is_none(),
-            "[{t}][{h}]: codes before any FP8 weight"
-        );
-        plain.push((bits(&be, &y), bits(&be, &r)));
-    }
-    let (wq, _) = fp8(&be, 256, 2048, 256, &uniform(990, 256 * 2048, 0.05));
-    for (i, &(t, h)) in cases.iter().enumerate() {
+    // Case i's norm over fresh inputs, its output and the residual.
+    let run = |i: usize, t: usize, h: usize| {
         let (res, del, w) = inputs(t, h, 900 + i as u64);
         let mut r = residual(&be, t, h, &res);
         let (wv, d) = (
@@ -116,6 +100,21 @@ fn the_norm_of_an_fp8_backend_writes_the_codes_its_gemms_would_make() {
         );
         poison_pool(&be, &[t * h, t * h * 2, t * (h / 128).max(1) * 4]);
         let y = be.add_rms_norm(&mut r, Some(&d), &wv, 1e-6).unwrap();
+        (y, r)
+    };
+    // Before any FP8 upload: the plain norm.
+    let mut plain = Vec::new();
+    for (i, &(t, h)) in cases.iter().enumerate() {
+        let (y, r) = run(i, t, h);
+        assert!(
+            y.quantized().is_none(),
+            "[{t}][{h}]: codes before any FP8 weight"
+        );
+        plain.push((bits(&be, &y), bits(&be, &r)));
+    }
+    let (wq, _) = fp8(&be, 256, 2048, 256, &uniform(990, 256 * 2048, 0.05));
+    for (i, &(t, h)) in cases.iter().enumerate() {
+        let (y, r) = run(i, t, h);
         assert_eq!(
             (bits(&be, &y), bits(&be, &r)),
             plain[i],
