@@ -3,7 +3,9 @@
 #  build     cargo builds the test binaries and headroom (skip with prebuilt ones);
 #  tests     crates/cuda/tests/fp8_backend.rs (FP8 upload form and bytes, linear /
 #            linear_many at 1..300 rows, the MoE block on FP8 experts at decode and
-#            prefill rows, vs f64: `fp8_linear:` / `fp8_moe:` lines) and
+#            prefill rows, vs f64: `fp8_linear:` / `fp8_moe:` lines; the norms'
+#            FP8 codes: equal to the quantization kernel's, the GEMMs and the
+#            MoE block on them bit for bit) and
 #            crates/engine/tests/cuda_fp8.rs (the transformers FP8 fixture on CUDA vs
 #            transformers and vs its bf16 twin, prefill 40 / 294 rows and 6 decode
 #            steps; tiny-d64-fp8 vs tiny-d64 device bytes and vs the CPU; the 35B-A3B
