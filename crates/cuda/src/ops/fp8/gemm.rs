@@ -201,16 +201,16 @@ impl QuantizedX {
 
 /// A device table a set's products read (codes or scales): made for the
 /// set, or a caller's.
-enum Codes<'a> {
+enum Table<'a> {
     Own(DeviceBuffer),
     Given(&'a DeviceBuffer),
 }
 
-impl Codes<'_> {
+impl Table<'_> {
     fn buf(&self) -> &DeviceBuffer {
         match self {
-            Codes::Own(b) => b,
-            Codes::Given(b) => b,
+            Table::Own(b) => b,
+            Table::Given(b) => b,
         }
     }
 }
@@ -245,7 +245,7 @@ pub fn fp8_gemm_set_from(
     // and scales are left unset: an output row depends on its own input row
     // only, so they change no real row, and the room is never read.
     let rows = lt_rows(m);
-    let mut quantized: Option<(usize, Codes, Codes)> = None;
+    let mut quantized: Option<(usize, Table, Table)> = None;
     let mut paths = Vec::with_capacity(set.len());
     for (w, y) in set {
         let room = mul(OP, mul(OP, rows, w.n)?, 2)? <= y.len_bytes();
@@ -258,18 +258,18 @@ pub fn fp8_gemm_set_from(
                 let given = pre.filter(|p| (p.m, p.k) == (m, w.k));
                 quantized = Some(match (given, layout) {
                     (Some(p), ScaleLayout::RowMajor) => {
-                        (w.k, Codes::Given(&p.q), Codes::Given(&p.s))
+                        (w.k, Table::Given(&p.q), Table::Given(&p.s))
                     }
                     (Some(p), ScaleLayout::ColMajor { ld }) => {
                         let s = alloc(dev, mul(OP, span, 4)?)?;
                         transpose_f32(dev, &p.s, m, kb, &s, ld)?;
-                        (w.k, Codes::Given(&p.q), Codes::Own(s))
+                        (w.k, Table::Given(&p.q), Table::Own(s))
                     }
                     (None, _) => {
                         let q = alloc(dev, mul(OP, rows, w.k)?)?;
                         let s = alloc(dev, mul(OP, span, 4)?)?;
                         quantize(dev, x, m, w.k, &q, &s, layout)?;
-                        (w.k, Codes::Own(q), Codes::Own(s))
+                        (w.k, Table::Own(q), Table::Own(s))
                     }
                 });
             }
