@@ -219,6 +219,13 @@ impl CudaBackend {
         linear::linear_with(&self.dev, x, ws, gemv, out)
     }
 
+    /// Whether a norm of `rows` rows writes their FP8 codes too: an FP8
+    /// matrix was uploaded, and more rows than the FP8 GEMV (which reads
+    /// bf16) takes.
+    fn writes_fp8_codes(&self, rows: usize) -> bool {
+        self.fp8_weights.load(Ordering::Relaxed) && rows > crate::ops::fp8::gemv::MAX_ROWS
+    }
+
     fn save_peak(&self) {
         self.earlier_peak
             .fetch_max(self.dev.allocator().stats().peak, Ordering::Relaxed);
@@ -384,8 +391,7 @@ impl Backend for CudaBackend {
         weight: &CudaWeight,
         eps: f32,
     ) -> OpResult<CudaAct> {
-        let codes = self.fp8_weights.load(Ordering::Relaxed)
-            && residual.rows > crate::ops::fp8::gemv::MAX_ROWS;
+        let codes = self.writes_fp8_codes(residual.rows);
         norm::add_rms_norm(&self.dev, residual, delta, weight, eps, codes)
     }
 
@@ -400,8 +406,7 @@ impl Backend for CudaBackend {
         weight: &CudaWeight,
         eps: f32,
     ) -> OpResult<()> {
-        let codes =
-            self.fp8_weights.load(Ordering::Relaxed) && x.rows > crate::ops::fp8::gemv::MAX_ROWS;
+        let codes = self.writes_fp8_codes(x.rows);
         norm::gated_rms_norm(&self.dev, x, z, weight, eps, codes)
     }
 

@@ -51,22 +51,29 @@ fn shared_expert_from(
 ) -> OpResult<CudaAct> {
     let (gate, up) = (&w.shared_gate_proj, &w.shared_up_proj);
     let (g, u) = match pre {
-        Some(pre) if gate.is_fp8() && up.is_fp8() => {
-            let mut gu = linear_fp8_from(dev, x, &[gate, up], Dtype::Bf16, Some(pre))?;
-            let (u, g) = (gu.pop(), gu.pop());
-            let (Some(g), Some(u)) = (g, u) else {
-                return Err(OpError::Device(
-                    "moe: the shared expert returned no gate/up".into(),
-                ));
-            };
-            (g, u)
-        }
+        Some(pre) if gate.is_fp8() && up.is_fp8() => gate_and_up(linear_fp8_from(
+            dev,
+            x,
+            &[gate, up],
+            Dtype::Bf16,
+            Some(pre),
+        )?)?,
         _ => (
             linear(dev, x, gate, Dtype::Bf16)?,
             linear(dev, x, up, Dtype::Bf16)?,
         ),
     };
     linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)
+}
+
+/// The shared expert's gate and up from the two outputs of one launch.
+fn gate_and_up(mut gu: Vec<CudaAct>) -> OpResult<(CudaAct, CudaAct)> {
+    match (gu.pop(), gu.pop()) {
+        (Some(u), Some(g)) => Ok((g, u)),
+        _ => Err(OpError::Device(
+            "moe: the shared expert returned no gate/up".into(),
+        )),
+    }
 }
 
 /// The MoE block of `x`: few rows on the decode kernels unless
@@ -117,13 +124,11 @@ fn moe_fp8_decode(
             "moe: the router launch returned no logits".into(),
         ));
     };
-    let mut gu = linear_many(dev, x, &[&w.shared_gate_proj, &w.shared_up_proj])?;
-    let (u, g) = (gu.pop(), gu.pop());
-    let (Some(g), Some(u)) = (g, u) else {
-        return Err(OpError::Device(
-            "moe: the shared expert returned no gate/up".into(),
-        ));
-    };
+    let (g, u) = gate_and_up(linear_many(
+        dev,
+        x,
+        &[&w.shared_gate_proj, &w.shared_up_proj],
+    )?)?;
     let shared = linear(dev, &swiglu(dev, &g, &u)?, &w.shared_down_proj, Dtype::Bf16)?;
     let part = SharedPart {
         out: &shared,

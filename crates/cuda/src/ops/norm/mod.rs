@@ -125,39 +125,23 @@ pub(crate) fn add_rms_norm(
     let cached = residual.cols.is_multiple_of(2)
         && residual.cols <= 2 * CACHED_PAIRS * CACHED_THREADS as usize;
     let quad = f32_residual && cached && quad_takes(residual.cols);
-    if fp8_codes && quad && residual.cols.is_multiple_of(crate::ops::fp8::BLOCK) {
-        let codes = QuantizedX::alloc(dev, residual.rows, residual.cols)?;
-        let args = Args::new()
-            .ptr(residual.ptr())
-            .ptr(delta.map_or(0, |d| d.ptr()))
-            .ptr(w.ptr())
-            .ptr(out.ptr())
-            .ptr(codes.q.ptr())
-            .ptr(codes.s.ptr())
-            .i32(int("add_rms_norm", "columns", residual.cols)?)
-            .f32(eps);
-        // SAFETY: as the quad kernel below, and q holds rows · cols codes,
-        // s rows · cols / 128 scales (QuantizedX::alloc); cols % 128 == 0.
-        unsafe {
-            launch_programmatic(
-                dev,
-                "add_rms_norm_quad_f32res_fp8",
-                grid,
-                QUAD_THREADS,
-                args,
-            )?
-        };
-        out.fp8 = Some(Box::new(codes));
-        return Ok(out);
-    }
-    let args = Args::new()
+    // The quad kernel's _fp8 form writes the codes: rows of whole groups.
+    let codes = (fp8_codes && quad && residual.cols.is_multiple_of(crate::ops::fp8::BLOCK))
+        .then(|| QuantizedX::alloc(dev, residual.rows, residual.cols))
+        .transpose()?;
+    let mut args = Args::new()
         .ptr(residual.ptr())
         .ptr(delta.map_or(0, |d| d.ptr()))
         .ptr(w.ptr())
-        .ptr(out.ptr())
+        .ptr(out.ptr());
+    if let Some(c) = &codes {
+        args = args.ptr(c.q.ptr()).ptr(c.s.ptr());
+    }
+    let args = args
         .i32(int("add_rms_norm", "columns", residual.cols)?)
         .f32(eps);
     let (entry, threads) = match (f32_residual, cached) {
+        (true, true) if codes.is_some() => ("add_rms_norm_quad_f32res_fp8", QUAD_THREADS),
         (true, true) if quad => ("add_rms_norm_quad_f32res", QUAD_THREADS),
         (true, true) => ("add_rms_norm_cached_f32res", CACHED_THREADS),
         (true, false) => ("add_rms_norm_f32res", NORM_THREADS),
@@ -167,14 +151,17 @@ pub(crate) fn add_rms_norm(
     // SAFETY: residual (f32 or bf16, as the entry), delta and out (bf16) are
     // [rows][cols], w `cols` f32 (even cols keep every row 8-byte aligned for
     // the float2 and 4-byte for the bf16x2 accesses; cols % 4 == 0 16-byte
-    // for the float4 and 8-byte for the bf16x4 ones).
-    // The quad kernel reads only its norm weight (constant) before it waits
-    // for the previous kernel (programmatic launch).
-    if entry == "add_rms_norm_quad_f32res" {
+    // for the float4 and 8-byte for the bf16x4 ones); with codes, q holds
+    // rows · cols codes and s rows · cols / 128 scales (QuantizedX::alloc),
+    // cols % 128 == 0.
+    // The quad kernels read only their norm weight (constant) before they
+    // wait for the previous kernel (programmatic launch).
+    if quad {
         unsafe { launch_programmatic(dev, entry, grid, threads, args)? };
     } else {
         unsafe { launch(dev, entry, grid, threads, args)? };
     }
+    out.fp8 = codes.map(Box::new);
     Ok(out)
 }
 
@@ -235,36 +222,6 @@ pub(crate) fn gated_rms_norm(
     if groups == 0 {
         return Ok(());
     }
-    if fp8_codes && w.elems() == crate::ops::fp8::BLOCK {
-        let codes = QuantizedX::alloc(dev, x.rows, x.cols)?;
-        let args = Args::new()
-            .ptr(x.ptr())
-            .ptr(z.ptr())
-            .ptr(w.ptr())
-            .ptr(codes.q.ptr())
-            .ptr(codes.s.ptr())
-            .i64(groups as i64)
-            .i32(int("gated_rms_norm", "group", w.elems())?)
-            .f32(eps);
-        let per_cta = 256 / G16_LANES;
-        let grid = (
-            grid_dim("gated_rms_norm", groups.div_ceil(per_cta), GRID_X)?,
-            1,
-            1,
-        );
-        // SAFETY: x, z hold groups · 128 bf16, w 128 f32, q groups · 128
-        // codes and s one scale a group (rows · cols / 128: QuantizedX).
-        unsafe { launch(dev, "gated_rms_norm_g16x1_fp8", grid, 256, args)? };
-        x.fp8 = Some(Box::new(codes));
-        return Ok(());
-    }
-    let args = Args::new()
-        .ptr(x.ptr())
-        .ptr(z.ptr())
-        .ptr(w.ptr())
-        .i64(groups as i64)
-        .i32(int("gated_rms_norm", "group", w.elems())?)
-        .f32(eps);
     let (entry, grid, threads) = group_launch(
         "gated_rms_norm",
         groups,
@@ -276,8 +233,30 @@ pub(crate) fn gated_rms_norm(
             "gated_rms_norm_bf16",
         ],
     )?;
-    // SAFETY: x, z hold groups·d bf16; w d f32 (alignment as above).
-    unsafe { launch(dev, entry, grid, threads, args) }
+    // Groups of 128 run the 16-lane kernel, whose _fp8 form writes the codes.
+    let codes = (fp8_codes && w.elems() == crate::ops::fp8::BLOCK)
+        .then(|| QuantizedX::alloc(dev, x.rows, x.cols))
+        .transpose()?;
+    let entry = match &codes {
+        Some(_) => {
+            debug_assert_eq!(entry, "gated_rms_norm_g16x1_bf16");
+            "gated_rms_norm_g16x1_fp8"
+        }
+        None => entry,
+    };
+    let mut args = Args::new().ptr(x.ptr()).ptr(z.ptr()).ptr(w.ptr());
+    if let Some(c) = &codes {
+        args = args.ptr(c.q.ptr()).ptr(c.s.ptr());
+    }
+    let args = args
+        .i64(groups as i64)
+        .i32(int("gated_rms_norm", "group", w.elems())?)
+        .f32(eps);
+    // SAFETY: x, z hold groups·d bf16; w d f32 (alignment as above); with
+    // codes (d = 128), q groups · 128 codes and s one scale a group.
+    unsafe { launch(dev, entry, grid, threads, args)? };
+    x.fp8 = codes.map(Box::new);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -280,10 +280,22 @@ extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const 
     group_norm4<true>(x, z, w, groups, d, eps);
 }
 
+// One 128-column group's FP8 scale from its amax and two of its values'
+// e4m3 codes: fp8_quant_bf16's arithmetic (ops/fp8/fp8_quant.cu): scale =
+// amax / 448 (1 for an all-zero group; a NaN does not count in amax), codes
+// e4m3(v / scale) rounded to nearest, saturating. Both norms' codes below.
+__device__ __forceinline__ float e4m3_scale(float amax) {
+    return amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+}
+__device__ __forceinline__ unsigned e4m3x2(float a, float b, float scale) {
+    return __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(a, scale), __fdiv_rn(b, scale)), __NV_SATFINITE,
+                                    __NV_E4M3);
+}
+
 // The e4m3 codes and scale of one 128-wide group from its half-warp's 8
 // values a lane (lane l holds columns 8l .. 8l + 7), rounded to bf16 first as
-// store8 stores them: fp8_quant_bf16's arithmetic (ops/fp8/fp8_quant.cu),
-// so the same codes and scale its quantization of the stored row makes.
+// store8 stores them, so the same codes and scale fp8_quant_bf16's
+// quantization of the stored row makes.
 __device__ __forceinline__ void group_codes16(const float* o, unsigned char* q, float* s, i64 grp,
                                               int l, bool ok) {
     float e[8];
@@ -297,12 +309,10 @@ __device__ __forceinline__ void group_codes16(const float* o, unsigned char* q, 
     }
 #pragma unroll
     for (int m = 8; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-    const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
+    const float scale = e4m3_scale(amax);
     unsigned c[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-        c[j] = __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(e[2 * j], scale), __fdiv_rn(e[2 * j + 1], scale)),
-                                        __NV_SATFINITE, __NV_E4M3);
+    for (int j = 0; j < 4; ++j) c[j] = e4m3x2(e[2 * j], e[2 * j + 1], scale);
     if (!ok) return;
     *reinterpret_cast<uint2*>(q + grp * 128 + 8 * l) = make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16));
     if (l == 0) s[grp] = scale;
@@ -428,12 +438,8 @@ __device__ __forceinline__ void add_rms_norm_quad(float* residual, const bf16* d
         for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(e[j]));
 #pragma unroll
         for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        const float scale = amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
-        const unsigned lo = __nv_cvt_float2_to_fp8x2(
-            make_float2(__fdiv_rn(e[0], scale), __fdiv_rn(e[1], scale)), __NV_SATFINITE, __NV_E4M3);
-        const unsigned hi = __nv_cvt_float2_to_fp8x2(
-            make_float2(__fdiv_rn(e[2], scale), __fdiv_rn(e[3], scale)), __NV_SATFINITE, __NV_E4M3);
-        reinterpret_cast<unsigned*>(q + row * cols)[p] = lo | (hi << 16);
+        const float scale = e4m3_scale(amax);
+        reinterpret_cast<unsigned*>(q + row * cols)[p] = e4m3x2(e[0], e[1], scale) | (e4m3x2(e[2], e[3], scale) << 16);
         if ((threadIdx.x & 31) == 0) s[row * (cols >> 7) + (p >> 5)] = scale;
     }
 }
@@ -447,10 +453,8 @@ extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16*
 // add_rms_norm_quad_f32res that also writes the normed row's e4m3 codes
 // q [rows][cols] and f32 scales s [rows][cols / 128] (row-major) for the FP8
 // GEMMs that read it: each 128-column group of the bf16 row quantized as
-// fp8_quant_bf16 does (ops/fp8/fp8_quant.cu): scale = amax / 448 (1 for an
-// all-zero group; a NaN does not count in amax), q = e4m3(v / scale) rounded
-// to nearest, saturating — the same codes and scales from the same bf16
-// values. cols % 128 == 0: a warp's 32 quads at each k are one group (the
+// fp8_quant_bf16 does (e4m3_scale, e4m3x2) — the same codes and scales from
+// the same bf16 values. cols % 128 == 0: a warp's 32 quads at each k are one group (the
 // block is a whole number of warps), so the warp's max is the group's.
 extern "C" __global__ void add_rms_norm_quad_f32res_fp8(float* residual, const bf16* delta,
                                                         const float* w, bf16* out,
