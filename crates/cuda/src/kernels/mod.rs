@@ -2,8 +2,8 @@
 //! ([`SOURCES`]) and the entry points each must export. Each op folder of
 //! `crate::ops` declares its sources beside its launcher; this is the one
 //! list of them all: the artifact gate checks it, the device loads from it.
-//! `pdl.cuh`, `async_copy.cuh`, `mma_sync.cuh`, `wgmma_sync.cuh` and `e4m3.cuh` here are
-//! headers shared by several sources.
+//! `pdl.cuh`, `async_copy.cuh`, `mma_sync.cuh`, `wgmma_sync.cuh`, `e4m3.cuh` and
+//! `e4m3_quant.cuh` here are headers shared by several sources.
 
 pub(crate) mod source;
 #[cfg(test)]

@@ -27,13 +27,13 @@
 
 namespace headroom_fp8_quant {
 
+using headroom_e4m3_quant::e4m3_scale;
+using headroom_e4m3_quant::e4m3x2;
 typedef __nv_bfloat16 bf16;
 
 constexpr int BLOCK = 128;
 constexpr int THREADS = 256;
 constexpr int WARPS = THREADS / 32;
-// Largest finite e4m3.
-constexpr float E4M3_MAX = 448.f;
 // Groups a half-warp of fp8_quant_bf16_v16 quantizes.
 constexpr int QUANT_GROUPS = 4;
 
@@ -79,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
     launch_next();
     float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
     amax = warp_max(amax);
-    const float scale = amax > 0.f ? __fdiv_rn(amax, E4M3_MAX) : 1.f;
+    const float scale = e4m3_scale(amax);
     unsigned char c[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -146,12 +146,11 @@ extern "C" __global__ void __launch_bounds__(headroom_fp8_quant::THREADS)
         for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
 #pragma unroll
         for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float scale = amax > 0.f ? __fdiv_rn(amax, E4M3_MAX) : 1.f;
+        const float scale = e4m3_scale(amax);
         unsigned c[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            const float2 f = make_float2(__fdiv_rn(v[2 * j], scale), __fdiv_rn(v[2 * j + 1], scale));
-            c[j] = __nv_cvt_float2_to_fp8x2(f, __NV_SATFINITE, __NV_E4M3);
+            c[j] = e4m3x2(v[2 * j], v[2 * j + 1], scale);
         }
         const long long gid = g0 + 2 * i + half;
         if (in[i]) {

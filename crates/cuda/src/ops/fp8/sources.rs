@@ -37,6 +37,7 @@ pub const FP8_QUANT: KernelSource = KernelSource {
     file: "fp8_quant.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        include_str!("../../kernels/e4m3_quant.cuh"),
         include_str!("fp8_quant.cu")
     ),
     entry_points: &[

@@ -13,7 +13,6 @@
 // be scheduled.
 
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 
 typedef __nv_bfloat16 bf16;
 typedef long long i64;
@@ -280,22 +279,13 @@ extern "C" __global__ void gated_rms_norm_v4_bf16(bf16* x, const bf16* z, const 
     group_norm4<true>(x, z, w, groups, d, eps);
 }
 
-// One 128-column group's FP8 scale from its amax and two of its values'
-// e4m3 codes: fp8_quant_bf16's arithmetic (ops/fp8/fp8_quant.cu): scale =
-// amax / 448 (1 for an all-zero group; a NaN does not count in amax), codes
-// e4m3(v / scale) rounded to nearest, saturating. Both norms' codes below.
-__device__ __forceinline__ float e4m3_scale(float amax) {
-    return amax > 0.f ? __fdiv_rn(amax, 448.f) : 1.f;
-}
-__device__ __forceinline__ unsigned e4m3x2(float a, float b, float scale) {
-    return __nv_cvt_float2_to_fp8x2(make_float2(__fdiv_rn(a, scale), __fdiv_rn(b, scale)), __NV_SATFINITE,
-                                    __NV_E4M3);
-}
+using headroom_e4m3_quant::e4m3_scale;
+using headroom_e4m3_quant::e4m3x2;
 
 // The e4m3 codes and scale of one 128-wide group from its half-warp's 8
 // values a lane (lane l holds columns 8l .. 8l + 7), rounded to bf16 first as
-// store8 stores them, so the same codes and scale fp8_quant_bf16's
-// quantization of the stored row makes.
+// store8 stores them: e4m3_quant.cuh's arithmetic, as fp8_quant_bf16's
+// quantization of the stored row.
 __device__ __forceinline__ void group_codes16(const float* o, unsigned char* q, float* s, i64 grp,
                                               int l, bool ok) {
     float e[8];
@@ -453,8 +443,8 @@ extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16*
 // add_rms_norm_quad_f32res that also writes the normed row's e4m3 codes
 // q [rows][cols] and f32 scales s [rows][cols / 128] (row-major) for the FP8
 // GEMMs that read it: each 128-column group of the bf16 row quantized as
-// fp8_quant_bf16 does (e4m3_scale, e4m3x2) — the same codes and scales from
-// the same bf16 values. cols % 128 == 0: a warp's 32 quads at each k are one group (the
+// fp8_quant_bf16 does (e4m3_quant.cuh) — the same codes and scales from the
+// same bf16 values. cols % 128 == 0: a warp's 32 quads at each k are one group (the
 // block is a whole number of warps), so the warp's max is the group's.
 extern "C" __global__ void add_rms_norm_quad_f32res_fp8(float* residual, const bf16* delta,
                                                         const float* w, bf16* out,

@@ -9,6 +9,7 @@ pub const OPS_NORM: KernelSource = KernelSource {
     file: "ops_norm.cu",
     source: concat!(
         include_str!("../../kernels/pdl.cuh"),
+        include_str!("../../kernels/e4m3_quant.cuh"),
         include_str!("bf16x8.cuh"),
         include_str!("norm_row.cuh"),
         include_str!("ops_norm.cu")
