@@ -14,8 +14,12 @@
 // Tiles. The routing's row tiles are BM = 128 sorted rows of one expert; a CTA
 // (one warpgroup, 128 threads) takes one half (HM = 64 rows, the wgmma M) of
 // one row tile and BN = 128 weight rows (gate+up: 64 gate rows and the 64 up
-// rows of the same act columns; down: 128 y columns). Grid: row tile x half x
-// column tile, the CTAs of a half that holds no row return at once.
+// rows of the same act columns; down: 128 y columns). A down CTA takes
+// DOWN_TILES such column tiles (the last of a row the rest) in one pipeline:
+// the next tile's first k-blocks load while a tile's y is stored, since K =
+// intermediate is only a few k-blocks (4 on the 35B-A3B). Grid: row tile x
+// half x column tile (of DOWN_TILES for down), the CTAs of a half that holds
+// no row return at once.
 //
 // K loop. BK = 128 = one scale block; a row of a stage is 128 bytes, one
 // 128-byte swizzle row (16-byte chunks XOR-swizzled by row mod 8), exactly
@@ -163,11 +167,11 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     const unsigned dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
     // The k-blocks of every tile the CTA takes (down: DOWN_TILES column tiles
     // of y or the row's rest, gate+up: one) run in one pipeline: block it is
-    // k-block it % kbs
-    // of tile it / kbs, whose B rows are BN rows further and whose scale row
-    // is the next one (so its scale is sb_lo[it]).
+    // k-block it % kbs of tile it / kbs, whose B rows are BN rows further and
+    // whose scale row is the next one (so its scale is sb_lo[it]).
     constexpr int TILES = GATE_UP ? 1 : DOWN_TILES;
-    const int blocks = (GATE_UP ? 1 : min(DOWN_TILES, n_out / BN - nt * DOWN_TILES)) * kbs;
+    const int tiles = GATE_UP ? 1 : min(TILES, n_out / BN - nt * TILES);  // down: the row's rest if fewer
+    const int blocks = tiles * kbs;
     auto load_stage = [&](int stage, int it) {
         const int tile = TILES == 1 ? 0 : it / kbs;
         const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
@@ -231,7 +235,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
             for (int h = 0; h < 2; ++h) {
                 const int r = wq * 16 + lane / 4 + h * 8;
                 if (r >= rows) continue;
-                bf16* orow = out + (long long)(m0 + r) * n_out + (nt * DOWN_TILES + tile) * BN + (lane % 4) * 2;
+                bf16* orow = out + (long long)(m0 + r) * n_out + (nt * TILES + tile) * BN + (lane % 4) * 2;
 #pragma unroll
                 for (int j = 0; j < NI; ++j) store_bf16x2(orow + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
             }
