@@ -27,8 +27,12 @@ use headroom_core::ops::{OpError, OpResult};
 
 /// Rows of one CTA of the FP8 grouped GEMMs (`HM`): half a routing row tile.
 pub const FP8_HM: usize = 64;
-/// Weight rows of one CTA (`BN`): 64 gate and 64 up rows, or 128 down rows.
+/// Weight rows of one K loop (`BN`): 64 gate and 64 up rows, or 128 down
+/// rows.
 pub const FP8_BN: usize = 128;
+/// Column tiles of `FP8_BN` y columns one down CTA takes (`DOWN_TILES`), in
+/// one pipeline (the last CTA of a row the rest).
+pub const FP8_DOWN_TILES: usize = 2;
 /// Threads of one CTA (`THREADS`: one warpgroup).
 pub const FP8_THREADS: usize = 128;
 /// Dynamic shared memory of one CTA (`SMEM_BYTES`: 3 stages of 64 A and 128
@@ -44,8 +48,8 @@ const fn fp8_kernel(entry: &'static str, tile_cols: usize) -> GemmKernel {
 
 /// The gate+up kernel: `FP8_BN / 2` columns of act a CTA.
 const FP8_GATE_UP: GemmKernel = fp8_kernel("moe_gemm_gate_up_fp8", FP8_BN / 2);
-/// The down kernel: `FP8_BN` columns of y a CTA.
-const FP8_DOWN: GemmKernel = fp8_kernel("moe_gemm_down_fp8", FP8_BN);
+/// The down kernel: up to `FP8_BN · FP8_DOWN_TILES` columns of y a CTA.
+const FP8_DOWN: GemmKernel = fp8_kernel("moe_gemm_down_fp8", FP8_BN * FP8_DOWN_TILES);
 
 /// The f32 `scale_inv` tables of FP8 experts whose e4m3 codes are the
 /// launch's `gate_up` and `down`.
@@ -261,6 +265,7 @@ mod tests {
         let src = MOE_GROUPED_GEMM_FP8.source;
         assert_eq!(source_constant(src, "HM"), FP8_HM);
         assert_eq!(source_constant(src, "BN"), FP8_BN);
+        assert_eq!(source_constant(src, "DOWN_TILES"), FP8_DOWN_TILES);
         assert_eq!(source_constant(src, "BM"), GEMM_BM);
         assert_eq!(source_constant(src, "BLOCK"), BLOCK);
         assert_eq!(source_constant(src, "THREADS"), FP8_THREADS);
@@ -278,14 +283,16 @@ mod tests {
                 (FP8_THREADS, FP8_SMEM_BYTES, false, false, 2)
             );
         }
-        assert_eq!((FP8_GATE_UP.tile_cols, FP8_DOWN.tile_cols), (64, 128));
+        assert_eq!((FP8_GATE_UP.tile_cols, FP8_DOWN.tile_cols), (64, 256));
     }
 
     #[test]
     fn two_ctas_run_per_row_tile_and_column_tile() {
-        // 64 act columns a gate+up tile, 128 y columns a down tile.
-        assert_eq!(fp8_grids(10, 2048, 512), (10 * 2 * 8, 10 * 2 * 16));
+        // 64 act columns a gate+up tile, two tiles of 128 y columns a down
+        // CTA (one where a row has one left: 384 columns, 2 CTAs).
+        assert_eq!(fp8_grids(10, 2048, 512), (10 * 2 * 8, 10 * 2 * 8));
         assert_eq!(fp8_grids(1, 128, 128), (4, 2));
+        assert_eq!(fp8_grids(3, 384, 128), (3 * 2 * 2, 3 * 2 * 2));
     }
 
     #[test]

@@ -135,9 +135,11 @@ impl GemmKernel {
         GemmKernel { row_ctas, ..self }
     }
 
-    /// CTAs for `row_tiles` row tiles of `cols` output columns on `sms` SMs.
+    /// CTAs for `row_tiles` row tiles of `cols` output columns on `sms` SMs
+    /// (a last column tile narrower than `tile_cols` counts: the FP8 down
+    /// kernel's CTAs take up to two 128-column tiles).
     pub fn grid(&self, row_tiles: usize, cols: usize, sms: usize) -> usize {
-        let tiles = row_tiles * self.row_ctas * (cols / self.tile_cols);
+        let tiles = row_tiles * self.row_ctas * cols.div_ceil(self.tile_cols);
         if self.persistent {
             tiles.min(sms.max(1) * self.ctas_per_sm)
         } else {

@@ -14,8 +14,12 @@
 // Tiles. The routing's row tiles are BM = 128 sorted rows of one expert; a CTA
 // (one warpgroup, 128 threads) takes one half (HM = 64 rows, the wgmma M) of
 // one row tile and BN = 128 weight rows (gate+up: 64 gate rows and the 64 up
-// rows of the same act columns; down: 128 y columns). Grid: row tile x half x
-// column tile, the CTAs of a half that holds no row return at once.
+// rows of the same act columns; down: 128 y columns). A down CTA takes
+// DOWN_TILES such column tiles (the last of a row the rest) in one pipeline:
+// the next tile's first k-blocks load while a tile's y is stored, since K =
+// intermediate is only a few k-blocks (4 on the 35B-A3B). Grid: row tile x
+// half x column tile (of DOWN_TILES for down), the CTAs of a half that holds
+// no row return at once.
 //
 // K loop. BK = 128 = one scale block; a row of a stage is 128 bytes, one
 // 128-byte swizzle row (16-byte chunks XOR-swizzled by row mod 8), exactly
@@ -57,6 +61,7 @@ constexpr int ROW_STEP = THREADS / CHUNKS;   // 16 rows between a thread's chunk
 constexpr int A_LOADS = HM / ROW_STEP;       // 4
 constexpr int B_HALF = BN / 2 / ROW_STEP;    // 4 loads per half of B
 constexpr int GATE_UP_COLS = BN / 2;         // 64 act columns per gate+up CTA
+constexpr int DOWN_TILES = 2;                // column tiles of BN y columns per down CTA
 static_assert(BK == BLOCK && CHUNKS == 8, "a stage row is one 128-byte swizzle row and one scale block");
 static_assert(CTAS_PER_SM * (SMEM_BYTES + 1024) <= 228 * 1024, "three CTAs share an SM");
 static_assert(A_BYTES % 1024 == 0 && STAGE_BYTES % 1024 == 0, "tiles stay 1024-byte aligned");
@@ -107,7 +112,9 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
                                                  const int* __restrict__ tile_offsets, int experts, int K,
                                                  int n_out) {
     extern __shared__ unsigned char smem_raw[];
-    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
+    // Column tiles of the grid: GATE_UP_COLS act columns, or up to
+    // DOWN_TILES tiles of BN y columns (the last CTA of a row takes the rest).
+    const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : (n_out / BN + DOWN_TILES - 1) / DOWN_TILES;
     const int rt = blockIdx.x / (2 * n_tiles);
     const int half = (blockIdx.x / n_tiles) % 2, nt = blockIdx.x % n_tiles;
     if (rt >= tile_offsets[experts]) return;
@@ -132,7 +139,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
     }
     const u8* b_lo;
     const u8* b_hi;
-    weight_halves<GATE_UP, BN>(w, e, nt, ld_row, K, n_out, ld_chunk * 16, b_lo, b_hi);
+    weight_halves<GATE_UP, BN>(w, e, GATE_UP ? nt : nt * DOWN_TILES, ld_row, K, n_out, ld_chunk * 16, b_lo, b_hi);
     const long long b_step = (long long)ROW_STEP * K;
 
     // Scales: this thread's two accumulator rows (wq * 16 + lane / 4 and 8
@@ -152,21 +159,30 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         sb_lo = w_s + ((long long)e * n_blocks + nt * GATE_UP_COLS / BLOCK) * kbs;
         sb_hi = w_s + ((long long)e * n_blocks + (n_out + nt * GATE_UP_COLS) / BLOCK) * kbs;
     } else {
-        sb_lo = w_s + ((long long)e * n_blocks + nt) * kbs;
+        sb_lo = w_s + ((long long)e * n_blocks + nt * DOWN_TILES) * kbs;
         sb_hi = sb_lo;
     }
 
     const unsigned smem0 = (smem_u32(smem_raw) + 1023u) & ~1023u;
     const unsigned dst0 = (unsigned)swizzle16<128>(ld_row, ld_chunk);
-    auto load_stage = [&](int stage, int kt) {
+    // The k-blocks of every tile the CTA takes (down: DOWN_TILES column tiles
+    // of y or the row's rest, gate+up: one) run in one pipeline: block it is
+    // k-block it % kbs of tile it / kbs, whose B rows are BN rows further and
+    // whose scale row is the next one (so its scale is sb_lo[it]).
+    constexpr int TILES = GATE_UP ? 1 : DOWN_TILES;
+    const int tiles = GATE_UP ? 1 : min(TILES, n_out / BN - nt * TILES);  // down: the row's rest if fewer
+    const int blocks = tiles * kbs;
+    auto load_stage = [&](int stage, int it) {
+        const int tile = TILES == 1 ? 0 : it / kbs;
         const unsigned base = smem0 + (unsigned)(stage * STAGE_BYTES) + dst0;
-        const int k0 = kt * BK;
+        const int k0 = (it - tile * kbs) * BK;
+        const long long b_off = (long long)tile * BN * K;
 #pragma unroll
         for (int q = 0; q < A_LOADS; ++q) cp_async_16(base + q * ROW_STEP * 128, a_ptr[q] + k0, a_ok[q]);
 #pragma unroll
         for (int q = 0; q < B_HALF; ++q) {
-            cp_async_16(base + A_BYTES + q * ROW_STEP * 128, b_lo + q * b_step + k0, true);
-            cp_async_16(base + A_BYTES + (q + B_HALF) * ROW_STEP * 128, b_hi + q * b_step + k0, true);
+            cp_async_16(base + A_BYTES + q * ROW_STEP * 128, b_lo + b_off + q * b_step + k0, true);
+            cp_async_16(base + A_BYTES + (q + B_HALF) * ROW_STEP * 128, b_hi + b_off + q * b_step + k0, true);
         }
     };
 
@@ -176,18 +192,18 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < kbs) load_stage(s, s);
+        if (s < blocks) load_stage(s, s);
         cp_async_commit();
     }
     constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes (K-major SW128; LBO unused)
-    for (int kt = 0; kt < kbs; ++kt) {
+    for (int it = 0, kt = 0, tile = 0; it < blocks; ++it) {
         cp_async_wait<STAGES - 2>();
         fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
-        __syncthreads();      // stage kt landed for all; k-block kt-1's wgmmas are done
-        const int next = kt + STAGES - 1;
-        if (next < kbs) load_stage(next % STAGES, next);
+        __syncthreads();      // stage it landed for all; k-block it-1's wgmmas are done
+        const int next = it + STAGES - 1;
+        if (next < blocks) load_stage(next % STAGES, next);
         cp_async_commit();
-        const unsigned st = smem0 + (unsigned)((kt % STAGES) * STAGE_BYTES);
+        const unsigned st = smem0 + (unsigned)((it % STAGES) * STAGE_BYTES);
         fence_operands(part);
         wgmma_fence();
 #pragma unroll
@@ -198,7 +214,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         wgmma_commit();
         // The k-block's scales, read while the tensor cores work.
         const float s0 = sa[0][kt], s1 = sa[1][kt];
-        const float b_l = sb_lo[kt], b_h = sb_hi[kt];
+        const float b_l = sb_lo[it], b_h = sb_hi[it];
         wgmma_wait<0>();
         fence_operands(part);
         const float c0l = s0 * b_l, c1l = s1 * b_l, c0h = s0 * b_h, c1h = s1 * b_h;
@@ -211,23 +227,30 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
             acc[4 * j + 2] = fmaf(part[4 * j + 2], c1, acc[4 * j + 2]);
             acc[4 * j + 3] = fmaf(part[4 * j + 3], c1, acc[4 * j + 3]);
         }
+        if (!GATE_UP && ++kt == kbs) {
+            // Tile `tile` of y done (moe_wgmma_common.cuh's fragment layout;
+            // the warp's rows from wq * 16), while the next tile's first
+            // k-blocks load.
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = wq * 16 + lane / 4 + h * 8;
+                if (r >= rows) continue;
+                bf16* orow = out + (long long)(m0 + r) * n_out + (nt * TILES + tile) * BN + (lane % 4) * 2;
+#pragma unroll
+                for (int j = 0; j < NI; ++j) store_bf16x2(orow + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            }
+#pragma unroll
+            for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
+            kt = 0;
+            ++tile;
+        } else if (GATE_UP) {
+            ++kt;
+        }
     }
     cp_async_wait<0>();
 
-    // Epilogue from the fragments (moe_wgmma_common.cuh's layout; the warp's
-    // rows from wq * 16): act through store_act, y stored here.
-    if (GATE_UP) {
-        store_act(acc, out, m0, rows, wq * 16, nt * GATE_UP_COLS, n_out, lane);
-        return;
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = wq * 16 + lane / 4 + h * 8;
-        if (r >= rows) continue;
-        bf16* orow = out + (long long)(m0 + r) * n_out + nt * BN + (lane % 4) * 2;
-#pragma unroll
-        for (int j = 0; j < NI; ++j) store_bf16x2(orow + j * 8, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-    }
+    // The gate+up epilogue from the fragments: act through store_act.
+    if (GATE_UP) store_act(acc, out, m0, rows, wq * 16, nt * GATE_UP_COLS, n_out, lane);
 }
 
 }  // namespace headroom_moe_fp8
