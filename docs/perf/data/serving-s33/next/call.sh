@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 33 for the next session lent an H200 (sessions 27-33
-# got only H100s; session 33's three needs_h200 starts were refused). It
+# got only H100s; session 33's four needs_h200 requests were refused). It
 # supersedes serving-s32/next/call.sh (the same arms; main now has sessions
 # 31-33's changes). One call under 600 s: the bars on
 # main, and sessions 31-33's changes against session 31's start, on the
