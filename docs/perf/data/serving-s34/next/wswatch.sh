@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Prepared in session 34: find the start-up hang of branch fp8ws's server
+# (the warp-specialised FP8 grouped GEMMs; 2 of 5 starts on the H100 in
+# session 34 never printed the start-up line, GPU 100 % busy, 35 GB used:
+# inside the engine's calibration). Any sm_90a card.
+# Build here (branch fp8ws-watch = fp8ws + the skew test + the DEBUG host
+# watch, crates/cuda/src/ops/moe/ws_watch.rs):
+#   git worktree add /tmp/fp8ww fp8ws-watch && (cd /tmp/fp8ww && bash bench/gpu/pack_bins.sh \
+#     "$OLDPWD/.devbin/fp8ww" headroom-cuda:fp8_grouped)
+# carry [".devbin/fp8ww"]; ≈ 400 s.
+# 1. The skew test: the ws kernels under routings no random test makes
+#    (all tokens on 8 experts; 64 / 65 / 128 / 129 rows an expert; ...),
+#    25 runs each against the tile kernels' bits; a hang aborts it.
+# 2. Server starts with HEADROOM_WS_WATCH (the host polls each ws launch
+#    for 5 s; a hang prints "ws watch: HANG" with the pass, the unit
+#    counters read while it runs, the rows an expert and the tile offsets,
+#    then aborts): the first start compiles the kernels (up to 240 s), then
+#    up to 6 starts, then 2 with HEADROOM_WS_WATCH=sync (counters checked
+#    zero before each launch).
+set -u
+O=${OUT:-/tmp/out}; mkdir -p "$O"
+source bench/gpu/env.sh >/dev/null
+export HEADROOM_KERNEL_CACHE=/tmp/kcache
+mkdir -p /tmp/ww && tar -xJf .devbin/fp8ww/bins.tar.xz -C /tmp/ww
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+SECONDS=0
+timeout 150 /tmp/ww/h/fp8_grouped --ignored --exact --nocapture \
+  warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings > "$O/skew.txt" 2>&1
+echo "skew test rc $? (t=$SECONDS)"; grep -E "fp8 ws under skew|hang|differ|test result|panicked" "$O/skew.txt" | head -12
+start() {  # start N WAIT_HALF_SECONDS MODE
+  HEADROOM_WS_WATCH=$3 /tmp/ww/h/headroom serve --backend cuda --synthetic qwen3.6-35b-a3b-fp8 --port 8971 \
+    > "$O/s$1.log" 2>&1 &
+  local sp=$! ok=0
+  for _ in $(seq 1 "$2"); do
+    grep -q "listening on" "$O/s$1.log" && { ok=1; break; }
+    kill -0 $sp 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "start $1 ($3): listening=$ok t=$SECONDS"
+  grep -E "ws watch" "$O/s$1.log" | cut -c1-1500 | head -6
+  if [ $ok = 0 ] && kill -0 $sp 2>/dev/null; then
+    nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    kill -9 $sp
+  else
+    kill -TERM $sp
+  fi
+  wait $sp 2>/dev/null
+}
+start 0 480 1
+for n in 1 2 3 4 5 6; do start $n 120 1; done
+for n in 7 8; do start $n 160 sync; done
