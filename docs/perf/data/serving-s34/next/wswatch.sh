@@ -16,7 +16,8 @@
 #    counters read while it runs, the rows an expert and the tile offsets,
 #    then aborts): the first start compiles the kernels (up to 240 s), then
 #    up to 6 starts, then 2 with HEADROOM_WS_WATCH=sync (counters checked
-#    zero before each launch).
+#    zero before each launch). A start that neither listens nor reports gets
+#    its host threads' backtraces (cuda-gdb, host side only).
 set -u
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 source bench/gpu/env.sh >/dev/null
@@ -40,6 +41,11 @@ start() {  # start N WAIT_HALF_SECONDS MODE
   grep -E "ws watch" "$O/s$1.log" | cut -c1-1500 | head -6
   if [ $ok = 0 ] && kill -0 $sp 2>/dev/null; then
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+    # No ws launch reported: where the host threads wait (cuda-gdb's host
+    # side; its CUDA commands hung in session 34's call 5, so none here).
+    timeout -s KILL 60 cuda-gdb -batch -p $sp -ex "thread apply all bt 20" > "$O/bt$1.txt" 2>&1
+    grep -E "^#[0-9]+ " "$O/bt$1.txt" | sed 's/^#[0-9]* *0x[0-9a-f]* in //; s/^#[0-9]* *//' | cut -c1-150 |
+      sort | uniq -c | sort -rn | head -25
     kill -9 $sp
   else
     kill -TERM $sp
