@@ -13,8 +13,9 @@
 #    25 runs each against the tile kernels' bits; a hang aborts it.
 # 2. Server starts with HEADROOM_WS_WATCH (the host polls each ws launch
 #    for 5 s; a hang prints "ws watch: HANG" with the pass, the unit
-#    counters read while it runs, the rows an expert and the tile offsets,
-#    then aborts): the first start compiles the kernels (up to 240 s), then
+#    counters read while it runs, each unfinished CTA's progress record --
+#    its producer's unit and step, the step each MMA warpgroup waits for --
+#    the rows an expert and the tile offsets, then aborts): the first start compiles the kernels (up to 240 s), then
 #    up to 6 starts, then 2 with HEADROOM_WS_WATCH=sync (counters checked
 #    zero before each launch). A start that neither listens nor reports gets
 #    its host threads' backtraces (cuda-gdb, host side only).
@@ -38,7 +39,8 @@ start() {  # start N WAIT_HALF_SECONDS MODE
     sleep 0.5
   done
   echo "start $1 ($3): listening=$ok t=$SECONDS"
-  grep -E "ws watch" "$O/s$1.log" | cut -c1-1500 | head -6
+  grep -E "ws watch" "$O/s$1.log" | grep -v "ws watch: CTA " | cut -c1-1500 | head -6
+  grep -E "ws watch: CTA " "$O/s$1.log" | head -24
   if [ $ok = 0 ] && kill -0 $sp 2>/dev/null; then
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
     # No ws launch reported: where the host threads wait (cuda-gdb's host
