@@ -53,7 +53,7 @@ start() {  # start N WAIT_HALF_SECONDS MODE
       sort | uniq -c | sort -rn | head -25
     kill -9 $sp
   else
-    kill -TERM $sp
+    kill -TERM $sp 2>/dev/null
   fi
   wait $sp 2>/dev/null
 }
