@@ -6,15 +6,22 @@
 # machine's first start compiles the kernels), is reported with the GPU's
 # utilisation and memory and killed, and the bench is skipped (session 34:
 # a start that hung cost 200 s of waiting and the bench's 120 s).
-w1() {
-  "$2" serve --backend cuda --synthetic "$3" --port "$4" > "$O/serve-$1.log" 2>&1 &
-  local sp=$! ok=0
-  for _ in $(seq 1 $((2 * ${W1_START_S:-200}))); do
-    grep -q "listening on" "$O/serve-$1.log" && { ok=1; break; }
-    kill -0 $sp 2>/dev/null || break
+#
+# `serve_listening LOG PID HALF_SECONDS`: 0 once the server PID has written
+# its "listening on" line to LOG, 1 if it exits or HALF_SECONDS half-seconds
+# pass first (also used by serving-s34/next/wswatch.sh).
+serve_listening() {
+  for _ in $(seq 1 "$3"); do
+    grep -q "listening on" "$1" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
     sleep 0.5
   done
-  if [ $ok = 0 ]; then
+  return 1
+}
+w1() {
+  "$2" serve --backend cuda --synthetic "$3" --port "$4" > "$O/serve-$1.log" 2>&1 &
+  local sp=$!
+  if ! serve_listening "$O/serve-$1.log" $sp $((2 * ${W1_START_S:-200})); then
     echo "$1: the server did not start ($(kill -0 $sp 2>/dev/null && echo 'still running' || echo exited);" \
       "GPU $(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader); t=$SECONDS)"
     tail -c 400 "$O/serve-$1.log"

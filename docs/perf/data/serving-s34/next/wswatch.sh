@@ -32,15 +32,12 @@ SECONDS=0
 timeout 150 /tmp/ww/h/fp8_grouped --ignored --exact --nocapture \
   warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings > "$O/skew.txt" 2>&1
 echo "skew test rc $? (t=$SECONDS)"; grep -E "fp8 ws under skew|hang|differ|test result|panicked" "$O/skew.txt" | head -12
+source docs/perf/data/serving-s31/w1_arm.sh  # serve_listening LOG PID HALF_SECONDS
 start() {  # start N WAIT_HALF_SECONDS MODE
   HEADROOM_WS_WATCH=$3 /tmp/ww/h/headroom serve --backend cuda --synthetic qwen3.6-35b-a3b-fp8 --port 8971 \
     > "$O/s$1.log" 2>&1 &
   local sp=$! ok=0
-  for _ in $(seq 1 "$2"); do
-    grep -q "listening on" "$O/s$1.log" && { ok=1; break; }
-    kill -0 $sp 2>/dev/null || break
-    sleep 0.5
-  done
+  serve_listening "$O/s$1.log" $sp "$2" && ok=1
   echo "start $1 ($3): listening=$ok t=$SECONDS"
   grep -E "ws watch" "$O/s$1.log" | grep -v "ws watch: CTA " | cut -c1-1500 | head -6
   grep -E "ws watch: CTA " "$O/s$1.log" | head -24
