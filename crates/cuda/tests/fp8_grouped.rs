@@ -26,7 +26,9 @@ use headroom_cuda::device::CudaDevice;
 use headroom_cuda::event::StreamEvent;
 use headroom_cuda::ops::fp8::gemm::QuantizedX;
 use headroom_cuda::ops::fp8::quant::dequantize_stacked;
-use headroom_cuda::ops::moe::fp8::{routed_experts_fp8, routed_experts_fp8_from, Fp8ExpertScales};
+use headroom_cuda::ops::moe::fp8::{
+    routed_experts_fp8, routed_experts_fp8_from, routed_experts_fp8_on, Fp8ExpertScales, Fp8Gemms,
+};
 use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts, MoeLaunch, CHUNK_TOKENS};
 use host::{dequant_act, quantize, uniform_bf16, HostFp8, BLOCK};
 use rand::{Rng, SeedableRng};
@@ -231,6 +233,37 @@ fn check(dev: &CudaDevice, c: Case, tokens: usize, seed: u64) {
             .zip(&from_pre)
             .all(|(a, b)| a.to_bits() == b.to_bits()),
         "{c:?} tokens {tokens}: the routed experts on a quantized x differ"
+    );
+    // Each family of grouped GEMMs forced (the default picks one per pass):
+    // the warp-specialised kernels run the tile kernels' k-blocks, wgmma
+    // shapes and promotion, so the same bits.
+    let on = |gemms| {
+        dev.fill_bytes(&out, 0xFF).unwrap();
+        let mut none = |_| Ok(());
+        routed_experts_fp8_on(
+            dev,
+            &l,
+            (0, c.experts),
+            w.scales(),
+            None,
+            None,
+            Some(gemms),
+            &mut none,
+        )
+        .unwrap();
+        let mut v = vec![0f32; tokens * h];
+        dev.read(&out, &mut v).unwrap();
+        v
+    };
+    let (tiles, ws) = (on(Fp8Gemms::Tiles), on(Fp8Gemms::Ws));
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(
+        same(&tiles, &ws),
+        "{c:?} tokens {tokens}: the warp-specialised FP8 GEMMs differ from the tile kernels"
+    );
+    assert!(
+        same(&got, &tiles),
+        "{c:?} tokens {tokens}: the default family differs"
     );
     let short = QuantizedX::new(dev, &xd, tokens - 1, h).unwrap();
     let mut none = |_| Ok(());
@@ -506,15 +539,34 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
             routed_experts(&dev, &l).unwrap();
         });
         let bf16_ms = time_ms(&dev, iters, || routed_experts(&dev, &lb).unwrap());
+        let family = |gemms| {
+            time_ms(&dev, iters, || {
+                routed_experts_fp8_on(
+                    &dev,
+                    &l8,
+                    (0, e),
+                    scales,
+                    None,
+                    None,
+                    Some(gemms),
+                    &mut |_| Ok(()),
+                )
+                .unwrap()
+            })
+        };
+        let (tiles, ws) = (family(Fp8Gemms::Tiles), family(Fp8Gemms::Ws));
         let flops = grouped_gemm_flops(tokens, h, c.top_k, i);
         let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
         println!(
             "fp8_grouped_timing: tokens {tokens}: native fp8 {native:.3} ms ({:.0} TFLOP/s), \
-             dequant + bf16 {dequant:.3} ms ({:.0}), bf16 grouped {bf16_ms:.3} ms ({:.0}) \
+             dequant + bf16 {dequant:.3} ms ({:.0}), bf16 grouped {bf16_ms:.3} ms ({:.0}), \
+             fp8 tiles {tiles:.3} ms ({:.0}), fp8 warp-specialised {ws:.3} ms ({:.0}) \
              (whole routed experts: route, quantize, GEMMs, combine)",
             tf(native),
             tf(dequant),
-            tf(bf16_ms)
+            tf(bf16_ms),
+            tf(tiles),
+            tf(ws)
         );
     }
 }

@@ -111,14 +111,14 @@ using headroom_moe_wgmma_common::desc_sw128;
 using headroom_moe_wgmma_common::store_act;
 using headroom_moe_wgmma_common::stage_y;
 using headroom_moe_wgmma_common::copy_y;
+using headroom_moe_ws_common::wg_barrier;
+using headroom_moe_ws_common::cp_async_arrive_noinc;
+using headroom_moe_ws_common::tile_table;
+using headroom_moe_ws_common::take_unit;
+using headroom_moe_ws_common::put_tile;
+using headroom_moe_ws_common::get_tile;
 
-__device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
 
-// One arrival on bar when this thread's cp.asyncs so far have landed (the
-// arrival is one of the count set at init: .noinc).
-__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 // d = A·B + (accumulate ? d : 0): A and B K-major SW128 descriptors.
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long da, unsigned long long db,
                                                  int accumulate) {
@@ -133,24 +133,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
-// table[e] = row tiles of the experts before e; every thread.
-__device__ __forceinline__ void tile_table(const int* __restrict__ tile_offsets, int experts, int* table, int tid) {
-    __shared__ int warp_sums[THREADS / 32];
-    const int lane = tid % 32, warp = tid / 32;
-    int v = 0;
-    if (tid < experts) v = tile_offsets[tid + 1] - tile_offsets[tid];
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-        const int n = __shfl_up_sync(0xffffffffu, v, d);
-        if (lane >= d) v += n;
-    }
-    if (lane == 31) warp_sums[warp] = v;
-    __syncthreads();
-    for (int w = 0; w < warp; ++w) v += warp_sums[w];
-    if (tid < experts) table[tid + 1] = v;
-    if (tid == 0) table[0] = 0;
-    __syncthreads();
-}
 
 // The rows and column tile of work unit p (a 128-row tile of an expert, its
 // last tile the rest, and one of n_tiles column tiles).
@@ -171,37 +153,8 @@ __device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
     return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * (BN / 2);
 }
 
-// The producer warpgroup's own barrier (ids 1 and 2 are the MMA warpgroups').
-__device__ __forceinline__ void producer_barrier() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
 
-// The next unit for the producer warpgroup: thread 0 takes it from sched[0],
-// all 128 threads get it through next_unit.
-__device__ __forceinline__ int take_unit(int* __restrict__ sched, volatile int* next_unit, int pt) {
-    if (pt == 0) *next_unit = atomicAdd(sched, 1);
-    producer_barrier();
-    const int u = *next_unit;
-    producer_barrier();  // every thread has read it before thread 0 writes the next
-    return u;
-}
 
-// The tile of the unit whose first step is in stage st (the producer's
-// thread 0 writes it before the arrive that completes the stage).
-__device__ __forceinline__ void put_tile(volatile int* stage_tile, int st, const Tile& tl) {
-    volatile int* t = stage_tile + st * 4;
-    t[0] = tl.e;
-    t[1] = tl.m0;
-    t[2] = tl.rows;
-    t[3] = tl.nt;
-}
-__device__ __forceinline__ Tile get_tile(const volatile int* stage_tile, int st) {
-    const volatile int* t = stage_tile + st * 4;
-    Tile tl;
-    tl.e = t[0];
-    tl.m0 = t[1];
-    tl.rows = t[2];
-    tl.nt = t[3];
-    return tl;
-}
 
 // The producer warpgroup: every k-step of the units this CTA takes into the
 // stage ring, then the end stage (pt: the thread's index in the warpgroup).
@@ -323,7 +276,7 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
     int* table = reinterpret_cast<int*>(smem + STAGES * STAGE_BYTES + EPI + BAR_BYTES);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
-    tile_table(tile_offsets, experts, table, tid);
+    tile_table<THREADS>(tile_offsets, experts, table, tid);
     if (tid == 0) {
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(bars + st * 8, FULL_ARRIVALS);
