@@ -65,6 +65,8 @@ pub const FP8_WS_SMEM_GATE_UP: usize =
 /// Dynamic shared memory of a warp-specialised FP8 down CTA (`SMEM_DOWN`:
 /// the gate+up layout and two warpgroups' 64 x 128 bf16 y).
 pub const FP8_WS_SMEM_DOWN: usize = FP8_WS_SMEM_GATE_UP + 2 * 64 * 128 * 2;
+// One CTA an SM: its shared memory within the 227 KiB a CTA may take.
+const _: () = assert!(FP8_WS_SMEM_DOWN <= 227 * 1024);
 /// The warp-specialised FP8 gate+up kernel: `FP8_BN / 2` act columns a unit.
 const FP8_WS_GATE_UP: GemmKernel =
     GemmKernel::warp_specialized("moe_gemm_gate_up_ws_fp8", FP8_WS_SMEM_GATE_UP, FP8_BN / 2);
@@ -418,7 +420,6 @@ mod tests {
             + 1024;
         assert_eq!(FP8_WS_SMEM_GATE_UP, gate_up);
         assert_eq!(FP8_WS_SMEM_DOWN, gate_up + 2 * 64 * c("BN") * 2);
-        assert!(FP8_WS_SMEM_DOWN <= 227 * 1024, "one CTA an SM");
         assert_eq!(
             MOE_GROUPED_GEMM_WS_FP8.entry_points,
             [FP8_WS_GATE_UP.entry, FP8_WS_DOWN.entry]
