@@ -103,23 +103,37 @@ impl Fp8Gemms {
     }
 }
 
-/// The tensor map of e4m3 weights `w` of `rows` rows of `k` bytes, as the
-/// warp-specialised kernels read them: their bytes as bf16 `[rows][k / 2]`
-/// in boxes of `FP8_BN / 2` rows (one 128-byte row a box row; TMA copies
-/// bytes).
-fn fp8_weight_map(
-    w: &DeviceBuffer,
+/// The kernel of `gemm` (warp-specialised or not) and its weights, e4m3
+/// `codes` of `rows` rows of `k` bytes with their `scales`: the
+/// warp-specialised kernels read the codes through a tensor map over their
+/// bytes as bf16 `[rows][k / 2]` in boxes of `FP8_BN / 2` rows (one 128-byte
+/// row a box row; TMA copies bytes), encoded on the buffer's first use.
+fn fp8_gemm(
+    ws: bool,
+    gemm: Gemm,
+    codes: &DeviceBuffer,
+    scales: &DeviceBuffer,
     rows: usize,
     k: usize,
-) -> Result<crate::tensor_map::TensorMap, CudaError> {
-    weight_map(
-        w,
+) -> Result<(GemmKernel, GemmWeights), CudaError> {
+    let kernel = match (ws, gemm) {
+        (true, Gemm::GateUp) => FP8_WS_GATE_UP,
+        (true, Gemm::Down) => FP8_WS_DOWN,
+        (false, Gemm::GateUp) => FP8_GATE_UP,
+        (false, Gemm::Down) => FP8_DOWN,
+    };
+    if !ws {
+        return Ok((kernel, GemmWeights::Fp8(codes.ptr(), scales.ptr())));
+    }
+    let map = weight_map(
+        codes,
         Sw128Map {
             rows,
             cols: k / 2,
             box_rows: FP8_BN / 2,
         },
-    )
+    )?;
+    Ok((kernel, GemmWeights::Fp8Map(scales.ptr(), map)))
 }
 
 /// The f32 `scale_inv` tables of FP8 experts whose e4m3 codes are the
@@ -334,15 +348,15 @@ pub fn routed_experts_fp8_on(
             gemms.unwrap_or_else(|| Fp8Gemms::for_pass(pass.pairs(l.top_k), local)) == Fp8Gemms::Ws;
         mark(MoeStage::GateUp).map_err(dev_err)?;
         let a = [q, s_x, ws.r.slot_token.ptr()];
-        let (k, w) = if ws_gemms {
-            let map = fp8_weight_map(l.gate_up, local * 2 * i, h).map_err(dev_err)?;
-            (FP8_WS_GATE_UP, GemmWeights::Fp8Map(s.gate_up.ptr(), map))
-        } else {
-            (
-                FP8_GATE_UP,
-                GemmWeights::Fp8(l.gate_up.ptr(), s.gate_up.ptr()),
-            )
-        };
+        let (k, w) = fp8_gemm(
+            ws_gemms,
+            Gemm::GateUp,
+            l.gate_up,
+            s.gate_up,
+            local * 2 * i,
+            h,
+        )
+        .map_err(dev_err)?;
         passes
             .launch_gemm(k, pass, Gemm::GateUp, &a, w)
             .map_err(dev_err)?;
@@ -350,12 +364,8 @@ pub fn routed_experts_fp8_on(
         mark(MoeStage::Down).map_err(dev_err)?;
         quantize_rows(dev, ws.act.ptr(), pass.pairs(l.top_k), i, &aq)?;
         let a = [aq.q.ptr(), aq.s.ptr()];
-        let (k, w) = if ws_gemms {
-            let map = fp8_weight_map(l.down, local * h, i).map_err(dev_err)?;
-            (FP8_WS_DOWN, GemmWeights::Fp8Map(s.down.ptr(), map))
-        } else {
-            (FP8_DOWN, GemmWeights::Fp8(l.down.ptr(), s.down.ptr()))
-        };
+        let (k, w) =
+            fp8_gemm(ws_gemms, Gemm::Down, l.down, s.down, local * h, i).map_err(dev_err)?;
         passes
             .launch_gemm(k, pass, Gemm::Down, &a, w)
             .map_err(dev_err)

@@ -74,9 +74,6 @@ static_assert(SMEM_DOWN <= 227 * 1024, "one CTA fits an SM");
 static_assert(A_BYTES % 1024 == 0 && B_HALF % 1024 == 0 && STAGE_BYTES % 1024 == 0, "SW128 boxes 1024-aligned");
 
 using headroom_async::smem_u32;
-using headroom_async::cp_async_16;
-using headroom_async::cp_async_wait;
-using headroom_async::fence_proxy_async;
 using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
@@ -84,51 +81,21 @@ using headroom_async::fence_operands;
 using headroom_tma::TmaDesc;
 using headroom_tma::mbar_init;
 using headroom_tma::mbar_init_fence;
-using headroom_tma::mbar_expect_tx;
-using headroom_tma::mbar_arrive;
-using headroom_tma::mbar_wait;
-using headroom_tma::tma_load_2d;
 using headroom_moe_tiles::Tile;
-using headroom_moe_tiles::expert_of;
 using headroom_moe_common::source_row;
-using headroom_moe_common::swizzle16;
 using headroom_moe_wgmma_common::desc_sw128;
+using headroom_moe_wgmma_common::wgmma_m64n128k32_e4m3;
+using headroom_moe_wgmma_common::promote;
 using headroom_moe_wgmma_common::store_act;
 using headroom_moe_wgmma_common::stage_y;
 using headroom_moe_wgmma_common::copy_y;
 using headroom_moe_ws_common::wg_barrier;
-using headroom_moe_ws_common::cp_async_arrive_noinc;
 using headroom_moe_ws_common::tile_table;
-using headroom_moe_ws_common::take_unit;
-using headroom_moe_ws_common::put_tile;
 using headroom_moe_ws_common::get_tile;
+using headroom_moe_ws_common::produce;
+using headroom_moe_ws_common::wait_full;
+using headroom_moe_ws_common::release;
 
-// d = A·B + (accumulate ? d : 0), e4m3 x e4m3 -> f32, both K-major.
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[ACC], unsigned long long da,
-                                                      unsigned long long db, int accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(accumulate));
-}
-
-// The rows and column tile of work unit p (a 128-row tile of an expert, its
-// last tile the rest, and one of n_tiles column tiles).
-__device__ __forceinline__ Tile unit_tile(int p, int n_tiles, const int* table, const int* __restrict__ expert_offsets,
-                                          int experts) {
-    const int pp = p / n_tiles;
-    Tile tl;
-    tl.nt = p % n_tiles;
-    tl.e = expert_of(pp, table, experts);
-    tl.m0 = expert_offsets[tl.e] + (pp - table[tl.e]) * BM;
-    tl.rows = min(BM, expert_offsets[tl.e + 1] - tl.m0);
-    return tl;
-}
 
 // The first weight row of half h of tile tl's B (gate+up: h = 0 its 64 gate
 // rows, 1 the up rows of the same act columns; down: 64 y rows each).
@@ -137,79 +104,22 @@ __device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
     return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * B_HALF_ROWS;
 }
 
-// The producer warpgroup: every k-step of the units this CTA takes into the
-// stage ring, then the end stage (pt: the thread's index in the warpgroup).
-template <bool GATE_UP>
-__device__ __forceinline__ void produce(const u8* __restrict__ a_q, const int* __restrict__ slot_token,
-                                        const int* __restrict__ expert_offsets, const int* table, int experts,
-                                        int K, int n_out, int n_tiles, int total, int* __restrict__ sched,
-                                        volatile int* next_unit, volatile int* stage_tile, unsigned smem0,
-                                        unsigned bars, const TmaDesc* wmap, int pt) {
-    const int sub = pt / ROW_CHUNKS, chunk = pt % ROW_CHUNKS;  // rows sub + 16 i, i < 8
-    const unsigned dst0 = (unsigned)swizzle16<128>(sub, chunk);
-    const int k_tiles = K / BK;
-    int s = 0;
-    for (int u = take_unit(sched, next_unit, pt); u < total; u = take_unit(sched, next_unit, pt)) {
-        const Tile tl = unit_tile(u, n_tiles, table, expert_offsets, experts);
-        const u8* a_ptr[A_ROWS_THREAD];
-        bool a_ok[A_ROWS_THREAD];
-#pragma unroll
-        for (int i = 0; i < A_ROWS_THREAD; ++i) {
-            const int r = sub + i * A_ROW_STEP;
-            a_ok[i] = r < tl.rows;
-            a_ptr[i] = a_q + source_row<GATE_UP>(slot_token, tl.m0 + r, a_ok[i]) * K + chunk * 16;
-        }
-        const int b0 = b_row<GATE_UP>(tl, 0, n_out), b1 = b_row<GATE_UP>(tl, 1, n_out);
-        for (int kt = 0; kt < k_tiles; ++kt, ++s) {
-            const int st = s % STAGES;
-            const unsigned full = bars + st * 8, empty = bars + (STAGES + st) * 8;
-            const unsigned base = smem0 + (unsigned)(st * STAGE_BYTES);
-            const int k0 = kt * BK;
-            // Both MMA warpgroups released step s - STAGES.
-            if (s >= STAGES) mbar_wait(empty, (unsigned)(s / STAGES - 1) & 1u);
-            if (pt == 0) {
-                if (kt == 0) put_tile(stage_tile, st, tl);  // before the arrive that completes the stage
-                mbar_expect_tx(full, B_BYTES);
-                tma_load_2d(base + A_BYTES, wmap, k0 / 2, b0, full);
-                tma_load_2d(base + A_BYTES + B_HALF, wmap, k0 / 2, b1, full);
-            }
-#pragma unroll
-            for (int i = 0; i < A_ROWS_THREAD; ++i)
-                cp_async_16(base + dst0 + i * A_ROW_STEP * 128, a_ptr[i] + k0, a_ok[i]);
-            cp_async_arrive_noinc(full);
-        }
+// The layout moe_ws_common.cuh's producer loads (its template parameter):
+// A's e4m3 codes, and the weights' map over their bytes as bf16 (K / 2).
+struct Layout {
+    typedef u8 Elem;
+    static constexpr int BM = headroom_moe_ws_fp8::BM, BK = headroom_moe_ws_fp8::BK, CHUNK = 16;
+    static constexpr int ROW_CHUNKS = headroom_moe_ws_fp8::ROW_CHUNKS;
+    static constexpr int A_ROWS_THREAD = headroom_moe_ws_fp8::A_ROWS_THREAD;
+    static constexpr int A_ROW_STEP = headroom_moe_ws_fp8::A_ROW_STEP, STAGES = headroom_moe_ws_fp8::STAGES;
+    static constexpr int STAGE_BYTES = headroom_moe_ws_fp8::STAGE_BYTES, A_BYTES = headroom_moe_ws_fp8::A_BYTES;
+    static constexpr int B_BYTES = headroom_moe_ws_fp8::B_BYTES, B_HALF = headroom_moe_ws_fp8::B_HALF;
+    static constexpr int MAP_DIV = 2;
+    template <bool GATE_UP>
+    __device__ __forceinline__ static int b_row(const Tile& tl, int h, int n_out) {
+        return headroom_moe_ws_fp8::b_row<GATE_UP>(tl, h, n_out);
     }
-    // The end: a stage whose tile has expert -1 (no data, all 129 arrivals).
-    const int st = s % STAGES;
-    const unsigned full = bars + st * 8, empty = bars + (STAGES + st) * 8;
-    if (s >= STAGES) mbar_wait(empty, (unsigned)(s / STAGES - 1) & 1u);
-    if (pt == 0) {
-        Tile end;
-        end.e = -1;
-        end.m0 = end.rows = end.nt = 0;
-        put_tile(stage_tile, st, end);
-        mbar_arrive(full);
-    }
-    cp_async_arrive_noinc(full);
-    // The last CTA to end leaves the counters zero for the next launch (every
-    // CTA has taken its last unit before it counts its end).
-    if (pt == 0 && atomicAdd(sched + 1, 1) == (int)gridDim.x - 1) {
-        atomicExch(sched, 0);
-        atomicExch(sched + 1, 0);
-    }
-    cp_async_wait<0>();
-}
-
-// The stage of step s has landed (B by TMA, A by the producer's cp.async).
-__device__ __forceinline__ void wait_full(unsigned bars, int s) {
-    mbar_wait(bars + (s % STAGES) * 8, (unsigned)(s / STAGES) & 1u);
-    fence_proxy_async();
-}
-
-// This warpgroup is done reading step s's stage (one thread a warpgroup).
-__device__ __forceinline__ void release(unsigned bars, int s, bool leader) {
-    if (leader) mbar_arrive(bars + (STAGES + s % STAGES) * 8);
-}
+};
 
 // One k-step's wgmmas of one warpgroup into part: its 64 rows of A against
 // the stage's 128 rows of B (from zero: the first one's scale-d is off).
@@ -258,23 +168,6 @@ __device__ __forceinline__ UnitScales unit_scales(const float* __restrict__ a_s,
     return sc;
 }
 
-// acc += part * scale_a[row][kt] * scale_b[half][kt] (blocks NI/2.. are B's
-// second half: the up rows of gate+up).
-__device__ __forceinline__ void promote(float (&acc)[ACC], const float (&part)[ACC], const UnitScales& sc, int kt) {
-    const float s0 = sc.a[0][kt], s1 = sc.a[1][kt];
-    const float b_l = sc.b_lo[kt], b_h = sc.b_hi[kt];
-    const float c0l = s0 * b_l, c1l = s1 * b_l, c0h = s0 * b_h, c1h = s1 * b_h;
-#pragma unroll
-    for (int j = 0; j < NI; ++j) {
-        const bool up = j >= NI / 2;
-        const float c0 = up ? c0h : c0l, c1 = up ? c1h : c1l;
-        acc[4 * j] = fmaf(part[4 * j], c0, acc[4 * j]);
-        acc[4 * j + 1] = fmaf(part[4 * j + 1], c0, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(part[4 * j + 2], c1, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(part[4 * j + 3], c1, acc[4 * j + 3]);
-    }
-}
-
 // The down epilogue through this warpgroup's EPI_BYTES.
 __device__ __forceinline__ void store_y(const float (&acc)[ACC], bf16* __restrict__ out, const Tile& tl, int n_out,
                                         int wg, int wq, int lane, unsigned char* buf) {
@@ -321,7 +214,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
 
     if (tid >= MMA_THREADS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        produce<GATE_UP>(a_q, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, total, sched,
+        produce<GATE_UP, Layout>(a_q, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, total, sched,
                          &next_unit, stage_tile, smem0, bars, wmap, tid - MMA_THREADS);
         return;
     }
@@ -332,7 +225,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
     float acc[ACC], part[ACC];
     for (int s = 0;;) {
         // The unit's first step has landed with its tile beside it.
-        wait_full(bars, s);
+        wait_full<STAGES>(bars, s);
         const Tile ct = get_tile(stage_tile, s % STAGES);
         if (ct.e < 0) break;
         if (ct.rows > wg * WG_ROWS) {
@@ -341,12 +234,15 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
 #pragma unroll
             for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
             for (int kt = 0; kt < k_tiles; ++kt) {
-                if (kt > 0) wait_full(bars, s + kt);
+                if (kt > 0) wait_full<STAGES>(bars, s + kt);
                 mma_step(part, smem0 + (unsigned)(((s + kt) % STAGES) * STAGE_BYTES), wg);
+                // The k-block's scales, read while the tensor cores work.
+                const float s0 = sc.a[0][kt], s1 = sc.a[1][kt];
+                const float b_l = sc.b_lo[kt], b_h = sc.b_hi[kt];
                 wgmma_wait<0>();
                 fence_operands(part);
-                release(bars, s + kt, leader);  // the stage is read: the producer may refill it
-                promote(acc, part, sc, kt);
+                release<STAGES>(bars, s + kt, leader);  // the stage is read: the producer may refill it
+                promote(acc, part, s0, s1, b_l, b_h);
             }
             s += k_tiles;
             if (GATE_UP) {
@@ -356,11 +252,11 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
             }
         } else {
             // No row of this warpgroup's half: wait for and release each step.
-            release(bars, s, leader);
+            release<STAGES>(bars, s, leader);
             ++s;
             for (int kt = 1; kt < k_tiles; ++kt, ++s) {
-                wait_full(bars, s);
-                release(bars, s, leader);
+                wait_full<STAGES>(bars, s);
+                release<STAGES>(bars, s, leader);
             }
         }
     }

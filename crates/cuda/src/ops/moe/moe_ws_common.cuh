@@ -1,9 +1,11 @@
 // The warp-specialised grouped GEMMs' shared pieces (moe_grouped_gemm_ws.cu,
 // bf16, and moe_grouped_gemm_ws_fp8.cu): the warpgroups' named barriers,
 // cp.async arrivals on an mbarrier, the tile table in shared memory, the
-// producer's unit counter and the tile it hands the MMA warpgroups beside a
-// unit's first stage. Compiled in front of both sources, after
-// moe_tile_list.cuh; each brings the names into its namespace with
+// producer warpgroup (its unit counter, the tile it hands the MMA warpgroups
+// beside a unit's first stage, its loads into the stage ring) and the MMA
+// warpgroups' waits and releases of a stage. Compiled in front of both
+// sources, after async_copy.cuh, tma.cuh, moe_tile_list.cuh and
+// moe_gemm_common.cuh; each brings the names into its namespace with
 // using-declarations. As moe_wgmma_common.cuh's helpers these keep the
 // kernels' generated code byte for byte.
 #ifndef HEADROOM_MOE_WS_COMMON_CUH
@@ -11,7 +13,18 @@
 
 namespace headroom_moe_ws_common {
 
+using headroom_async::cp_async_16;
+using headroom_async::cp_async_wait;
+using headroom_async::fence_proxy_async;
+using headroom_moe_common::source_row;
+using headroom_moe_common::swizzle16;
 using headroom_moe_tiles::Tile;
+using headroom_moe_tiles::expert_of;
+using headroom_tma::TmaDesc;
+using headroom_tma::mbar_arrive;
+using headroom_tma::mbar_expect_tx;
+using headroom_tma::mbar_wait;
+using headroom_tma::tma_load_2d;
 
 // MMA warpgroup wg's own barrier (ids 1 and 2).
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
@@ -72,6 +85,104 @@ __device__ __forceinline__ Tile get_tile(const volatile int* stage_tile, int st)
     tl.rows = t[2];
     tl.nt = t[3];
     return tl;
+}
+
+
+// The rows and column tile of work unit p (a BM-row tile of an expert, its
+// last tile the rest, and one of n_tiles column tiles).
+template <int BM>
+__device__ __forceinline__ Tile unit_tile(int p, int n_tiles, const int* table, const int* __restrict__ expert_offsets,
+                                          int experts) {
+    const int pp = p / n_tiles;
+    Tile tl;
+    tl.nt = p % n_tiles;
+    tl.e = expert_of(pp, table, experts);
+    tl.m0 = expert_offsets[tl.e] + (pp - table[tl.e]) * BM;
+    tl.rows = min(BM, expert_offsets[tl.e + 1] - tl.m0);
+    return tl;
+}
+
+// The producer warpgroup: every k-step of the units this CTA takes into the
+// stage ring, then the end stage (pt: the thread's index in the warpgroup).
+// L, the kernel's layout: A's element type (Elem) and its BK elements a stage
+// row of 128 bytes (CHUNK a 16-byte chunk, ROW_CHUNKS a row), the A chunks a
+// producer thread loads a step (A_ROWS_THREAD, A_ROW_STEP rows apart), the
+// stage ring (STAGES of STAGE_BYTES: A_BYTES of A, then B_BYTES of B in two
+// TMA boxes of B_HALF), the weights' map's K coordinate as A's element index
+// / MAP_DIV, and b_row<GATE_UP>(tile, half, n_out), the first weight row of
+// a box.
+template <bool GATE_UP, typename L>
+__device__ __forceinline__ void produce(const typename L::Elem* __restrict__ a_src, const int* __restrict__ slot_token,
+                                        const int* __restrict__ expert_offsets, const int* table, int experts,
+                                        int K, int n_out, int n_tiles, int total, int* __restrict__ sched,
+                                        volatile int* next_unit, volatile int* stage_tile, unsigned smem0,
+                                        unsigned bars, const TmaDesc* wmap, int pt) {
+    const int sub = pt / L::ROW_CHUNKS, chunk = pt % L::ROW_CHUNKS;  // rows sub + A_ROW_STEP i
+    const unsigned dst0 = (unsigned)swizzle16<128>(sub, chunk);
+    const int k_tiles = K / L::BK;
+    int s = 0;
+    for (int u = take_unit(sched, next_unit, pt); u < total; u = take_unit(sched, next_unit, pt)) {
+        const Tile tl = unit_tile<L::BM>(u, n_tiles, table, expert_offsets, experts);
+        const typename L::Elem* a_ptr[L::A_ROWS_THREAD];
+        bool a_ok[L::A_ROWS_THREAD];
+#pragma unroll
+        for (int i = 0; i < L::A_ROWS_THREAD; ++i) {
+            const int r = sub + i * L::A_ROW_STEP;
+            a_ok[i] = r < tl.rows;
+            a_ptr[i] = a_src + source_row<GATE_UP>(slot_token, tl.m0 + r, a_ok[i]) * K + chunk * L::CHUNK;
+        }
+        const int b0 = L::template b_row<GATE_UP>(tl, 0, n_out), b1 = L::template b_row<GATE_UP>(tl, 1, n_out);
+        for (int kt = 0; kt < k_tiles; ++kt, ++s) {
+            const int st = s % L::STAGES;
+            const unsigned full = bars + st * 8, empty = bars + (L::STAGES + st) * 8;
+            const unsigned base = smem0 + (unsigned)(st * L::STAGE_BYTES);
+            const int k0 = kt * L::BK;
+            // Both MMA warpgroups released step s - STAGES.
+            if (s >= L::STAGES) mbar_wait(empty, (unsigned)(s / L::STAGES - 1) & 1u);
+            if (pt == 0) {
+                if (kt == 0) put_tile(stage_tile, st, tl);  // before the arrive that completes the stage
+                mbar_expect_tx(full, L::B_BYTES);
+                tma_load_2d(base + L::A_BYTES, wmap, k0 / L::MAP_DIV, b0, full);
+                tma_load_2d(base + L::A_BYTES + L::B_HALF, wmap, k0 / L::MAP_DIV, b1, full);
+            }
+#pragma unroll
+            for (int i = 0; i < L::A_ROWS_THREAD; ++i)
+                cp_async_16(base + dst0 + i * L::A_ROW_STEP * 128, a_ptr[i] + k0, a_ok[i]);
+            cp_async_arrive_noinc(full);
+        }
+    }
+    // The end: a stage whose tile has expert -1 (no data, all 129 arrivals).
+    const int st = s % L::STAGES;
+    const unsigned full = bars + st * 8, empty = bars + (L::STAGES + st) * 8;
+    if (s >= L::STAGES) mbar_wait(empty, (unsigned)(s / L::STAGES - 1) & 1u);
+    if (pt == 0) {
+        Tile end;
+        end.e = -1;
+        end.m0 = end.rows = end.nt = 0;
+        put_tile(stage_tile, st, end);
+        mbar_arrive(full);
+    }
+    cp_async_arrive_noinc(full);
+    // The last CTA to end leaves the counters zero for the next launch (every
+    // CTA has taken its last unit before it counts its end).
+    if (pt == 0 && atomicAdd(sched + 1, 1) == (int)gridDim.x - 1) {
+        atomicExch(sched, 0);
+        atomicExch(sched + 1, 0);
+    }
+    cp_async_wait<0>();
+}
+
+// The stage of step s has landed (B by TMA, A by the producer's cp.async).
+template <int STAGES>
+__device__ __forceinline__ void wait_full(unsigned bars, int s) {
+    mbar_wait(bars + (s % STAGES) * 8, (unsigned)(s / STAGES) & 1u);
+    fence_proxy_async();
+}
+
+// This warpgroup is done reading step s's stage (one thread a warpgroup).
+template <int STAGES>
+__device__ __forceinline__ void release(unsigned bars, int s, bool leader) {
+    if (leader) mbar_arrive(bars + (STAGES + s % STAGES) * 8);
 }
 
 }  // namespace headroom_moe_ws_common
