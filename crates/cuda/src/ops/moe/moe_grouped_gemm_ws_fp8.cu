@@ -73,14 +73,11 @@ static_assert(PRODUCER_THREADS * PRODUCER_REGS + MMA_THREADS * MMA_REGS <= 65536
 static_assert(SMEM_DOWN <= 227 * 1024, "one CTA fits an SM");
 static_assert(A_BYTES % 1024 == 0 && B_HALF % 1024 == 0 && STAGE_BYTES % 1024 == 0, "SW128 boxes 1024-aligned");
 
-using headroom_async::smem_u32;
 using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
 using headroom_tma::TmaDesc;
-using headroom_tma::mbar_init;
-using headroom_tma::mbar_init_fence;
 using headroom_moe_tiles::Tile;
 using headroom_moe_common::source_row;
 using headroom_moe_wgmma_common::desc_sw128;
@@ -90,11 +87,13 @@ using headroom_moe_wgmma_common::store_act;
 using headroom_moe_wgmma_common::stage_y;
 using headroom_moe_wgmma_common::copy_y;
 using headroom_moe_ws_common::wg_barrier;
-using headroom_moe_ws_common::tile_table;
 using headroom_moe_ws_common::get_tile;
 using headroom_moe_ws_common::produce;
 using headroom_moe_ws_common::wait_full;
 using headroom_moe_ws_common::release;
+using headroom_moe_ws_common::Ring;
+using headroom_moe_ws_common::ring_begin;
+using headroom_moe_ws_common::skip_unit;
 
 
 // The first weight row of half h of tile tl's B (gate+up: h = 0 its 64 gate
@@ -191,22 +190,12 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
     __shared__ int stage_tile[STAGES * 4];  // the tile of a unit's first step in each stage
     __shared__ int next_unit;
     constexpr int EPI = GATE_UP ? 0 : WARPGROUPS * EPI_BYTES;
-    const unsigned raw0 = smem_u32(smem_raw);
-    const unsigned smem0 = (raw0 + 1023u) & ~1023u;
-    unsigned char* smem = smem_raw + (smem0 - raw0);
-    const unsigned bars = smem0 + STAGES * STAGE_BYTES + EPI;  // full[st] at + 8 st, empty[st] at + 8 (STAGES + st)
-    int* table = reinterpret_cast<int*>(smem + STAGES * STAGE_BYTES + EPI + BAR_BYTES);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-
-    tile_table<THREADS>(tile_offsets, experts, table, tid);
-    if (tid == 0) {
-        for (int st = 0; st < STAGES; ++st) {
-            mbar_init(bars + st * 8, FULL_ARRIVALS);
-            mbar_init(bars + (STAGES + st) * 8, WARPGROUPS);
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
+    const Ring ring =
+        ring_begin<STAGES, STAGE_BYTES, EPI, THREADS, FULL_ARRIVALS, WARPGROUPS>(smem_raw, tile_offsets, experts, tid);
+    const unsigned smem0 = ring.smem0, bars = ring.bars;
+    unsigned char* smem = ring.smem;
+    const int* table = ring.table;
 
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int total = table[experts] * n_tiles;
@@ -215,7 +204,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
     if (tid >= MMA_THREADS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         produce<GATE_UP, Layout>(a_q, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, total, sched,
-                         &next_unit, stage_tile, smem0, bars, wmap, tid - MMA_THREADS);
+                                 &next_unit, stage_tile, smem0, bars, wmap, tid - MMA_THREADS);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(MMA_REGS));
@@ -252,12 +241,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
             }
         } else {
             // No row of this warpgroup's half: wait for and release each step.
-            release<STAGES>(bars, s, leader);
-            ++s;
-            for (int kt = 1; kt < k_tiles; ++kt, ++s) {
-                wait_full<STAGES>(bars, s);
-                release<STAGES>(bars, s, leader);
-            }
+            s = skip_unit<STAGES>(bars, s, k_tiles, leader);
         }
     }
 }

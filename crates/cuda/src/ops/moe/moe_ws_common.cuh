@@ -14,6 +14,7 @@
 namespace headroom_moe_ws_common {
 
 using headroom_async::cp_async_16;
+using headroom_async::smem_u32;
 using headroom_async::cp_async_wait;
 using headroom_async::fence_proxy_async;
 using headroom_moe_common::source_row;
@@ -23,6 +24,8 @@ using headroom_moe_tiles::expert_of;
 using headroom_tma::TmaDesc;
 using headroom_tma::mbar_arrive;
 using headroom_tma::mbar_expect_tx;
+using headroom_tma::mbar_init;
+using headroom_tma::mbar_init_fence;
 using headroom_tma::mbar_wait;
 using headroom_tma::tma_load_2d;
 
@@ -183,6 +186,52 @@ __device__ __forceinline__ void wait_full(unsigned bars, int s) {
 template <int STAGES>
 __device__ __forceinline__ void release(unsigned bars, int s, bool leader) {
     if (leader) mbar_arrive(bars + (STAGES + s % STAGES) * 8);
+}
+
+// A warp-specialised CTA's shared memory: the stage ring (from smem0, the
+// 1024-byte aligned base), EPI bytes of epilogue buffers, the mbarriers
+// (full[st] at bars + 8 st, empty[st] at bars + 8 (STAGES + st)) and the tile
+// table; every thread gets them after the table is filled and the mbarriers
+// initialised (full: FULL_ARRIVALS a phase, empty: one a MMA warpgroup).
+struct Ring {
+    unsigned smem0;
+    unsigned char* smem;  // the generic address of smem0
+    unsigned bars;
+    int* table;
+};
+
+template <int STAGES, int STAGE_BYTES, int EPI, int THREADS, int FULL_ARRIVALS, int MMA_WARPGROUPS>
+__device__ __forceinline__ Ring ring_begin(unsigned char* smem_raw, const int* __restrict__ tile_offsets,
+                                           int experts, int tid) {
+    Ring r;
+    const unsigned raw0 = smem_u32(smem_raw);
+    r.smem0 = (raw0 + 1023u) & ~1023u;
+    r.smem = smem_raw + (r.smem0 - raw0);
+    r.bars = r.smem0 + STAGES * STAGE_BYTES + EPI;
+    r.table = reinterpret_cast<int*>(r.smem + STAGES * STAGE_BYTES + EPI + 2 * STAGES * 8);
+    tile_table<THREADS>(tile_offsets, experts, r.table, tid);
+    if (tid == 0) {
+        for (int st = 0; st < STAGES; ++st) {
+            mbar_init(r.bars + st * 8, FULL_ARRIVALS);
+            mbar_init(r.bars + (STAGES + st) * 8, MMA_WARPGROUPS);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    return r;
+}
+
+// A MMA warpgroup with no row of the unit that starts at step s (its first
+// step waited for): each of the unit's k_tiles steps released; the step after.
+template <int STAGES>
+__device__ __forceinline__ int skip_unit(unsigned bars, int s, int k_tiles, bool leader) {
+    release<STAGES>(bars, s, leader);
+    ++s;
+    for (int kt = 1; kt < k_tiles; ++kt, ++s) {
+        wait_full<STAGES>(bars, s);
+        release<STAGES>(bars, s, leader);
+    }
+    return s;
 }
 
 }  // namespace headroom_moe_ws_common
