@@ -570,3 +570,145 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
         );
     }
 }
+
+/// Router logits putting token t's top-8 on `pick(t)` (in that order).
+fn assigned_logits(tokens: usize, experts: usize, pick: impl Fn(usize) -> [usize; 8]) -> Vec<f32> {
+    let mut l = vec![-20.0f32; tokens * experts];
+    for t in 0..tokens {
+        for (j, &e) in pick(t).iter().enumerate() {
+            l[t * experts + e] = 10.0 - j as f32;
+        }
+    }
+    l
+}
+
+/// Waits for the stream up to `secs`; a launch still running then is
+/// reported and the process aborts (the hang cannot be recovered from).
+fn wait_or_abort(dev: &CudaDevice, what: &str, secs: u64) {
+    let e = StreamEvent::marker(dev).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = e.wait();
+        let _ = tx.send(r.is_ok());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(true) => {}
+        Ok(false) => panic!("{what}: the device failed"),
+        Err(_) => {
+            eprintln!("{what}: still running after {secs} s (a hang)");
+            std::process::abort();
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): the warp-specialised FP8 GEMMs under skewed routings, against the tile kernels"]
+fn warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings() {
+    let dev = device();
+    let (h, i, e, k) = (2048usize, 512usize, 256usize, 8usize);
+    let mut g = rand::rngs::StdRng::seed_from_u64(11);
+    let codes = |g: &mut rand::rngs::StdRng, n: usize| -> Vec<u8> {
+        (0..n).map(|_| (g.random::<u8>() & 0xbf) | 0x20).collect()
+    };
+    let gu_w = dev.upload(&codes(&mut g, e * 2 * i * h)).unwrap();
+    let dn_w = dev.upload(&codes(&mut g, e * h * i)).unwrap();
+    let gu_s = dev
+        .upload(&vec![0.01f32; e * (2 * i / BLOCK) * (h / BLOCK)])
+        .unwrap();
+    let dn_s = dev
+        .upload(&vec![0.01f32; e * (h / BLOCK) * (i / BLOCK)])
+        .unwrap();
+    let scales = Fp8ExpertScales {
+        gate_up: &gu_s,
+        down: &dn_s,
+    };
+    type Pick = Box<dyn Fn(usize) -> [usize; 8]>;
+    let cases: Vec<(&str, usize, Pick)> = vec![
+        (
+            "all tokens on experts 0-7",
+            4096,
+            Box::new(|_| [0, 1, 2, 3, 4, 5, 6, 7]),
+        ),
+        (
+            "64 rows an expert",
+            2048,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "65 rows an expert",
+            2080,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "128 rows an expert",
+            4096,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "129 rows an expert",
+            4128,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "two hot experts, the rest spread",
+            4096,
+            Box::new(move |t| {
+                std::array::from_fn(|j| if j < 2 { j } else { 2 + (t * 6 + j) % 254 })
+            }),
+        ),
+        (
+            "16 experts",
+            3000,
+            Box::new(move |t| std::array::from_fn(|j| (t + j * 2) % 16)),
+        ),
+    ];
+    for (name, tokens, pick) in cases {
+        let x = dev
+            .upload(&host::bf16_bits(&uniform_bf16(tokens as u64, tokens * h)))
+            .unwrap();
+        let lg = dev.upload(&assigned_logits(tokens, e, pick)).unwrap();
+        let out = dev.alloc(tokens * h * 4).unwrap();
+        let l = MoeLaunch {
+            x: &x,
+            router_logits: &lg,
+            gate_up: &gu_w,
+            down: &dn_w,
+            out: &out,
+            tokens,
+            hidden: h,
+            experts: e,
+            top_k: k,
+            intermediate: i,
+            renormalise: true,
+        };
+        let run = |gemms| {
+            dev.fill_bytes(&out, 0xFF).unwrap();
+            routed_experts_fp8_on(
+                &dev,
+                &l,
+                (0, e),
+                scales,
+                None,
+                None,
+                Some(gemms),
+                &mut |_| Ok(()),
+            )
+            .unwrap();
+        };
+        run(Fp8Gemms::Tiles);
+        let mut want = vec![0u32; tokens * h];
+        dev.read(&out, &mut want).unwrap();
+        for it in 0..25 {
+            run(Fp8Gemms::Ws);
+            wait_or_abort(&dev, &format!("{name}, {tokens} tokens, run {it}"), 10);
+            let mut got = vec![0u32; tokens * h];
+            dev.read(&out, &mut got).unwrap();
+            let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ, 0,
+                "{name}, {tokens} tokens, run {it}: {differ} outputs differ from the tiles'"
+            );
+        }
+        println!("fp8 ws under skew: {name}, {tokens} tokens: 25 runs finished, the tiles' bits");
+    }
+}
