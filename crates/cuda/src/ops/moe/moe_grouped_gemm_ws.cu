@@ -21,9 +21,10 @@
 //   expect_tx arrive + 128 noinc arrives).
 // - The MMA warpgroups wait on the full mbarrier only, fence the cp.async
 //   writes to the async proxy, issue their 4 wgmmas, and after wgmma
-//   wait_group 1 (one group in flight) release the PREVIOUS step's stage: one
-//   thread a warpgroup arrives on its empty mbarrier. Empty: 2 arrivals a
-//   phase.
+//   wait_group 1 (one group in flight) release the PREVIOUS step's stage:
+//   lane 0 of each MMA warp arrives on its empty mbarrier. Empty: 8
+//   arrivals a phase, so no stage is refilled before every MMA warp is past
+//   it (moe_ws_common.cuh's release).
 // - A warpgroup without rows (the second half of an expert's last tile of
 //   at most 64 rows) still waits on every step's full mbarrier and releases
 //   it, in a second k-loop chosen outside the loop (no branch around the
@@ -204,7 +205,7 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(MMA_REGS));
         const int wg = warp / 4, wq = warp % 4;
-        const bool leader = tid % 128 == 0;
+        const bool warp_leader = lane == 0;  // release: one arrival an MMA warp
         unsigned char* epi = smem + STAGES * STAGE_BYTES + wg * EPI_BYTES;
         float acc[ACC];
 #pragma unroll
@@ -224,18 +225,18 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
                     mma_step(acc, smem0 + (unsigned)((s % STAGES) * STAGE_BYTES), wg, kt);
                     wgmma_wait<1>();
                     fence_operands(acc);
-                    release<STAGES>(bars, s - 1, leader);
+                    release<STAGES>(bars, s - 1, warp_leader);
                 }
                 wgmma_wait<0>();
                 fence_operands(acc);
-                release<STAGES>(bars, s - 1, leader);
+                release<STAGES>(bars, s - 1, warp_leader);
                 if (GATE_UP) {
                     store_act(acc, out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16, ct.nt * GATE_UP_COLS, n_out, lane);
                 } else {
                     store_y(acc, out, ct, n_out, wg, wq, lane, epi);
                 }
             } else {
-                s = skip_unit<STAGES>(bars, s, k_tiles, leader);
+                s = skip_unit<STAGES>(bars, s, k_tiles, warp_leader);
             }
         }
     }

@@ -209,7 +209,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(MMA_REGS));
     const int wg = warp / 4, wq = warp % 4;
-    const bool leader = tid % 128 == 0;
+    const bool warp_leader = lane == 0;  // release: one arrival an MMA warp
     unsigned char* epi = smem + STAGES * STAGE_BYTES + wg * EPI_BYTES;
     float acc[ACC], part[ACC];
     for (int s = 0;;) {
@@ -230,7 +230,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
                 const float b_l = sc.b_lo[kt], b_h = sc.b_hi[kt];
                 wgmma_wait<0>();
                 fence_operands(part);
-                release<STAGES>(bars, s + kt, leader);  // the stage is read: the producer may refill it
+                release<STAGES>(bars, s + kt, warp_leader);  // the stage is read: the producer may refill it
                 promote(acc, part, s0, s1, b_l, b_h);
             }
             s += k_tiles;
@@ -241,7 +241,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
             }
         } else {
             // No row of this warpgroup's half: wait for and release each step.
-            s = skip_unit<STAGES>(bars, s, k_tiles, leader);
+            s = skip_unit<STAGES>(bars, s, k_tiles, warp_leader);
         }
     }
 }

@@ -182,17 +182,23 @@ __device__ __forceinline__ void wait_full(unsigned bars, int s) {
     fence_proxy_async();
 }
 
-// This warpgroup is done reading step s's stage (one thread a warpgroup).
+// This warp is done with step s's stage (lane 0 of each MMA warp arrives:
+// four arrivals an MMA warpgroup a phase). Not one thread a warpgroup: a
+// warpgroup's leader that skips a unit (skip_unit, no wgmma to gather its
+// four warps) could then release steps its other warps had not yet waited
+// for, the producer refill those stages, and a lagging warp wait on a parity
+// that had come round again: the CTA deadlocked (docs/perf/cuda-fp8.md,
+// session 35).
 template <int STAGES>
-__device__ __forceinline__ void release(unsigned bars, int s, bool leader) {
-    if (leader) mbar_arrive(bars + (STAGES + s % STAGES) * 8);
+__device__ __forceinline__ void release(unsigned bars, int s, bool warp_leader) {
+    if (warp_leader) mbar_arrive(bars + (STAGES + s % STAGES) * 8);
 }
 
 // A warp-specialised CTA's shared memory: the stage ring (from smem0, the
 // 1024-byte aligned base), EPI bytes of epilogue buffers, the mbarriers
 // (full[st] at bars + 8 st, empty[st] at bars + 8 (STAGES + st)) and the tile
 // table; every thread gets them after the table is filled and the mbarriers
-// initialised (full: FULL_ARRIVALS a phase, empty: one a MMA warpgroup).
+// initialised (full: FULL_ARRIVALS a phase, empty: one an MMA warp).
 struct Ring {
     unsigned smem0;
     unsigned char* smem;  // the generic address of smem0
@@ -213,7 +219,7 @@ __device__ __forceinline__ Ring ring_begin(unsigned char* smem_raw, const int* _
     if (tid == 0) {
         for (int st = 0; st < STAGES; ++st) {
             mbar_init(r.bars + st * 8, FULL_ARRIVALS);
-            mbar_init(r.bars + (STAGES + st) * 8, MMA_WARPGROUPS);
+            mbar_init(r.bars + (STAGES + st) * 8, MMA_WARPGROUPS * 4);
         }
         mbar_init_fence();
     }
@@ -224,12 +230,12 @@ __device__ __forceinline__ Ring ring_begin(unsigned char* smem_raw, const int* _
 // A MMA warpgroup with no row of the unit that starts at step s (its first
 // step waited for): each of the unit's k_tiles steps released; the step after.
 template <int STAGES>
-__device__ __forceinline__ int skip_unit(unsigned bars, int s, int k_tiles, bool leader) {
-    release<STAGES>(bars, s, leader);
+__device__ __forceinline__ int skip_unit(unsigned bars, int s, int k_tiles, bool warp_leader) {
+    release<STAGES>(bars, s, warp_leader);
     ++s;
     for (int kt = 1; kt < k_tiles; ++kt, ++s) {
         wait_full<STAGES>(bars, s);
-        release<STAGES>(bars, s, leader);
+        release<STAGES>(bars, s, warp_leader);
     }
     return s;
 }
