@@ -26,7 +26,9 @@ use headroom_cuda::device::CudaDevice;
 use headroom_cuda::event::StreamEvent;
 use headroom_cuda::ops::fp8::gemm::QuantizedX;
 use headroom_cuda::ops::fp8::quant::dequantize_stacked;
-use headroom_cuda::ops::moe::fp8::{routed_experts_fp8, routed_experts_fp8_from, Fp8ExpertScales};
+use headroom_cuda::ops::moe::fp8::{
+    routed_experts_fp8, routed_experts_fp8_from, routed_experts_fp8_on, Fp8ExpertScales, Fp8Gemms,
+};
 use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts, MoeLaunch, CHUNK_TOKENS};
 use host::{dequant_act, quantize, uniform_bf16, HostFp8, BLOCK};
 use rand::{Rng, SeedableRng};
@@ -231,6 +233,37 @@ fn check(dev: &CudaDevice, c: Case, tokens: usize, seed: u64) {
             .zip(&from_pre)
             .all(|(a, b)| a.to_bits() == b.to_bits()),
         "{c:?} tokens {tokens}: the routed experts on a quantized x differ"
+    );
+    // Each family of grouped GEMMs forced (the default picks one per pass):
+    // the warp-specialised kernels run the tile kernels' k-blocks, wgmma
+    // shapes and promotion, so the same bits.
+    let on = |gemms| {
+        dev.fill_bytes(&out, 0xFF).unwrap();
+        let mut none = |_| Ok(());
+        routed_experts_fp8_on(
+            dev,
+            &l,
+            (0, c.experts),
+            w.scales(),
+            None,
+            None,
+            Some(gemms),
+            &mut none,
+        )
+        .unwrap();
+        let mut v = vec![0f32; tokens * h];
+        dev.read(&out, &mut v).unwrap();
+        v
+    };
+    let (tiles, ws) = (on(Fp8Gemms::Tiles), on(Fp8Gemms::Ws));
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(
+        same(&tiles, &ws),
+        "{c:?} tokens {tokens}: the warp-specialised FP8 GEMMs differ from the tile kernels"
+    );
+    assert!(
+        same(&got, &tiles),
+        "{c:?} tokens {tokens}: the default family differs"
     );
     let short = QuantizedX::new(dev, &xd, tokens - 1, h).unwrap();
     let mut none = |_| Ok(());
@@ -506,15 +539,201 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
             routed_experts(&dev, &l).unwrap();
         });
         let bf16_ms = time_ms(&dev, iters, || routed_experts(&dev, &lb).unwrap());
+        let family = |gemms| {
+            time_ms(&dev, iters, || {
+                routed_experts_fp8_on(
+                    &dev,
+                    &l8,
+                    (0, e),
+                    scales,
+                    None,
+                    None,
+                    Some(gemms),
+                    &mut |_| Ok(()),
+                )
+                .unwrap()
+            })
+        };
+        let (tiles, ws) = (family(Fp8Gemms::Tiles), family(Fp8Gemms::Ws));
         let flops = grouped_gemm_flops(tokens, h, c.top_k, i);
         let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
         println!(
             "fp8_grouped_timing: tokens {tokens}: native fp8 {native:.3} ms ({:.0} TFLOP/s), \
-             dequant + bf16 {dequant:.3} ms ({:.0}), bf16 grouped {bf16_ms:.3} ms ({:.0}) \
+             dequant + bf16 {dequant:.3} ms ({:.0}), bf16 grouped {bf16_ms:.3} ms ({:.0}), \
+             fp8 tiles {tiles:.3} ms ({:.0}), fp8 warp-specialised {ws:.3} ms ({:.0}) \
              (whole routed experts: route, quantize, GEMMs, combine)",
             tf(native),
             tf(dequant),
-            tf(bf16_ms)
+            tf(bf16_ms),
+            tf(tiles),
+            tf(ws)
+        );
+    }
+}
+
+/// Router logits putting token t's top-8 on `pick(t)` (in that order).
+fn assigned_logits(tokens: usize, experts: usize, pick: impl Fn(usize) -> [usize; 8]) -> Vec<f32> {
+    let mut l = vec![-20.0f32; tokens * experts];
+    for t in 0..tokens {
+        for (j, &e) in pick(t).iter().enumerate() {
+            l[t * experts + e] = 10.0 - j as f32;
+        }
+    }
+    l
+}
+
+/// Waits for the stream up to `secs`; a launch still running then is
+/// reported and the process aborts (the hang cannot be recovered from).
+fn wait_or_abort(dev: &CudaDevice, what: &str, secs: u64) {
+    let e = StreamEvent::marker(dev).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = e.wait();
+        let _ = tx.send(r.is_ok());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(true) => {}
+        Ok(false) => panic!("{what}: the device failed"),
+        Err(_) => {
+            eprintln!("{what}: still running after {secs} s (a hang)");
+            std::process::abort();
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): the warp-specialised FP8 GEMMs under skewed routings, against the tile kernels"]
+fn warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings() {
+    let dev = device();
+    let (h, i, e, k) = (2048usize, 512usize, 256usize, 8usize);
+    let mut g = rand::rngs::StdRng::seed_from_u64(11);
+    let codes = |g: &mut rand::rngs::StdRng, n: usize| -> Vec<u8> {
+        (0..n).map(|_| (g.random::<u8>() & 0xbf) | 0x20).collect()
+    };
+    let gu_w = dev.upload(&codes(&mut g, e * 2 * i * h)).unwrap();
+    let dn_w = dev.upload(&codes(&mut g, e * h * i)).unwrap();
+    let gu_s = dev
+        .upload(&vec![0.01f32; e * (2 * i / BLOCK) * (h / BLOCK)])
+        .unwrap();
+    let dn_s = dev
+        .upload(&vec![0.01f32; e * (h / BLOCK) * (i / BLOCK)])
+        .unwrap();
+    let scales = Fp8ExpertScales {
+        gate_up: &gu_s,
+        down: &dn_s,
+    };
+    type Pick = Box<dyn Fn(usize) -> [usize; 8]>;
+    // (name, tokens, runs, each token's experts)
+    let cases: Vec<(&str, usize, usize, Pick)> = vec![
+        (
+            "all tokens on experts 0-7",
+            4096,
+            25,
+            Box::new(|_| [0, 1, 2, 3, 4, 5, 6, 7]),
+        ),
+        (
+            "64 rows an expert",
+            2048,
+            25,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "65 rows an expert",
+            2080,
+            25,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "128 rows an expert",
+            4096,
+            25,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "129 rows an expert",
+            4128,
+            25,
+            Box::new(move |t| std::array::from_fn(|j| (t * 8 + j) % 256)),
+        ),
+        (
+            "two hot experts, the rest spread",
+            4096,
+            25,
+            Box::new(move |t| {
+                std::array::from_fn(|j| if j < 2 { j } else { 2 + (t * 6 + j) % 254 })
+            }),
+        ),
+        (
+            "16 experts",
+            3000,
+            25,
+            Box::new(move |t| std::array::from_fn(|j| (t + j * 2) % 16)),
+        ),
+        // The engine's calibration step (4,096 tokens over all 256 experts,
+        // 80-200 rows each): half the experts end in a unit of at most 64
+        // rows, which the second MMA warpgroup skips. Session 34's servers
+        // hung there (a skipping warpgroup's leader released steps its other
+        // warps had not reached); many runs, as the race needs a lagging warp.
+        (
+            "hashed routing over 256 experts",
+            4096,
+            200,
+            Box::new(move |t| {
+                let h = (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let (start, step) = ((h >> 8) as usize % 256, 1 + 2 * ((h >> 40) as usize % 128));
+                std::array::from_fn(|j| (start + j * step) % 256)
+            }),
+        ),
+    ];
+    for (name, tokens, runs, pick) in cases {
+        let x = dev
+            .upload(&host::bf16_bits(&uniform_bf16(tokens as u64, tokens * h)))
+            .unwrap();
+        let lg = dev.upload(&assigned_logits(tokens, e, pick)).unwrap();
+        let out = dev.alloc(tokens * h * 4).unwrap();
+        let l = MoeLaunch {
+            x: &x,
+            router_logits: &lg,
+            gate_up: &gu_w,
+            down: &dn_w,
+            out: &out,
+            tokens,
+            hidden: h,
+            experts: e,
+            top_k: k,
+            intermediate: i,
+            renormalise: true,
+        };
+        let run = |gemms| {
+            dev.fill_bytes(&out, 0xFF).unwrap();
+            routed_experts_fp8_on(
+                &dev,
+                &l,
+                (0, e),
+                scales,
+                None,
+                None,
+                Some(gemms),
+                &mut |_| Ok(()),
+            )
+            .unwrap();
+        };
+        run(Fp8Gemms::Tiles);
+        let mut want = vec![0u32; tokens * h];
+        dev.read(&out, &mut want).unwrap();
+        for it in 0..runs {
+            run(Fp8Gemms::Ws);
+            wait_or_abort(&dev, &format!("{name}, {tokens} tokens, run {it}"), 10);
+            let mut got = vec![0u32; tokens * h];
+            dev.read(&out, &mut got).unwrap();
+            let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ, 0,
+                "{name}, {tokens} tokens, run {it}: {differ} outputs differ from the tiles'"
+            );
+        }
+        println!(
+            "fp8 ws under skew: {name}, {tokens} tokens: {runs} runs finished, the tiles' bits"
         );
     }
 }

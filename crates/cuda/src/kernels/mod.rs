@@ -26,7 +26,7 @@ use crate::ops::gemv::sources::GEMV;
 use crate::ops::kv::sources::OPS_KV;
 use crate::ops::moe::sources::{
     MOE_DECODE, MOE_GROUPED_GEMM, MOE_GROUPED_GEMM_FP8, MOE_GROUPED_GEMM_STREAM,
-    MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WS, MOE_ROUTE,
+    MOE_GROUPED_GEMM_WGMMA, MOE_GROUPED_GEMM_WS, MOE_GROUPED_GEMM_WS_FP8, MOE_ROUTE,
 };
 use crate::ops::norm::sources::OPS_NORM;
 use crate::ops::pointwise::sources::OPS_POINTWISE;
@@ -66,6 +66,7 @@ pub const SOURCES: &[KernelSource] = &[
     MOE_GROUPED_GEMM_WS,
     MOE_GROUPED_GEMM_STREAM,
     MOE_GROUPED_GEMM_FP8,
+    MOE_GROUPED_GEMM_WS_FP8,
     OPS_FALLBACK,
     MOE_DECODE,
     OPS_TP,

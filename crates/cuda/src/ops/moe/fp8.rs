@@ -12,7 +12,9 @@
 //! [`native_takes`] says which calls run here; the others keep the
 //! dequantize + bf16 grouped GEMMs fallback (`crate::backend::moe`).
 
+use super::gemm::{WS_MAX_EXPERTS, WS_PAIRS};
 use super::launch::{Gemm, GemmWeights, Passes};
+use super::weights::weight_map;
 use super::{
     check_len_of, validate_inner, GemmKernel, MoeLaunch, MoePlan, MoeStage, SharedEpilogue, GEMM_BM,
 };
@@ -22,6 +24,7 @@ use crate::launch::dev_err;
 use crate::ops::fp8::gemm::QuantizedX;
 use crate::ops::fp8::quant::launch_quantize;
 use crate::ops::fp8::BLOCK;
+use crate::tensor_map::Sw128Map;
 use crate::CudaError;
 use headroom_core::ops::{OpError, OpResult};
 
@@ -50,6 +53,88 @@ const fn fp8_kernel(entry: &'static str, tile_cols: usize) -> GemmKernel {
 const FP8_GATE_UP: GemmKernel = fp8_kernel("moe_gemm_gate_up_fp8", FP8_BN / 2);
 /// The down kernel: up to `FP8_BN · FP8_DOWN_TILES` columns of y a CTA.
 const FP8_DOWN: GemmKernel = fp8_kernel("moe_gemm_down_fp8", FP8_BN * FP8_DOWN_TILES);
+
+/// Stages of the warp-specialised FP8 kernels (`STAGES` in
+/// `moe_grouped_gemm_ws_fp8.cu`).
+pub const FP8_WS_STAGES: usize = 5;
+/// Dynamic shared memory of a warp-specialised FP8 gate+up CTA
+/// (`SMEM_GATE_UP`: the stages of 128 A and 128 B rows of 128 bytes, their
+/// full and empty mbarriers, the tile table, alignment slack).
+pub const FP8_WS_SMEM_GATE_UP: usize =
+    FP8_WS_STAGES * (128 + 128) * 128 + 2 * FP8_WS_STAGES * 8 + (WS_MAX_EXPERTS + 1) * 4 + 1024;
+/// Dynamic shared memory of a warp-specialised FP8 down CTA (`SMEM_DOWN`:
+/// the gate+up layout and two warpgroups' 64 x 128 bf16 y).
+pub const FP8_WS_SMEM_DOWN: usize = FP8_WS_SMEM_GATE_UP + 2 * 64 * 128 * 2;
+// One CTA an SM: its shared memory within the 227 KiB a CTA may take.
+const _: () = assert!(FP8_WS_SMEM_DOWN <= 227 * 1024);
+/// The warp-specialised FP8 gate+up kernel: `FP8_BN / 2` act columns a unit.
+const FP8_WS_GATE_UP: GemmKernel =
+    GemmKernel::warp_specialized("moe_gemm_gate_up_ws_fp8", FP8_WS_SMEM_GATE_UP, FP8_BN / 2);
+/// The warp-specialised FP8 down kernel: `FP8_BN` y columns a unit.
+const FP8_WS_DOWN: GemmKernel =
+    GemmKernel::warp_specialized("moe_gemm_down_ws_fp8", FP8_WS_SMEM_DOWN, FP8_BN);
+
+/// Pairs per pass from which [`Fp8Gemms::for_pass`] runs [`Fp8Gemms::Ws`]:
+/// the bf16 kernels' threshold, not yet measured for FP8 (docs/perf/cuda-fp8.md,
+/// session 33).
+pub const FP8_WS_PAIRS: usize = WS_PAIRS;
+
+/// The FP8 grouped GEMMs of a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Gemms {
+    /// One CTA a tile of 64 rows (`moe_grouped_gemm_fp8.cu`), three an SM.
+    Tiles,
+    /// One persistent warp-specialised CTA an SM over 128-row units
+    /// (`moe_grouped_gemm_ws_fp8.cu`); at most [`WS_MAX_EXPERTS`] local
+    /// experts.
+    Ws,
+}
+
+impl Fp8Gemms {
+    /// The family a pass of `pairs` (token, k) pairs over `local` experts
+    /// runs: [`Fp8Gemms::Ws`] from [`FP8_WS_PAIRS`] pairs and up to
+    /// [`WS_MAX_EXPERTS`] experts, else [`Fp8Gemms::Tiles`].
+    pub fn for_pass(pairs: usize, local: usize) -> Fp8Gemms {
+        if pairs >= FP8_WS_PAIRS && local <= WS_MAX_EXPERTS {
+            Fp8Gemms::Ws
+        } else {
+            Fp8Gemms::Tiles
+        }
+    }
+}
+
+/// The kernel of `gemm` (warp-specialised or not) and its weights, e4m3
+/// `codes` of `rows` rows of `k` bytes with their `scales`: the
+/// warp-specialised kernels read the codes through a tensor map over their
+/// bytes as bf16 `[rows][k / 2]` in boxes of `FP8_BN / 2` rows (one 128-byte
+/// row a box row; TMA copies bytes), encoded on the buffer's first use.
+fn fp8_gemm(
+    ws: bool,
+    gemm: Gemm,
+    codes: &DeviceBuffer,
+    scales: &DeviceBuffer,
+    rows: usize,
+    k: usize,
+) -> Result<(GemmKernel, GemmWeights), CudaError> {
+    let kernel = match (ws, gemm) {
+        (true, Gemm::GateUp) => FP8_WS_GATE_UP,
+        (true, Gemm::Down) => FP8_WS_DOWN,
+        (false, Gemm::GateUp) => FP8_GATE_UP,
+        (false, Gemm::Down) => FP8_DOWN,
+    };
+    if !ws {
+        return Ok((kernel, GemmWeights::Fp8(codes.ptr(), scales.ptr())));
+    }
+    let map = weight_map(
+        codes,
+        Sw128Map {
+            rows,
+            cols: k / 2,
+            box_rows: FP8_BN / 2,
+        },
+    )?;
+    Ok((kernel, GemmWeights::Fp8Map(scales.ptr(), map)))
+}
 
 /// The f32 `scale_inv` tables of FP8 experts whose e4m3 codes are the
 /// launch's `gate_up` and `down`.
@@ -201,7 +286,29 @@ pub fn routed_experts_fp8_from(
     pre: Option<&QuantizedX>,
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> OpResult<()> {
+    routed_experts_fp8_on(dev, l, (first, local), s, shared, pre, None, mark)
+}
+
+/// [`routed_experts_fp8_from`] on the grouped GEMMs of `gemms` (`None`:
+/// [`Fp8Gemms::for_pass`] per pass). [`Fp8Gemms::Ws`] over more than
+/// [`WS_MAX_EXPERTS`] local experts is an error before any launch.
+#[allow(clippy::too_many_arguments)]
+pub fn routed_experts_fp8_on(
+    dev: &CudaDevice,
+    l: &MoeLaunch<'_>,
+    (first, local): (usize, usize),
+    s: Fp8ExpertScales<'_>,
+    shared: Option<&SharedEpilogue<'_>>,
+    pre: Option<&QuantizedX>,
+    gemms: Option<Fp8Gemms>,
+    mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
+) -> OpResult<()> {
     let plan = validate_fp8(l, (first, local), s, shared).map_err(dev_err)?;
+    if gemms == Some(Fp8Gemms::Ws) && local > WS_MAX_EXPERTS {
+        return Err(dev_err(shape_err(format!(
+            "the warp-specialised FP8 GEMMs take at most {WS_MAX_EXPERTS} local experts, not {local}"
+        ))));
+    }
     if let Some(p) = pre {
         if (p.m, p.k) != (l.tokens, l.hidden) {
             return Err(dev_err(shape_err(format!(
@@ -237,26 +344,38 @@ pub fn routed_experts_fp8_from(
             ),
         };
 
+        let ws_gemms =
+            gemms.unwrap_or_else(|| Fp8Gemms::for_pass(pass.pairs(l.top_k), local)) == Fp8Gemms::Ws;
         mark(MoeStage::GateUp).map_err(dev_err)?;
         let a = [q, s_x, ws.r.slot_token.ptr()];
-        let w = GemmWeights::Fp8(l.gate_up.ptr(), s.gate_up.ptr());
+        let (k, w) = fp8_gemm(
+            ws_gemms,
+            Gemm::GateUp,
+            l.gate_up,
+            s.gate_up,
+            local * 2 * i,
+            h,
+        )
+        .map_err(dev_err)?;
         passes
-            .launch_gemm(FP8_GATE_UP, pass, Gemm::GateUp, &a, w)
+            .launch_gemm(k, pass, Gemm::GateUp, &a, w)
             .map_err(dev_err)?;
 
         mark(MoeStage::Down).map_err(dev_err)?;
         quantize_rows(dev, ws.act.ptr(), pass.pairs(l.top_k), i, &aq)?;
         let a = [aq.q.ptr(), aq.s.ptr()];
-        let w = GemmWeights::Fp8(l.down.ptr(), s.down.ptr());
+        let (k, w) =
+            fp8_gemm(ws_gemms, Gemm::Down, l.down, s.down, local * h, i).map_err(dev_err)?;
         passes
-            .launch_gemm(FP8_DOWN, pass, Gemm::Down, &a, w)
+            .launch_gemm(k, pass, Gemm::Down, &a, w)
             .map_err(dev_err)
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::sources::MOE_GROUPED_GEMM_FP8;
+    use super::super::gemm::WS_THREADS;
+    use super::super::sources::{MOE_GROUPED_GEMM_FP8, MOE_GROUPED_GEMM_WS_FP8};
     use super::*;
     use crate::kernels::source_constant;
 
@@ -293,6 +412,48 @@ mod tests {
         assert_eq!(fp8_grids(10, 2048, 512), (10 * 2 * 8, 10 * 2 * 8));
         assert_eq!(fp8_grids(1, 128, 128), (4, 2));
         assert_eq!(fp8_grids(3, 384, 128), (3 * 2 * 2, 3 * 2 * 2));
+    }
+
+    #[test]
+    fn the_warp_specialised_kernels_match_their_source() {
+        let src = MOE_GROUPED_GEMM_WS_FP8.source;
+        let c = |name| source_constant(src, name);
+        assert_eq!(c("STAGES"), FP8_WS_STAGES);
+        assert_eq!((c("BM"), c("BN"), c("BK")), (GEMM_BM, FP8_BN, BLOCK));
+        assert_eq!(c("MAX_EXPERTS"), WS_MAX_EXPERTS);
+        // SMEM_GATE_UP: the stages of 128 A and 128 B rows of BK bytes, full
+        // and empty mbarriers, the tile table, alignment slack; SMEM_DOWN
+        // adds the two warpgroups' 64 x 128 bf16 y.
+        let gate_up = c("STAGES") * (c("BM") + c("BN")) * c("BK")
+            + 2 * c("STAGES") * 8
+            + (c("MAX_EXPERTS") + 1) * 4
+            + 1024;
+        assert_eq!(FP8_WS_SMEM_GATE_UP, gate_up);
+        assert_eq!(FP8_WS_SMEM_DOWN, gate_up + 2 * 64 * c("BN") * 2);
+        assert_eq!(
+            MOE_GROUPED_GEMM_WS_FP8.entry_points,
+            [FP8_WS_GATE_UP.entry, FP8_WS_DOWN.entry]
+        );
+        for k in [FP8_WS_GATE_UP, FP8_WS_DOWN] {
+            assert_eq!(
+                (k.threads, k.persistent, k.ctas_per_sm, k.tma_map),
+                (WS_THREADS, true, 1, true)
+            );
+        }
+        assert_eq!((FP8_WS_GATE_UP.tile_cols, FP8_WS_DOWN.tile_cols), (64, 128));
+        assert_eq!(FP8_WS_GATE_UP.smem, FP8_WS_SMEM_GATE_UP);
+        assert_eq!(FP8_WS_DOWN.smem, FP8_WS_SMEM_DOWN);
+        // A persistent grid: one CTA an SM, or fewer units.
+        assert_eq!(FP8_WS_DOWN.grid(1000, 2048, 132), 132);
+        assert_eq!(FP8_WS_DOWN.grid(3, 2048, 132), 3 * 16);
+    }
+
+    #[test]
+    fn passes_of_many_pairs_over_few_experts_run_warp_specialised() {
+        assert_eq!(Fp8Gemms::for_pass(FP8_WS_PAIRS, 256), Fp8Gemms::Ws);
+        assert_eq!(Fp8Gemms::for_pass(8192 * 8, 128), Fp8Gemms::Ws);
+        assert_eq!(Fp8Gemms::for_pass(FP8_WS_PAIRS - 1, 256), Fp8Gemms::Tiles);
+        assert_eq!(Fp8Gemms::for_pass(FP8_WS_PAIRS, 257), Fp8Gemms::Tiles);
     }
 
     #[test]

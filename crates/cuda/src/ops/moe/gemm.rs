@@ -135,6 +135,19 @@ impl GemmKernel {
         GemmKernel { row_ctas, ..self }
     }
 
+    /// A warp-specialised kernel (`moe_grouped_gemm_ws.cu`, `_ws_fp8.cu`):
+    /// [`WS_THREADS`] threads, one persistent CTA an SM, the weights' tensor
+    /// map.
+    pub(super) const fn warp_specialized(
+        entry: &'static str,
+        smem: usize,
+        tile_cols: usize,
+    ) -> GemmKernel {
+        GemmKernel::new(entry, smem, WS_THREADS, tile_cols)
+            .persistent_grid(1)
+            .with_tma_map()
+    }
+
     /// CTAs for `row_tiles` row tiles of `cols` output columns on `sms` SMs
     /// (a last column tile narrower than `tile_cols` counts: the FP8 down
     /// kernel's CTAs take up to two 128-column tiles).
@@ -196,9 +209,7 @@ impl GemmImpl {
     }
 
     fn warp_specialized(entry: &'static str, smem: usize, tile_cols: usize) -> GemmKernel {
-        GemmKernel::new(entry, smem, WS_THREADS, tile_cols)
-            .persistent_grid(1)
-            .with_tma_map()
+        GemmKernel::warp_specialized(entry, smem, tile_cols)
     }
 
     /// The family a pass over `local` experts runs: [`GemmImpl::Wgmma`] for

@@ -87,6 +87,10 @@ pub(super) enum GemmWeights {
     Fp8(u64, u64),
     /// The bf16 weights' TMA tensor map, the last parameter.
     Map(TensorMap),
+    /// The address of e4m3 weights' f32 block scales, right after the A
+    /// side, and their codes' TMA tensor map (over their bytes as bf16
+    /// `[rows][K / 2]`), the last parameter.
+    Fp8Map(u64, TensorMap),
 }
 
 /// A pass's two grouped GEMMs.
@@ -146,6 +150,7 @@ impl<'a> GroupedGemm<'a> {
         p = match self.w {
             GemmWeights::Bf16(w) => p.ptr(w),
             GemmWeights::Fp8(codes, scales) => p.ptr(codes).ptr(scales),
+            GemmWeights::Fp8Map(scales, _) => p.ptr(scales),
             GemmWeights::Map(_) => p,
         };
         p = p
@@ -156,7 +161,7 @@ impl<'a> GroupedGemm<'a> {
             .int(self.k)
             .int(self.n);
         match self.w {
-            GemmWeights::Map(m) => p.ptr(r.sched(self.gemm)).map(m),
+            GemmWeights::Map(m) | GemmWeights::Fp8Map(_, m) => p.ptr(r.sched(self.gemm)).map(m),
             _ => p,
         }
     }

@@ -89,4 +89,23 @@ fn each_family_takes_its_operands_then_the_tile_list_then_a_map() {
         down(&[aq, as_], GemmWeights::Fp8(dn, ds)),
         values(&tiles(p().ptr(aq).ptr(as_).ptr(dn).ptr(ds).ptr(yp), i, h))
     );
+
+    // Warp-specialised FP8: A's codes and scales, the weights' scales (their
+    // codes come by the map), then as the bf16 warp-specialised kernels.
+    assert_eq!(
+        gate_up(&[xq, xs, st], GemmWeights::Fp8Map(gs, map(11))),
+        values(
+            &tiles(p().ptr(xq).ptr(xs).ptr(st).ptr(gs).ptr(a), h, i)
+                .ptr(sched)
+                .map(map(11))
+        )
+    );
+    assert_eq!(
+        down(&[aq, as_], GemmWeights::Fp8Map(ds, map(13))),
+        values(
+            &tiles(p().ptr(aq).ptr(as_).ptr(ds).ptr(yp), i, h)
+                .ptr(sched + 8)
+                .map(map(13))
+        )
+    );
 }

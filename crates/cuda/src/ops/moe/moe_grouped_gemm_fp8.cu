@@ -83,21 +83,10 @@ using headroom_moe_common::weight_halves;
 using headroom_moe_common::swizzle16;
 using headroom_moe_common::store_bf16x2;
 using headroom_moe_wgmma_common::desc_sw128;
+using headroom_moe_wgmma_common::wgmma_m64n128k32_e4m3;
+using headroom_moe_wgmma_common::promote;
 using headroom_moe_wgmma_common::store_act;
 
-// d = A·B + (accumulate ? d : 0), e4m3 x e4m3 -> f32, both K-major.
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[ACC], unsigned long long da,
-                                                      unsigned long long db, int accumulate) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(accumulate));
-}
 
 // One CTA: rows m0 .. m0 + rows of expert e (sorted order), column tile nt.
 // a_q / a_s: A codes [..][K] and scales [..][K / 128], row src of sorted row
@@ -217,16 +206,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         const float b_l = sb_lo[it], b_h = sb_hi[it];
         wgmma_wait<0>();
         fence_operands(part);
-        const float c0l = s0 * b_l, c1l = s1 * b_l, c0h = s0 * b_h, c1h = s1 * b_h;
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-            const bool up = j >= NI / 2;
-            const float c0 = up ? c0h : c0l, c1 = up ? c1h : c1l;
-            acc[4 * j] = fmaf(part[4 * j], c0, acc[4 * j]);
-            acc[4 * j + 1] = fmaf(part[4 * j + 1], c0, acc[4 * j + 1]);
-            acc[4 * j + 2] = fmaf(part[4 * j + 2], c1, acc[4 * j + 2]);
-            acc[4 * j + 3] = fmaf(part[4 * j + 3], c1, acc[4 * j + 3]);
-        }
+        promote(acc, part, s0, s1, b_l, b_h);
         if (!GATE_UP && ++kt == kbs) {
             // Tile `tile` of y done (moe_wgmma_common.cuh's fragment layout;
             // the warp's rows from wq * 16), while the next tile's first

@@ -21,9 +21,10 @@
 //   expect_tx arrive + 128 noinc arrives).
 // - The MMA warpgroups wait on the full mbarrier only, fence the cp.async
 //   writes to the async proxy, issue their 4 wgmmas, and after wgmma
-//   wait_group 1 (one group in flight) release the PREVIOUS step's stage: one
-//   thread a warpgroup arrives on its empty mbarrier. Empty: 2 arrivals a
-//   phase.
+//   wait_group 1 (one group in flight) release the PREVIOUS step's stage:
+//   lane 0 of each MMA warp arrives on its empty mbarrier. Empty: 8
+//   arrivals a phase, so no stage is refilled before every MMA warp is past
+//   it (moe_ws_common.cuh's release).
 // - A warpgroup without rows (the second half of an expert's last tile of
 //   at most 64 rows) still waits on every step's full mbarrier and releases
 //   it, in a second k-loop chosen outside the loop (no branch around the
@@ -88,37 +89,26 @@ static_assert(PRODUCER_THREADS * PRODUCER_REGS + MMA_THREADS * MMA_REGS <= 65536
 static_assert(SMEM_DOWN <= 227 * 1024, "one CTA fits an SM");
 static_assert(A_BYTES % 1024 == 0 && B_HALF % 1024 == 0 && STAGE_BYTES % 1024 == 0, "SW128 boxes 1024-aligned");
 
-using headroom_async::smem_u32;
-using headroom_async::cp_async_16;
-using headroom_async::cp_async_wait;
-using headroom_async::fence_proxy_async;
 using headroom_async::wgmma_fence;
 using headroom_async::wgmma_commit;
 using headroom_async::wgmma_wait;
 using headroom_async::fence_operands;
 using headroom_tma::TmaDesc;
-using headroom_tma::mbar_init;
-using headroom_tma::mbar_init_fence;
-using headroom_tma::mbar_expect_tx;
-using headroom_tma::mbar_arrive;
-using headroom_tma::mbar_wait;
-using headroom_tma::tma_load_2d;
 using headroom_moe_tiles::Tile;
-using headroom_moe_tiles::expert_of;
-using headroom_moe_common::source_row;
-using headroom_moe_common::swizzle16;
 using headroom_moe_wgmma_common::desc_sw128;
 using headroom_moe_wgmma_common::store_act;
 using headroom_moe_wgmma_common::stage_y;
 using headroom_moe_wgmma_common::copy_y;
+using headroom_moe_ws_common::wg_barrier;
+using headroom_moe_ws_common::get_tile;
+using headroom_moe_ws_common::produce;
+using headroom_moe_ws_common::wait_full;
+using headroom_moe_ws_common::release;
+using headroom_moe_ws_common::Ring;
+using headroom_moe_ws_common::ring_begin;
+using headroom_moe_ws_common::skip_unit;
 
-__device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
 
-// One arrival on bar when this thread's cp.asyncs so far have landed (the
-// arrival is one of the count set at init: .noinc).
-__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 // d = A·B + (accumulate ? d : 0): A and B K-major SW128 descriptors.
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long long da, unsigned long long db,
                                                  int accumulate) {
@@ -133,37 +123,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
-// table[e] = row tiles of the experts before e; every thread.
-__device__ __forceinline__ void tile_table(const int* __restrict__ tile_offsets, int experts, int* table, int tid) {
-    __shared__ int warp_sums[THREADS / 32];
-    const int lane = tid % 32, warp = tid / 32;
-    int v = 0;
-    if (tid < experts) v = tile_offsets[tid + 1] - tile_offsets[tid];
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-        const int n = __shfl_up_sync(0xffffffffu, v, d);
-        if (lane >= d) v += n;
-    }
-    if (lane == 31) warp_sums[warp] = v;
-    __syncthreads();
-    for (int w = 0; w < warp; ++w) v += warp_sums[w];
-    if (tid < experts) table[tid + 1] = v;
-    if (tid == 0) table[0] = 0;
-    __syncthreads();
-}
-
-// The rows and column tile of work unit p (a 128-row tile of an expert, its
-// last tile the rest, and one of n_tiles column tiles).
-__device__ __forceinline__ Tile unit_tile(int p, int n_tiles, const int* table, const int* __restrict__ expert_offsets,
-                                          int experts) {
-    const int pp = p / n_tiles;
-    Tile tl;
-    tl.nt = p % n_tiles;
-    tl.e = expert_of(pp, table, experts);
-    tl.m0 = expert_offsets[tl.e] + (pp - table[tl.e]) * BM;
-    tl.rows = min(BM, expert_offsets[tl.e + 1] - tl.m0);
-    return tl;
-}
 
 // The first weight row of half h of tile tl's B (gate+up: h = 0 gate, 1 up).
 template <bool GATE_UP>
@@ -171,111 +130,23 @@ __device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
     return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * (BN / 2);
 }
 
-// The producer warpgroup's own barrier (ids 1 and 2 are the MMA warpgroups').
-__device__ __forceinline__ void producer_barrier() { asm volatile("bar.sync 3, 128;\n" ::: "memory"); }
 
-// The next unit for the producer warpgroup: thread 0 takes it from sched[0],
-// all 128 threads get it through next_unit.
-__device__ __forceinline__ int take_unit(int* __restrict__ sched, volatile int* next_unit, int pt) {
-    if (pt == 0) *next_unit = atomicAdd(sched, 1);
-    producer_barrier();
-    const int u = *next_unit;
-    producer_barrier();  // every thread has read it before thread 0 writes the next
-    return u;
-}
 
-// The tile of the unit whose first step is in stage st (the producer's
-// thread 0 writes it before the arrive that completes the stage).
-__device__ __forceinline__ void put_tile(volatile int* stage_tile, int st, const Tile& tl) {
-    volatile int* t = stage_tile + st * 4;
-    t[0] = tl.e;
-    t[1] = tl.m0;
-    t[2] = tl.rows;
-    t[3] = tl.nt;
-}
-__device__ __forceinline__ Tile get_tile(const volatile int* stage_tile, int st) {
-    const volatile int* t = stage_tile + st * 4;
-    Tile tl;
-    tl.e = t[0];
-    tl.m0 = t[1];
-    tl.rows = t[2];
-    tl.nt = t[3];
-    return tl;
-}
 
-// The producer warpgroup: every k-step of the units this CTA takes into the
-// stage ring, then the end stage (pt: the thread's index in the warpgroup).
-template <bool GATE_UP>
-__device__ __forceinline__ void produce(const bf16* __restrict__ a_src, const int* __restrict__ slot_token,
-                                        const int* __restrict__ expert_offsets, const int* table, int experts,
-                                        int K, int n_out, int n_tiles, int total, int* __restrict__ sched,
-                                        volatile int* next_unit, volatile int* stage_tile, unsigned smem0,
-                                        unsigned bars, const TmaDesc* wmap, int pt) {
-    const int sub = pt / ROW_CHUNKS, chunk = pt % ROW_CHUNKS;  // rows sub + 16 i, i < 8
-    const unsigned dst0 = (unsigned)swizzle16<128>(sub, chunk);
-    const int k_tiles = K / BK;
-    int s = 0;
-    for (int u = take_unit(sched, next_unit, pt); u < total; u = take_unit(sched, next_unit, pt)) {
-        const Tile tl = unit_tile(u, n_tiles, table, expert_offsets, experts);
-        const bf16* a_ptr[A_ROWS_THREAD];
-        bool a_ok[A_ROWS_THREAD];
-#pragma unroll
-        for (int i = 0; i < A_ROWS_THREAD; ++i) {
-            const int r = sub + i * A_ROW_STEP;
-            a_ok[i] = r < tl.rows;
-            a_ptr[i] = a_src + source_row<GATE_UP>(slot_token, tl.m0 + r, a_ok[i]) * K + chunk * CHUNK;
-        }
-        const int b0 = b_row<GATE_UP>(tl, 0, n_out), b1 = b_row<GATE_UP>(tl, 1, n_out);
-        for (int kt = 0; kt < k_tiles; ++kt, ++s) {
-            const int st = s % STAGES;
-            const unsigned full = bars + st * 8, empty = bars + (STAGES + st) * 8;
-            const unsigned base = smem0 + (unsigned)(st * STAGE_BYTES);
-            const int k0 = kt * BK;
-            // Both MMA warpgroups released step s - STAGES.
-            if (s >= STAGES) mbar_wait(empty, (unsigned)(s / STAGES - 1) & 1u);
-            if (pt == 0) {
-                if (kt == 0) put_tile(stage_tile, st, tl);  // before the arrive that completes the stage
-                mbar_expect_tx(full, B_BYTES);
-                tma_load_2d(base + A_BYTES, wmap, k0, b0, full);
-                tma_load_2d(base + A_BYTES + B_HALF, wmap, k0, b1, full);
-            }
-#pragma unroll
-            for (int i = 0; i < A_ROWS_THREAD; ++i)
-                cp_async_16(base + dst0 + i * A_ROW_STEP * 128, a_ptr[i] + k0, a_ok[i]);
-            cp_async_arrive_noinc(full);
-        }
+// The layout moe_ws_common.cuh's producer loads (its template parameter).
+struct Layout {
+    typedef bf16 Elem;
+    static constexpr int BM = headroom_moe_ws::BM, BK = headroom_moe_ws::BK, CHUNK = headroom_moe_ws::CHUNK;
+    static constexpr int ROW_CHUNKS = headroom_moe_ws::ROW_CHUNKS, A_ROWS_THREAD = headroom_moe_ws::A_ROWS_THREAD;
+    static constexpr int A_ROW_STEP = headroom_moe_ws::A_ROW_STEP, STAGES = headroom_moe_ws::STAGES;
+    static constexpr int STAGE_BYTES = headroom_moe_ws::STAGE_BYTES, A_BYTES = headroom_moe_ws::A_BYTES;
+    static constexpr int B_BYTES = headroom_moe_ws::B_BYTES, B_HALF = headroom_moe_ws::B_HALF;
+    static constexpr int MAP_DIV = 1;  // the weights' map counts K in A's elements
+    template <bool GATE_UP>
+    __device__ __forceinline__ static int b_row(const Tile& tl, int h, int n_out) {
+        return headroom_moe_ws::b_row<GATE_UP>(tl, h, n_out);
     }
-    // The end: a stage whose tile has expert -1 (no data, all 129 arrivals).
-    const int st = s % STAGES;
-    const unsigned full = bars + st * 8, empty = bars + (STAGES + st) * 8;
-    if (s >= STAGES) mbar_wait(empty, (unsigned)(s / STAGES - 1) & 1u);
-    if (pt == 0) {
-        Tile end;
-        end.e = -1;
-        end.m0 = end.rows = end.nt = 0;
-        put_tile(stage_tile, st, end);
-        mbar_arrive(full);
-    }
-    cp_async_arrive_noinc(full);
-    // The last CTA to end leaves the counters zero for the next launch (every
-    // CTA has taken its last unit before it counts its end).
-    if (pt == 0 && atomicAdd(sched + 1, 1) == (int)gridDim.x - 1) {
-        atomicExch(sched, 0);
-        atomicExch(sched + 1, 0);
-    }
-    cp_async_wait<0>();
-}
-
-// The stage of step s has landed (B by TMA, A by the producer's cp.async).
-__device__ __forceinline__ void wait_full(unsigned bars, int s) {
-    mbar_wait(bars + (s % STAGES) * 8, (unsigned)(s / STAGES) & 1u);
-    fence_proxy_async();
-}
-
-// This warpgroup is done reading step s's stage (one thread a warpgroup).
-__device__ __forceinline__ void release(unsigned bars, int s, bool leader) {
-    if (leader) mbar_arrive(bars + (STAGES + s % STAGES) * 8);
-}
+};
 
 // One k-step of one warpgroup: its 64 rows of A against the stage's 256 rows of B.
 __device__ __forceinline__ void mma_step(float (&acc)[ACC], unsigned stage_base, int wg, int kt) {
@@ -316,22 +187,12 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
     __shared__ int stage_tile[STAGES * 4];  // the tile of a unit's first step in each stage
     __shared__ int next_unit;
     constexpr int EPI = GATE_UP ? 0 : WARPGROUPS * EPI_BYTES;
-    const unsigned raw0 = smem_u32(smem_raw);
-    const unsigned smem0 = (raw0 + 1023u) & ~1023u;
-    unsigned char* smem = smem_raw + (smem0 - raw0);
-    const unsigned bars = smem0 + STAGES * STAGE_BYTES + EPI;  // full[st] at + 8 st, empty[st] at + 8 (STAGES + st)
-    int* table = reinterpret_cast<int*>(smem + STAGES * STAGE_BYTES + EPI + BAR_BYTES);
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-
-    tile_table(tile_offsets, experts, table, tid);
-    if (tid == 0) {
-        for (int st = 0; st < STAGES; ++st) {
-            mbar_init(bars + st * 8, FULL_ARRIVALS);
-            mbar_init(bars + (STAGES + st) * 8, WARPGROUPS);
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
+    const Ring ring =
+        ring_begin<STAGES, STAGE_BYTES, EPI, THREADS, FULL_ARRIVALS, WARPGROUPS>(smem_raw, tile_offsets, experts, tid);
+    const unsigned smem0 = ring.smem0, bars = ring.bars;
+    unsigned char* smem = ring.smem;
+    const int* table = ring.table;
 
     const int n_tiles = GATE_UP ? n_out / GATE_UP_COLS : n_out / BN;
     const int total = table[experts] * n_tiles;
@@ -339,19 +200,19 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
 
     if (tid >= MMA_THREADS) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
-        produce<GATE_UP>(a_src, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, total, sched,
-                         &next_unit, stage_tile, smem0, bars, wmap, tid - MMA_THREADS);
+        produce<GATE_UP, Layout>(a_src, slot_token, expert_offsets, table, experts, K, n_out, n_tiles, total, sched,
+                                 &next_unit, stage_tile, smem0, bars, wmap, tid - MMA_THREADS);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(MMA_REGS));
         const int wg = warp / 4, wq = warp % 4;
-        const bool leader = tid % 128 == 0;
+        const bool warp_leader = lane == 0;  // release: one arrival an MMA warp
         unsigned char* epi = smem + STAGES * STAGE_BYTES + wg * EPI_BYTES;
         float acc[ACC];
 #pragma unroll
         for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
         for (int s = 0;;) {
             // The unit's first step has landed with its tile beside it.
-            wait_full(bars, s);
+            wait_full<STAGES>(bars, s);
             const Tile ct = get_tile(stage_tile, s % STAGES);
             if (ct.e < 0) break;
             if (ct.rows > wg * WG_ROWS) {
@@ -360,27 +221,22 @@ __device__ __forceinline__ void ws_gemm(const bf16* __restrict__ a_src, const in
                 mma_step(acc, smem0 + (unsigned)((s % STAGES) * STAGE_BYTES), wg, 0);
                 ++s;
                 for (int kt = 1; kt < k_tiles; ++kt, ++s) {
-                    wait_full(bars, s);
+                    wait_full<STAGES>(bars, s);
                     mma_step(acc, smem0 + (unsigned)((s % STAGES) * STAGE_BYTES), wg, kt);
                     wgmma_wait<1>();
                     fence_operands(acc);
-                    release(bars, s - 1, leader);
+                    release<STAGES>(bars, s - 1, warp_leader);
                 }
                 wgmma_wait<0>();
                 fence_operands(acc);
-                release(bars, s - 1, leader);
+                release<STAGES>(bars, s - 1, warp_leader);
                 if (GATE_UP) {
                     store_act(acc, out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16, ct.nt * GATE_UP_COLS, n_out, lane);
                 } else {
                     store_y(acc, out, ct, n_out, wg, wq, lane, epi);
                 }
             } else {
-                release(bars, s, leader);
-                ++s;
-                for (int kt = 1; kt < k_tiles; ++kt, ++s) {
-                    wait_full(bars, s);
-                    release(bars, s, leader);
-                }
+                s = skip_unit<STAGES>(bars, s, k_tiles, warp_leader);
             }
         }
     }

@@ -6,9 +6,10 @@ use crate::kernels::source::KernelSource;
 /// A warpgroup-MMA grouped-GEMM source (sm_90a) with the headers compiled in
 /// front of it: the cp.async and wgmma wrappers, any further headers named
 /// after the file (e.g. the TMA helpers), the tile list and the grouped
-/// GEMMs' shared pieces (`moe_gemm_common.cuh`, `moe_wgmma_common.cuh`).
+/// GEMMs' shared pieces (`moe_gemm_common.cuh`, `moe_wgmma_common.cuh`), then
+/// any headers named after a `;` (those that use the tile list).
 macro_rules! wgmma_gemm_source {
-    ($file:literal $(, $header:literal)*) => {
+    ($file:literal $(, $header:literal)* $(; $after:literal)*) => {
         concat!(
             include_str!("../../kernels/async_copy.cuh"),
             include_str!("../../kernels/wgmma_sync.cuh"),
@@ -17,6 +18,7 @@ macro_rules! wgmma_gemm_source {
             include_str!("moe_tile_list.cuh"),
             include_str!("moe_gemm_common.cuh"),
             include_str!("moe_wgmma_common.cuh"),
+            $(include_str!($after),)*
             include_str!($file)
         )
     };
@@ -72,8 +74,19 @@ pub const MOE_GROUPED_GEMM_FP8: KernelSource = KernelSource {
 pub const MOE_GROUPED_GEMM_WS: KernelSource = KernelSource {
     name: "moe_grouped_gemm_ws",
     file: "moe_grouped_gemm_ws.cu",
-    source: wgmma_gemm_source!("moe_grouped_gemm_ws.cu", "../../kernels/tma.cuh"),
+    source: wgmma_gemm_source!("moe_grouped_gemm_ws.cu", "../../kernels/tma.cuh"; "moe_ws_common.cuh"),
     entry_points: &["moe_gemm_gate_up_ws_bf16", "moe_gemm_down_ws_bf16"],
+};
+
+/// The warp-specialised grouped GEMMs on block-scaled FP8 experts and
+/// activations: the producer / consumer structure of
+/// [`MOE_GROUPED_GEMM_WS`] on 128 x 128 tiles, the per-128-K promotion of
+/// [`MOE_GROUPED_GEMM_FP8`] (sm_90a only).
+pub const MOE_GROUPED_GEMM_WS_FP8: KernelSource = KernelSource {
+    name: "moe_grouped_gemm_ws_fp8",
+    file: "moe_grouped_gemm_ws_fp8.cu",
+    source: wgmma_gemm_source!("moe_grouped_gemm_ws_fp8.cu", "../../kernels/tma.cuh"; "moe_ws_common.cuh"),
+    entry_points: &["moe_gemm_gate_up_ws_fp8", "moe_gemm_down_ws_fp8"],
 };
 
 /// The routed experts' grouped GEMMs for a few rows per expert: weights
@@ -136,12 +149,15 @@ mod tests {
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn every_entry_compiles_for_sm_90a_without_spills() {
-        let c = crate::nvrtc::compile_sm90a_without_spills(&super::MOE_GROUPED_GEMM_WS);
-        println!("{}", c.log);
-        assert!(
-            !c.log.contains("Potential Performance Loss"),
-            "ptxas serialised the wgmma pipe:\n{}",
-            c.log
-        );
+        for k in [&super::MOE_GROUPED_GEMM_WS, &super::MOE_GROUPED_GEMM_WS_FP8] {
+            let c = crate::nvrtc::compile_sm90a_without_spills(k);
+            println!("{}", c.log);
+            assert!(
+                !c.log.contains("Potential Performance Loss"),
+                "ptxas serialised the wgmma pipe of {}:\n{}",
+                k.name,
+                c.log
+            );
+        }
     }
 }
