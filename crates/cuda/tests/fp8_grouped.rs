@@ -15,6 +15,8 @@
 #[path = "fp8_ops/host.rs"]
 mod host;
 mod support;
+#[path = "support/watchdog.rs"]
+mod watchdog;
 
 use half::bf16;
 use headroom_core::fp8::Fp8Block;
@@ -33,6 +35,7 @@ use headroom_cuda::ops::moe::{grouped_gemm_flops, routed_experts, MoeLaunch, CHU
 use host::{dequant_act, quantize, uniform_bf16, HostFp8, BLOCK};
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
+use watchdog::wait_or_abort;
 
 fn device() -> CudaDevice {
     CudaDevice::open(0).expect("a CUDA device")
@@ -580,25 +583,6 @@ fn assigned_logits(tokens: usize, experts: usize, pick: impl Fn(usize) -> [usize
         }
     }
     l
-}
-
-/// Waits for the stream up to `secs`; a launch still running then is
-/// reported and the process aborts (the hang cannot be recovered from).
-fn wait_or_abort(dev: &CudaDevice, what: &str, secs: u64) {
-    let e = StreamEvent::marker(dev).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = e.wait();
-        let _ = tx.send(r.is_ok());
-    });
-    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
-        Ok(true) => {}
-        Ok(false) => panic!("{what}: the device failed"),
-        Err(_) => {
-            eprintln!("{what}: still running after {secs} s (a hang)");
-            std::process::abort();
-        }
-    }
 }
 
 #[test]

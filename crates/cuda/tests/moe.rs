@@ -464,6 +464,8 @@ fn bench_the_35b_shape() {
 mod block;
 #[path = "moe/common.rs"]
 mod common;
+#[path = "support/watchdog.rs"]
+mod watchdog;
 #[path = "moe/ws.rs"]
 mod ws;
 use common::{device, median, random_bf16, timed_call, Bench35b, E, H, I, K};

@@ -4,8 +4,11 @@
 //! a small case for compute-sanitizer; the routed block timed beside the
 //! 128 x 128 wgmma tiles at 2,048 / 8,192 / 32,768 tokens (one pass) on the
 //! 35B-A3B shape; every family giving a row the same bits (what batch
-//! invariance rests on). (The f64 cases of `moe.rs` run Ws among every family.)
+//! invariance rests on); many runs under the engine's calibration routing,
+//! each caught if it hangs. (The f64 cases of `moe.rs` run Ws among every
+//! family.)
 
+use super::watchdog::wait_or_abort;
 use super::{
     compare, launch, median, reference, run, timed_call, upload, Bench35b, Case, Shape, QWEN35B,
     SMALL,
@@ -170,4 +173,40 @@ fn every_grouped_family_gives_a_row_the_same_bits() {
             );
         }
     }
+}
+
+/// The engine's calibration step on the 35B-A3B shape (4,096 tokens over
+/// all 256 experts, about 128 rows an expert): about half the experts end in
+/// a unit of at most 64 rows, which the second MMA warpgroup skips. There
+/// the FP8 ws kernels deadlocked in session 35 (a skipping warpgroup's
+/// leader released stages its other warps had not yet waited for; this
+/// kernel had the same release, moe_ws_common.cuh). 200 runs, each caught if
+/// it is still running after 10 s, each with MmaSync's bits.
+#[test]
+#[ignore = "needs an sm_90a GPU: run by bench/gpu/check_moe.sh"]
+fn ws_finishes_with_the_same_bits_under_the_calibration_routing() {
+    let dev = hopper();
+    let w = Bench35b::new(&dev);
+    let (inputs, _) = Bench35b::inputs(&dev, 4096, 35);
+    let l = w.launch(&inputs);
+    let base = out_bits(&dev, &l, Some(GemmImpl::MmaSync));
+    let runs = 200;
+    for run in 0..runs {
+        dev.fill_bytes(l.out, 0xFF).unwrap();
+        routed_experts_marked(&dev, &l, Some(GemmImpl::Ws), &mut |_| Ok(())).unwrap();
+        wait_or_abort(
+            &dev,
+            &format!("ws under the calibration routing, run {run}"),
+            10,
+        );
+        let mut out = vec![0f32; l.tokens * l.hidden];
+        dev.read(l.out, &mut out).unwrap();
+        let bits: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
+        let diffs = first_diffs(&base, &bits);
+        assert!(
+            diffs.is_empty(),
+            "run {run}: first differences at {diffs:?}"
+        );
+    }
+    println!("ws under the calibration routing: {runs} runs finished with MmaSync's bits");
 }
