@@ -458,6 +458,49 @@ fn the_moe_block_on_fp8_experts_matches_f64_from_33_to_4096_rows() {
     }
 }
 
+/// FP8 experts of `e` experts, `hidden` h and `intermediate` i on the device
+/// for the tests that check bits or time rather than values: random e4m3
+/// codes of moderate magnitude (gate+up's, then down's, from `g`) and every
+/// scale 0.01.
+struct RandomFp8Experts {
+    gate_up: DeviceBuffer,
+    down: DeviceBuffer,
+    gate_up_s: DeviceBuffer,
+    down_s: DeviceBuffer,
+}
+
+impl RandomFp8Experts {
+    fn new(
+        dev: &CudaDevice,
+        h: usize,
+        i: usize,
+        e: usize,
+        g: &mut rand::rngs::StdRng,
+    ) -> RandomFp8Experts {
+        let mut codes =
+            |n: usize| -> Vec<u8> { (0..n).map(|_| (g.random::<u8>() & 0xbf) | 0x20).collect() };
+        let gate_up = dev.upload(&codes(e * 2 * i * h)).unwrap();
+        let down = dev.upload(&codes(e * h * i)).unwrap();
+        RandomFp8Experts {
+            gate_up,
+            down,
+            gate_up_s: dev
+                .upload(&vec![0.01f32; e * (2 * i / BLOCK) * (h / BLOCK)])
+                .unwrap(),
+            down_s: dev
+                .upload(&vec![0.01f32; e * (h / BLOCK) * (i / BLOCK)])
+                .unwrap(),
+        }
+    }
+
+    fn scales(&self) -> Fp8ExpertScales<'_> {
+        Fp8ExpertScales {
+            gate_up: &self.gate_up_s,
+            down: &self.down_s,
+        }
+    }
+}
+
 /// Mean ms of `f()` over `iters` calls after 3 warm-up calls.
 fn time_ms(dev: &CudaDevice, iters: usize, mut f: impl FnMut()) -> f64 {
     for _ in 0..3 {
@@ -485,25 +528,13 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
     let (h, i, e) = (c.hidden, c.inter, c.experts);
     // Random codes and scales near 1 (the timing does not check values).
     let mut g = rand::rngs::StdRng::seed_from_u64(7);
-    let codes = |g: &mut rand::rngs::StdRng, n: usize| -> Vec<u8> {
-        (0..n).map(|_| (g.random::<u8>() & 0xbf) | 0x20).collect()
-    };
-    let gu_w = dev.upload(&codes(&mut g, e * 2 * i * h)).unwrap();
-    let dn_w = dev.upload(&codes(&mut g, e * h * i)).unwrap();
-    let gu_s = dev
-        .upload(&vec![0.01f32; e * (2 * i / BLOCK) * (h / BLOCK)])
-        .unwrap();
-    let dn_s = dev
-        .upload(&vec![0.01f32; e * (h / BLOCK) * (i / BLOCK)])
-        .unwrap();
-    let scales = Fp8ExpertScales {
-        gate_up: &gu_s,
-        down: &dn_s,
-    };
+    let w = RandomFp8Experts::new(&dev, h, i, e, &mut g);
+    let (gu_w, dn_w, gu_s, dn_s, scales) =
+        (&w.gate_up, &w.down, &w.gate_up_s, &w.down_s, w.scales());
     let gu_b = dev.alloc(e * 2 * i * h * 2).unwrap();
     let dn_b = dev.alloc(e * h * i * 2).unwrap();
-    dequantize_stacked(&dev, &gu_w, &gu_s, e * 2 * i, h, 2 * i, &gu_b).unwrap();
-    dequantize_stacked(&dev, &dn_w, &dn_s, e * h, i, h, &dn_b).unwrap();
+    dequantize_stacked(&dev, gu_w, gu_s, e * 2 * i, h, 2 * i, &gu_b).unwrap();
+    dequantize_stacked(&dev, dn_w, dn_s, e * h, i, h, &dn_b).unwrap();
     for tokens in [512, 2048, 8192] {
         let x = dev
             .upload(&host::bf16_bits(&uniform_bf16(tokens as u64, tokens * h)))
@@ -524,7 +555,7 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
             intermediate: i,
             renormalise: true,
         };
-        let (l8, lb) = (launch(&gu_w, &dn_w), launch(&gu_b, &dn_b));
+        let (l8, lb) = (launch(gu_w, dn_w), launch(&gu_b, &dn_b));
         let iters = (40_000 / tokens).clamp(5, 50);
         let native = time_ms(&dev, iters, || {
             routed_experts_fp8(&dev, &l8, (0, e), scales, None, &mut |_| Ok(())).unwrap()
@@ -532,8 +563,8 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
         let dequant = time_ms(&dev, iters, || {
             let gb = dev.alloc(e * 2 * i * h * 2).unwrap();
             let db = dev.alloc(e * h * i * 2).unwrap();
-            dequantize_stacked(&dev, &gu_w, &gu_s, e * 2 * i, h, 2 * i, &gb).unwrap();
-            dequantize_stacked(&dev, &dn_w, &dn_s, e * h, i, h, &db).unwrap();
+            dequantize_stacked(&dev, gu_w, gu_s, e * 2 * i, h, 2 * i, &gb).unwrap();
+            dequantize_stacked(&dev, dn_w, dn_s, e * h, i, h, &db).unwrap();
             let l = MoeLaunch {
                 gate_up: &gb,
                 down: &db,
@@ -590,22 +621,8 @@ fn assigned_logits(tokens: usize, experts: usize, pick: impl Fn(usize) -> [usize
 fn warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings() {
     let dev = device();
     let (h, i, e, k) = (2048usize, 512usize, 256usize, 8usize);
-    let mut g = rand::rngs::StdRng::seed_from_u64(11);
-    let codes = |g: &mut rand::rngs::StdRng, n: usize| -> Vec<u8> {
-        (0..n).map(|_| (g.random::<u8>() & 0xbf) | 0x20).collect()
-    };
-    let gu_w = dev.upload(&codes(&mut g, e * 2 * i * h)).unwrap();
-    let dn_w = dev.upload(&codes(&mut g, e * h * i)).unwrap();
-    let gu_s = dev
-        .upload(&vec![0.01f32; e * (2 * i / BLOCK) * (h / BLOCK)])
-        .unwrap();
-    let dn_s = dev
-        .upload(&vec![0.01f32; e * (h / BLOCK) * (i / BLOCK)])
-        .unwrap();
-    let scales = Fp8ExpertScales {
-        gate_up: &gu_s,
-        down: &dn_s,
-    };
+    let w = RandomFp8Experts::new(&dev, h, i, e, &mut rand::rngs::StdRng::seed_from_u64(11));
+    let (gu_w, dn_w, scales) = (&w.gate_up, &w.down, w.scales());
     type Pick = Box<dyn Fn(usize) -> [usize; 8]>;
     // (name, tokens, runs, each token's experts)
     let cases: Vec<(&str, usize, usize, Pick)> = vec![
@@ -678,8 +695,8 @@ fn warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings()
         let l = MoeLaunch {
             x: &x,
             router_logits: &lg,
-            gate_up: &gu_w,
-            down: &dn_w,
+            gate_up: gu_w,
+            down: dn_w,
             out: &out,
             tokens,
             hidden: h,
