@@ -18,7 +18,7 @@ T=/tmp/next; mkdir -p $T && tar -xJf .devbin/next/bins.tar.xz -C $T
 B=$T/h/headroom
 nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
 SECONDS=0
-timeout 60 $T/h/fp8_grouped --ignored --exact timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms --nocapture \
+timeout 60 $T/h/fp8_grouped --ignored --exact timing::timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms --nocapture \
   > "$O/timing.txt" 2>&1
 echo "timing rc $?"; grep fp8_grouped_timing "$O/timing.txt" | cut -c1-70
 for m in qwen3.6-35b-a3b qwen3.6-35b-a3b-fp8; do
