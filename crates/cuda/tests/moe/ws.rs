@@ -26,16 +26,26 @@ fn hopper() -> CudaDevice {
     dev
 }
 
-/// The device's f32 out of one call on `imp` (`None`: the default), as bits.
-fn out_bits(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: Option<GemmImpl>) -> Vec<u32> {
+/// One call on `imp` (`None`: the default) into a NaN-poisoned out.
+fn call_on(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: Option<GemmImpl>) {
     dev.fill_bytes(l.out, 0xFF).unwrap();
     match imp {
         Some(_) => routed_experts_marked(dev, l, imp, &mut |_| Ok(())).unwrap(),
         None => routed_experts(dev, l).unwrap(),
     }
+}
+
+/// The device's f32 out, as bits.
+fn read_bits(dev: &CudaDevice, l: &MoeLaunch<'_>) -> Vec<u32> {
     let mut out = vec![0f32; l.tokens * l.hidden];
     dev.read(l.out, &mut out).unwrap();
     out.iter().map(|v| v.to_bits()).collect()
+}
+
+/// The device's f32 out of one call on `imp` (`None`: the default), as bits.
+fn out_bits(dev: &CudaDevice, l: &MoeLaunch<'_>, imp: Option<GemmImpl>) -> Vec<u32> {
+    call_on(dev, l, imp);
+    read_bits(dev, l)
 }
 
 /// Indices of the first few elements where `a` and `b` differ.
@@ -192,17 +202,13 @@ fn ws_finishes_with_the_same_bits_under_the_calibration_routing() {
     let base = out_bits(&dev, &l, Some(GemmImpl::MmaSync));
     let runs = 200;
     for run in 0..runs {
-        dev.fill_bytes(l.out, 0xFF).unwrap();
-        routed_experts_marked(&dev, &l, Some(GemmImpl::Ws), &mut |_| Ok(())).unwrap();
+        call_on(&dev, &l, Some(GemmImpl::Ws));
         wait_or_abort(
             &dev,
             &format!("ws under the calibration routing, run {run}"),
             10,
         );
-        let mut out = vec![0f32; l.tokens * l.hidden];
-        dev.read(l.out, &mut out).unwrap();
-        let bits: Vec<u32> = out.iter().map(|v| v.to_bits()).collect();
-        let diffs = first_diffs(&base, &bits);
+        let diffs = first_diffs(&base, &read_bits(&dev, &l));
         assert!(
             diffs.is_empty(),
             "run {run}: first differences at {diffs:?}"
