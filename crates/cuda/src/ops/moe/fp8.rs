@@ -56,23 +56,33 @@ const FP8_DOWN: GemmKernel = fp8_kernel("moe_gemm_down_fp8", FP8_BN * FP8_DOWN_T
 
 /// Stages of the warp-specialised FP8 kernels (`STAGES` in
 /// `moe_grouped_gemm_ws_fp8.cu`).
-pub const FP8_WS_STAGES: usize = 5;
+pub const FP8_WS_STAGES: usize = 4;
+/// Weight rows of a warp-specialised FP8 unit (`BN`): 128 gate and 128 up
+/// rows of 128 act columns, or 256 down rows.
+pub const FP8_WS_BN: usize = 256;
 /// Dynamic shared memory of a warp-specialised FP8 gate+up CTA
-/// (`SMEM_GATE_UP`: the stages of 128 A and 128 B rows of 128 bytes, their
+/// (`SMEM_GATE_UP`: the stages of 128 A and 256 B rows of 128 bytes, their
 /// full and empty mbarriers, the tile table, alignment slack).
-pub const FP8_WS_SMEM_GATE_UP: usize =
-    FP8_WS_STAGES * (128 + 128) * 128 + 2 * FP8_WS_STAGES * 8 + (WS_MAX_EXPERTS + 1) * 4 + 1024;
+pub const FP8_WS_SMEM_GATE_UP: usize = FP8_WS_STAGES * (128 + FP8_WS_BN) * 128
+    + 2 * FP8_WS_STAGES * 8
+    + (WS_MAX_EXPERTS + 1) * 4
+    + 1024;
 /// Dynamic shared memory of a warp-specialised FP8 down CTA (`SMEM_DOWN`:
-/// the gate+up layout and two warpgroups' 64 x 128 bf16 y).
+/// the gate+up layout and two warpgroups' 64 x 128 bf16 y, one half of a
+/// unit's columns at a time).
 pub const FP8_WS_SMEM_DOWN: usize = FP8_WS_SMEM_GATE_UP + 2 * 64 * 128 * 2;
 // One CTA an SM: its shared memory within the 227 KiB a CTA may take.
 const _: () = assert!(FP8_WS_SMEM_DOWN <= 227 * 1024);
-/// The warp-specialised FP8 gate+up kernel: `FP8_BN / 2` act columns a unit.
-const FP8_WS_GATE_UP: GemmKernel =
-    GemmKernel::warp_specialized("moe_gemm_gate_up_ws_fp8", FP8_WS_SMEM_GATE_UP, FP8_BN / 2);
-/// The warp-specialised FP8 down kernel: `FP8_BN` y columns a unit.
+/// The warp-specialised FP8 gate+up kernel: `FP8_WS_BN / 2` act columns a
+/// unit.
+const FP8_WS_GATE_UP: GemmKernel = GemmKernel::warp_specialized(
+    "moe_gemm_gate_up_ws_fp8",
+    FP8_WS_SMEM_GATE_UP,
+    FP8_WS_BN / 2,
+);
+/// The warp-specialised FP8 down kernel: `FP8_WS_BN` y columns a unit.
 const FP8_WS_DOWN: GemmKernel =
-    GemmKernel::warp_specialized("moe_gemm_down_ws_fp8", FP8_WS_SMEM_DOWN, FP8_BN);
+    GemmKernel::warp_specialized("moe_gemm_down_ws_fp8", FP8_WS_SMEM_DOWN, FP8_WS_BN);
 
 /// Pairs per pass from which [`Fp8Gemms::for_pass`] runs [`Fp8Gemms::Ws`]:
 /// the bf16 kernels' threshold, where the FP8 ws kernels measured 2 % faster
@@ -104,11 +114,23 @@ impl Fp8Gemms {
     }
 }
 
+/// Whether the warp-specialised kernel of `gemm` takes `n_out` output
+/// columns (act's `intermediate` or y's `hidden`): a unit is `FP8_WS_BN / 2`
+/// act or `FP8_WS_BN` y columns. Where it does not, the pass runs that GEMM on
+/// the tile kernels.
+fn ws_takes(gemm: Gemm, n_out: usize) -> bool {
+    match gemm {
+        Gemm::GateUp => n_out.is_multiple_of(FP8_WS_BN / 2),
+        Gemm::Down => n_out.is_multiple_of(FP8_WS_BN),
+    }
+}
+
 /// The kernel of `gemm` (warp-specialised or not) and its weights, e4m3
 /// `codes` of `rows` rows of `k` bytes with their `scales`: the
 /// warp-specialised kernels read the codes through a tensor map over their
-/// bytes as bf16 `[rows][k / 2]` in boxes of `FP8_BN / 2` rows (one 128-byte
-/// row a box row; TMA copies bytes), encoded on the buffer's first use.
+/// bytes as bf16 `[rows][k / 2]` in boxes of `FP8_WS_BN / 2` rows (one
+/// 128-byte row a box row; TMA copies bytes), encoded on the buffer's first
+/// use.
 fn fp8_gemm(
     ws: bool,
     gemm: Gemm,
@@ -131,7 +153,7 @@ fn fp8_gemm(
         Sw128Map {
             rows,
             cols: k / 2,
-            box_rows: FP8_BN / 2,
+            box_rows: FP8_WS_BN / 2,
         },
     )?;
     Ok((kernel, GemmWeights::Fp8Map(scales.ptr(), map)))
@@ -350,7 +372,7 @@ pub fn routed_experts_fp8_on(
         mark(MoeStage::GateUp).map_err(dev_err)?;
         let a = [q, s_x, ws.r.slot_token.ptr()];
         let (k, w) = fp8_gemm(
-            ws_gemms,
+            ws_gemms && ws_takes(Gemm::GateUp, i),
             Gemm::GateUp,
             l.gate_up,
             s.gate_up,
@@ -365,8 +387,9 @@ pub fn routed_experts_fp8_on(
         mark(MoeStage::Down).map_err(dev_err)?;
         quantize_rows(dev, ws.act.ptr(), pass.pairs(l.top_k), i, &aq)?;
         let a = [aq.q.ptr(), aq.s.ptr()];
+        let ws_down = ws_gemms && ws_takes(Gemm::Down, h);
         let (k, w) =
-            fp8_gemm(ws_gemms, Gemm::Down, l.down, s.down, local * h, i).map_err(dev_err)?;
+            fp8_gemm(ws_down, Gemm::Down, l.down, s.down, local * h, i).map_err(dev_err)?;
         passes
             .launch_gemm(k, pass, Gemm::Down, &a, w)
             .map_err(dev_err)
@@ -420,7 +443,7 @@ mod tests {
         let src = MOE_GROUPED_GEMM_WS_FP8.source;
         let c = |name| source_constant(src, name);
         assert_eq!(c("STAGES"), FP8_WS_STAGES);
-        assert_eq!((c("BM"), c("BN"), c("BK")), (GEMM_BM, FP8_BN, BLOCK));
+        assert_eq!((c("BM"), c("BN"), c("BK")), (GEMM_BM, FP8_WS_BN, BLOCK));
         assert_eq!(c("MAX_EXPERTS"), WS_MAX_EXPERTS);
         // SMEM_GATE_UP: the stages of 128 A and 128 B rows of BK bytes, full
         // and empty mbarriers, the tile table, alignment slack; SMEM_DOWN
@@ -430,7 +453,7 @@ mod tests {
             + (c("MAX_EXPERTS") + 1) * 4
             + 1024;
         assert_eq!(FP8_WS_SMEM_GATE_UP, gate_up);
-        assert_eq!(FP8_WS_SMEM_DOWN, gate_up + 2 * 64 * c("BN") * 2);
+        assert_eq!(FP8_WS_SMEM_DOWN, gate_up + 2 * 64 * (c("BN") / 2) * 2);
         assert_eq!(
             MOE_GROUPED_GEMM_WS_FP8.entry_points,
             [FP8_WS_GATE_UP.entry, FP8_WS_DOWN.entry]
@@ -441,12 +464,24 @@ mod tests {
                 (WS_THREADS, true, 1, true)
             );
         }
-        assert_eq!((FP8_WS_GATE_UP.tile_cols, FP8_WS_DOWN.tile_cols), (64, 128));
+        assert_eq!(
+            (FP8_WS_GATE_UP.tile_cols, FP8_WS_DOWN.tile_cols),
+            (128, 256)
+        );
         assert_eq!(FP8_WS_GATE_UP.smem, FP8_WS_SMEM_GATE_UP);
         assert_eq!(FP8_WS_DOWN.smem, FP8_WS_SMEM_DOWN);
         // A persistent grid: one CTA an SM, or fewer units.
         assert_eq!(FP8_WS_DOWN.grid(1000, 2048, 132), 132);
-        assert_eq!(FP8_WS_DOWN.grid(3, 2048, 132), 3 * 16);
+        assert_eq!(FP8_WS_DOWN.grid(3, 2048, 132), 3 * 8);
+    }
+
+    #[test]
+    fn a_gemm_whose_columns_do_not_fill_whole_units_runs_on_the_tiles() {
+        // A unit: 128 act columns of gate+up, 256 y columns of down.
+        assert!(ws_takes(Gemm::GateUp, 512) && ws_takes(Gemm::GateUp, 128));
+        assert!(!ws_takes(Gemm::GateUp, 192));
+        assert!(ws_takes(Gemm::Down, 2048) && ws_takes(Gemm::Down, 256));
+        assert!(!ws_takes(Gemm::Down, 384) && !ws_takes(Gemm::Down, 128));
     }
 
     #[test]

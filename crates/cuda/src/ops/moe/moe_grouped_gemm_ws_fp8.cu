@@ -1,34 +1,41 @@
 // Warp-specialised grouped GEMMs of the sparse MoE's routed experts on
 // block-scaled FP8 experts (sm_90a only): moe_grouped_gemm_ws.cu's persistent
-// producer / consumer structure on moe_grouped_gemm_fp8.cu's operands and
-// arithmetic (the same A codes and scales, the same per-128-K promotion, the
-// same act and y).
+// producer / consumer structure and 128 x 256 units on moe_grouped_gemm_fp8.cu's
+// operands and arithmetic (the same A codes and scales, the same per-128-K
+// promotion, the same act and y).
 //
 // - 384 threads: warpgroups 0 and 1 do the MMA (64 rows each of a 128-row
 //   unit), warpgroup 2 is the producer (setmaxnreg: 40 and 232 registers).
 //   The producer walks the units (taken in order from sched[0] with an
 //   atomic, the tile written beside the unit's first stage) and their
 //   k-steps, up to STAGES steps ahead across unit boundaries: per step its
-//   thread 0 arms the stage's full mbarrier with B's 16 KiB and issues two
-//   TMA boxes (64 weight rows of 128 bytes each: gate and up rows of 64 act
-//   columns, or 128 y rows), and its 128 threads gather A's 128 rows of 128
-//   bytes (cp.async, arriving on the full mbarrier as they land).
-// - A k-step is one 128-column scale block: each MMA warpgroup issues 4
-//   wgmma m64n128k32 e4m3 into its partial sums, waits for them, releases
-//   the stage and promotes them into the f32 accumulator (part *
-//   scale_a[row][kb] * scale_b[block][kb]); the other MMA warpgroup's
-//   wgmmas run meanwhile (a second partial-sum buffer read while the next
-//   wgmmas run makes ptxas serialise the wgmma pipe, C7514).
-// - Epilogues: gate+up SiLU(gate)·up to bf16 act (store_act), down y staged
-//   through shared memory per warpgroup, 16-byte stores (stage_y, copy_y).
+//   thread 0 arms the stage's full mbarrier with B's 32 KiB and issues two
+//   TMA boxes (128 weight rows of 128 bytes each: the gate rows and the up
+//   rows of 128 act columns, or 2 x 128 y rows), and its 128 threads gather
+//   A's 128 rows of 128 bytes (cp.async, arriving on the full mbarrier as
+//   they land).
+// - A k-step is one 128-column scale block. Each MMA warpgroup takes B's two
+//   128-row halves in turn through one partial-sum buffer: 4 wgmma
+//   m64n128k32 e4m3 into part, wait, promote into the half's accumulator
+//   (part * scale_a[row][kb] * scale_b[block][kb]); after the second half it
+//   releases the stage. The other MMA warpgroup's wgmmas run meanwhile (a
+//   second partial-sum buffer would not fit the 232 registers beside the
+//   two accumulators, and one read while the next wgmmas run makes ptxas
+//   serialise the wgmma pipe, C7514).
+// - Why 256 B rows a unit (session 36): with 128 the units read 32 KiB from
+//   L2 a k-step for 4.2 MFLOP (128 FLOP a byte) and ran at L2's rate, not the
+//   tensor cores'; two halves sharing A read 48 KiB for 8.4 MFLOP (171).
+// - Epilogues: gate+up SiLU(gate)·up to bf16 act from the two accumulators
+//   (gate, up: store_act_pair), down y staged through shared memory per
+//   warpgroup a half at a time, 16-byte stores (stage_y, copy_y).
 //
 // The weights' tensor map is over their bytes as a bf16 matrix of K / 2
 // columns (TMA copies bytes: a box of 64 "bf16" columns is one 128-byte row,
 // SW128), so box coordinates along K are k / 2.
 //
-// Needs K % 128 == 0, experts <= MAX_EXPERTS, gate+up: intermediate % 64 ==
-// 0 (a unit's 64 gate rows lie in one scale block, as its up rows), down:
-// hidden % 128 == 0.
+// Needs K % 128 == 0, experts <= MAX_EXPERTS, gate+up: intermediate % 128
+// == 0 (a unit's 128 gate rows are one scale block, as its up rows), down:
+// hidden % 256 == 0.
 
 #include <cuda_bf16.h>
 
@@ -39,9 +46,9 @@ typedef unsigned char u8;
 
 constexpr int BLOCK = 128;                        // scale block, rows and columns
 constexpr int BM = 128;
-constexpr int BN = 128;
+constexpr int BN = 256;                           // B rows a unit: two halves of 128
 constexpr int BK = 128;                           // bytes (e4m3 columns) a step: one scale block
-constexpr int STAGES = 5;
+constexpr int STAGES = 4;
 constexpr int WARPGROUPS = 2;                     // MMA warpgroups
 constexpr int MMA_THREADS = WARPGROUPS * 128;     // 256
 constexpr int PRODUCER_THREADS = 128;             // one warpgroup
@@ -49,24 +56,24 @@ constexpr int THREADS = MMA_THREADS + PRODUCER_THREADS;  // 384
 constexpr int PRODUCER_REGS = 40;                 // setmaxnreg: 128 x 40 + 256 x 232 <= 64 Ki
 constexpr int MMA_REGS = 232;
 constexpr int WG_ROWS = BM / WARPGROUPS;          // 64: the wgmma M
-constexpr int NI = BN / 8;                        // 16 n8 blocks
-constexpr int ACC = NI * 4;                       // 64 f32 a thread
+constexpr int HALF_N = BN / 2;                    // 128: a half's wgmma N
+constexpr int NI = HALF_N / 8;                    // 16 n8 blocks a half
+constexpr int ACC = NI * 4;                       // 64 f32 a thread a half
 constexpr int ROW_CHUNKS = BK / 16;               // 8 chunks of 16 bytes a row
 constexpr int A_ROWS_THREAD = BM * ROW_CHUNKS / PRODUCER_THREADS;  // 8 chunks of A a producer thread per step
 constexpr int A_ROW_STEP = PRODUCER_THREADS / ROW_CHUNKS;           // 16 rows between them
 constexpr int A_BYTES = BM * BK;                  // 16 KiB
-constexpr int B_BYTES = BN * BK;                  // 16 KiB
-constexpr int B_HALF = B_BYTES / 2;               // one TMA box: 64 rows x 128 bytes
-constexpr int B_HALF_ROWS = BN / 2;
+constexpr int B_BYTES = BN * BK;                  // 32 KiB
+constexpr int B_HALF = B_BYTES / 2;               // one TMA box: 128 rows x 128 bytes
 constexpr int STAGE_BYTES = A_BYTES + B_BYTES;
 constexpr int FULL_ARRIVALS = PRODUCER_THREADS + 1;
 constexpr int MAX_EXPERTS = 256;
-constexpr int EPI_BYTES = WG_ROWS * BN * 2;       // a warpgroup's y, bf16
+constexpr int EPI_BYTES = WG_ROWS * HALF_N * 2;   // a warpgroup's y of one half, bf16
 constexpr int BAR_BYTES = 2 * STAGES * 8;
 constexpr int TABLE_BYTES = (MAX_EXPERTS + 1) * 4;
 constexpr int SMEM_GATE_UP = STAGES * STAGE_BYTES + BAR_BYTES + TABLE_BYTES + 1024;
 constexpr int SMEM_DOWN = SMEM_GATE_UP + WARPGROUPS * EPI_BYTES;
-constexpr int GATE_UP_COLS = BN / 2;              // 64 act columns a unit
+constexpr int GATE_UP_COLS = BN / 2;              // 128 act columns a unit
 static_assert(BK == BLOCK && ROW_CHUNKS == 8, "a stage row is one 128-byte swizzle row and one scale block");
 static_assert(THREADS >= MAX_EXPERTS, "tile_table: one expert a thread");
 static_assert(PRODUCER_THREADS * PRODUCER_REGS + MMA_THREADS * MMA_REGS <= 65536, "register file");
@@ -83,7 +90,8 @@ using headroom_moe_common::source_row;
 using headroom_moe_wgmma_common::desc_sw128;
 using headroom_moe_wgmma_common::wgmma_m64n128k32_e4m3;
 using headroom_moe_wgmma_common::promote;
-using headroom_moe_wgmma_common::store_act;
+using headroom_moe_common::silu_mul;
+using headroom_moe_common::store_bf16x2;
 using headroom_moe_wgmma_common::stage_y;
 using headroom_moe_wgmma_common::copy_y;
 using headroom_moe_ws_common::wg_barrier;
@@ -96,11 +104,11 @@ using headroom_moe_ws_common::ring_begin;
 using headroom_moe_ws_common::skip_unit;
 
 
-// The first weight row of half h of tile tl's B (gate+up: h = 0 its 64 gate
-// rows, 1 the up rows of the same act columns; down: 64 y rows each).
+// The first weight row of half h of tile tl's B (gate+up: h = 0 its 128 gate
+// rows, 1 the up rows of the same act columns; down: 128 y rows each).
 template <bool GATE_UP>
 __device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
-    return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * B_HALF_ROWS;
+    return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * HALF_N;
 }
 
 // The layout moe_ws_common.cuh's producer loads (its template parameter):
@@ -120,12 +128,13 @@ struct Layout {
     }
 };
 
-// One k-step's wgmmas of one warpgroup into part: its 64 rows of A against
-// the stage's 128 rows of B (from zero: the first one's scale-d is off).
-__device__ __forceinline__ void mma_step(float (&part)[ACC], unsigned stage_base, int wg) {
+// One k-step's wgmmas of one warpgroup and one half of B into part: its 64
+// rows of A against the half's 128 rows (from zero: the first one's scale-d
+// is off).
+__device__ __forceinline__ void mma_half(float (&part)[ACC], unsigned stage_base, int wg, int half) {
     constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes
     const unsigned sa = stage_base + wg * WG_ROWS * 128;
-    const unsigned sb = stage_base + A_BYTES;
+    const unsigned sb = stage_base + A_BYTES + half * B_HALF;
     fence_operands(part);
     wgmma_fence();
 #pragma unroll
@@ -136,11 +145,11 @@ __device__ __forceinline__ void mma_step(float (&part)[ACC], unsigned stage_base
 }
 
 // The scales of a thread's fragment of a unit: its two rows' A scale rows and
-// B's two halves' scale rows (down: one block, both the same).
+// B's two halves' scale rows (gate+up: the gate block, the up block; down:
+// the two y blocks).
 struct UnitScales {
     const float* a[2];
-    const float* b_lo;
-    const float* b_hi;
+    const float* b[2];
 };
 
 template <bool GATE_UP>
@@ -157,24 +166,55 @@ __device__ __forceinline__ UnitScales unit_scales(const float* __restrict__ a_s,
     }
     if (GATE_UP) {
         const int n_blocks = (2 * n_out + BLOCK - 1) / BLOCK;
-        sc.b_lo = w_s + ((long long)tl.e * n_blocks + tl.nt * GATE_UP_COLS / BLOCK) * kbs;
-        sc.b_hi = w_s + ((long long)tl.e * n_blocks + (n_out + tl.nt * GATE_UP_COLS) / BLOCK) * kbs;
+        sc.b[0] = w_s + ((long long)tl.e * n_blocks + tl.nt * GATE_UP_COLS / BLOCK) * kbs;
+        sc.b[1] = w_s + ((long long)tl.e * n_blocks + (n_out + tl.nt * GATE_UP_COLS) / BLOCK) * kbs;
     } else {
         const int n_blocks = (n_out + BLOCK - 1) / BLOCK;
-        sc.b_lo = w_s + ((long long)tl.e * n_blocks + tl.nt) * kbs;
-        sc.b_hi = sc.b_lo;
+        sc.b[0] = w_s + ((long long)tl.e * n_blocks + tl.nt * (BN / BLOCK)) * kbs;
+        sc.b[1] = sc.b[0] + kbs;
     }
     return sc;
 }
 
-// The down epilogue through this warpgroup's EPI_BYTES.
+// The gate+up epilogue of a warp's 16-row slice (first row r0 of the tile)
+// from the gate and up accumulators of the same 128 act columns: act =
+// SiLU(gate)·up in bf16, tile row r to out row m0 + r from column col0, rows
+// from `rows` on not stored.
+__device__ __forceinline__ void store_act_pair(const float (&gate)[ACC], const float (&up)[ACC],
+                                               bf16* __restrict__ out, int m0, int rows, int r0, int col0,
+                                               int n_out, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = r0 + lane / 4 + h * 8;
+        if (r >= rows) continue;
+        bf16* orow = out + (long long)(m0 + r) * n_out + col0 + (lane % 4) * 2;
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            const float v0 = silu_mul(gate[4 * j + 2 * h], up[4 * j + 2 * h]);
+            const float v1 = silu_mul(gate[4 * j + 2 * h + 1], up[4 * j + 2 * h + 1]);
+            store_bf16x2(orow + j * 8, v0, v1);
+        }
+    }
+}
+
+// The lane index, read where it is used: the epilogue's addresses derive
+// from it, and with threadIdx.x ptxas hoisted them out of the unit loop,
+// where beside the two accumulators and the partial sums they spilled.
+__device__ __forceinline__ int lane_here() {
+    int l;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(l));
+    return l;
+}
+
+// The down epilogue of half `half` (its 128 y columns) through this
+// warpgroup's EPI_BYTES.
 __device__ __forceinline__ void store_y(const float (&acc)[ACC], bf16* __restrict__ out, const Tile& tl, int n_out,
-                                        int wg, int wq, int lane, unsigned char* buf) {
-    const int t = threadIdx.x % 128;
+                                        int wg, int wq, unsigned char* buf, int half) {
+    const int lane = lane_here(), t = wq * 32 + lane;
     wg_barrier(wg);
     stage_y(acc, buf, wq * 16, 0, lane);
     wg_barrier(wg);
-    copy_y<WG_ROWS, 128>(buf, out, tl.m0, tl.rows, wg * WG_ROWS, tl.nt * BN, 0, n_out, t);
+    copy_y<WG_ROWS, 128>(buf, out, tl.m0, tl.rows, wg * WG_ROWS, tl.nt * BN, half * HALF_N, n_out, t);
 }
 
 // The kernel body: a_q / a_s (x's codes and scales gathered through
@@ -211,7 +251,7 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
     const int wg = warp / 4, wq = warp % 4;
     const bool warp_leader = lane == 0;  // release: one arrival an MMA warp
     unsigned char* epi = smem + STAGES * STAGE_BYTES + wg * EPI_BYTES;
-    float acc[ACC], part[ACC];
+    float acc[2][ACC], part[ACC];
     for (int s = 0;;) {
         // The unit's first step has landed with its tile beside it.
         wait_full<STAGES>(bars, s);
@@ -221,23 +261,30 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
             const UnitScales sc = unit_scales<GATE_UP>(a_s, slot_token, w_s, ct, wg * WG_ROWS + wq * 16, lane, K,
                                                        n_out);
 #pragma unroll
-            for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
+            for (int q = 0; q < ACC; ++q) acc[0][q] = acc[1][q] = 0.f;
             for (int kt = 0; kt < k_tiles; ++kt) {
                 if (kt > 0) wait_full<STAGES>(bars, s + kt);
-                mma_step(part, smem0 + (unsigned)(((s + kt) % STAGES) * STAGE_BYTES), wg);
+                const unsigned st = smem0 + (unsigned)(((s + kt) % STAGES) * STAGE_BYTES);
+                mma_half(part, st, wg, 0);
                 // The k-block's scales, read while the tensor cores work.
                 const float s0 = sc.a[0][kt], s1 = sc.a[1][kt];
-                const float b_l = sc.b_lo[kt], b_h = sc.b_hi[kt];
+                const float b0 = sc.b[0][kt], b1 = sc.b[1][kt];
+                wgmma_wait<0>();
+                fence_operands(part);
+                promote(acc[0], part, s0, s1, b0, b0);
+                mma_half(part, st, wg, 1);
                 wgmma_wait<0>();
                 fence_operands(part);
                 release<STAGES>(bars, s + kt, warp_leader);  // the stage is read: the producer may refill it
-                promote(acc, part, s0, s1, b_l, b_h);
+                promote(acc[1], part, s0, s1, b1, b1);
             }
             s += k_tiles;
             if (GATE_UP) {
-                store_act(acc, out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16, ct.nt * GATE_UP_COLS, n_out, lane);
+                store_act_pair(acc[0], acc[1], out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16, ct.nt * GATE_UP_COLS,
+                               n_out, lane);
             } else {
-                store_y(acc, out, ct, n_out, wg, wq, lane, epi);
+                store_y(acc[0], out, ct, n_out, wg, wq, epi, 0);
+                store_y(acc[1], out, ct, n_out, wg, wq, epi, 1);
             }
         } else {
             // No row of this warpgroup's half: wait for and release each step.
