@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepared in session 36 (any sm_90a card, ≈ 200 s; carry [".devbin/s35main",
+# ".devbin/next"]): session 36's call 3 again, narrowed to the gate+up kernel
+# (ncu failed to replay moe_gemm_down_ws_fp8 in call 3, "Failed to profile",
+# and the call ran out) — the L2 share of main's 128 x 256 gate+up units
+# against the 128 x 128 ones (call 3: 81 % of L2's peak, 7.4 TB/s, SM 41 %).
+# Prediction: B's L2 throughput 60-70 %, its SM throughput 45-55 %.
+set -u
+O=${OUT:-/tmp/out}; mkdir -p "$O"
+source bench/gpu/env.sh >/dev/null
+export HEADROOM_KERNEL_CACHE=/tmp/kcache
+for v in s35main next; do mkdir -p /tmp/$v && tar -xJf .devbin/$v/bins.tar.xz -C /tmp/$v; done
+nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
+SECONDS=0
+for v in s35main next; do
+  HEADROOM_PROFILE_STEP=35 timeout 150 ncu --profile-from-start off --clock-control none --cache-control none \
+    -k regex:'moe_gemm_gate_up_ws_fp8' --launch-count 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --metrics lts__t_bytes.sum.per_second,dram__bytes_read.sum.per_second --csv --page details \
+    --log-file "$O/ncu-$v.csv" --target-processes all \
+    /tmp/$v/h/headroom serve --backend cuda --synthetic qwen3.6-35b-a3b-fp8 --port 8931 --warmup off \
+    > "$O/serve-$v.log" 2>&1 &
+  sp=$!
+  for _ in $(seq 1 400); do grep -q "listening on" "$O/serve-$v.log" && break; kill -0 $sp 2>/dev/null || break; sleep 0.5; done
+  timeout 50 /tmp/$v/h/headroom bench serve --url http://127.0.0.1:8931 --concurrency 512 --requests 512 \
+    --prompt-len 1024 --max-tokens 128 --time-limit-s 15 > /dev/null 2>&1
+  pkill -TERM -x headroom; wait $sp; echo "$v rc $? t=$SECONDS"
+  grep -E '"(Duration|L2 Cache Throughput|DRAM Throughput|Compute \(SM\) Throughput|L2 Hit Rate|lts__t_bytes.sum.per_second)"' \
+    "$O/ncu-$v.csv" | awk -F'","' '{print $1"\" "$5" "$(NF-2)" "$NF}' | cut -c1-140
+done
+gzip -f "$O"/*.csv "$O"/*.log
