@@ -14,13 +14,7 @@
 #    32k TTFT (bar 0.45 s; A 513.9 ms; prediction −2-4 %: the 32k prompt's
 #    routed experts run the ws GEMMs), decode unchanged (the decode MoE
 #    kernels are other ones).
-set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-source bench/gpu/env.sh >/dev/null
-export HEADROOM_KERNEL_CACHE=/tmp/kcache
-for v in s35main next; do mkdir -p /tmp/$v && tar -xJf .devbin/$v/bins.tar.xz -C /tmp/$v; done
-nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
-SECONDS=0
+source bench/gpu/call_prelude.sh s35main next
 source docs/perf/data/serving-s31/w1_arm.sh  # w1 ARM BIN MODEL PORT
 F=qwen3.6-35b-a3b-fp8; M=qwen3.6-35b-a3b
 for v in s35main next s35main next; do w1 fp8-$v /tmp/$v/h/headroom $F 8971; done

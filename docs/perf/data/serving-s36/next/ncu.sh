@@ -7,13 +7,7 @@
 # the GPU; so the server here takes --memory-fraction 0.6) — the L2 share of main's 128 x 256 gate+up units
 # against the 128 x 128 ones (call 3: 81 % of L2's peak, 7.4 TB/s, SM 41 %).
 # Prediction: B's L2 throughput 60-70 %, its SM throughput 45-55 %.
-set -u
-O=${OUT:-/tmp/out}; mkdir -p "$O"
-source bench/gpu/env.sh >/dev/null
-export HEADROOM_KERNEL_CACHE=/tmp/kcache
-for v in s35main next; do mkdir -p /tmp/$v && tar -xJf .devbin/$v/bins.tar.xz -C /tmp/$v; done
-nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
-SECONDS=0
+source bench/gpu/call_prelude.sh s35main next
 for v in s35main next; do
   HEADROOM_PROFILE_STEP=35 timeout 150 ncu --profile-from-start off --clock-control none --cache-control none \
     -k regex:'moe_gemm_gate_up_ws_fp8' --launch-count 2 \
