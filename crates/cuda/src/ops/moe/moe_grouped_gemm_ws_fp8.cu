@@ -181,7 +181,7 @@ __device__ __forceinline__ UnitScales unit_scales(const float* __restrict__ a_s,
 // SiLU(gate)·up in bf16, tile row r to out row m0 + r from column col0, rows
 // from `rows` on not stored. moe_wgmma_common.cuh's store_act is the same
 // loop over one accumulator's two halves; written as one helper of both
-// (branch actpair) it changed the FP8 tile kernel's generated code
+// (branch fp8tiles) it changed the FP8 tile kernel's generated code
 // (moe_gemm_gate_up_fp8 .text 25,216 -> 24,704 bytes), so it waits for a GPU
 // run.
 __device__ __forceinline__ void store_act_pair(const float (&gate)[ACC], const float (&up)[ACC],
