@@ -12,7 +12,7 @@
 //! [`native_takes`] says which calls run here; the others keep the
 //! dequantize + bf16 grouped GEMMs fallback (`crate::backend::moe`).
 
-use super::gemm::{WS_MAX_EXPERTS, WS_PAIRS};
+use super::gemm::{ws_unit_fits, WS_BN, WS_MAX_EXPERTS, WS_PAIRS};
 use super::launch::{Gemm, GemmWeights, Passes};
 use super::weights::weight_map;
 use super::{
@@ -57,32 +57,24 @@ const FP8_DOWN: GemmKernel = fp8_kernel("moe_gemm_down_fp8", FP8_BN * FP8_DOWN_T
 /// Stages of the warp-specialised FP8 kernels (`STAGES` in
 /// `moe_grouped_gemm_ws_fp8.cu`).
 pub const FP8_WS_STAGES: usize = 4;
-/// Weight rows of a warp-specialised FP8 unit (`BN`): 128 gate and 128 up
-/// rows of 128 act columns, or 256 down rows.
-pub const FP8_WS_BN: usize = 256;
 /// Dynamic shared memory of a warp-specialised FP8 gate+up CTA
 /// (`SMEM_GATE_UP`: the stages of 128 A and 256 B rows of 128 bytes, their
 /// full and empty mbarriers, the tile table, alignment slack).
-pub const FP8_WS_SMEM_GATE_UP: usize = FP8_WS_STAGES * (128 + FP8_WS_BN) * 128
-    + 2 * FP8_WS_STAGES * 8
-    + (WS_MAX_EXPERTS + 1) * 4
-    + 1024;
+pub const FP8_WS_SMEM_GATE_UP: usize =
+    FP8_WS_STAGES * (128 + WS_BN) * 128 + 2 * FP8_WS_STAGES * 8 + (WS_MAX_EXPERTS + 1) * 4 + 1024;
 /// Dynamic shared memory of a warp-specialised FP8 down CTA (`SMEM_DOWN`:
 /// the gate+up layout and two warpgroups' 64 x 128 bf16 y, one half of a
 /// unit's columns at a time).
 pub const FP8_WS_SMEM_DOWN: usize = FP8_WS_SMEM_GATE_UP + 2 * 64 * 128 * 2;
 // One CTA an SM: its shared memory within the 227 KiB a CTA may take.
 const _: () = assert!(FP8_WS_SMEM_DOWN <= 227 * 1024);
-/// The warp-specialised FP8 gate+up kernel: `FP8_WS_BN / 2` act columns a
+/// The warp-specialised FP8 gate+up kernel: `WS_BN / 2` act columns a
 /// unit.
-const FP8_WS_GATE_UP: GemmKernel = GemmKernel::warp_specialized(
-    "moe_gemm_gate_up_ws_fp8",
-    FP8_WS_SMEM_GATE_UP,
-    FP8_WS_BN / 2,
-);
-/// The warp-specialised FP8 down kernel: `FP8_WS_BN` y columns a unit.
+const FP8_WS_GATE_UP: GemmKernel =
+    GemmKernel::warp_specialized("moe_gemm_gate_up_ws_fp8", FP8_WS_SMEM_GATE_UP, WS_BN / 2);
+/// The warp-specialised FP8 down kernel: `WS_BN` y columns a unit.
 const FP8_WS_DOWN: GemmKernel =
-    GemmKernel::warp_specialized("moe_gemm_down_ws_fp8", FP8_WS_SMEM_DOWN, FP8_WS_BN);
+    GemmKernel::warp_specialized("moe_gemm_down_ws_fp8", FP8_WS_SMEM_DOWN, WS_BN);
 
 /// Pairs per pass from which [`Fp8Gemms::for_pass`] runs [`Fp8Gemms::Ws`]:
 /// the bf16 kernels' threshold, where the FP8 ws kernels measured 2 % faster
@@ -114,21 +106,10 @@ impl Fp8Gemms {
     }
 }
 
-/// Whether the warp-specialised kernel of `gemm` takes `n_out` output
-/// columns (act's `intermediate` or y's `hidden`): a unit is `FP8_WS_BN / 2`
-/// act or `FP8_WS_BN` y columns. Where it does not, the pass runs that GEMM on
-/// the tile kernels.
-fn ws_takes(gemm: Gemm, n_out: usize) -> bool {
-    match gemm {
-        Gemm::GateUp => n_out.is_multiple_of(FP8_WS_BN / 2),
-        Gemm::Down => n_out.is_multiple_of(FP8_WS_BN),
-    }
-}
-
 /// The kernel of `gemm` (warp-specialised or not) and its weights, e4m3
 /// `codes` of `rows` rows of `k` bytes with their `scales`: the
 /// warp-specialised kernels read the codes through a tensor map over their
-/// bytes as bf16 `[rows][k / 2]` in boxes of `FP8_WS_BN / 2` rows (one
+/// bytes as bf16 `[rows][k / 2]` in boxes of `WS_BN / 2` rows (one
 /// 128-byte row a box row; TMA copies bytes), encoded on the buffer's first
 /// use.
 fn fp8_gemm(
@@ -153,7 +134,7 @@ fn fp8_gemm(
         Sw128Map {
             rows,
             cols: k / 2,
-            box_rows: FP8_WS_BN / 2,
+            box_rows: WS_BN / 2,
         },
     )?;
     Ok((kernel, GemmWeights::Fp8Map(scales.ptr(), map)))
@@ -372,7 +353,7 @@ pub fn routed_experts_fp8_on(
         mark(MoeStage::GateUp).map_err(dev_err)?;
         let a = [q, s_x, ws.r.slot_token.ptr()];
         let (k, w) = fp8_gemm(
-            ws_gemms && ws_takes(Gemm::GateUp, i),
+            ws_gemms && ws_unit_fits(true, i),
             Gemm::GateUp,
             l.gate_up,
             s.gate_up,
@@ -387,7 +368,7 @@ pub fn routed_experts_fp8_on(
         mark(MoeStage::Down).map_err(dev_err)?;
         quantize_rows(dev, ws.act.ptr(), pass.pairs(l.top_k), i, &aq)?;
         let a = [aq.q.ptr(), aq.s.ptr()];
-        let ws_down = ws_gemms && ws_takes(Gemm::Down, h);
+        let ws_down = ws_gemms && ws_unit_fits(false, h);
         let (k, w) =
             fp8_gemm(ws_down, Gemm::Down, l.down, s.down, local * h, i).map_err(dev_err)?;
         passes
@@ -443,9 +424,9 @@ mod tests {
         let src = MOE_GROUPED_GEMM_WS_FP8.source;
         let c = |name| source_constant(src, name);
         assert_eq!(c("STAGES"), FP8_WS_STAGES);
-        assert_eq!((c("BM"), c("BN"), c("BK")), (GEMM_BM, FP8_WS_BN, BLOCK));
+        assert_eq!((c("BM"), c("BN"), c("BK")), (GEMM_BM, WS_BN, BLOCK));
         assert_eq!(c("MAX_EXPERTS"), WS_MAX_EXPERTS);
-        // SMEM_GATE_UP: the stages of 128 A and 128 B rows of BK bytes, full
+        // SMEM_GATE_UP: the stages of 128 A and BN B rows of BK bytes, full
         // and empty mbarriers, the tile table, alignment slack; SMEM_DOWN
         // adds the two warpgroups' 64 x 128 bf16 y.
         let gate_up = c("STAGES") * (c("BM") + c("BN")) * c("BK")
@@ -478,10 +459,10 @@ mod tests {
     #[test]
     fn a_gemm_whose_columns_do_not_fill_whole_units_runs_on_the_tiles() {
         // A unit: 128 act columns of gate+up, 256 y columns of down.
-        assert!(ws_takes(Gemm::GateUp, 512) && ws_takes(Gemm::GateUp, 128));
-        assert!(!ws_takes(Gemm::GateUp, 192));
-        assert!(ws_takes(Gemm::Down, 2048) && ws_takes(Gemm::Down, 256));
-        assert!(!ws_takes(Gemm::Down, 384) && !ws_takes(Gemm::Down, 128));
+        assert!(ws_unit_fits(true, 512) && ws_unit_fits(true, 128));
+        assert!(!ws_unit_fits(true, 192));
+        assert!(ws_unit_fits(false, 2048) && ws_unit_fits(false, 256));
+        assert!(!ws_unit_fits(false, 384) && !ws_unit_fits(false, 128));
     }
 
     #[test]

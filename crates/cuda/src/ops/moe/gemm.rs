@@ -51,8 +51,18 @@ pub const STREAM_SMEM_BYTES: usize = 5 * (128 + 32) * 64 * 2 + 2 * (MAX_EXPERTS 
 /// Architecture of the wgmma kernels.
 const HOPPER: &str = "sm_90a";
 
-/// Weight rows per warp-specialised tile (`BN` in `moe_grouped_gemm_ws.cu`).
+/// Weight rows per warp-specialised tile (`BN` in `moe_grouped_gemm_ws.cu`
+/// and in its FP8 form `moe_grouped_gemm_ws_fp8.cu`).
 pub const WS_BN: usize = 256;
+
+/// Whether the warp-specialised kernels' units (bf16 and FP8 alike: `WS_BN`
+/// weight rows, i.e. `WS_BN / 2` act columns of gate+up or `WS_BN` y columns
+/// of down) tile `n_out` output columns of the GEMM (`gate_up`: act's
+/// intermediate, else y's hidden). Where they do not, that GEMM runs on its
+/// family's narrower kernels.
+pub fn ws_unit_fits(gate_up: bool, n_out: usize) -> bool {
+    n_out.is_multiple_of(if gate_up { WS_BN / 2 } else { WS_BN })
+}
 /// Most local experts of the warp-specialised kernels (`MAX_EXPERTS` there:
 /// their tile table in shared memory).
 pub const WS_MAX_EXPERTS: usize = 256;
@@ -238,7 +248,7 @@ impl GemmImpl {
     pub fn gate_up(self, intermediate: usize) -> GemmKernel {
         if let Some(k) = self.stream(true, GEMM_BN / 2) {
             k
-        } else if self == GemmImpl::Ws && intermediate.is_multiple_of(WS_BN / 2) {
+        } else if self == GemmImpl::Ws && ws_unit_fits(true, intermediate) {
             Self::warp_specialized("moe_gemm_gate_up_ws_bf16", WS_SMEM_GATE_UP, WS_BN / 2)
         } else {
             self.narrow(self.entries().0, GEMM_BN / 2)
@@ -250,7 +260,7 @@ impl GemmImpl {
     pub fn down(self, hidden: usize) -> GemmKernel {
         if let Some(k) = self.stream(false, GEMM_BN) {
             k
-        } else if self == GemmImpl::Ws && hidden.is_multiple_of(WS_BN) {
+        } else if self == GemmImpl::Ws && ws_unit_fits(false, hidden) {
             Self::warp_specialized("moe_gemm_down_ws_bf16", WS_SMEM_DOWN, WS_BN)
         } else {
             self.narrow(self.entries().1, GEMM_BN)

@@ -124,15 +124,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], unsigned long 
 }
 
 
-// The first weight row of half h of tile tl's B (gate+up: h = 0 gate, 1 up).
-template <bool GATE_UP>
-__device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
-    return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * (BN / 2);
-}
-
-
-
-
 // The layout moe_ws_common.cuh's producer loads (its template parameter).
 struct Layout {
     typedef bf16 Elem;
@@ -142,10 +133,6 @@ struct Layout {
     static constexpr int STAGE_BYTES = headroom_moe_ws::STAGE_BYTES, A_BYTES = headroom_moe_ws::A_BYTES;
     static constexpr int B_BYTES = headroom_moe_ws::B_BYTES, B_HALF = headroom_moe_ws::B_HALF;
     static constexpr int MAP_DIV = 1;  // the weights' map counts K in A's elements
-    template <bool GATE_UP>
-    __device__ __forceinline__ static int b_row(const Tile& tl, int h, int n_out) {
-        return headroom_moe_ws::b_row<GATE_UP>(tl, h, n_out);
-    }
 };
 
 // One k-step of one warpgroup: its 64 rows of A against the stage's 256 rows of B.

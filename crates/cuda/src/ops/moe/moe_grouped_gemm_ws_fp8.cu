@@ -104,13 +104,6 @@ using headroom_moe_ws_common::ring_begin;
 using headroom_moe_ws_common::skip_unit;
 
 
-// The first weight row of half h of tile tl's B (gate+up: h = 0 its 128 gate
-// rows, 1 the up rows of the same act columns; down: 128 y rows each).
-template <bool GATE_UP>
-__device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
-    return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * GATE_UP_COLS : tl.e * n_out + tl.nt * BN + h * HALF_N;
-}
-
 // The layout moe_ws_common.cuh's producer loads (its template parameter):
 // A's e4m3 codes, and the weights' map over their bytes as bf16 (K / 2).
 struct Layout {
@@ -122,10 +115,6 @@ struct Layout {
     static constexpr int STAGE_BYTES = headroom_moe_ws_fp8::STAGE_BYTES, A_BYTES = headroom_moe_ws_fp8::A_BYTES;
     static constexpr int B_BYTES = headroom_moe_ws_fp8::B_BYTES, B_HALF = headroom_moe_ws_fp8::B_HALF;
     static constexpr int MAP_DIV = 2;
-    template <bool GATE_UP>
-    __device__ __forceinline__ static int b_row(const Tile& tl, int h, int n_out) {
-        return headroom_moe_ws_fp8::b_row<GATE_UP>(tl, h, n_out);
-    }
 };
 
 // One k-step's wgmmas of one warpgroup and one half of B into part: its 64

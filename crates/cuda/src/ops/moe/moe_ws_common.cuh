@@ -105,15 +105,23 @@ __device__ __forceinline__ Tile unit_tile(int p, int n_tiles, const int* table, 
     return tl;
 }
 
+// The first weight row of TMA box h of unit tl's B, in units of BN weight
+// rows (both ws kernels): gate+up h = 0 the unit's BN / 2 gate rows (its
+// BN / 2 act columns), h = 1 their up rows; down h = 0, 1 the two halves of
+// its BN y rows.
+template <bool GATE_UP, int BN>
+__device__ __forceinline__ int b_row(const Tile& tl, int h, int n_out) {
+    return GATE_UP ? tl.e * 2 * n_out + h * n_out + tl.nt * (BN / 2) : tl.e * n_out + tl.nt * BN + h * (BN / 2);
+}
+
 // The producer warpgroup: every k-step of the units this CTA takes into the
 // stage ring, then the end stage (pt: the thread's index in the warpgroup).
 // L, the kernel's layout: A's element type (Elem) and its BK elements a stage
 // row of 128 bytes (CHUNK a 16-byte chunk, ROW_CHUNKS a row), the A chunks a
 // producer thread loads a step (A_ROWS_THREAD, A_ROW_STEP rows apart), the
 // stage ring (STAGES of STAGE_BYTES: A_BYTES of A, then B_BYTES of B in two
-// TMA boxes of B_HALF), the weights' map's K coordinate as A's element index
-// / MAP_DIV, and b_row<GATE_UP>(tile, half, n_out), the first weight row of
-// a box.
+// TMA boxes of B_HALF: B_BYTES / 128 weight rows of 128 bytes: b_row's BN),
+// and the weights' map's K coordinate as A's element index / MAP_DIV.
 template <bool GATE_UP, typename L>
 __device__ __forceinline__ void produce(const typename L::Elem* __restrict__ a_src, const int* __restrict__ slot_token,
                                         const int* __restrict__ expert_offsets, const int* table, int experts,
@@ -134,7 +142,8 @@ __device__ __forceinline__ void produce(const typename L::Elem* __restrict__ a_s
             a_ok[i] = r < tl.rows;
             a_ptr[i] = a_src + source_row<GATE_UP>(slot_token, tl.m0 + r, a_ok[i]) * K + chunk * L::CHUNK;
         }
-        const int b0 = L::template b_row<GATE_UP>(tl, 0, n_out), b1 = L::template b_row<GATE_UP>(tl, 1, n_out);
+        constexpr int B_ROWS = L::B_BYTES / 128;  // a stage row is 128 bytes in both kernels
+        const int b0 = b_row<GATE_UP, B_ROWS>(tl, 0, n_out), b1 = b_row<GATE_UP, B_ROWS>(tl, 1, n_out);
         for (int kt = 0; kt < k_tiles; ++kt, ++s) {
             const int st = s % L::STAGES;
             const unsigned full = bars + st * 8, empty = bars + (L::STAGES + st) * 8;
