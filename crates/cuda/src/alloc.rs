@@ -5,10 +5,12 @@
 //! every other run of the same step). Blocks under 1 MiB go back to a pool
 //! keyed by their rounded size; larger ones are split from and merged back
 //! into their driver segments ([`large`]), so steps of many sizes share
-//! memory. It counts
-//! the bytes held by live buffers (`active`) and their high-water mark since
-//! the last [`Allocator::reset_peak`] (`peak`): a bench's transient figure is
-//! the peak during a call minus what was active before it.
+//! memory.
+//!
+//! It counts the bytes held by live buffers (`active`), their high-water
+//! mark since the last [`Allocator::reset_peak`] (`peak`), what the driver
+//! gave (`reserved`) and the driver calls: a bench's transient figure is the
+//! peak during a call minus what was active before it.
 
 mod large;
 
@@ -33,6 +35,10 @@ pub struct AllocStats {
     pub peak: u64,
     /// Obtained from the driver (active + cached).
     pub reserved: u64,
+    /// Segments and small blocks obtained from the driver so far.
+    pub driver_allocs: u64,
+    /// Of them, given back to the driver.
+    pub driver_frees: u64,
 }
 
 /// Sizes are rounded up to this granularity below [`LARGE`] bytes…
@@ -174,6 +180,7 @@ impl Allocator {
                 };
                 let mut pool = self.lock();
                 pool.stats.reserved += size as u64;
+                pool.stats.driver_allocs += 1;
                 if large {
                     pool.large.add_taken_segment(fresh, size);
                 }
@@ -235,6 +242,7 @@ impl Allocator {
             for (_, len) in &drained {
                 pool.stats.reserved -= *len as u64;
             }
+            pool.stats.driver_frees += drained.len() as u64;
             drained
         };
         for (p, _) in segments {
@@ -258,6 +266,7 @@ impl Allocator {
             for (s, _) in &drained {
                 pool.stats.reserved -= *s as u64;
             }
+            pool.stats.driver_frees += drained.len() as u64;
             drained.into_iter().map(|(_, p)| p).collect()
         };
         for p in small {
@@ -591,5 +600,29 @@ mod tests {
             s.peak >> 20
         );
         assert_eq!(a.lock().large.free_bytes() as u64, s.reserved - s.active);
+        assert_eq!(
+            s.driver_allocs - s.driver_frees,
+            a.lock().large.segment_count() as u64,
+            "the counters: every segment held was allocated and not freed"
+        );
+    }
+
+    #[test]
+    fn the_driver_calls_are_counted() {
+        let (a, mallocs, frees) = fake();
+        let small = a.alloc(1000).unwrap();
+        let big = a.alloc(4 * MIB).unwrap();
+        drop(big);
+        let bigger = a.alloc(8 * MIB).unwrap(); // the 4 MiB segment goes back first
+        let s = a.stats();
+        assert_eq!(
+            (s.driver_allocs, s.driver_frees),
+            (mallocs.load(Ordering::SeqCst), frees.load(Ordering::SeqCst))
+        );
+        assert_eq!((s.driver_allocs, s.driver_frees), (3, 1));
+        drop((small, bigger));
+        a.empty_cache();
+        assert_eq!(a.stats().driver_frees, 3);
+        assert_eq!(a.stats().driver_frees, frees.load(Ordering::SeqCst));
     }
 }

@@ -272,3 +272,35 @@ fn the_step_overlap_is_recorded_in_the_json_with_why() {
     assert_eq!(v["engine"]["step_overlap"]["on"], true);
     assert_eq!(v["engine"]["step_overlap"]["why"], "on as asked");
 }
+
+#[test]
+fn each_run_names_its_device_allocations_and_the_memory_reserved() {
+    let out = common::headroom_command()
+        .args([
+            "bench",
+            "ttft",
+            "--synthetic",
+            "tiny-d64",
+            "--lengths",
+            "40",
+            "--iterations",
+            "2",
+        ])
+        .env_remove("HEADROOM_TP")
+        .env_remove("HEADROOM_SOLO_STRIPE")
+        .env_remove("HEADROOM_PREFILL_CHUNK")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let runs: Vec<&str> = err.lines().filter(|l| l.contains("tokens, run")).collect();
+    assert_eq!(runs.len(), 3, "a warm-up and two measured runs: {err}");
+    for l in runs {
+        // The CPU backend has no device allocator: no calls, its bytes held.
+        assert!(
+            l.contains("device allocations 0, frees 0; reserved "),
+            "{l}"
+        );
+        assert!(l.trim_end().ends_with(" GiB)"), "{l}");
+    }
+}

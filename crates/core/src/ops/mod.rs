@@ -135,6 +135,12 @@ pub trait Backend: Send + Sync {
     /// that loading's temporaries neither hide in the device's use nor in
     /// the memory its pools are sized from.
     fn release_cached_memory(&self) {}
+    /// `(allocations, frees)` this backend asked of the device so far
+    /// (`(0, 0)` without a device allocator): a bench shows whether a run
+    /// went to the driver.
+    fn memory_driver_calls(&self) -> (u64, u64) {
+        (0, 0)
+    }
     fn reset_peak_memory(&self);
     /// Waits for queued work (a no-op on synchronous backends).
     fn synchronize(&self) -> OpResult<()>;

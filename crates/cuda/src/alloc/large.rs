@@ -168,6 +168,12 @@ impl LargeBlocks {
         whole
     }
 
+    /// Driver segments held.
+    #[cfg(test)]
+    pub(super) fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
     /// Free bytes held in blocks (what the cache keeps).
     #[cfg(test)]
     pub(super) fn free_bytes(&self) -> usize {

@@ -294,6 +294,11 @@ impl Backend for CudaBackend {
         self.dev.allocator().empty_cache();
     }
 
+    fn memory_driver_calls(&self) -> (u64, u64) {
+        let s = self.dev.allocator().stats();
+        (s.driver_allocs, s.driver_frees)
+    }
+
     fn reset_peak_memory(&self) {
         self.dev.allocator().reset_peak();
         self.earlier_peak.store(0, Ordering::Relaxed);

@@ -1,7 +1,8 @@
 # Sourced by the call scripts since session 31: `w1 ARM BIN MODEL PORT`
 # starts a fresh `BIN serve` of the synthetic MODEL, loads it with W1 (1,000
 # x 1,024 / 128 at c = 512), prints output tok/s, TTFT p50 and ITL p50, and
-# stops the server. Logs and the bench's JSON go to $O. A server that exits,
+# stops the server. W1_SERVE_FLAGS (default none) are added to `serve`
+# (session 37: the step budget). Logs and the bench's JSON go to $O. A server that exits,
 # or does not listen within W1_START_S seconds (default 200; a fresh
 # machine's first start compiles the kernels), is reported with the GPU's
 # utilisation and memory and killed, and the bench is skipped (session 34:
@@ -19,7 +20,7 @@ serve_listening() {
   return 1
 }
 w1() {
-  "$2" serve --backend cuda --synthetic "$3" --port "$4" > "$O/serve-$1.log" 2>&1 &
+  "$2" serve --backend cuda --synthetic "$3" --port "$4" ${W1_SERVE_FLAGS:-} > "$O/serve-$1.log" 2>&1 &
   local sp=$!
   if ! serve_listening "$O/serve-$1.log" $sp $((2 * ${W1_START_S:-200})); then
     echo "$1: the server did not start ($(kill -0 $sp 2>/dev/null && echo 'still running' || echo exited);" \
@@ -31,5 +32,6 @@ w1() {
   timeout 120 "$2" bench serve --url "http://127.0.0.1:$4" --json "$O/w1-$1.json" --concurrency 512 \
     --requests 1000 --prompt-len 1024 --max-tokens 128 > "$O/w1-$1.txt" 2>&1
   echo "$1: $(grep -E 'output tok/s' "$O/w1-$1.txt" | head -1 | sed 's/.*flowed: //' | cut -c1-40) | $(grep -E '^ttft' "$O/w1-$1.txt" | awk '{print "ttft p50", $4}') | $(grep -E '^itl' "$O/w1-$1.txt" | awk '{print "itl p50", $4}') (t=$SECONDS)"
+  echo "  $1: GPU memory used after the run: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
   kill -TERM $sp; wait $sp
 }

@@ -21,6 +21,8 @@ use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
 use serde::Serialize;
 use std::time::Instant;
 
+const GIB: f64 = (1u64 << 30) as f64;
+
 /// Unmeasured decode steps before the timed ones.
 pub const DECODE_WARMUP_STEPS: usize = 2;
 
@@ -249,8 +251,10 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             before = core.rank_memory().iter().map(|m| m.0).collect();
         }
         core.step_model().reset_peak_memory();
+        let calls_before = core.step_model().lead().backend().memory_driver_calls();
         let done = run_request(core, &ids, 1, &mut nothing)?;
         let ms = done.usage.ttft_ms;
+        let calls_after = core.step_model().lead().backend().memory_driver_calls();
         if it >= a.warmup {
             times.push(ms);
             for (p, m) in peaks.iter_mut().zip(core.rank_memory()) {
@@ -259,9 +263,15 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             attention = routes_ran(&done.attention);
             steps_to_first = done.steps_to_first_token;
         }
+        // The allocator's driver calls during the run (rank 0): a run that
+        // asked the device for memory, or gave some back, got other blocks.
+        let reserved = core.step_model().rank_memory_reserved()[0] as f64 / GIB;
         eprintln!(
-            "  {n} tokens, run {it}: {ms:.1} ms ({} engine steps)",
-            done.steps_to_first_token
+            "  {n} tokens, run {it}: {ms:.1} ms ({} engine steps; device allocations {}, frees {}; \
+             reserved {reserved:.2} GiB)",
+            done.steps_to_first_token,
+            calls_after.0 - calls_before.0,
+            calls_after.1 - calls_before.1,
         );
     }
     let mut sorted = times.clone();
