@@ -24,17 +24,23 @@ fn usage_error(flags: &[&str]) -> String {
     err
 }
 
-fn ttft_json(dir: &TempDir, name: &str, args: &[&str]) -> serde_json::Value {
-    let json = dir.0.join(name);
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["--json", json.to_str().unwrap()]);
-    let out = common::headroom_command()
-        .args(&all)
+/// `headroom ARGS` with the environment that would change the bench's
+/// engine removed.
+fn run_clean(args: &[&str]) -> std::process::Output {
+    common::headroom_command()
+        .args(args)
         .env_remove("HEADROOM_TP")
         .env_remove("HEADROOM_SOLO_STRIPE")
         .env_remove("HEADROOM_PREFILL_CHUNK")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+fn ttft_json(dir: &TempDir, name: &str, args: &[&str]) -> serde_json::Value {
+    let json = dir.0.join(name);
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--json", json.to_str().unwrap()]);
+    let out = run_clean(&all);
     assert!(
         out.status.success(),
         "{all:?}: {}",
@@ -275,22 +281,10 @@ fn the_step_overlap_is_recorded_in_the_json_with_why() {
 
 #[test]
 fn each_run_names_its_device_allocations_and_the_memory_reserved() {
-    let out = common::headroom_command()
-        .args([
-            "bench",
-            "ttft",
-            "--synthetic",
-            "tiny-d64",
-            "--lengths",
-            "40",
-            "--iterations",
-            "2",
-        ])
-        .env_remove("HEADROOM_TP")
-        .env_remove("HEADROOM_SOLO_STRIPE")
-        .env_remove("HEADROOM_PREFILL_CHUNK")
-        .output()
-        .unwrap();
+    // ONE_SHORT_RUN's model and prompt, with its default warm-up and two runs.
+    let mut args = ONE_SHORT_RUN[..6].to_vec();
+    args.extend(["--iterations", "2"]);
+    let out = run_clean(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let runs: Vec<&str> = err.lines().filter(|l| l.contains("tokens, run")).collect();
