@@ -251,6 +251,8 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             before = core.rank_memory().iter().map(|m| m.0).collect();
         }
         core.step_model().reset_peak_memory();
+        // The allocator's driver calls during the run (rank 0): a run that
+        // asked the device for memory, or gave some back, got other blocks.
         let calls_before = core.step_model().lead().backend().memory_driver_calls();
         let done = run_request(core, &ids, 1, &mut nothing)?;
         let ms = done.usage.ttft_ms;
@@ -263,8 +265,6 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             attention = routes_ran(&done.attention);
             steps_to_first = done.steps_to_first_token;
         }
-        // The allocator's driver calls during the run (rank 0): a run that
-        // asked the device for memory, or gave some back, got other blocks.
         let reserved = core.step_model().rank_memory_reserved()[0] as f64 / GIB;
         eprintln!(
             "  {n} tokens, run {it}: {ms:.1} ms ({} engine steps; device allocations {}, frees {}; \
