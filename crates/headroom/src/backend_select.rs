@@ -153,7 +153,7 @@ fn build_and_run<B: Backend + 'static, J: ModelJob>(
         backend = %kind,
         weight_format = %cfg.weight_format.describe(),
         seconds = info.load_seconds,
-        weight_gib = info.weight_bytes as f64 / (1u64 << 30) as f64,
+        weight_gib = crate::describe::gib(info.weight_bytes as u64),
         "model loaded"
     );
     job.run(model, &info)

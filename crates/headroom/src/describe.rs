@@ -138,12 +138,16 @@ pub fn budget(bytes: Option<u64>) -> String {
     }
 }
 
+/// Bytes in GiB (2^30), for printing.
+pub fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
 /// `812 MiB` / `1.50 GiB`.
 pub fn size(bytes: u64) -> String {
-    const GIB: f64 = (1u64 << 30) as f64;
     const MIB: f64 = (1u64 << 20) as f64;
-    if bytes as f64 >= GIB {
-        format!("{:.2} GiB", bytes as f64 / GIB)
+    if bytes >= 1u64 << 30 {
+        format!("{:.2} GiB", gib(bytes))
     } else {
         format!("{:.1} MiB", bytes as f64 / MIB)
     }
@@ -277,6 +281,7 @@ mod tests {
 
     #[test]
     fn sizes_and_budgets_read_as_words() {
+        assert_eq!(gib(3 << 29), 1.5);
         assert_eq!(size(3 << 29), "1.50 GiB");
         assert_eq!(size(5 << 20), "5.0 MiB");
         assert_eq!(budget(None), "no memory budget");

@@ -265,7 +265,7 @@ impl ModelJob for TtftJob<'_> {
                 n,
                 r.median_ttft_ms,
                 n as f64 / r.median_ttft_ms * 1e3,
-                peak as f64 / (1u64 << 30) as f64,
+                crate::describe::gib(peak as u64),
                 r.steps_to_first_token,
                 r.attention,
                 decode_tps

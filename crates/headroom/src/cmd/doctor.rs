@@ -354,7 +354,7 @@ fn render_layers(out: &mut String, r: &DoctorReport) {
         r.model.source,
         r.model.num_layers,
         r.model.weight_format,
-        r.model.weight_storage_bytes as f64 / (1u64 << 30) as f64,
+        crate::describe::gib(r.model.weight_storage_bytes),
         r.hardware.backend
     );
     if let Some(first) = r.layers.first() {

@@ -21,8 +21,6 @@ use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
 use serde::Serialize;
 use std::time::Instant;
 
-const GIB: f64 = (1u64 << 30) as f64;
-
 /// Unmeasured decode steps before the timed ones.
 pub const DECODE_WARMUP_STEPS: usize = 2;
 
@@ -265,7 +263,7 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             attention = routes_ran(&done.attention);
             steps_to_first = done.steps_to_first_token;
         }
-        let reserved = core.step_model().rank_memory_reserved()[0] as f64 / GIB;
+        let reserved = crate::describe::gib(core.step_model().rank_memory_reserved()[0] as u64);
         eprintln!(
             "  {n} tokens, run {it}: {ms:.1} ms ({} engine steps; device allocations {}, frees {}; \
              reserved {reserved:.2} GiB)",
