@@ -185,7 +185,8 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         cp_async_commit();
     }
     constexpr unsigned SBO = 8 * 128;  // 8 rows of 128 bytes (K-major SW128; LBO unused)
-    for (int it = 0, kt = 0, tile = 0; it < blocks; ++it) {
+    for (int it = 0, tile = 0; it < blocks; ++it) {
+        const int kt = it - tile * kbs;  // the k-block of tile `tile`
         cp_async_wait<STAGES - 2>();
         fence_proxy_async();  // cp.async writes -> the tensor cores' (async proxy) reads
         __syncthreads();      // stage it landed for all; k-block it-1's wgmmas are done
@@ -207,7 +208,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
         wgmma_wait<0>();
         fence_operands(part);
         promote(acc, part, s0, s1, b_l, b_h);
-        if (!GATE_UP && ++kt == kbs) {
+        if (!GATE_UP && kt + 1 == kbs) {
             // Tile `tile` of y done (moe_wgmma_common.cuh's fragment layout;
             // the warp's rows from wq * 16), while the next tile's first
             // k-blocks load.
@@ -221,10 +222,7 @@ __device__ __forceinline__ void fp8_grouped_gemm(const u8* __restrict__ a_q, con
             }
 #pragma unroll
             for (int q = 0; q < ACC; ++q) acc[q] = 0.f;
-            kt = 0;
             ++tile;
-        } else if (GATE_UP) {
-            ++kt;
         }
     }
     cp_async_wait<0>();

@@ -26,7 +26,7 @@
 //   L2 a k-step for 4.2 MFLOP (128 FLOP a byte) and ran at L2's rate, not the
 //   tensor cores'; two halves sharing A read 48 KiB for 8.4 MFLOP (171).
 // - Epilogues: gate+up SiLU(gate)·up to bf16 act from the two accumulators
-//   (gate, up: store_act_pair), down y staged through shared memory per
+//   (gate, up: store_act_blocks), down y staged through shared memory per
 //   warpgroup a half at a time, 16-byte stores (stage_y, copy_y).
 //
 // The weights' tensor map is over their bytes as a bf16 matrix of K / 2
@@ -89,6 +89,7 @@ using headroom_moe_tiles::Tile;
 using headroom_moe_common::source_row;
 using headroom_moe_wgmma_common::desc_sw128;
 using headroom_moe_wgmma_common::wgmma_m64n128k32_e4m3;
+using headroom_moe_wgmma_common::store_act_blocks;
 using headroom_moe_wgmma_common::promote;
 using headroom_moe_common::silu_mul;
 using headroom_moe_common::store_bf16x2;
@@ -163,31 +164,6 @@ __device__ __forceinline__ UnitScales unit_scales(const float* __restrict__ a_s,
         sc.b[1] = sc.b[0] + kbs;
     }
     return sc;
-}
-
-// The gate+up epilogue of a warp's 16-row slice (first row r0 of the tile)
-// from the gate and up accumulators of the same 128 act columns: act =
-// SiLU(gate)·up in bf16, tile row r to out row m0 + r from column col0, rows
-// from `rows` on not stored. moe_wgmma_common.cuh's store_act is the same
-// loop over one accumulator's two halves; written as one helper of both
-// (branch fp8tiles) it changed the FP8 tile kernel's generated code
-// (moe_gemm_gate_up_fp8 .text 25,216 -> 24,704 bytes), so it waits for a GPU
-// run.
-__device__ __forceinline__ void store_act_pair(const float (&gate)[ACC], const float (&up)[ACC],
-                                               bf16* __restrict__ out, int m0, int rows, int r0, int col0,
-                                               int n_out, int lane) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = r0 + lane / 4 + h * 8;
-        if (r >= rows) continue;
-        bf16* orow = out + (long long)(m0 + r) * n_out + col0 + (lane % 4) * 2;
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-            const float v0 = silu_mul(gate[4 * j + 2 * h], up[4 * j + 2 * h]);
-            const float v1 = silu_mul(gate[4 * j + 2 * h + 1], up[4 * j + 2 * h + 1]);
-            store_bf16x2(orow + j * 8, v0, v1);
-        }
-    }
 }
 
 // The lane index, read where it is used: the epilogue's addresses derive
@@ -273,8 +249,8 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
             }
             s += k_tiles;
             if (GATE_UP) {
-                store_act_pair(acc[0], acc[1], out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16, ct.nt * GATE_UP_COLS,
-                               n_out, lane);
+                store_act_blocks<NI>(acc[0], acc[1], out, ct.m0, ct.rows, wg * WG_ROWS + wq * 16,
+                                     ct.nt * GATE_UP_COLS, n_out, lane);
             } else {
                 store_y(acc[0], out, ct, n_out, wg, wq, epi, 0);
                 store_y(acc[1], out, ct, n_out, wg, wq, epi, 1);

@@ -62,27 +62,35 @@ __device__ __forceinline__ void promote(float (&acc)[64], const float (&part)[64
     }
 }
 
-// The gate+up epilogue of a warp's 16-row slice (first row r0 of the tile):
-// blocks 0..NI/2-1 gate, NI/2.. the up rows of the same columns; act =
-// SiLU(gate)·up in bf16, tile row r to out row m0 + r from column col0, rows
-// from `rows` on not stored.
-template <int ACC>
-__device__ __forceinline__ void store_act(const float (&acc)[ACC], __nv_bfloat16* __restrict__ out, int m0,
-                                          int rows, int r0, int col0, int n_out, int lane) {
-    constexpr int NI = ACC / 4;
+// The gate+up epilogue of a warp's 16-row slice (first row r0 of the tile)
+// from NB n8 blocks of gate and the NB blocks of up of the same columns (the
+// two halves of one accumulator, or two accumulators): act = SiLU(gate)·up in
+// bf16, tile row r to out row m0 + r from column col0, rows from `rows` on
+// not stored.
+template <int NB>
+__device__ __forceinline__ void store_act_blocks(const float* gate, const float* up, __nv_bfloat16* __restrict__ out,
+                                                 int m0, int rows, int r0, int col0, int n_out, int lane) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int r = r0 + lane / 4 + h * 8;
         if (r >= rows) continue;
         __nv_bfloat16* orow = out + (long long)(m0 + r) * n_out + col0 + (lane % 4) * 2;
 #pragma unroll
-        for (int j = 0; j < NI / 2; ++j) {
-            const float g0 = acc[4 * j + 2 * h], g1 = acc[4 * j + 2 * h + 1];
-            const float u0 = acc[4 * (j + NI / 2) + 2 * h], u1 = acc[4 * (j + NI / 2) + 2 * h + 1];
-            const float v0 = silu_mul(g0, u0), v1 = silu_mul(g1, u1);
+        for (int j = 0; j < NB; ++j) {
+            const float v0 = silu_mul(gate[4 * j + 2 * h], up[4 * j + 2 * h]);
+            const float v1 = silu_mul(gate[4 * j + 2 * h + 1], up[4 * j + 2 * h + 1]);
             store_bf16x2(orow + j * 8, v0, v1);
         }
     }
+}
+
+// store_act_blocks of one accumulator: blocks 0..NI/2-1 gate, NI/2.. the up
+// rows of the same columns.
+template <int ACC>
+__device__ __forceinline__ void store_act(const float (&acc)[ACC], __nv_bfloat16* __restrict__ out, int m0,
+                                          int rows, int r0, int col0, int n_out, int lane) {
+    constexpr int NI = ACC / 4;
+    store_act_blocks<NI / 2>(acc, acc + 4 * (NI / 2), out, m0, rows, r0, col0, n_out, lane);
 }
 
 // Staged y: 128 columns (blocks j0 .. j0+15) of a warp's slice, first row r0
