@@ -20,5 +20,5 @@ pub use attention::{AttentionError, AttentionReport, AttentionShape, Route, Rout
 pub use backend::BackendKind;
 pub use dtype::{Dtype, Element};
 pub use layer::{AttentionKind, LayerKind};
-pub use ops::{Backend, Batch, OpError, OpKey, OpResult};
+pub use ops::{Backend, Batch, OpError, OpKey, OpResult, TimelineMark};
 pub use tensor::{Tensor, TensorData};

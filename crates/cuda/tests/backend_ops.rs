@@ -133,3 +133,39 @@ fn freed_buffers_stay_reserved_until_the_cache_is_released() {
     assert_eq!(be.memory_reserved(), now, "released to the device");
     drop(held);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU: bench/gpu/check_backend_ops.sh"]
+fn timeline_marks_time_the_queued_work_between_them_without_waiting() {
+    // Marks around a 4,096 x 4,096 linear on 4,096 rows (≈ 137 GFLOP): the
+    // device time between them is the GEMM's, and taking them waits for nothing.
+    let be = backend();
+    let (n, k) = (4096, 4096);
+    let x = act(&be, n, k, &uniform(1, n * k, 1.0));
+    let w = matrix(&be, n, k, &uniform(2, n * k, 0.05));
+    be.linear(&x, &w).unwrap(); // the first use (cuBLAS's setup) outside the marks
+    be.synchronize().unwrap();
+    let host = std::time::Instant::now();
+    let a = be.timeline_mark().unwrap();
+    let outs: Vec<_> = (0..4).map(|_| be.linear(&x, &w).unwrap()).collect();
+    let b = be.timeline_mark().unwrap();
+    let queued = host.elapsed().as_secs_f64();
+    let secs = be.timeline_seconds(&a, &b).unwrap();
+    let wall = host.elapsed().as_secs_f64();
+    assert!(matches!(a, headroom_core::TimelineMark::Device(_)));
+    // Four GEMMs of 137 GFLOP: more than 0.1 ms at any rate a GPU reaches,
+    // and no more than the wall time up to the read.
+    assert!(
+        secs > 1e-4 && secs <= wall,
+        "{secs} s between marks, {wall} s wall"
+    );
+    println!(
+        "timeline: {:.3} ms between the marks, {:.3} ms to queue them",
+        secs * 1e3,
+        queued * 1e3
+    );
+    // A host mark is not this backend's.
+    let host_mark = headroom_core::TimelineMark::Host(std::time::Instant::now());
+    assert!(be.timeline_seconds(&a, &host_mark).is_err());
+    drop(outs);
+}

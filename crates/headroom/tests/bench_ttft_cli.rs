@@ -298,3 +298,54 @@ fn each_run_names_its_device_allocations_and_the_memory_reserved() {
         assert!(l.trim_end().ends_with(" GiB)"), "{l}");
     }
 }
+
+#[test]
+fn breakdown_each_times_every_measured_run_by_part() {
+    // Two measured runs after one warm-up: each gets its parts, the warm-up none.
+    let dir = TempDir::new("ttft-each");
+    let mut args = ONE_SHORT_RUN[..6].to_vec();
+    args.extend(["--iterations", "2", "--warmup", "1", "--breakdown-each"]);
+    let json = dir.0.join("each.json");
+    let mut all = args.clone();
+    all.extend(["--json", json.to_str().unwrap()]);
+    let out = run_clean(&all);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.trim_start().starts_with("run "))
+        .collect();
+    assert_eq!(lines.len(), 2, "a parts line per measured run: {err}");
+    for (l, it) in lines.iter().zip(["run 1:", "run 2:"]) {
+        assert!(
+            l.contains(it) && l.contains("attention") && l.contains("(sum "),
+            "{l}"
+        );
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let r = &v["results"][0];
+    let runs = r["run_breakdowns"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    let ttft: Vec<f64> = r["ttft_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_f64().unwrap())
+        .collect();
+    for (run, ms) in runs.iter().zip(&ttft) {
+        let p = parts(run);
+        assert!(p.contains(&"attention") && p.contains(&"embed"), "{p:?}");
+        // The parts lie inside the run: their sum is positive and at most its TTFT.
+        let sum: f64 = run
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["seconds"].as_f64().unwrap() * 1e3)
+            .sum();
+        assert!(sum > 0.0 && sum <= *ms, "parts {sum} ms, TTFT {ms} ms");
+    }
+    // Without the flag: no per-run parts, and the single profiled run is --breakdown's.
+    let v = ttft_json(&dir, "none.json", &ONE_SHORT_RUN);
+    assert_eq!(v["results"][0]["run_breakdowns"], serde_json::json!([]));
+}

@@ -1,16 +1,35 @@
 //! Where a forward's time goes: a per-part breakdown (GDN rule, conv, full
 //! attention, MoE, projections, norms, ...) for the prefill benchmarks.
 //!
-//! Off by default and then free. When enabled, each part is bracketed by
-//! `Backend::synchronize` and timed on the host, so the device work of that
-//! part alone is measured (the synchronisations cost a few microseconds
-//! each, and serialise the stream: TTFT is measured with profiling off).
+//! Off by default and then free. [`ProfileMode::Synced`] brackets each part
+//! by `Backend::synchronize` and times it on the host, so the device work of
+//! that part alone is measured (the synchronisations cost a few
+//! microseconds each, and serialise the stream: TTFT is measured with
+//! profiling off). [`ProfileMode::Queued`] brackets each part by two
+//! timeline marks (CUDA events) and waits for nothing: the device time
+//! between them, read when the parts are taken — a forward profiled this
+//! way runs as it does unprofiled, but for an event between every two parts.
 
-use headroom_core::ops::Backend;
+use headroom_core::ops::{Backend, TimelineMark};
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// How [`Profiler::time`] times a part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProfileMode {
+    /// Not timed.
+    #[default]
+    Off,
+    /// The backend synchronised before and after the part: its wall time
+    /// alone, host launch time included.
+    Synced,
+    /// A timeline mark before and after the part, nothing waited for: the
+    /// device time between the marks (with a synchronous backend, the wall
+    /// time), read by [`Profiler::take`].
+    Queued,
+}
 
 /// The parts of a forward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -75,50 +94,99 @@ pub struct PartTime {
     pub calls: u64,
 }
 
-/// Accumulates [`PartTime`]s when enabled.
+/// A part's two marks, not yet read.
+type Pending = (Part, TimelineMark, TimelineMark);
+
+/// Accumulates [`PartTime`]s when on.
 #[derive(Debug, Default)]
 pub struct Profiler {
-    enabled: AtomicBool,
+    mode: AtomicU8,
     totals: Mutex<Vec<PartTime>>,
+    pending: Mutex<Vec<Pending>>,
+}
+
+/// Adds `secs` of one call to `part`'s total.
+fn add(totals: &mut Vec<PartTime>, part: Part, secs: f64) {
+    match totals.iter_mut().find(|t| t.part == part) {
+        Some(t) => {
+            t.seconds += secs;
+            t.calls += 1;
+        }
+        None => totals.push(PartTime {
+            part,
+            seconds: secs,
+            calls: 1,
+        }),
+    }
 }
 
 impl Profiler {
+    /// [`ProfileMode::Synced`] when `on`, else off.
     pub fn set_enabled(&self, on: bool) {
-        self.enabled.store(on, Ordering::Relaxed);
+        self.set_mode(if on {
+            ProfileMode::Synced
+        } else {
+            ProfileMode::Off
+        });
     }
 
+    pub fn set_mode(&self, mode: ProfileMode) {
+        self.mode.store(mode as u8, Ordering::Relaxed);
+    }
+
+    pub fn mode(&self) -> ProfileMode {
+        match self.mode.load(Ordering::Relaxed) {
+            1 => ProfileMode::Synced,
+            2 => ProfileMode::Queued,
+            _ => ProfileMode::Off,
+        }
+    }
+
+    /// Whether parts are timed (either mode).
     pub fn enabled(&self) -> bool {
-        self.enabled.load(Ordering::Relaxed)
+        self.mode() != ProfileMode::Off
     }
 
-    /// Runs `f` as part `part` (timed when enabled).
+    /// Runs `f` as part `part` (timed unless off).
     pub fn time<B: Backend, T>(&self, be: &B, part: Part, f: impl FnOnce() -> T) -> T {
-        if !self.enabled() {
-            return f();
-        }
-        let _ = be.synchronize();
-        let started = Instant::now();
-        let out = f();
-        let _ = be.synchronize();
-        let secs = started.elapsed().as_secs_f64();
-        let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
-        match totals.iter_mut().find(|t| t.part == part) {
-            Some(t) => {
-                t.seconds += secs;
-                t.calls += 1;
+        match self.mode() {
+            ProfileMode::Off => f(),
+            ProfileMode::Synced => {
+                let _ = be.synchronize();
+                let started = Instant::now();
+                let out = f();
+                let _ = be.synchronize();
+                let secs = started.elapsed().as_secs_f64();
+                add(
+                    &mut self.totals.lock().unwrap_or_else(|p| p.into_inner()),
+                    part,
+                    secs,
+                );
+                out
             }
-            None => totals.push(PartTime {
-                part,
-                seconds: secs,
-                calls: 1,
-            }),
+            ProfileMode::Queued => {
+                let from = be.timeline_mark();
+                let out = f();
+                if let (Ok(from), Ok(to)) = (from, be.timeline_mark()) {
+                    let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+                    pending.push((part, from, to));
+                }
+                out
+            }
         }
-        out
     }
 
-    /// The totals in [`Part::ALL`] order, and clears them.
-    pub fn take(&self) -> Vec<PartTime> {
+    /// The totals in [`Part::ALL`] order (the queued parts' marks read on
+    /// `be`, waiting for the last), and clears them.
+    pub fn take<B: Backend>(&self, be: &B) -> Vec<PartTime> {
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
         let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
+        for (part, from, to) in pending {
+            // A mark the backend cannot read (an error) leaves its part out.
+            if let Ok(secs) = be.timeline_seconds(&from, &to) {
+                add(&mut totals, part, secs);
+            }
+        }
         let mut out: Vec<PartTime> = Part::ALL
             .iter()
             .filter_map(|p| totals.iter().find(|t| t.part == *p).copied())
@@ -139,20 +207,73 @@ mod tests {
         let be = CpuBackend::new();
         let p = Profiler::default();
         assert_eq!(p.time(&be, Part::Moe, || 3), 3);
-        assert!(p.take().is_empty());
+        assert!(p.take(&be).is_empty());
         p.set_enabled(true);
+        assert_eq!(p.mode(), ProfileMode::Synced);
         p.time(&be, Part::Moe, || {
             std::thread::sleep(std::time::Duration::from_millis(2))
         });
         p.time(&be, Part::Moe, || ());
         p.time(&be, Part::Embed, || ());
-        let t = p.take();
+        let t = p.take(&be);
         assert_eq!(
             t.iter().map(|x| x.part).collect::<Vec<_>>(),
             vec![Part::Embed, Part::Moe]
         );
         assert_eq!(t[1].calls, 2);
         assert!(t[1].seconds >= 0.002);
-        assert!(p.take().is_empty(), "take clears");
+        assert!(p.take(&be).is_empty(), "take clears");
+    }
+
+    #[test]
+    fn queued_parts_are_read_when_taken_and_add_up_with_synced_ones() {
+        let be = CpuBackend::new();
+        let p = Profiler::default();
+        p.set_mode(ProfileMode::Queued);
+        assert!(p.enabled());
+        assert_eq!(
+            p.time(&be, Part::Attention, || {
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                7
+            }),
+            7
+        );
+        p.time(&be, Part::Attention, || ());
+        // Nothing is read until the parts are taken: the totals are empty,
+        // the marks pending.
+        assert!(p.totals.lock().unwrap().is_empty());
+        assert_eq!(p.pending.lock().unwrap().len(), 2);
+        p.set_mode(ProfileMode::Synced);
+        p.time(&be, Part::Attention, || {
+            std::thread::sleep(std::time::Duration::from_millis(1))
+        });
+        p.set_mode(ProfileMode::Off);
+        p.time(&be, Part::Attention, || ());
+        let t = p.take(&be);
+        assert_eq!(t.len(), 1);
+        assert_eq!((t[0].part, t[0].calls), (Part::Attention, 3));
+        assert!(t[0].seconds >= 0.004, "{}", t[0].seconds);
+        assert!(
+            p.pending.lock().unwrap().is_empty(),
+            "take reads every mark"
+        );
+    }
+
+    #[test]
+    fn a_mark_the_backend_cannot_read_leaves_its_part_out() {
+        let be = CpuBackend::new();
+        let p = Profiler::default();
+        let foreign = || TimelineMark::Device(Box::new(0u8));
+        p.pending
+            .lock()
+            .unwrap()
+            .push((Part::Moe, foreign(), foreign()));
+        p.set_mode(ProfileMode::Queued);
+        p.time(&be, Part::Embed, || ());
+        let t = p.take(&be);
+        assert_eq!(
+            t.iter().map(|x| x.part).collect::<Vec<_>>(),
+            vec![Part::Embed]
+        );
     }
 }

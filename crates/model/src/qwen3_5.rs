@@ -23,7 +23,7 @@ pub use state::{LayerState, ModelState, Session};
 use crate::config::ModelConfig;
 use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
 use crate::parallel::RankShard;
-use crate::profile::{Part, PartTime, Profiler};
+use crate::profile::{Part, PartTime, ProfileMode, Profiler};
 use crate::step_model::StepIds;
 use crate::Weights;
 use headroom_core::ops::{Backend, Batch, GdnSpec, KvSpec, OpKey, StepKey};
@@ -181,14 +181,21 @@ impl<B: Backend> Qwen35Model<B> {
         &self.shard
     }
 
-    /// Turns the per-part time breakdown on or off (see [`crate::profile`]).
+    /// Turns the per-part time breakdown on ([`ProfileMode::Synced`]) or
+    /// off (see [`crate::profile`]).
     pub fn set_profiling(&self, on: bool) {
         self.profiler.set_enabled(on);
     }
 
-    /// The per-part times since the last call (empty unless profiling is on).
+    /// Sets how the per-part breakdown times its parts.
+    pub fn set_profile_mode(&self, mode: ProfileMode) {
+        self.profiler.set_mode(mode);
+    }
+
+    /// The per-part times since the last call (empty unless profiling is
+    /// on; queued parts are read here, waiting for the device).
     pub fn take_profile(&self) -> Vec<PartTime> {
-        self.profiler.take()
+        self.profiler.take(&self.backend)
     }
 
     pub fn backend(&self) -> &B {

@@ -52,6 +52,34 @@ use std::fmt;
 use std::sync::Arc;
 use thiserror::Error;
 
+/// A point in a backend's queued work, taken without waiting for it
+/// ([`Backend::timeline_mark`]): profiles that must not synchronise.
+pub enum TimelineMark {
+    /// The host clock: a backend whose ops are complete when they return.
+    Host(std::time::Instant),
+    /// The backend's own record of the point (a CUDA event on its stream).
+    Device(Box<dyn std::any::Any + Send>),
+}
+
+impl fmt::Debug for TimelineMark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimelineMark::Host(t) => write!(f, "Host({t:?})"),
+            TimelineMark::Device(_) => write!(f, "Device(..)"),
+        }
+    }
+}
+
+/// Seconds from `from` to `to`, two host marks; `None` for any other pair.
+pub fn host_seconds(from: &TimelineMark, to: &TimelineMark) -> Option<f64> {
+    match (from, to) {
+        (TimelineMark::Host(a), TimelineMark::Host(b)) => {
+            Some(b.saturating_duration_since(*a).as_secs_f64())
+        }
+        _ => None,
+    }
+}
+
 /// Why an op could not run.
 #[derive(Debug, Error)]
 pub enum OpError {
@@ -144,6 +172,21 @@ pub trait Backend: Send + Sync {
     fn reset_peak_memory(&self);
     /// Waits for queued work (a no-op on synchronous backends).
     fn synchronize(&self) -> OpResult<()>;
+    /// Marks this point of the queued work without waiting for it: the host
+    /// clock on a synchronous backend (the default), an event on a device's
+    /// stream. Two marks give the device time between them
+    /// ([`Backend::timeline_seconds`]).
+    fn timeline_mark(&self) -> OpResult<TimelineMark> {
+        Ok(TimelineMark::Host(std::time::Instant::now()))
+    }
+    /// Seconds from `from` to `to`, two marks of this backend, `from` first
+    /// (waits for `to`).
+    fn timeline_seconds(&self, from: &TimelineMark, to: &TimelineMark) -> OpResult<f64> {
+        host_seconds(from, to).ok_or_else(|| OpError::Unsupported {
+            op: "timeline_seconds",
+            reason: "a mark of another backend".into(),
+        })
+    }
 
     // ---- recorded steps --------------------------------------------------
 

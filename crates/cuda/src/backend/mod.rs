@@ -34,6 +34,7 @@ mod dense {
 
 use crate::config::CudaOptions;
 use crate::device::CudaDevice;
+use crate::event::StreamEvent;
 use crate::graph::{DeviceGraphs, Exec, GraphStats, StepGraphs};
 use crate::kernels::SOURCES;
 use crate::ops::attention::{cache as attention, prep as attention_prep};
@@ -41,7 +42,8 @@ use crate::ops::{kv, linear, norm, pointwise, rope, sample};
 use crate::CudaError;
 use headroom_core::ops::{
     AttentionPrepWeights, Backend, Batch, GdnCoreInputs, GdnCoreWeights, GdnSpec, KvSpec, MoeSpec,
-    MoeWeights, OpError, OpKey, OpResult, RopeSpec, SamplingParams, StepKey, WeightInit,
+    MoeWeights, OpError, OpKey, OpResult, RopeSpec, SamplingParams, StepKey, TimelineMark,
+    WeightInit,
 };
 use headroom_core::{AttentionReport, BackendKind, Dtype, RouteRequest, Tensor};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -306,6 +308,27 @@ impl Backend for CudaBackend {
 
     fn synchronize(&self) -> OpResult<()> {
         self.dev.synchronize().map_err(launch::dev_err)
+    }
+
+    fn timeline_mark(&self) -> OpResult<TimelineMark> {
+        let event = StreamEvent::record(&self.dev).map_err(launch::dev_err)?;
+        Ok(TimelineMark::Device(Box::new(event)))
+    }
+
+    fn timeline_seconds(&self, from: &TimelineMark, to: &TimelineMark) -> OpResult<f64> {
+        fn event(m: &TimelineMark) -> Option<&StreamEvent> {
+            match m {
+                TimelineMark::Device(e) => e.downcast_ref::<StreamEvent>(),
+                TimelineMark::Host(_) => None,
+            }
+        }
+        let (Some(a), Some(b)) = (event(from), event(to)) else {
+            return Err(OpError::Unsupported {
+                op: "timeline_seconds",
+                reason: "a mark of another backend".into(),
+            });
+        };
+        Ok(b.ms_since(a).map_err(launch::dev_err)? * 1e-3)
     }
 
     fn step_recording(&self) -> Result<(), String> {

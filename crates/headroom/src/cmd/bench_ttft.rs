@@ -69,6 +69,11 @@ pub struct TtftArgs {
     /// (and, with --decode, of a few profiled decode steps, per token).
     #[arg(long)]
     pub breakdown: bool,
+    /// Each measured run's time per part too, from device events between
+    /// the parts (no synchronisation: the runs stay the measured ones; the
+    /// parts sum to about the run's TTFT). For runs that differ: which part.
+    #[arg(long)]
+    pub breakdown_each: bool,
     /// Batch-invariant arithmetic (as `serve --batch-invariant`), to measure
     /// what it costs.
     #[arg(long)]
@@ -110,6 +115,9 @@ struct LengthResult {
     /// (each part synchronised before and after: host launch time included).
     decode_breakdown: Vec<PartTime>,
     decode_profiled_steps: usize,
+    /// With --breakdown-each: each measured run's parts (rank 0), device
+    /// time between events.
+    run_breakdowns: Vec<Vec<PartTime>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -303,6 +311,11 @@ impl ModelJob for TtftJob<'_> {
                 breakdown,
                 decode_breakdown,
                 decode_profiled_steps: steps,
+                run_breakdowns: r
+                    .run_breakdowns
+                    .into_iter()
+                    .map(|ranks| ranks.into_iter().next().unwrap_or_default())
+                    .collect(),
             });
         }
         let report = Report {

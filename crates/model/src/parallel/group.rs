@@ -143,6 +143,11 @@ impl<B: Backend> TpGroup<B> {
         self.ranks.iter().for_each(|m| m.set_profiling(on));
     }
 
+    /// Every rank's [`Qwen35Model::set_profile_mode`].
+    pub fn set_profile_mode(&self, mode: crate::profile::ProfileMode) {
+        self.ranks.iter().for_each(|m| m.set_profile_mode(mode));
+    }
+
     /// Every rank's per-part times since the last call.
     pub fn take_profile(&self) -> Vec<Vec<PartTime>> {
         self.ranks.iter().map(|m| m.take_profile()).collect()

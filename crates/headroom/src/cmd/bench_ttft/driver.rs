@@ -7,7 +7,9 @@
 //! peak is each rank's backend peak over the measured runs. Decode tokens/s
 //! come from one longer request (decode steps through the engine); the
 //! breakdowns from one profiled request, the model's profile hook switched
-//! on around the prefill steps or the decode steps.
+//! on around the prefill steps or the decode steps; with --breakdown-each,
+//! each measured run's parts besides, timed by device events between the
+//! parts (nothing waited for: the run is the measured one).
 
 use super::{prompt, TtftArgs};
 use anyhow::{bail, Context};
@@ -16,7 +18,7 @@ use headroom_engine::{
     AttentionRun, EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings,
     SoloStripeResolution, StreamEvent, Usage,
 };
-use headroom_model::profile::PartTime;
+use headroom_model::profile::{PartTime, ProfileMode};
 use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
 use serde::Serialize;
 use std::time::Instant;
@@ -31,6 +33,7 @@ pub const PROFILED_DECODE_STEPS: usize = 8;
 pub trait BenchModel<B: Backend>: StepModel<B> {
     fn synchronize(&self) -> anyhow::Result<()>;
     fn set_profiling(&self, on: bool);
+    fn set_profile_mode(&self, mode: ProfileMode);
     /// Each rank's part times since the last call (and clears them).
     fn take_profile(&self) -> Vec<Vec<PartTime>>;
 }
@@ -44,6 +47,9 @@ where
     }
     fn set_profiling(&self, on: bool) {
         Qwen35Model::set_profiling(self, on)
+    }
+    fn set_profile_mode(&self, mode: ProfileMode) {
+        Qwen35Model::set_profile_mode(self, mode)
     }
     fn take_profile(&self) -> Vec<Vec<PartTime>> {
         vec![Qwen35Model::take_profile(self)]
@@ -59,6 +65,9 @@ where
     }
     fn set_profiling(&self, on: bool) {
         TpGroup::set_profiling(self, on)
+    }
+    fn set_profile_mode(&self, mode: ProfileMode) {
+        TpGroup::set_profile_mode(self, mode)
     }
     fn take_profile(&self) -> Vec<Vec<PartTime>> {
         TpGroup::take_profile(self)
@@ -228,6 +237,8 @@ pub struct LengthRun {
     /// Each rank's parts of the profiled decode steps.
     pub decode_breakdown: Vec<Vec<PartTime>>,
     pub decode_profiled_steps: usize,
+    /// With --breakdown-each: each measured run's parts, each rank's.
+    pub run_breakdowns: Vec<Vec<Vec<PartTime>>>,
 }
 
 /// Measures prompt length `n` (see the module doc).
@@ -243,7 +254,13 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
     let mut before = Vec::new();
     let (mut attention, mut steps_to_first) = (String::new(), 0);
     let mut nothing = |_: &EngineCore<B, M>, _: usize| {};
+    let mut run_breakdowns = Vec::new();
     for it in 0..a.warmup + a.iterations {
+        let each = a.breakdown_each && it >= a.warmup;
+        if each {
+            core.step_model().take_profile();
+            core.step_model().set_profile_mode(ProfileMode::Queued);
+        }
         core.step_model().synchronize()?;
         if it == a.warmup {
             before = core.rank_memory().iter().map(|m| m.0).collect();
@@ -252,7 +269,11 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         // The allocator's driver calls during the run (rank 0): a run that
         // asked the device for memory, or gave some back, got other blocks.
         let calls_before = core.step_model().lead().backend().memory_driver_calls();
-        let done = run_request(core, &ids, 1, &mut nothing)?;
+        let done = run_request(core, &ids, 1, &mut nothing);
+        if each {
+            core.step_model().set_profile_mode(ProfileMode::Off);
+        }
+        let done = done?;
         let ms = done.usage.ttft_ms;
         let calls_after = core.step_model().lead().backend().memory_driver_calls();
         if it >= a.warmup {
@@ -271,6 +292,14 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             calls_after.0 - calls_before.0,
             calls_after.1 - calls_before.1,
         );
+        if each {
+            let parts = core.step_model().take_profile();
+            eprintln!(
+                "    run {it}: {}",
+                parts_line(parts.first().map_or(&[][..], |p| p))
+            );
+            run_breakdowns.push(parts);
+        }
     }
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
@@ -326,5 +355,19 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         breakdown,
         decode_breakdown,
         decode_profiled_steps,
+        run_breakdowns,
     })
+}
+
+/// `attention 172.1, moe 156.0, ... (sum 498.2 ms)`: one run's parts in
+/// milliseconds, largest first.
+pub fn parts_line(parts: &[PartTime]) -> String {
+    let mut sorted: Vec<&PartTime> = parts.iter().collect();
+    sorted.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    let each: Vec<String> = sorted
+        .iter()
+        .map(|p| format!("{} {:.1}", crate::describe::part(&p.part), p.seconds * 1e3))
+        .collect();
+    let sum: f64 = parts.iter().map(|p| p.seconds).sum();
+    format!("{} (sum {:.1} ms)", each.join(", "), sum * 1e3)
 }
