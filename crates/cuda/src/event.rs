@@ -69,3 +69,34 @@ impl Drop for StreamEvent {
         let _ = unsafe { result::event::destroy(self.0) };
     }
 }
+
+/// A [`headroom_core::TimelineMark`] of this point of `dev`'s stream: an
+/// event recorded there (`Backend::timeline_mark`).
+pub fn timeline_mark(dev: &impl EventStream) -> Result<headroom_core::TimelineMark, CudaError> {
+    Ok(headroom_core::TimelineMark::Device(Box::new(
+        StreamEvent::record(dev)?,
+    )))
+}
+
+/// Seconds of device time from `from` to `to`, two marks of
+/// [`timeline_mark`] (waits for `to`); a mark of another kind is an error.
+pub fn timeline_seconds(
+    from: &headroom_core::TimelineMark,
+    to: &headroom_core::TimelineMark,
+) -> headroom_core::OpResult<f64> {
+    fn event(m: &headroom_core::TimelineMark) -> Option<&StreamEvent> {
+        match m {
+            headroom_core::TimelineMark::Device(e) => e.downcast_ref::<StreamEvent>(),
+            headroom_core::TimelineMark::Host(_) => None,
+        }
+    }
+    let (Some(a), Some(b)) = (event(from), event(to)) else {
+        return Err(headroom_core::OpError::Unsupported {
+            op: "timeline_seconds",
+            reason: "a mark of another backend".into(),
+        });
+    };
+    b.ms_since(a)
+        .map(|ms| ms * 1e-3)
+        .map_err(crate::launch::dev_err)
+}

@@ -34,7 +34,6 @@ mod dense {
 
 use crate::config::CudaOptions;
 use crate::device::CudaDevice;
-use crate::event::StreamEvent;
 use crate::graph::{DeviceGraphs, Exec, GraphStats, StepGraphs};
 use crate::kernels::SOURCES;
 use crate::ops::attention::{cache as attention, prep as attention_prep};
@@ -311,24 +310,11 @@ impl Backend for CudaBackend {
     }
 
     fn timeline_mark(&self) -> OpResult<TimelineMark> {
-        let event = StreamEvent::record(&self.dev).map_err(launch::dev_err)?;
-        Ok(TimelineMark::Device(Box::new(event)))
+        crate::event::timeline_mark(&self.dev).map_err(launch::dev_err)
     }
 
     fn timeline_seconds(&self, from: &TimelineMark, to: &TimelineMark) -> OpResult<f64> {
-        fn event(m: &TimelineMark) -> Option<&StreamEvent> {
-            match m {
-                TimelineMark::Device(e) => e.downcast_ref::<StreamEvent>(),
-                TimelineMark::Host(_) => None,
-            }
-        }
-        let (Some(a), Some(b)) = (event(from), event(to)) else {
-            return Err(OpError::Unsupported {
-                op: "timeline_seconds",
-                reason: "a mark of another backend".into(),
-            });
-        };
-        Ok(b.ms_since(a).map_err(launch::dev_err)? * 1e-3)
+        crate::event::timeline_seconds(from, to)
     }
 
     fn step_recording(&self) -> Result<(), String> {
