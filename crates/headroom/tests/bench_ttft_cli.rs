@@ -175,7 +175,14 @@ fn chunk_and_solo_stripe_set_the_engine_steps_and_are_recorded() {
 fn tensor_parallel_runs_the_same_loop_on_a_group() {
     let dir = TempDir::new("ttft-tp");
     let mut args = ONE_SHORT_RUN.to_vec();
-    args.extend(["--decode", "3", "--breakdown", "--tensor-parallel", "2"]);
+    args.extend([
+        "--decode",
+        "3",
+        "--breakdown",
+        "--breakdown-each",
+        "--tensor-parallel",
+        "2",
+    ]);
     let v = ttft_json(&dir, "tp.json", &args);
     assert_eq!(v["schema"], "headroom.bench.ttft.tp/2");
     assert_eq!(v["path"], "engine");
@@ -189,6 +196,15 @@ fn tensor_parallel_runs_the_same_loop_on_a_group() {
     assert_eq!(ranks.len(), 2);
     for rank in ranks {
         assert!(parts(&rank["parts"]).contains(&"comm"), "{rank}");
+    }
+    // --breakdown-each: the one measured run, both ranks' parts.
+    let runs = r["run_breakdowns"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    let run_ranks = runs[0].as_array().unwrap();
+    assert_eq!(run_ranks.len(), 2);
+    for rank in run_ranks {
+        let p = parts(&rank["parts"]);
+        assert!(p.contains(&"comm") && p.contains(&"attention"), "{rank}");
     }
 }
 

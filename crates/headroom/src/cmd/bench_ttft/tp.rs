@@ -40,6 +40,9 @@ struct LengthResult {
     /// The greedy tokens after the prompt (`--decode` of them).
     decode_tokens: Vec<u32>,
     breakdown: Vec<RankBreakdown>,
+    /// With --breakdown-each: each measured run's parts, each rank's
+    /// (device time between events).
+    run_breakdowns: Vec<Vec<RankBreakdown>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -134,6 +137,7 @@ impl GroupJob for TtftJob<'_> {
                 decode_tokens_per_s: decode_tps,
                 decode_tokens,
                 breakdown: parts,
+                run_breakdowns: r.run_breakdowns.into_iter().map(breakdown).collect(),
             });
         }
         let report = Report {
