@@ -37,16 +37,19 @@ fn run_clean(args: &[&str]) -> std::process::Output {
 }
 
 fn ttft_json(dir: &TempDir, name: &str, args: &[&str]) -> serde_json::Value {
+    ttft_run(dir, name, args).0
+}
+
+/// `bench ttft ARGS --json DIR/NAME`, which must succeed: its JSON and its stderr.
+fn ttft_run(dir: &TempDir, name: &str, args: &[&str]) -> (serde_json::Value, String) {
     let json = dir.0.join(name);
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--json", json.to_str().unwrap()]);
     let out = run_clean(&all);
-    assert!(
-        out.status.success(),
-        "{all:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{all:?}: {err}");
+    let v = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (v, err)
 }
 
 fn parts(v: &serde_json::Value) -> Vec<&str> {
@@ -321,12 +324,7 @@ fn breakdown_each_times_every_measured_run_by_part() {
     let dir = TempDir::new("ttft-each");
     let mut args = ONE_SHORT_RUN[..6].to_vec();
     args.extend(["--iterations", "2", "--warmup", "1", "--breakdown-each"]);
-    let json = dir.0.join("each.json");
-    let mut all = args.clone();
-    all.extend(["--json", json.to_str().unwrap()]);
-    let out = run_clean(&all);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    let (v, err) = ttft_run(&dir, "each.json", &args);
     let lines: Vec<&str> = err
         .lines()
         .filter(|l| l.trim_start().starts_with("run "))
@@ -338,8 +336,6 @@ fn breakdown_each_times_every_measured_run_by_part() {
             "{l}"
         );
     }
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let r = &v["results"][0];
     let runs = r["run_breakdowns"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
