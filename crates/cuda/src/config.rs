@@ -231,7 +231,7 @@ mod tests {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let start_ups = [
             "device.rs",
-            "backend/mod.rs",
+            "backend/open.rs",
             "backend/group.rs",
             "artifact.rs",
         ]
