@@ -91,10 +91,7 @@ pub fn timeline_seconds(
         }
     }
     let (Some(a), Some(b)) = (event(from), event(to)) else {
-        return Err(headroom_core::OpError::Unsupported {
-            op: "timeline_seconds",
-            reason: "a mark of another backend".into(),
-        });
+        return Err(headroom_core::ops::foreign_mark());
     };
     b.ms_since(a)
         .map(|ms| ms * 1e-3)

@@ -121,15 +121,6 @@ fn add(totals: &mut Vec<PartTime>, part: Part, secs: f64) {
 }
 
 impl Profiler {
-    /// [`ProfileMode::Synced`] when `on`, else off.
-    pub fn set_enabled(&self, on: bool) {
-        self.set_mode(if on {
-            ProfileMode::Synced
-        } else {
-            ProfileMode::Off
-        });
-    }
-
     pub fn set_mode(&self, mode: ProfileMode) {
         self.mode.store(mode as u8, Ordering::Relaxed);
     }
@@ -208,7 +199,7 @@ mod tests {
         let p = Profiler::default();
         assert_eq!(p.time(&be, Part::Moe, || 3), 3);
         assert!(p.take(&be).is_empty());
-        p.set_enabled(true);
+        p.set_mode(ProfileMode::Synced);
         assert_eq!(p.mode(), ProfileMode::Synced);
         p.time(&be, Part::Moe, || {
             std::thread::sleep(std::time::Duration::from_millis(2))

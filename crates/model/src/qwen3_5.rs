@@ -181,13 +181,8 @@ impl<B: Backend> Qwen35Model<B> {
         &self.shard
     }
 
-    /// Turns the per-part time breakdown on ([`ProfileMode::Synced`]) or
-    /// off (see [`crate::profile`]).
-    pub fn set_profiling(&self, on: bool) {
-        self.profiler.set_enabled(on);
-    }
-
-    /// Sets how the per-part breakdown times its parts.
+    /// Turns the per-part time breakdown on or off, and says how it times
+    /// its parts (see [`crate::profile`]).
     pub fn set_profile_mode(&self, mode: ProfileMode) {
         self.profiler.set_mode(mode);
     }

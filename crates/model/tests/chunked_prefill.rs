@@ -244,7 +244,7 @@ fn moe_layers_take_the_post_attention_norm_with_the_block() {
     let prompt = ids(20, cfg.vocab_size, 5);
     let route = RouteRequest::Composed { query_block: 16 };
     let plain = model.forward_logits(&prompt, &opts(route, None)).unwrap();
-    model.set_profiling(true);
+    model.set_profile_mode(headroom_model::profile::ProfileMode::Synced);
     let timed = model.forward_logits(&prompt, &opts(route, None)).unwrap();
     let parts = model.take_profile();
     assert_eq!(timed, plain, "profiling changes no value");

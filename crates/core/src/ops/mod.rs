@@ -80,6 +80,14 @@ pub fn host_seconds(from: &TimelineMark, to: &TimelineMark) -> Option<f64> {
     }
 }
 
+/// The error of [`Backend::timeline_seconds`] given a mark it did not make.
+pub fn foreign_mark() -> OpError {
+    OpError::Unsupported {
+        op: "timeline_seconds",
+        reason: "a mark of another backend".into(),
+    }
+}
+
 /// Why an op could not run.
 #[derive(Debug, Error)]
 pub enum OpError {
@@ -182,10 +190,7 @@ pub trait Backend: Send + Sync {
     /// Seconds from `from` to `to`, two marks of this backend, `from` first
     /// (waits for `to`).
     fn timeline_seconds(&self, from: &TimelineMark, to: &TimelineMark) -> OpResult<f64> {
-        host_seconds(from, to).ok_or_else(|| OpError::Unsupported {
-            op: "timeline_seconds",
-            reason: "a mark of another backend".into(),
-        })
+        host_seconds(from, to).ok_or_else(foreign_mark)
     }
 
     // ---- recorded steps --------------------------------------------------

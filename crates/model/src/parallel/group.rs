@@ -139,10 +139,6 @@ impl<B: Backend> TpGroup<B> {
         Ok(())
     }
 
-    pub fn set_profiling(&self, on: bool) {
-        self.ranks.iter().for_each(|m| m.set_profiling(on));
-    }
-
     /// Every rank's [`Qwen35Model::set_profile_mode`].
     pub fn set_profile_mode(&self, mode: crate::profile::ProfileMode) {
         self.ranks.iter().for_each(|m| m.set_profile_mode(mode));

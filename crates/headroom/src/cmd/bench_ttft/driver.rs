@@ -32,7 +32,6 @@ pub const PROFILED_DECODE_STEPS: usize = 8;
 /// A model the bench drives through the engine: the hooks beyond stepping.
 pub trait BenchModel<B: Backend>: StepModel<B> {
     fn synchronize(&self) -> anyhow::Result<()>;
-    fn set_profiling(&self, on: bool);
     fn set_profile_mode(&self, mode: ProfileMode);
     /// Each rank's part times since the last call (and clears them).
     fn take_profile(&self) -> Vec<Vec<PartTime>>;
@@ -44,9 +43,6 @@ where
 {
     fn synchronize(&self) -> anyhow::Result<()> {
         self.backend().synchronize().context("synchronize")
-    }
-    fn set_profiling(&self, on: bool) {
-        Qwen35Model::set_profiling(self, on)
     }
     fn set_profile_mode(&self, mode: ProfileMode) {
         Qwen35Model::set_profile_mode(self, mode)
@@ -62,9 +58,6 @@ where
 {
     fn synchronize(&self) -> anyhow::Result<()> {
         TpGroup::synchronize(self).context("synchronize")
-    }
-    fn set_profiling(&self, on: bool) {
-        TpGroup::set_profiling(self, on)
     }
     fn set_profile_mode(&self, mode: ProfileMode) {
         TpGroup::set_profile_mode(self, mode)
@@ -256,11 +249,6 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
     let mut nothing = |_: &EngineCore<B, M>, _: usize| {};
     let mut run_breakdowns = Vec::new();
     for it in 0..a.warmup + a.iterations {
-        let each = a.breakdown_each && it >= a.warmup;
-        if each {
-            core.step_model().take_profile();
-            core.step_model().set_profile_mode(ProfileMode::Queued);
-        }
         core.step_model().synchronize()?;
         if it == a.warmup {
             before = core.rank_memory().iter().map(|m| m.0).collect();
@@ -269,11 +257,14 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         // The allocator's driver calls during the run (rank 0): a run that
         // asked the device for memory, or gave some back, got other blocks.
         let calls_before = core.step_model().lead().backend().memory_driver_calls();
-        let done = run_request(core, &ids, 1, &mut nothing);
-        if each {
-            core.step_model().set_profile_mode(ProfileMode::Off);
-        }
-        let done = done?;
+        let (done, parts) = if a.breakdown_each && it >= a.warmup {
+            let (done, parts) = profiled(core, ProfileMode::Queued, |c| {
+                run_request(c, &ids, 1, &mut nothing)
+            })?;
+            (done, Some(parts))
+        } else {
+            (run_request(core, &ids, 1, &mut nothing)?, None)
+        };
         let ms = done.usage.ttft_ms;
         let calls_after = core.step_model().lead().backend().memory_driver_calls();
         if it >= a.warmup {
@@ -292,8 +283,7 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             calls_after.0 - calls_before.0,
             calls_after.1 - calls_before.1,
         );
-        if each {
-            let parts = core.step_model().take_profile();
+        if let Some(parts) = parts {
             eprintln!(
                 "    run {it}: {}",
                 parts_line(parts.first().map_or(&[][..], |p| p))
@@ -314,12 +304,10 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         None
     };
     let breakdown = if a.breakdown {
-        core.step_model().take_profile();
-        core.step_model().set_profiling(true);
-        let run = run_request(core, &ids, 1, &mut nothing).context("profiled prefill");
-        core.step_model().set_profiling(false);
-        run?;
-        core.step_model().take_profile()
+        profiled(core, ProfileMode::Synced, |c| {
+            run_request(c, &ids, 1, &mut nothing).context("profiled prefill")
+        })?
+        .1
     } else {
         Vec::new()
     };
@@ -333,12 +321,12 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         let mut switch = |c: &EngineCore<B, M>, drawn: usize| {
             if drawn == 1 {
                 c.step_model().take_profile();
-                c.step_model().set_profiling(true);
+                c.step_model().set_profile_mode(ProfileMode::Synced);
             }
         };
         let run = run_request(core, &ids, 1 + decode_profiled_steps, &mut switch)
             .context("profiled decode");
-        core.step_model().set_profiling(false);
+        core.step_model().set_profile_mode(ProfileMode::Off);
         run?;
         core.step_model().take_profile()
     } else {
@@ -357,6 +345,21 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         decode_profiled_steps,
         run_breakdowns,
     })
+}
+
+/// `run` with the model's parts timed in `mode` (those before it cleared,
+/// profiling off after it, also when it fails): its result and each rank's
+/// parts.
+fn profiled<B: Backend, M: BenchModel<B>, T>(
+    core: &mut EngineCore<B, M>,
+    mode: ProfileMode,
+    run: impl FnOnce(&mut EngineCore<B, M>) -> anyhow::Result<T>,
+) -> anyhow::Result<(T, Vec<Vec<PartTime>>)> {
+    core.step_model().take_profile();
+    core.step_model().set_profile_mode(mode);
+    let out = run(core);
+    core.step_model().set_profile_mode(ProfileMode::Off);
+    Ok((out?, core.step_model().take_profile()))
 }
 
 /// `attention 172.1, moe 156.0, ... (sum 498.2 ms)`: one run's parts in
