@@ -53,7 +53,7 @@ constexpr int WARPGROUPS = 2;                     // MMA warpgroups
 constexpr int MMA_THREADS = WARPGROUPS * 128;     // 256
 constexpr int PRODUCER_THREADS = 128;             // one warpgroup
 constexpr int THREADS = MMA_THREADS + PRODUCER_THREADS;  // 384
-constexpr int PRODUCER_REGS = 40;                 // setmaxnreg: 128 x 40 + 256 x 232 = CTA_REGS
+constexpr int PRODUCER_REGS = 40;                 // setmaxnreg: 128 x 40 + 256 x 232 = 168 x 384
 constexpr int MMA_REGS = 232;
 constexpr int WG_ROWS = BM / WARPGROUPS;          // 64: the wgmma M
 constexpr int HALF_N = BN / 2;                    // 128: a half's wgmma N
@@ -76,12 +76,8 @@ constexpr int SMEM_DOWN = SMEM_GATE_UP + WARPGROUPS * EPI_BYTES;
 constexpr int GATE_UP_COLS = BN / 2;              // 128 act columns a unit
 static_assert(BK == BLOCK && ROW_CHUNKS == 8, "a stage row is one 128-byte swizzle row and one scale block");
 static_assert(THREADS >= MAX_EXPERTS, "tile_table: one expert a thread");
-// setmaxnreg moves registers within the CTA's own allocation — the launch's
-// count a thread (65536 / THREADS down to a multiple of 8: 168) times THREADS,
-// not the SM's 64 Ki: an .inc asking for more than the .dec freed waits for
-// ever (session 39: a producer at 48 beside MMA warpgroups at 232 hung).
-constexpr int CTA_REGS = 65536 / THREADS / 8 * 8 * THREADS;  // 64,512
-static_assert(PRODUCER_THREADS * PRODUCER_REGS + MMA_THREADS * MMA_REGS <= CTA_REGS, "register file");
+static_assert(PRODUCER_THREADS * PRODUCER_REGS + MMA_THREADS * MMA_REGS <= headroom_moe_ws_common::cta_registers(THREADS),
+              "setmaxnreg's split fits the CTA's registers");
 static_assert(SMEM_DOWN <= 227 * 1024, "one CTA fits an SM");
 static_assert(A_BYTES % 1024 == 0 && B_HALF % 1024 == 0 && STAGE_BYTES % 1024 == 0, "SW128 boxes 1024-aligned");
 
