@@ -13,11 +13,16 @@ use super::{
     SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WS_BN,
 };
 
+mod params;
+mod workspace;
+
+pub(super) use params::{launch, Gemm, GemmWeights, GroupedGemm, Params};
+pub(super) use workspace::{RouteBuffers, Workspace, SCHED_INTS};
+
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
-use crate::tensor_map::{Sw128Map, TensorMap};
+use crate::tensor_map::Sw128Map;
 use crate::CudaError;
-use std::ffi::c_void;
 
 /// Threads of the scatter and combine kernels (`SCATTER_THREADS`, `COMBINE_THREADS`).
 const ELEMENTWISE_THREADS: u32 = 256;
@@ -33,157 +38,6 @@ pub enum MoeStage {
     Combine,
     /// After the pass's last launch.
     End,
-}
-
-/// One kernel parameter by value.
-pub(super) enum Param {
-    Ptr(u64),
-    Int(i32),
-    /// A TMA tensor map (`const __grid_constant__`), boxed: the driver
-    /// copies its 128 bytes from this address at the launch.
-    Map(Box<TensorMap>),
-}
-
-/// A kernel's parameters in signature order.
-pub(super) struct Params(Vec<Param>);
-
-impl Params {
-    pub(super) fn new() -> Self {
-        Params(Vec::with_capacity(10))
-    }
-    pub(super) fn ptr(mut self, v: u64) -> Self {
-        self.0.push(Param::Ptr(v));
-        self
-    }
-    pub(super) fn int(mut self, v: usize) -> Self {
-        // Every value is bounded to the int range by `validate`.
-        self.0.push(Param::Int(v as i32));
-        self
-    }
-    pub(super) fn map(mut self, m: TensorMap) -> Self {
-        self.0.push(Param::Map(Box::new(m)));
-        self
-    }
-    /// Pointers to each value, as the driver takes them (valid while `self` is).
-    fn raw(&mut self) -> Vec<*mut c_void> {
-        self.0
-            .iter_mut()
-            .map(|p| match p {
-                Param::Ptr(v) => v as *mut u64 as *mut c_void,
-                Param::Int(v) => v as *mut i32 as *mut c_void,
-                Param::Map(m) => &mut **m as *mut TensorMap as *mut c_void,
-            })
-            .collect()
-    }
-}
-
-/// A grouped GEMM's weights, as its kernel takes them.
-#[derive(Clone, Copy)]
-pub(super) enum GemmWeights {
-    /// bf16 `[rows][K]` at this address, right after the A side.
-    Bf16(u64),
-    /// The addresses of e4m3 codes `[rows][K]` and of their f32 block
-    /// scales, right after the A side.
-    Fp8(u64, u64),
-    /// The bf16 weights' TMA tensor map, the last parameter.
-    Map(TensorMap),
-    /// The address of e4m3 weights' f32 block scales, right after the A
-    /// side, and their codes' TMA tensor map (over their bytes as bf16
-    /// `[rows][K / 2]`), the last parameter.
-    Fp8Map(u64, TensorMap),
-}
-
-/// A pass's two grouped GEMMs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Gemm {
-    /// The gathered rows of x by gate and up, SwiGLU into act: K hidden, N
-    /// intermediate.
-    GateUp,
-    /// act by down into y: K intermediate, N hidden.
-    Down,
-}
-
-/// One grouped GEMM of a pass, as every family's kernels take it: the A
-/// side's pointers, the weights (unless a map), the output, then the tile
-/// list (the routing's `expert_offsets` and `tile_offsets`, the local
-/// experts, K and N), then, with a map, the unit counters and the map.
-pub(super) struct GroupedGemm<'a> {
-    /// The A side: the pass's rows of x and the slots' tokens (gate+up), or
-    /// act (down); e4m3 codes with their scales on the FP8 path.
-    a: &'a [u64],
-    w: GemmWeights,
-    /// act (gate+up) or y (down).
-    out: u64,
-    /// K and N: hidden and intermediate for gate+up, the reverse for down.
-    k: usize,
-    n: usize,
-    gemm: Gemm,
-}
-
-impl<'a> GroupedGemm<'a> {
-    /// `l`'s GEMM `gemm` of a pass on the A side `a` and the weights `w`,
-    /// into `ws`.
-    fn new(
-        gemm: Gemm,
-        l: &MoeLaunch<'_>,
-        ws: &Workspace,
-        a: &'a [u64],
-        w: GemmWeights,
-    ) -> GroupedGemm<'a> {
-        let (k, n, out) = match gemm {
-            Gemm::GateUp => (l.hidden, l.intermediate, ws.act.ptr()),
-            Gemm::Down => (l.intermediate, l.hidden, ws.y.ptr()),
-        };
-        GroupedGemm {
-            a,
-            w,
-            out,
-            k,
-            n,
-            gemm,
-        }
-    }
-
-    /// The kernel's parameters over the tile list of `r` and `local` experts.
-    fn params(&self, r: &RouteBuffers, local: usize) -> Params {
-        let mut p = self.a.iter().fold(Params::new(), |p, &a| p.ptr(a));
-        p = match self.w {
-            GemmWeights::Bf16(w) => p.ptr(w),
-            GemmWeights::Fp8(codes, scales) => p.ptr(codes).ptr(scales),
-            GemmWeights::Fp8Map(scales, _) => p.ptr(scales),
-            GemmWeights::Map(_) => p,
-        };
-        p = p
-            .ptr(self.out)
-            .ptr(r.expert_offsets.ptr())
-            .ptr(r.tile_offsets.ptr())
-            .int(local)
-            .int(self.k)
-            .int(self.n);
-        match self.w {
-            GemmWeights::Map(m) | GemmWeights::Fp8Map(_, m) => p.ptr(r.sched(self.gemm)).map(m),
-            _ => p,
-        }
-    }
-}
-
-pub(super) fn launch(
-    dev: &CudaDevice,
-    entry: &'static str,
-    grid: usize,
-    threads: u32,
-    smem: usize,
-    mut params: Params,
-) -> Result<(), CudaError> {
-    let f = dev.function(entry)?;
-    if smem > 48 * 1024 {
-        dev.set_dynamic_smem(f, smem)?;
-    }
-    let mut raw = params.raw();
-    // SAFETY: `validate` checked every buffer against the sizes the kernels
-    // touch, the workspace was allocated from the same plan, and the
-    // parameters follow the kernels' signatures in order and type.
-    unsafe { dev.launch(f, (grid as u32, 1, 1), (threads, 1, 1), smem, &mut raw) }
 }
 
 /// [`routed_experts`](super::routed_experts) on the grouped GEMMs of `imp`
@@ -210,87 +64,6 @@ pub fn routed_experts_shared_marked(
     mark: &mut dyn FnMut(MoeStage) -> Result<(), CudaError>,
 ) -> Result<(), CudaError> {
     routed_experts_range(dev, l, local, imp, Some(s), mark)
-}
-
-/// The routing's device buffers of one pass of `pairs` (token, k) pairs over
-/// `experts` local experts.
-pub(super) struct RouteBuffers {
-    /// i32 `[pairs]`: each pair's local expert, -1 for another rank's.
-    topk_expert: DeviceBuffer,
-    /// f32 `[pairs]`: each pair's weight.
-    topk_weight: DeviceBuffer,
-    /// i32 `[pairs]`: the token of each slot (row in expert order).
-    pub(super) slot_token: DeviceBuffer,
-    /// i32 `[pairs]`: the slot of each pair, -1 for another rank's.
-    pair_slot: DeviceBuffer,
-    /// i32 `[experts + 1 + SCHED_INTS]`: per expert, then the routing's
-    /// finished blocks (zero between passes), then the warp-specialised
-    /// GEMMs' unit counters ([`RouteBuffers::sched`]; zero between launches).
-    /// Zeroed once a call.
-    counts: DeviceBuffer,
-    /// Where the unit counters start in `counts`.
-    sched: u64,
-    /// i32 `[experts + 1]`: row offsets of each expert in expert order.
-    expert_offsets: DeviceBuffer,
-    /// i32 `[experts + 1]`: row-tile offsets of each expert.
-    tile_offsets: DeviceBuffer,
-}
-
-/// The ints after the routing's counts: two unit counters for each of the
-/// two warp-specialised GEMMs.
-pub(super) const SCHED_INTS: usize = 4;
-
-impl RouteBuffers {
-    fn alloc(dev: &CudaDevice, pairs: usize, experts: usize) -> Result<Self, CudaError> {
-        let counts = dev.alloc((experts + 1 + SCHED_INTS) * 4)?;
-        Ok(RouteBuffers {
-            topk_expert: dev.alloc(pairs * 4)?,
-            topk_weight: dev.alloc(pairs * 4)?,
-            slot_token: dev.alloc(pairs * 4)?,
-            pair_slot: dev.alloc(pairs * 4)?,
-            sched: counts.ptr() + ((experts + 1) * 4) as u64,
-            counts,
-            expert_offsets: dev.alloc((experts + 1) * 4)?,
-            tile_offsets: dev.alloc((experts + 1) * 4)?,
-        })
-    }
-
-    /// The two unit counters of `gemm`'s warp-specialised kernel (the next
-    /// unit, the CTAs ended; moe_grouped_gemm_ws.cu): zero when it starts,
-    /// and zero again when it ends.
-    fn sched(&self, gemm: Gemm) -> u64 {
-        self.sched
-            + match gemm {
-                Gemm::GateUp => 0,
-                Gemm::Down => 8,
-            }
-    }
-}
-
-/// The device buffers of one call, sized for its largest pass.
-pub(super) struct Workspace {
-    pub(super) r: RouteBuffers,
-    pub(super) act: DeviceBuffer,
-    pub(super) y: DeviceBuffer,
-}
-
-impl Workspace {
-    /// Buffers for the largest pass of `plan` (`plan.chunk_pairs` (token, k)
-    /// pairs) over `local` local experts of `l`'s `intermediate` and `hidden`
-    /// columns (sizes bounded by `validate`).
-    pub(super) fn alloc(
-        dev: &CudaDevice,
-        l: &MoeLaunch<'_>,
-        plan: &MoePlan,
-        local: usize,
-    ) -> Result<Workspace, CudaError> {
-        let pairs = plan.chunk_pairs;
-        Ok(Workspace {
-            r: RouteBuffers::alloc(dev, pairs, local)?,
-            act: dev.alloc(pairs * l.intermediate * 2)?,
-            y: dev.alloc(pairs * l.hidden * 2)?,
-        })
-    }
 }
 
 /// One pass: its first token and token count.

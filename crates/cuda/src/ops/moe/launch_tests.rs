@@ -1,6 +1,7 @@
 //! Tests of launch.rs: each kernel family's parameters in its signature's order.
 
 use super::super::tests::{bufs, fake_map as map, fake_memory, launch as moe_launch};
+use super::params::Param;
 use super::*;
 
 /// The parameters as comparable values (a map by its first word).
