@@ -301,6 +301,10 @@ mod tests {
                 "attention_paged",
                 ["attn_paged_wgmma_d256_bf16", "attn_paged_wgmma_d256_f16"],
             ),
+            (
+                "attention_paged_pairs",
+                ["attn_paged_pairs_d256_bf16", "attn_paged_pairs_d256_f16"],
+            ),
         ] {
             let k = m.kernels.iter().find(|k| k.name == kernel).unwrap();
             for e in entries {

@@ -13,7 +13,7 @@ use half::{bf16, f16};
 use headroom_core::ops::{Backend, Batch, BlockTables, KvSpec};
 use headroom_core::{Dtype, RouteRequest};
 use headroom_cuda::attention::{
-    combine_form, paged_raw_with, CombineForm, PagedBuffers, PagedOptions, PagedShape,
+    combine_form, paged_raw_with, CombineForm, PagedBuffers, PagedOptions, PagedRun, PagedShape,
 };
 use headroom_cuda::backend::{CudaAct, CudaBackend, CudaKvCache};
 use headroom_cuda::device::CudaDevice;
@@ -22,6 +22,9 @@ use rand::{Rng, SeedableRng};
 
 mod support;
 use support::rel_err;
+
+#[path = "paged_attention/pairs.rs"]
+mod pairs;
 
 const ROWS: usize = 64;
 
@@ -206,6 +209,25 @@ fn run_raw(
     splits: Option<usize>,
     combine: Option<CombineForm>,
 ) -> (Vec<f32>, usize, Option<CombineForm>) {
+    let opts = PagedOptions {
+        splits,
+        combine,
+        ..PagedOptions::default()
+    };
+    let (out, run) = run_opts(dev, dtype, c, h, gated, opts);
+    (out, run.splits, run.combine)
+}
+
+/// Runs the raw paged kernel on a case with `opts`: the output (NaN-poisoned
+/// before the launch) and what ran.
+fn run_opts(
+    dev: &CudaDevice,
+    dtype: Dtype,
+    c: &Case,
+    h: &Host,
+    gated: bool,
+    opts: PagedOptions,
+) -> (Vec<f32>, PagedRun) {
     let up = |x: &[f32]| {
         let b: Vec<u16> = x.iter().map(|&v| bits(dtype, v)).collect();
         dev.upload(&b).unwrap()
@@ -231,21 +253,12 @@ fn run_raw(
         out: out.ptr(),
         gate: gated.then(|| gate.ptr()),
     };
-    let opts = PagedOptions {
-        splits,
-        combine,
-        ..PagedOptions::default()
-    };
     // SAFETY: q, out and the gate hold rows × q_heads × d elements; the pools
     // hold every block of the tables.
     let run = unsafe { paged_raw_with(dev, dtype, &shape, &bufs, opts) }.unwrap();
     let mut raw = vec![0u16; h.q.len()];
     dev.read(&out, &mut raw).unwrap();
-    (
-        raw.iter().map(|&b| from_bits(dtype, b)).collect(),
-        run.splits,
-        run.combine,
-    )
+    (raw.iter().map(|&b| from_bits(dtype, b)).collect(), run)
 }
 
 fn check_per_sequence(c: &Case, h: &Host, got: &[f32], want: &[f64], what: &str) {

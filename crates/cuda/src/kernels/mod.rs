@@ -14,7 +14,8 @@ pub(crate) use source::source_constant;
 pub use source::KernelSource;
 
 use crate::ops::attention::sources::{
-    ATTENTION_FUSED, ATTENTION_FUSED_WGMMA, ATTENTION_PAGED, ATTENTION_PREP, MASKED_SOFTMAX,
+    ATTENTION_FUSED, ATTENTION_FUSED_WGMMA, ATTENTION_PAGED, ATTENTION_PAGED_PAIRS, ATTENTION_PREP,
+    MASKED_SOFTMAX,
 };
 use crate::ops::conv::sources::OPS_CONV1D;
 use crate::ops::fallback::sources::OPS_FALLBACK;
@@ -48,6 +49,7 @@ pub const SOURCES: &[KernelSource] = &[
     ATTENTION_FUSED,
     ATTENTION_FUSED_WGMMA,
     ATTENTION_PAGED,
+    ATTENTION_PAGED_PAIRS,
     MASKED_SOFTMAX,
     GDN_CHUNK_PREP,
     GDN_CHUNKED,

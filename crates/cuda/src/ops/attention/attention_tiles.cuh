@@ -33,6 +33,89 @@ namespace headroom_wg {
     const int n_lo = min(n_total, split * per_split);                                     \
     const int n_blocks = min(n_total, n_lo + per_split)
 
+// A key tile's scores, step 1 (every wgmma attention loop): masks them
+// (the scale is applied in the exponent), takes the rows' new maxima into
+// row_max and returns in sub / alpha the exp2-domain offsets and the old
+// sums' factors, in grew whether a row max of this thread changed.
+template <int N_TILES>
+__device__ __forceinline__ bool tile_max(float (&acc_s)[N_TILES * 4], float (&row_max)[2], float scale_log2,
+                                         bool masked, int n0, int t4, int pos0, int pos1, int kv_len,
+                                         float (&sub)[2], float (&alpha)[2]) {
+    attn_rows::scale_mask<N_TILES, false>(acc_s, scale_log2, masked, n0, t4, pos0, pos1, kv_len);
+
+    float new_max[2];
+    attn_rows::new_row_max<N_TILES>(acc_s, row_max, new_max);
+    bool grew = false;  // a row max of this thread changed
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        // sub and alpha in the exp2 domain (scores * scale_log2).
+        const float m_new = new_max[r] * scale_log2;  // scale > 0: the max commutes with it
+        const float m_old = row_max[r] * scale_log2;
+        sub[r] = (new_max[r] == -INFINITY) ? 0.f : m_new;
+        const bool changed = new_max[r] != row_max[r];
+        alpha[r] = changed ? fast_exp2(m_old - sub[r]) : 1.f;
+        grew = grew || changed;
+        row_max[r] = new_max[r];
+    }
+    return grew;
+}
+
+// Step 2a: the probabilities exp2(s * scale - sub) in place, their sums
+// into row_sum (the old sums times alpha).
+template <int N_TILES>
+__device__ __forceinline__ void tile_exp(float (&acc_s)[N_TILES * 4], float (&row_sum)[2], float scale_log2,
+                                         const float (&sub)[2], const float (&alpha)[2]) {
+    float tile_sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int nt = 0; nt < N_TILES; ++nt) {
+        acc_s[nt * 4 + 0] = fast_exp2(fmaf(acc_s[nt * 4 + 0], scale_log2, -sub[0]));
+        acc_s[nt * 4 + 1] = fast_exp2(fmaf(acc_s[nt * 4 + 1], scale_log2, -sub[0]));
+        acc_s[nt * 4 + 2] = fast_exp2(fmaf(acc_s[nt * 4 + 2], scale_log2, -sub[1]));
+        acc_s[nt * 4 + 3] = fast_exp2(fmaf(acc_s[nt * 4 + 3], scale_log2, -sub[1]));
+        tile_sum[0] += acc_s[nt * 4 + 0] + acc_s[nt * 4 + 1];
+        tile_sum[1] += acc_s[nt * 4 + 2] + acc_s[nt * 4 + 3];
+    }
+    row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
+    row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
+}
+
+// Step 2b: acc_o rescaled by alpha where a row max grew in the warp.
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&acc_o)[D / 2], const float (&alpha)[2], bool grew) {
+    if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt) {
+            acc_o[dt * 4 + 0] *= alpha[0];
+            acc_o[dt * 4 + 1] *= alpha[0];
+            acc_o[dt * 4 + 2] *= alpha[1];
+            acc_o[dt * 4 + 3] *= alpha[1];
+        }
+    }
+}
+
+// Step 2c: P packed as P.V's A fragments.
+template <typename T, int N_TILES>
+__device__ __forceinline__ void pack_p(const float (&acc_s)[N_TILES * 4], unsigned (&p)[N_TILES / 2][4]) {
+#pragma unroll
+    for (int kk = 0; kk < N_TILES / 2; ++kk) {
+        p[kk][0] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 0], acc_s[(2 * kk) * 4 + 1]);
+        p[kk][1] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 2], acc_s[(2 * kk) * 4 + 3]);
+        p[kk][2] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 0], acc_s[(2 * kk + 1) * 4 + 1]);
+        p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
+    }
+}
+
+// Step 2 whole (2a, 2b, 2c in order).
+template <int D, typename T, int N_TILES>
+__device__ __forceinline__ void tile_exp_pack(float (&acc_s)[N_TILES * 4], float (&acc_o)[D / 2],
+                                              float (&row_sum)[2], float scale_log2, const float (&sub)[2],
+                                              const float (&alpha)[2], bool grew,
+                                              unsigned (&p)[N_TILES / 2][4]) {
+    tile_exp<N_TILES>(acc_s, row_sum, scale_log2, sub, alpha);
+    rescale_o<D>(acc_o, alpha, grew);
+    pack_p<T, N_TILES>(acc_s, p);
+}
+
 template <int D, typename T, typename TileOffset>
 __device__ __forceinline__ void attend_key_tiles(unsigned sQ, unsigned sK, unsigned sV, const T* gK,
                                                  const T* gV, TileOffset tile, int n_lo, int n_blocks,
@@ -40,7 +123,6 @@ __device__ __forceinline__ void attend_key_tiles(unsigned sQ, unsigned sK, unsig
                                                  float scale_log2, float (&acc_o)[D / 2],
                                                  float (&row_max)[2], float (&row_sum)[2]) {
     constexpr int N_TILES = BLOCK_N / 8;   // n8 blocks of S per thread
-    constexpr int D_TILES = D / 8;         // n8 blocks of O per thread
     const int tid = threadIdx.x;
     const int wg = tid / 128;
     const int t4 = tid % 4;
@@ -78,26 +160,10 @@ __device__ __forceinline__ void attend_key_tiles(unsigned sQ, unsigned sK, unsig
         wgmma_commit();
         wgmma_wait_all();
 
-        // The scale is applied in the exponent.
-        attn_rows::scale_mask<N_TILES, false>(acc_s, scale_log2, nb >= n_unmasked, n0, t4, pos0, pos1,
-                                              kv_len);
-
-        float new_max[2];
-        attn_rows::new_row_max<N_TILES>(acc_s, row_max, new_max);
-        float alpha[2];
         float sub[2];
-        bool grew = false;  // a row max of this thread changed
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            // sub and alpha in the exp2 domain (scores * scale_log2).
-            const float m_new = new_max[r] * scale_log2;  // scale > 0: the max commutes with it
-            const float m_old = row_max[r] * scale_log2;
-            sub[r] = (new_max[r] == -INFINITY) ? 0.f : m_new;
-            const bool changed = new_max[r] != row_max[r];
-            alpha[r] = changed ? fast_exp2(m_old - sub[r]) : 1.f;
-            grew = grew || changed;
-            row_max[r] = new_max[r];
-        }
+        float alpha[2];
+        const bool grew = tile_max<N_TILES>(acc_s, row_max, scale_log2, nb >= n_unmasked, n0, t4, pos0, pos1, kv_len,
+                                            sub, alpha);
 
         cp_async_wait_all();
         fence_proxy_async();
@@ -108,36 +174,8 @@ __device__ __forceinline__ void attend_key_tiles(unsigned sQ, unsigned sK, unsig
             cp_async_commit();
         }
 
-        float tile_sum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int nt = 0; nt < N_TILES; ++nt) {
-            acc_s[nt * 4 + 0] = fast_exp2(fmaf(acc_s[nt * 4 + 0], scale_log2, -sub[0]));
-            acc_s[nt * 4 + 1] = fast_exp2(fmaf(acc_s[nt * 4 + 1], scale_log2, -sub[0]));
-            acc_s[nt * 4 + 2] = fast_exp2(fmaf(acc_s[nt * 4 + 2], scale_log2, -sub[1]));
-            acc_s[nt * 4 + 3] = fast_exp2(fmaf(acc_s[nt * 4 + 3], scale_log2, -sub[1]));
-            tile_sum[0] += acc_s[nt * 4 + 0] + acc_s[nt * 4 + 1];
-            tile_sum[1] += acc_s[nt * 4 + 2] + acc_s[nt * 4 + 3];
-        }
-        row_sum[0] = row_sum[0] * alpha[0] + tile_sum[0];
-        row_sum[1] = row_sum[1] * alpha[1] + tile_sum[1];
-        if (__any_sync(0xffffffffu, grew)) {
-#pragma unroll
-            for (int dt = 0; dt < D_TILES; ++dt) {
-                acc_o[dt * 4 + 0] *= alpha[0];
-                acc_o[dt * 4 + 1] *= alpha[0];
-                acc_o[dt * 4 + 2] *= alpha[1];
-                acc_o[dt * 4 + 3] *= alpha[1];
-            }
-        }
-
         unsigned p[BLOCK_N / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            p[kk][0] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 0], acc_s[(2 * kk) * 4 + 1]);
-            p[kk][1] = Ops<T>::pack(acc_s[(2 * kk) * 4 + 2], acc_s[(2 * kk) * 4 + 3]);
-            p[kk][2] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 0], acc_s[(2 * kk + 1) * 4 + 1]);
-            p[kk][3] = Ops<T>::pack(acc_s[(2 * kk + 1) * 4 + 2], acc_s[(2 * kk + 1) * 4 + 3]);
-        }
+        tile_exp_pack<D, T, N_TILES>(acc_s, acc_o, row_sum, scale_log2, sub, alpha, grew, p);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {

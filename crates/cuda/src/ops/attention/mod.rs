@@ -26,8 +26,9 @@ pub use fused::{
 };
 pub(crate) use gathered::GATHER_LIMIT_BYTES;
 pub use paged::{
-    combine_form, paged_entry, paged_raw, paged_raw_with, CombineForm, PagedBuffers, PagedOptions,
-    PagedRun, PagedShape, ROWS_COMBINE_MAX_SPLITS,
+    combine_form, paged_entry, paged_raw, paged_raw_with, pairs_entry, pairs_smem_bytes,
+    CombineForm, PagedBuffers, PagedKernel, PagedOptions, PagedRun, PagedShape,
+    ROWS_COMBINE_MAX_SPLITS,
 };
 pub use paged_plan::{paged_plan, ItemOrder, PagedPlan, WorkItem};
 

@@ -10,7 +10,8 @@
 //! launches anything and nothing synchronises the device.
 
 use super::fused::{wgmma_smem_bytes, COMBINE_QUADS, COMBINE_THREADS, WGMMA_THREADS};
-use super::paged_plan::{paged_plan, ItemOrder};
+use super::paged_plan::{paged_plan, ItemOrder, PagedPlan};
+use super::WGMMA_BLOCK_M;
 use crate::device::CudaDevice;
 use crate::launch::{dev_err, grid_dim, int, mul, GRID_X, GRID_YZ};
 use crate::ops::kv::table_words;
@@ -31,6 +32,48 @@ pub fn paged_entry(head_dim: usize, dtype: Dtype) -> Option<&'static str> {
         (64, Dtype::F16) => "attn_paged_wgmma_d64_f16",
         _ => return None,
     })
+}
+
+/// Which paged kernel runs a launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PagedKernel {
+    /// `attn_paged_wgmma_*`: one warpgroup a CTA, one item (a query head's
+    /// 64-row tile, or a short chunk's packed group) each; every launch.
+    Heads,
+    /// `attn_paged_pairs_d256_*`: two query heads of a KV group a CTA,
+    /// sharing the key tiles a producer warpgroup streams; head dim 256,
+    /// launches of whole-head items without key splits (long prompts).
+    Pairs,
+}
+
+/// The pairs kernel for `head_dim` and `dtype`, if one is compiled.
+pub fn pairs_entry(head_dim: usize, dtype: Dtype) -> Option<&'static str> {
+    Some(match (head_dim, dtype) {
+        (256, Dtype::Bf16) => "attn_paged_pairs_d256_bf16",
+        (256, Dtype::F16) => "attn_paged_pairs_d256_f16",
+        _ => return None,
+    })
+}
+
+/// Threads of a pairs CTA: a producer and two MMA warpgroups.
+const PAIRS_THREADS: u32 = 384;
+
+/// Dynamic shared memory of a pairs CTA (`PairSmem<D>::BYTES`): two Q tiles,
+/// a ring of two stages of K and V (64 rows of `head_dim` each), eight
+/// mbarriers and the 1024-byte alignment.
+pub fn pairs_smem_bytes(head_dim: usize) -> usize {
+    let tile = WGMMA_BLOCK_M * head_dim * 2;
+    2 * tile + 2 * 2 * tile + 4 * 2 * 8 + 1024
+}
+
+/// Whether the pairs kernel can run `plan`: a compiled head dim, no key
+/// splits, an even GQA group and every item one query head's tile.
+fn pairs_fit(plan: &PagedPlan, shape: &PagedShape<'_>, dtype: Dtype) -> bool {
+    let group = shape.q_heads / shape.kv_heads;
+    pairs_entry(shape.head_dim, dtype).is_some()
+        && plan.splits == 1
+        && group.is_multiple_of(2)
+        && plan.items.iter().all(|i| i.heads == 1)
 }
 
 /// Which kernel combines a split launch's partials.
@@ -150,6 +193,8 @@ pub struct PagedRun {
     pub items: usize,
     /// The combine that ran (`None`: one split, no combine).
     pub combine: Option<CombineForm>,
+    /// The kernel that ran.
+    pub kernel: PagedKernel,
 }
 
 fn param<T>(v: &mut T) -> *mut c_void {
@@ -180,12 +225,15 @@ pub unsafe fn paged_raw(
 
 /// What a caller may force on a paged launch (tests and benches; the
 /// engine forces nothing): the key splits (`None`: the plan's), the combine
-/// of a split launch (`None`: [`combine_form`]) and the items' order.
+/// of a split launch (`None`: [`combine_form`]), the items' order and the
+/// kernel (`None`: pairs where they fit, else heads; pairs forced where
+/// they do not fit is an error).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PagedOptions {
     pub splits: Option<usize>,
     pub combine: Option<CombineForm>,
     pub order: ItemOrder,
+    pub kernel: Option<PagedKernel>,
 }
 
 /// [`paged_raw`] with `opts`.
@@ -232,8 +280,26 @@ pub unsafe fn paged_raw_with(
             None => return Err(OpError::shape(op, "no paged combine kernel")),
         },
     };
-    let mut words = Vec::with_capacity(4 * plan.items.len());
-    for it in &plan.items {
+    let fits = pairs_fit(&plan, shape, dtype);
+    let kernel = match opts.kernel {
+        None if fits => PagedKernel::Pairs,
+        None => PagedKernel::Heads,
+        Some(PagedKernel::Pairs) if !fits => {
+            return Err(OpError::shape(
+                op,
+                "the pairs kernel takes unsplit launches of one-head items at head dim 256 with an even group",
+            ))
+        }
+        Some(k) => k,
+    };
+    // A pairs CTA takes an even first head and the next one.
+    let items: Vec<_> = plan
+        .items
+        .iter()
+        .filter(|i| kernel == PagedKernel::Heads || i.first_head.is_multiple_of(2))
+        .collect();
+    let mut words = Vec::with_capacity(4 * items.len());
+    for it in &items {
         for v in [it.seq, it.first_head, it.heads, it.m0] {
             words.push(int(op, "work item", v)?);
         }
@@ -265,6 +331,56 @@ pub unsafe fn paged_raw_with(
     } else {
         None
     };
+    if kernel == PagedKernel::Pairs {
+        let Some(pentry) = pairs_entry(d, dtype) else {
+            return Err(OpError::shape(op, "no pairs kernel"));
+        };
+        let f = dev.function(pentry).map_err(dev_err)?;
+        let smem = pairs_smem_bytes(d);
+        dev.set_dynamic_smem(f, smem).map_err(dev_err)?;
+        let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
+        let mut gate = bufs.gate.unwrap_or(0);
+        let (mut it, mut sq, mut bt) = (items_dev.ptr(), seq_dev.ptr(), bt_dev.ptr());
+        let mut nn = int(op, "sequences", n)?;
+        let mut qh = int(op, "q heads", shape.q_heads)?;
+        let mut kvh = int(op, "kv heads", shape.kv_heads)?;
+        let mut scale = (d as f32).sqrt().recip() * LOG2_E;
+        let mut params: [*mut c_void; 12] = [
+            param(&mut q),
+            param(&mut k),
+            param(&mut v),
+            param(&mut o),
+            param(&mut gate),
+            param(&mut it),
+            param(&mut sq),
+            param(&mut bt),
+            param(&mut nn),
+            param(&mut qh),
+            param(&mut kvh),
+            param(&mut scale),
+        ];
+        let grid = (
+            grid_dim(op, items.len(), GRID_X)?,
+            grid_dim(op, shape.kv_heads, GRID_YZ)?,
+            1,
+        );
+        // SAFETY: as the heads launch below; every item is one query head's
+        // tile at an even first head of an even group (pairs_fit), so the
+        // pair's second head exists; params match the kernel signature.
+        unsafe { dev.launch_programmatic(f, grid, (PAIRS_THREADS, 1, 1), smem, &mut params) }
+            .map_err(dev_err)?;
+        return Ok(PagedRun {
+            report: AttentionReport {
+                route: headroom_core::Route::Fused,
+                query_block: None,
+                transient_bytes: alloc.stats().peak.saturating_sub(before),
+            },
+            splits: 1,
+            items: items.len(),
+            combine: None,
+            kernel,
+        });
+    }
     let f = dev.function(entry).map_err(dev_err)?;
     let smem = wgmma_smem_bytes(d);
     dev.set_dynamic_smem(f, smem).map_err(dev_err)?;
@@ -325,8 +441,9 @@ pub unsafe fn paged_raw_with(
             transient_bytes: alloc.stats().peak.saturating_sub(before),
         },
         splits: plan.splits,
-        items: plan.items.len(),
+        items: items.len(),
         combine: form,
+        kernel,
     })
 }
 
@@ -433,6 +550,60 @@ mod tests {
         let p = paged_plan(&[256], &[33_024], 16, 2, 132, None, ItemOrder::default());
         assert_eq!((p.items.len(), p.splits), (32, 4));
         assert_eq!(combine_form(p.splits), CombineForm::Rows);
+    }
+
+    #[test]
+    fn pairs_fit_unsplit_whole_head_launches_of_an_even_group_at_head_dim_256() {
+        use super::super::sources::ATTENTION_PAGED_PAIRS;
+        let tables = BlockTables::from_tables(&[vec![0u32; 64], vec![0u32; 64]]);
+        let shape = |q_heads, kv_heads, head_dim, q: &'static [usize], kv: &'static [usize]| {
+            (
+                PagedShape {
+                    cu_seqlens: q,
+                    kv_lens: kv,
+                    tables: &tables,
+                    q_heads,
+                    kv_heads,
+                    head_dim,
+                },
+                q.windows(2).map(|w| w[1] - w[0]).collect::<Vec<_>>(),
+            )
+        };
+        let fit = |(s, q_lens): (PagedShape<'_>, Vec<usize>), splits: Option<usize>| {
+            let plan = paged_plan(
+                &q_lens,
+                s.kv_lens,
+                s.q_heads,
+                s.kv_heads,
+                132,
+                splits,
+                ItemOrder::default(),
+            );
+            pairs_fit(&plan, &s, Dtype::Bf16)
+        };
+        // Two prompts of whole-head tiles (tails included).
+        assert!(fit(
+            shape(16, 2, 256, &[0, 4000, 4100], &[4000, 4000]),
+            None
+        ));
+        // A key split, a packed decode row, an odd group, another head dim: heads.
+        assert!(!fit(shape(16, 2, 256, &[0, 100], &[4000]), Some(2)));
+        assert!(!fit(
+            shape(16, 2, 256, &[0, 4000, 4001], &[4000, 4000]),
+            Some(1)
+        ));
+        assert!(!fit(shape(6, 2, 256, &[0, 4000], &[4000]), Some(1)));
+        assert!(!fit(shape(16, 2, 128, &[0, 4000], &[4000]), Some(1)));
+        // Both entries compiled; the ring fits the 227 KiB a CTA may use.
+        for dtype in [Dtype::Bf16, Dtype::F16] {
+            let e = pairs_entry(256, dtype).unwrap();
+            assert!(ATTENTION_PAGED_PAIRS.entry_points.contains(&e), "{e}");
+        }
+        assert_eq!(pairs_smem_bytes(256), 6 * 32 * 1024 + 64 + 1024);
+        assert!(pairs_smem_bytes(256) <= 227 * 1024);
+        let s = ATTENTION_PAGED_PAIRS.source;
+        assert_eq!(source_constant(s, "PAIR_THREADS"), PAIRS_THREADS as usize);
+        assert_eq!(source_constant(s, "STAGES"), 2);
     }
 
     #[test]

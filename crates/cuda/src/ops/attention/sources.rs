@@ -59,6 +59,7 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
         include_str!("wgmma_common.cuh"),
         include_str!("score_rows.cuh"),
         include_str!("attention_tiles.cuh"),
+        include_str!("paged_io.cuh"),
         include_str!("attention_paged.cu")
     ),
     entry_points: &[
@@ -77,6 +78,26 @@ pub const ATTENTION_PAGED: KernelSource = KernelSource {
         "attn_paged_combine_rows_d64_bf16",
         "attn_paged_combine_rows_d64_f16",
     ],
+};
+
+/// Paged attention for long prompts on Hopper (sm_90a only): two query heads
+/// of a KV group a CTA sharing the key tiles a producer warpgroup streams
+/// (head dim 256).
+pub const ATTENTION_PAGED_PAIRS: KernelSource = KernelSource {
+    name: "attention_paged_pairs",
+    file: "attention_paged_pairs.cu",
+    source: concat!(
+        include_str!("../../kernels/pdl.cuh"),
+        include_str!("../../kernels/async_copy.cuh"),
+        include_str!("../../kernels/tma.cuh"),
+        include_str!("../../kernels/wgmma_sync.cuh"),
+        include_str!("wgmma_common.cuh"),
+        include_str!("score_rows.cuh"),
+        include_str!("attention_tiles.cuh"),
+        include_str!("paged_io.cuh"),
+        include_str!("attention_paged_pairs.cu")
+    ),
+    entry_points: &["attn_paged_pairs_d256_bf16", "attn_paged_pairs_d256_f16"],
 };
 
 /// Masked softmax of the composed route (f32 scores to f16/bf16 probabilities).
@@ -107,7 +128,11 @@ mod tests {
     #[test]
     #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
     fn the_paged_and_fused_wgmma_kernels_compile_for_sm_90a_without_spills() {
-        for k in [ATTENTION_PAGED, ATTENTION_FUSED_WGMMA] {
+        for k in [
+            ATTENTION_PAGED,
+            ATTENTION_PAGED_PAIRS,
+            ATTENTION_FUSED_WGMMA,
+        ] {
             crate::nvrtc::compile_sm90a_without_spills(&k);
         }
     }
