@@ -13,8 +13,8 @@ for m in qwen3.6-35b-a3b-fp8 qwen3.6-35b-a3b; do
   HEADROOM_PROFILE_STEP=6 timeout 120 ncu --profile-from-start off -k regex:moe_decode --launch-count 6 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
     --section WarpStateStats --section SchedulerStats --cache-control none --clock-control none \
-    $B bench ttft --backend cuda --synthetic $m --lengths 2048 --iterations 1 --warmup 1 --decode 16 \
-    -o "$O/ncu-$m" > "$O/ncu-$m.log" 2> "$O/ncu-$m.err"
+    -o "$O/ncu-$m" $B bench ttft --backend cuda --synthetic $m --lengths 2048 --iterations 1 --warmup 1 \
+    --decode 16 > "$O/ncu-$m.log" 2> "$O/ncu-$m.err"
   ncu -i "$O/ncu-$m.ncu-rep" --page details > "$O/ncu-$m.txt" 2>&1
   ncu -i "$O/ncu-$m.ncu-rep" --page raw --csv > "$O/ncu-$m-raw.csv" 2>&1
   echo "== ncu $m (rc $?, t=$SECONDS)"
