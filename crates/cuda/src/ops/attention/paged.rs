@@ -197,6 +197,48 @@ pub struct PagedRun {
     pub kernel: PagedKernel,
 }
 
+/// The paged kernels' parameters by value, in their signatures' order: the
+/// pointers (q, k, v, out, gate, items, sequences, block tables), the
+/// sequences and head counts, the softmax scale, then the heads kernel's
+/// split count and partials (the pairs kernel takes the first
+/// [`PAIRS_PARAMS`]).
+struct LaunchArgs {
+    ptrs: [u64; 8],
+    ints: [i32; 3],
+    scale: f32,
+    splits: i32,
+    parts: [u64; 2],
+}
+
+/// Parameters of the pairs kernel (the heads kernel's 15 but the last three).
+const PAIRS_PARAMS: usize = 12;
+
+impl LaunchArgs {
+    /// Pointers to each value, as the driver takes them (valid while `self` is).
+    fn params(&mut self) -> [*mut c_void; 15] {
+        let [p0, p1, p2, p3, p4, p5, p6, p7] = &mut self.ptrs;
+        let [i0, i1, i2] = &mut self.ints;
+        let [o0, o1] = &mut self.parts;
+        [
+            param(p0),
+            param(p1),
+            param(p2),
+            param(p3),
+            param(p4),
+            param(p5),
+            param(p6),
+            param(p7),
+            param(i0),
+            param(i1),
+            param(i2),
+            param(&mut self.scale),
+            param(&mut self.splits),
+            param(o0),
+            param(o1),
+        ]
+    }
+}
+
 fn param<T>(v: &mut T) -> *mut c_void {
     v as *mut T as *mut c_void
 }
@@ -331,6 +373,42 @@ pub unsafe fn paged_raw_with(
     } else {
         None
     };
+    // The kernels' parameters, the heads kernel's last three (the split
+    // count and the partials) past the pairs kernel's twelve.
+    let mut args = LaunchArgs {
+        ptrs: [
+            bufs.q,
+            bufs.k,
+            bufs.v,
+            bufs.out,
+            bufs.gate.unwrap_or(0),
+            items_dev.ptr(),
+            seq_dev.ptr(),
+            bt_dev.ptr(),
+        ],
+        ints: [
+            int(op, "sequences", n)?,
+            int(op, "q heads", shape.q_heads)?,
+            int(op, "kv heads", shape.kv_heads)?,
+        ],
+        scale: (d as f32).sqrt().recip() * LOG2_E,
+        splits: int(op, "splits", plan.splits)?,
+        parts: [
+            parts.as_ref().map_or(0, |p| p.0.ptr()),
+            parts.as_ref().map_or(0, |p| p.1.ptr()),
+        ],
+    };
+    let run = |splits, combine| PagedRun {
+        report: AttentionReport {
+            route: headroom_core::Route::Fused,
+            query_block: None,
+            transient_bytes: alloc.stats().peak.saturating_sub(before),
+        },
+        splits,
+        items: items.len(),
+        combine,
+        kernel,
+    };
     if kernel == PagedKernel::Pairs {
         let Some(pentry) = pairs_entry(d, dtype) else {
             return Err(OpError::shape(op, "no pairs kernel"));
@@ -338,27 +416,7 @@ pub unsafe fn paged_raw_with(
         let f = dev.function(pentry).map_err(dev_err)?;
         let smem = pairs_smem_bytes(d);
         dev.set_dynamic_smem(f, smem).map_err(dev_err)?;
-        let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
-        let mut gate = bufs.gate.unwrap_or(0);
-        let (mut it, mut sq, mut bt) = (items_dev.ptr(), seq_dev.ptr(), bt_dev.ptr());
-        let mut nn = int(op, "sequences", n)?;
-        let mut qh = int(op, "q heads", shape.q_heads)?;
-        let mut kvh = int(op, "kv heads", shape.kv_heads)?;
-        let mut scale = (d as f32).sqrt().recip() * LOG2_E;
-        let mut params: [*mut c_void; 12] = [
-            param(&mut q),
-            param(&mut k),
-            param(&mut v),
-            param(&mut o),
-            param(&mut gate),
-            param(&mut it),
-            param(&mut sq),
-            param(&mut bt),
-            param(&mut nn),
-            param(&mut qh),
-            param(&mut kvh),
-            param(&mut scale),
-        ];
+        let mut params = args.params();
         let grid = (
             grid_dim(op, items.len(), GRID_X)?,
             grid_dim(op, shape.kv_heads, GRID_YZ)?,
@@ -366,51 +424,24 @@ pub unsafe fn paged_raw_with(
         );
         // SAFETY: as the heads launch below; every item is one query head's
         // tile at an even first head of an even group (pairs_fit), so the
-        // pair's second head exists; params match the kernel signature.
-        unsafe { dev.launch_programmatic(f, grid, (PAIRS_THREADS, 1, 1), smem, &mut params) }
-            .map_err(dev_err)?;
-        return Ok(PagedRun {
-            report: AttentionReport {
-                route: headroom_core::Route::Fused,
-                query_block: None,
-                transient_bytes: alloc.stats().peak.saturating_sub(before),
-            },
-            splits: 1,
-            items: items.len(),
-            combine: None,
-            kernel,
-        });
+        // pair's second head exists; the kernel takes the first
+        // PAIRS_PARAMS parameters, in its signature's order.
+        unsafe {
+            dev.launch_programmatic(
+                f,
+                grid,
+                (PAIRS_THREADS, 1, 1),
+                smem,
+                &mut params[..PAIRS_PARAMS],
+            )
+        }
+        .map_err(dev_err)?;
+        return Ok(run(1, None));
     }
     let f = dev.function(entry).map_err(dev_err)?;
     let smem = wgmma_smem_bytes(d);
     dev.set_dynamic_smem(f, smem).map_err(dev_err)?;
-    let (mut q, mut k, mut v, mut o) = (bufs.q, bufs.k, bufs.v, bufs.out);
-    let mut gate = bufs.gate.unwrap_or(0);
-    let (mut it, mut sq, mut bt) = (items_dev.ptr(), seq_dev.ptr(), bt_dev.ptr());
-    let mut nn = int(op, "sequences", n)?;
-    let mut qh = int(op, "q heads", shape.q_heads)?;
-    let mut kvh = int(op, "kv heads", shape.kv_heads)?;
-    let mut scale = (d as f32).sqrt().recip() * LOG2_E;
-    let mut sp = plan.splits as i32;
-    let mut po = parts.as_ref().map_or(0, |p| p.0.ptr());
-    let mut pl = parts.as_ref().map_or(0, |p| p.1.ptr());
-    let mut params: [*mut c_void; 15] = [
-        param(&mut q),
-        param(&mut k),
-        param(&mut v),
-        param(&mut o),
-        param(&mut gate),
-        param(&mut it),
-        param(&mut sq),
-        param(&mut bt),
-        param(&mut nn),
-        param(&mut qh),
-        param(&mut kvh),
-        param(&mut scale),
-        param(&mut sp),
-        param(&mut po),
-        param(&mut pl),
-    ];
+    let mut params = args.params();
     let grid = (
         grid_dim(op, plan.items.len(), GRID_X)?,
         grid_dim(op, shape.kv_heads, GRID_YZ)?,
@@ -428,23 +459,13 @@ pub unsafe fn paged_raw_with(
             form,
             centry,
             (part_o.ptr(), part_lse.ptr()),
-            (bufs.out, gate),
+            (bufs.out, bufs.gate.unwrap_or(0)),
             out_rows,
             d,
             plan.splits,
         )?;
     }
-    Ok(PagedRun {
-        report: AttentionReport {
-            route: headroom_core::Route::Fused,
-            query_block: None,
-            transient_bytes: alloc.stats().peak.saturating_sub(before),
-        },
-        splits: plan.splits,
-        items: items.len(),
-        combine: form,
-        kernel,
-    })
+    Ok(run(plan.splits, form))
 }
 
 /// Launches the split combine `entry` of `form` over `(part_o, part_lse)`
@@ -550,6 +571,66 @@ mod tests {
         let p = paged_plan(&[256], &[33_024], 16, 2, 132, None, ItemOrder::default());
         assert_eq!((p.items.len(), p.splits), (32, 4));
         assert_eq!(combine_form(p.splits), CombineForm::Rows);
+    }
+
+    /// The parameter names of the entry macro's kernel `prefix` in `src`.
+    fn entry_params(src: &str, prefix: &str) -> Vec<String> {
+        let at = src
+            .find(prefix)
+            .unwrap_or_else(|| panic!("{prefix} not in source"))
+            + prefix.len();
+        let end = at + src[at..].find(')').unwrap();
+        src[at..end]
+            .replace('\\', " ")
+            .split(',')
+            .map(|p| {
+                p.split_whitespace()
+                    .last()
+                    .unwrap()
+                    .trim_start_matches('*')
+                    .to_string()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_launch_args_are_both_kernels_parameters_in_order() {
+        use super::super::sources::{ATTENTION_PAGED, ATTENTION_PAGED_PAIRS};
+        let heads = entry_params(ATTENTION_PAGED.source, "attn_paged_wgmma_d##D##_##NAME(");
+        let pairs = entry_params(
+            ATTENTION_PAGED_PAIRS.source,
+            "attn_paged_pairs_d##D##_##NAME(",
+        );
+        let mut args = LaunchArgs {
+            ptrs: [0; 8],
+            ints: [0; 3],
+            scale: 0.0,
+            splits: 0,
+            parts: [0; 2],
+        };
+        assert_eq!(heads.len(), args.params().len(), "{heads:?}");
+        assert_eq!(pairs.len(), PAIRS_PARAMS, "{pairs:?}");
+        assert_eq!(heads[..PAIRS_PARAMS], pairs[..]);
+        assert_eq!(
+            heads,
+            [
+                "q",
+                "kc",
+                "vc",
+                "out",
+                "gate",
+                "items",
+                "seq",
+                "bt",
+                "n",
+                "q_heads",
+                "kv_heads",
+                "scale_log2",
+                "splits",
+                "part_o",
+                "part_lse"
+            ]
+        );
     }
 
     #[test]
