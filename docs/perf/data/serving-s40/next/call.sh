@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Prepared in session 40 for the next session (any sm_90a card, ≈ 330 s; carry [".devbin/head",
 # ".devbin/rankpar"]: main and main + next/rankpar.patch, each packed by
-# bench/gpu/pack_bins.sh DIR headroom-cuda:decode_moe headroom-cuda:fp8_backend, each branch in
-# its own CARGO_TARGET_DIR — next/README says how).
+# bench/gpu/pack_bins.sh DIR headroom-cuda:decode_moe headroom-cuda:fp8_backend (head also with
+# headroom-cuda:paged_attention), each branch in its own CARGO_TARGET_DIR — next/README says how).
+# 0. head's paged attention tests (session 40 rebuilt the paged kernels' parameters after its
+#    last call: LaunchArgs, 34e2254) — the pairs and heads kernels' bits, splits, NaN.
 # 1. rankpar's routing against f64 and the grouped path (decode_moe: ties to the lower expert,
 #    a NaN router row, back-to-back calls, the fixtures' blocks, tails; fp8_backend's MoE block).
 # 2. moe_decode_timing (the bf16 35B shape, each kernel's median and the chained block), head
@@ -13,6 +15,8 @@
 # Prediction (docs/perf/cuda-decode.md session 40): gate+up up to −1 µs of 14–15 (H100), decode
 # +0.5–2 %; the same outputs.
 source bench/gpu/call_prelude.sh head rankpar
+timeout 120 /tmp/head/h/paged_attention --ignored --test-threads 1 > "$O/paged-tests.txt" 2>&1
+echo "paged_attention tests rc $? (t=$SECONDS)"; grep -E "test result|panicked" "$O/paged-tests.txt" | head -6
 timeout 150 /tmp/rankpar/h/decode_moe --ignored --skip timing > "$O/decode-moe-tests.txt" 2>&1
 echo "decode_moe tests rc $? (t=$SECONDS)"; grep -E "test result|panicked" "$O/decode-moe-tests.txt" | head -6
 timeout 60 /tmp/rankpar/h/fp8_backend --ignored --exact \
