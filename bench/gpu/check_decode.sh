@@ -74,9 +74,9 @@ moe)
     timeout 120 "$MOE" --ignored --test-threads=1 --nocapture 2>&1 | tee -a "$OUT/tests.log" | tail -n 14
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     echo "=== memcheck: decode_moe small cases ==="
-    memcheck "$MOE" small_shapes_with_tails_and_expert_parallel_slices_match_f64
-    memcheck "$MOE" model_fixture_shapes_match_f64
-    memcheck "$MOE" nan_row_stays_in_its_row_and_repeated_calls_agree
+    memcheck "$MOE" shapes::small_shapes_with_tails_and_expert_parallel_slices_match_f64
+    memcheck "$MOE" shapes::model_fixture_shapes_match_f64
+    memcheck "$MOE" shapes::nan_row_stays_in_its_row_and_repeated_calls_agree
     ;;
 logits)
     # The two paths round in different places (the chunked GDN's tf32 prep
