@@ -210,12 +210,14 @@ struct LaunchArgs {
     parts: [u64; 2],
 }
 
-/// Parameters of the pairs kernel (the heads kernel's 15 but the last three).
+/// Parameters of the heads kernel, and of the pairs kernel (all but the
+/// split count and the partials).
+const LAUNCH_PARAMS: usize = 15;
 const PAIRS_PARAMS: usize = 12;
 
 impl LaunchArgs {
     /// Pointers to each value, as the driver takes them (valid while `self` is).
-    fn params(&mut self) -> [*mut c_void; 15] {
+    fn params(&mut self) -> [*mut c_void; LAUNCH_PARAMS] {
         let [p0, p1, p2, p3, p4, p5, p6, p7] = &mut self.ptrs;
         let [i0, i1, i2] = &mut self.ints;
         let [o0, o1] = &mut self.parts;
@@ -398,60 +400,33 @@ pub unsafe fn paged_raw_with(
             parts.as_ref().map_or(0, |p| p.1.ptr()),
         ],
     };
-    let run = |splits, combine| PagedRun {
-        report: AttentionReport {
-            route: headroom_core::Route::Fused,
-            query_block: None,
-            transient_bytes: alloc.stats().peak.saturating_sub(before),
-        },
-        splits,
-        items: items.len(),
-        combine,
-        kernel,
-    };
-    if kernel == PagedKernel::Pairs {
-        let Some(pentry) = pairs_entry(d, dtype) else {
-            return Err(OpError::shape(op, "no pairs kernel"));
-        };
-        let f = dev.function(pentry).map_err(dev_err)?;
-        let smem = pairs_smem_bytes(d);
-        dev.set_dynamic_smem(f, smem).map_err(dev_err)?;
-        let mut params = args.params();
-        let grid = (
-            grid_dim(op, items.len(), GRID_X)?,
-            grid_dim(op, shape.kv_heads, GRID_YZ)?,
-            1,
-        );
-        // SAFETY: as the heads launch below; every item is one query head's
-        // tile at an even first head of an even group (pairs_fit), so the
-        // pair's second head exists; the kernel takes the first
-        // PAIRS_PARAMS parameters, in its signature's order.
-        unsafe {
-            dev.launch_programmatic(
-                f,
-                grid,
-                (PAIRS_THREADS, 1, 1),
-                smem,
-                &mut params[..PAIRS_PARAMS],
-            )
+    // The pairs kernel runs only unsplit launches (pairs_fit): one grid
+    // layer, no partials, no combine; it takes the first PAIRS_PARAMS.
+    let (kentry, smem, threads, nparams) = match kernel {
+        PagedKernel::Heads => (entry, wgmma_smem_bytes(d), WGMMA_THREADS, LAUNCH_PARAMS),
+        PagedKernel::Pairs => {
+            let Some(pentry) = pairs_entry(d, dtype) else {
+                return Err(OpError::shape(op, "no pairs kernel"));
+            };
+            (pentry, pairs_smem_bytes(d), PAIRS_THREADS, PAIRS_PARAMS)
         }
-        .map_err(dev_err)?;
-        return Ok(run(1, None));
-    }
-    let f = dev.function(entry).map_err(dev_err)?;
-    let smem = wgmma_smem_bytes(d);
+    };
+    let f = dev.function(kentry).map_err(dev_err)?;
     dev.set_dynamic_smem(f, smem).map_err(dev_err)?;
     let mut params = args.params();
     let grid = (
-        grid_dim(op, plan.items.len(), GRID_X)?,
+        grid_dim(op, items.len(), GRID_X)?,
         grid_dim(op, shape.kv_heads, GRID_YZ)?,
         grid_dim(op, plan.splits, GRID_YZ)?,
     );
     // SAFETY: the caller promises the buffers; the tables were checked to
     // cover every sequence's keys; the partials hold splits × rows × q_heads
-    // rows; params match the kernel signature; the kernel waits for the
-    // previous one before it reads or writes anything (programmatic launch).
-    unsafe { dev.launch_programmatic(f, grid, (WGMMA_THREADS, 1, 1), smem, &mut params) }
+    // rows; params match the kernel signature (the pairs kernel's are the
+    // heads kernel's first PAIRS_PARAMS); a pairs item is one query head's
+    // tile at an even first head of an even group (pairs_fit), so the
+    // pair's second head exists; the kernel waits for the previous one
+    // before it reads or writes anything (programmatic launch).
+    unsafe { dev.launch_programmatic(f, grid, (threads, 1, 1), smem, &mut params[..nparams]) }
         .map_err(dev_err)?;
     if let (Some((part_o, part_lse)), Some((form, centry))) = (&parts, combine_fn) {
         combine_launch(
@@ -465,7 +440,17 @@ pub unsafe fn paged_raw_with(
             plan.splits,
         )?;
     }
-    Ok(run(plan.splits, form))
+    Ok(PagedRun {
+        report: AttentionReport {
+            route: headroom_core::Route::Fused,
+            query_block: None,
+            transient_bytes: alloc.stats().peak.saturating_sub(before),
+        },
+        splits: plan.splits,
+        items: items.len(),
+        combine: form,
+        kernel,
+    })
 }
 
 /// Launches the split combine `entry` of `form` over `(part_o, part_lse)`
