@@ -9,7 +9,9 @@
 //   fence_operands(d)        pins accumulator registers at this point (no read
 //                            or write of them moves across);
 //   desc_sw128(a, lbo, sbo)  the shared-memory matrix descriptor of a tile at
-//                            a in the 128-byte swizzle layout.
+//                            a in the 128-byte swizzle layout;
+//   cta_registers(threads)   the registers setmaxnreg moves between a
+//                            warp-specialised CTA's warpgroups.
 #ifndef HEADROOM_WGMMA_SYNC_CUH
 #define HEADROOM_WGMMA_SYNC_CUH
 
@@ -33,6 +35,14 @@ __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned
     d |= 1ull << 62;
     return d;
 }
+
+// The registers setmaxnreg moves between a CTA's warpgroups: the CTA's own
+// allocation — the launch's count a thread (65536 / threads down to a
+// multiple of 8: 168 for 384) times the threads, not the SM's 64 Ki. An .inc
+// asking for more than the .decs freed waits for ever (session 39: a
+// producer at 48 beside MMA warpgroups at 232 hung), so each warp-specialised
+// kernel asserts its split against this.
+__host__ __device__ constexpr int cta_registers(int threads) { return 65536 / threads / 8 * 8 * threads; }
 
 }  // namespace headroom_async
 

@@ -34,8 +34,10 @@ constexpr int KV_ROWS = 64;  // token rows per KV block (headroom_core::ops::KV_
 static_assert(KV_ROWS == BLOCK_N, "a key tile is one block");
 constexpr int PAIR_THREADS = 384;  // a producer and two MMA warpgroups
 constexpr int STAGES = 2;
-constexpr int PRODUCER_REGS = 24;  // setmaxnreg: 128 x 24 + 256 x 240 <= 64 Ki
+constexpr int PRODUCER_REGS = 24;  // setmaxnreg: 128 x 24 + 256 x 240 = 168 x 384
 constexpr int MMA_REGS = 240;
+static_assert(128 * PRODUCER_REGS + 256 * MMA_REGS <= headroom_async::cta_registers(PAIR_THREADS),
+              "setmaxnreg's split fits the CTA's registers");
 
 template <int D>
 struct PairSmem {

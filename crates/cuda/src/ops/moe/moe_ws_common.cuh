@@ -29,13 +29,8 @@ using headroom_tma::mbar_init_fence;
 using headroom_tma::mbar_wait;
 using headroom_tma::tma_load_2d;
 
-// The registers setmaxnreg moves between a CTA's warpgroups: the CTA's own
-// allocation — the launch's count a thread (65536 / threads down to a
-// multiple of 8: 168 for 384) times the threads, not the SM's 64 Ki. An .inc
-// asking for more than the .decs freed waits for ever (session 39: a
-// producer at 48 beside MMA warpgroups at 232 hung), so each kernel asserts
-// its split against this.
-__host__ __device__ constexpr int cta_registers(int threads) { return 65536 / threads / 8 * 8 * threads; }
+// setmaxnreg's split: checked against wgmma_sync.cuh's cta_registers.
+using headroom_async::cta_registers;
 
 // MMA warpgroup wg's own barrier (ids 1 and 2).
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
