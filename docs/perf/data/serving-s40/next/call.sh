@@ -4,7 +4,7 @@
 # next/rankpar.patch, packed by bench/gpu/pack_bins.sh DIR with the test binaries next/README
 # names, each branch in its own CARGO_TARGET_DIR).
 # 0. head's paged attention tests (session 40 rebuilt the paged kernels' launch parameters after
-#    its last call: LaunchArgs, 34e2254) — the pairs and heads kernels' bits, splits, NaN.
+#    its last call: LaunchArgs, 34e2254; one launch path, bf47bb4) — the pairs and heads kernels' bits, splits, NaN.
 # 1. pingpong (the pairs kernel's MMA warpgroups taking turns at their GEMMs): its tests (the
 #    heads kernel's bits; a hang shows as the timeout), then FP8 32k TTFT, head then pingpong,
 #    each run's parts (compare the attention's share, not run times). On an H200 head's arm is
