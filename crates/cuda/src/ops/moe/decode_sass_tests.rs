@@ -44,7 +44,8 @@ fn the_bf16_entries_compile_to_their_recorded_sass() {
     // re-recorded when the down kernel came to wait for gate_up's published
     // experts before its griddepcontrol.wait (the route kernel marks them,
     // gate_up publishes them: the same products in the same order, session
-    // 19, docs/perf/cuda-decode.md).
+    // 19, docs/perf/cuda-decode.md); gate_up re-recorded when the routing
+    // ranked its candidates in parallel (the same ranks, session 40).
     const BEFORE: [(&str, &str); 3] = [
         (
             "moe_decode_route",
@@ -52,7 +53,7 @@ fn the_bf16_entries_compile_to_their_recorded_sass() {
         ),
         (
             "moe_decode_gate_up",
-            "f7eccdb3b2b3e830ab2934f60f0d17ebda42648f345ce02b88aa4f94f070b12e",
+            "35b2e35b807b410a388f24310c2313e38c30d34bd9df6f4f58398e0f99a4fb67",
         ),
         (
             "moe_decode_down",

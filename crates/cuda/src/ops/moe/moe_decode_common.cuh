@@ -203,22 +203,28 @@ __device__ void route_row(const float* __restrict__ row, int experts, int top_k,
     }
     __syncthreads();
     // Every candidate's rank among the candidates; the k best are the top-k
-    // (every expert of the top-k is the k-best of its own 32). Warp w ranks
-    // candidates w, w + WARPS, ..., its lanes comparing 32 others at a time.
+    // (every expert of the top-k is the k-best of its own 32). In parallel:
+    // G threads a candidate (the largest power of two <= 32 with G * ncand
+    // <= THREADS, at least 1), thread sub of a candidate's comparing it with
+    // candidates sub, sub + G, ..., the G counts summed by shuffles within
+    // the group (G consecutive lanes of one warp).
     const int ncand = (experts + 31) / 32 * top_k;
-    for (int i = warp; i < ncand; i += WARPS) {  // warp-uniform
-        const uint2 me = sm.cand[i];
+    int G = 32;
+    while (G > 1 && G * ncand > THREADS) G >>= 1;
+    const int sub = tid & (G - 1);
+    for (int base = 0; base < ncand; base += THREADS / G) {  // CTA-uniform
+        const int i = base + tid / G;
+        uint2 me = make_uint2(0u, 0u);
         int rank = 0;
-        for (int j0 = 0; j0 < ncand; j0 += 32) {
-            const int j = j0 + lane;
-            bool b = false;
-            if (j < ncand) {
+        if (i < ncand) {
+            me = sm.cand[i];
+            for (int j = sub; j < ncand; j += G) {
                 const uint2 o = sm.cand[j];
-                b = before(o.x, (int)o.y, me.x, (int)me.y);
+                rank += before(o.x, (int)o.y, me.x, (int)me.y);
             }
-            rank += __popc(__ballot_sync(0xffffffffu, b));
         }
-        if (lane == 0 && rank < top_k) {
+        for (int o = 1; o < G; o <<= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
+        if (sub == 0 && i < ncand && rank < top_k) {
             sm.sel_e[rank] = (int)me.y;
             sm.sel_p[rank] = key_prob(me.x);
         }
