@@ -10,7 +10,8 @@
 use super::weights::weight_map;
 use super::{
     max_row_tiles, route_entry, validate_inner, GemmImpl, GemmKernel, MoeLaunch, MoePlan,
-    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_WARPS, WS_BN,
+    SharedEpilogue, FUSED_SCATTER_PAIRS, OP, ROUTE_MAX_BLOCKS, ROUTE_WARPS, SCATTER_PER_THREAD,
+    WS_BN,
 };
 
 mod params;
@@ -254,7 +255,7 @@ pub(super) fn route(
     launch(
         dev,
         route_entry(l.experts),
-        tc.div_ceil(ROUTE_WARPS),
+        route_blocks(tc),
         (ROUTE_WARPS * 32) as u32,
         0,
         params
@@ -269,7 +270,7 @@ pub(super) fn route(
     launch(
         dev,
         "moe_scatter",
-        pairs.div_ceil(ELEMENTWISE_THREADS as usize),
+        pairs.div_ceil(ELEMENTWISE_THREADS as usize * SCATTER_PER_THREAD),
         ELEMENTWISE_THREADS,
         0,
         Params::new()
@@ -281,6 +282,12 @@ pub(super) fn route(
             .ptr(r.slot_token.ptr())
             .ptr(r.pair_slot.ptr()),
     )
+}
+
+/// The routing kernel's grid for `tokens`: a warp a token up to
+/// [`ROUTE_MAX_BLOCKS`] blocks, past that the blocks' warps take several.
+pub(super) fn route_blocks(tokens: usize) -> usize {
+    tokens.div_ceil(ROUTE_WARPS).clamp(1, ROUTE_MAX_BLOCKS)
 }
 
 /// The gate+up and down grouped GEMMs of one pass on `imp`'s kernels.

@@ -50,8 +50,18 @@ pub const ROUTE_NARROW_EXPERTS: usize = 256;
 /// Most (token, k) pairs of a pass the routing kernel's last block scatters
 /// itself (`FUSED_SCATTER_PAIRS`); larger passes launch `moe_scatter`.
 pub const FUSED_SCATTER_PAIRS: usize = 4096;
-/// Tokens per routing block (`ROUTE_WARPS`: one warp per token).
-pub const ROUTE_WARPS: usize = 4;
+/// Warps per routing block (`ROUTE_WARPS`: one warp per token at a time).
+pub const ROUTE_WARPS: usize = 16;
+/// Most routing blocks (`ROUTE_MAX_BLOCKS`): past `ROUTE_MAX_BLOCKS ·
+/// ROUTE_WARPS` tokens a warp takes several, and a block adds its counts to
+/// the global ones once for all of them.
+pub const ROUTE_MAX_BLOCKS: usize = 512;
+/// Ints from one expert's global count to the next (`COUNT_STRIDE`: one
+/// 128-byte L2 line each, so the routing's and the scatter's atomics of
+/// different experts do not queue on a shared line).
+pub const COUNT_STRIDE: usize = 32;
+/// Pairs a scatter thread takes (`SCATTER_PER_THREAD`).
+pub const SCATTER_PER_THREAD: usize = 8;
 
 /// The routing kernel for `experts` (at most [`MAX_EXPERTS`]): the narrow one
 /// holds 8 logits a lane in registers, the wide one 32.

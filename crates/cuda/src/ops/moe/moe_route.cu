@@ -2,20 +2,32 @@
 // (crates/cuda/src/ops/moe). Every kernel runs on the caller's stream; none
 // needs the host between launches.
 //
-// 1. moe_route (moe_route_wide past 256 experts): one warp per token, its
-//    logits in registers. Softmax over all experts in f32, then the top-k by
-//    probability (ties -> lower expert index; NaN sorts last), the weights
-//    renormalised over the kept k when asked: transformers'
-//    Qwen3_5MoeTopKRouter and the CPU `route`. Counts tokens per expert
-//    (integer atomics: exact); the last block to finish writes the exclusive
-//    prefix sums of the counts (row offsets of each expert in expert order)
-//    and of the row tiles per expert (the grouped GEMMs' tile list).
-// 2. moe_scatter: one thread per (token, k) pair: its row (slot) in expert
-//    order and, for that slot, the token it came from; it counts the counts
-//    back down to zero. The slot order inside an expert depends on atomics,
-//    but no result does: each GEMM row depends only on its own input row.
-//    A pass of at most FUSED_SCATTER_PAIRS pairs is scattered by the routing
-//    kernel's last block instead (one launch fewer).
+// 1. moe_route (moe_route_wide past 256 experts): one warp per token (a
+//    block's warps take its tokens in turn, the grid at most
+//    ROUTE_MAX_BLOCKS), its logits in registers. Softmax over all experts in
+//    f32, then the top-k by probability (ties -> lower expert index; NaN sorts
+//    last), the weights renormalised over the kept k when asked:
+//    transformers' Qwen3_5MoeTopKRouter and the CPU `route`. Counts tokens per
+//    expert (integer atomics: exact) in the block's shared memory, then adds
+//    them to the global counts once a block; the last block to finish writes
+//    the exclusive prefix sums of the counts (row offsets of each expert in
+//    expert order) and of the row tiles per expert (the grouped GEMMs' tile
+//    list).
+// 2. moe_scatter: SCATTER_PER_THREAD (token, k) pairs a thread: each pair's
+//    row (slot) in expert order and, for that slot, the token it came from.
+//    A block counts its pairs per expert in shared memory, takes a run of
+//    each expert's slots with one global atomic (counting the counts back
+//    down to zero), then hands the run out in shared memory. The slot order
+//    inside an expert depends on atomics, but no result does: each GEMM row
+//    depends only on its own input row. A pass of at most
+//    FUSED_SCATTER_PAIRS pairs is scattered by the routing kernel's last
+//    block instead (one launch fewer).
+//
+// The global counts are COUNT_STRIDE ints apart (one 128-byte line each):
+// the atomics of different experts then meet in different L2 lines instead
+// of queueing on the eight lines 256 packed counters fill (session 41: at
+// 32,768 tokens moe_route took 100 us and moe_scatter 72 us, one atomic a
+// pair on packed counters).
 // 3. moe_combine: out[t] = sum over k, in k order, of w[t][k] * y[slot(t, k)],
 //    in f32 (no float atomics: reproducible run to run).
 // 4. moe_combine_shared: the same sum, plus the shared expert scaled by its
@@ -34,8 +46,10 @@
 
 namespace headroom_moe {
 
-constexpr int ROUTE_WARPS = 4;              // tokens per routing block
+constexpr int ROUTE_WARPS = 16;             // warps per routing block (one token at a time each)
 constexpr int ROUTE_THREADS = ROUTE_WARPS * 32;
+constexpr int ROUTE_MAX_BLOCKS = 512;       // most routing blocks (their warps then take several tokens)
+constexpr int COUNT_STRIDE = 32;            // ints from one expert's global count to the next
 constexpr int MAX_EXPERTS = 1024;           // the wide routing kernel's logits in registers
 constexpr int ROUTE_NARROW_EXPERTS = 256;   // the narrow one's
 constexpr int FUSED_SCATTER_PAIRS = 4096;   // most pairs the routing's last block scatters
@@ -43,6 +57,7 @@ constexpr int GEMM_BM = 128;                // rows per grouped-GEMM tile (moe_g
 constexpr int COMBINE_THREADS = 256;
 constexpr int COMBINE_BATCH = 8;            // loads in flight a thread (combine, fused scatter)
 constexpr int SCATTER_THREADS = 256;
+constexpr int SCATTER_PER_THREAD = 8;       // pairs a scatter thread takes
 
 // NaN last, then higher probability, then the lower index (the caller
 // breaks equal keys by index): 0 is below every key (a padding or picked
@@ -65,7 +80,7 @@ __device__ void route_offsets(const int* __restrict__ counts, int local, int* __
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
         const int e = tid * PER + i;
-        c[i] = e < local ? __ldcg(counts + e) : 0;  // L2: the other blocks' atomics
+        c[i] = e < local ? __ldcg(counts + (long long)e * COUNT_STRIDE) : 0;  // L2: the other blocks' atomics
         rows += c[i];
         tiles += (c[i] + GEMM_BM - 1) / GEMM_BM;
     }
@@ -111,11 +126,92 @@ __device__ void route_offsets(const int* __restrict__ counts, int local, int* __
 // CPU's per-lane order, then top_k rounds of a warp arg-max (redux.sync on the
 // rank keys, then on the index among the equal keys). Picks 0..31 stay in
 // their lane and are written (and counted) at the end in parallel.
-// Experts first .. first+local are this rank's (all of them without expert
-// parallelism): topk_expert holds the local index, -1 for another rank's.
-// counts [local + 1] must be zero at the launch: counts[e] gets expert e's
-// pairs, counts[local] counts the finished blocks, and the last block to
-// finish writes the offsets (moe_offsets' work) and sets counts[local] back to 0.
+template <int PER_LANE>
+__device__ __forceinline__ void route_token(const float* __restrict__ logits, long long t, int experts, int top_k,
+                                            int renormalise, int* __restrict__ topk_expert,
+                                            float* __restrict__ topk_weight, int first, int local, int* hist) {
+    const int lane = threadIdx.x % 32;
+    const float* row = logits + t * experts;
+    float p[PER_LANE];
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+        const int j = lane + 32 * i;
+        p[i] = j < experts ? row[j] : -INFINITY;
+    }
+    // max (fmaxf skips NaN, as Rust's f32::max), then exp and sum.
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) mx = fmaxf(mx, p[i]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) {
+        if (lane + 32 * i < experts) {
+            p[i] = expf(p[i] - mx);
+            sum += p[i];
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    unsigned key[PER_LANE];
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) key[i] = lane + 32 * i < experts ? rank_key(p[i] / sum) : 0u;
+    float kept = 0.f, my_w = 0.f;
+    int my_e = -1;
+    for (int kk = 0; kk < top_k; ++kk) {
+        // This lane's best (the first of equal keys is its lowest index).
+        unsigned bk = 0u;
+        int bi = 0;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            if (key[i] > bk) {
+                bk = key[i];
+                bi = i;
+            }
+        }
+        const unsigned wk = __reduce_max_sync(0xffffffffu, bk);
+        const int be = __reduce_min_sync(0xffffffffu, bk == wk ? lane + 32 * bi : 0x7fffffff);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; ++i) {
+            if (lane + 32 * i == be) key[i] = 0u;
+        }
+        const float bp = wk == 1u ? __int_as_float(0x7fffffff) : __uint_as_float(wk - 2u);
+        kept += bp;  // in pick order, as the CPU's sum over the chosen
+        if (kk < 32) {
+            if (lane == kk) {
+                my_e = be;
+                my_w = bp;
+            }
+        } else if (lane == 0) {  // top_k > 32: written now, renormalised below
+            const int le = be - first;
+            const bool mine = le >= 0 && le < local;
+            topk_expert[t * top_k + kk] = mine ? le : -1;
+            topk_weight[t * top_k + kk] = bp;
+            if (mine) atomicAdd(&hist[le], 1);
+        }
+    }
+    if (lane < top_k) {
+        const int le = my_e - first;
+        const bool mine = le >= 0 && le < local;
+        topk_expert[t * top_k + lane] = mine ? le : -1;
+        topk_weight[t * top_k + lane] = renormalise ? my_w / kept : my_w;
+        if (mine) atomicAdd(&hist[le], 1);
+    }
+    if (renormalise && lane == 0) {
+        for (int kk = 32; kk < top_k; ++kk) topk_weight[t * top_k + kk] /= kept;
+    }
+}
+
+// The routing of a block's tokens (route_token; warp w of block b takes tokens
+// b * ROUTE_WARPS + w, then every gridDim.x * ROUTE_WARPS after), each token's
+// picks counted in the block's shared memory, then added to the global counts
+// once a block. Experts first .. first+local are this rank's (all of them
+// without expert parallelism): topk_expert holds the local index, -1 for
+// another rank's. counts [(local + 1) * COUNT_STRIDE] must be zero at the
+// launch: counts[e * COUNT_STRIDE] gets expert e's pairs,
+// counts[local * COUNT_STRIDE] counts the finished blocks, and the last block
+// to finish writes the offsets (moe_offsets' work) and sets its ticket back to 0.
 template <int PER_LANE>
 __device__ __forceinline__ void route_block(const float* __restrict__ logits, int tokens, int experts,
                                             int top_k, int renormalise, int* __restrict__ topk_expert,
@@ -123,92 +219,31 @@ __device__ __forceinline__ void route_block(const float* __restrict__ logits, in
                                             int first, int local, int* __restrict__ expert_offsets,
                                             int* __restrict__ tile_offsets, int* __restrict__ slot_token,
                                             int* __restrict__ pair_slot) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const long long t = (long long)blockIdx.x * ROUTE_WARPS + warp;
-    if (t < tokens) {
-        const float* row = logits + t * experts;
-        float p[PER_LANE];
-#pragma unroll
-        for (int i = 0; i < PER_LANE; ++i) {
-            const int j = lane + 32 * i;
-            p[i] = j < experts ? row[j] : -INFINITY;
-        }
-        // max (fmaxf skips NaN, as Rust's f32::max), then exp and sum.
-        float mx = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < PER_LANE; ++i) mx = fmaxf(mx, p[i]);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float sum = 0.f;
-#pragma unroll
-        for (int i = 0; i < PER_LANE; ++i) {
-            if (lane + 32 * i < experts) {
-                p[i] = expf(p[i] - mx);
-                sum += p[i];
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        unsigned key[PER_LANE];
-#pragma unroll
-        for (int i = 0; i < PER_LANE; ++i) key[i] = lane + 32 * i < experts ? rank_key(p[i] / sum) : 0u;
-        float kept = 0.f, my_w = 0.f;
-        int my_e = -1;
-        for (int kk = 0; kk < top_k; ++kk) {
-            // This lane's best (the first of equal keys is its lowest index).
-            unsigned bk = 0u;
-            int bi = 0;
-#pragma unroll
-            for (int i = 0; i < PER_LANE; ++i) {
-                if (key[i] > bk) {
-                    bk = key[i];
-                    bi = i;
-                }
-            }
-            const unsigned wk = __reduce_max_sync(0xffffffffu, bk);
-            const int be = __reduce_min_sync(0xffffffffu, bk == wk ? lane + 32 * bi : 0x7fffffff);
-#pragma unroll
-            for (int i = 0; i < PER_LANE; ++i) {
-                if (lane + 32 * i == be) key[i] = 0u;
-            }
-            const float bp = wk == 1u ? __int_as_float(0x7fffffff) : __uint_as_float(wk - 2u);
-            kept += bp;  // in pick order, as the CPU's sum over the chosen
-            if (kk < 32) {
-                if (lane == kk) {
-                    my_e = be;
-                    my_w = bp;
-                }
-            } else if (lane == 0) {  // top_k > 32: written now, renormalised below
-                const int le = be - first;
-                const bool mine = le >= 0 && le < local;
-                topk_expert[t * top_k + kk] = mine ? le : -1;
-                topk_weight[t * top_k + kk] = bp;
-                if (mine) atomicAdd(&counts[le], 1);
-            }
-        }
-        if (lane < top_k) {
-            const int le = my_e - first;
-            const bool mine = le >= 0 && le < local;
-            topk_expert[t * top_k + lane] = mine ? le : -1;
-            topk_weight[t * top_k + lane] = renormalise ? my_w / kept : my_w;
-            if (mine) atomicAdd(&counts[le], 1);
-        }
-        if (renormalise && lane == 0) {
-            for (int kk = 32; kk < top_k; ++kk) topk_weight[t * top_k + kk] /= kept;
-        }
+    __shared__ int hist[MAX_EXPERTS];
+    for (int e = threadIdx.x; e < local; e += ROUTE_THREADS) hist[e] = 0;
+    __syncthreads();
+    const int warp = threadIdx.x / 32;
+    const long long stride = (long long)gridDim.x * ROUTE_WARPS;
+    for (long long t = (long long)blockIdx.x * ROUTE_WARPS + warp; t < tokens; t += stride)  // warp-uniform
+        route_token<PER_LANE>(logits, t, experts, top_k, renormalise, topk_expert, topk_weight, first, local, hist);
+    __syncthreads();
+    for (int e = threadIdx.x; e < local; e += ROUTE_THREADS) {
+        const int h = hist[e];
+        if (h != 0) atomicAdd(&counts[(long long)e * COUNT_STRIDE], h);
     }
     // The last block to finish sees every count (each thread's atomics are
     // ordered before its fence, the fences before the block's ticket).
+    int* ticket = counts + (long long)local * COUNT_STRIDE;
     __shared__ int is_last;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) is_last = atomicAdd(&counts[local], 1) == (int)gridDim.x - 1;
+    if (threadIdx.x == 0) is_last = atomicAdd(ticket, 1) == (int)gridDim.x - 1;
     __syncthreads();
     if (!is_last) return;
     __threadfence();
     __shared__ int s_start[MAX_EXPERTS];
     route_offsets(counts, local, expert_offsets, tile_offsets, s_start);
-    if (threadIdx.x == 0) counts[local] = 0;
+    if (threadIdx.x == 0) *ticket = 0;
     if (slot_token == nullptr) return;
     // A small pass (at most FUSED_SCATTER_PAIRS pairs): moe_scatter's work here,
     // each pair's expert read from L2 (the other blocks wrote it), the slots
@@ -236,11 +271,11 @@ __device__ __forceinline__ void route_block(const float* __restrict__ logits, in
             pair_slot[p] = slot;
         }
     }
-    for (int e = threadIdx.x; e < local; e += ROUTE_THREADS) counts[e] = 0;
+    for (int e = threadIdx.x; e < local; e += ROUTE_THREADS) counts[(long long)e * COUNT_STRIDE] = 0;
 }
 
-// Launch: grid ceil(tokens / ROUTE_WARPS), block ROUTE_THREADS, no dynamic
-// shared memory. moe_route: experts <= 256; moe_route_wide: experts <= MAX_EXPERTS.
+// Launch: grid min(ceil(tokens / ROUTE_WARPS), ROUTE_MAX_BLOCKS), block
+// ROUTE_THREADS, no dynamic shared memory. moe_route: experts <= 256; moe_route_wide: experts <= MAX_EXPERTS.
 // slot_token / pair_slot: null, or (tokens * top_k <= FUSED_SCATTER_PAIRS) the
 // scatter's outputs, written by the last block (no moe_scatter launch then).
 #define ROUTE_ENTRY(NAME, PER_LANE)                                                                   \
@@ -256,23 +291,48 @@ __device__ __forceinline__ void route_block(const float* __restrict__ logits, in
 ROUTE_ENTRY(moe_route, ROUTE_NARROW_EXPERTS / 32)
 ROUTE_ENTRY(moe_route_wide, MAX_EXPERTS / 32)
 
-// One thread per (token, k) pair: its slot in expert order. counts[e] holds
-// expert e's pairs (the routing's); each pair takes one by decrementing it, so
-// the counts are zero again for the next pass.
+// SCATTER_PER_THREAD pairs a thread (block b: pairs b * SCATTER_THREADS *
+// SCATTER_PER_THREAD on, thread-interleaved): their slots in expert order.
+// counts[e * COUNT_STRIDE] holds expert e's pairs not yet given a slot (the
+// routing's); a block takes a run of as many as it has pairs of e by
+// decrementing it once, so the counts are zero again for the next pass, and
+// hands the run out to its pairs through shared cursors.
 extern "C" __global__ void __launch_bounds__(SCATTER_THREADS)
 moe_scatter(const int* __restrict__ topk_expert, int pairs, int top_k,
             const int* __restrict__ expert_offsets, int* __restrict__ counts,
             int* __restrict__ slot_token, int* __restrict__ pair_slot) {
-    const int p = blockIdx.x * SCATTER_THREADS + threadIdx.x;
-    if (p >= pairs) return;
-    const int e = topk_expert[p];
-    if (e < 0) {  // another rank's expert
-        pair_slot[p] = -1;
-        return;
+    __shared__ int cursor[MAX_EXPERTS];  // the block's pairs of each expert, then its next slot
+    for (int e = threadIdx.x; e < MAX_EXPERTS; e += SCATTER_THREADS) cursor[e] = 0;
+    __syncthreads();
+    const long long p0 = (long long)blockIdx.x * SCATTER_THREADS * SCATTER_PER_THREAD + threadIdx.x;
+    int e[SCATTER_PER_THREAD];
+#pragma unroll
+    for (int b = 0; b < SCATTER_PER_THREAD; ++b) {
+        const long long p = p0 + b * SCATTER_THREADS;
+        e[b] = p < pairs ? topk_expert[p] : -2;
     }
-    const int slot = expert_offsets[e] + atomicSub(&counts[e], 1) - 1;
-    slot_token[slot] = p / top_k;
-    pair_slot[p] = slot;
+#pragma unroll
+    for (int b = 0; b < SCATTER_PER_THREAD; ++b) {
+        if (e[b] >= 0) atomicAdd(&cursor[e[b]], 1);
+    }
+    __syncthreads();
+    for (int x = threadIdx.x; x < MAX_EXPERTS; x += SCATTER_THREADS) {
+        const int h = cursor[x];  // nonzero only for this rank's experts
+        if (h != 0) cursor[x] = expert_offsets[x] + atomicSub(&counts[(long long)x * COUNT_STRIDE], h) - h;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int b = 0; b < SCATTER_PER_THREAD; ++b) {
+        const long long p = p0 + b * SCATTER_THREADS;
+        if (e[b] == -2) continue;
+        if (e[b] < 0) {  // another rank's expert
+            pair_slot[p] = -1;
+            continue;
+        }
+        const int slot = atomicAdd(&cursor[e[b]], 1);
+        slot_token[slot] = (int)(p / top_k);
+        pair_slot[p] = slot;
+    }
 }
 
 // acc[0..8] = sum over k (in k order) of w[t][k] * y[slot(t, k)][c..c + 8]

@@ -163,6 +163,10 @@ fn launch_constants_match_the_kernel_sources() {
     let r = MOE_ROUTE.source;
     assert_eq!(constant(r, "MAX_EXPERTS"), MAX_EXPERTS);
     assert_eq!(constant(r, "ROUTE_WARPS"), ROUTE_WARPS);
+    assert_eq!(constant(r, "ROUTE_MAX_BLOCKS"), ROUTE_MAX_BLOCKS);
+    assert_eq!(constant(r, "COUNT_STRIDE"), COUNT_STRIDE);
+    assert_eq!(constant(r, "SCATTER_PER_THREAD"), SCATTER_PER_THREAD);
+    assert_eq!(constant(r, "SCATTER_THREADS"), 256);
     assert_eq!(constant(r, "ROUTE_NARROW_EXPERTS"), ROUTE_NARROW_EXPERTS);
     assert_eq!(constant(r, "FUSED_SCATTER_PAIRS"), FUSED_SCATTER_PAIRS);
     assert_eq!(route_entry(ROUTE_NARROW_EXPERTS), "moe_route");
@@ -397,4 +401,19 @@ fn a_validated_plan_passes_over_all_its_tokens() {
 #[should_panic]
 fn a_plan_of_empty_passes_panics_instead_of_looping() {
     let _ = plan_of(0).passes(5);
+}
+
+#[test]
+fn the_routing_grid_is_a_warp_a_token_up_to_its_block_limit() {
+    use super::launch::route_blocks;
+    assert_eq!(route_blocks(1), 1);
+    assert_eq!(route_blocks(ROUTE_WARPS), 1);
+    assert_eq!(route_blocks(ROUTE_WARPS + 1), 2);
+    assert_eq!(
+        route_blocks(ROUTE_WARPS * ROUTE_MAX_BLOCKS),
+        ROUTE_MAX_BLOCKS
+    );
+    assert_eq!(route_blocks(32_768), ROUTE_MAX_BLOCKS);
+    // The last block's offsets: one thread a run of consecutive experts.
+    assert_eq!(MAX_EXPERTS % (ROUTE_WARPS * 32), 0);
 }

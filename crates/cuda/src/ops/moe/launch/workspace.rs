@@ -6,7 +6,7 @@
 use super::params::Gemm;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
-use crate::ops::moe::{MoeLaunch, MoePlan};
+use crate::ops::moe::{MoeLaunch, MoePlan, COUNT_STRIDE};
 use crate::CudaError;
 
 /// The routing's device buffers of one pass of `pairs` (token, k) pairs over
@@ -20,7 +20,8 @@ pub(in crate::ops::moe) struct RouteBuffers {
     pub(in crate::ops::moe) slot_token: DeviceBuffer,
     /// i32 `[pairs]`: the slot of each pair, -1 for another rank's.
     pub(in crate::ops::moe) pair_slot: DeviceBuffer,
-    /// i32 `[experts + 1 + SCHED_INTS]`: per expert, then the routing's
+    /// i32 `[(experts + 1) · COUNT_STRIDE + SCHED_INTS]`: per expert (its
+    /// count at `e · COUNT_STRIDE`, one L2 line each), then the routing's
     /// finished blocks (zero between passes), then the warp-specialised
     /// GEMMs' unit counters ([`RouteBuffers::sched`]; zero between launches).
     /// Zeroed once a call.
@@ -43,13 +44,14 @@ impl RouteBuffers {
         pairs: usize,
         experts: usize,
     ) -> Result<Self, CudaError> {
-        let counts = dev.alloc((experts + 1 + SCHED_INTS) * 4)?;
+        let counted = (experts + 1) * COUNT_STRIDE;
+        let counts = dev.alloc((counted + SCHED_INTS) * 4)?;
         Ok(RouteBuffers {
             topk_expert: dev.alloc(pairs * 4)?,
             topk_weight: dev.alloc(pairs * 4)?,
             slot_token: dev.alloc(pairs * 4)?,
             pair_slot: dev.alloc(pairs * 4)?,
-            sched: counts.ptr() + ((experts + 1) * 4) as u64,
+            sched: counts.ptr() + (counted * 4) as u64,
             counts,
             expert_offsets: dev.alloc((experts + 1) * 4)?,
             tile_offsets: dev.alloc((experts + 1) * 4)?,
