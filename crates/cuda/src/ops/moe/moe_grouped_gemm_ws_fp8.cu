@@ -232,13 +232,17 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
                                                        n_out);
 #pragma unroll
             for (int q = 0; q < ACC; ++q) acc[0][q] = acc[1][q] = 0.f;
+            // The k-block's scales are read a step ahead (session 41: read in
+            // their own step, their L2 latency outlasted the half's wgmmas and
+            // the promotion waited on them).
+            float s0 = sc.a[0][0], s1 = sc.a[1][0], b0 = sc.b[0][0], b1 = sc.b[1][0];
             for (int kt = 0; kt < k_tiles; ++kt) {
                 if (kt > 0) wait_full<STAGES>(bars, s + kt);
                 const unsigned st = smem0 + (unsigned)(((s + kt) % STAGES) * STAGE_BYTES);
                 mma_half(part, st, wg, 0);
-                // The k-block's scales, read while the tensor cores work.
-                const float s0 = sc.a[0][kt], s1 = sc.a[1][kt];
-                const float b0 = sc.b[0][kt], b1 = sc.b[1][kt];
+                const int kn = min(kt + 1, k_tiles - 1);
+                const float n_s0 = sc.a[0][kn], n_s1 = sc.a[1][kn];
+                const float n_b0 = sc.b[0][kn], n_b1 = sc.b[1][kn];
                 wgmma_wait<0>();
                 fence_operands(part);
                 promote(acc[0], part, s0, s1, b0, b0);
@@ -247,6 +251,10 @@ __device__ __forceinline__ void ws_fp8_gemm(const u8* __restrict__ a_q, const fl
                 fence_operands(part);
                 release<STAGES>(bars, s + kt, warp_leader);  // the stage is read: the producer may refill it
                 promote(acc[1], part, s0, s1, b1, b1);
+                s0 = n_s0;
+                s1 = n_s1;
+                b0 = n_b0;
+                b1 = n_b1;
             }
             s += k_tiles;
             if (GATE_UP) {
