@@ -70,3 +70,12 @@ pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) ->
     let path = path.into();
     move |error| CudaError::Io { path, error }
 }
+
+/// A device error as an op error (attention's typed errors kept as such).
+pub(crate) fn dev_err(e: CudaError) -> headroom_core::ops::OpError {
+    use headroom_core::ops::OpError;
+    match e {
+        CudaError::Attention(a) => OpError::Attention(a),
+        other => OpError::Device(other.to_string()),
+    }
+}

@@ -95,5 +95,5 @@ pub fn timeline_seconds(
     };
     b.ms_since(a)
         .map(|ms| ms * 1e-3)
-        .map_err(crate::launch::dev_err)
+        .map_err(crate::error::dev_err)
 }

@@ -55,13 +55,7 @@ impl Args {
     }
 }
 
-/// A device error as an op error (attention's typed errors kept as such).
-pub(crate) fn dev_err(e: CudaError) -> OpError {
-    match e {
-        CudaError::Attention(a) => OpError::Attention(a),
-        other => OpError::Device(other.to_string()),
-    }
-}
+pub(crate) use crate::error::dev_err;
 
 /// A size that must fit the kernels' `int` parameters.
 pub(crate) fn int(op: &'static str, what: &str, v: usize) -> OpResult<i32> {

@@ -77,6 +77,19 @@ pub(in crate::ops::moe) enum Gemm {
     Down,
 }
 
+impl RouteBuffers {
+    /// The two unit counters of `gemm`'s warp-specialised kernel (the next
+    /// unit, the CTAs ended; moe_grouped_gemm_ws.cu): zero when it starts,
+    /// and zero again when it ends.
+    pub(in crate::ops::moe) fn sched(&self, gemm: Gemm) -> u64 {
+        self.sched
+            + match gemm {
+                Gemm::GateUp => 0,
+                Gemm::Down => 8,
+            }
+    }
+}
+
 /// One grouped GEMM of a pass, as every family's kernels take it: the A
 /// side's pointers, the weights (unless a map), the output, then the tile
 /// list (the routing's `expert_offsets` and `tile_offsets`, the local

@@ -3,7 +3,6 @@
 //! counts and offsets, the warp-specialised GEMMs' unit counters) and the
 //! pass's activations and outputs ([`Workspace`]), sized for its largest pass.
 
-use super::params::Gemm;
 use crate::alloc::DeviceBuffer;
 use crate::device::CudaDevice;
 use crate::ops::moe::{MoeLaunch, MoePlan, COUNT_STRIDE};
@@ -56,17 +55,6 @@ impl RouteBuffers {
             expert_offsets: dev.alloc((experts + 1) * 4)?,
             tile_offsets: dev.alloc((experts + 1) * 4)?,
         })
-    }
-
-    /// The two unit counters of `gemm`'s warp-specialised kernel (the next
-    /// unit, the CTAs ended; moe_grouped_gemm_ws.cu): zero when it starts,
-    /// and zero again when it ends.
-    pub(in crate::ops::moe) fn sched(&self, gemm: Gemm) -> u64 {
-        self.sched
-            + match gemm {
-                Gemm::GateUp => 0,
-                Gemm::Down => 8,
-            }
     }
 }
 
