@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 41 (any sm_90a card; ≈ 90 s; carry [".devbin/ltalgos"]: branch ltalgos
-# packed by `bash bench/gpu/pack_bins.sh .devbin/ltalgos headroom-cuda:fp8_ops` from its own
+# (or main + next/ltalgos.patch) packed by `bash bench/gpu/pack_bins.sh .devbin/ltalgos headroom-cuda:fp8_ops` from its own
 # checkout and CARGO_TARGET_DIR).
 # Why: the dense FP8 GEMMs (cuBLASLt's block-scaled matmul, the heuristic's first algorithm) are
 # 17 % of a 32k FP8 prefill's kernel time and 21.5 % of an 8k one's (serving.md session 41,
