@@ -12,9 +12,16 @@ source bench/gpu/call_prelude.sh head
 B=/tmp/head/h/headroom; F=qwen3.6-35b-a3b-fp8; M=qwen3.6-35b-a3b
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || echo "not an H200: the bars below are not the bar's card"
 for m in $F $M; do
+  # The SM clock and power every 20 ms beside the runs: session 41 saw the 32k prefill's kernels
+  # ≈ 8 % slower in the runs than in ncu's serialised replay (the power limit?).
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 20 \
+    > "$O/smi-$m.csv" 2>/dev/null & smi=$!
   timeout 110 $B bench ttft --backend cuda --synthetic $m --lengths 2048,32768 --iterations 3 --warmup 1 \
     --decode 64 > "$O/bars-$m.txt" 2>&1
   echo "bars $m rc $? (t=$SECONDS)"; grep -E "tokens  TTFT|decode" "$O/bars-$m.txt" | cut -c1-150
+  kill $smi 2>/dev/null; wait $smi 2>/dev/null
+  awk -F', ' '{gsub(/ MHz| W/,""); if ($3 > 400) {n++; c+=$2; p+=$3; if (min == "" || $2 < min) min = $2}}
+    END {if (n) printf "  under load (power > 400 W): %d samples, SM clock mean %.0f MHz, min %d; power mean %.0f W\n", n, c / n, min, p / n}' "$O/smi-$m.csv"
 done
 source docs/perf/data/serving-s31/w1_arm.sh  # serve_listening, w1
 w1 fp8 $B $F 8971
