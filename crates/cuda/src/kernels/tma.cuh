@@ -11,6 +11,9 @@
 //   mbar_expect_tx(bar, bytes)    one arrival that also expects `bytes` of
 //                                 TMA writes in the current phase;
 //   mbar_arrive(bar)              one arrival;
+//   cp_async_arrive_noinc(bar)    one arrival once this thread's cp.async
+//                                 copies so far have landed (counted in
+//                                 the barrier's expected arrivals);
 //   mbar_wait(bar, parity)        spins until the phase of that parity is
 //                                 complete (the default acquire.cta);
 //   tma_load_2d(dst, desc, c0, c1, bar)   the box at (c0 inner, c1 outer) of
@@ -35,6 +38,9 @@ __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
 }
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     asm volatile(

@@ -23,6 +23,7 @@
 namespace headroom_wg_pairs {
 
 using namespace headroom_wg;
+using headroom_tma::cp_async_arrive_noinc;
 using headroom_tma::mbar_arrive;
 using headroom_tma::mbar_init;
 using headroom_tma::mbar_init_fence;
@@ -58,10 +59,6 @@ struct WgSync {
 };
 // Both MMA warpgroups (id 3, 256 threads).
 __device__ __forceinline__ void mma_barrier() { asm volatile("bar.sync 3, 256;\n" ::: "memory"); }
-
-__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 
 // One key tile (BLOCK_N rows of D, row stride D) into a SW128 tile by the
 // producer's 128 threads, rows at or past valid_rows zero-filled: load_tile's

@@ -26,7 +26,7 @@ use crate::tensor_map::Sw128Map;
 use crate::CudaError;
 
 /// Threads of the scatter and combine kernels (`SCATTER_THREADS`, `COMBINE_THREADS`).
-const ELEMENTWISE_THREADS: u32 = 256;
+pub(super) const ELEMENTWISE_THREADS: u32 = 256;
 
 /// A point in the launch sequence, given to the caller's mark before the
 /// stage's launches (and `End` after the last): a bench records events there.

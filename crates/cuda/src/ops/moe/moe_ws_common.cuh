@@ -28,18 +28,15 @@ using headroom_tma::mbar_init;
 using headroom_tma::mbar_init_fence;
 using headroom_tma::mbar_wait;
 using headroom_tma::tma_load_2d;
+// One arrival on a full barrier when this thread's cp.asyncs so far have
+// landed (the arrival is one of the count set at init: .noinc).
+using headroom_tma::cp_async_arrive_noinc;
 
 // setmaxnreg's split: checked against wgmma_sync.cuh's cta_registers.
 using headroom_async::cta_registers;
 
 // MMA warpgroup wg's own barrier (ids 1 and 2).
 __device__ __forceinline__ void wg_barrier(int wg) { asm volatile("bar.sync %0, 128;\n" ::"r"(wg + 1) : "memory"); }
-
-// One arrival on bar when this thread's cp.asyncs so far have landed (the
-// arrival is one of the count set at init: .noinc).
-__device__ __forceinline__ void cp_async_arrive_noinc(unsigned bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
 
 // table[e] = row tiles of the experts before e; every thread.
 template <int THREADS>

@@ -130,6 +130,7 @@ fn short_buffers_and_overflowing_sizes_are_rejected() {
     assert!(d.contains("overflows") || d.contains("int range"), "{d}");
 }
 
+use super::launch::ELEMENTWISE_THREADS;
 use crate::kernels::source_constant as constant;
 
 #[test]
@@ -166,7 +167,8 @@ fn launch_constants_match_the_kernel_sources() {
     assert_eq!(constant(r, "ROUTE_MAX_BLOCKS"), ROUTE_MAX_BLOCKS);
     assert_eq!(constant(r, "COUNT_STRIDE"), COUNT_STRIDE);
     assert_eq!(constant(r, "SCATTER_PER_THREAD"), SCATTER_PER_THREAD);
-    assert_eq!(constant(r, "SCATTER_THREADS"), 256);
+    assert_eq!(constant(r, "SCATTER_THREADS"), ELEMENTWISE_THREADS as usize);
+    assert_eq!(constant(r, "COMBINE_THREADS"), ELEMENTWISE_THREADS as usize);
     assert_eq!(constant(r, "ROUTE_NARROW_EXPERTS"), ROUTE_NARROW_EXPERTS);
     assert_eq!(constant(r, "FUSED_SCATTER_PAIRS"), FUSED_SCATTER_PAIRS);
     assert_eq!(route_entry(ROUTE_NARROW_EXPERTS), "moe_route");
@@ -414,6 +416,4 @@ fn the_routing_grid_is_a_warp_a_token_up_to_its_block_limit() {
         ROUTE_MAX_BLOCKS
     );
     assert_eq!(route_blocks(32_768), ROUTE_MAX_BLOCKS);
-    // The last block's offsets: one thread a run of consecutive experts.
-    assert_eq!(MAX_EXPERTS % (ROUTE_WARPS * 32), 0);
 }
