@@ -8,8 +8,9 @@
 # are written and read back once more; the ws gate+up's unit holds a row's whole 128-column
 # scale block, so its epilogue can write the codes (session 33's fused attempts lost on the
 # older 64-column CTAs, which had to trade amaxes). Prediction: the same bits (skew test: ws vs
-# tiles bitwise; fp8_backend vs f64); routed experts at 8,192 tokens −4 to −8 %; FP8 32k TTFT
-# −0.5 to −1 % (≈ −3 ms); W1 FP8 +0.5 to +1.5 %.
+# tiles bitwise; fp8_backend vs f64); routed experts at 8,192 tokens −1 to −4 % (session 33 put
+# act's quantization at ≈ 28 us a layer at 8k on the H100; the epilogue adds 64 IEEE divisions a
+# thread a unit, ≈ 1 us a unit by issue count); FP8 32k TTFT −0.3 to −0.8 %; W1 FP8 +0 to +1 %.
 source bench/gpu/call_prelude.sh head actq probes
 timeout 150 /tmp/actq/h/fp8_grouped --ignored --skip timing > "$O/fp8g-actq.txt" 2>&1
 echo "actq fp8_grouped tests rc $? (t=$SECONDS)"; grep -E "test result|panicked|FAILED" "$O/fp8g-actq.txt" | head -5
