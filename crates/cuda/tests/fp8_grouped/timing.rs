@@ -107,3 +107,76 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
         );
     }
 }
+
+/// Logits whose top-k are experts `(k·t + j) mod experts`: every expert gets
+/// exactly `tokens · k / experts` rows (whole 128-row tiles when that is a
+/// multiple of 128), the routing without tails.
+fn balanced_logits(tokens: usize, experts: usize, k: usize) -> Vec<f32> {
+    let mut lg = vec![0f32; tokens * experts];
+    for t in 0..tokens {
+        for j in 0..k {
+            lg[t * experts + (k * t + j) % experts] = 1.0;
+        }
+    }
+    lg
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (sm_90a): timing, prints fp8_grouped_tails: lines"]
+fn timing_the_ws_gemms_with_and_without_tile_tails() {
+    // W1's mixed steps route ≈ 265 rows an expert: most experts then have a
+    // third 128-row tile of a few rows (docs/perf/cuda-fp8.md, session 41).
+    // The ws GEMMs at 8,192 tokens on a routing with every expert at exactly
+    // 256 rows (two whole tiles) against near-uniform random logits (≈ 256 ±
+    // 16 rows, most experts three tiles): what the tails cost. At 8,469
+    // "balanced" is the worst case instead: every expert 264 or 265 rows,
+    // each with a third tile of 8 or 9 (session 42 on an H100: 0.761 / 0.814
+    // ms at 8,192, 0.891 / 0.852 at 8,469).
+    let dev = device();
+    let (h, i, e, k) = (2048, 512, 256, 8);
+    let mut g = rand::rngs::StdRng::seed_from_u64(11);
+    let w = RandomFp8Experts::new(&dev, h, i, e, &mut g);
+    let scales = w.scales();
+    for tokens in [8192usize, 8469] {
+        let x = dev
+            .upload(&host::bf16_bits(&uniform_bf16(tokens as u64, tokens * h)))
+            .unwrap();
+        let out = dev.alloc(tokens * h * 4).unwrap();
+        let random: Vec<f32> = (0..tokens * e).map(|_| g.random::<f32>()).collect();
+        let mut line = format!("fp8_grouped_tails: tokens {tokens}:");
+        for (name, lg) in [
+            ("balanced", balanced_logits(tokens, e, k)),
+            ("random", random),
+        ] {
+            let lg = dev.upload(&lg).unwrap();
+            let l = MoeLaunch {
+                x: &x,
+                router_logits: &lg,
+                gate_up: &w.gate_up,
+                down: &w.down,
+                out: &out,
+                tokens,
+                hidden: h,
+                experts: e,
+                top_k: k,
+                intermediate: i,
+                renormalise: true,
+            };
+            let ms = time_ms(&dev, 20, || {
+                routed_experts_fp8_on(
+                    &dev,
+                    &l,
+                    (0, e),
+                    scales,
+                    None,
+                    None,
+                    Some(Fp8Gemms::Ws),
+                    &mut |_| Ok(()),
+                )
+                .unwrap()
+            });
+            line += &format!(" {name} {ms:.3} ms;");
+        }
+        println!("{line} (whole routed experts, ws kernels forced; 8,469 = W1's mixed step)");
+    }
+}
