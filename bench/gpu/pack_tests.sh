@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the build machine: builds every test binary that holds GPU tests (the
-# cuda crate's library and integration tests, the engine's `cuda_*` tests),
+# cuda crate's library and integration tests, the engine's `cuda_*` tests, the
+# hardware crate's library tests: NVML's clock and power),
 # strips them and packs them into DIR/bins.tar.xz as t/<name> for
 # bench/gpu/check_all.sh (carry DIR to the device call).
 # Usage: bench/gpu/pack_tests.sh DIR
@@ -22,7 +23,7 @@ for line in sys.stdin:
 }
 engine_tests=$(ls crates/engine/tests/cuda_*.rs | xargs -n1 basename | sed 's/\.rs$//' | sed 's/^/--test /')
 # shellcheck disable=SC2086
-{ list -p headroom-cuda --lib --tests; list -p headroom-engine $engine_tests; } | while read -r name exe; do
+{ list -p headroom-cuda --lib --tests; list -p headroom-engine $engine_tests; list -p headroom-hardware --lib; } | while read -r name exe; do
   cp "$exe" "$P/t/$name"
   strip "$P/t/$name"
 done

@@ -136,6 +136,32 @@ fn query_device0() -> Result<CudaDeviceInfo, String> {
     })
 }
 
+/// Device 0's PCI bus id as NVML names devices (`domain:bus:device.0`,
+/// hexadecimal), or why CUDA cannot say.
+pub(crate) fn pci_bus_id_of_device0() -> Result<String, String> {
+    use sys::CUdevice_attribute as A;
+    cuda_availability()?;
+    guarded(|| {
+        let dev = result::device::get(0).map_err(|e| format!("cuDeviceGet failed: {e}"))?;
+        // SAFETY: `dev` was returned by cuDeviceGet above (the driver is
+        // initialised: cuda_availability ran cuInit).
+        let attr = |a: A| {
+            unsafe { result::device::get_attribute(dev, a) }
+                .map_err(|e| format!("PCI attribute {a:?} failed: {e}"))
+        };
+        Ok(pci_bus_id(
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+        ))
+    })
+}
+
+/// `domain:bus:device.0` in NVML's spelling (`00000000:3B:00.0`).
+pub(crate) fn pci_bus_id(domain: i32, bus: i32, device: i32) -> String {
+    format!("{domain:08X}:{bus:02X}:{device:02X}.0")
+}
+
 /// `13000` → `13.0`, `12080` → `12.8` (the driver API's `1000·major + 10·minor`).
 pub(crate) fn format_driver_version(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
@@ -171,6 +197,12 @@ mod tests {
         assert_eq!(format_driver_version(13000), "13.0");
         assert_eq!(format_driver_version(12080), "12.8");
         assert_eq!(format_driver_version(12090), "12.9");
+    }
+
+    #[test]
+    fn pci_bus_ids_are_spelled_as_nvml_spells_them() {
+        assert_eq!(pci_bus_id(0, 0x3b, 0), "00000000:3B:00.0");
+        assert_eq!(pci_bus_id(1, 0xc1, 0x1f), "00000001:C1:1F.0");
     }
 
     #[test]

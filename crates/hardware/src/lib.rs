@@ -8,17 +8,24 @@
 //!   driver gets an ordinary `Err(reason)`, never a panic.
 //! * [`detect`] combines both for one backend.
 //! * [`wheels`] finds the NVIDIA libraries of pip wheels (NVRTC, cuBLAS).
+//! * [`Nvml`] reads the CUDA device's SM clock and power through NVML, and
+//!   [`gpu_clock`] samples them beside a measurement ([`ClockSampler`],
+//!   [`ClockStats`]).
 
 mod cpu;
 mod cuda;
 mod fingerprint;
+pub mod gpu_clock;
 mod memory;
+mod nvml;
 pub mod wheels;
 
 pub use cpu::detect_cpu;
 pub use cuda::{cuda_availability, CudaDeviceInfo};
 pub use fingerprint::HardwareFingerprint;
+pub use gpu_clock::{ClockSample, ClockSampler, ClockStats};
 pub use memory::available_memory_bytes;
+pub use nvml::Nvml;
 
 use headroom_core::BackendKind;
 use thiserror::Error;

@@ -5,7 +5,10 @@
 //! memory the prefill added, the attention route each full-attention layer
 //! reported, decode tokens/s after the prompt (decode steps through the
 //! engine), and optionally a per-part time breakdown (`--breakdown`, one
-//! extra profiled request: see `headroom_model::profile`). The loop is
+//! extra profiled request: see `headroom_model::profile`); on one CUDA device
+//! with NVML, the SM clock and power over the measured runs (a power-capped
+//! card runs below its boost clock, so a time is read with its clock). The
+//! loop is
 //! [`driver`], shared with `--tensor-parallel` ([`tp`]). Writes
 //! the `headroom.bench.ttft/2` JSON with `--json`.
 
@@ -28,7 +31,7 @@ use headroom_model::{AttentionPlan, Qwen35Model};
 use serde::Serialize;
 use std::path::PathBuf;
 
-pub(crate) use driver::{measure, BenchModel, EngineRecord, LengthRun};
+pub(crate) use driver::{measure, BenchModel, EngineRecord, GpuClock, LengthRun};
 
 #[derive(clap::Args, Debug)]
 pub struct TtftArgs {
@@ -118,6 +121,9 @@ struct LengthResult {
     /// With --breakdown-each: each measured run's parts (rank 0), device
     /// time between events.
     run_breakdowns: Vec<Vec<PartTime>>,
+    /// The SM clock and power over the measured runs (NVML, sampled every
+    /// 10 ms); `null` on the CPU or without NVML.
+    clock: Option<headroom_hardware::ClockStats>,
 }
 
 #[derive(Debug, Serialize)]
@@ -257,9 +263,15 @@ impl ModelJob for TtftJob<'_> {
     ) -> anyhow::Result<()> {
         let a = self.args;
         let mut core = build_engine(model, a, self.plan, self.scheduler)?;
+        let clock = match info.backend {
+            BackendKind::Cuda => GpuClock::open()
+                .map_err(|reason| eprintln!("no clock or power sampling: {reason}"))
+                .ok(),
+            BackendKind::Cpu => None,
+        };
         let mut results = Vec::new();
         for &n in &a.lengths {
-            let r: LengthRun = measure(&mut core, a, n)?;
+            let r: LengthRun = measure(&mut core, a, n, clock.as_ref())?;
             let before = r.before_bytes_per_rank.first().copied().unwrap_or(0);
             let peak = r
                 .peak_bytes_per_rank
@@ -280,6 +292,9 @@ impl ModelJob for TtftJob<'_> {
                     .map(|t| format!("  decode {t:.1} tok/s"))
                     .unwrap_or_default()
             );
+            if let Some(c) = &r.clock {
+                println!("      clock over the measured runs: {}", c.summary());
+            }
             let breakdown = r.breakdown.into_iter().next().unwrap_or_default();
             print_parts("      ", &breakdown);
             let decode_breakdown = r.decode_breakdown.into_iter().next().unwrap_or_default();
@@ -316,6 +331,7 @@ impl ModelJob for TtftJob<'_> {
                     .into_iter()
                     .map(|ranks| ranks.into_iter().next().unwrap_or_default())
                     .collect(),
+                clock: r.clock,
             });
         }
         let report = Report {

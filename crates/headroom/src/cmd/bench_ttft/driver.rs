@@ -9,7 +9,9 @@
 //! breakdowns from one profiled request, the model's profile hook switched
 //! on around the prefill steps or the decode steps; with --breakdown-each,
 //! each measured run's parts besides, timed by device events between the
-//! parts (nothing waited for: the run is the measured one).
+//! parts (nothing waited for: the run is the measured one). With a
+//! [`GpuClock`] (one CUDA device with NVML) the SM clock and power are
+//! sampled on a side thread over the measured runs ([`ClockStats`]).
 
 use super::{prompt, TtftArgs};
 use anyhow::{bail, Context};
@@ -18,10 +20,40 @@ use headroom_engine::{
     AttentionRun, EngineConfig, EngineCore, GenerateRequest, KvBackendKind, SchedulerSettings,
     SoloStripeResolution, StreamEvent, Usage,
 };
+use headroom_hardware::{ClockSampler, ClockStats, Nvml};
 use headroom_model::profile::{PartTime, ProfileMode};
 use headroom_model::{AttentionPlan, Qwen35Model, StepModel, TpGroup};
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Instant;
+
+/// NVML on the bench's device, and the power limit it enforces.
+#[derive(Clone)]
+pub struct GpuClock {
+    nvml: Arc<Nvml>,
+    power_limit_mw: u32,
+}
+
+impl GpuClock {
+    /// NVML on CUDA device 0, or why not.
+    pub fn open() -> Result<GpuClock, String> {
+        let nvml = Nvml::for_cuda_device0()?;
+        // A limit NVML will not tell is reported as 0.
+        let power_limit_mw = nvml.power_limit_mw().unwrap_or(0);
+        Ok(GpuClock {
+            nvml: Arc::new(nvml),
+            power_limit_mw,
+        })
+    }
+
+    fn start(&self) -> ClockSampler {
+        let nvml = Arc::clone(&self.nvml);
+        ClockSampler::start(
+            move || nvml.sample(),
+            headroom_hardware::gpu_clock::DEFAULT_PERIOD,
+        )
+    }
+}
 
 /// Unmeasured decode steps before the timed ones.
 pub const DECODE_WARMUP_STEPS: usize = 2;
@@ -232,13 +264,17 @@ pub struct LengthRun {
     pub decode_profiled_steps: usize,
     /// With --breakdown-each: each measured run's parts, each rank's.
     pub run_breakdowns: Vec<Vec<Vec<PartTime>>>,
+    /// The GPU's clock and power over the measured runs (with a [`GpuClock`]).
+    pub clock: Option<ClockStats>,
 }
 
-/// Measures prompt length `n` (see the module doc).
+/// Measures prompt length `n` (see the module doc), sampling `clock` over
+/// the measured runs.
 pub fn measure<B: Backend, M: BenchModel<B>>(
     core: &mut EngineCore<B, M>,
     a: &TtftArgs,
     n: usize,
+    clock: Option<&GpuClock>,
 ) -> anyhow::Result<LengthRun> {
     let ids = prompt(n, core.model().vocab_size());
     let mut times = Vec::new();
@@ -248,10 +284,12 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
     let (mut attention, mut steps_to_first) = (String::new(), 0);
     let mut nothing = |_: &EngineCore<B, M>, _: usize| {};
     let mut run_breakdowns = Vec::new();
+    let mut sampler = None;
     for it in 0..a.warmup + a.iterations {
         core.step_model().synchronize()?;
         if it == a.warmup {
             before = core.rank_memory().iter().map(|m| m.0).collect();
+            sampler = clock.map(GpuClock::start);
         }
         core.step_model().reset_peak_memory();
         // The allocator's driver calls during the run (rank 0): a run that
@@ -291,6 +329,9 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             run_breakdowns.push(parts);
         }
     }
+    let clock_stats = sampler
+        .zip(clock)
+        .and_then(|(sampler, clock)| ClockStats::of(&sampler.finish(), clock.power_limit_mw));
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
@@ -344,6 +385,7 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         decode_breakdown,
         decode_profiled_steps,
         run_breakdowns,
+        clock: clock_stats,
     })
 }
 

@@ -96,7 +96,8 @@ impl GroupJob for TtftJob<'_> {
         let mut core = build_engine(group, a, self.plan, self.scheduler)?;
         let mut results = Vec::new();
         for &n in &a.lengths {
-            let r: LengthRun = measure(&mut core, a, n)?;
+            // One group spans several devices: no one device's clock to sample.
+            let r: LengthRun = measure(&mut core, a, n, None)?;
             let transient: Vec<usize> = r
                 .peak_bytes_per_rank
                 .iter()

@@ -1,0 +1,248 @@
+//! The GPU's clock and power beside a measurement: [`ClockSampler`] polls a
+//! sample source (NVML's, [`crate::Nvml`]) on its own thread while the
+//! measured work runs, and [`ClockStats`] sums the samples up — the SM
+//! clock's mean and range, the power against the enforced limit, and the
+//! share of samples in which the driver held the clocks down for power or
+//! heat. A timed prefill on a power-capped card runs below its boost clock
+//! (docs/perf/serving.md, session 42: an H100's FP8 32k prefill at 700 W,
+//! SM clock 1,722 MHz mean against 1,980), so a time is read with its clock.
+
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One reading: the SM clock, the power draw, and NVML's clock event
+/// reasons (`nvmlClocksEventReasons`) at that moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    pub sm_mhz: u32,
+    pub power_mw: u32,
+    pub reasons: u64,
+}
+
+/// The reason bits of a clock held down by power: the software power cap
+/// (`0x4`) and the hardware power brake (`0x80`).
+pub const POWER_REASONS: u64 = 0x4 | 0x80;
+/// ... and by heat or a hardware slowdown: `0x8` (HW slowdown), `0x20` (SW
+/// thermal), `0x40` (HW thermal).
+pub const THERMAL_REASONS: u64 = 0x8 | 0x20 | 0x40;
+
+/// The samples of one measured window, summed up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClockStats {
+    pub samples: usize,
+    pub sm_mhz_mean: f64,
+    pub sm_mhz_min: u32,
+    pub sm_mhz_max: u32,
+    pub power_w_mean: f64,
+    pub power_w_max: f64,
+    /// The limit the device enforces (0 when NVML did not say).
+    pub power_limit_w: f64,
+    /// Share of samples whose clocks were held down for power ([`POWER_REASONS`]).
+    pub power_capped_share: f64,
+    /// Share held down for heat or a hardware slowdown ([`THERMAL_REASONS`]).
+    pub thermal_share: f64,
+}
+
+impl ClockStats {
+    /// The stats of `samples` (`None` when there are none).
+    pub fn of(samples: &[ClockSample], power_limit_mw: u32) -> Option<ClockStats> {
+        let n = samples.len();
+        if n == 0 {
+            return None;
+        }
+        let share =
+            |mask: u64| samples.iter().filter(|s| s.reasons & mask != 0).count() as f64 / n as f64;
+        let mhz = samples.iter().map(|s| s.sm_mhz);
+        let watts = samples.iter().map(|s| s.power_mw as f64 / 1e3);
+        Some(ClockStats {
+            samples: n,
+            sm_mhz_mean: mhz.clone().map(f64::from).sum::<f64>() / n as f64,
+            sm_mhz_min: mhz.clone().min().unwrap_or(0),
+            sm_mhz_max: mhz.max().unwrap_or(0),
+            power_w_mean: watts.clone().sum::<f64>() / n as f64,
+            power_w_max: watts.fold(0.0, f64::max),
+            power_limit_w: power_limit_mw as f64 / 1e3,
+            power_capped_share: share(POWER_REASONS),
+            thermal_share: share(THERMAL_REASONS),
+        })
+    }
+
+    /// One line: `SM 1722 MHz mean (1530-1950), 643 of 700 W; power-capped
+    /// in 100 % of 109 samples`.
+    pub fn summary(&self) -> String {
+        let limit = if self.power_limit_w > 0.0 {
+            format!(" of {:.0} W", self.power_limit_w)
+        } else {
+            " W".into()
+        };
+        let mut held = format!(
+            "power-capped in {:.0} % of {} samples",
+            self.power_capped_share * 100.0,
+            self.samples
+        );
+        if self.thermal_share > 0.0 {
+            held += &format!(", thermal in {:.0} %", self.thermal_share * 100.0);
+        }
+        format!(
+            "SM {:.0} MHz mean ({}-{}), {:.0}{limit}; {held}",
+            self.sm_mhz_mean, self.sm_mhz_min, self.sm_mhz_max, self.power_w_mean
+        )
+    }
+}
+
+/// Most samples one window keeps (≈ 16 min at the default period): bounds the
+/// memory of a sampler left running.
+pub const MAX_SAMPLES: usize = 100_000;
+
+/// The period [`ClockSampler::start`] polls at unless told otherwise.
+pub const DEFAULT_PERIOD: Duration = Duration::from_millis(10);
+
+/// A thread sampling a source every period from [`ClockSampler::start`]
+/// until [`ClockSampler::finish`], one sample at each end included (so a
+/// window shorter than the period still has two). A source's error ends the
+/// sampling quietly: the samples so far are kept.
+pub struct ClockSampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<ClockSample>>,
+}
+
+impl ClockSampler {
+    /// Starts sampling `source` every `period`.
+    pub fn start<F>(mut source: F, period: Duration) -> ClockSampler
+    where
+        F: FnMut() -> Result<ClockSample, String> + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut samples = Vec::new();
+            // false once the source fails.
+            let mut take = |samples: &mut Vec<ClockSample>| match source() {
+                Ok(s) => {
+                    if samples.len() < MAX_SAMPLES {
+                        samples.push(s);
+                    }
+                    true
+                }
+                Err(_) => false,
+            };
+            if !take(&mut samples) {
+                return samples;
+            }
+            loop {
+                // An unpark from `finish` ends the wait at once.
+                std::thread::park_timeout(period);
+                // Read before sampling: the sample after a stop is the last.
+                let last = seen.load(Ordering::Acquire);
+                if !take(&mut samples) || last {
+                    break;
+                }
+            }
+            samples
+        });
+        ClockSampler { stop, thread }
+    }
+
+    /// Stops the thread (after one last sample) and returns every sample.
+    pub fn finish(self) -> Vec<ClockSample> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.thread().unpark();
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    fn sample(sm_mhz: u32, power_mw: u32, reasons: u64) -> ClockSample {
+        ClockSample {
+            sm_mhz,
+            power_mw,
+            reasons,
+        }
+    }
+
+    #[test]
+    fn stats_sum_up_the_samples() {
+        let s = [
+            sample(1980, 300_000, 0),
+            sample(1530, 700_000, 0x4),
+            sample(1650, 699_000, 0x4 | 0x1),
+            sample(1800, 650_000, 0x20),
+        ];
+        let st = ClockStats::of(&s, 700_000).unwrap();
+        assert_eq!(st.samples, 4);
+        assert!((st.sm_mhz_mean - 1740.0).abs() < 1e-9, "{st:?}");
+        assert_eq!((st.sm_mhz_min, st.sm_mhz_max), (1530, 1980));
+        assert!((st.power_w_mean - 587.25).abs() < 1e-9, "{st:?}");
+        assert!((st.power_w_max - 700.0).abs() < 1e-9);
+        assert!((st.power_limit_w - 700.0).abs() < 1e-9);
+        assert!((st.power_capped_share - 0.5).abs() < 1e-12);
+        assert!((st.thermal_share - 0.25).abs() < 1e-12);
+        assert_eq!(
+            st.summary(),
+            "SM 1740 MHz mean (1530-1980), 587 of 700 W; power-capped in 50 % of 4 samples, \
+             thermal in 25 %"
+        );
+        // The hardware power brake counts as power; idle (0x1) as neither.
+        let brake = ClockStats::of(&[sample(1000, 1, 0x80), sample(1000, 1, 0x1)], 0).unwrap();
+        assert!((brake.power_capped_share - 0.5).abs() < 1e-12);
+        assert_eq!(brake.thermal_share, 0.0);
+        assert!(brake
+            .summary()
+            .ends_with(" W; power-capped in 50 % of 2 samples"));
+    }
+
+    #[test]
+    fn no_samples_no_stats() {
+        assert_eq!(ClockStats::of(&[], 700_000), None);
+    }
+
+    #[test]
+    fn the_sampler_samples_both_ends_and_stops() {
+        let n = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&n);
+        // A period far longer than the test: only the two ends sample.
+        let sampler = ClockSampler::start(
+            move || Ok(sample(1000 + counter.fetch_add(1, Ordering::SeqCst), 1, 0)),
+            Duration::from_secs(3600),
+        );
+        let samples = sampler.finish();
+        assert!(samples.len() >= 2, "{samples:?}");
+        assert_eq!(samples.len() as u32, n.load(Ordering::SeqCst));
+        // In order, one per call.
+        for (i, s) in samples.iter().enumerate() {
+            assert_eq!(s.sm_mhz, 1000 + i as u32);
+        }
+    }
+
+    #[test]
+    fn a_failing_source_ends_the_window_with_what_it_had() {
+        let mut calls = 0;
+        let (failed, on_failure) = std::sync::mpsc::channel();
+        let sampler = ClockSampler::start(
+            move || {
+                calls += 1;
+                if calls <= 3 {
+                    Ok(sample(calls, 0, 0))
+                } else {
+                    failed.send(()).unwrap();
+                    Err("gone".into())
+                }
+            },
+            Duration::from_millis(1),
+        );
+        // The source fails on its fourth call; finish after that.
+        on_failure.recv_timeout(Duration::from_secs(60)).unwrap();
+        let samples = sampler.finish();
+        assert_eq!(
+            samples.iter().map(|s| s.sm_mhz).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+    }
+}
