@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Session 42, call 8 (any NVIDIA card; ≈ 80 s; carry [".devbin/clock"]: main 9d4feeb's release
+# binary and the hardware crate's library tests as h/headroom_hardware-lib): `bench ttft`'s new
+# clock sampling (NVML) on a GPU — bench/gpu/check_clock.sh (a tiny model: the JSON's clock
+# fields sane; the NVML unit test), then the FP8 35B at 8k and 32k with the clock line.
+# Prediction: check_clock passes; on an H100 the 32k runs' clock as call 7's nvidia-smi saw it
+# (mean 1,650–1,800 MHz, power-capped in most samples); on an H200 (not yet sampled) the same cap
+# (700 W) with a clock 0–5 % higher (HBM3e's lower power per byte).
+source bench/gpu/call_prelude.sh clock
+OUT=$O bash bench/gpu/check_clock.sh /tmp/clock/h
+echo "check_clock rc $? (t=$SECONDS)"
+timeout 100 /tmp/clock/h/headroom bench ttft --backend cuda --synthetic qwen3.6-35b-a3b-fp8 --lengths 8192,32768 \
+  --iterations 3 --warmup 1 --json "$O/fp8.json" > "$O/fp8.txt" 2>&1
+echo "fp8 rc $? (t=$SECONDS)"; grep -E "TTFT|clock" "$O/fp8.txt" | cut -c1-200
