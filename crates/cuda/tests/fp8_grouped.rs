@@ -158,6 +158,22 @@ fn reference(
 
 /// Router logits: random, but expert `E-1` never chosen and expert `E-2`
 /// chosen by token 0 alone.
+/// The routed experts of `l` (all its experts, no shared expert) on the
+/// grouped-GEMM family `gemms`, forced.
+fn routed_on(dev: &CudaDevice, l: &MoeLaunch, scales: Fp8ExpertScales<'_>, gemms: Fp8Gemms) {
+    routed_experts_fp8_on(
+        dev,
+        l,
+        (0, l.experts),
+        scales,
+        None,
+        None,
+        Some(gemms),
+        &mut |_| Ok(()),
+    )
+    .unwrap();
+}
+
 fn logits(seed: u64, tokens: usize, experts: usize) -> Vec<f32> {
     let mut g = rand::rngs::StdRng::seed_from_u64(seed);
     let mut l: Vec<f32> = (0..tokens * experts)
@@ -243,18 +259,7 @@ fn check(dev: &CudaDevice, c: Case, tokens: usize, seed: u64) {
     // shapes and promotion, so the same bits.
     let on = |gemms| {
         dev.fill_bytes(&out, 0xFF).unwrap();
-        let mut none = |_| Ok(());
-        routed_experts_fp8_on(
-            dev,
-            &l,
-            (0, c.experts),
-            w.scales(),
-            None,
-            None,
-            Some(gemms),
-            &mut none,
-        )
-        .unwrap();
+        routed_on(dev, &l, w.scales(), gemms);
         let mut v = vec![0f32; tokens * h];
         dev.read(&out, &mut v).unwrap();
         v
@@ -468,6 +473,8 @@ struct RandomFp8Experts {
     down: DeviceBuffer,
     gate_up_s: DeviceBuffer,
     down_s: DeviceBuffer,
+    /// hidden, intermediate, experts.
+    shape: (usize, usize, usize),
 }
 
 impl RandomFp8Experts {
@@ -491,6 +498,33 @@ impl RandomFp8Experts {
             down_s: dev
                 .upload(&vec![0.01f32; e * (h / BLOCK) * (i / BLOCK)])
                 .unwrap(),
+            shape: (h, i, e),
+        }
+    }
+
+    /// These experts over `tokens` rows of `x` routed by `logits` (top
+    /// `top_k`, renormalised) into `out`.
+    fn launch<'a>(
+        &'a self,
+        x: &'a DeviceBuffer,
+        logits: &'a DeviceBuffer,
+        out: &'a DeviceBuffer,
+        tokens: usize,
+        top_k: usize,
+    ) -> MoeLaunch<'a> {
+        let (hidden, intermediate, experts) = self.shape;
+        MoeLaunch {
+            x,
+            router_logits: logits,
+            gate_up: &self.gate_up,
+            down: &self.down,
+            out,
+            tokens,
+            hidden,
+            experts,
+            top_k,
+            intermediate,
+            renormalise: true,
         }
     }
 

@@ -23,7 +23,7 @@ fn warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings()
     let dev = device();
     let (h, i, e, k) = (2048usize, 512usize, 256usize, 8usize);
     let w = RandomFp8Experts::new(&dev, h, i, e, &mut rand::rngs::StdRng::seed_from_u64(11));
-    let (gu_w, dn_w, scales) = (&w.gate_up, &w.down, w.scales());
+    let scales = w.scales();
     type Pick = Box<dyn Fn(usize) -> [usize; 8]>;
     // (name, tokens, runs, each token's experts)
     let cases: Vec<(&str, usize, usize, Pick)> = vec![
@@ -93,32 +93,10 @@ fn warp_specialised_fp8_gemms_finish_and_match_the_tiles_under_skewed_routings()
             .unwrap();
         let lg = dev.upload(&assigned_logits(tokens, e, pick)).unwrap();
         let out = dev.alloc(tokens * h * 4).unwrap();
-        let l = MoeLaunch {
-            x: &x,
-            router_logits: &lg,
-            gate_up: gu_w,
-            down: dn_w,
-            out: &out,
-            tokens,
-            hidden: h,
-            experts: e,
-            top_k: k,
-            intermediate: i,
-            renormalise: true,
-        };
+        let l = w.launch(&x, &lg, &out, tokens, k);
         let run = |gemms| {
             dev.fill_bytes(&out, 0xFF).unwrap();
-            routed_experts_fp8_on(
-                &dev,
-                &l,
-                (0, e),
-                scales,
-                None,
-                None,
-                Some(gemms),
-                &mut |_| Ok(()),
-            )
-            .unwrap();
+            routed_on(&dev, &l, scales, gemms);
         };
         run(Fp8Gemms::Tiles);
         let mut want = vec![0u32; tokens * h];

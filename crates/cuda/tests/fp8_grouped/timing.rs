@@ -76,21 +76,7 @@ fn timing_native_fp8_vs_dequant_vs_bf16_grouped_gemms() {
             routed_experts(&dev, &l).unwrap();
         });
         let bf16_ms = time_ms(&dev, iters, || routed_experts(&dev, &lb).unwrap());
-        let family = |gemms| {
-            time_ms(&dev, iters, || {
-                routed_experts_fp8_on(
-                    &dev,
-                    &l8,
-                    (0, e),
-                    scales,
-                    None,
-                    None,
-                    Some(gemms),
-                    &mut |_| Ok(()),
-                )
-                .unwrap()
-            })
-        };
+        let family = |gemms| time_ms(&dev, iters, || routed_on(&dev, &l8, scales, gemms));
         let (tiles, ws) = (family(Fp8Gemms::Tiles), family(Fp8Gemms::Ws));
         let flops = grouped_gemm_flops(tokens, h, c.top_k, i);
         let tf = |ms: f64| flops / (ms * 1e-3) / 1e12;
@@ -149,32 +135,8 @@ fn timing_the_ws_gemms_with_and_without_tile_tails() {
             ("random", random),
         ] {
             let lg = dev.upload(&lg).unwrap();
-            let l = MoeLaunch {
-                x: &x,
-                router_logits: &lg,
-                gate_up: &w.gate_up,
-                down: &w.down,
-                out: &out,
-                tokens,
-                hidden: h,
-                experts: e,
-                top_k: k,
-                intermediate: i,
-                renormalise: true,
-            };
-            let ms = time_ms(&dev, 20, || {
-                routed_experts_fp8_on(
-                    &dev,
-                    &l,
-                    (0, e),
-                    scales,
-                    None,
-                    None,
-                    Some(Fp8Gemms::Ws),
-                    &mut |_| Ok(()),
-                )
-                .unwrap()
-            });
+            let l = w.launch(&x, &lg, &out, tokens, k);
+            let ms = time_ms(&dev, 20, || routed_on(&dev, &l, scales, Fp8Gemms::Ws));
             line += &format!(" {name} {ms:.3} ms;");
         }
         println!("{line} (whole routed experts, ws kernels forced; 8,469 = W1's mixed step)");
