@@ -103,10 +103,11 @@ pub const DEFAULT_PERIOD: Duration = Duration::from_millis(10);
 /// A thread sampling a source every period from [`ClockSampler::start`]
 /// until [`ClockSampler::finish`], one sample at each end included (so a
 /// window shorter than the period still has two). A source's error ends the
-/// sampling quietly: the samples so far are kept.
+/// sampling quietly: the samples so far are kept. Dropped unfinished (the
+/// measurement failed), it stops its thread the same way.
 pub struct ClockSampler {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<ClockSample>>,
+    thread: Option<JoinHandle<Vec<ClockSample>>>,
 }
 
 impl ClockSampler {
@@ -143,14 +144,30 @@ impl ClockSampler {
             }
             samples
         });
-        ClockSampler { stop, thread }
+        ClockSampler {
+            stop,
+            thread: Some(thread),
+        }
     }
 
     /// Stops the thread (after one last sample) and returns every sample.
-    pub fn finish(self) -> Vec<ClockSample> {
+    pub fn finish(mut self) -> Vec<ClockSample> {
+        self.stop_thread()
+    }
+
+    fn stop_thread(&mut self) -> Vec<ClockSample> {
+        let Some(thread) = self.thread.take() else {
+            return Vec::new();
+        };
         self.stop.store(true, Ordering::Release);
-        self.thread.thread().unpark();
-        self.thread.join().unwrap_or_default()
+        thread.thread().unpark();
+        thread.join().unwrap_or_default()
+    }
+}
+
+impl Drop for ClockSampler {
+    fn drop(&mut self) {
+        self.stop_thread();
     }
 }
 
@@ -219,6 +236,25 @@ mod tests {
         for (i, s) in samples.iter().enumerate() {
             assert_eq!(s.sm_mhz, 1000 + i as u32);
         }
+    }
+
+    #[test]
+    fn a_dropped_sampler_stops_its_thread() {
+        let (sampled, samples) = std::sync::mpsc::channel();
+        let sampler = ClockSampler::start(
+            move || {
+                // Err once the receiver is gone: the sampling ends either way.
+                sampled.send(()).map_err(|e| e.to_string())?;
+                Ok(sample(1, 1, 0))
+            },
+            Duration::from_secs(3600),
+        );
+        samples.recv_timeout(Duration::from_secs(60)).unwrap();
+        drop(sampler);
+        // The drop joined the thread: its last sample came before it ended
+        // (more only if the long wait woke spuriously), nothing after.
+        assert!(samples.try_iter().count() >= 1);
+        assert!(samples.recv_timeout(Duration::from_millis(50)).is_err());
     }
 
     #[test]
