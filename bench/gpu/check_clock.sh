@@ -3,7 +3,7 @@
 # (crates/hardware/src/nvml.rs, gpu_clock.rs; the bench's `clock` field). Runs a
 # short `bench ttft --backend cuda` on a tiny synthetic model and checks its JSON:
 # every length has a clock with samples, an SM clock between 100 and 5,000 MHz,
-# power above 0 and a limit of 50 W or more; and, when BIN_DIR holds the hardware
+# power above 0, a limit of 50 W or more, and energy above 0 where counted; and, when BIN_DIR holds the hardware
 # crate's unit-test binary (headroom_hardware-*, from `cargo test --release -p
 # headroom-hardware --lib --no-run`), its NVML test (`--ignored nvml`).
 # Usage: bench/gpu/check_clock.sh BIN_DIR   (BIN_DIR/headroom: the release binary)
@@ -29,6 +29,7 @@ for r in rep["results"]:
     assert 100 <= c["sm_mhz_min"] <= c["sm_mhz_mean"] <= c["sm_mhz_max"] <= 5000, c
     assert c["power_w_mean"] > 0 and c["power_limit_w"] >= 50, c
     assert 0 <= c["power_capped_share"] <= 1 and 0 <= c["thermal_share"] <= 1, c
+    assert c["energy_j"] is None or c["energy_j"] > 0, c
     print(f"check_clock: {r['tokens']} tokens: ok ({c['samples']} samples)")
 PY
 T=$(ls "$BIN_DIR"/headroom_hardware-* 2>/dev/null | grep -v '\.d$' | head -n1)

@@ -13,13 +13,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// One reading: the SM clock, the power draw, and NVML's clock event
-/// reasons (`nvmlClocksEventReasons`) at that moment.
+/// One reading: the SM clock, the power draw, NVML's clock event reasons
+/// (`nvmlClocksEventReasons`) and the energy counter (millijoules since the
+/// driver loaded; `None` where there is none) at that moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockSample {
     pub sm_mhz: u32,
     pub power_mw: u32,
     pub reasons: u64,
+    pub energy_mj: Option<u64>,
 }
 
 /// The reason bits of a clock held down by power: the software power cap
@@ -44,6 +46,9 @@ pub struct ClockStats {
     pub power_capped_share: f64,
     /// Share held down for heat or a hardware slowdown ([`THERMAL_REASONS`]).
     pub thermal_share: f64,
+    /// Joules from the first sample to the last (the energy counter's
+    /// difference; `None` without a counter at both ends).
+    pub energy_j: Option<f64>,
 }
 
 impl ClockStats {
@@ -67,11 +72,15 @@ impl ClockStats {
             power_limit_w: power_limit_mw as f64 / 1e3,
             power_capped_share: share(POWER_REASONS),
             thermal_share: share(THERMAL_REASONS),
+            energy_j: match (samples[0].energy_mj, samples[n - 1].energy_mj) {
+                (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1e3),
+                _ => None,
+            },
         })
     }
 
     /// One line: `SM 1722 MHz mean (1530-1950), 643 of 700 W; power-capped
-    /// in 100 % of 109 samples`.
+    /// in 100 % of 109 samples; 1402.5 J`.
     pub fn summary(&self) -> String {
         let limit = if self.power_limit_w > 0.0 {
             format!(" of {:.0} W", self.power_limit_w)
@@ -85,6 +94,9 @@ impl ClockStats {
         );
         if self.thermal_share > 0.0 {
             held += &format!(", thermal in {:.0} %", self.thermal_share * 100.0);
+        }
+        if let Some(j) = self.energy_j {
+            held += &format!("; {j:.1} J");
         }
         format!(
             "SM {:.0} MHz mean ({}-{}), {:.0}{limit}; {held}",
@@ -181,6 +193,7 @@ mod tests {
             sm_mhz,
             power_mw,
             reasons,
+            energy_mj: None,
         }
     }
 
@@ -201,11 +214,28 @@ mod tests {
         assert!((st.power_limit_w - 700.0).abs() < 1e-9);
         assert!((st.power_capped_share - 0.5).abs() < 1e-12);
         assert!((st.thermal_share - 0.25).abs() < 1e-12);
+        assert_eq!(st.energy_j, None, "no counter");
         assert_eq!(
             st.summary(),
             "SM 1740 MHz mean (1530-1980), 587 of 700 W; power-capped in 50 % of 4 samples, \
              thermal in 25 %"
         );
+        // The energy is the counter's difference from the first sample to the last.
+        let with = |mj| ClockSample {
+            energy_mj: mj,
+            ..sample(1500, 600_000, 0x4)
+        };
+        let e = ClockStats::of(
+            &[with(Some(10_000)), with(None), with(Some(52_500))],
+            700_000,
+        );
+        let e = e.unwrap();
+        assert!((e.energy_j.unwrap() - 42.5).abs() < 1e-9, "{e:?}");
+        assert!(e
+            .summary()
+            .ends_with("; power-capped in 100 % of 3 samples; 42.5 J"));
+        let half = ClockStats::of(&[with(Some(1)), with(None)], 0).unwrap();
+        assert_eq!(half.energy_j, None, "no counter at the last sample");
         // The hardware power brake counts as power; idle (0x1) as neither.
         let brake = ClockStats::of(&[sample(1000, 1, 0x80), sample(1000, 1, 0x1)], 0).unwrap();
         assert!((brake.power_capped_share - 0.5).abs() < 1e-12);

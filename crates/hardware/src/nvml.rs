@@ -24,6 +24,7 @@ type ByBusIdFn = unsafe extern "C" fn(*const c_char, *mut Device) -> c_int;
 type ClockFn = unsafe extern "C" fn(Device, c_int, *mut c_uint) -> c_int;
 type PowerFn = unsafe extern "C" fn(Device, *mut c_uint) -> c_int;
 type ReasonsFn = unsafe extern "C" fn(Device, *mut c_ulonglong) -> c_int;
+type EnergyFn = unsafe extern "C" fn(Device, *mut c_ulonglong) -> c_int;
 
 /// NVML opened on one device; samples it with [`Nvml::sample`].
 pub struct Nvml {
@@ -32,6 +33,8 @@ pub struct Nvml {
     power: PowerFn,
     limit: PowerFn,
     reasons: ReasonsFn,
+    /// `nvmlDeviceGetTotalEnergyConsumption` (Volta on; absent from old drivers).
+    energy: Option<EnergyFn>,
     shutdown: InitFn,
     /// Keeps the functions above loaded.
     _lib: libloading::Library,
@@ -86,6 +89,7 @@ impl Nvml {
             // The current name first; drivers before 535 have only the old one.
             let reasons: ReasonsFn = symbol(&lib, "nvmlDeviceGetCurrentClocksEventReasons")
                 .or_else(|_| symbol(&lib, "nvmlDeviceGetCurrentClocksThrottleReasons"))?;
+            let energy: Option<EnergyFn> = symbol(&lib, "nvmlDeviceGetTotalEnergyConsumption").ok();
             check("nvmlInit_v2", init())?;
             let c_bus = CString::new(bus_id).map_err(|_| format!("bad PCI bus id {bus_id:?}"))?;
             let mut device: Device = std::ptr::null_mut();
@@ -102,6 +106,7 @@ impl Nvml {
                 power,
                 limit,
                 reasons,
+                energy,
                 shutdown,
                 _lib: lib,
             })
@@ -109,7 +114,8 @@ impl Nvml {
     }
 
     /// The device's SM clock, power draw (NVML's figure: a moving average on
-    /// recent GPUs) and clock event reasons now.
+    /// recent GPUs), clock event reasons and energy counter now (the counter
+    /// `None` where the device or driver has none).
     pub fn sample(&self) -> Result<ClockSample, String> {
         let (mut mhz, mut mw, mut reasons) = (0 as c_uint, 0 as c_uint, 0 as c_ulonglong);
         // SAFETY: the device handle is live until drop; the pointers are to
@@ -128,10 +134,16 @@ impl Nvml {
                 (self.reasons)(self.device, &mut reasons),
             )?;
         }
+        let energy_mj = self.energy.and_then(|f| {
+            let mut mj: c_ulonglong = 0;
+            // SAFETY: as above.
+            (unsafe { f(self.device, &mut mj) } == 0).then_some(mj)
+        });
         Ok(ClockSample {
             sm_mhz: mhz,
             power_mw: mw,
             reasons,
+            energy_mj,
         })
     }
 

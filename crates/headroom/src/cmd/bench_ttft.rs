@@ -121,8 +121,8 @@ struct LengthResult {
     /// With --breakdown-each: each measured run's parts (rank 0), device
     /// time between events.
     run_breakdowns: Vec<Vec<PartTime>>,
-    /// The SM clock and power over the measured runs (NVML, sampled every
-    /// 10 ms); `null` on the CPU or without NVML.
+    /// The SM clock, power and energy over the measured runs (NVML, sampled
+    /// every 10 ms); `null` on the CPU or without NVML.
     clock: Option<headroom_hardware::ClockStats>,
 }
 
