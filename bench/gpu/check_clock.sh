@@ -3,9 +3,10 @@
 # (crates/hardware/src/nvml.rs, gpu_clock.rs; the bench's `clock` field). Runs a
 # short `bench ttft --backend cuda` on a tiny synthetic model and checks its JSON:
 # every length has a clock with samples, an SM clock between 100 and 5,000 MHz,
-# power above 0, a limit of 50 W or more, and energy above 0 where counted; and, when BIN_DIR holds the hardware
-# crate's unit-test binary (headroom_hardware-*, from `cargo test --release -p
-# headroom-hardware --lib --no-run`), its NVML test (`--ignored nvml`).
+# power above 0, a limit of 50 W or more, and energy above 0 where counted;
+# and, when BIN_DIR holds the hardware crate's unit-test binary
+# (headroom_hardware-*, from `cargo test --release -p headroom-hardware --lib
+# --no-run`), its NVML test (`--ignored nvml`).
 # Usage: bench/gpu/check_clock.sh BIN_DIR   (BIN_DIR/headroom: the release binary)
 # Results go to $OUT (or ./gpu-out): clock.json, clock.log.
 set -uo pipefail
