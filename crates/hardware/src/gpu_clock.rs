@@ -112,14 +112,23 @@ pub const MAX_SAMPLES: usize = 100_000;
 /// The period [`ClockSampler::start`] polls at unless told otherwise.
 pub const DEFAULT_PERIOD: Duration = Duration::from_millis(10);
 
+/// What a [`ClockSampler`] gathered: its samples, and the source's error
+/// if one ended the sampling early.
+#[derive(Debug, Default, PartialEq)]
+pub struct ClockWindow {
+    pub samples: Vec<ClockSample>,
+    pub error: Option<String>,
+}
+
 /// A thread sampling a source every period from [`ClockSampler::start`]
 /// until [`ClockSampler::finish`], one sample at each end included (so a
 /// window shorter than the period still has two). A source's error ends the
-/// sampling quietly: the samples so far are kept. Dropped unfinished (the
-/// measurement failed), it stops its thread the same way.
+/// sampling: the samples so far are kept and the error is returned beside
+/// them. Dropped unfinished (the measurement failed), it stops its thread
+/// the same way.
 pub struct ClockSampler {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Vec<ClockSample>>>,
+    thread: Option<JoinHandle<ClockWindow>>,
 }
 
 impl ClockSampler {
@@ -131,30 +140,33 @@ impl ClockSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
-            let mut samples = Vec::new();
-            // false once the source fails.
-            let mut take = |samples: &mut Vec<ClockSample>| match source() {
+            let mut w = ClockWindow::default();
+            // false once the source fails (its error kept).
+            let mut take = |w: &mut ClockWindow| match source() {
                 Ok(s) => {
-                    if samples.len() < MAX_SAMPLES {
-                        samples.push(s);
+                    if w.samples.len() < MAX_SAMPLES {
+                        w.samples.push(s);
                     }
                     true
                 }
-                Err(_) => false,
+                Err(e) => {
+                    w.error = Some(e);
+                    false
+                }
             };
-            if !take(&mut samples) {
-                return samples;
+            if !take(&mut w) {
+                return w;
             }
             loop {
                 // An unpark from `finish` ends the wait at once.
                 std::thread::park_timeout(period);
                 // Read before sampling: the sample after a stop is the last.
                 let last = seen.load(Ordering::Acquire);
-                if !take(&mut samples) || last {
+                if !take(&mut w) || last {
                     break;
                 }
             }
-            samples
+            w
         });
         ClockSampler {
             stop,
@@ -162,18 +174,21 @@ impl ClockSampler {
         }
     }
 
-    /// Stops the thread (after one last sample) and returns every sample.
-    pub fn finish(mut self) -> Vec<ClockSample> {
+    /// Stops the thread (after one last sample) and returns what it gathered.
+    pub fn finish(mut self) -> ClockWindow {
         self.stop_thread()
     }
 
-    fn stop_thread(&mut self) -> Vec<ClockSample> {
+    fn stop_thread(&mut self) -> ClockWindow {
         let Some(thread) = self.thread.take() else {
-            return Vec::new();
+            return ClockWindow::default();
         };
         self.stop.store(true, Ordering::Release);
         thread.thread().unpark();
-        thread.join().unwrap_or_default()
+        thread.join().unwrap_or_else(|_| ClockWindow {
+            samples: Vec::new(),
+            error: Some("the clock sampler's thread panicked".into()),
+        })
     }
 }
 
@@ -259,7 +274,9 @@ mod tests {
             move || Ok(sample(1000 + counter.fetch_add(1, Ordering::SeqCst), 1, 0)),
             Duration::from_secs(3600),
         );
-        let samples = sampler.finish();
+        let w = sampler.finish();
+        assert_eq!(w.error, None);
+        let samples = w.samples;
         assert!(samples.len() >= 2, "{samples:?}");
         assert_eq!(samples.len() as u32, n.load(Ordering::SeqCst));
         // In order, one per call.
@@ -305,10 +322,11 @@ mod tests {
         );
         // The source fails on its fourth call; finish after that.
         on_failure.recv_timeout(Duration::from_secs(60)).unwrap();
-        let samples = sampler.finish();
+        let w = sampler.finish();
         assert_eq!(
-            samples.iter().map(|s| s.sm_mhz).collect::<Vec<_>>(),
+            w.samples.iter().map(|s| s.sm_mhz).collect::<Vec<_>>(),
             [1, 2, 3]
         );
+        assert_eq!(w.error.as_deref(), Some("gone"));
     }
 }

@@ -23,7 +23,7 @@ pub mod wheels;
 pub use cpu::detect_cpu;
 pub use cuda::{cuda_availability, CudaDeviceInfo};
 pub use fingerprint::HardwareFingerprint;
-pub use gpu_clock::{ClockSample, ClockSampler, ClockStats};
+pub use gpu_clock::{ClockSample, ClockSampler, ClockStats, ClockWindow};
 pub use memory::available_memory_bytes;
 pub use nvml::Nvml;
 

@@ -329,9 +329,13 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
             run_breakdowns.push(parts);
         }
     }
-    let clock_stats = sampler
-        .zip(clock)
-        .and_then(|(sampler, clock)| ClockStats::of(&sampler.finish(), clock.power_limit_mw));
+    let clock_stats = sampler.zip(clock).and_then(|(sampler, clock)| {
+        let window = sampler.finish();
+        if let Some(e) = &window.error {
+            eprintln!("  clock sampling stopped early: {e}");
+        }
+        ClockStats::of(&window.samples, clock.power_limit_mw)
+    });
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
