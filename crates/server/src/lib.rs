@@ -13,7 +13,8 @@
 //!   strings across token boundaries; [`logprobs`] — log probabilities in
 //!   OpenAI's shapes;
 //! * [`template`] / [`pyjson`] — chat templates (minijinja, Python's `tojson`);
-//!   [`metrics`] — Prometheus text;
+//!   [`metrics`] — Prometheus text; [`gpu_metrics`] — the GPU's clock, power
+//!   and energy in it;
 //! * [`auth`] — the API key; [`error`] — OpenAI error objects; [`generator`] — the engine seam (the
 //!   engine's own request / event / error / stats types); [`fake`];
 //! * [`client`] — a minimal HTTP/1.1 client for tests and `bench serve`.
@@ -29,6 +30,7 @@ pub mod engine_adapter;
 pub mod error;
 pub mod fake;
 pub mod generator;
+pub mod gpu_metrics;
 pub mod history;
 pub mod job;
 pub mod logprobs;

@@ -2,10 +2,12 @@
 //! HTTP error counts by status, TTFT and inter-token latency histograms,
 //! and the engine's gauges and counters (running, waiting, KV blocks and
 //! state slots used and free, prefix-cache tokens and snapshot slots,
-//! preemptions, tokens, admission refusals),
+//! preemptions, tokens, admission refusals), and the GPU's clock, power and
+//! energy where the server has a reader for them ([`GpuMetrics`]),
 //! rendered in the text exposition format.
 
 use crate::generator::EngineStats;
+use crate::gpu_metrics::GpuMetrics;
 use headroom_engine::RankMemory;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -61,6 +63,7 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    gpu: Option<GpuMetrics>,
 }
 
 /// How a request ended, for `headroom_requests_total{outcome}`.
@@ -95,6 +98,11 @@ impl Metrics {
             Err(p) => p.into_inner(),
         };
         f(&mut g);
+    }
+
+    /// Adds the GPU's lines, read at each scrape.
+    pub fn set_gpu(&mut self, gpu: GpuMetrics) {
+        self.gpu = Some(gpu);
     }
 
     pub fn request(&self, endpoint: &'static str, outcome: Outcome) {
@@ -274,6 +282,9 @@ impl Metrics {
             );
         }
         render_device_memory(&mut out, &stats.device_memory);
+        if let Some(gpu) = &self.gpu {
+            gpu.render(&mut out);
+        }
         out
     }
 }

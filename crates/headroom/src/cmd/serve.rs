@@ -463,12 +463,14 @@ impl ServeJob {
         }
         let name = self.server.served_model_name.clone();
         let engine = handle.clone();
-        let state = Arc::new(AppState::new(
-            Arc::new(handle),
-            self.codec,
-            self.template,
-            self.server,
-        ));
+        let mut state = AppState::new(Arc::new(handle), self.codec, self.template, self.server);
+        if backend == BackendKind::Cuda && world == 1 {
+            match headroom_server::gpu_metrics::GpuMetrics::nvml_on_cuda_device0() {
+                Ok(g) => state.metrics.set_gpu(g),
+                Err(reason) => eprintln!("no GPU clock, power or energy in /metrics: {reason}"),
+            }
+        }
+        let state = Arc::new(state);
         let served = headroom_server::run::serve_until_signal(
             &self.host,
             self.port,
