@@ -19,7 +19,8 @@
 //!   time limit counted apart); [`serve_sweep`] runs it over a list of
 //!   concurrency levels (`headroom.bench.serve/3`, throughput plot);
 //!   [`serve_pool`] samples the server's pool gauges over each run and reads
-//!   its preemptions; [`serve_turns`] makes multi-turn conversations.
+//!   its preemptions; [`serve_gpu`] its GPU's clock, power and energy (joules
+//!   per token); [`serve_turns`] makes multi-turn conversations.
 
 pub mod attention;
 pub mod backend;
@@ -42,6 +43,7 @@ pub mod qualify_output;
 pub mod report;
 pub mod report_svg;
 pub mod run_counter;
+pub mod serve_gpu;
 pub mod serve_load;
 pub mod serve_outcome;
 pub mod serve_pool;

@@ -20,6 +20,7 @@
 //! started by then are *not started*; *failed* means an error (HTTP status,
 //! a broken stream, an error event).
 
+use crate::serve_gpu::{self, GpuRun, GpuSample};
 use crate::serve_outcome::{Ended, One, Percentiles};
 use crate::serve_pool::{self, PoolSample};
 use crate::serve_turns::{self, TurnReport, TurnTally};
@@ -95,6 +96,9 @@ pub struct LoadReport {
     /// allocator's cache included (`headroom_device_memory_reserved_bytes`;
     /// empty without it).
     pub device_memory_reserved_bytes: Vec<u64>,
+    /// The server's GPU over the run: energy per token, clock, power
+    /// (`None` when it shows no GPU: the CPU, a tensor-parallel group).
+    pub gpu: Option<GpuRun>,
 }
 
 /// The requests' outcomes, accumulated into a report.
@@ -188,6 +192,7 @@ impl Tally {
             pool_end: None,
             device_memory_peak_bytes: Vec::new(),
             device_memory_reserved_bytes: Vec::new(),
+            gpu: None,
         }
     }
 }
@@ -290,6 +295,18 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
     let after = serve_pool::counters(cfg.addr).await;
     let t = std::mem::take(&mut *tally.lock().unwrap_or_else(|p| p.into_inner()));
     let preemptions = serve_pool::preemptions_between(before.as_ref(), after.as_ref());
+    let report = t.report(&cfg, secs);
+    let gpu_samples: Vec<&GpuSample> = pool.iter().filter_map(|s| s.gpu.as_ref()).collect();
+    let gpu = serve_gpu::run_stats(
+        &gpu_samples,
+        (
+            before.as_ref().and_then(|c| c.gpu_energy_j),
+            after.as_ref().and_then(|c| c.gpu_energy_j),
+        ),
+        after.as_ref().and_then(|c| c.gpu_power_limit_w),
+        report.completion_tokens,
+        report.prompt_tokens + report.completion_tokens,
+    );
     let (pool_end, device_memory_peak_bytes, device_memory_reserved_bytes) =
         after.map_or((None, Vec::new(), Vec::new()), |a| {
             (
@@ -304,7 +321,8 @@ pub async fn run(cfg: LoadConfig) -> Result<LoadReport, String> {
         pool_end,
         device_memory_peak_bytes,
         device_memory_reserved_bytes,
-        ..t.report(&cfg, secs)
+        gpu,
+        ..report
     })
 }
 
@@ -461,6 +479,7 @@ pub fn table(r: &LoadReport) -> String {
         &r.device_memory_peak_bytes,
         &r.device_memory_reserved_bytes,
     ));
+    out.push_str(&serve_gpu::summary(r.gpu.as_ref()));
     out
 }
 

@@ -5,8 +5,11 @@
 //! `/metrics` gives an empty series, not an error). Before and after a run
 //! the preemption counter and the gauges are read once ([`counters`]): the
 //! report gives the preemptions during the run, the pool at its end and the
-//! server's device memory peak per rank (since the server started).
+//! server's device memory peak per rank (since the server started). Where
+//! the server shows its GPU (`headroom_gpu_*`), each sample carries it and
+//! the two readings carry the energy counter ([`crate::serve_gpu`]).
 
+use crate::serve_gpu::{self, GpuSample};
 use headroom_server::client;
 use serde::Serialize;
 use std::net::SocketAddr;
@@ -28,6 +31,9 @@ pub struct PoolSample {
     pub waiting: u64,
     pub kv_blocks_used: u64,
     pub kv_blocks_free: u64,
+    /// The GPU's clock and power then, when the server shows them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuSample>,
 }
 
 /// The value of the unlabelled metric `name` in a Prometheus text, when
@@ -57,6 +63,7 @@ pub fn parse(text: &str, t_s: f64) -> Option<PoolSample> {
         waiting: gauge("headroom_requests_waiting")?,
         kv_blocks_used: gauge("headroom_kv_blocks_used")?,
         kv_blocks_free: gauge("headroom_kv_blocks_free")?,
+        gpu: serve_gpu::parse(text),
     })
 }
 
@@ -72,6 +79,10 @@ pub struct Counters {
     /// `headroom_device_memory_reserved_bytes` of each rank: held plus the
     /// allocator's cache (empty without it).
     pub device_memory_reserved_bytes: Vec<u64>,
+    /// `headroom_gpu_energy_joules_total`, when the server shows it.
+    pub gpu_energy_j: Option<f64>,
+    /// `headroom_gpu_power_limit_watts`, likewise.
+    pub gpu_power_limit_w: Option<f64>,
 }
 
 /// The counters of a Prometheus text.
@@ -81,6 +92,8 @@ pub fn parse_counters(text: &str) -> Counters {
         pool: parse(text, 0.0),
         device_memory_peak_bytes: per_rank(text, "headroom_device_memory_peak_bytes"),
         device_memory_reserved_bytes: per_rank(text, "headroom_device_memory_reserved_bytes"),
+        gpu_energy_j: serve_gpu::energy_j(text),
+        gpu_power_limit_w: serve_gpu::power_limit_w(text),
     }
 }
 
@@ -196,7 +209,8 @@ mod tests {
                 running: 3,
                 waiting: 1,
                 kv_blocks_used: 40,
-                kv_blocks_free: 24
+                kv_blocks_free: 24,
+                gpu: None,
             })
         );
         assert_eq!(parse("headroom_requests_running 3\n", 0.0), None);
@@ -224,6 +238,7 @@ mod tests {
             waiting: 0,
             kv_blocks_used: 10,
             kv_blocks_free: 90,
+            gpu: None,
         };
         let line = summary(Some(3), Some(&pool), &[], &[]);
         assert!(

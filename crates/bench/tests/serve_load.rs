@@ -260,6 +260,14 @@ async fn a_bad_level_is_refused_before_any_request() {
 
 /// A `headroom-server` over the scripted fake generator (it has `/metrics`).
 async fn fake_server(token_delay: Duration) -> SocketAddr {
+    fake_server_with_gpu(token_delay, None).await
+}
+
+/// [`fake_server`] whose `/metrics` shows `gpu`'s lines.
+async fn fake_server_with_gpu(
+    token_delay: Duration,
+    gpu: Option<headroom_server::gpu_metrics::GpuMetrics>,
+) -> SocketAddr {
     use headroom_model::tokenizer::TextCodec;
     use headroom_server::fake::{FakeConfig, FakeGenerator};
     use headroom_server::{AppState, ChatTemplate, ServerConfig};
@@ -267,12 +275,16 @@ async fn fake_server(token_delay: Duration) -> SocketAddr {
         token_delay,
         ..FakeConfig::default()
     });
-    let state = Arc::new(AppState::new(
+    let mut state = AppState::new(
         Arc::new(fake),
         TextCodec::Bytes,
         ChatTemplate::plain(),
         ServerConfig::new("fake", 512),
-    ));
+    );
+    if let Some(g) = gpu {
+        state.metrics.set_gpu(g);
+    }
+    let state = Arc::new(state);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(headroom_server::serve(
@@ -313,6 +325,68 @@ async fn pool_use_is_sampled_from_the_servers_metrics_over_the_run() {
     // Not asked: no samples.
     c.sample_every = None;
     assert!(run(c).await.unwrap().pool.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_servers_gpu_is_sampled_and_its_energy_divided_by_the_tokens() {
+    use headroom_hardware::ClockSample;
+    use headroom_server::gpu_metrics::{GpuMetrics, GpuReading};
+    use std::sync::atomic::AtomicU64;
+    // A GPU whose energy counter gains 1 J a reading, at 1,700 MHz and
+    // 650 W, held for power at every other reading.
+    let reads = Arc::new(AtomicU64::new(0));
+    let seen = reads.clone();
+    let gpu = GpuMetrics::new(Box::new(move || {
+        let n = seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(GpuReading {
+            sample: ClockSample {
+                sm_mhz: 1700,
+                power_mw: 650_000,
+                reasons: if n.is_multiple_of(2) { 0x4 } else { 0 },
+                energy_mj: Some(5_000 + 1_000 * n),
+            },
+            power_limit_mw: 700_000,
+        })
+    }));
+    let addr = fake_server_with_gpu(Duration::from_millis(5), Some(gpu)).await;
+    let mut c = config(addr, 8, Duration::from_secs(30));
+    c.concurrency = 4;
+    c.max_tokens = 20;
+    c.ignore_eos = true;
+    c.sample_every = Some(Duration::from_millis(10));
+    let r = run(c).await.unwrap();
+    assert_eq!((r.completed, r.failed), (8, 0), "{:?}", r.errors);
+    let g = r.gpu.as_ref().expect("the server shows its GPU");
+    // Every pool sample carried the gauges; the counter was read once
+    // before the run, once a sample and once after: energy = 1 J a reading
+    // between the first and the last.
+    assert!(g.samples >= 5 && g.samples == r.pool.len(), "{g:?}");
+    assert!(r.pool.iter().all(|s| s.gpu.is_some()));
+    let readings = reads.load(std::sync::atomic::Ordering::SeqCst) as f64;
+    assert_eq!(g.energy_j, Some(readings - 1.0), "{g:?}");
+    let j = g.energy_j.unwrap();
+    assert_eq!(g.joules_per_output_token, Some(j / 160.0));
+    assert_eq!(g.sm_clock_mhz_mean, Some(1700.0));
+    assert_eq!(g.power_w_mean, Some(650.0));
+    assert_eq!(g.power_limit_w, Some(700.0));
+    let share = g.power_capped_share.unwrap();
+    assert!(share > 0.2 && share < 0.8, "{share}");
+    let text = table(&r);
+    assert!(text.contains("J per generated token"), "{text}");
+    let v = serde_json::to_value(&r).unwrap();
+    assert!(v["gpu"]["joules_per_token"].is_f64(), "{v}");
+    assert!(v["pool"][0]["gpu"]["sm_clock_mhz"].is_f64(), "{v}");
+    // Without the lines: no GPU in the report, none in the samples' JSON.
+    let plain = fake_server(Duration::from_millis(1)).await;
+    let mut c = config(plain, 2, Duration::from_secs(30));
+    c.sample_every = Some(Duration::from_millis(5));
+    let r = run(c).await.unwrap();
+    assert_eq!(r.gpu, None);
+    let v = serde_json::to_value(&r).unwrap();
+    assert!(
+        v["gpu"].is_null() && v["pool"][0].get("gpu").is_none(),
+        "{v}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
