@@ -4,11 +4,13 @@
 # short `bench ttft --backend cuda` on a tiny synthetic model and checks its JSON:
 # every length has a clock with samples, an SM clock between 100 and 5,000 MHz,
 # power above 0, a limit of 50 W or more, and energy above 0 where counted;
-# and, when BIN_DIR holds the hardware crate's unit-test binary
+# then `serve` on the same model under a short `bench serve` (the server's
+# /metrics GPU lines: the report's gpu with samples, clock and joules per
+# generated token); and, when BIN_DIR holds the hardware crate's unit-test binary
 # (headroom_hardware-*, from `cargo test --release -p headroom-hardware --lib
 # --no-run`), its NVML test (`--ignored nvml`).
 # Usage: bench/gpu/check_clock.sh BIN_DIR   (BIN_DIR/headroom: the release binary)
-# Results go to $OUT (or ./gpu-out): clock.json, clock.log.
+# Results go to $OUT (or ./gpu-out): clock.json, clock-serve.json, clock.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN_DIR=${1:?usage: check_clock.sh BIN_DIR}
@@ -32,6 +34,30 @@ for r in rep["results"]:
     assert 0 <= c["power_capped_share"] <= 1 and 0 <= c["thermal_share"] <= 1, c
     assert c["energy_j"] is None or c["energy_j"] > 0, c
     print(f"check_clock: {r['tokens']} tokens: ok ({c['samples']} samples)")
+PY
+# The server's GPU lines under load: a short `bench serve` against `serve` on the same model;
+# its report's gpu must have samples, a clock and energy per generated token.
+"$BIN_DIR/headroom" serve --backend cuda --synthetic tiny-d256 --port 8979 > "$OUT/clock-serve.log" 2>&1 &
+sp=$!
+for _ in $(seq 1 400); do
+    grep -q "listening on" "$OUT/clock-serve.log" && break
+    kill -0 $sp 2>/dev/null || break
+    sleep 0.5
+done
+timeout 120 "$BIN_DIR/headroom" bench serve --url http://127.0.0.1:8979 --concurrency 8 --requests 64 \
+    --prompt-len 256 --max-tokens 64 --sample-ms 100 --json "$OUT/clock-serve.json" 2>&1 \
+    | tee -a "$OUT/clock.log" | grep -E "output tok/s|^gpu:"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+kill -TERM $sp 2>/dev/null; wait $sp 2>/dev/null
+grep -E "GPU clock|NVML" "$OUT/clock-serve.log"
+python3 - "$OUT/clock-serve.json" <<'PY' || status=1
+import json, sys
+run = json.load(open(sys.argv[1]))["runs"][0]
+g = run["gpu"]
+assert g is not None, "bench serve: no gpu in the report"
+assert g["samples"] >= 2 and 100 <= g["sm_clock_mhz_min"] <= g["sm_clock_mhz_mean"] <= 5000, g
+assert g["energy_j"] is None or (g["energy_j"] > 0 and g["joules_per_output_token"] > 0), g
+print(f"check_clock: serve: ok ({g['samples']} samples, {g['joules_per_output_token']} J per generated token)")
 PY
 T=$(ls "$BIN_DIR"/headroom_hardware-* 2>/dev/null | grep -v '\.d$' | head -n1)
 if [ -n "$T" ]; then

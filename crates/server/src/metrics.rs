@@ -404,7 +404,21 @@ mod tests {
             .expect("the metrics section");
         let section = &doc[from + 3..];
         let table = &section[..section.find("\n## ").unwrap_or(section.len())];
-        let text = Metrics::default().render(&EngineStats::default());
+        // With a GPU reader, so its lines are checked too.
+        let mut metrics = Metrics::default();
+        metrics.set_gpu(GpuMetrics::new(Box::new(|| {
+            Ok(crate::gpu_metrics::GpuReading {
+                sample: headroom_hardware::ClockSample {
+                    sm_mhz: 1980,
+                    power_mw: 100_000,
+                    reasons: 0,
+                    energy_mj: Some(1),
+                },
+                power_limit_mw: 700_000,
+            })
+        })));
+        let text = metrics.render(&EngineStats::default());
+        assert!(text.contains("headroom_gpu_energy_joules_total"), "{text}");
         let names: Vec<&str> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
