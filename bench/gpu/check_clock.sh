@@ -33,6 +33,8 @@ for r in rep["results"]:
     assert c["power_w_mean"] > 0 and c["power_limit_w"] >= 50, c
     assert 0 <= c["power_capped_share"] <= 1 and 0 <= c["thermal_share"] <= 1, c
     assert c["energy_j"] is None or c["energy_j"] > 0, c
+    j = r["joules_per_run"]
+    assert (j is None) == (c["energy_j"] is None) and (j is None or j > 0), r
     print(f"check_clock: {r['tokens']} tokens: ok ({c['samples']} samples)")
 PY
 # The server's GPU lines under load: a short `bench serve` against `serve` on the same model;

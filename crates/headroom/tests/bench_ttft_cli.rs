@@ -111,6 +111,7 @@ fn writes_ttft_json_through_the_engine_with_the_routes_that_ran() {
             assert!(r["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
             // No GPU clock on the CPU backend: the field is there, null.
             assert!(r.get("clock").is_some_and(|c| c.is_null()), "{r}");
+            assert!(r.get("joules_per_run").is_some_and(|j| j.is_null()), "{r}");
             let prefill = parts(&r["breakdown"]);
             for p in ["attention", "gdn_rule", "moe", "norm"] {
                 assert!(prefill.contains(&p), "breakdown lacks {p}: {prefill:?}");

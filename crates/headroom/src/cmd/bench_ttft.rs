@@ -124,6 +124,10 @@ struct LengthResult {
     /// The SM clock, power and energy over the measured runs (NVML, sampled
     /// every 10 ms); `null` on the CPU or without NVML.
     clock: Option<headroom_hardware::ClockStats>,
+    /// The clock window's energy over the measured runs, per run (the
+    /// host's moments between runs included); `null` without an energy
+    /// counter. Under a power cap, a change's saving shows here too.
+    joules_per_run: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -292,8 +296,19 @@ impl ModelJob for TtftJob<'_> {
                     .map(|t| format!("  decode {t:.1} tok/s"))
                     .unwrap_or_default()
             );
+            let joules_per_run = r
+                .clock
+                .as_ref()
+                .and_then(|c| c.energy_j)
+                .map(|j| j / a.iterations as f64);
             if let Some(c) = &r.clock {
-                println!("      clock over the measured runs: {}", c.summary());
+                println!(
+                    "      clock over the measured runs: {}{}",
+                    c.summary(),
+                    joules_per_run
+                        .map(|j| format!(" ({j:.1} J a run)"))
+                        .unwrap_or_default()
+                );
             }
             let breakdown = r.breakdown.into_iter().next().unwrap_or_default();
             print_parts("      ", &breakdown);
@@ -332,6 +347,7 @@ impl ModelJob for TtftJob<'_> {
                     .map(|ranks| ranks.into_iter().next().unwrap_or_default())
                     .collect(),
                 clock: r.clock,
+                joules_per_run,
             });
         }
         let report = Report {
