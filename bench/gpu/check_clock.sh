@@ -6,7 +6,7 @@
 # power above 0, a limit of 50 W or more, and energy above 0 where counted;
 # then `serve` on the same model under a short `bench serve` (the server's
 # /metrics GPU lines: the report's gpu with samples, clock and joules per
-# generated token); and, when BIN_DIR holds the hardware crate's unit-test binary
+# generated token); doctor's reading of the device; and, when BIN_DIR holds the hardware crate's unit-test binary
 # (headroom_hardware-*, from `cargo test --release -p headroom-hardware --lib
 # --no-run`), its NVML test (`--ignored nvml`).
 # Usage: bench/gpu/check_clock.sh BIN_DIR   (BIN_DIR/headroom: the release binary)
@@ -60,6 +60,16 @@ assert g is not None, "bench serve: no gpu in the report"
 assert g["samples"] >= 2 and 100 <= g["sm_clock_mhz_min"] <= g["sm_clock_mhz_mean"] <= 5000, g
 assert g["energy_j"] is None or (g["energy_j"] > 0 and g["joules_per_output_token"] > 0), g
 print(f"check_clock: serve: ok ({g['samples']} samples, {g['joules_per_output_token']} J per generated token)")
+PY
+# doctor's reading of the device (its JSON's backends.cuda_gpu_now).
+"$BIN_DIR/headroom" doctor --json > "$OUT/clock-doctor.json" 2>> "$OUT/clock.log" || status=1
+python3 - "$OUT/clock-doctor.json" <<'PY' || status=1
+import json, sys
+b = json.load(open(sys.argv[1]))["backends"]
+g = b["cuda_gpu_now"]
+assert g is not None, f"doctor: no GPU reading ({b['cuda_gpu_now_unavailable']})"
+assert 100 <= g["sm_clock_mhz"] <= 5000 and g["power_w"] > 0 and g["power_limit_w"] >= 50, g
+print(f"check_clock: doctor: ok ({g})")
 PY
 T=$(ls "$BIN_DIR"/headroom_hardware-* 2>/dev/null | grep -v '\.d$' | head -n1)
 if [ -n "$T" ]; then

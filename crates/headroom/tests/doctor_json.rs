@@ -172,6 +172,9 @@ fn doctor_json_reports_backend_availability() {
             eprintln!("no CUDA here: {}", cuda["reason"]);
             assert!(!cuda["reason"].as_str().unwrap().is_empty());
             assert_eq!(v["hardware"]["backend"], "cpu");
+            // No device: NVML is not asked, the GPU's reading is null.
+            assert!(v["backends"]["cuda_gpu_now"].is_null(), "{v}");
+            assert!(v["backends"]["cuda_gpu_now_unavailable"].is_null(), "{v}");
         }
     }
     let full = full_group(&v);

@@ -51,6 +51,33 @@ pub struct Backends {
     /// Where each CUDA library came from: `SONAME: system library path`,
     /// `SONAME: pip wheel PATH` or `SONAME: not found (WHY)`.
     pub cuda_libraries: Vec<String>,
+    /// The CUDA device's clock and power now (NVML), where CUDA is available.
+    pub cuda_gpu_now: Option<GpuNow>,
+    /// Why NVML could not say, where CUDA is available.
+    pub cuda_gpu_now_unavailable: Option<String>,
+}
+
+/// The CUDA device's SM clock and power at `doctor`'s reading: the power
+/// limit bounds what a long prefill runs at (docs/perf/serving.md, session 42).
+#[derive(Debug, Serialize)]
+pub struct GpuNow {
+    pub sm_clock_mhz: u32,
+    pub power_w: f64,
+    pub power_limit_w: f64,
+    /// The driver's clock event reasons (`nvmlClocksEventReasons` bits).
+    pub clock_event_reasons: u64,
+}
+
+/// NVML's reading of CUDA device 0.
+fn gpu_now() -> Result<GpuNow, String> {
+    let nvml = headroom_hardware::Nvml::for_cuda_device0()?;
+    let s = nvml.sample()?;
+    Ok(GpuNow {
+        sm_clock_mhz: s.sm_mhz,
+        power_w: s.power_mw as f64 / 1e3,
+        power_limit_w: nvml.power_limit_mw()? as f64 / 1e3,
+        clock_event_reasons: s.reasons,
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -131,6 +158,13 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
     }
     let mut setup = AttentionSetup::new(g, backend, &kinds)?;
     setup.warnings.extend(unavailable);
+    let (cuda_gpu_now, cuda_gpu_now_unavailable) = match &cuda {
+        Ok(_) => match gpu_now() {
+            Ok(now) => (Some(now), None),
+            Err(why) => (None, Some(why)),
+        },
+        Err(_) => (None, None),
+    };
     Ok(DoctorReport {
         builtin_qualifications: setup.registry.builtin_loaded(),
         registry: setup.registry.rows(&setup.fingerprint, &kinds),
@@ -161,6 +195,9 @@ pub fn report(args: &Args, g: &GlobalArgs) -> anyhow::Result<DoctorReport> {
                 .iter()
                 .map(|o| crate::output::escape_controls(&o.to_string()))
                 .collect(),
+            cuda_gpu_now,
+            cuda_gpu_now_unavailable: cuda_gpu_now_unavailable
+                .map(|why| crate::output::escape_controls(&why)),
         },
         model: ModelInfo {
             source: crate::output::escape_controls(&source),
@@ -342,6 +379,16 @@ fn render_backends(out: &mut String, r: &DoctorReport) {
     }
     for lib in &r.backends.cuda_libraries {
         let _ = writeln!(out, "  library {lib}");
+    }
+    if let Some(g) = &r.backends.cuda_gpu_now {
+        let _ = writeln!(
+            out,
+            "  gpu now SM {} MHz, {:.0} W of a {:.0} W power limit (NVML; clock event reasons {:#x})",
+            g.sm_clock_mhz, g.power_w, g.power_limit_w, g.clock_event_reasons
+        );
+    }
+    if let Some(why) = &r.backends.cuda_gpu_now_unavailable {
+        let _ = writeln!(out, "  gpu now unknown: {why}");
     }
 }
 
