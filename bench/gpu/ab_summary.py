@@ -4,7 +4,10 @@ Reads, in the folder given: ab-ttft-{before,after}.json (headroom.bench.ttft/2)
 and ab-w1-{before,after}-N.json (headroom.bench.serve/3). Prints one line per
 TTFT length and one for W1 (output tok/s: each run, the median per side, the
 ratio), writes the same as ab_summary.json, and exits 1 when a side has no
-report of a kind the other side has (a run that failed).
+report of a kind the other side has (a run that failed). Where both sides'
+reports carry the GPU's energy (`joules_per_run` of bench ttft, the runs'
+`gpu.joules_per_output_token` of bench serve), their medians and ratio too:
+under a power cap a change's saving in energy is part of its gain.
 """
 
 import json
@@ -13,27 +16,49 @@ import sys
 from pathlib import Path
 
 
-def ttft(folder, side):
-    """{prompt tokens: median TTFT ms} of one side, or None without a report."""
+def ttft(folder, side, field="median_ttft_ms"):
+    """{prompt tokens: `field`} of one side (lengths without it left out), or
+    None without a report."""
     path = folder / f"ab-ttft-{side}.json"
     if not path.exists():
         return None
     report = json.loads(path.read_text())
-    return {r["tokens"]: r["median_ttft_ms"] for r in report["results"]}
+    return {r["tokens"]: r[field] for r in report["results"] if r.get(field) is not None}
 
 
-def w1(folder, side):
-    """Output tok/s of each W1 run of one side, in run order."""
+def w1(folder, side, value=lambda run: run["output_tokens_per_s"]):
+    """`value` of each W1 run of one side, in run order (runs without it left out)."""
     runs = []
     for path in sorted(folder.glob(f"ab-w1-{side}-*.json"), key=lambda p: int(p.stem.rsplit("-", 1)[1])):
         report = json.loads(path.read_text())
-        runs.extend(r["output_tokens_per_s"] for r in report["runs"])
+        runs.extend(v for v in map(value, report["runs"]) if v is not None)
     return runs
+
+
+def joules_per_output_token(run):
+    return (run.get("gpu") or {}).get("joules_per_output_token")
+
+
+def energy(folder, out):
+    """The energy entries of `out`, where both sides have them."""
+    jb, ja = ttft(folder, "before", "joules_per_run"), ttft(folder, "after", "joules_per_run")
+    for tokens in sorted(set(jb or {}) & set(ja or {})):
+        out["ttft_joules_per_run"][str(tokens)] = {
+            "before": jb[tokens],
+            "after": ja[tokens],
+            "ratio": ja[tokens] / jb[tokens],
+        }
+    eb = w1(folder, "before", joules_per_output_token)
+    ea = w1(folder, "after", joules_per_output_token)
+    if eb and ea:
+        mb, ma = statistics.median(eb), statistics.median(ea)
+        out["w1_joules_per_output_token"] = {"before": mb, "after": ma, "ratio": ma / mb}
 
 
 def summary(folder):
     """The summary of the reports in `folder` and whether every kind has both sides."""
-    out = {"ttft_ms": {}, "w1_output_tok_s": None}
+    out = {"ttft_ms": {}, "w1_output_tok_s": None, "ttft_joules_per_run": {},
+           "w1_joules_per_output_token": None}
     complete = True
     tb, ta = ttft(folder, "before"), ttft(folder, "after")
     if (tb is None) != (ta is None):
@@ -60,6 +85,7 @@ def summary(folder):
             "after": ma,
             "ratio": ma / mb,
         }
+    energy(folder, out)
     return out, complete
 
 
@@ -77,6 +103,13 @@ def main():
         runs = lambda xs: " / ".join(f"{x:.1f}" for x in xs)
         print(f"W1 output tok/s: before {runs(w['before_runs'])} (median {w['before']:.1f}), "
               f"after {runs(w['after_runs'])} (median {w['after']:.1f}), after/before {w['ratio']:.3f}")
+    for tokens, j in out["ttft_joules_per_run"].items():
+        print(f"TTFT {tokens:>6} tokens, GPU energy a run: before {j['before']:.1f} J, "
+              f"after {j['after']:.1f} J, after/before {j['ratio']:.3f}")
+    j = out["w1_joules_per_output_token"]
+    if j:
+        print(f"W1 GPU energy per generated token: before {j['before']:.4f} J, "
+              f"after {j['after']:.4f} J, after/before {j['ratio']:.3f}")
     if not out["ttft_ms"] and not w:
         print(f"no A/B reports in {folder}", file=sys.stderr)
         complete = False

@@ -84,6 +84,64 @@ fn medians_and_ratios_of_both_sides() {
 }
 
 #[test]
+fn the_gpu_energy_is_compared_where_both_sides_have_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ttft = |ms: f64, joules: Option<f64>| {
+        let mut v = ttft_report(&[(32768, ms)]);
+        v["results"][0]["joules_per_run"] = json!(joules);
+        v
+    };
+    write(d, "ab-ttft-before.json", ttft(480.0, Some(320.0)));
+    write(d, "ab-ttft-after.json", ttft(470.0, Some(304.0)));
+    let serve = |tok_s: f64, j: Option<f64>| {
+        let mut v = serve_report(tok_s);
+        v["runs"][0]["gpu"] = j.map_or(Value::Null, |j| json!({"joules_per_output_token": j}));
+        v
+    };
+    for (side, run, tok_s, j) in [
+        ("before", 1, 5400.0, Some(0.80)),
+        ("before", 2, 5420.0, Some(0.78)),
+        ("after", 1, 5500.0, Some(0.76)),
+        ("after", 2, 5510.0, None),
+    ] {
+        write(d, &format!("ab-w1-{side}-{run}.json"), serve(tok_s, j));
+    }
+    let (code, stdout, s) = run(d);
+    assert_eq!(code, 0, "{stdout}");
+    let t = &s["ttft_joules_per_run"]["32768"];
+    assert_eq!(
+        (t["before"].as_f64(), t["after"].as_f64()),
+        (Some(320.0), Some(304.0))
+    );
+    assert!((t["ratio"].as_f64().unwrap() - 0.95).abs() < 1e-12);
+    // Medians of the runs that have it (the after side's second has none).
+    let w = &s["w1_joules_per_output_token"];
+    assert!((w["before"].as_f64().unwrap() - 0.79).abs() < 1e-12, "{w}");
+    assert_eq!(w["after"].as_f64(), Some(0.76));
+    assert!(
+        stdout.contains("W1 GPU energy per generated token"),
+        "{stdout}"
+    );
+    // Reports without energy: no energy entries, and still complete.
+    let plain = tempfile::tempdir().unwrap();
+    write(
+        plain.path(),
+        "ab-ttft-before.json",
+        ttft_report(&[(8192, 115.0)]),
+    );
+    write(
+        plain.path(),
+        "ab-ttft-after.json",
+        ttft_report(&[(8192, 112.5)]),
+    );
+    let (code, _, s) = run(plain.path());
+    assert_eq!(code, 0);
+    assert_eq!(s["ttft_joules_per_run"], json!({}));
+    assert_eq!(s["w1_joules_per_output_token"], Value::Null);
+}
+
+#[test]
 fn a_side_without_its_report_fails() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
