@@ -1,6 +1,7 @@
 # Sourced by the call scripts since session 31: `w1 ARM BIN MODEL PORT`
 # starts a fresh `BIN serve` of the synthetic MODEL, loads it with W1 (1,000
-# x 1,024 / 128 at c = 512), prints output tok/s, TTFT p50 and ITL p50, and
+# x 1,024 / 128 at c = 512), prints output tok/s, TTFT p50 and ITL p50 (and,
+# from session 42's main on, the GPU's joules per token and clock), and
 # stops the server. W1_SERVE_FLAGS (default none) are added to `serve`
 # (session 37: the step budget). Logs and the bench's JSON go to $O. A server that exits,
 # or does not listen within W1_START_S seconds (default 200; a fresh
@@ -33,5 +34,7 @@ w1() {
     --requests 1000 --prompt-len 1024 --max-tokens 128 > "$O/w1-$1.txt" 2>&1
   echo "$1: $(grep -E 'output tok/s' "$O/w1-$1.txt" | head -1 | sed 's/.*flowed: //' | cut -c1-40) | $(grep -E '^ttft' "$O/w1-$1.txt" | awk '{print "ttft p50", $4}') | $(grep -E '^itl' "$O/w1-$1.txt" | awk '{print "itl p50", $4}') (t=$SECONDS)"
   echo "  $1: GPU memory used after the run: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+  # The server's GPU over the run (bench serve's `gpu:` line; from session 42's main on).
+  grep -E '^gpu:' "$O/w1-$1.txt" | sed "s/^/  $1: /" | cut -c1-220
   kill -TERM $sp; wait $sp
 }
