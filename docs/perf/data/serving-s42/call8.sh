@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 42, call 8 (any NVIDIA card; ≈ 80 s, ≈ 200 s with the overhead check; carry [".devbin/clock", ".devbin/head"]: main's release binary
-# and the hardware crate's library tests as h/headroom_hardware-lib, packed by
+# Session 42, call 8 (any NVIDIA card; ≈ 200 s; carry [".devbin/clock", ".devbin/head"]): clock =
+# main's release binary and the hardware crate's library tests as h/headroom_hardware-lib, packed by
 #   exe=$(cargo test --release -p headroom-hardware --lib --no-run --message-format=json |
 #     python3 -c 'import json,sys; [print(m["executable"]) for m in map(json.loads, sys.stdin)
 #     if m.get("reason") == "compiler-artifact" and m.get("executable")]' | tail -1)
