@@ -51,6 +51,20 @@ impl GpuMetrics {
         })))
     }
 
+    /// One line for the start-up: `SM 1980 MHz, 72 W of a 700 W power limit
+    /// now (NVML)`, or why the reading failed.
+    pub fn describe(&self) -> String {
+        match (self.read)() {
+            Ok(r) => format!(
+                "SM {} MHz, {:.0} W of a {:.0} W power limit now (NVML)",
+                r.sample.sm_mhz,
+                r.sample.power_mw as f64 / 1e3,
+                r.power_limit_mw as f64 / 1e3
+            ),
+            Err(e) => format!("unreadable now: {e}"),
+        }
+    }
+
     /// Appends the GPU's gauges (and energy counter) read now to `out`;
     /// nothing when the reading fails.
     pub fn render(&self, out: &mut String) {
@@ -148,5 +162,17 @@ mod tests {
     #[test]
     fn a_failed_reading_leaves_the_lines_out() {
         assert_eq!(rendered(Err("gone".into())), "");
+        let gone = GpuMetrics::new(Box::new(|| Err("gone".into())));
+        assert_eq!(gone.describe(), "unreadable now: gone");
+    }
+
+    #[test]
+    fn the_start_up_line_names_the_clock_and_the_limit() {
+        let r = reading(0, None);
+        let g = GpuMetrics::new(Box::new(move || Ok(r)));
+        assert_eq!(
+            g.describe(),
+            "SM 1725 MHz, 689 W of a 700 W power limit now (NVML)"
+        );
     }
 }

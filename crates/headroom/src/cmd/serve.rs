@@ -466,7 +466,10 @@ impl ServeJob {
         let mut state = AppState::new(Arc::new(handle), self.codec, self.template, self.server);
         if backend == BackendKind::Cuda && world == 1 {
             match headroom_server::gpu_metrics::GpuMetrics::nvml_on_cuda_device0() {
-                Ok(g) => state.metrics.set_gpu(g),
+                Ok(g) => {
+                    eprintln!("GPU: {}; /metrics shows it", g.describe());
+                    state.metrics.set_gpu(g);
+                }
                 Err(reason) => eprintln!("no GPU clock, power or energy in /metrics: {reason}"),
             }
         }
