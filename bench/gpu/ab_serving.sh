@@ -27,6 +27,7 @@ AFTER=$2
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source bench/gpu/env.sh
+source bench/gpu/serve_wait.sh
 RUNS=${AB_RUNS:-2}
 MODEL=${AB_SYNTHETIC:-qwen3.6-35b-a3b}
 LENGTHS=${AB_LENGTHS-8192,32768}
@@ -56,11 +57,7 @@ if [ "${AB_W1:-1}" != 0 ]; then
             env $(env_of $side) "$(bin_of $side)" serve --backend cuda --synthetic "$MODEL" --port $port \
                 > "$OUT/ab-serve-$tag.log" 2>&1 &
             sp=$!
-            for _ in $(seq 1 600); do
-                grep -q "listening on" "$OUT/ab-serve-$tag.log" && break
-                kill -0 $sp 2>/dev/null || break
-                sleep 0.5
-            done
+            serve_listening "$OUT/ab-serve-$tag.log" $sp 600 || true
             if ! grep -q "listening on" "$OUT/ab-serve-$tag.log"; then
                 echo "server $tag did not start: $(tail -n 2 "$OUT/ab-serve-$tag.log" | tr '\n' ' ')"
                 status=1

@@ -41,11 +41,8 @@ PY
 # its report's gpu must have samples, a clock and energy per generated token.
 "$BIN_DIR/headroom" serve --backend cuda --synthetic tiny-d256 --port 8979 > "$OUT/clock-serve.log" 2>&1 &
 sp=$!
-for _ in $(seq 1 400); do
-    grep -q "listening on" "$OUT/clock-serve.log" && break
-    kill -0 $sp 2>/dev/null || break
-    sleep 0.5
-done
+source bench/gpu/serve_wait.sh
+serve_listening "$OUT/clock-serve.log" $sp 400 || echo "check_clock: the server did not start"
 timeout 120 "$BIN_DIR/headroom" bench serve --url http://127.0.0.1:8979 --concurrency 8 --requests 64 \
     --prompt-len 256 --max-tokens 64 --sample-ms 100 --json "$OUT/clock-serve.json" 2>&1 \
     | tee -a "$OUT/clock.log" | grep -E "output tok/s|^gpu:"
