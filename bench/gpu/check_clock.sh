@@ -68,7 +68,7 @@ assert g is not None, f"doctor: no GPU reading ({b['cuda_gpu_now_unavailable']})
 assert 100 <= g["sm_clock_mhz"] <= 5000 and g["power_w"] > 0 and g["power_limit_w"] >= 50, g
 print(f"check_clock: doctor: ok ({g})")
 PY
-T=$(ls "$BIN_DIR"/headroom_hardware-* 2>/dev/null | grep -v '\.d$' | head -n1)
+T=$(ls "$BIN_DIR"/lib_headroom_hardware "$BIN_DIR"/headroom_hardware-* 2>/dev/null | grep -v '\.d$' | head -n1)
 if [ -n "$T" ]; then
     timeout 60 "$T" --ignored --nocapture nvml 2>&1 | tee -a "$OUT/clock.log" | grep -E "gpu_clock|test result|panicked"
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

@@ -5,6 +5,9 @@
 # `tar -xJf DIR/bins.tar.xz -C /tmp/x`).
 # Usage: bench/gpu/pack_bins.sh DIR [CRATE:TEST ...]
 #   e.g. bench/gpu/pack_bins.sh .devbin/s25a headroom-engine:cuda_graphs
+# CRATE:lib packs the crate's library unit tests as h/lib_<crate> (dashes as
+# underscores: headroom-hardware:lib -> h/lib_headroom_hardware), as
+# pack_tests.sh names them.
 # EXTRA_BINS="NAME=PATH ..." packs more binaries (built elsewhere, e.g. from
 # an experiment branch's worktree) as h/NAME.
 set -euo pipefail
@@ -18,13 +21,21 @@ cp "$T/release/headroom" "$P/h/"
 for spec in "$@"; do
   crate=${spec%%:*}; test=${spec#*:}
   [ "$crate" != "$spec" ] || { echo "$spec: not CRATE:TEST" >&2; exit 1; }
-  exe=$(cargo test --release -p "$crate" --test "$test" --no-run --message-format=json 2>/dev/null |
+  if [ "$test" = lib ]; then
+    what=(--lib); name=lib_${crate//-/_}
+  else
+    what=(--test "$test"); name=$test
+  fi
+  exe=$(cargo test --release -p "$crate" "${what[@]}" --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
-    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==sys.argv[1]: print(m["executable"])' "$test" | tail -n1)
+    t=m.get("target", {})
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and (
+        "lib" in t.get("kind", []) if sys.argv[1]=="lib" else t.get("name")==sys.argv[1]):
+        print(m["executable"])' "$test" | tail -n1)
   [ -n "$exe" ] || { echo "$spec: no test binary built" >&2; exit 1; }
-  cp "$exe" "$P/h/$test"
+  cp "$exe" "$P/h/$name"
 done
 for extra in ${EXTRA_BINS:-}; do
   name=${extra%%=*}; path=${extra#*=}

@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Session 42, call 8 (any NVIDIA card; ≈ 200 s; carry [".devbin/clock", ".devbin/head"]): clock =
-# main's release binary and the hardware crate's library tests as h/headroom_hardware-lib, packed by
-#   exe=$(cargo test --release -p headroom-hardware --lib --no-run --message-format=json |
-#     python3 -c 'import json,sys; [print(m["executable"]) for m in map(json.loads, sys.stdin)
-#     if m.get("reason") == "compiler-artifact" and m.get("executable")]' | tail -1)
-#   EXTRA_BINS="headroom_hardware-lib=$exe" bash bench/gpu/pack_bins.sh .devbin/clock
-# ): `bench ttft`'s new clock, power and energy sampling (NVML) on a GPU —
+# main's release binary and the hardware crate's library tests, packed by
+#   bash bench/gpu/pack_bins.sh .devbin/clock headroom-hardware:lib
+# — `bench ttft`'s new clock, power and energy sampling (NVML) on a GPU —
 # bench/gpu/check_clock.sh (a tiny model: the JSON's clock fields sane; the NVML unit test),
 # then the FP8 35B at 8k and 32k with the clock line.
 # Prediction: check_clock passes; on an H100 the 32k runs' clock as call 7's nvidia-smi saw it
