@@ -1,4 +1,5 @@
-# Sourced by the GPU scripts that start `headroom serve` in the background:
+# Sourced by the GPU scripts that start `headroom serve` in the background
+# (and by docs/perf/data/serving-s31/w1_arm.sh for the call scripts):
 # `serve_listening LOG PID HALF_SECONDS` returns 0 once the server PID has
 # written its "listening on" line to LOG, 1 if it exits or HALF_SECONDS
 # half-seconds pass first.

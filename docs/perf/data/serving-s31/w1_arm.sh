@@ -9,17 +9,11 @@
 # utilisation and memory and killed, and the bench is skipped (session 34:
 # a start that hung cost 200 s of waiting and the bench's 120 s).
 #
-# `serve_listening LOG PID HALF_SECONDS`: 0 once the server PID has written
-# its "listening on" line to LOG, 1 if it exits or HALF_SECONDS half-seconds
-# pass first (also used by serving-s34/next/wswatch.sh).
-serve_listening() {
-  for _ in $(seq 1 "$3"); do
-    grep -q "listening on" "$1" && return 0
-    kill -0 "$2" 2>/dev/null || return 1
-    sleep 0.5
-  done
-  return 1
-}
+# `serve_listening LOG PID HALF_SECONDS` (bench/gpu/serve_wait.sh, sourced
+# here for the call scripts that use it, e.g. serving-s34/next/wswatch.sh):
+# 0 once the server PID has written its "listening on" line to LOG, 1 if it
+# exits or HALF_SECONDS half-seconds pass first.
+source bench/gpu/serve_wait.sh
 w1() {
   "$2" serve --backend cuda --synthetic "$3" --port "$4" ${W1_SERVE_FLAGS:-} > "$O/serve-$1.log" 2>&1 &
   local sp=$!
