@@ -8,6 +8,7 @@
 //! serves at less than its boost clock, so a throughput is read with these.
 //! A server without the lines gives `None`, not an error.
 
+use crate::serve_pool::metric_f64 as metric;
 use serde::Serialize;
 
 /// The GPU at one pool sample.
@@ -17,15 +18,6 @@ pub struct GpuSample {
     pub power_w: f64,
     /// The driver held the clocks down for power at that moment.
     pub held_for_power: bool,
-}
-
-/// The value of the unlabelled metric `name`, when finite and non-negative.
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        let (n, v) = l.split_once(' ')?;
-        let v: f64 = v.trim().parse().ok()?;
-        (n == name && v.is_finite() && v >= 0.0).then_some(v)
-    })
 }
 
 /// The GPU gauges of a Prometheus text; `None` unless all three are there.

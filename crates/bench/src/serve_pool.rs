@@ -38,12 +38,17 @@ pub struct PoolSample {
 
 /// The value of the unlabelled metric `name` in a Prometheus text, when
 /// it is a finite non-negative number.
-fn metric(text: &str, name: &str) -> Option<u64> {
+pub(crate) fn metric_f64(text: &str, name: &str) -> Option<f64> {
     text.lines().find_map(|l| {
         let (n, v) = l.split_once(' ')?;
         let v: f64 = v.trim().parse().ok()?;
-        (n == name && v.is_finite() && v >= 0.0).then_some(v as u64)
+        (n == name && v.is_finite() && v >= 0.0).then_some(v)
     })
+}
+
+/// [`metric_f64`] as a count (truncated).
+fn metric(text: &str, name: &str) -> Option<u64> {
+    metric_f64(text, name).map(|v| v as u64)
 }
 
 /// The values of the metric `name` labelled `{rank="r"}` for ranks 0, 1, …

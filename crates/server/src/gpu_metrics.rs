@@ -9,7 +9,6 @@
 
 use headroom_hardware::gpu_clock::POWER_REASONS;
 use headroom_hardware::ClockSample;
-use std::fmt::Write;
 
 /// One reading of the device: a clock sample and the power limit (mW).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,10 +107,7 @@ impl GpuMetrics {
             ));
         }
         for (name, kind, help, v) in lines {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
-            );
+            crate::metrics::write_metric(out, name, kind, help, v);
         }
     }
 }

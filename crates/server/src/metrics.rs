@@ -276,10 +276,7 @@ impl Metrics {
             ),
         ];
         for (name, kind, help, v) in gauges {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
-            );
+            write_metric(&mut out, name, kind, help, v);
         }
         render_device_memory(&mut out, &stats.device_memory);
         if let Some(gpu) = &self.gpu {
@@ -287,6 +284,21 @@ impl Metrics {
         }
         out
     }
+}
+
+/// One unlabelled metric in the exposition format: its HELP and TYPE lines
+/// and its value.
+pub(crate) fn write_metric(
+    out: &mut String,
+    name: &str,
+    kind: &str,
+    help: &str,
+    value: impl std::fmt::Display,
+) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
 }
 
 /// Each rank's backend memory (one rank unless the model is a
