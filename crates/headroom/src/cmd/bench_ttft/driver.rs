@@ -27,23 +27,23 @@ use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// NVML on the bench's device, and the power limit it enforces.
+/// NVML on the bench's device.
 #[derive(Clone)]
 pub struct GpuClock {
     nvml: Arc<Nvml>,
-    power_limit_mw: u32,
 }
 
 impl GpuClock {
     /// NVML on CUDA device 0, or why not.
     pub fn open() -> Result<GpuClock, String> {
-        let nvml = Nvml::for_cuda_device0()?;
-        // A limit NVML will not tell is reported as 0.
-        let power_limit_mw = nvml.power_limit_mw().unwrap_or(0);
         Ok(GpuClock {
-            nvml: Arc::new(nvml),
-            power_limit_mw,
+            nvml: Arc::new(Nvml::for_cuda_device0()?),
         })
+    }
+
+    /// The power limit the device enforces (0 when NVML will not tell).
+    fn power_limit_mw(&self) -> u32 {
+        self.nvml.power_limit_mw().unwrap_or(0)
     }
 
     fn start(&self) -> ClockSampler {
@@ -334,7 +334,7 @@ pub fn measure<B: Backend, M: BenchModel<B>>(
         if let Some(e) = &window.error {
             eprintln!("  clock sampling stopped early: {e}");
         }
-        ClockStats::of(&window.samples, clock.power_limit_mw)
+        ClockStats::of(&window.samples, clock.power_limit_mw())
     });
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
