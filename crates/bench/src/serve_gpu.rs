@@ -51,7 +51,8 @@ pub struct GpuRun {
     /// Share of the samples with the clocks held down for power.
     pub power_capped_share: Option<f64>,
     /// The energy counter's change over the run (`None` without it at both
-    /// ends, or when it went back: a restarted driver).
+    /// ends, when it went back — a restarted driver — or when it did not
+    /// move: a run shorter than the counter's update period).
     pub energy_j: Option<f64>,
     pub joules_per_output_token: Option<f64>,
     /// Per prompt and generated token.
@@ -69,7 +70,7 @@ pub fn run_stats(
     total_tokens: u64,
 ) -> Option<GpuRun> {
     let energy_j = match energy {
-        (Some(b), Some(a)) if a >= b => Some(a - b),
+        (Some(b), Some(a)) if a > b => Some(a - b),
         _ => None,
     };
     if samples.is_empty() && energy_j.is_none() {
@@ -197,7 +198,13 @@ mod tests {
         // The counter went back (a restarted driver) or is missing at one end.
         let s = [sample(1500.0, 500.0, false)];
         let refs: Vec<&GpuSample> = s.iter().collect();
-        for energy in [(Some(9.0), Some(2.0)), (None, Some(2.0)), (Some(1.0), None)] {
+        // or did not move (too short a run to resolve).
+        for energy in [
+            (Some(9.0), Some(2.0)),
+            (None, Some(2.0)),
+            (Some(1.0), None),
+            (Some(4.0), Some(4.0)),
+        ] {
             let r = run_stats(&refs, energy, None, 10, 20).unwrap();
             assert_eq!((r.energy_j, r.joules_per_output_token), (None, None));
             assert!(!summary(Some(&r)).contains(" J "), "{}", summary(Some(&r)));

@@ -47,7 +47,9 @@ pub struct ClockStats {
     /// Share held down for heat or a hardware slowdown ([`THERMAL_REASONS`]).
     pub thermal_share: f64,
     /// Joules from the first sample to the last (the energy counter's
-    /// difference; `None` without a counter at both ends).
+    /// difference; `None` without a counter at both ends, or when it did
+    /// not move: a window shorter than the counter's update period — an H100
+    /// read 0 J over two samples 10 ms apart at 133 W — is not resolved).
     pub energy_j: Option<f64>,
 }
 
@@ -73,7 +75,7 @@ impl ClockStats {
             power_capped_share: share(POWER_REASONS),
             thermal_share: share(THERMAL_REASONS),
             energy_j: match (samples[0].energy_mj, samples[n - 1].energy_mj) {
-                (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 / 1e3),
+                (Some(a), Some(b)) if b > a => Some((b - a) as f64 / 1e3),
                 _ => None,
             },
         })
@@ -251,6 +253,12 @@ mod tests {
             .ends_with("; power-capped in 100 % of 3 samples; 42.5 J"));
         let half = ClockStats::of(&[with(Some(1)), with(None)], 0).unwrap();
         assert_eq!(half.energy_j, None, "no counter at the last sample");
+        let still = ClockStats::of(&[with(Some(7_000)), with(Some(7_000))], 0).unwrap();
+        assert_eq!(
+            still.energy_j, None,
+            "a counter that did not move resolves nothing"
+        );
+        assert!(!still.summary().contains(" J"), "{}", still.summary());
         // The hardware power brake counts as power; idle (0x1) as neither.
         let brake = ClockStats::of(&[sample(1000, 1, 0x80), sample(1000, 1, 0x1)], 0).unwrap();
         assert!((brake.power_capped_share - 0.5).abs() < 1e-12);
