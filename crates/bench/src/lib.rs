@@ -38,6 +38,7 @@ pub mod prefill_model;
 pub mod prefill_reports;
 pub mod prefill_schema;
 pub mod prefill_target;
+mod prom_text;
 pub mod qualify;
 pub mod qualify_output;
 pub mod report;

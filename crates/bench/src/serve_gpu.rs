@@ -8,7 +8,7 @@
 //! serves at less than its boost clock, so a throughput is read with these.
 //! A server without the lines gives `None`, not an error.
 
-use crate::serve_pool::metric_f64 as metric;
+use crate::prom_text::metric_f64 as metric;
 use serde::Serialize;
 
 /// The GPU at one pool sample.

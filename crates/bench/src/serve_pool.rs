@@ -9,6 +9,7 @@
 //! the server shows its GPU (`headroom_gpu_*`), each sample carries it and
 //! the two readings carry the energy counter ([`crate::serve_gpu`]).
 
+use crate::prom_text::metric_f64;
 use crate::serve_gpu::{self, GpuSample};
 use headroom_server::client;
 use serde::Serialize;
@@ -34,16 +35,6 @@ pub struct PoolSample {
     /// The GPU's clock and power then, when the server shows them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuSample>,
-}
-
-/// The value of the unlabelled metric `name` in a Prometheus text, when
-/// it is a finite non-negative number.
-pub(crate) fn metric_f64(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        let (n, v) = l.split_once(' ')?;
-        let v: f64 = v.trim().parse().ok()?;
-        (n == name && v.is_finite() && v >= 0.0).then_some(v)
-    })
 }
 
 /// [`metric_f64`] as a count (truncated).

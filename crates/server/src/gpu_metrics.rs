@@ -107,7 +107,7 @@ impl GpuMetrics {
             ));
         }
         for (name, kind, help, v) in lines {
-            crate::metrics::write_metric(out, name, kind, help, v);
+            crate::exposition::write_metric(out, name, kind, help, v);
         }
     }
 }

@@ -28,6 +28,7 @@ pub mod client;
 pub mod completion;
 pub mod engine_adapter;
 pub mod error;
+mod exposition;
 pub mod fake;
 pub mod generator;
 pub mod gpu_metrics;

@@ -6,6 +6,7 @@
 //! energy where the server has a reader for them ([`GpuMetrics`]),
 //! rendered in the text exposition format.
 
+use crate::exposition::write_metric;
 use crate::generator::EngineStats;
 use crate::gpu_metrics::GpuMetrics;
 use headroom_engine::RankMemory;
@@ -284,21 +285,6 @@ impl Metrics {
         }
         out
     }
-}
-
-/// One unlabelled metric in the exposition format: its HELP and TYPE lines
-/// and its value.
-pub(crate) fn write_metric(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    value: impl std::fmt::Display,
-) {
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-    );
 }
 
 /// Each rank's backend memory (one rank unless the model is a
