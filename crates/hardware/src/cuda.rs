@@ -55,25 +55,11 @@ pub(crate) fn probe_library(names: &[&str]) -> Result<String, String> {
     if names.is_empty() {
         return Err("CUDA is not supported on this operating system".into());
     }
-    let mut errors = Vec::new();
-    for name in names {
-        // SAFETY: loading the CUDA driver runs only its initialisers, which
-        // have no preconditions; the handle is dropped right away.
-        match unsafe { libloading::Library::new(*name) } {
-            Ok(_) => return Ok((*name).to_string()),
-            Err(e) => {
-                // libloading keeps dlerror()'s text in the source.
-                let detail = std::error::Error::source(&e)
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| e.to_string());
-                errors.push(if detail.contains(name) {
-                    detail
-                } else {
-                    format!("{name}: {detail}")
-                });
-            }
-        }
-    }
+    let errors = match crate::dylib::load_first(names) {
+        // The handle is dropped right away: cudarc loads the driver itself.
+        Ok((_, name)) => return Ok(name.to_string()),
+        Err(errors) => errors,
+    };
     Err(format!(
         "the CUDA driver (libcuda.so) cannot be loaded ({NO_DRIVER_HINT}: {})",
         errors.join("; ")

@@ -14,6 +14,7 @@
 
 mod cpu;
 mod cuda;
+mod dylib;
 mod fingerprint;
 pub mod gpu_clock;
 mod memory;

@@ -56,18 +56,7 @@ impl Nvml {
     /// NVML from the first of `libraries` that loads, on the device at PCI
     /// bus id `bus_id` (`domain:bus:device.function`, hexadecimal).
     pub(crate) fn open(libraries: &[&str], bus_id: &str) -> Result<Nvml, String> {
-        let mut errors = Vec::new();
-        let lib = libraries.iter().find_map(|name| {
-            // SAFETY: loading NVML runs only its initialisers.
-            match unsafe { libloading::Library::new(*name) } {
-                Ok(lib) => Some(lib),
-                Err(e) => {
-                    errors.push(format!("{name}: {e}"));
-                    None
-                }
-            }
-        });
-        let lib = lib.ok_or_else(|| {
+        let (lib, _) = crate::dylib::load_first(libraries).map_err(|errors| {
             format!(
                 "NVML (libnvidia-ml.so) cannot be loaded ({})",
                 if errors.is_empty() {
