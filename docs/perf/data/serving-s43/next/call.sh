@@ -25,18 +25,7 @@ for v in head fold; do
     /tmp/$v/h/headroom bench ttft --backend cuda --synthetic qwen3.6-35b-a3b-fp8 --lengths 8192 --iterations 1 \
     --warmup 1 > "$O/ncu-$v.csv" 2> "$O/ncu-$v.err"
   echo "ncu $v rc $? (t=$SECONDS)"
-  python3 - "$O/ncu-$v.csv" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-if not rows: print("  no rows"); sys.exit()
-h = rows[0]; k = h.index("Kernel Name"); v = h.index("Metric Value")
-agg = collections.defaultdict(list)
-for r in rows[1:]:
-    try: agg[r[k].split("(")[0]].append(float(r[v].replace(",", "")))
-    except ValueError: pass
-for n, t in sorted(agg.items()):
-    print(f"  {n}: {len(t)} launches, {sum(t)/1e3:.1f} us total, {sum(t)/len(t)/1e3:.1f} us each")
-PY
+  python3 docs/perf/data/serving-s17/call1/sum.py "$O/ncu-$v.csv" | head -8 | cut -c1-90
 done
 gzip -f "$O"/ncu-*.csv 2>/dev/null
 for v in head fold head fold; do
