@@ -57,8 +57,7 @@ if [ "${AB_W1:-1}" != 0 ]; then
             env $(env_of $side) "$(bin_of $side)" serve --backend cuda --synthetic "$MODEL" --port $port \
                 > "$OUT/ab-serve-$tag.log" 2>&1 &
             sp=$!
-            serve_listening "$OUT/ab-serve-$tag.log" $sp 600 || true
-            if ! grep -q "listening on" "$OUT/ab-serve-$tag.log"; then
+            if ! serve_listening "$OUT/ab-serve-$tag.log" $sp 600; then
                 echo "server $tag did not start: $(tail -n 2 "$OUT/ab-serve-$tag.log" | tr '\n' ' ')"
                 status=1
                 kill -TERM $sp 2>/dev/null; wait $sp 2>/dev/null
