@@ -568,3 +568,6 @@ mod fused;
 
 #[path = "fp8_backend/norm_codes.rs"]
 mod norm_codes;
+
+#[path = "fp8_backend/norm_fold.rs"]
+mod norm_fold;

@@ -280,6 +280,7 @@ fn time_moe(dev: &CudaDevice, tokens: usize) -> (f64, f64, f64) {
         shared_gate: &shared_gate,
         shared: &shared,
         out: &m.out,
+        norm: None,
     };
     let (mut route, mut combine, mut block) = (Vec::new(), Vec::new(), Vec::new());
     for n in 0..=SAMPLES {

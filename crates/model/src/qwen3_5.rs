@@ -21,7 +21,7 @@ pub use options::{
 pub use state::{LayerState, ModelState, Session};
 
 use crate::config::ModelConfig;
-use crate::layers::{FullAttention, GatedDeltaNet, Mlp};
+use crate::layers::{FullAttention, GatedDeltaNet, LayerOut, Mlp};
 use crate::parallel::RankShard;
 use crate::profile::{Part, PartTime, ProfileMode, Profiler};
 use crate::step_model::StepIds;
@@ -456,20 +456,20 @@ impl<B: Backend> Qwen35Model<B> {
             })
             .map_err(op(None))?;
         let mut reports = Vec::new();
-        let mut pending: Option<B::Act> = None;
+        let mut carry: Option<LayerOut<B::Act>> = None;
         for (l, (dec, layer_state)) in self.layers.iter().zip(state.layers.iter_mut()).enumerate() {
             let started = Instant::now();
-            let delta = self.decoder_layer(
+            let out = self.decoder_layer(
                 l,
                 dec,
                 layer_state,
                 &mut x,
-                pending.as_ref(),
+                carry.take(),
                 batch,
                 routes,
                 &mut reports,
             )?;
-            pending = Some(delta);
+            carry = Some(out);
             tracing::trace!(
                 layer = l,
                 rows = batch.rows(),
@@ -477,6 +477,16 @@ impl<B: Backend> Qwen35Model<B> {
                 "layer queued"
             );
         }
+        let pending = match carry {
+            None => None,
+            Some(LayerOut::Delta(d)) => Some(d),
+            // The last layer is given no next norm (the final norm is the head's).
+            Some(LayerOut::Normed(_)) => {
+                return Err(ModelError::Unsupported(
+                    "the last layer took a next norm".into(),
+                ))
+            }
+        };
         let logits = self.head(&mut x, pending.as_ref(), batch, rows)?;
         Ok(StepOutput {
             logits,
@@ -485,9 +495,12 @@ impl<B: Backend> Qwen35Model<B> {
     }
 
     /// Decoder layer `l` over the residual stream `x` (first adding the
-    /// previous layer's MLP output `pending`): input norm, token mixer
-    /// (its attention reports appended to `reports`), post norm, MLP.
-    /// Returns the MLP's output, which the next norm adds to `x`.
+    /// previous layer's MLP output, or taking the normed input the previous
+    /// layer's MoE block made: `carry`): input norm, token mixer (its
+    /// attention reports appended to `reports`), post norm, MLP. Returns the
+    /// MLP's output, which the next norm adds to `x`, or — a MoE block at
+    /// world size 1 that is not the last layer — the next layer's normed
+    /// input (the next norm folded into the block's call).
     #[allow(clippy::too_many_arguments)]
     fn decoder_layer(
         &self,
@@ -495,18 +508,26 @@ impl<B: Backend> Qwen35Model<B> {
         dec: &Decoder<B>,
         layer_state: &mut LayerState<B>,
         x: &mut B::Act,
-        pending: Option<&B::Act>,
+        carry: Option<LayerOut<B::Act>>,
         batch: &Batch,
         routes: &[Option<RouteRequest>],
         reports: &mut Vec<LayerAttentionReport>,
-    ) -> Result<B::Act, ModelError> {
+    ) -> Result<LayerOut<B::Act>, ModelError> {
         let (be, prof) = (&self.backend, &self.profiler);
         let eps = self.cfg.rms_norm_eps as f32;
-        let normed = prof
-            .time(be, Part::Norm, || {
-                be.add_rms_norm(x, pending, &dec.input_norm, eps)
-            })
-            .map_err(op(Some(l)))?;
+        let normed = match carry {
+            Some(LayerOut::Normed(n)) => n,
+            pending => {
+                let pending = match &pending {
+                    Some(LayerOut::Delta(d)) => Some(d),
+                    _ => None,
+                };
+                prof.time(be, Part::Norm, || {
+                    be.add_rms_norm(x, pending, &dec.input_norm, eps)
+                })
+                .map_err(op(Some(l)))?
+            }
+        };
         let mixed = match (&dec.mixer, layer_state) {
             (Mixer::Full(att), LayerState::Full(cache)) => {
                 let route = routes[l].ok_or(ModelError::NoRoute { layer: l })?;
@@ -532,8 +553,14 @@ impl<B: Backend> Qwen35Model<B> {
                 ))
             }
         };
+        // The next layer's input norm, for a MoE block to take with it.
+        let next_norm = self
+            .layers
+            .get(l + 1)
+            .filter(|_| be.world_size() == 1)
+            .map(|d| &d.input_norm);
         dec.mlp
-            .forward_after_norm(be, x, &mixed, &dec.post_norm, eps, prof)
+            .forward_after_norm(be, x, &mixed, &dec.post_norm, eps, next_norm, prof)
             .map_err(op(Some(l)))
     }
 

@@ -487,6 +487,29 @@ pub trait Backend: Send + Sync {
         self.moe_partial(&normed, weights, spec)
     }
 
+    /// [`Backend::add_rms_norm_moe_partial`] outside a group (the block's
+    /// whole output), then `residual +=` that output and the zero-centred
+    /// RMSNorm of the new residual with `next_norm` (the next layer's input
+    /// norm): a decoder layer's MoE half and the next layer's input norm in
+    /// one call, so that a backend may fold the add and the norm into the
+    /// block's last kernel (CUDA's grouped-GEMM path folds them into its
+    /// combine: the block's output is never written out). The same values
+    /// as the calls. The model calls it only at world size 1.
+    #[allow(clippy::too_many_arguments)]
+    fn add_rms_norm_moe_add_rms_norm(
+        &self,
+        residual: &mut Self::Act,
+        delta: &Self::Act,
+        norm: &Self::Weight,
+        eps: f32,
+        weights: &MoeWeights<Self::Weight>,
+        spec: &MoeSpec,
+        next_norm: &Self::Weight,
+    ) -> OpResult<Self::Act> {
+        let out = self.add_rms_norm_moe_partial(residual, delta, norm, eps, weights, spec)?;
+        self.add_rms_norm(residual, Some(&out), next_norm, eps)
+    }
+
     /// In place, the element-wise sum of `x` over every rank of the group
     /// (each rank passes its partial `[rows][cols]`; all get the total). A
     /// partial from [`Backend::linear_partial`] / [`Backend::moe_partial`]

@@ -27,7 +27,8 @@ use crate::ops::fp8::weight::{as_bf16, experts_of};
 use crate::ops::linear::{linear_fp8_from, linear_many, linear_with};
 use crate::ops::moe::fp8::{native_takes, routed_experts_fp8_from, Fp8ExpertScales};
 use crate::ops::moe::{
-    check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, SharedEpilogue,
+    check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, NormEpilogue,
+    SharedEpilogue,
 };
 use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
@@ -86,17 +87,55 @@ pub(crate) fn moe(
     spec: &MoeSpec,
     batch_invariant: bool,
 ) -> OpResult<CudaAct> {
+    match moe_then(dev, x, w, spec, batch_invariant, None)? {
+        MoeOut::Block(out) | MoeOut::Normed(out) => Ok(out),
+    }
+}
+
+/// The add + RMSNorm that follows a MoE block ([`moe_then`]): `residual`
+/// (f32, of rows of at most [`NORM_EPILOGUE_MAX_COLS`]) `+=` the block's
+/// output, then the zero-centred norm with `weight` (f32 `[hidden]`), with
+/// the rows' e4m3 codes when `codes` (hidden of whole 128-column groups).
+#[derive(Clone, Copy)]
+pub(crate) struct NextNorm<'a> {
+    pub(crate) residual: &'a CudaAct,
+    pub(crate) weight: &'a CudaWeight,
+    pub(crate) eps: f32,
+    pub(crate) codes: bool,
+}
+
+/// What [`moe_then`] returns.
+pub(crate) enum MoeOut {
+    /// The block's output (bf16 `[rows][hidden]`): the norm, if one was
+    /// given, is the caller's to take.
+    Block(CudaAct),
+    /// The norm taken: its rows (with codes where asked), the residual
+    /// updated.
+    Normed(CudaAct),
+}
+
+/// [`moe`], with `next` folded into the combine where the grouped-GEMM path
+/// runs with its shared-expert combine (`moe_combine_shared_norm`: the same
+/// bits as the block and then `add_rms_norm`).
+pub(crate) fn moe_then(
+    dev: &CudaDevice,
+    x: &CudaAct,
+    w: &MoeWeights<CudaWeight>,
+    spec: &MoeSpec,
+    batch_invariant: bool,
+    next: Option<NextNorm<'_>>,
+) -> OpResult<MoeOut> {
     if !batch_invariant {
         // Few rows (decode): three GEMV launches (`crate::ops::moe::decode`),
         // bf16 or FP8 experts.
         if decode::takes(x, w, spec) {
-            return decode::moe_decode(dev, x, w, spec);
+            return decode::moe_decode(dev, x, w, spec).map(MoeOut::Block);
         }
         if spec.shared_expert && crate::ops::fp8::moe::takes(x, w, spec) {
-            return moe_fp8_decode(dev, x, w, spec);
+            return moe_fp8_decode(dev, x, w, spec).map(MoeOut::Block);
         }
     }
-    moe_marked(dev, x, w, spec, None, &mut |_| {})
+    moe_marked(dev, x, w, spec, None, next, &mut |_| {})
 }
 
 /// The MoE block on the FP8 decode path (FP8 experts, 1 ..= 32 rows), the
@@ -151,7 +190,9 @@ impl super::CudaBackend {
         imp: Option<GemmImpl>,
         mark: &mut dyn FnMut(&'static str),
     ) -> OpResult<CudaAct> {
-        moe_marked(&self.dev, x, w, spec, imp, mark)
+        match moe_marked(&self.dev, x, w, spec, imp, None, mark)? {
+            MoeOut::Block(out) | MoeOut::Normed(out) => Ok(out),
+        }
     }
 
     /// The MoE block on the decode kernels, bf16 or FP8 experts (tests and
@@ -232,8 +273,9 @@ fn moe_marked(
     w: &MoeWeights<CudaWeight>,
     spec: &MoeSpec,
     imp: Option<GemmImpl>,
+    next: Option<NextNorm<'_>>,
     mark: &mut dyn FnMut(&'static str),
-) -> OpResult<CudaAct> {
+) -> OpResult<MoeOut> {
     bf16("moe", x)?;
     let hidden = x.cols;
     check_weights(w, spec, hidden)?;
@@ -279,10 +321,20 @@ fn moe_marked(
         };
         let shared = shared_expert_from(dev, x, w, pre)?;
         let shared_gate = as_bf16(dev, &w.shared_gate)?;
+        let codes = match next {
+            Some(n) if n.codes => Some(QuantizedX::alloc(dev, x.rows, hidden)?),
+            _ => None,
+        };
         let epilogue = SharedEpilogue {
             shared_gate: &shared_gate.buf,
             shared: &shared.buf,
             out: &out.buf,
+            norm: next.map(|n| NormEpilogue {
+                residual: &n.residual.buf,
+                weight: &n.weight.buf,
+                eps: n.eps,
+                codes: codes.as_ref().map(|c| (&c.q, &c.s)),
+            }),
         };
         let l = call(x, &logits, experts, spec, &out.buf);
         let mut stage = |s| {
@@ -296,7 +348,12 @@ fn moe_marked(
             None => routed_experts_shared_marked(dev, &l, local, imp, &epilogue, &mut stage)
                 .map_err(dev_err)?,
         }
-        return Ok(out);
+        if next.is_none() {
+            return Ok(MoeOut::Block(out));
+        }
+        let mut normed = out;
+        normed.fp8 = codes.map(Box::new);
+        return Ok(MoeOut::Normed(normed));
     }
     // The fallback kernels, overwriting `routed`.
     let routed = alloc(dev, x.elems().max(1) * 4)?;
@@ -316,7 +373,7 @@ fn moe_marked(
         out.ptr(),
     )?;
     mark("end");
-    Ok(out)
+    Ok(MoeOut::Block(out))
 }
 
 /// The scales of `w`'s FP8 experts where the native FP8 grouped GEMMs take

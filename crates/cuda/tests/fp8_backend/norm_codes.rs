@@ -13,7 +13,7 @@ use super::*;
 use headroom_cuda::ops::fp8::gemm::QuantizedX;
 
 /// An f32 residual `[t][h]` (the model's stream starts at `embed`).
-fn residual(be: &CudaBackend, t: usize, h: usize, v: &[f32]) -> CudaAct {
+pub(super) fn residual(be: &CudaBackend, t: usize, h: usize, v: &[f32]) -> CudaAct {
     let ids: Vec<u32> = (0..t as u32).collect();
     let table = be
         .upload_matrix(Tensor::from_f32(vec![t, h], v.to_vec()))
@@ -23,7 +23,7 @@ fn residual(be: &CudaBackend, t: usize, h: usize, v: &[f32]) -> CudaAct {
     r
 }
 
-fn bits(be: &CudaBackend, a: &CudaAct) -> Vec<u32> {
+pub(super) fn bits(be: &CudaBackend, a: &CudaAct) -> Vec<u32> {
     be.act_to_f32(a)
         .unwrap()
         .iter()
@@ -32,7 +32,7 @@ fn bits(be: &CudaBackend, a: &CudaAct) -> Vec<u32> {
 }
 
 /// The codes and scales of `q`, read back.
-fn read_codes(be: &CudaBackend, q: &QuantizedX) -> (Vec<u8>, Vec<u32>) {
+pub(super) fn read_codes(be: &CudaBackend, q: &QuantizedX) -> (Vec<u8>, Vec<u32>) {
     let dev = be.device();
     let mut c = vec![0u8; q.m * q.k];
     dev.read(&q.q, &mut c).unwrap();

@@ -18,11 +18,23 @@ pub enum Mlp<B: Backend> {
     },
 }
 
+/// What a decoder layer hands the next one.
+pub enum LayerOut<A> {
+    /// Its MLP's output, for the next norm to add to the residual stream.
+    Delta(A),
+    /// The next layer's normed input, the residual stream already updated
+    /// (a MoE block that took the next norm: `add_rms_norm_moe_add_rms_norm`).
+    Normed(A),
+}
+
 impl<B: Backend> Mlp<B> {
     /// `x += delta` and the zero-centred RMSNorm of the new `x` (`norm`,
     /// `eps`), then [`Self::forward`] of the normed rows; a MoE block takes
     /// both in one backend call (`add_rms_norm_moe_partial`: the norm's time
-    /// is then counted in the MoE part).
+    /// is then counted in the MoE part), and with `next_norm` (the next
+    /// layer's input norm; world size 1 only) that norm too
+    /// (`add_rms_norm_moe_add_rms_norm`), returning its rows.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward_after_norm(
         &self,
         be: &B,
@@ -30,20 +42,26 @@ impl<B: Backend> Mlp<B> {
         delta: &B::Act,
         norm: &B::Weight,
         eps: f32,
+        next_norm: Option<&B::Weight>,
         prof: &Profiler,
-    ) -> OpResult<B::Act> {
-        match self {
-            Mlp::Dense { .. } => {
+    ) -> OpResult<LayerOut<B::Act>> {
+        match (self, next_norm) {
+            (Mlp::Dense { .. }, _) => {
                 let normed = prof.time(be, Part::Norm, || {
                     be.add_rms_norm(x, Some(delta), norm, eps)
                 })?;
-                self.forward(be, &normed, prof)
+                self.forward(be, &normed, prof).map(LayerOut::Delta)
             }
-            Mlp::Moe { weights, spec } => {
+            (Mlp::Moe { weights, spec }, Some(next)) => prof
+                .time(be, Part::Moe, || {
+                    be.add_rms_norm_moe_add_rms_norm(x, delta, norm, eps, weights, spec, next)
+                })
+                .map(LayerOut::Normed),
+            (Mlp::Moe { weights, spec }, None) => {
                 let out = prof.time(be, Part::Moe, || {
                     be.add_rms_norm_moe_partial(x, delta, norm, eps, weights, spec)
                 })?;
-                super::reduce(be, out, prof)
+                super::reduce(be, out, prof).map(LayerOut::Delta)
             }
         }
     }

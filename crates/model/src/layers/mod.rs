@@ -14,7 +14,7 @@ pub mod mlp;
 
 pub use attention::FullAttention;
 pub use gdn::GatedDeltaNet;
-pub use mlp::Mlp;
+pub use mlp::{LayerOut, Mlp};
 
 use crate::profile::{Part, Profiler};
 use headroom_core::ops::{Backend, OpResult};

@@ -334,7 +334,8 @@ fn bf16_weights(
 }
 
 /// The weighted combine of one pass back to token order: f32 `l.out`, or
-/// with `shared` the gated shared expert added and bf16 `shared.out`.
+/// with `shared` the gated shared expert added and bf16 `shared.out`, or
+/// with its norm the next norm's rows there ([`combine_call`]).
 pub(super) fn combine(
     dev: &CudaDevice,
     l: &MoeLaunch<'_>,
@@ -342,37 +343,51 @@ pub(super) fn combine(
     shared: Option<&SharedEpilogue<'_>>,
     ws: &Workspace,
 ) -> Result<(), CudaError> {
-    let (t0, tc, h) = (pass.t0, pass.tokens, l.hidden);
+    let (entry, params) = combine_call(l, pass, shared, ws);
+    launch(dev, entry, pass.tokens, ELEMENTWISE_THREADS, 0, params)
+}
+
+/// The combine's entry and its parameters in the signature's order (one
+/// block a token of the pass).
+pub(super) fn combine_call(
+    l: &MoeLaunch<'_>,
+    pass: Pass,
+    shared: Option<&SharedEpilogue<'_>>,
+    ws: &Workspace,
+) -> (&'static str, Params) {
+    let (t0, h) = (pass.t0, l.hidden);
     let params = Params::new()
         .ptr(ws.y.ptr())
         .ptr(ws.r.topk_weight.ptr())
         .ptr(ws.r.pair_slot.ptr())
         .int(l.top_k)
         .int(h);
-    match shared {
-        None => launch(
-            dev,
-            "moe_combine",
-            tc,
-            ELEMENTWISE_THREADS,
-            0,
-            params.ptr(l.out.ptr() + (t0 * h * 4) as u64),
+    let Some(s) = shared else {
+        return ("moe_combine", params.ptr(l.out.ptr() + (t0 * h * 4) as u64));
+    };
+    let row = (t0 * h * 2) as u64;
+    let params = params
+        .ptr(l.x.ptr() + row)
+        .ptr(s.shared_gate.ptr())
+        .ptr(s.shared.ptr() + row);
+    let Some(n) = &s.norm else {
+        return ("moe_combine_shared", params.ptr(s.out.ptr() + row));
+    };
+    // The next norm folded in: the residual's rows (f32), the weight, the
+    // normed rows, their codes and scales, eps.
+    let params = params
+        .ptr(n.residual.ptr() + row * 2)
+        .ptr(n.weight.ptr())
+        .ptr(s.out.ptr() + row);
+    match n.codes {
+        None => ("moe_combine_shared_norm", params.f32(n.eps)),
+        Some((q, sc)) => (
+            "moe_combine_shared_norm_fp8",
+            params
+                .ptr(q.ptr() + (t0 * h) as u64)
+                .ptr(sc.ptr() + (t0 * (h / 128) * 4) as u64)
+                .f32(n.eps),
         ),
-        Some(s) => {
-            let row = (t0 * h * 2) as u64;
-            launch(
-                dev,
-                "moe_combine_shared",
-                tc,
-                ELEMENTWISE_THREADS,
-                0,
-                params
-                    .ptr(l.x.ptr() + row)
-                    .ptr(s.shared_gate.ptr())
-                    .ptr(s.shared.ptr() + row)
-                    .ptr(s.out.ptr() + row),
-            )
-        }
     }
 }
 

@@ -3,6 +3,7 @@
 use super::super::tests::{bufs, fake_map as map, fake_memory, launch as moe_launch};
 use super::params::Param;
 use super::*;
+use crate::ops::moe::NormEpilogue;
 
 /// The parameters as comparable values (a map by its first word).
 fn values(p: &Params) -> Vec<(char, u64)> {
@@ -10,6 +11,7 @@ fn values(p: &Params) -> Vec<(char, u64)> {
         .map(|v| match v {
             Param::Ptr(v) => ('p', *v),
             Param::Int(v) => ('i', *v as u64),
+            Param::F32(v) => ('f', v.to_bits() as u64),
             Param::Map(m) => ('m', m.0.opaque[0]),
         })
         .collect()
@@ -107,6 +109,102 @@ fn each_family_takes_its_operands_then_the_tile_list_then_a_map() {
             &tiles(p().ptr(aq).ptr(as_).ptr(ds).ptr(yp), i, h)
                 .ptr(sched + 8)
                 .map(map(13))
+        )
+    );
+}
+
+#[test]
+fn each_combine_takes_the_pass_rows_in_its_signatures_order() {
+    let (t, h, e, i) = (64, 256, 8, 128);
+    let b = bufs(t, h, e, i);
+    let l = moe_launch(&b, t, h, e, 2, i);
+    let mem = fake_memory();
+    let buf = || mem.alloc(4).unwrap();
+    let r = RouteBuffers {
+        topk_expert: buf(),
+        topk_weight: buf(),
+        slot_token: buf(),
+        pair_slot: buf(),
+        counts: buf(),
+        sched: 0,
+        expert_offsets: buf(),
+        tile_offsets: buf(),
+    };
+    let (tw, ps) = (r.topk_weight.ptr(), r.pair_slot.ptr());
+    let ws = Workspace {
+        r,
+        act: buf(),
+        y: buf(),
+    };
+    let pass = Pass { t0: 16, tokens: 32 };
+    // y, the picks' weights and slots, top_k, hidden: every combine's start.
+    let head = || Params::new().ptr(ws.y.ptr()).ptr(tw).ptr(ps).int(2).int(h);
+    let call = |s: Option<&SharedEpilogue<'_>>| {
+        let (entry, p) = combine_call(&l, pass, s, &ws);
+        (entry, values(&p))
+    };
+    assert_eq!(
+        call(None),
+        (
+            "moe_combine",
+            values(&head().ptr(l.out.ptr() + 16 * h as u64 * 4))
+        )
+    );
+    let (gate, shared, out) = (buf(), buf(), buf());
+    let (res, w, q, sc) = (buf(), buf(), buf(), buf());
+    let row = 16 * h as u64 * 2;
+    let shared_head = || {
+        head()
+            .ptr(l.x.ptr() + row)
+            .ptr(gate.ptr())
+            .ptr(shared.ptr() + row)
+    };
+    let mut s = SharedEpilogue {
+        shared_gate: &gate,
+        shared: &shared,
+        out: &out,
+        norm: None,
+    };
+    assert_eq!(
+        call(Some(&s)),
+        (
+            "moe_combine_shared",
+            values(&shared_head().ptr(out.ptr() + row))
+        )
+    );
+    // The folded norm: the residual's f32 rows, the weight, the normed rows,
+    // (codes: their e4m3 rows and f32 scale rows,) eps last.
+    let norm = NormEpilogue {
+        residual: &res,
+        weight: &w,
+        eps: 1e-6,
+        codes: None,
+    };
+    let normed = || {
+        shared_head()
+            .ptr(res.ptr() + 16 * h as u64 * 4)
+            .ptr(w.ptr())
+            .ptr(out.ptr() + row)
+    };
+    s.norm = Some(norm);
+    assert_eq!(
+        call(Some(&s)),
+        ("moe_combine_shared_norm", values(&normed().f32(1e-6)))
+    );
+    s.norm = Some(NormEpilogue {
+        codes: Some((&q, &sc)),
+        ..norm
+    });
+    assert_eq!(
+        call(Some(&s)),
+        (
+            "moe_combine_shared_norm_fp8",
+            values(
+                &normed()
+                    .ptr(q.ptr() + 16 * h as u64)
+                    .ptr(sc.ptr() + 16 * (h / 128) as u64 * 4)
+                    .f32(1e-6)
+            )
         )
     );
 }

@@ -105,9 +105,35 @@ pub struct SharedEpilogue<'a> {
     pub shared_gate: &'a DeviceBuffer,
     /// bf16 `[tokens][hidden]`: the shared expert's output before its gate.
     pub shared: &'a DeviceBuffer,
-    /// bf16 `[tokens][hidden]`: the MoE block's output, overwritten.
+    /// bf16 `[tokens][hidden]`: the MoE block's output, overwritten (with
+    /// `norm`, the normed rows instead).
     pub out: &'a DeviceBuffer,
+    /// The next layer's input norm folded into the combine, if any.
+    pub norm: Option<NormEpilogue<'a>>,
 }
+
+/// The residual add and the zero-centred RMSNorm that follow the MoE block,
+/// folded into its combine (`moe_combine_shared_norm`): `residual[t] +=`
+/// the block's output row (as bf16, the bits `out` would have held) and
+/// `out[t]` = the norm of the new residual row — `add_rms_norm_quad_f32res`'s
+/// row, bit for bit, without the block's output written to or read from
+/// global memory.
+#[derive(Clone, Copy)]
+pub struct NormEpilogue<'a> {
+    /// f32 `[tokens][hidden]`: the residual stream, updated in place.
+    pub residual: &'a DeviceBuffer,
+    /// f32 `[hidden]`: the norm's weight.
+    pub weight: &'a DeviceBuffer,
+    pub eps: f32,
+    /// e4m3 `[tokens][hidden]` and f32 `[tokens][hidden / 128]`: the normed
+    /// rows' codes and scales (`add_rms_norm_quad_f32res_fp8`'s), where the
+    /// FP8 GEMMs read them.
+    pub codes: Option<(&'a DeviceBuffer, &'a DeviceBuffer)>,
+}
+
+/// Widest row the folded norm takes (`COMBINE_NORM_MAX_COLS` in
+/// `moe_route.cu`: the norm's quads of a 256-thread block).
+pub const NORM_EPILOGUE_MAX_COLS: usize = 4096;
 
 /// Sizes of one call, validated: every count fits the kernels' `int`s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +217,35 @@ pub fn validate_shared(
     validate_inner(l, first, local, Some(s), 2)
 }
 
+/// The folded norm's buffers and row width ([`NormEpilogue`]).
+fn check_norm_epilogue(
+    n: &NormEpilogue<'_>,
+    tokens: usize,
+    hidden: usize,
+) -> Result<(), CudaError> {
+    if !hidden.is_multiple_of(8) || hidden > NORM_EPILOGUE_MAX_COLS {
+        return Err(shape_err(format!(
+            "hidden {hidden}: the folded norm takes multiples of 8 up to {NORM_EPILOGUE_MAX_COLS}"
+        )));
+    }
+    check_len(
+        n.residual,
+        "residual",
+        product(&[tokens, hidden, 4], "residual")?,
+    )?;
+    check_len(n.weight, "norm weight", hidden * 4)?;
+    if let Some((q, sc)) = n.codes {
+        if !hidden.is_multiple_of(128) {
+            return Err(shape_err(format!(
+                "hidden {hidden}: the folded norm's codes need whole 128-column groups"
+            )));
+        }
+        check_len(q, "codes", product(&[tokens, hidden], "codes")?)?;
+        check_len(sc, "scales", product(&[tokens, hidden / 128, 4], "scales")?)?;
+    }
+    Ok(())
+}
+
 /// The checks of [`validate_local`] / [`validate_shared`] with experts'
 /// weights of `weight_bytes` bytes an element (2: bf16, 1: e4m3).
 fn validate_inner(
@@ -272,6 +327,9 @@ fn validate_inner(
             check_len(s.shared_gate, "shared_gate", l.hidden * 2)?;
             check_len(s.shared, "shared", th2)?;
             check_len(s.out, "out", th2)?;
+            if let Some(n) = &s.norm {
+                check_norm_epilogue(n, l.tokens, l.hidden)?;
+            }
         }
     }
 

@@ -33,6 +33,9 @@
 // 4. moe_combine_shared: the same sum, plus the shared expert scaled by its
 //    sigmoid gate (x[t] . shared_gate, computed here), rounded once to bf16:
 //    the whole MoE block's output in one pass (no f32 intermediate).
+// 5. moe_combine_shared_norm(_fp8): that sum added to the residual stream
+//    and the next layer's input norm taken in the same pass (the sum stays
+//    in shared memory; the norm's rows are ops_norm.cu's, bit for bit).
 //
 // Expert parallelism: routing is over all experts, but only the pairs of the
 // experts first .. first+local (the rank's) are counted, scattered, computed
@@ -404,13 +407,14 @@ __device__ __forceinline__ void dot8(const uint4 xv, const uint4 gv, float& dot)
 // column chunk (the only one when hidden <= COMBINE_THREADS * 8) has its x, gate
 // and shared loads issued before the routed sum's, and is summed before the
 // gate's reduction: the loads of a token overlap instead of queueing.
-extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
-moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
-                   const int* __restrict__ pair_slot, int top_k, int hidden,
-                   const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate,
-                   const __nv_bfloat16* __restrict__ shared, __nv_bfloat16* __restrict__ out) {
+__device__ __forceinline__ void combine_shared_row(const __nv_bfloat16* __restrict__ y,
+                                                   const float* __restrict__ topk_weight,
+                                                   const int* __restrict__ pair_slot, int top_k, int hidden,
+                                                   const __nv_bfloat16* __restrict__ x,
+                                                   const __nv_bfloat16* __restrict__ gate,
+                                                   const __nv_bfloat16* __restrict__ shared, long long t,
+                                                   __nv_bfloat16* out_row) {
     __shared__ float partial[COMBINE_THREADS / 32];
-    const long long t = blockIdx.x;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c0 = threadIdx.x * 8;
     float acc0[8];
@@ -453,8 +457,79 @@ moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict_
             const float2 f = __bfloat1622float2(sb[j]);
             ob[j] = __floats2bfloat162_rn(acc[2 * j] + s * f.x, acc[2 * j + 1] + s * f.y);
         }
-        *reinterpret_cast<uint4*>(out + t * hidden + c) = o;
+        *reinterpret_cast<uint4*>(out_row + c) = o;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
+moe_combine_shared(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
+                   const int* __restrict__ pair_slot, int top_k, int hidden,
+                   const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate,
+                   const __nv_bfloat16* __restrict__ shared, __nv_bfloat16* __restrict__ out) {
+    const long long t = blockIdx.x;
+    combine_shared_row(y, topk_weight, pair_slot, top_k, hidden, x, gate, shared, t, out + t * hidden);
+}
+
+// moe_combine_shared with the next layer's input norm folded in: the row's
+// bf16 sum (the bits moe_combine_shared stores) kept in shared memory, then
+// ops_norm.cu's add_rms_norm_quad_f32res row over it — residual[t] += sum
+// (f32, stored), out[t] = the zero-centred RMSNorm of the new residual with
+// weight w — and with CODES its e4m3 codes q and scales s
+// (add_rms_norm_quad_f32res_fp8's; norm_row.cuh, norm_row_out.cuh: the same
+// code, and the same block of 256 threads, so the same bits as the two
+// launches). The sum is never written to global memory. One block per
+// token; hidden % 8 == 0, hidden <= COMBINE_NORM_MAX_COLS; with CODES
+// hidden % 128 == 0.
+constexpr int COMBINE_NORM_MAX_COLS = 4 * headroom_norm_row::NORM_ROW_QUADS * COMBINE_THREADS;
+
+template <bool CODES>
+__device__ __forceinline__ void combine_shared_norm(const __nv_bfloat16* __restrict__ y,
+                                                    const float* __restrict__ topk_weight,
+                                                    const int* __restrict__ pair_slot, int top_k, int hidden,
+                                                    const __nv_bfloat16* __restrict__ x,
+                                                    const __nv_bfloat16* __restrict__ gate,
+                                                    const __nv_bfloat16* __restrict__ shared,
+                                                    float* __restrict__ residual, const float* __restrict__ w,
+                                                    __nv_bfloat16* __restrict__ out, unsigned char* q, float* s,
+                                                    float eps) {
+    using headroom_norm_row::NORM_ROW_QUADS;
+    __shared__ __align__(16) __nv_bfloat16 sum[COMBINE_NORM_MAX_COLS];
+    const long long t = blockIdx.x;
+    float* res = residual + t * hidden;
+    // The residual row's loads go out with the gathers (their latency under
+    // theirs); the norm weight (L2-resident, constant) after the sum.
+    float4 r[NORM_ROW_QUADS];
+    headroom_norm_row::load_row(res, hidden, r);
+    combine_shared_row(y, topk_weight, pair_slot, top_k, hidden, x, gate, shared, t, sum);
+    __syncthreads();
+    float4 ww[NORM_ROW_QUADS];
+    headroom_norm_row::load_weights(w, hidden, ww);
+    float4 v[NORM_ROW_QUADS];
+    const float inv = headroom_norm_row::add_loaded(r, sum, res, hidden, eps, v);
+    uint2 o[NORM_ROW_QUADS];
+    headroom_norm_row::normed_quads(v, ww, inv, hidden, o);
+    headroom_norm_row::store_normed_row<CODES>(o, t, hidden, out, q, s);
+}
+
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
+moe_combine_shared_norm(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
+                        const int* __restrict__ pair_slot, int top_k, int hidden,
+                        const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate,
+                        const __nv_bfloat16* __restrict__ shared, float* __restrict__ residual,
+                        const float* __restrict__ w, __nv_bfloat16* __restrict__ out, float eps) {
+    combine_shared_norm<false>(y, topk_weight, pair_slot, top_k, hidden, x, gate, shared, residual, w, out, nullptr,
+                               nullptr, eps);
+}
+
+extern "C" __global__ void __launch_bounds__(COMBINE_THREADS)
+moe_combine_shared_norm_fp8(const __nv_bfloat16* __restrict__ y, const float* __restrict__ topk_weight,
+                            const int* __restrict__ pair_slot, int top_k, int hidden,
+                            const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ gate,
+                            const __nv_bfloat16* __restrict__ shared, float* __restrict__ residual,
+                            const float* __restrict__ w, __nv_bfloat16* __restrict__ out,
+                            unsigned char* __restrict__ q, float* __restrict__ s, float eps) {
+    combine_shared_norm<true>(y, topk_weight, pair_slot, top_k, hidden, x, gate, shared, residual, w, out, q, s,
+                              eps);
 }
 
 }  // namespace headroom_moe

@@ -24,17 +24,25 @@ macro_rules! wgmma_gemm_source {
     };
 }
 
-/// Sparse-MoE routing, expert-order bookkeeping and the weighted combine.
+/// Sparse-MoE routing, expert-order bookkeeping and the weighted combine
+/// (with the next layer's input norm folded in: the norm's row code in front).
 pub const MOE_ROUTE: KernelSource = KernelSource {
     name: "moe_route",
     file: "moe_route.cu",
-    source: include_str!("moe_route.cu"),
+    source: concat!(
+        include_str!("../../kernels/e4m3_quant.cuh"),
+        include_str!("../norm/norm_row.cuh"),
+        include_str!("../norm/norm_row_out.cuh"),
+        include_str!("moe_route.cu")
+    ),
     entry_points: &[
         "moe_route",
         "moe_route_wide",
         "moe_scatter",
         "moe_combine",
         "moe_combine_shared",
+        "moe_combine_shared_norm",
+        "moe_combine_shared_norm_fp8",
     ],
 };
 

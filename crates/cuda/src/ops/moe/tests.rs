@@ -304,6 +304,7 @@ fn the_shared_epilogue_is_checked_and_the_f32_out_is_not_needed() {
         shared_gate: &gate,
         shared: &shared,
         out: &out,
+        norm: None,
     };
     assert!(validate_shared(&l, 0, e, &ok).is_ok());
     assert!(detail(validate_local(&l, 0, e)).contains("`out`"));
@@ -320,6 +321,86 @@ fn the_shared_epilogue_is_checked_and_the_f32_out_is_not_needed() {
         ..ok
     };
     assert!(detail(validate_shared(&l, 0, e, &bad_gate)).contains("`shared_gate`"));
+}
+
+#[test]
+fn the_folded_norm_is_checked() {
+    let (t, h, e, i) = (16, 256, 8, 128);
+    let a = fake_memory();
+    let b = bufs(t, h, e, i);
+    let l = launch(&b, t, h, e, 2, i);
+    let alloc = |n: usize| a.alloc(n).unwrap();
+    let (gate, shared, out) = (alloc(h * 2), alloc(t * h * 2), alloc(t * h * 2));
+    let (res, w, q, sc) = (
+        alloc(t * h * 4),
+        alloc(h * 4),
+        alloc(t * h),
+        alloc(t * h / 128 * 4),
+    );
+    let norm = NormEpilogue {
+        residual: &res,
+        weight: &w,
+        eps: 1e-6,
+        codes: Some((&q, &sc)),
+    };
+    let with = |n: NormEpilogue<'_>| {
+        validate_shared(
+            &l,
+            0,
+            e,
+            &SharedEpilogue {
+                shared_gate: &gate,
+                shared: &shared,
+                out: &out,
+                norm: Some(n),
+            },
+        )
+    };
+    assert!(with(norm).is_ok());
+    assert!(with(NormEpilogue {
+        codes: None,
+        ..norm
+    })
+    .is_ok());
+    let short = alloc(4);
+    for (bad, what) in [
+        (
+            NormEpilogue {
+                residual: &short,
+                ..norm
+            },
+            "`residual`",
+        ),
+        (
+            NormEpilogue {
+                weight: &short,
+                ..norm
+            },
+            "`norm weight`",
+        ),
+        (
+            NormEpilogue {
+                codes: Some((&short, &sc)),
+                ..norm
+            },
+            "`codes`",
+        ),
+        (
+            NormEpilogue {
+                codes: Some((&q, &short)),
+                ..norm
+            },
+            "`scales`",
+        ),
+    ] {
+        assert!(detail(with(bad)).contains(what), "{what}");
+    }
+    // The folded norm is the norm kernel's row on a block of as many threads.
+    assert_eq!(NORM_EPILOGUE_MAX_COLS, crate::ops::norm::QUAD_MAX_COLS);
+    assert_eq!(ELEMENTWISE_THREADS, crate::ops::norm::QUAD_THREADS);
+    assert!(super::sources::MOE_ROUTE.source.contains(
+        "COMBINE_NORM_MAX_COLS = 4 * headroom_norm_row::NORM_ROW_QUADS * COMBINE_THREADS;"
+    ));
 }
 
 fn plan_of(chunk_tokens: usize) -> MoePlan {

@@ -51,13 +51,23 @@ __device__ __forceinline__ void load_weights(const float* w, int cols, float4 (&
     }
 }
 
-// r = residual (+ delta: may be null) of one row into v (this thread's
-// quads), written to res_out (may be null; may be the residual itself when
-// no other CTA reads the row); returns the row's inv.
-__device__ __forceinline__ float add_row(const float* residual, const __nv_bfloat16* delta, float* res_out,
-                                         int cols, float eps, float4 (&v)[NORM_ROW_QUADS]) {
-    const int quads = cols >> 2;
+// This thread's quads of one residual row (zeros past cols): a caller may
+// issue these loads early and add later (add_loaded).
+__device__ __forceinline__ void load_row(const float* residual, int cols, float4 (&r)[NORM_ROW_QUADS]) {
     const float4* res = reinterpret_cast<const float4*>(residual);
+#pragma unroll
+    for (int k = 0; k < NORM_ROW_QUADS; ++k) {
+        const int p = threadIdx.x + k * blockDim.x;
+        r[k] = p < (cols >> 2) ? res[p] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// r (this thread's quads of the residual row, load_row's) + delta (may be
+// null) into v, written to res_out (may be null; may be the residual itself
+// when no other CTA reads the row); returns the row's inv.
+__device__ __forceinline__ float add_loaded(const float4 (&r)[NORM_ROW_QUADS], const __nv_bfloat16* delta,
+                                            float* res_out, int cols, float eps, float4 (&v)[NORM_ROW_QUADS]) {
+    const int quads = cols >> 2;
     const uint2* del = delta ? reinterpret_cast<const uint2*>(delta) : nullptr;
     float4* out = reinterpret_cast<float4*>(res_out);
     float ss = 0.0f;
@@ -65,22 +75,32 @@ __device__ __forceinline__ float add_row(const float* residual, const __nv_bfloa
     for (int k = 0; k < NORM_ROW_QUADS; ++k) {
         const int p = threadIdx.x + k * blockDim.x;
         if (p < quads) {
-            float4 r = res[p];
+            float4 a = r[k];
             if (del) {
                 const uint2 u = del[p];
-                const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-                r.x += a.x;
-                r.y += a.y;
-                r.z += b.x;
-                r.w += b.y;
-                if (out) out[p] = r;
+                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+                const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+                a.x += b.x;
+                a.y += b.y;
+                a.z += c.x;
+                a.w += c.y;
+                if (out) out[p] = a;
             }
-            v[k] = r;
-            ss += r.x * r.x + r.y * r.y + r.z * r.z + r.w * r.w;
+            v[k] = a;
+            ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
         }
     }
     return rsqrtf(block_sum(ss) / (float)cols + eps);
+}
+
+// r = residual (+ delta: may be null) of one row into v (this thread's
+// quads), written to res_out (may be null; may be the residual itself when
+// no other CTA reads the row); returns the row's inv.
+__device__ __forceinline__ float add_row(const float* residual, const __nv_bfloat16* delta, float* res_out,
+                                         int cols, float eps, float4 (&v)[NORM_ROW_QUADS]) {
+    float4 r[NORM_ROW_QUADS];
+    load_row(residual, cols, r);
+    return add_loaded(r, delta, res_out, cols, eps, v);
 }
 
 // This thread's quads of the normed row, as 4 bf16 each: quad k in o[k].

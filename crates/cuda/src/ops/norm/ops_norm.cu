@@ -396,7 +396,8 @@ extern "C" __global__ void gated_rms_norm_g16x2_bf16(bf16* x, const bf16* z, con
 // kernel's tail.
 // The body of add_rms_norm_quad_f32res and of its _fp8 form below: with
 // CODES, also each 128-column group's e4m3 codes into q [rows][cols] and
-// its f32 scale into s [rows][cols / 128].
+// its f32 scale into s [rows][cols / 128] (norm_row_out.cuh's store, which
+// the MoE combine with this norm folded in shares).
 template <bool CODES>
 __device__ __forceinline__ void add_rms_norm_quad(float* residual, const bf16* delta, const float* w,
                                                   bf16* out, unsigned char* q, float* s, int cols,
@@ -412,26 +413,7 @@ __device__ __forceinline__ void add_rms_norm_quad(float* residual, const bf16* d
         headroom_norm_row::add_row(res, delta ? delta + row * cols : nullptr, res, cols, eps, v);
     uint2 o[NORM_ROW_QUADS];
     headroom_norm_row::normed_quads(v, ww, inv, cols, o);
-    uint2* op = reinterpret_cast<uint2*>(out + row * cols);
-    const int quads = cols >> 2;
-#pragma unroll
-    for (int k = 0; k < NORM_ROW_QUADS; ++k) {
-        const int p = threadIdx.x + k * blockDim.x;
-        // Warp-uniform where CODES: quads and blockDim.x are multiples of 32.
-        if (p >= quads) continue;
-        op[p] = o[k];
-        if (!CODES) continue;
-        const float e[4] = {__uint_as_float(o[k].x << 16), __uint_as_float(o[k].x & 0xffff0000u),
-                            __uint_as_float(o[k].y << 16), __uint_as_float(o[k].y & 0xffff0000u)};
-        float amax = 0.f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) amax = fmaxf(amax, fabsf(e[j]));
-#pragma unroll
-        for (int m = 16; m > 0; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        const float scale = e4m3_scale(amax);
-        reinterpret_cast<unsigned*>(q + row * cols)[p] = e4m3x2(e[0], e[1], scale) | (e4m3x2(e[2], e[3], scale) << 16);
-        if ((threadIdx.x & 31) == 0) s[row * (cols >> 7) + (p >> 5)] = scale;
-    }
+    headroom_norm_row::store_normed_row<CODES>(o, row, cols, out, q, s);
 }
 
 extern "C" __global__ void add_rms_norm_quad_f32res(float* residual, const bf16* delta,

@@ -12,6 +12,7 @@ pub const OPS_NORM: KernelSource = KernelSource {
         include_str!("../../kernels/e4m3_quant.cuh"),
         include_str!("bf16x8.cuh"),
         include_str!("norm_row.cuh"),
+        include_str!("norm_row_out.cuh"),
         include_str!("ops_norm.cu")
     ),
     entry_points: &[

@@ -13,6 +13,7 @@ use std::ffi::c_void;
 pub(in crate::ops::moe) enum Param {
     Ptr(u64),
     Int(i32),
+    F32(f32),
     /// A TMA tensor map (`const __grid_constant__`), boxed: the driver
     /// copies its 128 bytes from this address at the launch.
     Map(Box<TensorMap>),
@@ -34,6 +35,10 @@ impl Params {
         self.0.push(Param::Int(v as i32));
         self
     }
+    pub(in crate::ops::moe) fn f32(mut self, v: f32) -> Self {
+        self.0.push(Param::F32(v));
+        self
+    }
     pub(in crate::ops::moe) fn map(mut self, m: TensorMap) -> Self {
         self.0.push(Param::Map(Box::new(m)));
         self
@@ -45,6 +50,7 @@ impl Params {
             .map(|p| match p {
                 Param::Ptr(v) => v as *mut u64 as *mut c_void,
                 Param::Int(v) => v as *mut i32 as *mut c_void,
+                Param::F32(v) => v as *mut f32 as *mut c_void,
                 Param::Map(m) => &mut **m as *mut TensorMap as *mut c_void,
             })
             .collect()
