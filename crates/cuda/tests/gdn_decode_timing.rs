@@ -1,6 +1,7 @@
 //! Device time of the fused GDN decode step (`ops/gdn/gdn_decode.cu`) on the
 //! 35B-A3B shape (16 key heads, 32 value heads, head dims 128: 2 MiB of f32
-//! state per sequence) at 1, 2, 4, 8, 16, 64 and 256 sequences.
+//! state per sequence) at 1, 2, 4, 8, 16, 64, 256 and 512 sequences (512: the kernel's
+//! MAX_SEQS, W1's decode-only steps).
 //! One line per sequence count, starting with `gdn_decode_timing:`:
 //!   single   the median over 30 launches each between its own two events;
 //!   stream   the mean over 200 launches queued back to back while a host
@@ -171,7 +172,7 @@ fn time_launch(be: &CudaBackend, x: &Setup) -> (f64, f64) {
 #[ignore = "needs a CUDA GPU: run by the lead on the H200 (gdn_decode_timing-* --ignored --nocapture)"]
 fn gdn_decode_timing() {
     let be = CudaBackend::open(0).expect("a CUDA device");
-    for n in [1usize, 2, 4, 8, 16, 64, 256] {
+    for n in [1usize, 2, 4, 8, 16, 64, 256, 512] {
         let x = setup(&be, n);
         let gb = bytes_moved(&x.spec, n) / 1e9;
         let (single, stream) = time_launch(&be, &x);
