@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Session 44, call 4 (≈ 250 s; carry [".devbin/gdn", ".devbin/gp"]):
 #   gdn = main 005088c, packed by `bash bench/gpu/pack_bins.sh .devbin/gdn headroom-cuda:gdn_decode_timing`;
-#   gp  = branch gdnpersist (the fused GDN decode step on a persistent grid, one
-#         CTA an SM, the next item's state in registers while the current one is
-#         computed), packed by `bash bench/gpu/pack_bins.sh .devbin/gp
-#         headroom-cuda:gdn_decode_timing headroom-cuda:fused_decode`.
+#   gp  = branch gdnpersist (next/gdnpersist.patch on main 795ddbf: the fused GDN
+#         decode step on a persistent grid, one CTA an SM, the next item's state
+#         in registers while the current one is computed, taken above two CTAs
+#         an SM's worth of (value head, sequence) items, i.e. from 9 sequences on
+#         132 SMs; below, main's one item a CTA), packed by `bash
+#         bench/gpu/pack_bins.sh .devbin/gp headroom-cuda:gdn_decode_timing
+#         headroom-cuda:fused_decode`.
 # 1. gp's GPU tests of the fused GDN core against the CPU (fused_decode gdn_core_*:
 #    GQA 1/2/3, the 35B shape, 1-3, 17 and 256 sequences over several steps, NaN).
 # 2. gdn_decode_timing head, gp, head, gp (1-512 sequences).
 # 3. W1 FP8 head then gp (fresh servers), with the time left.
 # Prediction (written before the run): the tests pass; at 512 sequences the
-# launch 576 → 500–540 µs (3.73 → 4.0–4.3 TB/s), at 1–8 sequences within ±3 %
-# (one item a CTA, as before); W1 FP8 +0.5 to +2 %.
+# launch 576 → 500–540 µs (3.73 → 4.0–4.3 TB/s), at 256 likewise −5 to −13 %;
+# at 1–8 sequences the same (main's entry); at 16 and 64 (2–16 items a CTA)
+# anywhere from −10 to +10 % (few items a CTA hide little); W1 FP8 +0.5 to +2 %.
 source bench/gpu/call_prelude.sh gdn gp
 (cd "$O" && timeout 150 /tmp/gp/h/fused_decode --ignored --test-threads 1 gdn_core > "$O/fused_decode.txt" 2>&1; \
   echo "fused_decode rc $? (t=$SECONDS)")
