@@ -3,7 +3,8 @@
 # sources env.sh, points the kernel cache at /tmp/kcache, unpacks each
 # .devbin/ARM/bins.tar.xz (pack_bins.sh's archive; the call's `carry`) into
 # /tmp/ARM (binaries under /tmp/ARM/h/), prints the card, and starts $SECONDS.
-# An ARM whose archive was not carried is skipped with one line.
+# An ARM whose archive was not carried is skipped with one line. It also
+# defines pack_outputs (bench/gpu/pack_outputs.sh), which a call runs last.
 set -u
 O=${OUT:-/tmp/out}; mkdir -p "$O"
 source bench/gpu/env.sh >/dev/null
@@ -17,3 +18,4 @@ for arm in "$@"; do
 done
 nvidia-smi --query-gpu=name,memory.total,power.limit --format=csv,noheader
 SECONDS=0
+source bench/gpu/pack_outputs.sh

@@ -22,5 +22,5 @@ timeout 150 ncu --kernel-name gdn_decode_step_bf16 --launch-skip $((7 * 233 + 3)
   --section LaunchStats --section SchedulerStats \
   $T --ignored --nocapture > "$O/ncu512.txt" 2>&1; echo "ncu rc $? (t=$SECONDS)"
 grep -E "Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Issued Warp|No Eligible|Stall|Mem Busy|Max Bandwidth|L2 Hit" "$O/ncu512.txt" | cut -c1-140 | head -40
-tar -czf "$O/call3.tgz" -C "$O" timing.txt ncu512.txt && rm -f "$O/timing.txt" "$O/ncu512.txt"
+pack_outputs call3
 echo "done (t=$SECONDS)"

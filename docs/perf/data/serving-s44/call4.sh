@@ -28,5 +28,5 @@ done
 source docs/perf/data/serving-s31/w1_arm.sh
 [ $SECONDS -lt 330 ] && w1 gdn /tmp/gdn/h/headroom qwen3.6-35b-a3b-fp8 8481
 [ $SECONDS -lt 400 ] && w1 gp /tmp/gp/h/headroom qwen3.6-35b-a3b-fp8 8482
-cd "$O" && tar -czf call4.tgz --remove-files $(ls | grep -v call4.tgz)
+pack_outputs call4
 echo "done (t=$SECONDS)"
