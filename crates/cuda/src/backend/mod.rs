@@ -528,9 +528,8 @@ impl Backend for CudaBackend {
         self.moe_partial(&normed, w, spec)
     }
 
-    /// Where the post-norm rows take the grouped-GEMM path (more rows than
-    /// the decode kernels'), the next norm is folded into the block's
-    /// combine (`moe::moe_then`); elsewhere the calls.
+    /// The next norm folded into the block's combine where the grouped-GEMM
+    /// path runs (`moe::moe_then`), elsewhere the calls: `moe.rs`.
     fn add_rms_norm_moe_add_rms_norm(
         &self,
         residual: &mut CudaAct,
@@ -541,40 +540,7 @@ impl Backend for CudaBackend {
         spec: &MoeSpec,
         next_norm: &CudaWeight,
     ) -> OpResult<CudaAct> {
-        let cols = residual.cols;
-        // Few rows take the decode kernels (the router folds the post norm
-        // in): there the calls.
-        let decode_rows = !self.batch_invariant
-            && crate::ops::moe::decode::takes_after_norm(residual, delta, norm, w, spec);
-        let folds = self.comm.is_none()
-            && !decode_rows
-            && residual.dtype == Dtype::F32
-            && crate::ops::norm::quad_takes(cols)
-            && cols <= crate::ops::moe::NORM_EPILOGUE_MAX_COLS
-            && next_norm.vector("moe")?.elems() == cols;
-        if !folds {
-            let out = self.add_rms_norm_moe_partial(residual, delta, norm, eps, w, spec)?;
-            return self.add_rms_norm(residual, Some(&out), next_norm, eps);
-        }
-        let normed = self.add_rms_norm(residual, Some(delta), norm, eps)?;
-        let next = moe::NextNorm {
-            residual,
-            weight: next_norm,
-            eps,
-            codes: self.writes_fp8_codes(residual.rows)
-                && cols.is_multiple_of(crate::ops::fp8::BLOCK),
-        };
-        match moe::moe_then(
-            &self.dev,
-            &normed,
-            w,
-            spec,
-            self.batch_invariant,
-            Some(next),
-        )? {
-            moe::MoeOut::Normed(n) => Ok(n),
-            moe::MoeOut::Block(out) => self.add_rms_norm(residual, Some(&out), next_norm, eps),
-        }
+        self.moe_then_next_norm(residual, delta, norm, eps, w, spec, next_norm)
     }
 
     fn all_reduce_sum(&self, x: &mut CudaAct) -> OpResult<()> {

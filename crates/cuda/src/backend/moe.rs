@@ -30,7 +30,7 @@ use crate::ops::moe::{
     check_weights, decode, routed_experts_shared_marked, GemmImpl, MoeStage, NormEpilogue,
     SharedEpilogue,
 };
-use headroom_core::ops::{MoeSpec, MoeWeights, OpError, OpResult};
+use headroom_core::ops::{Backend, MoeSpec, MoeWeights, OpError, OpResult};
 use headroom_core::Dtype;
 
 /// The shared expert's output before its gate, bf16 `[t][hidden]`.
@@ -217,6 +217,57 @@ impl super::CudaBackend {
         spec: &MoeSpec,
     ) -> OpResult<CudaAct> {
         moe_fp8_decode(&self.dev, x, w, spec)
+    }
+
+    /// `Backend::add_rms_norm_moe_add_rms_norm`: where the post-norm rows
+    /// take the grouped-GEMM path (more rows than the decode kernels'), the
+    /// next norm is folded into the block's combine ([`moe_then`] with a
+    /// [`NextNorm`]); elsewhere the calls.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn moe_then_next_norm(
+        &self,
+        residual: &mut CudaAct,
+        delta: &CudaAct,
+        norm: &CudaWeight,
+        eps: f32,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+        next_norm: &CudaWeight,
+    ) -> OpResult<CudaAct> {
+        let cols = residual.cols;
+        // Few rows take the decode kernels (the router folds the post norm
+        // in): there the calls.
+        let decode_rows = !self.batch_invariant
+            && crate::ops::moe::decode::takes_after_norm(residual, delta, norm, w, spec);
+        let folds = self.comm.is_none()
+            && !decode_rows
+            && residual.dtype == Dtype::F32
+            && crate::ops::norm::quad_takes(cols)
+            && cols <= crate::ops::moe::NORM_EPILOGUE_MAX_COLS
+            && next_norm.vector("moe")?.elems() == cols;
+        if !folds {
+            let out = self.add_rms_norm_moe_partial(residual, delta, norm, eps, w, spec)?;
+            return self.add_rms_norm(residual, Some(&out), next_norm, eps);
+        }
+        let normed = self.add_rms_norm(residual, Some(delta), norm, eps)?;
+        let next = NextNorm {
+            residual,
+            weight: next_norm,
+            eps,
+            codes: self.writes_fp8_codes(residual.rows)
+                && cols.is_multiple_of(crate::ops::fp8::BLOCK),
+        };
+        match moe_then(
+            &self.dev,
+            &normed,
+            w,
+            spec,
+            self.batch_invariant,
+            Some(next),
+        )? {
+            MoeOut::Normed(n) => Ok(n),
+            MoeOut::Block(out) => self.add_rms_norm(residual, Some(&out), next_norm, eps),
+        }
     }
 
     /// [`Self::moe_decode`] calling `mark` with `route`, `gate_up`, `down`
