@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 45, call 1 (carry [".devbin/gdn", ".devbin/gp", ".devbin/gp2", ".devbin/probe"]):
 # session 44's call4.sh, call5.sh and call3.sh in one call, trimmed to the
-# device time left after ten refused starts (≈ 950 s): W1 runs only if time
+# device time left after eight refused starts (974 s): W1 runs only if time
 # remains. Binaries: gdn = main b98326f; gp / gp2 = branches gdnpersist /
 # gdnpersist2 rebased on b98326f; probe = branch dramprobe rebased on b98326f
 # (pack commands: docs/perf/data/serving-s44/next/README.md).
