@@ -9,6 +9,11 @@ set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: $0 DIR" >&2; exit 1; }
 DIR=$1
 cd "$(dirname "$0")/../.."
+T=${CARGO_TARGET_DIR:-target}
+# Worktrees sharing the target folder: touch what differs from the sources
+# the last pack built (bench/gpu/source_manifest.py says why), as pack_bins.sh.
+touched=$(python3 bench/gpu/source_manifest.py touch "$(pwd -P)" "$T/release" | wc -l)
+echo "pack_tests: $touched source(s) touched (changed since the last pack in $T; all where none was recorded or another release build came between)" >&2
 P=$(mktemp -d)
 mkdir -p "$P/t"
 list() {
@@ -29,6 +34,7 @@ engine_tests=$(ls crates/engine/tests/cuda_*.rs | xargs -n1 basename | sed 's/\.
 done
 n=$(ls "$P/t" | wc -l)
 [ "$n" -gt 0 ] || { echo "no test binaries built" >&2; exit 1; }
+python3 bench/gpu/source_manifest.py record "$(pwd -P)" "$T/release"
 mkdir -p "$DIR"
 tar -C "$P" -cJf "$DIR/bins.tar.xz" t
 # The tests find their fixtures through the checkout's path at build time;
