@@ -514,12 +514,7 @@ impl Backend for CudaBackend {
         w: &MoeWeights<CudaWeight>,
         spec: &MoeSpec,
     ) -> OpResult<CudaAct> {
-        // Few rows on one device: the router computes the norm itself (one
-        // launch fewer on the decode chain, the same bits).
-        if self.comm.is_none()
-            && !self.batch_invariant
-            && crate::ops::moe::decode::takes_after_norm(residual, delta, norm, w, spec)
-        {
+        if self.decodes_after_norm(residual, delta, norm, w, spec) {
             return crate::ops::moe::decode::moe_decode_after_norm(
                 &self.dev, residual, delta, norm, eps, w, spec,
             );

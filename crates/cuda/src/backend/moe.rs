@@ -219,6 +219,23 @@ impl super::CudaBackend {
         moe_fp8_decode(&self.dev, x, w, spec)
     }
 
+    /// Whether the MoE block after the post-attention norm takes the decode
+    /// kernels with that norm folded into their router
+    /// ([`decode::moe_decode_after_norm`]: few rows, one device; one launch
+    /// fewer on the decode chain, the same bits).
+    pub(super) fn decodes_after_norm(
+        &self,
+        residual: &CudaAct,
+        delta: &CudaAct,
+        norm: &CudaWeight,
+        w: &MoeWeights<CudaWeight>,
+        spec: &MoeSpec,
+    ) -> bool {
+        self.comm.is_none()
+            && !self.batch_invariant
+            && decode::takes_after_norm(residual, delta, norm, w, spec)
+    }
+
     /// `Backend::add_rms_norm_moe_add_rms_norm`: where the post-norm rows
     /// take the grouped-GEMM path (more rows than the decode kernels'), the
     /// next norm is folded into the block's combine ([`moe_then`] with a
@@ -234,22 +251,24 @@ impl super::CudaBackend {
         spec: &MoeSpec,
         next_norm: &CudaWeight,
     ) -> OpResult<CudaAct> {
-        let cols = residual.cols;
         // Few rows take the decode kernels (the router folds the post norm
-        // in): there the calls.
-        let decode_rows = !self.batch_invariant
-            && crate::ops::moe::decode::takes_after_norm(residual, delta, norm, w, spec);
+        // in), then the next norm.
+        if self.decodes_after_norm(residual, delta, norm, w, spec) {
+            let out =
+                decode::moe_decode_after_norm(&self.dev, residual, delta, norm, eps, w, spec)?;
+            return self.add_rms_norm(residual, Some(&out), next_norm, eps);
+        }
+        let cols = residual.cols;
         let folds = self.comm.is_none()
-            && !decode_rows
             && residual.dtype == Dtype::F32
             && crate::ops::norm::quad_takes(cols)
             && cols <= crate::ops::moe::NORM_EPILOGUE_MAX_COLS
             && next_norm.vector("moe")?.elems() == cols;
+        let normed = self.add_rms_norm(residual, Some(delta), norm, eps)?;
         if !folds {
-            let out = self.add_rms_norm_moe_partial(residual, delta, norm, eps, w, spec)?;
+            let out = self.moe_partial(&normed, w, spec)?;
             return self.add_rms_norm(residual, Some(&out), next_norm, eps);
         }
-        let normed = self.add_rms_norm(residual, Some(delta), norm, eps)?;
         let next = NextNorm {
             residual,
             weight: next_norm,
