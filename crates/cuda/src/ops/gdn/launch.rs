@@ -49,10 +49,17 @@ impl ScanWidth {
             ScanWidth::Wide | ScanWidth::Full => 2,
         }
     }
-    /// Whether this width's scan is built for `arch`: every width but `Full`
-    /// runs anywhere, `Full` on [`SCAN_FULL_ARCH`] alone (wgmma).
+    /// Whether this width's scan is built for `arch`: `Full` on
+    /// [`SCAN_FULL_ARCH`] alone (wgmma), the narrow and wide scans on sm_90
+    /// and newer (their transposed tiles by `stmatrix`; NVRTC refuses their
+    /// source below sm_90).
     pub fn runs_on(self, arch: &str) -> bool {
-        self != ScanWidth::Full || arch == SCAN_FULL_ARCH
+        match self {
+            ScanWidth::Full => arch == SCAN_FULL_ARCH,
+            ScanWidth::Narrow | ScanWidth::Wide => {
+                sm_number(arch).is_some_and(|n| n >= SCAN_MIN_SM)
+            }
+        }
     }
     /// Threads of the scan kernel (eight warps; sixteen for `Full`).
     pub fn threads(self) -> usize {
@@ -170,19 +177,41 @@ fn u32_of(v: usize, what: &str) -> Result<u32, CudaError> {
     u32::try_from(v).map_err(|_| CudaError::InvalidLaunch(format!("{what} {v} exceeds u32")))
 }
 
+/// The oldest architecture of the narrow and wide scans (`stmatrix`): sm_90.
+const SCAN_MIN_SM: u32 = 90;
+
+/// The number of an `sm_XY` architecture name (a feature suffix such as
+/// `a` ignored): `sm_90a` → 90, `sm_100a` → 100.
+fn sm_number(arch: &str) -> Option<u32> {
+    let digits: String = arch
+        .strip_prefix("sm_")?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
 /// Refuses `width` on a GPU of `arch` where its scan cannot run
 /// ([`ScanWidth::runs_on`]).
 fn check_width(arch: &str, width: ScanWidth) -> Result<(), CudaError> {
-    if !width.runs_on(arch) {
-        return Err(CudaError::Shape {
+    if width.runs_on(arch) {
+        return Ok(());
+    }
+    Err(match width {
+        ScanWidth::Full => CudaError::Shape {
             op: "gdn full-width scan",
             detail: format!(
-                "{SCAN_FULL_ENTRY} needs {SCAN_FULL_ARCH} (wgmma, {SCAN_FULL_SMEM} B of shared memory), not {}",
-                arch
+                "{SCAN_FULL_ENTRY} needs {SCAN_FULL_ARCH} (wgmma, {SCAN_FULL_SMEM} B of shared memory), not {arch}"
             ),
-        });
-    }
-    Ok(())
+        },
+        w => CudaError::Shape {
+            op: "gdn chunked scan",
+            detail: format!(
+                "{} needs sm_{SCAN_MIN_SM} or newer (stmatrix), not {arch}: the GDN prefill does not run on this GPU",
+                w.entry()
+            ),
+        },
+    })
 }
 
 /// The chunked form over up to [`MAX_SCAN_SEQS`] sequences of 2+ rows: the
@@ -452,12 +481,33 @@ mod tests {
         for w in [ScanWidth::Narrow, ScanWidth::Wide, ScanWidth::Full] {
             assert!(check_width("sm_90a", w).is_ok(), "{w:?}");
         }
-        for arch in ["sm_90", "sm_89", "sm_80", "sm_100a"] {
-            assert!(check_width(arch, ScanWidth::Narrow).is_ok());
-            assert!(check_width(arch, ScanWidth::Wide).is_ok());
+        for arch in ["sm_90", "sm_100a", "sm_120"] {
+            assert!(check_width(arch, ScanWidth::Narrow).is_ok(), "{arch}");
+            assert!(check_width(arch, ScanWidth::Wide).is_ok(), "{arch}");
             let err = check_width(arch, ScanWidth::Full).unwrap_err().to_string();
             assert!(err.contains("sm_90a") && err.contains(arch), "{err}");
         }
+    }
+
+    #[test]
+    fn the_narrow_and_wide_scans_are_refused_below_sm_90() {
+        for arch in ["sm_89", "sm_80", "compute_90", ""] {
+            for w in [ScanWidth::Narrow, ScanWidth::Wide, ScanWidth::Full] {
+                assert!(!w.runs_on(arch), "{w:?} on {arch:?}");
+            }
+            let err = check_width(arch, ScanWidth::Narrow)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("gdn_chunk_scan_narrow_bf16") && err.contains("sm_90 or newer"),
+                "{err}"
+            );
+        }
+        assert_eq!(sm_number("sm_90a"), Some(90));
+        assert_eq!(sm_number("sm_100a"), Some(100));
+        assert_eq!(sm_number("sm_89"), Some(89));
+        assert_eq!(sm_number("sm_"), None);
+        assert_eq!(sm_number("gfx90a"), None);
     }
 
     #[test]
