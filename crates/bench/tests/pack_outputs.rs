@@ -1,7 +1,8 @@
 //! `bench/gpu/pack_outputs.sh` (sourced by every device-call script): its
 //! `pack_outputs NAME` leaves one archive under `$O` holding every file and
-//! folder that was there, and does nothing where `$O` is empty. Needs `bash`
-//! and `tar` (CI has them).
+//! folder that was there but earlier parts' archives (`*.tgz`, left beside
+//! it), and does nothing where `$O` is empty. Needs `bash` and `tar` (CI has
+//! them).
 
 use std::path::Path;
 use std::process::Command;
@@ -58,4 +59,25 @@ fn an_empty_output_folder_is_left_empty() {
     let out = pack(dir.path(), "call9");
     assert!(out.status.success(), "{out:?}");
     assert!(listing(dir.path()).is_empty());
+}
+
+#[test]
+fn a_later_part_leaves_the_earlier_archive_beside_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bench.txt"), "gdn_split t=32768\n").unwrap();
+    assert!(pack(dir.path(), "call5").status.success());
+    std::fs::write(dir.path().join("details.txt"), "Duration 1.3 ms\n").unwrap();
+    let out = pack(dir.path(), "call4");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(listing(dir.path()), ["call4.tgz", "call5.tgz"]);
+    let list = |name: &str| {
+        let out = Command::new("tar")
+            .arg("-tzf")
+            .arg(dir.path().join(name))
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(list("call4.tgz").trim(), "details.txt");
+    assert_eq!(list("call5.tgz").trim(), "bench.txt");
 }
