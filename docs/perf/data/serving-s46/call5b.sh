@@ -8,7 +8,7 @@ for v in ga gb; do
     | grep -E "gdn_fingerprint|test result|panicked" | sed "s/^/$v: /"
 done | tee "$O/fingerprints.txt"
 for v in ga gb ga gb; do
-  GDN_BENCH_T=32768,8192 GDN_BENCH_VARIANTS=prep-alone,scan-Narrow,scan-Wide GDN_BENCH_REPS=5 GDN_BENCH_CROSS= \
+  GDN_BENCH_T=32768,8192 GDN_BENCH_VARIANTS=prep-alone,scan-Narrow,scan-Wide,scan-Narrow-noload GDN_BENCH_REPS=5 GDN_BENCH_CROSS= \
     timeout 60 /tmp/$v/h/gdn --ignored --exact bench::bench_qwen36_35b_prefill_ms_per_layer --nocapture 2>&1 \
     | grep -E "gdn_bench|gdn_split|panicked" | sed "s/^/$v: /"
 done | tee "$O/bench.txt" | grep -E "gdn_split|panicked" | cut -c1-110
