@@ -63,6 +63,14 @@ pub fn check_arch(arch: &str, sources: &[KernelSource]) -> Result<(), CudaError>
                 src.name
             )));
         }
+        if !src.builds_for(arch) {
+            let min = src.min_sm().unwrap_or_default();
+            return Err(CudaError::Artifact(format!(
+                "--arch {arch}: kernel `{}` uses PTX that needs sm_{min} or newer; build it for \
+                 sm_{min} or a newer target",
+                src.name
+            )));
+        }
     }
     Ok(())
 }
@@ -222,6 +230,7 @@ mod tests {
     use super::*;
     use crate::kernels::{required_entry_points, SOURCES};
     use crate::ops::attention::sources::MASKED_SOFTMAX;
+    use crate::ops::gdn::sources::GDN_CHUNKED;
 
     #[test]
     fn other_arches_are_refused_in_one_line_before_compiling() {
@@ -235,6 +244,37 @@ mod tests {
         }
         assert!(check_arch("sm_90a", SOURCES).is_ok());
         assert!(check_arch("sm_80", &[MASKED_SOFTMAX]).is_ok());
+        let err = check_arch("sm_89", &[GDN_CHUNKED]).unwrap_err().to_string();
+        assert!(
+            err.contains("gdn_chunked") && err.contains("sm_90 or newer") && !err.contains('\n'),
+            "{err}"
+        );
+        assert!(check_arch("sm_90", &[GDN_CHUNKED]).is_ok());
+    }
+
+    /// `KernelSource::builds_for` against NVRTC itself on two pre-Hopper
+    /// targets: every source it admits compiles there, and every source it
+    /// refuses without needing sm_90a (its `min_sm`) does not — so
+    /// `CudaBackend::on` neither skips a kernel it could load nor fails on
+    /// one it cannot compile.
+    #[test]
+    #[ignore = "needs NVRTC and the CUDA headers: run by .ci/kernel-gate.sh (--include-ignored)"]
+    fn builds_for_agrees_with_nvrtc_on_sm_80_and_sm_89() {
+        require_nvrtc();
+        let include = CudaOptions::from_env().include_dir().unwrap();
+        for arch in ["sm_80", "sm_89"] {
+            for src in SOURCES.iter().filter(|s| s.required_arch().is_none()) {
+                let built = nvrtc::compile(src.name, src.source, arch, &include);
+                assert_eq!(
+                    built.is_ok(),
+                    src.builds_for(arch),
+                    "{} on {arch}: builds_for says {}, NVRTC {:?}",
+                    src.name,
+                    src.builds_for(arch),
+                    built.err().map(|e| e.to_string())
+                );
+            }
+        }
     }
 
     /// The NVRTC tests are `#[ignore]`d (a plain `cargo test` has no NVRTC);

@@ -21,10 +21,40 @@ impl KernelSource {
         self.source.contains("wgmma.").then_some("sm_90a")
     }
 
-    /// Whether the source compiles for `arch`.
+    /// The oldest SM generation the source compiles for, when it uses PTX
+    /// that ptxas refuses below sm_90 ([`SM90_PTX`]; `stmatrix` in the
+    /// narrow and wide GDN scans): 90. Without any, `None` (every target).
+    pub fn min_sm(&self) -> Option<u32> {
+        SM90_PTX
+            .iter()
+            .any(|ptx| self.source.contains(ptx))
+            .then_some(90)
+    }
+
+    /// Whether the source compiles for `arch`: its [`Self::required_arch`]
+    /// if it has one, and an `sm_XY` target of at least its [`Self::min_sm`].
     pub fn builds_for(&self, arch: &str) -> bool {
         self.required_arch().is_none_or(|a| a == arch)
+            && self
+                .min_sm()
+                .is_none_or(|min| sm_number(arch).is_some_and(|n| n >= min))
     }
+}
+
+/// PTX instructions that ptxas refuses below sm_90 ("Feature '…' requires
+/// .target sm_90 or higher") and that a source may use outside `wgmma`
+/// kernels (which need `sm_90a` anyway).
+const SM90_PTX: [&str; 3] = ["stmatrix.", "cp.async.bulk", "setmaxnreg."];
+
+/// The number of an `sm_XY` architecture name (a feature suffix such as `a`
+/// ignored): `sm_90a` → 90, `sm_100a` → 100; `None` for anything else.
+pub(crate) fn sm_number(arch: &str) -> Option<u32> {
+    let digits: String = arch
+        .strip_prefix("sm_")?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// The integer literal of `constexpr int NAME = <int>;` in a kernel source
@@ -42,4 +72,35 @@ pub(crate) fn source_constant(src: &str, name: &str) -> usize {
         .collect();
     lit.parse()
         .unwrap_or_else(|_| panic!("{name} is not a literal"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sm_number;
+    use crate::ops::gdn::sources::{GDN_CHUNKED, GDN_CHUNK_PREP};
+
+    #[test]
+    fn sm_90_ptx_limits_a_source_to_sm_90_and_newer() {
+        assert_eq!(GDN_CHUNKED.min_sm(), Some(90));
+        assert_eq!(GDN_CHUNKED.required_arch(), None);
+        for arch in ["sm_90", "sm_90a", "sm_100a", "sm_120"] {
+            assert!(GDN_CHUNKED.builds_for(arch), "{arch}");
+        }
+        for arch in ["sm_89", "sm_80", "compute_90", "sm_", ""] {
+            assert!(!GDN_CHUNKED.builds_for(arch), "{arch:?}");
+        }
+        // The prep shares gdn_common.cuh with the scan but no stmatrix.
+        assert_eq!(GDN_CHUNK_PREP.min_sm(), None);
+        assert!(GDN_CHUNK_PREP.builds_for("sm_80"));
+    }
+
+    #[test]
+    fn sm_number_reads_the_number_of_an_sm_name() {
+        assert_eq!(sm_number("sm_90a"), Some(90));
+        assert_eq!(sm_number("sm_100a"), Some(100));
+        assert_eq!(sm_number("sm_89"), Some(89));
+        assert_eq!(sm_number("sm_"), None);
+        assert_eq!(sm_number("compute_90"), None);
+        assert_eq!(sm_number("gfx90a"), None);
+    }
 }

@@ -51,8 +51,8 @@
 // production): 1 = no tile loads after the first chunk, 2 = no arithmetic;
 // either gives wrong results.
 //
-// gdn_common.cuh is prepended to this source (sources.rs), inside
-// `namespace gdn`.
+// gdn_common.cuh and gdn_stmatrix.cuh are prepended to this source
+// (sources.rs), inside `namespace gdn`.
 
 constexpr int BVL_NARROW = 32;   // value columns per lite scan CTA: 4 CTAs per head
 constexpr int BVL_WIDE = 64;     // or 2

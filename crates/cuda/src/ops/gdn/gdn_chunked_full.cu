@@ -63,8 +63,8 @@
 // Y) 64 x 136 | factors] padded to 69,632 B; S^T 32 KiB; delta^T, (kf delta)^T
 // 128 x 72: 208,896 B + 1,024 B of alignment slack = 209,920 B.
 //
-// kernels/wgmma_sync.cuh and gdn_common.cuh are prepended to this source
-// (sources.rs), the second inside `namespace gdn`.
+// kernels/wgmma_sync.cuh, gdn_common.cuh and gdn_stmatrix.cuh are prepended
+// to this source (sources.rs), the last two inside `namespace gdn`.
 
 using headroom_async::desc_sw128;
 using headroom_async::fence_proxy_async;
@@ -164,7 +164,7 @@ __device__ __forceinline__ void frag_b_trans(unsigned* b, const bf16* s, int ld,
                  : "r"(smem_addr(p)));
 }
 
-// stsm_x4_trans (gdn_common.cuh) at a shared address (the lane's 16-byte row).
+// stsm_x4_trans (gdn_stmatrix.cuh) at a shared address (the lane's 16-byte row).
 __device__ __forceinline__ void stsm_x4_trans_at(unsigned addr, unsigned r0, unsigned r1, unsigned r2,
                                                  unsigned r3) {
     asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r0),

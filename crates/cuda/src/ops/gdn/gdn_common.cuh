@@ -62,14 +62,6 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool val
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
-// Transposed store of four 8x8 bf16 matrices from mma C-fragment halves
-// (packed bf16 pairs): lanes 8i..8i+7 address rows 0..7 of matrix i, which
-// receive its columns (stmatrix.trans, sm_90; rows 16-byte aligned).
-__device__ __forceinline__ void stsm_x4_trans(bf16* p, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(p)),
-                 "r"(r0), "r"(r1), "r"(r2), "r"(r3)
-                 : "memory");
-}
 // Two floats as a packed bf16 pair (round to nearest even), low half first.
 __device__ __forceinline__ unsigned pack_bf16(float a, float b) {
     bf162 v = __floats2bfloat162_rn(a, b);

@@ -4,8 +4,10 @@
 //! the kernel sources (checked by the tests below).
 
 use super::plan::SeqRun;
+use super::sources::{GDN_CHUNKED, GDN_CHUNKED_FULL};
 use super::GdnLaunch;
 use crate::device::CudaDevice;
+use crate::kernels::KernelSource;
 use crate::CudaError;
 use std::ffi::c_void;
 
@@ -49,17 +51,19 @@ impl ScanWidth {
             ScanWidth::Wide | ScanWidth::Full => 2,
         }
     }
-    /// Whether this width's scan is built for `arch`: `Full` on
-    /// [`SCAN_FULL_ARCH`] alone (wgmma), the narrow and wide scans on sm_90
-    /// and newer (their transposed tiles by `stmatrix`; NVRTC refuses their
-    /// source below sm_90).
-    pub fn runs_on(self, arch: &str) -> bool {
+    /// The source of this width's scan.
+    fn source(self) -> KernelSource {
         match self {
-            ScanWidth::Full => arch == SCAN_FULL_ARCH,
-            ScanWidth::Narrow | ScanWidth::Wide => {
-                sm_number(arch).is_some_and(|n| n >= SCAN_MIN_SM)
-            }
+            ScanWidth::Narrow | ScanWidth::Wide => GDN_CHUNKED,
+            ScanWidth::Full => GDN_CHUNKED_FULL,
         }
+    }
+    /// Whether this width's scan is built for `arch` (its source's
+    /// [`KernelSource::builds_for`]): `Full` on [`SCAN_FULL_ARCH`] alone
+    /// (wgmma), the narrow and wide scans on sm_90 and newer (their
+    /// transposed tiles by `stmatrix`).
+    pub fn runs_on(self, arch: &str) -> bool {
+        self.source().builds_for(arch)
     }
     /// Threads of the scan kernel (eight warps; sixteen for `Full`).
     pub fn threads(self) -> usize {
@@ -177,20 +181,6 @@ fn u32_of(v: usize, what: &str) -> Result<u32, CudaError> {
     u32::try_from(v).map_err(|_| CudaError::InvalidLaunch(format!("{what} {v} exceeds u32")))
 }
 
-/// The oldest architecture of the narrow and wide scans (`stmatrix`): sm_90.
-const SCAN_MIN_SM: u32 = 90;
-
-/// The number of an `sm_XY` architecture name (a feature suffix such as
-/// `a` ignored): `sm_90a` → 90, `sm_100a` → 100.
-fn sm_number(arch: &str) -> Option<u32> {
-    let digits: String = arch
-        .strip_prefix("sm_")?
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect();
-    digits.parse().ok()
-}
-
 /// Refuses `width` on a GPU of `arch` where its scan cannot run
 /// ([`ScanWidth::runs_on`]).
 fn check_width(arch: &str, width: ScanWidth) -> Result<(), CudaError> {
@@ -207,8 +197,9 @@ fn check_width(arch: &str, width: ScanWidth) -> Result<(), CudaError> {
         w => CudaError::Shape {
             op: "gdn chunked scan",
             detail: format!(
-                "{} needs sm_{SCAN_MIN_SM} or newer (stmatrix), not {arch}: the GDN prefill does not run on this GPU",
-                w.entry()
+                "{} needs sm_{} or newer (stmatrix), not {arch}: the GDN prefill does not run on this GPU",
+                w.entry(),
+                w.source().min_sm().unwrap_or_default()
             ),
         },
     })
@@ -503,11 +494,6 @@ mod tests {
                 "{err}"
             );
         }
-        assert_eq!(sm_number("sm_90a"), Some(90));
-        assert_eq!(sm_number("sm_100a"), Some(100));
-        assert_eq!(sm_number("sm_89"), Some(89));
-        assert_eq!(sm_number("sm_"), None);
-        assert_eq!(sm_number("gfx90a"), None);
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub const GDN_CHUNKED: KernelSource = KernelSource {
     source: concat!(
         include_str!("../../kernels/mma_sync.cuh"),
         include_str!("gdn_common.cuh"),
+        include_str!("gdn_stmatrix.cuh"),
         include_str!("gdn_chunked.cu")
     ),
     entry_points: &["gdn_chunk_scan_narrow_bf16", "gdn_chunk_scan_wide_bf16"],
@@ -42,6 +43,7 @@ pub const GDN_CHUNKED_FULL: KernelSource = KernelSource {
         include_str!("../../kernels/wgmma_sync.cuh"),
         include_str!("../../kernels/mma_sync.cuh"),
         include_str!("gdn_common.cuh"),
+        include_str!("gdn_stmatrix.cuh"),
         include_str!("gdn_chunked_full.cu")
     ),
     entry_points: &["gdn_chunk_scan_full_bf16"],
